@@ -1,0 +1,33 @@
+import js from '@eslint/js'
+import tseslint from 'typescript-eslint'
+
+export default tseslint.config(
+  { ignores: ['**/node_modules/**', '**/dist/**', '**/.stead/**', '**/*.d.ts'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/consistent-type-imports': 'error',
+      'no-restricted-syntax': [
+        'error',
+        { selector: "CallExpression[callee.object.name='test'][callee.property.name='only']", message: 'no .only in committed tests' },
+        { selector: "CallExpression[callee.object.name='it'][callee.property.name='only']", message: 'no .only in committed tests' },
+        { selector: "CallExpression[callee.object.name='describe'][callee.property.name='only']", message: 'no .only in committed tests' },
+      ],
+    },
+  },
+  {
+    // Cores are deterministic: time and randomness are injected, never read.
+    files: ['packages/core/src/**/*.ts'],
+    ignores: ['packages/core/src/crypto/**'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'inject time into core modules' },
+        { object: 'Math', property: 'random', message: 'inject randomness into core modules' },
+        { object: 'performance', property: 'now', message: 'inject time into core modules' },
+      ],
+    },
+  },
+)

@@ -1,0 +1,165 @@
+import { clockCompare, clockMerge, type Clock } from './clock.ts'
+import type { Crypto } from './crypto/types.ts'
+import { encode } from './codec.ts'
+import { bytesEqual } from './bytes.ts'
+
+/**
+ * Chrono's validators and proofs for logical clocks. Each validator is a
+ * pure function (the monotonicity one over an explicit state value) so
+ * relays, clients and the simulator run the same checks.
+ */
+
+export type ValidatorKind = 'update' | 'monotonicity' | 'application'
+
+export type Validation = { ok: true } | { ok: false; reason: 'bad-clock' | 'conflict' | 'duplicate' | 'unauthorized'; detail: string }
+
+const VALID: Validation = Object.freeze({ ok: true })
+
+/**
+ * Update validator (stateless): `next` must be exactly the merge of its
+ * inputs (the author's previous clock and the clocks it depends on) with the
+ * author's own entry incremented by one. An author may advance only its own
+ * entry, and may not skip.
+ */
+export function validateClockUpdate(author: string, next: Clock, inputs: readonly Clock[]): Validation {
+  const expected = clockMerge(new Map(), ...inputs) as Map<string, number>
+  expected.set(author, (expected.get(author) ?? 0) + 1)
+  if (clockCompare(next, expected) === 'equal') return VALID
+  for (const [id, n] of next) {
+    const want = expected.get(id) ?? 0
+    if (n !== want) {
+      return {
+        ok: false,
+        reason: 'bad-clock',
+        detail: id === author ? `own entry is ${n}, expected ${want}` : `entry ${id} is ${n} but the inputs give ${want}`,
+      }
+    }
+  }
+  return { ok: false, reason: 'bad-clock', detail: 'the clock omits entries its inputs carry' }
+}
+
+/** What the monotonicity validator remembers per clock id: the last counter and the digest it came with. */
+export type MonotonicityState = ReadonlyMap<string, { readonly counter: number; readonly digest: Uint8Array }>
+
+/**
+ * Monotonicity validator (stateful): an id's counter never repeats with other
+ * content and never goes back. Returns the verdict and the next state; a
+ * duplicate (same counter, same digest) is reported, and leaves the state as is.
+ */
+export function validateMonotonic(
+  state: MonotonicityState,
+  id: string,
+  counter: number,
+  digest: Uint8Array,
+): { verdict: Validation; state: MonotonicityState } {
+  const last = state.get(id)
+  if (last) {
+    if (counter === last.counter) {
+      const verdict: Validation = bytesEqual(digest, last.digest)
+        ? { ok: false, reason: 'duplicate', detail: `${id}:${counter} already seen` }
+        : { ok: false, reason: 'conflict', detail: `${id}:${counter} was already used for other content` }
+      return { verdict, state }
+    }
+    if (counter < last.counter) {
+      return { verdict: { ok: false, reason: 'conflict', detail: `${id} went back from ${last.counter} to ${counter}` }, state }
+    }
+  }
+  const next = new Map(state)
+  next.set(id, { counter, digest })
+  return { verdict: VALID, state: next }
+}
+
+/** Application validator: the app's own rule (permissions, quotas), pluggable and pure. */
+export type ApplicationValidator<T> = (author: string, clock: Clock, content: T) => Validation
+
+/** Allows only the listed authors; the usual application validator for restricted spaces. */
+export function allowAuthors<T>(allowed: ReadonlySet<string>): ApplicationValidator<T> {
+  return (author) => (allowed.has(author) ? VALID : { ok: false, reason: 'unauthorized', detail: `${author} may not write here` })
+}
+
+/** A relay cluster as clocks see it: N = keys.length relays, at most f faulty. */
+export interface Cluster {
+  readonly f: number
+  readonly relayKeys: readonly Uint8Array[]
+}
+
+export function checkCluster(c: Cluster): string | null {
+  if (!Number.isSafeInteger(c.f) || c.f < 0) return 'f must be a non-negative integer'
+  if (c.relayKeys.length < 3 * c.f + 1) return `N = ${c.relayKeys.length} relays cannot tolerate f = ${c.f} (need N >= 3f+1)`
+  return null
+}
+
+/**
+ * Signatures needed for a certificate of this kind. A stateless check gives
+ * the same answer at every correct relay, so f+1 signers include a correct
+ * one. A stateful check depends on what each relay saw, so two quorums must
+ * intersect in a correct relay: ceil((N+f+1)/2).
+ */
+export function quorumThreshold(kind: ValidatorKind, n: number, f: number): number {
+  return kind === 'update' ? f + 1 : Math.ceil((n + f + 1) / 2)
+}
+
+/** Relay signatures saying that validator `kind` accepted the update with id `subject`. */
+export interface QuorumCertificate {
+  readonly kind: ValidatorKind
+  readonly subject: Uint8Array
+  readonly signatures: ReadonlyArray<{ readonly relay: number; readonly sig: Uint8Array }>
+}
+
+/** The exact bytes a relay signs to attest a validation; tagged so they can never pass for anything else. */
+export function attestationBytes(kind: ValidatorKind, subject: Uint8Array): Uint8Array {
+  return encode(['stead/clock-attestation/v1', kind, subject])
+}
+
+/** Counts distinct relays whose signature verifies; true when the kind's threshold is met. */
+export async function verifyQuorumCertificate(crypto: Crypto, cluster: Cluster, qc: QuorumCertificate): Promise<boolean> {
+  if (checkCluster(cluster)) return false
+  const message = attestationBytes(qc.kind, qc.subject)
+  const seen = new Set<number>()
+  const checks: Array<Promise<boolean>> = []
+  for (const { relay, sig } of qc.signatures) {
+    const key = cluster.relayKeys[relay]
+    if (!key || seen.has(relay)) continue
+    seen.add(relay)
+    checks.push(crypto.verify(key, message, sig))
+  }
+  const valid = (await Promise.all(checks)).filter(Boolean).length
+  return valid >= quorumThreshold(qc.kind, cluster.relayKeys.length, cluster.f)
+}
+
+/**
+ * Proof of a clock: the author's signature over the bytes that carry it
+ * (for Stead, the envelope) and any relay quorum certificates for it.
+ */
+export interface ClockProof {
+  readonly authorKey: Uint8Array
+  readonly signed: { readonly bytes: Uint8Array; readonly sig: Uint8Array }
+  readonly certificates: readonly QuorumCertificate[]
+}
+
+/**
+ * Verifies a clock's proof: the author signed the bytes, the bytes hash to
+ * `subject`, and each required validator kind has a valid certificate for
+ * that subject.
+ */
+export async function verifyClockProof(
+  crypto: Crypto,
+  cluster: Cluster,
+  subject: Uint8Array,
+  proof: ClockProof,
+  required: readonly ValidatorKind[] = ['update', 'monotonicity'],
+): Promise<{ ok: true } | { ok: false; detail: string }> {
+  if (!bytesEqual(crypto.sha256(proof.signed.bytes), subject)) return { ok: false, detail: 'signed bytes do not hash to the subject' }
+  if (!(await crypto.verify(proof.authorKey, proof.signed.bytes, proof.signed.sig))) return { ok: false, detail: 'author signature does not verify' }
+  for (const kind of required) {
+    const qc = proof.certificates.find((c) => c.kind === kind && bytesEqual(c.subject, subject))
+    if (!qc) return { ok: false, detail: `no ${kind} certificate` }
+    if (!(await verifyQuorumCertificate(crypto, cluster, qc))) return { ok: false, detail: `${kind} certificate lacks a quorum of valid relay signatures` }
+  }
+  return { ok: true }
+}
+
+/** A relay's signature for one validation, to be gathered into a certificate. */
+export async function attest(crypto: Crypto, relaySecretKey: Uint8Array, kind: ValidatorKind, subject: Uint8Array): Promise<Uint8Array> {
+  return crypto.sign(relaySecretKey, attestationBytes(kind, subject))
+}

@@ -1,0 +1,139 @@
+import { OK, invalid, isSafeInt, type ApplyResult, type Crdt, type OpContext } from './types.ts'
+
+/** Values a register can hold: whatever msgpack carries without extensions. */
+export type RegisterValue = null | boolean | number | string | Uint8Array | RegisterValue[] | { [key: string]: RegisterValue }
+
+/**
+ * `['s', value, t]` writes value at timestamp t (chosen by the writer: a
+ * logical or wall-clock time it got injected). `['u']` withdraws the write
+ * made under the same context: only ever produced by `inverse`.
+ */
+export type RegisterOp = readonly ['s', RegisterValue, number] | readonly ['u']
+
+const MAX_VALUE_DEPTH = 16
+
+export function validateRegisterValue(v: unknown, depth = 0): string | null {
+  if (depth > MAX_VALUE_DEPTH) return `register value nested deeper than ${MAX_VALUE_DEPTH}`
+  if (v === null || typeof v === 'boolean' || typeof v === 'string' || v instanceof Uint8Array) return null
+  if (typeof v === 'number') return Number.isFinite(v) ? null : 'register numbers must be finite'
+  if (Array.isArray(v)) {
+    for (const item of v) {
+      const p = validateRegisterValue(item, depth + 1)
+      if (p) return p
+    }
+    return null
+  }
+  if (typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
+    for (const item of Object.values(v as object)) {
+      const p = validateRegisterValue(item, depth + 1)
+      if (p) return p
+    }
+    return null
+  }
+  return `register values must be msgpack data, got ${typeof v}`
+}
+
+export function validateRegisterOp(op: unknown): string | null {
+  if (!Array.isArray(op) || op[0] !== 's' || op.length !== 3) return "register op must be ['s', value, timestamp]"
+  if (!isSafeInt(op[2]) || op[2] < 0) return 'register timestamp must be a non-negative safe integer'
+  return validateRegisterValue(op[1])
+}
+
+interface Write {
+  value: RegisterValue
+  t: number
+  replica: string
+  tag: string
+}
+
+/** Total order on writes: timestamp, then replica, then tag, so ties are broken identically everywhere. */
+function later(a: Write, b: Write): boolean {
+  if (a.t !== b.t) return a.t > b.t
+  if (a.replica !== b.replica) return a.replica > b.replica
+  return a.tag > b.tag
+}
+
+/**
+ * Last-writer-wins register. It keeps every write it was given with `apply`
+ * so that any of them can be withdrawn exactly; `tryApply` (the stable path,
+ * which is never compensated) keeps only the winner, so stable registers stay
+ * one write big.
+ */
+export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> {
+  readonly type = 'register' as const
+  private writes = new Map<string, Write>()
+  private winner: Write | undefined
+
+  value(): RegisterValue | undefined {
+    return this.winner?.value
+  }
+
+  /** Timestamp of the winning write, so writers can pick a later one. */
+  timestamp(): number {
+    return this.winner?.t ?? 0
+  }
+
+  tryApply(op: RegisterOp, ctx: OpContext): ApplyResult {
+    const problem = op[0] === 'u' ? null : validateRegisterOp(op)
+    if (problem) return invalid(problem)
+    this.apply(op, ctx)
+    if (this.winner) {
+      this.writes.clear()
+      this.writes.set(this.winner.tag, this.winner)
+    }
+    return OK
+  }
+
+  apply(op: RegisterOp, ctx: OpContext): void {
+    if (op[0] === 'u') {
+      this.writes.delete(ctx.tag)
+      if (this.winner?.tag === ctx.tag) this.winner = this.best()
+      return
+    }
+    const write: Write = { value: op[1], t: op[2], replica: ctx.replica, tag: ctx.tag }
+    this.writes.set(ctx.tag, write)
+    if (!this.winner || later(write, this.winner)) this.winner = write
+  }
+
+  inverse(): RegisterOp {
+    return ['u']
+  }
+
+  merge(other: LWWRegister): void {
+    for (const [tag, w] of other.writes) {
+      if (this.writes.has(tag)) continue
+      this.writes.set(tag, w)
+      if (!this.winner || later(w, this.winner)) this.winner = w
+    }
+  }
+
+  clone(): this {
+    const copy = new LWWRegister()
+    for (const [tag, w] of this.writes) copy.writes.set(tag, w)
+    copy.winner = this.winner
+    return copy as this
+  }
+
+  /** Every kept write as [tag, replica, t, value], sorted by tag. */
+  snapshot(): Array<[string, string, number, RegisterValue]> {
+    return [...this.writes.values()]
+      .sort((a, b) => (a.tag < b.tag ? -1 : a.tag > b.tag ? 1 : 0))
+      .map((w) => [w.tag, w.replica, w.t, w.value])
+  }
+
+  static fromSnapshot(snap: Array<[string, string, number, RegisterValue]>): LWWRegister {
+    const r = new LWWRegister()
+    for (const [tag, replica, t, value] of snap) r.apply(['s', value, t], { replica, tag })
+    return r
+  }
+
+  invariantsHold(): boolean {
+    return true
+  }
+
+  private best(): Write | undefined {
+    let best: Write | undefined
+    for (const w of this.writes.values()) if (!best || later(w, best)) best = w
+    return best
+  }
+}

@@ -1,0 +1,219 @@
+import { toBase64Url, toHex } from './bytes.ts'
+import { decodeClock, encodeClock, type Clock } from './clock.ts'
+import { DEFAULT_LIMITS, asSigned, decode, encode, encodeSigned, expect, type Limits, type Signed } from './codec.ts'
+import { POOL, decodeDeclaration, encodeDeclaration, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
+import { HASH_BYTES, PUBLIC_KEY_BYTES, type Crypto } from './crypto/types.ts'
+import { SteadError } from './errors.ts'
+
+/** Regular operations on one object, compacted by the sender. */
+export interface ObjectUpdate {
+  readonly key: string
+  readonly decl: Declaration
+  readonly ops: readonly AnyOp[]
+}
+
+export interface SafeUpdate {
+  readonly key: string
+  readonly decl: Declaration
+  readonly op: AnyOp
+}
+
+/**
+ * Safe updates in the order they must run. An atomic group commits wholly or
+ * not at all; a non-atomic group is a list of independent safe updates.
+ */
+export interface SafeGroup {
+  readonly atomic: boolean
+  readonly updates: readonly SafeUpdate[]
+}
+
+/** What an author fills in; signing adds the author key, id and bytes. */
+export interface EnvelopeDraft {
+  readonly space: string
+  /** Per-author, per-space sequence number, from 1, without gaps. */
+  readonly seq: number
+  readonly clock: Clock
+  /** Ids of the envelopes this one causally follows (the author's frontier). */
+  readonly deps: readonly Uint8Array[]
+  readonly updates: readonly ObjectUpdate[]
+  readonly safe: readonly SafeGroup[]
+}
+
+export interface Envelope extends EnvelopeDraft {
+  readonly author: Uint8Array
+  /** Short, stable id of the author used in clocks, tags and CRDT replica ids. */
+  readonly authorId: string
+  /** sha256 of the signed bytes. */
+  readonly id: Uint8Array
+  readonly idHex: string
+  readonly signed: Signed
+}
+
+const TAG = 'stead/env/v1'
+
+/** The author id: 12 bytes of sha256(public key), base64url (16 chars). */
+export function authorIdOf(crypto: Crypto, publicKey: Uint8Array): string {
+  return toBase64Url(crypto.sha256(publicKey).subarray(0, 12))
+}
+
+/** Signs a draft. The result is exactly what `openEnvelope` would return for its bytes. */
+export async function sealEnvelope(
+  crypto: Crypto,
+  identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array },
+  draft: EnvelopeDraft,
+  limits: Limits = DEFAULT_LIMITS,
+): Promise<Envelope> {
+  const payload = [
+    TAG,
+    draft.space,
+    identity.publicKey,
+    draft.seq,
+    encodeClock(draft.clock),
+    draft.deps,
+    draft.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.ops]),
+    draft.safe.map((g) => [g.atomic, g.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.op])]),
+  ]
+  const bytes = encode(payload)
+  // Validating what we are about to sign means a sealed envelope can never be one peers refuse.
+  parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
+  const sig = await crypto.sign(identity.secretKey, bytes)
+  return finish(crypto, { bytes, sig }, draft, identity.publicKey)
+}
+
+/**
+ * Opens a signed envelope from the wire: shape, types and limits first (cheap),
+ * then the signature (expensive). Throws SteadError with reason 'malformed',
+ * 'too-large' or 'bad-signature'; never returns a partly valid envelope.
+ */
+export async function openEnvelope(crypto: Crypto, signed: Signed | unknown, limits: Limits = DEFAULT_LIMITS): Promise<Envelope> {
+  const { bytes, sig } = asSigned(isSignedObject(signed) ? [signed.bytes, signed.sig] : signed)
+  const parsed = parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
+  if (!(await crypto.verify(parsed.author, bytes, sig))) throw new SteadError('bad-signature', 'envelope signature does not verify against its author key')
+  return finish(crypto, { bytes, sig }, parsed, parsed.author)
+}
+
+/** Wire form of an envelope on its own: msgpack [bytes, sig]. */
+export function encodeEnvelope(env: Envelope): Uint8Array {
+  return encodeSigned(env.signed)
+}
+
+export async function decodeEnvelope(crypto: Crypto, frame: Uint8Array, limits: Limits = DEFAULT_LIMITS): Promise<Envelope> {
+  return openEnvelope(crypto, decode(frame, limits.maxEnvelopeBytes + 128), limits)
+}
+
+function isSignedObject(v: unknown): v is Signed {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && 'bytes' in v && 'sig' in v
+}
+
+function finish(crypto: Crypto, signed: Signed, draft: EnvelopeDraft, author: Uint8Array): Envelope {
+  const id = crypto.sha256(signed.bytes)
+  return {
+    space: draft.space,
+    seq: draft.seq,
+    clock: draft.clock,
+    deps: draft.deps,
+    updates: draft.updates,
+    safe: draft.safe,
+    author,
+    authorId: authorIdOf(crypto, author),
+    id,
+    idHex: toHex(id),
+    signed,
+  }
+}
+
+function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uint8Array } {
+  const p = expect.array(v, 'envelope', 16)
+  if (p.length !== 8 || p[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} envelope`)
+  const space = expect.string(p[1], 'space', limits.maxSpaceChars, 1)
+  const author = expect.bytes(p[2], 'author', PUBLIC_KEY_BYTES)
+  const seq = expect.uint(p[3], 'seq')
+  if (seq < 1) throw new SteadError('malformed', 'seq starts at 1')
+  const clock = decodeClock(p[4], limits.maxClockEntries)
+  const deps = expect.array(p[5], 'deps', limits.maxDeps).map((d, i) => expect.bytes(d, `deps[${i}]`, HASH_BYTES))
+
+  let opCount = 0
+  const count = (n: number): void => {
+    opCount += n
+    if (opCount > limits.maxOpsPerEnvelope) throw new SteadError('too-large', `more than ${limits.maxOpsPerEnvelope} operations in one envelope`)
+  }
+  const seenKeys = new Set<string>()
+  const updates: ObjectUpdate[] = expect.array(p[6], 'updates', limits.maxOpsPerEnvelope).map((u, i) => {
+    const field = `updates[${i}]`
+    const [key, decl, ops] = tuple(u, field, 3)
+    const k = expect.string(key, `${field}.key`, limits.maxKeyChars, 1)
+    if (seenKeys.has(k)) throw new SteadError('malformed', `${field}: object ${k} appears twice; regular updates are one group per object`)
+    seenKeys.add(k)
+    const d = decodeDeclaration(decl)
+    const list = expect.array(ops, `${field}.ops`, limits.maxOpsPerEnvelope)
+    if (list.length === 0) throw new SteadError('malformed', `${field} has no operations`)
+    count(list.length)
+    list.forEach((op, j) => checkOp(d, op, `${field}.ops[${j}]`, false))
+    return { key: k, decl: d, ops: list as AnyOp[] }
+  })
+  const safe: SafeGroup[] = expect.array(p[7], 'safe', limits.maxOpsPerEnvelope).map((g, i) => {
+    const field = `safe[${i}]`
+    const [atomic, list] = tuple(g, field, 2)
+    const items = expect.array(list, `${field}.updates`, limits.maxOpsPerEnvelope)
+    if (items.length === 0) throw new SteadError('malformed', `${field} has no updates`)
+    count(items.length)
+    return {
+      atomic: expect.boolean(atomic, `${field}.atomic`),
+      updates: items.map((it, j) => {
+        const f = `${field}.updates[${j}]`
+        const [key, decl, op] = tuple(it, f, 3)
+        const d = decodeDeclaration(decl)
+        checkOp(d, op, `${f}.op`, true)
+        return { key: expect.string(key, `${f}.key`, limits.maxKeyChars, 1), decl: d, op: op as AnyOp }
+      }),
+    }
+  })
+  if (updates.length === 0 && safe.length === 0) throw new SteadError('malformed', 'envelope carries no updates')
+  // The bounded-counter pool is a replica nobody may sign as.
+  if (clock.has(POOL)) throw new SteadError('malformed', `clock id ${POOL} is reserved`)
+  return { space, author, seq, clock, deps, updates, safe }
+}
+
+function tuple(v: unknown, field: string, n: number): unknown[] {
+  const t = expect.array(v, field, n)
+  if (t.length !== n) throw new SteadError('malformed', `${field} must have ${n} fields`)
+  return t
+}
+
+function checkOp(d: Declaration, op: unknown, field: string, safe: boolean): void {
+  const problem = validateOp(d, op)
+  if (problem) throw new SteadError('malformed', `${field}: ${problem}`)
+  // Pool claims race each other; only the stable order may decide which fit.
+  if (!safe && d.type === 'bounded-counter' && Array.isArray(op) && op[0] === 'c') {
+    throw new SteadError('malformed', `${field}: claims from a bounded counter's pool must be safe updates`)
+  }
+}
+
+export type EnvelopeUnit =
+  | { readonly kind: 'op'; readonly unit: number; readonly key: string; readonly decl: Declaration; readonly op: AnyOp; readonly tag: string }
+  | {
+      readonly kind: 'group'
+      readonly unit: number
+      readonly atomic: boolean
+      readonly items: ReadonlyArray<{ readonly key: string; readonly decl: Declaration; readonly op: AnyOp; readonly tag: string }>
+    }
+
+/**
+ * The units an audit decides on, in order: every regular op on its own, then
+ * each safe group (a non-atomic group is one unit per update). Tags are
+ * `${authorId}:${seq}:${n}` with n counting ops across the whole envelope.
+ */
+export function envelopeUnits(env: Envelope): EnvelopeUnit[] {
+  const out: EnvelopeUnit[] = []
+  let n = 0
+  const tag = (): string => `${env.authorId}:${env.seq}:${n++}`
+  for (const u of env.updates) for (const op of u.ops) out.push({ kind: 'op', unit: out.length, key: u.key, decl: u.decl, op, tag: tag() })
+  for (const g of env.safe) {
+    if (g.atomic) {
+      out.push({ kind: 'group', unit: out.length, atomic: true, items: g.updates.map((u) => ({ key: u.key, decl: u.decl, op: u.op, tag: tag() })) })
+    } else {
+      for (const u of g.updates) out.push({ kind: 'group', unit: out.length, atomic: false, items: [{ key: u.key, decl: u.decl, op: u.op, tag: tag() }] })
+    }
+  }
+  return out
+}

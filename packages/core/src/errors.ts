@@ -1,0 +1,30 @@
+/**
+ * Every rejection in Stead names its reason. Callers switch on `reason`,
+ * never on message text.
+ */
+export type ErrorReason =
+  | 'malformed' // bytes that do not decode into the expected shape
+  | 'too-large' // a size limit was exceeded
+  | 'bad-signature' // the signature does not verify against the claimed key
+  | 'unauthorized' // a valid author that may not write here
+  | 'conflict' // same (author, seq) or (id, counter) with different content
+  | 'duplicate' // already seen: harmless, but not new
+  | 'invariant' // applying the update would break a declared invariant
+  | 'bad-clock' // a logical clock that does not follow the update rules
+  | 'type-mismatch' // an object opened or updated as another type
+  | 'gap' // a sequence number skipped ahead of what is known
+  | 'unsupported' // a feature the running platform cannot provide
+
+export class SteadError extends Error {
+  readonly reason: ErrorReason
+  override readonly name = 'SteadError'
+
+  constructor(reason: ErrorReason, message: string, options?: { cause?: unknown }) {
+    super(`${reason}: ${message}`, options)
+    this.reason = reason
+  }
+}
+
+export function isSteadError(err: unknown, reason?: ErrorReason): err is SteadError {
+  return err instanceof SteadError && (reason === undefined || err.reason === reason)
+}

@@ -1,0 +1,506 @@
+import type { Validation } from './chrono.ts'
+import { encode } from './codec.ts'
+import {
+  asGeneric,
+  createCrdt,
+  describeDeclaration,
+  encodeDeclaration,
+  sameDeclaration,
+  type AnyCrdt,
+  type AnyOp,
+  type ApplyResult,
+  type Declaration,
+  type OpContext,
+} from './crdt/index.ts'
+import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
+import { SteadError, type ErrorReason } from './errors.ts'
+
+/** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
+export type UnitOutcome =
+  | { readonly unit: number; readonly status: 'committed' }
+  | { readonly unit: number; readonly status: 'rejected'; readonly reason: ErrorReason; readonly detail: string }
+
+export type Decision =
+  /** Took stable index `index`; each unit committed or was rejected on its own. */
+  | { readonly kind: 'committed'; readonly env: Envelope; readonly index: number; readonly units: readonly UnitOutcome[] }
+  /** Ordered, but never enters the stable history: a duplicate, a conflict (another envelope holds its author+seq), or a gap that never filled. */
+  | { readonly kind: 'dropped'; readonly env: Envelope; readonly reason: 'duplicate' | 'conflict' | 'gap' | 'malformed'; readonly detail: string }
+  /**
+   * Received but not ordered, and now it never can be: another envelope
+   * committed under its author+seq. Local news (it depends on what this
+   * replica received), unlike the other decisions, which every replica makes alike.
+   */
+  | { readonly kind: 'superseded'; readonly env: Envelope; readonly by: string }
+
+export interface CommitResult {
+  readonly decisions: readonly Decision[]
+  readonly stableIndex: number
+  /** Keys whose prospective or stable value may have changed. */
+  readonly changed: ReadonlySet<string>
+}
+
+export interface ReceiveResult {
+  readonly status: 'applied' | 'duplicate' | 'conflict'
+  readonly changed: ReadonlySet<string>
+}
+
+/** Application validator: may this author apply this op to this object? */
+export type Authorize = (author: string, key: string, decl: Declaration, op: AnyOp) => Validation
+
+export interface ReplicaOptions {
+  readonly space: string
+  readonly authorize?: Authorize
+  /** Stable history entries kept in memory per object (older ones live in the store). */
+  readonly historyLimit?: number
+  /** Commits an envelope may wait for its author's missing sequence numbers before it is dropped as 'gap'. */
+  readonly gapWaitCommits?: number
+  /** Envelopes per author that may wait for a gap at once; more are dropped as 'gap'. */
+  readonly maxWaitingPerAuthor?: number
+}
+
+export interface HistoryEntry {
+  readonly index: number
+  readonly value: unknown
+}
+
+interface Obj {
+  decl: Declaration
+  crdt: AnyCrdt
+}
+
+interface Pending {
+  readonly env: Envelope
+  /** Tags of the ops that were applied to the prospective state. */
+  readonly applied: Set<string>
+}
+
+interface AuthorState {
+  seq: number
+  /** idHex of recent sequence numbers, to tell a duplicate from a conflict. */
+  readonly recent: Map<number, string>
+}
+
+const RECENT_IDS_PER_AUTHOR = 256
+
+/**
+ * The reliable replica of one space (Janus): a prospective state that shows
+ * every received update at once, and a stable state built only from the
+ * committed order by the audit, which every correct replica runs the same
+ * way. Pure: no I/O, no clocks, no randomness; the caller feeds received
+ * envelopes and committed batches, and persists what it needs.
+ *
+ * Audit rules for each committed envelope, in order:
+ * - per author, sequence numbers apply in order; an envelope ahead of its
+ *   author's next number waits (at most `gapWaitCommits` commits);
+ * - a second envelope for an (author, seq) already decided is dropped as a
+ *   duplicate (same id) or a conflict (other id);
+ * - each unit is checked (declaration, authorization, invariants via
+ *   tryApply) against the stable state; an atomic safe group applies wholly
+ *   or not at all;
+ * - the prospective state then reverses what was rejected and applies what
+ *   it had not seen, so once all updates are decided it equals the stable
+ *   state (eventual validity, G5).
+ */
+export class ReliableReplica {
+  readonly space: string
+  private readonly authorize: Authorize | undefined
+  private readonly historyLimit: number
+  private readonly gapWaitCommits: number
+  private readonly maxWaitingPerAuthor: number
+
+  private readonly stableObjects = new Map<string, Obj>()
+  private readonly prospectiveObjects = new Map<string, Obj>()
+  private readonly histories = new Map<string, HistoryEntry[]>()
+  private readonly authors = new Map<string, AuthorState>()
+  private readonly pending = new Map<string, Pending>()
+  /** author:seq → ids of pending envelopes claiming that slot. */
+  private readonly slots = new Map<string, Set<string>>()
+  private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
+  private index = 0
+  private commits = 0
+
+  constructor(options: ReplicaOptions) {
+    this.space = options.space
+    this.authorize = options.authorize
+    this.historyLimit = options.historyLimit ?? 1000
+    this.gapWaitCommits = options.gapWaitCommits ?? 64
+    this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
+  }
+
+  get stableIndex(): number {
+    return this.index
+  }
+
+  /** Envelopes received but not yet decided by the audit. */
+  get pendingCount(): number {
+    return this.pending.size
+  }
+
+  // ---- reads ----
+
+  value(key: string): unknown {
+    return this.prospectiveObjects.get(key)?.crdt.value()
+  }
+
+  stableValue(key: string): unknown {
+    return this.stableObjects.get(key)?.crdt.value()
+  }
+
+  /** The committed declaration of a key, once there is one. */
+  declaration(key: string): Declaration | undefined {
+    return this.stableObjects.get(key)?.decl
+  }
+
+  prospective(key: string): AnyCrdt | undefined {
+    return this.prospectiveObjects.get(key)?.crdt
+  }
+
+  stable(key: string): AnyCrdt | undefined {
+    return this.stableObjects.get(key)?.crdt
+  }
+
+  history(key: string): readonly HistoryEntry[] {
+    return this.histories.get(key) ?? []
+  }
+
+  keys(): string[] {
+    return [...new Set([...this.prospectiveObjects.keys(), ...this.stableObjects.keys()])].sort()
+  }
+
+  /** The next sequence number the audit expects from `author`. */
+  nextSeq(author: string): number {
+    return (this.authors.get(author)?.seq ?? 0) + 1
+  }
+
+  isPending(idHex: string): boolean {
+    return this.pending.has(idHex)
+  }
+
+  /**
+   * Canonical stable state: index, authors' sequence numbers and every
+   * object's declaration and CRDT snapshot, sorted. Equal on all correct
+   * replicas at the same stable index; hash its encoding to attest it.
+   */
+  stableSnapshot(): unknown {
+    const objects = [...this.stableObjects.entries()]
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([key, o]) => [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
+    const authors = [...this.authors.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, a]) => [id, a.seq])
+    return ['stead/stable/v1', this.space, this.index, authors, objects]
+  }
+
+  stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
+    return sha256(encode(this.stableSnapshot()))
+  }
+
+  // ---- prospective path ----
+
+  /** Applies a received (or locally created) envelope to the prospective state. */
+  receive(env: Envelope): ReceiveResult {
+    this.checkSpace(env)
+    const changed = new Set<string>()
+    if (this.pending.has(env.idHex)) return { status: 'duplicate', changed }
+    const author = this.authors.get(env.authorId)
+    if (author && env.seq <= author.seq) {
+      // Already decided: applied at commit time if it was the one committed.
+      const decidedId = author.recent.get(env.seq)
+      return { status: decidedId === env.idHex || decidedId === undefined ? 'duplicate' : 'conflict', changed }
+    }
+    const applied = new Set<string>()
+    for (const unit of envelopeUnits(env)) {
+      for (const item of itemsOf(unit)) {
+        if (this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })) {
+          applied.add(item.tag)
+          changed.add(item.key)
+        }
+      }
+    }
+    this.pending.set(env.idHex, { env, applied })
+    const slot = slotOf(env)
+    let ids = this.slots.get(slot)
+    if (!ids) this.slots.set(slot, (ids = new Set()))
+    ids.add(env.idHex)
+    return { status: ids.size > 1 ? 'conflict' : 'applied', changed }
+  }
+
+  // ---- stable path: the audit ----
+
+  /**
+   * Audits one committed batch (the envelopes a consensus commit ordered, in
+   * order). Call it for every commit, also empty ones: waiting envelopes
+   * time out in commits, so every replica must count the same commits.
+   */
+  commit(batch: readonly Envelope[]): CommitResult {
+    this.commits++
+    const decisions: Decision[] = []
+    const changed = new Set<string>()
+    for (const env of batch) this.audit(env, decisions, changed)
+    this.expireWaiting(decisions, changed)
+    return { decisions, stableIndex: this.index, changed }
+  }
+
+  private audit(env: Envelope, decisions: Decision[], changed: Set<string>): void {
+    if (env.space !== this.space) {
+      decisions.push({ kind: 'dropped', env, reason: 'malformed', detail: `envelope for space ${env.space} in ${this.space}` })
+      return
+    }
+    const author = this.authorState(env.authorId)
+    if (env.seq <= author.seq) {
+      const decidedId = author.recent.get(env.seq)
+      if (decidedId === env.idHex) decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} already committed` })
+      else this.drop(env, decidedId === undefined ? 'duplicate' : 'conflict', `${env.authorId}:${env.seq} was already decided`, decisions, changed)
+      return
+    }
+    if (env.seq > author.seq + 1) {
+      this.wait(env, decisions, changed)
+      return
+    }
+    this.execute(env, decisions, changed)
+    // Its successors may have been waiting for it.
+    const queue = this.waiting.get(env.authorId)
+    let next = queue?.get(author.seq + 1)
+    while (queue && next) {
+      queue.delete(author.seq + 1)
+      this.execute(next.env, decisions, changed)
+      next = queue.get(author.seq + 1)
+    }
+    if (queue && queue.size === 0) this.waiting.delete(env.authorId)
+  }
+
+  private wait(env: Envelope, decisions: Decision[], changed: Set<string>): void {
+    let queue = this.waiting.get(env.authorId)
+    if (!queue) this.waiting.set(env.authorId, (queue = new Map()))
+    const taken = queue.get(env.seq)
+    if (taken) {
+      if (taken.env.idHex === env.idHex) decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} is already waiting` })
+      else this.drop(env, 'conflict', `${env.authorId}:${env.seq} is already taken by another envelope`, decisions, changed)
+      return
+    }
+    if (queue.size >= this.maxWaitingPerAuthor) {
+      this.drop(env, 'gap', `${env.authorId} has ${queue.size} envelopes waiting for a gap`, decisions, changed)
+      return
+    }
+    queue.set(env.seq, { env, since: this.commits })
+  }
+
+  private expireWaiting(decisions: Decision[], changed: Set<string>): void {
+    for (const [authorId, queue] of this.waiting) {
+      for (const [seq, w] of queue) {
+        if (this.commits - w.since < this.gapWaitCommits) continue
+        queue.delete(seq)
+        this.drop(w.env, 'gap', `${authorId}:${seq} waited ${this.gapWaitCommits} commits for seq ${this.nextSeq(authorId)}`, decisions, changed)
+      }
+      if (queue.size === 0) this.waiting.delete(authorId)
+    }
+  }
+
+  /** Drops an envelope from the stable path and undoes whatever it did prospectively. */
+  private drop(env: Envelope, reason: 'duplicate' | 'conflict' | 'gap', detail: string, decisions: Decision[], changed: Set<string>): void {
+    decisions.push({ kind: 'dropped', env, reason, detail })
+    this.settle(env, () => false, changed)
+  }
+
+  private execute(env: Envelope, decisions: Decision[], changed: Set<string>): void {
+    const author = this.authorState(env.authorId)
+    const index = ++this.index
+    author.seq = env.seq
+    author.recent.set(env.seq, env.idHex)
+    if (author.recent.size > RECENT_IDS_PER_AUTHOR) author.recent.delete(env.seq - RECENT_IDS_PER_AUTHOR)
+
+    const outcomes: UnitOutcome[] = []
+    const committedTags = new Set<string>()
+    const touched = new Set<string>()
+    for (const unit of envelopeUnits(env)) {
+      const items = itemsOf(unit)
+      const result = unit.kind === 'group' && unit.atomic ? this.applyAtomic(env, items) : this.applyStable(env, items[0] as Item)
+      if (result.ok) {
+        outcomes.push({ unit: unit.unit, status: 'committed' })
+        for (const item of items) {
+          committedTags.add(item.tag)
+          touched.add(item.key)
+        }
+      } else {
+        outcomes.push({ unit: unit.unit, status: 'rejected', reason: result.reason, detail: result.detail })
+      }
+    }
+    for (const key of touched) {
+      this.appendHistory(key, index)
+      changed.add(key)
+    }
+    decisions.push({ kind: 'committed', env, index, units: outcomes })
+    this.settle(env, (tag) => committedTags.has(tag), changed)
+    // No other envelope can ever take this slot now: undo any that tried.
+    for (const idHex of this.slots.get(slotOf(env)) ?? []) {
+      const other = this.pending.get(idHex)
+      if (!other) continue
+      decisions.push({ kind: 'superseded', env: other.env, by: env.idHex })
+      this.settle(other.env, () => false, changed)
+    }
+  }
+
+  /**
+   * Brings the prospective state in line with the audit's verdict on `env`:
+   * reverse what was applied but not committed, apply what was committed
+   * but never seen, and forget the envelope.
+   */
+  private settle(env: Envelope, committed: (tag: string) => boolean, changed: Set<string>): void {
+    const p = this.pending.get(env.idHex)
+    // An object nothing pending has touched is simply a copy of the stable one,
+    // which already holds this envelope's committed ops.
+    const fresh = new Set<string>()
+    for (const unit of envelopeUnits(env)) {
+      for (const item of itemsOf(unit)) {
+        if (fresh.has(item.key) || this.prospectiveObjects.has(item.key)) continue
+        fresh.add(item.key)
+        const stable = this.stableObjects.get(item.key)
+        if (stable) {
+          this.prospectiveObjects.set(item.key, { decl: stable.decl, crdt: stable.crdt.clone() })
+          changed.add(item.key)
+        }
+      }
+    }
+    for (const unit of envelopeUnits(env)) {
+      for (const item of itemsOf(unit)) {
+        if (fresh.has(item.key)) continue
+        const ctx = { replica: env.authorId, tag: item.tag }
+        const wasApplied = p?.applied.has(item.tag) ?? false
+        const isCommitted = committed(item.tag)
+        if (wasApplied && !isCommitted) {
+          const obj = this.prospectiveObjects.get(item.key) as Obj
+          const c = asGeneric(obj.crdt)
+          c.apply(c.inverse(item.op, ctx), ctx)
+          changed.add(item.key)
+        } else if (!wasApplied && isCommitted) {
+          this.applyProspective(item.key, item.decl, item.op, ctx)
+          changed.add(item.key)
+        }
+      }
+    }
+    if (p) {
+      this.pending.delete(env.idHex)
+      const slot = slotOf(env)
+      const ids = this.slots.get(slot)
+      ids?.delete(env.idHex)
+      if (ids?.size === 0) this.slots.delete(slot)
+    }
+    for (const key of changed) this.alignDeclaration(key)
+  }
+
+  private applyStable(env: Envelope, item: Item): ApplyResult {
+    const check = this.admissible(env, item)
+    if (!check.ok) return check
+    const obj = this.stableObject(item.key, item.decl)
+    return asGeneric(obj.crdt).tryApply(item.op, { replica: env.authorId, tag: item.tag })
+  }
+
+  private applyAtomic(env: Envelope, items: readonly Item[]): ApplyResult {
+    // Undo by restoring copies: stable CRDTs drop what they need for inverses.
+    const saved = new Map<string, Obj | undefined>()
+    for (const item of items) {
+      if (!saved.has(item.key)) {
+        const o = this.stableObjects.get(item.key)
+        saved.set(item.key, o && { decl: o.decl, crdt: o.crdt.clone() })
+      }
+      const result = this.applyStable(env, item)
+      if (!result.ok) {
+        for (const [key, o] of saved) {
+          if (o) this.stableObjects.set(key, o)
+          else this.stableObjects.delete(key)
+        }
+        return { ok: false, reason: result.reason, detail: `${item.key}: ${result.detail}` }
+      }
+    }
+    return { ok: true }
+  }
+
+  private admissible(env: Envelope, item: Item): ApplyResult {
+    const fixed = this.stableObjects.get(item.key)?.decl
+    if (fixed && !sameDeclaration(fixed, item.decl)) {
+      return { ok: false, reason: 'type-mismatch', detail: `${item.key} is ${describeDeclaration(fixed)}, not ${describeDeclaration(item.decl)}` }
+    }
+    if (this.authorize) {
+      const v = this.authorize(env.authorId, item.key, item.decl, item.op)
+      if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
+    }
+    return { ok: true }
+  }
+
+  private stableObject(key: string, decl: Declaration): Obj {
+    let obj = this.stableObjects.get(key)
+    if (!obj) {
+      obj = { decl, crdt: createCrdt(decl) }
+      this.stableObjects.set(key, obj)
+    }
+    return obj
+  }
+
+  /** Applies without checks; false when the object exists under another declaration. */
+  private applyProspective(key: string, decl: Declaration, op: AnyOp, ctx: OpContext): boolean {
+    let obj = this.prospectiveObjects.get(key)
+    if (!obj) {
+      const fixed = this.stableObjects.get(key)
+      obj = fixed ? { decl: fixed.decl, crdt: fixed.crdt.clone() } : { decl, crdt: createCrdt(decl) }
+      this.prospectiveObjects.set(key, obj)
+    }
+    if (!sameDeclaration(obj.decl, decl)) return false
+    asGeneric(obj.crdt).apply(op, ctx)
+    return true
+  }
+
+  /**
+   * If the prospective object was created from a declaration that lost to
+   * the committed one, rebuild it from the stable object plus the pending
+   * ops that match the committed declaration.
+   */
+  private alignDeclaration(key: string): void {
+    const stable = this.stableObjects.get(key)
+    const prospective = this.prospectiveObjects.get(key)
+    if (!stable || !prospective || sameDeclaration(stable.decl, prospective.decl)) return
+    const rebuilt: Obj = { decl: stable.decl, crdt: stable.crdt.clone() }
+    this.prospectiveObjects.set(key, rebuilt)
+    for (const p of this.pending.values()) {
+      for (const unit of envelopeUnits(p.env)) {
+        for (const item of itemsOf(unit)) {
+          if (item.key !== key) continue
+          p.applied.delete(item.tag)
+          if (sameDeclaration(item.decl, stable.decl)) {
+            asGeneric(rebuilt.crdt).apply(item.op, { replica: p.env.authorId, tag: item.tag })
+            p.applied.add(item.tag)
+          }
+        }
+      }
+    }
+  }
+
+  private appendHistory(key: string, index: number): void {
+    let h = this.histories.get(key)
+    if (!h) this.histories.set(key, (h = []))
+    h.push({ index, value: (this.stableObjects.get(key) as Obj).crdt.value() })
+    if (h.length > this.historyLimit) h.splice(0, h.length - this.historyLimit)
+  }
+
+  private authorState(authorId: string): AuthorState {
+    let a = this.authors.get(authorId)
+    if (!a) this.authors.set(authorId, (a = { seq: 0, recent: new Map() }))
+    return a
+  }
+
+  private checkSpace(env: Envelope): void {
+    if (env.space !== this.space) throw new SteadError('malformed', `envelope for space ${env.space} given to replica of ${this.space}`)
+  }
+}
+
+interface Item {
+  readonly key: string
+  readonly decl: Declaration
+  readonly op: AnyOp
+  readonly tag: string
+}
+
+function itemsOf(unit: EnvelopeUnit): readonly Item[] {
+  return unit.kind === 'op' ? [unit] : unit.items
+}
+
+function slotOf(env: Envelope): string {
+  return `${env.authorId}:${env.seq}`
+}

@@ -1,0 +1,371 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import {
+  BoundedCounter,
+  LWWRegister,
+  ORSet,
+  PNCounter,
+  POOL,
+  asGeneric,
+  compactOps,
+  createCrdt,
+  decodeDeclaration,
+  encodeDeclaration,
+  type AnyCrdt,
+  type AnyOp,
+  type BoundedCounterOp,
+  type BoundedCounterParams,
+  type Declaration,
+  type OpContext,
+  type RegisterOp,
+  type SetOp,
+} from '../src/crdt/index.ts'
+
+const REPLICAS = ['r0', 'r1', 'r2']
+
+/** An op log per replica; tags are unique because they encode replica and position. */
+type Logs = AnyOp[][]
+
+function ctxOf(replica: number, i: number): OpContext {
+  return { replica: REPLICAS[replica] as string, tag: `${REPLICAS[replica]}:${i}` }
+}
+
+/** Builds a state holding the first prefix[r] ops of each replica's log, interleaved round-robin. */
+function build(decl: Declaration, logs: Logs, prefix: number[]): AnyCrdt {
+  const c = createCrdt(decl)
+  const g = asGeneric(c)
+  const upto = logs.map((log, r) => Math.min(prefix[r] as number, log.length))
+  for (let i = 0; i < Math.max(0, ...upto); i++) {
+    for (let r = 0; r < logs.length; r++) if (i < (upto[r] as number)) g.apply((logs[r] as AnyOp[])[i] as AnyOp, ctxOf(r, i))
+  }
+  return c
+}
+
+const counterOp = fc.integer({ min: -50, max: 50 }).filter((n) => n !== 0)
+const element = fc.oneof(fc.constantFrom('a', 'b', 'c', 'd'), fc.integer({ min: 0, max: 3 }))
+// Removes name tags that may or may not exist yet: the OR-Set must cope with both.
+const setOp: fc.Arbitrary<SetOp> = fc.oneof(
+  element.map((e): SetOp => ['a', e]),
+  fc.tuple(element, fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 8 })), { maxLength: 3 })).map(
+    ([e, tags]): SetOp => ['r', e, tags.map(([r, i]) => `${REPLICAS[r]}:${i}`)],
+  ),
+)
+const registerOp: fc.Arbitrary<RegisterOp> = fc.tuple(fc.oneof(fc.string({ maxLength: 4 }), fc.integer()), fc.integer({ min: 0, max: 20 })).map(([v, t]): RegisterOp => ['s', v, t])
+const boundedOp: fc.Arbitrary<BoundedCounterOp> = fc.oneof(
+  fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['i', n]),
+  fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['d', n]),
+  fc.tuple(fc.integer({ min: 1, max: 20 }), fc.constantFrom(...REPLICAS)).map(([n, to]): BoundedCounterOp => ['t', n, to]),
+)
+
+const TYPES: Array<{ name: string; decl: Declaration; op: fc.Arbitrary<AnyOp> }> = [
+  { name: 'PN-Counter', decl: { type: 'counter', bounds: {} }, op: counterOp },
+  { name: 'OR-Set', decl: { type: 'set', bounds: {} }, op: setOp },
+  { name: 'LWW-Register', decl: { type: 'register' }, op: registerOp },
+  { name: 'Bounded Counter (min)', decl: { type: 'bounded-counter', params: { min: 0, initial: 10 } }, op: boundedOp },
+  { name: 'Bounded Counter (max)', decl: { type: 'bounded-counter', params: { max: 100, initial: 90 } }, op: boundedOp },
+]
+
+const logsArb = (op: fc.Arbitrary<AnyOp>) => fc.array(fc.array(op, { maxLength: 8 }), { minLength: 3, maxLength: 3 })
+const prefixArb = fc.array(fc.integer({ min: 0, max: 8 }), { minLength: 3, maxLength: 3 })
+
+for (const { name, decl, op } of TYPES) {
+  describe(`${name} laws`, () => {
+    it('merge is commutative, associative and idempotent', () => {
+      fc.assert(
+        fc.property(logsArb(op), prefixArb, prefixArb, prefixArb, (logs, pa, pb, pc) => {
+          const a = () => build(decl, logs, pa)
+          const b = () => build(decl, logs, pb)
+          const c = () => build(decl, logs, pc)
+          const ab = a()
+          asGeneric(ab).merge(b())
+          const ba = b()
+          asGeneric(ba).merge(a())
+          expect(ab.snapshot()).toEqual(ba.snapshot())
+          expect(sortValue(ab.value())).toEqual(sortValue(ba.value()))
+
+          const left = a()
+          asGeneric(left).merge(b())
+          asGeneric(left).merge(c())
+          const bc = b()
+          asGeneric(bc).merge(c())
+          const right = a()
+          asGeneric(right).merge(bc)
+          expect(left.snapshot()).toEqual(right.snapshot())
+
+          const aa = a()
+          asGeneric(aa).merge(a())
+          expect(aa.snapshot()).toEqual(a().snapshot())
+        }),
+      )
+    })
+
+    it('merging two states equals applying the union of their ops', () => {
+      fc.assert(
+        fc.property(logsArb(op), prefixArb, prefixArb, (logs, pa, pb) => {
+          const merged = build(decl, logs, pa)
+          asGeneric(merged).merge(build(decl, logs, pb))
+          const union = build(decl, logs, pa.map((n, i) => Math.max(n, pb[i] as number)))
+          expect(sortValue(merged.value())).toEqual(sortValue(union.value()))
+        }),
+      )
+    })
+
+    it('operations commute: any interleaving that keeps each replica in order gives the same state', () => {
+      fc.assert(
+        fc.property(logsArb(op), fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 40 }), (logs, schedule) => {
+          const inOrder = build(decl, logs, logs.map((l) => l.length))
+          const shuffled = createCrdt(decl)
+          const next = [0, 0, 0]
+          const step = (r: number) => {
+            const i = next[r] as number
+            const log = logs[r] as AnyOp[]
+            if (i >= log.length) return
+            asGeneric(shuffled).apply(log[i] as AnyOp, ctxOf(r, i))
+            next[r] = i + 1
+          }
+          for (const r of schedule) step(r)
+          for (let r = 0; r < 3; r++) while ((next[r] as number) < (logs[r] as AnyOp[]).length) step(r)
+          expect(sortValue(shuffled.value())).toEqual(sortValue(inOrder.value()))
+        }),
+      )
+    })
+
+    it("an op's inverse restores the value exactly, even after other ops", () => {
+      fc.assert(
+        fc.property(logsArb(op), prefixArb, op, fc.array(op, { maxLength: 4 }), (logs, prefix, target, later) => {
+          const s = build(decl, logs, prefix)
+          const g = asGeneric(s)
+          const ctx: OpContext = { replica: 'r1', tag: 'target' }
+          const before = sortValue(s.value())
+          g.apply(target, ctx)
+          g.apply(g.inverse(target, ctx), ctx)
+          expect(sortValue(s.value())).toEqual(before)
+
+          // Compensation also works when other ops happened in between.
+          const withLater = build(decl, logs, prefix)
+          const reference = build(decl, logs, prefix)
+          const gl = asGeneric(withLater)
+          gl.apply(target, ctx)
+          later.forEach((o, i) => {
+            gl.apply(o, { replica: 'r2', tag: `later:${i}` })
+            asGeneric(reference).apply(o, { replica: 'r2', tag: `later:${i}` })
+          })
+          gl.apply(gl.inverse(target, ctx), ctx)
+          expect(sortValue(withLater.value())).toEqual(sortValue(reference.value()))
+        }),
+      )
+    })
+
+    it('tryApply either applies and keeps invariants, or leaves the state untouched', () => {
+      fc.assert(
+        fc.property(fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), op), { maxLength: 30 }), (steps) => {
+          const s = createCrdt(decl)
+          steps.forEach(([r, o], i) => {
+            const before = s.snapshot()
+            const result = asGeneric(s).tryApply(o, ctxOf(r, i))
+            if (result.ok) expect(s.invariantsHold()).toBe(true)
+            else expect(s.snapshot()).toEqual(before)
+          })
+        }),
+      )
+    })
+
+    it('clone is independent and snapshots round-trip', () => {
+      fc.assert(
+        fc.property(logsArb(op), prefixArb, op, (logs, prefix, extra) => {
+          const s = build(decl, logs, prefix)
+          const copy = s.clone()
+          const snap = s.snapshot()
+          asGeneric(copy).apply(extra, { replica: 'r0', tag: 'extra' })
+          expect(s.snapshot()).toEqual(snap)
+        }),
+      )
+    })
+  })
+}
+
+function sortValue(v: unknown): unknown {
+  return Array.isArray(v) ? [...v].sort((a, b) => (String(a) < String(b) ? -1 : String(a) > String(b) ? 1 : 0)) : v
+}
+
+describe('PN-Counter invariants', () => {
+  it('rejects a decrement below min with reason invariant', () => {
+    const c = new PNCounter({ min: 0 })
+    expect(c.tryApply(5, { replica: 'a', tag: 't1' })).toEqual({ ok: true })
+    const r = c.tryApply(-6, { replica: 'a', tag: 't2' })
+    expect(r.ok).toBe(false)
+    expect(!r.ok && r.reason).toBe('invariant')
+    expect(c.value()).toBe(5)
+  })
+  it('rejects above max, and refuses contradictory bounds', () => {
+    const c = new PNCounter({ max: 3 })
+    expect(c.tryApply(4, { replica: 'a', tag: 't' }).ok).toBe(false)
+    expect(() => new PNCounter({ min: 0, max: -1 })).toThrow(RangeError)
+  })
+  it('refuses malformed ops in tryApply', () => {
+    const r = new PNCounter().tryApply(1.5, { replica: 'a', tag: 't' })
+    expect(!r.ok && r.reason).toBe('malformed')
+  })
+})
+
+describe('OR-Set semantics', () => {
+  it('add wins over a concurrent remove', () => {
+    const a = new ORSet()
+    a.apply(['a', 'x'], { replica: 'A', tag: 'A:1' })
+    const b = a.clone()
+    a.apply(['r', 'x', a.tagsOf('x')], { replica: 'A', tag: 'A:2' }) // A removes what it saw
+    b.apply(['a', 'x'], { replica: 'B', tag: 'B:1' }) // B adds concurrently
+    a.merge(b)
+    expect(a.has('x')).toBe(true)
+  })
+  it('reversing one of two concurrent removes keeps the element removed', () => {
+    const s = new ORSet()
+    s.apply(['a', 'x'], { replica: 'A', tag: 'A:1' })
+    const r1: SetOp = ['r', 'x', ['A:1']]
+    s.apply(r1, { replica: 'B', tag: 'B:1' })
+    s.apply(['r', 'x', ['A:1']], { replica: 'C', tag: 'C:1' })
+    s.apply(s.inverse(r1, { replica: 'B', tag: 'B:1' }), { replica: 'B', tag: 'B:1' })
+    expect(s.has('x')).toBe(false)
+  })
+  it('enforces maxSize in tryApply', () => {
+    const s = new ORSet({ maxSize: 1 })
+    expect(s.tryApply(['a', 1], { replica: 'A', tag: 'A:1' }).ok).toBe(true)
+    expect(s.tryApply(['a', 1], { replica: 'A', tag: 'A:2' }).ok).toBe(true) // same element: no growth
+    const r = s.tryApply(['a', 2], { replica: 'A', tag: 'A:3' })
+    expect(!r.ok && r.reason).toBe('invariant')
+    expect(s.value()).toEqual([1])
+  })
+  it('keeps the string "1" and the number 1 apart', () => {
+    const s = new ORSet()
+    s.apply(['a', '1'], { replica: 'A', tag: 'A:1' })
+    expect(s.has(1)).toBe(false)
+  })
+})
+
+describe('LWW-Register', () => {
+  it('breaks timestamp ties by replica id, the same everywhere', () => {
+    const a = new LWWRegister()
+    const b = new LWWRegister()
+    a.apply(['s', 'from-x', 5], { replica: 'x', tag: 'x:1' })
+    a.apply(['s', 'from-y', 5], { replica: 'y', tag: 'y:1' })
+    b.apply(['s', 'from-y', 5], { replica: 'y', tag: 'y:1' })
+    b.apply(['s', 'from-x', 5], { replica: 'x', tag: 'x:1' })
+    expect(a.value()).toBe('from-y')
+    expect(b.value()).toBe('from-y')
+  })
+  it('withdrawing the winning write brings back the previous one', () => {
+    const r = new LWWRegister()
+    r.apply(['s', 'old', 1], { replica: 'x', tag: 'x:1' })
+    const ctx = { replica: 'y', tag: 'y:1' }
+    r.apply(['s', 'new', 2], ctx)
+    r.apply(r.inverse(), ctx)
+    expect(r.value()).toBe('old')
+  })
+})
+
+describe('Bounded Counter (escrow)', () => {
+  it('decrements only within local rights; transfers move rights', () => {
+    const c = new BoundedCounter({ min: 0, initial: 0 })
+    expect(c.tryApply(['i', 10], { replica: 'A', tag: 'A:1' }).ok).toBe(true)
+    expect(c.localRights('A')).toBe(10)
+    const r = c.tryApply(['d', 1], { replica: 'B', tag: 'B:1' })
+    expect(!r.ok && r.reason).toBe('invariant')
+    expect(c.tryApply(['t', 4, 'B'], { replica: 'A', tag: 'A:2' }).ok).toBe(true)
+    expect(c.localRights('A')).toBe(6)
+    expect(c.localRights('B')).toBe(4)
+    expect(c.tryApply(['d', 4], { replica: 'B', tag: 'B:2' }).ok).toBe(true)
+    expect(c.value()).toBe(6)
+  })
+
+  it('initial rights sit in the pool until claimed', () => {
+    const c = new BoundedCounter({ min: 0, initial: 5 })
+    expect(c.value()).toBe(5)
+    expect(c.localRights(POOL)).toBe(5)
+    expect(c.tryApply(['d', 1], { replica: 'A', tag: 'A:1' }).ok).toBe(false)
+    expect(c.tryApply(['c', 3], { replica: 'A', tag: 'A:2' }).ok).toBe(true)
+    expect(c.tryApply(['c', 3], { replica: 'B', tag: 'B:1' }).ok).toBe(false)
+    expect(c.tryApply(['d', 3], { replica: 'A', tag: 'A:3' }).ok).toBe(true)
+    expect(c.value()).toBe(2)
+  })
+
+  it('upper bound variant: increments consume rights', () => {
+    const c = new BoundedCounter({ max: 10, initial: 8 })
+    expect(c.tryApply(['c', 2], { replica: 'A', tag: 'A:1' }).ok).toBe(true)
+    expect(c.tryApply(['i', 2], { replica: 'A', tag: 'A:2' }).ok).toBe(true)
+    expect(c.value()).toBe(10)
+    expect(c.tryApply(['i', 1], { replica: 'A', tag: 'A:3' }).ok).toBe(false)
+    expect(c.tryApply(['d', 5], { replica: 'B', tag: 'B:1' }).ok).toBe(true)
+    expect(c.localRights('B')).toBe(5)
+  })
+
+  // The point of escrow: replicas act on their own copies with no coordination,
+  // merge in any pattern, and no copy, nor the merge of all, ever crosses the bound.
+  const variants: BoundedCounterParams[] = [{ min: 0, initial: 30 }, { max: 0, initial: -30 }]
+  for (const params of variants) {
+    it(`never crosses its bound under any interleaving (${JSON.stringify(params)})`, () => {
+      fc.assert(
+        fc.property(
+          fc.array(
+            fc.oneof(
+              fc.tuple(fc.constant('op' as const), fc.integer({ min: 0, max: 2 }), boundedOp),
+              fc.tuple(fc.constant('merge' as const), fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 2 })),
+            ),
+            { maxLength: 60 },
+          ),
+          (actions) => {
+            // Rights start with the replicas through claims settled in the stable order.
+            const base = new BoundedCounter(params)
+            REPLICAS.forEach((r, i) => base.tryApply(['c', 10], { replica: r, tag: `claim:${i}` }))
+            const copies = REPLICAS.map(() => base.clone())
+            const inBound = (c: BoundedCounter) => (params.min !== undefined ? c.value() >= params.min : c.value() <= (params.max as number))
+            actions.forEach((a, i) => {
+              if (a[0] === 'op') {
+                ;(copies[a[1]] as BoundedCounter).tryApply(a[2], ctxOf(a[1], i))
+              } else {
+                ;(copies[a[1]] as BoundedCounter).merge(copies[a[2]] as BoundedCounter)
+              }
+              for (const c of copies) {
+                expect(inBound(c)).toBe(true)
+                expect(c.invariantsHold()).toBe(true)
+              }
+            })
+            const all = copies[0]!.clone()
+            for (const c of copies) all.merge(c)
+            expect(inBound(all)).toBe(true)
+          },
+        ),
+      )
+    })
+  }
+})
+
+describe('declarations and compaction', () => {
+  it('round-trip through their wire form', () => {
+    const decls: Declaration[] = [
+      { type: 'counter', bounds: { min: 0 } },
+      { type: 'counter', bounds: {} },
+      { type: 'set', bounds: { maxSize: 3 } },
+      { type: 'register' },
+      { type: 'bounded-counter', params: { min: 0, initial: 5 } },
+      { type: 'bounded-counter', params: { max: 9, initial: 1 } },
+    ]
+    for (const d of decls) expect(encodeDeclaration(decodeDeclaration(encodeDeclaration(d)))).toEqual(encodeDeclaration(d))
+  })
+  it('reject unknown or invalid declarations with malformed', () => {
+    for (const bad of [['x'], ['c', 5, 1], ['b', 'min', 5, 1], ['s', -1], 'c', ['r', 1]]) {
+      expect(() => decodeDeclaration(bad)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
+    }
+  })
+  it('compaction keeps the net effect', () => {
+    fc.assert(
+      fc.property(fc.array(counterOp, { maxLength: 20 }), (ops) => {
+        const d: Declaration = { type: 'counter', bounds: {} }
+        const a = createCrdt(d)
+        const b = createCrdt(d)
+        ops.forEach((o, i) => asGeneric(a).apply(o, { replica: 'x', tag: String(i) }))
+        compactOps(d, ops).forEach((o, i) => asGeneric(b).apply(o, { replica: 'x', tag: String(i) }))
+        expect(b.value()).toBe(a.value())
+      }),
+    )
+  })
+})

@@ -1,0 +1,310 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { createCrdt, type AnyCrdt, type AnyOp, type Declaration } from '../src/crdt/index.ts'
+import { nodeCrypto } from '../src/crypto/node.ts'
+import { sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { ReliableReplica, type Decision } from '../src/replica.ts'
+
+const crypto = nodeCrypto
+const SPACE = 'test'
+
+async function identity(n: number) {
+  const secretKey = new Uint8Array(32).fill(n + 1)
+  return { secretKey, publicKey: await crypto.publicKeyOf(secretKey) }
+}
+const users = await Promise.all([0, 1, 2, 3].map(identity))
+
+const counter: Declaration = { type: 'counter', bounds: { min: 0 } }
+const capped: Declaration = { type: 'counter', bounds: { min: -5, max: 5 } }
+const guests: Declaration = { type: 'set', bounds: { maxSize: 3 } }
+const title: Declaration = { type: 'register' }
+const seats: Declaration = { type: 'bounded-counter', params: { min: 0, initial: 6 } }
+
+function seal(user: number, seq: number, parts: { updates?: ObjectUpdate[]; safe?: SafeGroup[] }): Promise<Envelope> {
+  const draft: EnvelopeDraft = { space: SPACE, seq, clock: new Map(), deps: [], updates: parts.updates ?? [], safe: parts.safe ?? [] }
+  return sealEnvelope(crypto, users[user]!, draft)
+}
+const inc = (key: string, n: number, decl = counter): ObjectUpdate => ({ key, decl, ops: [n] })
+const safeOne = (key: string, op: AnyOp, decl = counter): SafeGroup => ({ atomic: false, updates: [{ key, decl, op }] })
+
+function committedUnits(d: Decision | undefined) {
+  if (d?.kind !== 'committed') throw new Error(`expected a committed decision, got ${JSON.stringify(d && { kind: d.kind })}`)
+  return d.units
+}
+
+describe('reliable replica: the audit', () => {
+  it('rejects the safe decrement that breaks min 0 and reverses it prospectively (Janus, Fig. 3)', async () => {
+    const r0 = new ReliableReplica({ space: SPACE })
+    const r1 = new ReliableReplica({ space: SPACE })
+    const init = await seal(0, 1, { updates: [inc('c', 5)] })
+    for (const r of [r0, r1]) {
+      r.receive(init)
+      r.commit([init])
+    }
+    const u1 = await seal(0, 2, { updates: [inc('c', 1)] })
+    const u2 = await seal(1, 1, { updates: [inc('c', 3)] })
+    for (const r of [r0, r1]) [u1, u2].forEach((u) => r.receive(u))
+    expect(r0.value('c')).toBe(9)
+    expect(r0.stableValue('c')).toBe(5)
+    const u3 = await seal(0, 3, { safe: [safeOne('c', -7)] })
+    const u4 = await seal(1, 2, { safe: [safeOne('c', -4)] })
+    for (const r of [r0, r1]) [u3, u4].forEach((u) => r.receive(u))
+    expect(r0.value('c')).toBe(-2) // prospective may go negative for a moment
+
+    for (const r of [r0, r1]) {
+      const { decisions } = r.commit([u1, u2, u3, u4])
+      expect(committedUnits(decisions[2])[0]).toEqual({ unit: 0, status: 'committed' })
+      expect(committedUnits(decisions[3])[0]).toMatchObject({ unit: 0, status: 'rejected', reason: 'invariant' })
+      expect(r.stableValue('c')).toBe(2)
+      expect(r.value('c')).toBe(2)
+      expect(r.pendingCount).toBe(0)
+      expect(r.history('c').map((h) => h.value)).toEqual([5, 6, 9, 2])
+    }
+    expect(r0.stableSnapshot()).toEqual(r1.stableSnapshot())
+  })
+
+  it('applies an atomic group wholly or not at all', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const fund = await seal(0, 1, { updates: [inc('alice', 5)] })
+    const transfer = (seq: number, n: number) =>
+      seal(0, seq, { safe: [{ atomic: true, updates: [{ key: 'alice', decl: counter, op: -n }, { key: 'bob', decl: counter, op: n }] }] })
+    const t1 = await transfer(2, 4)
+    const t2 = await transfer(3, 4)
+    ;[fund, t1, t2].forEach((e) => r.receive(e))
+    const { decisions } = r.commit([fund, t1, t2])
+    expect(committedUnits(decisions[1])[0]!.status).toBe('committed')
+    const rejected = committedUnits(decisions[2])[0]
+    expect(rejected).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(rejected?.status === 'rejected' && rejected.detail).toMatch(/^alice: /)
+    expect([r.stableValue('alice'), r.stableValue('bob')]).toEqual([1, 4])
+    expect([r.value('alice'), r.value('bob')]).toEqual([1, 4])
+  })
+
+  it('drops a conflicting envelope (same author and seq) and undoes it, even if it is never committed', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const a = await seal(0, 1, { updates: [inc('c', 1)] })
+    const b = await seal(0, 1, { updates: [inc('c', 100)] })
+    expect(r.receive(a).status).toBe('applied')
+    expect(r.receive(b).status).toBe('conflict')
+    expect(r.value('c')).toBe(101)
+    const { decisions } = r.commit([a])
+    expect(decisions.map((d) => d.kind)).toEqual(['committed', 'superseded'])
+    expect(decisions[1]).toMatchObject({ by: a.idHex })
+    expect(r.value('c')).toBe(1)
+    expect(r.commit([b]).decisions[0]).toMatchObject({ kind: 'dropped', reason: 'conflict' })
+    expect(r.receive(b).status).toBe('conflict')
+    expect(r.value('c')).toBe(1)
+    expect(r.stableIndex).toBe(1)
+  })
+
+  it('treats a committed envelope seen again as a duplicate', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const a = await seal(0, 1, { updates: [inc('c', 2)] })
+    r.receive(a)
+    expect(r.commit([a, a]).decisions.map((d) => d.kind)).toEqual(['committed', 'dropped'])
+    expect(r.receive(a).status).toBe('duplicate')
+    expect([r.value('c'), r.stableValue('c'), r.stableIndex]).toEqual([2, 2, 1])
+  })
+
+  it('holds an envelope whose predecessor is missing, then runs both in order', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const e1 = await seal(0, 1, { updates: [inc('c', 1)] })
+    const e2 = await seal(0, 2, { safe: [safeOne('c', -1)] })
+    expect(r.commit([e2]).decisions).toEqual([])
+    expect(r.value('c')).toBeUndefined() // never received, and not decided yet
+    const { decisions } = r.commit([e1])
+    expect(decisions.map((d) => d.kind === 'committed' && d.index)).toEqual([1, 2])
+    expect([r.value('c'), r.stableValue('c')]).toEqual([0, 0])
+  })
+
+  it('drops an envelope as gap when its predecessor never comes, and reverses it', async () => {
+    const r = new ReliableReplica({ space: SPACE, gapWaitCommits: 3 })
+    const e2 = await seal(0, 2, { updates: [inc('c', 7)] })
+    r.receive(e2)
+    expect(r.value('c')).toBe(7)
+    r.commit([e2])
+    r.commit([])
+    r.commit([])
+    expect(r.value('c')).toBe(7)
+    const { decisions } = r.commit([])
+    expect(decisions).toMatchObject([{ kind: 'dropped', reason: 'gap' }])
+    expect(r.value('c')).toBe(0)
+    expect(r.pendingCount).toBe(0)
+  })
+
+  it('lets an envelope dropped as gap commit when it is ordered again (a resubmission)', async () => {
+    const r = new ReliableReplica({ space: SPACE, gapWaitCommits: 1 })
+    const e1 = await seal(0, 1, { updates: [inc('c', 1)] })
+    const e2 = await seal(0, 2, { updates: [{ key: 'g', decl: guests, ops: [['a', 'x']] }] })
+    r.receive(e2)
+    expect(r.commit([e2]).decisions).toEqual([])
+    expect(r.commit([]).decisions).toMatchObject([{ kind: 'dropped', reason: 'gap' }])
+    expect(r.value('g')).toEqual([])
+    const { decisions } = r.commit([e1, e2])
+    expect(decisions.map((d) => d.kind)).toEqual(['committed', 'committed'])
+    expect([r.value('g'), r.stableValue('g')]).toEqual([['x'], ['x']])
+  })
+
+  it('fixes an object declaration at its first commit; other declarations get type-mismatch', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const honest = await seal(0, 1, { updates: [inc('acct', 5)] })
+    const weaker = await seal(1, 1, { updates: [inc('acct', -50, { type: 'counter', bounds: { min: -100 } })] })
+    const asSet = await seal(2, 1, { updates: [{ key: 'acct', decl: guests, ops: [['a', 'x']] }] })
+    // The attacker's declaration reaches this replica first.
+    ;[weaker, honest, asSet].forEach((e) => r.receive(e))
+    expect(r.value('acct')).toBe(-50)
+    const { decisions } = r.commit([honest, weaker, asSet])
+    expect(committedUnits(decisions[1])[0]).toMatchObject({ status: 'rejected', reason: 'type-mismatch' })
+    expect(committedUnits(decisions[2])[0]).toMatchObject({ status: 'rejected', reason: 'type-mismatch' })
+    expect(r.declaration('acct')).toEqual(counter)
+    expect([r.value('acct'), r.stableValue('acct')]).toEqual([5, 5])
+  })
+
+  it('rejects updates the application validator refuses with unauthorized', async () => {
+    const allowed = new Set<string>()
+    const r = new ReliableReplica({
+      space: SPACE,
+      authorize: (author) => (allowed.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} is not a member` }),
+    })
+    const good = await seal(0, 1, { updates: [inc('c', 1)] })
+    const bad = await seal(1, 1, { updates: [inc('c', 1)] })
+    allowed.add(good.authorId)
+    r.receive(bad)
+    const { decisions } = r.commit([good, bad])
+    expect(committedUnits(decisions[1])[0]).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    expect([r.value('c'), r.stableValue('c')]).toEqual([1, 1])
+  })
+
+  it('refuses envelopes of another space', async () => {
+    const r = new ReliableReplica({ space: 'other' })
+    const e = await seal(0, 1, { updates: [inc('c', 1)] })
+    expect(() => r.receive(e)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
+    expect(r.commit([e]).decisions[0]).toMatchObject({ kind: 'dropped', reason: 'malformed' })
+  })
+})
+
+// ---- G2 / G4 / G5 as a property over random workloads ----
+
+type Step = { user: number; regular: boolean; atomic: boolean; picks: Array<[number, number]> }
+
+const OBJECTS: Array<{ key: string; decl: Declaration; op: (n: number, user: number, seq: number) => AnyOp | null; safeOnly?: boolean }> = [
+  { key: 'acct:a', decl: counter, op: (n) => (n % 2 === 0 ? n + 1 : -n) },
+  { key: 'acct:b', decl: counter, op: (n) => (n % 3 === 0 ? n + 2 : -n - 1) },
+  { key: 'capped', decl: capped, op: (n) => (n % 2 === 0 ? 2 : -2) },
+  { key: 'guests', decl: guests, op: (n) => ['a', `g${n % 5}`] },
+  { key: 'title', decl: title, op: (n, user, seq) => ['s', `t${n}`, seq * 10 + user] },
+  { key: 'seats', decl: seats, op: (n) => (n % 3 === 0 ? ['c', 1 + (n % 2)] : n % 3 === 1 ? ['d', 1] : ['i', 1]) },
+]
+
+const stepArb: fc.Arbitrary<Step> = fc.record({
+  user: fc.integer({ min: 0, max: 2 }),
+  regular: fc.boolean(),
+  atomic: fc.boolean(),
+  picks: fc.array(fc.tuple(fc.integer({ min: 0, max: OBJECTS.length - 1 }), fc.integer({ min: 0, max: 9 })), { minLength: 1, maxLength: 3 }),
+})
+
+async function envelopesFor(steps: Step[]): Promise<Envelope[]> {
+  const seqs = [0, 0, 0, 0]
+  const out: Envelope[] = []
+  for (const s of steps) {
+    const seq = ++seqs[s.user]!
+    const updates: ObjectUpdate[] = []
+    const safe: SafeGroup[] = []
+    const groupItems: Array<{ key: string; decl: Declaration; op: AnyOp }> = []
+    for (const [o, n] of s.picks) {
+      const obj = OBJECTS[o]!
+      const op = obj.op(n, s.user, seq)
+      if (op === null) continue
+      const isClaim = Array.isArray(op) && op[0] === 'c'
+      if (s.regular && !isClaim && !updates.some((u) => u.key === obj.key)) updates.push({ key: obj.key, decl: obj.decl, ops: [op] })
+      else groupItems.push({ key: obj.key, decl: obj.decl, op })
+    }
+    if (groupItems.length) safe.push({ atomic: s.atomic, updates: groupItems })
+    out.push(await seal(s.user, seq, { updates, safe }))
+  }
+  return out
+}
+
+function declOf(key: string): Declaration {
+  return OBJECTS.find((o) => o.key === key)?.decl ?? counter
+}
+
+function prospectiveEqualsStable(r: ReliableReplica): void {
+  for (const key of r.keys()) {
+    const norm = (v: unknown) => (Array.isArray(v) ? [...v].map(String).sort() : v)
+    // An object with no stable state yet reads as its type's initial value.
+    const stable: AnyCrdt = r.stable(key) ?? createCrdt(declOf(key))
+    expect([key, norm(r.value(key))]).toEqual([key, norm(stable.value())])
+  }
+}
+
+describe('reliable replica: properties', () => {
+  it('G2, G4, G5: replicas that receive any subset in any order and commit one order agree, keep invariants, and converge', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(stepArb, { minLength: 1, maxLength: 14 }),
+        fc.array(fc.nat(), { minLength: 40, maxLength: 40 }),
+        fc.integer({ min: 1, max: 5 }),
+        fc.boolean(),
+        async (steps, noise, batchSize, withByzantine) => {
+          const honest = await envelopesFor(steps)
+          const byzantine: Envelope[] = []
+          if (withByzantine) {
+            // User 3 equivocates on seq 1 and skips seq 3 entirely.
+            byzantine.push(await seal(3, 1, { updates: [inc('acct:a', 9)] }))
+            byzantine.push(await seal(3, 1, { updates: [inc('acct:a', 1)] }))
+            byzantine.push(await seal(3, 2, { safe: [safeOne('acct:a', -3)] }))
+            byzantine.push(await seal(3, 4, { updates: [inc('acct:b', 4)] }))
+          }
+          const all = [...honest, ...byzantine]
+          const pick = (i: number) => noise[i % noise.length]!
+          // The committed order: a deterministic shuffle with duplicates; one equivocating twin is never ordered.
+          const order = all
+            .filter((e, i) => !(withByzantine && e === byzantine[1] && pick(i) % 2 === 0))
+            .map((e, i) => ({ e, k: pick(i * 7) % 1000 }))
+            .sort((a, b) => a.k - b.k)
+            .map((x) => x.e)
+          order.push(...order.slice(0, pick(3) % 3))
+          const batches: Envelope[][] = []
+          for (let i = 0; i < order.length; i += batchSize) batches.push(order.slice(i, i + batchSize))
+
+          const replicas = [0, 1, 2].map(() => new ReliableReplica({ space: SPACE, gapWaitCommits: 4 }))
+          const histories: unknown[][] = replicas.map(() => [])
+          replicas.forEach((r, ri) => {
+            // Each replica receives its own subset in its own order before the commits.
+            const got = all.filter((_, i) => (pick(i + ri * 5) + ri) % 3 !== 0)
+            got.sort((a, b) => ((pick(a.seq + ri) ^ a.id[0]!) % 7) - ((pick(b.seq + ri) ^ b.id[0]!) % 7))
+            for (const e of got) r.receive(e)
+          })
+          for (const batch of [...batches, ...Array.from({ length: 4 }, (): Envelope[] => [])]) {
+            const snaps = replicas.map((r, ri) => {
+              const res = r.commit(batch)
+              for (const d of res.decisions) if (d.kind !== 'superseded') histories[ri]!.push(d.kind === 'committed' ? [d.env.idHex, d.index, d.units] : [d.env.idHex, d.reason])
+              // G2: every stable state satisfies every invariant.
+              for (const key of r.keys()) expect(r.stable(key)?.invariantsHold() ?? true).toBe(true)
+              return r.stableSnapshot()
+            })
+            // G2: same stable index, same stable state.
+            expect(snaps[1]).toEqual(snaps[0])
+            expect(snaps[2]).toEqual(snaps[0])
+          }
+          // Identical decisions everywhere, whatever each replica had received.
+          expect(histories[1]).toEqual(histories[0])
+          expect(histories[2]).toEqual(histories[0])
+          for (const r of replicas) {
+            // G5: nothing left undecided; prospective equals stable.
+            expect(r.pendingCount).toBe(0)
+            prospectiveEqualsStable(r)
+          }
+          // G4: of the two equivocating twins at most one entered the stable history.
+          if (withByzantine) {
+            const committedIds = histories[0]!.filter((h) => (h as unknown[]).length === 3).map((h) => (h as unknown[])[0])
+            expect(committedIds.filter((id) => id === byzantine[0]!.idHex || id === byzantine[1]!.idHex).length).toBeLessThanOrEqual(1)
+            expect(committedIds).not.toContain(byzantine[3]!.idHex) // its gap never filled
+          }
+        },
+      ),
+      { numRuns: 300 },
+    )
+  })
+})
