@@ -52,7 +52,7 @@ export interface Envelope extends EnvelopeDraft {
 const TAG = 'stead/env/v1'
 
 /** The author id: 12 bytes of sha256(public key), base64url (16 chars). */
-export function authorIdOf(crypto: Crypto, publicKey: Uint8Array): string {
+export function authorIdOf(crypto: Pick<Crypto, 'sha256'>, publicKey: Uint8Array): string {
   return toBase64Url(crypto.sha256(publicKey).subarray(0, 12))
 }
 
@@ -92,6 +92,21 @@ export async function openEnvelope(crypto: Crypto, signed: Signed | unknown, lim
   return finish(crypto, { bytes, sig }, parsed, parsed.author)
 }
 
+/**
+ * The same checks as `openEnvelope` with a synchronous verifier, for relays
+ * and the simulator, which verify with node:crypto inside a synchronous step.
+ */
+export function openEnvelopeSync(
+  crypto: { sha256(data: Uint8Array): Uint8Array; verify(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean },
+  signed: Signed | unknown,
+  limits: Limits = DEFAULT_LIMITS,
+): Envelope {
+  const { bytes, sig } = asSigned(isSignedObject(signed) ? [signed.bytes, signed.sig] : signed)
+  const parsed = parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
+  if (!crypto.verify(parsed.author, bytes, sig)) throw new SteadError('bad-signature', 'envelope signature does not verify against its author key')
+  return finish(crypto, { bytes, sig }, parsed, parsed.author)
+}
+
 /** Wire form of an envelope on its own: msgpack [bytes, sig]. */
 export function encodeEnvelope(env: Envelope): Uint8Array {
   return encodeSigned(env.signed)
@@ -105,7 +120,7 @@ function isSignedObject(v: unknown): v is Signed {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && 'bytes' in v && 'sig' in v
 }
 
-function finish(crypto: Crypto, signed: Signed, draft: EnvelopeDraft, author: Uint8Array): Envelope {
+function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeDraft, author: Uint8Array): Envelope {
   const id = crypto.sha256(signed.bytes)
   return {
     space: draft.space,

@@ -1,2 +1,2 @@
 /** `@stead/core/node`: Node-only additions to the isomorphic main entry. */
-export { nodeCrypto, signSync, verifySync } from './crypto/node.ts'
+export { nodeCrypto, publicKeyOfSync, signSync, verifySync } from './crypto/node.ts'

