@@ -11,10 +11,12 @@ import {
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import {
   ConsensusCore,
+  certificateQuorum,
   decodeMessage,
   encodeMessage,
   signBlock,
   signVote,
+  type ArchiveQuery,
   type Block,
   type Certificate,
   type Committee,
@@ -46,6 +48,20 @@ export interface SimOptions {
   readonly partition: boolean
   /** Probability a message is lost once and retransmitted. */
   readonly loss: number
+  /** Weakens the protocol (certificates from 2f votes) to prove the checks catch it. */
+  readonly weakQuorum?: boolean
+  /** Share signature verdicts between simulated relays (default); off for benchmarks. */
+  readonly memoizeVerification?: boolean
+  /**
+   * Keep the simulated store (default). Off for benchmarks: the store is on
+   * disk in a real relay, so it does not belong in a heap measurement; a run
+   * without it cannot restart relays.
+   */
+  readonly persist?: boolean
+  /** Stop once every correct relay reached this round. */
+  readonly untilRound?: number
+  /** Called each time relay 0 enters a new round (benchmarks sample memory here). */
+  readonly onRound?: (round: number) => void
 }
 
 export interface SimResult {
@@ -61,9 +77,12 @@ export interface SimResult {
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   readonly maxCertificatesInMemory: number
+  readonly signatures: { readonly signs: number; readonly verifies: number }
 }
 
 class Violation extends Error {}
+
+const GC_DEPTH = 20
 
 /**
  * SIM_TRACE=1 prints faults, commits, audits, rejections and, on a violation,
@@ -84,7 +103,7 @@ interface Disk {
   votes: Array<{ author: number; round: number; digestHex: string }>
   ownBlocks: Block[]
   certs: Certificate[]
-  commits: Array<{ anchorRound: number; ordered: readonly string[] }>
+  commits: Array<{ anchorRound: number; ordered: readonly string[]; payloadIds: readonly string[] }>
   /** Payload of each commit, for rebuilding the replica after a restart. */
   batches: Uint8Array[][]
 }
@@ -112,12 +131,17 @@ interface Host {
  * function of (key, message, signature), and without it four relays
  * re-verifying the same certificates dominate the run time.
  */
-function simCrypto(): SyncCrypto {
+function simCrypto(memoize: boolean, counts: { signs: number; verifies: number }): SyncCrypto {
   const memo = new Map<string, boolean>()
   return {
-    sign: signSync,
+    sign(secretKey, message) {
+      counts.signs++
+      return signSync(secretKey, message)
+    },
     sha256: (d) => nodeCrypto.sha256(d),
     verify(pk, msg, sig) {
+      counts.verifies++
+      if (!memoize) return verifySync(pk, msg, sig)
       if (pk.length !== 32 || sig.length !== 64) return false
       const key = toHex(pk) + toHex(sig) + toHex(nodeCrypto.sha256(msg))
       let v = memo.get(key)
@@ -138,7 +162,8 @@ export function runSimulation(options: SimOptions, workload: Workload): SimResul
 class Simulation {
   private readonly rng: Rng
   private readonly net: Rng
-  private readonly crypto = simCrypto()
+  private readonly cryptoCounts = { signs: 0, verifies: 0 }
+  private readonly crypto: SyncCrypto
   private readonly queue = new EventQueue<Event>()
   private readonly committee: Committee
   private readonly secrets: Uint8Array[]
@@ -154,7 +179,8 @@ class Simulation {
   private readonly envelopes = new Map<string, Envelope | SteadError>()
   /** Global views the invariant checks compare against. */
   private readonly canonicalOrder: string[] = []
-  private readonly certOwners = new Map<string, string>()
+  /** round → author → digest of the certificate correct relays accepted. */
+  private readonly certOwners = new Map<number, Map<number, string>>()
   private readonly auditCanon: string[] = []
   private readonly stableHashes = new Map<number, string>()
   private readonly snapshots = new Map<number, string>()
@@ -168,11 +194,13 @@ class Simulation {
     private readonly workload: Workload,
   ) {
     this.rng = new Rng(options.seed)
+    this.crypto = simCrypto(options.memoizeVerification ?? true, this.cryptoCounts)
     this.net = this.rng.fork()
     this.f = Math.floor((options.relays - 1) / 3)
     if (options.byzantine > this.f) throw new Error(`${options.byzantine} Byzantine relays exceed f = ${this.f} for N = ${options.relays}`)
     this.secrets = Array.from({ length: options.relays }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-${i}`)))
-    this.committee = { f: this.f, keys: this.secrets.map((s) => publicKeyOfSync(s)) }
+    const keys = this.secrets.map((s) => publicKeyOfSync(s))
+    this.committee = options.weakQuorum ? { f: this.f, keys, certificateQuorum: 2 * this.f } : { f: this.f, keys }
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
@@ -203,7 +231,14 @@ class Simulation {
     let progressMark: number[] | null = null
     let violation: SimResult['violation']
     try {
+      let lastRound = 0
       for (this.step = 0; this.step < steps; this.step++) {
+        const round = (this.hosts[0] as Host).core.currentRound
+        if (round !== lastRound) {
+          lastRound = round
+          this.options.onRound?.(round)
+          if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || h.core.currentRound >= (this.options.untilRound as number))) break
+        }
         chaos(this.step)
         if (this.step === Math.floor(steps * 0.7)) progressMark = this.hosts.map((h) => h.anchors)
         const ev = this.queue.pop()
@@ -231,6 +266,7 @@ class Simulation {
       rejectedMessages: this.rejected,
       rejectedReasons: Object.fromEntries([...this.rejectedReasons].sort()),
       maxCertificatesInMemory: this.maxCerts,
+      signatures: { ...this.cryptoCounts },
     }
   }
 
@@ -247,7 +283,7 @@ class Simulation {
         leaderTimeoutMs: 400,
         idleBlockDelayMs: 50,
         resendIntervalMs: 500,
-        gcDepth: 20,
+        gcDepth: GC_DEPTH,
         maxRoundsAhead: 50,
       },
       recovered,
@@ -406,7 +442,7 @@ class Simulation {
           this.onCommit(host, o.commit.payload, o.commit.payloadIds)
           break
         case 'archive-request':
-          this.serveArchive(host, o.to, o.fromRound, o.toRound)
+          this.serveArchive(host, o.to, o.query)
           break
         case 'rejected':
           this.rejected++
@@ -421,6 +457,7 @@ class Simulation {
 
   /** The simulated disk is durable the moment a record is written. */
   private persist(host: Host, record: Extract<Output, { type: 'persist' }>['record']): void {
+    if (this.options.persist === false) return
     switch (record.kind) {
       case 'vote':
         host.disk.votes.push({ author: record.author, round: record.round, digestHex: record.digestHex })
@@ -432,7 +469,7 @@ class Simulation {
         host.disk.certs.push(record.cert)
         break
       case 'commit':
-        host.disk.commits.push({ anchorRound: record.anchorRound, ordered: record.ordered })
+        host.disk.commits.push({ anchorRound: record.anchorRound, ordered: record.ordered, payloadIds: record.payloadIds })
         break
     }
   }
@@ -459,11 +496,14 @@ class Simulation {
   }
 
   private onCertified(host: Host, cert: Certificate): void {
-    const key = `${cert.block.header.author}:${cert.block.header.round}`
+    const { round, author } = cert.block.header
     if (!host.strategy) {
-      const owner = this.certOwners.get(key)
-      if (owner !== undefined && owner !== cert.block.digestHex) throw new Violation(`two certificates for relay ${key.replace(':', ' round ')}`)
-      this.certOwners.set(key, cert.block.digestHex)
+      let owners = this.certOwners.get(round)
+      if (!owners) this.certOwners.set(round, (owners = new Map()))
+      const owner = owners.get(author)
+      if (owner !== undefined && owner !== cert.block.digestHex) throw new Violation(`two certificates for relay ${author} round ${round}`)
+      owners.set(author, cert.block.digestHex)
+      this.pruneCertOwners()
     }
     // Certified payload reaches the prospective state at once (G1).
     for (const frame of cert.block.header.payload) {
@@ -472,9 +512,20 @@ class Simulation {
     }
   }
 
+  /**
+   * Rounds every correct relay has garbage-collected can never get another
+   * certificate accepted, so their entries can go: the checker's memory stays
+   * bounded on long soaks.
+   */
+  private pruneCertOwners(): void {
+    if (this.certOwners.size < 512) return
+    const horizon = Math.min(...this.hosts.filter((h) => !h.strategy).map((h) => h.core.committedRound)) - 2 * GC_DEPTH
+    for (const round of this.certOwners.keys()) if (round < horizon) this.certOwners.delete(round)
+  }
+
   private onCommit(host: Host, payload: readonly Uint8Array[], ids: readonly string[]): void {
     host.anchors++
-    host.disk.batches.push([...payload])
+    if (this.options.persist !== false) host.disk.batches.push([...payload])
     const batch: Envelope[] = []
     for (const frame of payload) {
       const env = this.envelopeOf(frame)
@@ -519,10 +570,15 @@ class Simulation {
     this.stableHashes.set(host.replica.stableIndex, hash)
   }
 
-  private serveArchive(host: Host, to: number, fromRound: number, toRound: number): void {
-    const certs = host.disk.certs.filter((c) => c.block.header.round >= fromRound && c.block.header.round <= toRound).slice(0, 500)
+  private serveArchive(host: Host, to: number, query: ArchiveQuery): void {
+    const wanted = 'digests' in query ? new Set(query.digests) : null
+    const certs = host.disk.certs
+      .filter((c) => (wanted ? wanted.has(c.block.digestHex) : c.block.header.round >= (query as { fromRound: number }).fromRound && c.block.header.round <= (query as { toRound: number }).toRound))
+      .sort((a, b) => a.block.header.round - b.block.header.round)
+      .slice(0, 500)
     if (certs.length) this.send(host, to, { kind: 'certs', certs })
   }
+
 
   // ---- crashes ----
 
@@ -599,7 +655,7 @@ class Simulation {
     const alt = host.altVotes.get(toHex(vote.digest))
     if (!alt) return
     alt.votes.set(vote.voter, vote.sig)
-    if (alt.votes.size === 2 * this.f + 1) {
+    if (alt.votes.size === certificateQuorum(this.committee)) {
       const cert: Certificate = { block: alt.block, votes: [...alt.votes.entries()] }
       for (let to = 0; to < this.options.relays; to++) if (to !== host.id) this.send({ ...host, strategy: null }, to, { kind: 'cert', cert })
     }

@@ -25,6 +25,13 @@ describe('deterministic simulation', () => {
     expect(r.committedEnvelopes).toBe(r.honestEnvelopes)
   })
 
+  it('catches a weakened protocol: certificates from 2f votes let an equivocator certify two blocks', async () => {
+    const r = await run({ seed: 3, byzantine: 1, strategy: 'equivocate', weakQuorum: true, partition: false })
+    expect(r.violation?.message).toMatch(/two certificates for relay 3 round \d+/)
+    expect(r.violation?.step).toBeGreaterThan(0)
+    expect(r.seed).toBe(3)
+  })
+
   for (const strategy of STRATEGIES) {
     it(`N=4 stays safe and live with a Byzantine relay that does '${strategy}' and a crash`, async () => {
       const r = await run({ seed: 7, byzantine: 1, strategy, crash: 1 })

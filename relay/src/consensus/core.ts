@@ -1,5 +1,6 @@
 import { SteadError, fromHex, toHex } from '@stead/core'
 import {
+  certificateQuorum,
   committeeSize,
   quorum,
   signBlock,
@@ -68,7 +69,7 @@ export type PersistRecord =
   | { readonly kind: 'vote'; readonly author: number; readonly round: number; readonly digestHex: string }
   | { readonly kind: 'own-block'; readonly block: Block }
   | { readonly kind: 'cert'; readonly cert: Certificate }
-  | { readonly kind: 'commit'; readonly anchorRound: number; readonly ordered: readonly string[] }
+  | { readonly kind: 'commit'; readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }
 
 export type Output =
   | { readonly type: 'persist'; readonly record: PersistRecord }
@@ -78,17 +79,20 @@ export type Output =
   | { readonly type: 'commit'; readonly commit: Commit }
   | { readonly type: 'certified'; readonly cert: Certificate }
   /** Certificates older than memory holds were asked for: the shell answers from its store. */
-  | { readonly type: 'archive-request'; readonly to: number; readonly fromRound: number; readonly toRound: number }
+  | { readonly type: 'archive-request'; readonly to: number; readonly query: ArchiveQuery }
   | { readonly type: 'rejected'; readonly from: number; readonly reason: string; readonly detail: string }
 
 export type TimerName = 'leader' | 'idle' | 'resend'
+
+/** Certificates a peer asked for that memory no longer holds: by round range, or by digest. */
+export type ArchiveQuery = { readonly fromRound: number; readonly toRound: number } | { readonly digests: readonly string[] }
 
 /** What a restarted relay reads back from its store. */
 export interface RecoveredState {
   readonly votes: ReadonlyArray<{ readonly author: number; readonly round: number; readonly digestHex: string }>
   readonly ownBlocks: readonly Block[]
   readonly certs: readonly Certificate[]
-  readonly commits: ReadonlyArray<{ readonly anchorRound: number; readonly ordered: readonly string[] }>
+  readonly commits: ReadonlyArray<{ readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }>
 }
 
 interface Node {
@@ -137,6 +141,11 @@ export class ConsensusCore {
   private readonly votesForOwn = new Map<number, Map<number, Uint8Array>>()
   /** Blocks and certificates waiting for parents, by digest. */
   private readonly suspended = new Map<string, { from: number; message: Message; missing: Set<string>; round: number }>()
+  /** missing parent digest → digests of the suspended blocks and certificates waiting for it. */
+  private readonly waitingOn = new Map<string, Set<string>>()
+  /** Digests fetched since the last resend timer, and the round we last asked to sync from. */
+  private readonly requested = new Set<string>()
+  private syncedAtRound = -1
 
   private queue: Array<{ frame: Uint8Array; info: PayloadInfo }> = []
   private readonly queuedIds = new Set<string>()
@@ -265,8 +274,16 @@ export class ConsensusCore {
         for (const cert of [...message.certs].sort((a, b) => a.block.header.round - b.block.header.round)) this.onCertificate(from, cert, out)
         break
       case 'fetch': {
-        const certs = message.digests.map((d) => this.byDigest.get(toHex(d))?.cert).filter((c): c is Certificate => c !== undefined)
+        const certs: Certificate[] = []
+        const archived: string[] = []
+        for (const d of message.digests) {
+          const hex = toHex(d)
+          const node = this.byDigest.get(hex)
+          if (node) certs.push(node.cert)
+          else archived.push(hex)
+        }
         if (certs.length) out.push({ type: 'send', to: from, message: { kind: 'certs', certs } })
+        if (archived.length) out.push({ type: 'archive-request', to: from, query: { digests: archived } })
         break
       }
       case 'sync':
@@ -285,6 +302,8 @@ export class ConsensusCore {
       this.idleExpired = true
       this.advance(out)
     } else if (name === 'resend') {
+      this.requested.clear()
+      this.syncedAtRound = -1
       // Links may have dropped our block or its votes; peers may know rounds we missed.
       const own = this.ownBlocks.get(this.round)
       const mine = this.dag.get(this.round)?.get(this.me) ?? this.dag.get(this.round - 1)?.get(this.me)
@@ -342,8 +361,9 @@ export class ConsensusCore {
     let votes = this.votesForOwn.get(vote.round)
     if (!votes) this.votesForOwn.set(vote.round, (votes = new Map()))
     votes.set(vote.voter, vote.sig)
-    if (votes.size < quorum(this.committee)) return
-    const cert: Certificate = { block: own, votes: [...votes.entries()].slice(0, quorum(this.committee)) }
+    const needed = certificateQuorum(this.committee)
+    if (votes.size < needed) return
+    const cert: Certificate = { block: own, votes: [...votes.entries()].slice(0, needed) }
     this.votesForOwn.delete(vote.round)
     this.onCertificate(this.me, cert, out)
     out.push({ type: 'broadcast', message: { kind: 'cert', cert } })
@@ -406,16 +426,29 @@ export class ConsensusCore {
     if (this.suspended.has(digest)) return
     if (this.suspended.size >= this.maxSuspended) return this.reject(from, 'too-large', 'too many blocks waiting for parents', out)
     this.suspended.set(digest, { from, message, missing: new Set(missing), round })
-    out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: missing.map(fromHex) } })
-    if (round > this.highestRound() + 1) {
-      out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: this.highestRound() + 1 } })
+    for (const m of missing) {
+      let waiters = this.waitingOn.get(m)
+      if (!waiters) this.waitingOn.set(m, (waiters = new Set()))
+      waiters.add(digest)
+    }
+    // Ask once per digest and once per round; the resend timer clears both so lost requests are retried.
+    const toFetch = missing.filter((d) => !this.requested.has(d))
+    for (const d of toFetch) this.requested.add(d)
+    if (toFetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: toFetch.map(fromHex) } })
+    if (round > this.round + 1 && this.syncedAtRound !== this.round) {
+      this.syncedAtRound = this.round
+      out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: this.round } })
     }
   }
 
   /** A certificate arrived: retry whatever waited for it. */
   private resume(digest: string, out: Output[]): void {
-    for (const [key, s] of this.suspended) {
-      if (!s.missing.delete(digest) || s.missing.size > 0) continue
+    const waiters = this.waitingOn.get(digest)
+    if (!waiters) return
+    this.waitingOn.delete(digest)
+    for (const key of waiters) {
+      const s = this.suspended.get(key)
+      if (!s || !s.missing.delete(digest) || s.missing.size > 0) continue
       this.suspended.delete(key)
       if (s.message.kind === 'block') this.onBlock(s.from, s.message.block, out)
       else if (s.message.kind === 'cert') this.onCertificate(s.from, s.message.cert, out)
@@ -589,7 +622,7 @@ export class ConsensusCore {
     }
     this.lastCommittedRound = anchor.round
     const ordered = history.map((n) => n.digestHex)
-    out.push({ type: 'persist', record: { kind: 'commit', anchorRound: anchor.round, ordered } })
+    out.push({ type: 'persist', record: { kind: 'commit', anchorRound: anchor.round, ordered, payloadIds } })
     out.push({
       type: 'commit',
       commit: {
@@ -624,6 +657,10 @@ export class ConsensusCore {
     for (const key of this.voted.keys()) if (Number(key.slice(key.indexOf(':') + 1)) <= gc) this.voted.delete(key)
     for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
     for (const [key, s] of this.suspended) if (s.round <= gc) this.suspended.delete(key)
+    for (const [d, waiters] of this.waitingOn) {
+      for (const key of waiters) if (!this.suspended.has(key)) waiters.delete(key)
+      if (waiters.size === 0) this.waitingOn.delete(d)
+    }
     for (const r of this.expiredLeaderTimers) if (r <= gc) this.expiredLeaderTimers.delete(r)
   }
 
@@ -631,7 +668,7 @@ export class ConsensusCore {
 
   private onSync(from: number, fromRound: number, out: Output[]): void {
     const lowest = this.gcRound() + 1
-    if (fromRound < lowest) out.push({ type: 'archive-request', to: from, fromRound, toRound: lowest - 1 })
+    if (fromRound < lowest) out.push({ type: 'archive-request', to: from, query: { fromRound, toRound: lowest - 1 } })
     const certs: Certificate[] = []
     for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < 500; r++) {
       for (const node of this.dag.get(r)?.values() ?? []) certs.push(node.cert)
@@ -668,6 +705,8 @@ export class ConsensusCore {
       if (c.anchorRound > this.lastCommittedRound) this.lastCommittedRound = c.anchorRound
     }
     const gc = this.gcRound()
+    // The dedupe window must match the other relays' exactly: it decides what a commit carries.
+    for (const c of state.commits) if (c.anchorRound > gc) for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
     for (const cert of [...state.certs].sort((a, b) => a.block.header.round - b.block.header.round)) {
       const { round, author, parents, payload } = cert.block.header
       if (round <= gc) continue
@@ -678,10 +717,6 @@ export class ConsensusCore {
       this.byDigest.set(node.digestHex, node)
       this.claimSlots(cert.block)
       if (payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload++
-      for (const frame of payload) {
-        const info = this.inspect(frame)
-        if (!(info instanceof SteadError) && this.ordered.has(node.digestHex)) this.orderedPayload.set(info.idHex, round)
-      }
     }
     for (const b of state.ownBlocks) this.claimSlots(b)
   }

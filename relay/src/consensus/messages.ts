@@ -11,6 +11,11 @@ import { DEFAULT_LIMITS, SteadError, asSigned, decode, encode, expect, toHex, ty
 export interface Committee {
   readonly f: number
   readonly keys: readonly Uint8Array[]
+  /**
+   * Votes that make a certificate; 2f+1 unless set. Only the simulator sets
+   * it, to show that a weakened protocol is caught.
+   */
+  readonly certificateQuorum?: number
 }
 
 export function committeeSize(c: Committee): number {
@@ -19,6 +24,10 @@ export function committeeSize(c: Committee): number {
 
 export function quorum(c: Committee): number {
   return 2 * c.f + 1
+}
+
+export function certificateQuorum(c: Committee): number {
+  return c.certificateQuorum ?? quorum(c)
 }
 
 export function validateCommittee(c: Committee): string | null {
@@ -151,7 +160,7 @@ export function verifyCertificateVotes(crypto: SyncCrypto, committee: Committee,
     if (!key || seen.has(voter) || !crypto.verify(key, bytes, sig)) return false
     seen.add(voter)
   }
-  return seen.size >= quorum(committee)
+  return seen.size >= certificateQuorum(committee)
 }
 
 // ---- wire encoding of mesh messages ----
