@@ -314,6 +314,9 @@ export class ConsensusCore {
         this.syncPeer = (this.syncPeer + 1) % this.n
         if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n
         out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: this.round } })
+        // Ask again for what suspended blocks still wait on and nobody is about to deliver.
+        const frontier = [...this.waitingOn.keys()].filter((d) => !this.suspended.has(d)).slice(0, 1000)
+        if (frontier.length) out.push({ type: 'send', to: this.syncPeer, message: { kind: 'fetch', digests: frontier.map(fromHex) } })
       }
       this.lastProgressRound = this.round
       out.push({ type: 'timer', name: 'resend', round: this.round, afterMs: this.resendIntervalMs })
@@ -423,7 +426,12 @@ export class ConsensusCore {
 
   private suspend(from: number, message: Message, missing: string[], round: number, out: Output[]): void {
     const digest = message.kind === 'block' ? message.block.digestHex : message.kind === 'cert' ? message.cert.block.digestHex : ''
-    if (this.suspended.has(digest)) return
+    const waiting = this.suspended.get(digest)
+    if (waiting) {
+      // The block waits already; its certificate supersedes it (same digest, same parents).
+      if (waiting.message.kind === 'block' && message.kind === 'cert') waiting.message = message
+      return
+    }
     if (this.suspended.size >= this.maxSuspended) return this.reject(from, 'too-large', 'too many blocks waiting for parents', out)
     this.suspended.set(digest, { from, message, missing: new Set(missing), round })
     for (const m of missing) {
