@@ -1,0 +1,29 @@
+/**
+ * The relay mesh as the relay sees it: numbered peers and opaque frames.
+ * Implementations own connections, reconnects and batching; the relay owns
+ * what the bytes mean. Frames to a peer arrive in the order they were sent
+ * while a connection lasts; across reconnects they may be lost (the
+ * consensus core resends what matters).
+ */
+export interface Mesh {
+  /** Starts listening and dialing peers; resolves once listening. */
+  start(): Promise<void>
+  /** Queues a frame for one peer; never throws, never blocks. Dropped if the peer is unreachable. */
+  send(to: number, frame: Uint8Array): void
+  /** Queues a frame for every other peer. */
+  broadcast(frame: Uint8Array): void
+  /** Registers the receiver of every frame from an authenticated peer. */
+  onFrame(handler: (from: number, frame: Uint8Array) => void): void
+  /** Peers with an open connection right now. */
+  connectedPeers(): number[]
+  stop(): Promise<void>
+}
+
+export interface PeerAddress {
+  /** Position in the committee; also the index of the peer's key. */
+  readonly index: number
+  /** The peer's Ed25519 public key (32 bytes); its libp2p identity. */
+  readonly publicKey: Uint8Array
+  /** Where it listens for the mesh, e.g. /ip4/127.0.0.1/tcp/7501 */
+  readonly multiaddr: string
+}

@@ -1,0 +1,407 @@
+import { createLibp2pMesh, MESH_PROTOCOL } from '../src/mesh/libp2p.ts'
+import type { Libp2pMesh, Libp2pMeshOptions } from '../src/mesh/libp2p.ts'
+import { encodeFrames, FrameDecoder, FrameTooLargeError } from '../src/mesh/frame.ts'
+import type { PeerAddress } from '../src/mesh/types.ts'
+
+import { createServer } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'
+import { noise } from '@libp2p/noise'
+import { tcp } from '@libp2p/tcp'
+import { yamux } from '@libp2p/yamux'
+import { multiaddr } from '@multiformats/multiaddr'
+import { createLibp2p } from 'libp2p'
+import type { Libp2p, Stream } from '@libp2p/interface'
+import { afterEach, describe, expect, test } from 'vitest'
+
+// ---- helpers --------------------------------------------------------------
+
+interface Member extends PeerAddress {
+  readonly seed: Uint8Array
+  readonly peerId: string
+}
+
+async function freePorts(n: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
+          const s = createServer()
+          s.once('error', reject)
+          s.listen(0, '127.0.0.1', () => resolve(s))
+        }),
+    ),
+  )
+  const ports = servers.map((s) => (s.address() as AddressInfo).port)
+  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))))
+  return ports
+}
+
+async function makeCommittee(n: number): Promise<Member[]> {
+  const ports = await freePorts(n)
+  return Promise.all(
+    ports.map(async (port, index) => {
+      const seed = crypto.getRandomValues(new Uint8Array(32))
+      const key = await generateKeyPairFromSeed('Ed25519', seed)
+      return {
+        index,
+        seed,
+        publicKey: key.publicKey.raw,
+        peerId: key.publicKey.toString(),
+        multiaddr: `/ip4/127.0.0.1/tcp/${port}`,
+      }
+    }),
+  )
+}
+
+interface LogLine {
+  level: 'info' | 'warn'
+  obj: object
+  msg: string | undefined
+}
+
+const cleanups: Array<() => Promise<void>> = []
+
+afterEach(async () => {
+  await Promise.all(cleanups.splice(0).map((f) => f()))
+})
+
+function makeMesh(
+  members: readonly Member[],
+  me: number,
+  extra: Partial<Libp2pMeshOptions> = {},
+): { mesh: Libp2pMesh; logs: LogLine[] } {
+  const logs: LogLine[] = []
+  const mesh = createLibp2pMesh({
+    me,
+    secretKey: members[me]!.seed,
+    peers: members.map(({ index, publicKey, multiaddr }) => ({ index, publicKey, multiaddr })),
+    listen: members[me]!.multiaddr,
+    logger: {
+      info: (obj, msg) => logs.push({ level: 'info', obj, msg }),
+      warn: (obj, msg) => logs.push({ level: 'warn', obj, msg }),
+    },
+    minBackoffMs: 50,
+    maxBackoffMs: 1_000,
+    ...extra,
+  })
+  cleanups.push(() => mesh.stop())
+  return { mesh, logs }
+}
+
+/** A bare libp2p node (same stack as the mesh) driven by the test. */
+async function rawNode(seed: Uint8Array, listen?: string): Promise<Libp2p> {
+  const node = await createLibp2p({
+    privateKey: await generateKeyPairFromSeed('Ed25519', seed),
+    addresses: { listen: listen === undefined ? [] : [listen] },
+    transports: [tcp()],
+    connectionEncrypters: [noise()],
+    streamMuxers: [yamux()],
+  })
+  cleanups.push(async () => {
+    await node.stop()
+  })
+  return node
+}
+
+async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
+function allConnected(meshes: readonly Libp2pMesh[], n: number): boolean {
+  return meshes.every((m) => m.connectedPeers().length === n - 1)
+}
+
+function u32(n: number): Uint8Array {
+  const b = new Uint8Array(4)
+  new DataView(b.buffer).setUint32(0, n)
+  return b
+}
+
+function readU32(b: Uint8Array, off = 0): number {
+  return new DataView(b.buffer, b.byteOffset, b.byteLength).getUint32(off)
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+
+// ---- framing (pure) --------------------------------------------------------
+
+describe('mesh framing', () => {
+  test('decodes frames split at every byte boundary, including empty frames', () => {
+    const frames = [new Uint8Array([1, 2, 3]), new Uint8Array(0), new Uint8Array(300).fill(7), new Uint8Array([9])]
+    const wire = encodeFrames(frames, 304)
+    const same = (x: Uint8Array[]): boolean =>
+      x.length === frames.length && x.every((f, i) => Buffer.compare(f, frames[i]!) === 0)
+    const failures: string[] = []
+    for (let cut = 0; cut <= wire.byteLength; cut++) {
+      for (const step of [1, 2, 5, 1000]) {
+        const out: Uint8Array[] = []
+        const d = new FrameDecoder(1024)
+        d.push(wire.subarray(0, cut), (f) => out.push(f))
+        for (let i = cut; i < wire.byteLength; i += step) d.push(wire.subarray(i, i + step), (f) => out.push(f))
+        if (!same(out) || !d.idle) failures.push(`cut ${cut} step ${step}`)
+      }
+    }
+    expect(failures).toEqual([])
+  })
+
+  test('emitted frames are copies, not views of the input', () => {
+    const wire = encodeFrames([new Uint8Array([1, 2, 3])], 3)
+    const out: Uint8Array[] = []
+    new FrameDecoder(16).push(wire, (f) => out.push(f))
+    wire.fill(0)
+    expect(out[0]).toEqual(new Uint8Array([1, 2, 3]))
+  })
+
+  test('an oversized length prefix throws FrameTooLargeError', () => {
+    const d = new FrameDecoder(100)
+    expect(() => d.push(new Uint8Array([0, 0, 0, 101]), () => {})).toThrow(FrameTooLargeError)
+    expect(() => new FrameDecoder(100).push(new Uint8Array([0xff, 0xff, 0xff, 0xff]), () => {})).toThrow(/exceeds/)
+  })
+})
+
+// ---- real libp2p meshes on loopback ------------------------------------------
+
+describe('libp2p mesh', () => {
+  test('4 meshes connect; every broadcast reaches every other peer exactly once, in order', async () => {
+    const members = await makeCommittee(4)
+    const meshes = members.map((_, i) => makeMesh(members, i).mesh)
+    const got = meshes.map(() => new Map<number, number[]>())
+    meshes.forEach((m, i) =>
+      m.onFrame((from, frame) => {
+        // The claimed sender inside the frame must match the authenticated one.
+        expect(frame[0]).toBe(from)
+        const seqs = got[i]!.get(from) ?? []
+        seqs.push(readU32(frame, 1))
+        got[i]!.set(from, seqs)
+      }),
+    )
+    await Promise.all(meshes.map((m) => m.start()))
+    await waitFor(() => allConnected(meshes, 4), 'full mesh')
+
+    const N = 200
+    for (let seq = 0; seq < N; seq++) {
+      meshes.forEach((m, i) => {
+        const f = new Uint8Array(1 + 4 + 32)
+        f[0] = i
+        f.set(u32(seq), 1)
+        m.broadcast(f)
+      })
+      if (seq % 50 === 0) await sleep(1) // several ticks, several batches
+    }
+    const complete = (): boolean => got.every((g, i) => [0, 1, 2, 3].every((j) => j === i || g.get(j)?.length === N))
+    await waitFor(complete, 'all broadcasts')
+    await sleep(100) // no late duplicates
+    const expected = Array.from({ length: N }, (_, k) => k)
+    got.forEach((g, i) => {
+      expect(g.has(i)).toBe(false)
+      for (const j of [0, 1, 2, 3]) if (j !== i) expect(g.get(j)).toEqual(expected)
+    })
+    for (const m of meshes) {
+      expect(m.stats().framesDropped).toBe(0)
+      expect(m.stats().framesReceived).toBe(3 * N)
+    }
+  })
+
+  test('a 1,000-frame burst of mixed sizes (up to 100 KB) arrives complete and in order', async () => {
+    const members = await makeCommittee(2)
+    const a = makeMesh(members, 0).mesh
+    const b = makeMesh(members, 1).mesh
+    const got: Uint8Array[] = []
+    b.onFrame((from, frame) => {
+      expect(from).toBe(0)
+      got.push(frame)
+    })
+    await Promise.all([a.start(), b.start()])
+    await waitFor(() => allConnected([a, b], 2), 'connection')
+
+    const sizes = Array.from({ length: 1000 }, (_, i) => (i % 100 === 0 ? 100_000 : 4 + ((i * 7919) % 20_000)))
+    for (let i = 0; i < sizes.length; i++) {
+      const f = new Uint8Array(sizes[i]!).fill(i & 0xff)
+      f.set(u32(i), 0)
+      a.send(1, f)
+    }
+    await waitFor(() => got.length === sizes.length, '1,000 frames', 20_000)
+    got.forEach((f, i) => {
+      expect(f.byteLength).toBe(sizes[i])
+      expect(readU32(f)).toBe(i)
+      expect(f[f.byteLength - 1]).toBe(f.byteLength > 4 ? i & 0xff : f[3])
+    })
+    expect(a.stats().framesSent).toBe(1000)
+    expect(a.stats().drainWaits).toBeGreaterThan(0) // the writer did wait on onDrain()
+  })
+
+  test('a restarted node (new mesh, same key and port) is reconnected and gets new frames', async () => {
+    const members = await makeCommittee(4)
+    const meshes = members.map((_, i) => makeMesh(members, i).mesh)
+    await Promise.all(meshes.map((m) => m.start()))
+    await waitFor(() => allConnected(meshes, 4), 'full mesh')
+
+    await meshes[3]!.stop()
+    await waitFor(() => meshes.slice(0, 3).every((m) => !m.connectedPeers().includes(3)), 'peers to notice the stop')
+
+    const restarted = makeMesh(members, 3).mesh
+    const got: Array<[number, string]> = []
+    restarted.onFrame((from, frame) => got.push([from, new TextDecoder().decode(frame)]))
+    await restarted.start()
+    const live = [meshes[0]!, meshes[1]!, meshes[2]!, restarted]
+    await waitFor(() => allConnected(live, 4), 'reconnection')
+    meshes[0]!.send(3, new TextEncoder().encode('hello again'))
+    meshes[1]!.broadcast(new TextEncoder().encode('to all'))
+    await waitFor(() => got.length === 2, 'frames at the restarted node')
+    expect(got.sort()).toEqual([
+      [0, 'hello again'],
+      [1, 'to all'],
+    ])
+    // And the restarted node can talk back.
+    const back: number[] = []
+    meshes[2]!.onFrame((from) => back.push(from))
+    restarted.send(2, new Uint8Array([42]))
+    await waitFor(() => back.length === 1, 'frame from the restarted node')
+    expect(back).toEqual([3])
+  })
+
+  test('a node outside the committee cannot deliver frames, and the member stays up', async () => {
+    const members = await makeCommittee(2)
+    const { mesh: m0, logs } = makeMesh(members, 0)
+    const m1 = makeMesh(members, 1).mesh
+    const got: number[] = []
+    m0.onFrame((from) => got.push(from))
+    await Promise.all([m0.start(), m1.start()])
+    await waitFor(() => allConnected([m0, m1], 2), 'connection')
+
+    const outsider = await rawNode(crypto.getRandomValues(new Uint8Array(32)))
+    const target = multiaddr(`${members[0]!.multiaddr}/p2p/${members[0]!.peerId}`)
+    let stream: Stream | undefined
+    try {
+      stream = await outsider.dialProtocol(target, MESH_PROTOCOL)
+      stream.send(encodeFrames([new Uint8Array([1, 2, 3])], 3))
+    } catch {
+      // Expected: the member's gater refuses the connection after the handshake.
+    }
+    await sleep(200)
+    expect(got).toEqual([])
+    expect(m0.stats().connectionsRefused + m0.stats().streamsRefused).toBeGreaterThanOrEqual(1)
+    expect(logs.some((l) => l.level === 'warn' && /outside the committee/.test(l.msg ?? ''))).toBe(true)
+
+    // The member still works.
+    m1.send(0, new Uint8Array([5]))
+    await waitFor(() => got.length === 1, 'frame from a member')
+    expect(got).toEqual([1])
+    expect(m0.connectedPeers()).toEqual([1])
+  })
+
+  test('a garbage or oversized length prefix closes only that stream; the member keeps working', async () => {
+    const members = await makeCommittee(2)
+    const { mesh: m0, logs } = makeMesh(members, 0, { maxFrameBytes: 1 << 20 })
+    const got: Array<[number, string]> = []
+    m0.onFrame((from, frame) => got.push([from, new TextDecoder().decode(frame)]))
+    await m0.start()
+    // Member 1 is a hand-driven libp2p node holding member 1's key.
+    const evil = await rawNode(members[1]!.seed, members[1]!.multiaddr)
+    await evil.handle(MESH_PROTOCOL, () => {})
+    const target = multiaddr(`${members[0]!.multiaddr}/p2p/${members[0]!.peerId}`)
+    const enc = (s: string): Uint8Array => {
+      const b = new TextEncoder().encode(s)
+      return encodeFrames([b], b.byteLength)
+    }
+
+    const s1 = await evil.dialProtocol(target, MESH_PROTOCOL)
+    s1.send(enc('first'))
+    await waitFor(() => got.length === 1, 'a valid frame')
+    // 0xffffffff: far beyond maxFrameBytes (and any sane frame).
+    s1.send(new Uint8Array([0xff, 0xff, 0xff, 0xff, 1, 2, 3]))
+    await waitFor(() => s1.status !== 'open', 'the bad stream to be closed')
+    expect(m0.stats().badStreams).toBe(1)
+    expect(logs.some((l) => l.level === 'warn' && /bad frame/.test(l.msg ?? ''))).toBe(true)
+
+    // Just over the configured limit.
+    const s2 = await evil.dialProtocol(target, MESH_PROTOCOL)
+    s2.send(u32((1 << 20) + 1))
+    await waitFor(() => s2.status !== 'open', 'the oversized stream to be closed')
+    expect(m0.stats().badStreams).toBe(2)
+
+    // A truncated frame followed by end of stream delivers nothing.
+    const s3 = await evil.dialProtocol(target, MESH_PROTOCOL)
+    s3.send(new Uint8Array([0, 0, 0, 100, 1, 2, 3]))
+    await s3.close()
+
+    // The member is still up and accepts well-formed frames.
+    const s4 = await evil.dialProtocol(target, MESH_PROTOCOL)
+    s4.send(enc('after'))
+    await waitFor(() => got.length === 2, 'a frame after the bad ones')
+    expect(got).toEqual([
+      [1, 'first'],
+      [1, 'after'],
+    ])
+  })
+
+  test('the outbound queue is bounded: oldest frames are dropped while a peer is down', async () => {
+    const members = await makeCommittee(2)
+    const m0 = makeMesh(members, 0, { maxQueueFrames: 10 }).mesh
+    await m0.start()
+    for (let i = 0; i < 25; i++) m0.send(1, u32(i))
+    m0.send(0, u32(99)) // to myself: rejected
+    m0.send(7, u32(99)) // not a member: rejected
+    expect(m0.stats()).toMatchObject({ framesDropped: 15, queuedFrames: 10, framesRejected: 2 })
+
+    const m1 = makeMesh(members, 1).mesh
+    const got: number[] = []
+    m1.onFrame((_from, frame) => got.push(readU32(frame)))
+    await m1.start()
+    await waitFor(() => got.length === 10, 'the queued frames')
+    expect(got).toEqual([15, 16, 17, 18, 19, 20, 21, 22, 23, 24])
+  })
+
+  test('an unreachable peer is redialed with backoff until it comes up', async () => {
+    const members = await makeCommittee(2)
+    const { mesh: m0, logs } = makeMesh(members, 0)
+    await m0.start()
+    m0.send(1, u32(1))
+    await sleep(400) // several failed dials
+    expect(logs.filter((l) => /dial failed/.test(l.msg ?? '')).length).toBe(1) // logged once per outage
+    // Member 1 comes up as a passive node that never dials: only m0's redial can connect them.
+    const passive = await rawNode(members[1]!.seed, members[1]!.multiaddr)
+    const got: number[] = []
+    await passive.handle(MESH_PROTOCOL, (stream) => {
+      const d = new FrameDecoder(1024)
+      stream.addEventListener('message', (evt) => {
+        const chunks = evt.data instanceof Uint8Array ? [evt.data] : [...evt.data]
+        for (const c of chunks) d.push(c, (f) => got.push(readU32(f)))
+      })
+    })
+    await waitFor(() => m0.connectedPeers().includes(1), 'the redial', 5_000)
+    m0.send(1, u32(2))
+    await waitFor(() => got.length === 2, 'frames at the passive peer')
+    expect(got).toEqual([1, 2])
+    expect(logs.some((l) => /peer reconnected/.test(l.msg ?? ''))).toBe(true)
+  })
+
+  test('stop() resolves promptly while redials are pending and start() afterwards is refused', async () => {
+    const members = await makeCommittee(3)
+    const m0 = makeMesh(members, 0).mesh
+    await m0.start()
+    await sleep(300) // a few failed dials with backoff timers armed
+    const t = Date.now()
+    await m0.stop()
+    expect(Date.now() - t).toBeLessThan(2_000)
+    await expect(m0.start()).rejects.toThrow(/stopped/)
+    m0.send(1, new Uint8Array([1])) // never throws
+    expect(m0.connectedPeers()).toEqual([])
+  })
+
+  test('start() rejects when the listen port is taken, and stop() still resolves', async () => {
+    const members = await makeCommittee(2)
+    const m0 = makeMesh(members, 0).mesh
+    await m0.start()
+    const clash = makeMesh(members, 0).mesh // same key and port
+    await expect(clash.start()).rejects.toThrow()
+    await clash.stop()
+    expect(m0.stats().badStreams).toBe(0)
+  })
+})
