@@ -10,12 +10,11 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import {
+  ByzantineBehaviour,
   ConsensusCore,
-  certificateQuorum,
+  type ByzantineStrategy as Strategy,
   decodeMessage,
   encodeMessage,
-  signBlock,
-  signVote,
   type ArchiveQuery,
   type Block,
   type Certificate,
@@ -31,8 +30,7 @@ import { EventQueue } from './queue.ts'
 import { Rng } from './rng.ts'
 import { SPACE, type Workload } from './workload.ts'
 
-export const STRATEGIES = ['equivocate', 'double-vote', 'withhold', 'bad-signature', 'unknown-parents', 'flood', 'forged-envelopes', 'silent'] as const
-export type Strategy = (typeof STRATEGIES)[number]
+export { BYZANTINE_STRATEGIES as STRATEGIES, type ByzantineStrategy as Strategy } from '@stead/relay/consensus'
 
 export interface SimOptions {
   readonly seed: number
@@ -122,8 +120,7 @@ interface Host {
   anchors: number
   /** Stable index → audit decisions digest, to compare across relays. */
   readonly auditLog: string[]
-  /** Own equivocating twin blocks and the votes they gathered. */
-  readonly altVotes: Map<string, { block: Block; votes: Map<number, Uint8Array> }>
+  readonly byzantine: ByzantineBehaviour | null
 }
 
 /**
@@ -218,7 +215,19 @@ class Simulation {
         committedIds: [],
         anchors: 0,
         auditLog: [],
-        altVotes: new Map(),
+        byzantine: strategy
+          ? new ByzantineBehaviour(strategy, {
+              me: i,
+              committee: this.committee,
+              secretKey: this.secrets[i] as Uint8Array,
+              crypto: this.crypto,
+              samplePayload: () => (workload.honest[0]?.[0] ? encodeEnvelope(workload.honest[0][0]) : undefined),
+              conflictingPayload: (round) => {
+                const pair = workload.twins[round % Math.max(1, workload.twins.length)]
+                return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
+              },
+            })
+          : null,
       })
     }
   }
@@ -359,11 +368,11 @@ class Simulation {
             trace(`t=${this.now.toFixed(0)} ${ev.from}->${ev.to} ${message.kind} ${message.kind === 'block' ? `of ${message.block.header.author} ${message.block.digestHex.slice(0, 6)}` : `for ${message.author} by ${message.voter}`}`)
           }
         }
-        if (host.strategy === 'double-vote' && message.kind === 'block' && message.block.header.author !== host.id) {
-          // Votes for everything, whatever its core thinks.
-          this.send(host, message.block.header.author, signVote(this.crypto, this.secrets[host.id] as Uint8Array, host.id, message.block))
+        for (const extra of host.byzantine?.incoming(message) ?? []) {
+          // Sent as is: the behaviour already made these what it wants them to be.
+          const targets = extra.to === 'all' ? this.hosts.map((h) => h.id).filter((id) => id !== host.id) : [extra.to]
+          for (const to of targets) this.transmit(host.id, to, extra.message)
         }
-        if (host.strategy === 'equivocate' && message.kind === 'vote') this.collectAltVote(host, message)
         this.handle(host, host.core.onMessage(ev.from, message))
         return
       }
@@ -475,13 +484,14 @@ class Simulation {
   }
 
   private send(host: Host, to: number, message: Message): void {
-    for (const m of this.tamper(host, to, message)) {
-      const bytes = encodeMessage(m)
-      // A partition breaks connections: what crosses it is lost, and the
-      // protocol's resends and catch-up have to repair the gap after it heals.
-      if (this.partitioned && this.partitioned.has(host.id) !== this.partitioned.has(to)) continue
-      this.queue.push(this.now + this.delay(), { kind: 'deliver', from: host.id, to, bytes })
-    }
+    for (const m of host.byzantine ? host.byzantine.outgoing(to, message) : [message]) this.transmit(host.id, to, m)
+  }
+
+  private transmit(from: number, to: number, message: Message): void {
+    // A partition breaks connections: what crosses it is lost, and the
+    // protocol's resends and catch-up have to repair the gap after it heals.
+    if (this.partitioned && this.partitioned.has(from) !== this.partitioned.has(to)) return
+    this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, bytes: encodeMessage(message) })
   }
 
   private delay(): number {
@@ -602,70 +612,6 @@ class Simulation {
     this.handle(host, host.core.start())
   }
 
-  // ---- Byzantine behaviour ----
-
-  private tamper(host: Host, to: number, message: Message): Message[] {
-    const secret = this.secrets[host.id] as Uint8Array
-    switch (host.strategy) {
-      case null:
-        return [message]
-      case 'silent':
-        return []
-      case 'withhold':
-        return message.kind === 'vote' || message.kind === 'cert' || (message.kind === 'block' && to % 2 === 0) ? [] : [message]
-      case 'bad-signature': {
-        if (message.kind === 'vote') return [{ ...message, sig: flip(message.sig) }]
-        if (message.kind === 'block') return [{ kind: 'block', block: { ...message.block, signed: { bytes: message.block.signed.bytes, sig: flip(message.block.signed.sig) } } }]
-        return [message]
-      }
-      case 'unknown-parents': {
-        if (message.kind !== 'block' || message.block.header.round === 1) return [message]
-        const parents = message.block.header.parents.map((p, i) => (i === 0 ? nodeCrypto.sha256(p) : p))
-        return [{ kind: 'block', block: signBlock(this.crypto, secret, { ...message.block.header, parents }) }]
-      }
-      case 'flood': {
-        if (message.kind !== 'block') return [message]
-        const far = [1000, 60, 3].map((ahead) =>
-          signBlock(this.crypto, secret, { round: message.block.header.round + ahead, author: host.id, parents: message.block.header.parents, payload: [] }),
-        )
-        return [message, ...far.map((block) => ({ kind: 'block' as const, block }))]
-      }
-      case 'forged-envelopes': {
-        if (message.kind !== 'block') return [message]
-        const extra = this.twinFrame(message.block.header.round) ?? forgedFrame(message.block.header.payload[0])
-        if (!extra) return [message]
-        return [{ kind: 'block', block: signBlock(this.crypto, secret, { ...message.block.header, payload: [...message.block.header.payload, extra] }) }]
-      }
-      case 'equivocate':
-      case 'double-vote': {
-        if (message.kind !== 'block' || message.block.header.author !== host.id) return [message]
-        // Even peers get the real block, odd peers another one for the same round, peer 0 both.
-        if (to % 2 === 0 && to !== 0) return [message]
-        const alt = signBlock(this.crypto, secret, { ...message.block.header, payload: message.block.header.payload.length ? [] : [encodeEnvelope(this.workload.honest[0]?.[0] as Envelope)] })
-        if (!host.altVotes.has(alt.digestHex)) {
-          host.altVotes.set(alt.digestHex, { block: alt, votes: new Map([[host.id, signVote(this.crypto, secret, host.id, alt).sig]]) })
-        }
-        return to === 0 ? [message, { kind: 'block', block: alt }] : [{ kind: 'block', block: alt }]
-      }
-    }
-  }
-
-  /** An equivocator turns votes for its twin block into a certificate if it can. */
-  private collectAltVote(host: Host, vote: Extract<Message, { kind: 'vote' }>): void {
-    const alt = host.altVotes.get(toHex(vote.digest))
-    if (!alt) return
-    alt.votes.set(vote.voter, vote.sig)
-    if (alt.votes.size === certificateQuorum(this.committee)) {
-      const cert: Certificate = { block: alt.block, votes: [...alt.votes.entries()] }
-      for (let to = 0; to < this.options.relays; to++) if (to !== host.id) this.send({ ...host, strategy: null }, to, { kind: 'cert', cert })
-    }
-  }
-
-  private twinFrame(round: number): Uint8Array | undefined {
-    const pair = this.workload.twins[round % Math.max(1, this.workload.twins.length)]
-    return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
-  }
-
   // ---- envelopes ----
 
   private inspect(frame: Uint8Array): PayloadInfo | SteadError {
@@ -717,15 +663,3 @@ class Simulation {
   }
 }
 
-function flip(sig: Uint8Array): Uint8Array {
-  const out = new Uint8Array(sig)
-  out[0] = (out[0] as number) ^ 0xff
-  return out
-}
-
-/** An envelope frame whose signature does not verify. */
-function forgedFrame(template: Uint8Array | undefined): Uint8Array | undefined {
-  if (!template) return undefined
-  const signed = asSigned(decode(template))
-  return encodeEnvelope({ signed: { bytes: signed.bytes, sig: flip(signed.sig) } } as Envelope)
-}

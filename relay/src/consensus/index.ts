@@ -1,2 +1,3 @@
 export * from './messages.ts'
 export * from './core.ts'
+export * from './byzantine.ts'
