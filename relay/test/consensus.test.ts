@@ -1,4 +1,4 @@
-import { SteadError, decode, encode, encodeEnvelope, openEnvelopeSync, sealEnvelope } from '@stead/core'
+import { SteadError, clockInit, decode, encode, encodeEnvelope, openEnvelopeSync, sealEnvelope } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import {
@@ -112,7 +112,7 @@ describe('consensus core', () => {
     const c = core(0)
     c.start()
     const me = { secretKey: new Uint8Array(32).fill(99), publicKey: publicKeyOfSync(new Uint8Array(32).fill(99)) }
-    const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq: 1, clock: new Map(), deps: [], updates: [{ key: 'k', decl: { type: 'register' }, ops: [['s', 1, 1]] }], safe: [] })
+    const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'register' }, ops: [['s', 1, 1]] }], safe: [] })
     const frame = encodeEnvelope(env)
     const forged = new Uint8Array(frame)
     forged[forged.length - 1]! ^= 1
@@ -134,7 +134,7 @@ describe('consensus core', () => {
     cores.forEach((c, i) => route(i, c.start()))
     const me = { secretKey: new Uint8Array(32).fill(77), publicKey: publicKeyOfSync(new Uint8Array(32).fill(77)) }
     for (let seq = 1; seq <= 5; seq++) {
-      const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq, clock: new Map(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [seq] }], safe: [] })
+      const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [seq] }], safe: [] })
       const frame = encodeEnvelope(env)
       route(seq % 4, cores[seq % 4]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
     }

@@ -24,6 +24,7 @@ import {
   ReliableReplica,
   authorIdOf,
   clockCompare,
+  clockFrom,
   clockMerge,
   createWebCrypto,
   decode,
@@ -225,17 +226,12 @@ function makeIds(count: number, salt = 'id'): string[] {
   return Array.from({ length: count }, (_, i) => authorIdOf(nodeCrypto, nodeCrypto.sha256(enc.encode(`${salt}-${i}`))))
 }
 
-/** A clock with `ids` in shuffled insertion order (as built up by real merges). */
-function makeClock(ids: readonly string[]): Map<string, number> {
-  const order = [...ids]
-  for (let i = order.length - 1; i > 0; i--) {
-    const j = randInt(0, i)
-    ;[order[i], order[j]] = [order[j] as string, order[i] as string]
-  }
-  return new Map(order.map((id) => [id, randInt(1, 1_000_000)]))
+/** A clock over `ids` with random counters. */
+function makeClock(ids: readonly string[]): Clock {
+  return clockFrom(ids.map((id) => [id, randInt(1, 1_000_000)]))
 }
 
-/** A copy of `c` (in its own insertion order) with `k` random entries raised. */
+/** The entries of `c` with `k` random entries raised. */
 function raised(c: Clock, k: number): Map<string, number> {
   const out = new Map(c)
   const ids = [...c.keys()]
@@ -251,8 +247,9 @@ function raised(c: Clock, k: number): Map<string, number> {
 /**
  * Clocks as a replica holds them: each one decoded from its own wire bytes,
  * so equal ids are distinct string objects, as when a received clock is
- * compared with the local one. (String representation matters a lot to Map
- * lookups; the "shared id strings" rows use the very same string objects.)
+ * compared with the local one. (String representation matters a lot to
+ * string comparison; the "shared id strings" rows use the very same string
+ * objects.)
  */
 const wire = (c: Clock): Clock => decodeClock(decode(encode(encodeClock(c))), 100_000)
 
@@ -262,7 +259,7 @@ for (const size of [10, 100, 1000]) {
   const a = wire(base)
   const equal = wire(base)
   const few = Math.max(1, Math.round(size / 100)) + 2 // 3, 3, 12 entries differ
-  const after = wire(raised(base, few)) // a happened before `after`
+  const after = wire(clockFrom(raised(base, few))) // a happened before `after`
   // Concurrent: a few entries ahead of a, and one behind it.
   const conc = raised(base, few)
   for (const id of ids) {
@@ -271,21 +268,23 @@ for (const size of [10, 100, 1000]) {
       break
     }
   }
-  const concurrent = wire(conc)
+  const concurrent = wire(clockFrom(conc))
   const target = size === 1000 ? underUs(20) : undefined
   add({ group: 'clock', name: `compare ${size} equal (full scan)`, target, batch: loop(() => clockCompare(a, equal)) })
   add({ group: 'clock', name: `compare ${size} before (${few} differ)`, target, batch: loop(() => clockCompare(a, after)) })
   add({ group: 'clock', name: `compare ${size} concurrent`, batch: loop(() => clockCompare(a, concurrent)) })
   add({ group: 'clock', name: `merge ${size} (${few} differ)`, target, batch: loop(() => clockMerge(a, after)) })
+  // Neither side covers the other, so the merge must build a new clock (the row above may return `after`).
+  add({ group: 'clock', name: `merge ${size} concurrent (new clock)`, target, batch: loop(() => clockMerge(a, concurrent)) })
   if (size === 1000) {
     const shared = makeClock(ids)
-    const sharedEqual = new Map(shared)
-    const sharedAfter = raised(shared, few)
+    const sharedEqual = clockFrom(shared)
+    const sharedAfter = clockFrom(raised(shared, few))
     add({ group: 'clock', name: `compare ${size} equal, shared id strings`, batch: loop(() => clockCompare(shared, sharedEqual)) })
     add({ group: 'clock', name: `merge ${size}, shared id strings`, batch: loop(() => clockMerge(shared, sharedAfter)) })
-    const bytes = encode(encodeClock(base))
-    add({ group: 'clock', name: `decode ${size} (msgpack + decodeClock)`, batch: loop(() => decodeClock(decode(bytes), 100_000)) })
   }
+  const bytes = encode(encodeClock(base))
+  add({ group: 'clock', name: `decode ${size} (msgpack + decodeClock)`, batch: loop(() => decodeClock(decode(bytes), 100_000)) })
 }
 
 // ---------------------------------------------------------------- 2. envelopes
@@ -300,7 +299,7 @@ async function envelopeFixture(crypto: Crypto): Promise<{ seal: () => Promise<En
   const draft: EnvelopeDraft = {
     space: 'bench-space',
     seq: 42,
-    clock: new Map([
+    clock: clockFrom([
       [me, 42],
       [x as string, 17],
       [y as string, 3],
@@ -590,7 +589,7 @@ async function replicaPool(count: number, shape: 'keys' | 'ops'): Promise<Envelo
     const env = await sealEnvelope(nodeCrypto, who, {
       space: 'bench',
       seq,
-      clock: new Map([[who.id, seq]]),
+      clock: clockFrom([[who.id, seq]]),
       deps: p ? [p] : [],
       updates,
       safe: [],

@@ -1,4 +1,4 @@
-import { clockCompare, clockMerge, type Clock } from './clock.ts'
+import { clockEquals, clockInit, clockUpdate, type Clock } from './clock.ts'
 import type { Crypto } from './crypto/types.ts'
 import { encode } from './codec.ts'
 import { bytesEqual } from './bytes.ts'
@@ -22,9 +22,8 @@ const VALID: Validation = Object.freeze({ ok: true })
  * entry, and may not skip.
  */
 export function validateClockUpdate(author: string, next: Clock, inputs: readonly Clock[]): Validation {
-  const expected = clockMerge(new Map(), ...inputs) as Map<string, number>
-  expected.set(author, (expected.get(author) ?? 0) + 1)
-  if (clockCompare(next, expected) === 'equal') return VALID
+  const expected = clockUpdate(author, clockInit(), inputs)
+  if (clockEquals(next, expected)) return VALID
   for (const [id, n] of next) {
     const want = expected.get(id) ?? 0
     if (n !== want) {

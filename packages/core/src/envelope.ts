@@ -216,12 +216,16 @@ export type EnvelopeUnit =
 /**
  * The units an audit decides on, in order: every regular op on its own, then
  * each safe group (a non-atomic group is one unit per update). Tags are
- * `${authorId}:${seq}:${n}` with n counting ops across the whole envelope.
+ * `${first 12 bytes of the envelope id, base64url}:${n}` with n counting ops
+ * across the whole envelope.
  */
 export function envelopeUnits(env: Envelope): EnvelopeUnit[] {
   const out: EnvelopeUnit[] = []
   let n = 0
-  const tag = (): string => `${env.authorId}:${env.seq}:${n++}`
+  // Tags come from the envelope id, not from (author, seq): two conflicting envelopes of one
+  // author must never share a tag, or undoing the loser would undo the winner too.
+  const prefix = toBase64Url(env.id.subarray(0, 12))
+  const tag = (): string => `${prefix}:${n++}`
   for (const u of env.updates) for (const op of u.ops) out.push({ kind: 'op', unit: out.length, key: u.key, decl: u.decl, op, tag: tag() })
   for (const g of env.safe) {
     if (g.atomic) {

@@ -52,7 +52,11 @@ export interface ReplicaOptions {
   readonly authorize?: Authorize
   /** Stable history entries kept in memory per object (older ones live in the store). */
   readonly historyLimit?: number
-  /** Commits an envelope may wait for its author's missing sequence numbers before it is dropped as 'gap'. */
+  /**
+   * How far (in commit positions: consensus rounds when the caller passes
+   * them, else commit calls) an envelope may wait for its author's missing
+   * sequence numbers before it is dropped as 'gap'.
+   */
   readonly gapWaitCommits?: number
   /** Envelopes per author that may wait for a gap at once; more are dropped as 'gap'. */
   readonly maxWaitingPerAuthor?: number
@@ -72,6 +76,7 @@ interface Pending {
   readonly env: Envelope
   /** Tags of the ops that were applied to the prospective state. */
   readonly applied: Set<string>
+  readonly keys: ReadonlySet<string>
 }
 
 interface AuthorState {
@@ -113,6 +118,8 @@ export class ReliableReplica {
   private readonly histories = new Map<string, HistoryEntry[]>()
   private readonly authors = new Map<string, AuthorState>()
   private readonly pending = new Map<string, Pending>()
+  /** key → pending envelopes touching it. */
+  private readonly pendingKeys = new Map<string, number>()
   /** author:seq → ids of pending envelopes claiming that slot. */
   private readonly slots = new Map<string, Set<string>>()
   private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
@@ -167,6 +174,18 @@ export class ReliableReplica {
     return [...new Set([...this.prospectiveObjects.keys(), ...this.stableObjects.keys()])].sort()
   }
 
+  /**
+   * Whether the audit already decided this envelope's (author, seq):
+   * 'duplicate' when it decided this very envelope (or one too old to tell),
+   * 'conflict' when it decided another one, null when the slot is still open.
+   */
+  decided(env: Envelope): 'duplicate' | 'conflict' | null {
+    const author = this.authors.get(env.authorId)
+    if (!author || env.seq > author.seq) return null
+    const id = author.recent.get(env.seq)
+    return id === undefined || id === env.idHex ? 'duplicate' : 'conflict'
+  }
+
   /** The next sequence number the audit expects from `author`. */
   nextSeq(author: string): number {
     return (this.authors.get(author)?.seq ?? 0) + 1
@@ -200,12 +219,9 @@ export class ReliableReplica {
     this.checkSpace(env)
     const changed = new Set<string>()
     if (this.pending.has(env.idHex)) return { status: 'duplicate', changed }
-    const author = this.authors.get(env.authorId)
-    if (author && env.seq <= author.seq) {
-      // Already decided: applied at commit time if it was the one committed.
-      const decidedId = author.recent.get(env.seq)
-      return { status: decidedId === env.idHex || decidedId === undefined ? 'duplicate' : 'conflict', changed }
-    }
+    // Already decided: applied at commit time if it was the one committed.
+    const verdict = this.decided(env)
+    if (verdict) return { status: verdict, changed }
     const applied = new Set<string>()
     for (const unit of envelopeUnits(env)) {
       for (const item of itemsOf(unit)) {
@@ -215,7 +231,9 @@ export class ReliableReplica {
         }
       }
     }
-    this.pending.set(env.idHex, { env, applied })
+    const keys = new Set(envelopeUnits(env).flatMap((u) => itemsOf(u).map((i) => i.key)))
+    for (const key of keys) this.pendingKeys.set(key, (this.pendingKeys.get(key) ?? 0) + 1)
+    this.pending.set(env.idHex, { env, applied, keys })
     const slot = slotOf(env)
     let ids = this.slots.get(slot)
     if (!ids) this.slots.set(slot, (ids = new Set()))
@@ -227,11 +245,14 @@ export class ReliableReplica {
 
   /**
    * Audits one committed batch (the envelopes a consensus commit ordered, in
-   * order). Call it for every commit, also empty ones: waiting envelopes
-   * time out in commits, so every replica must count the same commits.
+   * order). `at` is the commit's position (its anchor round); gap waits are
+   * measured in it. Without `at`, every call counts one, and then every
+   * replica must be given every commit, empty ones too.
    */
-  commit(batch: readonly Envelope[]): CommitResult {
-    this.commits++
+  commit(batch: readonly Envelope[], at?: number): CommitResult {
+    // Positions only grow: a replica that sees only some commits (a client
+    // replaying attested ones) still times out gaps exactly like the relays.
+    this.commits = at === undefined ? this.commits + 1 : Math.max(this.commits, at)
     const decisions: Decision[] = []
     const changed = new Set<string>()
     for (const env of batch) this.audit(env, decisions, changed)
@@ -383,6 +404,15 @@ export class ReliableReplica {
       const ids = this.slots.get(slot)
       ids?.delete(env.idHex)
       if (ids?.size === 0) this.slots.delete(slot)
+      for (const key of p.keys) {
+        const left = (this.pendingKeys.get(key) ?? 1) - 1
+        if (left > 0) this.pendingKeys.set(key, left)
+        else {
+          this.pendingKeys.delete(key)
+          // Nothing pending and nothing stable: the object never existed.
+          if (!this.stableObjects.has(key)) this.prospectiveObjects.delete(key)
+        }
+      }
     }
     for (const key of changed) this.alignDeclaration(key)
   }
@@ -390,8 +420,14 @@ export class ReliableReplica {
   private applyStable(env: Envelope, item: Item): ApplyResult {
     const check = this.admissible(env, item)
     if (!check.ok) return check
-    const obj = this.stableObject(item.key, item.decl)
-    return asGeneric(obj.crdt).tryApply(item.op, { replica: env.authorId, tag: item.tag })
+    const ctx = { replica: env.authorId, tag: item.tag }
+    const existing = this.stableObjects.get(item.key)
+    if (existing) return asGeneric(existing.crdt).tryApply(item.op, ctx)
+    // Only an op that applies may fix a key's declaration.
+    const fresh: Obj = { decl: item.decl, crdt: createCrdt(item.decl) }
+    const result = asGeneric(fresh.crdt).tryApply(item.op, ctx)
+    if (result.ok) this.stableObjects.set(item.key, fresh)
+    return result
   }
 
   private applyAtomic(env: Envelope, items: readonly Item[]): ApplyResult {
@@ -424,15 +460,6 @@ export class ReliableReplica {
       if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
     }
     return { ok: true }
-  }
-
-  private stableObject(key: string, decl: Declaration): Obj {
-    let obj = this.stableObjects.get(key)
-    if (!obj) {
-      obj = { decl, crdt: createCrdt(decl) }
-      this.stableObjects.set(key, obj)
-    }
-    return obj
   }
 
   /** Applies without checks; false when the object exists under another declaration. */

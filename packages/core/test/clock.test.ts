@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { clockCompare, clockInit, clockMerge, clockUpdate, decodeClock, encodeClock, type Clock } from '../src/clock.ts'
+import { clockCompare, clockEquals, clockFrom, clockInit, clockMerge, clockUpdate, decodeClock, encodeClock, type Clock, type Ordering } from '../src/clock.ts'
+import { decode, encode } from '../src/codec.ts'
 import {
   allowAuthors,
   attest,
@@ -18,7 +19,7 @@ import { isSteadError } from '../src/errors.ts'
 const ids = ['a', 'b', 'c', 'd']
 const clockArb: fc.Arbitrary<Clock> = fc
   .array(fc.tuple(fc.constantFrom(...ids), fc.integer({ min: 1, max: 5 })), { maxLength: 4 })
-  .map((entries) => new Map(entries))
+  .map((entries) => clockFrom(entries))
 
 const flip = { before: 'after', after: 'before', equal: 'equal', concurrent: 'concurrent' } as const
 
@@ -66,9 +67,11 @@ describe('logical clock laws', () => {
     )
   })
   it('inputs are never mutated', () => {
-    const c = new Map([['a', 1]])
-    clockUpdate('a', c, [new Map([['b', 2]])])
-    clockMerge(c, new Map([['a', 5]]))
+    const c = clockFrom([['a', 1]])
+    clockUpdate('a', c, [clockFrom([['b', 2]])])
+    clockUpdate('b', c)
+    clockMerge(c, clockFrom([['a', 5]]))
+    clockMerge(c, clockFrom([['0', 5]]))
     expect([...c]).toEqual([['a', 1]])
     expect(clockInit().size).toBe(0)
   })
@@ -88,15 +91,137 @@ describe('logical clock laws', () => {
   })
 })
 
+// The straightforward Map clock that Clock replaced, as the reference: absent ids count as 0.
+type RefClock = ReadonlyMap<string, number>
+const at = (c: RefClock, id: string): number => c.get(id) ?? 0
+function refCompare(a: RefClock, b: RefClock): Ordering {
+  let le = true
+  let ge = true
+  for (const id of new Set([...a.keys(), ...b.keys()])) {
+    if (at(a, id) > at(b, id)) le = false
+    if (at(a, id) < at(b, id)) ge = false
+  }
+  return le && ge ? 'equal' : le ? 'before' : ge ? 'after' : 'concurrent'
+}
+function refMerge(...cs: RefClock[]): Map<string, number> {
+  const out = new Map<string, number>()
+  for (const c of cs) for (const [id, n] of c) out.set(id, Math.max(n, out.get(id) ?? 0))
+  return out
+}
+/** A Clock's expected entries: the reference's nonzero ones, in ascending id (UTF-16) order. */
+const canonical = (c: RefClock): Array<[string, number]> => [...c].filter(([, n]) => n > 0).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))
+
+// Ids from a small pool (so clocks overlap) plus arbitrary strings (so order is
+// exercised beyond ASCII); zero counters, which Clock drops, included on purpose.
+const refId = fc.oneof(fc.constantFrom('a', 'b', 'ab', 'B', 'é', '😀', 'zz'), fc.string({ minLength: 1, maxLength: 6, unit: 'grapheme' }))
+const refArb: fc.Arbitrary<RefClock> = fc
+  .array(fc.tuple(refId, fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 4 }), fc.maxSafeNat())), { maxLength: 40 })
+  .map((entries) => new Map(entries))
+// Locally built, or decoded from msgpack bytes (ids then come out of msgpackr's decoder, as from the wire).
+const toClock = (r: RefClock, wire: boolean): Clock => {
+  const c = clockFrom(r)
+  return wire ? decodeClock(decode(encode(encodeClock(c))), 1_000) : c
+}
+/** Mostly-shared pairs: b is a with some entries changed, as for the clocks replicas actually compare. */
+const pairArb = fc.oneof(
+  fc.tuple(refArb, refArb),
+  fc.tuple(refArb, fc.array(fc.tuple(refId, fc.integer({ min: -2, max: 2 })), { maxLength: 4 })).map(([a, edits]): [RefClock, RefClock] => {
+    const b = new Map(a)
+    for (const [id, d] of edits) b.set(id, Math.max(0, at(a, id) + d))
+    return [a, b]
+  }),
+)
+
+describe('Clock agrees with a Map reference', () => {
+  it('compare and equals', () => {
+    fc.assert(
+      fc.property(pairArb, fc.boolean(), fc.boolean(), ([ra, rb], wa, wb) => {
+        const a = toClock(ra, wa)
+        const b = toClock(rb, wb)
+        const want = refCompare(ra, rb)
+        expect(clockCompare(a, b)).toBe(want)
+        expect(clockEquals(a, b)).toBe(want === 'equal')
+        // One representation per clock: deep equality is clock equality.
+        if (want === 'equal') expect(a).toEqual(b)
+      }),
+      { numRuns: 500 },
+    )
+  })
+  it('compare of clocks derived from one clock (which may share its storage)', () => {
+    const sub = (r: RefClock, of: RefClock): RefClock => new Map([...r].filter(([id]) => at(of, id) > 0))
+    fc.assert(
+      fc.property(refArb, refArb, refArb, fc.nat(), fc.nat(), fc.boolean(), (ra, rb, rc, k1, k2, wire) => {
+        const a = toClock(ra, wire)
+        const own = [...a.keys()]
+        const pick = (k: number): string => own[k % own.length] ?? 'a'
+        // Updates at ids a has, and merges of clocks over a's ids, keep a's ids.
+        const variants: Array<[Clock, RefClock]> = [
+          [a, ra],
+          [clockUpdate(pick(k1), a), refMerge(ra, new Map([[pick(k1), at(ra, pick(k1)) + 1]]))],
+          [clockUpdate(pick(k2), a), refMerge(ra, new Map([[pick(k2), at(ra, pick(k2)) + 1]]))],
+          [clockMerge(a, toClock(sub(rb, ra), !wire)), refMerge(ra, sub(rb, ra))],
+          [clockMerge(toClock(sub(rc, ra), wire), a), refMerge(ra, sub(rc, ra))],
+        ]
+        for (const [x, rx] of variants) for (const [y, ry] of variants) expect(clockCompare(x, y)).toBe(refCompare(rx, ry))
+      }),
+    )
+  })
+  it('merge and update', () => {
+    fc.assert(
+      fc.property(pairArb, fc.array(refArb, { maxLength: 3 }), refId, fc.boolean(), ([ra, rb], rest, id, wire) => {
+        const a = toClock(ra, wire)
+        const b = toClock(rb, !wire)
+        const others = rest.map((r) => toClock(r, wire))
+        const merged = clockMerge(a, b, ...others)
+        const want = refMerge(ra, rb, ...rest)
+        expect([...merged]).toEqual(canonical(want))
+        expect(clockCompare(merged, toClock(want, false))).toBe('equal')
+        const next = clockUpdate(id, a, [b, ...others])
+        want.set(id, at(want, id) + 1)
+        expect([...next]).toEqual(canonical(want))
+      }),
+      { numRuns: 500 },
+    )
+  })
+  it('lookups, size and iteration', () => {
+    fc.assert(
+      fc.property(refArb, fc.boolean(), refId, (r, wire, probe) => {
+        const c = toClock(r, wire)
+        const entries = canonical(r)
+        expect(c.size).toBe(entries.length)
+        expect([...c.entries()]).toEqual(entries)
+        expect([...c.keys()]).toEqual(entries.map(([id]) => id))
+        for (const id of [probe, ...r.keys()]) {
+          expect(c.get(id)).toBe(at(r, id) > 0 ? r.get(id) : undefined)
+          expect(c.has(id)).toBe(at(r, id) > 0)
+        }
+        expect(encodeClock(c)).toEqual(entries.flat())
+      }),
+    )
+  })
+  it('clockFrom: last counter wins, zeros are dropped, counters are checked', () => {
+    expect([...clockFrom([['b', 1], ['a', 2], ['b', 3], ['c', 0]])]).toEqual([['a', 2], ['b', 3]])
+    expect(clockFrom(new Map([['c', 1], ['a', 1]]))).toEqual(clockFrom([['a', 1], ['c', 1]]))
+    expect(clockFrom([['a', 0]])).toEqual(clockInit())
+    for (const bad of [-1, 1.5, NaN, Infinity, 2 ** 53]) expect(() => clockFrom([['a', bad]])).toThrow(RangeError)
+  })
+  it('update inserts a new id in order', () => {
+    const c = clockFrom([['b', 1], ['d', 1]])
+    for (const id of ['a', 'c', 'e']) expect([...clockUpdate(id, c).keys()]).toEqual([...'bd', id].sort())
+    expect(clockUpdate('b', c).get('b')).toBe(2)
+    expect([...clockUpdate('x', clockInit())]).toEqual([['x', 1]])
+  })
+})
+
 describe('Chrono validators', () => {
   it('update validator: an author may advance only its own entry, by exactly one', () => {
-    const prev = new Map([['a', 1], ['b', 2]])
-    expect(validateClockUpdate('a', new Map([['a', 2], ['b', 2]]), [prev]).ok).toBe(true)
-    const skip = validateClockUpdate('a', new Map([['a', 3], ['b', 2]]), [prev])
+    const prev = clockFrom([['a', 1], ['b', 2]])
+    expect(validateClockUpdate('a', clockFrom([['a', 2], ['b', 2]]), [prev]).ok).toBe(true)
+    const skip = validateClockUpdate('a', clockFrom([['a', 3], ['b', 2]]), [prev])
     expect(!skip.ok && skip.reason).toBe('bad-clock')
-    const other = validateClockUpdate('a', new Map([['a', 2], ['b', 3]]), [prev])
+    const other = validateClockUpdate('a', clockFrom([['a', 2], ['b', 3]]), [prev])
     expect(!other.ok && other.detail).toMatch(/entry b/)
-    const dropped = validateClockUpdate('a', new Map([['a', 2]]), [prev])
+    const dropped = validateClockUpdate('a', clockFrom([['a', 2]]), [prev])
     expect(dropped.ok).toBe(false)
   })
   it('monotonicity validator: no repeats with other content, no going back', () => {
@@ -117,8 +242,8 @@ describe('Chrono validators', () => {
   })
   it('application validator: allow-list', () => {
     const v = allowAuthors(new Set(['a']))
-    expect(v('a', new Map(), null).ok).toBe(true)
-    const no = v('b', new Map(), null)
+    expect(v('a', clockInit(), null).ok).toBe(true)
+    const no = v('b', clockInit(), null)
     expect(!no.ok && no.reason).toBe('unauthorized')
   })
   it('quorum thresholds: f+1 stateless, ceil((N+f+1)/2) stateful', () => {

@@ -1,5 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { clockFrom } from '../src/clock.ts'
 import { asSigned, decode, encode, encodeSigned } from '../src/codec.ts'
 import { nobleCrypto } from '../src/crypto/noble.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
@@ -13,7 +14,7 @@ const identity = { secretKey, publicKey: await crypto.publicKeyOf(secretKey) }
 const draft: EnvelopeDraft = {
   space: 'bank',
   seq: 3,
-  clock: new Map([['x0000000000000000', 2]]),
+  clock: clockFrom([['x0000000000000000', 2]]),
   deps: [new Uint8Array(32).fill(1)],
   updates: [
     { key: 'acct:alice', decl: { type: 'counter', bounds: { min: 0 } }, ops: [5] },
@@ -70,7 +71,8 @@ describe('envelopes', () => {
     const units = envelopeUnits(env)
     expect(units.map((u) => u.kind)).toEqual(['op', 'op', 'op', 'group', 'group'])
     const tags = units.flatMap((u) => (u.kind === 'op' ? [u.tag] : u.items.map((i) => i.tag)))
-    expect(tags).toEqual([0, 1, 2, 3, 4, 5].map((n) => `${env.authorId}:3:${n}`))
+    const prefix = Buffer.from(env.id.subarray(0, 12)).toString('base64url')
+    expect(tags).toEqual([0, 1, 2, 3, 4, 5].map((n) => `${prefix}:${n}`))
   })
 
   it('refuses to seal what peers would refuse', async () => {
@@ -133,7 +135,7 @@ describe('envelopes', () => {
     expect(await reasonOf(sealEnvelope(crypto, identity, big, limits))).toBe('too-large')
     const manyOps = { ...draft, updates: [{ key: 'k', decl: { type: 'set' as const, bounds: {} }, ops: [1, 2, 3, 4].map((n) => ['a', n] as const) }], safe: [] }
     expect(await reasonOf(sealEnvelope(crypto, identity, manyOps, { ...limits, maxEnvelopeBytes: 10_000 }))).toBe('too-large')
-    const bigClock = { ...draft, clock: new Map([['a', 1], ['b', 1], ['c', 1]]) }
+    const bigClock = { ...draft, clock: clockFrom([['a', 1], ['b', 1], ['c', 1]]) }
     expect(await reasonOf(sealEnvelope(crypto, identity, bigClock, { ...limits, maxEnvelopeBytes: 10_000, maxOpsPerEnvelope: 100 }))).toBe('too-large')
     expect(() => decode(new Uint8Array(300), 200)).toThrowError(expect.objectContaining({ reason: 'too-large' }))
   })

@@ -11,6 +11,7 @@ import {
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import {
   ByzantineBehaviour,
+  SYNC_BATCH,
   ConsensusCore,
   type ByzantineStrategy as Strategy,
   decodeMessage,
@@ -103,7 +104,7 @@ interface Disk {
   certs: Certificate[]
   commits: Array<{ anchorRound: number; ordered: readonly string[]; payloadIds: readonly string[] }>
   /** Payload of each commit, for rebuilding the replica after a restart. */
-  batches: Uint8Array[][]
+  batches: Array<{ anchorRound: number; frames: Uint8Array[] }>
 }
 
 interface Host {
@@ -448,7 +449,7 @@ class Simulation {
           break
         case 'commit':
           trace(`commit relay ${host.id} anchor ${o.commit.anchorRound} ids ${o.commit.payloadIds.map((i) => i.slice(0, 6)).join(',')}`)
-          this.onCommit(host, o.commit.payload, o.commit.payloadIds)
+          this.onCommit(host, o.commit.anchorRound, o.commit.payload, o.commit.payloadIds)
           break
         case 'archive-request':
           this.serveArchive(host, o.to, o.query)
@@ -533,16 +534,16 @@ class Simulation {
     for (const round of this.certOwners.keys()) if (round < horizon) this.certOwners.delete(round)
   }
 
-  private onCommit(host: Host, payload: readonly Uint8Array[], ids: readonly string[]): void {
+  private onCommit(host: Host, anchorRound: number, payload: readonly Uint8Array[], ids: readonly string[]): void {
     host.anchors++
-    if (this.options.persist !== false) host.disk.batches.push([...payload])
+    if (this.options.persist !== false) host.disk.batches.push({ anchorRound, frames: [...payload] })
     const batch: Envelope[] = []
     for (const frame of payload) {
       const env = this.envelopeOf(frame)
       if (!env) throw new Violation(`relay ${host.id} committed an invalid envelope`)
       batch.push(env)
     }
-    this.audit(host, batch)
+    this.audit(host, batch, anchorRound)
     if (host.strategy) return
     for (const id of ids) {
       const i = host.committedIds.length
@@ -553,8 +554,8 @@ class Simulation {
     }
   }
 
-  private audit(host: Host, batch: Envelope[]): void {
-    const result = host.replica.commit(batch)
+  private audit(host: Host, batch: Envelope[], anchorRound: number): void {
+    const result = host.replica.commit(batch, anchorRound)
     trace(`audit relay ${host.id} batch ${batch.map((e) => e.authorId.slice(0, 4) + ':' + e.seq).join(',')} -> index ${host.replica.stableIndex} ${result.decisions.map((d) => d.kind + ':' + d.env.authorId.slice(0, 4) + ':' + d.env.seq).join(',')}`)
     if (host.strategy) return
     for (const d of result.decisions) {
@@ -585,7 +586,7 @@ class Simulation {
     const certs = host.disk.certs
       .filter((c) => (wanted ? wanted.has(c.block.digestHex) : c.block.header.round >= (query as { fromRound: number }).fromRound && c.block.header.round <= (query as { toRound: number }).toRound))
       .sort((a, b) => a.block.header.round - b.block.header.round)
-      .slice(0, 500)
+      .slice(0, SYNC_BATCH)
     if (certs.length) this.send(host, to, { kind: 'certs', certs })
   }
 
@@ -607,7 +608,7 @@ class Simulation {
     host.core = this.newCore(id, recovered)
     // The stable state is rebuilt from the committed batches on disk.
     host.replica = new ReliableReplica({ space: SPACE })
-    for (const batch of host.disk.batches) host.replica.commit(batch.map((f) => this.envelopeOf(f) as Envelope))
+    for (const b of host.disk.batches) host.replica.commit(b.frames.map((f) => this.envelopeOf(f) as Envelope), b.anchorRound)
     host.up = true
     this.handle(host, host.core.start())
   }

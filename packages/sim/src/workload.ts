@@ -1,4 +1,4 @@
-import { sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
+import { clockInit, sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -56,7 +56,7 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
     const me = await identity(`sim-client-${c}`)
     const list: Envelope[] = []
     for (let seq = 1; seq <= perClient; seq++) {
-      list.push(await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, clock: new Map(), deps: [], ...randomParts(rng, c, seq) }))
+      list.push(await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, clock: clockInit(), deps: [], ...randomParts(rng, c, seq) }))
     }
     honest.push(list)
   }
@@ -64,11 +64,11 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
   if (byzantineClient) {
     const evil = await identity('sim-byzantine-client')
     for (let seq = 1; seq <= Math.max(2, perClient >> 1); seq++) {
-      const a = await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq, clock: new Map(), deps: [], updates: [{ key: 'acct:0', decl: ACCOUNTS, ops: [seq] }], safe: [] })
+      const a = await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq, clock: clockInit(), deps: [], updates: [{ key: 'acct:0', decl: ACCOUNTS, ops: [seq] }], safe: [] })
       const b = await sealEnvelope(nodeCrypto, evil, {
         space: SPACE,
         seq,
-        clock: new Map(),
+        clock: clockInit(),
         deps: [],
         updates: [],
         safe: [{ atomic: false, updates: [{ key: 'acct:1', decl: ACCOUNTS, op: -seq }] }],

@@ -95,6 +95,9 @@ export interface RecoveredState {
   readonly commits: ReadonlyArray<{ readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }>
 }
 
+/** Certificates per catch-up answer: well under the mesh's frame limit even with full blocks. */
+export const SYNC_BATCH = 200
+
 interface Node {
   readonly cert: Certificate
   readonly round: number
@@ -143,6 +146,7 @@ export class ConsensusCore {
   private readonly suspended = new Map<string, { from: number; message: Message; missing: Set<string>; round: number }>()
   /** missing parent digest → digests of the suspended blocks and certificates waiting for it. */
   private readonly waitingOn = new Map<string, Set<string>>()
+  private readonly suspendedBy = new Map<number, number>()
   /** Digests fetched since the last resend timer, and the round we last asked to sync from. */
   private readonly requested = new Set<string>()
   private syncedAtRound = -1
@@ -150,7 +154,7 @@ export class ConsensusCore {
   private queue: Array<{ frame: Uint8Array; info: PayloadInfo }> = []
   private readonly queuedIds = new Set<string>()
   /** slot → envelope id, for every envelope in a block we voted for or proposed. */
-  private readonly slots = new Map<string, string>()
+  private readonly slots = new Map<string, { idHex: string; round: number }>()
 
   private lastCommittedRound = 0
   private readonly ordered = new Set<string>()
@@ -248,11 +252,11 @@ export class ConsensusCore {
     if (this.queuedIds.has(info.idHex) || this.orderedPayload.has(info.idHex)) return { status: 'duplicate', outputs: [] }
     const holder = this.slots.get(info.slot)
     // The same envelope again is queued again: the block that carried it may never be certified.
-    if (holder !== undefined && holder !== info.idHex) return { status: 'conflict', outputs: [] }
+    if (holder !== undefined && holder.idHex !== info.idHex) return { status: 'conflict', outputs: [] }
     if (this.queue.length >= this.maxQueued) throw new SteadError('too-large', `${this.queue.length} envelopes already wait for a block`)
     this.queue.push({ frame, info })
     this.queuedIds.add(info.idHex)
-    this.slots.set(info.slot, info.idHex)
+    this.slots.set(info.slot, { idHex: info.idHex, round: this.round + 1 })
     const out: Output[] = []
     this.advance(out)
     return { status: 'queued', outputs: out }
@@ -270,9 +274,14 @@ export class ConsensusCore {
       case 'cert':
         this.onCertificate(from, message.cert, out)
         break
-      case 'certs':
-        for (const cert of [...message.certs].sort((a, b) => a.block.header.round - b.block.header.round)) this.onCertificate(from, cert, out)
+      case 'certs': {
+        const sorted = [...message.certs].sort((a, b) => a.block.header.round - b.block.header.round)
+        for (const cert of sorted) this.onCertificate(from, cert, out)
+        // A full answer means more is waiting: keep pulling while behind.
+        const last = sorted[sorted.length - 1]?.block.header.round ?? 0
+        if (sorted.length >= SYNC_BATCH) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last + 1 } })
         break
+      }
       case 'fetch': {
         const certs: Certificate[] = []
         const archived: string[] = []
@@ -330,7 +339,9 @@ export class ConsensusCore {
     const { round, author } = block.header
     if (from !== author) return this.reject(from, 'unauthorized', `relay ${from} relayed a block of ${author}`, out)
     if (round > this.round + this.maxRoundsAhead) return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.round}`, out)
-    if (round <= this.gcRound()) return
+    // At the horizon we no longer hold the parents, so we cannot check them: no vote.
+    const gc = this.gcRound()
+    if (round <= gc || (gc > 0 && round === gc + 1)) return
     const key = `${author}:${round}`
     const votedFor = this.voted.get(key)
     if (votedFor !== undefined) {
@@ -432,8 +443,12 @@ export class ConsensusCore {
       if (waiting.message.kind === 'block' && message.kind === 'cert') waiting.message = message
       return
     }
-    if (this.suspended.size >= this.maxSuspended) return this.reject(from, 'too-large', 'too many blocks waiting for parents', out)
+    // Bounded per sender, so one relay's flood cannot crowd out the others' blocks.
+    const mine = (this.suspendedBy.get(from) ?? 0) + 1
+    if (mine > Math.ceil(this.maxSuspended / this.n)) return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for parents`, out)
+    this.suspendedBy.set(from, mine)
     this.suspended.set(digest, { from, message, missing: new Set(missing), round })
+
     for (const m of missing) {
       let waiters = this.waitingOn.get(m)
       if (!waiters) this.waitingOn.set(m, (waiters = new Set()))
@@ -449,6 +464,13 @@ export class ConsensusCore {
     }
   }
 
+  private unsuspend(key: string, from: number): void {
+    this.suspended.delete(key)
+    const left = (this.suspendedBy.get(from) ?? 1) - 1
+    if (left > 0) this.suspendedBy.set(from, left)
+    else this.suspendedBy.delete(from)
+  }
+
   /** A certificate arrived: retry whatever waited for it. */
   private resume(digest: string, out: Output[]): void {
     const waiters = this.waitingOn.get(digest)
@@ -457,7 +479,7 @@ export class ConsensusCore {
     for (const key of waiters) {
       const s = this.suspended.get(key)
       if (!s || !s.missing.delete(digest) || s.missing.size > 0) continue
-      this.suspended.delete(key)
+      this.unsuspend(key, s.from)
       if (s.message.kind === 'block') this.onBlock(s.from, s.message.block, out)
       else if (s.message.kind === 'cert') this.onCertificate(s.from, s.message.cert, out)
     }
@@ -482,7 +504,7 @@ export class ConsensusCore {
     for (const frame of block.header.payload) {
       const info = this.inspect(frame)
       if (info instanceof SteadError) continue
-      if (!this.slots.has(info.slot)) this.slots.set(info.slot, info.idHex)
+      if (!this.slots.has(info.slot)) this.slots.set(info.slot, { idHex: info.idHex, round: block.header.round })
     }
   }
 
@@ -664,7 +686,9 @@ export class ConsensusCore {
     for (const [round] of this.ownBlocks) if (round <= gc) this.ownBlocks.delete(round)
     for (const key of this.voted.keys()) if (Number(key.slice(key.indexOf(':') + 1)) <= gc) this.voted.delete(key)
     for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
-    for (const [key, s] of this.suspended) if (s.round <= gc) this.suspended.delete(key)
+    for (const [key, s] of this.suspended) if (s.round <= gc) this.unsuspend(key, s.from)
+    for (const [slot, holder] of this.slots) if (holder.round <= gc) this.slots.delete(slot)
+    for (const r of this.votesForOwn.keys()) if (r <= gc) this.votesForOwn.delete(r)
     for (const [d, waiters] of this.waitingOn) {
       for (const key of waiters) if (!this.suspended.has(key)) waiters.delete(key)
       if (waiters.size === 0) this.waitingOn.delete(d)
@@ -678,7 +702,7 @@ export class ConsensusCore {
     const lowest = this.gcRound() + 1
     if (fromRound < lowest) out.push({ type: 'archive-request', to: from, query: { fromRound, toRound: lowest - 1 } })
     const certs: Certificate[] = []
-    for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < 500; r++) {
+    for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < SYNC_BATCH; r++) {
       for (const node of this.dag.get(r)?.values() ?? []) certs.push(node.cert)
     }
     if (certs.length) out.push({ type: 'send', to: from, message: { kind: 'certs', certs } })

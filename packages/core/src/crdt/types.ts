@@ -3,7 +3,7 @@ import type { ErrorReason } from '../errors.ts'
 /**
  * Who applies an operation and under which unique tag. Operations on the
  * wire carry neither: both are derived from the envelope that carries the
- * operation (author id, and `${author}:${seq}:${index}`), so every replica
+ * operation (author id, and `${envelope id prefix}:${index}`), so every replica
  * computes the same context and a client cannot forge another author's.
  */
 export interface OpContext {

@@ -1,0 +1,187 @@
+import { DEFAULT_LIMITS, asSigned, decode, encode, expect, type Signed } from './codec.ts'
+import { SteadError, type ErrorReason } from './errors.ts'
+
+/**
+ * The client ↔ relay protocol over a WebSocket: one msgpack array per
+ * binary frame, the first element names the message. Shared by the relay
+ * and the SDK so both validate the same shapes.
+ *
+ * A session: the relay sends `challenge`; the client answers `hello` with
+ * its public key and a signature over `authBytes(nonce, relayKey)`; the relay
+ * answers `welcome`. Then the client may `subscribe` to spaces (from a stable
+ * index, to resume) and `submit` envelopes; the relay streams `envelope`
+ * (certified, for prospective state) and `commit` (audited, with a signed
+ * attestation) messages for subscribed spaces.
+ */
+
+export type ClientMessage =
+  | { readonly type: 'hello'; readonly publicKey: Uint8Array; readonly sig: Uint8Array }
+  | { readonly type: 'subscribe'; readonly space: string; readonly fromIndex: number }
+  | { readonly type: 'unsubscribe'; readonly space: string }
+  | { readonly type: 'submit'; readonly id: number; readonly envelope: Uint8Array }
+  | { readonly type: 'ping'; readonly n: number }
+
+export type RelayMessage =
+  | { readonly type: 'challenge'; readonly nonce: Uint8Array; readonly relay: number; readonly relayKey: Uint8Array }
+  | { readonly type: 'welcome'; readonly relay: number; readonly n: number; readonly f: number }
+  /** `id` is the submit it answers, or null for a session-level error. */
+  | { readonly type: 'error'; readonly id: number | null; readonly reason: ErrorReason; readonly detail: string }
+  | { readonly type: 'accepted'; readonly id: number; readonly status: 'queued' | 'duplicate' }
+  | { readonly type: 'envelope'; readonly space: string; readonly envelope: Uint8Array }
+  | { readonly type: 'commit'; readonly space: string; readonly attestation: Signed; readonly envelopes: readonly Uint8Array[] }
+  | { readonly type: 'pong'; readonly n: number }
+
+/** What a client signs to prove it holds its key: bound to this relay and this session's nonce. */
+export function authBytes(nonce: Uint8Array, relayKey: Uint8Array): Uint8Array {
+  return encode(['stead/auth/v1', nonce, relayKey])
+}
+
+/**
+ * A relay's signed statement about one audited commit of a space. Correct
+ * relays produce identical bytes for the same commit, so a client trusts a
+ * commit once f+1 relays sent the same bytes with valid signatures.
+ */
+export interface Attestation {
+  readonly space: string
+  /** Stable index before and after this commit. */
+  readonly fromIndex: number
+  readonly toIndex: number
+  /** [envelope id, outcome] in audit order; outcome is 'committed' with per-unit results, or the drop reason. */
+  readonly decisions: ReadonlyArray<AttestedDecision>
+  /** sha256 of the stable snapshot after this commit. */
+  readonly stateHash: Uint8Array
+}
+
+export type AttestedDecision =
+  | readonly [id: Uint8Array, outcome: 'committed', index: number, rejected: ReadonlyArray<readonly [unit: number, reason: ErrorReason]>]
+  | readonly [id: Uint8Array, outcome: 'duplicate' | 'conflict' | 'gap' | 'malformed']
+
+const ATTEST_TAG = 'stead/attest/v1'
+
+export function encodeAttestation(a: Attestation): Uint8Array {
+  return encode([ATTEST_TAG, a.space, a.fromIndex, a.toIndex, a.decisions, a.stateHash])
+}
+
+export function decodeAttestation(bytes: Uint8Array): Attestation {
+  const v = expect.array(decode(bytes, DEFAULT_LIMITS.maxFrameBytes), 'attestation', 8)
+  if (v.length !== 6 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
+  const decisions = expect.array(v[4], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
+    const t = expect.array(d, `decisions[${i}]`, 4)
+    const id = expect.bytes(t[0], `decisions[${i}].id`, 32)
+    if (t[1] === 'committed') {
+      const rejected = expect.array(t[3], `decisions[${i}].rejected`, 100_000).map((r, j) => {
+        const pair = expect.array(r, `decisions[${i}].rejected[${j}]`, 2)
+        return [expect.uint(pair[0], 'unit'), expect.string(pair[1], 'reason', 32) as ErrorReason] as const
+      })
+      return [id, 'committed', expect.uint(t[2], `decisions[${i}].index`), rejected]
+    }
+    if (t[1] === 'duplicate' || t[1] === 'conflict' || t[1] === 'gap' || t[1] === 'malformed') return [id, t[1]]
+    throw new SteadError('malformed', `decisions[${i}] has unknown outcome ${JSON.stringify(t[1])}`)
+  })
+  return {
+    space: expect.string(v[1], 'attestation.space', DEFAULT_LIMITS.maxSpaceChars, 1),
+    fromIndex: expect.uint(v[2], 'attestation.fromIndex'),
+    toIndex: expect.uint(v[3], 'attestation.toIndex'),
+    decisions,
+    stateHash: expect.bytes(v[5], 'attestation.stateHash', 32),
+  }
+}
+
+/** Bytes a relay signs for a quorum read of a space's stable state. */
+export function stableReadBytes(space: string, index: number, stateHash: Uint8Array): Uint8Array {
+  return encode(['stead/stable-read/v1', space, index, stateHash])
+}
+
+export function encodeClientMessage(m: ClientMessage): Uint8Array {
+  switch (m.type) {
+    case 'hello':
+      return encode(['hello', m.publicKey, m.sig])
+    case 'subscribe':
+      return encode(['subscribe', m.space, m.fromIndex])
+    case 'unsubscribe':
+      return encode(['unsubscribe', m.space])
+    case 'submit':
+      return encode(['submit', m.id, m.envelope])
+    case 'ping':
+      return encode(['ping', m.n])
+  }
+}
+
+export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): ClientMessage {
+  const v = expect.array(decode(frame, maxBytes), 'message', 4)
+  const fields = (n: number) => {
+    if (v.length !== n) throw new SteadError('malformed', `${String(v[0])} takes ${n - 1} fields`)
+  }
+  switch (v[0]) {
+    case 'hello':
+      fields(3)
+      return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64) }
+    case 'subscribe':
+      fields(3)
+      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex') }
+    case 'unsubscribe':
+      fields(2)
+      return { type: 'unsubscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1) }
+    case 'submit': {
+      fields(3)
+      const envelope = v[2]
+      if (!(envelope instanceof Uint8Array)) throw new SteadError('malformed', 'submit carries the envelope frame as bytes')
+      return { type: 'submit', id: expect.uint(v[1], 'id'), envelope }
+    }
+    case 'ping':
+      fields(2)
+      return { type: 'ping', n: expect.uint(v[1], 'n') }
+    default:
+      throw new SteadError('malformed', `unknown client message ${JSON.stringify(v[0])}`)
+  }
+}
+
+export function encodeRelayMessage(m: RelayMessage): Uint8Array {
+  switch (m.type) {
+    case 'challenge':
+      return encode(['challenge', m.nonce, m.relay, m.relayKey])
+    case 'welcome':
+      return encode(['welcome', m.relay, m.n, m.f])
+    case 'error':
+      return encode(['error', m.id, m.reason, m.detail])
+    case 'accepted':
+      return encode(['accepted', m.id, m.status])
+    case 'envelope':
+      return encode(['envelope', m.space, m.envelope])
+    case 'commit':
+      return encode(['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes])
+    case 'pong':
+      return encode(['pong', m.n])
+  }
+}
+
+export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = 64 * 1024 * 1024): RelayMessage {
+  const v = expect.array(decode(frame, maxBytes), 'message', 5)
+  switch (v[0]) {
+    case 'challenge':
+      return { type: 'challenge', nonce: expect.bytes(v[1], 'nonce', 32), relay: expect.uint(v[2], 'relay'), relayKey: expect.bytes(v[3], 'relayKey', 32) }
+    case 'welcome':
+      return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f') }
+    case 'error':
+      return { type: 'error', id: v[1] === null ? null : expect.uint(v[1], 'id'), reason: expect.string(v[2], 'reason', 32) as ErrorReason, detail: expect.string(v[3], 'detail', 4096) }
+    case 'accepted': {
+      if (v[2] !== 'queued' && v[2] !== 'duplicate') throw new SteadError('malformed', 'accepted status must be queued or duplicate')
+      return { type: 'accepted', id: expect.uint(v[1], 'id'), status: v[2] }
+    }
+    case 'envelope': {
+      if (!(v[2] instanceof Uint8Array)) throw new SteadError('malformed', 'envelope frame must be bytes')
+      return { type: 'envelope', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelope: v[2] }
+    }
+    case 'commit': {
+      const envelopes = expect.array(v[3], 'commit.envelopes', 1_000_000).map((e) => {
+        if (!(e instanceof Uint8Array)) throw new SteadError('malformed', 'commit envelopes must be bytes')
+        return e
+      })
+      return { type: 'commit', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), attestation: asSigned(v[2]), envelopes }
+    }
+    case 'pong':
+      return { type: 'pong', n: expect.uint(v[1], 'n') }
+    default:
+      throw new SteadError('malformed', `unknown relay message ${JSON.stringify(v[0])}`)
+  }
+}

@@ -1,0 +1,153 @@
+import { decode, encode, fromHex, toHex, type Signed } from '@stead/core'
+import { open, type Database, type Key, type RootDatabase } from 'lmdb'
+import { openBlock, type Certificate, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
+
+/** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
+export interface StoredAttestation {
+  readonly attestation: Signed
+  readonly envelopes: readonly Uint8Array[]
+}
+
+/** Everything one drain of the relay's event loop makes durable, in one LMDB transaction. */
+export interface WriteBatch {
+  readonly records: readonly PersistRecord[]
+  /** Committed payload per consensus commit, in commit order: the replicas are rebuilt from these. */
+  readonly batches: ReadonlyArray<readonly Uint8Array[]>
+  readonly attestations: ReadonlyArray<{ readonly space: string; readonly toIndex: number; readonly value: StoredAttestation }>
+}
+
+type Bytes = Uint8Array
+
+/**
+ * The relay's durable state in LMDB. Consensus records (votes before they
+ * are sent, own blocks, certificates, commits), the committed batches the
+ * replicas are rebuilt from, and the attestations clients resume from.
+ * Values are bytes Stead encoded itself (msgpack), so the store never
+ * re-encodes what was signed.
+ */
+export class RelayStore {
+  private readonly root: RootDatabase<Bytes, Key>
+  private readonly votes: Database<Bytes, [number, number]>
+  private readonly own: Database<Bytes, number>
+  private readonly certs: Database<Bytes, [number, number]>
+  private readonly digests: Database<Bytes, string>
+  private readonly commits: Database<Bytes, number>
+  private readonly batches: Database<Bytes, number>
+  private readonly attest: Database<Bytes, [string, number]>
+  private nextBatch: number
+
+  private constructor(path: string) {
+    this.root = open<Bytes, Key>({ path, encoding: 'binary', maxDbs: 16 })
+    this.votes = this.root.openDB({ name: 'votes', encoding: 'binary' })
+    this.own = this.root.openDB({ name: 'own-blocks', encoding: 'binary' })
+    this.certs = this.root.openDB({ name: 'certs', encoding: 'binary' })
+    this.digests = this.root.openDB({ name: 'cert-digests', encoding: 'binary' })
+    this.commits = this.root.openDB({ name: 'commits', encoding: 'binary' })
+    this.batches = this.root.openDB({ name: 'batches', encoding: 'binary' })
+    this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
+    let last = 0
+    for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = key as number
+    this.nextBatch = last + 1
+  }
+
+  static open(path: string): RelayStore {
+    return new RelayStore(path)
+  }
+
+  /** Writes one drain's records atomically; resolves once they are on disk. */
+  async write(w: WriteBatch): Promise<void> {
+    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0) return
+    await this.root.transaction(() => {
+      for (const r of w.records) {
+        switch (r.kind) {
+          case 'vote':
+            this.votes.putSync([r.round, r.author], fromHex(r.digestHex))
+            break
+          case 'own-block':
+            this.own.putSync(r.block.header.round, encode([r.block.signed.bytes, r.block.signed.sig]))
+            break
+          case 'cert': {
+            const { round, author } = r.cert.block.header
+            this.certs.putSync([round, author], encodeCert(r.cert))
+            this.digests.putSync(r.cert.block.digestHex, encode([round, author]))
+            break
+          }
+          case 'commit':
+            this.commits.putSync(r.anchorRound, encode([r.ordered, r.payloadIds]))
+            break
+        }
+      }
+      for (const frames of w.batches) this.batches.putSync(this.nextBatch++, encode(frames))
+      for (const a of w.attestations) this.attest.putSync([a.space, a.toIndex], encode([[a.value.attestation.bytes, a.value.attestation.sig], a.value.envelopes]))
+    })
+  }
+
+  /**
+   * What the consensus core needs after a restart: votes, own blocks and
+   * certificates above the GC horizon, and the recent commits. Certificates
+   * are re-opened (signature checked): a corrupted store fails loudly here.
+   */
+  recover(crypto: SyncCrypto, committee: Committee, gcDepth: number): RecoveredState {
+    let lastAnchor = 0
+    for (const key of this.commits.getKeys({ reverse: true, limit: 1 })) lastAnchor = key as number
+    const horizon = Math.max(0, lastAnchor - 2 * gcDepth)
+    const votes: Array<{ author: number; round: number; digestHex: string }> = []
+    for (const { key, value } of this.votes.getRange({ start: [horizon, 0] })) votes.push({ round: key[0], author: key[1], digestHex: toHex(value) })
+    const ownBlocks = []
+    for (const { value } of this.own.getRange({ start: horizon })) {
+      const [bytes, sig] = decode(value) as [Bytes, Bytes]
+      ownBlocks.push(openBlock(crypto, committee, { bytes, sig }))
+    }
+    const certs: Certificate[] = []
+    for (const { value } of this.certs.getRange({ start: [horizon, 0] })) certs.push(decodeCert(crypto, committee, value))
+    const commits = []
+    for (const { key, value } of this.commits.getRange({ start: horizon })) {
+      const [ordered, payloadIds] = decode(value) as [string[], string[]]
+      commits.push({ anchorRound: key, ordered, payloadIds })
+    }
+    return { votes, ownBlocks, certs, commits }
+  }
+
+  /** Every committed batch in commit order, to rebuild the replicas. */
+  *committedBatches(): Generator<Uint8Array[]> {
+    for (const { value } of this.batches.getRange({})) yield decode(value) as Uint8Array[]
+  }
+
+  certificatesInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Certificate[] {
+    const out: Certificate[] = []
+    for (const { value } of this.certs.getRange({ start: [fromRound, 0], end: [toRound + 1, 0], limit })) out.push(decodeCert(crypto, committee, value))
+    return out
+  }
+
+  certificatesByDigest(crypto: SyncCrypto, committee: Committee, digests: readonly string[]): Certificate[] {
+    const out: Certificate[] = []
+    for (const d of digests) {
+      const where = this.digests.get(d)
+      if (!where) continue
+      const value = this.certs.get(decode(where) as [number, number])
+      if (value) out.push(decodeCert(crypto, committee, value))
+    }
+    return out
+  }
+
+  /** A space's attestations after `fromIndex`, oldest first, for a client resuming its subscription. */
+  *attestationsSince(space: string, fromIndex: number): Generator<StoredAttestation> {
+    for (const { value } of this.attest.getRange({ start: [space, fromIndex + 1], end: [space, Number.MAX_SAFE_INTEGER] })) {
+      const [[bytes, sig], envelopes] = decode(value) as [[Bytes, Bytes], Bytes[]]
+      yield { attestation: { bytes, sig }, envelopes }
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.root.close()
+  }
+}
+
+function encodeCert(c: Certificate): Uint8Array {
+  return encode([[c.block.signed.bytes, c.block.signed.sig], c.votes.map(([v, s]) => [v, s])])
+}
+
+function decodeCert(crypto: SyncCrypto, committee: Committee, value: Uint8Array): Certificate {
+  const [[bytes, sig], votes] = decode(value) as [[Bytes, Bytes], Array<[number, Bytes]>]
+  return { block: openBlock(crypto, committee, { bytes, sig }), votes: votes.map(([v, s]) => [v, s] as const) }
+}
