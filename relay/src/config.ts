@@ -27,6 +27,8 @@ export interface ClusterConfig {
   readonly f: number
   readonly relays: readonly RelayEntry[]
   readonly spaces: ReadonlyMap<string, SpacePolicy>
+  /** Whether spaces not listed in `spaces` exist (open to every signed author). Default true. */
+  readonly openSpaces: boolean
 }
 
 export function committeeOf(c: ClusterConfig): Committee {
@@ -52,7 +54,8 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
     throw new ConfigError(`${where}: ${msg}`)
   }
   if (typeof raw !== 'object' || raw === null) fail('must be a JSON object')
-  const obj = raw as { f?: unknown; relays?: unknown; spaces?: unknown }
+  const obj = raw as { f?: unknown; relays?: unknown; spaces?: unknown; openSpaces?: unknown }
+  if (obj.openSpaces !== undefined && typeof obj.openSpaces !== 'boolean') fail('"openSpaces" must be true or false')
   if (!Array.isArray(obj.relays) || obj.relays.length === 0) fail('"relays" must be a non-empty array')
   const relays = (obj.relays as unknown[]).map((r, i): RelayEntry => {
     const e = r as Record<string, unknown>
@@ -99,7 +102,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
       )
     }
   }
-  return { f, relays, spaces }
+  return { f, relays, spaces, openSpaces: obj.openSpaces !== false }
 }
 
 export function clusterToJson(c: ClusterConfig): unknown {
@@ -107,6 +110,7 @@ export function clusterToJson(c: ClusterConfig): unknown {
     f: c.f,
     relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api })),
     spaces: Object.fromEntries([...c.spaces].map(([name, p]) => [name, { writers: p.writers.map(toHex) }])),
+    openSpaces: c.openSpaces,
   }
 }
 

@@ -12,7 +12,7 @@ export interface StoredAttestation {
 export interface WriteBatch {
   readonly records: readonly PersistRecord[]
   /** Committed payload per consensus commit, in commit order: the replicas are rebuilt from these. */
-  readonly batches: ReadonlyArray<readonly Uint8Array[]>
+  readonly batches: ReadonlyArray<{ readonly anchorRound: number; readonly frames: readonly Uint8Array[] }>
   readonly attestations: ReadonlyArray<{ readonly space: string; readonly toIndex: number; readonly value: StoredAttestation }>
 }
 
@@ -77,7 +77,7 @@ export class RelayStore {
             break
         }
       }
-      for (const frames of w.batches) this.batches.putSync(this.nextBatch++, encode(frames))
+      for (const b of w.batches) this.batches.putSync(this.nextBatch++, encode([b.anchorRound, b.frames]))
       for (const a of w.attestations) this.attest.putSync([a.space, a.toIndex], encode([[a.value.attestation.bytes, a.value.attestation.sig], a.value.envelopes]))
     })
   }
@@ -109,8 +109,11 @@ export class RelayStore {
   }
 
   /** Every committed batch in commit order, to rebuild the replicas. */
-  *committedBatches(): Generator<Uint8Array[]> {
-    for (const { value } of this.batches.getRange({})) yield decode(value) as Uint8Array[]
+  *committedBatches(): Generator<{ anchorRound: number; frames: Uint8Array[] }> {
+    for (const { value } of this.batches.getRange({})) {
+      const [anchorRound, frames] = decode(value) as [number, Uint8Array[]]
+      yield { anchorRound, frames }
+    }
   }
 
   certificatesInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Certificate[] {

@@ -14,6 +14,8 @@ export type ErrorReason =
   | 'type-mismatch' // an object opened or updated as another type
   | 'gap' // a sequence number skipped ahead of what is known
   | 'unsupported' // a feature the running platform cannot provide
+  | 'rate-limited' // too many requests on one connection; slow down and retry
+  | 'unauthenticated' // the session has not proven its key yet
 
 export class SteadError extends Error {
   readonly reason: ErrorReason

@@ -43,6 +43,8 @@ export function authBytes(nonce: Uint8Array, relayKey: Uint8Array): Uint8Array {
  */
 export interface Attestation {
   readonly space: string
+  /** The consensus commit (anchor round) this audit ran at; replicas replaying it pass it to `commit`. */
+  readonly round: number
   /** Stable index before and after this commit. */
   readonly fromIndex: number
   readonly toIndex: number
@@ -59,13 +61,13 @@ export type AttestedDecision =
 const ATTEST_TAG = 'stead/attest/v1'
 
 export function encodeAttestation(a: Attestation): Uint8Array {
-  return encode([ATTEST_TAG, a.space, a.fromIndex, a.toIndex, a.decisions, a.stateHash])
+  return encode([ATTEST_TAG, a.space, a.round, a.fromIndex, a.toIndex, a.decisions, a.stateHash])
 }
 
 export function decodeAttestation(bytes: Uint8Array): Attestation {
   const v = expect.array(decode(bytes, DEFAULT_LIMITS.maxFrameBytes), 'attestation', 8)
-  if (v.length !== 6 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
-  const decisions = expect.array(v[4], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
+  if (v.length !== 7 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
+  const decisions = expect.array(v[5], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
     const t = expect.array(d, `decisions[${i}]`, 4)
     const id = expect.bytes(t[0], `decisions[${i}].id`, 32)
     if (t[1] === 'committed') {
@@ -80,10 +82,11 @@ export function decodeAttestation(bytes: Uint8Array): Attestation {
   })
   return {
     space: expect.string(v[1], 'attestation.space', DEFAULT_LIMITS.maxSpaceChars, 1),
-    fromIndex: expect.uint(v[2], 'attestation.fromIndex'),
-    toIndex: expect.uint(v[3], 'attestation.toIndex'),
+    round: expect.uint(v[2], 'attestation.round'),
+    fromIndex: expect.uint(v[3], 'attestation.fromIndex'),
+    toIndex: expect.uint(v[4], 'attestation.toIndex'),
     decisions,
-    stateHash: expect.bytes(v[5], 'attestation.stateHash', 32),
+    stateHash: expect.bytes(v[6], 'attestation.stateHash', 32),
   }
 }
 

@@ -1,0 +1,419 @@
+import { randomBytes } from 'node:crypto'
+import {
+  ReliableReplica,
+  SteadError,
+  asSigned,
+  decode,
+  encodeAttestation,
+  openEnvelopeSync,
+  stableReadBytes,
+  toHex,
+  type AttestedDecision,
+  type Decision,
+  type Envelope,
+  type Signed,
+} from '@stead/core'
+import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
+import type { Logger } from 'pino'
+import { committeeOf, type ClusterConfig } from './config.ts'
+import {
+  ByzantineBehaviour,
+  ConsensusCore,
+  SYNC_BATCH,
+  decodeMessage,
+  encodeMessage,
+  type ArchiveQuery,
+  type ByzantineStrategy,
+  type Certificate,
+  type Committee,
+  type Message,
+  type Output,
+  type PayloadInfo,
+  type SyncCrypto,
+  type TimerName,
+} from './consensus/index.ts'
+import type { Mesh } from './mesh/types.ts'
+import { Metrics } from './metrics.ts'
+import { RelayStore, type StoredAttestation, type WriteBatch } from './store.ts'
+
+export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
+
+export interface RelayNodeOptions {
+  readonly cluster: ClusterConfig
+  readonly me: number
+  readonly secretKey: Uint8Array
+  readonly dataDir: string
+  readonly mesh: Mesh
+  readonly logger: Logger
+  readonly byzantine?: ByzantineStrategy
+  /** Consensus timings; defaults suit a LAN or loopback cluster. */
+  readonly leaderTimeoutMs?: number
+  readonly idleBlockDelayMs?: number
+  readonly resendIntervalMs?: number
+  readonly gcDepth?: number
+}
+
+/** Something that wants a space's commits and certified envelopes: a client session. */
+export interface Subscriber {
+  envelope(space: string, frame: Uint8Array): void
+  commit(space: string, value: StoredAttestation): void
+}
+
+const GC_DEPTH = 50
+
+/**
+ * A relay: the consensus core, driven by the mesh and timers, made durable
+ * by the LMDB store, with one reliable replica per space auditing the
+ * committed order and signing an attestation per commit.
+ *
+ * Events run one drain at a time: every event queued meanwhile goes through
+ * the core, the resulting commits are audited, then everything that must be
+ * durable is written in one transaction, and only then are messages sent,
+ * clients notified and timers set (persist, then speak).
+ */
+export class RelayNode {
+  readonly me: number
+  readonly committee: Committee
+  readonly publicKey: Uint8Array
+  readonly metrics = new Metrics()
+  private readonly options: RelayNodeOptions
+  private readonly log: Logger
+  private store!: RelayStore
+  private core!: ConsensusCore
+  private readonly replicas = new Map<string, ReliableReplica>()
+  private readonly subscribers = new Map<string, Set<Subscriber>>()
+  private readonly timers = new Map<string, NodeJS.Timeout>()
+  private readonly byzantine: ByzantineBehaviour | null
+  private queue: Array<() => Output[]> = []
+  private draining = false
+  private stopped = false
+  /** Verdicts on envelope frames by content id: a pure function of the bytes. */
+  private readonly verified = new Map<string, Envelope | SteadError>()
+  private lastCommitAt = 0
+  /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
+  private readonly submittedAt = new Map<string, number>()
+  private commitCount = 0
+
+  constructor(options: RelayNodeOptions) {
+    this.options = options
+    this.me = options.me
+    this.committee = committeeOf(options.cluster)
+    this.publicKey = this.committee.keys[options.me] as Uint8Array
+    this.log = options.logger
+    this.byzantine = options.byzantine
+      ? new ByzantineBehaviour(options.byzantine, {
+          me: options.me,
+          committee: this.committee,
+          secretKey: options.secretKey,
+          crypto: relayCrypto,
+          samplePayload: () => this.sampleFrame,
+          conflictingPayload: () => undefined,
+        })
+      : null
+  }
+
+  private sampleFrame: Uint8Array | undefined
+
+  async start(): Promise<void> {
+    this.store = RelayStore.open(this.options.dataDir)
+    const gcDepth = this.options.gcDepth ?? GC_DEPTH
+    const recovered = this.store.recover(relayCrypto, this.committee, gcDepth)
+    this.core = new ConsensusCore(
+      {
+        committee: this.committee,
+        me: this.me,
+        secretKey: this.options.secretKey,
+        crypto: relayCrypto,
+        inspect: (frame) => this.inspect(frame),
+        gcDepth,
+        leaderTimeoutMs: this.options.leaderTimeoutMs ?? 500,
+        idleBlockDelayMs: this.options.idleBlockDelayMs ?? 100,
+        resendIntervalMs: this.options.resendIntervalMs ?? 1000,
+      },
+      recovered,
+    )
+    // The stable state is rebuilt from every committed batch: same order, same result.
+    let batches = 0
+    for (const b of this.store.committedBatches()) {
+      this.audit(b.anchorRound, b.frames)
+      batches++
+    }
+    this.log.info({ round: this.core.currentRound, committedRound: this.core.committedRound, batches, spaces: this.replicas.size }, 'recovered from store')
+    this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
+    await this.options.mesh.start()
+    this.enqueue(() => this.core.start())
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    for (const t of this.timers.values()) clearTimeout(t)
+    this.timers.clear()
+    await this.options.mesh.stop()
+    // Let a drain in flight finish its write before the store closes.
+    while (this.draining) await new Promise((r) => setTimeout(r, 5))
+    await this.store.close()
+  }
+
+  // ---- inputs ----
+
+  /**
+   * Validates a client's envelope and queues it for the next block.
+   * Throws SteadError: 'too-large', 'malformed', 'bad-signature',
+   * 'unauthorized', 'conflict'; returns 'duplicate' for one already decided or queued.
+   */
+  submit(frame: Uint8Array): { status: 'queued' | 'duplicate' } {
+    const env = this.open(frame)
+    if (env instanceof SteadError) throw env
+    const policy = this.options.cluster.spaces.get(env.space)
+    if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
+    if (policy && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
+      throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
+    }
+    const decided = this.replicas.get(env.space)?.decided(env)
+    if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
+    if (decided === 'duplicate') return { status: 'duplicate' }
+    const info: PayloadInfo = { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+    const result = this.core.submit(frame, info)
+    if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
+    this.sampleFrame ??= frame
+    if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
+    if (result.outputs.length) this.enqueue(() => result.outputs)
+    this.metrics.envelopesAccepted.inc()
+    return { status: result.status }
+  }
+
+  subscribe(space: string, fromIndex: number, sub: Subscriber): () => void {
+    // Replay what the client missed from the store, then stream live.
+    for (const value of this.store.attestationsSince(space, fromIndex)) sub.commit(space, value)
+    let set = this.subscribers.get(space)
+    if (!set) this.subscribers.set(space, (set = new Set()))
+    set.add(sub)
+    return () => set.delete(sub)
+  }
+
+  status(): Record<string, unknown> {
+    return {
+      relay: this.me,
+      publicKey: toHex(this.publicKey),
+      round: this.core.currentRound,
+      committedRound: this.core.committedRound,
+      commits: this.commitCount,
+      lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
+      queuedEnvelopes: this.core.queuedEnvelopes,
+      spaces: Object.fromEntries([...this.replicas].map(([name, r]) => [name, { stableIndex: r.stableIndex }])),
+      peers: { connected: this.options.mesh.connectedPeers(), total: this.committee.keys.length - 1 },
+      byzantine: this.options.byzantine ?? null,
+    }
+  }
+
+  /** A signed snapshot of a space's stable state, for quorum reads. */
+  stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } | undefined {
+    const r = this.replicas.get(space)
+    if (!r) return undefined
+    const hash = r.stableHash((b) => nodeCrypto.sha256(b))
+    const sig = signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
+    return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
+  }
+
+  // ---- the event loop ----
+
+  private onFrame(from: number, frame: Uint8Array): void {
+    let message: Message
+    try {
+      message = decodeMessage(relayCrypto, this.committee, frame)
+    } catch (err) {
+      const reason = err instanceof SteadError ? err.reason : 'malformed'
+      this.metrics.rejected.inc({ reason, source: 'mesh' })
+      this.log.warn({ from, reason, err: (err as Error).message }, 'rejected mesh frame')
+      return
+    }
+    const extra = this.byzantine?.incoming(message) ?? []
+    for (const e of extra) {
+      if (e.to === 'all') this.options.mesh.broadcast(encodeMessage(e.message))
+      else this.options.mesh.send(e.to, encodeMessage(e.message))
+    }
+    this.enqueue(() => this.core.onMessage(from, message))
+  }
+
+  private onTimer(name: TimerName, round: number): void {
+    this.timers.delete(`${name}:${round}`)
+    this.enqueue(() => this.core.onTimer(name, round))
+  }
+
+  private enqueue(event: () => Output[]): void {
+    if (this.stopped) return
+    this.queue.push(event)
+    if (!this.draining) void this.drain()
+  }
+
+  private async drain(): Promise<void> {
+    this.draining = true
+    try {
+      while (this.queue.length && !this.stopped) {
+        const events = this.queue.splice(0)
+        const outputs: Output[] = []
+        for (const event of events) outputs.push(...event())
+        const write: { records: WriteBatch['records'][number][]; batches: { anchorRound: number; frames: Uint8Array[] }[]; attestations: WriteBatch['attestations'][number][] } = {
+          records: [],
+          batches: [],
+          attestations: [],
+        }
+        for (const o of outputs) {
+          if (o.type === 'persist') write.records.push(o.record)
+          else if (o.type === 'commit') {
+            write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
+            write.attestations.push(...this.audit(o.commit.anchorRound, o.commit.payload))
+          }
+        }
+        await this.store.write(write)
+        for (const o of outputs) this.act(o)
+        for (const a of write.attestations) {
+          for (const sub of this.subscribers.get(a.space) ?? []) sub.commit(a.space, a.value)
+        }
+      }
+    } catch (err) {
+      this.log.error({ err }, 'relay event loop failed; stopping to protect the store')
+      this.stopped = true
+      process.exitCode = 1
+    } finally {
+      this.draining = false
+    }
+  }
+
+  private act(o: Output): void {
+    switch (o.type) {
+      case 'send':
+        for (const m of this.tamper(o.to, o.message)) this.options.mesh.send(o.to, encodeMessage(m))
+        break
+      case 'broadcast':
+        if (this.byzantine) {
+          for (let to = 0; to < this.committee.keys.length; to++) if (to !== this.me) for (const m of this.tamper(to, o.message)) this.options.mesh.send(to, encodeMessage(m))
+        } else this.options.mesh.broadcast(encodeMessage(o.message))
+        break
+      case 'timer': {
+        const key = `${o.name}:${o.round}`
+        if (this.timers.has(key) || this.stopped) break
+        this.timers.set(key, setTimeout(() => this.onTimer(o.name, o.round), o.afterMs))
+        break
+      }
+      case 'certified':
+        this.onCertified(o.cert)
+        break
+      case 'commit':
+        this.commitCount++
+        this.lastCommitAt = Date.now()
+        this.metrics.commits.inc()
+        this.metrics.committedRound.set(o.commit.anchorRound)
+        break
+      case 'archive-request':
+        this.serveArchive(o.to, o.query)
+        break
+      case 'rejected':
+        this.metrics.rejected.inc({ reason: o.reason, source: 'mesh' })
+        this.log.warn({ from: o.from, reason: o.reason, detail: o.detail }, 'consensus rejected input')
+        break
+      case 'persist':
+        break
+    }
+    this.metrics.round.set(this.core.currentRound)
+  }
+
+  private tamper(to: number, message: Message): Message[] {
+    return this.byzantine ? this.byzantine.outgoing(to, message) : [message]
+  }
+
+  private onCertified(cert: Certificate): void {
+    this.metrics.certificates.inc()
+    for (const frame of cert.block.header.payload) {
+      const env = this.open(frame)
+      if (env instanceof SteadError) continue
+      for (const sub of this.subscribers.get(env.space) ?? []) sub.envelope(env.space, frame)
+    }
+  }
+
+  private serveArchive(to: number, query: ArchiveQuery): void {
+    const certs =
+      'digests' in query
+        ? this.store.certificatesByDigest(relayCrypto, this.committee, query.digests)
+        : this.store.certificatesInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH)
+    if (certs.length) this.options.mesh.send(to, encodeMessage({ kind: 'certs', certs }))
+  }
+
+  // ---- audit and attestations ----
+
+  /**
+   * Feeds one consensus commit to every space's replica (new spaces are
+   * created in commit order, so every relay creates them alike) and signs an
+   * attestation for each space whose audit decided something.
+   */
+  private audit(anchorRound: number, frames: readonly Uint8Array[]): WriteBatch['attestations'][number][] {
+    const bySpace = new Map<string, { envs: Envelope[]; frames: Uint8Array[] }>()
+    for (const frame of frames) {
+      const env = this.open(frame)
+      if (env instanceof SteadError) continue
+      if (!this.replicas.has(env.space)) this.replicas.set(env.space, new ReliableReplica({ space: env.space }))
+      let group = bySpace.get(env.space)
+      if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
+      group.envs.push(env)
+      group.frames.push(frame)
+    }
+    const out: WriteBatch['attestations'][number][] = []
+    for (const [space, replica] of this.replicas) {
+      const group = bySpace.get(space)
+      const fromIndex = replica.stableIndex
+      const result = replica.commit(group?.envs ?? [], anchorRound)
+      for (const d of result.decisions) {
+        const t = this.submittedAt.get(d.env.idHex)
+        if (t === undefined) continue
+        this.submittedAt.delete(d.env.idHex)
+        this.metrics.commitLatency.observe((Date.now() - t) / 1000)
+      }
+      const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attested)
+      if (decisions.length === 0) continue
+      const bytes = encodeAttestation({ space, round: anchorRound, fromIndex, toIndex: result.stableIndex, decisions, stateHash: replica.stableHash((b) => nodeCrypto.sha256(b)) })
+      const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
+      out.push({ space, toIndex: result.stableIndex, value: { attestation, envelopes: group?.frames ?? [] } })
+    }
+    return out
+  }
+
+  // ---- envelopes ----
+
+  private inspect(frame: Uint8Array): PayloadInfo | SteadError {
+    const env = this.open(frame)
+    return env instanceof SteadError ? env : { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+  }
+
+  private open(frame: Uint8Array): Envelope | SteadError {
+    let signed: Signed
+    try {
+      signed = asSigned(decode(frame))
+    } catch (err) {
+      return err instanceof SteadError ? err : new SteadError('malformed', String(err))
+    }
+    const key = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
+    let v = this.verified.get(key)
+    if (v === undefined) {
+      try {
+        v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
+      } catch (err) {
+        v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
+      }
+      if (this.verified.size >= 200_000) this.verified.delete(this.verified.keys().next().value as string)
+      this.verified.set(key, v)
+    }
+    return v
+  }
+}
+
+function attested(d: Exclude<Decision, { kind: 'superseded' }>): AttestedDecision {
+  if (d.kind === 'committed') {
+    return [d.env.id, 'committed', d.index, d.units.flatMap((u) => (u.status === 'rejected' ? [[u.unit, u.reason] as const] : []))]
+  }
+  return [d.env.id, d.reason]
+}
+
+/** A fresh 32-byte nonce for a client challenge. */
+export function challengeNonce(): Uint8Array {
+  return new Uint8Array(randomBytes(32))
+}

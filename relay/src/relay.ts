@@ -1,0 +1,57 @@
+import { mkdirSync } from 'node:fs'
+import type { FastifyInstance } from 'fastify'
+import pino, { type Logger } from 'pino'
+import { createApi } from './api.ts'
+import { type ClusterConfig, ConfigError } from './config.ts'
+import type { ByzantineStrategy } from './consensus/index.ts'
+import { createLibp2pMesh } from './mesh/libp2p.ts'
+import { RelayNode } from './node.ts'
+
+export interface RunRelayOptions {
+  readonly cluster: ClusterConfig
+  /** The relay's id in the cluster file, e.g. "r1". */
+  readonly id: string
+  readonly secretKey: Uint8Array
+  readonly dataDir: string
+  readonly byzantine?: ByzantineStrategy
+  readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
+  readonly logger?: Logger
+}
+
+export interface RunningRelay {
+  readonly node: RelayNode
+  readonly api: FastifyInstance
+  readonly url: string
+  stop(): Promise<void>
+}
+
+/** Starts one relay: store, mesh, consensus and the client API. */
+export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
+  const me = o.cluster.relays.findIndex((r) => r.id === o.id)
+  if (me < 0) throw new ConfigError(`relay id ${o.id} is not in the cluster file (ids: ${o.cluster.relays.map((r) => r.id).join(', ')})`)
+  const entry = o.cluster.relays[me] as (typeof o.cluster.relays)[number]
+  const logger = o.logger ?? pino({ name: `stead-relay ${o.id}` })
+  mkdirSync(o.dataDir, { recursive: true })
+  const mesh = createLibp2pMesh({
+    me,
+    secretKey: o.secretKey,
+    peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh })),
+    listen: entry.mesh,
+    logger: logger.child({ component: 'mesh' }),
+  })
+  const node = new RelayNode({ cluster: o.cluster, me, secretKey: o.secretKey, dataDir: o.dataDir, mesh, logger, ...(o.byzantine ? { byzantine: o.byzantine } : {}) })
+  await node.start()
+  const [host, port] = entry.api.split(':') as [string, string]
+  const api = await createApi(node, { host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+  const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
+  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', byzantine: o.byzantine ?? null }, 'relay ready')
+  return {
+    node,
+    api,
+    url,
+    async stop() {
+      await api.close()
+      await node.stop()
+    },
+  }
+}
