@@ -34,7 +34,8 @@ export interface ApiOptions {
 export async function createApi(node: RelayNode, options: ApiOptions): Promise<FastifyInstance> {
   const maxFrameBytes = options.maxFrameBytes ?? 2 * 1024 * 1024
   const app = Fastify({ loggerInstance: options.logger, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
-  await app.register(websocket, { options: { maxPayload: maxFrameBytes } })
+  // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
+  await app.register(websocket, { options: { maxPayload: maxFrameBytes * 4 } })
 
   app.get('/health', async () => ({ ok: true, relay: node.me }))
   app.get('/metrics', async (_req, reply) => {
@@ -93,6 +94,8 @@ class Session implements Subscriber {
     let message: ClientMessage
     try {
       if (!isBinary) throw new SteadError('malformed', 'frames must be binary msgpack')
+      const limit = this.options.maxFrameBytes ?? 2 * 1024 * 1024
+      if (data.byteLength > limit) throw new SteadError('too-large', `frame of ${data.byteLength} bytes exceeds ${limit}`)
       message = decodeClientMessage(new Uint8Array(data.buffer, data.byteOffset, data.byteLength))
     } catch (err) {
       return this.fail(null, err)

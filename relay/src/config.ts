@@ -19,8 +19,8 @@ export interface RelayEntry {
 }
 
 export interface SpacePolicy {
-  /** Author public keys allowed to write; a space without a policy is open to every signed author. */
-  readonly writers: readonly Uint8Array[]
+  /** Author public keys allowed to write; absent means every signed author may. */
+  readonly writers?: readonly Uint8Array[]
 }
 
 export interface ClusterConfig {
@@ -84,7 +84,11 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   if (obj.spaces !== undefined) {
     if (typeof obj.spaces !== 'object' || obj.spaces === null) fail('"spaces" must be an object')
     for (const [name, policy] of Object.entries(obj.spaces as Record<string, unknown>)) {
-      const writers = (policy as { writers?: unknown }).writers
+      const writers = (policy as { writers?: unknown } | null)?.writers
+      if (writers === undefined) {
+        spaces.set(name, {})
+        continue
+      }
       if (!Array.isArray(writers)) fail(`spaces.${name}.writers must be an array of hex public keys`)
       spaces.set(
         name,
@@ -109,7 +113,7 @@ export function clusterToJson(c: ClusterConfig): unknown {
   return {
     f: c.f,
     relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api })),
-    spaces: Object.fromEntries([...c.spaces].map(([name, p]) => [name, { writers: p.writers.map(toHex) }])),
+    spaces: Object.fromEntries([...c.spaces].map(([name, p]) => [name, p.writers ? { writers: p.writers.map(toHex) } : {}])),
     openSpaces: c.openSpaces,
   }
 }

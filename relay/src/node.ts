@@ -166,7 +166,7 @@ export class RelayNode {
     if (env instanceof SteadError) throw env
     const policy = this.options.cluster.spaces.get(env.space)
     if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
-    if (policy && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
+    if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
       throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
     }
     const decided = this.replicas.get(env.space)?.decided(env)

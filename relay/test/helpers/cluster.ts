@@ -1,0 +1,127 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { toHex } from '@stead/core'
+import { generateIdentity, writeIdentity } from '../../src/config.ts'
+
+const BIN = resolve(import.meta.dirname, '../../bin/stead-relay.mjs')
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer()
+    srv.once('error', fail)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number }
+      srv.close(() => ok(port))
+    })
+  })
+}
+
+export interface TestRelay {
+  readonly id: string
+  readonly api: string
+  readonly data: string
+  process: ChildProcess | null
+  log: string
+}
+
+/** Real relay processes on loopback, each with its own LMDB dir: the way operators run them. */
+export class TestCluster {
+  readonly dir = mkdtempSync(join(tmpdir(), 'stead-it-'))
+  readonly relays: TestRelay[] = []
+  readonly clusterPath = join(this.dir, 'cluster.json')
+
+  static async create(n: number, extra: Record<string, unknown> = {}): Promise<TestCluster> {
+    const c = new TestCluster()
+    const entries = []
+    for (let i = 0; i < n; i++) {
+      const id = `r${i + 1}`
+      const data = join(c.dir, id)
+      mkdirSync(data, { recursive: true })
+      const key = generateIdentity()
+      writeIdentity(join(data, 'key.json'), key)
+      const api = `127.0.0.1:${await freePort()}`
+      entries.push({ id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api })
+      c.relays.push({ id, api, data, process: null, log: '' })
+    }
+    writeFileSync(c.clusterPath, JSON.stringify({ f: Math.floor((n - 1) / 3), relays: entries, ...extra }, null, 2))
+    return c
+  }
+
+  start(i: number, args: string[] = []): void {
+    const r = this.relays[i] as TestRelay
+    const child = spawn(process.execPath, [BIN, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    r.log = ''
+    child.stdout?.on('data', (d: Buffer) => (r.log += d.toString()))
+    child.stderr?.on('data', (d: Buffer) => (r.log += d.toString()))
+    r.process = child
+  }
+
+  async startAll(args: (i: number) => string[] = () => []): Promise<void> {
+    this.relays.forEach((_, i) => this.start(i, args(i)))
+    await Promise.all(this.relays.map((_, i) => this.waitHealthy(i)))
+  }
+
+  /** kill -9: no shutdown hook runs, whatever was in flight is lost. */
+  kill(i: number): void {
+    const r = this.relays[i] as TestRelay
+    r.process?.kill('SIGKILL')
+    r.process = null
+  }
+
+  async waitHealthy(i: number, timeoutMs = 20_000): Promise<void> {
+    const r = this.relays[i] as TestRelay
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      try {
+        const res = await fetch(`http://${r.api}/health`)
+        if (res.ok) return
+      } catch {
+        // not up yet
+      }
+      if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited:\n${r.log}`)
+      await sleep(100)
+    }
+    throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+  }
+
+  async json<T = Record<string, unknown>>(i: number, path: string): Promise<T> {
+    const res = await fetch(`http://${(this.relays[i] as TestRelay).api}${path}`)
+    return (await res.json()) as T
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(
+      this.relays.map(
+        (r) =>
+          new Promise<void>((done) => {
+            if (!r.process || r.process.exitCode !== null) return done()
+            r.process.once('exit', () => done())
+            r.process.kill('SIGTERM')
+            setTimeout(() => r.process?.kill('SIGKILL'), 5000).unref()
+          }),
+      ),
+    )
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms))
+}
+
+export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  let last: unknown
+  while (Date.now() < deadline) {
+    try {
+      const v = await probe()
+      if (v !== undefined && v !== false) return v
+    } catch (err) {
+      last = err
+    }
+    await sleep(100)
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`)
+}

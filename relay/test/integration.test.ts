@@ -1,0 +1,199 @@
+import { clockInit, encode, encodeEnvelope, sealEnvelope, type Envelope, type EnvelopeDraft } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { TestClient } from './helpers/client.ts'
+import { TestCluster, sleep, until } from './helpers/cluster.ts'
+
+/**
+ * Real relay processes (stead-relay start) on loopback, talked to over
+ * WebSockets with the wire protocol, killed with SIGKILL and restarted from
+ * their data dirs.
+ */
+const SPACE = 'it'
+let author = { secretKey: new Uint8Array(32).fill(42), publicKey: publicKeyOfSync(new Uint8Array(32).fill(42)) }
+const acct = { type: 'counter' as const, bounds: { min: 0 } }
+let seq = 0
+
+/** Each author's envelopes must be numbered 1, 2, 3... without gaps, or the audit waits for the missing one. */
+function draft(parts: Partial<EnvelopeDraft>, space = SPACE): EnvelopeDraft {
+  return { space, seq: ++seq, clock: clockInit(), deps: [], updates: [], safe: [], ...parts }
+}
+const deposit = (n: number) => sealEnvelope(nodeCrypto, author, draft({ updates: [{ key: 'acct', decl: acct, ops: [n] }] }))
+const withdraw = (n: number) => sealEnvelope(nodeCrypto, author, draft({ safe: [{ atomic: false, updates: [{ key: 'acct', decl: acct, op: -n }] }] }))
+
+/** The value of counter `key` in a stable snapshot served by /v1/spaces/:space/stable. */
+function counterIn(snapshot: unknown, key: string): number {
+  const objects = (snapshot as unknown[])[4] as Array<[string, unknown, Array<[string, number, number]>]>
+  const rows = objects.find(([k]) => k === key)?.[2] ?? []
+  return rows.reduce((sum, [, p, n]) => sum + p - n, 0)
+}
+
+type Stable = { index: number; stateHash: string }
+
+async function stable(cluster: TestCluster, i: number): Promise<Stable | undefined> {
+  const s = await cluster.json<Stable & { error?: string }>(i, `/v1/spaces/${SPACE}/stable`)
+  return s.error ? undefined : s
+}
+
+/** Waits until the listed relays report the same stable state at `index`, and returns its hash. */
+async function agreeAt(cluster: TestCluster, relays: number[], index: number): Promise<string> {
+  return until(`relays ${relays.join(',')} to agree at stable index ${index}`, async () => {
+    const states = await Promise.all(relays.map((i) => stable(cluster, i)))
+    if (states.some((s) => !s || s.index < index)) return undefined
+    const hashes = new Set(states.map((s) => `${s?.index}:${s?.stateHash}`))
+    expect(hashes.size).toBe(1) // G2: same index, same state
+    return states[0]?.stateHash
+  }, 60_000)
+}
+
+async function submitAll(client: TestClient, envs: Envelope[], firstId: number): Promise<void> {
+  envs.forEach((e, i) => client.send({ type: 'submit', id: firstId + i, envelope: encodeEnvelope(e) }))
+  for (let i = 0; i < envs.length; i++) {
+    const reply = await client.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === firstId + i)
+    expect(reply.type).toBe('accepted')
+  }
+}
+
+describe('a cluster of 4 relay processes', () => {
+  let cluster: TestCluster
+  const clients: TestClient[] = []
+
+  beforeAll(async () => {
+    cluster = await TestCluster.create(4, { spaces: { [SPACE]: {} }, openSpaces: false })
+    await cluster.startAll()
+    for (const r of cluster.relays) clients.push(await TestClient.connect(r.api, author))
+    for (const c of clients) c.send({ type: 'subscribe', space: SPACE, fromIndex: 0 })
+  }, 60_000)
+
+  afterAll(async () => {
+    for (const c of clients) c.close()
+    await cluster?.stopAll()
+  })
+
+  it('commits submitted envelopes and every relay attests the same stable state', async () => {
+    const envs = [await deposit(10), await deposit(5), await withdraw(12), await withdraw(20), await deposit(1)]
+    // (the withdrawal of 20 cannot fit: 10 + 5 - 12 = 3)
+    await submitAll(clients[0]!, envs, 1)
+    await agreeAt(cluster, [0, 1, 2, 3], envs.length)
+    // Every relay sent an attestation per commit; for the same commit the signed bytes are identical.
+    const last = await until('each client to see the last commit', () =>
+      clients.every((c) => c.commits.some((x) => x.attestation.toIndex === envs.length)) ? true : undefined,
+    )
+    expect(last).toBe(true)
+    const finals = clients.map((c) => Buffer.from(c.commits.find((x) => x.attestation.toIndex === envs.length)!.bytes).toString('hex'))
+    expect(new Set(finals).size).toBe(1)
+    // The safe withdrawal of 20 could not fit (10 + 5 - 12 = 3 left): rejected by the audit.
+    const decisions = clients[0]!.commits.flatMap((c) => c.attestation.decisions)
+    const byId = new Map(decisions.map((d) => [Buffer.from(d[0]).toString('hex'), d]))
+    expect(byId.get(envs[3]!.idHex)).toEqual([envs[3]!.id, 'committed', 4, [[0, 'invariant']]])
+    expect(byId.get(envs[2]!.idHex)?.[3]).toEqual([])
+    const snap = await cluster.json<{ snapshot: unknown[] }>(0, `/v1/spaces/${SPACE}/stable`)
+    expect(counterIn(snap.snapshot, 'acct')).toBe(4)
+  }, 90_000)
+
+  it('answers bad input with typed errors and stays up without losing data', async () => {
+    const before = await stable(cluster, 1)
+    const c = await TestClient.connect(cluster.relays[1]!.api) // not authenticated yet
+    const errorFor = async (send: () => void) => {
+      const seen = c.messages.length
+      send()
+      const m = await c.next((x) => x.type === 'error' && c.messages.indexOf(x) >= seen)
+      return m.type === 'error' ? m.reason : 'none'
+    }
+    const env = await deposit(1)
+    expect(await errorFor(() => c.send({ type: 'submit', id: 1, envelope: encodeEnvelope(env) }))).toBe('unauthenticated')
+    expect(await errorFor(() => c.raw(new Uint8Array([0xc1, 0x00, 0xff])))).toBe('malformed')
+    expect(await errorFor(() => c.raw('{"type":"submit"}'))).toBe('malformed')
+    expect(await errorFor(() => c.raw(encode(['submit', 'x', 'y'])))).toBe('malformed')
+    expect(await errorFor(() => c.raw(new Uint8Array(3 * 1024 * 1024)))).toBe('too-large')
+    const authed = await TestClient.connect(cluster.relays[1]!.api, author)
+    const submitError = async (id: number, frame: Uint8Array) => {
+      authed.send({ type: 'submit', id, envelope: frame })
+      return authed.next((m) => (m.type === 'error' || m.type === 'accepted') && m.id === id)
+    }
+    const forged = encodeEnvelope(env).slice()
+    forged[forged.length - 3]! ^= 0x55
+    expect(await submitError(10, forged)).toMatchObject({ type: 'error', reason: 'bad-signature' })
+    expect(await submitError(11, new Uint8Array([1, 2, 3]))).toMatchObject({ type: 'error', reason: 'malformed' })
+    // An envelope the cluster already committed is a duplicate, never a new update.
+    const replay = clients[0]!.commits[0]!.attestation
+    expect(replay).toBeDefined()
+    const committed = await until('a committed envelope frame', () => {
+      const m = clients[0]!.messages.find((x) => x.type === 'commit' && x.envelopes.length > 0)
+      return m && m.type === 'commit' ? m.envelopes[0] : undefined
+    })
+    expect(await submitError(12, committed)).toMatchObject({ type: 'accepted', status: 'duplicate' })
+    // Unknown space on a cluster that serves only its listed spaces.
+    const elsewhere = await sealEnvelope(nodeCrypto, author, { ...draft({ updates: [{ key: 'k', decl: acct, ops: [1] }] }, 'nope'), seq: 1 })
+    seq-- // that one lives in another space's numbering
+    expect(await submitError(13, encodeEnvelope(elsewhere))).toMatchObject({ type: 'error', reason: 'unauthorized' })
+    // A flood gets rate-limited, not served and not crashing anything.
+    for (let i = 0; i < 3000; i++) authed.send({ type: 'ping', n: i })
+    await authed.next((m) => m.type === 'error' && m.reason === 'rate-limited')
+    expect((await fetch(`http://${cluster.relays[1]!.api}/health`)).ok).toBe(true)
+    const metrics = await (await fetch(`http://${cluster.relays[1]!.api}/metrics`)).text()
+    expect(metrics).toMatch(/stead_rejected_total\{reason="rate-limited",source="client"\} \d+/)
+    expect(metrics).toMatch(/stead_commits_total \d+/)
+    // The envelope refused while unauthenticated still goes through once the session is proven,
+    // and nothing accepted before was lost.
+    await sleep(1100) // let the rate limiter refill
+    expect(await submitError(14, encodeEnvelope(env))).toMatchObject({ type: 'accepted', status: 'queued' })
+    await agreeAt(cluster, [0, 1, 2, 3], before!.index + 1)
+    c.close()
+    authed.close()
+  }, 60_000)
+
+  it('a relay killed with SIGKILL restarts from its data dir and catches up to the same state', async () => {
+    const base = (await stable(cluster, 0))!.index
+    cluster.kill(2)
+    const more = [await deposit(3), await deposit(4), await withdraw(2)]
+    await submitAll(clients[0]!, more, 100)
+    const hash = await agreeAt(cluster, [0, 1, 3], base + more.length)
+    cluster.start(2)
+    await cluster.waitHealthy(2)
+    expect(await agreeAt(cluster, [0, 1, 2, 3], base + more.length)).toBe(hash)
+    // It keeps up with new work too.
+    const last = [await deposit(7)]
+    await submitAll(clients[1]!, last, 200)
+    await agreeAt(cluster, [0, 1, 2, 3], base + more.length + 1)
+  }, 120_000)
+})
+
+describe('a cluster with one relay in a Byzantine mode', () => {
+  let cluster: TestCluster
+  afterAll(async () => cluster?.stopAll())
+
+  it('changes nothing the correct relays agree on, and they keep committing', async () => {
+    cluster = await TestCluster.create(4)
+    await cluster.startAll((i) => (i === 3 ? ['--byzantine', 'equivocate'] : []))
+    author = { secretKey: new Uint8Array(32).fill(43), publicKey: publicKeyOfSync(new Uint8Array(32).fill(43)) }
+    const a = await TestClient.connect(cluster.relays[0]!.api, author)
+    const b = await TestClient.connect(cluster.relays[1]!.api, author)
+    const evil = await TestClient.connect(cluster.relays[3]!.api, author)
+    seq = 0
+    const envs = [await deposit(5), await deposit(6), await withdraw(3)]
+    await submitAll(a, envs.slice(0, 2), 1)
+    await submitAll(evil, envs.slice(2), 2)
+    // A Byzantine relay may drop what it was given: a correct client also sends it elsewhere (G7).
+    await submitAll(b, envs.slice(2), 3)
+    // Conflicting twins from a Byzantine client, one to each of two relays.
+    const twinSeq = ++seq
+    const t1 = await sealEnvelope(nodeCrypto, author, { ...draft({ updates: [{ key: 'acct', decl: acct, ops: [100] }] }), seq: twinSeq })
+    const t2 = await sealEnvelope(nodeCrypto, author, { ...draft({ updates: [{ key: 'acct', decl: acct, ops: [1] }] }), seq: twinSeq })
+    a.send({ type: 'submit', id: 50, envelope: encodeEnvelope(t1) })
+    b.send({ type: 'submit', id: 51, envelope: encodeEnvelope(t2) })
+    // The first three land at indices 1..3, exactly one twin at 4.
+    const hash = await agreeAt(cluster, [0, 1, 2], envs.length + 1)
+    expect(hash).toMatch(/^[0-9a-f]{64}$/)
+    const snap = await cluster.json<{ snapshot: unknown }>(0, `/v1/spaces/${SPACE}/stable`)
+    // 5 + 6 - 3 plus exactly one twin's deposit: 108 or 9, never both (G4).
+    expect([108, 9]).toContain(counterIn(snap.snapshot, 'acct'))
+    const status = await cluster.json<{ committedRound: number }>(0, '/v1/status')
+    const later = await until('more commits', async () => {
+      const s = await cluster.json<{ committedRound: number }>(0, '/v1/status')
+      return s.committedRound > status.committedRound + 4 ? s : undefined
+    })
+    expect(later.committedRound).toBeGreaterThan(status.committedRound)
+    for (const c of [a, b, evil]) c.close()
+  }, 120_000)
+})
