@@ -38,7 +38,7 @@ function votesIn(out: Output[]) {
 }
 
 describe('mesh messages', () => {
-  const block = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [] })
+  const block = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
   const votes = [0, 1, 2].map((v) => signVote(crypto, secrets[v]!, v, block))
   const cert: Certificate = { block, votes: votes.map((v) => [v.voter, v.sig] as const) }
 
@@ -65,7 +65,7 @@ describe('mesh messages', () => {
     expect(reason(encodeMessage({ ...votes[0]!, voter: 2 }))).toBe('bad-signature')
     expect(reason(encodeMessage({ kind: 'cert', cert: { block, votes: cert.votes.slice(0, 2) } }))).toBe('bad-signature')
     expect(reason(encodeMessage({ kind: 'cert', cert: { block, votes: [cert.votes[0]!, cert.votes[0]!, cert.votes[1]!] } }))).toBe('bad-signature')
-    const stranger = signBlock(crypto, secrets[0]!, { round: 1, author: 7, parents: [], payload: [] })
+    const stranger = signBlock(crypto, secrets[0]!, { round: 1, author: 7, parents: [], payload: [], weak: [] })
     expect(reason(encodeMessage({ kind: 'block', block: stranger }))).toBe('unauthorized')
     expect(reason(encode(['nope']))).toBe('malformed')
     expect(reason(new Uint8Array([0xc1]))).toBe('malformed')
@@ -76,8 +76,8 @@ describe('consensus core', () => {
   it('votes once per (author, round), persisting the vote before sending it', () => {
     const c = core(0)
     c.start()
-    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [] })
-    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('other')] })
+    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
+    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('other')], weak: [] })
     const out = c.onMessage(1, { kind: 'block', block: a })
     const persistAt = out.findIndex((o) => o.type === 'persist' && o.record.kind === 'vote')
     const sendAt = out.findIndex((o) => o.type === 'send' && o.message.kind === 'vote')
@@ -93,7 +93,7 @@ describe('consensus core', () => {
   it('never votes for a second block of a round after a restart', () => {
     const c = core(0)
     c.start()
-    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [] })
+    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
     const records = c.onMessage(1, { kind: 'block', block: a }).flatMap((o) => (o.type === 'persist' ? [o.record] : []))
     const own = c.start().flatMap((o) => (o.type === 'persist' ? [o.record] : []))
     const all = [...records, ...own]
@@ -104,7 +104,7 @@ describe('consensus core', () => {
       commits: [],
     })
     restarted.start()
-    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('x')] })
+    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('x')], weak: [] })
     expect(votesIn(restarted.onMessage(1, { kind: 'block', block: b }))).toHaveLength(0)
   })
 
@@ -116,11 +116,11 @@ describe('consensus core', () => {
     const frame = encodeEnvelope(env)
     const forged = new Uint8Array(frame)
     forged[forged.length - 1]! ^= 1
-    const bad = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [forged] })
+    const bad = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [forged], weak: [] })
     expect(c.onMessage(2, { kind: 'block', block: bad })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'bad-signature' }))
-    const good = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [frame] })
+    const good = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [frame], weak: [] })
     expect(votesIn(c.onMessage(2, { kind: 'block', block: good }))).toHaveLength(1)
-    const far: Block = signBlock(crypto, secrets[3]!, { round: 500, author: 3, parents: [], payload: [] })
+    const far: Block = signBlock(crypto, secrets[3]!, { round: 500, author: 3, parents: [], payload: [], weak: [] })
     expect(c.onMessage(3, { kind: 'block', block: far })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'too-large' }))
   })
 

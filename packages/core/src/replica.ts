@@ -191,6 +191,11 @@ export class ReliableReplica {
     return (this.authors.get(author)?.seq ?? 0) + 1
   }
 
+  /** Envelopes received but not yet decided, oldest first. */
+  pendingEnvelopes(): Envelope[] {
+    return [...this.pending.values()].map((p) => p.env)
+  }
+
   isPending(idHex: string): boolean {
     return this.pending.has(idHex)
   }

@@ -181,6 +181,8 @@ class Simulation {
   private readonly certOwners = new Map<number, Map<number, string>>()
   private readonly auditCanon: string[] = []
   private readonly stableHashes = new Map<number, string>()
+  /** Step at which a correct relay first saw each envelope certified. */
+  private readonly firstSeen = new Map<string, number>()
   private readonly snapshots = new Map<number, string>()
   private partitioned: Set<number> | null = null
   private committedByAny = new Set<string>()
@@ -519,7 +521,9 @@ class Simulation {
     // Certified payload reaches the prospective state at once (G1).
     for (const frame of cert.block.header.payload) {
       const env = this.envelopeOf(frame)
-      if (env) host.replica.receive(env)
+      if (!env) continue
+      host.replica.receive(env)
+      if (!this.firstSeen.has(env.idHex)) this.firstSeen.set(env.idHex, this.step)
     }
   }
 
@@ -656,6 +660,22 @@ class Simulation {
     if (progressMark) {
       for (const h of correct) {
         if (h.anchors <= (progressMark[h.id] as number)) throw new Violation(`relay ${h.id} made no progress after the network healed (${h.anchors} anchors)`)
+      }
+    }
+    // G5: with weak links every certified block is eventually ordered, so by the end every
+    // envelope a correct relay received is decided and its prospective state equals its stable state.
+    const quietFrom = Math.floor(this.options.steps * 0.7)
+    for (const h of correct) {
+      // Envelopes first seen in the last 30% may still be on their way to an anchor.
+      // Those behind a sequence gap wait (at most gapWaitCommits rounds) by design.
+      const stale = h.replica.pendingEnvelopes().filter((e) => (this.firstSeen.get(e.idHex) ?? 0) < quietFrom && e.seq <= h.replica.nextSeq(e.authorId))
+      if (stale.length) throw new Violation(`relay ${h.id} never decided ${stale.length} envelope(s) it received before the quiet period, e.g. ${stale[0]?.authorId}:${stale[0]?.seq}`)
+      if (h.replica.pendingCount > 0) continue
+      for (const key of h.replica.keys()) {
+        const norm = (v: unknown) => JSON.stringify(Array.isArray(v) ? [...v].map(String).sort() : v)
+        if (norm(h.replica.value(key)) !== norm(h.replica.stableValue(key))) {
+          throw new Violation(`relay ${h.id}: prospective ${key} = ${norm(h.replica.value(key))} but stable = ${norm(h.replica.stableValue(key))}`)
+        }
       }
     }
     for (const [a, b] of this.twinIds) {

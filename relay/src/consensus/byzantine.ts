@@ -48,7 +48,7 @@ export class ByzantineBehaviour {
       }
       case 'flood': {
         if (message.kind !== 'block') return [message]
-        const far = [1000, 60, 3].map((ahead) => signBlock(crypto, secretKey, { round: message.block.header.round + ahead, author: me, parents: message.block.header.parents, payload: [] }))
+        const far = [1000, 60, 3].map((ahead) => signBlock(crypto, secretKey, { round: message.block.header.round + ahead, author: me, parents: message.block.header.parents, payload: [], weak: [] }))
         return [message, ...far.map((block) => ({ kind: 'block' as const, block }))]
       }
       case 'forged-envelopes': {

@@ -1,6 +1,7 @@
 import { SteadError, fromHex, toHex } from '@stead/core'
 import {
   certificateQuorum,
+  maxWeakLinks,
   committeeSize,
   quorum,
   signBlock,
@@ -104,6 +105,7 @@ interface Node {
   readonly author: number
   readonly digestHex: string
   readonly parents: readonly string[]
+  readonly weak: readonly string[]
 }
 
 /**
@@ -138,6 +140,8 @@ export class ConsensusCore {
   private round = 0
   private readonly dag = new Map<number, Map<number, Node>>()
   private readonly byDigest = new Map<string, Node>()
+  /** Certificates no other certificate in our DAG points to (strongly or weakly). */
+  private readonly unreferenced = new Set<string>()
   /** author:round → digest we voted for. Persisted before the vote leaves. */
   private readonly voted = new Map<string, string>()
   private readonly ownBlocks = new Map<number, Block>()
@@ -386,7 +390,12 @@ export class ConsensusCore {
   private onCertificate(from: number, cert: Certificate, out: Output[]): void {
     const { round, author } = cert.block.header
     const digestHex = cert.block.digestHex
-    if (this.byDigest.has(digestHex) || round <= this.gcRound()) return
+    if (this.byDigest.has(digestHex)) return
+    if (round <= this.gcRound()) {
+      // Too old to hold, but whatever waited for it as a weak link may go on.
+      this.resume(digestHex, out)
+      return
+    }
     const existing = this.dag.get(round)?.get(author)
     if (existing) {
       // Two certificates for one (author, round) need f+1 double-voting relays: more than f are faulty.
@@ -400,12 +409,13 @@ export class ConsensusCore {
   }
 
   private insert(cert: Certificate, out: Output[]): void {
-    const { round, author, parents, payload } = cert.block.header
-    const node: Node = { cert, round, author, digestHex: cert.block.digestHex, parents: parents.map(toHex) }
+    const { round, author, payload } = cert.block.header
+    const node = nodeOf(cert)
     let r = this.dag.get(round)
     if (!r) this.dag.set(round, (r = new Map()))
     r.set(author, node)
     this.byDigest.set(node.digestHex, node)
+    this.reference(node)
     if (payload.length) this.unorderedWithPayload++
     // Slots of certified payload are taken whether or not we voted for the block.
     this.claimSlots(cert.block)
@@ -417,10 +427,17 @@ export class ConsensusCore {
   }
 
   private checkParents(block: Block): string | null {
-    const { round, parents } = block.header
-    if (round === 1) return parents.length === 0 ? null : 'round 1 blocks have no parents'
+    const { round, parents, weak } = block.header
+    const weakHex = weak.map(toHex)
+    if (new Set(weakHex).size !== weak.length) return 'duplicate weak links'
+    for (const w of weakHex) {
+      const node = this.byDigest.get(w)
+      if (node && node.round >= round - 1) return `weak link ${w.slice(0, 8)} is from round ${node.round}; weak links point further back`
+    }
+    if (round === 1) return parents.length === 0 && weak.length === 0 ? null : 'round 1 blocks have no parents'
     const distinct = new Set(parents.map(toHex))
     if (distinct.size !== parents.length) return 'duplicate parents'
+    if (weakHex.some((w) => distinct.has(w))) return 'a parent cannot also be a weak link'
     if (parents.length < quorum(this.committee)) return `a round ${round} block needs ${quorum(this.committee)} parents, has ${parents.length}`
     for (const p of distinct) {
       const node = this.byDigest.get(p)
@@ -431,8 +448,9 @@ export class ConsensusCore {
 
   private missingParents(block: Block): string[] {
     // Parents at or below the GC horizon are no longer held: they were settled long ago.
-    if (block.header.round - 1 <= this.gcRound()) return []
-    return block.header.parents.map(toHex).filter((hex) => !this.byDigest.has(hex))
+    const strong = block.header.round - 1 <= this.gcRound() ? [] : block.header.parents.map(toHex)
+    // A weak link that is fetched and turns out to be below the horizon resolves as settled (see onCertificate).
+    return [...strong, ...block.header.weak.map(toHex)].filter((hex) => !this.byDigest.has(hex))
   }
 
   private suspend(from: number, message: Message, missing: string[], round: number, out: Output[]): void {
@@ -560,6 +578,7 @@ export class ConsensusCore {
         author: this.me,
         parents,
         payload: this.takePayload(),
+        weak: this.weakLinks(round),
       })
     this.round = round
     this.idleExpired = false
@@ -571,6 +590,24 @@ export class ConsensusCore {
     this.voted.set(`${this.me}:${round}`, block.digestHex)
     this.sendVote(block, out, !existing)
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
+  }
+
+  /** Certificates nothing references yet, from rounds our parents cannot reach, oldest first. */
+  private weakLinks(round: number): Uint8Array[] {
+    const gc = this.gcRound()
+    return [...this.unreferenced]
+      .map((d) => this.byDigest.get(d) as Node)
+      .filter((n) => n.round < round - 1 && n.round > gc)
+      .sort((a, b) => a.round - b.round || a.author - b.author)
+      .slice(0, maxWeakLinks(this.committee))
+      .map((n) => n.cert.block.digest)
+  }
+
+  /** A certificate joins the DAG: it is unreferenced, and what it points to no longer is. */
+  private reference(node: Node): void {
+    this.unreferenced.add(node.digestHex)
+    for (const p of node.parents) this.unreferenced.delete(p)
+    for (const w of node.weak) this.unreferenced.delete(w)
   }
 
   private takePayload(): Uint8Array[] {
@@ -634,7 +671,7 @@ export class ConsensusCore {
       const node = this.byDigest.get(d)
       if (!node || node.round <= horizon) continue
       history.push(node)
-      stack.push(...node.parents)
+      stack.push(...node.parents, ...node.weak)
     }
     history.sort((a, b) => a.round - b.round || a.author - b.author)
     const payload: Uint8Array[] = []
@@ -680,6 +717,7 @@ export class ConsensusCore {
         if (node.cert.block.header.payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload--
         this.byDigest.delete(node.digestHex)
         this.ordered.delete(node.digestHex)
+        this.unreferenced.delete(node.digestHex)
       }
       this.dag.delete(round)
     }
@@ -740,16 +778,22 @@ export class ConsensusCore {
     // The dedupe window must match the other relays' exactly: it decides what a commit carries.
     for (const c of state.commits) if (c.anchorRound > gc) for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
     for (const cert of [...state.certs].sort((a, b) => a.block.header.round - b.block.header.round)) {
-      const { round, author, parents, payload } = cert.block.header
+      const { round, author, payload } = cert.block.header
       if (round <= gc) continue
-      const node: Node = { cert, round, author, digestHex: cert.block.digestHex, parents: parents.map(toHex) }
+      const node = nodeOf(cert)
       let r = this.dag.get(round)
       if (!r) this.dag.set(round, (r = new Map()))
       r.set(author, node)
       this.byDigest.set(node.digestHex, node)
+      this.reference(node)
       this.claimSlots(cert.block)
       if (payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload++
     }
     for (const b of state.ownBlocks) this.claimSlots(b)
   }
+}
+
+function nodeOf(cert: Certificate): Node {
+  const { round, author, parents, weak } = cert.block.header
+  return { cert, round, author, digestHex: cert.block.digestHex, parents: parents.map(toHex), weak: weak.map(toHex) }
 }

@@ -26,6 +26,11 @@ export function quorum(c: Committee): number {
   return 2 * c.f + 1
 }
 
+/** Weak links one block may carry; older orphans wait for the next block. */
+export function maxWeakLinks(c: Committee): number {
+  return 2 * c.keys.length
+}
+
 export function certificateQuorum(c: Committee): number {
   return c.certificateQuorum ?? quorum(c)
 }
@@ -50,6 +55,11 @@ export interface BlockHeader {
   readonly author: number
   /** Digests of certificates of round-1 (none in round 1). */
   readonly parents: readonly Uint8Array[]
+  /**
+   * Weak links: certificates of older rounds that nothing referenced yet, so
+   * every certified block is eventually ordered (Bullshark's weak links).
+   */
+  readonly weak: readonly Uint8Array[]
   /** Client envelopes as received: msgpack [bytes, sig] frames. */
   readonly payload: readonly Uint8Array[]
 }
@@ -107,7 +117,7 @@ const BLOCK_TAG = 'stead/block/v1'
 const VOTE_TAG = 'stead/vote/v1'
 
 export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: BlockHeader): Block {
-  const bytes = encode([BLOCK_TAG, header.round, header.author, header.parents, header.payload])
+  const bytes = encode([BLOCK_TAG, header.round, header.author, header.parents, header.payload, header.weak])
   const signed = { bytes, sig: crypto.sign(secretKey, bytes) }
   const digest = crypto.sha256(bytes)
   return { signed, header, digest, digestHex: toHex(digest) }
@@ -129,7 +139,7 @@ export function signVote(crypto: SyncCrypto, secretKey: Uint8Array, voter: numbe
  */
 export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS): Block {
   const v = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
-  if (v.length !== 5 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
+  if (v.length !== 6 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
   const round = expect.uint(v[1], 'block.round')
   if (round < 1) throw new SteadError('malformed', 'block rounds start at 1')
   const author = expect.uint(v[2], 'block.author')
@@ -141,9 +151,10 @@ export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Sign
     if (p.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `block.payload[${i}] is ${p.length} bytes`)
     return p
   })
+  const weak = expect.array(v[5], 'block.weak', maxWeakLinks(committee)).map((p, i) => expect.bytes(p, `block.weak[${i}]`, 32))
   if (!crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
   const digest = crypto.sha256(signed.bytes)
-  return { signed, header: { round, author, parents, payload }, digest, digestHex: toHex(digest) }
+  return { signed, header: { round, author, parents, payload, weak }, digest, digestHex: toHex(digest) }
 }
 
 export function verifyVote(crypto: SyncCrypto, committee: Committee, vote: Vote): boolean {
