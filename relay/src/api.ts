@@ -24,6 +24,8 @@ export interface ApiOptions {
   readonly rateLimit?: { readonly perSecond: number; readonly burst: number }
   /** Bytes queued to a slow client before its session is closed (it can resume from its stable index). */
   readonly maxBufferedBytes?: number
+  /** Envelopes one session may have submitted and not yet seen decided. */
+  readonly maxPendingPerClient?: number
 }
 
 /**
@@ -60,6 +62,9 @@ class Session implements Subscriber {
   private readonly nonce = challengeNonce()
   private authenticated = false
   private readonly unsubscribers = new Map<string, () => void>()
+  /** Envelopes this session submitted that the audit has not decided yet. */
+  private readonly pending = new Set<string>()
+  private stopListening: (() => void) | null = null
   private tokens: number
   private lastRefill = Date.now()
   private readonly log: Logger
@@ -75,6 +80,7 @@ class Session implements Subscriber {
 
   start(): void {
     this.node.metrics.clients.inc()
+    this.stopListening = this.node.onDecided((id) => this.pending.delete(id))
     this.socket.on('message', (data, isBinary) => this.onMessage(data as Buffer, isBinary))
     this.socket.on('close', () => this.close())
     this.socket.on('error', (err) => this.log.warn({ err: err.message }, 'client socket error'))
@@ -122,7 +128,10 @@ class Session implements Subscriber {
         return
       case 'submit':
         try {
-          const { status } = this.node.submit(message.envelope)
+          const limit = this.options.maxPendingPerClient ?? 10_000
+          if (this.pending.size >= limit) throw new SteadError('too-large', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
+          const { status, idHex } = this.node.submit(message.envelope)
+          if (status === 'queued') this.pending.add(idHex)
           this.send({ type: 'accepted', id: message.id, status })
         } catch (err) {
           this.fail(message.id, err)
@@ -162,6 +171,7 @@ class Session implements Subscriber {
 
   private close(): void {
     this.node.metrics.clients.dec()
+    this.stopListening?.()
     for (const unsub of this.unsubscribers.values()) unsub()
     this.unsubscribers.clear()
   }

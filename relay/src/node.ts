@@ -90,6 +90,7 @@ export class RelayNode {
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
   private readonly verified = new Map<string, Envelope | SteadError>()
   private lastCommitAt = 0
+  private readonly decidedListeners = new Set<(idHex: string) => void>()
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
@@ -161,7 +162,7 @@ export class RelayNode {
    * Throws SteadError: 'too-large', 'malformed', 'bad-signature',
    * 'unauthorized', 'conflict'; returns 'duplicate' for one already decided or queued.
    */
-  submit(frame: Uint8Array): { status: 'queued' | 'duplicate' } {
+  submit(frame: Uint8Array): { status: 'queued' | 'duplicate'; idHex: string } {
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
     const policy = this.options.cluster.spaces.get(env.space)
@@ -171,7 +172,7 @@ export class RelayNode {
     }
     const decided = this.replicas.get(env.space)?.decided(env)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
-    if (decided === 'duplicate') return { status: 'duplicate' }
+    if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex }
     const info: PayloadInfo = { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
     const result = this.core.submit(frame, info)
     if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
@@ -179,7 +180,13 @@ export class RelayNode {
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
-    return { status: result.status }
+    return { status: result.status, idHex: env.idHex }
+  }
+
+  /** Calls `listener` with the id of every envelope the audit decides (committed or dropped). */
+  onDecided(listener: (idHex: string) => void): () => void {
+    this.decidedListeners.add(listener)
+    return () => this.decidedListeners.delete(listener)
   }
 
   subscribe(space: string, fromIndex: number, sub: Subscriber): () => void {
@@ -363,6 +370,7 @@ export class RelayNode {
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
       for (const d of result.decisions) {
+        for (const listener of this.decidedListeners) listener(d.env.idHex)
         const t = this.submittedAt.get(d.env.idHex)
         if (t === undefined) continue
         this.submittedAt.delete(d.env.idHex)

@@ -1,7 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import type { FastifyInstance } from 'fastify'
 import pino, { type Logger } from 'pino'
-import { createApi } from './api.ts'
+import { createApi, type ApiOptions } from './api.ts'
 import { type ClusterConfig, ConfigError } from './config.ts'
 import type { ByzantineStrategy } from './consensus/index.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
@@ -16,6 +16,8 @@ export interface RunRelayOptions {
   readonly byzantine?: ByzantineStrategy
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   readonly logger?: Logger
+  /** Client API limits (frame size, rate, pending envelopes per client). */
+  readonly limits?: Pick<ApiOptions, 'maxFrameBytes' | 'rateLimit' | 'maxBufferedBytes' | 'maxPendingPerClient'>
 }
 
 export interface RunningRelay {
@@ -42,7 +44,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const node = new RelayNode({ cluster: o.cluster, me, secretKey: o.secretKey, dataDir: o.dataDir, mesh, logger, ...(o.byzantine ? { byzantine: o.byzantine } : {}) })
   await node.start()
   const [host, port] = entry.api.split(':') as [string, string]
-  const api = await createApi(node, { host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+  const api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
   const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
   logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', byzantine: o.byzantine ?? null }, 'relay ready')
   return {

@@ -1,0 +1,78 @@
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readFileSync } from 'node:fs'
+import { get } from 'node:https'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
+import pino from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import WebSocket from 'ws'
+import { generateIdentity, parseCluster } from '../src/config.ts'
+import { runRelay, type RunningRelay } from '../src/relay.ts'
+import { freePort } from './helpers/cluster.ts'
+
+/** One in-process relay (N = 1, f = 0) serving over TLS, for what the API itself promises. */
+describe('client API over TLS', () => {
+  let relay: RunningRelay
+  let api: string
+  const dir = mkdtempSync(join(tmpdir(), 'stead-api-'))
+
+  beforeAll(async () => {
+    execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' })
+    const id = generateIdentity()
+    api = `127.0.0.1:${await freePort()}`
+    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api }] })
+    relay = await runRelay({
+      cluster,
+      id: 'solo',
+      secretKey: id.secretKey,
+      dataDir: join(dir, 'data'),
+      tls: { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
+      logger: pino({ level: 'silent' }),
+      limits: { maxPendingPerClient: 2 },
+    })
+  }, 30_000)
+
+  afterAll(async () => relay?.stop())
+
+  it('serves HTTPS', async () => {
+    const body = await new Promise<string>((ok, fail) => {
+      get(`https://${api}/health`, { rejectUnauthorized: false }, (res) => {
+        let data = ''
+        res.on('data', (d) => (data += d))
+        res.on('end', () => ok(data))
+      }).on('error', fail)
+    })
+    expect(JSON.parse(body)).toEqual({ ok: true, relay: 0 })
+    expect(relay.url).toBe(`https://${api}`)
+  })
+
+  it('limits envelopes a session has pending, over wss', async () => {
+    const me = { secretKey: new Uint8Array(32).fill(5), publicKey: publicKeyOfSync(new Uint8Array(32).fill(5)) }
+    const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
+    const inbox: ReturnType<typeof decodeRelayMessage>[] = []
+    ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
+    const next = async (pred: (m: (typeof inbox)[number]) => boolean) => {
+      for (let i = 0; i < 100; i++) {
+        const m = inbox.find(pred)
+        if (m) return m
+        await new Promise((r) => setTimeout(r, 50))
+      }
+      throw new Error('no such message')
+    }
+    const challenge = await next((m) => m.type === 'challenge')
+    if (challenge.type !== 'challenge') throw new Error('expected a challenge')
+    ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
+    await next((m) => m.type === 'welcome')
+    // Sequence numbers 2, 3, 4 without 1: they wait for the gap, so they stay undecided.
+    for (const seq of [2, 3, 4]) {
+      const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+      ws.send(encodeClientMessage({ type: 'submit', id: seq, envelope: encodeEnvelope(env) }))
+    }
+    expect(await next((m) => m.type === 'accepted' && m.id === 2)).toMatchObject({ status: 'queued' })
+    expect(await next((m) => m.type === 'accepted' && m.id === 3)).toMatchObject({ status: 'queued' })
+    expect(await next((m) => m.type === 'error' && m.id === 4)).toMatchObject({ reason: 'too-large' })
+    ws.close()
+  })
+})
