@@ -142,6 +142,8 @@ export class ConsensusCore {
   private readonly byDigest = new Map<string, Node>()
   /** Certificates no other certificate in our DAG points to (strongly or weakly). */
   private readonly unreferenced = new Set<string>()
+  /** Rounds of certificates fetched after they fell below the GC horizon (bounded). */
+  private readonly belowHorizon = new Map<string, number>()
   /** author:round → digest we voted for. Persisted before the vote leaves. */
   private readonly voted = new Map<string, string>()
   private readonly ownBlocks = new Map<number, Block>()
@@ -219,7 +221,8 @@ export class ConsensusCore {
       const votes = this.votesForOwn.get(r)?.size ?? 0
       rounds.push(`r${r}[certs:${authors || '-'}${this.ownBlocks.has(r) ? ` own,votes:${votes}` : ''}]`)
     }
-    return `relay ${this.me} round ${this.round} committed ${this.lastCommittedRound} suspended ${this.suspended.size} queue ${this.queue.length} ${rounds.join(' ')}`
+    const frontier = [...this.waitingOn.keys()].filter((d) => !this.suspended.has(d))
+    return `relay ${this.me} round ${this.round} committed ${this.lastCommittedRound} suspended ${this.suspended.size} queue ${this.queue.length} ${rounds.join(' ')}${frontier.length ? ` missing ${frontier.map((d) => d.slice(0, 8)).join(',')}` : ''}`
   }
 
   certificate(round: number, author: number): Certificate | undefined {
@@ -392,7 +395,9 @@ export class ConsensusCore {
     const digestHex = cert.block.digestHex
     if (this.byDigest.has(digestHex)) return
     if (round <= this.gcRound()) {
-      // Too old to hold, but whatever waited for it as a weak link may go on.
+      // Too old to hold; remember its round so what waited for it can be judged, then let it go on.
+      if (this.belowHorizon.size >= 10_000) this.belowHorizon.clear()
+      this.belowHorizon.set(digestHex, round)
       this.resume(digestHex, out)
       return
     }
@@ -440,8 +445,8 @@ export class ConsensusCore {
     if (weakHex.some((w) => distinct.has(w))) return 'a parent cannot also be a weak link'
     if (parents.length < quorum(this.committee)) return `a round ${round} block needs ${quorum(this.committee)} parents, has ${parents.length}`
     for (const p of distinct) {
-      const node = this.byDigest.get(p)
-      if (node && node.round !== round - 1) return `parent ${p.slice(0, 8)} is from round ${node.round}, not ${round - 1}`
+      const parentRound = this.byDigest.get(p)?.round ?? this.belowHorizon.get(p)
+      if (parentRound !== undefined && parentRound !== round - 1) return `parent ${p.slice(0, 8)} is from round ${parentRound}, not ${round - 1}`
     }
     return null
   }
@@ -450,7 +455,7 @@ export class ConsensusCore {
     // Parents at or below the GC horizon are no longer held: they were settled long ago.
     const strong = block.header.round - 1 <= this.gcRound() ? [] : block.header.parents.map(toHex)
     // A weak link that is fetched and turns out to be below the horizon resolves as settled (see onCertificate).
-    return [...strong, ...block.header.weak.map(toHex)].filter((hex) => !this.byDigest.has(hex))
+    return [...strong, ...block.header.weak.map(toHex)].filter((hex) => !this.byDigest.has(hex) && !this.belowHorizon.has(hex))
   }
 
   private suspend(from: number, message: Message, missing: string[], round: number, out: Output[]): void {
@@ -498,6 +503,7 @@ export class ConsensusCore {
       const s = this.suspended.get(key)
       if (!s || !s.missing.delete(digest) || s.missing.size > 0) continue
       this.unsuspend(key, s.from)
+      // Re-checked in full: a parent that turned out to be from the wrong round now gets it refused.
       if (s.message.kind === 'block') this.onBlock(s.from, s.message.block, out)
       else if (s.message.kind === 'cert') this.onCertificate(s.from, s.message.cert, out)
     }
