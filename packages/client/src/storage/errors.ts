@@ -1,0 +1,37 @@
+import { SteadError, type ErrorReason } from '@stead/core'
+
+/**
+ * Why the platform's store failed, as opposed to bad input (which is a plain
+ * `SteadError` `malformed` / `too-large`).
+ * - `unavailable`: no usable store here (no IndexedDB, disabled storage, a
+ *   database written by a newer schema, a path LMDB cannot open)
+ * - `quota`: the browser's quota or the disk is full
+ * - `blocked`: other connections keep the database at an older version open
+ * - `closed`: used after `close()`, or another tab upgraded or deleted the
+ *   database, or the browser terminated the connection
+ * - `io`: any other failure of the underlying store
+ */
+export type StorageFailure = 'unavailable' | 'quota' | 'blocked' | 'closed' | 'io'
+
+// Core's ErrorReason has no storage-specific reasons, so each failure maps to
+// the nearest one; `failure` carries the precise kind.
+const reasonOf: Record<StorageFailure, ErrorReason> = {
+  unavailable: 'unsupported',
+  quota: 'too-large',
+  blocked: 'conflict',
+  closed: 'unsupported',
+  io: 'unsupported',
+}
+
+export class StorageError extends SteadError {
+  readonly failure: StorageFailure
+
+  constructor(failure: StorageFailure, message: string, options?: { cause?: unknown }) {
+    super(reasonOf[failure], `storage ${failure}: ${message}`, options)
+    this.failure = failure
+  }
+}
+
+export function isStorageError(err: unknown, failure?: StorageFailure): err is StorageError {
+  return err instanceof StorageError && (failure === undefined || err.failure === failure)
+}
