@@ -161,7 +161,11 @@ async function dev(args: string[]): Promise<void> {
   console.log('try: curl http://' + relays[0]?.api + '/v1/status')
   const stop = () => {
     for (const c of children) c.kill('SIGTERM')
-    setTimeout(() => process.exit(0), 2000).unref()
+    // Relays flush and close their store on SIGTERM; one that hangs is killed.
+    setTimeout(() => {
+      for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
+      process.exit(0)
+    }, 3000).unref()
   }
   process.once('SIGINT', stop)
   process.once('SIGTERM', stop)

@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto'
 import {
   ReliableReplica,
   SteadError,
+  authorIdOf,
+  type Authorize,
   asSigned,
   decode,
   encodeAttestation,
@@ -51,6 +53,8 @@ export interface RelayNodeOptions {
   readonly idleBlockDelayMs?: number
   readonly resendIntervalMs?: number
   readonly gcDepth?: number
+  /** Called when the event loop fails (a store write failed); the default exits the process. */
+  readonly onFatal?: (err: unknown) => void
 }
 
 /** Something that wants a space's commits and certified envelopes: a client session. */
@@ -173,7 +177,7 @@ export class RelayNode {
     const decided = this.replicas.get(env.space)?.decided(env)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex }
-    const info: PayloadInfo = { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+    const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
     const result = this.core.submit(frame, info)
     if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
     this.sampleFrame ??= frame
@@ -279,9 +283,10 @@ export class RelayNode {
         }
       }
     } catch (err) {
-      this.log.error({ err }, 'relay event loop failed; stopping to protect the store')
+      // A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it.
+      this.log.fatal({ err }, 'relay event loop failed; stopping to protect the store')
       this.stopped = true
-      process.exitCode = 1
+      ;(this.options.onFatal ?? (() => process.exit(1)))(err)
     } finally {
       this.draining = false
     }
@@ -358,7 +363,7 @@ export class RelayNode {
     for (const frame of frames) {
       const env = this.open(frame)
       if (env instanceof SteadError) continue
-      if (!this.replicas.has(env.space)) this.replicas.set(env.space, new ReliableReplica({ space: env.space }))
+      if (!this.replicas.has(env.space)) this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space) }))
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
       group.envs.push(env)
@@ -377,19 +382,35 @@ export class RelayNode {
         this.metrics.commitLatency.observe((Date.now() - t) / 1000)
       }
       const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attested)
-      if (decisions.length === 0) continue
+      // Attest every commit that carried envelopes of this space (some may only wait for a
+      // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
+      if (decisions.length === 0 && !group) continue
       const bytes = encodeAttestation({ space, round: anchorRound, fromIndex, toIndex: result.stableIndex, decisions, stateHash: replica.stableHash((b) => nodeCrypto.sha256(b)) })
       const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
-      out.push({ space, toIndex: result.stableIndex, value: { attestation, envelopes: group?.frames ?? [] } })
+      out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
     return out
+  }
+
+  /**
+   * The cluster's space policy as the audit's application validator: a
+   * Byzantine relay can put anything in its blocks, so the check that
+   * submit() makes must hold in the stable order too. Every relay must run
+   * the same cluster file, or their audits differ.
+   */
+  private authorizeFor(space: string): Authorize | undefined {
+    const policy = this.options.cluster.spaces.get(space)
+    if (!policy && !this.options.cluster.openSpaces) return () => ({ ok: false, reason: 'unauthorized', detail: `unknown space ${space}` })
+    if (!policy?.writers) return undefined
+    const allowed = new Set(policy.writers.map((w) => authorIdOf(nodeCrypto, w)))
+    return (author) => (allowed.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not write to ${space}` })
   }
 
   // ---- envelopes ----
 
   private inspect(frame: Uint8Array): PayloadInfo | SteadError {
     const env = this.open(frame)
-    return env instanceof SteadError ? env : { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+    return env instanceof SteadError ? env : { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
   }
 
   private open(frame: Uint8Array): Envelope | SteadError {

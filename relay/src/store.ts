@@ -13,7 +13,8 @@ export interface WriteBatch {
   readonly records: readonly PersistRecord[]
   /** Committed payload per consensus commit, in commit order: the replicas are rebuilt from these. */
   readonly batches: ReadonlyArray<{ readonly anchorRound: number; readonly frames: readonly Uint8Array[] }>
-  readonly attestations: ReadonlyArray<{ readonly space: string; readonly toIndex: number; readonly value: StoredAttestation }>
+  /** Keyed by where they start and their round: a commit that only parks or drops envelopes keeps the index. */
+  readonly attestations: ReadonlyArray<{ readonly space: string; readonly fromIndex: number; readonly round: number; readonly value: StoredAttestation }>
 }
 
 type Bytes = Uint8Array
@@ -33,7 +34,7 @@ export class RelayStore {
   private readonly digests: Database<Bytes, string>
   private readonly commits: Database<Bytes, number>
   private readonly batches: Database<Bytes, number>
-  private readonly attest: Database<Bytes, [string, number]>
+  private readonly attest: Database<Bytes, [string, number, number]>
   private nextBatch: number
 
   private constructor(path: string) {
@@ -78,7 +79,7 @@ export class RelayStore {
         }
       }
       for (const b of w.batches) this.batches.putSync(this.nextBatch++, encode([b.anchorRound, b.frames]))
-      for (const a of w.attestations) this.attest.putSync([a.space, a.toIndex], encode([[a.value.attestation.bytes, a.value.attestation.sig], a.value.envelopes]))
+      for (const a of w.attestations) this.attest.putSync([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], a.value.envelopes]))
     })
   }
 
@@ -118,7 +119,7 @@ export class RelayStore {
 
   certificatesInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Certificate[] {
     const out: Certificate[] = []
-    for (const { value } of this.certs.getRange({ start: [fromRound, 0], end: [toRound + 1, 0], limit })) out.push(decodeCert(crypto, committee, value))
+    for (const { value } of this.certs.getRange({ start: [fromRound, 0], end: [toRound + 1, 0], limit })) out.push(decodeCert(crypto, committee, value, false))
     return out
   }
 
@@ -128,14 +129,18 @@ export class RelayStore {
       const where = this.digests.get(d)
       if (!where) continue
       const value = this.certs.get(decode(where) as [number, number])
-      if (value) out.push(decodeCert(crypto, committee, value))
+      if (value) out.push(decodeCert(crypto, committee, value, false))
     }
     return out
   }
 
-  /** A space's attestations after `fromIndex`, oldest first, for a client resuming its subscription. */
+  /**
+   * A space's attestations of commits that started at `fromIndex` or later,
+   * in commit order, for a client resuming from its stable index (it holds
+   * what came before, parked envelopes included).
+   */
   *attestationsSince(space: string, fromIndex: number): Generator<StoredAttestation> {
-    for (const { value } of this.attest.getRange({ start: [space, fromIndex + 1], end: [space, Number.MAX_SAFE_INTEGER] })) {
+    for (const { value } of this.attest.getRange({ start: [space, fromIndex, 0], end: [space, Number.MAX_SAFE_INTEGER, 0] })) {
       const [[bytes, sig], envelopes] = decode(value) as [[Bytes, Bytes], Bytes[]]
       yield { attestation: { bytes, sig }, envelopes }
     }
@@ -150,7 +155,8 @@ function encodeCert(c: Certificate): Uint8Array {
   return encode([[c.block.signed.bytes, c.block.signed.sig], c.votes.map(([v, s]) => [v, s])])
 }
 
-function decodeCert(crypto: SyncCrypto, committee: Committee, value: Uint8Array): Certificate {
+/** `verify` is off for what we only forward to peers (they verify); recovery verifies. */
+function decodeCert(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Certificate {
   const [[bytes, sig], votes] = decode(value) as [[Bytes, Bytes], Array<[number, Bytes]>]
-  return { block: openBlock(crypto, committee, { bytes, sig }), votes: votes.map(([v, s]) => [v, s] as const) }
+  return { block: openBlock(crypto, committee, { bytes, sig }, undefined, verify), votes: votes.map(([v, s]) => [v, s] as const) }
 }

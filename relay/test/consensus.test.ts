@@ -22,7 +22,7 @@ const committee: Committee = { f: 1, keys: secrets.map(publicKeyOfSync) }
 function inspect(frame: Uint8Array): PayloadInfo | SteadError {
   try {
     const env = openEnvelopeSync({ sha256: crypto.sha256, verify: verifySync }, decode(frame))
-    return { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
   } catch (e) {
     if (e instanceof SteadError) return e
     throw e

@@ -155,7 +155,18 @@ describe('a cluster of 4 relay processes', () => {
     // It keeps up with new work too.
     const last = [await deposit(7)]
     await submitAll(clients[1]!, last, 200)
-    await agreeAt(cluster, [0, 1, 2, 3], base + more.length + 1)
+    const final = base + more.length + 1
+    await agreeAt(cluster, [0, 1, 2, 3], final)
+    // A client resuming from scratch gets the same attested history from the restarted relay as from any other.
+    const history = async (i: number) => {
+      const c = await TestClient.connect(cluster.relays[i]!.api, author)
+      c.send({ type: 'subscribe', space: SPACE, fromIndex: 0 })
+      await until(`relay ${i} to replay up to ${final}`, () => (c.commits.some((x) => x.attestation.toIndex === final) ? true : undefined))
+      c.close()
+      return c.commits.map((x) => Buffer.from(x.bytes).toString('hex'))
+    }
+    const [fromRestarted, fromOther] = [await history(2), await history(0)]
+    expect(fromRestarted).toEqual(fromOther)
   }, 120_000)
 })
 
@@ -184,6 +195,10 @@ describe('a cluster with one relay in a Byzantine mode', () => {
     b.send({ type: 'submit', id: 51, envelope: encodeEnvelope(t2) })
     // The first three land at indices 1..3, exactly one twin at 4.
     const hash = await agreeAt(cluster, [0, 1, 2], envs.length + 1)
+    // Sequence numbers are per author per space: seq 1 elsewhere is not a conflict.
+    const elsewhere = await sealEnvelope(nodeCrypto, author, { space: 'other', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: acct, ops: [1] }], safe: [] })
+    a.send({ type: 'submit', id: 60, envelope: encodeEnvelope(elsewhere) })
+    expect(await a.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === 60)).toMatchObject({ type: 'accepted', status: 'queued' })
     expect(hash).toMatch(/^[0-9a-f]{64}$/)
     const snap = await cluster.json<{ snapshot: unknown }>(0, `/v1/spaces/${SPACE}/stable`)
     // 5 + 6 - 3 plus exactly one twin's deposit: 108 or 9, never both (G4).

@@ -622,7 +622,7 @@ class Simulation {
   private inspect(frame: Uint8Array): PayloadInfo | SteadError {
     const env = this.open(frame)
     if (env instanceof SteadError) return env
-    return { idHex: env.idHex, slot: `${env.authorId}:${env.seq}` }
+    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
   }
 
   private envelopeOf(frame: Uint8Array): Envelope | undefined {

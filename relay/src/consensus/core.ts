@@ -41,6 +41,8 @@ export interface ConsensusConfig {
   readonly gcDepth?: number
   /** Envelopes in one block. */
   readonly maxBlockEnvelopes?: number
+  /** Payload bytes in one block (one envelope may exceed it alone); keeps blocks far below the mesh frame limit. */
+  readonly maxBlockBytes?: number
   /** Envelopes waiting for a block; more are refused with 'too-large'. */
   readonly maxQueuedEnvelopes?: number
   /** How long to wait for a leader (even round) or its votes (odd round) before moving on. */
@@ -98,6 +100,8 @@ export interface RecoveredState {
 
 /** Certificates per catch-up answer: well under the mesh's frame limit even with full blocks. */
 export const SYNC_BATCH = 200
+/** Bytes of blocks per catch-up answer: several full blocks, well under the 64 MiB frame limit. */
+export const SYNC_BYTES = 16 * 1024 * 1024
 
 interface Node {
   readonly cert: Certificate
@@ -130,6 +134,7 @@ export class ConsensusCore {
   private readonly maxRoundsAhead: number
   private readonly gcDepth: number
   private readonly maxBlockEnvelopes: number
+  private readonly maxBlockBytes: number
   private readonly maxQueued: number
   private readonly leaderTimeoutMs: number
   private readonly idleBlockDelayMs: number
@@ -186,6 +191,7 @@ export class ConsensusCore {
     this.maxRoundsAhead = config.maxRoundsAhead ?? 50
     this.gcDepth = config.gcDepth ?? 50
     this.maxBlockEnvelopes = config.maxBlockEnvelopes ?? 1000
+    this.maxBlockBytes = config.maxBlockBytes ?? 4 * 1024 * 1024
     this.maxQueued = config.maxQueuedEnvelopes ?? 100_000
     this.leaderTimeoutMs = config.leaderTimeoutMs ?? 1000
     this.idleBlockDelayMs = config.idleBlockDelayMs ?? 200
@@ -286,7 +292,8 @@ export class ConsensusCore {
         for (const cert of sorted) this.onCertificate(from, cert, out)
         // A full answer means more is waiting: keep pulling while behind.
         const last = sorted[sorted.length - 1]?.block.header.round ?? 0
-        if (sorted.length >= SYNC_BATCH) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last + 1 } })
+        const size = sorted.reduce((n, c) => n + c.block.signed.bytes.length, 0)
+        if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last + 1 } })
         break
       }
       case 'fetch': {
@@ -617,7 +624,16 @@ export class ConsensusCore {
   }
 
   private takePayload(): Uint8Array[] {
-    const take = this.queue.splice(0, this.maxBlockEnvelopes)
+    // Bounded in count and in bytes: a block must always fit in one mesh frame.
+    let bytes = 0
+    let n = 0
+    while (n < this.queue.length && n < this.maxBlockEnvelopes) {
+      const size = (this.queue[n] as { frame: Uint8Array }).frame.length
+      if (n > 0 && bytes + size > this.maxBlockBytes) break
+      bytes += size
+      n++
+    }
+    const take = this.queue.splice(0, n)
     for (const { info } of take) this.queuedIds.delete(info.idHex)
     return take.map((t) => t.frame)
   }
@@ -746,8 +762,12 @@ export class ConsensusCore {
     const lowest = this.gcRound() + 1
     if (fromRound < lowest) out.push({ type: 'archive-request', to: from, query: { fromRound, toRound: lowest - 1 } })
     const certs: Certificate[] = []
-    for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < SYNC_BATCH; r++) {
-      for (const node of this.dag.get(r)?.values() ?? []) certs.push(node.cert)
+    let bytes = 0
+    for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < SYNC_BATCH && bytes < SYNC_BYTES; r++) {
+      for (const node of this.dag.get(r)?.values() ?? []) {
+        certs.push(node.cert)
+        bytes += node.cert.block.signed.bytes.length
+      }
     }
     if (certs.length) out.push({ type: 'send', to: from, message: { kind: 'certs', certs } })
   }
