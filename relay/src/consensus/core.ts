@@ -420,15 +420,20 @@ export class ConsensusCore {
     this.insert(cert, out)
   }
 
-  private insert(cert: Certificate, out: Output[]): void {
-    const { round, author, payload } = cert.block.header
+  /** Puts a certificate into the DAG (its parents are present or below the horizon). */
+  private addNode(cert: Certificate): Node {
     const node = nodeOf(cert)
-    let r = this.dag.get(round)
-    if (!r) this.dag.set(round, (r = new Map()))
-    r.set(author, node)
+    let r = this.dag.get(node.round)
+    if (!r) this.dag.set(node.round, (r = new Map()))
+    r.set(node.author, node)
     this.byDigest.set(node.digestHex, node)
     this.reference(node)
-    if (payload.length) this.unorderedWithPayload++
+    if (cert.block.header.payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload++
+    return node
+  }
+
+  private insert(cert: Certificate, out: Output[]): void {
+    const node = this.addNode(cert)
     // Slots of certified payload are taken whether or not we voted for the block.
     this.claimSlots(cert.block)
     out.push({ type: 'persist', record: { kind: 'cert', cert } })
@@ -804,16 +809,9 @@ export class ConsensusCore {
     // The dedupe window must match the other relays' exactly: it decides what a commit carries.
     for (const c of state.commits) if (c.anchorRound > gc) for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
     for (const cert of [...state.certs].sort((a, b) => a.block.header.round - b.block.header.round)) {
-      const { round, author, payload } = cert.block.header
-      if (round <= gc) continue
-      const node = nodeOf(cert)
-      let r = this.dag.get(round)
-      if (!r) this.dag.set(round, (r = new Map()))
-      r.set(author, node)
-      this.byDigest.set(node.digestHex, node)
-      this.reference(node)
+      if (cert.block.header.round <= gc) continue
+      this.addNode(cert)
       this.claimSlots(cert.block)
-      if (payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload++
     }
     for (const b of state.ownBlocks) this.claimSlots(b)
   }
