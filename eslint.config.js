@@ -19,7 +19,7 @@ export default tseslint.config(
   },
   {
     // Cores are deterministic: time and randomness are injected, never read.
-    files: ['packages/core/src/**/*.ts'],
+    files: ['packages/core/src/**/*.ts', 'relay/src/consensus/**/*.ts', 'packages/sim/src/simulation.ts', 'packages/sim/src/rng.ts', 'packages/sim/src/queue.ts'],
     ignores: ['packages/core/src/crypto/**'],
     rules: {
       'no-restricted-properties': [
