@@ -84,6 +84,8 @@ async function main(argv: string[]): Promise<void> {
       const shutdown = () => void relay.stop().then(() => process.exit(0))
       process.once('SIGINT', shutdown)
       process.once('SIGTERM', shutdown)
+      // Started by `dev`: go down with it, even if it was killed with SIGKILL.
+      if (process.channel) process.once('disconnect', shutdown)
       return
     }
     case 'dev':
@@ -141,7 +143,8 @@ async function dev(args: string[]): Promise<void> {
   const children: ChildProcess[] = []
   relays.forEach((r, i) => {
     const extra = i >= n - byzantine ? ['--byzantine', mode] : []
-    const child = spawn(process.execPath, [bin, 'start', '--config', clusterPath, '--id', r.id, '--data', r.data, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] })
+    // The IPC channel carries nothing; it closes when this process dies, however it dies.
+    const child = spawn(process.execPath, [bin, 'start', '--config', clusterPath, '--id', r.id, '--data', r.data, ...extra], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
     const prefix = `[${r.id}${extra.length ? ` byzantine:${mode}` : ''}] `
     for (const stream of [child.stdout, child.stderr]) {
       let buffered = ''
