@@ -272,8 +272,11 @@ export class RelayNode {
         for (const o of outputs) {
           if (o.type === 'persist') write.records.push(o.record)
           else if (o.type === 'commit') {
-            write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
-            write.attestations.push(...this.audit(o.commit.anchorRound, o.commit.payload))
+            const attestations = this.audit(o.commit.anchorRound, o.commit.payload)
+            // A commit that carried nothing and decided nothing changed no replica: replaying the
+            // others at their rounds rebuilds the same state (gap timeouts are measured in rounds).
+            if (o.commit.payload.length || attestations.length) write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
+            write.attestations.push(...attestations)
           }
         }
         await this.store.write(write)
