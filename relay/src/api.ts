@@ -26,6 +26,10 @@ export interface ApiOptions {
   readonly maxBufferedBytes?: number
   /** Envelopes one session may have submitted and not yet seen decided. */
   readonly maxPendingPerClient?: number
+  /** Open WebSocket sessions at once; more are refused. */
+  readonly maxConnections?: number
+  /** How long a new session may take to answer the challenge. */
+  readonly authTimeoutMs?: number
 }
 
 /**
@@ -50,7 +54,15 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no committed state for space ${req.params.space}` })
     return { space: req.params.space, relay: node.me, ...snap }
   })
+  let open = 0
   app.get('/v1/ws', { websocket: true }, (socket) => {
+    if (open >= (options.maxConnections ?? 10_000)) {
+      socket.send(encodeRelayMessage({ type: 'error', id: null, reason: 'rate-limited', detail: 'this relay has too many open sessions; try another relay or later' }))
+      socket.close(1013, 'too many sessions')
+      return
+    }
+    open++
+    socket.once('close', () => open--)
     new Session(node, socket, options).start()
   })
   await app.listen({ host: options.host, port: options.port })
@@ -83,6 +95,12 @@ class Session implements Subscriber {
     this.stopListening = this.node.onDecided((id) => this.pending.delete(id))
     this.socket.on('message', (data, isBinary) => this.onMessage(data as Buffer, isBinary))
     this.socket.on('close', () => this.close())
+    const authTimer = setTimeout(() => {
+      if (this.authenticated) return
+      this.fail(null, new SteadError('unauthenticated', 'no answer to the challenge in time'))
+      this.socket.close(4003, 'unauthenticated')
+    }, this.options.authTimeoutMs ?? 10_000)
+    this.socket.once('close', () => clearTimeout(authTimer))
     this.socket.on('error', (err) => this.log.warn({ err: err.message }, 'client socket error'))
     this.send({ type: 'challenge', nonce: this.nonce, relay: this.node.me, relayKey: this.node.publicKey })
   }

@@ -193,13 +193,38 @@ export class RelayNode {
     return () => this.decidedListeners.delete(listener)
   }
 
+  /**
+   * Replays what the client missed from the store in slices (so one long
+   * history does not stall the relay), then streams live commits. The last
+   * slice and the switch to live happen in one tick, so nothing falls in
+   * between; a commit written just then may arrive twice (clients dedupe).
+   */
   subscribe(space: string, fromIndex: number, sub: Subscriber): () => void {
-    // Replay what the client missed from the store, then stream live.
-    for (const value of this.store.attestationsSince(space, fromIndex)) sub.commit(space, value)
-    let set = this.subscribers.get(space)
-    if (!set) this.subscribers.set(space, (set = new Set()))
-    set.add(sub)
-    return () => set.delete(sub)
+    let cancelled = false
+    let position: [number, number] = [fromIndex, 0]
+    const SLICE = 256
+    const step = (): void => {
+      if (cancelled || this.stopped) return
+      const slice = this.store.attestationsFrom(space, position, SLICE)
+      for (const { position: p, value } of slice) {
+        sub.commit(space, value)
+        position = [p[0], p[1] + 1]
+      }
+      if (slice.length === SLICE) {
+        setImmediate(step)
+        return
+      }
+      let set = this.subscribers.get(space)
+      if (!set) this.subscribers.set(space, (set = new Set()))
+      set.add(sub)
+    }
+    step()
+    return () => {
+      cancelled = true
+      const set = this.subscribers.get(space)
+      set?.delete(sub)
+      if (set?.size === 0) this.subscribers.delete(space)
+    }
   }
 
   status(): Record<string, unknown> {

@@ -17,7 +17,7 @@ export interface RunRelayOptions {
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   readonly logger?: Logger
   /** Client API limits (frame size, rate, pending envelopes per client). */
-  readonly limits?: Pick<ApiOptions, 'maxFrameBytes' | 'rateLimit' | 'maxBufferedBytes' | 'maxPendingPerClient'>
+  readonly limits?: Pick<ApiOptions, 'maxFrameBytes' | 'rateLimit' | 'maxBufferedBytes' | 'maxPendingPerClient' | 'maxConnections' | 'authTimeoutMs'>
 }
 
 export interface RunningRelay {

@@ -135,15 +135,18 @@ export class RelayStore {
   }
 
   /**
-   * A space's attestations of commits that started at `fromIndex` or later,
-   * in commit order, for a client resuming from its stable index (it holds
-   * what came before, parked envelopes included).
+   * Up to `limit` of a space's attestations, in commit order, from position
+   * `from` = [stable index the commit started at, its round] on. A client
+   * resuming from stable index i asks from [i, 0]: it holds what came before,
+   * parked envelopes included.
    */
-  *attestationsSince(space: string, fromIndex: number): Generator<StoredAttestation> {
-    for (const { value } of this.attest.getRange({ start: [space, fromIndex, 0], end: [space, Number.MAX_SAFE_INTEGER, 0] })) {
+  attestationsFrom(space: string, from: readonly [number, number], limit: number): Array<{ position: [number, number]; value: StoredAttestation }> {
+    const out: Array<{ position: [number, number]; value: StoredAttestation }> = []
+    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit })) {
       const [[bytes, sig], envelopes] = decode(value) as [[Bytes, Bytes], Bytes[]]
-      yield { attestation: { bytes, sig }, envelopes }
+      out.push({ position: [key[1], key[2]], value: { attestation: { bytes, sig }, envelopes } })
     }
+    return out
   }
 
   async close(): Promise<void> {

@@ -30,7 +30,7 @@ describe('client API over TLS', () => {
       dataDir: join(dir, 'data'),
       tls: { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
       logger: pino({ level: 'silent' }),
-      limits: { maxPendingPerClient: 2 },
+      limits: { maxPendingPerClient: 2, authTimeoutMs: 500, maxConnections: 3 },
     })
   }, 30_000)
 
@@ -46,6 +46,26 @@ describe('client API over TLS', () => {
     })
     expect(JSON.parse(body)).toEqual({ ok: true, relay: 0 })
     expect(relay.url).toBe(`https://${api}`)
+  })
+
+  it('closes sessions that do not answer the challenge, and refuses sessions over the cap', async () => {
+    const open = (): Promise<{ ws: WebSocket; inbox: ReturnType<typeof decodeRelayMessage>[]; closed: Promise<number> }> =>
+      new Promise((ok) => {
+        const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
+        const inbox: ReturnType<typeof decodeRelayMessage>[] = []
+        ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
+        const closed = new Promise<number>((done) => ws.on('close', (code) => done(code)))
+        ws.on('open', () => ok({ ws, inbox, closed }))
+      })
+    const silent = await open()
+    expect(await silent.closed).toBe(4003)
+    expect(silent.inbox.some((m) => m.type === 'error' && m.reason === 'unauthenticated')).toBe(true)
+    const three = [await open(), await open(), await open()]
+    const fourth = await open()
+    expect(await fourth.closed).toBe(1013)
+    expect(fourth.inbox.some((m) => m.type === 'error' && m.reason === 'rate-limited')).toBe(true)
+    for (const s of three) s.ws.close()
+    await Promise.all(three.map((s) => s.closed))
   })
 
   it('limits envelopes a session has pending, over wss', async () => {
