@@ -92,7 +92,8 @@ export class RelayNode {
   private draining = false
   private stopped = false
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
-  private readonly verified = new Map<string, Envelope | SteadError>()
+  private readonly verified = new Map<string, { verdict: Envelope | SteadError; bytes: number }>()
+  private verifiedBytes = 0
   private lastCommitAt = 0
   private readonly decidedListeners = new Set<(idHex: string) => void>()
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
@@ -449,16 +450,24 @@ export class RelayNode {
       return err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
     const key = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
-    let v = this.verified.get(key)
-    if (v === undefined) {
-      try {
-        v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
-      } catch (err) {
-        v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
-      }
-      if (this.verified.size >= 200_000) this.verified.delete(this.verified.keys().next().value as string)
-      this.verified.set(key, v)
+    const cached = this.verified.get(key)
+    if (cached) return cached.verdict
+    let v: Envelope | SteadError
+    try {
+      v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
+    } catch (err) {
+      v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
+    // Bounded in entries and in bytes (an envelope keeps its frame alive); the verdict
+    // depends only on the bytes, so an evicted one is simply computed again.
+    const bytes = v instanceof SteadError ? 64 : frame.length
+    while (this.verified.size >= 200_000 || (this.verified.size > 0 && this.verifiedBytes + bytes > 256 * 1024 * 1024)) {
+      const [oldest, entry] = this.verified.entries().next().value as [string, { bytes: number }]
+      this.verified.delete(oldest)
+      this.verifiedBytes -= entry.bytes
+    }
+    this.verified.set(key, { verdict: v, bytes })
+    this.verifiedBytes += bytes
     return v
   }
 }
