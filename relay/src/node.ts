@@ -401,6 +401,8 @@ export class RelayNode {
     const out: WriteBatch['attestations'][number][] = []
     for (const [space, replica] of this.replicas) {
       const group = bySpace.get(space)
+      // A space with nothing in this commit and nothing parked cannot change: skip it cheaply.
+      if (!group && replica.waitingCount === 0) continue
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
       for (const d of result.decisions) {

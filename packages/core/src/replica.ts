@@ -138,6 +138,13 @@ export class ReliableReplica {
     return this.index
   }
 
+  /** Committed envelopes parked behind a sequence gap. */
+  get waitingCount(): number {
+    let n = 0
+    for (const queue of this.waiting.values()) n += queue.size
+    return n
+  }
+
   /** Envelopes received but not yet decided by the audit. */
   get pendingCount(): number {
     return this.pending.size
