@@ -1,3 +1,4 @@
+import { concatBytes } from '@stead/core'
 /**
  * Mesh framing: every frame is a 4-byte big-endian unsigned length followed by
  * that many bytes. Pure code, no I/O, so it is unit-testable on its own.
@@ -98,7 +99,7 @@ export class FrameDecoder {
       this.filled += take
       off += take
       if (this.filled === this.expected) {
-        const frame = this.body ?? concat(this.parts, this.filled)
+        const frame = this.body ?? concatBytes(...this.parts)
         this.body = undefined
         this.parts = []
         this.filled = 0
@@ -113,12 +114,3 @@ function readU32(buf: Uint8Array, off: number): number {
   return ((buf[off]! << 24) >>> 0) + ((buf[off + 1]! << 16) | (buf[off + 2]! << 8) | buf[off + 3]!)
 }
 
-function concat(parts: readonly Uint8Array[], total: number): Uint8Array {
-  const out = new Uint8Array(total)
-  let off = 0
-  for (const p of parts) {
-    out.set(p, off)
-    off += p.byteLength
-  }
-  return out
-}
