@@ -34,7 +34,7 @@ export interface ApiOptions {
 
 /**
  * The client-facing API of a relay, HTTP and WebSocket on one port:
- * GET /health, /metrics (Prometheus), /v1/status, /v1/spaces/:space/stable,
+ * GET /health, /metrics (Prometheus), /v1/status, /v1/cluster, /v1/spaces/:space/stable,
  * and the /v1/ws session protocol (see @stead/core protocol.ts).
  */
 export async function createApi(node: RelayNode, options: ApiOptions): Promise<FastifyInstance> {
@@ -43,6 +43,13 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: maxFrameBytes * 4 } })
 
+  // Everything served over HTTP is public and signed or checkable, so browser apps on any origin may read it.
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('access-control-allow-origin', '*')
+  })
+  app.get('/v1/cluster', async () => node.clusterDescriptor())
+  // The signed head of a space without its state: what a quorum read compares.
+  app.get<{ Params: { space: string } }>('/v1/spaces/:space/head', async (req) => ({ space: req.params.space, ...node.stableHead(req.params.space) }))
   app.get('/health', async () => ({ ok: true, relay: node.me }))
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', node.metrics.registry.contentType)
@@ -147,7 +154,7 @@ class Session implements Subscriber {
       case 'submit':
         try {
           const limit = this.options.maxPendingPerClient ?? 10_000
-          if (this.pending.size >= limit) throw new SteadError('too-large', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
+          if (this.pending.size >= limit) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
           const { status, idHex } = this.node.submit(message.envelope)
           if (status === 'queued') this.pending.add(idHex)
           this.send({ type: 'accepted', id: message.id, status })

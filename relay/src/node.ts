@@ -6,6 +6,7 @@ import {
   type Authorize,
   asSigned,
   decode,
+  batchDigest,
   encodeAttestation,
   openEnvelopeSync,
   stableReadBytes,
@@ -85,6 +86,8 @@ export class RelayNode {
   private store!: RelayStore
   private core!: ConsensusCore
   private readonly replicas = new Map<string, ReliableReplica>()
+  /** Round of each space's latest attestation: the next one links to it (replay rebuilds it). */
+  private readonly lastAttested = new Map<string, number>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
   private readonly timers = new Map<string, NodeJS.Timeout>()
   private readonly byzantine: ByzantineBehaviour | null
@@ -241,6 +244,23 @@ export class RelayNode {
       peers: { connected: this.options.mesh.connectedPeers(), total: this.committee.keys.length - 1 },
       byzantine: this.options.byzantine ?? null,
     }
+  }
+
+  /**
+   * What a client needs to trust this cluster: f and each relay's id, key and
+   * API address. Clients without a pinned cluster require every relay they
+   * reach to serve the same descriptor.
+   */
+  clusterDescriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
+    return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  }
+
+  /** The signed (index, state hash) of a space; index 0 with the empty state's hash for a space with no commit yet. */
+  stableHead(space: string): { relay: number; index: number; stateHash: string; sig: string } {
+    const r = this.replicas.get(space) ?? new ReliableReplica({ space })
+    const hash = r.stableHash((b) => nodeCrypto.sha256(b))
+    const sig = signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
+    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig) }
   }
 
   /** A signed snapshot of a space's stable state, for quorum reads. */
@@ -416,7 +436,17 @@ export class RelayNode {
       // Attest every commit that carried envelopes of this space (some may only wait for a
       // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
       if (decisions.length === 0 && !group) continue
-      const bytes = encodeAttestation({ space, round: anchorRound, fromIndex, toIndex: result.stableIndex, decisions, stateHash: replica.stableHash((b) => nodeCrypto.sha256(b)) })
+      const bytes = encodeAttestation({
+        space,
+        round: anchorRound,
+        prevRound: this.lastAttested.get(space) ?? 0,
+        fromIndex,
+        toIndex: result.stableIndex,
+        decisions,
+        stateHash: replica.stableHash((b) => nodeCrypto.sha256(b)),
+        batch: batchDigest((b) => nodeCrypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
+      })
+      this.lastAttested.set(space, anchorRound)
       const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }

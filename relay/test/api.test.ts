@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, fromHex, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -36,16 +36,32 @@ describe('client API over TLS', () => {
 
   afterAll(async () => relay?.stop())
 
-  it('serves HTTPS', async () => {
-    const body = await new Promise<string>((ok, fail) => {
-      get(`https://${api}/health`, { rejectUnauthorized: false }, (res) => {
+  const getJson = (path: string): Promise<{ body: unknown; cors: string | undefined }> =>
+    new Promise((ok, fail) => {
+      get(`https://${api}${path}`, { rejectUnauthorized: false }, (res) => {
         let data = ''
         res.on('data', (d) => (data += d))
-        res.on('end', () => ok(data))
+        res.on('end', () => ok({ body: JSON.parse(data), cors: res.headers['access-control-allow-origin'] as string | undefined }))
       }).on('error', fail)
     })
-    expect(JSON.parse(body)).toEqual({ ok: true, relay: 0 })
+
+  it('serves HTTPS', async () => {
+    const { body, cors } = await getJson('/health')
+    expect(body).toEqual({ ok: true, relay: 0 })
+    expect(cors).toBe('*')
     expect(relay.url).toBe(`https://${api}`)
+  })
+
+  it('serves the cluster descriptor and signed heads of spaces', async () => {
+    const cluster = (await getJson('/v1/cluster')).body as { f: number; relays: Array<{ id: string; publicKey: string; api: string }> }
+    expect(cluster.f).toBe(0)
+    expect(cluster.relays).toEqual([{ id: 'solo', publicKey: expect.stringMatching(/^[0-9a-f]{64}$/), api }])
+    const head = (await getJson('/v1/spaces/nothing-yet/head')).body as { index: number; stateHash: string; sig: string }
+    expect(head.index).toBe(0)
+    const ok = nodeCrypto.verify(fromHex(cluster.relays[0]!.publicKey), stableReadBytes('nothing-yet', 0, fromHex(head.stateHash)), fromHex(head.sig))
+    expect(await ok).toBe(true)
+    const forged = nodeCrypto.verify(fromHex(cluster.relays[0]!.publicKey), stableReadBytes('nothing-yet', 1, fromHex(head.stateHash)), fromHex(head.sig))
+    expect(await forged).toBe(false)
   })
 
   it('closes sessions that do not answer the challenge, and refuses sessions over the cap', async () => {
@@ -92,7 +108,7 @@ describe('client API over TLS', () => {
     }
     expect(await next((m) => m.type === 'accepted' && m.id === 2)).toMatchObject({ status: 'queued' })
     expect(await next((m) => m.type === 'accepted' && m.id === 3)).toMatchObject({ status: 'queued' })
-    expect(await next((m) => m.type === 'error' && m.id === 4)).toMatchObject({ reason: 'too-large' })
+    expect(await next((m) => m.type === 'error' && m.id === 4)).toMatchObject({ reason: 'rate-limited' })
     ws.close()
   })
 })

@@ -45,6 +45,12 @@ export interface Attestation {
   readonly space: string
   /** The consensus commit (anchor round) this audit ran at; replicas replaying it pass it to `commit`. */
   readonly round: number
+  /**
+   * Round of this space's previous attested commit (0 for the first). It
+   * chains a space's commits, so a client applies them in order without
+   * missing one that only parked envelopes (fromIndex = toIndex).
+   */
+  readonly prevRound: number
   /** Stable index before and after this commit. */
   readonly fromIndex: number
   readonly toIndex: number
@@ -52,6 +58,19 @@ export interface Attestation {
   readonly decisions: ReadonlyArray<AttestedDecision>
   /** sha256 of the stable snapshot after this commit. */
   readonly stateHash: Uint8Array
+  /**
+   * batchDigest() of the envelopes of this space the commit carried, in
+   * order: the envelope frames travel beside the attestation, unsigned, so
+   * this is what binds them to it.
+   */
+  readonly batch: Uint8Array
+}
+
+/** sha256 over the concatenated envelope ids of a batch, in order. */
+export function batchDigest(sha256: (bytes: Uint8Array) => Uint8Array, ids: readonly Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(ids.length * 32)
+  ids.forEach((id, i) => all.set(id, i * 32))
+  return sha256(all)
 }
 
 export type AttestedDecision =
@@ -61,13 +80,13 @@ export type AttestedDecision =
 const ATTEST_TAG = 'stead/attest/v1'
 
 export function encodeAttestation(a: Attestation): Uint8Array {
-  return encode([ATTEST_TAG, a.space, a.round, a.fromIndex, a.toIndex, a.decisions, a.stateHash])
+  return encode([ATTEST_TAG, a.space, a.round, a.prevRound, a.fromIndex, a.toIndex, a.decisions, a.stateHash, a.batch])
 }
 
 export function decodeAttestation(bytes: Uint8Array): Attestation {
-  const v = expect.array(decode(bytes, DEFAULT_LIMITS.maxFrameBytes), 'attestation', 8)
-  if (v.length !== 7 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
-  const decisions = expect.array(v[5], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
+  const v = expect.array(decode(bytes, DEFAULT_LIMITS.maxFrameBytes), 'attestation', 9)
+  if (v.length !== 9 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
+  const decisions = expect.array(v[6], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
     const t = expect.array(d, `decisions[${i}]`, 4)
     const id = expect.bytes(t[0], `decisions[${i}].id`, 32)
     if (t[1] === 'committed') {
@@ -83,10 +102,12 @@ export function decodeAttestation(bytes: Uint8Array): Attestation {
   return {
     space: expect.string(v[1], 'attestation.space', DEFAULT_LIMITS.maxSpaceChars, 1),
     round: expect.uint(v[2], 'attestation.round'),
-    fromIndex: expect.uint(v[3], 'attestation.fromIndex'),
-    toIndex: expect.uint(v[4], 'attestation.toIndex'),
+    prevRound: expect.uint(v[3], 'attestation.prevRound'),
+    fromIndex: expect.uint(v[4], 'attestation.fromIndex'),
+    toIndex: expect.uint(v[5], 'attestation.toIndex'),
     decisions,
-    stateHash: expect.bytes(v[6], 'attestation.stateHash', 32),
+    stateHash: expect.bytes(v[7], 'attestation.stateHash', 32),
+    batch: expect.bytes(v[8], 'attestation.batch', 32),
   }
 }
 
