@@ -1,0 +1,37 @@
+/**
+ * What the demo connects to. Everything can be overridden in the page URL,
+ * which is how the e2e tests point two browser contexts at their own cluster
+ * and space:
+ *
+ *   ?relays=ws://127.0.0.1:7401,ws://127.0.0.1:7402&space=treasury&user=Alice
+ */
+export interface DemoConfig {
+  /** Relay base URLs (ws://host:port); the SDK appends /v1/ws. */
+  readonly relays: readonly string[]
+  readonly space: string
+  /** A display name for this tab's user (only shown, never trusted). */
+  readonly user: string
+  /** IndexedDB database name of this space's local replica. */
+  readonly database: string
+}
+
+const DEFAULT_PORTS = [7401, 7402, 7403, 7404]
+
+export function readConfig(location: Location = window.location): DemoConfig {
+  const params = new URLSearchParams(location.search)
+  const fromEnv = import.meta.env.VITE_STEAD_RELAYS
+  const relays = (params.get('relays') ?? fromEnv ?? DEFAULT_PORTS.map((p) => `ws://127.0.0.1:${p}`).join(','))
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+  const space = params.get('space') || 'treasury'
+  const user = params.get('user') || 'You'
+  const tag = params.get('db') ?? import.meta.env.VITE_STEAD_CLUSTER_TAG
+  const database = tag ? `stead-${space}-${tag}` : `stead-${space}`
+  return { relays, space, user, database }
+}
+
+/** ws://host:port (or wss://) → http://host:port (or https://), for the relay's HTTP API. */
+export function httpBase(relay: string): string {
+  return relay.replace(/^ws(s?):\/\//, 'http$1://').replace(/\/v1\/ws\/?$/, '').replace(/\/$/, '')
+}

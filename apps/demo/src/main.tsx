@@ -1,0 +1,44 @@
+import { StrictMode, Suspense, use } from 'react'
+import { createRoot } from 'react-dom/client'
+import { createClient, indexedDbStorage, type SteadClient } from '@stead/client'
+import { SteadProvider } from '@stead/react'
+import { App } from './App.tsx'
+import { BootError } from './components/BootError.tsx'
+import { readConfig } from './config.ts'
+import { DemoContext, type Demo } from './demo-context.ts'
+import { OperationLog } from './operations.ts'
+import './styles.css'
+
+const config = readConfig()
+const demo: Demo = { config, log: new OperationLog() }
+
+// One client per page, created outside React (StrictMode renders twice).
+// It opens the local replica from IndexedDB without waiting for any relay.
+const clientPromise: Promise<SteadClient> = createClient({
+  relays: [...config.relays],
+  space: config.space,
+  storage: indexedDbStorage(config.database),
+})
+// Handy in the console, and for the e2e tests' diagnostics.
+void clientPromise.then((client) => Object.assign(window, { stead: client }))
+
+function Ready() {
+  const client = use(clientPromise)
+  return (
+    <SteadProvider client={client}>
+      <DemoContext.Provider value={demo}>
+        <App />
+      </DemoContext.Provider>
+    </SteadProvider>
+  )
+}
+
+createRoot(document.getElementById('root') as HTMLElement).render(
+  <StrictMode>
+    <BootError>
+      <Suspense fallback={<div className="boot" data-testid="booting">Opening the local replica…</div>}>
+        <Ready />
+      </Suspense>
+    </BootError>
+  </StrictMode>,
+)

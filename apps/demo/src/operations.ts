@@ -1,0 +1,90 @@
+/**
+ * This tab's own operations and what became of them: a regular update is
+ * `pending` until the SDK stored it locally, a safe one until the relays
+ * committed or rejected it in the stable order. Also keeps the latencies of
+ * recent safe updates for the cluster panel.
+ */
+import type { UpdateResult } from '@stead/client'
+
+export type OperationState = 'pending' | 'stored' | 'committed' | 'rejected' | 'failed'
+
+export interface Operation {
+  readonly id: number
+  readonly label: string
+  readonly safe: boolean
+  readonly state: OperationState
+  readonly startedAt: number
+  /** Milliseconds from the call to its resolution. */
+  readonly latency?: number
+  /** Stable index of a committed safe update. */
+  readonly index?: number
+  /** Why a safe update was rejected (`invariant`, ...) or why the call failed. */
+  readonly reason?: string
+  readonly detail?: string
+}
+
+const MAX_KEPT = 50
+
+export class OperationLog {
+  private ops: readonly Operation[] = []
+  private nextId = 1
+  private readonly listeners = new Set<() => void>()
+
+  /** Newest first. */
+  get list(): readonly Operation[] {
+    return this.ops
+  }
+
+  /** Latencies (ms) of the most recent settled safe updates, newest first. */
+  safeLatencies(limit = 10): number[] {
+    return this.ops.filter((o) => o.safe && o.latency !== undefined && (o.state === 'committed' || o.state === 'rejected')).slice(0, limit).map((o) => o.latency as number)
+  }
+
+  subscribe = (listener: () => void): (() => void) => {
+    this.listeners.add(listener)
+    return () => this.listeners.delete(listener)
+  }
+
+  /** Records `run()`'s operation and follows its promise to the end. */
+  track(label: string, safe: boolean, run: () => Promise<UpdateResult>): Promise<Operation> {
+    const id = this.nextId++
+    const startedAt = performance.now()
+    this.put({ id, label, safe, state: 'pending', startedAt })
+    let promise: Promise<UpdateResult>
+    try {
+      promise = run()
+    } catch (err) {
+      promise = Promise.reject(err)
+    }
+    return promise.then(
+      (result) => this.settle(id, outcome(result, performance.now() - startedAt)),
+      (err: unknown) => this.settle(id, { state: 'failed', reason: 'error', detail: err instanceof Error ? err.message : String(err) }),
+    )
+  }
+
+  private settle(id: number, patch: Partial<Operation>): Operation {
+    const op = this.ops.find((o) => o.id === id)
+    const next = { ...(op as Operation), ...patch }
+    this.put(next)
+    return next
+  }
+
+  private put(op: Operation): void {
+    const rest = this.ops.filter((o) => o.id !== op.id)
+    this.ops = [op, ...rest].sort((a, b) => b.id - a.id).slice(0, MAX_KEPT)
+    for (const l of this.listeners) l()
+  }
+}
+
+function outcome(result: UpdateResult, latency: number): Partial<Operation> {
+  switch (result.status) {
+    case 'stored':
+      return { state: 'stored', latency }
+    case 'committed':
+      return { state: 'committed', latency, index: result.index }
+    case 'rejected':
+      return { state: 'rejected', latency, reason: result.reason, ...(result.detail !== undefined ? { detail: String(result.detail) } : {}) }
+    default:
+      return { state: 'failed', reason: 'unknown-result', detail: JSON.stringify(result) }
+  }
+}

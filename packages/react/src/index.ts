@@ -1,0 +1,102 @@
+/**
+ * @stead/react: React bindings for the Stead SDK. Every hook reads a handle
+ * of the client given to <SteadProvider> through useSyncExternalStore, so
+ * components re-render on each prospective or stable change of what they read
+ * and never tear.
+ */
+import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, SteadClient } from '@stead/client'
+import { memoSnapshot, type Subscribable } from './store.ts'
+
+export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle } from '@stead/client'
+
+/** What an OR-Set may hold and a register may store (as the SDK declares them). */
+export type SetElement = Parameters<SetHandle['add']>[0]
+export type RegisterValue = Exclude<RegisterHandle['value'], undefined>
+
+const SteadContext = createContext<SteadClient | null>(null)
+
+/** Makes `client` available to the hooks below. */
+export function SteadProvider({ client, children }: { client: SteadClient; children?: ReactNode }) {
+  return createElement(SteadContext.Provider, { value: client }, children)
+}
+
+/** The client given to the nearest <SteadProvider>. */
+export function useClient(): SteadClient {
+  const client = useContext(SteadContext)
+  if (!client) throw new Error('useClient: no <SteadProvider client={...}> above this component')
+  return client
+}
+
+/**
+ * Reads `read(handle)` and re-renders when it changes. `read` may be an
+ * inline function: the latest one is used, and equal results keep their
+ * identity.
+ */
+export function useHandle<H extends Subscribable, T>(handle: H, read: (handle: H) => T): T {
+  const readRef = useRef(read)
+  readRef.current = read
+  const getSnapshot = useMemo(() => memoSnapshot(() => readRef.current(handle)), [handle])
+  const subscribe = useCallback((onChange: () => void) => handle.subscribe(onChange), [handle])
+  return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
+}
+
+export interface CounterState<H> {
+  /** Prospective value: includes this device's updates at once. */
+  readonly value: number
+  /** Stable value: agreed by every correct replica, never breaks an invariant. */
+  readonly stable: number
+  readonly handle: H
+}
+
+/** A PN-Counter (optionally with bounds, e.g. `{ min: 0 }`). */
+export function useCounter(key: string, options?: Parameters<SteadClient['counter']>[1]): CounterState<CounterHandle> {
+  const handle = useClient().counter(key, options)
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  return { ...snap, handle }
+}
+
+/** A Bounded Counter (escrow rights). */
+export function useBoundedCounter(key: string, options: Parameters<SteadClient['boundedCounter']>[1]): CounterState<BoundedCounterHandle> {
+  const handle = useClient().boundedCounter(key, options)
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  return { ...snap, handle }
+}
+
+export interface SetState<T extends SetElement> {
+  /** Prospective elements. */
+  readonly values: readonly T[]
+  /** Stable elements. */
+  readonly stable: readonly T[]
+  readonly handle: SetHandle<T>
+}
+
+/** An OR-Set. */
+export function useSet<T extends SetElement = SetElement>(key: string): SetState<T> {
+  const handle = useClient().set<T>(key)
+  const snap = useHandle(handle, (h) => ({ values: [...h.values()], stable: [...h.stableValues()] }))
+  return { ...snap, handle }
+}
+
+export interface RegisterState<T extends RegisterValue> {
+  readonly value: T | undefined
+  readonly stable: T | undefined
+  readonly handle: RegisterHandle<T>
+}
+
+/** A last-writer-wins register. */
+export function useRegister<T extends RegisterValue = RegisterValue>(key: string): RegisterState<T> {
+  const handle = useClient().register<T>(key)
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  return { ...snap, handle }
+}
+
+/** The client's connection status: relays, pending updates, stable index. */
+export function useStatus(): ClientStatus {
+  const client = useClient()
+  const getSnapshot = useMemo(() => memoSnapshot(() => client.status), [client])
+  const subscribe = useCallback((onChange: () => void) => client.onStatus(onChange), [client])
+  return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
+}
+
