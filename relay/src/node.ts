@@ -6,13 +6,12 @@ import {
   type Authorize,
   asSigned,
   decode,
+  attestedDecision,
   batchDigest,
   encodeAttestation,
   openEnvelopeSync,
   stableReadBytes,
   toHex,
-  type AttestedDecision,
-  type Decision,
   type Envelope,
   type Signed,
 } from '@stead/core'
@@ -432,7 +431,7 @@ export class RelayNode {
         this.submittedAt.delete(d.env.idHex)
         this.metrics.commitLatency.observe((Date.now() - t) / 1000)
       }
-      const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attested)
+      const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attestedDecision)
       // Attest every commit that carried envelopes of this space (some may only wait for a
       // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
       if (decisions.length === 0 && !group) continue
@@ -502,13 +501,6 @@ export class RelayNode {
     this.verifiedBytes += bytes
     return v
   }
-}
-
-function attested(d: Exclude<Decision, { kind: 'superseded' }>): AttestedDecision {
-  if (d.kind === 'committed') {
-    return [d.env.id, 'committed', d.index, d.units.flatMap((u) => (u.status === 'rejected' ? [[u.unit, u.reason] as const] : []))]
-  }
-  return [d.env.id, d.reason]
 }
 
 /** A fresh 32-byte nonce for a client challenge. */

@@ -1,10 +1,40 @@
 /**
- * @stead/client: the Stead SDK for browsers and Node. Isomorphic: nothing
- * here may import a Node built-in; Node-only pieces live in
- * `@stead/client/node`.
+ * @stead/client: the Stead SDK. This entry is isomorphic (browsers and
+ * anything with WebSocket, fetch and IndexedDB); Node resolves the package
+ * to index.node.ts, which swaps in `ws` and LMDB.
  */
+import { defaultCrypto } from '@stead/core'
+import { createClientWith, type SteadClient } from './client.ts'
+import { indexedDbStorage } from './storage/indexeddb.ts'
+import type { SocketLike } from './transport.ts'
+import type { ClientOptions } from './types.ts'
+
+export { SteadClient, type Transaction } from './client.ts'
+export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
+export { ClosedError, RejectedError, TrustError } from './errors.ts'
+export { parseClusterDescriptor, type ClusterDescriptor } from './cluster.ts'
+export type { SocketLike, SocketFactory } from './transport.ts'
+export type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateOptions, UpdateResult } from './types.ts'
+export { SteadError, isSteadError, type ErrorReason } from '@stead/core'
 export type { ClientStorage, StorageChange, StorageEntry, StorageKey } from './storage/types.ts'
 export { StorageError, isStorageError, type StorageFailure } from './storage/errors.ts'
 export { compareStorageKeys, MAX_KEY_BYTES } from './storage/keys.ts'
 export { memoryStorage } from './storage/memory.ts'
 export { indexedDbStorage } from './storage/indexeddb.ts'
+
+/**
+ * Opens a client of one space: restores its state from storage (so values
+ * are readable at once, offline too), then connects to the relays in the
+ * background. Defaults here: IndexedDB database `stead-<space>`, WebCrypto
+ * Ed25519 (or @noble/curves where it is missing), the global WebSocket and fetch.
+ */
+export function createClient(options: ClientOptions): Promise<SteadClient> {
+  const WS = (globalThis as { WebSocket?: new (url: string) => SocketLike }).WebSocket
+  const fetchFn = (globalThis as { fetch?: (url: string) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }> }).fetch
+  return createClientWith(options, {
+    storage: (space) => indexedDbStorage(`stead-${space}`),
+    crypto: defaultCrypto,
+    connect: WS ? (url) => new WS(url) : undefined,
+    fetch: fetchFn ? (url) => fetchFn(url) : undefined,
+  })
+}

@@ -1,3 +1,2 @@
-/** `@stead/client/node`: everything in the main entry, plus Node-only storage. */
-export * from './index.ts'
-export { lmdbStorage } from './storage/lmdb.ts'
+/** `@stead/client/node`: kept for explicit imports; the package's Node entry already is this. */
+export * from './index.node.ts'

@@ -16,6 +16,8 @@ export type ErrorReason =
   | 'unsupported' // a feature the running platform cannot provide
   | 'rate-limited' // too many requests on one connection; slow down and retry
   | 'unauthenticated' // the session has not proven its key yet
+  | 'closed' // the object was closed and cannot be used any more
+  | 'untrusted' // a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
 
 export class SteadError extends Error {
   readonly reason: ErrorReason

@@ -1,5 +1,6 @@
 import { DEFAULT_LIMITS, asSigned, decode, encode, expect, type Signed } from './codec.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
+import type { Decision } from './replica.ts'
 
 /**
  * The client ↔ relay protocol over a WebSocket: one msgpack array per
@@ -76,6 +77,14 @@ export function batchDigest(sha256: (bytes: Uint8Array) => Uint8Array, ids: read
 export type AttestedDecision =
   | readonly [id: Uint8Array, outcome: 'committed', index: number, rejected: ReadonlyArray<readonly [unit: number, reason: ErrorReason]>]
   | readonly [id: Uint8Array, outcome: 'duplicate' | 'conflict' | 'gap' | 'malformed']
+
+/** How an attestation states one of the audit's decisions (every replica states it alike). */
+export function attestedDecision(d: Exclude<Decision, { kind: 'superseded' }>): AttestedDecision {
+  if (d.kind === 'committed') {
+    return [d.env.id, 'committed', d.index, d.units.flatMap((u) => (u.status === 'rejected' ? [[u.unit, u.reason] as const] : []))]
+  }
+  return [d.env.id, d.reason]
+}
 
 const ATTEST_TAG = 'stead/attest/v1'
 

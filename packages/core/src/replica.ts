@@ -253,6 +253,18 @@ export class ReliableReplica {
     return { status: ids.size > 1 ? 'conflict' : 'applied', changed }
   }
 
+  /**
+   * Forgets a pending envelope that will never be ordered (every relay
+   * refused it) and reverses what it did to the prospective state. Local
+   * news, like 'superseded'. Returns the keys that changed.
+   */
+  discard(idHex: string): ReadonlySet<string> {
+    const changed = new Set<string>()
+    const p = this.pending.get(idHex)
+    if (p) this.settle(p.env, () => false, changed)
+    return changed
+  }
+
   // ---- stable path: the audit ----
 
   /**

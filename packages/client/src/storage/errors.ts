@@ -19,7 +19,7 @@ const reasonOf: Record<StorageFailure, ErrorReason> = {
   unavailable: 'unsupported',
   quota: 'too-large',
   blocked: 'conflict',
-  closed: 'unsupported',
+  closed: 'closed',
   io: 'unsupported',
 }
 

@@ -1,0 +1,1014 @@
+import {
+  BoundedCounter,
+  ReliableReplica,
+  SteadError,
+  asGeneric,
+  asSigned,
+  authorIdOf,
+  attestedDecision,
+  batchDigest,
+  bytesEqual,
+  clockMerge,
+  clockUpdate,
+  createCrdt,
+  decode,
+  decodeAttestation,
+  describeDeclaration,
+  encode,
+  encodeEnvelope,
+  envelopeUnits,
+  fromHex,
+  openEnvelope,
+  openEnvelopeSync,
+  sameDeclaration,
+  sealEnvelope,
+  stableReadBytes,
+  toHex,
+  type AnyCrdt,
+  type Clock,
+  type CommitResult,
+  type Crypto,
+  type Declaration,
+  type Envelope,
+  type ErrorReason,
+  type HistoryEntry,
+  type ORSet,
+  type RegisterValue,
+  type RelayMessage,
+  type SetElement,
+} from '@stead/core'
+import { fetchCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { DraftBatch, applyIntent, compileBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
+import { ClosedError, RejectedError, TrustError } from './errors.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, boundedSpend, type HandleHost } from './handles.ts'
+import { ClientRecords, type CommitRecord } from './persist.ts'
+import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
+import type { ClientStorage, StorageChange } from './storage/types.ts'
+import { RelayLink, type SocketFactory } from './transport.ts'
+import type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateResult } from './types.ts'
+
+/** What a platform entry (browser or Node) supplies when the caller does not. */
+export interface PlatformDefaults {
+  storage(space: string): ClientStorage | Promise<ClientStorage>
+  crypto(): Promise<Crypto>
+  connect: SocketFactory | undefined
+  fetch: Fetch | undefined
+}
+
+interface Outgoing {
+  readonly env: Envelope
+  readonly frame: Uint8Array
+  /** Safe groups in this envelope and the audit unit each one is. */
+  readonly safe: Array<{ readonly unit: number; readonly items: readonly DraftItem[]; readonly waiter: Deferred<SafeResult> }>
+  /** Regular items, kept to re-send them if the envelope is dropped for a gap. */
+  readonly regular: readonly DraftItem[]
+  /** Audit units before the first safe group: the regular operations after compaction. */
+  readonly regularUnits: number
+  /** Relays it was sent to, in order. */
+  readonly sentTo: number[]
+  lastSentAt: number
+  accepted: boolean
+}
+
+type Kind = 'counter' | 'set' | 'register' | 'bounded-counter'
+type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
+
+/** One signed-in user of one space: see README.md for the whole API. */
+export class SteadClient {
+  readonly space: string
+  private readonly replica: ReliableReplica
+  private readonly records: ClientRecords
+  private readonly crypto: Crypto
+  private readonly identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  readonly authorId: string
+  private readonly options: ClientOptions
+  private readonly platform: PlatformDefaults
+  private readonly now: () => number
+
+  private cluster: ClusterDescriptor | undefined
+  private links: RelayLink[] = []
+  private quorum: CommitQuorum | undefined
+  private position: ChainPosition
+  private seq: number
+  private clock: Clock
+  /** Clocks and ids of envelopes received since this client last signed one. */
+  private seenClocks: Clock[] = []
+  private frontier: Uint8Array[] = []
+
+  private drafts: DraftBatch[] = [new DraftBatch()]
+  private overlay = new Map<string, AnyCrdt>()
+  private draftTag = 0
+  private sealing: Promise<void> = Promise.resolve()
+  private sealTimer: ReturnType<typeof setTimeout> | undefined
+  private readonly outbox = new Map<string, Outgoing>()
+  private readonly submits = new Map<number, string>()
+  private nextSubmit = 1
+  private inboxWrites: StorageChange[] = []
+  private inboxTimer: ReturnType<typeof setTimeout> | undefined
+  private verifying = new Set<string>()
+
+  private readonly handles = new Map<string, { kind: Kind; handle: AnyHandle }>()
+  private readonly listeners = new Map<string, Set<() => void>>()
+  private readonly statusListeners = new Set<(s: ClientStatus) => void>()
+  private readonly errorListeners = new Set<(e: SteadError) => void>()
+  private readonly progressWaiters = new Set<() => void>()
+  private applying = false
+  private applyAgain = false
+  private problem: string | undefined
+  private closed = false
+  private pump: ReturnType<typeof setInterval> | undefined
+  private trustTimer: ReturnType<typeof setTimeout> | undefined
+  private readonly host: HandleHost
+
+  /** Use `createClient`. */
+  constructor(init: {
+    options: ClientOptions
+    platform: PlatformDefaults
+    storage: ClientStorage
+    crypto: Crypto
+    identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+    authorId: string
+    records: ClientRecords
+    replica: ReliableReplica
+    position: ChainPosition
+    seq: number
+    clock: Clock
+    cluster: ClusterDescriptor | undefined
+  }) {
+    this.options = init.options
+    this.platform = init.platform
+    this.space = init.options.space
+    this.crypto = init.crypto
+    this.identity = init.identity
+    this.authorId = init.authorId
+    this.records = init.records
+    this.replica = init.replica
+    this.position = init.position
+    this.seq = init.seq
+    this.clock = init.clock
+    this.cluster = init.cluster
+    this.now = init.options.now ?? Date.now
+    this.host = this.makeHost()
+  }
+
+  // ---------------------------------------------------------------- handles
+
+  /** A PN-Counter; `min`/`max` are invariants the stable value never breaks. The same object on every call. */
+  counter(key: string, invariants: { min?: number; max?: number } = {}): CounterHandle {
+    const bounds: { min?: number; max?: number } = {}
+    if (invariants.min !== undefined) bounds.min = invariants.min
+    if (invariants.max !== undefined) bounds.max = invariants.max
+    return this.open('counter', key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
+  }
+
+  /** An add-wins OR-Set; `maxSize` is an invariant. */
+  set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } = {}): SetHandle<T> {
+    const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
+    return this.open('set', key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
+  }
+
+  /** A last-writer-wins register. */
+  register<T extends RegisterValue = RegisterValue>(key: string): RegisterHandle<T> {
+    return this.open('register', key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
+  }
+
+  /** An escrow counter with exactly one bound (`min` or `max`) and an initial value whose rights start in a shared pool. */
+  boundedCounter(key: string, params: { min: number; initial: number } | { max: number; initial: number }): BoundedCounterHandle {
+    const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
+    return this.open('bounded-counter', key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
+  }
+
+  private open(kind: Kind, key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
+    this.assertOpen()
+    if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
+    try {
+      createCrdt(decl)
+    } catch (err) {
+      throw new SteadError('malformed', `${key}: ${(err as Error).message}`)
+    }
+    const existing = this.handles.get(key)
+    if (existing) {
+      if (existing.kind !== kind || !sameDeclaration(existing.handle.declaration, decl)) {
+        throw new SteadError('type-mismatch', `${key} is already open as ${describeDeclaration(existing.handle.declaration)}, not ${describeDeclaration(decl)}`)
+      }
+      return existing.handle
+    }
+    // The first committed declaration fixes the object for everyone.
+    const fixed = this.replica.declaration(key)
+    if (fixed && !sameDeclaration(fixed, decl)) {
+      throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(fixed)} in space ${this.space}, not ${describeDeclaration(decl)}`)
+    }
+    const handle = make(decl)
+    this.handles.set(key, { kind, handle })
+    return handle
+  }
+
+  /**
+   * Safe updates that commit all together or not at all, in one atomic
+   * group. Objects not opened yet are opened with their committed
+   * declaration (or no invariants).
+   */
+  safe(build: (tx: Transaction) => void): Promise<SafeResult> {
+    try {
+      this.assertOpen()
+      const items: DraftItem[] = []
+      const spent = new Map<string, number>()
+      const declFor = (kind: Kind, key: string, fallback: Declaration): Declaration => {
+        const h = this.handles.get(key)
+        if (h) {
+          if (h.kind !== kind) throw new SteadError('type-mismatch', `${key} is open as a ${h.kind}, not a ${kind}`)
+          return h.handle.declaration
+        }
+        const fixed = this.replica.declaration(key)
+        if (fixed && fixed.type !== kind) throw new SteadError('type-mismatch', `${key} is a ${fixed.type}, not a ${kind}`)
+        return fixed ?? fallback
+      }
+      const tx: Transaction = {
+        counter: (key) => {
+          const decl = declFor('counter', key, { type: 'counter', bounds: {} })
+          return {
+            increment: (n = 1) => void items.push({ key, decl, intent: positive(n) }),
+            decrement: (n = 1) => void items.push({ key, decl, intent: -positive(n) }),
+          }
+        },
+        set: (key) => {
+          const decl = declFor('set', key, { type: 'set', bounds: {} })
+          return {
+            add: (e) => void items.push({ key, decl, intent: ['a', e] }),
+            delete: (e) => void items.push({ key, decl, intent: { remove: e } }),
+          }
+        },
+        register: (key) => {
+          const decl = declFor('register', key, { type: 'register' })
+          return { set: (v) => void items.push({ key, decl, intent: ['s', v, this.now()] }) }
+        },
+        boundedCounter: (key) => {
+          const h = this.handles.get(key)
+          const decl = h?.kind === 'bounded-counter' ? h.handle.declaration : this.replica.declaration(key)
+          if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
+          const change = (kind: 'i' | 'd', n: number): void => {
+            const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
+            if (!spends) return void items.push({ key, decl, intent: [kind, positive(n)] })
+            const already = spent.get(key) ?? 0
+            const rights = this.spendableRights(key, decl) - already
+            spent.set(key, already + Math.min(n, Math.max(0, rights)))
+            items.push(...boundedSpend(key, decl, kind, positive(n), rights))
+          }
+          return { increment: (n = 1) => change('i', n), decrement: (n = 1) => change('d', n) }
+        },
+      }
+      build(tx)
+      if (items.length === 0) throw new SteadError('malformed', 'a safe group needs at least one update')
+      return this.queueSafe(items)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  // ---------------------------------------------------------------- reads and status
+
+  get status(): ClientStatus {
+    const links: RelayStatus[] = this.links.length
+      ? this.links.map((l) => ({
+          url: l.url,
+          connected: l.ready,
+          ...(l.relay !== undefined && this.cluster?.relays[l.relay] ? { relay: this.cluster.relays[l.relay]?.id } : {}),
+          ...(l.faulty ? { faulty: l.faulty } : {}),
+          ...(!l.ready && l.lastError && !l.faulty ? { error: l.lastError } : {}),
+        }))
+      : this.options.relays.map((url) => ({ url, connected: false }))
+    const connected = this.links.filter((l) => l.ready).length
+    const queued = this.drafts.reduce((n, d) => n + d.size, 0)
+    return {
+      online: this.cluster !== undefined && connected >= this.cluster.f + 1,
+      relays: links,
+      pending: queued + this.outbox.size,
+      stableIndex: this.position.stableIndex,
+      trusted: this.cluster !== undefined,
+      ...(this.problem ? { problem: this.problem } : {}),
+    }
+  }
+
+  onStatus(listener: (status: ClientStatus) => void): () => void {
+    this.statusListeners.add(listener)
+    return () => this.statusListeners.delete(listener)
+  }
+
+  /** Problems that have no promise to report them: regular updates the relays refused, an untrusted relay, storage failures. */
+  onError(listener: (error: SteadError) => void): () => void {
+    this.errorListeners.add(listener)
+    return () => this.errorListeners.delete(listener)
+  }
+
+  /**
+   * The stable value of `key`. With `quorum: true`, first asks every relay
+   * for its signed stable index and waits until this replica (which only
+   * advances on f+1 matching attestations) reaches the index that f+1
+   * relays report, so the value includes every commit a correct relay had
+   * made when the read started.
+   */
+  async readStable(key: string, options: { quorum?: boolean; timeoutMs?: number } = {}): Promise<unknown> {
+    this.assertOpen()
+    if (options.quorum) {
+      const target = await this.quorumIndex(options.timeoutMs ?? 10_000)
+      await this.until(() => this.position.stableIndex >= target, options.timeoutMs ?? 10_000, `stable index ${target}`)
+    }
+    return this.replica.stableValue(key)
+  }
+
+  /** Signs everything queued and waits until every local update was accepted by a relay (or already decided). */
+  async flush(options: { timeoutMs?: number } = {}): Promise<void> {
+    this.assertOpen()
+    this.sealNow()
+    await this.sealing
+    await this.until(() => [...this.outbox.values()].every((o) => o.accepted), options.timeoutMs ?? 60_000, 'relays to accept every local update')
+  }
+
+  /** Waits until every local update is decided in the stable order (committed or rejected). */
+  async settled(options: { timeoutMs?: number } = {}): Promise<void> {
+    this.assertOpen()
+    this.sealNow()
+    await this.sealing
+    await this.until(() => this.outbox.size === 0, options.timeoutMs ?? 60_000, 'every local update to be decided')
+  }
+
+  /** Seals what is queued (so it is stored), closes the relay sessions and the storage. Later calls fail with ClosedError. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.sealNow()
+    await this.sealing.catch(() => undefined)
+    this.closed = true
+    if (this.pump) clearInterval(this.pump)
+    if (this.trustTimer) clearTimeout(this.trustTimer)
+    if (this.inboxTimer) clearTimeout(this.inboxTimer)
+    for (const l of this.links) l.stop()
+    await this.writeInbox().catch(() => undefined)
+    // Let a commit being applied finish its write.
+    while (this.applying) await new Promise((r) => setTimeout(r, 5))
+    for (const w of this.progressWaiters) w()
+    await this.records.storage.close()
+  }
+
+  // ---------------------------------------------------------------- start
+
+  /** Puts back what was received or sent but not decided before a restart. Called by createClient. */
+  restoreQueued(inbox: readonly Envelope[], outbox: ReadonlyArray<{ env: Envelope; frame: Uint8Array }>): void {
+    for (const env of inbox) this.replica.receive(env)
+    for (const { env, frame } of outbox) {
+      this.replica.receive(env)
+      // Promises do not survive a restart; the updates do, and are sent again.
+      this.outbox.set(env.idHex, outgoing(env, frame, env.safe.map(() => deferred<SafeResult>())))
+    }
+  }
+
+  /** Starts trust, relay sessions and timers. Called by createClient. */
+  start(): void {
+    if (this.cluster) this.connect()
+    else this.trustOnFirstUse(0)
+    const every = Math.max(50, Math.min(500, (this.options.resubmitAfterMs ?? 2000) / 4))
+    this.pump = setInterval(() => this.resubmit(), every)
+    ;(this.pump as { unref?: () => void }).unref?.()
+  }
+
+  private trustOnFirstUse(attempt: number): void {
+    const fetchFn = this.options.fetch ?? this.platform.fetch
+    if (!fetchFn) {
+      this.setProblem('no cluster given and no fetch() on this platform to ask the relays for it')
+      return
+    }
+    void fetchCluster(this.options.relays, fetchFn).then(
+      async (cluster) => {
+        if (this.closed) return
+        await this.records.storage.write([this.records.cluster(cluster)])
+        this.cluster = cluster
+        this.problem = undefined
+        this.connect()
+      },
+      (err: SteadError) => {
+        if (this.closed) return
+        if (err instanceof TrustError) {
+          this.setProblem(err.message)
+          this.emitError(err)
+        }
+        // Relays not reachable yet: keep working offline and ask again.
+        this.trustTimer = setTimeout(() => this.trustOnFirstUse(attempt + 1), Math.min(10_000, 500 * 2 ** attempt))
+      },
+    )
+  }
+
+  private connect(): void {
+    const cluster = this.cluster as ClusterDescriptor
+    this.quorum = new CommitQuorum(cluster.f)
+    const connect = this.options.connect ?? this.platform.connect
+    if (!connect) {
+      this.setProblem('no WebSocket on this platform: pass `connect`')
+      return
+    }
+    this.links = this.options.relays.map(
+      (url) =>
+        new RelayLink({
+          url,
+          connect,
+          crypto: this.crypto,
+          identity: this.identity,
+          keyOf: (i) => cluster.relays[i]?.publicKey,
+          ...(this.options.backoff ? { backoff: this.options.backoff } : {}),
+          handlers: {
+            ready: (link) => {
+              link.send({ type: 'subscribe', space: this.space, fromIndex: this.position.stableIndex })
+              this.resubmit()
+              this.emitStatus()
+            },
+            message: (link, m) => this.onRelayMessage(link, m),
+            down: () => this.emitStatus(),
+            untrusted: (link, why) => {
+              this.emitError(new TrustError(`relay at ${link.url}: ${why}`))
+              this.emitStatus()
+            },
+          },
+        }),
+    )
+    for (const l of this.links) l.start()
+    this.emitStatus()
+  }
+
+  // ---------------------------------------------------------------- updates
+
+  private makeHost(): HandleHost {
+    return {
+      prospective: (key) => this.prospectiveView(key),
+      stable: (key) => this.replica.stable(key),
+      history: (key): readonly HistoryEntry[] => this.replica.history(key),
+      update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
+      safeGroup: (items) => this.queueSafe(items),
+      subscribe: (key, listener) => {
+        let set = this.listeners.get(key)
+        if (!set) this.listeners.set(key, (set = new Set()))
+        set.add(listener)
+        return () => set.delete(listener)
+      },
+      spendableRights: (key, decl) => this.spendableRights(key, decl),
+      authorId: () => this.authorId,
+      now: () => this.now(),
+    }
+  }
+
+  private get openBatch(): DraftBatch {
+    return this.drafts[this.drafts.length - 1] as DraftBatch
+  }
+
+  private queueRegular(item: DraftItem): Promise<UpdateResult> {
+    this.assertOpen()
+    const batch = this.openBatch
+    batch.regular.push(item)
+    const stored = deferred<UpdateResult>()
+    batch.stored.push(stored)
+    this.showDraft(batch, [item])
+    return stored.promise
+  }
+
+  private queueSafe(items: readonly DraftItem[]): Promise<SafeResult> {
+    this.assertOpen()
+    const batch = this.openBatch
+    const waiter = deferred<SafeResult>()
+    batch.safe.push({ items, waiter })
+    this.showDraft(batch, items)
+    return waiter.promise
+  }
+
+  /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns. */
+  private showDraft(batch: DraftBatch, items: readonly DraftItem[]): void {
+    const changed = new Set<string>()
+    for (const item of items) {
+      batch.keys.add(item.key)
+      const view = this.overlay.get(item.key)
+      if (view) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+      changed.add(item.key)
+    }
+    this.notify(changed)
+    this.emitStatus()
+    if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
+    else if (!this.sealTimer) this.sealTimer = setTimeout(() => this.sealNow(), this.options.batchIntervalMs ?? 10)
+  }
+
+  private prospectiveView(key: string): AnyCrdt | undefined {
+    const cached = this.overlay.get(key)
+    if (cached) return cached
+    const base = this.replica.prospective(key)
+    const drafted = this.drafts.some((d) => d.keys.has(key))
+    if (!drafted) return base
+    let view: AnyCrdt | undefined = base?.clone()
+    for (const batch of this.drafts) {
+      for (const item of batch.items()) {
+        if (item.key !== key) continue
+        view ??= createCrdt(item.decl)
+        if (view.type !== item.decl.type) continue
+        applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+      }
+    }
+    if (view) this.overlay.set(key, view)
+    return view
+  }
+
+  /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
+  private spendableRights(key: string, decl: Declaration): number {
+    if (decl.type !== 'bounded-counter') return 0
+    const stable = this.replica.stable(key)
+    const view = (stable && stable.type === 'bounded-counter' ? stable.clone() : new BoundedCounter(decl.params)) as BoundedCounter
+    for (const o of this.outbox.values()) {
+      for (const unit of envelopeUnits(o.env)) {
+        for (const item of unit.kind === 'op' ? [unit] : unit.items) {
+          if (item.key === key && sameDeclaration(item.decl, decl)) asGeneric(view).apply(item.op, { replica: this.authorId, tag: item.tag })
+        }
+      }
+    }
+    for (const batch of this.drafts) {
+      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+    }
+    return view.localRights(this.authorId)
+  }
+
+  private sealNow(): void {
+    if (this.sealTimer) clearTimeout(this.sealTimer)
+    this.sealTimer = undefined
+    const batch = this.openBatch
+    if (batch.size === 0) return
+    this.drafts.push(new DraftBatch())
+    this.sealing = this.sealing.then(() => this.seal(batch))
+  }
+
+  /** Signs one draft batch into an envelope, persists it, then shows it as received and sends it. */
+  private async seal(batch: DraftBatch): Promise<void> {
+    const done = (): void => {
+      this.drafts = this.drafts.filter((d) => d !== batch)
+      for (const key of batch.keys) this.overlay.delete(key)
+    }
+    const { updates, safe } = compileBatch(batch, (key, e) => (this.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
+    if (updates.length === 0 && safe.length === 0) {
+      // Everything cancelled out (e.g. +1 then -1): nothing to sign, nothing to lose.
+      done()
+      this.notify(batch.keys)
+      for (const s of batch.stored) s.resolve({ status: 'stored' })
+      return
+    }
+    let env: Envelope
+    const seq = this.seq + 1
+    const clock = clockUpdate(this.authorId, this.clock, this.seenClocks.length <= 64 ? this.seenClocks : [clockMerge(this.clock, ...this.seenClocks)])
+    try {
+      env = await sealEnvelope(this.crypto, this.identity, { space: this.space, seq, clock, deps: this.frontier.slice(-16), updates, safe })
+      const frame = encodeEnvelope(env)
+      await this.records.storage.write([this.records.outboxPut(seq, frame), this.records.author({ seq, clock: env.clock })])
+      this.seq = seq
+      this.clock = env.clock
+      this.seenClocks = []
+      this.frontier = [env.id]
+      done()
+      const received = this.replica.receive(env)
+      this.outbox.set(env.idHex, outgoing(env, frame, batch.safe.map((g) => g.waiter)))
+      this.notify(new Set([...batch.keys, ...received.changed]))
+      for (const s of batch.stored) s.resolve({ status: 'stored' })
+      this.send(env.idHex)
+      this.emitStatus()
+    } catch (err) {
+      // Not stored: the batch never happened. Undo it locally and tell every caller.
+      done()
+      this.notify(batch.keys)
+      const e = err instanceof SteadError ? err : new SteadError('malformed', String(err))
+      for (const s of batch.stored) s.reject(e)
+      for (const g of batch.safe) g.waiter.reject(e)
+      this.emitStatus()
+    }
+  }
+
+  // ---------------------------------------------------------------- sending
+
+  /** Sends an envelope to the next ready relay it was not yet sent to (or any ready one). */
+  private send(idHex: string): void {
+    const o = this.outbox.get(idHex)
+    if (!o) return
+    const ready = this.links.filter((l) => l.ready && l.relay !== undefined)
+    if (ready.length === 0) return
+    const fresh = ready.filter((l) => !o.sentTo.includes(l.relay as number))
+    // Spread first sends over relays so no single relay carries every client.
+    const pick = fresh.length > 0 ? (fresh[(o.env.seq + o.sentTo.length) % fresh.length] as RelayLink) : (ready[o.sentTo.length % ready.length] as RelayLink)
+    const id = this.nextSubmit++
+    if (!pick.send({ type: 'submit', id, envelope: o.frame })) return
+    this.submits.set(id, idHex)
+    o.sentTo.push(pick.relay as number)
+    o.lastSentAt = this.now()
+  }
+
+  /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
+  private resubmit(): void {
+    if (this.closed) return
+    const wait = this.options.resubmitAfterMs ?? 2000
+    const now = this.now()
+    const readyRelays = new Set(this.links.filter((l) => l.ready).map((l) => l.relay))
+    for (const [idHex, o] of this.outbox) {
+      const lastRelay = o.sentTo[o.sentTo.length - 1]
+      const lost = lastRelay === undefined || (!o.accepted && !readyRelays.has(lastRelay))
+      if (lost || now - o.lastSentAt >= wait) this.send(idHex)
+    }
+  }
+
+  private onRelayMessage(link: RelayLink, m: RelayMessage): void {
+    if (this.closed) return
+    switch (m.type) {
+      case 'envelope':
+        if (m.space === this.space) void this.onEnvelope(link, m.envelope)
+        return
+      case 'commit':
+        if (m.space === this.space) void this.onCommit(link, m)
+        return
+      case 'accepted': {
+        const idHex = this.submits.get(m.id)
+        this.submits.delete(m.id)
+        const o = idHex === undefined ? undefined : this.outbox.get(idHex)
+        if (o && !o.accepted) {
+          o.accepted = true
+          this.progress()
+        }
+        return
+      }
+      case 'error': {
+        if (m.id === null) return
+        const idHex = this.submits.get(m.id)
+        this.submits.delete(m.id)
+        if (idHex !== undefined) this.onSubmitError(idHex, m.reason, m.detail)
+        return
+      }
+      default:
+        return
+    }
+  }
+
+  private onSubmitError(idHex: string, reason: ErrorReason, detail: string): void {
+    const o = this.outbox.get(idHex)
+    if (!o) return
+    // Busy relays and lost races are worth another try (the periodic resubmit does it);
+    // a refusal on the envelope's own merits is final: no relay will take it.
+    if (reason === 'rate-limited' || reason === 'unauthenticated') return
+    if (reason === 'conflict' && this.replica.decided(o.env) === null) return
+    void this.settleOwn(o, { kind: 'refused', reason, detail })
+  }
+
+  // ---------------------------------------------------------------- receiving
+
+  private async onEnvelope(link: RelayLink, frame: Uint8Array): Promise<void> {
+    let signed
+    try {
+      signed = asSigned(decode(frame))
+    } catch (err) {
+      return link.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
+    }
+    const idHex = toHex(this.crypto.sha256(signed.bytes))
+    if (this.outbox.has(idHex) || this.replica.isPending(idHex) || this.verifying.has(idHex)) return
+    this.verifying.add(idHex)
+    let env: Envelope
+    try {
+      env = await openEnvelope(this.crypto, signed)
+    } catch {
+      // A forged envelope: the relay that certified and sent it is lying (or passed on a client's garbage).
+      return link.markFaulty('sent an envelope that does not verify')
+    } finally {
+      this.verifying.delete(idHex)
+    }
+    if (this.closed || env.space !== this.space) return
+    const r = this.replica.receive(env)
+    if (r.status === 'duplicate' && r.changed.size === 0) return
+    this.seenClocks.push(env.clock)
+    this.frontier.push(env.id)
+    if (this.frontier.length > 16) this.frontier.shift()
+    this.inboxWrites.push(this.records.inboxPut(idHex, frame))
+    this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
+    this.notify(r.changed)
+  }
+
+  private async writeInbox(): Promise<void> {
+    this.inboxTimer = undefined
+    const writes = this.inboxWrites
+    this.inboxWrites = []
+    if (writes.length === 0) return
+    // Received envelopes decided meanwhile need no record.
+    const live = writes.filter((w) => this.replica.isPending(w.key[2] as string))
+    if (live.length) await this.records.storage.write(live).catch((err) => this.storageFailed(err))
+  }
+
+  private async onCommit(link: RelayLink, m: Extract<RelayMessage, { type: 'commit' }>): Promise<void> {
+    const relay = link.relay
+    const cluster = this.cluster
+    if (relay === undefined || !cluster || !this.quorum) return
+    let attestation
+    try {
+      attestation = decodeAttestation(m.attestation.bytes)
+    } catch (err) {
+      return link.markFaulty(`sent a malformed attestation: ${(err as Error).message}`)
+    }
+    if (attestation.space !== this.space) return link.markFaulty(`attested space ${attestation.space} on a ${this.space} subscription`)
+    if (CommitQuorum.stale(attestation, this.position)) return
+    const key = cluster.relays[relay]?.publicKey
+    if (!key || !(await this.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
+    if (this.closed) return
+    this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
+    void this.applyCommits()
+  }
+
+  /** Applies every commit whose turn it is, one at a time. */
+  private async applyCommits(): Promise<void> {
+    if (this.applying) {
+      this.applyAgain = true
+      return
+    }
+    this.applying = true
+    try {
+      do {
+        this.applyAgain = false
+        let next: CommitCandidate | undefined
+        while (!this.closed && this.quorum && (next = this.quorum.next(this.position))) {
+          if (!(await this.applyCommit(next))) break
+        }
+      } while (this.applyAgain && !this.closed)
+    } finally {
+      this.applying = false
+    }
+  }
+
+  /** Opens stored or attested envelope frames: their signatures were checked by f+1 relays (or by this client before storing). */
+  private openTrusted(frame: Uint8Array): Envelope {
+    return openEnvelopeSync({ sha256: (b) => this.crypto.sha256(b), verify: () => true }, decode(frame))
+  }
+
+  private async applyCommit(c: CommitCandidate): Promise<boolean> {
+    const a = c.attestation
+    let envs: Envelope[] | undefined
+    let frames: readonly Uint8Array[] = []
+    for (const list of c.frames.values()) {
+      try {
+        const opened = list.map((f) => this.openTrusted(f))
+        if (bytesEqual(batchDigest((b) => this.crypto.sha256(b), opened.map((e) => e.id)), a.batch)) {
+          envs = opened
+          frames = list
+          break
+        }
+      } catch {
+        // That relay sent frames that are not the attested batch; another one's may be.
+      }
+    }
+    if (!envs) return false
+    const result = this.replica.commit(envs, a.round)
+    const position = { stableIndex: result.stableIndex, lastRound: a.round }
+    const mismatch = this.checkAgainst(result, c)
+    if (mismatch) {
+      // f+1 relays (one of them correct) attested a result this replica's audit did not reach.
+      const err = new TrustError(`commit at round ${a.round}: ${mismatch}`)
+      this.setProblem(err.message)
+      this.emitError(err)
+    }
+    this.position = position
+    const quorum = this.quorum as CommitQuorum
+    for (const relay of quorum.dissenters(c)) this.links.find((l) => l.relay === relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
+    quorum.prune(position)
+
+    const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
+    const changes: StorageChange[] = this.records.commit(record, position)
+    const own: Array<{ o: Outgoing; d: CommitResult['decisions'][number] }> = []
+    for (const d of result.decisions) {
+      const o = this.outbox.get(d.env.idHex)
+      if (o) {
+        own.push({ o, d })
+        changes.push(this.records.outboxDelete(o.env.seq))
+      } else changes.push(this.records.inboxDelete(d.env.idHex))
+    }
+    try {
+      await this.records.storage.write(changes)
+    } catch (err) {
+      this.storageFailed(err)
+    }
+    for (const { o, d } of own) await this.settleOwn(o, d)
+    this.notify(result.changed)
+    this.progress()
+    this.emitStatus()
+    return true
+  }
+
+  /** Why the local audit disagrees with an attestation, or undefined when it agrees. */
+  private checkAgainst(result: CommitResult, c: CommitCandidate): string | undefined {
+    const a = c.attestation
+    if (result.stableIndex !== a.toIndex) return `stable index ${result.stableIndex}, attested ${a.toIndex}`
+    const mine = encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>)))
+    if (!bytesEqual(mine, encode(a.decisions))) return 'decisions differ'
+    if (!bytesEqual(this.replica.stableHash((b) => this.crypto.sha256(b)), a.stateHash)) return 'stable state hash differs'
+    return undefined
+  }
+
+  /** Resolves what waited on one of this client's envelopes once it is decided or refused. */
+  private async settleOwn(
+    o: Outgoing,
+    d: CommitResult['decisions'][number] | { kind: 'refused'; reason: ErrorReason; detail: string },
+  ): Promise<void> {
+    if (!this.outbox.delete(o.env.idHex)) return
+    if (d.kind === 'committed') {
+      for (const s of o.safe) {
+        const u = d.units[s.unit]
+        s.waiter.resolve(u && u.status === 'rejected' ? { status: 'rejected', reason: u.reason, detail: u.detail } : { status: 'committed', index: d.index })
+      }
+      const refused = d.units.filter((u): u is Extract<typeof u, { status: 'rejected' }> => u.unit < o.regularUnits && u.status === 'rejected')
+      const first = refused[0]
+      if (first) this.emitError(new RejectedError(first.reason, `${refused.length} regular updates of envelope ${o.env.seq} were rejected by the audit: ${first.detail}`, o.regular.map((r) => r.key)))
+    } else if (d.kind === 'dropped' && d.reason === 'gap') {
+      // An earlier envelope of ours was late; this one's content goes out again under a new number.
+      const batch = this.openBatch
+      batch.regular.push(...o.regular)
+      for (const s of o.safe) batch.safe.push({ items: s.items, waiter: s.waiter })
+      for (const r of [...o.regular, ...o.safe.flatMap((s) => s.items)]) batch.keys.add(r.key)
+      this.sealNow()
+    } else if (!(d.kind === 'dropped' && d.reason === 'duplicate')) {
+      const reason: ErrorReason = d.kind === 'superseded' ? 'conflict' : d.reason
+      const detail = d.kind === 'superseded' ? `another envelope took sequence number ${o.env.seq}` : d.detail
+      // Refused outright: no commit will ever undo it prospectively, so undo it here.
+      if (d.kind === 'refused') this.notify(this.replica.discard(o.env.idHex))
+      for (const s of o.safe) s.waiter.resolve({ status: 'rejected', reason, detail })
+      if (o.regular.length) this.emitError(new RejectedError(reason, `envelope ${o.env.seq} will never commit: ${detail}`, o.regular.map((r) => r.key)))
+      await this.records.storage.write([this.records.outboxDelete(o.env.seq)]).catch((err) => this.storageFailed(err))
+    }
+    this.progress()
+  }
+
+  // ---------------------------------------------------------------- quorum reads
+
+  private async quorumIndex(timeoutMs: number): Promise<number> {
+    const cluster = this.cluster
+    const fetchFn = this.options.fetch ?? this.platform.fetch
+    if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
+    if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for quorum reads')
+    const heads = await Promise.all(
+      this.options.relays.map(async (url) => {
+        try {
+          const res = await Promise.race([fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`), sleep(timeoutMs).then(() => undefined)])
+          if (!res || !res.ok) return undefined
+          const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
+          const key = cluster.relays[h.relay]?.publicKey
+          if (!key || !Number.isSafeInteger(h.index)) return undefined
+          const hash = fromHex(h.stateHash)
+          if (!(await this.crypto.verify(key, stableReadBytes(this.space, h.index, hash), fromHex(h.sig)))) return undefined
+          return { relay: h.relay, index: h.index, hash }
+        } catch {
+          return undefined
+        }
+      }),
+    )
+    const valid = [...new Map(heads.filter((h) => h !== undefined).map((h) => [h.relay, h])).values()]
+    if (valid.length < cluster.f + 1) throw new SteadError('unsupported', `only ${valid.length} relays answered a quorum read; it needs ${cluster.f + 1}`)
+    // The (f+1)-th highest index: at least one correct relay reached it, so it will be attested.
+    const indexes = valid.map((h) => h.index).sort((x, y) => y - x)
+    return indexes[cluster.f] as number
+  }
+
+  // ---------------------------------------------------------------- plumbing
+
+  private until(done: () => boolean, timeoutMs: number, what: string): Promise<void> {
+    if (done()) return Promise.resolve()
+    return new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (this.closed) return finish(new ClosedError())
+        if (done()) finish()
+      }
+      const finish = (err?: unknown): void => {
+        clearTimeout(timer)
+        this.progressWaiters.delete(check)
+        if (err) reject(err)
+        else resolve()
+      }
+      const timer = setTimeout(() => finish(new SteadError('unsupported', `timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs)
+      this.progressWaiters.add(check)
+    })
+  }
+
+  private progress(): void {
+    for (const w of [...this.progressWaiters]) w()
+  }
+
+  private notify(keys: Iterable<string>): void {
+    for (const key of keys) {
+      this.overlay.delete(key)
+      for (const l of this.listeners.get(key) ?? []) {
+        try {
+          l()
+        } catch (err) {
+          this.emitError(new SteadError('malformed', `a subscriber of ${key} threw: ${(err as Error).message}`))
+        }
+      }
+    }
+  }
+
+  private emitStatus(): void {
+    if (this.statusListeners.size === 0) return
+    const s = this.status
+    for (const l of this.statusListeners) l(s)
+  }
+
+  private emitError(err: SteadError): void {
+    for (const l of this.errorListeners) l(err)
+  }
+
+  private setProblem(p: string): void {
+    this.problem = p
+    this.emitStatus()
+  }
+
+  private storageFailed(err: unknown): void {
+    const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
+    this.setProblem(`storage failed: ${e.message}`)
+    this.emitError(e)
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new ClosedError()
+  }
+}
+
+/** Builds transactions for `client.safe`. */
+export interface Transaction {
+  counter(key: string): { increment(n?: number): void; decrement(n?: number): void }
+  set<T extends SetElement = SetElement>(key: string): { add(e: T): void; delete(e: T): void }
+  register<T extends RegisterValue = RegisterValue>(key: string): { set(v: T): void }
+  boundedCounter(key: string): { increment(n?: number): void; decrement(n?: number): void }
+}
+
+/** The outbox entry of a signed envelope: its safe groups (always atomic, one unit each) follow its regular ops. */
+function outgoing(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>): Outgoing {
+  const regularUnits = env.updates.reduce((n, u) => n + u.ops.length, 0)
+  return {
+    env,
+    frame,
+    safe: env.safe.map((g, i) => ({
+      unit: regularUnits + i,
+      items: g.updates.map((u) => ({ key: u.key, decl: u.decl, intent: u.op })),
+      waiter: waiters[i] ?? deferred<SafeResult>(),
+    })),
+    regular: env.updates.flatMap((u) => u.ops.map((op) => ({ key: u.key, decl: u.decl, intent: op }))),
+    regularUnits,
+    sentTo: [],
+    lastSentAt: 0,
+    accepted: false,
+  }
+}
+
+function positive(n: number): number {
+  if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `amounts are positive safe integers, got ${n}`)
+  return n
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms))
+}
+
+// ---------------------------------------------------------------- createClient
+
+/** Builds a client: restores its state from storage, then connects in the background. */
+export async function createClientWith(options: ClientOptions, platform: PlatformDefaults): Promise<SteadClient> {
+  if (!options || typeof options.space !== 'string' || options.space.length === 0 || options.space.length > 128) {
+    throw new SteadError('malformed', 'createClient needs a space name of 1 to 128 characters')
+  }
+  if (!Array.isArray(options.relays) || options.relays.length === 0) throw new SteadError('malformed', 'createClient needs at least one relay URL')
+  for (const url of options.relays) httpBaseOf(url)
+  const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
+  const crypto = options.crypto ?? (await platform.crypto())
+  const storage = await (options.storage ?? platform.storage(options.space))
+  const records = new ClientRecords(storage, options.space)
+  const restored = await records.restore()
+
+  const secretKey = options.identity?.secretKey ?? restored.secretKey ?? crypto.generateSecretKey()
+  const publicKey = await crypto.publicKeyOf(secretKey)
+  const pins: StorageChange[] = []
+  if (!restored.secretKey || !bytesEqual(restored.secretKey, secretKey)) pins.push(records.identity(secretKey))
+  if (given && !(restored.cluster && sameCluster(restored.cluster, given))) pins.push(records.cluster(given))
+  if (pins.length) await storage.write(pins)
+
+  const replica = new ReliableReplica({ space: options.space })
+  const trusted = (frame: Uint8Array): Envelope => openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, decode(frame))
+  // Replaying every attested commit rebuilds the stable state exactly (gap timers included).
+  for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
+  const authorId = authorIdOf(crypto, publicKey)
+  const client = new SteadClient({
+    options,
+    platform,
+    storage,
+    crypto,
+    identity: { secretKey, publicKey },
+    authorId,
+    records,
+    replica,
+    position: restored.position,
+    seq: Math.max(restored.author.seq, replica.nextSeq(authorId) - 1),
+    clock: restored.author.clock,
+    cluster: given ?? restored.cluster,
+  })
+  client.restoreQueued(
+    restored.inbox.map(trusted),
+    restored.outbox.map((frame) => ({ env: trusted(frame), frame })),
+  )
+  client.start()
+  return client
+}
+

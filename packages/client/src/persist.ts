@@ -1,0 +1,141 @@
+import { SteadError, clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
+import type { ClientStorage, StorageChange, StorageKey } from './storage/types.ts'
+import { decodeCluster, encodeCluster, type ClusterDescriptor } from './cluster.ts'
+import type { ChainPosition } from './quorum.ts'
+
+/** An attested commit as the client keeps it: enough to replay it exactly. */
+export interface CommitRecord {
+  readonly round: number
+  readonly attestation: Uint8Array
+  readonly frames: readonly Uint8Array[]
+}
+
+export interface AuthorState {
+  /** Last sequence number this client signed in the space. */
+  readonly seq: number
+  readonly clock: Clock
+}
+
+/** Everything a client reloads on start. */
+export interface Restored {
+  readonly secretKey: Uint8Array | undefined
+  readonly cluster: ClusterDescriptor | undefined
+  readonly author: AuthorState
+  readonly position: ChainPosition
+  readonly commits: CommitRecord[]
+  /** Own envelopes not yet decided, in sequence order. */
+  readonly outbox: Uint8Array[]
+  /** Envelopes received from relays and not yet decided. */
+  readonly inbox: Uint8Array[]
+}
+
+// Sequence numbers and commit counters are zero-padded so string order is numeric order.
+const pad = (n: number): string => n.toString().padStart(16, '0')
+
+/**
+ * The client's records in a ClientStorage, under the space's prefix:
+ *
+ *   [space, 'meta', 'identity' | 'cluster' | 'author' | 'position']
+ *   [space, 'commit', n]      attested commits in the order applied
+ *   [space, 'outbox', seq]    own envelopes not yet decided
+ *   [space, 'inbox', idHex]   received envelopes not yet decided
+ *
+ * Values are msgpack (envelopes and attestations as the exact bytes that
+ * were signed). Writes are batches the caller makes atomic.
+ */
+export class ClientRecords {
+  private nextCommit = 0
+
+  constructor(
+    readonly storage: ClientStorage,
+    private readonly space: string,
+  ) {}
+
+  async restore(): Promise<Restored> {
+    const s = this.space
+    const [identity, cluster, author, position, commits, outbox, inbox] = await Promise.all([
+      this.storage.load([s, 'meta', 'identity']),
+      this.storage.load([s, 'meta', 'cluster']),
+      this.storage.load([s, 'meta', 'author']),
+      this.storage.load([s, 'meta', 'position']),
+      this.storage.loadRange([s, 'commit']),
+      this.storage.loadRange([s, 'outbox']),
+      this.storage.loadRange([s, 'inbox']),
+    ])
+    const last = commits[commits.length - 1]
+    this.nextCommit = last ? Number(last.key[2]) + 1 : 0
+    return {
+      secretKey: identity,
+      cluster: cluster && decodeCluster(cluster),
+      author: author ? decodeAuthor(author) : { seq: 0, clock: clockInit() },
+      position: position ? decodePosition(position) : { stableIndex: 0, lastRound: 0 },
+      commits: commits.map((e) => decodeCommit(e.value)),
+      outbox: outbox.map((e) => e.value),
+      inbox: inbox.map((e) => e.value),
+    }
+  }
+
+  identity(secretKey: Uint8Array): StorageChange {
+    return { key: [this.space, 'meta', 'identity'], value: secretKey }
+  }
+
+  cluster(c: ClusterDescriptor): StorageChange {
+    return { key: [this.space, 'meta', 'cluster'], value: encodeCluster(c) }
+  }
+
+  author(a: AuthorState): StorageChange {
+    return { key: [this.space, 'meta', 'author'], value: encode([a.seq, encodeClock(a.clock)]) }
+  }
+
+  /** A commit and the position it leads to: always written together. */
+  commit(record: CommitRecord, position: ChainPosition): StorageChange[] {
+    return [
+      { key: [this.space, 'commit', pad(this.nextCommit++)], value: encode([record.round, record.attestation, record.frames]) },
+      { key: [this.space, 'meta', 'position'], value: encode([position.stableIndex, position.lastRound]) },
+    ]
+  }
+
+  outboxPut(seq: number, frame: Uint8Array): StorageChange {
+    return { key: this.outboxKey(seq), value: frame }
+  }
+
+  outboxDelete(seq: number): StorageChange {
+    return { key: this.outboxKey(seq), value: undefined }
+  }
+
+  inboxPut(idHex: string, frame: Uint8Array): StorageChange {
+    return { key: [this.space, 'inbox', idHex], value: frame }
+  }
+
+  inboxDelete(idHex: string): StorageChange {
+    return { key: [this.space, 'inbox', idHex], value: undefined }
+  }
+
+  private outboxKey(seq: number): StorageKey {
+    return [this.space, 'outbox', pad(seq)]
+  }
+}
+
+function decodeAuthor(bytes: Uint8Array): AuthorState {
+  const [seq, clock] = expect.array(decode(bytes), 'author', 2)
+  return { seq: expect.uint(seq, 'author.seq'), clock: decodeClock(clock, 1_000_000) }
+}
+
+function decodePosition(bytes: Uint8Array): ChainPosition {
+  const [stableIndex, lastRound] = expect.array(decode(bytes), 'position', 2)
+  return { stableIndex: expect.uint(stableIndex, 'stableIndex'), lastRound: expect.uint(lastRound, 'lastRound') }
+}
+
+function decodeCommit(bytes: Uint8Array): CommitRecord {
+  const [round, attestation, frames] = expect.array(decode(bytes, 64 * 1024 * 1024), 'commit', 3)
+  return {
+    round: expect.uint(round, 'commit.round'),
+    attestation: anyBytes(attestation, 'commit.attestation'),
+    frames: expect.array(frames, 'commit.frames', 1_000_000).map((f, i) => anyBytes(f, `commit.frames[${i}]`)),
+  }
+}
+
+function anyBytes(v: unknown, field: string): Uint8Array {
+  if (!(v instanceof Uint8Array)) throw new SteadError('malformed', `${field} must be bytes`)
+  return v
+}

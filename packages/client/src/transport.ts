@@ -1,0 +1,214 @@
+import {
+  authBytes,
+  bytesEqual,
+  decodeRelayMessage,
+  encodeClientMessage,
+  type ClientMessage,
+  type Crypto,
+  type RelayMessage,
+} from '@stead/core'
+import { sessionUrlOf } from './cluster.ts'
+
+/**
+ * The part of the WebSocket API the client uses. The browser's WebSocket,
+ * the `ws` package's, and test fakes all fit.
+ */
+export interface SocketLike {
+  binaryType: string
+  readonly readyState: number
+  send(data: Uint8Array): void
+  close(code?: number, reason?: string): void
+  onopen: ((ev: unknown) => void) | null
+  onmessage: ((ev: { data: unknown }) => void) | null
+  onclose: ((ev: unknown) => void) | null
+  onerror: ((ev: unknown) => void) | null
+}
+
+export type SocketFactory = (url: string) => SocketLike
+
+export interface LinkHandlers {
+  /** The session is authenticated: subscribe and submit now. */
+  ready(link: RelayLink): void
+  message(link: RelayLink, m: RelayMessage): void
+  /** The session ended (it will be retried unless the link was stopped). */
+  down(link: RelayLink, why: string): void
+  /** The relay proved a key other than the pinned one, or broke the protocol: never retried. */
+  untrusted(link: RelayLink, why: string): void
+}
+
+export interface LinkOptions {
+  readonly url: string
+  readonly connect: SocketFactory
+  readonly crypto: Crypto
+  readonly identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }
+  /** The pinned key of relay `index` of the cluster, if there is such a relay. */
+  readonly keyOf: (index: number) => Uint8Array | undefined
+  readonly handlers: LinkHandlers
+  readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
+  /** For deterministic tests; defaults to Math.random. */
+  readonly random?: () => number
+}
+
+const OPEN = 1
+
+/**
+ * One relay session that keeps itself alive: connect, answer the challenge
+ * (proving the client's key, checking the relay's against the pinned
+ * cluster), then pass messages up; on loss, reconnect with jittered
+ * exponential backoff until stopped.
+ */
+export class RelayLink {
+  readonly url: string
+  /** The relay's index in the cluster, known after its challenge. */
+  relay: number | undefined
+  ready = false
+  /** Set when the relay was caught misbehaving; the link stays down. */
+  faulty: string | undefined
+  lastError: string | undefined
+  private socket: SocketLike | undefined
+  private stopped = false
+  private attempt = 0
+  private timer: ReturnType<typeof setTimeout> | undefined
+  private readonly options: LinkOptions
+
+  constructor(options: LinkOptions) {
+    this.options = options
+    this.url = options.url
+  }
+
+  start(): void {
+    if (this.stopped || this.faulty || this.socket) return
+    let socket: SocketLike
+    try {
+      socket = this.options.connect(sessionUrlOf(this.url))
+    } catch (err) {
+      this.lastError = (err as Error).message
+      this.retry()
+      return
+    }
+    this.socket = socket
+    socket.binaryType = 'arraybuffer'
+    socket.onmessage = (ev) => {
+      if (this.socket !== socket) return
+      const bytes = toBytes(ev.data)
+      if (!bytes) return this.markFaulty('sent a non-binary frame')
+      let m: RelayMessage
+      try {
+        m = decodeRelayMessage(bytes)
+      } catch (err) {
+        return this.markFaulty(`sent an undecodable message: ${(err as Error).message}`)
+      }
+      void this.onMessage(socket, m)
+    }
+    socket.onclose = () => {
+      if (this.socket !== socket) return
+      this.socket = undefined
+      const was = this.ready
+      this.ready = false
+      if (was || !this.lastError) this.lastError = 'connection closed'
+      this.options.handlers.down(this, this.lastError)
+      this.retry()
+    }
+    socket.onerror = () => {
+      if (this.socket === socket) this.lastError = `cannot reach ${this.url}`
+    }
+  }
+
+  /** Sends if the session is ready; false otherwise (the caller retries later). */
+  send(m: ClientMessage): boolean {
+    const s = this.socket
+    if (!this.ready || !s || s.readyState !== OPEN) return false
+    try {
+      s.send(encodeClientMessage(m))
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  stop(): void {
+    this.stopped = true
+    if (this.timer) clearTimeout(this.timer)
+    this.drop()
+  }
+
+  /** Closes the current session at once and reconnects with backoff (used after a relay's error, to test reconnects, and by `reconnect()`). */
+  restart(): void {
+    this.drop()
+    this.attempt = 0
+    this.start()
+  }
+
+  private drop(): void {
+    const s = this.socket
+    this.socket = undefined
+    if (this.ready) {
+      this.ready = false
+      this.options.handlers.down(this, 'closed by the client')
+    }
+    if (s) {
+      s.onopen = s.onmessage = s.onclose = s.onerror = null
+      try {
+        s.close()
+      } catch {
+        // already closed
+      }
+    }
+  }
+
+  markFaulty(why: string): void {
+    if (this.faulty) return
+    this.faulty = why
+    this.lastError = why
+    if (this.timer) clearTimeout(this.timer)
+    this.drop()
+    this.options.handlers.untrusted(this, why)
+  }
+
+  private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
+    if (m.type === 'challenge') {
+      const pinned = this.options.keyOf(m.relay)
+      if (!pinned || !bytesEqual(pinned, m.relayKey)) {
+        return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)
+      }
+      this.relay = m.relay
+      const { secretKey, publicKey } = this.options.identity
+      const sig = await this.options.crypto.sign(secretKey, authBytes(m.nonce, m.relayKey))
+      if (this.socket !== socket) return
+      socket.send(encodeClientMessage({ type: 'hello', publicKey, sig }))
+      return
+    }
+    if (m.type === 'welcome') {
+      if (m.relay !== this.relay) return this.markFaulty(`welcomed as relay ${m.relay} after a challenge from relay ${String(this.relay)}`)
+      this.ready = true
+      this.attempt = 0
+      this.lastError = undefined
+      this.options.handlers.ready(this)
+      return
+    }
+    if (m.type === 'error' && m.id === null) {
+      // Session-level: remember why; rate limits and auth timeouts close the socket themselves.
+      this.lastError = `${m.reason}: ${m.detail}`
+    }
+    if (!this.ready && m.type !== 'error') return
+    this.options.handlers.message(this, m)
+  }
+
+  private retry(): void {
+    if (this.stopped || this.faulty) return
+    const { initialMs, maxMs } = this.options.backoff ?? { initialMs: 250, maxMs: 10_000 }
+    const base = Math.min(maxMs, initialMs * 2 ** this.attempt++)
+    const delay = base / 2 + (this.options.random ?? Math.random)() * (base / 2)
+    this.timer = setTimeout(() => {
+      this.timer = undefined
+      this.start()
+    }, delay)
+  }
+}
+
+function toBytes(data: unknown): Uint8Array | undefined {
+  if (data instanceof Uint8Array) return data
+  if (data instanceof ArrayBuffer) return new Uint8Array(data)
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+  return undefined
+}

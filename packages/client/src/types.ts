@@ -1,0 +1,78 @@
+import type { Crypto, ErrorReason } from '@stead/core'
+import type { ClusterDescriptor, Fetch } from './cluster.ts'
+import type { ClientStorage } from './storage/types.ts'
+import type { SocketFactory } from './transport.ts'
+
+/** How a safe update (or an atomic group) ended in the stable order. */
+export type SafeResult =
+  | { readonly status: 'committed'; readonly index: number }
+  | { readonly status: 'rejected'; readonly reason: ErrorReason; readonly detail: string }
+
+/**
+ * What an update's promise resolves to: `stored` for a regular update (it is
+ * durable on this device and will be sent), a SafeResult for a safe one.
+ */
+export type UpdateResult = { readonly status: 'stored' } | SafeResult
+
+export interface UpdateOptions {
+  /** Resolve only once the update is committed or rejected in the stable order (f+1 matching attestations). */
+  readonly safe?: boolean
+}
+
+export interface RelayStatus {
+  readonly url: string
+  /** An authenticated session is open. */
+  readonly connected: boolean
+  /** The relay's id in the pinned cluster, once it said which it is. */
+  readonly relay?: string
+  /** Why this relay is no longer trusted (it attested something else, or proved a wrong key); it stays disconnected. */
+  readonly faulty?: string
+  /** The last connection problem, while not connected. */
+  readonly error?: string
+}
+
+export interface ClientStatus {
+  /** Connected to at least f+1 trusted relays: enough to hear every commit. */
+  readonly online: boolean
+  readonly relays: readonly RelayStatus[]
+  /** Local updates not yet decided in the stable order (queued operations and sent envelopes). */
+  readonly pending: number
+  /** The stable index this client's replica reached, confirmed by f+1 relays. */
+  readonly stableIndex: number
+  /** Whether a cluster descriptor is pinned (given, or trusted on first use). */
+  readonly trusted: boolean
+  /** A problem the app should show: the cluster could not be trusted, or storage failed. */
+  readonly problem?: string
+}
+
+export interface ClientOptions {
+  /** Relay URLs: ws://host:port (or wss://, http://, https://); the session path /v1/ws is added. */
+  readonly relays: readonly string[]
+  readonly space: string
+  /**
+   * The cluster to trust: the relays' cluster file (parsed JSON) or what
+   * GET /v1/cluster serves. Without it, the client asks every relay and
+   * pins the descriptor all of them (at least 2f+1) agree on.
+   */
+  readonly cluster?: unknown
+  /** Defaults to IndexedDB in browsers and LMDB under ./.stead/<space> in Node. */
+  readonly storage?: ClientStorage | Promise<ClientStorage>
+  /** Ed25519 secret key (32-byte seed). Defaults to one created once and kept in storage. */
+  readonly identity?: { readonly secretKey: Uint8Array }
+  /** Pending operations are signed and sent as one envelope at least this often. Default 10 ms. */
+  readonly batchIntervalMs?: number
+  /** ...or as soon as this many are pending. Default 500. */
+  readonly maxBatchOps?: number
+  /** An envelope not decided this long after it was sent goes to another relay too. Default 2000 ms. */
+  readonly resubmitAfterMs?: number
+  /** Reconnect backoff. Default 250 ms doubling to 10 s, with jitter. */
+  readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
+  /** Injected platform pieces (defaults per platform; tests pass fakes). */
+  readonly crypto?: Crypto
+  readonly connect?: SocketFactory
+  readonly fetch?: Fetch
+  /** Wall clock for register timestamps and timers. Default Date.now. */
+  readonly now?: () => number
+}
+
+export type { ClusterDescriptor }

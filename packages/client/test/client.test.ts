@@ -1,0 +1,369 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { nodeCrypto } from '@stead/core/node'
+import { afterEach, describe, expect, it } from 'vitest'
+import { ClosedError, createClient, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type SteadClient } from '../src/index.node.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+
+const open: SteadClient[] = []
+const clusters: FakeCluster[] = []
+
+afterEach(async () => {
+  for (const c of open.splice(0)) await c.close()
+  for (const c of clusters.splice(0)) c.stop()
+})
+
+function cluster(n = 4): FakeCluster {
+  const c = new FakeCluster('bank', n)
+  clusters.push(c)
+  return c
+}
+
+async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promise<SteadClient> {
+  const cl = await createClient({
+    relays: c.urls,
+    space: 'bank',
+    cluster: c.descriptor,
+    storage: memoryStorage(),
+    connect: c.connect,
+    fetch: c.fetch,
+    crypto: nodeCrypto,
+    batchIntervalMs: 1,
+    resubmitAfterMs: 200,
+    backoff: { initialMs: 5, maxMs: 50 },
+    ...extra,
+  })
+  open.push(cl)
+  return cl
+}
+
+async function until(what: string, check: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+/** Commits whatever the relays hold until `check` holds. */
+async function commitUntil(c: FakeCluster, what: string, check: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    c.commit()
+    await new Promise((r) => setTimeout(r, 3))
+  }
+}
+
+describe('handles and values', () => {
+  it('shows a regular update at once, stores it, and makes it stable once f+1 relays attest it', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const alice = a.counter('acct:alice', { min: 0 })
+    expect(a.counter('acct:alice', { min: 0 })).toBe(alice)
+    let calls = 0
+    const unsubscribe = alice.subscribe(() => calls++)
+    const stored = alice.increment(5)
+    expect(alice.value).toBe(5)
+    expect(calls).toBe(1)
+    expect(alice.stable).toBe(0)
+    expect(await stored).toEqual({ status: 'stored' })
+    await until('online', () => a.status.online)
+    await a.flush()
+    await commitUntil(c, 'stable 5', () => alice.stable === 5)
+    expect(alice.history()).toEqual([{ index: 1, value: 5 }])
+    expect(a.status.stableIndex).toBe(1)
+    expect(a.status.pending).toBe(0)
+    unsubscribe()
+    const before = calls
+    void alice.increment(1)
+    expect(calls).toBe(before)
+  })
+
+  it('refuses to open a key as another type or with other invariants', async () => {
+    const c = cluster()
+    const a = await client(c)
+    a.counter('x', { min: 0 })
+    expect(() => a.counter('x', { min: -5 })).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    expect(() => a.set('x')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    // Once committed, the declaration binds other clients too.
+    await a.counter('y', { min: 0 }).increment(1)
+    await until('online', () => a.status.online)
+    await a.flush()
+    const b = await client(c)
+    await until('b online', () => b.status.online)
+    await commitUntil(c, 'b sees y', () => b.status.stableIndex >= 1)
+    expect(() => b.counter('y', { max: 3 })).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    expect(b.counter('y', { min: 0 }).stable).toBe(1)
+  })
+
+  it('resolves safe updates from f+1 attestations: committed, or rejected with the invariant', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const alice = a.counter('acct:alice', { min: 0 })
+    await alice.increment(5)
+    const ok = alice.decrement(3, { safe: true })
+    const tooMuch = alice.decrement(4, { safe: true })
+    expect(alice.value).toBe(-2) // prospective shows everything until the audit decides
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    expect(await ok).toEqual({ status: 'committed', index: expect.any(Number) })
+    expect(await tooMuch).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    stop()
+    expect(alice.stable).toBe(2)
+    expect(alice.value).toBe(2) // the rejected decrement was reversed (G5)
+  })
+
+  it('applies a safe group all or nothing', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const alice = a.counter('acct:alice', { min: 0 })
+    const bob = a.counter('acct:bob', { min: 0 })
+    await alice.increment(10)
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    const t1 = await a.safe((tx) => {
+      tx.counter('acct:alice').decrement(7)
+      tx.counter('acct:bob').increment(7)
+    })
+    expect(t1.status).toBe('committed')
+    const t2 = a.safe((tx) => {
+      tx.counter('acct:bob').increment(5) // fine on its own
+      tx.counter('acct:alice').decrement(5) // breaks min 0: takes the increment down with it
+    })
+    expect(bob.value).toBe(12)
+    expect(await t2).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    stop()
+    expect([alice.stable, bob.stable]).toEqual([3, 7])
+    expect([alice.value, bob.value]).toEqual([3, 7])
+    await expect(a.safe(() => undefined)).rejects.toMatchObject({ reason: 'malformed' })
+  })
+
+  it('supports sets, registers and bounded counters', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const guests = a.set<string>('guests')
+    const title = a.register<string>('title')
+    await guests.add('ann')
+    await guests.add('bob')
+    void guests.delete('bob')
+    expect(guests.values().sort()).toEqual(['ann'])
+    expect(guests.has('bob')).toBe(false)
+    await title.set('Draft')
+    await title.set('Final')
+    expect(title.value).toBe('Final')
+    await until('online', () => a.status.online)
+    await a.flush()
+    await commitUntil(c, 'stable set and register', () => guests.stableValues().length === 1 && title.stable === 'Final')
+    expect(guests.stableValues()).toEqual(['ann'])
+    await guests.delete('ann')
+    await a.flush()
+    await commitUntil(c, 'ann removed', () => guests.stableValues().length === 0)
+
+    const seats = a.boundedCounter('seats', { min: 0, initial: 3 })
+    expect(seats.value).toBe(3)
+    expect(seats.rights).toBe(0)
+    // No rights yet: the decrement claims them from the pool, safely.
+    const stop = c.autoCommit(5)
+    expect(await seats.decrement(2)).toMatchObject({ status: 'committed' })
+    expect(await seats.decrement(2)).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(seats.stable).toBe(1)
+    expect(seats.value).toBe(1)
+    await seats.increment(4) // gives this client 4 rights
+    await until('rights', () => seats.rights === 4 || seats.stable === 5, 2000)
+    await a.flush()
+    await until('stable 5', () => seats.stable === 5)
+    stop()
+    // Within its rights a client decrements with no relay at all.
+    for (const r of c.relays) r.setOnline(false)
+    expect(await seats.decrement(3)).toEqual({ status: 'stored' })
+    expect(seats.value).toBe(2)
+    expect(seats.rights).toBe(1)
+  })
+
+  it('rejects bad input with typed errors and refuses use after close', async () => {
+    const c = cluster()
+    const a = await client(c)
+    await expect(a.counter('n').increment(1.5)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(a.counter('n').decrement(-1)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(a.set('s').add({} as unknown as string)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(a.register('r').set('x'.repeat(600 * 1024))).rejects.toMatchObject({ reason: 'too-large' })
+    expect(() => a.counter('')).toThrowError(expect.objectContaining({ reason: 'malformed' }))
+    expect(a.counter('n').value).toBe(0)
+    await a.close()
+    expect(() => a.counter('n')).toThrow(ClosedError)
+    await expect(a.flush()).rejects.toBeInstanceOf(ClosedError)
+    await expect(createClient({ relays: [], space: 'bank' })).rejects.toMatchObject({ reason: 'malformed' })
+  })
+})
+
+describe('transport', () => {
+  it('queues offline, keeps values readable and writable, and syncs on reconnect', async () => {
+    const c = cluster()
+    for (const r of c.relays) r.setOnline(false)
+    const a = await client(c)
+    const alice = a.counter('acct:alice')
+    for (let i = 0; i < 10; i++) await alice.increment(1)
+    expect(alice.value).toBe(10)
+    expect(a.status.online).toBe(false)
+    expect(a.status.pending).toBeGreaterThan(0)
+    for (const r of c.relays) r.setOnline(true)
+    await until('reconnected', () => a.status.online, 5000)
+    await a.flush()
+    await commitUntil(c, 'stable 10', () => alice.stable === 10)
+    expect(a.status.pending).toBe(0)
+  })
+
+  it('reconnects after relays drop sessions, and catches up on missed commits', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('online', () => a.status.online && b.status.online)
+    for (const r of c.relays) r.disconnectAll()
+    await until('a offline', () => !a.status.online)
+    await b.counter('k').increment(3)
+    await until('b online', () => b.status.online)
+    await b.flush()
+    await commitUntil(c, 'a sees 3', () => a.counter('k').stable === 3)
+    expect(a.status.relays.every((r) => r.connected)).toBe(true)
+  })
+
+  it('resubmits to another relay when one accepts but never includes an envelope', async () => {
+    const c = cluster()
+    for (const r of c.relays) r.misbehaviour = 'censor'
+    ;(c.relays[3] as { misbehaviour: string }).misbehaviour = 'none'
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    const r = a.counter('acct').increment(1, { safe: true })
+    const stop = c.autoCommit(5)
+    expect(await r).toMatchObject({ status: 'committed' })
+    stop()
+    expect(c.submitted.length).toBeGreaterThanOrEqual(1)
+  })
+
+  it('believes f+1 matching attestations, ignores and reports a relay that attests something else', async () => {
+    const c = cluster()
+    ;(c.relays[0] as { misbehaviour: string }).misbehaviour = 'lie'
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    const res = a.counter('acct').increment(4, { safe: true })
+    const stop = c.autoCommit(5)
+    expect(await res).toMatchObject({ status: 'committed' })
+    await until('liar reported', () => a.status.relays.some((r) => r.faulty !== undefined))
+    stop()
+    expect(a.status.relays[0]?.faulty).toMatch(/attested round \d+ differently/)
+    expect(a.status.problem).toBeUndefined()
+    expect(a.counter('acct').stable).toBe(4)
+  })
+
+  it('does not advance on f attestations alone, nor on frames that do not match the attested batch', async () => {
+    const c = cluster()
+    const set = (i: number, m: 'none' | 'silent' | 'forge-frames'): void => {
+      ;(c.relays[i] as { misbehaviour: string }).misbehaviour = m
+    }
+    set(0, 'forge-frames')
+    set(1, 'silent')
+    set(2, 'silent')
+    set(3, 'silent')
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    await a.counter('k').increment(1)
+    await a.flush()
+    c.commit()
+    await new Promise((r) => setTimeout(r, 30))
+    expect(a.status.stableIndex).toBe(0) // one attestation: f, not f+1
+    set(3, 'forge-frames')
+    c.relays[3]?.disconnectAll() // its resubscription replays the commit
+    await until('relay 3 back', () => a.status.relays[3]?.connected === true)
+    await new Promise((r) => setTimeout(r, 30))
+    expect(a.status.stableIndex).toBe(0) // f+1 genuine attestations, but no frames that match them
+    set(1, 'none')
+    c.relays[1]?.disconnectAll()
+    await until('stable', () => a.counter('k').stable === 1)
+    expect(a.status.problem).toBeUndefined()
+  })
+
+  it('answers quorum reads with a stable value at least as fresh as f+1 relays report', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('online', () => a.status.online && b.status.online)
+    await b.counter('k').increment(2)
+    await b.flush()
+    c.commit()
+    // a may not have applied the commit yet; the quorum read waits for it.
+    expect(await a.readStable('k', { quorum: true })).toBe(2)
+    expect(await a.readStable('k')).toBe(2)
+  })
+})
+
+describe('trust', () => {
+  it('pins the cluster all relays agree on when none is given', async () => {
+    const c = cluster()
+    const storage = memoryStorage()
+    const a = await client(c, { cluster: undefined, storage })
+    await until('trusted', () => a.status.trusted && a.status.online)
+    expect(a.status.relays.map((r) => r.relay)).toEqual(['r1', 'r2', 'r3', 'r4'])
+  })
+
+  it('refuses a cluster whose relays serve different descriptors', async () => {
+    const c = cluster()
+    const other = cluster()
+    const fetchMixed = async (url: string): ReturnType<FakeCluster['fetch']> => (url.includes('relay3') ? other.fetch(url) : c.fetch(url))
+    const a = await client(c, { cluster: undefined, fetch: fetchMixed })
+    await until('problem', () => a.status.problem !== undefined)
+    expect(a.status.trusted).toBe(false)
+    expect(a.status.problem).toMatch(/different cluster descriptors/)
+    // Still local-first: updates work with no trusted cluster.
+    await a.counter('k').increment(1)
+    expect(a.counter('k').value).toBe(1)
+  })
+
+  it('never talks to a relay that proves a key other than the pinned one', async () => {
+    const c = cluster()
+    const other = cluster()
+    const descriptor = c.descriptor
+    descriptor.relays[2] = other.descriptor.relays[2] as (typeof descriptor.relays)[number]
+    const a = await client(c, { cluster: descriptor })
+    await until('relay 3 flagged', () => a.status.relays[2]?.faulty !== undefined)
+    expect(a.status.relays[2]?.connected).toBe(false)
+  })
+})
+
+describe('persistence', () => {
+  function reopenable(): { storage: () => ClientStorage } {
+    const dir = mkdtempSync(join(tmpdir(), 'stead-client-'))
+    return { storage: () => lmdbStorage(dir) }
+  }
+
+  it('comes back after a restart with the same values, identity and unsent updates', async () => {
+    const c = cluster()
+    const store = reopenable()
+    const a = await client(c, { storage: store.storage() })
+    await until('online', () => a.status.online)
+    const alice = a.counter('acct:alice')
+    await alice.increment(7)
+    await a.flush()
+    await commitUntil(c, 'stable 7', () => alice.stable === 7)
+    // Offline now: this one is stored and not sent.
+    for (const r of c.relays) r.setOnline(false)
+    await alice.increment(3)
+    const id = a.authorId
+    await a.close()
+    open.splice(open.indexOf(a), 1)
+
+    const b = await client(c, { storage: store.storage() })
+    expect(b.authorId).toBe(id)
+    const again = b.counter('acct:alice')
+    expect([again.value, again.stable]).toEqual([10, 7])
+    expect(again.history()).toEqual([{ index: 1, value: 7 }])
+    expect(b.status.pending).toBe(1)
+    for (const r of c.relays) r.setOnline(true)
+    await until('online', () => b.status.online)
+    await b.flush()
+    await commitUntil(c, 'stable 10', () => again.stable === 10)
+    // The resend was a duplicate at most, never a second update.
+    expect(c.stableValue('acct:alice')).toBe(10)
+  })
+})

@@ -1,0 +1,335 @@
+import {
+  ReliableReplica,
+  SteadError,
+
+  attestedDecision,
+  authBytes,
+  batchDigest,
+  decode,
+  decodeClientMessage,
+  encodeAttestation,
+  encodeRelayMessage,
+  openEnvelopeSync,
+  stableReadBytes,
+  toHex,
+  type Envelope,
+  type RelayMessage,
+  type Signed,
+} from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
+import type { SocketLike } from '../../src/transport.ts'
+
+/**
+ * An in-memory relay cluster speaking the real client protocol over fake
+ * sockets. One shared audit stands in for consensus (every correct relay
+ * would attest the same result); each relay signs with its own key, so the
+ * client's quorum, chain and signature checks all run for real. Tests
+ * decide when commits happen, who is offline, who censors, who lies.
+ */
+export class FakeCluster {
+  readonly f: number
+  readonly keys: Array<{ secretKey: Uint8Array; publicKey: Uint8Array }>
+  readonly relays: FakeRelay[]
+  private readonly audit: ReliableReplica
+  private queue: Array<{ frame: Uint8Array; env: Envelope }> = []
+  private queued = new Set<string>()
+  private round = 0
+  private lastAttested = 0
+  /** Every attestation made, per relay, in order (what a subscription replays). */
+  readonly log: Array<{ round: number; fromIndex: number; frames: Uint8Array[]; bytes: Uint8Array }> = []
+  private timer: ReturnType<typeof setInterval> | undefined
+  /** Submitted frames, for tests that count them. */
+  readonly submitted: string[] = []
+
+  constructor(
+    readonly space: string,
+    n = 4,
+  ) {
+    this.f = Math.floor((n - 1) / 3)
+    this.keys = Array.from({ length: n }, () => {
+      const secretKey = nodeCrypto.generateSecretKey()
+      return { secretKey, publicKey: publicKeyOfSync(secretKey) }
+    })
+    this.relays = this.keys.map((k, i) => new FakeRelay(this, i, k))
+    this.audit = new ReliableReplica({ space })
+  }
+
+  get urls(): string[] {
+    return this.relays.map((_, i) => `ws://relay${i}.test:7400`)
+  }
+
+  get descriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
+    return { f: this.f, relays: this.keys.map((k, i) => ({ id: `r${i + 1}`, publicKey: toHex(k.publicKey), api: `relay${i}.test:7400` })) }
+  }
+
+  /** The SocketFactory to hand to createClient. */
+  readonly connect = (url: string): SocketLike => {
+    const i = Number(/relay(\d+)\.test/.exec(url)?.[1] ?? -1)
+    const socket = new FakeSocket()
+    const relay = this.relays[i]
+    setTimeout(() => {
+      if (!relay || !relay.online) return socket.fail()
+      relay.accept(socket)
+    }, 0)
+    return socket
+  }
+
+  /** The fetch to hand to createClient: /v1/cluster and /v1/spaces/:space/head. */
+  readonly fetch = async (url: string): Promise<{ ok: boolean; status: number; json(): Promise<unknown> }> => {
+    const u = new URL(url)
+    const i = Number(/relay(\d+)\.test/.exec(u.host)?.[1] ?? -1)
+    const relay = this.relays[i]
+    if (!relay || !relay.online) throw new TypeError('fetch failed')
+    const body = relay.http(u.pathname)
+    return { ok: body !== undefined, status: body === undefined ? 404 : 200, json: async () => body }
+  }
+
+  /** Accepts a submitted envelope into the next commit, unless it is already queued or decided. */
+  take(frame: Uint8Array): 'queued' | 'duplicate' {
+    const env = openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: verifySync }, decode(frame))
+    if (env.space !== this.space) throw new SteadError('unauthorized', `unknown space ${env.space}`)
+    this.submitted.push(env.idHex)
+    if (this.queued.has(env.idHex) || this.audit.decided(env)) return 'duplicate'
+    this.queued.add(env.idHex)
+    this.queue.push({ frame, env })
+    for (const r of this.relays) r.broadcastEnvelope(frame)
+    return 'queued'
+  }
+
+  get queuedCount(): number {
+    return this.queue.length
+  }
+
+  /** Orders everything queued (optionally just the envelopes `pick` keeps), audits it and has every relay attest it. */
+  commit(pick: (env: Envelope) => boolean = () => true): void {
+    const batch = this.queue.filter((q) => pick(q.env))
+    this.queue = this.queue.filter((q) => !pick(q.env))
+    for (const q of batch) this.queued.delete(q.env.idHex)
+    this.round += 2
+    const fromIndex = this.audit.stableIndex
+    const result = this.audit.commit(
+      batch.map((q) => q.env),
+      this.round,
+    )
+    const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))
+    if (decisions.length === 0 && batch.length === 0) return
+    const attestation = {
+      space: this.space,
+      round: this.round,
+      prevRound: this.lastAttested,
+      fromIndex,
+      toIndex: result.stableIndex,
+      decisions,
+      stateHash: this.audit.stableHash((b) => nodeCrypto.sha256(b)),
+      batch: batchDigest((b) => nodeCrypto.sha256(b), batch.map((q) => q.env.id)),
+    }
+    this.lastAttested = this.round
+    const bytes = encodeAttestation(attestation)
+    const entry = { round: this.round, fromIndex, frames: batch.map((q) => q.frame), bytes }
+    this.log.push(entry)
+    for (const r of this.relays) r.publish(entry)
+  }
+
+  /** Commits every `ms` until stopped. */
+  autoCommit(ms = 20): () => void {
+    this.timer = setInterval(() => this.commit(), ms)
+    return () => clearInterval(this.timer)
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer)
+    for (const r of this.relays) r.disconnectAll()
+  }
+
+  stableValue(key: string): unknown {
+    return this.audit.stableValue(key)
+  }
+
+  stableHead(): { index: number; hash: Uint8Array } {
+    return { index: this.audit.stableIndex, hash: this.audit.stableHash((b) => nodeCrypto.sha256(b)) }
+  }
+}
+
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames'
+
+export class FakeRelay {
+  online = true
+  /** 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them; 'forge-frames' sends a wrong batch beside true attestations. */
+  misbehaviour: Misbehaviour = 'none'
+  readonly sessions = new Set<FakeSession>()
+
+  constructor(
+    private readonly cluster: FakeCluster,
+    readonly index: number,
+    private readonly key: { secretKey: Uint8Array; publicKey: Uint8Array },
+  ) {}
+
+  accept(socket: FakeSocket): void {
+    const session = new FakeSession(this, this.cluster, socket, this.key)
+    this.sessions.add(session)
+    socket.connect(session)
+  }
+
+  http(path: string): unknown {
+    if (path === '/v1/cluster') return this.cluster.descriptor
+    const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
+    if (!m) return undefined
+    const { index, hash } = this.cluster.stableHead()
+    const space = decodeURIComponent(m[1] as string)
+    return { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, stableReadBytes(space, index, hash))) }
+  }
+
+  publish(entry: FakeCluster['log'][number]): void {
+    if (!this.online) return
+    for (const s of this.sessions) s.sendCommit(entry)
+  }
+
+  broadcastEnvelope(frame: Uint8Array): void {
+    if (!this.online) return
+    for (const s of this.sessions) if (s.subscribed) s.send({ type: 'envelope', space: this.cluster.space, envelope: frame })
+  }
+
+  /** Takes the relay down: sessions close, new connections fail, commits are missed (and replayed on resubscribe). */
+  setOnline(online: boolean): void {
+    this.online = online
+    if (!online) this.disconnectAll()
+  }
+
+  disconnectAll(): void {
+    for (const s of [...this.sessions]) s.close()
+  }
+
+  signAttestation(bytes: Uint8Array): Signed {
+    return { bytes, sig: signSync(this.key.secretKey, bytes) }
+  }
+}
+
+class FakeSession {
+  subscribed = false
+  private authenticated = false
+  private readonly nonce = nodeCrypto.generateSecretKey()
+
+  constructor(
+    private readonly relay: FakeRelay,
+    private readonly cluster: FakeCluster,
+    private readonly socket: FakeSocket,
+    private readonly key: { publicKey: Uint8Array },
+  ) {}
+
+  opened(): void {
+    this.send({ type: 'challenge', nonce: this.nonce, relay: this.relay.index, relayKey: this.key.publicKey })
+  }
+
+  receive(frame: Uint8Array): void {
+    const m = decodeClientMessage(frame)
+    if (m.type === 'hello') {
+      if (!verifySync(m.publicKey, authBytes(this.nonce, this.key.publicKey), m.sig)) return this.close()
+      this.authenticated = true
+      this.send({ type: 'welcome', relay: this.relay.index, n: this.cluster.relays.length, f: this.cluster.f })
+      return
+    }
+    if (!this.authenticated) return
+    if (m.type === 'subscribe') {
+      this.subscribed = true
+      for (const entry of this.cluster.log) if (entry.fromIndex >= m.fromIndex) this.sendCommit(entry)
+      return
+    }
+    if (m.type === 'submit') {
+      if (this.relay.misbehaviour === 'censor') return this.send({ type: 'accepted', id: m.id, status: 'queued' })
+      try {
+        this.send({ type: 'accepted', id: m.id, status: this.cluster.take(m.envelope) })
+      } catch (err) {
+        const e = err instanceof SteadError ? err : new SteadError('malformed', String(err))
+        this.send({ type: 'error', id: m.id, reason: e.reason, detail: e.message })
+      }
+    }
+  }
+
+  sendCommit(entry: FakeCluster['log'][number]): void {
+    if (!this.subscribed || this.relay.misbehaviour === 'silent') return
+    let bytes = entry.bytes
+    let frames = entry.frames
+    if (this.relay.misbehaviour === 'lie') {
+      // Same commit, different claimed state: the signature is valid, the content is not.
+      const v = decode(bytes) as unknown[]
+      v[7] = new Uint8Array(32).fill(7)
+      bytes = encodeAttestationRaw(v)
+    }
+    if (this.relay.misbehaviour === 'forge-frames') frames = []
+    this.send({ type: 'commit', space: this.cluster.space, attestation: this.relay.signAttestation(bytes), envelopes: frames })
+  }
+
+  send(m: RelayMessage): void {
+    this.socket.deliver(encodeRelayMessage(m))
+  }
+
+  close(): void {
+    this.relay.sessions.delete(this)
+    this.socket.closeFromServer()
+  }
+}
+
+function encodeAttestationRaw(v: unknown[]): Uint8Array {
+  // Re-encode the tampered array with the codec the real attestation uses.
+  return encodeAttestation({
+    space: v[1] as string,
+    round: v[2] as number,
+    prevRound: v[3] as number,
+    fromIndex: v[4] as number,
+    toIndex: v[5] as number,
+    decisions: v[6] as never,
+    stateHash: v[7] as Uint8Array,
+    batch: v[8] as Uint8Array,
+  })
+}
+
+/** A WebSocket stand-in: messages are delivered on later ticks, like a real network. */
+export class FakeSocket implements SocketLike {
+  binaryType = 'arraybuffer'
+  readyState = 0
+  onopen: ((ev: unknown) => void) | null = null
+  onmessage: ((ev: { data: unknown }) => void) | null = null
+  onclose: ((ev: unknown) => void) | null = null
+  onerror: ((ev: unknown) => void) | null = null
+  private session: FakeSession | undefined
+
+  connect(session: FakeSession): void {
+    this.session = session
+    this.readyState = 1
+    this.onopen?.({})
+    session.opened()
+  }
+
+  send(data: Uint8Array): void {
+    if (this.readyState !== 1) throw new Error('socket not open')
+    const copy = new Uint8Array(data)
+    setTimeout(() => {
+      if (this.readyState === 1) this.session?.receive(copy)
+    }, 0)
+  }
+
+  deliver(frame: Uint8Array): void {
+    setTimeout(() => {
+      if (this.readyState === 1) this.onmessage?.({ data: frame.buffer.slice(frame.byteOffset, frame.byteOffset + frame.byteLength) })
+    }, 0)
+  }
+
+  close(): void {
+    if (this.readyState === 3) return
+    this.readyState = 3
+    this.session?.close()
+  }
+
+  closeFromServer(): void {
+    if (this.readyState === 3) return
+    this.readyState = 3
+    setTimeout(() => this.onclose?.({}), 0)
+  }
+
+  fail(): void {
+    this.readyState = 3
+    this.onerror?.({})
+    this.onclose?.({})
+  }
+}
+
