@@ -1,0 +1,121 @@
+import { readFileSync } from 'node:fs'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { TestCluster, until } from '../../../relay/test/helpers/cluster.ts'
+import { createClient, memoryStorage, type SafeResult, type SteadClient } from '../src/index.node.ts'
+
+/**
+ * The SDK against real relay processes over real WebSockets: several
+ * clients withdraw from and transfer between shared accounts at once, with
+ * one relay running a Byzantine strategy.
+ */
+describe('clients against a real relay cluster', () => {
+  let cluster: TestCluster
+  const clients: SteadClient[] = []
+  const ACCOUNTS = ['acct:0', 'acct:1', 'acct:2']
+
+  beforeAll(async () => {
+    cluster = await TestCluster.create(4)
+    await cluster.startAll((i) => (i === 3 ? ['--byzantine', 'equivocate'] : []))
+  }, 60_000)
+
+  afterAll(async () => {
+    for (const c of clients) await c.close()
+    await cluster?.stopAll()
+  })
+
+  const urls = (): string[] => cluster.relays.map((r) => `ws://${r.api}`)
+
+  it('never lets a stable balance go below its minimum, converges, and conserves money', async () => {
+    const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as unknown
+    // One client trusts on first use; the others are given the cluster file.
+    for (let i = 0; i < 3; i++) {
+      clients.push(await createClient({ relays: urls(), space: 'bank', storage: memoryStorage(), ...(i === 0 ? {} : { cluster: file }) }))
+    }
+    await until('clients online', () => (clients.every((c) => c.status.online) ? true : undefined), 30_000)
+
+    let belowMin = 0
+    for (const c of clients) {
+      for (const key of ACCOUNTS) {
+        const h = c.counter(key, { min: 0 })
+        h.subscribe(() => {
+          if (h.stable < 0) belowMin++
+        })
+      }
+    }
+    const [first] = clients as [SteadClient]
+    for (const key of ACCOUNTS) await first.counter(key, { min: 0 }).increment(100)
+    await first.flush()
+    await until('deposits stable', () => (clients.every((c) => ACCOUNTS.every((k) => c.counter(k, { min: 0 }).stable === 100)) ? true : undefined), 30_000)
+
+    // Deterministic pseudo-random plan per client: withdrawals that together far exceed the balances, and transfers.
+    let seed = 42
+    const rand = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    const withdrawals: Array<{ amount: number; result: Promise<SafeResult> }> = []
+    const transfers: Array<Promise<SafeResult>> = []
+    for (let round = 0; round < 8; round++) {
+      for (const c of clients) {
+        const from = ACCOUNTS[rand(3)] as string
+        const amount = 10 + rand(40)
+        withdrawals.push({ amount, result: c.counter(from, { min: 0 }).decrement(amount, { safe: true }) })
+        const to = ACCOUNTS[rand(3)] as string
+        if (to !== from) {
+          const x = 5 + rand(30)
+          transfers.push(
+            c.safe((tx) => {
+              tx.counter(from).decrement(x)
+              tx.counter(to).increment(x)
+            }),
+          )
+        }
+      }
+    }
+    const wResults = await Promise.all(withdrawals.map((w) => w.result))
+    const tResults = await Promise.all(transfers)
+    const committed = wResults.filter((r) => r.status === 'committed').length
+    const rejected = wResults.filter((r) => r.status === 'rejected')
+    expect(committed).toBeGreaterThan(0)
+    expect(rejected.length).toBeGreaterThan(0) // 24 withdrawals of 10..49 from 300 cannot all fit
+    for (const r of rejected) expect(r).toMatchObject({ reason: 'invariant' })
+    for (const r of tResults) expect(['committed', 'rejected']).toContain(r.status)
+
+    for (const c of clients) await c.flush()
+    // Everyone reaches the same stable index, then prospective equals stable (G5).
+    await until(
+      'identical stable states',
+      () => {
+        const index = clients[0]?.status.stableIndex
+        return clients.every((c) => c.status.stableIndex === index && c.status.pending === 0) ? true : undefined
+      },
+      30_000,
+    )
+    const stableOf = (c: SteadClient): number[] => ACCOUNTS.map((k) => c.counter(k, { min: 0 }).stable)
+    const reference = stableOf(first)
+    for (const c of clients) {
+      expect(stableOf(c)).toEqual(reference)
+      expect(ACCOUNTS.map((k) => c.counter(k, { min: 0 }).value)).toEqual(reference)
+    }
+    for (const v of reference) expect(v).toBeGreaterThanOrEqual(0)
+    expect(belowMin).toBe(0)
+    // Transfers move money, withdrawals remove exactly what committed.
+    const withdrawn = wResults.reduce((sum, r, i) => sum + (r.status === 'committed' ? (withdrawals[i] as { amount: number }).amount : 0), 0)
+    expect(reference.reduce((a, b) => a + b, 0)).toBe(300 - withdrawn)
+    // And the quorum read agrees with what the relays hold.
+    expect(await first.readStable('acct:0', { quorum: true })).toBe(reference[0])
+    const heads = await Promise.all([0, 1, 2].map((i) => cluster.json<{ index: number; stateHash: string }>(i, '/v1/spaces/bank/head')))
+    expect(new Set(heads.map((h) => h.stateHash)).size).toBe(1)
+  }, 120_000)
+
+  it('keeps committing when a relay is killed mid-session', async () => {
+    const [a, b] = clients as [SteadClient, SteadClient]
+    const before = a.counter('acct:0', { min: 0 }).stable
+    cluster.kill(1)
+    const results = await Promise.all([a.counter('acct:0', { min: 0 }).increment(10, { safe: true }), b.counter('acct:0', { min: 0 }).increment(5, { safe: true })])
+    expect(results.map((r) => r.status)).toEqual(['committed', 'committed'])
+    await until('both see it', () => (a.counter('acct:0', { min: 0 }).stable === before + 15 && b.counter('acct:0', { min: 0 }).stable === before + 15 ? true : undefined), 30_000)
+    expect(a.status.relays[1]?.connected).toBe(false)
+    expect(a.status.online).toBe(true)
+  }, 60_000)
+})
