@@ -1,0 +1,178 @@
+#!/usr/bin/env node
+/**
+ * Stead benchmark suite (a report, never a test).
+ *
+ *   npm run bench              full suite → packages/bench/results/full.json, BENCHMARKS.md, charts
+ *   npm run bench:quick        under 5 minutes → results/quick.json and the quick section of BENCHMARKS.md
+ *   npm run bench:smoke        under a minute, tiny → a result file in a temp dir (CI: checks the pipeline runs)
+ *
+ * Options: --suite smoke|quick|full, --driver sdk|proto, --only NAME (groups whose name contains it),
+ * --out DIR (results), --no-report.
+ */
+import { execFileSync } from 'node:child_process'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
+import { join, resolve } from 'node:path'
+import { parseArgs } from 'node:util'
+import { BenchCluster, sleep } from './cluster.ts'
+import { suite, type Suite } from './experiments.ts'
+import { ProtoClient } from './load/proto.ts'
+import { findProfile, summarizeProfile, type ProfileSummary } from './profile.ts'
+import { writeReport } from './report.ts'
+import { runPoint, type ClientFactory, type PointResult } from './run.ts'
+import { installWireCounter } from './wire.ts'
+
+export interface Results {
+  readonly meta: {
+    readonly suite: Suite
+    readonly driver: string
+    readonly started: string
+    readonly wallSeconds: number
+    readonly commit: string
+    readonly node: string
+    readonly cpu: string
+    readonly cores: number
+    readonly memoryGb: number
+    readonly loadavgBefore: number[]
+    readonly loadavgAfter: number[]
+  }
+  readonly points: Array<PointResult & { readonly loadavg1: number }>
+  readonly profile: ProfileSummary | null
+  readonly failures: Array<{ readonly group: string; readonly error: string }>
+}
+
+const BENCH_ROOT = resolve(import.meta.dirname, '..')
+const REPO_ROOT = resolve(BENCH_ROOT, '../..')
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      suite: { type: 'string', default: 'quick' },
+      driver: { type: 'string' },
+      only: { type: 'string' },
+      out: { type: 'string' },
+      'no-report': { type: 'boolean', default: false },
+    },
+  })
+  const which = values.suite as Suite
+  if (!['smoke', 'quick', 'full'].includes(which)) throw new Error(`unknown suite ${which}: smoke, quick or full`)
+  const driver = values.driver ?? (await sdkAvailable() ? 'sdk' : 'proto')
+  // The SDK adapter loads only when used (and when @stead/client has createClient).
+  const sdkModule = './load/sdk.ts'
+  const factory: ClientFactory = driver === 'sdk' ? ((await import(sdkModule)) as { createSdkClient: ClientFactory }).createSdkClient : (o) => ProtoClient.connect(o)
+  const out = resolve(values.out ?? (which === 'smoke' ? mkdtempSync(join(tmpdir(), 'stead-bench-smoke-')) : join(BENCH_ROOT, 'results')))
+  mkdirSync(out, { recursive: true })
+  installWireCounter()
+
+  const started = new Date()
+  const t0 = performance.now()
+  const loadavgBefore = loadavg().map((v) => Math.round(v * 100) / 100)
+  const groups = suite(which).filter((g) => !values.only || g.name.includes(values.only))
+  const total = groups.reduce((n, g) => n + g.points.length, 0)
+  console.log(`stead bench: suite ${which}, driver ${driver}, ${groups.length} cluster runs, ${total} points → ${out}`)
+  const points: Results['points'] = []
+  const failures: Results['failures'] = []
+  let profile: ProfileSummary | null = null
+  let done = 0
+  for (const g of groups) {
+    const kind = g.points.every((p) => p.system === 'plain') ? 'plain' : 'stead'
+    const profDir = g.profile ? mkdtempSync(join(tmpdir(), 'stead-bench-prof-')) : undefined
+    let cluster: BenchCluster | null = null
+    try {
+      const t = performance.now()
+      cluster = await BenchCluster.start({ kind, ...g.cluster, ...(profDir ? { cpuProfileDir: profDir } : {}) })
+      for (let i = 0; i < (g.crash ?? 0); i++) cluster.crash(g.cluster.n - 1 - i)
+      // Let the mesh settle (and, after crashes, the survivors notice) before measuring.
+      await sleep(g.crash ? 1500 : 500)
+      console.log(`  [${g.name}] ${g.cluster.n} ${kind} relays up in ${Math.round(performance.now() - t)} ms${g.crash ? `, ${g.crash} crashed` : ''}${g.cluster.byzantine ? `, ${g.cluster.byzantine.count} byzantine (${g.cluster.byzantine.mode})` : ''}`)
+      for (const spec of g.points) {
+        const la = loadavg()[0] as number
+        const r = await runPoint(cluster, spec, factory, driver, g.crash ?? 0)
+        points.push({ ...r, loadavg1: Math.round(la * 100) / 100 })
+        done++
+        const lat = (c: string) => r.latency[c as keyof typeof r.latency]
+        console.log(
+          `    ${String(done).padStart(3)}/${total} ${spec.experiment} ${spec.label} ${spec.system} x=${spec.x ?? ''}: ${r.throughput} ops/s (updates ${r.updateThroughput}/s, carried ${r.carriedThroughput}/s)` +
+            ` regular p50 ${lat('regular')?.p50 ?? '-'} ms, safe p50 ${lat('safe')?.p50 ?? '-'} / p99 ${lat('safe')?.p99 ?? '-'} ms, up ${r.bytes.upPerUpdate} B/update${r.drained ? '' : ' (NOT DRAINED)'}${Object.keys(r.errors).length ? ` errors ${JSON.stringify(r.errors)}` : ''}`,
+        )
+      }
+    } catch (err) {
+      failures.push({ group: g.name, error: String((err as Error)?.stack ?? err).slice(0, 2000) })
+      console.error(`  [${g.name}] failed: ${String((err as Error)?.message ?? err)}`)
+    } finally {
+      await cluster?.stop()
+    }
+    if (profDir) {
+      const file = findProfile(profDir)
+      if (file) {
+        profile = summarizeProfile(file)
+        console.log(`  profile of relay r1: ${profile.busyPercent}% busy; top: ${profile.components.slice(0, 5).map((c) => `${c.name} ${c.percent}%`).join(', ')}`)
+      }
+      rmSync(profDir, { recursive: true, force: true })
+    }
+  }
+
+  const results: Results = {
+    meta: {
+      suite: which,
+      driver,
+      started: started.toISOString(),
+      wallSeconds: Math.round((performance.now() - t0) / 100) / 10,
+      commit: gitCommit(),
+      node: process.version,
+      cpu: cpus()[0]?.model ?? 'unknown',
+      cores: cpus().length,
+      memoryGb: Math.round(totalmem() / 1024 ** 3),
+      loadavgBefore,
+      loadavgAfter: loadavg().map((v) => Math.round(v * 100) / 100),
+    },
+    points,
+    profile,
+    failures,
+  }
+  const file = join(out, `${which}.json`)
+  writeFileSync(file, JSON.stringify(results, null, 1) + '\n')
+  console.log(`wrote ${file} (${points.length} points, ${failures.length} failed groups) in ${results.meta.wallSeconds} s`)
+  if (!values['no-report']) {
+    if (which === 'smoke') {
+      writeReport({ full: null, quick: results, reportPath: join(out, 'BENCHMARKS.md'), chartsDir: join(out, 'charts'), chartsRel: 'charts' })
+      console.log(`wrote ${join(out, 'BENCHMARKS.md')}`)
+    } else {
+      const load = (name: string): Results | null => {
+        const f = join(BENCH_ROOT, 'results', `${name}.json`)
+        return existsSync(f) ? (JSON.parse(readFileSync(f, 'utf8')) as Results) : null
+      }
+      const full = which === 'full' ? results : load('full')
+      const quick = which === 'quick' ? results : load('quick')
+      writeReport({ full, quick, reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
+      console.log(`wrote ${join(REPO_ROOT, 'BENCHMARKS.md')}`)
+    }
+  }
+  // A benchmark never fails on a figure: only a broken pipeline (nothing measured) is an error.
+  if (points.length === 0) process.exitCode = 1
+}
+
+async function sdkAvailable(): Promise<boolean> {
+  try {
+    const m = (await import('@stead/client')) as { createClient?: unknown }
+    return typeof m.createClient === 'function'
+  } catch {
+    return false
+  }
+}
+
+function gitCommit(): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO_ROOT, encoding: 'utf8' }).trim()
+  } catch {
+    return 'unknown'
+  }
+}
+
+main().then(
+  () => process.exit(process.exitCode ?? 0),
+  (err: unknown) => {
+    console.error(err)
+    process.exit(1)
+  },
+)

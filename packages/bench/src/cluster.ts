@@ -1,0 +1,164 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { toHex } from '@stead/core'
+import { generateIdentity, writeIdentity } from '@stead/relay'
+
+const RELAY_BIN = resolve(import.meta.dirname, '../../../relay/bin/stead-relay.mjs')
+const PLAIN_BIN = resolve(import.meta.dirname, '../bin/plain-relay.mjs')
+
+/** Which relays run: Stead's (consensus + audit) or the plain forward-and-merge baseline. */
+export type RelayKind = 'stead' | 'plain'
+
+export interface ClusterSpec {
+  readonly kind: RelayKind
+  readonly n: number
+  /** The last `count` relays run `--byzantine mode` (Stead relays only). */
+  readonly byzantine?: { readonly count: number; readonly mode: string }
+  /** Write a V8 CPU profile of relay 0 into this directory when it stops. */
+  readonly cpuProfileDir?: string
+}
+
+/** The cluster descriptor clients pin: what /v1/cluster serves. */
+export interface ClusterDescriptor {
+  readonly f: number
+  readonly relays: ReadonlyArray<{ readonly id: string; readonly publicKey: string; readonly api: string }>
+}
+
+export interface BenchRelay {
+  readonly id: string
+  readonly api: string
+  readonly data: string
+  process: ChildProcess | null
+  log: string
+  byzantine: string | null
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer()
+    srv.once('error', fail)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number }
+      srv.close(() => ok(port))
+    })
+  })
+}
+
+/** Real relay processes on loopback, one per relay, as operators run them (`stead-relay start`). */
+export class BenchCluster {
+  readonly dir = mkdtempSync(join(tmpdir(), 'stead-bench-'))
+  readonly relays: BenchRelay[] = []
+  readonly clusterPath = join(this.dir, 'cluster.json')
+  descriptor!: ClusterDescriptor
+  private crashed = new Set<number>()
+
+  private constructor(readonly spec: ClusterSpec) {}
+
+  static async start(spec: ClusterSpec): Promise<BenchCluster> {
+    const c = new BenchCluster(spec)
+    const entries = []
+    for (let i = 0; i < spec.n; i++) {
+      const id = `r${i + 1}`
+      const data = join(c.dir, id)
+      mkdirSync(data, { recursive: true })
+      const key = generateIdentity()
+      writeIdentity(join(data, 'key.json'), key)
+      const api = `127.0.0.1:${await freePort()}`
+      entries.push({ id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api })
+      const byz = spec.byzantine && i >= spec.n - spec.byzantine.count ? spec.byzantine.mode : null
+      c.relays.push({ id, api, data, process: null, log: '', byzantine: byz })
+    }
+    const f = Math.floor((spec.n - 1) / 3)
+    writeFileSync(c.clusterPath, JSON.stringify({ f, relays: entries }, null, 2))
+    c.descriptor = { f, relays: entries.map(({ id, publicKey, api }) => ({ id, publicKey, api })) }
+    c.relays.forEach((_, i) => c.spawn(i))
+    try {
+      await Promise.all(c.relays.map((_, i) => c.waitHealthy(i)))
+    } catch (err) {
+      await c.stop()
+      throw err
+    }
+    return c
+  }
+
+  private spawn(i: number): void {
+    const r = this.relays[i] as BenchRelay
+    const prof = this.spec.cpuProfileDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', this.spec.cpuProfileDir] : []
+    const args =
+      this.spec.kind === 'stead'
+        ? [...prof, RELAY_BIN, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
+        : [...prof, PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
+    // Relays log JSON lines at info level; keep the tail for error reports only.
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+    const keep = (d: Buffer) => {
+      r.log = (r.log + d.toString()).slice(-20_000)
+    }
+    child.stdout?.on('data', keep)
+    child.stderr?.on('data', keep)
+    r.process = child
+  }
+
+  /** Relays that are up (not crashed on purpose). */
+  live(): number[] {
+    return this.relays.map((_, i) => i).filter((i) => !this.crashed.has(i))
+  }
+
+  /** Relays that are up and honest: where load clients connect. */
+  honest(): number[] {
+    return this.live().filter((i) => !(this.relays[i] as BenchRelay).byzantine)
+  }
+
+  pids(): Array<{ label: string; pid: number }> {
+    return this.relays.flatMap((r, i) => (r.process?.pid && !this.crashed.has(i) ? [{ label: `${this.spec.kind}-${r.id}${r.byzantine ? `(byz:${r.byzantine})` : ''}`, pid: r.process.pid }] : []))
+  }
+
+  /** kill -9, as a crash: nothing is flushed. */
+  crash(i: number): void {
+    const r = this.relays[i] as BenchRelay
+    r.process?.kill('SIGKILL')
+    this.crashed.add(i)
+  }
+
+  async waitHealthy(i: number, timeoutMs = 60_000): Promise<void> {
+    const r = this.relays[i] as BenchRelay
+    const deadline = Date.now() + timeoutMs
+    while (Date.now() < deadline) {
+      try {
+        const res = await fetch(`http://${r.api}/health`)
+        if (res.ok) return
+      } catch {
+        // not up yet
+      }
+      if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited:\n${r.log}`)
+      await sleep(100)
+    }
+    throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+  }
+
+  async status(i: number): Promise<Record<string, unknown>> {
+    const res = await fetch(`http://${(this.relays[i] as BenchRelay).api}/v1/status`)
+    return (await res.json()) as Record<string, unknown>
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(
+      this.relays.map(
+        (r) =>
+          new Promise<void>((done) => {
+            if (!r.process || r.process.exitCode !== null || r.process.signalCode !== null) return done()
+            r.process.once('exit', () => done())
+            r.process.kill('SIGTERM')
+            setTimeout(() => r.process?.kill('SIGKILL'), 8000).unref()
+          }),
+      ),
+    )
+    rmSync(this.dir, { recursive: true, force: true })
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms))
+}

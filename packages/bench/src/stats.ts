@@ -1,0 +1,41 @@
+/** Latency samples of one op class, in milliseconds. Kept whole (a run is seconds long), sorted once at the end. */
+export class Samples {
+  private data = new Float64Array(1024)
+  private n = 0
+
+  add(ms: number): void {
+    if (this.n === this.data.length) {
+      const next = new Float64Array(this.data.length * 2)
+      next.set(this.data)
+      this.data = next
+    }
+    this.data[this.n++] = ms
+  }
+
+  get count(): number {
+    return this.n
+  }
+
+  summary(): LatencySummary | null {
+    if (this.n === 0) return null
+    const sorted = this.data.slice(0, this.n).sort()
+    let sum = 0
+    for (const v of sorted) sum += v
+    const q = (p: number): number => sorted[Math.min(this.n - 1, Math.floor(p * this.n))] as number
+    return { count: this.n, mean: round(sum / this.n), p50: round(q(0.5)), p95: round(q(0.95)), p99: round(q(0.99)), max: round(sorted[this.n - 1] as number) }
+  }
+}
+
+export interface LatencySummary {
+  readonly count: number
+  readonly mean: number
+  readonly p50: number
+  readonly p95: number
+  readonly p99: number
+  readonly max: number
+}
+
+export function round(v: number, digits = 3): number {
+  const m = 10 ** digits
+  return Math.round(v * m) / m
+}
