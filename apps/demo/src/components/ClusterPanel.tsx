@@ -74,7 +74,7 @@ export function ClusterPanel() {
                   </>
                 ) : (
                   <td colSpan={4} className="muted">
-                    {poll.state === 'down' ? `unreachable (${poll.error})` : '…'}
+                    {poll.state === 'down' ? 'unreachable' : '…'}
                   </td>
                 )}
               </tr>

@@ -1,0 +1,130 @@
+/**
+ * A real local relay cluster for one spec file: `stead-relay dev` (one
+ * process per relay) in a fresh temporary directory on its own ports, so
+ * specs never share state with each other or with `npm run dev`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+
+const root = resolve(import.meta.dirname, '..')
+const relayBin = join(root, 'relay/bin/stead-relay.mjs')
+
+export interface ClusterOptions {
+  readonly basePort: number
+  readonly relays?: number
+  /** Run the last relay in this Byzantine mode (see `stead-relay --help`). */
+  readonly byzantine?: string
+}
+
+export interface RelayReport {
+  relay: number
+  round: number
+  committedRound: number
+  commits: number
+  spaces: Record<string, { stableIndex: number }>
+  byzantine: string | null
+}
+
+export class Cluster {
+  private output = ''
+
+  private constructor(
+    private readonly process: ChildProcess,
+    readonly dir: string,
+    readonly basePort: number,
+    readonly size: number,
+  ) {
+    const keep = (chunk: Buffer) => {
+      this.output = (this.output + chunk.toString()).slice(-200_000)
+    }
+    process.stdout?.on('data', keep)
+    process.stderr?.on('data', keep)
+  }
+
+  static async start(options: ClusterOptions): Promise<Cluster> {
+    const n = options.relays ?? 4
+    const dir = mkdtempSync(join(tmpdir(), 'stead-e2e-'))
+    const args = [relayBin, 'dev', '--relays', String(n), '--base-port', String(options.basePort), '--dir', dir, '--fresh']
+    if (options.byzantine) args.push('--byzantine', '1', '--byzantine-mode', options.byzantine)
+    const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
+    const cluster = new Cluster(child, dir, options.basePort, n)
+    try {
+      await cluster.waitUntilCommitting(60_000)
+    } catch (err) {
+      await cluster.stop()
+      throw err
+    }
+    return cluster
+  }
+
+  /** Base URLs the demo (and the SDK) take: ws://127.0.0.1:<port>. */
+  get urls(): string[] {
+    return Array.from({ length: this.size }, (_, i) => `ws://127.0.0.1:${this.basePort + i}`)
+  }
+
+  httpUrl(i: number): string {
+    return `http://127.0.0.1:${this.basePort + i}`
+  }
+
+  async status(i: number): Promise<RelayReport | null> {
+    try {
+      const res = await fetch(`${this.httpUrl(i)}/v1/status`, { signal: AbortSignal.timeout(1000) })
+      return res.ok ? ((await res.json()) as RelayReport) : null
+    } catch {
+      return null
+    }
+  }
+
+  /** Resolves once every relay answers and has committed a round. */
+  async waitUntilCommitting(timeoutMs: number, relays: number[] = [...Array(this.size).keys()]): Promise<void> {
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      if (this.process.exitCode !== null) throw new Error(`stead-relay dev exited (${this.process.exitCode}):\n${this.tail()}`)
+      const reports = await Promise.all(relays.map((i) => this.status(i)))
+      if (reports.every((r) => r !== null && r.committedRound > 0)) return
+      if (Date.now() > deadline) throw new Error(`the cluster on ports ${this.basePort}+ did not start committing in ${timeoutMs} ms:\n${this.tail()}`)
+      await new Promise((r) => setTimeout(r, 250))
+    }
+  }
+
+  /** The pid of relay `r<i+1>`, a child process of `stead-relay dev`. */
+  relayPid(i: number): number {
+    const id = `r${i + 1}`
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+        if (ppid !== this.process.pid) continue
+        const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0')
+        const at = argv.indexOf('--id')
+        if (at >= 0 && argv[at + 1] === id) return Number(entry)
+      } catch {
+        // the process went away while we looked
+      }
+    }
+    throw new Error(`relay ${id} of the cluster on ports ${this.basePort}+ is not running`)
+  }
+
+  /** SIGKILLs one relay (0-based), like a crash. */
+  killRelay(i: number): void {
+    process.kill(this.relayPid(i), 'SIGKILL')
+  }
+
+  tail(lines = 40): string {
+    return this.output.split('\n').slice(-lines).join('\n')
+  }
+
+  async stop(): Promise<void> {
+    if (this.process.exitCode === null && this.process.signalCode === null) {
+      const exited = new Promise<void>((r) => this.process.once('exit', () => r()))
+      this.process.kill('SIGTERM')
+      // `dev` stops its relays and SIGKILLs any that hang after 3 s.
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 6000))])
+      if (this.process.exitCode === null && this.process.signalCode === null) this.process.kill('SIGKILL')
+    }
+    rmSync(this.dir, { recursive: true, force: true })
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * Two users (two browser contexts, each with its own IndexedDB and key) on
+ * one space of a real 4-relay cluster.
+ */
+import { expect, freshSpace, openUser, test, useCluster, type User } from './fixtures.ts'
+import { concurrentWithdrawals } from './scenarios.ts'
+
+const cluster = useCluster({ basePort: 7611 })
+
+test.describe('two users', () => {
+  let alice: User
+  let bob: User
+
+  test.beforeEach(async ({ browser }, testInfo) => {
+    const space = freshSpace(testInfo)
+    alice = await openUser(browser, cluster().urls, space, 'Alice')
+    bob = await openUser(browser, cluster().urls, space, 'Bob')
+  })
+
+  test.afterEach(async () => {
+    await alice?.close(test.info())
+    await bob?.close(test.info())
+  })
+
+  test('see each other\'s deposits, votes and list items', async () => {
+    await alice.deposit('main', 100)
+    // Prospective at once on Alice's screen, stable once the relays ordered it.
+    await expect(alice.balance('main', 'prospective')).toHaveText('100')
+    await expect(alice.ops('stored').first()).toContainText('deposit 100 to Main')
+    await bob.expectBalance('main', 100)
+    await alice.expectBalance('main', 100)
+
+    await bob.deposit('travel', 40)
+    await alice.expectBalance('travel', 40)
+
+    await bob.page.getByTestId('vote-kyoto').click()
+    await alice.page.getByTestId('vote-kyoto').click()
+    await alice.page.getByTestId('list-input').fill('Book the venue')
+    await alice.page.getByTestId('list-add').click()
+    await expect(bob.page.getByTestId('votes-kyoto-stable')).toHaveText('2')
+    await expect(alice.page.getByTestId('votes-kyoto-stable')).toHaveText('2')
+    await expect(bob.page.locator('[data-testid="list-item"][data-value="Book the venue"][data-stable="true"]')).toBeVisible()
+
+    // A safe transfer, so the screen shows a committed safe update and its latency.
+    await alice.page.getByTestId('transfer-from').selectOption('main')
+    await alice.page.getByTestId('transfer-to').selectOption('equipment')
+    await alice.page.getByTestId('transfer-amount').fill('25')
+    await alice.page.getByTestId('transfer-submit').click()
+    await expect(alice.ops('committed').first()).toContainText('transfer 25 Main → Equipment')
+    await bob.expectBalance('main', 75)
+    await bob.expectBalance('equipment', 25)
+    await alice.expectBalance('main', 75)
+    await expect(alice.page.getByTestId('latencies')).toContainText(' ms')
+
+    // One more deposit, so the main screen shows a prospective value ahead of the stable one if we catch it.
+    await alice.deposit('travel', 10)
+    await alice.screenshot('main-screen.png')
+    await alice.expectBalance('travel', 50)
+    await bob.expectBalance('travel', 50)
+  })
+
+  test('concurrent withdrawals beyond the balance: only what fits commits, the rest is rejected (invariant)', async () => {
+    const loser = await concurrentWithdrawals(alice, bob)
+    await loser.page.getByTestId('operations').scrollIntoViewIfNeeded()
+    await loser.screenshot('rejected-withdrawal.png')
+  })
+})

@@ -1,0 +1,87 @@
+/**
+ * Local-first: edits go on while a user is offline and commit when they come
+ * back; a reload restores everything from IndexedDB before any relay answers.
+ */
+import { expect, freshSpace, openUser, test, useCluster } from './fixtures.ts'
+
+const cluster = useCluster({ basePort: 7631 })
+
+test('a user goes offline, keeps editing, comes back: the changes commit', async ({ browser }, testInfo) => {
+  const space = freshSpace(testInfo)
+  const alice = await openUser(browser, cluster().urls, space, 'Alice', { controlRelayTraffic: true })
+  const bob = await openUser(browser, cluster().urls, space, 'Bob')
+  try {
+    await alice.deposit('main', 100)
+    await bob.expectBalance('main', 100)
+    await alice.expectBalance('main', 100)
+
+    await alice.setOffline(true)
+    await alice.expectOnline(false)
+
+    // Offline: a regular deposit applies at once; a safe withdrawal waits.
+    await alice.deposit('travel', 20)
+    await alice.withdraw('main', 60)
+    await alice.page.getByTestId('list-input').fill('Pack the tent')
+    await alice.page.getByTestId('list-add').click()
+    await expect(alice.balance('travel', 'prospective')).toHaveText('20')
+    await expect(alice.balance('main', 'prospective')).toHaveText('40')
+    await expect(alice.balance('main', 'stable')).toHaveText('100')
+    await expect(alice.ops('pending')).toHaveCount(1)
+    await expect(alice.page.getByTestId('status-pending')).not.toHaveText('0')
+
+    // Nothing reaches Bob while Alice is offline.
+    await bob.page.waitForTimeout(1500)
+    await bob.expectBalance('main', 100)
+    await bob.expectBalance('travel', 0)
+
+    await alice.setOffline(false)
+    await alice.expectOnline(true)
+    await expect(alice.ops('pending')).toHaveCount(0)
+    await expect(alice.ops('committed').first()).toContainText('withdraw 60 from Main')
+    for (const user of [alice, bob]) {
+      await user.expectBalance('main', 40)
+      await user.expectBalance('travel', 20)
+      await expect(user.page.locator('[data-testid="list-item"][data-value="Pack the tent"][data-stable="true"]')).toBeVisible()
+    }
+    await expect(alice.page.getByTestId('status-pending')).toHaveText('0')
+  } finally {
+    await alice.close(testInfo)
+    await bob.close(testInfo)
+  }
+})
+
+test('a reload restores the state from IndexedDB before any relay answers', async ({ browser }, testInfo) => {
+  const space = freshSpace(testInfo)
+  const alice = await openUser(browser, cluster().urls, space, 'Alice', { controlRelayTraffic: true })
+  try {
+    await alice.deposit('main', 70)
+    await alice.deposit('equipment', 5)
+    await alice.page.getByTestId('vote-oaxaca').click()
+    await alice.page.getByTestId('list-input').fill('Rent a van')
+    await alice.page.getByTestId('list-add').click()
+    await alice.expectBalance('main', 70)
+    await alice.expectBalance('equipment', 5)
+    await expect(alice.page.getByTestId('votes-oaxaca-stable')).toHaveText('1')
+    await expect(alice.page.getByTestId('status-pending')).toHaveText('0')
+
+    // From now on no relay answers this context: HTTP fails, WebSockets never connect.
+    await alice.setRelaysReachable(false)
+    await alice.page.reload()
+    await expect(alice.page.getByTestId('app')).toBeVisible()
+    await alice.expectBalance('main', 70)
+    await alice.expectBalance('equipment', 5)
+    await expect(alice.page.getByTestId('votes-oaxaca-stable')).toHaveText('1')
+    await expect(alice.page.locator('[data-testid="list-item"][data-value="Rent a van"]')).toBeVisible()
+    await alice.expectOnline(false)
+    expect(alice.refused, 'the reloaded page did try the relays, and none answered').toBeGreaterThan(0)
+
+    // Still usable offline after the reload, and it syncs once the relays answer again.
+    await alice.deposit('main', 30)
+    await expect(alice.balance('main', 'prospective')).toHaveText('100')
+    await alice.setRelaysReachable(true)
+    await alice.expectOnline(true)
+    await alice.expectBalance('main', 100)
+  } finally {
+    await alice.close(testInfo)
+  }
+})
