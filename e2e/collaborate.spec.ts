@@ -26,9 +26,10 @@ test.describe('two users', () => {
     await alice.deposit('main', 100)
     // Prospective at once on Alice's screen, stable once the relays ordered it.
     await expect(alice.balance('main', 'prospective')).toHaveText('100')
-    await expect(alice.ops('stored').first()).toContainText('deposit 100 to Main')
     await bob.expectBalance('main', 100)
     await alice.expectBalance('main', 100)
+    // Regular updates go pending → stored locally → stable.
+    await expect(alice.ops('stable').last()).toContainText('deposit 100 to Main')
 
     await bob.deposit('travel', 40)
     await alice.expectBalance('travel', 40)

@@ -27,6 +27,7 @@ test('a user goes offline, keeps editing, comes back: the changes commit', async
     await expect(alice.balance('main', 'prospective')).toHaveText('40')
     await expect(alice.balance('main', 'stable')).toHaveText('100')
     await expect(alice.ops('pending')).toHaveCount(1)
+    await expect(alice.ops().filter({ hasText: 'deposit 20 to Travel' })).toHaveAttribute('data-state', 'stored')
     await expect(alice.page.getByTestId('status-pending')).not.toHaveText('0')
 
     // Nothing reaches Bob while Alice is offline.
@@ -44,6 +45,7 @@ test('a user goes offline, keeps editing, comes back: the changes commit', async
       await expect(user.page.locator('[data-testid="list-item"][data-value="Pack the tent"][data-stable="true"]')).toBeVisible()
     }
     await expect(alice.page.getByTestId('status-pending')).toHaveText('0')
+    await expect(alice.ops().filter({ hasText: 'deposit 20 to Travel' })).toHaveAttribute('data-state', 'stable')
   } finally {
     await alice.close(testInfo)
     await bob.close(testInfo)

@@ -20,7 +20,10 @@ const clientPromise: Promise<SteadClient> = createClient({
   storage: indexedDbStorage(config.database),
 })
 // Handy in the console, and for the e2e tests' diagnostics.
-void clientPromise.then((client) => Object.assign(window, { stead: client }))
+void clientPromise.then((client) => {
+  demo.log.follow(client)
+  Object.assign(window, { stead: client })
+})
 
 function Ready() {
   const client = use(clientPromise)

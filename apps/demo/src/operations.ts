@@ -1,12 +1,12 @@
 /**
- * This tab's own operations and what became of them: a regular update is
- * `pending` until the SDK stored it locally, a safe one until the relays
- * committed or rejected it in the stable order. Also keeps the latencies of
- * recent safe updates for the cluster panel.
+ * This tab's own operations and what became of them. A regular update is
+ * `pending` until the SDK stored it locally, then `stable` once the client
+ * has no undecided update left (so this one is in the stable order too). A
+ * safe update is `pending` until the relays committed or rejected it.
  */
 import type { UpdateResult } from '@stead/client'
 
-export type OperationState = 'pending' | 'stored' | 'committed' | 'rejected' | 'failed'
+export type OperationState = 'pending' | 'stored' | 'stable' | 'committed' | 'rejected' | 'failed'
 
 export interface Operation {
   readonly id: number
@@ -25,10 +25,30 @@ export interface Operation {
 
 const MAX_KEPT = 50
 
+/** The part of the client the log follows. */
+export interface PendingSource {
+  readonly status: { readonly pending: number }
+  onStatus(listener: () => void): () => void
+}
+
 export class OperationLog {
   private ops: readonly Operation[] = []
   private nextId = 1
   private readonly listeners = new Set<() => void>()
+  private client: PendingSource | null = null
+
+  /** Follows the client's count of undecided updates, to tell when stored regular updates became stable. */
+  follow(client: PendingSource): () => void {
+    this.client = client
+    this.markStable()
+    return client.onStatus(() => this.markStable())
+  }
+
+  private markStable(): void {
+    if (!this.client || this.client.status.pending !== 0) return
+    const stored = this.ops.filter((o) => o.state === 'stored')
+    for (const op of stored) this.put({ ...op, state: 'stable' })
+  }
 
   /** Newest first. */
   get list(): readonly Operation[] {
@@ -36,7 +56,7 @@ export class OperationLog {
   }
 
   /** Latencies (ms) of the most recent settled safe updates, newest first. */
-  safeLatencies(limit = 10): number[] {
+  safeLatencies(limit = 8): number[] {
     return this.ops.filter((o) => o.safe && o.latency !== undefined && (o.state === 'committed' || o.state === 'rejected')).slice(0, limit).map((o) => o.latency as number)
   }
 
@@ -57,7 +77,11 @@ export class OperationLog {
       promise = Promise.reject(err)
     }
     return promise.then(
-      (result) => this.settle(id, outcome(result, performance.now() - startedAt)),
+      (result) => {
+        const op = this.settle(id, outcome(result, performance.now() - startedAt))
+        this.markStable()
+        return op
+      },
       (err: unknown) => this.settle(id, { state: 'failed', reason: 'error', detail: err instanceof Error ? err.message : String(err) }),
     )
   }

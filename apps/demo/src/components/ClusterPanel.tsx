@@ -27,15 +27,12 @@ function median(xs: readonly number[]): number | null {
 
 /** Each relay's consensus progress (its /v1/status), this client's connection to it, and recent safe-update latencies. */
 export function ClusterPanel() {
-  const { config } = useDemo()
+  const { config, log } = useDemo()
   const status = useStatus()
   const polls = useRelayStatuses(config.relays)
-  const ops = useOperations()
+  useOperations() // re-render when an operation settles
   const now = useNow()
-  const latencies = ops
-    .filter((o) => o.safe && o.latency !== undefined && (o.state === 'committed' || o.state === 'rejected'))
-    .slice(0, 8)
-    .map((o) => o.latency as number)
+  const latencies = log.safeLatencies()
   const med = median(latencies)
 
   return (

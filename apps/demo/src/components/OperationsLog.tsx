@@ -4,12 +4,13 @@ import type { Operation } from '../operations.ts'
 const STATE_TEXT: Record<Operation['state'], string> = {
   pending: 'pending',
   stored: 'stored locally',
+  stable: 'stable',
   committed: 'committed',
   rejected: 'rejected',
   failed: 'failed',
 }
 
-/** What became of each of this tab's operations: pending → stored / committed / rejected (reason). */
+/** What became of each of this tab's operations: pending → stored → stable, or pending → committed / rejected (reason). */
 export function OperationsLog() {
   const ops = useOperations()
   return (
