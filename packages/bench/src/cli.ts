@@ -12,12 +12,12 @@
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
-import { join, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { parseArgs } from 'node:util'
 import { BenchCluster, sleep } from './cluster.ts'
 import { suite, type Suite } from './experiments.ts'
 import { ProtoClient } from './load/proto.ts'
-import { findProfile, summarizeProfile, type ProfileSummary } from './profile.ts'
+import { summarizeProfile, type ProfileSummary } from './profile.ts'
 import { writeReport } from './report.ts'
 import { runPoint, type ClientFactory, type PointResult } from './run.ts'
 import { installWireCounter } from './wire.ts'
@@ -74,20 +74,26 @@ async function main(): Promise<void> {
   const failures: Results['failures'] = []
   let profile: ProfileSummary | null = null
   let done = 0
-  for (const g of groups) {
-    const kind = g.points.every((p) => p.system === 'plain') ? 'plain' : 'stead'
-    const profDir = g.profile ? mkdtempSync(join(tmpdir(), 'stead-bench-prof-')) : undefined
+  const kindOf = (g: (typeof groups)[number]) => (g.points.every((p) => p.system === 'plain') ? 'plain' : 'stead')
+  // The smoke run measures nothing worth keeping: start its clusters side by side to stay well under a minute.
+  const prestarted = which === 'smoke' ? groups.map((g) => BenchCluster.start({ kind: kindOf(g), ...g.cluster })) : []
+  prestarted.forEach((p) => p.catch(() => undefined))
+  for (const [gi, g] of groups.entries()) {
+    const kind = kindOf(g)
+    const profFile = g.profile ? join(mkdtempSync(join(tmpdir(), 'stead-bench-prof-')), 'relay-r1.cpuprofile') : undefined
     let cluster: BenchCluster | null = null
     try {
       const t = performance.now()
-      cluster = await BenchCluster.start({ kind, ...g.cluster, ...(profDir ? { cpuProfileDir: profDir } : {}) })
+      cluster = await (prestarted[gi] ?? BenchCluster.start({ kind, ...g.cluster, ...(profFile ? { profile: true } : {}) }))
       for (let i = 0; i < (g.crash ?? 0); i++) cluster.crash(g.cluster.n - 1 - i)
       // Let the mesh settle (and, after crashes, the survivors notice) before measuring.
       await sleep(g.crash ? 1500 : 500)
       console.log(`  [${g.name}] ${g.cluster.n} ${kind} relays up in ${Math.round(performance.now() - t)} ms${g.crash ? `, ${g.crash} crashed` : ''}${g.cluster.byzantine ? `, ${g.cluster.byzantine.count} byzantine (${g.cluster.byzantine.mode})` : ''}`)
       for (const spec of g.points) {
         const la = loadavg()[0] as number
-        const r = await runPoint(cluster, spec, factory, driver, g.crash ?? 0)
+        const c = cluster
+        const hooks = profFile ? { start: () => c.profileStart(), end: () => c.profileStop(profFile) } : {}
+        const r = await runPoint(cluster, spec, factory, driver, g.crash ?? 0, hooks)
         points.push({ ...r, loadavg1: Math.round(la * 100) / 100 })
         done++
         const lat = (c: string) => r.latency[c as keyof typeof r.latency]
@@ -102,13 +108,10 @@ async function main(): Promise<void> {
     } finally {
       await cluster?.stop()
     }
-    if (profDir) {
-      const file = findProfile(profDir)
-      if (file) {
-        profile = summarizeProfile(file)
-        console.log(`  profile of relay r1: ${profile.busyPercent}% busy; top: ${profile.components.slice(0, 5).map((c) => `${c.name} ${c.percent}%`).join(', ')}`)
-      }
-      rmSync(profDir, { recursive: true, force: true })
+    if (profFile && existsSync(profFile)) {
+      profile = summarizeProfile(profFile)
+      console.log(`  profile of relay r1: ${profile.busyPercent}% busy; top: ${profile.components.slice(0, 5).map((c) => `${c.name} ${c.percent}%`).join(', ')}`)
+      rmSync(dirname(profFile), { recursive: true, force: true })
     }
   }
 

@@ -8,6 +8,7 @@ import { generateIdentity, writeIdentity } from '@stead/relay'
 
 const RELAY_BIN = resolve(import.meta.dirname, '../../../relay/bin/stead-relay.mjs')
 const PLAIN_BIN = resolve(import.meta.dirname, '../bin/plain-relay.mjs')
+const PROFILED_RELAY_BIN = resolve(import.meta.dirname, '../bin/profiled-relay.mjs')
 
 /** Which relays run: Stead's (consensus + audit) or the plain forward-and-merge baseline. */
 export type RelayKind = 'stead' | 'plain'
@@ -17,8 +18,8 @@ export interface ClusterSpec {
   readonly n: number
   /** The last `count` relays run `--byzantine mode` (Stead relays only). */
   readonly byzantine?: { readonly count: number; readonly mode: string }
-  /** Write a V8 CPU profile of relay 0 into this directory when it stops. */
-  readonly cpuProfileDir?: string
+  /** Run relay 0 with a CPU profiler that profileWindow() switches on and off (Stead relays only). */
+  readonly profile?: boolean
 }
 
 /** The cluster descriptor clients pin: what /v1/cluster serves. */
@@ -86,11 +87,11 @@ export class BenchCluster {
 
   private spawn(i: number): void {
     const r = this.relays[i] as BenchRelay
-    const prof = this.spec.cpuProfileDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', this.spec.cpuProfileDir] : []
+    const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : RELAY_BIN
     const args =
       this.spec.kind === 'stead'
-        ? [...prof, RELAY_BIN, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
-        : [...prof, PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
+        ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
+        : [PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
     // Relays log JSON lines at info level; keep the tail for error reports only.
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn' } })
     const keep = (d: Buffer) => {
@@ -136,6 +137,27 @@ export class BenchCluster {
       await sleep(100)
     }
     throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+  }
+
+  /** Starts relay 0's profiler (cluster started with `profile`). */
+  profileStart(): void {
+    this.relays[0]?.process?.send({ prof: 'start' })
+  }
+
+  /** Stops relay 0's profiler and writes the .cpuprofile to `file`. */
+  async profileStop(file: string): Promise<void> {
+    const child = this.relays[0]?.process
+    if (!child) return
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, 20_000)
+      child.on('message', (m: { prof?: string }) => {
+        if (m?.prof === 'written') {
+          clearTimeout(t)
+          resolve()
+        }
+      })
+      child.send({ prof: 'stop', file })
+    })
   }
 
   async status(i: number): Promise<Record<string, unknown>> {

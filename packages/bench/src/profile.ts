@@ -1,5 +1,4 @@
-import { readFileSync, readdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { readFileSync } from 'node:fs'
 
 interface CpuProfileNode {
   readonly id: number
@@ -43,7 +42,7 @@ function component(url: string, fn: string): string {
   if (nm) return `npm: ${nm[1]}`
   const src = /\/(relay\/src\/.*|packages\/[^/]+\/src\/.*)$/.exec(url)
   if (src) return (src[1] as string).replace(/\.ts$/, '.ts')
-  if (url.startsWith('node:')) return `node: ${url.slice(5).split('/')[0]}`
+  if (url.startsWith('node:')) return url.replace(/^node:(internal\/)?/, 'node:')
   return url
 }
 
@@ -56,6 +55,16 @@ export function summarizeProfile(path: string, top = 15): ProfileSummary {
     p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas?.[i + 1] ?? 0)))
   } else {
     for (const n of p.nodes) self.set(n.id, n.hitCount ?? 0)
+  }
+  const parent = new Map<number, number>()
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id)
+  /** A native frame (no url) counts for the nearest JavaScript caller's component. */
+  const owner = (id: number): string | undefined => {
+    for (let cur = parent.get(id); cur !== undefined; cur = parent.get(cur)) {
+      const f = byId.get(cur)?.callFrame
+      if (f?.url) return component(f.url, f.functionName)
+    }
+    return undefined
   }
   let busy = 0
   let idle = 0
@@ -70,7 +79,8 @@ export function summarizeProfile(path: string, top = 15): ProfileSummary {
       continue
     }
     busy += t
-    const c = component(n.callFrame.url, fn)
+    const native = !n.callFrame.url && !fn.startsWith('(')
+    const c = native ? `${owner(id) ?? 'native'} (native ${fn || 'code'})` : component(n.callFrame.url, fn)
     comps.set(c, (comps.get(c) ?? 0) + t)
     const label = `${fn || '(anonymous)'} — ${c}${n.callFrame.url ? `:${n.callFrame.lineNumber + 1}` : ''}`
     fns.set(label, (fns.get(label) ?? 0) + t)
@@ -87,14 +97,5 @@ export function summarizeProfile(path: string, top = 15): ProfileSummary {
     busyPercent: Math.round((busy / (busy + idle || 1)) * 1000) / 10,
     components: sorted(comps),
     functions: sorted(fns),
-  }
-}
-
-export function findProfile(dir: string): string | undefined {
-  try {
-    const f = readdirSync(dir).find((n) => n.endsWith('.cpuprofile'))
-    return f ? join(dir, f) : undefined
-  } catch {
-    return undefined
   }
 }

@@ -160,8 +160,8 @@ function fullReport(input: ReportInput, r: Results): string {
 
   md += `\n### 3. Bytes on the wire per update\n\nRegular counter increments only (no reads, no safe updates). Up = client → relay frame bytes per update; down = relay → client bytes per update per client (certified feed from one relay + f+1 commit streams, each carrying the envelope frames); mesh = relay ↔ relay TCP payload per update.\n\n`
   md += table(
-    ['setup', 'ops/s', 'envelopes/s sent', 'up B/update', 'down B/update/client', 'mesh B/update'],
-    r.points.filter((p) => p.experiment === 'bytes').map((p) => [p.label, n(p.throughput), n(p.bytes.envelopesPerSecond), n(p.bytes.upPerUpdate, 1), n(p.bytes.downPerUpdatePerClient, 1), n(p.bytes.meshPerUpdate, 1)]),
+    ['setup', 'ops/s', 'envelopes/s sent', 'updates/envelope', 'up B/update', 'down B/update/client', 'mesh B/update'],
+    r.points.filter((p) => p.experiment === 'bytes').map((p) => [p.label, n(p.throughput), n(p.bytes.envelopesPerSecond), n(p.bytes.opsPerEnvelope, 1), n(p.bytes.upPerUpdate, 1), n(p.bytes.downPerUpdatePerClient, 1), n(p.bytes.meshPerUpdate, 1)]),
   )
 
   const bank = r.points.filter((p) => p.experiment === 'bank')
@@ -179,7 +179,7 @@ function fullReport(input: ReportInput, r: Results): string {
   md += '\n' + simple(r, 'bank', 'workers/client', (p) => String(p.x ?? ''), { bank: true })
 
   const mix = r.points.filter((p) => p.experiment === 'mix')
-  md += `\n### 5. Peak throughput vs read/write mix and safe ratio (b = 500, 32 workers per client)\n\n`
+  md += `\n### 5. Peak throughput vs read/write mix and safe ratio (PN-Counter, b = 500, 256 workers per client)\n\n`
   if (mix.length) {
     const labels = [...new Set(mix.map((p) => p.label))]
     md += chart(
@@ -195,7 +195,7 @@ function fullReport(input: ReportInput, r: Results): string {
   }
 
   const obj = r.points.filter((p) => p.experiment === 'objects')
-  md += `\n### 6. Peak throughput vs number of objects (b = 500, 32 workers per client)\n\n`
+  md += `\n### 6. Peak throughput vs number of objects (b = 500, 256 workers per client)\n\n`
   if (obj.length) {
     for (const crdt of ['counter', 'set']) {
       md += chart(
@@ -211,7 +211,7 @@ function fullReport(input: ReportInput, r: Results): string {
   }
 
   const relays = r.points.filter((p) => p.experiment === 'relays')
-  md += `\n### 7. Number of relays (PN-Counter, b = 500, 32 workers per client)\n\n`
+  md += `\n### 7. Number of relays (PN-Counter, b = 500, 256 workers per client)\n\n`
   if (relays.length) {
     md += chart(
       input,
@@ -224,13 +224,13 @@ function fullReport(input: ReportInput, r: Results): string {
     md += '\n' + simple(r, 'relays', 'relays', (p) => String(p.x ?? ''))
   }
 
-  md += `\n### 8. Faults (7 relays, f = 2; PN-Counter, b = 500, 32 workers per client)\n\nCrashed relays are killed with SIGKILL right after the cluster starts (the paper's setup); clients connect to the live ones. Byzantine relays run \`stead-relay start --byzantine MODE\`: \`withhold\` sends no votes or certificates and only half of its blocks, \`equivocate\` sends different blocks for one round to different peers. Clients connect only to honest relays.\n\n`
+  md += `\n### 8. Faults (7 relays, f = 2; PN-Counter, b = 500, 256 workers per client)\n\nCrashed relays are killed with SIGKILL right after the cluster starts (the paper's setup); clients connect to the live ones. Byzantine relays run \`stead-relay start --byzantine MODE\`: \`withhold\` sends no votes or certificates and only half of its blocks, \`equivocate\` sends different blocks for one round to different peers. Clients connect only to honest relays.\n\n`
   md += simple(r, 'faults', 'fault', (p) => (p.label === 'crashed' ? `${p.x} crashed` : `${p.x}x ${p.label.replace('byzantine ', '')}`))
 
   if (r.profile) {
     const pr = r.profile
     md += `\n### 9. Where a relay's CPU goes (V8 profile of relay r1, reliable PN-Counter at saturation)\n\n`
-    md += `\`node --cpu-prof\` on relay r1 for its whole life (${n(pr.seconds, 1)} s: start-up, an ${'8'} s saturation run, shutdown); busy ${n(pr.busyPercent, 1)}% of that time. Shares are of the busy (non-idle) self time.\n\n`
+    md += `V8 CPU profile (inspector, 0.5 ms sampling) of relay r1 over the ${n(pr.seconds, 1)} s measurement window only; r1 was busy ${n(pr.busyPercent, 1)}% of it. Shares are of its busy (non-idle) self time.\n\n`
     md += table(['component (self time)', '%'], pr.components.map((c) => [c.name, n(c.percent, 1)]))
     md += '\n'
     md += table(['function (self time)', '%'], pr.functions.map((c) => [`\`${c.name}\``, n(c.percent, 1)]))
@@ -246,8 +246,8 @@ function quickReport(input: ReportInput, r: Results): string {
   md += `\n### Safe updates at light load\n\n${simple(r, 'light', 'load', (p) => p.label)}`
   md += `\n### Bytes per update\n\n`
   md += table(
-    ['setup', 'ops/s', 'up B/update', 'down B/update/client', 'mesh B/update'],
-    r.points.filter((p) => p.experiment === 'bytes').map((p) => [p.label, n(p.throughput), n(p.bytes.upPerUpdate, 1), n(p.bytes.downPerUpdatePerClient, 1), n(p.bytes.meshPerUpdate, 1)]),
+    ['setup', 'ops/s', 'updates/envelope', 'up B/update', 'down B/update/client', 'mesh B/update'],
+    r.points.filter((p) => p.experiment === 'bytes').map((p) => [p.label, n(p.throughput), n(p.bytes.opsPerEnvelope, 1), n(p.bytes.upPerUpdate, 1), n(p.bytes.downPerUpdatePerClient, 1), n(p.bytes.meshPerUpdate, 1)]),
   )
   md += `\n### Banking\n\n${simple(r, 'bank', 'workers/client', (p) => String(p.x ?? ''), { bank: true })}`
   return md

@@ -53,6 +53,8 @@ export interface PointResult extends PointSpec {
     /** Relay ↔ relay TCP payload bytes per update. */
     readonly meshPerUpdate: number
     readonly envelopesPerSecond: number
+    /** Updates per frame the clients sent (≈ ops per envelope: nearly every frame is a submit). */
+    readonly opsPerEnvelope: number
   }
   readonly procs: ProcUsage[]
   readonly drainMs: number
@@ -66,7 +68,12 @@ export type ClientFactory = (o: ClientFactoryOptions) => Promise<LoadClient>
 let spaceCounter = 0
 
 /** One measurement: fresh space, fresh clients, warm-up, window, drain. */
-export async function runPoint(cluster: BenchCluster, spec: PointSpec, factory: ClientFactory, driver: string, crashed = 0): Promise<PointResult> {
+export interface WindowHooks {
+  start?(): void
+  end?(): Promise<void>
+}
+
+export async function runPoint(cluster: BenchCluster, spec: PointSpec, factory: ClientFactory, driver: string, crashed = 0, hooks: WindowHooks = {}): Promise<PointResult> {
   const started = performance.now()
   const space = `${spec.experiment}-${spec.system}-${++spaceCounter}-${process.pid}`
   const honest = cluster.honest()
@@ -180,8 +187,10 @@ export async function runPoint(cluster: BenchCluster, spec: PointSpec, factory: 
   windowStart = performance.now()
   phase = 'measure'
   procs.begin()
+  hooks.start?.()
   await sleep(spec.durationMs)
   windowEnd = performance.now()
+  await hooks.end?.()
   const usage = procs.end()
   const wire1 = wireSnapshot()
   const mesh1 = meshSnapshot(relayPids)
@@ -220,6 +229,7 @@ export async function runPoint(cluster: BenchCluster, spec: PointSpec, factory: 
       downPerUpdatePerClient: perUpdate((wire1.recvBytes - wire0.recvBytes) / spec.clients),
       meshPerUpdate: perUpdate(meshDelta(mesh0, mesh1)),
       envelopesPerSecond: Math.round((wire1.sentFrames - wire0.sentFrames) / seconds),
+      opsPerEnvelope: wire1.sentFrames > wire0.sentFrames ? round(updatesIssued / (wire1.sentFrames - wire0.sentFrames), 1) : 0,
     },
     procs: usage,
     drainMs: Math.round(drainMs),
