@@ -485,7 +485,8 @@ export class SteadClient {
       if (view) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
       changed.add(item.key)
     }
-    this.notify(changed)
+    // The overlay already holds the new items: tell subscribers without dropping it.
+    this.notify(changed, false)
     this.emitStatus()
     if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
     else if (!this.sealTimer) this.sealTimer = setTimeout(() => this.sealNow(), this.options.batchIntervalMs ?? 10)
@@ -888,9 +889,10 @@ export class SteadClient {
     for (const w of [...this.progressWaiters]) w()
   }
 
-  private notify(keys: Iterable<string>): void {
+  /** Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
+  private notify(keys: Iterable<string>, stale = true): void {
     for (const key of keys) {
-      this.overlay.delete(key)
+      if (stale) this.overlay.delete(key)
       for (const l of this.listeners.get(key) ?? []) {
         try {
           l()

@@ -1,9 +1,10 @@
+import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
-import { ClosedError, createClient, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type SteadClient } from '../src/index.node.ts'
+import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -365,5 +366,44 @@ describe('persistence', () => {
     await commitUntil(c, 'stable 10', () => again.stable === 10)
     // The resend was a duplicate at most, never a second update.
     expect(c.stableValue('acct:alice')).toBe(10)
+  })
+
+  it('restores a client exactly from IndexedDB', async () => {
+    const c = cluster()
+    const name = `stead-restore-${Math.random()}`
+    const a = await client(c, { storage: indexedDbStorage(name) })
+    await until('online', () => a.status.online)
+    const alice = a.counter('acct:alice', { min: 0 })
+    const guests = a.set<string>('guests')
+    const title = a.register<string>('title')
+    await alice.increment(9)
+    await guests.add('ann')
+    await title.set('Hello')
+    const safe = alice.decrement(4, { safe: true })
+    await a.flush()
+    await commitUntil(c, 'stable', () => alice.stable === 5 && title.stable === 'Hello')
+    expect(await safe).toMatchObject({ status: 'committed' })
+    // Someone else's update, received but not yet committed, and one of our own not yet sent.
+    const b = await client(c)
+    await until('b online', () => b.status.online)
+    await b.counter('acct:alice', { min: 0 }).increment(100)
+    await b.flush()
+    await until('a received it', () => alice.value === 105)
+    for (const r of c.relays) r.setOnline(false)
+    await guests.add('bob')
+    const snapshot = (x: SteadClient) => ({
+      id: x.authorId,
+      alice: [x.counter('acct:alice', { min: 0 }).value, x.counter('acct:alice', { min: 0 }).stable, x.counter('acct:alice', { min: 0 }).history()],
+      guests: [x.set<string>('guests').values().sort(), x.set<string>('guests').stableValues().sort()],
+      title: [x.register<string>('title').value, x.register<string>('title').stable],
+      status: [x.status.stableIndex, x.status.pending],
+    })
+    const before = snapshot(a)
+    expect(before.alice.slice(0, 2)).toEqual([105, 5])
+    expect(before.guests).toEqual([['ann', 'bob'], ['ann']])
+    await a.close()
+    open.splice(open.indexOf(a), 1)
+    const again = await client(c, { storage: indexedDbStorage(name) })
+    expect(snapshot(again)).toEqual(before)
   })
 })

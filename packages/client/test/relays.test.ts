@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { TestCluster, until } from '../../../relay/test/helpers/cluster.ts'
+import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, type SafeResult, type SteadClient } from '../src/index.node.ts'
 
 /**

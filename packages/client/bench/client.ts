@@ -1,0 +1,101 @@
+/**
+ * Client-side costs the SDK promises to keep small (issue targets):
+ * - an update is visible in `value` and to subscribers in under 1 ms;
+ * - a client with 10k stored updates opens in under 200 ms.
+ * Storage here is fake-indexeddb (IndexedDB's API in Node) and LMDB; a real
+ * browser's IndexedDB is measured by the e2e suite's numbers, not here.
+ *
+ *   npm run bench -w @stead/client
+ */
+import 'fake-indexeddb/auto'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { performance } from 'node:perf_hooks'
+import { nodeCrypto } from '@stead/core/node'
+import { createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage } from '../src/index.node.ts'
+import { FakeCluster } from '../test/helpers/fake-cluster.ts'
+
+const quantile = (xs: number[], q: number): number => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] as number
+}
+const ms = (x: number): number => +x.toFixed(4)
+
+function options(c: FakeCluster, storage: ClientStorage | Promise<ClientStorage>, extra: Partial<ClientOptions> = {}): ClientOptions {
+  return { relays: c.urls, space: 'bench', cluster: c.descriptor, storage, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, ...extra }
+}
+
+async function visibility(): Promise<void> {
+  const c = new FakeCluster('bench')
+  const client = await createClient(options(c, memoryStorage()))
+  const counter = client.counter('hits')
+  const set = client.set<number>('seen')
+  let heard = 0
+  counter.subscribe(() => heard++)
+  set.subscribe(() => heard++)
+  const counterTimes: number[] = []
+  const setTimes: number[] = []
+  for (let i = 0; i < 20_000; i++) {
+    const t0 = performance.now()
+    void counter.increment(1)
+    if (counter.value !== i + 1) throw new Error('not visible')
+    counterTimes.push(performance.now() - t0)
+    const t1 = performance.now()
+    void set.add(i)
+    if (!set.has(i)) throw new Error('not visible')
+    setTimes.push(performance.now() - t1)
+    // Let batches seal now and then, as they would in an app.
+    if (i % 500 === 499) await new Promise((r) => setTimeout(r, 0))
+  }
+  await client.close()
+  c.stop()
+  if (heard < 40_000) throw new Error(`subscribers heard ${heard} of 40000 updates`)
+  console.log(
+    JSON.stringify({
+      bench: 'update visible in value and to subscribers (ms)',
+      counter: { p50: ms(quantile(counterTimes, 0.5)), p99: ms(quantile(counterTimes, 0.99)), max: ms(Math.max(...counterTimes)) },
+      setOf20kElements: { p50: ms(quantile(setTimes, 0.5)), p99: ms(quantile(setTimes, 0.99)), max: ms(Math.max(...setTimes)) },
+    }),
+  )
+}
+
+/** Stores `updates` counter updates in envelopes of `perEnvelope`, all committed, then times reopening. */
+async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: number): Promise<void> {
+  const c = new FakeCluster('bench')
+  const dir = mkdtempSync(join(tmpdir(), 'stead-bench-'))
+  const name = `bench-${kind}-${updates}-${perEnvelope}-${performance.now()}`
+  const storage = (): Promise<ClientStorage> | ClientStorage => (kind === 'indexeddb' ? indexedDbStorage(name) : lmdbStorage(dir))
+  const client = await createClient(options(c, storage(), { batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope }))
+  const keys = Array.from({ length: 100 }, (_, i) => client.counter(`acct:${i}`))
+  while (!client.status.online) await new Promise((r) => setTimeout(r, 1))
+  for (let i = 0; i < updates; i += perEnvelope) {
+    const batch: Array<Promise<unknown>> = []
+    for (let j = 0; j < perEnvelope; j++) batch.push((keys[(i + j) % keys.length] as ReturnType<typeof client.counter>).increment(1))
+    await Promise.all(batch)
+    if ((i / perEnvelope) % 50 === 49) {
+      await client.flush()
+      c.commit()
+    }
+  }
+  await client.flush()
+  c.commit()
+  while (client.status.pending > 0) await new Promise((r) => setTimeout(r, 1))
+  const expected = keys.map((k) => k.stable)
+  await client.close()
+  for (const r of c.relays) r.setOnline(false)
+  const t0 = performance.now()
+  const again = await createClient(options(c, storage()))
+  const values = Array.from({ length: 100 }, (_, i) => again.counter(`acct:${i}`).stable)
+  const elapsed = performance.now() - t0
+  if (JSON.stringify(values) !== JSON.stringify(expected)) throw new Error('reopened client has other values')
+  await again.close()
+  c.stop()
+  console.log(JSON.stringify({ bench: 'open a client with stored updates', storage: kind, updates, envelopes: Math.ceil(updates / perEnvelope), openMs: +elapsed.toFixed(1) }))
+}
+
+if (!process.env.ONLY_REOPEN) await visibility()
+for (const kind of (process.env.ONLY_REOPEN ? [process.env.ONLY_REOPEN] : ['indexeddb', 'lmdb']) as Array<'indexeddb' | 'lmdb'>) {
+  await reopen(kind, 10_000, 100)
+  await reopen(kind, 10_000, 1)
+}
