@@ -777,7 +777,7 @@ export class SteadClient {
       const o = this.outbox.get(d.env.idHex)
       if (o) {
         own.push({ o, d })
-        changes.push(this.records.outboxDelete(o.env.seq))
+        if (!(d.kind === 'dropped' && d.reason === 'gap')) changes.push(this.records.outboxDelete(o.env.seq))
       } else changes.push(this.records.inboxDelete(d.env.idHex))
     }
     try {
@@ -807,6 +807,16 @@ export class SteadClient {
     o: Outgoing,
     d: CommitResult['decisions'][number] | { kind: 'refused'; reason: ErrorReason; detail: string },
   ): Promise<void> {
+    if (d.kind === 'dropped' && d.reason === 'gap') {
+      // An earlier envelope of ours was late. This one's slot is still open, so it stays
+      // ours: show it again and keep sending it (relays forget ordered ids within 50
+      // rounds, before the 64-round gap wait ends, so the same bytes are ordered anew).
+      this.notify(this.replica.receive(o.env).changed)
+      o.sentTo.length = 0
+      o.accepted = false
+      this.send(o.env.idHex)
+      return
+    }
     if (!this.outbox.delete(o.env.idHex)) return
     if (d.kind === 'committed') {
       for (const s of o.safe) {
@@ -816,13 +826,6 @@ export class SteadClient {
       const refused = d.units.filter((u): u is Extract<typeof u, { status: 'rejected' }> => u.unit < o.regularUnits && u.status === 'rejected')
       const first = refused[0]
       if (first) this.emitError(new RejectedError(first.reason, `${refused.length} regular updates of envelope ${o.env.seq} were rejected by the audit: ${first.detail}`, o.regular.map((r) => r.key)))
-    } else if (d.kind === 'dropped' && d.reason === 'gap') {
-      // An earlier envelope of ours was late; this one's content goes out again under a new number.
-      const batch = this.openBatch
-      batch.regular.push(...o.regular)
-      for (const s of o.safe) batch.safe.push({ items: s.items, waiter: s.waiter })
-      for (const r of [...o.regular, ...o.safe.flatMap((s) => s.items)]) batch.keys.add(r.key)
-      this.sealNow()
     } else if (!(d.kind === 'dropped' && d.reason === 'duplicate')) {
       const reason: ErrorReason = d.kind === 'superseded' ? 'conflict' : d.reason
       const detail = d.kind === 'superseded' ? `another envelope took sequence number ${o.env.seq}` : d.detail

@@ -243,6 +243,24 @@ describe('transport', () => {
     expect(c.submitted.length).toBeGreaterThanOrEqual(1)
   })
 
+  it('keeps and resends an envelope dropped for a gap until its predecessor commits', async () => {
+    const c = cluster()
+    const a = await client(c, { resubmitAfterMs: 60_000 })
+    await until('online', () => a.status.online)
+    const k = a.counter('k')
+    await k.increment(1) // seq 1: held back by the relays below
+    await a.flush()
+    const second = k.increment(10, { safe: true }) // seq 2
+    await a.flush()
+    c.commit((env) => env.seq === 2) // seq 2 is ordered first: it waits for seq 1
+    for (let i = 0; i < 40; i++) c.commit(() => false) // 80 rounds pass: seq 2 is dropped as a gap
+    await until('gap decided', () => a.status.stableIndex === 0 && c.log.length >= 2)
+    expect(k.value).toBe(11) // still shown: it is still this client's update
+    await commitUntil(c, 'both committed', () => k.stable === 11)
+    expect(await second).toMatchObject({ status: 'committed' })
+    expect(k.value).toBe(11)
+  })
+
   it('believes f+1 matching attestations, ignores and reports a relay that attests something else', async () => {
     const c = cluster()
     ;(c.relays[0] as { misbehaviour: string }).misbehaviour = 'lie'
