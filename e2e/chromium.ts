@@ -32,7 +32,7 @@ export function ensureChromium(): string {
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
   const hasApt = existsSync('/usr/bin/apt-get')
   if (!isRoot || !hasApt) {
-    throw new Error(`e2e: no Chromium found at ${CANDIDATES.join(' or ')}. Install it with:\n\n  sudo sh -c '${INSTALL_COMMAND}'\n\n(or set STEAD_CHROMIUM to a Chromium binary)`)
+    throw new Error(`e2e: no Chromium found at ${CANDIDATES.join(' or ')}. Install it as root with:\n\n  ${INSTALL_COMMAND}\n\n(or set STEAD_CHROMIUM to a Chromium binary)`)
   }
   process.stderr.write(`e2e: no Chromium found; installing it with: ${INSTALL_COMMAND}\n`)
   execSync(INSTALL_COMMAND, { stdio: ['ignore', process.stderr, process.stderr], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })

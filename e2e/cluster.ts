@@ -45,6 +45,7 @@ export class Cluster {
 
   static async start(options: ClusterOptions): Promise<Cluster> {
     const n = options.relays ?? 4
+    await assertPortsFree(options.basePort, n)
     const dir = mkdtempSync(join(tmpdir(), 'stead-e2e-'))
     const args = [relayBin, 'dev', '--relays', String(n), '--base-port', String(options.basePort), '--dir', dir, '--fresh']
     if (options.byzantine) args.push('--byzantine', '1', '--byzantine-mode', options.byzantine)
@@ -126,5 +127,17 @@ export class Cluster {
       if (this.process.exitCode === null && this.process.signalCode === null) this.process.kill('SIGKILL')
     }
     rmSync(this.dir, { recursive: true, force: true })
+  }
+}
+
+/** Refuses to start on ports where something already answers (e.g. a cluster left over from an interrupted run). */
+async function assertPortsFree(basePort: number, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const port = basePort + i
+    const answered = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(500) }).then(
+      () => true,
+      () => false,
+    )
+    if (answered) throw new Error(`e2e: port ${port} is already in use (a relay left over from an interrupted run?); find it with: ss -ltnp 'sport = :${port}'`)
   }
 }

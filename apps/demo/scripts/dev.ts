@@ -90,13 +90,18 @@ async function waitForRelays(timeoutMs: number): Promise<string[]> {
   return [...pending]
 }
 
-/** A short fingerprint of the cluster's keys: the demo keeps one IndexedDB database per cluster. */
-function clusterTag(): string {
+/**
+ * The dev cluster's descriptor (f, relay ids and keys), which the demo pins
+ * instead of trusting the relays on first use, and a short fingerprint of it:
+ * the demo keeps one IndexedDB database per cluster.
+ */
+function clusterDescriptor(): { descriptor: string; tag: string } {
   const file = join(clusterDir, 'cluster.json')
-  if (!existsSync(file)) return ''
-  const cluster = JSON.parse(readFileSync(file, 'utf8')) as { relays?: Array<{ publicKey: string }> }
-  const keys = (cluster.relays ?? []).map((r) => r.publicKey).join(',')
-  return createHash('sha256').update(keys).digest('hex').slice(0, 8)
+  if (!existsSync(file)) return { descriptor: '', tag: '' }
+  const cluster = JSON.parse(readFileSync(file, 'utf8')) as { f?: number; relays?: Array<{ id: string; publicKey: string; api?: string }> }
+  const relays = (cluster.relays ?? []).map(({ id, publicKey, api }) => ({ id, publicKey, ...(api ? { api } : {}) }))
+  const keys = relays.map((r) => r.publicKey).join(',')
+  return { descriptor: JSON.stringify({ f: cluster.f, relays }), tag: createHash('sha256').update(keys).digest('hex').slice(0, 8) }
 }
 
 async function stop(code = 0): Promise<void> {
@@ -122,7 +127,9 @@ async function main(): Promise<void> {
   if (notUp.length) console.warn(`[relays] not answering yet: ${notUp.join(', ')} (the demo works offline and connects when they are up)`)
 
   process.env.VITE_STEAD_RELAYS = relayUrls.join(',')
-  process.env.VITE_STEAD_CLUSTER_TAG = clusterTag()
+  const { descriptor, tag } = clusterDescriptor()
+  process.env.VITE_STEAD_CLUSTER = descriptor
+  process.env.VITE_STEAD_CLUSTER_TAG = tag
   const { createServer } = await import('vite')
   vite = await createServer({ root: demoDir, configFile: join(demoDir, 'vite.config.ts'), server: { strictPort: false } })
   await vite.listen()

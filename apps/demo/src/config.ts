@@ -13,6 +13,8 @@ export interface DemoConfig {
   readonly user: string
   /** IndexedDB database name of this space's local replica. */
   readonly database: string
+  /** The cluster descriptor to pin; when absent the client trusts what the relays agree on, on first use. */
+  readonly cluster?: unknown
 }
 
 const DEFAULT_PORTS = [7401, 7402, 7403, 7404]
@@ -28,7 +30,8 @@ export function readConfig(location: Location = window.location): DemoConfig {
   const user = params.get('user') || 'You'
   const tag = params.get('db') ?? import.meta.env.VITE_STEAD_CLUSTER_TAG
   const database = tag ? `stead-${space}-${tag}` : `stead-${space}`
-  return { relays, space, user, database }
+  const cluster = import.meta.env.VITE_STEAD_CLUSTER && !params.has('relays') ? (JSON.parse(import.meta.env.VITE_STEAD_CLUSTER) as unknown) : undefined
+  return { relays, space, user, database, ...(cluster ? { cluster } : {}) }
 }
 
 /** ws://host:port (or wss://) → http://host:port (or https://), for the relay's HTTP API. */

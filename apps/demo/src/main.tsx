@@ -18,6 +18,7 @@ const clientPromise: Promise<SteadClient> = createClient({
   relays: [...config.relays],
   space: config.space,
   storage: indexedDbStorage(config.database),
+  ...(config.cluster ? { cluster: config.cluster } : {}),
 })
 // Handy in the console, and for the e2e tests' diagnostics.
 void clientPromise.then((client) => {

@@ -29,6 +29,8 @@ const MAX_KEPT = 50
 export interface PendingSource {
   readonly status: { readonly pending: number }
   onStatus(listener: () => void): () => void
+  /** Problems no promise reports, e.g. regular updates the audit refused. */
+  onError(listener: (error: { readonly reason: string; readonly message: string }) => void): () => void
 }
 
 export class OperationLog {
@@ -41,7 +43,14 @@ export class OperationLog {
   follow(client: PendingSource): () => void {
     this.client = client
     this.markStable()
-    return client.onStatus(() => this.markStable())
+    const offStatus = client.onStatus(() => this.markStable())
+    const offError = client.onError((err) => {
+      this.put({ id: this.nextId++, label: 'client error', safe: false, state: 'failed', startedAt: performance.now(), reason: err.reason, detail: err.message })
+    })
+    return () => {
+      offStatus()
+      offError()
+    }
   }
 
   private markStable(): void {

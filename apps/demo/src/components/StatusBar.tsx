@@ -23,6 +23,11 @@ export function StatusBar() {
       <span className="pill" title="position in the stable (committed) history">
         stable index <b data-testid="status-stable-index">{status.stableIndex}</b>
       </span>
+      {status.problem ? (
+        <p className="problem" data-testid="status-problem">
+          {status.problem}
+        </p>
+      ) : null}
     </header>
   )
 }
