@@ -40,7 +40,13 @@ export class CommitQuorum {
   /** round → relay → the bytes (hex) it signed for that round */
   private readonly signedBy = new Map<number, Map<number, string>>()
 
-  constructor(private readonly f: number) {}
+  /** Attestations held per relay: a Byzantine relay cannot grow this without bound with far-future rounds. */
+  private readonly held = new Map<number, number>()
+
+  constructor(
+    private readonly f: number,
+    private readonly maxPerRelay = 10_000,
+  ) {}
 
   /** Whether an attestation is already behind `at` (applied or superseded): no need to verify it. */
   static stale(a: Pick<Attestation, 'fromIndex' | 'round'>, at: ChainPosition): boolean {
@@ -54,6 +60,11 @@ export class CommitQuorum {
     // A relay's first word for a round is its word: a second, different one is equivocation.
     const earlier = byRelay.get(relay)
     if (earlier !== undefined && earlier !== key) return
+    if (earlier === undefined) {
+      const held = this.held.get(relay) ?? 0
+      if (held >= this.maxPerRelay) return
+      this.held.set(relay, held + 1)
+    }
     byRelay.set(relay, key)
     let entries = this.rounds.get(attestation.round)
     if (!entries) this.rounds.set(attestation.round, (entries = new Map()))
@@ -86,7 +97,11 @@ export class CommitQuorum {
   /** Forgets everything at or below `at` (applied, or never to be applied). */
   prune(at: ChainPosition): void {
     for (const round of this.rounds.keys()) if (round <= at.lastRound) this.rounds.delete(round)
-    for (const round of this.signedBy.keys()) if (round <= at.lastRound) this.signedBy.delete(round)
+    for (const [round, byRelay] of this.signedBy) {
+      if (round > at.lastRound) continue
+      for (const relay of byRelay.keys()) this.held.set(relay, (this.held.get(relay) ?? 1) - 1)
+      this.signedBy.delete(round)
+    }
   }
 
   /** Attestations held (for bounds and tests). */
