@@ -183,6 +183,28 @@ describe('handles and values', () => {
     expect(seats.rights).toBe(1)
   })
 
+  it('reports status changes, and updates the relays refuse for good through results and onError', async () => {
+    const c = cluster()
+    c.refuse = (env) => (env.updates.some((u) => u.key.startsWith('admin:')) || env.safe.some((g) => g.updates.some((u) => u.key.startsWith('admin:'))) ? 'unauthorized' : undefined)
+    const a = await client(c)
+    const seen: boolean[] = []
+    a.onStatus((s) => seen.push(s.online))
+    const errors: Array<{ reason: string; keys: readonly string[] }> = []
+    a.onError((e) => errors.push({ reason: e.reason, keys: (e as { keys?: readonly string[] }).keys ?? [] }))
+    await until('online', () => a.status.online)
+    expect(seen).toContain(true)
+    const admin = a.counter('admin:budget')
+    await admin.increment(5)
+    expect(admin.value).toBe(5)
+    await until('refusal reported', () => errors.length > 0)
+    expect(errors[0]).toEqual({ reason: 'unauthorized', keys: ['admin:budget'] })
+    expect(admin.value).toBe(0) // undone locally: it will never commit
+    expect(await admin.increment(1, { safe: true })).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    expect(a.status.pending).toBe(0)
+    for (const r of c.relays) r.setOnline(false)
+    await until('offline reported', () => seen[seen.length - 1] === false)
+  })
+
   it('rejects bad input with typed errors and refuses use after close', async () => {
     const c = cluster()
     const a = await client(c)

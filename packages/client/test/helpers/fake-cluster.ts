@@ -40,6 +40,8 @@ export class FakeCluster {
   private timer: ReturnType<typeof setInterval> | undefined
   /** Submitted frames, for tests that count them. */
   readonly submitted: string[] = []
+  /** A policy every relay applies at submit, like a closed space's writers list: a reason refuses the envelope. */
+  refuse: (env: Envelope) => 'unauthorized' | undefined = () => undefined
 
   constructor(
     readonly space: string,
@@ -88,6 +90,8 @@ export class FakeCluster {
   take(frame: Uint8Array): 'queued' | 'duplicate' {
     const env = openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: verifySync }, decode(frame))
     if (env.space !== this.space) throw new SteadError('unauthorized', `unknown space ${env.space}`)
+    const refused = this.refuse(env)
+    if (refused) throw new SteadError(refused, `author ${env.authorId} may not write to ${this.space}`)
     this.submitted.push(env.idHex)
     if (this.queued.has(env.idHex) || this.audit.decided(env)) return 'duplicate'
     this.queued.add(env.idHex)
