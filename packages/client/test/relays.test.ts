@@ -16,7 +16,7 @@ describe('clients against a real relay cluster', () => {
   beforeAll(async () => {
     cluster = await TestCluster.create(4)
     await cluster.startAll((i) => (i === 3 ? ['--byzantine', 'equivocate'] : []))
-  }, 60_000)
+  }, 90_000)
 
   afterAll(async () => {
     for (const c of clients) await c.close()

@@ -71,7 +71,7 @@ export class TestCluster {
     r.process = null
   }
 
-  async waitHealthy(i: number, timeoutMs = 20_000): Promise<void> {
+  async waitHealthy(i: number, timeoutMs = 60_000): Promise<void> {
     const r = this.relays[i] as TestRelay
     const deadline = Date.now() + timeoutMs
     while (Date.now() < deadline) {
