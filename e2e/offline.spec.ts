@@ -87,3 +87,41 @@ test('a reload restores the state from IndexedDB before any relay answers', asyn
     await alice.close(testInfo)
   }
 })
+
+test('updates made offline survive a reload and commit when the relays answer again', async ({ browser }, testInfo) => {
+  const space = freshSpace(testInfo)
+  const alice = await openUser(browser, cluster().urls, space, 'Alice', { controlRelayTraffic: true })
+  const bob = await openUser(browser, cluster().urls, space, 'Bob')
+  try {
+    await alice.deposit('main', 100)
+    await alice.expectBalance('main', 100)
+    await bob.expectBalance('main', 100)
+
+    await alice.setRelaysReachable(false)
+    await alice.expectOnline(false)
+    await alice.withdraw('main', 60)
+    await alice.deposit('travel', 7)
+    await expect(alice.balance('main', 'prospective')).toHaveText('40')
+    await expect(alice.ops().filter({ hasText: 'deposit 7 to Travel' })).toHaveAttribute('data-state', 'stored')
+    await alice.screenshot('offline-pending.png')
+
+    // The tab goes away with both updates undecided; the SDK kept them in IndexedDB.
+    await alice.page.reload()
+    await expect(alice.page.getByTestId('app')).toBeVisible()
+    await expect(alice.balance('main', 'prospective')).toHaveText('40')
+    await expect(alice.balance('main', 'stable')).toHaveText('100')
+    await expect(alice.balance('travel', 'prospective')).toHaveText('7')
+    await expect(alice.page.getByTestId('status-pending')).not.toHaveText('0')
+
+    await alice.setRelaysReachable(true)
+    await alice.expectOnline(true)
+    for (const user of [alice, bob]) {
+      await user.expectBalance('main', 40)
+      await user.expectBalance('travel', 7)
+    }
+    await expect(alice.page.getByTestId('status-pending')).toHaveText('0')
+  } finally {
+    await alice.close(testInfo)
+    await bob.close(testInfo)
+  }
+})
