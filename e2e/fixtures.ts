@@ -50,8 +50,8 @@ export class User {
   /** Relay connections of this context, when its network is controlled (see `openUser`). */
   private readonly sockets = new Set<WebSocketRoute>()
   private relaysReachable = true
-  /** Relay requests and sessions refused while the relays were unreachable. */
-  refused = 0
+  /** Relay HTTP requests and WebSocket sessions refused while the relays were unreachable. */
+  readonly refused = { http: 0, sessions: 0 }
 
   constructor(
     readonly name: string,
@@ -74,12 +74,12 @@ export class User {
     const matches = (url: URL) => hosts.includes(url.host)
     await this.context.route(matches, (route) => {
       if (this.relaysReachable) return route.continue()
-      this.refused++
+      this.refused.http++
       return route.abort('connectionrefused')
     })
     await this.context.routeWebSocket(matches, (ws) => {
       if (!this.relaysReachable) {
-        this.refused++
+        this.refused.sessions++
         return ws.close({ code: 1011, reason: 'e2e: relays unreachable' })
       }
       this.sockets.add(ws)
