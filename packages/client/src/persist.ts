@@ -22,6 +22,9 @@ export interface Restored {
   readonly cluster: ClusterDescriptor | undefined
   readonly author: AuthorState
   readonly position: ChainPosition
+  /** The replica's checkpoint (ReliableReplica.checkpoint()), if one was written. */
+  readonly checkpoint: unknown
+  /** Attested commits after the checkpoint, in the order applied. */
   readonly commits: CommitRecord[]
   /** Own envelopes not yet decided, in sequence order. */
   readonly outbox: Uint8Array[]
@@ -35,8 +38,8 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
 /**
  * The client's records in a ClientStorage, under the space's prefix:
  *
- *   [space, 'meta', 'identity' | 'cluster' | 'author' | 'position']
- *   [space, 'commit', n]      attested commits in the order applied
+ *   [space, 'meta', 'identity' | 'cluster' | 'author' | 'position' | 'checkpoint']
+ *   [space, 'commit', n]      attested commits applied since the checkpoint, in order
  *   [space, 'outbox', seq]    own envelopes not yet decided
  *   [space, 'inbox', idHex]   received envelopes not yet decided
  *
@@ -45,6 +48,8 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  */
 export class ClientRecords {
   private nextCommit = 0
+  /** Commit records stored since the last checkpoint: the next checkpoint deletes them. */
+  private stored: number[] = []
 
   constructor(
     readonly storage: ClientStorage,
@@ -53,22 +58,24 @@ export class ClientRecords {
 
   async restore(): Promise<Restored> {
     const s = this.space
-    const [identity, cluster, author, position, commits, outbox, inbox] = await Promise.all([
+    const [identity, cluster, author, position, checkpoint, commits, outbox, inbox] = await Promise.all([
       this.storage.load([s, 'meta', 'identity']),
       this.storage.load([s, 'meta', 'cluster']),
       this.storage.load([s, 'meta', 'author']),
       this.storage.load([s, 'meta', 'position']),
+      this.storage.load([s, 'meta', 'checkpoint']),
       this.storage.loadRange([s, 'commit']),
       this.storage.loadRange([s, 'outbox']),
       this.storage.loadRange([s, 'inbox']),
     ])
-    const last = commits[commits.length - 1]
-    this.nextCommit = last ? Number(last.key[2]) + 1 : 0
+    this.stored = commits.map((e) => Number(e.key[2]))
+    this.nextCommit = (this.stored[this.stored.length - 1] ?? -1) + 1
     return {
       secretKey: identity,
       cluster: cluster && decodeCluster(cluster),
       author: author ? decodeAuthor(author) : { seq: 0, clock: clockInit() },
       position: position ? decodePosition(position) : { stableIndex: 0, lastRound: 0 },
+      checkpoint: checkpoint && decode(checkpoint, 1024 * 1024 * 1024),
       commits: commits.map((e) => decodeCommit(e.value)),
       outbox: outbox.map((e) => e.value),
       inbox: inbox.map((e) => e.value),
@@ -89,8 +96,26 @@ export class ClientRecords {
 
   /** A commit and the position it leads to: always written together. */
   commit(record: CommitRecord, position: ChainPosition): StorageChange[] {
+    const n = this.nextCommit++
+    this.stored.push(n)
     return [
-      { key: [this.space, 'commit', pad(this.nextCommit++)], value: encode([record.round, record.attestation, record.frames]) },
+      { key: [this.space, 'commit', pad(n)], value: encode([record.round, record.attestation, record.frames]) },
+      { key: [this.space, 'meta', 'position'], value: encode([position.stableIndex, position.lastRound]) },
+    ]
+  }
+
+  /** Commits stored since the last checkpoint. */
+  get sinceCheckpoint(): number {
+    return this.stored.length
+  }
+
+  /** Replaces every stored commit with the replica's checkpoint at `position` (in the same atomic write as the last commit, or alone). */
+  checkpoint(checkpoint: unknown, position: ChainPosition): StorageChange[] {
+    const deletes = this.stored.map((n): StorageChange => ({ key: [this.space, 'commit', pad(n)], value: undefined }))
+    this.stored = []
+    return [
+      ...deletes,
+      { key: [this.space, 'meta', 'checkpoint'], value: encode(checkpoint) },
       { key: [this.space, 'meta', 'position'], value: encode([position.stableIndex, position.lastRound]) },
     ]
   }

@@ -65,6 +65,8 @@ export interface ClientOptions {
   readonly maxBatchOps?: number
   /** An envelope not decided this long after it was sent goes to another relay too. Default 2000 ms. */
   readonly resubmitAfterMs?: number
+  /** Stored commits are folded into one replica checkpoint this often (and on close). Default 256. */
+  readonly checkpointEvery?: number
   /** Reconnect backoff. Default 250 ms doubling to 10 s, with jitter. */
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   /** Injected platform pieces (defaults per platform; tests pass fakes). */

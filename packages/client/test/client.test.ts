@@ -446,4 +446,45 @@ describe('persistence', () => {
     const again = await client(c, { storage: indexedDbStorage(name) })
     expect(snapshot(again)).toEqual(before)
   })
+
+  it('recovers after a crash from its checkpoint plus the commits stored after it', async () => {
+    const c = cluster()
+    const disk = memoryStorage()
+    // The same store seen by a process that may die: once it is dead, nothing more it writes lands.
+    const view = (dead: { now: boolean }): ClientStorage => ({
+      load: (k) => disk.load(k),
+      loadRange: (p) => disk.loadRange(p),
+      write: (ch) => (dead.now ? new Promise<void>(() => undefined) : disk.write(ch)),
+      removeRange: (p) => (dead.now ? new Promise<void>(() => undefined) : disk.removeRange(p)),
+      close: async () => undefined,
+    })
+    const first = { now: false }
+    const a = await client(c, { storage: view(first), checkpointEvery: 3 })
+    await until('online', () => a.status.online)
+    const k = a.counter('k', { min: 0 })
+    const s = a.set<string>('s')
+    for (let i = 1; i <= 8; i++) {
+      await k.increment(i)
+      await s.add(`e${i}`)
+      await a.flush()
+      await commitUntil(c, `commit ${i}`, () => a.status.pending === 0)
+    }
+    expect(k.stable).toBe(36)
+    const before = { k: [k.value, k.stable, k.history()], s: s.stableValues().sort(), index: a.status.stableIndex }
+    // 8 commits with a checkpoint every 3: storage holds the checkpoint after 6 and commits 7 and 8.
+    expect((await disk.loadRange(['bank', 'commit'])).length).toBe(2)
+    first.now = true // it crashes: no close, no final checkpoint
+    open.splice(open.indexOf(a), 1)
+    for (const l of (a as unknown as { links: Array<{ stop(): void }> }).links) l.stop()
+    const b = await client(c, { storage: view({ now: false }), checkpointEvery: 3 })
+    const k2 = b.counter('k', { min: 0 })
+    expect({ k: [k2.value, k2.stable, k2.history()], s: b.set<string>('s').stableValues().sort(), index: b.status.stableIndex }).toEqual(before)
+    // And it goes on from there with the relays.
+    await until('online', () => b.status.online)
+    const stop = c.autoCommit(5)
+    expect(await k2.decrement(30, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(await k2.decrement(7, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    stop()
+    expect(k2.stable).toBe(6)
+  })
 })

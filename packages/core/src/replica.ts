@@ -3,6 +3,7 @@ import { encode } from './codec.ts'
 import {
   asGeneric,
   createCrdt,
+  decodeDeclaration,
   describeDeclaration,
   encodeDeclaration,
   sameDeclaration,
@@ -11,7 +12,9 @@ import {
   type ApplyResult,
   type Declaration,
   type OpContext,
+  restoreCrdt,
 } from './crdt/index.ts'
+import type { Signed } from './codec.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 
@@ -86,6 +89,7 @@ interface AuthorState {
 }
 
 const RECENT_IDS_PER_AUTHOR = 256
+const CHECKPOINT_TAG = 'stead/checkpoint/v1'
 
 /**
  * The reliable replica of one space (Janus): a prospective state that shows
@@ -222,6 +226,50 @@ export class ReliableReplica {
 
   stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
     return sha256(encode(this.stableSnapshot()))
+  }
+
+  /**
+   * Everything the stable path holds, msgpack-friendly: the stable snapshot,
+   * each author's recent ids (to tell duplicates from conflicts), envelopes
+   * parked behind a gap, the commit position and the in-memory histories.
+   * `ReliableReplica.restore` rebuilds a replica that audits every later
+   * commit exactly as this one would. Pending (prospective-only) envelopes
+   * are not included: the caller keeps and re-receives those.
+   */
+  checkpoint(): unknown {
+    const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, [...a.recent.entries()]])
+    const waiting = [...this.waiting.values()].flatMap((q) => [...q.values()].map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]))
+    const histories = [...this.histories.entries()].map(([key, h]) => [key, h.map((e) => [e.index, e.value])])
+    return [CHECKPOINT_TAG, this.stableSnapshot(), this.commits, authors, waiting, histories]
+  }
+
+  /**
+   * Rebuilds a replica from `checkpoint()` output. Trusted input (the
+   * caller's own storage): `open` turns a parked envelope's signed bytes
+   * back into an Envelope, typically without verifying the signature again.
+   */
+  static restore(options: ReplicaOptions, checkpoint: unknown, open: (signed: Signed) => Envelope): ReliableReplica {
+    const [tag, stable, commits, authors, waiting, histories] = checkpoint as [string, unknown[], number, Array<[string, number, Array<[number, string]>]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>]
+    if (tag !== CHECKPOINT_TAG) throw new SteadError('malformed', `not a ${CHECKPOINT_TAG}`)
+    const [, space, index, , objects] = stable as [string, string, number, unknown, Array<[string, unknown, unknown]>]
+    if (space !== options.space) throw new SteadError('malformed', `checkpoint of space ${space}, not ${options.space}`)
+    const r = new ReliableReplica(options)
+    r.index = index
+    r.commits = commits
+    for (const [key, enc, snap] of objects) {
+      const decl = decodeDeclaration(enc)
+      r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
+      r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
+    }
+    for (const [id, seq, recent] of authors) r.authors.set(id, { seq, recent: new Map(recent) })
+    for (const [bytes, sig, since] of waiting) {
+      const env = open({ bytes, sig })
+      let queue = r.waiting.get(env.authorId)
+      if (!queue) r.waiting.set(env.authorId, (queue = new Map()))
+      queue.set(env.seq, { env, since })
+    }
+    for (const [key, h] of histories) r.histories.set(key, h.map(([i, value]) => ({ index: i, value })))
+    return r
   }
 
   // ---- prospective path ----

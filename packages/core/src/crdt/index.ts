@@ -1,8 +1,8 @@
 import { SteadError } from '../errors.ts'
 import { BoundedCounter, validateBoundedCounterOp, validateBoundedCounterParams, type BoundedCounterOp, type BoundedCounterParams } from './bounded-counter.ts'
 import { PNCounter, validateCounterBounds, validateCounterOp, type CounterBounds, type CounterOp } from './counter.ts'
-import { LWWRegister, validateRegisterOp, type RegisterOp } from './register.ts'
-import { ORSet, validateSetBounds, validateSetOp, type SetBounds, type SetOp } from './set.ts'
+import { LWWRegister, validateRegisterOp, type RegisterOp, type RegisterValue } from './register.ts'
+import { ORSet, validateSetBounds, validateSetOp, type SetBounds, type SetElement, type SetOp } from './set.ts'
 import type { Crdt } from './types.ts'
 
 export * from './types.ts'
@@ -120,6 +120,20 @@ export function createCrdt(d: Declaration): AnyCrdt {
       return new LWWRegister()
     case 'bounded-counter':
       return new BoundedCounter(d.params)
+  }
+}
+
+/** Rebuilds a CRDT from its `snapshot()` (trusted input: a replica's own checkpoint). */
+export function restoreCrdt(d: Declaration, snap: unknown): AnyCrdt {
+  switch (d.type) {
+    case 'counter':
+      return PNCounter.fromSnapshot(d.bounds, snap as Array<[string, number, number]>)
+    case 'set':
+      return ORSet.fromSnapshot(d.bounds, snap as Array<[SetElement, Array<[string, boolean, string[]]>]>)
+    case 'register':
+      return LWWRegister.fromSnapshot(snap as Array<[string, string, number, RegisterValue]>)
+    case 'bounded-counter':
+      return BoundedCounter.fromSnapshot(d.params, snap as { R: Array<[string, string, number]>; U: Array<[string, number]> })
   }
 }
 
