@@ -8,6 +8,7 @@ import {
   attestedDecision,
   batchDigest,
   bytesEqual,
+  clockFrom,
   clockMerge,
   clockUpdate,
   createCrdt,
@@ -555,7 +556,7 @@ export class SteadClient {
     }
     let env: Envelope
     const seq = this.seq + 1
-    const clock = clockUpdate(this.authorId, this.clock, this.seenClocks.length <= 64 ? this.seenClocks : [clockMerge(this.clock, ...this.seenClocks)])
+    const clock = boundClock(clockUpdate(this.authorId, this.clock, this.seenClocks.length <= 64 ? this.seenClocks : [clockMerge(this.clock, ...this.seenClocks)]), this.authorId)
     try {
       env = await sealEnvelope(this.crypto, this.identity, { space: this.space, seq, clock, deps: this.frontier.slice(-16), updates, safe })
       const frame = encodeEnvelope(env)
@@ -961,6 +962,21 @@ function outgoing(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Defer
     accepted: false,
   }
 }
+
+/**
+ * A clock names every author this client has heard from; in a busy space that
+ * would make every envelope grow with the number of writers. Past 256
+ * entries keep this author's own and the most advanced others: the clock
+ * stays monotone for this author, and only loses causal detail about
+ * authors it heard from least (nothing in the audit depends on it).
+ */
+function boundClock(c: Clock, self: string): Clock {
+  if (c.size <= MAX_CLOCK_ENTRIES) return c
+  const others = [...c].filter(([id]) => id !== self).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+  return clockFrom([[self, c.get(self) ?? 0], ...others.slice(0, MAX_CLOCK_ENTRIES - 1)])
+}
+
+const MAX_CLOCK_ENTRIES = 256
 
 function positive(n: number): number {
   if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `amounts are positive safe integers, got ${n}`)

@@ -2,6 +2,7 @@ import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { authorIdOf, clockInit, clockUpdate, encodeEnvelope, sealEnvelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type SteadClient } from '../src/index.node.ts'
@@ -203,6 +204,25 @@ describe('handles and values', () => {
     expect(a.status.pending).toBe(0)
     for (const r of c.relays) r.setOnline(false)
     await until('offline reported', () => seen[seen.length - 1] === false)
+  })
+
+  it('keeps its clock bounded however many authors it hears from', async () => {
+    const c = cluster()
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    for (let i = 0; i < 270; i++) {
+      const secretKey = nodeCrypto.generateSecretKey()
+      const me = { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
+      const env = await sealEnvelope(nodeCrypto, me, { space: 'bank', seq: 1, clock: clockUpdate(authorIdOf(nodeCrypto, me.publicKey), clockInit()), deps: [], updates: [{ key: 'crowd', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+      c.take(encodeEnvelope(env))
+    }
+    await until('heard all', () => a.counter('crowd').value === 270, 30_000)
+    await a.counter('crowd').increment(1)
+    await a.flush()
+    const mine = c.lastTaken!
+    expect(mine.authorId).toBe(a.authorId)
+    expect(mine.clock.size).toBe(256)
+    expect(mine.clock.get(a.authorId)).toBe(1)
   })
 
   it('rejects bad input with typed errors and refuses use after close', async () => {

@@ -40,6 +40,8 @@ export class FakeCluster {
   private timer: ReturnType<typeof setInterval> | undefined
   /** Submitted frames, for tests that count them. */
   readonly submitted: string[] = []
+  /** The last envelope a relay was given. */
+  lastTaken: Envelope | undefined
   /** A policy every relay applies at submit, like a closed space's writers list: a reason refuses the envelope. */
   refuse: (env: Envelope) => 'unauthorized' | undefined = () => undefined
 
@@ -93,6 +95,7 @@ export class FakeCluster {
     const refused = this.refuse(env)
     if (refused) throw new SteadError(refused, `author ${env.authorId} may not write to ${this.space}`)
     this.submitted.push(env.idHex)
+    this.lastTaken = env
     if (this.queued.has(env.idHex) || this.audit.decided(env)) return 'duplicate'
     this.queued.add(env.idHex)
     this.queue.push({ frame, env })
