@@ -40,7 +40,7 @@ async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promi
   return cl
 }
 
-async function until(what: string, check: () => boolean, ms = 5000): Promise<void> {
+async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
   const end = Date.now() + ms
   while (!check()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
@@ -49,7 +49,7 @@ async function until(what: string, check: () => boolean, ms = 5000): Promise<voi
 }
 
 /** Commits whatever the relays hold until `check` holds. */
-async function commitUntil(c: FakeCluster, what: string, check: () => boolean, ms = 5000): Promise<void> {
+async function commitUntil(c: FakeCluster, what: string, check: () => boolean, ms = 15_000): Promise<void> {
   const end = Date.now() + ms
   while (!check()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
