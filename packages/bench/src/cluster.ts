@@ -61,14 +61,25 @@ export class BenchCluster {
   static async start(spec: ClusterSpec): Promise<BenchCluster> {
     const c = new BenchCluster(spec)
     const entries = []
+    // A port just closed may be handed out again: never give two relays (or mesh and API) the same one.
+    const taken = new Set<number>()
+    const port = async (): Promise<number> => {
+      for (;;) {
+        const p = await freePort()
+        if (!taken.has(p)) {
+          taken.add(p)
+          return p
+        }
+      }
+    }
     for (let i = 0; i < spec.n; i++) {
       const id = `r${i + 1}`
       const data = join(c.dir, id)
       mkdirSync(data, { recursive: true })
       const key = generateIdentity()
       writeIdentity(join(data, 'key.json'), key)
-      const api = `127.0.0.1:${await freePort()}`
-      entries.push({ id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api })
+      const api = `127.0.0.1:${await port()}`
+      entries.push({ id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await port()}`, api })
       const byz = spec.byzantine && i >= spec.n - spec.byzantine.count ? spec.byzantine.mode : null
       c.relays.push({ id, api, data, process: null, log: '', byzantine: byz })
     }
