@@ -214,26 +214,29 @@ export class SteadClient {
       this.assertOpen()
       const items: DraftItem[] = []
       const spent = new Map<string, number>()
-      const declFor = (kind: Kind, key: string, fallback: Declaration): Declaration => {
+      // Like opening a handle: the declaration it is open with, else the committed one, else the given one.
+      const declFor = (kind: Kind, key: string, given: Declaration, explicit = false): Declaration => {
         const h = this.handles.get(key)
-        if (h) {
-          if (h.kind !== kind) throw new SteadError('type-mismatch', `${key} is open as a ${h.kind}, not a ${kind}`)
-          return h.handle.declaration
+        const known = h?.handle.declaration ?? this.replica.declaration(key)
+        if (!known) return given
+        if (known.type !== kind || (explicit && !sameDeclaration(known, given))) {
+          throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(known)}, not ${describeDeclaration(given)}`)
         }
-        const fixed = this.replica.declaration(key)
-        if (fixed && fixed.type !== kind) throw new SteadError('type-mismatch', `${key} is a ${fixed.type}, not a ${kind}`)
-        return fixed ?? fallback
+        return known
       }
       const tx: Transaction = {
-        counter: (key) => {
-          const decl = declFor('counter', key, { type: 'counter', bounds: {} })
+        counter: (key, invariants) => {
+          const bounds: { min?: number; max?: number } = {}
+          if (invariants?.min !== undefined) bounds.min = invariants.min
+          if (invariants?.max !== undefined) bounds.max = invariants.max
+          const decl = declFor('counter', key, { type: 'counter', bounds }, invariants !== undefined)
           return {
             increment: (n = 1) => void items.push({ key, decl, intent: positive(n) }),
             decrement: (n = 1) => void items.push({ key, decl, intent: -positive(n) }),
           }
         },
-        set: (key) => {
-          const decl = declFor('set', key, { type: 'set', bounds: {} })
+        set: (key, invariants) => {
+          const decl = declFor('set', key, { type: 'set', bounds: invariants?.maxSize === undefined ? {} : { maxSize: invariants.maxSize } }, invariants !== undefined)
           return {
             add: (e) => void items.push({ key, decl, intent: ['a', e] }),
             delete: (e) => void items.push({ key, decl, intent: { remove: e } }),
@@ -340,6 +343,7 @@ export class SteadClient {
     await this.sealing.catch(() => undefined)
     this.closed = true
     if (this.pump) clearInterval(this.pump)
+    this.unfollowNetwork?.()
     if (this.trustTimer) clearTimeout(this.trustTimer)
     if (this.inboxTimer) clearTimeout(this.inboxTimer)
     for (const l of this.links) l.stop()
@@ -368,9 +372,35 @@ export class SteadClient {
     if (this.cluster) this.connect()
     else this.trustOnFirstUse(0)
     const every = Math.max(50, Math.min(500, (this.options.resubmitAfterMs ?? 2000) / 4))
-    this.pump = setInterval(() => this.resubmit(), every)
+    this.pump = setInterval(() => {
+      this.resubmit()
+      const { pingAfterMs, deadAfterMs } = this.options.heartbeat ?? { pingAfterMs: 5000, deadAfterMs: 15_000 }
+      for (const l of this.links) l.heartbeat(this.now(), pingAfterMs, deadAfterMs)
+    }, every)
     ;(this.pump as { unref?: () => void }).unref?.()
+    this.followNetwork()
   }
+
+  /** In browsers: drop sessions when the device goes offline, reconnect at once when it is back. */
+  private followNetwork(): void {
+    const target = globalThis as { addEventListener?: (t: string, l: () => void) => void; removeEventListener?: (t: string, l: () => void) => void }
+    if (typeof target.addEventListener !== 'function' || typeof target.removeEventListener !== 'function') return
+    const offline = (): void => {
+      for (const l of this.links) l.pause()
+      this.emitStatus()
+    }
+    const online = (): void => {
+      for (const l of this.links) if (!l.ready) l.restart()
+    }
+    target.addEventListener('offline', offline)
+    target.addEventListener('online', online)
+    this.unfollowNetwork = () => {
+      target.removeEventListener?.('offline', offline)
+      target.removeEventListener?.('online', online)
+    }
+  }
+
+  private unfollowNetwork: (() => void) | undefined
 
   private trustOnFirstUse(attempt: number): void {
     const fetchFn = this.options.fetch ?? this.platform.fetch
@@ -414,6 +444,7 @@ export class SteadClient {
           crypto: this.crypto,
           identity: this.identity,
           keyOf: (i) => cluster.relays[i]?.publicKey,
+          now: this.now,
           ...(this.options.backoff ? { backoff: this.options.backoff } : {}),
           handlers: {
             ready: (link) => {
@@ -938,8 +969,9 @@ export class SteadClient {
 
 /** Builds transactions for `client.safe`. */
 export interface Transaction {
-  counter(key: string): { increment(n?: number): void; decrement(n?: number): void }
-  set<T extends SetElement = SetElement>(key: string): { add(e: T): void; delete(e: T): void }
+  /** Invariants are only needed for an object not opened and not committed yet; given for one that is, they must match. */
+  counter(key: string, invariants?: { min?: number; max?: number }): { increment(n?: number): void; decrement(n?: number): void }
+  set<T extends SetElement = SetElement>(key: string, invariants?: { maxSize?: number }): { add(e: T): void; delete(e: T): void }
   register<T extends RegisterValue = RegisterValue>(key: string): { set(v: T): void }
   boundedCounter(key: string): { increment(n?: number): void; decrement(n?: number): void }
 }

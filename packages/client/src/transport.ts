@@ -47,6 +47,8 @@ export interface LinkOptions {
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   /** For deterministic tests; defaults to Math.random. */
   readonly random?: () => number
+  /** Wall clock; defaults to Date.now. */
+  readonly now?: () => number
 }
 
 const OPEN = 1
@@ -65,6 +67,9 @@ export class RelayLink {
   /** Set when the relay was caught misbehaving; the link stays down. */
   faulty: string | undefined
   lastError: string | undefined
+  /** When the relay last sent anything (Date.now() of the injected clock): a session that goes quiet is dead. */
+  lastHeard = 0
+  private pings = 0
   private socket: SocketLike | undefined
   private stopped = false
   private attempt = 0
@@ -134,9 +139,19 @@ export class RelayLink {
 
   /** Closes the current session at once and reconnects with backoff (used after a relay's error, to test reconnects, and by `reconnect()`). */
   restart(): void {
+    if (this.stopped || this.faulty) return
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
     this.drop()
     this.attempt = 0
     this.start()
+  }
+
+  /** Closes the session and waits (with backoff) before trying again: the network is known to be down. */
+  pause(): void {
+    if (this.stopped || this.faulty) return
+    this.drop()
+    if (!this.timer) this.retry()
   }
 
   private drop(): void {
@@ -165,7 +180,23 @@ export class RelayLink {
     this.options.handlers.untrusted(this, why)
   }
 
+  /**
+   * Keeps a ready session honest: pings when it has been quiet for
+   * `pingAfterMs`, and drops it (to reconnect) when nothing at all came back
+   * for `deadAfterMs`. A vanished network otherwise looks connected until
+   * TCP gives up, which can take minutes.
+   */
+  heartbeat(now: number, pingAfterMs: number, deadAfterMs: number): void {
+    if (!this.ready) return
+    const quiet = now - this.lastHeard
+    if (quiet >= deadAfterMs) {
+      this.lastError = `no answer from the relay for ${Math.round(quiet / 1000)} s`
+      this.restart()
+    } else if (quiet >= pingAfterMs) this.send({ type: 'ping', n: this.pings++ })
+  }
+
   private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
+    this.lastHeard = (this.options.now ?? Date.now)()
     if (m.type === 'challenge') {
       const pinned = this.options.keyOf(m.relay)
       if (!pinned || !bytesEqual(pinned, m.relayKey)) {

@@ -67,6 +67,8 @@ export interface ClientOptions {
   readonly resubmitAfterMs?: number
   /** Stored commits are folded into one replica checkpoint this often (and on close). Default 256. */
   readonly checkpointEvery?: number
+  /** A quiet session is pinged after `pingAfterMs` and dropped (then reconnected) after `deadAfterMs` without any message. Default 5 s / 15 s. */
+  readonly heartbeat?: { readonly pingAfterMs: number; readonly deadAfterMs: number }
   /** Reconnect backoff. Default 250 ms doubling to 10 s, with jitter. */
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   /** Injected platform pieces (defaults per platform; tests pass fakes). */

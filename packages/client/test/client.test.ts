@@ -140,6 +140,14 @@ describe('handles and values', () => {
     expect([alice.stable, bob.stable]).toEqual([3, 7])
     expect([alice.value, bob.value]).toEqual([3, 7])
     await expect(a.safe(() => undefined)).rejects.toMatchObject({ reason: 'malformed' })
+    // A transaction can declare an object no one opened yet, and must match one that is open.
+    const carol = a.safe((tx) => tx.counter('acct:carol', { min: 0 }).increment(1))
+    await expect(a.safe((tx) => tx.counter('acct:alice', { min: 5 }).increment(1))).rejects.toMatchObject({ reason: 'type-mismatch' })
+    await expect(a.safe((tx) => tx.set('acct:alice').add('x'))).rejects.toMatchObject({ reason: 'type-mismatch' })
+    const stop2 = c.autoCommit(5)
+    expect(await carol).toMatchObject({ status: 'committed' })
+    stop2()
+    expect(a.counter('acct:carol', { min: 0 }).stable).toBe(1)
   })
 
   it('supports sets, registers and bounded counters', async () => {
@@ -242,6 +250,29 @@ describe('handles and values', () => {
 })
 
 describe('transport', () => {
+  it('drops a session that goes quiet and reconnects; follows the browser offline and online events', async () => {
+    const c = cluster()
+    // Node has no window events; lend it an EventTarget as a browser's globalThis would have.
+    const win = new EventTarget()
+    const g = globalThis as { addEventListener?: unknown; removeEventListener?: unknown }
+    g.addEventListener = win.addEventListener.bind(win)
+    g.removeEventListener = win.removeEventListener.bind(win)
+    const a = await client(c, { heartbeat: { pingAfterMs: 20, deadAfterMs: 120 }, resubmitAfterMs: 80 })
+    delete g.addEventListener
+    delete g.removeEventListener
+    await until('online', () => a.status.online)
+    // Relay 0's socket stays open but nothing comes back: a network that vanished under it.
+    const session = [...(c.relays[0] as { sessions: Set<{ send: (m: unknown) => void }> }).sessions][0]!
+    session.send = () => undefined
+    await until('relay 0 dropped', () => a.status.relays[0]?.connected === false, 5000)
+    await until('relay 0 back', () => a.status.relays[0]?.connected === true, 5000)
+    // The browser says the device is offline: sessions close; back online: they reconnect at once.
+    win.dispatchEvent(new Event('offline'))
+    expect(a.status.online).toBe(false)
+    win.dispatchEvent(new Event('online'))
+    await until('online again', () => a.status.online, 5000)
+  })
+
   it('queues offline, keeps values readable and writable, and syncs on reconnect', async () => {
     const c = cluster()
     for (const r of c.relays) r.setOnline(false)

@@ -241,6 +241,7 @@ class FakeSession {
       for (const entry of this.cluster.log) if (entry.fromIndex >= m.fromIndex) this.sendCommit(entry)
       return
     }
+    if (m.type === 'ping') return this.send({ type: 'pong', n: m.n })
     if (m.type === 'submit') {
       if (this.relay.misbehaviour === 'censor') return this.send({ type: 'accepted', id: m.id, status: 'queued' })
       try {
