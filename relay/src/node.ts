@@ -125,7 +125,16 @@ export class RelayNode {
   async start(): Promise<void> {
     this.store = RelayStore.open(this.options.dataDir)
     const gcDepth = this.options.gcDepth ?? GC_DEPTH
-    const recovered = this.store.recover(relayCrypto, this.committee, gcDepth)
+    let recovered: ReturnType<RelayStore['recover']>
+    try {
+      recovered = this.store.recover(relayCrypto, this.committee, gcDepth)
+    } catch (err) {
+      await this.store.close()
+      if (err instanceof SteadError && err.reason === 'malformed') {
+        throw new SteadError('malformed', `the data dir ${this.options.dataDir} holds records this relay cannot read (written by another version of stead-relay, or for another cluster); start with an empty data dir (stead-relay dev: --fresh). Cause: ${err.message}`, { cause: err })
+      }
+      throw err
+    }
     this.core = new ConsensusCore(
       {
         committee: this.committee,
