@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { toHex } from '@stead/core'
+import { SteadError, toHex } from '@stead/core'
 import { ConfigError, clusterToJson, generateIdentity, loadCluster, loadIdentity, parseCluster, writeIdentity } from './config.ts'
 import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/index.ts'
 import { runRelay } from './relay.ts'
@@ -193,6 +193,8 @@ function summarize(line: string): string {
 
 main(process.argv.slice(2)).catch((err: unknown) => {
   if (err instanceof ConfigError) die(err.message)
+  // Typed errors explain themselves; a stack trace would bury the reason.
+  if (err instanceof SteadError) die(err.message)
   console.error(err)
   process.exit(1)
 })
