@@ -112,6 +112,7 @@ export class SteadClient {
   private readonly listeners = new Map<string, Set<() => void>>()
   private readonly statusListeners = new Set<(s: ClientStatus) => void>()
   private readonly errorListeners = new Set<(e: SteadError) => void>()
+  private readonly settledListeners = new Set<(u: SettledUpdate) => void>()
   private readonly progressWaiters = new Set<() => void>()
   private applying = false
   private applyAgain = false
@@ -296,6 +297,22 @@ export class SteadClient {
   onStatus(listener: (status: ClientStatus) => void): () => void {
     this.statusListeners.add(listener)
     return () => this.statusListeners.delete(listener)
+  }
+
+  /**
+   * This client's updates not decided yet, one entry per signed envelope
+   * (queued operations not signed yet are not listed). After a restart
+   * this is how an app finds the safe updates it made before; `onSettled`
+   * tells how each one ends.
+   */
+  pendingUpdates(): Array<{ id: string; keys: string[]; safe: number; regular: number; sent: boolean }> {
+    return [...this.outbox.values()].map((o) => ({ id: o.env.idHex, keys: keysOf(o), safe: o.safe.length, regular: o.regularUnits, sent: o.sentTo.length > 0 }))
+  }
+
+  /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */
+  onSettled(listener: (update: SettledUpdate) => void): () => void {
+    this.settledListeners.add(listener)
+    return () => this.settledListeners.delete(listener)
   }
 
   /** Problems that have no promise to report them: regular updates the relays refused, an untrusted relay, storage failures. */
@@ -853,10 +870,13 @@ export class SteadClient {
       return
     }
     if (!this.outbox.delete(o.env.idHex)) return
+    const results: SafeResult[] = []
     if (d.kind === 'committed') {
       for (const s of o.safe) {
         const u = d.units[s.unit]
-        s.waiter.resolve(u && u.status === 'rejected' ? { status: 'rejected', reason: u.reason, detail: u.detail } : { status: 'committed', index: d.index })
+        const result: SafeResult = u && u.status === 'rejected' ? { status: 'rejected', reason: u.reason, detail: u.detail } : { status: 'committed', index: d.index }
+        results.push(result)
+        s.waiter.resolve(result)
       }
       const refused = d.units.filter((u): u is Extract<typeof u, { status: 'rejected' }> => u.unit < o.regularUnits && u.status === 'rejected')
       const first = refused[0]
@@ -866,9 +886,17 @@ export class SteadClient {
       const detail = d.kind === 'superseded' ? `another envelope took sequence number ${o.env.seq}` : d.detail
       // Refused outright: no commit will ever undo it prospectively, so undo it here.
       if (d.kind === 'refused') this.notify(this.replica.discard(o.env.idHex))
-      for (const s of o.safe) s.waiter.resolve({ status: 'rejected', reason, detail })
+      for (const s of o.safe) {
+        const result: SafeResult = { status: 'rejected', reason, detail }
+        results.push(result)
+        s.waiter.resolve(result)
+      }
       if (o.regular.length) this.emitError(new RejectedError(reason, `envelope ${o.env.seq} will never commit: ${detail}`, o.regular.map((r) => r.key)))
       await this.records.storage.write([this.records.outboxDelete(o.env.seq)]).catch((err) => this.storageFailed(err))
+    }
+    if (!(d.kind === 'dropped' && d.reason === 'duplicate')) {
+      const settled: SettledUpdate = { id: o.env.idHex, keys: keysOf(o), safe: results, ...(d.kind === 'committed' ? { index: d.index } : {}) }
+      for (const l of this.settledListeners) l(settled)
     }
     this.progress()
   }
@@ -965,6 +993,21 @@ export class SteadClient {
   private assertOpen(): void {
     if (this.closed) throw new ClosedError()
   }
+}
+
+/** One of this client's envelopes, decided. */
+export interface SettledUpdate {
+  /** The envelope id (hex), as listed by `pendingUpdates()`. */
+  readonly id: string
+  readonly keys: readonly string[]
+  /** One result per safe group it carried, in the order they were made. */
+  readonly safe: readonly SafeResult[]
+  /** The stable index it took, when it committed. */
+  readonly index?: number
+}
+
+function keysOf(o: Outgoing): string[] {
+  return [...new Set([...o.regular.map((r) => r.key), ...o.safe.flatMap((s) => s.items.map((i) => i.key))])]
 }
 
 /** Builds transactions for `client.safe`. */

@@ -9,7 +9,7 @@ import { indexedDbStorage } from './storage/indexeddb.ts'
 import type { SocketLike } from './transport.ts'
 import type { ClientOptions } from './types.ts'
 
-export { SteadClient, type Transaction } from './client.ts'
+export { SteadClient, type SettledUpdate, type Transaction } from './client.ts'
 export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
 export { ClosedError, RejectedError, TrustError } from './errors.ts'
 export { parseClusterDescriptor, type ClusterDescriptor } from './cluster.ts'

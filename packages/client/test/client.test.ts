@@ -217,14 +217,15 @@ describe('handles and values', () => {
   it('keeps its clock bounded however many authors it hears from', async () => {
     const c = cluster()
     const a = await client(c)
-    await until('online', () => a.status.online)
+    // Relays only forward envelopes to sessions that subscribed.
+    await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((x) => (x as unknown as { subscribed: boolean }).subscribed)))
     for (let i = 0; i < 270; i++) {
       const secretKey = nodeCrypto.generateSecretKey()
       const me = { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
       const env = await sealEnvelope(nodeCrypto, me, { space: 'bank', seq: 1, clock: clockUpdate(authorIdOf(nodeCrypto, me.publicKey), clockInit()), deps: [], updates: [{ key: 'crowd', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
       c.take(encodeEnvelope(env))
     }
-    await until('heard all', () => a.counter('crowd').value === 270, 30_000)
+    await until('heard all', () => a.counter('crowd').value === 270, 20_000)
     await a.counter('crowd').increment(1)
     await a.flush()
     const mine = c.lastTaken!
@@ -451,12 +452,17 @@ describe('persistence', () => {
     expect([again.value, again.stable]).toEqual([10, 7])
     expect(again.history()).toEqual([{ index: 1, value: 7 }])
     expect(b.status.pending).toBe(1)
+    expect(b.pendingUpdates()).toEqual([{ id: expect.stringMatching(/^[0-9a-f]{64}$/), keys: ['acct:alice'], safe: 0, regular: 1, sent: false }])
+    const settled: unknown[] = []
+    b.onSettled((u) => settled.push(u))
     for (const r of c.relays) r.setOnline(true)
     await until('online', () => b.status.online)
     await b.flush()
     await commitUntil(c, 'stable 10', () => again.stable === 10)
     // The resend was a duplicate at most, never a second update.
     expect(c.stableValue('acct:alice')).toBe(10)
+    await until('settled', () => settled.length === 1)
+    expect(settled).toEqual([{ id: expect.stringMatching(/^[0-9a-f]{64}$/), keys: ['acct:alice'], safe: [], index: 2 }])
   })
 
   it('restores a client exactly from IndexedDB', async () => {
