@@ -367,7 +367,7 @@ export class SteadClient {
     await this.writeInbox().catch(() => undefined)
     // Let a commit being applied finish its write, then checkpoint so the next open is quick.
     while (this.applying) await new Promise((r) => setTimeout(r, 5))
-    if (this.records.sinceCheckpoint > 0) await this.records.storage.write(this.records.checkpoint(this.replica.checkpoint(), this.position)).catch((err) => this.storageFailed(err))
+    if (this.records.sinceCheckpoint.commits > 0) await this.records.storage.write(this.records.checkpoint(this.replica.checkpoint(), this.position)).catch((err) => this.storageFailed(err))
     for (const w of this.progressWaiters) w()
     await this.records.storage.close()
   }
@@ -823,7 +823,8 @@ export class SteadClient {
     const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
     const changes: StorageChange[] = this.records.commit(record, position)
     // Every so often the stored commits collapse into one checkpoint, so opening stays O(state).
-    if (this.records.sinceCheckpoint >= (this.options.checkpointEvery ?? 256)) changes.push(...this.records.checkpoint(this.replica.checkpoint(), position))
+    const since = this.records.sinceCheckpoint
+    if (since.envelopes >= (this.options.checkpointEvery ?? 1000) || since.commits >= 1000) changes.push(...this.records.checkpoint(this.replica.checkpoint(), position))
     const own: Array<{ o: Outgoing; d: CommitResult['decisions'][number] }> = []
     for (const d of result.decisions) {
       const o = this.outbox.get(d.env.idHex)

@@ -50,6 +50,8 @@ export class ClientRecords {
   private nextCommit = 0
   /** Commit records stored since the last checkpoint: the next checkpoint deletes them. */
   private stored: number[] = []
+  /** Envelopes in those records: what opening would replay. */
+  private storedEnvelopes = 0
 
   constructor(
     readonly storage: ClientStorage,
@@ -76,7 +78,11 @@ export class ClientRecords {
       author: author ? decodeAuthor(author) : { seq: 0, clock: clockInit() },
       position: position ? decodePosition(position) : { stableIndex: 0, lastRound: 0 },
       checkpoint: checkpoint && decode(checkpoint, 1024 * 1024 * 1024),
-      commits: commits.map((e) => decodeCommit(e.value)),
+      commits: commits.map((e) => {
+        const c = decodeCommit(e.value)
+        this.storedEnvelopes += c.frames.length
+        return c
+      }),
       outbox: outbox.map((e) => e.value),
       inbox: inbox.map((e) => e.value),
     }
@@ -98,21 +104,23 @@ export class ClientRecords {
   commit(record: CommitRecord, position: ChainPosition): StorageChange[] {
     const n = this.nextCommit++
     this.stored.push(n)
+    this.storedEnvelopes += record.frames.length
     return [
       { key: [this.space, 'commit', pad(n)], value: encode([record.round, record.attestation, record.frames]) },
       { key: [this.space, 'meta', 'position'], value: encode([position.stableIndex, position.lastRound]) },
     ]
   }
 
-  /** Commits stored since the last checkpoint. */
-  get sinceCheckpoint(): number {
-    return this.stored.length
+  /** Commits and envelopes stored since the last checkpoint. */
+  get sinceCheckpoint(): { commits: number; envelopes: number } {
+    return { commits: this.stored.length, envelopes: this.storedEnvelopes }
   }
 
   /** Replaces every stored commit with the replica's checkpoint at `position` (in the same atomic write as the last commit, or alone). */
   checkpoint(checkpoint: unknown, position: ChainPosition): StorageChange[] {
     const deletes = this.stored.map((n): StorageChange => ({ key: [this.space, 'commit', pad(n)], value: undefined }))
     this.stored = []
+    this.storedEnvelopes = 0
     return [
       ...deletes,
       { key: [this.space, 'meta', 'checkpoint'], value: encode(checkpoint) },

@@ -65,7 +65,11 @@ export interface ClientOptions {
   readonly maxBatchOps?: number
   /** An envelope not decided this long after it was sent goes to another relay too. Default 2000 ms. */
   readonly resubmitAfterMs?: number
-  /** Stored commits are folded into one replica checkpoint this often (and on close). Default 256. */
+  /**
+   * Stored commits are folded into one replica checkpoint once they hold this
+   * many envelopes (or reach 1,000 commits), and on close. Default 1,000: a
+   * client that crashed replays at most that many on open.
+   */
   readonly checkpointEvery?: number
   /** A quiet session is pinged after `pingAfterMs` and dropped (then reconnected) after `deadAfterMs` without any message. Default 5 s / 15 s. */
   readonly heartbeat?: { readonly pingAfterMs: number; readonly deadAfterMs: number }

@@ -516,7 +516,7 @@ describe('persistence', () => {
       close: async () => undefined,
     })
     const first = { now: false }
-    const a = await client(c, { storage: view(first), checkpointEvery: 3 })
+    const a = await client(c, { storage: view(first), checkpointEvery: 5 })
     await until('online', () => a.status.online)
     const k = a.counter('k', { min: 0 })
     const s = a.set<string>('s')
@@ -528,12 +528,12 @@ describe('persistence', () => {
     }
     expect(k.stable).toBe(36)
     const before = { k: [k.value, k.stable, k.history()], s: s.stableValues().sort(), index: a.status.stableIndex }
-    // 8 commits with a checkpoint every 3: storage holds the checkpoint after 6 and commits 7 and 8.
+    // 8 commits of 2 envelopes with a checkpoint every 5 envelopes: the checkpoint after commit 6, then commits 7 and 8.
     expect((await disk.loadRange(['bank', 'commit'])).length).toBe(2)
     first.now = true // it crashes: no close, no final checkpoint
     open.splice(open.indexOf(a), 1)
     for (const l of (a as unknown as { links: Array<{ stop(): void }> }).links) l.stop()
-    const b = await client(c, { storage: view({ now: false }), checkpointEvery: 3 })
+    const b = await client(c, { storage: view({ now: false }), checkpointEvery: 5 })
     const k2 = b.counter('k', { min: 0 })
     expect({ k: [k2.value, k2.stable, k2.history()], s: b.set<string>('s').stableValues().sort(), index: b.status.stableIndex }).toEqual(before)
     // And it goes on from there with the relays.
