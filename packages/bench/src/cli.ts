@@ -7,7 +7,7 @@
  *   npm run bench:smoke        under a minute, tiny → a result file in a temp dir (CI: checks the pipeline runs)
  *
  * Options: --suite smoke|quick|full, --driver sdk|proto, --only NAME (groups whose name contains it),
- * --out DIR (results), --no-report.
+ * --out DIR (results), --no-report, --report-only (rebuild BENCHMARKS.md from results/*.json).
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -35,6 +35,8 @@ export interface Results {
     readonly memoryGb: number
     readonly loadavgBefore: number[]
     readonly loadavgAfter: number[]
+    /** Anything done to the file after the run (a point re-measured), said in the report. */
+    readonly notes?: string
   }
   readonly points: Array<PointResult & { readonly loadavg1: number }>
   readonly profile: ProfileSummary | null
@@ -52,8 +54,19 @@ async function main(): Promise<void> {
       only: { type: 'string' },
       out: { type: 'string' },
       'no-report': { type: 'boolean', default: false },
+      'report-only': { type: 'boolean', default: false },
     },
   })
+  if (values['report-only']) {
+    // Regenerate BENCHMARKS.md and the charts from results/{full,quick}.json without measuring.
+    const load = (name: string): Results | null => {
+      const f = join(BENCH_ROOT, 'results', `${name}.json`)
+      return existsSync(f) ? (JSON.parse(readFileSync(f, 'utf8')) as Results) : null
+    }
+    writeReport({ full: load('full'), quick: load('quick'), proto: load('proto/full'), reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
+    console.log(`wrote ${join(REPO_ROOT, 'BENCHMARKS.md')}`)
+    return
+  }
   const which = values.suite as Suite
   if (!['smoke', 'quick', 'full'].includes(which)) throw new Error(`unknown suite ${which}: smoke, quick or full`)
   const driver = values.driver ?? (await sdkAvailable() ? 'sdk' : 'proto')
@@ -147,7 +160,7 @@ async function main(): Promise<void> {
       }
       const full = which === 'full' ? results : load('full')
       const quick = which === 'quick' ? results : load('quick')
-      writeReport({ full, quick, reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
+      writeReport({ full, quick, proto: load('proto/full'), reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
       console.log(`wrote ${join(REPO_ROOT, 'BENCHMARKS.md')}`)
     }
   }

@@ -16,6 +16,8 @@ const TARGET = { counter: { plain: 0.8, cf: 1.5 }, set: { plain: 0.6, cf: 1.5 },
 
 export interface ReportInput {
   readonly full: Results | null
+  /** The curves again with the protocol-level driver (results/proto/full.json), if run. */
+  readonly proto?: Results | null
   readonly quick: Results | null
   readonly reportPath: string
   readonly chartsDir: string
@@ -88,6 +90,7 @@ function meta(r: Results): string {
   return (
     `Suite \`${m.suite}\`, driver \`${m.driver}\`, commit \`${m.commit}\`, started ${m.started}, ${n(m.wallSeconds)} s wall. ` +
     `Machine: ${m.cpu}, ${m.cores} cores, ${m.memoryGb} GB, Node ${m.node}; load average ${m.loadavgBefore.join(' / ')} before and ${m.loadavgAfter.join(' / ')} after.` +
+    (m.notes ? `\n\nNote: ${m.notes}.` : '') +
     (r.failures.length ? `\n\n**Failed cluster runs:** ${r.failures.map((f) => `${f.group} (${f.error.split('\n')[0]})`).join('; ')}` : '') +
     '\n'
   )
@@ -109,7 +112,7 @@ function headline(r: Results): string {
   }
   const light = pts.find((p) => p.experiment === 'light')
   const safe = light?.latency.safe
-  rows.push(['safe-update latency at light load, p50', `${ms(safe)} ms`, '100–200 ms (Fig. 7, WAN-free LAN)', `≤ ${TARGET.safeP50} ms`, verdict(!!safe && safe.p50 <= TARGET.safeP50)])
+  rows.push(['safe-update latency at light load, p50', `${ms(safe)} ms`, '100–200 ms (Fig. 7)', `≤ ${TARGET.safeP50} ms`, verdict(!!safe && safe.p50 <= TARGET.safeP50)])
   rows.push(['safe-update latency at light load, p99', `${ms(safe, 'p99')} ms`, '', `≤ ${TARGET.safeP99} ms`, verdict(!!safe && safe.p99 <= TARGET.safeP99)])
   const bytes = pts.find((p) => p.experiment === 'bytes' && p.batch === 100 && p.x === 100)
   const worst = pts.find((p) => p.experiment === 'bytes' && p.batch === 100 && p.x === 100_000)
@@ -186,9 +189,9 @@ function fullReport(input: ReportInput, r: Results): string {
       input,
       'mix',
       barChart(
-        labels.map((l) => ({ label: l.replace('counter ', 'C ').replace('set ', 'S ').replace(' safe ', ' '), values: Object.fromEntries(mix.filter((p) => p.label === l).map((p) => [p.system, p.throughput])) })),
+        labels.map((l) => ({ label: l.replace('counter ', '').replace(' safe ', ', safe '), values: Object.fromEntries(mix.filter((p) => p.label === l).map((p) => [p.system, p.throughput])) })),
         SYSTEMS,
-        { title: 'Throughput by mix (C = PN-Counter, S = OR-Set) and safe ratio', yLabel: 'ops/s', height: 380 },
+        { title: 'PN-Counter throughput by read/write mix and safe ratio', yLabel: 'ops/s' },
       ),
     )
     md += '\n' + simple(r, 'mix', 'workload', (p) => p.label)
@@ -235,6 +238,14 @@ function fullReport(input: ReportInput, r: Results): string {
     md += '\n'
     md += table(['function (self time)', '%'], pr.functions.map((c) => [`\`${c.name}\``, n(c.percent, 1)]))
   }
+  return md
+}
+
+function protoReport(input: ReportInput, r: Results): string {
+  let md = `## The same curves with the protocol-level driver\n\n`
+  md += `\`npm run bench -- --only curve --driver proto --out packages/bench/results/proto\`: the load clients are \`src/load/proto.ts\` (built on @stead/core alone: one relay takes a client's submissions, regular updates resolve when queued, no storage) instead of the SDK. Same relays, same workloads, same run protocol. This separates what the protocol costs from what the SDK's client side adds.\n\n${meta(r)}\n`
+  md += `### Headline with the protocol-level driver\n\n${headline(r)}\n`
+  md += curves(input, r, 'proto-')
   return md
 }
 
@@ -291,10 +302,17 @@ pipeline runs.
   when the client has applied (and stored) them — reliable and plain — or
   at their attested commit — consensus-first. Safe updates complete at the
   attested commit (plain: at once, it has no order).
+- **Clients**: the load clients are SDK clients (\`@stead/client\`, memory
+  storage, node:crypto, \`ws\`) unless a section says otherwise; the
+  protocol-level driver (\`src/load/proto.ts\`, on @stead/core alone) is
+  used for a second set of curves to separate protocol costs from the SDK's.
 - **Flow control**: a client's workers pause while it has 64 envelopes not
-  yet carried (committed; plain: streamed back by its relay), so a fast
-  local path cannot run ahead of what the relays absorb. After each window
-  the clients drain; the drain time is in the tables.
+  yet decided (SDK: \`status.pending\` minus one batch; protocol client:
+  envelopes not committed, or for plain not yet streamed back), so a fast
+  local path cannot run far ahead of what the relays absorb. SDK clients of
+  the plain relays have no such signal (nothing is ever decided) and run
+  unthrottled. After each window the clients drain (settle; plain: flush);
+  the drain time is in the tables.
 - **Throughput** = ops (reads + updates) completed in the measurement window
   per second. Latency: mean / p50 / p95 / p99 per class for ops issued in
   the window. CPU: utime + stime from \`/proc/<pid>/stat\` over the window
@@ -313,6 +331,7 @@ export function writeReport(input: ReportInput): void {
   let md = INTRO + '\n'
   if (input.full) md += fullReport(input, input.full) + '\n'
   else md += '## Results (full suite)\n\n_Not run yet: `npm run bench`._\n\n'
+  if (input.proto) md += protoReport(input, input.proto) + '\n'
   if (input.quick) md += quickReport(input, input.quick)
   writeFileSync(input.reportPath, md)
 }

@@ -166,7 +166,8 @@ export async function runPoint(cluster: BenchCluster, spec: PointSpec, factory: 
               clearInterval(timer)
               return resolve()
             }
-            const due = Math.floor(((performance.now() - t0) / 1000) * perClient)
+            // Op k is due at t0 + k / rate: issue every op whose time has come.
+            const due = Math.floor(((performance.now() - t0) / 1000) * perClient) + 1
             while (issued < due) {
               const scheduled = t0 + (issued / perClient) * 1000
               issued++

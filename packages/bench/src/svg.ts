@@ -18,7 +18,11 @@ function niceTicks(lo: number, hi: number, count = 5): number[] {
   const mag = 10 ** Math.floor(Math.log10(raw))
   const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw) ?? 10 * mag
   const out: number[] = []
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)))
+  // The last tick is the first at or above hi, so the scale always covers the data.
+  for (let v = Math.floor(lo / step) * step; ; v += step) {
+    out.push(Number(v.toPrecision(12)))
+    if (v >= hi - step * 1e-9) break
+  }
   return out
 }
 
@@ -108,8 +112,8 @@ export interface BarGroup {
 
 export function barChart(groups: readonly BarGroup[], seriesNames: readonly string[], o: { title: string; yLabel: string; width?: number; height?: number }): string {
   const W = o.width ?? Math.max(480, 120 + groups.length * (seriesNames.length * 18 + 24) + 150)
-  const H = o.height ?? 340
-  const m = { l: 70, r: 150, t: 36, b: 60 }
+  const H = o.height ?? 400
+  const m = { l: 70, r: 150, t: 36, b: 110 }
   const pw = W - m.l - m.r
   const ph = H - m.t - m.b
   const max = Math.max(1, ...groups.flatMap((g) => seriesNames.map((s) => g.values[s] ?? 0)))
@@ -134,7 +138,8 @@ export function barChart(groups: readonly BarGroup[], seriesNames: readonly stri
       const x = gx + si * bw
       parts.push(`<rect x="${x.toFixed(1)}" y="${sy(v).toFixed(1)}" width="${(bw - 2).toFixed(1)}" height="${(m.t + ph - sy(v)).toFixed(1)}" fill="${color(s, si)}"><title>${esc(`${g.label} ${s}: ${fmt(v)}`)}</title></rect>`)
     })
-    parts.push(`<text x="${(m.l + gi * gw + gw / 2).toFixed(1)}" y="${m.t + ph + 15}" text-anchor="middle">${esc(g.label)}</text>`)
+    const lx = m.l + gi * gw + gw / 2
+    parts.push(`<text transform="translate(${lx.toFixed(1)} ${m.t + ph + 12}) rotate(-30)" text-anchor="end">${esc(g.label)}</text>`)
   })
   parts.push(`<rect x="${m.l}" y="${m.t}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`)
   parts.push(`<text transform="translate(16 ${m.t + ph / 2}) rotate(-90)" text-anchor="middle">${esc(o.yLabel)}</text>`)
