@@ -84,6 +84,13 @@ export function suite(s: Suite): Group[] {
         for (const sys of SYSTEMS) curve.push(point(s, 'curve', `${crdt} b=${b}`, sys, balanced(crdt), { loop: 'closed', workers: w }, b, { x: w }))
   groups.push(...groupsFor('curve', curve))
 
+  // 1b. Bounded Counter (escrow), SDK driver only: spends within a client's rights need no coordination.
+  // Not on plain relays: rights come from the pool through the stable order, which plain does not have
+  // (a spend beyond a client's rights would wait forever for a commit).
+  const bounded: PointSpec[] = []
+  for (const w of workerSteps) for (const sys of ['reliable', 'consensus-first'] as const) bounded.push(point(s, 'curve', 'bounded b=100', sys, balanced('bounded'), { loop: 'closed', workers: w }, 100, { x: w }))
+  groups.push(...groupsFor('bounded', bounded))
+
   // 2. Safe-update latency at light load (open loop, a few envelopes per second).
   groups.push(
     ...groupsFor('light', [point(s, 'light', 'counter 40 ops/s', 'reliable', balanced('counter'), { loop: 'open', rate: 40 }, 500, quick ? {} : { durationMs: 10_000 })]),
@@ -130,7 +137,7 @@ export function suite(s: Suite): Group[] {
   for (const crash of [0, 1, 2]) {
     groups.push(...groupsFor(`crash-${crash}`, SYSTEMS.map((sys) => point(s, 'faults', `crashed`, sys, balanced('counter'), SAT, 500, { x: crash })), { n: 7 }, crash))
   }
-  for (const [count, mode] of [[1, 'withhold'], [2, 'withhold'], [2, 'equivocate']] as const) {
+  for (const [count, mode] of [[1, 'withhold'], [2, 'withhold'], [2, 'equivocate'], [1, 'forged-envelopes']] as const) {
     const pts = (['reliable', 'consensus-first'] as const).map((sys) => point(s, 'faults', `byzantine ${mode}`, sys, balanced('counter'), SAT, 500, { x: count }))
     groups.push({ name: `byzantine-${count}-${mode}`, cluster: { n: 7, byzantine: { count, mode } }, points: pts })
   }

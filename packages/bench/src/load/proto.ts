@@ -156,6 +156,14 @@ export class ProtoClient implements LoadClient {
     return Array.isArray(v) ? v : []
   }
 
+  readBounded(): number {
+    throw new Error('the protocol-level driver has no Bounded Counter (escrow rights need the SDK): run bounded points with --driver sdk')
+  }
+
+  boundedAdd(): Promise<Outcome> {
+    return Promise.reject(new Error('the protocol-level driver has no Bounded Counter: run bounded points with --driver sdk'))
+  }
+
   // ---- updates ----
 
   counterAdd(key: string, amount: number, safe: boolean): Promise<Outcome> {

@@ -14,6 +14,8 @@ import type { ClientFactoryOptions, LoadClient, Outcome } from './types.ts'
  * regular updates (there is no order to wait for) and never waits for
  * decisions, which plain relays do not make.
  */
+const BOUNDED = { min: 0, initial: 1_000_000 }
+
 class SdkLoadClient implements LoadClient {
   private readonly errorCounts: Record<string, number> = {}
 
@@ -44,6 +46,17 @@ class SdkLoadClient implements LoadClient {
   readSet(key: string): readonly unknown[] {
     const s = this.client.set<string>(key)
     return this.stableReads ? s.stable : s.value
+  }
+
+  readBounded(key: string): number {
+    const b = this.client.boundedCounter(key, BOUNDED)
+    return this.stableReads ? b.stable : b.value
+  }
+
+  boundedAdd(key: string, amount: number, safe: boolean): Promise<Outcome> {
+    const b = this.client.boundedCounter(key, BOUNDED)
+    const s = this.safeFor(safe)
+    return this.outcome(amount > 0 ? b.increment(amount, s ? { safe: true } : {}) : b.decrement(-amount, s ? { safe: true } : {}))
   }
 
   /** consensus-first: every update waits for its commit; plain: nothing does. */

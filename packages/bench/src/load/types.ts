@@ -12,9 +12,12 @@ export interface LoadClient {
   /** Local read: the prospective value (reliable, plain) or the stable one (consensus-first). */
   readCounter(key: string): number
   readSet(key: string): readonly unknown[]
+  readBounded(key: string): number
   counterAdd(key: string, amount: number, safe: boolean): Promise<Outcome>
   setAdd(key: string, element: string, safe: boolean): Promise<Outcome>
   setRemove(key: string, element: string, safe: boolean): Promise<Outcome>
+  /** Bounded Counter (escrow): +amount increments, -amount spends rights (claims from the pool if this client has too few). */
+  boundedAdd(key: string, amount: number, safe: boolean): Promise<Outcome>
   /** Atomic safe group: -amount on `from`, +amount on `to`. */
   transfer(from: string, to: string, amount: number): Promise<Outcome>
   /** Updates handed to the relays and not yet carried (plain: echoed back; others: committed). */

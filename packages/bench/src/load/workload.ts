@@ -1,7 +1,7 @@
 import type { Rng } from '../rng.ts'
 import type { LoadClient, Outcome } from './types.ts'
 
-export type CrdtKind = 'counter' | 'set' | 'bank'
+export type CrdtKind = 'counter' | 'set' | 'bounded' | 'bank'
 
 export interface WorkloadSpec {
   readonly crdt: CrdtKind
@@ -25,14 +25,16 @@ export interface IssuedOp {
   readonly done: Promise<Outcome> | undefined
 }
 
-export const key = (kind: CrdtKind, i: number): string => (kind === 'counter' ? `c:${i}` : kind === 'set' ? `s:${i}` : `acct:${i}`)
+export const key = (kind: CrdtKind, i: number): string => (kind === 'counter' ? `c:${i}` : kind === 'set' ? `s:${i}` : kind === 'bounded' ? `b:${i}` : `acct:${i}`)
 
 /** Elements per OR-Set: adds and removes of observed elements keep each set small, like the paper's capped sets. */
 const SET_UNIVERSE = 32
 
 /**
  * Draws and issues one op. Counters: regular = increment 1..10, safe =
- * decrement 1 (min 0, so the audit may reject one). Sets: regular = add,
+ * decrement 1 (min 0, so the audit may reject one). Bounded counters (min 0,
+ * a pool of 1,000,000): regular = increment 1..5 or spend 1..3 rights, safe =
+ * spend 1 in the stable order. Sets: regular = add,
  * safe = remove an observed element (add if none). Bank (the paper's demo,
  * with the issue's four transactions): 50% balance, 10% deposit (regular),
  * 20% withdraw (safe), 20% transfer (atomic safe group).
@@ -53,12 +55,18 @@ export function issue(client: LoadClient, rng: Rng, spec: WorkloadSpec): IssuedO
   }
   if (rng.chance(spec.readRatio)) {
     if (spec.crdt === 'counter') client.readCounter(k)
+    else if (spec.crdt === 'bounded') client.readBounded(k)
     else client.readSet(k)
     return { cls: 'read', base: 'read', update: false, done: undefined }
   }
   const safe = rng.chance(spec.safeRatio)
   const cls = safe ? 'safe' : 'regular'
   if (spec.crdt === 'counter') return { cls, base: cls, update: true, done: client.counterAdd(k, safe ? -1 : rng.int(1, 10), safe) }
+  if (spec.crdt === 'bounded') {
+    // Regular: increment 1..5 or spend 1..3 of this client's rights (no coordination); safe: spend 1 through the order.
+    const amount = safe ? -1 : rng.chance(0.5) ? rng.int(1, 5) : -rng.int(1, 3)
+    return { cls, base: cls, update: true, done: client.boundedAdd(k, amount, safe) }
+  }
   const e = `e${rng.int(0, SET_UNIVERSE - 1)}`
   if (safe) {
     const present = client.readSet(k)
