@@ -639,14 +639,25 @@ export class SteadClient {
     if (!o) return
     const ready = this.links.filter((l) => l.ready && l.relay !== undefined)
     if (ready.length === 0) return
-    const fresh = ready.filter((l) => !o.sentTo.includes(l.relay as number))
-    // Spread first sends over relays so no single relay carries every client.
-    const pick = fresh.length > 0 ? (fresh[(o.env.seq + o.sentTo.length) % fresh.length] as RelayLink) : (ready[o.sentTo.length % ready.length] as RelayLink)
+    // Each client has a home relay (spread over the cluster by author id) and walks on from
+    // it: its envelopes then usually reach one block stream in sequence order, instead of
+    // arriving out of order through several relays and waiting in the audit for their predecessors.
+    const n = this.cluster?.relays.length ?? 1
+    const home = this.homeRelay(n)
+    const byDistance = [...ready].sort((a, b) => ((a.relay as number) - home + n) % n - (((b.relay as number) - home + n) % n))
+    const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
+    const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
     const id = this.nextSubmit++
     if (!pick.send({ type: 'submit', id, envelope: o.frame })) return
     this.submits.set(id, idHex)
     o.sentTo.push(pick.relay as number)
     o.lastSentAt = this.now()
+  }
+
+  private homeRelay(n: number): number {
+    let h = 0
+    for (let i = 0; i < this.authorId.length; i++) h = (h * 31 + this.authorId.charCodeAt(i)) >>> 0
+    return h % n
   }
 
   /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
