@@ -16,10 +16,15 @@ const USAGE = `stead-relay: a Stead relay server
   stead-relay start --config cluster.json --id r1 --data ./data/r1
                     [--key ./data/r1/key.json] [--byzantine MODE]
                     [--tls-cert cert.pem --tls-key key.pem]
+                    [--idle-block-delay-ms 100] [--leader-timeout-ms 500]
       Runs one relay of the cluster. The key defaults to <data>/key.json.
+      A relay with nothing to order waits --idle-block-delay-ms before its
+      next block (lower: faster first commit after a quiet spell, more idle
+      CPU and store growth); it waits up to --leader-timeout-ms for a round's
+      leader.
 
   stead-relay dev [--relays 4] [--base-port 7401] [--byzantine 0|1] [--byzantine-mode equivocate]
-                  [--dir .stead/dev] [--fresh]
+                  [--dir .stead/dev] [--fresh] [--idle-block-delay-ms N] [--leader-timeout-ms N]
       Generates a local cluster (keys, cluster.json, LMDB data dirs under
       --dir), runs every relay as its own process and prints the URLs.
       Relay i serves HTTP and WebSocket at 127.0.0.1:<base-port + i - 1>.
@@ -31,6 +36,24 @@ const here = dirname(fileURLToPath(import.meta.url))
 function die(message: string): never {
   console.error(`stead-relay: ${message}`)
   process.exit(2)
+}
+
+/** Consensus timing flags shared by `start` and `dev`. */
+const TIMING_FLAGS = { 'idle-block-delay-ms': { type: 'string' }, 'leader-timeout-ms': { type: 'string' } } as const
+
+function timings(values: { 'idle-block-delay-ms'?: string | undefined; 'leader-timeout-ms'?: string | undefined }): { idleBlockDelayMs?: number; leaderTimeoutMs?: number } {
+  const out: { idleBlockDelayMs?: number; leaderTimeoutMs?: number } = {}
+  for (const [flag, field] of [
+    ['idle-block-delay-ms', 'idleBlockDelayMs'],
+    ['leader-timeout-ms', 'leaderTimeoutMs'],
+  ] as const) {
+    const v = values[flag]
+    if (v === undefined) continue
+    const n = Number(v)
+    if (!Number.isInteger(n) || n < 1 || n > 60_000) die(`--${flag} must be a whole number of milliseconds from 1 to 60000, got ${v}`)
+    out[field] = n
+  }
+  return out
 }
 
 function strategy(v: string | undefined): ByzantineStrategy | undefined {
@@ -62,6 +85,7 @@ async function main(argv: string[]): Promise<void> {
           byzantine: { type: 'string' },
           'tls-cert': { type: 'string' },
           'tls-key': { type: 'string' },
+          ...TIMING_FLAGS,
         },
       })
       if (!values.config || !values.id || !values.data) die(`start needs --config, --id and --data\n\n${USAGE}`)
@@ -79,6 +103,7 @@ async function main(argv: string[]): Promise<void> {
         secretKey: identity.secretKey,
         dataDir: values.data,
         ...(byzantine ? { byzantine } : {}),
+        consensus: timings(values),
         ...(values['tls-cert'] ? { tls: { cert: readFileSync(values['tls-cert']), key: readFileSync(values['tls-key'] as string) } } : {}),
       })
       const shutdown = () => void relay.stop().then(() => process.exit(0))
@@ -111,8 +136,11 @@ async function dev(args: string[]): Promise<void> {
       'byzantine-mode': { type: 'string', default: 'equivocate' },
       dir: { type: 'string', default: '.stead/dev' },
       fresh: { type: 'boolean', default: false },
+      ...TIMING_FLAGS,
     },
   })
+  timings(values) // refuse bad values before starting anything
+  const passTimings = (['idle-block-delay-ms', 'leader-timeout-ms'] as const).flatMap((f) => (values[f] === undefined ? [] : [`--${f}`, values[f] as string]))
   const n = Number(values.relays)
   const basePort = Number(values['base-port'])
   const byzantine = Number(values.byzantine)
@@ -144,7 +172,7 @@ async function dev(args: string[]): Promise<void> {
   relays.forEach((r, i) => {
     const extra = i >= n - byzantine ? ['--byzantine', mode] : []
     // The IPC channel carries nothing; it closes when this process dies, however it dies.
-    const child = spawn(process.execPath, [bin, 'start', '--config', clusterPath, '--id', r.id, '--data', r.data, ...extra], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
+    const child = spawn(process.execPath, [bin, 'start', '--config', clusterPath, '--id', r.id, '--data', r.data, ...extra, ...passTimings], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
     const prefix = `[${r.id}${extra.length ? ` byzantine:${mode}` : ''}] `
     for (const stream of [child.stdout, child.stderr]) {
       let buffered = ''

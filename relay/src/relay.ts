@@ -16,6 +16,8 @@ export interface RunRelayOptions {
   readonly byzantine?: ByzantineStrategy
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   readonly logger?: Logger
+  /** Consensus timings (defaults: idle block delay 100 ms, leader timeout 500 ms, resend 1 s). */
+  readonly consensus?: { readonly idleBlockDelayMs?: number; readonly leaderTimeoutMs?: number; readonly resendIntervalMs?: number }
   /** Client API limits (frame size, rate, pending envelopes per client). */
   readonly limits?: Pick<ApiOptions, 'maxFrameBytes' | 'rateLimit' | 'maxBufferedBytes' | 'maxPendingPerClient' | 'maxConnections' | 'authTimeoutMs'>
 }
@@ -41,7 +43,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
   })
-  const node = new RelayNode({ cluster: o.cluster, me, secretKey: o.secretKey, dataDir: o.dataDir, mesh, logger, ...(o.byzantine ? { byzantine: o.byzantine } : {}) })
+  const node = new RelayNode({ cluster: o.cluster, me, secretKey: o.secretKey, dataDir: o.dataDir, mesh, logger, ...o.consensus, ...(o.byzantine ? { byzantine: o.byzantine } : {}) })
   await node.start()
   const [host, port] = entry.api.split(':') as [string, string]
   const api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
