@@ -41,7 +41,8 @@ import {
 import { fetchCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { DraftBatch, applyIntent, compileBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { ClosedError, RejectedError, TrustError } from './errors.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, boundedSpend, type HandleHost } from './handles.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost } from './handles.ts'
+import { buildTransaction, type Kind, type Transaction } from './transaction.ts'
 import { ClientRecords, type CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
@@ -71,7 +72,6 @@ interface Outgoing {
   accepted: boolean
 }
 
-type Kind = 'counter' | 'set' | 'register' | 'bounded-counter'
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
 
 /** One signed-in user of one space: see README.md for the whole API. */
@@ -213,57 +213,18 @@ export class SteadClient {
   safe(build: (tx: Transaction) => void): Promise<SafeResult> {
     try {
       this.assertOpen()
-      const items: DraftItem[] = []
-      const spent = new Map<string, number>()
-      // Like opening a handle: the declaration it is open with, else the committed one, else the given one.
-      const declFor = (kind: Kind, key: string, given: Declaration, explicit = false): Declaration => {
-        const h = this.handles.get(key)
-        const known = h?.handle.declaration ?? this.replica.declaration(key)
-        if (!known) return given
-        if (known.type !== kind || (explicit && !sameDeclaration(known, given))) {
-          throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(known)}, not ${describeDeclaration(given)}`)
-        }
-        return known
-      }
-      const tx: Transaction = {
-        counter: (key, invariants) => {
-          const bounds: { min?: number; max?: number } = {}
-          if (invariants?.min !== undefined) bounds.min = invariants.min
-          if (invariants?.max !== undefined) bounds.max = invariants.max
-          const decl = declFor('counter', key, { type: 'counter', bounds }, invariants !== undefined)
-          return {
-            increment: (n = 1) => void items.push({ key, decl, intent: positive(n) }),
-            decrement: (n = 1) => void items.push({ key, decl, intent: -positive(n) }),
-          }
+      const items = buildTransaction(
+        {
+          known: (key) => {
+            const h = this.handles.get(key)
+            return h ? { kind: h.kind, decl: h.handle.declaration } : undefined
+          },
+          committed: (key) => this.replica.declaration(key),
+          spendableRights: (key, decl) => this.spendableRights(key, decl),
+          now: this.now,
         },
-        set: (key, invariants) => {
-          const decl = declFor('set', key, { type: 'set', bounds: invariants?.maxSize === undefined ? {} : { maxSize: invariants.maxSize } }, invariants !== undefined)
-          return {
-            add: (e) => void items.push({ key, decl, intent: ['a', e] }),
-            delete: (e) => void items.push({ key, decl, intent: { remove: e } }),
-          }
-        },
-        register: (key) => {
-          const decl = declFor('register', key, { type: 'register' })
-          return { set: (v) => void items.push({ key, decl, intent: ['s', v, this.now()] }) }
-        },
-        boundedCounter: (key) => {
-          const h = this.handles.get(key)
-          const decl = h?.kind === 'bounded-counter' ? h.handle.declaration : this.replica.declaration(key)
-          if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
-          const change = (kind: 'i' | 'd', n: number): void => {
-            const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
-            if (!spends) return void items.push({ key, decl, intent: [kind, positive(n)] })
-            const already = spent.get(key) ?? 0
-            const rights = this.spendableRights(key, decl) - already
-            spent.set(key, already + Math.min(n, Math.max(0, rights)))
-            items.push(...boundedSpend(key, decl, kind, positive(n), rights))
-          }
-          return { increment: (n = 1) => change('i', n), decrement: (n = 1) => change('d', n) }
-        },
-      }
-      build(tx)
-      if (items.length === 0) throw new SteadError('malformed', 'a safe group needs at least one update')
+        build,
+      )
       return this.queueSafe(items)
     } catch (err) {
       return Promise.reject(err)
@@ -1022,15 +983,6 @@ function keysOf(o: Outgoing): string[] {
   return [...new Set([...o.regular.map((r) => r.key), ...o.safe.flatMap((s) => s.items.map((i) => i.key))])]
 }
 
-/** Builds transactions for `client.safe`. */
-export interface Transaction {
-  /** Invariants are only needed for an object not opened and not committed yet; given for one that is, they must match. */
-  counter(key: string, invariants?: { min?: number; max?: number }): { increment(n?: number): void; decrement(n?: number): void }
-  set<T extends SetElement = SetElement>(key: string, invariants?: { maxSize?: number }): { add(e: T): void; delete(e: T): void }
-  register<T extends RegisterValue = RegisterValue>(key: string): { set(v: T): void }
-  boundedCounter(key: string): { increment(n?: number): void; decrement(n?: number): void }
-}
-
 /** The outbox entry of a signed envelope: its safe groups (always atomic, one unit each) follow its regular ops. */
 function outgoing(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>): Outgoing {
   const regularUnits = env.updates.reduce((n, u) => n + u.ops.length, 0)
@@ -1065,10 +1017,6 @@ function boundClock(c: Clock, self: string): Clock {
 
 const MAX_CLOCK_ENTRIES = 256
 
-function positive(n: number): number {
-  if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `amounts are positive safe integers, got ${n}`)
-  return n
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms))

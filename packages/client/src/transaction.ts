@@ -1,0 +1,88 @@
+import { SteadError, describeDeclaration, sameDeclaration, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
+import type { DraftItem } from './drafts.ts'
+import { boundedSpend } from './handles.ts'
+
+export type Kind = 'counter' | 'set' | 'register' | 'bounded-counter'
+
+/** Builds transactions for `client.safe`. */
+export interface Transaction {
+  /** Invariants are only needed for an object not opened and not committed yet; given for one that is, they must match. */
+  counter(key: string, invariants?: { min?: number; max?: number }): { increment(n?: number): void; decrement(n?: number): void }
+  set<T extends SetElement = SetElement>(key: string, invariants?: { maxSize?: number }): { add(e: T): void; delete(e: T): void }
+  register<T extends RegisterValue = RegisterValue>(key: string): { set(v: T): void }
+  boundedCounter(key: string): { increment(n?: number): void; decrement(n?: number): void }
+}
+
+/** What a transaction needs to know about the client's objects. */
+export interface TransactionContext {
+  /** How the client has the key open, if it does. */
+  known(key: string): { kind: Kind; decl: Declaration } | undefined
+  /** The key's committed declaration, if any. */
+  committed(key: string): Declaration | undefined
+  spendableRights(key: string, decl: Declaration): number
+  now(): number
+}
+
+/**
+ * Runs `build` against a Transaction and returns the items of one atomic
+ * safe group. Declarations resolve like opening a handle: the one the key is
+ * open with, else the committed one, else the one given (or no invariants).
+ */
+export function buildTransaction(ctx: TransactionContext, build: (tx: Transaction) => void): DraftItem[] {
+  const items: DraftItem[] = []
+  const spent = new Map<string, number>()
+  const declFor = (kind: Kind, key: string, given: Declaration, explicit = false): Declaration => {
+    const known = ctx.known(key)?.decl ?? ctx.committed(key)
+    if (!known) return given
+    if (known.type !== kind || (explicit && !sameDeclaration(known, given))) {
+      throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(known)}, not ${describeDeclaration(given)}`)
+    }
+    return known
+  }
+  const tx: Transaction = {
+    counter: (key, invariants) => {
+      const bounds: { min?: number; max?: number } = {}
+      if (invariants?.min !== undefined) bounds.min = invariants.min
+      if (invariants?.max !== undefined) bounds.max = invariants.max
+      const decl = declFor('counter', key, { type: 'counter', bounds }, invariants !== undefined)
+      return {
+        increment: (n = 1) => void items.push({ key, decl, intent: positive(n) }),
+        decrement: (n = 1) => void items.push({ key, decl, intent: -positive(n) }),
+      }
+    },
+    set: (key, invariants) => {
+      const decl = declFor('set', key, { type: 'set', bounds: invariants?.maxSize === undefined ? {} : { maxSize: invariants.maxSize } }, invariants !== undefined)
+      return {
+        add: (e) => void items.push({ key, decl, intent: ['a', e] }),
+        delete: (e) => void items.push({ key, decl, intent: { remove: e } }),
+      }
+    },
+    register: (key) => {
+      const decl = declFor('register', key, { type: 'register' })
+      return { set: (v) => void items.push({ key, decl, intent: ['s', v, ctx.now()] }) }
+    },
+    boundedCounter: (key) => {
+      const open = ctx.known(key)
+      const decl = open?.kind === 'bounded-counter' ? open.decl : ctx.committed(key)
+      if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
+      const change = (kind: 'i' | 'd', n: number): void => {
+        const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
+        if (!spends) return void items.push({ key, decl, intent: [kind, positive(n)] })
+        // Rights an earlier spend in this same transaction already uses are not there twice.
+        const already = spent.get(key) ?? 0
+        const rights = ctx.spendableRights(key, decl) - already
+        spent.set(key, already + Math.min(n, Math.max(0, rights)))
+        items.push(...boundedSpend(key, decl, kind, positive(n), rights))
+      }
+      return { increment: (n = 1) => change('i', n), decrement: (n = 1) => change('d', n) }
+    },
+  }
+  build(tx)
+  if (items.length === 0) throw new SteadError('malformed', 'a safe group needs at least one update')
+  return items
+}
+
+function positive(n: number): number {
+  if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `amounts are positive safe integers, got ${n}`)
+  return n
+}
