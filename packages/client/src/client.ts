@@ -35,14 +35,15 @@ import {
   type HistoryEntry,
   type ORSet,
   type RegisterValue,
+  type Signed,
   type RelayMessage,
   type SetElement,
 } from '@stead/core'
-import { fetchCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { fetchCluster, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { DraftBatch, applyIntent, compileBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { ClosedError, RejectedError, TrustError } from './errors.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost } from './handles.ts'
-import { buildTransaction, type Kind, type Transaction } from './transaction.ts'
+import { buildTransaction, type Transaction } from './transaction.ts'
 import { ClientRecords, type CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
@@ -108,7 +109,7 @@ export class SteadClient {
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
   private verifying = new Set<string>()
 
-  private readonly handles = new Map<string, { kind: Kind; handle: AnyHandle }>()
+  private readonly handles = new Map<string, AnyHandle>()
   private readonly listeners = new Map<string, Set<() => void>>()
   private readonly statusListeners = new Set<(s: ClientStatus) => void>()
   private readonly errorListeners = new Set<(e: SteadError) => void>()
@@ -160,27 +161,27 @@ export class SteadClient {
     const bounds: { min?: number; max?: number } = {}
     if (invariants.min !== undefined) bounds.min = invariants.min
     if (invariants.max !== undefined) bounds.max = invariants.max
-    return this.open('counter', key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
+    return this.open(key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
   }
 
   /** An add-wins OR-Set; `maxSize` is an invariant. */
   set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } = {}): SetHandle<T> {
     const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
-    return this.open('set', key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
+    return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
   }
 
   /** A last-writer-wins register. */
   register<T extends RegisterValue = RegisterValue>(key: string): RegisterHandle<T> {
-    return this.open('register', key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
+    return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
   }
 
   /** An escrow counter with exactly one bound (`min` or `max`) and an initial value whose rights start in a shared pool. */
   boundedCounter(key: string, params: { min: number; initial: number } | { max: number; initial: number }): BoundedCounterHandle {
     const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
-    return this.open('bounded-counter', key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
+    return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
   }
 
-  private open(kind: Kind, key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
+  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
     this.assertOpen()
     if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
     try {
@@ -190,10 +191,10 @@ export class SteadClient {
     }
     const existing = this.handles.get(key)
     if (existing) {
-      if (existing.kind !== kind || !sameDeclaration(existing.handle.declaration, decl)) {
-        throw new SteadError('type-mismatch', `${key} is already open as ${describeDeclaration(existing.handle.declaration)}, not ${describeDeclaration(decl)}`)
+      if (!sameDeclaration(existing.declaration, decl)) {
+        throw new SteadError('type-mismatch', `${key} is already open as ${describeDeclaration(existing.declaration)}, not ${describeDeclaration(decl)}`)
       }
-      return existing.handle
+      return existing
     }
     // The first committed declaration fixes the object for everyone.
     const fixed = this.replica.declaration(key)
@@ -201,7 +202,7 @@ export class SteadClient {
       throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(fixed)} in space ${this.space}, not ${describeDeclaration(decl)}`)
     }
     const handle = make(decl)
-    this.handles.set(key, { kind, handle })
+    this.handles.set(key, handle)
     return handle
   }
 
@@ -215,10 +216,7 @@ export class SteadClient {
       this.assertOpen()
       const items = buildTransaction(
         {
-          known: (key) => {
-            const h = this.handles.get(key)
-            return h ? { kind: h.kind, decl: h.handle.declaration } : undefined
-          },
+          known: (key) => this.handles.get(key)?.declaration,
           committed: (key) => this.replica.declaration(key),
           spendableRights: (key, decl) => this.spendableRights(key, decl),
           now: this.now,
@@ -756,18 +754,13 @@ export class SteadClient {
     }
   }
 
-  /** Opens stored or attested envelope frames: their signatures were checked by f+1 relays (or by this client before storing). */
-  private openTrusted(frame: Uint8Array): Envelope {
-    return openEnvelopeSync({ sha256: (b) => this.crypto.sha256(b), verify: () => true }, decode(frame))
-  }
-
   private async applyCommit(c: CommitCandidate): Promise<boolean> {
     const a = c.attestation
     let envs: Envelope[] | undefined
     let frames: readonly Uint8Array[] = []
     for (const list of c.frames.values()) {
       try {
-        const opened = list.map((f) => this.openTrusted(f))
+        const opened = list.map((f) => openTrusted(this.crypto, f))
         if (bytesEqual(batchDigest((b) => this.crypto.sha256(b), opened.map((e) => e.id)), a.batch)) {
           envs = opened
           frames = list
@@ -884,8 +877,8 @@ export class SteadClient {
     const heads = await Promise.all(
       this.options.relays.map(async (url) => {
         try {
-          const res = await Promise.race([fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`), sleep(timeoutMs).then(() => undefined)])
-          if (!res || !res.ok) return undefined
+          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`), timeoutMs)
+          if (!res.ok) return undefined
           const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
@@ -983,6 +976,15 @@ function keysOf(o: Outgoing): string[] {
   return [...new Set([...o.regular.map((r) => r.key), ...o.safe.flatMap((s) => s.items.map((i) => i.key))])]
 }
 
+/**
+ * Opens an envelope without checking its signature again: for frames this
+ * client stored after verifying them, and for frames bound by f+1 relays'
+ * attestations (whose batch digest covers exactly these payload bytes).
+ */
+function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelope {
+  return openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, frame instanceof Uint8Array ? decode(frame) : frame)
+}
+
 /** The outbox entry of a signed envelope: its safe groups (always atomic, one unit each) follow its regular ops. */
 function outgoing(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>): Outgoing {
   const regularUnits = env.updates.reduce((n, u) => n + u.ops.length, 0)
@@ -1018,9 +1020,6 @@ function boundClock(c: Clock, self: string): Clock {
 const MAX_CLOCK_ENTRIES = 256
 
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms))
-}
 
 // ---------------------------------------------------------------- createClient
 
@@ -1044,10 +1043,11 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
   if (given && !(restored.cluster && sameCluster(restored.cluster, given))) pins.push(records.cluster(given))
   if (pins.length) await storage.write(pins)
 
-  // Stored envelopes were verified before they were stored (by this client or by f+1 relays).
-  const open = (signed: { bytes: Uint8Array; sig: Uint8Array }): Envelope => openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, signed)
-  const trusted = (frame: Uint8Array): Envelope => open(asSigned(decode(frame)))
-  const replica = restored.checkpoint === undefined ? new ReliableReplica({ space: options.space }) : ReliableReplica.restore({ space: options.space }, restored.checkpoint, open)
+  const trusted = (frame: Uint8Array): Envelope => openTrusted(crypto, frame)
+  const replica =
+    restored.checkpoint === undefined
+      ? new ReliableReplica({ space: options.space })
+      : ReliableReplica.restore({ space: options.space }, restored.checkpoint, (signed) => openTrusted(crypto, signed))
   // Replaying the attested commits after the checkpoint rebuilds the stable state exactly (gap timers included).
   for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
   const authorId = authorIdOf(crypto, publicKey)

@@ -105,7 +105,8 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, time
   return first
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+/** Rejects when `p` has not settled within `ms`; the timer never outlives it. */
+export function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms)
     p.then(
@@ -119,9 +120,4 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
       },
     )
   })
-}
-
-export function hexKey(c: ClusterDescriptor, relay: number): string | undefined {
-  const r = c.relays[relay]
-  return r && toHex(r.publicKey)
 }

@@ -56,7 +56,8 @@ abstract class Handle {
   }
 }
 
-function amount(n: number, what: string): number {
+/** The amount of an update: a positive safe integer, or a typed error naming the call. */
+export function amount(n: number, what: string): number {
   if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `${what} takes a positive safe integer, got ${n}`)
   return n
 }

@@ -1,8 +1,8 @@
 import { SteadError, describeDeclaration, sameDeclaration, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
 import type { DraftItem } from './drafts.ts'
-import { boundedSpend } from './handles.ts'
+import { amount, boundedSpend } from './handles.ts'
 
-export type Kind = 'counter' | 'set' | 'register' | 'bounded-counter'
+type Kind = Declaration['type']
 
 /** Builds transactions for `client.safe`. */
 export interface Transaction {
@@ -15,8 +15,8 @@ export interface Transaction {
 
 /** What a transaction needs to know about the client's objects. */
 export interface TransactionContext {
-  /** How the client has the key open, if it does. */
-  known(key: string): { kind: Kind; decl: Declaration } | undefined
+  /** The declaration the client has the key open with, if it does. */
+  known(key: string): Declaration | undefined
   /** The key's committed declaration, if any. */
   committed(key: string): Declaration | undefined
   spendableRights(key: string, decl: Declaration): number
@@ -32,7 +32,7 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
   const items: DraftItem[] = []
   const spent = new Map<string, number>()
   const declFor = (kind: Kind, key: string, given: Declaration, explicit = false): Declaration => {
-    const known = ctx.known(key)?.decl ?? ctx.committed(key)
+    const known = ctx.known(key) ?? ctx.committed(key)
     if (!known) return given
     if (known.type !== kind || (explicit && !sameDeclaration(known, given))) {
       throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(known)}, not ${describeDeclaration(given)}`)
@@ -46,8 +46,8 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
       if (invariants?.max !== undefined) bounds.max = invariants.max
       const decl = declFor('counter', key, { type: 'counter', bounds }, invariants !== undefined)
       return {
-        increment: (n = 1) => void items.push({ key, decl, intent: positive(n) }),
-        decrement: (n = 1) => void items.push({ key, decl, intent: -positive(n) }),
+        increment: (n = 1) => void items.push({ key, decl, intent: amount(n, 'increment') }),
+        decrement: (n = 1) => void items.push({ key, decl, intent: -amount(n, 'decrement') }),
       }
     },
     set: (key, invariants) => {
@@ -62,17 +62,16 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
       return { set: (v) => void items.push({ key, decl, intent: ['s', v, ctx.now()] }) }
     },
     boundedCounter: (key) => {
-      const open = ctx.known(key)
-      const decl = open?.kind === 'bounded-counter' ? open.decl : ctx.committed(key)
+      const decl = ctx.known(key) ?? ctx.committed(key)
       if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
       const change = (kind: 'i' | 'd', n: number): void => {
         const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
-        if (!spends) return void items.push({ key, decl, intent: [kind, positive(n)] })
+        if (!spends) return void items.push({ key, decl, intent: [kind, amount(n, kind === 'i' ? 'increment' : 'decrement')] })
         // Rights an earlier spend in this same transaction already uses are not there twice.
         const already = spent.get(key) ?? 0
         const rights = ctx.spendableRights(key, decl) - already
         spent.set(key, already + Math.min(n, Math.max(0, rights)))
-        items.push(...boundedSpend(key, decl, kind, positive(n), rights))
+        items.push(...boundedSpend(key, decl, kind, amount(n, kind === 'i' ? 'increment' : 'decrement'), rights))
       }
       return { increment: (n = 1) => change('i', n), decrement: (n = 1) => change('d', n) }
     },
@@ -80,9 +79,4 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
   build(tx)
   if (items.length === 0) throw new SteadError('malformed', 'a safe group needs at least one update')
   return items
-}
-
-function positive(n: number): number {
-  if (!Number.isSafeInteger(n) || n <= 0) throw new SteadError('malformed', `amounts are positive safe integers, got ${n}`)
-  return n
 }
