@@ -1,4 +1,4 @@
-import { SteadError, clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
+import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
 import type { ClientStorage, StorageChange, StorageKey } from './storage/types.ts'
 import { decodeCluster, encodeCluster, type ClusterDescriptor } from './cluster.ts'
 import type { ChainPosition } from './quorum.ts'
@@ -163,12 +163,7 @@ function decodeCommit(bytes: Uint8Array): CommitRecord {
   const [round, attestation, frames] = expect.array(decode(bytes, 64 * 1024 * 1024), 'commit', 3)
   return {
     round: expect.uint(round, 'commit.round'),
-    attestation: anyBytes(attestation, 'commit.attestation'),
-    frames: expect.array(frames, 'commit.frames', 1_000_000).map((f, i) => anyBytes(f, `commit.frames[${i}]`)),
+    attestation: expect.bytes(attestation, 'commit.attestation'),
+    frames: expect.array(frames, 'commit.frames', 1_000_000).map((f, i) => expect.bytes(f, `commit.frames[${i}]`)),
   }
-}
-
-function anyBytes(v: unknown, field: string): Uint8Array {
-  if (!(v instanceof Uint8Array)) throw new SteadError('malformed', `${field} must be bytes`)
-  return v
 }

@@ -93,8 +93,9 @@ export const expect = {
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new SteadError('malformed', `${field} must be a non-negative safe integer`)
     return v
   },
-  bytes(v: unknown, field: string, length: number): Uint8Array {
-    if (!(v instanceof Uint8Array) || v.length !== length) throw new SteadError('malformed', `${field} must be ${length} bytes`)
+  /** Bytes, of exactly `length` when given. */
+  bytes(v: unknown, field: string, length?: number): Uint8Array {
+    if (!(v instanceof Uint8Array) || (length !== undefined && v.length !== length)) throw new SteadError('malformed', length === undefined ? `${field} must be bytes` : `${field} must be ${length} bytes`)
     return v
   },
   boolean(v: unknown, field: string): boolean {
