@@ -16,6 +16,7 @@ import { build } from 'vite'
 import { CHROMIUM_ARGS, ensureChromium } from '../../../e2e/chromium.ts'
 import { createClient, memoryStorage, type ClientStorage } from '../src/index.node.ts'
 import { FakeCluster } from '../test/helpers/fake-cluster.ts'
+import { fillCommitted } from './fill.ts'
 
 /** A client's stored records after `updates` committed counter updates in envelopes of `perEnvelope`. */
 async function storedRecords(c: FakeCluster, updates: number, perEnvelope: number, keys: string[], crash: boolean): Promise<{ entries: Array<[string[], string]>; values: number[] }> {
@@ -24,19 +25,7 @@ async function storedRecords(c: FakeCluster, updates: number, perEnvelope: numbe
   // With `crash`, the checkpoint close() writes never lands: the next open replays every stored commit.
   const keep: ClientStorage = { load: (k) => disk.load(k), loadRange: (p) => disk.loadRange(p), write: async (ch) => (dead ? undefined : disk.write(ch)), removeRange: (p) => disk.removeRange(p), close: async () => undefined }
   const client = await createClient({ relays: c.urls, space: 'bench', cluster: c.descriptor, storage: keep, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope })
-  const handles = keys.map((k) => client.counter(k))
-  while (!client.status.online) await new Promise((r) => setTimeout(r, 1))
-  for (let i = 0; i < updates; i += perEnvelope) {
-    await Promise.all(Array.from({ length: perEnvelope }, (_, j) => (handles[(i + j) % handles.length] as (typeof handles)[number]).increment(1)))
-    if ((i / perEnvelope) % 50 === 49) {
-      await client.flush()
-      c.commit()
-    }
-  }
-  await client.flush()
-  c.commit()
-  while (client.status.pending > 0) await new Promise((r) => setTimeout(r, 1))
-  const values = handles.map((h) => h.stable)
+  const values = await fillCommitted(client, c, keys, updates, perEnvelope)
   dead = crash
   await client.close()
   const entries = (await disk.loadRange([])).map((e): [string[], string] => [[...e.key], Buffer.from(e.value).toString('base64')])

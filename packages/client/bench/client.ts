@@ -15,6 +15,7 @@ import { performance } from 'node:perf_hooks'
 import { nodeCrypto } from '@stead/core/node'
 import { createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage } from '../src/index.node.ts'
 import { FakeCluster } from '../test/helpers/fake-cluster.ts'
+import { fillCommitted } from './fill.ts'
 
 const quantile = (xs: number[], q: number): number => {
   const s = [...xs].sort((a, b) => a - b)
@@ -67,21 +68,7 @@ async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: 
   const name = `bench-${kind}-${updates}-${perEnvelope}-${performance.now()}`
   const storage = (): Promise<ClientStorage> | ClientStorage => (kind === 'indexeddb' ? indexedDbStorage(name) : lmdbStorage(dir))
   const client = await createClient(options(c, storage(), { batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope }))
-  const keys = Array.from({ length: 100 }, (_, i) => client.counter(`acct:${i}`))
-  while (!client.status.online) await new Promise((r) => setTimeout(r, 1))
-  for (let i = 0; i < updates; i += perEnvelope) {
-    const batch: Array<Promise<unknown>> = []
-    for (let j = 0; j < perEnvelope; j++) batch.push((keys[(i + j) % keys.length] as ReturnType<typeof client.counter>).increment(1))
-    await Promise.all(batch)
-    if ((i / perEnvelope) % 50 === 49) {
-      await client.flush()
-      c.commit()
-    }
-  }
-  await client.flush()
-  c.commit()
-  while (client.status.pending > 0) await new Promise((r) => setTimeout(r, 1))
-  const expected = keys.map((k) => k.stable)
+  const expected = await fillCommitted(client, c, Array.from({ length: 100 }, (_, i) => `acct:${i}`), updates, perEnvelope)
   await client.close()
   for (const r of c.relays) r.setOnline(false)
   const t0 = performance.now()
