@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { toHex } from '@stead/core'
 import { generateIdentity, writeIdentity } from '@stead/relay'
+import { freePort, sleep, stopRelays, waitHealthy } from '@stead/relay/testing'
 
 const RELAY_BIN = resolve(import.meta.dirname, '../../../relay/bin/stead-relay.mjs')
 const PLAIN_BIN = resolve(import.meta.dirname, '../bin/plain-relay.mjs')
@@ -37,16 +37,7 @@ export interface BenchRelay {
   byzantine: string | null
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer()
-    srv.once('error', fail)
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number }
-      srv.close(() => ok(port))
-    })
-  })
-}
+export { freePort, sleep }
 
 /** Real relay processes on loopback, one per relay, as operators run them (`stead-relay start`). */
 export class BenchCluster {
@@ -135,19 +126,7 @@ export class BenchCluster {
   }
 
   async waitHealthy(i: number, timeoutMs = 60_000): Promise<void> {
-    const r = this.relays[i] as BenchRelay
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      try {
-        const res = await fetch(`http://${r.api}/health`)
-        if (res.ok) return
-      } catch {
-        // not up yet
-      }
-      if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited:\n${r.log}`)
-      await sleep(100)
-    }
-    throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+    await waitHealthy(this.relays[i] as BenchRelay, timeoutMs)
   }
 
   /** Starts relay 0's profiler (cluster started with `profile`). */
@@ -177,21 +156,7 @@ export class BenchCluster {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(
-      this.relays.map(
-        (r) =>
-          new Promise<void>((done) => {
-            if (!r.process || r.process.exitCode !== null || r.process.signalCode !== null) return done()
-            r.process.once('exit', () => done())
-            r.process.kill('SIGTERM')
-            setTimeout(() => r.process?.kill('SIGKILL'), 8000).unref()
-          }),
-      ),
-    )
+    await stopRelays(this.relays, 8000)
     rmSync(this.dir, { recursive: true, force: true })
   }
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms))
 }

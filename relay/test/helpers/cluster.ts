@@ -72,19 +72,7 @@ export class TestCluster {
   }
 
   async waitHealthy(i: number, timeoutMs = 60_000): Promise<void> {
-    const r = this.relays[i] as TestRelay
-    const deadline = Date.now() + timeoutMs
-    while (Date.now() < deadline) {
-      try {
-        const res = await fetch(`http://${r.api}/health`)
-        if (res.ok) return
-      } catch {
-        // not up yet
-      }
-      if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited:\n${r.log}`)
-      await sleep(100)
-    }
-    throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+    await waitHealthy(this.relays[i] as TestRelay, timeoutMs)
   }
 
   async json<T = Record<string, unknown>>(i: number, path: string): Promise<T> {
@@ -93,18 +81,47 @@ export class TestCluster {
   }
 
   async stopAll(): Promise<void> {
-    await Promise.all(
-      this.relays.map(
-        (r) =>
-          new Promise<void>((done) => {
-            if (!r.process || r.process.exitCode !== null) return done()
-            r.process.once('exit', () => done())
-            r.process.kill('SIGTERM')
-            setTimeout(() => r.process?.kill('SIGKILL'), 5000).unref()
-          }),
-      ),
-    )
+    await stopRelays(this.relays, 5000)
   }
+}
+
+/** A relay process a test or benchmark started, with what it printed. */
+export interface RelayProcess {
+  readonly id: string
+  readonly api: string
+  process: ChildProcess | null
+  log: string
+}
+
+/** Polls GET /health until the relay answers; fails with its log if it exits or takes longer than `timeoutMs`. */
+export async function waitHealthy(r: RelayProcess, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(`http://${r.api}/health`)
+      if (res.ok) return
+    } catch {
+      // not up yet
+    }
+    if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited:\n${r.log}`)
+    await sleep(100)
+  }
+  throw new Error(`relay ${r.id} not healthy after ${timeoutMs} ms:\n${r.log.slice(-3000)}`)
+}
+
+/** SIGTERM to every running relay, SIGKILL to any still up after `graceMs`; resolves when all have exited. */
+export async function stopRelays(relays: readonly RelayProcess[], graceMs: number): Promise<void> {
+  await Promise.all(
+    relays.map(
+      (r) =>
+        new Promise<void>((done) => {
+          if (!r.process || r.process.exitCode !== null || r.process.signalCode !== null) return done()
+          r.process.once('exit', () => done())
+          r.process.kill('SIGTERM')
+          setTimeout(() => r.process?.kill('SIGKILL'), graceMs).unref()
+        }),
+    ),
+  )
 }
 
 export function sleep(ms: number): Promise<void> {
