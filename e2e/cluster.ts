@@ -23,7 +23,7 @@ export interface RelayReport {
   round: number
   committedRound: number
   commits: number
-  spaces: Record<string, { stableIndex: number }>
+  spaces: number
   byzantine: string | null
 }
 
@@ -73,6 +73,16 @@ export class Cluster {
     try {
       const res = await fetch(`${this.httpUrl(i)}/v1/status`, { signal: AbortSignal.timeout(1000) })
       return res.ok ? ((await res.json()) as RelayReport) : null
+    } catch {
+      return null
+    }
+  }
+
+  /** A space's stable index at relay i (its signed head), or null when it does not answer. */
+  async stableIndex(i: number, space: string): Promise<number | null> {
+    try {
+      const res = await fetch(`${this.httpUrl(i)}/v1/spaces/${encodeURIComponent(space)}/head`, { signal: AbortSignal.timeout(1000) })
+      return res.ok ? ((await res.json()) as { index: number }).index : null
     } catch {
       return null
     }

@@ -75,7 +75,7 @@ for (const [mode, basePort] of [
         const index = Number(await alice.page.getByTestId('status-stable-index').textContent())
         await expect(bob.page.getByTestId('status-stable-index')).toHaveText(String(index))
         await expect
-          .poll(async () => (await Promise.all([0, 1, 2].map((i) => cluster().status(i)))).map((s) => s?.spaces[space]?.stableIndex), { timeout: 20_000 })
+          .poll(async () => await Promise.all([0, 1, 2].map((i) => cluster().stableIndex(i, space))), { timeout: 20_000 })
           .toEqual([index, index, index])
         if (mode === 'equivocate') await alice.screenshot('byzantine-relay.png')
       } finally {

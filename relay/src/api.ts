@@ -4,158 +4,485 @@ import {
   authBytes,
   decodeClientMessage,
   encodeRelayMessage,
+  fromHex,
+  readAuthBytes,
+  toHex,
   type ClientMessage,
+  type ErrorReason,
   type RelayMessage,
 } from '@stead/core'
 import { verifySync } from '@stead/core/node'
-import Fastify, { type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import type { WebSocket } from 'ws'
+import type { CommitFeed } from './feed.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
+import { CHUNK_BYTES } from './store.ts'
 
-export interface ApiOptions {
+/** Limits of the client API; every one has a default (see DEFAULT_LIMITS and relay/README.md, "Security model"). */
+export interface ApiLimits {
+  /** Largest WebSocket frame accepted from a client. */
+  readonly maxFrameBytes: number
+  /** Per connection: messages and bytes per second (token buckets), and the bursts allowed. */
+  readonly rateLimit: { readonly perSecond: number; readonly burst: number; readonly bytesPerSecond: number; readonly burstBytes: number }
+  /** All connections together: what one relay takes in per second before it slows every sender down. */
+  readonly globalRateLimit: { readonly perSecond: number; readonly burst: number; readonly bytesPerSecond: number; readonly burstBytes: number }
+  /** Bytes one session may have queued towards its client before it is closed with `slow-consumer`. */
+  readonly maxBufferedBytes: number
+  /** A session whose client read nothing of what was queued for this long is closed with `slow-consumer`. */
+  readonly slowConsumerMs: number
+  /** Envelopes one session may have submitted and not yet seen decided. */
+  readonly maxPendingPerClient: number
+  /** Open WebSocket sessions at once, in all, per proven client key and per remote address. */
+  readonly maxConnections: number
+  readonly maxSessionsPerKey: number
+  readonly maxSessionsPerAddress: number
+  /** Spaces one session may subscribe to. */
+  readonly maxSubscriptions: number
+  /** How long a new session may take to answer the challenge. */
+  readonly authTimeoutMs: number
+  /** A session that sends nothing (not even a ping) for this long is closed. */
+  readonly idleTimeoutMs: number
+}
+
+export const DEFAULT_LIMITS: ApiLimits = {
+  maxFrameBytes: 2 * 1024 * 1024,
+  rateLimit: { perSecond: 500, burst: 200, bytesPerSecond: 8 * 1024 * 1024, burstBytes: 8 * 1024 * 1024 },
+  // About half a core of signature checks (a submit costs ~0.15 ms) and a burst of ~30 ms of them.
+  globalRateLimit: { perSecond: 3000, burst: 200, bytesPerSecond: 64 * 1024 * 1024, burstBytes: 16 * 1024 * 1024 },
+  maxBufferedBytes: 8 * 1024 * 1024,
+  slowConsumerMs: 30_000,
+  maxPendingPerClient: 10_000,
+  maxConnections: 10_000,
+  maxSessionsPerKey: 32,
+  maxSessionsPerAddress: 256,
+  maxSubscriptions: 1024,
+  authTimeoutMs: 10_000,
+  idleTimeoutMs: 120_000,
+}
+
+export interface ApiOptions extends Partial<ApiLimits> {
   readonly host: string
   readonly port: number
   readonly logger: Logger
   readonly tls?: { readonly key: string | Buffer; readonly cert: string | Buffer }
-  /** Largest WebSocket frame accepted from a client. */
-  readonly maxFrameBytes?: number
-  /** Messages per second per connection (token bucket), and the burst allowed. */
-  readonly rateLimit?: { readonly perSecond: number; readonly burst: number }
-  /** Bytes queued to a slow client before its session is closed (it can resume from its stable index). */
-  readonly maxBufferedBytes?: number
-  /** Envelopes one session may have submitted and not yet seen decided. */
-  readonly maxPendingPerClient?: number
-  /** Open WebSocket sessions at once; more are refused. */
-  readonly maxConnections?: number
-  /** How long a new session may take to answer the challenge. */
-  readonly authTimeoutMs?: number
 }
+
+/** A session stops reading its commit feed while this much is queued towards its client. */
+const LOW_WATER_BYTES = 1024 * 1024
+/** Bytes a throttled session may hold received and not yet handled (what its socket delivered before it paused). */
+const MAX_BACKLOG_BYTES = 8 * 1024 * 1024
+/** How far a reader's signed HTTP request time may be from the relay's clock. */
+const READ_AUTH_SKEW_MS = 5 * 60_000
 
 /**
  * The client-facing API of a relay, HTTP and WebSocket on one port:
- * GET /health, /metrics (Prometheus), /v1/status, /v1/cluster, /v1/spaces/:space/stable,
- * and the /v1/ws session protocol (see @stead/core protocol.ts).
+ * GET /health, /metrics (Prometheus), /v1/status, /v1/cluster, /v1/spaces,
+ * /v1/spaces/:space/{head,stable}, and the /v1/ws session protocol (see
+ * @stead/core protocol.ts).
  */
 export async function createApi(node: RelayNode, options: ApiOptions): Promise<FastifyInstance> {
-  const maxFrameBytes = options.maxFrameBytes ?? 2 * 1024 * 1024
-  const app = Fastify({ loggerInstance: options.logger, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
+  const limits: ApiLimits = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DEFAULT_LIMITS && v !== undefined)) }
+  const app = Fastify({ loggerInstance: options.logger, disableRequestLogging: true, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
-  await app.register(websocket, { options: { maxPayload: maxFrameBytes * 4 } })
+  await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
+  const sessions = new Sessions(node, limits, options.logger)
 
   // Everything served over HTTP is public and signed or checkable, so browser apps on any origin may read it.
   app.addHook('onSend', async (_req, reply) => {
     reply.header('access-control-allow-origin', '*')
   })
+  // Browsers ask before sending the reader header across origins (CORS preflight).
+  app.options('/v1/spaces/:space/:what', async (_req, reply) =>
+    reply.code(204).header('access-control-allow-methods', 'GET').header('access-control-allow-headers', 'x-stead-reader').header('access-control-max-age', '600').send(),
+  )
   app.get('/v1/cluster', async () => node.clusterDescriptor())
-  // The signed head of a space without its state: what a quorum read compares.
-  app.get<{ Params: { space: string } }>('/v1/spaces/:space/head', async (req) => ({ space: req.params.space, ...node.stableHead(req.params.space) }))
   app.get('/health', async () => ({ ok: true, relay: node.me }))
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', node.metrics.registry.contentType)
     return node.metrics.registry.metrics()
   })
-  app.get('/v1/status', async () => node.status())
+  app.get('/v1/status', async () => {
+    const { rss, heapUsed, arrayBuffers } = process.memoryUsage()
+    return { ...node.status(), sessions: sessions.count, process: { rss, heapUsed, arrayBuffers } }
+  })
+  app.get<{ Querystring: { after?: string; limit?: string } }>('/v1/spaces', async (req, reply) => {
+    const limit = req.query.limit === undefined ? 100 : Number(req.query.limit)
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) return reply.code(400).send({ error: 'malformed', detail: 'limit must be a whole number from 1 to 1000' })
+    const spaces = node.listSpaces(req.query.after ?? '', limit)
+    return { spaces, next: spaces.length === limit ? (spaces[spaces.length - 1]?.space ?? null) : null }
+  })
+  // The signed head of a space without its state: what a quorum read compares.
+  app.get<{ Params: { space: string } }>('/v1/spaces/:space/head', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    return { space: req.params.space, ...node.stableHead(req.params.space) }
+  })
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     const snap = node.stableSnapshot(req.params.space)
     if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no committed state for space ${req.params.space}` })
     return { space: req.params.space, relay: node.me, ...snap }
   })
-  let open = 0
-  app.get('/v1/ws', { websocket: true }, (socket) => {
-    if (open >= (options.maxConnections ?? 10_000)) {
-      socket.send(encodeRelayMessage({ type: 'error', id: null, reason: 'rate-limited', detail: 'this relay has too many open sessions; try another relay or later' }))
-      socket.close(1013, 'too many sessions')
-      return
-    }
-    open++
-    socket.once('close', () => open--)
-    new Session(node, socket, options).start()
-  })
+  app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, req.socket.remoteAddress ?? 'unknown'))
+  app.addHook('onClose', async () => sessions.close())
   await app.listen({ host: options.host, port: options.port })
   return app
+}
+
+/**
+ * Why an HTTP read of a space with `readers` is refused, or undefined when
+ * it is allowed. The reader proves its key with the `x-stead-reader`
+ * header: `<public key hex>.<time ms>.<signature hex>` over readAuthBytes.
+ */
+function readDenied(node: RelayNode, req: FastifyRequest, space: string): string | undefined {
+  if (node.canRead(space, undefined)) return undefined
+  const header = req.headers['x-stead-reader']
+  if (typeof header !== 'string') return `space ${space} has readers: sign the request (x-stead-reader header)`
+  const [keyHex, time, sigHex] = header.split('.')
+  const t = Number(time)
+  let key: Uint8Array
+  let sig: Uint8Array
+  try {
+    key = fromHex(keyHex ?? '')
+    sig = fromHex(sigHex ?? '')
+  } catch {
+    return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
+  }
+  if (key.length !== 32 || sig.length !== 64 || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
+  if (Math.abs(Date.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
+  if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
+  if (!node.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
+  return undefined
+}
+
+/** A token bucket over messages and bytes. */
+class Bucket {
+  private messages: number
+  private bytes: number
+  private last: number
+
+  constructor(private readonly rate: ApiLimits['rateLimit']) {
+    this.messages = rate.burst
+    this.bytes = rate.burstBytes
+    this.last = Date.now()
+  }
+
+  /** How many ms until one message of `size` bytes fits (0: now). */
+  wait(size: number): number {
+    const now = Date.now()
+    const dt = (now - this.last) / 1000
+    this.last = now
+    this.messages = Math.min(this.rate.burst, this.messages + dt * this.rate.perSecond)
+    this.bytes = Math.min(this.rate.burstBytes, this.bytes + dt * this.rate.bytesPerSecond)
+    // A message larger than the byte burst would never fit: it waits for a full bucket instead.
+    const need = Math.min(size, this.rate.burstBytes)
+    if (this.messages >= 1 && this.bytes >= need) return 0
+    const waitMessages = this.messages >= 1 ? 0 : ((1 - this.messages) / this.rate.perSecond) * 1000
+    const waitBytes = this.bytes >= need ? 0 : ((need - this.bytes) / this.rate.bytesPerSecond) * 1000
+    return Math.max(1, Math.ceil(Math.max(waitMessages, waitBytes)))
+  }
+
+  /** Takes one message of `size` bytes (after `wait` said 0). */
+  take(size: number): void {
+    this.messages -= 1
+    this.bytes -= Math.min(size, this.rate.burstBytes)
+  }
+}
+
+/** Every open session: the caps per key and per address, the shared inbound budget, and the timeouts. */
+class Sessions {
+  private readonly all = new Set<Session>()
+  private readonly perAddress = new Map<string, number>()
+  private readonly perKey = new Map<string, number>()
+  readonly inbound: Bucket
+  /** Bytes handed to sockets and not yet written out, over all sessions. */
+  sending = 0
+  private readonly sweeper: NodeJS.Timeout
+
+  constructor(
+    readonly node: RelayNode,
+    readonly limits: ApiLimits,
+    readonly log: Logger,
+  ) {
+    this.inbound = new Bucket(limits.globalRateLimit)
+    node.budget.track('send-buffers', () => this.sending)
+    this.sweeper = setInterval(() => {
+      const now = Date.now()
+      for (const s of this.all) s.sweep(now)
+    }, 1000)
+    this.sweeper.unref()
+  }
+
+  get count(): { open: number; addresses: number; keys: number } {
+    return { open: this.all.size, addresses: this.perAddress.size, keys: this.perKey.size }
+  }
+
+  open(socket: WebSocket, address: string): void {
+    const refuse = (detail: string): void => {
+      this.node.metrics.rejected.inc({ reason: 'too-many-sessions', source: 'client' })
+      socket.send(encodeRelayMessage({ type: 'error', id: null, reason: 'too-many-sessions', detail }))
+      socket.close(1013, 'too many sessions')
+    }
+    if (this.all.size >= this.limits.maxConnections) return refuse('this relay has too many open sessions; try another relay or later')
+    const fromAddress = this.perAddress.get(address) ?? 0
+    if (fromAddress >= this.limits.maxSessionsPerAddress) return refuse(`${fromAddress} sessions are open from ${address}, the most one address may hold`)
+    this.perAddress.set(address, fromAddress + 1)
+    const session = new Session(this, socket, address)
+    this.all.add(session)
+    socket.once('close', () => {
+      this.all.delete(session)
+      decrement(this.perAddress, address)
+      if (session.key) decrement(this.perKey, session.key)
+    })
+    session.start()
+  }
+
+  /** Counts a session under its proven key; false when the key already holds the most sessions allowed. */
+  claimKey(keyHex: string): boolean {
+    const n = this.perKey.get(keyHex) ?? 0
+    if (n >= this.limits.maxSessionsPerKey) return false
+    this.perKey.set(keyHex, n + 1)
+    return true
+  }
+
+  close(): void {
+    clearInterval(this.sweeper)
+    for (const s of this.all) s.terminate()
+  }
+}
+
+function decrement(map: Map<string, number>, key: string): void {
+  const n = (map.get(key) ?? 1) - 1
+  if (n <= 0) map.delete(key)
+  else map.set(key, n)
+}
+
+/** A subscription: its feed of stored commits, and whether that feed had nothing more when last read. */
+interface FeedEntry {
+  readonly feed: CommitFeed
+  readonly unsubscribe: () => void
+  idle: boolean
 }
 
 /** One client connection: authenticate, then subscribe and submit. */
 class Session implements Subscriber {
   private readonly nonce = challengeNonce()
-  private authenticated = false
-  private readonly unsubscribers = new Map<string, () => void>()
+  /** The key proven at hello (hex), fixed for the session's life. */
+  key: string | undefined
+  private keyBytes: Uint8Array | undefined
+  private readonly feeds = new Map<string, FeedEntry>()
   /** Envelopes this session submitted that the audit has not decided yet. */
   private readonly pending = new Set<string>()
   private stopListening: (() => void) | null = null
-  private tokens: number
-  private lastRefill = Date.now()
+  private readonly bucket: Bucket
+  /**
+   * Messages received over the rate, in order: the socket is paused (TCP
+   * pushes back on the sender) and these are handled as the buckets refill.
+   * Bounded by what the socket had already delivered when it was paused.
+   */
+  private readonly backlog: Array<{ data: Buffer; isBinary: boolean }> = []
+  private backlogBytes = 0
+  private drainTimer: NodeJS.Timeout | undefined
   private readonly log: Logger
+  /** Bytes handed to the socket and not yet written out. */
+  private inflight = 0
+  /** When the client last took something we sent (or when we started waiting on it). */
+  private lastDrain = Date.now()
+  private lastHeard = Date.now()
+  private readonly openedAt = Date.now()
+  private pumping = false
+  /** Set once the session is being closed: nothing more is queued, and overflow is not checked again. */
+  private closing = false
+  private retryTimer: NodeJS.Timeout | undefined
+  private closed = false
+  private readonly node: RelayNode
+  private readonly limits: ApiLimits
 
   constructor(
-    private readonly node: RelayNode,
+    private readonly sessions: Sessions,
     private readonly socket: WebSocket,
-    private readonly options: ApiOptions,
+    private readonly address: string,
   ) {
-    this.tokens = options.rateLimit?.burst ?? 2000
-    this.log = options.logger.child({ session: Buffer.from(this.nonce.subarray(0, 4)).toString('hex') })
+    this.node = sessions.node
+    this.limits = sessions.limits
+    this.bucket = new Bucket(this.limits.rateLimit)
+    this.log = sessions.log.child({ session: Buffer.from(this.nonce.subarray(0, 4)).toString('hex') })
   }
 
   start(): void {
     this.node.metrics.clients.inc()
     this.stopListening = this.node.onDecided((id) => this.pending.delete(id))
-    this.socket.on('message', (data, isBinary) => this.onMessage(data as Buffer, isBinary))
-    this.socket.on('close', () => this.close())
-    const authTimer = setTimeout(() => {
-      if (this.authenticated) return
-      this.fail(null, new SteadError('unauthenticated', 'no answer to the challenge in time'))
-      this.socket.close(4003, 'unauthenticated')
-    }, this.options.authTimeoutMs ?? 10_000)
-    this.socket.once('close', () => clearTimeout(authTimer))
+    this.socket.on('message', (data, isBinary) => this.receive(data as Buffer, isBinary))
+    this.socket.on('close', () => this.onClose())
     this.socket.on('error', (err) => this.log.warn({ err: err.message }, 'client socket error'))
     this.send({ type: 'challenge', nonce: this.nonce, relay: this.node.me, relayKey: this.node.publicKey })
   }
 
+  /** Called every second: auth and idle timeouts, and clients that stopped reading. */
+  sweep(now: number): void {
+    if (this.closed) return
+    if (!this.key && now - this.openedAt > this.limits.authTimeoutMs) return this.end('unauthenticated', 'no answer to the challenge in time', 4003)
+    if (now - this.lastHeard > this.limits.idleTimeoutMs) return this.end('closed', `nothing received for ${Math.round(this.limits.idleTimeoutMs / 1000)} s; ping to keep a session open`, 4000)
+    if (this.inflight > 0 && now - this.lastDrain > this.limits.slowConsumerMs) {
+      return this.end('slow-consumer', `read nothing of ${this.inflight} queued bytes for ${Math.round(this.limits.slowConsumerMs / 1000)} s; reconnect and resume from your stable index`, 4008)
+    }
+  }
+
+  // ---- Subscriber ----
+
   envelope(space: string, frame: Uint8Array): void {
+    // The prospective feed is an early view of what the commit feed delivers anyway: a
+    // client that is behind skips it rather than grow its buffer.
+    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) {
+      this.node.metrics.prospectiveSkipped.inc()
+      return
+    }
     this.send({ type: 'envelope', space, envelope: frame })
   }
 
-  commit(space: string, value: { attestation: { bytes: Uint8Array; sig: Uint8Array }; envelopes: readonly Uint8Array[] }): void {
-    this.send({ type: 'commit', space, attestation: value.attestation, envelopes: value.envelopes })
+  committed(space: string): void {
+    const f = this.feeds.get(space)
+    if (!f) return
+    f.idle = false
+    this.pump()
+  }
+
+  // ---- the commit feeds ----
+
+  /**
+   * Sends stored commits while the client keeps up: at most LOW_WATER_BYTES
+   * plus one frame are queued towards it at any time, whatever the history.
+   * The chunks of one commit go out in a row; spaces take turns otherwise.
+   */
+  private pump(): void {
+    if (this.pumping || this.closed) return
+    this.pumping = true
+    try {
+      while (this.inflight < LOW_WATER_BYTES) {
+        const f = this.nextFeed()
+        if (!f) return
+        if (!this.node.budget.admits(2 * CHUNK_BYTES)) {
+          // The relay is at its budget: try again shortly instead of growing.
+          this.retryTimer ??= setTimeout(() => {
+            this.retryTimer = undefined
+            this.pump()
+          }, 50)
+          return
+        }
+        const m = f.feed.next()
+        if (!m) {
+          f.idle = true
+          continue
+        }
+        // Round robin: the served space goes to the back unless its commit continues.
+        if (!f.feed.midCommit) {
+          this.feeds.delete(f.feed.space)
+          this.feeds.set(f.feed.space, f)
+        }
+        this.send(m)
+      }
+    } catch (err) {
+      this.log.error({ err }, 'cannot read the commit feed from the store')
+      this.end('malformed', 'this relay cannot read its store; try another relay', 1011)
+    } finally {
+      this.pumping = false
+    }
+  }
+
+  private nextFeed(): FeedEntry | undefined {
+    let first: FeedEntry | undefined
+    for (const f of this.feeds.values()) {
+      if (f.feed.midCommit) return f
+      if (!f.idle) first ??= f
+    }
+    return first
+  }
+
+  // ---- inbound ----
+
+  /**
+   * Rate limits by messages and bytes, per session and for the relay as a
+   * whole: over the rate, the session stops reading its socket and handles
+   * what it already received as the buckets refill. Nothing is dropped
+   * unless a client outruns even that (then `rate-limited`).
+   */
+  private receive(data: Buffer, isBinary: boolean): void {
+    this.lastHeard = Date.now()
+    if (this.closed) return
+    if (this.backlog.length === 0 && this.admit(data.byteLength) === 0) return this.onMessage(data, isBinary)
+    if (this.backlogBytes + data.byteLength > MAX_BACKLOG_BYTES) {
+      return this.fail(null, new SteadError('rate-limited', 'too many messages or bytes; slow down'))
+    }
+    this.backlog.push({ data, isBinary })
+    this.backlogBytes += data.byteLength
+    this.socket.pause()
+    this.drainTimer ??= setTimeout(() => this.drainBacklog(), 1)
+  }
+
+  /** 0 and the tokens taken when a message of `size` bytes may be handled now, else the ms to wait. */
+  private admit(size: number): number {
+    const wait = Math.max(this.bucket.wait(size), this.sessions.inbound.wait(size))
+    if (wait > 0) return wait
+    this.bucket.take(size)
+    this.sessions.inbound.take(size)
+    return 0
+  }
+
+  private drainBacklog(): void {
+    this.drainTimer = undefined
+    // A few at a time, so other sessions and HTTP requests get their turn in between.
+    for (let n = 0; n < 32 && this.backlog.length > 0 && !this.closed; n++) {
+      const next = this.backlog[0] as { data: Buffer; isBinary: boolean }
+      const wait = this.admit(next.data.byteLength)
+      if (wait > 0) {
+        this.drainTimer = setTimeout(() => this.drainBacklog(), wait)
+        return
+      }
+      this.backlog.shift()
+      this.backlogBytes -= next.data.byteLength
+      this.onMessage(next.data, next.isBinary)
+    }
+    if (this.closed) return
+    if (this.backlog.length > 0) this.drainTimer = setTimeout(() => this.drainBacklog(), 0)
+    else this.socket.resume()
   }
 
   private onMessage(data: Buffer, isBinary: boolean): void {
-    if (!this.allow()) return this.fail(null, new SteadError('rate-limited', 'too many messages on this connection; slow down'))
+    const size = data.byteLength
     let message: ClientMessage
     try {
       if (!isBinary) throw new SteadError('malformed', 'frames must be binary msgpack')
-      const limit = this.options.maxFrameBytes ?? 2 * 1024 * 1024
-      if (data.byteLength > limit) throw new SteadError('too-large', `frame of ${data.byteLength} bytes exceeds ${limit}`)
-      message = decodeClientMessage(new Uint8Array(data.buffer, data.byteOffset, data.byteLength))
+      if (size > this.limits.maxFrameBytes) throw new SteadError('too-large', `frame of ${size} bytes exceeds ${this.limits.maxFrameBytes}`)
+      message = decodeClientMessage(new Uint8Array(data.buffer, data.byteOffset, size))
     } catch (err) {
       return this.fail(null, err)
     }
-    if (!this.authenticated && message.type !== 'hello') return this.fail(null, new SteadError('unauthenticated', 'answer the challenge with hello first'))
+    if (!this.key && message.type !== 'hello') return this.fail(null, new SteadError('unauthenticated', 'answer the challenge with hello first'))
     switch (message.type) {
-      case 'hello': {
-        if (!verifySync(message.publicKey, authBytes(this.nonce, this.node.publicKey), message.sig)) {
-          this.fail(null, new SteadError('bad-signature', 'hello signature does not match the challenge'))
-          this.socket.close(4001, 'bad-signature')
-          return
-        }
-        this.authenticated = true
-        this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f })
+      case 'hello':
+        return this.hello(message)
+      case 'subscribe': {
+        if (!this.node.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}`))
+        const had = this.feeds.get(message.space)
+        if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
+        had?.unsubscribe()
+        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this)
+        this.feeds.delete(message.space)
+        this.feeds.set(message.space, { feed, unsubscribe, idle: false })
+        this.pump()
         return
       }
-      case 'subscribe':
-        this.unsubscribers.get(message.space)?.()
-        this.unsubscribers.set(message.space, this.node.subscribe(message.space, message.fromIndex, this))
-        return
       case 'unsubscribe':
-        this.unsubscribers.get(message.space)?.()
-        this.unsubscribers.delete(message.space)
+        // A commit half sent stays half sent: the client drops it with the subscription.
+        this.feeds.get(message.space)?.unsubscribe()
+        this.feeds.delete(message.space)
         return
       case 'submit':
         try {
-          const limit = this.options.maxPendingPerClient ?? 10_000
-          if (this.pending.size >= limit) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
-          const { status, idHex } = this.node.submit(message.envelope)
+          if (this.pending.size >= this.limits.maxPendingPerClient) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
+          const { status, idHex } = this.node.submit(message.envelope, this.address)
           if (status === 'queued') this.pending.add(idHex)
           this.send({ type: 'accepted', id: message.id, status })
         } catch (err) {
@@ -168,36 +495,68 @@ class Session implements Subscriber {
     }
   }
 
+  private hello(message: Extract<ClientMessage, { type: 'hello' }>): void {
+    if (this.key) return this.fail(null, new SteadError('unauthorized', `this session is already authenticated as ${this.key}; open another session for another key`))
+    if (!verifySync(message.publicKey, authBytes(this.nonce, this.node.publicKey), message.sig)) {
+      return this.end('bad-signature', 'hello signature does not match the challenge', 4001)
+    }
+    const key = toHex(message.publicKey)
+    if (!this.sessions.claimKey(key)) return this.end('too-many-sessions', `key ${key} already holds ${this.limits.maxSessionsPerKey} sessions on this relay`, 1013)
+    this.key = key
+    this.keyBytes = message.publicKey
+    this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f })
+  }
+
+  // ---- outbound ----
+
   private fail(id: number | null, err: unknown): void {
     const e = err instanceof SteadError ? err : new SteadError('malformed', (err as Error)?.message ?? String(err))
     this.node.metrics.rejected.inc({ reason: e.reason, source: 'client' })
     this.send({ type: 'error', id, reason: e.reason, detail: e.message })
   }
 
+  /** Sends a typed error and closes the session; a client that does not read is cut off shortly after. */
+  private end(reason: ErrorReason, detail: string, code: number): void {
+    if (this.closed || this.closing) return
+    this.fail(null, new SteadError(reason, detail))
+    this.closing = true
+    this.log.info({ reason, address: this.address, key: this.key }, 'closing client session')
+    this.socket.close(code, reason)
+    setTimeout(() => this.terminate(), 2000).unref()
+    this.onClose()
+  }
+
+  terminate(): void {
+    this.socket.terminate()
+  }
+
   private send(m: RelayMessage): void {
-    if (this.socket.readyState !== this.socket.OPEN) return
-    if (this.socket.bufferedAmount > (this.options.maxBufferedBytes ?? 64 * 1024 * 1024)) {
-      this.log.warn({ buffered: this.socket.bufferedAmount }, 'client too slow; closing its session')
-      this.socket.close(4008, 'too slow; resubscribe from your stable index')
-      return
+    if (this.closed || this.socket.readyState !== this.socket.OPEN) return
+    const bytes = encodeRelayMessage(m)
+    const size = bytes.length
+    if (this.inflight === 0) this.lastDrain = Date.now()
+    this.inflight += size
+    this.sessions.sending += size
+    this.socket.send(bytes, () => {
+      this.inflight -= size
+      this.sessions.sending -= size
+      this.lastDrain = Date.now()
+      if (this.inflight < LOW_WATER_BYTES) this.pump()
+    })
+    if (!this.closing && this.inflight > this.limits.maxBufferedBytes) {
+      this.end('slow-consumer', `${this.inflight} bytes queued towards this client, more than ${this.limits.maxBufferedBytes}; reconnect and resume from your stable index`, 4008)
     }
-    this.socket.send(encodeRelayMessage(m))
   }
 
-  private allow(): boolean {
-    const { perSecond, burst } = this.options.rateLimit ?? { perSecond: 1000, burst: 2000 }
-    const now = Date.now()
-    this.tokens = Math.min(burst, this.tokens + ((now - this.lastRefill) / 1000) * perSecond)
-    this.lastRefill = now
-    if (this.tokens < 1) return false
-    this.tokens -= 1
-    return true
-  }
-
-  private close(): void {
+  private onClose(): void {
+    if (this.closed) return
+    this.closed = true
     this.node.metrics.clients.dec()
     this.stopListening?.()
-    for (const unsub of this.unsubscribers.values()) unsub()
-    this.unsubscribers.clear()
+    if (this.retryTimer) clearTimeout(this.retryTimer)
+    if (this.drainTimer) clearTimeout(this.drainTimer)
+    this.backlog.length = 0
+    for (const f of this.feeds.values()) f.unsubscribe()
+    this.feeds.clear()
   }
 }

@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util'
 import { SteadError, toHex } from '@stead/core'
 import { ConfigError, clusterToJson, generateIdentity, loadCluster, loadIdentity, parseCluster, writeIdentity } from './config.ts'
 import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/index.ts'
+import { DEFAULT_LIMITS, type ApiLimits } from './api.ts'
 import { runRelay } from './relay.ts'
 
 const USAGE = `stead-relay: a Stead relay server
@@ -17,7 +18,13 @@ const USAGE = `stead-relay: a Stead relay server
                     [--key ./data/r1/key.json] [--byzantine MODE]
                     [--tls-cert cert.pem --tls-key key.pem]
                     [--idle-block-delay-ms 100] [--leader-timeout-ms 500]
+                    [--memory-budget-mb 512] [--limit name=value ...]
       Runs one relay of the cluster. The key defaults to <data>/key.json.
+      --memory-budget-mb bounds what it holds for clients (queued envelopes,
+      send buffers, verification cache); --limit sets one client API limit,
+      e.g. --limit maxSessionsPerKey=8 (names and defaults: relay/README.md).
+      The data dir (mode 0700, files 0600) is locked while the relay runs and
+      bound to the cluster's committee: another cluster file is refused.
       A relay with nothing to order waits --idle-block-delay-ms before its
       next block (lower: faster first commit after a quiet spell, more idle
       CPU and store growth); it waits up to --leader-timeout-ms for a round's
@@ -28,6 +35,7 @@ const USAGE = `stead-relay: a Stead relay server
       Generates a local cluster (keys, cluster.json, LMDB data dirs under
       --dir), runs every relay as its own process and prints the URLs.
       Relay i serves HTTP and WebSocket at 127.0.0.1:<base-port + i - 1>.
+      Its cluster file has "openSpaces": true (any space may be created).
 
 Byzantine modes (for demos and tests): ${BYZANTINE_STRATEGIES.join(', ')}`
 
@@ -36,6 +44,36 @@ const here = dirname(fileURLToPath(import.meta.url))
 function die(message: string): never {
   console.error(`stead-relay: ${message}`)
   process.exit(2)
+}
+
+/** Every command takes --help / -h. */
+const HELP_FLAG = { help: { type: 'boolean', short: 'h' } } as const
+
+/** Runs parseArgs; a bad command line gets one line and the usage (exit 2), --help the usage (exit 0). */
+function parse<T extends { values: { help?: boolean | undefined } }>(run: () => T): T {
+  let parsed: T
+  try {
+    parsed = run()
+  } catch (err) {
+    const code = (err as { code?: unknown }).code
+    if (typeof code !== 'string' || !code.startsWith('ERR_PARSE_ARGS')) throw err
+    const message = (err as Error).message
+    const quoted = /'([^']+)'/.exec(message)?.[1] ?? ''
+    const problem =
+      code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION'
+        ? `unknown option ${quoted}`
+        : code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL'
+          ? `unexpected argument ${quoted}`
+          : code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && /argument missing/.test(message)
+            ? `option ${quoted.split(' ')[0] ?? ''} needs a value`
+            : (message.split('\n')[0] ?? message)
+    die(`${problem}\n\n${USAGE}`)
+  }
+  if (parsed.values.help) {
+    console.log(USAGE)
+    process.exit(0)
+  }
+  return parsed
 }
 
 /** Consensus timing flags shared by `start` and `dev`. */
@@ -56,6 +94,26 @@ function timings(values: { 'idle-block-delay-ms'?: string | undefined; 'leader-t
   return out
 }
 
+/** `--limit name=value` flags: any of the client API limits, by the name relay/README.md lists. */
+function apiLimits(flags: readonly string[]): Partial<ApiLimits> {
+  const out: Record<string, unknown> = {}
+  const names = Object.keys(DEFAULT_LIMITS).filter((k) => typeof DEFAULT_LIMITS[k as keyof ApiLimits] === 'number')
+  for (const flag of flags) {
+    const [name, value] = flag.split('=') as [string, string | undefined]
+    if (!names.includes(name)) die(`--limit ${flag}: unknown limit ${name} (limits: ${names.join(', ')})`)
+    const n = Number(value)
+    if (value === undefined || !Number.isSafeInteger(n) || n < 1) die(`--limit ${flag}: the value must be a positive whole number`)
+    out[name] = n
+  }
+  return out as Partial<ApiLimits>
+}
+
+function megabytes(flag: string, v: string): number {
+  const n = Number(v)
+  if (!Number.isInteger(n) || n < 16 || n > 1024 * 1024) die(`${flag} must be a whole number of MiB from 16 up, got ${v}`)
+  return n * 1024 * 1024
+}
+
 function strategy(v: string | undefined): ByzantineStrategy | undefined {
   if (v === undefined) return undefined
   if (!BYZANTINE_STRATEGIES.includes(v as ByzantineStrategy)) die(`unknown Byzantine mode ${v} (modes: ${BYZANTINE_STRATEGIES.join(', ')})`)
@@ -66,7 +124,7 @@ async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv
   switch (command) {
     case 'keygen': {
-      const { values } = parseArgs({ args: rest, options: { out: { type: 'string', default: 'key.json' } } })
+      const { values } = parse(() => parseArgs({ args: rest, options: { out: { type: 'string', default: 'key.json' }, ...HELP_FLAG } }))
       const out = values.out as string
       if (existsSync(out)) die(`${out} exists; refusing to overwrite a key`)
       const id = generateIdentity()
@@ -75,19 +133,26 @@ async function main(argv: string[]): Promise<void> {
       return
     }
     case 'start': {
-      const { values } = parseArgs({
-        args: rest,
-        options: {
-          config: { type: 'string' },
-          id: { type: 'string' },
-          data: { type: 'string' },
-          key: { type: 'string' },
-          byzantine: { type: 'string' },
-          'tls-cert': { type: 'string' },
-          'tls-key': { type: 'string' },
-          ...TIMING_FLAGS,
-        },
-      })
+      // Whatever the relay writes (store, lock, metadata) is its owner's alone.
+      process.umask(0o077)
+      const { values } = parse(() =>
+        parseArgs({
+          args: rest,
+          options: {
+            config: { type: 'string' },
+            id: { type: 'string' },
+            data: { type: 'string' },
+            key: { type: 'string' },
+            byzantine: { type: 'string' },
+            'tls-cert': { type: 'string' },
+            'tls-key': { type: 'string' },
+            ...TIMING_FLAGS,
+            limit: { type: 'string', multiple: true },
+            'memory-budget-mb': { type: 'string' },
+            ...HELP_FLAG,
+          },
+        }),
+      )
       if (!values.config || !values.id || !values.data) die(`start needs --config, --id and --data\n\n${USAGE}`)
       if (Boolean(values['tls-cert']) !== Boolean(values['tls-key'])) die('--tls-cert and --tls-key go together')
       const cluster = loadCluster(values.config)
@@ -104,6 +169,8 @@ async function main(argv: string[]): Promise<void> {
         dataDir: values.data,
         ...(byzantine ? { byzantine } : {}),
         consensus: timings(values),
+        limits: apiLimits(values.limit ?? []),
+        ...(values['memory-budget-mb'] === undefined ? {} : { memoryBudgetBytes: megabytes('--memory-budget-mb', values['memory-budget-mb']) }),
         ...(values['tls-cert'] ? { tls: { cert: readFileSync(values['tls-cert']), key: readFileSync(values['tls-key'] as string) } } : {}),
       })
       const shutdown = () => void relay.stop().then(() => process.exit(0))
@@ -127,18 +194,21 @@ async function main(argv: string[]): Promise<void> {
 }
 
 async function dev(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      relays: { type: 'string', default: '4' },
-      'base-port': { type: 'string', default: '7401' },
-      byzantine: { type: 'string', default: '0' },
-      'byzantine-mode': { type: 'string', default: 'equivocate' },
-      dir: { type: 'string', default: '.stead/dev' },
-      fresh: { type: 'boolean', default: false },
-      ...TIMING_FLAGS,
-    },
-  })
+  const { values } = parse(() =>
+    parseArgs({
+      args,
+      options: {
+        relays: { type: 'string', default: '4' },
+        'base-port': { type: 'string', default: '7401' },
+        byzantine: { type: 'string', default: '0' },
+        'byzantine-mode': { type: 'string', default: 'equivocate' },
+        dir: { type: 'string', default: '.stead/dev' },
+        fresh: { type: 'boolean', default: false },
+        ...TIMING_FLAGS,
+        ...HELP_FLAG,
+      },
+    }),
+  )
   timings(values) // refuse bad values before starting anything
   const passTimings = (['idle-block-delay-ms', 'leader-timeout-ms'] as const).flatMap((f) => (values[f] === undefined ? [] : [`--${f}`, values[f] as string]))
   const n = Number(values.relays)
@@ -164,7 +234,8 @@ async function dev(args: string[]): Promise<void> {
     const key = loadIdentity(keyPath)
     return { id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${basePort + 100 + i}`, api: `127.0.0.1:${basePort + i}`, data }
   })
-  const cluster = parseCluster({ f, relays: relays.map(({ data: _data, ...r }) => r) }, clusterPath)
+  // A dev cluster serves any space (`start` on a cluster file defaults to the listed ones only).
+  const cluster = parseCluster({ f, relays: relays.map(({ data: _data, ...r }) => r), openSpaces: true }, clusterPath)
   writeFileSync(clusterPath, JSON.stringify(clusterToJson(cluster), null, 2) + '\n')
 
   const bin = resolve(here, '../bin/stead-relay.mjs')

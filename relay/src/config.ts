@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fromHex, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { z } from 'zod'
 import { validateCommittee, type Committee } from './consensus/index.ts'
 
 /** A configuration problem an operator must fix; the message says what and where. */
@@ -21,15 +22,21 @@ export interface RelayEntry {
 export interface SpacePolicy {
   /** Author public keys allowed to write; absent means every signed author may. */
   readonly writers?: readonly Uint8Array[]
+  /** Session keys allowed to read (writers may read too); absent means anyone may read. */
+  readonly readers?: readonly Uint8Array[]
 }
 
 export interface ClusterConfig {
   readonly f: number
   readonly relays: readonly RelayEntry[]
   readonly spaces: ReadonlyMap<string, SpacePolicy>
-  /** Whether spaces not listed in `spaces` exist (open to every signed author). Default true. */
+  /** Whether spaces not listed in `spaces` exist (open to every signed author). Default false. */
   readonly openSpaces: boolean
+  /** With `openSpaces`: how many new spaces one client key may create per hour. Default 100. */
+  readonly newSpacesPerKeyPerHour: number
 }
+
+export const DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR = 100
 
 export function committeeOf(c: ClusterConfig): Committee {
   return { f: c.f, keys: c.relays.map((r) => r.publicKey) }
@@ -37,7 +44,8 @@ export function committeeOf(c: ClusterConfig): Committee {
 
 /**
  * Reads and checks a cluster file:
- * { "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }], "spaces": { "bank": { "writers": [hex] } } }
+ * { "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
+ *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100 }
  */
 export function loadCluster(path: string): ClusterConfig {
   let raw: unknown
@@ -49,72 +57,149 @@ export function loadCluster(path: string): ClusterConfig {
   return parseCluster(raw, path)
 }
 
+// The schema's messages say what is wrong; `describeIssue` puts the field's path in front.
+const nonEmpty = z.string({ error: 'must be a non-empty string' }).min(1, { error: 'must be a non-empty string' })
+
+const relayKey = nonEmpty.transform((s, ctx) => {
+  let key: Uint8Array
+  try {
+    key = fromHex(s)
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'is not hex' })
+    return z.NEVER
+  }
+  if (key.length !== 32) {
+    ctx.addIssue({ code: 'custom', message: 'must be 32 bytes (64 hex digits)' })
+    return z.NEVER
+  }
+  return key
+})
+
+const clientKey = z.unknown().transform((s, ctx) => {
+  try {
+    const key = typeof s === 'string' ? fromHex(s) : undefined
+    if (key?.length === 32) return key
+  } catch {
+    // reported below
+  }
+  ctx.addIssue({ code: 'custom', message: 'must be a 32-byte hex public key' })
+  return z.NEVER
+})
+
+const relaySchema = z.strictObject(
+  {
+    id: nonEmpty,
+    publicKey: relayKey,
+    mesh: nonEmpty.refine((s) => /^\/ip[46]\/[^/]+\/tcp\/\d+$/.test(s), { error: (iss) => `must look like /ip4/127.0.0.1/tcp/7501, got ${String(iss.input)}` }),
+    api: nonEmpty.refine((s) => /^[^:/]+:\d+$/.test(s), { error: (iss) => `must be host:port, got ${String(iss.input)}` }),
+  },
+  { error: 'must be an object { "id", "publicKey", "mesh", "api" }' },
+)
+
+const keyList = z.array(clientKey, { error: 'must be an array of hex public keys' })
+
+const policySchema = z.strictObject(
+  {
+    writers: keyList.optional(),
+    readers: keyList.optional(),
+  },
+  { error: 'must be an object, e.g. { "writers": [hex], "readers": [hex] } or {}' },
+)
+
+const clusterSchema = z.strictObject(
+  {
+    f: z.number({ error: 'must be a non-negative integer' }).int({ error: 'must be a non-negative integer' }).min(0, { error: 'must be a non-negative integer' }).optional(),
+    relays: z.array(relaySchema, { error: 'must be a non-empty array' }).min(1, { error: 'must be a non-empty array' }),
+    spaces: z.record(z.string(), policySchema, { error: 'must be an object' }).optional(),
+    openSpaces: z.boolean({ error: 'must be true or false' }).optional(),
+    newSpacesPerKeyPerHour: z
+      .number({ error: 'must be a non-negative integer' })
+      .int({ error: 'must be a non-negative integer' })
+      .min(0, { error: 'must be a non-negative integer' })
+      .optional(),
+  },
+  { error: 'must be a JSON object' },
+)
+
+const KNOWN_KEYS = {
+  top: Object.keys(clusterSchema.shape),
+  relay: Object.keys(relaySchema.shape),
+  policy: Object.keys(policySchema.shape),
+}
+
+/** relays[3].publicKey, spaces.bank.writers[0]; a top-level field is quoted: "relays". */
+function pathText(path: readonly PropertyKey[]): string {
+  if (path.length === 1) return `"${String(path[0])}"`
+  return path
+    .map((p, i) => {
+      if (typeof p === 'number') return `[${p}]`
+      const s = String(p)
+      const bare = /^[A-Za-z_$][\w$-]*$/.test(s)
+      return i === 0 ? s : bare ? `.${s}` : `[${JSON.stringify(s)}]`
+    })
+    .join('')
+}
+
+/** Levenshtein distance, for "did you mean". */
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i]
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min((prev[j] as number) + 1, (row[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1))
+    prev = row
+  }
+  return prev[b.length] as number
+}
+
+function unknownKey(key: string, path: readonly PropertyKey[]): string {
+  const known = path.length === 0 ? KNOWN_KEYS.top : path[0] === 'relays' ? KNOWN_KEYS.relay : KNOWN_KEYS.policy
+  const where = path.length === 0 ? 'at top level' : `in ${path.length === 1 ? String(path[0]) : pathText(path)}`
+  const scored = known.map((k) => ({ k, d: distance(key.toLowerCase(), k.toLowerCase()) })).sort((x, y) => x.d - y.d)
+  const best = scored[0]
+  const hint = best && best.d <= Math.max(2, Math.ceil(Math.max(key.length, best.k.length) / 3)) ? `did you mean "${best.k}"?` : `known keys: ${known.join(', ')}`
+  return `unknown key "${key}" ${where}; ${hint}`
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === 'unrecognized_keys') return unknownKey(issue.keys[0] as string, issue.path)
+  return issue.path.length === 0 ? issue.message : `${pathText(issue.path)} ${issue.message}`
+}
+
 export function parseCluster(raw: unknown, where = 'cluster config'): ClusterConfig {
   const fail = (msg: string): never => {
     throw new ConfigError(`${where}: ${msg}`)
   }
-  if (typeof raw !== 'object' || raw === null) fail('must be a JSON object')
-  const obj = raw as { f?: unknown; relays?: unknown; spaces?: unknown; openSpaces?: unknown }
-  if (obj.openSpaces !== undefined && typeof obj.openSpaces !== 'boolean') fail('"openSpaces" must be true or false')
-  if (!Array.isArray(obj.relays) || obj.relays.length === 0) fail('"relays" must be a non-empty array')
-  const relays = (obj.relays as unknown[]).map((r, i): RelayEntry => {
-    const e = r as Record<string, unknown>
-    const field = (name: string): string => (typeof e[name] === 'string' && (e[name] as string).length > 0 ? (e[name] as string) : fail(`relays[${i}].${name} must be a non-empty string`))
-    const id = field('id')
-    let publicKey: Uint8Array
-    try {
-      publicKey = fromHex(field('publicKey'))
-    } catch {
-      return fail(`relays[${i}].publicKey is not hex`)
-    }
-    if (publicKey.length !== 32) fail(`relays[${i}].publicKey must be 32 bytes (64 hex digits)`)
-    const mesh = field('mesh')
-    if (!/^\/ip[46]\/[^/]+\/tcp\/\d+$/.test(mesh)) fail(`relays[${i}].mesh must look like /ip4/127.0.0.1/tcp/7501, got ${mesh}`)
-    const api = field('api')
-    if (!/^[^:/]+:\d+$/.test(api)) fail(`relays[${i}].api must be host:port, got ${api}`)
-    return { id, publicKey, mesh, api }
-  })
-  const f = typeof obj.f === 'number' ? obj.f : Math.floor((relays.length - 1) / 3)
+  const parsed = clusterSchema.safeParse(raw)
+  if (!parsed.success) {
+    // A misspelt key explains the errors that follow from it (a missing "relays" behind "relay"): name it first.
+    const issues = parsed.error.issues
+    const first = issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0]
+    return fail(first ? describeIssue(first) : 'invalid')
+  }
+  const obj = parsed.data
+  const relays: RelayEntry[] = obj.relays
+  const f = obj.f ?? Math.floor((relays.length - 1) / 3)
   const committeeProblem = validateCommittee({ f, keys: relays.map((r) => r.publicKey) })
   if (committeeProblem) fail(committeeProblem)
   if (new Set(relays.map((r) => r.id)).size !== relays.length) fail('relay ids must be distinct')
   if (new Set(relays.map((r) => r.api)).size !== relays.length) fail('relay api addresses must be distinct')
   if (new Set(relays.map((r) => r.mesh)).size !== relays.length) fail('relay mesh addresses must be distinct')
   const spaces = new Map<string, SpacePolicy>()
-  if (obj.spaces !== undefined) {
-    if (typeof obj.spaces !== 'object' || obj.spaces === null) fail('"spaces" must be an object')
-    for (const [name, policy] of Object.entries(obj.spaces as Record<string, unknown>)) {
-      const writers = (policy as { writers?: unknown } | null)?.writers
-      if (writers === undefined) {
-        spaces.set(name, {})
-        continue
-      }
-      if (!Array.isArray(writers)) fail(`spaces.${name}.writers must be an array of hex public keys`)
-      spaces.set(
-        name,
-        {
-          writers: (writers as unknown[]).map((w, i) => {
-            try {
-              const k = fromHex(String(w))
-              if (k.length === 32) return k
-            } catch {
-              // reported below
-            }
-            return fail(`spaces.${name}.writers[${i}] must be a 32-byte hex public key`)
-          }),
-        },
-      )
-    }
+  for (const [name, policy] of Object.entries(obj.spaces ?? {})) {
+    spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}) })
   }
-  return { f, relays, spaces, openSpaces: obj.openSpaces !== false }
+  return { f, relays, spaces, openSpaces: obj.openSpaces ?? false, newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR }
 }
 
 export function clusterToJson(c: ClusterConfig): unknown {
   return {
     f: c.f,
     relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api })),
-    spaces: Object.fromEntries([...c.spaces].map(([name, p]) => [name, p.writers ? { writers: p.writers.map(toHex) } : {}])),
+    spaces: Object.fromEntries(
+      [...c.spaces].map(([name, p]) => [name, { ...(p.writers ? { writers: p.writers.map(toHex) } : {}), ...(p.readers ? { readers: p.readers.map(toHex) } : {}) }]),
+    ),
     openSpaces: c.openSpaces,
+    newSpacesPerKeyPerHour: c.newSpacesPerKeyPerHour,
   }
 }
 

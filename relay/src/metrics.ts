@@ -9,6 +9,7 @@ export class Metrics {
   readonly certificates = new Counter({ name: 'stead_certificates_total', help: 'Certificates added to the DAG', registers: [this.registry] })
   readonly envelopesAccepted = new Counter({ name: 'stead_envelopes_accepted_total', help: 'Client envelopes accepted for ordering', registers: [this.registry] })
   readonly rejected = new Counter({ name: 'stead_rejected_total', help: 'Inputs rejected, by reason and source', labelNames: ['reason', 'source'], registers: [this.registry] })
+  readonly prospectiveSkipped = new Counter({ name: 'stead_prospective_skipped_total', help: 'Certified envelopes not pushed to a client that was behind (it gets them with the commit)', registers: [this.registry] })
   readonly clients = new Gauge({ name: 'stead_connected_clients', help: 'Open client sessions', registers: [this.registry] })
   readonly commitLatency = new Histogram({
     name: 'stead_commit_latency_seconds',

@@ -35,8 +35,10 @@ import {
   type TimerName,
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
+import { MemoryBudget } from './budget.ts'
+import { CommitFeed } from './feed.ts'
 import { Metrics } from './metrics.ts'
-import { RelayStore, type StoredAttestation, type WriteBatch } from './store.ts'
+import { RelayStore, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -53,15 +55,22 @@ export interface RelayNodeOptions {
   readonly idleBlockDelayMs?: number
   readonly resendIntervalMs?: number
   readonly gcDepth?: number
+  /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
+  readonly memoryBudgetBytes?: number
   /** Called when the event loop fails (a store write failed); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
 }
 
 /** Something that wants a space's commits and certified envelopes: a client session. */
 export interface Subscriber {
+  /** A certified envelope of the space (prospective feed; may be skipped by a busy subscriber). */
   envelope(space: string, frame: Uint8Array): void
-  commit(space: string, value: StoredAttestation): void
+  /** New attested commits of the space are in the store: read them from the feed. */
+  committed(space: string): void
 }
+
+/** How many new spaces one key (and ten times as many for one address) may start per hour on an open cluster. */
+const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
 
@@ -80,6 +89,7 @@ export class RelayNode {
   readonly committee: Committee
   readonly publicKey: Uint8Array
   readonly metrics = new Metrics()
+  readonly budget: MemoryBudget
   private readonly options: RelayNodeOptions
   private readonly log: Logger
   private store!: RelayStore
@@ -101,6 +111,10 @@ export class RelayNode {
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
+  /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
+  private readonly creating = new Map<string, number>()
+  /** Key or address → times it started a new space within the last hour. */
+  private readonly spaceStarts = new Map<string, number[]>()
 
   constructor(options: RelayNodeOptions) {
     this.options = options
@@ -108,6 +122,9 @@ export class RelayNode {
     this.committee = committeeOf(options.cluster)
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.log = options.logger
+    this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
+    this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
+    this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
     this.byzantine = options.byzantine
       ? new ByzantineBehaviour(options.byzantine, {
           me: options.me,
@@ -178,7 +195,8 @@ export class RelayNode {
    * Throws SteadError: 'too-large', 'malformed', 'bad-signature',
    * 'unauthorized', 'conflict'; returns 'duplicate' for one already decided or queued.
    */
-  submit(frame: Uint8Array): { status: 'queued' | 'duplicate'; idHex: string } {
+  submit(frame: Uint8Array, origin = 'local'): { status: 'queued' | 'duplicate'; idHex: string } {
+    if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
     const policy = this.options.cluster.spaces.get(env.space)
@@ -190,13 +208,44 @@ export class RelayNode {
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex }
     const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
+    const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
+    if (starts) this.chargeNewSpace(env.space, env.authorId, origin)
     const result = this.core.submit(frame, info)
     if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
+    if (starts) this.creating.set(env.space, Date.now())
     this.sampleFrame ??= frame
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
     return { status: result.status, idHex: env.idHex }
+  }
+
+  /**
+   * Starting a space on an open cluster is metered: each space costs every
+   * relay a replica, so one key may start `newSpacesPerKeyPerHour` and one
+   * address ten times that. Throws 'rate-limited' past the quota.
+   */
+  private chargeNewSpace(space: string, authorId: string, origin: string): void {
+    const quota = this.options.cluster.newSpacesPerKeyPerHour
+    const now = Date.now()
+    const over: string[] = []
+    const keys: Array<[string, number]> = [
+      [`key:${authorId}`, quota],
+      [`address:${origin}`, quota * 10],
+    ]
+    for (const [who, limit] of keys) {
+      const recent = (this.spaceStarts.get(who) ?? []).filter((t) => now - t < HOUR_MS)
+      this.spaceStarts.set(who, recent)
+      if (recent.length >= limit) over.push(who.startsWith('key') ? `key ${authorId} started ${recent.length} spaces` : `address ${origin} started ${recent.length} spaces`)
+    }
+    if (over.length) throw new SteadError('rate-limited', `cannot start space ${space}: ${over.join(' and ')} in the last hour (quota ${quota} per key, ${quota * 10} per address)`)
+    for (const [who] of keys) this.spaceStarts.get(who)?.push(now)
+    // Bounded: forget the oldest keys and spaces that never committed.
+    while (this.spaceStarts.size > 100_000) this.spaceStarts.delete(this.spaceStarts.keys().next().value as string)
+    for (const [name, t] of this.creating) {
+      if (now - t < HOUR_MS && this.creating.size <= 100_000) break
+      this.creating.delete(name)
+    }
   }
 
   /** Calls `listener` with the id of every envelope the audit decides (committed or dropped). */
@@ -206,37 +255,41 @@ export class RelayNode {
   }
 
   /**
-   * Replays what the client missed from the store in slices (so one long
-   * history does not stall the relay), then streams live commits. The last
-   * slice and the switch to live happen in one tick, so nothing falls in
-   * between; a commit written just then may arrive twice (clients dedupe).
+   * Registers `sub` for a space's live news and returns its feed of stored
+   * commits from `fromIndex` on: the subscriber reads the feed at its own
+   * pace, and `committed` tells it when there is more to read.
    */
-  subscribe(space: string, fromIndex: number, sub: Subscriber): () => void {
-    let cancelled = false
-    let position: [number, number] = [fromIndex, 0]
-    const SLICE = 256
-    const step = (): void => {
-      if (cancelled || this.stopped) return
-      const slice = this.store.attestationsFrom(space, position, SLICE)
-      for (const { position: p, value } of slice) {
-        sub.commit(space, value)
-        position = [p[0], p[1] + 1]
-      }
-      if (slice.length === SLICE) {
-        setImmediate(step)
-        return
-      }
-      let set = this.subscribers.get(space)
-      if (!set) this.subscribers.set(space, (set = new Set()))
-      set.add(sub)
+  subscribe(space: string, fromIndex: number, sub: Subscriber): { feed: CommitFeed; unsubscribe: () => void } {
+    let set = this.subscribers.get(space)
+    if (!set) this.subscribers.set(space, (set = new Set()))
+    set.add(sub)
+    return {
+      feed: new CommitFeed(this.store, space, fromIndex),
+      unsubscribe: () => {
+        const subs = this.subscribers.get(space)
+        subs?.delete(sub)
+        if (subs?.size === 0) this.subscribers.delete(space)
+      },
     }
-    step()
-    return () => {
-      cancelled = true
-      const set = this.subscribers.get(space)
-      set?.delete(sub)
-      if (set?.size === 0) this.subscribers.delete(space)
-    }
+  }
+
+  /**
+   * Whether a session that proved `key` (undefined: no key, e.g. plain HTTP)
+   * may read a space: spaces whose policy lists `readers` are readable by
+   * those keys and the writers; all others by anyone.
+   */
+  canRead(space: string, key: Uint8Array | undefined): boolean {
+    const policy = this.options.cluster.spaces.get(space)
+    if (!policy?.readers) return true
+    if (!key) return false
+    const hex = toHex(key)
+    return [...policy.readers, ...(policy.writers ?? [])].some((k) => toHex(k) === hex)
+  }
+
+  /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */
+  listSpaces(after: string, limit: number): Array<{ space: string; stableIndex: number }> {
+    const names = [...this.replicas.keys()].filter((name) => name > after && this.canRead(name, undefined)).sort()
+    return names.slice(0, limit).map((space) => ({ space, stableIndex: (this.replicas.get(space) as ReliableReplica).stableIndex }))
   }
 
   status(): Record<string, unknown> {
@@ -248,7 +301,8 @@ export class RelayNode {
       commits: this.commitCount,
       lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
       queuedEnvelopes: this.core.queuedEnvelopes,
-      spaces: Object.fromEntries([...this.replicas].map(([name, r]) => [name, { stableIndex: r.stableIndex }])),
+      spaces: this.replicas.size,
+      memory: { budget: this.budget.totalBytes, used: this.budget.usage() },
       peers: { connected: this.options.mesh.connectedPeers(), total: this.committee.keys.length - 1 },
       byzantine: this.options.byzantine ?? null,
     }
@@ -335,8 +389,8 @@ export class RelayNode {
         }
         await this.store.write(write)
         for (const o of outputs) this.act(o)
-        for (const a of write.attestations) {
-          for (const sub of this.subscribers.get(a.space) ?? []) sub.commit(a.space, a.value)
+        for (const space of new Set(write.attestations.map((a) => a.space))) {
+          for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
         }
       }
     } catch (err) {
@@ -420,7 +474,10 @@ export class RelayNode {
     for (const frame of frames) {
       const env = this.open(frame)
       if (env instanceof SteadError) continue
-      if (!this.replicas.has(env.space)) this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space) }))
+      if (!this.replicas.has(env.space)) {
+        this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space) }))
+        this.creating.delete(env.space)
+      }
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
       group.envs.push(env)
@@ -482,6 +539,17 @@ export class RelayNode {
     return env instanceof SteadError ? env : { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
   }
 
+  /** Drops the oldest cached verdicts until `bytes` are freed or the cache is empty. */
+  private evictVerified(bytes: number): void {
+    let freed = 0
+    while (this.verified.size > 0 && freed < bytes) {
+      const [oldest, entry] = this.verified.entries().next().value as [string, { bytes: number }]
+      this.verified.delete(oldest)
+      this.verifiedBytes -= entry.bytes
+      freed += entry.bytes
+    }
+  }
+
   private open(frame: Uint8Array): Envelope | SteadError {
     let signed: Signed
     try {
@@ -498,14 +566,12 @@ export class RelayNode {
     } catch (err) {
       v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
-    // Bounded in entries and in bytes (an envelope keeps its frame alive); the verdict
-    // depends only on the bytes, so an evicted one is simply computed again.
+    // Bounded in entries and in bytes (an envelope keeps its frame alive), a quarter of the
+    // memory budget at most; the verdict depends only on the bytes, so an evicted one is
+    // simply computed again.
     const bytes = v instanceof SteadError ? 64 : frame.length
-    while (this.verified.size >= 200_000 || (this.verified.size > 0 && this.verifiedBytes + bytes > 256 * 1024 * 1024)) {
-      const [oldest, entry] = this.verified.entries().next().value as [string, { bytes: number }]
-      this.verified.delete(oldest)
-      this.verifiedBytes -= entry.bytes
-    }
+    if (this.verified.size >= 200_000) this.evictVerified(1)
+    if (this.verifiedBytes + bytes > this.budget.totalBytes / 4) this.evictVerified(this.verifiedBytes + bytes - this.budget.totalBytes / 4)
     this.verified.set(key, { verdict: v, bytes })
     this.verifiedBytes += bytes
     return v

@@ -1,9 +1,9 @@
-import { mkdirSync } from 'node:fs'
 import type { FastifyInstance } from 'fastify'
 import pino, { type Logger } from 'pino'
-import { createApi, type ApiOptions } from './api.ts'
-import { type ClusterConfig, ConfigError } from './config.ts'
+import { createApi, type ApiLimits } from './api.ts'
+import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import type { ByzantineStrategy } from './consensus/index.ts'
+import { openDataDir } from './datadir.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
 import { RelayNode } from './node.ts'
 
@@ -18,8 +18,10 @@ export interface RunRelayOptions {
   readonly logger?: Logger
   /** Consensus timings (defaults: idle block delay 100 ms, leader timeout 500 ms, resend 1 s). */
   readonly consensus?: { readonly idleBlockDelayMs?: number; readonly leaderTimeoutMs?: number; readonly resendIntervalMs?: number }
-  /** Client API limits (frame size, rate, pending envelopes per client). */
-  readonly limits?: Pick<ApiOptions, 'maxFrameBytes' | 'rateLimit' | 'maxBufferedBytes' | 'maxPendingPerClient' | 'maxConnections' | 'authTimeoutMs'>
+  /** Client API limits (see DEFAULT_LIMITS in api.ts and the README's security model). */
+  readonly limits?: Partial<ApiLimits>
+  /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */
+  readonly memoryBudgetBytes?: number
 }
 
 export interface RunningRelay {
@@ -35,7 +37,8 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   if (me < 0) throw new ConfigError(`relay id ${o.id} is not in the cluster file (ids: ${o.cluster.relays.map((r) => r.id).join(', ')})`)
   const entry = o.cluster.relays[me] as (typeof o.cluster.relays)[number]
   const logger = o.logger ?? pino({ name: `stead-relay ${o.id}` })
-  mkdirSync(o.dataDir, { recursive: true })
+  // Locked, 0700, and checked against this cluster before the store opens.
+  const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster))
   const mesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,
@@ -43,7 +46,17 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
   })
-  const node = new RelayNode({ cluster: o.cluster, me, secretKey: o.secretKey, dataDir: o.dataDir, mesh, logger, ...o.consensus, ...(o.byzantine ? { byzantine: o.byzantine } : {}) })
+  const node = new RelayNode({
+    cluster: o.cluster,
+    me,
+    secretKey: o.secretKey,
+    dataDir: o.dataDir,
+    mesh,
+    logger,
+    ...o.consensus,
+    ...(o.byzantine ? { byzantine: o.byzantine } : {}),
+    ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
+  })
   await node.start()
   const [host, port] = entry.api.split(':') as [string, string]
   const api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
@@ -56,6 +69,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     async stop() {
       await api.close()
       await node.stop()
+      dataDir.release()
     },
   }
 }

@@ -20,6 +20,46 @@ export interface WriteBatch {
 type Bytes = Uint8Array
 
 /**
+ * Envelope frames are stored, and sent to clients, in chunks of about this
+ * many bytes (a chunk holds at least one frame), so a commit of any size
+ * stays readable and streamable: no record or frame outgrows a limit.
+ */
+export const CHUNK_BYTES = 1024 * 1024
+
+/**
+ * Records in the store were written, and size-checked, by this relay: they
+ * are read back with a limit above anything a write can produce (a chunk,
+ * or a certificate of a maximal block), never with the wire limits.
+ */
+const RECORD_LIMIT = 64 * 1024 * 1024
+
+/** Splits frames into runs of about CHUNK_BYTES, in order; always at least one (possibly empty) run. */
+export function chunkFrames(frames: readonly Uint8Array[]): Uint8Array[][] {
+  const chunks: Uint8Array[][] = [[]]
+  let bytes = 0
+  for (const f of frames) {
+    let last = chunks[chunks.length - 1] as Uint8Array[]
+    if (last.length > 0 && bytes + f.length > CHUNK_BYTES) {
+      chunks.push((last = []))
+      bytes = 0
+    }
+    last.push(f)
+    bytes += f.length
+  }
+  return chunks
+}
+
+/** Where a space's attested commit sits in the store: [stable index it started at, its round]. */
+export type FeedPosition = readonly [fromIndex: number, round: number]
+
+/** The head of a stored attested commit: its signed attestation and how many envelope chunks follow. */
+export interface StoredCommitHead {
+  readonly position: FeedPosition
+  readonly attestation: Signed
+  readonly chunks: number
+}
+
+/**
  * The relay's durable state in LMDB. Consensus records (votes before they
  * are sent, own blocks, certificates, commits), the committed batches the
  * replicas are rebuilt from, and the attestations clients resume from.
@@ -33,8 +73,10 @@ export class RelayStore {
   private readonly certs: Database<Bytes, [number, number]>
   private readonly digests: Database<Bytes, string>
   private readonly commits: Database<Bytes, number>
-  private readonly batches: Database<Bytes, number>
+  /** [batch number, chunk] → [anchor round, frames of that chunk] */
+  private readonly batches: Database<Bytes, [number, number]>
   private readonly attest: Database<Bytes, [string, number, number]>
+  private readonly attestChunks: Database<Bytes, [string, number, number, number]>
   private nextBatch: number
 
   private constructor(path: string) {
@@ -46,8 +88,9 @@ export class RelayStore {
     this.commits = this.root.openDB({ name: 'commits', encoding: 'binary' })
     this.batches = this.root.openDB({ name: 'batches', encoding: 'binary' })
     this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
+    this.attestChunks = this.root.openDB({ name: 'attestation-chunks', encoding: 'binary' })
     let last = 0
-    for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = key as number
+    for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = (key as [number, number])[0]
     this.nextBatch = last + 1
   }
 
@@ -78,8 +121,15 @@ export class RelayStore {
             break
         }
       }
-      for (const b of w.batches) this.batches.putSync(this.nextBatch++, encode([b.anchorRound, b.frames]))
-      for (const a of w.attestations) this.attest.putSync([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], a.value.envelopes]))
+      for (const b of w.batches) {
+        const n = this.nextBatch++
+        chunkFrames(b.frames).forEach((frames, k) => this.batches.putSync([n, k], encode([b.anchorRound, frames])))
+      }
+      for (const a of w.attestations) {
+        const chunks = chunkFrames(a.value.envelopes)
+        this.attest.putSync([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
+        chunks.forEach((frames, k) => this.attestChunks.putSync([a.space, a.fromIndex, a.round, k], encode(frames)))
+      }
     })
   }
 
@@ -96,25 +146,32 @@ export class RelayStore {
     for (const { key, value } of this.votes.getRange({ start: [horizon, 0] })) votes.push({ round: key[0], author: key[1], digestHex: toHex(value) })
     const ownBlocks = []
     for (const { value } of this.own.getRange({ start: horizon })) {
-      const [bytes, sig] = decode(value) as [Bytes, Bytes]
+      const [bytes, sig] = decode(value, RECORD_LIMIT) as [Bytes, Bytes]
       ownBlocks.push(openBlock(crypto, committee, { bytes, sig }))
     }
     const certs: Certificate[] = []
     for (const { value } of this.certs.getRange({ start: [horizon, 0] })) certs.push(decodeCert(crypto, committee, value))
     const commits = []
     for (const { key, value } of this.commits.getRange({ start: horizon })) {
-      const [ordered, payloadIds] = decode(value) as [string[], string[]]
+      const [ordered, payloadIds] = decode(value, RECORD_LIMIT) as [string[], string[]]
       commits.push({ anchorRound: key, ordered, payloadIds })
     }
     return { votes, ownBlocks, certs, commits }
   }
 
-  /** Every committed batch in commit order, to rebuild the replicas. */
+  /** Every committed batch in commit order, its chunks joined, to rebuild the replicas. */
   *committedBatches(): Generator<{ anchorRound: number; frames: Uint8Array[] }> {
-    for (const { value } of this.batches.getRange({})) {
-      const [anchorRound, frames] = decode(value) as [number, Uint8Array[]]
-      yield { anchorRound, frames }
+    let current: { n: number; anchorRound: number; frames: Uint8Array[] } | undefined
+    for (const { key, value } of this.batches.getRange({})) {
+      const [anchorRound, frames] = decode(value, RECORD_LIMIT) as [number, Uint8Array[]]
+      if (current && current.n !== key[0]) {
+        yield { anchorRound: current.anchorRound, frames: current.frames }
+        current = undefined
+      }
+      if (current) current.frames.push(...frames)
+      else current = { n: key[0], anchorRound, frames: [...frames] }
     }
+    if (current) yield { anchorRound: current.anchorRound, frames: current.frames }
   }
 
   certificatesInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Certificate[] {
@@ -128,25 +185,31 @@ export class RelayStore {
     for (const d of digests) {
       const where = this.digests.get(d)
       if (!where) continue
-      const value = this.certs.get(decode(where) as [number, number])
+      const value = this.certs.get(decode(where, RECORD_LIMIT) as [number, number])
       if (value) out.push(decodeCert(crypto, committee, value, false))
     }
     return out
   }
 
   /**
-   * Up to `limit` of a space's attestations, in commit order, from position
-   * `from` = [stable index the commit started at, its round] on. A client
-   * resuming from stable index i asks from [i, 0]: it holds what came before,
-   * parked envelopes included.
+   * The first of a space's attested commits at or after position `from`
+   * = [stable index the commit started at, its round], in commit order. A
+   * client resuming from stable index i asks from [i, 0]: it holds what came
+   * before, parked envelopes included.
    */
-  attestationsFrom(space: string, from: readonly [number, number], limit: number): Array<{ position: [number, number]; value: StoredAttestation }> {
-    const out: Array<{ position: [number, number]; value: StoredAttestation }> = []
-    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit })) {
-      const [[bytes, sig], envelopes] = decode(value) as [[Bytes, Bytes], Bytes[]]
-      out.push({ position: [key[1], key[2]], value: { attestation: { bytes, sig }, envelopes } })
+  commitAt(space: string, from: FeedPosition): StoredCommitHead | undefined {
+    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) {
+      const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
+      return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
     }
-    return out
+    return undefined
+  }
+
+  /** Chunk `k` of the envelopes of the commit at `position` (see commitAt). */
+  commitChunk(space: string, position: FeedPosition, k: number): Uint8Array[] {
+    const value = this.attestChunks.get([space, position[0], position[1], k])
+    if (!value) throw new Error(`store: chunk ${k} of the ${space} commit at ${position.join('/')} is missing`)
+    return decode(value, RECORD_LIMIT) as Uint8Array[]
   }
 
   async close(): Promise<void> {
@@ -160,6 +223,6 @@ function encodeCert(c: Certificate): Uint8Array {
 
 /** `verify` is off for what we only forward to peers (they verify); recovery verifies. */
 function decodeCert(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Certificate {
-  const [[bytes, sig], votes] = decode(value) as [[Bytes, Bytes], Array<[number, Bytes]>]
+  const [[bytes, sig], votes] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], Array<[number, Bytes]>]
   return { block: openBlock(crypto, committee, { bytes, sig }, undefined, verify), votes: votes.map(([v, s]) => [v, s] as const) }
 }

@@ -22,7 +22,7 @@ describe('client API over TLS', () => {
     execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' })
     const id = generateIdentity()
     api = `127.0.0.1:${await freePort()}`
-    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api }] })
+    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api }], openSpaces: true })
     relay = await runRelay({
       cluster,
       id: 'solo',
@@ -79,7 +79,7 @@ describe('client API over TLS', () => {
     const three = [await open(), await open(), await open()]
     const fourth = await open()
     expect(await fourth.closed).toBe(1013)
-    expect(fourth.inbox.some((m) => m.type === 'error' && m.reason === 'rate-limited')).toBe(true)
+    expect(fourth.inbox.some((m) => m.type === 'error' && m.reason === 'too-many-sessions')).toBe(true)
     for (const s of three) s.ws.close()
     await Promise.all(three.map((s) => s.closed))
   })

@@ -75,7 +75,7 @@ export class BenchCluster {
       c.relays.push({ id, api, data, process: null, log: '', byzantine: byz })
     }
     const f = Math.floor((spec.n - 1) / 3)
-    writeFileSync(c.clusterPath, JSON.stringify({ f, relays: entries }, null, 2))
+    writeFileSync(c.clusterPath, JSON.stringify({ f, relays: entries, openSpaces: true }, null, 2))
     c.descriptor = { f, relays: entries.map(({ id, publicKey, api }) => ({ id, publicKey, api })) }
     c.relays.forEach((_, i) => c.spawn(i))
     try {

@@ -23,6 +23,7 @@ import {
   openEnvelopeSync,
   sameDeclaration,
   sealEnvelope,
+  readAuthBytes,
   stableReadBytes,
   toHex,
   type AnyCrdt,
@@ -874,10 +875,14 @@ export class SteadClient {
     const fetchFn = this.options.fetch ?? this.platform.fetch
     if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
     if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for quorum reads')
+    // Proves this client's key to relays of a space with readers (others ignore it).
+    const t = Date.now()
+    const sig = await this.crypto.sign(this.identity.secretKey, readAuthBytes(this.space, t))
+    const headers = { 'x-stead-reader': `${toHex(this.identity.publicKey)}.${t}.${toHex(sig)}` }
     const heads = await Promise.all(
       this.options.relays.map(async (url) => {
         try {
-          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`), timeoutMs)
+          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`, { headers }), timeoutMs)
           if (!res.ok) return undefined
           const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
           const key = cluster.relays[h.relay]?.publicKey

@@ -75,7 +75,7 @@ export function sessionUrlOf(url: string): string {
   return `${scheme}//${u.host}${path}`
 }
 
-export type Fetch = (url: string) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }>
+export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }>
 
 /**
  * Trust on first use: asks every relay for its descriptor and accepts it only

@@ -18,6 +18,6 @@ export function createClient(options: ClientOptions): Promise<SteadClient> {
     storage: (space) => lmdbStorage(join(process.cwd(), '.stead', 'client', encodeURIComponent(space))),
     crypto: async () => nodeCrypto,
     connect: (url) => new WebSocket(url) as unknown as SocketLike,
-    fetch: (url) => fetch(url),
+    fetch: (url, init) => fetch(url, init),
   })
 }

@@ -6,6 +6,7 @@
 import { defaultCrypto } from '@stead/core'
 import { createClientWith, type SteadClient } from './client.ts'
 import { indexedDbStorage } from './storage/indexeddb.ts'
+import type { Fetch } from './cluster.ts'
 import type { SocketLike } from './transport.ts'
 import type { ClientOptions } from './types.ts'
 
@@ -31,11 +32,11 @@ export { indexedDbStorage } from './storage/indexeddb.ts'
  */
 export function createClient(options: ClientOptions): Promise<SteadClient> {
   const WS = (globalThis as { WebSocket?: new (url: string) => SocketLike }).WebSocket
-  const fetchFn = (globalThis as { fetch?: (url: string) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }> }).fetch
+  const fetchFn = (globalThis as { fetch?: Fetch }).fetch
   return createClientWith(options, {
     storage: (space) => indexedDbStorage(`stead-${space}`),
     crypto: defaultCrypto,
     connect: WS ? (url) => new WS(url) : undefined,
-    fetch: fetchFn ? (url) => fetchFn(url) : undefined,
+    fetch: fetchFn ? (url, init) => fetchFn(url, init) : undefined,
   })
 }

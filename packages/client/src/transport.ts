@@ -1,4 +1,5 @@
 import {
+  CommitAssembler,
   authBytes,
   bytesEqual,
   decodeRelayMessage,
@@ -70,6 +71,8 @@ export class RelayLink {
   /** When the relay last sent anything (Date.now() of the injected clock): a session that goes quiet is dead. */
   lastHeard = 0
   private pings = 0
+  /** Joins commits that arrive in several frames. */
+  private readonly commits = new CommitAssembler()
   private socket: SocketLike | undefined
   private stopped = false
   private attempt = 0
@@ -92,6 +95,7 @@ export class RelayLink {
       return
     }
     this.socket = socket
+    this.commits.reset()
     socket.binaryType = 'arraybuffer'
     socket.onmessage = (ev) => {
       if (this.socket !== socket) return
@@ -222,6 +226,16 @@ export class RelayLink {
       this.lastError = `${m.reason}: ${m.detail}`
     }
     if (!this.ready && m.type !== 'error') return
+    if (m.type === 'commit' || m.type === 'commit-more') {
+      let whole
+      try {
+        whole = this.commits.push(m)
+      } catch (err) {
+        return this.markFaulty(`sent a broken commit: ${(err as Error).message}`)
+      }
+      if (whole) this.options.handlers.message(this, whole)
+      return
+    }
     this.options.handlers.message(this, m)
   }
 

@@ -14,7 +14,9 @@ export type ErrorReason =
   | 'type-mismatch' // an object opened or updated as another type
   | 'gap' // a sequence number skipped ahead of what is known
   | 'unsupported' // a feature the running platform cannot provide
-  | 'rate-limited' // too many requests on one connection; slow down and retry
+  | 'rate-limited' // too many requests or bytes, or the relay is at its memory budget; slow down and retry
+  | 'too-many-sessions' // this key or address already holds as many sessions as a relay allows
+  | 'slow-consumer' // the session did not read what the relay sent in time and was closed; reconnect and resume
   | 'unauthenticated' // the session has not proven its key yet
   | 'closed' // the object was closed and cannot be used any more
   | 'untrusted' // a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations

@@ -29,7 +29,14 @@ export type RelayMessage =
   | { readonly type: 'error'; readonly id: number | null; readonly reason: ErrorReason; readonly detail: string }
   | { readonly type: 'accepted'; readonly id: number; readonly status: 'queued' | 'duplicate' }
   | { readonly type: 'envelope'; readonly space: string; readonly envelope: Uint8Array }
-  | { readonly type: 'commit'; readonly space: string; readonly attestation: Signed; readonly envelopes: readonly Uint8Array[] }
+  /**
+   * One attested commit. A commit's envelopes may add up to more than one
+   * frame can carry: then `more` is true and `commit-more` frames with the
+   * rest follow on the same socket, before anything else of that space's
+   * commit feed, the last one with `more` false.
+   */
+  | { readonly type: 'commit'; readonly space: string; readonly attestation: Signed; readonly envelopes: readonly Uint8Array[]; readonly more?: boolean }
+  | { readonly type: 'commit-more'; readonly space: string; readonly envelopes: readonly Uint8Array[]; readonly more: boolean }
   | { readonly type: 'pong'; readonly n: number }
 
 /** What a client signs to prove it holds its key: bound to this relay and this session's nonce. */
@@ -120,6 +127,62 @@ export function decodeAttestation(bytes: Uint8Array): Attestation {
   }
 }
 
+type CommitMessage = Extract<RelayMessage, { type: 'commit' }>
+
+/**
+ * Joins a commit a relay sent in several frames (`commit` with `more`, then
+ * `commit-more` frames) back into one `commit`. One per socket: the parts
+ * of a commit come in a row. Throws SteadError('malformed') for parts out of
+ * order and 'too-large' past `maxBytes` of envelopes.
+ */
+export class CommitAssembler {
+  private partial: { message: CommitMessage; envelopes: Uint8Array[]; bytes: number } | undefined
+
+  constructor(private readonly maxBytes = 512 * 1024 * 1024) {}
+
+  /** The whole commit once its last part is in, else undefined. */
+  push(m: CommitMessage | Extract<RelayMessage, { type: 'commit-more' }>): CommitMessage | undefined {
+    const size = (list: readonly Uint8Array[]): number => list.reduce((n, e) => n + e.length, 0)
+    if (m.type === 'commit') {
+      if (this.partial) throw new SteadError('malformed', `a commit of ${m.space} started before the one of ${this.partial.message.space} ended`)
+      if (!m.more) return m
+      this.partial = { message: m, envelopes: [...m.envelopes], bytes: size(m.envelopes) }
+      return undefined
+    }
+    const p = this.partial
+    if (!p || p.message.space !== m.space) throw new SteadError('malformed', `the rest of a ${m.space} commit that never started`)
+    p.bytes += size(m.envelopes)
+    if (p.bytes > this.maxBytes) throw new SteadError('too-large', `a commit of more than ${this.maxBytes} bytes`)
+    p.envelopes.push(...m.envelopes)
+    if (m.more) return undefined
+    this.partial = undefined
+    return { type: 'commit', space: p.message.space, attestation: p.message.attestation, envelopes: p.envelopes }
+  }
+
+  /** Forgets a commit in progress (the socket it came on closed). */
+  reset(): void {
+    this.partial = undefined
+  }
+}
+
+function envelopeFrames(v: unknown): Uint8Array[] {
+  return expect.array(v, 'commit.envelopes', 1_000_000).map((e) => {
+    if (!(e instanceof Uint8Array)) throw new SteadError('malformed', 'commit envelopes must be bytes')
+    return e
+  })
+}
+
+/**
+ * What a reader signs to read a space with a `readers` list over HTTP
+ * (heads, snapshots), sent as the `x-stead-reader` header
+ * `<public key hex>.<time ms>.<signature hex>`. Bound to the space; relays
+ * accept it within a few minutes of their own clock. (Not bound to one
+ * relay: a relay that replays it to another learns nothing it did not hold.)
+ */
+export function readAuthBytes(space: string, timeMs: number): Uint8Array {
+  return encode(['stead/read/v1', space, timeMs])
+}
+
 /** Bytes a relay signs for a quorum read of a space's stable state. */
 export function stableReadBytes(space: string, index: number, stateHash: Uint8Array): Uint8Array {
   return encode(['stead/stable-read/v1', space, index, stateHash])
@@ -182,7 +245,9 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'envelope':
       return encode(['envelope', m.space, m.envelope])
     case 'commit':
-      return encode(['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes])
+      return encode(m.more ? ['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes, true] : ['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes])
+    case 'commit-more':
+      return encode(['commit-more', m.space, m.envelopes, m.more])
     case 'pong':
       return encode(['pong', m.n])
   }
@@ -206,12 +271,11 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = 64 * 10
       return { type: 'envelope', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelope: v[2] }
     }
     case 'commit': {
-      const envelopes = expect.array(v[3], 'commit.envelopes', 1_000_000).map((e) => {
-        if (!(e instanceof Uint8Array)) throw new SteadError('malformed', 'commit envelopes must be bytes')
-        return e
-      })
-      return { type: 'commit', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), attestation: asSigned(v[2]), envelopes }
+      const more = v[4] === undefined ? false : expect.boolean(v[4], 'commit.more')
+      return { type: 'commit', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), attestation: asSigned(v[2]), envelopes: envelopeFrames(v[3]), more }
     }
+    case 'commit-more':
+      return { type: 'commit-more', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelopes: envelopeFrames(v[2]), more: expect.boolean(v[3], 'commit-more.more') }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n') }
     default:

@@ -163,6 +163,7 @@ export class ConsensusCore {
   private syncedAtRound = -1
 
   private queue: Array<{ frame: Uint8Array; info: PayloadInfo }> = []
+  private queueBytes = 0
   private readonly queuedIds = new Set<string>()
   /** slot → envelope id, for every envelope in a block we voted for or proposed. */
   private readonly slots = new Map<string, { idHex: string; round: number }>()
@@ -208,6 +209,11 @@ export class ConsensusCore {
 
   get committedRound(): number {
     return this.lastCommittedRound
+  }
+
+  /** Bytes of the envelope frames waiting for a block: the relay's memory budget counts them. */
+  get queuedBytes(): number {
+    return this.queueBytes
   }
 
   get queuedEnvelopes(): number {
@@ -259,15 +265,16 @@ export class ConsensusCore {
   /**
    * Queues a client envelope the shell has verified. Returns 'duplicate' for
    * one already queued or ordered, 'conflict' when another envelope holds its
-   * author+seq, and throws SteadError('too-large') when the queue is full.
+   * author+seq, and throws SteadError('rate-limited') when the queue is full.
    */
   submit(frame: Uint8Array, info: PayloadInfo): { status: 'queued' | 'duplicate' | 'conflict'; outputs: Output[] } {
     if (this.queuedIds.has(info.idHex) || this.orderedPayload.has(info.idHex)) return { status: 'duplicate', outputs: [] }
     const holder = this.slots.get(info.slot)
     // The same envelope again is queued again: the block that carried it may never be certified.
     if (holder !== undefined && holder.idHex !== info.idHex) return { status: 'conflict', outputs: [] }
-    if (this.queue.length >= this.maxQueued) throw new SteadError('too-large', `${this.queue.length} envelopes already wait for a block`)
+    if (this.queue.length >= this.maxQueued) throw new SteadError('rate-limited', `${this.queue.length} envelopes already wait for a block; retry later`)
     this.queue.push({ frame, info })
+    this.queueBytes += frame.length
     this.queuedIds.add(info.idHex)
     this.slots.set(info.slot, { idHex: info.idHex, round: this.round + 1 })
     const out: Output[] = []
@@ -640,6 +647,7 @@ export class ConsensusCore {
     }
     const take = this.queue.splice(0, n)
     for (const { info } of take) this.queuedIds.delete(info.idHex)
+    this.queueBytes -= bytes
     return take.map((t) => t.frame)
   }
 

@@ -46,7 +46,8 @@ export class TestCluster {
       entries.push({ id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api })
       c.relays.push({ id, api, data, process: null, log: '' })
     }
-    writeFileSync(c.clusterPath, JSON.stringify({ f: Math.floor((n - 1) / 3), relays: entries, ...extra }, null, 2))
+    // Open spaces unless the test says otherwise: most tests write to spaces of their own naming.
+    writeFileSync(c.clusterPath, JSON.stringify({ f: Math.floor((n - 1) / 3), relays: entries, openSpaces: true, ...extra }, null, 2))
     return c
   }
 

@@ -29,7 +29,7 @@ function median(xs: readonly number[]): number | null {
 export function ClusterPanel() {
   const { config, log } = useDemo()
   const status = useStatus()
-  const polls = useRelayStatuses(config.relays)
+  const polls = useRelayStatuses(config.relays, config.space)
   useOperations() // re-render when an operation settles
   const now = useNow()
   const latencies = log.safeLatencies()
@@ -67,7 +67,7 @@ export function ClusterPanel() {
                     <td>{report.round}</td>
                     <td>{report.committedRound}</td>
                     <td>{ago(report.lastCommitAt, now)}</td>
-                    <td>{report.spaces?.[config.space]?.stableIndex ?? '–'}</td>
+                    <td>{report.stableIndex ?? '–'}</td>
                   </>
                 ) : (
                   <td colSpan={4} className="muted">

@@ -7,6 +7,7 @@ import {
   compactOps,
   decode,
   decodeAttestation,
+  CommitAssembler,
   decodeRelayMessage,
   encodeClientMessage,
   encodeEnvelope,
@@ -48,9 +49,15 @@ class Conn {
       ws.binaryType = 'nodebuffer'
       const conn = new Conn(ws, relay, relayKey)
       let ready = false
+      const commits = new CommitAssembler()
       const timer = setTimeout(() => reject(new Error(`no welcome from ${url}`)), 15_000)
       ws.on('message', (data: Buffer) => {
         const m = decodeRelayMessage(new Uint8Array(data.buffer, data.byteOffset, data.byteLength))
+        if (m.type === 'commit' || m.type === 'commit-more') {
+          const whole = commits.push(m)
+          if (whole) onMessage(conn, whole)
+          return
+        }
         if (ready) return onMessage(conn, m)
         if (m.type === 'challenge') {
           conn.send({ type: 'hello', publicKey: identity.publicKey, sig: signSync(identity.secretKey, authBytes(m.nonce, m.relayKey)) })

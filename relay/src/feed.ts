@@ -1,0 +1,46 @@
+import type { RelayMessage } from '@stead/core'
+import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
+
+/**
+ * One subscriber's read cursor over a space's attested commits in the
+ * store. It holds a position, not data: a subscriber that does not read
+ * costs nothing here, whatever the history's size. Each `next()` reads one
+ * frame's worth (a commit with its first envelope chunk, or a further
+ * chunk), so frames stay below the client's limit however large a commit.
+ */
+export class CommitFeed {
+  private position: FeedPosition
+  /** The commit being sent in several frames, and its next chunk. */
+  private current: { head: StoredCommitHead; next: number } | undefined
+
+  constructor(
+    private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>,
+    readonly space: string,
+    fromIndex: number,
+  ) {
+    this.position = [fromIndex, 0]
+  }
+
+  /** Whether the feed is in the middle of a commit (its remaining chunks must follow before anything else of the session's commit stream). */
+  get midCommit(): boolean {
+    return this.current !== undefined
+  }
+
+  /** The next frame for this subscriber, or undefined when it has everything stored so far. */
+  next(): Extract<RelayMessage, { type: 'commit' | 'commit-more' }> | undefined {
+    const space = this.space
+    if (this.current) {
+      const { head } = this.current
+      const k = this.current.next++
+      const more = k + 1 < head.chunks
+      if (!more) this.current = undefined
+      return { type: 'commit-more', space, envelopes: this.store.commitChunk(space, head.position, k), more }
+    }
+    const head = this.store.commitAt(space, this.position)
+    if (!head) return undefined
+    this.position = [head.position[0], head.position[1] + 1]
+    const more = head.chunks > 1
+    if (more) this.current = { head, next: 1 }
+    return { type: 'commit', space, attestation: head.attestation, envelopes: this.store.commitChunk(space, head.position, 0), more }
+  }
+}
