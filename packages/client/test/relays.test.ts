@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs'
+import { toHex } from '@stead/core'
+import { publicKeyOfSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, type SafeResult, type SteadClient } from '../src/index.node.ts'
@@ -13,8 +15,11 @@ describe('clients against a real relay cluster', () => {
   const clients: SteadClient[] = []
   const ACCOUNTS = ['acct:0', 'acct:1', 'acct:2']
 
+  /** The only key that may read and write the space 'vault'. */
+  const owner = { secretKey: new Uint8Array(32).fill(77) }
+
   beforeAll(async () => {
-    cluster = await TestCluster.create(4)
+    cluster = await TestCluster.create(4, { openSpaces: true, spaces: { vault: { writers: [toHex(publicKeyOfSync(owner.secretKey))], readers: [] } } })
     await cluster.startAll((i) => (i === 3 ? ['--byzantine', 'equivocate'] : []))
   }, 90_000)
 
@@ -106,6 +111,30 @@ describe('clients against a real relay cluster', () => {
     expect(await first.readStable('acct:0', { quorum: true })).toBe(reference[0])
     const heads = await Promise.all([0, 1, 2].map((i) => cluster.json<{ index: number; stateHash: string }>(i, '/v1/spaces/bank/head')))
     expect(new Set(heads.map((h) => h.stateHash)).size).toBe(1)
+  }, 120_000)
+
+  it('reads a space with readers and multi-MiB history (commits sent in several frames), and refuses other keys', async () => {
+    // 8 writes of 500 KB in one flush: the commits that order them are sent in several frames.
+    const writer = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage(), identity: owner, maxBatchOps: 1 })
+    clients.push(writer)
+    const big = (i: number) => new Uint8Array(500_000).fill(i)
+    await Promise.all([1, 2, 3, 4, 5, 6, 7, 8].map((i) => writer.register(`doc:${i}`).set(big(i))))
+    await writer.flush()
+    await until('the writes stable', () => (writer.status.stableIndex >= 8 ? true : undefined), 60_000)
+    // A second client with the same key starts from nothing and gets the whole history.
+    const again = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage(), identity: owner })
+    clients.push(again)
+    await until('the history', () => (again.status.stableIndex >= 8 ? true : undefined), 60_000)
+    expect((again.register('doc:8').stable as Uint8Array).length).toBe(500_000)
+    expect(await again.readStable('doc:1', { quorum: true })).toEqual(big(1))
+    // Another key is refused the subscription: it never gets the history.
+    const outsider = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage() })
+    clients.push(outsider)
+    const seen: string[] = []
+    outsider.onError((e) => seen.push(String(e)))
+    await until('outsider online', () => (outsider.status.online ? true : undefined), 30_000)
+    await expect(outsider.readStable('doc:1', { quorum: true, timeoutMs: 3000 })).rejects.toThrow()
+    expect(outsider.status.stableIndex).toBe(0)
   }, 120_000)
 
   it('keeps committing when a relay is killed mid-session', async () => {

@@ -132,8 +132,8 @@ type CommitMessage = Extract<RelayMessage, { type: 'commit' }>
 /**
  * Joins a commit a relay sent in several frames (`commit` with `more`, then
  * `commit-more` frames) back into one `commit`. One per socket: the parts
- * of a commit come in a row. Throws SteadError('malformed') for parts out of
- * order and 'too-large' past `maxBytes` of envelopes.
+ * of a commit come in a row. Throws SteadError('malformed') for the rest of
+ * a commit that never started and 'too-large' past `maxBytes` of envelopes.
  */
 export class CommitAssembler {
   private partial: { message: CommitMessage; envelopes: Uint8Array[]; bytes: number } | undefined
@@ -144,7 +144,9 @@ export class CommitAssembler {
   push(m: CommitMessage | Extract<RelayMessage, { type: 'commit-more' }>): CommitMessage | undefined {
     const size = (list: readonly Uint8Array[]): number => list.reduce((n, e) => n + e.length, 0)
     if (m.type === 'commit') {
-      if (this.partial) throw new SteadError('malformed', `a commit of ${m.space} started before the one of ${this.partial.message.space} ended`)
+      // A relay abandons the rest of a commit only when its subscription ended (the client
+      // unsubscribed or subscribed again): the unfinished one is simply dropped.
+      this.partial = undefined
       if (!m.more) return m
       this.partial = { message: m, envelopes: [...m.envelopes], bytes: size(m.envelopes) }
       return undefined
