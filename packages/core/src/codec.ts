@@ -40,14 +40,111 @@ export function decode(bytes: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxF
   if (!(bytes instanceof Uint8Array)) throw new SteadError('malformed', 'expected bytes')
   if (bytes.length > maxBytes) throw new SteadError('too-large', `${bytes.length} bytes exceeds the limit of ${maxBytes}`)
   if (bytes.length === 0) throw new SteadError('malformed', 'empty input')
-  let values: unknown[]
+  checkStructure(bytes)
   try {
-    values = packr.unpackMultiple(bytes) as unknown[]
+    return packr.unpack(bytes)
   } catch (err) {
     throw new SteadError('malformed', `not valid msgpack: ${(err as Error).message}`, { cause: err })
   }
-  if (values.length !== 1) throw new SteadError('malformed', `expected one msgpack value, found ${values.length}`)
-  return values[0]
+}
+
+/**
+ * Walks msgpack bytes before msgpackr sees them: exactly one value, no
+ * extension types but `undefined` (Stead writes no others, and msgpackr's,
+ * such as bundled strings, let crafted input hang or crash the decoder), no
+ * declared length past the end. Linear in the input, without recursion.
+ */
+function checkStructure(b: Uint8Array): void {
+  const bad = (why: string): never => {
+    throw new SteadError('malformed', `not valid msgpack: ${why}`)
+  }
+  const view = new DataView(b.buffer, b.byteOffset, b.byteLength)
+  let pos = 0
+  /** Values still to read; each takes at least one byte, so it can never exceed what is left. */
+  let pending = 1
+  const skip = (n: number): void => {
+    pos += n
+    if (pos > b.length) bad(`a length runs past the end (offset ${pos - n})`)
+  }
+  const items = (n: number): void => {
+    pending += n
+    if (pending > b.length - pos) bad(`${n} items declared at offset ${pos} but only ${b.length - pos} bytes left`)
+  }
+  const len = (width: 1 | 2 | 4): number => {
+    if (pos + width > b.length) bad('truncated length')
+    const n = width === 1 ? view.getUint8(pos) : width === 2 ? view.getUint16(pos) : view.getUint32(pos)
+    pos += width
+    return n
+  }
+  while (pending > 0) {
+    if (pos >= b.length) bad('truncated')
+    const t = b[pos++] as number
+    pending--
+    if (t <= 0x7f || t >= 0xe0) continue // fixint
+    if (t <= 0x8f) items(2 * (t & 0x0f)) // fixmap
+    else if (t <= 0x9f) items(t & 0x0f) // fixarray
+    else if (t <= 0xbf) skip(t & 0x1f) // fixstr
+    else
+      switch (t) {
+        case 0xc0: // nil
+        case 0xc2: // false
+        case 0xc3: // true
+          break
+        case 0xc4: // bin 8
+        case 0xd9: // str 8
+          skip(len(1))
+          break
+        case 0xc5: // bin 16
+        case 0xda: // str 16
+          skip(len(2))
+          break
+        case 0xc6: // bin 32
+        case 0xdb: // str 32
+          skip(len(4))
+          break
+        case 0xca: // float 32
+          skip(4)
+          break
+        case 0xcb: // float 64
+          skip(8)
+          break
+        case 0xcc: // uint 8
+        case 0xd0: // int 8
+          skip(1)
+          break
+        case 0xcd:
+        case 0xd1:
+          skip(2)
+          break
+        case 0xce:
+        case 0xd2:
+          skip(4)
+          break
+        case 0xcf:
+        case 0xd3:
+          skip(8)
+          break
+        case 0xdc: // array 16
+          items(len(2))
+          break
+        case 0xdd: // array 32
+          items(len(4))
+          break
+        case 0xde: // map 16
+          items(2 * len(2))
+          break
+        case 0xdf: // map 32
+          items(2 * len(4))
+          break
+        case 0xd4: // fixext 1: only msgpackr's `undefined` (type 0, one zero byte), which encode() writes for it
+          if (b[pos] !== 0 || b[pos + 1] !== 0) bad(`extension type ${String(b[pos])} at offset ${pos - 1} is not allowed`)
+          skip(2)
+          break
+        default: // 0xc1 (never used) and the other extension types 0xc7-0xc9, 0xd5-0xd8
+          bad(`type 0x${t.toString(16)} at offset ${pos - 1} is not allowed`)
+      }
+  }
+  if (pos !== b.length) bad(`expected one msgpack value, found ${b.length - pos} more bytes`)
 }
 
 /**

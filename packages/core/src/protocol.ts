@@ -127,6 +127,9 @@ export function decodeAttestation(bytes: Uint8Array): Attestation {
   }
 }
 
+/** Longest error detail on the wire. */
+const MAX_DETAIL_CHARS = 4096
+
 type CommitMessage = Extract<RelayMessage, { type: 'commit' }>
 
 /**
@@ -241,7 +244,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'welcome':
       return encode(['welcome', m.relay, m.n, m.f])
     case 'error':
-      return encode(['error', m.id, m.reason, m.detail])
+      // Details may quote the input: cut to what every decoder accepts.
+      return encode(['error', m.id, m.reason, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
     case 'accepted':
       return encode(['accepted', m.id, m.status])
     case 'envelope':
@@ -263,7 +267,7 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = 64 * 10
     case 'welcome':
       return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f') }
     case 'error':
-      return { type: 'error', id: v[1] === null ? null : expect.uint(v[1], 'id'), reason: expect.string(v[2], 'reason', 32) as ErrorReason, detail: expect.string(v[3], 'detail', 4096) }
+      return { type: 'error', id: v[1] === null ? null : expect.uint(v[1], 'id'), reason: expect.string(v[2], 'reason', 32) as ErrorReason, detail: expect.string(v[3], 'detail', MAX_DETAIL_CHARS) }
     case 'accepted': {
       if (v[2] !== 'queued' && v[2] !== 'duplicate') throw new SteadError('malformed', 'accepted status must be queued or duplicate')
       return { type: 'accepted', id: expect.uint(v[1], 'id'), status: v[2] }

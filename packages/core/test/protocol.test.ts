@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CommitAssembler, decodeRelayMessage, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
+import { CommitAssembler, decode, decodeRelayMessage, encode, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
 /** Buffers and Uint8Arrays compare as their bytes. */
@@ -56,5 +56,45 @@ describe('commits in several frames', () => {
     // The relay gave up on that one (an unsubscribe): the next commit stands alone.
     expect(a.push({ type: 'commit', space: 't', attestation, envelopes: frames(1) })).toMatchObject({ space: 't' })
     expect(() => a.push({ type: 'commit-more', space: 's', envelopes: [], more: false })).toThrow(/never started/)
+  })
+})
+
+describe('the msgpack decoder', () => {
+  it('refuses extension types that could hang or crash msgpackr (a fuzzer found this 9-byte frame)', () => {
+    const bundled = new Uint8Array([0xa0, 0xa0, 0xd6, 0x62, 0xff, 0xff, 0xff, 0xfc, 0xc0])
+    expect(() => decode(bundled)).toThrow(/not valid msgpack/)
+    expect(() => decode(new Uint8Array([0x92, 0xa0, 0xd6, 0x62, 0xff, 0xff, 0xff, 0xfc]))).toThrow(/type 0x62|not allowed/)
+    expect(() => decode(new Uint8Array([0xd6, 0xff, 0, 0, 0, 0]))).toThrow(/not allowed/) // a timestamp
+    expect(() => decode(new Uint8Array([0xc7, 1, 0x70, 0]))).toThrow(/not allowed/)
+  })
+
+  it('refuses lengths past the end, trailing bytes and truncation, however large the declared count', () => {
+    expect(() => decode(new Uint8Array([0xdd, 0xff, 0xff, 0xff, 0xff]))).toThrow(/items declared/)
+    expect(() => decode(new Uint8Array([0xdb, 0x7f, 0xff, 0xff, 0xff, 1]))).toThrow(/past the end/)
+    expect(() => decode(new Uint8Array([0x01, 0x02]))).toThrow(/one msgpack value/)
+    expect(() => decode(new Uint8Array([0x92, 0x01]))).toThrow(/items declared|truncated/)
+    expect(() => decode(new Uint8Array([0x91, 0xcd, 0x01]))).toThrow(/past the end/)
+  })
+
+  it('reads back everything Stead writes, undefined included', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), fc.uint8Array({ maxLength: 40 }), (json, bin) => {
+        const value = [json, bin, undefined, -1.5, 2 ** 40, -(2 ** 40)]
+        expect(plain(decode(encode(value)))).toEqual(plain(value))
+      }),
+    )
+  })
+
+  it('answers any bytes with a value or a typed error', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 1, maxLength: 64 }), (bytes) => {
+        try {
+          decode(bytes)
+        } catch (err) {
+          expect(isSteadError(err, 'malformed')).toBe(true)
+        }
+      }),
+      { numRuns: 20_000 },
+    )
   })
 })
