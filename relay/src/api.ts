@@ -47,9 +47,9 @@ export interface ApiLimits {
 
 export const DEFAULT_LIMITS: ApiLimits = {
   maxFrameBytes: 2 * 1024 * 1024,
-  rateLimit: { perSecond: 500, burst: 200, bytesPerSecond: 8 * 1024 * 1024, burstBytes: 8 * 1024 * 1024 },
+  rateLimit: { perSecond: 500, burst: 100, bytesPerSecond: 8 * 1024 * 1024, burstBytes: 8 * 1024 * 1024 },
   // About half a core of signature checks (a submit costs ~0.15 ms) and a burst of ~30 ms of them.
-  globalRateLimit: { perSecond: 3000, burst: 200, bytesPerSecond: 64 * 1024 * 1024, burstBytes: 16 * 1024 * 1024 },
+  globalRateLimit: { perSecond: 3000, burst: 50, bytesPerSecond: 64 * 1024 * 1024, burstBytes: 16 * 1024 * 1024 },
   maxBufferedBytes: 8 * 1024 * 1024,
   slowConsumerMs: 30_000,
   maxPendingPerClient: 10_000,

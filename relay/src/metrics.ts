@@ -1,8 +1,14 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 
 /** The relay's Prometheus metrics, one registry per relay so several relays can share a process in tests. */
 export class Metrics {
   readonly registry = new Registry()
+
+  constructor() {
+    // Process and runtime: CPU, memory, heap, event-loop lag, GC pauses, handles.
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 })
+  }
+
   readonly round = new Gauge({ name: 'stead_round', help: 'Current consensus round', registers: [this.registry] })
   readonly committedRound = new Gauge({ name: 'stead_committed_round', help: 'Round of the last committed anchor', registers: [this.registry] })
   readonly commits = new Counter({ name: 'stead_commits_total', help: 'Anchors committed', registers: [this.registry] })
