@@ -94,16 +94,21 @@ function timings(values: { 'idle-block-delay-ms'?: string | undefined; 'leader-t
   return out
 }
 
-/** `--limit name=value` flags: any of the client API limits, by the name relay/README.md lists. */
+/**
+ * `--limit name=value` flags: any of the client API limits, by the names
+ * relay/README.md lists; the rate limits' fields as `rateLimit.perSecond`.
+ */
 function apiLimits(flags: readonly string[]): Partial<ApiLimits> {
-  const out: Record<string, unknown> = {}
-  const names = Object.keys(DEFAULT_LIMITS).filter((k) => typeof DEFAULT_LIMITS[k as keyof ApiLimits] === 'number')
+  const out: Record<string, number | Record<string, number>> = {}
+  const names = Object.entries(DEFAULT_LIMITS).flatMap(([k, v]) => (typeof v === 'number' ? [k] : Object.keys(v as object).map((f) => `${k}.${f}`)))
   for (const flag of flags) {
-    const [name, value] = flag.split('=') as [string, string | undefined]
+    const [name = '', value] = flag.split('=')
     if (!names.includes(name)) die(`--limit ${flag}: unknown limit ${name} (limits: ${names.join(', ')})`)
     const n = Number(value)
     if (value === undefined || !Number.isSafeInteger(n) || n < 1) die(`--limit ${flag}: the value must be a positive whole number`)
-    out[name] = n
+    const [top, field] = name.split('.') as [keyof ApiLimits, string | undefined]
+    if (field === undefined) out[top] = n
+    else out[top] = { ...(DEFAULT_LIMITS[top] as unknown as Record<string, number>), ...(out[top] as Record<string, number> | undefined), [field]: n }
   }
   return out as Partial<ApiLimits>
 }
@@ -155,6 +160,9 @@ async function main(argv: string[]): Promise<void> {
       )
       if (!values.config || !values.id || !values.data) die(`start needs --config, --id and --data\n\n${USAGE}`)
       if (Boolean(values['tls-cert']) !== Boolean(values['tls-key'])) die('--tls-cert and --tls-key go together')
+      // Refuse bad flags before touching any file.
+      const limits = apiLimits(values.limit ?? [])
+      const memoryBudget = values['memory-budget-mb'] === undefined ? {} : { memoryBudgetBytes: megabytes('--memory-budget-mb', values['memory-budget-mb']) }
       const cluster = loadCluster(values.config)
       const identity = loadIdentity(values.key ?? join(values.data, 'key.json'))
       const entry = cluster.relays.find((r) => r.id === values.id)
@@ -169,8 +177,8 @@ async function main(argv: string[]): Promise<void> {
         dataDir: values.data,
         ...(byzantine ? { byzantine } : {}),
         consensus: timings(values),
-        limits: apiLimits(values.limit ?? []),
-        ...(values['memory-budget-mb'] === undefined ? {} : { memoryBudgetBytes: megabytes('--memory-budget-mb', values['memory-budget-mb']) }),
+        limits,
+        ...memoryBudget,
         ...(values['tls-cert'] ? { tls: { cert: readFileSync(values['tls-cert']), key: readFileSync(values['tls-key'] as string) } } : {}),
       })
       const shutdown = () => void relay.stop().then(() => process.exit(0))
