@@ -40,7 +40,7 @@ import {
   type RelayMessage,
   type SetElement,
 } from '@stead/core'
-import { fetchCluster, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { fetchCluster, firstQuorum, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { DraftBatch, applyIntent, compileBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { ClosedError, RejectedError, TrustError } from './errors.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost } from './handles.ts'
@@ -49,7 +49,8 @@ import { ClientRecords, type CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { RelayLink, type SocketFactory } from './transport.ts'
-import type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateResult } from './types.ts'
+import type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateResult, WaitOptions } from './types.ts'
+import { bounded } from './wait.ts'
 
 /** What a platform entry (browser or Node) supplies when the caller does not. */
 export interface PlatformDefaults {
@@ -212,7 +213,7 @@ export class SteadClient {
    * group. Objects not opened yet are opened with their committed
    * declaration (or no invariants).
    */
-  safe(build: (tx: Transaction) => void): Promise<SafeResult> {
+  safe(build: (tx: Transaction) => void, options?: WaitOptions): Promise<SafeResult> {
     try {
       this.assertOpen()
       const items = buildTransaction(
@@ -224,7 +225,7 @@ export class SteadClient {
         },
         build,
       )
-      return this.queueSafe(items)
+      return bounded(this.queueSafe(items), options, 'a safe transaction')
     } catch (err) {
       return Promise.reject(err)
     }
@@ -244,14 +245,25 @@ export class SteadClient {
       : this.options.relays.map((url) => ({ url, connected: false }))
     const connected = this.links.filter((l) => l.ready).length
     const queued = this.drafts.reduce((n, d) => n + d.size, 0)
+    const online = this.cluster !== undefined && connected >= this.cluster.f + 1
+    const problem = this.problem ?? (online ? undefined : this.whyOffline(connected))
     return {
-      online: this.cluster !== undefined && connected >= this.cluster.f + 1,
+      online,
       relays: links,
       pending: queued + this.outbox.size,
       stableIndex: this.position.stableIndex,
       trusted: this.cluster !== undefined,
-      ...(this.problem ? { problem: this.problem } : {}),
+      ...(problem ? { problem } : {}),
     }
+  }
+
+  /** Why this client is not online, in words an app can show. */
+  private whyOffline(connected: number): string {
+    if (this.closed) return 'closed'
+    if (!this.cluster) return 'asking the relays which cluster to trust'
+    const needed = this.cluster.f + 1
+    const reasons = [...new Set(this.links.filter((l) => !l.ready).map((l) => l.faulty ?? l.lastError ?? 'connecting'))]
+    return `${connected} of ${this.options.relays.length} relays connected, ${needed} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
   }
 
   onStatus(listener: (status: ClientStatus) => void): () => void {
@@ -288,29 +300,31 @@ export class SteadClient {
    * relays report, so the value includes every commit a correct relay had
    * made when the read started.
    */
-  async readStable(key: string, options: { quorum?: boolean; timeoutMs?: number } = {}): Promise<unknown> {
+  async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {
     this.assertOpen()
     if (options.quorum) {
-      const target = await this.quorumIndex(options.timeoutMs ?? 10_000)
-      await this.until(() => this.position.stableIndex >= target, options.timeoutMs ?? 10_000, `stable index ${target}`)
+      const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
+      const started = this.now()
+      const target = await bounded(this.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads')
+      await this.until(() => this.position.stableIndex >= target, { ...wait, timeoutMs: Math.max(0, wait.timeoutMs - (this.now() - started)) }, `stable index ${target}`)
     }
     return this.replica.stableValue(key)
   }
 
-  /** Signs everything queued and waits until every local update was accepted by a relay (or already decided). */
-  async flush(options: { timeoutMs?: number } = {}): Promise<void> {
+  /** Signs everything queued and waits until every local update was accepted by a relay (or already decided). Default timeout 60 s. */
+  async flush(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
     this.sealNow()
     await this.sealing
-    await this.until(() => [...this.outbox.values()].every((o) => o.accepted), options.timeoutMs ?? 60_000, 'relays to accept every local update')
+    await this.until(() => [...this.outbox.values()].every((o) => o.accepted), { timeoutMs: 60_000, ...options }, 'relays to accept every local update')
   }
 
-  /** Waits until every local update is decided in the stable order (committed or rejected). */
-  async settled(options: { timeoutMs?: number } = {}): Promise<void> {
+  /** Waits until every local update is decided in the stable order (committed or rejected). Default timeout 60 s. */
+  async settled(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
     this.sealNow()
     await this.sealing
-    await this.until(() => this.outbox.size === 0, options.timeoutMs ?? 60_000, 'every local update to be decided')
+    await this.until(() => this.outbox.size === 0, { timeoutMs: 60_000, ...options }, 'every local update to be decided')
   }
 
   /** Seals what is queued (so it is stored), closes the relay sessions and the storage. Later calls fail with ClosedError. */
@@ -329,6 +343,10 @@ export class SteadClient {
     while (this.applying) await new Promise((r) => setTimeout(r, 5))
     if (this.records.sinceCheckpoint.commits > 0) await this.records.storage.write(this.records.checkpoint(this.replica.checkpoint(), this.position)).catch((err) => this.storageFailed(err))
     for (const w of this.progressWaiters) w()
+    // Safe updates still undecided stay stored and are sent again by the next client on this
+    // storage (pendingUpdates / onSettled); this one's promises end here.
+    for (const o of this.outbox.values()) for (const s of o.safe) s.waiter.reject(new ClosedError())
+    for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError())
     await this.records.storage.close()
   }
 
@@ -385,21 +403,29 @@ export class SteadClient {
       this.setProblem('no cluster given and no fetch() on this platform to ask the relays for it')
       return
     }
-    void fetchCluster(this.options.relays, fetchFn).then(
+    const dissenters = new Set<string>()
+    const dissent = (url: string): void => {
+      dissenters.add(url)
+      this.links.find((l) => l.url === url)?.markFaulty('served a cluster descriptor other than the one 2f+1 relays agree on')
+    }
+    void fetchCluster(this.options.relays, fetchFn, dissent).then(
       async (cluster) => {
         if (this.closed) return
-        await this.records.storage.write([this.records.cluster(cluster)])
+        try {
+          await this.records.storage.write([this.records.cluster(cluster)])
+        } catch (err) {
+          return this.storageFailed(err)
+        }
+        if (this.closed) return
         this.cluster = cluster
         this.problem = undefined
         this.connect()
+        for (const url of dissenters) dissent(url)
       },
       (err: SteadError) => {
         if (this.closed) return
-        if (err instanceof TrustError) {
-          this.setProblem(err.message)
-          this.emitError(err)
-        }
-        // Relays not reachable yet: keep working offline and ask again.
+        // Relays not reachable or not agreeing yet: keep working offline and ask again.
+        this.setProblem(`cluster not trusted yet: ${err.message}`)
         this.trustTimer = setTimeout(() => this.trustOnFirstUse(attempt + 1), Math.min(10_000, 500 * 2 ** attempt))
       },
     )
@@ -879,7 +905,8 @@ export class SteadClient {
     const t = Date.now()
     const sig = await this.crypto.sign(this.identity.secretKey, readAuthBytes(this.space, t))
     const headers = { 'x-stead-reader': `${toHex(this.identity.publicKey)}.${t}.${toHex(sig)}` }
-    const heads = await Promise.all(
+    // Done at 2f+1 valid heads (or when every relay answered or gave up): a slow relay delays nobody.
+    const heads = await firstQuorum(
       this.options.relays.map(async (url) => {
         try {
           const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`, { headers }), timeoutMs)
@@ -894,8 +921,12 @@ export class SteadClient {
           return undefined
         }
       }),
+      (answers, done) => {
+        const distinct = [...new Map(answers.map((h) => [h.relay, h])).values()]
+        return distinct.length >= 2 * cluster.f + 1 || done ? distinct : undefined
+      },
     )
-    const valid = [...new Map(heads.filter((h) => h !== undefined).map((h) => [h.relay, h])).values()]
+    const valid = heads ?? []
     if (valid.length < cluster.f + 1) throw new SteadError('unsupported', `only ${valid.length} relays answered a quorum read; it needs ${cluster.f + 1}`)
     // The (f+1)-th highest index: at least one correct relay reached it, so it will be attested.
     const indexes = valid.map((h) => h.index).sort((x, y) => y - x)
@@ -904,22 +935,22 @@ export class SteadClient {
 
   // ---------------------------------------------------------------- plumbing
 
-  private until(done: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  /**
+   * Resolves once `done()` holds, checked whenever the client makes
+   * progress; rejects with ClosedError when the client closes, `timeout` or
+   * `aborted` as `options` say. Nothing is left behind when it ends.
+   */
+  private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
     if (done()) return Promise.resolve()
-    return new Promise((resolve, reject) => {
-      const check = (): void => {
-        if (this.closed) return finish(new ClosedError())
-        if (done()) finish()
+    let check: () => void = () => undefined
+    const met = new Promise<void>((resolve, reject) => {
+      check = () => {
+        if (this.closed) reject(new ClosedError())
+        else if (done()) resolve()
       }
-      const finish = (err?: unknown): void => {
-        clearTimeout(timer)
-        this.progressWaiters.delete(check)
-        if (err) reject(err)
-        else resolve()
-      }
-      const timer = setTimeout(() => finish(new SteadError('unsupported', `timed out after ${timeoutMs} ms waiting for ${what}`)), timeoutMs)
       this.progressWaiters.add(check)
     })
+    return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
   }
 
   private progress(): void {

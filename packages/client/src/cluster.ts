@@ -1,5 +1,4 @@
 import { SteadError, bytesEqual, decode, encode, expect, fromHex, toHex } from '@stead/core'
-import { TrustError } from './errors.ts'
 
 /** The cluster a client trusts: f and each relay's key, in committee order. */
 export interface ClusterDescriptor {
@@ -78,31 +77,65 @@ export function sessionUrlOf(url: string): string {
 export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }>
 
 /**
- * Trust on first use: asks every relay for its descriptor and accepts it only
- * if all that answered (at least 2f+1 of them, and at least 2f+1 of the
- * URLs given) serve the same one. Throws TrustError when they disagree, and
- * a SteadError `unsupported` when too few answered (try again later).
+ * Settles with `enough(answers so far)` as soon as it is defined, or with
+ * `enough` of all answers once every task settled: a quorum needs the
+ * fastest answers, not the slowest. Tasks that fail count as no answer.
  */
-export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, timeoutMs = 5000): Promise<ClusterDescriptor> {
-  const answers = await Promise.all(
-    urls.map(async (url) => {
-      try {
-        const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
-        if (!res.ok) return undefined
-        return parseClusterDescriptor(await res.json(), `${url}/v1/cluster`)
-      } catch (err) {
-        if (err instanceof SteadError && err.reason === 'malformed') throw new TrustError(err.message)
-        return undefined
+export function firstQuorum<T, R>(tasks: ReadonlyArray<Promise<T | undefined>>, enough: (answers: readonly T[], done: boolean) => R | undefined): Promise<R | undefined> {
+  return new Promise((resolve) => {
+    const answers: T[] = []
+    let pending = tasks.length
+    let settled = false
+    const step = (v: T | undefined): void => {
+      pending--
+      if (settled) return
+      if (v !== undefined) answers.push(v)
+      const r = enough(answers, pending === 0)
+      if (r !== undefined || pending === 0) {
+        settled = true
+        resolve(r)
       }
-    }),
-  )
-  const got = answers.filter((a): a is ClusterDescriptor => a !== undefined)
-  const first = got[0]
-  if (!first) throw new SteadError('unsupported', `no relay answered GET /v1/cluster (${urls.join(', ')})`)
-  for (const other of got) if (!sameCluster(first, other)) throw new TrustError('relays serve different cluster descriptors; refusing to trust any (pass `cluster` explicitly)')
-  const quorum = 2 * first.f + 1
-  if (got.length < quorum) throw new SteadError('unsupported', `only ${got.length} relays answered GET /v1/cluster; trusting a cluster on first use needs ${quorum} that agree`)
-  return first
+    }
+    if (pending === 0) resolve(enough(answers, true))
+    for (const t of tasks) t.then(step, () => step(undefined))
+  })
+}
+
+/**
+ * Trust on first use: asks every relay for its descriptor and accepts one
+ * as soon as 2f+1 relays served it identically (f from that descriptor, and
+ * at least 2f+1 of the URLs given, so f liars can neither forge a cluster
+ * nor block one). `onDissent` hears of every relay URL that served another
+ * descriptor, also after the choice (late answers). Throws a SteadError
+ * `unsupported` when no descriptor reaches that quorum yet (try again later).
+ */
+export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDissent: (url: string) => void = () => undefined, timeoutMs = 5000): Promise<ClusterDescriptor> {
+  const minQuorum = 2 * Math.floor((urls.length - 1) / 3) + 1
+  const asks = urls.map(async (url) => {
+    try {
+      const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
+      if (!res.ok) return undefined
+      return { url, cluster: parseClusterDescriptor(await res.json(), `${url}/v1/cluster`) }
+    } catch {
+      return undefined
+    }
+  })
+  let answered: ReadonlyArray<{ url: string; cluster: ClusterDescriptor }> = []
+  const chosen = await firstQuorum(asks, (answers) => {
+    answered = answers
+    return answers.find((a) => answers.filter((b) => sameCluster(a.cluster, b.cluster)).length >= Math.max(minQuorum, 2 * a.cluster.f + 1))?.cluster
+  })
+  if (!chosen) {
+    const kinds = answered.filter((a, i) => answered.findIndex((b) => sameCluster(a.cluster, b.cluster)) === i).length
+    throw new SteadError(
+      'unsupported',
+      answered.length === 0
+        ? `no relay answered GET /v1/cluster (${urls.join(', ')})`
+        : `${answered.length} of ${urls.length} relays answered GET /v1/cluster${kinds > 1 ? ` with ${kinds} different descriptors` : ''}; trusting a cluster on first use needs ${minQuorum} identical ones`,
+    )
+  }
+  for (const ask of asks) void ask.then((a) => a && !sameCluster(a.cluster, chosen) && onDissent(a.url))
+  return chosen
 }
 
 /** Rejects when `p` has not settled within `ms`; the timer never outlives it. */

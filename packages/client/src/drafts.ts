@@ -38,6 +38,9 @@ export function deferred<T>(): Deferred<T> {
     resolve = ok
     reject = fail
   })
+  // Whoever awaits it sees a rejection; one nobody awaits (a fire-and-forget update when the
+  // client closes) must not take the app down as an unhandled rejection.
+  promise.catch(() => undefined)
   return { promise, resolve, reject }
 }
 

@@ -15,7 +15,8 @@ import {
   type SetElement,
 } from '@stead/core'
 import type { Intent } from './drafts.ts'
-import type { SafeResult, UpdateOptions, UpdateResult } from './types.ts'
+import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import { bounded } from './wait.ts'
 
 /** What handles need from the client: reads of both states, and a way to update. */
 export interface HandleHost {
@@ -52,7 +53,7 @@ abstract class Handle {
   }
 
   protected send(intent: Intent, options?: UpdateOptions): Promise<UpdateResult> {
-    return this.host.update(this.key, this.declaration, intent, options?.safe === true)
+    return bounded(this.host.update(this.key, this.declaration, intent, options?.safe === true), options, `an update of ${this.key}`)
   }
 }
 
@@ -84,14 +85,14 @@ export class CounterHandle extends Handle {
   }
 
   increment(n?: number): Promise<UpdateResult>
-  increment(n: number, options: { safe: true }): Promise<SafeResult>
+  increment(n: number, options: { safe: true } & WaitOptions): Promise<SafeResult>
   increment(n: number, options?: UpdateOptions): Promise<UpdateResult>
   increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(amount(n, 'increment'), options))
   }
 
   decrement(n?: number): Promise<UpdateResult>
-  decrement(n: number, options: { safe: true }): Promise<SafeResult>
+  decrement(n: number, options: { safe: true } & WaitOptions): Promise<SafeResult>
   decrement(n: number, options?: UpdateOptions): Promise<UpdateResult>
   decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(-amount(n, 'decrement'), options))
@@ -121,7 +122,7 @@ export class SetHandle<T extends SetElement = SetElement> extends Handle {
   }
 
   add(element: T): Promise<UpdateResult>
-  add(element: T, options: { safe: true }): Promise<SafeResult>
+  add(element: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
   add(element: T, options?: UpdateOptions): Promise<UpdateResult>
   add(element: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(['a', checkElement(element)], options))
@@ -129,7 +130,7 @@ export class SetHandle<T extends SetElement = SetElement> extends Handle {
 
   /** Removes the element as this client has seen it (an add it has not seen survives: add wins). */
   delete(element: T): Promise<UpdateResult>
-  delete(element: T, options: { safe: true }): Promise<SafeResult>
+  delete(element: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
   delete(element: T, options?: UpdateOptions): Promise<UpdateResult>
   delete(element: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send({ remove: checkElement(element) }, options))
@@ -153,7 +154,7 @@ export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Han
   }
 
   set(value: T): Promise<UpdateResult>
-  set(value: T, options: { safe: true }): Promise<SafeResult>
+  set(value: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
   set(value: T, options?: UpdateOptions): Promise<UpdateResult>
   set(value: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => {

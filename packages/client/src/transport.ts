@@ -166,7 +166,10 @@ export class RelayLink {
       this.options.handlers.down(this, 'closed by the client')
     }
     if (s) {
-      s.onopen = s.onmessage = s.onclose = s.onerror = null
+      s.onopen = s.onmessage = s.onclose = null
+      // Not null: closing a socket that is still connecting makes `ws` emit an error
+      // ("closed before the connection was established"), which with no listener is thrown.
+      s.onerror = () => undefined
       try {
         s.close()
       } catch {

@@ -14,7 +14,18 @@ export type SafeResult =
  */
 export type UpdateResult = { readonly status: 'stored' } | SafeResult
 
-export interface UpdateOptions {
+/**
+ * How long a caller waits. Past `timeoutMs` the promise rejects with a
+ * SteadError `timeout`, when `signal` aborts with `aborted`; either way only
+ * the wait ends: an update that left keeps its place in the order (see
+ * `pendingUpdates()` and `onSettled`).
+ */
+export interface WaitOptions {
+  readonly signal?: AbortSignal
+  readonly timeoutMs?: number
+}
+
+export interface UpdateOptions extends WaitOptions {
   /** Resolve only once the update is committed or rejected in the stable order (f+1 matching attestations). */
   readonly safe?: boolean
 }

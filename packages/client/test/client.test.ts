@@ -400,14 +400,28 @@ describe('trust', () => {
     expect(a.status.relays.map((r) => r.relay)).toEqual(['r1', 'r2', 'r3', 'r4'])
   })
 
-  it('refuses a cluster whose relays serve different descriptors', async () => {
+  it('trusts on first use the descriptor 2f+1 relays agree on, and marks a dissenting relay faulty', async () => {
     const c = cluster()
     const other = cluster()
     const fetchMixed = async (url: string): ReturnType<FakeCluster['fetch']> => (url.includes('relay3') ? other.fetch(url) : c.fetch(url))
     const a = await client(c, { cluster: undefined, fetch: fetchMixed })
-    await until('problem', () => a.status.problem !== undefined)
+    await until('online', () => a.status.online)
+    expect(a.status.trusted).toBe(true)
+    await until('relay 3 flagged', () => a.status.relays[3]?.faulty !== undefined)
+    expect(a.status.relays[3]?.faulty).toMatch(/cluster descriptor/)
+    const stop = c.autoCommit(5)
+    expect(await a.counter('k').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    stop()
+  })
+
+  it('trusts no cluster while relays disagree without a 2f+1 quorum, and says why', async () => {
+    const c = cluster()
+    const other = cluster()
+    const fetchMixed = async (url: string): ReturnType<FakeCluster['fetch']> => (url.includes('relay3') || url.includes('relay2') ? other.fetch(url) : c.fetch(url))
+    const a = await client(c, { cluster: undefined, fetch: fetchMixed })
+    await until('problem', () => /different descriptors/.test(a.status.problem ?? ''))
     expect(a.status.trusted).toBe(false)
-    expect(a.status.problem).toMatch(/different cluster descriptors/)
+    expect(a.status.problem).toMatch(/needs 3 identical/)
     // Still local-first: updates work with no trusted cluster.
     await a.counter('k').increment(1)
     expect(a.counter('k').value).toBe(1)
@@ -543,5 +557,66 @@ describe('persistence', () => {
     expect(await k2.decrement(7, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
     stop()
     expect(k2.stable).toBe(6)
+  })
+})
+
+describe('waits that end', () => {
+  const reasonOf = async (p: Promise<unknown>): Promise<string> => p.then(() => 'resolved', (e: { reason?: string }) => e.reason ?? String(e))
+
+  it('a safe update, flush, settled and a quorum read take timeoutMs and signal; the update keeps its place and commits later', async () => {
+    const c = cluster()
+    for (const r of c.relays) r.setOnline(false)
+    const a = await client(c)
+    await until('offline problem', () => /0 of 4 relays connected, 2 needed/.test(a.status.problem ?? ''))
+    expect(await reasonOf(a.counter('k').increment(5, { safe: true, timeoutMs: 50 }))).toBe('timeout')
+    const ac = new AbortController()
+    const aborted = a.safe((tx) => tx.counter('k').increment(2), { signal: ac.signal })
+    ac.abort()
+    expect(await reasonOf(aborted)).toBe('aborted')
+    expect(await reasonOf(a.flush({ timeoutMs: 50 }))).toBe('timeout')
+    expect(await reasonOf(a.settled({ timeoutMs: 50 }))).toBe('timeout')
+    const gone = new AbortController()
+    gone.abort()
+    expect(await reasonOf(a.readStable('k', { quorum: true, signal: gone.signal }))).toBe('aborted')
+    // Only the waits ended: both updates are still this client's, and commit once relays answer.
+    expect(a.pendingUpdates().reduce((n, u) => n + u.safe, 0)).toBe(2)
+    const settled: number[] = []
+    a.onSettled((u) => settled.push(...u.safe.map((s) => (s.status === 'committed' ? 1 : 0))))
+    for (const r of c.relays) r.setOnline(true)
+    const stop = c.autoCommit(5)
+    await a.settled({ timeoutMs: 15_000 })
+    stop()
+    expect(settled).toEqual([1, 1])
+    expect(a.counter('k').stable).toBe(7)
+    expect(a.status.problem).toBeUndefined()
+  })
+
+  it('ends the promises of safe updates still pending at close with ClosedError, and an unawaited one harms nobody', async () => {
+    const c = cluster()
+    for (const r of c.relays) r.setOnline(false)
+    const a = await client(c)
+    const awaited = a.counter('k').increment(1, { safe: true })
+    void a.counter('k').increment(1, { safe: true }) // fire and forget
+    const unhandled: unknown[] = []
+    const trap = (e: unknown): void => void unhandled.push(e)
+    process.on('unhandledRejection', trap)
+    await a.close()
+    expect(await reasonOf(awaited)).toBe('closed')
+    await new Promise((r) => setTimeout(r, 20))
+    process.off('unhandledRejection', trap)
+    expect(unhandled).toEqual([])
+  })
+
+  it('a quorum read completes on 2f+1 answers, without waiting for a relay that never answers', async () => {
+    const c = cluster()
+    const a = await client(c, {
+      fetch: (url) => (url.includes('relay0') && url.includes('/head') ? new Promise(() => undefined) : c.fetch(url)),
+    })
+    const stop = c.autoCommit(5)
+    await a.counter('k').increment(3, { safe: true })
+    const t0 = Date.now()
+    expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(3)
+    expect(Date.now() - t0).toBeLessThan(2000)
+    stop()
   })
 })

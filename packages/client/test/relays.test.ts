@@ -137,6 +137,42 @@ describe('clients against a real relay cluster', () => {
     expect(outsider.status.stableIndex).toBe(0)
   }, 120_000)
 
+  it('opens and closes clients at random moments (connecting, mid-update, mid-commit) without an unhandled error', async () => {
+    const problems: unknown[] = []
+    const trap = (e: unknown): void => void problems.push(e)
+    process.on('uncaughtException', trap)
+    process.on('unhandledRejection', trap)
+    const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as unknown
+    let seed = 7
+    const rand = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
+    const cycle = async (i: number): Promise<void> => {
+      const c = await createClient({ relays: urls(), space: 'churn', storage: memoryStorage(), ...(i % 3 === 0 ? {} : { cluster: file }) })
+      await pause(rand(40))
+      const n = c.counter('hits')
+      if (rand(2) === 0) void n.increment(1) // regular: resolves when stored
+      if (rand(3) === 0) void n.increment(1, { safe: true }) // safe and never awaited
+      if (rand(4) === 0) void n.increment(1, { safe: true, timeoutMs: rand(50) }).catch(() => undefined)
+      await pause(rand(40))
+      await c.close()
+    }
+    try {
+      for (let i = 0; i < 200; i += 4) await Promise.all([i, i + 1, i + 2, i + 3].map(cycle))
+      await pause(200) // late socket events of the last clients
+    } finally {
+      process.off('uncaughtException', trap)
+      process.off('unhandledRejection', trap)
+    }
+    expect(problems).toEqual([])
+    // The relays took it: a new client still commits.
+    const after = await createClient({ relays: urls(), space: 'churn', storage: memoryStorage(), cluster: file })
+    clients.push(after)
+    expect(await after.counter('hits').increment(1, { safe: true, timeoutMs: 30_000 })).toMatchObject({ status: 'committed' })
+  }, 120_000)
+
   it('keeps committing when a relay is killed mid-session', async () => {
     const [a, b] = clients as [SteadClient, SteadClient]
     const before = a.counter('acct:0', { min: 0 }).stable

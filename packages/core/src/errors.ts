@@ -17,6 +17,8 @@ export type ErrorReason =
   | 'rate-limited' // too many requests or bytes, or the relay is at its memory budget; slow down and retry
   | 'too-many-sessions' // this key or address already holds as many sessions as a relay allows
   | 'slow-consumer' // the session did not read what the relay sent in time and was closed; reconnect and resume
+  | 'timeout' // a wait ran out of time; what it waited for may still happen
+  | 'aborted' // the caller's AbortSignal fired; what it waited for may still happen
   | 'unauthenticated' // the session has not proven its key yet
   | 'closed' // the object was closed and cannot be used any more
   | 'untrusted' // a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
