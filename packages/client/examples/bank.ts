@@ -3,14 +3,18 @@
  * in one terminal, then `npx tsx packages/client/examples/bank.ts` in another
  * (RELAYS=ws://host:port,... to point it elsewhere). It deposits, withdraws
  * safely (one withdrawal too many, to show a rejection) and prints the
- * prospective and stable balance as they change.
+ * prospective and stable balance as they change, and what the prospective
+ * balance holds back because it would go below zero.
  */
 import { createClient, memoryStorage } from '@stead/client'
 
 const relays = (process.env.RELAYS ?? 'ws://127.0.0.1:7401,ws://127.0.0.1:7402,ws://127.0.0.1:7403,ws://127.0.0.1:7404').split(',')
 const client = await createClient({ relays, space: 'example-bank', storage: memoryStorage() })
 const account = client.counter(`acct:${client.authorId}`, { min: 0 })
-const show = (what: string): void => console.log(`${what.padEnd(34)} prospective ${String(account.value).padStart(4)}   stable ${String(account.stable).padStart(4)}`)
+const show = (what: string): void => {
+  const held = account.pending.map((p) => p.amount).join(', ')
+  console.log(`${what.padEnd(34)} prospective ${String(account.value).padStart(4)}   stable ${String(account.stable).padStart(4)}${held ? `   held back: ${held}` : ''}`)
+}
 
 client.onStatus((s) => {
   if (s.problem) console.error(`problem: ${s.problem}`)

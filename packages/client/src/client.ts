@@ -27,6 +27,7 @@ import {
   stableReadBytes,
   toHex,
   type AnyCrdt,
+  type AnyOp,
   type Clock,
   type CommitResult,
   type Crypto,
@@ -41,9 +42,9 @@ import {
   type SetElement,
 } from '@stead/core'
 import { fetchCluster, firstQuorum, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
-import { DraftBatch, applyIntent, compileBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
+import { DraftBatch, applyIntent, compileBatch, deferred, hasInvariants, type Deferred, type DraftItem } from './drafts.ts'
 import { ClosedError, RejectedError, TrustError } from './errors.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost } from './handles.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import { ClientRecords, type CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
@@ -101,6 +102,8 @@ export class SteadClient {
 
   private drafts: DraftBatch[] = [new DraftBatch()]
   private overlay = new Map<string, AnyCrdt>()
+  /** Per bounded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
+  private heldBack = new Map<string, HeldUpdate[]>()
   private draftTag = 0
   private sealing: Promise<void> = Promise.resolve()
   private sealTimer: ReturnType<typeof setTimeout> | undefined
@@ -473,6 +476,7 @@ export class SteadClient {
   private makeHost(): HandleHost {
     return {
       prospective: (key) => this.prospectiveView(key),
+      heldBack: (key) => this.heldBackOf(key),
       stable: (key) => this.replica.stable(key),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
@@ -518,7 +522,9 @@ export class SteadClient {
     for (const item of items) {
       batch.keys.add(item.key)
       const view = this.overlay.get(item.key)
-      if (view) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+      if (view && !applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, hasInvariants(item.decl))) {
+        this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
+      }
       changed.add(item.key)
     }
     // The overlay already holds the new items: tell subscribers without dropping it.
@@ -531,6 +537,8 @@ export class SteadClient {
   private prospectiveView(key: string): AnyCrdt | undefined {
     const cached = this.overlay.get(key)
     if (cached) return cached
+    const decl = this.handles.get(key)?.declaration ?? this.replica.declaration(key)
+    if (decl && hasInvariants(decl)) return this.boundedView(key, decl)
     const base = this.replica.prospective(key)
     const drafted = this.drafts.some((d) => d.keys.has(key))
     if (!drafted) return base
@@ -545,6 +553,42 @@ export class SteadClient {
     }
     if (view) this.overlay.set(key, view)
     return view
+  }
+
+  /**
+   * The prospective view of an object with invariants: the stable state,
+   * then every undecided update (received, signed, drafted) in the order
+   * this client has them, except those that would break an invariant there:
+   * those are held back (`handle.pending`) until the stable order decides.
+   * So a value an invariant forbids is never shown, and once nothing is
+   * pending the view is the stable state again (G5).
+   */
+  private boundedView(key: string, decl: Declaration): AnyCrdt {
+    const view = this.replica.stable(key)?.clone() ?? createCrdt(decl)
+    const held: HeldUpdate[] = []
+    for (const env of this.replica.pendingEnvelopes()) {
+      for (const unit of envelopeUnits(env)) {
+        for (const item of unit.kind === 'op' ? [unit] : unit.items) {
+          if (item.key !== key || view.type !== item.decl.type) continue
+          if (!asGeneric(view).tryApply(item.op, { replica: env.authorId, tag: item.tag }).ok) held.push({ op: item.op, own: env.authorId === this.authorId })
+        }
+      }
+    }
+    for (const batch of this.drafts) {
+      for (const item of batch.items()) {
+        if (item.key !== key || view.type !== item.decl.type) continue
+        if (!applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, true)) held.push({ op: item.intent as AnyOp, own: true })
+      }
+    }
+    this.overlay.set(key, view)
+    this.heldBack.set(key, held)
+    return view
+  }
+
+  /** Updates held back from `key`'s prospective value (see boundedView). */
+  private heldBackOf(key: string): readonly HeldUpdate[] {
+    if (!this.overlay.has(key)) this.prospectiveView(key)
+    return this.heldBack.get(key) ?? []
   }
 
   /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
@@ -578,7 +622,10 @@ export class SteadClient {
   private async seal(batch: DraftBatch): Promise<void> {
     const done = (): void => {
       this.drafts = this.drafts.filter((d) => d !== batch)
-      for (const key of batch.keys) this.overlay.delete(key)
+      for (const key of batch.keys) {
+        this.overlay.delete(key)
+        this.heldBack.delete(key)
+      }
     }
     const { updates, safe } = compileBatch(batch, (key, e) => (this.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
     if (updates.length === 0 && safe.length === 0) {
@@ -960,7 +1007,10 @@ export class SteadClient {
   /** Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
   private notify(keys: Iterable<string>, stale = true): void {
     for (const key of keys) {
-      if (stale) this.overlay.delete(key)
+      if (stale) {
+        this.overlay.delete(key)
+        this.heldBack.delete(key)
+      }
       for (const l of this.listeners.get(key) ?? []) {
         try {
           l()

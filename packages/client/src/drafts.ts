@@ -67,10 +67,26 @@ export class DraftBatch {
   }
 }
 
-/** Applies an intent to a throwaway prospective view (tags of unsigned ops are local). */
-export function applyIntent(crdt: AnyCrdt, item: DraftItem, replica: string, tag: string): void {
-  const op = isRemove(item.intent) ? (['r', item.intent.remove, (crdt as ORSet).tagsOf(item.intent.remove)] as SetOp) : item.intent
+/** The operation an intent makes on `crdt` as it stands (a removal names the tags it sees). */
+function opOf(crdt: AnyCrdt, item: DraftItem): AnyOp {
+  return isRemove(item.intent) ? (['r', item.intent.remove, (crdt as ORSet).tagsOf(item.intent.remove)] as SetOp) : (item.intent as AnyOp)
+}
+
+/**
+ * Applies an intent to a throwaway prospective view (tags of unsigned ops
+ * are local). With `checked`, only if the view's invariants still hold
+ * afterwards; returns whether it applied.
+ */
+export function applyIntent(crdt: AnyCrdt, item: DraftItem, replica: string, tag: string, checked = false): boolean {
+  const op = opOf(crdt, item)
+  if (checked) return asGeneric(crdt).tryApply(op, { replica, tag }).ok
   asGeneric(crdt).apply(op, { replica, tag })
+  return true
+}
+
+/** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */
+export function hasInvariants(d: Declaration): boolean {
+  return (d.type === 'counter' && (d.bounds.min !== undefined || d.bounds.max !== undefined)) || (d.type === 'set' && d.bounds.maxSize !== undefined)
 }
 
 function isRemove(intent: Intent): intent is { readonly remove: SetElement } {

@@ -4,6 +4,7 @@ import {
   validateRegisterValue,
   validateSetElement,
   type AnyCrdt,
+  type AnyOp,
   type BoundedCounter,
   type BoundedCounterOp,
   type Declaration,
@@ -18,9 +19,18 @@ import type { Intent } from './drafts.ts'
 import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
 
+/** An update held back from an object's prospective value because it would break an invariant there. */
+export interface HeldUpdate {
+  readonly op: AnyOp
+  /** Made by this client (else received from another). */
+  readonly own: boolean
+}
+
 /** What handles need from the client: reads of both states, and a way to update. */
 export interface HandleHost {
   prospective(key: string): AnyCrdt | undefined
+  /** Undecided updates kept out of `prospective(key)` by its invariants, in order. */
+  heldBack(key: string): readonly HeldUpdate[]
   stable(key: string): AnyCrdt | undefined
   history(key: string): readonly HistoryEntry[]
   update(key: string, decl: Declaration, intent: Intent, safe: boolean): Promise<UpdateResult>
@@ -74,9 +84,23 @@ function guarded<T>(fn: () => Promise<T>): Promise<T> {
 
 /** A PN-Counter, optionally with `min`/`max` invariants that the stable value never breaks. */
 export class CounterHandle extends Handle {
-  /** Prospective value: every update this client made or received. */
+  /**
+   * Prospective value: every update this client made or received, except
+   * those that would cross `min`/`max` (see `pending`): it never shows a
+   * value the invariants forbid.
+   */
   get value(): number {
     return (this.host.prospective(this.key) as PNCounter | undefined)?.value() ?? 0
+  }
+
+  /**
+   * Undecided updates held back from `value` because they would cross a
+   * bound there, as signed amounts in order (`own`: made by this client).
+   * The stable order decides them: they commit (and show) if the bound
+   * allows it then, or are rejected with reason `invariant`.
+   */
+  get pending(): ReadonlyArray<{ readonly amount: number; readonly own: boolean }> {
+    return this.host.heldBack(this.key).map((h) => ({ amount: h.op as number, own: h.own }))
   }
 
   /** Latest stable value. */
@@ -109,8 +133,14 @@ export class SetHandle<T extends SetElement = SetElement> extends Handle {
     return this.stableValues()
   }
 
+  /** Prospective elements; adds that would exceed `maxSize` are held back (see `pending`). */
   values(): T[] {
     return ((this.host.prospective(this.key) as ORSet | undefined)?.value() ?? []) as T[]
+  }
+
+  /** Undecided adds held back from `values()` because the set would exceed `maxSize` there (`own`: made by this client). */
+  get pending(): ReadonlyArray<{ readonly element: T; readonly own: boolean }> {
+    return this.host.heldBack(this.key).flatMap((h) => (Array.isArray(h.op) && h.op[0] === 'a' ? [{ element: h.op[1] as T, own: h.own }] : []))
   }
 
   stableValues(): T[] {

@@ -107,14 +107,50 @@ describe('handles and values', () => {
     await alice.increment(5)
     const ok = alice.decrement(3, { safe: true })
     const tooMuch = alice.decrement(4, { safe: true })
-    expect(alice.value).toBe(-2) // prospective shows everything until the audit decides
+    // The second decrement would take the prospective value below its minimum: it is held back, not shown.
+    expect(alice.value).toBe(2)
+    expect(alice.pending).toEqual([{ amount: -4, own: true }])
     await until('online', () => a.status.online)
     const stop = c.autoCommit(5)
     expect(await ok).toEqual({ status: 'committed', index: expect.any(Number) })
     expect(await tooMuch).toMatchObject({ status: 'rejected', reason: 'invariant' })
     stop()
     expect(alice.stable).toBe(2)
-    expect(alice.value).toBe(2) // the rejected decrement was reversed (G5)
+    expect(alice.value).toBe(2) // the rejected decrement is gone: prospective equals stable (G5)
+    expect(alice.pending).toEqual([])
+  })
+
+  it('never shows a prospective value an invariant forbids, whatever order updates arrive in', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    const stop = c.autoCommit(5)
+    await a.counter('acct', { min: 0 }).increment(10, { safe: true })
+    await until('b sees 10', () => b.counter('acct', { min: 0 }).stable === 10)
+    stop()
+    // Two users withdraw at once; each shows what fits, holding back what does not.
+    const mine = b.counter('acct', { min: 0 })
+    const seen: number[] = []
+    mine.subscribe(() => seen.push(mine.value))
+    const w1 = a.counter('acct', { min: 0 }).decrement(7, { safe: true })
+    const w2 = mine.decrement(6, { safe: true })
+    await until('b hears of a', () => mine.pending.length === 1 && !mine.pending[0]!.own)
+    expect(mine.value).toBe(4) // its own withdrawal fits; a's (arriving later) is held back
+    const set = a.set<string>('seats', { maxSize: 2 })
+    await set.add('x')
+    await set.add('y')
+    await set.add('z')
+    expect(set.values().sort()).toEqual(['x', 'y'])
+    expect(set.pending).toEqual([{ element: 'z', own: true }])
+    const stop2 = c.autoCommit(5)
+    const results = await Promise.all([w1, w2])
+    await a.settled({ timeoutMs: 15_000 })
+    await until('b settles', () => mine.pending.length === 0 && mine.stable === mine.value)
+    stop2()
+    expect(results.map((r) => r.status).sort()).toEqual(['committed', 'rejected'])
+    expect(seen.every((v) => v >= 0)).toBe(true)
+    expect(set.pending).toEqual([])
+    expect(set.values().length).toBe(2)
   })
 
   it('applies a safe group all or nothing', async () => {
