@@ -566,7 +566,7 @@ export class SteadClient {
   private boundedView(key: string, decl: Declaration): AnyCrdt {
     const view = this.replica.stable(key)?.clone() ?? createCrdt(decl)
     const held: HeldUpdate[] = []
-    for (const env of this.replica.pendingEnvelopes()) {
+    for (const env of this.replica.pendingTouching(key)) {
       for (const unit of envelopeUnits(env)) {
         for (const item of unit.kind === 'op' ? [unit] : unit.items) {
           if (item.key !== key || view.type !== item.decl.type) continue

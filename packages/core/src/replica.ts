@@ -122,8 +122,8 @@ export class ReliableReplica {
   private readonly histories = new Map<string, HistoryEntry[]>()
   private readonly authors = new Map<string, AuthorState>()
   private readonly pending = new Map<string, Pending>()
-  /** key → pending envelopes touching it. */
-  private readonly pendingKeys = new Map<string, number>()
+  /** key → ids of the pending envelopes touching it, in arrival order. */
+  private readonly pendingKeys = new Map<string, Set<string>>()
   /** author:seq → ids of pending envelopes claiming that slot. */
   private readonly slots = new Map<string, Set<string>>()
   private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
@@ -205,6 +205,11 @@ export class ReliableReplica {
   /** Envelopes received but not yet decided, oldest first. */
   pendingEnvelopes(): Envelope[] {
     return [...this.pending.values()].map((p) => p.env)
+  }
+
+  /** Pending envelopes that touch `key`, in the order they were received. */
+  pendingTouching(key: string): Envelope[] {
+    return [...(this.pendingKeys.get(key) ?? [])].map((id) => (this.pending.get(id) as Pending).env)
   }
 
   isPending(idHex: string): boolean {
@@ -292,7 +297,11 @@ export class ReliableReplica {
       }
     }
     const keys = new Set(envelopeUnits(env).flatMap((u) => itemsOf(u).map((i) => i.key)))
-    for (const key of keys) this.pendingKeys.set(key, (this.pendingKeys.get(key) ?? 0) + 1)
+    for (const key of keys) {
+      let ids = this.pendingKeys.get(key)
+      if (!ids) this.pendingKeys.set(key, (ids = new Set()))
+      ids.add(env.idHex)
+    }
     this.pending.set(env.idHex, { env, applied, keys })
     const slot = slotOf(env)
     let ids = this.slots.get(slot)
@@ -477,9 +486,9 @@ export class ReliableReplica {
       ids?.delete(env.idHex)
       if (ids?.size === 0) this.slots.delete(slot)
       for (const key of p.keys) {
-        const left = (this.pendingKeys.get(key) ?? 1) - 1
-        if (left > 0) this.pendingKeys.set(key, left)
-        else {
+        const ids = this.pendingKeys.get(key)
+        ids?.delete(env.idHex)
+        if (!ids || ids.size === 0) {
           this.pendingKeys.delete(key)
           // Nothing pending and nothing stable: the object never existed.
           if (!this.stableObjects.has(key)) this.prospectiveObjects.delete(key)
