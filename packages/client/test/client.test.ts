@@ -23,19 +23,7 @@ function cluster(n = 4): FakeCluster {
 }
 
 async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promise<SteadClient> {
-  const cl = await createClient({
-    relays: c.urls,
-    space: 'bank',
-    cluster: c.descriptor,
-    storage: memoryStorage(),
-    connect: c.connect,
-    fetch: c.fetch,
-    crypto: nodeCrypto,
-    batchIntervalMs: 1,
-    resubmitAfterMs: 200,
-    backoff: { initialMs: 5, maxMs: 50 },
-    ...extra,
-  })
+  const cl = await createClient({ ...c.clientOptions(), ...extra })
   open.push(cl)
   return cl
 }

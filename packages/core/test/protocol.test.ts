@@ -3,9 +3,17 @@ import { describe, expect, it } from 'vitest'
 import { CommitAssembler, decode, decodeRelayMessage, encode, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
-/** Buffers and Uint8Arrays compare as their bytes. */
+/** Buffers and Uint8Arrays compare as their bytes; -0 as 0 (msgpack writes it as the integer 0). */
 const plain = (v: unknown): unknown =>
-  v instanceof Uint8Array ? [...v] : Array.isArray(v) ? v.map(plain) : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, plain(x)])) : v
+  v instanceof Uint8Array
+    ? [...v]
+    : Array.isArray(v)
+      ? v.map(plain)
+      : v && typeof v === 'object'
+        ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, plain(x)]))
+        : Object.is(v, -0)
+          ? 0
+          : v
 const roundTrip = (m: RelayMessage) => plain(decodeRelayMessage(encodeRelayMessage(m)))
 const frames = (n: number, size = 10) => Array.from({ length: n }, (_, i) => new Uint8Array(size).fill(i))
 

@@ -43,17 +43,22 @@ export function useHandle<H extends Subscribable, T>(handle: H, read: (handle: H
 }
 
 export interface CounterState<H> {
-  /** Prospective value: includes this device's updates at once. */
+  /** Prospective value: includes this device's updates at once, never past a declared bound. */
   readonly value: number
   /** Stable value: agreed by every correct replica, never breaks an invariant. */
   readonly stable: number
   readonly handle: H
 }
 
+export interface BoundedState<H> extends CounterState<H> {
+  /** Undecided updates held back from `value` because they would cross a bound (see CounterHandle.pending). */
+  readonly pending: CounterHandle['pending']
+}
+
 /** A PN-Counter (optionally with bounds, e.g. `{ min: 0 }`). */
-export function useCounter(key: string, options?: Parameters<SteadClient['counter']>[1]): CounterState<CounterHandle> {
+export function useCounter(key: string, options?: Parameters<SteadClient['counter']>[1]): BoundedState<CounterHandle> {
   const handle = useClient().counter(key, options)
-  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, pending: h.pending }))
   return { ...snap, handle }
 }
 
@@ -65,17 +70,19 @@ export function useBoundedCounter(key: string, options: Parameters<SteadClient['
 }
 
 export interface SetState<T extends SetElement> {
-  /** Prospective elements. */
+  /** Prospective elements (never more than a declared `maxSize`). */
   readonly values: readonly T[]
   /** Stable elements. */
   readonly stable: readonly T[]
+  /** Undecided adds held back from `values` because they would exceed `maxSize`. */
+  readonly pending: SetHandle<T>['pending']
   readonly handle: SetHandle<T>
 }
 
-/** An OR-Set. */
-export function useSet<T extends SetElement = SetElement>(key: string): SetState<T> {
-  const handle = useClient().set<T>(key)
-  const snap = useHandle(handle, (h) => ({ values: [...h.values()], stable: [...h.stableValues()] }))
+/** An OR-Set (optionally with a `maxSize` invariant: open it with the same one everywhere). */
+export function useSet<T extends SetElement = SetElement>(key: string, invariants?: Parameters<SteadClient['set']>[1]): SetState<T> {
+  const handle = useClient().set<T>(key, invariants)
+  const snap = useHandle(handle, (h) => ({ values: [...h.values()], stable: [...h.stableValues()], pending: h.pending }))
   return { ...snap, handle }
 }
 

@@ -6,11 +6,11 @@ import { Value } from './Value.tsx'
 
 /** One account: its prospective and stable balance, a regular deposit and a safe withdrawal. */
 export function AccountCard({ account }: { account: { id: string; key: string; name: string } }) {
-  const { value, stable, handle } = useCounter(account.key, BALANCE)
+  const { value, stable, pending, handle } = useCounter(account.key, BALANCE)
   const { log } = useDemo()
   const [amountText, setAmountText] = useState('10')
   const amount = parseAmount(amountText)
-  const settling = value !== stable
+  const settling = value !== stable || pending.length > 0
 
   const deposit = () => {
     if (amount !== null) void log.track(`deposit ${amount} to ${account.name}`, false, () => handle.increment(amount))
@@ -31,6 +31,11 @@ export function AccountCard({ account }: { account: { id: string; key: string; n
         <Value label="prospective" kind="prospective" value={value} testId={`balance-${account.id}-prospective`} />
         <Value label="stable" kind="stable" value={stable} testId={`balance-${account.id}-stable`} />
       </div>
+      {pending.length > 0 ? (
+        <p className="hint" data-testid={`held-${account.id}`} title="withdrawals that would take the balance below 0 where they stand: the relays' order decides them">
+          held back: {pending.map((p) => `${p.amount}${p.own ? '' : ' (another user)'}`).join(', ')}
+        </p>
+      ) : null}
       <div className="row">
         <input
           aria-label={`amount for ${account.name}`}

@@ -17,7 +17,9 @@ import {
   type Signed,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
+import { memoryStorage } from '../../src/storage/memory.ts'
 import type { SocketLike } from '../../src/transport.ts'
+import type { ClientOptions } from '../../src/types.ts'
 
 /**
  * An in-memory relay cluster speaking the real client protocol over fake
@@ -60,6 +62,22 @@ export class FakeCluster {
 
   get urls(): string[] {
     return this.relays.map((_, i) => `ws://relay${i}.test:7400`)
+  }
+
+  /** createClient options for a fast client of this cluster: pinned, in memory, short timers. */
+  clientOptions(): ClientOptions {
+    return {
+      relays: this.urls,
+      space: this.space,
+      cluster: this.descriptor,
+      storage: memoryStorage(),
+      connect: this.connect,
+      fetch: this.fetch,
+      crypto: nodeCrypto,
+      batchIntervalMs: 1,
+      resubmitAfterMs: 200,
+      backoff: { initialMs: 5, maxMs: 50 },
+    }
   }
 
   get descriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
