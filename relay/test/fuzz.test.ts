@@ -22,6 +22,7 @@
  *                                                                   the frame kills a relay: each step restarts it)
  */
 import {
+  ERROR_REASONS,
   authBytes,
   clockInit,
   decode,
@@ -34,7 +35,6 @@ import {
   type ClientMessage,
   type Declaration,
   type EnvelopeDraft,
-  type ErrorReason,
   type ObjectUpdate,
   type RelayMessage,
   type SafeUpdate,
@@ -50,29 +50,8 @@ const RUNS = Number(process.env.STEAD_FUZZ_RUNS ?? 3000)
 const SEED = process.env.STEAD_FUZZ_SEED === undefined ? undefined : Number(process.env.STEAD_FUZZ_SEED)
 const SHRINK = process.env.STEAD_FUZZ_SHRINK === '1'
 
-/** Every ErrorReason of @stead/core; the type check below fails when a reason is added there and not here. */
-const REASONS = [
-  'malformed',
-  'too-large',
-  'bad-signature',
-  'unauthorized',
-  'conflict',
-  'duplicate',
-  'invariant',
-  'bad-clock',
-  'type-mismatch',
-  'gap',
-  'unsupported',
-  'rate-limited',
-  'too-many-sessions',
-  'slow-consumer',
-  'unauthenticated',
-  'closed',
-  'untrusted',
-] as const satisfies readonly ErrorReason[]
-type MissingReason = Exclude<ErrorReason, (typeof REASONS)[number]>
-const allReasonsListed: [MissingReason] extends [never] ? true : MissingReason = true
-const REASON_SET: ReadonlySet<string> = new Set<string>(REASONS)
+/** Every ErrorReason of @stead/core. */
+const REASON_SET: ReadonlySet<string> = new Set<string>(ERROR_REASONS)
 
 /**
  * Close codes a relay ends a session with, always after a typed error: 4000 idle, 4001 bad hello
@@ -958,7 +937,6 @@ describe('a relay fed fuzzed client frames', () => {
   it(
     `answers ${RUNS} fuzzed frames, before and after hello, with replies or typed errors`,
     async () => {
-      expect(allReasonsListed).toBe(true)
       const run = await fc.check(
         fc.asyncProperty(target, recipe, async (t, r) => {
           const conn = await connFor(t.relay, t.authed)

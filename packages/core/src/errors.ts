@@ -2,26 +2,29 @@
  * Every rejection in Stead names its reason. Callers switch on `reason`,
  * never on message text.
  */
-export type ErrorReason =
-  | 'malformed' // bytes that do not decode into the expected shape
-  | 'too-large' // a size limit was exceeded
-  | 'bad-signature' // the signature does not verify against the claimed key
-  | 'unauthorized' // a valid author that may not write here
-  | 'conflict' // same (author, seq) or (id, counter) with different content
-  | 'duplicate' // already seen: harmless, but not new
-  | 'invariant' // applying the update would break a declared invariant
-  | 'bad-clock' // a logical clock that does not follow the update rules
-  | 'type-mismatch' // an object opened or updated as another type
-  | 'gap' // a sequence number skipped ahead of what is known
-  | 'unsupported' // a feature the running platform cannot provide
-  | 'rate-limited' // too many requests or bytes, or the relay is at its memory budget; slow down and retry
-  | 'too-many-sessions' // this key or address already holds as many sessions as a relay allows
-  | 'slow-consumer' // the session did not read what the relay sent in time and was closed; reconnect and resume
-  | 'timeout' // a wait ran out of time; what it waited for may still happen
-  | 'aborted' // the caller's AbortSignal fired; what it waited for may still happen
-  | 'unauthenticated' // the session has not proven its key yet
-  | 'closed' // the object was closed and cannot be used any more
-  | 'untrusted' // a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
+export const ERROR_REASONS = [
+  'malformed', // bytes that do not decode into the expected shape
+  'too-large', // a size limit was exceeded
+  'bad-signature', // the signature does not verify against the claimed key
+  'unauthorized', // a valid author that may not write here
+  'conflict', // same (author, seq) or (id, counter) with different content
+  'duplicate', // already seen: harmless, but not new
+  'invariant', // applying the update would break a declared invariant
+  'bad-clock', // a logical clock that does not follow the update rules
+  'type-mismatch', // an object opened or updated as another type
+  'gap', // a sequence number skipped ahead of what is known
+  'unsupported', // a feature the running platform cannot provide
+  'rate-limited', // too many requests or bytes, or the relay is at its memory budget; slow down and retry
+  'too-many-sessions', // this key or address already holds as many sessions as a relay allows
+  'slow-consumer', // the session did not read what the relay sent in time and was closed; reconnect and resume
+  'timeout', // a wait ran out of time; what it waited for may still happen
+  'aborted', // the caller's AbortSignal fired; what it waited for may still happen
+  'unauthenticated', // the session has not proven its key yet
+  'closed', // the object was closed and cannot be used any more
+  'untrusted', // a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
+] as const
+
+export type ErrorReason = (typeof ERROR_REASONS)[number]
 
 export class SteadError extends Error {
   readonly reason: ErrorReason
