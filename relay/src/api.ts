@@ -83,6 +83,8 @@ const READ_AUTH_SKEW_MS = 5 * 60_000
  */
 export async function createApi(node: RelayNode, options: ApiOptions): Promise<FastifyInstance> {
   const limits: ApiLimits = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DEFAULT_LIMITS && v !== undefined)) }
+  const leastBuffer = LOW_WATER_BYTES + 2 * CHUNK_BYTES + limits.maxFrameBytes
+  if (limits.maxBufferedBytes < leastBuffer) throw new RangeError(`maxBufferedBytes must be at least ${leastBuffer} (a send window, a commit chunk and a reply), got ${limits.maxBufferedBytes}`)
   const app = Fastify({ loggerInstance: options.logger, disableRequestLogging: true, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
@@ -91,6 +93,23 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   // Everything served over HTTP is public and signed or checkable, so browser apps on any origin may read it.
   app.addHook('onSend', async (_req, reply) => {
     reply.header('access-control-allow-origin', '*')
+  })
+  // HTTP reads cost a signature each (heads, snapshots): metered per address like sessions.
+  const httpBuckets = new Map<string, Bucket>()
+  app.addHook('onRequest', async (req, reply) => {
+    if (req.url === '/health' || req.url.startsWith('/v1/ws')) return
+    const who = addressKey(req.socket.remoteAddress)
+    let bucket = httpBuckets.get(who)
+    if (!bucket) {
+      if (httpBuckets.size >= 100_000) httpBuckets.delete(httpBuckets.keys().next().value as string)
+      httpBuckets.set(who, (bucket = new Bucket({ perSecond: 100, burst: 200, bytesPerSecond: 1, burstBytes: 1 })))
+    }
+    const wait = bucket.wait(0)
+    if (wait > 0) {
+      node.metrics.rejected.inc({ reason: 'rate-limited', source: 'http' })
+      return reply.code(429).header('retry-after', String(Math.ceil(wait / 1000))).send({ error: 'rate-limited', detail: `too many requests from ${who}; retry in ${wait} ms` })
+    }
+    bucket.take(0)
   })
   // Browsers ask before sending the reader header across origins (CORS preflight).
   app.options('/v1/spaces/:space/:what', async (_req, reply) =>
@@ -125,7 +144,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no committed state for space ${req.params.space}` })
     return { space: req.params.space, relay: node.me, ...snap }
   })
-  app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, req.socket.remoteAddress ?? 'unknown'))
+  app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, addressKey(req.socket.remoteAddress)))
   app.addHook('onClose', async () => sessions.close())
   await app.listen({ host: options.host, port: options.port })
   return app
@@ -199,6 +218,8 @@ class Sessions {
   readonly inbound: Bucket
   /** Bytes handed to sockets and not yet written out, over all sessions. */
   sending = 0
+  /** Bytes received and not yet handled (throttled sessions' backlogs), over all sessions. */
+  backlogged = 0
   private readonly sweeper: NodeJS.Timeout
 
   constructor(
@@ -208,6 +229,7 @@ class Sessions {
   ) {
     this.inbound = new Bucket(limits.globalRateLimit)
     node.budget.track('send-buffers', () => this.sending)
+    node.budget.track('receive-backlogs', () => this.backlogged)
     this.sweeper = setInterval(() => {
       const now = Date.now()
       for (const s of this.all) s.sweep(now)
@@ -251,6 +273,23 @@ class Sessions {
     clearInterval(this.sweeper)
     for (const s of this.all) s.terminate()
   }
+}
+
+/**
+ * Who a connection counts as for per-address limits: the IPv4 address, or
+ * the /64 an IPv6 address is in (one host usually holds a whole /64).
+ */
+export function addressKey(remote: string | undefined): string {
+  if (!remote) return 'unknown'
+  const v4 = /^(?:::ffff:)?(\d+\.\d+\.\d+\.\d+)$/i.exec(remote)
+  if (v4) return v4[1] as string
+  if (!remote.includes(':')) return remote
+  // Expand '::' to find the first four groups.
+  const [head = '', tail = ''] = remote.split('::')
+  const left = head ? head.split(':') : []
+  const right = tail ? tail.split(':') : []
+  const groups = remote.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left
+  return `${groups.slice(0, 4).map((g) => g.toLowerCase().replace(/^0+(?=.)/, '')).join(':')}::/64`
 }
 
 function decrement(map: Map<string, number>, key: string): void {
@@ -411,12 +450,14 @@ class Session implements Subscriber {
   private receive(data: Buffer, isBinary: boolean): void {
     this.lastHeard = Date.now()
     if (this.closed) return
-    if (this.backlog.length === 0 && this.admit(data.byteLength) === 0) return this.onMessage(data, isBinary)
+    // A client that does not read its replies is not read either: replies would pile up.
+    if (this.backlog.length === 0 && this.inflight < LOW_WATER_BYTES && this.admit(data.byteLength) === 0) return this.onMessage(data, isBinary)
     if (this.backlogBytes + data.byteLength > MAX_BACKLOG_BYTES) {
       return this.fail(null, new SteadError('rate-limited', 'too many messages or bytes; slow down'))
     }
     this.backlog.push({ data, isBinary })
     this.backlogBytes += data.byteLength
+    this.sessions.backlogged += data.byteLength
     this.socket.pause()
     this.drainTimer ??= setTimeout(() => this.drainBacklog(), 1)
   }
@@ -434,6 +475,8 @@ class Session implements Subscriber {
     this.drainTimer = undefined
     // A few at a time, so other sessions and HTTP requests get their turn in between.
     for (let n = 0; n < 32 && this.backlog.length > 0 && !this.closed; n++) {
+      // Replies are not being read: wait for the socket to drain (its send callback resumes us).
+      if (this.inflight >= LOW_WATER_BYTES) return
       const next = this.backlog[0] as { data: Buffer; isBinary: boolean }
       const wait = this.admit(next.data.byteLength)
       if (wait > 0) {
@@ -442,6 +485,7 @@ class Session implements Subscriber {
       }
       this.backlog.shift()
       this.backlogBytes -= next.data.byteLength
+      this.sessions.backlogged -= next.data.byteLength
       this.onMessage(next.data, next.isBinary)
     }
     if (this.closed) return
@@ -518,8 +562,9 @@ class Session implements Subscriber {
   /** Sends a typed error and closes the session; a client that does not read is cut off shortly after. */
   private end(reason: ErrorReason, detail: string, code: number): void {
     if (this.closed || this.closing) return
-    this.fail(null, new SteadError(reason, detail))
+    // Closing first: the error below must not trip the overflow check that may have called us.
     this.closing = true
+    this.fail(null, new SteadError(reason, detail))
     this.log.info({ reason, address: this.address, key: this.key }, 'closing client session')
     this.socket.close(code, reason)
     setTimeout(() => this.terminate(), 2000).unref()
@@ -541,7 +586,9 @@ class Session implements Subscriber {
       this.inflight -= size
       this.sessions.sending -= size
       this.lastDrain = Date.now()
-      if (this.inflight < LOW_WATER_BYTES) this.pump()
+      if (this.inflight >= LOW_WATER_BYTES) return
+      this.pump()
+      if (this.backlog.length > 0 && this.drainTimer === undefined) this.drainTimer = setTimeout(() => this.drainBacklog(), 0)
     })
     if (!this.closing && this.inflight > this.limits.maxBufferedBytes) {
       this.end('slow-consumer', `${this.inflight} bytes queued towards this client, more than ${this.limits.maxBufferedBytes}; reconnect and resume from your stable index`, 4008)
@@ -555,6 +602,8 @@ class Session implements Subscriber {
     this.stopListening?.()
     if (this.retryTimer) clearTimeout(this.retryTimer)
     if (this.drainTimer) clearTimeout(this.drainTimer)
+    this.sessions.backlogged -= this.backlogBytes
+    this.backlogBytes = 0
     this.backlog.length = 0
     for (const f of this.feeds.values()) f.unsubscribe()
     this.feeds.clear()

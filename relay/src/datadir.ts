@@ -48,7 +48,7 @@ export function committeeFingerprint(committee: { readonly f: number; readonly k
  * afterwards. Throws ConfigError when the dir cannot be used; call `release()`
  * once the store is closed.
  */
-export function openDataDir(dir: string, committee: { readonly f: number; readonly keys: readonly Uint8Array[] }): DataDir {
+export function openDataDir(dir: string, committee: { readonly f: number; readonly keys: readonly Uint8Array[] }, policy?: string): DataDir {
   mkdirSync(dir, { recursive: true, mode: 0o700 })
   chmodSync(dir, 0o700)
   const real = realpathSync(dir)
@@ -70,7 +70,7 @@ export function openDataDir(dir: string, committee: { readonly f: number; readon
     },
   }
   try {
-    checkMeta(dir, real, committeeFingerprint(committee))
+    checkMeta(dir, real, committeeFingerprint(committee), policy)
     for (const name of readdirSync(real)) {
       const path = join(real, name)
       const st = lstatSync(path)
@@ -163,7 +163,24 @@ function acquire(dir: string, real: string, lockPath: string): string {
   }
 }
 
-function checkMeta(dir: string, real: string, fingerprint: string): void {
+/**
+ * The part of a cluster file the audit depends on, as a fingerprint: which
+ * spaces exist and who may write them. The stable state a store holds was
+ * audited under it, and a restart re-audits the history, so a relay whose
+ * file changed it would diverge from its own attestations and its peers.
+ */
+export function policyFingerprint(c: { readonly openSpaces: boolean; readonly spaces: ReadonlyMap<string, { readonly writers?: readonly Uint8Array[] }> }): string {
+  const h = createHash('sha256').update(`stead/policy/v1\0${c.openSpaces ? 'open' : 'closed'}\0`)
+  for (const name of [...c.spaces.keys()].sort()) {
+    h.update(`${name}\0`)
+    const writers = c.spaces.get(name)?.writers
+    h.update(writers ? [...writers].map((w) => Buffer.from(w).toString('hex')).sort().join(',') : '*')
+    h.update('\0')
+  }
+  return h.digest('hex')
+}
+
+function checkMeta(dir: string, real: string, fingerprint: string, policy: string | undefined): void {
   const metaPath = join(real, META_FILE)
   const dataPath = join(real, 'data.mdb')
   const hasStore = existsSync(dataPath) && statSync(dataPath).size > 0
@@ -175,11 +192,11 @@ function checkMeta(dir: string, real: string, fingerprint: string): void {
     }
     // No store yet: this cluster and this format own the dir from now on.
     const tmp = `${metaPath}.tmp`
-    writeFileSync(tmp, JSON.stringify({ format: STORE_FORMAT, committee: fingerprint }, null, 2) + '\n', { mode: 0o600 })
+    writeFileSync(tmp, JSON.stringify({ format: STORE_FORMAT, committee: fingerprint, ...(policy ? { policy } : {}) }, null, 2) + '\n', { mode: 0o600 })
     renameSync(tmp, metaPath)
     return
   }
-  let meta: { format?: unknown; committee?: unknown }
+  let meta: { format?: unknown; committee?: unknown; policy?: unknown }
   try {
     meta = JSON.parse(readFileSync(metaPath, 'utf8')) as typeof meta
   } catch (err) {
@@ -192,5 +209,15 @@ function checkMeta(dir: string, real: string, fingerprint: string): void {
     throw new ConfigError(
       `data dir ${dir} belongs to another cluster (fingerprint ${String(meta.committee).slice(0, 12)}), the cluster file gives ${fingerprint.slice(0, 12)}; use the data dir of this cluster or an empty one`,
     )
+  }
+  if (policy !== undefined && meta.policy !== undefined && meta.policy !== policy) {
+    throw new ConfigError(
+      `data dir ${dir} was audited under other space policies (openSpaces or a space's writers differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing policies of a running cluster is not supported yet: restore the previous cluster file, or start every relay with an empty data dir`,
+    )
+  }
+  if (policy !== undefined && meta.policy === undefined) {
+    const tmp = `${metaPath}.tmp`
+    writeFileSync(tmp, JSON.stringify({ ...meta, policy }, null, 2) + '\n', { mode: 0o600 })
+    renameSync(tmp, metaPath)
   }
 }

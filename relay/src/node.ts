@@ -209,10 +209,10 @@ export class RelayNode {
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex }
     const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
     const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
-    if (starts) this.chargeNewSpace(env.space, env.authorId, origin)
+    const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
     const result = this.core.submit(frame, info)
     if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
-    if (starts) this.creating.set(env.space, Date.now())
+    if (charge && result.status === 'queued') charge()
     this.sampleFrame ??= frame
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
@@ -225,7 +225,7 @@ export class RelayNode {
    * relay a replica, so one key may start `newSpacesPerKeyPerHour` and one
    * address ten times that. Throws 'rate-limited' past the quota.
    */
-  private chargeNewSpace(space: string, authorId: string, origin: string): void {
+  private newSpaceCharge(space: string, authorId: string, origin: string): () => void {
     const quota = this.options.cluster.newSpacesPerKeyPerHour
     const now = Date.now()
     const over: string[] = []
@@ -239,12 +239,16 @@ export class RelayNode {
       if (recent.length >= limit) over.push(who.startsWith('key') ? `key ${authorId} started ${recent.length} spaces` : `address ${origin} started ${recent.length} spaces`)
     }
     if (over.length) throw new SteadError('rate-limited', `cannot start space ${space}: ${over.join(' and ')} in the last hour (quota ${quota} per key, ${quota * 10} per address)`)
-    for (const [who] of keys) this.spaceStarts.get(who)?.push(now)
-    // Bounded: forget the oldest keys and spaces that never committed.
-    while (this.spaceStarts.size > 100_000) this.spaceStarts.delete(this.spaceStarts.keys().next().value as string)
-    for (const [name, t] of this.creating) {
-      if (now - t < HOUR_MS && this.creating.size <= 100_000) break
-      this.creating.delete(name)
+    // Charged only once the envelope is queued: a refused submit costs no quota.
+    return () => {
+      for (const [who] of keys) this.spaceStarts.get(who)?.push(now)
+      this.creating.set(space, now)
+      // Bounded: forget the oldest keys and spaces that never committed.
+      while (this.spaceStarts.size > 100_000) this.spaceStarts.delete(this.spaceStarts.keys().next().value as string)
+      for (const [name, t] of this.creating) {
+        if (now - t < HOUR_MS && this.creating.size <= 100_000) break
+        this.creating.delete(name)
+      }
     }
   }
 
@@ -474,6 +478,9 @@ export class RelayNode {
     for (const frame of frames) {
       const env = this.open(frame)
       if (env instanceof SteadError) continue
+      // A space this cluster does not serve gets no replica (every relay skips it alike): a
+      // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
+      if (!this.options.cluster.openSpaces && !this.options.cluster.spaces.has(env.space)) continue
       if (!this.replicas.has(env.space)) {
         this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space) }))
         this.creating.delete(env.space)

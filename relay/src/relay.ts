@@ -3,7 +3,7 @@ import pino, { type Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import type { ByzantineStrategy } from './consensus/index.ts'
-import { openDataDir } from './datadir.ts'
+import { openDataDir, policyFingerprint } from './datadir.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
 import { RelayNode } from './node.ts'
 
@@ -38,7 +38,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const entry = o.cluster.relays[me] as (typeof o.cluster.relays)[number]
   const logger = o.logger ?? pino({ name: `stead-relay ${o.id}` })
   // Locked, 0700, and checked against this cluster before the store opens.
-  const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster))
+  const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
   const mesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,
@@ -57,9 +57,17 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
   })
-  await node.start()
-  const [host, port] = entry.api.split(':') as [string, string]
-  const api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+  let api: FastifyInstance
+  try {
+    await node.start()
+    const [host, port] = entry.api.split(':') as [string, string]
+    api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+  } catch (err) {
+    // A relay that could not start leaves its data dir as it found it, unlocked.
+    await node.stop().catch(() => undefined)
+    dataDir.release()
+    throw err
+  }
   const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
   logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', byzantine: o.byzantine ?? null }, 'relay ready')
   return {

@@ -9,8 +9,21 @@ import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { generateIdentity, parseCluster } from '../src/config.ts'
+import { addressKey } from '../src/api.ts'
 import { runRelay, type RunningRelay } from '../src/relay.ts'
 import { freePort } from './helpers/cluster.ts'
+
+describe('per-address limits', () => {
+  it('count an IPv4 address (also IPv4-mapped) alone and an IPv6 address by its /64', () => {
+    expect(addressKey('127.0.0.2')).toBe('127.0.0.2')
+    expect(addressKey('::ffff:10.1.2.3')).toBe('10.1.2.3')
+    expect(addressKey('2001:db8:0:1:aaaa::1')).toBe('2001:db8:0:1::/64')
+    expect(addressKey('2001:0db8:0000:0001:ffff:1:2:3')).toBe('2001:db8:0:1::/64')
+    expect(addressKey('2001:db8::1')).toBe('2001:db8:0:0::/64')
+    expect(addressKey('::1')).toBe('0:0:0:0::/64')
+    expect(addressKey(undefined)).toBe('unknown')
+  })
+})
 
 /** One in-process relay (N = 1, f = 0) serving over TLS, for what the API itself promises. */
 describe('client API over TLS', () => {

@@ -7,7 +7,7 @@ import { toHex } from '@stead/core'
 import { open } from 'lmdb'
 import { afterAll, describe, expect, it } from 'vitest'
 import { ConfigError, generateIdentity } from '../src/config.ts'
-import { committeeFingerprint, LOCK_FILE, META_FILE, openDataDir, STORE_FORMAT } from '../src/datadir.ts'
+import { committeeFingerprint, LOCK_FILE, META_FILE, openDataDir, policyFingerprint, STORE_FORMAT } from '../src/datadir.ts'
 import { TestCluster, type TestRelay } from './helpers/cluster.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'stead-datadir-'))
@@ -115,6 +115,20 @@ describe('data dir', () => {
 
     writeFileSync(join(dir, META_FILE), '{ not json')
     expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/cannot read .*stead-store\.json/)
+  })
+
+  it('refuses a store audited under other space policies, and records the policy of a store that has none yet', () => {
+    const dir = freshDir()
+    const policy = (openSpaces: boolean, writers?: Uint8Array[]) => policyFingerprint({ openSpaces, spaces: new Map([['bank', writers ? { writers } : {}]]) })
+    const writer = generateIdentity().publicKey
+    openDataDir(dir, committee).release() // an older meta without a policy
+    writeFileSync(join(dir, 'data.mdb'), 'a store')
+    openDataDir(dir, committee, policy(false, [writer])).release()
+    expect(JSON.parse(readFileSync(join(dir, META_FILE), 'utf8')).policy).toBe(policy(false, [writer]))
+    openDataDir(dir, committee, policy(false, [writer])).release()
+    for (const changed of [policy(true, [writer]), policy(false), policy(false, [generateIdentity().publicKey])]) {
+      expect(refusal(() => openDataDir(dir, committee, changed)).message).toMatch(/audited under other space policies.*not supported yet/)
+    }
   })
 
   it('gives a dir without a store to the cluster that opens it', () => {

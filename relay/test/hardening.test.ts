@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { authBytes, clockInit, encodeEnvelope, readAuthBytes, sealEnvelope, toHex, type EnvelopeDraft, type RelayMessage } from '@stead/core'
+import { authBytes, clockInit, encode, encodeEnvelope, readAuthBytes, sealEnvelope, toHex, type EnvelopeDraft, type RelayMessage } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
@@ -137,6 +137,32 @@ describe('relay hardening (4 relay processes)', () => {
     const told = readers.filter((c) => c.messages.some((m) => m.type === 'error' && m.reason === 'slow-consumer'))
     expect(told.length + readers.filter((c) => c.closed?.code === 1006).length).toBe(8)
   }, 120_000)
+
+  it('stops reading a client that does not read its replies, holding little, and drops it as a slow consumer', async () => {
+    // Found by review: each of these frames earns a 4 KB error reply; a client that never reads
+    // them once made the relay recurse between its overflow check and its close, and die.
+    const r = 2
+    const idle = await status(r)
+    const c = await TestClient.connect(api(r), identity(51))
+    c.stopReading()
+    const junk = encode(['x'.repeat(4000)])
+    let peak = 0
+    for (let i = 0; i < 3000 && !c.closed; i++) {
+      c.raw(junk)
+      if (i % 500 === 499) {
+        const s = await status(r)
+        peak = Math.max(peak, (s.memory.used['send-buffers'] ?? 0) + (s.memory.used['receive-backlogs'] ?? 0))
+      }
+    }
+    await until('the session dropped', async () => ((await status(r)).sessions.open === idle.sessions.open ? true : undefined), 30_000)
+    expect(peak).toBeLessThan(12 * 1024 * 1024) // a send window and a paused backlog, not 3000 replies
+    expect((await fetch(`http://${api(r)}/health`)).status).toBe(200)
+    const after = await status(r)
+    expect(after.memory.used['send-buffers']).toBe(0)
+    expect(after.memory.used['receive-backlogs']).toBe(0)
+    c.resumeReading()
+    await c.whenClosed()
+  }, 60_000)
 
   it('caps sessions per key and per address without locking out anyone else, and closes idle sessions', async () => {
     const flooder = identity(21)

@@ -100,7 +100,8 @@ export function encodeAttestation(a: Attestation): Uint8Array {
 }
 
 export function decodeAttestation(bytes: Uint8Array): Attestation {
-  const v = expect.array(decode(bytes, DEFAULT_LIMITS.maxFrameBytes), 'attestation', 9)
+  // As large as a relay message may be: a commit deciding ~80k envelopes outgrows the 4 MiB frame limit.
+  const v = expect.array(decode(bytes, MAX_RELAY_MESSAGE_BYTES), 'attestation', 9)
   if (v.length !== 9 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
   const decisions = expect.array(v[6], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
     const t = expect.array(d, `decisions[${i}]`, 4)
@@ -259,7 +260,10 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
   }
 }
 
-export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = 64 * 1024 * 1024): RelayMessage {
+/** The largest message a client accepts from a relay (commits carry many envelopes). */
+const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
+
+export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_RELAY_MESSAGE_BYTES): RelayMessage {
   const v = expect.array(decode(frame, maxBytes), 'message', 5)
   switch (v[0]) {
     case 'challenge':
