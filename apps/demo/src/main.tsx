@@ -1,6 +1,6 @@
 import { StrictMode, Suspense, use } from 'react'
 import { createRoot } from 'react-dom/client'
-import { createClient, indexedDbStorage, type SteadClient } from '@stead/client'
+import { createClient, indexedDbStorage, type Space } from '@stead/client'
 import { SteadProvider } from '@stead/react'
 import { App } from './App.tsx'
 import { BootError } from './components/BootError.tsx'
@@ -13,23 +13,22 @@ const config = readConfig()
 const demo: Demo = { config, log: new OperationLog() }
 
 // One client per page, created outside React (StrictMode renders twice).
-// It opens the local replica from IndexedDB without waiting for any relay.
-const clientPromise: Promise<SteadClient> = createClient({
+// It opens the space's local replica from IndexedDB without waiting for any relay.
+const spacePromise: Promise<Space> = createClient({
   relays: [...config.relays],
-  space: config.space,
   storage: indexedDbStorage(config.database),
   ...(config.cluster ? { cluster: config.cluster } : {}),
-})
-// Handy in the console, and for the e2e tests' diagnostics.
-void clientPromise.then((client) => {
-  demo.log.follow(client)
+}).then((client) => {
+  // Handy in the console, and for the e2e tests' diagnostics.
   Object.assign(window, { stead: client })
+  return client.space(config.space)
 })
+void spacePromise.then((space) => demo.log.follow(space))
 
 function Ready() {
-  const client = use(clientPromise)
+  const space = use(spacePromise)
   return (
-    <SteadProvider client={client}>
+    <SteadProvider space={space}>
       <DemoContext.Provider value={demo}>
         <App />
       </DemoContext.Provider>

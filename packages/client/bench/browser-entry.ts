@@ -20,17 +20,19 @@ const bench = {
   /** Opens a client from that database and reads every counter: the time an app waits before it can show its data. */
   async open(name: string, options: Omit<ClientOptions, 'storage'>, keys: string[]): Promise<{ ms: number; values: number[]; crypto: string }> {
     const t0 = performance.now()
-    const client = await createClient({ ...options, storage: indexedDbStorage(name) })
+    const clientOwner = await createClient({ ...options, storage: indexedDbStorage(name) })
+    const client = await clientOwner.space('bench')
     const values = keys.map((k) => client.counter(k).stable)
     const ms = performance.now() - t0
-    await client.close()
+    await clientOwner.close()
     const { defaultCrypto } = await import('@stead/core')
     return { ms, values, crypto: (await defaultCrypto()).name }
   },
 
   /** Times updates until they are visible in `value` and to a subscriber. */
   async visibility(options: Omit<ClientOptions, 'storage'>, n: number): Promise<{ p50: number; p99: number; max: number }> {
-    const client = await createClient({ ...options, storage: indexedDbStorage(`visibility-${Math.random()}`) })
+    const clientOwner = await createClient({ ...options, storage: indexedDbStorage(`visibility-${Math.random()}`) })
+    const client = await clientOwner.space('bench')
     const counter = client.counter('hits')
     let heard = 0
     counter.subscribe(() => heard++)
@@ -42,7 +44,7 @@ const bench = {
       times.push(performance.now() - t0)
       if (i % 500 === 499) await new Promise((r) => setTimeout(r, 0))
     }
-    await client.close()
+    await clientOwner.close()
     times.sort((a, b) => a - b)
     return { p50: times[Math.floor(n * 0.5)] as number, p99: times[Math.floor(n * 0.99)] as number, max: times[n - 1] as number }
   },

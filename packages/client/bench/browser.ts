@@ -24,10 +24,11 @@ async function storedRecords(c: FakeCluster, updates: number, perEnvelope: numbe
   let dead = false
   // With `crash`, the checkpoint close() writes never lands: the next open replays every stored commit.
   const keep: ClientStorage = { load: (k) => disk.load(k), loadRange: (p) => disk.loadRange(p), write: async (ch) => (dead ? undefined : disk.write(ch)), removeRange: (p) => disk.removeRange(p), close: async () => undefined }
-  const client = await createClient({ relays: c.urls, space: 'bench', cluster: c.descriptor, storage: keep, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope })
+  const clientOwner = await createClient({ relays: c.urls, cluster: c.descriptor, storage: keep, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope })
+  const client = await clientOwner.space('bench')
   const values = await fillCommitted(client, c, keys, updates, perEnvelope)
   dead = crash
-  await client.close()
+  await clientOwner.close()
   const entries = (await disk.loadRange([])).map((e): [string[], string] => [[...e.key], Buffer.from(e.value).toString('base64')])
   return { entries, values }
 }
@@ -54,7 +55,7 @@ try {
   await tab.waitForFunction(() => document.title === 'ready')
   const keys = Array.from({ length: 100 }, (_, i) => `acct:${i}`)
   // Unreachable relays: opening must not wait for the network.
-  const offline = (c: FakeCluster) => ({ relays: ['ws://127.0.0.1:9'], space: 'bench', cluster: c.descriptor })
+  const offline = (c: FakeCluster) => ({ relays: ['ws://127.0.0.1:9'], cluster: c.descriptor })
   const version = browser.version()
   for (const [perEnvelope, crash] of [[100, false], [1, false], [100, true], [1, true]] as const) {
     const c = new FakeCluster('bench')

@@ -24,12 +24,13 @@ const quantile = (xs: number[], q: number): number => {
 const ms = (x: number): number => +x.toFixed(4)
 
 function options(c: FakeCluster, storage: ClientStorage | Promise<ClientStorage>, extra: Partial<ClientOptions> = {}): ClientOptions {
-  return { relays: c.urls, space: 'bench', cluster: c.descriptor, storage, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, ...extra }
+  return { relays: c.urls, cluster: c.descriptor, storage, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, ...extra }
 }
 
 async function visibility(): Promise<void> {
   const c = new FakeCluster('bench')
-  const client = await createClient(options(c, memoryStorage()))
+  const clientOwner = await createClient(options(c, memoryStorage()))
+  const client = await clientOwner.space('bench')
   const counter = client.counter('hits')
   const set = client.set<number>('seen')
   let heard = 0
@@ -49,7 +50,7 @@ async function visibility(): Promise<void> {
     // Let batches seal now and then, as they would in an app.
     if (i % 500 === 499) await new Promise((r) => setTimeout(r, 0))
   }
-  await client.close()
+  await clientOwner.close()
   c.stop()
   if (heard < 40_000) throw new Error(`subscribers heard ${heard} of 40000 updates`)
   console.log(
@@ -67,16 +68,18 @@ async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: 
   const dir = mkdtempSync(join(tmpdir(), 'stead-bench-'))
   const name = `bench-${kind}-${updates}-${perEnvelope}-${performance.now()}`
   const storage = (): Promise<ClientStorage> | ClientStorage => (kind === 'indexeddb' ? indexedDbStorage(name) : lmdbStorage(dir))
-  const client = await createClient(options(c, storage(), { batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope }))
+  const clientOwner = await createClient(options(c, storage(), { batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope }))
+  const client = await clientOwner.space('bench')
   const expected = await fillCommitted(client, c, Array.from({ length: 100 }, (_, i) => `acct:${i}`), updates, perEnvelope)
-  await client.close()
+  await clientOwner.close()
   for (const r of c.relays) r.setOnline(false)
   const t0 = performance.now()
-  const again = await createClient(options(c, storage()))
+  const againOwner = await createClient(options(c, storage()))
+  const again = await againOwner.space('bench')
   const values = Array.from({ length: 100 }, (_, i) => again.counter(`acct:${i}`).stable)
   const elapsed = performance.now() - t0
   if (JSON.stringify(values) !== JSON.stringify(expected)) throw new Error('reopened client has other values')
-  await again.close()
+  await againOwner.close()
   c.stop()
   console.log(JSON.stringify({ bench: 'open a client with stored updates', storage: kind, updates, envelopes: Math.ceil(updates / perEnvelope), openMs: +elapsed.toFixed(1) }))
 }

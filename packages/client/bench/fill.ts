@@ -1,4 +1,4 @@
-import type { SteadClient } from '../src/index.ts'
+import type { Space } from '../src/index.ts'
 import type { FakeCluster } from '../test/helpers/fake-cluster.ts'
 
 /**
@@ -7,7 +7,7 @@ import type { FakeCluster } from '../test/helpers/fake-cluster.ts'
  * batch interval), commits them through the fake cluster every 50
  * envelopes, and returns the stable values once nothing is pending.
  */
-export async function fillCommitted(client: SteadClient, cluster: FakeCluster, keys: readonly string[], updates: number, perEnvelope: number): Promise<number[]> {
+export async function fillCommitted(client: Space, cluster: FakeCluster, keys: readonly string[], updates: number, perEnvelope: number): Promise<number[]> {
   const handles = keys.map((k) => client.counter(k))
   while (!client.status.online) await new Promise((r) => setTimeout(r, 1))
   for (let i = 0; i < updates; i += perEnvelope) {

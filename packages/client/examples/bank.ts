@@ -9,8 +9,9 @@
 import { createClient, memoryStorage } from '@stead/client'
 
 const relays = (process.env.RELAYS ?? 'ws://127.0.0.1:7401,ws://127.0.0.1:7402,ws://127.0.0.1:7403,ws://127.0.0.1:7404').split(',')
-const client = await createClient({ relays, space: 'example-bank', storage: memoryStorage() })
-const account = client.counter(`acct:${client.authorId}`, { min: 0 })
+const client = await createClient({ relays, storage: memoryStorage() })
+const bank = await client.space('example-bank')
+const account = bank.counter(`acct:${client.authorId}`, { min: 0 })
 const show = (what: string): void => {
   const held = account.pending.map((p) => p.amount).join(', ')
   console.log(`${what.padEnd(34)} prospective ${String(account.value).padStart(4)}   stable ${String(account.stable).padStart(4)}${held ? `   held back: ${held}` : ''}`)
@@ -33,7 +34,7 @@ console.log(` online: ${client.status.relays.filter((r) => r.connected).length} 
 
 await account.increment(100)
 show('deposit 100 (regular)')
-await client.flush()
+await bank.flush()
 while (account.stable !== 100) await new Promise((r) => setTimeout(r, 10))
 show('...committed')
 
@@ -45,5 +46,5 @@ for (const [what, p] of [['withdraw 70', first], ['withdraw 50', second]] as con
   show(`${what}: ${r.status === 'committed' ? `committed at ${r.index}` : `rejected (${r.reason})`}`)
 }
 console.log('\nstable history:', account.history().map((h) => `${h.index}→${String(h.value)}`).join('  '))
-console.log('quorum read:', await client.readStable(account.key, { quorum: true }))
+console.log('quorum read:', await bank.readStable(account.key, { quorum: true }))
 await client.close()

@@ -41,21 +41,23 @@ import {
   type RelayMessage,
   type SetElement,
 } from '@stead/core'
-import { fetchCluster, firstQuorum, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { decodeCluster, encodeCluster, firstQuorum, httpBaseOf, parseClusterDescriptor, sameCluster, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { DraftBatch, applyIntent, compileBatch, deferred, hasInvariants, type Deferred, type DraftItem } from './drafts.ts'
 import { ClosedError, RejectedError, TrustError } from './errors.ts'
+import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import { ClientRecords, type CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
-import { RelayLink, type SocketFactory } from './transport.ts'
-import type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateResult, WaitOptions } from './types.ts'
+import { RelaySessions, type SessionMember } from './sessions.ts'
+import type { RelayLink, SocketFactory } from './transport.ts'
+import type { ClientOptions, ClientStatus, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
 
 /** What a platform entry (browser or Node) supplies when the caller does not. */
 export interface PlatformDefaults {
-  storage(space: string): ClientStorage | Promise<ClientStorage>
+  storage(): ClientStorage | Promise<ClientStorage>
   crypto(): Promise<Crypto>
   connect: SocketFactory | undefined
   fetch: Fetch | undefined
@@ -78,8 +80,12 @@ interface Outgoing {
 
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
 
-/** One signed-in user of one space: see README.md for the whole API. */
-export class SteadClient {
+/**
+ * One space of a client: its objects (handles), safe transactions, waits
+ * and status. Spaces of one client share its identity, storage and relay
+ * sessions; see README.md for the whole API.
+ */
+export class Space implements SessionMember {
   readonly space: string
   private readonly replica: ReliableReplica
   private readonly records: ClientRecords
@@ -88,10 +94,11 @@ export class SteadClient {
   readonly authorId: string
   private readonly options: ClientOptions
   private readonly platform: PlatformDefaults
+  private readonly sessions: RelaySessions
   private readonly now: () => number
+  /** Called once this space is closed (the client forgets it). */
+  private readonly onClosed: () => void
 
-  private cluster: ClusterDescriptor | undefined
-  private links: RelayLink[] = []
   private quorum: CommitQuorum | undefined
   private position: ChainPosition
   private seq: number
@@ -109,30 +116,29 @@ export class SteadClient {
   private sealTimer: ReturnType<typeof setTimeout> | undefined
   private readonly outbox = new Map<string, Outgoing>()
   private readonly submits = new Map<number, string>()
-  private nextSubmit = 1
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
   private verifying = new Set<string>()
 
   private readonly handles = new Map<string, AnyHandle>()
   private readonly listeners = new Map<string, Set<() => void>>()
-  private readonly statusListeners = new Set<(s: ClientStatus) => void>()
-  private readonly errorListeners = new Set<(e: SteadError) => void>()
-  private readonly settledListeners = new Set<(u: SettledUpdate) => void>()
+  private readonly statusListeners = new Listeners<ClientStatus>()
+  private readonly errorListeners = new Listeners<SteadError>()
+  private readonly settledListeners = new Listeners<SettledUpdate>()
   private readonly progressWaiters = new Set<() => void>()
-  private applying = false
+  private applyRun: Promise<void> | undefined
   private applyAgain = false
   private problem: string | undefined
   private closed = false
-  private pump: ReturnType<typeof setInterval> | undefined
-  private trustTimer: ReturnType<typeof setTimeout> | undefined
   private readonly host: HandleHost
 
-  /** Use `createClient`. */
+  /** Use `client.space(name)`. */
   constructor(init: {
+    space: string
     options: ClientOptions
     platform: PlatformDefaults
-    storage: ClientStorage
+    sessions: RelaySessions
+    onClosed: () => void
     crypto: Crypto
     identity: { secretKey: Uint8Array; publicKey: Uint8Array }
     authorId: string
@@ -141,11 +147,12 @@ export class SteadClient {
     position: ChainPosition
     seq: number
     clock: Clock
-    cluster: ClusterDescriptor | undefined
   }) {
     this.options = init.options
     this.platform = init.platform
-    this.space = init.options.space
+    this.sessions = init.sessions
+    this.onClosed = init.onClosed
+    this.space = init.space
     this.crypto = init.crypto
     this.identity = init.identity
     this.authorId = init.authorId
@@ -154,7 +161,6 @@ export class SteadClient {
     this.position = init.position
     this.seq = init.seq
     this.clock = init.clock
-    this.cluster = init.cluster
     this.now = init.options.now ?? Date.now
     this.host = this.makeHost()
   }
@@ -237,41 +243,20 @@ export class SteadClient {
   // ---------------------------------------------------------------- reads and status
 
   get status(): ClientStatus {
-    const links: RelayStatus[] = this.links.length
-      ? this.links.map((l) => ({
-          url: l.url,
-          connected: l.ready,
-          ...(l.relay !== undefined && this.cluster?.relays[l.relay] ? { relay: this.cluster.relays[l.relay]?.id } : {}),
-          ...(l.faulty ? { faulty: l.faulty } : {}),
-          ...(!l.ready && l.lastError && !l.faulty ? { error: l.lastError } : {}),
-        }))
-      : this.options.relays.map((url) => ({ url, connected: false }))
-    const connected = this.links.filter((l) => l.ready).length
     const queued = this.drafts.reduce((n, d) => n + d.size, 0)
-    const online = this.cluster !== undefined && connected >= this.cluster.f + 1
-    const problem = this.problem ?? (online ? undefined : this.whyOffline(connected))
+    const problem = this.problem ?? (this.closed ? 'closed' : this.sessions.whyOffline)
     return {
-      online,
-      relays: links,
+      online: !this.closed && this.sessions.online,
+      relays: this.sessions.relayStatus,
       pending: queued + this.outbox.size,
       stableIndex: this.position.stableIndex,
-      trusted: this.cluster !== undefined,
+      trusted: this.sessions.cluster !== undefined,
       ...(problem ? { problem } : {}),
     }
   }
 
-  /** Why this client is not online, in words an app can show. */
-  private whyOffline(connected: number): string {
-    if (this.closed) return 'closed'
-    if (!this.cluster) return 'asking the relays which cluster to trust'
-    const needed = this.cluster.f + 1
-    const reasons = [...new Set(this.links.filter((l) => !l.ready).map((l) => l.faulty ?? l.lastError ?? 'connecting'))]
-    return `${connected} of ${this.options.relays.length} relays connected, ${needed} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
-  }
-
   onStatus(listener: (status: ClientStatus) => void): () => void {
-    this.statusListeners.add(listener)
-    return () => this.statusListeners.delete(listener)
+    return this.statusListeners.add(listener)
   }
 
   /**
@@ -286,14 +271,12 @@ export class SteadClient {
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */
   onSettled(listener: (update: SettledUpdate) => void): () => void {
-    this.settledListeners.add(listener)
-    return () => this.settledListeners.delete(listener)
+    return this.settledListeners.add(listener)
   }
 
   /** Problems that have no promise to report them: regular updates the relays refused, an untrusted relay, storage failures. */
   onError(listener: (error: SteadError) => void): () => void {
-    this.errorListeners.add(listener)
-    return () => this.errorListeners.delete(listener)
+    return this.errorListeners.add(listener)
   }
 
   /**
@@ -331,26 +314,29 @@ export class SteadClient {
   }
 
   /** Seals what is queued (so it is stored), closes the relay sessions and the storage. Later calls fail with ClosedError. */
+  /**
+   * Seals what is queued (so it is stored), leaves the relay sessions and
+   * checkpoints the space; the client's other spaces go on. Later calls on
+   * this space fail with ClosedError; `client.space(name)` opens it again.
+   */
   async close(): Promise<void> {
     if (this.closed) return
     this.sealNow()
     await this.sealing.catch(() => undefined)
     this.closed = true
-    if (this.pump) clearInterval(this.pump)
-    this.unfollowNetwork?.()
-    if (this.trustTimer) clearTimeout(this.trustTimer)
+    this.sessions.leave(this)
     if (this.inboxTimer) clearTimeout(this.inboxTimer)
-    for (const l of this.links) l.stop()
     await this.writeInbox().catch(() => undefined)
     // Let a commit being applied finish its write, then checkpoint so the next open is quick.
-    while (this.applying) await new Promise((r) => setTimeout(r, 5))
+    await this.applyRun
     if (this.records.sinceCheckpoint.commits > 0) await this.records.storage.write(this.records.checkpoint(this.replica.checkpoint(), this.position)).catch((err) => this.storageFailed(err))
     for (const w of this.progressWaiters) w()
     // Safe updates still undecided stay stored and are sent again by the next client on this
     // storage (pendingUpdates / onSettled); this one's promises end here.
-    for (const o of this.outbox.values()) for (const s of o.safe) s.waiter.reject(new ClosedError())
-    for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError())
-    await this.records.storage.close()
+    for (const o of this.outbox.values()) for (const s of o.safe) s.waiter.reject(new ClosedError(`space ${this.space}`))
+    for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError(`space ${this.space}`))
+    this.emitStatus()
+    this.onClosed()
   }
 
   // ---------------------------------------------------------------- start
@@ -365,110 +351,27 @@ export class SteadClient {
     }
   }
 
-  /** Starts trust, relay sessions and timers. Called by createClient. */
-  start(): void {
-    if (this.cluster) this.connect()
-    else this.trustOnFirstUse(0)
-    const every = Math.max(50, Math.min(500, (this.options.resubmitAfterMs ?? 2000) / 4))
-    this.pump = setInterval(() => {
-      this.resubmit()
-      const { pingAfterMs, deadAfterMs } = this.options.heartbeat ?? { pingAfterMs: 5000, deadAfterMs: 15_000 }
-      for (const l of this.links) l.heartbeat(this.now(), pingAfterMs, deadAfterMs)
-    }, every)
-    ;(this.pump as { unref?: () => void }).unref?.()
-    this.followNetwork()
-  }
+  // ---------------------------------------------------------------- sessions (SessionMember)
 
-  /** In browsers: drop sessions when the device goes offline, reconnect at once when it is back. */
-  private followNetwork(): void {
-    const target = globalThis as { addEventListener?: (t: string, l: () => void) => void; removeEventListener?: (t: string, l: () => void) => void }
-    if (typeof target.addEventListener !== 'function' || typeof target.removeEventListener !== 'function') return
-    const offline = (): void => {
-      for (const l of this.links) l.pause()
-      this.emitStatus()
-    }
-    const online = (): void => {
-      for (const l of this.links) if (!l.ready) l.restart()
-    }
-    target.addEventListener('offline', offline)
-    target.addEventListener('online', online)
-    this.unfollowNetwork = () => {
-      target.removeEventListener?.('offline', offline)
-      target.removeEventListener?.('online', online)
-    }
-  }
-
-  private unfollowNetwork: (() => void) | undefined
-
-  private trustOnFirstUse(attempt: number): void {
-    const fetchFn = this.options.fetch ?? this.platform.fetch
-    if (!fetchFn) {
-      this.setProblem('no cluster given and no fetch() on this platform to ask the relays for it')
-      return
-    }
-    const dissenters = new Set<string>()
-    const dissent = (url: string): void => {
-      dissenters.add(url)
-      this.links.find((l) => l.url === url)?.markFaulty('served a cluster descriptor other than the one 2f+1 relays agree on')
-    }
-    void fetchCluster(this.options.relays, fetchFn, dissent).then(
-      async (cluster) => {
-        if (this.closed) return
-        try {
-          await this.records.storage.write([this.records.cluster(cluster)])
-        } catch (err) {
-          return this.storageFailed(err)
-        }
-        if (this.closed) return
-        this.cluster = cluster
-        this.problem = undefined
-        this.connect()
-        for (const url of dissenters) dissent(url)
-      },
-      (err: SteadError) => {
-        if (this.closed) return
-        // Relays not reachable or not agreeing yet: keep working offline and ask again.
-        this.setProblem(`cluster not trusted yet: ${err.message}`)
-        this.trustTimer = setTimeout(() => this.trustOnFirstUse(attempt + 1), Math.min(10_000, 500 * 2 ** attempt))
-      },
-    )
-  }
-
-  private connect(): void {
-    const cluster = this.cluster as ClusterDescriptor
-    this.quorum = new CommitQuorum(cluster.f)
-    const connect = this.options.connect ?? this.platform.connect
-    if (!connect) {
-      this.setProblem('no WebSocket on this platform: pass `connect`')
-      return
-    }
-    this.links = this.options.relays.map(
-      (url) =>
-        new RelayLink({
-          url,
-          connect,
-          crypto: this.crypto,
-          identity: this.identity,
-          keyOf: (i) => cluster.relays[i]?.publicKey,
-          now: this.now,
-          ...(this.options.backoff ? { backoff: this.options.backoff } : {}),
-          handlers: {
-            ready: (link) => {
-              link.send({ type: 'subscribe', space: this.space, fromIndex: this.position.stableIndex })
-              this.resubmit()
-              this.emitStatus()
-            },
-            message: (link, m) => this.onRelayMessage(link, m),
-            down: () => this.emitStatus(),
-            untrusted: (link, why) => {
-              this.emitError(new TrustError(`relay at ${link.url}: ${why}`))
-              this.emitStatus()
-            },
-          },
-        }),
-    )
-    for (const l of this.links) l.start()
+  /** A relay session is ready: follow this space there from its stable index, and send what waits. */
+  ready(link: RelayLink): void {
+    if (this.closed) return
+    this.quorum ??= new CommitQuorum((this.sessions.cluster as ClusterDescriptor).f)
+    link.send({ type: 'subscribe', space: this.space, fromIndex: this.position.stableIndex })
+    this.resubmit()
     this.emitStatus()
+  }
+
+  changed(): void {
+    this.emitStatus()
+  }
+
+  tick(): void {
+    this.resubmit()
+  }
+
+  error(err: SteadError): void {
+    this.emitError(err)
   }
 
   // ---------------------------------------------------------------- updates
@@ -670,18 +573,18 @@ export class SteadClient {
   private send(idHex: string): void {
     const o = this.outbox.get(idHex)
     if (!o) return
-    const ready = this.links.filter((l) => l.ready && l.relay !== undefined)
+    const ready = this.sessions.links.filter((l) => l.ready && l.relay !== undefined)
     if (ready.length === 0) return
     // Each client has a home relay (spread over the cluster by author id) and walks on from
     // it: its envelopes then usually reach one block stream in sequence order, instead of
     // arriving out of order through several relays and waiting in the audit for their predecessors.
-    const n = this.cluster?.relays.length ?? 1
+    const n = this.sessions.cluster?.relays.length ?? 1
     const home = this.homeRelay(n)
     const byDistance = [...ready].sort((a, b) => ((a.relay as number) - home + n) % n - (((b.relay as number) - home + n) % n))
     const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
     const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
-    const id = this.nextSubmit++
-    if (!pick.send({ type: 'submit', id, envelope: o.frame })) return
+    const id = this.sessions.submit(this, pick, o.frame)
+    if (id === undefined) return
     this.submits.set(id, idHex)
     o.sentTo.push(pick.relay as number)
     o.lastSentAt = this.now()
@@ -698,7 +601,7 @@ export class SteadClient {
     if (this.closed) return
     const wait = this.options.resubmitAfterMs ?? 2000
     const now = this.now()
-    const readyRelays = new Set(this.links.filter((l) => l.ready).map((l) => l.relay))
+    const readyRelays = new Set(this.sessions.links.filter((l) => l.ready).map((l) => l.relay))
     for (const [idHex, o] of this.outbox) {
       const lastRelay = o.sentTo[o.sentTo.length - 1]
       const lost = lastRelay === undefined || (!o.accepted && !readyRelays.has(lastRelay))
@@ -706,7 +609,8 @@ export class SteadClient {
     }
   }
 
-  private onRelayMessage(link: RelayLink, m: RelayMessage): void {
+  /** An envelope or commit of this space, or the answer to one of its submits (routed by the sessions). */
+  message(link: RelayLink, m: RelayMessage): void {
     if (this.closed) return
     switch (m.type) {
       case 'envelope':
@@ -791,7 +695,7 @@ export class SteadClient {
 
   private async onCommit(link: RelayLink, m: Extract<RelayMessage, { type: 'commit' }>): Promise<void> {
     const relay = link.relay
-    const cluster = this.cluster
+    const cluster = this.sessions.cluster
     if (relay === undefined || !cluster || !this.quorum) return
     let attestation
     try {
@@ -805,17 +709,16 @@ export class SteadClient {
     if (!key || !(await this.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
     this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
-    void this.applyCommits()
+    this.applyCommits()
   }
 
-  /** Applies every commit whose turn it is, one at a time. */
-  private async applyCommits(): Promise<void> {
-    if (this.applying) {
+  /** Applies every commit whose turn it is, one at a time (`applyRun` is the run in progress, which close awaits). */
+  private applyCommits(): void {
+    if (this.applyRun) {
       this.applyAgain = true
       return
     }
-    this.applying = true
-    try {
+    this.applyRun = (async () => {
       do {
         this.applyAgain = false
         let next: CommitCandidate | undefined
@@ -823,9 +726,9 @@ export class SteadClient {
           if (!(await this.applyCommit(next))) break
         }
       } while (this.applyAgain && !this.closed)
-    } finally {
-      this.applying = false
-    }
+    })().finally(() => {
+      this.applyRun = undefined
+    })
   }
 
   private async applyCommit(c: CommitCandidate): Promise<boolean> {
@@ -856,7 +759,7 @@ export class SteadClient {
     }
     this.position = position
     const quorum = this.quorum as CommitQuorum
-    for (const relay of quorum.dissenters(c)) this.links.find((l) => l.relay === relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
+    for (const relay of quorum.dissenters(c)) this.sessions.linkTo(relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
     quorum.prune(position)
 
     const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
@@ -936,7 +839,7 @@ export class SteadClient {
     }
     if (!(d.kind === 'dropped' && d.reason === 'duplicate')) {
       const settled: SettledUpdate = { id: o.env.idHex, keys: keysOf(o), safe: results, ...(d.kind === 'committed' ? { index: d.index } : {}) }
-      for (const l of this.settledListeners) l(settled)
+      this.settledListeners.emit(() => settled)
     }
     this.progress()
   }
@@ -944,7 +847,7 @@ export class SteadClient {
   // ---------------------------------------------------------------- quorum reads
 
   private async quorumIndex(timeoutMs: number): Promise<number> {
-    const cluster = this.cluster
+    const cluster = this.sessions.cluster
     const fetchFn = this.options.fetch ?? this.platform.fetch
     if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
     if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for quorum reads')
@@ -992,7 +895,7 @@ export class SteadClient {
     let check: () => void = () => undefined
     const met = new Promise<void>((resolve, reject) => {
       check = () => {
-        if (this.closed) reject(new ClosedError())
+        if (this.closed) reject(new ClosedError(`space ${this.space}`))
         else if (done()) resolve()
       }
       this.progressWaiters.add(check)
@@ -1022,13 +925,11 @@ export class SteadClient {
   }
 
   private emitStatus(): void {
-    if (this.statusListeners.size === 0) return
-    const s = this.status
-    for (const l of this.statusListeners) l(s)
+    this.statusListeners.emit(() => this.status)
   }
 
   private emitError(err: SteadError): void {
-    for (const l of this.errorListeners) l(err)
+    this.errorListeners.emit(() => err)
   }
 
   private setProblem(p: string): void {
@@ -1043,7 +944,7 @@ export class SteadClient {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new ClosedError()
+    if (this.closed) throw new ClosedError(`space ${this.space}`)
   }
 }
 
@@ -1110,52 +1011,172 @@ const MAX_CLOCK_ENTRIES = 256
 // ---------------------------------------------------------------- createClient
 
 /** Builds a client: restores its state from storage, then connects in the background. */
-export async function createClientWith(options: ClientOptions, platform: PlatformDefaults): Promise<SteadClient> {
-  if (!options || typeof options.space !== 'string' || options.space.length === 0 || options.space.length > 128) {
-    throw new SteadError('malformed', 'createClient needs a space name of 1 to 128 characters')
+/**
+ * A signed-in user: one identity, one storage, one session per relay, and
+ * any number of spaces sharing them (`space(name)`).
+ */
+export class SteadClient {
+  readonly authorId: string
+  private readonly spaces = new Map<string, Promise<Space>>()
+  private readonly statusListeners = new Listeners<SessionsStatus>()
+  private readonly errorListeners = new Listeners<SteadError>()
+  private closed = false
+  private readonly sessions: RelaySessions
+
+  /** Use `createClient`. */
+  constructor(
+    private readonly init: {
+      options: ClientOptions
+      platform: PlatformDefaults
+      storage: ClientStorage
+      crypto: Crypto
+      identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+      authorId: string
+      cluster: ClusterDescriptor | undefined
+    },
+  ) {
+    this.authorId = init.authorId
+    const { options, platform } = init
+    this.sessions = new RelaySessions({
+      relays: options.relays,
+      crypto: init.crypto,
+      identity: init.identity,
+      cluster: init.cluster,
+      connect: options.connect ?? platform.connect,
+      fetch: options.fetch ?? platform.fetch,
+      ...(options.backoff ? { backoff: options.backoff } : {}),
+      ...(options.heartbeat ? { heartbeat: options.heartbeat } : {}),
+      tickMs: Math.max(50, Math.min(500, (options.resubmitAfterMs ?? 2000) / 4)),
+      now: options.now ?? Date.now,
+      pin: (cluster) => init.storage.write([clusterRecord(cluster)]),
+      error: (err) => this.emitError(err),
+      changed: () => this.emitStatus(),
+    })
   }
-  if (!Array.isArray(options.relays) || options.relays.length === 0) throw new SteadError('malformed', 'createClient needs at least one relay URL')
+
+  /** Starts trust and the relay sessions. Called by createClient. */
+  start(): void {
+    this.sessions.start()
+  }
+
+  /**
+   * A space of this client, opened on first use: its stored state is
+   * restored (so the first read is right), then it follows the relays. The
+   * same Space on every call until it is closed.
+   */
+  space(name: string): Promise<Space> {
+    if (this.closed) return Promise.reject(new ClosedError())
+    if (typeof name !== 'string' || name.length === 0 || name.length > 128) return Promise.reject(new SteadError('malformed', `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`))
+    let open = this.spaces.get(name)
+    if (!open) {
+      open = this.openSpace(name)
+      this.spaces.set(name, open)
+      open.catch(() => this.spaces.delete(name))
+    }
+    return open
+  }
+
+  /** The relay sessions every space shares: online once f+1 trusted relays are connected. */
+  get status(): SessionsStatus {
+    const problem = this.closed ? 'closed' : this.sessions.whyOffline
+    return { online: !this.closed && this.sessions.online, relays: this.sessions.relayStatus, trusted: this.sessions.cluster !== undefined, ...(problem ? { problem } : {}) }
+  }
+
+  onStatus(listener: (status: SessionsStatus) => void): () => void {
+    return this.statusListeners.add(listener)
+  }
+
+  /** Trust problems (a relay with a wrong key or serving another cluster); every open space's `onError` hears of them too. */
+  onError(listener: (error: SteadError) => void): () => void {
+    return this.errorListeners.add(listener)
+  }
+
+  /** Closes every space, the relay sessions and the storage. Later calls fail with ClosedError. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    const spaces = await Promise.allSettled([...this.spaces.values()])
+    for (const s of spaces) if (s.status === 'fulfilled') await s.value.close()
+    this.sessions.close()
+    await this.init.storage.close()
+    this.emitStatus()
+  }
+
+  private async openSpace(name: string): Promise<Space> {
+    const { options, platform, storage, crypto, identity, authorId } = this.init
+    const records = new ClientRecords(storage, name)
+    const restored = await records.restore()
+    const trusted = (frame: Uint8Array): Envelope => openTrusted(crypto, frame)
+    const replica =
+      restored.checkpoint === undefined
+        ? new ReliableReplica({ space: name })
+        : ReliableReplica.restore({ space: name }, restored.checkpoint, (signed) => openTrusted(crypto, signed))
+    // Replaying the attested commits after the checkpoint rebuilds the stable state exactly (gap timers included).
+    for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
+    if (this.closed) throw new ClosedError()
+    const space = new Space({
+      space: name,
+      options,
+      platform,
+      sessions: this.sessions,
+      onClosed: () => this.spaces.delete(name),
+      crypto,
+      identity,
+      authorId,
+      records,
+      replica,
+      position: restored.position,
+      seq: Math.max(restored.author.seq, replica.nextSeq(authorId) - 1),
+      clock: restored.author.clock,
+    })
+    space.restoreQueued(
+      restored.inbox.map(trusted),
+      restored.outbox.map((frame) => ({ env: trusted(frame), frame })),
+    )
+    this.sessions.join(space)
+    return space
+  }
+
+  private emitStatus(): void {
+    this.statusListeners.emit(() => this.status)
+  }
+
+  private emitError(err: SteadError): void {
+    this.errorListeners.emit(() => err)
+  }
+}
+
+/** Where a client keeps what all its spaces share; '' is no space's name. */
+const IDENTITY_KEY = ['', 'identity'] as const
+const CLUSTER_KEY = ['', 'cluster'] as const
+
+function clusterRecord(c: ClusterDescriptor): StorageChange {
+  return { key: CLUSTER_KEY, value: encodeCluster(c) }
+}
+
+export async function createClientWith(options: ClientOptions, platform: PlatformDefaults): Promise<SteadClient> {
+  if (!options || !Array.isArray(options.relays) || options.relays.length === 0) throw new SteadError('malformed', 'createClient needs at least one relay URL')
   for (const url of options.relays) httpBaseOf(url)
   const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
   const crypto = options.crypto ?? (await platform.crypto())
-  const storage = await (options.storage ?? platform.storage(options.space))
-  const records = new ClientRecords(storage, options.space)
-  const restored = await records.restore()
-
-  const secretKey = options.identity?.secretKey ?? restored.secretKey ?? crypto.generateSecretKey()
+  const storage = await (options.storage ?? platform.storage())
+  const [storedKey, storedCluster] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY)])
+  const restoredCluster = storedCluster && decodeCluster(storedCluster)
+  const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
   const publicKey = await crypto.publicKeyOf(secretKey)
   const pins: StorageChange[] = []
-  if (!restored.secretKey || !bytesEqual(restored.secretKey, secretKey)) pins.push(records.identity(secretKey))
-  if (given && !(restored.cluster && sameCluster(restored.cluster, given))) pins.push(records.cluster(given))
+  if (!storedKey || !bytesEqual(storedKey, secretKey)) pins.push({ key: IDENTITY_KEY, value: secretKey })
+  if (given && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
   if (pins.length) await storage.write(pins)
-
-  const trusted = (frame: Uint8Array): Envelope => openTrusted(crypto, frame)
-  const replica =
-    restored.checkpoint === undefined
-      ? new ReliableReplica({ space: options.space })
-      : ReliableReplica.restore({ space: options.space }, restored.checkpoint, (signed) => openTrusted(crypto, signed))
-  // Replaying the attested commits after the checkpoint rebuilds the stable state exactly (gap timers included).
-  for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
-  const authorId = authorIdOf(crypto, publicKey)
   const client = new SteadClient({
     options,
     platform,
     storage,
     crypto,
     identity: { secretKey, publicKey },
-    authorId,
-    records,
-    replica,
-    position: restored.position,
-    seq: Math.max(restored.author.seq, replica.nextSeq(authorId) - 1),
-    clock: restored.author.clock,
-    cluster: given ?? restored.cluster,
+    authorId: authorIdOf(crypto, publicKey),
+    cluster: given ?? restoredCluster,
   })
-  client.restoreQueued(
-    restored.inbox.map(trusted),
-    restored.outbox.map((frame) => ({ env: trusted(frame), frame })),
-  )
   client.start()
   return client
 }
-

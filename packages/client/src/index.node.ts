@@ -15,7 +15,7 @@ export { lmdbStorage } from './storage/lmdb.ts'
 
 export function createClient(options: ClientOptions): Promise<SteadClient> {
   return createClientWith(options, {
-    storage: (space) => lmdbStorage(join(process.cwd(), '.stead', 'client', encodeURIComponent(space))),
+    storage: () => lmdbStorage(join(process.cwd(), '.stead', 'client')),
     crypto: async () => nodeCrypto,
     connect: (url) => new WebSocket(url) as unknown as SocketLike,
     fetch: (url, init) => fetch(url, init),

@@ -10,13 +10,13 @@ import type { Fetch } from './cluster.ts'
 import type { SocketLike } from './transport.ts'
 import type { ClientOptions } from './types.ts'
 
-export { SteadClient, type SettledUpdate } from './client.ts'
+export { SteadClient, Space, type SettledUpdate } from './client.ts'
 export type { Transaction } from './transaction.ts'
 export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
 export { ClosedError, RejectedError, TrustError } from './errors.ts'
 export { parseClusterDescriptor, type ClusterDescriptor } from './cluster.ts'
 export type { SocketLike, SocketFactory } from './transport.ts'
-export type { ClientOptions, ClientStatus, RelayStatus, SafeResult, UpdateOptions, UpdateResult } from './types.ts'
+export type { ClientOptions, ClientStatus, RelayStatus, SafeResult, SessionsStatus, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
 export { SteadError, isSteadError, type ErrorReason, type RegisterValue, type SetElement } from '@stead/core'
 export type { ClientStorage, StorageChange, StorageEntry, StorageKey } from './storage/types.ts'
 export { StorageError, isStorageError, type StorageFailure } from './storage/errors.ts'
@@ -34,7 +34,7 @@ export function createClient(options: ClientOptions): Promise<SteadClient> {
   const WS = (globalThis as { WebSocket?: new (url: string) => SocketLike }).WebSocket
   const fetchFn = (globalThis as { fetch?: Fetch }).fetch
   return createClientWith(options, {
-    storage: (space) => indexedDbStorage(`stead-${space}`),
+    storage: () => indexedDbStorage('stead'),
     crypto: defaultCrypto,
     connect: WS ? (url) => new WS(url) : undefined,
     fetch: fetchFn ? (url, init) => fetchFn(url, init) : undefined,

@@ -1,6 +1,5 @@
 import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
 import type { ClientStorage, StorageChange, StorageKey } from './storage/types.ts'
-import { decodeCluster, encodeCluster, type ClusterDescriptor } from './cluster.ts'
 import type { ChainPosition } from './quorum.ts'
 
 /** An attested commit as the client keeps it: enough to replay it exactly. */
@@ -18,8 +17,6 @@ export interface AuthorState {
 
 /** Everything a client reloads on start. */
 export interface Restored {
-  readonly secretKey: Uint8Array | undefined
-  readonly cluster: ClusterDescriptor | undefined
   readonly author: AuthorState
   readonly position: ChainPosition
   /** The replica's checkpoint (ReliableReplica.checkpoint()), if one was written. */
@@ -38,7 +35,7 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
 /**
  * The client's records in a ClientStorage, under the space's prefix:
  *
- *   [space, 'meta', 'identity' | 'cluster' | 'author' | 'position' | 'checkpoint']
+ *   [space, 'meta', 'author' | 'position' | 'checkpoint']
  *   [space, 'commit', n]      attested commits applied since the checkpoint, in order
  *   [space, 'outbox', seq]    own envelopes not yet decided
  *   [space, 'inbox', idHex]   received envelopes not yet decided
@@ -60,9 +57,7 @@ export class ClientRecords {
 
   async restore(): Promise<Restored> {
     const s = this.space
-    const [identity, cluster, author, position, checkpoint, commits, outbox, inbox] = await Promise.all([
-      this.storage.load([s, 'meta', 'identity']),
-      this.storage.load([s, 'meta', 'cluster']),
+    const [author, position, checkpoint, commits, outbox, inbox] = await Promise.all([
       this.storage.load([s, 'meta', 'author']),
       this.storage.load([s, 'meta', 'position']),
       this.storage.load([s, 'meta', 'checkpoint']),
@@ -73,8 +68,6 @@ export class ClientRecords {
     this.stored = commits.map((e) => Number(e.key[2]))
     this.nextCommit = (this.stored[this.stored.length - 1] ?? -1) + 1
     return {
-      secretKey: identity,
-      cluster: cluster && decodeCluster(cluster),
       author: author ? decodeAuthor(author) : { seq: 0, clock: clockInit() },
       position: position ? decodePosition(position) : { stableIndex: 0, lastRound: 0 },
       checkpoint: checkpoint && decode(checkpoint, 1024 * 1024 * 1024),
@@ -86,14 +79,6 @@ export class ClientRecords {
       outbox: outbox.map((e) => e.value),
       inbox: inbox.map((e) => e.value),
     }
-  }
-
-  identity(secretKey: Uint8Array): StorageChange {
-    return { key: [this.space, 'meta', 'identity'], value: secretKey }
-  }
-
-  cluster(c: ClusterDescriptor): StorageChange {
-    return { key: [this.space, 'meta', 'cluster'], value: encodeCluster(c) }
   }
 
   author(a: AuthorState): StorageChange {

@@ -42,31 +42,35 @@ export interface RelayStatus {
   readonly error?: string
 }
 
-export interface ClientStatus {
+/** The relay sessions a client's spaces share (`client.status`). */
+export interface SessionsStatus {
   /** Connected to at least f+1 trusted relays: enough to hear every commit. */
   readonly online: boolean
   readonly relays: readonly RelayStatus[]
-  /** Local updates not yet decided in the stable order (queued operations and sent envelopes). */
-  readonly pending: number
-  /** The stable index this client's replica reached, confirmed by f+1 relays. */
-  readonly stableIndex: number
   /** Whether a cluster descriptor is pinned (given, or trusted on first use). */
   readonly trusted: boolean
-  /** A problem the app should show: the cluster could not be trusted, or storage failed. */
+  /** Why it is not online, or another problem the app should show (storage failed, a space's commit could not be checked). */
   readonly problem?: string
+}
+
+/** A space's status (`space.status`): the sessions' and its own. */
+export interface ClientStatus extends SessionsStatus {
+  /** Local updates not yet decided in the stable order (queued operations and sent envelopes). */
+  readonly pending: number
+  /** The stable index this space's replica reached, confirmed by f+1 relays. */
+  readonly stableIndex: number
 }
 
 export interface ClientOptions {
   /** Relay URLs: ws://host:port (or wss://, http://, https://); the session path /v1/ws is added. */
   readonly relays: readonly string[]
-  readonly space: string
   /**
    * The cluster to trust: the relays' cluster file (parsed JSON) or what
    * GET /v1/cluster serves. Without it, the client asks every relay and
-   * pins the descriptor all of them (at least 2f+1) agree on.
+   * pins the descriptor 2f+1 of them serve identically.
    */
   readonly cluster?: unknown
-  /** Defaults to IndexedDB in browsers and LMDB under ./.stead/<space> in Node. */
+  /** Holds the identity, the pinned cluster and every space's state. Defaults to IndexedDB `stead` in browsers and LMDB under ./.stead/client in Node. */
   readonly storage?: ClientStorage | Promise<ClientStorage>
   /** Ed25519 secret key (32-byte seed). Defaults to one created once and kept in storage. */
   readonly identity?: { readonly secretKey: Uint8Array }

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { authorIdOf, clockInit, clockUpdate, encodeEnvelope, sealEnvelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
-import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type SteadClient } from '../src/index.node.ts'
+import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -22,10 +22,22 @@ function cluster(n = 4): FakeCluster {
   return c
 }
 
-async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promise<SteadClient> {
+const owners = new Map<Space, SteadClient>()
+
+/** A new client of the fake cluster, and its space 'bank' (the client is closed after the test). */
+async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promise<Space> {
   const cl = await createClient({ ...c.clientOptions(), ...extra })
   open.push(cl)
-  return cl
+  const space = await cl.space(c.space)
+  owners.set(space, cl)
+  return space
+}
+
+/** Closes the client a space belongs to (its storage too), as an app shutting down does. */
+async function shutdown(space: Space): Promise<void> {
+  const cl = owners.get(space) as SteadClient
+  open.splice(open.indexOf(cl), 1)
+  await cl.close()
 }
 
 async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
@@ -270,7 +282,8 @@ describe('handles and values', () => {
     await a.close()
     expect(() => a.counter('n')).toThrow(ClosedError)
     await expect(a.flush()).rejects.toBeInstanceOf(ClosedError)
-    await expect(createClient({ relays: [], space: 'bank' })).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(createClient({ relays: [] })).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(owners.get(a)?.space('')).rejects.toMatchObject({ reason: 'malformed' })
   })
 })
 
@@ -481,8 +494,7 @@ describe('persistence', () => {
     for (const r of c.relays) r.setOnline(false)
     await alice.increment(3)
     const id = a.authorId
-    await a.close()
-    open.splice(open.indexOf(a), 1)
+    await shutdown(a)
 
     const b = await client(c, { storage: store.storage() })
     expect(b.authorId).toBe(id)
@@ -526,7 +538,7 @@ describe('persistence', () => {
     await until('a received it', () => alice.value === 105)
     for (const r of c.relays) r.setOnline(false)
     await guests.add('bob')
-    const snapshot = (x: SteadClient) => ({
+    const snapshot = (x: Space) => ({
       id: x.authorId,
       alice: [x.counter('acct:alice', { min: 0 }).value, x.counter('acct:alice', { min: 0 }).stable, x.counter('acct:alice', { min: 0 }).history()],
       guests: [x.set<string>('guests').values().sort(), x.set<string>('guests').stableValues().sort()],
@@ -536,8 +548,7 @@ describe('persistence', () => {
     const before = snapshot(a)
     expect(before.alice.slice(0, 2)).toEqual([105, 5])
     expect(before.guests).toEqual([['ann', 'bob'], ['ann']])
-    await a.close()
-    open.splice(open.indexOf(a), 1)
+    await shutdown(a)
     const again = await client(c, { storage: indexedDbStorage(name) })
     expect(snapshot(again)).toEqual(before)
   })
@@ -569,8 +580,9 @@ describe('persistence', () => {
     // 8 commits of 2 envelopes with a checkpoint every 5 envelopes: the checkpoint after commit 6, then commits 7 and 8.
     expect((await disk.loadRange(['bank', 'commit'])).length).toBe(2)
     first.now = true // it crashes: no close, no final checkpoint
-    open.splice(open.indexOf(a), 1)
-    for (const l of (a as unknown as { links: Array<{ stop(): void }> }).links) l.stop()
+    const crashed = owners.get(a) as SteadClient
+    open.splice(open.indexOf(crashed), 1)
+    ;(crashed as unknown as { sessions: { close(): void } }).sessions.close()
     const b = await client(c, { storage: view({ now: false }), checkpointEvery: 5 })
     const k2 = b.counter('k', { min: 0 })
     expect({ k: [k2.value, k2.stable, k2.history()], s: b.set<string>('s').stableValues().sort(), index: b.status.stableIndex }).toEqual(before)

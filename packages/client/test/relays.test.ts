@@ -3,7 +3,7 @@ import { toHex } from '@stead/core'
 import { publicKeyOfSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
-import { createClient, memoryStorage, type SafeResult, type SteadClient } from '../src/index.node.ts'
+import { createClient, memoryStorage, type ClientOptions, type SafeResult, type Space, type SteadClient } from '../src/index.node.ts'
 
 /**
  * The SDK against real relay processes over real WebSockets: several
@@ -12,7 +12,14 @@ import { createClient, memoryStorage, type SafeResult, type SteadClient } from '
  */
 describe('clients against a real relay cluster', () => {
   let cluster: TestCluster
-  const clients: SteadClient[] = []
+  const clients: Space[] = []
+  const owners: SteadClient[] = []
+  /** A new client (closed after the tests) and its space `name`. */
+  const open = async (name: string, options: ClientOptions): Promise<Space> => {
+    const client = await createClient(options)
+    owners.push(client)
+    return client.space(name)
+  }
   const ACCOUNTS = ['acct:0', 'acct:1', 'acct:2']
 
   /** The only key that may read and write the space 'vault'. */
@@ -24,7 +31,7 @@ describe('clients against a real relay cluster', () => {
   }, 90_000)
 
   afterAll(async () => {
-    for (const c of clients) await c.close()
+    for (const c of owners) await c.close()
     await cluster?.stopAll()
   })
 
@@ -34,7 +41,7 @@ describe('clients against a real relay cluster', () => {
     const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as unknown
     // One client trusts on first use; the others are given the cluster file.
     for (let i = 0; i < 3; i++) {
-      clients.push(await createClient({ relays: urls(), space: 'bank', storage: memoryStorage(), ...(i === 0 ? {} : { cluster: file }) }))
+      clients.push(await open('bank', { relays: urls(), storage: memoryStorage(), ...(i === 0 ? {} : { cluster: file }) }))
     }
     await until('clients online', () => (clients.every((c) => c.status.online) ? true : undefined), 30_000)
 
@@ -47,7 +54,7 @@ describe('clients against a real relay cluster', () => {
         })
       }
     }
-    const [first] = clients as [SteadClient]
+    const [first] = clients as [Space]
     for (const key of ACCOUNTS) await first.counter(key, { min: 0 }).increment(100)
     await first.flush()
     await until('deposits stable', () => (clients.every((c) => ACCOUNTS.every((k) => c.counter(k, { min: 0 }).stable === 100)) ? true : undefined), 30_000)
@@ -96,7 +103,7 @@ describe('clients against a real relay cluster', () => {
       },
       30_000,
     )
-    const stableOf = (c: SteadClient): number[] => ACCOUNTS.map((k) => c.counter(k, { min: 0 }).stable)
+    const stableOf = (c: Space): number[] => ACCOUNTS.map((k) => c.counter(k, { min: 0 }).stable)
     const reference = stableOf(first)
     for (const c of clients) {
       expect(stableOf(c)).toEqual(reference)
@@ -115,20 +122,20 @@ describe('clients against a real relay cluster', () => {
 
   it('reads a space with readers and multi-MiB history (commits sent in several frames), and refuses other keys', async () => {
     // 8 writes of 500 KB in one flush: the commits that order them are sent in several frames.
-    const writer = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage(), identity: owner, maxBatchOps: 1 })
+    const writer = await open('vault', { relays: urls(), storage: memoryStorage(), identity: owner, maxBatchOps: 1 })
     clients.push(writer)
     const big = (i: number) => new Uint8Array(500_000).fill(i)
     await Promise.all([1, 2, 3, 4, 5, 6, 7, 8].map((i) => writer.register(`doc:${i}`).set(big(i))))
     await writer.flush()
     await until('the writes stable', () => (writer.status.stableIndex >= 8 ? true : undefined), 60_000)
     // A second client with the same key starts from nothing and gets the whole history.
-    const again = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage(), identity: owner })
+    const again = await open('vault', { relays: urls(), storage: memoryStorage(), identity: owner })
     clients.push(again)
     await until('the history', () => (again.status.stableIndex >= 8 ? true : undefined), 60_000)
     expect((again.register('doc:8').stable as Uint8Array).length).toBe(500_000)
     expect(await again.readStable('doc:1', { quorum: true })).toEqual(big(1))
     // Another key is refused the subscription: it never gets the history.
-    const outsider = await createClient({ relays: urls(), space: 'vault', storage: memoryStorage() })
+    const outsider = await open('vault', { relays: urls(), storage: memoryStorage() })
     clients.push(outsider)
     const seen: string[] = []
     outsider.onError((e) => seen.push(String(e)))
@@ -150,14 +157,24 @@ describe('clients against a real relay cluster', () => {
     }
     const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
     const cycle = async (i: number): Promise<void> => {
-      const c = await createClient({ relays: urls(), space: 'churn', storage: memoryStorage(), ...(i % 3 === 0 ? {} : { cluster: file }) })
+      const client = await createClient({ relays: urls(), storage: memoryStorage(), ...(i % 3 === 0 ? {} : { cluster: file }) })
+      const opening = client.space(rand(3) === 0 ? 'churn' : `churn-${i % 5}`)
+      if (rand(5) === 0) {
+        // Closed while its space is still being opened.
+        await client.close()
+        await opening.catch(() => undefined)
+        return
+      }
+      const c = await opening
       await pause(rand(40))
       const n = c.counter('hits')
       if (rand(2) === 0) void n.increment(1) // regular: resolves when stored
       if (rand(3) === 0) void n.increment(1, { safe: true }) // safe and never awaited
       if (rand(4) === 0) void n.increment(1, { safe: true, timeoutMs: rand(50) }).catch(() => undefined)
       await pause(rand(40))
-      await c.close()
+      // Half close the space first (the client goes on), half the whole client at once.
+      if (rand(2) === 0) await c.close()
+      await client.close()
     }
     try {
       for (let i = 0; i < 200; i += 4) await Promise.all([i, i + 1, i + 2, i + 3].map(cycle))
@@ -168,13 +185,37 @@ describe('clients against a real relay cluster', () => {
     }
     expect(problems).toEqual([])
     // The relays took it: a new client still commits.
-    const after = await createClient({ relays: urls(), space: 'churn', storage: memoryStorage(), cluster: file })
+    const after = await open('churn', { relays: urls(), storage: memoryStorage(), cluster: file })
     clients.push(after)
     expect(await after.counter('hits').increment(1, { safe: true, timeoutMs: 30_000 })).toMatchObject({ status: 'committed' })
   }, 120_000)
 
+  it('serves many spaces from one client over one session per relay', async () => {
+    const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as unknown
+    const sessionsBefore = await Promise.all([0, 1, 2, 3].map((i) => cluster.json<{ sessions: { open: number } }>(i, '/v1/status')))
+    const client = await createClient({ relays: urls(), storage: memoryStorage(), cluster: file })
+    owners.push(client)
+    const boards = await Promise.all(['board:red', 'board:green', 'board:blue'].map((name) => client.space(name)))
+    expect(await client.space('board:red')).toBe(boards[0]) // one Space per name
+    await until('online', () => (client.status.online ? true : undefined), 30_000)
+    const results = await Promise.all(boards.map((b, i) => b.counter('cards').increment(i + 1, { safe: true })))
+    expect(results.map((r) => r.status)).toEqual(['committed', 'committed', 'committed'])
+    expect(boards.map((b) => b.counter('cards').stable)).toEqual([1, 2, 3])
+    // Same author everywhere, and one WebSocket per relay for all three spaces.
+    expect(new Set(boards.map((b) => b.authorId)).size).toBe(1)
+    const sessionsAfter = await Promise.all([0, 1, 2, 3].map((i) => cluster.json<{ sessions: { open: number } }>(i, '/v1/status')))
+    expect(sessionsAfter.map((s, i) => s.sessions.open - (sessionsBefore[i]?.sessions.open ?? 0))).toEqual([1, 1, 1, 1])
+    // Closing one space leaves the others working.
+    await boards[0]!.close()
+    expect(await boards[1]!.counter('cards').increment(5, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(() => boards[0]!.counter('cards')).toThrow(/space board:red is closed/)
+    const reopened = await client.space('board:red')
+    expect(reopened).not.toBe(boards[0])
+    expect(reopened.counter('cards').stable).toBe(1)
+  }, 60_000)
+
   it('keeps committing when a relay is killed mid-session', async () => {
-    const [a, b] = clients as [SteadClient, SteadClient]
+    const [a, b] = clients as [Space, Space]
     const before = a.counter('acct:0', { min: 0 }).stable
     cluster.kill(1)
     const results = await Promise.all([a.counter('acct:0', { min: 0 }).increment(10, { safe: true }), b.counter('acct:0', { min: 0 }).increment(5, { safe: true })])

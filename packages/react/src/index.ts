@@ -5,28 +5,28 @@
  * and never tear.
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
-import type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, SteadClient } from '@stead/client'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
 import { memoSnapshot, type Subscribable } from './store.ts'
 
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
-export type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle } from '@stead/client'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
 
 /** What an OR-Set may hold and a register may store (as the SDK declares them). */
 export type SetElement = Parameters<SetHandle['add']>[0]
 export type RegisterValue = Exclude<RegisterHandle['value'], undefined>
 
-const SteadContext = createContext<SteadClient | null>(null)
+const SteadContext = createContext<Space | null>(null)
 
-/** Makes `client` available to the hooks below. */
-export function SteadProvider({ client, children }: { client: SteadClient; children?: ReactNode }) {
-  return createElement(SteadContext.Provider, { value: client }, children)
+/** Makes a space (`await client.space(name)`) available to the hooks below; nest providers for several spaces. */
+export function SteadProvider({ space, children }: { space: Space; children?: ReactNode }) {
+  return createElement(SteadContext.Provider, { value: space }, children)
 }
 
-/** The client given to the nearest <SteadProvider>. */
-export function useClient(): SteadClient {
-  const client = useContext(SteadContext)
-  if (!client) throw new Error('useClient: no <SteadProvider client={...}> above this component')
-  return client
+/** The space given to the nearest <SteadProvider>. */
+export function useSpace(): Space {
+  const space = useContext(SteadContext)
+  if (!space) throw new Error('useSpace: no <SteadProvider space={...}> above this component')
+  return space
 }
 
 /**
@@ -56,15 +56,15 @@ export interface BoundedState<H> extends CounterState<H> {
 }
 
 /** A PN-Counter (optionally with bounds, e.g. `{ min: 0 }`). */
-export function useCounter(key: string, options?: Parameters<SteadClient['counter']>[1]): BoundedState<CounterHandle> {
-  const handle = useClient().counter(key, options)
+export function useCounter(key: string, options?: Parameters<Space['counter']>[1]): BoundedState<CounterHandle> {
+  const handle = useSpace().counter(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, pending: h.pending }))
   return { ...snap, handle }
 }
 
 /** A Bounded Counter (escrow rights). */
-export function useBoundedCounter(key: string, options: Parameters<SteadClient['boundedCounter']>[1]): CounterState<BoundedCounterHandle> {
-  const handle = useClient().boundedCounter(key, options)
+export function useBoundedCounter(key: string, options: Parameters<Space['boundedCounter']>[1]): CounterState<BoundedCounterHandle> {
+  const handle = useSpace().boundedCounter(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
 }
@@ -80,8 +80,8 @@ export interface SetState<T extends SetElement> {
 }
 
 /** An OR-Set (optionally with a `maxSize` invariant: open it with the same one everywhere). */
-export function useSet<T extends SetElement = SetElement>(key: string, invariants?: Parameters<SteadClient['set']>[1]): SetState<T> {
-  const handle = useClient().set<T>(key, invariants)
+export function useSet<T extends SetElement = SetElement>(key: string, invariants?: Parameters<Space['set']>[1]): SetState<T> {
+  const handle = useSpace().set<T>(key, invariants)
   const snap = useHandle(handle, (h) => ({ values: [...h.values()], stable: [...h.stableValues()], pending: h.pending }))
   return { ...snap, handle }
 }
@@ -94,16 +94,16 @@ export interface RegisterState<T extends RegisterValue> {
 
 /** A last-writer-wins register. */
 export function useRegister<T extends RegisterValue = RegisterValue>(key: string): RegisterState<T> {
-  const handle = useClient().register<T>(key)
+  const handle = useSpace().register<T>(key)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
 }
 
-/** The client's connection status: relays, pending updates, stable index. */
+/** The space's status: relays, pending updates, stable index. */
 export function useStatus(): ClientStatus {
-  const client = useClient()
-  const getSnapshot = useMemo(() => memoSnapshot(() => client.status), [client])
-  const subscribe = useCallback((onChange: () => void) => client.onStatus(onChange), [client])
+  const space = useSpace()
+  const getSnapshot = useMemo(() => memoSnapshot(() => space.status), [space])
+  const subscribe = useCallback((onChange: () => void) => space.onStatus(onChange), [space])
   return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
 }
 

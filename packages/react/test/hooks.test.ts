@@ -5,12 +5,12 @@
  * updates, updates of other clients and commits all go through the real
  * SDK. Each lifecycle test runs plainly and under <StrictMode>.
  */
-import { createClient, type SteadClient } from '@stead/client'
+import { createClient, type Space, type SteadClient } from '@stead/client'
 import { act, cleanup, render, screen, waitFor } from '@testing-library/react'
 import { StrictMode, createElement as h, type ReactElement } from 'react'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { FakeCluster } from '../../client/test/helpers/fake-cluster.ts'
-import { SteadProvider, useBoundedCounter, useClient, useCounter, useHandle, useRegister, useSet, useStatus } from '../src/index.ts'
+import { SteadProvider, useBoundedCounter, useSpace, useCounter, useHandle, useRegister, useSet, useStatus } from '../src/index.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -38,13 +38,13 @@ function cluster(): FakeCluster {
   return c
 }
 
-async function client(c: FakeCluster): Promise<SteadClient> {
-  const cl = await createClient(c.clientOptions())
-  open.push(cl)
-  return cl
+async function client(c: FakeCluster): Promise<Space> {
+  const owner = await createClient(c.clientOptions())
+  open.push(owner)
+  return owner.space(c.space)
 }
 
-async function online(...clients: SteadClient[]): Promise<void> {
+async function online(...clients: Space[]): Promise<void> {
   await waitFor(() => expect(clients.every((cl) => cl.status.online)).toBe(true), { timeout: 10_000 })
 }
 
@@ -84,9 +84,9 @@ function track<K extends string>(target: { [key in K]: (listener: () => void) =>
   return stats
 }
 
-function mount(cl: SteadClient, element: ReactElement, strict: boolean) {
+function mount(cl: Space, element: ReactElement, strict: boolean) {
   const wrap = (el: ReactElement) => {
-    const tree = h(SteadProvider, { client: cl }, el)
+    const tree = h(SteadProvider, { space: cl }, el)
     return strict ? h(StrictMode, null, tree) : tree
   }
   const result = render(wrap(element))
@@ -388,13 +388,13 @@ describe('useSet with invariants', () => {
   })
 })
 
-describe('useClient', () => {
+describe('useSpace', () => {
   it('returns the client of the nearest provider', async () => {
     const c = cluster()
     const a = await client(c)
-    let got: SteadClient | undefined
+    let got: Space | undefined
     function C() {
-      got = useClient()
+      got = useSpace()
       return null
     }
     mount(a, h(C), false)
@@ -403,7 +403,7 @@ describe('useClient', () => {
 
   it('throws without a provider', () => {
     function C() {
-      useClient()
+      useSpace()
       return null
     }
     expect(() => render(h(C))).toThrow(/SteadProvider/)

@@ -1,11 +1,11 @@
 import { useState } from 'react'
-import { useClient } from '@stead/react'
+import { useSpace } from '@stead/react'
 import { ACCOUNTS } from '../accounts.ts'
 import { parseAmount, useDemo } from '../demo-context.ts'
 
 /** A safe, atomic transfer: both sides apply in the stable order, or neither does. */
 export function TransferForm() {
-  const client = useClient()
+  const client = useSpace()
   const { log } = useDemo()
   const [from, setFrom] = useState<string>(ACCOUNTS[0].id)
   const [to, setTo] = useState<string>(ACCOUNTS[1].id)

@@ -1,4 +1,4 @@
-import { createClient, memoryStorage, type SteadClient } from '@stead/client'
+import { createClient, memoryStorage, type Space, type SteadClient } from '@stead/client'
 import { nodeCrypto } from '@stead/core/node'
 import WebSocket from 'ws'
 import type { ClientFactoryOptions, LoadClient, Outcome } from './types.ts'
@@ -21,7 +21,8 @@ class SdkLoadClient implements LoadClient {
 
   constructor(
     private readonly o: ClientFactoryOptions,
-    private readonly client: SteadClient,
+    private readonly owner: SteadClient,
+    private readonly client: Space,
   ) {
     client.onError((e) => this.count(e.reason))
   }
@@ -151,15 +152,14 @@ class SdkLoadClient implements LoadClient {
     this.closed = true
     if (this.poll) clearInterval(this.poll)
     for (const w of this.waiters.splice(0)) w()
-    await this.client.close()
+    await this.owner.close()
   }
 }
 
 export async function createSdkClient(o: ClientFactoryOptions): Promise<LoadClient> {
   const secretKey = nodeCrypto.sha256(new TextEncoder().encode(`stead-bench-sdk-${o.space}-${o.index}`))
-  const client = await createClient({
+  const owner = await createClient({
     relays: o.relays.map((r) => r.url.replace(/\/v1\/ws$/, '')),
-    space: o.space,
     storage: memoryStorage(),
     cluster: o.cluster,
     identity: { secretKey },
@@ -170,10 +170,11 @@ export async function createSdkClient(o: ClientFactoryOptions): Promise<LoadClie
     // Plain relays never decide: do not resend to another relay while waiting for a decision that cannot come.
     ...(o.system === 'plain' ? { resubmitAfterMs: 1e9 } : {}),
   })
+  const client = await owner.space(o.space)
   const deadline = Date.now() + 20_000
   while (!client.status.online) {
     if (Date.now() > deadline) throw new Error(`SDK client ${o.index} not online after 20 s: ${JSON.stringify(client.status)}`)
     await new Promise((r) => setTimeout(r, 20))
   }
-  return new SdkLoadClient(o, client)
+  return new SdkLoadClient(o, owner, client)
 }

@@ -68,7 +68,6 @@ export class FakeCluster {
   clientOptions(): ClientOptions {
     return {
       relays: this.urls,
-      space: this.space,
       cluster: this.descriptor,
       storage: memoryStorage(),
       connect: this.connect,

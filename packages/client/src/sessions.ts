@@ -1,0 +1,261 @@
+import type { Crypto, RelayMessage, SteadError } from '@stead/core'
+import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { TrustError } from './errors.ts'
+import { RelayLink, type SocketFactory } from './transport.ts'
+import type { RelayStatus } from './types.ts'
+
+/** A space using the sessions: what they tell it. */
+export interface SessionMember {
+  readonly space: string
+  /** A session became ready (or the member joined one that is): subscribe and resend. */
+  ready(link: RelayLink): void
+  /** An envelope or commit of this space, or the answer to one of its submits. */
+  message(link: RelayLink, m: RelayMessage): void
+  /** The cluster became trusted, or a session came up or went down: status changed. */
+  changed(): void
+  /** Every few hundred ms: resend what waits too long. */
+  tick(): void
+  /** A trust problem of the sessions (a relay with a wrong key, or serving another cluster). */
+  error(err: SteadError): void
+}
+
+export interface SessionsOptions {
+  readonly relays: readonly string[]
+  readonly crypto: Crypto
+  readonly identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }
+  /** The pinned cluster, if known (given or stored); else trust on first use. */
+  readonly cluster: ClusterDescriptor | undefined
+  readonly connect: SocketFactory | undefined
+  readonly fetch: Fetch | undefined
+  readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
+  readonly heartbeat?: { readonly pingAfterMs: number; readonly deadAfterMs: number }
+  readonly tickMs: number
+  readonly now: () => number
+  /** Called once a cluster is trusted on first use, before any session opens (to pin it). */
+  pin(cluster: ClusterDescriptor): Promise<void>
+  /** Trust problems: a relay with a wrong key, or serving another cluster (members hear of them too). */
+  error(err: SteadError): void
+  /** Trust, a session up or down: the client's status changed. */
+  changed(): void
+}
+
+/**
+ * One session per relay, shared by every space of a client: trust (pinned
+ * or first use), connections with backoff and heartbeat, the browser's
+ * offline/online events, and routing. Spaces join to get their messages
+ * (by space name) and the answers to their submits (by submit id).
+ */
+export class RelaySessions {
+  cluster: ClusterDescriptor | undefined
+  links: RelayLink[] = []
+  /** Why trust or connecting is stuck, when it is. */
+  problem: string | undefined
+  private readonly members = new Map<string, SessionMember>()
+  private readonly submits = new Map<number, SessionMember>()
+  private nextSubmit = 1
+  private closed = false
+  private pump: ReturnType<typeof setInterval> | undefined
+  private trustTimer: ReturnType<typeof setTimeout> | undefined
+  private unfollowNetwork: (() => void) | undefined
+
+  constructor(private readonly o: SessionsOptions) {
+    this.cluster = o.cluster
+  }
+
+  start(): void {
+    if (this.cluster) this.connect()
+    else this.trustOnFirstUse(0)
+    this.pump = setInterval(() => {
+      for (const m of this.members.values()) m.tick()
+      const { pingAfterMs, deadAfterMs } = this.o.heartbeat ?? { pingAfterMs: 5000, deadAfterMs: 15_000 }
+      for (const l of this.links) l.heartbeat(this.o.now(), pingAfterMs, deadAfterMs)
+    }, this.o.tickMs)
+    ;(this.pump as { unref?: () => void }).unref?.()
+    this.followNetwork()
+  }
+
+  join(member: SessionMember): void {
+    this.members.set(member.space, member)
+    for (const l of this.links) if (l.ready) member.ready(l)
+  }
+
+  leave(member: SessionMember): void {
+    if (this.members.get(member.space) !== member) return
+    this.members.delete(member.space)
+    for (const [id, m] of this.submits) if (m === member) this.submits.delete(id)
+    for (const l of this.links) l.send({ type: 'unsubscribe', space: member.space })
+  }
+
+  /** Sends a submit over `link`; its answer goes to `member`. Undefined when the session is not ready. */
+  submit(member: SessionMember, link: RelayLink, envelope: Uint8Array): number | undefined {
+    const id = this.nextSubmit++
+    if (!link.send({ type: 'submit', id, envelope })) return undefined
+    this.submits.set(id, member)
+    return id
+  }
+
+  /** Per relay, for status. */
+  get relayStatus(): RelayStatus[] {
+    if (!this.links.length) return this.o.relays.map((url) => ({ url, connected: false }))
+    return this.links.map((l) => ({
+      url: l.url,
+      connected: l.ready,
+      ...(l.relay !== undefined && this.cluster?.relays[l.relay] ? { relay: this.cluster.relays[l.relay]?.id } : {}),
+      ...(l.faulty ? { faulty: l.faulty } : {}),
+      ...(!l.ready && l.lastError && !l.faulty ? { error: l.lastError } : {}),
+    }))
+  }
+
+  get online(): boolean {
+    return this.cluster !== undefined && this.links.filter((l) => l.ready).length >= this.cluster.f + 1
+  }
+
+  /** Why the sessions are not online, in words an app can show; undefined when they are. */
+  get whyOffline(): string | undefined {
+    if (this.online) return undefined
+    if (this.closed) return 'closed'
+    if (this.problem) return this.problem
+    if (!this.cluster) return 'asking the relays which cluster to trust'
+    const connected = this.links.filter((l) => l.ready).length
+    const reasons = [...new Set(this.links.filter((l) => !l.ready).map((l) => l.faulty ?? l.lastError ?? 'connecting'))]
+    return `${connected} of ${this.o.relays.length} relays connected, ${this.cluster.f + 1} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
+  }
+
+  /** The link to relay `index` of the cluster, if one is connected to it. */
+  linkTo(index: number): RelayLink | undefined {
+    return this.links.find((l) => l.relay === index)
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    if (this.pump) clearInterval(this.pump)
+    if (this.trustTimer) clearTimeout(this.trustTimer)
+    this.unfollowNetwork?.()
+    for (const l of this.links) l.stop()
+    this.members.clear()
+    this.submits.clear()
+  }
+
+  // ---- trust and connections ----
+
+  private trustOnFirstUse(attempt: number): void {
+    const fetchFn = this.o.fetch
+    if (!fetchFn) {
+      this.setProblem('no cluster given and no fetch() on this platform to ask the relays for it')
+      return
+    }
+    const dissenters = new Set<string>()
+    const dissent = (url: string): void => {
+      dissenters.add(url)
+      this.links.find((l) => l.url === url)?.markFaulty('served a cluster descriptor other than the one 2f+1 relays agree on')
+    }
+    void fetchCluster(this.o.relays, fetchFn, dissent).then(
+      async (cluster) => {
+        if (this.closed) return
+        try {
+          await this.o.pin(cluster)
+        } catch {
+          // Could not be stored: it is asked for again on the next start.
+        }
+        if (this.closed) return
+        this.cluster = cluster
+        this.problem = undefined
+        this.connect()
+        for (const url of dissenters) dissent(url)
+      },
+      (err: SteadError) => {
+        if (this.closed) return
+        // Relays not reachable or not agreeing yet: spaces keep working offline; ask again.
+        this.setProblem(`cluster not trusted yet: ${err.message}`)
+        this.trustTimer = setTimeout(() => this.trustOnFirstUse(attempt + 1), Math.min(10_000, 500 * 2 ** attempt))
+      },
+    )
+  }
+
+  private connect(): void {
+    const cluster = this.cluster as ClusterDescriptor
+    const connect = this.o.connect
+    if (!connect) {
+      this.setProblem('no WebSocket on this platform: pass `connect`')
+      return
+    }
+    this.links = this.o.relays.map(
+      (url) =>
+        new RelayLink({
+          url,
+          connect,
+          crypto: this.o.crypto,
+          identity: this.o.identity,
+          keyOf: (i) => cluster.relays[i]?.publicKey,
+          now: this.o.now,
+          ...(this.o.backoff ? { backoff: this.o.backoff } : {}),
+          handlers: {
+            ready: (link) => {
+              for (const m of this.members.values()) m.ready(link)
+              this.changed()
+            },
+            message: (link, m) => this.route(link, m),
+            down: () => this.changed(),
+            untrusted: (link, why) => {
+              const err = new TrustError(`relay at ${link.url}: ${why}`)
+              this.o.error(err)
+              for (const m of this.members.values()) m.error(err)
+              this.changed()
+            },
+          },
+        }),
+    )
+    for (const l of this.links) l.start()
+    this.changed()
+  }
+
+  private route(link: RelayLink, m: RelayMessage): void {
+    if (this.closed) return
+    switch (m.type) {
+      case 'envelope':
+      case 'commit':
+        this.members.get(m.space)?.message(link, m)
+        return
+      case 'accepted':
+      case 'error': {
+        if (m.id === null) return
+        const member = this.submits.get(m.id)
+        this.submits.delete(m.id)
+        member?.message(link, m)
+        return
+      }
+      default:
+        return
+    }
+  }
+
+  /** In browsers: drop sessions when the device goes offline, reconnect at once when it is back. */
+  private followNetwork(): void {
+    const target = globalThis as { addEventListener?: (t: string, l: () => void) => void; removeEventListener?: (t: string, l: () => void) => void }
+    if (typeof target.addEventListener !== 'function' || typeof target.removeEventListener !== 'function') return
+    const offline = (): void => {
+      for (const l of this.links) l.pause()
+      this.changed()
+    }
+    const online = (): void => {
+      for (const l of this.links) if (!l.ready) l.restart()
+    }
+    target.addEventListener('offline', offline)
+    target.addEventListener('online', online)
+    this.unfollowNetwork = () => {
+      target.removeEventListener?.('offline', offline)
+      target.removeEventListener?.('online', online)
+    }
+  }
+
+  private setProblem(p: string): void {
+    this.problem = p
+    this.changed()
+  }
+
+  private changed(): void {
+    for (const m of this.members.values()) m.changed()
+    this.o.changed()
+  }
+}
