@@ -6,6 +6,7 @@ import {
   encodeRelayMessage,
   fromHex,
   readAuthBytes,
+  toBase64Url,
   toHex,
   type ClientMessage,
   type ErrorReason,
@@ -136,6 +137,17 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     return { space: req.params.space, ...node.stableHead(req.params.space) }
+  })
+  // A page of an object's whole stable history, newest first; the SDK believes a page f+1 relays signed alike.
+  app.get<{ Params: { space: string; key: string }; Querystring: { before?: string; limit?: string } }>('/v1/spaces/:space/history/:key', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    const before = req.query.before === undefined ? Number.MAX_SAFE_INTEGER : Number(req.query.before)
+    const limit = req.query.limit === undefined ? 100 : Number(req.query.limit)
+    if (!Number.isSafeInteger(before) || before < 0) return reply.code(400).send({ error: 'malformed', detail: 'before must be a stable index' })
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) return reply.code(400).send({ error: 'malformed', detail: 'limit must be a whole number from 1 to 1000' })
+    const page = node.historyPage(req.params.space, req.params.key, before, limit)
+    return { space: req.params.space, key: req.params.key, before, relay: page.relay, entries: toBase64Url(page.entries), sig: toHex(page.sig) }
   })
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)

@@ -6,6 +6,8 @@ import {
   type Authorize,
   asSigned,
   decode,
+  encode,
+  historyPageBytes,
   attestedDecision,
   batchDigest,
   encodeAttestation,
@@ -38,7 +40,7 @@ import type { Mesh } from './mesh/types.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { Metrics } from './metrics.ts'
-import { RelayStore, type WriteBatch } from './store.ts'
+import { RelayStore, type HistoryRecord, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -329,6 +331,16 @@ export class RelayNode {
     return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig) }
   }
 
+  /**
+   * A signed page of an object's stable history: up to `limit` entries
+   * before stable index `before`, newest first, as msgpack [index, value]
+   * pairs (values may be bytes, which JSON cannot carry).
+   */
+  historyPage(space: string, key: string, before: number, limit: number): { relay: number; entries: Uint8Array; sig: Uint8Array } {
+    const entries = encode(this.store.historyOf(space, key, before, limit).map((e) => [e.index, e.value]))
+    return { relay: this.me, entries, sig: signSync(this.options.secretKey, historyPageBytes(space, key, before, entries)) }
+  }
+
   /** A signed snapshot of a space's stable state, for quorum reads. */
   stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } | undefined {
     const r = this.replicas.get(space)
@@ -376,15 +388,16 @@ export class RelayNode {
         const events = this.queue.splice(0)
         const outputs: Output[] = []
         for (const event of events) outputs.push(...event())
-        const write: { records: WriteBatch['records'][number][]; batches: { anchorRound: number; frames: Uint8Array[] }[]; attestations: WriteBatch['attestations'][number][] } = {
+        const write: { records: WriteBatch['records'][number][]; batches: { anchorRound: number; frames: Uint8Array[] }[]; attestations: WriteBatch['attestations'][number][]; history: HistoryRecord[] } = {
           records: [],
           batches: [],
           attestations: [],
+          history: [],
         }
         for (const o of outputs) {
           if (o.type === 'persist') write.records.push(o.record)
           else if (o.type === 'commit') {
-            const attestations = this.audit(o.commit.anchorRound, o.commit.payload)
+            const attestations = this.audit(o.commit.anchorRound, o.commit.payload, write.history)
             // A commit that carried nothing and decided nothing changed no replica: replaying the
             // others at their rounds rebuilds the same state (gap timeouts are measured in rounds).
             if (o.commit.payload.length || attestations.length) write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
@@ -473,7 +486,7 @@ export class RelayNode {
    * created in commit order, so every relay creates them alike) and signs an
    * attestation for each space whose audit decided something.
    */
-  private audit(anchorRound: number, frames: readonly Uint8Array[]): WriteBatch['attestations'][number][] {
+  private audit(anchorRound: number, frames: readonly Uint8Array[], history?: HistoryRecord[]): WriteBatch['attestations'][number][] {
     const bySpace = new Map<string, { envs: Envelope[]; frames: Uint8Array[] }>()
     for (const frame of frames) {
       const env = this.open(frame)
@@ -497,6 +510,16 @@ export class RelayNode {
       if (!group && replica.waitingCount === 0) continue
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
+      // Every stable value an object took, kept for good: replicas hold only the latest entries.
+      if (history && result.stableIndex > fromIndex) {
+        for (const key of result.changed) {
+          const h = replica.history(key)
+          for (let i = h.length - 1; i >= 0 && (h[i] as { index: number }).index > fromIndex; i--) {
+            const e = h[i] as { index: number; value: unknown }
+            history.push({ space, key, index: e.index, value: e.value })
+          }
+        }
+      }
       for (const d of result.decisions) {
         for (const listener of this.decidedListeners) listener(d.env.idHex)
         const t = this.submittedAt.get(d.env.idHex)

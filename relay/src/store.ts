@@ -15,6 +15,16 @@ export interface WriteBatch {
   readonly batches: ReadonlyArray<{ readonly anchorRound: number; readonly frames: readonly Uint8Array[] }>
   /** Keyed by where they start and their round: a commit that only parks or drops envelopes keeps the index. */
   readonly attestations: ReadonlyArray<{ readonly space: string; readonly fromIndex: number; readonly round: number; readonly value: StoredAttestation }>
+  /** Stable values objects took at these indexes: their whole stable history, for paging. */
+  readonly history?: readonly HistoryRecord[]
+}
+
+/** An object's stable value from `index` on. */
+export interface HistoryRecord {
+  readonly space: string
+  readonly key: string
+  readonly index: number
+  readonly value: unknown
 }
 
 type Bytes = Uint8Array
@@ -77,6 +87,8 @@ export class RelayStore {
   private readonly batches: Database<Bytes, [number, number]>
   private readonly attest: Database<Bytes, [string, number, number]>
   private readonly attestChunks: Database<Bytes, [string, number, number, number]>
+  /** [space, object key, stable index] → the object's stable value from that index on. */
+  private readonly history: Database<Bytes, [string, string, number]>
   private nextBatch: number
 
   private constructor(path: string) {
@@ -89,6 +101,7 @@ export class RelayStore {
     this.batches = this.root.openDB({ name: 'batches', encoding: 'binary' })
     this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
     this.attestChunks = this.root.openDB({ name: 'attestation-chunks', encoding: 'binary' })
+    this.history = this.root.openDB({ name: 'history', encoding: 'binary' })
     let last = 0
     for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = (key as [number, number])[0]
     this.nextBatch = last + 1
@@ -100,7 +113,7 @@ export class RelayStore {
 
   /** Writes one drain's records atomically; resolves once they are on disk. */
   async write(w: WriteBatch): Promise<void> {
-    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0) return
+    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length) return
     await this.root.transaction(() => {
       for (const r of w.records) {
         switch (r.kind) {
@@ -130,6 +143,7 @@ export class RelayStore {
         this.attest.putSync([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
         chunks.forEach((frames, k) => this.attestChunks.putSync([a.space, a.fromIndex, a.round, k], encode(frames)))
       }
+      for (const h of w.history ?? []) this.history.putSync([h.space, h.key, h.index], encode(h.value))
     })
   }
 
@@ -203,6 +217,16 @@ export class RelayStore {
       return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
     }
     return undefined
+  }
+
+  /** Up to `limit` entries of an object's stable history before stable index `before`, newest first. */
+  historyOf(space: string, key: string, before: number, limit: number): Array<{ index: number; value: unknown }> {
+    const out: Array<{ index: number; value: unknown }> = []
+    for (const { key: k, value } of this.history.getRange({ start: [space, key, before], end: [space, key, -1], reverse: true, limit })) {
+      if (k[2] >= before) continue
+      out.push({ index: k[2], value: decode(value, RECORD_LIMIT) })
+    }
+    return out
   }
 
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt). */

@@ -25,6 +25,9 @@ import {
   sealEnvelope,
   readAuthBytes,
   stableReadBytes,
+  historyPageBytes,
+  fromBase64Url,
+  expect,
   toHex,
   type AnyCrdt,
   type AnyOp,
@@ -52,7 +55,7 @@ import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { RelaySessions, type SessionMember } from './sessions.ts'
 import type { RelayLink, SocketFactory } from './transport.ts'
-import type { ClientOptions, ClientStatus, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
+import type { ClientOptions, ClientStatus, HistoryPageOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
 
 /** What a platform entry (browser or Node) supplies when the caller does not. */
@@ -382,6 +385,7 @@ export class Space implements SessionMember {
       heldBack: (key) => this.heldBackOf(key),
       stable: (key) => this.replica.stable(key),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
+      historyPage: (key, options) => this.historyPage(key, options),
       update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
       safeGroup: (items) => this.queueSafe(items),
       subscribe: (key, listener) => {
@@ -844,17 +848,68 @@ export class Space implements SessionMember {
     this.progress()
   }
 
-  // ---------------------------------------------------------------- quorum reads
+  // ---------------------------------------------------------------- history
 
-  private async quorumIndex(timeoutMs: number): Promise<number> {
+  private async historyPage(key: string, options: HistoryPageOptions): Promise<Array<{ index: number; value: unknown }>> {
+    this.assertOpen()
+    const limit = options.limit ?? 100
+    const before = options.before ?? Number.MAX_SAFE_INTEGER
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SteadError('malformed', `limit must be a whole number from 1 to 1000, got ${limit}`)
+    if (!Number.isSafeInteger(before) || before < 0) throw new SteadError('malformed', `before must be a stable index, got ${before}`)
+    const local = this.replica.history(key)
+    const older = local.filter((e) => e.index < before)
+    // Memory holds the page if the history was never cut, or if enough of it lies before `before`.
+    if (local.length < (this.options.historyLimit ?? 1000) || older.length >= limit) return older.slice(-limit).map((e) => ({ index: e.index, value: e.value }))
+    return bounded(this.relayHistory(key, before, limit), { timeoutMs: 10_000, ...options }, `a page of ${key}'s history`)
+  }
+
+  /** A history page that f+1 relays signed identically (at least one of them is correct). */
+  private async relayHistory(key: string, before: number, limit: number): Promise<Array<{ index: number; value: unknown }>> {
+    const { cluster, fetchFn, headers } = await this.relayReads()
+    const path = `/v1/spaces/${encodeURIComponent(this.space)}/history/${encodeURIComponent(key)}?before=${before}&limit=${limit}`
+    const agreed = await firstQuorum(
+      this.options.relays.map(async (url) => {
+        try {
+          const res = await fetchFn(`${httpBaseOf(url)}${path}`, { headers })
+          if (!res.ok) return undefined
+          const p = (await res.json()) as { relay: number; entries: string; sig: string }
+          const relayKey = cluster.relays[p.relay]?.publicKey
+          const entries = fromBase64Url(p.entries)
+          if (!relayKey || !(await this.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
+          return { relay: p.relay, entries }
+        } catch {
+          return undefined
+        }
+      }),
+      (answers) => {
+        for (const a of answers) {
+          const alike = new Set(answers.filter((b) => bytesEqual(a.entries, b.entries)).map((b) => b.relay))
+          if (alike.size >= cluster.f + 1) return a.entries
+        }
+        return undefined
+      },
+    )
+    if (!agreed) throw new SteadError('unsupported', `fewer than ${cluster.f + 1} relays served the same page of ${key}'s history`)
+    const pairs = expect.array(decode(agreed, 64 * 1024 * 1024), 'history', 1000) as Array<[number, unknown]>
+    return pairs.map(([index, value]) => ({ index: expect.uint(index, 'history.index'), value })).reverse()
+  }
+
+  /** What reading from the relays over HTTP needs: the trusted cluster, fetch, and this client's reader proof. */
+  private async relayReads(): Promise<{ cluster: ClusterDescriptor; fetchFn: NonNullable<ClientOptions['fetch']>; headers: Record<string, string> }> {
     const cluster = this.sessions.cluster
     const fetchFn = this.options.fetch ?? this.platform.fetch
     if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
-    if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for quorum reads')
+    if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for relay reads')
     // Proves this client's key to relays of a space with readers (others ignore it).
     const t = Date.now()
     const sig = await this.crypto.sign(this.identity.secretKey, readAuthBytes(this.space, t))
-    const headers = { 'x-stead-reader': `${toHex(this.identity.publicKey)}.${t}.${toHex(sig)}` }
+    return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.identity.publicKey)}.${t}.${toHex(sig)}` } }
+  }
+
+  // ---------------------------------------------------------------- quorum reads
+
+  private async quorumIndex(timeoutMs: number): Promise<number> {
+    const { cluster, fetchFn, headers } = await this.relayReads()
     // Done at 2f+1 valid heads (or when every relay answered or gave up): a slow relay delays nobody.
     const heads = await firstQuorum(
       this.options.relays.map(async (url) => {
@@ -1107,10 +1162,11 @@ export class SteadClient {
     const records = new ClientRecords(storage, name)
     const restored = await records.restore()
     const trusted = (frame: Uint8Array): Envelope => openTrusted(crypto, frame)
+    const replicaOptions = { space: name, ...(options.historyLimit ? { historyLimit: options.historyLimit } : {}) }
     const replica =
       restored.checkpoint === undefined
-        ? new ReliableReplica({ space: name })
-        : ReliableReplica.restore({ space: name }, restored.checkpoint, (signed) => openTrusted(crypto, signed))
+        ? new ReliableReplica(replicaOptions)
+        : ReliableReplica.restore(replicaOptions, restored.checkpoint, (signed) => openTrusted(crypto, signed))
     // Replaying the attested commits after the checkpoint rebuilds the stable state exactly (gap timers included).
     for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
     if (this.closed) throw new ClosedError()

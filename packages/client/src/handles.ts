@@ -16,7 +16,7 @@ import {
   type SetElement,
 } from '@stead/core'
 import type { Intent } from './drafts.ts'
-import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import type { HistoryPageOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
 
 /** An update held back from an object's prospective value because it would break an invariant there. */
@@ -33,6 +33,8 @@ export interface HandleHost {
   heldBack(key: string): readonly HeldUpdate[]
   stable(key: string): AnyCrdt | undefined
   history(key: string): readonly HistoryEntry[]
+  /** A page of the object's whole stable history, oldest first (from memory, else from f+1 relays). */
+  historyPage(key: string, options: HistoryPageOptions): Promise<Array<{ index: number; value: unknown }>>
   update(key: string, decl: Declaration, intent: Intent, safe: boolean): Promise<UpdateResult>
   /** A group of intents applied atomically in the stable order. */
   safeGroup(items: ReadonlyArray<{ key: string; decl: Declaration; intent: Intent }>): Promise<SafeResult>
@@ -57,9 +59,20 @@ abstract class Handle {
     return this.host.subscribe(this.key, listener)
   }
 
-  /** Stable history of this object, oldest first: one entry per stable index that changed it (the latest 1,000 in memory). */
+  /** Stable history of this object, oldest first: one entry per stable index that changed it (the latest `historyLimit`, default 1,000, kept in memory). */
   history(): Array<{ index: number; value: unknown }> {
     return this.host.history(this.key).map((h) => ({ index: h.index, value: h.value }))
+  }
+
+  /**
+   * One page of this object's whole stable history, oldest first: the
+   * `limit` (default 100, at most 1,000) latest entries before stable index
+   * `before` (default: all). Served from memory when it holds them, else
+   * from the relays: a page f+1 relays signed identically. Page backwards
+   * with `before` = the first entry's index.
+   */
+  historyPage(options: HistoryPageOptions = {}): Promise<Array<{ index: number; value: unknown }>> {
+    return this.host.historyPage(this.key, options)
   }
 
   protected send(intent: Intent, options?: UpdateOptions): Promise<UpdateResult> {

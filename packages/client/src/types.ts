@@ -25,6 +25,13 @@ export interface WaitOptions {
   readonly timeoutMs?: number
 }
 
+export interface HistoryPageOptions extends WaitOptions {
+  /** Entries per page: 1 to 1,000, default 100. */
+  readonly limit?: number
+  /** Only entries before this stable index (default: the latest). */
+  readonly before?: number
+}
+
 export interface UpdateOptions extends WaitOptions {
   /** Resolve only once the update is committed or rejected in the stable order (f+1 matching attestations). */
   readonly safe?: boolean
@@ -74,6 +81,8 @@ export interface ClientOptions {
   readonly storage?: ClientStorage | Promise<ClientStorage>
   /** Ed25519 secret key (32-byte seed). Defaults to one created once and kept in storage. */
   readonly identity?: { readonly secretKey: Uint8Array }
+  /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000. */
+  readonly historyLimit?: number
   /** Pending operations are signed and sent as one envelope at least this often. Default 10 ms. */
   readonly batchIntervalMs?: number
   /** ...or as soon as this many are pending. Default 500. */

@@ -214,6 +214,29 @@ describe('clients against a real relay cluster', () => {
     expect(reopened.counter('cards').stable).toBe(1)
   }, 60_000)
 
+  it('pages through an object\'s whole stable history: recent pages from memory, older ones from f+1 relays', async () => {
+    const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as unknown
+    // A client that keeps only 5 entries per object in memory, so older pages must come from the relays.
+    const log = await open('ledger', { relays: urls(), storage: memoryStorage(), cluster: file, historyLimit: 5, maxBatchOps: 1 })
+    const n = log.counter('n')
+    for (let i = 1; i <= 12; i++) expect(await n.increment(i, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(n.history().map((h) => h.value)).toEqual([28, 36, 45, 55, 66, 78].slice(1)) // the latest 5 in memory
+    const totals = Array.from({ length: 12 }, (_, i) => ((i + 1) * (i + 2)) / 2) // 1, 3, 6, ... 78
+    const recent = await n.historyPage({ limit: 3 })
+    expect(recent.map((e) => e.value)).toEqual([55, 66, 78])
+    // Paging backwards past what memory holds asks the relays.
+    const pages: unknown[] = [...recent.map((e) => e.value)]
+    let before = recent[0]!.index
+    for (;;) {
+      const page = await n.historyPage({ limit: 4, before })
+      if (page.length === 0) break
+      pages.unshift(...page.map((e) => e.value))
+      before = page[0]!.index
+    }
+    expect(pages).toEqual(totals)
+    await expect(n.historyPage({ limit: 0 })).rejects.toMatchObject({ reason: 'malformed' })
+  }, 60_000)
+
   it('keeps committing when a relay is killed mid-session', async () => {
     const [a, b] = clients as [Space, Space]
     const before = a.counter('acct:0', { min: 0 }).stable

@@ -189,6 +189,16 @@ export function readAuthBytes(space: string, timeMs: number): Uint8Array {
   return encode(['stead/read/v1', space, timeMs])
 }
 
+/**
+ * Bytes a relay signs for a page of an object's stable history: the entries
+ * ([stable index, value] pairs, newest first, msgpack) before stable index
+ * `before`. Correct relays serve identical pages, so a client believes one
+ * that f+1 relays signed.
+ */
+export function historyPageBytes(space: string, key: string, before: number, entries: Uint8Array): Uint8Array {
+  return encode(['stead/history/v1', space, key, before, entries])
+}
+
 /** Bytes a relay signs for a quorum read of a space's stable state. */
 export function stableReadBytes(space: string, index: number, stateHash: Uint8Array): Uint8Array {
   return encode(['stead/stable-read/v1', space, index, stateHash])
