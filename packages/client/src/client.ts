@@ -9,6 +9,7 @@ import {
   batchDigest,
   bytesEqual,
   clockFrom,
+  clockInit,
   clockMerge,
   clockUpdate,
   createCrdt,
@@ -99,8 +100,8 @@ export class Space implements SessionMember {
   private readonly platform: PlatformDefaults
   private readonly sessions: RelaySessions
   private readonly now: () => number
-  /** Called once this space is closed (the client forgets it). */
-  private readonly onClosed: () => void
+  /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
+  private readonly onClose: (done: Promise<void>) => void
 
   private quorum: CommitQuorum | undefined
   private position: ChainPosition
@@ -125,14 +126,17 @@ export class Space implements SessionMember {
 
   private readonly handles = new Map<string, AnyHandle>()
   private readonly listeners = new Map<string, Set<() => void>>()
-  private readonly statusListeners = new Listeners<ClientStatus>()
+  private readonly statusListeners = new Listeners<ClientStatus>((err) => this.listenerFailed('onStatus', err))
   private readonly errorListeners = new Listeners<SteadError>()
-  private readonly settledListeners = new Listeners<SettledUpdate>()
+  private readonly settledListeners = new Listeners<SettledUpdate>((err) => this.listenerFailed('onSettled', err))
   private readonly progressWaiters = new Set<() => void>()
   private applyRun: Promise<void> | undefined
   private applyAgain = false
   private problem: string | undefined
   private closed = false
+  /** Set the moment close() is called: no update gets in after that. */
+  private closing = false
+  private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
 
   /** Use `client.space(name)`. */
@@ -141,7 +145,7 @@ export class Space implements SessionMember {
     options: ClientOptions
     platform: PlatformDefaults
     sessions: RelaySessions
-    onClosed: () => void
+    onClose: (done: Promise<void>) => void
     crypto: Crypto
     identity: { secretKey: Uint8Array; publicKey: Uint8Array }
     authorId: string
@@ -154,7 +158,7 @@ export class Space implements SessionMember {
     this.options = init.options
     this.platform = init.platform
     this.sessions = init.sessions
-    this.onClosed = init.onClosed
+    this.onClose = init.onClose
     this.space = init.space
     this.crypto = init.crypto
     this.identity = init.identity
@@ -196,6 +200,9 @@ export class Space implements SessionMember {
   }
 
   private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
+    // An open handle stays readable after close (a component may render once more); updates through it fail.
+    const known = this.handles.get(key)
+    if (known && sameDeclaration(known.declaration, decl)) return known
     this.assertOpen()
     if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
     try {
@@ -305,7 +312,7 @@ export class Space implements SessionMember {
     this.assertOpen()
     this.sealNow()
     await this.sealing
-    await this.until(() => [...this.outbox.values()].every((o) => o.accepted), { timeoutMs: 60_000, ...options }, 'relays to accept every local update')
+    await this.until(() => [...this.outbox.values()].every((o) => o.accepted), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'relays to accept every local update')
   }
 
   /** Waits until every local update is decided in the stable order (committed or rejected). Default timeout 60 s. */
@@ -313,7 +320,7 @@ export class Space implements SessionMember {
     this.assertOpen()
     this.sealNow()
     await this.sealing
-    await this.until(() => this.outbox.size === 0, { timeoutMs: 60_000, ...options }, 'every local update to be decided')
+    await this.until(() => this.outbox.size === 0, { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
   }
 
   /** Seals what is queued (so it is stored), closes the relay sessions and the storage. Later calls fail with ClosedError. */
@@ -322,10 +329,19 @@ export class Space implements SessionMember {
    * checkpoints the space; the client's other spaces go on. Later calls on
    * this space fail with ClosedError; `client.space(name)` opens it again.
    */
-  async close(): Promise<void> {
-    if (this.closed) return
+  close(): Promise<void> {
+    if (!this.closeRun) {
+      this.closeRun = this.shutDown()
+      this.onClose(this.closeRun)
+    }
+    return this.closeRun
+  }
+
+  private async shutDown(): Promise<void> {
+    this.closing = true
     this.sealNow()
     await this.sealing.catch(() => undefined)
+    if (this.sealTimer) clearTimeout(this.sealTimer)
     this.closed = true
     this.sessions.leave(this)
     if (this.inboxTimer) clearTimeout(this.inboxTimer)
@@ -339,7 +355,6 @@ export class Space implements SessionMember {
     for (const o of this.outbox.values()) for (const s of o.safe) s.waiter.reject(new ClosedError(`space ${this.space}`))
     for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError(`space ${this.space}`))
     this.emitStatus()
-    this.onClosed()
   }
 
   // ---------------------------------------------------------------- start
@@ -548,7 +563,7 @@ export class Space implements SessionMember {
     try {
       env = await sealEnvelope(this.crypto, this.identity, { space: this.space, seq, clock, deps: this.frontier.slice(-16), updates, safe })
       const frame = encodeEnvelope(env)
-      await this.records.storage.write([this.records.outboxPut(seq, frame), this.records.author({ seq, clock: env.clock })])
+      await this.records.storage.write([this.records.outboxPut(seq, frame), this.records.author({ seq, clock: env.clock, authorId: this.authorId })])
       this.seq = seq
       this.clock = env.clock
       this.seenClocks = []
@@ -590,6 +605,7 @@ export class Space implements SessionMember {
     const id = this.sessions.submit(this, pick, o.frame)
     if (id === undefined) return
     this.submits.set(id, idHex)
+    if (this.submits.size > 50_000) this.submits.delete(this.submits.keys().next().value as number)
     o.sentTo.push(pick.relay as number)
     o.lastSentAt = this.now()
   }
@@ -730,9 +746,11 @@ export class Space implements SessionMember {
           if (!(await this.applyCommit(next))) break
         }
       } while (this.applyAgain && !this.closed)
-    })().finally(() => {
-      this.applyRun = undefined
-    })
+    })()
+      .catch((err: unknown) => this.storageFailed(err))
+      .finally(() => {
+        this.applyRun = undefined
+      })
   }
 
   private async applyCommit(c: CommitCandidate): Promise<boolean> {
@@ -947,6 +965,7 @@ export class Space implements SessionMember {
    */
   private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
     if (done()) return Promise.resolve()
+    if (this.closed) return Promise.reject(new ClosedError(`space ${this.space}`))
     let check: () => void = () => undefined
     const met = new Promise<void>((resolve, reject) => {
       check = () => {
@@ -999,7 +1018,12 @@ export class Space implements SessionMember {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new ClosedError(`space ${this.space}`)
+    if (this.closed || this.closing) throw new ClosedError(`space ${this.space}`)
+  }
+
+  /** An app callback threw: the client goes on, and says so through onError. */
+  private listenerFailed(what: string, err: unknown): void {
+    this.emitError(new SteadError('malformed', `an ${what} listener threw: ${(err as Error)?.message ?? String(err)}`))
   }
 }
 
@@ -1072,8 +1096,13 @@ const MAX_CLOCK_ENTRIES = 256
  */
 export class SteadClient {
   readonly authorId: string
+  /** Spaces open or opening, by name. */
   private readonly spaces = new Map<string, Promise<Space>>()
-  private readonly statusListeners = new Listeners<SessionsStatus>()
+  private readonly opened = new Map<string, Space>()
+  /** Spaces whose close() is still writing: reopening one waits for it. */
+  private readonly closing = new Map<string, Promise<void>>()
+  private closeRun: Promise<void> | undefined
+  private readonly statusListeners = new Listeners<SessionsStatus>((err) => this.emitError(new SteadError('malformed', `an onStatus listener threw: ${(err as Error)?.message ?? String(err)}`)))
   private readonly errorListeners = new Listeners<SteadError>()
   private closed = false
   private readonly sessions: RelaySessions
@@ -1124,11 +1153,27 @@ export class SteadClient {
     if (typeof name !== 'string' || name.length === 0 || name.length > 128) return Promise.reject(new SteadError('malformed', `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`))
     let open = this.spaces.get(name)
     if (!open) {
-      open = this.openSpace(name)
+      const closing = this.closing.get(name)
+      open = closing ? closing.then(() => this.openSpace(name)) : this.openSpace(name)
       this.spaces.set(name, open)
-      open.catch(() => this.spaces.delete(name))
+      const mine = open
+      open.catch(() => {
+        if (this.spaces.get(name) === mine) this.spaces.delete(name)
+      })
     }
     return open
+  }
+
+  /** A space began to close: forget it (a later space(name) opens a new one once this close is done). */
+  private spaceClosing(name: string, space: Space, done: Promise<void>): void {
+    if (this.opened.get(name) === space) {
+      this.opened.delete(name)
+      this.spaces.delete(name)
+    }
+    this.closing.set(name, done)
+    void done.finally(() => {
+      if (this.closing.get(name) === done) this.closing.delete(name)
+    })
   }
 
   /** The relay sessions every space shares: online once f+1 trusted relays are connected. */
@@ -1147,11 +1192,16 @@ export class SteadClient {
   }
 
   /** Closes every space, the relay sessions and the storage. Later calls fail with ClosedError. */
-  async close(): Promise<void> {
-    if (this.closed) return
+  close(): Promise<void> {
+    this.closeRun ??= this.shutDown()
+    return this.closeRun
+  }
+
+  private async shutDown(): Promise<void> {
     this.closed = true
     const spaces = await Promise.allSettled([...this.spaces.values()])
-    for (const s of spaces) if (s.status === 'fulfilled') await s.value.close()
+    await Promise.allSettled(spaces.map((s) => (s.status === 'fulfilled' ? s.value.close() : undefined)))
+    await Promise.allSettled([...this.closing.values()])
     this.sessions.close()
     await this.init.storage.close()
     this.emitStatus()
@@ -1175,20 +1225,22 @@ export class SteadClient {
       options,
       platform,
       sessions: this.sessions,
-      onClosed: () => this.spaces.delete(name),
+      onClose: (done) => this.spaceClosing(name, space, done),
       crypto,
       identity,
       authorId,
       records,
       replica,
       position: restored.position,
-      seq: Math.max(restored.author.seq, replica.nextSeq(authorId) - 1),
-      clock: restored.author.clock,
+      // The stored sequence is this identity's unless it names another author.
+      seq: restored.author.authorId === undefined || restored.author.authorId === authorId ? Math.max(restored.author.seq, replica.nextSeq(authorId) - 1) : replica.nextSeq(authorId) - 1,
+      clock: restored.author.authorId === undefined || restored.author.authorId === authorId ? restored.author.clock : clockInit(),
     })
     space.restoreQueued(
       restored.inbox.map(trusted),
       restored.outbox.map((frame) => ({ env: trusted(frame), frame })),
     )
+    this.opened.set(name, space)
     this.sessions.join(space)
     return space
   }
@@ -1216,23 +1268,29 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
   const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
   const crypto = options.crypto ?? (await platform.crypto())
   const storage = await (options.storage ?? platform.storage())
-  const [storedKey, storedCluster] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY)])
-  const restoredCluster = storedCluster && decodeCluster(storedCluster)
-  const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
-  const publicKey = await crypto.publicKeyOf(secretKey)
-  const pins: StorageChange[] = []
-  if (!storedKey || !bytesEqual(storedKey, secretKey)) pins.push({ key: IDENTITY_KEY, value: secretKey })
-  if (given && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
-  if (pins.length) await storage.write(pins)
-  const client = new SteadClient({
-    options,
-    platform,
-    storage,
-    crypto,
-    identity: { secretKey, publicKey },
-    authorId: authorIdOf(crypto, publicKey),
-    cluster: given ?? restoredCluster,
-  })
-  client.start()
-  return client
+  try {
+    const [storedKey, storedCluster] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY)])
+    const restoredCluster = storedCluster && decodeCluster(storedCluster)
+    const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
+    const publicKey = await crypto.publicKeyOf(secretKey)
+    const pins: StorageChange[] = []
+    if (!storedKey || !bytesEqual(storedKey, secretKey)) pins.push({ key: IDENTITY_KEY, value: secretKey })
+    if (given && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
+    if (pins.length) await storage.write(pins)
+    const client = new SteadClient({
+      options,
+      platform,
+      storage,
+      crypto,
+      identity: { secretKey, publicKey },
+      authorId: authorIdOf(crypto, publicKey),
+      cluster: given ?? restoredCluster,
+    })
+    client.start()
+    return client
+  } catch (err) {
+    // Nothing opened on it survives a failed start.
+    await storage.close().catch(() => undefined)
+    throw err
+  }
 }

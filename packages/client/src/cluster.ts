@@ -103,14 +103,20 @@ export function firstQuorum<T, R>(tasks: ReadonlyArray<Promise<T | undefined>>, 
 
 /**
  * Trust on first use: asks every relay for its descriptor and accepts one
- * as soon as 2f+1 relays served it identically (f from that descriptor, and
- * at least 2f+1 of the URLs given, so f liars can neither forge a cluster
- * nor block one). `onDissent` hears of every relay URL that served another
+ * as soon as enough relays served it identically: 2f+1, with f the larger of
+ * the descriptor's and what its relay count and the number of URLs given
+ * allow, and never fewer than a majority of the URLs (so no liar can get a
+ * cluster trusted alone by claiming a small f); a descriptor listing fewer
+ * relays than URLs were given is not a candidate. `onDissent` hears of every relay URL that served another
  * descriptor, also after the choice (late answers). Throws a SteadError
  * `unsupported` when no descriptor reaches that quorum yet (try again later).
  */
 export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDissent: (url: string) => void = () => undefined, timeoutMs = 5000): Promise<ClusterDescriptor> {
-  const minQuorum = 2 * Math.floor((urls.length - 1) / 3) + 1
+  const majority = Math.floor(urls.length / 2) + 1
+  const needed = (c: ClusterDescriptor): number => {
+    const f = Math.max(c.f, Math.floor((Math.max(urls.length, c.relays.length) - 1) / 3))
+    return Math.max(2 * f + 1, majority)
+  }
   const asks = urls.map(async (url) => {
     try {
       const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
@@ -123,7 +129,7 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
   let answered: ReadonlyArray<{ url: string; cluster: ClusterDescriptor }> = []
   const chosen = await firstQuorum(asks, (answers) => {
     answered = answers
-    return answers.find((a) => answers.filter((b) => sameCluster(a.cluster, b.cluster)).length >= Math.max(minQuorum, 2 * a.cluster.f + 1))?.cluster
+    return answers.find((a) => a.cluster.relays.length >= urls.length && answers.filter((b) => sameCluster(a.cluster, b.cluster)).length >= needed(a.cluster))?.cluster
   })
   if (!chosen) {
     const kinds = answered.filter((a, i) => answered.findIndex((b) => sameCluster(a.cluster, b.cluster)) === i).length
@@ -131,7 +137,7 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
       'unsupported',
       answered.length === 0
         ? `no relay answered GET /v1/cluster (${urls.join(', ')})`
-        : `${answered.length} of ${urls.length} relays answered GET /v1/cluster${kinds > 1 ? ` with ${kinds} different descriptors` : ''}; trusting a cluster on first use needs ${minQuorum} identical ones`,
+        : `${answered.length} of ${urls.length} relays answered GET /v1/cluster${kinds > 1 ? ` with ${kinds} different descriptors` : ''}; trusting a cluster on first use needs ${Math.max(...answered.map((a) => needed(a.cluster)))} identical ones`,
     )
   }
   for (const ask of asks) void ask.then((a) => a && !sameCluster(a.cluster, chosen) && onDissent(a.url))

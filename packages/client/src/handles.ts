@@ -260,7 +260,7 @@ export class BoundedCounterHandle extends Handle {
     if (!spends) return this.send([kind, n], options)
     const items = boundedSpend(this.key, this.declaration, kind, n, this.rights)
     if (items.length === 1 && !options?.safe) return this.send([kind, n], options)
-    return this.host.safeGroup(items)
+    return bounded(this.host.safeGroup(items), options, `an update of ${this.key}`)
   }
 }
 

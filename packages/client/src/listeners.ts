@@ -1,6 +1,12 @@
-/** Callbacks an app registers (`onStatus`, `onError`, …): `add` returns the unsubscribe function. */
+/**
+ * Callbacks an app registers (`onStatus`, `onError`, …): `add` returns the
+ * unsubscribe function. A callback that throws never breaks the client or
+ * the other callbacks: its error goes to `report` (or is dropped).
+ */
 export class Listeners<T> {
   private readonly set = new Set<(value: T) => void>()
+
+  constructor(private readonly report?: (err: unknown) => void) {}
 
   add(listener: (value: T) => void): () => void {
     this.set.add(listener)
@@ -11,6 +17,12 @@ export class Listeners<T> {
   emit(make: () => T): void {
     if (this.set.size === 0) return
     const value = make()
-    for (const l of this.set) l(value)
+    for (const l of this.set) {
+      try {
+        l(value)
+      } catch (err) {
+        this.report?.(err)
+      }
+    }
   }
 }

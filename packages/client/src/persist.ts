@@ -13,6 +13,8 @@ export interface AuthorState {
   /** Last sequence number this client signed in the space. */
   readonly seq: number
   readonly clock: Clock
+  /** Whose sequence it is: a storage reused with another identity starts that identity's own. */
+  readonly authorId?: string
 }
 
 /** Everything a client reloads on start. */
@@ -82,7 +84,7 @@ export class ClientRecords {
   }
 
   author(a: AuthorState): StorageChange {
-    return { key: [this.space, 'meta', 'author'], value: encode([a.seq, encodeClock(a.clock)]) }
+    return { key: [this.space, 'meta', 'author'], value: encode([a.seq, encodeClock(a.clock), a.authorId ?? null]) }
   }
 
   /** A commit and the position it leads to: always written together. */
@@ -135,8 +137,8 @@ export class ClientRecords {
 }
 
 function decodeAuthor(bytes: Uint8Array): AuthorState {
-  const [seq, clock] = expect.array(decode(bytes), 'author', 2)
-  return { seq: expect.uint(seq, 'author.seq'), clock: decodeClock(clock, 1_000_000) }
+  const [seq, clock, authorId] = expect.array(decode(bytes), 'author', 3)
+  return { seq: expect.uint(seq, 'author.seq'), clock: decodeClock(clock, 1_000_000), ...(typeof authorId === 'string' ? { authorId } : {}) }
 }
 
 function decodePosition(bytes: Uint8Array): ChainPosition {

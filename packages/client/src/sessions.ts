@@ -91,6 +91,8 @@ export class RelaySessions {
     const id = this.nextSubmit++
     if (!link.send({ type: 'submit', id, envelope })) return undefined
     this.submits.set(id, member)
+    // Answers lost with a session never come: forget the oldest instead of growing.
+    if (this.submits.size > 50_000) this.submits.delete(this.submits.keys().next().value as number)
     return id
   }
 

@@ -280,7 +280,10 @@ describe('handles and values', () => {
     expect(() => a.counter('')).toThrowError(expect.objectContaining({ reason: 'malformed' }))
     expect(a.counter('n').value).toBe(0)
     await a.close()
-    expect(() => a.counter('n')).toThrow(ClosedError)
+    // An open handle stays readable (a component may render once more); anything new or any update is refused.
+    expect(a.counter('n').value).toBe(0)
+    expect(() => a.counter('other')).toThrow(ClosedError)
+    await expect(a.counter('n').increment(1)).rejects.toBeInstanceOf(ClosedError)
     await expect(a.flush()).rejects.toBeInstanceOf(ClosedError)
     await expect(createClient({ relays: [] })).rejects.toMatchObject({ reason: 'malformed' })
     await expect(owners.get(a)?.space('')).rejects.toMatchObject({ reason: 'malformed' })
@@ -654,5 +657,65 @@ describe('waits that end', () => {
     expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(3)
     expect(Date.now() - t0).toBeLessThan(2000)
     stop()
+  })
+})
+
+describe('lifecycle edges (found in review)', () => {
+  it('survives app callbacks that throw, and reports them through onError', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const errors: string[] = []
+    a.onError((e) => errors.push(e.message))
+    a.onSettled(() => {
+      throw new Error('app bug in onSettled')
+    })
+    a.onStatus(() => {
+      throw new Error('app bug in onStatus')
+    })
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    expect(await a.counter('k').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(await a.counter('k').increment(2, { safe: true })).toMatchObject({ status: 'committed' })
+    stop()
+    expect(a.pendingUpdates()).toEqual([])
+    expect(errors.some((m) => /onSettled listener threw/.test(m))).toBe(true)
+    expect(errors.some((m) => /onStatus listener threw/.test(m))).toBe(true)
+  })
+
+  it('lets nothing in once close() is called, and closes of a space and its client wait for each other', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const closing = a.close()
+    expect(() => a.counter('k')).toThrow(ClosedError)
+    const owner = owners.get(a) as SteadClient
+    // Reopening waits for the close, then gives a new space on the same storage.
+    const again = await owner.space('bank')
+    expect(again).not.toBe(a)
+    await closing
+    void again.close()
+    open.splice(open.indexOf(owner), 1)
+    await owner.close() // waits for the space's close, which still writes to the storage
+    expect(again.status.problem).toBe('closed')
+    expect(again.status.online).toBe(false)
+  })
+
+  it('bounds safe bounded-counter spends that need the pool by signal and timeoutMs', async () => {
+    const c = cluster()
+    for (const r of c.relays) r.setOnline(false)
+    const a = await client(c)
+    const seats = a.boundedCounter('seats', { min: 0, initial: 10 })
+    await expect(seats.decrement(5, { safe: true, timeoutMs: 50 })).rejects.toMatchObject({ reason: 'timeout' })
+  })
+
+  it('never trusts a descriptor one relay serves alone, even when the app lists only some relays', async () => {
+    const c = cluster()
+    const liar = c.descriptor
+    const lie = { f: 0, relays: [liar.relays[0]] }
+    const urls = c.urls.slice(0, 3)
+    const fetchLying = async (url: string): ReturnType<FakeCluster['fetch']> =>
+      url.includes('relay0') && url.endsWith('/v1/cluster') ? { ok: true, status: 200, json: async () => lie } : c.fetch(url)
+    const a = await client(c, { relays: urls, cluster: undefined, fetch: fetchLying })
+    await until('a problem', () => /cluster not trusted yet/.test(a.status.problem ?? ''))
+    expect(a.status.trusted).toBe(false)
   })
 })

@@ -208,7 +208,7 @@ describe('clients against a real relay cluster', () => {
     // Closing one space leaves the others working.
     await boards[0]!.close()
     expect(await boards[1]!.counter('cards').increment(5, { safe: true })).toMatchObject({ status: 'committed' })
-    expect(() => boards[0]!.counter('cards')).toThrow(/space board:red is closed/)
+    await expect(boards[0]!.counter('cards').increment(1)).rejects.toThrow(/space board:red is closed/)
     const reopened = await client.space('board:red')
     expect(reopened).not.toBe(boards[0])
     expect(reopened.counter('cards').stable).toBe(1)
