@@ -2,7 +2,7 @@
  * Local-first: edits go on while a user is offline and commit when they come
  * back; a reload restores everything from IndexedDB before any relay answers.
  */
-import { expect, freshSpace, openUser, test, useCluster } from './fixtures.ts'
+import { demoPath, expect, freshSpace, openUser, test, useCluster } from './fixtures.ts'
 
 const cluster = useCluster({ basePort: 7631 })
 
@@ -123,5 +123,25 @@ test('updates made offline survive a reload and commit when the relays answer ag
   } finally {
     await alice.close(testInfo)
     await bob.close(testInfo)
+  }
+})
+
+test('a second tab on the same storage is refused with a reason instead of losing updates, and works once the first closes', async ({ browser }, testInfo) => {
+  const space = freshSpace(testInfo)
+  const alice = await openUser(browser, cluster().urls, space, 'Alice')
+  try {
+    await alice.deposit('main', 10)
+    await alice.expectBalance('main', 10)
+    // Same browser context, same user: the same IndexedDB database.
+    const second = await alice.context.newPage()
+    await second.goto(demoPath(cluster().urls, space, 'Alice'))
+    await expect(second.getByTestId('boot-error')).toContainText('in use by another tab', { timeout: 15_000 })
+    // The first tab goes away: a new tab gets the storage and everything in it.
+    await alice.page.close()
+    await second.reload()
+    await expect(second.getByTestId('app')).toBeVisible()
+    await expect(second.getByTestId('balance-main-stable')).toHaveText('10')
+  } finally {
+    await alice.context.close()
   }
 })

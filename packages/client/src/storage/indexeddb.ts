@@ -24,6 +24,48 @@ export function indexedDbStorage(name = 'stead'): Promise<ClientStorage> {
 export async function openIndexedDbStorage(name: string, version: number): Promise<ClientStorage> {
   const factory = (globalThis as { indexedDB?: IDBFactory }).indexedDB
   if (!factory) throw new StorageError('unavailable', 'IndexedDB is not available in this environment')
+  const release = await holdExclusively(name)
+  try {
+    return await openHeld(name, version, release)
+  } catch (err) {
+    release()
+    throw err
+  }
+}
+
+/**
+ * One tab at a time per database: two clients writing one storage would
+ * reuse sequence numbers and overwrite each other's records, losing updates.
+ * Until tabs share a client, a second tab is refused with a clear error
+ * (after waiting a moment, so a reload's new page gets the lock its old
+ * page is releasing). Where Web Locks are missing (Node, old browsers),
+ * nothing is checked.
+ */
+async function holdExclusively(name: string, waitMs = 3000): Promise<() => void> {
+  type Locks = { request(name: string, options: { signal: AbortSignal }, callback: () => Promise<void>): Promise<void> }
+  const locks = (globalThis as { navigator?: { locks?: Locks } }).navigator?.locks
+  if (!locks) return () => undefined
+  let release: () => void = () => undefined
+  const held = new Promise<void>((done) => (release = done))
+  await new Promise<void>((acquired, refused) => {
+    locks
+      .request(`stead-storage:${name}`, { signal: AbortSignal.timeout(waitMs) }, () => {
+        acquired()
+        return held
+      })
+      .catch(() =>
+        refused(
+          new StorageError(
+            'blocked',
+            `IndexedDB "${name}" is in use by another tab or window of this app; tabs cannot share one Stead storage yet: close the other tab, or give each tab its own storage (indexedDbStorage(name))`,
+          ),
+        ),
+      )
+  })
+  return release
+}
+
+async function openHeld(name: string, version: number, release: () => void): Promise<ClientStorage> {
 
   // Set when the connection goes away without our close(); every later call reports it.
   let lost: StorageError | undefined
@@ -162,7 +204,11 @@ export async function openIndexedDbStorage(name: string, version: number): Promi
         await inTransaction('readwrite', (store) => [store.delete(range)])
       }),
 
-    close: () => life.close(() => db.close()),
+    close: () =>
+      life.close(() => {
+        db.close()
+        release()
+      }),
   }
 }
 
