@@ -113,8 +113,10 @@ export class Space implements SessionMember {
 
   private drafts: DraftBatch[] = [new DraftBatch()]
   private overlay = new Map<string, AnyCrdt>()
-  /** Per bounded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
+  /** Per guarded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
   private heldBack = new Map<string, HeldUpdate[]>()
+  /** Keys whose views were computed together (atomic groups tie them): dropping one view drops them all. */
+  private joint = new Map<string, ReadonlySet<string>>()
   private draftTag = 0
   private sealing: Promise<void> = Promise.resolve()
   private sealTimer: ReturnType<typeof setTimeout> | undefined
@@ -443,14 +445,16 @@ export class Space implements SessionMember {
     const changed = new Set<string>()
     for (const item of items) {
       batch.keys.add(item.key)
+      changed.add(item.key)
+      // A group is shown all or nothing: its views are recomputed together (see guardedViews).
+      if (items.length > 1) continue
       const view = this.overlay.get(item.key)
       if (view && !applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, hasInvariants(item.decl))) {
         this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
       }
-      changed.add(item.key)
     }
-    // The overlay already holds the new items: tell subscribers without dropping it.
-    this.notify(changed, false)
+    // A single item joined the overlay already: tell subscribers without dropping it.
+    this.notify(changed, items.length > 1)
     this.emitStatus()
     if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
     else if (!this.sealTimer) this.sealTimer = setTimeout(() => this.sealNow(), this.options.batchIntervalMs ?? 10)
@@ -459,8 +463,8 @@ export class Space implements SessionMember {
   private prospectiveView(key: string): AnyCrdt | undefined {
     const cached = this.overlay.get(key)
     if (cached) return cached
-    const decl = this.handles.get(key)?.declaration ?? this.replica.declaration(key)
-    if (decl && hasInvariants(decl)) return this.boundedView(key, decl)
+    const decl = this.declarationOf(key)
+    if (decl && (hasInvariants(decl) || this.tiedToGuarded(key))) return this.guardedViews(key)
     const base = this.replica.prospective(key)
     const drafted = this.drafts.some((d) => d.keys.has(key))
     if (!drafted) return base
@@ -477,37 +481,110 @@ export class Space implements SessionMember {
     return view
   }
 
-  /**
-   * The prospective view of an object with invariants: the stable state,
-   * then every undecided update (received, signed, drafted) in the order
-   * this client has them, except those that would break an invariant there:
-   * those are held back (`handle.pending`) until the stable order decides.
-   * So a value an invariant forbids is never shown, and once nothing is
-   * pending the view is the stable state again (G5).
-   */
-  private boundedView(key: string, decl: Declaration): AnyCrdt {
-    const view = this.replica.stable(key)?.clone() ?? createCrdt(decl)
-    const held: HeldUpdate[] = []
-    for (const env of this.replica.pendingTouching(key)) {
-      for (const unit of envelopeUnits(env)) {
-        for (const item of unit.kind === 'op' ? [unit] : unit.items) {
-          if (item.key !== key || view.type !== item.decl.type) continue
-          if (!asGeneric(view).tryApply(item.op, { replica: env.authorId, tag: item.tag }).ok) held.push({ op: item.op, own: env.authorId === this.authorId })
-        }
-      }
-    }
-    for (const batch of this.drafts) {
-      for (const item of batch.items()) {
-        if (item.key !== key || view.type !== item.decl.type) continue
-        if (!applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, true)) held.push({ op: item.intent as AnyOp, own: true })
-      }
-    }
-    this.overlay.set(key, view)
-    this.heldBack.set(key, held)
-    return view
+  private declarationOf(key: string): Declaration | undefined {
+    return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
   }
 
-  /** Updates held back from `key`'s prospective value (see boundedView). */
+  /** Atomic groups (pending or drafted) that include `key`, as their items. */
+  private groupsWith(key: string): Array<ReadonlyArray<{ key: string; decl: Declaration }>> {
+    const out: Array<ReadonlyArray<{ key: string; decl: Declaration }>> = []
+    for (const env of this.replica.pendingTouching(key)) {
+      for (const unit of envelopeUnits(env)) if (unit.kind === 'group' && unit.atomic && unit.items.length > 1 && unit.items.some((i) => i.key === key)) out.push(unit.items)
+    }
+    for (const batch of this.drafts) for (const g of batch.safe) if (g.items.length > 1 && g.items.some((i) => i.key === key)) out.push(g.items)
+    return out
+  }
+
+  /** Whether an atomic group ties `key` to an object with invariants (then its view must follow the group's fate). */
+  private tiedToGuarded(key: string): boolean {
+    return this.groupsWith(key).some((items) => items.some((i) => hasInvariants(i.decl)))
+  }
+
+  /**
+   * Prospective views of objects with invariants, and of the objects atomic
+   * groups tie to them: the stable state, then every undecided update
+   * (received, signed, drafted) in the order this client has them, except
+   * those that would break an invariant there, which are held back
+   * (`handle.pending`) until the stable order decides. An atomic group is
+   * shown all or nothing, on every object it touches. So a value an
+   * invariant forbids is never shown, a transfer never shows half of itself,
+   * and once nothing is pending the views are the stable state again (G5).
+   */
+  private guardedViews(key: string): AnyCrdt {
+    // The keys atomic groups tie together, starting from `key` (bounded, to keep this cheap).
+    const keys = new Set([key])
+    for (const k of keys) {
+      if (keys.size >= 64) break
+      for (const items of this.groupsWith(k)) for (const i of items) keys.add(i.key)
+    }
+    const views = new Map<string, AnyCrdt>()
+    const held = new Map<string, HeldUpdate[]>([...keys].map((k) => [k, []]))
+    const viewOf = (k: string, decl: Declaration): AnyCrdt | undefined => {
+      let v = views.get(k)
+      if (!v) views.set(k, (v = this.replica.stable(k)?.clone() ?? createCrdt(this.declarationOf(k) ?? decl)))
+      return v.type === decl.type ? v : undefined
+    }
+    type Step = { key: string; decl: Declaration; apply: (view: AnyCrdt, checked: boolean) => boolean; op: AnyOp; own: boolean }
+    /** Applies a unit's steps all or nothing; holds every step back when one does not fit. */
+    const unit = (steps: readonly Step[]): void => {
+      const mine = steps.filter((st) => keys.has(st.key))
+      if (mine.length === 0) return
+      if (steps.length > 1) {
+        const trial = new Map<string, AnyCrdt>()
+        const fits = mine.every((st) => {
+          const base = viewOf(st.key, st.decl)
+          if (!base) return false
+          let t = trial.get(st.key)
+          if (!t) trial.set(st.key, (t = base.clone()))
+          return st.apply(t, hasInvariants(st.decl))
+        })
+        if (fits) {
+          for (const [k, t] of trial) views.set(k, t)
+          return
+        }
+        for (const st of mine) held.get(st.key)?.push({ op: st.op, own: st.own })
+        return
+      }
+      const st = mine[0] as Step
+      const v = viewOf(st.key, st.decl)
+      if (v && !st.apply(v, hasInvariants(st.decl))) held.get(st.key)?.push({ op: st.op, own: st.own })
+    }
+    const seen = new Set<string>()
+    for (const k of keys) {
+      for (const env of this.replica.pendingTouching(k)) seen.add(env.idHex)
+    }
+    for (const env of this.replica.pendingEnvelopes()) {
+      if (!seen.has(env.idHex)) continue
+      const own = env.authorId === this.authorId
+      for (const u of envelopeUnits(env)) {
+        const items = u.kind === 'op' ? [u] : u.items
+        unit(items.map((i) => ({ key: i.key, decl: i.decl, op: i.op, own, apply: (v, checked) => (checked ? asGeneric(v).tryApply(i.op, { replica: env.authorId, tag: i.tag }).ok : (asGeneric(v).apply(i.op, { replica: env.authorId, tag: i.tag }), true)) })))
+      }
+    }
+    const draftStep = (i: DraftItem): Step => ({ key: i.key, decl: i.decl, op: i.intent as AnyOp, own: true, apply: (v, checked) => applyIntent(v, i, this.authorId, `~draft:${this.draftTag++}`, checked) })
+    for (const batch of this.drafts) {
+      for (const i of batch.regular) unit([draftStep(i)])
+      for (const g of batch.safe) unit(g.items.map(draftStep))
+    }
+    for (const k of keys) {
+      const v = views.get(k) ?? this.replica.stable(k)?.clone()
+      if (v) this.overlay.set(k, v)
+      this.heldBack.set(k, held.get(k) ?? [])
+      this.joint.set(k, keys)
+    }
+    return this.overlay.get(key) ?? createCrdt(this.declarationOf(key) as Declaration)
+  }
+
+  /** Drops a cached view, and every view computed together with it. */
+  private dropView(key: string): void {
+    for (const k of this.joint.get(key) ?? [key]) {
+      this.overlay.delete(k)
+      this.heldBack.delete(k)
+      this.joint.delete(k)
+    }
+  }
+
+  /** Updates held back from `key`'s prospective value (see guardedViews). */
   private heldBackOf(key: string): readonly HeldUpdate[] {
     if (!this.overlay.has(key)) this.prospectiveView(key)
     return this.heldBack.get(key) ?? []
@@ -544,10 +621,7 @@ export class Space implements SessionMember {
   private async seal(batch: DraftBatch): Promise<void> {
     const done = (): void => {
       this.drafts = this.drafts.filter((d) => d !== batch)
-      for (const key of batch.keys) {
-        this.overlay.delete(key)
-        this.heldBack.delete(key)
-      }
+      for (const key of batch.keys) this.dropView(key)
     }
     const { updates, safe } = compileBatch(batch, (key, e) => (this.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
     if (updates.length === 0 && safe.length === 0) {
@@ -984,10 +1058,7 @@ export class Space implements SessionMember {
   /** Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
   private notify(keys: Iterable<string>, stale = true): void {
     for (const key of keys) {
-      if (stale) {
-        this.overlay.delete(key)
-        this.heldBack.delete(key)
-      }
+      if (stale) this.dropView(key)
       for (const l of this.listeners.get(key) ?? []) {
         try {
           l()

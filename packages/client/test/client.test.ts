@@ -170,7 +170,9 @@ describe('handles and values', () => {
       tx.counter('acct:bob').increment(5) // fine on its own
       tx.counter('acct:alice').decrement(5) // breaks min 0: takes the increment down with it
     })
-    expect(bob.value).toBe(12)
+    // It cannot fit alice's minimum where it stands: neither side shows, both list it as held back.
+    expect(bob.value).toBe(7)
+    expect(bob.pending).toEqual([{ amount: 5, own: true }])
     expect(await t2).toMatchObject({ status: 'rejected', reason: 'invariant' })
     stop()
     expect([alice.stable, bob.stable]).toEqual([3, 7])
@@ -717,5 +719,34 @@ describe('lifecycle edges (found in review)', () => {
     const a = await client(c, { relays: urls, cluster: undefined, fetch: fetchLying })
     await until('a problem', () => /cluster not trusted yet/.test(a.status.problem ?? ''))
     expect(a.status.trusted).toBe(false)
+  })
+})
+
+describe('atomic groups in the prospective view', () => {
+  it('shows a transfer all or nothing: a debit that does not fit holds back its credit too', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const from = a.counter('acct:a', { min: 0 })
+    const to = a.counter('acct:b')
+    await from.increment(20)
+    const tooMuch = a.safe((tx) => {
+      tx.counter('acct:a').decrement(50)
+      tx.counter('acct:b').increment(50)
+    })
+    expect([from.value, to.value]).toEqual([20, 0])
+    expect(from.pending).toEqual([{ amount: -50, own: true }])
+    expect(to.pending).toEqual([{ amount: 50, own: true }])
+    const fits = a.safe((tx) => {
+      tx.counter('acct:a').decrement(5)
+      tx.counter('acct:b').increment(5)
+    })
+    expect([from.value, to.value]).toEqual([15, 5])
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    expect(await tooMuch).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(await fits).toMatchObject({ status: 'committed' })
+    stop()
+    expect([from.value, from.stable, to.value, to.stable]).toEqual([15, 15, 5, 5])
+    expect([from.pending, to.pending]).toEqual([[], []])
   })
 })
