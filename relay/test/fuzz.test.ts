@@ -777,6 +777,8 @@ function exited(r: TestRelay): boolean {
 }
 
 let barrier = 0
+/** Every barrier n sent so far: a pong is a barrier's only if its n is one of these (a fuzzed ping may carry any n). */
+const barriersSent = new Set<number>()
 /** Relays a frame killed or left stuck, with the frame. */
 const broken: string[] = []
 
@@ -789,13 +791,14 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
   const ping = async (): Promise<void> => {
     const n = BARRIER_BASE + barrier++
     pings.add(n)
+    barriersSent.add(n)
     await conn.send(encodeClientMessage({ type: 'ping', n }))
   }
   await ping()
   const isStream = (g: Got) => 'm' in g && (g.m.type === 'commit' || g.m.type === 'commit-more' || g.m.type === 'envelope')
   const isPong = (g: Got) => 'm' in g && g.m.type === 'pong' && pings.has(g.m.n)
   /** A pong for a barrier ping of an earlier frame (sent again after a rate-limited answer). */
-  const isStalePong = (g: Got) => 'm' in g && g.m.type === 'pong' && g.m.n >= BARRIER_BASE && !pings.has(g.m.n)
+  const isStalePong = (g: Got) => 'm' in g && g.m.type === 'pong' && barriersSent.has(g.m.n) && !pings.has(g.m.n)
   const isRateLimited = (g: Got) => 'm' in g && g.m.type === 'error' && g.m.reason === 'rate-limited'
   const since = () => conn.got.slice(start).filter((g) => !isStream(g) && !isStalePong(g))
   const deadline = Date.now() + ANSWER_TIMEOUT_MS
