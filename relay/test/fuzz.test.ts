@@ -596,7 +596,7 @@ function retype(v: unknown, to: Extract<StructMut, { t: 'retype' }>['to']): unkn
     case 'null':
       return null
     case 'array':
-      return Array.isArray(v) ? Object.fromEntries(v.map((x, i) => [String(i), x])) : [v]
+      return Array.isArray(v) ? Object.fromEntries(Array.from(v, (x, i) => [String(i), x])) : [v]
     case 'map':
       return { v }
     case 'float':
