@@ -17,8 +17,10 @@ const show = (what: string): void => {
   console.log(`${what.padEnd(34)} prospective ${String(account.value).padStart(4)}   stable ${String(account.stable).padStart(4)}${held ? `   held back: ${held}` : ''}`)
 }
 
+let lastProblem: string | undefined
 client.onStatus((s) => {
-  if (s.problem) console.error(`problem: ${s.problem}`)
+  if (s.problem && s.problem !== lastProblem && s.problem !== 'closed') console.error(`status: ${s.problem}`)
+  lastProblem = s.problem
 })
 process.stdout.write('connecting')
 const started = Date.now()

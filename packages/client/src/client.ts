@@ -383,7 +383,7 @@ export class Space implements SessionMember {
   }
 
   changed(): void {
-    this.emitStatus()
+    if (!this.closed) this.emitStatus()
   }
 
   tick(): void {

@@ -134,9 +134,10 @@ export class RelaySessions {
     if (this.pump) clearInterval(this.pump)
     if (this.trustTimer) clearTimeout(this.trustTimer)
     this.unfollowNetwork?.()
-    for (const l of this.links) l.stop()
+    // Members first: sessions going down now is no news to spaces that are gone.
     this.members.clear()
     this.submits.clear()
+    for (const l of this.links) l.stop()
   }
 
   // ---- trust and connections ----
