@@ -48,6 +48,40 @@ export function decode(bytes: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxF
   }
 }
 
+type Shape = { kind: 'fixed'; bytes: number } | { kind: 'sized'; width: 1 | 2 | 4 } | { kind: 'container'; width: 2 | 4; perItem: 1 | 2 }
+
+/** What follows each msgpack type byte from 0xc0 on (undefined: not allowed here). */
+const SHAPES: ReadonlyArray<Shape | undefined> = (() => {
+  const table: Array<Shape | undefined> = []
+  const fixed = (bytes: number): Shape => ({ kind: 'fixed', bytes })
+  const sized = (width: 1 | 2 | 4): Shape => ({ kind: 'sized', width })
+  const container = (width: 2 | 4, perItem: 1 | 2): Shape => ({ kind: 'container', width, perItem })
+  table[0x00] = fixed(0) // nil
+  table[0x02] = fixed(0) // false
+  table[0x03] = fixed(0) // true
+  table[0x04] = sized(1) // bin 8, 16, 32
+  table[0x05] = sized(2)
+  table[0x06] = sized(4)
+  table[0x0a] = fixed(4) // float 32, 64
+  table[0x0b] = fixed(8)
+  table[0x0c] = fixed(1) // uint 8, 16, 32, 64
+  table[0x0d] = fixed(2)
+  table[0x0e] = fixed(4)
+  table[0x0f] = fixed(8)
+  table[0x10] = fixed(1) // int 8, 16, 32, 64
+  table[0x11] = fixed(2)
+  table[0x12] = fixed(4)
+  table[0x13] = fixed(8)
+  table[0x19] = sized(1) // str 8, 16, 32
+  table[0x1a] = sized(2)
+  table[0x1b] = sized(4)
+  table[0x1c] = container(2, 1) // array 16, 32
+  table[0x1d] = container(4, 1)
+  table[0x1e] = container(2, 2) // map 16, 32
+  table[0x1f] = container(4, 2)
+  return table
+})()
+
 /**
  * Walks msgpack bytes before msgpackr sees them: exactly one value, no
  * extension types but `undefined` (Stead writes no others, and msgpackr's,
@@ -84,65 +118,17 @@ function checkStructure(b: Uint8Array): void {
     if (t <= 0x8f) items(2 * (t & 0x0f)) // fixmap
     else if (t <= 0x9f) items(t & 0x0f) // fixarray
     else if (t <= 0xbf) skip(t & 0x1f) // fixstr
-    else
-      switch (t) {
-        case 0xc0: // nil
-        case 0xc2: // false
-        case 0xc3: // true
-          break
-        case 0xc4: // bin 8
-        case 0xd9: // str 8
-          skip(len(1))
-          break
-        case 0xc5: // bin 16
-        case 0xda: // str 16
-          skip(len(2))
-          break
-        case 0xc6: // bin 32
-        case 0xdb: // str 32
-          skip(len(4))
-          break
-        case 0xca: // float 32
-          skip(4)
-          break
-        case 0xcb: // float 64
-          skip(8)
-          break
-        case 0xcc: // uint 8
-        case 0xd0: // int 8
-          skip(1)
-          break
-        case 0xcd:
-        case 0xd1:
-          skip(2)
-          break
-        case 0xce:
-        case 0xd2:
-          skip(4)
-          break
-        case 0xcf:
-        case 0xd3:
-          skip(8)
-          break
-        case 0xdc: // array 16
-          items(len(2))
-          break
-        case 0xdd: // array 32
-          items(len(4))
-          break
-        case 0xde: // map 16
-          items(2 * len(2))
-          break
-        case 0xdf: // map 32
-          items(2 * len(4))
-          break
-        case 0xd4: // fixext 1: only msgpackr's `undefined` (type 0, one zero byte), which encode() writes for it
-          if (b[pos] !== 0 || b[pos + 1] !== 0) bad(`extension type ${String(b[pos])} at offset ${pos - 1} is not allowed`)
-          skip(2)
-          break
-        default: // 0xc1 (never used) and the other extension types 0xc7-0xc9, 0xd5-0xd8
-          bad(`type 0x${t.toString(16)} at offset ${pos - 1} is not allowed`)
-      }
+    else if (t === 0xd4) {
+      // fixext 1: only msgpackr's `undefined` (type 0, one zero byte), which encode() writes for it
+      if (b[pos] !== 0 || b[pos + 1] !== 0) bad(`extension type ${String(b[pos])} at offset ${pos - 1} is not allowed`)
+      skip(2)
+    } else {
+      const shape = SHAPES[t - 0xc0]
+      if (shape === undefined) bad(`type 0x${t.toString(16)} at offset ${pos - 1} is not allowed`) // 0xc1 and the other extension types
+      else if (shape.kind === 'fixed') skip(shape.bytes)
+      else if (shape.kind === 'sized') skip(len(shape.width))
+      else items(shape.perItem * len(shape.width))
+    }
   }
   if (pos !== b.length) bad(`expected one msgpack value, found ${b.length - pos} more bytes`)
 }
