@@ -1,4 +1,4 @@
-import type { RelayMessage } from '@stead/core'
+import { encodeCommitFrame } from '@stead/core'
 import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
 
 /**
@@ -6,7 +6,8 @@ import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
  * store. It holds a position, not data: a subscriber that does not read
  * costs nothing here, whatever the history's size. Each `next()` reads one
  * frame's worth (a commit with its first envelope chunk, or a further
- * chunk), so frames stay below the client's limit however large a commit.
+ * chunk), so frames stay below the client's limit however large a commit,
+ * and builds it around the chunk's stored bytes (nothing decoded again).
  */
 export class CommitFeed {
   private position: FeedPosition
@@ -26,21 +27,21 @@ export class CommitFeed {
     return this.current !== undefined
   }
 
-  /** The next frame for this subscriber, or undefined when it has everything stored so far. */
-  next(): Extract<RelayMessage, { type: 'commit' | 'commit-more' }> | undefined {
+  /** The next frame (encoded `commit` or `commit-more`) for this subscriber, or undefined when it has everything stored so far. */
+  next(): Uint8Array | undefined {
     const space = this.space
     if (this.current) {
       const { head } = this.current
       const k = this.current.next++
       const more = k + 1 < head.chunks
       if (!more) this.current = undefined
-      return { type: 'commit-more', space, envelopes: this.store.commitChunk(space, head.position, k), more }
+      return encodeCommitFrame(space, undefined, this.store.commitChunk(space, head.position, k), more)
     }
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
     this.position = [head.position[0], head.position[1] + 1]
     const more = head.chunks > 1
     if (more) this.current = { head, next: 1 }
-    return { type: 'commit', space, attestation: head.attestation, envelopes: this.store.commitChunk(space, head.position, 0), more }
+    return encodeCommitFrame(space, head.attestation, this.store.commitChunk(space, head.position, 0), more)
   }
 }

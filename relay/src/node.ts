@@ -115,6 +115,8 @@ export class RelayNode {
   private commitCount = 0
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
   private readonly creating = new Map<string, number>()
+  /** Space → hex keys that may read it (readers and writers), for spaces with readers; built on first use. */
+  private readonly readerKeys = new Map<string, ReadonlySet<string>>()
   /** Key or address → times it started a new space within the last hour. */
   private readonly spaceStarts = new Map<string, number[]>()
 
@@ -288,8 +290,9 @@ export class RelayNode {
     const policy = this.options.cluster.spaces.get(space)
     if (!policy?.readers) return true
     if (!key) return false
-    const hex = toHex(key)
-    return [...policy.readers, ...(policy.writers ?? [])].some((k) => toHex(k) === hex)
+    let allowed = this.readerKeys.get(space)
+    if (!allowed) this.readerKeys.set(space, (allowed = new Set([...policy.readers, ...(policy.writers ?? [])].map(toHex))))
+    return allowed.has(toHex(key))
   }
 
   /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */
@@ -555,8 +558,8 @@ export class RelayNode {
    * the same cluster file, or their audits differ.
    */
   private authorizeFor(space: string): Authorize | undefined {
+    // (Spaces a closed cluster does not list get no replica at all: see audit.)
     const policy = this.options.cluster.spaces.get(space)
-    if (!policy && !this.options.cluster.openSpaces) return () => ({ ok: false, reason: 'unauthorized', detail: `unknown space ${space}` })
     if (!policy?.writers) return undefined
     const allowed = new Set(policy.writers.map((w) => authorIdOf(nodeCrypto, w)))
     return (author) => (allowed.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not write to ${space}` })

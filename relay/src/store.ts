@@ -229,11 +229,11 @@ export class RelayStore {
     return out
   }
 
-  /** Chunk `k` of the envelopes of the commit at `position` (see commitAt). */
-  commitChunk(space: string, position: FeedPosition, k: number): Uint8Array[] {
+  /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */
+  commitChunk(space: string, position: FeedPosition, k: number): Uint8Array {
     const value = this.attestChunks.get([space, position[0], position[1], k])
     if (!value) throw new Error(`store: chunk ${k} of the ${space} commit at ${position.join('/')} is missing`)
-    return decode(value, RECORD_LIMIT) as Uint8Array[]
+    return value
   }
 
   async close(): Promise<void> {

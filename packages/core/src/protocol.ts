@@ -1,3 +1,4 @@
+import { concatBytes } from './bytes.ts'
 import { DEFAULT_LIMITS, asSigned, decode, encode, expect, type Signed } from './codec.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import type { Decision } from './replica.ts'
@@ -248,6 +249,21 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
   }
 }
 
+/**
+ * A `commit` frame (with its attestation) or a `commit-more` frame (without)
+ * around envelope frames already encoded as one msgpack array: a relay
+ * sends the bytes it stored, without decoding and encoding them again for
+ * every subscriber. Byte for byte what encodeRelayMessage makes of the same
+ * message.
+ */
+export function encodeCommitFrame(space: string, attestation: Signed | undefined, encodedEnvelopes: Uint8Array, more: boolean): Uint8Array {
+  const head = attestation ? ['commit', space, [attestation.bytes, attestation.sig]] : ['commit-more', space]
+  const tail = attestation ? (more ? [true] : []) : [more]
+  // A msgpack array is its header and then its elements, each encoded on its own.
+  const header = Uint8Array.of(0x90 | (head.length + 1 + tail.length))
+  return concatBytes(header, ...head.map((v) => encode(v)), encodedEnvelopes, ...tail.map((v) => encode(v)))
+}
+
 export function encodeRelayMessage(m: RelayMessage): Uint8Array {
   switch (m.type) {
     case 'challenge':
@@ -262,9 +278,9 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'envelope':
       return encode(['envelope', m.space, m.envelope])
     case 'commit':
-      return encode(m.more ? ['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes, true] : ['commit', m.space, [m.attestation.bytes, m.attestation.sig], m.envelopes])
+      return encodeCommitFrame(m.space, m.attestation, encode(m.envelopes), m.more === true)
     case 'commit-more':
-      return encode(['commit-more', m.space, m.envelopes, m.more])
+      return encodeCommitFrame(m.space, undefined, encode(m.envelopes), m.more)
     case 'pong':
       return encode(['pong', m.n])
   }

@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CommitAssembler, decode, decodeRelayMessage, encode, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
+import { CommitAssembler, decode, decodeRelayMessage, encode, encodeCommitFrame, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
 /** Buffers and Uint8Arrays compare as their bytes; -0 as 0 (msgpack writes it as the integer 0). */
@@ -27,6 +27,15 @@ describe('commits in several frames', () => {
     const whole: RelayMessage = { type: 'commit', space: 's', attestation, envelopes: frames(1) }
     expect(roundTrip(whole)).toEqual(plain({ ...whole, more: false }))
     expect(() => decodeRelayMessage(encodeRelayMessage({ ...rest, more: 'yes' as unknown as boolean }))).toThrow(/boolean/)
+  })
+
+  it('built around stored envelope bytes, equal byte for byte to encoding the whole message', () => {
+    const envs = frames(3, 40)
+    const same = (x: Uint8Array, y: Uint8Array) => expect(Buffer.from(x).equals(Buffer.from(y))).toBe(true)
+    same(encodeCommitFrame('s', attestation, encode(envs), true), encode(['commit', 's', [attestation.bytes, attestation.sig], envs, true]))
+    same(encodeCommitFrame('s', attestation, encode(envs), false), encode(['commit', 's', [attestation.bytes, attestation.sig], envs]))
+    same(encodeCommitFrame('s', undefined, encode(envs), false), encode(['commit-more', 's', envs, false]))
+    same(encodeCommitFrame('s', undefined, encode([]), true), encode(['commit-more', 's', [], true]))
   })
 
   it('join back into the commit whatever the split', () => {
