@@ -812,7 +812,8 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
     }, Math.max(1, Math.min(500, deadline - Date.now())))
     const rl = since().filter(isRateLimited).length
     if (!settled && conn.authed && rl > limited) {
-      // the barrier ping itself may have been refused as rate-limited: ping again once the relay reads again
+      // The barrier ping itself was refused as rate-limited (its session's backlog was full): there is no
+      // condition to wait on from outside, so back off as any client must before asking again.
       limited = rl
       await sleep(100)
       await ping()
