@@ -256,15 +256,7 @@ export class Space implements SessionMember {
 
   get status(): ClientStatus {
     const queued = this.drafts.reduce((n, d) => n + d.size, 0)
-    const problem = this.problem ?? (this.closed ? 'closed' : this.sessions.whyOffline)
-    return {
-      online: !this.closed && this.sessions.online,
-      relays: this.sessions.relayStatus,
-      pending: queued + this.outbox.size,
-      stableIndex: this.position.stableIndex,
-      trusted: this.sessions.cluster !== undefined,
-      ...(problem ? { problem } : {}),
-    }
+    return { ...this.sessions.statusFor(this.closed, this.problem), pending: queued + this.outbox.size, stableIndex: this.position.stableIndex }
   }
 
   onStatus(listener: (status: ClientStatus) => void): () => void {
@@ -1249,8 +1241,7 @@ export class SteadClient {
 
   /** The relay sessions every space shares: online once f+1 trusted relays are connected. */
   get status(): SessionsStatus {
-    const problem = this.closed ? 'closed' : this.sessions.whyOffline
-    return { online: !this.closed && this.sessions.online, relays: this.sessions.relayStatus, trusted: this.sessions.cluster !== undefined, ...(problem ? { problem } : {}) }
+    return this.sessions.statusFor(this.closed)
   }
 
   onStatus(listener: (status: SessionsStatus) => void): () => void {

@@ -2,7 +2,7 @@ import type { Crypto, RelayMessage, SteadError } from '@stead/core'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { TrustError } from './errors.ts'
 import { RelayLink, type SocketFactory } from './transport.ts'
-import type { RelayStatus } from './types.ts'
+import type { RelayStatus, SessionsStatus } from './types.ts'
 
 /** A space using the sessions: what they tell it. */
 export interface SessionMember {
@@ -96,8 +96,14 @@ export class RelaySessions {
     return id
   }
 
+  /** The sessions' status as the client or one of its spaces reports it (`problem`: theirs, which comes first). */
+  statusFor(closed: boolean, problem?: string): SessionsStatus {
+    const why = problem ?? (closed ? 'closed' : this.whyOffline)
+    return { online: !closed && this.online, relays: this.relayStatus, trusted: this.cluster !== undefined, ...(why ? { problem: why } : {}) }
+  }
+
   /** Per relay, for status. */
-  get relayStatus(): RelayStatus[] {
+  private get relayStatus(): RelayStatus[] {
     if (!this.links.length) return this.o.relays.map((url) => ({ url, connected: false }))
     return this.links.map((l) => ({
       url: l.url,
