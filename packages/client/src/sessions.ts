@@ -114,12 +114,12 @@ export class RelaySessions {
     }))
   }
 
-  get online(): boolean {
+  private get online(): boolean {
     return this.cluster !== undefined && this.links.filter((l) => l.ready).length >= this.cluster.f + 1
   }
 
   /** Why the sessions are not online, in words an app can show; undefined when they are. */
-  get whyOffline(): string | undefined {
+  private get whyOffline(): string | undefined {
     if (this.online) return undefined
     if (this.closed) return 'closed'
     if (this.problem) return this.problem
