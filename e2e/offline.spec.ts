@@ -2,7 +2,7 @@
  * Local-first: edits go on while a user is offline and commit when they come
  * back; a reload restores everything from IndexedDB before any relay answers.
  */
-import { demoPath, expect, freshSpace, openUser, test, useCluster } from './fixtures.ts'
+import { User, demoPath, expect, freshSpace, openUser, test, useCluster } from './fixtures.ts'
 
 const cluster = useCluster({ basePort: 7631 })
 
@@ -126,21 +126,46 @@ test('updates made offline survive a reload and commit when the relays answer ag
   }
 })
 
-test('a second tab on the same storage is refused with a reason instead of losing updates, and works once the first closes', async ({ browser }, testInfo) => {
+test('tabs of one user share one client: each sees the others at once, and the updates of all survive the leading tab closing', async ({ browser }, testInfo) => {
   const space = freshSpace(testInfo)
   const alice = await openUser(browser, cluster().urls, space, 'Alice')
+  const tabs: User[] = []
   try {
     await alice.deposit('main', 10)
     await alice.expectBalance('main', 10)
-    // Same browser context, same user: the same IndexedDB database.
-    const second = await alice.context.newPage()
-    await second.goto(demoPath(cluster().urls, space, 'Alice'))
-    await expect(second.getByTestId('boot-error')).toContainText('in use by another tab', { timeout: 15_000 })
-    // The first tab goes away: a new tab gets the storage and everything in it.
+    // Two more tabs of the same browser context and database: they follow the first.
+    for (const name of ['Alice-2', 'Alice-3']) {
+      const page = await alice.context.newPage()
+      const tab = new User(name, alice.context, page)
+      await page.goto(demoPath(cluster().urls, space, 'Alice'))
+      await expect(page.getByTestId('app')).toBeVisible()
+      await tab.expectBalance('main', 10)
+      tabs.push(tab)
+    }
+    const leading = (u: User) => u.page.evaluate(() => (window as unknown as { stead: { leading: boolean } }).stead.leading)
+    expect(await leading(alice)).toBe(true)
+    expect(await leading(tabs[0] as User)).toBe(false)
+    const [second, third] = tabs as [User, User]
+    await second.deposit('main', 5)
+    await alice.expectBalance('main', 15)
+    await third.expectBalance('main', 15)
+
+    // The leading tab closes while the others keep depositing.
+    const writes = (async () => {
+      for (let i = 0; i < 6; i++) {
+        await second.deposit('travel', 1)
+        await third.deposit('travel', 2)
+      }
+    })()
     await alice.page.close()
-    await second.reload()
-    await expect(second.getByTestId('app')).toBeVisible()
-    await expect(second.getByTestId('balance-main-stable')).toHaveText('10')
+    await writes
+    await expect.poll(async () => (await leading(second)) || (await leading(third)), { message: 'a new leading tab' }).toBe(true)
+    for (const tab of tabs) {
+      await tab.expectBalance('travel', 18)
+      await tab.expectBalance('main', 15)
+      await expect(tab.page.getByTestId('status-pending')).toHaveText('0')
+    }
+    expect([...second.errors, ...third.errors]).toEqual([])
   } finally {
     await alice.context.close()
   }

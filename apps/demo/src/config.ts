@@ -11,7 +11,7 @@ export interface DemoConfig {
   readonly space: string
   /** A display name for this tab's user (only shown, never trusted). */
   readonly user: string
-  /** IndexedDB database name of this space's local replica. */
+  /** IndexedDB database of this page's client (tabs with the same one share it). */
   readonly database: string
   /** The cluster descriptor to pin; when absent the client trusts what the relays agree on, on first use. */
   readonly cluster?: unknown

@@ -1,6 +1,6 @@
 import { StrictMode, Suspense, use } from 'react'
 import { createRoot } from 'react-dom/client'
-import { createClient, indexedDbStorage, type Space } from '@stead/client'
+import { createClient, type Space } from '@stead/client'
 import { SteadProvider } from '@stead/react'
 import { App } from './App.tsx'
 import { BootError } from './components/BootError.tsx'
@@ -12,11 +12,12 @@ import './styles.css'
 const config = readConfig()
 const demo: Demo = { config, log: new OperationLog() }
 
-// One client per page, created outside React (StrictMode renders twice).
-// It opens the space's local replica from IndexedDB without waiting for any relay.
+// One client per page, created outside React (StrictMode renders twice). Pages of
+// this origin with the same database share it: one leads, the others follow it.
+// It opens the space's local replica without waiting for any relay.
 const spacePromise: Promise<Space> = createClient({
   relays: [...config.relays],
-  storage: indexedDbStorage(config.database),
+  database: config.database,
   ...(config.cluster ? { cluster: config.cluster } : {}),
 }).then((client) => {
   // Handy in the console, and for the e2e tests' diagnostics.

@@ -55,6 +55,8 @@ export class DraftBatch {
   readonly safe: DraftSafeGroup[] = []
   readonly stored: Array<Deferred<UpdateResult>> = []
   readonly keys = new Set<string>()
+  /** Updates other tabs forwarded into this batch (this tab leads): their request id and the indexes of their safe groups in `safe`. */
+  readonly requests: Array<{ readonly id: string; readonly safe: readonly number[] }> = []
 
   get size(): number {
     return this.regular.length + this.safe.reduce((n, g) => n + g.items.length, 0)

@@ -15,7 +15,7 @@ export { lmdbStorage } from './storage/lmdb.ts'
 
 export function createClient(options: ClientOptions): Promise<SteadClient> {
   return createClientWith(options, {
-    storage: () => lmdbStorage(join(process.cwd(), '.stead', 'client')),
+    storage: () => lmdbStorage(join(process.cwd(), '.stead', options?.database ?? 'client')),
     crypto: async () => nodeCrypto,
     connect: (url) => new WebSocket(url) as unknown as SocketLike,
     fetch: (url, init) => fetch(url, init),

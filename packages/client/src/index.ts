@@ -9,8 +9,10 @@ import { indexedDbStorage } from './storage/indexeddb.ts'
 import type { Fetch } from './cluster.ts'
 import type { SocketLike } from './transport.ts'
 import type { ClientOptions } from './types.ts'
+import type { ChannelLike, LockManagerLike } from './tabs.ts'
 
 export { SteadClient, Space, type SettledUpdate } from './client.ts'
+export type { PendingUpdate } from './space.ts'
 export type { Transaction } from './transaction.ts'
 export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
 export { ClosedError, RejectedError, TrustError } from './errors.ts'
@@ -25,18 +27,30 @@ export { memoryStorage } from './storage/memory.ts'
 export { indexedDbStorage } from './storage/indexeddb.ts'
 
 /**
- * Opens a client of one space: restores its state from storage (so values
- * are readable at once, offline too), then connects to the relays in the
- * background. Defaults here: IndexedDB database `stead-<space>`, WebCrypto
- * Ed25519 (or @noble/curves where it is missing), the global WebSocket and fetch.
+ * Opens a client: restores its identity from storage, then connects to the
+ * relays in the background; `client.space(name)` opens spaces. Defaults
+ * here: IndexedDB database `stead` (`options.database`) shared by the tabs
+ * of this origin through a leader tab (Web Locks and BroadcastChannel),
+ * WebCrypto Ed25519 (or @noble/curves where it is missing), the global
+ * WebSocket and fetch.
  */
 export function createClient(options: ClientOptions): Promise<SteadClient> {
-  const WS = (globalThis as { WebSocket?: new (url: string) => SocketLike }).WebSocket
-  const fetchFn = (globalThis as { fetch?: Fetch }).fetch
+  const g = globalThis as {
+    WebSocket?: new (url: string) => SocketLike
+    fetch?: Fetch
+    navigator?: { locks?: LockManagerLike }
+    BroadcastChannel?: new (name: string) => ChannelLike
+  }
+  const WS = g.WebSocket
+  const fetchFn = g.fetch
+  const name = options?.database ?? 'stead'
+  const locks = g.navigator?.locks
+  const Channel = g.BroadcastChannel
   return createClientWith(options, {
-    storage: () => indexedDbStorage('stead'),
+    storage: () => indexedDbStorage(name),
     crypto: defaultCrypto,
     connect: WS ? (url) => new WS(url) : undefined,
     fetch: fetchFn ? (url, init) => fetchFn(url, init) : undefined,
+    ...(locks && Channel ? { tabs: { name, locks, channel: (n: string) => new Channel(n), storage: () => indexedDbStorage(name) } } : {}),
   })
 }

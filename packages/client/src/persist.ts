@@ -27,9 +27,26 @@ export interface Restored {
   readonly commits: CommitRecord[]
   /** Own envelopes not yet decided, in sequence order. */
   readonly outbox: Uint8Array[]
+  /** Updates other tabs forwarded, and the envelopes that carried them (the last 1,000). */
+  readonly requests: StoredRequest[]
   /** Envelopes received from relays and not yet decided. */
   readonly inbox: Uint8Array[]
 }
+
+/** Updates another tab forwarded into an envelope: its request id, and which of the envelope's safe groups are its. */
+export interface ForwardedRequest {
+  readonly id: string
+  readonly safe: readonly number[]
+}
+
+/** A forwarded request as the leader stored it: the envelope that carried it. */
+export interface StoredRequest extends ForwardedRequest {
+  readonly seq: number
+  readonly envelope: string
+}
+
+/** Forwarded requests remembered after their envelope is decided, so one sent again after a change of leader is not applied twice. */
+const REQUESTS_KEPT = 1000
 
 // Sequence numbers and commit counters are zero-padded so string order is numeric order.
 const pad = (n: number): string => n.toString().padStart(16, '0')
@@ -40,6 +57,7 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  *   [space, 'meta', 'author' | 'position' | 'checkpoint']
  *   [space, 'commit', n]      attested commits applied since the checkpoint, in order
  *   [space, 'outbox', seq]    own envelopes not yet decided
+ *   [space, 'request', id]    an update another tab forwarded: the envelope that carried it (see tabs.ts)
  *   [space, 'inbox', idHex]   received envelopes not yet decided
  *
  * Values are msgpack (envelopes and attestations as the exact bytes that
@@ -47,6 +65,8 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  */
 export class ClientRecords {
   private nextCommit = 0
+  /** Stored forwarded requests, oldest first. */
+  private requests: StoredRequest[] = []
   /** Commit records stored since the last checkpoint: the next checkpoint deletes them. */
   private stored: number[] = []
   /** Envelopes in those records: what opening would replay. */
@@ -59,12 +79,13 @@ export class ClientRecords {
 
   async restore(): Promise<Restored> {
     const s = this.space
-    const [author, position, checkpoint, commits, outbox, inbox] = await Promise.all([
+    const [author, position, checkpoint, commits, outbox, requests, inbox] = await Promise.all([
       this.storage.load([s, 'meta', 'author']),
       this.storage.load([s, 'meta', 'position']),
       this.storage.load([s, 'meta', 'checkpoint']),
       this.storage.loadRange([s, 'commit']),
       this.storage.loadRange([s, 'outbox']),
+      this.storage.loadRange([s, 'request']),
       this.storage.loadRange([s, 'inbox']),
     ])
     this.stored = commits.map((e) => Number(e.key[2]))
@@ -79,6 +100,7 @@ export class ClientRecords {
         return c
       }),
       outbox: outbox.map((e) => e.value),
+      requests: (this.requests = requests.map((e) => decodeRequest(e.key[2] as string, e.value)).sort((a, b) => a.seq - b.seq)),
       inbox: inbox.map((e) => e.value),
     }
   }
@@ -115,8 +137,15 @@ export class ClientRecords {
     ]
   }
 
-  outboxPut(seq: number, frame: Uint8Array): StorageChange {
-    return { key: this.outboxKey(seq), value: frame }
+  /** A signed envelope, and the forwarded requests it carries (the oldest remembered ones are forgotten). */
+  outboxPut(seq: number, frame: Uint8Array, envelope: string, requests: readonly ForwardedRequest[]): StorageChange[] {
+    const put: StorageChange[] = [{ key: this.outboxKey(seq), value: frame }]
+    for (const r of requests) {
+      put.push({ key: [this.space, 'request', r.id], value: encode([seq, envelope, r.safe]) })
+      this.requests.push({ ...r, seq, envelope })
+    }
+    while (this.requests.length > REQUESTS_KEPT) put.push({ key: [this.space, 'request', (this.requests.shift() as StoredRequest).id], value: undefined })
+    return put
   }
 
   outboxDelete(seq: number): StorageChange {
@@ -139,6 +168,11 @@ export class ClientRecords {
 function decodeAuthor(bytes: Uint8Array): AuthorState {
   const [seq, clock, authorId] = expect.array(decode(bytes), 'author', 3)
   return { seq: expect.uint(seq, 'author.seq'), clock: decodeClock(clock, 1_000_000), ...(typeof authorId === 'string' ? { authorId } : {}) }
+}
+
+function decodeRequest(id: string, bytes: Uint8Array): StoredRequest {
+  const [seq, envelope, safe] = expect.array(decode(bytes), 'request', 3)
+  return { id, seq: expect.uint(seq, 'request.seq'), envelope: expect.string(envelope, 'request.envelope', 64), safe: expect.array(safe, 'request.safe', 100_000).map((g) => expect.uint(g, 'request.safe[]')) }
 }
 
 function decodePosition(bytes: Uint8Array): ChainPosition {

@@ -77,7 +77,16 @@ export interface ClientOptions {
    * pins the descriptor 2f+1 of them serve identically.
    */
   readonly cluster?: unknown
-  /** Holds the identity, the pinned cluster and every space's state. Defaults to IndexedDB `stead` in browsers and LMDB under ./.stead/client in Node. */
+  /**
+   * The default storage's name: the IndexedDB database in browsers (default
+   * `stead`), the directory ./.stead/<database> in Node (default `client`).
+   * In browsers, tabs of one origin with the same database share one client.
+   */
+  readonly database?: string
+  /**
+   * Holds the identity, the pinned cluster and every space's state, instead
+   * of the default storage (then tabs do not share a client: each needs its own).
+   */
   readonly storage?: ClientStorage | Promise<ClientStorage>
   /** Ed25519 secret key (32-byte seed). Defaults to one created once and kept in storage. */
   readonly identity?: { readonly secretKey: Uint8Array }

@@ -587,7 +587,7 @@ describe('persistence', () => {
     first.now = true // it crashes: no close, no final checkpoint
     const crashed = owners.get(a) as SteadClient
     open.splice(open.indexOf(crashed), 1)
-    ;(crashed as unknown as { sessions: { close(): void } }).sessions.close()
+    ;(crashed as unknown as { lead: { sessions: { close(): void } } }).lead.sessions.close()
     const b = await client(c, { storage: view({ now: false }), checkpointEvery: 5 })
     const k2 = b.counter('k', { min: 0 })
     expect({ k: [k2.value, k2.stable, k2.history()], s: b.set<string>('s').stableValues().sort(), index: b.status.stableIndex }).toEqual(before)

@@ -1,0 +1,234 @@
+import {
+  asSigned,
+  attestedDecision,
+  batchDigest,
+  bytesEqual,
+  decode,
+  decodeAttestation,
+  encode,
+  openEnvelope,
+  openEnvelopeSync,
+  toHex,
+  type CommitResult,
+  type Crypto,
+  type Envelope,
+  type RelayMessage,
+  type Signed,
+} from '@stead/core'
+import { TrustError } from './errors.ts'
+import type { Outbox, SpaceNews } from './outbox.ts'
+import type { ClientRecords, CommitRecord } from './persist.ts'
+import { CommitQuorum, type CommitCandidate } from './quorum.ts'
+import type { RelaySessions } from './sessions.ts'
+import type { Space } from './space.ts'
+import type { StorageChange } from './storage/types.ts'
+import type { RelayLink } from './transport.ts'
+
+/**
+ * What a space hears from the relays: envelopes (verified, shown
+ * prospectively, kept until decided) and commits (believed at f+1 matching
+ * attestations, replayed through the local audit, checked against what the
+ * relays attested, stored, and used to settle the outbox's envelopes).
+ */
+export class RelayIntake {
+  private quorum: CommitQuorum | undefined
+  private readonly verifying = new Set<string>()
+  private inboxWrites: StorageChange[] = []
+  private inboxTimer: ReturnType<typeof setTimeout> | undefined
+  /** The commit run in progress (close awaits it), and whether another pass is due. */
+  private applyRun: Promise<void> | undefined
+  private applyAgain = false
+  private closed = false
+
+  constructor(
+    private readonly o: {
+      space: Space
+      records: ClientRecords
+      crypto: Crypto
+      sessions: RelaySessions
+      outbox: Outbox
+      checkpointEvery: number
+      news: SpaceNews
+    },
+  ) {}
+
+  /** A relay session is ready: follow the space there from its stable index. */
+  ready(link: RelayLink): void {
+    this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
+    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex: this.o.space.position.stableIndex })
+  }
+
+  message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' }>): void {
+    if (this.closed || m.space !== this.o.space.space) return
+    if (m.type === 'envelope') void this.onEnvelope(link, m.envelope)
+    else void this.onCommit(link, m)
+  }
+
+  private async onEnvelope(link: RelayLink, frame: Uint8Array): Promise<void> {
+    const { space, crypto, outbox } = this.o
+    let signed
+    try {
+      signed = asSigned(decode(frame))
+    } catch (err) {
+      return link.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
+    }
+    const idHex = toHex(crypto.sha256(signed.bytes))
+    if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex)) return
+    this.verifying.add(idHex)
+    let env: Envelope
+    try {
+      env = await openEnvelope(crypto, signed)
+    } catch {
+      // A forged envelope: the relay that certified and sent it is lying (or passed on a client's garbage).
+      return link.markFaulty('sent an envelope that does not verify')
+    } finally {
+      this.verifying.delete(idHex)
+    }
+    if (this.closed || env.space !== space.space) return
+    const r = space.replica.receive(env)
+    if (r.status === 'duplicate' && r.changed.size === 0) return
+    outbox.heard(env)
+    this.o.news.received(frame)
+    this.inboxWrites.push(this.o.records.inboxPut(idHex, frame))
+    this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
+    space.notify(r.changed)
+  }
+
+  private async writeInbox(): Promise<void> {
+    this.inboxTimer = undefined
+    const writes = this.inboxWrites
+    this.inboxWrites = []
+    if (writes.length === 0) return
+    // Received envelopes decided meanwhile need no record.
+    const live = writes.filter((w) => this.o.space.replica.isPending(w.key[2] as string))
+    if (live.length) await this.o.records.storage.write(live).catch((err) => this.o.space.storageFailed(err))
+  }
+
+  private async onCommit(link: RelayLink, m: Extract<RelayMessage, { type: 'commit' }>): Promise<void> {
+    const relay = link.relay
+    const { space, sessions } = this.o
+    const cluster = sessions.cluster
+    if (relay === undefined || !cluster || !this.quorum) return
+    let attestation
+    try {
+      attestation = decodeAttestation(m.attestation.bytes)
+    } catch (err) {
+      return link.markFaulty(`sent a malformed attestation: ${(err as Error).message}`)
+    }
+    if (attestation.space !== space.space) return link.markFaulty(`attested space ${attestation.space} on a ${space.space} subscription`)
+    if (CommitQuorum.stale(attestation, space.position)) return
+    const key = cluster.relays[relay]?.publicKey
+    if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
+    if (this.closed) return
+    this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
+    this.applyCommits()
+  }
+
+  /** Applies every commit whose turn it is, one at a time. */
+  private applyCommits(): void {
+    if (this.applyRun) {
+      this.applyAgain = true
+      return
+    }
+    this.applyRun = (async () => {
+      do {
+        this.applyAgain = false
+        let next: CommitCandidate | undefined
+        while (!this.closed && this.quorum && (next = this.quorum.next(this.o.space.position))) {
+          if (!(await this.applyCommit(next))) break
+        }
+      } while (this.applyAgain && !this.closed)
+    })()
+      .catch((err: unknown) => this.o.space.storageFailed(err))
+      .finally(() => {
+        this.applyRun = undefined
+      })
+  }
+
+  private async applyCommit(c: CommitCandidate): Promise<boolean> {
+    const { space, records, outbox } = this.o
+    const a = c.attestation
+    let envs: Envelope[] | undefined
+    let frames: readonly Uint8Array[] = []
+    for (const list of c.frames.values()) {
+      try {
+        const opened = list.map((f) => openTrusted(this.o.crypto, f))
+        if (bytesEqual(batchDigest((b) => this.o.crypto.sha256(b), opened.map((e) => e.id)), a.batch)) {
+          envs = opened
+          frames = list
+          break
+        }
+      } catch {
+        // That relay sent frames that are not the attested batch; another one's may be.
+      }
+    }
+    if (!envs) return false
+    const result = space.replica.commit(envs, a.round)
+    const position = { stableIndex: result.stableIndex, lastRound: a.round }
+    const mismatch = this.checkAgainst(result, c)
+    if (mismatch) {
+      // f+1 relays (one of them correct) attested a result this replica's audit did not reach.
+      const err = new TrustError(`commit at round ${a.round}: ${mismatch}`)
+      space.setProblem(err.message)
+      space.emitError(err)
+    }
+    space.position = position
+    const quorum = this.quorum as CommitQuorum
+    for (const relay of quorum.dissenters(c)) this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
+    quorum.prune(position)
+
+    const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
+    const changes: StorageChange[] = records.commit(record, position)
+    // Every so often the stored commits collapse into one checkpoint, so opening stays O(state).
+    const since = records.sinceCheckpoint
+    if (since.envelopes >= this.o.checkpointEvery || since.commits >= 1000) changes.push(...records.checkpoint(space.replica.checkpoint(), position))
+    const own: Array<CommitResult['decisions'][number]> = []
+    for (const d of result.decisions) {
+      if (outbox.has(d.env.idHex)) {
+        own.push(d)
+        changes.push(...outbox.decidedChanges(d))
+      } else changes.push(records.inboxDelete(d.env.idHex))
+    }
+    try {
+      await records.storage.write(changes)
+    } catch (err) {
+      space.storageFailed(err)
+    }
+    this.o.news.committed(a.round, frames)
+    for (const d of own) await outbox.settle(d.env.idHex, d)
+    space.notify(result.changed)
+    space.progress()
+    space.emitStatus()
+    return true
+  }
+
+  /** Why the local audit disagrees with an attestation, or undefined when it agrees. */
+  private checkAgainst(result: CommitResult, c: CommitCandidate): string | undefined {
+    const a = c.attestation
+    if (result.stableIndex !== a.toIndex) return `stable index ${result.stableIndex}, attested ${a.toIndex}`
+    const mine = encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>)))
+    if (!bytesEqual(mine, encode(a.decisions))) return 'decisions differ'
+    if (!bytesEqual(this.o.space.replica.stableHash((b) => this.o.crypto.sha256(b)), a.stateHash)) return 'stable state hash differs'
+    return undefined
+  }
+
+  /** Stops taking news, lets a commit being applied finish its write, stores received envelopes and checkpoints so the next open is quick. */
+  async close(): Promise<void> {
+    this.closed = true
+    if (this.inboxTimer) clearTimeout(this.inboxTimer)
+    await this.writeInbox().catch(() => undefined)
+    await this.applyRun
+    const { records, space } = this.o
+    if (records.sinceCheckpoint.commits > 0) await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
+  }
+}
+
+/**
+ * Opens an envelope without checking its signature again: for frames this
+ * client stored after verifying them, frames bound by f+1 relays'
+ * attestations (whose batch digest covers exactly these payload bytes), and
+ * frames the leader tab verified.
+ */
+export function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelope {
+  return openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, frame instanceof Uint8Array ? decode(frame) : frame)
+}

@@ -1,0 +1,355 @@
+import {
+  SteadError,
+  clockFrom,
+  clockMerge,
+  clockUpdate,
+  encodeEnvelope,
+  sealEnvelope,
+  type Clock,
+  type CommitResult,
+  type Crypto,
+  type Envelope,
+  type ErrorReason,
+  type ORSet,
+  type RelayMessage,
+} from '@stead/core'
+import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from './drafts.ts'
+import { RejectedError } from './errors.ts'
+import type { ClientRecords, ForwardedRequest, StoredRequest } from './persist.ts'
+import type { RelaySessions, SessionMember } from './sessions.ts'
+import type { StorageChange } from './storage/types.ts'
+import type { PendingUpdate, SettledUpdate, Space } from './space.ts'
+import type { RelayLink } from './transport.ts'
+import type { SafeResult } from './types.ts'
+
+/** What the leader tab tells the other tabs of a space (see tabs.ts); nothing when tabs do not share the client. */
+export interface SpaceNews {
+  /** An envelope was signed and stored (or the batch cancelled out: undefined), carrying these requests of other tabs. */
+  sealed(frame: Uint8Array | undefined, requests: readonly ForwardedRequest[]): void
+  /** A verified envelope to show prospectively (received, or one of ours back in play after a gap). */
+  received(frame: Uint8Array): void
+  /** An attested commit was applied and stored. */
+  committed(round: number, frames: readonly Uint8Array[]): void
+  /** Every relay refused one of this client's envelopes for good. */
+  refused(idHex: string, reason: ErrorReason, detail: string): void
+  /** A forwarded request could not be stored: it never happened. */
+  failed(requests: readonly ForwardedRequest[], err: SteadError): void
+  /** Envelopes were added, sent, accepted or decided. */
+  outboxChanged(): void
+}
+
+export const NO_NEWS: SpaceNews = { sealed() {}, received() {}, committed() {}, refused() {}, failed() {}, outboxChanged() {} }
+
+/** One signed envelope of this client, from storage until it is decided. */
+interface Outgoing {
+  readonly env: Envelope
+  readonly frame: Uint8Array
+  /** Safe groups in this envelope and the audit unit each one is. */
+  readonly safe: Array<{ readonly unit: number; readonly waiter: Deferred<SafeResult> }>
+  /** Regular items, kept to name them if the envelope is refused. */
+  readonly regular: readonly DraftItem[]
+  /** Audit units before the first safe group: the regular operations after compaction. */
+  readonly regularUnits: number
+  readonly requests: readonly ForwardedRequest[]
+  /** Relays it was sent to, in order. */
+  readonly sentTo: number[]
+  lastSentAt: number
+  accepted: boolean
+}
+
+/** How an envelope of this client ended: the audit's decision, or every relay's refusal. */
+export type OwnDecision = CommitResult['decisions'][number] | { kind: 'refused'; reason: ErrorReason; detail: string }
+
+/**
+ * This client's envelopes of one space, from signing to decision: signs a
+ * draft batch with the next sequence number and its causal context, stores
+ * it, sends it to a home relay and on to others while it waits, and
+ * resolves its safe groups when the stable order decides it.
+ */
+export class Outbox {
+  private readonly outgoing = new Map<string, Outgoing>()
+  /** Submit ids in flight → envelope id. */
+  private readonly submits = new Map<number, string>()
+  /** Requests of other tabs already in a stored envelope (decided or not): one sent again after a leader change is not queued twice. */
+  private readonly forwarded = new Map<string, StoredRequest>()
+  private seq: number
+  private clock: Clock
+  /** Clocks of envelopes received since this client last signed one. */
+  private seenClocks: Clock[] = []
+  private frontier: Uint8Array[] = []
+
+  constructor(
+    private readonly o: {
+      space: Space
+      records: ClientRecords
+      crypto: Crypto
+      identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+      sessions: RelaySessions
+      member: SessionMember
+      resubmitAfterMs: number
+      now: () => number
+      news: SpaceNews
+      seq: number
+      clock: Clock
+    },
+  ) {
+    this.seq = o.seq
+    this.clock = o.clock
+  }
+
+  /**
+   * Puts back envelopes signed before a restart (or by the tab that led
+   * before) and the forwarded requests stored with them; `waiters` are safe
+   * groups a tab still awaits, by envelope id.
+   */
+  restore(outbox: ReadonlyArray<{ env: Envelope; frame: Uint8Array }>, requests: readonly StoredRequest[], waiters: ReadonlyMap<string, ReadonlyArray<Deferred<SafeResult>>> = new Map()): void {
+    for (const r of requests) this.forwarded.set(r.id, r)
+    for (const { env, frame } of outbox) this.add(env, frame, waiters.get(env.idHex) ?? [], requests.filter((r) => r.envelope === env.idHex))
+  }
+
+  /** The stored envelope that carried a forwarded request, with its frame while it is undecided. */
+  carrying(request: string): { request: StoredRequest; frame: Uint8Array | undefined } | undefined {
+    const r = this.forwarded.get(request)
+    return r && { request: r, frame: this.outgoing.get(r.envelope)?.frame }
+  }
+
+  /** A verified envelope of another author arrived: the next one this client signs follows it causally. */
+  heard(env: Envelope): void {
+    this.seenClocks.push(env.clock)
+    this.frontier.push(env.id)
+    if (this.frontier.length > 16) this.frontier.shift()
+  }
+
+  has(idHex: string): boolean {
+    return this.outgoing.has(idHex)
+  }
+
+  pendingUpdates(): PendingUpdate[] {
+    return this.entries().map(({ accepted: _accepted, ...p }) => p)
+  }
+
+  allAccepted(): boolean {
+    return [...this.outgoing.values()].every((o) => o.accepted)
+  }
+
+  /** The pending updates with whether a relay accepted each (what other tabs mirror). */
+  entries(): Array<PendingUpdate & { accepted: boolean }> {
+    return [...this.outgoing.values()].map((o) => ({ id: o.env.idHex, keys: keysOf(o), safe: o.safe.length, regular: o.regularUnits, sent: o.sentTo.length > 0, accepted: o.accepted }))
+  }
+
+  /** Signs one draft batch into an envelope, persists it, then shows it as received and sends it. */
+  async seal(batch: DraftBatch): Promise<void> {
+    const { space, crypto, records } = this.o
+    const { updates, safe } = compileBatch(batch, (key, e) => (space.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
+    if (updates.length === 0 && safe.length === 0) {
+      // Everything cancelled out (e.g. +1 then -1): nothing to sign, nothing to lose.
+      space.batchSigned(batch, undefined)
+      if (batch.requests.length) this.o.news.sealed(undefined, batch.requests)
+      return
+    }
+    const seq = this.seq + 1
+    const clock = boundClock(clockUpdate(space.authorId, this.clock, this.seenClocks.length <= 64 ? this.seenClocks : [clockMerge(this.clock, ...this.seenClocks)]), space.authorId)
+    let env: Envelope
+    let frame: Uint8Array
+    try {
+      env = await sealEnvelope(crypto, this.o.identity, { space: space.space, seq, clock, deps: this.frontier.slice(-16), updates, safe })
+      frame = encodeEnvelope(env)
+      await records.storage.write([...records.outboxPut(seq, frame, env.idHex, batch.requests), records.author({ seq, clock: env.clock, authorId: space.authorId })])
+    } catch (err) {
+      space.batchFailed(batch, err)
+      if (batch.requests.length) this.o.news.failed(batch.requests, err instanceof SteadError ? err : new SteadError('malformed', String(err)))
+      return
+    }
+    this.seq = seq
+    this.clock = env.clock
+    this.seenClocks = []
+    this.frontier = [env.id]
+    // In the outbox before the drafts let go of it: `pending` never dips.
+    this.add(
+      env,
+      frame,
+      batch.safe.map((g) => g.waiter),
+      batch.requests,
+    )
+    space.batchSigned(batch, env)
+    this.o.news.sealed(frame, batch.requests)
+    this.send(env.idHex)
+  }
+
+  private add(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>, requests: readonly ForwardedRequest[]): void {
+    const regularUnits = env.updates.reduce((n, u) => n + u.ops.length, 0)
+    this.outgoing.set(env.idHex, {
+      env,
+      frame,
+      safe: env.safe.map((_, i) => ({ unit: regularUnits + i, waiter: waiters[i] ?? deferred<SafeResult>() })),
+      regular: env.updates.flatMap((u) => u.ops.map((op) => ({ key: u.key, decl: u.decl, intent: op }))),
+      regularUnits,
+      requests,
+      sentTo: [],
+      lastSentAt: 0,
+      accepted: false,
+    })
+    for (const r of requests) this.forwarded.set(r.id, { ...r, seq: env.seq, envelope: env.idHex })
+    if (this.forwarded.size > 2000) this.forwarded.delete(this.forwarded.keys().next().value as string)
+    this.o.news.outboxChanged()
+  }
+
+  // ---------------------------------------------------------------- sending
+
+  /** Sends an envelope to the next ready relay it was not yet sent to (or any ready one). */
+  private send(idHex: string): void {
+    const o = this.outgoing.get(idHex)
+    const { sessions, member } = this.o
+    if (!o) return
+    const ready = sessions.links.filter((l) => l.ready && l.relay !== undefined)
+    if (ready.length === 0) return
+    // Each client has a home relay (spread over the cluster by author id) and walks on from
+    // it: its envelopes then usually reach one block stream in sequence order, instead of
+    // arriving out of order through several relays and waiting in the audit for their predecessors.
+    const n = sessions.cluster?.relays.length ?? 1
+    const home = homeRelay(this.o.space.authorId, n)
+    const byDistance = [...ready].sort((a, b) => ((a.relay as number) - home + n) % n - (((b.relay as number) - home + n) % n))
+    const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
+    const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
+    const id = sessions.submit(member, pick, o.frame)
+    if (id === undefined) return
+    this.submits.set(id, idHex)
+    if (this.submits.size > 50_000) this.submits.delete(this.submits.keys().next().value as number)
+    if (o.sentTo.length === 0) this.o.news.outboxChanged()
+    o.sentTo.push(pick.relay as number)
+    o.lastSentAt = this.o.now()
+  }
+
+  /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
+  resubmit(): void {
+    const now = this.o.now()
+    const readyRelays = new Set(this.o.sessions.links.filter((l) => l.ready).map((l) => l.relay))
+    for (const [idHex, o] of this.outgoing) {
+      const lastRelay = o.sentTo[o.sentTo.length - 1]
+      const lost = lastRelay === undefined || (!o.accepted && !readyRelays.has(lastRelay))
+      if (lost || now - o.lastSentAt >= this.o.resubmitAfterMs) this.send(idHex)
+    }
+  }
+
+  /** A relay's answer to one of this outbox's submits. */
+  answer(m: Extract<RelayMessage, { type: 'accepted' | 'error' }>): void {
+    if (m.id === null) return
+    const idHex = this.submits.get(m.id)
+    this.submits.delete(m.id)
+    const o = idHex === undefined ? undefined : this.outgoing.get(idHex)
+    if (!o) return
+    if (m.type === 'accepted') {
+      if (!o.accepted) {
+        o.accepted = true
+        this.o.news.outboxChanged()
+        this.o.space.progress()
+      }
+      return
+    }
+    // Busy relays and lost races are worth another try (the periodic resubmit does it);
+    // a refusal on the envelope's own merits is final: no relay will take it.
+    if (m.reason === 'rate-limited' || m.reason === 'unauthenticated') return
+    if (m.reason === 'conflict' && this.o.space.replica.decided(o.env) === null) return
+    void this.settle(o.env.idHex, { kind: 'refused', reason: m.reason, detail: m.detail })
+  }
+
+  // ---------------------------------------------------------------- decisions
+
+  /** The storage changes a commit's decision of one of our envelopes needs (written with the commit). */
+  decidedChanges(d: CommitResult['decisions'][number]): StorageChange[] {
+    const o = this.outgoing.get(d.env.idHex)
+    if (!o || (d.kind === 'dropped' && d.reason === 'gap')) return []
+    return [this.o.records.outboxDelete(o.env.seq)]
+  }
+
+  /** Resolves what waited on one of this client's envelopes once it is decided or refused. */
+  async settle(idHex: string, d: OwnDecision): Promise<void> {
+    const o = this.outgoing.get(idHex)
+    const { space } = this.o
+    if (!o) return
+    if (d.kind === 'dropped' && d.reason === 'gap') {
+      // An earlier envelope of ours was late. This one's slot is still open, so it stays
+      // ours: show it again and keep sending it (relays forget ordered ids within 50
+      // rounds, before the 64-round gap wait ends, so the same bytes are ordered anew).
+      space.notify(space.replica.receive(o.env).changed)
+      this.o.news.received(o.frame)
+      o.sentTo.length = 0
+      o.accepted = false
+      this.o.news.outboxChanged()
+      this.send(o.env.idHex)
+      return
+    }
+    this.outgoing.delete(idHex)
+    this.o.news.outboxChanged()
+    if (d.kind === 'refused') {
+      // Refused outright: no commit will ever undo it prospectively, so undo it here.
+      space.notify(space.replica.discard(o.env.idHex))
+      this.o.news.refused(idHex, d.reason, d.detail)
+    }
+    const outcome = outcomeOf(o.env, o.regularUnits, d)
+    if (outcome) {
+      outcome.safe.forEach((r, i) => o.safe[i]?.waiter.resolve(r))
+      if (outcome.error && o.regular.length) space.emitError(new RejectedError(outcome.error.reason, outcome.error.message, o.regular.map((r) => r.key)))
+      space.emitSettled({ id: idHex, keys: keysOf(o), safe: outcome.safe, ...(outcome.index !== undefined ? { index: outcome.index } : {}) })
+    }
+    if (d.kind !== 'committed') await this.o.records.storage.write([this.o.records.outboxDelete(o.env.seq)]).catch((err) => space.storageFailed(err))
+    space.progress()
+  }
+
+  /** The space closes: its promises end here (the envelopes stay stored and are sent again by the next client). */
+  close(err: SteadError): void {
+    for (const o of this.outgoing.values()) for (const s of o.safe) s.waiter.reject(err)
+  }
+}
+
+/**
+ * What one decision means for an envelope of this client: one result per
+ * safe group, the error its regular updates met, the index it took.
+ * Undefined when there is nothing to report (a duplicate, a gap: it stays
+ * pending). Shared by the leader's outbox and the other tabs (tabs.ts).
+ */
+export function outcomeOf(env: Envelope, regularUnits: number, d: OwnDecision): Pick<SettledUpdate, 'safe' | 'index'> & { error?: { reason: ErrorReason; message: string } } | undefined {
+  if (d.kind === 'dropped' && (d.reason === 'gap' || d.reason === 'duplicate')) return undefined
+  if (d.kind === 'committed') {
+    const safe = env.safe.map((_, i): SafeResult => {
+      const u = d.units[regularUnits + i]
+      return u && u.status === 'rejected' ? { status: 'rejected', reason: u.reason, detail: u.detail } : { status: 'committed', index: d.index }
+    })
+    const refused = d.units.filter((u): u is Extract<typeof u, { status: 'rejected' }> => u.unit < regularUnits && u.status === 'rejected')
+    const first = refused[0]
+    return { safe, index: d.index, ...(first ? { error: { reason: first.reason, message: `${refused.length} regular updates of envelope ${env.seq} were rejected by the audit: ${first.detail}` } } : {}) }
+  }
+  const reason: ErrorReason = d.kind === 'superseded' ? 'conflict' : d.reason
+  const detail = d.kind === 'superseded' ? `another envelope took sequence number ${env.seq}` : d.detail
+  return { safe: env.safe.map((): SafeResult => ({ status: 'rejected', reason, detail })), error: { reason, message: `envelope ${env.seq} will never commit: ${detail}` } }
+}
+
+function keysOf(o: Outgoing): string[] {
+  return envelopeKeys(o.env)
+}
+
+/** The keys an envelope touches. */
+export function envelopeKeys(env: Envelope): string[] {
+  return [...new Set([...env.updates.map((u) => u.key), ...env.safe.flatMap((g) => g.updates.map((u) => u.key))])]
+}
+
+function homeRelay(authorId: string, n: number): number {
+  let h = 0
+  for (let i = 0; i < authorId.length; i++) h = (h * 31 + authorId.charCodeAt(i)) >>> 0
+  return h % n
+}
+
+/**
+ * A clock names every author this client has heard from; in a busy space that
+ * would make every envelope grow with the number of writers. Past 256
+ * entries keep this author's own and the most advanced others: the clock
+ * stays monotone for this author, and only loses causal detail about
+ * authors it heard from least (nothing in the audit depends on it).
+ */
+function boundClock(c: Clock, self: string): Clock {
+  if (c.size <= MAX_CLOCK_ENTRIES) return c
+  const others = [...c].filter(([id]) => id !== self).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+  return clockFrom([[self, c.get(self) ?? 0], ...others.slice(0, MAX_CLOCK_ENTRIES - 1)])
+}
+
+const MAX_CLOCK_ENTRIES = 256

@@ -1,0 +1,692 @@
+import {
+  BoundedCounter,
+  SteadError,
+  asGeneric,
+  createCrdt,
+  describeDeclaration,
+  envelopeUnits,
+  sameDeclaration,
+  type AnyCrdt,
+  type AnyOp,
+  type Declaration,
+  type Envelope,
+  type ReliableReplica,
+  type HistoryEntry,
+  type RegisterValue,
+  type SetElement,
+} from '@stead/core'
+import { DraftBatch, applyIntent, deferred, hasInvariants, type DraftItem } from './drafts.ts'
+import { ClosedError } from './errors.ts'
+import { Listeners } from './listeners.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
+import { buildTransaction, type Transaction } from './transaction.ts'
+import type { ChainPosition } from './quorum.ts'
+import type { ClientStatus, HistoryPageOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
+import { bounded } from './wait.ts'
+
+/** One of this client's envelopes, decided. */
+export interface SettledUpdate {
+  /** The envelope id (hex), as listed by `pendingUpdates()`. */
+  readonly id: string
+  readonly keys: readonly string[]
+  /** One result per safe group it carried, in the order they were made. */
+  readonly safe: readonly SafeResult[]
+  /** The stable index it took, when it committed. */
+  readonly index?: number
+}
+
+/** An undecided envelope of this client, as `pendingUpdates()` lists it. */
+export interface PendingUpdate {
+  readonly id: string
+  readonly keys: string[]
+  readonly safe: number
+  readonly regular: number
+  readonly sent: boolean
+}
+
+export type HistoryPage = Array<{ index: number; value: unknown }>
+
+/**
+ * Where a space's drafts go and where its news come from. In the tab that
+ * leads (or a client without tabs) that is the relays: an outbox that signs,
+ * stores and sends, and an intake that checks and applies commits
+ * (`RelayUpstream`). In the other tabs it is the leader tab (`TabUpstream`).
+ */
+export interface Upstream {
+  /**
+   * Takes a draft batch that left the open drafts. Settles it through the
+   * space: `batchSigned` once it is a stored envelope, or `batchFailed`.
+   * Resolves when that happened (the next batch waits for it: order matters).
+   */
+  seal(batch: DraftBatch): Promise<void>
+  /** This client's signed updates not decided yet. */
+  pendingUpdates(): PendingUpdate[]
+  /** Whether a relay accepted every signed update. */
+  allAccepted(): boolean
+  /** The stable index f+1 relays report (see `readStable`). */
+  quorumIndex(timeoutMs: number): Promise<number>
+  /** A history page of `key` that f+1 relays signed alike. */
+  relayHistory(key: string, before: number, limit: number): Promise<HistoryPage>
+  /** The relay sessions' status, with the space's own problem first. */
+  sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus
+  /** The space closed (its drafts are sealed): stop, and write what a reopen needs. */
+  close(): Promise<void>
+}
+
+type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
+
+/**
+ * One space of a client: its objects (handles), safe transactions, waits
+ * and status. It holds the local state every tab keeps (the replica, the
+ * drafts not signed yet, prospective views); its `Upstream` does the rest.
+ * Spaces of one client share its identity, storage and relay sessions; see
+ * README.md for the whole API.
+ */
+export class Space {
+  readonly space: string
+  readonly authorId: string
+  /** The replica this tab reads; replaced as a whole when a tab takes over the lead. */
+  replica: ReliableReplica
+  position: ChainPosition
+  private upstream!: Upstream
+  private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number }
+  private readonly now: () => number
+  /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
+  private readonly onClose: (done: Promise<void>) => void
+
+  /** Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
+  drafts: DraftBatch[] = [new DraftBatch()]
+  private overlay = new Map<string, AnyCrdt>()
+  /** Per guarded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
+  private heldBack = new Map<string, HeldUpdate[]>()
+  /** Keys whose views were computed together (atomic groups tie them): dropping one view drops them all. */
+  private joint = new Map<string, ReadonlySet<string>>()
+  private draftTag = 0
+  private sealing: Promise<void> = Promise.resolve()
+  private sealTimer: ReturnType<typeof setTimeout> | undefined
+
+  private readonly handles = new Map<string, AnyHandle>()
+  private readonly listeners = new Map<string, Set<() => void>>()
+  private readonly statusListeners = new Listeners<ClientStatus>((err) => this.listenerFailed('onStatus', err))
+  private readonly errorListeners = new Listeners<SteadError>()
+  private readonly settledListeners = new Listeners<SettledUpdate>((err) => this.listenerFailed('onSettled', err))
+  private readonly progressWaiters = new Set<() => void>()
+  private problem: string | undefined
+  private closed = false
+  /** Set the moment close() is called: no update gets in after that. */
+  private closing = false
+  private closeRun: Promise<void> | undefined
+  private readonly host: HandleHost
+
+  /** Use `client.space(name)`. */
+  constructor(init: {
+    space: string
+    authorId: string
+    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly now?: () => number }
+    onClose: (done: Promise<void>) => void
+    replica: ReliableReplica
+    position: ChainPosition
+  }) {
+    this.space = init.space
+    this.authorId = init.authorId
+    this.options = init.options
+    this.now = init.options.now ?? Date.now
+    this.onClose = init.onClose
+    this.replica = init.replica
+    this.position = init.position
+    this.host = this.makeHost()
+  }
+
+  /** Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
+  attach(upstream: Upstream): void {
+    this.upstream = upstream
+  }
+
+  // ---------------------------------------------------------------- handles
+
+  /** A PN-Counter; `min`/`max` are invariants the stable value never breaks. The same object on every call. */
+  counter(key: string, invariants: { min?: number; max?: number } = {}): CounterHandle {
+    const bounds: { min?: number; max?: number } = {}
+    if (invariants.min !== undefined) bounds.min = invariants.min
+    if (invariants.max !== undefined) bounds.max = invariants.max
+    return this.open(key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
+  }
+
+  /** An add-wins OR-Set; `maxSize` is an invariant. */
+  set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } = {}): SetHandle<T> {
+    const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
+    return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
+  }
+
+  /** A last-writer-wins register. */
+  register<T extends RegisterValue = RegisterValue>(key: string): RegisterHandle<T> {
+    return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
+  }
+
+  /** An escrow counter with exactly one bound (`min` or `max`) and an initial value whose rights start in a shared pool. */
+  boundedCounter(key: string, params: { min: number; initial: number } | { max: number; initial: number }): BoundedCounterHandle {
+    const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
+    return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
+  }
+
+  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
+    // An open handle stays readable after close (a component may render once more); updates through it fail.
+    const known = this.handles.get(key)
+    if (known && sameDeclaration(known.declaration, decl)) return known
+    this.assertOpen()
+    if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
+    try {
+      createCrdt(decl)
+    } catch (err) {
+      throw new SteadError('malformed', `${key}: ${(err as Error).message}`)
+    }
+    const existing = this.handles.get(key)
+    if (existing) {
+      if (!sameDeclaration(existing.declaration, decl)) {
+        throw new SteadError('type-mismatch', `${key} is already open as ${describeDeclaration(existing.declaration)}, not ${describeDeclaration(decl)}`)
+      }
+      return existing
+    }
+    // The first committed declaration fixes the object for everyone.
+    const fixed = this.replica.declaration(key)
+    if (fixed && !sameDeclaration(fixed, decl)) {
+      throw new SteadError('type-mismatch', `${key} is ${describeDeclaration(fixed)} in space ${this.space}, not ${describeDeclaration(decl)}`)
+    }
+    const handle = make(decl)
+    this.handles.set(key, handle)
+    return handle
+  }
+
+  /**
+   * Safe updates that commit all together or not at all, in one atomic
+   * group. Objects not opened yet are opened with their committed
+   * declaration (or no invariants).
+   */
+  safe(build: (tx: Transaction) => void, options?: WaitOptions): Promise<SafeResult> {
+    try {
+      this.assertOpen()
+      const items = buildTransaction(
+        {
+          known: (key) => this.handles.get(key)?.declaration,
+          committed: (key) => this.replica.declaration(key),
+          spendableRights: (key, decl) => this.spendableRights(key, decl),
+          now: this.now,
+        },
+        build,
+      )
+      return bounded(this.queueSafe(items), options, 'a safe transaction')
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  // ---------------------------------------------------------------- reads and status
+
+  get status(): ClientStatus {
+    const queued = this.drafts.reduce((n, d) => n + d.size, 0)
+    return { ...this.upstream.sessionsStatus(this.closed, this.problem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
+  }
+
+  onStatus(listener: (status: ClientStatus) => void): () => void {
+    return this.statusListeners.add(listener)
+  }
+
+  /**
+   * This client's updates not decided yet, one entry per signed envelope
+   * (queued operations not signed yet are not listed). After a restart
+   * this is how an app finds the safe updates it made before; `onSettled`
+   * tells how each one ends.
+   */
+  pendingUpdates(): PendingUpdate[] {
+    return this.upstream.pendingUpdates()
+  }
+
+  /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */
+  onSettled(listener: (update: SettledUpdate) => void): () => void {
+    return this.settledListeners.add(listener)
+  }
+
+  /** Problems that have no promise to report them: regular updates the relays refused, an untrusted relay, storage failures. */
+  onError(listener: (error: SteadError) => void): () => void {
+    return this.errorListeners.add(listener)
+  }
+
+  /**
+   * The stable value of `key`. With `quorum: true`, first asks every relay
+   * for its signed stable index and waits until this replica (which only
+   * advances on f+1 matching attestations) reaches the index that f+1
+   * relays report, so the value includes every commit a correct relay had
+   * made when the read started.
+   */
+  async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {
+    this.assertOpen()
+    if (options.quorum) {
+      const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
+      const started = this.now()
+      const target = await bounded(this.upstream.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads')
+      await this.until(() => this.position.stableIndex >= target, { ...wait, timeoutMs: Math.max(0, wait.timeoutMs - (this.now() - started)) }, `stable index ${target}`)
+    }
+    return this.replica.stableValue(key)
+  }
+
+  /** Signs everything queued and waits until every local update was accepted by a relay (or already decided). Default timeout 60 s. */
+  async flush(options: WaitOptions = {}): Promise<void> {
+    this.assertOpen()
+    this.sealNow()
+    await this.sealing
+    await this.until(() => this.upstream.allAccepted(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'relays to accept every local update')
+  }
+
+  /** Waits until every local update is decided in the stable order (committed or rejected). Default timeout 60 s. */
+  async settled(options: WaitOptions = {}): Promise<void> {
+    this.assertOpen()
+    this.sealNow()
+    await this.sealing
+    await this.until(() => this.upstream.pendingUpdates().length === 0, { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
+  }
+
+  /**
+   * Seals what is queued (so it is stored), leaves the relay sessions and
+   * checkpoints the space; the client's other spaces go on. Later calls on
+   * this space fail with ClosedError; `client.space(name)` opens it again.
+   */
+  close(): Promise<void> {
+    if (!this.closeRun) {
+      this.closeRun = this.shutDown()
+      this.onClose(this.closeRun)
+    }
+    return this.closeRun
+  }
+
+  private async shutDown(): Promise<void> {
+    this.closing = true
+    this.sealNow()
+    await this.sealing.catch(() => undefined)
+    if (this.sealTimer) clearTimeout(this.sealTimer)
+    this.closed = true
+    await this.upstream.close()
+    for (const w of this.progressWaiters) w()
+    // Safe updates still undecided stay stored and are sent again by the next client on this
+    // storage (pendingUpdates / onSettled); this one's promises end here.
+    for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError(`space ${this.space}`))
+    this.emitStatus()
+  }
+
+  get isClosed(): boolean {
+    return this.closed
+  }
+
+  // ---------------------------------------------------------------- updates
+
+  private makeHost(): HandleHost {
+    return {
+      prospective: (key) => this.prospectiveView(key),
+      heldBack: (key) => this.heldBackOf(key),
+      stable: (key) => this.replica.stable(key),
+      history: (key): readonly HistoryEntry[] => this.replica.history(key),
+      historyPage: (key, options) => this.historyPage(key, options),
+      update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
+      safeGroup: (items) => this.queueSafe(items),
+      subscribe: (key, listener) => {
+        let set = this.listeners.get(key)
+        if (!set) this.listeners.set(key, (set = new Set()))
+        set.add(listener)
+        return () => set.delete(listener)
+      },
+      spendableRights: (key, decl) => this.spendableRights(key, decl),
+      authorId: () => this.authorId,
+      now: () => this.now(),
+    }
+  }
+
+  private get openBatch(): DraftBatch {
+    return this.drafts[this.drafts.length - 1] as DraftBatch
+  }
+
+  private queueRegular(item: DraftItem): Promise<UpdateResult> {
+    this.assertOpen()
+    const batch = this.openBatch
+    batch.regular.push(item)
+    const stored = deferred<UpdateResult>()
+    batch.stored.push(stored)
+    this.showDraft(batch, [item])
+    return stored.promise
+  }
+
+  private queueSafe(items: readonly DraftItem[]): Promise<SafeResult> {
+    this.assertOpen()
+    const batch = this.openBatch
+    const waiter = deferred<SafeResult>()
+    batch.safe.push({ items, waiter })
+    this.showDraft(batch, items)
+    return waiter.promise
+  }
+
+  /**
+   * Updates another tab of this client made (this tab leads): they join the
+   * open draft like this tab's own, and `request` names them when their
+   * envelope is announced. Returns the promises of the safe groups.
+   */
+  queueForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>> {
+    this.assertOpen()
+    const batch = this.openBatch
+    const groups: number[] = []
+    const promises: Array<Promise<SafeResult>> = []
+    for (const item of regular) batch.regular.push(item)
+    for (const items of safe) {
+      const waiter = deferred<SafeResult>()
+      groups.push(batch.safe.length)
+      batch.safe.push({ items, waiter })
+      promises.push(waiter.promise)
+    }
+    batch.requests.push({ id: request, safe: groups })
+    this.showDraft(batch, [...regular, ...safe.flat()], true)
+    return promises
+  }
+
+  /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns. */
+  private showDraft(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
+    const changed = new Set<string>()
+    for (const item of items) {
+      batch.keys.add(item.key)
+      changed.add(item.key)
+      // A group is shown all or nothing: its views are recomputed together (see guardedViews).
+      if (several) continue
+      const view = this.overlay.get(item.key)
+      if (view && !applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, hasInvariants(item.decl))) {
+        this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
+      }
+    }
+    // A single item joined the overlay already: tell subscribers without dropping it.
+    this.notify(changed, several)
+    this.emitStatus()
+    if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
+    else if (!this.sealTimer) this.sealTimer = setTimeout(() => this.sealNow(), this.options.batchIntervalMs ?? 10)
+  }
+
+  private prospectiveView(key: string): AnyCrdt | undefined {
+    const cached = this.overlay.get(key)
+    if (cached) return cached
+    const decl = this.declarationOf(key)
+    if (decl && (hasInvariants(decl) || this.tiedToGuarded(key))) return this.guardedViews(key)
+    const base = this.replica.prospective(key)
+    const drafted = this.drafts.some((d) => d.keys.has(key))
+    if (!drafted) return base
+    let view: AnyCrdt | undefined = base?.clone()
+    for (const batch of this.drafts) {
+      for (const item of batch.items()) {
+        if (item.key !== key) continue
+        view ??= createCrdt(item.decl)
+        if (view.type !== item.decl.type) continue
+        applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+      }
+    }
+    if (view) this.overlay.set(key, view)
+    return view
+  }
+
+  private declarationOf(key: string): Declaration | undefined {
+    return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
+  }
+
+  /** Atomic groups (pending or drafted) that include `key`, as their items. */
+  private groupsWith(key: string): Array<ReadonlyArray<{ key: string; decl: Declaration }>> {
+    const out: Array<ReadonlyArray<{ key: string; decl: Declaration }>> = []
+    for (const env of this.replica.pendingTouching(key)) {
+      for (const unit of envelopeUnits(env)) if (unit.kind === 'group' && unit.atomic && unit.items.length > 1 && unit.items.some((i) => i.key === key)) out.push(unit.items)
+    }
+    for (const batch of this.drafts) for (const g of batch.safe) if (g.items.length > 1 && g.items.some((i) => i.key === key)) out.push(g.items)
+    return out
+  }
+
+  /** Whether an atomic group ties `key` to an object with invariants (then its view must follow the group's fate). */
+  private tiedToGuarded(key: string): boolean {
+    return this.groupsWith(key).some((items) => items.some((i) => hasInvariants(i.decl)))
+  }
+
+  /**
+   * Prospective views of objects with invariants, and of the objects atomic
+   * groups tie to them: the stable state, then every undecided update
+   * (received, signed, drafted) in the order this client has them, except
+   * those that would break an invariant there, which are held back
+   * (`handle.pending`) until the stable order decides. An atomic group is
+   * shown all or nothing, on every object it touches. So a value an
+   * invariant forbids is never shown, a transfer never shows half of itself,
+   * and once nothing is pending the views are the stable state again (G5).
+   */
+  private guardedViews(key: string): AnyCrdt {
+    // The keys atomic groups tie together, starting from `key` (bounded, to keep this cheap).
+    const keys = new Set([key])
+    for (const k of keys) {
+      if (keys.size >= 64) break
+      for (const items of this.groupsWith(k)) for (const i of items) keys.add(i.key)
+    }
+    const views = new Map<string, AnyCrdt>()
+    const held = new Map<string, HeldUpdate[]>([...keys].map((k) => [k, []]))
+    const viewOf = (k: string, decl: Declaration): AnyCrdt | undefined => {
+      let v = views.get(k)
+      if (!v) views.set(k, (v = this.replica.stable(k)?.clone() ?? createCrdt(this.declarationOf(k) ?? decl)))
+      return v.type === decl.type ? v : undefined
+    }
+    type Step = { key: string; decl: Declaration; apply: (view: AnyCrdt, checked: boolean) => boolean; op: AnyOp; own: boolean }
+    /** Applies a unit's steps all or nothing; holds every step back when one does not fit. */
+    const unit = (steps: readonly Step[]): void => {
+      const mine = steps.filter((st) => keys.has(st.key))
+      if (mine.length === 0) return
+      if (steps.length > 1) {
+        const trial = new Map<string, AnyCrdt>()
+        const fits = mine.every((st) => {
+          const base = viewOf(st.key, st.decl)
+          if (!base) return false
+          let t = trial.get(st.key)
+          if (!t) trial.set(st.key, (t = base.clone()))
+          return st.apply(t, hasInvariants(st.decl))
+        })
+        if (fits) {
+          for (const [k, t] of trial) views.set(k, t)
+          return
+        }
+        for (const st of mine) held.get(st.key)?.push({ op: st.op, own: st.own })
+        return
+      }
+      const st = mine[0] as Step
+      const v = viewOf(st.key, st.decl)
+      if (v && !st.apply(v, hasInvariants(st.decl))) held.get(st.key)?.push({ op: st.op, own: st.own })
+    }
+    const seen = new Set<string>()
+    for (const k of keys) {
+      for (const env of this.replica.pendingTouching(k)) seen.add(env.idHex)
+    }
+    for (const env of this.replica.pendingEnvelopes()) {
+      if (!seen.has(env.idHex)) continue
+      const own = env.authorId === this.authorId
+      for (const u of envelopeUnits(env)) {
+        const items = u.kind === 'op' ? [u] : u.items
+        unit(items.map((i) => ({ key: i.key, decl: i.decl, op: i.op, own, apply: (v, checked) => (checked ? asGeneric(v).tryApply(i.op, { replica: env.authorId, tag: i.tag }).ok : (asGeneric(v).apply(i.op, { replica: env.authorId, tag: i.tag }), true)) })))
+      }
+    }
+    const draftStep = (i: DraftItem): Step => ({ key: i.key, decl: i.decl, op: i.intent as AnyOp, own: true, apply: (v, checked) => applyIntent(v, i, this.authorId, `~draft:${this.draftTag++}`, checked) })
+    for (const batch of this.drafts) {
+      for (const i of batch.regular) unit([draftStep(i)])
+      for (const g of batch.safe) unit(g.items.map(draftStep))
+    }
+    for (const k of keys) {
+      const v = views.get(k) ?? this.replica.stable(k)?.clone()
+      if (v) this.overlay.set(k, v)
+      this.heldBack.set(k, held.get(k) ?? [])
+      this.joint.set(k, keys)
+    }
+    return this.overlay.get(key) ?? createCrdt(this.declarationOf(key) as Declaration)
+  }
+
+  /** Drops a cached view, and every view computed together with it. */
+  private dropView(key: string): void {
+    for (const k of this.joint.get(key) ?? [key]) {
+      this.overlay.delete(k)
+      this.heldBack.delete(k)
+      this.joint.delete(k)
+    }
+  }
+
+  /** Updates held back from `key`'s prospective value (see guardedViews). */
+  private heldBackOf(key: string): readonly HeldUpdate[] {
+    if (!this.overlay.has(key)) this.prospectiveView(key)
+    return this.heldBack.get(key) ?? []
+  }
+
+  /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
+  private spendableRights(key: string, decl: Declaration): number {
+    if (decl.type !== 'bounded-counter') return 0
+    const stable = this.replica.stable(key)
+    const view = (stable && stable.type === 'bounded-counter' ? stable.clone() : new BoundedCounter(decl.params)) as BoundedCounter
+    for (const env of this.replica.pendingTouching(key)) {
+      if (env.authorId !== this.authorId) continue
+      for (const unit of envelopeUnits(env)) {
+        for (const item of unit.kind === 'op' ? [unit] : unit.items) {
+          if (item.key === key && sameDeclaration(item.decl, decl)) asGeneric(view).apply(item.op, { replica: this.authorId, tag: item.tag })
+        }
+      }
+    }
+    for (const batch of this.drafts) {
+      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+    }
+    return view.localRights(this.authorId)
+  }
+
+  /** Moves the open draft to the upstream (signed and stored there, or by the leader tab), in order. */
+  private sealNow(): void {
+    if (this.sealTimer) clearTimeout(this.sealTimer)
+    this.sealTimer = undefined
+    const batch = this.openBatch
+    if (batch.size === 0) return
+    this.drafts.push(new DraftBatch())
+    this.sealing = this.sealing.then(() => this.upstream.seal(batch))
+  }
+
+  /**
+   * A draft batch became a stored envelope (`env`), or cancelled out
+   * (undefined): it leaves the drafts, the envelope joins the replica in
+   * the same step (so no value flickers), and regular updates resolve.
+   */
+  batchSigned(batch: DraftBatch, env: Envelope | undefined): void {
+    this.dropDraft(batch)
+    const changed = new Set(batch.keys)
+    if (env) for (const key of this.replica.receive(env).changed) changed.add(key)
+    this.notify(changed)
+    for (const s of batch.stored) s.resolve({ status: 'stored' })
+    this.emitStatus()
+  }
+
+  /** A draft batch could not be stored: it never happened. Undo it locally and tell every caller. */
+  batchFailed(batch: DraftBatch, err: unknown): void {
+    this.dropDraft(batch)
+    this.notify(batch.keys)
+    const e = err instanceof SteadError ? err : new SteadError('malformed', String(err))
+    for (const s of batch.stored) s.reject(e)
+    for (const g of batch.safe) g.waiter.reject(e)
+    this.emitStatus()
+  }
+
+  private dropDraft(batch: DraftBatch): void {
+    this.drafts = this.drafts.filter((d) => d !== batch)
+    for (const key of batch.keys) this.dropView(key)
+  }
+
+  /** Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */
+  adopt(replica: ReliableReplica, position: ChainPosition): void {
+    const keys = new Set([...this.replica.keys(), ...replica.keys(), ...this.listeners.keys()])
+    this.replica = replica
+    this.position = position
+    this.notify(keys)
+    this.progress()
+    this.emitStatus()
+  }
+
+  // ---------------------------------------------------------------- history
+
+  private async historyPage(key: string, options: HistoryPageOptions): Promise<HistoryPage> {
+    this.assertOpen()
+    const limit = options.limit ?? 100
+    const before = options.before ?? Number.MAX_SAFE_INTEGER
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new SteadError('malformed', `limit must be a whole number from 1 to 1000, got ${limit}`)
+    if (!Number.isSafeInteger(before) || before < 0) throw new SteadError('malformed', `before must be a stable index, got ${before}`)
+    const local = this.replica.history(key)
+    const older = local.filter((e) => e.index < before)
+    // Memory holds the page if the history was never cut, or if enough of it lies before `before`.
+    if (local.length < (this.options.historyLimit ?? 1000) || older.length >= limit) return older.slice(-limit).map((e) => ({ index: e.index, value: e.value }))
+    const wait = { timeoutMs: 10_000, ...options }
+    return bounded(this.upstream.relayHistory(key, before, limit), wait, `a page of ${key}'s history`)
+  }
+
+  // ---------------------------------------------------------------- plumbing
+
+  /**
+   * Resolves once `done()` holds, checked whenever the client makes
+   * progress; rejects with ClosedError when the client closes, `timeout` or
+   * `aborted` as `options` say. Nothing is left behind when it ends.
+   */
+  private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
+    if (done()) return Promise.resolve()
+    if (this.closed) return Promise.reject(new ClosedError(`space ${this.space}`))
+    let check: () => void = () => undefined
+    const met = new Promise<void>((resolve, reject) => {
+      check = () => {
+        if (this.closed) reject(new ClosedError(`space ${this.space}`))
+        else if (done()) resolve()
+      }
+      this.progressWaiters.add(check)
+    })
+    return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
+  }
+
+  /** Something waits may be waiting for happened (an acceptance, a commit, a decision). */
+  progress(): void {
+    for (const w of [...this.progressWaiters]) w()
+  }
+
+  /** Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
+  notify(keys: Iterable<string>, stale = true): void {
+    for (const key of keys) {
+      if (stale) this.dropView(key)
+      for (const l of this.listeners.get(key) ?? []) {
+        try {
+          l()
+        } catch (err) {
+          this.emitError(new SteadError('malformed', `a subscriber of ${key} threw: ${(err as Error).message}`))
+        }
+      }
+    }
+  }
+
+  emitStatus(): void {
+    this.statusListeners.emit(() => this.status)
+  }
+
+  emitError(err: SteadError): void {
+    this.errorListeners.emit(() => err)
+  }
+
+  emitSettled(update: SettledUpdate): void {
+    this.settledListeners.emit(() => update)
+  }
+
+  setProblem(p: string): void {
+    this.problem = p
+    this.emitStatus()
+  }
+
+  storageFailed(err: unknown): void {
+    const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
+    this.setProblem(`storage failed: ${e.message}`)
+    this.emitError(e)
+  }
+
+  private assertOpen(): void {
+    if (this.closed || this.closing) throw new ClosedError(`space ${this.space}`)
+  }
+
+  /** An app callback threw: the client goes on, and says so through onError. */
+  private listenerFailed(what: string, err: unknown): void {
+    this.emitError(new SteadError('malformed', `an ${what} listener threw: ${(err as Error)?.message ?? String(err)}`))
+  }
+}

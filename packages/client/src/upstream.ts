@@ -1,0 +1,187 @@
+import {
+  SteadError,
+  bytesEqual,
+  decode,
+  expect,
+  fromBase64Url,
+  fromHex,
+  historyPageBytes,
+  readAuthBytes,
+  stableReadBytes,
+  toHex,
+  type Clock,
+  type Crypto,
+  type RelayMessage,
+} from '@stead/core'
+import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import type { DraftBatch } from './drafts.ts'
+import { ClosedError } from './errors.ts'
+import { RelayIntake } from './intake.ts'
+import { Outbox, type SpaceNews } from './outbox.ts'
+import type { ClientRecords } from './persist.ts'
+import type { RelaySessions, SessionMember } from './sessions.ts'
+import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
+import type { RelayLink } from './transport.ts'
+import type { SessionsStatus } from './types.ts'
+
+export interface RelayUpstreamInit {
+  space: Space
+  records: ClientRecords
+  crypto: Crypto
+  identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  sessions: RelaySessions
+  relays: readonly string[]
+  fetch: Fetch | undefined
+  resubmitAfterMs: number
+  checkpointEvery: number
+  now: () => number
+  news: SpaceNews
+  /** The author's last sequence number and clock in this space. */
+  seq: number
+  clock: Clock
+}
+
+/**
+ * A space's way to the relays, in the tab that owns the sessions: the
+ * outbox (own envelopes), the intake (envelopes and commits) and the
+ * reads that ask the relays over HTTP.
+ */
+export class RelayUpstream implements Upstream, SessionMember {
+  readonly space: string
+  readonly outbox: Outbox
+  private readonly intake: RelayIntake
+  private closed = false
+
+  constructor(private readonly o: RelayUpstreamInit) {
+    this.space = o.space.space
+    this.outbox = new Outbox({ ...o, member: this })
+    this.intake = new RelayIntake({ ...o, outbox: this.outbox })
+  }
+
+  // ---- Upstream
+
+  seal(batch: DraftBatch): Promise<void> {
+    return this.outbox.seal(batch)
+  }
+
+  pendingUpdates(): PendingUpdate[] {
+    return this.outbox.pendingUpdates()
+  }
+
+  allAccepted(): boolean {
+    return this.outbox.allAccepted()
+  }
+
+  sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {
+    return this.o.sessions.statusFor(closed, problem)
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+    this.o.sessions.leave(this)
+    await this.intake.close()
+    this.outbox.close(new ClosedError(`space ${this.space}`))
+  }
+
+  // ---- SessionMember
+
+  ready(link: RelayLink): void {
+    if (this.closed) return
+    this.intake.ready(link)
+    this.outbox.resubmit()
+    this.o.space.emitStatus()
+  }
+
+  message(link: RelayLink, m: RelayMessage): void {
+    if (this.closed) return
+    if (m.type === 'envelope' || m.type === 'commit') this.intake.message(link, m)
+    else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
+  }
+
+  changed(): void {
+    if (!this.closed) this.o.space.emitStatus()
+  }
+
+  tick(): void {
+    if (!this.closed) this.outbox.resubmit()
+  }
+
+  error(err: SteadError): void {
+    this.o.space.emitError(err)
+  }
+
+  // ---- reads over HTTP
+
+  /** A history page that f+1 relays signed identically (at least one of them is correct). */
+  async relayHistory(key: string, before: number, limit: number): Promise<HistoryPage> {
+    const { cluster, fetchFn, headers } = await this.relayReads()
+    const path = `/v1/spaces/${encodeURIComponent(this.space)}/history/${encodeURIComponent(key)}?before=${before}&limit=${limit}`
+    const agreed = await firstQuorum(
+      this.o.relays.map(async (url) => {
+        try {
+          const res = await fetchFn(`${httpBaseOf(url)}${path}`, { headers })
+          if (!res.ok) return undefined
+          const p = (await res.json()) as { relay: number; entries: string; sig: string }
+          const relayKey = cluster.relays[p.relay]?.publicKey
+          const entries = fromBase64Url(p.entries)
+          if (!relayKey || !(await this.o.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
+          return { relay: p.relay, entries }
+        } catch {
+          return undefined
+        }
+      }),
+      (answers) => {
+        for (const a of answers) {
+          const alike = new Set(answers.filter((b) => bytesEqual(a.entries, b.entries)).map((b) => b.relay))
+          if (alike.size >= cluster.f + 1) return a.entries
+        }
+        return undefined
+      },
+    )
+    if (!agreed) throw new SteadError('unsupported', `fewer than ${cluster.f + 1} relays served the same page of ${key}'s history`)
+    const pairs = expect.array(decode(agreed, 64 * 1024 * 1024), 'history', 1000) as Array<[number, unknown]>
+    return pairs.map(([index, value]) => ({ index: expect.uint(index, 'history.index'), value })).reverse()
+  }
+
+  async quorumIndex(timeoutMs: number): Promise<number> {
+    const { cluster, fetchFn, headers } = await this.relayReads()
+    // Done at 2f+1 valid heads (or when every relay answered or gave up): a slow relay delays nobody.
+    const heads = await firstQuorum(
+      this.o.relays.map(async (url) => {
+        try {
+          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`, { headers }), timeoutMs)
+          if (!res.ok) return undefined
+          const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
+          const key = cluster.relays[h.relay]?.publicKey
+          if (!key || !Number.isSafeInteger(h.index)) return undefined
+          const hash = fromHex(h.stateHash)
+          if (!(await this.o.crypto.verify(key, stableReadBytes(this.space, h.index, hash), fromHex(h.sig)))) return undefined
+          return { relay: h.relay, index: h.index, hash }
+        } catch {
+          return undefined
+        }
+      }),
+      (answers, done) => {
+        const distinct = [...new Map(answers.map((h) => [h.relay, h])).values()]
+        return distinct.length >= 2 * cluster.f + 1 || done ? distinct : undefined
+      },
+    )
+    const valid = heads ?? []
+    if (valid.length < cluster.f + 1) throw new SteadError('unsupported', `only ${valid.length} relays answered a quorum read; it needs ${cluster.f + 1}`)
+    // The (f+1)-th highest index: at least one correct relay reached it, so it will be attested.
+    const indexes = valid.map((h) => h.index).sort((x, y) => y - x)
+    return indexes[cluster.f] as number
+  }
+
+  /** What reading from the relays over HTTP needs: the trusted cluster, fetch, and this client's reader proof. */
+  private async relayReads(): Promise<{ cluster: ClusterDescriptor; fetchFn: Fetch; headers: Record<string, string> }> {
+    const cluster = this.o.sessions.cluster
+    const fetchFn = this.o.fetch
+    if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
+    if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for relay reads')
+    // Proves this client's key to relays of a space with readers (others ignore it).
+    const t = this.o.now()
+    const sig = await this.o.crypto.sign(this.o.identity.secretKey, readAuthBytes(this.space, t))
+    return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}` } }
+  }
+}

@@ -1,0 +1,146 @@
+import { afterEach, describe, expect, it } from 'vitest'
+import type { SteadClient } from '../src/client.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+import { FakeOrigin } from './helpers/tabs.ts'
+
+const clusters: FakeCluster[] = []
+const origins: FakeOrigin[] = []
+
+afterEach(async () => {
+  for (const o of origins.splice(0)) for (const c of o.clients) await c.close().catch(() => undefined)
+  for (const c of clusters.splice(0)) c.stop()
+})
+
+function setup(): { c: FakeCluster; origin: FakeOrigin } {
+  const c = new FakeCluster('bank', 4)
+  const origin = new FakeOrigin()
+  clusters.push(c)
+  origins.push(origin)
+  return { c, origin }
+}
+
+async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+/** Sessions the fake relays hold open (one per client per relay when tabs share a client). */
+function sessions(c: FakeCluster): number {
+  return c.relays.reduce((n, r) => n + (r as unknown as { sessions: Set<unknown> }).sessions.size, 0)
+}
+
+/** What a tab that dies without closing leaves: its locks released, nothing more said, its storage handle gone. */
+async function crash(client: SteadClient): Promise<void> {
+  const internals = client as unknown as { lead?: { sessions: { close(): void }; storage: { close(): Promise<void> } }; init: { tabs: { hub?: { close(): void }; lock: { release(): void } } } }
+  internals.lead?.sessions.close()
+  internals.init.tabs.hub?.close()
+  await internals.lead?.storage.close()
+  internals.init.tabs.lock.release()
+}
+
+describe('tabs sharing one client', () => {
+  it('one tab leads with one session per relay; another follows, sees updates both ways at once, and its safe update resolves', async () => {
+    const { c, origin } = setup()
+    const stop = c.autoCommit(10)
+    const a = await origin.tab(c.clientOptions())
+    const b = await origin.tab(c.clientOptions())
+    expect(a.leading).toBe(true)
+    expect(b.leading).toBe(false)
+    expect(b.authorId).toBe(a.authorId)
+    const [sa, sb] = await Promise.all([a.space('bank'), b.space('bank')])
+    await until('online in both tabs', () => sa.status.online && sb.status.online && b.status.online)
+    expect(sessions(c)).toBe(4)
+
+    const ka = sa.counter('k', { min: 0 })
+    const kb = sb.counter('k', { min: 0 })
+    void ka.increment(5)
+    expect(ka.value).toBe(5)
+    await until('b sees a', () => kb.value === 5)
+    const stored = kb.increment(10)
+    expect(kb.value).toBe(15)
+    expect(await stored).toEqual({ status: 'stored' })
+    await until('a sees b', () => ka.value === 15)
+    expect(await kb.decrement(20, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(await kb.decrement(3, { safe: true })).toMatchObject({ status: 'committed' })
+    await until('stable 12 in both', () => ka.stable === 12 && kb.stable === 12)
+    await sb.settled()
+    expect(sb.pendingUpdates()).toEqual([])
+    expect(c.stableValue('k')).toBe(12)
+    stop()
+  })
+
+  it('the leader closes while the other tab writes: that tab takes the lead and no update is lost or counted twice', async () => {
+    const { c, origin } = setup()
+    const stop = c.autoCommit(10)
+    const a = await origin.tab(c.clientOptions())
+    const b = await origin.tab(c.clientOptions())
+    const third = await origin.tab(c.clientOptions())
+    const sb = await b.space('bank')
+    const s3 = await third.space('bank')
+    await a.space('bank')
+    const kb = sb.counter('n')
+    const k3 = s3.counter('n')
+    let written = 0
+    const writes: Array<Promise<unknown>> = []
+    const closing = a.close()
+    for (let i = 0; i < 40; i++) {
+      writes.push(kb.increment(1), k3.increment(1))
+      written += 2
+      if (i % 8 === 0) await new Promise((r) => setTimeout(r, 5))
+    }
+    await closing
+    await until('a new leader', () => b.leading || third.leading)
+    await Promise.all(writes)
+    await until('every write stable', () => c.stableValue('n') === written && kb.stable === written && k3.stable === written, 20_000).catch((err: Error) => {
+      throw new Error(`${err.message}: relays ${String(c.stableValue('n'))}, b ${kb.stable}/${kb.value}, third ${k3.stable}/${k3.value}, written ${written}, leading ${b.leading}/${third.leading}`)
+    })
+    expect(kb.value).toBe(written)
+    expect(k3.value).toBe(written)
+    expect(sessions(c)).toBe(4)
+    stop()
+  })
+
+  it('the leader dies without closing, with a safe update of another tab in flight: it resolves once, from the new leader', async () => {
+    const { c, origin } = setup()
+    const a = await origin.tab(c.clientOptions())
+    const b = await origin.tab(c.clientOptions())
+    const sa = await a.space('bank')
+    const sb = await b.space('bank')
+    await until('online', () => sa.status.online && sb.status.online)
+    const kb = sb.counter('n', { min: 0 })
+    void kb.increment(7)
+    const safe = kb.decrement(2, { safe: true })
+    // Nothing commits until the leader is gone: the update waits in its outbox (or in flight).
+    await until('the leader stored it', () => sa.pendingUpdates().length > 0 && sb.pendingUpdates().length > 0)
+    await crash(a)
+    await until('b leads', () => b.leading)
+    const stop = c.autoCommit(10)
+    expect(await safe).toMatchObject({ status: 'committed' })
+    await until('stable 5', () => kb.stable === 5)
+    expect(kb.value).toBe(5)
+    await sb.settled()
+    stop()
+  })
+
+  it('a tab that opens a space later gets its state from the leader before its first read, and a quorum read and history pages go through the leader', async () => {
+    const { c, origin } = setup()
+    const stop = c.autoCommit(10)
+    const a = await origin.tab(c.clientOptions())
+    const sa = await a.space('bank')
+    await until('online', () => sa.status.online)
+    await sa.counter('k').increment(4, { safe: true })
+    const b = await origin.tab(c.clientOptions())
+    const sb = await b.space('bank')
+    expect(sb.counter('k').stable).toBe(4)
+    expect(await sb.readStable('k', { quorum: true })).toBe(4)
+    expect(await sb.counter('k').historyPage({ limit: 10 })).toEqual([{ index: 1, value: 4 }])
+    // The leader's app closing the space does not close it for the other tab.
+    await sa.close()
+    await sb.counter('k').increment(1, { safe: true })
+    expect(sb.counter('k').stable).toBe(5)
+    stop()
+  })
+})
