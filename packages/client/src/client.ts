@@ -65,6 +65,8 @@ export class SteadClient {
   private readonly upstreams = new Map<string, RelayUpstream>()
   private closeRun: Promise<void> | undefined
   private promoting: Promise<void> | undefined
+  /** A following tab's wait for the lead. */
+  private leadQueued: Promise<boolean> | undefined
   private readonly statusListeners = new Listeners<SessionsStatus>((err) => this.emitError(new SteadError('malformed', `an onStatus listener threw: ${(err as Error)?.message ?? String(err)}`)))
   private readonly errorListeners = new Listeners<SteadError>()
   private closed = false
@@ -135,8 +137,10 @@ export class SteadClient {
   startFollowing(link: LeaderLink, lead: Promise<boolean>): void {
     const tabs = this.init.tabs as Tabs
     tabs.link = link
+    this.leadQueued = lead
+    // Even while closing: this tab's own drafts may wait for a leader, and it may be the last tab.
     void lead.then((won) => {
-      if (won && !this.closed) {
+      if (won) {
         this.promoting = this.promote().catch((err: unknown) => {
           const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
           this.problem = `could not take the lead from the tab that closed: ${e.message}`
@@ -221,9 +225,11 @@ export class SteadClient {
     const spaces = await Promise.allSettled([...this.spaces.values()])
     await Promise.allSettled(spaces.map((s) => (s.status === 'fulfilled' ? s.value.close() : undefined)))
     await Promise.allSettled([...this.closing.values()])
-    await this.promoting
     const tabs = this.init.tabs
     tabs?.stopWaiting.abort()
+    // Settles once the lock came (a promotion started) or the wait ended; then the promotion, if any, finishes.
+    await this.leadQueued
+    await this.promoting
     tabs?.link?.close()
     tabs?.hub?.close()
     if (this.lead) {
@@ -285,6 +291,7 @@ export class SteadClient {
     const hub = this.init.tabs?.hub
     // The stored sequence is this identity's unless it names another author.
     const ours = restored.author.authorId === undefined || restored.author.authorId === this.authorId
+    const own = (): RelayUpstream => upstream
     const upstream: RelayUpstream = new RelayUpstream({
       space,
       records,
@@ -296,7 +303,7 @@ export class SteadClient {
       resubmitAfterMs: options.resubmitAfterMs ?? 2000,
       checkpointEvery: options.checkpointEvery ?? 1000,
       now: options.now ?? Date.now,
-      news: hub ? hub.newsFor(name, () => this.upstreams.get(name)) : NO_NEWS,
+      news: hub ? hub.newsFor(name, own) : NO_NEWS,
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
       clock: ours ? restored.author.clock : clockInit(),
     })
@@ -305,6 +312,8 @@ export class SteadClient {
     this.opened.set(name, space)
     this.upstreams.set(name, upstream)
     lead.sessions.join(upstream)
+    // Waits check the new upstream from now on.
+    space.progress()
     return upstream
   }
 

@@ -63,6 +63,8 @@ export interface Upstream {
   pendingUpdates(): PendingUpdate[]
   /** Whether a relay accepted every signed update. */
   allAccepted(): boolean
+  /** Whether every signed update is decided in the stable order. */
+  allDecided(): boolean
   /** The stable index f+1 relays report (see `readStable`). */
   quorumIndex(timeoutMs: number): Promise<number>
   /** A history page of `key` that f+1 relays signed alike. */
@@ -282,7 +284,7 @@ export class Space {
     this.assertOpen()
     this.sealNow()
     await this.sealing
-    await this.until(() => this.upstream.pendingUpdates().length === 0, { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
+    await this.until(() => this.upstream.allDecided(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
   }
 
   /**

@@ -66,6 +66,7 @@ export type TabMessage =
   | { t: 'hello'; from: string; v: number }
   | { t: 'welcome'; to: string; v: number; authorId: string; status: SessionsStatus }
   | { t: 'leader' }
+  | { t: 'leaving' }
   | { t: 'status'; status: SessionsStatus }
   | { t: 'error'; error: Failure }
   | { t: 'attach'; from: string; space: string }
@@ -202,8 +203,9 @@ export class TabHub {
     if (this.users.has(space)) this.post({ t: 'space-closed', space } satisfies TabMessage)
   }
 
-  /** This tab stops leading: nothing more is said (a request it did not announce is sent again to the next leader). */
+  /** This tab stops leading: it says so, then nothing more (a request it did not announce is sent again to the next leader). */
   close(): void {
+    this.post({ t: 'leaving' })
     this.closed = true
     this.channel.close()
   }
@@ -213,7 +215,7 @@ export class TabHub {
   }
 
   /** What a space's upstream tells the other tabs (only while some tab uses it). */
-  newsFor(space: string, upstream: () => RelayUpstream | undefined): SpaceNews {
+  newsFor(space: string, upstream: () => RelayUpstream): SpaceNews {
     const post = (m: TabMessage): void => {
       if (this.users.get(space)?.size) this.post(m)
     }
@@ -229,8 +231,7 @@ export class TabHub {
         this.outboxPosts.add(space)
         queueMicrotask(() => {
           this.outboxPosts.delete(space)
-          const up = upstream()
-          if (up) post({ t: 'outbox', space, entries: up.outbox.entries() })
+          post({ t: 'outbox', space, entries: upstream().outbox.entries() })
         })
       },
     }
@@ -391,6 +392,10 @@ export class LeaderLink {
         for (const d of this.calls.values()) d.reject(new SteadError('unsupported', 'the leading tab changed during the call; try again'))
         this.calls.clear()
         return
+      case 'leaving':
+        // What the leader said of its outbox may be out of date now: waits hold until the next one answers.
+        for (const s of this.spaces.values()) s.leaderLeft()
+        return
       case 'status':
         this.status = m.status
         this.events.status()
@@ -449,6 +454,8 @@ export class TabUpstream implements Upstream {
   /** Set while this tab takes the lead: updates wait for the upstream it builds. */
   private next: Promise<Upstream> | undefined
   private closed = false
+  /** Request ids are unique per upstream instance (a space closed and opened again must not reuse one the leader stored). */
+  private readonly requestPrefix = newTabId()
   private nextRequest = 0
 
   constructor(
@@ -465,6 +472,10 @@ export class TabUpstream implements Upstream {
   attach(): Promise<void> {
     this.link.post({ t: 'attach', from: this.link.tab, space: this.spaceName })
     return this.attached.promise
+  }
+
+  leaderLeft(): void {
+    this.synced = false
   }
 
   reattach(): void {
@@ -576,7 +587,7 @@ export class TabUpstream implements Upstream {
       return Promise.resolve()
     }
     return new Promise<void>((done) => {
-      this.inFlight = { request: `${this.link.tab}:${this.nextRequest++}`, batch, done }
+      this.inFlight = { request: `${this.requestPrefix}:${this.nextRequest++}`, batch, done }
       this.forward(this.inFlight)
     })
   }
@@ -598,6 +609,8 @@ export class TabUpstream implements Upstream {
    */
   handOver(next: Promise<Upstream>): { inFlight: InFlight | undefined; awaiting: Map<string, Map<number, Deferred<SafeResult>>> } {
     this.next = next
+    // What the last leader said no longer holds: nothing is known until `next` takes over.
+    this.synced = false
     const handed = { inFlight: this.inFlight, awaiting: new Map(this.awaiting) }
     this.inFlight = undefined
     this.awaiting.clear()
@@ -608,8 +621,13 @@ export class TabUpstream implements Upstream {
     return this.outbox.map(({ accepted: _accepted, ...p }) => p)
   }
 
+  /** Known only while a leader answers: between leaders nothing is known to be accepted or decided. */
   allAccepted(): boolean {
-    return this.outbox.every((o) => o.accepted)
+    return this.synced && !this.inFlight && this.outbox.every((o) => o.accepted)
+  }
+
+  allDecided(): boolean {
+    return this.synced && !this.inFlight && this.outbox.length === 0
   }
 
   quorumIndex(timeoutMs: number): Promise<number> {

@@ -72,6 +72,10 @@ export class RelayUpstream implements Upstream, SessionMember {
     return this.outbox.allAccepted()
   }
 
+  allDecided(): boolean {
+    return this.outbox.pendingUpdates().length === 0
+  }
+
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {
     return this.o.sessions.statusFor(closed, problem)
   }

@@ -6,8 +6,12 @@ import { FakeOrigin } from './helpers/tabs.ts'
 const clusters: FakeCluster[] = []
 const origins: FakeOrigin[] = []
 
+/** Tabs that crashed: gone, so nothing closes them (a close would wait for a leader their dead link never hears of). */
+const crashed = new Set<SteadClient>()
+
 afterEach(async () => {
-  for (const o of origins.splice(0)) for (const c of o.clients) await c.close().catch(() => undefined)
+  for (const o of origins.splice(0)) for (const c of o.clients) if (!crashed.has(c)) await c.close().catch(() => undefined)
+  crashed.clear()
   for (const c of clusters.splice(0)) c.stop()
 })
 
@@ -34,11 +38,22 @@ function sessions(c: FakeCluster): number {
 
 /** What a tab that dies without closing leaves: its locks released, nothing more said, its storage handle gone. */
 async function crash(client: SteadClient): Promise<void> {
-  const internals = client as unknown as { lead?: { sessions: { close(): void }; storage: { close(): Promise<void> } }; init: { tabs: { hub?: { close(): void }; lock: { release(): void } } } }
+  crashed.add(client)
+  const internals = client as unknown as {
+    lead?: { sessions: { close(): void }; storage: { close(): Promise<void> } }
+    init: { tabs: { hub?: { closed: boolean; channel: { close(): void } }; link?: { close(handedOver: boolean): void }; lock: { release(): void }; stopWaiting: AbortController } }
+  }
+  const tabs = internals.init.tabs
   internals.lead?.sessions.close()
-  internals.init.tabs.hub?.close()
+  if (tabs.hub) {
+    tabs.hub.closed = true
+    tabs.hub.channel.close()
+  }
+  // Gone without a word: no 'bye'.
+  tabs.link?.close(true)
+  tabs.stopWaiting.abort()
   await internals.lead?.storage.close()
-  internals.init.tabs.lock.release()
+  tabs.lock.release()
 }
 
 describe('tabs sharing one client', () => {
@@ -143,4 +158,64 @@ describe('tabs sharing one client', () => {
     expect(sb.counter('k').stable).toBe(5)
     stop()
   })
+
+  // STEAD_TABS_SEEDS=200 for a longer soak.
+  const seeds = Array.from({ length: Number(process.env.STEAD_TABS_SEEDS ?? 4) }, (_, i) => i + 1)
+  it.each(seeds)('tabs opening, closing and crashing at random while they write: every stored update commits exactly once (seed %i)', async (first) => {
+    const { c, origin } = setup()
+    const stop = c.autoCommit(5)
+    let seed = first
+    const random = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    type Tab = { client: SteadClient; space: Awaited<ReturnType<SteadClient['space']>> }
+    const live: Tab[] = []
+    const open = async (): Promise<void> => {
+      const client = await origin.tab(c.clientOptions())
+      const space = await client.space('bank')
+      live.push({ client, space })
+    }
+    const writes: Array<{ key: string; outcome: Promise<'stored' | 'failed'> }> = []
+    await open()
+    for (let step = 0; step < 60; step++) {
+      const roll = random(10)
+      if (live.length < 4 && (roll < 2 || live.length === 0)) await open()
+      else if (live.length > 1 && roll === 2) {
+        const [tab] = live.splice(random(live.length), 1) as [Tab]
+        await tab.client.close()
+      } else if (live.length > 1 && roll === 3) {
+        const [tab] = live.splice(random(live.length), 1) as [Tab]
+        await crash(tab.client)
+      } else {
+        const tab = live[random(live.length)] as Tab
+        const key = `w${step}`
+        writes.push({
+          key,
+          outcome: tab.space
+            .counter(key)
+            .increment(1)
+            .then(
+              () => 'stored' as const,
+              () => 'failed' as const,
+            ),
+        })
+      }
+      if (random(3) === 0) await new Promise((r) => setTimeout(r, random(15)))
+    }
+    if (live.length === 0) await open()
+    const last = live[0] as Tab
+    // Writes of crashed tabs may never answer: give the others time, then judge what answered.
+    const outcomes = await Promise.all(writes.map((w) => Promise.race([w.outcome, new Promise<'unanswered'>((r) => setTimeout(() => r('unanswered'), 3000))])))
+    await last.space.settled({ timeoutMs: 20_000 })
+    await until('leader online', () => last.space.status.online)
+    for (const [i, w] of writes.entries()) {
+      const value = c.stableValue(w.key) ?? 0
+      // Stored means committed once; a write that failed or never answered (its tab crashed) committed at most once.
+      if (outcomes[i] === 'stored') expect(value, `${w.key} (stored)`).toBe(1)
+      else expect(value, `${w.key} (${outcomes[i]})`).toBeLessThanOrEqual(1)
+    }
+    expect(outcomes.filter((o) => o === 'stored').length).toBeGreaterThan(writes.length / 2)
+    stop()
+  }, 60_000)
 })

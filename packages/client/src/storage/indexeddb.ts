@@ -36,10 +36,11 @@ export async function openIndexedDbStorage(name: string, version: number): Promi
 /**
  * One tab at a time per database: two clients writing one storage would
  * reuse sequence numbers and overwrite each other's records, losing updates.
- * Until tabs share a client, a second tab is refused with a clear error
- * (after waiting a moment, so a reload's new page gets the lock its old
- * page is releasing). Where Web Locks are missing (Node, old browsers),
- * nothing is checked.
+ * Tabs share the default storage through a leader tab (tabs.ts), and only
+ * the leader opens it; a second tab opening it directly is refused with a
+ * clear error (after waiting a moment, so a reload's new page, or the next
+ * leader, gets the lock the old one is releasing). Where Web Locks are
+ * missing (Node, old browsers), nothing is checked.
  */
 async function holdExclusively(name: string, waitMs = 3000): Promise<() => void> {
   type Locks = { request(name: string, options: { signal: AbortSignal }, callback: () => Promise<void>): Promise<void> }
@@ -57,7 +58,7 @@ async function holdExclusively(name: string, waitMs = 3000): Promise<() => void>
         refused(
           new StorageError(
             'blocked',
-            `IndexedDB "${name}" is in use by another tab or window of this app; tabs cannot share one Stead storage yet: close the other tab, or give each tab its own storage (indexedDbStorage(name))`,
+            `IndexedDB "${name}" is in use by another tab or window of this app; a storage passed to createClient is not shared between tabs: use createClient({ database: "${name}" }) instead, and tabs share one client`,
           ),
         ),
       )

@@ -37,7 +37,7 @@ export class FakeLocks implements LockManagerLike {
       }
       const abort = (): void => {
         const queue = this.waiting.get(name) ?? []
-        queue.splice(queue.indexOf(grant), 1)
+        if (queue.includes(grant)) queue.splice(queue.indexOf(grant), 1)
         reject(new DOMException('aborted', 'AbortError'))
       }
       if (options.signal?.aborted) return abort()
