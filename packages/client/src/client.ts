@@ -194,10 +194,7 @@ export class SteadClient {
 
   /** The relay sessions every space shares: online once f+1 trusted relays are connected. */
   get status(): SessionsStatus {
-    if (this.lead) return this.lead.sessions.statusFor(this.closed, this.problem)
-    const s = (this.init.tabs?.link as LeaderLink).status
-    const why = this.problem ?? (this.closed ? 'closed' : s.problem)
-    return { online: !this.closed && s.online, relays: s.relays, trusted: s.trusted, ...(why ? { problem: why } : {}) }
+    return (this.lead?.sessions ?? (this.init.tabs?.link as LeaderLink)).statusFor(this.closed, this.problem)
   }
 
   /** Whether this tab owns the storage and the relay sessions (true without tabs); the other tabs follow it. */
@@ -307,7 +304,7 @@ export class SteadClient {
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
       clock: ours ? restored.author.clock : clockInit(),
     })
-    upstream.outbox.restore(outbox, restored.requests, waiters)
+    upstream.outbox.restore(outbox, waiters)
     space.attach(upstream)
     this.opened.set(name, space)
     this.upstreams.set(name, upstream)
@@ -348,7 +345,7 @@ export class SteadClient {
       for (const [idHex, groups] of handed.awaiting) waiters.set(idHex, groupsArray(groups))
       const inFlight = handed.inFlight
       // The request this tab had forwarded: stored by the last leader (its envelope pending or decided already), or not.
-      const stored = inFlight && restored.requests.find((r) => r.id === inFlight.request)
+      const stored = inFlight && records.request(inFlight.request)
       const carrier = stored && outbox.find((o) => o.env.idHex === stored.envelope)
       const lost: Array<Deferred<SafeResult>> = []
       if (inFlight && stored) {

@@ -50,7 +50,6 @@ interface Outgoing {
   readonly regular: readonly DraftItem[]
   /** Audit units before the first safe group: the regular operations after compaction. */
   readonly regularUnits: number
-  readonly requests: readonly ForwardedRequest[]
   /** Relays it was sent to, in order. */
   readonly sentTo: number[]
   lastSentAt: number
@@ -70,8 +69,6 @@ export class Outbox {
   private readonly outgoing = new Map<string, Outgoing>()
   /** Submit ids in flight → envelope id. */
   private readonly submits = new Map<number, string>()
-  /** Requests of other tabs already in a stored envelope (decided or not): one sent again after a leader change is not queued twice. */
-  private readonly forwarded = new Map<string, StoredRequest>()
   private seq: number
   private clock: Clock
   /** Clocks of envelopes received since this client last signed one. */
@@ -99,17 +96,19 @@ export class Outbox {
 
   /**
    * Puts back envelopes signed before a restart (or by the tab that led
-   * before) and the forwarded requests stored with them; `waiters` are safe
-   * groups a tab still awaits, by envelope id.
+   * before); `waiters` are safe groups a tab still awaits, by envelope id.
    */
-  restore(outbox: ReadonlyArray<{ env: Envelope; frame: Uint8Array }>, requests: readonly StoredRequest[], waiters: ReadonlyMap<string, ReadonlyArray<Deferred<SafeResult>>> = new Map()): void {
-    for (const r of requests) this.forwarded.set(r.id, r)
-    for (const { env, frame } of outbox) this.add(env, frame, waiters.get(env.idHex) ?? [], requests.filter((r) => r.envelope === env.idHex))
+  restore(outbox: ReadonlyArray<{ env: Envelope; frame: Uint8Array }>, waiters: ReadonlyMap<string, ReadonlyArray<Deferred<SafeResult>>> = new Map()): void {
+    for (const { env, frame } of outbox) this.add(env, frame, waiters.get(env.idHex) ?? [])
   }
 
-  /** The stored envelope that carried a forwarded request, with its frame while it is undecided. */
+  /**
+   * The stored envelope that carried a forwarded request (decided or not:
+   * one sent again after a change of leader is not queued twice), with its
+   * frame while it is undecided.
+   */
   carrying(request: string): { request: StoredRequest; frame: Uint8Array | undefined } | undefined {
-    const r = this.forwarded.get(request)
+    const r = this.o.records.request(request)
     return r && { request: r, frame: this.outgoing.get(r.envelope)?.frame }
   }
 
@@ -130,6 +129,10 @@ export class Outbox {
 
   allAccepted(): boolean {
     return [...this.outgoing.values()].every((o) => o.accepted)
+  }
+
+  get size(): number {
+    return this.outgoing.size
   }
 
   /** The pending updates with whether a relay accepted each (what other tabs mirror). */
@@ -169,28 +172,24 @@ export class Outbox {
       env,
       frame,
       batch.safe.map((g) => g.waiter),
-      batch.requests,
     )
     space.batchSigned(batch, env)
     this.o.news.sealed(frame, batch.requests)
     this.send(env.idHex)
   }
 
-  private add(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>, requests: readonly ForwardedRequest[]): void {
-    const regularUnits = env.updates.reduce((n, u) => n + u.ops.length, 0)
+  private add(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>): void {
+    const regularUnits = regularUnitsOf(env)
     this.outgoing.set(env.idHex, {
       env,
       frame,
       safe: env.safe.map((_, i) => ({ unit: regularUnits + i, waiter: waiters[i] ?? deferred<SafeResult>() })),
       regular: env.updates.flatMap((u) => u.ops.map((op) => ({ key: u.key, decl: u.decl, intent: op }))),
       regularUnits,
-      requests,
       sentTo: [],
       lastSentAt: 0,
       accepted: false,
     })
-    for (const r of requests) this.forwarded.set(r.id, { ...r, seq: env.seq, envelope: env.idHex })
-    if (this.forwarded.size > 2000) this.forwarded.delete(this.forwarded.keys().next().value as string)
     this.o.news.outboxChanged()
   }
 
@@ -326,6 +325,11 @@ export function outcomeOf(env: Envelope, regularUnits: number, d: OwnDecision): 
 
 function keysOf(o: Outgoing): string[] {
   return envelopeKeys(o.env)
+}
+
+/** Audit units before an envelope's first safe group: its regular operations (compacted). */
+export function regularUnitsOf(env: Envelope): number {
+  return env.updates.reduce((n, u) => n + u.ops.length, 0)
 }
 
 /** The keys an envelope touches. */

@@ -27,8 +27,6 @@ export interface Restored {
   readonly commits: CommitRecord[]
   /** Own envelopes not yet decided, in sequence order. */
   readonly outbox: Uint8Array[]
-  /** Updates other tabs forwarded, and the envelopes that carried them (the last 1,000). */
-  readonly requests: StoredRequest[]
   /** Envelopes received from relays and not yet decided. */
   readonly inbox: Uint8Array[]
 }
@@ -65,8 +63,8 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  */
 export class ClientRecords {
   private nextCommit = 0
-  /** Stored forwarded requests, oldest first. */
-  private requests: StoredRequest[] = []
+  /** Stored forwarded requests by id, oldest first. */
+  private readonly requests = new Map<string, StoredRequest>()
   /** Commit records stored since the last checkpoint: the next checkpoint deletes them. */
   private stored: number[] = []
   /** Envelopes in those records: what opening would replay. */
@@ -88,6 +86,7 @@ export class ClientRecords {
       this.storage.loadRange([s, 'request']),
       this.storage.loadRange([s, 'inbox']),
     ])
+    for (const r of requests.map((e) => decodeRequest(e.key[2] as string, e.value)).sort((a, b) => a.seq - b.seq)) this.requests.set(r.id, r)
     this.stored = commits.map((e) => Number(e.key[2]))
     this.nextCommit = (this.stored[this.stored.length - 1] ?? -1) + 1
     return {
@@ -100,7 +99,6 @@ export class ClientRecords {
         return c
       }),
       outbox: outbox.map((e) => e.value),
-      requests: (this.requests = requests.map((e) => decodeRequest(e.key[2] as string, e.value)).sort((a, b) => a.seq - b.seq)),
       inbox: inbox.map((e) => e.value),
     }
   }
@@ -142,10 +140,19 @@ export class ClientRecords {
     const put: StorageChange[] = [{ key: this.outboxKey(seq), value: frame }]
     for (const r of requests) {
       put.push({ key: [this.space, 'request', r.id], value: encode([seq, envelope, r.safe]) })
-      this.requests.push({ ...r, seq, envelope })
+      this.requests.set(r.id, { ...r, seq, envelope })
     }
-    while (this.requests.length > REQUESTS_KEPT) put.push({ key: [this.space, 'request', (this.requests.shift() as StoredRequest).id], value: undefined })
+    for (const id of this.requests.keys()) {
+      if (this.requests.size <= REQUESTS_KEPT) break
+      this.requests.delete(id)
+      put.push({ key: [this.space, 'request', id], value: undefined })
+    }
     return put
+  }
+
+  /** The stored envelope a forwarded request went into, if it is one of the last 1,000. */
+  request(id: string): StoredRequest | undefined {
+    return this.requests.get(id)
   }
 
   outboxDelete(seq: number): StorageChange {

@@ -314,10 +314,6 @@ export class Space {
     this.emitStatus()
   }
 
-  get isClosed(): boolean {
-    return this.closed
-  }
-
   // ---------------------------------------------------------------- updates
 
   private makeHost(): HandleHost {

@@ -22,7 +22,7 @@ import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, type Crypt
 import { deferred, type Deferred, type DraftBatch, type DraftItem } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
-import { envelopeKeys, outcomeOf, type OwnDecision, type SpaceNews } from './outbox.ts'
+import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
@@ -330,6 +330,12 @@ export class LeaderLink {
     channel.addEventListener('message', (e) => this.receive(e.data as TabMessage))
   }
 
+  /** The leader's sessions as this client or one of its spaces reports them (`problem`: theirs, which comes first), like RelaySessions.statusFor. */
+  statusFor(closed: boolean, problem?: string): SessionsStatus {
+    const why = problem ?? (closed ? 'closed' : this.status.problem)
+    return { online: !closed && this.status.online, relays: this.status.relays, trusted: this.status.trusted, ...(why ? { problem: why } : {}) }
+  }
+
   /** Asks the leader who this client is; resolves when a leader answers. */
   hello(): Promise<{ authorId: string }> {
     this.welcome ??= deferred()
@@ -516,7 +522,7 @@ export class TabUpstream implements Upstream {
           const { batch, done } = this.inFlight
           this.inFlight = undefined
           // Counted as pending until the leader's outbox says more: `pending` never dips.
-          if (env && !this.outbox.some((o) => o.id === env.idHex)) this.outbox = [...this.outbox, { id: env.idHex, keys: envelopeKeys(env), safe: env.safe.length, regular: env.updates.reduce((n, u) => n + u.ops.length, 0), sent: false, accepted: false }]
+          if (env && !this.outbox.some((o) => o.id === env.idHex)) this.outbox = [...this.outbox, { id: env.idHex, keys: envelopeKeys(env), safe: env.safe.length, regular: regularUnitsOf(env), sent: false, accepted: false }]
           if (env && mine.safe.length) this.awaiting.set(env.idHex, new Map(mine.safe.map((g, i) => [g, batch.safe[i]?.waiter as Deferred<SafeResult>])))
           // Its envelope was decided while the lead changed hands.
           else if (!env && mine.safe.length) for (const g of batch.safe) g.waiter.reject(decidedMeanwhile())
@@ -569,8 +575,7 @@ export class TabUpstream implements Upstream {
     const env = d.kind === 'refused' ? undefined : d.env
     if (d.kind === 'dropped' && (d.reason === 'gap' || d.reason === 'duplicate')) return
     this.awaiting.delete(idHex)
-    const regularUnits = env ? env.updates.reduce((n, u) => n + u.ops.length, 0) : 0
-    const outcome = env ? outcomeOf(env, regularUnits, d) : undefined
+    const outcome = env ? outcomeOf(env, regularUnitsOf(env), d) : undefined
     for (const [group, waiter] of groups) {
       const result: SafeResult | undefined = outcome ? outcome.safe[group] : d.kind === 'refused' ? { status: 'rejected', reason: d.reason, detail: d.detail } : undefined
       if (result) waiter.resolve(result)
@@ -639,9 +644,7 @@ export class TabUpstream implements Upstream {
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {
-    const s = this.link.status
-    const why = problem ?? (closed ? 'closed' : s.problem)
-    return { online: !closed && s.online, relays: s.relays, trusted: s.trusted, ...(why ? { problem: why } : {}) }
+    return this.link.statusFor(closed, problem)
   }
 
   async close(): Promise<void> {

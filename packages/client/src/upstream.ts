@@ -73,7 +73,7 @@ export class RelayUpstream implements Upstream, SessionMember {
   }
 
   allDecided(): boolean {
-    return this.outbox.pendingUpdates().length === 0
+    return this.outbox.size === 0
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {
