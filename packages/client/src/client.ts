@@ -79,6 +79,8 @@ export class SteadClient {
       options: ClientOptions
       platform: PlatformDefaults
       crypto: Crypto
+      /** The cluster the app pinned in its options, parsed. */
+      cluster: ClusterDescriptor | undefined
       authorId: string
       tabs?: Tabs
     },
@@ -328,7 +330,7 @@ export class SteadClient {
       const next = deferredUpstream()
       return { up, next, handed: up.handOver(next.promise) }
     })
-    const { storage, identity, cluster } = await openLeadStorage(this.init.options, this.init.crypto, await tabs.platform.storage())
+    const { storage, identity, cluster } = await openLeadStorage(this.init.options, this.init.cluster, this.init.crypto, await tabs.platform.storage())
     if (authorIdOf(this.init.crypto, identity.publicKey) !== this.authorId) {
       await storage.close()
       throw new SteadError('conflict', 'the storage holds another identity than the tab that led used')
@@ -411,10 +413,10 @@ function clusterRecord(c: ClusterDescriptor): StorageChange {
 /** Reads (or creates and stores) the identity and the pinned cluster of a storage. Closes the storage if that fails. */
 async function openLeadStorage(
   options: ClientOptions,
+  given: ClusterDescriptor | undefined,
   crypto: Crypto,
   storage: ClientStorage,
 ): Promise<{ storage: ClientStorage; identity: Lead['identity']; cluster: ClusterDescriptor | undefined }> {
-  const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
   try {
     const [storedKey, storedCluster] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY)])
     const restoredCluster = storedCluster && decodeCluster(storedCluster)
@@ -436,17 +438,17 @@ async function openLeadStorage(
 export async function createClientWith(options: ClientOptions, platform: PlatformDefaults): Promise<SteadClient> {
   if (!options || !Array.isArray(options.relays) || options.relays.length === 0) throw new SteadError('malformed', 'createClient needs at least one relay URL')
   for (const url of options.relays) httpBaseOf(url)
-  if (options.cluster !== undefined) parseClusterDescriptor(options.cluster, 'options.cluster')
+  const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
   const crypto = options.crypto ?? (await platform.crypto())
   const shared = options.storage === undefined ? platform.tabs : undefined
   if (!shared) {
-    const opened = await openLeadStorage(options, crypto, await (options.storage ?? platform.storage()))
-    const client = new SteadClient({ options, platform, crypto, authorId: authorIdOf(crypto, opened.identity.publicKey) })
+    const opened = await openLeadStorage(options, given, crypto, await (options.storage ?? platform.storage()))
+    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey) })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     return client
   }
   const tabs: Tabs = { platform: shared, tab: newTabId(), lock: new LeaderLock(shared.locks, shared.name), stopWaiting: new AbortController() }
-  if (await tabs.lock.claim()) return leadTabs(options, platform, crypto, tabs)
+  if (await tabs.lock.claim()) return leadTabs(options, given, platform, crypto, tabs)
   // Another tab leads: ask it who this client is, unless the lead comes to this tab first.
   const events = { client: undefined as SteadClient | undefined }
   const link = new LeaderLink(tabs.tab, shared.channel(channelName(shared)), {
@@ -457,7 +459,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
   const first = await Promise.race([link.hello().then((w) => ({ authorId: w.authorId })), lead.then((won) => ({ won }))])
   if ('won' in first) {
     link.close(true)
-    if (first.won) return leadTabs(options, platform, crypto, tabs)
+    if (first.won) return leadTabs(options, given, platform, crypto, tabs)
     throw new ClosedError()
   }
   if (options.identity) {
@@ -468,16 +470,16 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
       throw new SteadError('conflict', 'another tab of this app leads with another identity on the same storage; tabs sharing a storage share its identity')
     }
   }
-  const client = new SteadClient({ options, platform, crypto, authorId: first.authorId, tabs })
+  const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: first.authorId, tabs })
   events.client = client
   client.startFollowing(link, lead)
   return client
 }
 
-async function leadTabs(options: ClientOptions, platform: PlatformDefaults, crypto: Crypto, tabs: Tabs): Promise<SteadClient> {
+async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undefined, platform: PlatformDefaults, crypto: Crypto, tabs: Tabs): Promise<SteadClient> {
   try {
-    const opened = await openLeadStorage(options, crypto, await tabs.platform.storage())
-    const client = new SteadClient({ options, platform, crypto, authorId: authorIdOf(crypto, opened.identity.publicKey), tabs })
+    const opened = await openLeadStorage(options, given, crypto, await tabs.platform.storage())
+    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), tabs })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     tabs.hub?.announce()
     return client

@@ -278,7 +278,8 @@ export class TabHub {
         try {
           space.queueForwarded(m.request, m.regular, m.safe)
         } catch (err) {
-          this.post({ t: 'failed', space: m.space, requests: [m.request], error: failure(err) } satisfies TabMessage)
+          // A space closing here is not the update's fault: the follower sends it again to whoever runs the space next.
+          if (!(err instanceof ClosedError)) this.post({ t: 'failed', space: m.space, requests: [m.request], error: failure(err) } satisfies TabMessage)
         }
         return
       }
