@@ -19,6 +19,7 @@ import {
   type OpContext,
   type RegisterOp,
   type SetOp,
+  validateRegisterValue,
 } from '../src/crdt/index.ts'
 
 const REPLICAS = ['r0', 'r1', 'r2']
@@ -252,6 +253,10 @@ describe('LWW-Register', () => {
     b.apply(['s', 'from-x', 5], { replica: 'x', tag: 'x:1' })
     expect(a.value()).toBe('from-y')
     expect(b.value()).toBe('from-y')
+  })
+  it('refuses values that would not survive the wire, with a reason', () => {
+    expect(validateRegisterValue(JSON.parse('{"a":{"__proto__":1}}'))).toMatch(/__proto__/)
+    expect(validateRegisterValue({ a: [1, 'x', null, { b: true }] })).toBeNull()
   })
   it('withdrawing the winning write brings back the previous one', () => {
     const r = new LWWRegister()

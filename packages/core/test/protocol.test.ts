@@ -94,8 +94,10 @@ describe('the msgpack decoder', () => {
   })
 
   it('reads back everything Stead writes, undefined included', () => {
+    // Stead writes no "__proto__" keys (register values refuse them: msgpack decoders rename them).
+    const written = fc.jsonValue().filter((j) => !JSON.stringify(j).includes('"__proto__":'))
     fc.assert(
-      fc.property(fc.jsonValue(), fc.uint8Array({ maxLength: 40 }), (json, bin) => {
+      fc.property(written, fc.uint8Array({ maxLength: 40 }), (json, bin) => {
         const value = [json, bin, undefined, -1.5, 2 ** 40, -(2 ** 40)]
         expect(plain(decode(encode(value)))).toEqual(plain(value))
       }),

@@ -24,6 +24,8 @@ export function validateRegisterValue(v: unknown, depth = 0): string | null {
     return null
   }
   if (typeof v === 'object' && Object.getPrototypeOf(v) === Object.prototype) {
+    // msgpack decoders rename this key (msgpackr reads it back as "__proto_") to keep prototypes safe: it would not survive the wire.
+    if (Object.hasOwn(v, '__proto__')) return 'register object keys cannot be "__proto__"'
     for (const item of Object.values(v as object)) {
       const p = validateRegisterValue(item, depth + 1)
       if (p) return p
