@@ -89,6 +89,8 @@ export class FakeCluster {
     const socket = new FakeSocket()
     const relay = this.relays[i]
     setTimeout(() => {
+      // Closed by the client while connecting: a real server never sees that connection open.
+      if (socket.readyState === 3) return
       if (!relay || !relay.online) return socket.fail()
       relay.accept(socket)
     }, 0)
