@@ -1,9 +1,15 @@
+import { defaultClientConditions, defaultServerConditions } from 'vite'
 import { defineConfig } from 'vitest/config'
 
+/** The workspace packages resolve to their TypeScript sources (package.json "@stead/source"), not to a dist/ that may be stale or missing. */
+const SOURCE = '@stead/source'
+
 /** Tests that start real relay processes: each runs alone, so their timings (and the flood test's latency bound) do not depend on what else runs on a 2-core machine. */
-const processes = ['relay/test/integration.test.ts', 'relay/test/hardening.test.ts', 'relay/test/fuzz.test.ts', 'relay/test/datadir.test.ts', 'packages/client/test/relays.test.ts']
+const processes = ['relay/test/integration.test.ts', 'relay/test/hardening.test.ts', 'relay/test/fuzz.test.ts', 'relay/test/datadir.test.ts', 'relay/test/cli.test.ts', 'packages/client/test/relays.test.ts']
 
 export default defineConfig({
+  resolve: { conditions: [SOURCE, ...defaultClientConditions] },
+  ssr: { resolve: { conditions: [SOURCE, ...defaultServerConditions], externalConditions: [SOURCE] } },
   test: {
     testTimeout: 30_000,
     projects: [

@@ -19,7 +19,8 @@ export interface ClusterOptions {
 }
 
 export interface RelayReport {
-  relay: number
+  /** Its name in the cluster file, e.g. "r1". */
+  relay: string
   round: number
   committedRound: number
   commits: number
@@ -30,12 +31,20 @@ export interface RelayReport {
 export class Cluster {
   private output = ''
 
+  private readonly process: ChildProcess
+  readonly dir: string
+  readonly basePort: number
+  readonly size: number
   private constructor(
-    private readonly process: ChildProcess,
-    readonly dir: string,
-    readonly basePort: number,
-    readonly size: number,
+    process: ChildProcess,
+    dir: string,
+    basePort: number,
+    size: number,
   ) {
+    this.process = process
+    this.dir = dir
+    this.basePort = basePort
+    this.size = size
     const keep = (chunk: Buffer) => {
       this.output = (this.output + chunk.toString()).slice(-200_000)
     }

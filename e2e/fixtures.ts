@@ -53,11 +53,17 @@ export class User {
   /** Relay HTTP requests and WebSocket sessions refused while the relays were unreachable. */
   readonly refused = { http: 0, sessions: 0 }
 
+  readonly name: string
+  readonly context: BrowserContext
+  readonly page: Page
   constructor(
-    readonly name: string,
-    readonly context: BrowserContext,
-    readonly page: Page,
+    name: string,
+    context: BrowserContext,
+    page: Page,
   ) {
+    this.name = name
+    this.context = context
+    this.page = page
     page.on('pageerror', (err) => this.errors.push(`pageerror: ${err.message}`))
     page.on('console', (msg) => {
       if (msg.type() === 'error') this.errors.push(`console: ${msg.text()}`)

@@ -1,6 +1,14 @@
 #!/usr/bin/env node
-// Runs the TypeScript sources directly (the monorepo ships no build step).
-import { register } from 'tsx/esm/api'
+// Installed from npm, the package holds the compiled dist/. In a checkout of
+// the Stead repository it holds src/ as well: run that, so the relay is never
+// a stale build of the code next to it.
+import { existsSync } from 'node:fs'
+import { URL } from 'node:url'
 
-register()
-await import('../src/cli.ts')
+const source = new URL('../src/cli.ts', import.meta.url)
+if (existsSync(source)) {
+  await import('./source.mjs')
+  await import(source.href)
+} else {
+  await import('../dist/cli.js')
+}

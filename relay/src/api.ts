@@ -13,10 +13,11 @@ import {
   type RelayMessage,
 } from '@stead/core'
 import { verifySync } from '@stead/core/node'
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import type { WebSocket } from 'ws'
 import type { CommitFeed } from './feed.ts'
+import { readiness } from './health.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
 import { CHUNK_BYTES } from './store.ts'
 
@@ -78,7 +79,7 @@ const READ_AUTH_SKEW_MS = 5 * 60_000
 
 /**
  * The client-facing API of a relay, HTTP and WebSocket on one port:
- * GET /health, /metrics (Prometheus), /v1/status, /v1/cluster, /v1/spaces,
+ * GET /health, /ready, /metrics (Prometheus), /v1/status, /v1/cluster, /v1/spaces,
  * /v1/spaces/:space/{head,stable}, and the /v1/ws session protocol (see
  * @stead/core protocol.ts).
  */
@@ -86,7 +87,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   const limits: ApiLimits = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DEFAULT_LIMITS && v !== undefined)) }
   const leastBuffer = LOW_WATER_BYTES + 2 * CHUNK_BYTES + limits.maxFrameBytes
   if (limits.maxBufferedBytes < leastBuffer) throw new RangeError(`maxBufferedBytes must be at least ${leastBuffer} (a send window, a commit chunk and a reply), got ${limits.maxBufferedBytes}`)
-  const app = Fastify({ loggerInstance: options.logger, disableRequestLogging: true, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
+  const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
   const sessions = new Sessions(node, limits, options.logger)
@@ -98,7 +99,8 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   // HTTP reads cost a signature each (heads, snapshots): metered per address like sessions.
   const httpBuckets = new Map<string, Bucket>()
   app.addHook('onRequest', async (req, reply) => {
-    if (req.url === '/health' || req.url.startsWith('/v1/ws')) return
+    // Probes and sessions are exempt: a load balancer polling /ready must never be told 429.
+    if (req.url === '/health' || req.url === '/ready' || req.url.startsWith('/v1/ws')) return
     const who = addressKey(req.socket.remoteAddress)
     let bucket = httpBuckets.get(who)
     if (!bucket) {
@@ -117,14 +119,30 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     reply.code(204).header('access-control-allow-methods', 'GET').header('access-control-allow-headers', 'x-stead-reader').header('access-control-max-age', '600').send(),
   )
   app.get('/v1/cluster', async () => node.clusterDescriptor())
-  app.get('/health', async () => ({ ok: true, relay: node.me }))
+  // Liveness: the process serves. Whether it is worth sending clients to is /ready.
+  app.get('/health', async () => ({ ok: true, relay: node.name }))
+  app.get('/ready', async (_req, reply) => {
+    const h = node.health()
+    const r = readiness(h)
+    return reply.code(r.ready ? 200 : 503).send({
+      ready: r.ready,
+      relay: node.name,
+      reasons: r.reasons,
+      peers: { connected: node.connectedPeerNames(), needed: r.peersNeeded, total: h.peers },
+      round: h.round,
+      clusterRound: h.clusterRound,
+      roundsBehind: r.roundsBehind,
+      pendingEnvelopes: h.pendingEnvelopes,
+      lastCommitAt: h.lastCommitAt === null ? null : new Date(h.lastCommitAt).toISOString(),
+    })
+  })
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', node.metrics.registry.contentType)
     return node.metrics.registry.metrics()
   })
   app.get('/v1/status', async () => {
     const { rss, heapUsed, arrayBuffers } = process.memoryUsage()
-    return { ...node.status(), sessions: sessions.count, process: { rss, heapUsed, arrayBuffers } }
+    return { ...node.status(), process: { rss, heapUsed, arrayBuffers } }
   })
   app.get<{ Querystring: { after?: string; limit?: string } }>('/v1/spaces', async (req, reply) => {
     const limit = pageLimit(req.query.limit)
@@ -164,6 +182,30 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
 
 const PAGE_LIMIT_RULE = 'limit must be a whole number from 1 to 1000'
 
+/**
+ * Fastify logs two lines per request at info. A relay answers probes,
+ * scrapes and reads all day: one line per request, at debug, and client
+ * errors (404s from scanners) at debug too; server errors stay errors.
+ */
+class RequestLog extends LogController {
+  override incomingRequest(): void {}
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    const line = { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, from: request.socket?.remoteAddress }
+    if (error) reply.log.error({ ...line, err: error }, 'http request failed')
+    else reply.log.debug(line, 'http request')
+  }
+
+  override routeNotFound(request: FastifyRequest): void {
+    request.log.debug({ method: request.method, url: request.url }, 'http: no such route')
+  }
+
+  override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    if (reply.statusCode >= 500) reply.log.error({ method: request.method, url: request.url, status: reply.statusCode, err: error }, 'http request failed')
+    else reply.log.debug({ method: request.method, url: request.url, status: reply.statusCode, err: error.message }, 'http request refused')
+  }
+}
+
 /** A paged endpoint's `limit` query parameter (default 100), or undefined when it breaks PAGE_LIMIT_RULE. */
 function pageLimit(raw: string | undefined): number | undefined {
   const limit = raw === undefined ? 100 : Number(raw)
@@ -202,7 +244,9 @@ class Bucket {
   private bytes: number
   private last: number
 
-  constructor(private readonly rate: ApiLimits['rateLimit']) {
+  private readonly rate: ApiLimits['rateLimit']
+  constructor(rate: ApiLimits['rateLimit']) {
+    this.rate = rate
     this.messages = rate.burst
     this.bytes = rate.burstBytes
     this.last = Date.now()
@@ -242,12 +286,19 @@ class Sessions {
   backlogged = 0
   private readonly sweeper: NodeJS.Timeout
 
+  readonly node: RelayNode
+  readonly limits: ApiLimits
+  readonly log: Logger
   constructor(
-    readonly node: RelayNode,
-    readonly limits: ApiLimits,
-    readonly log: Logger,
+    node: RelayNode,
+    limits: ApiLimits,
+    log: Logger,
   ) {
+    this.node = node
+    this.limits = limits
+    this.log = log
     this.inbound = new Bucket(limits.globalRateLimit)
+    node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
     node.budget.track('receive-backlogs', () => this.backlogged)
     this.sweeper = setInterval(() => {
@@ -359,11 +410,17 @@ class Session implements Subscriber {
   private readonly node: RelayNode
   private readonly limits: ApiLimits
 
+  private readonly sessions: Sessions
+  private readonly socket: WebSocket
+  private readonly address: string
   constructor(
-    private readonly sessions: Sessions,
-    private readonly socket: WebSocket,
-    private readonly address: string,
+    sessions: Sessions,
+    socket: WebSocket,
+    address: string,
   ) {
+    this.sessions = sessions
+    this.socket = socket
+    this.address = address
     this.node = sessions.node
     this.limits = sessions.limits
     this.bucket = new Bucket(this.limits.rateLimit)

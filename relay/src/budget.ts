@@ -9,7 +9,9 @@
 export class MemoryBudget {
   private readonly parts = new Map<string, { usage: () => number; reclaim?: (bytes: number) => void }>()
 
-  constructor(readonly totalBytes: number) {
+  readonly totalBytes: number
+  constructor(totalBytes: number) {
+    this.totalBytes = totalBytes
     if (!Number.isSafeInteger(totalBytes) || totalBytes <= 0) throw new RangeError(`memory budget must be a positive number of bytes, got ${totalBytes}`)
   }
 

@@ -1,307 +1,285 @@
-import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { parseArgs } from 'node:util'
-import { SteadError, toHex } from '@stead/core'
-import { ConfigError, clusterToJson, generateIdentity, loadCluster, loadIdentity, parseCluster, writeIdentity } from './config.ts'
-import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/index.ts'
-import { DEFAULT_LIMITS, type ApiLimits } from './api.ts'
-import { runRelay } from './relay.ts'
+/**
+ * stead-relay: keygen | init | start | dev. Every command takes --help; a
+ * command line that cannot work gets one line saying why and where to look
+ * (exit 2), a problem an operator must fix (cluster file, data dir, a port in
+ * use) one line saying what to do (exit 2), never a stack trace.
+ */
+import { existsSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { Command, type CommanderError, Option } from 'commander'
+import type { Logger } from 'pino'
+import { UsageError, apiLimits, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber } from './cli-options.ts'
+import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/strategies.ts'
+import type { LogLevel } from './logging.ts'
+import type { RunningRelay } from './relay.ts'
+import { RELAY_VERSION } from './version.ts'
 
-const USAGE = `stead-relay: a Stead relay server
+// The relay itself (libp2p, fastify, LMDB) is loaded by the commands that run
+// it: --help, --version and a mistyped option answer at once.
 
-  stead-relay keygen [--out key.json]
-      Writes a new Ed25519 key (mode 0600) and prints its public key.
-
-  stead-relay start --config cluster.json --id r1 --data ./data/r1
-                    [--key ./data/r1/key.json] [--byzantine MODE]
-                    [--tls-cert cert.pem --tls-key key.pem]
-                    [--idle-block-delay-ms 100] [--leader-timeout-ms 500]
-                    [--memory-budget-mb 512] [--limit name=value ...]
-      Runs one relay of the cluster. The key defaults to <data>/key.json.
-      --memory-budget-mb bounds what it holds for clients (queued envelopes,
-      send buffers, verification cache); --limit sets one client API limit,
-      e.g. --limit maxSessionsPerKey=8 (names and defaults: relay/README.md).
-      The data dir (mode 0700, files 0600) is locked while the relay runs and
-      bound to the cluster's committee: another cluster file is refused.
-      A relay with nothing to order waits --idle-block-delay-ms before its
-      next block (lower: faster first commit after a quiet spell, more idle
-      CPU and store growth); it waits up to --leader-timeout-ms for a round's
-      leader.
-
-  stead-relay dev [--relays 4] [--base-port 7401] [--byzantine 0|1] [--byzantine-mode equivocate]
-                  [--dir .stead/dev] [--fresh] [--idle-block-delay-ms N] [--leader-timeout-ms N]
-      Generates a local cluster (keys, cluster.json, LMDB data dirs under
-      --dir), runs every relay as its own process and prints the URLs.
-      Relay i serves HTTP and WebSocket at 127.0.0.1:<base-port + i - 1>.
-      Its cluster file has "openSpaces": true (any space may be created).
-
-Byzantine modes (for demos and tests): ${BYZANTINE_STRATEGIES.join(', ')}`
-
-const here = dirname(fileURLToPath(import.meta.url))
-
-function die(message: string): never {
-  console.error(`stead-relay: ${message}`)
-  process.exit(2)
+/** A command line commander refused, or its --help / --version: carries the command it was for. */
+class CommandLineExit extends Error {
+  readonly exitCode: number
+  readonly command: string
+  constructor(err: CommanderError, command: string) {
+    super(err.message)
+    this.exitCode = err.exitCode
+    this.command = command
+  }
 }
 
-/** Every command takes --help / -h. */
-const HELP_FLAG = { help: { type: 'boolean', short: 'h' } } as const
+/** Commander reports through CommandLineExit instead of printing and exiting: main() words it. */
+function reporting(cmd: Command, path: string): Command {
+  return cmd.configureOutput({ outputError: () => {} }).exitOverride((err) => {
+    throw new CommandLineExit(err, path)
+  })
+}
 
-/** Runs parseArgs; a bad command line gets one line and the usage (exit 2), --help the usage (exit 0). */
-function parse<T extends { values: { help?: boolean | undefined } }>(run: () => T): T {
-  let parsed: T
-  try {
-    parsed = run()
-  } catch (err) {
-    const code = (err as { code?: unknown }).code
-    if (typeof code !== 'string' || !code.startsWith('ERR_PARSE_ARGS')) throw err
-    const message = (err as Error).message
-    const quoted = /'([^']+)'/.exec(message)?.[1] ?? ''
-    const problem =
-      code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION'
-        ? `unknown option ${quoted}`
-        : code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL'
-          ? `unexpected argument ${quoted}`
-          : code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && /argument missing/.test(message)
-            ? `option ${quoted.split(' ')[0] ?? ''} needs a value`
-            : (message.split('\n')[0] ?? message)
-    die(`${problem}\n\n${USAGE}`)
+/** How long a stopping relay may take before it is made to exit. */
+const STOP_TIMEOUT_MS = 10_000
+
+interface StartOptions {
+  config?: string
+  id?: string
+  data?: string
+  key?: string
+  byzantine?: ByzantineStrategy
+  tlsCert?: string
+  tlsKey?: string
+  idleBlockDelayMs?: number
+  leaderTimeoutMs?: number
+  memoryBudgetMb?: number
+  limit?: string[]
+  logLevel: LogLevel
+}
+
+async function start(options: StartOptions): Promise<void> {
+  const { config, id, data } = options
+  if (!config || !id || !data) throw new UsageError('needs --config, --id and --data')
+  const o = { ...options, config, id, data }
+  if (Boolean(o.tlsCert) !== Boolean(o.tlsKey)) throw new UsageError('--tls-cert and --tls-key go together')
+  // Handlers first: a signal while the relay starts is then no abrupt exit but a clean stop
+  // once it has started. A second Ctrl-C finds no handler and ends the process at once.
+  const state: { logger?: Logger; relay?: RunningRelay; signal?: string } = {}
+  const shutdown = (signal: string): void => {
+    if (state.signal) return
+    state.signal = signal
+    state.logger?.info({ signal }, state.relay ? 'stopping' : 'stopping as soon as the relay has started')
+    if (state.relay && state.logger) stopRelay(state.relay, state.logger, signal)
   }
-  if (parsed.values.help) {
-    console.log(USAGE)
+  process.once('SIGINT', () => shutdown('SIGINT'))
+  process.once('SIGTERM', () => shutdown('SIGTERM'))
+  // Started by `dev`: go down with it, even if it was killed with SIGKILL.
+  if (process.channel) process.once('disconnect', () => shutdown('parent exited'))
+
+  const [{ DEFAULT_LIMITS }, { ConfigError, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
+    import('./api.ts'),
+    import('./config.ts'),
+    import('./logging.ts'),
+    import('./relay.ts'),
+    import('@stead/core'),
+  ])
+  // Bad flags are refused before any file is touched.
+  const limits = apiLimits(o.limit ?? [], DEFAULT_LIMITS)
+  // Whatever the relay writes (store, lock, metadata) is its owner's alone.
+  process.umask(0o077)
+  const cluster = loadCluster(o.config)
+  const identity = loadIdentity(o.key ?? join(o.data, 'key.json'))
+  const entry = cluster.relays.find((r) => r.id === o.id)
+  if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey)) throw new ConfigError(`the key does not match relay ${o.id}'s publicKey in ${o.config}`)
+  const readTls = (path: string, flag: string): Buffer => {
+    try {
+      return readFileSync(path)
+    } catch (err) {
+      throw new ConfigError(`${flag} ${path}: ${(err as Error).message}`)
+    }
+  }
+  const tls = o.tlsCert ? { cert: readTls(o.tlsCert, '--tls-cert'), key: readTls(o.tlsKey as string, '--tls-key') } : undefined
+  const logger = (state.logger = relayLogger(o.id, o.logLevel))
+  if (state.signal) {
+    // Asked to stop before anything was opened: nothing to close.
+    logger.info({ signal: state.signal, closed: [] }, 'relay stopped before it started')
     process.exit(0)
   }
-  return parsed
+  state.relay = await runRelay({
+    cluster,
+    id: o.id,
+    secretKey: identity.secretKey,
+    dataDir: o.data,
+    logger,
+    consensus: timings(o),
+    limits,
+    ...(o.byzantine ? { byzantine: o.byzantine } : {}),
+    ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
+    ...(tls ? { tls } : {}),
+  })
+  if (state.signal) stopRelay(state.relay, logger, state.signal)
 }
 
-/** Consensus timing flags shared by `start` and `dev`. */
-const TIMING_FLAGS = { 'idle-block-delay-ms': { type: 'string' }, 'leader-timeout-ms': { type: 'string' } } as const
+/** Closes a running relay on a signal and exits, logging what it closed (or that it could not). */
+function stopRelay(relay: RunningRelay, logger: Logger, signal: string): void {
+  const t0 = Date.now()
+  setTimeout(() => {
+    logger.error({ signal, ms: STOP_TIMEOUT_MS }, 'relay did not stop in time; exiting anyway')
+    process.exit(1)
+  }, STOP_TIMEOUT_MS).unref()
+  relay.stop().then(
+    ({ closed }) => {
+      logger.info({ signal, closed, ms: Date.now() - t0 }, 'relay stopped')
+      process.exit(0)
+    },
+    (err: unknown) => {
+      logger.error({ signal, err }, 'relay stopped with an error')
+      process.exit(1)
+    },
+  )
+}
 
-function timings(values: { 'idle-block-delay-ms'?: string | undefined; 'leader-timeout-ms'?: string | undefined }): { idleBlockDelayMs?: number; leaderTimeoutMs?: number } {
-  const out: { idleBlockDelayMs?: number; leaderTimeoutMs?: number } = {}
-  for (const [flag, field] of [
-    ['idle-block-delay-ms', 'idleBlockDelayMs'],
-    ['leader-timeout-ms', 'leaderTimeoutMs'],
-  ] as const) {
-    const v = values[flag]
-    if (v === undefined) continue
-    const n = Number(v)
-    if (!Number.isInteger(n) || n < 1 || n > 60_000) die(`--${flag} must be a whole number of milliseconds from 1 to 60000, got ${v}`)
-    out[field] = n
-  }
-  return out
+async function keygen(o: { out: string }): Promise<void> {
+  if (existsSync(o.out)) throw new UsageError(`${o.out} exists; refusing to overwrite a key`)
+  const [{ generateIdentity, writeIdentity }, { toHex }] = await Promise.all([import('./config.ts'), import('@stead/core')])
+  const id = generateIdentity()
+  writeIdentity(o.out, id)
+  console.log(`wrote ${o.out}\npublicKey ${toHex(id.publicKey)}`)
+}
+
+/** The command being run, for messages about it. */
+let running = 'stead-relay'
+
+function buildProgram(): Command {
+  const program = reporting(new Command('stead-relay'), 'stead-relay')
+    .description('A Stead relay: one of a cluster of N = 3f+1 relays that order, audit and serve client updates (up to f may be Byzantine).')
+    .version(RELAY_VERSION, '-v, --version', 'print the version')
+    .helpOption('-h, --help', 'show help')
+    .showSuggestionAfterError(true)
+    .addHelpText('after', '\nRun `stead-relay <command> --help` for a command\'s options. Operating a cluster: relay/README.md.')
+    .hook('preAction', (_program, action) => {
+      running = `stead-relay ${action.name()}`
+    })
+
+  const command = (name: string): Command => reporting(program.command(name), `stead-relay ${name}`)
+
+  command('keygen')
+    .description('Write a new Ed25519 key (mode 0600) and print its public key.')
+    .option('--out <file>', 'where to write the key', 'key.json')
+    .action(keygen)
+
+  command('init')
+    .description('Write the keys and cluster file of a new cluster: <out>/cluster.json and <out>/rN/key.json (mode 0600) for every relay.')
+    .option('--host <ip[,ip...]>', 'the IPv4 address of every relay (one) or of each relay (one per relay, in order; repeats share a machine); required', commaList)
+    .addOption(new Option('--relays <n>', 'how many relays (N = 3f+1 tolerates f Byzantine ones)').argParser(wholeNumber(4, 1000, '', 'at least 4 (N = 3f+1 with f >= 1)')).default(4))
+    .addOption(new Option('--base-port <port>', 'HTTP port of the first relay on a machine; the next ones take the next ports, the mesh ports are 100 above').argParser(wholeNumber(1, 65_435)).default(7401))
+    .option('--out <dir>', 'where to write the files', 'stead-cluster')
+    .option('--space <name>', 'a space the cluster serves (repeatable); spaces get writers and readers in the file', repeatable)
+    .option('--open-spaces', 'let any signed client create spaces (default: only the listed spaces exist)')
+    .addHelpText(
+      'after',
+      `
+Nothing is overwritten. Settle the spaces' policies (writers, readers, openSpaces) in
+cluster.json before the first start: a relay binds its data dir to them.
+
+Examples:
+  stead-relay init --relays 4 --host 127.0.0.1 --space bank           # one machine, ports 7401-7404
+  stead-relay init --relays 4 --host 10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4 --space bank`,
+    )
+    .action(async (o: { host?: string[]; relays: number; basePort: number; out: string; space?: string[]; openSpaces?: boolean }) => {
+      if (!o.host) throw new UsageError('needs --host: the address of every relay, or of each relay')
+      const { describeInit, initCluster } = await import('./init.ts')
+      const result = initCluster({ relays: o.relays, hosts: o.host, basePort: o.basePort, out: o.out, spaces: o.space ?? [], openSpaces: o.openSpaces === true })
+      console.log(describeInit(result))
+    })
+
+  const startCmd = command('start')
+    .description('Run one relay of a cluster.')
+    // Checked in start(), not as required options: commander would name a missing one before a misspelt one.
+    .option('--config <file>', 'the cluster file (the same on every relay); required')
+    .option('--id <name>', "this relay's id in the cluster file, e.g. r1; required")
+    .option('--data <dir>', 'its data dir (mode 0700, locked while it runs, bound to the cluster); required')
+    .option('--key <file>', 'its key file (default: <data>/key.json)')
+    .option('--tls-cert <file>', 'serve HTTPS and WSS with this certificate (PEM), with --tls-key')
+    .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')
+    .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))
+    .option('--limit <name=value>', 'set a client API limit (repeatable), e.g. --limit maxSessionsPerKey=8; names and defaults: relay/README.md', repeatable)
+    .addOption(new Option('--byzantine <mode>', 'misbehave on purpose, for tests and demos only').choices(BYZANTINE_STRATEGIES))
+  for (const option of timingOptions()) startCmd.addOption(option)
+  startCmd
+    .addOption(logLevelOption())
+    .addHelpText(
+      'after',
+      `
+Logs are JSON lines on stdout. GET /health answers while the relay runs; GET /ready
+answers 200 once it has 2f peers, is caught up and commits (503 with the reasons otherwise).
+
+Example:
+  stead-relay start --config cluster.json --id r1 --data ./data/r1`,
+    )
+    .action(start)
+
+  const devCmd = command('dev')
+    .description('Run a whole cluster on loopback for development: keys, cluster.json ("openSpaces": true) and data under --dir, one process per relay, readable logs.')
+    .addOption(new Option('--relays <n>', 'how many relays').argParser(wholeNumber(4, 100, '', 'at least 4 (N = 3f+1 with f >= 1)')).default(4))
+    .addOption(new Option('--base-port <port>', 'relay i serves HTTP and WebSocket at 127.0.0.1:<base-port + i - 1>; mesh ports are 100 above').argParser(wholeNumber(1, 65_435)).default(7401))
+    .addOption(new Option('--byzantine <count>', 'run the last <count> relays (at most f) in --byzantine-mode').argParser(wholeNumber(0, 1000)).default(0))
+    .addOption(new Option('--byzantine-mode <mode>', 'how the Byzantine relays misbehave').choices(BYZANTINE_STRATEGIES).default('equivocate'))
+    .option('--dir <dir>', 'where keys, cluster file and data live between runs', '.stead/dev')
+    .option('--fresh', 'start over: new keys, empty data')
+  for (const option of timingOptions()) devCmd.addOption(option)
+  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: ByzantineStrategy; dir: string; fresh?: boolean; idleBlockDelayMs?: number; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
+    import('./dev.ts').then(({ runDev }) => runDev({ ...o, fresh: o.fresh === true, ...timings(o) })),
+  )
+
+  return program
 }
 
 /**
- * `--limit name=value` flags: any of the client API limits, by the names
- * relay/README.md lists; the rate limits' fields as `rateLimit.perSecond`.
+ * Commander's "error: unknown option '--x'\n(Did you mean --y?)" as one line
+ * naming the command; "option '--relays <n>' argument '2' is invalid. why" as
+ * "--relays 2: why".
  */
-function apiLimits(flags: readonly string[]): Partial<ApiLimits> {
-  const out: Record<string, number | Record<string, number>> = {}
-  const names = Object.entries(DEFAULT_LIMITS).flatMap(([k, v]) => (typeof v === 'number' ? [k] : Object.keys(v as object).map((f) => `${k}.${f}`)))
-  for (const flag of flags) {
-    const [name = '', value] = flag.split('=')
-    if (!names.includes(name)) die(`--limit ${flag}: unknown limit ${name} (limits: ${names.join(', ')})`)
-    const n = Number(value)
-    if (value === undefined || !Number.isSafeInteger(n) || n < 1) die(`--limit ${flag}: the value must be a positive whole number`)
-    const [top, field] = name.split('.') as [keyof ApiLimits, string | undefined]
-    if (field === undefined) out[top] = n
-    else out[top] = { ...(DEFAULT_LIMITS[top] as unknown as Record<string, number>), ...(out[top] as Record<string, number> | undefined), [field]: n }
-  }
-  return out as Partial<ApiLimits>
-}
-
-function megabytes(flag: string, v: string): number {
-  const n = Number(v)
-  if (!Number.isInteger(n) || n < 16 || n > 1024 * 1024) die(`${flag} must be a whole number of MiB from 16 up, got ${v}`)
-  return n * 1024 * 1024
-}
-
-function strategy(v: string | undefined): ByzantineStrategy | undefined {
-  if (v === undefined) return undefined
-  if (!BYZANTINE_STRATEGIES.includes(v as ByzantineStrategy)) die(`unknown Byzantine mode ${v} (modes: ${BYZANTINE_STRATEGIES.join(', ')})`)
-  return v as ByzantineStrategy
+function usageLine(message: string, command: string): string {
+  const text = message
+    .replace(/^error: /, '')
+    .replace(/\n\(Did you mean (.+)\?\)/, ' (did you mean $1?)')
+    .replace(/\s*\n\s*/g, ' ')
+    .replace(/^option '(-[\w-]+)[^']*' argument '([^']*)' is invalid\.\s*(.*)$/, (_, flag: string, value: string, why: string) => `${flag} ${value}: ${why.charAt(0).toLowerCase()}${why.slice(1)}`)
+    .replace(/^option '[^']*' value '([^']*)' from env '(\w+)' is invalid\.\s*(.*)$/, (_, value: string, name: string, why: string) => `${name}=${value}: ${why.charAt(0).toLowerCase()}${why.slice(1)}`)
+    .replace(/^option '(-[\w-]+)[^']*' argument missing$/, '$1 needs a value')
+    .trim()
+  return `${command}: ${text}`
 }
 
 async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv
-  switch (command) {
-    case 'keygen': {
-      const { values } = parse(() => parseArgs({ args: rest, options: { out: { type: 'string', default: 'key.json' }, ...HELP_FLAG } }))
-      const out = values.out as string
-      if (existsSync(out)) die(`${out} exists; refusing to overwrite a key`)
-      const id = generateIdentity()
-      writeIdentity(out, id)
-      console.log(`wrote ${out}\npublicKey ${toHex(id.publicKey)}`)
-      return
-    }
-    case 'start': {
-      // Whatever the relay writes (store, lock, metadata) is its owner's alone.
-      process.umask(0o077)
-      const { values } = parse(() =>
-        parseArgs({
-          args: rest,
-          options: {
-            config: { type: 'string' },
-            id: { type: 'string' },
-            data: { type: 'string' },
-            key: { type: 'string' },
-            byzantine: { type: 'string' },
-            'tls-cert': { type: 'string' },
-            'tls-key': { type: 'string' },
-            ...TIMING_FLAGS,
-            limit: { type: 'string', multiple: true },
-            'memory-budget-mb': { type: 'string' },
-            ...HELP_FLAG,
-          },
-        }),
-      )
-      if (!values.config || !values.id || !values.data) die(`start needs --config, --id and --data\n\n${USAGE}`)
-      if (Boolean(values['tls-cert']) !== Boolean(values['tls-key'])) die('--tls-cert and --tls-key go together')
-      // Refuse bad flags before touching any file.
-      const limits = apiLimits(values.limit ?? [])
-      const memoryBudget = values['memory-budget-mb'] === undefined ? {} : { memoryBudgetBytes: megabytes('--memory-budget-mb', values['memory-budget-mb']) }
-      const cluster = loadCluster(values.config)
-      const identity = loadIdentity(values.key ?? join(values.data, 'key.json'))
-      const entry = cluster.relays.find((r) => r.id === values.id)
-      if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey)) {
-        die(`the key does not match relay ${values.id}'s publicKey in ${values.config}`)
-      }
-      const byzantine = strategy(values.byzantine)
-      const relay = await runRelay({
-        cluster,
-        id: values.id,
-        secretKey: identity.secretKey,
-        dataDir: values.data,
-        ...(byzantine ? { byzantine } : {}),
-        consensus: timings(values),
-        limits,
-        ...memoryBudget,
-        ...(values['tls-cert'] ? { tls: { cert: readFileSync(values['tls-cert']), key: readFileSync(values['tls-key'] as string) } } : {}),
-      })
-      const shutdown = () => void relay.stop().then(() => process.exit(0))
-      process.once('SIGINT', shutdown)
-      process.once('SIGTERM', shutdown)
-      // Started by `dev`: go down with it, even if it was killed with SIGKILL.
-      if (process.channel) process.once('disconnect', shutdown)
-      return
-    }
-    case 'dev':
-      return dev(rest)
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      console.log(USAGE)
-      return
-    default:
-      die(`unknown command ${command}\n\n${USAGE}`)
+  // `LOG_LEVEL=` (an env file or unit with the value left out) means the default, not a level named "".
+  if (process.env.LOG_LEVEL === '') delete process.env.LOG_LEVEL
+  const program = buildProgram()
+  if (argv.length === 0) {
+    program.outputHelp()
+    return
   }
-}
-
-async function dev(args: string[]): Promise<void> {
-  const { values } = parse(() =>
-    parseArgs({
-      args,
-      options: {
-        relays: { type: 'string', default: '4' },
-        'base-port': { type: 'string', default: '7401' },
-        byzantine: { type: 'string', default: '0' },
-        'byzantine-mode': { type: 'string', default: 'equivocate' },
-        dir: { type: 'string', default: '.stead/dev' },
-        fresh: { type: 'boolean', default: false },
-        ...TIMING_FLAGS,
-        ...HELP_FLAG,
-      },
-    }),
-  )
-  timings(values) // refuse bad values before starting anything
-  const passTimings = (['idle-block-delay-ms', 'leader-timeout-ms'] as const).flatMap((f) => (values[f] === undefined ? [] : [`--${f}`, values[f] as string]))
-  const n = Number(values.relays)
-  const basePort = Number(values['base-port'])
-  const byzantine = Number(values.byzantine)
-  if (!Number.isInteger(n) || n < 4) die('--relays must be at least 4 (N = 3f+1 with f >= 1)')
-  if (!Number.isInteger(basePort) || basePort < 1 || basePort + n + 100 > 65535) die('--base-port must leave room for the relays')
-  const f = Math.floor((n - 1) / 3)
-  if (!Number.isInteger(byzantine) || byzantine < 0 || byzantine > f) die(`--byzantine must be between 0 and f = ${f}`)
-  const mode = strategy(values['byzantine-mode'] as string) as ByzantineStrategy
-  const dir = resolve(values.dir as string)
-  const clusterPath = join(dir, 'cluster.json')
-  mkdirSync(dir, { recursive: true })
-
-  // Keys and data survive between runs, so a dev cluster keeps its state; --fresh starts over.
-  const ids = Array.from({ length: n }, (_, i) => `r${i + 1}`)
-  const relays = ids.map((id, i) => {
-    const data = join(dir, id)
-    if (values.fresh) rmSync(data, { recursive: true, force: true })
-    mkdirSync(data, { recursive: true })
-    const keyPath = join(data, 'key.json')
-    if (!existsSync(keyPath)) writeIdentity(keyPath, generateIdentity())
-    const key = loadIdentity(keyPath)
-    return { id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${basePort + 100 + i}`, api: `127.0.0.1:${basePort + i}`, data }
-  })
-  // A dev cluster serves any space (`start` on a cluster file defaults to the listed ones only).
-  const cluster = parseCluster({ f, relays: relays.map(({ data: _data, ...r }) => r), openSpaces: true }, clusterPath)
-  writeFileSync(clusterPath, JSON.stringify(clusterToJson(cluster), null, 2) + '\n')
-
-  const bin = resolve(here, '../bin/stead-relay.mjs')
-  const children: ChildProcess[] = []
-  relays.forEach((r, i) => {
-    const extra = i >= n - byzantine ? ['--byzantine', mode] : []
-    // The IPC channel carries nothing; it closes when this process dies, however it dies.
-    const child = spawn(process.execPath, [bin, 'start', '--config', clusterPath, '--id', r.id, '--data', r.data, ...extra, ...passTimings], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
-    const prefix = `[${r.id}${extra.length ? ` byzantine:${mode}` : ''}] `
-    for (const stream of [child.stdout, child.stderr]) {
-      let buffered = ''
-      stream?.on('data', (chunk: Buffer) => {
-        buffered += chunk.toString()
-        const lines = buffered.split('\n')
-        buffered = lines.pop() ?? ''
-        for (const line of lines) if (line.trim()) process.stdout.write(prefix + summarize(line) + '\n')
-      })
-    }
-    child.on('exit', (code, signal) => process.stdout.write(`${prefix}exited (${signal ?? code})\n`))
-    children.push(child)
-  })
-  console.log(`Stead dev cluster: ${n} relays, f = ${f}${byzantine ? `, ${byzantine} Byzantine (${mode})` : ''}`)
-  console.log(`cluster file: ${clusterPath}`)
-  for (const r of relays) console.log(`  ${r.id}  http://${r.api}  ws://${r.api}/v1/ws  data ${r.data}`)
-  console.log('try: curl http://' + relays[0]?.api + '/v1/status')
-  const stop = () => {
-    for (const c of children) c.kill('SIGTERM')
-    // Relays flush and close their store on SIGTERM; one that hangs is killed.
-    setTimeout(() => {
-      for (const c of children) if (c.exitCode === null) c.kill('SIGKILL')
-      process.exit(0)
-    }, 3000).unref()
-  }
-  process.once('SIGINT', stop)
-  process.once('SIGTERM', stop)
-}
-
-/** Pino's JSON lines, shortened to level, message and a few fields for a readable terminal. */
-function summarize(line: string): string {
   try {
-    const o = JSON.parse(line) as Record<string, unknown>
-    const { level, msg, time: _t, pid: _p, hostname: _h, name: _n, ...fields } = o
-    const lvl = typeof level === 'number' ? (level >= 50 ? 'ERROR' : level >= 40 ? 'WARN' : 'info') : String(level)
-    const extra = Object.entries(fields)
-      .filter(([, v]) => v !== undefined && typeof v !== 'object')
-      .map(([k, v]) => `${k}=${String(v)}`)
-      .join(' ')
-    return `${lvl} ${String(msg ?? '')} ${extra}`.trim()
-  } catch {
-    return line
+    await program.parseAsync(argv, { from: 'user' })
+  } catch (err) {
+    if (err instanceof CommandLineExit) {
+      // --help and --version end here too, having printed what was asked.
+      if (err.exitCode === 0) process.exit(0)
+      console.error(`${usageLine(err.message, err.command)}\nRun '${err.command} --help' for the options.`)
+      process.exit(2)
+    }
+    if (err instanceof UsageError) {
+      console.error(`${running}: ${err.message}\nRun '${running} --help' for the options.`)
+      process.exit(2)
+    }
+    // Typed errors explain themselves; a stack trace would bury the reason.
+    const [{ ConfigError }, { SteadError }] = await Promise.all([import('./config.ts'), import('@stead/core')])
+    if (err instanceof ConfigError || err instanceof SteadError) {
+      console.error(`stead-relay: ${err.message}`)
+      process.exit(2)
+    }
+    throw err
   }
 }
-
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof ConfigError) die(err.message)
-  // Typed errors explain themselves; a stack trace would bury the reason.
-  if (err instanceof SteadError) die(err.message)
   console.error(err)
   process.exit(1)
 })

@@ -6,6 +6,7 @@ import { validateCommittee, type Committee } from './consensus/index.ts'
 
 /** A configuration problem an operator must fix; the message says what and where. */
 export class ConfigError extends Error {
+  /** Always 'ConfigError'. */
   override readonly name = 'ConfigError'
 }
 
@@ -26,9 +27,17 @@ export interface SpacePolicy {
   readonly readers?: readonly Uint8Array[]
 }
 
+/**
+ * A checked cluster file: the same on every relay of a cluster, and what
+ * clients pin (as `GET /v1/cluster` serves it). Make one with
+ * {@link loadCluster} or {@link parseCluster}.
+ */
 export interface ClusterConfig {
+  /** How many relays may be Byzantine; the file's `f`, or ⌊(N−1)/3⌋ when it has none. */
   readonly f: number
+  /** Every relay, in committee order (a relay's index is its place here). */
   readonly relays: readonly RelayEntry[]
+  /** The spaces that exist, with who may write and read each. */
   readonly spaces: ReadonlyMap<string, SpacePolicy>
   /** Whether spaces not listed in `spaces` exist (open to every signed author). Default false. */
   readonly openSpaces: boolean
@@ -44,8 +53,10 @@ export function committeeOf(c: ClusterConfig): Committee {
 
 /**
  * Reads and checks a cluster file:
- * { "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
- *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100 }
+ * `{ "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
+ *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100 }`
+ *
+ * @throws {@link ConfigError} if the file cannot be read or parsed, or fails {@link parseCluster}'s checks.
  */
 export function loadCluster(path: string): ClusterConfig {
   let raw: unknown
@@ -165,6 +176,14 @@ function describeIssue(issue: z.core.$ZodIssue): string {
   return issue.path.length === 0 ? issue.message : `${pathText(issue.path)} ${issue.message}`
 }
 
+/**
+ * Checks a parsed cluster file (see {@link loadCluster} for its shape):
+ * unknown keys (naming the closest known one), bad keys and addresses,
+ * N < 3f+1, repeated ids, keys or addresses.
+ *
+ * @param where Names the source in error messages (a file path).
+ * @throws {@link ConfigError} saying which field is wrong and why.
+ */
 export function parseCluster(raw: unknown, where = 'cluster config'): ClusterConfig {
   const fail = (msg: string): never => {
     throw new ConfigError(`${where}: ${msg}`)
@@ -191,6 +210,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   return { f, relays, spaces, openSpaces: obj.openSpaces ?? false, newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR }
 }
 
+/** The cluster file for `c`: JSON data that {@link parseCluster} reads back as `c`. */
 export function clusterToJson(c: ClusterConfig): unknown {
   return {
     f: c.f,
@@ -208,6 +228,7 @@ export interface Identity {
   readonly publicKey: Uint8Array
 }
 
+/** A fresh Ed25519 key pair for a relay (what `stead-relay keygen` writes). */
 export function generateIdentity(): Identity {
   const secretKey = nodeCrypto.generateSecretKey()
   return { secretKey, publicKey: publicKeyOfSync(secretKey) }
@@ -218,6 +239,12 @@ export function writeIdentity(path: string, id: Identity): void {
   writeFileSync(path, JSON.stringify({ secretKey: toHex(id.secretKey), publicKey: toHex(id.publicKey) }, null, 2) + '\n', { mode: 0o600 })
 }
 
+/**
+ * Reads a key file written by {@link writeIdentity} (or `stead-relay
+ * keygen`); the public key is derived from the secret key.
+ *
+ * @throws {@link ConfigError} if the file cannot be read or holds no 32-byte hex `secretKey`.
+ */
 export function loadIdentity(path: string): Identity {
   let raw: { secretKey?: unknown }
   try {

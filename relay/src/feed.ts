@@ -14,11 +14,15 @@ export class CommitFeed {
   /** The commit being sent in several frames, and its next chunk. */
   private current: { head: StoredCommitHead; next: number } | undefined
 
+  private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>
+  readonly space: string
   constructor(
-    private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>,
-    readonly space: string,
+    store: Pick<RelayStore, 'commitAt' | 'commitChunk'>,
+    space: string,
     fromIndex: number,
   ) {
+    this.store = store
+    this.space = space
     this.position = [fromIndex, 0]
   }
 

@@ -1,3 +1,13 @@
+/**
+ * @stead/relay's programmatic entry: start a relay inside your own process
+ * ({@link runRelay}, which wires a {@link RelayNode} to the client API of
+ * {@link createApi}) instead of with the `stead-relay` CLI, and read, check
+ * and write cluster files and relay keys. Most operators use the CLI; see
+ * the package README for running a cluster, its HTTP API and its security
+ * model.
+ *
+ * @module @stead/relay
+ */
 export { runRelay, type RunRelayOptions, type RunningRelay } from './relay.ts'
 export { RelayNode, type RelayNodeOptions } from './node.ts'
 export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig } from './config.ts'

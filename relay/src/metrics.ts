@@ -1,12 +1,45 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { RELAY_VERSION } from './version.ts'
+
+/** What the relay reports at each scrape; read when Prometheus asks, never kept up to date in between. */
+export interface MetricsSnapshot {
+  readonly ready: boolean
+  /** Every other relay by its cluster-file name, and whether it is connected now. */
+  readonly peers: ReadonlyArray<{ readonly name: string; readonly connected: boolean }>
+  readonly clusterRound: number
+  readonly roundsBehind: number
+  /** Bytes waiting in each queue: envelopes for a block, client sends and receives, the mesh towards peers. */
+  readonly queuedBytes: Readonly<Record<string, number>>
+  /** The memory budget's use by part, and its size. */
+  readonly memoryUsed: Readonly<Record<string, number>>
+  readonly memoryBudget: number
+  readonly clientKeys: number
+  readonly lastCommitAt: number | null
+}
 
 /** The relay's Prometheus metrics, one registry per relay so several relays can share a process in tests. */
 export class Metrics {
   readonly registry = new Registry()
+  private source: (() => MetricsSnapshot) | undefined
+  /** One snapshot serves every gauge of a scrape. */
+  private cached: { at: number; snapshot: MetricsSnapshot } | undefined
 
-  constructor() {
+  constructor(relay: string) {
     // Process and runtime: CPU, memory, heap, event-loop lag, GC pauses, handles.
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 })
+    this.info.set({ relay, version: RELAY_VERSION }, 1)
+  }
+
+  /** Gives the scrape-time gauges their source. */
+  observe(source: () => MetricsSnapshot): void {
+    this.source = source
+  }
+
+  private snapshot(): MetricsSnapshot | undefined {
+    if (!this.source) return undefined
+    const now = Date.now()
+    if (!this.cached || now - this.cached.at > 100) this.cached = { at: now, snapshot: this.source() }
+    return this.cached.snapshot
   }
 
   readonly round = new Gauge({ name: 'stead_round', help: 'Current consensus round', registers: [this.registry] })
@@ -23,4 +56,40 @@ export class Metrics {
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [this.registry],
   })
+
+  private readonly info = new Gauge({ name: 'stead_relay_info', help: 'This relay: its name in the cluster file and the stead-relay version', labelNames: ['relay', 'version'], registers: [this.registry] })
+
+  // ---- read at scrape time ----
+
+  private scraped<L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, s: MetricsSnapshot) => void): Gauge<L> {
+    const snapshot = () => this.snapshot()
+    return new Gauge<L>({
+      name,
+      help,
+      labelNames,
+      registers: [this.registry],
+      // prom-client calls this with the gauge as `this`, at every scrape.
+      collect() {
+        const s = snapshot()
+        if (s) set(this, s)
+      },
+    })
+  }
+
+  readonly ready = this.scraped('stead_ready', '1 when GET /ready answers 200: connected to 2f peers, caught up and committing', [], (g, s) => g.set(s.ready ? 1 : 0))
+  readonly peersConnected = this.scraped('stead_peers_connected', 'Other relays this one is connected to', [], (g, s) => g.set(s.peers.filter((p) => p.connected).length))
+  readonly peerUp = this.scraped('stead_peer_connected', 'Whether this relay is connected to a peer (named as in the cluster file)', ['peer'], (g, s) => {
+    for (const p of s.peers) g.set({ peer: p.name }, p.connected ? 1 : 0)
+  })
+  readonly clusterRound = this.scraped('stead_cluster_round', 'Highest round this relay has seen the cluster certify', [], (g, s) => g.set(s.clusterRound))
+  readonly roundsBehind = this.scraped('stead_rounds_behind', "Rounds this relay is behind the cluster's highest certified round", [], (g, s) => g.set(s.roundsBehind))
+  readonly queuedBytes = this.scraped('stead_queued_bytes', 'Bytes waiting, by queue: envelopes for a block, client sends and receives, mesh towards peers', ['queue'], (g, s) => {
+    for (const [queue, bytes] of Object.entries(s.queuedBytes)) g.set({ queue }, bytes)
+  })
+  readonly memoryUsed = this.scraped('stead_memory_used_bytes', "The memory budget's use, by part", ['part'], (g, s) => {
+    for (const [part, bytes] of Object.entries(s.memoryUsed)) g.set({ part }, bytes)
+  })
+  readonly memoryBudget = this.scraped('stead_memory_budget_bytes', 'The memory budget (--memory-budget-mb)', [], (g, s) => g.set(s.memoryBudget))
+  readonly clientKeys = this.scraped('stead_client_keys', 'Distinct client keys with an authenticated session', [], (g, s) => g.set(s.clientKeys))
+  readonly lastCommit = this.scraped('stead_last_commit_timestamp_seconds', 'When this relay last committed (0: not yet)', [], (g, s) => g.set((s.lastCommitAt ?? 0) / 1000))
 }

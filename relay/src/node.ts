@@ -39,7 +39,8 @@ import {
 import type { Mesh } from './mesh/types.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
-import { Metrics } from './metrics.ts'
+import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
+import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { RelayStore, type HistoryRecord, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
@@ -90,7 +91,9 @@ export class RelayNode {
   readonly me: number
   readonly committee: Committee
   readonly publicKey: Uint8Array
-  readonly metrics = new Metrics()
+  /** This relay's name in the cluster file, e.g. "r1": what logs, metrics, status and errors call it. */
+  readonly name: string
+  readonly metrics: Metrics
   readonly budget: MemoryBudget
   private readonly options: RelayNodeOptions
   private readonly log: Logger
@@ -109,6 +112,16 @@ export class RelayNode {
   private readonly verified = new Map<string, { verdict: Envelope | SteadError; bytes: number }>()
   private verifiedBytes = 0
   private lastCommitAt = 0
+  /**
+   * The highest round this relay has seen in a certificate: 2f+1 relays
+   * signed it, so no f of them can make it up. How far this relay's own round
+   * trails it says whether it is caught up.
+   */
+  private clusterRound = 0
+  /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
+  private pendingSince: number | null = null
+  /** Open client sessions, as the API counts them (see trackSessions). */
+  private sessionCount: () => { open: number; addresses: number; keys: number } = () => ({ open: 0, addresses: 0, keys: 0 })
   private readonly decidedListeners = new Set<(idHex: string) => void>()
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
@@ -125,7 +138,10 @@ export class RelayNode {
     this.me = options.me
     this.committee = committeeOf(options.cluster)
     this.publicKey = this.committee.keys[options.me] as Uint8Array
+    this.name = this.nameOf(options.me)
     this.log = options.logger
+    this.metrics = new Metrics(this.name)
+    this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
@@ -218,6 +234,7 @@ export class RelayNode {
     if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
     if (charge && result.status === 'queued') charge()
     this.sampleFrame ??= frame
+    if (result.status === 'queued') this.pendingSince ??= Date.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
@@ -301,19 +318,80 @@ export class RelayNode {
     return names.slice(0, limit).map((space) => ({ space, stableIndex: (this.replicas.get(space) as ReliableReplica).stableIndex }))
   }
 
+  /** A relay's name in the cluster file, by its committee index. */
+  nameOf(index: number): string {
+    return this.options.cluster.relays[index]?.id ?? `#${index}`
+  }
+
+  /** Lets the client API report its sessions (for /v1/status, /metrics and the shutdown log). */
+  trackSessions(count: () => { open: number; addresses: number; keys: number }): void {
+    this.sessionCount = count
+  }
+
+  /** The peers connected now, by name. */
+  connectedPeerNames(): string[] {
+    return this.options.mesh.connectedPeers().map((i) => this.nameOf(i))
+  }
+
+  get sessions(): { open: number; addresses: number; keys: number } {
+    return this.sessionCount()
+  }
+
   status(): Record<string, unknown> {
+    const health = this.health()
     return {
-      relay: this.me,
+      relay: this.name,
       publicKey: toHex(this.publicKey),
       round: this.core.currentRound,
+      clusterRound: health.clusterRound,
       committedRound: this.core.committedRound,
       commits: this.commitCount,
       lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
       queuedEnvelopes: this.core.queuedEnvelopes,
       spaces: this.replicas.size,
       memory: { budget: this.budget.totalBytes, used: this.budget.usage() },
-      peers: { connected: this.options.mesh.connectedPeers(), total: this.committee.keys.length - 1 },
+      peers: { connected: this.connectedPeerNames(), total: this.committee.keys.length - 1 },
+      sessions: this.sessions,
+      ready: readiness(health).ready,
       byzantine: this.options.byzantine ?? null,
+    }
+  }
+
+  /** The numbers readiness is judged on (see health.ts), now. */
+  health(now = Date.now()): HealthNumbers {
+    const round = this.core?.currentRound ?? 0
+    return {
+      f: this.committee.f,
+      peers: this.committee.keys.length - 1,
+      peersConnected: this.options.mesh.connectedPeers().length,
+      round,
+      clusterRound: Math.max(round, this.clusterRound),
+      pendingEnvelopes: this.core?.queuedEnvelopes ?? 0,
+      pendingSince: this.pendingSince,
+      lastCommitAt: this.lastCommitAt || null,
+      now,
+    }
+  }
+
+  private metricsSnapshot(): MetricsSnapshot {
+    const health = this.health()
+    const connected = new Set(this.options.mesh.connectedPeers())
+    const used = this.budget.usage()
+    return {
+      ready: readiness(health).ready,
+      peers: this.options.cluster.relays.flatMap((_, i) => (i === this.me ? [] : [{ name: this.nameOf(i), connected: connected.has(i) }])),
+      clusterRound: health.clusterRound,
+      roundsBehind: roundsBehind(health),
+      queuedBytes: {
+        envelopes: used['queue'] ?? 0,
+        'client-send': used['send-buffers'] ?? 0,
+        'client-receive': used['receive-backlogs'] ?? 0,
+        mesh: this.options.mesh.queuedBytes(),
+      },
+      memoryUsed: used,
+      memoryBudget: this.budget.totalBytes,
+      clientKeys: this.sessions.keys,
+      lastCommitAt: health.lastCommitAt,
     }
   }
 
@@ -362,9 +440,11 @@ export class RelayNode {
     } catch (err) {
       const reason = err instanceof SteadError ? err.reason : 'malformed'
       this.metrics.rejected.inc({ reason, source: 'mesh' })
-      this.log.warn({ from, reason, err: (err as Error).message }, 'rejected mesh frame')
+      this.log.warn({ from: this.nameOf(from), reason, err: (err as Error).message }, 'rejected mesh frame')
       return
     }
+    if (message.kind === 'cert') this.clusterRound = Math.max(this.clusterRound, message.cert.block.header.round)
+    else if (message.kind === 'certs') for (const c of message.certs) this.clusterRound = Math.max(this.clusterRound, c.block.header.round)
     const extra = this.byzantine?.incoming(message) ?? []
     for (const e of extra) {
       if (e.to === 'all') this.options.mesh.broadcast(encodeMessage(e.message))
@@ -409,6 +489,7 @@ export class RelayNode {
         }
         await this.store.write(write)
         for (const o of outputs) this.act(o)
+        if (this.core.queuedEnvelopes === 0) this.pendingSince = null
         for (const space of new Set(write.attestations.map((a) => a.space))) {
           for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
         }
@@ -453,7 +534,7 @@ export class RelayNode {
         break
       case 'rejected':
         this.metrics.rejected.inc({ reason: o.reason, source: 'mesh' })
-        this.log.warn({ from: o.from, reason: o.reason, detail: o.detail }, 'consensus rejected input')
+        this.log.warn({ from: this.nameOf(o.from), reason: o.reason, detail: o.detail }, 'consensus rejected input')
         break
       case 'persist':
         break

@@ -1,11 +1,13 @@
 import type { FastifyInstance } from 'fastify'
-import pino, { type Logger } from 'pino'
+import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import type { ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
+import { relayLogger } from './logging.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
 import { RelayNode } from './node.ts'
+import { apiHostPort, explainListenFailure, isListenFailure, meshHostPort, type Listener } from './ports.ts'
 
 export interface RunRelayOptions {
   readonly cluster: ClusterConfig
@@ -15,6 +17,7 @@ export interface RunRelayOptions {
   readonly dataDir: string
   readonly byzantine?: ByzantineStrategy
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
+  /** Default: JSON lines on stdout at info, each with `relay: <id>`. */
   readonly logger?: Logger
   /** Consensus timings (defaults: idle block delay 100 ms, leader timeout 500 ms, resend 1 s). */
   readonly consensus?: { readonly idleBlockDelayMs?: number; readonly leaderTimeoutMs?: number; readonly resendIntervalMs?: number }
@@ -28,21 +31,26 @@ export interface RunningRelay {
   readonly node: RelayNode
   readonly api: FastifyInstance
   readonly url: string
-  stop(): Promise<void>
+  /** Closes the client API, the mesh and the store, and unlocks the data dir; says what it closed. */
+  stop(): Promise<{ readonly closed: readonly string[] }>
 }
 
-/** Starts one relay: store, mesh, consensus and the client API. */
+/**
+ * Starts one relay: store, mesh, consensus and the client API. A problem an
+ * operator must fix (cluster file, data dir, a port in use) is a ConfigError
+ * whose message says what to do.
+ */
 export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const me = o.cluster.relays.findIndex((r) => r.id === o.id)
   if (me < 0) throw new ConfigError(`relay id ${o.id} is not in the cluster file (ids: ${o.cluster.relays.map((r) => r.id).join(', ')})`)
   const entry = o.cluster.relays[me] as (typeof o.cluster.relays)[number]
-  const logger = o.logger ?? pino({ name: `stead-relay ${o.id}` })
+  const logger = o.logger ?? relayLogger(o.id)
   // Locked, 0700, and checked against this cluster before the store opens.
   const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
   const mesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,
-    peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh })),
+    peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
   })
@@ -57,27 +65,38 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
   })
+  const { host, port } = apiHostPort(entry.api)
+  const listeners: { mesh?: Listener; api: Listener } = {
+    api: { what: `the HTTP API of ${o.id}`, host, port, setting: `${o.id}'s "api" in the cluster file (on every relay)` },
+  }
+  const meshAt = meshHostPort(entry.mesh)
+  if (meshAt) listeners.mesh = { what: `the mesh of ${o.id}`, ...meshAt, setting: `${o.id}'s "mesh" in the cluster file (on every relay)` }
   let api: FastifyInstance
+  let binding: Listener | undefined = listeners.mesh
   try {
     await node.start()
-    const [host, port] = entry.api.split(':') as [string, string]
-    api = await createApi(node, { ...o.limits, host, port: Number(port), logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+    binding = listeners.api
+    api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
   } catch (err) {
     // A relay that could not start leaves its data dir as it found it, unlocked.
     await node.stop().catch(() => undefined)
     dataDir.release()
-    throw err
+    // libp2p and Node say "EADDRINUSE" in a stack trace; an operator needs the port and what to do.
+    const explained = binding && isListenFailure(err) ? await explainListenFailure(binding) : undefined
+    throw explained ?? err
   }
   const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
-  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', byzantine: o.byzantine ?? null }, 'relay ready')
+  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', mesh: entry.mesh, byzantine: o.byzantine ?? null }, 'relay started')
   return {
     node,
     api,
     url,
     async stop() {
+      const sessions = node.sessions.open
       await api.close()
       await node.stop()
       dataDir.release()
+      return { closed: [`client API on ${entry.api} (${sessions} session${sessions === 1 ? '' : 's'})`, `mesh on ${entry.mesh}`, `store in ${o.dataDir}`, 'data dir lock'] }
     },
   }
 }

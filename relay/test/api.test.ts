@@ -49,20 +49,49 @@ describe('client API over TLS', () => {
 
   afterAll(async () => relay?.stop())
 
-  const getJson = (path: string): Promise<{ body: unknown; cors: string | undefined }> =>
+  const getText = (path: string): Promise<{ status: number; text: string; cors: string | undefined }> =>
     new Promise((ok, fail) => {
       get(`https://${api}${path}`, { rejectUnauthorized: false }, (res) => {
         let data = ''
         res.on('data', (d) => (data += d))
-        res.on('end', () => ok({ body: JSON.parse(data), cors: res.headers['access-control-allow-origin'] as string | undefined }))
+        res.on('end', () => ok({ status: res.statusCode ?? 0, text: data, cors: res.headers['access-control-allow-origin'] as string | undefined }))
       }).on('error', fail)
     })
+  const getJson = async (path: string): Promise<{ body: unknown; cors: string | undefined; status: number }> => {
+    const { text, ...rest } = await getText(path)
+    return { body: JSON.parse(text), ...rest }
+  }
 
   it('serves HTTPS', async () => {
     const { body, cors } = await getJson('/health')
-    expect(body).toEqual({ ok: true, relay: 0 })
+    expect(body).toEqual({ ok: true, relay: 'solo' })
     expect(cors).toBe('*')
     expect(relay.url).toBe(`https://${api}`)
+  })
+
+  it('names itself as the cluster file does, is ready alone (f = 0), and exports runtime and cluster metrics', async () => {
+    const status = (await getJson('/v1/status')).body as { relay: string; peers: { connected: string[]; total: number }; sessions: { open: number }; ready: boolean }
+    expect(status).toMatchObject({ relay: 'solo', peers: { connected: [], total: 0 }, ready: true })
+    expect(status.sessions.open).toBeGreaterThanOrEqual(0)
+    const ready = await getJson('/ready')
+    expect(ready.status).toBe(200)
+    expect(ready.body).toMatchObject({ ready: true, relay: 'solo', reasons: [], peers: { connected: [], needed: 0, total: 0 }, roundsBehind: 0 })
+    const metrics = (await getText('/metrics')).text
+    for (const line of [
+      /^process_cpu_user_seconds_total \S+$/m,
+      /^nodejs_eventloop_lag_p99_seconds \S+$/m,
+      /^nodejs_heap_size_used_bytes \S+$/m,
+      /^stead_relay_info\{relay="solo",version="\d+\.\d+\.\d+[^"]*"\} 1$/m,
+      /^stead_ready 1$/m,
+      /^stead_peers_connected 0$/m,
+      /^stead_rounds_behind 0$/m,
+      /^stead_queued_bytes\{queue="envelopes"\} \d+$/m,
+      /^stead_queued_bytes\{queue="mesh"\} \d+$/m,
+      /^stead_memory_budget_bytes \d+$/m,
+      /^stead_connected_clients \d+$/m,
+    ]) {
+      expect(metrics).toMatch(line)
+    }
   })
 
   it('serves the cluster descriptor and signed heads of spaces', async () => {

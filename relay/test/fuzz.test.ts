@@ -98,7 +98,9 @@ class Conn {
   private tokens = PACE_BURST
   private lastRefill = Date.now()
 
-  private constructor(readonly relay: number, api: string) {
+  readonly relay: number
+  private constructor(relay: number, api: string) {
+    this.relay = relay
     this.ws = new WebSocket(`ws://${api}/v1/ws`)
     this.ws.binaryType = 'nodebuffer'
     this.ws.on('message', (data: Buffer, isBinary: boolean) => {

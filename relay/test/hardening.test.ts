@@ -250,7 +250,7 @@ describe('relay hardening (4 relay processes)', () => {
   it('keeps /health responsive while four connections flood it', async () => {
     const r = 1
     // The flood runs in its own process, so it does not slow down this one's measurements.
-    const flood = spawn(process.execPath, ['--import', 'tsx', resolve(import.meta.dirname, 'helpers/flood.ts'), api(r), '4', '5000'], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const flood = spawn(process.execPath, ['--conditions=@stead/source', '--import', 'tsx', resolve(import.meta.dirname, 'helpers/flood.ts'), api(r), '4', '5000'], { stdio: ['ignore', 'pipe', 'inherit'] })
     let out = ''
     flood.stdout.on('data', (d: Buffer) => (out += d.toString()))
     const exited = new Promise<number | null>((done) => flood.on('exit', done))

@@ -7,12 +7,14 @@ import { useEffect, useState } from 'react'
 import { httpBase } from './config.ts'
 
 export interface RelayReport {
+  /** The relay's name in the cluster file, e.g. "r1" (older relays: its index). */
   readonly relay: number | string
   readonly round: number
   readonly committedRound: number
   readonly commits: number
   readonly lastCommitAt: string | null
-  readonly peers?: { connected: number; total: number }
+  /** The peers it is connected to, by name. */
+  readonly peers?: { connected: readonly string[]; total: number }
   /** The demo space's stable index at this relay (its signed head). */
   readonly stableIndex?: number
   readonly byzantine?: string | null

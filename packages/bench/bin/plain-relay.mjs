@@ -1,6 +1,5 @@
 #!/usr/bin/env node
-// Runs the plain (forward-and-merge) baseline relay from its TypeScript source.
-import { register } from 'tsx/esm/api'
+// Runs the plain (forward-and-merge) baseline relay from its TypeScript source (tsx, workspace packages from src/).
 
-register()
+await import('../../../relay/bin/source.mjs')
 await import('../src/plain/main.ts')

@@ -5,7 +5,6 @@
 import { writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector'
 import process from 'node:process'
-import { register } from 'tsx/esm/api'
 
 const session = new Session()
 session.connect()
@@ -21,5 +20,5 @@ process.on('message', async (m) => {
     process.send?.({ prof: 'written' })
   }
 })
-register()
+await import('../../../relay/bin/source.mjs')
 await import('../../../relay/src/cli.ts')

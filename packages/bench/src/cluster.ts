@@ -47,7 +47,10 @@ export class BenchCluster {
   descriptor!: ClusterDescriptor
   private crashed = new Set<number>()
 
-  private constructor(readonly spec: ClusterSpec) {}
+  readonly spec: ClusterSpec
+  private constructor(spec: ClusterSpec) {
+    this.spec = spec
+  }
 
   static async start(spec: ClusterSpec): Promise<BenchCluster> {
     const c = new BenchCluster(spec)

@@ -48,7 +48,10 @@ export class ProcWatch {
   private timer: NodeJS.Timeout | null = null
   private t0 = 0
 
-  constructor(private readonly procs: ReadonlyArray<{ label: string; pid: number }>) {}
+  private readonly procs: ReadonlyArray<{ label: string; pid: number }>
+  constructor(procs: ReadonlyArray<{ label: string; pid: number }>) {
+    this.procs = procs
+  }
 
   begin(intervalMs = 250): void {
     this.t0 = performance.now()

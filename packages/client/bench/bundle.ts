@@ -13,7 +13,7 @@ const entry = fileURLToPath(new URL('../src/index.ts', import.meta.url))
 const result = await build({
   logLevel: 'silent',
   configFile: false,
-  resolve: { conditions: ['browser', 'import', 'default'] },
+  resolve: { conditions: ['@stead/source', 'browser', 'import', 'default'] },
   build: {
     write: false,
     minify: true,

@@ -46,13 +46,31 @@ interface Tabs {
   link?: LeaderLink
 }
 
+interface ClientInit {
+  options: ClientOptions
+  platform: PlatformDefaults
+  crypto: Crypto
+  /** The cluster the app pinned in its options, parsed. */
+  cluster: ClusterDescriptor | undefined
+  authorId: string
+  tabs?: Tabs
+}
+
 /**
  * A signed-in user: one identity, one storage, one session per relay, and
  * any number of spaces sharing them (`space(name)`). In browsers the tabs
- * of one origin share one client (see tabs.ts): the leading tab owns all
- * that, the others follow it.
+ * of one origin share one client (see "Tabs" in docs/architecture.md): the
+ * leading tab owns all that, the others follow it.
+ *
+ * Make one with {@link createClient}, one per user and device, and keep it
+ * for the life of the app; {@link SteadClient.close} when done.
  */
 export class SteadClient {
+  /**
+   * This client's author id, derived from its public key: what other
+   * clients see as the author of its updates, and what bounded counter
+   * rights are held under. The same in every tab sharing the client.
+   */
   readonly authorId: string
   /** Spaces open or opening, by name. */
   private readonly spaces = new Map<string, Promise<Space>>()
@@ -73,18 +91,10 @@ export class SteadClient {
   private lead: Lead | undefined
   private problem: string | undefined
 
-  /** Use `createClient`. */
-  constructor(
-    private readonly init: {
-      options: ClientOptions
-      platform: PlatformDefaults
-      crypto: Crypto
-      /** The cluster the app pinned in its options, parsed. */
-      cluster: ClusterDescriptor | undefined
-      authorId: string
-      tabs?: Tabs
-    },
-  ) {
+  private readonly init: ClientInit
+  /** @internal Use `createClient`. */
+  constructor(init: ClientInit) {
+    this.init = init
     this.authorId = init.authorId
   }
 
@@ -157,6 +167,14 @@ export class SteadClient {
    * A space of this client, opened on first use: its stored state is
    * restored (so the first read is right), then it follows the relays. The
    * same Space on every call until it is closed.
+   *
+   * A space is a unit of data and of authorisation (a document, a board, an
+   * account book): relays order and audit each space on its own, and a
+   * cluster file can restrict who writes or reads it. Open as many as the
+   * app needs; they share this client's identity, storage and sessions.
+   *
+   * @param name 1 to 128 characters; the same name is the same data on every client.
+   * @throws SteadError `malformed` for a bad name (the promise rejects), {@link ClosedError} after `close()`.
    */
   space(name: string): Promise<Space> {
     if (typeof name === 'string') this.appSpaces.add(name)
@@ -204,6 +222,7 @@ export class SteadClient {
     return this.lead !== undefined
   }
 
+  /** Calls `listener` whenever {@link SteadClient.status} may have changed. Returns the unsubscribe function. */
   onStatus(listener: (status: SessionsStatus) => void): () => void {
     return this.statusListeners.add(listener)
   }
@@ -213,7 +232,13 @@ export class SteadClient {
     return this.errorListeners.add(listener)
   }
 
-  /** Closes every space, the relay sessions and the storage. Later calls fail with ClosedError. */
+  /**
+   * Closes every space (each seals and stores what is queued), the relay
+   * sessions and the storage; in browsers the next tab takes the lead.
+   * Safe updates still waiting reject with {@link ClosedError} (they stay
+   * stored and are sent again next time). Later calls fail with
+   * ClosedError; calling it again returns the same promise.
+   */
   close(): Promise<void> {
     this.closeRun ??= this.shutDown()
     return this.closeRun

@@ -2,8 +2,17 @@ import { SteadError, bytesEqual, decode, encode, expect, fromHex, toHex } from '
 
 /** The cluster a client trusts: f and each relay's key, in committee order. */
 export interface ClusterDescriptor {
+  /** How many relays may be faulty (Byzantine); the cluster has at least 3f+1. */
   readonly f: number
-  readonly relays: ReadonlyArray<{ readonly id: string; readonly publicKey: Uint8Array; readonly api?: string }>
+  /** Every relay, in committee order (a relay's index is its place here). */
+  readonly relays: ReadonlyArray<{
+    /** The operator's name for the relay, e.g. "r1". */
+    readonly id: string
+    /** Its Ed25519 public key (32 bytes): a relay session must prove it, and attestations are checked against it. */
+    readonly publicKey: Uint8Array
+    /** host:port of its client API, when the descriptor says. */
+    readonly api?: string
+  }>
 }
 
 /**

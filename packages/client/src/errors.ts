@@ -1,6 +1,12 @@
 import { SteadError, type ErrorReason } from '@stead/core'
 
-/** The client was closed: nothing more can be written or read through it. */
+/**
+ * Reason `closed`: the client or the space was closed, so nothing more can
+ * be written or awaited through it. Calls after `close()` throw or reject
+ * with it, and so do safe updates still waiting when their space closes
+ * (they stay stored and are sent again by the next client on the storage;
+ * see `pendingUpdates()`). Handles opened before stay readable.
+ */
 export class ClosedError extends SteadError {
   constructor(what = 'this client') {
     super('closed', `${what} is closed`)
@@ -8,26 +14,28 @@ export class ClosedError extends SteadError {
 }
 
 /**
- * The relays refused an update for good (`unauthorized`, `malformed`,
- * `too-large`, `bad-signature`, `conflict`, ...): it will never commit.
- * Safe updates report this in their result; regular updates, whose promise
- * resolved when they were stored locally, report it through `client.onError`.
+ * The relays refused an update for good, or the stable order rejected it
+ * (`reason`: `unauthorized`, `malformed`, `too-large`, `bad-signature`,
+ * `conflict`, `invariant`, ...): it will never commit, and it is undone in
+ * the prospective values. Safe updates report this in their
+ * {@link SafeResult}; regular updates, whose promise resolved when they were
+ * stored locally, report it as this error through the space's `onError`.
  */
 export class RejectedError extends SteadError {
-  constructor(
-    reason: ErrorReason,
-    message: string,
-    /** Keys of the objects the refused update touched. */
-    readonly keys: readonly string[] = [],
-  ) {
+  /** Keys of the objects the refused update touched. */
+  readonly keys: readonly string[]
+  constructor(reason: ErrorReason, message: string, keys: readonly string[] = []) {
     super(reason, message)
+    this.keys = keys
   }
 }
 
 /**
- * The cluster could not be trusted: relays serving different descriptors, a
- * relay whose key is not the pinned one, or f+1 relays attesting a commit
- * this client's own replay disagrees with.
+ * Reason `untrusted`: the cluster could not be trusted: relays serving
+ * different descriptors, a relay whose key is not the pinned one, or f+1
+ * relays attesting a commit this client's own replay disagrees with.
+ * Reported through `onError` and `status.problem`; a relay found lying is
+ * marked `faulty` in `status.relays` and never used again.
  */
 export class TrustError extends SteadError {
   constructor(message: string) {

@@ -48,19 +48,39 @@ export interface HandleHost {
 const MAX_REGISTER_BYTES = 512 * 1024
 
 abstract class Handle {
+  protected readonly host: HandleHost
+  /** The object's key in its space. */
+  readonly key: string
+  /** The object's type and invariants, as this handle opened it (the same on every client). */
+  readonly declaration: Declaration
+  /** @internal Use the space's `counter`, `set`, `register` or `boundedCounter`. */
   constructor(
-    protected readonly host: HandleHost,
-    readonly key: string,
-    readonly declaration: Declaration,
-  ) {}
+    host: HandleHost,
+    key: string,
+    declaration: Declaration,
+  ) {
+    this.host = host
+    this.key = key
+    this.declaration = declaration
+  }
 
-  /** Calls `listener` whenever the prospective or stable value may have changed. Returns the unsubscribe function. */
+  /**
+   * Calls `listener` whenever the prospective or stable value may have
+   * changed: this client's updates (before the update call returns),
+   * other clients' updates as they arrive, commits. Read the values in the
+   * listener; it gets no arguments. Returns the unsubscribe function.
+   */
   subscribe(listener: () => void): () => void {
     return this.host.subscribe(this.key, listener)
   }
 
   /** Stable history of this object, oldest first: one entry per stable index that changed it (the latest `historyLimit`, default 1,000, kept in memory). */
-  history(): Array<{ index: number; value: unknown }> {
+  history(): Array<{
+    /** The stable index of the update that changed the object (each committed envelope takes the next index). */
+    index: number
+    /** The object's stable value from that index on. */
+    value: unknown
+  }> {
     return this.host.history(this.key).map((h) => ({ index: h.index, value: h.value }))
   }
 
@@ -70,8 +90,15 @@ abstract class Handle {
    * `before` (default: all). Served from memory when it holds them, else
    * from the relays: a page f+1 relays signed identically. Page backwards
    * with `before` = the first entry's index.
+   *
+   * @throws SteadError `malformed` for a bad `limit` or `before`, `unsupported` if no cluster is trusted yet or too few relays serve the same page, `timeout` (default 10 s for a page from the relays) or `aborted`; {@link ClosedError} after the space closed.
    */
-  historyPage(options: HistoryPageOptions = {}): Promise<Array<{ index: number; value: unknown }>> {
+  historyPage(options: HistoryPageOptions = {}): Promise<Array<{
+    /** The stable index of the update that changed the object (each committed envelope takes the next index). */
+    index: number
+    /** The object's stable value from that index on. */
+    value: unknown
+  }>> {
     return this.host.historyPage(this.key, options)
   }
 
@@ -95,7 +122,16 @@ function guarded<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** A PN-Counter, optionally with `min`/`max` invariants that the stable value never breaks. */
+/**
+ * A PN-Counter, optionally with `min`/`max` invariants that the stable value
+ * never breaks. Open it with `space.counter(key, { min, max })`.
+ *
+ * Reads are synchronous and local: `value` (prospective: includes this
+ * device's updates at once) and `stable` (agreed by every correct replica).
+ * Updates return promises: a regular update resolves `stored` once it is
+ * durable on this device; with `{ safe: true }` it resolves once the stable
+ * order committed or rejected it.
+ */
 export class CounterHandle extends Handle {
   /**
    * Prospective value: every update this client made or received, except
@@ -112,7 +148,12 @@ export class CounterHandle extends Handle {
    * The stable order decides them: they commit (and show) if the bound
    * allows it then, or are rejected with reason `invariant`.
    */
-  get pending(): ReadonlyArray<{ readonly amount: number; readonly own: boolean }> {
+  get pending(): ReadonlyArray<{
+    /** The signed amount: positive for an increment, negative for a decrement. */
+    readonly amount: number
+    /** Made by this client (else received from another). */
+    readonly own: boolean
+  }> {
     return this.host.heldBack(this.key).map((h) => ({ amount: h.op as number, own: h.own }))
   }
 
@@ -121,27 +162,74 @@ export class CounterHandle extends Handle {
     return (this.host.stable(this.key) as PNCounter | undefined)?.value() ?? 0
   }
 
+  /**
+   * Adds `n` (default 1). Regular: shows in `value` at once and resolves
+   * `stored` once durable on this device; if the stable order rejects it
+   * later (`max` crossed), it is undone and the space's `onError` hears a
+   * RejectedError.
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer; {@link ClosedError} after the space closed.
+   */
   increment(n?: number): Promise<UpdateResult>
+  /**
+   * Adds `n` as a safe update: resolves once the stable order decided it,
+   * `committed` with its stable index or `rejected` with the reason
+   * (`invariant` when it would cross `max`).
+   *
+   * @throws SteadError `malformed` unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   increment(n: number, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Adds `n`, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError `malformed` unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   increment(n: number, options?: UpdateOptions): Promise<UpdateResult>
   increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(amount(n, 'increment'), options))
   }
 
+  /**
+   * Subtracts `n` (default 1). Regular: shows in `value` at once (unless it
+   * would cross `min` there: then it waits in `pending`) and resolves
+   * `stored` once durable on this device; if the stable order rejects it
+   * later, it is undone and the space's `onError` hears a RejectedError.
+   * Use the safe form when the caller must know whether it went through.
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer; {@link ClosedError} after the space closed.
+   */
   decrement(n?: number): Promise<UpdateResult>
+  /**
+   * Subtracts `n` as a safe update: resolves once the stable order decided
+   * it, `committed` with its stable index or `rejected` with the reason
+   * (`invariant` when it would cross `min`: a withdrawal that does not fit).
+   *
+   * @throws SteadError `malformed` unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   decrement(n: number, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Subtracts `n`, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError `malformed` unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   decrement(n: number, options?: UpdateOptions): Promise<UpdateResult>
   decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(-amount(n, 'decrement'), options))
   }
 }
 
-/** An add-wins OR-Set of strings or numbers, optionally with a maximum size. */
+/**
+ * An add-wins OR-Set of strings or numbers, optionally with a maximum size.
+ * Open it with `space.set<T>(key, { maxSize })`. Concurrent adds and
+ * deletes of one element resolve in favour of the add.
+ */
 export class SetHandle<T extends SetElement = SetElement> extends Handle {
+  /** The prospective elements, as `values()` returns them. */
   get value(): T[] {
     return this.values()
   }
 
+  /** The stable elements, as `stableValues()` returns them. */
   get stable(): T[] {
     return this.stableValues()
   }
@@ -152,28 +240,70 @@ export class SetHandle<T extends SetElement = SetElement> extends Handle {
   }
 
   /** Undecided adds held back from `values()` because the set would exceed `maxSize` there (`own`: made by this client). */
-  get pending(): ReadonlyArray<{ readonly element: T; readonly own: boolean }> {
+  get pending(): ReadonlyArray<{
+    /** The element the add would insert. */
+    readonly element: T
+    /** Made by this client (else received from another). */
+    readonly own: boolean
+  }> {
     return this.host.heldBack(this.key).flatMap((h) => (Array.isArray(h.op) && h.op[0] === 'a' ? [{ element: h.op[1] as T, own: h.own }] : []))
   }
 
+  /** Stable elements: agreed by every correct replica, never more than `maxSize`. */
   stableValues(): T[] {
     return ((this.host.stable(this.key) as ORSet | undefined)?.value() ?? []) as T[]
   }
 
+  /** Whether the element is in the prospective set. */
   has(element: T): boolean {
     return (this.host.prospective(this.key) as ORSet | undefined)?.has(element) ?? false
   }
 
+  /**
+   * Adds an element. Regular: shows in `values()` at once (unless the set
+   * is at `maxSize` there: then it waits in `pending`) and resolves `stored`
+   * once durable on this device; if the stable order rejects it later, it
+   * is undone and the space's `onError` hears a RejectedError.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for an element that is not a finite number or a string of at most 1,024 characters; {@link ClosedError} after the space closed.
+   */
   add(element: T): Promise<UpdateResult>
+  /**
+   * Adds an element as a safe update: resolves once the stable order
+   * decided it, `committed` or `rejected` (`invariant` when the set is full).
+   *
+   * @throws SteadError `malformed` for a bad element, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   add(element: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Adds an element, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError `malformed` for a bad element, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   add(element: T, options?: UpdateOptions): Promise<UpdateResult>
   add(element: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send(['a', checkElement(element)], options))
   }
 
-  /** Removes the element as this client has seen it (an add it has not seen survives: add wins). */
+  /**
+   * Removes the element as this client has seen it (an add it has not seen
+   * survives: add wins). Regular: resolves `stored` once durable on this
+   * device.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a bad element; {@link ClosedError} after the space closed.
+   */
   delete(element: T): Promise<UpdateResult>
+  /**
+   * Removes the element as a safe update: resolves once the stable order decided it.
+   *
+   * @throws SteadError `malformed` for a bad element, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   delete(element: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Removes the element, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError `malformed` for a bad element, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   delete(element: T, options?: UpdateOptions): Promise<UpdateResult>
   delete(element: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.send({ remove: checkElement(element) }, options))
@@ -186,18 +316,41 @@ function checkElement<T extends SetElement>(e: T): T {
   return e
 }
 
-/** A last-writer-wins register. */
+/**
+ * A last-writer-wins register. Open it with `space.register<T>(key)`.
+ * Concurrent writes resolve to the one with the latest timestamp, the same
+ * on every replica.
+ */
 export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Handle {
+  /** Prospective value: this client's latest write at once, or the latest write it received; undefined before any. */
   get value(): T | undefined {
     return (this.host.prospective(this.key) as LWWRegister | undefined)?.value() as T | undefined
   }
 
+  /** Stable value: the write that wins in the stable order; undefined before any. */
   get stable(): T | undefined {
     return (this.host.stable(this.key) as LWWRegister | undefined)?.value() as T | undefined
   }
 
+  /**
+   * Writes `value`, timestamped later than anything this client has seen
+   * here so that it wins locally. Regular: shows in `value` at once and
+   * resolves `stored` once durable on this device.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a value that is not msgpack data (see `space.register`), `too-large` over 512 KiB encoded; {@link ClosedError} after the space closed.
+   */
   set(value: T): Promise<UpdateResult>
+  /**
+   * Writes `value` as a safe update: resolves once the stable order decided it.
+   *
+   * @throws SteadError `malformed` or `too-large` for a bad value, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   set(value: T, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Writes `value`, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError `malformed` or `too-large` for a bad value, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   set(value: T, options?: UpdateOptions): Promise<UpdateResult>
   set(value: T, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => {
@@ -220,10 +373,12 @@ export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Han
  * a safe, atomic update that the stable order accepts or rejects.
  */
 export class BoundedCounterHandle extends Handle {
+  /** Prospective value: the initial value plus every update this client made or received. */
   get value(): number {
     return (this.host.prospective(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
   }
 
+  /** Stable value: agreed by every correct replica, never past the bound. */
   get stable(): number {
     return (this.host.stable(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
   }
@@ -233,15 +388,40 @@ export class BoundedCounterHandle extends Handle {
     return this.host.spendableRights(this.key, this.declaration)
   }
 
+  /**
+   * Adds `n` (default 1). On a `min` counter this is never a spend: it
+   * always fits, and gives this client `n` more rights. On a `max` counter
+   * it spends rights: within `rights` it is a regular update (it can never
+   * cross the bound), or a safe one with `{ safe: true }`; beyond them, the
+   * missing rights are claimed from the pool in a safe atomic group, and the
+   * promise resolves like a safe update's (`rejected` with `invariant` if
+   * the pool has too few).
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.change('i', amount(n, 'increment'), options))
   }
 
+  /**
+   * Subtracts `n` (default 1): a spend on a `min` counter (see `increment`
+   * for how spends within and beyond `rights` go), a gain of rights on a
+   * `max` counter.
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
   decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => this.change('d', amount(n, 'decrement'), options))
   }
 
-  /** Gives `n` of this client's rights to another author (by author id). */
+  /**
+   * Gives `n` of this client's rights to another author (by author id), so
+   * that it can spend them without a round trip. Resolves `rejected` with
+   * `invariant` at once if this client holds fewer than `n` rights.
+   *
+   * @param to The other client's `authorId`.
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer and `to` another author id; {@link ClosedError} after the space closed.
+   */
   transfer(n: number, to: string, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => {
       if (typeof to !== 'string' || to.length === 0 || to === this.host.authorId()) throw new SteadError('malformed', 'transfer needs another author id')

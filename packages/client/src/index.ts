@@ -1,7 +1,18 @@
 /**
- * @stead/client: the Stead SDK. This entry is isomorphic (browsers and
- * anything with WebSocket, fetch and IndexedDB); Node resolves the package
- * to index.node.ts, which swaps in `ws` and LMDB.
+ * @stead/client: the Stead SDK. Local-first objects (counters, sets,
+ * registers, bounded counters) whose updates show at once (the prospective
+ * value) and settle into a stable value that a Byzantine-fault-tolerant
+ * relay cluster orders and audits, without ever breaking a declared
+ * invariant. Start with {@link createClient}, then
+ * {@link SteadClient.space}; the package README walks through the whole API.
+ *
+ * This entry is isomorphic (browsers and anything with WebSocket, fetch and
+ * IndexedDB). Node resolves the package to index.node.ts, documented as
+ * {@link "@stead/client/node" | @stead/client/node}: the same API plus
+ * {@link "@stead/client/node"!lmdbStorage | lmdbStorage}, with Node
+ * defaults for `createClient` (`ws` and LMDB).
+ *
+ * @module @stead/client
  */
 import { defaultCrypto } from '@stead/core'
 import { createClientWith, type SteadClient } from './client.ts'
@@ -32,7 +43,31 @@ export { indexedDbStorage } from './storage/indexeddb.ts'
  * here: IndexedDB database `stead` (`options.database`) shared by the tabs
  * of this origin through a leader tab (Web Locks and BroadcastChannel),
  * WebCrypto Ed25519 (or @noble/curves where it is missing), the global
- * WebSocket and fetch.
+ * WebSocket and fetch. In Node the package's Node entry supplies LMDB under
+ * `./.stead/<database>` (default `./.stead/client`), node:crypto and Node's
+ * WebSocket (or `ws`).
+ *
+ * Make one client per user and device and keep it: it holds the identity
+ * (an Ed25519 key made once and kept in storage, unless `options.identity`
+ * gives one), the pinned cluster and one session per relay, which all its
+ * spaces share. It resolves before any relay answers: the app works offline
+ * at once, and `status` says when it is online.
+ *
+ * @param options `relays` is required; see {@link ClientOptions} for the rest.
+ * @returns The client, once its storage is open (or, in a tab that follows another, once the leading tab answered).
+ * @throws SteadError `malformed` for no relays, a relay URL that is not ws(s):// or http(s)://, or a bad `cluster`; {@link StorageError} if the storage cannot be opened; SteadError `conflict` if `options.identity` differs from the identity the tabs sharing this storage use.
+ * @example
+ * ```ts
+ * import { createClient } from '@stead/client'
+ *
+ * const client = await createClient({
+ *   relays: ['wss://r1.example.com', 'wss://r2.example.com', 'wss://r3.example.com', 'wss://r4.example.com'],
+ * })
+ * const bank = await client.space('bank')
+ * const alice = bank.counter('acct:alice', { min: 0 })
+ * await alice.increment(100)
+ * client.onStatus((s) => console.log(s.online ? 'online' : s.problem))
+ * ```
  */
 export function createClient(options: ClientOptions): Promise<SteadClient> {
   const g = globalThis as {

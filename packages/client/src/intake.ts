@@ -24,6 +24,16 @@ import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 
+interface IntakeOptions {
+  space: Space
+  records: ClientRecords
+  crypto: Crypto
+  sessions: RelaySessions
+  outbox: Outbox
+  checkpointEvery: number
+  news: SpaceNews
+}
+
 /**
  * What a space hears from the relays: envelopes (verified, shown
  * prospectively, kept until decided) and commits (believed at f+1 matching
@@ -40,17 +50,10 @@ export class RelayIntake {
   private applyAgain = false
   private closed = false
 
-  constructor(
-    private readonly o: {
-      space: Space
-      records: ClientRecords
-      crypto: Crypto
-      sessions: RelaySessions
-      outbox: Outbox
-      checkpointEvery: number
-      news: SpaceNews
-    },
-  ) {}
+  private readonly o: IntakeOptions
+  constructor(o: IntakeOptions) {
+    this.o = o
+  }
 
   /** A relay session is ready: follow the space there from its stable index. */
   ready(link: RelayLink): void {

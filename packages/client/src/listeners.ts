@@ -6,7 +6,10 @@
 export class Listeners<T> {
   private readonly set = new Set<(value: T) => void>()
 
-  constructor(private readonly report?: (err: unknown) => void) {}
+  private readonly report?: (err: unknown) => void
+  constructor(report?: (err: unknown) => void) {
+    this.report = report
+  }
 
   add(listener: (value: T) => void): () => void {
     this.set.add(listener)

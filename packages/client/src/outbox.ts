@@ -59,6 +59,20 @@ interface Outgoing {
 /** How an envelope of this client ended: the audit's decision, or every relay's refusal. */
 export type OwnDecision = CommitResult['decisions'][number] | { kind: 'refused'; reason: ErrorReason; detail: string }
 
+interface OutboxOptions {
+  space: Space
+  records: ClientRecords
+  crypto: Crypto
+  identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  sessions: RelaySessions
+  member: SessionMember
+  resubmitAfterMs: number
+  now: () => number
+  news: SpaceNews
+  seq: number
+  clock: Clock
+}
+
 /**
  * This client's envelopes of one space, from signing to decision: signs a
  * draft batch with the next sequence number and its causal context, stores
@@ -75,21 +89,9 @@ export class Outbox {
   private seenClocks: Clock[] = []
   private frontier: Uint8Array[] = []
 
-  constructor(
-    private readonly o: {
-      space: Space
-      records: ClientRecords
-      crypto: Crypto
-      identity: { secretKey: Uint8Array; publicKey: Uint8Array }
-      sessions: RelaySessions
-      member: SessionMember
-      resubmitAfterMs: number
-      now: () => number
-      news: SpaceNews
-      seq: number
-      clock: Clock
-    },
-  ) {
+  private readonly o: OutboxOptions
+  constructor(o: OutboxOptions) {
+    this.o = o
     this.seq = o.seq
     this.clock = o.clock
   }

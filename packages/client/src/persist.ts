@@ -70,10 +70,15 @@ export class ClientRecords {
   /** Envelopes in those records: what opening would replay. */
   private storedEnvelopes = 0
 
+  readonly storage: ClientStorage
+  private readonly space: string
   constructor(
-    readonly storage: ClientStorage,
-    private readonly space: string,
-  ) {}
+    storage: ClientStorage,
+    space: string,
+  ) {
+    this.storage = storage
+    this.space = space
+  }
 
   async restore(): Promise<Restored> {
     const s = this.space

@@ -43,10 +43,15 @@ export class CommitQuorum {
   /** Attestations held per relay: a Byzantine relay cannot grow this without bound with far-future rounds. */
   private readonly held = new Map<number, number>()
 
+  private readonly f: number
+  private readonly maxPerRelay: number
   constructor(
-    private readonly f: number,
-    private readonly maxPerRelay = 10_000,
-  ) {}
+    f: number,
+    maxPerRelay = 10_000,
+  ) {
+    this.f = f
+    this.maxPerRelay = maxPerRelay
+  }
 
   /** Whether an attestation is already behind `at` (applied or superseded): no need to verify it. */
   static stale(a: Pick<Attestation, 'fromIndex' | 'round'>, at: ChainPosition): boolean {

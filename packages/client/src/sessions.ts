@@ -58,7 +58,9 @@ export class RelaySessions {
   private trustTimer: ReturnType<typeof setTimeout> | undefined
   private unfollowNetwork: (() => void) | undefined
 
-  constructor(private readonly o: SessionsOptions) {
+  private readonly o: SessionsOptions
+  constructor(o: SessionsOptions) {
+    this.o = o
     this.cluster = o.cluster
   }
 

@@ -28,6 +28,7 @@ import { bounded } from './wait.ts'
 export interface SettledUpdate {
   /** The envelope id (hex), as listed by `pendingUpdates()`. */
   readonly id: string
+  /** The keys of the objects it updated. */
   readonly keys: readonly string[]
   /** One result per safe group it carried, in the order they were made. */
   readonly safe: readonly SafeResult[]
@@ -37,10 +38,15 @@ export interface SettledUpdate {
 
 /** An undecided envelope of this client, as `pendingUpdates()` lists it. */
 export interface PendingUpdate {
+  /** The envelope id (hex): the `id` that `onSettled` reports when it is decided. */
   readonly id: string
+  /** The keys of the objects it updates. */
   readonly keys: string[]
+  /** Safe groups it carries (a safe update, or one `safe(tx => …)` transaction, each). */
   readonly safe: number
+  /** Regular updates it carries, after compaction (several increments of one counter are one). */
   readonly regular: number
+  /** Whether a relay accepted it (else it is still being sent). */
   readonly sent: boolean
 }
 
@@ -85,10 +91,13 @@ type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHand
  * README.md for the whole API.
  */
 export class Space {
+  /** The space's name, as given to `client.space(name)`. */
   readonly space: string
+  /** The client's author id (see `SteadClient.authorId`). */
   readonly authorId: string
-  /** The replica this tab reads; replaced as a whole when a tab takes over the lead. */
+  /** @internal The replica this tab reads; replaced as a whole when a tab takes over the lead. */
   replica: ReliableReplica
+  /** @internal Where the replica's commit chain stands. */
   position: ChainPosition
   private upstream!: Upstream
   private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number }
@@ -96,7 +105,7 @@ export class Space {
   /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
   private readonly onClose: (done: Promise<void>) => void
 
-  /** Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
+  /** @internal Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
   drafts: DraftBatch[] = [new DraftBatch()]
   private overlay = new Map<string, AnyCrdt>()
   /** Per guarded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
@@ -120,7 +129,7 @@ export class Space {
   private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
 
-  /** Use `client.space(name)`. */
+  /** @internal Use `client.space(name)`. */
   constructor(init: {
     space: string
     authorId: string
@@ -139,14 +148,37 @@ export class Space {
     this.host = this.makeHost()
   }
 
-  /** Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
+  /** @internal Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
   attach(upstream: Upstream): void {
     this.upstream = upstream
   }
 
   // ---------------------------------------------------------------- handles
 
-  /** A PN-Counter; `min`/`max` are invariants the stable value never breaks. The same object on every call. */
+  /**
+   * A PN-Counter (a number that clients add to and subtract from
+   * concurrently; every update counts, none is lost). `min`/`max` are
+   * invariants: the stable value never breaks them (an update that would is
+   * rejected with `invariant`), and the prospective value never shows a
+   * value they forbid (such an update waits in `pending`). The same handle
+   * on every call with the same key.
+   *
+   * The key's type and invariants are part of the space's data: every
+   * client must open a key with the same ones, and the first declaration
+   * committed fixes them.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param invariants `min` and/or `max`, safe integers with `min` ≤ 0 ≤ `max` (a counter starts at 0); none by default.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other invariants; `malformed` for a bad key or bounds; {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const account = bank.counter('acct:alice', { min: 0 })
+   * await account.increment(100)                     // { status: 'stored' }: shows in account.value at once
+   * const r = await account.decrement(150, { safe: true })
+   * if (r.status === 'rejected') console.log(r.reason)  // 'invariant': the balance would go below 0
+   * account.subscribe(() => render(account.value, account.stable))
+   * ```
+   */
   counter(key: string, invariants: { min?: number; max?: number } = {}): CounterHandle {
     const bounds: { min?: number; max?: number } = {}
     if (invariants.min !== undefined) bounds.min = invariants.min
@@ -154,18 +186,52 @@ export class Space {
     return this.open(key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
   }
 
-  /** An add-wins OR-Set; `maxSize` is an invariant. */
+  /**
+   * An add-wins OR-Set of strings or numbers: concurrent adds and deletes of
+   * one element resolve in favour of the add. `maxSize` is an invariant like
+   * a counter's bounds: adds past it are held back in `pending` and rejected
+   * with `invariant` if the stable order still has no room. The same handle
+   * on every call with the same key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param invariants `maxSize`; none by default. Every client must open the set with the same one.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxSize`; `malformed` for a bad key; {@link ClosedError} after `close()`.
+   */
   set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } = {}): SetHandle<T> {
     const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
     return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
   }
 
-  /** A last-writer-wins register. */
+  /**
+   * A last-writer-wins register: one value that any client may overwrite
+   * (null, booleans, finite numbers, strings, bytes, and arrays and plain
+   * objects of those, nested at most 16 deep, at most 512 KiB encoded).
+   * Concurrent writes resolve to the one with the latest timestamp (the
+   * writer's clock, kept later than any write it has seen), ties broken the
+   * same way on every replica. The same handle on every call with the same
+   * key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type; `malformed` for a bad key; {@link ClosedError} after `close()`.
+   */
   register<T extends RegisterValue = RegisterValue>(key: string): RegisterHandle<T> {
     return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
   }
 
-  /** An escrow counter with exactly one bound (`min` or `max`) and an initial value whose rights start in a shared pool. */
+  /**
+   * An escrow counter (Bounded Counter) with exactly one bound (`min` or
+   * `max`) and an initial value whose rights start in a shared pool. Use it
+   * where a counter's bound must hold without a round trip for most
+   * updates: seats, stock, a budget. Each client spends only rights it
+   * holds, so spending within them is a regular update that can never break
+   * the bound; spending more claims rights from the pool with a safe update
+   * first (see {@link BoundedCounterHandle}). The same handle on every call
+   * with the same key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params; {@link ClosedError} after `close()`.
+   */
   boundedCounter(key: string, params: { min: number; initial: number } | { max: number; initial: number }): BoundedCounterHandle {
     const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
     return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
@@ -201,8 +267,23 @@ export class Space {
 
   /**
    * Safe updates that commit all together or not at all, in one atomic
-   * group. Objects not opened yet are opened with their committed
-   * declaration (or no invariants).
+   * group: a transfer never shows or commits its credit without its debit.
+   * `build` runs at once and only records updates (through the
+   * {@link Transaction}); they show prospectively together, if they all fit
+   * the invariants, and the promise resolves once the stable order decided
+   * the group: `committed`, or `rejected` with the reason (nothing of it
+   * applied). Objects not opened yet are opened with their committed
+   * declaration (or no invariants, or those given to `tx.counter(key, …)`).
+   *
+   * @throws SteadError `malformed` (the promise rejects) if `build` records nothing or an amount is not a positive safe integer; `type-mismatch` if a key is another type or has other invariants; `timeout`/`aborted` as `options` say; {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const r = await bank.safe((tx) => {
+   *   tx.counter('acct:alice').decrement(30)
+   *   tx.counter('acct:bob').increment(30)
+   * })
+   * if (r.status === 'rejected') console.log(`transfer refused: ${r.reason}`)  // e.g. 'invariant': alice has less than 30
+   * ```
    */
   safe(build: (tx: Transaction) => void, options?: WaitOptions): Promise<SafeResult> {
     try {
@@ -224,11 +305,18 @@ export class Space {
 
   // ---------------------------------------------------------------- reads and status
 
+  /**
+   * Whether this space can reach the relays, and how far it is: the shared
+   * sessions' status (`online`: f+1 trusted relays connected; `problem`:
+   * why not, in words an app can show), with this space's `pending` updates
+   * and `stableIndex`.
+   */
   get status(): ClientStatus {
     const queued = this.drafts.reduce((n, d) => n + d.size, 0)
     return { ...this.upstream.sessionsStatus(this.closed, this.problem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
   }
 
+  /** Calls `listener` whenever {@link Space.status} may have changed. Returns the unsubscribe function. */
   onStatus(listener: (status: ClientStatus) => void): () => void {
     return this.statusListeners.add(listener)
   }
@@ -248,17 +336,28 @@ export class Space {
     return this.settledListeners.add(listener)
   }
 
-  /** Problems that have no promise to report them: regular updates the relays refused, an untrusted relay, storage failures. */
+  /**
+   * Problems that have no promise to report them: regular updates the
+   * relays refused or the stable order rejected ({@link RejectedError}), an
+   * untrusted relay ({@link TrustError}), storage failures (`StorageError`),
+   * a listener that threw.
+   */
   onError(listener: (error: SteadError) => void): () => void {
     return this.errorListeners.add(listener)
   }
 
   /**
-   * The stable value of `key`. With `quorum: true`, first asks every relay
+   * The stable value of `key` (what `handle.stable` shows), read without
+   * opening a handle. With `quorum: true`, first asks every relay
    * for its signed stable index and waits until this replica (which only
    * advances on f+1 matching attestations) reaches the index that f+1
    * relays report, so the value includes every commit a correct relay had
-   * made when the read started.
+   * made when the read started. Use it before acting outside Stead on a
+   * value that must be current (the local stable value may lag while
+   * offline).
+   *
+   * @returns The value as the object's type holds it: a number for counters, an array for sets, the value (or undefined) for registers.
+   * @throws SteadError `unsupported` if no cluster is trusted yet or too few relays answer, `timeout` (default 10 s with `quorum`) or `aborted`; {@link ClosedError} after `close()`.
    */
   async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {
     this.assertOpen()
@@ -271,7 +370,12 @@ export class Space {
     return this.replica.stableValue(key)
   }
 
-  /** Signs everything queued and waits until every local update was accepted by a relay (or already decided). Default timeout 60 s. */
+  /**
+   * Signs everything queued and waits until every local update was accepted
+   * by a relay (or already decided). Default timeout 60 s.
+   *
+   * @throws SteadError `timeout` or `aborted` (the updates keep their place); {@link ClosedError} if the space closes first.
+   */
   async flush(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
     this.sealNow()
@@ -279,7 +383,12 @@ export class Space {
     await this.until(() => this.upstream.allAccepted(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'relays to accept every local update')
   }
 
-  /** Waits until every local update is decided in the stable order (committed or rejected). Default timeout 60 s. */
+  /**
+   * Waits until every local update is decided in the stable order
+   * (committed or rejected). Default timeout 60 s.
+   *
+   * @throws SteadError `timeout` or `aborted` (the updates keep their place); {@link ClosedError} if the space closes first.
+   */
   async settled(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
     this.sealNow()
@@ -361,7 +470,7 @@ export class Space {
   }
 
   /**
-   * Updates another tab of this client made (this tab leads): they join the
+   * @internal Updates another tab of this client made (this tab leads): they join the
    * open draft like this tab's own, and `request` names them when their
    * envelope is announced. Returns the promises of the safe groups.
    */
@@ -562,7 +671,7 @@ export class Space {
   }
 
   /**
-   * A draft batch became a stored envelope (`env`), or cancelled out
+   * @internal A draft batch became a stored envelope (`env`), or cancelled out
    * (undefined): it leaves the drafts, the envelope joins the replica in
    * the same step (so no value flickers), and regular updates resolve.
    */
@@ -575,7 +684,7 @@ export class Space {
     this.emitStatus()
   }
 
-  /** A draft batch could not be stored: it never happened. Undo it locally and tell every caller. */
+  /** @internal A draft batch could not be stored: it never happened. Undo it locally and tell every caller. */
   batchFailed(batch: DraftBatch, err: unknown): void {
     this.dropDraft(batch)
     this.notify(batch.keys)
@@ -590,7 +699,7 @@ export class Space {
     for (const key of batch.keys) this.dropView(key)
   }
 
-  /** Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */
+  /** @internal Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */
   adopt(replica: ReliableReplica, position: ChainPosition): void {
     const keys = new Set([...this.replica.keys(), ...replica.keys(), ...this.listeners.keys()])
     this.replica = replica
@@ -637,12 +746,12 @@ export class Space {
     return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
   }
 
-  /** Something waits may be waiting for happened (an acceptance, a commit, a decision). */
+  /** @internal Something waits may be waiting for happened (an acceptance, a commit, a decision). */
   progress(): void {
     for (const w of [...this.progressWaiters]) w()
   }
 
-  /** Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
+  /** @internal Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
   notify(keys: Iterable<string>, stale = true): void {
     for (const key of keys) {
       if (stale) this.dropView(key)
@@ -656,23 +765,28 @@ export class Space {
     }
   }
 
+  /** @internal */
   emitStatus(): void {
     this.statusListeners.emit(() => this.status)
   }
 
+  /** @internal */
   emitError(err: SteadError): void {
     this.errorListeners.emit(() => err)
   }
 
+  /** @internal */
   emitSettled(update: SettledUpdate): void {
     this.settledListeners.emit(() => update)
   }
 
+  /** @internal A problem `status` reports from now on. */
   setProblem(p: string): void {
     this.problem = p
     this.emitStatus()
   }
 
+  /** @internal Storage failed under this space: say so in `status` and `onError`. */
   storageFailed(err: unknown): void {
     const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
     this.setProblem(`storage failed: ${e.message}`)

@@ -116,10 +116,15 @@ export function newTabId(): string {
 export class LeaderLock {
   private releaseHeld: (() => void) | undefined
 
+  private readonly locks: LockManagerLike
+  private readonly name: string
   constructor(
-    private readonly locks: LockManagerLike,
-    private readonly name: string,
-  ) {}
+    locks: LockManagerLike,
+    name: string,
+  ) {
+    this.locks = locks
+    this.name = name
+  }
 
   async claim(): Promise<boolean> {
     return this.take({ ifAvailable: true })
@@ -176,10 +181,14 @@ export class TabHub {
   private readonly outboxPosts = new Set<string>()
   private closed = false
 
+  private readonly channel: ChannelLike
+  private readonly host: HubHost
   constructor(
-    private readonly channel: ChannelLike,
-    private readonly host: HubHost,
+    channel: ChannelLike,
+    host: HubHost,
   ) {
+    this.channel = channel
+    this.host = host
     channel.addEventListener('message', (e) => {
       if (this.closed) return
       void this.receive(e.data as TabMessage).catch((err: unknown) => host.error(new SteadError('malformed', `a message from another tab failed: ${(err as Error)?.message ?? String(err)}`)))
@@ -323,11 +332,17 @@ export class LeaderLink {
   private welcome: Deferred<{ authorId: string }> | undefined
   private closed = false
 
+  readonly tab: string
+  private readonly channel: ChannelLike
+  private readonly events: { status(): void; error(err: SteadError): void }
   constructor(
-    readonly tab: string,
-    private readonly channel: ChannelLike,
-    private readonly events: { status(): void; error(err: SteadError): void },
+    tab: string,
+    channel: ChannelLike,
+    events: { status(): void; error(err: SteadError): void },
   ) {
+    this.tab = tab
+    this.channel = channel
+    this.events = events
     channel.addEventListener('message', (e) => this.receive(e.data as TabMessage))
   }
 
@@ -465,12 +480,20 @@ export class TabUpstream implements Upstream {
   private readonly requestPrefix = newTabId()
   private nextRequest = 0
 
+  readonly space: Space
+  private readonly link: LeaderLink
+  private readonly crypto: Crypto
+  private readonly replicaOptions: { space: string; historyLimit?: number }
   constructor(
-    readonly space: Space,
-    private readonly link: LeaderLink,
-    private readonly crypto: Crypto,
-    private readonly replicaOptions: { space: string; historyLimit?: number },
+    space: Space,
+    link: LeaderLink,
+    crypto: Crypto,
+    replicaOptions: { space: string; historyLimit?: number },
   ) {
+    this.space = space
+    this.link = link
+    this.crypto = crypto
+    this.replicaOptions = replicaOptions
     this.spaceName = space.space
     link.follow(this)
   }

@@ -4,13 +4,39 @@ import { amount, boundedSpend } from './handles.ts'
 
 type Kind = Declaration['type']
 
-/** Builds transactions for `client.safe`. */
+/**
+ * What `space.safe(build)` hands to `build`: each call records updates of
+ * one object into the atomic group (nothing is sent until `build`
+ * returns). An object resolves like opening a handle: the declaration it is
+ * open with, else its committed one, else the one given here (or none).
+ */
 export interface Transaction {
-  /** Invariants are only needed for an object not opened and not committed yet; given for one that is, they must match. */
-  counter(key: string, invariants?: { min?: number; max?: number }): { increment(n?: number): void; decrement(n?: number): void }
-  set<T extends SetElement = SetElement>(key: string, invariants?: { maxSize?: number }): { add(e: T): void; delete(e: T): void }
-  register<T extends RegisterValue = RegisterValue>(key: string): { set(v: T): void }
-  boundedCounter(key: string): { increment(n?: number): void; decrement(n?: number): void }
+  /** A counter in the group. Invariants are only needed for an object not opened and not committed yet; given for one that is, they must match. */
+  counter(key: string, invariants?: { min?: number; max?: number }): {
+    /** Adds `n` (default 1, a positive safe integer) when the group commits. */
+    increment(n?: number): void
+    /** Subtracts `n` (default 1, a positive safe integer) when the group commits; the whole group is rejected if that would cross `min`. */
+    decrement(n?: number): void
+  }
+  /** A set in the group; `invariants` as for `counter`. */
+  set<T extends SetElement = SetElement>(key: string, invariants?: { maxSize?: number }): {
+    /** Adds `e` when the group commits; the whole group is rejected if the set would exceed `maxSize`. */
+    add(e: T): void
+    /** Removes `e` as this client has seen it when the group commits. */
+    delete(e: T): void
+  }
+  /** A register in the group. */
+  register<T extends RegisterValue = RegisterValue>(key: string): {
+    /** Writes `v` when the group commits. */
+    set(v: T): void
+  }
+  /** A bounded counter in the group: open it with `space.boundedCounter(key, params)` first (or it must be committed). Spends beyond this client's rights claim the rest from the pool within the group. */
+  boundedCounter(key: string): {
+    /** Adds `n` (default 1) when the group commits. */
+    increment(n?: number): void
+    /** Subtracts `n` (default 1) when the group commits. */
+    decrement(n?: number): void
+  }
 }
 
 /** What a transaction needs to know about the client's objects. */

@@ -15,16 +15,25 @@ import { sessionUrlOf } from './cluster.ts'
  * the `ws` package's, and test fakes all fit.
  */
 export interface SocketLike {
+  /** Set to 'arraybuffer' by the client: frames are binary msgpack. */
   binaryType: string
+  /** WebSocket ready state: 1 is open. */
   readonly readyState: number
+  /** Sends one binary frame. */
   send(data: Uint8Array): void
+  /** Closes the socket. */
   close(code?: number, reason?: string): void
+  /** Called once the socket is open. */
   onopen: ((ev: unknown) => void) | null
+  /** Called with each frame received (`data`: an ArrayBuffer or bytes). */
   onmessage: ((ev: { data: unknown }) => void) | null
+  /** Called once the socket closed, whatever the cause. */
   onclose: ((ev: unknown) => void) | null
+  /** Called on a socket error (a close follows). */
   onerror: ((ev: unknown) => void) | null
 }
 
+/** Opens a WebSocket to a relay's session URL (`ws://host:port/v1/ws`): `ClientOptions.connect`. */
 export type SocketFactory = (url: string) => SocketLike
 
 export interface LinkHandlers {

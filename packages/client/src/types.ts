@@ -3,16 +3,48 @@ import type { ClusterDescriptor, Fetch } from './cluster.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { SocketFactory } from './transport.ts'
 
-/** How a safe update (or an atomic group) ended in the stable order. */
+/**
+ * How a safe update (or an atomic group) ended in the stable order, as f+1
+ * relays attested it and this client's own audit confirmed. An outcome is
+ * never thrown: a safe update that would break an invariant resolves
+ * `rejected` with reason `invariant` (and is undone in the prospective
+ * value). The promise rejects only when the wait ends first (`timeout`,
+ * `aborted`, {@link ClosedError}) or the update could not be stored.
+ */
 export type SafeResult =
-  | { readonly status: 'committed'; readonly index: number }
-  | { readonly status: 'rejected'; readonly reason: ErrorReason; readonly detail: string }
+  | {
+      /** Committed: it is part of the stable state of every correct replica. */
+      readonly status: 'committed'
+      /** The stable index its envelope took (each committed envelope takes the next one). */
+      readonly index: number
+    }
+  | {
+      /** Rejected: it never takes effect anywhere. */
+      readonly status: 'rejected'
+      /**
+       * Why: `invariant` (a declared bound would break), `type-mismatch`
+       * (the key is another type or has other invariants), `unauthorized`
+       * (the space's policy does not let this key write), `conflict`
+       * (another envelope of the same author took its sequence number: one
+       * identity used by two clients), or another reason the relays gave
+       * when they refused the envelope for good (`malformed`, `too-large`,
+       * `bad-signature`, ...).
+       */
+      readonly reason: ErrorReason
+      /** A sentence for logs and developers, not for matching on. */
+      readonly detail: string
+    }
 
 /**
  * What an update's promise resolves to: `stored` for a regular update (it is
  * durable on this device and will be sent), a SafeResult for a safe one.
  */
-export type UpdateResult = { readonly status: 'stored' } | SafeResult
+export type UpdateResult =
+  | {
+      /** A regular update, stored on this device: it shows in `value` and will reach the stable order. */
+      readonly status: 'stored'
+    }
+  | SafeResult
 
 /**
  * How long a caller waits. Past `timeoutMs` the promise rejects with a
@@ -21,10 +53,18 @@ export type UpdateResult = { readonly status: 'stored' } | SafeResult
  * `pendingUpdates()` and `onSettled`).
  */
 export interface WaitOptions {
+  /** Ends the wait with a SteadError `aborted` when it aborts. */
   readonly signal?: AbortSignal
+  /**
+   * Ends the wait with a SteadError `timeout` after this many milliseconds.
+   * Defaults: none for updates and `safe`, 60 s for `flush` and `settled`,
+   * 10 s for `readStable` with `quorum` and for history pages the relays
+   * serve.
+   */
   readonly timeoutMs?: number
 }
 
+/** Which page `handle.historyPage` returns, and how long to wait for relays to serve it. */
 export interface HistoryPageOptions extends WaitOptions {
   /** Entries per page: 1 to 1,000, default 100. */
   readonly limit?: number
@@ -32,12 +72,20 @@ export interface HistoryPageOptions extends WaitOptions {
   readonly before?: number
 }
 
+/**
+ * Options of an update. Without `safe` an update is regular: it shows at
+ * once, resolves `stored` as soon as it is durable on this device (signed
+ * and stored with the next batch), and reaches the stable order later; if
+ * that rejects it, it is undone and `onError` says so.
+ */
 export interface UpdateOptions extends WaitOptions {
   /** Resolve only once the update is committed or rejected in the stable order (f+1 matching attestations). */
   readonly safe?: boolean
 }
 
+/** One relay as the client sees it (`status.relays`). */
 export interface RelayStatus {
+  /** The URL as given in `relays`. */
   readonly url: string
   /** An authenticated session is open. */
   readonly connected: boolean
@@ -53,6 +101,7 @@ export interface RelayStatus {
 export interface SessionsStatus {
   /** Connected to at least f+1 trusted relays: enough to hear every commit. */
   readonly online: boolean
+  /** Every relay in `options.relays`, in that order. */
   readonly relays: readonly RelayStatus[]
   /** Whether a cluster descriptor is pinned (given, or trusted on first use). */
   readonly trusted: boolean
@@ -68,6 +117,11 @@ export interface ClientStatus extends SessionsStatus {
   readonly stableIndex: number
 }
 
+/**
+ * Options of `createClient`. Only `relays` is required; the defaults suit
+ * an app (identity and data kept in the default storage, the cluster
+ * trusted on first use).
+ */
 export interface ClientOptions {
   /** Relay URLs: ws://host:port (or wss://, http://, https://); the session path /v1/ws is added. */
   readonly relays: readonly string[]
@@ -89,7 +143,10 @@ export interface ClientOptions {
    */
   readonly storage?: ClientStorage | Promise<ClientStorage>
   /** Ed25519 secret key (32-byte seed). Defaults to one created once and kept in storage. */
-  readonly identity?: { readonly secretKey: Uint8Array }
+  readonly identity?: {
+    /** The 32-byte Ed25519 seed; the author id is derived from its public key. */
+    readonly secretKey: Uint8Array
+  }
   /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000. */
   readonly historyLimit?: number
   /** Pending operations are signed and sent as one envelope at least this often. Default 10 ms. */
@@ -105,12 +162,24 @@ export interface ClientOptions {
    */
   readonly checkpointEvery?: number
   /** A quiet session is pinged after `pingAfterMs` and dropped (then reconnected) after `deadAfterMs` without any message. Default 5 s / 15 s. */
-  readonly heartbeat?: { readonly pingAfterMs: number; readonly deadAfterMs: number }
+  readonly heartbeat?: {
+    /** Quiet time after which the client pings the relay. */
+    readonly pingAfterMs: number
+    /** Quiet time after which the session counts as dead: it is closed and reconnected. */
+    readonly deadAfterMs: number
+  }
   /** Reconnect backoff. Default 250 ms doubling to 10 s, with jitter. */
-  readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
-  /** Injected platform pieces (defaults per platform; tests pass fakes). */
+  readonly backoff?: {
+    /** Delay before the first reconnect. */
+    readonly initialMs: number
+    /** Longest delay between reconnects. */
+    readonly maxMs: number
+  }
+  /** Ed25519 and SHA-256. Default: WebCrypto (or @noble/curves where it lacks Ed25519) in browsers, node:crypto in Node. Tests pass fakes. */
   readonly crypto?: Crypto
+  /** Opens a WebSocket to a relay. Default: the platform's WebSocket (`ws` on Node 20). */
   readonly connect?: SocketFactory
+  /** HTTP GET for cluster descriptors, quorum reads and history pages. Default: the global fetch. */
   readonly fetch?: Fetch
   /** Wall clock for register timestamps and timers. Default Date.now. */
   readonly now?: () => number

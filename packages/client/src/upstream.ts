@@ -52,7 +52,9 @@ export class RelayUpstream implements Upstream, SessionMember {
   private readonly intake: RelayIntake
   private closed = false
 
-  constructor(private readonly o: RelayUpstreamInit) {
+  private readonly o: RelayUpstreamInit
+  constructor(o: RelayUpstreamInit) {
+    this.o = o
     this.space = o.space.space
     this.outbox = new Outbox({ ...o, member: this })
     this.intake = new RelayIntake({ ...o, outbox: this.outbox })

@@ -9,9 +9,28 @@ import { bytesEqual } from './bytes.ts'
  * relays, clients and the simulator run the same checks.
  */
 
+/**
+ * Chrono's three clock validators: `update` (stateless: the clock follows
+ * from its inputs), `monotonicity` (stateful: no counter reused or going
+ * back) and `application` (the app's own rule). Relays do not check clocks
+ * with these yet (see docs/architecture.md, known limits).
+ */
 export type ValidatorKind = 'update' | 'monotonicity' | 'application'
 
-export type Validation = { ok: true } | { ok: false; reason: 'bad-clock' | 'conflict' | 'duplicate' | 'unauthorized'; detail: string }
+/** A validator's verdict. */
+export type Validation =
+  | {
+      /** Accepted. */
+      ok: true
+    }
+  | {
+      /** Refused. */
+      ok: false
+      /** Why, as an `ErrorReason`. */
+      reason: 'bad-clock' | 'conflict' | 'duplicate' | 'unauthorized'
+      /** A sentence for logs. */
+      detail: string
+    }
 
 const VALID: Validation = Object.freeze({ ok: true })
 
@@ -38,7 +57,15 @@ export function validateClockUpdate(author: string, next: Clock, inputs: readonl
 }
 
 /** What the monotonicity validator remembers per clock id: the last counter and the digest it came with. */
-export type MonotonicityState = ReadonlyMap<string, { readonly counter: number; readonly digest: Uint8Array }>
+export type MonotonicityState = ReadonlyMap<
+  string,
+  {
+    /** The highest counter seen for the id. */
+    readonly counter: number
+    /** The digest of the content that came with it. */
+    readonly digest: Uint8Array
+  }
+>
 
 /**
  * Monotonicity validator (stateful): an id's counter never repeats with other
@@ -50,7 +77,12 @@ export function validateMonotonic(
   id: string,
   counter: number,
   digest: Uint8Array,
-): { verdict: Validation; state: MonotonicityState } {
+): {
+  /** Whether the counter is acceptable. */
+  verdict: Validation
+  /** The state to pass to the next call (the same one when refused). */
+  state: MonotonicityState
+} {
   const last = state.get(id)
   if (last) {
     if (counter === last.counter) {
@@ -78,10 +110,13 @@ export function allowAuthors<T>(allowed: ReadonlySet<string>): ApplicationValida
 
 /** A relay cluster as clocks see it: N = keys.length relays, at most f faulty. */
 export interface Cluster {
+  /** How many relays may be faulty. */
   readonly f: number
+  /** Each relay's Ed25519 public key; certificates name relays by index here. */
   readonly relayKeys: readonly Uint8Array[]
 }
 
+/** What is wrong with a cluster (f not a non-negative integer, fewer than 3f+1 relays), or null. */
 export function checkCluster(c: Cluster): string | null {
   if (!Number.isSafeInteger(c.f) || c.f < 0) return 'f must be a non-negative integer'
   if (c.relayKeys.length < 3 * c.f + 1) return `N = ${c.relayKeys.length} relays cannot tolerate f = ${c.f} (need N >= 3f+1)`
@@ -100,9 +135,17 @@ export function quorumThreshold(kind: ValidatorKind, n: number, f: number): numb
 
 /** Relay signatures saying that validator `kind` accepted the update with id `subject`. */
 export interface QuorumCertificate {
+  /** Which validator accepted it. */
   readonly kind: ValidatorKind
+  /** What was validated: the hash of the signed bytes that carry the clock. */
   readonly subject: Uint8Array
-  readonly signatures: ReadonlyArray<{ readonly relay: number; readonly sig: Uint8Array }>
+  /** The relays' signatures over `attestationBytes(kind, subject)`. */
+  readonly signatures: ReadonlyArray<{
+    /** The signing relay's index in the cluster. */
+    readonly relay: number
+    /** Its signature. */
+    readonly sig: Uint8Array
+  }>
 }
 
 /** The exact bytes a relay signs to attest a validation; tagged so they can never pass for anything else. */
@@ -131,8 +174,16 @@ export async function verifyQuorumCertificate(crypto: Crypto, cluster: Cluster, 
  * (for Stead, the envelope) and any relay quorum certificates for it.
  */
 export interface ClockProof {
+  /** The author's Ed25519 public key. */
   readonly authorKey: Uint8Array
-  readonly signed: { readonly bytes: Uint8Array; readonly sig: Uint8Array }
+  /** The bytes that carry the clock, with the author's signature. */
+  readonly signed: {
+    /** The signed bytes; their SHA-256 is the proof's subject. */
+    readonly bytes: Uint8Array
+    /** The author's signature over `bytes`. */
+    readonly sig: Uint8Array
+  }
+  /** Certificates of the validators that accepted the clock. */
   readonly certificates: readonly QuorumCertificate[]
 }
 
@@ -147,7 +198,18 @@ export async function verifyClockProof(
   subject: Uint8Array,
   proof: ClockProof,
   required: readonly ValidatorKind[] = ['update', 'monotonicity'],
-): Promise<{ ok: true } | { ok: false; detail: string }> {
+): Promise<
+  | {
+      /** The proof holds. */
+      ok: true
+    }
+  | {
+      /** The proof fails. */
+      ok: false
+      /** What failed, for logs. */
+      detail: string
+    }
+> {
   if (!bytesEqual(crypto.sha256(proof.signed.bytes), subject)) return { ok: false, detail: 'signed bytes do not hash to the subject' }
   if (!(await crypto.verify(proof.authorKey, proof.signed.bytes, proof.signed.sig))) return { ok: false, detail: 'author signature does not verify' }
   for (const kind of required) {

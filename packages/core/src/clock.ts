@@ -1,6 +1,7 @@
 import { SteadError } from './errors.ts'
 import { expect } from './codec.ts'
 
+/** How clock `a` relates to clock `b` (see {@link clockCompare}): happened before, equal, after, or neither (concurrent). */
 export type Ordering = 'before' | 'equal' | 'after' | 'concurrent'
 
 // Module-private doors into Clock, set by its static block: the walks below
@@ -47,18 +48,22 @@ export class Clock implements Iterable<[string, number]> {
     return i < 0 ? undefined : this.counters[i]
   }
 
+  /** Whether `id` has a counter above 0. */
   has(id: string): boolean {
     return indexOf(this.ids, id) >= 0
   }
 
+  /** The ids with a counter above 0, in ascending order. */
   keys(): IterableIterator<string> {
     return this.ids.values()
   }
 
+  /** `[id, counter]` pairs in ascending id order. */
   *entries(): IterableIterator<[string, number]> {
     for (let i = 0; i < this.ids.length; i++) yield [this.ids[i] as string, this.counters[i] as number]
   }
 
+  /** The same as `entries()`, so a clock spreads and iterates like a Map. */
   [Symbol.iterator](): IterableIterator<[string, number]> {
     return this.entries()
   }
@@ -83,6 +88,7 @@ function indexOf(ids: readonly string[], id: string): number {
 
 const EMPTY = make([], [])
 
+/** The empty clock (every counter 0): where every author starts. */
 export function clockInit(): Clock {
   return EMPTY
 }
@@ -261,6 +267,7 @@ export function clockCompare(a: Clock, b: Clock): Ordering {
   return 'equal'
 }
 
+/** Whether two clocks hold the same counters (`clockCompare(a, b) === 'equal'`, faster). */
 export function clockEquals(a: Clock, b: Clock): boolean {
   if (a === b) return true
   const ai = idsOf(a)
@@ -281,6 +288,13 @@ export function encodeClock(c: Clock): Array<string | number> {
   return out
 }
 
+/**
+ * Reads the wire form of {@link encodeClock}, refusing any other encoding of
+ * a clock (unsorted or repeated ids, zero counters), so that a clock has one
+ * encoding.
+ *
+ * @throws SteadError `malformed`, or `too-large` past `maxEntries` entries.
+ */
 export function decodeClock(v: unknown, maxEntries: number): Clock {
   const flat = expect.array(v, 'clock', maxEntries * 2)
   if (flat.length % 2 !== 0) throw new SteadError('malformed', 'clock must be [id, counter] pairs')

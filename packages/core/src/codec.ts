@@ -9,18 +9,30 @@ import { SIGNATURE_BYTES } from './crypto/types.ts'
  */
 const packr = new Packr({ useRecords: false, moreTypes: false, mapsAsObjects: true, int64AsType: 'number' })
 
+/**
+ * Size limits every decoder enforces, so that no input can make a replica
+ * allocate or work without bound; anything over one is refused with
+ * `too-large`. Every party must use the same limits, or an envelope one
+ * accepts another refuses: use {@link DEFAULT_LIMITS}.
+ */
 export interface Limits {
   /** Largest frame accepted from a socket or peer. */
   readonly maxFrameBytes: number
   /** Largest signed envelope payload. */
   readonly maxEnvelopeBytes: number
+  /** Most entries in an envelope's logical clock. */
   readonly maxClockEntries: number
+  /** Most causal dependencies (envelope ids) one envelope names. */
   readonly maxDeps: number
+  /** Most operations in one envelope, regular and safe together. */
   readonly maxOpsPerEnvelope: number
+  /** Longest object key, in UTF-16 units. */
   readonly maxKeyChars: number
+  /** Longest space name, in UTF-16 units. */
   readonly maxSpaceChars: number
 }
 
+/** The limits of the Stead protocol: 4 MiB frames, 1 MiB envelopes, 10,000 clock entries and operations, 64 deps, 256-char keys, 128-char space names. */
 export const DEFAULT_LIMITS: Limits = Object.freeze({
   maxFrameBytes: 4 * 1024 * 1024,
   maxEnvelopeBytes: 1024 * 1024,
@@ -31,11 +43,17 @@ export const DEFAULT_LIMITS: Limits = Object.freeze({
   maxSpaceChars: 128,
 })
 
+/** Encodes a value as msgpack with Stead's configuration (plain data only, no msgpackr extensions). */
 export function encode(value: unknown): Uint8Array {
   return packr.pack(value)
 }
 
-/** Decodes one msgpack value, refusing anything over `maxBytes` or with trailing bytes. */
+/**
+ * Decodes one msgpack value, refusing anything over `maxBytes` or with
+ * trailing bytes, and any extension type. Safe on untrusted input.
+ *
+ * @throws SteadError `malformed` for anything but one plain msgpack value, `too-large` over `maxBytes`.
+ */
 export function decode(bytes: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): unknown {
   if (!(bytes instanceof Uint8Array)) throw new SteadError('malformed', 'expected bytes')
   if (bytes.length > maxBytes) throw new SteadError('too-large', `${bytes.length} bytes exceeds the limit of ${maxBytes}`)
@@ -138,14 +156,22 @@ function checkStructure(b: Uint8Array): void {
  * received, so nobody ever re-encodes to check a signature.
  */
 export interface Signed {
+  /** The signed payload, exactly as signed. */
   readonly bytes: Uint8Array
+  /** The Ed25519 signature over `bytes` (64 bytes). */
   readonly sig: Uint8Array
 }
 
+/** Wire form of a signed message: msgpack `[bytes, sig]`. */
 export function encodeSigned(s: Signed): Uint8Array {
   return encode([s.bytes, s.sig])
 }
 
+/**
+ * Reads a frame written by {@link encodeSigned}; the signature is not checked here.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
 export function decodeSigned(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): Signed {
   return asSigned(decode(frame, maxBytes))
 }
@@ -161,17 +187,20 @@ export function asSigned(v: unknown): Signed {
 
 /** Small shape checkers that throw SteadError('malformed') naming the field. */
 export const expect = {
+  /** An array of at most `max` items (`too-large` past it). */
   array(v: unknown, field: string, max: number): unknown[] {
     if (!Array.isArray(v)) throw new SteadError('malformed', `${field} must be an array`)
     if (v.length > max) throw new SteadError('too-large', `${field} has ${v.length} items, limit ${max}`)
     return v
   },
+  /** A string of `minChars` to `maxChars` UTF-16 units (`too-large` past the maximum). */
   string(v: unknown, field: string, maxChars: number, minChars = 0): string {
     if (typeof v !== 'string') throw new SteadError('malformed', `${field} must be a string`)
     if (v.length > maxChars) throw new SteadError('too-large', `${field} is longer than ${maxChars} chars`)
     if (v.length < minChars) throw new SteadError('malformed', `${field} is shorter than ${minChars} chars`)
     return v
   },
+  /** A non-negative safe integer. */
   uint(v: unknown, field: string): number {
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new SteadError('malformed', `${field} must be a non-negative safe integer`)
     return v
@@ -181,6 +210,7 @@ export const expect = {
     if (!(v instanceof Uint8Array) || (length !== undefined && v.length !== length)) throw new SteadError('malformed', length === undefined ? `${field} must be bytes` : `${field} must be ${length} bytes`)
     return v
   },
+  /** A boolean. */
   boolean(v: unknown, field: string): boolean {
     if (typeof v !== 'boolean') throw new SteadError('malformed', `${field} must be a boolean`)
     return v

@@ -7,14 +7,21 @@ import { SteadError } from './errors.ts'
 
 /** Regular operations on one object, compacted by the sender. */
 export interface ObjectUpdate {
+  /** The object's key (at most one ObjectUpdate per key in an envelope). */
   readonly key: string
+  /** The type and invariants the author declares the object with; the audit rejects ops whose declaration differs from the committed one. */
   readonly decl: Declaration
+  /** The operations, applied in order; at least one. */
   readonly ops: readonly AnyOp[]
 }
 
+/** One safe operation on one object (see {@link SafeGroup}). */
 export interface SafeUpdate {
+  /** The object's key. */
   readonly key: string
+  /** The object's declared type and invariants. */
   readonly decl: Declaration
+  /** The operation. */
   readonly op: AnyOp
 }
 
@@ -23,29 +30,44 @@ export interface SafeUpdate {
  * not at all; a non-atomic group is a list of independent safe updates.
  */
 export interface SafeGroup {
+  /** Whether the updates commit all together or not at all (one audit unit) or each on its own. */
   readonly atomic: boolean
+  /** The updates, in order; at least one. */
   readonly updates: readonly SafeUpdate[]
 }
 
 /** What an author fills in; signing adds the author key, id and bytes. */
 export interface EnvelopeDraft {
+  /** The space the envelope belongs to (1 to 128 characters). */
   readonly space: string
   /** Per-author, per-space sequence number, from 1, without gaps. */
   readonly seq: number
+  /** The author's logical clock after this envelope (see `clockUpdate`). */
   readonly clock: Clock
   /** Ids of the envelopes this one causally follows (the author's frontier). */
   readonly deps: readonly Uint8Array[]
+  /** Regular updates, one entry per object. */
   readonly updates: readonly ObjectUpdate[]
+  /** Safe groups, decided after the regular updates, in order. */
   readonly safe: readonly SafeGroup[]
 }
 
+/**
+ * A signed, content-addressed batch of one author's updates to one space:
+ * the unit that clients send, relays order and every replica audits. Make
+ * one with {@link sealEnvelope}; check one from the wire with
+ * {@link openEnvelope}. Its fields are what the signed bytes say.
+ */
 export interface Envelope extends EnvelopeDraft {
+  /** The author's Ed25519 public key (32 bytes), which the signature verifies against. */
   readonly author: Uint8Array
   /** Short, stable id of the author used in clocks, tags and CRDT replica ids. */
   readonly authorId: string
   /** sha256 of the signed bytes. */
   readonly id: Uint8Array
+  /** `id` in lowercase hex: how the SDK and relays name envelopes. */
   readonly idHex: string
+  /** The exact signed bytes and signature, to send on as received. */
   readonly signed: Signed
 }
 
@@ -112,6 +134,11 @@ export function encodeEnvelope(env: Envelope): Uint8Array {
   return encodeSigned(env.signed)
 }
 
+/**
+ * Reads and opens an envelope frame written by {@link encodeEnvelope}.
+ *
+ * @throws SteadError `malformed`, `too-large` or `bad-signature` (see {@link openEnvelope}).
+ */
 export async function decodeEnvelope(crypto: Crypto, frame: Uint8Array, limits: Limits = DEFAULT_LIMITS): Promise<Envelope> {
   return openEnvelope(crypto, decode(frame, limits.maxEnvelopeBytes + 128), limits)
 }
@@ -204,13 +231,40 @@ function checkOp(d: Declaration, op: unknown, field: string, safe: boolean): voi
   }
 }
 
+/** One thing the audit decides on: a regular op, or a safe group (see {@link envelopeUnits}). */
 export type EnvelopeUnit =
-  | { readonly kind: 'op'; readonly unit: number; readonly key: string; readonly decl: Declaration; readonly op: AnyOp; readonly tag: string }
   | {
-      readonly kind: 'group'
+      /** A regular operation. */
+      readonly kind: 'op'
+      /** Its place among the envelope's units, from 0: what decisions refer to. */
       readonly unit: number
+      /** The object's key. */
+      readonly key: string
+      /** The object's declared type and invariants. */
+      readonly decl: Declaration
+      /** The operation. */
+      readonly op: AnyOp
+      /** The operation's tag, unique across all envelopes (the CRDTs' op identity). */
+      readonly tag: string
+    }
+  | {
+      /** A safe group, or one update of a non-atomic one. */
+      readonly kind: 'group'
+      /** Its place among the envelope's units, from 0: what decisions refer to. */
+      readonly unit: number
+      /** Whether its items commit all together or not at all. */
       readonly atomic: boolean
-      readonly items: ReadonlyArray<{ readonly key: string; readonly decl: Declaration; readonly op: AnyOp; readonly tag: string }>
+      /** The group's updates, in order. */
+      readonly items: ReadonlyArray<{
+        /** The object's key. */
+        readonly key: string
+        /** The object's declared type and invariants. */
+        readonly decl: Declaration
+        /** The operation. */
+        readonly op: AnyOp
+        /** The operation's tag, unique across all envelopes. */
+        readonly tag: string
+      }>
     }
 
 /**

@@ -2,6 +2,11 @@
  * @stead/core: the isomorphic heart of Stead. CRDTs, verifiable logical
  * clocks, crypto, the wire codec, envelopes and the reliable replica with
  * its audit. No Node built-ins here; `@stead/core/node` adds node:crypto.
+ *
+ * Apps use `@stead/client`, which is built on this; use core directly to
+ * build another client, a relay, or tools that read Stead's signed data.
+ *
+ * @module @stead/core
  */
 export * from './errors.ts'
 export * from './bytes.ts'

@@ -16,29 +16,127 @@ import type { Decision } from './replica.ts'
  * attestation) messages for subscribed spaces.
  */
 
+/** A message from a client to a relay (see the module comment above for the session). */
 export type ClientMessage =
-  | { readonly type: 'hello'; readonly publicKey: Uint8Array; readonly sig: Uint8Array }
-  | { readonly type: 'subscribe'; readonly space: string; readonly fromIndex: number }
-  | { readonly type: 'unsubscribe'; readonly space: string }
-  | { readonly type: 'submit'; readonly id: number; readonly envelope: Uint8Array }
-  | { readonly type: 'ping'; readonly n: number }
+  | {
+      /** The answer to `challenge`: proves the client holds its key. */
+      readonly type: 'hello'
+      /** The client's Ed25519 public key: who the session reads as. */
+      readonly publicKey: Uint8Array
+      /** Its signature over `authBytes(nonce, relayKey)`. */
+      readonly sig: Uint8Array
+    }
+  | {
+      /** Follow a space: its envelopes, and its commits from `fromIndex` on. */
+      readonly type: 'subscribe'
+      /** The space. */
+      readonly space: string
+      /** The stable index the client has: commits after it are sent. */
+      readonly fromIndex: number
+    }
+  | {
+      /** Stop following a space. */
+      readonly type: 'unsubscribe'
+      /** The space. */
+      readonly space: string
+    }
+  | {
+      /** Hand the relay an envelope to order. */
+      readonly type: 'submit'
+      /** The client's number for it: `accepted` and `error` answers name it. */
+      readonly id: number
+      /** The envelope frame (`encodeEnvelope`). */
+      readonly envelope: Uint8Array
+    }
+  | {
+      /** Keepalive: the relay answers `pong` with the same `n`. */
+      readonly type: 'ping'
+      /** Any number, echoed. */
+      readonly n: number
+    }
 
+/** A message from a relay to a client (see the module comment above for the session). */
 export type RelayMessage =
-  | { readonly type: 'challenge'; readonly nonce: Uint8Array; readonly relay: number; readonly relayKey: Uint8Array }
-  | { readonly type: 'welcome'; readonly relay: number; readonly n: number; readonly f: number }
-  /** `id` is the submit it answers, or null for a session-level error. */
-  | { readonly type: 'error'; readonly id: number | null; readonly reason: ErrorReason; readonly detail: string }
-  | { readonly type: 'accepted'; readonly id: number; readonly status: 'queued' | 'duplicate' }
-  | { readonly type: 'envelope'; readonly space: string; readonly envelope: Uint8Array }
+  | {
+      /** The session's first message: the client must answer `hello`. */
+      readonly type: 'challenge'
+      /** 32 random bytes the client signs (through `authBytes`). */
+      readonly nonce: Uint8Array
+      /** The relay's index in the cluster. */
+      readonly relay: number
+      /** The relay's public key: the client checks it against the pinned cluster. */
+      readonly relayKey: Uint8Array
+    }
+  | {
+      /** The session is authenticated. */
+      readonly type: 'welcome'
+      /** The relay's index in the cluster. */
+      readonly relay: number
+      /** How many relays the cluster has. */
+      readonly n: number
+      /** How many of them may be faulty. */
+      readonly f: number
+    }
+  | {
+      /** A refusal. */
+      readonly type: 'error'
+      /** The `submit` it answers, or null for a session-level error. */
+      readonly id: number | null
+      /** Why. */
+      readonly reason: ErrorReason
+      /** A sentence for logs (at most 4,096 characters). */
+      readonly detail: string
+    }
+  | {
+      /** A submitted envelope is queued for ordering (or was known already). */
+      readonly type: 'accepted'
+      /** The `submit` it answers. */
+      readonly id: number
+      /** `queued`, or `duplicate` when the relay already had it. */
+      readonly status: 'queued' | 'duplicate'
+    }
+  | {
+      /** An envelope of a followed space that consensus certified (for the prospective state). */
+      readonly type: 'envelope'
+      /** The space. */
+      readonly space: string
+      /** The envelope frame. */
+      readonly envelope: Uint8Array
+    }
   /**
    * One attested commit. A commit's envelopes may add up to more than one
    * frame can carry: then `more` is true and `commit-more` frames with the
    * rest follow on the same socket, before anything else of that space's
    * commit feed, the last one with `more` false.
    */
-  | { readonly type: 'commit'; readonly space: string; readonly attestation: Signed; readonly envelopes: readonly Uint8Array[]; readonly more?: boolean }
-  | { readonly type: 'commit-more'; readonly space: string; readonly envelopes: readonly Uint8Array[]; readonly more: boolean }
-  | { readonly type: 'pong'; readonly n: number }
+  | {
+      /** An audited commit of a followed space. */
+      readonly type: 'commit'
+      /** The space. */
+      readonly space: string
+      /** The relay's signed {@link Attestation} of the commit. */
+      readonly attestation: Signed
+      /** The envelope frames the commit carried for the space, in order (bound to the attestation by its `batch` digest). */
+      readonly envelopes: readonly Uint8Array[]
+      /** Whether `commit-more` frames with the rest of the envelopes follow. */
+      readonly more?: boolean
+    }
+  | {
+      /** The rest of a `commit` whose envelopes did not fit one frame. */
+      readonly type: 'commit-more'
+      /** The space. */
+      readonly space: string
+      /** More envelope frames, in order. */
+      readonly envelopes: readonly Uint8Array[]
+      /** Whether more frames follow. */
+      readonly more: boolean
+    }
+  | {
+      /** The answer to `ping`. */
+      readonly type: 'pong'
+      /** The ping's `n`. */
+      readonly n: number
+    }
 
 /** What a client signs to prove it holds its key: bound to this relay and this session's nonce. */
 export function authBytes(nonce: Uint8Array, relayKey: Uint8Array): Uint8Array {
@@ -51,6 +149,7 @@ export function authBytes(nonce: Uint8Array, relayKey: Uint8Array): Uint8Array {
  * commit once f+1 relays sent the same bytes with valid signatures.
  */
 export interface Attestation {
+  /** The space the commit was audited for. */
   readonly space: string
   /** The consensus commit (anchor round) this audit ran at; replicas replaying it pass it to `commit`. */
   readonly round: number
@@ -62,6 +161,7 @@ export interface Attestation {
   readonly prevRound: number
   /** Stable index before and after this commit. */
   readonly fromIndex: number
+  /** Stable index after this commit. */
   readonly toIndex: number
   /** [envelope id, outcome] in audit order; outcome is 'committed' with per-unit results, or the drop reason. */
   readonly decisions: ReadonlyArray<AttestedDecision>
@@ -82,6 +182,11 @@ export function batchDigest(sha256: (bytes: Uint8Array) => Uint8Array, ids: read
   return sha256(all)
 }
 
+/**
+ * One audit decision as an attestation states it: `[id, 'committed', index,
+ * [[unit, reason]…] of the rejected units]`, or `[id, reason]` for an
+ * envelope that was dropped.
+ */
 export type AttestedDecision =
   | readonly [id: Uint8Array, outcome: 'committed', index: number, rejected: ReadonlyArray<readonly [unit: number, reason: ErrorReason]>]
   | readonly [id: Uint8Array, outcome: 'duplicate' | 'conflict' | 'gap' | 'malformed']
@@ -96,10 +201,17 @@ export function attestedDecision(d: Exclude<Decision, { kind: 'superseded' }>): 
 
 const ATTEST_TAG = 'stead/attest/v1'
 
+/** The bytes a relay signs for an attestation (tagged, so they can pass for nothing else). */
 export function encodeAttestation(a: Attestation): Uint8Array {
   return encode([ATTEST_TAG, a.space, a.round, a.prevRound, a.fromIndex, a.toIndex, a.decisions, a.stateHash, a.batch])
 }
 
+/**
+ * Reads attestation bytes; check the signature (over these very bytes)
+ * separately.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
 export function decodeAttestation(bytes: Uint8Array): Attestation {
   // As large as a relay message may be: a commit deciding ~80k envelopes outgrows the 4 MiB frame limit.
   const v = expect.array(decode(bytes, MAX_RELAY_MESSAGE_BYTES), 'attestation', 9)
@@ -143,7 +255,10 @@ type CommitMessage = Extract<RelayMessage, { type: 'commit' }>
 export class CommitAssembler {
   private partial: { message: CommitMessage; envelopes: Uint8Array[]; bytes: number } | undefined
 
-  constructor(private readonly maxBytes = 512 * 1024 * 1024) {}
+  private readonly maxBytes: number
+  constructor(maxBytes = 512 * 1024 * 1024) {
+    this.maxBytes = maxBytes
+  }
 
   /** The whole commit once its last part is in, else undefined. */
   push(m: CommitMessage | Extract<RelayMessage, { type: 'commit-more' }>): CommitMessage | undefined {
@@ -205,6 +320,7 @@ export function stableReadBytes(space: string, index: number, stateHash: Uint8Ar
   return encode(['stead/stable-read/v1', space, index, stateHash])
 }
 
+/** The frame of a client message. */
 export function encodeClientMessage(m: ClientMessage): Uint8Array {
   switch (m.type) {
     case 'hello':
@@ -220,6 +336,11 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
   }
 }
 
+/**
+ * Reads a client's frame (relays call this on untrusted input).
+ *
+ * @throws SteadError `malformed`, or `too-large` over `maxBytes`.
+ */
 export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): ClientMessage {
   const v = expect.array(decode(frame, maxBytes), 'message', 4)
   const fields = (n: number) => {
@@ -264,6 +385,7 @@ export function encodeCommitFrame(space: string, attestation: Signed | undefined
   return concatBytes(header, ...head.map((v) => encode(v)), encodedEnvelopes, ...tail.map((v) => encode(v)))
 }
 
+/** The frame of a relay message (an error's detail is cut to what decoders accept). */
 export function encodeRelayMessage(m: RelayMessage): Uint8Array {
   switch (m.type) {
     case 'challenge':
@@ -289,6 +411,11 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
 /** The largest message a client accepts from a relay (commits carry many envelopes). */
 const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
 
+/**
+ * Reads a relay's frame (clients call this on untrusted input).
+ *
+ * @throws SteadError `malformed`, or `too-large` over `maxBytes` (default 64 MiB: commits carry many envelopes).
+ */
 export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_RELAY_MESSAGE_BYTES): RelayMessage {
   const v = expect.array(decode(frame, maxBytes), 'message', 5)
   switch (v[0]) {

@@ -20,38 +20,92 @@ import { SteadError, type ErrorReason } from './errors.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
-  | { readonly unit: number; readonly status: 'committed' }
-  | { readonly unit: number; readonly status: 'rejected'; readonly reason: ErrorReason; readonly detail: string }
+  | {
+      /** The unit's place in the envelope (see `envelopeUnits`). */
+      readonly unit: number
+      /** It is in the stable state. */
+      readonly status: 'committed'
+    }
+  | {
+      /** The unit's place in the envelope (see `envelopeUnits`). */
+      readonly unit: number
+      /** It never takes effect. */
+      readonly status: 'rejected'
+      /** Why: `invariant`, `type-mismatch`, `unauthorized`, `malformed`. */
+      readonly reason: ErrorReason
+      /** A sentence for logs. */
+      readonly detail: string
+    }
 
+/** What the audit (or a later commit) decided about one envelope. */
 export type Decision =
   /** Took stable index `index`; each unit committed or was rejected on its own. */
-  | { readonly kind: 'committed'; readonly env: Envelope; readonly index: number; readonly units: readonly UnitOutcome[] }
+  | {
+      /** Committed: it took a stable index. */
+      readonly kind: 'committed'
+      /** The envelope. */
+      readonly env: Envelope
+      /** The stable index it took. */
+      readonly index: number
+      /** The verdict on each of its units, in order. */
+      readonly units: readonly UnitOutcome[]
+    }
   /** Ordered, but never enters the stable history: a duplicate, a conflict (another envelope holds its author+seq), or a gap that never filled. */
-  | { readonly kind: 'dropped'; readonly env: Envelope; readonly reason: 'duplicate' | 'conflict' | 'gap' | 'malformed'; readonly detail: string }
+  | {
+      /** Ordered but not applied. */
+      readonly kind: 'dropped'
+      /** The envelope. */
+      readonly env: Envelope
+      /** Why it was dropped. */
+      readonly reason: 'duplicate' | 'conflict' | 'gap' | 'malformed'
+      /** A sentence for logs. */
+      readonly detail: string
+    }
   /**
    * Received but not ordered, and now it never can be: another envelope
    * committed under its author+seq. Local news (it depends on what this
    * replica received), unlike the other decisions, which every replica makes alike.
    */
-  | { readonly kind: 'superseded'; readonly env: Envelope; readonly by: string }
+  | {
+      /** Lost its slot to another envelope of the same author. */
+      readonly kind: 'superseded'
+      /** The envelope that lost. */
+      readonly env: Envelope
+      /** The id (hex) of the envelope that committed in its place. */
+      readonly by: string
+    }
 
+/** What `ReliableReplica.commit` decided. */
 export interface CommitResult {
+  /** One decision per envelope it decided, in order (parked envelopes decided later appear in a later result). */
   readonly decisions: readonly Decision[]
+  /** The stable index after the commit: the number of envelopes committed in this space so far. */
   readonly stableIndex: number
   /** Keys whose prospective or stable value may have changed. */
   readonly changed: ReadonlySet<string>
 }
 
+/** What `ReliableReplica.receive` did with an envelope. */
 export interface ReceiveResult {
+  /**
+   * `applied` to the prospective state; `duplicate` when already pending or
+   * decided; `conflict` when another envelope claims its author+seq: not
+   * applied if the audit already decided that slot, else applied, and the
+   * audit will keep at most one of them.
+   */
   readonly status: 'applied' | 'duplicate' | 'conflict'
+  /** Keys whose prospective value may have changed. */
   readonly changed: ReadonlySet<string>
 }
 
 /** Application validator: may this author apply this op to this object? */
 export type Authorize = (author: string, key: string, decl: Declaration, op: AnyOp) => Validation
 
+/** Options of a {@link ReliableReplica}. */
 export interface ReplicaOptions {
+  /** The space it replicates; envelopes of other spaces are refused. */
   readonly space: string
+  /** The space's write policy, applied by the audit (every replica of the space must use the same). Default: anyone may write. */
   readonly authorize?: Authorize
   /** Stable history entries kept in memory per object (older ones live in the store). */
   readonly historyLimit?: number
@@ -65,8 +119,11 @@ export interface ReplicaOptions {
   readonly maxWaitingPerAuthor?: number
 }
 
+/** One step of an object's stable history. */
 export interface HistoryEntry {
+  /** The stable index of the envelope that changed the object. */
   readonly index: number
+  /** The object's stable value from then on. */
   readonly value: unknown
 }
 
@@ -111,6 +168,7 @@ const CHECKPOINT_TAG = 'stead/checkpoint/v1'
  *   state (eventual validity, G5).
  */
 export class ReliableReplica {
+  /** The space this replica holds. */
   readonly space: string
   private readonly authorize: Authorize | undefined
   private readonly historyLimit: number
@@ -138,6 +196,7 @@ export class ReliableReplica {
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
   }
 
+  /** How many envelopes the audit committed so far: the stable index every correct replica agrees on. */
   get stableIndex(): number {
     return this.index
   }
@@ -156,10 +215,12 @@ export class ReliableReplica {
 
   // ---- reads ----
 
+  /** The prospective value of `key` (undefined for an unknown key). */
   value(key: string): unknown {
     return this.prospectiveObjects.get(key)?.crdt.value()
   }
 
+  /** The stable value of `key` (undefined before its first commit). */
   stableValue(key: string): unknown {
     return this.stableObjects.get(key)?.crdt.value()
   }
@@ -169,18 +230,22 @@ export class ReliableReplica {
     return this.stableObjects.get(key)?.decl
   }
 
+  /** The prospective CRDT of `key`: the replica's own, do not mutate (clone it). */
   prospective(key: string): AnyCrdt | undefined {
     return this.prospectiveObjects.get(key)?.crdt
   }
 
+  /** The stable CRDT of `key`: the replica's own, do not mutate (clone it). */
   stable(key: string): AnyCrdt | undefined {
     return this.stableObjects.get(key)?.crdt
   }
 
+  /** The stable history of `key` held in memory (the latest `historyLimit` entries), oldest first. */
   history(key: string): readonly HistoryEntry[] {
     return this.histories.get(key) ?? []
   }
 
+  /** Every key with a prospective or stable object, sorted. */
   keys(): string[] {
     return [...new Set([...this.prospectiveObjects.keys(), ...this.stableObjects.keys()])].sort()
   }
@@ -212,6 +277,7 @@ export class ReliableReplica {
     return [...(this.pendingKeys.get(key) ?? [])].map((id) => (this.pending.get(id) as Pending).env)
   }
 
+  /** Whether the envelope is received and not decided yet. */
   isPending(idHex: string): boolean {
     return this.pending.has(idHex)
   }
@@ -229,6 +295,7 @@ export class ReliableReplica {
     return ['stead/stable/v1', this.space, this.index, authors, objects]
   }
 
+  /** SHA-256 of the encoded `stableSnapshot()`: what attestations sign. */
   stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
     return sha256(encode(this.stableSnapshot()))
   }

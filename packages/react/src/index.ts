@@ -1,8 +1,10 @@
 /**
  * @stead/react: React bindings for the Stead SDK. Every hook reads a handle
- * of the client given to <SteadProvider> through useSyncExternalStore, so
- * components re-render on each prospective or stable change of what they read
- * and never tear.
+ * of the space given to the nearest `<SteadProvider>` through
+ * useSyncExternalStore, so components re-render on each prospective or
+ * stable change of what they read (and only then), and never tear.
+ *
+ * @module @stead/react
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
 import type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
@@ -11,18 +13,27 @@ import { memoSnapshot, type Subscribable } from './store.ts'
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
 export type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
 
-/** What an OR-Set may hold and a register may store (as the SDK declares them). */
+/** What an OR-Set may hold (as the SDK declares it): strings and finite numbers. */
 export type SetElement = Parameters<SetHandle['add']>[0]
+/** What a register may store (as the SDK declares it): msgpack data without extensions. */
 export type RegisterValue = Exclude<RegisterHandle['value'], undefined>
 
 const SteadContext = createContext<Space | null>(null)
 
-/** Makes a space (`await client.space(name)`) available to the hooks below; nest providers for several spaces. */
+/**
+ * Makes a space (`await client.space(name)`) available to the hooks below;
+ * nest providers for several spaces (a hook reads the nearest).
+ */
 export function SteadProvider({ space, children }: { space: Space; children?: ReactNode }) {
   return createElement(SteadContext.Provider, { value: space }, children)
 }
 
-/** The space given to the nearest <SteadProvider>. */
+/**
+ * The space given to the nearest `<SteadProvider>`, for what the hooks do
+ * not cover (`safe`, `readStable`, `pendingUpdates`, ...).
+ *
+ * @throws Error when no `<SteadProvider>` is above the component.
+ */
 export function useSpace(): Space {
   const space = useContext(SteadContext)
   if (!space) throw new Error('useSpace: no <SteadProvider space={...}> above this component')
@@ -42,33 +53,63 @@ export function useHandle<H extends Subscribable, T>(handle: H, read: (handle: H
   return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
 }
 
+/** What `useBoundedCounter` returns (and, with `pending`, `useCounter`). */
 export interface CounterState<H> {
   /** Prospective value: includes this device's updates at once, never past a declared bound. */
   readonly value: number
   /** Stable value: agreed by every correct replica, never breaks an invariant. */
   readonly stable: number
+  /** The handle, for updates (`handle.increment(5)`, `handle.decrement(3, { safe: true })`). */
   readonly handle: H
 }
 
+/** What `useCounter` returns. */
 export interface BoundedState<H> extends CounterState<H> {
   /** Undecided updates held back from `value` because they would cross a bound (see CounterHandle.pending). */
   readonly pending: CounterHandle['pending']
 }
 
-/** A PN-Counter (optionally with bounds, e.g. `{ min: 0 }`). */
+/**
+ * A PN-Counter of the nearest space (optionally with bounds, e.g.
+ * `{ min: 0 }`): its prospective and stable values and the updates held
+ * back by its bounds, re-rendering on each change. Every component must
+ * open a key with the same bounds.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type or has other bounds (as `space.counter` does).
+ * @example
+ * ```tsx
+ * function Balance() {
+ *   const { value, stable, pending, handle } = useCounter('acct:main', { min: 0 })
+ *   return (
+ *     <p>
+ *       {value} (stable {stable}{pending.length ? `, ${pending.length} held back` : ''})
+ *       <button onClick={() => handle.decrement(10, { safe: true }).then((r) => alert(r.status))}>withdraw 10</button>
+ *     </p>
+ *   )
+ * }
+ * ```
+ */
 export function useCounter(key: string, options?: Parameters<Space['counter']>[1]): BoundedState<CounterHandle> {
   const handle = useSpace().counter(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, pending: h.pending }))
   return { ...snap, handle }
 }
 
-/** A Bounded Counter (escrow rights). */
+/**
+ * A Bounded Counter (escrow rights) of the nearest space: its prospective
+ * and stable values, re-rendering on each change; spend through
+ * `handle.decrement` (a `min` counter) or `handle.increment` (a `max` one).
+ *
+ * @param options `{ min, initial }` or `{ max, initial }`, the same everywhere (see `space.boundedCounter`).
+ * @throws SteadError `type-mismatch` if the key is another type or has other params.
+ */
 export function useBoundedCounter(key: string, options: Parameters<Space['boundedCounter']>[1]): CounterState<BoundedCounterHandle> {
   const handle = useSpace().boundedCounter(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
 }
 
+/** What `useSet` returns. */
 export interface SetState<T extends SetElement> {
   /** Prospective elements (never more than a declared `maxSize`). */
   readonly values: readonly T[]
@@ -76,30 +117,51 @@ export interface SetState<T extends SetElement> {
   readonly stable: readonly T[]
   /** Undecided adds held back from `values` because they would exceed `maxSize`. */
   readonly pending: SetHandle<T>['pending']
+  /** The handle, for updates (`handle.add(x)`, `handle.delete(x)`). */
   readonly handle: SetHandle<T>
 }
 
-/** An OR-Set (optionally with a `maxSize` invariant: open it with the same one everywhere). */
+/**
+ * An OR-Set of the nearest space (optionally with a `maxSize` invariant:
+ * open it with the same one everywhere): its prospective and stable
+ * elements and the adds held back by `maxSize`, re-rendering on each
+ * change.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type or has another `maxSize`.
+ */
 export function useSet<T extends SetElement = SetElement>(key: string, invariants?: Parameters<Space['set']>[1]): SetState<T> {
   const handle = useSpace().set<T>(key, invariants)
   const snap = useHandle(handle, (h) => ({ values: [...h.values()], stable: [...h.stableValues()], pending: h.pending }))
   return { ...snap, handle }
 }
 
+/** What `useRegister` returns. */
 export interface RegisterState<T extends RegisterValue> {
+  /** Prospective value: this device's latest write at once; undefined before any. */
   readonly value: T | undefined
+  /** Stable value: the write that wins in the stable order; undefined before any. */
   readonly stable: T | undefined
+  /** The handle, for updates (`handle.set(v)`). */
   readonly handle: RegisterHandle<T>
 }
 
-/** A last-writer-wins register. */
+/**
+ * A last-writer-wins register of the nearest space: its prospective and
+ * stable values, re-rendering on each change.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type.
+ */
 export function useRegister<T extends RegisterValue = RegisterValue>(key: string): RegisterState<T> {
   const handle = useSpace().register<T>(key)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
 }
 
-/** The space's status: relays, pending updates, stable index. */
+/**
+ * The nearest space's status (`space.status`): `online`, each relay,
+ * `pending` updates, `stableIndex`, and `problem` (why it is not online,
+ * in words to show), re-rendering on each change.
+ */
 export function useStatus(): ClientStatus {
   const space = useSpace()
   const getSnapshot = useMemo(() => memoSnapshot(() => space.status), [space])

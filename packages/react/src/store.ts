@@ -6,7 +6,9 @@
  * component re-renders only when what it reads changed.
  */
 
+/** Anything a hook can follow: every Stead handle, or your own store. */
 export interface Subscribable {
+  /** Calls `listener` after each change; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void
 }
 
@@ -29,7 +31,9 @@ export function sameValue(a: unknown, b: unknown): boolean {
 
 /**
  * A memoising snapshot reader: `read()` returns the previous snapshot
- * object whenever the fresh one is structurally equal to it.
+ * object whenever the fresh one is structurally equal to it. Use it as the
+ * `getSnapshot` of your own `useSyncExternalStore` over Stead data (React
+ * requires an unchanged store to return the identical value).
  */
 export function memoSnapshot<T>(compute: () => T): () => T {
   let last: { value: T } | undefined

@@ -189,10 +189,14 @@ class Simulation {
   private readonly honestIds: string[]
   private readonly twinIds: Array<[string, string]>
 
+  private readonly options: SimOptions
+  private readonly workload: Workload
   constructor(
-    private readonly options: SimOptions,
-    private readonly workload: Workload,
+    options: SimOptions,
+    workload: Workload,
   ) {
+    this.options = options
+    this.workload = workload
     this.rng = new Rng(options.seed)
     this.crypto = simCrypto(options.memoizeVerification ?? true, this.cryptoCounts)
     this.net = this.rng.fork()

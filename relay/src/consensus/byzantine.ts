@@ -1,13 +1,8 @@
 import { asSigned, decode, encode, toHex } from '@stead/core'
 import { certificateQuorum, signBlock, signVote, type Block, type Certificate, type Committee, type Message, type SyncCrypto, type Vote } from './messages.ts'
+import type { ByzantineStrategy } from './strategies.ts'
 
-/**
- * Misbehaviours a relay can be made to show, for the simulator and for
- * `stead-relay --byzantine`: the honest core runs underneath and these
- * rewrite what it sends. They exist to prove the protocol tolerates them.
- */
-export const BYZANTINE_STRATEGIES = ['equivocate', 'double-vote', 'withhold', 'bad-signature', 'unknown-parents', 'flood', 'forged-envelopes', 'silent'] as const
-export type ByzantineStrategy = (typeof BYZANTINE_STRATEGIES)[number]
+export { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './strategies.ts'
 
 export interface ByzantineContext {
   readonly me: number
@@ -24,10 +19,15 @@ export class ByzantineBehaviour {
   /** Twin blocks of an equivocator and the votes they gathered. */
   private readonly twins = new Map<string, { block: Block; votes: Map<number, Uint8Array> }>()
 
+  readonly strategy: ByzantineStrategy
+  private readonly ctx: ByzantineContext
   constructor(
-    readonly strategy: ByzantineStrategy,
-    private readonly ctx: ByzantineContext,
-  ) {}
+    strategy: ByzantineStrategy,
+    ctx: ByzantineContext,
+  ) {
+    this.strategy = strategy
+    this.ctx = ctx
+  }
 
   /** Rewrites one message the honest core sends to peer `to`: none, one, or several. */
   outgoing(to: number, message: Message): Message[] {

@@ -9,11 +9,15 @@ export const FRAME_HEADER_BYTES = 4
 /** A length prefix announced a frame larger than the receiver accepts. */
 export class FrameTooLargeError extends Error {
   readonly reason = 'too-large'
+  readonly length: number
+  readonly max: number
   constructor(
-    readonly length: number,
-    readonly max: number,
+    length: number,
+    max: number,
   ) {
     super(`frame of ${length} bytes exceeds the limit of ${max} bytes`)
+    this.length = length
+    this.max = max
     this.name = 'FrameTooLargeError'
   }
 }
@@ -48,7 +52,10 @@ export class FrameDecoder {
   private parts: Uint8Array[] = []
   private filled = 0
 
-  constructor(private readonly maxFrameBytes: number) {}
+  private readonly maxFrameBytes: number
+  constructor(maxFrameBytes: number) {
+    this.maxFrameBytes = maxFrameBytes
+  }
 
   /** True when no partial frame is buffered. */
   get idle(): boolean {

@@ -96,6 +96,8 @@ const LARGE_FRAME_BYTES = 64 * 1024
 
 interface PeerState {
   readonly index: number
+  /** The peer's name in logs. */
+  readonly name: string
   readonly peerId: PeerId
   readonly addr: Multiaddr
   /** Outbound FIFO: frames[head..] are pending. */
@@ -175,7 +177,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     }
     if (dropped > 0) {
       if (!p.dropLogged) {
-        log.warn({ peer: p.index, maxQueueBytes, maxQueueFrames }, 'mesh: outbound queue full, dropping oldest frames')
+        log.warn({ peer: p.name, maxQueueBytes, maxQueueFrames }, 'mesh: outbound queue full, dropping oldest frames')
         p.dropLogged = true
       }
       stats.framesDropped += dropped
@@ -267,8 +269,8 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       }
       p.stream = s
       p.attempts = 0
-      if (p.downLogged) log.info({ peer: p.index }, 'mesh: peer reconnected')
-      else log.info({ peer: p.index }, 'mesh: peer connected')
+      if (p.downLogged) log.info({ peer: p.name }, 'mesh: peer reconnected')
+      else log.info({ peer: p.name }, 'mesh: peer connected')
       p.downLogged = false
       s.addEventListener('close', (evt) => streamEnded(p, s, evt.error), { once: true })
       // We never expect data on our outbound stream; drop anything a peer sends.
@@ -278,7 +280,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       p.dialing = false // before scheduleRedial, which skips peers being dialed
       if (!stopped) {
         if (!p.downLogged) {
-          log.warn({ peer: p.index, err: errorText(err) }, 'mesh: dial failed, will retry')
+          log.warn({ peer: p.name, err: errorText(err) }, 'mesh: dial failed, will retry')
           p.downLogged = true
         }
         scheduleRedial(p)
@@ -294,7 +296,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     if (s.status === 'open') s.abort(err instanceof Error ? err : new Error('mesh stream failed'))
     if (stopped) return
     if (!p.downLogged) {
-      log.warn({ peer: p.index, err: err === undefined ? undefined : errorText(err) }, 'mesh: connection to peer lost')
+      log.warn({ peer: p.name, err: err === undefined ? undefined : errorText(err) }, 'mesh: connection to peer lost')
       p.downLogged = true
     }
     scheduleRedial(p)
@@ -331,7 +333,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       try {
         handler(from, frame)
       } catch (err) {
-        log.warn({ peer: from, err: errorText(err) }, 'mesh: frame handler threw')
+        log.warn({ peer: peers.get(from)?.name ?? from, err: errorText(err) }, 'mesh: frame handler threw')
       }
     }
     const onMessage = (evt: StreamMessageEvent): void => {
@@ -342,7 +344,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
         else for (const chunk of data) decoder.push(chunk, deliver)
       } catch (err) {
         stats.badStreams++
-        log.warn({ peer: from, err: errorText(err) }, 'mesh: bad frame from peer, closing its stream')
+        log.warn({ peer: peers.get(from)?.name ?? from, err: errorText(err) }, 'mesh: bad frame from peer, closing its stream')
         stream.removeEventListener('message', onMessage)
         stream.abort(err instanceof Error ? err : new Error(String(err)))
       }
@@ -387,6 +389,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       if (pa.index === me) continue
       peers.set(pa.index, {
         index: pa.index,
+        name: pa.name ?? String(pa.index),
         peerId,
         addr: withPeerId(ma, id),
         frames: [],
@@ -501,6 +504,11 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       const out: number[] = []
       for (const p of peers.values()) if (p.stream !== undefined && p.stream.writeStatus === 'writable') out.push(p.index)
       return out.sort((a, b) => a - b)
+    },
+    queuedBytes() {
+      let bytes = 0
+      for (const p of peers.values()) bytes += p.queuedBytes
+      return bytes
     },
     stop() {
       stopping ??= doStop()

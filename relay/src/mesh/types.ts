@@ -16,6 +16,8 @@ export interface Mesh {
   onFrame(handler: (from: number, frame: Uint8Array) => void): void
   /** Peers with an open connection right now. */
   connectedPeers(): number[]
+  /** Bytes queued towards peers and not yet handed to a connection. */
+  queuedBytes(): number
   stop(): Promise<void>
 }
 
@@ -26,4 +28,6 @@ export interface PeerAddress {
   readonly publicKey: Uint8Array
   /** Where it listens for the mesh, e.g. /ip4/127.0.0.1/tcp/7501 */
   readonly multiaddr: string
+  /** What logs call it: its name in the cluster file, e.g. "r2" (default: its index). */
+  readonly name?: string
 }

@@ -4,7 +4,7 @@
  * distinct submits with broken signatures as fast as the relay takes them
  * for `ms` milliseconds, then prints the error reasons it got as JSON.
  *
- *   node --import tsx relay/test/helpers/flood.ts <api host:port> <connections> <ms>
+ *   node --conditions=@stead/source --import tsx relay/test/helpers/flood.ts <api host:port> <connections> <ms>
  */
 import { clockInit, encodeClientMessage, encodeEnvelope, sealEnvelope } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'

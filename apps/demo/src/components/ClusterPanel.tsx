@@ -58,7 +58,7 @@ export function ClusterPanel() {
             return (
               <tr key={url} data-testid="relay-row" data-url={url} data-connected={conn?.connected ? 'true' : 'false'} data-up={poll.state === 'up' ? 'true' : 'false'}>
                 <td title={url}>
-                  {conn?.relay ?? (report ? `#${report.relay}` : url.replace(/^wss?:\/\//, ''))}
+                  {conn?.relay ?? (report ? (typeof report.relay === 'number' ? `#${report.relay}` : report.relay) : url.replace(/^wss?:\/\//, ''))}
                   {report?.byzantine ? <span className="badge bad" title="mode the relay reports for itself (demo only)"> byzantine: {report.byzantine}</span> : null}
                 </td>
                 <td className={conn?.faulty ? 'bad' : conn?.connected ? 'good' : 'muted'}>{connText}</td>

@@ -37,11 +37,18 @@ const verifying = { sha256, verify: verifySync }
 
 /** One authenticated WebSocket session with a relay. */
 class Conn {
+  readonly ws: WebSocket
+  readonly relay: number
+  readonly relayKey: Uint8Array
   private constructor(
-    readonly ws: WebSocket,
-    readonly relay: number,
-    readonly relayKey: Uint8Array,
-  ) {}
+    ws: WebSocket,
+    relay: number,
+    relayKey: Uint8Array,
+  ) {
+    this.ws = ws
+    this.relay = relay
+    this.relayKey = relayKey
+  }
 
   static open(url: string, relay: number, relayKey: Uint8Array, identity: { secretKey: Uint8Array; publicKey: Uint8Array }, onMessage: (c: Conn, m: RelayMessage) => void): Promise<Conn> {
     return new Promise((resolve, reject) => {
@@ -130,7 +137,9 @@ export class ProtoClient implements LoadClient {
   private readonly errorCounts: Record<string, number> = {}
   private readonly system: System
 
-  private constructor(private readonly o: ClientFactoryOptions) {
+  private readonly o: ClientFactoryOptions
+  private constructor(o: ClientFactoryOptions) {
+    this.o = o
     this.system = o.system
     this.replica = new ReliableReplica({ space: o.space })
     const secretKey = sha256(new TextEncoder().encode(`stead-bench-client-${o.space}-${o.index}`))

@@ -19,11 +19,17 @@ const BOUNDED = { min: 0, initial: 1_000_000 }
 class SdkLoadClient implements LoadClient {
   private readonly errorCounts: Record<string, number> = {}
 
+  private readonly o: ClientFactoryOptions
+  private readonly owner: SteadClient
+  private readonly client: Space
   constructor(
-    private readonly o: ClientFactoryOptions,
-    private readonly owner: SteadClient,
-    private readonly client: Space,
+    o: ClientFactoryOptions,
+    owner: SteadClient,
+    client: Space,
   ) {
+    this.o = o
+    this.owner = owner
+    this.client = client
     client.onError((e) => this.count(e.reason))
   }
 

@@ -52,7 +52,10 @@ export class PlainRelay {
   readonly counters = { envelopes: 0, forwarded: 0, peerBytesOut: 0, peerBytesIn: 0 }
   app!: FastifyInstance
 
-  constructor(readonly options: PlainRelayOptions) {}
+  readonly options: PlainRelayOptions
+  constructor(options: PlainRelayOptions) {
+    this.options = options
+  }
 
   get publicKey(): Uint8Array {
     return (this.options.relays[this.options.me] as { publicKey: Uint8Array }).publicKey
@@ -159,10 +162,14 @@ class PeerLink {
   private closed = false
   open = false
 
+  private readonly url: string
+  private readonly counters: PlainRelay['counters']
   constructor(
-    private readonly url: string,
-    private readonly counters: PlainRelay['counters'],
+    url: string,
+    counters: PlainRelay['counters'],
   ) {
+    this.url = url
+    this.counters = counters
     this.connect()
   }
 
@@ -210,10 +217,15 @@ class PlainSession {
   private authenticated = false
   private readonly unsubscribers = new Map<string, () => void>()
 
+  private readonly relay: PlainRelay
+  private readonly socket: WebSocket
   constructor(
-    private readonly relay: PlainRelay,
-    private readonly socket: WebSocket,
-  ) {}
+    relay: PlainRelay,
+    socket: WebSocket,
+  ) {
+    this.relay = relay
+    this.socket = socket
+  }
 
   start(): void {
     this.socket.on('message', (data: Buffer, isBinary: boolean) => this.onMessage(data, isBinary))

@@ -23,7 +23,17 @@ const reasonOf: Record<StorageFailure, ErrorReason> = {
   io: 'unsupported',
 }
 
+/**
+ * The platform's store failed (see {@link StorageFailure}); bad input to a
+ * storage call is a plain `SteadError` instead. Its `reason` is the nearest
+ * `ErrorReason` (`unavailable` and `io` → `unsupported`, `quota` →
+ * `too-large`, `blocked` → `conflict`, `closed` → `closed`); match on
+ * `failure`, or use {@link isStorageError}. An update whose batch could
+ * not be stored rejects with it (and is undone); the client reports other
+ * storage failures through `onError` and `status.problem`.
+ */
 export class StorageError extends SteadError {
+  /** What failed: the precise kind (`reason` is only the nearest general one). */
   readonly failure: StorageFailure
 
   constructor(failure: StorageFailure, message: string, options?: { cause?: unknown }) {
@@ -32,6 +42,7 @@ export class StorageError extends SteadError {
   }
 }
 
+/** Whether `err` is a {@link StorageError}, with the given `failure` if one is given. */
 export function isStorageError(err: unknown, failure?: StorageFailure): err is StorageError {
   return err instanceof StorageError && (failure === undefined || err.failure === failure)
 }

@@ -1,4 +1,6 @@
-import { open, type RootDatabase } from 'lmdb'
+import { createRequire } from 'node:module'
+import type * as Lmdb from 'lmdb'
+import type { RootDatabase } from 'lmdb'
 import { SteadError } from '@stead/core'
 import { StorageError } from './errors.ts'
 import { checkChanges, checkKey, checkPrefix, decodeKey, encodeKey, prefixByteRange } from './keys.ts'
@@ -7,19 +9,22 @@ import type { ClientStorage, StorageEntry, StorageKey } from './types.ts'
 
 /**
  * Node storage in an LMDB environment at `path` (a directory, created if
- * missing). Node-only: reachable from `@stead/client/node`, never from the
- * isomorphic main entry.
+ * missing). Node-only: reachable from the package's Node entry, never from the
+ * browser one. Needs the `lmdb` package (an optional peer dependency, so that
+ * browser apps never install a native module): `npm install lmdb`; without it
+ * this throws a `StorageError` 'unavailable' saying so.
  *
  * Keys are stored as `encodeKey` bytes rather than lmdb's own array keys:
  * those order strings by UTF-8, not by UTF-16 units like IndexedDB, and they
  * return a one-component key as a bare string.
  */
 export function lmdbStorage(path: string): ClientStorage {
+  const lmdb = loadLmdb()
   let db: RootDatabase<Uint8Array, Uint8Array>
   try {
     // 'binary' on both sides: values are bytes the client encoded itself, so
     // lmdb's bundled msgpackr must not touch them.
-    db = open<Uint8Array, Uint8Array>({ path, encoding: 'binary', keyEncoding: 'binary' })
+    db = lmdb.open<Uint8Array, Uint8Array>({ path, encoding: 'binary', keyEncoding: 'binary' })
   } catch (cause) {
     throw new StorageError('unavailable', `cannot open LMDB at ${path}: ${messageOf(cause)}`, { cause })
   }
@@ -105,6 +110,20 @@ export function lmdbStorage(path: string): ClientStorage {
           throw wrap(cause, 'close')
         }
       }),
+  }
+}
+
+/**
+ * `lmdb` is loaded when a storage is opened, not when the module is: a Node
+ * app that brings its own storage need not install it. Synchronously (lmdb
+ * ships CommonJS), so `lmdbStorage` stays a plain function.
+ */
+function loadLmdb(): typeof Lmdb {
+  try {
+    return createRequire(import.meta.url)('lmdb') as typeof Lmdb
+  } catch (cause) {
+    if ((cause as { code?: unknown }).code !== 'MODULE_NOT_FOUND') throw new StorageError('unavailable', `the lmdb package failed to load: ${messageOf(cause)}`, { cause })
+    throw new StorageError('unavailable', 'Node storage needs the lmdb package, an optional peer dependency of @stead/client: npm install lmdb (or pass your own `storage`)', { cause })
   }
 }
 

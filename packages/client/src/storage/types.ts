@@ -1,17 +1,22 @@
 /**
  * A storage key: a path of string components, e.g. `['envelope', space, idHex]`.
- * Keys are ordered by `compareStorageKeys` (see keys.ts) in every adapter.
+ * Keys are ordered by {@link compareStorageKeys} in every adapter.
  */
 export type StorageKey = readonly string[]
 
 /** One change of an atomic `write`: `value: undefined` deletes the key. */
 export interface StorageChange {
+  /** The key to write or delete. */
   readonly key: StorageKey
+  /** The new bytes, or undefined to delete the key. */
   readonly value: Uint8Array | undefined
 }
 
+/** One stored key and its bytes, as `loadRange` returns them. */
 export interface StorageEntry {
+  /** The key. */
   readonly key: StorageKey
+  /** Its bytes (a copy: the caller's to keep). */
   readonly value: Uint8Array
 }
 
@@ -31,6 +36,7 @@ export interface StorageEntry {
  *   failures are a `StorageError`; nothing is ever half-written.
  */
 export interface ClientStorage {
+  /** The bytes stored under `key` (a copy), or undefined. */
   load(key: StorageKey): Promise<Uint8Array | undefined>
   /** Every entry whose key starts with `prefix`, in key order. */
   loadRange(prefix: StorageKey): Promise<StorageEntry[]>

@@ -47,10 +47,12 @@ export class FakeCluster {
   /** A policy every relay applies at submit, like a closed space's writers list: a reason refuses the envelope. */
   refuse: (env: Envelope) => 'unauthorized' | undefined = () => undefined
 
+  readonly space: string
   constructor(
-    readonly space: string,
+    space: string,
     n = 4,
   ) {
+    this.space = space
     this.f = Math.floor((n - 1) / 3)
     this.keys = Array.from({ length: n }, () => {
       const secretKey = nodeCrypto.generateSecretKey()
@@ -184,11 +186,18 @@ export class FakeRelay {
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
 
+  private readonly cluster: FakeCluster
+  readonly index: number
+  private readonly key: { secretKey: Uint8Array; publicKey: Uint8Array }
   constructor(
-    private readonly cluster: FakeCluster,
-    readonly index: number,
-    private readonly key: { secretKey: Uint8Array; publicKey: Uint8Array },
-  ) {}
+    cluster: FakeCluster,
+    index: number,
+    key: { secretKey: Uint8Array; publicKey: Uint8Array },
+  ) {
+    this.cluster = cluster
+    this.index = index
+    this.key = key
+  }
 
   accept(socket: FakeSocket): void {
     const session = new FakeSession(this, this.cluster, socket, this.key)
@@ -235,12 +244,21 @@ class FakeSession {
   private authenticated = false
   private readonly nonce = nodeCrypto.generateSecretKey()
 
+  private readonly relay: FakeRelay
+  private readonly cluster: FakeCluster
+  private readonly socket: FakeSocket
+  private readonly key: { publicKey: Uint8Array }
   constructor(
-    private readonly relay: FakeRelay,
-    private readonly cluster: FakeCluster,
-    private readonly socket: FakeSocket,
-    private readonly key: { publicKey: Uint8Array },
-  ) {}
+    relay: FakeRelay,
+    cluster: FakeCluster,
+    socket: FakeSocket,
+    key: { publicKey: Uint8Array },
+  ) {
+    this.relay = relay
+    this.cluster = cluster
+    this.socket = socket
+    this.key = key
+  }
 
   opened(): void {
     this.send({ type: 'challenge', nonce: this.nonce, relay: this.relay.index, relayKey: this.key.publicKey })

@@ -5,8 +5,22 @@ import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type OpC
  * below) or `max` (value never above), and an initial value within it.
  */
 export type BoundedCounterParams =
-  | { readonly min: number; readonly max?: undefined; readonly initial: number }
-  | { readonly max: number; readonly min?: undefined; readonly initial: number }
+  | {
+      /** The lower bound: the value never goes below it. */
+      readonly min: number
+      /** Absent: exactly one bound. */
+      readonly max?: undefined
+      /** The starting value (≥ `min`); `initial − min` rights start in the pool. */
+      readonly initial: number
+    }
+  | {
+      /** The upper bound: the value never goes above it. */
+      readonly max: number
+      /** Absent: exactly one bound. */
+      readonly min?: undefined
+      /** The starting value (≤ `max`); `max − initial` rights start in the pool. */
+      readonly initial: number
+    }
 
 /**
  * The replica that holds the initial rights. Nobody signs as '*': rights
@@ -28,6 +42,7 @@ export type BoundedCounterOp =
   | readonly ['c', number]
   | readonly ['x', BoundedCounterOp]
 
+/** What is wrong with bounded counter params (not exactly one bound, not safe integers, initial outside the bound), or null. */
 export function validateBoundedCounterParams(p: BoundedCounterParams): string | null {
   const hasMin = p.min !== undefined
   const hasMax = p.max !== undefined
@@ -38,6 +53,7 @@ export function validateBoundedCounterParams(p: BoundedCounterParams): string | 
   return null
 }
 
+/** What is wrong with a bounded counter op from the wire, or null. */
 export function validateBoundedCounterOp(op: unknown): string | null {
   if (!Array.isArray(op)) return 'bounded counter op must be an array'
   const [kind, n, to] = op as unknown[]
@@ -62,6 +78,7 @@ export function validateBoundedCounterOp(op: unknown): string | null {
  */
 export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
   readonly type = 'bounded-counter' as const
+  /** The declared bound and initial value. */
   readonly params: BoundedCounterParams
   private readonly dir: 1 | -1
   private readonly R = new Map<string, Map<string, number>>()
@@ -85,6 +102,7 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
     return this.params.initial + this.dir * this.total
   }
 
+  /** The rights `replica` holds: how much it may spend without breaking the bound ({@link POOL} for the pool's). */
   localRights(replica: string): number {
     return this.rights.get(replica) ?? 0
   }
@@ -134,7 +152,12 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
   }
 
   /** { R: [from, to, n][], U: [replica, n][] } sorted. */
-  snapshot(): { R: Array<[string, string, number]>; U: Array<[string, number]> } {
+  snapshot(): {
+    /** The rights matrix, in the lower-bound orientation (see the class): gains on the diagonal, transfers and claims elsewhere. */
+    R: Array<[string, string, number]>
+    /** Spends per replica, in the same orientation. */
+    U: Array<[string, number]>
+  } {
     const R: Array<[string, string, number]> = []
     for (const [from, row] of this.R) for (const [to, n] of row) R.push([from, to, n])
     R.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0))
@@ -142,6 +165,7 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
     return { R, U }
   }
 
+  /** Rebuilds a bounded counter from its `snapshot()` (trusted input). */
   static fromSnapshot(params: BoundedCounterParams, snap: { R: Array<[string, string, number]>; U: Array<[string, number]> }): BoundedCounter {
     const c = new BoundedCounter(params)
     c.R.clear()

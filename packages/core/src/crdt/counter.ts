@@ -2,18 +2,22 @@ import { OK, isSafeInt, violates, invalid, type ApplyResult, type Crdt, type OpC
 
 /** Declared invariants of a counter: its value stays within [min, max]. */
 export interface CounterBounds {
+  /** The value never goes below this (a safe integer ≤ 0, since a counter starts at 0). */
   readonly min?: number
+  /** The value never goes above this (a safe integer ≥ 0). */
   readonly max?: number
 }
 
 /** A counter operation is the signed amount to add; 0 is not an operation. */
 export type CounterOp = number
 
+/** What is wrong with a counter op from the wire, or null. */
 export function validateCounterOp(op: unknown): string | null {
   if (!isSafeInt(op) || op === 0) return 'counter op must be a non-zero safe integer'
   return null
 }
 
+/** What is wrong with counter bounds (not safe integers, min > 0, max < 0, min > max), or null. */
 export function validateCounterBounds(b: CounterBounds): string | null {
   if (b.min !== undefined && !isSafeInt(b.min)) return 'min must be a safe integer'
   if (b.max !== undefined && !isSafeInt(b.max)) return 'max must be a safe integer'
@@ -35,6 +39,7 @@ interface Row {
  */
 export class PNCounter implements Crdt<CounterOp, number> {
   readonly type = 'counter' as const
+  /** The declared invariants. */
   readonly bounds: CounterBounds
   private rows = new Map<string, Row>()
   private total = 0
@@ -108,6 +113,7 @@ export class PNCounter implements Crdt<CounterOp, number> {
       .map(([replica, row]) => [replica, row.p, row.n])
   }
 
+  /** Rebuilds a counter from its `snapshot()` (trusted input). */
   static fromSnapshot(bounds: CounterBounds, rows: Array<[string, number, number]>): PNCounter {
     const c = new PNCounter(bounds)
     for (const [replica, p, n] of rows) {

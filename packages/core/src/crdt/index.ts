@@ -18,17 +18,38 @@ export * from './bounded-counter.ts'
  * weaken an invariant by declaring it its own way.
  */
 export type Declaration =
-  | { readonly type: 'counter'; readonly bounds: CounterBounds }
-  | { readonly type: 'set'; readonly bounds: SetBounds }
-  | { readonly type: 'register' }
-  | { readonly type: 'bounded-counter'; readonly params: BoundedCounterParams }
+  | {
+      /** A PN-Counter. */
+      readonly type: 'counter'
+      /** Its `min`/`max`, if any. */
+      readonly bounds: CounterBounds
+    }
+  | {
+      /** An OR-Set. */
+      readonly type: 'set'
+      /** Its `maxSize`, if any. */
+      readonly bounds: SetBounds
+    }
+  | {
+      /** An LWW-Register (it has no invariants). */
+      readonly type: 'register'
+    }
+  | {
+      /** A Bounded Counter. */
+      readonly type: 'bounded-counter'
+      /** Its bound and initial value. */
+      readonly params: BoundedCounterParams
+    }
 
+/** An operation of any object type (which one is known from the declaration it comes with). */
 export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp
+/** A CRDT of any object type; narrow on `type`. */
 export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter
 
 /** Compact wire form: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial]. */
 export type EncodedDeclaration = readonly unknown[]
 
+/** The compact wire form of a declaration (see {@link EncodedDeclaration}). */
 export function encodeDeclaration(d: Declaration): EncodedDeclaration {
   switch (d.type) {
     case 'counter':
@@ -86,12 +107,14 @@ export function decodeDeclaration(enc: unknown): Declaration {
   return d
 }
 
+/** Whether two declarations are the same type with the same invariants (what opening a key twice requires). */
 export function sameDeclaration(a: Declaration, b: Declaration): boolean {
   const x = encodeDeclaration(a)
   const y = encodeDeclaration(b)
   return x.length === y.length && x.every((v, i) => v === y[i])
 }
 
+/** A declaration in a few characters for error messages: its wire form as JSON. */
 export function describeDeclaration(d: Declaration): string {
   return JSON.stringify(encodeDeclaration(d))
 }
@@ -110,6 +133,11 @@ export function validateOp(d: Declaration, op: unknown): string | null {
   }
 }
 
+/**
+ * A fresh, empty CRDT of the declared type and invariants.
+ *
+ * @throws RangeError for invariants the type does not allow (e.g. a counter `min` above 0).
+ */
 export function createCrdt(d: Declaration): AnyCrdt {
   switch (d.type) {
     case 'counter':

@@ -12,6 +12,11 @@ export type RegisterOp = readonly ['s', RegisterValue, number] | readonly ['u']
 
 const MAX_VALUE_DEPTH = 16
 
+/**
+ * What is wrong with a register value, or null: it must be msgpack data
+ * (null, booleans, finite numbers, strings, bytes, arrays and plain objects)
+ * nested at most 16 deep, with no `__proto__` key.
+ */
 export function validateRegisterValue(v: unknown, depth = 0): string | null {
   if (depth > MAX_VALUE_DEPTH) return `register value nested deeper than ${MAX_VALUE_DEPTH}`
   if (v === null || typeof v === 'boolean' || typeof v === 'string' || v instanceof Uint8Array) return null
@@ -35,6 +40,7 @@ export function validateRegisterValue(v: unknown, depth = 0): string | null {
   return `register values must be msgpack data, got ${typeof v}`
 }
 
+/** What is wrong with a register op from the wire (`['s', value, timestamp]`), or null. */
 export function validateRegisterOp(op: unknown): string | null {
   if (!Array.isArray(op) || op[0] !== 's' || op.length !== 3) return "register op must be ['s', value, timestamp]"
   if (!isSafeInt(op[2]) || op[2] < 0) return 'register timestamp must be a non-negative safe integer'
@@ -123,6 +129,7 @@ export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> 
       .map((w) => [w.tag, w.replica, w.t, w.value])
   }
 
+  /** Rebuilds a register from its `snapshot()` (trusted input). */
   static fromSnapshot(snap: Array<[string, string, number, RegisterValue]>): LWWRegister {
     const r = new LWWRegister()
     for (const [tag, replica, t, value] of snap) r.apply(['s', value, t], { replica, tag })

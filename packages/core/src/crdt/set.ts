@@ -3,6 +3,7 @@ import { OK, invalid, violates, type ApplyResult, type Crdt, type OpContext } fr
 /** Set elements are strings or finite numbers: they have a canonical key and encode compactly. */
 export type SetElement = string | number
 
+/** Declared invariants of a set. */
 export interface SetBounds {
   /** The set never holds more than this many elements. */
   readonly maxSize?: number
@@ -17,9 +18,12 @@ export interface SetBounds {
  */
 export type SetOp = readonly ['a', SetElement] | readonly ['r', SetElement, readonly string[]] | readonly ['R', SetElement, readonly string[]]
 
+/** Longest string element, in UTF-16 units. */
 export const MAX_SET_ELEMENT_CHARS = 1024
+/** Most tags one remove may name (the adds of an element it observed). */
 export const MAX_REMOVE_TAGS = 4096
 
+/** What is wrong with a set element (not a finite number or a string of at most {@link MAX_SET_ELEMENT_CHARS} units), or null. */
 export function validateSetElement(e: unknown): string | null {
   if (typeof e === 'string') return e.length <= MAX_SET_ELEMENT_CHARS ? null : `set element longer than ${MAX_SET_ELEMENT_CHARS} chars`
   if (typeof e === 'number') return Number.isFinite(e) ? null : 'set element must be a finite number'
@@ -41,6 +45,7 @@ export function validateSetOp(op: unknown): string | null {
   return `unknown set op ${JSON.stringify(op[0])}`
 }
 
+/** What is wrong with set bounds (`maxSize` not a non-negative safe integer), or null. */
 export function validateSetBounds(b: SetBounds): string | null {
   if (b.maxSize !== undefined && (!Number.isSafeInteger(b.maxSize) || b.maxSize < 0)) return 'maxSize must be a non-negative safe integer'
   return null
@@ -72,6 +77,7 @@ interface Entry {
  */
 export class ORSet implements Crdt<SetOp, SetElement[]> {
   readonly type = 'set' as const
+  /** The declared invariants. */
   readonly bounds: SetBounds
   private entries = new Map<string, Entry>()
   private size = 0
@@ -88,10 +94,12 @@ export class ORSet implements Crdt<SetOp, SetElement[]> {
     return out
   }
 
+  /** Whether `e` is in the set (has a live add). */
   has(e: SetElement): boolean {
     return (this.entries.get(keyOf(e))?.live ?? 0) > 0
   }
 
+  /** How many elements the set holds. */
   get count(): number {
     return this.size
   }
@@ -189,6 +197,7 @@ export class ORSet implements Crdt<SetOp, SetElement[]> {
       ])
   }
 
+  /** Rebuilds a set from its `snapshot()` (trusted input). */
   static fromSnapshot(bounds: SetBounds, snap: Array<[SetElement, Array<[string, boolean, string[]]>]>): ORSet {
     const s = new ORSet(bounds)
     for (const [element, tags] of snap) {

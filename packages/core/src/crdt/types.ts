@@ -7,12 +7,28 @@ import type { ErrorReason } from '../errors.ts'
  * computes the same context and a client cannot forge another author's.
  */
 export interface OpContext {
+  /** The author id of the envelope's author: whose update it is. */
   readonly replica: string
+  /** The operation's unique tag: `${envelope id prefix}:${index}`. */
   readonly tag: string
 }
 
-export type ApplyResult = { ok: true } | { ok: false; reason: ErrorReason; detail: string }
+/** What `tryApply` says: applied, or refused with a reason (the state is untouched then). */
+export type ApplyResult =
+  | {
+      /** Applied. */
+      ok: true
+    }
+  | {
+      /** Refused; the state is as it was. */
+      ok: false
+      /** `invariant` when a declared invariant would break, `malformed` for an op invalid here. */
+      reason: ErrorReason
+      /** A sentence for logs and audit decisions. */
+      detail: string
+    }
 
+/** The one "applied" result. */
 export const OK: ApplyResult = Object.freeze({ ok: true })
 
 /**
@@ -26,7 +42,9 @@ export const OK: ApplyResult = Object.freeze({ ok: true })
  * never states holding compensations of different rejected updates.
  */
 export interface Crdt<Op, Value> {
+  /** Which CRDT this is. */
   readonly type: CrdtTypeName
+  /** The current value: a plain value that callers may keep (never aliased state). */
   value(): Value
   /**
    * Applies `op` unless it would break an invariant (or the op is invalid for
@@ -43,6 +61,7 @@ export interface Crdt<Op, Value> {
   inverse(op: Op, ctx: OpContext): Op
   /** Joins another state of the same object into this one (a lattice join). */
   merge(other: this): void
+  /** An independent copy: applying to one never changes the other. */
   clone(): this
   /** A canonical, msgpack-friendly form: equal states give equal snapshots. */
   snapshot(): unknown
@@ -50,16 +69,20 @@ export interface Crdt<Op, Value> {
   invariantsHold(): boolean
 }
 
+/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter. */
 export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter'
 
+/** A `malformed` refusal: the op is invalid for this object. */
 export function invalid(detail: string): ApplyResult {
   return { ok: false, reason: 'malformed', detail }
 }
 
+/** An `invariant` refusal: applying the op would break a declared invariant. */
 export function violates(detail: string): ApplyResult {
   return { ok: false, reason: 'invariant', detail }
 }
 
+/** Whether `n` is a number and a safe integer. */
 export function isSafeInt(n: unknown): n is number {
   return typeof n === 'number' && Number.isSafeInteger(n)
 }

@@ -197,6 +197,7 @@ function nobleVerify(publicKey: Uint8Array, message: Uint8Array, signature: Uint
   return bytesEqual(expectedR.toBytes(), r)
 }
 
+/** The pure-JS backend (@noble/curves): works everywhere, about 20 times slower than node:crypto; the fallback where WebCrypto lacks Ed25519. */
 export const nobleCrypto: Crypto = {
   name: 'noble',
   generateSecretKey: randomSecretKey,

@@ -74,6 +74,7 @@ export function publicKeyOfSync(secretKey: Uint8Array): Uint8Array {
   return plainBytes(spki.subarray(spki.length - PUBLIC_KEY_BYTES))
 }
 
+/** The node:crypto backend: the fastest, for Node (relays, the simulator, the SDK's Node build). */
 export const nodeCrypto: Crypto = {
   name: 'node',
   generateSecretKey() {

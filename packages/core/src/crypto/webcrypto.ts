@@ -32,6 +32,13 @@ function defaultSubtle(): SubtleCrypto {
   return subtle
 }
 
+/**
+ * The WebCrypto backend over `subtle` (default: `globalThis.crypto.subtle`).
+ * Check {@link webCryptoSupportsEd25519} first, or use {@link defaultCrypto},
+ * which does.
+ *
+ * @throws SteadError `unsupported` when there is no `crypto.subtle`.
+ */
 export function createWebCrypto(subtle: SubtleCrypto = defaultSubtle()): Crypto {
   // Promises are cached, not keys, so concurrent first uses share one import.
   const privateKeys = new KeyCache<Promise<CryptoKey>>()

@@ -1,0 +1,80 @@
+/**
+ * Parsers and checks for stead-relay's options. A bad value throws
+ * InvalidArgumentError (commander names the option and the value) or
+ * UsageError (for checks across options); either ends in one line and a
+ * pointer to --help, never a stack trace.
+ */
+import { InvalidArgumentError, Option } from 'commander'
+import type { ApiLimits } from './api.ts'
+import { LOG_LEVELS } from './logging.ts'
+
+/** A command line that cannot work: the message says why; the CLI adds where to look. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError'
+}
+
+/** A whole number from `min` to `max`, as an option parser; `rule` replaces the generic explanation. */
+export function wholeNumber(min: number, max: number, unit = '', rule?: string): (value: string) => number {
+  const what = unit ? `a whole number of ${unit}` : 'a whole number'
+  return (value) => {
+    const n = Number(value)
+    if (!/^\s*\d+\s*$/.test(value) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`must be ${rule ?? `${what} from ${min} to ${max}`}`)
+    }
+    return n
+  }
+}
+
+/** --idle-block-delay-ms and --leader-timeout-ms, shared by `start` and `dev`. */
+export function timingOptions(): Option[] {
+  const ms = wholeNumber(1, 60_000, 'milliseconds')
+  return [
+    new Option('--idle-block-delay-ms <ms>', 'wait before an empty block when there is nothing to order (default 100; lower: faster first commit after a quiet spell, more idle CPU and store growth)').argParser(ms),
+    new Option('--leader-timeout-ms <ms>', "how long to wait for a round's leader (default 500)").argParser(ms),
+  ]
+}
+
+export function timings(o: { idleBlockDelayMs?: number; leaderTimeoutMs?: number }): { idleBlockDelayMs?: number; leaderTimeoutMs?: number } {
+  return {
+    ...(o.idleBlockDelayMs === undefined ? {} : { idleBlockDelayMs: o.idleBlockDelayMs }),
+    ...(o.leaderTimeoutMs === undefined ? {} : { leaderTimeoutMs: o.leaderTimeoutMs }),
+  }
+}
+
+/** --log-level, or LOG_LEVEL in the environment. */
+export function logLevelOption(): Option {
+  return new Option('--log-level <level>', 'what to log: trace and debug add every HTTP request and more; silent logs nothing').choices(LOG_LEVELS).env('LOG_LEVEL').default('info')
+}
+
+/**
+ * `--limit name=value` flags as the API's limits: any of `defaults`' numbers
+ * by name, a rate limit's fields as `rateLimit.perSecond` (the rest of it
+ * keeps its defaults). Checked here rather than while parsing, so that
+ * --help and usage errors need not load the API (defaults: DEFAULT_LIMITS).
+ */
+export function apiLimits(flags: readonly string[], defaults: ApiLimits): Partial<ApiLimits> {
+  const names = Object.entries(defaults).flatMap(([k, v]) => (typeof v === 'number' ? [k] : Object.keys(v as object).map((f) => `${k}.${f}`)))
+  const out: Record<string, number | Record<string, number>> = {}
+  for (const flag of flags) {
+    const [name = '', value] = flag.split('=')
+    if (!names.includes(name)) throw new UsageError(`--limit ${flag}: unknown limit ${name} (limits: ${names.join(', ')})`)
+    const n = Number(value)
+    if (value === undefined || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--limit ${flag}: the value must be a positive whole number`)
+    const [top, field] = name.split('.') as [keyof ApiLimits, string | undefined]
+    if (field === undefined) out[top] = n
+    else out[top] = { ...(defaults[top] as unknown as Record<string, number>), ...(out[top] as Record<string, number> | undefined), [field]: n }
+  }
+  return out as Partial<ApiLimits>
+}
+
+/** A comma-separated list, e.g. --host 10.0.0.1,10.0.0.2; repeated flags add up. */
+export function commaList(value: string, previous: readonly string[] = []): string[] {
+  const items = value.split(',').map((s) => s.trim())
+  if (items.some((s) => s === '')) throw new InvalidArgumentError('has an empty item')
+  return [...previous, ...items]
+}
+
+/** A repeatable option's values, in order. */
+export function repeatable(value: string, previous: readonly string[] = []): string[] {
+  return [...previous, value]
+}

@@ -1,0 +1,8 @@
+/**
+ * Misbehaviours a relay can be made to show, for the simulator and for
+ * `stead-relay --byzantine`: the honest core runs underneath and these
+ * rewrite what it sends. They exist to prove the protocol tolerates them.
+ * (A module of its own so the CLI can list them without loading the protocol.)
+ */
+export const BYZANTINE_STRATEGIES = ['equivocate', 'double-vote', 'withhold', 'bad-signature', 'unknown-parents', 'flood', 'forged-envelopes', 'silent'] as const
+export type ByzantineStrategy = (typeof BYZANTINE_STRATEGIES)[number]
