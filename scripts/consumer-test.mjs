@@ -285,6 +285,16 @@ createRoot(document.getElementById('root')!).render(
   check(!/EBADENGINE/.test(npmOut), `npm warned EBADENGINE installing the browser app:\n${npmOut}`)
   // msgpackr (core's codec) still brings its optional prebuilt accelerator msgpackr-extract, which only Node loads.
   for (const native of ['lmdb', 'ws']) check(!existsSync(join(dir, 'node_modules', native)), `a browser app installed ${native}`)
+  // The same install used from Node, without the optional peers: typed errors that say what to install.
+  const probe = `import { createClient, lmdbStorage, memoryStorage, isSteadError } from '@stead/client'
+const storage = (() => { try { lmdbStorage('./db'); return 'opened' } catch (e) { return isSteadError(e) && /npm install lmdb/.test(e.message) ? 'unavailable' : String(e) } })()
+const socket = await createClient({ relays: ['ws://127.0.0.1:9'], storage: memoryStorage() }).then(async (c) => { await c.close(); return 'created' }, (e) => (isSteadError(e, 'unsupported') && /npm install ws/.test(e.message) ? 'unsupported' : String(e)))
+console.log(JSON.stringify({ storage, socket }))
+`
+  writeFileSync(join(dir, 'probe.mjs'), probe)
+  const probed = JSON.parse(run('node', ['probe.mjs'], dir).trim())
+  const expected = { storage: 'unavailable', socket: globalThis.WebSocket ? 'created' : 'unsupported' }
+  check(JSON.stringify(probed) === JSON.stringify(expected), `without lmdb and ws, Node got ${JSON.stringify(probed)}, expected ${JSON.stringify(expected)}`)
   const out = run('npm', ['run', 'build'], dir)
   check(!/externalized for browser compatibility/.test(out), `vite externalized a Node built-in:\n${out}`)
   const assets = join(dir, 'dist/assets')

@@ -1,4 +1,3 @@
-import { createRequire } from 'node:module'
 import type * as Lmdb from 'lmdb'
 import type { RootDatabase } from 'lmdb'
 import { SteadError } from '@stead/core'
@@ -6,6 +5,11 @@ import { StorageError } from './errors.ts'
 import { checkChanges, checkKey, checkPrefix, decodeKey, encodeKey, prefixByteRange } from './keys.ts'
 import { lifecycle } from './lifecycle.ts'
 import type { ClientStorage, StorageEntry, StorageKey } from './types.ts'
+
+// `lmdb` is an optional peer dependency (browser apps never install a native
+// module). It is loaded with this module, so that `lmdbStorage` stays a plain
+// function; a Node app that brings its own storage need not install it.
+const lmdb: typeof Lmdb | Error = await import('lmdb').catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))))
 
 /**
  * Node storage in an LMDB environment at `path` (a directory, created if
@@ -113,18 +117,11 @@ export function lmdbStorage(path: string): ClientStorage {
   }
 }
 
-/**
- * `lmdb` is loaded when a storage is opened, not when the module is: a Node
- * app that brings its own storage need not install it. Synchronously (lmdb
- * ships CommonJS), so `lmdbStorage` stays a plain function.
- */
 function loadLmdb(): typeof Lmdb {
-  try {
-    return createRequire(import.meta.url)('lmdb') as typeof Lmdb
-  } catch (cause) {
-    if ((cause as { code?: unknown }).code !== 'MODULE_NOT_FOUND') throw new StorageError('unavailable', `the lmdb package failed to load: ${messageOf(cause)}`, { cause })
-    throw new StorageError('unavailable', 'Node storage needs the lmdb package, an optional peer dependency of @stead/client: npm install lmdb (or pass your own `storage`)', { cause })
-  }
+  if (!(lmdb instanceof Error)) return lmdb
+  const cause = lmdb
+  if ((cause as { code?: unknown }).code !== 'ERR_MODULE_NOT_FOUND') throw new StorageError('unavailable', `the lmdb package failed to load: ${messageOf(cause)}`, { cause })
+  throw new StorageError('unavailable', 'Node storage needs the lmdb package, an optional peer dependency of @stead/client: npm install lmdb (or pass your own `storage`)', { cause })
 }
 
 function messageOf(err: unknown): string {
