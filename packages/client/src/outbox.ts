@@ -260,7 +260,7 @@ export class Outbox {
   decidedChanges(d: CommitResult['decisions'][number]): StorageChange[] {
     const o = this.outgoing.get(d.env.idHex)
     if (!o || (d.kind === 'dropped' && d.reason === 'gap')) return []
-    return [this.o.records.outboxDelete(o.env.seq)]
+    return [this.o.records.outboxDelete(o.env.seq, o.env.idHex)]
   }
 
   /** Resolves what waited on one of this client's envelopes once it is decided or refused. */
@@ -293,7 +293,7 @@ export class Outbox {
       if (outcome.error && o.regular.length) space.emitError(new RejectedError(outcome.error.reason, outcome.error.message, o.regular.map((r) => r.key)))
       space.emitSettled({ id: idHex, keys: keysOf(o), safe: outcome.safe, ...(outcome.index !== undefined ? { index: outcome.index } : {}) })
     }
-    if (d.kind !== 'committed') await this.o.records.storage.write([this.o.records.outboxDelete(o.env.seq)]).catch((err) => space.storageFailed(err))
+    if (d.kind !== 'committed') await this.o.records.storage.write([this.o.records.outboxDelete(o.env.seq, o.env.idHex)]).catch((err) => space.storageFailed(err))
     space.progress()
   }
 

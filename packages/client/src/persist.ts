@@ -54,7 +54,8 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  *
  *   [space, 'meta', 'author' | 'position' | 'checkpoint']
  *   [space, 'commit', n]      attested commits applied since the checkpoint, in order
- *   [space, 'outbox', seq]    own envelopes not yet decided
+ *   [space, 'outbox', seq, id] own envelopes not yet decided (the id keeps apart envelopes of
+ *                             identities that used this storage one after another, whose sequences overlap)
  *   [space, 'request', id]    an update another tab forwarded: the envelope that carried it (see tabs.ts)
  *   [space, 'inbox', idHex]   received envelopes not yet decided
  *
@@ -142,7 +143,7 @@ export class ClientRecords {
 
   /** A signed envelope, and the forwarded requests it carries (the oldest remembered ones are forgotten). */
   outboxPut(seq: number, frame: Uint8Array, envelope: string, requests: readonly ForwardedRequest[]): StorageChange[] {
-    const put: StorageChange[] = [{ key: this.outboxKey(seq), value: frame }]
+    const put: StorageChange[] = [{ key: this.outboxKey(seq, envelope), value: frame }]
     for (const r of requests) {
       put.push({ key: [this.space, 'request', r.id], value: encode([seq, envelope, r.safe]) })
       this.requests.set(r.id, { ...r, seq, envelope })
@@ -160,8 +161,8 @@ export class ClientRecords {
     return this.requests.get(id)
   }
 
-  outboxDelete(seq: number): StorageChange {
-    return { key: this.outboxKey(seq), value: undefined }
+  outboxDelete(seq: number, envelope: string): StorageChange {
+    return { key: this.outboxKey(seq, envelope), value: undefined }
   }
 
   inboxPut(idHex: string, frame: Uint8Array): StorageChange {
@@ -172,8 +173,8 @@ export class ClientRecords {
     return { key: [this.space, 'inbox', idHex], value: undefined }
   }
 
-  private outboxKey(seq: number): StorageKey {
-    return [this.space, 'outbox', pad(seq)]
+  private outboxKey(seq: number, envelope: string): StorageKey {
+    return [this.space, 'outbox', pad(seq), envelope]
   }
 }
 

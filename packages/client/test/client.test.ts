@@ -520,6 +520,30 @@ describe('persistence', () => {
     expect(settled).toEqual([{ id: expect.stringMatching(/^[0-9a-f]{64}$/), keys: ['acct:alice'], safe: [], index: 2 }])
   })
 
+  it('keeps the unsent updates of every identity that used a storage (same sequence numbers)', async () => {
+    const c = cluster()
+    const store = reopenable()
+    for (const r of c.relays) r.setOnline(false)
+    const a = await client(c, { storage: store.storage() })
+    await a.counter('likes').increment(1)
+    const first = a.authorId
+    await shutdown(a)
+    // Another user signs in on the same storage: their first envelope has sequence number 1 too.
+    const b = await client(c, { storage: store.storage(), identity: { secretKey: new Uint8Array(32).fill(7) } })
+    expect(b.authorId).not.toBe(first)
+    await b.counter('likes').increment(10)
+    expect(b.status.pending).toBe(2)
+    await shutdown(b)
+
+    const again = await client(c, { storage: store.storage() })
+    expect(again.status.pending).toBe(2)
+    for (const r of c.relays) r.setOnline(true)
+    await until('online', () => again.status.online)
+    await again.flush()
+    await commitUntil(c, 'both committed', () => again.counter('likes').stable === 11)
+    expect(c.stableValue('likes')).toBe(11)
+  })
+
   it('restores a client exactly from IndexedDB', async () => {
     const c = cluster()
     const name = `stead-restore-${Math.random()}`
