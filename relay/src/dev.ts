@@ -35,6 +35,7 @@ const STOP_GRACE_MS = 3000
 
 export async function runDev(o: DevOptions): Promise<void> {
   const n = o.relays
+  if ((n - 1) % 3 !== 0) throw new UsageError(`--relays must be 3f+1 (4, 7, 10, ...), got ${n}`)
   if (o.basePort + n - 1 + MESH_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} must leave room for the relays (HTTP ports ${o.basePort}+, mesh ports ${MESH_PORT_OFFSET} above)`)
   const f = Math.floor((n - 1) / 3)
   if (o.byzantine > f) throw new UsageError(`--byzantine must be between 0 and f = ${f}`)

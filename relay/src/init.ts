@@ -47,6 +47,7 @@ export const MESH_PORT_OFFSET = 100
 export function initCluster(o: InitOptions): InitResult {
   const n = o.relays
   if (!Number.isInteger(n) || n < 4) throw new UsageError('--relays must be at least 4 (N = 3f+1 with f >= 1)')
+  if ((n - 1) % 3 !== 0) throw new UsageError(`--relays must be 3f+1 (4, 7, 10, ...), got ${n}`)
   if (o.hosts.length !== 1 && o.hosts.length !== n) {
     throw new UsageError(`--host takes one address for every relay or one per relay (${n}), got ${o.hosts.length}: ${o.hosts.join(',')}`)
   }

@@ -71,6 +71,7 @@ describe('cluster file', () => {
     const cases: Array<[unknown, RegExp]> = [
       [{ relays: [] }, /non-empty array/],
       [{ f: 2, relays: four }, /cannot tolerate f = 2/],
+      [{ f: 1, relays: [...four, relay(5)] }, /N must be exactly 3f\+1/],
       [{ relays: [...four.slice(0, 3), { ...four[3], publicKey: four[0]!.publicKey }] }, /keys must be distinct/],
       [{ relays: [...four.slice(0, 3), relay(4, { publicKey: 'zz' })] }, /relays\[3\]\.publicKey is not hex/],
       [{ relays: [...four.slice(0, 3), relay(4, { mesh: 'localhost:1' })] }, /relays\[3\]\.mesh must look like/],

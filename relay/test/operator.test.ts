@@ -44,13 +44,13 @@ describe('stead-relay init', () => {
 
   it('puts one relay on each host, all on the same ports, and says where to copy what', () => {
     const out = join(tmp(), 'c')
-    const hosts = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5']
-    const result = initCluster({ relays: 5, hosts, basePort: 8000, out, openSpaces: true })
+    const hosts = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5', '10.0.0.6', '10.0.0.7']
+    const result = initCluster({ relays: 7, hosts, basePort: 8000, out, openSpaces: true })
     expect(result.cluster.relays.map((r) => r.api)).toEqual(hosts.map((h) => `${h}:8000`))
     expect(result.cluster.relays.map((r) => r.mesh)).toEqual(hosts.map((h) => `/ip4/${h}/tcp/8100`))
-    expect(result.cluster.f).toBe(1)
+    expect(result.cluster.f).toBe(2)
     expect(result.cluster.openSpaces).toBe(true)
-    expect(describeInit(result)).toMatch(/--id r5 --data \S+ +# on 10\.0\.0\.5/)
+    expect(describeInit(result)).toMatch(/--id r7 --data \S+ +# on 10\.0\.0\.7/)
   })
 
   it('gives relays sharing a host consecutive ports', () => {
@@ -62,6 +62,7 @@ describe('stead-relay init', () => {
     const out = join(tmp(), 'c')
     const refused = (o: Partial<Parameters<typeof initCluster>[0]>) => () => initCluster({ relays: 4, hosts: ['127.0.0.1'], basePort: 7401, out, ...o })
     expect(refused({ relays: 3 })).toThrow(new UsageError('--relays must be at least 4 (N = 3f+1 with f >= 1)'))
+    expect(refused({ relays: 5 })).toThrow(new UsageError('--relays must be 3f+1 (4, 7, 10, ...), got 5'))
     expect(refused({ hosts: ['10.0.0.1', '10.0.0.2'] })).toThrow(/one address for every relay or one per relay \(4\), got 2/)
     expect(refused({ hosts: ['relay.example.com'] })).toThrow(/--host relay\.example\.com: give the IPv4 address/)
     expect(refused({ hosts: ['0.0.0.0'] })).toThrow(/cannot be dialed/)

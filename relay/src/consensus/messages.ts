@@ -38,6 +38,9 @@ export function certificateQuorum(c: Committee): number {
 export function validateCommittee(c: Committee): string | null {
   if (!Number.isSafeInteger(c.f) || c.f < 0) return 'f must be a non-negative integer'
   if (c.keys.length < 3 * c.f + 1) return `${c.keys.length} relays cannot tolerate f = ${c.f}: N must be at least 3f+1`
+  // Every threshold here (quorums of 2f+1, f+1 votes) assumes N = 3f+1 exactly: with more relays,
+  // two quorums of 2f+1 can meet in a Byzantine relay alone, and safety is gone.
+  if (c.keys.length !== 3 * c.f + 1) return `${c.keys.length} relays with f = ${c.f}: N must be exactly 3f+1 (4, 7, 10, ... relays); with more, quorums of 2f+1 could meet in a Byzantine relay only`
   if (c.keys.some((k) => k.length !== 32)) return 'relay keys must be 32-byte Ed25519 public keys'
   if (new Set(c.keys.map(toHex)).size !== c.keys.length) return 'relay keys must be distinct'
   return null
