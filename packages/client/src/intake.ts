@@ -104,7 +104,11 @@ export class RelayIntake {
     if (writes.length === 0) return
     // Received envelopes decided meanwhile need no record.
     const live = writes.filter((w) => this.o.space.replica.isPending(w.key[2] as string))
-    if (live.length) await this.o.records.storage.write(live).catch((err) => this.o.space.storageFailed(err))
+    if (live.length)
+      await this.o.records.storage.write(live).then(
+        () => this.o.space.storageWorks(),
+        (err: unknown) => this.o.space.storageFailed(err),
+      )
   }
 
   private async onCommit(link: RelayLink, m: Extract<RelayMessage, { type: 'commit' }>): Promise<void> {
@@ -194,6 +198,7 @@ export class RelayIntake {
     }
     try {
       await records.storage.write(changes)
+      space.storageWorks()
     } catch (err) {
       space.storageFailed(err)
     }

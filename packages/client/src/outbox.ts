@@ -165,6 +165,7 @@ export class Outbox {
       if (batch.requests.length) this.o.news.failed(batch.requests, err instanceof SteadError ? err : new SteadError('malformed', String(err)))
       return
     }
+    space.storageWorks()
     this.seq = seq
     this.clock = env.clock
     this.seenClocks = []

@@ -123,6 +123,8 @@ export class Space {
   private readonly settledListeners = new Listeners<SettledUpdate>((err) => this.listenerFailed('onSettled', err))
   private readonly progressWaiters = new Set<() => void>()
   private problem: string | undefined
+  /** Set while the storage fails; cleared by the next write that goes through. */
+  private storageProblem: string | undefined
   private closed = false
   /** Set the moment close() is called: no update gets in after that. */
   private closing = false
@@ -313,7 +315,7 @@ export class Space {
    */
   get status(): ClientStatus {
     const queued = this.drafts.reduce((n, d) => n + d.size, 0)
-    return { ...this.upstream.sessionsStatus(this.closed, this.problem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
+    return { ...this.upstream.sessionsStatus(this.closed, this.problem ?? this.storageProblem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
   }
 
   /** Calls `listener` whenever {@link Space.status} may have changed. Returns the unsubscribe function. */
@@ -786,11 +788,19 @@ export class Space {
     this.emitStatus()
   }
 
-  /** @internal Storage failed under this space: say so in `status` and `onError`. */
+  /** @internal Storage failed under this space: say so in `status` (until a write goes through again) and `onError`. */
   storageFailed(err: unknown): void {
     const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
-    this.setProblem(`storage failed: ${e.message}`)
+    this.storageProblem = `storage failed: ${e.message}`
+    this.emitStatus()
     this.emitError(e)
+  }
+
+  /** @internal A write went through: a storage failure reported before is over (a full disk was cleared, say). */
+  storageWorks(): void {
+    if (this.storageProblem === undefined) return
+    this.storageProblem = undefined
+    this.emitStatus()
   }
 
   private assertOpen(): void {

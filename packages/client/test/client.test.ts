@@ -252,6 +252,30 @@ describe('handles and values', () => {
     await until('offline reported', () => seen[seen.length - 1] === false)
   })
 
+  it('says in status while its storage fails, and stops saying so once a write goes through', async () => {
+    const c = cluster()
+    const inner = memoryStorage()
+    let failing = false
+    const storage: ClientStorage = { ...inner, write: (changes) => (failing ? Promise.reject(new Error('disk full')) : inner.write(changes)) }
+    const a = await client(c, { storage })
+    const errors: string[] = []
+    a.onError((e) => errors.push(e.message))
+    await until('online', () => a.status.online)
+    const b = await client(c)
+    await until('b online', () => b.status.online)
+    failing = true
+    // Another author's update arrives and commits: storing it fails.
+    await b.counter('likes').increment(1)
+    await b.flush()
+    await commitUntil(c, 'a applied it', () => a.counter('likes').stable === 1)
+    await until('problem reported', () => a.status.problem?.startsWith('storage failed') === true)
+    expect(errors.some((m) => /disk full/.test(m))).toBe(true)
+    // The disk has room again: the next write clears the problem.
+    failing = false
+    await a.counter('likes').increment(1)
+    expect(a.status.problem).toBeUndefined()
+  })
+
   it('keeps its clock bounded however many authors it hears from', async () => {
     const c = cluster()
     const a = await client(c)
