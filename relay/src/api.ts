@@ -384,8 +384,8 @@ class Session implements Subscriber {
   private keyBytes: Uint8Array | undefined
   private readonly feeds = new Map<string, FeedEntry>()
   /** Envelopes this session submitted that the audit has not decided yet. */
-  private readonly pending = new Set<string>()
-  private stopListening: (() => void) | null = null
+  /** This session's envelopes not decided yet, each with the function that stops watching it. */
+  private readonly pending = new Map<string, () => void>()
   private readonly bucket: Bucket
   /**
    * Messages received over the rate, in order: the socket is paused (TCP
@@ -429,7 +429,6 @@ class Session implements Subscriber {
 
   start(): void {
     this.node.metrics.clients.inc()
-    this.stopListening = this.node.onDecided((id) => this.pending.delete(id))
     this.socket.on('message', (data, isBinary) => this.receive(data as Buffer, isBinary))
     this.socket.on('close', () => this.onClose())
     this.socket.on('error', (err) => this.log.warn({ err: err.message }, 'client socket error'))
@@ -603,8 +602,13 @@ class Session implements Subscriber {
       case 'submit':
         try {
           if (this.pending.size >= this.limits.maxPendingPerClient) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
-          const { status, idHex } = this.node.submit(message.envelope, this.address)
-          if (status === 'queued') this.pending.add(idHex)
+          let decided = false
+          const { status, idHex, stopWatching } = this.node.submit(message.envelope, this.address, (id) => {
+            decided = true
+            this.pending.delete(id)
+          })
+          if (status === 'queued' && !decided && !this.pending.has(idHex)) this.pending.set(idHex, stopWatching)
+          else stopWatching()
           this.send({ type: 'accepted', id: message.id, status })
         } catch (err) {
           this.fail(message.id, err)
@@ -680,7 +684,8 @@ class Session implements Subscriber {
     if (this.closed) return
     this.closed = true
     this.node.metrics.clients.dec()
-    this.stopListening?.()
+    for (const stopWatching of this.pending.values()) stopWatching()
+    this.pending.clear()
     if (this.retryTimer) clearTimeout(this.retryTimer)
     if (this.drainTimer) clearTimeout(this.drainTimer)
     this.sessions.backlogged -= this.backlogBytes

@@ -122,7 +122,8 @@ export class RelayNode {
   private pendingSince: number | null = null
   /** Open client sessions, as the API counts them (see trackSessions). */
   private sessionCount: () => { open: number; addresses: number; keys: number } = () => ({ open: 0, addresses: 0, keys: 0 })
-  private readonly decidedListeners = new Set<(idHex: string) => void>()
+  /** Who waits for which envelope to be decided: each decision calls only its own watchers. */
+  private readonly decidedWatchers = new Map<string, Set<(idHex: string) => void>>()
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
@@ -215,7 +216,13 @@ export class RelayNode {
    * Throws SteadError: 'too-large', 'malformed', 'bad-signature',
    * 'unauthorized', 'conflict'; returns 'duplicate' for one already decided or queued.
    */
-  submit(frame: Uint8Array, origin = 'local'): { status: 'queued' | 'duplicate'; idHex: string } {
+  /**
+   * Takes a client's envelope for ordering. `onDecided` is called once, when
+   * the audit decides it (committed or dropped), which may happen before this
+   * returns (a one-relay cluster commits at once); `stopWatching` forgets it.
+   * A decision calls its own watchers only, however many sessions are open.
+   */
+  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
@@ -226,19 +233,35 @@ export class RelayNode {
     }
     const decided = this.replicas.get(env.space)?.decided(env)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
-    if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex }
+    if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
     const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
     const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
+    // Watching starts before the core sees it: the decision may come before submit returns.
+    const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
     const result = this.core.submit(frame, info)
-    if (result.status === 'conflict') throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
+    if (result.status === 'conflict') {
+      stopWatching()
+      throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
+    }
     if (charge && result.status === 'queued') charge()
     this.sampleFrame ??= frame
     if (result.status === 'queued') this.pendingSince ??= Date.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
-    return { status: result.status, idHex: env.idHex }
+    return { status: result.status, idHex: env.idHex, stopWatching }
+  }
+
+  private watchDecision(idHex: string, done: (idHex: string) => void): () => void {
+    let watchers = this.decidedWatchers.get(idHex)
+    if (!watchers) this.decidedWatchers.set(idHex, (watchers = new Set()))
+    watchers.add(done)
+    return () => {
+      const w = this.decidedWatchers.get(idHex)
+      if (!w?.delete(done) || w.size > 0) return
+      this.decidedWatchers.delete(idHex)
+    }
   }
 
   /**
@@ -271,12 +294,6 @@ export class RelayNode {
         this.creating.delete(name)
       }
     }
-  }
-
-  /** Calls `listener` with the id of every envelope the audit decides (committed or dropped). */
-  onDecided(listener: (idHex: string) => void): () => void {
-    this.decidedListeners.add(listener)
-    return () => this.decidedListeners.delete(listener)
   }
 
   /**
@@ -605,7 +622,11 @@ export class RelayNode {
         }
       }
       for (const d of result.decisions) {
-        for (const listener of this.decidedListeners) listener(d.env.idHex)
+        const watchers = this.decidedWatchers.get(d.env.idHex)
+        if (watchers) {
+          this.decidedWatchers.delete(d.env.idHex)
+          for (const done of watchers) done(d.env.idHex)
+        }
         const t = this.submittedAt.get(d.env.idHex)
         if (t === undefined) continue
         this.submittedAt.delete(d.env.idHex)

@@ -143,11 +143,29 @@ describe('client API over TLS', () => {
     if (challenge.type !== 'challenge') throw new Error('expected a challenge')
     ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
     await next((m) => m.type === 'welcome')
-    // Sequence numbers 2, 3, 4 without 1: they wait for the gap, so they stay undecided.
-    for (const seq of [2, 3, 4]) {
-      const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
-      ws.send(encodeClientMessage({ type: 'submit', id: seq, envelope: encodeEnvelope(env) }))
+    const submit = async (space: string, seq: number, id: number) => {
+      const env = await sealEnvelope(nodeCrypto, me, { space, seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+      ws.send(encodeClientMessage({ type: 'submit', id, envelope: encodeEnvelope(env) }))
     }
+    // Two in flight fill the session's allowance; once they are decided it is free again.
+    await submit('p', 1, 101)
+    await submit('p', 2, 102)
+    expect(await next((m) => m.type === 'accepted' && m.id === 102)).toMatchObject({ status: 'queued' })
+    let id = 103
+    for (;;) {
+      await submit('p', 3, id)
+      const answer = await next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === id)
+      if (answer.type === 'accepted') break
+      expect(answer).toMatchObject({ reason: 'rate-limited' })
+      expect(id++).toBeLessThan(200)
+    }
+    // All three decided (each committed envelope is one step of the stable index): nothing of this session pends.
+    for (let i = 0; relay.node.listSpaces('', 100).find((x) => x.space === 'p')?.stableIndex !== 3; i++) {
+      expect(i).toBeLessThan(100)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    // Sequence numbers 2, 3, 4 without 1: they wait for the gap, so they stay undecided.
+    for (const seq of [2, 3, 4]) await submit('s', seq, seq)
     expect(await next((m) => m.type === 'accepted' && m.id === 2)).toMatchObject({ status: 'queued' })
     expect(await next((m) => m.type === 'accepted' && m.id === 3)).toMatchObject({ status: 'queued' })
     expect(await next((m) => m.type === 'error' && m.id === 4)).toMatchObject({ reason: 'rate-limited' })
