@@ -147,7 +147,10 @@ describe('envelopes', () => {
         const bad = new Uint8Array(frame)
         for (const [at, x] of flips) bad[at]! ^= x
         const reason = await reasonOf(decodeEnvelope(crypto, bad))
-        expect(['malformed', 'too-large', 'bad-signature']).toContain(reason)
+        // Two flips of one byte by the same value cancel out: the frame is the signed one again.
+        const unchanged = bad.every((b, i) => b === frame[i])
+        if (unchanged) expect(reason).toBe('accepted')
+        else expect(['malformed', 'too-large', 'bad-signature']).toContain(reason)
       }),
       { numRuns: 300 },
     )
