@@ -10,7 +10,7 @@ import { toHex } from '@stead/core'
 import { clusterToJson, generateIdentity, loadIdentity, parseCluster, writeIdentity } from './config.ts'
 import type { ByzantineStrategy } from './consensus/index.ts'
 import { UsageError } from './cli-options.ts'
-import { MESH_PORT_OFFSET } from './init.ts'
+import { faultsTolerated, MESH_PORT_OFFSET } from './init.ts'
 import { prettyLogLines, type LogLevel } from './logging.ts'
 import { ListenError, probePort } from './ports.ts'
 
@@ -35,9 +35,8 @@ const STOP_GRACE_MS = 3000
 
 export async function runDev(o: DevOptions): Promise<void> {
   const n = o.relays
-  if ((n - 1) % 3 !== 0) throw new UsageError(`--relays must be 3f+1 (4, 7, 10, ...), got ${n}`)
+  const f = faultsTolerated(n)
   if (o.basePort + n - 1 + MESH_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} must leave room for the relays (HTTP ports ${o.basePort}+, mesh ports ${MESH_PORT_OFFSET} above)`)
-  const f = Math.floor((n - 1) / 3)
   if (o.byzantine > f) throw new UsageError(`--byzantine must be between 0 and f = ${f}`)
   const ids = Array.from({ length: n }, (_, i) => `r${i + 1}`)
   // A port in use would make one relay exit while the others wait for it: say so before starting any.

@@ -43,11 +43,21 @@ export interface InitResult {
 /** The offset of the mesh port from the HTTP port, as in `stead-relay dev`. */
 export const MESH_PORT_OFFSET = 100
 
+/**
+ * The f that `n` relays tolerate. Every consensus threshold assumes N = 3f+1
+ * exactly (see validateCommittee), so other counts are refused here, before
+ * any key is made or relay started.
+ */
+export function faultsTolerated(n: number): number {
+  if (!Number.isInteger(n) || n < 4) throw new UsageError('--relays must be at least 4 (N = 3f+1 with f >= 1)')
+  if ((n - 1) % 3 !== 0) throw new UsageError(`--relays must be 3f+1 (4, 7, 10, ...), got ${n}`)
+  return (n - 1) / 3
+}
+
 /** Plans the cluster and writes it; refuses before writing anything if a file it would write exists. */
 export function initCluster(o: InitOptions): InitResult {
   const n = o.relays
-  if (!Number.isInteger(n) || n < 4) throw new UsageError('--relays must be at least 4 (N = 3f+1 with f >= 1)')
-  if ((n - 1) % 3 !== 0) throw new UsageError(`--relays must be 3f+1 (4, 7, 10, ...), got ${n}`)
+  faultsTolerated(n)
   if (o.hosts.length !== 1 && o.hosts.length !== n) {
     throw new UsageError(`--host takes one address for every relay or one per relay (${n}), got ${o.hosts.length}: ${o.hosts.join(',')}`)
   }

@@ -1,5 +1,4 @@
 import type * as Lmdb from 'lmdb'
-import type { RootDatabase } from 'lmdb'
 import { SteadError } from '@stead/core'
 import { StorageError } from './errors.ts'
 import { checkChanges, checkKey, checkPrefix, decodeKey, encodeKey, prefixByteRange } from './keys.ts'
@@ -24,7 +23,7 @@ const lmdb: typeof Lmdb | Error = await import('lmdb').catch((err: unknown) => (
  */
 export function lmdbStorage(path: string): ClientStorage {
   const lmdb = loadLmdb()
-  let db: RootDatabase<Uint8Array, Uint8Array>
+  let db: Lmdb.RootDatabase<Uint8Array, Uint8Array>
   try {
     // 'binary' on both sides: values are bytes the client encoded itself, so
     // lmdb's bundled msgpackr must not touch them.
