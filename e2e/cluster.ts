@@ -24,6 +24,8 @@ export interface RelayReport {
   round: number
   committedRound: number
   commits: number
+  /** Connected to a quorum, caught up, and committing whatever waits (see the relay's /ready). */
+  ready: boolean
   spaces: number
   byzantine: string | null
 }
@@ -61,7 +63,7 @@ export class Cluster {
     const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
     const cluster = new Cluster(child, dir, options.basePort, n)
     try {
-      await cluster.waitUntilCommitting(60_000)
+      await cluster.waitUntilReady(60_000)
     } catch (err) {
       await cluster.stop()
       throw err
@@ -97,14 +99,17 @@ export class Cluster {
     }
   }
 
-  /** Resolves once every relay answers and has committed a round. */
-  async waitUntilCommitting(timeoutMs: number, relays: number[] = [...Array(this.size).keys()]): Promise<void> {
+  /**
+   * Resolves once every relay answers and is ready. (An idle cluster makes
+   * no rounds, so "has committed something" is not a sign of life.)
+   */
+  async waitUntilReady(timeoutMs: number, relays: number[] = [...Array(this.size).keys()]): Promise<void> {
     const deadline = Date.now() + timeoutMs
     for (;;) {
       if (this.process.exitCode !== null) throw new Error(`stead-relay dev exited (${this.process.exitCode}):\n${this.tail()}`)
       const reports = await Promise.all(relays.map((i) => this.status(i)))
-      if (reports.every((r) => r !== null && r.committedRound > 0)) return
-      if (Date.now() > deadline) throw new Error(`the cluster on ports ${this.basePort}+ did not start committing in ${timeoutMs} ms:\n${this.tail()}`)
+      if (reports.every((r) => r !== null && r.ready)) return
+      if (Date.now() > deadline) throw new Error(`the cluster on ports ${this.basePort}+ was not ready in ${timeoutMs} ms:\n${this.tail()}`)
       await new Promise((r) => setTimeout(r, 250))
     }
   }

@@ -25,20 +25,14 @@ export function wholeNumber(min: number, max: number, unit = '', rule?: string):
   }
 }
 
-/** --idle-block-delay-ms and --leader-timeout-ms, shared by `start` and `dev`. */
+/** --leader-timeout-ms, shared by `start` and `dev`. */
 export function timingOptions(): Option[] {
   const ms = wholeNumber(1, 60_000, 'milliseconds')
-  return [
-    new Option('--idle-block-delay-ms <ms>', 'wait before an empty block when there is nothing to order (default 100; lower: faster first commit after a quiet spell, more idle CPU and store growth)').argParser(ms),
-    new Option('--leader-timeout-ms <ms>', "how long to wait for a round's leader (default 500)").argParser(ms),
-  ]
+  return [new Option('--leader-timeout-ms <ms>', "how long to wait for the previous round's leader before proposing without it (default 250)").argParser(ms)]
 }
 
-export function timings(o: { idleBlockDelayMs?: number; leaderTimeoutMs?: number }): { idleBlockDelayMs?: number; leaderTimeoutMs?: number } {
-  return {
-    ...(o.idleBlockDelayMs === undefined ? {} : { idleBlockDelayMs: o.idleBlockDelayMs }),
-    ...(o.leaderTimeoutMs === undefined ? {} : { leaderTimeoutMs: o.leaderTimeoutMs }),
-  }
+export function timings(o: { leaderTimeoutMs?: number }): { leaderTimeoutMs?: number } {
+  return o.leaderTimeoutMs === undefined ? {} : { leaderTimeoutMs: o.leaderTimeoutMs }
 }
 
 /** --log-level, or LOG_LEVEL in the environment. */

@@ -46,7 +46,6 @@ interface StartOptions {
   byzantine?: ByzantineStrategy
   tlsCert?: string
   tlsKey?: string
-  idleBlockDelayMs?: number
   leaderTimeoutMs?: number
   memoryBudgetMb?: number
   limit?: string[]
@@ -224,7 +223,7 @@ Example:
     .option('--dir <dir>', 'where keys, cluster file and data live between runs', '.stead/dev')
     .option('--fresh', 'start over: new keys, empty data')
   for (const option of timingOptions()) devCmd.addOption(option)
-  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: ByzantineStrategy; dir: string; fresh?: boolean; idleBlockDelayMs?: number; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
+  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: ByzantineStrategy; dir: string; fresh?: boolean; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
     import('./dev.ts').then(({ runDev }) => runDev({ ...o, fresh: o.fresh === true, ...timings(o) })),
   )
 

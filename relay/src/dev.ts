@@ -22,7 +22,6 @@ export interface DevOptions {
   readonly byzantineMode: ByzantineStrategy
   readonly dir: string
   readonly fresh: boolean
-  readonly idleBlockDelayMs?: number
   readonly leaderTimeoutMs?: number
   readonly logLevel: LogLevel
 }
@@ -70,7 +69,6 @@ export async function runDev(o: DevOptions): Promise<void> {
   const pass = [
     '--log-level',
     o.logLevel,
-    ...(o.idleBlockDelayMs === undefined ? [] : ['--idle-block-delay-ms', String(o.idleBlockDelayMs)]),
     ...(o.leaderTimeoutMs === undefined ? [] : ['--leader-timeout-ms', String(o.leaderTimeoutMs)]),
   ]
   const pretty = prettyLogLines(Boolean(process.stdout.isTTY))

@@ -14,7 +14,7 @@ export interface HealthNumbers {
   readonly peersConnected: number
   /** This relay's consensus round. */
   readonly round: number
-  /** The highest round this relay has seen the cluster certify (2f+1 signatures; never below `round`). */
+  /** The (f+1)-th highest round relays signed blocks for, as received: one a correct relay reached (never below `round`). */
   readonly clusterRound: number
   /** Client envelopes accepted here and not yet in a block. */
   readonly pendingEnvelopes: number
@@ -33,11 +33,11 @@ export interface ReadinessBounds {
 }
 
 /**
- * A healthy relay is within a round or two of the others (a round lasts about
- * the idle block delay, 100 ms, when idle); ten rounds is a relay still
- * replaying or fetching what it missed. A commit normally follows work within
- * a leader timeout or two (500 ms each); ten seconds without one is a stall,
- * not a slow leader.
+ * A healthy relay is within a round or two of the others (an idle cluster
+ * makes no rounds at all); ten rounds is a relay still replaying or fetching
+ * what it missed. A commit normally follows work within a few message delays,
+ * or a leader timeout or two (250 ms each); ten seconds without one is a
+ * stall, not a slow leader.
  */
 export const DEFAULT_READINESS: ReadinessBounds = { maxRoundsBehind: 10, maxCommitWaitMs: 10_000 }
 
@@ -68,8 +68,8 @@ export function commitWaitMs(h: Pick<HealthNumbers, 'pendingEnvelopes' | 'pendin
 
 /**
  * Ready means: connected to at least 2f peers (with itself a quorum of
- * 2f+1), caught up (its round within `maxRoundsBehind` of the highest round
- * the cluster certified), and committing (work that waits sees a commit
+ * 2f+1), caught up (its round within `maxRoundsBehind` of the round the
+ * cluster reached), and committing (work that waits sees a commit
  * within `maxCommitWaitMs`; an idle relay with nothing waiting is fine).
  */
 export function readiness(h: HealthNumbers, bounds: ReadinessBounds = DEFAULT_READINESS): Readiness {

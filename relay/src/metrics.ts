@@ -43,12 +43,12 @@ export class Metrics {
   }
 
   readonly round = new Gauge({ name: 'stead_round', help: 'Current consensus round', registers: [this.registry] })
-  readonly committedRound = new Gauge({ name: 'stead_committed_round', help: 'Round of the last committed anchor', registers: [this.registry] })
-  readonly commits = new Counter({ name: 'stead_commits_total', help: 'Anchors committed', registers: [this.registry] })
-  readonly certificates = new Counter({ name: 'stead_certificates_total', help: 'Certificates added to the DAG', registers: [this.registry] })
+  readonly committedRound = new Gauge({ name: 'stead_committed_round', help: 'Round of the last committed leader', registers: [this.registry] })
+  readonly commits = new Counter({ name: 'stead_commits_total', help: 'Leaders committed', registers: [this.registry] })
+  readonly blocks = new Counter({ name: 'stead_blocks_total', help: 'Peers\' blocks accepted into the DAG', registers: [this.registry] })
   readonly envelopesAccepted = new Counter({ name: 'stead_envelopes_accepted_total', help: 'Client envelopes accepted for ordering', registers: [this.registry] })
   readonly rejected = new Counter({ name: 'stead_rejected_total', help: 'Inputs rejected, by reason and source', labelNames: ['reason', 'source'], registers: [this.registry] })
-  readonly prospectiveSkipped = new Counter({ name: 'stead_prospective_skipped_total', help: 'Certified envelopes not pushed to a client that was behind (it gets them with the commit)', registers: [this.registry] })
+  readonly prospectiveSkipped = new Counter({ name: 'stead_prospective_skipped_total', help: 'Envelopes not pushed to a client that was behind (it gets them with the commit)', registers: [this.registry] })
   readonly clients = new Gauge({ name: 'stead_connected_clients', help: 'Open client sessions', registers: [this.registry] })
   readonly commitLatency = new Histogram({
     name: 'stead_commit_latency_seconds',
@@ -81,8 +81,8 @@ export class Metrics {
   readonly peerUp = this.scraped('stead_peer_connected', 'Whether this relay is connected to a peer (named as in the cluster file)', ['peer'], (g, s) => {
     for (const p of s.peers) g.set({ peer: p.name }, p.connected ? 1 : 0)
   })
-  readonly clusterRound = this.scraped('stead_cluster_round', 'Highest round this relay has seen the cluster certify', [], (g, s) => g.set(s.clusterRound))
-  readonly roundsBehind = this.scraped('stead_rounds_behind', "Rounds this relay is behind the cluster's highest certified round", [], (g, s) => g.set(s.roundsBehind))
+  readonly clusterRound = this.scraped('stead_cluster_round', 'The (f+1)-th highest round relays signed blocks for, as this relay received them', [], (g, s) => g.set(s.clusterRound))
+  readonly roundsBehind = this.scraped('stead_rounds_behind', "Rounds this relay is behind the cluster round", [], (g, s) => g.set(s.roundsBehind))
   readonly queuedBytes = this.scraped('stead_queued_bytes', 'Bytes waiting, by queue: envelopes for a block, client sends and receives, mesh towards peers', ['queue'], (g, s) => {
     for (const [queue, bytes] of Object.entries(s.queuedBytes)) g.set({ queue }, bytes)
   })

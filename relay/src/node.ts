@@ -27,8 +27,8 @@ import {
   decodeMessage,
   encodeMessage,
   type ArchiveQuery,
+  type Block,
   type ByzantineStrategy,
-  type Certificate,
   type Committee,
   type Message,
   type Output,
@@ -55,8 +55,7 @@ export interface RelayNodeOptions {
   readonly byzantine?: ByzantineStrategy
   /** Consensus timings; defaults suit a LAN or loopback cluster. */
   readonly leaderTimeoutMs?: number
-  readonly idleBlockDelayMs?: number
-  readonly resendIntervalMs?: number
+  readonly syncIntervalMs?: number
   readonly gcDepth?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
   readonly memoryBudgetBytes?: number
@@ -64,9 +63,9 @@ export interface RelayNodeOptions {
   readonly onFatal?: (err: unknown) => void
 }
 
-/** Something that wants a space's commits and certified envelopes: a client session. */
+/** Something that wants a space's commits and fresh envelopes: a client session. */
 export interface Subscriber {
-  /** A certified envelope of the space (prospective feed; may be skipped by a busy subscriber). */
+  /** An envelope of the space a client just sent, not ordered yet (prospective feed; may be skipped by a busy subscriber). */
   envelope(space: string, frame: Uint8Array): void
   /** New attested commits of the space are in the store: read them from the feed. */
   committed(space: string): void
@@ -113,11 +112,11 @@ export class RelayNode {
   private verifiedBytes = 0
   private lastCommitAt = 0
   /**
-   * The highest round this relay has seen in a certificate: 2f+1 relays
-   * signed it, so no f of them can make it up. How far this relay's own round
-   * trails it says whether it is caught up.
+   * The latest round each relay has signed a block for, as received. The
+   * (f+1)-th highest is a round some correct relay reached: f liars cannot
+   * inflate it. How far this relay trails it says whether it is caught up.
    */
-  private clusterRound = 0
+  private readonly latestRoundOf: number[]
   /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
   private pendingSince: number | null = null
   /** Open client sessions, as the API counts them (see trackSessions). */
@@ -140,6 +139,7 @@ export class RelayNode {
     this.committee = committeeOf(options.cluster)
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.name = this.nameOf(options.me)
+    this.latestRoundOf = this.committee.keys.map(() => 0)
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
@@ -181,9 +181,8 @@ export class RelayNode {
         crypto: relayCrypto,
         inspect: (frame) => this.inspect(frame),
         gcDepth,
-        leaderTimeoutMs: this.options.leaderTimeoutMs ?? 500,
-        idleBlockDelayMs: this.options.idleBlockDelayMs ?? 100,
-        resendIntervalMs: this.options.resendIntervalMs ?? 1000,
+        leaderTimeoutMs: this.options.leaderTimeoutMs ?? 250,
+        syncIntervalMs: this.options.syncIntervalMs ?? 500,
       },
       recovered,
     )
@@ -193,7 +192,7 @@ export class RelayNode {
       this.audit(b.anchorRound, b.frames)
       batches++
     }
-    this.log.info({ round: this.core.currentRound, committedRound: this.core.committedRound, batches, spaces: this.replicas.size }, 'recovered from store')
+    this.log.info({ round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, batches, spaces: this.replicas.size }, 'recovered from store')
     this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
     await this.options.mesh.start()
     this.enqueue(() => this.core.start())
@@ -245,6 +244,8 @@ export class RelayNode {
       throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
     }
     if (charge && result.status === 'queued') charge()
+    // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
+    if (result.status === 'queued') this.forward(env.space, frame)
     this.sampleFrame ??= frame
     if (result.status === 'queued') this.pendingSince ??= Date.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
@@ -360,6 +361,7 @@ export class RelayNode {
       relay: this.name,
       publicKey: toHex(this.publicKey),
       round: this.core.currentRound,
+      clockRound: this.core.clockRound,
       clusterRound: health.clusterRound,
       committedRound: this.core.committedRound,
       commits: this.commitCount,
@@ -376,13 +378,15 @@ export class RelayNode {
 
   /** The numbers readiness is judged on (see health.ts), now. */
   health(now = Date.now()): HealthNumbers {
-    const round = this.core?.currentRound ?? 0
+    // What this relay knows: its own blocks, and the rounds 2f+1 relays reached in its DAG.
+    const round = Math.max(this.core?.currentRound ?? 0, (this.core?.clockRound ?? 1) - 1)
+    const clusterRound = [...this.latestRoundOf].sort((a, b) => b - a)[this.committee.f] ?? 0
     return {
       f: this.committee.f,
       peers: this.committee.keys.length - 1,
       peersConnected: this.options.mesh.connectedPeers().length,
       round,
-      clusterRound: Math.max(round, this.clusterRound),
+      clusterRound: Math.max(round, clusterRound),
       pendingEnvelopes: this.core?.queuedEnvelopes ?? 0,
       pendingSince: this.pendingSince,
       lastCommitAt: this.lastCommitAt || null,
@@ -460,12 +464,9 @@ export class RelayNode {
       this.log.warn({ from: this.nameOf(from), reason, err: (err as Error).message }, 'rejected mesh frame')
       return
     }
-    if (message.kind === 'cert') this.clusterRound = Math.max(this.clusterRound, message.cert.block.header.round)
-    else if (message.kind === 'certs') for (const c of message.certs) this.clusterRound = Math.max(this.clusterRound, c.block.header.round)
-    const extra = this.byzantine?.incoming(message) ?? []
-    for (const e of extra) {
-      if (e.to === 'all') this.options.mesh.broadcast(encodeMessage(e.message))
-      else this.options.mesh.send(e.to, encodeMessage(e.message))
+    for (const block of message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []) {
+      const { author, round } = block.header
+      if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
     }
     this.enqueue(() => this.core.onMessage(from, message))
   }
@@ -537,8 +538,8 @@ export class RelayNode {
         this.timers.set(key, setTimeout(() => this.onTimer(o.name, o.round), o.afterMs))
         break
       }
-      case 'certified':
-        this.onCertified(o.cert)
+      case 'accepted':
+        this.onAccepted(o.block)
         break
       case 'commit':
         this.commitCount++
@@ -553,6 +554,10 @@ export class RelayNode {
         this.metrics.rejected.inc({ reason: o.reason, source: 'mesh' })
         this.log.warn({ from: this.nameOf(o.from), reason: o.reason, detail: o.detail }, 'consensus rejected input')
         break
+      case 'expired':
+        // Subscribers learn it from the commits that never carry these envelopes; their authors resubmit.
+        this.log.debug({ round: o.block.round, author: this.nameOf(o.block.author), envelopes: o.payloadIds.length }, 'block expired unordered')
+        break
       case 'persist':
         break
     }
@@ -563,21 +568,25 @@ export class RelayNode {
     return this.byzantine ? this.byzantine.outgoing(to, message) : [message]
   }
 
-  private onCertified(cert: Certificate): void {
-    this.metrics.certificates.inc()
-    for (const frame of cert.block.header.payload) {
+  /** A peer's block entered the DAG: its envelopes go to subscribers (ours went when clients sent them). */
+  private onAccepted(block: Block): void {
+    this.metrics.blocks.inc()
+    for (const frame of block.header.payload) {
       const env = this.open(frame)
-      if (env instanceof SteadError) continue
-      for (const sub of this.subscribers.get(env.space) ?? []) sub.envelope(env.space, frame)
+      if (!(env instanceof SteadError)) this.forward(env.space, frame)
     }
   }
 
+  private forward(space: string, frame: Uint8Array): void {
+    for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame)
+  }
+
   private serveArchive(to: number, query: ArchiveQuery): void {
-    const certs =
+    const blocks =
       'digests' in query
-        ? this.store.certificatesByDigest(relayCrypto, this.committee, query.digests)
-        : this.store.certificatesInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH)
-    if (certs.length) this.options.mesh.send(to, encodeMessage({ kind: 'certs', certs }))
+        ? this.store.blocksByDigest(relayCrypto, this.committee, query.digests)
+        : this.store.blocksInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH)
+    if (blocks.length) this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks }))
   }
 
   // ---- audit and attestations ----

@@ -19,8 +19,8 @@ export interface RunRelayOptions {
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   /** Default: JSON lines on stdout at info, each with `relay: <id>`. */
   readonly logger?: Logger
-  /** Consensus timings (defaults: idle block delay 100 ms, leader timeout 500 ms, resend 1 s). */
-  readonly consensus?: { readonly idleBlockDelayMs?: number; readonly leaderTimeoutMs?: number; readonly resendIntervalMs?: number }
+  /** Consensus timings (defaults: leader timeout 250 ms, sync interval 500 ms). */
+  readonly consensus?: { readonly leaderTimeoutMs?: number; readonly syncIntervalMs?: number }
   /** Client API limits (see DEFAULT_LIMITS in api.ts and the README's security model). */
   readonly limits?: Partial<ApiLimits>
   /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */

@@ -1,6 +1,6 @@
-import { decode, encode, fromHex, toHex, type Signed } from '@stead/core'
+import { decode, encode, type Signed } from '@stead/core'
 import { open, type Database, type Key, type RootDatabase } from 'lmdb'
-import { openBlock, type Certificate, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
+import { openBlock, type Block, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
 /** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
 export interface StoredAttestation {
@@ -39,7 +39,7 @@ export const CHUNK_BYTES = 1024 * 1024
 /**
  * Records in the store were written, and size-checked, by this relay: they
  * are read back with a limit above anything a write can produce (a chunk,
- * or a certificate of a maximal block), never with the wire limits.
+ * or a maximal block), never with the wire limits.
  */
 const RECORD_LIMIT = 64 * 1024 * 1024
 
@@ -70,17 +70,17 @@ export interface StoredCommitHead {
 }
 
 /**
- * The relay's durable state in LMDB. Consensus records (votes before they
- * are sent, own blocks, certificates, commits), the committed batches the
+ * The relay's durable state in LMDB. Consensus records (own blocks before
+ * they are sent, peers' blocks, commits), the committed batches the
  * replicas are rebuilt from, and the attestations clients resume from.
  * Values are bytes Stead encoded itself (msgpack), so the store never
  * re-encodes what was signed.
  */
 export class RelayStore {
   private readonly root: RootDatabase<Bytes, Key>
-  private readonly votes: Database<Bytes, [number, number]>
   private readonly own: Database<Bytes, number>
-  private readonly certs: Database<Bytes, [number, number]>
+  /** [round, author, digest] → a peer's block (several per slot when its author equivocated). */
+  private readonly blocks: Database<Bytes, [number, number, string]>
   private readonly digests: Database<Bytes, string>
   private readonly commits: Database<Bytes, number>
   /** [batch number, chunk] → [anchor round, frames of that chunk] */
@@ -93,10 +93,9 @@ export class RelayStore {
 
   private constructor(path: string) {
     this.root = open<Bytes, Key>({ path, encoding: 'binary', maxDbs: 16 })
-    this.votes = this.root.openDB({ name: 'votes', encoding: 'binary' })
     this.own = this.root.openDB({ name: 'own-blocks', encoding: 'binary' })
-    this.certs = this.root.openDB({ name: 'certs', encoding: 'binary' })
-    this.digests = this.root.openDB({ name: 'cert-digests', encoding: 'binary' })
+    this.blocks = this.root.openDB({ name: 'blocks', encoding: 'binary' })
+    this.digests = this.root.openDB({ name: 'block-digests', encoding: 'binary' })
     this.commits = this.root.openDB({ name: 'commits', encoding: 'binary' })
     this.batches = this.root.openDB({ name: 'batches', encoding: 'binary' })
     this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
@@ -117,16 +116,14 @@ export class RelayStore {
     await this.root.transaction(() => {
       for (const r of w.records) {
         switch (r.kind) {
-          case 'vote':
-            this.votes.putSync([r.round, r.author], fromHex(r.digestHex))
-            break
           case 'own-block':
-            this.own.putSync(r.block.header.round, encode([r.block.signed.bytes, r.block.signed.sig]))
+            this.own.putSync(r.block.header.round, encodeBlock(r.block))
+            this.digests.putSync(r.block.digestHex, encode([r.block.header.round, r.block.header.author, true]))
             break
-          case 'cert': {
-            const { round, author } = r.cert.block.header
-            this.certs.putSync([round, author], encodeCert(r.cert))
-            this.digests.putSync(r.cert.block.digestHex, encode([round, author]))
+          case 'block': {
+            const { round, author } = r.block.header
+            this.blocks.putSync([round, author, r.block.digestHex], encodeBlock(r.block))
+            this.digests.putSync(r.block.digestHex, encode([round, author, false]))
             break
           }
           case 'commit':
@@ -148,29 +145,26 @@ export class RelayStore {
   }
 
   /**
-   * What the consensus core needs after a restart: votes, own blocks and
-   * certificates above the GC horizon, and the recent commits. Certificates
-   * are re-opened (signature checked): a corrupted store fails loudly here.
+   * What the consensus core needs after a restart: own blocks and peers'
+   * blocks above the GC horizon, and the recent commits. Blocks are
+   * re-opened (signature checked): a corrupted store fails loudly here.
    */
   recover(crypto: SyncCrypto, committee: Committee, gcDepth: number): RecoveredState {
     let lastAnchor = 0
     for (const key of this.commits.getKeys({ reverse: true, limit: 1 })) lastAnchor = key as number
     const horizon = Math.max(0, lastAnchor - 2 * gcDepth)
-    const votes: Array<{ author: number; round: number; digestHex: string }> = []
-    for (const { key, value } of this.votes.getRange({ start: [horizon, 0] })) votes.push({ round: key[0], author: key[1], digestHex: toHex(value) })
-    const ownBlocks = []
-    for (const { value } of this.own.getRange({ start: horizon })) {
-      const [bytes, sig] = decode(value, RECORD_LIMIT) as [Bytes, Bytes]
-      ownBlocks.push(openBlock(crypto, committee, { bytes, sig }))
-    }
-    const certs: Certificate[] = []
-    for (const { value } of this.certs.getRange({ start: [horizon, 0] })) certs.push(decodeCert(crypto, committee, value))
+    const ownBlocks: Block[] = []
+    for (const { value } of this.own.getRange({ start: horizon })) ownBlocks.push(decodeBlock(crypto, committee, value))
+    // The latest own block is needed whatever its age: the next one references it.
+    if (ownBlocks.length === 0) for (const { value } of this.own.getRange({ reverse: true, limit: 1 })) ownBlocks.push(decodeBlock(crypto, committee, value))
+    const blocks: Block[] = []
+    for (const { value } of this.blocks.getRange({ start: [horizon, 0, ''] })) blocks.push(decodeBlock(crypto, committee, value))
     const commits = []
     for (const { key, value } of this.commits.getRange({ start: horizon })) {
       const [ordered, payloadIds] = decode(value, RECORD_LIMIT) as [string[], string[]]
       commits.push({ anchorRound: key, ordered, payloadIds })
     }
-    return { votes, ownBlocks, certs, commits }
+    return { ownBlocks, blocks, commits }
   }
 
   /** Every committed batch in commit order, its chunks joined, to rebuild the replicas. */
@@ -188,19 +182,22 @@ export class RelayStore {
     if (current) yield { anchorRound: current.anchorRound, frames: current.frames }
   }
 
-  certificatesInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Certificate[] {
-    const out: Certificate[] = []
-    for (const { value } of this.certs.getRange({ start: [fromRound, 0], end: [toRound + 1, 0], limit })) out.push(decodeCert(crypto, committee, value, false))
-    return out
+  /** Stored blocks (own and peers') of rounds fromRound..toRound, at most `limit`, for a peer catching up. */
+  blocksInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Block[] {
+    const out: Block[] = []
+    for (const { value } of this.blocks.getRange({ start: [fromRound, 0, ''], end: [toRound + 1, 0, ''], limit })) out.push(decodeBlock(crypto, committee, value, false))
+    for (const { value } of this.own.getRange({ start: fromRound, end: toRound + 1, limit })) out.push(decodeBlock(crypto, committee, value, false))
+    return out.sort((a, b) => a.header.round - b.header.round).slice(0, limit)
   }
 
-  certificatesByDigest(crypto: SyncCrypto, committee: Committee, digests: readonly string[]): Certificate[] {
-    const out: Certificate[] = []
+  blocksByDigest(crypto: SyncCrypto, committee: Committee, digests: readonly string[]): Block[] {
+    const out: Block[] = []
     for (const d of digests) {
       const where = this.digests.get(d)
       if (!where) continue
-      const value = this.certs.get(decode(where, RECORD_LIMIT) as [number, number])
-      if (value) out.push(decodeCert(crypto, committee, value, false))
+      const [round, author, own] = decode(where, RECORD_LIMIT) as [number, number, boolean]
+      const value = own ? this.own.get(round) : this.blocks.get([round, author, d])
+      if (value) out.push(decodeBlock(crypto, committee, value, false))
     }
     return out
   }
@@ -241,12 +238,12 @@ export class RelayStore {
   }
 }
 
-function encodeCert(c: Certificate): Uint8Array {
-  return encode([[c.block.signed.bytes, c.block.signed.sig], c.votes.map(([v, s]) => [v, s])])
+function encodeBlock(b: Block): Uint8Array {
+  return encode([b.signed.bytes, b.signed.sig])
 }
 
 /** `verify` is off for what we only forward to peers (they verify); recovery verifies. */
-function decodeCert(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Certificate {
-  const [[bytes, sig], votes] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], Array<[number, Bytes]>]
-  return { block: openBlock(crypto, committee, { bytes, sig }, undefined, verify), votes: votes.map(([v, s]) => [v, s] as const) }
+function decodeBlock(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Block {
+  const [bytes, sig] = decode(value, RECORD_LIMIT) as [Bytes, Bytes]
+  return openBlock(crypto, committee, { bytes, sig }, undefined, verify)
 }

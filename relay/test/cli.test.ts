@@ -53,11 +53,11 @@ describe('stead-relay command line', () => {
     for (const command of ['keygen', 'init', 'start', 'dev']) expect(top.stdout).toMatch(new RegExp(`^  ${command} `, 'm'))
     expect(keygen.stdout).toContain('--out <file>')
     for (const flag of ['--relays <n>', '--host <ip[,ip...]>', '--base-port <port>', '--out <dir>', '--space <name>', '--open-spaces']) expect(init.stdout).toContain(flag)
-    for (const flag of ['--config', '--id', '--data', '--key', '--byzantine', '--tls-cert', '--tls-key', '--idle-block-delay-ms', '--leader-timeout-ms', '--memory-budget-mb', '--limit', '--log-level']) {
+    for (const flag of ['--config', '--id', '--data', '--key', '--byzantine', '--tls-cert', '--tls-key', '--leader-timeout-ms', '--memory-budget-mb', '--limit', '--log-level']) {
       expect(start.stdout).toContain(`${flag} <`)
     }
     expect(start.stdout).toMatch(/env:\s+LOG_LEVEL/)
-    for (const flag of ['--relays', '--base-port', '--byzantine', '--byzantine-mode', '--dir', '--fresh', '--idle-block-delay-ms', '--leader-timeout-ms', '--log-level']) expect(dev.stdout).toContain(flag)
+    for (const flag of ['--relays', '--base-port', '--byzantine', '--byzantine-mode', '--dir', '--fresh', '--leader-timeout-ms', '--log-level']) expect(dev.stdout).toContain(flag)
     expect(help.stdout).toBe(start.stdout)
     expect(version.stdout).toBe(`${VERSION}\n`)
   })

@@ -3,21 +3,27 @@ import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/n
 import { describe, expect, it } from 'vitest'
 import {
   ConsensusCore,
+  GENESIS_DIGEST,
   decodeMessage,
   encodeMessage,
   signBlock,
-  signVote,
   type Block,
-  type Certificate,
+  type BlockRef,
   type Committee,
+  type Message,
   type Output,
   type PayloadInfo,
+  type PersistRecord,
   type SyncCrypto,
 } from '../src/consensus/index.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 const secrets = [0, 1, 2, 3].map((i) => new Uint8Array(32).fill(i + 10))
 const committee: Committee = { f: 1, keys: secrets.map(publicKeyOfSync) }
+const genesis = (author: number): BlockRef => ({ round: 0, author, digest: GENESIS_DIGEST })
+/** Genesis refs with `author`'s own first, as a round-1 block lists them. */
+const genesisFor = (author: number): BlockRef[] => [author, ...[0, 1, 2, 3].filter((a) => a !== author)].map(genesis)
+const refOf = (b: Block): BlockRef => ({ round: b.header.round, author: b.header.author, digest: b.digest })
 
 function inspect(frame: Uint8Array): PayloadInfo | SteadError {
   try {
@@ -33,126 +39,181 @@ function core(me: number, recovered?: ConstructorParameters<typeof ConsensusCore
   return new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect }, recovered)
 }
 
-function votesIn(out: Output[]) {
-  return out.filter((o) => o.type === 'send' && o.message.kind === 'vote')
+const author = { secretKey: new Uint8Array(32).fill(77), publicKey: publicKeyOfSync(new Uint8Array(32).fill(77)) }
+async function envelope(seq: number): Promise<Uint8Array> {
+  const env = await sealEnvelope(nodeCrypto, author, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [seq] }], safe: [] })
+  return encodeEnvelope(env)
+}
+
+const blocksSent = (out: Output[]) => out.flatMap((o) => (o.type === 'broadcast' && o.message.kind === 'block' ? [o.message.block] : []))
+const persisted = (out: Output[]) => out.flatMap((o) => (o.type === 'persist' ? [o.record] : []))
+
+/** Four round-1 blocks (one per relay) and a round-2 block of relay 1 on top of them. */
+function smallDag() {
+  const r1 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+  const r2 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), refOf(r1[0]!), refOf(r1[2]!)], payload: [] })
+  return { r1, r2 }
+}
+
+function reason(bytes: Uint8Array): string {
+  try {
+    decodeMessage(crypto, committee, bytes)
+    return 'accepted'
+  } catch (e) {
+    expect(e).toBeInstanceOf(SteadError)
+    return `${(e as SteadError).reason}: ${(e as SteadError).message}`
+  }
 }
 
 describe('mesh messages', () => {
-  const block = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
-  const votes = [0, 1, 2].map((v) => signVote(crypto, secrets[v]!, v, block))
-  const cert: Certificate = { block, votes: votes.map((v) => [v.voter, v.sig] as const) }
+  const { r1, r2 } = smallDag()
 
   it('round-trip with every signature checked', () => {
-    for (const m of [{ kind: 'block' as const, block }, votes[0]!, { kind: 'cert' as const, cert }, { kind: 'sync' as const, fromRound: 3 }]) {
-      const back = decodeMessage(crypto, committee, encodeMessage(m))
-      expect(back.kind).toBe(m.kind)
-    }
+    const messages: Message[] = [
+      { kind: 'block', block: r2 },
+      { kind: 'blocks', blocks: r1 },
+      { kind: 'fetch', digests: [r2.digest] },
+      { kind: 'sync', fromRound: 3 },
+      { kind: 'wake', payload: [encode('x')] },
+    ]
+    for (const m of messages) expect(encodeMessage(decodeMessage(crypto, committee, encodeMessage(m)))).toEqual(encodeMessage(m))
   })
 
-  it('reject forged blocks and votes, short or padded certificates, strangers', () => {
-    const reason = (bytes: Uint8Array) => {
-      try {
-        decodeMessage(crypto, committee, bytes)
-        return 'accepted'
-      } catch (e) {
-        expect(e).toBeInstanceOf(SteadError)
-        return (e as SteadError).reason
-      }
-    }
-    const badSig = new Uint8Array(block.signed.sig)
+  it('refuse forged blocks, strangers and every broken ancestor rule at the door', () => {
+    const badSig = new Uint8Array(r2.signed.sig)
     badSig[3]! ^= 1
-    expect(reason(encode(['block', [block.signed.bytes, badSig]]))).toBe('bad-signature')
-    expect(reason(encodeMessage({ ...votes[0]!, voter: 2 }))).toBe('bad-signature')
-    expect(reason(encodeMessage({ kind: 'cert', cert: { block, votes: cert.votes.slice(0, 2) } }))).toBe('bad-signature')
-    expect(reason(encodeMessage({ kind: 'cert', cert: { block, votes: [cert.votes[0]!, cert.votes[0]!, cert.votes[1]!] } }))).toBe('bad-signature')
-    const stranger = signBlock(crypto, secrets[0]!, { round: 1, author: 7, parents: [], payload: [], weak: [] })
-    expect(reason(encodeMessage({ kind: 'block', block: stranger }))).toBe('unauthorized')
-    expect(reason(encode(['nope']))).toBe('malformed')
-    expect(reason(new Uint8Array([0xc1]))).toBe('malformed')
+    expect(reason(encode(['block', [r2.signed.bytes, badSig]]))).toMatch(/^bad-signature/)
+    const block = (a: number, round: number, ancestors: BlockRef[]) => encodeMessage({ kind: 'block', block: signBlock(crypto, secrets[a]!, { round, author: a, ancestors, payload: [] }) })
+    expect(reason(encodeMessage({ kind: 'block', block: signBlock(crypto, secrets[0]!, { round: 1, author: 7, ancestors: genesisFor(0), payload: [] }) }))).toMatch(/^unauthorized/)
+    expect(reason(block(1, 2, [refOf(r1[0]!), refOf(r1[1]!), refOf(r1[2]!)]))).toMatch(/own previous block/)
+    expect(reason(block(1, 2, [refOf(r1[1]!), refOf(r1[0]!), refOf(r1[2]!), refOf(r1[1]!)]))).toMatch(/own previous block may only come first/)
+    expect(reason(block(1, 2, [refOf(r1[1]!), refOf(r1[0]!), refOf(r1[0]!), refOf(r1[2]!)]))).toMatch(/two ancestors by relay 0/)
+    expect(reason(block(1, 2, [refOf(r1[1]!), refOf(r1[0]!)]))).toMatch(/needs 3 ancestors from round 1, has 2/)
+    expect(reason(block(1, 1, [refOf(r1[1]!), genesis(0), genesis(2)]))).toMatch(/not below 1/)
+    expect(reason(block(1, 1, [genesis(1), genesis(0), { round: 0, author: 2, digest: r1[2]!.digest }]))).toMatch(/round-0 block other than genesis/)
+    expect(reason(block(1, 1, []))).toMatch(/no ancestors/)
+    expect(reason(encode(['nope']))).toMatch(/^malformed/)
+    expect(reason(new Uint8Array([0xc1]))).toMatch(/^malformed/)
   })
 })
 
 describe('consensus core', () => {
-  it('votes once per (author, round), persisting the vote before sending it', () => {
+  it('stays silent when idle: no block, no timer', () => {
+    expect(core(0).start()).toEqual([])
+  })
+
+  it('persists its own block before broadcasting it, and never signs a second one for a round after a restart', async () => {
     const c = core(0)
-    c.start()
-    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
-    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('other')], weak: [] })
-    const out = c.onMessage(1, { kind: 'block', block: a })
-    const persistAt = out.findIndex((o) => o.type === 'persist' && o.record.kind === 'vote')
-    const sendAt = out.findIndex((o) => o.type === 'send' && o.message.kind === 'vote')
+    const frame = await envelope(1)
+    const out = c.submit(frame, inspect(frame) as PayloadInfo).outputs
+    const persistAt = out.findIndex((o) => o.type === 'persist' && o.record.kind === 'own-block')
+    const sendAt = out.findIndex((o) => o.type === 'broadcast' && o.message.kind === 'block')
     expect(persistAt).toBeGreaterThanOrEqual(0)
     expect(sendAt).toBeGreaterThan(persistAt)
-    const second = c.onMessage(1, { kind: 'block', block: b })
-    expect(votesIn(second)).toHaveLength(0)
-    expect(second).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'conflict' }))
-    // The same block again gets the same vote again (it may have been lost).
-    expect(votesIn(c.onMessage(1, { kind: 'block', block: a }))).toHaveLength(1)
+    const [own] = blocksSent(out)
+    expect(own?.header).toMatchObject({ round: 1, author: 0, payload: [frame] })
+    // Restarted from what it persisted: it re-sends that block and signs nothing new for round 1.
+    const records = persisted(out)
+    const restarted = core(0, { ownBlocks: records.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: [], commits: [] })
+    const again = restarted.start()
+    expect(blocksSent(again).map((b) => b.digestHex)).toEqual([own!.digestHex])
+    const next = await envelope(2)
+    expect(blocksSent(restarted.submit(next, inspect(next) as PayloadInfo).outputs)).toEqual([])
   })
 
-  it('never votes for a second block of a round after a restart', () => {
+  it('refuses pushed blocks of other authors, invalid envelopes, blocks far ahead and references that lie about their block', async () => {
     const c = core(0)
-    c.start()
-    const a = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [], weak: [] })
-    const records = c.onMessage(1, { kind: 'block', block: a }).flatMap((o) => (o.type === 'persist' ? [o.record] : []))
-    const own = c.start().flatMap((o) => (o.type === 'persist' ? [o.record] : []))
-    const all = [...records, ...own]
-    const restarted = core(0, {
-      votes: all.flatMap((r) => (r.kind === 'vote' ? [r] : [])),
-      ownBlocks: all.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])),
-      certs: [],
-      commits: [],
-    })
-    restarted.start()
-    const b = signBlock(crypto, secrets[1]!, { round: 1, author: 1, parents: [], payload: [encode('x')], weak: [] })
-    expect(votesIn(restarted.onMessage(1, { kind: 'block', block: b }))).toHaveLength(0)
-  })
-
-  it('refuses a block carrying an invalid envelope, and one too far ahead', async () => {
-    const c = core(0)
-    c.start()
-    const me = { secretKey: new Uint8Array(32).fill(99), publicKey: publicKeyOfSync(new Uint8Array(32).fill(99)) }
-    const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'register' }, ops: [['s', 1, 1]] }], safe: [] })
-    const frame = encodeEnvelope(env)
+    const { r1 } = smallDag()
+    const frame = await envelope(1)
     const forged = new Uint8Array(frame)
     forged[forged.length - 1]! ^= 1
-    const bad = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [forged], weak: [] })
+    const bad = signBlock(crypto, secrets[2]!, { round: 1, author: 2, ancestors: genesisFor(2), payload: [forged] })
     expect(c.onMessage(2, { kind: 'block', block: bad })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'bad-signature' }))
-    const good = signBlock(crypto, secrets[2]!, { round: 1, author: 2, parents: [], payload: [frame], weak: [] })
-    expect(votesIn(c.onMessage(2, { kind: 'block', block: good }))).toHaveLength(1)
-    const far: Block = signBlock(crypto, secrets[3]!, { round: 500, author: 3, parents: [], payload: [], weak: [] })
+    expect(c.onMessage(3, { kind: 'block', block: r1[2]! })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'unauthorized' }))
+    const far = signBlock(crypto, secrets[3]!, { round: 500, author: 3, ancestors: [refOf(r1[3]!), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
     expect(c.onMessage(3, { kind: 'block', block: far })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'too-large' }))
+    for (const b of r1) c.onMessage(b.header.author, { kind: 'block', block: b })
+    // Names relay 0's round-1 block as relay 2's: the digest resolves, the slot does not match.
+    const liar = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), { ...refOf(r1[0]!), author: 2 }, refOf(r1[3]!)], payload: [] })
+    expect(c.onMessage(1, { kind: 'block', block: liar })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'malformed' }))
   })
 
-  it('four cores wired directly reach commits with every envelope ordered once', async () => {
+  it('parks a block whose ancestors are missing, fetches them from the sender, then accepts both in causal order', () => {
+    const c = core(3)
+    const { r1, r2 } = smallDag()
+    c.onMessage(2, { kind: 'block', block: r1[2]! })
+    const out = c.onMessage(1, { kind: 'block', block: r2 })
+    const fetches = out.flatMap((o) => (o.type === 'send' && o.message.kind === 'fetch' ? [{ to: o.to, digests: o.message.digests }] : []))
+    expect(fetches).toHaveLength(1)
+    expect(fetches[0]!.to).toBe(1)
+    expect(fetches[0]!.digests.map((d) => Buffer.from(d).toString('hex')).sort()).toEqual([r1[0]!.digestHex, r1[1]!.digestHex].sort())
+    expect(c.blocksAt(2, 1)).toEqual([])
+    const answer = c.onMessage(3, { kind: 'blocks', blocks: [r1[0]!, r1[1]!] })
+    const accepted = answer.flatMap((o) => (o.type === 'accepted' ? [o.block.digestHex] : []))
+    expect(accepted).toEqual([r1[0]!.digestHex, r1[1]!.digestHex, r2.digestHex])
+    // Each accepted block is persisted before anything that follows it.
+    expect(persisted(answer).filter((r) => r.kind === 'block')).toHaveLength(3)
+  })
+
+  it('takes a block of its own handed back by a peer (a lost store) as proof that round is used', async () => {
+    const c = core(0)
+    const { r1 } = smallDag()
+    const out = c.onMessage(1, { kind: 'blocks', blocks: r1 })
+    expect(persisted(out)).toContainEqual({ kind: 'own-block', block: r1[0] })
+    const frame = await envelope(1)
+    const [next] = blocksSent(c.submit(frame, inspect(frame) as PayloadInfo).outputs)
+    expect(next?.header.round).toBe(2)
+    expect(next?.header.ancestors[0]?.digest).toEqual(r1[0]!.digest)
+  })
+
+  it('proposes once on a wake carrying an unordered envelope, and ignores one carrying nothing new', async () => {
+    const c = core(0)
+    const { r1 } = smallDag()
+    for (const b of r1.slice(1)) c.onMessage(b.header.author, { kind: 'block', block: b })
+    const quiet = c.onMessage(1, { kind: 'wake', payload: [] })
+    expect(blocksSent(quiet)).toEqual([])
+    const frame = await envelope(1)
+    const woken = blocksSent(c.onMessage(1, { kind: 'wake', payload: [frame] }))
+    expect(woken).toHaveLength(1)
+    // Round 1 of three peers is in: the clock is at round 2.
+    expect(woken[0]!.header).toMatchObject({ round: 2, payload: [frame] })
+  })
+
+  it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))
-    const inbox: Array<{ from: number; to: number; out: Output }> = []
+    const inbox: Array<{ from: number; out: Output }> = []
     const commits: string[][] = [[], [], [], []]
+    const records: PersistRecord[][] = [[], [], [], []]
     const route = (from: number, outs: Output[]) => {
-      for (const o of outs) inbox.push({ from, to: -1, out: o })
+      for (const o of outs) inbox.push({ from, out: o })
     }
-    cores.forEach((c, i) => route(i, c.start()))
-    const me = { secretKey: new Uint8Array(32).fill(77), publicKey: publicKeyOfSync(new Uint8Array(32).fill(77)) }
     for (let seq = 1; seq <= 5; seq++) {
-      const env = await sealEnvelope(nodeCrypto, me, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [seq] }], safe: [] })
-      const frame = encodeEnvelope(env)
+      const frame = await envelope(seq)
       route(seq % 4, cores[seq % 4]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
     }
     let steps = 0
-    while (inbox.length && steps++ < 20_000) {
+    while (inbox.length) {
+      expect(steps++).toBeLessThan(20_000)
       const { from, out } = inbox.shift()!
-      if (out.type === 'send') {
-        route(out.to, cores[out.to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(out.message))))
-      } else if (out.type === 'broadcast') {
+      if (out.type === 'send') route(out.to, cores[out.to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(out.message))))
+      else if (out.type === 'broadcast') {
         for (let to = 0; to < 4; to++) if (to !== from) route(to, cores[to]!.onMessage(from, out.message))
-      } else if (out.type === 'commit') {
-        commits[from]!.push(...out.commit.payloadIds)
-      } else if (out.type === 'timer' && out.name !== 'resend' && commits[from]!.length < 5) {
-        // Timers fire at once until everything is committed; then the cluster goes idle.
-        route(from, cores[from]!.onTimer(out.name, out.round))
-      }
+      } else if (out.type === 'commit') commits[from]!.push(...out.commit.payloadIds)
+      else if (out.type === 'persist') records[from]!.push(out.record)
+      // Timers fire only while there is work: with all committed, nothing is left to fire.
+      else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
     }
     for (const c of commits) expect(c).toEqual(commits[0])
     expect(new Set(commits[0]).size).toBe(5)
+    expect(cores.every((c) => !c.busy)).toBe(true)
+    // A restart from the store recomputes the same state: nothing to propose, nothing to commit again.
+    const back = core(2, {
+      ownBlocks: records[2]!.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])),
+      blocks: records[2]!.flatMap((r) => (r.kind === 'block' ? [r.block] : [])),
+      commits: records[2]!.flatMap((r) => (r.kind === 'commit' ? [r] : [])),
+    })
+    const resumed = back.start()
+    expect(resumed.filter((o) => o.type === 'commit')).toEqual([])
+    expect(back.committedRound).toBe(cores[2]!.committedRound)
   })
 })

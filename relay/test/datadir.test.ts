@@ -107,8 +107,8 @@ describe('data dir', () => {
     // A refusal leaves no lock behind.
     openDataDir(dir, committee).release()
 
-    writeFileSync(join(dir, META_FILE), JSON.stringify({ format: 2, committee: mine }))
-    expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/written by store format 2, this stead-relay reads format 1/)
+    writeFileSync(join(dir, META_FILE), JSON.stringify({ format: 1, committee: mine }))
+    expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/written by store format 1, this stead-relay reads format 2/)
 
     rmSync(join(dir, META_FILE))
     expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/holds a store written by an older stead-relay \(it has data\.mdb but no stead-store\.json\).*start with an empty data dir/)

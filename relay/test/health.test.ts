@@ -25,7 +25,7 @@ describe('readiness', () => {
     expect(readiness({ ...healthy, f: 0, peers: 0, peersConnected: 0, clusterRound: 100 }).ready).toBe(true)
   })
 
-  it('is not ready while far behind the rounds the cluster certified', () => {
+  it('is not ready while far behind the round the cluster reached', () => {
     expect(readiness({ ...healthy, clusterRound: 110 }).ready).toBe(true)
     const r = readiness({ ...healthy, round: 40, clusterRound: 120 })
     expect(r.ready).toBe(false)

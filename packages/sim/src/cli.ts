@@ -7,9 +7,9 @@ const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byza
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
 
 Runs real consensus cores and replicas over a seeded simulated network and
-checks safety (prefix-consistent commits, one certificate per author and
-round, identical audits and stable states, invariants) and progress after
-faults heal. A failing seed prints its step and replays exactly.
+checks safety (identical commit sequences, at most one block ordered per
+author and round, identical audits and stable states, invariants) and
+progress after faults heal. A failing seed prints its step and replays exactly.
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -76,7 +76,7 @@ for (const seed of seeds) {
     workload,
   )
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} crash=${values.crash}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxCerts=${r.maxCertificatesInMemory} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxBlocks=${r.maxBlocksInMemory} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++

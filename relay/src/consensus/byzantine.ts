@@ -1,5 +1,5 @@
 import { asSigned, decode, encode, toHex } from '@stead/core'
-import { certificateQuorum, signBlock, signVote, type Block, type Certificate, type Committee, type Message, type SyncCrypto, type Vote } from './messages.ts'
+import { signBlock, type Block, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import type { ByzantineStrategy } from './strategies.ts'
 
 export { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './strategies.ts'
@@ -15,82 +15,96 @@ export interface ByzantineContext {
   readonly conflictingPayload: (round: number) => Uint8Array | undefined
 }
 
+/**
+ * A decorator on what an honest core sends: it rewrites each outgoing
+ * message into none, one or several. The relay and the simulator put it
+ * between the core and the network; the core itself never misbehaves.
+ */
 export class ByzantineBehaviour {
-  /** Twin blocks of an equivocator and the votes they gathered. */
-  private readonly twins = new Map<string, { block: Block; votes: Map<number, Uint8Array> }>()
-
   readonly strategy: ByzantineStrategy
   private readonly ctx: ByzantineContext
-  constructor(
-    strategy: ByzantineStrategy,
-    ctx: ByzantineContext,
-  ) {
+  /** Twin of each own block, made once, so every odd peer gets the same one. */
+  private readonly twins = new Map<string, Block>()
+
+  constructor(strategy: ByzantineStrategy, ctx: ByzantineContext) {
     this.strategy = strategy
     this.ctx = ctx
   }
 
+  /**
+   * The twin of one of our blocks: other payload, and built on the twin of
+   * our previous block, so the twins form a second chain that peers who
+   * only see twins keep supporting (the strongest form of equivocation).
+   */
+  private twinOf(own: Block): Block {
+    const made = this.twins.get(own.digestHex)
+    if (made) return made
+    const { secretKey, crypto } = this.ctx
+    const sample = this.ctx.samplePayload()
+    const [previous, ...others] = own.header.ancestors
+    const shadow = previous && this.twins.get(toHex(previous.digest))
+    const ancestors = shadow && previous ? [{ ...previous, digest: shadow.digest }, ...others] : own.header.ancestors
+    const twin = signBlock(crypto, secretKey, { ...own.header, ancestors, payload: own.header.payload.length || !sample ? [] : [sample] })
+    this.twins.set(own.digestHex, twin)
+    if (this.twins.size > 64) this.twins.delete(this.twins.keys().next().value as string)
+    return twin
+  }
+
   /** Rewrites one message the honest core sends to peer `to`: none, one, or several. */
   outgoing(to: number, message: Message): Message[] {
-    const { secretKey, crypto, me } = this.ctx
+    const { secretKey, crypto, me, committee } = this.ctx
+    const own = message.kind === 'block' && message.block.header.author === me ? message.block : null
     switch (this.strategy) {
       case 'silent':
         return []
-      case 'withhold':
-        return message.kind === 'vote' || message.kind === 'cert' || (message.kind === 'block' && to % 2 === 0) ? [] : [message]
+      case 'withhold-block': {
+        // Its blocks reach only f+1 peers (and never through fetches): its leader slots stay
+        // undecided until the indirect rule settles them.
+        if (message.kind === 'blocks' || message.kind === 'wake') return []
+        const reached = Array.from({ length: committee.keys.length }, (_, i) => i).filter((i) => i !== me).slice(0, committee.f + 1)
+        return own && !reached.includes(to) ? [] : [message]
+      }
+      case 'blame-leader': {
+        // Never references the previous round's leader, so its blocks blame every leader.
+        if (!own || own.header.round === 1) return [message]
+        const leader = (own.header.round - 1) % committee.keys.length
+        if (leader === me) return [message]
+        const ancestors = own.header.ancestors.filter((a) => a.author !== leader)
+        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...own.header, ancestors }) }]
+      }
       case 'bad-signature':
-        if (message.kind === 'vote') return [{ ...message, sig: flip(message.sig) }]
         if (message.kind === 'block') return [{ kind: 'block', block: { ...message.block, signed: { bytes: message.block.signed.bytes, sig: flip(message.block.signed.sig) } } }]
         return [message]
-      case 'unknown-parents': {
-        if (message.kind !== 'block' || message.block.header.round === 1) return [message]
-        const parents = message.block.header.parents.map((p, i) => (i === 0 ? crypto.sha256(p) : p))
-        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...message.block.header, parents }) }]
+      case 'unknown-ancestors': {
+        if (!own) return [message]
+        const ancestors = own.header.ancestors.map((a, i) => (i === 1 ? { ...a, digest: crypto.sha256(a.digest) } : a))
+        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...own.header, ancestors }) }]
+      }
+      case 'invalid-ancestors': {
+        // Its own previous block last instead of first: every correct relay refuses it at the door.
+        if (!own) return [message]
+        const ancestors = [...own.header.ancestors.slice(1), own.header.ancestors[0] as Block['header']['ancestors'][number]]
+        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...own.header, ancestors }) }]
       }
       case 'flood': {
-        if (message.kind !== 'block') return [message]
-        const far = [1000, 60, 3].map((ahead) => signBlock(crypto, secretKey, { round: message.block.header.round + ahead, author: me, parents: message.block.header.parents, payload: [], weak: [] }))
+        if (!own) return [message]
+        const far = [1000, 60, 3].map((ahead) => signBlock(crypto, secretKey, { ...own.header, round: own.header.round + ahead, payload: [] }))
         return [message, ...far.map((block) => ({ kind: 'block' as const, block }))]
       }
       case 'forged-envelopes': {
-        if (message.kind !== 'block') return [message]
-        const extra = this.ctx.conflictingPayload(message.block.header.round) ?? forgedFrame(message.block.header.payload[0])
+        if (!own) return [message]
+        const extra = this.ctx.conflictingPayload(own.header.round) ?? forgedFrame(own.header.payload[0])
         if (!extra) return [message]
-        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...message.block.header, payload: [...message.block.header.payload, extra] }) }]
+        return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...own.header, payload: [...own.header.payload, extra] }) }]
       }
-      case 'equivocate':
-      case 'double-vote': {
-        if (message.kind !== 'block' || message.block.header.author !== me) return [message]
+      case 'equivocate': {
+        if (!own) return [message]
         // Even peers get the real block, odd peers a twin for the same round, peer 0 both.
         if (to % 2 === 0 && to !== 0) return [message]
-        const sample = this.ctx.samplePayload()
-        const alt = signBlock(crypto, secretKey, { ...message.block.header, payload: message.block.header.payload.length || !sample ? [] : [sample] })
-        if (!this.twins.has(alt.digestHex)) this.twins.set(alt.digestHex, { block: alt, votes: new Map([[me, signVote(crypto, secretKey, me, alt).sig]]) })
-        return to === 0 ? [message, { kind: 'block', block: alt }] : [{ kind: 'block', block: alt }]
+        const twin = this.twinOf(own)
+        return to === 0 ? [message, { kind: 'block', block: twin }] : [{ kind: 'block', block: twin }]
       }
     }
-  }
-
-  /**
-   * Reacts to a message before the honest core sees it: a double-voter votes
-   * for every block; an equivocator turns votes for its twin into a
-   * certificate when it can. Returns messages to send, 'all' meaning every peer.
-   */
-  incoming(message: Message): Array<{ to: number | 'all'; message: Message }> {
-    const { secretKey, crypto, me } = this.ctx
-    if (this.strategy === 'double-vote' && message.kind === 'block' && message.block.header.author !== me) {
-      return [{ to: message.block.header.author, message: signVote(crypto, secretKey, me, message.block) }]
-    }
-    if ((this.strategy === 'equivocate' || this.strategy === 'double-vote') && message.kind === 'vote') return this.collect(message)
-    return []
-  }
-
-  private collect(vote: Vote): Array<{ to: 'all'; message: Message }> {
-    const twin = this.twins.get(toHex(vote.digest))
-    if (!twin) return []
-    twin.votes.set(vote.voter, vote.sig)
-    if (twin.votes.size !== certificateQuorum(this.ctx.committee)) return []
-    const cert: Certificate = { block: twin.block, votes: [...twin.votes.entries()] }
-    return [{ to: 'all', message: { kind: 'cert', cert } }]
   }
 }
 

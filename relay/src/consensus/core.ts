@@ -1,33 +1,11 @@
 import { SteadError, fromHex, toHex } from '@stead/core'
-import {
-  certificateQuorum,
-  maxWeakLinks,
-  committeeSize,
-  quorum,
-  signBlock,
-  signVote,
-  validateCommittee,
-  type Block,
-  type Certificate,
-  type Committee,
-  type Message,
-  type SyncCrypto,
-  type Vote,
-} from './messages.ts'
+import { decideLeaders, roundRobin, type CommitRule } from './committer.ts'
+import { Dag, assert, type DagBlock, type Ref } from './dag.ts'
+import { GENESIS_DIGEST, committeeSize, quorum, signBlock, validateCommittee, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
+import { PayloadQueue, type InspectPayload, type PayloadInfo } from './payload.ts'
+import { Synchronizer } from './sync.ts'
 
-/** What the core learns about a client envelope it is asked to carry, from the shell's own check of it. */
-export interface PayloadInfo {
-  readonly idHex: string
-  /** author id and per-author sequence number: two different ids for one slot conflict. */
-  readonly slot: string
-}
-
-/**
- * Classifies a payload frame. The shell verifies envelopes (signature,
- * permissions, limits) before the core sees them and answers from its cache
- * here; an Error means the frame is invalid, and a block carrying it gets no vote.
- */
-export type InspectPayload = (frame: Uint8Array) => PayloadInfo | SteadError
+export type { InspectPayload, PayloadInfo } from './payload.ts'
 
 export interface ConsensusConfig {
   readonly committee: Committee
@@ -35,32 +13,31 @@ export interface ConsensusConfig {
   readonly secretKey: Uint8Array
   readonly crypto: SyncCrypto
   readonly inspect: InspectPayload
-  /** Blocks more than this many rounds ahead of ours are ignored (flood guard). */
+  /** Blocks more than this many rounds ahead of our clock are ignored (flood guard). */
   readonly maxRoundsAhead?: number
-  /** Rounds kept in memory behind the last committed anchor. */
+  /** Rounds kept behind the last committed leader; older blocks can never be ordered. */
   readonly gcDepth?: number
   /** Envelopes in one block. */
   readonly maxBlockEnvelopes?: number
   /** Payload bytes in one block (one envelope may exceed it alone); keeps blocks far below the mesh frame limit. */
   readonly maxBlockBytes?: number
-  /** Envelopes waiting for a block; more are refused with 'too-large'. */
+  /** Envelopes waiting for a block; more are refused with 'rate-limited'. */
   readonly maxQueuedEnvelopes?: number
-  /** How long to wait for a leader (even round) or its votes (odd round) before moving on. */
+  /** How long to wait for the previous round's leader before proposing without it. */
   readonly leaderTimeoutMs?: number
-  /** With nothing to carry or commit, how long to wait before an empty block. */
-  readonly idleBlockDelayMs?: number
-  /** How often to resend an uncertified block and ask a peer for newer certificates. */
-  readonly resendIntervalMs?: number
-  /** Blocks waiting for missing parents. */
+  /** While something is missing or work is stuck: how often to ask peers again. */
+  readonly syncIntervalMs?: number
+  /** Blocks waiting for missing ancestors. */
   readonly maxSuspended?: number
 }
 
-/** One committed anchor and the causal history it orders. */
+/** One committed leader and the causal history it orders. */
 export interface Commit {
+  /** The leader's round: strictly increasing from one commit to the next. */
   readonly anchorRound: number
   readonly leader: number
-  /** Certificates newly ordered by this anchor, in order. */
-  readonly blocks: readonly { readonly round: number; readonly author: number; readonly digestHex: string }[]
+  /** Blocks newly ordered by this leader, in order. */
+  readonly blocks: readonly Ref[]
   /** Envelope frames in commit order, each id once (its first place). */
   readonly payload: readonly Uint8Array[]
   /** Envelope ids matching `payload`. */
@@ -69,9 +46,10 @@ export interface Commit {
 
 /** Facts that must be durable before the messages that follow them are sent. */
 export type PersistRecord =
-  | { readonly kind: 'vote'; readonly author: number; readonly round: number; readonly digestHex: string }
+  /** Our own block: the proof, after a crash, that this round is taken (we never sign another). */
   | { readonly kind: 'own-block'; readonly block: Block }
-  | { readonly kind: 'cert'; readonly cert: Certificate }
+  /** A peer's block accepted into the DAG: written no later than our block that references it. */
+  | { readonly kind: 'block'; readonly block: Block }
   | { readonly kind: 'commit'; readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }
 
 export type Output =
@@ -80,49 +58,52 @@ export type Output =
   | { readonly type: 'broadcast'; readonly message: Message }
   | { readonly type: 'timer'; readonly name: TimerName; readonly round: number; readonly afterMs: number }
   | { readonly type: 'commit'; readonly commit: Commit }
-  | { readonly type: 'certified'; readonly cert: Certificate }
-  /** Certificates older than memory holds were asked for: the shell answers from its store. */
+  /** A peer's block entered the DAG: its envelopes can go to subscribers (prospective state needs no order). */
+  | { readonly type: 'accepted'; readonly block: Block }
+  /**
+   * A block fell below the GC round without being ordered (its author
+   * equivocated, or it was cut off for gcDepth rounds): it never will be.
+   * Its envelopes not ordered elsewhere are listed; whoever applied them
+   * prospectively reverses them (their authors resubmit).
+   */
+  | { readonly type: 'expired'; readonly block: Ref; readonly payloadIds: readonly string[] }
+  /** Blocks older than memory holds were asked for: the shell answers from its store. */
   | { readonly type: 'archive-request'; readonly to: number; readonly query: ArchiveQuery }
   | { readonly type: 'rejected'; readonly from: number; readonly reason: string; readonly detail: string }
 
-export type TimerName = 'leader' | 'idle' | 'resend'
+export type TimerName = 'leader' | 'sync'
 
-/** Certificates a peer asked for that memory no longer holds: by round range, or by digest. */
+/** Blocks a peer asked for that memory no longer holds: by round range, or by digest. */
 export type ArchiveQuery = { readonly fromRound: number; readonly toRound: number } | { readonly digests: readonly string[] }
 
 /** What a restarted relay reads back from its store. */
 export interface RecoveredState {
-  readonly votes: ReadonlyArray<{ readonly author: number; readonly round: number; readonly digestHex: string }>
   readonly ownBlocks: readonly Block[]
-  readonly certs: readonly Certificate[]
+  /** Peers' blocks above the horizon. */
+  readonly blocks: readonly Block[]
   readonly commits: ReadonlyArray<{ readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }>
 }
 
-/** Certificates per catch-up answer: well under the mesh's frame limit even with full blocks. */
+/** Blocks per catch-up answer: well under the mesh's frame limit even with full blocks. */
 export const SYNC_BATCH = 200
 /** Bytes of blocks per catch-up answer: several full blocks, well under the 64 MiB frame limit. */
 export const SYNC_BYTES = 16 * 1024 * 1024
-
-interface Node {
-  readonly cert: Certificate
-  readonly round: number
-  readonly author: number
-  readonly digestHex: string
-  readonly parents: readonly string[]
-  readonly weak: readonly string[]
-}
+/** Envelopes a stuck relay hands its peers in a wake message. */
+const WAKE_ENVELOPES = 64
 
 /**
- * One relay's consensus: Narwhal's certified DAG (reliable broadcast of one
- * block per relay per round, 2f+1 votes make a certificate) and Bullshark's
- * partially synchronous commit rule (the anchor of every even round is a
- * round-robin leader's block; it commits when f+1 blocks of the next round
- * reference it; earlier anchors it reaches are ordered first).
+ * One relay's consensus: an uncertified DAG with Mysticeti's commit rule.
+ * Each relay signs one block per round referencing blocks of earlier
+ * rounds (2f+1 of the previous one); a round's leader commits once 2f+1
+ * blocks two rounds later each reference 2f+1 blocks that reference it.
+ * No votes, no certificates: one signature per block. Relays propose only
+ * while there is work (payload to carry or to order), so an idle cluster
+ * makes no rounds. The rules are in ./README.md.
  *
  * Sans-I/O: every method takes an event and returns outputs in the order
  * they must happen. A 'persist' output must be durable before any output
- * after it is acted on: that is how a relay never votes twice for one
- * (author, round), even across a crash.
+ * after it is acted on: that is how a relay never signs two blocks for one
+ * round, even across a crash.
  */
 export class ConsensusCore {
   readonly me: number
@@ -133,51 +114,43 @@ export class ConsensusCore {
   private readonly inspect: InspectPayload
   private readonly maxRoundsAhead: number
   private readonly gcDepth: number
-  private readonly maxBlockEnvelopes: number
-  private readonly maxBlockBytes: number
-  private readonly maxQueued: number
   private readonly leaderTimeoutMs: number
-  private readonly idleBlockDelayMs: number
-  private readonly resendIntervalMs: number
-  private readonly maxSuspended: number
+  private readonly syncIntervalMs: number
+  private readonly rule: CommitRule
 
-  /** The round of our latest proposal (0 before the first). */
-  private round = 0
-  private readonly dag = new Map<number, Map<number, Node>>()
-  private readonly byDigest = new Map<string, Node>()
-  /** Certificates no other certificate in our DAG points to (strongly or weakly). */
-  private readonly unreferenced = new Set<string>()
-  /** Rounds of certificates fetched after they fell below the GC horizon (bounded). */
-  private readonly belowHorizon = new Map<string, number>()
-  /** author:round → digest we voted for. Persisted before the vote leaves. */
-  private readonly voted = new Map<string, string>()
+  private readonly dag: Dag
+  private readonly sync: Synchronizer
+  private readonly payload: PayloadQueue
+
+  /** Our blocks by round; the latest is kept even below the GC round (the next one references it). */
   private readonly ownBlocks = new Map<number, Block>()
-  private readonly votesForOwn = new Map<number, Map<number, Uint8Array>>()
-  /** Blocks and certificates waiting for parents, by digest. */
-  private readonly suspended = new Map<string, { from: number; message: Message; missing: Set<string>; round: number }>()
-  /** missing parent digest → digests of the suspended blocks and certificates waiting for it. */
-  private readonly waitingOn = new Map<string, Set<string>>()
-  private readonly suspendedBy = new Map<number, number>()
-  /** Digests fetched since the last resend timer, and the round we last asked to sync from. */
-  private readonly requested = new Set<string>()
-  private syncedAtRound = -1
+  private lastProposed = 0
+  /** author → round of its latest block we referenced: each block references only newer ones. */
+  private readonly lastIncluded = new Map<number, number>()
+  /** A leader timeout fired for this clock round: propose without waiting for the leader. */
+  private forcedRound = 0
+  /** A peer with work waits for a quorum at this round: propose up to it even with no work of our own. */
+  private wakeRound = 0
+  private leaderTimerRound = 0
 
-  private queue: Array<{ frame: Uint8Array; info: PayloadInfo }> = []
-  private queueBytes = 0
-  private readonly queuedIds = new Set<string>()
-  /** slot → envelope id, for every envelope in a block we voted for or proposed. */
-  private readonly slots = new Map<string, { idHex: string; round: number }>()
-
-  private lastCommittedRound = 0
+  /** Leader slots up to this round are decided (committed or skipped). */
+  private lastDecided = 0
+  private lastCommitRound = 0
+  /** Blocks already ordered, and which slots (round:author) they fill: at most one block per slot is ever ordered. */
   private readonly ordered = new Set<string>()
-  /** Envelope ids already ordered, with the round they were ordered in (for GC). */
+  private readonly orderedSlots = new Set<string>()
+  /** Envelope ids already ordered, with the leader round that ordered them (a window, for GC). */
   private readonly orderedPayload = new Map<string, number>()
-  /** Certified blocks with payload that no anchor has ordered yet: reason to keep rounds going. */
-  private unorderedWithPayload = 0
-  private readonly expiredLeaderTimers = new Set<number>()
-  private idleExpired = false
+  /**
+   * Accepted blocks not yet ordered, with their envelopes not yet ordered:
+   * while one of those envelopes is still unordered, the cluster has work.
+   */
+  private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[] }>()
+
+  private syncTimerArmed = false
   private syncPeer = 0
-  private lastProgressRound = 0
+  /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
+  private progressMark = ''
 
   constructor(config: ConsensusConfig, recovered?: RecoveredState) {
     const problem = validateCommittee(config.committee)
@@ -191,74 +164,87 @@ export class ConsensusCore {
     this.inspect = config.inspect
     this.maxRoundsAhead = config.maxRoundsAhead ?? 50
     this.gcDepth = config.gcDepth ?? 50
-    this.maxBlockEnvelopes = config.maxBlockEnvelopes ?? 1000
-    this.maxBlockBytes = config.maxBlockBytes ?? 4 * 1024 * 1024
-    this.maxQueued = config.maxQueuedEnvelopes ?? 100_000
-    this.leaderTimeoutMs = config.leaderTimeoutMs ?? 1000
-    this.idleBlockDelayMs = config.idleBlockDelayMs ?? 200
-    this.resendIntervalMs = config.resendIntervalMs ?? 1000
-    this.maxSuspended = config.maxSuspended ?? 10_000
+    this.leaderTimeoutMs = config.leaderTimeoutMs ?? 250
+    this.syncIntervalMs = config.syncIntervalMs ?? 500
+    const q = quorum(config.committee)
+    this.rule = { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(this.n) }
+    this.dag = new Dag(this.n, q)
+    this.sync = new Synchronizer(this.n, config.maxSuspended ?? 10_000)
+    this.payload = new PayloadQueue({
+      maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,
+      maxBlockBytes: config.maxBlockBytes ?? 4 * 1024 * 1024,
+      maxQueued: config.maxQueuedEnvelopes ?? 100_000,
+    })
     if (recovered) this.recover(recovered)
   }
 
   // ---- introspection (for the shell, metrics and the simulator) ----
 
+  /** The round of our latest block (0 before the first). */
   get currentRound(): number {
-    return this.round
+    return this.lastProposed
   }
 
+  /** The highest round this relay knows 2f+1 blocks of, plus one. */
+  get clockRound(): number {
+    return this.dag.clockRound
+  }
+
+  /** The round of the last committed leader. */
   get committedRound(): number {
-    return this.lastCommittedRound
+    return this.lastCommitRound
   }
 
   /** Bytes of the envelope frames waiting for a block: the relay's memory budget counts them. */
   get queuedBytes(): number {
-    return this.queueBytes
+    return this.payload.queuedBytes
   }
 
   get queuedEnvelopes(): number {
-    return this.queue.length
+    return this.payload.length
   }
 
-  /** Rounds and certificates held in memory: bounded by gcDepth plus what is ahead. */
-  get memory(): { rounds: number; certificates: number; suspended: number; slots: number; orderedPayload: number } {
-    return { rounds: this.dag.size, certificates: this.byDigest.size, suspended: this.suspended.size, slots: this.slots.size, orderedPayload: this.orderedPayload.size }
+  /** Whether the relay has work: envelopes to carry, or accepted ones to order. */
+  get busy(): boolean {
+    return this.hasWork()
+  }
+
+  /** What is held in memory: bounded by gcDepth plus what is ahead. */
+  get memory(): { rounds: number; blocks: number; suspended: number; slots: number; orderedPayload: number } {
+    return { rounds: this.dag.roundCount, blocks: this.dag.size, suspended: this.sync.size, slots: this.payload.slotCount, orderedPayload: this.orderedPayload.size }
   }
 
   /** A compact picture of the last few rounds, for logs, status pages and failing simulations. */
   describe(): string {
     const rounds: string[] = []
-    for (let r = Math.max(1, this.round - 2); r <= this.highestRound(); r++) {
-      const authors = [...(this.dag.get(r)?.keys() ?? [])].sort().join('')
-      const votes = this.votesForOwn.get(r)?.size ?? 0
-      rounds.push(`r${r}[certs:${authors || '-'}${this.ownBlocks.has(r) ? ` own,votes:${votes}` : ''}]`)
+    for (let r = Math.max(1, this.dag.highestRound - 3); r <= this.dag.highestRound; r++) {
+      const authors = this.dag
+        .atRound(r)
+        .map((b) => `${b.author}${b.block.header.payload.length ? '*' : ''}`)
+        .join('')
+      rounds.push(`r${r}[${authors || '-'}]`)
     }
-    const frontier = [...this.waitingOn.keys()].filter((d) => !this.suspended.has(d))
-    return `relay ${this.me} round ${this.round} committed ${this.lastCommittedRound} suspended ${this.suspended.size} queue ${this.queue.length} ${rounds.join(' ')}${frontier.length ? ` missing ${frontier.map((d) => d.slice(0, 8)).join(',')}` : ''}`
+    return `relay ${this.me} proposed ${this.lastProposed} clock ${this.dag.clockRound} decided ${this.lastDecided} committed ${this.lastCommitRound} gc ${this.dag.gcRound} work ${this.pendingWork.size} queue ${this.payload.length} parked ${this.sync.size} ${rounds.join(' ')}`
   }
 
-  certificate(round: number, author: number): Certificate | undefined {
-    return this.dag.get(round)?.get(author)?.cert
+  /** The blocks this relay holds for a slot (several when the author equivocated). */
+  blocksAt(round: number, author: number): readonly Block[] {
+    return this.dag.atSlot(round, author).map((b) => b.block)
   }
 
-  /** The leader whose block is the anchor of an even round. */
   leaderOf(round: number): number {
-    return (round / 2) % this.n
+    return this.rule.leaderOf(round)
   }
 
   // ---- events ----
 
-  /** Starts (or, after recovery, resumes) proposing. */
+  /** Starts (or, after recovery, resumes): re-sends our latest block, which peers may have missed. */
   start(): Output[] {
     const out: Output[] = []
-    const own = this.ownBlocks.get(this.round)
-    if (own && !this.dag.get(this.round)?.has(this.me)) {
-      // Votes gathered before a crash were not persisted: gather them again, starting with ours.
-      this.sendVote(own, out, false)
-      out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
-    }
-    this.advance(out)
-    out.push({ type: 'timer', name: 'resend', round: this.round, afterMs: this.resendIntervalMs })
+    const own = this.ownBlocks.get(this.lastProposed)
+    if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
+    this.commitAndPropose(out)
+    this.armSync(out)
     return out
   }
 
@@ -268,533 +254,422 @@ export class ConsensusCore {
    * author+seq, and throws SteadError('rate-limited') when the queue is full.
    */
   submit(frame: Uint8Array, info: PayloadInfo): { status: 'queued' | 'duplicate' | 'conflict'; outputs: Output[] } {
-    if (this.queuedIds.has(info.idHex) || this.orderedPayload.has(info.idHex)) return { status: 'duplicate', outputs: [] }
-    const holder = this.slots.get(info.slot)
-    // The same envelope again is queued again: the block that carried it may never be certified.
-    if (holder !== undefined && holder.idHex !== info.idHex) return { status: 'conflict', outputs: [] }
-    if (this.queue.length >= this.maxQueued) throw new SteadError('rate-limited', `${this.queue.length} envelopes already wait for a block; retry later`)
-    this.queue.push({ frame, info })
-    this.queueBytes += frame.length
-    this.queuedIds.add(info.idHex)
-    this.slots.set(info.slot, { idHex: info.idHex, round: this.round + 1 })
+    if (this.orderedPayload.has(info.idHex)) return { status: 'duplicate', outputs: [] }
+    const status = this.payload.add(frame, info, this.dag.clockRound)
     const out: Output[] = []
-    this.advance(out)
-    return { status: 'queued', outputs: out }
+    if (status === 'queued') {
+      this.commitAndPropose(out)
+      this.armSync(out)
+    }
+    return { status, outputs: out }
   }
 
   onMessage(from: number, message: Message): Output[] {
     const out: Output[] = []
     switch (message.kind) {
       case 'block':
-        this.onBlock(from, message.block, out)
+        // Pushed blocks come from their author; fetched ones (below) from anyone.
+        if (message.block.header.author !== from) this.reject(from, 'unauthorized', `relay ${from} pushed a block of ${message.block.header.author}`, out)
+        else this.receive(from, message.block, out)
         break
-      case 'vote':
-        this.onVote(from, message, out)
-        break
-      case 'cert':
-        this.onCertificate(from, message.cert, out)
-        break
-      case 'certs': {
-        const sorted = [...message.certs].sort((a, b) => a.block.header.round - b.block.header.round)
-        for (const cert of sorted) this.onCertificate(from, cert, out)
+      case 'blocks': {
+        const sorted = [...message.blocks].sort((a, b) => a.header.round - b.header.round)
+        for (const block of sorted) this.receive(from, block, out)
         // A full answer means more is waiting: keep pulling while behind.
-        const last = sorted[sorted.length - 1]?.block.header.round ?? 0
-        const size = sorted.reduce((n, c) => n + c.block.signed.bytes.length, 0)
-        if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last + 1 } })
+        const last = sorted[sorted.length - 1]?.header.round ?? 0
+        const size = sorted.reduce((n, b) => n + b.signed.bytes.length, 0)
+        if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last } })
         break
       }
       case 'fetch': {
-        const certs: Certificate[] = []
+        const blocks: Block[] = []
         const archived: string[] = []
         for (const d of message.digests) {
           const hex = toHex(d)
-          const node = this.byDigest.get(hex)
-          if (node) certs.push(node.cert)
+          const held = this.dag.get(hex)?.block ?? this.ownBlockByDigest(hex)
+          if (held) blocks.push(held)
           else archived.push(hex)
         }
-        if (certs.length) out.push({ type: 'send', to: from, message: { kind: 'certs', certs } })
+        if (blocks.length) out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks } })
         if (archived.length) out.push({ type: 'archive-request', to: from, query: { digests: archived } })
         break
       }
       case 'sync':
-        this.onSync(from, message.fromRound, out)
+        this.serveSync(from, message.fromRound, out)
+        break
+      case 'wake':
+        // A peer has work but waits for a quorum at a round it already proposed: carry its
+        // envelopes too, which gives us a reason to propose (duplicates are ordered once).
+        this.takeWake(from, message.payload, out)
+        this.commitAndPropose(out)
         break
     }
+    this.armSync(out)
     return out
+  }
+
+  /**
+   * A wake counts only with an envelope not ordered yet (so a peer cannot
+   * keep the cluster busy with nothing), and buys one proposal at our clock
+   * round: enough for the waiting peer's quorum, after which its block with
+   * the envelopes gives everyone work.
+   */
+  private takeWake(from: number, frames: readonly Uint8Array[], out: Output[]): void {
+    for (const frame of frames) {
+      const info = this.inspect(frame)
+      if (info instanceof SteadError) return this.reject(from, info.reason, `wake carries an invalid envelope: ${info.message}`, out)
+      if (this.orderedPayload.has(info.idHex)) continue
+      this.wakeRound = Math.max(this.wakeRound, this.dag.clockRound)
+      try {
+        this.payload.add(frame, info, this.dag.clockRound)
+      } catch (err) {
+        if (!(err instanceof SteadError)) throw err
+        return
+      }
+    }
   }
 
   onTimer(name: TimerName, round: number): Output[] {
     const out: Output[] = []
-    if (name === 'leader' && round === this.round) {
-      this.expiredLeaderTimers.add(round)
-      this.advance(out)
-    } else if (name === 'idle' && round === this.round) {
-      this.idleExpired = true
-      this.advance(out)
-    } else if (name === 'resend') {
-      this.requested.clear()
-      this.syncedAtRound = -1
-      // Links may have dropped our block or its votes; peers may know rounds we missed.
-      const own = this.ownBlocks.get(this.round)
-      const mine = this.dag.get(this.round)?.get(this.me) ?? this.dag.get(this.round - 1)?.get(this.me)
-      if (own && !this.dag.get(this.round)?.has(this.me)) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
-      if (mine) out.push({ type: 'broadcast', message: { kind: 'cert', cert: mine.cert } })
-      if (this.round === this.lastProgressRound) {
-        // Stuck in this round: someone may hold the certificates we miss.
-        this.syncPeer = (this.syncPeer + 1) % this.n
-        if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n
-        out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: this.round } })
-        // Ask again for what suspended blocks still wait on and nobody is about to deliver.
-        const frontier = [...this.waitingOn.keys()].filter((d) => !this.suspended.has(d)).slice(0, 1000)
-        if (frontier.length) out.push({ type: 'send', to: this.syncPeer, message: { kind: 'fetch', digests: frontier.map(fromHex) } })
+    if (name === 'leader') {
+      if (round === this.leaderTimerRound) this.leaderTimerRound = 0
+      if (round === this.dag.clockRound) {
+        this.forcedRound = round
+        this.commitAndPropose(out)
       }
-      this.lastProgressRound = this.round
-      out.push({ type: 'timer', name: 'resend', round: this.round, afterMs: this.resendIntervalMs })
+    } else {
+      this.syncTimerArmed = false
+      this.onSyncTick(out)
     }
+    this.armSync(out)
     return out
   }
 
-  // ---- reliable broadcast ----
+  // ---- receiving blocks ----
 
-  private onBlock(from: number, block: Block, out: Output[]): void {
-    const { round, author } = block.header
-    if (from !== author) return this.reject(from, 'unauthorized', `relay ${from} relayed a block of ${author}`, out)
-    if (round > this.round + this.maxRoundsAhead) return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.round}`, out)
-    // At the horizon we no longer hold the parents, so we cannot check them: no vote.
-    const gc = this.gcRound()
-    if (round <= gc || (gc > 0 && round === gc + 1)) return
-    const key = `${author}:${round}`
-    const votedFor = this.voted.get(key)
-    if (votedFor !== undefined) {
-      if (votedFor !== block.digestHex) return this.reject(from, 'conflict', `relay ${author} sent two blocks for round ${round}`, out)
-      // A retransmission: our vote may have been lost. Same digest, so voting again is no equivocation.
-      return this.sendVote(block, out, false)
-    }
-    const parentProblem = this.checkParents(block)
-    if (parentProblem) return this.reject(from, 'malformed', parentProblem, out)
-    const missing = this.missingParents(block)
-    if (missing.length) return this.suspend(from, { kind: 'block', block }, missing, round, out)
-    const payloadProblem = this.checkPayload(block)
-    if (payloadProblem) return this.reject(from, payloadProblem.reason, payloadProblem.detail, out)
-    this.claimSlots(block)
-    this.voted.set(key, block.digestHex)
-    this.sendVote(block, out, true)
-  }
-
-  private sendVote(block: Block, out: Output[], persist: boolean): void {
-    const { round, author } = block.header
-    if (persist) out.push({ type: 'persist', record: { kind: 'vote', author, round, digestHex: block.digestHex } })
-    const vote = signVote(this.crypto, this.secretKey, this.me, block)
-    if (author === this.me) this.onVote(this.me, vote, out)
-    else out.push({ type: 'send', to: author, message: vote })
-  }
-
-  private onVote(from: number, vote: Vote, out: Output[]): void {
-    if (vote.author !== this.me || vote.voter !== from) return
-    const own = this.ownBlocks.get(vote.round)
-    if (!own || toHex(vote.digest) !== own.digestHex || this.dag.get(vote.round)?.has(this.me)) return
-    let votes = this.votesForOwn.get(vote.round)
-    if (!votes) this.votesForOwn.set(vote.round, (votes = new Map()))
-    votes.set(vote.voter, vote.sig)
-    const needed = certificateQuorum(this.committee)
-    if (votes.size < needed) return
-    const cert: Certificate = { block: own, votes: [...votes.entries()].slice(0, needed) }
-    this.votesForOwn.delete(vote.round)
-    this.onCertificate(this.me, cert, out)
-    out.push({ type: 'broadcast', message: { kind: 'cert', cert } })
-  }
-
-  private onCertificate(from: number, cert: Certificate, out: Output[]): void {
-    const { round, author } = cert.block.header
-    const digestHex = cert.block.digestHex
-    if (this.byDigest.has(digestHex)) return
-    if (round <= this.gcRound()) {
-      // Too old to hold; remember its round so what waited for it can be judged, then let it go on.
-      if (this.belowHorizon.size >= 10_000) this.belowHorizon.clear()
-      this.belowHorizon.set(digestHex, round)
-      this.resume(digestHex, out)
+  private receive(from: number, block: Block, out: Output[]): void {
+    const { round } = block.header
+    if (this.dag.has(block.digestHex) || this.sync.isParked(block.digestHex)) return
+    // At or below the GC round a block can never be ordered: nothing to do with it.
+    if (round <= this.dag.gcRound) return
+    if (round > this.dag.clockRound + this.maxRoundsAhead) return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.dag.clockRound}`, out)
+    const missing = block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+    if (missing.length) {
+      const fetch = this.sync.park(from, block, missing)
+      if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
+      if (fetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: fetch.map(fromHex) } })
+      // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
+      if (round > this.dag.clockRound + 2) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: this.dag.clockRound } })
       return
     }
-    const existing = this.dag.get(round)?.get(author)
-    if (existing) {
-      // Two certificates for one (author, round) need f+1 double-voting relays: more than f are faulty.
-      return this.reject(from, 'conflict', `second certificate for relay ${author} round ${round}`, out)
-    }
-    const parentProblem = this.checkParents(cert.block)
-    if (parentProblem) return this.reject(from, 'malformed', parentProblem, out)
-    const missing = this.missingParents(cert.block)
-    if (missing.length) return this.suspend(from, { kind: 'cert', cert }, missing, round, out)
-    this.insert(cert, out)
+    this.acceptChain(from, block, out)
+    this.commitAndPropose(out)
   }
 
-  /** Puts a certificate into the DAG (its parents are present or below the horizon). */
-  private addNode(cert: Certificate): Node {
-    const node = nodeOf(cert)
-    let r = this.dag.get(node.round)
-    if (!r) this.dag.set(node.round, (r = new Map()))
-    r.set(node.author, node)
-    this.byDigest.set(node.digestHex, node)
-    this.reference(node)
-    if (cert.block.header.payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload++
-    return node
-  }
-
-  private insert(cert: Certificate, out: Output[]): void {
-    const node = this.addNode(cert)
-    // Slots of certified payload are taken whether or not we voted for the block.
-    this.claimSlots(cert.block)
-    out.push({ type: 'persist', record: { kind: 'cert', cert } })
-    out.push({ type: 'certified', cert })
-    this.resume(node.digestHex, out)
-    this.tryCommit(out)
-    this.advance(out)
-  }
-
-  private checkParents(block: Block): string | null {
-    const { round, parents, weak } = block.header
-    const weakHex = weak.map(toHex)
-    if (new Set(weakHex).size !== weak.length) return 'duplicate weak links'
-    for (const w of weakHex) {
-      const node = this.byDigest.get(w)
-      if (node && node.round >= round - 1) return `weak link ${w.slice(0, 8)} is from round ${node.round}; weak links point further back`
-    }
-    if (round === 1) return parents.length === 0 && weak.length === 0 ? null : 'round 1 blocks have no parents'
-    const distinct = new Set(parents.map(toHex))
-    if (distinct.size !== parents.length) return 'duplicate parents'
-    if (weakHex.some((w) => distinct.has(w))) return 'a parent cannot also be a weak link'
-    if (parents.length < quorum(this.committee)) return `a round ${round} block needs ${quorum(this.committee)} parents, has ${parents.length}`
-    for (const p of distinct) {
-      const parentRound = this.byDigest.get(p)?.round ?? this.belowHorizon.get(p)
-      if (parentRound !== undefined && parentRound !== round - 1) return `parent ${p.slice(0, 8)} is from round ${parentRound}, not ${round - 1}`
-    }
-    return null
-  }
-
-  private missingParents(block: Block): string[] {
-    // Parents at or below the GC horizon are no longer held: they were settled long ago.
-    const strong = block.header.round - 1 <= this.gcRound() ? [] : block.header.parents.map(toHex)
-    // A weak link that is fetched and turns out to be below the horizon resolves as settled (see onCertificate).
-    return [...strong, ...block.header.weak.map(toHex)].filter((hex) => !this.byDigest.has(hex) && !this.belowHorizon.has(hex))
-  }
-
-  private suspend(from: number, message: Message, missing: string[], round: number, out: Output[]): void {
-    const digest = message.kind === 'block' ? message.block.digestHex : message.kind === 'cert' ? message.cert.block.digestHex : ''
-    const waiting = this.suspended.get(digest)
-    if (waiting) {
-      // The block waits already; its certificate supersedes it (same digest, same parents).
-      if (waiting.message.kind === 'block' && message.kind === 'cert') waiting.message = message
-      return
-    }
-    // Bounded per sender, so one relay's flood cannot crowd out the others' blocks.
-    const mine = (this.suspendedBy.get(from) ?? 0) + 1
-    if (mine > Math.ceil(this.maxSuspended / this.n)) return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for parents`, out)
-    this.suspendedBy.set(from, mine)
-    this.suspended.set(digest, { from, message, missing: new Set(missing), round })
-
-    for (const m of missing) {
-      let waiters = this.waitingOn.get(m)
-      if (!waiters) this.waitingOn.set(m, (waiters = new Set()))
-      waiters.add(digest)
-    }
-    // Ask once per digest and once per round; the resend timer clears both so lost requests are retried.
-    const toFetch = missing.filter((d) => !this.requested.has(d))
-    for (const d of toFetch) this.requested.add(d)
-    if (toFetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: toFetch.map(fromHex) } })
-    if (round > this.round + 1 && this.syncedAtRound !== this.round) {
-      this.syncedAtRound = this.round
-      out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: this.round } })
+  /** Accepts a block whose ancestors are all present, then whatever waited only for it, in causal order. */
+  private acceptChain(from: number, first: Block, out: Output[]): void {
+    const ready = [{ from, block: first }]
+    while (ready.length) {
+      const { from: sender, block } = ready.shift() as { from: number; block: Block }
+      if (this.dag.has(block.digestHex) || block.header.round <= this.dag.gcRound) continue
+      const problem = this.checkWithAncestors(block)
+      // A refused block's descendants stay parked until the GC drops them: none can be valid.
+      if (problem) {
+        this.reject(sender, problem.reason, problem.detail, out)
+        continue
+      }
+      this.accept(block, out)
+      ready.push(...this.sync.arrived(block.digestHex))
     }
   }
 
-  private unsuspend(key: string, from: number): void {
-    this.suspended.delete(key)
-    const left = (this.suspendedBy.get(from) ?? 1) - 1
-    if (left > 0) this.suspendedBy.set(from, left)
-    else this.suspendedBy.delete(from)
-  }
-
-  /** A certificate arrived: retry whatever waited for it. */
-  private resume(digest: string, out: Output[]): void {
-    const waiters = this.waitingOn.get(digest)
-    if (!waiters) return
-    this.waitingOn.delete(digest)
-    for (const key of waiters) {
-      const s = this.suspended.get(key)
-      if (!s || !s.missing.delete(digest) || s.missing.size > 0) continue
-      this.unsuspend(key, s.from)
-      // Re-checked in full: a parent that turned out to be from the wrong round now gets it refused.
-      if (s.message.kind === 'block') this.onBlock(s.from, s.message.block, out)
-      else if (s.message.kind === 'cert') this.onCertificate(s.from, s.message.cert, out)
+  /** The checks that need the ancestors: each reference names the round and author of the block it points to; the payload is valid. */
+  private checkWithAncestors(block: Block): { reason: string; detail: string } | null {
+    for (const a of block.header.ancestors) {
+      const held = this.dag.get(toHex(a.digest))
+      if (held && (held.round !== a.round || held.author !== a.author)) {
+        return { reason: 'malformed', detail: `block of relay ${block.header.author} round ${block.header.round} names block ${held.digestHex.slice(0, 8)} as (${a.round}, ${a.author}); it is (${held.round}, ${held.author})` }
+      }
     }
-  }
-
-  private checkPayload(block: Block): { reason: string; detail: string } | null {
     const seen = new Set<string>()
     for (const frame of block.header.payload) {
       const info = this.inspect(frame)
       if (info instanceof SteadError) return { reason: info.reason, detail: `block of relay ${block.header.author} round ${block.header.round} carries an invalid envelope: ${info.message}` }
-      // No correct relay puts two envelopes for one slot in a block: its own slot map refuses the second.
+      // No correct relay puts two envelopes for one slot in a block: its own queue refuses the second.
       if (seen.has(info.slot)) return { reason: 'conflict', detail: `block carries two envelopes for ${info.slot}` }
       seen.add(info.slot)
       // A conflict with an envelope seen elsewhere is not refused: a Byzantine client can hand
-      // twins to two correct relays, and refusing their blocks would let it stall the DAG
-      // (simulator seed 7, silent relay). The audit keeps at most one twin (G4).
+      // twins to two correct relays. The audit keeps at most one twin (G4).
     }
     return null
   }
 
-  private claimSlots(block: Block): void {
+  private accept(block: Block, out: Output[]): DagBlock {
+    const node = this.dag.accept(block)
+    const infos = this.payloadInfos(block)
+    this.payload.claim(infos, block.header.round)
+    if (block.header.author === this.me) {
+      const { round } = block.header
+      if (!this.ownBlocks.has(round)) {
+        // Our own block from before we lost our store, handed back by a peer: that round is
+        // taken, and we must never sign another block for it (or below).
+        this.ownBlocks.set(round, block)
+        if (round > this.lastProposed) this.lastProposed = round
+        out.push({ type: 'persist', record: { kind: 'own-block', block } })
+      }
+      this.noteWork(node, infos)
+      return node
+    }
+    out.push({ type: 'persist', record: { kind: 'block', block } })
+    // A twin of a block already ordered never will be: it is kept (it counts in the commit rule) but carries nothing.
+    if (this.orderedSlots.has(slotKey(node))) return node
+    this.noteWork(node, infos)
+    out.push({ type: 'accepted', block })
+    return node
+  }
+
+  /** A block that will never be ordered: its envelopes not ordered elsewhere are reported, for whoever applied them. */
+  private expire(block: DagBlock, out: Output[]): void {
+    this.pendingWork.delete(block.digestHex)
+    const payloadIds = this.payloadInfos(block.block)
+      .map((i) => i.idHex)
+      .filter((id) => !this.orderedPayload.has(id))
+    if (payloadIds.length) out.push({ type: 'expired', block: { round: block.round, author: block.author, digestHex: block.digestHex }, payloadIds })
+  }
+
+  private noteWork(node: DagBlock, infos: readonly PayloadInfo[]): void {
+    const fresh = infos.filter((i) => !this.orderedPayload.has(i.idHex))
+    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
+  }
+
+  private payloadInfos(block: Block): PayloadInfo[] {
+    const out: PayloadInfo[] = []
     for (const frame of block.header.payload) {
       const info = this.inspect(frame)
-      if (info instanceof SteadError) continue
-      if (!this.slots.has(info.slot)) this.slots.set(info.slot, { idHex: info.idHex, round: block.header.round })
+      if (!(info instanceof SteadError)) out.push(info)
     }
+    return out
   }
 
-  // ---- proposing ----
+  // ---- committing and proposing ----
 
-  /** Moves to the next round(s) while the Bullshark proposer rules allow. */
-  private advance(out: Output[]): void {
+  /** Decides what can be decided, then proposes if there is a reason to; again while either makes progress. */
+  private commitAndPropose(out: Output[]): void {
     for (;;) {
-      if (this.round === 0) {
-        this.propose(1, [], out)
-        continue
-      }
-      // Back from a crash or a partition: join the newest round the others completed.
-      const newest = this.newestQuorumRound()
-      if (newest > this.round) this.round = newest
-      const certs = this.dag.get(this.round)
-      if (!certs || certs.size < quorum(this.committee)) return
-      if (!this.leaderRuleAllows(this.round, certs, out)) return
-      if (!this.hasWork() && !this.idleExpired) {
-        out.push({ type: 'timer', name: 'idle', round: this.round, afterMs: this.idleBlockDelayMs })
-        return
-      }
-      this.propose(this.round + 1, [...certs.values()].map((c) => c.cert.block.digest), out)
+      this.tryCommit(out)
+      if (!this.tryPropose(out)) return
     }
   }
-
-  private leaderRuleAllows(round: number, certs: Map<number, Node>, out: Output[]): boolean {
-    if (this.expiredLeaderTimers.has(round)) return true
-    let ok: boolean
-    if (round % 2 === 0) {
-      // Wait for the anchor so that our next block can vote for it.
-      ok = certs.has(this.leaderOf(round))
-    } else {
-      const anchor = this.dag.get(round - 1)?.get(this.leaderOf(round - 1))
-      const votes = anchor ? [...certs.values()].filter((c) => c.parents.includes(anchor.digestHex)).length : 0
-      ok = votes >= this.committee.f + 1 || certs.size - votes >= quorum(this.committee) || certs.size === this.n
-    }
-    if (!ok) out.push({ type: 'timer', name: 'leader', round, afterMs: this.leaderTimeoutMs })
-    return ok
-  }
-
-  private hasWork(): boolean {
-    return this.queue.length > 0 || this.unorderedWithPayload > 0
-  }
-
-  private propose(round: number, parents: Uint8Array[], out: Output[]): void {
-    const existing = this.ownBlocks.get(round)
-    // After a restart our block for this round may already exist: resend it, never make another.
-    const block =
-      existing ??
-      signBlock(this.crypto, this.secretKey, {
-        round,
-        author: this.me,
-        parents,
-        payload: this.takePayload(),
-        weak: this.weakLinks(round),
-      })
-    this.round = round
-    this.idleExpired = false
-    if (!existing) {
-      this.ownBlocks.set(round, block)
-      out.push({ type: 'persist', record: { kind: 'own-block', block } })
-    }
-    // Our own vote goes through the same path as everyone's, persisted first.
-    this.voted.set(`${this.me}:${round}`, block.digestHex)
-    this.sendVote(block, out, !existing)
-    out.push({ type: 'broadcast', message: { kind: 'block', block } })
-  }
-
-  /** Certificates nothing references yet, from rounds our parents cannot reach, oldest first. */
-  private weakLinks(round: number): Uint8Array[] {
-    const gc = this.gcRound()
-    return [...this.unreferenced]
-      .map((d) => this.byDigest.get(d) as Node)
-      .filter((n) => n.round < round - 1 && n.round > gc)
-      .sort((a, b) => a.round - b.round || a.author - b.author)
-      .slice(0, maxWeakLinks(this.committee))
-      .map((n) => n.cert.block.digest)
-  }
-
-  /** A certificate joins the DAG: it is unreferenced, and what it points to no longer is. */
-  private reference(node: Node): void {
-    this.unreferenced.add(node.digestHex)
-    for (const p of node.parents) this.unreferenced.delete(p)
-    for (const w of node.weak) this.unreferenced.delete(w)
-  }
-
-  private takePayload(): Uint8Array[] {
-    // Bounded in count and in bytes: a block must always fit in one mesh frame.
-    let bytes = 0
-    let n = 0
-    while (n < this.queue.length && n < this.maxBlockEnvelopes) {
-      const size = (this.queue[n] as { frame: Uint8Array }).frame.length
-      if (n > 0 && bytes + size > this.maxBlockBytes) break
-      bytes += size
-      n++
-    }
-    const take = this.queue.splice(0, n)
-    for (const { info } of take) this.queuedIds.delete(info.idHex)
-    this.queueBytes -= bytes
-    return take.map((t) => t.frame)
-  }
-
-  // ---- Bullshark commit rule ----
 
   private tryCommit(out: Output[]): void {
-    // The highest anchor with f+1 votes in our DAG commits directly; older ones through paths from it.
-    let anchor: Node | undefined
-    for (let r = this.highestRound() - 1; r > this.lastCommittedRound; r--) {
-      if (r % 2 !== 0) continue
-      const candidate = this.dag.get(r)?.get(this.leaderOf(r))
-      if (!candidate) continue
-      const next = this.dag.get(r + 1)
-      let votes = 0
-      for (const c of next?.values() ?? []) if (c.parents.includes(candidate.digestHex)) votes++
-      if (votes >= this.committee.f + 1) {
-        anchor = candidate
-        break
+    for (;;) {
+      const decided = decideLeaders(this.dag, this.rule, this.lastDecided)
+      if (decided.length === 0) return
+      for (const status of decided) {
+        assert(status.round > this.lastDecided, `leader of round ${status.round} decided after round ${this.lastDecided}`)
+        this.lastDecided = status.round
+        if (status.kind === 'commit') this.commitLeader(status.block, out)
       }
     }
-    if (!anchor) return
-    const chain: Node[] = [anchor]
-    let current = anchor
-    for (let r = anchor.round - 2; r > this.lastCommittedRound; r -= 2) {
-      const leader = this.dag.get(r)?.get(this.leaderOf(r))
-      if (leader && this.reaches(current, leader)) {
-        chain.push(leader)
-        current = leader
+  }
+
+  /** Orders the leader's causal history that no earlier leader ordered (Sui's linearizer, with one block per slot). */
+  private commitLeader(leader: DagBlock, out: Output[]): void {
+    const gc = this.dag.gcRound
+    assert(!this.ordered.has(leader.digestHex), `leader ${leader.digestHex.slice(0, 8)} ordered twice`)
+    const history: DagBlock[] = []
+    if (!this.orderedSlots.has(slotKey(leader))) {
+      this.markOrdered(leader)
+      const stack = [leader]
+      while (stack.length) {
+        const block = stack.pop() as DagBlock
+        history.push(block)
+        for (const a of block.ancestors) {
+          if (a.round <= gc || this.ordered.has(a.digestHex) || this.orderedSlots.has(slotKey(a))) continue
+          const ancestor = this.dag.get(a.digestHex)
+          assert(ancestor, `ancestor ${a.digestHex.slice(0, 8)} of an ordered block is missing`)
+          this.markOrdered(ancestor)
+          stack.push(ancestor)
+        }
       }
     }
-    for (const a of chain.reverse()) this.commitAnchor(a, out)
-  }
-
-  private reaches(from: Node, to: Node): boolean {
-    let frontier = new Set<string>([from.digestHex])
-    for (let r = from.round; r > to.round; r--) {
-      const next = new Set<string>()
-      for (const d of frontier) for (const p of this.byDigest.get(d)?.parents ?? []) next.add(p)
-      if (next.has(to.digestHex)) return true
-      frontier = next
-      if (frontier.size === 0) return false
-    }
-    return false
-  }
-
-  private commitAnchor(anchor: Node, out: Output[]): void {
-    const horizon = this.gcRound()
-    // Collect the anchor's causal history that no earlier anchor ordered.
-    const history: Node[] = []
-    const stack = [anchor.digestHex]
-    const visited = new Set<string>()
-    while (stack.length) {
-      const d = stack.pop() as string
-      if (visited.has(d) || this.ordered.has(d)) continue
-      visited.add(d)
-      const node = this.byDigest.get(d)
-      if (!node || node.round <= horizon) continue
-      history.push(node)
-      stack.push(...node.parents, ...node.weak)
-    }
-    history.sort((a, b) => a.round - b.round || a.author - b.author)
+    history.sort((a, b) => a.round - b.round || a.author - b.author || (a.digestHex < b.digestHex ? -1 : a.digestHex > b.digestHex ? 1 : 0))
     const payload: Uint8Array[] = []
     const payloadIds: string[] = []
-    for (const node of history) {
-      this.ordered.add(node.digestHex)
-      if (node.cert.block.header.payload.length) this.unorderedWithPayload--
-      for (const frame of node.cert.block.header.payload) {
+    for (const block of history) {
+      this.pendingWork.delete(block.digestHex)
+      for (const frame of block.block.header.payload) {
         const info = this.inspect(frame)
         if (info instanceof SteadError || this.orderedPayload.has(info.idHex)) continue
-        this.orderedPayload.set(info.idHex, anchor.round)
+        this.orderedPayload.set(info.idHex, leader.round)
         payload.push(frame)
         payloadIds.push(info.idHex)
       }
     }
-    this.lastCommittedRound = anchor.round
-    const ordered = history.map((n) => n.digestHex)
-    out.push({ type: 'persist', record: { kind: 'commit', anchorRound: anchor.round, ordered, payloadIds } })
+    this.payload.dropOrdered(payloadIds)
+    // The twins of what was just ordered are dead.
+    for (const block of history) for (const twin of this.dag.atSlot(block.round, block.author)) if (!this.ordered.has(twin.digestHex)) this.expire(twin, out)
+    assert(leader.round > this.lastCommitRound, `commit of round ${leader.round} after round ${this.lastCommitRound}`)
+    this.lastCommitRound = leader.round
+    const ordered = history.map((b) => b.digestHex)
+    out.push({ type: 'persist', record: { kind: 'commit', anchorRound: leader.round, ordered, payloadIds } })
     out.push({
       type: 'commit',
-      commit: {
-        anchorRound: anchor.round,
-        leader: anchor.author,
-        blocks: history.map((n) => ({ round: n.round, author: n.author, digestHex: n.digestHex })),
-        payload,
-        payloadIds,
-      },
+      commit: { anchorRound: leader.round, leader: leader.author, blocks: history.map(({ round, author, digestHex }) => ({ round, author, digestHex })), payload, payloadIds },
     })
-    this.collectGarbage()
+    this.collectGarbage(out)
   }
 
-  /** Rounds at or below this are dropped from memory. */
-  private gcRound(): number {
-    return Math.max(0, this.lastCommittedRound - this.gcDepth)
+  private markOrdered(block: Ref): void {
+    this.ordered.add(block.digestHex)
+    this.orderedSlots.add(slotKey(block))
   }
 
-  private collectGarbage(): void {
-    const gc = this.gcRound()
-    for (const [round, nodes] of this.dag) {
-      if (round > gc) continue
-      for (const node of nodes.values()) {
-        // A block never ordered by now never will be; its clients resubmit what it carried.
-        if (node.cert.block.header.payload.length && !this.ordered.has(node.digestHex)) this.unorderedWithPayload--
-        this.byDigest.delete(node.digestHex)
-        this.ordered.delete(node.digestHex)
-        this.unreferenced.delete(node.digestHex)
+  /**
+   * Work is an envelope waiting for our block, or an accepted block whose
+   * envelopes are not all ordered yet and that can still be ordered (no
+   * other block of its slot was: a lost twin of an equivocator never will).
+   */
+  private hasWork(): boolean {
+    if (this.payload.length > 0) return true
+    for (const [digest, work] of this.pendingWork) {
+      if (this.orderedSlots.has(slotKey(work.block)) || work.ids.every((i) => this.orderedPayload.has(i.idHex))) this.pendingWork.delete(digest)
+      else return true
+    }
+    return false
+  }
+
+  /** Envelopes to hand idle peers when we are stuck: ours in the queue, then those of unordered blocks. */
+  private wakePayload(): Uint8Array[] {
+    const frames = this.payload.peek(WAKE_ENVELOPES)
+    for (const work of this.pendingWork.values()) {
+      if (frames.length >= WAKE_ENVELOPES) break
+      const unordered = new Set(work.ids.filter((i) => !this.orderedPayload.has(i.idHex)).map((i) => i.idHex))
+      for (const frame of work.block.block.header.payload) {
+        const info = this.inspect(frame)
+        if (!(info instanceof SteadError) && unordered.has(info.idHex) && frames.length < WAKE_ENVELOPES) frames.push(frame)
       }
-      this.dag.delete(round)
     }
-    for (const [round] of this.ownBlocks) if (round <= gc) this.ownBlocks.delete(round)
-    for (const key of this.voted.keys()) if (Number(key.slice(key.indexOf(':') + 1)) <= gc) this.voted.delete(key)
-    for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
-    for (const [key, s] of this.suspended) if (s.round <= gc) this.unsuspend(key, s.from)
-    for (const [slot, holder] of this.slots) if (holder.round <= gc) this.slots.delete(slot)
-    for (const r of this.votesForOwn.keys()) if (r <= gc) this.votesForOwn.delete(r)
-    for (const [d, waiters] of this.waitingOn) {
-      for (const key of waiters) if (!this.suspended.has(key)) waiters.delete(key)
-      if (waiters.size === 0) this.waitingOn.delete(d)
+    return frames
+  }
+
+  /**
+   * Proposes the clock round when there is work, the round is new, and the
+   * previous round's leader is in (so our block votes for it), or its
+   * timeout fired, or we were idle last round (waiting would only delay).
+   */
+  private tryPropose(out: Output[]): boolean {
+    const round = this.dag.clockRound
+    if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
+    const previousLeader = this.rule.leaderOf(round - 1)
+    const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0
+    if (!leaderIn && this.forcedRound !== round && this.lastProposed === round - 1) {
+      if (this.leaderTimerRound !== round) {
+        this.leaderTimerRound = round
+        out.push({ type: 'timer', name: 'leader', round, afterMs: this.leaderTimeoutMs })
+      }
+      return false
     }
-    for (const r of this.expiredLeaderTimers) if (r <= gc) this.expiredLeaderTimers.delete(r)
+    this.propose(round, out)
+    return true
+  }
+
+  private propose(round: number, out: Output[]): void {
+    assert(round > this.lastProposed && !this.ownBlocks.has(round), `a second own block for round ${round}`)
+    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: this.payload.take() })
+    this.lastProposed = round
+    this.ownBlocks.set(round, block)
+    for (const a of block.header.ancestors) this.lastIncluded.set(a.author, a.round)
+    this.accept(block, out)
+    // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
+    out.push({ type: 'persist', record: { kind: 'own-block', block } })
+    out.push({ type: 'broadcast', message: { kind: 'block', block } })
+  }
+
+  /** Our previous block first, then each other relay's latest block newer than the one we last referenced. */
+  private chooseAncestors(round: number): BlockRef[] {
+    const own = this.ownBlocks.get(this.lastProposed)
+    const ancestors: BlockRef[] = [own ? { round: own.header.round, author: this.me, digest: own.digest } : { round: 0, author: this.me, digest: GENESIS_DIGEST }]
+    if (round === 1) {
+      for (let a = 0; a < this.n; a++) if (a !== this.me) ancestors.push({ round: 0, author: a, digest: GENESIS_DIGEST })
+      return ancestors
+    }
+    const latest = this.dag.latestPerAuthor(round)
+    for (let a = 0; a < this.n; a++) {
+      if (a === this.me) continue
+      const block = latest.get(a)
+      if (block && block.round > (this.lastIncluded.get(a) ?? 0)) ancestors.push({ round: block.round, author: a, digest: block.block.digest })
+    }
+    assert(ancestors.filter((a) => a.round === round - 1).length >= this.rule.quorum, `proposing round ${round} without a quorum of round ${round - 1}`)
+    return ancestors
   }
 
   // ---- catching up ----
 
-  private onSync(from: number, fromRound: number, out: Output[]): void {
-    const lowest = this.gcRound() + 1
+  private armSync(out: Output[]): void {
+    if (this.syncTimerArmed) return
+    // Idle and complete: no timer at all.
+    if (!this.hasWork() && this.sync.size === 0) return
+    this.syncTimerArmed = true
+    out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
+  }
+
+  private onSyncTick(out: Output[]): void {
+    this.sync.tick()
+    const mark = `${this.dag.clockRound}/${this.lastProposed}/${this.lastDecided}`
+    const stuck = mark === this.progressMark
+    this.progressMark = mark
+    const frontier = this.sync.frontier(1000)
+    if (!stuck && frontier.length === 0) return
+    this.syncPeer = (this.syncPeer + 1) % this.n
+    if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n
+    if (frontier.length) out.push({ type: 'send', to: this.syncPeer, message: { kind: 'fetch', digests: frontier.map(fromHex) } })
+    if (!stuck) return
+    // No progress for a whole interval: peers may hold rounds we missed, may have missed our
+    // latest block (a partition drops it), or may be idle while we wait for them at our round.
+    out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: Math.max(this.dag.gcRound + 1, this.lastDecided) } })
+    const own = this.ownBlocks.get(this.lastProposed)
+    if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
+    if (this.hasWork() && this.lastProposed >= this.dag.clockRound) out.push({ type: 'broadcast', message: { kind: 'wake', payload: this.wakePayload() } })
+  }
+
+  private serveSync(from: number, fromRound: number, out: Output[]): void {
+    const lowest = this.dag.gcRound + 1
     if (fromRound < lowest) out.push({ type: 'archive-request', to: from, query: { fromRound, toRound: lowest - 1 } })
-    const certs: Certificate[] = []
+    const blocks: Block[] = []
     let bytes = 0
-    for (let r = Math.max(fromRound, lowest); r <= this.highestRound() && certs.length < SYNC_BATCH && bytes < SYNC_BYTES; r++) {
-      for (const node of this.dag.get(r)?.values() ?? []) {
-        certs.push(node.cert)
-        bytes += node.cert.block.signed.bytes.length
+    for (let r = Math.max(fromRound, lowest); r <= this.dag.highestRound && blocks.length < SYNC_BATCH && bytes < SYNC_BYTES; r++) {
+      for (const b of this.dag.atRound(r)) {
+        blocks.push(b.block)
+        bytes += b.block.signed.bytes.length
       }
     }
-    if (certs.length) out.push({ type: 'send', to: from, message: { kind: 'certs', certs } })
+    if (blocks.length) out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks } })
   }
 
-  private newestQuorumRound(): number {
-    let best = 0
-    for (const [r, nodes] of this.dag) if (r > best && nodes.size >= quorum(this.committee)) best = r
-    return best
+  private ownBlockByDigest(digestHex: string): Block | undefined {
+    for (const b of this.ownBlocks.values()) if (b.digestHex === digestHex) return b
+    return undefined
   }
 
-  private highestRound(): number {
-    let max = 0
-    for (const r of this.dag.keys()) if (r > max) max = r
-    return max
+  // ---- garbage collection ----
+
+  private collectGarbage(out: Output[]): void {
+    const gc = Math.max(0, this.lastCommitRound - this.gcDepth)
+    if (gc <= this.dag.gcRound) return
+    for (const gone of this.dag.collect(gc)) {
+      // A block never ordered by now never will be; its clients resubmit what it carried.
+      // (Twins of ordered blocks were reported when their slot was ordered.)
+      if (!this.ordered.delete(gone.digestHex) && !this.orderedSlots.has(slotKey(gone))) this.expire(gone, out)
+      this.pendingWork.delete(gone.digestHex)
+    }
+    for (const key of this.orderedSlots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.orderedSlots.delete(key)
+    for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
+    for (const round of this.ownBlocks.keys()) if (round <= gc && round !== this.lastProposed) this.ownBlocks.delete(round)
+    for (const [author, round] of this.lastIncluded) if (round <= gc) this.lastIncluded.delete(author)
+    this.payload.collect(gc)
+    // Blocks that waited only for ancestors now below the horizon can go in.
+    for (const { from, block } of this.sync.collect(gc)) this.acceptChain(from, block, out)
   }
 
   private reject(from: number, reason: string, detail: string, out: Output[]): void {
@@ -804,28 +679,44 @@ export class ConsensusCore {
   // ---- recovery ----
 
   private recover(state: RecoveredState): void {
-    for (const v of state.votes) this.voted.set(`${v.author}:${v.round}`, v.digestHex)
+    for (const c of state.commits) if (c.anchorRound > this.lastCommitRound) this.lastCommitRound = c.anchorRound
+    this.lastDecided = this.lastCommitRound
+    const gc = Math.max(0, this.lastCommitRound - this.gcDepth)
+    this.dag.collect(gc)
+    for (const c of state.commits) {
+      if (c.anchorRound <= gc) continue
+      for (const d of c.ordered) this.ordered.add(d)
+      // The dedupe window must match the other relays' exactly: it decides what a commit carries.
+      for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
+    }
     for (const b of state.ownBlocks) {
       this.ownBlocks.set(b.header.round, b)
-      if (b.header.round > this.round) this.round = b.header.round
+      if (b.header.round > this.lastProposed) this.lastProposed = b.header.round
     }
-    for (const c of state.commits) {
-      for (const d of c.ordered) this.ordered.add(d)
-      if (c.anchorRound > this.lastCommittedRound) this.lastCommittedRound = c.anchorRound
+    const last = this.ownBlocks.get(this.lastProposed)
+    for (const a of last?.header.ancestors ?? []) this.lastIncluded.set(a.author, a.round)
+    const blocks = [...state.blocks, ...state.ownBlocks].filter((b) => b.header.round > gc).sort((a, b) => a.header.round - b.header.round)
+    for (const block of blocks) {
+      if (this.dag.has(block.digestHex)) continue
+      const missing = block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+      if (missing.length) {
+        this.sync.park(this.me, block, missing)
+        continue
+      }
+      const node = this.dag.accept(block)
+      if (this.ordered.has(node.digestHex)) this.orderedSlots.add(slotKey(node))
+      const infos = this.payloadInfos(block)
+      this.payload.claim(infos, block.header.round)
+      this.noteWork(node, infos)
+      for (const ready of this.sync.arrived(node.digestHex)) blocks.push(ready.block)
     }
-    const gc = this.gcRound()
-    // The dedupe window must match the other relays' exactly: it decides what a commit carries.
-    for (const c of state.commits) if (c.anchorRound > gc) for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
-    for (const cert of [...state.certs].sort((a, b) => a.block.header.round - b.block.header.round)) {
-      if (cert.block.header.round <= gc) continue
-      this.addNode(cert)
-      this.claimSlots(cert.block)
-    }
-    for (const b of state.ownBlocks) this.claimSlots(b)
   }
 }
 
-function nodeOf(cert: Certificate): Node {
-  const { round, author, parents, weak } = cert.block.header
-  return { cert, round, author, digestHex: cert.block.digestHex, parents: parents.map(toHex), weak: weak.map(toHex) }
+function refOf(a: BlockRef): Ref {
+  return { round: a.round, author: a.author, digestHex: toHex(a.digest) }
+}
+
+function slotKey(b: { readonly round: number; readonly author: number }): string {
+  return `${b.round}:${b.author}`
 }

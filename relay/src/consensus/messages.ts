@@ -1,10 +1,10 @@
 import { DEFAULT_LIMITS, SteadError, asSigned, decode, encode, expect, toHex, type Signed } from '@stead/core'
 
 /**
- * Wire messages of the relay mesh. Blocks and votes are encoded once and
- * signed over those exact bytes; a certificate carries the block's signed
- * bytes plus 2f+1 vote signatures, so anyone can check it without trusting
- * the relay that forwarded it.
+ * Wire messages of the relay mesh. A block is encoded once and signed by its
+ * author over those exact bytes; there are no votes and no certificates
+ * (an uncertified DAG): support for a block is read from the references of
+ * later blocks.
  */
 
 /** Relays are numbered by their position in the committee. */
@@ -12,33 +12,26 @@ export interface Committee {
   readonly f: number
   readonly keys: readonly Uint8Array[]
   /**
-   * Votes that make a certificate; 2f+1 unless set. Only the simulator sets
-   * it, to show that a weakened protocol is caught.
+   * Authors the direct rule needs (blamers to skip a leader, certificates to
+   * commit it); 2f+1 unless set. Only the simulator sets it, to show that a
+   * weakened commit rule is caught.
    */
-  readonly certificateQuorum?: number
+  readonly directQuorum?: number
 }
 
 export function committeeSize(c: Committee): number {
   return c.keys.length
 }
 
+/** 2f+1 = ⌊2n/3⌋+1 (N is exactly 3f+1, see validateCommittee): any two such sets share a correct relay. */
 export function quorum(c: Committee): number {
   return 2 * c.f + 1
-}
-
-/** Weak links one block may carry; older orphans wait for the next block. */
-export function maxWeakLinks(c: Committee): number {
-  return 2 * c.keys.length
-}
-
-export function certificateQuorum(c: Committee): number {
-  return c.certificateQuorum ?? quorum(c)
 }
 
 export function validateCommittee(c: Committee): string | null {
   if (!Number.isSafeInteger(c.f) || c.f < 0) return 'f must be a non-negative integer'
   if (c.keys.length < 3 * c.f + 1) return `${c.keys.length} relays cannot tolerate f = ${c.f}: N must be at least 3f+1`
-  // Every threshold here (quorums of 2f+1, f+1 votes) assumes N = 3f+1 exactly: with more relays,
+  // Every threshold here (quorums of 2f+1) assumes N = 3f+1 exactly: with more relays,
   // two quorums of 2f+1 can meet in a Byzantine relay alone, and safety is gone.
   if (c.keys.length !== 3 * c.f + 1) return `${c.keys.length} relays with f = ${c.f}: N must be exactly 3f+1 (4, 7, 10, ... relays); with more, quorums of 2f+1 could meet in a Byzantine relay only`
   if (c.keys.some((k) => k.length !== 32)) return 'relay keys must be 32-byte Ed25519 public keys'
@@ -53,16 +46,30 @@ export interface SyncCrypto {
   sha256(data: Uint8Array): Uint8Array
 }
 
+/** A reference to a block: its slot (round, author) and its digest. */
+export interface BlockRef {
+  readonly round: number
+  readonly author: number
+  readonly digest: Uint8Array
+}
+
+/**
+ * Every relay has an implicit block at round 0 whose digest is 32 zero
+ * bytes: round-1 blocks reference these, so "own previous block first" and
+ * "a quorum of the previous round" hold for every block alike.
+ */
+export const GENESIS_DIGEST = new Uint8Array(32)
+export const GENESIS_HEX = toHex(GENESIS_DIGEST)
+
 export interface BlockHeader {
   readonly round: number
   readonly author: number
-  /** Digests of certificates of round-1 (none in round 1). */
-  readonly parents: readonly Uint8Array[]
   /**
-   * Weak links: certificates of older rounds that nothing referenced yet, so
-   * every certified block is eventually ordered (Bullshark's weak links).
+   * Earlier blocks this one builds on: the author's own previous block first,
+   * then at most one block per other relay, each of a lower round, with at
+   * least 2f+1 distinct authors at round - 1.
    */
-  readonly weak: readonly Uint8Array[]
+  readonly ancestors: readonly BlockRef[]
   /** Client envelopes as received: msgpack [bytes, sig] frames. */
   readonly payload: readonly Uint8Array[]
 }
@@ -75,36 +82,27 @@ export interface Block {
   readonly digestHex: string
 }
 
-export interface Vote {
-  readonly kind: 'vote'
-  readonly digest: Uint8Array
-  readonly round: number
-  readonly author: number
-  readonly voter: number
-  readonly sig: Uint8Array
-}
-
-export interface Certificate {
-  readonly block: Block
-  /** [voter, signature] pairs, distinct voters, at least 2f+1. */
-  readonly votes: ReadonlyArray<readonly [number, Uint8Array]>
-}
-
 export type Message =
+  /** A relay's own new block, pushed to every peer. */
   | { readonly kind: 'block'; readonly block: Block }
-  | Vote
-  | { readonly kind: 'cert'; readonly cert: Certificate }
-  /** Please send the certificates with these digests (missing parents). */
+  /** Please send the blocks with these digests (missing ancestors). */
   | { readonly kind: 'fetch'; readonly digests: readonly Uint8Array[] }
-  /** Please send certificates from this round on (catching up). */
+  /** Please send blocks from this round on (catching up). */
   | { readonly kind: 'sync'; readonly fromRound: number }
-  | { readonly kind: 'certs'; readonly certs: readonly Certificate[] }
+  /** Blocks answering a fetch or a sync, by anyone: each carries its author's signature. */
+  | { readonly kind: 'blocks'; readonly blocks: readonly Block[] }
+  /**
+   * The sender holds these client envelopes but waits for a quorum at a
+   * round it already proposed: carry them too, which gives idle relays a
+   * reason to propose (idle relays make no rounds otherwise).
+   */
+  | { readonly kind: 'wake'; readonly payload: readonly Uint8Array[] }
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
   readonly maxBlockEnvelopes: number
   readonly maxEnvelopeBytes: number
-  readonly maxCertsPerMessage: number
+  readonly maxBlocksPerMessage: number
   readonly maxFetchDigests: number
 }
 
@@ -112,138 +110,109 @@ export const DEFAULT_MESSAGE_LIMITS: MessageLimits = Object.freeze({
   maxMessageBytes: 64 * 1024 * 1024,
   maxBlockEnvelopes: 10_000,
   maxEnvelopeBytes: DEFAULT_LIMITS.maxEnvelopeBytes + 128,
-  maxCertsPerMessage: 1000,
+  maxBlocksPerMessage: 1000,
   maxFetchDigests: 1000,
 })
 
-const BLOCK_TAG = 'stead/block/v1'
-const VOTE_TAG = 'stead/vote/v1'
+const BLOCK_TAG = 'stead/block/v2'
 
 export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: BlockHeader): Block {
-  const bytes = encode([BLOCK_TAG, header.round, header.author, header.parents, header.payload, header.weak])
+  const bytes = encode([BLOCK_TAG, header.round, header.author, header.ancestors.map((a) => [a.round, a.author, a.digest]), header.payload])
   const signed = { bytes, sig: crypto.sign(secretKey, bytes) }
   const digest = crypto.sha256(bytes)
   return { signed, header, digest, digestHex: toHex(digest) }
 }
 
-/** The bytes a voter signs: tagged, so a vote can never pass for a block or an envelope. */
-export function voteBytes(digest: Uint8Array, round: number, author: number): Uint8Array {
-  return encode([VOTE_TAG, digest, round, author])
-}
-
-export function signVote(crypto: SyncCrypto, secretKey: Uint8Array, voter: number, block: Block): Vote {
-  const { round, author } = block.header
-  return { kind: 'vote', digest: block.digest, round, author, voter, sig: crypto.sign(secretKey, voteBytes(block.digest, round, author)) }
-}
-
 /**
- * Opens a signed block: shape, limits and the author's signature. Parents and
- * payload are checked by the consensus core, which knows the DAG.
+ * Opens a signed block and applies every check that needs no other block:
+ * shape, limits, the author's signature, and the ancestor rules (own
+ * previous block first and only there, one block per author, rounds below
+ * the block's, genesis references well formed, a quorum at round - 1).
+ * The DAG checks that the ancestors exist; the core checks the payload.
  */
 export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify = true): Block {
   const v = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
-  if (v.length !== 6 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
+  if (v.length !== 5 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
   const round = expect.uint(v[1], 'block.round')
   if (round < 1) throw new SteadError('malformed', 'block rounds start at 1')
   const author = expect.uint(v[2], 'block.author')
+  const n = committee.keys.length
   const key = committee.keys[author]
   if (!key) throw new SteadError('unauthorized', `block author ${author} is not in the committee`)
-  const parents = expect.array(v[3], 'block.parents', committee.keys.length).map((p, i) => expect.bytes(p, `block.parents[${i}]`, 32))
+  const ancestors = expect.array(v[3], 'block.ancestors', n).map((a, i): BlockRef => {
+    const [r, who, digest] = expect.array(a, `block.ancestors[${i}]`, 3)
+    return { round: expect.uint(r, `block.ancestors[${i}].round`), author: expect.uint(who, `block.ancestors[${i}].author`), digest: expect.bytes(digest, `block.ancestors[${i}].digest`, 32) }
+  })
+  const problem = ancestorProblem(committee, round, author, ancestors)
+  if (problem) throw new SteadError('malformed', `block of relay ${author} round ${round}: ${problem}`)
   const payload = expect.array(v[4], 'block.payload', limits.maxBlockEnvelopes).map((p, i) => {
     if (!(p instanceof Uint8Array)) throw new SteadError('malformed', `block.payload[${i}] must be bytes`)
     if (p.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `block.payload[${i}] is ${p.length} bytes`)
     return p
   })
-  const weak = expect.array(v[5], 'block.weak', maxWeakLinks(committee)).map((p, i) => expect.bytes(p, `block.weak[${i}]`, 32))
   if (verify && !crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
   const digest = crypto.sha256(signed.bytes)
-  return { signed, header: { round, author, parents, payload, weak }, digest, digestHex: toHex(digest) }
+  return { signed, header: { round, author, ancestors, payload }, digest, digestHex: toHex(digest) }
 }
 
-export function verifyVote(crypto: SyncCrypto, committee: Committee, vote: Vote): boolean {
-  const key = committee.keys[vote.voter]
-  return key !== undefined && crypto.verify(key, voteBytes(vote.digest, vote.round, vote.author), vote.sig)
-}
-
-/** Checks a certificate's 2f+1 distinct, valid votes (the block itself must already be open). */
-export function verifyCertificateVotes(crypto: SyncCrypto, committee: Committee, block: Block, votes: ReadonlyArray<readonly [number, Uint8Array]>): boolean {
-  const seen = new Set<number>()
-  const bytes = voteBytes(block.digest, block.header.round, block.header.author)
-  for (const [voter, sig] of votes) {
-    const key = committee.keys[voter]
-    if (!key || seen.has(voter) || !crypto.verify(key, bytes, sig)) return false
-    seen.add(voter)
+/** The ancestor rules of a block, which need no other block (Sui's block verifier). Null when they hold. */
+function ancestorProblem(committee: Committee, round: number, author: number, ancestors: readonly BlockRef[]): string | null {
+  const n = committee.keys.length
+  if (ancestors.length === 0) return 'no ancestors'
+  const authors = new Set<number>()
+  let atPrevious = 0
+  for (const [i, a] of ancestors.entries()) {
+    if (a.author >= n) return `ancestor ${i} names relay ${a.author}, not in the committee`
+    if ((i === 0) !== (a.author === author)) return i === 0 ? 'the first ancestor must be the author’s own previous block' : 'the author’s own previous block may only come first'
+    if (authors.has(a.author)) return `two ancestors by relay ${a.author}`
+    authors.add(a.author)
+    if (a.round >= round) return `ancestor ${i} is from round ${a.round}, not below ${round}`
+    if (a.round === 0 && !a.digest.every((b) => b === 0)) return `ancestor ${i} is a round-0 block other than genesis`
+    if (a.round === round - 1) atPrevious++
   }
-  return seen.size >= certificateQuorum(committee)
+  if (atPrevious < quorum(committee)) return `needs ${quorum(committee)} ancestors from round ${round - 1}, has ${atPrevious}`
+  return null
 }
 
 // ---- wire encoding of mesh messages ----
 
-function encodeCert(c: Certificate): unknown {
-  return [[c.block.signed.bytes, c.block.signed.sig], c.votes.map(([voter, sig]) => [voter, sig])]
+function encodeSigned(b: Block): unknown {
+  return [b.signed.bytes, b.signed.sig]
 }
 
 export function encodeMessage(m: Message): Uint8Array {
   switch (m.kind) {
     case 'block':
-      return encode(['block', [m.block.signed.bytes, m.block.signed.sig]])
-    case 'vote':
-      return encode(['vote', m.digest, m.round, m.author, m.voter, m.sig])
-    case 'cert':
-      return encode(['cert', encodeCert(m.cert)])
+      return encode(['block', encodeSigned(m.block)])
     case 'fetch':
       return encode(['fetch', m.digests])
     case 'sync':
       return encode(['sync', m.fromRound])
-    case 'certs':
-      return encode(['certs', m.certs.map(encodeCert)])
+    case 'blocks':
+      return encode(['blocks', m.blocks.map(encodeSigned)])
+    case 'wake':
+      return encode(['wake', m.payload])
   }
-}
-
-function decodeCert(crypto: SyncCrypto, committee: Committee, v: unknown, limits: MessageLimits): Certificate {
-  const [block, votes] = expect.array(v, 'cert', 2)
-  const opened = openBlock(crypto, committee, asSigned(block), limits)
-  const list = expect.array(votes, 'cert.votes', committee.keys.length).map((pair, i) => {
-    const [voter, sig] = expect.array(pair, `cert.votes[${i}]`, 2)
-    return [expect.uint(voter, 'voter'), expect.bytes(sig, 'vote signature', 64)] as const
-  })
-  if (!verifyCertificateVotes(crypto, committee, opened, list)) {
-    throw new SteadError('bad-signature', `certificate for relay ${opened.header.author} round ${opened.header.round} lacks 2f+1 valid distinct votes`)
-  }
-  return { block: opened, votes: list }
 }
 
 /**
- * Decodes and fully verifies a mesh message (block signature, vote
- * signature, certificate quorum). Throws SteadError with a reason; the
- * consensus core only ever sees verified messages.
+ * Decodes and fully verifies a mesh message (every block's signature and
+ * ancestor rules). Throws SteadError with a reason; the consensus core only
+ * ever sees verified messages.
  */
 export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS): Message {
   const v = expect.array(decode(bytes, limits.maxMessageBytes), 'message', 8)
   switch (v[0]) {
     case 'block':
       return { kind: 'block', block: openBlock(crypto, committee, asSigned(v[1]), limits) }
-    case 'vote': {
-      if (v.length !== 6) throw new SteadError('malformed', 'vote has 6 fields')
-      const vote: Vote = {
-        kind: 'vote',
-        digest: expect.bytes(v[1], 'vote.digest', 32),
-        round: expect.uint(v[2], 'vote.round'),
-        author: expect.uint(v[3], 'vote.author'),
-        voter: expect.uint(v[4], 'vote.voter'),
-        sig: expect.bytes(v[5], 'vote.sig', 64),
-      }
-      if (!verifyVote(crypto, committee, vote)) throw new SteadError('bad-signature', `vote of relay ${vote.voter} does not verify`)
-      return vote
-    }
-    case 'cert':
-      return { kind: 'cert', cert: decodeCert(crypto, committee, v[1], limits) }
     case 'fetch':
       return { kind: 'fetch', digests: expect.array(v[1], 'fetch.digests', limits.maxFetchDigests).map((d, i) => expect.bytes(d, `fetch.digests[${i}]`, 32)) }
     case 'sync':
       return { kind: 'sync', fromRound: expect.uint(v[1], 'sync.fromRound') }
-    case 'certs':
-      return { kind: 'certs', certs: expect.array(v[1], 'certs', limits.maxCertsPerMessage).map((c) => decodeCert(crypto, committee, c, limits)) }
+    case 'blocks':
+      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).map((b) => openBlock(crypto, committee, asSigned(b), limits)) }
+    case 'wake':
+      return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)
   }
