@@ -131,7 +131,15 @@ describe('consensus core', () => {
     expect(c.onMessage(2, { kind: 'block', block: bad })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'bad-signature' }))
     expect(c.onMessage(3, { kind: 'block', block: r1[2]! })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'unauthorized' }))
     const far = signBlock(crypto, secrets[3]!, { round: 500, author: 3, ancestors: [refOf(r1[3]!), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
-    expect(c.onMessage(3, { kind: 'block', block: far })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'too-large' }))
+    const farOut = c.onMessage(3, { kind: 'block', block: far })
+    expect(farOut).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'too-large' }))
+    // Far ahead may mean we are far behind: ask that peer for the rounds we missed.
+    expect(farOut).toContainEqual(expect.objectContaining({ type: 'send', to: 3, message: { kind: 'sync', fromRound: 1 } }))
+    // A block built on the refused one is refused at once, and the refused block is never fetched.
+    const child = signBlock(crypto, secrets[2]!, { round: 2, author: 2, ancestors: [refOf(bad), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
+    const childOut = c.onMessage(2, { kind: 'block', block: child })
+    expect(childOut).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'malformed' }))
+    expect(childOut.filter((o) => o.type === 'send')).toEqual([])
     for (const b of r1) c.onMessage(b.header.author, { kind: 'block', block: b })
     // Names relay 0's round-1 block as relay 2's: the digest resolves, the slot does not match.
     const liar = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), { ...refOf(r1[0]!), author: 2 }, refOf(r1[3]!)], payload: [] })

@@ -107,6 +107,11 @@ export class BenchCluster {
     r.process = child
   }
 
+  /** Each relay's data dir, in relay order. */
+  dataDirs(): string[] {
+    return this.relays.map((r) => r.data)
+  }
+
   /** Relays that are up (not crashed on purpose). */
   live(): number[] {
     return this.relays.map((_, i) => i).filter((i) => !this.crashed.has(i))

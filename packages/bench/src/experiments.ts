@@ -132,12 +132,12 @@ export function suite(s: Suite): Group[] {
     groups.push(...groupsFor(`relays-${n}`, SYSTEMS.map((sys) => point(s, 'relays', 'counter', sys, balanced('counter'), SAT, 500, { x: n })), { n }))
   }
 
-  // 8. Faults on N = 7 (f = 2): crashed relays, and Byzantine relays (withhold: no votes or
-  // certificates and half of its blocks, the paper's "no certificates for half of the blocks").
+  // 8. Faults on N = 7 (f = 2): crashed relays, and Byzantine relays (withhold-block: its blocks
+  // reach only f+1 peers, the closest to the paper's "no certificates for half of the blocks").
   for (const crash of [0, 1, 2]) {
     groups.push(...groupsFor(`crash-${crash}`, SYSTEMS.map((sys) => point(s, 'faults', `crashed`, sys, balanced('counter'), SAT, 500, { x: crash })), { n: 7 }, crash))
   }
-  for (const [count, mode] of [[1, 'withhold'], [2, 'withhold'], [2, 'equivocate'], [1, 'forged-envelopes']] as const) {
+  for (const [count, mode] of [[1, 'withhold-block'], [2, 'withhold-block'], [2, 'equivocate'], [1, 'forged-envelopes']] as const) {
     const pts = (['reliable', 'consensus-first'] as const).map((sys) => point(s, 'faults', `byzantine ${mode}`, sys, balanced('counter'), SAT, 500, { x: count }))
     groups.push({ name: `byzantine-${count}-${mode}`, cluster: { n: 7, byzantine: { count, mode } }, points: pts })
   }

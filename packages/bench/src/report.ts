@@ -227,7 +227,7 @@ function fullReport(input: ReportInput, r: Results): string {
     md += '\n' + simple(r, 'relays', 'relays', (p) => String(p.x ?? ''))
   }
 
-  md += `\n### 8. Faults (7 relays, f = 2; PN-Counter, b = 500, 256 workers per client)\n\nCrashed relays are killed with SIGKILL right after the cluster starts (the paper's setup); clients connect to the live ones. Byzantine relays run \`stead-relay start --byzantine MODE\`: \`withhold\` sends no votes or certificates and only half of its blocks, \`equivocate\` sends different blocks for one round to different peers. \`forged-envelopes\` adds to each block that carries client envelopes a copy of one with a broken signature (an invalid update); correct relays refuse to vote for such blocks, so that relay's envelopes never commit (clients here submit only to honest relays). Clients connect only to honest relays.\n\n`
+  md += `\n### 8. Faults (7 relays, f = 2; PN-Counter, b = 500, 256 workers per client)\n\nCrashed relays are killed with SIGKILL right after the cluster starts (the paper's setup); clients connect to the live ones. Byzantine relays run \`stead-relay start --byzantine MODE\`: \`withhold-block\` sends its blocks to only f+1 peers and answers no fetches, \`equivocate\` sends a second chain of twin blocks to half of its peers. \`forged-envelopes\` adds to each block that carries client envelopes a copy of one with a broken signature (an invalid update); correct relays refuse such blocks, so that relay's envelopes never commit (clients here submit only to honest relays). Clients connect only to honest relays.\n\n`
   md += simple(r, 'faults', 'fault', (p) => (p.label === 'crashed' ? `${p.x} crashed` : `${p.x}x ${p.label.replace('byzantine ', '')}`))
 
   if (r.profile) {

@@ -275,6 +275,8 @@ class Simulation {
           this.options.onRound?.(round)
           if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || h.core.currentRound >= (this.options.untilRound as number))) break
         }
+        // Past the scenario, with every correct relay idle, only Byzantine relays' timers are left.
+        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || (!h.core.busy && h.replica.pendingCount === 0))) break
         const ev = this.queue.pop()
         if (!ev) break
         this.now = ev.at

@@ -147,6 +147,10 @@ export class ConsensusCore {
    */
   private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[] }>()
 
+  /** Digests of blocks refused (bounded): their descendants are refused at once, and never fetched. */
+  private readonly refused = new Set<string>()
+  /** The clock round at which we last asked a peer for the rounds we missed because a block was far ahead. */
+  private farAheadSyncAt = -1
   private syncTimerArmed = false
   private syncPeer = 0
   /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
@@ -349,11 +353,22 @@ export class ConsensusCore {
 
   private receive(from: number, block: Block, out: Output[]): void {
     const { round } = block.header
-    if (this.dag.has(block.digestHex) || this.sync.isParked(block.digestHex)) return
+    if (this.dag.has(block.digestHex) || this.sync.isParked(block.digestHex) || this.refused.has(block.digestHex)) return
     // At or below the GC round a block can never be ordered: nothing to do with it.
     if (round <= this.dag.gcRound) return
-    if (round > this.dag.clockRound + this.maxRoundsAhead) return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.dag.clockRound}`, out)
-    const missing = block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+    if (round > this.dag.clockRound + this.maxRoundsAhead) {
+      // Either a flood or we fell far behind (a restart, a partition): ask for the rounds we
+      // missed, once per clock round, then blocks this far ahead fit again.
+      if (this.farAheadSyncAt !== this.dag.clockRound) {
+        this.farAheadSyncAt = this.dag.clockRound
+        out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: Math.max(this.dag.gcRound + 1, this.lastDecided) } })
+      }
+      return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.dag.clockRound}`, out)
+    }
+    const refs = block.header.ancestors.map(refOf)
+    const refusedAncestor = refs.find((a) => this.refused.has(a.digestHex))
+    if (refusedAncestor) return this.refuse(from, block, { reason: 'malformed', detail: `block of relay ${block.header.author} round ${round} builds on refused block ${refusedAncestor.digestHex.slice(0, 8)}` }, out)
+    const missing = refs.filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
     if (missing.length) {
       const fetch = this.sync.park(from, block, missing)
       if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
@@ -373,13 +388,24 @@ export class ConsensusCore {
       const { from: sender, block } = ready.shift() as { from: number; block: Block }
       if (this.dag.has(block.digestHex) || block.header.round <= this.dag.gcRound) continue
       const problem = this.checkWithAncestors(block)
-      // A refused block's descendants stay parked until the GC drops them: none can be valid.
       if (problem) {
-        this.reject(sender, problem.reason, problem.detail, out)
+        this.refuse(sender, block, problem, out)
         continue
       }
       this.accept(block, out)
       ready.push(...this.sync.arrived(block.digestHex))
+    }
+  }
+
+  /** Refuses a block for good, and every parked block built on it (none of them can be valid). */
+  private refuse(from: number, block: Block, problem: { reason: string; detail: string }, out: Output[]): void {
+    this.reject(from, problem.reason, problem.detail, out)
+    const todo = [block]
+    while (todo.length) {
+      const b = todo.pop() as Block
+      if (this.refused.size >= 10_000) this.refused.delete(this.refused.values().next().value as string)
+      this.refused.add(b.digestHex)
+      todo.push(...this.sync.refused(b.digestHex))
     }
   }
 

@@ -74,6 +74,23 @@ export class Synchronizer {
   }
 
   /**
+   * `digestHex` was refused: the parked blocks waiting for it can never be
+   * accepted. Returns them (unparked); the caller refuses them in turn.
+   */
+  refused(digestHex: string): Block[] {
+    const waiters = this.waitingOn.get(digestHex)
+    this.waitingOn.delete(digestHex)
+    const gone: Block[] = []
+    for (const key of waiters ?? []) {
+      const w = this.waiting.get(key)
+      if (!w) continue
+      this.unpark(key, w.from)
+      gone.push(w.block)
+    }
+    return gone
+  }
+
+  /**
    * The GC round moved: parked blocks at or below it are dropped, and
    * missing ancestors at or below it are given up (a block needs only the
    * ancestors above the GC round). Returns the blocks that no longer wait.

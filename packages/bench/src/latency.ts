@@ -1,0 +1,118 @@
+#!/usr/bin/env node
+/**
+ * Latency and idle-cost report (a report, never a test) on a real 4-relay
+ * cluster on loopback, with SDK clients in this process:
+ *
+ * - safe updates one after another (light load): submit → committed;
+ * - a regular update made by one client until another client's subscriber
+ *   sees it (prospective visibility);
+ * - the cluster left idle: CPU per relay and store writes over a window.
+ *
+ *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10]
+ */
+import { readFileSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { createClient, memoryStorage, type Space } from '@stead/client'
+import { nodeCrypto } from '@stead/core/node'
+import WebSocket from 'ws'
+import { BenchCluster } from './cluster.ts'
+
+const { values } = parseArgs({
+  options: {
+    updates: { type: 'string', default: '200' },
+    'idle-seconds': { type: 'string', default: '60' },
+    'batch-ms': { type: 'string', default: '10' },
+  },
+})
+const updates = Number(values.updates)
+const idleSeconds = Number(values['idle-seconds'])
+const batchIntervalMs = Number(values['batch-ms'])
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN
+}
+
+function summary(samples: number[]): string {
+  const s = [...samples].sort((a, b) => a - b)
+  return `p50 ${quantile(s, 0.5).toFixed(1)} ms, p90 ${quantile(s, 0.9).toFixed(1)}, p99 ${quantile(s, 0.99).toFixed(1)}, min ${s[0]?.toFixed(1)}, max ${s[s.length - 1]?.toFixed(1)} (n = ${s.length})`
+}
+
+/** utime + stime of a process, in seconds (Linux). */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
+async function client(cluster: BenchCluster, name: string): Promise<Space> {
+  const owner = await createClient({
+    relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
+    storage: memoryStorage(),
+    cluster: cluster.descriptor,
+    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(`stead-bench-latency-${name}`)) },
+    crypto: nodeCrypto,
+    batchIntervalMs,
+    connect: (url) => new WebSocket(url) as never,
+  })
+  const space = await owner.space('latency')
+  while (!space.status.online) await new Promise((r) => setTimeout(r, 20))
+  return space
+}
+
+const cluster = await BenchCluster.start({ kind: 'stead', n: 4 })
+try {
+  const alice = await client(cluster, 'alice')
+  const bob = await client(cluster, 'bob')
+  console.log(`latency report: 4 relays on loopback, client batch interval ${batchIntervalMs} ms, ${new Date().toISOString()}`)
+
+  // Safe updates, one at a time: each one starts from a quiet cluster.
+  const counter = alice.counter('safe')
+  for (let i = 0; i < 20; i++) await counter.increment(1, { safe: true })
+  const safe: number[] = []
+  for (let i = 0; i < updates; i++) {
+    const t0 = performance.now()
+    const r = await counter.increment(1, { safe: true })
+    if (r.status !== 'committed') throw new Error(`safe update ${i}: ${JSON.stringify(r)}`)
+    safe.push(performance.now() - t0)
+  }
+  console.log(`safe update, sequential:        ${summary(safe)}`)
+
+  // Prospective visibility: alice increments, bob's subscriber sees it.
+  const seen = bob.counter('visible')
+  const visible: number[] = []
+  for (let i = 1; i <= updates + 20; i++) {
+    const t0 = performance.now()
+    const shown = new Promise<void>((resolve) => {
+      const check = () => {
+        if (seen.value >= i) {
+          stop()
+          resolve()
+        }
+      }
+      const stop = seen.subscribe(check)
+      check()
+    })
+    void alice.counter('visible').increment(1)
+    await shown
+    if (i > 20) visible.push(performance.now() - t0)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  console.log(`regular update visible at peer: ${summary(visible)}`)
+
+  // Idle: let the last commits settle, then watch CPU and the stores.
+  await new Promise((r) => setTimeout(r, 3000))
+  const pids = cluster.pids()
+  const stores = cluster.dataDirs().map((d) => join(d, 'data.mdb'))
+  const before = { cpu: pids.map((p) => cpuSeconds(p.pid)), stores: stores.map((s) => statSync(s)) }
+  await new Promise((r) => setTimeout(r, idleSeconds * 1000))
+  const after = { cpu: pids.map((p) => cpuSeconds(p.pid)), stores: stores.map((s) => statSync(s)) }
+  pids.forEach((p, i) => {
+    const cpu = ((after.cpu[i] as number) - (before.cpu[i] as number)) / idleSeconds
+    const written = (after.stores[i] as { mtimeMs: number }).mtimeMs !== (before.stores[i] as { mtimeMs: number }).mtimeMs
+    const grew = (after.stores[i] as { size: number }).size - (before.stores[i] as { size: number }).size
+    console.log(`idle ${idleSeconds} s, ${p.label}: CPU ${(cpu * 100).toFixed(2)}% of a core, store ${written ? 'written' : 'not written'} (size +${grew} B)`)
+  })
+} finally {
+  await cluster.stop()
+  process.exit(0)
+}
