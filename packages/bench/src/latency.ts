@@ -44,6 +44,17 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
 
+/** Sum and count of a relay's submit-to-decision histogram (stead_commit_latency_seconds). */
+async function relayCommitLatency(cluster: BenchCluster): Promise<Array<{ sum: number; count: number }>> {
+  return Promise.all(
+    cluster.descriptor.relays.map(async (r) => {
+      const text = await (await fetch(`http://${r.api}/metrics`)).text()
+      const read = (name: string) => Number(/^(\S+) (\S+)$/m.exec(text.split('\n').find((l) => l.startsWith(name)) ?? '')?.[2] ?? NaN)
+      return { sum: read('stead_commit_latency_seconds_sum'), count: read('stead_commit_latency_seconds_count') }
+    }),
+  )
+}
+
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
   const owner = await createClient({
     relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
@@ -69,6 +80,7 @@ try {
   const counter = alice.counter('safe')
   for (let i = 0; i < 20; i++) await counter.increment(1, { safe: true })
   const safe: number[] = []
+  const relaysBefore = await relayCommitLatency(cluster)
   for (let i = 0; i < updates; i++) {
     const t0 = performance.now()
     const r = await counter.increment(1, { safe: true })
@@ -76,6 +88,13 @@ try {
     safe.push(performance.now() - t0)
   }
   console.log(`safe update, sequential:        ${summary(safe)}`)
+  // The relay's share: from its submit to its audit deciding the envelope (the home relay only counts it).
+  const relaysAfter = await relayCommitLatency(cluster)
+  const perRelay = relaysAfter.map((a, i) => {
+    const b = relaysBefore[i] as { sum: number; count: number }
+    return a.count > b.count ? `${(((a.sum - b.sum) / (a.count - b.count)) * 1000).toFixed(1)} ms (${a.count - b.count})` : '-'
+  })
+  console.log(`  relay submit → decided, mean per relay: ${perRelay.join(', ')}`)
 
   // Prospective visibility: alice increments, bob's subscriber sees it.
   const seen = bob.counter('visible')
