@@ -21,7 +21,6 @@ import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import type { Logger } from 'pino'
 import { committeeOf, type ClusterConfig } from './config.ts'
 import {
-  ByzantineBehaviour,
   ConsensusCore,
   SYNC_BATCH,
   decodeMessage,
@@ -52,6 +51,10 @@ export interface RelayNodeOptions {
   readonly dataDir: string
   readonly mesh: Mesh
   readonly logger: Logger
+  /**
+   * Only reported in the status: the misbehaviour itself is a decorator on
+   * the mesh (`byzantineMesh`), which `runRelay` puts in place.
+   */
   readonly byzantine?: ByzantineStrategy
   /** Consensus timings; defaults suit a LAN or loopback cluster. */
   readonly leaderTimeoutMs?: number
@@ -103,7 +106,6 @@ export class RelayNode {
   private readonly lastAttested = new Map<string, number>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
   private readonly timers = new Map<string, NodeJS.Timeout>()
-  private readonly byzantine: ByzantineBehaviour | null
   private queue: Array<() => Output[]> = []
   private draining = false
   private stopped = false
@@ -146,19 +148,7 @@ export class RelayNode {
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
-    this.byzantine = options.byzantine
-      ? new ByzantineBehaviour(options.byzantine, {
-          me: options.me,
-          committee: this.committee,
-          secretKey: options.secretKey,
-          crypto: relayCrypto,
-          samplePayload: () => this.sampleFrame,
-          conflictingPayload: () => undefined,
-        })
-      : null
   }
-
-  private sampleFrame: Uint8Array | undefined
 
   async start(): Promise<void> {
     this.store = RelayStore.open(this.options.dataDir)
@@ -246,7 +236,6 @@ export class RelayNode {
     if (charge && result.status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
     if (result.status === 'queued') this.forward(env.space, frame)
-    this.sampleFrame ??= frame
     if (result.status === 'queued') this.pendingSince ??= Date.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
@@ -525,12 +514,10 @@ export class RelayNode {
   private act(o: Output): void {
     switch (o.type) {
       case 'send':
-        for (const m of this.tamper(o.to, o.message)) this.options.mesh.send(o.to, encodeMessage(m))
+        this.options.mesh.send(o.to, encodeMessage(o.message))
         break
       case 'broadcast':
-        if (this.byzantine) {
-          for (let to = 0; to < this.committee.keys.length; to++) if (to !== this.me) for (const m of this.tamper(to, o.message)) this.options.mesh.send(to, encodeMessage(m))
-        } else this.options.mesh.broadcast(encodeMessage(o.message))
+        this.options.mesh.broadcast(encodeMessage(o.message))
         break
       case 'timer': {
         const key = `${o.name}:${o.round}`
@@ -562,10 +549,6 @@ export class RelayNode {
         break
     }
     this.metrics.round.set(this.core.currentRound)
-  }
-
-  private tamper(to: number, message: Message): Message[] {
-    return this.byzantine ? this.byzantine.outgoing(to, message) : [message]
   }
 
   /** A peer's block entered the DAG: its envelopes go to subscribers (ours went when clients sent them). */

@@ -2,11 +2,11 @@ import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
-import type { ByzantineStrategy } from './consensus/index.ts'
+import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
 import { relayLogger } from './logging.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
-import { RelayNode } from './node.ts'
+import { RelayNode, relayCrypto } from './node.ts'
 import { apiHostPort, explainListenFailure, isListenFailure, meshHostPort, type Listener } from './ports.ts'
 
 export interface RunRelayOptions {
@@ -47,13 +47,15 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const logger = o.logger ?? relayLogger(o.id)
   // Locked, 0700, and checked against this cluster before the store opens.
   const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
-  const mesh = createLibp2pMesh({
+  const libp2pMesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,
     peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
   })
+  // A Byzantine relay is an honest relay behind a mesh that rewrites what it sends.
+  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(o.cluster), secretKey: o.secretKey, crypto: relayCrypto }) : libp2pMesh
   const node = new RelayNode({
     cluster: o.cluster,
     me,

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest'
 import {
   ConsensusCore,
   GENESIS_DIGEST,
+  byzantineMesh,
   decodeMessage,
   encodeMessage,
   signBlock,
@@ -94,6 +95,34 @@ describe('mesh messages', () => {
     expect(reason(block(1, 1, []))).toMatch(/no ancestors/)
     expect(reason(encode(['nope']))).toMatch(/^malformed/)
     expect(reason(new Uint8Array([0xc1]))).toMatch(/^malformed/)
+  })
+})
+
+describe('Byzantine behaviour as a mesh decorator', () => {
+  it('equivocate: odd peers get a twin of each own block, even peers the block, peer 0 both; the twins form their own chain', async () => {
+    const sent: Array<{ to: number; message: Message }> = []
+    const inner = { start: async () => {}, send: (to: number, frame: Uint8Array) => void sent.push({ to, message: decodeMessage(crypto, committee, frame) }), broadcast: () => {}, onFrame: () => {}, connectedPeers: () => [], queuedBytes: () => 0, stop: async () => {} }
+    const mesh = byzantineMesh(inner, 'equivocate', { me: 3, committee, secretKey: secrets[3]!, crypto })
+    const { r1 } = smallDag()
+    const frame = await envelope(1)
+    const own1 = signBlock(crypto, secrets[3]!, { round: 1, author: 3, ancestors: genesisFor(3), payload: [frame] })
+    mesh.broadcast(encodeMessage({ kind: 'block', block: own1 }))
+    const to = (peer: number) => sent.filter((s) => s.to === peer).map((s) => (s.message as { block: Block }).block)
+    expect(to(2).map((b) => b.digestHex)).toEqual([own1.digestHex])
+    const [twin1] = to(1)
+    expect(twin1!.digestHex).not.toBe(own1.digestHex)
+    expect(twin1!.header).toMatchObject({ round: 1, author: 3 })
+    expect(to(0).map((b) => b.digestHex)).toEqual([own1.digestHex, twin1!.digestHex])
+    // The next block's twin builds on the previous twin, not on the real block.
+    sent.length = 0
+    const own2 = signBlock(crypto, secrets[3]!, { round: 2, author: 3, ancestors: [refOf(own1), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
+    mesh.send(1, encodeMessage({ kind: 'block', block: own2 }))
+    const [twin2] = to(1)
+    expect(Buffer.from(twin2!.header.ancestors[0]!.digest).toString('hex')).toBe(twin1!.digestHex)
+    // What is not its own block passes through untouched.
+    sent.length = 0
+    mesh.send(1, encodeMessage({ kind: 'sync', fromRound: 4 }))
+    expect(sent).toEqual([{ to: 1, message: { kind: 'sync', fromRound: 4 } }])
   })
 })
 

@@ -1,5 +1,6 @@
 import { asSigned, decode, encode, toHex } from '@stead/core'
-import { signBlock, type Block, type Committee, type Message, type SyncCrypto } from './messages.ts'
+import type { Mesh } from '../mesh/types.ts'
+import { decodeMessage, encodeMessage, signBlock, type Block, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import type { ByzantineStrategy } from './strategies.ts'
 
 export { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './strategies.ts'
@@ -105,6 +106,49 @@ export class ByzantineBehaviour {
         return to === 0 ? [message, { kind: 'block', block: twin }] : [{ kind: 'block', block: twin }]
       }
     }
+  }
+}
+
+/**
+ * A mesh that misbehaves: every frame the relay sends goes through the
+ * behaviour, which may drop, change or multiply it. This is how
+ * `stead-relay --byzantine` works: the relay itself stays honest and never
+ * knows. (Test tooling; frames are decoded again here, which a real relay
+ * would never spend time on.)
+ */
+export function byzantineMesh(inner: Mesh, strategy: ByzantineStrategy, ctx: Pick<ByzantineContext, 'me' | 'committee' | 'secretKey' | 'crypto'>): Mesh {
+  /** A client envelope to put in twin blocks: the first one seen in a block either way. */
+  let sample: Uint8Array | undefined
+  const behaviour = new ByzantineBehaviour(strategy, { ...ctx, samplePayload: () => sample, conflictingPayload: () => undefined })
+  const notice = (frame: Uint8Array): Message | undefined => {
+    try {
+      const message = decodeMessage(ctx.crypto, ctx.committee, frame)
+      if (message.kind === 'block') sample ??= message.block.header.payload[0]
+      return message
+    } catch {
+      return undefined
+    }
+  }
+  const send = (to: number, frame: Uint8Array): void => {
+    const message = notice(frame)
+    if (!message) return inner.send(to, frame)
+    for (const m of behaviour.outgoing(to, message)) inner.send(to, encodeMessage(m))
+  }
+  return {
+    start: () => inner.start(),
+    send,
+    broadcast(frame) {
+      for (let to = 0; to < ctx.committee.keys.length; to++) if (to !== ctx.me) send(to, frame)
+    },
+    onFrame(handler) {
+      inner.onFrame((from, frame) => {
+        if (sample === undefined) notice(frame)
+        handler(from, frame)
+      })
+    },
+    connectedPeers: () => inner.connectedPeers(),
+    queuedBytes: () => inner.queuedBytes(),
+    stop: () => inner.stop(),
   }
 }
 
