@@ -295,7 +295,7 @@ export class SteadClient {
     const replica = restored.checkpoint === undefined ? new ReliableReplica(options) : ReliableReplica.restore(options, restored.checkpoint, (signed) => openTrusted(crypto, signed))
     // Replaying the attested commits after the checkpoint rebuilds the stable state exactly (gap timers included).
     for (const c of restored.commits) replica.commit(c.frames.map(trusted), c.round)
-    for (const frame of restored.inbox) replica.receive(trusted(frame))
+    for (const frame of restored.inbox) replica.receive(trusted(frame), { expires: true })
     const outbox = restored.outbox.map((frame) => ({ env: trusted(frame), frame }))
     for (const { env } of outbox) replica.receive(env)
     return { replica, outbox }

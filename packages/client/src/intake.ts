@@ -88,7 +88,8 @@ export class RelayIntake {
       this.verifying.delete(idHex)
     }
     if (this.closed || env.space !== space.space) return
-    const r = space.replica.receive(env)
+    // Not ordered yet, and a few such envelopes never will be: reversed if they stay undecided too long.
+    const r = space.replica.receive(env, { expires: true })
     if (r.status === 'duplicate' && r.changed.size === 0) return
     outbox.heard(env)
     this.o.news.received(frame)

@@ -564,7 +564,7 @@ export class TabUpstream implements Upstream {
         return
       }
       case 'received':
-        space.notify(space.replica.receive(openTrusted(this.crypto, m.frame)).changed)
+        space.notify(space.replica.receive(openTrusted(this.crypto, m.frame), { expires: true }).changed)
         return
       case 'committed': {
         const result = space.replica.commit(

@@ -117,6 +117,21 @@ export interface ReplicaOptions {
   readonly gapWaitCommits?: number
   /** Envelopes per author that may wait for a gap at once; more are dropped as 'gap'. */
   readonly maxWaitingPerAuthor?: number
+  /**
+   * How far (in commit positions) an envelope received with `{ expires: true }`
+   * (another author's, from a relay's prospective feed) may stay undecided
+   * before its prospective effect is reversed. Relays forward envelopes before
+   * they are ordered, and a few never will be (an equivocating relay's losing
+   * block); without this they would stay in the prospective state forever.
+   * An expired envelope that commits later is applied then. Default 128.
+   */
+  readonly foreignWaitCommits?: number
+}
+
+/** How an envelope reached the replica. */
+export interface ReceiveOptions {
+  /** Another author's envelope that is not ordered yet: reversed if it stays undecided too long (see `foreignWaitCommits`). */
+  readonly expires?: boolean
 }
 
 /** One step of an object's stable history. */
@@ -137,6 +152,8 @@ interface Pending {
   /** Tags of the ops that were applied to the prospective state. */
   readonly applied: Set<string>
   readonly keys: ReadonlySet<string>
+  /** Commit position at which it is reversed if still undecided (another author's envelope). */
+  expiresAt: number | undefined
 }
 
 interface AuthorState {
@@ -174,6 +191,7 @@ export class ReliableReplica {
   private readonly historyLimit: number
   private readonly gapWaitCommits: number
   private readonly maxWaitingPerAuthor: number
+  private readonly foreignWaitCommits: number
 
   private readonly stableObjects = new Map<string, Obj>()
   private readonly prospectiveObjects = new Map<string, Obj>()
@@ -194,6 +212,7 @@ export class ReliableReplica {
     this.historyLimit = options.historyLimit ?? 1000
     this.gapWaitCommits = options.gapWaitCommits ?? 64
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
+    this.foreignWaitCommits = options.foreignWaitCommits ?? 128
   }
 
   /** How many envelopes the audit committed so far: the stable index every correct replica agrees on. */
@@ -347,10 +366,15 @@ export class ReliableReplica {
   // ---- prospective path ----
 
   /** Applies a received (or locally created) envelope to the prospective state. */
-  receive(env: Envelope): ReceiveResult {
+  receive(env: Envelope, options: ReceiveOptions = {}): ReceiveResult {
     this.checkSpace(env)
     const changed = new Set<string>()
-    if (this.pending.has(env.idHex)) return { status: 'duplicate', changed }
+    const known = this.pending.get(env.idHex)
+    if (known) {
+      // Received as our own (or from a source that does not expire it): it stays.
+      if (!options.expires) known.expiresAt = undefined
+      return { status: 'duplicate', changed }
+    }
     // Already decided: applied at commit time if it was the one committed.
     const verdict = this.decided(env)
     if (verdict) return { status: verdict, changed }
@@ -369,7 +393,7 @@ export class ReliableReplica {
       if (!ids) this.pendingKeys.set(key, (ids = new Set()))
       ids.add(env.idHex)
     }
-    this.pending.set(env.idHex, { env, applied, keys })
+    this.pending.set(env.idHex, { env, applied, keys, expiresAt: options.expires ? this.commits + this.foreignWaitCommits : undefined })
     const slot = slotOf(env)
     let ids = this.slots.get(slot)
     if (!ids) this.slots.set(slot, (ids = new Set()))
@@ -405,6 +429,8 @@ export class ReliableReplica {
     const changed = new Set<string>()
     for (const env of batch) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
+    // Local news, like discard(): no decision, the stable path is untouched.
+    for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
     return { decisions, stableIndex: this.index, changed }
   }
 

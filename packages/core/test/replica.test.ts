@@ -147,6 +147,39 @@ describe('reliable replica: the audit', () => {
     expect([r.value('g'), r.stableValue('g')]).toEqual([['x'], ['x']])
   })
 
+  it("reverses another author's envelope that stays unordered too long, keeps its own, and applies the foreign one if it commits later", async () => {
+    const r = new ReliableReplica({ space: SPACE, foreignWaitCommits: 3 })
+    const theirs = await seal(1, 1, { updates: [inc('c', 5)] })
+    const mine = await seal(0, 1, { updates: [inc('m', 2)] })
+    r.receive(theirs, { expires: true })
+    r.receive(mine)
+    expect(r.value('c')).toBe(5)
+    r.commit([], 1)
+    r.commit([], 2)
+    expect(r.value('c')).toBe(5)
+    const expired = r.commit([], 3)
+    expect(expired.decisions).toEqual([])
+    expect([...expired.changed]).toContain('c')
+    expect(r.isPending(theirs.idHex)).toBe(false)
+    expect(r.value('c')).toBeUndefined()
+    // Our own update never expires: read-your-writes until its commit.
+    r.commit([], 50)
+    expect(r.value('m')).toBe(2)
+    // Ordered after all: applied at its commit.
+    r.commit([theirs], 60)
+    expect(r.value('c')).toBe(5)
+    expect(r.stableValue('c')).toBe(5)
+  })
+
+  it('does not expire an envelope that is also received as our own', async () => {
+    const r = new ReliableReplica({ space: SPACE, foreignWaitCommits: 1 })
+    const env = await seal(0, 1, { updates: [inc('c', 1)] })
+    r.receive(env, { expires: true })
+    r.receive(env)
+    r.commit([], 5)
+    expect(r.value('c')).toBe(1)
+  })
+
   it('fixes an object declaration at its first commit; other declarations get type-mismatch', async () => {
     const r = new ReliableReplica({ space: SPACE })
     const honest = await seal(0, 1, { updates: [inc('acct', 5)] })
