@@ -116,7 +116,16 @@ describe('clients against a real relay cluster', () => {
     expect(reference.reduce((a, b) => a + b, 0)).toBe(300 - withdrawn)
     // And the quorum read agrees with what the relays hold.
     expect(await first.readStable('acct:0', { quorum: true })).toBe(reference[0])
-    const heads = await Promise.all([0, 1, 2].map((i) => cluster.json<{ index: number; stateHash: string }>(i, '/v1/spaces/bank/head')))
+    // Relays reach that index on their own schedule (a relay may decide the last commit a moment later).
+    const index = first.status.stableIndex
+    const heads = await until(
+      'relays at the clients\' stable index',
+      async () => {
+        const hs = await Promise.all([0, 1, 2].map((i) => cluster.json<{ index: number; stateHash: string }>(i, '/v1/spaces/bank/head')))
+        return hs.every((h) => h.index === index) ? hs : undefined
+      },
+      30_000,
+    )
     expect(new Set(heads.map((h) => h.stateHash)).size).toBe(1)
   }, 120_000)
 
