@@ -23,6 +23,8 @@ import { committeeOf, type ClusterConfig } from './config.ts'
 import {
   ConsensusCore,
   SYNC_BATCH,
+  SYNC_BYTES,
+  byBytes,
   decodeMessage,
   encodeMessage,
   type ArchiveQuery,
@@ -568,8 +570,8 @@ export class RelayNode {
     const blocks =
       'digests' in query
         ? this.store.blocksByDigest(relayCrypto, this.committee, query.digests)
-        : this.store.blocksInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH)
-    if (blocks.length) this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks }))
+        : this.store.blocksInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
+    for (const part of byBytes(blocks)) this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks: part }))
   }
 
   // ---- audit and attestations ----

@@ -182,12 +182,24 @@ export class RelayStore {
     if (current) yield { anchorRound: current.anchorRound, frames: current.frames }
   }
 
-  /** Stored blocks (own and peers') of rounds fromRound..toRound, at most `limit`, for a peer catching up. */
-  blocksInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number): Block[] {
+  /**
+   * Stored blocks (own and peers') of rounds fromRound..toRound for a peer
+   * catching up: at most `limit` blocks and about `maxBytes` of them, the
+   * lowest rounds first (at least one block).
+   */
+  blocksInRounds(crypto: SyncCrypto, committee: Committee, fromRound: number, toRound: number, limit: number, maxBytes: number): Block[] {
+    const found: Array<{ round: number; value: Uint8Array }> = []
+    for (const { key, value } of this.blocks.getRange({ start: [fromRound, 0, ''], end: [toRound + 1, 0, ''], limit })) found.push({ round: key[0], value })
+    for (const { key, value } of this.own.getRange({ start: fromRound, end: toRound + 1, limit })) found.push({ round: key, value })
+    found.sort((a, b) => a.round - b.round)
     const out: Block[] = []
-    for (const { value } of this.blocks.getRange({ start: [fromRound, 0, ''], end: [toRound + 1, 0, ''], limit })) out.push(decodeBlock(crypto, committee, value, false))
-    for (const { value } of this.own.getRange({ start: fromRound, end: toRound + 1, limit })) out.push(decodeBlock(crypto, committee, value, false))
-    return out.sort((a, b) => a.header.round - b.header.round).slice(0, limit)
+    let bytes = 0
+    for (const { value } of found) {
+      if (out.length >= limit || (out.length > 0 && bytes + value.length > maxBytes)) break
+      out.push(decodeBlock(crypto, committee, value, false))
+      bytes += value.length
+    }
+    return out
   }
 
   blocksByDigest(crypto: SyncCrypto, committee: Committee, digests: readonly string[]): Block[] {

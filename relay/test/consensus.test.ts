@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest'
 import {
   ConsensusCore,
   GENESIS_DIGEST,
+  SYNC_BYTES,
+  byBytes,
   byzantineMesh,
   decodeMessage,
   encodeMessage,
@@ -127,6 +129,16 @@ describe('Byzantine behaviour as a mesh decorator', () => {
 })
 
 describe('consensus core', () => {
+  it('splits block answers into runs of at most SYNC_BYTES, in order, each with at least one block', () => {
+    const MiB = 1024 * 1024
+    const fake = (size: number, i: number) => ({ signed: { bytes: new Uint8Array(size), sig: new Uint8Array(64) }, digestHex: String(i) }) as unknown as Block
+    const blocks = [10 * MiB, 10 * MiB, 1024, 20 * MiB, 1024].map(fake)
+    const runs = byBytes(blocks)
+    expect(runs.map((r) => r.map((b) => b.digestHex))).toEqual([['0'], ['1', '2'], ['3'], ['4']])
+    for (const r of runs) if (r.length > 1) expect(r.reduce((n, b) => n + b.signed.bytes.length, 0)).toBeLessThanOrEqual(SYNC_BYTES)
+    expect(byBytes([])).toEqual([])
+  })
+
   it('stays silent when idle: no block, no timer', () => {
     expect(core(0).start()).toEqual([])
   })

@@ -294,7 +294,8 @@ export class ConsensusCore {
           if (held) blocks.push(held)
           else archived.push(hex)
         }
-        if (blocks.length) out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks } })
+        // In answers of at most SYNC_BYTES each: full blocks are MiBs, a mesh frame is 64 MiB at most.
+        for (const part of byBytes(blocks)) out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks: part } })
         if (archived.length) out.push({ type: 'archive-request', to: from, query: { digests: archived } })
         break
       }
@@ -737,6 +738,23 @@ export class ConsensusCore {
       for (const ready of this.sync.arrived(node.digestHex)) blocks.push(ready.block)
     }
   }
+}
+
+/** Splits blocks into runs of at most SYNC_BYTES of signed bytes (a run holds at least one block). */
+export function byBytes(blocks: readonly Block[]): Block[][] {
+  const runs: Block[][] = []
+  let bytes = 0
+  for (const b of blocks) {
+    const last = runs[runs.length - 1]
+    if (!last || (last.length > 0 && bytes + b.signed.bytes.length > SYNC_BYTES)) {
+      runs.push([b])
+      bytes = b.signed.bytes.length
+    } else {
+      last.push(b)
+      bytes += b.signed.bytes.length
+    }
+  }
+  return runs
 }
 
 function refOf(a: BlockRef): Ref {
