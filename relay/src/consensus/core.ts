@@ -147,6 +147,8 @@ export class ConsensusCore {
    */
   private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[] }>()
 
+  /** What `inspect` said of each accepted block's envelopes, in payload order: asked once per block. */
+  private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
   /** Digests of blocks refused (bounded): their descendants are refused at once, and never fetched. */
   private readonly refused = new Set<string>()
   /** The clock round at which we last asked a peer for the rounds we missed because a block was far ahead. */
@@ -366,10 +368,9 @@ export class ConsensusCore {
       }
       return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.dag.clockRound}`, out)
     }
-    const refs = block.header.ancestors.map(refOf)
-    const refusedAncestor = refs.find((a) => this.refused.has(a.digestHex))
+    const refusedAncestor = block.header.ancestors.map(refOf).find((a) => this.refused.has(a.digestHex))
     if (refusedAncestor) return this.refuse(from, block, { reason: 'malformed', detail: `block of relay ${block.header.author} round ${round} builds on refused block ${refusedAncestor.digestHex.slice(0, 8)}` }, out)
-    const missing = refs.filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+    const missing = this.missingAncestors(block)
     if (missing.length) {
       const fetch = this.sync.park(from, block, missing)
       if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
@@ -382,18 +383,23 @@ export class ConsensusCore {
     this.commitAndPropose(out)
   }
 
+  /** Ancestors neither in the DAG nor settled (genesis, or at or below the GC round). */
+  private missingAncestors(block: Block): Ref[] {
+    return block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+  }
+
   /** Accepts a block whose ancestors are all present, then whatever waited only for it, in causal order. */
   private acceptChain(from: number, first: Block, out: Output[]): void {
     const ready = [{ from, block: first }]
     while (ready.length) {
       const { from: sender, block } = ready.shift() as { from: number; block: Block }
       if (this.dag.has(block.digestHex) || block.header.round <= this.dag.gcRound) continue
-      const problem = this.checkWithAncestors(block)
-      if (problem) {
-        this.refuse(sender, block, problem, out)
+      const checked = this.checkWithAncestors(block)
+      if ('reason' in checked) {
+        this.refuse(sender, block, checked, out)
         continue
       }
-      this.accept(block, out)
+      this.accept(block, checked.infos, out)
       ready.push(...this.sync.arrived(block.digestHex))
     }
   }
@@ -410,8 +416,12 @@ export class ConsensusCore {
     }
   }
 
-  /** The checks that need the ancestors: each reference names the round and author of the block it points to; the payload is valid. */
-  private checkWithAncestors(block: Block): { reason: string; detail: string } | null {
+  /**
+   * The checks that need the ancestors: each reference names the round and
+   * author of the block it points to; the payload is valid. Returns what
+   * `inspect` said of each envelope, kept with the block.
+   */
+  private checkWithAncestors(block: Block): { reason: string; detail: string } | { infos: PayloadInfo[] } {
     for (const a of block.header.ancestors) {
       const held = this.dag.get(toHex(a.digest))
       if (held && (held.round !== a.round || held.author !== a.author)) {
@@ -419,21 +429,24 @@ export class ConsensusCore {
       }
     }
     const seen = new Set<string>()
+    const infos: PayloadInfo[] = []
     for (const frame of block.header.payload) {
       const info = this.inspect(frame)
       if (info instanceof SteadError) return { reason: info.reason, detail: `block of relay ${block.header.author} round ${block.header.round} carries an invalid envelope: ${info.message}` }
       // No correct relay puts two envelopes for one slot in a block: its own queue refuses the second.
       if (seen.has(info.slot)) return { reason: 'conflict', detail: `block carries two envelopes for ${info.slot}` }
       seen.add(info.slot)
+      infos.push(info)
       // A conflict with an envelope seen elsewhere is not refused: a Byzantine client can hand
       // twins to two correct relays. The audit keeps at most one twin (G4).
     }
-    return null
+    return { infos }
   }
 
-  private accept(block: Block, out: Output[]): DagBlock {
+  /** Adds a checked block to the DAG; `infos` match its payload, envelope for envelope. */
+  private accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): DagBlock {
     const node = this.dag.accept(block)
-    const infos = this.payloadInfos(block)
+    this.infosOf.set(block.digestHex, infos)
     this.payload.claim(infos, block.header.round)
     if (block.header.author === this.me) {
       const { round } = block.header
@@ -458,9 +471,7 @@ export class ConsensusCore {
   /** A block that will never be ordered: its envelopes not ordered elsewhere are reported, for whoever applied them. */
   private expire(block: DagBlock, out: Output[]): void {
     this.pendingWork.delete(block.digestHex)
-    const payloadIds = this.payloadInfos(block.block)
-      .map((i) => i.idHex)
-      .filter((id) => !this.orderedPayload.has(id))
+    const payloadIds = (this.infosOf.get(block.digestHex) ?? []).map((i) => i.idHex).filter((id) => !this.orderedPayload.has(id))
     if (payloadIds.length) out.push({ type: 'expired', block: { round: block.round, author: block.author, digestHex: block.digestHex }, payloadIds })
   }
 
@@ -469,14 +480,6 @@ export class ConsensusCore {
     if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
   }
 
-  private payloadInfos(block: Block): PayloadInfo[] {
-    const out: PayloadInfo[] = []
-    for (const frame of block.header.payload) {
-      const info = this.inspect(frame)
-      if (!(info instanceof SteadError)) out.push(info)
-    }
-    return out
-  }
 
   // ---- committing and proposing ----
 
@@ -525,13 +528,14 @@ export class ConsensusCore {
     const payloadIds: string[] = []
     for (const block of history) {
       this.pendingWork.delete(block.digestHex)
-      for (const frame of block.block.header.payload) {
-        const info = this.inspect(frame)
-        if (info instanceof SteadError || this.orderedPayload.has(info.idHex)) continue
-        this.orderedPayload.set(info.idHex, leader.round)
+      const infos = this.infosOf.get(block.digestHex) ?? []
+      block.block.header.payload.forEach((frame, i) => {
+        const id = (infos[i] as PayloadInfo).idHex
+        if (this.orderedPayload.has(id)) return
+        this.orderedPayload.set(id, leader.round)
         payload.push(frame)
-        payloadIds.push(info.idHex)
-      }
+        payloadIds.push(id)
+      })
     }
     this.payload.dropOrdered(payloadIds)
     // The twins of what was just ordered are dead.
@@ -571,11 +575,11 @@ export class ConsensusCore {
     const frames = this.payload.peek(WAKE_ENVELOPES)
     for (const work of this.pendingWork.values()) {
       if (frames.length >= WAKE_ENVELOPES) break
-      const unordered = new Set(work.ids.filter((i) => !this.orderedPayload.has(i.idHex)).map((i) => i.idHex))
-      for (const frame of work.block.block.header.payload) {
-        const info = this.inspect(frame)
-        if (!(info instanceof SteadError) && unordered.has(info.idHex) && frames.length < WAKE_ENVELOPES) frames.push(frame)
-      }
+      const infos = this.infosOf.get(work.block.digestHex) ?? []
+      work.block.block.header.payload.forEach((frame, i) => {
+        const id = (infos[i] as PayloadInfo).idHex
+        if (!this.orderedPayload.has(id) && frames.length < WAKE_ENVELOPES) frames.push(frame)
+      })
     }
     return frames
   }
@@ -603,11 +607,12 @@ export class ConsensusCore {
 
   private propose(round: number, out: Output[]): void {
     assert(round > this.lastProposed && !this.ownBlocks.has(round), `a second own block for round ${round}`)
-    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: this.payload.take() })
+    const taken = this.payload.take()
+    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: taken.map((t) => t.frame) })
     this.lastProposed = round
     this.ownBlocks.set(round, block)
     for (const a of block.header.ancestors) this.lastIncluded.set(a.author, a.round)
-    this.accept(block, out)
+    this.accept(block, taken.map((t) => t.info), out)
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
     out.push({ type: 'persist', record: { kind: 'own-block', block } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
@@ -689,6 +694,7 @@ export class ConsensusCore {
       // (Twins of ordered blocks were reported when their slot was ordered.)
       if (!this.ordered.delete(gone.digestHex) && !this.orderedSlots.has(slotKey(gone))) this.expire(gone, out)
       this.pendingWork.delete(gone.digestHex)
+      this.infosOf.delete(gone.digestHex)
     }
     for (const key of this.orderedSlots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.orderedSlots.delete(key)
     for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
@@ -722,20 +728,18 @@ export class ConsensusCore {
     }
     const last = this.ownBlocks.get(this.lastProposed)
     for (const a of last?.header.ancestors ?? []) this.lastIncluded.set(a.author, a.round)
+    // The same path as blocks from peers, minus the messages (the shell resends our latest block at start).
+    const ignored: Output[] = []
     const blocks = [...state.blocks, ...state.ownBlocks].filter((b) => b.header.round > gc).sort((a, b) => a.header.round - b.header.round)
     for (const block of blocks) {
       if (this.dag.has(block.digestHex)) continue
-      const missing = block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
-      if (missing.length) {
-        this.sync.park(this.me, block, missing)
-        continue
-      }
-      const node = this.dag.accept(block)
-      if (this.ordered.has(node.digestHex)) this.orderedSlots.add(slotKey(node))
-      const infos = this.payloadInfos(block)
-      this.payload.claim(infos, block.header.round)
-      this.noteWork(node, infos)
-      for (const ready of this.sync.arrived(node.digestHex)) blocks.push(ready.block)
+      const missing = this.missingAncestors(block)
+      if (missing.length) this.sync.park(this.me, block, missing)
+      else this.acceptChain(this.me, block, ignored)
+    }
+    for (const digest of this.ordered) {
+      const block = this.dag.get(digest)
+      if (block) this.orderedSlots.add(slotKey(block))
     }
   }
 }

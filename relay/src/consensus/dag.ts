@@ -43,8 +43,8 @@ export class Dag {
   private readonly byDigest = new Map<string, DagBlock>()
   /** round → author → blocks at that slot (usually one). */
   private readonly rounds = new Map<number, Map<number, DagBlock[]>>()
-  /** (block digest, slot) → the block of that slot it supports, or null: the first one met depth first. */
-  private readonly supportMemo = new Map<string, string | null>()
+  /** Per block: slot → the block of that slot it supports, or null (the first one met depth first). Goes with the block. */
+  private readonly supportMemo = new WeakMap<DagBlock, Map<string, string | null>>()
   private clock = 1
   private highest = 0
   private gc = 0
@@ -147,9 +147,11 @@ export class Dag {
    */
   supported(from: DagBlock, round: number, author: number): string | null {
     if (from.round <= round) return null
-    const key = `${from.digestHex}/${slotKey(round, author)}`
-    const memo = this.supportMemo.get(key)
-    if (memo !== undefined) return memo
+    let memo = this.supportMemo.get(from)
+    if (!memo) this.supportMemo.set(from, (memo = new Map()))
+    const key = slotKey(round, author)
+    const known = memo.get(key)
+    if (known !== undefined) return known
     let found: string | null = null
     for (const a of from.ancestors) {
       if (a.round === round && a.author === author) {
@@ -162,7 +164,7 @@ export class Dag {
       found = this.supported(next, round, author)
       if (found !== null) break
     }
-    this.supportMemo.set(key, found)
+    memo.set(key, found)
     return found
   }
 
@@ -201,10 +203,6 @@ export class Dag {
         }
       }
       this.rounds.delete(round)
-    }
-    for (const key of this.supportMemo.keys()) {
-      const block = this.byDigest.get(key.slice(0, key.indexOf('/')))
-      if (!block) this.supportMemo.delete(key)
     }
     return gone
   }

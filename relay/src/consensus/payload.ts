@@ -85,7 +85,7 @@ export class PayloadQueue {
   }
 
   /** Takes the next block's payload: bounded in count and in bytes, so a block always fits in one mesh frame. */
-  take(): Uint8Array[] {
+  take(): Array<{ readonly frame: Uint8Array; readonly info: PayloadInfo }> {
     let bytes = 0
     let n = 0
     while (n < this.queue.length && n < this.limits.maxBlockEnvelopes) {
@@ -97,7 +97,7 @@ export class PayloadQueue {
     const taken = this.queue.splice(0, n)
     for (const { info } of taken) this.queuedIds.delete(info.idHex)
     this.bytes -= bytes
-    return taken.map((t) => t.frame)
+    return taken
   }
 
   /** Drops queued envelopes that were just ordered through other relays' blocks: carrying them again is waste. */
