@@ -49,7 +49,7 @@ function parseName(name: string): { author: number; round: number; twin: boolean
  * payload, so twins with the same ancestors still differ.
  */
 class TestDag {
-  readonly dag = new Dag(N, Q)
+  readonly dag = new Dag(Q)
   private readonly byName = new Map<string, DagBlock>()
   private readonly names = new Map<string, string>()
 

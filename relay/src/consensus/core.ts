@@ -174,7 +174,7 @@ export class ConsensusCore {
     this.syncIntervalMs = config.syncIntervalMs ?? 500
     const q = quorum(config.committee)
     this.rule = { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(this.n) }
-    this.dag = new Dag(this.n, q)
+    this.dag = new Dag(q)
     this.sync = new Synchronizer(this.n, config.maxSuspended ?? 10_000)
     this.payload = new PayloadQueue({
       maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,
@@ -236,10 +236,6 @@ export class ConsensusCore {
   /** The blocks this relay holds for a slot (several when the author equivocated). */
   blocksAt(round: number, author: number): readonly Block[] {
     return this.dag.atSlot(round, author).map((b) => b.block)
-  }
-
-  leaderOf(round: number): number {
-    return this.rule.leaderOf(round)
   }
 
   // ---- events ----

@@ -22,7 +22,7 @@ export interface DagBlock extends Ref {
   readonly ancestors: readonly Ref[]
 }
 
-export function dagBlockOf(block: Block): DagBlock {
+function dagBlockOf(block: Block): DagBlock {
   const { round, author, ancestors } = block.header
   return { block, round, author, digestHex: block.digestHex, ancestors: ancestors.map((a) => ({ round: a.round, author: a.author, digestHex: toHex(a.digest) })) }
 }
@@ -38,7 +38,6 @@ const slotKey = (round: number, author: number) => `${round}:${author}`
  * The genesis blocks of round 0 are implicit and always present.
  */
 export class Dag {
-  private readonly n: number
   private readonly quorum: number
   private readonly byDigest = new Map<string, DagBlock>()
   /** round → author → blocks at that slot (usually one). */
@@ -49,8 +48,7 @@ export class Dag {
   private highest = 0
   private gc = 0
 
-  constructor(n: number, quorum: number) {
-    this.n = n
+  constructor(quorum: number) {
     this.quorum = quorum
   }
 
@@ -114,10 +112,6 @@ export class Dag {
     const out: DagBlock[] = []
     for (const blocks of this.rounds.get(round)?.values() ?? []) out.push(...blocks)
     return out
-  }
-
-  authorsAt(round: number): number {
-    return round === 0 ? this.n : (this.rounds.get(round)?.size ?? 0)
   }
 
   /**
