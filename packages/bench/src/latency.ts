@@ -8,7 +8,10 @@
  *   sees it (prospective visibility);
  * - the cluster left idle: CPU per relay and store writes over a window.
  *
- *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10]
+ *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--profile FILE]
+ *
+ * `--profile FILE` writes relay r1's CPU profile of the safe-update phase
+ * (a .cpuprofile for Chrome's DevTools) and prints its summary.
  */
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
@@ -17,12 +20,14 @@ import { createClient, memoryStorage, type Space } from '@stead/client'
 import { nodeCrypto } from '@stead/core/node'
 import WebSocket from 'ws'
 import { BenchCluster } from './cluster.ts'
+import { summarizeProfile } from './profile.ts'
 
 const { values } = parseArgs({
   options: {
     updates: { type: 'string', default: '200' },
     'idle-seconds': { type: 'string', default: '60' },
     'batch-ms': { type: 'string', default: '10' },
+    profile: { type: 'string' },
   },
 })
 const updates = Number(values.updates)
@@ -70,7 +75,7 @@ async function client(cluster: BenchCluster, name: string): Promise<Space> {
   return space
 }
 
-const cluster = await BenchCluster.start({ kind: 'stead', n: 4 })
+const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: values.profile !== undefined })
 try {
   const alice = await client(cluster, 'alice')
   const bob = await client(cluster, 'bob')
@@ -81,6 +86,7 @@ try {
   for (let i = 0; i < 20; i++) await counter.increment(1, { safe: true })
   const safe: number[] = []
   const relaysBefore = await relayCommitLatency(cluster)
+  if (values.profile) cluster.profileStart()
   for (let i = 0; i < updates; i++) {
     const t0 = performance.now()
     const r = await counter.increment(1, { safe: true })
@@ -88,6 +94,12 @@ try {
     safe.push(performance.now() - t0)
   }
   console.log(`safe update, sequential:        ${summary(safe)}`)
+  if (values.profile) {
+    await cluster.profileStop(values.profile)
+    const p = summarizeProfile(values.profile)
+    console.log(`  r1 profile (${p.file}): busy ${p.busyPercent.toFixed(0)}% of ${p.seconds.toFixed(1)} s`)
+    for (const e of [...p.components, ...p.functions]) console.log(`    ${e.percent.toFixed(1).padStart(5)}%  ${e.name}`)
+  }
   // The relay's share: from its submit to its audit deciding the envelope (the home relay only counts it).
   const relaysAfter = await relayCommitLatency(cluster)
   const perRelay = relaysAfter.map((a, i) => {

@@ -115,6 +115,10 @@ export class Space {
   private draftTag = 0
   private sealing: Promise<void> = Promise.resolve()
   private sealTimer: ReturnType<typeof setTimeout> | undefined
+  /** A seal is queued for the end of the current task (a synchronous burst of operations becomes one envelope). */
+  private sealQueued = false
+  /** When the last envelope was sealed: the next waits until batchIntervalMs after it. */
+  private lastSealAt = Number.NEGATIVE_INFINITY
 
   private readonly handles = new Map<string, AnyHandle>()
   private readonly listeners = new Map<string, Set<() => void>>()
@@ -510,7 +514,28 @@ export class Space {
     this.notify(changed, several)
     this.emitStatus()
     if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
-    else if (!this.sealTimer) this.sealTimer = setTimeout(() => this.sealNow(), this.options.batchIntervalMs ?? 10)
+    else this.scheduleSeal()
+  }
+
+  /**
+   * At most one envelope per batchIntervalMs, and none later than needed:
+   * after a quiet spell the first operation is sealed at the end of the
+   * current task (latency of one signature, not of the interval); while
+   * operations keep coming they are batched up to the interval, which bounds
+   * the envelopes (and relay work) a busy client makes.
+   */
+  private scheduleSeal(): void {
+    if (this.sealTimer || this.sealQueued) return
+    const wait = this.lastSealAt + (this.options.batchIntervalMs ?? 10) - this.now()
+    if (wait > 0) {
+      this.sealTimer = setTimeout(() => this.sealNow(), wait)
+      return
+    }
+    this.sealQueued = true
+    queueMicrotask(() => {
+      this.sealQueued = false
+      if (!this.closed) this.sealNow()
+    })
   }
 
   private prospectiveView(key: string): AnyCrdt | undefined {
@@ -668,6 +693,7 @@ export class Space {
     this.sealTimer = undefined
     const batch = this.openBatch
     if (batch.size === 0) return
+    this.lastSealAt = this.now()
     this.drafts.push(new DraftBatch())
     this.sealing = this.sealing.then(() => this.upstream.seal(batch))
   }

@@ -149,7 +149,11 @@ export interface ClientOptions {
   }
   /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000. */
   readonly historyLimit?: number
-  /** Pending operations are signed and sent as one envelope at least this often. Default 10 ms. */
+  /**
+   * At most one envelope per this interval: an operation after a quiet spell
+   * is signed and sent at the end of the current task; while operations keep
+   * coming they wait up to this long and travel together. Default 10 ms.
+   */
   readonly batchIntervalMs?: number
   /** ...or as soon as this many are pending. Default 500. */
   readonly maxBatchOps?: number

@@ -83,6 +83,28 @@ describe('handles and values', () => {
     expect(calls).toBe(before)
   })
 
+  it('seals an update after a quiet spell at once, a burst as one envelope, and at most one envelope per batchIntervalMs', async () => {
+    const c = cluster()
+    // An interval far longer than the test: only the quiet-spell rule can seal the first burst.
+    const s = await client(c, { batchIntervalMs: 60_000 })
+    await until('online', () => s.status.online)
+    const burst = [s.counter('a').increment(1), s.counter('b').increment(2), s.counter('c').increment(3)]
+    expect(await Promise.all(burst)).toEqual([{ status: 'stored' }, { status: 'stored' }, { status: 'stored' }])
+    await until('the burst submitted', () => c.submitted.length === 1)
+    expect(c.lastTaken?.updates.map((u) => u.key).sort()).toEqual(['a', 'b', 'c'])
+    // Within the interval of that envelope: the next update waits (it is shown, not yet signed).
+    const next = s.counter('a').increment(4)
+    let sealed = false
+    void next.then(() => (sealed = true))
+    await new Promise((r) => setTimeout(r, 50))
+    expect(sealed).toBe(false)
+    expect(s.counter('a').value).toBe(5)
+    expect(c.submitted).toHaveLength(1)
+    await s.flush()
+    expect(sealed).toBe(true)
+    expect(c.submitted).toHaveLength(2)
+  })
+
   it('refuses to open a key as another type or with other invariants', async () => {
     const c = cluster()
     const a = await client(c)
