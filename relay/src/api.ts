@@ -448,6 +448,8 @@ class Session implements Subscriber {
   // ---- Subscriber ----
 
   envelope(space: string, frame: Uint8Array): void {
+    // Attestations only: this client takes its frames from another relay.
+    if (this.feeds.get(space)?.feed.frames === false) return
     // The prospective feed is an early view of what the commit feed delivers anyway: a
     // client that is behind skips it rather than grow its buffer.
     if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) {
@@ -588,7 +590,7 @@ class Session implements Subscriber {
         const had = this.feeds.get(message.space)
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
-        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this)
+        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this, message.frames !== false)
         this.feeds.delete(message.space)
         this.feeds.set(message.space, { feed, unsubscribe, idle: false })
         this.pump()

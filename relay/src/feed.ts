@@ -1,6 +1,9 @@
 import { encodeCommitFrame } from '@stead/core'
 import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
 
+/** An empty msgpack array: the batch of an attestation-only commit frame. */
+const NO_FRAMES = Uint8Array.of(0x90)
+
 /**
  * One subscriber's read cursor over a space's attested commits in the
  * store. It holds a position, not data: a subscriber that does not read
@@ -16,14 +19,13 @@ export class CommitFeed {
 
   private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>
   readonly space: string
-  constructor(
-    store: Pick<RelayStore, 'commitAt' | 'commitChunk'>,
-    space: string,
-    fromIndex: number,
-  ) {
+  /** Whether commits carry their envelope frames; false: attestations only (the client has a frame source elsewhere). */
+  readonly frames: boolean
+  constructor(store: Pick<RelayStore, 'commitAt' | 'commitChunk'>, space: string, fromIndex: number, frames = true) {
     this.store = store
     this.space = space
     this.position = [fromIndex, 0]
+    this.frames = frames
   }
 
   /** Whether the feed is in the middle of a commit (its remaining chunks must follow before anything else of the session's commit stream). */
@@ -44,6 +46,7 @@ export class CommitFeed {
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
     this.position = [head.position[0], head.position[1] + 1]
+    if (!this.frames) return encodeCommitFrame(space, head.attestation, NO_FRAMES, false)
     const more = head.chunks > 1
     if (more) this.current = { head, next: 1 }
     return encodeCommitFrame(space, head.attestation, this.store.commitChunk(space, head.position, 0), more)

@@ -291,14 +291,15 @@ export class RelayNode {
   /**
    * Registers `sub` for a space's live news and returns its feed of stored
    * commits from `fromIndex` on: the subscriber reads the feed at its own
-   * pace, and `committed` tells it when there is more to read.
+   * pace, and `committed` tells it when there is more to read. Without
+   * `frames` the feed carries attestations only.
    */
-  subscribe(space: string, fromIndex: number, sub: Subscriber): { feed: CommitFeed; unsubscribe: () => void } {
+  subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true): { feed: CommitFeed; unsubscribe: () => void } {
     let set = this.subscribers.get(space)
     if (!set) this.subscribers.set(space, (set = new Set()))
     set.add(sub)
     return {
-      feed: new CommitFeed(this.store, space, fromIndex),
+      feed: new CommitFeed(this.store, space, fromIndex, frames),
       unsubscribe: () => {
         const subs = this.subscribers.get(space)
         subs?.delete(sub)

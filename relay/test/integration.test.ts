@@ -57,16 +57,21 @@ async function submitAll(client: TestClient, envs: Envelope[], firstId: number):
 describe('a cluster of 4 relay processes', () => {
   let cluster: TestCluster
   const clients: TestClient[] = []
+  let attestOnly: TestClient
 
   beforeAll(async () => {
     cluster = await TestCluster.create(4, { spaces: { [SPACE]: {} }, openSpaces: false })
     await cluster.startAll()
     for (const r of cluster.relays) clients.push(await TestClient.connect(r.api, author))
     for (const c of clients) c.send({ type: 'subscribe', space: SPACE, fromIndex: 0 })
+    // A client that takes its frames elsewhere: attestations only from this relay.
+    attestOnly = await TestClient.connect(cluster.relays[2]!.api, author)
+    attestOnly.send({ type: 'subscribe', space: SPACE, fromIndex: 0, frames: false })
   }, 60_000)
 
   afterAll(async () => {
     for (const c of clients) c.close()
+    attestOnly?.close()
     await cluster?.stopAll()
   })
 
@@ -82,6 +87,12 @@ describe('a cluster of 4 relay processes', () => {
     expect(last).toBe(true)
     const finals = clients.map((c) => Buffer.from(c.commits.find((x) => x.attestation.toIndex === envs.length)!.bytes).toString('hex'))
     expect(new Set(finals).size).toBe(1)
+    // The same attestations reach a subscriber that asked for no frames, and nothing else of the envelopes.
+    await until('the attestation-only subscriber to see the last commit', () => (attestOnly.commits.some((x) => x.attestation.toIndex === envs.length) ? true : undefined))
+    expect(Buffer.from(attestOnly.commits.find((x) => x.attestation.toIndex === envs.length)!.bytes).toString('hex')).toBe(finals[0])
+    expect(attestOnly.messages.filter((m) => m.type === 'envelope')).toEqual([])
+    expect(attestOnly.messages.flatMap((m) => (m.type === 'commit' || m.type === 'commit-more' ? m.envelopes : []))).toEqual([])
+    expect(clients[2]!.messages.some((m) => m.type === 'envelope')).toBe(true)
     // The safe withdrawal of 20 could not fit (10 + 5 - 12 = 3 left): rejected by the audit.
     const decisions = clients[0]!.commits.flatMap((c) => c.attestation.decisions)
     const byId = new Map(decisions.map((d) => [Buffer.from(d[0]).toString('hex'), d]))

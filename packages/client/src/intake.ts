@@ -16,7 +16,7 @@ import {
   type Signed,
 } from '@stead/core'
 import { TrustError } from './errors.ts'
-import type { Outbox, SpaceNews } from './outbox.ts'
+import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from './sessions.ts'
@@ -32,6 +32,9 @@ interface IntakeOptions {
   outbox: Outbox
   checkpointEvery: number
   news: SpaceNews
+  now: () => number
+  /** How long a commit f+1 relays attested may wait for the frame source's envelopes before another relay becomes the source. */
+  resubmitAfterMs: number
 }
 
 /**
@@ -39,9 +42,19 @@ interface IntakeOptions {
  * prospectively, kept until decided) and commits (believed at f+1 matching
  * attestations, replayed through the local audit, checked against what the
  * relays attested, stored, and used to settle the outbox's envelopes).
+ *
+ * Envelope frames come from one relay, the source (the author's home relay
+ * when it is up); the others send attestations only, so each update is
+ * downloaded once. A source that sends frames the attested batch does not
+ * bind is faulty; one that leaves an attested commit without its frames
+ * for resubmitAfterMs is passed over for the next relay.
  */
 export class RelayIntake {
   private quorum: CommitQuorum | undefined
+  /** The relay this space takes envelope frames from. */
+  private source: number | undefined
+  /** Since when an attested commit has waited for the source's frames (undefined: nothing waits). */
+  private starvedSince: number | undefined
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
@@ -55,10 +68,48 @@ export class RelayIntake {
     this.o = o
   }
 
-  /** A relay session is ready: follow the space there from its stable index. */
+  /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
-    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex: this.o.space.position.stableIndex })
+    const preferred = this.byPreference().filter((l) => l.relay === link.relay || l.relay === this.source)[0]
+    const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
+    if (!current?.ready || preferred === link) this.setSource(link)
+    else this.follow(link)
+  }
+
+  /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
+  tick(): void {
+    if (this.closed || !this.quorum) return
+    const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
+    if (!current?.ready || current.faulty) {
+      const best = this.byPreference()[0]
+      if (best) this.setSource(best)
+      return
+    }
+    if (this.starvedSince === undefined || this.o.now() - this.starvedSince < this.o.resubmitAfterMs) return
+    const links = this.byPreference()
+    const at = links.findIndex((l) => l.relay === this.source)
+    const next = links[(at + 1) % links.length]
+    if (next && next.relay !== this.source) this.setSource(next)
+    this.starvedSince = this.o.now()
+  }
+
+  /** Ready, trusted links in this author's order of preference. */
+  private byPreference(): RelayLink[] {
+    const { sessions, space } = this.o
+    return fromHome(space.authorId, sessions.cluster?.relays.length ?? 1, sessions.links.filter((l) => l.ready && !l.faulty && l.relay !== undefined))
+  }
+
+  /** Makes `link` the frame source: it is subscribed with frames from the stable index; the previous source goes to attestations only. */
+  private setSource(link: RelayLink): void {
+    const previous = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
+    this.source = link.relay
+    if (previous && previous !== link && previous.ready) this.follow(previous)
+    this.follow(link)
+  }
+
+  private follow(link: RelayLink): void {
+    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex: this.o.space.position.stableIndex, frames: link.relay === this.source })
   }
 
   message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' }>): void {
@@ -170,7 +221,18 @@ export class RelayIntake {
         // That relay sent frames that are not the attested batch; another one's may be.
       }
     }
-    if (!envs) return false
+    if (!envs) {
+      // Correct relays send exactly the frames their attestation binds: other frames from the source are a lie.
+      const source = this.source === undefined ? undefined : c.frames.get(this.source)
+      if (source?.length) {
+        this.o.sessions.linkTo(this.source as number)?.markFaulty(`sent frames for round ${a.round} that the attested batch does not bind`)
+        const next = this.byPreference()[0]
+        if (next) this.setSource(next)
+      }
+      this.starvedSince ??= this.o.now()
+      return false
+    }
+    this.starvedSince = undefined
     const result = space.replica.commit(envs, a.round)
     const position = { stableIndex: result.stableIndex, lastRound: a.round }
     const mismatch = this.checkAgainst(result, c)

@@ -208,9 +208,7 @@ export class Outbox {
     // Each client has a home relay (spread over the cluster by author id) and walks on from
     // it: its envelopes then usually reach one block stream in sequence order, instead of
     // arriving out of order through several relays and waiting in the audit for their predecessors.
-    const n = sessions.cluster?.relays.length ?? 1
-    const home = homeRelay(this.o.space.authorId, n)
-    const byDistance = [...ready].sort((a, b) => ((a.relay as number) - home + n) % n - (((b.relay as number) - home + n) % n))
+    const byDistance = fromHome(this.o.space.authorId, sessions.cluster?.relays.length ?? 1, ready)
     const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
     const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
     const id = sessions.submit(member, pick, o.frame)
@@ -340,10 +338,16 @@ export function envelopeKeys(env: Envelope): string[] {
   return [...new Set([...env.updates.map((u) => u.key), ...env.safe.flatMap((g) => g.updates.map((u) => u.key))])]
 }
 
-function homeRelay(authorId: string, n: number): number {
+/**
+ * Relay links in the order this author prefers them: its home relay (spread
+ * over the cluster by author id), then the ones after it. Links must know
+ * their relay index.
+ */
+export function fromHome(authorId: string, n: number, links: readonly RelayLink[]): RelayLink[] {
   let h = 0
   for (let i = 0; i < authorId.length; i++) h = (h * 31 + authorId.charCodeAt(i)) >>> 0
-  return h % n
+  const home = h % n
+  return [...links].sort((a, b) => (((a.relay as number) - home + n) % n) - (((b.relay as number) - home + n) % n))
 }
 
 /**

@@ -157,7 +157,11 @@ export interface ClientOptions {
   readonly batchIntervalMs?: number
   /** ...or as soon as this many are pending. Default 500. */
   readonly maxBatchOps?: number
-  /** An envelope not decided this long after it was sent goes to another relay too. Default 2000 ms. */
+  /**
+   * An envelope not decided this long after it was sent goes to another
+   * relay too; a commit f+1 relays attested whose envelope frames the frame
+   * source has not sent this long is taken from another relay. Default 2000 ms.
+   */
   readonly resubmitAfterMs?: number
   /**
    * Stored commits are folded into one replica checkpoint once they hold this

@@ -109,7 +109,9 @@ export class RelayUpstream implements Upstream, SessionMember {
   }
 
   tick(): void {
-    if (!this.closed) this.outbox.resubmit()
+    if (this.closed) return
+    this.outbox.resubmit()
+    this.intake.tick()
   }
 
   error(err: SteadError): void {

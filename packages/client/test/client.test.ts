@@ -6,7 +6,7 @@ import { authorIdOf, clockInit, clockUpdate, encodeEnvelope, sealEnvelope } from
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
+import { FakeCluster, type FakeRelay } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -463,6 +463,48 @@ describe('transport', () => {
     c.relays[1]?.disconnectAll()
     await until('stable', () => a.counter('k').stable === 1)
     expect(a.status.problem).toBeUndefined()
+  })
+
+  it('downloads each update once: envelope frames from one relay, attestations from the others', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('online', () => a.status.online && b.status.online)
+    // Every relay ready and followed: the author's home relay is the source by now.
+    await until('all relays connected', () => [a, b].every((s) => s.status.relays.every((r) => r.connected)))
+    await new Promise((r) => setTimeout(r, 20))
+    const before = c.relays.map((r) => r.framesSent)
+    await a.counter('k').increment(1)
+    await a.flush()
+    await until('b sees it', () => b.counter('k').value === 1)
+    await commitUntil(c, 'stable at both', () => a.counter('k').stable === 1 && b.counter('k').stable === 1)
+    const sent = c.relays.map((r, i) => r.framesSent - (before[i] as number))
+    // Two clients, one envelope: each gets it once early and once in the commit (four relays used to send it sixteen times).
+    expect(sent.reduce((x, y) => x + y, 0)).toBe(4)
+  })
+
+  it('passes over a frame source that withholds frames, and marks one that sends frames its attestation does not bind', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('online', () => a.status.online && b.status.online)
+    await until('all relays connected', () => b.status.relays.every((r) => r.connected))
+    await new Promise((r) => setTimeout(r, 20))
+    const sourceOf = (s: Space): FakeRelay => c.relays.find((r) => [...r.sessions].some((x) => x.authorId === s.authorId && x.frames)) as FakeRelay
+    const first = sourceOf(b)
+    first.misbehaviour = 'forge-frames'
+    await a.counter('k').increment(1)
+    await a.flush()
+    await commitUntil(c, 'b stable after passing over its source', () => b.counter('k').stable === 1)
+    expect(sourceOf(b)).not.toBe(first)
+    expect(b.status.relays[first.index]?.faulty).toBeUndefined() // withholding proves nothing
+    const second = sourceOf(b)
+    second.misbehaviour = 'pad-frames'
+    await a.counter('k').increment(1)
+    await a.flush()
+    await commitUntil(c, 'b stable after dropping a lying source', () => b.counter('k').stable === 2)
+    expect(b.status.relays[second.index]?.faulty).toMatch(/does not bind/)
+    expect(b.status.problem).toBeUndefined()
   })
 
   it('answers quorum reads with a stable value at least as fresh as f+1 relays report', async () => {

@@ -33,6 +33,13 @@ export type ClientMessage =
       readonly space: string
       /** The stable index the client has: commits after it are sent. */
       readonly fromIndex: number
+      /**
+       * Whether this relay sends the space's envelope frames (each envelope
+       * as it arrives, and every commit's batch) or only its attestations.
+       * A client takes frames from one relay and attestations from the
+       * others. Default true.
+       */
+      readonly frames?: boolean
     }
   | {
       /** Stop following a space. */
@@ -326,7 +333,7 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
     case 'hello':
       return encode(['hello', m.publicKey, m.sig])
     case 'subscribe':
-      return encode(['subscribe', m.space, m.fromIndex])
+      return encode(m.frames === false ? ['subscribe', m.space, m.fromIndex, false] : ['subscribe', m.space, m.fromIndex])
     case 'unsubscribe':
       return encode(['unsubscribe', m.space])
     case 'submit':
@@ -350,9 +357,11 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
     case 'hello':
       fields(3)
       return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64) }
-    case 'subscribe':
-      fields(3)
-      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex') }
+    case 'subscribe': {
+      if (v.length !== 3 && v.length !== 4) throw new SteadError('malformed', 'subscribe takes 2 or 3 fields')
+      const frames = v.length === 4 ? expect.boolean(v[3], 'frames') : true
+      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames }
+    }
     case 'unsubscribe':
       fields(2)
       return { type: 'unsubscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1) }

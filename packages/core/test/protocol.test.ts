@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CommitAssembler, decode, decodeRelayMessage, encode, encodeCommitFrame, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
+import { CommitAssembler, decode, decodeClientMessage, decodeRelayMessage, encode, encodeClientMessage, encodeCommitFrame, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
 /** Buffers and Uint8Arrays compare as their bytes; -0 as 0 (msgpack writes it as the integer 0). */
@@ -16,6 +16,16 @@ const plain = (v: unknown): unknown =>
           : v
 const roundTrip = (m: RelayMessage) => plain(decodeRelayMessage(encodeRelayMessage(m)))
 const frames = (n: number, size = 10) => Array.from({ length: n }, (_, i) => new Uint8Array(size).fill(i))
+
+describe('subscribe', () => {
+  it('asks for frames or attestations only; the older three-element form means frames', () => {
+    expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 7, frames: false }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: false })
+    expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 7, frames: true }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true })
+    expect(decodeClientMessage(encode(['subscribe', 's', 7]))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true })
+    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, 'no']))).toThrow(/boolean/)
+    expect(() => decodeClientMessage(encode(['subscribe', 's']))).toThrow(/fields/)
+  })
+})
 
 describe('commits in several frames', () => {
   it('round-trip through the wire codec', () => {

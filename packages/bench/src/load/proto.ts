@@ -130,7 +130,7 @@ export class ProtoClient implements LoadClient {
   private readonly bySubmit = new Map<number, string>()
   private nextSubmit = 1
   private readonly known = new Map<string, Envelope>()
-  private readonly attestations = new Map<string, { relays: Set<number>; done: boolean }>()
+  private readonly attestations = new Map<string, { relays: Set<number>; done: boolean; frames?: readonly Uint8Array[] }>()
   private readyWaiters: Array<() => void> = []
   private drainWaiters: Array<() => void> = []
   private carried = 0
@@ -153,10 +153,11 @@ export class ProtoClient implements LoadClient {
 
   static async connect(o: ClientFactoryOptions): Promise<ProtoClient> {
     const c = new ProtoClient(o)
-    // Certified feed from the first relay; commits believed once f+1 relays attest the same bytes.
+    // Frames (envelopes and commit batches) from the first relay, attestations only from the
+    // others; commits believed once f+1 relays attest the same bytes.
     const sources = o.system === 'plain' ? o.relays.slice(0, 1) : o.relays.slice(0, o.f + 1)
     c.conns = await Promise.all(sources.map((r) => Conn.open(r.url, r.index, fromHex(r.publicKey), c.identity, (conn, m) => c.onMessage(conn, m))))
-    for (const conn of c.conns) conn.send({ type: 'subscribe', space: o.space, fromIndex: 0 })
+    for (const conn of c.conns) conn.send({ type: 'subscribe', space: o.space, fromIndex: 0, frames: conn === c.conns[0] })
     return c
   }
 
@@ -341,9 +342,10 @@ export class ProtoClient implements LoadClient {
       return
     }
     entry.relays.add(conn.relay)
-    if (entry.relays.size < this.o.f + 1) return
+    if (conn === this.conns[0]) entry.frames = frames
+    if (entry.relays.size < this.o.f + 1 || !entry.frames) return
     entry.done = true
-    this.applyCommit(decodeAttestation(attestation.bytes), frames)
+    this.applyCommit(decodeAttestation(attestation.bytes), entry.frames)
   }
 
   private applyCommit(a: Attestation, frames: readonly Uint8Array[]): void {

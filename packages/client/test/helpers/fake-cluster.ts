@@ -3,6 +3,7 @@ import {
   SteadError,
 
   attestedDecision,
+  authorIdOf,
   authBytes,
   batchDigest,
   decode,
@@ -178,13 +179,18 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames'
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames'
 
 export class FakeRelay {
   online = true
-  /** 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them; 'forge-frames' sends a wrong batch beside true attestations. */
+  /**
+   * 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them;
+   * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over.
+   */
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
+  /** Envelope frames sent to clients (alone, or inside commits). */
+  framesSent = 0
 
   private readonly cluster: FakeCluster
   readonly index: number
@@ -221,7 +227,7 @@ export class FakeRelay {
 
   broadcastEnvelope(frame: Uint8Array): void {
     if (!this.online) return
-    for (const s of this.sessions) if (s.subscribed) s.send({ type: 'envelope', space: this.cluster.space, envelope: frame })
+    for (const s of this.sessions) if (s.subscribed && s.frames) s.send({ type: 'envelope', space: this.cluster.space, envelope: frame })
   }
 
   /** Takes the relay down: sessions close, new connections fail, commits are missed (and replayed on resubscribe). */
@@ -241,6 +247,10 @@ export class FakeRelay {
 
 class FakeSession {
   subscribed = false
+  /** The author id of the client that proved its key here. */
+  authorId: string | undefined
+  /** Whether the client asked for envelope frames here (else attestations only), as a real relay honours it. */
+  frames = true
   private authenticated = false
   private readonly nonce = nodeCrypto.generateSecretKey()
 
@@ -269,12 +279,14 @@ class FakeSession {
     if (m.type === 'hello') {
       if (!verifySync(m.publicKey, authBytes(this.nonce, this.key.publicKey), m.sig)) return this.close()
       this.authenticated = true
+      this.authorId = authorIdOf({ sha256: (b) => nodeCrypto.sha256(b) }, m.publicKey)
       this.send({ type: 'welcome', relay: this.relay.index, n: this.cluster.relays.length, f: this.cluster.f })
       return
     }
     if (!this.authenticated) return
     if (m.type === 'subscribe') {
       this.subscribed = true
+      this.frames = m.frames !== false
       for (const entry of this.cluster.log) if (entry.fromIndex >= m.fromIndex) this.sendCommit(entry)
       return
     }
@@ -293,7 +305,7 @@ class FakeSession {
   sendCommit(entry: FakeCluster['log'][number]): void {
     if (!this.subscribed || this.relay.misbehaviour === 'silent') return
     let bytes = entry.bytes
-    let frames = entry.frames
+    let frames = this.frames ? entry.frames : []
     if (this.relay.misbehaviour === 'lie') {
       // Same commit, different claimed state: the signature is valid, the content is not.
       const v = decode(bytes) as unknown[]
@@ -301,10 +313,13 @@ class FakeSession {
       bytes = encodeAttestationRaw(v)
     }
     if (this.relay.misbehaviour === 'forge-frames') frames = []
+    if (this.relay.misbehaviour === 'pad-frames' && frames.length) frames = [...frames, ...frames]
     this.send({ type: 'commit', space: this.cluster.space, attestation: this.relay.signAttestation(bytes), envelopes: frames })
   }
 
   send(m: RelayMessage): void {
+    if (m.type === 'envelope') this.relay.framesSent++
+    if (m.type === 'commit') this.relay.framesSent += m.envelopes.length
     this.socket.deliver(encodeRelayMessage(m))
   }
 
