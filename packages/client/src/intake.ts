@@ -43,9 +43,9 @@ interface IntakeOptions {
  * attestations, replayed through the local audit, checked against what the
  * relays attested, stored, and used to settle the outbox's envelopes).
  *
- * Envelope frames come from one relay, the source (the author's home relay
- * when it is up); the others send attestations only, so each update is
- * downloaded once. A source that sends frames the attested batch does not
+ * Envelope frames come from one relay, the source (the space's home relay
+ * when it is up, where the space's clients also send their envelopes); the
+ * others send attestations only, so each update is downloaded once. A source that sends frames the attested batch does not
  * bind is faulty; one that leaves an attested commit without its frames
  * for resubmitAfterMs is passed over for the next relay.
  */
@@ -94,10 +94,10 @@ export class RelayIntake {
     this.starvedSince = this.o.now()
   }
 
-  /** Ready, trusted links in this author's order of preference. */
+  /** Ready, trusted links in the space's order of preference. */
   private byPreference(): RelayLink[] {
     const { sessions, space } = this.o
-    return fromHome(space.authorId, sessions.cluster?.relays.length ?? 1, sessions.links.filter((l) => l.ready && !l.faulty && l.relay !== undefined))
+    return fromHome(space.space, sessions.cluster?.relays.length ?? 1, sessions.links.filter((l) => l.ready && !l.faulty && l.relay !== undefined))
   }
 
   /** Makes `link` the frame source: it is subscribed with frames from the stable index; the previous source goes to attestations only. */

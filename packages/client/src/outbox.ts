@@ -205,10 +205,11 @@ export class Outbox {
     if (!o) return
     const ready = sessions.links.filter((l) => l.ready && l.relay !== undefined)
     if (ready.length === 0) return
-    // Each client has a home relay (spread over the cluster by author id) and walks on from
-    // it: its envelopes then usually reach one block stream in sequence order, instead of
-    // arriving out of order through several relays and waiting in the audit for their predecessors.
-    const byDistance = fromHome(this.o.space.authorId, sessions.cluster?.relays.length ?? 1, ready)
+    // A space has a home relay (spread over the cluster by space name) and clients walk on from
+    // it: an author's envelopes usually reach one block stream in sequence order (instead of
+    // waiting in the audit for predecessors that went through other relays), and the space's
+    // other clients, which take their frames from the same relay, see them one hop away.
+    const byDistance = fromHome(this.o.space.space, sessions.cluster?.relays.length ?? 1, ready)
     const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
     const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
     const id = sessions.submit(member, pick, o.frame)
@@ -339,13 +340,13 @@ export function envelopeKeys(env: Envelope): string[] {
 }
 
 /**
- * Relay links in the order this author prefers them: its home relay (spread
- * over the cluster by author id), then the ones after it. Links must know
- * their relay index.
+ * Relay links in a space's order of preference: its home relay (spread over
+ * the cluster by space name), then the ones after it. Links must know their
+ * relay index.
  */
-export function fromHome(authorId: string, n: number, links: readonly RelayLink[]): RelayLink[] {
+export function fromHome(space: string, n: number, links: readonly RelayLink[]): RelayLink[] {
   let h = 0
-  for (let i = 0; i < authorId.length; i++) h = (h * 31 + authorId.charCodeAt(i)) >>> 0
+  for (let i = 0; i < space.length; i++) h = (h * 31 + space.charCodeAt(i)) >>> 0
   const home = h % n
   return [...links].sort((a, b) => (((a.relay as number) - home + n) % n) - (((b.relay as number) - home + n) % n))
 }
