@@ -81,15 +81,24 @@ const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
 
+/** Writes issued and not yet on disk past which the event loop waits for the disk. */
+const MAX_WRITES_IN_FLIGHT = 32
+
+/** Outputs others act on: they leave only once what the drain decided is on disk (sync answers and archive reads may carry our newest blocks). */
+function waitsForDisk(o: Output): boolean {
+  return o.type === 'send' || o.type === 'broadcast' || o.type === 'archive-request'
+}
+
 /**
  * A relay: the consensus core, driven by the mesh and timers, made durable
  * by the LMDB store, with one reliable replica per space auditing the
  * committed order and signing an attestation per commit.
  *
  * Events run one drain at a time: every event queued meanwhile goes through
- * the core, the resulting commits are audited, then everything that must be
- * durable is written in one transaction, and only then are messages sent,
- * clients notified and timers set (persist, then speak).
+ * the core, the resulting commits are audited, and everything that must be
+ * durable is written in one transaction. Messages to peers and clients'
+ * commit feeds wait until that write (and every earlier one) is on disk
+ * (persist, then speak); the next events do not.
  */
 export class RelayNode {
   readonly me: number
@@ -110,6 +119,9 @@ export class RelayNode {
   private readonly timers = new Map<string, NodeJS.Timeout>()
   private queue: Array<() => Output[]> = []
   private draining = false
+  /** Resolves once every write issued so far is on disk. */
+  private onDisk: Promise<void> = Promise.resolve()
+  private writesInFlight = 0
   private stopped = false
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
   private readonly verified = new Map<string, { verdict: Envelope | SteadError; bytes: number }>()
@@ -195,8 +207,9 @@ export class RelayNode {
     for (const t of this.timers.values()) clearTimeout(t)
     this.timers.clear()
     await this.options.mesh.stop()
-    // Let a drain in flight finish its write before the store closes.
+    // Let a drain in flight finish, and its writes reach the disk, before the store closes.
     while (this.draining) await new Promise((r) => setTimeout(r, 5))
+    await this.onDisk.catch(() => undefined)
     await this.store.close()
   }
 
@@ -497,21 +510,41 @@ export class RelayNode {
             write.attestations.push(...attestations)
           }
         }
-        await this.store.write(write)
-        for (const o of outputs) this.act(o)
+        // Persist, then speak, without stopping to listen: the write is issued now (LMDB commits
+        // writes in the order issued, several in one sync when they queue up), the next events
+        // run meanwhile, and what others may act on waits until this write and every earlier
+        // one are on disk.
+        const durable = Promise.all([this.onDisk, this.store.write(write)]).then(() => undefined)
+        this.onDisk = durable
+        this.writesInFlight++
+        for (const o of outputs) if (!waitsForDisk(o)) this.act(o)
         if (this.core.queuedEnvelopes === 0) this.pendingSince = null
-        for (const space of new Set(write.attestations.map((a) => a.space))) {
-          for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
-        }
+        const spaces = new Set(write.attestations.map((a) => a.space))
+        durable.then(
+          () => {
+            this.writesInFlight--
+            if (this.stopped) return
+            for (const o of outputs) if (waitsForDisk(o)) this.act(o)
+            for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
+          },
+          (err: unknown) => this.fail(err),
+        )
+        // A disk slower than the traffic holds the loop here instead of piling up writes.
+        if (this.writesInFlight >= MAX_WRITES_IN_FLIGHT) await durable
       }
     } catch (err) {
-      // A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it.
-      this.log.fatal({ err }, 'relay event loop failed; stopping to protect the store')
-      this.stopped = true
-      ;(this.options.onFatal ?? (() => process.exit(1)))(err)
+      this.fail(err)
     } finally {
       this.draining = false
     }
+  }
+
+  /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
+  private fail(err: unknown): void {
+    if (this.stopped) return
+    this.log.fatal({ err }, 'relay event loop failed; stopping to protect the store')
+    this.stopped = true
+    ;(this.options.onFatal ?? (() => process.exit(1)))(err)
   }
 
   private act(o: Output): void {
