@@ -624,7 +624,7 @@ export class RelayNode {
       // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
       if (!this.options.cluster.openSpaces && !this.options.cluster.spaces.has(env.space)) continue
       if (!this.replicas.has(env.space)) {
-        this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space) }))
+        this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space), auditOnly: true }))
         this.creating.delete(env.space)
       }
       let group = bySpace.get(env.space)

@@ -126,6 +126,11 @@ export interface ReplicaOptions {
    * An expired envelope that commits later is applied then. Default 128.
    */
   readonly foreignWaitCommits?: number
+  /**
+   * The stable path only, as relays need it: no prospective state is kept
+   * (commits do not mirror their ops into it), and `receive` is refused.
+   */
+  readonly auditOnly?: boolean
 }
 
 /** How an envelope reached the replica. */
@@ -192,6 +197,7 @@ export class ReliableReplica {
   private readonly gapWaitCommits: number
   private readonly maxWaitingPerAuthor: number
   private readonly foreignWaitCommits: number
+  private readonly auditOnly: boolean
 
   private readonly stableObjects = new Map<string, Obj>()
   private readonly prospectiveObjects = new Map<string, Obj>()
@@ -213,6 +219,7 @@ export class ReliableReplica {
     this.gapWaitCommits = options.gapWaitCommits ?? 64
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
     this.foreignWaitCommits = options.foreignWaitCommits ?? 128
+    this.auditOnly = options.auditOnly ?? false
   }
 
   /** How many envelopes the audit committed so far: the stable index every correct replica agrees on. */
@@ -367,6 +374,7 @@ export class ReliableReplica {
 
   /** Applies a received (or locally created) envelope to the prospective state. */
   receive(env: Envelope, options: ReceiveOptions = {}): ReceiveResult {
+    if (this.auditOnly) throw new Error(`the replica of ${this.space} is audit-only: it keeps no prospective state`)
     this.checkSpace(env)
     const changed = new Set<string>()
     const known = this.pending.get(env.idHex)
@@ -540,6 +548,7 @@ export class ReliableReplica {
    * but never seen, and forget the envelope.
    */
   private settle(env: Envelope, committed: (tag: string) => boolean, changed: Set<string>): void {
+    if (this.auditOnly) return
     const p = this.pending.get(env.idHex)
     // An object nothing pending has touched is simply a copy of the stable one,
     // which already holds this envelope's committed ops.

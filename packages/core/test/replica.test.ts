@@ -274,7 +274,7 @@ function prospectiveEqualsStable(r: ReliableReplica): void {
 }
 
 describe('reliable replica: properties', () => {
-  it('G2, G4, G5: replicas that receive any subset in any order and commit one order agree, keep invariants, and converge', async () => {
+  it('G2, G4, G5: replicas that receive any subset in any order and commit one order agree, keep invariants, and converge; an audit-only replica (a relay) decides alike', async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.array(stepArb, { minLength: 1, maxLength: 14 }),
@@ -305,6 +305,9 @@ describe('reliable replica: properties', () => {
 
           const replicas = [0, 1, 2].map(() => new ReliableReplica({ space: SPACE, gapWaitCommits: 4 }))
           const histories: unknown[][] = replicas.map(() => [])
+          // What relays keep: the stable path only, fed nothing but the commits.
+          const auditor = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+          const audited: unknown[] = []
           replicas.forEach((r, ri) => {
             // Each replica receives its own subset in its own order before the commits.
             const got = all.filter((_, i) => (pick(i + ri * 5) + ri) % 3 !== 0)
@@ -324,6 +327,8 @@ describe('reliable replica: properties', () => {
               for (const key of r.keys()) expect(r.stable(key)?.invariantsHold() ?? true).toBe(true)
               return r.stableSnapshot()
             })
+            for (const d of auditor.commit(batch).decisions) audited.push(d.kind === 'committed' ? [d.env.idHex, d.index, d.units] : d.kind === 'dropped' ? [d.env.idHex, d.reason] : ['superseded?'])
+            expect(auditor.stableSnapshot()).toEqual(snaps[0])
             // G2: same stable index, same stable state.
             expect(snaps[1]).toEqual(snaps[0])
             expect(snaps[2]).toEqual(snaps[0])
@@ -331,6 +336,9 @@ describe('reliable replica: properties', () => {
           // Identical decisions everywhere, whatever each replica had received.
           expect(histories[1]).toEqual(histories[0])
           expect(histories[2]).toEqual(histories[0])
+          expect(audited).toEqual(histories[0])
+          expect(() => auditor.receive(all[0]!)).toThrow(/audit-only/)
+          for (const key of replicas[0]!.keys()) expect(auditor.history(key)).toEqual(replicas[0]!.history(key))
           for (const r of replicas) {
             // G5: nothing left undecided; prospective equals stable.
             expect(r.pendingCount).toBe(0)
