@@ -6,9 +6,13 @@
  * - safe updates one after another (light load): submit → committed;
  * - a regular update made by one client until another client's subscriber
  *   sees it (prospective visibility);
- * - the cluster left idle: CPU per relay and store writes over a window.
+ * - the cluster left idle: CPU per relay and store writes over a window;
+ * - Yjs + y-websocket beside it, on the same machine and workloads: the
+ *   visibility above, and a stream of regular updates (one per task) from
+ *   one client until another has them all (throughput), with the WebSocket
+ *   bytes each side sent and received per update.
  *
- *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--profile FILE]
+ *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--profile FILE]
  *
  * `--profile FILE` writes relay r1's CPU profile of the safe-update phase
  * (a .cpuprofile for Chrome's DevTools) and prints its summary.
@@ -18,9 +22,9 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { createClient, memoryStorage, type Space } from '@stead/client'
 import { nodeCrypto } from '@stead/core/node'
-import WebSocket from 'ws'
-import { BenchCluster } from './cluster.ts'
+import { BenchCluster, freePort } from './cluster.ts'
 import { summarizeProfile } from './profile.ts'
+import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs.ts'
 
 const { values } = parseArgs({
   options: {
@@ -28,11 +32,13 @@ const { values } = parseArgs({
     'idle-seconds': { type: 'string', default: '60' },
     'batch-ms': { type: 'string', default: '10' },
     profile: { type: 'string' },
+    stream: { type: 'string', default: '2000' },
   },
 })
 const updates = Number(values.updates)
 const idleSeconds = Number(values['idle-seconds'])
 const batchIntervalMs = Number(values['batch-ms'])
+const streamUpdates = Number(values.stream)
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN
@@ -60,7 +66,12 @@ async function relayCommitLatency(cluster: BenchCluster): Promise<Array<{ sum: n
   )
 }
 
+/** WebSocket payload bytes each Stead client sent and received, by name. */
+const steadBytes = new Map<string, { in: number; out: number }>()
+
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
+  const counts = { in: 0, out: 0 }
+  steadBytes.set(name, counts)
   const owner = await createClient({
     relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
     storage: memoryStorage(),
@@ -68,11 +79,59 @@ async function client(cluster: BenchCluster, name: string): Promise<Space> {
     identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(`stead-bench-latency-${name}`)) },
     crypto: nodeCrypto,
     batchIntervalMs,
-    connect: (url) => new WebSocket(url) as never,
+    connect: (url) => countingSocket(url, counts) as never,
   })
   const space = await owner.space('latency')
   while (!space.status.online) await new Promise((r) => setTimeout(r, 20))
   return space
+}
+
+/** Waits until `reader` reads at least `target`. */
+function reaches(reader: CounterPeer, target: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const check = () => {
+      if (reader.read() < target) return
+      stop()
+      resolve()
+    }
+    const stop = reader.subscribe(check)
+    check()
+  })
+}
+
+/** Per update: what the writer sent and the reader received, over a window of `n` updates. */
+function bytesPerUpdate(writer: CounterPeer, reader: CounterPeer, before: { w: { out: number }; r: { in: number } }, n: number): string {
+  return `writer up ${((writer.bytes().out - before.w.out) / n).toFixed(0)} B/update, reader down ${((reader.bytes().in - before.r.in) / n).toFixed(0)} B/update`
+}
+
+/** Visibility (one update at a time, 20 ms apart) and a stream (one update per task), with bytes. */
+async function compare(name: string, writer: CounterPeer, reader: CounterPeer, streamWriter: CounterPeer, streamReader: CounterPeer): Promise<void> {
+  const visible: number[] = []
+  let before = { w: writer.bytes(), r: reader.bytes() }
+  const base = reader.read()
+  for (let i = 1; i <= updates + 20; i++) {
+    if (i === 21) before = { w: writer.bytes(), r: reader.bytes() }
+    const t0 = performance.now()
+    const shown = reaches(reader, base + i)
+    writer.bump()
+    await shown
+    if (i > 20) visible.push(performance.now() - t0)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  console.log(`${name}: regular update visible at peer: ${summary(visible)}`)
+  console.log(`  ${bytesPerUpdate(writer, reader, before, updates)}`)
+  const start = streamReader.read()
+  before = { w: streamWriter.bytes(), r: streamReader.bytes() }
+  const t0 = performance.now()
+  const all = reaches(streamReader, start + streamUpdates)
+  for (let i = 0; i < streamUpdates; i++) {
+    streamWriter.bump()
+    await new Promise((r) => setImmediate(r))
+  }
+  await all
+  const seconds = (performance.now() - t0) / 1000
+  console.log(`${name}: stream of ${streamUpdates} regular updates, one per task, all at the peer after ${(seconds * 1000).toFixed(0)} ms: ${(streamUpdates / seconds).toFixed(0)} updates/s`)
+  console.log(`  ${bytesPerUpdate(streamWriter, streamReader, before, streamUpdates)}`)
 }
 
 const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: values.profile !== undefined })
@@ -108,27 +167,20 @@ try {
   })
   console.log(`  relay submit → decided, mean per relay: ${perRelay.join(', ')}`)
 
-  // Prospective visibility: alice increments, bob's subscriber sees it.
-  const seen = bob.counter('visible')
-  const visible: number[] = []
-  for (let i = 1; i <= updates + 20; i++) {
-    const t0 = performance.now()
-    const shown = new Promise<void>((resolve) => {
-      const check = () => {
-        if (seen.value >= i) {
-          stop()
-          resolve()
-        }
-      }
-      const stop = seen.subscribe(check)
-      check()
-    })
-    void alice.counter('visible').increment(1)
-    await shown
-    if (i > 20) visible.push(performance.now() - t0)
-    await new Promise((r) => setTimeout(r, 20))
+  // Prospective visibility and a stream of regular updates, Stead then Yjs + y-websocket.
+  const steadPeer = (space: Space, name: string, key: string): CounterPeer => {
+    const counter = space.counter(key)
+    return { bump: () => void counter.increment(1), read: () => counter.value, subscribe: (l) => counter.subscribe(l), bytes: () => ({ ...(steadBytes.get(name) as { in: number; out: number }) }) }
   }
-  console.log(`regular update visible at peer: ${summary(visible)}`)
+  await compare('Stead', steadPeer(alice, 'alice', 'visible'), steadPeer(bob, 'bob', 'visible'), steadPeer(alice, 'alice', 'stream'), steadPeer(bob, 'bob', 'stream'))
+  const yjs = await startYjsServer(await freePort())
+  try {
+    const [a, b, c, d] = [await yjsPeer(yjs, 'visible'), await yjsPeer(yjs, 'visible'), await yjsPeer(yjs, 'stream'), await yjsPeer(yjs, 'stream')]
+    await compare('Yjs + y-websocket', a, b, c, d)
+    for (const p of [a, b, c, d]) p.close()
+  } finally {
+    await yjs.stop()
+  }
 
   // Idle: let the last commits settle, then watch CPU and the stores.
   await new Promise((r) => setTimeout(r, 3000))
