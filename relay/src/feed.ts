@@ -1,8 +1,5 @@
-import { encodeCommitFrame } from '@stead/core'
+import { encodeCommitFrame, encodeRelayMessage } from '@stead/core'
 import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
-
-/** An empty msgpack array: the batch of an attestation-only commit frame. */
-const NO_FRAMES = Uint8Array.of(0x90)
 
 /**
  * One subscriber's read cursor over a space's attested commits in the
@@ -19,7 +16,7 @@ export class CommitFeed {
 
   private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>
   readonly space: string
-  /** Whether commits carry their envelope frames; false: attestations only (the client has a frame source elsewhere). */
+  /** Whether commits carry their envelope frames and attestation bytes; false: compact attestations only (the client has a frame source elsewhere). */
   readonly frames: boolean
   constructor(store: Pick<RelayStore, 'commitAt' | 'commitChunk'>, space: string, fromIndex: number, frames = true) {
     this.store = store
@@ -46,7 +43,8 @@ export class CommitFeed {
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
     this.position = [head.position[0], head.position[1] + 1]
-    if (!this.frames) return encodeCommitFrame(space, head.attestation, NO_FRAMES, false)
+    // Without frames, a compact attestation: the client checks the signature against the bytes its frame source sent.
+    if (!this.frames) return encodeRelayMessage({ type: 'attest', space, round: head.position[1], sig: head.attestation.sig })
     const more = head.chunks > 1
     if (more) this.current = { head, next: 1 }
     return encodeCommitFrame(space, head.attestation, this.store.commitChunk(space, head.position, 0), more)

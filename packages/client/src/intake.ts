@@ -55,6 +55,10 @@ export class RelayIntake {
   private source: number | undefined
   /** Since when an attested commit has waited for the source's frames (undefined: nothing waits). */
   private starvedSince: number | undefined
+  /** Compact attestations that match no attestation the source sent (yet): round → relay → signature. */
+  private readonly unmatched = new Map<number, Map<number, Uint8Array>>()
+  /** Per relay, how many of its compact attestations wait in `unmatched`. */
+  private readonly unmatchedBy = new Map<number, number>()
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
@@ -112,9 +116,10 @@ export class RelayIntake {
     link.send({ type: 'subscribe', space: this.o.space.space, fromIndex: this.o.space.position.stableIndex, frames: link.relay === this.source })
   }
 
-  message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' }>): void {
+  message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' }>): void {
     if (this.closed || m.space !== this.o.space.space) return
     if (m.type === 'envelope') void this.onEnvelope(link, m.envelope)
+    else if (m.type === 'attest') void this.onAttest(link, m.round, m.sig)
     else void this.onCommit(link, m)
   }
 
@@ -180,7 +185,67 @@ export class RelayIntake {
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
     this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
+    // Compact attestations that came first are checked against these bytes now.
+    for (const [other, sig] of this.unmatched.get(attestation.round) ?? []) {
+      if (!(await this.matchSignature(other, attestation.round, sig))) continue
+      if (this.unmatched.get(attestation.round)?.delete(other)) this.unmatchedBy.set(other, (this.unmatchedBy.get(other) ?? 1) - 1)
+    }
     this.applyCommits()
+  }
+
+  /**
+   * A relay's signature alone (it sends no frames to this client): it counts
+   * for the attestation whose bytes it signs, which the frame source sent in
+   * full. One that matches nothing yet waits for the source (and a source
+   * whose attestation never matches is passed over, like one that sends no
+   * frames).
+   */
+  private async onAttest(link: RelayLink, round: number, sig: Uint8Array): Promise<void> {
+    const relay = link.relay
+    if (relay === undefined || !this.quorum || round <= this.o.space.position.lastRound) return
+    if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
+    // Late for a commit applied meanwhile: nothing left to hold it against.
+    if (round <= this.o.space.position.lastRound) return
+    let byRelay = this.unmatched.get(round)
+    if (!byRelay) this.unmatched.set(round, (byRelay = new Map()))
+    const held = this.unmatchedBy.get(relay) ?? 0
+    if (byRelay.has(relay) || held >= MAX_UNMATCHED_PER_RELAY) return
+    byRelay.set(relay, sig)
+    this.unmatchedBy.set(relay, held + 1)
+    this.starvedSince ??= this.o.now()
+  }
+
+  /**
+   * Correct relays attest exactly the commits of the chain, with the bytes
+   * f+1 of them sign: a compact attestation still unmatched once the chain
+   * settled its round (checked once more against the settled bytes: it may
+   * have come while the commit was being believed), or passed over it, signs
+   * something else.
+   */
+  private async settleUnmatched(settled: CommitCandidate): Promise<void> {
+    const { round } = settled.attestation
+    for (const [r, byRelay] of this.unmatched) {
+      if (r > round) continue
+      this.unmatched.delete(r)
+      for (const [relay, sig] of byRelay) {
+        this.unmatchedBy.set(relay, (this.unmatchedBy.get(relay) ?? 1) - 1)
+        const key = this.o.sessions.cluster?.relays[relay]?.publicKey
+        if (r === round && key && (await this.o.crypto.verify(key, settled.bytes, sig))) continue
+        this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${r} differently from f+1 other relays (its signature does not match their attestation)`)
+      }
+    }
+  }
+
+  /** Offers `relay`'s signature for the attestation of `round` whose bytes it signs, if one is known. */
+  private async matchSignature(relay: number, round: number, sig: Uint8Array): Promise<boolean> {
+    const key = this.o.sessions.cluster?.relays[relay]?.publicKey
+    if (!key || !this.quorum) return false
+    for (const c of this.quorum.candidates(round)) {
+      if (!(await this.o.crypto.verify(key, c.bytes, sig))) continue
+      this.quorum.offer(relay, c.attestation, c.bytes, [])
+      return true
+    }
+    return false
   }
 
   /** Applies every commit whose turn it is, one at a time. */
@@ -246,6 +311,7 @@ export class RelayIntake {
     const quorum = this.quorum as CommitQuorum
     for (const relay of quorum.dissenters(c)) this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
     quorum.prune(position)
+    await this.settleUnmatched(c)
 
     const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
     const changes: StorageChange[] = records.commit(record, position)
@@ -293,6 +359,9 @@ export class RelayIntake {
     if (records.sinceCheckpoint.commits > 0) await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
   }
 }
+
+/** Compact attestations kept per relay while they match nothing: one that sends made-up rounds cannot grow memory past this. */
+const MAX_UNMATCHED_PER_RELAY = 1_000
 
 /**
  * Opens an envelope without checking its signature again: for frames this

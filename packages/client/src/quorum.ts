@@ -91,6 +91,11 @@ export class CommitQuorum {
     return undefined
   }
 
+  /** The attestations offered for `round` so far (several only when relays disagree). */
+  candidates(round: number): CommitCandidate[] {
+    return [...(this.rounds.get(round)?.values() ?? [])]
+  }
+
   /** Relays that signed something other than `settled` for its round. */
   dissenters(settled: CommitCandidate): number[] {
     const key = toHex(settled.bytes)

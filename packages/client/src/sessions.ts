@@ -226,6 +226,7 @@ export class RelaySessions {
     switch (m.type) {
       case 'envelope':
       case 'commit':
+      case 'attest':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

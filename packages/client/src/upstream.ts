@@ -100,7 +100,7 @@ export class RelayUpstream implements Upstream, SessionMember {
 
   message(link: RelayLink, m: RelayMessage): void {
     if (this.closed) return
-    if (m.type === 'envelope' || m.type === 'commit') this.intake.message(link, m)
+    if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
   }
 

@@ -473,14 +473,37 @@ describe('transport', () => {
     // Every relay ready and followed: the author's home relay is the source by now.
     await until('all relays connected', () => [a, b].every((s) => s.status.relays.every((r) => r.connected)))
     await new Promise((r) => setTimeout(r, 20))
-    const before = c.relays.map((r) => r.framesSent)
+    const before = c.relays.map((r) => ({ frames: r.framesSent, commits: r.commitsSent, attests: r.attestsSent }))
     await a.counter('k').increment(1)
     await a.flush()
     await until('b sees it', () => b.counter('k').value === 1)
     await commitUntil(c, 'stable at both', () => a.counter('k').stable === 1 && b.counter('k').stable === 1)
-    const sent = c.relays.map((r, i) => r.framesSent - (before[i] as number))
-    // Two clients, one envelope: each gets it once early and once in the commit (four relays used to send it sixteen times).
-    expect(sent.reduce((x, y) => x + y, 0)).toBe(4)
+    const sent = (what: 'frames' | 'commits' | 'attests') =>
+      c.relays.reduce((n, r, i) => n + r[what === 'frames' ? 'framesSent' : what === 'commits' ? 'commitsSent' : 'attestsSent'] - (before[i] as Record<typeof what, number>)[what], 0)
+    // Two clients, one envelope: each gets it once early and once in the commit (four relays used to send it sixteen times),
+    // the attestation in full from its source and as a signature alone from the three others.
+    expect(sent('frames')).toBe(4)
+    expect(sent('commits')).toBe(2)
+    expect(sent('attests')).toBe(6)
+  })
+
+  it('counts compact attestations only for the bytes f+1 relays signed, and marks a relay whose signature matches no settled attestation', async () => {
+    const c = cluster()
+    const a = await client(c)
+    await until('all relays connected', () => a.status.relays.every((r) => r.connected))
+    await new Promise((r) => setTimeout(r, 20))
+    const source = c.relays.find((r) => [...r.sessions].some((x) => x.authorId === a.authorId && x.frames)) as FakeRelay
+    const liar = c.relays.find((r) => r !== source) as FakeRelay
+    liar.misbehaviour = 'lie'
+    const res = a.counter('acct').increment(4, { safe: true })
+    const stop = c.autoCommit(5)
+    expect(await res).toMatchObject({ status: 'committed' })
+    await until('liar reported', () => a.status.relays[liar.index]?.faulty !== undefined)
+    stop()
+    expect(a.status.relays[liar.index]?.faulty).toMatch(/signature does not match/)
+    expect(a.status.relays.filter((r) => r.faulty)).toHaveLength(1)
+    expect(a.status.problem).toBeUndefined()
+    expect(a.counter('acct').stable).toBe(4)
   })
 
   it('passes over a frame source that withholds frames, and marks one that sends frames its attestation does not bind', async () => {

@@ -103,6 +103,21 @@ export type RelayMessage =
       readonly status: 'queued' | 'duplicate'
     }
   | {
+      /**
+       * A compact attestation, for a subscription without frames: the
+       * relay's signature over its attestation of the space's commit at
+       * `round`. Correct relays sign identical bytes, so the client checks
+       * it against the attestation its frame source sent in full.
+       */
+      readonly type: 'attest'
+      /** The space. */
+      readonly space: string
+      /** The commit's round. */
+      readonly round: number
+      /** The relay's Ed25519 signature over the attestation bytes. */
+      readonly sig: Uint8Array
+    }
+  | {
       /** An envelope of a followed space that consensus certified (for the prospective state). */
       readonly type: 'envelope'
       /** The space. */
@@ -408,6 +423,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encode(['accepted', m.id, m.status])
     case 'envelope':
       return encode(['envelope', m.space, m.envelope])
+    case 'attest':
+      return encode(['attest', m.space, m.round, m.sig])
     case 'commit':
       return encodeCommitFrame(m.space, m.attestation, encode(m.envelopes), m.more === true)
     case 'commit-more':
@@ -438,6 +455,8 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
       if (v[2] !== 'queued' && v[2] !== 'duplicate') throw new SteadError('malformed', 'accepted status must be queued or duplicate')
       return { type: 'accepted', id: expect.uint(v[1], 'id'), status: v[2] }
     }
+    case 'attest':
+      return { type: 'attest', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), round: expect.uint(v[2], 'round'), sig: expect.bytes(v[3], 'sig', 64) }
     case 'envelope': {
       if (!(v[2] instanceof Uint8Array)) throw new SteadError('malformed', 'envelope frame must be bytes')
       return { type: 'envelope', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelope: v[2] }

@@ -27,6 +27,15 @@ describe('subscribe', () => {
   })
 })
 
+describe('compact attestations', () => {
+  it('round-trip, and refuse a signature of the wrong size', () => {
+    const m: RelayMessage = { type: 'attest', space: 's', round: 42, sig: new Uint8Array(64).fill(3) }
+    expect(roundTrip(m)).toEqual(plain(m))
+    expect(() => decodeRelayMessage(encode(['attest', 's', 42, new Uint8Array(63)]))).toThrow(/sig/)
+    expect(() => decodeRelayMessage(encode(['attest', 's', -1, new Uint8Array(64)]))).toThrow(/round/)
+  })
+})
+
 describe('commits in several frames', () => {
   it('round-trip through the wire codec', () => {
     const first: RelayMessage = { type: 'commit', space: 's', attestation, envelopes: frames(2), more: true }

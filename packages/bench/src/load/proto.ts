@@ -112,6 +112,14 @@ interface Inflight {
  * `plain` has no commits: everything resolves at once and an envelope is
  * carried when its relay streams it back.
  */
+interface AttestationEntry {
+  bytes?: Uint8Array
+  frames?: readonly Uint8Array[]
+  readonly relays: Set<number>
+  readonly sigs: Map<number, Uint8Array>
+  done: boolean
+}
+
 export class ProtoClient implements LoadClient {
   private readonly replica: ReliableReplica
   private conns: Conn[] = []
@@ -130,7 +138,8 @@ export class ProtoClient implements LoadClient {
   private readonly bySubmit = new Map<number, string>()
   private nextSubmit = 1
   private readonly known = new Map<string, Envelope>()
-  private readonly attestations = new Map<string, { relays: Set<number>; done: boolean; frames?: readonly Uint8Array[] }>()
+  /** round → the source's attestation, the relays whose signatures over it checked, and signatures that came before it. */
+  private readonly attestations = new Map<number, AttestationEntry>()
   private readyWaiters: Array<() => void> = []
   private drainWaiters: Array<() => void> = []
   private carried = 0
@@ -300,6 +309,9 @@ export class ProtoClient implements LoadClient {
       case 'commit':
         if (this.system === 'plain') return
         return this.onCommit(conn, m.attestation, m.envelopes)
+      case 'attest':
+        if (this.system === 'plain') return
+        return this.onAttest(conn, m.round, m.sig)
       default:
         return
     }
@@ -329,23 +341,53 @@ export class ProtoClient implements LoadClient {
     }
   }
 
+  /** The attestation of a round in full, from the frame source (the first relay). */
   private onCommit(conn: Conn, attestation: { bytes: Uint8Array; sig: Uint8Array }, frames: readonly Uint8Array[]): void {
-    const key = toHex(sha256(attestation.bytes))
-    let entry = this.attestations.get(key)
-    if (!entry) {
-      this.attestations.set(key, (entry = { relays: new Set(), done: false }))
-      if (this.attestations.size > 20_000) this.attestations.delete(this.attestations.keys().next().value as string)
-    }
-    if (entry.done || entry.relays.has(conn.relay)) return
+    if (conn !== this.conns[0]) return
+    const a = decodeAttestation(attestation.bytes)
+    const entry = this.entryFor(a.round)
+    if (entry.done || entry.bytes) return
     if (!verifySync(conn.relayKey, attestation.bytes, attestation.sig)) {
       this.errorCounts['bad-attestation'] = (this.errorCounts['bad-attestation'] ?? 0) + 1
       return
     }
+    entry.bytes = attestation.bytes
+    entry.frames = frames
     entry.relays.add(conn.relay)
-    if (conn === this.conns[0]) entry.frames = frames
-    if (entry.relays.size < this.o.f + 1 || !entry.frames) return
+    for (const [relay, sig] of entry.sigs) this.onAttest(this.conns.find((c) => c.relay === relay) as Conn, a.round, sig)
+    this.tryApply(a.round, entry)
+  }
+
+  /** Another relay's signature over the round's attestation (it sends no frames): counted once the source's bytes are in. */
+  private onAttest(conn: Conn, round: number, sig: Uint8Array): void {
+    const entry = this.entryFor(round)
+    if (entry.done || entry.relays.has(conn.relay)) return
+    if (!entry.bytes) {
+      entry.sigs.set(conn.relay, sig)
+      return
+    }
+    if (!verifySync(conn.relayKey, entry.bytes, sig)) {
+      this.errorCounts['bad-attestation'] = (this.errorCounts['bad-attestation'] ?? 0) + 1
+      return
+    }
+    entry.relays.add(conn.relay)
+    this.tryApply(round, entry)
+  }
+
+  private entryFor(round: number): AttestationEntry {
+    let entry = this.attestations.get(round)
+    if (!entry) {
+      this.attestations.set(round, (entry = { relays: new Set(), sigs: new Map(), done: false }))
+      if (this.attestations.size > 20_000) this.attestations.delete(this.attestations.keys().next().value as number)
+    }
+    return entry
+  }
+
+  private tryApply(round: number, entry: AttestationEntry): void {
+    if (entry.done || entry.relays.size < this.o.f + 1 || !entry.bytes || !entry.frames) return
     entry.done = true
-    this.applyCommit(decodeAttestation(attestation.bytes), entry.frames)
+    entry.sigs.clear()
+    this.applyCommit(decodeAttestation(entry.bytes), entry.frames)
   }
 
   private applyCommit(a: Attestation, frames: readonly Uint8Array[]): void {

@@ -191,6 +191,9 @@ export class FakeRelay {
   readonly sessions = new Set<FakeSession>()
   /** Envelope frames sent to clients (alone, or inside commits). */
   framesSent = 0
+  /** Full attestations (commits) and compact ones (signatures alone) sent to clients. */
+  commitsSent = 0
+  attestsSent = 0
 
   private readonly cluster: FakeCluster
   readonly index: number
@@ -305,13 +308,15 @@ class FakeSession {
   sendCommit(entry: FakeCluster['log'][number]): void {
     if (!this.subscribed || this.relay.misbehaviour === 'silent') return
     let bytes = entry.bytes
-    let frames = this.frames ? entry.frames : []
+    let frames = entry.frames
     if (this.relay.misbehaviour === 'lie') {
       // Same commit, different claimed state: the signature is valid, the content is not.
       const v = decode(bytes) as unknown[]
       v[7] = new Uint8Array(32).fill(7)
       bytes = encodeAttestationRaw(v)
     }
+    // Without frames, a compact attestation, as a real relay sends it.
+    if (!this.frames) return this.send({ type: 'attest', space: this.cluster.space, round: entry.round, sig: this.relay.signAttestation(bytes).sig })
     if (this.relay.misbehaviour === 'forge-frames') frames = []
     if (this.relay.misbehaviour === 'pad-frames' && frames.length) frames = [...frames, ...frames]
     this.send({ type: 'commit', space: this.cluster.space, attestation: this.relay.signAttestation(bytes), envelopes: frames })
@@ -320,6 +325,8 @@ class FakeSession {
   send(m: RelayMessage): void {
     if (m.type === 'envelope') this.relay.framesSent++
     if (m.type === 'commit') this.relay.framesSent += m.envelopes.length
+    if (m.type === 'commit') this.relay.commitsSent++
+    if (m.type === 'attest') this.relay.attestsSent++
     this.socket.deliver(encodeRelayMessage(m))
   }
 
