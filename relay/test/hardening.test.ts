@@ -71,16 +71,17 @@ describe('relay hardening (4 relay processes)', () => {
   afterAll(async () => cluster?.stopAll())
 
   it('streams commits of many MiB in frames below the limit, and restarts on its own data after kill -9', async () => {
-    // Four authors put 6 x 800 KB each on four relays at once: the commits that order them are several MiB.
+    // Four authors put 6 x 800 KB each on four relays at once (each author's six in one go, so
+    // every relay fills a 4 MiB block): the commits that order several such blocks are many MiB.
     const authors = [1, 2, 3, 4].map(identity)
     const writers = await Promise.all(authors.map((a, i) => TestClient.connect(api(i), a)))
-    const replies = await Promise.all(
-      writers.map(async (c, i) => {
-        const out: RelayMessage[] = []
-        for (let k = 0; k < 6; k++) out.push(await submit(c, await blob(authors[i]!, 'big', 800_000)))
-        return out
-      }),
-    )
+    const frames: Uint8Array[][] = []
+    for (const a of authors) {
+      const mine: Uint8Array[] = []
+      for (let k = 0; k < 6; k++) mine.push(await blob(a, 'big', 800_000))
+      frames.push(mine)
+    }
+    const replies = await Promise.all(writers.map((c, i) => Promise.all((frames[i] as Uint8Array[]).map((f) => submit(c, f)))))
     for (const r of replies.flat()) expect(r).toMatchObject({ type: 'accepted' })
     for (const c of writers) c.close()
     const before = await agreeAt('big', 24)
