@@ -216,15 +216,15 @@ export class RelayNode {
   // ---- inputs ----
 
   /**
-   * Validates a client's envelope and queues it for the next block.
-   * Throws SteadError: 'too-large', 'malformed', 'bad-signature',
-   * 'unauthorized', 'conflict'; returns 'duplicate' for one already decided or queued.
-   */
-  /**
-   * Takes a client's envelope for ordering. `onDecided` is called once, when
-   * the audit decides it (committed or dropped), which may happen before this
-   * returns (a one-relay cluster commits at once); `stopWatching` forgets it.
-   * A decision calls its own watchers only, however many sessions are open.
+   * Validates a client's envelope, queues it for the next block and forwards
+   * it to the space's subscribers. `onDecided` is called once, when the audit
+   * decides it (committed or dropped), which may happen before this returns
+   * (a one-relay cluster commits at once); `stopWatching` forgets it. A
+   * decision calls its own watchers only, however many sessions are open.
+   *
+   * Throws SteadError: 'rate-limited', 'too-large', 'malformed',
+   * 'bad-signature', 'unauthorized', 'conflict'; returns 'duplicate' for one
+   * already decided or queued.
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
