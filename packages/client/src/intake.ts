@@ -55,10 +55,8 @@ export class RelayIntake {
   private source: number | undefined
   /** Since when an attested commit has waited for the source's frames (undefined: nothing waits). */
   private starvedSince: number | undefined
-  /** Compact attestations that match no attestation the source sent (yet): round → relay → signature. */
+  /** Compact attestations that match no attestation the source sent (yet): relay → round → signature. */
   private readonly unmatched = new Map<number, Map<number, Uint8Array>>()
-  /** Per relay, how many of its compact attestations wait in `unmatched`. */
-  private readonly unmatchedBy = new Map<number, number>()
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
@@ -181,14 +179,14 @@ export class RelayIntake {
     }
     if (attestation.space !== space.space) return link.markFaulty(`attested space ${attestation.space} on a ${space.space} subscription`)
     if (CommitQuorum.stale(attestation, space.position)) return
-    const key = cluster.relays[relay]?.publicKey
+    const key = this.keyOf(relay)
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
     this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
     // Compact attestations that came first are checked against these bytes now.
-    for (const [other, sig] of this.unmatched.get(attestation.round) ?? []) {
-      if (!(await this.matchSignature(other, attestation.round, sig))) continue
-      if (this.unmatched.get(attestation.round)?.delete(other)) this.unmatchedBy.set(other, (this.unmatchedBy.get(other) ?? 1) - 1)
+    for (const [other, rounds] of this.unmatched) {
+      const sig = rounds.get(attestation.round)
+      if (sig && (await this.matchSignature(other, attestation.round, sig))) rounds.delete(attestation.round)
     }
     this.applyCommits()
   }
@@ -206,12 +204,10 @@ export class RelayIntake {
     if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
     // Late for a commit applied meanwhile: nothing left to hold it against.
     if (round <= this.o.space.position.lastRound) return
-    let byRelay = this.unmatched.get(round)
-    if (!byRelay) this.unmatched.set(round, (byRelay = new Map()))
-    const held = this.unmatchedBy.get(relay) ?? 0
-    if (byRelay.has(relay) || held >= MAX_UNMATCHED_PER_RELAY) return
-    byRelay.set(relay, sig)
-    this.unmatchedBy.set(relay, held + 1)
+    let rounds = this.unmatched.get(relay)
+    if (!rounds) this.unmatched.set(relay, (rounds = new Map()))
+    if (rounds.has(round) || rounds.size >= MAX_UNMATCHED_PER_RELAY) return
+    rounds.set(round, sig)
     this.starvedSince ??= this.o.now()
   }
 
@@ -224,21 +220,24 @@ export class RelayIntake {
    */
   private async settleUnmatched(settled: CommitCandidate): Promise<void> {
     const { round } = settled.attestation
-    for (const [r, byRelay] of this.unmatched) {
-      if (r > round) continue
-      this.unmatched.delete(r)
-      for (const [relay, sig] of byRelay) {
-        this.unmatchedBy.set(relay, (this.unmatchedBy.get(relay) ?? 1) - 1)
-        const key = this.o.sessions.cluster?.relays[relay]?.publicKey
+    for (const [relay, rounds] of this.unmatched) {
+      for (const [r, sig] of rounds) {
+        if (r > round) continue
+        rounds.delete(r)
+        const key = this.keyOf(relay)
         if (r === round && key && (await this.o.crypto.verify(key, settled.bytes, sig))) continue
         this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${r} differently from f+1 other relays (its signature does not match their attestation)`)
       }
     }
   }
 
+  private keyOf(relay: number): Uint8Array | undefined {
+    return this.o.sessions.cluster?.relays[relay]?.publicKey
+  }
+
   /** Offers `relay`'s signature for the attestation of `round` whose bytes it signs, if one is known. */
   private async matchSignature(relay: number, round: number, sig: Uint8Array): Promise<boolean> {
-    const key = this.o.sessions.cluster?.relays[relay]?.publicKey
+    const key = this.keyOf(relay)
     if (!key || !this.quorum) return false
     for (const c of this.quorum.candidates(round)) {
       if (!(await this.o.crypto.verify(key, c.bytes, sig))) continue
