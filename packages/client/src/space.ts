@@ -17,6 +17,7 @@ import {
 } from '@stead/core'
 import { DraftBatch, applyIntent, deferred, hasInvariants, type DraftItem } from './drafts.ts'
 import { ClosedError } from './errors.ts'
+import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
@@ -134,6 +135,7 @@ export class Space {
   private closing = false
   private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
+  private readonly guarded: GuardedViews
 
   /** @internal Use `client.space(name)`. */
   constructor(init: {
@@ -152,6 +154,13 @@ export class Space {
     this.replica = init.replica
     this.position = init.position
     this.host = this.makeHost()
+    this.guarded = new GuardedViews({
+      replica: () => this.replica,
+      drafts: () => this.drafts,
+      authorId: this.authorId,
+      declarationOf: (key) => this.declarationOf(key),
+      draftTag: () => `~draft:${this.draftTag++}`,
+    })
   }
 
   /** @internal Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
@@ -542,7 +551,7 @@ export class Space {
     const cached = this.overlay.get(key)
     if (cached) return cached
     const decl = this.declarationOf(key)
-    if (decl && (hasInvariants(decl) || this.tiedToGuarded(key))) return this.guardedViews(key)
+    if (decl && this.guarded.guards(key, decl)) return this.guardedViews(key)
     const base = this.replica.prospective(key)
     const drafted = this.drafts.some((d) => d.keys.has(key))
     if (!drafted) return base
@@ -563,87 +572,9 @@ export class Space {
     return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
   }
 
-  /** Atomic groups (pending or drafted) that include `key`, as their items. */
-  private groupsWith(key: string): Array<ReadonlyArray<{ key: string; decl: Declaration }>> {
-    const out: Array<ReadonlyArray<{ key: string; decl: Declaration }>> = []
-    for (const env of this.replica.pendingTouching(key)) {
-      for (const unit of envelopeUnits(env)) if (unit.kind === 'group' && unit.atomic && unit.items.length > 1 && unit.items.some((i) => i.key === key)) out.push(unit.items)
-    }
-    for (const batch of this.drafts) for (const g of batch.safe) if (g.items.length > 1 && g.items.some((i) => i.key === key)) out.push(g.items)
-    return out
-  }
-
-  /** Whether an atomic group ties `key` to an object with invariants (then its view must follow the group's fate). */
-  private tiedToGuarded(key: string): boolean {
-    return this.groupsWith(key).some((items) => items.some((i) => hasInvariants(i.decl)))
-  }
-
-  /**
-   * Prospective views of objects with invariants, and of the objects atomic
-   * groups tie to them: the stable state, then every undecided update
-   * (received, signed, drafted) in the order this client has them, except
-   * those that would break an invariant there, which are held back
-   * (`handle.pending`) until the stable order decides. An atomic group is
-   * shown all or nothing, on every object it touches. So a value an
-   * invariant forbids is never shown, a transfer never shows half of itself,
-   * and once nothing is pending the views are the stable state again (G5).
-   */
+  /** Computes the views of guarded objects (and the objects tied to them) and caches them with what each holds back. */
   private guardedViews(key: string): AnyCrdt {
-    // The keys atomic groups tie together, starting from `key` (bounded, to keep this cheap).
-    const keys = new Set([key])
-    for (const k of keys) {
-      if (keys.size >= 64) break
-      for (const items of this.groupsWith(k)) for (const i of items) keys.add(i.key)
-    }
-    const views = new Map<string, AnyCrdt>()
-    const held = new Map<string, HeldUpdate[]>([...keys].map((k) => [k, []]))
-    const viewOf = (k: string, decl: Declaration): AnyCrdt | undefined => {
-      let v = views.get(k)
-      if (!v) views.set(k, (v = this.replica.stable(k)?.clone() ?? createCrdt(this.declarationOf(k) ?? decl)))
-      return v.type === decl.type ? v : undefined
-    }
-    type Step = { key: string; decl: Declaration; apply: (view: AnyCrdt, checked: boolean) => boolean; op: AnyOp; own: boolean }
-    /** Applies a unit's steps all or nothing; holds every step back when one does not fit. */
-    const unit = (steps: readonly Step[]): void => {
-      const mine = steps.filter((st) => keys.has(st.key))
-      if (mine.length === 0) return
-      if (steps.length > 1) {
-        const trial = new Map<string, AnyCrdt>()
-        const fits = mine.every((st) => {
-          const base = viewOf(st.key, st.decl)
-          if (!base) return false
-          let t = trial.get(st.key)
-          if (!t) trial.set(st.key, (t = base.clone()))
-          return st.apply(t, hasInvariants(st.decl))
-        })
-        if (fits) {
-          for (const [k, t] of trial) views.set(k, t)
-          return
-        }
-        for (const st of mine) held.get(st.key)?.push({ op: st.op, own: st.own })
-        return
-      }
-      const st = mine[0] as Step
-      const v = viewOf(st.key, st.decl)
-      if (v && !st.apply(v, hasInvariants(st.decl))) held.get(st.key)?.push({ op: st.op, own: st.own })
-    }
-    const seen = new Set<string>()
-    for (const k of keys) {
-      for (const env of this.replica.pendingTouching(k)) seen.add(env.idHex)
-    }
-    for (const env of this.replica.pendingEnvelopes()) {
-      if (!seen.has(env.idHex)) continue
-      const own = env.authorId === this.authorId
-      for (const u of envelopeUnits(env)) {
-        const items = u.kind === 'op' ? [u] : u.items
-        unit(items.map((i) => ({ key: i.key, decl: i.decl, op: i.op, own, apply: (v, checked) => (checked ? asGeneric(v).tryApply(i.op, { replica: env.authorId, tag: i.tag }).ok : (asGeneric(v).apply(i.op, { replica: env.authorId, tag: i.tag }), true)) })))
-      }
-    }
-    const draftStep = (i: DraftItem): Step => ({ key: i.key, decl: i.decl, op: i.intent as AnyOp, own: true, apply: (v, checked) => applyIntent(v, i, this.authorId, `~draft:${this.draftTag++}`, checked) })
-    for (const batch of this.drafts) {
-      for (const i of batch.regular) unit([draftStep(i)])
-      for (const g of batch.safe) unit(g.items.map(draftStep))
-    }
+    const { keys, views, held } = this.guarded.compute(key)
     for (const k of keys) {
       const v = views.get(k) ?? this.replica.stable(k)?.clone()
       if (v) this.overlay.set(k, v)

@@ -267,13 +267,18 @@ export type EnvelopeUnit =
       }>
     }
 
+/** Units per envelope: envelopes are immutable, and replicas, audits and views each ask for them. */
+const unitsOf = new WeakMap<Envelope, readonly EnvelopeUnit[]>()
+
 /**
  * The units an audit decides on, in order: every regular op on its own, then
  * each safe group (a non-atomic group is one unit per update). Tags are
  * `${first 12 bytes of the envelope id, base64url}:${n}` with n counting ops
  * across the whole envelope.
  */
-export function envelopeUnits(env: Envelope): EnvelopeUnit[] {
+export function envelopeUnits(env: Envelope): readonly EnvelopeUnit[] {
+  const known = unitsOf.get(env)
+  if (known) return known
   const out: EnvelopeUnit[] = []
   let n = 0
   // Tags come from the envelope id, not from (author, seq): two conflicting envelopes of one
@@ -288,5 +293,6 @@ export function envelopeUnits(env: Envelope): EnvelopeUnit[] {
       for (const u of g.updates) out.push({ kind: 'group', unit: out.length, atomic: false, items: [{ key: u.key, decl: u.decl, op: u.op, tag: tag() }] })
     }
   }
+  unitsOf.set(env, out)
   return out
 }

@@ -85,6 +85,12 @@ export interface CommitResult {
   readonly changed: ReadonlySet<string>
 }
 
+/** A point in a replica's pending set (see `ReliableReplica.pendingMark`). */
+export interface PendingMark {
+  readonly epoch: number
+  readonly arrived: number
+}
+
 /** What `ReliableReplica.receive` did with an envelope. */
 export interface ReceiveResult {
   /**
@@ -211,6 +217,10 @@ export class ReliableReplica {
   private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
   private index = 0
   private commits = 0
+  /** Changes whenever an envelope leaves `pending` or a commit runs (see pendingMark). */
+  private pendingEpoch = 0
+  /** Envelopes that joined `pending` in this epoch, in order. */
+  private arrivals: Envelope[] = []
 
   constructor(options: ReplicaOptions) {
     this.space = options.space
@@ -301,6 +311,20 @@ export class ReliableReplica {
   /** Pending envelopes that touch `key`, in the order they were received. */
   pendingTouching(key: string): Envelope[] {
     return [...(this.pendingKeys.get(key) ?? [])].map((id) => (this.pending.get(id) as Pending).env)
+  }
+
+  /**
+   * Where the pending set stands, for views built on top of it (a client's
+   * views of guarded objects): while the epoch stays the same, envelopes
+   * only join the pending set and the stable state does not change.
+   */
+  pendingMark(): PendingMark {
+    return { epoch: this.pendingEpoch, arrived: this.arrivals.length }
+  }
+
+  /** The envelopes that joined the pending set since `mark`, oldest first; undefined if anything else changed since. */
+  arrivedSince(mark: PendingMark): readonly Envelope[] | undefined {
+    return mark.epoch === this.pendingEpoch ? this.arrivals.slice(mark.arrived) : undefined
   }
 
   /** Whether the envelope is received and not decided yet. */
@@ -402,6 +426,7 @@ export class ReliableReplica {
       ids.add(env.idHex)
     }
     this.pending.set(env.idHex, { env, applied, keys, expiresAt: options.expires ? this.commits + this.foreignWaitCommits : undefined })
+    this.arrivals.push(env)
     const slot = slotOf(env)
     let ids = this.slots.get(slot)
     if (!ids) this.slots.set(slot, (ids = new Set()))
@@ -435,6 +460,7 @@ export class ReliableReplica {
     this.commits = at === undefined ? this.commits + 1 : Math.max(this.commits, at)
     const decisions: Decision[] = []
     const changed = new Set<string>()
+    if (batch.length > 0) this.newPendingEpoch()
     for (const env of batch) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
     // Local news, like discard(): no decision, the stable path is untouched.
@@ -582,6 +608,7 @@ export class ReliableReplica {
       }
     }
     if (p) {
+      this.newPendingEpoch()
       this.pending.delete(env.idHex)
       const slot = slotOf(env)
       const ids = this.slots.get(slot)
@@ -681,6 +708,11 @@ export class ReliableReplica {
         }
       }
     }
+  }
+
+  private newPendingEpoch(): void {
+    this.pendingEpoch++
+    this.arrivals = []
   }
 
   private appendHistory(key: string, index: number): void {
