@@ -87,7 +87,9 @@ export interface CommitResult {
 
 /** A point in a replica's pending set (see `ReliableReplica.pendingMark`). */
 export interface PendingMark {
+  /** Changes whenever an envelope leaves the pending set or a commit runs. */
   readonly epoch: number
+  /** Envelopes that joined the pending set in this epoch before the mark. */
   readonly arrived: number
 }
 
