@@ -55,13 +55,21 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
 
-/** Sum and count of a relay's submit-to-decision histogram (stead_commit_latency_seconds). */
-async function relayCommitLatency(cluster: BenchCluster): Promise<Array<{ sum: number; count: number }>> {
+interface RelaySample {
+  /** Sum and count of the submit-to-decision histogram (stead_commit_latency_seconds). */
+  readonly sum: number
+  readonly count: number
+  /** The relay's latest block round, and the commits it made. */
+  readonly round: number
+  readonly commits: number
+}
+
+async function relaySamples(cluster: BenchCluster): Promise<RelaySample[]> {
   return Promise.all(
     cluster.descriptor.relays.map(async (r) => {
       const text = await (await fetch(`http://${r.api}/metrics`)).text()
-      const read = (name: string) => Number(/^(\S+) (\S+)$/m.exec(text.split('\n').find((l) => l.startsWith(name)) ?? '')?.[2] ?? NaN)
-      return { sum: read('stead_commit_latency_seconds_sum'), count: read('stead_commit_latency_seconds_count') }
+      const read = (name: string) => Number(/^(\S+) (\S+)$/m.exec(text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`)) ?? '')?.[2] ?? NaN)
+      return { sum: read('stead_commit_latency_seconds_sum'), count: read('stead_commit_latency_seconds_count'), round: read('stead_round'), commits: read('stead_commits_total') }
     }),
   )
 }
@@ -144,7 +152,8 @@ try {
   const counter = alice.counter('safe')
   for (let i = 0; i < 20; i++) await counter.increment(1, { safe: true })
   const safe: number[] = []
-  const relaysBefore = await relayCommitLatency(cluster)
+  const relaysBefore = await relaySamples(cluster)
+  const cpuBefore = cluster.pids().map((p) => cpuSeconds(p.pid))
   if (values.profile) cluster.profileStart()
   for (let i = 0; i < updates; i++) {
     const t0 = performance.now()
@@ -153,6 +162,7 @@ try {
     safe.push(performance.now() - t0)
   }
   console.log(`safe update, sequential:        ${summary(safe)}`)
+  const cpuAfter = cluster.pids().map((p) => cpuSeconds(p.pid))
   if (values.profile) {
     await cluster.profileStop(values.profile)
     const p = summarizeProfile(values.profile)
@@ -160,12 +170,15 @@ try {
     for (const e of [...p.components, ...p.functions]) console.log(`    ${e.percent.toFixed(1).padStart(5)}%  ${e.name}`)
   }
   // The relay's share: from its submit to its audit deciding the envelope (the home relay only counts it).
-  const relaysAfter = await relayCommitLatency(cluster)
+  const relaysAfter = await relaySamples(cluster)
   const perRelay = relaysAfter.map((a, i) => {
     const b = relaysBefore[i] as { sum: number; count: number }
     return a.count > b.count ? `${(((a.sum - b.sum) / (a.count - b.count)) * 1000).toFixed(1)} ms (${a.count - b.count})` : '-'
   })
   console.log(`  relay submit → decided, mean per relay: ${perRelay.join(', ')}`)
+  const per = (f: (s: RelaySample) => number) => relaysAfter.map((a, i) => ((f(a) - f(relaysBefore[i] as RelaySample)) / updates).toFixed(1)).join(', ')
+  const cpuMs = cpuAfter.map((c, i) => (((c - (cpuBefore[i] as number)) * 1000) / updates).toFixed(1)).join(', ')
+  console.log(`  per safe update, per relay: rounds ${per((x) => x.round)}, commits ${per((x) => x.commits)}, CPU ms ${cpuMs}`)
 
   // Prospective visibility and a stream of regular updates, Stead then Yjs + y-websocket.
   const steadPeer = (space: Space, name: string, key: string): CounterPeer => {
