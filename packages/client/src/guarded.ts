@@ -110,7 +110,7 @@ export class GuardedViews {
   private pendingGroupsWith(key: string): readonly Items[] {
     const replica = this.source.replica()
     let t = this.ties.get(key)
-    const arrived = t && t.replica === replica ? replica.arrivedSince(t.mark) : undefined
+    const arrived = t && t.replica === replica ? replica.arrivedSince(t.mark, [key]) : undefined
     if (!t || !arrived) {
       t = { replica, mark: replica.pendingMark(), groups: [] }
       this.ties.set(key, t)
@@ -137,7 +137,7 @@ export class GuardedViews {
     const replica = this.source.replica()
     const [first] = keys
     const kept = this.parts.get(first as string)
-    const arrived = kept && kept.replica === replica && sameKeys(kept.keys, keys) ? replica.arrivedSince(kept.mark) : undefined
+    const arrived = kept && kept.replica === replica && sameKeys(kept.keys, keys) ? replica.arrivedSince(kept.mark, keys) : undefined
     if (kept && arrived) {
       for (const env of arrived) this.applyEnvelope(kept, env)
       kept.mark = replica.pendingMark()

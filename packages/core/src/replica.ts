@@ -89,7 +89,7 @@ export interface CommitResult {
 export interface PendingMark {
   /** Changes whenever an envelope leaves the pending set or a commit runs. */
   readonly epoch: number
-  /** Envelopes that joined the pending set in this epoch before the mark. */
+  /** How many envelopes joined the pending set in this epoch before the mark. */
   readonly arrived: number
 }
 
@@ -221,8 +221,9 @@ export class ReliableReplica {
   private commits = 0
   /** Changes whenever an envelope leaves `pending` or a commit runs (see pendingMark). */
   private pendingEpoch = 0
-  /** Envelopes that joined `pending` in this epoch, in order. */
-  private arrivals: Envelope[] = []
+  /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
+  private arrived = 0
+  private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
 
   constructor(options: ReplicaOptions) {
     this.space = options.space
@@ -321,12 +322,30 @@ export class ReliableReplica {
    * only join the pending set and the stable state does not change.
    */
   pendingMark(): PendingMark {
-    return { epoch: this.pendingEpoch, arrived: this.arrivals.length }
+    return { epoch: this.pendingEpoch, arrived: this.arrived }
   }
 
-  /** The envelopes that joined the pending set since `mark`, oldest first; undefined if anything else changed since. */
-  arrivedSince(mark: PendingMark): readonly Envelope[] | undefined {
-    return mark.epoch === this.pendingEpoch ? this.arrivals.slice(mark.arrived) : undefined
+  /**
+   * The envelopes touching any of `keys` that joined the pending set since
+   * `mark`, oldest first; undefined if anything else changed since. Costs
+   * what arrived for those keys, not what arrived in all.
+   */
+  arrivedSince(mark: PendingMark, keys: Iterable<string>): readonly Envelope[] | undefined {
+    if (mark.epoch !== this.pendingEpoch) return undefined
+    const found = new Map<number, Envelope>()
+    for (const key of keys) {
+      const list = this.arrivalsByKey.get(key) ?? []
+      // The list is in arrival order: the new ones are its tail.
+      let lo = 0
+      let hi = list.length
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1
+        if ((list[mid] as { at: number }).at < mark.arrived) lo = mid + 1
+        else hi = mid
+      }
+      for (let i = lo; i < list.length; i++) found.set((list[i] as { at: number }).at, (list[i] as { env: Envelope }).env)
+    }
+    return [...found.entries()].sort((a, b) => a[0] - b[0]).map(([, env]) => env)
   }
 
   /** Whether the envelope is received and not decided yet. */
@@ -428,7 +447,12 @@ export class ReliableReplica {
       ids.add(env.idHex)
     }
     this.pending.set(env.idHex, { env, applied, keys, expiresAt: options.expires ? this.commits + this.foreignWaitCommits : undefined })
-    this.arrivals.push(env)
+    const at = this.arrived++
+    for (const key of keys) {
+      let list = this.arrivalsByKey.get(key)
+      if (!list) this.arrivalsByKey.set(key, (list = []))
+      list.push({ at, env })
+    }
     const slot = slotOf(env)
     let ids = this.slots.get(slot)
     if (!ids) this.slots.set(slot, (ids = new Set()))
@@ -714,7 +738,8 @@ export class ReliableReplica {
 
   private newPendingEpoch(): void {
     this.pendingEpoch++
-    this.arrivals = []
+    this.arrived = 0
+    this.arrivalsByKey = new Map()
   }
 
   private appendHistory(key: string, index: number): void {
