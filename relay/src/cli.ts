@@ -48,6 +48,7 @@ interface StartOptions {
   tlsKey?: string
   leaderTimeoutMs?: number
   memoryBudgetMb?: number
+  snapshotEvery?: number
   limit?: string[]
   logLevel: LogLevel
 }
@@ -110,6 +111,7 @@ async function start(options: StartOptions): Promise<void> {
     limits,
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
+    ...(o.snapshotEvery === undefined ? {} : { snapshotEveryBatches: o.snapshotEvery }),
     ...(tls ? { tls } : {}),
   })
   if (state.signal) stopRelay(state.relay, logger, state.signal)
@@ -198,6 +200,7 @@ Examples:
     .option('--tls-cert <file>', 'serve HTTPS and WSS with this certificate (PEM), with --tls-key')
     .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')
     .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))
+    .addOption(new Option('--snapshot-every <batches>', 'snapshot the spaces\' audit state after this many committed batches, or a minute after the last (default 1000): what a restart replays at most').argParser(wholeNumber(1, 1_000_000, 'batches')))
     .option('--limit <name=value>', 'set a client API limit (repeatable), e.g. --limit maxSessionsPerKey=8; names and defaults: relay/README.md', repeatable)
     .addOption(new Option('--byzantine <mode>', 'misbehave on purpose, for tests and demos only').choices(BYZANTINE_STRATEGIES))
   for (const option of timingOptions()) startCmd.addOption(option)

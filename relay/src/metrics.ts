@@ -45,6 +45,7 @@ export class Metrics {
   readonly round = new Gauge({ name: 'stead_round', help: 'Current consensus round', registers: [this.registry] })
   readonly committedRound = new Gauge({ name: 'stead_committed_round', help: 'Round of the last committed leader', registers: [this.registry] })
   readonly commits = new Counter({ name: 'stead_commits_total', help: 'Leaders committed', registers: [this.registry] })
+  readonly snapshots = new Counter({ name: 'stead_snapshots_total', help: 'Snapshots of the spaces\' audit state written (a restart replays the batches since the latest)', registers: [this.registry] })
   readonly blocks = new Counter({ name: 'stead_blocks_total', help: 'Peers\' blocks accepted into the DAG', registers: [this.registry] })
   readonly envelopesAccepted = new Counter({ name: 'stead_envelopes_accepted_total', help: 'Client envelopes accepted for ordering', registers: [this.registry] })
   readonly rejected = new Counter({ name: 'stead_rejected_total', help: 'Inputs rejected, by reason and source', labelNames: ['reason', 'source'], registers: [this.registry] })

@@ -42,7 +42,7 @@ import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, type HistoryRecord, type WriteBatch } from './store.ts'
+import { RelayStore, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -64,6 +64,14 @@ export interface RelayNodeOptions {
   readonly gcDepth?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
   readonly memoryBudgetBytes?: number
+  /**
+   * A snapshot of the spaces' audit state is written after this many
+   * committed batches (default 1,000), or at the first commit this many
+   * milliseconds after the last one (default 60,000): a restart loads it
+   * and replays only the batches since.
+   */
+  readonly snapshotEveryBatches?: number
+  readonly snapshotEveryMs?: number
   /** Called when the event loop fails (a store write failed); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
 }
@@ -142,6 +150,10 @@ export class RelayNode {
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
+  /** Spaces the audit changed since the last snapshot, and how many batches and when that was. */
+  private readonly changedSinceSnapshot = new Set<string>()
+  private batchesSinceSnapshot = 0
+  private lastSnapshotAt = Date.now()
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
   private readonly creating = new Map<string, number>()
   /** Space → hex keys that may read it (readers and writers), for spaces with readers; built on first use. */
@@ -168,8 +180,12 @@ export class RelayNode {
     this.store = RelayStore.open(this.options.dataDir)
     const gcDepth = this.options.gcDepth ?? GC_DEPTH
     let recovered: ReturnType<RelayStore['recover']>
+    let snapshot: ReturnType<RelayStore['snapshot']>
+    const startedAt = Date.now()
     try {
       recovered = this.store.recover(relayCrypto, this.committee, gcDepth)
+      snapshot = this.store.snapshot()
+      for (const s of snapshot?.spaces ?? []) this.restoreSpace(s)
     } catch (err) {
       await this.store.close()
       if (err instanceof SteadError && err.reason === 'malformed') {
@@ -190,13 +206,17 @@ export class RelayNode {
       },
       recovered,
     )
-    // The stable state is rebuilt from every committed batch: same order, same result.
+    // The stable state is the snapshot plus every batch committed after it: same order, same result.
     let batches = 0
-    for (const b of this.store.committedBatches()) {
+    for (const b of this.store.committedBatches(snapshot?.batch ?? 0)) {
       this.audit(b.anchorRound, b.frames)
       batches++
     }
-    this.log.info({ round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, batches, spaces: this.replicas.size }, 'recovered from store')
+    this.batchesSinceSnapshot = batches
+    this.log.info(
+      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshot?.batch ?? null, batches, spaces: this.replicas.size, ms: Date.now() - startedAt },
+      'recovered from store',
+    )
     this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
     await this.options.mesh.start()
     this.enqueue(() => this.core.start())
@@ -510,11 +530,12 @@ export class RelayNode {
             write.attestations.push(...attestations)
           }
         }
+        const snapshot = this.snapshotDue(write.batches.length)
         // Persist, then speak, without stopping to listen: the write is issued now (LMDB commits
         // writes in the order issued, several in one sync when they queue up), the next events
         // run meanwhile, and what others may act on waits until this write and every earlier
         // one are on disk.
-        const durable = Promise.all([this.onDisk, this.store.write(write)]).then(() => undefined)
+        const durable = Promise.all([this.onDisk, this.store.write(snapshot ? { ...write, snapshot } : write)]).then(() => undefined)
         this.onDisk = durable
         this.writesInFlight++
         for (const o of outputs) if (!waitsForDisk(o)) this.act(o)
@@ -537,6 +558,36 @@ export class RelayNode {
     } finally {
       this.draining = false
     }
+  }
+
+  /**
+   * Every so many batches, or at the first batch a while after the last
+   * snapshot, the spaces the audit changed since then are checkpointed:
+   * written with the drain's batches, in the same transaction, so a
+   * snapshot is always exactly "after batch n".
+   */
+  private snapshotDue(newBatches: number): SnapshotWrite | undefined {
+    this.batchesSinceSnapshot += newBatches
+    if (this.changedSinceSnapshot.size === 0) return undefined
+    const now = Date.now()
+    if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < (this.options.snapshotEveryMs ?? 60_000)) return undefined
+    const spaces: SpaceSnapshot[] = [...this.changedSinceSnapshot].map((space) => ({
+      space,
+      checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(),
+      lastAttested: this.lastAttested.get(space) ?? 0,
+    }))
+    this.changedSinceSnapshot.clear()
+    this.batchesSinceSnapshot = 0
+    this.lastSnapshotAt = now
+    this.metrics.snapshots.inc()
+    // Recovery reads commit records from 2 * gcDepth rounds below the last one on (RelayStore.recover).
+    return { spaces, commitsBelow: this.core.committedRound - 2 * (this.options.gcDepth ?? GC_DEPTH) }
+  }
+
+  private restoreSpace(s: SpaceSnapshot): void {
+    const open = (signed: Signed): Envelope => openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
+    this.replicas.set(s.space, ReliableReplica.restore({ space: s.space, authorize: this.authorizeFor(s.space), auditOnly: true }, s.checkpoint, open))
+    this.lastAttested.set(s.space, s.lastAttested)
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -639,6 +690,7 @@ export class RelayNode {
       if (!group && replica.waitingCount === 0) continue
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
+      this.changedSinceSnapshot.add(space)
       // Every stable value an object took, kept for good: replicas hold only the latest entries.
       if (history && result.stableIndex > fromIndex) {
         for (const key of result.changed) {

@@ -25,6 +25,8 @@ export interface RunRelayOptions {
   readonly limits?: Partial<ApiLimits>
   /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */
   readonly memoryBudgetBytes?: number
+  /** Committed batches between snapshots of the spaces' audit state (default 1,000; see RelayNodeOptions). */
+  readonly snapshotEveryBatches?: number
 }
 
 export interface RunningRelay {
@@ -66,6 +68,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...o.consensus,
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
+    ...(o.snapshotEveryBatches ? { snapshotEveryBatches: o.snapshotEveryBatches } : {}),
   })
   const { host, port } = apiHostPort(entry.api)
   const listeners: { mesh?: Listener; api: Listener } = {

@@ -17,6 +17,31 @@ export interface WriteBatch {
   readonly attestations: ReadonlyArray<{ readonly space: string; readonly fromIndex: number; readonly round: number; readonly value: StoredAttestation }>
   /** Stable values objects took at these indexes: their whole stable history, for paging. */
   readonly history?: readonly HistoryRecord[]
+  /**
+   * A snapshot as of the last batch of this write (or the last one stored):
+   * the spaces that changed since the previous snapshot. Batches up to it
+   * are deleted, and consensus commit records below `commitsBelow`.
+   */
+  readonly snapshot?: SnapshotWrite
+}
+
+/** One space's audit state in a snapshot: the replica's checkpoint and the round of its latest attestation. */
+export interface SpaceSnapshot {
+  readonly space: string
+  readonly checkpoint: unknown
+  readonly lastAttested: number
+}
+
+export interface SnapshotWrite {
+  readonly spaces: readonly SpaceSnapshot[]
+  /** Consensus commit records of rounds below this are no longer needed to recover (see recover). */
+  readonly commitsBelow: number
+}
+
+/** The latest snapshot: every space's state as of committed batch `batch`; replay the batches after it. */
+export interface StoredSnapshot {
+  readonly batch: number
+  readonly spaces: readonly SpaceSnapshot[]
 }
 
 /** An object's stable value from `index` on. */
@@ -71,8 +96,9 @@ export interface StoredCommitHead {
 
 /**
  * The relay's durable state in LMDB. Consensus records (own blocks before
- * they are sent, peers' blocks, commits), the committed batches the
- * replicas are rebuilt from, and the attestations clients resume from.
+ * they are sent, peers' blocks, commits), the latest snapshot of every
+ * space's audit state and the committed batches since (a restart loads the
+ * one and replays the others), and the attestations clients resume from.
  * Values are bytes Stead encoded itself (msgpack), so the store never
  * re-encodes what was signed.
  */
@@ -89,6 +115,14 @@ export class RelayStore {
   private readonly attestChunks: Database<Bytes, [string, number, number, number]>
   /** [space, object key, stable index] → the object's stable value from that index on. */
   private readonly history: Database<Bytes, [string, string, number]>
+  /** 'head' → [batch number of the latest snapshot]. */
+  private readonly snapshotHead: Database<Bytes, string>
+  /**
+   * space → [checkpoint, lastAttested]: each space as of the latest snapshot
+   * that changed it. A space no batch touched since keeps its older record,
+   * which is also its state at the head (nothing changed it in between).
+   */
+  private readonly snapshotSpaces: Database<Bytes, string>
   private nextBatch: number
 
   private constructor(path: string) {
@@ -101,8 +135,11 @@ export class RelayStore {
     this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
     this.attestChunks = this.root.openDB({ name: 'attestation-chunks', encoding: 'binary' })
     this.history = this.root.openDB({ name: 'history', encoding: 'binary' })
-    let last = 0
-    for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = (key as [number, number])[0]
+    this.snapshotHead = this.root.openDB({ name: 'snapshot-head', encoding: 'binary' })
+    this.snapshotSpaces = this.root.openDB({ name: 'snapshot-spaces', encoding: 'binary' })
+    // Batch numbers only grow, also when every batch was pruned into a snapshot.
+    let last = this.snapshotBatch()
+    for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = Math.max(last, (key as [number, number])[0])
     this.nextBatch = last + 1
   }
 
@@ -112,7 +149,7 @@ export class RelayStore {
 
   /** Writes one drain's records atomically; resolves once they are on disk. */
   async write(w: WriteBatch): Promise<void> {
-    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length) return
+    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot) return
     await this.root.transaction(() => {
       for (const r of w.records) {
         switch (r.kind) {
@@ -141,7 +178,41 @@ export class RelayStore {
         chunks.forEach((frames, k) => this.attestChunks.putSync([a.space, a.fromIndex, a.round, k], encode(frames)))
       }
       for (const h of w.history ?? []) this.history.putSync([h.space, h.key, h.index], encode(h.value))
+      if (w.snapshot) this.writeSnapshot(w.snapshot)
     })
+  }
+
+  /** Inside write's transaction: the snapshot as of the last batch stored, then what it makes obsolete goes. */
+  private writeSnapshot(snap: SnapshotWrite): void {
+    const batch = this.nextBatch - 1
+    for (const s of snap.spaces) this.snapshotSpaces.putSync(s.space, encode([s.checkpoint, s.lastAttested]))
+    this.snapshotHead.putSync('head', encode([batch]))
+    // Keys are collected first: a cursor does not walk a range it is deleting from.
+    for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.removeSync(key as [number, number])
+    for (const key of [...this.commits.getKeys({ end: snap.commitsBelow })]) this.commits.removeSync(key as number)
+  }
+
+  private snapshotBatch(): number {
+    const head = this.snapshotHead.get('head')
+    return head ? ((decode(head, RECORD_LIMIT) as [number])[0] ?? 0) : 0
+  }
+
+  /** The latest snapshot, if one was written: replay `committedBatches(batch)` on top of it. */
+  snapshot(): StoredSnapshot | undefined {
+    if (!this.snapshotHead.get('head')) return undefined
+    const spaces: SpaceSnapshot[] = []
+    for (const { key, value } of this.snapshotSpaces.getRange({})) {
+      const [checkpoint, lastAttested] = decode(value, RECORD_LIMIT) as [unknown, number]
+      spaces.push({ space: key, checkpoint, lastAttested })
+    }
+    return { batch: this.snapshotBatch(), spaces }
+  }
+
+  /** How many committed batches are stored (those after the latest snapshot): what a restart replays. */
+  storedBatches(): number {
+    const keys = new Set<number>()
+    for (const key of this.batches.getKeys({})) keys.add((key as [number, number])[0])
+    return keys.size
   }
 
   /**
@@ -167,10 +238,10 @@ export class RelayStore {
     return { ownBlocks, blocks, commits }
   }
 
-  /** Every committed batch in commit order, its chunks joined, to rebuild the replicas. */
-  *committedBatches(): Generator<{ anchorRound: number; frames: Uint8Array[] }> {
+  /** The committed batches after batch number `after` (a snapshot's), in commit order, their chunks joined, to rebuild the replicas. */
+  *committedBatches(after = 0): Generator<{ anchorRound: number; frames: Uint8Array[] }> {
     let current: { n: number; anchorRound: number; frames: Uint8Array[] } | undefined
-    for (const { key, value } of this.batches.getRange({})) {
+    for (const { key, value } of this.batches.getRange({ start: [after + 1, 0] })) {
       const [anchorRound, frames] = decode(value, RECORD_LIMIT) as [number, Uint8Array[]]
       if (current && current.n !== key[0]) {
         yield { anchorRound: current.anchorRound, frames: current.frames }

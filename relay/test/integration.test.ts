@@ -62,7 +62,8 @@ describe('a cluster of 4 relay processes', () => {
 
   beforeAll(async () => {
     cluster = await TestCluster.create(4, { spaces: { [SPACE]: {} }, openSpaces: false })
-    await cluster.startAll()
+    // Snapshots every other batch: restarts below load one and replay what came after.
+    await cluster.startAll(() => ['--snapshot-every', '2'])
     for (const r of cluster.relays) clients.push(await TestClient.connect(r.api, author))
     for (const c of clients) c.send({ type: 'subscribe', space: SPACE, fromIndex: 0 })
     // A client that takes its frames elsewhere: attestations only from this relay.
@@ -167,9 +168,11 @@ describe('a cluster of 4 relay processes', () => {
     const more = [await deposit(3), await deposit(4), await withdraw(2)]
     await submitAll(clients[0]!, more, 100)
     const hash = await agreeAt(cluster, [0, 1, 3], base + more.length)
-    cluster.start(2)
+    cluster.start(2, ['--snapshot-every', '2'])
     await cluster.waitHealthy(2)
     expect(await agreeAt(cluster, [0, 1, 2, 3], base + more.length)).toBe(hash)
+    const recovered = JSON.parse(cluster.relays[2]!.log.split('\n').find((l) => l.includes('recovered from store')) as string) as { snapshotBatch: number | null }
+    expect(recovered.snapshotBatch).toBeGreaterThan(0)
     // It keeps up with new work too.
     const last = [await deposit(7)]
     await submitAll(clients[1]!, last, 200)

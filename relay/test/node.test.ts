@@ -1,18 +1,18 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { clockInit, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { clockInit, decodeAttestation, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
-import { generateIdentity, parseCluster } from '../src/config.ts'
+import { parseCluster } from '../src/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { RelayNode } from '../src/node.ts'
-import type { WriteBatch } from '../src/store.ts'
+import type { RelayStore, WriteBatch } from '../src/store.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
-const deposit = (seq: number) =>
-  sealEnvelope(nodeCrypto, author, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] }).then(encodeEnvelope)
+const deposit = (seq: number, space = 's') =>
+  sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] }).then(encodeEnvelope)
 
 async function until(what: string, check: () => boolean): Promise<void> {
   const end = Date.now() + 10_000
@@ -22,6 +22,25 @@ async function until(what: string, check: () => boolean): Promise<void> {
   }
 }
 
+/** A one-relay cluster (f = 0: every block commits at once) with a mesh that goes nowhere. */
+function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}): { node: RelayNode; spoken: string[] } {
+  const secretKey = new Uint8Array(32).fill(3)
+  const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(publicKeyOfSync(secretKey)), mesh: '/ip4/127.0.0.1/tcp/1', api: '127.0.0.1:1' }], openSpaces: true })
+  const spoken: string[] = []
+  const mesh: Mesh = {
+    start: async () => undefined,
+    stop: async () => undefined,
+    send: () => spoken.push('send'),
+    broadcast: () => spoken.push('broadcast'),
+    onFrame: () => undefined,
+    connectedPeers: () => [],
+    queuedBytes: () => 0,
+  }
+  const node = new RelayNode({ cluster, me: 0, secretKey, dataDir, mesh, logger: pino({ level: 'silent' }), ...extra })
+  nodes.push(node)
+  return { node, spoken }
+}
+
 const nodes: RelayNode[] = []
 afterEach(async () => {
   for (const n of nodes.splice(0)) await n.stop()
@@ -29,20 +48,7 @@ afterEach(async () => {
 
 describe('the relay event loop', () => {
   it('speaks to peers only once what it decided is on disk, and goes on taking events meanwhile', async () => {
-    const id = generateIdentity()
-    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: '/ip4/127.0.0.1/tcp/1', api: '127.0.0.1:1' }], openSpaces: true })
-    const spoken: string[] = []
-    const mesh: Mesh = {
-      start: async () => undefined,
-      stop: async () => undefined,
-      send: () => spoken.push('send'),
-      broadcast: () => spoken.push('broadcast'),
-      onFrame: () => undefined,
-      connectedPeers: () => [],
-      queuedBytes: () => 0,
-    }
-    const node = new RelayNode({ cluster, me: 0, secretKey: id.secretKey, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }) })
-    nodes.push(node)
+    const { node, spoken } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
     await node.start()
     await until('the start-up write', () => spoken.length === 0)
     // A disk that takes its time: each write is done at once but reported only when the test says so.
@@ -67,5 +73,44 @@ describe('the relay event loop', () => {
     await until('the blocks broadcast', () => spoken.length > 0)
     expect(new Set(spoken)).toEqual(new Set(['broadcast']))
     store.write = write
+  })
+
+  it('restarts from its latest snapshot plus the batches since, to the same state, and prunes what the snapshot covers', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
+    const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
+    const first = soloRelay(dir, { snapshotEveryBatches: 3 }).node
+    await first.start()
+    // Seven commits of two spaces, one envelope each: snapshots after the third and the sixth.
+    const seqs = { s: 0, t: 0 }
+    for (let i = 1; i <= 7; i++) {
+      const space = i % 2 ? 's' : 't'
+      await decided(first, await deposit(++seqs[space], space))
+    }
+    const before = { s: first.stableHead('s'), t: first.stableHead('t') }
+    expect(before.s.index).toBe(4)
+    expect(before.t.index).toBe(3)
+    // Decisions are made before their write is on disk: wait for the disk.
+    const { store: stored, onDisk } = first as unknown as { store: RelayStore; onDisk: Promise<void> }
+    await onDisk
+    expect(stored.snapshot()?.spaces.map((x) => x.space).sort()).toEqual(['s', 't'])
+    // Only the batch after the second snapshot is left to replay.
+    expect(stored.storedBatches()).toBe(1)
+    await first.stop()
+    nodes.splice(nodes.indexOf(first), 1)
+
+    const second = soloRelay(dir, { snapshotEveryBatches: 3 }).node
+    await second.start()
+    expect({ s: second.stableHead('s'), t: second.stableHead('t') }).toEqual(before)
+    // The audit goes on where it stood: the next envelope of each space takes the next index.
+    await decided(second, await deposit(5, 's'))
+    await decided(second, await deposit(4, 't'))
+    expect(second.stableHead('s').index).toBe(5)
+    expect(second.stableHead('t').index).toBe(4)
+    // Each space's attestation chain goes on from its last attestation before the restart.
+    const { store: reopened, onDisk: written } = second as unknown as { store: RelayStore; onDisk: Promise<void> }
+    await written
+    const attested = (space: string, fromIndex: number) => decodeAttestation((reopened.commitAt(space, [fromIndex, 0]) as { attestation: { bytes: Uint8Array } }).attestation.bytes)
+    expect(attested('s', 4).prevRound).toBe(attested('s', 3).round)
+    expect(attested('t', 3).prevRound).toBe(attested('t', 2).round)
   })
 })

@@ -18,6 +18,8 @@ export interface ClusterSpec {
   readonly n: number
   /** The last `count` relays run `--byzantine mode` (Stead relays only). */
   readonly byzantine?: { readonly count: number; readonly mode: string }
+  /** The relays' LOG_LEVEL (default warn); their log tail is kept in BenchRelay.log. */
+  readonly logLevel?: string
   /** Run relay 0 with a CPU profiler that profileWindow() switches on and off (Stead relays only). */
   readonly profile?: boolean
 }
@@ -98,7 +100,7 @@ export class BenchCluster {
         ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
         : [PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
     // Relays log JSON lines at info level; keep the tail for error reports only.
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: 'warn' } })
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: this.spec.logLevel ?? 'warn' } })
     const keep = (d: Buffer) => {
       r.log = (r.log + d.toString()).slice(-20_000)
     }
@@ -131,6 +133,13 @@ export class BenchCluster {
     const r = this.relays[i] as BenchRelay
     r.process?.kill('SIGKILL')
     this.crashed.add(i)
+  }
+
+  /** Starts a crashed relay again on its data dir (it recovers from its store); resolves once it serves HTTP. */
+  async restart(i: number): Promise<void> {
+    this.crashed.delete(i)
+    this.spawn(i)
+    await this.waitHealthy(i)
   }
 
   async waitHealthy(i: number, timeoutMs = 60_000): Promise<void> {

@@ -402,7 +402,7 @@ export class ReliableReplica {
     for (const [key, enc, snap] of objects) {
       const decl = decodeDeclaration(enc)
       r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
-      r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
+      if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
     }
     for (const [id, seq, recent] of authors) r.authors.set(id, { seq, recent: new Map(recent) })
     for (const [bytes, sig, since] of waiting) {

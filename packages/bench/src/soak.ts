@@ -1,0 +1,186 @@
+#!/usr/bin/env node
+/**
+ * Soak report (a report, never a test): a real 4-relay cluster on loopback
+ * under a light, steady load from two SDK clients, with one relay killed
+ * (SIGKILL) and restarted every few minutes, in turn. Every sample prints
+ * each relay's store size, RSS and round; every restart prints how long
+ * the relay took to serve again (recovery from its store) and to be ready
+ * (caught up with the cluster and committing).
+ *
+ *   npm run soak -- [--minutes 30] [--rate 20] [--restart-every 5] [--sample-every 30] [--out FILE]
+ *
+ * --rate: regular updates per second (one in ten is safe); --restart-every
+ * and --sample-every: minutes and seconds. --out writes the samples and
+ * restarts as JSON.
+ */
+import { readFileSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { createClient, memoryStorage, type Space } from '@stead/client'
+import { nodeCrypto } from '@stead/core/node'
+import { BenchCluster } from './cluster.ts'
+
+const { values } = parseArgs({
+  options: {
+    minutes: { type: 'string', default: '30' },
+    rate: { type: 'string', default: '20' },
+    'restart-every': { type: 'string', default: '5' },
+    'sample-every': { type: 'string', default: '30' },
+    out: { type: 'string' },
+  },
+})
+const minutes = Number(values.minutes)
+const rate = Number(values.rate)
+const restartEveryMs = Number(values['restart-every']) * 60_000
+const sampleEveryMs = Number(values['sample-every']) * 1000
+for (const [name, v] of [['minutes', minutes], ['rate', rate], ['restart-every', restartEveryMs], ['sample-every', sampleEveryMs]] as const) {
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} must be a positive number`)
+}
+
+interface RelaySample {
+  readonly relay: string
+  readonly up: boolean
+  readonly storeMb: number
+  readonly rssMb: number
+  readonly round: number
+  readonly committedRound: number
+}
+
+interface Sample {
+  readonly minute: number
+  readonly updates: number
+  readonly relays: readonly RelaySample[]
+}
+
+interface Restart {
+  readonly minute: number
+  readonly relay: string
+  /** From spawn until it serves HTTP again: reading its store and rebuilding its state. */
+  readonly recoverMs: number
+  /** From serving until /ready: caught up with the cluster and committing. */
+  readonly catchUpMs: number
+  /** What its own log says recovery took and replayed. */
+  readonly recovered: { ms?: number; batches?: number; snapshotBatch?: number | null }
+}
+
+/** Resident set size of a process in MB (Linux). */
+function rssMb(pid: number): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'))
+  return Number(/(\d+)/.exec(line ?? '')?.[1] ?? NaN) / 1024
+}
+
+async function client(cluster: BenchCluster, name: string): Promise<Space> {
+  const owner = await createClient({
+    relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
+    storage: memoryStorage(),
+    cluster: cluster.descriptor,
+    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(`stead-soak-${name}`)) },
+    crypto: nodeCrypto,
+  })
+  const space = await owner.space('soak')
+  while (!space.status.online) await new Promise((r) => setTimeout(r, 20))
+  return space
+}
+
+async function ready(cluster: BenchCluster, i: number, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs
+  while (Date.now() < end) {
+    try {
+      if ((await cluster.status(i))['ready'] === true) return true
+    } catch {
+      // restarting
+    }
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  return false
+}
+
+const cluster = await BenchCluster.start({ kind: 'stead', n: 4, logLevel: 'info' })
+const started = Date.now()
+const minute = () => (Date.now() - started) / 60_000
+const samples: Sample[] = []
+const restarts: Restart[] = []
+let updates = 0
+let failures = 0
+try {
+  const [alice, bob] = [await client(cluster, 'alice'), await client(cluster, 'bob')]
+  console.log(`soak: 4 relays, ${rate} updates/s (1 in 10 safe), a relay killed and restarted every ${restartEveryMs / 60_000} min, ${minutes} min, ${new Date().toISOString()}`)
+  // The load: a steady trickle, spread over a few hundred objects and both clients.
+  const load = setInterval(() => {
+    const space = updates % 2 ? bob : alice
+    const counter = space.counter(`acct:${updates % 300}`)
+    const safe = updates % 10 === 0
+    updates++
+    counter.increment(1, { safe }).catch(() => failures++)
+  }, 1000 / rate)
+
+  const sample = async (): Promise<void> => {
+    const relays: RelaySample[] = []
+    for (const [i, r] of cluster.relays.entries()) {
+      const pid = cluster.pids().find((p) => p.label.endsWith(r.id))?.pid
+      let status: Record<string, unknown> = {}
+      try {
+        if (pid) status = await cluster.status(i)
+      } catch {
+        // restarting
+      }
+      relays.push({
+        relay: r.id,
+        up: pid !== undefined,
+        storeMb: statSync(join(r.data, 'data.mdb')).size / 1e6,
+        rssMb: pid ? rssMb(pid) : NaN,
+        round: Number(status['round'] ?? NaN),
+        committedRound: Number(status['committedRound'] ?? NaN),
+      })
+    }
+    const s = { minute: Number(minute().toFixed(2)), updates, relays }
+    samples.push(s)
+    console.log(`${s.minute.toFixed(1).padStart(6)} min  ${String(updates).padStart(7)} updates  ${relays.map((r) => `${r.relay} ${r.storeMb.toFixed(1)} MB store, ${r.rssMb.toFixed(0)} MB RSS, round ${r.round}`).join(' | ')}`)
+  }
+
+  let next = 1
+  let nextRestart = restartEveryMs
+  let nextSample = 0
+  while (Date.now() - started < minutes * 60_000) {
+    const at = Date.now() - started
+    if (at >= nextSample) {
+      await sample()
+      nextSample += sampleEveryMs
+    }
+    if (at >= nextRestart) {
+      nextRestart += restartEveryMs
+      const i = next
+      next = (next % 3) + 1
+      const r = cluster.relays[i] as { id: string; log: string }
+      cluster.crash(i)
+      r.log = ''
+      const t0 = Date.now()
+      await cluster.restart(i)
+      const recoverMs = Date.now() - t0
+      const t1 = Date.now()
+      const caughtUp = await ready(cluster, i, 600_000)
+      const line = r.log.split('\n').find((l) => l.includes('recovered from store'))
+      const parsed = line ? (JSON.parse(line) as { ms?: number; batches?: number; snapshotBatch?: number | null }) : {}
+      const restart: Restart = { minute: Number(minute().toFixed(2)), relay: r.id, recoverMs, catchUpMs: caughtUp ? Date.now() - t1 : NaN, recovered: { ms: parsed.ms, batches: parsed.batches, snapshotBatch: parsed.snapshotBatch } }
+      restarts.push(restart)
+      console.log(`${restart.minute.toFixed(1).padStart(6)} min  restarted ${r.id}: serving after ${recoverMs} ms (store read in ${parsed.ms ?? '?'} ms, ${parsed.batches ?? '?'} batches replayed), ready after ${caughtUp ? `${restart.catchUpMs} ms more` : 'never (10 min)'}`)
+    }
+    await new Promise((r) => setTimeout(r, 250))
+  }
+  clearInterval(load)
+  await sample()
+  const first = samples[1] ?? samples[0]
+  const last = samples[samples.length - 1]
+  if (first && last && last.minute > first.minute) {
+    const span = last.minute - first.minute
+    for (const [k, r] of last.relays.entries()) {
+      const f = first.relays[k] as RelaySample
+      console.log(`${r.relay}: store ${f.storeMb.toFixed(1)} → ${r.storeMb.toFixed(1)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(0)} → ${r.rssMb.toFixed(0)} MB`)
+    }
+  }
+  console.log(`${updates} updates sent, ${failures} failed`)
+  if (values.out) writeFileSync(values.out, JSON.stringify({ rate, minutes, restartEveryMs, samples, restarts, updates, failures }, null, 2))
+} finally {
+  await cluster.stop()
+  process.exit(0)
+}
