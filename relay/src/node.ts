@@ -42,7 +42,7 @@ import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
+import { RelayStore, encodeSpaceSnapshot, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -571,11 +571,10 @@ export class RelayNode {
     if (this.changedSinceSnapshot.size === 0) return undefined
     const now = Date.now()
     if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < (this.options.snapshotEveryMs ?? 60_000)) return undefined
-    const spaces: SpaceSnapshot[] = [...this.changedSinceSnapshot].map((space) => ({
-      space,
-      checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(),
-      lastAttested: this.lastAttested.get(space) ?? 0,
-    }))
+    // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
+    const spaces = [...this.changedSinceSnapshot].map((space) =>
+      encodeSpaceSnapshot({ space, checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(), lastAttested: this.lastAttested.get(space) ?? 0 }),
+    )
     this.changedSinceSnapshot.clear()
     this.batchesSinceSnapshot = 0
     this.lastSnapshotAt = now

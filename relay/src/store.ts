@@ -32,8 +32,14 @@ export interface SpaceSnapshot {
   readonly lastAttested: number
 }
 
+/** One space's snapshot record, encoded when the snapshot is taken (the replica goes on changing before the write runs). */
+export function encodeSpaceSnapshot(s: SpaceSnapshot): { readonly space: string; readonly bytes: Uint8Array } {
+  return { space: s.space, bytes: encode([s.checkpoint, s.lastAttested]) }
+}
+
 export interface SnapshotWrite {
-  readonly spaces: readonly SpaceSnapshot[]
+  /** Each from encodeSpaceSnapshot. */
+  readonly spaces: ReadonlyArray<{ readonly space: string; readonly bytes: Uint8Array }>
   /** Consensus commit records of rounds below this are no longer needed to recover (see recover). */
   readonly commitsBelow: number
 }
@@ -185,7 +191,7 @@ export class RelayStore {
   /** Inside write's transaction: the snapshot as of the last batch stored, then what it makes obsolete goes. */
   private writeSnapshot(snap: SnapshotWrite): void {
     const batch = this.nextBatch - 1
-    for (const s of snap.spaces) this.snapshotSpaces.putSync(s.space, encode([s.checkpoint, s.lastAttested]))
+    for (const s of snap.spaces) this.snapshotSpaces.putSync(s.space, s.bytes)
     this.snapshotHead.putSync('head', encode([batch]))
     // Keys are collected first: a cursor does not walk a range it is deleting from.
     for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.removeSync(key as [number, number])

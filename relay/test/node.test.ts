@@ -75,6 +75,25 @@ describe('the relay event loop', () => {
     store.write = write
   })
 
+  it('writes a snapshot as the state stood at its batch, even when the write runs after later commits', async () => {
+    const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')), { snapshotEveryBatches: 2 })
+    await node.start()
+    const decided = (frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
+    const store = (node as unknown as { store: RelayStore & { write(w: WriteBatch): Promise<void> } }).store
+    const write = store.write.bind(store)
+    const held: Array<() => void> = []
+    // The disk starts each write only when the test says so: the event loop runs ahead of it.
+    store.write = (w) => new Promise((ok) => held.push(() => void write(w).then(ok)))
+    for (let seq = 1; seq <= 3; seq++) await decided(await deposit(seq))
+    expect(held).toHaveLength(3)
+    for (const release of held) release()
+    await (node as unknown as { onDisk: Promise<void> }).onDisk
+    store.write = write
+    // Taken after the second batch: index 2, whatever the replica held when the write ran.
+    const [, stable] = store.snapshot()?.spaces[0]?.checkpoint as [string, [string, string, number]]
+    expect(stable[2]).toBe(2)
+  })
+
   it('restarts from its latest snapshot plus the batches since, to the same state, and prunes what the snapshot covers', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
     const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
