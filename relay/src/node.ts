@@ -89,6 +89,11 @@ const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
 
+/** Envelope verdicts kept (see open): about ten seconds of envelopes at a busy relay's pace. */
+const MAX_VERDICTS = 20_000
+/** What a cached verdict holds beyond its frame: the decoded envelope's objects and the cache key. */
+const VERDICT_BYTES = 2048
+
 /** Writes issued and not yet on disk past which the event loop waits for the disk. */
 const MAX_WRITES_IN_FLIGHT = 32
 
@@ -780,11 +785,12 @@ export class RelayNode {
     } catch (err) {
       v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
-    // Bounded in entries and in bytes (an envelope keeps its frame alive), a quarter of the
-    // memory budget at most; the verdict depends only on the bytes, so an evicted one is
-    // simply computed again.
-    const bytes = v instanceof SteadError ? 64 : frame.length
-    if (this.verified.size >= 200_000) this.evictVerified(1)
+    // Bounded in entries and in bytes, a quarter of the memory budget at most: an opened
+    // envelope holds its frame and its decoded objects (about VERDICT_BYTES more). Only a
+    // short window matters (an envelope is seen at submit, in blocks and at commit within
+    // seconds); the verdict depends only on the bytes, so an evicted one is computed again.
+    const bytes = v instanceof SteadError ? VERDICT_BYTES : 2 * frame.length + VERDICT_BYTES
+    if (this.verified.size >= MAX_VERDICTS) this.evictVerified(1)
     if (this.verifiedBytes + bytes > this.budget.totalBytes / 4) this.evictVerified(this.verifiedBytes + bytes - this.budget.totalBytes / 4)
     this.verified.set(key, { verdict: v, bytes })
     this.verifiedBytes += bytes
