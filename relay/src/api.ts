@@ -5,6 +5,7 @@ import {
   decodeClientMessage,
   encodeRelayMessage,
   fromHex,
+  HEAD_NONCE_BYTES,
   readAuthBytes,
   toBase64Url,
   toHex,
@@ -151,10 +152,15 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     return { spaces, next: spaces.length === limit ? (spaces[spaces.length - 1]?.space ?? null) : null }
   })
   // The signed head of a space without its state: what a quorum read compares.
-  app.get<{ Params: { space: string } }>('/v1/spaces/:space/head', async (req, reply) => {
+  // With ?nonce= (HEAD_NONCE_BYTES as hex) the signature covers the client's nonce: a fresh head, not a replayed one.
+  app.get<{ Params: { space: string }; Querystring: { nonce?: string } }>('/v1/spaces/:space/head', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
-    return { space: req.params.space, ...node.stableHead(req.params.space) }
+    const { nonce } = req.query
+    if (nonce !== undefined && !new RegExp(`^[0-9a-f]{${2 * HEAD_NONCE_BYTES}}$`).test(nonce)) {
+      return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as lowercase hex` })
+    }
+    return { space: req.params.space, ...node.stableHead(req.params.space, nonce === undefined ? undefined : fromHex(nonce)) }
   })
   // A page of an object's whole stable history, newest first; the SDK believes a page f+1 relays signed alike.
   app.get<{ Params: { space: string; key: string }; Querystring: { before?: string; limit?: string } }>('/v1/spaces/:space/history/:key', async (req, reply) => {

@@ -13,6 +13,7 @@ import {
   encodeAttestation,
   openEnvelopeSync,
   stableReadBytes,
+  freshHeadBytes,
   toHex,
   type Envelope,
   type Signed,
@@ -455,12 +456,16 @@ export class RelayNode {
     return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
   }
 
-  /** The signed (index, state hash) of a space; index 0 with the empty state's hash for a space with no commit yet. */
-  stableHead(space: string): { relay: number; index: number; stateHash: string; sig: string } {
+  /**
+   * The signed (index, state hash) of a space; index 0 with the empty
+   * state's hash for a space with no commit yet. With the client's `nonce`
+   * the signature covers it (freshHeadBytes), so it cannot be replayed.
+   */
+  stableHead(space: string, nonce?: Uint8Array): { relay: number; index: number; stateHash: string; sig: string } {
     const r = this.replicas.get(space) ?? new ReliableReplica({ space })
     const hash = r.stableHash((b) => nodeCrypto.sha256(b))
-    const sig = signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
-    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig) }
+    const bytes = nonce ? freshHeadBytes(space, r.stableIndex, hash, nonce) : stableReadBytes(space, r.stableIndex, hash)
+    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(signSync(this.options.secretKey, bytes)) }
   }
 
   /**

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, fromHex, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
+import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromHex, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -104,6 +104,16 @@ describe('client API over TLS', () => {
     expect(await ok).toBe(true)
     const forged = nodeCrypto.verify(fromHex(cluster.relays[0]!.publicKey), stableReadBytes('nothing-yet', 1, fromHex(head.stateHash)), fromHex(head.sig))
     expect(await forged).toBe(false)
+    // Asked with a nonce, the head is signed over it: it verifies for this request and no other.
+    const key = fromHex(cluster.relays[0]!.publicKey)
+    const nonce = new Uint8Array(32).fill(9)
+    const fresh = (await getJson(`/v1/spaces/nothing-yet/head?nonce=${toHex(nonce)}`)).body as { index: number; stateHash: string; sig: string }
+    expect(await nodeCrypto.verify(key, freshHeadBytes('nothing-yet', 0, fromHex(fresh.stateHash), nonce), fromHex(fresh.sig))).toBe(true)
+    expect(await nodeCrypto.verify(key, freshHeadBytes('nothing-yet', 0, fromHex(fresh.stateHash), new Uint8Array(32).fill(8)), fromHex(fresh.sig))).toBe(false)
+    expect(await nodeCrypto.verify(key, stableReadBytes('nothing-yet', 0, fromHex(fresh.stateHash)), fromHex(fresh.sig))).toBe(false)
+    const bad = await getJson('/v1/spaces/nothing-yet/head?nonce=xyz')
+    expect(bad.status).toBe(400)
+    expect(bad.body).toMatchObject({ error: 'malformed' })
   })
 
   it('closes sessions that do not answer the challenge, and refuses sessions over the cap', async () => {

@@ -1,13 +1,14 @@
 import {
+  HEAD_NONCE_BYTES,
   SteadError,
   bytesEqual,
   decode,
   expect,
+  freshHeadBytes,
   fromBase64Url,
   fromHex,
   historyPageBytes,
   readAuthBytes,
-  stableReadBytes,
   toHex,
   type Clock,
   type Crypto,
@@ -153,17 +154,19 @@ export class RelayUpstream implements Upstream, SessionMember {
 
   async quorumIndex(timeoutMs: number): Promise<number> {
     const { cluster, fetchFn, headers } = await this.relayReads()
+    const nonce = globalThis.crypto.getRandomValues(new Uint8Array(HEAD_NONCE_BYTES))
     // Done at 2f+1 valid heads (or when every relay answered or gave up): a slow relay delays nobody.
     const heads = await firstQuorum(
       this.o.relays.map(async (url) => {
         try {
-          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head`, { headers }), timeoutMs)
+          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers }), timeoutMs)
           if (!res.ok) return undefined
           const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
           const hash = fromHex(h.stateHash)
-          if (!(await this.o.crypto.verify(key, stableReadBytes(this.space, h.index, hash), fromHex(h.sig)))) return undefined
+          // Signed over this read's nonce: a head recorded earlier does not verify.
+          if (!(await this.o.crypto.verify(key, freshHeadBytes(this.space, h.index, hash, nonce), fromHex(h.sig)))) return undefined
           return { relay: h.relay, index: h.index, hash }
         } catch {
           return undefined

@@ -784,6 +784,23 @@ describe('waits that end', () => {
     expect(unhandled).toEqual([])
   })
 
+  it('a quorum read does not count a head signed for an earlier request (a replayed head)', async () => {
+    const c = cluster()
+    const a = await client(c, {
+      // Two relays out: the read has the liar's head and one honest head.
+      fetch: (url) => (/relay[12]\.test/.test(url) && url.includes('/head') ? Promise.reject(new TypeError('fetch failed')) : c.fetch(url)),
+    })
+    const liar = c.relays[0] as FakeRelay
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    await a.counter('k').increment(1, { safe: true })
+    // The liar's first head is genuine and fresh for this read; it serves it again to every later one.
+    liar.misbehaviour = 'replay-head'
+    expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(1)
+    expect(await reasonOf(a.readStable('k', { quorum: true, timeoutMs: 5000 }))).toBe('unsupported')
+    stop()
+  })
+
   it('a quorum read completes on 2f+1 answers, without waiting for a relay that never answers', async () => {
     const c = cluster()
     const a = await client(c, {

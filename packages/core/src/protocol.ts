@@ -337,9 +337,21 @@ export function historyPageBytes(space: string, key: string, before: number, ent
   return encode(['stead/history/v1', space, key, before, entries])
 }
 
-/** Bytes a relay signs for a quorum read of a space's stable state. */
+/** Size of the nonce a client sends with a head request (see freshHeadBytes). */
+export const HEAD_NONCE_BYTES = 32
+
+/** Bytes a relay signs for a quorum read of a space's stable state (a snapshot, or a head asked for without a nonce). */
 export function stableReadBytes(space: string, index: number, stateHash: Uint8Array): Uint8Array {
   return encode(['stead/stable-read/v1', space, index, stateHash])
+}
+
+/**
+ * Bytes a relay signs for a space's head asked for with the client's
+ * `nonce` (HEAD_NONCE_BYTES random bytes): the signature is fresh, so a
+ * head recorded earlier cannot be replayed to the client as current.
+ */
+export function freshHeadBytes(space: string, index: number, stateHash: Uint8Array, nonce: Uint8Array): Uint8Array {
+  return encode(['stead/head/v2', space, index, stateHash, nonce])
 }
 
 /** The frame of a client message. */

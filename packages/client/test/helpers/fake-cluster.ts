@@ -12,6 +12,8 @@ import {
   encodeRelayMessage,
   openEnvelopeSync,
   stableReadBytes,
+  freshHeadBytes,
+  fromHex,
   toHex,
   type Envelope,
   type RelayMessage,
@@ -106,7 +108,7 @@ export class FakeCluster {
     const i = Number(/relay(\d+)\.test/.exec(u.host)?.[1] ?? -1)
     const relay = this.relays[i]
     if (!relay || !relay.online) throw new TypeError('fetch failed')
-    const body = relay.http(u.pathname)
+    const body = relay.http(u.pathname, u.searchParams)
     return { ok: body !== undefined, status: body === undefined ? 404 : 200, json: async () => body }
   }
 
@@ -179,16 +181,18 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames'
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head'
 
 export class FakeRelay {
   online = true
   /**
    * 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them;
-   * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over.
+   * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over;
+   * 'replay-head' answers every head request with the first head it signed (for another request's nonce).
    */
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
+  private firstHead: unknown
   /** Envelope frames sent to clients (alone, or inside commits). */
   framesSent = 0
   /** Full attestations (commits) and compact ones (signatures alone) sent to clients. */
@@ -214,13 +218,17 @@ export class FakeRelay {
     socket.connect(session)
   }
 
-  http(path: string): unknown {
+  http(path: string, query: URLSearchParams): unknown {
     if (path === '/v1/cluster') return this.cluster.descriptor
     const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
     if (!m) return undefined
     const { index, hash } = this.cluster.stableHead()
     const space = decodeURIComponent(m[1] as string)
-    return { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, stableReadBytes(space, index, hash))) }
+    const nonce = query.get('nonce')
+    const bytes = nonce ? freshHeadBytes(space, index, hash, fromHex(nonce)) : stableReadBytes(space, index, hash)
+    const head = { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, bytes)) }
+    this.firstHead ??= head
+    return this.misbehaviour === 'replay-head' ? this.firstHead : head
   }
 
   publish(entry: FakeCluster['log'][number]): void {
