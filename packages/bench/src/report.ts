@@ -161,7 +161,7 @@ function fullReport(input: ReportInput, r: Results): string {
 
   md += `\n### 2. Safe updates at light load\n\nOpen loop at a fixed rate, balanced mix, 50% safe, b = 500.\n\n${simple(r, 'light', 'load', (p) => p.label)}`
 
-  md += `\n### 3. Bytes on the wire per update\n\nRegular counter increments only (no reads, no safe updates). Up = client → relay frame bytes per update; down = relay → client bytes per update per client (certified feed from one relay + f+1 commit streams, each carrying the envelope frames); mesh = relay ↔ relay TCP payload per update.\n\n`
+  md += `\n### 3. Bytes on the wire per update\n\nRegular counter increments only (no reads, no safe updates). Up = client → relay frame bytes per update; down = relay → client bytes per update per client (envelopes and commit batches from the space's home relay, compact attestations from the others); mesh = relay ↔ relay TCP payload per update.\n\n`
   md += table(
     ['setup', 'ops/s', 'envelopes/s sent', 'updates/envelope', 'up B/update', 'down B/update/client', 'mesh B/update'],
     r.points.filter((p) => p.experiment === 'bytes').map((p) => [p.label, n(p.throughput), n(p.bytes.envelopesPerSecond), n(p.bytes.opsPerEnvelope, 1), n(p.bytes.upPerUpdate, 1), n(p.bytes.downPerUpdatePerClient, 1), n(p.bytes.meshPerUpdate, 1)]),
