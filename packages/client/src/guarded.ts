@@ -94,8 +94,9 @@ export class GuardedViews {
       apply: (v, checked) => applyIntent(v, i, this.source.authorId, this.source.draftTag(), checked),
     })
     for (const batch of this.source.drafts()) {
-      for (const i of batch.regular) this.applyUnit(part.keys, views, held, [draftStep(i)])
-      for (const g of batch.safe) this.applyUnit(part.keys, views, held, g.items.map(draftStep))
+      // Only the drafts on these keys (a batch holds up to maxBatchOps items on any keys).
+      for (const i of batch.regular) if (part.keys.has(i.key)) this.applyUnit(part.keys, views, held, [draftStep(i)])
+      for (const g of batch.safe) if (g.items.some((i) => part.keys.has(i.key))) this.applyUnit(part.keys, views, held, g.items.map(draftStep))
     }
     return { keys: part.keys, views, held }
   }
@@ -160,6 +161,7 @@ export class GuardedViews {
     const own = env.authorId === this.source.authorId
     for (const u of envelopeUnits(env)) {
       const items = u.kind === 'op' ? [u] : u.items
+      if (!items.some((i) => part.keys.has(i.key))) continue
       this.applyUnit(
         part.keys,
         part.views,
