@@ -156,11 +156,9 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   app.get<{ Params: { space: string }; Querystring: { nonce?: string } }>('/v1/spaces/:space/head', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
-    const { nonce } = req.query
-    if (nonce !== undefined && !new RegExp(`^[0-9a-f]{${2 * HEAD_NONCE_BYTES}}$`).test(nonce)) {
-      return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as lowercase hex` })
-    }
-    return { space: req.params.space, ...node.stableHead(req.params.space, nonce === undefined ? undefined : fromHex(nonce)) }
+    const nonce = req.query.nonce === undefined ? undefined : hexBytes(req.query.nonce, HEAD_NONCE_BYTES)
+    if (nonce === null) return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as hex` })
+    return { space: req.params.space, ...node.stableHead(req.params.space, nonce) }
   })
   // A page of an object's whole stable history, newest first; the SDK believes a page f+1 relays signed alike.
   app.get<{ Params: { space: string; key: string }; Querystring: { before?: string; limit?: string } }>('/v1/spaces/:space/history/:key', async (req, reply) => {
@@ -218,6 +216,16 @@ function pageLimit(raw: string | undefined): number | undefined {
   return Number.isInteger(limit) && limit >= 1 && limit <= 1000 ? limit : undefined
 }
 
+/** `hex` as exactly `length` bytes, or null when it is not that. */
+function hexBytes(hex: string | undefined, length: number): Uint8Array | null {
+  try {
+    const bytes = fromHex(hex ?? '')
+    return bytes.length === length ? bytes : null
+  } catch {
+    return null
+  }
+}
+
 /**
  * Why an HTTP read of a space with `readers` is refused, or undefined when
  * it is allowed. The reader proves its key with the `x-stead-reader`
@@ -229,15 +237,9 @@ function readDenied(node: RelayNode, req: FastifyRequest, space: string): string
   if (typeof header !== 'string') return `space ${space} has readers: sign the request (x-stead-reader header)`
   const [keyHex, time, sigHex] = header.split('.')
   const t = Number(time)
-  let key: Uint8Array
-  let sig: Uint8Array
-  try {
-    key = fromHex(keyHex ?? '')
-    sig = fromHex(sigHex ?? '')
-  } catch {
-    return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
-  }
-  if (key.length !== 32 || sig.length !== 64 || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
+  const key = hexBytes(keyHex, 32)
+  const sig = hexBytes(sigHex, 64)
+  if (!key || !sig || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
   if (Math.abs(Date.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
   if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
   if (!node.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
