@@ -16,6 +16,7 @@ import {
   freshHeadBytes,
   toHex,
   type Envelope,
+  type ReplicaOptions,
   type Signed,
 } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
@@ -67,12 +68,11 @@ export interface RelayNodeOptions {
   readonly memoryBudgetBytes?: number
   /**
    * A snapshot of the spaces' audit state is written after this many
-   * committed batches (default 1,000), or at the first commit this many
-   * milliseconds after the last one (default 60,000): a restart loads it
-   * and replays only the batches since.
+   * committed batches (default 1,000), or at the first commit a minute
+   * after the last one: a restart loads it and replays only the batches
+   * since.
    */
   readonly snapshotEveryBatches?: number
-  readonly snapshotEveryMs?: number
   /** Called when the event loop fails (a store write failed); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
 }
@@ -89,6 +89,9 @@ export interface Subscriber {
 const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
+
+/** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
+const SNAPSHOT_INTERVAL_MS = 60_000
 
 /** Envelope verdicts kept (see open): about ten seconds of envelopes at a busy relay's pace. */
 const MAX_VERDICTS = 20_000
@@ -580,7 +583,7 @@ export class RelayNode {
     this.batchesSinceSnapshot += newBatches
     if (this.changedSinceSnapshot.size === 0) return undefined
     const now = Date.now()
-    if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < (this.options.snapshotEveryMs ?? 60_000)) return undefined
+    if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < SNAPSHOT_INTERVAL_MS) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
     const spaces = [...this.changedSinceSnapshot].map((space) =>
       encodeSpaceSnapshot({ space, checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(), lastAttested: this.lastAttested.get(space) ?? 0 }),
@@ -594,9 +597,18 @@ export class RelayNode {
   }
 
   private restoreSpace(s: SpaceSnapshot): void {
-    const open = (signed: Signed): Envelope => openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
-    this.replicas.set(s.space, ReliableReplica.restore({ space: s.space, authorize: this.authorizeFor(s.space), auditOnly: true }, s.checkpoint, open))
+    const open = (signed: Signed): Envelope => {
+      const env = this.openSigned(signed)
+      if (env instanceof SteadError) throw env
+      return env
+    }
+    this.replicas.set(s.space, ReliableReplica.restore(this.replicaOptions(s.space), s.checkpoint, open))
     this.lastAttested.set(s.space, s.lastAttested)
+  }
+
+  /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
+  private replicaOptions(space: string): ReplicaOptions {
+    return { space, authorize: this.authorizeFor(space), auditOnly: true }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -684,7 +696,7 @@ export class RelayNode {
       // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
       if (!this.options.cluster.openSpaces && !this.options.cluster.spaces.has(env.space)) continue
       if (!this.replicas.has(env.space)) {
-        this.replicas.set(env.space, new ReliableReplica({ space: env.space, authorize: this.authorizeFor(env.space), auditOnly: true }))
+        this.replicas.set(env.space, new ReliableReplica(this.replicaOptions(env.space)))
         this.creating.delete(env.space)
       }
       let group = bySpace.get(env.space)
@@ -781,6 +793,11 @@ export class RelayNode {
     } catch (err) {
       return err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
+    return this.openSigned(signed, frame.length)
+  }
+
+  /** An envelope's verdict from its signed bytes (`frameBytes`: the size of the frame they came in), cached. */
+  private openSigned(signed: Signed, frameBytes = signed.bytes.length + signed.sig.length): Envelope | SteadError {
     const key = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
     const cached = this.verified.get(key)
     if (cached) return cached.verdict
@@ -794,7 +811,7 @@ export class RelayNode {
     // envelope holds its frame and its decoded objects (about VERDICT_BYTES more). Only a
     // short window matters (an envelope is seen at submit, in blocks and at commit within
     // seconds); the verdict depends only on the bytes, so an evicted one is computed again.
-    const bytes = v instanceof SteadError ? VERDICT_BYTES : 2 * frame.length + VERDICT_BYTES
+    const bytes = v instanceof SteadError ? VERDICT_BYTES : 2 * frameBytes + VERDICT_BYTES
     if (this.verified.size >= MAX_VERDICTS) this.evictVerified(1)
     if (this.verifiedBytes + bytes > this.budget.totalBytes / 4) this.evictVerified(this.verifiedBytes + bytes - this.budget.totalBytes / 4)
     this.verified.set(key, { verdict: v, bytes })

@@ -214,13 +214,6 @@ export class RelayStore {
     return { batch: this.snapshotBatch(), spaces }
   }
 
-  /** How many committed batches are stored (those after the latest snapshot): what a restart replays. */
-  storedBatches(): number {
-    const keys = new Set<number>()
-    for (const key of this.batches.getKeys({})) keys.add((key as [number, number])[0])
-    return keys.size
-  }
-
   /**
    * What the consensus core needs after a restart: own blocks and peers'
    * blocks above the GC horizon, and the recent commits. Blocks are
