@@ -145,9 +145,7 @@ export class GuardedViews {
       return kept
     }
     const part: PendingPart = { replica, mark: replica.pendingMark(), keys, views: new Map(), held: new Map() }
-    const touching = new Set<string>()
-    for (const k of keys) for (const env of replica.pendingTouching(k)) touching.add(env.idHex)
-    for (const env of replica.pendingEnvelopes()) if (touching.has(env.idHex)) this.applyEnvelope(part, env)
+    for (const env of pendingTouchingAny(replica, keys)) this.applyEnvelope(part, env)
     for (const k of keys) {
       const old = this.parts.get(k)
       // A key leaves an old part: drop that part for all its keys (they are recomputed together).
@@ -219,6 +217,15 @@ function atomicGroupsWith(env: Envelope, key: string): Items[] {
   const out: Items[] = []
   for (const unit of envelopeUnits(env)) if (unit.kind === 'group' && unit.atomic && unit.items.length > 1 && unit.items.some((i) => i.key === key)) out.push(unit.items)
   return out
+}
+
+/** Pending envelopes touching any of `keys`, in the order they arrived (one key's list already is). */
+function pendingTouchingAny(replica: ReliableReplica, keys: ReadonlySet<string>): readonly Envelope[] {
+  const [only] = keys
+  if (keys.size === 1) return replica.pendingTouching(only as string)
+  const touching = new Set<string>()
+  for (const k of keys) for (const env of replica.pendingTouching(k)) touching.add(env.idHex)
+  return replica.pendingEnvelopes().filter((env) => touching.has(env.idHex))
 }
 
 function sameKeys(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
