@@ -20,9 +20,9 @@
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { createClient, memoryStorage, type Space } from '@stead/client'
-import { nodeCrypto } from '@stead/core/node'
+import type { Space } from '@stead/client'
 import { BenchCluster, freePort } from './cluster.ts'
+import { openSdkSpace } from './load/sdk.ts'
 import { summarizeProfile } from './profile.ts'
 import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs.ts'
 
@@ -80,18 +80,9 @@ const steadBytes = new Map<string, { in: number; out: number }>()
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
   const counts = { in: 0, out: 0 }
   steadBytes.set(name, counts)
-  const owner = await createClient({
-    relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
-    storage: memoryStorage(),
-    cluster: cluster.descriptor,
-    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(`stead-bench-latency-${name}`)) },
-    crypto: nodeCrypto,
-    batchIntervalMs,
-    connect: (url) => countingSocket(url, counts) as never,
-  })
-  const space = await owner.space('latency')
-  while (!space.status.online) await new Promise((r) => setTimeout(r, 20))
-  return space
+  const relays = cluster.descriptor.relays.map((r) => `http://${r.api}`)
+  const options = { batchIntervalMs, connect: (url: string) => countingSocket(url, counts) as never }
+  return (await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-latency-${name}`, space: 'latency', options })).space
 }
 
 /** Waits until `reader` reads at least `target`. */

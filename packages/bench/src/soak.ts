@@ -16,9 +16,9 @@
 import { readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { createClient, memoryStorage, type Space } from '@stead/client'
-import { nodeCrypto } from '@stead/core/node'
+import type { Space } from '@stead/client'
 import { BenchCluster } from './cluster.ts'
+import { openSdkSpace } from './load/sdk.ts'
 
 const { values } = parseArgs({
   options: {
@@ -70,16 +70,8 @@ function rssMb(pid: number): number {
 }
 
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
-  const owner = await createClient({
-    relays: cluster.descriptor.relays.map((r) => `http://${r.api}`),
-    storage: memoryStorage(),
-    cluster: cluster.descriptor,
-    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(`stead-soak-${name}`)) },
-    crypto: nodeCrypto,
-  })
-  const space = await owner.space('soak')
-  while (!space.status.online) await new Promise((r) => setTimeout(r, 20))
-  return space
+  const relays = cluster.descriptor.relays.map((r) => `http://${r.api}`)
+  return (await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-soak-${name}`, space: 'soak' })).space
 }
 
 async function ready(cluster: BenchCluster, i: number, timeoutMs: number): Promise<boolean> {

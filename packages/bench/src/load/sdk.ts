@@ -1,4 +1,4 @@
-import { createClient, memoryStorage, type Space, type SteadClient } from '@stead/client'
+import { createClient, memoryStorage, type ClientOptions, type Space, type SteadClient } from '@stead/client'
 import { nodeCrypto } from '@stead/core/node'
 import WebSocket from 'ws'
 import type { ClientFactoryOptions, LoadClient, Outcome } from './types.ts'
@@ -163,24 +163,40 @@ class SdkLoadClient implements LoadClient {
 }
 
 export async function createSdkClient(o: ClientFactoryOptions): Promise<LoadClient> {
-  const secretKey = nodeCrypto.sha256(new TextEncoder().encode(`stead-bench-sdk-${o.space}-${o.index}`))
-  const owner = await createClient({
+  const { owner, space } = await openSdkSpace({
     relays: o.relays.map((r) => r.url.replace(/\/v1\/ws$/, '')),
+    cluster: o.cluster,
+    seed: `stead-bench-sdk-${o.space}-${o.index}`,
+    space: o.space,
+    options: {
+      batchIntervalMs: o.batchIntervalMs,
+      maxBatchOps: o.maxBatchOps,
+      connect: (url) => new WebSocket(url) as never,
+      // Plain relays never decide: do not resend to another relay while waiting for a decision that cannot come.
+      ...(o.system === 'plain' ? { resubmitAfterMs: 1e9 } : {}),
+    },
+  })
+  return new SdkLoadClient(o, owner, space)
+}
+
+/**
+ * An SDK client pinned to a bench cluster (in-memory storage, node:crypto,
+ * an identity derived from `seed`) and its space `space`, once online.
+ */
+export async function openSdkSpace(o: { relays: string[]; cluster: ClientFactoryOptions['cluster']; seed: string; space: string; options?: Partial<ClientOptions> }): Promise<{ owner: SteadClient; space: Space }> {
+  const owner = await createClient({
+    relays: o.relays,
     storage: memoryStorage(),
     cluster: o.cluster,
-    identity: { secretKey },
-    batchIntervalMs: o.batchIntervalMs,
-    maxBatchOps: o.maxBatchOps,
+    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(o.seed)) },
     crypto: nodeCrypto,
-    connect: (url) => new WebSocket(url) as never,
-    // Plain relays never decide: do not resend to another relay while waiting for a decision that cannot come.
-    ...(o.system === 'plain' ? { resubmitAfterMs: 1e9 } : {}),
+    ...o.options,
   })
-  const client = await owner.space(o.space)
+  const space = await owner.space(o.space)
   const deadline = Date.now() + 20_000
-  while (!client.status.online) {
-    if (Date.now() > deadline) throw new Error(`SDK client ${o.index} not online after 20 s: ${JSON.stringify(client.status)}`)
+  while (!space.status.online) {
+    if (Date.now() > deadline) throw new Error(`SDK client ${o.seed} not online after 20 s: ${JSON.stringify(space.status)}`)
     await new Promise((r) => setTimeout(r, 20))
   }
-  return new SdkLoadClient(o, owner, client)
+  return { owner, space }
 }
