@@ -185,7 +185,11 @@ describe('/ready follows the cluster', () => {
     await cluster.startAll()
     const api = (i: number) => cluster.relays[i]!.api
     await until('every relay to be ready', async () => ((await Promise.all([0, 1, 2, 3].map((i) => ready(api(i))))).every((r) => r.status === 200) ? true : undefined), 60_000)
-    const up = await ready(api(0))
+    // Ready needs 2 of 3 peers: the third may still be dialling.
+    const up = await until('r1 to reach all three peers', async () => {
+      const r = await ready(api(0))
+      return r.body.peers?.connected?.length === 3 ? r : undefined
+    })
     expect(up.body).toMatchObject({ ready: true, relay: 'r1', reasons: [], peers: { connected: ['r2', 'r3', 'r4'], needed: 2 } })
 
     cluster.kill(2)

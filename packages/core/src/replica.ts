@@ -1,5 +1,4 @@
 import type { Validation } from './chrono.ts'
-import { encode } from './codec.ts'
 import {
   asGeneric,
   createCrdt,
@@ -17,6 +16,7 @@ import {
 import type { Signed } from './codec.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
+import { authorDigest, compareKeys, DigestIndex, objectDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -224,6 +224,9 @@ export class ReliableReplica {
   /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
   private arrived = 0
   private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
+  /** Leaves of the state hash, recomputed for what commits touched (see state.ts). */
+  private readonly objectLeaves = new DigestIndex()
+  private readonly authorLeaves = new DigestIndex()
 
   constructor(options: ReplicaOptions) {
     this.space = options.space
@@ -355,20 +358,50 @@ export class ReliableReplica {
 
   /**
    * Canonical stable state: index, authors' sequence numbers and every
-   * object's declaration and CRDT snapshot, sorted. Equal on all correct
-   * replicas at the same stable index; hash its encoding to attest it.
+   * object's declaration and CRDT snapshot, sorted (the core of a
+   * checkpoint; see `auditState` for what attestations hash).
    */
   stableSnapshot(): unknown {
-    const objects = [...this.stableObjects.entries()]
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-      .map(([key, o]) => [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
-    const authors = [...this.authors.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([id, a]) => [id, a.seq])
+    const objects = [...this.stableObjects.entries()].sort(([a], [b]) => compareKeys(a, b)).map(([key, o]) => [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
+    const authors = [...this.authors.entries()].sort(([a], [b]) => compareKeys(a, b)).map(([id, a]) => [id, a.seq])
     return ['stead/stable/v1', this.space, this.index, authors, objects]
   }
 
-  /** SHA-256 of the encoded `stableSnapshot()`: what attestations sign. */
+  /**
+   * The canonical audit state (see state.ts): equal on every correct
+   * replica after the same commit, and enough to audit every later commit
+   * as they do. What a relay serves a client that bootstraps.
+   */
+  auditState(): AuditState<Envelope> {
+    const objects = [...this.stableObjects.keys()].sort(compareKeys).map((key) => this.auditObject(key))
+    const authors = [...this.authors.keys()].sort(compareKeys).map((id) => this.auditAuthor(id))
+    return { space: this.space, index: this.index, authors, waiting: this.parked(), objects }
+  }
+
+  /**
+   * SHA-256 of the audit state: what attestations and heads sign. Costs
+   * the objects and authors changed since the last call, plus a pass over
+   * their 32-byte leaves.
+   */
   stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
-    return sha256(encode(this.stableSnapshot()))
+    const objects = this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
+    const authors = this.authorLeaves.rootOf(sha256, (id) => (this.authors.has(id) ? authorDigest(sha256, this.auditAuthor(id)) : undefined))
+    return stateHashOf(sha256, this.space, this.index, authors, objects, this.parked())
+  }
+
+  /** Envelopes parked behind a gap, by author and seq. */
+  private parked(): Array<{ env: Envelope; since: number }> {
+    return [...this.waiting.entries()].sort(([a], [b]) => compareKeys(a, b)).flatMap(([, queue]) => [...queue.values()].sort((a, b) => a.env.seq - b.env.seq))
+  }
+
+  private auditObject(key: string): readonly [string, unknown, unknown] {
+    const o = this.stableObjects.get(key) as Obj
+    return [key, encodeDeclaration(o.decl), o.crdt.snapshot()]
+  }
+
+  private auditAuthor(id: string): AuditAuthor {
+    const a = this.authors.get(id) as AuthorState
+    return [id, a.seq, [...a.recent.entries()].sort((x, y) => x[0] - y[0])]
   }
 
   /**
@@ -412,7 +445,45 @@ export class ReliableReplica {
       queue.set(env.seq, { env, since })
     }
     for (const [key, h] of histories) r.histories.set(key, h.map(([i, value]) => ({ index: i, value })))
+    r.touchAll()
     return r
+  }
+
+  /**
+   * A replica that starts at an audit state a relay served (see
+   * `decodeAuditState`), after the commit at position `round`. Check the
+   * state's hash against f+1 attestations first: the objects' snapshots
+   * are only checked for shape here. Its stable histories start empty.
+   */
+  static fromAuditState(options: ReplicaOptions, state: AuditState<Envelope>, round: number): ReliableReplica {
+    if (state.space !== options.space) throw new SteadError('malformed', `audit state of space ${state.space}, not ${options.space}`)
+    const r = new ReliableReplica(options)
+    r.index = state.index
+    r.commits = round
+    for (const [key, enc, snap] of state.objects) {
+      const decl = decodeDeclaration(enc)
+      let crdt: AnyCrdt
+      try {
+        crdt = restoreCrdt(decl, snap)
+      } catch (err) {
+        throw new SteadError('malformed', `object ${key}: ${(err as Error).message}`)
+      }
+      r.stableObjects.set(key, { decl, crdt })
+      if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: crdt.clone() })
+    }
+    for (const [id, seq, recent] of state.authors) r.authors.set(id, { seq, recent: new Map(recent) })
+    for (const { env, since } of state.waiting) {
+      let queue = r.waiting.get(env.authorId)
+      if (!queue) r.waiting.set(env.authorId, (queue = new Map()))
+      queue.set(env.seq, { env, since })
+    }
+    r.touchAll()
+    return r
+  }
+
+  private touchAll(): void {
+    for (const key of this.stableObjects.keys()) this.objectLeaves.touch(key)
+    for (const id of this.authors.keys()) this.authorLeaves.touch(id)
   }
 
   // ---- prospective path ----
@@ -540,13 +611,14 @@ export class ReliableReplica {
   }
 
   private expireWaiting(decisions: Decision[], changed: Set<string>): void {
-    for (const [authorId, queue] of this.waiting) {
-      for (const [seq, w] of queue) {
-        if (this.commits - w.since < this.gapWaitCommits) continue
-        queue.delete(seq)
-        this.drop(w.env, 'gap', `${authorId}:${seq} waited ${this.gapWaitCommits} commits for seq ${this.nextSeq(authorId)}`, decisions, changed)
-      }
-      if (queue.size === 0) this.waiting.delete(authorId)
+    if (this.waiting.size === 0) return
+    // In canonical order (author, seq), not arrival order: a replica started from an audit state must decide alike.
+    for (const { env, since } of this.parked()) {
+      if (this.commits - since < this.gapWaitCommits) continue
+      const queue = this.waiting.get(env.authorId) as Map<number, { env: Envelope; since: number }>
+      queue.delete(env.seq)
+      if (queue.size === 0) this.waiting.delete(env.authorId)
+      this.drop(env, 'gap', `${env.authorId}:${env.seq} waited ${this.gapWaitCommits} commits for seq ${this.nextSeq(env.authorId)}`, decisions, changed)
     }
   }
 
@@ -566,8 +638,11 @@ export class ReliableReplica {
     const outcomes: UnitOutcome[] = []
     const committedTags = new Set<string>()
     const touched = new Set<string>()
+    this.authorLeaves.touch(env.authorId)
     for (const unit of envelopeUnits(env)) {
       const items = itemsOf(unit)
+      // A rejected unit may have changed an object and restored it: its leaf is recomputed all the same.
+      for (const item of items) this.objectLeaves.touch(item.key)
       const result = unit.kind === 'group' && unit.atomic ? this.applyAtomic(env, items) : this.applyStable(env, items[0] as Item)
       if (result.ok) {
         outcomes.push({ unit: unit.unit, status: 'committed' })

@@ -3,9 +3,12 @@ import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
 import { createCrdt, type AnyCrdt, type AnyOp, type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
-import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { authorIdOf, openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
 import { ReliableReplica, type Decision } from '../src/replica.ts'
+import { attestedDecision } from '../src/protocol.ts'
+import { auditStateHash, decodeAuditState, encodeAuditState } from '../src/state.ts'
+import { SteadError } from '../src/errors.ts'
 
 const crypto = nodeCrypto
 const SPACE = 'test'
@@ -390,5 +393,80 @@ describe('reliable replica: checkpoints', () => {
       }),
       { numRuns: 150 },
     )
+  })
+})
+
+describe('reliable replica: audit state (what attestations hash, what bootstrap starts from)', () => {
+  const sha = (b: Uint8Array) => nodeCrypto.sha256(b)
+  const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: sha, verify: () => true }, [signed.bytes, signed.sig])
+  const attested = (r: { decisions: readonly Decision[] }) => encode(r.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<Decision, { kind: 'superseded' }>)))
+
+  it('the kept hash equals the hash from scratch after every commit, and a replica started from the served state audits every later commit exactly like the original', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 12 }), fc.array(fc.nat(), { minLength: 24, maxLength: 24 }), fc.nat(), async (steps, noise, cut) => {
+        const envs = await envelopesFor(steps)
+        // Twins (same author and seq, other content) and repeats, so duplicates and conflicts are decided on both sides of the cut.
+        const twins = await Promise.all(envs.filter((_, i) => noise[i % noise.length]! % 3 === 0).map((e) => seal(users.findIndex((u) => authorIdOf(nodeCrypto, u.publicKey) === e.authorId), e.seq, { updates: [inc('twin', 1)] })))
+        const repeats = envs.filter((_, i) => noise[(i + 7) % noise.length]! % 4 === 0)
+        const all = [...envs, ...twins, ...repeats]
+        const order = all.map((e, i) => ({ e, k: noise[i % noise.length]! + i / 1000 })).sort((a, b) => a.k - b.k).map((x) => x.e)
+        const batches: Envelope[][] = []
+        for (let i = 0; i < order.length; i += 2) batches.push(order.slice(i, i + 2))
+        batches.push([], [], [], [], [], [])
+        const at = cut % batches.length
+        const original = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+        batches.slice(0, at).forEach((b, i) => {
+          original.commit(b, (i + 1) * 2)
+          expect(original.stableHash(sha)).toEqual(auditStateHash(sha, original.auditState()))
+        })
+        const served = decodeAuditState(encodeAuditState(original.auditState()), open)
+        expect(auditStateHash(sha, served)).toEqual(original.stableHash(sha))
+        const started = ReliableReplica.fromAuditState({ space: SPACE, gapWaitCommits: 4 }, served, at * 2)
+        expect(started.stableHash(sha)).toEqual(original.stableHash(sha))
+        expect(started.stableIndex).toBe(original.stableIndex)
+        batches.slice(at).forEach((b, j) => {
+          const round = (at + j + 1) * 2
+          const x = original.commit(b, round)
+          const y = started.commit(b, round)
+          expect(y.decisions.map((d) => [d.kind, d.env.seq, (d as { reason?: string }).reason])).toEqual(x.decisions.map((d) => [d.kind, d.env.seq, (d as { reason?: string }).reason]))
+          expect(attested(y)).toEqual(attested(x))
+          expect(y.stableIndex).toBe(x.stableIndex)
+          expect(started.stableHash(sha)).toEqual(original.stableHash(sha))
+          expect(original.stableHash(sha)).toEqual(auditStateHash(sha, original.auditState()))
+        })
+      }),
+      { numRuns: 150 },
+    )
+  })
+
+  it('the hash covers every part of the state: objects, sequence numbers, recent ids, parked envelopes and when they parked', async () => {
+    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    r.commit([await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('d', 1)] }), await seal(1, 3, { updates: [inc('d', 1)] })], 5)
+    const state = r.auditState()
+    expect(state.waiting).toHaveLength(1)
+    const hash = auditStateHash(sha, state)
+    expect(r.stableHash(sha)).toEqual(hash)
+    const a0 = state.authors[0]!
+    const o0 = state.objects[0]!
+    const w0 = state.waiting[0]!
+    const other = await seal(1, 4, { updates: [inc('d', 1)] })
+    const tampered = [
+      { ...state, index: state.index + 1 },
+      { ...state, objects: [[o0[0], o0[1], [['x', 9, 0]]], ...state.objects.slice(1)] as typeof state.objects },
+      { ...state, authors: [[a0[0], a0[1] + 1, a0[2]], ...state.authors.slice(1)] as typeof state.authors },
+      { ...state, authors: [[a0[0], a0[1], [[1, '0'.repeat(64)]]], ...state.authors.slice(1)] as typeof state.authors },
+      { ...state, waiting: [] },
+      { ...state, waiting: [{ env: w0.env, since: w0.since + 1 }] },
+      { ...state, waiting: [{ env: other, since: w0.since }] },
+    ]
+    for (const t of tampered) expect(auditStateHash(sha, t)).not.toEqual(hash)
+  })
+
+  it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {
+    const r = new ReliableReplica({ space: SPACE })
+    expect(() => ReliableReplica.fromAuditState({ space: 'other' }, r.auditState(), 0)).toThrow(/space/)
+    expect(() => decodeAuditState(encode(['stead/snapshot/v1', SPACE, -1, [], [], []]), open)).toThrow(SteadError)
+    expect(() => decodeAuditState(encode({ not: 'a snapshot' }), open)).toThrow(SteadError)
+    expect(() => decodeAuditState(encode(['stead/snapshot/v1', SPACE, 1, [['a', 1, [[1, 'short id']]]], [], []]), open)).toThrow(SteadError)
   })
 })

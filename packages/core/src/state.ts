@@ -1,0 +1,173 @@
+import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
+import { SteadError } from './errors.ts'
+
+/**
+ * The canonical audit state of a space: everything a replica needs to
+ * audit every later commit exactly as the relays do, and nothing local to
+ * one replica (no pending envelopes, no in-memory histories, no counters a
+ * relay and a client advance differently). Attestations sign its hash, so
+ * a replica can start from a state one relay serves once f+1 relays'
+ * attestations vouch for that hash (verified snapshot bootstrap).
+ *
+ * The hash is a two-level tree: one digest per object and one per author,
+ * each list folded in key order into a root, and the roots hashed with the
+ * rest. A replica recomputes only the digests a commit changed; a verifier
+ * recomputes everything from the snapshot's bytes (`auditStateHash`).
+ */
+export interface AuditState<E extends WaitingEnvelope = WaitingEnvelope> {
+  /** The space. */
+  readonly space: string
+  /** The stable index: envelopes committed so far. */
+  readonly index: number
+  /** [author id, last committed sequence number, recent [seq, envelope id hex] ascending], sorted by author id. */
+  readonly authors: ReadonlyArray<AuditAuthor>
+  /** Committed envelopes parked behind their author's sequence gap: [envelope, commit position it parked at], sorted by (author, seq). */
+  readonly waiting: ReadonlyArray<{ readonly env: E; readonly since: number }>
+  /** [key, encoded declaration, CRDT snapshot], sorted by key. */
+  readonly objects: ReadonlyArray<AuditObject>
+}
+
+/** One author's audit bookkeeping: [author id, last committed seq, recent [seq, id hex] ascending]. */
+export type AuditAuthor = readonly [authorId: string, seq: number, recent: ReadonlyArray<readonly [number, string]>]
+
+/** One stable object: [key, encoded declaration, CRDT snapshot]. */
+export type AuditObject = readonly [key: string, declaration: unknown, snapshot: unknown]
+
+/** What the state hash needs of a parked envelope (its signed form travels in snapshots). */
+export interface WaitingEnvelope {
+  readonly authorId: string
+  readonly seq: number
+  readonly id: Uint8Array
+  readonly signed: Signed
+}
+
+type Sha256 = (bytes: Uint8Array) => Uint8Array
+
+const STATE_TAG = 'stead/state/v2'
+const SNAPSHOT_TAG = 'stead/snapshot/v1'
+
+/** Orders keys and author ids the same way everywhere (UTF-16 code units, like `Array.prototype.sort`). */
+export function compareKeys(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
+
+/** One object's leaf in the state hash. */
+export function objectDigest(sha256: Sha256, o: AuditObject): Uint8Array {
+  return sha256(encode(['o', o[0], o[1], o[2]]))
+}
+
+/** One author's leaf in the state hash. */
+export function authorDigest(sha256: Sha256, a: AuditAuthor): Uint8Array {
+  return sha256(encode(['a', a[0], a[1], a[2]]))
+}
+
+/** A list of leaves (in key order) folded into one root. */
+export function digestRoot(sha256: Sha256, leaves: readonly Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(leaves.length * 32)
+  leaves.forEach((d, i) => all.set(d, i * 32))
+  return sha256(all)
+}
+
+/** The state hash from its parts: what attestations and heads sign. */
+export function stateHashOf(sha256: Sha256, space: string, index: number, authorsRoot: Uint8Array, objectsRoot: Uint8Array, waiting: AuditState['waiting']): Uint8Array {
+  const parked = waiting.map((w) => [w.env.authorId, w.env.seq, w.since, w.env.id])
+  return sha256(encode([STATE_TAG, space, index, authorsRoot, objectsRoot, parked]))
+}
+
+/** The state hash of a whole audit state, computed from scratch (a verifier's view; replicas keep the leaves). */
+export function auditStateHash(sha256: Sha256, s: AuditState): Uint8Array {
+  const authors = digestRoot(
+    sha256,
+    s.authors.map((a) => authorDigest(sha256, a)),
+  )
+  const objects = digestRoot(
+    sha256,
+    s.objects.map((o) => objectDigest(sha256, o)),
+  )
+  return stateHashOf(sha256, s.space, s.index, authors, objects, s.waiting)
+}
+
+/**
+ * Keeps the leaves of one list of the state hash (objects or authors) and
+ * recomputes only those marked changed: a commit costs what it touched plus
+ * one pass over 32-byte leaves, not a re-encoding of the whole state.
+ */
+export class DigestIndex {
+  private readonly leaves = new Map<string, Uint8Array>()
+  private readonly dirty = new Set<string>()
+  private order: string[] | undefined
+  private root: Uint8Array | undefined
+
+  /** The entry under `key` changed, appeared or went away. */
+  touch(key: string): void {
+    this.dirty.add(key)
+    this.root = undefined
+  }
+
+  /** The root over every entry; `leafOf` gives a changed entry's leaf, or undefined if it no longer exists. */
+  rootOf(sha256: Sha256, leafOf: (key: string) => Uint8Array | undefined): Uint8Array {
+    if (this.root) return this.root
+    for (const key of this.dirty) {
+      const leaf = leafOf(key)
+      if (leaf) {
+        if (!this.leaves.has(key)) this.order = undefined
+        this.leaves.set(key, leaf)
+      } else if (this.leaves.delete(key)) this.order = undefined
+    }
+    this.dirty.clear()
+    this.order ??= [...this.leaves.keys()].sort(compareKeys)
+    this.root = digestRoot(
+      sha256,
+      this.order.map((k) => this.leaves.get(k) as Uint8Array),
+    )
+    return this.root
+  }
+}
+
+/**
+ * Wire form of an audit state, as relays serve it for bootstrap. Parked
+ * envelopes travel as their signed bytes; the reader derives their ids
+ * (and so the hash) from those bytes.
+ */
+export function encodeAuditState(s: AuditState): Uint8Array {
+  return encode([
+    SNAPSHOT_TAG,
+    s.space,
+    s.index,
+    s.authors,
+    s.waiting.map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]),
+    s.objects,
+  ])
+}
+
+/**
+ * Reads `encodeAuditState` bytes from an untrusted relay: shapes and sizes
+ * are checked; `open` turns a parked envelope's signed bytes into the
+ * envelope (it throws on bytes that are not one). The result is believed
+ * only once its `auditStateHash` matches what f+1 relays attested; object
+ * snapshots are checked when the replica restores them.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeAuditState<E extends WaitingEnvelope>(bytes: Uint8Array, open: (signed: Signed) => E, maxBytes = 1024 * 1024 * 1024): AuditState<E> {
+  const v = expect.array(decode(bytes, maxBytes), 'snapshot', 6)
+  if (v.length !== 6 || v[0] !== SNAPSHOT_TAG) throw new SteadError('malformed', `not a ${SNAPSHOT_TAG}`)
+  const authors = expect.array(v[3], 'snapshot.authors', 10_000_000).map((a, i): AuditAuthor => {
+    const t = expect.array(a, `authors[${i}]`, 3)
+    const recent = expect.array(t[2], `authors[${i}].recent`, 100_000).map((r, j) => {
+      const pair = expect.array(r, `authors[${i}].recent[${j}]`, 2)
+      return [expect.uint(pair[0], 'seq'), expect.string(pair[1], 'id', 64, 64)] as const
+    })
+    return [expect.string(t[0], `authors[${i}].id`, 256, 1), expect.uint(t[1], `authors[${i}].seq`), recent]
+  })
+  const waiting = expect.array(v[4], 'snapshot.waiting', 10_000_000).map((w, i) => {
+    const t = expect.array(w, `waiting[${i}]`, 3)
+    return { env: open({ bytes: expect.bytes(t[0], `waiting[${i}].bytes`), sig: expect.bytes(t[1], `waiting[${i}].sig`) }), since: expect.uint(t[2], `waiting[${i}].since`) }
+  })
+  const objects = expect.array(v[5], 'snapshot.objects', 100_000_000).map((o, i): AuditObject => {
+    const t = expect.array(o, `objects[${i}]`, 3)
+    if (t.length !== 3) throw new SteadError('malformed', `objects[${i}] is [key, declaration, snapshot]`)
+    return [expect.string(t[0], `objects[${i}].key`, DEFAULT_LIMITS.maxKeyChars, 1), t[1], t[2]]
+  })
+  return { space: expect.string(v[1], 'snapshot.space', DEFAULT_LIMITS.maxSpaceChars, 1), index: expect.uint(v[2], 'snapshot.index'), authors, waiting, objects }
+}
