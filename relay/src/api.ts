@@ -171,6 +171,26 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const page = node.historyPage(req.params.space, req.params.key, before, limit)
     return { space: req.params.space, key: req.params.key, before, relay: page.relay, entries: toBase64Url(page.entries), sig: toHex(page.sig) }
   })
+  // What a new client starts from: the audit state at the latest attested commit, with this relay's
+  // attestation of it. The client believes it once f+1 relays signed that attestation (next route).
+  app.get<{ Params: { space: string } }>('/v1/spaces/:space/snapshot', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    const snap = node.bootstrapSnapshot(req.params.space)
+    if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
+    return { space: req.params.space, relay: node.me, attestation: toBase64Url(snap.attestation.bytes), sig: toHex(snap.attestation.sig), state: toBase64Url(snap.state) }
+  })
+  // This relay's attestation of one commit (?from=<stable index it started at>), waiting a moment for a relay slightly behind.
+  app.get<{ Params: { space: string; round: string }; Querystring: { from?: string } }>('/v1/spaces/:space/attestations/:round', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    const round = Number(req.params.round)
+    const from = Number(req.query.from)
+    if (!Number.isSafeInteger(round) || round < 1 || !Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: 'the round must be a positive whole number and ?from= a stable index' })
+    const signed = await node.attestationAt(req.params.space, from, round, ATTESTATION_WAIT_MS)
+    if (!signed) return reply.code(404).send({ error: 'not-found', detail: `no attested commit of ${req.params.space} at round ${round} from index ${from} here` })
+    return { space: req.params.space, relay: node.me, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) }
+  })
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
@@ -183,6 +203,9 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   await app.listen({ host: options.host, port: options.port })
   return app
 }
+
+/** How long an attestation request waits for this relay to reach the commit: other relays may be a few rounds ahead. */
+const ATTESTATION_WAIT_MS = 3000
 
 const PAGE_LIMIT_RULE = 'limit must be a whole number from 1 to 1000'
 

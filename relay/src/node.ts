@@ -11,6 +11,7 @@ import {
   attestedDecision,
   batchDigest,
   encodeAttestation,
+  encodeAuditState,
   openEnvelopeSync,
   stableReadBytes,
   freshHeadBytes,
@@ -132,6 +133,10 @@ export class RelayNode {
   private readonly replicas = new Map<string, ReliableReplica>()
   /** Round of each space's latest attestation: the next one links to it (replay rebuilds it). */
   private readonly lastAttested = new Map<string, number>()
+  /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
+  private readonly latestAttestation = new Map<string, { readonly fromIndex: number; readonly round: number; readonly attestation: Signed }>()
+  /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
+  private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
   private readonly timers = new Map<string, NodeJS.Timeout>()
   private queue: Array<() => Output[]> = []
@@ -233,6 +238,7 @@ export class RelayNode {
 
   async stop(): Promise<void> {
     this.stopped = true
+    for (const listener of [...this.attestedListeners]) listener(null)
     for (const t of this.timers.values()) clearTimeout(t)
     this.timers.clear()
     await this.options.mesh.stop()
@@ -481,6 +487,56 @@ export class RelayNode {
     return { relay: this.me, entries, sig: signSync(this.options.secretKey, historyPageBytes(space, key, before, entries)) }
   }
 
+  /**
+   * A space's audit state as of its latest attested commit, with this
+   * relay's attestation of that commit (whose state hash covers it): what
+   * a client starts from instead of replaying the space's history. The
+   * client believes it once f+1 relays signed the same attestation (see
+   * attestationAt). Undefined for a space with no attested commit.
+   */
+  bootstrapSnapshot(space: string): { attestation: Signed; state: Uint8Array } | undefined {
+    const replica = this.replicas.get(space)
+    if (!replica) return undefined
+    let latest = this.latestAttestation.get(space)
+    if (!latest) {
+      // Nothing audited for this space since start: its state is the one its last stored commit attested.
+      const head = this.store.latestCommit(space)
+      if (!head) return undefined
+      latest = { fromIndex: head.position[0], round: head.position[1], attestation: head.attestation }
+      this.latestAttestation.set(space, latest)
+    }
+    return { attestation: latest.attestation, state: encodeAuditState(replica.auditState()) }
+  }
+
+  /**
+   * This relay's signed attestation of the space's commit at [fromIndex,
+   * round], once it is on disk here; waits up to `timeoutMs` for a relay
+   * slightly behind to get there. Undefined if it did not (a client asking
+   * about a round no correct relay attests waits that long for nothing).
+   */
+  async attestationAt(space: string, fromIndex: number, round: number, timeoutMs: number): Promise<Signed | undefined> {
+    const find = (): Signed | undefined => {
+      const head = this.store.commitAt(space, [fromIndex, round])
+      return head && head.position[0] === fromIndex && head.position[1] === round ? head.attestation : undefined
+    }
+    const found = find()
+    if (found) return found
+    return new Promise((resolve) => {
+      const done = (value: Signed | undefined): void => {
+        clearTimeout(timer)
+        this.attestedListeners.delete(listener)
+        resolve(value)
+      }
+      const listener = (spaces: ReadonlySet<string> | null): void => {
+        if (!spaces) return done(undefined)
+        const a = spaces.has(space) ? find() : undefined
+        if (a) done(a)
+      }
+      const timer = setTimeout(() => done(undefined), timeoutMs)
+      this.attestedListeners.add(listener)
+    })
+  }
+
   /** A signed snapshot of a space's stable state, for quorum reads. */
   stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } | undefined {
     const r = this.replicas.get(space)
@@ -560,6 +616,7 @@ export class RelayNode {
             if (this.stopped) return
             for (const o of outputs) if (waitsForDisk(o)) this.act(o)
             for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
+            if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
           },
           (err: unknown) => this.fail(err),
         )
@@ -749,6 +806,7 @@ export class RelayNode {
       })
       this.lastAttested.set(space, anchorRound)
       const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
+      this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation })
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
     return out

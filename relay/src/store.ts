@@ -291,10 +291,13 @@ export class RelayStore {
    * before, parked envelopes included.
    */
   commitAt(space: string, from: FeedPosition): StoredCommitHead | undefined {
-    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) {
-      const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
-      return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
-    }
+    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) return commitHead(key, value)
+    return undefined
+  }
+
+  /** A space's latest stored attested commit (highest stable index, then round). */
+  latestCommit(space: string): StoredCommitHead | undefined {
+    for (const { key, value } of this.attest.getRange({ start: [space, Number.MAX_SAFE_INTEGER, 0], end: [space, -1, 0], reverse: true, limit: 1 })) return commitHead(key, value)
     return undefined
   }
 
@@ -318,6 +321,11 @@ export class RelayStore {
   async close(): Promise<void> {
     await this.root.close()
   }
+}
+
+function commitHead(key: [string, number, number], value: Uint8Array): StoredCommitHead {
+  const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
+  return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
 }
 
 function encodeBlock(b: Block): Uint8Array {

@@ -328,6 +328,7 @@ export class SteadClient {
       checkpointEvery: options.checkpointEvery ?? 1000,
       now: options.now ?? Date.now,
       news: hub ? hub.newsFor(name, own) : NO_NEWS,
+      replicaOptions: replicaOptionsOf(name, options),
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
       clock: ours ? restored.author.clock : clockInit(),
     })

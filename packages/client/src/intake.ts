@@ -1,4 +1,6 @@
 import {
+  ReliableReplica,
+  SteadError,
   asSigned,
   attestedDecision,
   batchDigest,
@@ -15,6 +17,7 @@ import {
   type RelayMessage,
   type Signed,
 } from '@stead/core'
+import type { VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from './errors.ts'
 import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
@@ -35,6 +38,10 @@ interface IntakeOptions {
   now: () => number
   /** How long a commit f+1 relays attested may wait for the frame source's envelopes before another relay becomes the source. */
   resubmitAfterMs: number
+  /** A snapshot of the space that f+1 relays vouch for, from relays in this order of preference; undefined if there is none. */
+  bootstrap: (relays: ReadonlyArray<{ relay: number | undefined; url: string }>) => Promise<VerifiedSnapshot | undefined>
+  /** Options of the space's replica (a snapshot starts a new one). */
+  replicaOptions: { space: string; historyLimit?: number }
 }
 
 /**
@@ -64,24 +71,81 @@ export class RelayIntake {
   private applyRun: Promise<void> | undefined
   private applyAgain = false
   private closed = false
+  /** A space opened with nothing stored first asks for a verified snapshot; commits are followed once that settles. */
+  private bootstrap: 'due' | 'running' | 'settled'
 
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
     this.o = o
+    const { position } = o.space
+    this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
   }
 
   /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
+    if (this.bootstrap === 'due') this.startBootstrap()
+    if (this.bootstrap !== 'settled') return
     const preferred = this.byPreference().filter((l) => l.relay === link.relay || l.relay === this.source)[0]
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || preferred === link) this.setSource(link)
     else this.follow(link)
   }
 
+  /**
+   * Instead of replaying a space's whole history, a client that holds
+   * nothing of it starts from the latest snapshot f+1 relays vouch for,
+   * then follows commits from there. Without one (a new space, relays that
+   * disagree or do not answer) it replays from the start.
+   */
+  private startBootstrap(): void {
+    this.bootstrap = 'running'
+    // Every relay is asked (over HTTP), not only those whose session is up yet: the preferred ones first.
+    const known = this.byPreference()
+    const relays = [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.relay, url: l.url }))
+    void this.o
+      .bootstrap(relays)
+      .then(
+        (snapshot) => (snapshot && !this.closed ? this.adopt(snapshot) : undefined),
+        (err: unknown) => this.o.space.emitError(err instanceof SteadError ? err : new SteadError('malformed', `a verified snapshot could not be adopted: ${String(err)}`)),
+      )
+      .finally(() => {
+        this.bootstrap = 'settled'
+        if (this.closed) return
+        for (const link of this.byPreference()) this.ready(link)
+      })
+  }
+
+  /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
+  private async adopt(snapshot: VerifiedSnapshot): Promise<void> {
+    const { space, outbox, records } = this.o
+    // Only a space with nothing stable is replaced (a commit cannot have come meanwhile: nothing was followed).
+    if (space.position.stableIndex !== 0 || space.position.lastRound !== 0) return
+    const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, snapshot.attestation.round)
+    for (const env of space.replica.pendingEnvelopes()) {
+      const own = outbox.has(env.idHex)
+      // One of this client's envelopes decided inside the snapshot: its outcome is only in the commits, so replay them.
+      if (replica.decided(env)) {
+        if (own) return
+        continue
+      }
+      replica.receive(env, own ? {} : { expires: true })
+    }
+    const position = { stableIndex: snapshot.attestation.toIndex, lastRound: snapshot.attestation.round }
+    space.adopt(replica, position)
+    this.quorum?.prune(position)
+    try {
+      await records.storage.write(records.checkpoint(replica.checkpoint(), position))
+      space.storageWorks()
+    } catch (err) {
+      space.storageFailed(err)
+    }
+    this.o.news.rebased()
+  }
+
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
   tick(): void {
-    if (this.closed || !this.quorum) return
+    if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {
       const best = this.byPreference()[0]

@@ -36,9 +36,11 @@ export interface SpaceNews {
   failed(requests: readonly ForwardedRequest[], err: SteadError): void
   /** Envelopes were added, sent, accepted or decided. */
   outboxChanged(): void
+  /** The replica was replaced by one started from a verified snapshot: followers rebuild theirs from the leader's. */
+  rebased(): void
 }
 
-export const NO_NEWS: SpaceNews = { sealed() {}, received() {}, committed() {}, refused() {}, failed() {}, outboxChanged() {} }
+export const NO_NEWS: SpaceNews = { sealed() {}, received() {}, committed() {}, refused() {}, failed() {}, outboxChanged() {}, rebased() {} }
 
 /** One signed envelope of this client, from storage until it is decided. */
 interface Outgoing {

@@ -678,8 +678,9 @@ export class Space {
     if (!Number.isSafeInteger(before) || before < 0) throw new SteadError('malformed', `before must be a stable index, got ${before}`)
     const local = this.replica.history(key)
     const older = local.filter((e) => e.index < before)
-    // Memory holds the page if the history was never cut, or if enough of it lies before `before`.
-    if (local.length < (this.options.historyLimit ?? 1000) || older.length >= limit) return older.slice(-limit).map((e) => ({ index: e.index, value: e.value }))
+    // Memory holds the page if the history was never cut (by the limit, or by starting from a snapshot), or if enough of it lies before `before`.
+    const whole = local.length < (this.options.historyLimit ?? 1000) && this.replica.historyStart === 0
+    if (whole || older.length >= limit) return older.slice(-limit).map((e) => ({ index: e.index, value: e.value }))
     const wait = { timeoutMs: 10_000, ...options }
     return bounded(this.upstream.relayHistory(key, before, limit), wait, `a page of ${key}'s history`)
   }

@@ -81,6 +81,7 @@ export type TabMessage =
   | { t: 'refused'; space: string; id: string; reason: ErrorReason; detail: string }
   | { t: 'outbox'; space: string; entries: OutboxEntry[] }
   | { t: 'space-closed'; space: string }
+  | { t: 'rebased'; space: string }
   | (Call & { from: string; id: number })
   | { t: 'return'; to: string; id: number; value?: unknown; error?: Failure }
 
@@ -233,6 +234,7 @@ export class TabHub {
       received: (frame) => post({ t: 'received', space, frame }),
       committed: (round, frames) => post({ t: 'committed', space, round, frames: [...frames] }),
       refused: (id, reason, detail) => post({ t: 'refused', space, id, reason, detail }),
+      rebased: () => post({ t: 'rebased', space }),
       failed: (requests, err) => post({ t: 'failed', space, requests: requests.map((r) => r.id), error: failure(err) }),
       outboxChanged: () => {
         // Several changes in one turn make one message.
@@ -443,6 +445,7 @@ export class LeaderLink {
       case 'refused':
       case 'outbox':
       case 'space-closed':
+      case 'rebased':
         this.spaces.get(m.space)?.news(m)
         return
       default:
@@ -535,7 +538,8 @@ export class TabUpstream implements Upstream {
 
   news(m: Extract<TabMessage, { space: string }>): void {
     if (this.closed || this.next) return
-    if (m.t === 'space-closed') return this.reattach()
+    // The leader's replica went away, or was replaced by a snapshot: follow its new one.
+    if (m.t === 'space-closed' || m.t === 'rebased') return this.reattach()
     if (!this.synced) return
     const { space } = this
     switch (m.t) {

@@ -14,6 +14,7 @@ import {
   type Crypto,
   type RelayMessage,
 } from '@stead/core'
+import { fetchVerifiedSnapshot, type VerifiedSnapshot } from './bootstrap.ts'
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
@@ -40,6 +41,8 @@ export interface RelayUpstreamInit {
   /** The author's last sequence number and clock in this space. */
   seq: number
   clock: Clock
+  /** Options of the space's replica (a verified snapshot starts a new one). */
+  replicaOptions: { space: string; historyLimit?: number }
 }
 
 /**
@@ -58,7 +61,7 @@ export class RelayUpstream implements Upstream, SessionMember {
     this.o = o
     this.space = o.space.space
     this.outbox = new Outbox({ ...o, member: this })
-    this.intake = new RelayIntake({ ...o, outbox: this.outbox })
+    this.intake = new RelayIntake({ ...o, outbox: this.outbox, bootstrap: (relays) => this.verifiedSnapshot(relays) })
   }
 
   // ---- Upstream
@@ -184,6 +187,22 @@ export class RelayUpstream implements Upstream, SessionMember {
     return indexes[cluster.f] as number
   }
 
+  /** The latest snapshot of the space that f+1 relays vouch for (see fetchVerifiedSnapshot), asked of `relays` in turn. */
+  private async verifiedSnapshot(relays: ReadonlyArray<{ relay: number | undefined; url: string }>): Promise<VerifiedSnapshot | undefined> {
+    if (!this.o.fetch) return undefined
+    const { cluster, fetchFn, headers } = await this.relayReads()
+    return fetchVerifiedSnapshot({
+      space: this.space,
+      cluster,
+      crypto: this.o.crypto,
+      fetch: fetchFn,
+      headers,
+      relays,
+      timeoutMs: BOOTSTRAP_TIMEOUT_MS,
+      faulty: (relay, why) => this.o.sessions.linkTo(relay)?.markFaulty(why),
+    })
+  }
+
   /** What reading from the relays over HTTP needs: the trusted cluster, fetch, and this client's reader proof. */
   private async relayReads(): Promise<{ cluster: ClusterDescriptor; fetchFn: Fetch; headers: Record<string, string> }> {
     const cluster = this.o.sessions.cluster
@@ -196,3 +215,6 @@ export class RelayUpstream implements Upstream, SessionMember {
     return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}` } }
   }
 }
+
+/** How long one request of a snapshot bootstrap may take before the next relay is asked. */
+const BOOTSTRAP_TIMEOUT_MS = 10_000

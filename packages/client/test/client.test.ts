@@ -7,6 +7,7 @@ import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster, type FakeRelay } from './helpers/fake-cluster.ts'
+import { fromHome } from '../src/outbox.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -902,4 +903,57 @@ describe('atomic groups in the prospective view', () => {
     expect([from.value, from.stable, to.value, to.stable]).toEqual([15, 15, 5, 5])
     expect([from.pending, to.pending]).toEqual([[], []])
   })
+})
+
+describe('starting from a verified snapshot', () => {
+  /** A cluster whose space holds `n` committed increments of 'acct' and a set, made by one client. */
+  async function history(n: number): Promise<{ c: FakeCluster; writer: Space }> {
+    const c = cluster()
+    const writer = await client(c)
+    const acct = writer.counter('acct')
+    // One safe update at a time: a history of n + 1 commits.
+    const stop = c.autoCommit(2)
+    for (let i = 0; i < n; i++) await acct.increment(1, { safe: true })
+    await writer.set('tags').add('x', { safe: true })
+    stop()
+    await until('history stable at the writer', () => acct.stable === n && writer.set('tags').stable.length === 1)
+    expect(c.log.length).toBeGreaterThan(n)
+    for (const r of c.relays) r.commitsSent = 0
+    c.snapshotRequests.length = 0
+    return { c, writer }
+  }
+
+  /** The relay a client of space 'bank' asks first. */
+  const home = (c: FakeCluster): number => fromHome('bank', c.relays.length, c.relays.map((r) => ({ relay: r.index })) as never)[0]!.relay as number
+
+  it('a client with nothing stored starts at the latest snapshot f+1 relays vouch for, replays no earlier commit, and follows from there', async () => {
+    const { c, writer } = await history(40)
+    const reader = await client(c)
+    await until('reader at the writer state', () => reader.counter('acct').stable === 40 && reader.set('tags').stable.length === 1)
+    expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBe(0)
+    expect(c.snapshotRequests.filter((q) => q.path.endsWith('/snapshot'))).toEqual([{ relay: home(c), path: '/v1/spaces/bank/snapshot' }])
+    expect(new Set(c.snapshotRequests.filter((q) => q.path.includes('/attestations/')).map((q) => q.relay)).size).toBeGreaterThanOrEqual(c.f)
+    expect(reader.status.relays.every((r) => r.faulty === undefined)).toBe(true)
+    // It follows the commits after the snapshot, and its own updates decide as usual.
+    const mine = reader.counter('acct').increment(2, { safe: true })
+    void writer.counter('acct').increment(3)
+    await commitUntil(c, 'both decided', () => reader.counter('acct').stable === 45 && writer.counter('acct').stable === 45)
+    expect(await mine).toMatchObject({ status: 'committed' })
+  })
+
+  for (const mode of ['forge-snapshot', 'mismatched-snapshot'] as const) {
+    it(`refuses a relay that serves a forged snapshot (${mode}), reports it, and starts from a true one`, async () => {
+      const { c } = await history(12)
+      const liar = c.relays[home(c)] as FakeRelay
+      liar.misbehaviour = mode
+      const reader = await client(c)
+      await until('liar reported', () => reader.status.relays[liar.index]?.faulty !== undefined)
+      expect(reader.status.relays[liar.index]?.faulty).toMatch(mode === 'forge-snapshot' ? /attested differently/ : /does not match the state hash/)
+      await until('reader at the true state', () => reader.counter('acct').stable === 12)
+      // It never showed the forged 13, and it still did not replay history.
+      expect(reader.counter('acct').value).toBe(12)
+      expect(c.snapshotRequests.filter((q) => q.path.endsWith('/snapshot')).length).toBe(2)
+      expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBe(0)
+    })
+  }
 })

@@ -246,6 +246,25 @@ describe('clients against a real relay cluster', () => {
     await expect(n.historyPage({ limit: 0 })).rejects.toMatchObject({ reason: 'malformed' })
   }, 60_000)
 
+  it('starts a new client from a snapshot f+1 relays vouch for, not from the first commit, with the older history still paged from the relays', async () => {
+    const asked: string[] = []
+    const fetchLogged: ClientOptions['fetch'] = async (url, init) => {
+      asked.push(new URL(url).pathname)
+      return fetch(url, init)
+    }
+    const fresh = await open('ledger', { relays: urls(), storage: memoryStorage(), fetch: fetchLogged })
+    const n = fresh.counter('n')
+    await until('the stable state', () => (n.stable === 78 ? true : undefined), 30_000)
+    expect(asked.filter((p) => p === '/v1/spaces/ledger/snapshot')).toHaveLength(1)
+    expect(asked.filter((p) => p.startsWith('/v1/spaces/ledger/attestations/')).length).toBeGreaterThanOrEqual(1)
+    // Nothing was replayed: memory holds no history from before the snapshot, the relays do.
+    expect(n.history()).toEqual([])
+    const page = await n.historyPage({ limit: 12 })
+    expect(page.map((e) => e.value)).toEqual(Array.from({ length: 12 }, (_, i) => ((i + 1) * (i + 2)) / 2))
+    expect(await n.increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(n.stable).toBe(79)
+  }, 60_000)
+
   it('keeps committing when a relay is killed mid-session', async () => {
     const [a, b] = clients as [Space, Space]
     const before = a.counter('acct:0', { min: 0 }).stable

@@ -219,6 +219,8 @@ export class ReliableReplica {
   private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
   private index = 0
   private commits = 0
+  /** Stable index the in-memory histories start after: above 0 for a replica started from an audit state (older entries live on the relays). */
+  private historyFrom = 0
   /** Changes whenever an envelope leaves `pending` or a commit runs (see pendingMark). */
   private pendingEpoch = 0
   /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
@@ -282,9 +284,14 @@ export class ReliableReplica {
     return this.stableObjects.get(key)?.crdt
   }
 
-  /** The stable history of `key` held in memory (the latest `historyLimit` entries), oldest first. */
+  /** The stable history of `key` held in memory (the latest `historyLimit` entries, and none from before `historyStart`), oldest first. */
   history(key: string): readonly HistoryEntry[] {
     return this.histories.get(key) ?? []
+  }
+
+  /** The in-memory histories hold no entry at or below this stable index (where the replica started from an audit state); 0 for one that saw every commit. */
+  get historyStart(): number {
+    return this.historyFrom
   }
 
   /** Every key with a prospective or stable object, sorted. */
@@ -416,7 +423,7 @@ export class ReliableReplica {
     const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, [...a.recent.entries()]])
     const waiting = [...this.waiting.values()].flatMap((q) => [...q.values()].map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]))
     const histories = [...this.histories.entries()].map(([key, h]) => [key, h.map((e) => [e.index, e.value])])
-    return [CHECKPOINT_TAG, this.stableSnapshot(), this.commits, authors, waiting, histories]
+    return [CHECKPOINT_TAG, this.stableSnapshot(), this.commits, authors, waiting, histories, this.historyFrom]
   }
 
   /**
@@ -425,13 +432,14 @@ export class ReliableReplica {
    * back into an Envelope, typically without verifying the signature again.
    */
   static restore(options: ReplicaOptions, checkpoint: unknown, open: (signed: Signed) => Envelope): ReliableReplica {
-    const [tag, stable, commits, authors, waiting, histories] = checkpoint as [string, unknown[], number, Array<[string, number, Array<[number, string]>]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>]
+    const [tag, stable, commits, authors, waiting, histories, historyFrom] = checkpoint as [string, unknown[], number, Array<[string, number, Array<[number, string]>]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>, number | undefined]
     if (tag !== CHECKPOINT_TAG) throw new SteadError('malformed', `not a ${CHECKPOINT_TAG}`)
     const [, space, index, , objects] = stable as [string, string, number, unknown, Array<[string, unknown, unknown]>]
     if (space !== options.space) throw new SteadError('malformed', `checkpoint of space ${space}, not ${options.space}`)
     const r = new ReliableReplica(options)
     r.index = index
     r.commits = commits
+    r.historyFrom = historyFrom ?? 0
     for (const [key, enc, snap] of objects) {
       const decl = decodeDeclaration(enc)
       r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
@@ -460,6 +468,7 @@ export class ReliableReplica {
     const r = new ReliableReplica(options)
     r.index = state.index
     r.commits = round
+    r.historyFrom = state.index
     for (const [key, enc, snap] of state.objects) {
       const decl = decodeDeclaration(enc)
       let crdt: AnyCrdt

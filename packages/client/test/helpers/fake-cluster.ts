@@ -5,7 +5,11 @@ import {
   attestedDecision,
   authorIdOf,
   authBytes,
+  auditStateHash,
   batchDigest,
+  decodeAttestation,
+  encodeAuditState,
+  toBase64Url,
   decode,
   decodeClientMessage,
   encodeAttestation,
@@ -176,19 +180,30 @@ export class FakeCluster {
     return this.audit.stableValue(key)
   }
 
+  /** The audit state after the latest attested commit, and that commit's attestation bytes (undefined before the first). */
+  latestSnapshot(): { bytes: Uint8Array; fromIndex: number; round: number; state: ReturnType<ReliableReplica['auditState']> } | undefined {
+    const last = this.log[this.log.length - 1]
+    return last && { bytes: last.bytes, fromIndex: last.fromIndex, round: last.round, state: this.audit.auditState() }
+  }
+
+  /** Snapshot and attestation requests the relays answered, in order (path and relay). */
+  readonly snapshotRequests: Array<{ relay: number; path: string }> = []
+
   stableHead(): { index: number; hash: Uint8Array } {
     return { index: this.audit.stableIndex, hash: this.audit.stableHash((b) => nodeCrypto.sha256(b)) }
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head'
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head' | 'forge-snapshot' | 'mismatched-snapshot'
 
 export class FakeRelay {
   online = true
   /**
    * 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them;
    * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over;
-   * 'replay-head' answers every head request with the first head it signed (for another request's nonce).
+   * 'replay-head' answers every head request with the first head it signed (for another request's nonce);
+   * 'forge-snapshot' serves a state with one counter raised, under an attestation of that state it signs itself;
+   * 'mismatched-snapshot' serves that state under the true attestation.
    */
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
@@ -220,6 +235,11 @@ export class FakeRelay {
 
   http(path: string, query: URLSearchParams): unknown {
     if (path === '/v1/cluster') return this.cluster.descriptor
+    const snapshot = /^\/v1\/spaces\/([^/]+)\/(snapshot|attestations\/(\d+))$/.exec(path)
+    if (snapshot) {
+      this.cluster.snapshotRequests.push({ relay: this.index, path })
+      return snapshot[2] === 'snapshot' ? this.snapshot() : this.attestationAt(Number(query.get('from')), Number(snapshot[3]))
+    }
     const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
     if (!m) return undefined
     const { index, hash } = this.cluster.stableHead()
@@ -229,6 +249,27 @@ export class FakeRelay {
     const head = { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, bytes)) }
     this.firstHead ??= head
     return this.misbehaviour === 'replay-head' ? this.firstHead : head
+  }
+
+  private snapshot(): unknown {
+    const latest = this.cluster.latestSnapshot()
+    if (!latest) return undefined
+    let { bytes, state } = latest
+    if (this.misbehaviour === 'forge-snapshot' || this.misbehaviour === 'mismatched-snapshot') {
+      // One more unit on the first counter: a state no correct relay attests.
+      const objects = state.objects.map((o, i) => (i === 0 ? ([o[0], o[1], (o[2] as Array<[string, number, number]>).map(([r, p, n]) => [r, p + 1, n])] as const) : o))
+      state = { ...state, objects }
+      if (this.misbehaviour === 'forge-snapshot') bytes = encodeAttestation({ ...decodeAttestation(bytes), stateHash: auditStateHash((b) => nodeCrypto.sha256(b), state) })
+    }
+    const signed = this.signAttestation(bytes)
+    return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), state: toBase64Url(encodeAuditState(state)) }
+  }
+
+  private attestationAt(fromIndex: number, round: number): unknown {
+    const entry = this.cluster.log.find((e) => e.round === round && e.fromIndex === fromIndex)
+    if (!entry) return undefined
+    const signed = this.signAttestation(entry.bytes)
+    return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) }
   }
 
   publish(entry: FakeCluster['log'][number]): void {
