@@ -9,9 +9,10 @@
  *
  *   npm run soak -- [--minutes 30] [--rate 20] [--restart-every 5] [--sample-every 30] [--out FILE]
  *
- * --rate: regular updates per second (one in ten is safe); --restart-every
- * and --sample-every: minutes and seconds. --out writes the samples and
- * restarts as JSON.
+ * --rate: regular updates per second (one in ten is safe; 0: an idle
+ * cluster, clients connected); --restart-every and --sample-every: minutes
+ * and seconds (--restart-every 0: no restarts). --out writes the samples
+ * and restarts as JSON.
  */
 import { readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -33,8 +34,12 @@ const minutes = Number(values.minutes)
 const rate = Number(values.rate)
 const restartEveryMs = Number(values['restart-every']) * 60_000
 const sampleEveryMs = Number(values['sample-every']) * 1000
-for (const [name, v] of [['minutes', minutes], ['rate', rate], ['restart-every', restartEveryMs], ['sample-every', sampleEveryMs]] as const) {
+for (const [name, v] of [['minutes', minutes], ['sample-every', sampleEveryMs]] as const) {
   if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} must be a positive number`)
+}
+// 0 for either: an idle cluster (clients connected, no updates) or one never restarted.
+for (const [name, v] of [['rate', rate], ['restart-every', restartEveryMs]] as const) {
+  if (!Number.isFinite(v) || v < 0) throw new Error(`--${name} must be 0 or more`)
 }
 
 interface RelaySample {
@@ -96,15 +101,16 @@ let updates = 0
 let failures = 0
 try {
   const [alice, bob] = [await client(cluster, 'alice'), await client(cluster, 'bob')]
-  console.log(`soak: 4 relays, ${rate} updates/s (1 in 10 safe), a relay killed and restarted every ${restartEveryMs / 60_000} min, ${minutes} min, ${new Date().toISOString()}`)
+  console.log(`soak: 4 relays, ${rate} updates/s (1 in 10 safe), ${restartEveryMs ? `a relay killed and restarted every ${restartEveryMs / 60_000} min` : 'no restarts'}, ${minutes} min, ${new Date().toISOString()}`)
   // The load: a steady trickle, spread over a few hundred objects and both clients.
   const load = setInterval(() => {
+    if (rate === 0) return
     const space = updates % 2 ? bob : alice
     const counter = space.counter(`acct:${updates % 300}`)
     const safe = updates % 10 === 0
     updates++
     counter.increment(1, { safe }).catch(() => failures++)
-  }, 1000 / rate)
+  }, rate ? 1000 / rate : 60_000)
 
   const sample = async (): Promise<void> => {
     const relays: RelaySample[] = []
@@ -131,7 +137,7 @@ try {
   }
 
   let next = 1
-  let nextRestart = restartEveryMs
+  let nextRestart = restartEveryMs || Number.POSITIVE_INFINITY
   let nextSample = 0
   while (Date.now() - started < minutes * 60_000) {
     const at = Date.now() - started
