@@ -551,7 +551,8 @@ export class RelayNode {
   private onFrame(from: number, frame: Uint8Array): void {
     let message: Message
     try {
-      message = decodeMessage(relayCrypto, this.committee, frame)
+      // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
+      message = decodeMessage(relayCrypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round))
     } catch (err) {
       const reason = err instanceof SteadError ? err.reason : 'malformed'
       this.metrics.rejected.inc({ reason, source: 'mesh' })

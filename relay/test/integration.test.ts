@@ -235,3 +235,52 @@ describe('a cluster with one relay in a Byzantine mode', () => {
     for (const c of [a, b, evil]) c.close()
   }, 120_000)
 })
+
+/**
+ * Issue 12's rejoin: a relay killed while clients keep writing comes back
+ * and reaches the others' stable index within 10 s, the load going on.
+ * CI kills it for 5 s; STEAD_OUTAGE_S=30 runs the issue's size.
+ */
+describe('a relay back from an outage under load', () => {
+  let cluster: TestCluster
+  const outageMs = Number(process.env['STEAD_OUTAGE_S'] ?? 5) * 1000
+  afterAll(async () => cluster?.stopAll())
+
+  it(`rejoins after ${outageMs / 1000} s down and reaches the others' stable index within 10 s while the load goes on`, async () => {
+    cluster = await TestCluster.create(4, { spaces: { load: {} }, openSpaces: false })
+    await cluster.startAll()
+    const writer = { secretKey: new Uint8Array(32).fill(43), publicKey: publicKeyOfSync(new Uint8Array(32).fill(43)) }
+    const client = await TestClient.connect(cluster.relays[0]!.api, writer)
+    const index = async (i: number): Promise<number> => (await cluster.json<{ index: number }>(i, '/v1/spaces/load/head')).index
+    // About 50 updates a second, one envelope each, in sequence.
+    let n = 0
+    let refused = 0
+    const load = setInterval(() => {
+      n++
+      const id = n
+      void sealEnvelope(nodeCrypto, writer, { space: 'load', seq: id, clock: clockInit(), deps: [], updates: [{ key: `k${id % 50}`, decl: acct, ops: [1] }], safe: [] }).then((env) => client.send({ type: 'submit', id, envelope: encodeEnvelope(env) }))
+    }, 20)
+    try {
+      await until('the load to commit', async () => ((await index(1)) > 20 ? true : undefined), 30_000)
+      const before = await index(2)
+      cluster.kill(2)
+      await new Promise((r) => setTimeout(r, outageMs))
+      const restartedAt = Date.now()
+      cluster.start(2)
+      await cluster.waitHealthy(2)
+      // The others' index when it came back: it must get there within 10 s, and stay with them.
+      const target = Math.max(await index(0), await index(1), await index(3))
+      await until(`relay 3 to reach stable index ${target}`, async () => ((await index(2)) >= target ? true : undefined), 10_000 - (Date.now() - restartedAt) + 1)
+      const caughtUpMs = Date.now() - restartedAt
+      const later = Math.max(await index(0), await index(1), await index(3))
+      await until(`relay 3 to keep up (${later})`, async () => ((await index(2)) >= later ? true : undefined), 10_000)
+      console.log(`outage ${outageMs} ms: stable index ${before} when killed, the others at ${target} when it came back; it was there ${caughtUpMs} ms after restart`)
+      expect(caughtUpMs).toBeLessThanOrEqual(10_000)
+      refused = client.messages.filter((m) => m.type === 'error').length
+    } finally {
+      clearInterval(load)
+      client.close()
+    }
+    expect(refused).toBe(0)
+  }, 120_000)
+})

@@ -7,12 +7,13 @@
  * the relay took to serve again (recovery from its store) and to be ready
  * (caught up with the cluster and committing).
  *
- *   npm run soak -- [--minutes 30] [--rate 20] [--restart-every 5] [--sample-every 30] [--out FILE]
+ *   npm run soak -- [--minutes 30] [--rate 20] [--restart-every 5] [--sample-every 30] [--idle-minutes 0] [--out FILE]
  *
  * --rate: regular updates per second (one in ten is safe; 0: an idle
  * cluster, clients connected); --restart-every and --sample-every: minutes
- * and seconds (--restart-every 0: no restarts). --out writes the samples
- * and restarts as JSON.
+ * and seconds (--restart-every 0: no restarts). --idle-minutes: after
+ * the load, keep sampling the idle cluster this long and report its store
+ * and RSS growth. --out writes the samples and restarts as JSON.
  */
 import { readFileSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -27,9 +28,12 @@ const { values } = parseArgs({
     rate: { type: 'string', default: '20' },
     'restart-every': { type: 'string', default: '5' },
     'sample-every': { type: 'string', default: '30' },
+    'idle-minutes': { type: 'string', default: '0' },
     out: { type: 'string' },
   },
 })
+const idleMinutes = Number(values['idle-minutes'])
+if (!Number.isFinite(idleMinutes) || idleMinutes < 0) throw new Error('--idle-minutes must be 0 or more')
 const minutes = Number(values.minutes)
 const rate = Number(values.rate)
 const restartEveryMs = Number(values['restart-every']) * 60_000
@@ -167,17 +171,26 @@ try {
   }
   clearInterval(load)
   await sample()
-  const first = samples[1] ?? samples[0]
-  const last = samples[samples.length - 1]
-  if (first && last && last.minute > first.minute) {
+  const growth = (label: string, first: Sample | undefined, last: Sample | undefined): void => {
+    if (!first || !last || last.minute <= first.minute) return
     const span = last.minute - first.minute
+    console.log(`${label}, ${first.minute.toFixed(1)} → ${last.minute.toFixed(1)} min:`)
     for (const [k, r] of last.relays.entries()) {
       const f = first.relays[k] as RelaySample
-      console.log(`${r.relay}: store ${f.storeMb.toFixed(1)} → ${r.storeMb.toFixed(1)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(0)} → ${r.rssMb.toFixed(0)} MB`)
+      console.log(`  ${r.relay}: store ${f.storeMb.toFixed(2)} → ${r.storeMb.toFixed(2)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(1)} → ${r.rssMb.toFixed(1)} MB (${(r.rssMb - f.rssMb).toFixed(1)} MB)`)
     }
   }
+  growth('under load', samples[1] ?? samples[0], samples[samples.length - 1])
   console.log(`${updates} updates sent, ${failures} failed`)
-  if (values.out) writeFileSync(values.out, JSON.stringify({ rate, minutes, restartEveryMs, samples, restarts, updates, failures }, null, 2))
+  // Then the same cluster idle (clients still connected): what a quiet night costs.
+  const idleFrom = samples.length - 1
+  const idleEnd = Date.now() + idleMinutes * 60_000
+  while (Date.now() < idleEnd) {
+    await new Promise((r) => setTimeout(r, Math.min(sampleEveryMs, idleEnd - Date.now())))
+    await sample()
+  }
+  if (idleMinutes > 0) growth(`idle for ${idleMinutes} min`, samples[idleFrom], samples[samples.length - 1])
+  if (values.out) writeFileSync(values.out, JSON.stringify({ rate, minutes, idleMinutes, restartEveryMs, samples, restarts, updates, failures }, null, 2))
 } finally {
   await cluster.stop()
   process.exit(0)

@@ -151,8 +151,12 @@ export class ConsensusCore {
   private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
   /** Digests of blocks refused (bounded): their descendants are refused at once, and never fetched. */
   private readonly refused = new Set<string>()
-  /** The clock round at which we last asked a peer for the rounds we missed because a block was far ahead. */
-  private farAheadSyncAt = -1
+  /**
+   * The peer we are pulling missed rounds from (a `sync` whose answer has
+   * not come): blocks far ahead start one pull, not one each. Cleared by
+   * its last answer and at each sync tick (a lost request is asked again).
+   */
+  private pulling: number | null = null
   private syncTimerArmed = false
   private syncPeer = 0
   /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
@@ -276,11 +280,15 @@ export class ConsensusCore {
         break
       case 'blocks': {
         const sorted = [...message.blocks].sort((a, b) => a.header.round - b.header.round)
-        for (const block of sorted) this.receive(from, block, out)
+        // Commit and propose once the whole answer is in: a relay catching up through many
+        // rounds would otherwise sign a block for each round it passes, which nobody needs.
+        for (const block of sorted) this.receive(from, block, out, false)
+        this.commitAndPropose(out)
         // A full answer means more is waiting: keep pulling while behind.
         const last = sorted[sorted.length - 1]?.header.round ?? 0
         const size = sorted.reduce((n, b) => n + b.signed.bytes.length, 0)
-        if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: last } })
+        if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) this.pull(from, last, out)
+        else if (this.pulling === from) this.pulling = null
         break
       }
       case 'fetch': {
@@ -350,19 +358,21 @@ export class ConsensusCore {
 
   // ---- receiving blocks ----
 
-  private receive(from: number, block: Block, out: Output[]): void {
+  private receive(from: number, block: Block, out: Output[], settle = true): void {
     const { round } = block.header
     if (this.dag.has(block.digestHex) || this.sync.isParked(block.digestHex) || this.refused.has(block.digestHex)) return
     // At or below the GC round a block can never be ordered: nothing to do with it.
     if (round <= this.dag.gcRound) return
     if (round > this.dag.clockRound + this.maxRoundsAhead) {
-      // Either a flood or we fell far behind (a restart, a partition): ask for the rounds we
-      // missed, once per clock round, then blocks this far ahead fit again.
-      if (this.farAheadSyncAt !== this.dag.clockRound) {
-        this.farAheadSyncAt = this.dag.clockRound
-        out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: Math.max(this.dag.gcRound + 1, this.lastDecided) } })
-      }
-      return this.reject(from, 'too-large', `block round ${round} is too far ahead of ${this.dag.clockRound}`, out)
+      // Either a flood or we fell far behind (a restart, a partition): pull the rounds we
+      // missed, then blocks this far ahead fit again. Dropped unread (not even verified):
+      // being behind is not the sender's fault, and the pull brings the block again.
+      if (this.pulling === null) this.pull(from, Math.max(this.dag.gcRound + 1, this.lastDecided), out)
+      return
+    }
+    // Skipped when it came (see needsVerification), but taken now: the clock moved meanwhile.
+    if (!block.verified && !this.crypto.verify(this.committee.keys[block.header.author] as Uint8Array, block.signed.bytes, block.signed.sig)) {
+      return this.reject(from, 'bad-signature', `block of relay ${block.header.author} round ${round} has a bad signature`, out)
     }
     const refusedAncestor = block.header.ancestors.map(refOf).find((a) => this.refused.has(a.digestHex))
     if (refusedAncestor) return this.refuse(from, block, { reason: 'malformed', detail: `block of relay ${block.header.author} round ${round} builds on refused block ${refusedAncestor.digestHex.slice(0, 8)}` }, out)
@@ -372,11 +382,11 @@ export class ConsensusCore {
       if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
       if (fetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: fetch.map(fromHex) } })
       // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
-      if (round > this.dag.clockRound + 2) out.push({ type: 'send', to: from, message: { kind: 'sync', fromRound: this.dag.clockRound } })
+      if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(from, this.dag.clockRound, out)
       return
     }
     this.acceptChain(from, block, out)
-    this.commitAndPropose(out)
+    if (settle) this.commitAndPropose(out)
   }
 
   /** Ancestors neither in the DAG nor settled (genesis, or at or below the GC round). */
@@ -642,7 +652,24 @@ export class ConsensusCore {
     out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
   }
 
+  /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
+  private pull(peer: number, fromRound: number, out: Output[]): void {
+    this.pulling = peer
+    out.push({ type: 'send', to: peer, message: { kind: 'sync', fromRound } })
+  }
+
+  /**
+   * Whether a block needs its signature checked before `onMessage`: not one
+   * already held, parked or refused (same bytes, same digest), nor one
+   * `receive` drops unread (at or below the horizon, far ahead of the clock).
+   */
+  needsVerification(digestHex: string, round: number): boolean {
+    if (this.dag.has(digestHex) || this.sync.isParked(digestHex) || this.refused.has(digestHex)) return false
+    return round > this.dag.gcRound && round <= this.dag.clockRound + this.maxRoundsAhead
+  }
+
   private onSyncTick(out: Output[]): void {
+    this.pulling = null
     this.sync.tick()
     const mark = `${this.dag.clockRound}/${this.lastProposed}/${this.lastDecided}`
     const stuck = mark === this.progressMark

@@ -80,6 +80,8 @@ export interface Block {
   readonly header: BlockHeader
   readonly digest: Uint8Array
   readonly digestHex: string
+  /** Whether its signature was checked (or made here). The core checks an unchecked block before it takes it. */
+  readonly verified: boolean
 }
 
 export type Message =
@@ -120,7 +122,7 @@ export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: Blo
   const bytes = encode([BLOCK_TAG, header.round, header.author, header.ancestors.map((a) => [a.round, a.author, a.digest]), header.payload])
   const signed = { bytes, sig: crypto.sign(secretKey, bytes) }
   const digest = crypto.sha256(bytes)
-  return { signed, header, digest, digestHex: toHex(digest) }
+  return { signed, header, digest, digestHex: toHex(digest), verified: true }
 }
 
 /**
@@ -130,7 +132,14 @@ export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: Blo
  * the block's, genesis references well formed, a quorum at round - 1).
  * The DAG checks that the ancestors exist; the core checks the payload.
  */
-export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify = true): Block {
+/**
+ * Whether a block's signature needs checking, given its digest and round:
+ * a relay skips blocks it already holds (verified when they came first)
+ * and blocks it will drop unread (below its horizon, far ahead of it).
+ */
+export type VerifyFilter = (digestHex: string, round: number) => boolean
+
+export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: boolean | VerifyFilter = true): Block {
   const v = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
   if (v.length !== 5 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
   const round = expect.uint(v[1], 'block.round')
@@ -150,9 +159,11 @@ export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Sign
     if (p.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `block.payload[${i}] is ${p.length} bytes`)
     return p
   })
-  if (verify && !crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
   const digest = crypto.sha256(signed.bytes)
-  return { signed, header: { round, author, ancestors, payload }, digest, digestHex: toHex(digest) }
+  const digestHex = toHex(digest)
+  const check = typeof verify === 'function' ? verify(digestHex, round) : verify
+  if (check && !crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
+  return { signed, header: { round, author, ancestors, payload }, digest, digestHex, verified: check }
 }
 
 /** The ancestor rules of a block, which need no other block (Sui's block verifier). Null when they hold. */
@@ -196,21 +207,22 @@ export function encodeMessage(m: Message): Uint8Array {
 }
 
 /**
- * Decodes and fully verifies a mesh message (every block's signature and
- * ancestor rules). Throws SteadError with a reason; the consensus core only
- * ever sees verified messages.
+ * Decodes and verifies a mesh message (every block's signature and
+ * ancestor rules; with `verify`, the signatures of the blocks it selects:
+ * the core drops the others unread). Throws SteadError with a reason; the
+ * consensus core only ever acts on verified blocks.
  */
-export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS): Message {
+export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: VerifyFilter | true = true): Message {
   const v = expect.array(decode(bytes, limits.maxMessageBytes), 'message', 8)
   switch (v[0]) {
     case 'block':
-      return { kind: 'block', block: openBlock(crypto, committee, asSigned(v[1]), limits) }
+      return { kind: 'block', block: openBlock(crypto, committee, asSigned(v[1]), limits, verify) }
     case 'fetch':
       return { kind: 'fetch', digests: expect.array(v[1], 'fetch.digests', limits.maxFetchDigests).map((d, i) => expect.bytes(d, `fetch.digests[${i}]`, 32)) }
     case 'sync':
       return { kind: 'sync', fromRound: expect.uint(v[1], 'sync.fromRound') }
     case 'blocks':
-      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).map((b) => openBlock(crypto, committee, asSigned(b), limits)) }
+      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).map((b) => openBlock(crypto, committee, asSigned(b), limits, verify)) }
     case 'wake':
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     default:
