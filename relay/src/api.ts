@@ -621,6 +621,10 @@ class Session implements Subscriber {
         const had = this.feeds.get(message.space)
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
+        this.feeds.delete(message.space)
+        // Older than the commits kept here: the client starts again from a verified snapshot.
+        const start = this.node.feedStart(message.space)
+        if (start !== undefined && message.fromIndex < start) return this.send({ type: 'pruned', space: message.space, from: start })
         const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this, message.frames !== false)
         this.feeds.delete(message.space)
         this.feeds.set(message.space, { feed, unsubscribe, idle: false })

@@ -49,6 +49,8 @@ interface StartOptions {
   leaderTimeoutMs?: number
   memoryBudgetMb?: number
   snapshotEvery?: number
+  retainRounds?: number
+  retainUpdates?: number
   limit?: string[]
   logLevel: LogLevel
 }
@@ -112,6 +114,9 @@ async function start(options: StartOptions): Promise<void> {
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
     ...(o.snapshotEvery === undefined ? {} : { snapshotEveryBatches: o.snapshotEvery }),
+    ...(o.retainRounds === undefined && o.retainUpdates === undefined
+      ? {}
+      : { retention: { ...(o.retainRounds === undefined ? {} : { blockRounds: o.retainRounds }), ...(o.retainUpdates === undefined ? {} : { updates: o.retainUpdates }) } }),
     ...(tls ? { tls } : {}),
   })
   if (state.signal) stopRelay(state.relay, logger, state.signal)
@@ -201,6 +206,8 @@ Examples:
     .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')
     .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))
     .addOption(new Option('--snapshot-every <batches>', 'snapshot the spaces\' audit state after this many committed batches, or a minute after the last (default 1000): what a restart replays at most').argParser(wholeNumber(1, 1_000_000, 'batches')))
+    .addOption(new Option('--retain-rounds <rounds>', 'consensus rounds of blocks kept for relays that fell behind (default 20000); older ones are deleted at each snapshot').argParser(wholeNumber(200, 1_000_000_000, 'rounds')))
+    .addOption(new Option('--retain-updates <n>', 'per space, stable indexes of commits kept for clients resuming (default 1000000); a client further behind starts from a verified snapshot').argParser(wholeNumber(1, 1_000_000_000_000, 'updates')))
     .option('--limit <name=value>', 'set a client API limit (repeatable), e.g. --limit maxSessionsPerKey=8; names and defaults: relay/README.md', repeatable)
     .addOption(new Option('--byzantine <mode>', 'misbehave on purpose, for tests and demos only').choices(BYZANTINE_STRATEGIES))
   for (const option of timingOptions()) startCmd.addOption(option)

@@ -74,6 +74,8 @@ export interface RelayNodeOptions {
    * since.
    */
   readonly snapshotEveryBatches?: number
+  /** How much history the store keeps past what recovery needs (pruned with each snapshot). */
+  readonly retention?: Retention
   /** Called when the event loop fails (a store write failed); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
 }
@@ -98,6 +100,19 @@ const SNAPSHOT_INTERVAL_MS = 60_000
 const MAX_VERDICTS = 20_000
 /** What a cached verdict holds beyond its frame: the decoded envelope's objects and the cache key. */
 const VERDICT_BYTES = 2048
+
+/**
+ * What a relay keeps beyond its latest snapshot, so others can catch up by
+ * range instead of from a snapshot.
+ */
+export interface Retention {
+  /** Consensus rounds of blocks kept for peers that fell behind (default 20,000; at least 4 × the GC depth). */
+  readonly blockRounds?: number
+  /** Per space, how many stable indexes of attested commits are kept for clients resuming (default 1,000,000). */
+  readonly updates?: number
+}
+
+export const DEFAULT_RETENTION = { blockRounds: 20_000, updates: 1_000_000 } as const
 
 /** Writes issued and not yet on disk past which the event loop waits for the disk. */
 const MAX_WRITES_IN_FLIGHT = 32
@@ -342,6 +357,11 @@ export class RelayNode {
    * pace, and `committed` tells it when there is more to read. Without
    * `frames` the feed carries attestations only.
    */
+  /** The stable index a space's commit feed starts from here (above 0 once older commits were pruned), or undefined if it has none. */
+  feedStart(space: string): number | undefined {
+    return this.store.feedStart(space)
+  }
+
   subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true): { feed: CommitFeed; unsubscribe: () => void } {
     let set = this.subscribers.get(space)
     if (!set) this.subscribers.set(space, (set = new Set()))
@@ -643,15 +663,23 @@ export class RelayNode {
     const now = Date.now()
     if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < SNAPSHOT_INTERVAL_MS) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
-    const spaces = [...this.changedSinceSnapshot].map((space) =>
+    const changed = [...this.changedSinceSnapshot]
+    const spaces = changed.map((space) =>
       encodeSpaceSnapshot({ space, checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(), lastAttested: this.lastAttested.get(space) ?? 0 }),
     )
     this.changedSinceSnapshot.clear()
     this.batchesSinceSnapshot = 0
     this.lastSnapshotAt = now
     this.metrics.snapshots.inc()
-    // Recovery reads commit records from 2 * gcDepth rounds below the last one on (RelayStore.recover).
-    return { spaces, commitsBelow: this.core.committedRound - 2 * (this.options.gcDepth ?? GC_DEPTH) }
+    // Recovery reads commit records (and blocks) from 2 * gcDepth rounds below the last one on (RelayStore.recover).
+    const gcDepth = this.options.gcDepth ?? GC_DEPTH
+    const keepRounds = Math.max(4 * gcDepth, this.options.retention?.blockRounds ?? DEFAULT_RETENTION.blockRounds)
+    const keepUpdates = Math.max(1, this.options.retention?.updates ?? DEFAULT_RETENTION.updates)
+    const feedBelow = changed.flatMap((space): Array<readonly [string, number]> => {
+      const index = (this.replicas.get(space) as ReliableReplica).stableIndex - keepUpdates
+      return index > 0 ? [[space, index]] : []
+    })
+    return { spaces, commitsBelow: this.core.committedRound - 2 * gcDepth, blocksBelow: this.core.committedRound - keepRounds, feedBelow }
   }
 
   private restoreSpace(s: SpaceSnapshot): void {

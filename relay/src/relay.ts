@@ -6,7 +6,7 @@ import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
 import { relayLogger } from './logging.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
-import { RelayNode, relayCrypto } from './node.ts'
+import { RelayNode, relayCrypto, type Retention } from './node.ts'
 import { apiHostPort, explainListenFailure, isListenFailure, meshHostPort, type Listener } from './ports.ts'
 
 export interface RunRelayOptions {
@@ -27,6 +27,8 @@ export interface RunRelayOptions {
   readonly memoryBudgetBytes?: number
   /** Committed batches between snapshots of the spaces' audit state (default 1,000; see RelayNodeOptions). */
   readonly snapshotEveryBatches?: number
+  /** History kept past the latest snapshot (see RelayNodeOptions.retention). */
+  readonly retention?: Retention
 }
 
 export interface RunningRelay {
@@ -69,6 +71,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
     ...(o.snapshotEveryBatches ? { snapshotEveryBatches: o.snapshotEveryBatches } : {}),
+    ...(o.retention ? { retention: o.retention } : {}),
   })
   const { host, port } = apiHostPort(entry.api)
   const listeners: { mesh?: Listener; api: Listener } = {

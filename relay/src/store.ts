@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { decode, encode, type Signed } from '@stead/core'
 import { open, type Database, type Key, type RootDatabase } from 'lmdb'
 import { openBlock, type Block, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
@@ -42,6 +43,10 @@ export interface SnapshotWrite {
   readonly spaces: ReadonlyArray<{ readonly space: string; readonly bytes: Uint8Array }>
   /** Consensus commit records of rounds below this are no longer needed to recover (see recover). */
   readonly commitsBelow: number
+  /** Blocks of rounds below this go (the retention window for peers catching up by range); this relay's latest own block stays. */
+  readonly blocksBelow: number
+  /** Per space, the attested commits that start below this stable index go (the retention window for clients resuming). */
+  readonly feedBelow: ReadonlyArray<readonly [space: string, index: number]>
 }
 
 /** The latest snapshot: every space's state as of committed batch `batch`; replay the batches after it. */
@@ -196,6 +201,35 @@ export class RelayStore {
     // Keys are collected first: a cursor does not walk a range it is deleting from.
     for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.removeSync(key as [number, number])
     for (const key of [...this.commits.getKeys({ end: snap.commitsBelow })]) this.commits.removeSync(key as number)
+    this.pruneBlocks(snap.blocksBelow)
+    for (const [space, index] of snap.feedBelow) this.pruneFeed(space, index)
+  }
+
+  private pruneBlocks(below: number): void {
+    for (const key of [...this.blocks.getKeys({ end: [below, 0, ''] })]) {
+      this.blocks.removeSync(key)
+      this.digests.removeSync(key[2])
+    }
+    let latest = 0
+    for (const key of this.own.getKeys({ reverse: true, limit: 1 })) latest = key as number
+    for (const { key, value } of [...this.own.getRange({ end: Math.min(below, latest) })]) {
+      const [bytes] = decode(value, RECORD_LIMIT) as [Bytes]
+      this.digests.removeSync(createHash('sha256').update(bytes).digest('hex'))
+      this.own.removeSync(key)
+    }
+  }
+
+  private pruneFeed(space: string, below: number): void {
+    for (const key of [...this.attest.getKeys({ start: [space, 0, 0], end: [space, below, 0] })]) {
+      const [, fromIndex, round] = key as [string, number, number]
+      for (const chunk of [...this.attestChunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.attestChunks.removeSync(chunk as [string, number, number, number])
+      this.attest.removeSync(key as [string, number, number])
+    }
+  }
+
+  /** The stable index a space's stored commits start from (0 until some were pruned), or undefined for a space with none. */
+  feedStart(space: string): number | undefined {
+    return this.commitAt(space, [0, 0])?.position[0]
   }
 
   private snapshotBatch(): number {

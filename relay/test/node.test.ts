@@ -133,3 +133,34 @@ describe('the relay event loop', () => {
     expect(attested('t', 3).prevRound).toBe(attested('t', 2).round)
   })
 })
+
+describe('retention', () => {
+  it('deletes blocks below the retention window and commits a space no longer keeps, still restarts to the same state, and tells a subscriber from too far back', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
+    const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
+    // GC depth 2: at least 8 rounds of blocks are kept; 3 stable indexes of commits per space.
+    const options = { snapshotEveryBatches: 2, gcDepth: 2, retention: { blockRounds: 1, updates: 3 } }
+    const first = soloRelay(dir, options).node
+    await first.start()
+    for (let seq = 1; seq <= 30; seq++) await decided(first, await deposit(seq))
+    const { store, onDisk } = first as unknown as { store: RelayStore; onDisk: Promise<void> }
+    await onDisk
+    const committed = first.status().committedRound as number
+    const crypto = { sha256: (b: Uint8Array) => nodeCrypto.sha256(b), verify: () => true, sign: () => new Uint8Array(64) }
+    const committee = first.committee
+    expect(store.blocksInRounds(crypto as never, committee, 1, committed - 12, 1000, 1 << 30)).toEqual([])
+    expect(store.blocksInRounds(crypto as never, committee, committed - 8, committed, 1000, 1 << 30).length).toBeGreaterThan(0)
+    // Commits of 's' are kept from a stable index 3 below the last snapshot's on.
+    const start = store.feedStart('s') as number
+    expect(start).toBeGreaterThan(20)
+    const head = first.stableHead('s')
+    await first.stop()
+    nodes.splice(nodes.indexOf(first), 1)
+    const second = soloRelay(dir, options).node
+    await second.start()
+    expect(second.stableHead('s')).toEqual(head)
+    expect(second.feedStart('s')).toBe(start)
+    await decided(second, await deposit(31))
+    expect(second.stableHead('s').index).toBe(31)
+  })
+})

@@ -71,8 +71,14 @@ export class RelayIntake {
   private applyRun: Promise<void> | undefined
   private applyAgain = false
   private closed = false
-  /** A space opened with nothing stored first asks for a verified snapshot; commits are followed once that settles. */
+  /**
+   * A space opened with nothing stored first asks for a verified snapshot;
+   * so does one whose position the relays no longer keep commits for
+   * (`pruned`). Commits are followed once that settles.
+   */
   private bootstrap: 'due' | 'running' | 'settled'
+  /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
+  private pruned: { from: number; retryAt: number; problem?: string } | undefined
 
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
@@ -84,7 +90,7 @@ export class RelayIntake {
   /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
-    if (this.bootstrap === 'due') this.startBootstrap()
+    if (this.bootstrap === 'due' && !this.pruned) this.startBootstrap()
     if (this.bootstrap !== 'settled') return
     const preferred = this.byPreference().filter((l) => l.relay === link.relay || l.relay === this.source)[0]
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
@@ -110,28 +116,56 @@ export class RelayIntake {
         (err: unknown) => this.o.space.emitError(err instanceof SteadError ? err : new SteadError('malformed', `a verified snapshot could not be adopted: ${String(err)}`)),
       )
       .finally(() => {
-        this.bootstrap = 'settled'
         if (this.closed) return
+        if (this.pruned) {
+          // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
+          this.bootstrap = 'due'
+          this.pruned.retryAt = this.o.now() + this.o.resubmitAfterMs
+          this.pruned.problem = `the relays keep commits of ${this.o.space.space} only from stable index ${this.pruned.from} on, and no snapshot f+1 relays vouch for could be had yet; retrying`
+          this.o.space.setProblem(this.pruned.problem)
+          return
+        }
+        this.bootstrap = 'settled'
         for (const link of this.byPreference()) this.ready(link)
       })
+  }
+
+  /**
+   * The relay keeps this space's commits only from stable index `from` on,
+   * past our position: start again from a verified snapshot.
+   */
+  prunedAt(from: number): void {
+    if (this.closed || from <= this.o.space.position.stableIndex || this.bootstrap === 'running') return
+    this.pruned = { from, retryAt: 0 }
+    this.startBootstrap()
   }
 
   /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
   private async adopt(snapshot: VerifiedSnapshot): Promise<void> {
     const { space, outbox, records } = this.o
-    // Only a space with nothing stable is replaced (a commit cannot have come meanwhile: nothing was followed).
-    if (space.position.stableIndex !== 0 || space.position.lastRound !== 0) return
-    const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, snapshot.attestation.round)
+    const a = snapshot.attestation
+    // A fresh space takes any snapshot; one the relays pruned past takes one ahead of it (nothing is followed meanwhile).
+    const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
+    if (!fresh && (!this.pruned || a.toIndex < this.pruned.from)) return
+    const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, a.round)
+    const decidedOwn: Envelope[] = []
     for (const env of space.replica.pendingEnvelopes()) {
       const own = outbox.has(env.idHex)
-      // One of this client's envelopes decided inside the snapshot: its outcome is only in the commits, so replay them.
       if (replica.decided(env)) {
-        if (own) return
+        // One of this client's envelopes decided inside the snapshot: its outcome is only in the
+        // commits. A fresh space replays them instead; past the retention window they are gone.
+        if (own && fresh) return
+        if (own) decidedOwn.push(env)
         continue
       }
       replica.receive(env, own ? {} : { expires: true })
     }
-    const position = { stableIndex: snapshot.attestation.toIndex, lastRound: snapshot.attestation.round }
+    if (this.pruned?.problem !== undefined && space.status.problem === this.pruned.problem) space.setProblem(undefined)
+    this.pruned = undefined
+    for (const env of decidedOwn) {
+      await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
+    }
+    const position = { stableIndex: a.toIndex, lastRound: a.round }
     space.adopt(replica, position)
     this.quorum?.prune(position)
     try {
@@ -145,6 +179,7 @@ export class RelayIntake {
 
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
   tick(): void {
+    if (this.pruned && this.bootstrap === 'due' && this.o.now() >= this.pruned.retryAt) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {

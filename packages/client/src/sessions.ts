@@ -227,6 +227,7 @@ export class RelaySessions {
       case 'envelope':
       case 'commit':
       case 'attest':
+      case 'pruned':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

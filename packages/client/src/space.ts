@@ -740,8 +740,8 @@ export class Space {
     this.settledListeners.emit(() => update)
   }
 
-  /** @internal A problem `status` reports from now on. */
-  setProblem(p: string): void {
+  /** @internal A problem `status` reports from now on (undefined: it is over). */
+  setProblem(p: string | undefined): void {
     this.problem = p
     this.emitStatus()
   }

@@ -105,6 +105,7 @@ export class RelayUpstream implements Upstream, SessionMember {
   message(link: RelayLink, m: RelayMessage): void {
     if (this.closed) return
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
+    else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
   }
 

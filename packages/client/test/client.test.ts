@@ -941,6 +941,27 @@ describe('starting from a verified snapshot', () => {
     expect(await mine).toMatchObject({ status: 'committed' })
   })
 
+  it('a client back after the relays pruned past its position starts again from a verified snapshot, its own envelope decided meanwhile settled', async () => {
+    const { c, writer } = await history(5)
+    const dir = mkdtempSync(join(tmpdir(), 'stead-client-'))
+    const away = await client(c, { storage: lmdbStorage(dir) })
+    await until('caught up', () => away.counter('acct').stable === 5)
+    // Sent and queued, then the app closes before it commits.
+    void away.counter('acct').increment(100).catch(() => undefined)
+    await until('queued at the relays', () => c.queuedCount === 1)
+    await shutdown(away)
+    const stop = c.autoCommit(2)
+    for (let i = 0; i < 10; i++) await writer.counter('acct').increment(1, { safe: true })
+    stop()
+    c.pruneBelow(c.latestSnapshot()!.fromIndex)
+    c.snapshotRequests.length = 0
+    const back = await client(c, { storage: lmdbStorage(dir) })
+    await until('back at the stable state', () => back.counter('acct').stable === 115 && back.status.pending === 0, 15_000)
+    expect(back.counter('acct').value).toBe(115)
+    expect(c.snapshotRequests.some((q) => q.path.endsWith('/snapshot'))).toBe(true)
+    expect(back.status.problem).toBeUndefined()
+  })
+
   for (const mode of ['forge-snapshot', 'mismatched-snapshot'] as const) {
     it(`refuses a relay that serves a forged snapshot (${mode}), reports it, and starts from a true one`, async () => {
       const { c } = await history(12)

@@ -21,6 +21,7 @@
  * - `unauthenticated`: the session has not proven its key yet
  * - `closed`: the object was closed and cannot be used any more
  * - `untrusted`: a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
+ * - `pruned`: the relays no longer keep the history asked for (older than their retention window); what it decided is in the stable state
  */
 export const ERROR_REASONS = [
   'malformed',
@@ -42,6 +43,7 @@ export const ERROR_REASONS = [
   'unauthenticated',
   'closed',
   'untrusted',
+  'pruned',
 ] as const
 
 /** Why something was refused or failed: one of {@link ERROR_REASONS}, each explained there. */

@@ -154,6 +154,18 @@ export type RelayMessage =
       readonly more: boolean
     }
   | {
+      /**
+       * The answer to a `subscribe` from a stable index older than this
+       * relay keeps commits for (its retention window): the client starts
+       * again from a verified snapshot.
+       */
+      readonly type: 'pruned'
+      /** The space. */
+      readonly space: string
+      /** The oldest stable index this relay's commit feed starts from. */
+      readonly from: number
+    }
+  | {
       /** The answer to `ping`. */
       readonly type: 'pong'
       /** The ping's `n`. */
@@ -441,6 +453,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encodeCommitFrame(m.space, m.attestation, encode(m.envelopes), m.more === true)
     case 'commit-more':
       return encodeCommitFrame(m.space, undefined, encode(m.envelopes), m.more)
+    case 'pruned':
+      return encode(['pruned', m.space, m.from])
     case 'pong':
       return encode(['pong', m.n])
   }
@@ -479,6 +493,8 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
     }
     case 'commit-more':
       return { type: 'commit-more', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelopes: envelopeFrames(v[2]), more: expect.boolean(v[3], 'commit-more.more') }
+    case 'pruned':
+      return { type: 'pruned', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), from: expect.uint(v[2], 'from') }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n') }
     default:

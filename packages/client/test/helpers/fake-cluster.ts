@@ -186,6 +186,15 @@ export class FakeCluster {
     return last && { bytes: last.bytes, fromIndex: last.fromIndex, round: last.round, state: this.audit.auditState() }
   }
 
+  /** The stable index subscriptions may start from: older commits were pruned (see pruneBelow). */
+  feedStart = 0
+
+  /** Forgets the commits that start below stable index `index`, as relays past their retention window do. */
+  pruneBelow(index: number): void {
+    this.feedStart = index
+    this.log.splice(0, this.log.length, ...this.log.filter((e) => e.fromIndex >= index))
+  }
+
   /** Snapshot and attestation requests the relays answered, in order (path and relay). */
   readonly snapshotRequests: Array<{ relay: number; path: string }> = []
 
@@ -337,6 +346,7 @@ class FakeSession {
     }
     if (!this.authenticated) return
     if (m.type === 'subscribe') {
+      if (m.fromIndex < this.cluster.feedStart) return this.send({ type: 'pruned', space: m.space, from: this.cluster.feedStart })
       this.subscribed = true
       this.frames = m.frames !== false
       for (const entry of this.cluster.log) if (entry.fromIndex >= m.fromIndex) this.sendCommit(entry)
