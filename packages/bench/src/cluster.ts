@@ -7,6 +7,8 @@ import { generateIdentity, writeIdentity } from '@stead/relay'
 import { freePort, sleep, stopRelays, waitHealthy } from '@stead/relay/testing'
 
 const RELAY_BIN = resolve(import.meta.dirname, '../../../relay/bin/stead-relay.mjs')
+/** The compiled relay, as the npm package runs it (`npm run build` first). */
+export const RELAY_DIST = resolve(import.meta.dirname, '../../../relay/dist/cli.js')
 const PLAIN_BIN = resolve(import.meta.dirname, '../bin/plain-relay.mjs')
 const PROFILED_RELAY_BIN = resolve(import.meta.dirname, '../bin/profiled-relay.mjs')
 
@@ -22,6 +24,8 @@ export interface ClusterSpec {
   readonly logLevel?: string
   /** Run relay 0 with a CPU profiler that profileWindow() switches on and off (Stead relays only). */
   readonly profile?: boolean
+  /** Run the compiled relay (RELAY_DIST) instead of the sources: start-up as installed from npm. */
+  readonly dist?: boolean
 }
 
 /** The cluster descriptor clients pin: what /v1/cluster serves. */
@@ -94,7 +98,7 @@ export class BenchCluster {
 
   private spawn(i: number): void {
     const r = this.relays[i] as BenchRelay
-    const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : RELAY_BIN
+    const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : this.spec.dist ? RELAY_DIST : RELAY_BIN
     const args =
       this.spec.kind === 'stead'
         ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]

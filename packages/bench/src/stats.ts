@@ -39,3 +39,10 @@ export function round(v: number, digits = 3): number {
   const m = 10 ** digits
   return Math.round(v * m) / m
 }
+
+/** The median of a few measurements (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b)
+  const mid = s.length >> 1
+  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2
+}
