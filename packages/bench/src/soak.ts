@@ -51,6 +51,8 @@ interface RelaySample {
   readonly up: boolean
   readonly storeMb: number
   readonly rssMb: number
+  /** V8 heap in use (from /v1/status): RSS that only grows while this stays flat is the allocator, not a leak. */
+  readonly heapMb: number
   readonly round: number
   readonly committedRound: number
 }
@@ -131,13 +133,14 @@ try {
         up: pid !== undefined,
         storeMb: statSync(join(r.data, 'data.mdb')).size / 1e6,
         rssMb: pid ? rssMb(pid) : NaN,
+        heapMb: Number((status['process'] as { heapUsed?: number } | undefined)?.heapUsed ?? NaN) / 1e6,
         round: Number(status['round'] ?? NaN),
         committedRound: Number(status['committedRound'] ?? NaN),
       })
     }
     const s = { minute: Number(minute().toFixed(2)), updates, relays }
     samples.push(s)
-    console.log(`${s.minute.toFixed(1).padStart(6)} min  ${String(updates).padStart(7)} updates  ${relays.map((r) => `${r.relay} ${r.storeMb.toFixed(1)} MB store, ${r.rssMb.toFixed(0)} MB RSS, round ${r.round}`).join(' | ')}`)
+    console.log(`${s.minute.toFixed(1).padStart(6)} min  ${String(updates).padStart(7)} updates  ${relays.map((r) => `${r.relay} ${r.storeMb.toFixed(1)} MB store, ${r.rssMb.toFixed(0)} MB RSS (heap ${r.heapMb.toFixed(0)}), round ${r.round}`).join(' | ')}`)
   }
 
   let next = 1
@@ -177,7 +180,7 @@ try {
     console.log(`${label}, ${first.minute.toFixed(1)} → ${last.minute.toFixed(1)} min:`)
     for (const [k, r] of last.relays.entries()) {
       const f = first.relays[k] as RelaySample
-      console.log(`  ${r.relay}: store ${f.storeMb.toFixed(2)} → ${r.storeMb.toFixed(2)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(1)} → ${r.rssMb.toFixed(1)} MB (${(r.rssMb - f.rssMb).toFixed(1)} MB)`)
+      console.log(`  ${r.relay}: store ${f.storeMb.toFixed(2)} → ${r.storeMb.toFixed(2)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(1)} → ${r.rssMb.toFixed(1)} MB (${(r.rssMb - f.rssMb).toFixed(1)} MB), heap ${f.heapMb.toFixed(1)} → ${r.heapMb.toFixed(1)} MB`)
     }
   }
   growth('under load', samples[1] ?? samples[0], samples[samples.length - 1])
