@@ -694,7 +694,7 @@ export class RelayNode {
 
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
-    return { space, authorize: this.authorizeFor(space), auditOnly: true }
+    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0 }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -799,15 +799,8 @@ export class RelayNode {
       const result = replica.commit(group?.envs ?? [], anchorRound)
       this.changedSinceSnapshot.add(space)
       // Every stable value an object took, kept for good: replicas hold only the latest entries.
-      if (history && result.stableIndex > fromIndex) {
-        for (const key of result.changed) {
-          const h = replica.history(key)
-          for (let i = h.length - 1; i >= 0 && (h[i] as { index: number }).index > fromIndex; i--) {
-            const e = h[i] as { index: number; value: unknown }
-            history.push({ space, key, index: e.index, value: e.value })
-          }
-        }
-      }
+      // Every stable value an object took, kept for good (the replica keeps none in memory).
+      if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
       for (const d of result.decisions) {
         const watchers = this.decidedWatchers.get(d.env.idHex)
         if (watchers) {

@@ -83,6 +83,8 @@ export interface CommitResult {
   readonly stableIndex: number
   /** Keys whose prospective or stable value may have changed. */
   readonly changed: ReadonlySet<string>
+  /** Every stable value an object took in this commit, in order (whatever `historyLimit` keeps in memory). */
+  readonly history: ReadonlyArray<{ readonly key: string; readonly index: number; readonly value: unknown }>
 }
 
 /** A point in a replica's pending set (see `ReliableReplica.pendingMark`). */
@@ -115,7 +117,7 @@ export interface ReplicaOptions {
   readonly space: string
   /** The space's write policy, applied by the audit (every replica of the space must use the same). Default: anyone may write. */
   readonly authorize?: Authorize
-  /** Stable history entries kept in memory per object (older ones live in the store). */
+  /** Stable history entries kept in memory per object (older ones live in the store); 0 keeps none (relays store each commit's `history`). */
   readonly historyLimit?: number
   /**
    * How far (in commit positions: consensus rounds when the caller passes
@@ -226,6 +228,8 @@ export class ReliableReplica {
   /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
   private arrived = 0
   private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
+  /** The stable values objects took in the commit being run (CommitResult.history). */
+  private committed: Array<{ key: string; index: number; value: unknown }> = []
   /** Leaves of the state hash, recomputed for what commits touched (see state.ts). */
   private readonly objectLeaves = new DigestIndex()
   private readonly authorLeaves = new DigestIndex()
@@ -566,12 +570,13 @@ export class ReliableReplica {
     this.commits = at === undefined ? this.commits + 1 : Math.max(this.commits, at)
     const decisions: Decision[] = []
     const changed = new Set<string>()
+    this.committed = []
     if (batch.length > 0) this.newPendingEpoch()
     for (const env of batch) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
     // Local news, like discard(): no decision, the stable path is untouched.
     for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
-    return { decisions, stableIndex: this.index, changed }
+    return { decisions, stableIndex: this.index, changed, history: this.committed }
   }
 
   private audit(env: Envelope, decisions: Decision[], changed: Set<string>): void {
@@ -827,9 +832,12 @@ export class ReliableReplica {
   }
 
   private appendHistory(key: string, index: number): void {
+    const value = (this.stableObjects.get(key) as Obj).crdt.value()
+    this.committed.push({ key, index, value })
+    if (this.historyLimit === 0) return
     let h = this.histories.get(key)
     if (!h) this.histories.set(key, (h = []))
-    h.push({ index, value: (this.stableObjects.get(key) as Obj).crdt.value() })
+    h.push({ index, value })
     if (h.length > this.historyLimit) h.splice(0, h.length - this.historyLimit)
   }
 

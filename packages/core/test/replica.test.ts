@@ -396,6 +396,25 @@ describe('reliable replica: checkpoints', () => {
   })
 })
 
+describe('reliable replica: history', () => {
+  it('reports every stable value objects took in a commit, several of one key too, whatever it keeps in memory (none with historyLimit 0)', async () => {
+    const kept = new ReliableReplica({ space: SPACE })
+    const none = new ReliableReplica({ space: SPACE, historyLimit: 0, auditOnly: true })
+    const batch = [await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('c', 3), inc('d', 1)] }), await seal(0, 2, { updates: [inc('c', 1)] })]
+    const expected = [
+      { key: 'c', index: 1, value: 2 },
+      { key: 'c', index: 2, value: 5 },
+      { key: 'd', index: 2, value: 1 },
+      { key: 'c', index: 3, value: 6 },
+    ]
+    expect(kept.commit(batch).history).toEqual(expected)
+    expect(none.commit(batch).history).toEqual(expected)
+    expect(kept.history('c').map((h) => h.value)).toEqual([2, 5, 6])
+    expect(none.history('c')).toEqual([])
+    expect(none.commit([]).history).toEqual([])
+  })
+})
+
 describe('reliable replica: audit state (what attestations hash, what bootstrap starts from)', () => {
   const sha = (b: Uint8Array) => nodeCrypto.sha256(b)
   const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: sha, verify: () => true }, [signed.bytes, signed.sig])
