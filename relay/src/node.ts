@@ -95,6 +95,13 @@ const GC_DEPTH = 50
 
 /** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
 const SNAPSHOT_INTERVAL_MS = 60_000
+/**
+ * Committed envelope bytes after which a snapshot is due even within
+ * `snapshotEveryBatches` (a few large batches can carry a long history):
+ * at least this, or as much as the last snapshot wrote, so a restart
+ * replays O(state) and snapshots cost no more than the updates they cover.
+ */
+const SNAPSHOT_MIN_REPLAY_BYTES = 4 * 1024 * 1024
 
 /** Envelope verdicts kept (see open): about ten seconds of envelopes at a busy relay's pace. */
 const MAX_VERDICTS = 20_000
@@ -182,6 +189,9 @@ export class RelayNode {
   /** Spaces the audit changed since the last snapshot, and how many batches and when that was. */
   private readonly changedSinceSnapshot = new Set<string>()
   private batchesSinceSnapshot = 0
+  /** Envelope bytes of those batches (what a restart would replay), and the size of the last snapshot written. */
+  private bytesSinceSnapshot = 0
+  private lastSnapshotBytes = 0
   private lastSnapshotAt = Date.now()
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
   private readonly creating = new Map<string, number>()
@@ -240,6 +250,7 @@ export class RelayNode {
     for (const b of this.store.committedBatches(snapshot?.batch ?? 0)) {
       this.audit(b.anchorRound, b.frames)
       batches++
+      this.bytesSinceSnapshot += frameBytes(b.frames)
     }
     this.batchesSinceSnapshot = batches
     this.log.info(
@@ -620,7 +631,7 @@ export class RelayNode {
             write.attestations.push(...attestations)
           }
         }
-        const snapshot = this.snapshotDue(write.batches.length)
+        const snapshot = this.snapshotDue(write.batches)
         // Persist, then speak, without stopping to listen: the write is issued now (LMDB commits
         // writes in the order issued, several in one sync when they queue up), the next events
         // run meanwhile, and what others may act on waits until this write and every earlier
@@ -657,11 +668,16 @@ export class RelayNode {
    * written with the drain's batches, in the same transaction, so a
    * snapshot is always exactly "after batch n".
    */
-  private snapshotDue(newBatches: number): SnapshotWrite | undefined {
-    this.batchesSinceSnapshot += newBatches
+  private snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>): SnapshotWrite | undefined {
+    this.batchesSinceSnapshot += newBatches.length
+    for (const b of newBatches) this.bytesSinceSnapshot += frameBytes(b.frames)
     if (this.changedSinceSnapshot.size === 0) return undefined
     const now = Date.now()
-    if (this.batchesSinceSnapshot < (this.options.snapshotEveryBatches ?? 1000) && now - this.lastSnapshotAt < SNAPSHOT_INTERVAL_MS) return undefined
+    const due =
+      this.batchesSinceSnapshot >= (this.options.snapshotEveryBatches ?? 1000) ||
+      this.bytesSinceSnapshot >= Math.max(SNAPSHOT_MIN_REPLAY_BYTES, this.lastSnapshotBytes) ||
+      now - this.lastSnapshotAt >= SNAPSHOT_INTERVAL_MS
+    if (!due) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
     const changed = [...this.changedSinceSnapshot]
     const spaces = changed.map((space) =>
@@ -669,6 +685,8 @@ export class RelayNode {
     )
     this.changedSinceSnapshot.clear()
     this.batchesSinceSnapshot = 0
+    this.bytesSinceSnapshot = 0
+    this.lastSnapshotBytes = spaces.reduce((n, x) => n + x.bytes.length, 0)
     this.lastSnapshotAt = now
     this.metrics.snapshots.inc()
     // Recovery reads commit records (and blocks) from 2 * gcDepth rounds below the last one on (RelayStore.recover).
@@ -898,6 +916,12 @@ export class RelayNode {
     this.verifiedBytes += bytes
     return v
   }
+}
+
+function frameBytes(frames: readonly Uint8Array[]): number {
+  let n = 0
+  for (const f of frames) n += f.length
+  return n
 }
 
 /** A fresh 32-byte nonce for a client challenge. */

@@ -8,10 +8,14 @@
  * says it read), and a new SDK client opens the space (time until it shows
  * the stable state, bytes it downloaded against the snapshot's size).
  *
- *   npm run bench:history -- [--updates 1000000] [--small 1000] [--ops 100] [--keys 1000] [--restarts 3] [--dist] [--out FILE]
+ *   npm run bench:history -- [--updates 1000000] [--small 1000] [--ops 100] [--keys 1000] [--rate 300] [--restarts 3] [--dist] [--out FILE]
  *
  * An update is one counter increment on one of `--keys` objects; envelopes
- * carry `--ops` of them (on distinct objects, so none compact away).
+ * carry `--ops` of them (on distinct objects, so none compact away), sent
+ * at `--rate` envelopes per second in all. The rate matters: a restart
+ * re-reads the blocks of the last 100 consensus rounds (the GC window)
+ * whatever the history, so a history poured in faster than the cluster
+ * makes rounds sits in a few huge blocks, all inside that window.
  * `--dist` runs the compiled relays (`npm run build` first), as installed
  * from npm: Node starts them faster than from the TypeScript sources.
  */
@@ -31,15 +35,16 @@ const { values } = parseArgs({
     ops: { type: 'string', default: '100' },
     keys: { type: 'string', default: '1000' },
     restarts: { type: 'string', default: '3' },
+    rate: { type: 'string', default: '300' },
     dist: { type: 'boolean', default: false },
     out: { type: 'string' },
   },
 })
-const [large, small, opsPerEnvelope, keys, restarts] = (['updates', 'small', 'ops', 'keys', 'restarts'] as const).map((k) => {
+const [large, small, opsPerEnvelope, keys, restarts, rate] = (['updates', 'small', 'ops', 'keys', 'restarts', 'rate'] as const).map((k) => {
   const v = Number(values[k])
   if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${k} must be a whole number of at least 1`)
   return v
-}) as [number, number, number, number, number]
+}) as [number, number, number, number, number, number]
 if (values.dist && !existsSync(RELAY_DIST)) throw new Error(`--dist runs ${RELAY_DIST}: npm run build first`)
 
 const SPACE = 'history'
@@ -85,11 +90,16 @@ async function author(api: string, n: number, envelopes: number, firstSeq: numbe
       updates: Array.from({ length: opsPerEnvelope }, (_, j) => ({ key: `k${(seq * opsPerEnvelope + j + n) % keys}`, decl: COUNTER, ops: [1] })),
       safe: [],
     })
+  const started = performance.now()
+  // Paced: a history made over many rounds, as a long-running space's is (see the module comment).
+  const allowed = (): number => Math.min(envelopes, Math.floor(((performance.now() - started) / 1000) * (rate / AUTHORS)) + 1)
   while (answered < envelopes) {
-    while (sent < envelopes && sent - answered < WINDOW) {
+    if (sent === answered && sent < envelopes && sent >= allowed()) await new Promise((r) => setTimeout(r, 5))
+    while (sent < envelopes && sent - answered < WINDOW && sent < allowed()) {
       const id = firstSeq + sent++
       ws.send(encodeClientMessage({ type: 'submit', id, envelope: encodeEnvelope(await seal(id)) }))
     }
+    if (sent === answered) continue
     const m = await next((x) => x.type === 'accepted' || x.type === 'error')
     if (m.type === 'error') throw new Error(`envelope ${String(m.id)} refused: ${m.reason} ${m.detail}`)
     answered++
