@@ -96,7 +96,7 @@ export class BenchCluster {
     return c
   }
 
-  private spawn(i: number): void {
+  private spawn(i: number, nodeArgs: readonly string[] = []): void {
     const r = this.relays[i] as BenchRelay
     const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : this.spec.dist ? RELAY_DIST : RELAY_BIN
     const args =
@@ -104,7 +104,7 @@ export class BenchCluster {
         ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
         : [PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
     // Relays log JSON lines at info level; keep the tail for error reports only.
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: this.spec.logLevel ?? 'warn' } })
+    const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: this.spec.logLevel ?? 'warn' } })
     const keep = (d: Buffer) => {
       r.log = (r.log + d.toString()).slice(-20_000)
     }
@@ -139,10 +139,10 @@ export class BenchCluster {
     this.crashed.add(i)
   }
 
-  /** Starts a crashed relay again on its data dir (it recovers from its store); resolves once it serves HTTP. */
-  async restart(i: number): Promise<void> {
+  /** Starts a crashed relay again on its data dir (it recovers from its store), with these Node flags; resolves once it serves HTTP. */
+  async restart(i: number, nodeArgs: readonly string[] = []): Promise<void> {
     this.crashed.delete(i)
-    this.spawn(i)
+    this.spawn(i, nodeArgs)
     await this.waitHealthy(i)
   }
 

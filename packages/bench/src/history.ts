@@ -8,7 +8,7 @@
  * says it read), and a new SDK client opens the space (time until it shows
  * the stable state, bytes it downloaded against the snapshot's size).
  *
- *   npm run bench:history -- [--updates 1000000] [--small 1000] [--ops 100] [--keys 1000] [--rate 300] [--restarts 3] [--dist] [--out FILE]
+ *   npm run bench:history -- [--updates 1000000] [--small 1000] [--ops 100] [--keys 1000] [--rate 100] [--restarts 3] [--dist] [--profile-restart DIR] [--out FILE]
  *
  * An update is one counter increment on one of `--keys` objects; envelopes
  * carry `--ops` of them (on distinct objects, so none compact away), sent
@@ -18,6 +18,8 @@
  * makes rounds sits in a few huge blocks, all inside that window.
  * `--dist` runs the compiled relays (`npm run build` first), as installed
  * from npm: Node starts them faster than from the TypeScript sources.
+ * `--profile-restart DIR` writes the CPU profile of the last restarted
+ * relay (long history) into DIR.
  */
 import { existsSync, writeFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
@@ -35,8 +37,9 @@ const { values } = parseArgs({
     ops: { type: 'string', default: '100' },
     keys: { type: 'string', default: '1000' },
     restarts: { type: 'string', default: '3' },
-    rate: { type: 'string', default: '300' },
+    rate: { type: 'string', default: '100' },
     dist: { type: 'boolean', default: false },
+    'profile-restart': { type: 'string' },
     out: { type: 'string' },
   },
 })
@@ -143,13 +146,13 @@ interface Restart {
   readonly batches: number
 }
 
-async function restart(cluster: BenchCluster): Promise<Restart> {
+async function restart(cluster: BenchCluster, nodeArgs: readonly string[] = []): Promise<Restart> {
   const i = 3
   const r = cluster.relays[i] as { log: string }
   cluster.crash(i)
   r.log = ''
   const t0 = performance.now()
-  await cluster.restart(i)
+  await cluster.restart(i, nodeArgs)
   const servingMs = performance.now() - t0
   await ready(cluster, i)
   const readyMs = performance.now() - t0
@@ -205,7 +208,9 @@ try {
     const runs: Restart[] = []
     const openings: Opening[] = []
     for (let k = 0; k < restarts; k++) {
-      runs.push(await restart(cluster))
+      // The last restart with the long history, profiled if asked (written when the cluster stops).
+      const profile = values['profile-restart'] && updates === large && k === restarts - 1 ? ['--cpu-prof', `--cpu-prof-dir=${values['profile-restart']}`] : []
+      runs.push(await restart(cluster, profile))
       openings.push(await open(cluster, done.envelopes, k))
     }
     report[String(updates)] = { updates: done.envelopes * opsPerEnvelope, restarts: runs, openings }
