@@ -101,7 +101,7 @@ const SNAPSHOT_INTERVAL_MS = 60_000
  * at least this, or as much as the last snapshot wrote, so a restart
  * replays O(state) and snapshots cost no more than the updates they cover.
  */
-const SNAPSHOT_MIN_REPLAY_BYTES = 4 * 1024 * 1024
+const SNAPSHOT_MIN_REPLAY_BYTES = 1024 * 1024
 
 /** Envelope verdicts kept (see open): about ten seconds of envelopes at a busy relay's pace. */
 const MAX_VERDICTS = 20_000
