@@ -796,9 +796,13 @@ export class RelayNode {
   /**
    * Feeds one consensus commit to every space's replica (new spaces are
    * created in commit order, so every relay creates them alike) and signs an
-   * attestation for each space whose audit decided something.
+   * attestation for each space whose audit decided something. `history`
+   * collects the stable values objects took, to store; without it
+   * (replaying the store at start) the attestations, stored already, are
+   * not made again.
    */
   private audit(anchorRound: number, frames: readonly Uint8Array[], history?: HistoryRecord[]): WriteBatch['attestations'][number][] {
+    const replaying = history === undefined
     const bySpace = new Map<string, { envs: Envelope[]; frames: Uint8Array[] }>()
     for (const frame of frames) {
       const env = this.open(frame)
@@ -841,6 +845,12 @@ export class RelayNode {
       // Attest every commit that carried envelopes of this space (some may only wait for a
       // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
       if (decisions.length === 0 && !group) continue
+      if (replaying) {
+        // Its attestation is in the store already: only the chain's position is needed.
+        this.lastAttested.set(space, anchorRound)
+        this.latestAttestation.delete(space)
+        continue
+      }
       const bytes = encodeAttestation({
         space,
         round: anchorRound,
