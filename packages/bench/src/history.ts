@@ -118,11 +118,12 @@ async function head(cluster: BenchCluster, i: number): Promise<number> {
 /** Brings the space's history to `updates`, one envelope of `opsPerEnvelope` at a time per author. */
 async function fill(cluster: BenchCluster, updates: number, done: { envelopes: number }): Promise<void> {
   const target = Math.ceil(updates / opsPerEnvelope)
-  const per = Math.ceil((target - done.envelopes) / AUTHORS)
-  const first = done.envelopes / AUTHORS + 1
+  const more = target - done.envelopes
   const t0 = Date.now()
-  await Promise.all(Array.from({ length: AUTHORS }, (_, a) => author(cluster.relays[a % 4]?.api as string, a, per, first)))
-  done.envelopes += per * AUTHORS
+  // Author a sends its envelopes a, a + AUTHORS, … of the whole history, numbered 1, 2, … per author.
+  const count = (a: number, n: number): number => Math.floor(n / AUTHORS) + (a < n % AUTHORS ? 1 : 0)
+  await Promise.all(Array.from({ length: AUTHORS }, (_, a) => author(cluster.relays[a % 4]?.api as string, a, count(a, target) - count(a, done.envelopes), count(a, done.envelopes) + 1)))
+  done.envelopes += more
   while ((await head(cluster, 0)) < done.envelopes) await new Promise((r) => setTimeout(r, 200))
   const s = (Date.now() - t0) / 1000
   console.log(`history: ${done.envelopes} envelopes, ${done.envelopes * opsPerEnvelope} updates committed (${s.toFixed(1)} s for these)`)
