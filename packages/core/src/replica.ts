@@ -84,7 +84,17 @@ export interface CommitResult {
   /** Keys whose prospective or stable value may have changed. */
   readonly changed: ReadonlySet<string>
   /** Every stable value an object took in this commit, in order (whatever `historyLimit` keeps in memory). */
-  readonly history: ReadonlyArray<{ readonly key: string; readonly index: number; readonly value: unknown }>
+  readonly history: readonly StableChange[]
+}
+
+/** One stable value an object took. */
+export interface StableChange {
+  /** The object. */
+  readonly key: string
+  /** The stable index of the envelope that changed it. */
+  readonly index: number
+  /** Its stable value from then on. */
+  readonly value: unknown
 }
 
 /** A point in a replica's pending set (see `ReliableReplica.pendingMark`). */
@@ -229,7 +239,7 @@ export class ReliableReplica {
   private arrived = 0
   private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
   /** The stable values objects took in the commit being run (CommitResult.history). */
-  private committed: Array<{ key: string; index: number; value: unknown }> = []
+  private committed: StableChange[] = []
   /** Leaves of the state hash, recomputed for what commits touched (see state.ts). */
   private readonly objectLeaves = new DigestIndex()
   private readonly authorLeaves = new DigestIndex()

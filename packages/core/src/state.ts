@@ -21,8 +21,8 @@ export interface AuditState<E extends WaitingEnvelope = WaitingEnvelope> {
   readonly index: number
   /** [author id, last committed sequence number, recent [seq, envelope id hex] ascending], sorted by author id. */
   readonly authors: ReadonlyArray<AuditAuthor>
-  /** Committed envelopes parked behind their author's sequence gap: [envelope, commit position it parked at], sorted by (author, seq). */
-  readonly waiting: ReadonlyArray<{ readonly env: E; readonly since: number }>
+  /** Committed envelopes parked behind their author's sequence gap, sorted by (author, seq). */
+  readonly waiting: ReadonlyArray<ParkedEnvelope<E>>
   /** [key, encoded declaration, CRDT snapshot], sorted by key. */
   readonly objects: ReadonlyArray<AuditObject>
 }
@@ -33,11 +33,23 @@ export type AuditAuthor = readonly [authorId: string, seq: number, recent: Reado
 /** One stable object: [key, encoded declaration, CRDT snapshot]. */
 export type AuditObject = readonly [key: string, declaration: unknown, snapshot: unknown]
 
-/** What the state hash needs of a parked envelope (its signed form travels in snapshots). */
+/** A committed envelope parked behind its author's sequence gap. */
+export interface ParkedEnvelope<E extends WaitingEnvelope = WaitingEnvelope> {
+  /** The envelope. */
+  readonly env: E
+  /** The commit position it parked at: it is dropped as `gap` `gapWaitCommits` later. */
+  readonly since: number
+}
+
+/** What the state hash needs of a parked envelope (its signed form travels in snapshots); an `Envelope` is one. */
 export interface WaitingEnvelope {
+  /** Its author's id. */
   readonly authorId: string
+  /** Its author's sequence number. */
   readonly seq: number
+  /** Its id (sha256 of its signed bytes). */
   readonly id: Uint8Array
+  /** Its signed bytes and signature. */
   readonly signed: Signed
 }
 
