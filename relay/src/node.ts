@@ -95,6 +95,8 @@ const GC_DEPTH = 50
 
 /** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
 const SNAPSHOT_INTERVAL_MS = 60_000
+/** Bytes of served audit states kept encoded (see bootstrapSnapshot), oldest dropped first. */
+const SERVED_STATES_BYTES = 32 * 1024 * 1024
 /**
  * Committed envelope bytes after which a snapshot is due even within
  * `snapshotEveryBatches` (a few large batches can carry a long history):
@@ -157,6 +159,8 @@ export class RelayNode {
   private readonly lastAttested = new Map<string, number>()
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
   private readonly latestAttestation = new Map<string, { readonly fromIndex: number; readonly round: number; readonly attestation: Signed }>()
+  /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
+  private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
@@ -543,7 +547,20 @@ export class RelayNode {
       latest = { fromIndex: head.position[0], round: head.position[1], attestation: head.attestation }
       this.latestAttestation.set(space, latest)
     }
-    return { attestation: latest.attestation, state: encodeAuditState(replica.auditState()) }
+    // Many clients opening one space at once get the same bytes: encoded once per commit.
+    const cached = this.servedStates.get(space)
+    if (cached?.round === latest.round) return { attestation: latest.attestation, state: cached.state }
+    const state = encodeAuditState(replica.auditState())
+    this.servedStates.delete(space)
+    this.servedStates.set(space, { round: latest.round, state })
+    let bytes = 0
+    for (const x of this.servedStates.values()) bytes += x.state.length
+    for (const [name, x] of this.servedStates) {
+      if (bytes <= SERVED_STATES_BYTES) break
+      this.servedStates.delete(name)
+      bytes -= x.state.length
+    }
+    return { attestation: latest.attestation, state }
   }
 
   /**
