@@ -103,7 +103,7 @@ const SERVED_STATES_BYTES = 32 * 1024 * 1024
  * at least this, or as much as the last snapshot wrote, so a restart
  * replays O(state) and snapshots cost no more than the updates they cover.
  */
-const SNAPSHOT_MIN_REPLAY_BYTES = 1024 * 1024
+const SNAPSHOT_MIN_REPLAY_BYTES = 256 * 1024
 
 /** Envelope verdicts kept (see open): about ten seconds of envelopes at a busy relay's pace. */
 const MAX_VERDICTS = 20_000

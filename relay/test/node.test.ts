@@ -166,16 +166,16 @@ describe('retention', () => {
 })
 
 describe('snapshot cadence', () => {
-  it('takes a snapshot once the batches since the last one carry more than 1 MiB, however few they are', async () => {
+  it('takes a snapshot once the batches since the last one carry more than 256 KiB, however few they are', async () => {
     const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')), { snapshotEveryBatches: 1000 })
     await node.start()
     const decided = (frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
     const big = (seq: number) =>
-      sealEnvelope(nodeCrypto, author, { space: 'b', seq, clock: clockInit(), deps: [], updates: [{ key: `doc${seq}`, decl: { type: 'register' as const }, ops: [['s', new Uint8Array(400_000).fill(seq), seq] as const] }], safe: [] }).then(encodeEnvelope)
+      sealEnvelope(nodeCrypto, author, { space: 'b', seq, clock: clockInit(), deps: [], updates: [{ key: `doc${seq}`, decl: { type: 'register' as const }, ops: [['s', new Uint8Array(100_000).fill(seq), seq] as const] }], safe: [] }).then(encodeEnvelope)
     const state = node as unknown as { store: RelayStore; onDisk: Promise<void> }
     for (let seq = 1; seq <= 2; seq++) await decided(await big(seq))
     await state.onDisk
-    // Two batches of 400 KB: not yet.
+    // Two batches of 100 KB: not yet.
     expect(state.store.snapshot()).toBeUndefined()
     await decided(await big(3))
     await state.onDisk
