@@ -44,6 +44,9 @@ describe('client API over TLS', () => {
       tls: { key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) },
       logger: pino({ level: 'silent' }),
       limits: { maxPendingPerClient: 2, authTimeoutMs: 500, maxConnections: 3 },
+      // A snapshot per batch, and two stable indexes of commits kept per space: pruning shows at once.
+      snapshotEveryBatches: 1,
+      retention: { updates: 2 },
     })
   }, 30_000)
 
@@ -198,6 +201,28 @@ describe('client API over TLS', () => {
       expect(toHex(fromBase64Url(same.attestation))).toBe(toHex(bytes))
     }
     expect((await getJson('/v1/spaces/nothing-yet/snapshot')).status).toBe(404)
+    // Commits of 'p' are kept from two indexes back: a subscription from 0 is told where they start.
+    const me = { secretKey: new Uint8Array(32).fill(6), publicKey: publicKeyOfSync(new Uint8Array(32).fill(6)) }
+    const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
+    const inbox: ReturnType<typeof decodeRelayMessage>[] = []
+    ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
+    const next = async (pred: (m: (typeof inbox)[number]) => boolean) => {
+      for (let i = 0; i < 100; i++) {
+        const m = inbox.find(pred)
+        if (m) return m
+        await new Promise((r) => setTimeout(r, 50))
+      }
+      throw new Error('no such message')
+    }
+    const challenge = await next((m) => m.type === 'challenge')
+    if (challenge.type !== 'challenge') throw new Error('expected a challenge')
+    ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
+    await next((m) => m.type === 'welcome')
+    ws.send(encodeClientMessage({ type: 'subscribe', space: 'p', fromIndex: 0 }))
+    expect(await next((m) => m.type === 'pruned')).toEqual({ type: 'pruned', space: 'p', from: 1 })
+    ws.send(encodeClientMessage({ type: 'subscribe', space: 'p', fromIndex: 1 }))
+    expect(await next((m) => m.type === 'commit')).toMatchObject({ type: 'commit', space: 'p' })
+    ws.close()
     const bad = await getJson('/v1/spaces/p/attestations/abc?from=0')
     expect([bad.status, (bad.body as { error: string }).error]).toEqual([400, 'malformed'])
   })
