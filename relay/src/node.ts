@@ -742,9 +742,15 @@ export class RelayNode {
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
   private fail(err: unknown): void {
     if (this.stopped) return
-    this.log.fatal({ err }, 'relay event loop failed; stopping to protect the store')
     this.stopped = true
-    ;(this.options.onFatal ?? (() => process.exit(1)))(err)
+    const stop = (cause?: unknown): void => {
+      this.log.fatal(cause === undefined ? { err } : { err, cause }, 'relay event loop failed; stopping to protect the store')
+      ;(this.options.onFatal ?? (() => process.exit(1)))(err)
+    }
+    // LMDB rejects a failed write with a generic error whose reason is a separate promise.
+    const commitError = (err as { commitError?: unknown } | null)?.commitError
+    if (commitError instanceof Promise) commitError.then(() => stop(), stop)
+    else stop()
   }
 
   private act(o: Output): void {

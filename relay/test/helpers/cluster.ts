@@ -77,8 +77,15 @@ export class TestCluster {
   }
 
   async json<T = Record<string, unknown>>(i: number, path: string): Promise<T> {
-    const res = await fetch(`http://${(this.relays[i] as TestRelay).api}${path}`)
-    return (await res.json()) as T
+    const r = this.relays[i] as TestRelay
+    try {
+      const res = await fetch(`http://${r.api}${path}`)
+      return (await res.json()) as T
+    } catch (err) {
+      // A relay that died says why: its own last words, not just ECONNREFUSED.
+      if (r.process && r.process.exitCode !== null) throw new Error(`relay ${r.id} exited (${r.process.exitCode}):\n${r.log.slice(-4000)}`)
+      throw err
+    }
   }
 
   async stopAll(): Promise<void> {
