@@ -5,11 +5,15 @@ import { prepareWorkload } from './workload.ts'
 
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
+                     [--retain-rounds N]
 
 Runs real consensus cores and replicas over a seeded simulated network and
 checks safety (identical commit sequences, at most one block ordered per
 author and round, identical audits and stable states, invariants) and
-progress after faults heal. A failing seed prints its step and replays exactly.
+progress after faults heal. Relays snapshot every 8 batches, prune their
+stores as a relay does (blocks older than --retain-rounds, default 80 = 4 x
+gcDepth, the least a relay accepts) and restart from snapshot plus suffix.
+A failing seed prints its step and replays exactly.
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -25,6 +29,7 @@ const { values } = parseArgs({
     envelopes: { type: 'string', default: '8' },
     loss: { type: 'string', default: '0.02' },
     'no-partition': { type: 'boolean', default: false },
+    'retain-rounds': { type: 'string', default: '80' },
     help: { type: 'boolean', default: false },
   },
 })
@@ -72,11 +77,12 @@ for (const seed of seeds) {
       steps: int('steps', values.steps),
       partition: !values['no-partition'],
       loss: Number(values.loss),
+      retainRounds: int('retain-rounds', values['retain-rounds']),
     },
     workload,
   )
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} crash=${values.crash}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxBlocks=${r.maxBlocksInMemory} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxBlocks=${r.maxBlocksInMemory} snapshots=${r.snapshots} prunedBlocks=${r.prunedBlocks} restartsFromSnapshot=${r.restartsFromSnapshot} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++

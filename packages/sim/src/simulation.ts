@@ -5,9 +5,11 @@ import {
   decode,
   encode,
   encodeEnvelope,
+  encodeSigned,
   openEnvelopeSync,
   toHex,
   type Envelope,
+  type Signed,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import {
@@ -57,6 +59,8 @@ export interface SimOptions {
   readonly loss: number
   /** Weakens the protocol (the direct rule decides on 2f blamers or certificates) to prove the checks catch it. */
   readonly weakQuorum?: boolean
+  /** Weakens the restart (the batches after the snapshot are not replayed) to prove the checks catch it. */
+  readonly skipSuffixOnRestart?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
   /**
@@ -65,6 +69,12 @@ export interface SimOptions {
    * without it cannot restart relays.
    */
   readonly persist?: boolean
+  /**
+   * Rounds of blocks a relay keeps behind its last commit when it snapshots
+   * (`--retain-rounds`; default 4 * gcDepth, the least a relay accepts). A relay
+   * that falls further behind cannot catch up: relay state transfer is not built.
+   */
+  readonly retainRounds?: number
   /** Stop once every correct relay reached this round. */
   readonly untilRound?: number
   /** Called each time relay 0 enters a new round (benchmarks sample memory here). */
@@ -84,12 +94,21 @@ export interface SimResult {
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   readonly maxBlocksInMemory: number
+  /** Snapshots the relays took, each pruning its simulated store, and restarts from snapshot plus suffix. */
+  readonly snapshots: number
+  readonly prunedBlocks: number
+  readonly restartsFromSnapshot: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
 }
 
 class Violation extends Error {}
 
 const GC_DEPTH = 20
+/**
+ * Relays snapshot every few batches here (every 1,000 or 256 KiB in a relay) so
+ * that runs restart from snapshot plus suffix and exercise pruning.
+ */
+const SNAPSHOT_EVERY_BATCHES = 8
 
 /**
  * SIM_TRACE=1 prints faults, commits, audits, rejections and, on a violation,
@@ -111,8 +130,10 @@ interface Disk {
   ownBlocks: Block[]
   blocks: Block[]
   commits: Array<{ anchorRound: number; ordered: readonly string[]; payloadIds: readonly string[] }>
-  /** Payload of each commit, for rebuilding the replica after a restart. */
+  /** Payload of each commit since the snapshot, for rebuilding the replica after a restart. */
   batches: Array<{ anchorRound: number; frames: Uint8Array[] }>
+  /** The replica's checkpoint after the last batch a snapshot covered, as a relay keeps it. */
+  snapshot: unknown
 }
 
 interface Host {
@@ -196,6 +217,10 @@ class Simulation {
   /** When a correct relay first received each envelope (from a client or in a block). */
   private readonly firstSeen = new Map<string, number>()
   private readonly snapshots = new Map<number, string>()
+  private readonly retainRounds: number
+  private snapshotsTaken = 0
+  private prunedBlocks = 0
+  private restartsFromSnapshot = 0
   private partitioned: Set<number> | null = null
   private committedByAny = new Set<string>()
   private readonly honestIds: string[]
@@ -209,6 +234,7 @@ class Simulation {
   ) {
     this.options = options
     this.workload = workload
+    this.retainRounds = Math.max(4 * GC_DEPTH, options.retainRounds ?? 0)
     this.rng = new Rng(options.seed)
     this.crypto = simCrypto(options.memoizeVerification ?? true, this.cryptoCounts)
     this.net = this.rng.fork()
@@ -221,7 +247,7 @@ class Simulation {
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
       const strategy = i >= options.relays - options.byzantine ? options.strategy : null
-      const disk: Disk = { ownBlocks: [], blocks: [], commits: [], batches: [] }
+      const disk: Disk = { ownBlocks: [], blocks: [], commits: [], batches: [], snapshot: undefined }
       this.hosts.push({
         id: i,
         strategy,
@@ -303,6 +329,9 @@ class Simulation {
       rejectedMessages: this.rejected,
       rejectedReasons: Object.fromEntries([...this.rejectedReasons].sort()),
       maxBlocksInMemory: this.maxBlocks,
+      snapshots: this.snapshotsTaken,
+      prunedBlocks: this.prunedBlocks,
+      restartsFromSnapshot: this.restartsFromSnapshot,
       signatures: { ...this.cryptoCounts },
     }
   }
@@ -566,6 +595,7 @@ class Simulation {
       batch.push(env)
     }
     this.audit(host, batch, anchorRound)
+    if (this.options.persist !== false && host.disk.batches.length >= SNAPSHOT_EVERY_BATCHES) this.snapshot(host)
     if (host.strategy) return
     for (const id of ids) {
       const i = host.committedIds.length
@@ -648,14 +678,41 @@ class Simulation {
     host.timers.clear()
   }
 
+  /**
+   * What a relay's store does with each snapshot (RelayStore.writeSnapshot): the
+   * replica's checkpoint replaces the batches before it, commit records more than
+   * 2 * gcDepth rounds back go, and so do blocks older than the retention window.
+   */
+  private snapshot(host: Host): void {
+    const disk = host.disk
+    disk.snapshot = host.replica.checkpoint()
+    disk.batches = []
+    const committed = host.core.committedRound
+    disk.commits = disk.commits.filter((c) => c.anchorRound >= committed - 2 * GC_DEPTH)
+    const keepFrom = committed - this.retainRounds
+    const before = disk.blocks.length + disk.ownBlocks.length
+    disk.blocks = disk.blocks.filter((b) => b.header.round >= keepFrom)
+    // The own block of the latest round stays: a restarted relay must not sign that round again.
+    const latestOwn = disk.ownBlocks.at(-1)
+    disk.ownBlocks = disk.ownBlocks.filter((b) => b.header.round >= keepFrom || b === latestOwn)
+    this.prunedBlocks += before - disk.blocks.length - disk.ownBlocks.length
+    this.snapshotsTaken++
+  }
+
   private restart(id: number): void {
     const host = this.hosts[id] as Host
     trace(`t=${this.now.toFixed(0)} restart ${id}`)
     const recovered: RecoveredState = { ownBlocks: host.disk.ownBlocks, blocks: host.disk.blocks, commits: host.disk.commits }
     host.core = this.newCore(id, recovered)
-    // The stable state is rebuilt from the committed batches on disk.
-    host.replica = new ReliableReplica({ space: SPACE })
-    for (const b of host.disk.batches) host.replica.commit(b.frames.map((f) => this.envelopeOf(f) as Envelope), b.anchorRound)
+    // The stable state is the snapshot plus the batches committed after it, as in RelayNode.start.
+    const open = (signed: Signed): Envelope => {
+      const env = this.open(encodeSigned(signed))
+      if (env instanceof SteadError) throw env
+      return env
+    }
+    host.replica = host.disk.snapshot === undefined ? new ReliableReplica({ space: SPACE }) : ReliableReplica.restore({ space: SPACE }, host.disk.snapshot, open)
+    if (host.disk.snapshot !== undefined) this.restartsFromSnapshot++
+    if (!this.options.skipSuffixOnRestart) for (const b of host.disk.batches) host.replica.commit(b.frames.map((f) => this.envelopeOf(f) as Envelope), b.anchorRound)
     host.up = true
     this.handle(host, () => host.core.start())
   }

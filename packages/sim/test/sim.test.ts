@@ -6,9 +6,9 @@ import { STRATEGIES, prepareWorkload, runSimulation, type SimOptions } from '../
  * strategy at N = 4 and N = 7, with crashes, a partition and message loss.
  * The soak is `npm run sim -- --seeds 200 ...` (see the README).
  */
-async function run(options: Partial<SimOptions> & { seed: number }) {
+async function run(options: Partial<SimOptions> & { seed: number }, envelopesPerClient = 6) {
   const o: SimOptions = { relays: 4, byzantine: 0, strategy: 'silent', crash: 0, steps: 6000, partition: true, loss: 0.02, ...options }
-  const workload = await prepareWorkload(o.seed, 3, 6, o.byzantine > 0)
+  const workload = await prepareWorkload(o.seed, 3, envelopesPerClient, o.byzantine > 0)
   return runSimulation(o, workload)
 }
 
@@ -31,6 +31,30 @@ describe('deterministic simulation', () => {
     expect(r.violation?.step).toBeGreaterThan(0)
     expect(r.seed).toBe(3)
   })
+
+  it('restarts crashed relays from snapshot plus suffix, with stores pruned as a relay prunes them', async () => {
+    let restarts = 0
+    let pruned = 0
+    for (const seed of [16, 18]) {
+      const r = await run({ seed, byzantine: 1, strategy: 'equivocate', crash: 1, steps: 20_000 }, 30)
+      expect(r.violation).toBeUndefined()
+      expect(r.snapshots).toBeGreaterThan(0)
+      restarts += r.restartsFromSnapshot
+      pruned += r.prunedBlocks
+    }
+    expect(restarts).toBeGreaterThan(0)
+    expect(pruned).toBeGreaterThan(0)
+  }, 60_000)
+
+  it('catches a restart that loads the snapshot but not the batches after it', async () => {
+    const caught = []
+    for (const seed of [16, 18]) {
+      const r = await run({ seed, byzantine: 1, strategy: 'equivocate', crash: 1, steps: 20_000, skipSuffixOnRestart: true }, 30)
+      if (r.violation) caught.push(r.violation.message)
+    }
+    expect(caught.length).toBeGreaterThan(0)
+    expect(caught[0]).toMatch(/stable state at index \d+ differs|audit decision \d+ differs|never decided/)
+  }, 60_000)
 
   for (const strategy of STRATEGIES) {
     it(`N=4 stays safe and live with a Byzantine relay that does '${strategy}' and a crash`, async () => {
