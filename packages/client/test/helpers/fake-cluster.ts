@@ -5,9 +5,7 @@ import {
   attestedDecision,
   authorIdOf,
   authBytes,
-  auditStateHash,
   batchDigest,
-  decodeAttestation,
   encodeAuditState,
   toBase64Url,
   decode,
@@ -25,6 +23,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { memoryStorage } from '../../src/storage/memory.ts'
+import { forgeSnapshot } from './forge.ts'
 import type { SocketLike } from '../../src/transport.ts'
 import type { ClientOptions } from '../../src/types.ts'
 
@@ -265,10 +264,7 @@ export class FakeRelay {
     if (!latest) return undefined
     let { bytes, state } = latest
     if (this.misbehaviour === 'forge-snapshot' || this.misbehaviour === 'mismatched-snapshot') {
-      // One more unit on the first counter: a state no correct relay attests.
-      const objects = state.objects.map((o, i) => (i === 0 ? ([o[0], o[1], (o[2] as Array<[string, number, number]>).map(([r, p, n]) => [r, p + 1, n])] as const) : o))
-      state = { ...state, objects }
-      if (this.misbehaviour === 'forge-snapshot') bytes = encodeAttestation({ ...decodeAttestation(bytes), stateHash: auditStateHash((b) => nodeCrypto.sha256(b), state) })
+      ;({ attestation: bytes, state } = forgeSnapshot(bytes, state, this.misbehaviour === 'forge-snapshot' ? 'forge' : 'mismatch'))
     }
     const signed = this.signAttestation(bytes)
     return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), state: toBase64Url(encodeAuditState(state)) }
