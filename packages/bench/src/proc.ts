@@ -10,6 +10,14 @@ export interface ProcSample {
   readonly rssMb: number
   /** Peak resident set size of the process so far, MB. */
   readonly hwmMb: number
+  /**
+   * RSS split as the kernel counts it: anonymous memory (heap, buffers, the
+   * allocator's arenas) and mapped files (the store's memory map, code). Pages
+   * of an LMDB store a process read count as RSS but are page cache the kernel
+   * can take back.
+   */
+  readonly anonMb: number
+  readonly fileMb: number
 }
 
 /** CPU and memory of one process from /proc (Linux); null if it is gone. */
@@ -22,7 +30,7 @@ export function sampleProc(pid: number): ProcSample | null {
     const stime = Number(rest[12])
     const status = readFileSync(`/proc/${pid}/status`, 'utf8')
     const kb = (field: string): number => Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? 0)
-    return { cpu: (utime + stime) / HZ, rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024 }
+    return { cpu: (utime + stime) / HZ, rssMb: kb('VmRSS') / 1024, hwmMb: kb('VmHWM') / 1024, anonMb: kb('RssAnon') / 1024, fileMb: kb('RssFile') / 1024 }
   } catch {
     return null
   }

@@ -15,12 +15,13 @@
  * the load, keep sampling the idle cluster this long and report its store
  * and RSS growth. --out writes the samples and restarts as JSON.
  */
-import { readFileSync, statSync, writeFileSync } from 'node:fs'
+import { statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import type { Space } from '@stead/client'
 import { BenchCluster } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
+import { sampleProc } from './proc.ts'
 
 const { values } = parseArgs({
   options: {
@@ -51,6 +52,9 @@ interface RelaySample {
   readonly up: boolean
   readonly storeMb: number
   readonly rssMb: number
+  /** Anonymous and file-backed parts of the RSS (see ProcSample). */
+  readonly anonMb: number
+  readonly fileMb: number
   /** V8 heap in use (from /v1/status): RSS that only grows while this stays flat is the allocator, not a leak. */
   readonly heapMb: number
   readonly round: number
@@ -74,10 +78,10 @@ interface Restart {
   readonly recovered: { ms?: number; batches?: number; snapshotBatch?: number | null }
 }
 
-/** Resident set size of a process in MB (Linux). */
-function rssMb(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith('VmRSS:'))
-  return Number(/(\d+)/.exec(line ?? '')?.[1] ?? NaN) / 1024
+/** Resident set size of a process in MB (Linux): all of it, anonymous, and file-backed. */
+function rss(pid: number | undefined): { rssMb: number; anonMb: number; fileMb: number } {
+  const p = pid === undefined ? null : sampleProc(pid)
+  return p ? { rssMb: p.rssMb, anonMb: p.anonMb, fileMb: p.fileMb } : { rssMb: NaN, anonMb: NaN, fileMb: NaN }
 }
 
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
@@ -132,7 +136,7 @@ try {
         relay: r.id,
         up: pid !== undefined,
         storeMb: statSync(join(r.data, 'data.mdb')).size / 1e6,
-        rssMb: pid ? rssMb(pid) : NaN,
+        ...rss(pid),
         heapMb: Number((status['process'] as { heapUsed?: number } | undefined)?.heapUsed ?? NaN) / 1e6,
         round: Number(status['round'] ?? NaN),
         committedRound: Number(status['committedRound'] ?? NaN),
@@ -140,7 +144,7 @@ try {
     }
     const s = { minute: Number(minute().toFixed(2)), updates, relays }
     samples.push(s)
-    console.log(`${s.minute.toFixed(1).padStart(6)} min  ${String(updates).padStart(7)} updates  ${relays.map((r) => `${r.relay} ${r.storeMb.toFixed(1)} MB store, ${r.rssMb.toFixed(0)} MB RSS (heap ${r.heapMb.toFixed(0)}), round ${r.round}`).join(' | ')}`)
+    console.log(`${s.minute.toFixed(1).padStart(6)} min  ${String(updates).padStart(7)} updates  ${relays.map((r) => `${r.relay} ${r.storeMb.toFixed(1)} MB store, ${r.rssMb.toFixed(0)} MB RSS (anon ${r.anonMb.toFixed(0)}, heap ${r.heapMb.toFixed(0)}), round ${r.round}`).join(' | ')}`)
   }
 
   let next = 1
@@ -180,7 +184,7 @@ try {
     console.log(`${label}, ${first.minute.toFixed(1)} → ${last.minute.toFixed(1)} min:`)
     for (const [k, r] of last.relays.entries()) {
       const f = first.relays[k] as RelaySample
-      console.log(`  ${r.relay}: store ${f.storeMb.toFixed(2)} → ${r.storeMb.toFixed(2)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(1)} → ${r.rssMb.toFixed(1)} MB (${(r.rssMb - f.rssMb).toFixed(1)} MB), heap ${f.heapMb.toFixed(1)} → ${r.heapMb.toFixed(1)} MB`)
+      console.log(`  ${r.relay}: store ${f.storeMb.toFixed(2)} → ${r.storeMb.toFixed(2)} MB (${((r.storeMb - f.storeMb) / span).toFixed(2)} MB/min), RSS ${f.rssMb.toFixed(1)} → ${r.rssMb.toFixed(1)} MB (${(r.rssMb - f.rssMb).toFixed(1)} MB; anonymous ${(r.anonMb - f.anonMb).toFixed(1)}, files ${(r.fileMb - f.fileMb).toFixed(1)}), heap ${f.heapMb.toFixed(1)} → ${r.heapMb.toFixed(1)} MB`)
     }
   }
   growth('under load', samples[1] ?? samples[0], samples[samples.length - 1])
