@@ -22,6 +22,11 @@ export interface HealthNumbers {
   readonly pendingSince: number | null
   /** When this relay last committed (ms since the epoch), null before its first commit. */
   readonly lastCommitAt: number | null
+  /**
+   * The round from which f+1 peers still keep blocks, when this relay needs
+   * older ones: it cannot catch up by fetching (see ConsensusCore.historyPrunedPast).
+   */
+  readonly historyPrunedPast?: number | null
   readonly now: number
 }
 
@@ -79,7 +84,12 @@ export function readiness(h: HealthNumbers, bounds: ReadinessBounds = DEFAULT_RE
     reasons.push({ reason: 'peers', detail: `connected to ${h.peersConnected} of ${h.peers} peers; a quorum needs ${peersNeeded} (2f, f = ${h.f})` })
   }
   const behind = roundsBehind(h)
-  if (behind > bounds.maxRoundsBehind) {
+  if (h.historyPrunedPast != null) {
+    reasons.push({
+      reason: 'behind',
+      detail: `at round ${h.round}; f+1 peers keep blocks only from round ${h.historyPrunedPast} on (their retention window): it cannot catch up by fetching blocks`,
+    })
+  } else if (behind > bounds.maxRoundsBehind) {
     reasons.push({ reason: 'behind', detail: `at round ${h.round}, ${behind} rounds behind the cluster's ${h.clusterRound} (at most ${bounds.maxRoundsBehind}); catching up` })
   }
   const waited = commitWaitMs(h)

@@ -472,6 +472,7 @@ export class RelayNode {
       pendingEnvelopes: this.core?.queuedEnvelopes ?? 0,
       pendingSince: this.pendingSince,
       lastCommitAt: this.lastCommitAt || null,
+      historyPrunedPast: this.core?.historyPrunedPast ?? null,
       now,
     }
   }
@@ -779,6 +780,12 @@ export class RelayNode {
       case 'archive-request':
         this.serveArchive(o.to, o.query)
         break
+      case 'history-pruned':
+        this.log.error(
+          { needed: o.needed, keptFrom: o.keptFrom },
+          'behind the cluster by more than its retention window: peers no longer keep the rounds this relay needs, so it cannot catch up by fetching blocks (relay state transfer is not built; see relay/README.md, "Retention")',
+        )
+        break
       case 'rejected':
         this.metrics.rejected.inc({ reason: o.reason, source: 'mesh' })
         this.log.warn({ from: this.nameOf(o.from), reason: o.reason, detail: o.detail }, 'consensus rejected input')
@@ -807,6 +814,8 @@ export class RelayNode {
   }
 
   private serveArchive(to: number, query: ArchiveQuery): void {
+    // Rounds below the retention window are gone: say so, and the asker knows why nothing comes.
+    if ('fromRound' in query && query.fromRound < this.store.blocksKeptFrom) this.options.mesh.send(to, encodeMessage({ kind: 'pruned', keptFrom: this.store.blocksKeptFrom }))
     const blocks =
       'digests' in query
         ? this.store.blocksByDigest(relayCrypto, this.committee, query.digests)

@@ -135,6 +135,8 @@ export class RelayStore {
    */
   private readonly snapshotSpaces: Database<Bytes, string>
   private nextBatch: number
+  /** Blocks of rounds below this were pruned (0: none were). */
+  private blocksFrom: number
 
   private constructor(path: string) {
     // overlappingSync (lmdb-js's default on Linux, which lets the next commit start while the
@@ -153,6 +155,8 @@ export class RelayStore {
     this.history = this.root.openDB({ name: 'history', encoding: 'binary' })
     this.snapshotHead = this.root.openDB({ name: 'snapshot-head', encoding: 'binary' })
     this.snapshotSpaces = this.root.openDB({ name: 'snapshot-spaces', encoding: 'binary' })
+    const from = this.snapshotHead.get('blocks-from')
+    this.blocksFrom = from ? ((decode(from, RECORD_LIMIT) as [number])[0] ?? 0) : 0
     // Batch numbers only grow, also when every batch was pruned into a snapshot.
     let last = this.snapshotBatch()
     for (const key of this.batches.getKeys({ reverse: true, limit: 1 })) last = Math.max(last, (key as [number, number])[0])
@@ -210,7 +214,16 @@ export class RelayStore {
     for (const [space, index] of snap.feedBelow) this.pruneFeed(space, index)
   }
 
+  /** The lowest round whose blocks this store may still hold: those below it were pruned. */
+  get blocksKeptFrom(): number {
+    return this.blocksFrom
+  }
+
   private pruneBlocks(below: number): void {
+    if (below > this.blocksFrom) {
+      this.snapshotHead.putSync('blocks-from', encode([below]))
+      this.blocksFrom = below
+    }
     for (const key of [...this.blocks.getKeys({ end: [below, 0, ''] })]) {
       this.blocks.removeSync(key)
       this.digests.removeSync(key[2])

@@ -195,6 +195,18 @@ describe('consensus core', () => {
     expect(c.onMessage(1, { kind: 'block', block: liar })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'malformed' }))
   })
 
+  it("says once when f+1 peers pruned the rounds it needs, not when one peer (perhaps a liar) says so", () => {
+    const c = core(0)
+    expect(decodeMessage(crypto, committee, encodeMessage({ kind: 'pruned', keptFrom: 900 }))).toEqual({ kind: 'pruned', keptFrom: 900 })
+    expect(c.onMessage(1, { kind: 'pruned', keptFrom: 900 }).filter((o) => o.type === 'history-pruned')).toEqual([])
+    expect(c.historyPrunedPast).toBeNull()
+    // A peer that keeps the rounds it needs does not count.
+    expect(c.onMessage(2, { kind: 'pruned', keptFrom: 1 }).filter((o) => o.type === 'history-pruned')).toEqual([])
+    expect(c.onMessage(3, { kind: 'pruned', keptFrom: 700 })).toContainEqual({ type: 'history-pruned', keptFrom: 700, needed: 1 })
+    expect(c.historyPrunedPast).toBe(700)
+    expect(c.onMessage(3, { kind: 'pruned', keptFrom: 700 }).filter((o) => o.type === 'history-pruned')).toEqual([])
+  })
+
   it('parks a block whose ancestors are missing, fetches them from the sender, then accepts both in causal order', () => {
     const c = core(3)
     const { r1, r2 } = smallDag()

@@ -12,6 +12,12 @@ describe('readiness', () => {
     expect(readiness({ ...healthy, peersConnected: 2 }).ready).toBe(true)
   })
 
+  it("is not ready, and says why, when f+1 peers pruned the rounds it needs", () => {
+    const r = readiness({ ...healthy, round: 40, clusterRound: 25_000, historyPrunedPast: 5_000 })
+    expect(r.ready).toBe(false)
+    expect(r.reasons).toEqual([{ reason: 'behind', detail: 'at round 40; f+1 peers keep blocks only from round 5000 on (their retention window): it cannot catch up by fetching blocks' }])
+  })
+
   it('needs 2f peers', () => {
     const r = readiness({ ...healthy, peersConnected: 1 })
     expect(r.ready).toBe(false)

@@ -7,6 +7,7 @@ import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { parseCluster } from '../src/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
+import { decodeMessage } from '../src/consensus/index.ts'
 import { RelayNode } from '../src/node.ts'
 import type { RelayStore, WriteBatch } from '../src/store.ts'
 
@@ -23,14 +24,18 @@ async function until(what: string, check: () => boolean): Promise<void> {
 }
 
 /** A one-relay cluster (f = 0: every block commits at once) with a mesh that goes nowhere. */
-function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}): { node: RelayNode; spoken: string[] } {
+function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}): { node: RelayNode; spoken: string[]; sent: Uint8Array[] } {
   const secretKey = new Uint8Array(32).fill(3)
   const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(publicKeyOfSync(secretKey)), mesh: '/ip4/127.0.0.1/tcp/1', api: '127.0.0.1:1' }], openSpaces: true })
   const spoken: string[] = []
+  const sent: Uint8Array[] = []
   const mesh: Mesh = {
     start: async () => undefined,
     stop: async () => undefined,
-    send: () => spoken.push('send'),
+    send: (_to, frame) => {
+      spoken.push('send')
+      sent.push(frame)
+    },
     broadcast: () => spoken.push('broadcast'),
     onFrame: () => undefined,
     connectedPeers: () => [],
@@ -38,7 +43,7 @@ function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof 
   }
   const node = new RelayNode({ cluster, me: 0, secretKey, dataDir, mesh, logger: pino({ level: 'silent' }), ...extra })
   nodes.push(node)
-  return { node, spoken }
+  return { node, spoken, sent }
 }
 
 const nodes: RelayNode[] = []
@@ -156,10 +161,18 @@ describe('retention', () => {
     const head = first.stableHead('s')
     await first.stop()
     nodes.splice(nodes.indexOf(first), 1)
-    const second = soloRelay(dir, options).node
+    const keptFrom = store.blocksKeptFrom
+    expect(keptFrom).toBeGreaterThan(committed - 12)
+    const restarted = soloRelay(dir, options)
+    const second = restarted.node
     await second.start()
     expect(second.stableHead('s')).toEqual(head)
     expect(second.feedStart('s')).toBe(start)
+    // A peer asking for rounds below the window is told where it starts, with what is kept.
+    ;(second as unknown as { serveArchive(to: number, q: { fromRound: number; toRound: number }): void }).serveArchive(0, { fromRound: 1, toRound: keptFrom + 1 })
+    const answers = restarted.sent.map((f) => decodeMessage(crypto as never, committee, f, undefined, true))
+    expect(answers[0]).toEqual({ kind: 'pruned', keptFrom })
+    expect(answers[1]?.kind).toBe('blocks')
     await decided(second, await deposit(31))
     expect(second.stableHead('s').index).toBe(31)
   })

@@ -134,6 +134,8 @@ interface Disk {
   batches: Array<{ anchorRound: number; frames: Uint8Array[] }>
   /** The replica's checkpoint after the last batch a snapshot covered, as a relay keeps it. */
   snapshot: unknown
+  /** Blocks of rounds below this were pruned. */
+  blocksFrom: number
 }
 
 interface Host {
@@ -247,7 +249,7 @@ class Simulation {
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
       const strategy = i >= options.relays - options.byzantine ? options.strategy : null
-      const disk: Disk = { ownBlocks: [], blocks: [], commits: [], batches: [], snapshot: undefined }
+      const disk: Disk = { ownBlocks: [], blocks: [], commits: [], batches: [], snapshot: undefined, blocksFrom: 0 }
       this.hosts.push({
         id: i,
         strategy,
@@ -528,6 +530,10 @@ class Simulation {
         case 'archive-request':
           this.serveArchive(host, o.to, o.query)
           break
+        case 'history-pruned':
+          // The liveness check then names this relay; the trace says why.
+          trace(`relay ${host.id} needs round ${o.needed}, peers keep blocks from ${o.keptFrom}`)
+          break
         case 'rejected':
           this.rejected++
           this.rejectedReasons.set(o.reason, (this.rejectedReasons.get(o.reason) ?? 0) + 1)
@@ -659,6 +665,7 @@ class Simulation {
   }
 
   private serveArchive(host: Host, to: number, query: ArchiveQuery): void {
+    if ('fromRound' in query && query.fromRound < host.disk.blocksFrom) this.send(host, to, { kind: 'pruned', keptFrom: host.disk.blocksFrom })
     const wanted = 'digests' in query ? new Set(query.digests) : null
     const blocks = [...host.disk.blocks, ...host.disk.ownBlocks]
       .filter((b) => (wanted ? wanted.has(b.digestHex) : b.header.round >= (query as { fromRound: number }).fromRound && b.header.round <= (query as { toRound: number }).toRound))
@@ -690,6 +697,7 @@ class Simulation {
     const committed = host.core.committedRound
     disk.commits = disk.commits.filter((c) => c.anchorRound >= committed - 2 * GC_DEPTH)
     const keepFrom = committed - this.retainRounds
+    disk.blocksFrom = Math.max(disk.blocksFrom, keepFrom)
     const before = disk.blocks.length + disk.ownBlocks.length
     disk.blocks = disk.blocks.filter((b) => b.header.round >= keepFrom)
     // The own block of the latest round stays: a restarted relay must not sign that round again.

@@ -69,6 +69,12 @@ export type Output =
   | { readonly type: 'expired'; readonly block: Ref; readonly payloadIds: readonly string[] }
   /** Blocks older than memory holds were asked for: the shell answers from its store. */
   | { readonly type: 'archive-request'; readonly to: number; readonly query: ArchiveQuery }
+  /**
+   * f+1 peers (so at least one correct one) pruned the rounds this relay
+   * needs next: fetching blocks cannot catch it up. Output once each time it
+   * becomes so; `historyPrunedPast` says whether it still is.
+   */
+  | { readonly type: 'history-pruned'; readonly keptFrom: number; readonly needed: number }
   | { readonly type: 'rejected'; readonly from: number; readonly reason: string; readonly detail: string }
 
 export type TimerName = 'leader' | 'sync'
@@ -157,6 +163,9 @@ export class ConsensusCore {
    * its last answer and at each sync tick (a lost request is asked again).
    */
   private pulling: number | null = null
+  /** Peers that answered a sync with 'pruned': the round each keeps blocks from. */
+  private readonly prunedPeers = new Map<number, number>()
+  private historyPrunedReported = false
   private syncTimerArmed = false
   private syncPeer = 0
   /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
@@ -314,6 +323,14 @@ export class ConsensusCore {
         this.takeWake(from, message.payload, out)
         this.commitAndPropose(out)
         break
+      case 'pruned': {
+        this.prunedPeers.set(from, message.keptFrom)
+        if (this.pulling === from) this.pulling = null
+        const keptFrom = this.historyPrunedPast
+        if (keptFrom !== null && !this.historyPrunedReported) out.push({ type: 'history-pruned', keptFrom, needed: this.neededRound() })
+        this.historyPrunedReported = keptFrom !== null
+        break
+      }
     }
     this.armSync(out)
     return out
@@ -367,7 +384,7 @@ export class ConsensusCore {
       // Either a flood or we fell far behind (a restart, a partition): pull the rounds we
       // missed, then blocks this far ahead fit again. Dropped unread (not even verified):
       // being behind is not the sender's fault, and the pull brings the block again.
-      if (this.pulling === null) this.pull(from, Math.max(this.dag.gcRound + 1, this.lastDecided), out)
+      if (this.pulling === null) this.pull(from, this.neededRound(), out)
       return
     }
     // Skipped when it came (see needsVerification), but taken now: the clock moved meanwhile.
@@ -652,6 +669,24 @@ export class ConsensusCore {
     out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
   }
 
+  /** The first round this relay still needs blocks of to go on deciding. */
+  private neededRound(): number {
+    return Math.max(this.dag.gcRound + 1, this.lastDecided)
+  }
+
+  /**
+   * The round from which f+1 peers (so at least one correct relay) still keep
+   * blocks, when that is past the round this relay needs next: it cannot catch
+   * up by fetching blocks (relay state transfer is not built). Null otherwise,
+   * also once it moved on past that round.
+   */
+  get historyPrunedPast(): number | null {
+    const needed = this.neededRound()
+    const past = [...this.prunedPeers.values()].filter((r) => r > needed).sort((a, b) => a - b)
+    const f = this.n - this.rule.quorum
+    return past.length > f ? (past[past.length - 1 - f] as number) : null
+  }
+
   /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
   private pull(peer: number, fromRound: number, out: Output[]): void {
     this.pulling = peer
@@ -682,7 +717,7 @@ export class ConsensusCore {
     if (!stuck) return
     // No progress for a whole interval: peers may hold rounds we missed, may have missed our
     // latest block (a partition drops it), or may be idle while we wait for them at our round.
-    out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: Math.max(this.dag.gcRound + 1, this.lastDecided) } })
+    out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: this.neededRound() } })
     const own = this.ownBlocks.get(this.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
     if (this.hasWork() && this.lastProposed >= this.dag.clockRound) out.push({ type: 'broadcast', message: { kind: 'wake', payload: this.wakePayload() } })

@@ -99,6 +99,11 @@ export type Message =
    * reason to propose (idle relays make no rounds otherwise).
    */
   | { readonly kind: 'wake'; readonly payload: readonly Uint8Array[] }
+  /**
+   * Answer to a sync from before the sender's retention window: it keeps no
+   * blocks below `keptFrom` (they were pruned), so it cannot send those.
+   */
+  | { readonly kind: 'pruned'; readonly keptFrom: number }
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -203,6 +208,8 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['blocks', m.blocks.map(encodeSigned)])
     case 'wake':
       return encode(['wake', m.payload])
+    case 'pruned':
+      return encode(['pruned', m.keptFrom])
   }
 }
 
@@ -225,6 +232,8 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).map((b) => openBlock(crypto, committee, asSigned(b), limits, verify)) }
     case 'wake':
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
+    case 'pruned':
+      return { kind: 'pruned', keptFrom: expect.uint(v[1], 'pruned.keptFrom') }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)
   }
