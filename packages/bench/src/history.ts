@@ -22,16 +22,17 @@
  * relay (long history) into DIR.
  */
 import { existsSync, writeFileSync } from 'node:fs'
-import { parseArgs } from 'node:util'
 import { authBytes, clockInit, decodeRelayMessage, encodeClientMessage, encodeEnvelope, sealEnvelope, type RelayMessage } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import WebSocket from 'ws'
 import { BenchCluster, RELAY_DIST } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { median } from './stats.ts'
+import { reportArgs } from './args.ts'
 
-const { values } = parseArgs({
-  options: {
+const values = reportArgs(
+  `usage: npm run bench:history -- [--updates 1000000] [--small 1000] [--ops 100] [--keys 1000] [--rate 100] [--restarts 3] [--dist] [--profile-restart DIR] [--out FILE]\n(what each option does: the comment at the top of packages/bench/src/history.ts)`,
+  {
     updates: { type: 'string', default: '1000000' },
     small: { type: 'string', default: '1000' },
     ops: { type: 'string', default: '100' },
@@ -42,7 +43,7 @@ const { values } = parseArgs({
     'profile-restart': { type: 'string' },
     out: { type: 'string' },
   },
-})
+)
 const [large, small, opsPerEnvelope, keys, restarts, rate] = (['updates', 'small', 'ops', 'keys', 'restarts', 'rate'] as const).map((k) => {
   const v = Number(values[k])
   if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${k} must be a whole number of at least 1`)

@@ -19,22 +19,23 @@
  */
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import type { Space } from '@stead/client'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { summarizeProfile } from './profile.ts'
 import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs.ts'
+import { reportArgs } from './args.ts'
 
-const { values } = parseArgs({
-  options: {
+const values = reportArgs(
+  `usage: npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--profile FILE]\n(what each option does: the comment at the top of packages/bench/src/latency.ts)`,
+  {
     updates: { type: 'string', default: '200' },
     'idle-seconds': { type: 'string', default: '60' },
     'batch-ms': { type: 'string', default: '10' },
     profile: { type: 'string' },
     stream: { type: 'string', default: '2000' },
   },
-})
+)
 const updates = Number(values.updates)
 const idleSeconds = Number(values['idle-seconds'])
 const batchIntervalMs = Number(values['batch-ms'])

@@ -17,14 +17,15 @@
  */
 import { statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { parseArgs } from 'node:util'
 import type { Space } from '@stead/client'
 import { BenchCluster } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { sampleProc } from './proc.ts'
+import { reportArgs } from './args.ts'
 
-const { values } = parseArgs({
-  options: {
+const values = reportArgs(
+  `usage: npm run soak -- [--minutes 30] [--rate 20] [--restart-every 5] [--sample-every 30] [--idle-minutes 0] [--out FILE]\n(what each option does: the comment at the top of packages/bench/src/soak.ts)`,
+  {
     minutes: { type: 'string', default: '30' },
     rate: { type: 'string', default: '20' },
     'restart-every': { type: 'string', default: '5' },
@@ -32,7 +33,7 @@ const { values } = parseArgs({
     'idle-minutes': { type: 'string', default: '0' },
     out: { type: 'string' },
   },
-})
+)
 const idleMinutes = Number(values['idle-minutes'])
 if (!Number.isFinite(idleMinutes) || idleMinutes < 0) throw new Error('--idle-minutes must be 0 or more')
 const minutes = Number(values.minutes)
