@@ -13,6 +13,27 @@ import { addressKey } from '../src/api.ts'
 import { runRelay, type RunningRelay } from '../src/relay.ts'
 import { freePort } from './helpers/cluster.ts'
 
+/** A WebSocket session to the relay at `api` over wss, past the challenge, as the key made of bytes `n`. */
+async function session(api: string, n: number) {
+  const me = { secretKey: new Uint8Array(32).fill(n), publicKey: publicKeyOfSync(new Uint8Array(32).fill(n)) }
+  const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
+  const inbox: ReturnType<typeof decodeRelayMessage>[] = []
+  ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
+  const next = async (pred: (m: (typeof inbox)[number]) => boolean) => {
+    for (let i = 0; i < 100; i++) {
+      const m = inbox.find(pred)
+      if (m) return m
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    throw new Error('no such message')
+  }
+  const challenge = await next((m) => m.type === 'challenge')
+  if (challenge.type !== 'challenge') throw new Error('expected a challenge')
+  ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
+  await next((m) => m.type === 'welcome')
+  return { me, ws, next }
+}
+
 describe('per-address limits', () => {
   it('count an IPv4 address (also IPv4-mapped) alone and an IPv6 address by its /64', () => {
     expect(addressKey('127.0.0.2')).toBe('127.0.0.2')
@@ -140,22 +161,7 @@ describe('client API over TLS', () => {
   })
 
   it('limits envelopes a session has pending, over wss', async () => {
-    const me = { secretKey: new Uint8Array(32).fill(5), publicKey: publicKeyOfSync(new Uint8Array(32).fill(5)) }
-    const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
-    const inbox: ReturnType<typeof decodeRelayMessage>[] = []
-    ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
-    const next = async (pred: (m: (typeof inbox)[number]) => boolean) => {
-      for (let i = 0; i < 100; i++) {
-        const m = inbox.find(pred)
-        if (m) return m
-        await new Promise((r) => setTimeout(r, 50))
-      }
-      throw new Error('no such message')
-    }
-    const challenge = await next((m) => m.type === 'challenge')
-    if (challenge.type !== 'challenge') throw new Error('expected a challenge')
-    ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
-    await next((m) => m.type === 'welcome')
+    const { me, ws, next } = await session(api, 5)
     const submit = async (space: string, seq: number, id: number) => {
       const env = await sealEnvelope(nodeCrypto, me, { space, seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
       ws.send(encodeClientMessage({ type: 'submit', id, envelope: encodeEnvelope(env) }))
@@ -202,22 +208,7 @@ describe('client API over TLS', () => {
     }
     expect((await getJson('/v1/spaces/nothing-yet/snapshot')).status).toBe(404)
     // Commits of 'p' are kept from two indexes back: a subscription from 0 is told where they start.
-    const me = { secretKey: new Uint8Array(32).fill(6), publicKey: publicKeyOfSync(new Uint8Array(32).fill(6)) }
-    const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
-    const inbox: ReturnType<typeof decodeRelayMessage>[] = []
-    ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
-    const next = async (pred: (m: (typeof inbox)[number]) => boolean) => {
-      for (let i = 0; i < 100; i++) {
-        const m = inbox.find(pred)
-        if (m) return m
-        await new Promise((r) => setTimeout(r, 50))
-      }
-      throw new Error('no such message')
-    }
-    const challenge = await next((m) => m.type === 'challenge')
-    if (challenge.type !== 'challenge') throw new Error('expected a challenge')
-    ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
-    await next((m) => m.type === 'welcome')
+    const { ws, next } = await session(api, 6)
     ws.send(encodeClientMessage({ type: 'subscribe', space: 'p', fromIndex: 0 }))
     expect(await next((m) => m.type === 'pruned')).toEqual({ type: 'pruned', space: 'p', from: 1 })
     ws.send(encodeClientMessage({ type: 'subscribe', space: 'p', fromIndex: 1 }))
