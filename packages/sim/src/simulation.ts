@@ -5,7 +5,6 @@ import {
   decode,
   encode,
   encodeEnvelope,
-  encodeSigned,
   openEnvelopeSync,
   toHex,
   type Envelope,
@@ -714,7 +713,7 @@ class Simulation {
     host.core = this.newCore(id, recovered)
     // The stable state is the snapshot plus the batches committed after it, as in RelayNode.start.
     const open = (signed: Signed): Envelope => {
-      const env = this.open(encodeSigned(signed))
+      const env = this.openSigned(signed)
       if (env instanceof SteadError) throw env
       return env
     }
@@ -746,6 +745,10 @@ class Simulation {
       if (err instanceof SteadError) return err
       throw err
     }
+    return this.openSigned(signed)
+  }
+
+  private openSigned(signed: Signed): Envelope | SteadError {
     const id = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
     let v = this.envelopes.get(id)
     if (v === undefined) {
