@@ -43,9 +43,15 @@ export interface ClusterConfig {
   readonly openSpaces: boolean
   /** With `openSpaces`: how many new spaces one client key may create per hour. Default 100. */
   readonly newSpacesPerKeyPerHour: number
+  /**
+   * Relays take a checkpoint (which a relay far behind starts again from)
+   * at the first commit of every this many consensus rounds. Default 1,000.
+   */
+  readonly checkpointRounds: number
 }
 
 export const DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR = 100
+export const DEFAULT_CHECKPOINT_ROUNDS = 1000
 
 export function committeeOf(c: ClusterConfig): Committee {
   return { f: c.f, keys: c.relays.map((r) => r.publicKey) }
@@ -54,7 +60,7 @@ export function committeeOf(c: ClusterConfig): Committee {
 /**
  * Reads and checks a cluster file:
  * `{ "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
- *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100 }`
+ *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100, "checkpointRounds": 1000 }`
  *
  * @throws {@link ConfigError} if the file cannot be read or parsed, or fails {@link parseCluster}'s checks.
  */
@@ -127,6 +133,12 @@ const clusterSchema = z.strictObject(
       .number({ error: 'must be a non-negative integer' })
       .int({ error: 'must be a non-negative integer' })
       .min(0, { error: 'must be a non-negative integer' })
+      .optional(),
+    checkpointRounds: z
+      .number({ error: 'must be a whole number from 10 to 1000000' })
+      .int({ error: 'must be a whole number from 10 to 1000000' })
+      .min(10, { error: 'must be a whole number from 10 to 1000000' })
+      .max(1_000_000, { error: 'must be a whole number from 10 to 1000000' })
       .optional(),
   },
   { error: 'must be a JSON object' },
@@ -207,7 +219,14 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   for (const [name, policy] of Object.entries(obj.spaces ?? {})) {
     spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}) })
   }
-  return { f, relays, spaces, openSpaces: obj.openSpaces ?? false, newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR }
+  return {
+    f,
+    relays,
+    spaces,
+    openSpaces: obj.openSpaces ?? false,
+    newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR,
+    checkpointRounds: obj.checkpointRounds ?? DEFAULT_CHECKPOINT_ROUNDS,
+  }
 }
 
 /** The cluster file for `c`: JSON data that {@link parseCluster} reads back as `c`. */
@@ -220,6 +239,7 @@ export function clusterToJson(c: ClusterConfig): unknown {
     ),
     openSpaces: c.openSpaces,
     newSpacesPerKeyPerHour: c.newSpacesPerKeyPerHour,
+    checkpointRounds: c.checkpointRounds,
   }
 }
 

@@ -22,6 +22,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import type { Logger } from 'pino'
+import { RelayCheckpoints, type FetchedRelayCheckpoint } from './checkpoints.ts'
 import { committeeOf, type ClusterConfig } from './config.ts'
 import {
   ConsensusCore,
@@ -30,6 +31,7 @@ import {
   byBytes,
   decodeMessage,
   encodeMessage,
+  signStatement,
   type ArchiveQuery,
   type Block,
   type ByzantineStrategy,
@@ -45,7 +47,7 @@ import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, encodeSpaceSnapshot, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
+import { RelayStore, encodeSpaceSnapshot, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -115,7 +117,7 @@ const VERDICT_BYTES = 2048
  * range instead of from a snapshot.
  */
 export interface Retention {
-  /** Consensus rounds of blocks kept for peers that fell behind (default 20,000; at least 4 × the GC depth). */
+  /** Consensus rounds of blocks kept for peers that fell behind (default 20,000; at least 4 GC depths, and two checkpoint intervals plus two GC depths). */
   readonly blockRounds?: number
   /** Per space, how many stable indexes of attested commits are kept for clients resuming (default 1,000,000). */
   readonly updates?: number
@@ -199,6 +201,9 @@ export class RelayNode {
   private lastSnapshotAt = Date.now()
   /** While the core re-accepts the blocks recovered from the store (see start). */
   private recovering = false
+  private readonly checkpoints: RelayCheckpoints
+  /** A checkpoint fetched from peers, to start over from before the next events (see drain). */
+  private pendingInstall: FetchedRelayCheckpoint | undefined
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
   private readonly creating = new Map<string, number>()
   /** Space → hex keys that may read it (readers and writers), for spaces with readers; built on first use. */
@@ -219,18 +224,40 @@ export class RelayNode {
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
+    this.checkpoints = new RelayCheckpoints({
+      committee: this.committee,
+      me: this.me,
+      secretKey: options.secretKey,
+      crypto: relayCrypto,
+      every: options.cluster.checkpointRounds,
+      gcDepth: this.gcDepth,
+      log: this.log,
+      host: {
+        replicas: () => this.replicas,
+        lastAttested: (space) => this.lastAttested.get(space) ?? 0,
+        send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
+        broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
+        openEnvelope: (signed) => {
+          const env = this.openSigned(signed)
+          if (env instanceof SteadError) throw env
+          return env
+        },
+        install: (checkpoint) => {
+          this.pendingInstall = checkpoint
+          if (!this.draining) void this.drain()
+        },
+      },
+    })
+  }
+
+  private get gcDepth(): number {
+    return this.options.gcDepth ?? GC_DEPTH
   }
 
   async start(): Promise<void> {
     this.store = RelayStore.open(this.options.dataDir)
-    const gcDepth = this.options.gcDepth ?? GC_DEPTH
-    let recovered: ReturnType<RelayStore['recover']>
-    let snapshot: ReturnType<RelayStore['snapshot']>
-    const startedAt = Date.now()
     try {
-      recovered = this.store.recover(relayCrypto, this.committee, gcDepth)
-      snapshot = this.store.snapshot()
-      for (const s of snapshot?.spaces ?? []) this.restoreSpace(s)
+      this.load()
     } catch (err) {
       await this.store.close()
       if (err instanceof SteadError && err.reason === 'malformed') {
@@ -238,6 +265,21 @@ export class RelayNode {
       }
       throw err
     }
+    this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
+    await this.options.mesh.start()
+    this.enqueue(() => this.core.start())
+  }
+
+  /**
+   * Builds the consensus core and the spaces' replicas from the store: its
+   * blocks and commit records, the latest snapshot, and the batches
+   * committed after it. At start, and after installing a checkpoint.
+   */
+  private load(): void {
+    const startedAt = Date.now()
+    const recovered = this.store.recover(relayCrypto, this.committee, this.gcDepth)
+    const snapshot = this.store.snapshot()
+    for (const s of snapshot?.spaces ?? []) this.restoreSpace(s)
     // The recovered blocks' signatures were checked just now (RelayStore.recover) and cover their
     // payload, whose envelopes this relay checked before it accepted them: not again.
     this.recovering = true
@@ -248,16 +290,18 @@ export class RelayNode {
         secretKey: this.options.secretKey,
         crypto: relayCrypto,
         inspect: (frame) => this.inspect(frame),
-        gcDepth,
+        gcDepth: this.gcDepth,
         leaderTimeoutMs: this.options.leaderTimeoutMs ?? 250,
         syncIntervalMs: this.options.syncIntervalMs ?? 500,
       },
       recovered,
     )
     this.recovering = false
+    this.checkpoints.load(this.store, this.core.committedRound, recovered.commits)
     // The stable state is the snapshot plus every batch committed after it: same order, same result.
     // (Batches carry no signature of their own: their envelopes are checked again.)
     let batches = 0
+    this.bytesSinceSnapshot = 0
     for (const b of this.store.committedBatches(snapshot?.batch ?? 0)) {
       this.audit(b.anchorRound, b.frames)
       batches++
@@ -268,13 +312,39 @@ export class RelayNode {
       { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshot?.batch ?? null, batches, spaces: this.replicas.size, ms: Date.now() - startedAt },
       'recovered from store',
     )
-    this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
-    await this.options.mesh.start()
-    this.enqueue(() => this.core.start())
+  }
+
+  /**
+   * Starts over from a checkpoint peers vouch for (this relay fell behind
+   * past their retention): the store takes it in one transaction, then the
+   * core and replicas are built from the store as at a restart. Runs
+   * between two drains, once every write issued before is on disk.
+   */
+  private async install(c: FetchedRelayCheckpoint): Promise<void> {
+    await this.onDisk
+    const round = c.manifest.anchorRound
+    const spaces = c.spaces.map((s) => {
+      const replica = ReliableReplica.fromAuditState(this.replicaOptions(s.space), s.state.state, round)
+      return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
+    })
+    // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
+    const statement = signStatement(relayCrypto, this.options.secretKey, this.me, round, relayCrypto.sha256(c.manifestBytes))
+    const checkpoint: CheckpointWrite = { anchorRound: round, statement: statement.signed, manifest: c.manifestBytes, states: c.spaces.map((s) => ({ space: s.space, bytes: s.state.bytes })) }
+    const before = this.core.committedRound
+    await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
+    for (const t of this.timers.values()) clearTimeout(t)
+    this.timers.clear()
+    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.readerKeys, this.creating]) state.clear()
+    this.changedSinceSnapshot.clear()
+    this.pendingSince = null
+    this.load()
+    this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from a checkpoint f+1 relays vouch for')
+    this.queue.push(() => this.core.start())
   }
 
   async stop(): Promise<void> {
     this.stopped = true
+    this.checkpoints.stop()
     for (const listener of [...this.attestedListeners]) listener(null)
     for (const t of this.timers.values()) clearTimeout(t)
     this.timers.clear()
@@ -615,6 +685,7 @@ export class RelayNode {
       this.log.warn({ from: this.nameOf(from), reason, err: (err as Error).message }, 'rejected mesh frame')
       return
     }
+    if (this.checkpoints.onMessage(from, message)) return
     for (const block of message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []) {
       const { author, round } = block.header
       if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
@@ -636,24 +707,40 @@ export class RelayNode {
   private async drain(): Promise<void> {
     this.draining = true
     try {
-      while (this.queue.length && !this.stopped) {
+      while ((this.queue.length || this.pendingInstall) && !this.stopped) {
+        const install = this.pendingInstall
+        if (install) {
+          this.pendingInstall = undefined
+          await this.install(install)
+          continue
+        }
         const events = this.queue.splice(0)
         const outputs: Output[] = []
         for (const event of events) outputs.push(...event())
-        const write: { records: WriteBatch['records'][number][]; batches: { anchorRound: number; frames: Uint8Array[] }[]; attestations: WriteBatch['attestations'][number][]; history: HistoryRecord[] } = {
+        const write: {
+          records: WriteBatch['records'][number][]
+          batches: { anchorRound: number; frames: Uint8Array[] }[]
+          attestations: WriteBatch['attestations'][number][]
+          history: HistoryRecord[]
+          checkpoint?: CheckpointWrite
+        } = {
           records: [],
           batches: [],
           attestations: [],
           history: [],
         }
         for (const o of outputs) {
-          if (o.type === 'persist') write.records.push(o.record)
-          else if (o.type === 'commit') {
+          if (o.type === 'persist') {
+            write.records.push(o.record)
+            if (o.record.kind === 'commit') this.checkpoints.recorded(o.record)
+          } else if (o.type === 'commit') {
             const attestations = this.audit(o.commit.anchorRound, o.commit.payload, write.history)
             // A commit that carried nothing and decided nothing changed no replica: replaying the
             // others at their rounds rebuilds the same state (gap timeouts are measured in rounds).
             if (o.commit.payload.length || attestations.length) write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
             write.attestations.push(...attestations)
+            const checkpoint = this.checkpoints.afterCommit(o.commit.anchorRound, write.checkpoint)
+            if (checkpoint) write.checkpoint = checkpoint
           }
         }
         const snapshot = this.snapshotDue(write.batches)
@@ -715,8 +802,10 @@ export class RelayNode {
     this.lastSnapshotAt = now
     this.metrics.snapshots.inc()
     // Recovery reads commit records (and blocks) from 2 * gcDepth rounds below the last one on (RelayStore.recover).
-    const gcDepth = this.options.gcDepth ?? GC_DEPTH
-    const keepRounds = Math.max(4 * gcDepth, this.options.retention?.blockRounds ?? DEFAULT_RETENTION.blockRounds)
+    // A relay starting over from the latest checkpoint (at most about two checkpoint intervals
+    // old) fetches the blocks from a GC window below it on.
+    const gcDepth = this.gcDepth
+    const keepRounds = Math.max(4 * gcDepth, 2 * this.options.cluster.checkpointRounds + 2 * gcDepth, this.options.retention?.blockRounds ?? DEFAULT_RETENTION.blockRounds)
     const keepUpdates = Math.max(1, this.options.retention?.updates ?? DEFAULT_RETENTION.updates)
     const feedBelow = changed.flatMap((space): Array<readonly [string, number]> => {
       const index = (this.replicas.get(space) as ReliableReplica).stableIndex - keepUpdates
@@ -781,10 +870,8 @@ export class RelayNode {
         this.serveArchive(o.to, o.query)
         break
       case 'history-pruned':
-        this.log.error(
-          { needed: o.needed, keptFrom: o.keptFrom },
-          'behind the cluster by more than its retention window: peers no longer keep the rounds this relay needs, so it cannot catch up by fetching blocks (relay state transfer is not built; see relay/README.md, "Retention")',
-        )
+        this.log.warn({ needed: o.needed, keptFrom: o.keptFrom }, 'behind the cluster by more than its retention window: peers no longer keep the rounds this relay needs')
+        this.checkpoints.behind(this.core.committedRound)
         break
       case 'rejected':
         this.metrics.rejected.inc({ reason: o.reason, source: 'mesh' })
@@ -859,7 +946,6 @@ export class RelayNode {
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
       this.changedSinceSnapshot.add(space)
-      // Every stable value an object took, kept for good: replicas hold only the latest entries.
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
       for (const d of result.decisions) {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { decode, encode, type Signed } from '@stead/core'
 import { open, type Database, type Key, type RootDatabase } from 'lmdb'
-import { openBlock, type Block, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
+import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
 /** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
 export interface StoredAttestation {
@@ -24,6 +24,40 @@ export interface WriteBatch {
    * are deleted, and consensus commit records below `commitsBelow`.
    */
   readonly snapshot?: SnapshotWrite
+  /** This relay's checkpoint taken in this write (see consensus/checkpoint.ts): it replaces the one stored. */
+  readonly checkpoint?: CheckpointWrite
+}
+
+/**
+ * A checkpoint as a relay keeps it to serve peers: its signed statement,
+ * the manifest, and the encoded audit state of every space whose state
+ * hash changed since the checkpoint before (the others' stored states are
+ * still theirs).
+ */
+export interface CheckpointWrite {
+  readonly anchorRound: number
+  readonly statement: Signed
+  readonly manifest: Uint8Array
+  readonly states: ReadonlyArray<{ readonly space: string; readonly bytes: Uint8Array }>
+}
+
+/** The stored checkpoint's head: what a peer asking for statements or the manifest gets. */
+export interface StoredCheckpoint {
+  readonly anchorRound: number
+  readonly statement: Signed
+  readonly manifest: Uint8Array
+}
+
+/** What a relay that fetched a checkpoint from its peers starts again from (see RelayStore.install). */
+export interface CheckpointInstall {
+  /** The checkpoint itself, kept to serve others in turn. */
+  readonly checkpoint: CheckpointWrite
+  /** Each space's snapshot record (encodeSpaceSnapshot), built from its checked state. */
+  readonly spaces: ReadonlyArray<{ readonly space: string; readonly bytes: Uint8Array }>
+  /** The consensus commit records the core recovers from. */
+  readonly commits: readonly CommitRecord[]
+  /** The lowest round whose blocks it may hold from now on. */
+  readonly blocksFrom: number
 }
 
 /** One space's audit state in a snapshot: the replica's checkpoint and the round of its latest attestation. */
@@ -134,6 +168,10 @@ export class RelayStore {
    * which is also its state at the head (nothing changed it in between).
    */
   private readonly snapshotSpaces: Database<Bytes, string>
+  /** 'head' → [anchor round, statement bytes, signature, manifest]. */
+  private readonly checkpointHead: Database<Bytes, string>
+  /** space → its encoded audit state as of the latest checkpoint that changed it. */
+  private readonly checkpointStates: Database<Bytes, string>
   private nextBatch: number
   /** Blocks of rounds below this were pruned (0: none were). */
   private blocksFrom: number
@@ -155,6 +193,8 @@ export class RelayStore {
     this.history = this.root.openDB({ name: 'history', encoding: 'binary' })
     this.snapshotHead = this.root.openDB({ name: 'snapshot-head', encoding: 'binary' })
     this.snapshotSpaces = this.root.openDB({ name: 'snapshot-spaces', encoding: 'binary' })
+    this.checkpointHead = this.root.openDB({ name: 'checkpoint-head', encoding: 'binary' })
+    this.checkpointStates = this.root.openDB({ name: 'checkpoint-states', encoding: 'binary' })
     const from = this.snapshotHead.get('blocks-from')
     this.blocksFrom = from ? ((decode(from, RECORD_LIMIT) as [number])[0] ?? 0) : 0
     // Batch numbers only grow, also when every batch was pruned into a snapshot.
@@ -169,7 +209,7 @@ export class RelayStore {
 
   /** Writes one drain's records atomically; resolves once they are on disk. */
   async write(w: WriteBatch): Promise<void> {
-    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot) return
+    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint) return
     await this.root.transaction(() => {
       for (const r of w.records) {
         switch (r.kind) {
@@ -199,6 +239,72 @@ export class RelayStore {
       }
       for (const h of w.history ?? []) this.history.putSync([h.space, h.key, h.index], encode(h.value))
       if (w.snapshot) this.writeSnapshot(w.snapshot)
+      if (w.checkpoint) this.writeCheckpoint(w.checkpoint)
+    })
+  }
+
+  private writeCheckpoint(c: CheckpointWrite): void {
+    for (const s of c.states) this.checkpointStates.putSync(s.space, s.bytes)
+    this.checkpointHead.putSync('head', encode([c.anchorRound, c.statement.bytes, c.statement.sig, c.manifest]))
+  }
+
+  /** The latest checkpoint this relay took (or installed), if any. */
+  checkpoint(): StoredCheckpoint | undefined {
+    const head = this.checkpointHead.get('head')
+    if (!head) return undefined
+    const [anchorRound, bytes, sig, manifest] = decode(head, RECORD_LIMIT) as [number, Bytes, Bytes, Bytes]
+    return { anchorRound, statement: { bytes, sig }, manifest }
+  }
+
+  /**
+   * The stored audit states of these spaces (the latest checkpoint's), in
+   * order, up to about `maxBytes` (at least one); read in one go with the
+   * head, so a checkpoint written meanwhile cannot mix in.
+   */
+  checkpointPart(anchorRound: number, spaces: readonly string[], maxBytes: number): Uint8Array[] | undefined {
+    const transaction = this.root.useReadTransaction()
+    try {
+      const head = this.checkpointHead.get('head', { transaction })
+      if (!head || (decode(head, RECORD_LIMIT) as [number])[0] !== anchorRound) return undefined
+      const out: Uint8Array[] = []
+      let bytes = 0
+      for (const space of spaces) {
+        const state = this.checkpointStates.get(space, { transaction })
+        if (!state) throw new Error(`store: the checkpoint of round ${anchorRound} lists space ${space} but holds no state for it`)
+        if (out.length > 0 && bytes + state.length > maxBytes) break
+        out.push(state)
+        bytes += state.length
+      }
+      return out
+    } finally {
+      transaction.done()
+    }
+  }
+
+  /**
+   * Starts this store over from a checkpoint fetched from peers, in one
+   * transaction: every space's snapshot becomes the checkpoint's, the
+   * consensus commit records become its window, and what came before it
+   * goes (batches, peers' blocks, attested commits and stable histories:
+   * this relay never saw the commits in between, so it serves none of
+   * them). Its own latest block stays: its next block references it.
+   */
+  async install(c: CheckpointInstall): Promise<void> {
+    await this.root.transaction(() => {
+      for (const key of [...this.batches.getKeys()]) this.batches.removeSync(key as [number, number])
+      for (const key of [...this.commits.getKeys()]) this.commits.removeSync(key as number)
+      for (const r of c.commits) this.commits.putSync(r.anchorRound, encode([r.ordered, r.payloadIds]))
+      for (const key of [...this.attest.getKeys()]) this.attest.removeSync(key as [string, number, number])
+      for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.removeSync(key as [string, number, number, number])
+      for (const key of [...this.history.getKeys()]) this.history.removeSync(key as [string, string, number])
+      for (const key of [...this.snapshotSpaces.getKeys()]) this.snapshotSpaces.removeSync(key as string)
+      for (const s of c.spaces) this.snapshotSpaces.putSync(s.space, s.bytes)
+      this.snapshotHead.putSync('head', encode([this.nextBatch - 1]))
+      this.pruneBlocks(Number.MAX_SAFE_INTEGER)
+      this.blocksFrom = c.blocksFrom
+      this.snapshotHead.putSync('blocks-from', encode([c.blocksFrom]))
+      for (const key of [...this.checkpointStates.getKeys()]) this.checkpointStates.removeSync(key as string)
+      this.writeCheckpoint(c.checkpoint)
     })
   }
 

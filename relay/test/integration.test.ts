@@ -241,6 +241,18 @@ describe('a cluster with one relay in a Byzantine mode', () => {
  * and reaches the others' stable index within 10 s, the load going on.
  * CI kills it for 5 s; STEAD_OUTAGE_S=30 runs the issue's size.
  */
+/** About 50 updates a second to `space`, one envelope each, in sequence, through `client`; `stop` ends it. */
+function steadyLoad(client: TestClient, space: string, seed: number): { stop: () => void } {
+  const writer = { secretKey: new Uint8Array(32).fill(seed), publicKey: publicKeyOfSync(new Uint8Array(32).fill(seed)) }
+  let n = 0
+  const timer = setInterval(() => {
+    n++
+    const id = n
+    void sealEnvelope(nodeCrypto, writer, { space, seq: id, clock: clockInit(), deps: [], updates: [{ key: `k${id % 50}`, decl: acct, ops: [1] }], safe: [] }).then((env) => client.send({ type: 'submit', id, envelope: encodeEnvelope(env) }))
+  }, 20)
+  return { stop: () => clearInterval(timer) }
+}
+
 describe('a relay back from an outage under load', () => {
   let cluster: TestCluster
   const outageMs = Number(process.env['STEAD_OUTAGE_S'] ?? 5) * 1000
@@ -249,17 +261,10 @@ describe('a relay back from an outage under load', () => {
   it(`rejoins after ${outageMs / 1000} s down and reaches the others' stable index within 10 s while the load goes on`, async () => {
     cluster = await TestCluster.create(4, { spaces: { load: {} }, openSpaces: false })
     await cluster.startAll()
-    const writer = { secretKey: new Uint8Array(32).fill(43), publicKey: publicKeyOfSync(new Uint8Array(32).fill(43)) }
-    const client = await TestClient.connect(cluster.relays[0]!.api, writer)
+    const client = await TestClient.connect(cluster.relays[0]!.api, { secretKey: new Uint8Array(32).fill(43), publicKey: publicKeyOfSync(new Uint8Array(32).fill(43)) })
     const index = async (i: number): Promise<number> => (await cluster.json<{ index: number }>(i, '/v1/spaces/load/head')).index
-    // About 50 updates a second, one envelope each, in sequence.
-    let n = 0
     let refused = 0
-    const load = setInterval(() => {
-      n++
-      const id = n
-      void sealEnvelope(nodeCrypto, writer, { space: 'load', seq: id, clock: clockInit(), deps: [], updates: [{ key: `k${id % 50}`, decl: acct, ops: [1] }], safe: [] }).then((env) => client.send({ type: 'submit', id, envelope: encodeEnvelope(env) }))
-    }, 20)
+    const load = steadyLoad(client, 'load', 43)
     try {
       await until('the load to commit', async () => ((await index(1)) > 20 ? true : undefined), 30_000)
       const before = await index(2)
@@ -278,9 +283,48 @@ describe('a relay back from an outage under load', () => {
       expect(caughtUpMs).toBeLessThanOrEqual(10_000)
       refused = client.messages.filter((m) => m.type === 'error').length
     } finally {
-      clearInterval(load)
+      load.stop()
       client.close()
     }
     expect(refused).toBe(0)
   }, 120_000)
+})
+
+describe('a relay back after its peers pruned the rounds it needs', () => {
+  let cluster: TestCluster
+  afterAll(async () => cluster?.stopAll())
+
+  it('starts over from a checkpoint f+1 relays vouch for and reaches their stable state under load', async () => {
+    // A checkpoint every 20 rounds; blocks kept for 200 rounds (the least --retain-rounds takes), snapshots every 20 batches.
+    cluster = await TestCluster.create(4, { spaces: { load: {} }, openSpaces: false, checkpointRounds: 20 })
+    await cluster.startAll(() => ['--retain-rounds', '200', '--snapshot-every', '20'])
+    const client = await TestClient.connect(cluster.relays[0]!.api, { secretKey: new Uint8Array(32).fill(44), publicKey: publicKeyOfSync(new Uint8Array(32).fill(44)) })
+    const head = async (i: number) => cluster.json<{ index: number; stateHash: string }>(i, '/v1/spaces/load/head')
+    const committed = async (i: number): Promise<number> => (await cluster.json<{ committedRound: number }>(i, '/v1/status')).committedRound
+    const load = steadyLoad(client, 'load', 44)
+    try {
+      await until('the load to commit', async () => ((await head(1)).index > 20 ? true : undefined), 30_000)
+      const leftAt = await committed(2)
+      cluster.kill(2)
+      // The others go on until their stores no longer hold the rounds it needs (with a margin for their next snapshot).
+      await until('the others to commit 300 rounds on', async () => ((await committed(0)) > leftAt + 300 ? true : undefined), 60_000)
+      const restartedAt = Date.now()
+      cluster.start(2)
+      await cluster.waitHealthy(2)
+      const target = (await head(0)).index
+      await until(`relay 3 to reach stable index ${target}`, async () => ((await head(2)).index >= target ? true : undefined), 20_000)
+      console.log(`relay 3 killed at round ${leftAt}, back ${Date.now() - restartedAt} ms later at stable index ${target}`)
+      const log = cluster.relays[2]!.log
+      expect(log).toContain('fetched a checkpoint f+1 relays vouch for')
+      expect(log).toContain('started over from a checkpoint f+1 relays vouch for')
+    } finally {
+      load.stop()
+    }
+    // Once the load stops, every relay holds the same stable state.
+    await until('the relays to agree', async () => {
+      const heads = await Promise.all([0, 1, 2, 3].map(head))
+      return new Set(heads.map((h) => `${h.index}:${h.stateHash}`)).size === 1 ? true : undefined
+    }, 30_000)
+    client.close()
+  }, 180_000)
 })

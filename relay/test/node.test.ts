@@ -24,9 +24,9 @@ async function until(what: string, check: () => boolean): Promise<void> {
 }
 
 /** A one-relay cluster (f = 0: every block commits at once) with a mesh that goes nowhere. */
-function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}): { node: RelayNode; spoken: string[]; sent: Uint8Array[] } {
+function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}, checkpointRounds = 1000): { node: RelayNode; spoken: string[]; sent: Uint8Array[] } {
   const secretKey = new Uint8Array(32).fill(3)
-  const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(publicKeyOfSync(secretKey)), mesh: '/ip4/127.0.0.1/tcp/1', api: '127.0.0.1:1' }], openSpaces: true })
+  const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(publicKeyOfSync(secretKey)), mesh: '/ip4/127.0.0.1/tcp/1', api: '127.0.0.1:1' }], openSpaces: true, checkpointRounds })
   const spoken: string[] = []
   const sent: Uint8Array[] = []
   const mesh: Mesh = {
@@ -143,27 +143,28 @@ describe('retention', () => {
   it('deletes blocks below the retention window and commits a space no longer keeps, still restarts to the same state, and tells a subscriber from too far back', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
     const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
-    // GC depth 2: at least 8 rounds of blocks are kept; 3 stable indexes of commits per space.
+    // GC depth 2 and a checkpoint every 10 rounds: at least 24 rounds of blocks are kept (two
+    // checkpoint intervals and two GC depths); 3 stable indexes of commits per space.
     const options = { snapshotEveryBatches: 2, gcDepth: 2, retention: { blockRounds: 1, updates: 3 } }
-    const first = soloRelay(dir, options).node
+    const first = soloRelay(dir, options, 10).node
     await first.start()
-    for (let seq = 1; seq <= 30; seq++) await decided(first, await deposit(seq))
+    for (let seq = 1; seq <= 40; seq++) await decided(first, await deposit(seq))
     const { store, onDisk } = first as unknown as { store: RelayStore; onDisk: Promise<void> }
     await onDisk
     const committed = first.status().committedRound as number
     const crypto = { sha256: (b: Uint8Array) => nodeCrypto.sha256(b), verify: () => true, sign: () => new Uint8Array(64) }
     const committee = first.committee
-    expect(store.blocksInRounds(crypto as never, committee, 1, committed - 12, 1000, 1 << 30)).toEqual([])
-    expect(store.blocksInRounds(crypto as never, committee, committed - 8, committed, 1000, 1 << 30).length).toBeGreaterThan(0)
+    expect(store.blocksInRounds(crypto as never, committee, 1, committed - 28, 1000, 1 << 30)).toEqual([])
+    expect(store.blocksInRounds(crypto as never, committee, committed - 24, committed, 1000, 1 << 30).length).toBeGreaterThan(0)
     // Commits of 's' are kept from a stable index 3 below the last snapshot's on.
     const start = store.feedStart('s') as number
-    expect(start).toBeGreaterThan(20)
+    expect(start).toBeGreaterThan(30)
     const head = first.stableHead('s')
     await first.stop()
     nodes.splice(nodes.indexOf(first), 1)
     const keptFrom = store.blocksKeptFrom
-    expect(keptFrom).toBeGreaterThan(committed - 12)
-    const restarted = soloRelay(dir, options)
+    expect(keptFrom).toBeGreaterThan(committed - 28)
+    const restarted = soloRelay(dir, options, 10)
     const second = restarted.node
     await second.start()
     expect(second.stableHead('s')).toEqual(head)
@@ -173,8 +174,8 @@ describe('retention', () => {
     const answers = restarted.sent.map((f) => decodeMessage(crypto as never, committee, f, undefined, true))
     expect(answers[0]).toEqual({ kind: 'pruned', keptFrom })
     expect(answers[1]?.kind).toBe('blocks')
-    await decided(second, await deposit(31))
-    expect(second.stableHead('s').index).toBe(31)
+    await decided(second, await deposit(41))
+    expect(second.stableHead('s').index).toBe(41)
   })
 })
 

@@ -380,7 +380,7 @@ export class ConsensusCore {
     if (this.dag.has(block.digestHex) || this.sync.isParked(block.digestHex) || this.refused.has(block.digestHex)) return
     // At or below the GC round a block can never be ordered: nothing to do with it.
     if (round <= this.dag.gcRound) return
-    if (round > this.dag.clockRound + this.maxRoundsAhead) {
+    if (round > this.highestAccepted) {
       // Either a flood or we fell far behind (a restart, a partition): pull the rounds we
       // missed, then blocks this far ahead fit again. Dropped unread (not even verified):
       // being behind is not the sender's fault, and the pull brings the block again.
@@ -469,6 +469,8 @@ export class ConsensusCore {
   /** Adds a checked block to the DAG; `infos` match its payload, envelope for envelope. */
   private accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): DagBlock {
     const node = this.dag.accept(block)
+    // Ordered before it reached this DAG (a restart, or a checkpoint, recovered the commit that did).
+    if (this.ordered.has(block.digestHex)) this.orderedSlots.add(slotKey(node))
     this.infosOf.set(block.digestHex, infos)
     this.payload.claim(infos, block.header.round)
     if (block.header.author === this.me) {
@@ -677,7 +679,7 @@ export class ConsensusCore {
   /**
    * The round from which f+1 peers (so at least one correct relay) still keep
    * blocks, when that is past the round this relay needs next: it cannot catch
-   * up by fetching blocks (relay state transfer is not built). Null otherwise,
+   * up by fetching blocks, only from a checkpoint (see checkpoint.ts). Null otherwise,
    * also once it moved on past that round.
    */
   get historyPrunedPast(): number | null {
@@ -700,7 +702,17 @@ export class ConsensusCore {
    */
   needsVerification(digestHex: string, round: number): boolean {
     if (this.dag.has(digestHex) || this.sync.isParked(digestHex) || this.refused.has(digestHex)) return false
-    return round > this.dag.gcRound && round <= this.dag.clockRound + this.maxRoundsAhead
+    return round > this.dag.gcRound && round <= this.highestAccepted
+  }
+
+  /**
+   * Blocks of rounds above this are far ahead: dropped unread, and the
+   * rounds before them pulled. Counted from the clock, or from the round
+   * this relay needs next when that is higher (after starting over from a
+   * checkpoint, the DAG is empty and the clock has not moved).
+   */
+  private get highestAccepted(): number {
+    return Math.max(this.dag.clockRound, this.neededRound()) + this.maxRoundsAhead
   }
 
   private onSyncTick(out: Output[]): void {
@@ -794,10 +806,6 @@ export class ConsensusCore {
       const missing = this.missingAncestors(block)
       if (missing.length) this.sync.park(this.me, block, missing)
       else this.acceptChain(this.me, block, ignored)
-    }
-    for (const digest of this.ordered) {
-      const block = this.dag.get(digest)
-      if (block) this.orderedSlots.add(slotKey(block))
     }
   }
 }

@@ -1,4 +1,5 @@
 import { DEFAULT_LIMITS, SteadError, asSigned, decode, encode, expect, toHex, type Signed } from '@stead/core'
+import { openStatement, type CheckpointPart, type CheckpointStatement } from './checkpoint.ts'
 
 /**
  * Wire messages of the relay mesh. A block is encoded once and signed by its
@@ -104,6 +105,14 @@ export type Message =
    * blocks below `keptFrom` (they were pruned), so it cannot send those.
    */
   | { readonly kind: 'pruned'; readonly keptFrom: number }
+  /** Please send your latest checkpoint statement (a relay behind past every peer's retention; see checkpoint.ts). */
+  | { readonly kind: 'checkpoint-ask' }
+  /** The sender's signed statement of its latest checkpoint (the signature was checked on decoding). */
+  | { readonly kind: 'checkpoint'; readonly statement: CheckpointStatement }
+  /** Please send the checkpoint of this round: its manifest when `from` is 0, and the spaces' states from `from` on. */
+  | { readonly kind: 'checkpoint-get'; readonly anchorRound: number; readonly from: number }
+  /** An answer to checkpoint-get: checked by the receiver against what f+1 relays vouch for. */
+  | { readonly kind: 'checkpoint-part'; readonly part: CheckpointPart }
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -210,6 +219,14 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['wake', m.payload])
     case 'pruned':
       return encode(['pruned', m.keptFrom])
+    case 'checkpoint-ask':
+      return encode(['checkpoint-ask'])
+    case 'checkpoint':
+      return encode(['checkpoint', [m.statement.signed.bytes, m.statement.signed.sig]])
+    case 'checkpoint-get':
+      return encode(['checkpoint-get', m.anchorRound, m.from])
+    case 'checkpoint-part':
+      return encode(['checkpoint-part', m.part.anchorRound, m.part.from, m.part.held, m.part.manifest, m.part.states])
   }
 }
 
@@ -234,6 +251,17 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     case 'pruned':
       return { kind: 'pruned', keptFrom: expect.uint(v[1], 'pruned.keptFrom') }
+    case 'checkpoint-ask':
+      return { kind: 'checkpoint-ask' }
+    case 'checkpoint':
+      return { kind: 'checkpoint', statement: openStatement(crypto, committee, asSigned(v[1])) }
+    case 'checkpoint-get':
+      return { kind: 'checkpoint-get', anchorRound: expect.uint(v[1], 'checkpoint-get.anchorRound'), from: expect.uint(v[2], 'checkpoint-get.from') }
+    case 'checkpoint-part': {
+      const manifest = v[4] === null ? null : expect.bytes(v[4], 'checkpoint-part.manifest')
+      const states = expect.array(v[5], 'checkpoint-part.states', 10_000_000).map((b, i) => expect.bytes(b, `checkpoint-part.states[${i}]`))
+      return { kind: 'checkpoint-part', part: { anchorRound: expect.uint(v[1], 'checkpoint-part.anchorRound'), from: expect.uint(v[2], 'checkpoint-part.from'), held: expect.boolean(v[3], 'checkpoint-part.held'), manifest, states } }
+    }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)
   }

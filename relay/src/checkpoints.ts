@@ -1,0 +1,198 @@
+import { auditStateHash, compareKeys, decodeAuditState, encodeAuditState, toHex, type AuditState, type Envelope, type ReliableReplica, type Signed } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
+import type { Logger } from 'pino'
+import {
+  CheckpointFetch,
+  decodeManifest,
+  encodeManifest,
+  isCheckpointCommit,
+  signStatement,
+  type CommitRecord,
+  type Committee,
+  type FetchedCheckpoint,
+  type Message,
+  type PartRequest,
+  type SyncCrypto,
+} from './consensus/index.ts'
+import type { CheckpointWrite, RelayStore } from './store.ts'
+
+/** Bytes of space states per checkpoint part: a mesh frame holds 64 MiB at most. */
+const PART_BYTES = 8 * 1024 * 1024
+/** A fetch that made no progress this long asks every peer for statements again. */
+const FETCH_RETRY_MS = 5_000
+
+/** A checkpoint fetched from peers, each space's state decoded and checked. */
+export type FetchedRelayCheckpoint = FetchedCheckpoint<{ readonly state: AuditState<Envelope>; readonly bytes: Uint8Array }>
+
+/** What the checkpoints need of the relay around them. */
+export interface CheckpointHost {
+  /** Every space's replica, as the audit leaves them after the commit just made. */
+  replicas(): ReadonlyMap<string, ReliableReplica>
+  /** The round of a space's latest attestation. */
+  lastAttested(space: string): number
+  send(to: number, message: Message): void
+  broadcast(message: Message): void
+  /** Opens a parked envelope's signed bytes from a peer's checkpoint (throws SteadError on bytes that are not one). */
+  openEnvelope(signed: Signed): Envelope
+  /** A checkpoint was fetched and checked: start the relay over from it. */
+  install(checkpoint: FetchedRelayCheckpoint): void
+}
+
+export interface CheckpointOptions {
+  readonly committee: Committee
+  readonly me: number
+  readonly secretKey: Uint8Array
+  readonly crypto: SyncCrypto
+  /** The cluster's checkpointRounds. */
+  readonly every: number
+  readonly gcDepth: number
+  readonly log: Logger
+  readonly host: CheckpointHost
+}
+
+/**
+ * A relay's checkpoints (see consensus/checkpoint.ts): takes one at every
+ * checkpoint commit, serves the latest to peers that ask, and, when this
+ * relay fell behind past its peers' retention, fetches one they vouch for
+ * and hands it to the relay to start over from.
+ */
+export class RelayCheckpoints {
+  private readonly o: CheckpointOptions
+  private store!: RelayStore
+  /** The commit records of the last GC window, oldest first: what a checkpoint carries for the core. */
+  private recent: CommitRecord[] = []
+  private lastAnchor = 0
+  /** Each space's state hash (hex) in the latest checkpoint: a space still there keeps its stored state. */
+  private readonly stored = new Map<string, string>()
+  /** The latest checkpoint's manifest, decoded once for serving its parts. */
+  private served: { readonly anchorRound: number; readonly spaces: readonly string[] } | undefined
+  private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: NodeJS.Timeout; progress: number } | undefined
+
+  constructor(options: CheckpointOptions) {
+    this.o = options
+  }
+
+  /** (Re)starts from what the store holds: its latest checkpoint and the recovered commit records. */
+  load(store: RelayStore, committedRound: number, commits: readonly CommitRecord[]): void {
+    this.store = store
+    this.lastAnchor = committedRound
+    this.recent = commits.filter((c) => c.anchorRound > committedRound - this.o.gcDepth)
+    this.stored.clear()
+    this.served = undefined
+    const head = store.checkpoint()
+    if (head) for (const s of decodeManifest(head.manifest).spaces) this.stored.set(s.space, toHex(s.stateHash))
+  }
+
+  stop(): void {
+    if (this.fetching) clearTimeout(this.fetching.timer)
+    this.fetching = undefined
+  }
+
+  /** A commit record the core persisted (before the commit it records is audited). */
+  recorded(record: CommitRecord): void {
+    this.recent.push(record)
+    const from = record.anchorRound - this.o.gcDepth
+    while ((this.recent[0]?.anchorRound ?? Infinity) <= from) this.recent.shift()
+  }
+
+  /**
+   * After auditing the commit at `anchorRound`: the checkpoint to write if
+   * this commit is a checkpoint commit, merged into `pending` (an earlier
+   * checkpoint of the same write, whose states it must keep).
+   */
+  afterCommit(anchorRound: number, pending: CheckpointWrite | undefined): CheckpointWrite | undefined {
+    const previous = this.lastAnchor
+    this.lastAnchor = anchorRound
+    if (!isCheckpointCommit(previous, anchorRound, this.o.every)) return pending
+    const sha256 = (b: Uint8Array) => this.o.crypto.sha256(b)
+    const replicas = this.o.host.replicas()
+    const spaces = [...replicas.keys()].sort(compareKeys).map((space) => ({ space, stateHash: (replicas.get(space) as ReliableReplica).stableHash(sha256), lastAttested: this.o.host.lastAttested(space) }))
+    const states = new Map((pending?.states ?? []).map((s) => [s.space, s.bytes]))
+    for (const s of spaces) {
+      const hex = toHex(s.stateHash)
+      if (this.stored.get(s.space) === hex) continue
+      this.stored.set(s.space, hex)
+      states.set(s.space, encodeAuditState((replicas.get(s.space) as ReliableReplica).auditState()))
+    }
+    const manifest = encodeManifest({ anchorRound, commits: this.recent, spaces })
+    const statement = signStatement(this.o.crypto, this.o.secretKey, this.o.me, anchorRound, sha256(manifest))
+    this.served = undefined
+    return { anchorRound, statement: statement.signed, manifest, states: [...states].map(([space, bytes]) => ({ space, bytes })) }
+  }
+
+  /** Handles the checkpoint messages of the mesh; false for every other message. */
+  onMessage(from: number, m: Message): boolean {
+    switch (m.kind) {
+      case 'checkpoint-ask': {
+        const head = this.store.checkpoint()
+        if (head) this.o.host.send(from, { kind: 'checkpoint', statement: { author: this.o.me, anchorRound: head.anchorRound, digest: this.o.crypto.sha256(head.manifest), signed: head.statement } })
+        return true
+      }
+      case 'checkpoint-get':
+        this.serve(from, m.anchorRound, m.from)
+        return true
+      case 'checkpoint': {
+        const request = this.fetching?.fetch.statement(m.statement)
+        if (request) this.request(request)
+        return true
+      }
+      case 'checkpoint-part': {
+        if (!this.fetching) return true
+        const faults = this.fetching.fetch.faults.length
+        const outcome = this.fetching.fetch.part(from, m.part)
+        for (const f of this.fetching.fetch.faults.slice(faults)) this.o.log.warn({ peer: f.relay, reason: f.reason }, 'a peer served a checkpoint that f+1 relays do not vouch for')
+        if (outcome.done) {
+          const fetched = outcome.done
+          this.stop()
+          this.o.log.info({ round: fetched.manifest.anchorRound, spaces: fetched.spaces.length, vouchers: fetched.statements.map((s) => s.author) }, 'fetched a checkpoint f+1 relays vouch for')
+          this.o.host.install(fetched)
+        } else if (outcome.request) this.request(outcome.request)
+        else if (outcome.askAgain) this.o.host.broadcast({ kind: 'checkpoint-ask' })
+        return true
+      }
+      default:
+        return false
+    }
+  }
+
+  /**
+   * Peers no longer keep the blocks this relay needs: fetch a checkpoint
+   * newer than `committedRound`. Asks every peer for its statement, and
+   * again while no part comes for a while.
+   */
+  behind(committedRound: number): void {
+    if (this.fetching) return
+    const fetch = new CheckpointFetch(this.o.committee, (b) => this.o.crypto.sha256(b), committedRound, (bytes) => {
+      const state = decodeAuditState(bytes, (signed) => this.o.host.openEnvelope(signed))
+      return { state: { state, bytes }, space: state.space, hash: auditStateHash((b) => nodeCrypto.sha256(b), state) }
+    })
+    const retry = (): void => {
+      if (!this.fetching) return
+      if (this.fetching.progress === 0) {
+        fetch.restart()
+        this.o.host.broadcast({ kind: 'checkpoint-ask' })
+      }
+      this.fetching.progress = 0
+      this.fetching.timer = setTimeout(retry, FETCH_RETRY_MS)
+    }
+    this.fetching = { fetch, timer: setTimeout(retry, FETCH_RETRY_MS), progress: 0 }
+    this.o.log.warn({ committedRound }, 'peers no longer keep the blocks this relay needs: fetching a checkpoint they vouch for')
+    this.o.host.broadcast({ kind: 'checkpoint-ask' })
+  }
+
+  private request(r: PartRequest): void {
+    if (this.fetching) this.fetching.progress++
+    this.o.host.send(r.to, { kind: 'checkpoint-get', anchorRound: r.anchorRound, from: r.from })
+  }
+
+  private serve(to: number, anchorRound: number, from: number): void {
+    const head = this.store.checkpoint()
+    if (head && this.served?.anchorRound !== head.anchorRound) this.served = { anchorRound: head.anchorRound, spaces: decodeManifest(head.manifest).spaces.map((s) => s.space) }
+    const states = head && this.served ? this.store.checkpointPart(anchorRound, this.served.spaces.slice(from), PART_BYTES) : undefined
+    if (!head || !states) {
+      this.o.host.send(to, { kind: 'checkpoint-part', part: { anchorRound, from, held: false, manifest: null, states: [] } })
+      return
+    }
+    this.o.host.send(to, { kind: 'checkpoint-part', part: { anchorRound, from, held: true, manifest: from === 0 ? head.manifest : null, states } })
+  }
+}

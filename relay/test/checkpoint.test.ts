@@ -1,0 +1,182 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { clockInit, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
+import pino from 'pino'
+import { afterEach, describe, expect, it } from 'vitest'
+import { parseCluster } from '../src/config.ts'
+import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, type CheckpointManifest, type Committee, type SyncCrypto } from '../src/consensus/index.ts'
+import type { Mesh } from '../src/mesh/types.ts'
+import { RelayNode } from '../src/node.ts'
+
+const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
+const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))
+const committee: Committee = { f: 1, keys: secrets.map((s) => publicKeyOfSync(s)) }
+
+describe('checkpoint commits', () => {
+  it('fall on the first commit that reaches each multiple of the interval, whatever the commits before', () => {
+    expect(isCheckpointCommit(0, 9, 10)).toBe(false)
+    expect(isCheckpointCommit(9, 10, 10)).toBe(true)
+    expect(isCheckpointCommit(7, 13, 10)).toBe(true)
+    expect(isCheckpointCommit(10, 19, 10)).toBe(false)
+    expect(isCheckpointCommit(13, 31, 10)).toBe(true)
+  })
+})
+
+describe('fetching a checkpoint', () => {
+  // A "state" here is bytes whose first byte names the space; its hash is sha256 of the bytes.
+  const state = (space: string, fill: number) => new Uint8Array([space.charCodeAt(0), fill])
+  const open = (bytes: Uint8Array) => {
+    if (bytes.length !== 2) throw new Error('not a state')
+    return { state: bytes, space: String.fromCharCode(bytes[0] as number), hash: crypto.sha256(bytes) }
+  }
+  const manifest: CheckpointManifest = {
+    anchorRound: 40,
+    commits: [{ anchorRound: 40, ordered: ['ab'.repeat(32)], payloadIds: [] }],
+    spaces: ['a', 'b', 'c'].map((space, i) => ({ space, stateHash: crypto.sha256(state(space, i)), lastAttested: 30 + i })),
+  }
+  const bytes = encodeManifest(manifest)
+  const statement = (author: number, m: Uint8Array = bytes, round = 40) => signStatement(crypto, secrets[author] as Uint8Array, author, round, crypto.sha256(m))
+
+  it('waits for f+1 relays to vouch for one checkpoint, then pulls it from one of them and checks every part', () => {
+    const fetch = new CheckpointFetch(committee, crypto.sha256, 20, open)
+    expect(fetch.statement(statement(1))).toBeUndefined()
+    // One other relay vouching for another manifest does not make two for either.
+    expect(fetch.statement(statement(2, encodeManifest({ ...manifest, spaces: [] })))).toBeUndefined()
+    // A checkpoint the relay is already past is of no use.
+    expect(fetch.statement(statement(3, bytes, 20))).toBeUndefined()
+    const first = fetch.statement(statement(3))
+    expect(first).toEqual({ to: 1, anchorRound: 40, from: 0 })
+    // The manifest with the first two spaces, then the last one.
+    expect(fetch.part(1, { anchorRound: 40, from: 0, held: true, manifest: bytes, states: [state('a', 0), state('b', 1)] })).toEqual({ request: { to: 1, anchorRound: 40, from: 2 } })
+    const { done } = fetch.part(1, { anchorRound: 40, from: 2, held: true, manifest: null, states: [state('c', 2)] })
+    expect(toHex(encodeManifest(done?.manifest as CheckpointManifest))).toBe(toHex(bytes))
+    expect(done?.spaces.map((s) => [s.space, s.lastAttested])).toEqual([['a', 30], ['b', 31], ['c', 32]])
+    expect(done?.statements.map((s) => s.author)).toEqual([1, 3])
+    expect(fetch.faults).toEqual([])
+  })
+
+  it('moves to the next voucher when a source lies or no longer holds it, and starts over once every voucher failed', () => {
+    const fetch = new CheckpointFetch(committee, crypto.sha256, 0, open)
+    fetch.statement(statement(1))
+    expect(fetch.statement(statement(2))).toEqual({ to: 1, anchorRound: 40, from: 0 })
+    // Relay 1 sends a manifest nobody vouched for: relay 2 is asked instead.
+    const forged = encodeManifest({ ...manifest, spaces: manifest.spaces.map((s) => ({ ...s, lastAttested: 0 })) })
+    expect(fetch.part(1, { anchorRound: 40, from: 0, held: true, manifest: forged, states: [] })).toEqual({ request: { to: 2, anchorRound: 40, from: 0 } })
+    // A part from a relay not asked is ignored.
+    expect(fetch.part(3, { anchorRound: 40, from: 0, held: true, manifest: bytes, states: [] })).toEqual({})
+    // Relay 2 sends the right manifest but a state of space b that is not the one vouched for.
+    expect(fetch.part(2, { anchorRound: 40, from: 0, held: true, manifest: bytes, states: [state('a', 0), state('b', 9)] })).toEqual({ askAgain: true })
+    expect(fetch.faults.map((f) => f.relay)).toEqual([1, 2])
+    expect(fetch.faults[1]?.reason).toMatch(/space b that does not hash/)
+    expect(fetch.anchorRound).toBeUndefined()
+    // Starting over: statements again, and a source that moved on says so.
+    fetch.statement(statement(2))
+    expect(fetch.statement(statement(3))).toEqual({ to: 2, anchorRound: 40, from: 0 })
+    expect(fetch.part(2, { anchorRound: 40, from: 0, held: false, manifest: null, states: [] })).toEqual({ request: { to: 3, anchorRound: 40, from: 0 } })
+    expect(fetch.part(3, { anchorRound: 40, from: 0, held: true, manifest: bytes, states: [state('a', 0), state('b', 1), state('c', 2)] }).done?.spaces).toHaveLength(3)
+  })
+})
+
+/** Relays in one process, their frames delivered on the next turn; a relay that is down gets nothing. */
+class Hub {
+  private readonly handlers = new Map<number, (from: number, frame: Uint8Array) => void>()
+  mesh(me: number, n: number): Mesh {
+    const deliver = (to: number, frame: Uint8Array) => setImmediate(() => this.handlers.get(to)?.(me, frame))
+    return {
+      start: async () => undefined,
+      stop: async () => void this.handlers.delete(me),
+      send: deliver,
+      broadcast: (frame) => {
+        for (let i = 0; i < n; i++) if (i !== me) deliver(i, frame)
+      },
+      onFrame: (handler) => void this.handlers.set(me, handler),
+      connectedPeers: () => [...this.handlers.keys()].filter((i) => i !== me),
+      queuedBytes: () => 0,
+    }
+  }
+}
+
+const nodes: RelayNode[] = []
+afterEach(async () => {
+  for (const n of nodes.splice(0)) await n.stop()
+})
+
+async function until(what: string, check: () => boolean, timeoutMs = 20_000): Promise<void> {
+  const end = Date.now() + timeoutMs
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+describe('a relay behind past its peers\' retention', () => {
+  it('starts over from a checkpoint f+1 relays vouch for, reaches the same stable state and commits on with them', async () => {
+    const cluster = parseCluster({
+      f: 1,
+      relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(s)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
+      openSpaces: true,
+      checkpointRounds: 10,
+    })
+    const hub = new Hub()
+    const dirs = secrets.map(() => mkdtempSync(join(tmpdir(), 'stead-cp-')))
+    // GC depth 3: blocks are kept for 26 rounds (two checkpoint intervals and two GC depths).
+    const logs: string[] = []
+    const start = async (i: number): Promise<RelayNode> => {
+      const node = new RelayNode({
+        cluster,
+        me: i,
+        secretKey: secrets[i] as Uint8Array,
+        dataDir: dirs[i] as string,
+        mesh: hub.mesh(i, 4),
+        logger: i === 3 ? pino({ level: 'info' }, { write: (line: string) => void logs.push(line) }) : pino({ level: 'silent' }),
+        gcDepth: 3,
+        leaderTimeoutMs: 20,
+        syncIntervalMs: 30,
+        snapshotEveryBatches: 2,
+        retention: { blockRounds: 1 },
+      })
+      nodes.push(node)
+      await node.start()
+      return node
+    }
+    const relays = [await start(0), await start(1), await start(2), await start(3)]
+    const author = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
+    // Sequence numbers are per author and space.
+    const seqs = new Map<string, number>()
+    const deposit = async (space: string) => {
+      const seq = (seqs.get(space) ?? 0) + 1
+      seqs.set(space, seq)
+      const env = await sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: `k${seq % 3}`, decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] })
+      await new Promise<void>((ok) => void (relays[0] as RelayNode).submit(encodeEnvelope(env), 'test', () => ok()))
+    }
+    const index = (i: number, space: string) => (relays[i] as RelayNode).stableHead(space).index
+    for (let k = 0; k < 6; k++) await deposit(k % 2 ? 'a' : 'b')
+    await until('relay 4 to have the first commits', () => index(3, 'a') + index(3, 'b') === 6)
+    const behind = relays[3] as RelayNode
+    const leftAt = behind.status().committedRound as number
+    await behind.stop()
+    nodes.splice(nodes.indexOf(behind), 1)
+    // The others go on, well past their retention of the rounds it needs.
+    for (let k = 0; k < 40; k++) await deposit(k % 3 ? 'a' : 'c')
+    const committed = (relays[0] as RelayNode).status().committedRound as number
+    expect(committed).toBeGreaterThan(leftAt + 40)
+    const back = await start(3)
+    relays[3] = back
+    // It learns how far behind it is from the blocks of new work (an idle cluster makes no rounds).
+    const caughtUp = () => ['a', 'b', 'c'].every((s) => index(3, s) === index(0, s))
+    for (let k = 0; k < 50 && !caughtUp(); k++) await deposit('c')
+    await until('relay 4 to catch up', caughtUp)
+    for (const s of ['a', 'b', 'c']) expect(back.stableHead(s).stateHash).toBe(relays[0]?.stableHead(s).stateHash)
+    // It took a checkpoint, not the blocks (the others no longer hold them).
+    const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
+    expect(installed?.from).toBe(leftAt)
+    expect(installed?.to).toBeGreaterThan(leftAt + 20)
+    // And it commits on with the others.
+    await deposit('c')
+    const next = index(0, 'c')
+    await until('every relay to commit the next one', () => relays.every((_, i) => index(i, 'c') === next))
+    expect(new Set(relays.map((r) => r.stableHead('c').stateHash)).size).toBe(1)
+  }, 60_000)
+})
