@@ -1,7 +1,7 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { clockInit, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { clockInit, decode, encode, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -82,8 +82,19 @@ describe('fetching a checkpoint', () => {
 /** Relays in one process, their frames delivered on the next turn; a relay that is down gets nothing. */
 class Hub {
   private readonly handlers = new Map<number, (from: number, frame: Uint8Array) => void>()
+  /** Rewrites or delays a frame on its way (a Byzantine relay, a slow link). */
+  private readonly filter: (from: number, frame: Uint8Array) => { frame: Uint8Array; delayMs: number }
+  constructor(filter: (from: number, frame: Uint8Array) => { frame: Uint8Array; delayMs: number } = (_, frame) => ({ frame, delayMs: 0 })) {
+    this.filter = filter
+  }
+
   mesh(me: number, n: number): Mesh {
-    const deliver = (to: number, frame: Uint8Array) => setImmediate(() => this.handlers.get(to)?.(me, frame))
+    const deliver = (to: number, sent: Uint8Array) => {
+      const { frame, delayMs } = this.filter(me, sent)
+      const go = () => this.handlers.get(to)?.(me, frame)
+      if (delayMs) setTimeout(go, delayMs)
+      else setImmediate(go)
+    }
     return {
       start: async () => undefined,
       stop: async () => void this.handlers.delete(me),
@@ -111,72 +122,103 @@ async function until(what: string, check: () => boolean, timeoutMs = 20_000): Pr
   }
 }
 
+/**
+ * Relay 4 stops; the others commit well past their retention of the rounds
+ * it needs; it comes back, must start over from a checkpoint, and must end
+ * with the others' stable state and commit on with them. Returns relay 4's log.
+ */
+async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: string]: unknown }>> {
+  const cluster = parseCluster({
+    f: 1,
+    relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(s)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
+    openSpaces: true,
+    checkpointRounds: 10,
+  })
+  const dirs = secrets.map(() => mkdtempSync(join(tmpdir(), 'stead-cp-')))
+  // GC depth 3: blocks are kept for 26 rounds (two checkpoint intervals and two GC depths).
+  const logs: string[] = []
+  const start = async (i: number): Promise<RelayNode> => {
+    const node = new RelayNode({
+      cluster,
+      me: i,
+      secretKey: secrets[i] as Uint8Array,
+      dataDir: dirs[i] as string,
+      mesh: hub.mesh(i, 4),
+      logger: i === 3 ? pino({ level: 'info' }, { write: (line: string) => void logs.push(line) }) : pino({ level: 'silent' }),
+      gcDepth: 3,
+      leaderTimeoutMs: 20,
+      syncIntervalMs: 30,
+      snapshotEveryBatches: 2,
+      retention: { blockRounds: 1 },
+    })
+    nodes.push(node)
+    await node.start()
+    return node
+  }
+  const relays = [await start(0), await start(1), await start(2), await start(3)]
+  const author = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
+  // Sequence numbers are per author and space.
+  const seqs = new Map<string, number>()
+  const deposit = async (space: string) => {
+    const seq = (seqs.get(space) ?? 0) + 1
+    seqs.set(space, seq)
+    const env = await sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: `k${seq % 3}`, decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] })
+    await new Promise<void>((ok) => void (relays[0] as RelayNode).submit(encodeEnvelope(env), 'test', () => ok()))
+  }
+  const index = (i: number, space: string) => (relays[i] as RelayNode).stableHead(space).index
+  for (let k = 0; k < 6; k++) await deposit(k % 2 ? 'a' : 'b')
+  await until('relay 4 to have the first commits', () => index(3, 'a') + index(3, 'b') === 6)
+  const behind = relays[3] as RelayNode
+  const leftAt = behind.status().committedRound as number
+  await behind.stop()
+  nodes.splice(nodes.indexOf(behind), 1)
+  // The others go on, well past their retention of the rounds it needs.
+  for (let k = 0; k < 40; k++) await deposit(k % 3 ? 'a' : 'c')
+  const committed = (relays[0] as RelayNode).status().committedRound as number
+  expect(committed).toBeGreaterThan(leftAt + 40)
+  const back = await start(3)
+  relays[3] = back
+  // It learns how far behind it is from the blocks of new work (an idle cluster makes no rounds).
+  const caughtUp = () => ['a', 'b', 'c'].every((s) => index(3, s) === index(0, s))
+  for (let k = 0; k < 50 && !caughtUp(); k++) await deposit('c')
+  await until('relay 4 to catch up', caughtUp)
+  for (const s of ['a', 'b', 'c']) expect(back.stableHead(s).stateHash).toBe(relays[0]?.stableHead(s).stateHash)
+  // It took a checkpoint, not the blocks (the others no longer hold them).
+  const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
+  expect(installed?.from).toBe(leftAt)
+  expect(installed?.to).toBeGreaterThan(leftAt + 20)
+  // And it commits on with the others.
+  await deposit('c')
+  const next = index(0, 'c')
+  await until('every relay to commit the next one', () => relays.every((_, i) => index(i, 'c') === next))
+  expect(new Set(relays.map((r) => r.stableHead('c').stateHash)).size).toBe(1)
+  return logs.map((l) => JSON.parse(l) as { msg: string })
+}
+
 describe('a relay behind past its peers\' retention', () => {
   it('starts over from a checkpoint f+1 relays vouch for, reaches the same stable state and commits on with them', async () => {
-    const cluster = parseCluster({
-      f: 1,
-      relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(s)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
-      openSpaces: true,
-      checkpointRounds: 10,
+    const logs = await behindPastRetention(new Hub())
+    expect(logs.filter((l) => l.msg.startsWith('a peer served a checkpoint'))).toEqual([])
+  }, 60_000)
+
+  it('refuses the states a lying relay serves for a checkpoint and takes them from the next voucher', async () => {
+    // Relay 1 changes every space state it serves (its stable index, one more); the others'
+    // statements come late, so relay 1 vouches first and is asked first.
+    const hub = new Hub((from, frame) => {
+      const m = decode(frame) as unknown[]
+      if (from === 0 && m[0] === 'checkpoint-part') {
+        const states = (m[5] as Uint8Array[]).map((bytes) => {
+          const v = decode(bytes) as unknown[]
+          v[2] = (v[2] as number) + 1
+          return encode(v)
+        })
+        return { frame: encode([...m.slice(0, 5), states]), delayMs: 0 }
+      }
+      return { frame, delayMs: from !== 0 && m[0] === 'checkpoint' ? 50 : 0 }
     })
-    const hub = new Hub()
-    const dirs = secrets.map(() => mkdtempSync(join(tmpdir(), 'stead-cp-')))
-    // GC depth 3: blocks are kept for 26 rounds (two checkpoint intervals and two GC depths).
-    const logs: string[] = []
-    const start = async (i: number): Promise<RelayNode> => {
-      const node = new RelayNode({
-        cluster,
-        me: i,
-        secretKey: secrets[i] as Uint8Array,
-        dataDir: dirs[i] as string,
-        mesh: hub.mesh(i, 4),
-        logger: i === 3 ? pino({ level: 'info' }, { write: (line: string) => void logs.push(line) }) : pino({ level: 'silent' }),
-        gcDepth: 3,
-        leaderTimeoutMs: 20,
-        syncIntervalMs: 30,
-        snapshotEveryBatches: 2,
-        retention: { blockRounds: 1 },
-      })
-      nodes.push(node)
-      await node.start()
-      return node
-    }
-    const relays = [await start(0), await start(1), await start(2), await start(3)]
-    const author = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
-    // Sequence numbers are per author and space.
-    const seqs = new Map<string, number>()
-    const deposit = async (space: string) => {
-      const seq = (seqs.get(space) ?? 0) + 1
-      seqs.set(space, seq)
-      const env = await sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: `k${seq % 3}`, decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] })
-      await new Promise<void>((ok) => void (relays[0] as RelayNode).submit(encodeEnvelope(env), 'test', () => ok()))
-    }
-    const index = (i: number, space: string) => (relays[i] as RelayNode).stableHead(space).index
-    for (let k = 0; k < 6; k++) await deposit(k % 2 ? 'a' : 'b')
-    await until('relay 4 to have the first commits', () => index(3, 'a') + index(3, 'b') === 6)
-    const behind = relays[3] as RelayNode
-    const leftAt = behind.status().committedRound as number
-    await behind.stop()
-    nodes.splice(nodes.indexOf(behind), 1)
-    // The others go on, well past their retention of the rounds it needs.
-    for (let k = 0; k < 40; k++) await deposit(k % 3 ? 'a' : 'c')
-    const committed = (relays[0] as RelayNode).status().committedRound as number
-    expect(committed).toBeGreaterThan(leftAt + 40)
-    const back = await start(3)
-    relays[3] = back
-    // It learns how far behind it is from the blocks of new work (an idle cluster makes no rounds).
-    const caughtUp = () => ['a', 'b', 'c'].every((s) => index(3, s) === index(0, s))
-    for (let k = 0; k < 50 && !caughtUp(); k++) await deposit('c')
-    await until('relay 4 to catch up', caughtUp)
-    for (const s of ['a', 'b', 'c']) expect(back.stableHead(s).stateHash).toBe(relays[0]?.stableHead(s).stateHash)
-    // It took a checkpoint, not the blocks (the others no longer hold them).
-    const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
-    expect(installed?.from).toBe(leftAt)
-    expect(installed?.to).toBeGreaterThan(leftAt + 20)
-    // And it commits on with the others.
-    await deposit('c')
-    const next = index(0, 'c')
-    await until('every relay to commit the next one', () => relays.every((_, i) => index(i, 'c') === next))
-    expect(new Set(relays.map((r) => r.stableHead('c').stateHash)).size).toBe(1)
+    const logs = await behindPastRetention(hub)
+    const faults = logs.filter((l) => l.msg.startsWith('a peer served a checkpoint'))
+    expect(faults.length).toBeGreaterThan(0)
+    expect(faults.every((f) => f['peer'] === 0 && /does not hash to the checkpoint/.test(String(f['reason'])))).toBe(true)
   }, 60_000)
 })
