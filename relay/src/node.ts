@@ -323,6 +323,11 @@ export class RelayNode {
   private async install(c: FetchedRelayCheckpoint): Promise<void> {
     await this.onDisk
     const round = c.manifest.anchorRound
+    // A peer that had not pruned yet may have brought it this far meanwhile: never go back.
+    if (round <= this.core.committedRound) {
+      this.log.info({ checkpoint: round, committedRound: this.core.committedRound }, 'caught up past the fetched checkpoint by range; not installing it')
+      return
+    }
     const spaces = c.spaces.map((s) => {
       const replica = ReliableReplica.fromAuditState(this.replicaOptions(s.space), s.state.state, round)
       return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
@@ -516,6 +521,8 @@ export class RelayNode {
       clockRound: this.core.clockRound,
       clusterRound: health.clusterRound,
       committedRound: this.core.committedRound,
+      /** Blocks of rounds below this were pruned from the store (retention). */
+      blocksKeptFrom: this.store.blocksKeptFrom,
       commits: this.commitCount,
       lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
       queuedEnvelopes: this.core.queuedEnvelopes,
