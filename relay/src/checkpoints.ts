@@ -1,5 +1,4 @@
 import { auditStateHash, compareKeys, decodeAuditState, encodeAuditState, toHex, type AuditState, type Envelope, type ReliableReplica, type Signed } from '@stead/core'
-import { nodeCrypto } from '@stead/core/node'
 import type { Logger } from 'pino'
 import {
   CheckpointFetch,
@@ -164,7 +163,7 @@ export class RelayCheckpoints {
     if (this.fetching) return
     const fetch = new CheckpointFetch(this.o.committee, (b) => this.o.crypto.sha256(b), committedRound, (bytes) => {
       const state = decodeAuditState(bytes, (signed) => this.o.host.openEnvelope(signed))
-      return { state: { state, bytes }, space: state.space, hash: auditStateHash((b) => nodeCrypto.sha256(b), state) }
+      return { state: { state, bytes }, space: state.space, hash: auditStateHash((b) => this.o.crypto.sha256(b), state) }
     })
     const retry = (): void => {
       if (!this.fetching) return

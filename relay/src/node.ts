@@ -237,11 +237,7 @@ export class RelayNode {
         lastAttested: (space) => this.lastAttested.get(space) ?? 0,
         send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
         broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
-        openEnvelope: (signed) => {
-          const env = this.openSigned(signed)
-          if (env instanceof SteadError) throw env
-          return env
-        },
+        openEnvelope: (signed) => this.openOrThrow(signed),
         install: (checkpoint) => {
           this.pendingInstall = checkpoint
           if (!this.draining) void this.drain()
@@ -333,7 +329,7 @@ export class RelayNode {
       return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
     })
     // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
-    const statement = signStatement(relayCrypto, this.options.secretKey, this.me, round, relayCrypto.sha256(c.manifestBytes))
+    const statement = signStatement(relayCrypto, this.options.secretKey, this.me, round, c.digest)
     const checkpoint: CheckpointWrite = { anchorRound: round, statement: statement.signed, manifest: c.manifestBytes, states: c.spaces.map((s) => ({ space: s.space, bytes: s.state.bytes })) }
     const before = this.core.committedRound
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
@@ -822,12 +818,7 @@ export class RelayNode {
   }
 
   private restoreSpace(s: SpaceSnapshot): void {
-    const open = (signed: Signed): Envelope => {
-      const env = this.openSigned(signed)
-      if (env instanceof SteadError) throw env
-      return env
-    }
-    this.replicas.set(s.space, ReliableReplica.restore(this.replicaOptions(s.space), s.checkpoint, open))
+    this.replicas.set(s.space, ReliableReplica.restore(this.replicaOptions(s.space), s.checkpoint, (signed) => this.openOrThrow(signed)))
     this.lastAttested.set(s.space, s.lastAttested)
   }
 
@@ -1034,6 +1025,13 @@ export class RelayNode {
       return err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }
     return this.openSigned(signed, frame.length)
+  }
+
+  /** A parked envelope from a snapshot or a checkpoint: the envelope, or its verdict thrown (a SteadError). */
+  private openOrThrow(signed: Signed): Envelope {
+    const env = this.openSigned(signed)
+    if (env instanceof SteadError) throw env
+    return env
   }
 
   /** An envelope's verdict from its signed bytes (`frameBytes`: the size of the frame they came in), cached. */

@@ -116,6 +116,8 @@ export interface FetchedSpace<S> {
 export interface FetchedCheckpoint<S> {
   readonly manifest: CheckpointManifest
   readonly manifestBytes: Uint8Array
+  /** sha256 of the manifest's bytes, as the statements sign it. */
+  readonly digest: Uint8Array
   /** The f+1 statements that vouch for it. */
   readonly statements: readonly CheckpointStatement[]
   readonly spaces: ReadonlyArray<FetchedSpace<S>>
@@ -230,7 +232,7 @@ export class CheckpointFetch<S> {
       if (opened.space !== want.space || !bytesEqual(opened.hash, want.stateHash)) return this.nextSource(relay, `sent a state of space ${want.space} that does not hash to the checkpoint's`)
       this.spaces.push({ space: want.space, lastAttested: want.lastAttested, state: opened.state })
     }
-    if (this.spaces.length === listed.length) return { done: { manifest: this.manifest.value, manifestBytes: this.manifest.bytes, statements: t.vouchers, spaces: this.spaces } }
+    if (this.spaces.length === listed.length) return { done: { manifest: this.manifest.value, manifestBytes: this.manifest.bytes, digest: t.digest, statements: t.vouchers, spaces: this.spaces } }
     if (p.states.length === 0) return this.nextSource(relay, 'sent an empty part of a checkpoint it holds')
     return { request: this.request(this.spaces.length) }
   }
