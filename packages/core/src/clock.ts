@@ -196,14 +196,20 @@ function merge2(a: Clock, b: Clock): Clock {
   return make(ids ?? ai, counters)
 }
 
-/** Chrono's update: element-wise max of `clock` and `others`, then increment at `id`. */
+/**
+ * Chrono's update: element-wise max of `clock` and `others`, then increment at `id`.
+ * Throws RangeError when the counter at `id` is already Number.MAX_SAFE_INTEGER.
+ */
 export function clockUpdate(id: string, clock: Clock, others: readonly Clock[] = []): Clock {
   const merged = clockMerge(clock, ...others)
   const ids = idsOf(merged)
   const counters = countersOf(merged).slice()
   const at = lowerBound(ids, id)
   if (ids[at] === id) {
-    counters[at] = (counters[at] as number) + 1
+    const n = counters[at] as number
+    // Past 2^53 - 1 a counter would no longer be exact, and no replica could decode it.
+    if (n >= Number.MAX_SAFE_INTEGER) throw new RangeError(`clock counter for ${id} cannot advance past ${n}`)
+    counters[at] = n + 1
     return make(ids, counters)
   }
   const nextIds = ids.slice()

@@ -127,7 +127,7 @@ const pairArb = fc.oneof(
   fc.tuple(refArb, refArb),
   fc.tuple(refArb, fc.array(fc.tuple(refId, fc.integer({ min: -2, max: 2 })), { maxLength: 4 })).map(([a, edits]): [RefClock, RefClock] => {
     const b = new Map(a)
-    for (const [id, d] of edits) b.set(id, Math.max(0, at(a, id) + d))
+    for (const [id, d] of edits) b.set(id, Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, at(a, id) + d)))
     return [a, b]
   }),
 )
@@ -176,6 +176,10 @@ describe('Clock agrees with a Map reference', () => {
         const want = refMerge(ra, rb, ...rest)
         expect([...merged]).toEqual(canonical(want))
         expect(clockCompare(merged, toClock(want, false))).toBe('equal')
+        if (at(want, id) === Number.MAX_SAFE_INTEGER) {
+          expect(() => clockUpdate(id, a, [b, ...others])).toThrow(RangeError)
+          return
+        }
         const next = clockUpdate(id, a, [b, ...others])
         want.set(id, at(want, id) + 1)
         expect([...next]).toEqual(canonical(want))
@@ -204,6 +208,12 @@ describe('Clock agrees with a Map reference', () => {
     expect(clockFrom(new Map([['c', 1], ['a', 1]]))).toEqual(clockFrom([['a', 1], ['c', 1]]))
     expect(clockFrom([['a', 0]])).toEqual(clockInit())
     for (const bad of [-1, 1.5, NaN, Infinity, 2 ** 53]) expect(() => clockFrom([['a', bad]])).toThrow(RangeError)
+  })
+  it('update refuses to advance a counter past the largest safe integer', () => {
+    const top = clockFrom([['a', Number.MAX_SAFE_INTEGER]])
+    expect(() => clockUpdate('a', top)).toThrow(RangeError)
+    expect(clockUpdate('b', top).get('b')).toBe(1)
+    expect(validateClockUpdate('a', top, [top])).toMatchObject({ ok: false, reason: 'bad-clock' })
   })
   it('update inserts a new id in order', () => {
     const c = clockFrom([['b', 1], ['d', 1]])
