@@ -95,6 +95,9 @@ const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
 
+/** Bytes of one peer's frames that may wait for the event loop: two full catch-up answers (SYNC_BYTES). */
+const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
+
 /** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
 const SNAPSHOT_INTERVAL_MS = 60_000
 /** Bytes of served audit states kept encoded (see bootstrapSnapshot), oldest dropped first. */
@@ -183,6 +186,9 @@ export class RelayNode {
    * inflate it. How far this relay trails it says whether it is caught up.
    */
   private readonly latestRoundOf: number[]
+  /** Bytes of each peer's frames waiting in the event queue (see onFrame). */
+  private readonly meshBacklog: number[]
+  private meshDropLoggedAt = 0
   /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
   private pendingSince: number | null = null
   /** Open client sessions, as the API counts them (see trackSessions). */
@@ -218,12 +224,14 @@ export class RelayNode {
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
+    this.meshBacklog = this.committee.keys.map(() => 0)
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
+    this.budget.track('mesh-backlog', () => this.meshBacklog.reduce((a, b) => a + b, 0))
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
       me: this.me,
@@ -678,6 +686,19 @@ export class RelayNode {
   // ---- the event loop ----
 
   private onFrame(from: number, frame: Uint8Array): void {
+    // Frames arrive while the loop awaits the disk; what waits for it is bounded per peer.
+    // Past the bound a frame is dropped before any work is spent on it: consensus tolerates
+    // loss (sync fetches what is missing), and one peer cannot fill the relay's memory.
+    const waiting = this.meshBacklog[from] as number
+    if (waiting + frame.length > MESH_BACKLOG_BYTES) {
+      this.metrics.rejected.inc({ reason: 'overloaded', source: 'mesh' })
+      const now = Date.now()
+      if (now - this.meshDropLoggedAt > 10_000) {
+        this.meshDropLoggedAt = now
+        this.log.warn({ from: this.nameOf(from), waiting, limit: MESH_BACKLOG_BYTES }, 'mesh: dropping frames from a peer while its earlier ones wait to be processed')
+      }
+      return
+    }
     let message: Message
     try {
       // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
@@ -693,7 +714,11 @@ export class RelayNode {
       const { author, round } = block.header
       if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
     }
-    this.enqueue(() => this.core.onMessage(from, message))
+    this.meshBacklog[from] = waiting + frame.length
+    this.enqueue(() => {
+      this.meshBacklog[from] = (this.meshBacklog[from] as number) - frame.length
+      return this.core.onMessage(from, message)
+    })
   }
 
   private onTimer(name: TimerName, round: number): void {

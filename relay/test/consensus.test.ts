@@ -248,6 +248,37 @@ describe('consensus core', () => {
     expect(woken[0]!.header).toMatchObject({ round: 2, payload: [frame] })
   })
 
+  it('a stuck relay backs off its re-sends, and its wakes stay small however big its envelopes', async () => {
+    // Found by CI: relays with 800 KB envelopes and a busy core re-sent their 4 MiB block and a
+    // wake of 64 envelopes (50 MB) to every peer every 500 ms, and grew to 12 GB.
+    const c = core(0)
+    const big = async (seq: number) => {
+      const env = await sealEnvelope(nodeCrypto, author, { space: 'big', seq, clock: clockInit(), deps: [], updates: [{ key: 'b', decl: { type: 'register' }, ops: [['s', new Uint8Array(300_000).fill(seq), 1]] }], safe: [] })
+      return encodeEnvelope(env)
+    }
+    for (let seq = 1; seq <= 30; seq++) {
+      const frame = await big(seq)
+      c.submit(frame, inspect(frame) as PayloadInfo)
+    }
+    // Alone, it proposes round 1 and can go no further. Every sync tick after the first finds it stuck.
+    const acted: number[] = []
+    for (let tick = 1; tick <= 25; tick++) {
+      const out = c.onTimer('sync', 0)
+      const wakes = out.flatMap((o) => (o.type === 'broadcast' && o.message.kind === 'wake' ? [o.message.payload] : []))
+      for (const payload of wakes) {
+        expect(payload.length).toBeGreaterThan(0)
+        if (payload.length > 1) expect(payload.reduce((n, f) => n + f.length, 0)).toBeLessThanOrEqual(256 * 1024)
+      }
+      const resent = blocksSent(out).length > 0
+      const synced = out.some((o) => o.type === 'send' && o.message.kind === 'sync')
+      expect(wakes.length > 0).toBe(resent)
+      expect(synced).toBe(resent)
+      if (resent) acted.push(tick)
+    }
+    // Stuck for 1, 2, 4, 8, 16 and 24 ticks.
+    expect(acted).toEqual([2, 3, 5, 9, 17, 25])
+  })
+
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))
     const inbox: Array<{ from: number; out: Output }> = []

@@ -7,7 +7,7 @@ import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { parseCluster } from '../src/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
-import { decodeMessage } from '../src/consensus/index.ts'
+import { decodeMessage, encodeMessage } from '../src/consensus/index.ts'
 import { RelayNode } from '../src/node.ts'
 import type { RelayStore, WriteBatch } from '../src/store.ts'
 
@@ -136,6 +136,50 @@ describe('the relay event loop', () => {
     const attested = (space: string, fromIndex: number) => decodeAttestation((reopened.commitAt(space, [fromIndex, 0]) as { attestation: { bytes: Uint8Array } }).attestation.bytes)
     expect(attested('s', 4).prevRound).toBe(attested('s', 3).round)
     expect(attested('t', 3).prevRound).toBe(attested('t', 2).round)
+  })
+})
+
+describe('peers faster than the disk', () => {
+  it('hold at most a bounded backlog of their frames while writes are in flight, and drop the rest unread', async () => {
+    const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
+    const cluster = parseCluster({
+      f: 1,
+      relays: secrets.map((k, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(k)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
+      openSpaces: true,
+    })
+    let deliver: (from: number, frame: Uint8Array) => void = () => undefined
+    const mesh: Mesh = {
+      start: async () => undefined,
+      stop: async () => undefined,
+      send: () => undefined,
+      broadcast: () => undefined,
+      onFrame: (h) => (deliver = h),
+      connectedPeers: () => [1, 2, 3],
+      queuedBytes: () => 0,
+    }
+    const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }) })
+    nodes.push(node)
+    await node.start()
+    const store = (node as unknown as { store: { write(w: WriteBatch): Promise<void> } }).store
+    const write = store.write.bind(store)
+    const held: Array<() => void> = []
+    store.write = (w) => new Promise((ok) => held.push(() => void write(w).then(ok)))
+    // A valid message of 1 MiB (a wake whose payload the core will refuse, once it gets to it).
+    const frame = encodeMessage({ kind: 'wake', payload: [new Uint8Array(1024 * 1024)] })
+    // Each frame is one drain and one write; at 32 writes in flight the loop waits for the
+    // disk, and the frames after that wait in the event queue.
+    for (let i = 0; i < 132; i++) deliver(1, frame)
+    const used = () => (node.status().memory as { used: Record<string, number> }).used['mesh-backlog']
+    expect(used()).toBeLessThanOrEqual(32 * 1024 * 1024)
+    expect(used()).toBeGreaterThan(16 * 1024 * 1024)
+    const dropped = (await node.metrics.registry.getSingleMetric('stead_rejected_total')?.get())?.values.find((v) => v.labels.reason === 'overloaded')
+    expect(dropped?.value).toBeGreaterThanOrEqual(60)
+    // Another peer's frames are still taken.
+    deliver(2, frame)
+    expect(used()).toBeGreaterThan(32 * 1024 * 1024)
+    store.write = write
+    for (const release of held.splice(0)) release()
+    await until('the backlog processed', () => used() === 0 && held.length === 0)
   })
 })
 

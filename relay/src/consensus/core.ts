@@ -94,8 +94,20 @@ export interface RecoveredState {
 export const SYNC_BATCH = 200
 /** Bytes of blocks per catch-up answer: several full blocks, well under the 64 MiB frame limit. */
 export const SYNC_BYTES = 16 * 1024 * 1024
-/** Envelopes a stuck relay hands its peers in a wake message. */
+/**
+ * What a stuck relay hands its peers in a wake message: one unordered envelope
+ * proves the work, a few more are a bonus. Capped in bytes too: a wake goes to
+ * every peer, and 64 envelopes of 800 KB each were 50 MB per peer per tick.
+ */
 const WAKE_ENVELOPES = 64
+const WAKE_BYTES = 256 * 1024
+/**
+ * Sync ticks without progress after which a stuck relay re-sends its block, a
+ * wake and a sync request: 1, 2, 4, then every 8 (0.5, 1, 2, 4, 8, 12 s... at
+ * 500 ms). Each of those may be several MiB per peer: a relay that is only
+ * slow (big blocks, a busy core) must not bury its peers, and itself, in copies.
+ */
+const stuckActs = (ticks: number): boolean => (ticks & (ticks - 1)) === 0 || ticks % 8 === 0
 
 /**
  * One relay's consensus: an uncertified DAG with Mysticeti's commit rule.
@@ -170,6 +182,8 @@ export class ConsensusCore {
   private syncPeer = 0
   /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
   private progressMark = ''
+  /** Sync ticks in a row without progress. */
+  private stuckTicks = 0
 
   constructor(config: ConsensusConfig, recovered?: RecoveredState) {
     const problem = validateCommittee(config.committee)
@@ -597,14 +611,23 @@ export class ConsensusCore {
 
   /** Envelopes to hand idle peers when we are stuck: ours in the queue, then those of unordered blocks. */
   private wakePayload(): Uint8Array[] {
-    const frames = this.payload.peek(WAKE_ENVELOPES)
+    const frames: Uint8Array[] = []
+    let bytes = 0
+    // At least one envelope, however big; then as many as fit in WAKE_BYTES.
+    const take = (frame: Uint8Array): boolean => {
+      if (frames.length >= WAKE_ENVELOPES || (frames.length > 0 && bytes + frame.length > WAKE_BYTES)) return false
+      frames.push(frame)
+      bytes += frame.length
+      return true
+    }
+    for (const frame of this.payload.peek(WAKE_ENVELOPES)) if (!take(frame)) return frames
     for (const work of this.pendingWork.values()) {
-      if (frames.length >= WAKE_ENVELOPES) break
       const infos = this.infosOf.get(work.block.digestHex) ?? []
-      work.block.block.header.payload.forEach((frame, i) => {
-        const id = (infos[i] as PayloadInfo).idHex
-        if (!this.orderedPayload.has(id) && frames.length < WAKE_ENVELOPES) frames.push(frame)
-      })
+      const payload = work.block.block.header.payload
+      for (let i = 0; i < payload.length; i++) {
+        if (this.orderedPayload.has((infos[i] as PayloadInfo).idHex)) continue
+        if (!take(payload[i] as Uint8Array)) return frames
+      }
     }
     return frames
   }
@@ -719,8 +742,9 @@ export class ConsensusCore {
     this.pulling = null
     this.sync.tick()
     const mark = `${this.dag.clockRound}/${this.lastProposed}/${this.lastDecided}`
-    const stuck = mark === this.progressMark
+    this.stuckTicks = mark === this.progressMark ? this.stuckTicks + 1 : 0
     this.progressMark = mark
+    const stuck = this.stuckTicks > 0 && stuckActs(this.stuckTicks)
     const frontier = this.sync.frontier(1000)
     if (!stuck && frontier.length === 0) return
     this.syncPeer = (this.syncPeer + 1) % this.n

@@ -9,7 +9,7 @@
  * writes on it; it only reads its inbound streams (through 'message' events,
  * decoding synchronously). Frames are a 4-byte big-endian length plus payload
  * (see frame.ts); frames queued in the same tick go out in one `send`, and the
- * writer waits for `onDrain()` when the stream is full.
+ * writer waits for the stream's 'drain' event when it is full.
  *
  * Frames queued for a peer that is down wait in its bounded queue (oldest
  * dropped first) and go out once a redial succeeds. Callers must not mutate a
@@ -76,7 +76,7 @@ export interface MeshStats {
   streamsRefused: number
   /** Inbound streams closed for an oversized length prefix. */
   badStreams: number
-  /** Times a writer waited for `onDrain()` (backpressure). */
+  /** Times a writer waited for a full stream to drain (backpressure). */
   drainWaits: number
   /** Currently queued outbound, summed over peers. */
   queuedFrames: number
@@ -238,7 +238,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
         for (const f of batch) stats.bytesSent += f.byteLength
         if (!ok) {
           stats.drainWaits++
-          await s.onDrain({ signal: abort.signal })
+          await drained(s, abort.signal)
         }
       }
     } catch (err) {
@@ -253,6 +253,31 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
   }
 
   // ---- connections --------------------------------------------------------
+
+  /**
+   * Resolves at the stream's next 'drain' event, rejects when it closes or we stop.
+   * Not `stream.onDrain()`: in @libp2p/utils 7.4 it keeps its first promise once
+   * resolved, so every later wait returned at once and a peer slower than us let
+   * yamux's write buffer grow without bound (relays reached 12 GB).
+   */
+  function drained(s: Stream, signal: AbortSignal): Promise<void> {
+    if (!s.writableNeedsDrain) return Promise.resolve()
+    return new Promise((resolve, reject) => {
+      const done = (err?: Error): void => {
+        s.removeEventListener('drain', onDrain)
+        s.removeEventListener('close', onClose)
+        signal.removeEventListener('abort', onAbort)
+        if (err) reject(err)
+        else resolve()
+      }
+      const onDrain = (): void => done()
+      const onClose = (): void => done(new Error('stream closed while waiting to drain'))
+      const onAbort = (): void => done(new Error('mesh stopped'))
+      s.addEventListener('drain', onDrain)
+      s.addEventListener('close', onClose)
+      signal.addEventListener('abort', onAbort)
+    })
+  }
 
   async function connect(p: PeerState): Promise<void> {
     if (stopped || node === undefined || p.stream !== undefined || p.dialing) return
