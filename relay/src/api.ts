@@ -17,6 +17,7 @@ import { verifySync } from '@stead/core/node'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import type { WebSocket } from 'ws'
+import type { ClientFacingLiar } from './client-lies.ts'
 import type { CommitFeed } from './feed.ts'
 import { readiness } from './health.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
@@ -69,6 +70,8 @@ export interface ApiOptions extends Partial<ApiLimits> {
   readonly port: number
   readonly logger: Logger
   readonly tls?: { readonly key: string | Buffer; readonly cert: string | Buffer }
+  /** Lies told to clients on purpose (`--byzantine`), for tests and demos: see client-lies.ts. */
+  readonly liar?: ClientFacingLiar
 }
 
 /** A session stops reading its commit feed while this much is queued towards its client. */
@@ -91,7 +94,17 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
-  const sessions = new Sessions(node, limits, options.logger)
+  const sessions = new Sessions(node, limits, options.logger, options.liar)
+  const liar = options.liar
+  if (liar) {
+    app.addHook('onRequest', async (req) => {
+      const ms = liar.delayOf(req.routeOptions.url)
+      if (ms > 0) await new Promise((ok) => setTimeout(ok, ms))
+    })
+    app.addHook('preSerialization', async (req, _reply, payload) =>
+      liar.answer(req.routeOptions.url, req.params as Record<string, string>, req.query as Record<string, string | undefined>, payload),
+    )
+  }
 
   // Everything served over HTTP is public and signed or checkable, so browser apps on any origin may read it.
   app.addHook('onSend', async (_req, reply) => {
@@ -320,14 +333,12 @@ class Sessions {
   readonly node: RelayNode
   readonly limits: ApiLimits
   readonly log: Logger
-  constructor(
-    node: RelayNode,
-    limits: ApiLimits,
-    log: Logger,
-  ) {
+  readonly liar: ClientFacingLiar | undefined
+  constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar) {
     this.node = node
     this.limits = limits
     this.log = log
+    this.liar = liar
     this.inbound = new Bucket(limits.globalRateLimit)
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
@@ -699,6 +710,11 @@ class Session implements Subscriber {
   }
 
   private sendFrame(bytes: Uint8Array): void {
+    if (this.sessions.liar) this.sessions.liar.outgoing(bytes, (b) => this.write(b))
+    else this.write(bytes)
+  }
+
+  private write(bytes: Uint8Array): void {
     if (this.closed || this.socket.readyState !== this.socket.OPEN) return
     const size = bytes.length
     if (this.inflight === 0) this.lastDrain = Date.now()

@@ -6,6 +6,8 @@
  */
 import { InvalidArgumentError, Option } from 'commander'
 import type { ApiLimits } from './api.ts'
+import { CLIENT_LIES, type ClientLie } from './client-lies.ts'
+import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/strategies.ts'
 import { LOG_LEVELS } from './logging.ts'
 
 /** A command line that cannot work: the message says why; the CLI adds where to look. */
@@ -71,4 +73,21 @@ export function commaList(value: string, previous: readonly string[] = []): stri
 /** A repeatable option's values, in order. */
 export function repeatable(value: string, previous: readonly string[] = []): string[] {
   return [...previous, value]
+}
+
+/** What `--byzantine` asks for: at most one way to lie to other relays, and any ways to lie to clients. */
+export interface ByzantineModes {
+  readonly toRelays?: ByzantineStrategy
+  readonly toClients: readonly ClientLie[]
+}
+
+/** `--byzantine equivocate,lie-attest`: relay-facing and client-facing modes, comma-separated. */
+export function byzantineModes(value: string): ByzantineModes {
+  const modes = commaList(value)
+  const toRelays = modes.filter((m): m is ByzantineStrategy => (BYZANTINE_STRATEGIES as readonly string[]).includes(m))
+  const toClients = modes.filter((m): m is ClientLie => (CLIENT_LIES as readonly string[]).includes(m))
+  const unknown = modes.filter((m) => !toRelays.includes(m as ByzantineStrategy) && !toClients.includes(m as ClientLie))
+  if (unknown.length) throw new InvalidArgumentError(`has unknown mode ${unknown.join(', ')}; towards relays: ${BYZANTINE_STRATEGIES.join(', ')}; towards clients: ${CLIENT_LIES.join(', ')}`)
+  if (toRelays.length > 1) throw new InvalidArgumentError(`may name one mode towards relays, not ${toRelays.join(' and ')}`)
+  return { ...(toRelays[0] ? { toRelays: toRelays[0] } : {}), toClients: [...new Set(toClients)] }
 }

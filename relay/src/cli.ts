@@ -8,8 +8,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Command, type CommanderError, Option } from 'commander'
 import type { Logger } from 'pino'
-import { UsageError, apiLimits, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber } from './cli-options.ts'
-import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/strategies.ts'
+import { UsageError, apiLimits, byzantineModes, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber, type ByzantineModes } from './cli-options.ts'
 import type { LogLevel } from './logging.ts'
 import type { RunningRelay } from './relay.ts'
 import { RELAY_VERSION } from './version.ts'
@@ -43,7 +42,7 @@ interface StartOptions {
   id?: string
   data?: string
   key?: string
-  byzantine?: ByzantineStrategy
+  byzantine?: ByzantineModes
   tlsCert?: string
   tlsKey?: string
   leaderTimeoutMs?: number
@@ -111,7 +110,8 @@ async function start(options: StartOptions): Promise<void> {
     logger,
     consensus: timings(o),
     limits,
-    ...(o.byzantine ? { byzantine: o.byzantine } : {}),
+    ...(o.byzantine?.toRelays ? { byzantine: o.byzantine.toRelays } : {}),
+    ...(o.byzantine?.toClients.length ? { clientLies: o.byzantine.toClients } : {}),
     ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
     ...(o.snapshotEvery === undefined ? {} : { snapshotEveryBatches: o.snapshotEvery }),
     ...(o.retainRounds === undefined && o.retainUpdates === undefined
@@ -209,7 +209,7 @@ Examples:
     .addOption(new Option('--retain-rounds <rounds>', 'consensus rounds of blocks kept for relays that fell behind (default 20000); older ones are deleted at each snapshot').argParser(wholeNumber(200, 1_000_000_000, 'rounds')))
     .addOption(new Option('--retain-updates <n>', 'per space, stable indexes of commits kept for clients resuming (default 1000000); a client further behind starts from a verified snapshot').argParser(wholeNumber(1, 1_000_000_000_000, 'updates')))
     .option('--limit <name=value>', 'set a client API limit (repeatable), e.g. --limit maxSessionsPerKey=8; names and defaults: relay/README.md', repeatable)
-    .addOption(new Option('--byzantine <mode>', 'misbehave on purpose, for tests and demos only').choices(BYZANTINE_STRATEGIES))
+    .addOption(new Option('--byzantine <modes>', 'misbehave on purpose, for tests and demos only: one mode towards relays and any towards clients, comma-separated (relay/README.md lists them)').argParser(byzantineModes))
   for (const option of timingOptions()) startCmd.addOption(option)
   startCmd
     .addOption(logLevelOption())
@@ -229,11 +229,11 @@ Example:
     .addOption(new Option('--relays <n>', 'how many relays').argParser(wholeNumber(4, 100, '', 'at least 4 (N = 3f+1 with f >= 1)')).default(4))
     .addOption(new Option('--base-port <port>', 'relay i serves HTTP and WebSocket at 127.0.0.1:<base-port + i - 1>; mesh ports are 100 above').argParser(wholeNumber(1, 65_435)).default(7401))
     .addOption(new Option('--byzantine <count>', 'run the last <count> relays (at most f) in --byzantine-mode').argParser(wholeNumber(0, 1000)).default(0))
-    .addOption(new Option('--byzantine-mode <mode>', 'how the Byzantine relays misbehave').choices(BYZANTINE_STRATEGIES).default('equivocate'))
+    .addOption(new Option('--byzantine-mode <modes>', 'how the Byzantine relays misbehave, as for start --byzantine').argParser((v) => (byzantineModes(v), v)).default('equivocate'))
     .option('--dir <dir>', 'where keys, cluster file and data live between runs', '.stead/dev')
     .option('--fresh', 'start over: new keys, empty data')
   for (const option of timingOptions()) devCmd.addOption(option)
-  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: ByzantineStrategy; dir: string; fresh?: boolean; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
+  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: string; dir: string; fresh?: boolean; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
     import('./dev.ts').then(({ runDev }) => runDev({ ...o, fresh: o.fresh === true, ...timings(o) })),
   )
 

@@ -8,7 +8,6 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { toHex } from '@stead/core'
 import { clusterToJson, generateIdentity, loadIdentity, parseCluster, writeIdentity } from './config.ts'
-import type { ByzantineStrategy } from './consensus/index.ts'
 import { UsageError } from './cli-options.ts'
 import { faultsTolerated, MESH_PORT_OFFSET } from './init.ts'
 import { prettyLogLines, type LogLevel } from './logging.ts'
@@ -19,7 +18,8 @@ export interface DevOptions {
   readonly basePort: number
   /** How many relays (the last ones) run `byzantineMode`. */
   readonly byzantine: number
-  readonly byzantineMode: ByzantineStrategy
+  /** As for `start --byzantine`: modes towards relays and clients, comma-separated. */
+  readonly byzantineMode: string
   readonly dir: string
   readonly fresh: boolean
   readonly leaderTimeoutMs?: number

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
+import { ClientFacingLiar, type ClientLie } from './client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
@@ -16,6 +17,8 @@ export interface RunRelayOptions {
   readonly secretKey: Uint8Array
   readonly dataDir: string
   readonly byzantine?: ByzantineStrategy
+  /** Lies to tell clients (see client-lies.ts); with `byzantine`, a relay may lie both ways. */
+  readonly clientLies?: readonly ClientLie[]
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   /** Default: JSON lines on stdout at info, each with `relay: <id>`. */
   readonly logger?: Logger
@@ -84,7 +87,9 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   try {
     await node.start()
     binding = listeners.api
-    api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}) })
+    // A relay that lies to clients is an honest relay behind an API that rewrites what it answers.
+    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey }) : undefined
+    api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}) })
   } catch (err) {
     // A relay that could not start leaves its data dir as it found it, unlocked.
     await node.stop().catch(() => undefined)
@@ -94,7 +99,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     throw explained ?? err
   }
   const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
-  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', mesh: entry.mesh, byzantine: o.byzantine ?? null }, 'relay started')
+  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', mesh: entry.mesh, byzantine: o.byzantine ?? null, clientLies: o.clientLies ?? [] }, 'relay started')
   return {
     node,
     api,

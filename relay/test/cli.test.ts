@@ -72,7 +72,7 @@ describe('stead-relay command line', () => {
       [['dev', '--relays', '3'], {}, 'stead-relay dev: --relays 3: must be at least 4 (N = 3f+1 with f >= 1)'],
       [['dev', '--byzantine', '2'], {}, 'stead-relay dev: --byzantine must be between 0 and f = 1'],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--limit', 'maxSesionsPerKey=8'], {}, 'stead-relay start: --limit maxSesionsPerKey=8: unknown limit maxSesionsPerKey (limits: '],
-      [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--byzantine', 'evil'], {}, 'stead-relay start: --byzantine evil: allowed choices are equivocate, '],
+      [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--byzantine', 'evil'], {}, 'stead-relay start: --byzantine evil: has unknown mode evil; towards relays: equivocate, '],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--log-level', 'loud'], {}, 'stead-relay start: --log-level loud: allowed choices are trace, debug, info, warn, error, fatal, silent.'],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd'], { LOG_LEVEL: 'loud' }, 'stead-relay start: LOG_LEVEL=loud: allowed choices are trace, '],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--tls-cert', 'x.pem'], {}, 'stead-relay start: --tls-cert and --tls-key go together'],

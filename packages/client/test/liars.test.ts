@@ -1,0 +1,106 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { TestCluster, until } from '@stead/relay/testing'
+import { createClient, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
+
+/**
+ * The SDK against four real relay processes of which one lies to its
+ * clients (`stead-relay start --byzantine MODE`, relay/src/client-lies.ts).
+ * Clients list the liar first, so it is the relay they try first for
+ * everything. For every lie: trust on first use still pins the true
+ * cluster, a safe update resolves with the right outcome, another client
+ * sees it, and a quorum read returns it; lies a client can prove get the
+ * liar marked faulty.
+ */
+const LIAR = 3
+const MODES: Array<{ mode: string; exposed?: RegExp }> = [
+  { mode: 'lie-attest', exposed: /attested|attestation/ },
+  { mode: 'stale-head' },
+  { mode: 'replay-head' },
+  { mode: 'withhold-commits' },
+  { mode: 'withhold-envelopes' },
+  { mode: 'forge-envelope' },
+  { mode: 'wrong-cluster', exposed: /cluster descriptor/ },
+  { mode: 'slow' },
+  { mode: 'junk', exposed: /undecodable/ },
+]
+
+/** A safe update's outcomes, another client seeing it, and a quorum read, on a fresh space of two fresh clients. */
+async function exercise(open: (space: string) => Promise<Space>, space: string): Promise<[Space, Space]> {
+  const [writer, reader] = [await open(space), await open(space)]
+  await until('both clients online', () => (writer.status.online && reader.status.online ? true : undefined), 30_000)
+  expect(writer.status.trusted).toBe(true)
+  const seen = reader.counter('n', { min: 0 })
+  const n = writer.counter('n', { min: 0 })
+  expect(await n.increment(10, { safe: true })).toMatchObject({ status: 'committed' })
+  expect(await n.decrement(25, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+  expect(await n.decrement(4, { safe: true })).toMatchObject({ status: 'committed' })
+  expect(n.stable).toBe(6)
+  await until('the other client sees it', () => (seen.stable === 6 ? true : undefined), 30_000)
+  expect(seen.value).toBe(6)
+  expect(await reader.readStable('n', { quorum: true, timeoutMs: 20_000 })).toBe(6)
+  return [writer, reader]
+}
+
+describe('clients against a relay that lies to them', () => {
+  let cluster: TestCluster
+  const owners: SteadClient[] = []
+  const open = async (space: string): Promise<Space> => {
+    const relays = [LIAR, 0, 1, 2].map((i) => `ws://${cluster.relays[i]!.api}`)
+    const client = await createClient({ relays, storage: memoryStorage() })
+    owners.push(client)
+    return client.space(space)
+  }
+
+  beforeAll(async () => {
+    cluster = await TestCluster.create(4, { openSpaces: true })
+    await cluster.startAll()
+  }, 90_000)
+
+  afterAll(async () => {
+    for (const c of owners) await c.close()
+    await cluster?.stopAll()
+  })
+
+  for (const { mode, exposed } of MODES) {
+    it(`${mode}: trust, safe updates, subscriptions and quorum reads stay right${exposed ? ', and the liar is reported' : ''}`, async () => {
+      cluster.kill(LIAR)
+      cluster.start(LIAR, ['--byzantine', mode])
+      await cluster.waitHealthy(LIAR)
+      const [writer, reader] = await exercise(open, `liar-${mode}`)
+      if (exposed) {
+        await until('the liar reported', () => writer.status.relays[0]?.faulty ?? reader.status.relays[0]?.faulty, 30_000)
+        expect(writer.status.relays[0]?.faulty ?? reader.status.relays[0]?.faulty).toMatch(exposed)
+      }
+      // Honest relays are never blamed.
+      for (const c of [writer, reader]) for (const r of c.status.relays.slice(1)) expect(r.faulty).toBeUndefined()
+    }, 120_000)
+  }
+})
+
+describe('clients against seven relays, two of which lie in several ways at once', () => {
+  let cluster: TestCluster
+  const owners: SteadClient[] = []
+
+  beforeAll(async () => {
+    cluster = await TestCluster.create(7, { openSpaces: true })
+    // r6 lies to relays and clients at once; r7 hides and stalls.
+    await cluster.startAll((i) => (i === 5 ? ['--byzantine', 'equivocate,lie-attest,stale-head,forge-envelope'] : i === 6 ? ['--byzantine', 'withhold-commits,replay-head,slow'] : []))
+  }, 120_000)
+
+  afterAll(async () => {
+    for (const c of owners) await c.close()
+    await cluster?.stopAll()
+  })
+
+  it('trust, safe updates, subscriptions and quorum reads stay right, and the attestation liar is reported', async () => {
+    const open = async (space: string): Promise<Space> => {
+      const relays = [5, 6, 0, 1, 2, 3, 4].map((i) => `ws://${cluster.relays[i]!.api}`)
+      const client = await createClient({ relays, storage: memoryStorage() })
+      owners.push(client)
+      return client.space(space)
+    }
+    const [writer, reader] = await exercise(open, 'two-liars')
+    await until('r6 reported', () => writer.status.relays[0]?.faulty ?? reader.status.relays[0]?.faulty, 30_000)
+    for (const c of [writer, reader]) for (const r of c.status.relays.slice(2)) expect(r.faulty).toBeUndefined()
+  }, 180_000)
+})

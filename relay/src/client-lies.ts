@@ -1,0 +1,129 @@
+import { decodeAttestation, decodeRelayMessage, encode, encodeAttestation, encodeRelayMessage, freshHeadBytes, fromHex, HEAD_NONCE_BYTES, toHex, type RelayMessage } from '@stead/core'
+import { publicKeyOfSync, signSync } from '@stead/core/node'
+
+/**
+ * Ways a relay can lie to its clients, for tests and demos (`stead-relay
+ * start --byzantine lie-attest`). Each is a decorator on what the honest
+ * relay sends: the frames of a client session and the JSON answers of the
+ * HTTP API. Nothing inside RelayNode or the session code knows about them.
+ */
+export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-cluster', 'slow', 'junk'] as const
+export type ClientLie = (typeof CLIENT_LIES)[number]
+
+/** How long `slow` holds every answer. */
+export const SLOW_MS = 30_000
+
+/** Routes `slow` leaves alone: operators (and test harnesses) still see the process up. */
+const OPERATOR_ROUTES = new Set(['/health', '/ready', '/metrics', '/v1/status'])
+
+export interface ClientLiesContext {
+  readonly secretKey: Uint8Array
+  /** Timers, injected so tests need not wait 30 s. */
+  readonly setTimeout?: (fn: () => void, ms: number) => unknown
+}
+
+type Head = { relay: number; index: number; stateHash: string; sig: string; space?: string }
+
+export class ClientFacingLiar {
+  readonly lies: ReadonlySet<ClientLie>
+  private readonly ctx: ClientLiesContext
+  /** Per space, the first head this relay served: what stale-head and replay-head keep serving. */
+  private readonly firstHeads = new Map<string, Head>()
+
+  constructor(lies: readonly ClientLie[], ctx: ClientLiesContext) {
+    this.lies = new Set(lies)
+    this.ctx = ctx
+  }
+
+  /**
+   * Rewrites one frame the relay is about to send a client session, and
+   * hands what goes out instead to `emit` (maybe nothing, maybe later).
+   */
+  outgoing(frame: Uint8Array, emit: (frame: Uint8Array) => void): void {
+    const out = this.rewrite(frame)
+    if (this.lies.has('junk')) out.push(Uint8Array.of(0xc1), encode(['commit', 7, 'not a commit']))
+    if (!this.lies.has('slow')) return out.forEach(emit)
+    const later = this.ctx.setTimeout ?? setTimeout
+    later(() => out.forEach(emit), SLOW_MS)
+  }
+
+  private rewrite(frame: Uint8Array): Uint8Array[] {
+    // Only the lies below read what they send; the others pass frames through unread.
+    const reads = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope'].some((l) => this.lies.has(l as ClientLie))
+    if (!reads) return [frame]
+    let m: RelayMessage
+    try {
+      m = decodeRelayMessage(frame)
+    } catch {
+      return [frame]
+    }
+    const commitLike = m.type === 'commit' || m.type === 'commit-more' || m.type === 'attest'
+    if (commitLike && this.lies.has('withhold-commits')) return []
+    if (m.type === 'envelope') {
+      if (this.lies.has('withhold-envelopes')) return []
+      if (this.lies.has('forge-envelope')) return [frame, encodeRelayMessage({ ...m, envelope: forged(m.envelope) })]
+      return [frame]
+    }
+    if (m.type === 'commit') {
+      let out: RelayMessage = m
+      // The commit without its envelopes: the attestation's batch digest no longer matches what came.
+      if (this.lies.has('withhold-envelopes')) out = { ...out, envelopes: [], more: false }
+      if (this.lies.has('forge-envelope') && m.envelopes.length > 0) out = { ...out, envelopes: [forged(m.envelopes[0] as Uint8Array), ...m.envelopes.slice(1)] }
+      if (this.lies.has('lie-attest')) out = { ...out, attestation: this.wrongAttestation(m.attestation.bytes) }
+      return out === m ? [frame] : [encodeRelayMessage(out)]
+    }
+    // The rest of a commit whose envelopes were dropped would only confuse the lie.
+    if (m.type === 'commit-more' && this.lies.has('withhold-envelopes')) return []
+    // A compact attestation signed over other bytes than the commit's.
+    if (m.type === 'attest' && this.lies.has('lie-attest')) return [encodeRelayMessage({ ...m, sig: signSync(this.ctx.secretKey, encode(['a lie', m.space, m.round])) })]
+    return [frame]
+  }
+
+  /** The relay's attestation with another state hash, signed with its real key: a lie only other relays can expose. */
+  private wrongAttestation(bytes: Uint8Array): { bytes: Uint8Array; sig: Uint8Array } {
+    const a = decodeAttestation(bytes)
+    // A copy (Buffer's slice() is a view: it would change the relay's own bytes).
+    const stateHash = Uint8Array.from(a.stateHash)
+    stateHash[0] = (stateHash[0] as number) ^ 0xff
+    const lie = encodeAttestation({ ...a, stateHash })
+    return { bytes: lie, sig: signSync(this.ctx.secretKey, lie) }
+  }
+
+  /** How long to hold an HTTP answer to `route` (a route pattern such as '/v1/spaces/:space/head'). */
+  delayOf(route: string | undefined): number {
+    return this.lies.has('slow') && route !== undefined && !OPERATOR_ROUTES.has(route) ? SLOW_MS : 0
+  }
+
+  /** Rewrites the JSON answer to `route` before it is serialized. */
+  answer(route: string | undefined, params: Record<string, string>, query: Record<string, string | undefined>, body: unknown): unknown {
+    if (route === '/v1/cluster' && this.lies.has('wrong-cluster')) return wrongCluster(body as ClusterBody)
+    if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
+    const head = body as Head
+    const space = params.space
+    if (!this.firstHeads.has(space)) this.firstHeads.set(space, { ...head })
+    const first = this.firstHeads.get(space) as Head
+    // A signed head recorded earlier, served as is: its signature covers an old nonce (or none).
+    if (this.lies.has('replay-head')) return first
+    if (this.lies.has('stale-head')) {
+      // The old index and hash, genuinely signed over this request's nonce: only other relays' heads show it is stale.
+      const nonce = query.nonce === undefined ? undefined : fromHex(query.nonce)
+      if (nonce === undefined || nonce.length !== HEAD_NONCE_BYTES) return { ...head, index: first.index, stateHash: first.stateHash }
+      return { ...head, index: first.index, stateHash: first.stateHash, sig: toHex(signSync(this.ctx.secretKey, freshHeadBytes(space, first.index, fromHex(first.stateHash), nonce))) }
+    }
+    return body
+  }
+}
+
+type ClusterBody = { f: number; relays: Array<{ id: string; publicKey: string; api: string }> }
+
+/** The same cluster with every relay's key replaced: clients that trust it would trust nobody real. */
+function wrongCluster(c: ClusterBody): ClusterBody {
+  return { ...c, relays: c.relays.map((r, i) => ({ ...r, publicKey: toHex(publicKeyOfSync(new Uint8Array(32).fill(200 + i))) })) }
+}
+
+/** The envelope with one bit of its signature flipped. */
+function forged(envelope: Uint8Array): Uint8Array {
+  const copy = Uint8Array.from(envelope) // not slice(): on a Buffer that is a view of the relay's frame
+  copy[copy.length - 1] = (copy[copy.length - 1] as number) ^ 0x01
+  return copy
+}
