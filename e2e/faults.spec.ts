@@ -49,6 +49,7 @@ test.describe('one relay killed during the session', () => {
 for (const [mode, basePort] of [
   ['equivocate', 7671],
   ['forged-envelopes', 7691],
+  ['lie-attest', 7711],
 ] as const) {
   test.describe(`a relay in Byzantine mode ${mode}`, () => {
     const cluster = useCluster({ basePort, byzantine: mode })
@@ -78,6 +79,11 @@ for (const [mode, basePort] of [
           .poll(async () => await Promise.all([0, 1, 2].map((i) => cluster().stableIndex(i, space))), { timeout: 20_000 })
           .toEqual([index, index, index])
         if (mode === 'equivocate') await alice.screenshot('byzantine-relay.png')
+        // A lie told to clients that they can prove: the panel shows the relay as faulty.
+        if (mode === 'lie-attest') {
+          await expect(alice.page.locator('[data-testid="relay-row"]').last()).toContainText('faulty')
+          await alice.screenshot('lying-relay.png')
+        }
       } finally {
         await alice.close(testInfo)
         await bob.close(testInfo)

@@ -97,6 +97,11 @@ export class ClientFacingLiar {
   /** Rewrites the JSON answer to `route` before it is serialized. */
   answer(route: string | undefined, params: Record<string, string>, query: Record<string, string | undefined>, body: unknown): unknown {
     if (route === '/v1/cluster' && this.lies.has('wrong-cluster')) return wrongCluster(body as ClusterBody)
+    // Said openly to operators and the demo's cluster panel, beside any mode towards relays.
+    if (route === '/v1/status') {
+      const status = body as { byzantine?: string | null }
+      return { ...status, byzantine: [status.byzantine, ...this.lies].filter(Boolean).join(',') }
+    }
     if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
     const head = body as Head
     const space = params.space

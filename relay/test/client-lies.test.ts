@@ -104,11 +104,13 @@ describe('client-facing lies', () => {
     }
   })
 
-  it('wrong-cluster serves other keys; slow delays client routes, not the operator\'s', () => {
+  it('wrong-cluster serves other keys; status names the lies; slow delays client routes, not the operator\'s', () => {
     const cluster = { f: 1, relays: [0, 1, 2, 3].map((i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(new Uint8Array(32).fill(i + 1))), api: `127.0.0.1:${i}` })) }
     const served = new ClientFacingLiar(['wrong-cluster'], { secretKey }).answer('/v1/cluster', {}, {}, cluster) as typeof cluster
     expect(served.relays.map((r) => r.id)).toEqual(['r1', 'r2', 'r3', 'r4'])
     for (const [i, r] of served.relays.entries()) expect(r.publicKey).not.toBe(cluster.relays[i]!.publicKey)
+    expect(new ClientFacingLiar(['slow', 'junk'], { secretKey }).answer('/v1/status', {}, {}, { round: 3, byzantine: 'equivocate' })).toEqual({ round: 3, byzantine: 'equivocate,slow,junk' })
+    expect(new ClientFacingLiar(['junk'], { secretKey }).answer('/v1/status', {}, {}, { byzantine: null })).toEqual({ byzantine: 'junk' })
     const slow = new ClientFacingLiar(['slow'], { secretKey })
     expect(slow.delayOf('/v1/spaces/:space/head')).toBe(SLOW_MS)
     expect(slow.delayOf('/v1/cluster')).toBe(SLOW_MS)
