@@ -9,7 +9,8 @@ import { createClient, memoryStorage, type Space, type SteadClient } from '../sr
  * everything. For every lie: trust on first use still pins the true
  * cluster, a safe update resolves with the right outcome, another client
  * sees it, and a quorum read returns it; lies a client can prove get the
- * liar marked faulty.
+ * liar marked faulty. Then every mode again with seven relays and two
+ * liars at a time.
  */
 const LIAR = 3
 const MODES: Array<{ mode: string; exposed?: RegExp }> = [
@@ -77,14 +78,19 @@ describe('clients against a relay that lies to them', () => {
   }
 })
 
-describe('clients against seven relays, two of which lie in several ways at once', () => {
+describe('clients against seven relays, two of which lie', () => {
   let cluster: TestCluster
   const owners: SteadClient[] = []
+  const open = async (space: string): Promise<Space> => {
+    const relays = [5, 6, 0, 1, 2, 3, 4].map((i) => `ws://${cluster.relays[i]!.api}`)
+    const client = await createClient({ relays, storage: memoryStorage() })
+    owners.push(client)
+    return client.space(space)
+  }
 
   beforeAll(async () => {
     cluster = await TestCluster.create(7, { openSpaces: true })
-    // r6 lies to relays and clients at once; r7 hides and stalls.
-    await cluster.startAll((i) => (i === 5 ? ['--byzantine', 'equivocate,lie-attest,stale-head,forge-envelope'] : i === 6 ? ['--byzantine', 'withhold-commits,replay-head,slow'] : []))
+    await cluster.startAll()
   }, 120_000)
 
   afterAll(async () => {
@@ -92,15 +98,25 @@ describe('clients against seven relays, two of which lie in several ways at once
     await cluster?.stopAll()
   })
 
-  it('trust, safe updates, subscriptions and quorum reads stay right, and the attestation liar is reported', async () => {
-    const open = async (space: string): Promise<Space> => {
-      const relays = [5, 6, 0, 1, 2, 3, 4].map((i) => `ws://${cluster.relays[i]!.api}`)
-      const client = await createClient({ relays, storage: memoryStorage() })
-      owners.push(client)
-      return client.space(space)
-    }
-    const [writer, reader] = await exercise(open, 'two-liars')
-    await until('r6 reported', () => writer.status.relays[0]?.faulty ?? reader.status.relays[0]?.faulty, 30_000)
-    for (const c of [writer, reader]) for (const r of c.status.relays.slice(2)) expect(r.faulty).toBeUndefined()
-  }, 180_000)
+  // Every client-facing mode once, two liars at a time (r6 and r7), the first pair also lying to relays.
+  const pairs: Array<[string, string]> = [
+    ['equivocate,lie-attest,forge-envelope', 'withhold-commits,replay-head,slow'],
+    ['stale-head', 'withhold-envelopes'],
+    ['wrong-cluster', 'junk'],
+  ]
+  for (const [r6, r7] of pairs) {
+    it(`${r6} and ${r7}: trust, safe updates, subscriptions and quorum reads stay right`, async () => {
+      for (const [i, modes] of [[5, r6], [6, r7]] as const) {
+        cluster.kill(i)
+        cluster.start(i, ['--byzantine', modes])
+      }
+      await Promise.all([cluster.waitHealthy(5), cluster.waitHealthy(6)])
+      const [writer, reader] = await exercise(open, `liars-${r6}-${r7}`.replaceAll(',', '-'))
+      const exposing = [r6, r7].map((modes) => MODES.some((m) => m.exposed && modes.split(',').includes(m.mode)))
+      for (const [k, exposed] of exposing.entries()) {
+        if (exposed) await until(`r${6 + k} reported`, () => writer.status.relays[k]?.faulty ?? reader.status.relays[k]?.faulty, 30_000)
+      }
+      for (const c of [writer, reader]) for (const r of c.status.relays.slice(2)) expect(r.faulty).toBeUndefined()
+    }, 180_000)
+  }
 })
