@@ -19,6 +19,14 @@ import type { CheckpointWrite, RelayStore } from './store.ts'
 const PART_BYTES = 8 * 1024 * 1024
 /** A fetch that made no progress this long asks every peer for statements again. */
 const FETCH_RETRY_MS = 5_000
+/**
+ * A peer gets at most one part (up to PART_BYTES read from the store and
+ * sent) per this interval: a liar asking over and over would otherwise
+ * make us read and send 8 MiB per 20-byte request. An honest fetcher asks
+ * for the next part when the last one came, so it is slowed at most to
+ * 80 MiB a second.
+ */
+const SERVE_INTERVAL_MS = 100
 
 /** A checkpoint fetched from peers, each space's state decoded and checked. */
 export type FetchedRelayCheckpoint = FetchedCheckpoint<{ readonly state: AuditState<Envelope>; readonly bytes: Uint8Array }>
@@ -65,6 +73,9 @@ export class RelayCheckpoints {
   private readonly stored = new Map<string, string>()
   /** The latest checkpoint's manifest, decoded once for serving its parts. */
   private served: { readonly anchorRound: number; readonly spaces: readonly string[] } | undefined
+  /** When each peer was last served a part, and the one request of its that waits for SERVE_INTERVAL_MS to pass. */
+  private readonly servedAt = new Map<number, number>()
+  private readonly waiting = new Map<number, { anchorRound: number; from: number; timer: NodeJS.Timeout }>()
   private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: NodeJS.Timeout; progress: number } | undefined
 
   constructor(options: CheckpointOptions) {
@@ -85,6 +96,8 @@ export class RelayCheckpoints {
   stop(): void {
     if (this.fetching) clearTimeout(this.fetching.timer)
     this.fetching = undefined
+    for (const w of this.waiting.values()) clearTimeout(w.timer)
+    this.waiting.clear()
   }
 
   /** A commit record the core persisted (before the commit it records is audited). */
@@ -128,7 +141,7 @@ export class RelayCheckpoints {
         return true
       }
       case 'checkpoint-get':
-        this.serve(from, m.anchorRound, m.from)
+        this.serveSoon(from, m.anchorRound, m.from)
         return true
       case 'checkpoint': {
         const request = this.fetching?.fetch.statement(m.statement)
@@ -182,6 +195,35 @@ export class RelayCheckpoints {
   private request(r: PartRequest): void {
     if (this.fetching) this.fetching.progress++
     this.o.host.send(r.to, { kind: 'checkpoint-get', anchorRound: r.anchorRound, from: r.from })
+  }
+
+  /**
+   * Serves a part now, or once SERVE_INTERVAL_MS has passed since the last
+   * one this peer got. A peer asking faster replaces its waiting request:
+   * it is served as many parts as an honest fetcher, however much it asks.
+   */
+  private serveSoon(to: number, anchorRound: number, from: number): void {
+    const now = Date.now()
+    const wait = (this.servedAt.get(to) ?? -Infinity) + SERVE_INTERVAL_MS - now
+    const pending = this.waiting.get(to)
+    if (wait <= 0 && !pending) {
+      this.servedAt.set(to, now)
+      this.serve(to, anchorRound, from)
+      return
+    }
+    if (pending) {
+      pending.anchorRound = anchorRound
+      pending.from = from
+      return
+    }
+    const timer = setTimeout(() => {
+      const w = this.waiting.get(to)
+      this.waiting.delete(to)
+      if (!w) return
+      this.servedAt.set(to, Date.now())
+      this.serve(to, w.anchorRound, w.from)
+    }, wait)
+    this.waiting.set(to, { anchorRound, from, timer })
   }
 
   private serve(to: number, anchorRound: number, from: number): void {

@@ -4,11 +4,13 @@ import { join } from 'node:path'
 import { clockInit, decode, encode, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { parseCluster } from '../src/config.ts'
 import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, type CheckpointManifest, type Committee, type SyncCrypto } from '../src/consensus/index.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { RelayNode } from '../src/node.ts'
+import { RelayCheckpoints } from '../src/checkpoints.ts'
+import type { RelayStore } from '../src/store.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))
@@ -21,6 +23,45 @@ describe('checkpoint commits', () => {
     expect(isCheckpointCommit(7, 13, 10)).toBe(true)
     expect(isCheckpointCommit(10, 19, 10)).toBe(false)
     expect(isCheckpointCommit(13, 31, 10)).toBe(true)
+  })
+})
+
+describe('serving checkpoint parts', () => {
+  it('serves a peer at most one part per 100 ms however fast it asks, with the latest request it made, and other peers at once', () => {
+    vi.useFakeTimers()
+    const manifest = encodeManifest({ anchorRound: 10, commits: [], spaces: [{ space: 'a', stateHash: new Uint8Array(32), lastAttested: 1 }] } as unknown as CheckpointManifest)
+    const reads: number[] = []
+    const store = {
+      checkpoint: () => ({ anchorRound: 10, manifest, statement: new Uint8Array(0) }),
+      checkpointPart: (_round: number, spaces: readonly string[]) => {
+        reads.push(spaces.length)
+        return spaces.map(() => new Uint8Array(8))
+      },
+    }
+    const sent: Array<{ to: number; from: number }> = []
+    const checkpoints = new RelayCheckpoints({
+      committee,
+      me: 0,
+      secretKey: secrets[0]!,
+      crypto,
+      every: 10,
+      gcDepth: 50,
+      log: pino({ level: 'silent' }),
+      host: { replicas: () => new Map(), lastAttested: () => 0, send: (to, m) => m.kind === 'checkpoint-part' && sent.push({ to, from: m.part.from }), broadcast: () => undefined, openEnvelope: () => { throw new Error('unused') }, install: () => undefined },
+    })
+    checkpoints.load(store as unknown as RelayStore, 0, [])
+    // A liar asks 500 times at once; then an honest peer asks once.
+    for (let i = 0; i < 500; i++) checkpoints.onMessage(1, { kind: 'checkpoint-get', anchorRound: 10, from: i % 2 })
+    checkpoints.onMessage(2, { kind: 'checkpoint-get', anchorRound: 10, from: 0 })
+    expect(sent).toEqual([{ to: 1, from: 0 }, { to: 2, from: 0 }])
+    vi.advanceTimersByTime(99)
+    expect(sent).toHaveLength(2)
+    vi.advanceTimersByTime(1000)
+    // One more for the liar, 100 ms later: its latest request, and nothing else.
+    expect(sent).toEqual([{ to: 1, from: 0 }, { to: 2, from: 0 }, { to: 1, from: 1 }])
+    expect(reads).toHaveLength(3)
+    checkpoints.stop()
+    vi.useRealTimers()
   })
 })
 
