@@ -64,6 +64,8 @@ export class RelayIntake {
   private starvedSince: number | undefined
   /** Compact attestations that match no attestation the source sent (yet): relay → round → signature. */
   private readonly unmatched = new Map<number, Map<number, Uint8Array>>()
+  /** The attestation bytes of the latest applied rounds: a relay's attestation that comes after its round was applied is checked against them. */
+  private readonly applied = new Map<number, Uint8Array>()
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
@@ -277,8 +279,13 @@ export class RelayIntake {
       return link.markFaulty(`sent a malformed attestation: ${(err as Error).message}`)
     }
     if (attestation.space !== space.space) return link.markFaulty(`attested space ${attestation.space} on a ${space.space} subscription`)
-    if (CommitQuorum.stale(attestation, space.position)) return
     const key = this.keyOf(relay)
+    if (CommitQuorum.stale(attestation, space.position)) {
+      // Late: a commit already applied. Signed bytes other than the ones f+1 relays attested are a lie.
+      const settled = this.applied.get(attestation.round)
+      if (settled && key && !bytesEqual(settled, m.attestation.bytes) && (await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) this.lateDissent(link, attestation.round)
+      return
+    }
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
     this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
@@ -299,10 +306,11 @@ export class RelayIntake {
    */
   private async onAttest(link: RelayLink, round: number, sig: Uint8Array): Promise<void> {
     const relay = link.relay
-    if (relay === undefined || !this.quorum || round <= this.o.space.position.lastRound) return
+    if (relay === undefined || !this.quorum) return
+    if (round <= this.o.space.position.lastRound) return this.checkLate(link, relay, round, sig)
     if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
-    // Late for a commit applied meanwhile: nothing left to hold it against.
-    if (round <= this.o.space.position.lastRound) return
+    // Late for a commit applied meanwhile: checked against what was applied.
+    if (round <= this.o.space.position.lastRound) return this.checkLate(link, relay, round, sig)
     let rounds = this.unmatched.get(relay)
     if (!rounds) this.unmatched.set(relay, (rounds = new Map()))
     if (rounds.has(round) || rounds.size >= MAX_UNMATCHED_PER_RELAY) return
@@ -328,6 +336,18 @@ export class RelayIntake {
         this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${r} differently from f+1 other relays (its signature does not match their attestation)`)
       }
     }
+  }
+
+  /** A compact attestation for a round already applied: it must sign the bytes that were (if they are still known). */
+  private async checkLate(link: RelayLink, relay: number, round: number, sig: Uint8Array): Promise<void> {
+    const settled = this.applied.get(round)
+    const key = this.keyOf(relay)
+    if (!settled || !key || (await this.o.crypto.verify(key, settled, sig))) return
+    this.lateDissent(link, round)
+  }
+
+  private lateDissent(link: RelayLink, round: number): void {
+    link.markFaulty(`attested round ${round} differently from f+1 other relays (its signature does not match their attestation)`)
   }
 
   private keyOf(relay: number): Uint8Array | undefined {
@@ -406,6 +426,11 @@ export class RelayIntake {
       space.emitError(err)
     }
     space.position = position
+    this.applied.set(a.round, c.bytes)
+    for (const round of this.applied.keys()) {
+      if (this.applied.size <= RECENT_APPLIED) break
+      this.applied.delete(round)
+    }
     const quorum = this.quorum as CommitQuorum
     for (const relay of quorum.dissenters(c)) this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${a.round} differently from f+1 other relays`)
     quorum.prune(position)
@@ -460,6 +485,8 @@ export class RelayIntake {
 
 /** Compact attestations kept per relay while they match nothing: one that sends made-up rounds cannot grow memory past this. */
 const MAX_UNMATCHED_PER_RELAY = 1_000
+/** Applied rounds whose attestation bytes are kept to check late attestations against. */
+const RECENT_APPLIED = 64
 
 /**
  * Opens an envelope without checking its signature again: for frames this

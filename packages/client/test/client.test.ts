@@ -439,6 +439,26 @@ describe('transport', () => {
     expect(a.counter('acct').stable).toBe(4)
   })
 
+  it('reports a relay whose differing attestation of a commit comes only after the commit was applied', async () => {
+    // Found by the real-process liars test: a lie that arrived late was dropped unchecked.
+    const c = cluster()
+    const liar = c.relays[0] as { misbehaviour: string; publish(entry: (typeof c.log)[number]): void }
+    liar.misbehaviour = 'silent'
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    const res = a.counter('acct').increment(4, { safe: true })
+    const stop = c.autoCommit(5)
+    expect(await res).toMatchObject({ status: 'committed' })
+    stop()
+    expect(a.status.relays[0]?.faulty).toBeUndefined()
+    liar.misbehaviour = 'lie'
+    for (const entry of c.log) liar.publish(entry)
+    await until('late liar reported', () => a.status.relays[0]?.faulty !== undefined)
+    expect(a.status.relays[0]?.faulty).toMatch(/attested round \d+ differently/)
+    for (const r of a.status.relays.slice(1)) expect(r.faulty).toBeUndefined()
+    expect(a.counter('acct').stable).toBe(4)
+  })
+
   it('does not advance on f attestations alone, nor on frames that do not match the attested batch', async () => {
     const c = cluster()
     const set = (i: number, m: 'none' | 'silent' | 'forge-frames'): void => {
