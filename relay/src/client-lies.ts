@@ -1,4 +1,4 @@
-import { decodeAttestation, decodeRelayMessage, encode, encodeAttestation, encodeRelayMessage, freshHeadBytes, fromHex, HEAD_NONCE_BYTES, toHex, type RelayMessage } from '@stead/core'
+import { decodeAttestation, decodeRelayMessage, encode, encodeAttestation, encodeRelayMessage, freshHeadBytes, fromHex, HEAD_NONCE_BYTES, stableReadBytes, toHex, type RelayMessage } from '@stead/core'
 import { publicKeyOfSync, signSync } from '@stead/core/node'
 
 /**
@@ -22,7 +22,7 @@ export interface ClientLiesContext {
   readonly setTimeout?: (fn: () => void, ms: number) => unknown
 }
 
-type Head = { relay: number; index: number; stateHash: string; sig: string; space?: string }
+type Head = { relay: number; index: number; stateHash: string; sig: string }
 
 export class ClientFacingLiar {
   readonly lies: ReadonlySet<ClientLie>
@@ -112,8 +112,9 @@ export class ClientFacingLiar {
     if (this.lies.has('stale-head')) {
       // The old index and hash, genuinely signed over this request's nonce: only other relays' heads show it is stale.
       const nonce = query.nonce === undefined ? undefined : fromHex(query.nonce)
-      if (nonce === undefined || nonce.length !== HEAD_NONCE_BYTES) return { ...head, index: first.index, stateHash: first.stateHash }
-      return { ...head, index: first.index, stateHash: first.stateHash, sig: toHex(signSync(this.ctx.secretKey, freshHeadBytes(space, first.index, fromHex(first.stateHash), nonce))) }
+      const hash = fromHex(first.stateHash)
+      const bytes = nonce?.length === HEAD_NONCE_BYTES ? freshHeadBytes(space, first.index, hash, nonce) : stableReadBytes(space, first.index, hash)
+      return { ...head, index: first.index, stateHash: first.stateHash, sig: toHex(signSync(this.ctx.secretKey, bytes)) }
     }
     return body
   }

@@ -283,7 +283,7 @@ export class RelayIntake {
     if (CommitQuorum.stale(attestation, space.position)) {
       // Late: a commit already applied. Signed bytes other than the ones f+1 relays attested are a lie.
       const settled = this.applied.get(attestation.round)
-      if (settled && key && !bytesEqual(settled, m.attestation.bytes) && (await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) this.lateDissent(link, attestation.round)
+      if (settled && key && !bytesEqual(settled, m.attestation.bytes) && (await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) this.dissented(relay, attestation.round)
       return
     }
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
@@ -307,10 +307,9 @@ export class RelayIntake {
   private async onAttest(link: RelayLink, round: number, sig: Uint8Array): Promise<void> {
     const relay = link.relay
     if (relay === undefined || !this.quorum) return
-    if (round <= this.o.space.position.lastRound) return this.checkLate(link, relay, round, sig)
     if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
-    // Late for a commit applied meanwhile: checked against what was applied.
-    if (round <= this.o.space.position.lastRound) return this.checkLate(link, relay, round, sig)
+    // Late, for a commit applied already: checked against what was applied.
+    if (round <= this.o.space.position.lastRound) return this.checkLate(relay, round, sig)
     let rounds = this.unmatched.get(relay)
     if (!rounds) this.unmatched.set(relay, (rounds = new Map()))
     if (rounds.has(round) || rounds.size >= MAX_UNMATCHED_PER_RELAY) return
@@ -333,21 +332,22 @@ export class RelayIntake {
         rounds.delete(r)
         const key = this.keyOf(relay)
         if (r === round && key && (await this.o.crypto.verify(key, settled.bytes, sig))) continue
-        this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${r} differently from f+1 other relays (its signature does not match their attestation)`)
+        this.dissented(relay, r)
       }
     }
   }
 
   /** A compact attestation for a round already applied: it must sign the bytes that were (if they are still known). */
-  private async checkLate(link: RelayLink, relay: number, round: number, sig: Uint8Array): Promise<void> {
+  private async checkLate(relay: number, round: number, sig: Uint8Array): Promise<void> {
     const settled = this.applied.get(round)
     const key = this.keyOf(relay)
     if (!settled || !key || (await this.o.crypto.verify(key, settled, sig))) return
-    this.lateDissent(link, round)
+    this.dissented(relay, round)
   }
 
-  private lateDissent(link: RelayLink, round: number): void {
-    link.markFaulty(`attested round ${round} differently from f+1 other relays (its signature does not match their attestation)`)
+  /** `relay` signed other bytes for `round` than the attestation f+1 relays agreed on. */
+  private dissented(relay: number, round: number): void {
+    this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${round} differently from f+1 other relays (its signature does not match their attestation)`)
   }
 
   private keyOf(relay: number): Uint8Array | undefined {

@@ -42,31 +42,42 @@ async function exercise(open: (space: string) => Promise<Space>, space: string):
   return [writer, reader]
 }
 
-describe('clients against a relay that lies to them', () => {
+/**
+ * n honest relays started once for the enclosing describe block; `open` makes
+ * a client that lists them in `order` (the liars first), `lie` restarts one in
+ * `--byzantine modes`.
+ */
+function liarCluster(n: number, order: readonly number[]) {
   let cluster: TestCluster
   const owners: SteadClient[] = []
-  const open = async (space: string): Promise<Space> => {
-    const relays = [LIAR, 0, 1, 2].map((i) => `ws://${cluster.relays[i]!.api}`)
-    const client = await createClient({ relays, storage: memoryStorage() })
-    owners.push(client)
-    return client.space(space)
-  }
-
   beforeAll(async () => {
-    cluster = await TestCluster.create(4, { openSpaces: true })
+    cluster = await TestCluster.create(n, { openSpaces: true })
     await cluster.startAll()
-  }, 90_000)
-
+  }, 120_000)
   afterAll(async () => {
     for (const c of owners) await c.close()
     await cluster?.stopAll()
   })
+  return {
+    open: async (space: string): Promise<Space> => {
+      const client = await createClient({ relays: order.map((i) => `ws://${cluster.relays[i]!.api}`), storage: memoryStorage() })
+      owners.push(client)
+      return client.space(space)
+    },
+    lie: async (i: number, modes: string): Promise<void> => {
+      cluster.kill(i)
+      cluster.start(i, ['--byzantine', modes])
+      await cluster.waitHealthy(i)
+    },
+  }
+}
+
+describe('clients against a relay that lies to them', () => {
+  const { open, lie } = liarCluster(4, [LIAR, 0, 1, 2])
 
   for (const { mode, exposed } of MODES) {
     it(`${mode}: trust, safe updates, subscriptions and quorum reads stay right${exposed ? ', and the liar is reported' : ''}`, async () => {
-      cluster.kill(LIAR)
-      cluster.start(LIAR, ['--byzantine', mode])
-      await cluster.waitHealthy(LIAR)
+      await lie(LIAR, mode)
       const [writer, reader] = await exercise(open, `liar-${mode}`)
       if (exposed) {
         await until('the liar reported', () => writer.status.relays[0]?.faulty ?? reader.status.relays[0]?.faulty, 30_000)
@@ -79,24 +90,7 @@ describe('clients against a relay that lies to them', () => {
 })
 
 describe('clients against seven relays, two of which lie', () => {
-  let cluster: TestCluster
-  const owners: SteadClient[] = []
-  const open = async (space: string): Promise<Space> => {
-    const relays = [5, 6, 0, 1, 2, 3, 4].map((i) => `ws://${cluster.relays[i]!.api}`)
-    const client = await createClient({ relays, storage: memoryStorage() })
-    owners.push(client)
-    return client.space(space)
-  }
-
-  beforeAll(async () => {
-    cluster = await TestCluster.create(7, { openSpaces: true })
-    await cluster.startAll()
-  }, 120_000)
-
-  afterAll(async () => {
-    for (const c of owners) await c.close()
-    await cluster?.stopAll()
-  })
+  const { open, lie } = liarCluster(7, [5, 6, 0, 1, 2, 3, 4])
 
   // Every client-facing mode once, two liars at a time (r6 and r7), the first pair also lying to relays.
   const pairs: Array<[string, string]> = [
@@ -106,11 +100,7 @@ describe('clients against seven relays, two of which lie', () => {
   ]
   for (const [r6, r7] of pairs) {
     it(`${r6} and ${r7}: trust, safe updates, subscriptions and quorum reads stay right`, async () => {
-      for (const [i, modes] of [[5, r6], [6, r7]] as const) {
-        cluster.kill(i)
-        cluster.start(i, ['--byzantine', modes])
-      }
-      await Promise.all([cluster.waitHealthy(5), cluster.waitHealthy(6)])
+      await Promise.all([lie(5, r6), lie(6, r7)])
       const [writer, reader] = await exercise(open, `liars-${r6}-${r7}`.replaceAll(',', '-'))
       const exposing = [r6, r7].map((modes) => MODES.some((m) => m.exposed && modes.split(',').includes(m.mode)))
       for (const [k, exposed] of exposing.entries()) {

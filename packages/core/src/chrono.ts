@@ -1,4 +1,4 @@
-import { clockEquals, clockInit, clockMerge, clockUpdate, type Clock } from './clock.ts'
+import { clockEquals, clockInit, clockUpdate, type Clock } from './clock.ts'
 import type { Crypto } from './crypto/types.ts'
 import { encode } from './codec.ts'
 import { bytesEqual } from './bytes.ts'
@@ -41,11 +41,14 @@ const VALID: Validation = Object.freeze({ ok: true })
  * entry, and may not skip.
  */
 export function validateClockUpdate(author: string, next: Clock, inputs: readonly Clock[]): Validation {
-  const inputsMerged = clockMerge(clockInit(), ...inputs)
-  if ((inputsMerged.get(author) ?? 0) >= Number.MAX_SAFE_INTEGER) {
-    return { ok: false, reason: 'bad-clock', detail: `own entry cannot advance past ${Number.MAX_SAFE_INTEGER}` }
+  let expected: Clock
+  try {
+    expected = clockUpdate(author, clockInit(), inputs)
+  } catch (err) {
+    // The author's entry is already at the largest safe integer: no clock can follow it.
+    if (err instanceof RangeError) return { ok: false, reason: 'bad-clock', detail: err.message }
+    throw err
   }
-  const expected = clockUpdate(author, inputsMerged)
   if (clockEquals(next, expected)) return VALID
   for (const [id, n] of next) {
     const want = expected.get(id) ?? 0
