@@ -164,14 +164,19 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const spaces = node.listSpaces(req.query.after ?? '', limit)
     return { spaces, next: spaces.length === limit ? (spaces[spaces.length - 1]?.space ?? null) : null }
   })
-  // The signed head of a space without its state: what a quorum read compares.
-  // With ?nonce= (HEAD_NONCE_BYTES as hex) the signature covers the client's nonce: a fresh head, not a replayed one.
+  // The signed head of a space without its state. Without a nonce: this relay's current stable
+  // index and state hash, its word alone (progress checks). With ?nonce= (HEAD_NONCE_BYTES as hex):
+  // what a quorum read takes, the latest attested head with f+1 relays' signatures (`proof`),
+  // signed over the client's nonce so it is fresh, not replayed.
   app.get<{ Params: { space: string }; Querystring: { nonce?: string } }>('/v1/spaces/:space/head', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     const nonce = req.query.nonce === undefined ? undefined : hexBytes(req.query.nonce, HEAD_NONCE_BYTES)
     if (nonce === null) return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as hex` })
-    return { space: req.params.space, ...node.stableHead(req.params.space, nonce) }
+    if (!nonce) return { space: req.params.space, ...node.stableHead(req.params.space) }
+    const head = await node.provenHead(req.params.space, nonce, HEAD_PROOF_WAIT_MS)
+    if (!head) return reply.code(503).send({ error: 'unavailable', detail: `fewer than f+1 relays signed this relay's head of ${req.params.space} within ${HEAD_PROOF_WAIT_MS} ms (peers down or behind); ask another relay` })
+    return { space: req.params.space, ...head }
   })
   // A page of an object's whole stable history, newest first; the SDK believes a page f+1 relays signed alike.
   app.get<{ Params: { space: string; key: string }; Querystring: { before?: string; limit?: string } }>('/v1/spaces/:space/history/:key', async (req, reply) => {
@@ -216,6 +221,9 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   await app.listen({ host: options.host, port: options.port })
   return app
 }
+
+/** How long a proven head waits for f other relays' signatures (they may be a round or two behind). */
+const HEAD_PROOF_WAIT_MS = 3000
 
 /** How long an attestation request waits for this relay to reach the commit: other relays may be a few rounds ahead. */
 const ATTESTATION_WAIT_MS = 3000

@@ -22,7 +22,8 @@ export interface ClientLiesContext {
   readonly setTimeout?: (fn: () => void, ms: number) => unknown
 }
 
-type Head = { relay: number; index: number; stateHash: string; sig: string }
+/** A head answer; quorum reads (with a nonce) also carry the f+1 signatures that prove it. */
+type Head = { relay: number; index: number; stateHash: string; sig: string; proof?: Array<[number, string]> }
 
 export class ClientFacingLiar {
   readonly lies: ReadonlySet<ClientLie>
@@ -110,11 +111,12 @@ export class ClientFacingLiar {
     // A signed head recorded earlier, served as is: its signature covers an old nonce (or none).
     if (this.lies.has('replay-head')) return first
     if (this.lies.has('stale-head')) {
-      // The old index and hash, genuinely signed over this request's nonce: only other relays' heads show it is stale.
+      // The old index and hash (and their proof, still valid), genuinely signed over this request's
+      // nonce: only other relays' heads show it is stale.
       const nonce = query.nonce === undefined ? undefined : fromHex(query.nonce)
       const hash = fromHex(first.stateHash)
       const bytes = nonce?.length === HEAD_NONCE_BYTES ? freshHeadBytes(space, first.index, hash, nonce) : stableReadBytes(space, first.index, hash)
-      return { ...head, index: first.index, stateHash: first.stateHash, sig: toHex(signSync(this.ctx.secretKey, bytes)) }
+      return { ...head, index: first.index, stateHash: first.stateHash, proof: first.proof, sig: toHex(signSync(this.ctx.secretKey, bytes)) }
     }
     return body
   }

@@ -10,6 +10,7 @@ import {
   historyPageBytes,
   attestedDecision,
   batchDigest,
+  decodeAttestation,
   encodeAttestation,
   encodeAuditState,
   openEnvelopeSync,
@@ -45,6 +46,7 @@ import {
 import type { Mesh } from './mesh/types.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
+import { HeadProofs } from './head-proofs.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { RelayStore, encodeSpaceSnapshot, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
@@ -94,6 +96,15 @@ export interface Subscriber {
 const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
+
+/** A space's latest attestation here: its feed position and what it attests (the stable index and state hash after it). */
+interface LatestAttestation {
+  readonly fromIndex: number
+  readonly round: number
+  readonly attestation: Signed
+  readonly index: number
+  readonly stateHash: Uint8Array
+}
 
 /** Bytes of one peer's frames that may wait for the event loop: two full catch-up answers (SYNC_BYTES). */
 const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
@@ -163,7 +174,7 @@ export class RelayNode {
   /** Round of each space's latest attestation: the next one links to it (replay rebuilds it). */
   private readonly lastAttested = new Map<string, number>()
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
-  private readonly latestAttestation = new Map<string, { readonly fromIndex: number; readonly round: number; readonly attestation: Signed }>()
+  private readonly latestAttestation = new Map<string, LatestAttestation>()
   /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
   private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
@@ -208,6 +219,7 @@ export class RelayNode {
   /** While the core re-accepts the blocks recovered from the store (see start). */
   private recovering = false
   private readonly checkpoints: RelayCheckpoints
+  private readonly headProofs: HeadProofs
   /** A checkpoint fetched from peers, to start over from before the next events (see drain). */
   private pendingInstall: FetchedRelayCheckpoint | undefined
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
@@ -250,6 +262,25 @@ export class RelayNode {
           this.pendingInstall = checkpoint
           if (!this.draining) void this.drain()
         },
+      },
+    })
+    this.headProofs = new HeadProofs({
+      committee: this.committee,
+      me: this.me,
+      secretKey: options.secretKey,
+      crypto: relayCrypto,
+      now: () => Date.now(),
+      host: {
+        latest: (space) => this.latestAttested(space) ?? (this.replicas.get(space)?.stableIndex ? null : undefined),
+        attested: async (space, fromIndex, round, timeoutMs) => {
+          const latest = this.latestAttested(space)
+          if (latest && latest.fromIndex === fromIndex && latest.round === round) return latest
+          const signed = await this.attestationAt(space, fromIndex, round, timeoutMs)
+          if (!signed) return undefined
+          const a = decodeAttestation(signed.bytes)
+          return { index: a.toIndex, stateHash: a.stateHash }
+        },
+        send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
       },
     })
   }
@@ -621,14 +652,8 @@ export class RelayNode {
   bootstrapSnapshot(space: string): { attestation: Signed; state: Uint8Array } | undefined {
     const replica = this.replicas.get(space)
     if (!replica) return undefined
-    let latest = this.latestAttestation.get(space)
-    if (!latest) {
-      // Nothing audited for this space since start: its state is the one its last stored commit attested.
-      const head = this.store.latestCommit(space)
-      if (!head) return undefined
-      latest = { fromIndex: head.position[0], round: head.position[1], attestation: head.attestation }
-      this.latestAttestation.set(space, latest)
-    }
+    const latest = this.latestAttested(space)
+    if (!latest) return undefined
     // Many clients opening one space at once get the same bytes: encoded once per commit.
     const cached = this.servedStates.get(space)
     if (cached?.round === latest.round) return { attestation: latest.attestation, state: cached.state }
@@ -643,6 +668,36 @@ export class RelayNode {
       bytes -= x.state.length
     }
     return { attestation: latest.attestation, state }
+  }
+
+  /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
+  private latestAttested(space: string): LatestAttestation | undefined {
+    let latest = this.latestAttestation.get(space)
+    if (!latest) {
+      // Nothing audited for this space since start: its state is the one its last stored commit attested.
+      const head = this.store.latestCommit(space)
+      if (!head) return undefined
+      const a = decodeAttestation(head.attestation.bytes)
+      latest = { fromIndex: head.position[0], round: head.position[1], attestation: head.attestation, index: a.toIndex, stateHash: a.stateHash }
+      this.latestAttestation.set(space, latest)
+    }
+    return latest
+  }
+
+  /**
+   * This relay's latest attested head of a space, proven by f+1 relays'
+   * signatures (see head-proofs.ts), signed over the client's `nonce` so it
+   * cannot be replayed: what a linearizable quorum read takes. Gathering
+   * the signatures may take up to `timeoutMs`; undefined if they could not
+   * be had by then.
+   */
+  async provenHead(space: string, nonce: Uint8Array, timeoutMs: number): Promise<{ relay: number; index: number; stateHash: string; sig: string; proof: Array<[number, string]> } | undefined> {
+    const proof = await this.headProofs.prove(space, timeoutMs)
+    if (!proof) return undefined
+    // Head 0 needs no proof; its hash is the empty state's (as stableHead signs it).
+    const hash = proof.index === 0 ? new ReliableReplica({ space }).stableHash((b) => nodeCrypto.sha256(b)) : proof.stateHash
+    const sig = signSync(this.options.secretKey, freshHeadBytes(space, proof.index, hash, nonce))
+    return { relay: this.me, index: proof.index, stateHash: toHex(hash), sig: toHex(sig), proof: proof.sigs.map(([relay, s]) => [relay, toHex(s)]) }
   }
 
   /**
@@ -709,7 +764,7 @@ export class RelayNode {
       this.log.warn({ from: this.nameOf(from), reason, err: (err as Error).message }, 'rejected mesh frame')
       return
     }
-    if (this.checkpoints.onMessage(from, message)) return
+    if (this.checkpoints.onMessage(from, message) || this.headProofs.onMessage(from, message)) return
     for (const block of message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []) {
       const { author, round } = block.header
       if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
@@ -992,6 +1047,7 @@ export class RelayNode {
         this.latestAttestation.delete(space)
         continue
       }
+      const stateHash = replica.stableHash((b) => nodeCrypto.sha256(b))
       const bytes = encodeAttestation({
         space,
         round: anchorRound,
@@ -999,12 +1055,12 @@ export class RelayNode {
         fromIndex,
         toIndex: result.stableIndex,
         decisions,
-        stateHash: replica.stableHash((b) => nodeCrypto.sha256(b)),
+        stateHash,
         batch: batchDigest((b) => nodeCrypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
       })
       this.lastAttested.set(space, anchorRound)
       const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
-      this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation })
+      this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation, index: result.stableIndex, stateHash })
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
     return out

@@ -66,6 +66,16 @@ export class RelayIntake {
   private readonly unmatched = new Map<number, Map<number, Uint8Array>>()
   /** The attestation bytes of the latest applied rounds: a relay's attestation that comes after its round was applied is checked against them. */
   private readonly applied = new Map<number, Uint8Array>()
+  /**
+   * This client's decided envelopes whose outcomes wait for 2f+1 relays to
+   * attest their commit (see confirm), oldest first. Then at least f+1
+   * correct relays applied it, and every quorum read that starts later sees
+   * it (the client README's "Quorum reads" has the argument).
+   */
+  private readonly awaitingAcks: Array<{ round: number; fromIndex: number; decisions: Array<CommitResult['decisions'][number]> }> = []
+  /** Per relay, the latest round of this space it attested with the bytes this client applied: it applied every commit up to there. */
+  private readonly attestedUpTo = new Map<number, number>()
+  private settling: Promise<void> = Promise.resolve()
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
@@ -212,7 +222,12 @@ export class RelayIntake {
   }
 
   private follow(link: RelayLink): void {
-    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex: this.o.space.position.stableIndex, frames: link.relay === this.source })
+    const frames = link.relay === this.source
+    // A relay that attests only is followed from the oldest commit an outcome of ours still waits on, so
+    // a session that comes up after that commit was applied still attests it (compact attestations are cheap).
+    const waiting = frames ? undefined : this.awaitingAcks[0]?.fromIndex
+    const fromIndex = Math.min(this.o.space.position.stableIndex, waiting ?? Number.MAX_SAFE_INTEGER)
+    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex, frames })
   }
 
   message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' }>): void {
@@ -281,9 +296,15 @@ export class RelayIntake {
     if (attestation.space !== space.space) return link.markFaulty(`attested space ${attestation.space} on a ${space.space} subscription`)
     const key = this.keyOf(relay)
     if (CommitQuorum.stale(attestation, space.position)) {
-      // Late: a commit already applied. Signed bytes other than the ones f+1 relays attested are a lie.
+      // Late: a commit already applied. Signed bytes other than the ones f+1 relays attested are a lie;
+      // the same bytes count towards the 2f+1 that an outcome of ours may wait for.
       const settled = this.applied.get(attestation.round)
-      if (settled && key && !bytesEqual(settled, m.attestation.bytes) && (await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) this.dissented(relay, attestation.round)
+      if (!settled || !key) return
+      const same = bytesEqual(settled, m.attestation.bytes)
+      if (same && !this.awaits(relay, attestation.round)) return
+      if (!(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return
+      if (same) this.confirm(relay, attestation.round)
+      else this.dissented(relay, attestation.round)
       return
     }
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
@@ -331,7 +352,10 @@ export class RelayIntake {
         if (r > round) continue
         rounds.delete(r)
         const key = this.keyOf(relay)
-        if (r === round && key && (await this.o.crypto.verify(key, settled.bytes, sig))) continue
+        if (r === round && key && (await this.o.crypto.verify(key, settled.bytes, sig))) {
+          this.confirm(relay, r)
+          continue
+        }
         this.dissented(relay, r)
       }
     }
@@ -341,8 +365,49 @@ export class RelayIntake {
   private async checkLate(relay: number, round: number, sig: Uint8Array): Promise<void> {
     const settled = this.applied.get(round)
     const key = this.keyOf(relay)
-    if (!settled || !key || (await this.o.crypto.verify(key, settled, sig))) return
-    this.dissented(relay, round)
+    if (!settled || !key) return
+    if (await this.o.crypto.verify(key, settled, sig)) this.confirm(relay, round)
+    else this.dissented(relay, round)
+  }
+
+  /** Whether `relay`'s attestation of `round` would confirm an outcome that still waits. */
+  private awaits(relay: number, round: number): boolean {
+    const oldest = this.awaitingAcks[0]
+    return oldest !== undefined && round >= oldest.round && round > (this.attestedUpTo.get(relay) ?? 0)
+  }
+
+  /**
+   * `relay` attested `round` with the bytes applied here. A relay attests a
+   * space's commits in chain order, so it applied every earlier one too.
+   */
+  private confirm(relay: number, round: number): void {
+    if (round <= (this.attestedUpTo.get(relay) ?? 0)) return
+    this.attestedUpTo.set(relay, round)
+    if (this.awaitingAcks.length) void this.settleConfirmed().catch((err: unknown) => this.o.space.storageFailed(err))
+  }
+
+  /** Resolves, oldest first, the outcomes of ours whose commits 2f+1 relays attested (one pass at a time). */
+  private settleConfirmed(): Promise<void> {
+    this.settling = this.settling.then(
+      () => this.settleNow(),
+      () => this.settleNow(),
+    )
+    return this.settling
+  }
+
+  private async settleNow(): Promise<void> {
+    const needed = 2 * (this.o.sessions.cluster?.f ?? 0) + 1
+    let next
+    let settled = false
+    while ((next = this.awaitingAcks[0])) {
+      let acks = 0
+      for (const upTo of this.attestedUpTo.values()) if (upTo >= next.round) acks++
+      if (acks < needed) break
+      this.awaitingAcks.shift()
+      for (const d of next.decisions) await this.o.outbox.settle(d.env.idHex, d)
+      settled = true
+    }
+    if (settled) this.o.space.emitStatus()
   }
 
   /** `relay` signed other bytes for `round` than the attestation f+1 relays agreed on. */
@@ -455,7 +520,12 @@ export class RelayIntake {
       space.storageFailed(err)
     }
     this.o.news.committed(a.round, frames)
-    for (const d of own) await outbox.settle(d.env.idHex, d)
+    // A gap is no outcome (the envelope is sent again at once); the others wait for 2f+1 attestations.
+    for (const d of own) if (d.kind === 'dropped' && d.reason === 'gap') await outbox.settle(d.env.idHex, d)
+    const final = own.filter((d) => !(d.kind === 'dropped' && d.reason === 'gap'))
+    if (final.length) this.awaitingAcks.push({ round: a.round, fromIndex: a.fromIndex, decisions: final })
+    for (const relay of c.relays) if (a.round > (this.attestedUpTo.get(relay) ?? 0)) this.attestedUpTo.set(relay, a.round)
+    await this.settleConfirmed()
     space.notify(result.changed)
     space.progress()
     space.emitStatus()

@@ -363,16 +363,17 @@ export class Space {
 
   /**
    * The stable value of `key` (what `handle.stable` shows), read without
-   * opening a handle. With `quorum: true`, first asks every relay
-   * for its signed stable index and waits until this replica (which only
-   * advances on f+1 matching attestations) reaches the index that f+1
-   * relays report, so the value includes every commit a correct relay had
-   * made when the read started. Use it before acting outside Stead on a
-   * value that must be current (the local stable value may lag while
-   * offline).
+   * opening a handle. With `quorum: true` the read is linearizable: it
+   * asks every relay for its latest attested head (signed over a fresh
+   * nonce, proven by f+1 relays' signatures), takes the highest of 2f+1,
+   * and waits until this replica reaches it. The value then includes every
+   * safe update whose promise resolved, on any client, before the call
+   * (those resolve once 2f+1 relays attested them). Use it before acting
+   * outside Stead on a value that must be current (the local stable value
+   * may lag while offline).
    *
    * @returns The value as the object's type holds it: a number for counters, an array for sets, the value (or undefined) for registers.
-   * @throws SteadError `unsupported` if no cluster is trusted yet or too few relays answer, `timeout` (default 10 s with `quorum`) or `aborted`; {@link ClosedError} after `close()`.
+   * @throws SteadError `unsupported` if no cluster is trusted yet or fewer than 2f+1 relays answer with a proven head, `timeout` (default 10 s with `quorum`) or `aborted`; {@link ClosedError} after `close()`.
    */
   async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {
     this.assertOpen()

@@ -9,6 +9,7 @@ import {
   fromHex,
   historyPageBytes,
   readAuthBytes,
+  stableReadBytes,
   toHex,
   type Clock,
   type Crypto,
@@ -165,12 +166,17 @@ export class RelayUpstream implements Upstream, SessionMember {
         try {
           const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers }), timeoutMs)
           if (!res.ok) return undefined
-          const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string }
+          const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
           const hash = fromHex(h.stateHash)
           // Signed over this read's nonce: a head recorded earlier does not verify.
           if (!(await this.o.crypto.verify(key, freshHeadBytes(this.space, h.index, hash, nonce), fromHex(h.sig)))) return undefined
+          // A head f+1 relays did not sign may be made up: the relay that vouched for it over our nonce lies.
+          if (h.index > 0 && !(await this.headProven(cluster, h.index, hash, h.proof))) {
+            this.o.sessions.linkTo(h.relay)?.markFaulty(`answered a quorum read with head ${h.index}, which f+1 relays did not sign`)
+            return undefined
+          }
           return { relay: h.relay, index: h.index, hash }
         } catch {
           return undefined
@@ -182,10 +188,25 @@ export class RelayUpstream implements Upstream, SessionMember {
       },
     )
     const valid = heads ?? []
-    if (valid.length < cluster.f + 1) throw new SteadError('unsupported', `only ${valid.length} relays answered a quorum read; it needs ${cluster.f + 1}`)
-    // The (f+1)-th highest index: at least one correct relay reached it, so it will be attested.
-    const indexes = valid.map((h) => h.index).sort((x, y) => y - x)
-    return indexes[cluster.f] as number
+    const needed = 2 * cluster.f + 1
+    if (valid.length < needed) throw new SteadError('unsupported', `only ${valid.length} relays answered a quorum read with a proven head; it needs ${needed}`)
+    // Every safe update that resolved before this read was attested by 2f+1 relays, so at least
+    // one correct relay among these 2f+1 had applied it: the highest proven head includes it.
+    return Math.max(...valid.map((h) => h.index))
+  }
+
+  /** Whether `proof` holds f+1 distinct relays' valid signatures that the space's stable state at `index` has `hash`. */
+  private async headProven(cluster: ClusterDescriptor, index: number, hash: Uint8Array, proof: unknown): Promise<boolean> {
+    if (!Array.isArray(proof)) return false
+    const bytes = stableReadBytes(this.space, index, hash)
+    const signers = new Set<number>()
+    for (const entry of proof.slice(0, cluster.relays.length)) {
+      if (!Array.isArray(entry) || typeof entry[0] !== 'number' || typeof entry[1] !== 'string' || signers.has(entry[0])) continue
+      const key = cluster.relays[entry[0]]?.publicKey
+      if (key && (await this.o.crypto.verify(key, bytes, fromHex(entry[1])))) signers.add(entry[0])
+      if (signers.size > cluster.f) return true
+    }
+    return false
   }
 
   /** The latest snapshot of the space that f+1 relays vouch for (see fetchVerifiedSnapshot), asked of `relays` in turn. */

@@ -376,7 +376,8 @@ describe('transport', () => {
     await until('reconnected', () => a.status.online, 5000)
     await a.flush()
     await commitUntil(c, 'stable 10', () => alice.stable === 10)
-    expect(a.status.pending).toBe(0)
+    // Applied at f+1 attestations; decided (no longer pending) at 2f+1.
+    await until('nothing pending', () => a.status.pending === 0)
   })
 
   it('reconnects after relays drop sessions, and catches up on missed commits', async () => {
@@ -805,11 +806,50 @@ describe('waits that end', () => {
     expect(unhandled).toEqual([])
   })
 
+  it('a safe update resolves once 2f+1 relays attested its commit, not f+1 (then a quorum read anywhere sees it)', async () => {
+    const c = cluster()
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    const [, , r2, r3] = c.relays as [FakeRelay, FakeRelay, FakeRelay, FakeRelay]
+    r2.misbehaviour = 'silent'
+    r3.misbehaviour = 'silent'
+    let outcome: unknown
+    void a.counter('k').increment(4, { safe: true }).then((r) => (outcome = r))
+    await a.flush()
+    c.commit()
+    // f+1 relays attested it: the commit is applied and its value stable here, but the update waits.
+    await until('applied', () => a.counter('k').stable === 4)
+    await new Promise((r) => setTimeout(r, 100))
+    expect(outcome).toBeUndefined()
+    // A third relay attests it (its session comes up after the commit was applied, and is followed
+    // from the commit still waited on): 2f+1, resolved.
+    r2.misbehaviour = 'none'
+    r2.setOnline(false)
+    r2.setOnline(true)
+    await until('resolved', () => outcome !== undefined)
+    expect(outcome).toMatchObject({ status: 'committed' })
+  })
+
+  it('a quorum read refuses a head that f+1 relays did not sign, and marks the relay that served it', async () => {
+    const c = cluster()
+    const a = await client(c)
+    await until('online', () => a.status.online)
+    const stop = c.autoCommit(5)
+    await a.counter('k').increment(2, { safe: true })
+    ;(c.relays[0] as FakeRelay).misbehaviour = 'inflate-head'
+    // Taken at face value, head index + 5 would make the read wait for commits that never come.
+    expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(2)
+    await until('liar flagged', () => a.status.relays[0]?.faulty !== undefined)
+    expect(a.status.relays[0]?.faulty).toMatch(/f\+1 relays did not sign/)
+    expect(a.status.relays.slice(1).every((r) => r.faulty === undefined)).toBe(true)
+    stop()
+  })
+
   it('a quorum read does not count a head signed for an earlier request (a replayed head)', async () => {
     const c = cluster()
     const a = await client(c, {
-      // Two relays out: the read has the liar's head and one honest head.
-      fetch: (url) => (/relay[12]\.test/.test(url) && url.includes('/head') ? Promise.reject(new TypeError('fetch failed')) : c.fetch(url)),
+      // One relay out: the read has the liar's head and two honest ones, 2f+1 only while the liar's counts.
+      fetch: (url) => (/relay1\.test/.test(url) && url.includes('/head') ? Promise.reject(new TypeError('fetch failed')) : c.fetch(url)),
     })
     const liar = c.relays[0] as FakeRelay
     await until('online', () => a.status.online)

@@ -113,6 +113,10 @@ export type Message =
   | { readonly kind: 'checkpoint-get'; readonly anchorRound: number; readonly from: number }
   /** An answer to checkpoint-get: checked by the receiver against what f+1 relays vouch for. */
   | { readonly kind: 'checkpoint-part'; readonly part: CheckpointPart }
+  /** Please sign your stable head as of your attested commit of `space` at [fromIndex, round] (see head-proofs.ts). */
+  | { readonly kind: 'head-ask'; readonly space: string; readonly fromIndex: number; readonly round: number }
+  /** The sender's signature over stableReadBytes(space, index, stateHash): its stable state at that index has that hash. */
+  | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array }
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -227,6 +231,10 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['checkpoint-get', m.anchorRound, m.from])
     case 'checkpoint-part':
       return encode(['checkpoint-part', m.part.anchorRound, m.part.from, m.part.held, m.part.manifest, m.part.states])
+    case 'head-ask':
+      return encode(['head-ask', m.space, m.fromIndex, m.round])
+    case 'head-sig':
+      return encode(['head-sig', m.space, m.index, m.stateHash, m.sig])
   }
 }
 
@@ -262,6 +270,16 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       const states = expect.array(v[5], 'checkpoint-part.states', 10_000_000).map((b, i) => expect.bytes(b, `checkpoint-part.states[${i}]`))
       return { kind: 'checkpoint-part', part: { anchorRound: expect.uint(v[1], 'checkpoint-part.anchorRound'), from: expect.uint(v[2], 'checkpoint-part.from'), held: expect.boolean(v[3], 'checkpoint-part.held'), manifest, states } }
     }
+    case 'head-ask':
+      return { kind: 'head-ask', space: expect.string(v[1], 'head-ask.space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'head-ask.fromIndex'), round: expect.uint(v[3], 'head-ask.round') }
+    case 'head-sig':
+      return {
+        kind: 'head-sig',
+        space: expect.string(v[1], 'head-sig.space', DEFAULT_LIMITS.maxSpaceChars, 1),
+        index: expect.uint(v[2], 'head-sig.index'),
+        stateHash: expect.bytes(v[3], 'head-sig.stateHash', 32),
+        sig: expect.bytes(v[4], 'head-sig.sig', 64),
+      }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)
   }

@@ -202,7 +202,7 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head' | 'forge-snapshot' | 'mismatched-snapshot'
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
 
 export class FakeRelay {
   online = true
@@ -210,6 +210,7 @@ export class FakeRelay {
    * 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them;
    * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over;
    * 'replay-head' answers every head request with the first head it signed (for another request's nonce);
+   * 'inflate-head' answers head requests with an index 5 past the true one, proven by its own signature only;
    * 'forge-snapshot' serves a state with one counter raised, under an attestation of that state it signs itself;
    * 'mismatched-snapshot' serves that state under the true attestation.
    */
@@ -250,11 +251,15 @@ export class FakeRelay {
     }
     const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
     if (!m) return undefined
-    const { index, hash } = this.cluster.stableHead()
+    const { hash } = this.cluster.stableHead()
+    const index = this.cluster.stableHead().index + (this.misbehaviour === 'inflate-head' ? 5 : 0)
     const space = decodeURIComponent(m[1] as string)
     const nonce = query.get('nonce')
     const bytes = nonce ? freshHeadBytes(space, index, hash, fromHex(nonce)) : stableReadBytes(space, index, hash)
-    const head = { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, bytes)) }
+    // Every relay has applied the cluster's head here, so each signs it (an inflated one only its liar).
+    const signers = this.misbehaviour === 'inflate-head' ? [this.key] : this.cluster.keys
+    const proof = signers.map((k) => [this.cluster.keys.indexOf(k), toHex(signSync(k.secretKey, stableReadBytes(space, index, hash)))])
+    const head = { space, relay: this.index, index, stateHash: toHex(hash), sig: toHex(signSync(this.key.secretKey, bytes)), proof }
     this.firstHead ??= head
     return this.misbehaviour === 'replay-head' ? this.firstHead : head
   }
