@@ -17,6 +17,7 @@ import { verifySync } from '@stead/core/node'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import type { WebSocket } from 'ws'
+import { Bucket, type Rate } from './bucket.ts'
 import type { ClientFacingLiar } from './client-lies.ts'
 import type { CommitFeed } from './feed.ts'
 import { readiness } from './health.ts'
@@ -28,9 +29,9 @@ export interface ApiLimits {
   /** Largest WebSocket frame accepted from a client. */
   readonly maxFrameBytes: number
   /** Per connection: messages and bytes per second (token buckets), and the bursts allowed. */
-  readonly rateLimit: { readonly perSecond: number; readonly burst: number; readonly bytesPerSecond: number; readonly burstBytes: number }
+  readonly rateLimit: Rate
   /** All connections together: what one relay takes in per second before it slows every sender down. */
-  readonly globalRateLimit: { readonly perSecond: number; readonly burst: number; readonly bytesPerSecond: number; readonly burstBytes: number }
+  readonly globalRateLimit: Rate
   /** Bytes one session may have queued towards its client before it is closed with `slow-consumer`. */
   readonly maxBufferedBytes: number
   /** A session whose client read nothing of what was queued for this long is closed with `slow-consumer`. */
@@ -288,42 +289,6 @@ function readDenied(node: RelayNode, req: FastifyRequest, space: string): string
   if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
   if (!node.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
   return undefined
-}
-
-/** A token bucket over messages and bytes. */
-class Bucket {
-  private messages: number
-  private bytes: number
-  private last: number
-
-  private readonly rate: ApiLimits['rateLimit']
-  constructor(rate: ApiLimits['rateLimit']) {
-    this.rate = rate
-    this.messages = rate.burst
-    this.bytes = rate.burstBytes
-    this.last = Date.now()
-  }
-
-  /** How many ms until one message of `size` bytes fits (0: now). */
-  wait(size: number): number {
-    const now = Date.now()
-    const dt = (now - this.last) / 1000
-    this.last = now
-    this.messages = Math.min(this.rate.burst, this.messages + dt * this.rate.perSecond)
-    this.bytes = Math.min(this.rate.burstBytes, this.bytes + dt * this.rate.bytesPerSecond)
-    // A message larger than the byte burst would never fit: it waits for a full bucket instead.
-    const need = Math.min(size, this.rate.burstBytes)
-    if (this.messages >= 1 && this.bytes >= need) return 0
-    const waitMessages = this.messages >= 1 ? 0 : ((1 - this.messages) / this.rate.perSecond) * 1000
-    const waitBytes = this.bytes >= need ? 0 : ((need - this.bytes) / this.rate.bytesPerSecond) * 1000
-    return Math.max(1, Math.ceil(Math.max(waitMessages, waitBytes)))
-  }
-
-  /** Takes one message of `size` bytes (after `wait` said 0). */
-  take(size: number): void {
-    this.messages -= 1
-    this.bytes -= Math.min(size, this.rate.burstBytes)
-  }
 }
 
 /** Every open session: the caps per key and per address, the shared inbound budget, and the timeouts. */

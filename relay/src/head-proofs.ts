@@ -1,4 +1,5 @@
 import { stableReadBytes, toHex } from '@stead/core'
+import { Bucket } from './bucket.ts'
 import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
 
 /**
@@ -70,12 +71,13 @@ export class HeadProofs {
   /** Per space, the head being proven or proven last. */
   private readonly proofs = new Map<string, Pending>()
   private readonly inFlight: number[]
-  private readonly tokens: Array<{ left: number; at: number }>
+  private readonly asks: Bucket[]
   private readonly o: HeadProofOptions
   constructor(o: HeadProofOptions) {
     this.o = o
     this.inFlight = o.committee.keys.map(() => 0)
-    this.tokens = o.committee.keys.map(() => ({ left: ASKS_PER_SECOND, at: o.now() }))
+    const rate = { perSecond: ASKS_PER_SECOND, burst: ASKS_PER_SECOND, bytesPerSecond: Number.MAX_SAFE_INTEGER, burstBytes: Number.MAX_SAFE_INTEGER }
+    this.asks = o.committee.keys.map(() => new Bucket(rate, o.now))
   }
 
   /**
@@ -139,7 +141,7 @@ export class HeadProofs {
   }
 
   private answer(from: number, space: string, fromIndex: number, round: number): void {
-    if (!this.take(from)) return
+    if ((this.inFlight[from] ?? ASKS_IN_FLIGHT) >= ASKS_IN_FLIGHT || !this.asks[from]?.tryTake(0)) return
     this.inFlight[from] = (this.inFlight[from] as number) + 1
     void this.o.host
       .attested(space, fromIndex, round, ASK_WAIT_MS)
@@ -151,17 +153,5 @@ export class HeadProofs {
       .finally(() => {
         this.inFlight[from] = (this.inFlight[from] as number) - 1
       })
-  }
-
-  /** Whether `from` may have one more ask answered now (token bucket, and a bound on those waiting). */
-  private take(from: number): boolean {
-    const bucket = this.tokens[from]
-    if (!bucket || (this.inFlight[from] as number) >= ASKS_IN_FLIGHT) return false
-    const now = this.o.now()
-    bucket.left = Math.min(ASKS_PER_SECOND, bucket.left + ((now - bucket.at) * ASKS_PER_SECOND) / 1000)
-    bucket.at = now
-    if (bucket.left < 1) return false
-    bucket.left -= 1
-    return true
   }
 }

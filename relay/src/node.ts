@@ -44,6 +44,7 @@ import {
   type TimerName,
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
+import { Bucket } from './bucket.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
@@ -105,6 +106,15 @@ interface LatestAttestation {
   readonly index: number
   readonly stateHash: Uint8Array
 }
+
+/**
+ * What a peer's fetch and sync requests may make this relay read and send
+ * it: each asks for up to SYNC_BYTES in a few bytes, so a Byzantine peer
+ * asking over and over would otherwise cost a core. Answers past it are
+ * dropped (an honest asker asks again on its timers); a relay catching up
+ * pulls far less than this from any one peer.
+ */
+const SERVE_RATE = { perSecond: 1000, burst: 1000, bytesPerSecond: 4 * SYNC_BYTES, burstBytes: 4 * SYNC_BYTES }
 
 /** Bytes of one peer's frames that may wait for the event loop: two full catch-up answers (SYNC_BYTES). */
 const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
@@ -220,6 +230,9 @@ export class RelayNode {
   private recovering = false
   private readonly checkpoints: RelayCheckpoints
   private readonly headProofs: HeadProofs
+  /** Per peer, what its fetches and syncs may still make us send (SERVE_RATE). */
+  private readonly serveBudget: Bucket[]
+  private serveDropLoggedAt = 0
   /** A checkpoint fetched from peers, to start over from before the next events (see drain). */
   private pendingInstall: FetchedRelayCheckpoint | undefined
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
@@ -237,6 +250,7 @@ export class RelayNode {
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
     this.meshBacklog = this.committee.keys.map(() => 0)
+    this.serveBudget = this.committee.keys.map(() => new Bucket(SERVE_RATE))
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
@@ -924,6 +938,7 @@ export class RelayNode {
   private act(o: Output): void {
     switch (o.type) {
       case 'send':
+        if (o.message.kind === 'blocks' && !this.mayServe(o.to, o.message.blocks)) break
         this.options.mesh.send(o.to, encodeMessage(o.message))
         break
       case 'broadcast':
@@ -981,11 +996,30 @@ export class RelayNode {
   private serveArchive(to: number, query: ArchiveQuery): void {
     // Rounds below the retention window are gone: say so, and the asker knows why nothing comes.
     if ('fromRound' in query && query.fromRound < this.store.blocksKeptFrom) this.options.mesh.send(to, encodeMessage({ kind: 'pruned', keptFrom: this.store.blocksKeptFrom }))
+    // Nothing read from the store for a peer past its budget.
+    if (!this.mayServe(to, [])) return
     const blocks =
       'digests' in query
         ? this.store.blocksByDigest(relayCrypto, this.committee, query.digests)
         : this.store.blocksInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
-    for (const part of byBytes(blocks)) this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks: part }))
+    for (const part of byBytes(blocks)) {
+      if (!this.mayServe(to, part)) break
+      this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks: part }))
+    }
+  }
+
+  /** Whether `blocks` may be sent to peer `to` as an answer now (see SERVE_RATE); counts and logs a refusal. */
+  private mayServe(to: number, blocks: readonly Block[]): boolean {
+    let bytes = 0
+    for (const b of blocks) bytes += b.signed.bytes.length
+    if (this.serveBudget[to]?.tryTake(bytes) ?? true) return true
+    this.metrics.rejected.inc({ reason: 'rate-limited', source: 'mesh' })
+    const now = Date.now()
+    if (now - this.serveDropLoggedAt > 10_000) {
+      this.serveDropLoggedAt = now
+      this.log.warn({ to: this.nameOf(to), limitBytesPerSecond: SERVE_RATE.bytesPerSecond }, 'mesh: a peer asks for more blocks than it may be sent; dropping answers')
+    }
+    return false
   }
 
   // ---- audit and attestations ----

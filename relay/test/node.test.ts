@@ -46,6 +46,30 @@ function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof 
   return { node, spoken, sent }
 }
 
+/** Relay r1 of a four-relay cluster whose mesh is the test: `deliver` hands it a peer's frame, `send`/`broadcast` see what it says. */
+function clusterMember(say: Partial<Pick<Mesh, 'send' | 'broadcast'>> = {}): { node: RelayNode; deliver: (from: number, frame: Uint8Array) => void } {
+  const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
+  const cluster = parseCluster({
+    f: 1,
+    relays: secrets.map((k, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(k)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
+    openSpaces: true,
+  })
+  let handler: (from: number, frame: Uint8Array) => void = () => undefined
+  const mesh: Mesh = {
+    start: async () => undefined,
+    stop: async () => undefined,
+    send: () => undefined,
+    broadcast: () => undefined,
+    ...say,
+    onFrame: (h) => (handler = h),
+    connectedPeers: () => [1, 2, 3],
+    queuedBytes: () => 0,
+  }
+  const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }) })
+  nodes.push(node)
+  return { node, deliver: (from, frame) => handler(from, frame) }
+}
+
 const nodes: RelayNode[] = []
 afterEach(async () => {
   for (const n of nodes.splice(0)) await n.stop()
@@ -141,24 +165,7 @@ describe('the relay event loop', () => {
 
 describe('peers faster than the disk', () => {
   it('hold at most a bounded backlog of their frames while writes are in flight, and drop the rest unread', async () => {
-    const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
-    const cluster = parseCluster({
-      f: 1,
-      relays: secrets.map((k, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(k)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
-      openSpaces: true,
-    })
-    let deliver: (from: number, frame: Uint8Array) => void = () => undefined
-    const mesh: Mesh = {
-      start: async () => undefined,
-      stop: async () => undefined,
-      send: () => undefined,
-      broadcast: () => undefined,
-      onFrame: (h) => (deliver = h),
-      connectedPeers: () => [1, 2, 3],
-      queuedBytes: () => 0,
-    }
-    const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }) })
-    nodes.push(node)
+    const { node, deliver } = clusterMember()
     await node.start()
     const store = (node as unknown as { store: { write(w: WriteBatch): Promise<void> } }).store
     const write = store.write.bind(store)
@@ -180,6 +187,39 @@ describe('peers faster than the disk', () => {
     store.write = write
     for (const release of held.splice(0)) release()
     await until('the backlog processed', () => used() === 0 && held.length === 0)
+  })
+})
+
+describe('serving peers', () => {
+  it('sends a peer that asks for blocks over and over at most its budget of bytes, and still answers the others', async () => {
+    const answered = [0, 0, 0, 0]
+    let proposed = false
+    const { node, deliver } = clusterMember({
+      send: (to, frame) => {
+        if (decodeMessage(nodeCrypto as never, node.committee, frame, undefined, () => false).kind !== 'blocks') return
+        answered[to] = (answered[to] as number) + frame.length
+      },
+      broadcast: () => (proposed = true),
+    })
+    await node.start()
+    // One block of about 300 KB: 3,000 updates under 100-character keys.
+    const updates = Array.from({ length: 3000 }, (_, i) => ({ key: `${i}`.padStart(100, 'k'), decl: { type: 'counter' as const, bounds: {} }, ops: [1] }))
+    node.submit(encodeEnvelope(await sealEnvelope(nodeCrypto, author, { space: 's', seq: 1, clock: clockInit(), deps: [], updates, safe: [] })))
+    await until('its block proposed', () => proposed)
+    // 1,000 requests of a few bytes each would make it send 300 MB or more (some twice: from memory and from the store).
+    const refused = async () => (await node.metrics.registry.getSingleMetric('stead_rejected_total')?.get())?.values.find((v) => v.labels.reason === 'rate-limited' && v.labels.source === 'mesh')?.value ?? 0
+    const t0 = Date.now()
+    const sync = encodeMessage({ kind: 'sync', fromRound: 0 })
+    for (let i = 0; i < 1000; i++) deliver(1, sync)
+    await until('every request processed', () => (node as unknown as { queue: unknown[] }).queue.length === 0 && !(node as unknown as { draining: boolean }).draining)
+    await (node as unknown as { onDisk: Promise<void> }).onDisk
+    const seconds = (Date.now() - t0) / 1000
+    // At most its burst (64 MiB) and what refilled meanwhile (64 MiB a second), give or take one block.
+    expect(answered[1]).toBeGreaterThan(32 * 1024 * 1024)
+    expect(answered[1]).toBeLessThanOrEqual(64 * 1024 * 1024 * (1 + seconds) + 400_000)
+    expect(await refused()).toBeGreaterThan(100)
+    deliver(2, sync)
+    await until('the other peer answered', () => (answered[2] as number) > 0)
   })
 })
 
