@@ -1,4 +1,4 @@
-import { stableReadBytes, toHex } from '@stead/core'
+import { bytesEqual, stableReadBytes } from '@stead/core'
 import { Bucket } from './bucket.ts'
 import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
 
@@ -48,12 +48,21 @@ export interface HeadProofOptions {
   readonly now: () => number
 }
 
+/** A head of one space being proven: the signatures so far (ours first). */
 interface Pending {
   readonly index: number
   readonly stateHash: Uint8Array
+  readonly fromIndex: number
+  readonly round: number
   readonly sigs: Map<number, Uint8Array>
   askedAt: number
-  readonly waiters: Set<() => void>
+}
+
+/** One space's proofs: heads being proven (a few, oldest first), the highest proven, and reads waiting for one at or past an index. */
+interface SpaceProofs {
+  pending: Pending[]
+  proven: HeadProof | undefined
+  readonly waiters: Set<{ readonly atLeast: number; readonly done: (proof: HeadProof) => void }>
 }
 
 /** How long a peer waits to reach a head it was asked to sign (it may be a round or two behind). */
@@ -64,12 +73,13 @@ const ASKS_IN_FLIGHT = 64
 const ASKS_PER_SECOND = 1_000
 /** An unanswered ask is sent again after this long, when a read still waits (frames may be lost while a peer reconnects). */
 const REASK_MS = 1_000
-/** Spaces whose latest proof is kept. */
-const KEPT_PROOFS = 10_000
+/** Heads of one space being proven at once: a space that moves faster than its proofs drops the oldest (a later proof serves its reads). */
+const PENDING_PER_SPACE = 4
+/** Spaces whose proofs are kept. */
+const KEPT_SPACES = 10_000
 
 export class HeadProofs {
-  /** Per space, the head being proven or proven last. */
-  private readonly proofs = new Map<string, Pending>()
+  private readonly spaces = new Map<string, SpaceProofs>()
   private readonly inFlight: number[]
   private readonly asks: Bucket[]
   private readonly o: HeadProofOptions
@@ -81,46 +91,67 @@ export class HeadProofs {
   }
 
   /**
-   * This relay's latest attested head of `space` with f+1 signatures, once
-   * gathered (up to `timeoutMs`); undefined if they could not be. A space
-   * with no attested commit has head 0, which needs no proof.
+   * This relay's latest attested head of `space`, or a later one, with f+1
+   * signatures, once gathered (up to `timeoutMs`); undefined if none could
+   * be by then. A space with no attested commit has head 0, which needs no
+   * proof.
    */
   async prove(space: string, timeoutMs: number): Promise<HeadProof | undefined> {
     const latest = this.o.host.latest(space)
     if (latest === null) return undefined
     if (!latest) return { index: 0, stateHash: new Uint8Array(0), sigs: [] }
-    let p = this.proofs.get(space)
-    if (!p || p.index !== latest.index || toHex(p.stateHash) !== toHex(latest.stateHash)) {
+    const sp = this.spaceProofs(space)
+    if (sp.proven && sp.proven.index >= latest.index) return sp.proven
+    let p = sp.pending.find((x) => x.index === latest.index && bytesEqual(x.stateHash, latest.stateHash))
+    if (!p) {
       const own = this.o.crypto.sign(this.o.secretKey, stableReadBytes(space, latest.index, latest.stateHash))
-      p = { index: latest.index, stateHash: latest.stateHash, sigs: new Map([[this.o.me, own]]), askedAt: -Infinity, waiters: new Set() }
-      this.proofs.delete(space)
-      this.proofs.set(space, p)
-      for (const name of this.proofs.keys()) {
-        if (this.proofs.size <= KEPT_PROOFS) break
-        this.proofs.delete(name)
-      }
+      p = { index: latest.index, stateHash: latest.stateHash, fromIndex: latest.fromIndex, round: latest.round, sigs: new Map([[this.o.me, own]]), askedAt: -Infinity }
+      sp.pending.push(p)
+      if (sp.pending.length > PENDING_PER_SPACE) sp.pending.shift()
+      // f = 0: our own signature is proof enough.
+      if (this.complete(sp, p)) return sp.proven
     }
-    const enough = this.o.committee.f + 1
-    if (p.sigs.size < enough && this.o.now() - p.askedAt >= REASK_MS) {
+    if (this.o.now() - p.askedAt >= REASK_MS) {
       p.askedAt = this.o.now()
       for (let to = 0; to < this.o.committee.keys.length; to++) {
-        if (to !== this.o.me && !p.sigs.has(to)) this.o.host.send(to, { kind: 'head-ask', space, fromIndex: latest.fromIndex, round: latest.round })
+        if (to !== this.o.me && !p.sigs.has(to)) this.o.host.send(to, { kind: 'head-ask', space, fromIndex: p.fromIndex, round: p.round })
       }
     }
-    if (p.sigs.size < enough) {
-      const pending = p
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
+    return new Promise((resolve) => {
+      const waiter = {
+        atLeast: latest.index,
+        done: (proof: HeadProof | undefined): void => {
           clearTimeout(timer)
-          pending.waiters.delete(done)
-          resolve()
-        }
-        const timer = setTimeout(done, timeoutMs)
-        pending.waiters.add(done)
-      })
-      if (p.sigs.size < enough) return undefined
+          sp.waiters.delete(waiter)
+          resolve(proof)
+        },
+      }
+      const timer = setTimeout(() => waiter.done(undefined), timeoutMs)
+      sp.waiters.add(waiter)
+    })
+  }
+
+  private spaceProofs(space: string): SpaceProofs {
+    let sp = this.spaces.get(space)
+    if (sp) return sp
+    sp = { pending: [], proven: undefined, waiters: new Set() }
+    this.spaces.set(space, sp)
+    for (const [name, other] of this.spaces) {
+      if (this.spaces.size <= KEPT_SPACES) break
+      // A space with reads waiting stays (they end within their timeout).
+      if (other.waiters.size === 0) this.spaces.delete(name)
     }
-    return { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs] }
+    return sp
+  }
+
+  /** Whether `p` has f+1 signatures; if so it is the space's proven head and answers every read waiting for one at or below it. */
+  private complete(sp: SpaceProofs, p: Pending): boolean {
+    if (p.sigs.size < this.o.committee.f + 1) return false
+    if (!sp.proven || p.index > sp.proven.index) sp.proven = { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs] }
+    sp.pending = sp.pending.filter((x) => x.index > p.index)
+    const proven = sp.proven
+    for (const w of [...sp.waiters]) if (w.atLeast <= proven.index) w.done(proven)
+    return true
   }
 
   /** Handles head-ask and head-sig; false for every other message. */
@@ -130,13 +161,14 @@ export class HeadProofs {
       return true
     }
     if (m.kind !== 'head-sig') return false
-    const p = this.proofs.get(m.space)
-    // Only a signature for the head being proven counts; others (late, or made up) are dropped unread.
-    if (!p || p.index !== m.index || toHex(p.stateHash) !== toHex(m.stateHash) || p.sigs.has(from)) return true
+    const sp = this.spaces.get(m.space)
+    // Only a signature for a head being proven counts; others (late, or made up) are dropped unread.
+    const p = sp?.pending.find((x) => x.index === m.index && bytesEqual(x.stateHash, m.stateHash))
+    if (!sp || !p || p.sigs.has(from)) return true
     const key = this.o.committee.keys[from]
     if (!key || !this.o.crypto.verify(key, stableReadBytes(m.space, m.index, m.stateHash), m.sig)) return true
     p.sigs.set(from, m.sig)
-    if (p.sigs.size >= this.o.committee.f + 1) for (const done of [...p.waiters]) done()
+    this.complete(sp, p)
     return true
   }
 

@@ -81,6 +81,24 @@ describe('proven heads', () => {
     expect(proof?.sigs.map(([r]) => r).sort()).toEqual([0, 2])
   })
 
+  it('a read still waiting when the head moves on is answered by the later head once that is proven', async () => {
+    const r0 = at(7)
+    const peers = [1, 2, 3].map(() => ({ ...at(8), has: false }))
+    const { proofs } = cluster([r0, ...peers])
+    const first = (proofs[0] as HeadProofs).prove('s', 2000)
+    r0.latest = at(8).latest
+    const second = (proofs[0] as HeadProofs).prove('s', 2000)
+    // The peers reach index 8 and sign it (also where they were asked about 7).
+    for (const p of peers) {
+      p.has = true
+      for (const go of p.reached) go()
+    }
+    const t0 = Date.now()
+    expect((await first)?.index).toBe(8)
+    expect((await second)?.index).toBe(8)
+    expect(Date.now() - t0).toBeLessThan(1000)
+  })
+
   it('gives up after the timeout when fewer than f+1 relays can sign (a head no one else reached is never proven)', async () => {
     const inflated = at(50)
     const { proofs } = cluster([inflated, { ...at(7), has: false, signs: at(7).signs }, { ...at(7), has: false }, { ...at(7), has: false }])
