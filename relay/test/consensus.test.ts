@@ -279,6 +279,31 @@ describe('consensus core', () => {
     expect(acted).toEqual([2, 3, 5, 9, 17, 25])
   })
 
+  it("at light load sends a client envelope to its block round's leader first, so the leader's block carries it and it commits a round sooner", async () => {
+    const frame = await envelope(1)
+    const idHex = (inspect(frame) as PayloadInfo).idHex
+    // Relay 0 proposes round 1, whose leader is relay 1: the wake goes out before relay 0's block.
+    const out = core(0).submit(frame, inspect(frame) as PayloadInfo).outputs
+    const wakeAt = out.findIndex((o) => o.type === 'send' && o.to === 1 && o.message.kind === 'wake' && o.message.payload[0] === frame)
+    expect(wakeAt).toBeGreaterThanOrEqual(0)
+    expect(wakeAt).toBeLessThan(out.findIndex((o) => o.type === 'broadcast'))
+    // The leader itself sends nothing extra.
+    expect(core(1).submit(frame, inspect(frame) as PayloadInfo).outputs.some((o) => o.type === 'send')).toBe(false)
+    // Wired: the envelope is ordered by the commit of leader round 1 (relay 0's own block would wait for round 2's leader).
+    const cores = [0, 1, 2, 3].map((i) => core(i))
+    const inbox: Array<{ from: number; out: Output }> = cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs.map((o) => ({ from: 0, out: o }))
+    const anchors: number[] = []
+    for (let steps = 0; inbox.length; steps++) {
+      expect(steps).toBeLessThan(20_000)
+      const { from, out: o } = inbox.shift()!
+      const route = (to: number, outs: Output[]) => inbox.push(...outs.map((x) => ({ from: to, out: x })))
+      if (o.type === 'send') route(o.to, cores[o.to]!.onMessage(from, o.message))
+      else if (o.type === 'broadcast') for (let to = 0; to < 4; to++) if (to !== from) route(to, cores[to]!.onMessage(from, o.message))
+      if (o.type === 'commit' && from === 0 && o.commit.payloadIds.includes(idHex)) anchors.push(o.commit.anchorRound)
+    }
+    expect(anchors).toEqual([1])
+  })
+
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))
     const inbox: Array<{ from: number; out: Output }> = []

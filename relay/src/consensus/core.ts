@@ -94,6 +94,8 @@ export interface RecoveredState {
 export const SYNC_BATCH = 200
 /** Bytes of blocks per catch-up answer: several full blocks, well under the 64 MiB frame limit. */
 export const SYNC_BYTES = 16 * 1024 * 1024
+/** Our block's envelopes at most for one of them to be sent to the round's leader too (see askLeaderToCarry): at light load only. */
+const LEADER_COPY_MAX_ENVELOPES = 4
 /**
  * What a stuck relay hands its peers in a wake message: one unordered envelope
  * proves the work, a few more are a bonus. Capped in bytes too: a wake goes to
@@ -287,10 +289,29 @@ export class ConsensusCore {
     const status = this.payload.add(frame, info, this.dag.clockRound)
     const out: Output[] = []
     if (status === 'queued') {
+      const proposed = this.lastProposed
       this.commitAndPropose(out)
       this.armSync(out)
+      if (this.lastProposed > proposed) this.askLeaderToCarry(frame, out)
     }
     return { status, outputs: out }
+  }
+
+  /**
+   * At light load, a client envelope we just put in our block of round r
+   * also goes to r's leader when that is another relay. Our block commits
+   * only through the next round's leader, three rounds on; the leader's own
+   * block, if it carries the envelope too, commits two rounds on. Sent
+   * before our block, so the leader has it when our block makes it propose.
+   * The envelope is ordered once (the copy in our block is skipped).
+   */
+  private askLeaderToCarry(frame: Uint8Array, out: Output[]): void {
+    const round = this.lastProposed
+    const leader = this.rule.leaderOf(round)
+    const payload = this.ownBlocks.get(round)?.header.payload ?? []
+    if (leader === this.me || payload.length > LEADER_COPY_MAX_ENVELOPES || !payload.includes(frame)) return
+    const at = out.findIndex((o) => o.type === 'broadcast')
+    out.splice(at < 0 ? out.length : at, 0, { type: 'send', to: leader, message: { kind: 'wake', payload: [frame] } })
   }
 
   onMessage(from: number, message: Message): Output[] {
