@@ -8,14 +8,31 @@ import { generateIdentity, writeIdentity } from '../../src/config.ts'
 
 const BIN = resolve(import.meta.dirname, '../../bin/stead-relay.mjs')
 
+/** Ports this process handed out: each once. */
+const given = new Set<number>()
+
+/**
+ * A free port for a relay to bind later, below the kernel's ephemeral range
+ * (32768 and up on Linux and macOS): a port the kernel picked for us would
+ * be in that range, where the outgoing connections of relays dialling each
+ * other and of clients take ports too, and one did take a relay's port
+ * between this check and the relay's bind. Random in 20000-32767, checked by
+ * binding it.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_768)
+    if (given.has(port) || !(await bindable(port))) continue
+    given.add(port)
+    return port
+  }
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((ok) => {
     const srv = createServer()
-    srv.once('error', fail)
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number }
-      srv.close(() => ok(port))
-    })
+    srv.once('error', () => ok(false))
+    srv.listen(port, '127.0.0.1', () => srv.close(() => ok(true)))
   })
 }
 
