@@ -635,15 +635,14 @@ export class RelayNode {
   }
 
   /**
-   * The signed (index, state hash) of a space; index 0 with the empty
-   * state's hash for a space with no commit yet. With the client's `nonce`
-   * the signature covers it (freshHeadBytes), so it cannot be replayed.
+   * This relay's current (index, state hash) of a space, signed by it alone
+   * (stableReadBytes); index 0 with the empty state's hash for a space with
+   * no commit yet. For progress checks: quorum reads take provenHead.
    */
-  stableHead(space: string, nonce?: Uint8Array): { relay: number; index: number; stateHash: string; sig: string } {
+  stableHead(space: string): { relay: number; index: number; stateHash: string; sig: string } {
     const r = this.replicas.get(space) ?? new ReliableReplica({ space })
     const hash = r.stableHash((b) => nodeCrypto.sha256(b))
-    const bytes = nonce ? freshHeadBytes(space, r.stableIndex, hash, nonce) : stableReadBytes(space, r.stableIndex, hash)
-    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(signSync(this.options.secretKey, bytes)) }
+    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))) }
   }
 
   /**
