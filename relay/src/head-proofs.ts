@@ -28,12 +28,12 @@ export interface HeadProof {
 export interface HeadProofHost {
   /**
    * The position and result of this relay's latest attested commit of
-   * `space`; undefined for a space with none (head 0), null for a space
-   * whose state this relay holds without an attestation of it (started
-   * over from a checkpoint): it cannot prove that head, and must not
-   * answer 0 for it.
+   * `space` (index 0 and the empty state's hash for a space with none);
+   * null for a space whose state this relay holds without an attestation
+   * of it (started over from a checkpoint): it cannot prove that head, and
+   * must not answer 0 for it.
    */
-  latest(space: string): { fromIndex: number; round: number; index: number; stateHash: Uint8Array } | undefined | null
+  latest(space: string): { fromIndex: number; round: number; index: number; stateHash: Uint8Array } | null
   /** This relay's attested commit of `space` at [fromIndex, round] once it is stored here, waiting up to `timeoutMs`; undefined if it is not. */
   attested(space: string, fromIndex: number, round: number, timeoutMs: number): Promise<{ index: number; stateHash: Uint8Array } | undefined>
   send(to: number, message: Message): void
@@ -93,13 +93,12 @@ export class HeadProofs {
   /**
    * This relay's latest attested head of `space`, or a later one, with f+1
    * signatures, once gathered (up to `timeoutMs`); undefined if none could
-   * be by then. A space with no attested commit has head 0, which needs no
-   * proof.
+   * be by then. Head 0 (a space with no attested commit) needs no proof.
    */
   async prove(space: string, timeoutMs: number): Promise<HeadProof | undefined> {
     const latest = this.o.host.latest(space)
     if (latest === null) return undefined
-    if (!latest) return { index: 0, stateHash: new Uint8Array(0), sigs: [] }
+    if (latest.index === 0) return { index: 0, stateHash: latest.stateHash, sigs: [] }
     const sp = this.spaceProofs(space)
     if (sp.proven && sp.proven.index >= latest.index) return sp.proven
     let p = sp.pending.find((x) => x.index === latest.index && bytesEqual(x.stateHash, latest.stateHash))

@@ -285,7 +285,13 @@ export class RelayNode {
       crypto: relayCrypto,
       now: () => Date.now(),
       host: {
-        latest: (space) => this.latestAttested(space) ?? (this.replicas.get(space)?.stableIndex ? null : undefined),
+        latest: (space) => {
+          const latest = this.latestAttested(space)
+          if (latest) return latest
+          const replica = this.replicas.get(space)
+          if (replica?.stableIndex) return null
+          return { fromIndex: 0, round: 0, index: 0, stateHash: (replica ?? new ReliableReplica({ space })).stableHash((b) => nodeCrypto.sha256(b)) }
+        },
         attested: async (space, fromIndex, round, timeoutMs) => {
           const latest = this.latestAttested(space)
           if (latest && latest.fromIndex === fromIndex && latest.round === round) return latest
@@ -707,10 +713,8 @@ export class RelayNode {
   async provenHead(space: string, nonce: Uint8Array, timeoutMs: number): Promise<{ relay: number; index: number; stateHash: string; sig: string; proof: Array<[number, string]> } | undefined> {
     const proof = await this.headProofs.prove(space, timeoutMs)
     if (!proof) return undefined
-    // Head 0 needs no proof; its hash is the empty state's (as stableHead signs it).
-    const hash = proof.index === 0 ? new ReliableReplica({ space }).stableHash((b) => nodeCrypto.sha256(b)) : proof.stateHash
-    const sig = signSync(this.options.secretKey, freshHeadBytes(space, proof.index, hash, nonce))
-    return { relay: this.me, index: proof.index, stateHash: toHex(hash), sig: toHex(sig), proof: proof.sigs.map(([relay, s]) => [relay, toHex(s)]) }
+    const sig = signSync(this.options.secretKey, freshHeadBytes(space, proof.index, proof.stateHash, nonce))
+    return { relay: this.me, index: proof.index, stateHash: toHex(proof.stateHash), sig: toHex(sig), proof: proof.sigs.map(([relay, s]) => [relay, toHex(s)]) }
   }
 
   /**

@@ -11,7 +11,7 @@ const hash = (n: number): Uint8Array => new Uint8Array(32).fill(n)
 
 /** A relay's attested heads of space 's': position [fromIndex, round] → (index, hash), and whether it has them yet. */
 interface FakeRelayState {
-  latest: { fromIndex: number; round: number; index: number; stateHash: Uint8Array } | undefined
+  latest: { fromIndex: number; round: number; index: number; stateHash: Uint8Array } | null
   /** Resolves the attested() calls that wait (a relay catching up). */
   reached: Array<() => void>
   has: boolean
@@ -108,8 +108,8 @@ describe('proven heads', () => {
   })
 
   it('a space without an attested commit has head 0, which needs no signatures', async () => {
-    const { proofs, sent } = cluster([{ ...at(1), latest: undefined }, at(1), at(1), at(1)])
-    expect(await (proofs[0] as HeadProofs).prove('s', 100)).toEqual({ index: 0, stateHash: new Uint8Array(0), sigs: [] })
+    const { proofs, sent } = cluster([{ ...at(1), latest: { fromIndex: 0, round: 0, index: 0, stateHash: hash(0) } }, at(1), at(1), at(1)])
+    expect(await (proofs[0] as HeadProofs).prove('s', 100)).toEqual({ index: 0, stateHash: hash(0), sigs: [] })
     expect(sent).toEqual([])
   })
 
@@ -127,7 +127,7 @@ describe('proven heads', () => {
       secretKey: secrets[1] as Uint8Array,
       crypto,
       now: () => now,
-      host: { latest: () => undefined, attested: async () => ({ index: 7, stateHash: hash(7) }), send: (_to, m) => sent.push(m) },
+      host: { latest: () => null, attested: async () => ({ index: 7, stateHash: hash(7) }), send: (_to, m) => sent.push(m) },
     })
     for (let i = 0; i < 3000; i++) {
       signer.onMessage(0, { kind: 'head-ask', space: 's', fromIndex: 6, round: 21 })

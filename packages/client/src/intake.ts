@@ -381,9 +381,14 @@ export class RelayIntake {
    * space's commits in chain order, so it applied every earlier one too.
    */
   private confirm(relay: number, round: number): void {
-    if (round <= (this.attestedUpTo.get(relay) ?? 0)) return
+    if (this.attested(relay, round) && this.awaitingAcks.length) void this.settleConfirmed().catch((err: unknown) => this.o.space.storageFailed(err))
+  }
+
+  /** Records that `relay` attested up to `round`; whether that is news. */
+  private attested(relay: number, round: number): boolean {
+    if (round <= (this.attestedUpTo.get(relay) ?? 0)) return false
     this.attestedUpTo.set(relay, round)
-    if (this.awaitingAcks.length) void this.settleConfirmed().catch((err: unknown) => this.o.space.storageFailed(err))
+    return true
   }
 
   /** Resolves, oldest first, the outcomes of ours whose commits 2f+1 relays attested (one pass at a time). */
@@ -524,7 +529,7 @@ export class RelayIntake {
     for (const d of own) if (d.kind === 'dropped' && d.reason === 'gap') await outbox.settle(d.env.idHex, d)
     const final = own.filter((d) => !(d.kind === 'dropped' && d.reason === 'gap'))
     if (final.length) this.awaitingAcks.push({ round: a.round, fromIndex: a.fromIndex, decisions: final })
-    for (const relay of c.relays) if (a.round > (this.attestedUpTo.get(relay) ?? 0)) this.attestedUpTo.set(relay, a.round)
+    for (const relay of c.relays) this.attested(relay, a.round)
     await this.settleConfirmed()
     space.notify(result.changed)
     space.progress()
