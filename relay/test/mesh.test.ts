@@ -2,6 +2,7 @@ import { createLibp2pMesh, MESH_PROTOCOL } from '../src/mesh/libp2p.ts'
 import type { Libp2pMesh, Libp2pMeshOptions } from '../src/mesh/libp2p.ts'
 import { encodeFrames, FrameDecoder, FrameTooLargeError } from '../src/mesh/frame.ts'
 import type { PeerAddress } from '../src/mesh/types.ts'
+import { halfWindowUpdates, windowUpdateDue } from '../src/mesh/yamux-window.ts'
 
 import { createServer } from 'node:net'
 import type { AddressInfo } from 'node:net'
@@ -234,6 +235,48 @@ describe('libp2p mesh', () => {
     })
     expect(a.stats().framesSent).toBe(1000)
     expect(a.stats().drainWaits).toBeGreaterThan(0) // the writer did wait on onDrain()
+  })
+
+  test('tells a sender about its receive window once half of it is used, not after every frame', async () => {
+    const members = await makeCommittee(2)
+    const { mesh: m0, logs } = makeMesh(members, 0)
+    let got = 0
+    m0.onFrame(() => got++)
+    await m0.start()
+    const peer = await rawNode(members[1]!.seed, members[1]!.multiaddr)
+    const stream = await peer.dialProtocol(multiaddr(`${members[0]!.multiaddr}/p2p/${members[0]!.peerId}`), MESH_PROTOCOL)
+    // The sender's view of the window, a field of @libp2p/yamux's stream: what this test guards.
+    const sendWindow = () => (stream as unknown as { sendWindowCapacity: number }).sendWindowCapacity
+    const frame = encodeFrames([new Uint8Array(1000)], 1000)
+    for (let i = 0; i < 10; i++) stream.send(frame)
+    await waitFor(() => got === 10, 'ten frames')
+    // A negative check: time for an update the receiver would send with each frame to come back.
+    await sleep(50)
+    // No update came back: without halfWindowUpdates, one follows every data frame and the window is whole again.
+    expect(sendWindow()).toBe(256 * 1024 - 10 * frame.byteLength)
+    // Past half the window an update comes, and the sender never stalls.
+    const big = encodeFrames([new Uint8Array(60_000)], 60_000)
+    for (let i = 0; i < 20; i++) {
+      stream.send(big)
+      if (sendWindow() < big.byteLength) await waitFor(() => sendWindow() >= big.byteLength, 'a window update')
+    }
+    await waitFor(() => got === 30, 'every frame')
+    expect(logs.some((l) => /window updates/.test(l.msg ?? ''))).toBe(false)
+  })
+
+  test('window updates: only an established stream with more than half its window left waits', () => {
+    expect(windowUpdateDue(3, 1000, 501)).toBe(false)
+    expect(windowUpdateDue(3, 1000, 500)).toBe(true)
+    expect(windowUpdateDue(2, 1000, 999)).toBe(true) // an update that acknowledges the stream goes at once
+    const calls: number[] = []
+    const stream = { state: 3, recvWindow: 1000, recvWindowCapacity: 900, sendWindowUpdate: () => calls.push(1) }
+    expect(halfWindowUpdates(stream)).toBe(true)
+    stream.sendWindowUpdate()
+    expect(calls).toHaveLength(0)
+    stream.recvWindowCapacity = 400
+    stream.sendWindowUpdate()
+    expect(calls).toHaveLength(1)
+    expect(halfWindowUpdates({ sendWindowUpdate: () => undefined })).toBe(false)
   })
 
   test('a restarted node (new mesh, same key and port) is reconnected and gets new frames', async () => {

@@ -29,6 +29,7 @@ import type { Connection, Libp2p, PeerId, Stream, StreamMessageEvent } from '@li
 import type { Multiaddr } from '@multiformats/multiaddr'
 import { encodeFrames, FRAME_HEADER_BYTES, FrameDecoder } from './frame.ts'
 import type { Mesh, PeerAddress } from './types.ts'
+import { halfWindowUpdates } from './yamux-window.ts'
 
 export const MESH_PROTOCOL = '/stead/mesh/1.0.0'
 
@@ -341,6 +342,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
 
   // ---- inbound -----------------------------------------------------------
 
+  let warnedWindowUpdates = false
   function onInboundStream(stream: Stream, connection: Connection): void {
     const from = committee.get(connection.remotePeer.toString())
     if (from === undefined || from === me) {
@@ -373,6 +375,10 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
         stream.removeEventListener('message', onMessage)
         stream.abort(err instanceof Error ? err : new Error(String(err)))
       }
+    }
+    if (!halfWindowUpdates(stream) && !warnedWindowUpdates) {
+      warnedWindowUpdates = true
+      log.warn({ stream: stream.constructor.name }, 'mesh: inbound streams are not yamux streams of the expected shape; window updates stay as the muxer sends them')
     }
     stream.addEventListener('message', onMessage)
     stream.addEventListener(
