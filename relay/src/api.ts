@@ -1,8 +1,11 @@
 import websocket from '@fastify/websocket'
 import {
   SteadError,
+  asSigned,
   authBytes,
+  decode,
   decodeClientMessage,
+  encode,
   encodeRelayMessage,
   fromHex,
   HEAD_NONCE_BYTES,
@@ -13,7 +16,7 @@ import {
   type ErrorReason,
   type RelayMessage,
 } from '@stead/core'
-import { verifySync } from '@stead/core/node'
+import { nodeCrypto, verifySync } from '@stead/core/node'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import type { WebSocket } from 'ws'
@@ -74,6 +77,18 @@ export interface ApiOptions extends Partial<ApiLimits> {
   /** Lies told to clients on purpose (`--byzantine`), for tests and demos: see client-lies.ts. */
   readonly liar?: ClientFacingLiar
 }
+
+/**
+ * Envelopes a session remembers having sent early (see Session.sentEarly),
+ * in number and bytes. A client keeps more of what each relay sent it
+ * (EARLY_FRAMES and EARLY_BYTES in the client's intake.ts), so every
+ * envelope a commit names by id is still there.
+ */
+const SENT_EARLY_MAX = 256
+const SENT_EARLY_BYTES = 4 * 1024 * 1024
+
+/** Bytes of an envelope frame's end (its signature's) that tell it apart in Session.sentEarly. */
+const EARLY_KEY_BYTES = 16
 
 /** A session stops reading its commit feed while this much is queued towards its client. */
 const LOW_WATER_BYTES = 1024 * 1024
@@ -389,6 +404,8 @@ interface FeedEntry {
   readonly feed: CommitFeed
   readonly unsubscribe: () => void
   idle: boolean
+  /** Whether commits may name envelopes this session sent early by id (the subscription's `refs`). */
+  readonly refs: boolean
 }
 
 /** One client connection: authenticate, then subscribe and submit. */
@@ -398,6 +415,13 @@ class Session implements Subscriber {
   key: string | undefined
   private keyBytes: Uint8Array | undefined
   private readonly feeds = new Map<string, FeedEntry>()
+  /**
+   * Envelopes sent to this client early (prospective feed) on subscriptions
+   * with `refs`, by the last bytes of their signature, oldest first: a
+   * commit that carries one names it by id instead of sending it again.
+   */
+  private readonly sentEarly = new Map<string, number>()
+  private sentEarlyBytes = 0
   /** Envelopes this session submitted that the audit has not decided yet. */
   /** This session's envelopes not decided yet, each with the function that stops watching it. */
   private readonly pending = new Map<string, () => void>()
@@ -472,6 +496,37 @@ class Session implements Subscriber {
       return
     }
     this.send({ type: 'envelope', space, envelope: frame })
+    if (!this.feeds.get(space)?.refs) return
+    const key = earlyKey(frame)
+    this.forgetEarly(key)
+    this.sentEarly.set(key, frame.length)
+    this.sentEarlyBytes += frame.length
+    for (const old of this.sentEarly.keys()) {
+      if (this.sentEarly.size <= SENT_EARLY_MAX && this.sentEarlyBytes <= SENT_EARLY_BYTES) break
+      this.forgetEarly(old)
+    }
+  }
+
+  /** Whether the envelope of `key` was sent early and not named yet; forgets it. */
+  private forgetEarly(key: string): boolean {
+    const bytes = this.sentEarly.get(key)
+    if (bytes === undefined) return false
+    this.sentEarly.delete(key)
+    this.sentEarlyBytes -= bytes
+    return true
+  }
+
+  /** A stored chunk of a commit's envelope frames as this client gets it: those it was sent early, named by id. */
+  private refer(chunk: Uint8Array): Uint8Array {
+    if (this.sentEarly.size === 0) return chunk
+    const frames = decode(chunk, chunk.length) as Uint8Array[]
+    let named = 0
+    const out = frames.map((frame) => {
+      if (!this.forgetEarly(earlyKey(frame))) return frame
+      named++
+      return nodeCrypto.sha256(asSigned(decode(frame, frame.length)).bytes)
+    })
+    return named ? encode(out) : chunk
   }
 
   committed(space: string): void {
@@ -609,9 +664,10 @@ class Session implements Subscriber {
         // Older than the commits kept here: the client starts again from a verified snapshot.
         const start = this.node.feedStart(message.space)
         if (start !== undefined && message.fromIndex < start) return this.send({ type: 'pruned', space: message.space, from: start })
-        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this, message.frames !== false)
+        const refs = message.frames !== false && message.refs === true
+        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this, message.frames !== false, refs ? (chunk) => this.refer(chunk) : undefined)
         this.feeds.delete(message.space)
-        this.feeds.set(message.space, { feed, unsubscribe, idle: false })
+        this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
         this.pump()
         return
       }
@@ -720,4 +776,9 @@ class Session implements Subscriber {
     for (const f of this.feeds.values()) f.unsubscribe()
     this.feeds.clear()
   }
+}
+
+/** What tells an envelope frame apart in Session.sentEarly: the end of its signature, which ends the frame. */
+function earlyKey(frame: Uint8Array): string {
+  return Buffer.from(frame.buffer, frame.byteOffset + frame.length - EARLY_KEY_BYTES, EARLY_KEY_BYTES).toString('latin1')
 }

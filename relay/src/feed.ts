@@ -18,11 +18,14 @@ export class CommitFeed {
   readonly space: string
   /** Whether commits carry their envelope frames and attestation bytes; false: compact attestations only (the client has a frame source elsewhere). */
   readonly frames: boolean
-  constructor(store: Pick<RelayStore, 'commitAt' | 'commitChunk'>, space: string, fromIndex: number, frames = true) {
+  /** What the subscriber makes of a stored chunk of envelope frames before it is sent (see Session.refer): by default the chunk as stored. */
+  private readonly chunkFor: (chunk: Uint8Array) => Uint8Array
+  constructor(store: Pick<RelayStore, 'commitAt' | 'commitChunk'>, space: string, fromIndex: number, frames = true, chunkFor: (chunk: Uint8Array) => Uint8Array = (chunk) => chunk) {
     this.store = store
     this.space = space
     this.position = [fromIndex, 0]
     this.frames = frames
+    this.chunkFor = chunkFor
   }
 
   /** Whether the feed is in the middle of a commit (its remaining chunks must follow before anything else of the session's commit stream). */
@@ -38,7 +41,7 @@ export class CommitFeed {
       const k = this.current.next++
       const more = k + 1 < head.chunks
       if (!more) this.current = undefined
-      return encodeCommitFrame(space, undefined, this.store.commitChunk(space, head.position, k), more)
+      return encodeCommitFrame(space, undefined, this.chunkFor(this.store.commitChunk(space, head.position, k)), more)
     }
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
@@ -47,6 +50,6 @@ export class CommitFeed {
     if (!this.frames) return encodeRelayMessage({ type: 'attest', space, round: head.position[1], sig: head.attestation.sig })
     const more = head.chunks > 1
     if (more) this.current = { head, next: 1 }
-    return encodeCommitFrame(space, head.attestation, this.store.commitChunk(space, head.position, 0), more)
+    return encodeCommitFrame(space, head.attestation, this.chunkFor(this.store.commitChunk(space, head.position, 0)), more)
   }
 }

@@ -503,23 +503,25 @@ export class RelayNode {
     }
   }
 
-  /**
-   * Registers `sub` for a space's live news and returns its feed of stored
-   * commits from `fromIndex` on: the subscriber reads the feed at its own
-   * pace, and `committed` tells it when there is more to read. Without
-   * `frames` the feed carries attestations only.
-   */
   /** The stable index a space's commit feed starts from here (above 0 once older commits were pruned), or undefined if it has none. */
   feedStart(space: string): number | undefined {
     return this.store.feedStart(space)
   }
 
-  subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true): { feed: CommitFeed; unsubscribe: () => void } {
+  /**
+   * Registers `sub` for a space's live news and returns its feed of stored
+   * commits from `fromIndex` on: the subscriber reads the feed at its own
+   * pace, and `committed` tells it when there is more to read. Without
+   * `frames` the feed carries attestations only; `chunkFor` rewrites each
+   * stored chunk of envelope frames before it is sent (see CommitFeed).
+   */
+
+  subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true, chunkFor?: (chunk: Uint8Array) => Uint8Array): { feed: CommitFeed; unsubscribe: () => void } {
     let set = this.subscribers.get(space)
     if (!set) this.subscribers.set(space, (set = new Set()))
     set.add(sub)
     return {
-      feed: new CommitFeed(this.store, space, fromIndex, frames),
+      feed: new CommitFeed(this.store, space, fromIndex, frames, chunkFor),
       unsubscribe: () => {
         const subs = this.subscribers.get(space)
         subs?.delete(sub)

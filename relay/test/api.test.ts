@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { auditStateHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
+import { ENVELOPE_REF_BYTES, auditStateHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -189,6 +189,25 @@ describe('client API over TLS', () => {
     expect(await next((m) => m.type === 'accepted' && m.id === 3)).toMatchObject({ status: 'queued' })
     expect(await next((m) => m.type === 'error' && m.id === 4)).toMatchObject({ reason: 'rate-limited' })
     ws.close()
+  })
+
+  it('names by id, in commits, the envelopes it sent a subscription with refs early, and sends the others whole', async () => {
+    const a = await session(api, 7)
+    const b = await session(api, 8)
+    a.ws.send(encodeClientMessage({ type: 'subscribe', space: 'refs', fromIndex: 0, frames: true, refs: true }))
+    b.ws.send(encodeClientMessage({ type: 'subscribe', space: 'refs', fromIndex: 0 }))
+    const env = await sealEnvelope(nodeCrypto, a.me, { space: 'refs', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+    a.ws.send(encodeClientMessage({ type: 'submit', id: 1, envelope: encodeEnvelope(env) }))
+    const early = await a.next((m) => m.type === 'envelope')
+    expect(early).toMatchObject({ type: 'envelope', space: 'refs' })
+    const named = await a.next((m) => m.type === 'commit')
+    const whole = await b.next((m) => m.type === 'commit')
+    if (named.type !== 'commit' || whole.type !== 'commit') throw new Error('expected commits')
+    expect(named.envelopes.map(toHex)).toEqual([toHex(fromHex(env.idHex))])
+    expect(named.envelopes[0]).toHaveLength(ENVELOPE_REF_BYTES)
+    expect(whole.envelopes.map(toHex)).toEqual([toHex(encodeEnvelope(env))])
+    a.ws.close()
+    b.ws.close()
   })
 
   it('serves a space\'s audit state with the attestation that vouches for it, and its attestation of a commit by position', async () => {

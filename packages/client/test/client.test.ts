@@ -502,9 +502,10 @@ describe('transport', () => {
     await commitUntil(c, 'stable at both', () => a.counter('k').stable === 1 && b.counter('k').stable === 1)
     const sent = (what: 'frames' | 'commits' | 'attests') =>
       c.relays.reduce((n, r, i) => n + r[what === 'frames' ? 'framesSent' : what === 'commits' ? 'commitsSent' : 'attestsSent'] - (before[i] as Record<typeof what, number>)[what], 0)
-    // Two clients, one envelope: each gets it once early and once in the commit (four relays used to send it sixteen times),
-    // the attestation in full from its source and as a signature alone from the three others.
-    expect(sent('frames')).toBe(4)
+    // Two clients, one envelope: each gets it once, early, and the commit names it by id (four relays used to send it
+    // sixteen times; one relay sending it early and in the commit, four); the attestation comes in full from its source
+    // and as a signature alone from the three others.
+    expect(sent('frames')).toBe(2)
     expect(sent('commits')).toBe(2)
     expect(sent('attests')).toBe(6)
   })
@@ -549,6 +550,24 @@ describe('transport', () => {
     await a.flush()
     await commitUntil(c, 'b stable after dropping a lying source', () => b.counter('k').stable === 2)
     expect(b.status.relays[second.index]?.faulty).toMatch(/does not bind/)
+    expect(b.status.problem).toBeUndefined()
+  })
+
+  it('marks a frame source whose commit names by id an envelope it never sent, and takes the commit from another', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('online', () => a.status.online && b.status.online)
+    await until('all relays connected', () => a.status.relays.every((r) => r.connected) && b.status.relays.every((r) => r.connected))
+    await a.counter('k').increment(1)
+    await a.flush()
+    await commitUntil(c, 'a and b stable', () => a.counter('k').stable === 1 && b.counter('k').stable === 1)
+    const source = c.relays.find((r) => [...r.sessions].some((x) => x.authorId === b.authorId && x.frames)) as FakeRelay
+    source.misbehaviour = 'name-unsent'
+    await a.counter('k').increment(1)
+    await a.flush()
+    await commitUntil(c, 'b stable from another source', () => b.counter('k').stable === 2)
+    expect(b.status.relays[source.index]?.faulty).toMatch(/without having sent it/)
     expect(b.status.problem).toBeUndefined()
   })
 

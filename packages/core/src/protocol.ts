@@ -40,6 +40,14 @@ export type ClientMessage =
        * others. Default true.
        */
       readonly frames?: boolean
+      /**
+       * Whether the relay may put, among a commit's envelopes, the 32-byte
+       * id of an envelope it already sent on this socket (in an `envelope`
+       * message) instead of sending the frame again: the client keeps the
+       * frames it received and puts them back ({@link ENVELOPE_REF_BYTES}).
+       * Default false.
+       */
+      readonly refs?: boolean
     }
   | {
       /** Stop following a space. */
@@ -138,7 +146,12 @@ export type RelayMessage =
       readonly space: string
       /** The relay's signed {@link Attestation} of the commit. */
       readonly attestation: Signed
-      /** The envelope frames the commit carried for the space, in order (bound to the attestation by its `batch` digest). */
+      /**
+       * The envelope frames the commit carried for the space, in order
+       * (bound to the attestation by its `batch` digest). On a subscription
+       * with `refs`, an element of {@link ENVELOPE_REF_BYTES} bytes is the id
+       * of an envelope this relay sent earlier on the same socket.
+       */
       readonly envelopes: readonly Uint8Array[]
       /** Whether `commit-more` frames with the rest of the envelopes follow. */
       readonly more?: boolean
@@ -208,6 +221,13 @@ export interface Attestation {
    */
   readonly batch: Uint8Array
 }
+
+/**
+ * Size of an envelope reference in a commit's envelopes (see the `refs`
+ * subscription): an envelope id. No envelope frame is this short (its
+ * signature alone is 64 bytes).
+ */
+export const ENVELOPE_REF_BYTES = 32
 
 /** sha256 over the concatenated envelope ids of a batch, in order. */
 export function batchDigest(sha256: (bytes: Uint8Array) => Uint8Array, ids: readonly Uint8Array[]): Uint8Array {
@@ -372,6 +392,7 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
     case 'hello':
       return encode(['hello', m.publicKey, m.sig])
     case 'subscribe':
+      if (m.refs) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, true])
       return encode(m.frames === false ? ['subscribe', m.space, m.fromIndex, false] : ['subscribe', m.space, m.fromIndex])
     case 'unsubscribe':
       return encode(['unsubscribe', m.space])
@@ -388,7 +409,7 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
  * @throws SteadError `malformed`, or `too-large` over `maxBytes`.
  */
 export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): ClientMessage {
-  const v = expect.array(decode(frame, maxBytes), 'message', 4)
+  const v = expect.array(decode(frame, maxBytes), 'message', 5)
   const fields = (n: number) => {
     if (v.length !== n) throw new SteadError('malformed', `${String(v[0])} takes ${n - 1} fields`)
   }
@@ -397,9 +418,10 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
       fields(3)
       return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64) }
     case 'subscribe': {
-      if (v.length !== 3 && v.length !== 4) throw new SteadError('malformed', 'subscribe takes 2 or 3 fields')
-      const frames = v.length === 4 ? expect.boolean(v[3], 'frames') : true
-      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames }
+      if (v.length < 3 || v.length > 5) throw new SteadError('malformed', 'subscribe takes 2 to 4 fields')
+      const frames = v.length >= 4 ? expect.boolean(v[3], 'frames') : true
+      const refs = v.length === 5 ? expect.boolean(v[4], 'refs') : false
+      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames, ...(refs ? { refs } : {}) }
     }
     case 'unsubscribe':
       fields(2)

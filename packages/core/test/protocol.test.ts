@@ -25,6 +25,13 @@ describe('subscribe', () => {
     expect(() => decodeClientMessage(encode(['subscribe', 's', 7, 'no']))).toThrow(/boolean/)
     expect(() => decodeClientMessage(encode(['subscribe', 's']))).toThrow(/fields/)
   })
+
+  it('may ask for envelopes sent early to be named by id in commits', () => {
+    expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 7, frames: true, refs: true }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true, refs: true })
+    expect(decodeClientMessage(encode(['subscribe', 's', 7, true, false]))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true })
+    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, 1]))).toThrow(/boolean/)
+    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, true, 1]))).toThrow(/items/)
+  })
 })
 
 describe('compact attestations', () => {

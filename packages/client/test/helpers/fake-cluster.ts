@@ -1,7 +1,8 @@
 import {
+  ENVELOPE_REF_BYTES,
   ReliableReplica,
   SteadError,
-
+  asSigned,
   attestedDecision,
   authorIdOf,
   authBytes,
@@ -202,13 +203,14 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
+export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
 
 export class FakeRelay {
   online = true
   /**
    * 'lie' attests a wrong state hash; 'silent' sends no commits; 'censor' accepts submits and drops them;
    * 'forge-frames' sends no batch beside true attestations; 'pad-frames' sends the batch twice over;
+   * 'name-unsent' sends no envelopes early and names every envelope of a commit by id;
    * 'replay-head' answers every head request with the first head it signed (for another request's nonce);
    * 'inflate-head' answers head requests with an index 5 past the true one, proven by its own signature only;
    * 'forge-snapshot' serves a state with one counter raised, under an attestation of that state it signs itself;
@@ -289,7 +291,7 @@ export class FakeRelay {
 
   broadcastEnvelope(frame: Uint8Array): void {
     if (!this.online) return
-    for (const s of this.sessions) if (s.subscribed && s.frames) s.send({ type: 'envelope', space: this.cluster.space, envelope: frame })
+    for (const s of this.sessions) if (s.subscribed && s.frames) s.sendEarly(frame)
   }
 
   /** Takes the relay down: sessions close, new connections fail, commits are missed (and replayed on resubscribe). */
@@ -313,6 +315,9 @@ class FakeSession {
   authorId: string | undefined
   /** Whether the client asked for envelope frames here (else attestations only), as a real relay honours it. */
   frames = true
+  /** Whether commits may name envelopes sent early by id (the subscription's refs), and the ids of those sent and not named yet. */
+  refs = false
+  private readonly sentEarly = new Set<string>()
   private authenticated = false
   private readonly nonce = nodeCrypto.generateSecretKey()
 
@@ -350,6 +355,7 @@ class FakeSession {
       if (m.fromIndex < this.cluster.feedStart) return this.send({ type: 'pruned', space: m.space, from: this.cluster.feedStart })
       this.subscribed = true
       this.frames = m.frames !== false
+      this.refs = m.refs === true
       for (const entry of this.cluster.log) if (entry.fromIndex >= m.fromIndex) this.sendCommit(entry)
       return
     }
@@ -379,12 +385,20 @@ class FakeSession {
     if (!this.frames) return this.send({ type: 'attest', space: this.cluster.space, round: entry.round, sig: this.relay.signAttestation(bytes).sig })
     if (this.relay.misbehaviour === 'forge-frames') frames = []
     if (this.relay.misbehaviour === 'pad-frames' && frames.length) frames = [...frames, ...frames]
+    if (this.refs) frames = frames.map((f) => (this.sentEarly.delete(idOf(f)) || this.relay.misbehaviour === 'name-unsent' ? fromHex(idOf(f)) : f))
     this.send({ type: 'commit', space: this.cluster.space, attestation: this.relay.signAttestation(bytes), envelopes: frames })
+  }
+
+  /** An envelope as it arrives (the prospective feed), remembered when commits may name it. */
+  sendEarly(frame: Uint8Array): void {
+    if (this.relay.misbehaviour === 'name-unsent') return
+    this.send({ type: 'envelope', space: this.cluster.space, envelope: frame })
+    if (this.refs) this.sentEarly.add(idOf(frame))
   }
 
   send(m: RelayMessage): void {
     if (m.type === 'envelope') this.relay.framesSent++
-    if (m.type === 'commit') this.relay.framesSent += m.envelopes.length
+    if (m.type === 'commit') this.relay.framesSent += m.envelopes.filter((e) => e.length !== ENVELOPE_REF_BYTES).length
     if (m.type === 'commit') this.relay.commitsSent++
     if (m.type === 'attest') this.relay.attestsSent++
     this.socket.deliver(encodeRelayMessage(m))
@@ -460,3 +474,6 @@ export class FakeSocket implements SocketLike {
   }
 }
 
+function idOf(frame: Uint8Array): string {
+  return toHex(nodeCrypto.sha256(asSigned(decode(frame)).bytes))
+}
