@@ -3,7 +3,9 @@
  * Latency and idle-cost report (a report, never a test) on a real 4-relay
  * cluster on loopback, with SDK clients in this process:
  *
- * - safe updates one after another (light load): submit → committed;
+ * - safe updates one after another (light load): submit → committed, with
+ *   where each one's time went as the writer's sockets saw it (its submit
+ *   going out, then each relay's attestation of the commit coming in);
  * - a regular update made by one client until another client's subscriber
  *   sees it (prospective visibility);
  * - the cluster left idle: CPU per relay and store writes over a window;
@@ -20,6 +22,7 @@
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Space } from '@stead/client'
+import { decodeAttestation, decodeClientMessage, decodeRelayMessage } from '@stead/core'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { summarizeProfile } from './profile.ts'
@@ -78,11 +81,69 @@ async function relaySamples(cluster: BenchCluster): Promise<RelaySample[]> {
 /** WebSocket payload bytes each Stead client sent and received, by name. */
 const steadBytes = new Map<string, { in: number; out: number }>()
 
+/**
+ * When each step of one safe update happened, as its client's sockets saw
+ * it: the submit going out, and each relay's attestation of the commit
+ * (full, or compact) coming in.
+ */
+interface SafeMarks {
+  readonly t0: number
+  submit?: number
+  /** The commit's round, from the first attestation after the submit. */
+  round?: number
+  /** Per relay (socket url), when its attestation of `round` arrived. */
+  readonly attested: Map<string, number>
+  done?: number
+}
+
+/** The safe update being timed (undefined between updates and outside the safe phase), and the round of the one before. */
+let marks: SafeMarks | undefined
+let lastRound = 0
+
+/** Watches a client's socket for the steps of the safe update being timed. */
+function watchSteps(url: string, ws: ReturnType<typeof countingSocket>): void {
+  ws.on('message', (data: Buffer) => {
+    if (!marks?.submit) return
+    const m = decodeRelayMessage(new Uint8Array(data))
+    if ((m.type !== 'commit' && m.type !== 'attest') || m.space !== 'latency') return
+    const round = m.type === 'commit' ? decodeAttestation(m.attestation.bytes).round : m.round
+    // The slowest relay's attestation of the update before may come after this submit.
+    if (round <= lastRound) return
+    marks.round ??= round
+    if (round === marks.round && !marks.attested.has(url)) marks.attested.set(url, performance.now())
+  })
+  const send = ws.send.bind(ws) as (data: unknown, ...rest: unknown[]) => void
+  ;(ws as unknown as { send: (data: unknown, ...rest: unknown[]) => void }).send = (data, ...rest) => {
+    if (marks && marks.submit === undefined && data instanceof Uint8Array && decodeClientMessage(data).type === 'submit') marks.submit = performance.now()
+    send(data, ...rest)
+  }
+}
+
+/** Medians of each step over the timed safe updates. */
+function steps(all: readonly SafeMarks[]): string {
+  const median = (xs: number[]) => quantile([...xs].sort((a, b) => a - b), 0.5).toFixed(1)
+  const full = all.filter((m) => m.submit !== undefined && m.done !== undefined && m.attested.size >= 3)
+  const at = (m: SafeMarks, k: number) => [...m.attested.values()].sort((a, b) => a - b)[k] as number
+  return [
+    `call → submit sent ${median(full.map((m) => (m.submit as number) - m.t0))} ms`,
+    `→ 1st attestation ${median(full.map((m) => at(m, 0) - (m.submit as number)))}`,
+    `→ 2nd ${median(full.map((m) => at(m, 1) - at(m, 0)))}`,
+    `→ 3rd (2f+1) ${median(full.map((m) => at(m, 2) - at(m, 1)))}`,
+    `→ resolved ${median(full.map((m) => (m.done as number) - at(m, 2)))}`,
+    `(n = ${full.length})`,
+  ].join(', ')
+}
+
 async function client(cluster: BenchCluster, name: string): Promise<Space> {
   const counts = { in: 0, out: 0 }
   steadBytes.set(name, counts)
   const relays = cluster.descriptor.relays.map((r) => `http://${r.api}`)
-  const options = { batchIntervalMs, connect: (url: string) => countingSocket(url, counts) as never }
+  const connect = (url: string) => {
+    const ws = countingSocket(url, counts)
+    if (name === 'alice') watchSteps(url, ws)
+    return ws as never
+  }
+  const options = { batchIntervalMs, connect }
   return (await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-latency-${name}`, space: 'latency', options })).space
 }
 
@@ -147,13 +208,20 @@ try {
   const relaysBefore = await relaySamples(cluster)
   const cpuBefore = cluster.pids().map((p) => cpuSeconds(p.pid))
   if (values.profile) cluster.profileStart()
+  const timed: SafeMarks[] = []
   for (let i = 0; i < updates; i++) {
     const t0 = performance.now()
+    marks = { t0, attested: new Map() }
     const r = await counter.increment(1, { safe: true })
     if (r.status !== 'committed') throw new Error(`safe update ${i}: ${JSON.stringify(r)}`)
+    marks.done = performance.now()
+    lastRound = marks.round ?? lastRound
+    timed.push(marks)
+    marks = undefined
     safe.push(performance.now() - t0)
   }
   console.log(`safe update, sequential:        ${summary(safe)}`)
+  console.log(`  steps, medians: ${steps(timed)}`)
   const cpuAfter = cluster.pids().map((p) => cpuSeconds(p.pid))
   if (values.profile) {
     await cluster.profileStop(values.profile)
