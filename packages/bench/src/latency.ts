@@ -222,6 +222,8 @@ try {
   }
   console.log(`safe update, sequential:        ${summary(safe)}`)
   console.log(`  steps, medians: ${steps(timed)}`)
+  const slowest = [...timed].sort((a, b) => (b.done as number) - b.t0 - ((a.done as number) - a.t0)).slice(0, Math.max(1, Math.round(timed.length / 20)))
+  console.log(`  steps of the slowest 5%, medians: ${steps(slowest)}`)
   const cpuAfter = cluster.pids().map((p) => cpuSeconds(p.pid))
   if (values.profile) {
     await cluster.profileStop(values.profile)
