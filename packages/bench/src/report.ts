@@ -271,8 +271,9 @@ from the same code, in the same run, on the same machine:
 
 - **reliable**: Stead as designed. Real \`stead-relay\` processes (DAG-BFT
   consensus, audit, LMDB, signed attestations); clients apply every update
-  at once (prospective) and resolve safe updates once f+1 relays attested
-  the commit.
+  at once (prospective), apply a commit once f+1 relays attested it alike
+  and resolve safe updates once 2f+1 did (f+1 in the suite runs before
+  session 13, which changed the rule).
 - **plain**: the eventual-consistency ceiling. Relays built for the benchmark
   (\`packages/bench/src/plain\`) speak the same client protocol, verify each
   client envelope once, merge its ops into in-memory CRDTs and forward it to
@@ -280,8 +281,8 @@ from the same code, in the same run, on the same machine:
   commits, no persistence. Safe updates are sent like regular ones.
 - **consensus-first**: the naive BFT way, against the same Stead relays:
   clients apply nothing prospectively, read stable values, and an update
-  completes only when its attested commit arrives (submit → f+1 matching
-  attestations).
+  completes only when its attested commit arrives (submit → 2f+1 matching
+  attestations; f+1 before session 13).
 
 Regenerate with \`npm run bench\` (full) or \`npm run bench:quick\`; the raw
 numbers are in \`packages/bench/results/{full,quick}.json\`. Benchmarks are

@@ -103,8 +103,9 @@ interface Inflight {
  * reduced to what the benchmark needs. It batches ops into signed envelopes
  * (counter ops summed per object, sets kept per op), applies them to its
  * own ReliableReplica, submits them to one relay, applies the certified
- * feed prospectively and replays commits once f+1 relays sent the same
- * signed attestation.
+ * feed prospectively, replays commits once f+1 relays sent the same
+ * signed attestation and resolves their updates once 2f+1 did, as the SDK
+ * does.
  *
  * Per system: `reliable` resolves regular updates at once and safe ones at
  * the attested commit; `consensus-first` applies nothing prospectively and
@@ -117,6 +118,8 @@ interface AttestationEntry {
   frames?: readonly Uint8Array[]
   readonly relays: Set<number>
   readonly sigs: Map<number, Uint8Array>
+  /** The commit's decisions once applied (f+1 attestations); its updates resolve at 2f+1. */
+  applied?: Attestation['decisions']
   done: boolean
 }
 
@@ -163,8 +166,8 @@ export class ProtoClient implements LoadClient {
   static async connect(o: ClientFactoryOptions): Promise<ProtoClient> {
     const c = new ProtoClient(o)
     // Frames (envelopes and commit batches) from the first relay, attestations only from the
-    // others; commits believed once f+1 relays attest the same bytes.
-    const sources = o.system === 'plain' ? o.relays.slice(0, 1) : o.relays.slice(0, o.f + 1)
+    // others; commits applied once f+1 relays attest the same bytes, resolved once 2f+1 do.
+    const sources = o.system === 'plain' ? o.relays.slice(0, 1) : o.relays.slice(0, 2 * o.f + 1)
     c.conns = await Promise.all(sources.map((r) => Conn.open(r.url, r.index, fromHex(r.publicKey), c.identity, (conn, m) => c.onMessage(conn, m))))
     for (const conn of c.conns) conn.send({ type: 'subscribe', space: o.space, fromIndex: 0, frames: conn === c.conns[0] })
     return c
@@ -384,13 +387,16 @@ export class ProtoClient implements LoadClient {
   }
 
   private tryApply(round: number, entry: AttestationEntry): void {
-    if (entry.done || entry.relays.size < this.o.f + 1 || !entry.bytes || !entry.frames) return
+    if (entry.done || !entry.bytes || !entry.frames) return
+    if (!entry.applied && entry.relays.size >= this.o.f + 1) entry.applied = this.applyCommit(decodeAttestation(entry.bytes), entry.frames)
+    if (!entry.applied || entry.relays.size < 2 * this.o.f + 1) return
     entry.done = true
     entry.sigs.clear()
-    this.applyCommit(decodeAttestation(entry.bytes), entry.frames)
+    this.settle(entry.applied)
   }
 
-  private applyCommit(a: Attestation, frames: readonly Uint8Array[]): void {
+  /** Applies a commit f+1 relays attested alike, and returns its decisions. */
+  private applyCommit(a: Attestation, frames: readonly Uint8Array[]): Attestation['decisions'] {
     const envs: Envelope[] = []
     for (const frame of frames) {
       try {
@@ -404,7 +410,12 @@ export class ProtoClient implements LoadClient {
       }
     }
     this.replica.commit(envs, a.round)
-    for (const d of a.decisions) {
+    return a.decisions
+  }
+
+  /** Resolves the updates of a commit 2f+1 relays attested alike. */
+  private settle(decisions: Attestation['decisions']): void {
+    for (const d of decisions) {
       const idHex = toHex(d[0])
       const f = this.inflight.get(idHex)
       if (!f) continue
