@@ -85,7 +85,7 @@ export interface ApiOptions extends Partial<ApiLimits> {
  * envelope a commit names by id is still there.
  */
 const SENT_EARLY_MAX = 256
-const SENT_EARLY_BYTES = 4 * 1024 * 1024
+const SENT_EARLY_BYTES = 1024 * 1024
 
 /** Bytes of an envelope frame's end (its signature's) that tell it apart in Session.sentEarly. */
 const EARLY_KEY_BYTES = 16
@@ -420,7 +420,7 @@ class Session implements Subscriber {
    * with `refs`, by the last bytes of their signature, oldest first: a
    * commit that carries one names it by id instead of sending it again.
    */
-  private readonly sentEarly = new Map<string, number>()
+  private readonly sentEarly = new Map<string, { readonly space: string; readonly bytes: number }>()
   private sentEarlyBytes = 0
   /** Envelopes this session submitted that the audit has not decided yet. */
   /** This session's envelopes not decided yet, each with the function that stops watching it. */
@@ -499,7 +499,7 @@ class Session implements Subscriber {
     if (!this.feeds.get(space)?.refs) return
     const key = earlyKey(frame)
     this.forgetEarly(key)
-    this.sentEarly.set(key, frame.length)
+    this.sentEarly.set(key, { space, bytes: frame.length })
     this.sentEarlyBytes += frame.length
     for (const old of this.sentEarly.keys()) {
       if (this.sentEarly.size <= SENT_EARLY_MAX && this.sentEarlyBytes <= SENT_EARLY_BYTES) break
@@ -509,10 +509,10 @@ class Session implements Subscriber {
 
   /** Whether the envelope of `key` was sent early and not named yet; forgets it. */
   private forgetEarly(key: string): boolean {
-    const bytes = this.sentEarly.get(key)
-    if (bytes === undefined) return false
+    const sent = this.sentEarly.get(key)
+    if (sent === undefined) return false
     this.sentEarly.delete(key)
-    this.sentEarlyBytes -= bytes
+    this.sentEarlyBytes -= sent.bytes
     return true
   }
 
@@ -661,6 +661,8 @@ class Session implements Subscriber {
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
         this.feeds.delete(message.space)
+        // A new subscription may come from a client that no longer holds what the old one was sent.
+        for (const [key, sent] of this.sentEarly) if (sent.space === message.space) this.forgetEarly(key)
         // Older than the commits kept here: the client starts again from a verified snapshot.
         const start = this.node.feedStart(message.space)
         if (start !== undefined && message.fromIndex < start) return this.send({ type: 'pruned', space: message.space, from: start })

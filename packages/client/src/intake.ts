@@ -33,8 +33,8 @@ import type { RelayLink } from './transport.ts'
  * commits that name them by id (see RelayIntake.early): more than a relay
  * names (SENT_EARLY_MAX and SENT_EARLY_BYTES in the relay's api.ts).
  */
-const EARLY_FRAMES = 1024
-const EARLY_BYTES = 16 * 1024 * 1024
+const EARLY_FRAMES = 512
+const EARLY_BYTES = 2 * 1024 * 1024
 
 interface IntakeOptions {
   space: Space
