@@ -304,6 +304,53 @@ describe('consensus core', () => {
     expect(anchors).toEqual([1])
   })
 
+  it('a relay that restarts behind an idle cluster is told where the cluster is, and catches up without new work', async () => {
+    let cores = [0, 1, 2, 3].map((i) => core(i))
+    const records: PersistRecord[][] = [[], [], [], []]
+    const commits: string[][] = [[], [], [], []]
+    let down = -1
+    const inbox: Array<{ from: number; out: Output }> = []
+    const route = (from: number, outs: Output[]) => {
+      if (from !== down) for (const o of outs) inbox.push({ from, out: o })
+    }
+    const deliver = (to: number, from: number, message: Message) => {
+      if (to !== down) route(to, cores[to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(message))))
+    }
+    const run = () => {
+      for (let steps = 0; inbox.length; steps++) {
+        expect(steps).toBeLessThan(50_000)
+        const { from, out } = inbox.shift()!
+        if (out.type === 'send') deliver(out.to, from, out.message)
+        else if (out.type === 'broadcast') {
+          for (let to = 0; to < 4; to++) if (to !== from) deliver(to, from, out.message)
+        } else if (out.type === 'commit') commits[from]!.push(...out.commit.payloadIds)
+        else if (out.type === 'persist') records[from]!.push(out.record)
+        else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
+      }
+    }
+    const frame = await envelope(1)
+    route(0, cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
+    run()
+    expect(commits[3]).toHaveLength(1)
+    // Relay 3 goes down; the others commit four more envelopes and go idle.
+    down = 3
+    for (let seq = 2; seq <= 5; seq++) {
+      const f = await envelope(seq)
+      route(seq % 3, cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+    }
+    run()
+    expect(commits[0]).toHaveLength(5)
+    expect(cores.slice(0, 3).every((c) => !c.busy)).toBe(true)
+    // It comes back from its store; nobody has anything to do.
+    down = -1
+    const mine = records[3]!
+    cores = [...cores.slice(0, 3), core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })]
+    route(3, cores[3]!.start())
+    run()
+    expect(cores[3]!.committedRound).toBe(cores[0]!.committedRound)
+    expect(commits[3]).toEqual(commits[0])
+  })
+
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))
     const inbox: Array<{ from: number; out: Output }> = []

@@ -272,8 +272,9 @@ export class Outbox {
     if (!o) return
     if (d.kind === 'dropped' && d.reason === 'gap') {
       // An earlier envelope of ours was late. This one's slot is still open, so it stays
-      // ours: show it again and keep sending it (relays forget ordered ids within 50
-      // rounds, before the 64-round gap wait ends, so the same bytes are ordered anew).
+      // ours: show it again and keep sending it (relays forget ordered ids 50 rounds after
+      // they last ordered them, and the 64-round gap wait runs from the last ordering of
+      // any copy, so the same bytes are ordered anew).
       space.notify(space.replica.receive(o.env).changed)
       this.o.news.received(o.frame)
       o.sentTo.length = 0

@@ -199,7 +199,8 @@ const CHECKPOINT_TAG = 'stead/checkpoint/v1'
  *
  * Audit rules for each committed envelope, in order:
  * - per author, sequence numbers apply in order; an envelope ahead of its
- *   author's next number waits (at most `gapWaitCommits` commits);
+ *   author's next number waits (at most `gapWaitCommits` commits since
+ *   it, or a copy of it, was last ordered);
  * - a second envelope for an (author, seq) already decided is dropped as a
  *   duplicate (same id) or a conflict (other id);
  * - each unit is checked (declaration, authorization, invariants via
@@ -623,8 +624,15 @@ export class ReliableReplica {
     if (!queue) this.waiting.set(env.authorId, (queue = new Map()))
     const taken = queue.get(env.seq)
     if (taken) {
-      if (taken.env.idHex === env.idHex) decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} is already waiting` })
-      else this.drop(env, 'conflict', `${env.authorId}:${env.seq} is already taken by another envelope`, decisions, changed)
+      if (taken.env.idHex === env.idHex) {
+        // Ordered again (its author resubmitted it while it waited): its wait starts over. Relays
+        // refuse to order an id again for their dedupe window (gcDepth rounds, below the gap wait)
+        // after they last ordered it; timed from the first ordering, the gap drop could come while
+        // the id is still in that window, and the author's resends of it would be refused as
+        // duplicates by a cluster that then has nothing to do, for good.
+        queue.set(env.seq, { env: taken.env, since: this.commits })
+        decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} is already waiting` })
+      } else this.drop(env, 'conflict', `${env.authorId}:${env.seq} is already taken by another envelope`, decisions, changed)
       return
     }
     if (queue.size >= this.maxWaitingPerAuthor) {

@@ -137,6 +137,18 @@ describe('reliable replica: the audit', () => {
     expect(r.pendingCount).toBe(0)
   })
 
+  it('restarts the gap wait of a waiting envelope each time a copy of it is ordered again', async () => {
+    const r = new ReliableReplica({ space: SPACE, gapWaitCommits: 3 })
+    const e2 = await seal(0, 2, { updates: [inc('c', 7)] })
+    r.commit([e2], 10)
+    r.commit([], 12)
+    // Its author resent it; a relay ordered the copy: dropped as duplicate, and the wait starts over.
+    expect(r.commit([e2], 12).decisions).toMatchObject([{ kind: 'dropped', reason: 'duplicate' }])
+    // Three positions after the first ordering, but not after the last: still waiting.
+    expect(r.commit([], 13).decisions).toEqual([])
+    expect(r.commit([], 15).decisions).toMatchObject([{ kind: 'dropped', reason: 'gap' }])
+  })
+
   it('lets an envelope dropped as gap commit when it is ordered again (a resubmission)', async () => {
     const r = new ReliableReplica({ space: SPACE, gapWaitCommits: 1 })
     const e1 = await seal(0, 1, { updates: [inc('c', 1)] })
