@@ -88,7 +88,7 @@ export interface RelayNodeOptions {
 /** Something that wants a space's commits and fresh envelopes: a client session. */
 export interface Subscriber {
   /** An envelope of the space a client just sent, not ordered yet (prospective feed; may be skipped by a busy subscriber). */
-  envelope(space: string, frame: Uint8Array): void
+  envelope(space: string, frame: Uint8Array, idHex: string): void
   /** New attested commits of the space are in the store: read them from the feed. */
   committed(space: string): void
 }
@@ -258,6 +258,7 @@ export class RelayNode {
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
     this.budget.track('mesh-backlog', () => this.meshBacklog.reduce((a, b) => a + b, 0))
+    this.budget.track('store-held', () => this.store?.heldBlockBytes ?? 0)
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
       me: this.me,
@@ -452,7 +453,7 @@ export class RelayNode {
     }
     if (charge && result.status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
-    if (result.status === 'queued') this.forward(env.space, frame)
+    if (result.status === 'queued') this.forward(env.space, frame, env.idHex)
     if (result.status === 'queued') this.pendingSince ??= Date.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
@@ -990,12 +991,12 @@ export class RelayNode {
     this.metrics.blocks.inc()
     for (const frame of block.header.payload) {
       const env = this.open(frame)
-      if (!(env instanceof SteadError)) this.forward(env.space, frame)
+      if (!(env instanceof SteadError)) this.forward(env.space, frame, env.idHex)
     }
   }
 
-  private forward(space: string, frame: Uint8Array): void {
-    for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame)
+  private forward(space: string, frame: Uint8Array, idHex: string): void {
+    for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame, idHex)
   }
 
   private serveArchive(to: number, query: ArchiveQuery): void {

@@ -239,6 +239,11 @@ export class RelayStore {
     await this.writeWithHeld(w)
   }
 
+  /** Bytes of peers' blocks held for the next write (see write). */
+  get heldBlockBytes(): number {
+    return this.heldBytes
+  }
+
   /** One transaction: the held peers' blocks first, then `w`. */
   private async writeWithHeld(w: WriteBatch): Promise<void> {
     const records = this.held.length ? [...this.held, ...w.records] : w.records

@@ -206,7 +206,7 @@ describe('client API over TLS', () => {
     expect(named.envelopes.map(toHex)).toEqual([toHex(fromHex(env.idHex))])
     expect(named.envelopes[0]).toHaveLength(ENVELOPE_REF_BYTES)
     expect(whole.envelopes.map(toHex)).toEqual([toHex(encodeEnvelope(env))])
-    // Subscribed again (a client that reopened the space holds nothing it was sent before): whole frames.
+    // Subscribed again: the replayed commit carries whole what was already named once.
     a.ws.send(encodeClientMessage({ type: 'subscribe', space: 'refs', fromIndex: 0, frames: true, refs: true }))
     const again = await a.next((m) => m.type === 'commit' && m !== named)
     if (again.type !== 'commit') throw new Error('expected a commit')

@@ -8,7 +8,6 @@ import {
   decode,
   decodeAttestation,
   encode,
-  ENVELOPE_REF_BYTES,
   openEnvelope,
   openEnvelopeSync,
   toHex,
@@ -27,14 +26,6 @@ import type { RelaySessions } from './sessions.ts'
 import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
-
-/**
- * Envelope frames a space keeps per relay of those it sent early, for
- * commits that name them by id (see RelayIntake.early): more than a relay
- * names (SENT_EARLY_MAX and SENT_EARLY_BYTES in the relay's api.ts).
- */
-const EARLY_FRAMES = 512
-const EARLY_BYTES = 2 * 1024 * 1024
 
 interface IntakeOptions {
   space: Space
@@ -86,13 +77,6 @@ export class RelayIntake {
   private readonly attestedUpTo = new Map<number, number>()
   private settling: Promise<void> = Promise.resolve()
   private readonly verifying = new Set<string>()
-  /**
-   * Per relay, the latest envelope frames it sent early, by id, oldest
-   * first: a commit names those its sender sent before by id (the `refs`
-   * subscription), and they are put back from here. Kept per relay, so one
-   * relay's envelopes never push out what another may name.
-   */
-  private readonly early = new Map<number, { frames: Map<string, Uint8Array>; bytes: number }>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
   /** The commit run in progress (close awaits it), and whether another pass is due. */
@@ -262,7 +246,6 @@ export class RelayIntake {
       return link.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
     }
     const idHex = toHex(crypto.sha256(signed.bytes))
-    if (link.relay !== undefined) this.keepEarly(link.relay, idHex, frame)
     if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex)) return
     this.verifying.add(idHex)
     let env: Envelope
@@ -283,21 +266,6 @@ export class RelayIntake {
     this.inboxWrites.push(this.o.records.inboxPut(idHex, frame))
     this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
     space.notify(r.changed)
-  }
-
-  private keepEarly(relay: number, idHex: string, frame: Uint8Array): void {
-    let kept = this.early.get(relay)
-    if (!kept) this.early.set(relay, (kept = { frames: new Map(), bytes: 0 }))
-    const had = kept.frames.get(idHex)
-    if (had) kept.bytes -= had.length
-    kept.frames.delete(idHex)
-    kept.frames.set(idHex, frame)
-    kept.bytes += frame.length
-    for (const [id, old] of kept.frames) {
-      if (kept.frames.size <= EARLY_FRAMES && kept.bytes <= EARLY_BYTES) break
-      kept.frames.delete(id)
-      kept.bytes -= old.length
-    }
   }
 
   private async writeInbox(): Promise<void> {
@@ -341,14 +309,7 @@ export class RelayIntake {
     }
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
-    const envelopes: Uint8Array[] = []
-    const sentEarly = this.early.get(relay)?.frames
-    for (const e of m.envelopes) {
-      const frame = e.length === ENVELOPE_REF_BYTES ? sentEarly?.get(toHex(e)) : e
-      if (!frame) return link.markFaulty(`named envelope ${toHex(e).slice(0, 12)} in a commit without having sent it`)
-      envelopes.push(frame)
-    }
-    this.quorum.offer(relay, attestation, m.attestation.bytes, envelopes)
+    this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
     // Compact attestations that came first are checked against these bytes now.
     for (const [other, rounds] of this.unmatched) {
       const sig = rounds.get(attestation.round)

@@ -9,6 +9,7 @@ import {
   type RelayMessage,
 } from '@stead/core'
 import { sessionUrlOf } from './cluster.ts'
+import { EarlyFrames } from './early-frames.ts'
 
 /**
  * The part of the WebSocket API the client uses. The browser's WebSocket,
@@ -82,6 +83,8 @@ export class RelayLink {
   private pings = 0
   /** Joins commits that arrive in several frames. */
   private readonly commits = new CommitAssembler()
+  /** What the relay sent early on the current socket, for commits that name it by id. */
+  private readonly early: EarlyFrames
   private socket: SocketLike | undefined
   private stopped = false
   private attempt = 0
@@ -91,6 +94,7 @@ export class RelayLink {
   constructor(options: LinkOptions) {
     this.options = options
     this.url = options.url
+    this.early = new EarlyFrames((b) => options.crypto.sha256(b))
   }
 
   start(): void {
@@ -105,6 +109,7 @@ export class RelayLink {
     }
     this.socket = socket
     this.commits.reset()
+    this.early.clear()
     socket.binaryType = 'arraybuffer'
     socket.onmessage = (ev) => {
       if (this.socket !== socket) return
@@ -238,10 +243,11 @@ export class RelayLink {
       this.lastError = `${m.reason}: ${m.detail}`
     }
     if (!this.ready && m.type !== 'error') return
+    if (m.type === 'envelope') this.early.keep(m.envelope)
     if (m.type === 'commit' || m.type === 'commit-more') {
       let whole
       try {
-        whole = this.commits.push(m)
+        whole = this.commits.push({ ...m, envelopes: this.early.resolve(m.envelopes) })
       } catch (err) {
         return this.markFaulty(`sent a broken commit: ${(err as Error).message}`)
       }
