@@ -487,8 +487,9 @@ class Session implements Subscriber {
   // ---- Subscriber ----
 
   envelope(space: string, frame: Uint8Array, idHex: string): void {
+    const entry = this.feeds.get(space)
     // Attestations only: this client takes its frames from another relay.
-    if (this.feeds.get(space)?.feed.frames === false) return
+    if (entry?.feed.frames === false) return
     // The prospective feed is an early view of what the commit feed delivers anyway: a
     // client that is behind skips it rather than grow its buffer.
     if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) {
@@ -496,7 +497,7 @@ class Session implements Subscriber {
       return
     }
     this.send({ type: 'envelope', space, envelope: frame })
-    if (!this.feeds.get(space)?.refs) return
+    if (!entry?.refs) return
     const key = earlyKey(frame)
     this.forgetEarly(key)
     this.sentEarly.set(key, { idHex, bytes: frame.length })

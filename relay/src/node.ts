@@ -289,9 +289,9 @@ export class RelayNode {
         latest: (space) => {
           const latest = this.latestAttested(space)
           if (latest) return latest
-          const replica = this.replicas.get(space)
-          if (replica?.stableIndex) return null
-          return { fromIndex: 0, round: 0, index: 0, stateHash: (replica ?? new ReliableReplica({ space })).stableHash((b) => nodeCrypto.sha256(b)) }
+          // State without an attestation of it (started over from a checkpoint): no provable head.
+          if (this.replicas.get(space)?.stableIndex) return null
+          return { fromIndex: 0, round: 0, ...this.currentHead(space) }
         },
         attested: async (space, fromIndex, round, timeoutMs) => {
           const latest = this.latestAttested(space)
@@ -516,7 +516,6 @@ export class RelayNode {
    * `frames` the feed carries attestations only; `chunkFor` rewrites each
    * stored chunk of envelope frames before it is sent (see CommitFeed).
    */
-
   subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true, chunkFor?: (chunk: Uint8Array) => Uint8Array): { feed: CommitFeed; unsubscribe: () => void } {
     let set = this.subscribers.get(space)
     if (!set) this.subscribers.set(space, (set = new Set()))
@@ -649,9 +648,14 @@ export class RelayNode {
    * no commit yet. For progress checks: quorum reads take provenHead.
    */
   stableHead(space: string): { relay: number; index: number; stateHash: string; sig: string } {
+    const { index, stateHash } = this.currentHead(space)
+    return { relay: this.me, index, stateHash: toHex(stateHash), sig: toHex(signSync(this.options.secretKey, stableReadBytes(space, index, stateHash))) }
+  }
+
+  /** The space's stable index and state hash as this relay's replica holds them (0 and the empty state's hash for a space it has none of). */
+  private currentHead(space: string): { index: number; stateHash: Uint8Array } {
     const r = this.replicas.get(space) ?? new ReliableReplica({ space })
-    const hash = r.stableHash((b) => nodeCrypto.sha256(b))
-    return { relay: this.me, index: r.stableIndex, stateHash: toHex(hash), sig: toHex(signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))) }
+    return { index: r.stableIndex, stateHash: r.stableHash((b) => nodeCrypto.sha256(b)) }
   }
 
   /**

@@ -227,9 +227,9 @@ export class RelayStore {
    * them). Past HELD_BYTES they are written at once; close() writes them.
    */
   async write(w: WriteBatch): Promise<void> {
-    if (w.records.length === 0 && w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint) return
-    const peerBlocksOnly = w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint && w.records.every((r) => r.kind === 'block')
-    if (peerBlocksOnly && this.heldBytes < HELD_BYTES) {
+    const recordsOnly = w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint
+    if (recordsOnly && w.records.length === 0) return
+    if (recordsOnly && w.records.every((r) => r.kind === 'block') && this.heldBytes < HELD_BYTES) {
       for (const r of w.records) {
         this.held.push(r)
         this.heldBytes += r.kind === 'block' ? r.block.signed.bytes.length : 0
