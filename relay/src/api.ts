@@ -166,6 +166,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
       lastCommitAt: h.lastCommitAt === null ? null : new Date(h.lastCommitAt).toISOString(),
     })
   })
+  node.metrics.includeProcess()
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', node.metrics.registry.contentType)
     return node.metrics.registry.metrics()

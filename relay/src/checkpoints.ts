@@ -13,6 +13,7 @@ import {
   type PartRequest,
   type SyncCrypto,
 } from './consensus/index.ts'
+import type { Clock, Timer } from './clock.ts'
 import type { CheckpointWrite, RelayStore } from './store.ts'
 
 /** Bytes of space states per checkpoint part: a mesh frame holds 64 MiB at most. */
@@ -54,6 +55,7 @@ export interface CheckpointOptions {
   readonly every: number
   readonly gcDepth: number
   readonly log: Logger
+  readonly clock: Clock
   readonly host: CheckpointHost
 }
 
@@ -75,8 +77,8 @@ export class RelayCheckpoints {
   private served: { readonly anchorRound: number; readonly spaces: readonly string[] } | undefined
   /** When each peer was last served a part, and the one request of its that waits for SERVE_INTERVAL_MS to pass. */
   private readonly servedAt = new Map<number, number>()
-  private readonly waiting = new Map<number, { anchorRound: number; from: number; timer: NodeJS.Timeout }>()
-  private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: NodeJS.Timeout; progress: number } | undefined
+  private readonly waiting = new Map<number, { anchorRound: number; from: number; timer: Timer }>()
+  private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: Timer; progress: number } | undefined
 
   constructor(options: CheckpointOptions) {
     this.o = options
@@ -94,9 +96,9 @@ export class RelayCheckpoints {
   }
 
   stop(): void {
-    if (this.fetching) clearTimeout(this.fetching.timer)
+    if (this.fetching) this.fetching.timer.cancel()
     this.fetching = undefined
-    for (const w of this.waiting.values()) clearTimeout(w.timer)
+    for (const w of this.waiting.values()) w.timer.cancel()
     this.waiting.clear()
   }
 
@@ -185,9 +187,9 @@ export class RelayCheckpoints {
         this.o.host.broadcast({ kind: 'checkpoint-ask' })
       }
       this.fetching.progress = 0
-      this.fetching.timer = setTimeout(retry, FETCH_RETRY_MS)
+      this.fetching.timer = this.o.clock.setTimer(FETCH_RETRY_MS, retry)
     }
-    this.fetching = { fetch, timer: setTimeout(retry, FETCH_RETRY_MS), progress: 0 }
+    this.fetching = { fetch, timer: this.o.clock.setTimer(FETCH_RETRY_MS, retry), progress: 0 }
     this.o.log.warn({ committedRound }, 'peers no longer keep the blocks this relay needs: fetching a checkpoint they vouch for')
     this.o.host.broadcast({ kind: 'checkpoint-ask' })
   }
@@ -203,7 +205,7 @@ export class RelayCheckpoints {
    * it is served as many parts as an honest fetcher, however much it asks.
    */
   private serveSoon(to: number, anchorRound: number, from: number): void {
-    const now = Date.now()
+    const now = this.o.clock.now()
     const wait = (this.servedAt.get(to) ?? -Infinity) + SERVE_INTERVAL_MS - now
     const pending = this.waiting.get(to)
     if (wait <= 0 && !pending) {
@@ -216,13 +218,13 @@ export class RelayCheckpoints {
       pending.from = from
       return
     }
-    const timer = setTimeout(() => {
+    const timer = this.o.clock.setTimer(wait, () => {
       const w = this.waiting.get(to)
       this.waiting.delete(to)
       if (!w) return
-      this.servedAt.set(to, Date.now())
+      this.servedAt.set(to, this.o.clock.now())
       this.serve(to, w.anchorRound, w.from)
-    }, wait)
+    })
     this.waiting.set(to, { anchorRound, from, timer })
   }
 

@@ -1,5 +1,6 @@
 import { bytesEqual, stableReadBytes } from '@stead/core'
 import { Bucket } from './bucket.ts'
+import type { Clock } from './clock.ts'
 import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
 
 /**
@@ -45,7 +46,7 @@ export interface HeadProofOptions {
   readonly secretKey: Uint8Array
   readonly crypto: SyncCrypto
   readonly host: HeadProofHost
-  readonly now: () => number
+  readonly clock: Clock
 }
 
 /** A head of one space being proven: the signatures so far (ours first). */
@@ -87,7 +88,7 @@ export class HeadProofs {
     this.o = o
     this.inFlight = o.committee.keys.map(() => 0)
     const rate = { perSecond: ASKS_PER_SECOND, burst: ASKS_PER_SECOND, bytesPerSecond: Number.MAX_SAFE_INTEGER, burstBytes: Number.MAX_SAFE_INTEGER }
-    this.asks = o.committee.keys.map(() => new Bucket(rate, o.now))
+    this.asks = o.committee.keys.map(() => new Bucket(rate, () => o.clock.now()))
   }
 
   /**
@@ -110,8 +111,8 @@ export class HeadProofs {
       // f = 0: our own signature is proof enough.
       if (this.complete(sp, p)) return sp.proven
     }
-    if (this.o.now() - p.askedAt >= REASK_MS) {
-      p.askedAt = this.o.now()
+    if (this.o.clock.now() - p.askedAt >= REASK_MS) {
+      p.askedAt = this.o.clock.now()
       for (let to = 0; to < this.o.committee.keys.length; to++) {
         if (to !== this.o.me && !p.sigs.has(to)) this.o.host.send(to, { kind: 'head-ask', space, fromIndex: p.fromIndex, round: p.round })
       }
@@ -120,12 +121,12 @@ export class HeadProofs {
       const waiter = {
         atLeast: latest.index,
         done: (proof: HeadProof | undefined): void => {
-          clearTimeout(timer)
+          timer.cancel()
           sp.waiters.delete(waiter)
           resolve(proof)
         },
       }
-      const timer = setTimeout(() => waiter.done(undefined), timeoutMs)
+      const timer = this.o.clock.setTimer(timeoutMs, () => waiter.done(undefined))
       sp.waiters.add(waiter)
     })
   }

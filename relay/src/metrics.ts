@@ -24,10 +24,21 @@ export class Metrics {
   /** One snapshot serves every gauge of a scrape. */
   private cached: { at: number; snapshot: MetricsSnapshot } | undefined
 
+  private withProcess = false
+
   constructor(relay: string) {
-    // Process and runtime: CPU, memory, heap, event-loop lag, GC pauses, handles.
-    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 })
     this.info.set({ relay, version: RELAY_VERSION }, 1)
+  }
+
+  /**
+   * Adds the process and runtime (CPU, memory, heap, event-loop lag, GC
+   * pauses, handles): what the process serving /metrics reports, not a
+   * relay run inside another program (the simulator runs thousands).
+   */
+  includeProcess(): void {
+    if (this.withProcess) return
+    this.withProcess = true
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 })
   }
 
   /** Gives the scrape-time gauges their source. */

@@ -45,6 +45,8 @@ import {
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
 import { Bucket } from './bucket.ts'
+import { systemClock, type Clock, type Timer } from './clock.ts'
+import type { Kv } from './kv.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
@@ -58,14 +60,23 @@ export interface RelayNodeOptions {
   readonly cluster: ClusterConfig
   readonly me: number
   readonly secretKey: Uint8Array
+  /** Where the LMDB store lives (unless `storage` is given). */
   readonly dataDir: string
   readonly mesh: Mesh
   readonly logger: Logger
+  /** The store's backing (default: LMDB in `dataDir`); the simulator gives a MemoryKv. */
+  readonly storage?: Kv
+  /** Time and timers (default: the system clock); the simulator gives simulated time. */
+  readonly clock?: Clock
+  /** Signatures and hashes (default: node:crypto); the simulator shares verdicts between its relays. */
+  readonly crypto?: SyncCrypto
   /**
    * Only reported in the status: the misbehaviour itself is a decorator on
    * the mesh (`byzantineMesh`), which `runRelay` puts in place.
    */
   readonly byzantine?: ByzantineStrategy
+  /** The committee the consensus core runs (default: the cluster file's); the simulator weakens its quorum to prove its checks catch that. */
+  readonly committee?: Committee
   /** Consensus timings; defaults suit a LAN or loopback cluster. */
   readonly leaderTimeoutMs?: number
   readonly syncIntervalMs?: number
@@ -190,9 +201,13 @@ export class RelayNode {
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
-  private readonly timers = new Map<string, NodeJS.Timeout>()
+  private readonly timers = new Map<string, Timer>()
+  private readonly clock: Clock
+  private readonly crypto: SyncCrypto
   private queue: Array<() => Output[]> = []
   private draining = false
+  /** The drain running now, or the last one: stop waits for it. */
+  private drainRun: Promise<void> = Promise.resolve()
   /** Resolves once every write issued so far is on disk. */
   private onDisk: Promise<void> = Promise.resolve()
   private writesInFlight = 0
@@ -225,7 +240,7 @@ export class RelayNode {
   /** Envelope bytes of those batches (what a restart would replay), and the size of the last snapshot written. */
   private bytesSinceSnapshot = 0
   private lastSnapshotBytes = 0
-  private lastSnapshotAt = Date.now()
+  private lastSnapshotAt: number
   /** While the core re-accepts the blocks recovered from the store (see start). */
   private recovering = false
   private readonly checkpoints: RelayCheckpoints
@@ -244,8 +259,11 @@ export class RelayNode {
 
   constructor(options: RelayNodeOptions) {
     this.options = options
+    this.clock = options.clock ?? systemClock
+    this.crypto = options.crypto ?? relayCrypto
+    this.lastSnapshotAt = this.clock.now()
     this.me = options.me
-    this.committee = committeeOf(options.cluster)
+    this.committee = options.committee ?? committeeOf(options.cluster)
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
@@ -263,10 +281,11 @@ export class RelayNode {
       committee: this.committee,
       me: this.me,
       secretKey: options.secretKey,
-      crypto: relayCrypto,
+      crypto: this.crypto,
       every: options.cluster.checkpointRounds,
       gcDepth: this.gcDepth,
       log: this.log,
+      clock: this.clock,
       host: {
         replicas: () => this.replicas,
         lastAttested: (space) => this.lastAttested.get(space) ?? 0,
@@ -275,7 +294,7 @@ export class RelayNode {
         openEnvelope: (signed) => this.openOrThrow(signed),
         install: (checkpoint) => {
           this.pendingInstall = checkpoint
-          if (!this.draining) void this.drain()
+          if (!this.draining) this.drainRun = this.drain()
         },
       },
     })
@@ -283,8 +302,8 @@ export class RelayNode {
       committee: this.committee,
       me: this.me,
       secretKey: options.secretKey,
-      crypto: relayCrypto,
-      now: () => Date.now(),
+      crypto: this.crypto,
+      clock: this.clock,
       host: {
         latest: (space) => {
           const latest = this.latestAttested(space)
@@ -311,7 +330,7 @@ export class RelayNode {
   }
 
   async start(): Promise<void> {
-    this.store = RelayStore.open(this.options.dataDir)
+    this.store = this.options.storage ? new RelayStore(this.options.storage) : RelayStore.open(this.options.dataDir)
     try {
       this.load()
     } catch (err) {
@@ -332,8 +351,8 @@ export class RelayNode {
    * committed after it. At start, and after installing a checkpoint.
    */
   private load(): void {
-    const startedAt = Date.now()
-    const recovered = this.store.recover(relayCrypto, this.committee, this.gcDepth)
+    const startedAt = this.clock.now()
+    const recovered = this.store.recover(this.crypto, this.committee, this.gcDepth)
     const snapshot = this.store.snapshot()
     for (const s of snapshot?.spaces ?? []) this.restoreSpace(s)
     // The recovered blocks' signatures were checked just now (RelayStore.recover) and cover their
@@ -344,7 +363,7 @@ export class RelayNode {
         committee: this.committee,
         me: this.me,
         secretKey: this.options.secretKey,
-        crypto: relayCrypto,
+        crypto: this.crypto,
         inspect: (frame) => this.inspect(frame),
         gcDepth: this.gcDepth,
         leaderTimeoutMs: this.options.leaderTimeoutMs ?? 250,
@@ -365,7 +384,7 @@ export class RelayNode {
     }
     this.batchesSinceSnapshot = batches
     this.log.info(
-      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshot?.batch ?? null, batches, spaces: this.replicas.size, ms: Date.now() - startedAt },
+      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshot?.batch ?? null, batches, spaces: this.replicas.size, ms: this.clock.now() - startedAt },
       'recovered from store',
     )
   }
@@ -389,11 +408,11 @@ export class RelayNode {
       return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
     })
     // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
-    const statement = signStatement(relayCrypto, this.options.secretKey, this.me, round, c.digest)
+    const statement = signStatement(this.crypto, this.options.secretKey, this.me, round, c.digest)
     const checkpoint: CheckpointWrite = { anchorRound: round, statement: statement.signed, manifest: c.manifestBytes, states: c.spaces.map((s) => ({ space: s.space, bytes: s.state.bytes })) }
     const before = this.core.committedRound
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
-    for (const t of this.timers.values()) clearTimeout(t)
+    for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
     for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.readerKeys, this.creating]) state.clear()
     this.changedSinceSnapshot.clear()
@@ -407,11 +426,11 @@ export class RelayNode {
     this.stopped = true
     this.checkpoints.stop()
     for (const listener of [...this.attestedListeners]) listener(null)
-    for (const t of this.timers.values()) clearTimeout(t)
+    for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
     await this.options.mesh.stop()
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
-    while (this.draining) await new Promise((r) => setTimeout(r, 5))
+    await this.drainRun
     await this.onDisk.catch(() => undefined)
     await this.store.close()
   }
@@ -454,8 +473,8 @@ export class RelayNode {
     if (charge && result.status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
     if (result.status === 'queued') this.forward(env.space, frame, env.idHex)
-    if (result.status === 'queued') this.pendingSince ??= Date.now()
-    if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, Date.now())
+    if (result.status === 'queued') this.pendingSince ??= this.clock.now()
+    if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, this.clock.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
     return { status: result.status, idHex: env.idHex, stopWatching }
@@ -479,7 +498,7 @@ export class RelayNode {
    */
   private newSpaceCharge(space: string, authorId: string, origin: string): () => void {
     const quota = this.options.cluster.newSpacesPerKeyPerHour
-    const now = Date.now()
+    const now = this.clock.now()
     const over: string[] = []
     const keys: Array<[string, number]> = [
       [`key:${authorId}`, quota],
@@ -592,8 +611,13 @@ export class RelayNode {
     }
   }
 
+  /** Whether consensus has work: envelopes to order, or blocks or leader slots not decided yet. An idle relay makes no rounds. */
+  get busy(): boolean {
+    return this.core.busy
+  }
+
   /** The numbers readiness is judged on (see health.ts), now. */
-  health(now = Date.now()): HealthNumbers {
+  health(now = this.clock.now()): HealthNumbers {
     // What this relay knows: its own blocks, and the rounds 2f+1 relays reached in its DAG.
     const round = Math.max(this.core?.currentRound ?? 0, (this.core?.clockRound ?? 1) - 1)
     const clusterRound = [...this.latestRoundOf].sort((a, b) => b - a)[this.committee.f] ?? 0
@@ -649,13 +673,13 @@ export class RelayNode {
    */
   stableHead(space: string): { relay: number; index: number; stateHash: string; sig: string } {
     const { index, stateHash } = this.currentHead(space)
-    return { relay: this.me, index, stateHash: toHex(stateHash), sig: toHex(signSync(this.options.secretKey, stableReadBytes(space, index, stateHash))) }
+    return { relay: this.me, index, stateHash: toHex(stateHash), sig: toHex(this.crypto.sign(this.options.secretKey, stableReadBytes(space, index, stateHash))) }
   }
 
   /** The space's stable index and state hash as this relay's replica holds them (0 and the empty state's hash for a space it has none of). */
   private currentHead(space: string): { index: number; stateHash: Uint8Array } {
     const r = this.replicas.get(space) ?? new ReliableReplica({ space })
-    return { index: r.stableIndex, stateHash: r.stableHash((b) => nodeCrypto.sha256(b)) }
+    return { index: r.stableIndex, stateHash: r.stableHash((b) => this.crypto.sha256(b)) }
   }
 
   /**
@@ -665,7 +689,7 @@ export class RelayNode {
    */
   historyPage(space: string, key: string, before: number, limit: number): { relay: number; entries: Uint8Array; sig: Uint8Array } {
     const entries = encode(this.store.historyOf(space, key, before, limit).map((e) => [e.index, e.value]))
-    return { relay: this.me, entries, sig: signSync(this.options.secretKey, historyPageBytes(space, key, before, entries)) }
+    return { relay: this.me, entries, sig: this.crypto.sign(this.options.secretKey, historyPageBytes(space, key, before, entries)) }
   }
 
   /**
@@ -720,7 +744,7 @@ export class RelayNode {
   async provenHead(space: string, nonce: Uint8Array, timeoutMs: number): Promise<{ relay: number; index: number; stateHash: string; sig: string; proof: Array<[number, string]> } | undefined> {
     const proof = await this.headProofs.prove(space, timeoutMs)
     if (!proof) return undefined
-    const sig = signSync(this.options.secretKey, freshHeadBytes(space, proof.index, proof.stateHash, nonce))
+    const sig = this.crypto.sign(this.options.secretKey, freshHeadBytes(space, proof.index, proof.stateHash, nonce))
     return { relay: this.me, index: proof.index, stateHash: toHex(proof.stateHash), sig: toHex(sig), proof: proof.sigs.map(([relay, s]) => [relay, toHex(s)]) }
   }
 
@@ -739,7 +763,7 @@ export class RelayNode {
     if (found) return found
     return new Promise((resolve) => {
       const done = (value: Signed | undefined): void => {
-        clearTimeout(timer)
+        timer.cancel()
         this.attestedListeners.delete(listener)
         resolve(value)
       }
@@ -748,7 +772,7 @@ export class RelayNode {
         const a = spaces.has(space) ? find() : undefined
         if (a) done(a)
       }
-      const timer = setTimeout(() => done(undefined), timeoutMs)
+      const timer = this.clock.setTimer(timeoutMs, () => done(undefined))
       this.attestedListeners.add(listener)
     })
   }
@@ -757,8 +781,8 @@ export class RelayNode {
   stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } | undefined {
     const r = this.replicas.get(space)
     if (!r) return undefined
-    const hash = r.stableHash((b) => nodeCrypto.sha256(b))
-    const sig = signSync(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
+    const hash = r.stableHash((b) => this.crypto.sha256(b))
+    const sig = this.crypto.sign(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
     return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
   }
 
@@ -771,7 +795,7 @@ export class RelayNode {
     const waiting = this.meshBacklog[from] as number
     if (waiting + frame.length > MESH_BACKLOG_BYTES) {
       this.metrics.rejected.inc({ reason: 'overloaded', source: 'mesh' })
-      const now = Date.now()
+      const now = this.clock.now()
       if (now - this.meshDropLoggedAt > 10_000) {
         this.meshDropLoggedAt = now
         this.log.warn({ from: this.nameOf(from), waiting, limit: MESH_BACKLOG_BYTES }, 'mesh: dropping frames from a peer while its earlier ones wait to be processed')
@@ -781,7 +805,7 @@ export class RelayNode {
     let message: Message
     try {
       // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
-      message = decodeMessage(relayCrypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round))
+      message = decodeMessage(this.crypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round))
     } catch (err) {
       const reason = err instanceof SteadError ? err.reason : 'malformed'
       this.metrics.rejected.inc({ reason, source: 'mesh' })
@@ -808,7 +832,7 @@ export class RelayNode {
   private enqueue(event: () => Output[]): void {
     if (this.stopped) return
     this.queue.push(event)
-    if (!this.draining) void this.drain()
+    if (!this.draining) this.drainRun = this.drain()
   }
 
   private async drain(): Promise<void> {
@@ -891,7 +915,7 @@ export class RelayNode {
     this.batchesSinceSnapshot += newBatches.length
     for (const b of newBatches) this.bytesSinceSnapshot += frameBytes(b.frames)
     if (this.changedSinceSnapshot.size === 0) return undefined
-    const now = Date.now()
+    const now = this.clock.now()
     const due =
       this.batchesSinceSnapshot >= (this.options.snapshotEveryBatches ?? 1000) ||
       this.bytesSinceSnapshot >= Math.max(SNAPSHOT_MIN_REPLAY_BYTES, this.lastSnapshotBytes) ||
@@ -957,7 +981,7 @@ export class RelayNode {
       case 'timer': {
         const key = `${o.name}:${o.round}`
         if (this.timers.has(key) || this.stopped) break
-        this.timers.set(key, setTimeout(() => this.onTimer(o.name, o.round), o.afterMs))
+        this.timers.set(key, this.clock.setTimer(o.afterMs, () => this.onTimer(o.name, o.round)))
         break
       }
       case 'accepted':
@@ -965,7 +989,7 @@ export class RelayNode {
         break
       case 'commit':
         this.commitCount++
-        this.lastCommitAt = Date.now()
+        this.lastCommitAt = this.clock.now()
         this.metrics.commits.inc()
         this.metrics.committedRound.set(o.commit.anchorRound)
         break
@@ -1010,8 +1034,8 @@ export class RelayNode {
     if (!this.mayServe(to, [])) return
     const blocks =
       'digests' in query
-        ? this.store.blocksByDigest(relayCrypto, this.committee, query.digests)
-        : this.store.blocksInRounds(relayCrypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
+        ? this.store.blocksByDigest(this.crypto, this.committee, query.digests)
+        : this.store.blocksInRounds(this.crypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
     for (const part of byBytes(blocks)) {
       if (!this.mayServe(to, part)) break
       this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks: part }))
@@ -1024,7 +1048,7 @@ export class RelayNode {
     for (const b of blocks) bytes += b.signed.bytes.length
     if (this.serveBudget[to]?.tryTake(bytes) ?? true) return true
     this.metrics.rejected.inc({ reason: 'rate-limited', source: 'mesh' })
-    const now = Date.now()
+    const now = this.clock.now()
     if (now - this.serveDropLoggedAt > 10_000) {
       this.serveDropLoggedAt = now
       this.log.warn({ to: this.nameOf(to), limitBytesPerSecond: SERVE_RATE.bytesPerSecond }, 'mesh: a peer asks for more blocks than it may be sent; dropping answers')
@@ -1079,7 +1103,7 @@ export class RelayNode {
         const t = this.submittedAt.get(d.env.idHex)
         if (t === undefined) continue
         this.submittedAt.delete(d.env.idHex)
-        this.metrics.commitLatency.observe((Date.now() - t) / 1000)
+        this.metrics.commitLatency.observe((this.clock.now() - t) / 1000)
       }
       const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attestedDecision)
       // Attest every commit that carried envelopes of this space (some may only wait for a
@@ -1091,7 +1115,7 @@ export class RelayNode {
         this.latestAttestation.delete(space)
         continue
       }
-      const stateHash = replica.stableHash((b) => nodeCrypto.sha256(b))
+      const stateHash = replica.stableHash((b) => this.crypto.sha256(b))
       const bytes = encodeAttestation({
         space,
         round: anchorRound,
@@ -1100,10 +1124,10 @@ export class RelayNode {
         toIndex: result.stableIndex,
         decisions,
         stateHash,
-        batch: batchDigest((b) => nodeCrypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
+        batch: batchDigest((b) => this.crypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
       })
       this.lastAttested.set(space, anchorRound)
-      const attestation: Signed = { bytes, sig: signSync(this.options.secretKey, bytes) }
+      const attestation: Signed = { bytes, sig: this.crypto.sign(this.options.secretKey, bytes) }
       this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation, index: result.stableIndex, stateHash })
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
@@ -1161,12 +1185,12 @@ export class RelayNode {
 
   /** An envelope's verdict from its signed bytes (`frameBytes`: the size of the frame they came in), cached. */
   private openSigned(signed: Signed, frameBytes = signed.bytes.length + signed.sig.length): Envelope | SteadError {
-    const key = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
+    const key = toHex(this.crypto.sha256(signed.bytes)) + toHex(signed.sig)
     const cached = this.verified.get(key)
     if (cached) return cached.verdict
     let v: Envelope | SteadError
     try {
-      v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: this.recovering ? () => true : verifySync }, signed)
+      v = openEnvelopeSync({ sha256: (d) => this.crypto.sha256(d), verify: this.recovering ? () => true : this.crypto.verify }, signed)
     } catch (err) {
       v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { decode, encode, type Signed } from '@stead/core'
-import { open, type Database, type Key, type RootDatabase } from 'lmdb'
+import { LmdbKv, type Kv, type KvTable } from './kv.ts'
 import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
 /** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
@@ -143,7 +143,7 @@ export interface StoredCommitHead {
 }
 
 /**
- * The relay's durable state in LMDB. Consensus records (own blocks before
+ * The relay's durable state (LMDB in a relay; see kv.ts). Consensus records (own blocks before
  * they are sent, peers' blocks, commits), the latest snapshot of every
  * space's audit state and the committed batches since (a restart loads the
  * one and replays the others), and the attestations clients resume from.
@@ -151,30 +151,30 @@ export interface StoredCommitHead {
  * re-encodes what was signed.
  */
 export class RelayStore {
-  private readonly root: RootDatabase<Bytes, Key>
-  private readonly own: Database<Bytes, number>
+  private readonly kv: Kv
+  private readonly own: KvTable<number>
   /** [round, author, digest] → a peer's block (several per slot when its author equivocated). */
-  private readonly blocks: Database<Bytes, [number, number, string]>
-  private readonly digests: Database<Bytes, string>
-  private readonly commits: Database<Bytes, number>
+  private readonly blocks: KvTable<[number, number, string]>
+  private readonly digests: KvTable<string>
+  private readonly commits: KvTable<number>
   /** [batch number, chunk] → [anchor round, frames of that chunk] */
-  private readonly batches: Database<Bytes, [number, number]>
-  private readonly attest: Database<Bytes, [string, number, number]>
-  private readonly attestChunks: Database<Bytes, [string, number, number, number]>
+  private readonly batches: KvTable<[number, number]>
+  private readonly attest: KvTable<[string, number, number]>
+  private readonly attestChunks: KvTable<[string, number, number, number]>
   /** [space, object key, stable index] → the object's stable value from that index on. */
-  private readonly history: Database<Bytes, [string, string, number]>
+  private readonly history: KvTable<[string, string, number]>
   /** 'head' → [batch number of the latest snapshot]. */
-  private readonly snapshotHead: Database<Bytes, string>
+  private readonly snapshotHead: KvTable<string>
   /**
    * space → [checkpoint, lastAttested]: each space as of the latest snapshot
    * that changed it. A space no batch touched since keeps its older record,
    * which is also its state at the head (nothing changed it in between).
    */
-  private readonly snapshotSpaces: Database<Bytes, string>
+  private readonly snapshotSpaces: KvTable<string>
   /** 'head' → [anchor round, statement bytes, signature, manifest]. */
-  private readonly checkpointHead: Database<Bytes, string>
+  private readonly checkpointHead: KvTable<string>
   /** space → its encoded audit state as of the latest checkpoint that changed it. */
-  private readonly checkpointStates: Database<Bytes, string>
+  private readonly checkpointStates: KvTable<string>
   private nextBatch: number
   /** Peers' blocks waiting to go with the next write (see write). */
   private held: PersistRecord[] = []
@@ -182,25 +182,20 @@ export class RelayStore {
   /** Blocks of rounds below this were pruned (0: none were). */
   private blocksFrom: number
 
-  private constructor(path: string) {
-    // overlappingSync (lmdb-js's default on Linux, which lets the next commit start while the
-    // last one is still being flushed) is off: with it, writing multi-MiB batches while pruning
-    // older ones failed about one commit run in five with MDB_BAD_TXN ("reserved freelist had
-    // a data entry with zero-size") in lmdb 3.5.6, and a relay that cannot commit stops.
-    // Without it: 0 failures in 20 runs of the same test (relay/test/hardening.test.ts).
-    this.root = open<Bytes, Key>({ path, encoding: 'binary', maxDbs: 16, overlappingSync: false })
-    this.own = this.root.openDB({ name: 'own-blocks', encoding: 'binary' })
-    this.blocks = this.root.openDB({ name: 'blocks', encoding: 'binary' })
-    this.digests = this.root.openDB({ name: 'block-digests', encoding: 'binary' })
-    this.commits = this.root.openDB({ name: 'commits', encoding: 'binary' })
-    this.batches = this.root.openDB({ name: 'batches', encoding: 'binary' })
-    this.attest = this.root.openDB({ name: 'attestations', encoding: 'binary' })
-    this.attestChunks = this.root.openDB({ name: 'attestation-chunks', encoding: 'binary' })
-    this.history = this.root.openDB({ name: 'history', encoding: 'binary' })
-    this.snapshotHead = this.root.openDB({ name: 'snapshot-head', encoding: 'binary' })
-    this.snapshotSpaces = this.root.openDB({ name: 'snapshot-spaces', encoding: 'binary' })
-    this.checkpointHead = this.root.openDB({ name: 'checkpoint-head', encoding: 'binary' })
-    this.checkpointStates = this.root.openDB({ name: 'checkpoint-states', encoding: 'binary' })
+  constructor(kv: Kv) {
+    this.kv = kv
+    this.own = kv.table('own-blocks')
+    this.blocks = kv.table('blocks')
+    this.digests = kv.table('block-digests')
+    this.commits = kv.table('commits')
+    this.batches = kv.table('batches')
+    this.attest = kv.table('attestations')
+    this.attestChunks = kv.table('attestation-chunks')
+    this.history = kv.table('history')
+    this.snapshotHead = kv.table('snapshot-head')
+    this.snapshotSpaces = kv.table('snapshot-spaces')
+    this.checkpointHead = kv.table('checkpoint-head')
+    this.checkpointStates = kv.table('checkpoint-states')
     const from = this.snapshotHead.get('blocks-from')
     this.blocksFrom = from ? ((decode(from, RECORD_LIMIT) as [number])[0] ?? 0) : 0
     // Batch numbers only grow, also when every batch was pruned into a snapshot.
@@ -209,8 +204,9 @@ export class RelayStore {
     this.nextBatch = last + 1
   }
 
+  /** The store of a relay's data dir, in LMDB. */
   static open(path: string): RelayStore {
-    return new RelayStore(path)
+    return new RelayStore(new LmdbKv(path))
   }
 
   /**
@@ -249,42 +245,42 @@ export class RelayStore {
     const records = this.held.length ? [...this.held, ...w.records] : w.records
     this.held = []
     this.heldBytes = 0
-    await this.root.transaction(() => {
+    await this.kv.write(() => {
       for (const r of records) {
         switch (r.kind) {
           case 'own-block':
-            this.own.putSync(r.block.header.round, encodeBlock(r.block))
-            this.digests.putSync(r.block.digestHex, encode([r.block.header.round, r.block.header.author, true]))
+            this.own.put(r.block.header.round, encodeBlock(r.block))
+            this.digests.put(r.block.digestHex, encode([r.block.header.round, r.block.header.author, true]))
             break
           case 'block': {
             const { round, author } = r.block.header
-            this.blocks.putSync([round, author, r.block.digestHex], encodeBlock(r.block))
-            this.digests.putSync(r.block.digestHex, encode([round, author, false]))
+            this.blocks.put([round, author, r.block.digestHex], encodeBlock(r.block))
+            this.digests.put(r.block.digestHex, encode([round, author, false]))
             break
           }
           case 'commit':
-            this.commits.putSync(r.anchorRound, encode([r.ordered, r.payloadIds]))
+            this.commits.put(r.anchorRound, encode([r.ordered, r.payloadIds]))
             break
         }
       }
       for (const b of w.batches) {
         const n = this.nextBatch++
-        chunkFrames(b.frames).forEach((frames, k) => this.batches.putSync([n, k], encode([b.anchorRound, frames])))
+        chunkFrames(b.frames).forEach((frames, k) => this.batches.put([n, k], encode([b.anchorRound, frames])))
       }
       for (const a of w.attestations) {
         const chunks = chunkFrames(a.value.envelopes)
-        this.attest.putSync([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
-        chunks.forEach((frames, k) => this.attestChunks.putSync([a.space, a.fromIndex, a.round, k], encode(frames)))
+        this.attest.put([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
+        chunks.forEach((frames, k) => this.attestChunks.put([a.space, a.fromIndex, a.round, k], encode(frames)))
       }
-      for (const h of w.history ?? []) this.history.putSync([h.space, h.key, h.index], encode(h.value))
+      for (const h of w.history ?? []) this.history.put([h.space, h.key, h.index], encode(h.value))
       if (w.snapshot) this.writeSnapshot(w.snapshot)
       if (w.checkpoint) this.writeCheckpoint(w.checkpoint)
     })
   }
 
   private writeCheckpoint(c: CheckpointWrite): void {
-    for (const s of c.states) this.checkpointStates.putSync(s.space, s.bytes)
-    this.checkpointHead.putSync('head', encode([c.anchorRound, c.statement.bytes, c.statement.sig, c.manifest]))
+    for (const s of c.states) this.checkpointStates.put(s.space, s.bytes)
+    this.checkpointHead.put('head', encode([c.anchorRound, c.statement.bytes, c.statement.sig, c.manifest]))
   }
 
   /** The latest checkpoint this relay took (or installed), if any. */
@@ -301,23 +297,20 @@ export class RelayStore {
    * head, so a checkpoint written meanwhile cannot mix in.
    */
   checkpointPart(anchorRound: number, spaces: readonly string[], maxBytes: number): Uint8Array[] | undefined {
-    const transaction = this.root.useReadTransaction()
-    try {
-      const head = this.checkpointHead.get('head', { transaction })
+    return this.kv.read(() => {
+      const head = this.checkpointHead.get('head')
       if (!head || (decode(head, RECORD_LIMIT) as [number])[0] !== anchorRound) return undefined
       const out: Uint8Array[] = []
       let bytes = 0
       for (const space of spaces) {
-        const state = this.checkpointStates.get(space, { transaction })
+        const state = this.checkpointStates.get(space)
         if (!state) throw new Error(`store: the checkpoint of round ${anchorRound} lists space ${space} but holds no state for it`)
         if (out.length > 0 && bytes + state.length > maxBytes) break
         out.push(state)
         bytes += state.length
       }
       return out
-    } finally {
-      transaction.done()
-    }
+    })
   }
 
   /**
@@ -332,20 +325,20 @@ export class RelayStore {
     // Blocks held for the next write belong to the DAG the checkpoint replaces.
     this.held = []
     this.heldBytes = 0
-    await this.root.transaction(() => {
-      for (const key of [...this.batches.getKeys()]) this.batches.removeSync(key as [number, number])
-      for (const key of [...this.commits.getKeys()]) this.commits.removeSync(key as number)
-      for (const r of c.commits) this.commits.putSync(r.anchorRound, encode([r.ordered, r.payloadIds]))
-      for (const key of [...this.attest.getKeys()]) this.attest.removeSync(key as [string, number, number])
-      for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.removeSync(key as [string, number, number, number])
-      for (const key of [...this.history.getKeys()]) this.history.removeSync(key as [string, string, number])
-      for (const key of [...this.snapshotSpaces.getKeys()]) this.snapshotSpaces.removeSync(key as string)
-      for (const s of c.spaces) this.snapshotSpaces.putSync(s.space, s.bytes)
-      this.snapshotHead.putSync('head', encode([this.nextBatch - 1]))
+    await this.kv.write(() => {
+      for (const key of [...this.batches.getKeys()]) this.batches.remove(key as [number, number])
+      for (const key of [...this.commits.getKeys()]) this.commits.remove(key as number)
+      for (const r of c.commits) this.commits.put(r.anchorRound, encode([r.ordered, r.payloadIds]))
+      for (const key of [...this.attest.getKeys()]) this.attest.remove(key as [string, number, number])
+      for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.remove(key as [string, number, number, number])
+      for (const key of [...this.history.getKeys()]) this.history.remove(key as [string, string, number])
+      for (const key of [...this.snapshotSpaces.getKeys()]) this.snapshotSpaces.remove(key as string)
+      for (const s of c.spaces) this.snapshotSpaces.put(s.space, s.bytes)
+      this.snapshotHead.put('head', encode([this.nextBatch - 1]))
       this.pruneBlocks(Number.MAX_SAFE_INTEGER)
       this.blocksFrom = c.blocksFrom
-      this.snapshotHead.putSync('blocks-from', encode([c.blocksFrom]))
-      for (const key of [...this.checkpointStates.getKeys()]) this.checkpointStates.removeSync(key as string)
+      this.snapshotHead.put('blocks-from', encode([c.blocksFrom]))
+      for (const key of [...this.checkpointStates.getKeys()]) this.checkpointStates.remove(key as string)
       this.writeCheckpoint(c.checkpoint)
     })
   }
@@ -353,11 +346,11 @@ export class RelayStore {
   /** Inside write's transaction: the snapshot as of the last batch stored, then what it makes obsolete goes. */
   private writeSnapshot(snap: SnapshotWrite): void {
     const batch = this.nextBatch - 1
-    for (const s of snap.spaces) this.snapshotSpaces.putSync(s.space, s.bytes)
-    this.snapshotHead.putSync('head', encode([batch]))
+    for (const s of snap.spaces) this.snapshotSpaces.put(s.space, s.bytes)
+    this.snapshotHead.put('head', encode([batch]))
     // Keys are collected first: a cursor does not walk a range it is deleting from.
-    for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.removeSync(key as [number, number])
-    for (const key of [...this.commits.getKeys({ end: snap.commitsBelow })]) this.commits.removeSync(key as number)
+    for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.remove(key as [number, number])
+    for (const key of [...this.commits.getKeys({ end: snap.commitsBelow })]) this.commits.remove(key as number)
     this.pruneBlocks(snap.blocksBelow)
     for (const [space, index] of snap.feedBelow) this.pruneFeed(space, index)
   }
@@ -369,27 +362,27 @@ export class RelayStore {
 
   private pruneBlocks(below: number): void {
     if (below > this.blocksFrom) {
-      this.snapshotHead.putSync('blocks-from', encode([below]))
+      this.snapshotHead.put('blocks-from', encode([below]))
       this.blocksFrom = below
     }
     for (const key of [...this.blocks.getKeys({ end: [below, 0, ''] })]) {
-      this.blocks.removeSync(key)
-      this.digests.removeSync(key[2])
+      this.blocks.remove(key)
+      this.digests.remove(key[2])
     }
     let latest = 0
     for (const key of this.own.getKeys({ reverse: true, limit: 1 })) latest = key as number
     for (const { key, value } of [...this.own.getRange({ end: Math.min(below, latest) })]) {
       const [bytes] = decode(value, RECORD_LIMIT) as [Bytes]
-      this.digests.removeSync(createHash('sha256').update(bytes).digest('hex'))
-      this.own.removeSync(key)
+      this.digests.remove(createHash('sha256').update(bytes).digest('hex'))
+      this.own.remove(key)
     }
   }
 
   private pruneFeed(space: string, below: number): void {
     for (const key of [...this.attest.getKeys({ start: [space, 0, 0], end: [space, below, 0] })]) {
       const [, fromIndex, round] = key as [string, number, number]
-      for (const chunk of [...this.attestChunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.attestChunks.removeSync(chunk as [string, number, number, number])
-      this.attest.removeSync(key as [string, number, number])
+      for (const chunk of [...this.attestChunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.attestChunks.remove(chunk as [string, number, number, number])
+      this.attest.remove(key as [string, number, number])
     }
   }
 
@@ -520,7 +513,7 @@ export class RelayStore {
 
   async close(): Promise<void> {
     if (this.held.length) await this.writeWithHeld({ records: [], batches: [], attestations: [] })
-    await this.root.close()
+    await this.kv.close()
   }
 }
 

@@ -10,6 +10,7 @@ import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, typ
 import type { Mesh } from '../src/mesh/types.ts'
 import { RelayNode } from '../src/node.ts'
 import { RelayCheckpoints } from '../src/checkpoints.ts'
+import { systemClock } from '../src/clock.ts'
 import type { RelayStore } from '../src/store.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
@@ -47,6 +48,7 @@ describe('serving checkpoint parts', () => {
       every: 10,
       gcDepth: 50,
       log: pino({ level: 'silent' }),
+      clock: systemClock,
       host: { replicas: () => new Map(), lastAttested: () => 0, send: (to, m) => m.kind === 'checkpoint-part' && sent.push({ to, from: m.part.from }), broadcast: () => undefined, openEnvelope: () => { throw new Error('unused') }, install: () => undefined },
     })
     checkpoints.load(store as unknown as RelayStore, 0, [])

@@ -2,6 +2,7 @@ import { stableReadBytes } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { decodeMessage, encodeMessage, type Committee, type Message, type SyncCrypto } from '../src/consensus/index.ts'
+import { systemClock } from '../src/clock.ts'
 import { HeadProofs, type HeadProofHost } from '../src/head-proofs.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
@@ -42,7 +43,7 @@ function cluster(states: FakeRelayState[], now = () => 0): { proofs: HeadProofs[
         queueMicrotask(() => proofs[to]?.onMessage(me, decodeMessage(crypto, committee, frame)))
       },
     }
-    proofs.push(new HeadProofs({ committee, me, secretKey: secrets[me] as Uint8Array, crypto, host, now }))
+    proofs.push(new HeadProofs({ committee, me, secretKey: secrets[me] as Uint8Array, crypto, host, clock: { ...systemClock, now } }))
   })
   return { proofs, sent }
 }
@@ -126,7 +127,7 @@ describe('proven heads', () => {
       me: 1,
       secretKey: secrets[1] as Uint8Array,
       crypto,
-      now: () => now,
+      clock: { ...systemClock, now: () => now },
       host: { latest: () => null, attested: async () => ({ index: 7, stateHash: hash(7) }), send: (_to, m) => sent.push(m) },
     })
     for (let i = 0; i < 3000; i++) {

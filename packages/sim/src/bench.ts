@@ -35,7 +35,7 @@ for (const n of sizes) {
   const samples: number[] = []
   const base = heapMb()
   const started = performance.now()
-  const r = runSimulation(
+  const r = await runSimulation(
     {
       seed: 1,
       relays: n,
@@ -46,7 +46,6 @@ for (const n of sizes) {
       partition: false,
       loss: 0,
       memoizeVerification: false,
-      persist: false,
       untilRound: rounds,
       // Submissions spread so the cluster never runs out of work before the target round.
       durationMs: (rounds * 20) / 0.6,

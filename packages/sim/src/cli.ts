@@ -7,13 +7,16 @@ const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byza
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
                      [--retain-rounds N]
 
-Runs real consensus cores and replicas over a seeded simulated network and
-checks safety (identical commit sequences, at most one block ordered per
-author and round, identical audits and stable states, invariants) and
-progress after faults heal. Relays snapshot every 8 batches, prune their
-stores as a relay does (blocks older than --retain-rounds, default 80 = 4 x
-gcDepth, the least a relay accepts) and restart from snapshot plus suffix.
-A failing seed prints its step and replays exactly.
+Runs real relays (RelayNode: event loop, consensus, audit, store,
+attestations, snapshots, checkpoints) over a seeded simulated network, disk
+and clock, and checks what they store and attest: identical commit
+sequences, at most one block ordered per author and round, identical
+attestations, a client replaying them reaches the attested state with every
+invariant kept, and progress after faults heal. Crashed relays lose the
+writes their disk had not finished and restart from their store. Relays
+snapshot every 8 batches and prune blocks older than --retain-rounds
+(default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
+its step and replays exactly.
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -67,7 +70,7 @@ for (const seed of seeds) {
   const strategy = strategyArg === 'all' ? (STRATEGIES[seed % STRATEGIES.length] as Strategy) : (strategyArg as Strategy)
   const workload = await prepareWorkload(seed, int('clients', values.clients), int('envelopes', values.envelopes), byzantine > 0)
   const t0 = performance.now()
-  const r = runSimulation(
+  const r = await runSimulation(
     {
       seed,
       relays,
@@ -82,7 +85,7 @@ for (const seed of seeds) {
     workload,
   )
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} crash=${values.crash}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} maxBlocks=${r.maxBlocksInMemory} snapshots=${r.snapshots} prunedBlocks=${r.prunedBlocks} restartsFromSnapshot=${r.restartsFromSnapshot} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++

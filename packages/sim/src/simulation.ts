@@ -3,33 +3,16 @@ import {
   SteadError,
   asSigned,
   decode,
-  encode,
+  decodeAttestation,
   encodeEnvelope,
   openEnvelopeSync,
   toHex,
   type Envelope,
-  type Signed,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
-import {
-  ByzantineBehaviour,
-  SYNC_BATCH,
-  ConsensusCore,
-  ConsensusInvariantError,
-  type ByzantineStrategy as Strategy,
-  decodeMessage,
-  encodeMessage,
-  type ArchiveQuery,
-  type Block,
-  type Commit,
-  type Committee,
-  type Message,
-  type Output,
-  type PayloadInfo,
-  type RecoveredState,
-  type SyncCrypto,
-  type TimerName,
-} from '@stead/relay/consensus'
+import { MemoryKv, RelayNode, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
+import { byzantineMesh, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
+import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
 import { Rng } from './rng.ts'
 import { SPACE, type Workload } from './workload.ts'
@@ -42,7 +25,7 @@ export interface SimOptions {
   /** Byzantine relays (the last ones), at most f. */
   readonly byzantine: number
   readonly strategy: Strategy
-  /** Correct relays that crash once and restart from their store. */
+  /** Correct relays that crash once (losing the writes their disk had not finished) and restart from their store. */
   readonly crash: number
   /** Events to process at most. */
   readonly steps: number
@@ -58,20 +41,13 @@ export interface SimOptions {
   readonly loss: number
   /** Weakens the protocol (the direct rule decides on 2f blamers or certificates) to prove the checks catch it. */
   readonly weakQuorum?: boolean
-  /** Weakens the restart (the batches after the snapshot are not replayed) to prove the checks catch it. */
-  readonly skipSuffixOnRestart?: boolean
+  /** A storage fault: a crashed relay's disk loses the committed batches after its snapshot, to prove the checks catch it. */
+  readonly loseBatchesOnRestart?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
   /**
-   * Keep the simulated store (default). Off for benchmarks: the store is on
-   * disk in a real relay, so it does not belong in a heap measurement; a run
-   * without it cannot restart relays.
-   */
-  readonly persist?: boolean
-  /**
    * Rounds of blocks a relay keeps behind its last commit when it snapshots
-   * (`--retain-rounds`; default 4 * gcDepth, the least a relay accepts). A relay
-   * that falls further behind cannot catch up: relay state transfer is not built.
+   * (`--retain-rounds`; default 4 * gcDepth, the least a relay accepts).
    */
   readonly retainRounds?: number
   /** Stop once every correct relay reached this round. */
@@ -87,16 +63,17 @@ export interface SimResult {
   readonly steps: number
   readonly simulatedMs: number
   readonly rounds: readonly number[]
+  /** Consensus commits each relay made (and stored). */
   readonly anchors: readonly number[]
+  /** The stable index every correct relay attested. */
   readonly committedEnvelopes: number
   readonly honestEnvelopes: number
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
-  readonly maxBlocksInMemory: number
-  /** Snapshots the relays took, each pruning its simulated store, and restarts from snapshot plus suffix. */
+  /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */
   readonly snapshots: number
-  readonly prunedBlocks: number
   readonly restartsFromSnapshot: number
+  readonly prunedBelowRound: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
 }
 
@@ -104,62 +81,55 @@ class Violation extends Error {}
 
 const GC_DEPTH = 20
 /**
- * Relays snapshot every few batches here (every 1,000 or 256 KiB in a relay) so
- * that runs restart from snapshot plus suffix and exercise pruning.
+ * Relays snapshot every few batches here (every 1,000 or 256 KiB in a relay),
+ * and take checkpoints every few rounds, so runs restart from snapshot plus
+ * suffix and exercise pruning.
  */
 const SNAPSHOT_EVERY_BATCHES = 8
 
 /**
- * SIM_TRACE=1 prints faults, commits, audits, rejections and, on a violation,
- * each relay's last rounds and the diverging stable states; SIM_TRACE_ROUND=r
- * also prints every block of round r with its ancestors. Tracing never changes a run.
+ * SIM_TRACE=1 prints faults and every relay's log (at debug level). Tracing
+ * never changes a run.
  */
 const TRACE = Boolean(process.env.SIM_TRACE)
-const TRACE_ROUND = Number(process.env.SIM_TRACE_ROUND ?? -1)
 const trace: (line: string) => void = TRACE ? (line) => console.log(`  ${line}`) : () => {}
 
 type Event =
-  | { kind: 'deliver'; from: number; to: number; bytes: Uint8Array }
-  | { kind: 'timer'; node: number; epoch: number; name: TimerName; round: number }
+  | { kind: 'deliver'; from: number; to: number; epoch: number; frame: Uint8Array }
+  | { kind: 'timer'; node: number; epoch: number; timer: { fire: () => void; cancelled: boolean } }
+  | { kind: 'disk'; node: number; epoch: number; done: () => void }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
-  | { kind: 'chaos'; action: () => void }
+  | { kind: 'chaos'; action: () => void | Promise<void> }
 
-interface Disk {
-  ownBlocks: Block[]
-  blocks: Block[]
-  commits: Array<{ anchorRound: number; ordered: readonly string[]; payloadIds: readonly string[] }>
-  /** Payload of each commit since the snapshot, for rebuilding the replica after a restart. */
-  batches: Array<{ anchorRound: number; frames: Uint8Array[] }>
-  /** The replica's checkpoint after the last batch a snapshot covered, as a relay keeps it. */
-  snapshot: unknown
-  /** Blocks of rounds below this were pruned. */
-  blocksFrom: number
-}
-
+/**
+ * One simulated relay machine: a real RelayNode over a simulated disk
+ * (MemoryKv), network and clock. The disk outlives crashes; the node and
+ * everything it held in memory do not.
+ */
 interface Host {
   readonly id: number
   readonly strategy: Strategy | null
   up: boolean
+  /** Bumped at each crash: timers, disk completions and messages of the node before it are void. */
   epoch: number
-  core: ConsensusCore
-  replica: ReliableReplica
-  readonly disk: Disk
-  readonly timers: Set<string>
-  /** Envelope ids in the order consensus committed them. */
-  committedIds: string[]
-  /** How many commits this relay made: its position in the canonical commit sequence. */
-  commits: number
-  anchors: number
-  /** Stable index → audit decisions digest, to compare across relays. */
-  readonly auditLog: string[]
-  readonly byzantine: ByzantineBehaviour | null
+  node: RelayNode
+  readonly kv: MemoryKv
+  receive: ((from: number, frame: Uint8Array) => void) | undefined
+  /** The latest consensus commit (anchor round) the checkers saw this relay store. */
+  checkedCommit: number
+  /** Stable index of this relay's latest attestation. */
+  stableIndex: number
+  /** Envelopes this relay attested a decision for. */
+  readonly decided: Set<string>
+  /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
+  accepted: Map<string, number>
 }
 
 /**
  * Verification memo shared by the simulated relays: the verdict is a pure
- * function of (key, message, signature), and without it four relays
- * re-verifying the same blocks dominate the run time.
+ * function of (key, message, signature), and without it every relay
+ * re-verifying the same blocks dominates the run time.
  */
 function simCrypto(memoize: boolean, counts: { signs: number; verifies: number }): SyncCrypto {
   const memo = new Map<string, boolean>()
@@ -185,185 +155,289 @@ function simCrypto(memoize: boolean, counts: { signs: number; verifies: number }
   }
 }
 
-export function runSimulation(options: SimOptions, workload: Workload): SimResult {
+type Puts = Map<string, Array<{ key: KvKey; value: Uint8Array }>>
+
+/** A relay's disk as the checkers watch it: every write's puts, by table, reported as the relay issues the write. */
+function observed(kv: MemoryKv, onWrite: (puts: Puts) => void): Kv {
+  let puts: Puts | undefined
+  return {
+    table<K extends KvKey>(name: string): KvTable<K> {
+      const t = kv.table<K>(name)
+      return {
+        get: (key) => t.get(key),
+        getRange: (range) => t.getRange(range),
+        getKeys: (range) => t.getKeys(range),
+        put(key, value) {
+          t.put(key, value)
+          let list = puts?.get(name)
+          if (puts && !list) puts.set(name, (list = []))
+          list?.push({ key, value })
+        },
+        remove: (key) => t.remove(key),
+      }
+    },
+    write(fn) {
+      const mine: Puts = new Map()
+      puts = mine
+      let written: Promise<void>
+      try {
+        written = kv.write(fn)
+      } finally {
+        puts = undefined
+      }
+      onWrite(mine)
+      return written
+    },
+    read: (fn) => kv.read(fn),
+    close: () => kv.close(),
+  }
+}
+
+/** Lets every promise the relays chained run to its end: only simulated events remain, so the order is the seed's. */
+const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+
+export function runSimulation(options: SimOptions, workload: Workload): Promise<SimResult> {
   return new Simulation(options, workload).run()
 }
 
+/**
+ * Runs RelayNode, the relay's production shell (event loop, consensus,
+ * audit, store, attestations, snapshots, checkpoints), N times over a
+ * seeded network with delays, loss and a partition, a disk that finishes
+ * writes when the seed says (and loses the unfinished ones at a crash),
+ * and simulated time. Byzantine relays are correct RelayNodes behind a
+ * misbehaving mesh, as `stead-relay --byzantine` runs them. The checkers
+ * read what each relay stored and attested, as its peers and clients would.
+ */
 class Simulation {
   private readonly rng: Rng
   private readonly net: Rng
+  private readonly disk: Rng
   private readonly cryptoCounts = { signs: 0, verifies: 0 }
   private readonly crypto: SyncCrypto
   private readonly queue = new EventQueue<Event>()
+  private readonly cluster: ClusterConfig
   private readonly committee: Committee
   private readonly secrets: Uint8Array[]
   private readonly hosts: Host[] = []
+  /** Every RelayNode the run made (restarts make new ones): their metrics add up. */
+  private readonly nodes: RelayNode[] = []
   private readonly f: number
+  private readonly log: Logger
   private now = 0
   private step = 0
-  private rejected = 0
-  private readonly rejectedReasons = new Map<string, number>()
-  private maxBlocks = 0
+  /** A relay's event loop failed (a broken invariant, a failed write): the run's violation. */
+  private fatal: Violation | undefined
 
-  /** Envelope verdicts by id: the same for every relay. */
-  private readonly envelopes = new Map<string, Envelope | SteadError>()
-  /** Global views the invariant checks compare against. */
-  private readonly canonicalOrder: string[] = []
-  /** Each commit (leader round and ordered blocks), in order, as the first correct relay made it. */
-  private readonly canonicalCommits: string[] = []
+  /** The consensus commits (ordered block digests, envelope ids) by anchor round, and their order, as the first correct relay stored them. */
+  private readonly canonicalCommits = new Map<number, string>()
+  private readonly commitOrder: number[] = []
+  private readonly commitIndex = new Map<number, number>()
   /** slot (round:author) → the block correct relays ordered for it: never two. */
   private readonly orderedSlots = new Map<string, string>()
-  private readonly auditCanon: string[] = []
-  private readonly stableHashes = new Map<number, string>()
-  /** When a correct relay first received each envelope (from a client or in a block). */
-  private readonly firstSeen = new Map<string, number>()
-  private readonly snapshots = new Map<number, string>()
-  private readonly retainRounds: number
-  private snapshotsTaken = 0
-  private prunedBlocks = 0
+  /** Attestation bytes by round, as the first correct relay signed them: the others must sign the same. */
+  private readonly canonicalAttestations = new Map<number, string>()
+  /** A client's replica replaying the attested commits: its state must hash to what was attested, and keep every invariant. */
+  private readonly checker = new ReliableReplica({ space: SPACE })
+  private checkerRound = 0
+  private readonly committedByChecker = new Set<string>()
+  private readonly decidedByChecker = new Set<string>()
+  private readonly envelopes = new Map<string, Envelope | SteadError>()
   private restartsFromSnapshot = 0
   private partitioned: Set<number> | null = null
-  private committedByAny = new Set<string>()
   private readonly honestIds: string[]
+  private readonly workloadEnvelopes: Map<string, Envelope>
   private readonly twinIds: Array<[string, string]>
+  /** When a correct relay first accepted each honest envelope. */
+  private readonly firstAccepted = new Map<string, number>()
 
   private readonly options: SimOptions
   private readonly workload: Workload
-  constructor(
-    options: SimOptions,
-    workload: Workload,
-  ) {
+  constructor(options: SimOptions, workload: Workload) {
     this.options = options
     this.workload = workload
-    this.retainRounds = Math.max(4 * GC_DEPTH, options.retainRounds ?? 0)
     this.rng = new Rng(options.seed)
     this.crypto = simCrypto(options.memoizeVerification ?? true, this.cryptoCounts)
     this.net = this.rng.fork()
+    this.disk = this.rng.fork()
     this.f = Math.floor((options.relays - 1) / 3)
     if (options.byzantine > this.f) throw new Error(`${options.byzantine} Byzantine relays exceed f = ${this.f} for N = ${options.relays}`)
     this.secrets = Array.from({ length: options.relays }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-${i}`)))
     const keys = this.secrets.map((s) => publicKeyOfSync(s))
     this.committee = options.weakQuorum ? { f: this.f, keys, directQuorum: 2 * this.f } : { f: this.f, keys }
+    this.cluster = {
+      f: this.f,
+      relays: keys.map((publicKey, i) => ({ id: `r${i}`, publicKey, mesh: '/memory/sim', api: 'sim:0' })),
+      spaces: new Map([[SPACE, {}]]),
+      openSpaces: false,
+      newSpacesPerKeyPerHour: 100,
+      // Checkpoints every few GC depths, so relays take them (and a relay left far behind can install one).
+      checkpointRounds: GC_DEPTH,
+    }
+    this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
+    this.workloadEnvelopes = new Map([...workload.honest.flat(), ...workload.twins.flat()].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
-      const strategy = i >= options.relays - options.byzantine ? options.strategy : null
-      const disk: Disk = { ownBlocks: [], blocks: [], commits: [], batches: [], snapshot: undefined, blocksFrom: 0 }
-      this.hosts.push({
+      const host: Host = {
         id: i,
-        strategy,
+        strategy: i >= options.relays - options.byzantine ? options.strategy : null,
         up: true,
         epoch: 0,
-        core: this.newCore(i),
-        replica: new ReliableReplica({ space: SPACE }),
-        disk,
-        timers: new Set(),
-        committedIds: [],
-        commits: 0,
-        anchors: 0,
-        auditLog: [],
-        byzantine: strategy
-          ? new ByzantineBehaviour(strategy, {
-              me: i,
-              committee: this.committee,
-              secretKey: this.secrets[i] as Uint8Array,
-              crypto: this.crypto,
-              samplePayload: () => (workload.honest[0]?.[0] ? encodeEnvelope(workload.honest[0][0]) : undefined),
-              conflictingPayload: (round) => {
-                const pair = workload.twins[round % Math.max(1, workload.twins.length)]
-                return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
-              },
-            })
-          : null,
-      })
+        node: undefined as unknown as RelayNode,
+        kv: new MemoryKv((done) => this.diskWrite(i, done)),
+        receive: undefined,
+        checkedCommit: 0,
+        stableIndex: 0,
+        decided: new Set(),
+        accepted: new Map(),
+      }
+      this.hosts.push(host)
     }
   }
 
-  run(): SimResult {
+  async run(): Promise<SimResult> {
     const { steps } = this.options
-    for (const h of this.hosts) this.handle(h, () => h.core.start())
-    this.scheduleClients()
-    this.planChaos()
-    /** Per relay: its commits when the run turned quiet, if it had work then (null: nothing owed). */
-    let progressMark: Array<number | null> | null = null
-    this.queue.push(this.duration * 0.7, {
-      kind: 'chaos',
-      // Progress is owed after the mark only by relays with work left: an idle cluster makes no rounds.
-      action: () => {
-        progressMark = this.hosts.map((h) => (h.core.busy || this.honestIds.some((id) => h.replica.isPending(id)) ? h.anchors : null))
-      },
-    })
     let violation: SimResult['violation']
     try {
+      for (const h of this.hosts) await this.boot(h)
+      this.scheduleClients()
+      this.planChaos()
+      /** Per relay: its commits when the run turned quiet, if it had work then (null: nothing owed). */
+      let progressMark: Array<number | null> | null = null
+      this.queue.push(this.duration * 0.7, {
+        kind: 'chaos',
+        // Progress is owed after the mark only by relays with work left: an idle cluster makes no rounds.
+        action: () => {
+          progressMark = this.hosts.map((h) => (h.up && h.node.busy ? this.commitsOf(h) : null))
+        },
+      })
       let lastRound = 0
+      const watchRounds = this.options.onRound !== undefined || this.options.untilRound !== undefined
       for (this.step = 0; this.step < steps; this.step++) {
-        const round = (this.hosts[0] as Host).core.currentRound
+        const round = watchRounds ? ((this.hosts[0] as Host).node.status().round as number) : 0
         if (round !== lastRound) {
           lastRound = round
           this.options.onRound?.(round)
-          if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || h.core.currentRound >= (this.options.untilRound as number))) break
+          if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || (h.node.status().round as number) >= (this.options.untilRound as number))) break
         }
         // Past the scenario, with every correct relay idle, only Byzantine relays' timers are left.
-        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || (!h.core.busy && h.replica.pendingCount === 0))) break
+        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy)) break
         const ev = this.queue.pop()
         if (!ev) break
         this.now = ev.at
-        this.dispatch(ev.item)
+        await this.dispatch(ev.item)
+        await settle()
+        if (this.fatal) throw this.fatal
       }
       this.finalChecks(progressMark)
     } catch (err) {
       if (!(err instanceof Violation)) throw err
       violation = { step: this.step, message: err.message }
     }
-    for (const h of this.hosts) trace(`${h.up ? '' : '(down) '}${h.strategy ?? ''} ${h.core.describe()}`)
     const correct = this.hosts.filter((h) => !h.strategy)
+    const rejected = new Map<string, number>()
+    let snapshots = 0
+    for (const node of this.nodes) {
+      for (const v of (await node.metrics.rejected.get()).values) rejected.set(String(v.labels['reason']), (rejected.get(String(v.labels['reason'])) ?? 0) + v.value)
+      for (const v of (await node.metrics.snapshots.get()).values) snapshots += v.value
+    }
     return {
       seed: this.options.seed,
       ok: violation === undefined,
       ...(violation ? { violation } : {}),
       steps: this.step,
       simulatedMs: Math.round(this.now),
-      rounds: this.hosts.map((h) => h.core.currentRound),
-      anchors: this.hosts.map((h) => h.anchors),
-      committedEnvelopes: Math.min(...correct.map((h) => h.replica.stableIndex)),
+      rounds: this.hosts.map((h) => h.node.status().round as number),
+      anchors: this.hosts.map((h) => this.commitsOf(h)),
+      committedEnvelopes: Math.min(...correct.map((h) => h.stableIndex)),
       honestEnvelopes: this.honestIds.length,
-      rejectedMessages: this.rejected,
-      rejectedReasons: Object.fromEntries([...this.rejectedReasons].sort()),
-      maxBlocksInMemory: this.maxBlocks,
-      snapshots: this.snapshotsTaken,
-      prunedBlocks: this.prunedBlocks,
+      rejectedMessages: [...rejected.values()].reduce((a, b) => a + b, 0),
+      rejectedReasons: Object.fromEntries([...rejected].sort()),
+      snapshots,
       restartsFromSnapshot: this.restartsFromSnapshot,
+      prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
     }
-  }
-
-  // ---- set-up ----
-
-  private newCore(id: number, recovered?: RecoveredState): ConsensusCore {
-    return new ConsensusCore(
-      {
-        committee: this.committee,
-        me: id,
-        secretKey: this.secrets[id] as Uint8Array,
-        crypto: this.crypto,
-        inspect: (frame) => this.inspect(frame),
-        leaderTimeoutMs: 300,
-        syncIntervalMs: 500,
-        gcDepth: GC_DEPTH,
-        maxRoundsAhead: 50,
-      },
-      recovered,
-    )
   }
 
   private get duration(): number {
     return this.options.durationMs ?? 20_000
   }
 
+  // ---- the machines ----
+
+  /** Starts a relay on what its disk holds (nothing at first): RelayNode.start, as a relay process does. */
+  private async boot(host: Host): Promise<void> {
+    const epoch = host.epoch
+    const clock: Clock = {
+      now: () => this.now,
+      setTimer: (ms, fire): Timer => {
+        const timer = { fire, cancelled: false }
+        this.queue.push(this.now + ms, { kind: 'timer', node: host.id, epoch, timer })
+        return { cancel: () => void (timer.cancelled = true) }
+      },
+    }
+    const mesh = {
+      start: async () => undefined,
+      stop: async () => undefined,
+      send: (to: number, frame: Uint8Array) => {
+        if (host.epoch === epoch) this.transmit(host.id, to, frame)
+      },
+      broadcast: (frame: Uint8Array) => {
+        for (let to = 0; to < this.options.relays; to++) if (to !== host.id && host.epoch === epoch) this.transmit(host.id, to, frame)
+      },
+      onFrame: (handler: (from: number, frame: Uint8Array) => void) => {
+        host.receive = handler
+      },
+      connectedPeers: () => this.hosts.filter((h) => h !== host && h.up && !this.cut(host.id, h.id)).map((h) => h.id),
+      queuedBytes: () => 0,
+    }
+    const secretKey = this.secrets[host.id] as Uint8Array
+    const conflictingPayload = (round: number): Uint8Array | undefined => {
+      const pair = this.workload.twins[round % Math.max(1, this.workload.twins.length)]
+      return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
+    }
+    host.node = new RelayNode({
+      cluster: this.cluster,
+      committee: this.committee,
+      me: host.id,
+      secretKey,
+      dataDir: `sim:r${host.id}`,
+      storage: observed(host.kv, (puts) => this.checkWrite(host, puts)),
+      clock,
+      crypto: this.crypto,
+      mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload }) : mesh,
+      logger: this.log.child({ relay: host.id, epoch }),
+      leaderTimeoutMs: 300,
+      syncIntervalMs: 500,
+      gcDepth: GC_DEPTH,
+      snapshotEveryBatches: SNAPSHOT_EVERY_BATCHES,
+      retention: { blockRounds: Math.max(4 * GC_DEPTH, this.options.retainRounds ?? 0) },
+      onFatal: (err) => {
+        this.fatal ??= err instanceof Violation ? err : new Violation(`relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}: ${err instanceof Error ? err.message : String(err)}`)
+      },
+    })
+    this.nodes.push(host.node)
+    host.up = true
+    host.accepted = new Map()
+    try {
+      await host.node.start()
+    } catch (err) {
+      throw new Violation(`relay ${host.id} could not start from its store: ${err instanceof Error ? err.message : String(err)}`)
+    }
+  }
+
+  /** The disk finishes each write after a short while, in order (MemoryKv resolves them in the order issued). */
+  private diskWrite(node: number, done: () => void): void {
+    const host = this.hosts[node] as Host
+    this.queue.push(this.now + 0.05 + this.disk.exp(0.5), { kind: 'disk', node, epoch: host.epoch, done })
+  }
+
   /** Crashes, restarts and partitions happen at times chosen by the seed, while clients are still submitting. */
   private planChaos(): void {
     const { crash, partition, relays, byzantine } = this.options
-    const at = (fraction: number, action: () => void) => this.queue.push(this.duration * fraction, { kind: 'chaos', action })
+    const at = (fraction: number, action: () => void | Promise<void>) => this.queue.push(this.duration * fraction, { kind: 'chaos', action })
     const correct = Array.from({ length: relays - byzantine }, (_, i) => i)
     // At most f relays are faulty at once: crashes are staggered when Byzantine relays already use the budget.
     const budget = Math.max(1, this.f - byzantine)
@@ -384,9 +458,39 @@ class Simulation {
       })
       at(0.45, () => {
         trace(`t=${this.now.toFixed(0)} heal`)
-        this.heal()
+        this.partitioned = null
       })
     }
+  }
+
+  /** A process killed: its memory and the writes its disk had not finished are gone. */
+  private crash(id: number): void {
+    const host = this.hosts[id] as Host
+    trace(`t=${this.now.toFixed(0)} crash ${id} (${host.kv.unwritten} writes lost)`)
+    host.up = false
+    host.epoch++
+    host.receive = undefined
+    host.kv.crash()
+  }
+
+  private async restart(id: number): Promise<void> {
+    const host = this.hosts[id] as Host
+    trace(`t=${this.now.toFixed(0)} restart ${id}`)
+    if (this.options.loseBatchesOnRestart) {
+      const batches = host.kv.table<[number, number]>('batches')
+      void host.kv.write(() => {
+        for (const key of [...batches.getKeys()]) batches.remove(key)
+      })
+    }
+    if (host.kv.table<string>('snapshot-head').get('head')) this.restartsFromSnapshot++
+    // The checkers go on from what its disk kept: what it lost, it must redo alike.
+    host.checkedCommit = 0
+    for (const anchor of host.kv.table<number>('commits').getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
+    const attestations = host.kv.table<[string, number, number]>('attestations')
+    for (const { value } of attestations.getRange({ start: [SPACE, Number.MAX_SAFE_INTEGER, 0], end: [SPACE, -1, 0], reverse: true, limit: 1 })) {
+      host.stableIndex = decodeAttestation((decode(value) as [[Uint8Array]])[0][0]).toIndex
+    }
+    await this.boot(host)
   }
 
   private scheduleClients(): void {
@@ -407,38 +511,30 @@ class Simulation {
 
   // ---- events ----
 
-  private dispatch(ev: Event): void {
+  private async dispatch(ev: Event): Promise<void> {
     switch (ev.kind) {
       case 'deliver': {
         const host = this.hosts[ev.to] as Host
-        if (!host.up) return
-        let message: Message
-        try {
-          message = decodeMessage(this.crypto, this.committee, ev.bytes)
-        } catch (err) {
-          if (!(err instanceof SteadError)) throw err
-          this.rejected++
-          return
-        }
-        if (message.kind === 'block' && message.block.header.round === TRACE_ROUND) {
-          const { author, ancestors } = message.block.header
-          trace(`t=${this.now.toFixed(0)} ${ev.from}->${ev.to} block of ${author} ${message.block.digestHex.slice(0, 6)} <- ${ancestors.map((a) => `${a.author}@${a.round}`).join(',')}`)
-        }
-        this.handle(host, () => host.core.onMessage(ev.from, message))
+        // A connection does not survive its end's crash: what was in flight to it is lost.
+        if (host.up && host.epoch === ev.epoch) host.receive?.(ev.from, ev.frame)
         return
       }
       case 'timer': {
         const host = this.hosts[ev.node] as Host
-        if (!host.up || host.epoch !== ev.epoch) return
-        host.timers.delete(`${ev.name}:${ev.round}`)
-        this.handle(host, () => host.core.onTimer(ev.name, ev.round))
+        if (host.up && host.epoch === ev.epoch && !ev.timer.cancelled) ev.timer.fire()
+        return
+      }
+      case 'disk': {
+        const host = this.hosts[ev.node] as Host
+        if (host.epoch !== ev.epoch) return
+        ev.done()
         return
       }
       case 'submit':
         this.submit(ev.client, ev.index, ev.attempt)
         return
       case 'chaos':
-        ev.action()
+        await ev.action()
         return
       case 'twin': {
         // The Byzantine client sends each twin to a different relay.
@@ -462,113 +558,30 @@ class Simulation {
   private deliverEnvelope(relay: number, env: Envelope): void {
     const host = this.hosts[relay] as Host
     if (!host.up) return
-    const frame = encodeEnvelope(env)
-    const info = this.inspect(frame)
-    if (info instanceof SteadError) return
-    // The relay forwards what it accepts to its subscribers at once: prospective state needs no order (G1).
-    let queued = false
-    this.handle(host, () => {
-      try {
-        const { status, outputs } = host.core.submit(frame, info)
-        queued = status === 'queued'
-        return outputs
-      } catch (err) {
-        if (!(err instanceof SteadError)) throw err
-        return []
-      }
-    })
-    if (queued) this.receiveProspective(host, env)
+    try {
+      const { status } = host.node.submit(encodeEnvelope(env), 'sim')
+      if (status !== 'queued') return
+      host.accepted.set(env.idHex, this.now)
+      if (!host.strategy && !this.firstAccepted.has(env.idHex)) this.firstAccepted.set(env.idHex, this.now)
+    } catch (err) {
+      if (!(err instanceof SteadError)) throw err
+    }
   }
 
   private committedByAll(idHex: string): boolean {
-    return this.hosts.every((h) => h.strategy || !h.up || h.replica.isPending(idHex) === false) && this.committedByAny.has(idHex)
+    return this.committedByChecker.has(idHex) && this.hosts.every((h) => h.strategy || !h.up || h.decided.has(idHex))
   }
 
-  // ---- a relay's outputs ----
-
-  /** Runs one core event; a broken core invariant is a violation of the run, with its step. */
-  private handle(host: Host, event: () => Output[]): void {
-    let outputs: Output[]
-    try {
-      outputs = event()
-    } catch (err) {
-      if (err instanceof ConsensusInvariantError) throw new Violation(`relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}: ${err.message}`)
-      throw err
-    }
-    for (const o of outputs) {
-      switch (o.type) {
-        case 'persist':
-          this.persist(host, o.record)
-          break
-        case 'send':
-          this.send(host, o.to, o.message)
-          break
-        case 'broadcast':
-          for (let to = 0; to < this.options.relays; to++) if (to !== host.id) this.send(host, to, o.message)
-          break
-        case 'timer': {
-          const key = `${o.name}:${o.round}`
-          if (host.timers.has(key)) break
-          host.timers.add(key)
-          this.queue.push(this.now + o.afterMs, { kind: 'timer', node: host.id, epoch: host.epoch, name: o.name, round: o.round })
-          break
-        }
-        case 'accepted':
-          for (const frame of o.block.header.payload) {
-            const env = this.envelopeOf(frame)
-            if (env) this.receiveProspective(host, env)
-          }
-          break
-        case 'expired':
-          for (const id of o.payloadIds) host.replica.discard(id)
-          break
-        case 'commit':
-          trace(`commit relay ${host.id} leader ${o.commit.leader}@${o.commit.anchorRound} ids ${o.commit.payloadIds.map((i) => i.slice(0, 6)).join(',')}`)
-          this.onCommit(host, o.commit)
-          break
-        case 'archive-request':
-          this.serveArchive(host, o.to, o.query)
-          break
-        case 'history-pruned':
-          // The liveness check then names this relay; the trace says why.
-          trace(`relay ${host.id} needs round ${o.needed}, peers keep blocks from ${o.keptFrom}`)
-          break
-        case 'rejected':
-          this.rejected++
-          this.rejectedReasons.set(o.reason, (this.rejectedReasons.get(o.reason) ?? 0) + 1)
-          trace(`relay ${host.id} rejected from ${o.from}: ${o.reason} ${o.detail}`)
-          break
-      }
-    }
-    const mem = host.core.memory.blocks
-    if (mem > this.maxBlocks) this.maxBlocks = mem
+  private cut(a: number, b: number): boolean {
+    return this.partitioned !== null && this.partitioned.has(a) !== this.partitioned.has(b)
   }
 
-  /** The simulated disk is durable the moment a record is written. */
-  private persist(host: Host, record: Extract<Output, { type: 'persist' }>['record']): void {
-    if (this.options.persist === false) return
-    switch (record.kind) {
-      case 'own-block':
-        host.disk.ownBlocks.push(record.block)
-        break
-      case 'block':
-        host.disk.blocks.push(record.block)
-        break
-      case 'commit':
-        host.disk.commits.push({ anchorRound: record.anchorRound, ordered: record.ordered, payloadIds: record.payloadIds })
-        break
-    }
-  }
-
-  private send(host: Host, to: number, message: Message): void {
-    for (const m of host.byzantine ? host.byzantine.outgoing(to, message) : [message]) this.transmit(host.id, to, m)
-  }
-
-  private transmit(from: number, to: number, message: Message): void {
+  private transmit(from: number, to: number, frame: Uint8Array): void {
     // A partition breaks connections: what crosses it is lost, and the
     // protocol's resends and catch-up have to repair the gap after it heals.
-    if (this.partitioned && this.partitioned.has(from) !== this.partitioned.has(to)) return
-    this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, bytes: encodeMessage(message) })
+    if (this.cut(from, to)) return
+    const receiver = this.hosts[to] as Host
+    this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, epoch: receiver.epoch, frame })
   }
 
   private delay(): number {
@@ -578,188 +591,117 @@ class Simulation {
     return d
   }
 
-  private heal(): void {
-    this.partitioned = null
-  }
+  // ---- checkers: what each relay stored and attested ----
 
-  /** An envelope reaches a relay's prospective state as soon as the relay has it (G1). */
-  private receiveProspective(host: Host, env: Envelope): void {
-    host.replica.receive(env)
-    if (!this.firstSeen.has(env.idHex)) this.firstSeen.set(env.idHex, this.now)
-  }
-
-  private onCommit(host: Host, commit: Commit): void {
-    const { anchorRound, payload, payloadIds: ids } = commit
-    host.anchors++
-    if (this.options.persist !== false) host.disk.batches.push({ anchorRound, frames: [...payload] })
-    if (!host.strategy) this.checkCommit(host, commit)
-    const batch: Envelope[] = []
-    for (const frame of payload) {
-      const env = this.envelopeOf(frame)
-      if (!env) throw new Violation(`relay ${host.id} committed an invalid envelope`)
-      batch.push(env)
-    }
-    this.audit(host, batch, anchorRound)
-    if (this.options.persist !== false && host.disk.batches.length >= SNAPSHOT_EVERY_BATCHES) this.snapshot(host)
+  /** What one write of a relay stores, as the checkers see it when the relay issues it (its disk may lose it at a crash: then the relay must redo it alike). */
+  private checkWrite(host: Host, puts: Puts): void {
     if (host.strategy) return
-    for (const id of ids) {
-      const i = host.committedIds.length
-      host.committedIds.push(id)
-      if (i < this.canonicalOrder.length) {
-        if (this.canonicalOrder[i] !== id) throw new Violation(`relay ${host.id} committed ${id.slice(0, 8)} at position ${i}, others ${this.canonicalOrder[i]?.slice(0, 8)}`)
-      } else this.canonicalOrder.push(id)
+    for (const { key, value } of puts.get('commits') ?? []) this.checkCommit(host, key as number, value)
+    const chunks = puts.get('attestation-chunks') ?? []
+    for (const { key, value } of puts.get('attestations') ?? []) {
+      const [space, fromIndex, round] = key as [string, number, number]
+      if (space !== SPACE) continue
+      const frames = chunks.filter((c) => (c.key as unknown[])[1] === fromIndex && (c.key as unknown[])[2] === round).flatMap((c) => decode(c.value) as Uint8Array[])
+      this.checkAttestation(host, value, frames)
     }
   }
 
   /**
-   * Correct relays make the same sequence of commits (same leader, same
-   * blocks in the same order) and never order two blocks of one slot.
+   * Correct relays store the same sequence of commits (same blocks in the
+   * same order, same envelopes) and never order two blocks of one slot.
    */
-  private checkCommit(host: Host, commit: Commit): void {
-    const line = `${commit.leader}@${commit.anchorRound}:${commit.blocks.map((b) => b.digestHex.slice(0, 12)).join(',')}`
-    const i = host.commits++
-    if (i < this.canonicalCommits.length) {
-      if (this.canonicalCommits[i] !== line) throw new Violation(`relay ${host.id} commit ${i} is ${line.slice(0, 80)}, another relay's ${this.canonicalCommits[i]?.slice(0, 80)}`)
-    } else this.canonicalCommits.push(line)
-    for (const b of commit.blocks) {
-      const slot = `${b.round}:${b.author}`
+  private checkCommit(host: Host, anchor: number, value: Uint8Array): void {
+    const [ordered, payloadIds] = decode(value) as [string[], string[]]
+    const line = `${ordered.join(',')}|${payloadIds.join(',')}`
+    const seen = this.canonicalCommits.get(anchor)
+    if (seen === undefined) {
+      // A new commit must follow the last one every relay agrees on: no relay skips a commit another made.
+      const last = this.commitOrder.at(-1) ?? 0
+      if (host.checkedCommit !== last) throw new Violation(`relay ${host.id} committed at round ${anchor} after ${host.checkedCommit}, but another relay's next commit after ${host.checkedCommit} was ${this.nextCommit(host.checkedCommit)}`)
+      this.canonicalCommits.set(anchor, line)
+      this.commitIndex.set(anchor, this.commitOrder.length)
+      this.commitOrder.push(anchor)
+    } else {
+      if (seen !== line) throw new Violation(`relay ${host.id} commit at round ${anchor} is ${line.slice(0, 80)}, another relay's ${seen.slice(0, 80)}`)
+      const expected = this.nextCommit(host.checkedCommit)
+      if (expected !== anchor) throw new Violation(`relay ${host.id} committed at round ${anchor} after ${host.checkedCommit}; the others' next commit was at ${expected}`)
+    }
+    const slots = host.kv.table<string>('block-digests')
+    for (const digest of ordered) {
+      const where = slots.get(digest)
+      if (!where) throw new Violation(`relay ${host.id} committed block ${digest.slice(0, 8)} at round ${anchor} without storing it`)
+      const [round, author] = decode(where) as [number, number]
+      const slot = `${round}:${author}`
       const owner = this.orderedSlots.get(slot)
-      if (owner !== undefined && owner !== b.digestHex) throw new Violation(`two blocks of relay ${b.author} round ${b.round} were ordered (${owner.slice(0, 8)} and ${b.digestHex.slice(0, 8)})`)
-      this.orderedSlots.set(slot, b.digestHex)
+      if (owner !== undefined && owner !== digest) throw new Violation(`two blocks of relay ${author} round ${round} were ordered (${owner.slice(0, 8)} and ${digest.slice(0, 8)})`)
+      this.orderedSlots.set(slot, digest)
     }
-    // The checker's memory stays bounded on long soaks: slots far below every correct relay's commits can go.
-    if (this.orderedSlots.size > 20_000) {
-      const horizon = Math.min(...this.hosts.filter((h) => !h.strategy).map((h) => h.core.committedRound)) - 4 * GC_DEPTH
-      for (const [slot] of this.orderedSlots) if (Number(slot.slice(0, slot.indexOf(':'))) < horizon) this.orderedSlots.delete(slot)
-    }
+    host.checkedCommit = anchor
   }
 
-  private audit(host: Host, batch: Envelope[], anchorRound: number): void {
-    const result = host.replica.commit(batch, anchorRound)
-    trace(`audit relay ${host.id} batch ${batch.map((e) => e.authorId.slice(0, 4) + ':' + e.seq).join(',')} -> index ${host.replica.stableIndex} ${result.decisions.map((d) => d.kind + ':' + d.env.authorId.slice(0, 4) + ':' + d.env.seq).join(',')}`)
-    if (host.strategy) return
-    for (const d of result.decisions) {
-      if (d.kind === 'superseded') continue
-      const line = d.kind === 'committed' ? `${d.index}:${d.env.idHex}:${JSON.stringify(d.units)}` : `drop:${d.env.idHex}:${d.reason}`
-      const i = host.auditLog.length
-      host.auditLog.push(line)
-      if (i < this.auditCanon.length) {
-        if (this.auditCanon[i] !== line) throw new Violation(`relay ${host.id} audit decision ${i} differs: ${line.slice(0, 60)} vs ${this.auditCanon[i]?.slice(0, 60)}`)
-      } else this.auditCanon.push(line)
-      if (d.kind === 'committed') this.committedByAny.add(d.env.idHex)
-    }
-    for (const key of host.replica.keys()) {
-      if (host.replica.stable(key)?.invariantsHold() === false) throw new Violation(`relay ${host.id}: stable ${key} breaks its invariant`)
-    }
-    // G2 is about the stable state (objects and sequence numbers): the audit state also holds
-    // envelopes parked behind a gap, which a commit can change without moving the index.
-    const hash = toHex(nodeCrypto.sha256(encode(host.replica.stableSnapshot())))
-    const seen = this.stableHashes.get(host.replica.stableIndex)
-    if (seen !== undefined && seen !== hash) {
-      trace(`mine:   ${JSON.stringify(host.replica.stableSnapshot())}\nearlier: ${this.snapshots.get(host.replica.stableIndex)}`)
-      throw new Violation(`relay ${host.id}: stable state at index ${host.replica.stableIndex} differs from another relay's`)
-    }
-    if (TRACE) this.snapshots.set(host.replica.stableIndex, JSON.stringify(host.replica.stableSnapshot()))
-    this.stableHashes.set(host.replica.stableIndex, hash)
+  /** Commits a relay made, as its store shows them: its position in the sequence every correct relay makes. */
+  private commitsOf(host: Host): number {
+    return host.checkedCommit === 0 ? 0 : (this.commitIndex.get(host.checkedCommit) ?? -1) + 1
   }
 
-  private serveArchive(host: Host, to: number, query: ArchiveQuery): void {
-    if ('fromRound' in query && query.fromRound < host.disk.blocksFrom) this.send(host, to, { kind: 'pruned', keptFrom: host.disk.blocksFrom })
-    const wanted = 'digests' in query ? new Set(query.digests) : null
-    const blocks = [...host.disk.blocks, ...host.disk.ownBlocks]
-      .filter((b) => (wanted ? wanted.has(b.digestHex) : b.header.round >= (query as { fromRound: number }).fromRound && b.header.round <= (query as { toRound: number }).toRound))
-      .sort((a, b) => a.header.round - b.header.round)
-      .slice(0, SYNC_BATCH)
-    if (blocks.length) this.send(host, to, { kind: 'blocks', blocks })
-  }
-
-
-  // ---- crashes ----
-
-  private crash(id: number): void {
-    const host = this.hosts[id] as Host
-    trace(`t=${this.now.toFixed(0)} crash ${id}`)
-    host.up = false
-    host.epoch++
-    host.timers.clear()
+  private nextCommit(after: number): number | undefined {
+    return after === 0 ? this.commitOrder[0] : this.commitOrder[(this.commitIndex.get(after) ?? Infinity) + 1]
   }
 
   /**
-   * What a relay's store does with each snapshot (RelayStore.writeSnapshot): the
-   * replica's checkpoint replaces the batches before it, commit records more than
-   * 2 * gcDepth rounds back go, and so do blocks older than the retention window.
+   * Correct relays sign the same attestation for each commit of the space
+   * (same decisions, same stable index and state hash, same chain), and a
+   * client replaying the attested commits reaches that state, keeping every
+   * invariant.
    */
-  private snapshot(host: Host): void {
-    const disk = host.disk
-    disk.snapshot = host.replica.checkpoint()
-    disk.batches = []
-    const committed = host.core.committedRound
-    disk.commits = disk.commits.filter((c) => c.anchorRound >= committed - 2 * GC_DEPTH)
-    const keepFrom = committed - this.retainRounds
-    disk.blocksFrom = Math.max(disk.blocksFrom, keepFrom)
-    const before = disk.blocks.length + disk.ownBlocks.length
-    disk.blocks = disk.blocks.filter((b) => b.header.round >= keepFrom)
-    // The own block of the latest round stays: a restarted relay must not sign that round again.
-    const latestOwn = disk.ownBlocks.at(-1)
-    disk.ownBlocks = disk.ownBlocks.filter((b) => b.header.round >= keepFrom || b === latestOwn)
-    this.prunedBlocks += before - disk.blocks.length - disk.ownBlocks.length
-    this.snapshotsTaken++
+  private checkAttestation(host: Host, value: Uint8Array, frames: readonly Uint8Array[]): void {
+    const [[bytes]] = decode(value) as [[Uint8Array, Uint8Array], number]
+    const a = decodeAttestation(bytes)
+    const hex = toHex(bytes)
+    const seen = this.canonicalAttestations.get(a.round)
+    if (seen === undefined) {
+      if (a.prevRound !== this.checkerRound) throw new Violation(`relay ${host.id} attested round ${a.round} after round ${a.prevRound}, but the space's last attested commit was at round ${this.checkerRound}`)
+      this.canonicalAttestations.set(a.round, hex)
+      this.replay(host, a.round, frames, a.toIndex, toHex(a.stateHash))
+    } else if (seen !== hex) {
+      throw new Violation(`relay ${host.id} attested round ${a.round} (stable index ${a.fromIndex} -> ${a.toIndex}) differently from another relay`)
+    }
+    for (const d of a.decisions) host.decided.add(toHex(d[0]))
+    host.stableIndex = a.toIndex
   }
 
-  private restart(id: number): void {
-    const host = this.hosts[id] as Host
-    trace(`t=${this.now.toFixed(0)} restart ${id}`)
-    const recovered: RecoveredState = { ownBlocks: host.disk.ownBlocks, blocks: host.disk.blocks, commits: host.disk.commits }
-    host.core = this.newCore(id, recovered)
-    // The stable state is the snapshot plus the batches committed after it, as in RelayNode.start.
-    const open = (signed: Signed): Envelope => {
-      const env = this.openSigned(signed)
-      if (env instanceof SteadError) throw env
+  /** The checker replica applies one attested commit, as a client does, and must reach the attested state. */
+  private replay(host: Host, round: number, frames: readonly Uint8Array[], toIndex: number, stateHash: string): void {
+    const batch = frames.map((frame) => {
+      const env = this.envelopeOf(frame)
+      if (env instanceof SteadError) throw new Violation(`relay ${host.id} attested a commit carrying an invalid envelope (${env.reason})`)
       return env
+    })
+    const result = this.checker.commit(batch, round)
+    this.checkerRound = round
+    for (const d of result.decisions) {
+      if (d.kind === 'committed') this.committedByChecker.add(d.env.idHex)
+      if (d.kind !== 'superseded') this.decidedByChecker.add(d.env.idHex)
     }
-    host.replica = host.disk.snapshot === undefined ? new ReliableReplica({ space: SPACE }) : ReliableReplica.restore({ space: SPACE }, host.disk.snapshot, open)
-    if (host.disk.snapshot !== undefined) this.restartsFromSnapshot++
-    if (!this.options.skipSuffixOnRestart) for (const b of host.disk.batches) host.replica.commit(b.frames.map((f) => this.envelopeOf(f) as Envelope), b.anchorRound)
-    host.up = true
-    this.handle(host, () => host.core.start())
-  }
-
-  // ---- envelopes ----
-
-  private inspect(frame: Uint8Array): PayloadInfo | SteadError {
-    const env = this.open(frame)
-    if (env instanceof SteadError) return env
-    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
-  }
-
-  private envelopeOf(frame: Uint8Array): Envelope | undefined {
-    const env = this.open(frame)
-    return env instanceof SteadError ? undefined : env
-  }
-
-  private open(frame: Uint8Array): Envelope | SteadError {
-    let signed
-    try {
-      signed = asSigned(decode(frame))
-    } catch (err) {
-      if (err instanceof SteadError) return err
-      throw err
+    const hash = toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b)))
+    if (this.checker.stableIndex !== toIndex || hash !== stateHash) {
+      throw new Violation(`relay ${host.id} attested stable index ${toIndex} with state ${stateHash.slice(0, 8)} at round ${round}; replaying the attested commits gives ${this.checker.stableIndex} with ${hash.slice(0, 8)}`)
     }
-    return this.openSigned(signed)
+    for (const key of this.checker.keys()) {
+      if (this.checker.stable(key)?.invariantsHold() === false) throw new Violation(`stable ${key} breaks its invariant after round ${round}`)
+    }
   }
 
-  private openSigned(signed: Signed): Envelope | SteadError {
-    const id = toHex(nodeCrypto.sha256(signed.bytes)) + toHex(signed.sig)
-    let v = this.envelopes.get(id)
+  private envelopeOf(frame: Uint8Array): Envelope | SteadError {
+    let v = this.envelopes.get(toHex(nodeCrypto.sha256(frame)))
     if (v === undefined) {
       try {
-        v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: verifySync }, signed)
-        if (v.space !== SPACE) v = new SteadError('unauthorized', `envelope for space ${v.space}`)
+        v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: (pk, msg, sig) => this.crypto.verify(pk, msg, sig) }, asSigned(decode(frame)))
       } catch (err) {
         if (!(err instanceof SteadError)) throw err
         v = err
       }
-      this.envelopes.set(id, v)
+      this.envelopes.set(toHex(nodeCrypto.sha256(frame)), v)
     }
     return v
   }
@@ -770,27 +712,25 @@ class Simulation {
     const correct = this.hosts.filter((h) => !h.strategy && h.up)
     for (const h of correct) {
       const mark = progressMark?.[h.id]
-      if (mark !== undefined && mark !== null && h.anchors <= mark) throw new Violation(`relay ${h.id} had work but made no progress after the network healed (${h.anchors} commits)`)
+      if (mark !== undefined && mark !== null && this.commitsOf(h) <= mark) throw new Violation(`relay ${h.id} had work but made no progress after the network healed (${this.commitsOf(h)} commits)`)
     }
-    // G5: every accepted block is referenced by later blocks until a leader orders it, so by the end every
-    // envelope a correct relay received is decided and its prospective state equals its stable state.
+    // G7: what a correct relay accepted from a client before the quiet period is decided by the end, and every
+    // honest update its client kept resubmitting is committed.
     const quietFrom = this.duration * 0.7
+    // A relay may drop an envelope whose slot another one took in the stable order (the twin of a Byzantine client).
+    const twinOf = new Map(this.twinIds.flatMap(([a, b]) => [[a, b], [b, a]] as const))
     for (const h of correct) {
-      // Envelopes first seen in the last 30% may still be on their way to an anchor.
-      // Those behind a sequence gap wait (at most gapWaitCommits rounds) by design.
-      const stale = h.replica.pendingEnvelopes().filter((e) => (this.firstSeen.get(e.idHex) ?? 0) < quietFrom && e.seq <= h.replica.nextSeq(e.authorId))
-      if (stale.length) throw new Violation(`relay ${h.id} never decided ${stale.length} envelope(s) it received before the quiet period, e.g. ${stale[0]?.authorId}:${stale[0]?.seq}`)
-      if (h.replica.pendingCount > 0) continue
-      for (const key of h.replica.keys()) {
-        const norm = (v: unknown) => JSON.stringify(Array.isArray(v) ? [...v].map(String).sort() : v)
-        if (norm(h.replica.value(key)) !== norm(h.replica.stableValue(key))) {
-          throw new Violation(`relay ${h.id}: prospective ${key} = ${norm(h.replica.value(key))} but stable = ${norm(h.replica.stableValue(key))}`)
-        }
-      }
+      // Nor is an envelope behind a gap in its author's sequence decided until the gap fills or its wait runs out.
+      const owed = [...h.accepted].filter(([id, at]) => {
+        const env = this.workloadEnvelopes.get(id) as Envelope
+        return at < quietFrom && !h.decided.has(id) && !this.decidedByChecker.has(twinOf.get(id) ?? '') && env.seq <= this.checker.nextSeq(env.authorId)
+      })
+      if (owed.length) throw new Violation(`relay ${h.id} never decided ${owed.length} envelope(s) clients sent it before the quiet period, e.g. ${owed[0]?.[0].slice(0, 8)} (${this.honestIds.includes(owed[0]?.[0] ?? '') ? 'honest' : 'a twin'}, ${this.decidedByChecker.has(owed[0]?.[0] ?? '') ? 'decided' : 'undecided'} in the stable order)`)
     }
+    const lost = this.honestIds.filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decidedByChecker.has(id))
+    if (lost.length) throw new Violation(`${lost.length} honest envelope(s) accepted before the quiet period were never decided, e.g. ${lost[0]?.slice(0, 8)}`)
     for (const [a, b] of this.twinIds) {
-      if (this.committedByAny.has(a) && this.committedByAny.has(b)) throw new Violation(`both conflicting envelopes ${a.slice(0, 8)} and ${b.slice(0, 8)} entered the stable history`)
+      if (this.committedByChecker.has(a) && this.committedByChecker.has(b)) throw new Violation(`both conflicting envelopes ${a.slice(0, 8)} and ${b.slice(0, 8)} entered the stable history`)
     }
   }
 }
-

@@ -116,10 +116,14 @@ export class ByzantineBehaviour {
  * knows. (Test tooling; frames are decoded again here, which a real relay
  * would never spend time on.)
  */
-export function byzantineMesh(inner: Mesh, strategy: ByzantineStrategy, ctx: Pick<ByzantineContext, 'me' | 'committee' | 'secretKey' | 'crypto'>): Mesh {
+export function byzantineMesh(
+  inner: Mesh,
+  strategy: ByzantineStrategy,
+  ctx: Pick<ByzantineContext, 'me' | 'committee' | 'secretKey' | 'crypto'> & Partial<Pick<ByzantineContext, 'conflictingPayload'>>,
+): Mesh {
   /** A client envelope to put in twin blocks: the first one seen in a block either way. */
   let sample: Uint8Array | undefined
-  const behaviour = new ByzantineBehaviour(strategy, { ...ctx, samplePayload: () => sample, conflictingPayload: () => undefined })
+  const behaviour = new ByzantineBehaviour(strategy, { conflictingPayload: () => undefined, ...ctx, samplePayload: () => sample })
   const notice = (frame: Uint8Array): Message | undefined => {
     try {
       const message = decodeMessage(ctx.crypto, ctx.committee, frame)
