@@ -73,6 +73,8 @@ export interface SimResult {
   /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */
   readonly snapshots: number
   readonly restartsFromSnapshot: number
+  /** Relays that fell behind their peers' retention and started over from a checkpoint. */
+  readonly checkpointInstalls: number
   readonly prunedBelowRound: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
 }
@@ -155,11 +157,21 @@ function simCrypto(memoize: boolean, counts: { signs: number; verifies: number }
   }
 }
 
-type Puts = Map<string, Array<{ key: KvKey; value: Uint8Array }>>
+/** What one write put and removed, by table. */
+interface Written {
+  readonly puts: Map<string, Array<{ key: KvKey; value: Uint8Array }>>
+  readonly removes: Map<string, KvKey[]>
+}
 
-/** A relay's disk as the checkers watch it: every write's puts, by table, reported as the relay issues the write. */
-function observed(kv: MemoryKv, onWrite: (puts: Puts) => void): Kv {
-  let puts: Puts | undefined
+/** A relay's disk as the checkers watch it: every write's puts and removes, by table, reported as the relay issues the write. */
+function observed(kv: MemoryKv, onWrite: (written: Written) => void): Kv {
+  let current: Written | undefined
+  const log = <T>(into: Map<string, T[]> | undefined, name: string, item: T): void => {
+    if (!into) return
+    let list = into.get(name)
+    if (!list) into.set(name, (list = []))
+    list.push(item)
+  }
   return {
     table<K extends KvKey>(name: string): KvTable<K> {
       const t = kv.table<K>(name)
@@ -169,24 +181,25 @@ function observed(kv: MemoryKv, onWrite: (puts: Puts) => void): Kv {
         getKeys: (range) => t.getKeys(range),
         put(key, value) {
           t.put(key, value)
-          let list = puts?.get(name)
-          if (puts && !list) puts.set(name, (list = []))
-          list?.push({ key, value })
+          log(current?.puts, name, { key, value })
         },
-        remove: (key) => t.remove(key),
+        remove(key) {
+          t.remove(key)
+          log(current?.removes, name, key)
+        },
       }
     },
     write(fn) {
-      const mine: Puts = new Map()
-      puts = mine
-      let written: Promise<void>
+      const mine: Written = { puts: new Map(), removes: new Map() }
+      current = mine
+      let durable: Promise<void>
       try {
-        written = kv.write(fn)
+        durable = kv.write(fn)
       } finally {
-        puts = undefined
+        current = undefined
       }
       onWrite(mine)
-      return written
+      return durable
     },
     read: (fn) => kv.read(fn),
     close: () => kv.close(),
@@ -244,6 +257,7 @@ class Simulation {
   private readonly decidedByChecker = new Set<string>()
   private readonly envelopes = new Map<string, Envelope | SteadError>()
   private restartsFromSnapshot = 0
+  private installs = 0
   private partitioned: Set<number> | null = null
   private readonly honestIds: string[]
   private readonly workloadEnvelopes: Map<string, Envelope>
@@ -356,6 +370,7 @@ class Simulation {
       rejectedReasons: Object.fromEntries([...rejected].sort()),
       snapshots,
       restartsFromSnapshot: this.restartsFromSnapshot,
+      checkpointInstalls: this.installs,
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
     }
@@ -404,7 +419,7 @@ class Simulation {
       me: host.id,
       secretKey,
       dataDir: `sim:r${host.id}`,
-      storage: observed(host.kv, (puts) => this.checkWrite(host, puts)),
+      storage: observed(host.kv, (written) => this.checkWrite(host, written)),
       clock,
       crypto: this.crypto,
       mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload }) : mesh,
@@ -594,10 +609,28 @@ class Simulation {
   // ---- checkers: what each relay stored and attested ----
 
   /** What one write of a relay stores, as the checkers see it when the relay issues it (its disk may lose it at a crash: then the relay must redo it alike). */
-  private checkWrite(host: Host, puts: Puts): void {
+  private checkWrite(host: Host, { puts, removes }: Written): void {
     if (host.strategy) return
+    const removedCommits = removes.get('commits') ?? []
+    if (removedCommits.length && (host.checkedCommit === 0 || removedCommits.includes(host.checkedCommit))) {
+      // It started over from a checkpoint its peers vouch for: its commit records are now the
+      // checkpoint's window, which every other correct relay made; it goes on from there.
+      for (const { key, value } of puts.get('commits') ?? []) {
+        const [ordered, payloadIds] = decode(value) as [string[], string[]]
+        const seen = this.canonicalCommits.get(key as number)
+        if (seen !== undefined && seen !== `${ordered.join(',')}|${payloadIds.join(',')}`) throw new Violation(`relay ${host.id} started over from a checkpoint whose commit at round ${String(key)} differs from the one correct relays made`)
+        if (seen === undefined) throw new Violation(`relay ${host.id} started over from a checkpoint with a commit at round ${String(key)} that no correct relay made`)
+        host.checkedCommit = Math.max(host.checkedCommit, key as number)
+      }
+      trace(`t=${this.now.toFixed(0)} relay ${host.id} started over from a checkpoint at round ${host.checkedCommit}`)
+      // What clients handed it before is in the checkpoint's state or is theirs to resubmit.
+      host.accepted.clear()
+      this.installs++
+      return
+    }
     for (const { key, value } of puts.get('commits') ?? []) this.checkCommit(host, key as number, value)
     const chunks = puts.get('attestation-chunks') ?? []
+    // (A write's attestations follow its commits: see RelayStore.write.)
     for (const { key, value } of puts.get('attestations') ?? []) {
       const [space, fromIndex, round] = key as [string, number, number]
       if (space !== SPACE) continue

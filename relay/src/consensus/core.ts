@@ -443,7 +443,7 @@ export class ConsensusCore {
       // Either a flood or we fell far behind (a restart, a partition): pull the rounds we
       // missed, then blocks this far ahead fit again. Dropped unread (not even verified):
       // being behind is not the sender's fault, and the pull brings the block again.
-      if (this.pulling === null) this.pull(from, this.neededRound(), out)
+      if (this.pulling === null) this.pull(this.keeperOf(from, this.neededRound()), this.neededRound(), out)
       return
     }
     // Skipped when it came (see needsVerification), but taken now: the clock moved meanwhile.
@@ -458,7 +458,7 @@ export class ConsensusCore {
       if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
       if (fetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: fetch.map(fromHex) } })
       // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
-      if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(from, this.dag.clockRound, out)
+      if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(this.keeperOf(from, this.dag.clockRound), this.dag.clockRound, out)
       return
     }
     this.acceptChain(from, block, out)
@@ -755,6 +755,20 @@ export class ConsensusCore {
     const past = [...this.prunedPeers.values()].filter((r) => r > needed).sort((a, b) => a - b)
     const f = this.n - this.rule.quorum
     return past.length > f ? (past[past.length - 1 - f] as number) : null
+  }
+
+  /**
+   * `peer`, unless it said it keeps no blocks of `round` any more: then the
+   * next peer that did not say so (asking it again would bring the same
+   * 'pruned' answer, round trip after round trip, and never the f+1 that
+   * tell this relay to fetch a checkpoint).
+   */
+  private keeperOf(peer: number, round: number): number {
+    for (let i = 0; i < this.n; i++) {
+      const p = (peer + i) % this.n
+      if (p !== this.me && (this.prunedPeers.get(p) ?? 0) <= round) return p
+    }
+    return peer
   }
 
   /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
