@@ -88,30 +88,88 @@ export class LmdbKv implements Kv {
 interface Entry {
   readonly order: Buffer
   readonly key: KvKey
-  value: Uint8Array
+  readonly value: Uint8Array
 }
 
 /** A key's bytes in LMDB's order. */
 const order = (key: KvKey): Buffer => toBufferKey(key as OrderedKey)
 
-/** One write not yet durable: how to undo it, and who waits for it. */
+/** One put (with its value) or remove (without) of a write. */
+interface Op {
+  readonly table: string
+  readonly order: Buffer
+  readonly key: KvKey
+  readonly value?: Uint8Array
+}
+
+/** One write not yet durable: what it does, and who waits for it. */
 interface PendingWrite {
-  readonly undo: Array<() => void>
+  readonly ops: readonly Op[]
   durable: boolean
   readonly resolve: () => void
 }
 
+/** Where `order` is in sorted `entries`, or where it would go. */
+function find(entries: readonly Entry[], key: Buffer): { at: number; found: boolean } {
+  let lo = 0
+  let hi = entries.length
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1
+    if (Buffer.compare((entries[mid] as Entry).order, key) < 0) lo = mid + 1
+    else hi = mid
+  }
+  return { at: lo, found: lo < entries.length && Buffer.compare((entries[lo] as Entry).order, key) === 0 }
+}
+
+function apply(entries: Entry[], op: Op): void {
+  const { at, found } = find(entries, op.order)
+  if (op.value === undefined) {
+    if (found) entries.splice(at, 1)
+  } else if (found) entries[at] = { order: op.order, key: op.key, value: op.value }
+  else entries.splice(at, 0, { order: op.order, key: op.key, value: op.value })
+}
+
+function range(entries: readonly Entry[], r: KeyRange<KvKey>): Entry[] {
+  const out: Entry[] = []
+  const limit = r.limit ?? Infinity
+  const end = r.end === undefined ? undefined : order(r.end)
+  if (!r.reverse) {
+    for (let i = r.start === undefined ? 0 : find(entries, order(r.start)).at; i < entries.length && out.length < limit; i++) {
+      const e = entries[i] as Entry
+      if (end && Buffer.compare(e.order, end) >= 0) break
+      out.push(e)
+    }
+    return out
+  }
+  let i = entries.length - 1
+  if (r.start !== undefined) {
+    const { at, found } = find(entries, order(r.start))
+    i = found ? at : at - 1
+  }
+  for (; i >= 0 && out.length < limit; i--) {
+    const e = entries[i] as Entry
+    if (end && Buffer.compare(e.order, end) <= 0) break
+    out.push(e)
+  }
+  return out
+}
+
 /**
- * A Kv in memory with a disk the owner drives: each write applies at once
- * (reads see it) and resolves when `persist` says it reached the disk, in
- * the order issued; `crash()` undoes every write not yet durable, as a
- * process killed mid-write loses them. Without `persist`, writes are
- * durable at once.
+ * A Kv in memory with a disk the owner drives. Each write resolves when
+ * `persist` says it reached the disk, in the order issued; `crash()` loses
+ * every write not yet durable, as a process killed mid-write does. As in
+ * LMDB, a write sees every write issued before it, and a read outside a
+ * write sees only what is durable. Without `persist`, writes are durable at
+ * once.
  */
 export class MemoryKv implements Kv {
-  private readonly tables = new Map<string, Entry[]>()
+  /** Every write issued, durable or not: what a write sees. */
+  private live = new Map<string, Entry[]>()
+  /** What the disk holds: what a read outside a write sees. */
+  private readonly durable = new Map<string, Entry[]>()
   private readonly pending: PendingWrite[] = []
-  private undo: Array<() => void> | undefined
+  /** The ops of the write running now (undefined outside `write`). */
+  private ops: Op[] | undefined
   private readonly persist: (done: () => void) => void
 
   /** `persist(done)` is called once per write; calling `done` puts that write on the disk. */
@@ -119,100 +177,51 @@ export class MemoryKv implements Kv {
     this.persist = persist
   }
 
+  private entries(view: Map<string, Entry[]>, name: string): Entry[] {
+    let entries = view.get(name)
+    if (!entries) view.set(name, (entries = []))
+    return entries
+  }
+
   table<K extends KvKey>(name: string): KvTable<K> {
-    let entries = this.tables.get(name)
-    if (!entries) this.tables.set(name, (entries = []))
-    const table = entries
-    const find = (order: Buffer): { at: number; found: boolean } => {
-      let lo = 0
-      let hi = table.length
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1
-        if (Buffer.compare((table[mid] as Entry).order, order) < 0) lo = mid + 1
-        else hi = mid
-      }
-      return { at: lo, found: lo < table.length && Buffer.compare((table[lo] as Entry).order, order) === 0 }
-    }
-    const range = (r: KeyRange<K>): Entry[] => {
-      const out: Entry[] = []
-      const limit = r.limit ?? Infinity
-      if (!r.reverse) {
-        let i = r.start === undefined ? 0 : find(order(r.start)).at
-        const end = r.end === undefined ? undefined : order(r.end)
-        for (; i < table.length && out.length < limit; i++) {
-          const e = table[i] as Entry
-          if (end && Buffer.compare(e.order, end) >= 0) break
-          out.push(e)
-        }
-      } else {
-        let i = table.length - 1
-        if (r.start !== undefined) {
-          const { at, found } = find(order(r.start))
-          i = found ? at : at - 1
-        }
-        const end = r.end === undefined ? undefined : order(r.end)
-        for (; i >= 0 && out.length < limit; i--) {
-          const e = table[i] as Entry
-          if (end && Buffer.compare(e.order, end) <= 0) break
-          out.push(e)
-        }
-      }
-      return out
-    }
-    const writing = (): Array<() => void> => {
-      if (!this.undo) throw new Error(`MemoryKv: a put or remove on table ${name} outside write()`)
-      return this.undo
+    const view = (): Entry[] => this.entries(this.ops ? this.live : this.durable, name)
+    const change = (key: K, value?: Uint8Array): void => {
+      if (!this.ops) throw new Error(`MemoryKv: a put or remove on table ${name} outside write()`)
+      const op: Op = value === undefined ? { table: name, order: order(key), key } : { table: name, order: order(key), key, value }
+      this.ops.push(op)
+      apply(this.entries(this.live, name), op)
     }
     return {
       get: (key) => {
-        const { at, found } = find(order(key))
-        return found ? (table[at] as Entry).value : undefined
+        const entries = view()
+        const { at, found } = find(entries, order(key))
+        return found ? (entries[at] as Entry).value : undefined
       },
-      getRange: (r = {}) => range(r).map((e) => ({ key: e.key as K, value: e.value })),
-      getKeys: (r = {}) => range(r).map((e) => e.key as K),
-      put: (key, value) => {
-        const undo = writing()
-        const bytes = order(key)
-        const { at, found } = find(bytes)
-        if (found) {
-          const e = table[at] as Entry
-          const before = e.value
-          e.value = value
-          undo.push(() => void (e.value = before))
-        } else {
-          const e: Entry = { order: bytes, key, value }
-          table.splice(at, 0, e)
-          undo.push(() => void table.splice(table.indexOf(e), 1))
-        }
-      },
-      remove: (key) => {
-        const undo = writing()
-        const { at, found } = find(order(key))
-        if (!found) return
-        const [e] = table.splice(at, 1) as [Entry]
-        undo.push(() => void table.splice(find(e.order).at, 0, e))
-      },
+      getRange: (r = {}) => range(view(), r).map((e) => ({ key: e.key as K, value: e.value })),
+      getKeys: (r = {}) => range(view(), r).map((e) => e.key as K),
+      put: (key, value) => change(key, value),
+      remove: (key) => change(key),
     }
   }
 
   write(fn: () => void): Promise<void> {
-    const undo: Array<() => void> = []
-    this.undo = undo
+    const ops: Op[] = []
+    this.ops = ops
     try {
       fn()
     } catch (err) {
-      for (const u of undo.reverse()) u()
+      // Aborted: nothing of it stays.
+      this.rebuildLive()
       return Promise.reject(err)
     } finally {
-      this.undo = undefined
+      this.ops = undefined
     }
     return new Promise((resolve) => {
-      const w: PendingWrite = { undo, durable: false, resolve }
+      const w: PendingWrite = { ops, durable: false, resolve }
       this.pending.push(w)
       this.persist(() => {
         w.durable = true
-        // The disk keeps the order writes were issued in: a write is durable once every earlier one is.
-        while (this.pending[0]?.durable) (this.pending.shift() as PendingWrite).resolve()
+        this.settle()
       })
     })
   }
@@ -226,9 +235,31 @@ export class MemoryKv implements Kv {
     return this.pending.length
   }
 
-  /** Loses every write not yet durable, newest first; their promises never resolve. */
+  /** Loses every write not yet durable; their promises never resolve. */
   crash(): void {
-    for (const w of this.pending.splice(0).reverse()) for (const u of w.undo.reverse()) u()
+    this.pending.splice(0)
+    this.rebuildLive()
+  }
+
+  /** The disk catches up: every write issued is durable now. */
+  flush(): void {
+    for (const w of this.pending) w.durable = true
+    this.settle()
+  }
+
+  /** The disk keeps the order writes were issued in: a write is durable once it and every earlier one are. */
+  private settle(): void {
+    while (this.pending[0]?.durable) {
+      const done = this.pending.shift() as PendingWrite
+      for (const op of done.ops) apply(this.entries(this.durable, op.table), op)
+      done.resolve()
+    }
+  }
+
+  /** What writes see: the disk, then every write still pending on it. */
+  private rebuildLive(): void {
+    this.live = new Map([...this.durable].map(([name, entries]) => [name, [...entries]]))
+    for (const w of this.pending) for (const op of w.ops) apply(this.entries(this.live, op.table), op)
   }
 
   async close(): Promise<void> {}

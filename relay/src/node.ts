@@ -268,7 +268,7 @@ export class RelayNode {
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
     this.meshBacklog = this.committee.keys.map(() => 0)
-    this.serveBudget = this.committee.keys.map(() => new Bucket(SERVE_RATE))
+    this.serveBudget = this.committee.keys.map(() => new Bucket(SERVE_RATE, () => this.clock.now()))
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
@@ -613,7 +613,7 @@ export class RelayNode {
 
   /** Whether consensus has work: envelopes to order, or blocks or leader slots not decided yet. An idle relay makes no rounds. */
   get busy(): boolean {
-    return this.core.busy
+    return this.core?.busy ?? false
   }
 
   /** The numbers readiness is judged on (see health.ts), now. */
@@ -1190,7 +1190,7 @@ export class RelayNode {
     if (cached) return cached.verdict
     let v: Envelope | SteadError
     try {
-      v = openEnvelopeSync({ sha256: (d) => this.crypto.sha256(d), verify: this.recovering ? () => true : this.crypto.verify }, signed)
+      v = openEnvelopeSync({ sha256: (d) => this.crypto.sha256(d), verify: this.recovering ? () => true : (pk, message, sig) => this.crypto.verify(pk, message, sig) }, signed)
     } catch (err) {
       v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
     }

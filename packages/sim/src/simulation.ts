@@ -3,10 +3,13 @@ import {
   SteadError,
   asSigned,
   decode,
+  attestedDecision,
   decodeAttestation,
+  encode,
   encodeEnvelope,
   openEnvelopeSync,
   toHex,
+  type AttestedDecision,
   type Envelope,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
@@ -75,6 +78,10 @@ export interface SimResult {
   readonly restartsFromSnapshot: number
   /** Relays that fell behind their peers' retention and started over from a checkpoint. */
   readonly checkpointInstalls: number
+  /** Writes crashes lost: issued, not yet on disk. */
+  readonly lostWrites: number
+  /** Whether the run ended with the cluster idle (not on the step limit): the end-of-run checks all ran. */
+  readonly endedIdle: boolean
   readonly prunedBelowRound: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
 }
@@ -122,8 +129,10 @@ interface Host {
   checkedCommit: number
   /** Stable index of this relay's latest attestation. */
   stableIndex: number
-  /** Envelopes this relay attested a decision for. */
+  /** Envelopes this relay attested a decision for (what its disk kept of them, after a crash). */
   readonly decided: Set<string>
+  /** A crash waits for this relay's next write, to lose it. */
+  crashAtNextWrite: boolean
   /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
   accepted: Map<string, number>
 }
@@ -163,7 +172,7 @@ interface Written {
   readonly removes: Map<string, KvKey[]>
 }
 
-/** A relay's disk as the checkers watch it: every write's puts and removes, by table, reported as the relay issues the write. */
+/** A relay's disk as the checkers watch it: every write's puts and removes, by table, reported inside the write as the relay issues it. */
 function observed(kv: MemoryKv, onWrite: (written: Written) => void): Kv {
   let current: Written | undefined
   const log = <T>(into: Map<string, T[]> | undefined, name: string, item: T): void => {
@@ -191,15 +200,17 @@ function observed(kv: MemoryKv, onWrite: (written: Written) => void): Kv {
     },
     write(fn) {
       const mine: Written = { puts: new Map(), removes: new Map() }
-      current = mine
-      let durable: Promise<void>
-      try {
-        durable = kv.write(fn)
-      } finally {
-        current = undefined
-      }
-      onWrite(mine)
-      return durable
+      // Checked inside the write, where reads see it (outside, only what is durable): a write that
+      // fails is not checked, and a violation aborts it.
+      return kv.write(() => {
+        current = mine
+        try {
+          fn()
+        } finally {
+          current = undefined
+        }
+        onWrite(mine)
+      })
     },
     read: (fn) => kv.read(fn),
     close: () => kv.close(),
@@ -258,6 +269,7 @@ class Simulation {
   private readonly envelopes = new Map<string, Envelope | SteadError>()
   private restartsFromSnapshot = 0
   private installs = 0
+  private lostWrites = 0
   private partitioned: Set<number> | null = null
   private readonly honestIds: string[]
   private readonly workloadEnvelopes: Map<string, Envelope>
@@ -304,6 +316,7 @@ class Simulation {
         checkedCommit: 0,
         stableIndex: 0,
         decided: new Set(),
+        crashAtNextWrite: false,
         accepted: new Map(),
       }
       this.hosts.push(host)
@@ -313,6 +326,7 @@ class Simulation {
   async run(): Promise<SimResult> {
     const { steps } = this.options
     let violation: SimResult['violation']
+    let endedIdle = false
     try {
       for (const h of this.hosts) await this.boot(h)
       this.scheduleClients()
@@ -327,7 +341,6 @@ class Simulation {
         },
       })
       let lastRound = 0
-      let endedIdle = false
       const watchRounds = this.options.onRound !== undefined || this.options.untilRound !== undefined
       for (this.step = 0; this.step < steps; this.step++) {
         const round = watchRounds ? ((this.hosts[0] as Host).node.status().round as number) : 0
@@ -378,6 +391,8 @@ class Simulation {
       snapshots,
       restartsFromSnapshot: this.restartsFromSnapshot,
       checkpointInstalls: this.installs,
+      lostWrites: this.lostWrites,
+      endedIdle,
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
     }
@@ -453,7 +468,10 @@ class Simulation {
   /** The disk finishes each write after a short while, in order (MemoryKv resolves them in the order issued). */
   private diskWrite(node: number, done: () => void): void {
     const host = this.hosts[node] as Host
-    this.queue.push(this.now + 0.05 + this.disk.exp(0.5), { kind: 'disk', node, epoch: host.epoch, done })
+    // Usually fast, sometimes a sync stalls (and every write after it waits): crashes then lose writes.
+    const latency = 0.05 + this.disk.exp(0.5) + (this.disk.chance(0.05) ? 20 + this.disk.exp(30) : 0)
+    this.queue.push(this.now + latency, { kind: 'disk', node, epoch: host.epoch, done })
+    if (host.crashAtNextWrite) this.queue.push(this.now, { kind: 'chaos', action: () => this.crash(node) })
   }
 
   /** Crashes, restarts and partitions happen at times chosen by the seed, while clients are still submitting. */
@@ -467,7 +485,9 @@ class Simulation {
       const victim = correct[(this.rng.int(0, correct.length - 1) + i) % correct.length] as number
       const slot = Math.floor(i / budget)
       const span = 0.4 / Math.ceil(crash / budget)
-      at(0.1 + slot * span + this.rng.next() * span * 0.3, () => this.crash(victim))
+      // Half the crashes wait for a write in flight, so that they lose it.
+      const midWrite = this.rng.chance(0.5)
+      at(0.1 + slot * span + this.rng.next() * span * 0.3, () => this.crash(victim, midWrite))
       at(0.1 + slot * span + span * 0.8, () => this.restart(victim))
     }
     if (partition) {
@@ -486,9 +506,16 @@ class Simulation {
   }
 
   /** A process killed: its memory and the writes its disk had not finished are gone. */
-  private crash(id: number): void {
+  private crash(id: number, midWrite = false): void {
     const host = this.hosts[id] as Host
+    if (!host.up) return
+    if (midWrite && host.kv.unwritten === 0) {
+      host.crashAtNextWrite = true
+      return
+    }
+    host.crashAtNextWrite = false
     trace(`t=${this.now.toFixed(0)} crash ${id} (${host.kv.unwritten} writes lost)`)
+    this.lostWrites += host.kv.unwritten
     host.up = false
     host.epoch++
     host.receive = undefined
@@ -497,20 +524,29 @@ class Simulation {
 
   private async restart(id: number): Promise<void> {
     const host = this.hosts[id] as Host
+    // A crash still waiting for a write when its restart is due never happened.
+    host.crashAtNextWrite = false
+    if (host.up) return
     trace(`t=${this.now.toFixed(0)} restart ${id}`)
+    // A new process: nothing sent to the one before reaches it.
+    host.epoch++
     if (this.options.loseBatchesOnRestart) {
       const batches = host.kv.table<[number, number]>('batches')
       void host.kv.write(() => {
         for (const key of [...batches.getKeys()]) batches.remove(key)
       })
+      host.kv.flush()
     }
     if (host.kv.table<string>('snapshot-head').get('head')) this.restartsFromSnapshot++
     // The checkers go on from what its disk kept: what it lost, it must redo alike.
     host.checkedCommit = 0
     for (const anchor of host.kv.table<number>('commits').getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
-    const attestations = host.kv.table<[string, number, number]>('attestations')
-    for (const { value } of attestations.getRange({ start: [SPACE, Number.MAX_SAFE_INTEGER, 0], end: [SPACE, -1, 0], reverse: true, limit: 1 })) {
-      host.stableIndex = decodeAttestation((decode(value) as [[Uint8Array]])[0][0]).toIndex
+    host.decided.clear()
+    host.stableIndex = 0
+    for (const { value } of host.kv.table<[string, number, number]>('attestations').getRange({ start: [SPACE, 0, 0], end: [SPACE, Number.MAX_SAFE_INTEGER, 0] })) {
+      const a = decodeAttestation((decode(value) as [[Uint8Array]])[0][0])
+      for (const d of a.decisions) host.decided.add(toHex(d[0]))
+      host.stableIndex = a.toIndex
     }
     await this.boot(host)
   }
@@ -603,6 +639,7 @@ class Simulation {
     // protocol's resends and catch-up have to repair the gap after it heals.
     if (this.cut(from, to)) return
     const receiver = this.hosts[to] as Host
+    if (!receiver.up) return
     this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, epoch: receiver.epoch, frame })
   }
 
@@ -690,7 +727,7 @@ class Simulation {
     if (seen === undefined) {
       if (a.prevRound !== this.checkerRound) throw new Violation(`relay ${host.id} attested round ${a.round} after round ${a.prevRound}, but the space's last attested commit was at round ${this.checkerRound}`)
       this.canonicalAttestations.set(a.round, hex)
-      this.replay(host, a.round, frames, a.toIndex, toHex(a.stateHash))
+      this.replay(host, a.round, frames, a.toIndex, toHex(a.stateHash), a.decisions)
     } else if (seen !== hex) {
       throw new Violation(`relay ${host.id} attested round ${a.round} (stable index ${a.fromIndex} -> ${a.toIndex}) differently from another relay`)
     }
@@ -699,7 +736,7 @@ class Simulation {
   }
 
   /** The checker replica applies one attested commit, as a client does, and must reach the attested state. */
-  private replay(host: Host, round: number, frames: readonly Uint8Array[], toIndex: number, stateHash: string): void {
+  private replay(host: Host, round: number, frames: readonly Uint8Array[], toIndex: number, stateHash: string, decisions: readonly AttestedDecision[]): void {
     const batch = frames.map((frame) => {
       const env = this.envelopeOf(frame)
       if (env instanceof SteadError) throw new Violation(`relay ${host.id} attested a commit carrying an invalid envelope (${env.reason})`)
@@ -707,6 +744,9 @@ class Simulation {
     })
     const result = this.checker.commit(batch, round)
     this.checkerRound = round
+    // G4 and the audit: what the relays attest is what the audit decides (at most one of two twins committed).
+    const decided = toHex(encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))))
+    if (decided !== toHex(encode(decisions))) throw new Violation(`relay ${host.id} attested decisions at round ${round} that the audit does not make`)
     for (const d of result.decisions) {
       if (d.kind === 'committed') this.committedByChecker.add(d.env.idHex)
       if (d.kind !== 'superseded') this.decidedByChecker.add(d.env.idHex)
@@ -761,10 +801,11 @@ class Simulation {
       })
       if (owed.length) throw new Violation(`relay ${h.id} never decided ${owed.length} envelope(s) clients sent it before the quiet period, e.g. ${owed[0]?.[0].slice(0, 8)} (${this.decidedByChecker.has(owed[0]?.[0] ?? '') ? 'decided' : 'undecided'} in the stable order)`)
     }
-    const lost = this.honestIds.filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decidedByChecker.has(id))
-    if (lost.length) throw new Violation(`${lost.length} honest envelope(s) accepted before the quiet period were never decided, e.g. ${lost[0]?.slice(0, 8)}`)
+    // G4 of the audit itself (the relays attest what it decides, checked at each commit): of two twins, at most one committed.
     for (const [a, b] of this.twinIds) {
       if (this.committedByChecker.has(a) && this.committedByChecker.has(b)) throw new Violation(`both conflicting envelopes ${a.slice(0, 8)} and ${b.slice(0, 8)} entered the stable history`)
     }
+    const lost = this.honestIds.filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decidedByChecker.has(id))
+    if (lost.length) throw new Violation(`${lost.length} honest envelope(s) accepted before the quiet period were never decided, e.g. ${lost[0]?.slice(0, 8)}`)
   }
 }

@@ -123,7 +123,7 @@ export function byzantineMesh(
 ): Mesh {
   /** A client envelope to put in twin blocks: the first one seen in a block either way. */
   let sample: Uint8Array | undefined
-  const behaviour = new ByzantineBehaviour(strategy, { conflictingPayload: () => undefined, ...ctx, samplePayload: () => sample })
+  const behaviour = new ByzantineBehaviour(strategy, { ...ctx, conflictingPayload: ctx.conflictingPayload ?? (() => undefined), samplePayload: () => sample })
   const notice = (frame: Uint8Array): Message | undefined => {
     try {
       const message = decodeMessage(ctx.crypto, ctx.committee, frame)
