@@ -341,6 +341,7 @@ export class RelayNode {
       throw err
     }
     this.options.mesh.onFrame((from, frame) => this.onFrame(from, frame))
+    this.options.mesh.onPeerConnected((peer) => this.enqueue(() => this.core.onPeerConnected(peer)))
     await this.options.mesh.start()
     this.enqueue(() => this.core.start())
   }

@@ -146,6 +146,7 @@ class Hub {
         for (let i = 0; i < n; i++) if (i !== me) deliver(i, frame)
       },
       onFrame: (handler) => void this.handlers.set(me, handler),
+      onPeerConnected: () => {},
       connectedPeers: () => [...this.handlers.keys()].filter((i) => i !== me),
       queuedBytes: () => 0,
     }

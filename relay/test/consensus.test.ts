@@ -103,7 +103,7 @@ describe('mesh messages', () => {
 describe('Byzantine behaviour as a mesh decorator', () => {
   it('equivocate: odd peers get a twin of each own block, even peers the block, peer 0 both; the twins form their own chain', async () => {
     const sent: Array<{ to: number; message: Message }> = []
-    const inner = { start: async () => {}, send: (to: number, frame: Uint8Array) => void sent.push({ to, message: decodeMessage(crypto, committee, frame) }), broadcast: () => {}, onFrame: () => {}, connectedPeers: () => [], queuedBytes: () => 0, stop: async () => {} }
+    const inner = { start: async () => {}, send: (to: number, frame: Uint8Array) => void sent.push({ to, message: decodeMessage(crypto, committee, frame) }), broadcast: () => {}, onFrame: () => {}, onPeerConnected: () => {}, connectedPeers: () => [], queuedBytes: () => 0, stop: async () => {} }
     const mesh = byzantineMesh(inner, 'equivocate', { me: 3, committee, secretKey: secrets[3]!, crypto })
     const { r1 } = smallDag()
     const frame = await envelope(1)
@@ -346,6 +346,52 @@ describe('consensus core', () => {
     const mine = records[3]!
     cores = [...cores.slice(0, 3), core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })]
     route(3, cores[3]!.start())
+    run()
+    expect(cores[3]!.committedRound).toBe(cores[0]!.committedRound)
+    expect(commits[3]).toEqual(commits[0])
+  })
+
+  it('a relay cut off while the others committed and went idle catches up once the connections open again', async () => {
+    const cores = [0, 1, 2, 3].map((i) => core(i))
+    const commits: string[][] = [[], [], [], []]
+    let cut = -1
+    const inbox: Array<{ from: number; out: Output }> = []
+    const route = (from: number, outs: Output[]) => {
+      if (from !== cut) for (const o of outs) inbox.push({ from, out: o })
+    }
+    const deliver = (to: number, from: number, message: Message) => {
+      if (to !== cut) route(to, cores[to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(message))))
+    }
+    const run = () => {
+      for (let steps = 0; inbox.length; steps++) {
+        expect(steps).toBeLessThan(50_000)
+        const { from, out } = inbox.shift()!
+        if (out.type === 'send') deliver(out.to, from, out.message)
+        else if (out.type === 'broadcast') {
+          for (let to = 0; to < 4; to++) if (to !== from) deliver(to, from, out.message)
+        } else if (out.type === 'commit') commits[from]!.push(...out.commit.payloadIds)
+        else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
+      }
+    }
+    const first = await envelope(1)
+    route(0, cores[0]!.submit(first, inspect(first) as PayloadInfo).outputs)
+    run()
+    expect(commits[3]).toHaveLength(1)
+    // A partition: relay 3 hears nothing while the others commit two more envelopes and go idle.
+    cut = 3
+    for (let seq = 2; seq <= 3; seq++) {
+      const f = await envelope(seq)
+      route(seq % 3, cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+    }
+    run()
+    expect(commits[0]).toHaveLength(3)
+    expect(cores.every((c) => !c.busy)).toBe(true)
+    // It heals: the connections open again, and nobody has anything to do.
+    cut = -1
+    for (let i = 0; i < 3; i++) {
+      route(i, cores[i]!.onPeerConnected(3))
+      route(3, cores[3]!.onPeerConnected(i))
+    }
     run()
     expect(cores[3]!.committedRound).toBe(cores[0]!.committedRound)
     expect(commits[3]).toEqual(commits[0])

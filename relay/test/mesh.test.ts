@@ -434,12 +434,15 @@ describe('libp2p mesh', () => {
     expect(left - read).toBeLessThan(32 * 1024 * 1024)
   })
 
-  test('an unreachable peer is redialed with backoff until it comes up', async () => {
+  test('an unreachable peer is redialed with backoff until it comes up, and the relay hears when it is connected', async () => {
     const members = await makeCommittee(2)
     const { mesh: m0, logs } = makeMesh(members, 0)
+    const opened: number[] = []
+    m0.onPeerConnected((peer) => opened.push(peer))
     await m0.start()
     m0.send(1, u32(1))
     await sleep(400) // several failed dials
+    expect(opened).toEqual([])
     expect(logs.filter((l) => /dial failed/.test(l.msg ?? '')).length).toBe(1) // logged once per outage
     // Member 1 comes up as a passive node that never dials: only m0's redial can connect them.
     const passive = await rawNode(members[1]!.seed, members[1]!.multiaddr)
@@ -456,6 +459,8 @@ describe('libp2p mesh', () => {
     await waitFor(() => got.length === 2, 'frames at the passive peer')
     expect(got).toEqual([1, 2])
     expect(logs.some((l) => /peer reconnected/.test(l.msg ?? ''))).toBe(true)
+    // The relay hears of the connection (its consensus sends its latest block again).
+    expect(opened).toEqual([1])
   })
 
   test('stop() resolves promptly while redials are pending and start() afterwards is refused', async () => {

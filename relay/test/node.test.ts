@@ -38,6 +38,7 @@ function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof 
     },
     broadcast: () => spoken.push('broadcast'),
     onFrame: () => undefined,
+    onPeerConnected: () => {},
     connectedPeers: () => [],
     queuedBytes: () => 0,
   }
@@ -62,6 +63,7 @@ function clusterMember(say: Partial<Pick<Mesh, 'send' | 'broadcast'>> = {}): { n
     broadcast: () => undefined,
     ...say,
     onFrame: (h) => (handler = h),
+    onPeerConnected: () => {},
     connectedPeers: () => [1, 2, 3],
     queuedBytes: () => 0,
   }

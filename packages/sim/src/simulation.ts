@@ -107,6 +107,7 @@ type Event =
   | { kind: 'deliver'; from: number; to: number; epoch: number; frame: Uint8Array }
   | { kind: 'timer'; node: number; epoch: number; timer: { fire: () => void; cancelled: boolean } }
   | { kind: 'disk'; node: number; epoch: number; done: () => void }
+  | { kind: 'connect'; node: number; epoch: number; peer: number }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
   | { kind: 'chaos'; action: () => void | Promise<void> }
@@ -125,6 +126,7 @@ interface Host {
   node: RelayNode
   readonly kv: MemoryKv
   receive: ((from: number, frame: Uint8Array) => void) | undefined
+  connected: ((peer: number) => void) | undefined
   /** The latest consensus commit (anchor round) the checkers saw this relay store. */
   checkedCommit: number
   /** Stable index of this relay's latest attestation. */
@@ -313,6 +315,7 @@ class Simulation {
         node: undefined as unknown as RelayNode,
         kv: new MemoryKv((done) => this.diskWrite(i, done)),
         receive: undefined,
+        connected: undefined,
         checkedCommit: 0,
         stableIndex: 0,
         decided: new Set(),
@@ -427,6 +430,9 @@ class Simulation {
       onFrame: (handler: (from: number, frame: Uint8Array) => void) => {
         host.receive = handler
       },
+      onPeerConnected: (handler: (peer: number) => void) => {
+        host.connected = handler
+      },
       connectedPeers: () => this.hosts.filter((h) => h !== host && h.up && !this.cut(host.id, h.id)).map((h) => h.id),
       queuedBytes: () => 0,
     }
@@ -463,6 +469,14 @@ class Simulation {
     } catch (err) {
       throw new Violation(`relay ${host.id} could not start from its store: ${err instanceof Error ? err.message : String(err)}`)
     }
+    for (const peer of this.hosts) if (peer !== host && peer.up) this.connect(host, peer)
+  }
+
+  /** Two relays' connections (one each way) open after a network delay; each tells its relay. */
+  private connect(a: Host, b: Host): void {
+    if (this.cut(a.id, b.id)) return
+    this.queue.push(this.now + this.delay(), { kind: 'connect', node: a.id, epoch: a.epoch, peer: b.id })
+    this.queue.push(this.now + this.delay(), { kind: 'connect', node: b.id, epoch: b.epoch, peer: a.id })
   }
 
   /** The disk finishes each write after a short while, in order (MemoryKv resolves them in the order issued). */
@@ -501,6 +515,7 @@ class Simulation {
       at(0.45, () => {
         trace(`t=${this.now.toFixed(0)} heal`)
         this.partitioned = null
+        for (const a of this.hosts) for (const b of this.hosts) if (group.has(a.id) && !group.has(b.id) && a.up && b.up) this.connect(a, b)
       })
     }
   }
@@ -519,6 +534,7 @@ class Simulation {
     host.up = false
     host.epoch++
     host.receive = undefined
+    host.connected = undefined
     host.kv.crash()
   }
 
@@ -580,6 +596,11 @@ class Simulation {
       case 'timer': {
         const host = this.hosts[ev.node] as Host
         if (host.up && host.epoch === ev.epoch && !ev.timer.cancelled) ev.timer.fire()
+        return
+      }
+      case 'connect': {
+        const host = this.hosts[ev.node] as Host
+        if (host.up && host.epoch === ev.epoch) host.connected?.(ev.peer)
         return
       }
       case 'disk': {

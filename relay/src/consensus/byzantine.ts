@@ -150,6 +150,7 @@ export function byzantineMesh(
         handler(from, frame)
       })
     },
+    onPeerConnected: (h) => inner.onPeerConnected(h),
     connectedPeers: () => inner.connectedPeers(),
     queuedBytes: () => inner.queuedBytes(),
     stop: () => inner.stop(),

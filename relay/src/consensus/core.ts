@@ -284,6 +284,18 @@ export class ConsensusCore {
   }
 
   /**
+   * The connection to `peer` opened again (after a partition, or a restart
+   * on either side): what we sent it meanwhile is lost, and an idle cluster
+   * sends nothing more. Our latest block goes to it again, so a peer that
+   * fell behind learns how far we are and pulls the rest, even when nobody
+   * has work (it would otherwise miss the last commits until new work came).
+   */
+  onPeerConnected(peer: number): Output[] {
+    const own = this.ownBlocks.get(this.lastProposed)
+    return own && peer !== this.me ? [{ type: 'send', to: peer, message: { kind: 'block', block: own } }] : []
+  }
+
+  /**
    * Queues a client envelope the shell has verified. Returns 'duplicate' for
    * one already queued or ordered, 'conflict' when another envelope holds its
    * author+seq, and throws SteadError('rate-limited') when the queue is full.

@@ -147,6 +147,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
   const committee = new Map<string, number>()
   let node: Libp2p | undefined
   let handler: ((from: number, frame: Uint8Array) => void) | undefined
+  let connectedHandler: ((peer: number) => void) | undefined
   let starting: Promise<void> | undefined
   let stopping: Promise<void> | undefined
   let stopped = false
@@ -302,6 +303,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       // We never expect data on our outbound stream; drop anything a peer sends.
       s.addEventListener('message', () => {})
       scheduleFlush(p)
+      connectedHandler?.(p.index)
     } catch (err) {
       p.dialing = false // before scheduleRedial, which skips peers being dialed
       if (!stopped) {
@@ -536,6 +538,9 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     },
     onFrame(h) {
       handler = h
+    },
+    onPeerConnected(h) {
+      connectedHandler = h
     },
     connectedPeers() {
       const out: number[] = []

@@ -14,6 +14,12 @@ export interface Mesh {
   broadcast(frame: Uint8Array): void
   /** Registers the receiver of every frame from an authenticated peer. */
   onFrame(handler: (from: number, frame: Uint8Array) => void): void
+  /**
+   * Registers who hears that the connection to a peer opened or opened
+   * again: frames sent from now on reach it, and some sent before may not
+   * have (a partition, a restart on either side).
+   */
+  onPeerConnected(handler: (peer: number) => void): void
   /** Peers with an open connection right now. */
   connectedPeers(): number[]
   /** Bytes queued towards peers and not yet handed to a connection. */
