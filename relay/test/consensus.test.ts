@@ -48,6 +48,36 @@ async function envelope(seq: number): Promise<Uint8Array> {
   return encodeEnvelope(env)
 }
 
+/** Four cores wired directly, one output at a time; relay `down` hears nothing and says nothing. */
+function wired(cores: ConsensusCore[]) {
+  const w = {
+    cores,
+    commits: [[], [], [], []] as string[][],
+    records: [[], [], [], []] as PersistRecord[][],
+    down: -1,
+    inbox: [] as Array<{ from: number; out: Output }>,
+    route(from: number, outs: Output[]): void {
+      if (from !== w.down) for (const o of outs) w.inbox.push({ from, out: o })
+    },
+    deliver(to: number, from: number, message: Message): void {
+      if (to !== w.down) w.route(to, w.cores[to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(message))))
+    },
+    run(): void {
+      for (let steps = 0; w.inbox.length; steps++) {
+        expect(steps).toBeLessThan(50_000)
+        const { from, out } = w.inbox.shift()!
+        if (out.type === 'send') w.deliver(out.to, from, out.message)
+        else if (out.type === 'broadcast') {
+          for (let to = 0; to < 4; to++) if (to !== from) w.deliver(to, from, out.message)
+        } else if (out.type === 'commit') w.commits[from]!.push(...out.commit.payloadIds)
+        else if (out.type === 'persist') w.records[from]!.push(out.record)
+        else if (out.type === 'timer' && w.cores[from]!.busy) w.route(from, w.cores[from]!.onTimer(out.name, out.round))
+      }
+    },
+  }
+  return w
+}
+
 const blocksSent = (out: Output[]) => out.flatMap((o) => (o.type === 'broadcast' && o.message.kind === 'block' ? [o.message.block] : []))
 const persisted = (out: Output[]) => out.flatMap((o) => (o.type === 'persist' ? [o.record] : []))
 
@@ -305,96 +335,54 @@ describe('consensus core', () => {
   })
 
   it('a relay that restarts behind an idle cluster is told where the cluster is, and catches up without new work', async () => {
-    let cores = [0, 1, 2, 3].map((i) => core(i))
-    const records: PersistRecord[][] = [[], [], [], []]
-    const commits: string[][] = [[], [], [], []]
-    let down = -1
-    const inbox: Array<{ from: number; out: Output }> = []
-    const route = (from: number, outs: Output[]) => {
-      if (from !== down) for (const o of outs) inbox.push({ from, out: o })
-    }
-    const deliver = (to: number, from: number, message: Message) => {
-      if (to !== down) route(to, cores[to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(message))))
-    }
-    const run = () => {
-      for (let steps = 0; inbox.length; steps++) {
-        expect(steps).toBeLessThan(50_000)
-        const { from, out } = inbox.shift()!
-        if (out.type === 'send') deliver(out.to, from, out.message)
-        else if (out.type === 'broadcast') {
-          for (let to = 0; to < 4; to++) if (to !== from) deliver(to, from, out.message)
-        } else if (out.type === 'commit') commits[from]!.push(...out.commit.payloadIds)
-        else if (out.type === 'persist') records[from]!.push(out.record)
-        else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
-      }
-    }
+    const w = wired([0, 1, 2, 3].map((i) => core(i)))
     const frame = await envelope(1)
-    route(0, cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
-    run()
-    expect(commits[3]).toHaveLength(1)
+    w.route(0, w.cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
+    w.run()
+    expect(w.commits[3]).toHaveLength(1)
     // Relay 3 goes down; the others commit four more envelopes and go idle.
-    down = 3
+    w.down = 3
     for (let seq = 2; seq <= 5; seq++) {
       const f = await envelope(seq)
-      route(seq % 3, cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
     }
-    run()
-    expect(commits[0]).toHaveLength(5)
-    expect(cores.slice(0, 3).every((c) => !c.busy)).toBe(true)
+    w.run()
+    expect(w.commits[0]).toHaveLength(5)
+    expect(w.cores.slice(0, 3).every((c) => !c.busy)).toBe(true)
     // It comes back from its store; nobody has anything to do.
-    down = -1
-    const mine = records[3]!
-    cores = [...cores.slice(0, 3), core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })]
-    route(3, cores[3]!.start())
-    run()
-    expect(cores[3]!.committedRound).toBe(cores[0]!.committedRound)
-    expect(commits[3]).toEqual(commits[0])
+    w.down = -1
+    const mine = w.records[3]!
+    w.cores[3] = core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })
+    w.route(3, w.cores[3]!.start())
+    w.run()
+    expect(w.cores[3]!.committedRound).toBe(w.cores[0]!.committedRound)
+    expect(w.commits[3]).toEqual(w.commits[0])
   })
 
   it('a relay cut off while the others committed and went idle catches up once the connections open again', async () => {
-    const cores = [0, 1, 2, 3].map((i) => core(i))
-    const commits: string[][] = [[], [], [], []]
-    let cut = -1
-    const inbox: Array<{ from: number; out: Output }> = []
-    const route = (from: number, outs: Output[]) => {
-      if (from !== cut) for (const o of outs) inbox.push({ from, out: o })
-    }
-    const deliver = (to: number, from: number, message: Message) => {
-      if (to !== cut) route(to, cores[to]!.onMessage(from, decodeMessage(crypto, committee, encodeMessage(message))))
-    }
-    const run = () => {
-      for (let steps = 0; inbox.length; steps++) {
-        expect(steps).toBeLessThan(50_000)
-        const { from, out } = inbox.shift()!
-        if (out.type === 'send') deliver(out.to, from, out.message)
-        else if (out.type === 'broadcast') {
-          for (let to = 0; to < 4; to++) if (to !== from) deliver(to, from, out.message)
-        } else if (out.type === 'commit') commits[from]!.push(...out.commit.payloadIds)
-        else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
-      }
-    }
+    const w = wired([0, 1, 2, 3].map((i) => core(i)))
     const first = await envelope(1)
-    route(0, cores[0]!.submit(first, inspect(first) as PayloadInfo).outputs)
-    run()
-    expect(commits[3]).toHaveLength(1)
+    w.route(0, w.cores[0]!.submit(first, inspect(first) as PayloadInfo).outputs)
+    w.run()
+    expect(w.commits[3]).toHaveLength(1)
     // A partition: relay 3 hears nothing while the others commit two more envelopes and go idle.
-    cut = 3
+    w.down = 3
     for (let seq = 2; seq <= 3; seq++) {
       const f = await envelope(seq)
-      route(seq % 3, cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
     }
-    run()
-    expect(commits[0]).toHaveLength(3)
-    expect(cores.every((c) => !c.busy)).toBe(true)
+    w.run()
+    expect(w.commits[0]).toHaveLength(3)
+    expect(w.cores.every((c) => !c.busy)).toBe(true)
     // It heals: the connections open again, and nobody has anything to do.
-    cut = -1
+    w.down = -1
     for (let i = 0; i < 3; i++) {
-      route(i, cores[i]!.onPeerConnected(3))
-      route(3, cores[3]!.onPeerConnected(i))
+      w.route(i, w.cores[i]!.onPeerConnected(3))
+      w.route(3, w.cores[3]!.onPeerConnected(i))
     }
-    run()
-    expect(cores[3]!.committedRound).toBe(cores[0]!.committedRound)
-    expect(commits[3]).toEqual(commits[0])
+    w.run()
+    expect(w.cores[3]!.committedRound).toBe(w.cores[0]!.committedRound)
+    expect(w.commits[3]).toEqual(w.commits[0])
   })
 
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
