@@ -7,6 +7,11 @@ export class EventQueue<T> {
     return this.heap.length
   }
 
+  /** Whether any queued item satisfies `test` (in no particular order). */
+  some(test: (item: T) => boolean): boolean {
+    return this.heap.some((e) => test(e.item))
+  }
+
   push(at: number, item: T): void {
     this.heap.push({ at, seq: this.seq++, item })
     let i = this.heap.length - 1

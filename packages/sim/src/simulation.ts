@@ -352,8 +352,8 @@ class Simulation {
           this.options.onRound?.(round)
           if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || (h.node.status().round as number) >= (this.options.untilRound as number))) break
         }
-        // Past the scenario, with every correct relay idle, only Byzantine relays' timers are left.
-        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy)) {
+        // Past the scenario, with every correct relay idle and nothing on its way to one, only Byzantine relays' timers are left.
+        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy) && !this.inFlightToCorrect()) {
           endedIdle = true
           break
         }
@@ -399,6 +399,11 @@ class Simulation {
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
     }
+  }
+
+  /** Whether a message, a connection or a disk write is still on its way to a correct relay (it may give it work). */
+  private inFlightToCorrect(): boolean {
+    return this.queue.some((ev) => (ev.kind === 'deliver' ? !this.hosts[ev.to]?.strategy : ev.kind === 'disk' || ev.kind === 'connect' ? !this.hosts[ev.node]?.strategy : false))
   }
 
   private get duration(): number {
