@@ -509,13 +509,12 @@ class Session implements Subscriber {
     }
   }
 
-  /** Whether the envelope of `key` was sent early and not named yet; forgets it. */
-  private forgetEarly(key: string): boolean {
+  /** Forgets the envelope of `key` as sent early (if it was). */
+  private forgetEarly(key: string): void {
     const sent = this.sentEarly.get(key)
-    if (sent === undefined) return false
+    if (sent === undefined) return
     this.sentEarly.delete(key)
     this.sentEarlyBytes -= sent.bytes
-    return true
   }
 
   /** A stored chunk of a commit's envelope frames as this client gets it: those it was sent early, named by id. */

@@ -334,56 +334,47 @@ describe('consensus core', () => {
     expect(anchors).toEqual([1])
   })
 
-  it('a relay that restarts behind an idle cluster is told where the cluster is, and catches up without new work', async () => {
-    const w = wired([0, 1, 2, 3].map((i) => core(i)))
-    const frame = await envelope(1)
-    w.route(0, w.cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
-    w.run()
-    expect(w.commits[3]).toHaveLength(1)
-    // Relay 3 goes down; the others commit four more envelopes and go idle.
-    w.down = 3
-    for (let seq = 2; seq <= 5; seq++) {
-      const f = await envelope(seq)
-      w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
-    }
-    w.run()
-    expect(w.commits[0]).toHaveLength(5)
-    expect(w.cores.slice(0, 3).every((c) => !c.busy)).toBe(true)
-    // It comes back from its store; nobody has anything to do.
-    w.down = -1
-    const mine = w.records[3]!
-    w.cores[3] = core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })
-    w.route(3, w.cores[3]!.start())
-    w.run()
-    expect(w.cores[3]!.committedRound).toBe(w.cores[0]!.committedRound)
-    expect(w.commits[3]).toEqual(w.commits[0])
+  it("pulls missed rounds from a peer that did not say it no longer keeps them, not again from one that did", () => {
+    const c = core(0)
+    // Peer 1 answered a sync: it keeps blocks from round 100 on. Then its block of round 200 arrives, far ahead.
+    c.onMessage(1, { kind: 'pruned', keptFrom: 100 })
+    const far = signBlock(crypto, secrets[1]!, { round: 200, author: 1, ancestors: genesisFor(1), payload: [] })
+    const syncs = c.onMessage(1, { kind: 'block', block: far }).flatMap((o) => (o.type === 'send' && o.message.kind === 'sync' ? [o.to] : []))
+    expect(syncs).toEqual([2])
   })
 
-  it('a relay cut off while the others committed and went idle catches up once the connections open again', async () => {
-    const w = wired([0, 1, 2, 3].map((i) => core(i)))
-    const first = await envelope(1)
-    w.route(0, w.cores[0]!.submit(first, inspect(first) as PayloadInfo).outputs)
-    w.run()
-    expect(w.commits[3]).toHaveLength(1)
-    // A partition: relay 3 hears nothing while the others commit two more envelopes and go idle.
-    w.down = 3
-    for (let seq = 2; seq <= 3; seq++) {
-      const f = await envelope(seq)
-      w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
-    }
-    w.run()
-    expect(w.commits[0]).toHaveLength(3)
-    expect(w.cores.every((c) => !c.busy)).toBe(true)
-    // It heals: the connections open again, and nobody has anything to do.
-    w.down = -1
-    for (let i = 0; i < 3; i++) {
-      w.route(i, w.cores[i]!.onPeerConnected(3))
-      w.route(3, w.cores[3]!.onPeerConnected(i))
-    }
-    w.run()
-    expect(w.cores[3]!.committedRound).toBe(w.cores[0]!.committedRound)
-    expect(w.commits[3]).toEqual(w.commits[0])
-  })
+  for (const restarts of [true, false]) {
+    it(`a relay that ${restarts ? 'restarts from its records' : 'was cut off'} while the others committed and went idle catches up once its connections open again, without new work`, async () => {
+      const w = wired([0, 1, 2, 3].map((i) => core(i)))
+      const frame = await envelope(1)
+      w.route(0, w.cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
+      w.run()
+      expect(w.commits[3]).toHaveLength(1)
+      // Relay 3 goes down (or is cut off); the others commit four more envelopes and go idle.
+      w.down = 3
+      for (let seq = 2; seq <= 5; seq++) {
+        const f = await envelope(seq)
+        w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      }
+      w.run()
+      expect(w.commits[0]).toHaveLength(5)
+      expect(w.cores.every((c) => !c.busy)).toBe(true)
+      // It comes back (from its store, or as the partition heals): its connections open, and nobody has anything to do.
+      w.down = -1
+      if (restarts) {
+        const mine = w.records[3]!
+        w.cores[3] = core(3, { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) })
+        w.route(3, w.cores[3]!.start())
+      }
+      for (let i = 0; i < 3; i++) {
+        w.route(i, w.cores[i]!.onPeerConnected(3))
+        w.route(3, w.cores[3]!.onPeerConnected(i))
+      }
+      w.run()
+      expect(w.cores[3]!.committedRound).toBe(w.cores[0]!.committedRound)
+      expect(w.commits[3]).toEqual(w.commits[0])
+    })
+  }
 
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))

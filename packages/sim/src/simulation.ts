@@ -792,7 +792,8 @@ class Simulation {
   }
 
   private envelopeOf(frame: Uint8Array): Envelope | SteadError {
-    let v = this.envelopes.get(toHex(nodeCrypto.sha256(frame)))
+    const key = toHex(nodeCrypto.sha256(frame))
+    let v = this.envelopes.get(key)
     if (v === undefined) {
       try {
         v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: (pk, msg, sig) => this.crypto.verify(pk, msg, sig) }, asSigned(decode(frame)))
@@ -800,7 +801,7 @@ class Simulation {
         if (!(err instanceof SteadError)) throw err
         v = err
       }
-      this.envelopes.set(toHex(nodeCrypto.sha256(frame)), v)
+      this.envelopes.set(key, v)
     }
     return v
   }

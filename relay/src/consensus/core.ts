@@ -96,8 +96,6 @@ export const SYNC_BATCH = 200
 export const SYNC_BYTES = 16 * 1024 * 1024
 /** Our block's envelopes at most for one of them to be sent to the round's leader too (see askLeaderToCarry): at light load only. */
 const LEADER_COPY_MAX_ENVELOPES = 4
-/** Rounds a peer's pushed block may trail our latest before an idle relay tells it where we are (see tellIfBehind). */
-const BEHIND_ROUNDS = 3
 /**
  * What a stuck relay hands its peers in a wake message: one unordered envelope
  * proves the work, a few more are a bonus. Capped in bytes too: a wake goes to
@@ -147,8 +145,6 @@ export class ConsensusCore {
   /** Our blocks by round; the latest is kept even below the GC round (the next one references it). */
   private readonly ownBlocks = new Map<number, Block>()
   private lastProposed = 0
-  /** Per peer, the round of ours we last told it it is behind at (see tellIfBehind). */
-  private readonly toldBehind = new Map<number, number>()
   /** author → round of its latest block we referenced: each block references only newer ones. */
   private readonly lastIncluded = new Map<number, number>()
   /** A leader timeout fired for this clock round: propose without waiting for the leader. */
@@ -284,11 +280,12 @@ export class ConsensusCore {
   }
 
   /**
-   * The connection to `peer` opened again (after a partition, or a restart
+   * The connection to `peer` opened (again, after a partition or a restart
    * on either side): what we sent it meanwhile is lost, and an idle cluster
-   * sends nothing more. Our latest block goes to it again, so a peer that
-   * fell behind learns how far we are and pulls the rest, even when nobody
-   * has work (it would otherwise miss the last commits until new work came).
+   * sends nothing more. Our latest block goes to it, so a peer that fell
+   * behind (or restarted from its store) learns how far we are and pulls
+   * the rest, even when nobody has work; it would otherwise miss the last
+   * commits until new work came.
    */
   onPeerConnected(peer: number): Output[] {
     const own = this.ownBlocks.get(this.lastProposed)
@@ -336,10 +333,7 @@ export class ConsensusCore {
       case 'block':
         // Pushed blocks come from their author; fetched ones (below) from anyone.
         if (message.block.header.author !== from) this.reject(from, 'unauthorized', `relay ${from} pushed a block of ${message.block.header.author}`, out)
-        else {
-          this.receive(from, message.block, out)
-          this.tellIfBehind(from, message.block.header.round, out)
-        }
+        else this.receive(from, message.block, out)
         break
       case 'blocks': {
         const sorted = [...message.blocks].sort((a, b) => a.header.round - b.header.round)
@@ -425,23 +419,6 @@ export class ConsensusCore {
     }
     this.armSync(out)
     return out
-  }
-
-  /**
-   * A relay that restarts re-sends its latest block (start). If that block
-   * is rounds below ours and we are idle, so is the cluster, which will send
-   * the relay nothing until new work comes: it would stay behind, serving
-   * stale commits and reporting itself caught up. Our latest block tells it
-   * where we are; it then pulls the rounds it missed (receive). Once per
-   * peer per round of ours, so a peer cannot make us send more than it
-   * makes us propose.
-   */
-  private tellIfBehind(from: number, round: number, out: Output[]): void {
-    if (this.hasWork() || round + BEHIND_ROUNDS > this.lastProposed || this.toldBehind.get(from) === this.lastProposed) return
-    const own = this.ownBlocks.get(this.lastProposed)
-    if (!own) return
-    this.toldBehind.set(from, this.lastProposed)
-    out.push({ type: 'send', to: from, message: { kind: 'block', block: own } })
   }
 
   // ---- receiving blocks ----
