@@ -14,3 +14,5 @@ export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentit
 export { createApi } from './api.ts'
 export { systemClock, type Clock, type Timer } from './clock.ts'
 export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './kv.ts'
+export { FileJournal, MemoryJournal, type Journal } from './journal.ts'
+export { type StoreBacking } from './store.ts'

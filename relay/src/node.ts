@@ -46,13 +46,12 @@ import {
 import type { Mesh } from './mesh/types.ts'
 import { Bucket } from './bucket.ts'
 import { systemClock, type Clock, type Timer } from './clock.ts'
-import type { Kv } from './kv.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, encodeSpaceSnapshot, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
+import { RelayStore, UNSYNCED_ROUNDS, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -64,8 +63,8 @@ export interface RelayNodeOptions {
   readonly dataDir: string
   readonly mesh: Mesh
   readonly logger: Logger
-  /** The store's backing (default: LMDB in `dataDir`); the simulator gives a MemoryKv. */
-  readonly storage?: Kv
+  /** The store's backing (default: LMDB and a journal file in `dataDir`); the simulator gives a MemoryKv and a MemoryJournal. */
+  readonly storage?: StoreBacking
   /** Time and timers (default: the system clock); the simulator gives simulated time. */
   readonly clock?: Clock
   /** Signatures and hashes (default: node:crypto); the simulator shares verdicts between its relays. */
@@ -163,8 +162,8 @@ export const DEFAULT_RETENTION = { blockRounds: 20_000, updates: 1_000_000 } as 
 /** Writes issued and not yet on disk past which the event loop waits for the disk. */
 const MAX_WRITES_IN_FLIGHT = 32
 
-/** Outputs others act on: they leave only once what the drain decided is on disk (sync answers and archive reads may carry our newest blocks). */
-function waitsForDisk(o: Output): boolean {
+/** Outputs peers act on: they leave when the drain's write may be spoken of (sync answers and archive reads may carry our newest blocks). */
+function speaks(o: Output): boolean {
   return o.type === 'send' || o.type === 'broadcast' || o.type === 'archive-request'
 }
 
@@ -175,9 +174,10 @@ function waitsForDisk(o: Output): boolean {
  *
  * Events run one drain at a time: every event queued meanwhile goes through
  * the core, the resulting commits are audited, and everything that must be
- * durable is written in one transaction. Messages to peers and clients'
- * commit feeds wait until that write (and every earlier one) is on disk
- * (persist, then speak); the next events do not.
+ * durable is written: its blocks to the journal, all of it in one store
+ * transaction. Messages to peers and clients' commit feeds go once the
+ * journal has the blocks (persist, then speak; see RelayStore.write); the
+ * next events do not wait for the disk.
  */
 export class RelayNode {
   readonly me: number
@@ -210,6 +210,8 @@ export class RelayNode {
   private drainRun: Promise<void> = Promise.resolve()
   /** Resolves once every write issued so far is on disk. */
   private onDisk: Promise<void> = Promise.resolve()
+  /** The last write's spoken moment (see RelayStore.write), chained like onDisk: what peers and clients hear waits for it. */
+  private onSpoken: Promise<void> = Promise.resolve()
   private writesInFlight = 0
   private stopped = false
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
@@ -332,6 +334,9 @@ export class RelayNode {
   async start(): Promise<void> {
     this.store = this.options.storage ? new RelayStore(this.options.storage) : RelayStore.open(this.options.dataDir)
     try {
+      const journaled = this.store.absorbJournal(this.crypto, this.committee)
+      if (journaled) this.log.info({ blocks: journaled }, 'took back the blocks the journal kept from before the last stop')
+      if (this.store.rebooted) this.log.warn({ rounds: UNSYNCED_ROUNDS }, 'the machine restarted since this relay last ran: blocks it sent just before may be lost, so it proposes again only that many rounds above its last stored block')
       this.load()
     } catch (err) {
       await this.store.close()
@@ -876,24 +881,31 @@ export class RelayNode {
           }
         }
         const snapshot = this.snapshotDue(write.batches)
-        // Persist, then speak, without stopping to listen: the write is issued now (LMDB commits
-        // writes in the order issued, several in one sync when they queue up), the next events
-        // run meanwhile, and what others may act on waits until this write and every earlier
-        // one are on disk.
-        const durable = Promise.all([this.onDisk, this.store.write(snapshot ? { ...write, snapshot } : write)]).then(() => undefined)
+        // Persist, then speak, without stopping to listen: the write is issued now (its blocks
+        // journaled, its transaction queued: LMDB commits writes in the order issued, several in
+        // one sync when they queue up), and the next events run meanwhile.
+        const written = this.store.write(snapshot ? { ...write, snapshot } : write)
+        const spoken = Promise.all([this.onSpoken, written.spoken]).then(() => undefined)
+        const durable = Promise.all([this.onDisk, written.durable]).then(() => undefined)
+        this.onSpoken = spoken
         this.onDisk = durable
         this.writesInFlight++
-        for (const o of outputs) if (!waitsForDisk(o)) this.act(o)
+        for (const o of outputs) if (!speaks(o)) this.act(o)
         if (this.core.queuedEnvelopes === 0) this.pendingSince = null
         const spaces = new Set(write.attestations.map((a) => a.space))
-        durable.then(
+        // The write is in the journal and the store's view already (see RelayStore.write): peers and
+        // clients hear of it now, unless this relay ran too far ahead of its disk.
+        spoken.then(
           () => {
-            this.writesInFlight--
             if (this.stopped) return
-            for (const o of outputs) if (waitsForDisk(o)) this.act(o)
+            for (const o of outputs) if (speaks(o)) this.act(o)
             for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
             if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
           },
+          (err: unknown) => this.fail(err),
+        )
+        durable.then(
+          () => void this.writesInFlight--,
           (err: unknown) => this.fail(err),
         )
         // A disk slower than the traffic holds the loop here instead of piling up writes.

@@ -9,7 +9,7 @@ import { parseCluster } from '../src/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { decodeMessage, encodeMessage } from '../src/consensus/index.ts'
 import { RelayNode } from '../src/node.ts'
-import type { RelayStore, WriteBatch } from '../src/store.ts'
+import type { RelayStore, StoreWrite, WriteBatch } from '../src/store.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
 const deposit = (seq: number, space = 's') =>
@@ -72,23 +72,45 @@ function clusterMember(say: Partial<Pick<Mesh, 'send' | 'broadcast'>> = {}): { n
   return { node, deliver: (from, frame) => handler(from, frame) }
 }
 
+/** Makes the store start each write only when the test calls the function this pushes for it. */
+function holdWrites(store: RelayStore): Array<() => void> {
+  const write = store.write.bind(store)
+  const held: Array<() => void> = []
+  store.write = (w: WriteBatch): StoreWrite => {
+    let spoken!: () => void
+    let durable!: () => void
+    const later = { spoken: new Promise<void>((ok) => (spoken = ok)), durable: new Promise<void>((ok) => (durable = ok)) }
+    held.push(() => {
+      const done = write(w)
+      void done.spoken.then(spoken)
+      void done.durable.then(durable)
+    })
+    return later
+  }
+  return held
+}
+
 const nodes: RelayNode[] = []
 afterEach(async () => {
   for (const n of nodes.splice(0)) await n.stop()
 })
 
 describe('the relay event loop', () => {
-  it('speaks to peers only once what it decided is on disk, and goes on taking events meanwhile', async () => {
+  it("speaks to peers only once its write may be spoken of, without waiting for the store's transaction, and goes on taking events meanwhile", async () => {
     const { node, spoken } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
     await node.start()
     await until('the start-up write', () => spoken.length === 0)
-    // A disk that takes its time: each write is done at once but reported only when the test says so.
-    const store = (node as unknown as { store: { write(w: WriteBatch): Promise<void> } }).store
+    // A write that may be spoken of only when the test says so, and a store transaction that never ends while the test runs.
+    const store = (node as unknown as { store: { write(w: WriteBatch): StoreWrite } }).store
     const write = store.write.bind(store)
     const held: Array<() => void> = []
+    const transactions: Array<() => void> = []
     store.write = (w) => {
       const done = write(w)
-      return new Promise((ok) => held.push(() => void done.then(ok)))
+      return {
+        spoken: new Promise((ok) => held.push(() => void done.spoken.then(ok))),
+        durable: new Promise((ok) => transactions.push(() => void done.durable.then(ok))),
+      }
     }
     node.submit(await deposit(1))
     await until('the first block written', () => held.length === 1)
@@ -103,6 +125,7 @@ describe('the relay event loop', () => {
     held[0]?.()
     await until('the blocks broadcast', () => spoken.length > 0)
     expect(new Set(spoken)).toEqual(new Set(['broadcast']))
+    for (const done of transactions) done()
     store.write = write
   })
 
@@ -110,11 +133,10 @@ describe('the relay event loop', () => {
     const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')), { snapshotEveryBatches: 2 })
     await node.start()
     const decided = (frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
-    const store = (node as unknown as { store: RelayStore & { write(w: WriteBatch): Promise<void> } }).store
+    const store = (node as unknown as { store: RelayStore }).store
     const write = store.write.bind(store)
-    const held: Array<() => void> = []
     // The disk starts each write only when the test says so: the event loop runs ahead of it.
-    store.write = (w) => new Promise((ok) => held.push(() => void write(w).then(ok)))
+    const held = holdWrites(store)
     for (let seq = 1; seq <= 3; seq++) await decided(await deposit(seq))
     expect(held).toHaveLength(3)
     for (const release of held) release()
@@ -169,10 +191,9 @@ describe('peers faster than the disk', () => {
   it('hold at most a bounded backlog of their frames while writes are in flight, and drop the rest unread', async () => {
     const { node, deliver } = clusterMember()
     await node.start()
-    const store = (node as unknown as { store: { write(w: WriteBatch): Promise<void> } }).store
+    const store = (node as unknown as { store: RelayStore }).store
     const write = store.write.bind(store)
-    const held: Array<() => void> = []
-    store.write = (w) => new Promise((ok) => held.push(() => void write(w).then(ok)))
+    const held = holdWrites(store)
     // A valid message of 1 MiB (a wake whose payload the core will refuse, once it gets to it).
     const frame = encodeMessage({ kind: 'wake', payload: [new Uint8Array(1024 * 1024)] })
     // Each frame is one drain and one write; at 32 writes in flight the loop waits for the

@@ -4,8 +4,9 @@ import { join } from 'node:path'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { GENESIS_DIGEST, signBlock, type Block, type BlockRef, type Committee } from '../src/consensus/index.ts'
-import { LmdbKv, MemoryKv, type Kv } from '../src/kv.ts'
-import { RelayStore, type WriteBatch } from '../src/store.ts'
+import { FileJournal, MemoryJournal } from '../src/journal.ts'
+import { LmdbKv, MemoryKv } from '../src/kv.ts'
+import { RelayStore, UNSYNCED_ROUNDS, type StoreBacking, type WriteBatch } from '../src/store.ts'
 
 const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
 const committee: Committee = { f: 1, keys: secrets.map((k) => publicKeyOfSync(k)) }
@@ -15,14 +16,15 @@ const refOf = (b: Block): BlockRef => ({ round: b.header.round, author: b.header
 const only = (records: WriteBatch['records']): WriteBatch => ({ records, batches: [], attestations: [] })
 
 /** Each backend, opened again on the same data (a restart). */
-const backends: Array<[string, () => () => Kv]> = [
+const backends: Array<[string, () => () => StoreBacking]> = [
   ['LMDB', () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-store-'))
-    return () => new LmdbKv(dir)
+    return () => ({ kv: new LmdbKv(dir), journal: new FileJournal(join(dir, 'blocks.journal')) })
   }],
   ['memory', () => {
     const kv = new MemoryKv()
-    return () => kv
+    let journal = new MemoryJournal()
+    return () => ({ kv, journal: (journal = new MemoryJournal(journal.survivors())) })
   }],
 ]
 
@@ -32,18 +34,104 @@ describe.each(backends)('the relay store over %s', (_, backend) => {
     const store = new RelayStore(open())
     const stored = (s: RelayStore, ...blocks: Block[]) => s.blocksByDigest(nodeCrypto as never, committee, blocks.map((b) => b.digestHex)).map((b) => b.digestHex)
     const [own, b1, b2, b3] = [0, 1, 2, 3].map(roundOne) as [Block, Block, Block, Block]
-    await store.write(only([{ kind: 'block', block: b1 }]))
-    await store.write(only([{ kind: 'block', block: b2 }]))
+    await store.write(only([{ kind: 'block', block: b1 }])).durable
+    await store.write(only([{ kind: 'block', block: b2 }])).durable
     // Nothing this relay said depends on them yet: not on disk.
     expect(stored(store, b1, b2)).toEqual([])
     const own2 = signBlock(nodeCrypto as never, secrets[0]!, { round: 2, author: 0, ancestors: [refOf(own), refOf(b1), refOf(b2)], payload: [] })
-    await store.write(only([{ kind: 'own-block', block: own }, { kind: 'own-block', block: own2 }]))
+    await store.write(only([{ kind: 'own-block', block: own }, { kind: 'own-block', block: own2 }])).durable
     expect(stored(store, b1, b2, own2)).toEqual([b1.digestHex, b2.digestHex, own2.digestHex])
-    await store.write(only([{ kind: 'block', block: b3 }]))
+    await store.write(only([{ kind: 'block', block: b3 }])).durable
     expect(stored(store, b3)).toEqual([])
     await store.close()
     const reopened = new RelayStore(open())
     expect(stored(reopened, b1, b2, b3, own2)).toEqual([b1.digestHex, b2.digestHex, b3.digestHex, own2.digestHex])
     await reopened.close()
+  })
+
+  it('journals a write with an own block, and the blocks it builds on, before its transaction; what the journal kept goes back into the store at the next start', async () => {
+    const open = backend()
+    const store = new RelayStore(open())
+    const [own, b1] = [0, 1].map(roundOne) as [Block, Block]
+    await store.write(only([{ kind: 'block', block: b1 }])).durable
+    const written = store.write(only([{ kind: 'own-block', block: own }]))
+    await written.spoken
+    await written.durable
+    await store.close()
+    const reopened = new RelayStore(open())
+    // Dropped once the transaction was durable: nothing to put back.
+    expect(reopened.absorbJournal(nodeCrypto as never, committee)).toBe(0)
+    expect(reopened.recover(nodeCrypto as never, committee, 50).ownBlocks.map((b) => b.digestHex)).toEqual([own.digestHex])
+    await reopened.close()
+  })
+})
+
+describe('the relay store and its journal', () => {
+  const ownAt = (round: number): Block => signBlock(nodeCrypto as never, secrets[0]!, { round, author: 0, ancestors: [0, 1, 2, 3].map(genesis), payload: [] })
+  const flag = (p: Promise<void>): { done: boolean } => {
+    const f = { done: false }
+    void p.then(() => (f.done = true))
+    return f
+  }
+  const tick = () => new Promise((r) => setTimeout(r, 0))
+
+  it('gets back, after its process was killed, the blocks whose transaction was lost', async () => {
+    // A disk whose transactions never finish before the kill; the journal's appends are in the kernel's hands at once.
+    const kv = new MemoryKv(() => {})
+    const journal = new MemoryJournal()
+    const store = new RelayStore({ kv, journal })
+    const [own, b1] = [0, 1].map(roundOne) as [Block, Block]
+    store.write(only([{ kind: 'block', block: b1 }]))
+    const written = flag(store.write(only([{ kind: 'own-block', block: own }])).spoken)
+    await tick()
+    expect(written.done).toBe(true)
+    kv.crash()
+    const restarted = new RelayStore({ kv: new MemoryKv(), journal: new MemoryJournal(journal.survivors()) })
+    // Without the journal the store would hold nothing: the relay could sign another block for round 1.
+    expect(restarted.absorbJournal(nodeCrypto as never, committee)).toBe(2)
+    const state = restarted.recover(nodeCrypto as never, committee, 50)
+    expect(state.ownBlocks.map((b) => b.digestHex)).toEqual([own.digestHex])
+    expect(state.blocks.map((b) => b.digestHex)).toEqual([b1.digestHex])
+    expect(state.proposeAbove).toBeUndefined()
+  })
+
+  it(`lets its blocks run at most ${UNSYNCED_ROUNDS} rounds ahead of its durable transactions, and after a restart of the machine proposes only above that`, async () => {
+    const disk: Array<() => void> = []
+    const kv = new MemoryKv((done) => disk.push(done))
+    const journal = new MemoryJournal()
+    const store = new RelayStore({ kv, journal })
+    const spoken = Array.from({ length: UNSYNCED_ROUNDS + 1 }, (_, i) => flag(store.write(only([{ kind: 'own-block', block: ownAt(i + 1) }])).spoken))
+    await tick()
+    expect(spoken.map((s) => s.done)).toEqual([...Array(UNSYNCED_ROUNDS).fill(true), false])
+    // Round 1's transaction durable: round 1 + UNSYNCED_ROUNDS may go.
+    disk[0]?.()
+    await tick()
+    expect(spoken.every((s) => s.done)).toBe(true)
+    // The power goes: the disk has round 1 only (the journal's appends were still in the kernel's buffers).
+    kv.crash()
+    journal.powerLoss()
+    const rebooted = new RelayStore({ kv, journal: new MemoryJournal(journal.survivors(), true) })
+    expect(rebooted.absorbJournal(nodeCrypto as never, committee)).toBe(0)
+    const state = rebooted.recover(nodeCrypto as never, committee, 50)
+    expect(state.ownBlocks.map((b) => b.header.round)).toEqual([1])
+    // It sent up to round 1 + UNSYNCED_ROUNDS: never again a block for those rounds.
+    expect(state.proposeAbove).toBe(1 + UNSYNCED_ROUNDS)
+  })
+
+  it('serves an attested commit to clients before its transaction is durable, and the same once it is', async () => {
+    const kv = new MemoryKv(() => {})
+    const store = new RelayStore({ kv, journal: new MemoryJournal() })
+    const attestation = { bytes: new Uint8Array([1, 2]), sig: new Uint8Array([3]) }
+    const write = store.write({ records: [], batches: [], attestations: [{ space: 's', fromIndex: 0, round: 5, value: { attestation, envelopes: [new Uint8Array([9])] } }] })
+    const head = store.commitAt('s', [0, 0])
+    expect(head?.position).toEqual([0, 5])
+    expect(new Uint8Array(head?.attestation.bytes ?? [])).toEqual(attestation.bytes)
+    expect(store.latestCommit('s')?.position).toEqual([0, 5])
+    expect(store.commitAt('s', [0, 6])).toBeUndefined()
+    const chunk = store.commitChunk('s', [0, 5], 0)
+    kv.flush()
+    await write.durable
+    expect(store.commitAt('s', [0, 0])?.position).toEqual([0, 5])
+    expect(store.commitChunk('s', [0, 5], 0)).toEqual(chunk)
   })
 })

@@ -5,15 +5,18 @@ import { prepareWorkload } from './workload.ts'
 
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
-                     [--retain-rounds N]
+                     [--retain-rounds N] [--power-loss] [--restart-after MS]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
 and clock, and checks what they store and attest: identical commit
 sequences, at most one block ordered per author and round, identical
 attestations, a client replaying them reaches the attested state with every
-invariant kept, and progress after faults heal. Crashed relays lose the
-writes their disk had not finished and restart from their store. Relays
+invariant kept, no correct relay sends two blocks for one round, and
+progress after faults heal. Crashed relays lose the writes their disk had
+not finished and restart from their store (--power-loss: crashes are power
+losses, which also lose the journal's last appends; --restart-after MS:
+each crashed relay restarts that long after its crash). Relays
 snapshot every 8 batches and prune blocks older than --retain-rounds
 (default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
 its step and replays exactly.
@@ -33,6 +36,8 @@ const { values } = parseArgs({
     loss: { type: 'string', default: '0.02' },
     'no-partition': { type: 'boolean', default: false },
     'retain-rounds': { type: 'string', default: '80' },
+    'power-loss': { type: 'boolean', default: false },
+    'restart-after': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 })
@@ -81,15 +86,18 @@ for (const seed of seeds) {
       partition: !values['no-partition'],
       loss: Number(values.loss),
       retainRounds: int('retain-rounds', values['retain-rounds']),
+      powerLoss: values['power-loss'],
+      ...(values['restart-after'] !== undefined ? { restartDelayMs: int('restart-after', values['restart-after']) } : {}),
     },
     workload,
   )
-  const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} crash=${values.crash}`
+  const faults = `--crash ${values.crash}${values['power-loss'] ? ' --power-loss' : ''}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}`
+  const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
   const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++
-    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} --crash ${values.crash} --steps ${values.steps}`)
+    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps}`)
   }
 }
 console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s)`)

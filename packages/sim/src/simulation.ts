@@ -13,8 +13,8 @@ import {
   type Envelope,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
-import { MemoryKv, RelayNode, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
-import { byzantineMesh, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
+import { MemoryJournal, MemoryKv, RelayNode, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
+import { byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
 import { Rng } from './rng.ts'
@@ -46,6 +46,14 @@ export interface SimOptions {
   readonly weakQuorum?: boolean
   /** A storage fault: a crashed relay's disk loses the committed batches after its snapshot, to prove the checks catch it. */
   readonly loseBatchesOnRestart?: boolean
+  /** Restart a crashed relay this long after its crash (a supervisor's restart delay) instead of later in the run. */
+  readonly restartDelayMs?: number
+  /** A storage fault: a crashed relay's journal comes back empty, to prove the checks catch a relay that speaks before its block is durable. */
+  readonly loseJournalOnCrash?: boolean
+  /** Crashes are power losses: the journal keeps only what reached the disk, and the relay restarts knowing its machine did. */
+  readonly powerLoss?: boolean
+  /** With powerLoss: the restarted relay is not told its machine restarted, to prove the checks catch a relay that proposes again where it may have before. */
+  readonly forgetReboot?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
   /**
@@ -125,6 +133,10 @@ interface Host {
   epoch: number
   node: RelayNode
   readonly kv: MemoryKv
+  /** The journal the running process appends to (a restart opens a new one over what it kept). */
+  journal: MemoryJournal
+  /** Its machine lost power since it last started. */
+  rebooted: boolean
   receive: ((from: number, frame: Uint8Array) => void) | undefined
   connected: ((peer: number) => void) | undefined
   /** The latest consensus commit (anchor round) the checkers saw this relay store. */
@@ -135,6 +147,8 @@ interface Host {
   readonly decided: Set<string>
   /** A crash waits for this relay's next write, to lose it. */
   crashAtNextWrite: boolean
+  /** Round → digest of each block this relay sent a peer, across its restarts: a correct relay never sends two for a round. */
+  readonly spoken: Map<number, string>
   /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
   accepted: Map<string, number>
 }
@@ -314,12 +328,15 @@ class Simulation {
         epoch: 0,
         node: undefined as unknown as RelayNode,
         kv: new MemoryKv((done) => this.diskWrite(i, done)),
+        journal: new MemoryJournal(),
+        rebooted: false,
         receive: undefined,
         connected: undefined,
         checkedCommit: 0,
         stableIndex: 0,
         decided: new Set(),
         crashAtNextWrite: false,
+        spoken: new Map(),
         accepted: new Map(),
       }
       this.hosts.push(host)
@@ -420,6 +437,8 @@ class Simulation {
   /** Starts a relay on what its disk holds (nothing at first): RelayNode.start, as a relay process does. */
   private async boot(host: Host): Promise<void> {
     const epoch = host.epoch
+    host.journal = new MemoryJournal(host.journal.survivors(), host.rebooted)
+    host.rebooted = false
     const clock: Clock = {
       now: () => this.now,
       setTimer: (ms, fire): Timer => {
@@ -432,10 +451,14 @@ class Simulation {
       start: async () => undefined,
       stop: async () => undefined,
       send: (to: number, frame: Uint8Array) => {
-        if (host.epoch === epoch) this.transmit(host.id, to, frame)
+        if (host.epoch !== epoch) return
+        this.checkSpoken(host, frame)
+        this.transmit(host.id, to, frame)
       },
       broadcast: (frame: Uint8Array) => {
-        for (let to = 0; to < this.options.relays; to++) if (to !== host.id && host.epoch === epoch) this.transmit(host.id, to, frame)
+        if (host.epoch !== epoch) return
+        this.checkSpoken(host, frame)
+        for (let to = 0; to < this.options.relays; to++) if (to !== host.id) this.transmit(host.id, to, frame)
       },
       onFrame: (handler: (from: number, frame: Uint8Array) => void) => {
         host.receive = handler
@@ -457,7 +480,7 @@ class Simulation {
       me: host.id,
       secretKey,
       dataDir: `sim:r${host.id}`,
-      storage: observed(host.kv, (written) => this.checkWrite(host, written)),
+      storage: { kv: observed(host.kv, (written) => this.checkWrite(host, written)), journal: host.journal },
       clock,
       crypto: this.crypto,
       mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload }) : mesh,
@@ -495,7 +518,8 @@ class Simulation {
     // Usually fast, sometimes a sync stalls (and every write after it waits): crashes then lose writes.
     const latency = 0.05 + this.disk.exp(0.5) + (this.disk.chance(0.05) ? 20 + this.disk.exp(30) : 0)
     this.queue.push(this.now + latency, { kind: 'disk', node, epoch: host.epoch, done })
-    if (host.crashAtNextWrite) this.queue.push(this.now, { kind: 'chaos', action: () => this.crash(node) })
+    // Halfway through the write: its blocks are journaled and sent, its transaction not durable.
+    if (host.crashAtNextWrite) this.queue.push(this.now + latency / 2, { kind: 'chaos', action: () => this.crash(node) })
   }
 
   /** Crashes, restarts and partitions happen at times chosen by the seed, while clients are still submitting. */
@@ -512,7 +536,7 @@ class Simulation {
       // Half the crashes wait for a write in flight, so that they lose it.
       const midWrite = this.rng.chance(0.5)
       at(0.1 + slot * span + this.rng.next() * span * 0.3, () => this.crash(victim, midWrite))
-      at(0.1 + slot * span + span * 0.8, () => this.restart(victim))
+      if (this.options.restartDelayMs === undefined) at(0.1 + slot * span + span * 0.8, () => this.restart(victim))
     }
     if (partition) {
       const size = this.rng.int(1, Math.max(1, Math.floor(relays / 2)))
@@ -546,6 +570,12 @@ class Simulation {
     host.receive = undefined
     host.connected = undefined
     host.kv.crash()
+    if (this.options.powerLoss) {
+      host.journal.powerLoss()
+      host.rebooted = !this.options.forgetReboot
+    }
+    if (this.options.loseJournalOnCrash) host.journal = new MemoryJournal()
+    if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
   }
 
   private async restart(id: number): Promise<void> {
@@ -663,6 +693,24 @@ class Simulation {
 
   private cut(a: number, b: number): boolean {
     return this.partitioned !== null && this.partitioned.has(a) !== this.partitioned.has(b)
+  }
+
+  /**
+   * A correct relay never sends two blocks of its own for one round, also
+   * across crashes: what it sent must be durable first (its journal), and
+   * a restart must take it back (the weakened `loseJournalOnCrash` shows
+   * this check catches a relay that does not).
+   */
+  private checkSpoken(host: Host, frame: Uint8Array): void {
+    if (host.strategy) return
+    const message = decodeMessage(this.crypto, this.committee, frame, undefined, () => false)
+    const blocks = message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []
+    for (const b of blocks) {
+      if (b.header.author !== host.id) continue
+      const before = host.spoken.get(b.header.round)
+      if (before === undefined) host.spoken.set(b.header.round, b.digestHex)
+      else if (before !== b.digestHex) this.fatal ??= new Violation(`relay ${host.id} sent two blocks for round ${b.header.round} (${before.slice(0, 8)}, then ${b.digestHex.slice(0, 8)})`)
+    }
   }
 
   private transmit(from: number, to: number, frame: Uint8Array): void {

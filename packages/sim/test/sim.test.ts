@@ -38,7 +38,7 @@ describe('deterministic simulation', () => {
     let restarts = 0
     let pruned = 0
     let lost = 0
-    for (const seed of [16, 18]) {
+    for (const seed of [1, 5]) {
       const r = await run({ seed, byzantine: 1, strategy: 'equivocate', crash: 1, steps: 20_000 }, 30)
       expect(r.violation).toBeUndefined()
       expect(r.snapshots).toBeGreaterThan(0)
@@ -64,13 +64,32 @@ describe('deterministic simulation', () => {
 
   it('catches a disk that loses the batches after the snapshot', async () => {
     const caught = []
-    for (const seed of [16, 18]) {
+    for (const seed of [1, 5]) {
       const r = await run({ seed, byzantine: 1, strategy: 'equivocate', crash: 1, steps: 20_000, loseBatchesOnRestart: true }, 30)
       if (r.violation) caught.push(r.violation.message)
     }
     expect(caught.length).toBeGreaterThan(0)
     expect(caught[0]).toMatch(/attested round \d+ .*differently from another relay|replaying the attested commits gives|never decided/)
   }, 60_000)
+
+  it('catches a relay that speaks before its block is safe from a crash: with its journal lost, a quickly restarted relay signs a second block for a round it sent', async () => {
+    for (const seed of [27, 29]) {
+      const weakened = await run({ seed, crash: 1, restartDelayMs: 50, loseJournalOnCrash: true })
+      expect(weakened.violation?.message).toMatch(/sent two blocks for round \d+/)
+      // The same crash with the journal kept: the relay takes its block back at the restart.
+      const r = await run({ seed, crash: 1, restartDelayMs: 50 })
+      expect(r.violation).toBeUndefined()
+      expect(r.lostWrites).toBe(1)
+    }
+  })
+
+  it('catches a relay back from a power loss that proposes again at rounds it may have sent blocks for; told of the restart, it waits them out', async () => {
+    const weakened = await run({ seed: 27, crash: 1, restartDelayMs: 50, powerLoss: true, forgetReboot: true })
+    expect(weakened.violation?.message).toMatch(/sent two blocks for round \d+/)
+    const r = await run({ seed: 27, crash: 1, restartDelayMs: 50, powerLoss: true })
+    expect(r.violation).toBeUndefined()
+    expect(Math.min(...r.anchors)).toBeGreaterThan(3)
+  })
 
   for (const strategy of STRATEGIES) {
     it(`N=4 stays safe and live with a Byzantine relay that does '${strategy}' and a crash`, async () => {
