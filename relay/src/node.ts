@@ -51,7 +51,7 @@ import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, UNSYNCED_ROUNDS, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
+import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -336,7 +336,6 @@ export class RelayNode {
     try {
       const journaled = this.store.absorbJournal(this.crypto, this.committee)
       if (journaled) this.log.info({ blocks: journaled }, 'took back the blocks the journal kept from before the last stop')
-      if (this.store.rebooted) this.log.warn({ rounds: UNSYNCED_ROUNDS }, 'the machine restarted since this relay last ran: blocks it sent just before may be lost, so it proposes again only that many rounds above its last stored block')
       this.load()
     } catch (err) {
       await this.store.close()
@@ -893,8 +892,7 @@ export class RelayNode {
         for (const o of outputs) if (!speaks(o)) this.act(o)
         if (this.core.queuedEnvelopes === 0) this.pendingSince = null
         const spaces = new Set(write.attestations.map((a) => a.space))
-        // The write is in the journal and the store's view already (see RelayStore.write): peers and
-        // clients hear of it now, unless this relay ran too far ahead of its disk.
+        // Peers and clients hear of the write once its blocks are in the journal (see RelayStore.write).
         spoken.then(
           () => {
             if (this.stopped) return

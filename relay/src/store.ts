@@ -20,7 +20,7 @@ export interface StoreBacking {
   readonly journal: Journal
 }
 
-/** One write's two moments: what it holds may be spoken of once `spoken` (at once, but for a relay far ahead of its disk); it is all in the store once `durable`. */
+/** One write's two moments: what it holds may be spoken of once `spoken` (at once: its blocks are in the journal); it is all in the store once `durable`. */
 export interface StoreWrite {
   readonly spoken: Promise<void>
   readonly durable: Promise<void>
@@ -28,18 +28,6 @@ export interface StoreWrite {
 
 const NOW = Promise.resolve()
 const DONE: StoreWrite = { spoken: NOW, durable: NOW }
-
-/**
- * How many rounds a relay's blocks may run ahead of the disk: a block of
- * round r is sent only once its own block of round r - UNSYNCED_ROUNDS (or
- * a later one) is in a durable transaction. So after a power loss every
- * block it sent is at most this many rounds above the latest own block
- * its disk kept, and a relay back from a restart of its machine proposes
- * only above that (RecoveredState.proposeAbove): it never signs a second
- * block for a round it sent one for. Transactions lag a round or two
- * behind, so the bound does not wait in practice.
- */
-export const UNSYNCED_ROUNDS = 8
 
 /** Everything one drain of the relay's event loop makes durable, in one LMDB transaction. */
 export interface WriteBatch {
@@ -187,9 +175,6 @@ export class RelayStore {
   private readonly journal: Journal
   /** Writes with journaled records whose store transaction is not durable yet: at 0 the journal is dropped. */
   private journalLive = 0
-  /** The highest round of an own block in a durable transaction, and the writes of own blocks since, with their transaction. */
-  private syncedOwnRound = 0
-  private unsynced: Array<{ readonly round: number; readonly durable: Promise<void> }> = []
   /** Attested commits written and not durable yet, per space in write order: clients read them already (see commitAt). */
   private readonly unsettled = new Map<string, FeedEntry[]>()
   private readonly own: KvTable<number>
@@ -272,16 +257,16 @@ export class RelayStore {
   /**
    * Writes one drain's records atomically in one store transaction
    * (`durable`). A write with one of the relay's own blocks first appends
-   * that block, and the peers' blocks written with it, to the journal: once
-   * that returns, a killed process cannot lose them, and the write may be
-   * spoken of (`spoken`: at once, unless the relay's blocks ran
-   * UNSYNCED_ROUNDS ahead of its durable transactions). Nothing else a relay
-   * says needs its store first: commits and attestations follow from the
-   * DAG, every block of which is in its author's journal before anyone
-   * hears of it; clients read attested commits from the store's view,
-   * which has them before the transaction is durable (commitAt). Waiting
-   * for the transaction before speaking cost 3-4 ms per round with 4 relays
-   * on one disk (see BENCHMARKS.md).
+   * that block, and the peers' blocks written with it, to the journal (see
+   * journal.ts): a killed process cannot lose them once that returns, and
+   * the write may be spoken of at once (`spoken`), without waiting for the
+   * transaction's disk sync. Nothing else a relay says needs its store
+   * first: commits and attestations follow from the DAG, every block of
+   * which is in its author's journal before anyone hears of it, so a
+   * restarted relay derives the same ones again; clients read attested
+   * commits from the store's view, which has them before the transaction
+   * is durable (commitAt). Waiting for the transaction cost 3-4 ms of every
+   * safe update with 4 relays on one disk (BENCHMARKS.md).
    *
    * Peers' blocks alone are not written at once: they need to be on disk
    * only before something this relay says builds on them (its next block,
@@ -312,35 +297,21 @@ export class RelayStore {
       if (!pending) this.unsettled.set(e.space, (pending = []))
       pending.push(e)
     }
-    let top = 0
-    for (const r of records) if (r.kind === 'own-block') top = Math.max(top, r.block.header.round)
-    if (top > 0) {
+    const journaled = records.some((r) => r.kind === 'own-block')
+    if (journaled) {
       this.journal.append(encode(records.flatMap((r) => (r.kind === 'commit' ? [] : [[r.kind === 'own-block', r.block.signed.bytes, r.block.signed.sig]]))))
       this.journalLive++
     }
     const durable = this.transact(records, w, feed).then(() => {
-      for (const e of feed) this.unsettled.get(e.space)?.shift()
-      if (top === 0) return
-      this.ownOnDisk(top)
+      for (const e of feed) {
+        const pending = this.unsettled.get(e.space) as FeedEntry[]
+        pending.shift()
+        if (pending.length === 0) this.unsettled.delete(e.space)
+      }
       // Every block journaled so far is in the store now: the journal starts over.
-      if (--this.journalLive === 0) this.journal.drop()
+      if (journaled && --this.journalLive === 0) this.journal.drop()
     })
-    if (top === 0) return { spoken: NOW, durable }
-    this.unsynced.push({ round: top, durable })
-    return { spoken: this.speakable(top), durable }
-  }
-
-  /** When a block of `round` may be sent (see UNSYNCED_ROUNDS). */
-  private speakable(round: number): Promise<void> {
-    const needed = round - UNSYNCED_ROUNDS
-    if (needed <= this.syncedOwnRound) return NOW
-    return (this.unsynced.find((u) => u.round >= needed) as (typeof this.unsynced)[number]).durable
-  }
-
-  private ownOnDisk(round: number): void {
-    if (round <= this.syncedOwnRound) return
-    this.syncedOwnRound = round
-    this.unsynced = this.unsynced.filter((u) => u.round > round)
+    return { spoken: NOW, durable }
   }
 
   /** Bytes of peers' blocks held for the next write (see write). */
@@ -430,11 +401,14 @@ export class RelayStore {
    * them). Its own latest block stays: its next block references it.
    */
   async install(c: CheckpointInstall): Promise<void> {
-    // Blocks held for the next write belong to the DAG the checkpoint replaces.
+    // Peers' blocks held for the next write belong to the DAG the checkpoint replaces; our own
+    // (the journal's, from before a crash) are rounds we signed: they stay.
+    const own = this.held.filter((r) => r.kind === 'own-block')
     this.held = []
     this.heldBytes = 0
     this.fromJournal = []
     await this.kv.write(() => {
+      this.putRecords(own)
       for (const key of [...this.batches.getKeys()]) this.batches.remove(key as [number, number])
       for (const key of [...this.commits.getKeys()]) this.commits.remove(key as number)
       for (const r of c.commits) this.commits.put(r.anchorRound, encode([r.ordered, r.payloadIds]))
@@ -536,20 +510,12 @@ export class RelayStore {
     const stored = new Set([...ownBlocks, ...blocks].map((b) => b.digestHex))
     for (const r of this.fromJournal) if (!stored.has(r.block.digestHex)) (r.kind === 'own-block' ? ownBlocks : blocks).push(r.block)
     this.fromJournal = []
-    // All of it is on the disk (the journal syncs what it finds when it opens).
-    const lastOwn = ownBlocks.reduce((top, b) => Math.max(top, b.header.round), 0)
-    this.syncedOwnRound = lastOwn
     const commits = []
     for (const { key, value } of this.commits.getRange({ start: horizon })) {
       const [ordered, payloadIds] = decode(value, RECORD_LIMIT) as [string[], string[]]
       commits.push({ anchorRound: key, ordered, payloadIds })
     }
-    return { ownBlocks, blocks, commits, ...(this.journal.rebooted ? { proposeAbove: lastOwn + UNSYNCED_ROUNDS } : {}) }
-  }
-
-  /** Whether the machine restarted since the store was last open (see Journal.rebooted). */
-  get rebooted(): boolean {
-    return this.journal.rebooted
+    return { ownBlocks, blocks, commits }
   }
 
   /** The committed batches after batch number `after` (a snapshot's), in commit order, their chunks joined, to rebuild the replicas. */

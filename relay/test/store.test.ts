@@ -1,12 +1,13 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { encode } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { GENESIS_DIGEST, signBlock, type Block, type BlockRef, type Committee } from '../src/consensus/index.ts'
 import { FileJournal, MemoryJournal } from '../src/journal.ts'
 import { LmdbKv, MemoryKv } from '../src/kv.ts'
-import { RelayStore, UNSYNCED_ROUNDS, type StoreBacking, type WriteBatch } from '../src/store.ts'
+import { RelayStore, type StoreBacking, type WriteBatch } from '../src/store.ts'
 
 const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
 const committee: Committee = { f: 1, keys: secrets.map((k) => publicKeyOfSync(k)) }
@@ -67,7 +68,6 @@ describe.each(backends)('the relay store over %s', (_, backend) => {
 })
 
 describe('the relay store and its journal', () => {
-  const ownAt = (round: number): Block => signBlock(nodeCrypto as never, secrets[0]!, { round, author: 0, ancestors: [0, 1, 2, 3].map(genesis), payload: [] })
   const flag = (p: Promise<void>): { done: boolean } => {
     const f = { done: false }
     void p.then(() => (f.done = true))
@@ -75,8 +75,8 @@ describe('the relay store and its journal', () => {
   }
   const tick = () => new Promise((r) => setTimeout(r, 0))
 
-  it('gets back, after its process was killed, the blocks whose transaction was lost', async () => {
-    // A disk whose transactions never finish before the kill; the journal's appends are in the kernel's hands at once.
+  it('speaks of a write with an own block at once, with the block in the journal; after the process is killed, the journal gives back what the transaction lost', async () => {
+    // A disk whose transactions never finish before the kill.
     const kv = new MemoryKv(() => {})
     const journal = new MemoryJournal()
     const store = new RelayStore({ kv, journal })
@@ -92,30 +92,18 @@ describe('the relay store and its journal', () => {
     const state = restarted.recover(nodeCrypto as never, committee, 50)
     expect(state.ownBlocks.map((b) => b.digestHex)).toEqual([own.digestHex])
     expect(state.blocks.map((b) => b.digestHex)).toEqual([b1.digestHex])
-    expect(state.proposeAbove).toBeUndefined()
   })
 
-  it(`lets its blocks run at most ${UNSYNCED_ROUNDS} rounds ahead of its durable transactions, and after a restart of the machine proposes only above that`, async () => {
-    const disk: Array<() => void> = []
-    const kv = new MemoryKv((done) => disk.push(done))
+  it('keeps the journal\'s own blocks when it starts over from a checkpoint before writing anything', async () => {
     const journal = new MemoryJournal()
-    const store = new RelayStore({ kv, journal })
-    const spoken = Array.from({ length: UNSYNCED_ROUNDS + 1 }, (_, i) => flag(store.write(only([{ kind: 'own-block', block: ownAt(i + 1) }])).spoken))
-    await tick()
-    expect(spoken.map((s) => s.done)).toEqual([...Array(UNSYNCED_ROUNDS).fill(true), false])
-    // Round 1's transaction durable: round 1 + UNSYNCED_ROUNDS may go.
-    disk[0]?.()
-    await tick()
-    expect(spoken.every((s) => s.done)).toBe(true)
-    // The power goes: the disk has round 1 only (the journal's appends were still in the kernel's buffers).
-    kv.crash()
-    journal.powerLoss()
-    const rebooted = new RelayStore({ kv, journal: new MemoryJournal(journal.survivors(), true) })
-    expect(rebooted.absorbJournal(nodeCrypto as never, committee)).toBe(0)
-    const state = rebooted.recover(nodeCrypto as never, committee, 50)
-    expect(state.ownBlocks.map((b) => b.header.round)).toEqual([1])
-    // It sent up to round 1 + UNSYNCED_ROUNDS: never again a block for those rounds.
-    expect(state.proposeAbove).toBe(1 + UNSYNCED_ROUNDS)
+    const own = roundOne(0)
+    journal.append(encode([[true, own.signed.bytes, own.signed.sig]]))
+    const kv = new MemoryKv()
+    const store = new RelayStore({ kv, journal: new MemoryJournal(journal.survivors()) })
+    expect(store.absorbJournal(nodeCrypto as never, committee)).toBe(1)
+    await store.install({ checkpoint: { anchorRound: 40, statement: { bytes: new Uint8Array([1]), sig: new Uint8Array([2]) }, manifest: new Uint8Array([3]), states: [] }, spaces: [], commits: [], blocksFrom: 21 })
+    // Round 1 is still ours: the relay never signs another block for it.
+    expect(store.recover(nodeCrypto as never, committee, 50).ownBlocks.map((b) => b.digestHex)).toEqual([own.digestHex])
   })
 
   it('serves an attested commit to clients before its transaction is durable, and the same once it is', async () => {

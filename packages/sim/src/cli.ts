@@ -5,7 +5,7 @@ import { prepareWorkload } from './workload.ts'
 
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
-                     [--retain-rounds N] [--power-loss] [--restart-after MS]
+                     [--retain-rounds N] [--restart-after MS]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
@@ -14,9 +14,8 @@ sequences, at most one block ordered per author and round, identical
 attestations, a client replaying them reaches the attested state with every
 invariant kept, no correct relay sends two blocks for one round, and
 progress after faults heal. Crashed relays lose the writes their disk had
-not finished and restart from their store (--power-loss: crashes are power
-losses, which also lose the journal's last appends; --restart-after MS:
-each crashed relay restarts that long after its crash). Relays
+not finished and restart from their store (--restart-after MS: that long
+after the crash). Relays
 snapshot every 8 batches and prune blocks older than --retain-rounds
 (default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
 its step and replays exactly.
@@ -36,7 +35,6 @@ const { values } = parseArgs({
     loss: { type: 'string', default: '0.02' },
     'no-partition': { type: 'boolean', default: false },
     'retain-rounds': { type: 'string', default: '80' },
-    'power-loss': { type: 'boolean', default: false },
     'restart-after': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
@@ -86,12 +84,11 @@ for (const seed of seeds) {
       partition: !values['no-partition'],
       loss: Number(values.loss),
       retainRounds: int('retain-rounds', values['retain-rounds']),
-      powerLoss: values['power-loss'],
       ...(values['restart-after'] !== undefined ? { restartDelayMs: int('restart-after', values['restart-after']) } : {}),
     },
     workload,
   )
-  const faults = `--crash ${values.crash}${values['power-loss'] ? ' --power-loss' : ''}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}`
+  const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
   const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)

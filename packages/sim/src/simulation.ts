@@ -50,10 +50,6 @@ export interface SimOptions {
   readonly restartDelayMs?: number
   /** A storage fault: a crashed relay's journal comes back empty, to prove the checks catch a relay that speaks before its block is durable. */
   readonly loseJournalOnCrash?: boolean
-  /** Crashes are power losses: the journal keeps only what reached the disk, and the relay restarts knowing its machine did. */
-  readonly powerLoss?: boolean
-  /** With powerLoss: the restarted relay is not told its machine restarted, to prove the checks catch a relay that proposes again where it may have before. */
-  readonly forgetReboot?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
   /**
@@ -135,8 +131,6 @@ interface Host {
   readonly kv: MemoryKv
   /** The journal the running process appends to (a restart opens a new one over what it kept). */
   journal: MemoryJournal
-  /** Its machine lost power since it last started. */
-  rebooted: boolean
   receive: ((from: number, frame: Uint8Array) => void) | undefined
   connected: ((peer: number) => void) | undefined
   /** The latest consensus commit (anchor round) the checkers saw this relay store. */
@@ -329,7 +323,6 @@ class Simulation {
         node: undefined as unknown as RelayNode,
         kv: new MemoryKv((done) => this.diskWrite(i, done)),
         journal: new MemoryJournal(),
-        rebooted: false,
         receive: undefined,
         connected: undefined,
         checkedCommit: 0,
@@ -437,8 +430,7 @@ class Simulation {
   /** Starts a relay on what its disk holds (nothing at first): RelayNode.start, as a relay process does. */
   private async boot(host: Host): Promise<void> {
     const epoch = host.epoch
-    host.journal = new MemoryJournal(host.journal.survivors(), host.rebooted)
-    host.rebooted = false
+    host.journal = new MemoryJournal(host.journal.survivors())
     const clock: Clock = {
       now: () => this.now,
       setTimer: (ms, fire): Timer => {
@@ -570,10 +562,6 @@ class Simulation {
     host.receive = undefined
     host.connected = undefined
     host.kv.crash()
-    if (this.options.powerLoss) {
-      host.journal.powerLoss()
-      host.rebooted = !this.options.forgetReboot
-    }
     if (this.options.loseJournalOnCrash) host.journal = new MemoryJournal()
     if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
   }

@@ -88,8 +88,6 @@ export interface RecoveredState {
   /** Peers' blocks above the horizon. */
   readonly blocks: readonly Block[]
   readonly commits: ReadonlyArray<{ readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }>
-  /** Propose only above this round: blocks the relay sent before its machine restarted may be lost (see UNSYNCED_ROUNDS in store.ts). */
-  readonly proposeAbove?: number
 }
 
 /** Blocks per catch-up answer: well under the mesh's frame limit even with full blocks. */
@@ -147,8 +145,6 @@ export class ConsensusCore {
   /** Our blocks by round; the latest is kept even below the GC round (the next one references it). */
   private readonly ownBlocks = new Map<number, Block>()
   private lastProposed = 0
-  /** No block of ours for this round or below (see RecoveredState.proposeAbove). */
-  private proposeFloor = 0
   /** author → round of its latest block we referenced: each block references only newer ones. */
   private readonly lastIncluded = new Map<number, number>()
   /** A leader timeout fired for this clock round: propose without waiting for the leader. */
@@ -677,7 +673,7 @@ export class ConsensusCore {
    */
   private tryPropose(out: Output[]): boolean {
     const round = this.dag.clockRound
-    if (round <= Math.max(this.lastProposed, this.proposeFloor) || !(this.hasWork() || round <= this.wakeRound)) return false
+    if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
     const previousLeader = this.rule.leaderOf(round - 1)
     const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0
     if (!leaderIn && this.forcedRound !== round && this.lastProposed === round - 1) {
@@ -872,7 +868,6 @@ export class ConsensusCore {
       this.ownBlocks.set(b.header.round, b)
       if (b.header.round > this.lastProposed) this.lastProposed = b.header.round
     }
-    this.proposeFloor = state.proposeAbove ?? 0
     const last = this.ownBlocks.get(this.lastProposed)
     for (const a of last?.header.ancestors ?? []) this.lastIncluded.set(a.author, a.round)
     // The same path as blocks from peers, minus the messages (the shell resends our latest block at start).
