@@ -175,9 +175,9 @@ function speaks(o: Output): boolean {
  * Events run one drain at a time: every event queued meanwhile goes through
  * the core, the resulting commits are audited, and everything that must be
  * durable is written: its blocks to the journal, all of it in one store
- * transaction. Messages to peers and clients' commit feeds go once the
- * journal has the blocks (persist, then speak; see RelayStore.write); the
- * next events do not wait for the disk.
+ * transaction. Messages to peers go once the journal has the blocks, and
+ * clients' commit feeds once the transaction is durable (persist, then
+ * speak; see RelayStore.write); the next events do not wait for the disk.
  */
 export class RelayNode {
   readonly me: number
@@ -210,7 +210,7 @@ export class RelayNode {
   private drainRun: Promise<void> = Promise.resolve()
   /** Resolves once every write issued so far is on disk. */
   private onDisk: Promise<void> = Promise.resolve()
-  /** The last write's spoken moment (see RelayStore.write), chained like onDisk: what peers and clients hear waits for it. */
+  /** The last write's spoken moment (see RelayStore.write), chained like onDisk: what peers hear waits for it. */
   private onSpoken: Promise<void> = Promise.resolve()
   private writesInFlight = 0
   private stopped = false
@@ -892,18 +892,21 @@ export class RelayNode {
         for (const o of outputs) if (!speaks(o)) this.act(o)
         if (this.core.queuedEnvelopes === 0) this.pendingSince = null
         const spaces = new Set(write.attestations.map((a) => a.space))
-        // Peers and clients hear of the write once its blocks are in the journal (see RelayStore.write).
+        // Peers hear of the write once its blocks are in the journal (see RelayStore.write); clients,
+        // who read commits from the store, once the transaction is durable.
         spoken.then(
           () => {
-            if (this.stopped) return
-            for (const o of outputs) if (speaks(o)) this.act(o)
-            for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
-            if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
+            if (!this.stopped) for (const o of outputs) if (speaks(o)) this.act(o)
           },
           (err: unknown) => this.fail(err),
         )
         durable.then(
-          () => void this.writesInFlight--,
+          () => {
+            this.writesInFlight--
+            if (this.stopped) return
+            for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
+            if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
+          },
           (err: unknown) => this.fail(err),
         )
         // A disk slower than the traffic holds the loop here instead of piling up writes.

@@ -20,7 +20,7 @@ export interface StoreBacking {
   readonly journal: Journal
 }
 
-/** One write's two moments: what it holds may be spoken of once `spoken` (at once: its blocks are in the journal); it is all in the store once `durable`. */
+/** One write's two moments: peers may hear of it once `spoken` (at once: its blocks are in the journal); it is all in the store once `durable`. */
 export interface StoreWrite {
   readonly spoken: Promise<void>
   readonly durable: Promise<void>
@@ -175,8 +175,6 @@ export class RelayStore {
   private readonly journal: Journal
   /** Writes with journaled records whose store transaction is not durable yet: at 0 the journal is dropped. */
   private journalLive = 0
-  /** Attested commits written and not durable yet, per space in write order: clients read them already (see commitAt). */
-  private readonly unsettled = new Map<string, FeedEntry[]>()
   private readonly own: KvTable<number>
   /** [round, author, digest] → a peer's block (several per slot when its author equivocated). */
   private readonly blocks: KvTable<[number, number, string]>
@@ -259,14 +257,13 @@ export class RelayStore {
    * (`durable`). A write with one of the relay's own blocks first appends
    * that block, and the peers' blocks written with it, to the journal (see
    * journal.ts): a killed process cannot lose them once that returns, and
-   * the write may be spoken of at once (`spoken`), without waiting for the
-   * transaction's disk sync. Nothing else a relay says needs its store
-   * first: commits and attestations follow from the DAG, every block of
-   * which is in its author's journal before anyone hears of it, so a
-   * restarted relay derives the same ones again; clients read attested
-   * commits from the store's view, which has them before the transaction
-   * is durable (commitAt). Waiting for the transaction cost 3-4 ms of every
-   * safe update with 4 relays on one disk (BENCHMARKS.md).
+   * the write may be spoken of to peers at once (`spoken`), without
+   * waiting for the transaction's disk sync: what the relay says next
+   * builds on blocks a killed process cannot lose, and the commits it
+   * makes follow from the DAG. Waiting for the transaction before each
+   * block cost 3-4 ms of every safe update with 4 relays on one disk
+   * (BENCHMARKS.md). Clients read attested commits from the store, once
+   * the transaction is `durable`.
    *
    * Peers' blocks alone are not written at once: they need to be on disk
    * only before something this relay says builds on them (its next block,
@@ -292,22 +289,12 @@ export class RelayStore {
     this.held = []
     this.heldBytes = 0
     const feed = w.attestations.map(feedEntry)
-    for (const e of feed) {
-      let pending = this.unsettled.get(e.space)
-      if (!pending) this.unsettled.set(e.space, (pending = []))
-      pending.push(e)
-    }
     const journaled = records.some((r) => r.kind === 'own-block')
     if (journaled) {
       this.journal.append(encode(records.flatMap((r) => (r.kind === 'commit' ? [] : [[r.kind === 'own-block', r.block.signed.bytes, r.block.signed.sig]]))))
       this.journalLive++
     }
     const durable = this.transact(records, w, feed).then(() => {
-      for (const e of feed) {
-        const pending = this.unsettled.get(e.space) as FeedEntry[]
-        pending.shift()
-        if (pending.length === 0) this.unsettled.delete(e.space)
-      }
       // Every block journaled so far is in the store now: the journal starts over.
       if (journaled && --this.journalLive === 0) this.journal.drop()
     })
@@ -572,19 +559,12 @@ export class RelayStore {
    * before, parked envelopes included.
    */
   commitAt(space: string, from: FeedPosition): StoredCommitHead | undefined {
-    let stored: StoredCommitHead | undefined
-    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) stored = commitHead(key, value)
-    // Commits still on their way to the disk come after every stored one.
-    const pending = this.unsettled.get(space)?.find((e) => comparePositions(e.position, from) >= 0)
-    if (!pending || (stored && comparePositions(stored.position, pending.position) <= 0)) return stored
-    return commitHead([space, ...pending.position], pending.head)
+    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) return commitHead(key, value)
+    return undefined
   }
 
-  /** A space's latest attested commit (highest stable index, then round), stored or on its way. */
+  /** A space's latest stored attested commit (highest stable index, then round). */
   latestCommit(space: string): StoredCommitHead | undefined {
-    const pending = this.unsettled.get(space)
-    const last = pending?.[pending.length - 1]
-    if (last) return commitHead([space, ...last.position], last.head)
     for (const { key, value } of this.attest.getRange({ start: [space, Number.MAX_SAFE_INTEGER, 0], end: [space, -1, 0], reverse: true, limit: 1 })) return commitHead(key, value)
     return undefined
   }
@@ -601,8 +581,7 @@ export class RelayStore {
 
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */
   commitChunk(space: string, position: FeedPosition, k: number): Uint8Array {
-    const pending = this.unsettled.get(space)?.find((e) => comparePositions(e.position, position) === 0)
-    const value = pending ? pending.chunks[k] : this.attestChunks.get([space, position[0], position[1], k])
+    const value = this.attestChunks.get([space, position[0], position[1], k])
     if (!value) throw new Error(`store: chunk ${k} of the ${space} commit at ${position.join('/')} is missing`)
     return value
   }
@@ -630,10 +609,6 @@ interface FeedEntry {
 function feedEntry(a: WriteBatch['attestations'][number]): FeedEntry {
   const chunks = chunkFrames(a.value.envelopes).map((frames) => encode(frames))
   return { space: a.space, position: [a.fromIndex, a.round], head: encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]), chunks }
-}
-
-function comparePositions(a: FeedPosition, b: FeedPosition): number {
-  return a[0] - b[0] || a[1] - b[1]
 }
 
 function commitHead(key: readonly [string, number, number], value: Uint8Array): StoredCommitHead {

@@ -105,21 +105,4 @@ describe('the relay store and its journal', () => {
     // Round 1 is still ours: the relay never signs another block for it.
     expect(store.recover(nodeCrypto as never, committee, 50).ownBlocks.map((b) => b.digestHex)).toEqual([own.digestHex])
   })
-
-  it('serves an attested commit to clients before its transaction is durable, and the same once it is', async () => {
-    const kv = new MemoryKv(() => {})
-    const store = new RelayStore({ kv, journal: new MemoryJournal() })
-    const attestation = { bytes: new Uint8Array([1, 2]), sig: new Uint8Array([3]) }
-    const write = store.write({ records: [], batches: [], attestations: [{ space: 's', fromIndex: 0, round: 5, value: { attestation, envelopes: [new Uint8Array([9])] } }] })
-    const head = store.commitAt('s', [0, 0])
-    expect(head?.position).toEqual([0, 5])
-    expect(new Uint8Array(head?.attestation.bytes ?? [])).toEqual(attestation.bytes)
-    expect(store.latestCommit('s')?.position).toEqual([0, 5])
-    expect(store.commitAt('s', [0, 6])).toBeUndefined()
-    const chunk = store.commitChunk('s', [0, 5], 0)
-    kv.flush()
-    await write.durable
-    expect(store.commitAt('s', [0, 0])?.position).toEqual([0, 5])
-    expect(store.commitChunk('s', [0, 5], 0)).toEqual(chunk)
-  })
 })
