@@ -162,11 +162,6 @@ export const DEFAULT_RETENTION = { blockRounds: 20_000, updates: 1_000_000 } as 
 /** Writes issued and not yet on disk past which the event loop waits for the disk. */
 const MAX_WRITES_IN_FLIGHT = 32
 
-/** Outputs peers act on: they leave when the drain's write may be spoken of (sync answers and archive reads may carry our newest blocks). */
-function speaks(o: Output): boolean {
-  return o.type === 'send' || o.type === 'broadcast' || o.type === 'archive-request'
-}
-
 /**
  * A relay: the consensus core, driven by the mesh and timers, made durable
  * by the LMDB store, with one reliable replica per space auditing the
@@ -210,8 +205,6 @@ export class RelayNode {
   private drainRun: Promise<void> = Promise.resolve()
   /** Resolves once every write issued so far is on disk. */
   private onDisk: Promise<void> = Promise.resolve()
-  /** The last write's spoken moment (see RelayStore.write), chained like onDisk: what peers hear waits for it. */
-  private onSpoken: Promise<void> = Promise.resolve()
   private writesInFlight = 0
   private stopped = false
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
@@ -883,23 +876,14 @@ export class RelayNode {
         // Persist, then speak, without stopping to listen: the write is issued now (its blocks
         // journaled, its transaction queued: LMDB commits writes in the order issued, several in
         // one sync when they queue up), and the next events run meanwhile.
-        const written = this.store.write(snapshot ? { ...write, snapshot } : write)
-        const spoken = Promise.all([this.onSpoken, written.spoken]).then(() => undefined)
-        const durable = Promise.all([this.onDisk, written.durable]).then(() => undefined)
-        this.onSpoken = spoken
+        const durable = Promise.all([this.onDisk, this.store.write(snapshot ? { ...write, snapshot } : write)]).then(() => undefined)
         this.onDisk = durable
         this.writesInFlight++
-        for (const o of outputs) if (!speaks(o)) this.act(o)
+        // The drain's blocks are in the journal now (see RelayStore.write): peers hear of them at once;
+        // clients, who read commits from the store, once the transaction is durable.
         if (this.core.queuedEnvelopes === 0) this.pendingSince = null
+        for (const o of outputs) this.act(o)
         const spaces = new Set(write.attestations.map((a) => a.space))
-        // Peers hear of the write once its blocks are in the journal (see RelayStore.write); clients,
-        // who read commits from the store, once the transaction is durable.
-        spoken.then(
-          () => {
-            if (!this.stopped) for (const o of outputs) if (speaks(o)) this.act(o)
-          },
-          (err: unknown) => this.fail(err),
-        )
         durable.then(
           () => {
             this.writesInFlight--

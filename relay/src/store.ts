@@ -20,15 +20,6 @@ export interface StoreBacking {
   readonly journal: Journal
 }
 
-/** One write's two moments: peers may hear of it once `spoken` (at once: its blocks are in the journal); it is all in the store once `durable`. */
-export interface StoreWrite {
-  readonly spoken: Promise<void>
-  readonly durable: Promise<void>
-}
-
-const NOW = Promise.resolve()
-const DONE: StoreWrite = { spoken: NOW, durable: NOW }
-
 /** Everything one drain of the relay's event loop makes durable, in one LMDB transaction. */
 export interface WriteBatch {
   readonly records: readonly PersistRecord[]
@@ -253,17 +244,16 @@ export class RelayStore {
   }
 
   /**
-   * Writes one drain's records atomically in one store transaction
-   * (`durable`). A write with one of the relay's own blocks first appends
-   * that block, and the peers' blocks written with it, to the journal (see
-   * journal.ts): a killed process cannot lose them once that returns, and
-   * the write may be spoken of to peers at once (`spoken`), without
-   * waiting for the transaction's disk sync: what the relay says next
-   * builds on blocks a killed process cannot lose, and the commits it
-   * makes follow from the DAG. Waiting for the transaction before each
-   * block cost 3-4 ms of every safe update with 4 relays on one disk
-   * (BENCHMARKS.md). Clients read attested commits from the store, once
-   * the transaction is `durable`.
+   * Writes one drain's records atomically in one store transaction;
+   * resolves once they are on disk. A write with one of the relay's own
+   * blocks first appends that block, and the peers' blocks written with it,
+   * to the journal (see journal.ts): once `write` returns, a killed process
+   * cannot lose them, and peers may hear of them without waiting for the
+   * transaction's disk sync (what the relay says next builds on blocks it
+   * cannot lose, and the commits it makes follow from the DAG). Waiting for
+   * the transaction before each block cost 3-4 ms of every safe update with
+   * 4 relays on one disk (BENCHMARKS.md). Clients read attested commits
+   * from the store, once the transaction is durable.
    *
    * Peers' blocks alone are not written at once: they need to be on disk
    * only before something this relay says builds on them (its next block,
@@ -275,30 +265,29 @@ export class RelayStore {
    * nothing this relay said depends on (it fetches them again if it needs
    * them). Past HELD_BYTES they are written at once; close() writes them.
    */
-  write(w: WriteBatch): StoreWrite {
+  write(w: WriteBatch): Promise<void> {
     const recordsOnly = w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint
-    if (recordsOnly && w.records.length === 0) return DONE
+    if (recordsOnly && w.records.length === 0) return Promise.resolve()
     if (recordsOnly && w.records.every((r) => r.kind === 'block') && this.heldBytes < HELD_BYTES) {
       for (const r of w.records) {
         this.held.push(r)
         this.heldBytes += r.kind === 'block' ? r.block.signed.bytes.length : 0
       }
-      return DONE
+      return Promise.resolve()
     }
     const records = this.held.length ? [...this.held, ...w.records] : w.records
     this.held = []
     this.heldBytes = 0
-    const feed = w.attestations.map(feedEntry)
     const journaled = records.some((r) => r.kind === 'own-block')
     if (journaled) {
       this.journal.append(encode(records.flatMap((r) => (r.kind === 'commit' ? [] : [[r.kind === 'own-block', r.block.signed.bytes, r.block.signed.sig]]))))
       this.journalLive++
     }
-    const durable = this.transact(records, w, feed).then(() => {
+    // Not async up to here: a journal that cannot be written throws before anything is sent.
+    return this.transact(records, w).then(() => {
       // Every block journaled so far is in the store now: the journal starts over.
       if (journaled && --this.journalLive === 0) this.journal.drop()
     })
-    return { spoken: NOW, durable }
   }
 
   /** Bytes of peers' blocks held for the next write (see write). */
@@ -307,16 +296,17 @@ export class RelayStore {
   }
 
   /** One transaction: `records` (the held peers' blocks first), then the rest of `w`. */
-  private async transact(records: readonly PersistRecord[], w: WriteBatch, feed: readonly FeedEntry[]): Promise<void> {
+  private async transact(records: readonly PersistRecord[], w: WriteBatch): Promise<void> {
     await this.kv.write(() => {
       this.putRecords(records)
       for (const b of w.batches) {
         const n = this.nextBatch++
         chunkFrames(b.frames).forEach((frames, k) => this.batches.put([n, k], encode([b.anchorRound, frames])))
       }
-      for (const e of feed) {
-        this.attest.put([e.space, ...e.position], e.head)
-        e.chunks.forEach((chunk, k) => this.attestChunks.put([e.space, ...e.position, k], chunk))
+      for (const a of w.attestations) {
+        const chunks = chunkFrames(a.value.envelopes)
+        this.attest.put([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
+        chunks.forEach((frames, k) => this.attestChunks.put([a.space, a.fromIndex, a.round, k], encode(frames)))
       }
       for (const h of w.history ?? []) this.history.put([h.space, h.key, h.index], encode(h.value))
       if (w.snapshot) this.writeSnapshot(w.snapshot)
@@ -591,27 +581,14 @@ export class RelayStore {
       const held = this.held
       this.held = []
       this.heldBytes = 0
-      await this.transact(held, { records: [], batches: [], attestations: [] }, [])
+      await this.transact(held, { records: [], batches: [], attestations: [] })
     }
     await this.journal.close()
     await this.kv.close()
   }
 }
 
-/** An attested commit as the store keeps it: its head record and its chunks of envelope frames, encoded. */
-interface FeedEntry {
-  readonly space: string
-  readonly position: FeedPosition
-  readonly head: Uint8Array
-  readonly chunks: readonly Uint8Array[]
-}
-
-function feedEntry(a: WriteBatch['attestations'][number]): FeedEntry {
-  const chunks = chunkFrames(a.value.envelopes).map((frames) => encode(frames))
-  return { space: a.space, position: [a.fromIndex, a.round], head: encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]), chunks }
-}
-
-function commitHead(key: readonly [string, number, number], value: Uint8Array): StoredCommitHead {
+function commitHead(key: [string, number, number], value: Uint8Array): StoredCommitHead {
   const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
   return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
 }
