@@ -22,14 +22,20 @@ export interface Journal {
   append(record: Uint8Array): void
   /** Everything appended so far is durable elsewhere: the next append may overwrite it. */
   drop(): void
+  /** Bytes appended since the last drop (or found at open). */
+  readonly size: number
   close(): Promise<void>
 }
 
 /** Record header: body length, sequence number, check (the first 4 bytes of sha256 over the length, number and body). */
 const HEADER = 12
 
-/** The file is filled with zeros to this size when created, so appends overwrite blocks the file already has. */
-const DEFAULT_CAPACITY = 8 * 1024 * 1024
+/**
+ * The file is filled with zeros to this size when created, so appends
+ * overwrite blocks the file already has; a relay keeps its journal within
+ * it (see RelayStore.journalFull).
+ */
+export const JOURNAL_CAPACITY = 8 * 1024 * 1024
 
 function check(header: Uint8Array, body: Uint8Array): number {
   return createHash('sha256').update(header.subarray(0, 8)).update(body).digest().readUInt32LE(0)
@@ -46,10 +52,12 @@ function check(header: Uint8Array, body: Uint8Array): number {
 export class FileJournal implements Journal {
   private readonly fd: number
   private offset = 0
+  /** Bytes of records since the last drop's marker. */
+  private bytes = 0
   private seq = 0
   private readonly found: Uint8Array[] = []
 
-  constructor(path: string, capacity = DEFAULT_CAPACITY) {
+  constructor(path: string, capacity = JOURNAL_CAPACITY) {
     const fresh = !existsSync(path)
     this.fd = openSync(path, fresh ? 'w+' : 'r+', 0o600)
     const size = fstatSync(this.fd).size
@@ -83,6 +91,7 @@ export class FileJournal implements Journal {
       this.found.push(new Uint8Array(body))
       this.seq = seq
       at += HEADER + length
+      this.bytes += HEADER + length
     }
     this.offset = at
   }
@@ -100,6 +109,10 @@ export class FileJournal implements Journal {
     return this.found
   }
 
+  get size(): number {
+    return this.bytes
+  }
+
   append(record: Uint8Array): void {
     const buf = Buffer.alloc(HEADER + record.length)
     buf.writeUInt32LE(record.length, 0)
@@ -108,6 +121,7 @@ export class FileJournal implements Journal {
     buf.writeUInt32LE(check(buf, record), 8)
     this.writeAt(buf, this.offset)
     this.offset += buf.length
+    this.bytes += buf.length
   }
 
   drop(): void {
@@ -116,6 +130,7 @@ export class FileJournal implements Journal {
     // Not synced: if the disk never gets it, the older records come back at the next open, and putting them in the store again changes nothing.
     this.writeAt(marker, 0)
     this.offset = HEADER
+    this.bytes = 0
   }
 
   async close(): Promise<void> {
@@ -139,6 +154,10 @@ export class MemoryJournal implements Journal {
 
   recovered(): Uint8Array[] {
     return this.atOpen
+  }
+
+  get size(): number {
+    return this.kept.reduce((n, r) => n + HEADER + r.length, 0)
   }
 
   append(record: Uint8Array): void {

@@ -893,8 +893,9 @@ export class RelayNode {
           },
           (err: unknown) => this.fail(err),
         )
-        // A disk slower than the traffic holds the loop here instead of piling up writes.
-        if (this.writesInFlight >= MAX_WRITES_IN_FLIGHT) await durable
+        // A disk slower than the traffic holds the loop here instead of piling up writes, and
+        // a full journal until the store has all it holds.
+        if (this.writesInFlight >= MAX_WRITES_IN_FLIGHT || this.store.journalFull) await durable
       }
     } catch (err) {
       this.fail(err)

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { decode, encode, type Signed } from '@stead/core'
-import { FileJournal, type Journal } from './journal.ts'
+import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { LmdbKv, type Kv, type KvTable } from './kv.ts'
 import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
@@ -288,6 +288,17 @@ export class RelayStore {
       // Every block journaled so far is in the store now: the journal starts over.
       if (journaled && --this.journalLive === 0) this.journal.drop()
     })
+  }
+
+  /**
+   * The journal holds as much as its file was made for, and some writes
+   * are not durable yet: the relay issues no write with an own block until
+   * they are (then the journal is dropped). Without this, a store that
+   * always has a transaction in flight would never let the journal start
+   * over, and it would grow without end.
+   */
+  get journalFull(): boolean {
+    return this.journalLive > 0 && this.journal.size >= JOURNAL_CAPACITY
   }
 
   /** Bytes of peers' blocks held for the next write (see write). */

@@ -334,6 +334,42 @@ describe('consensus core', () => {
     expect(anchors).toEqual([1])
   })
 
+  it('gives up asking for an ancestor no peer sends after every peer was asked twice, asks again while stuck with work, and takes the block in if it arrives', async () => {
+    // Found by the simulator: a Byzantine relay naming an ancestor that does not exist kept every
+    // correct relay of an idle cluster fetching it, once per sync tick, forever.
+    const c = core(0)
+    const r1 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+    for (const a of [2, 3]) c.onMessage(a, { kind: 'block', block: r1[a]! })
+    // Relay 1's round-2 block names its own round-1 block, which relay 0 never got.
+    const r2 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), refOf(r1[2]!), refOf(r1[3]!)], payload: [] })
+    const fetches = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'fetch' ? [o.to] : []))
+    const armed = (out: Output[]) => out.some((o) => o.type === 'timer' && o.name === 'sync')
+    const first = c.onMessage(1, { kind: 'block', block: r2 })
+    expect(fetches(first)).toEqual([1])
+    expect(armed(first)).toBe(true)
+    const askedOf: number[] = []
+    let tick = 0
+    for (let out = c.onTimer('sync', 0); ; out = c.onTimer('sync', 0)) {
+      askedOf.push(...fetches(out))
+      if (!armed(out)) break
+      expect(++tick).toBeLessThan(20)
+    }
+    // Each of the 3 peers twice, one per tick, then no timer at all: an idle relay goes quiet.
+    expect(askedOf).toEqual([1, 2, 3, 1, 2, 3])
+    expect(c.memory.suspended).toBe(1)
+    // With work, and stuck (alone it cannot reach round 2's quorum), it asks again each time it
+    // acts on being stuck: the answers may have been lost while it was cut off.
+    const frame = await envelope(1)
+    expect(armed(c.submit(frame, inspect(frame) as PayloadInfo).outputs)).toBe(true)
+    const stuckAsks: number[] = []
+    for (let t = 1; t <= 5; t++) if (fetches(c.onTimer('sync', 0)).length) stuckAsks.push(t)
+    expect(stuckAsks).toEqual([2, 3, 5])
+    // The ancestor turns up after all (a peer's pull answer): the parked block goes in.
+    c.onMessage(2, { kind: 'blocks', blocks: [r1[1]!] })
+    expect(c.memory.suspended).toBe(0)
+    expect(c.blocksAt(2, 1)).toEqual([r2])
+  })
+
   it("pulls missed rounds from a peer that did not say it no longer keeps them, not again from one that did", () => {
     const c = core(0)
     // Peer 1 answered a sync: it keeps blocks from round 100 on. Then its block of round 200 arrives, far ahead.

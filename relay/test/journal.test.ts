@@ -24,9 +24,12 @@ describe('the file journal', () => {
     j.append(bytes(10, 1))
     j.append(bytes(3000, 2))
     j.append(bytes(1, 3))
+    // Each record: 12 bytes of header and its body.
+    expect(j.size).toBe(3 * 12 + 3011)
     await j.close()
     const again = new FileJournal(p, 64 * 1024)
     expect(list(again.recovered())).toEqual([[10, 1], [3000, 2], [1, 3]])
+    expect(again.size).toBe(3 * 12 + 3011)
     // Appends go on after what it found.
     again.append(bytes(5, 4))
     await again.close()
@@ -36,7 +39,9 @@ describe('the file journal', () => {
   it('after a drop, gives back only what was appended since, also across reopens with nothing appended, and when older records are left behind', async () => {
     const { p, j } = await threeRecords()
     j.drop()
+    expect(j.size).toBe(0)
     j.append(bytes(50, 4))
+    expect(j.size).toBe(62)
     await j.close()
     expect(list(new FileJournal(p, 64 * 1024).recovered())).toEqual([[50, 4]])
     const k = new FileJournal(p, 64 * 1024)

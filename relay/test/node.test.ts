@@ -81,6 +81,33 @@ function holdWrites(store: RelayStore): Array<() => void> {
   return held
 }
 
+/**
+ * Lets the store journal and start each write, but has the write's promise
+ * (its transaction being durable) resolve only when the test calls the
+ * function this pushes for it; `journaled` counts the journal's appends.
+ */
+function lagTransactions(node: RelayNode): { store: Pick<RelayStore, 'write' | 'journalFull'> & { journal: Journal }; transactions: Array<() => void>; journaled: () => number; restore: () => void } {
+  const store = (node as unknown as { store: Pick<RelayStore, 'write' | 'journalFull'> & { journal: Journal } }).store
+  const write = store.write.bind(store)
+  const transactions: Array<() => void> = []
+  store.write = (w) => {
+    const done = write(w)
+    return new Promise((ok) => transactions.push(() => void done.then(ok)))
+  }
+  const append = store.journal.append.bind(store.journal)
+  let appends = 0
+  store.journal.append = (record) => {
+    appends++
+    append(record)
+  }
+  const restore = () => {
+    store.write = write
+    store.journal.append = append
+    for (const done of transactions.splice(0)) done()
+  }
+  return { store, transactions, journaled: () => appends, restore }
+}
+
 const nodes: RelayNode[] = []
 afterEach(async () => {
   for (const n of nodes.splice(0)) await n.stop()
@@ -91,31 +118,58 @@ describe('the relay event loop', () => {
     const { node, spoken } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
     await node.start()
     await until('the start-up write', () => spoken.length === 0)
-    // Store transactions that never end while the test runs, and a journal that says when it is written to.
-    const store = (node as unknown as { store: { write: RelayStore['write']; journal: Journal } }).store
-    const write = store.write.bind(store)
-    const transactions: Array<() => void> = []
-    store.write = (w) => {
-      const done = write(w)
-      return new Promise((ok) => transactions.push(() => void done.then(ok)))
-    }
-    const append = store.journal.append.bind(store.journal)
-    // How many messages had gone out when each block was journaled.
+    // Store transactions that never end while the test runs; how many messages had gone out when each block was journaled.
+    const lag = lagTransactions(node)
     const sentAtAppend: number[] = []
-    store.journal.append = (record) => {
+    const append = lag.store.journal.append.bind(lag.store.journal)
+    lag.store.journal.append = (record) => {
       sentAtAppend.push(spoken.length)
       append(record)
     }
-    node.submit(await deposit(1))
-    await until('the first block broadcast', () => spoken.length > 0)
-    node.submit(await deposit(2))
-    await until('a second block journaled and broadcast while the first transaction is still running', () => sentAtAppend.length === 2 && spoken.length > (sentAtAppend[1] as number))
-    // Nothing went out before the first block was journaled, and no transaction has finished.
-    expect(sentAtAppend[0]).toBe(0)
-    expect(new Set(spoken)).toEqual(new Set(['broadcast']))
-    expect(transactions.length).toBeGreaterThanOrEqual(2)
-    for (const done of transactions) done()
-    store.write = write
+    try {
+      node.submit(await deposit(1))
+      await until('the first block broadcast', () => spoken.length > 0)
+      node.submit(await deposit(2))
+      await until('a second block journaled and broadcast while the first transaction is still running', () => sentAtAppend.length === 2 && spoken.length > (sentAtAppend[1] as number))
+      // Nothing went out before the first block was journaled, and no transaction has finished.
+      expect(sentAtAppend[0]).toBe(0)
+      expect(new Set(spoken)).toEqual(new Set(['broadcast']))
+      expect(lag.transactions.length).toBeGreaterThanOrEqual(2)
+    } finally {
+      lag.restore()
+    }
+  })
+
+  it('keeps its journal within its capacity while transactions lag: no block is journaled until the store holds what the journal does', async () => {
+    const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
+    await node.start()
+    const lag = lagTransactions(node)
+    const big = (seq: number) =>
+      sealEnvelope(nodeCrypto, author, { space: 'big', seq, clock: clockInit(), deps: [], updates: [{ key: 'b', decl: { type: 'register' as const }, ops: [['s', new Uint8Array(700_000).fill(seq), seq]] }], safe: [] }).then(encodeEnvelope)
+    let decided = 0
+    try {
+      // 16 envelopes of 700 KB, one block each (f = 0: each commits at once), while no transaction ends.
+      for (let seq = 1; seq <= 16; seq++) {
+        node.submit(await big(seq), 'test', () => decided++)
+        await until(`envelope ${seq} journaled, or the loop waiting for the disk`, () => lag.journaled() >= seq || lag.store.journalFull)
+      }
+      expect(lag.store.journalFull).toBe(true)
+      const journaled = lag.journaled()
+      // The journal passed 8 MiB with the block that filled it, and nothing was journaled after.
+      expect(journaled).toBeLessThan(16)
+      expect(lag.store.journal.size).toBeLessThan(8 * 1024 * 1024 + 800_000)
+      await new Promise((r) => setTimeout(r, 50))
+      expect(lag.journaled()).toBe(journaled)
+      // The disk catches up: the journal starts over and the rest goes in.
+      for (let rounds = 0; decided < 16; rounds++) {
+        for (const done of lag.transactions.splice(0)) done()
+        await new Promise((r) => setTimeout(r, 5))
+        expect(rounds).toBeLessThan(1000)
+      }
+      expect(lag.store.journal.size).toBeLessThan(8 * 1024 * 1024)
+    } finally {
+      lag.restore()
+    }
   })
 
   it('writes a snapshot as the state stood at its batch, even when the write runs after later commits', async () => {

@@ -86,6 +86,32 @@ describe('the relay store and its journal', () => {
     expect(state.blocks.map((b) => b.digestHex)).toEqual([b1.digestHex])
   })
 
+  it('is full once it holds its capacity while transactions are pending, and starts over when they are durable', async () => {
+    const finish: Array<() => void> = []
+    const journal = new MemoryJournal()
+    const store = new RelayStore({ kv: new MemoryKv((done) => finish.push(done)), journal })
+    // Own blocks of 1 MiB each (a block's payload is client envelopes): the eighth fills 8 MiB.
+    const big = (round: number, prev: BlockRef): Block => signBlock(nodeCrypto as never, secrets[0]!, { round, author: 0, ancestors: [prev, genesis(1), genesis(2)], payload: [new Uint8Array(1024 * 1024).fill(round)] })
+    const written: Array<Promise<void>> = []
+    let prev = genesis(0)
+    for (let round = 1; round <= 8; round++) {
+      expect(store.journalFull).toBe(false)
+      const block = big(round, prev)
+      prev = refOf(block)
+      written.push(store.write(only([{ kind: 'own-block', block }])))
+    }
+    expect(journal.size).toBeGreaterThanOrEqual(8 * 1024 * 1024)
+    expect(store.journalFull).toBe(true)
+    // The disk takes all but the last: still full (the journal drops only when every journaled write is durable).
+    finish.splice(0, 7).forEach((done) => done())
+    await Promise.all(written.slice(0, 7))
+    expect(store.journalFull).toBe(true)
+    finish.splice(0).forEach((done) => done())
+    await Promise.all(written)
+    expect(store.journalFull).toBe(false)
+    expect(journal.size).toBe(0)
+  })
+
   it('keeps the journal\'s own blocks when it starts over from a checkpoint before writing anything', async () => {
     const journal = new MemoryJournal()
     const own = roundOne(0)

@@ -722,8 +722,8 @@ export class ConsensusCore {
 
   private armSync(out: Output[]): void {
     if (this.syncTimerArmed) return
-    // Idle and complete: no timer at all.
-    if (!this.hasWork() && this.sync.size === 0) return
+    // Idle, with nothing left worth fetching: no timer at all.
+    if (!this.hasWork() && !this.sync.fetching) return
     this.syncTimerArmed = true
     out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
   }
@@ -793,7 +793,7 @@ export class ConsensusCore {
     this.stuckTicks = mark === this.progressMark ? this.stuckTicks + 1 : 0
     this.progressMark = mark
     const stuck = this.stuckTicks > 0 && stuckActs(this.stuckTicks)
-    const frontier = this.sync.frontier(1000)
+    const frontier = this.sync.frontier(1000, stuck)
     if (!stuck && frontier.length === 0) return
     this.syncPeer = (this.syncPeer + 1) % this.n
     if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n

@@ -13,6 +13,16 @@ interface Waiting {
  * until the missing ones fall below the GC round and stop mattering), with
  * the digests to fetch. Bounded per sending relay, so one relay's flood
  * cannot crowd out the others' blocks.
+ *
+ * A missing digest is asked for on at most `maxAsks` ticks (the caller asks
+ * a different peer each tick), then given up: a Byzantine relay can name
+ * ancestors that do not exist, and an idle cluster would otherwise ask for
+ * them forever. A given-up block stays parked; it goes in if its ancestor
+ * arrives after all, and is dropped once the GC round passes it. A new
+ * block waiting for the same digest makes it worth asking for again, and a
+ * relay that has work and is stuck asks for the given-up ones too (each
+ * time it acts on being stuck, with its backoff): messages lost while it
+ * was cut off must not leave it waiting for good.
  */
 export class Synchronizer {
   private readonly waiting = new Map<string, Waiting>()
@@ -21,14 +31,24 @@ export class Synchronizer {
   private readonly bySender = new Map<number, number>()
   /** Digests asked for since the last tick: asked once per tick. */
   private readonly requested = new Set<string>()
+  /** missing digest → ticks it was asked for since a block last started waiting for it */
+  private readonly asks = new Map<string, number>()
   private readonly perSender: number
+  private readonly maxAsks: number
 
-  constructor(n: number, maxParked: number) {
+  constructor(n: number, maxParked: number, maxAsks = 2 * Math.max(1, n - 1)) {
     this.perSender = Math.max(1, Math.ceil(maxParked / n))
+    this.maxAsks = maxAsks
   }
 
   get size(): number {
     return this.waiting.size
+  }
+
+  /** Whether some missing digest is still worth asking for (a reason to keep a sync timer). */
+  get fetching(): boolean {
+    for (const d of this.waitingOn.keys()) if (!this.waiting.has(d) && (this.asks.get(d) ?? 0) < this.maxAsks) return true
+    return false
   }
 
   isParked(digestHex: string): boolean {
@@ -51,6 +71,7 @@ export class Synchronizer {
       let waiters = this.waitingOn.get(m.digestHex)
       if (!waiters) this.waitingOn.set(m.digestHex, (waiters = new Set()))
       waiters.add(block.digestHex)
+      this.asks.set(m.digestHex, 0)
       if (!this.waiting.has(m.digestHex) && !this.requested.has(m.digestHex)) {
         this.requested.add(m.digestHex)
         fetch.push(m.digestHex)
@@ -63,6 +84,7 @@ export class Synchronizer {
   arrived(digestHex: string): Array<{ from: number; block: Block }> {
     const waiters = this.waitingOn.get(digestHex)
     this.waitingOn.delete(digestHex)
+    this.asks.delete(digestHex)
     const ready: Array<{ from: number; block: Block }> = []
     for (const key of waiters ?? []) {
       const w = this.waiting.get(key)
@@ -80,6 +102,7 @@ export class Synchronizer {
   refused(digestHex: string): Block[] {
     const waiters = this.waitingOn.get(digestHex)
     this.waitingOn.delete(digestHex)
+    this.asks.delete(digestHex)
     const gone: Block[] = []
     for (const key of waiters ?? []) {
       const w = this.waiting.get(key)
@@ -110,17 +133,27 @@ export class Synchronizer {
     }
     for (const [d, waiters] of this.waitingOn) {
       for (const key of waiters) if (!this.waiting.has(key)) waiters.delete(key)
-      if (waiters.size === 0) this.waitingOn.delete(d)
+      if (waiters.size === 0) {
+        this.waitingOn.delete(d)
+        this.asks.delete(d)
+      }
     }
     return ready
   }
 
-  /** Missing digests nobody is parked on as a block: what to ask for again (bounded). */
-  frontier(limit: number): string[] {
+  /**
+   * Missing digests nobody is parked on as a block and not yet given up
+   * (with `retry`, given-up ones too): what to ask for again this tick
+   * (bounded). Each one returned counts as one ask.
+   */
+  frontier(limit: number, retry = false): string[] {
     const out: string[] = []
     for (const d of this.waitingOn.keys()) {
       if (out.length >= limit) break
-      if (!this.waiting.has(d)) out.push(d)
+      const asked = this.asks.get(d) ?? 0
+      if (this.waiting.has(d) || (asked >= this.maxAsks && !retry)) continue
+      this.asks.set(d, asked + 1)
+      out.push(d)
     }
     return out
   }
