@@ -244,6 +244,7 @@ export class Outbox {
     if (m.type === 'accepted') {
       if (!o.accepted) {
         o.accepted = true
+        this.o.space.observeAccepted(this.o.now() - o.lastSentAt)
         this.o.news.outboxChanged()
         this.o.space.progress()
       }

@@ -16,13 +16,14 @@ import {
   type SetElement,
 } from '@stead/core'
 import { DraftBatch, applyIntent, deferred, hasInvariants, type DraftItem } from './drafts.ts'
+import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import type { ChainPosition } from './quorum.ts'
-import type { ClientStatus, HistoryPageOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
+import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
 
 /** One of this client's envelopes, decided. */
@@ -84,6 +85,9 @@ export interface Upstream {
 
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
 
+/** The longest freshness bound an object may have (see ObjectOptions). */
+const MAX_FRESHNESS_MS = 3_600_000
+
 /**
  * One space of a client: its objects (handles), safe transactions, waits
  * and status. It holds the local state every tab keeps (the replica, the
@@ -120,6 +124,11 @@ export class Space {
   private sealQueued = false
   /** When the last envelope was sealed: the next waits until batchIntervalMs after it. */
   private lastSealAt = Number.NEGATIVE_INFINITY
+  /** Regular updates of objects with a freshness bound, waiting for their deadline. */
+  private readonly hold: FreshnessHold
+  private holdTimer: ReturnType<typeof setTimeout> | undefined
+  /** When holdTimer fires. */
+  private holdTimerAt = Number.POSITIVE_INFINITY
 
   private readonly handles = new Map<string, AnyHandle>()
   private readonly listeners = new Map<string, Set<() => void>>()
@@ -154,9 +163,10 @@ export class Space {
     this.replica = init.replica
     this.position = init.position
     this.host = this.makeHost()
+    this.hold = new FreshnessHold(init.options.batchIntervalMs ?? 10)
     this.guarded = new GuardedViews({
       replica: () => this.replica,
-      drafts: () => this.drafts,
+      drafts: () => this.allDrafts(),
       authorId: this.authorId,
       declarationOf: (key) => this.declarationOf(key),
       draftTag: () => `~draft:${this.draftTag++}`,
@@ -183,7 +193,7 @@ export class Space {
    * committed fixes them.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param invariants `min` and/or `max`, safe integers with `min` ≤ 0 ≤ `max` (a counter starts at 0); none by default.
+   * @param invariants `min` and/or `max`, safe integers with `min` ≤ 0 ≤ `max` (a counter starts at 0); none by default. `freshness`: see {@link ObjectOptions}.
    * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other invariants; `malformed` for a bad key or bounds; {@link ClosedError} after `close()`.
    * @example
    * ```ts
@@ -194,11 +204,11 @@ export class Space {
    * account.subscribe(() => render(account.value, account.stable))
    * ```
    */
-  counter(key: string, invariants: { min?: number; max?: number } = {}): CounterHandle {
+  counter(key: string, invariants: { min?: number; max?: number } & ObjectOptions = {}): CounterHandle {
     const bounds: { min?: number; max?: number } = {}
     if (invariants.min !== undefined) bounds.min = invariants.min
     if (invariants.max !== undefined) bounds.max = invariants.max
-    return this.open(key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d)) as CounterHandle
+    return this.open(key, { type: 'counter', bounds }, (d) => new CounterHandle(this.host, key, d), invariants) as CounterHandle
   }
 
   /**
@@ -209,12 +219,12 @@ export class Space {
    * on every call with the same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param invariants `maxSize`; none by default. Every client must open the set with the same one.
+   * @param invariants `maxSize`; none by default. Every client must open the set with the same one. `freshness`: see {@link ObjectOptions}.
    * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxSize`; `malformed` for a bad key; {@link ClosedError} after `close()`.
    */
-  set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } = {}): SetHandle<T> {
+  set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } & ObjectOptions = {}): SetHandle<T> {
     const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
-    return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d)) as unknown as SetHandle<T>
+    return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d), invariants) as unknown as SetHandle<T>
   }
 
   /**
@@ -227,10 +237,11 @@ export class Space {
    * key.
    *
    * @param key 1 to 256 characters, unique within the space.
+   * @param options `freshness`: see {@link ObjectOptions}.
    * @throws SteadError `type-mismatch` if the key is open or committed as another type; `malformed` for a bad key; {@link ClosedError} after `close()`.
    */
-  register<T extends RegisterValue = RegisterValue>(key: string): RegisterHandle<T> {
-    return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d)) as unknown as RegisterHandle<T>
+  register<T extends RegisterValue = RegisterValue>(key: string, options: ObjectOptions = {}): RegisterHandle<T> {
+    return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d), options) as unknown as RegisterHandle<T>
   }
 
   /**
@@ -244,18 +255,25 @@ export class Space {
    * with the same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones.
+   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones. `freshness`: see {@link ObjectOptions}.
    * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params; {@link ClosedError} after `close()`.
    */
-  boundedCounter(key: string, params: { min: number; initial: number } | { max: number; initial: number }): BoundedCounterHandle {
+  boundedCounter(key: string, params: ({ min: number; initial: number } | { max: number; initial: number }) & ObjectOptions): BoundedCounterHandle {
     const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
-    return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d)) as BoundedCounterHandle
+    return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
   }
 
-  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
+  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, options: ObjectOptions): AnyHandle {
+    const { freshness } = options
+    if (freshness !== undefined && (typeof freshness !== 'number' || !Number.isFinite(freshness) || freshness < 0 || freshness > MAX_FRESHNESS_MS)) {
+      throw new SteadError('malformed', `${key}: freshness is a number of milliseconds from 0 to ${MAX_FRESHNESS_MS}, got ${String(freshness)}`)
+    }
     // An open handle stays readable after close (a component may render once more); updates through it fail.
     const known = this.handles.get(key)
-    if (known && sameDeclaration(known.declaration, decl)) return known
+    if (known && sameDeclaration(known.declaration, decl)) {
+      if (freshness !== undefined) this.hold.setBound(key, freshness)
+      return known
+    }
     this.assertOpen()
     if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
     try {
@@ -277,6 +295,7 @@ export class Space {
     }
     const handle = make(decl)
     this.handles.set(key, handle)
+    if (freshness !== undefined) this.hold.setBound(key, freshness)
     return handle
   }
 
@@ -327,7 +346,7 @@ export class Space {
    * and `stableIndex`.
    */
   get status(): ClientStatus {
-    const queued = this.drafts.reduce((n, d) => n + d.size, 0)
+    const queued = this.drafts.reduce((n, d) => n + d.size, 0) + this.hold.size
     return { ...this.upstream.sessionsStatus(this.closed, this.problem ?? this.storageProblem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
   }
 
@@ -394,6 +413,7 @@ export class Space {
    */
   async flush(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
+    this.releaseHeld('all')
     this.sealNow()
     await this.sealing
     await this.until(() => this.upstream.allAccepted(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'relays to accept every local update')
@@ -407,6 +427,7 @@ export class Space {
    */
   async settled(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
+    this.releaseHeld('all')
     this.sealNow()
     await this.sealing
     await this.until(() => this.upstream.allDecided(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
@@ -427,6 +448,8 @@ export class Space {
 
   private async shutDown(): Promise<void> {
     this.closing = true
+    this.releaseHeld('all')
+    if (this.holdTimer) clearTimeout(this.holdTimer)
     this.sealNow()
     await this.sealing.catch(() => undefined)
     if (this.sealTimer) clearTimeout(this.sealTimer)
@@ -468,9 +491,16 @@ export class Space {
 
   private queueRegular(item: DraftItem): Promise<UpdateResult> {
     this.assertOpen()
+    const stored = deferred<UpdateResult>()
+    if (this.hold.holds(item.key)) {
+      this.hold.hold(item, stored, this.now())
+      this.showItems(this.hold.batch, [item])
+      if (this.hold.size >= (this.options.maxBatchOps ?? 500)) this.releaseHeld('all')
+      else this.armHoldTimer()
+      return stored.promise
+    }
     const batch = this.openBatch
     batch.regular.push(item)
-    const stored = deferred<UpdateResult>()
     batch.stored.push(stored)
     this.showDraft(batch, [item])
     return stored.promise
@@ -478,6 +508,8 @@ export class Space {
 
   private queueSafe(items: readonly DraftItem[]): Promise<SafeResult> {
     this.assertOpen()
+    // Safe updates never wait; the waiting updates of their objects go first, in order.
+    this.releaseHeld(items.map((i) => i.key))
     const batch = this.openBatch
     const waiter = deferred<SafeResult>()
     batch.safe.push({ items, waiter })
@@ -507,8 +539,14 @@ export class Space {
     return promises
   }
 
-  /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns. */
+  /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns; then the batch is sealed in time. */
   private showDraft(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
+    this.showItems(batch, items, several)
+    if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
+    else this.scheduleSeal()
+  }
+
+  private showItems(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
     const changed = new Set<string>()
     for (const item of items) {
       batch.keys.add(item.key)
@@ -523,8 +561,48 @@ export class Space {
     // A single item joined the overlay already: tell subscribers without dropping it.
     this.notify(changed, several)
     this.emitStatus()
+  }
+
+  /** Every batch whose items show prospectively, in the order they apply: the drafts, then what waits for a freshness deadline. */
+  private allDrafts(): readonly DraftBatch[] {
+    return this.hold.size ? [...this.drafts, this.hold.batch] : this.drafts
+  }
+
+  /**
+   * Moves the waiting updates of `keys` (every one with 'all') into the
+   * open draft batch, in the order they were made, and has it sealed in time.
+   */
+  private releaseHeld(keys: readonly string[] | 'all'): void {
+    const released = this.hold.release(keys)
+    if (released.length === 0) return
+    const batch = this.openBatch
+    for (const { item, stored } of released) {
+      batch.regular.push(item)
+      batch.stored.push(stored)
+      batch.keys.add(item.key)
+      // Same items, another place in the order of prospective views: computed again when read.
+      this.dropView(item.key)
+    }
+    this.armHoldTimer()
     if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
     else this.scheduleSeal()
+  }
+
+  /** Keeps one timer, for the earliest freshness deadline. */
+  private armHoldTimer(): void {
+    const next = this.hold.nextDeadline()
+    if (next === this.holdTimerAt) return
+    if (this.holdTimer) clearTimeout(this.holdTimer)
+    this.holdTimer = undefined
+    this.holdTimerAt = next ?? Number.POSITIVE_INFINITY
+    if (next === undefined) return
+    this.holdTimer = setTimeout(() => {
+      this.holdTimer = undefined
+      this.holdTimerAt = Number.POSITIVE_INFINITY
+      if (this.closing) return
+      this.releaseHeld(this.hold.due(this.now()))
+      this.armHoldTimer()
+    }, Math.max(0, next - this.now()))
   }
 
   /**
@@ -554,10 +632,11 @@ export class Space {
     const decl = this.declarationOf(key)
     if (decl && this.guarded.guards(key, decl)) return this.guardedViews(key)
     const base = this.replica.prospective(key)
-    const drafted = this.drafts.some((d) => d.keys.has(key))
+    const drafts = this.allDrafts()
+    const drafted = drafts.some((d) => d.keys.has(key))
     if (!drafted) return base
     let view: AnyCrdt | undefined = base?.clone()
-    for (const batch of this.drafts) {
+    for (const batch of drafts) {
       for (const item of batch.items()) {
         if (item.key !== key) continue
         view ??= createCrdt(item.decl)
@@ -613,7 +692,7 @@ export class Space {
         }
       }
     }
-    for (const batch of this.drafts) {
+    for (const batch of this.allDrafts()) {
       for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
     }
     return view.localRights(this.authorId)
@@ -705,6 +784,11 @@ export class Space {
       this.progressWaiters.add(check)
     })
     return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
+  }
+
+  /** @internal A relay accepted one of this client's envelopes `ms` after it was sent: feeds the freshness deadlines' estimate of propagation time. */
+  observeAccepted(ms: number): void {
+    this.hold.observeAccepted(ms)
   }
 
   /** @internal Something waits may be waiting for happened (an acceptance, a commit, a decision). */

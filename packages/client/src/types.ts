@@ -83,6 +83,27 @@ export interface UpdateOptions extends WaitOptions {
   readonly safe?: boolean
 }
 
+/**
+ * How this client sends one object's updates; set when the object is
+ * opened (`space.counter(key, { freshness: 500 })`), local to this client
+ * (not part of the object's declaration), and the latest open that gives
+ * one applies.
+ */
+export interface ObjectOptions {
+  /**
+   * Freshness bound in milliseconds (BENDY): a regular update of this
+   * object may wait up to about this long before it leaves the client
+   * (measured to when relays have it), merged meanwhile with the object's
+   * other updates, so a hot object costs one update per bound instead of
+   * one per batch. It shows in the local value at once, and its promise
+   * resolves once it is signed and stored, so it can take that long too.
+   * Safe updates never wait (one on the object sends its waiting updates
+   * first); `flush`, `settled` and `close` send them at once. 0 or absent:
+   * no waiting, today's behaviour. At most 3,600,000 (an hour).
+   */
+  readonly freshness?: number
+}
+
 /** One relay as the client sees it (`status.relays`). */
 export interface RelayStatus {
   /** The URL as given in `relays`. */

@@ -151,8 +151,8 @@ export interface RegisterState<T extends RegisterValue> {
  *
  * @throws SteadError `type-mismatch` if the key is another type.
  */
-export function useRegister<T extends RegisterValue = RegisterValue>(key: string): RegisterState<T> {
-  const handle = useSpace().register<T>(key)
+export function useRegister<T extends RegisterValue = RegisterValue>(key: string, options?: Parameters<Space['register']>[1]): RegisterState<T> {
+  const handle = useSpace().register<T>(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
 }
