@@ -59,8 +59,8 @@ export interface RelayNodeOptions {
   readonly cluster: ClusterConfig
   readonly me: number
   readonly secretKey: Uint8Array
-  /** Where the LMDB store lives (unless `storage` is given). */
-  readonly dataDir: string
+  /** Where the LMDB store and its journal live; required unless `storage` is given. */
+  readonly dataDir?: string
   readonly mesh: Mesh
   readonly logger: Logger
   /** The store's backing (default: LMDB and a journal file in `dataDir`); the simulator gives a MemoryKv and a MemoryJournal. */
@@ -253,6 +253,7 @@ export class RelayNode {
   private readonly spaceStarts = new Map<string, number[]>()
 
   constructor(options: RelayNodeOptions) {
+    if ((options.dataDir === undefined) === (options.storage === undefined)) throw new SteadError('malformed', 'a RelayNode keeps its state in a dataDir or in a given storage: exactly one of them')
     this.options = options
     this.clock = options.clock ?? systemClock
     this.crypto = options.crypto ?? relayCrypto
@@ -325,7 +326,8 @@ export class RelayNode {
   }
 
   async start(): Promise<void> {
-    this.store = this.options.storage ? new RelayStore(this.options.storage) : RelayStore.open(this.options.dataDir)
+    const { storage, dataDir } = this.options
+    this.store = storage ? new RelayStore(storage) : RelayStore.open(dataDir as string)
     try {
       const journaled = this.store.absorbJournal(this.crypto, this.committee)
       if (journaled) this.log.info({ blocks: journaled }, 'took back the blocks the journal kept from before the last stop')
@@ -333,7 +335,7 @@ export class RelayNode {
     } catch (err) {
       await this.store.close()
       if (err instanceof SteadError && err.reason === 'malformed') {
-        throw new SteadError('malformed', `the data dir ${this.options.dataDir} holds records this relay cannot read (written by another version of stead-relay, or for another cluster); start with an empty data dir (stead-relay dev: --fresh). Cause: ${err.message}`, { cause: err })
+        throw new SteadError('malformed', `${dataDir ? `the data dir ${dataDir}` : 'the given storage'} holds records this relay cannot read (written by another version of stead-relay, or for another cluster); start with an empty data dir (stead-relay dev: --fresh). Cause: ${err.message}`, { cause: err })
       }
       throw err
     }
@@ -430,7 +432,8 @@ export class RelayNode {
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
     await this.drainRun
     await this.onDisk.catch(() => undefined)
-    await this.store.close()
+    // Undefined when stopped without a start (or a start that failed before it opened the store).
+    await this.store?.close()
   }
 
   // ---- inputs ----

@@ -9,7 +9,8 @@ import { parseCluster } from '../src/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { decodeMessage, encodeMessage } from '../src/consensus/index.ts'
 import { RelayNode } from '../src/node.ts'
-import type { Journal } from '../src/journal.ts'
+import { MemoryJournal, type Journal } from '../src/journal.ts'
+import { MemoryKv } from '../src/kv.ts'
 import type { RelayStore, WriteBatch } from '../src/store.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
@@ -114,6 +115,13 @@ afterEach(async () => {
 })
 
 describe('the relay event loop', () => {
+  it('keeps its state in a data dir or in a given storage, and refuses neither or both with a reason', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
+    expect(() => soloRelay(dir, { dataDir: undefined })).toThrow(/exactly one of them/)
+    expect(() => soloRelay(dir, { storage: { kv: new MemoryKv(), journal: new MemoryJournal() } })).toThrow(expect.objectContaining({ reason: 'malformed' }))
+    expect(() => soloRelay(dir, { dataDir: undefined, storage: { kv: new MemoryKv(), journal: new MemoryJournal() } })).not.toThrow()
+  })
+
   it("speaks to peers once its block is in the journal, without waiting for the store's transaction, and goes on taking events meanwhile", async () => {
     const { node, spoken } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
     await node.start()

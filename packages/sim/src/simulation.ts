@@ -471,7 +471,6 @@ class Simulation {
       committee: this.committee,
       me: host.id,
       secretKey,
-      dataDir: `sim:r${host.id}`,
       storage: { kv: observed(host.kv, (written) => this.checkWrite(host, written)), journal: host.journal },
       clock,
       crypto: this.crypto,
