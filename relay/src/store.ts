@@ -14,6 +14,51 @@ export interface StoredAttestation {
 /** The journal beside the LMDB store in a relay's data dir (see RelayStore.write). */
 export const JOURNAL_FILE = 'blocks.journal'
 
+/**
+ * The store's tables by name in its Kv. Exported with the record decoders
+ * below for checkers that watch a relay's Kv (the simulator's), so they
+ * follow the layout instead of copying it.
+ */
+export const STORE_TABLES = {
+  ownBlocks: 'own-blocks',
+  blocks: 'blocks',
+  /** block digest hex → its slot (storeRecords.blockSlot) */
+  blockDigests: 'block-digests',
+  /** anchor round → the commit (storeRecords.commit) */
+  commits: 'commits',
+  /** [batch number, chunk] → a committed batch's frames */
+  batches: 'batches',
+  /** [space, from index, round] → an attestation (storeRecords.attestation) */
+  attestations: 'attestations',
+  /** [space, from index, round, chunk] → frames of the attested commit (storeRecords.chunk) */
+  attestationChunks: 'attestation-chunks',
+  history: 'history',
+  snapshotHead: 'snapshot-head',
+  /** Replaced as a whole when a relay starts over from a checkpoint (RelayStore.install). */
+  snapshotSpaces: 'snapshot-spaces',
+  checkpointHead: 'checkpoint-head',
+  checkpointStates: 'checkpoint-states',
+} as const
+
+/** Decoders of the store's records, by table (see STORE_TABLES). */
+export const storeRecords = {
+  commit(value: Uint8Array): { ordered: string[]; payloadIds: string[] } {
+    const [ordered, payloadIds] = decode(value, RECORD_LIMIT) as [string[], string[]]
+    return { ordered, payloadIds }
+  },
+  blockSlot(value: Uint8Array): { round: number; author: number; own: boolean } {
+    const [round, author, own] = decode(value, RECORD_LIMIT) as [number, number, boolean]
+    return { round, author, own }
+  },
+  attestation(value: Uint8Array): { attestation: { bytes: Uint8Array; sig: Uint8Array }; chunks: number } {
+    const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
+    return { attestation: { bytes, sig }, chunks }
+  },
+  chunk(value: Uint8Array): Uint8Array[] {
+    return decode(value, RECORD_LIMIT) as Uint8Array[]
+  },
+}
+
 /** What a relay keeps its state in: an ordered key-value store, and the journal of what must be durable before it speaks. */
 export interface StoreBacking {
   readonly kv: Kv
@@ -201,18 +246,18 @@ export class RelayStore {
   constructor({ kv, journal }: StoreBacking) {
     this.kv = kv
     this.journal = journal
-    this.own = kv.table('own-blocks')
-    this.blocks = kv.table('blocks')
-    this.digests = kv.table('block-digests')
-    this.commits = kv.table('commits')
-    this.batches = kv.table('batches')
-    this.attest = kv.table('attestations')
-    this.attestChunks = kv.table('attestation-chunks')
-    this.history = kv.table('history')
-    this.snapshotHead = kv.table('snapshot-head')
-    this.snapshotSpaces = kv.table('snapshot-spaces')
-    this.checkpointHead = kv.table('checkpoint-head')
-    this.checkpointStates = kv.table('checkpoint-states')
+    this.own = kv.table(STORE_TABLES.ownBlocks)
+    this.blocks = kv.table(STORE_TABLES.blocks)
+    this.digests = kv.table(STORE_TABLES.blockDigests)
+    this.commits = kv.table(STORE_TABLES.commits)
+    this.batches = kv.table(STORE_TABLES.batches)
+    this.attest = kv.table(STORE_TABLES.attestations)
+    this.attestChunks = kv.table(STORE_TABLES.attestationChunks)
+    this.history = kv.table(STORE_TABLES.history)
+    this.snapshotHead = kv.table(STORE_TABLES.snapshotHead)
+    this.snapshotSpaces = kv.table(STORE_TABLES.snapshotSpaces)
+    this.checkpointHead = kv.table(STORE_TABLES.checkpointHead)
+    this.checkpointStates = kv.table(STORE_TABLES.checkpointStates)
     const from = this.snapshotHead.get('blocks-from')
     this.blocksFrom = from ? ((decode(from, RECORD_LIMIT) as [number])[0] ?? 0) : 0
     // Batch numbers only grow, also when every batch was pruned into a snapshot.
@@ -499,10 +544,7 @@ export class RelayStore {
     for (const r of this.fromJournal) if (!stored.has(r.block.digestHex)) (r.kind === 'own-block' ? ownBlocks : blocks).push(r.block)
     this.fromJournal = []
     const commits = []
-    for (const { key, value } of this.commits.getRange({ start: horizon })) {
-      const [ordered, payloadIds] = decode(value, RECORD_LIMIT) as [string[], string[]]
-      commits.push({ anchorRound: key, ordered, payloadIds })
-    }
+    for (const { key, value } of this.commits.getRange({ start: horizon })) commits.push({ anchorRound: key, ...storeRecords.commit(value) })
     return { ownBlocks, blocks, commits }
   }
 
@@ -546,7 +588,7 @@ export class RelayStore {
     for (const d of digests) {
       const where = this.digests.get(d)
       if (!where) continue
-      const [round, author, own] = decode(where, RECORD_LIMIT) as [number, number, boolean]
+      const { round, author, own } = storeRecords.blockSlot(where)
       const value = own ? this.own.get(round) : this.blocks.get([round, author, d])
       if (value) out.push(decodeBlock(crypto, committee, value, false))
     }
@@ -600,8 +642,7 @@ export class RelayStore {
 }
 
 function commitHead(key: [string, number, number], value: Uint8Array): StoredCommitHead {
-  const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
-  return { position: [key[1], key[2]], attestation: { bytes, sig }, chunks }
+  return { position: [key[1], key[2]], ...storeRecords.attestation(value) }
 }
 
 function encodeBlock(b: Block): Uint8Array {

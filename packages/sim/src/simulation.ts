@@ -13,7 +13,7 @@ import {
   type Envelope,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
-import { MemoryJournal, MemoryKv, RelayNode, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
+import { MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
 import { byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
@@ -574,20 +574,20 @@ class Simulation {
     // A new process: nothing sent to the one before reaches it.
     host.epoch++
     if (this.options.loseBatchesOnRestart) {
-      const batches = host.kv.table<[number, number]>('batches')
+      const batches = host.kv.table<[number, number]>(STORE_TABLES.batches)
       void host.kv.write(() => {
         for (const key of [...batches.getKeys()]) batches.remove(key)
       })
       host.kv.flush()
     }
-    if (host.kv.table<string>('snapshot-head').get('head')) this.restartsFromSnapshot++
+    if (host.kv.table<string>(STORE_TABLES.snapshotHead).get('head')) this.restartsFromSnapshot++
     // The checkers go on from what its disk kept: what it lost, it must redo alike.
     host.checkedCommit = 0
-    for (const anchor of host.kv.table<number>('commits').getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
+    for (const anchor of host.kv.table<number>(STORE_TABLES.commits).getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
     host.decided.clear()
     host.stableIndex = 0
-    for (const { value } of host.kv.table<[string, number, number]>('attestations').getRange({ start: [SPACE, 0, 0], end: [SPACE, Number.MAX_SAFE_INTEGER, 0] })) {
-      const a = decodeAttestation((decode(value) as [[Uint8Array]])[0][0])
+    for (const { value } of host.kv.table<[string, number, number]>(STORE_TABLES.attestations).getRange({ start: [SPACE, 0, 0], end: [SPACE, Number.MAX_SAFE_INTEGER, 0] })) {
+      const a = decodeAttestation(storeRecords.attestation(value).attestation.bytes)
       for (const d of a.decisions) host.decided.add(toHex(d[0]))
       host.stableIndex = a.toIndex
     }
@@ -723,20 +723,20 @@ class Simulation {
     if (host.strategy) return
     // Starting over from a checkpoint (RelayStore.install) replaces every space's snapshot: the
     // commit records it writes are the checkpoint's window, which correct relays made.
-    const installing = removes.has('snapshot-spaces')
+    const installing = removes.has(STORE_TABLES.snapshotSpaces)
     if (installing) {
       trace(`t=${this.now.toFixed(0)} relay ${host.id} started over from a checkpoint`)
       // What clients handed it before is in the checkpoint's state, or theirs to resubmit.
       host.accepted.clear()
       this.installs++
     }
-    for (const { key, value } of puts.get('commits') ?? []) this.checkCommit(host, key as number, value, !installing)
-    const chunks = puts.get('attestation-chunks') ?? []
+    for (const { key, value } of puts.get(STORE_TABLES.commits) ?? []) this.checkCommit(host, key as number, value, !installing)
+    const chunks = puts.get(STORE_TABLES.attestationChunks) ?? []
     // (A write's attestations follow its commits: see RelayStore.write.)
-    for (const { key, value } of puts.get('attestations') ?? []) {
+    for (const { key, value } of puts.get(STORE_TABLES.attestations) ?? []) {
       const [space, fromIndex, round] = key as [string, number, number]
       if (space !== SPACE) continue
-      const frames = chunks.filter((c) => (c.key as unknown[])[1] === fromIndex && (c.key as unknown[])[2] === round).flatMap((c) => decode(c.value) as Uint8Array[])
+      const frames = chunks.filter((c) => (c.key as unknown[])[1] === fromIndex && (c.key as unknown[])[2] === round).flatMap((c) => storeRecords.chunk(c.value))
       this.checkAttestation(host, value, frames)
     }
   }
@@ -746,7 +746,7 @@ class Simulation {
    * same order, same envelopes) and never order two blocks of one slot.
    */
   private checkCommit(host: Host, anchor: number, value: Uint8Array, madeHere: boolean): void {
-    const [ordered, payloadIds] = decode(value) as [string[], string[]]
+    const { ordered, payloadIds } = storeRecords.commit(value)
     const line = `${ordered.join(',')}|${payloadIds.join(',')}`
     trace(`t=${this.now.toFixed(0)} relay ${host.id} stored commit ${anchor}: ${ordered.length} blocks, ${payloadIds.length} envelopes`)
     const seen = this.canonicalCommits.get(anchor)
@@ -760,12 +760,12 @@ class Simulation {
     } else if (seen !== line) {
       throw new Violation(`relay ${host.id} commit at round ${anchor} is ${line.slice(0, 80)}, another relay's ${seen.slice(0, 80)}`)
     }
-    const slots = host.kv.table<string>('block-digests')
+    const slots = host.kv.table<string>(STORE_TABLES.blockDigests)
     // (A checkpoint's window orders blocks this relay never had: the relays that made it stored them.)
     for (const digest of madeHere ? ordered : []) {
       const where = slots.get(digest)
       if (!where) throw new Violation(`relay ${host.id} committed block ${digest.slice(0, 8)} at round ${anchor} without storing it`)
-      const [round, author] = decode(where) as [number, number]
+      const { round, author } = storeRecords.blockSlot(where)
       const slot = `${round}:${author}`
       const owner = this.orderedSlots.get(slot)
       if (owner !== undefined && owner !== digest) throw new Violation(`two blocks of relay ${author} round ${round} were ordered (${owner.slice(0, 8)} and ${digest.slice(0, 8)})`)
@@ -786,7 +786,7 @@ class Simulation {
    * invariant.
    */
   private checkAttestation(host: Host, value: Uint8Array, frames: readonly Uint8Array[]): void {
-    const [[bytes]] = decode(value) as [[Uint8Array, Uint8Array], number]
+    const { bytes } = storeRecords.attestation(value).attestation
     const a = decodeAttestation(bytes)
     const hex = toHex(bytes)
     const seen = this.canonicalAttestations.get(a.round)
