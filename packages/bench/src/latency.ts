@@ -12,9 +12,13 @@
  * - Yjs + y-websocket beside it, on the same machine and workloads: the
  *   visibility above, and a stream of regular updates (one per task) from
  *   one client until another has them all (throughput), with the WebSocket
- *   bytes each side sent and received per update.
+ *   bytes each side sent and received per update;
+ * - freshness bounds (BENDY): a hot counter bumped every 2 ms for
+ *   `--hot-seconds`, opened without a bound and with each bound of
+ *   `--freshness` (ms): how long each update took to show at another
+ *   client against its bound, and the bytes per update each way.
  *
- *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--profile FILE]
+ *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]
  *
  * `--profile FILE` writes relay r1's CPU profile of the safe-update phase
  * (a .cpuprofile for Chrome's DevTools) and prints its summary.
@@ -30,19 +34,24 @@ import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs
 import { reportArgs } from './args.ts'
 
 const values = reportArgs(
-  `usage: npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--profile FILE]\n(what each option does: the comment at the top of packages/bench/src/latency.ts)`,
+  `usage: npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]\n(what each option does: the comment at the top of packages/bench/src/latency.ts)`,
   {
     updates: { type: 'string', default: '200' },
     'idle-seconds': { type: 'string', default: '60' },
     'batch-ms': { type: 'string', default: '10' },
     profile: { type: 'string' },
     stream: { type: 'string', default: '2000' },
+    freshness: { type: 'string', default: '100,500' },
+    'hot-seconds': { type: 'string', default: '3' },
   },
 )
 const updates = Number(values.updates)
 const idleSeconds = Number(values['idle-seconds'])
 const batchIntervalMs = Number(values['batch-ms'])
 const streamUpdates = Number(values.stream)
+const freshnessBounds = [0, ...String(values.freshness).split(',').filter(Boolean).map(Number)]
+const hotSeconds = Number(values['hot-seconds'])
+if (freshnessBounds.some((b) => !(b >= 0)) || !(hotSeconds > 0)) throw new Error('--freshness takes bounds in ms separated by commas, --hot-seconds a positive number')
 
 function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN
@@ -195,6 +204,38 @@ async function compare(name: string, writer: CounterPeer, reader: CounterPeer, s
   console.log(`  ${bytesPerUpdate(streamWriter, streamReader, before, streamUpdates)}`)
 }
 
+/**
+ * A hot counter bumped every 2 ms for hotSeconds by `writer`, opened with
+ * `bound` (0: none): per update, the time until `reader` shows it, and the
+ * bytes per update each client sent and received meanwhile.
+ */
+async function hotObject(writer: Space, reader: Space, bound: number): Promise<void> {
+  const key = `hot-${bound}`
+  const w = writer.counter(key, { freshness: bound })
+  const r = reader.counter(key)
+  const made: number[] = []
+  const seen: number[] = []
+  const stop = r.subscribe(() => {
+    const now = performance.now()
+    while (seen.length < made.length && r.value > seen.length) seen.push(now - (made[seen.length] as number))
+  })
+  const before = { w: { ...(steadBytes.get('alice') as { out: number }) }, r: { ...(steadBytes.get('bob') as { in: number }) } }
+  const end = performance.now() + hotSeconds * 1000
+  while (performance.now() < end) {
+    made.push(performance.now())
+    void w.increment(1)
+    await new Promise((res) => setTimeout(res, 2))
+  }
+  const deadline = performance.now() + 10_000 + bound
+  while (seen.length < made.length && performance.now() < deadline) await new Promise((res) => setTimeout(res, 5))
+  stop()
+  const up = ((steadBytes.get('alice') as { out: number }).out - before.w.out) / made.length
+  const down = ((steadBytes.get('bob') as { in: number }).in - before.r.in) / made.length
+  const over = seen.filter((ms) => ms > bound + batchIntervalMs).length
+  console.log(`hot counter, ${bound ? `freshness ${bound} ms` : 'no freshness bound'}: ${made.length} updates in ${hotSeconds} s; visible at peer ${summary(seen)}${bound ? `; past the bound + batch interval: ${over}` : ''}`)
+  console.log(`  writer up ${up.toFixed(1)} B/update, reader down ${down.toFixed(1)} B/update${seen.length < made.length ? `; ${made.length - seen.length} never seen` : ''}`)
+}
+
 const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: values.profile !== undefined })
 try {
   const alice = await client(cluster, 'alice')
@@ -256,6 +297,8 @@ try {
   } finally {
     await yjs.stop()
   }
+
+  for (const bound of freshnessBounds) await hotObject(alice, bob, bound)
 
   // Idle: let the last commits settle, then watch CPU and the stores.
   await new Promise((r) => setTimeout(r, 3000))
