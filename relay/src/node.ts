@@ -17,6 +17,7 @@ import {
   stableReadBytes,
   freshHeadBytes,
   toHex,
+  fromHex,
   type Envelope,
   type ReplicaOptions,
   type Signed,
@@ -1038,6 +1039,13 @@ export class RelayNode {
       'digests' in query
         ? this.store.blocksByDigest(this.crypto, this.committee, query.digests)
         : this.store.blocksInRounds(this.crypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
+    if ('digests' in query) {
+      // Neither in memory (the core looked) nor on disk: say so, so that a block of ours naming one
+      // of these could be recognised as one we never made (see the core's 'unknown').
+      const found = new Set(blocks.map((b) => b.digestHex))
+      const unknown = query.digests.filter((d) => !found.has(d))
+      if (unknown.length) this.options.mesh.send(to, encodeMessage({ kind: 'unknown', digests: unknown.map(fromHex), keptFrom: this.store.blocksKeptFrom }))
+    }
     for (const part of byBytes(blocks)) {
       if (!this.mayServe(to, part)) break
       this.options.mesh.send(to, encodeMessage({ kind: 'blocks', blocks: part }))

@@ -108,6 +108,7 @@ describe('mesh messages', () => {
       { kind: 'fetch', digests: [r2.digest] },
       { kind: 'sync', fromRound: 3 },
       { kind: 'wake', payload: [encode('x')] },
+      { kind: 'unknown', digests: [r2.digest], keptFrom: 7 },
     ]
     for (const m of messages) expect(encodeMessage(decodeMessage(crypto, committee, encodeMessage(m)))).toEqual(encodeMessage(m))
   })
@@ -334,7 +335,7 @@ describe('consensus core', () => {
     expect(anchors).toEqual([1])
   })
 
-  it('gives up asking for an ancestor no peer sends after every peer was asked twice, asks again while stuck with work, and takes the block in if it arrives', async () => {
+  it("drops a parked block once its author says it holds no such ancestor, at a round it keeps, unless another relay's block builds on it; until then it keeps asking", () => {
     // Found by the simulator: a Byzantine relay naming an ancestor that does not exist kept every
     // correct relay of an idle cluster fetching it, once per sync tick, forever.
     const c = core(0)
@@ -344,29 +345,43 @@ describe('consensus core', () => {
     const r2 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), refOf(r1[2]!), refOf(r1[3]!)], payload: [] })
     const fetches = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'fetch' ? [o.to] : []))
     const armed = (out: Output[]) => out.some((o) => o.type === 'timer' && o.name === 'sync')
-    const first = c.onMessage(1, { kind: 'block', block: r2 })
-    expect(fetches(first)).toEqual([1])
-    expect(armed(first)).toBe(true)
-    const askedOf: number[] = []
-    let tick = 0
-    for (let out = c.onTimer('sync', 0); ; out = c.onTimer('sync', 0)) {
-      askedOf.push(...fetches(out))
-      if (!armed(out)) break
-      expect(++tick).toBeLessThan(20)
+    expect(fetches(c.onMessage(1, { kind: 'block', block: r2 }))).toEqual([1])
+    // Answers may be lost: while the block is parked it asks a peer every tick, and keeps its timer.
+    for (let tick = 0; tick < 9; tick++) {
+      const out = c.onTimer('sync', 0)
+      expect(fetches(out)).toHaveLength(1)
+      expect(armed(out)).toBe(true)
     }
-    // Each of the 3 peers twice, one per tick, then no timer at all: an idle relay goes quiet.
-    expect(askedOf).toEqual([1, 2, 3, 1, 2, 3])
+    const missing = r1[1]!.digest
+    // Another relay not holding it proves nothing (it may not have it yet), nor does the author
+    // when it keeps no blocks of that round any more.
+    c.onMessage(2, { kind: 'unknown', digests: [missing], keptFrom: 0 })
+    c.onMessage(1, { kind: 'unknown', digests: [missing], keptFrom: 2 })
     expect(c.memory.suspended).toBe(1)
-    // With work, and stuck (alone it cannot reach round 2's quorum), it asks again each time it
-    // acts on being stuck: the answers may have been lost while it was cut off.
-    const frame = await envelope(1)
-    expect(armed(c.submit(frame, inspect(frame) as PayloadInfo).outputs)).toBe(true)
-    const stuckAsks: number[] = []
-    for (let t = 1; t <= 5; t++) if (fetches(c.onTimer('sync', 0)).length) stuckAsks.push(t)
-    expect(stuckAsks).toEqual([2, 3, 5])
-    // The ancestor turns up after all (a peer's pull answer): the parked block goes in.
-    c.onMessage(2, { kind: 'blocks', blocks: [r1[1]!] })
+    // Relay 2's round-3 block builds on relay 1's round-2 block: relay 2 vouches for it, so the author's word is not enough.
+    const r2b = [2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 2, author: a, ancestors: [refOf(r1[a]!), refOf(r1[1]!), refOf(r1[5 - a]!)], payload: [] }))
+    const r3 = signBlock(crypto, secrets[2]!, { round: 3, author: 2, ancestors: [refOf(r2b[0]!), refOf(r2), refOf(r2b[1]!)], payload: [] })
+    for (const b of [...r2b, r3]) c.onMessage(b.header.author, { kind: 'block', block: b })
+    expect(c.memory.suspended).toBe(4)
+    c.onMessage(1, { kind: 'unknown', digests: [missing], keptFrom: 1 })
+    expect(c.memory.suspended).toBe(4)
+  })
+
+  it('drops a block whose author disowns its ancestor, goes quiet when idle, and takes the block if it comes again whole', () => {
+    const c = core(0)
+    const r1 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+    for (const a of [2, 3]) c.onMessage(a, { kind: 'block', block: r1[a]! })
+    const r2 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), refOf(r1[2]!), refOf(r1[3]!)], payload: [] })
+    c.onMessage(1, { kind: 'block', block: r2 })
+    const out = c.onMessage(1, { kind: 'unknown', digests: [r1[1]!.digest], keptFrom: 1 })
+    expect(out).toContainEqual(expect.objectContaining({ type: 'rejected', from: 1, reason: 'unknown-ancestors' }))
     expect(c.memory.suspended).toBe(0)
+    // Idle and complete: no timer, nothing fetched.
+    const tick = c.onTimer('sync', 0)
+    expect(tick.some((o) => o.type === 'timer' || (o.type === 'send' && o.message.kind === 'fetch'))).toBe(false)
+    // Dropped, not refused: the ancestor and the block again, and it goes in.
+    c.onMessage(2, { kind: 'blocks', blocks: [r1[1]!] })
+    c.onMessage(3, { kind: 'blocks', blocks: [r2] })
     expect(c.blocksAt(2, 1)).toEqual([r2])
   })
 

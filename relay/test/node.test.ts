@@ -115,6 +115,17 @@ afterEach(async () => {
 })
 
 describe('the relay event loop', () => {
+  it('answers a fetch of blocks it holds neither in memory nor on disk with unknown, and the round it keeps blocks from', async () => {
+    const sent: Array<{ to: number; frame: Uint8Array }> = []
+    const { node, deliver } = clusterMember({ send: (to, frame) => void sent.push({ to, frame }) })
+    await node.start()
+    const fake = new Uint8Array(32).fill(9)
+    deliver(1, encodeMessage({ kind: 'fetch', digests: [fake] }))
+    await until('an answer to relay 1', () => sent.some((s) => s.to === 1))
+    const answers = sent.filter((s) => s.to === 1).map((s) => decodeMessage(nodeCrypto as never, node.committee, s.frame))
+    expect(answers.map((a) => (a.kind === 'unknown' ? { digests: a.digests.map((d) => toHex(d)), keptFrom: a.keptFrom } : a))).toEqual([{ digests: [toHex(fake)], keptFrom: 0 }])
+  })
+
   it('keeps its state in a data dir or in a given storage, and refuses neither or both with a reason', () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
     expect(() => soloRelay(dir, { dataDir: undefined })).toThrow(/exactly one of them/)

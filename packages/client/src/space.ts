@@ -271,7 +271,7 @@ export class Space {
     // An open handle stays readable after close (a component may render once more); updates through it fail.
     const known = this.handles.get(key)
     if (known && sameDeclaration(known.declaration, decl)) {
-      if (freshness !== undefined) this.hold.setBound(key, freshness)
+      if (freshness !== undefined) this.setFreshness(key, freshness)
       return known
     }
     this.assertOpen()
@@ -295,7 +295,7 @@ export class Space {
     }
     const handle = make(decl)
     this.handles.set(key, handle)
-    if (freshness !== undefined) this.hold.setBound(key, freshness)
+    if (freshness !== undefined) this.setFreshness(key, freshness)
     return handle
   }
 
@@ -575,8 +575,11 @@ export class Space {
   private releaseHeld(keys: readonly string[] | 'all'): void {
     const released = this.hold.release(keys)
     if (released.length === 0) return
-    const batch = this.openBatch
+    const max = this.options.maxBatchOps ?? 500
     for (const { item, stored } of released) {
+      // No batch past maxBatchOps: a full one is sealed and the rest go into the next.
+      if (this.openBatch.size >= max) this.sealNow()
+      const batch = this.openBatch
       batch.regular.push(item)
       batch.stored.push(stored)
       batch.keys.add(item.key)
@@ -584,8 +587,19 @@ export class Space {
       this.dropView(item.key)
     }
     this.armHoldTimer()
-    if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
+    if (this.openBatch.size >= max) this.sealNow()
     else this.scheduleSeal()
+  }
+
+  /**
+   * A new freshness bound for `key`: its waiting updates leave at once when
+   * the bound is lifted (later ones would otherwise overtake them), and at
+   * the new deadline otherwise.
+   */
+  private setFreshness(key: string, ms: number): void {
+    this.hold.setBound(key, ms)
+    if (!this.hold.holds(key)) this.releaseHeld([key])
+    this.armHoldTimer()
   }
 
   /** Keeps one timer, for the earliest freshness deadline. */

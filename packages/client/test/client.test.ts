@@ -1031,6 +1031,35 @@ describe('freshness bounds (BENDY)', () => {
     expect(b.pendingUpdates()).toMatchObject([{ keys: ['likes'], regular: 1 }])
   })
 
+  it('lifting a bound sends what waits before anything later, so a later delete is not overtaken by the add it removes', async () => {
+    const c = cluster()
+    const s = await client(c)
+    await until('online', () => s.status.online)
+    s.set<string>('tags', { freshness: 60_000 }).add('x')
+    const tags = s.set<string>('tags', { freshness: 0 })
+    void tags.delete('x')
+    expect(tags.values()).toEqual([])
+    await s.flush()
+    await commitUntil(c, 'both decided', () => s.pendingUpdates().length === 0)
+    expect(tags.stableValues()).toEqual([])
+  })
+
+  it('never puts more than maxBatchOps updates into one envelope when what waits leaves', async () => {
+    const c = cluster()
+    const envs = taken(c)
+    const s = await client(c, { maxBatchOps: 10, batchIntervalMs: 60_000 })
+    await until('online', () => s.status.online)
+    // In one task: 7 adds that need no waiting, then 10 that wait, which fill the hold and leave.
+    const plain = s.set<string>('plain')
+    const hot = s.set<string>('hot', { freshness: 60_000 })
+    for (let i = 0; i < 7; i++) void plain.add(`p${i}`)
+    for (let i = 0; i < 10; i++) void hot.add(`h${i}`)
+    await s.flush()
+    const sizes = envs.map((e) => e.regular.reduce((n, [, ops]) => n + ops.length, 0))
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(17)
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(10)
+  })
+
   it('bounds what waits by maxBatchOps, and refuses a bad bound with a typed error', async () => {
     const c = cluster()
     const envs = taken(c)
@@ -1045,10 +1074,10 @@ describe('freshness bounds (BENDY)', () => {
     expect(s.status.pending).toBe(5 + s.pendingUpdates().length)
     expect(() => s.counter('x', { freshness: -1 })).toThrow(expect.objectContaining({ reason: 'malformed' }))
     expect(() => s.register('y', { freshness: Number.NaN })).toThrow(/freshness/)
-    // 0 turns waiting off for what comes next.
+    // 0 turns waiting off: the five waiting leave at once, with what comes next.
     s.counter('hot', { freshness: 0 })
     await hot.increment(1)
-    await until('the unbounded increment sent', () => envs.some((e) => e.keys.includes('hot') && (e.regular[0]?.[1] as number[])[0] === 1))
+    await until('the rest sent', () => envs.some((e) => e.keys.includes('hot') && (e.regular[0]?.[1] as number[])[0] === 6))
   })
 })
 

@@ -371,6 +371,18 @@ export class ConsensusCore {
         this.takeWake(from, message.payload, out)
         this.commitAndPropose(out)
         break
+      case 'unknown':
+        // The author of a parked block lacks one of its ancestors, at a round it keeps: that block
+        // cannot be complete now, and is dropped unless another relay vouches for it (see
+        // Synchronizer.disowned). Otherwise a Byzantine relay naming ancestors that do not exist
+        // keeps every correct relay fetching them for good, an idle cluster too.
+        for (const d of message.digests) {
+          const hex = toHex(d)
+          for (const block of this.sync.disowned(hex, from, message.keptFrom)) {
+            this.reject(from, 'unknown-ancestors', `relay ${from}'s block of round ${block.header.round} waits for ancestor ${hex.slice(0, 8)}, which relay ${from} says it does not hold: dropped`, out)
+          }
+        }
+        break
       case 'pruned': {
         this.prunedPeers.set(from, message.keptFrom)
         if (this.pulling === from) this.pulling = null
@@ -722,8 +734,8 @@ export class ConsensusCore {
 
   private armSync(out: Output[]): void {
     if (this.syncTimerArmed) return
-    // Idle, with nothing left worth fetching: no timer at all.
-    if (!this.hasWork() && !this.sync.fetching) return
+    // Idle and complete, with no pull waiting for an answer: no timer at all.
+    if (!this.hasWork() && this.sync.size === 0 && this.pulling === null) return
     this.syncTimerArmed = true
     out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
   }
@@ -793,7 +805,7 @@ export class ConsensusCore {
     this.stuckTicks = mark === this.progressMark ? this.stuckTicks + 1 : 0
     this.progressMark = mark
     const stuck = this.stuckTicks > 0 && stuckActs(this.stuckTicks)
-    const frontier = this.sync.frontier(1000, stuck)
+    const frontier = this.sync.frontier(1000)
     if (!stuck && frontier.length === 0) return
     this.syncPeer = (this.syncPeer + 1) % this.n
     if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n

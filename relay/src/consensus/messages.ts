@@ -105,6 +105,12 @@ export type Message =
    * blocks below `keptFrom` (they were pruned), so it cannot send those.
    */
   | { readonly kind: 'pruned'; readonly keptFrom: number }
+  /**
+   * Answer to a fetch: the sender holds none of these blocks, and keeps
+   * blocks from round `keptFrom` on. A relay saying so of an ancestor of its
+   * own block, at a round it keeps, shows that block can never be complete.
+   */
+  | { readonly kind: 'unknown'; readonly digests: readonly Uint8Array[]; readonly keptFrom: number }
   /** Please send your latest checkpoint statement (a relay behind past every peer's retention; see checkpoint.ts). */
   | { readonly kind: 'checkpoint-ask' }
   /** The sender's signed statement of its latest checkpoint (the signature was checked on decoding). */
@@ -223,6 +229,8 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['wake', m.payload])
     case 'pruned':
       return encode(['pruned', m.keptFrom])
+    case 'unknown':
+      return encode(['unknown', m.digests, m.keptFrom])
     case 'checkpoint-ask':
       return encode(['checkpoint-ask'])
     case 'checkpoint':
@@ -259,6 +267,8 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     case 'pruned':
       return { kind: 'pruned', keptFrom: expect.uint(v[1], 'pruned.keptFrom') }
+    case 'unknown':
+      return { kind: 'unknown', digests: expect.array(v[1], 'unknown.digests', limits.maxFetchDigests).map((d, i) => expect.bytes(d, `unknown.digests[${i}]`, 32)), keptFrom: expect.uint(v[2], 'unknown.keptFrom') }
     case 'checkpoint-ask':
       return { kind: 'checkpoint-ask' }
     case 'checkpoint':

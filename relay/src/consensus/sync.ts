@@ -13,16 +13,6 @@ interface Waiting {
  * until the missing ones fall below the GC round and stop mattering), with
  * the digests to fetch. Bounded per sending relay, so one relay's flood
  * cannot crowd out the others' blocks.
- *
- * A missing digest is asked for on at most `maxAsks` ticks (the caller asks
- * a different peer each tick), then given up: a Byzantine relay can name
- * ancestors that do not exist, and an idle cluster would otherwise ask for
- * them forever. A given-up block stays parked; it goes in if its ancestor
- * arrives after all, and is dropped once the GC round passes it. A new
- * block waiting for the same digest makes it worth asking for again, and a
- * relay that has work and is stuck asks for the given-up ones too (each
- * time it acts on being stuck, with its backoff): messages lost while it
- * was cut off must not leave it waiting for good.
  */
 export class Synchronizer {
   private readonly waiting = new Map<string, Waiting>()
@@ -31,24 +21,14 @@ export class Synchronizer {
   private readonly bySender = new Map<number, number>()
   /** Digests asked for since the last tick: asked once per tick. */
   private readonly requested = new Set<string>()
-  /** missing digest → ticks it was asked for since a block last started waiting for it */
-  private readonly asks = new Map<string, number>()
   private readonly perSender: number
-  private readonly maxAsks: number
 
-  constructor(n: number, maxParked: number, maxAsks = 2 * Math.max(1, n - 1)) {
+  constructor(n: number, maxParked: number) {
     this.perSender = Math.max(1, Math.ceil(maxParked / n))
-    this.maxAsks = maxAsks
   }
 
   get size(): number {
     return this.waiting.size
-  }
-
-  /** Whether some missing digest is still worth asking for (a reason to keep a sync timer). */
-  get fetching(): boolean {
-    for (const d of this.waitingOn.keys()) if (!this.waiting.has(d) && (this.asks.get(d) ?? 0) < this.maxAsks) return true
-    return false
   }
 
   isParked(digestHex: string): boolean {
@@ -71,7 +51,6 @@ export class Synchronizer {
       let waiters = this.waitingOn.get(m.digestHex)
       if (!waiters) this.waitingOn.set(m.digestHex, (waiters = new Set()))
       waiters.add(block.digestHex)
-      this.asks.set(m.digestHex, 0)
       if (!this.waiting.has(m.digestHex) && !this.requested.has(m.digestHex)) {
         this.requested.add(m.digestHex)
         fetch.push(m.digestHex)
@@ -84,7 +63,6 @@ export class Synchronizer {
   arrived(digestHex: string): Array<{ from: number; block: Block }> {
     const waiters = this.waitingOn.get(digestHex)
     this.waitingOn.delete(digestHex)
-    this.asks.delete(digestHex)
     const ready: Array<{ from: number; block: Block }> = []
     for (const key of waiters ?? []) {
       const w = this.waiting.get(key)
@@ -102,7 +80,6 @@ export class Synchronizer {
   refused(digestHex: string): Block[] {
     const waiters = this.waitingOn.get(digestHex)
     this.waitingOn.delete(digestHex)
-    this.asks.delete(digestHex)
     const gone: Block[] = []
     for (const key of waiters ?? []) {
       const w = this.waiting.get(key)
@@ -111,6 +88,57 @@ export class Synchronizer {
       gone.push(w.block)
     }
     return gone
+  }
+
+  /**
+   * `author` says it holds no block `digestHex`, and keeps blocks from
+   * round `keptFrom` on: its own parked blocks that name that digest at or
+   * above `keptFrom` cannot be complete now (a correct relay keeps every
+   * ancestor of its blocks; see RelayStore.write), and are dropped, with
+   * the parked blocks that wait on them, unless one of those is another
+   * relay's: that relay vouches for the chain (a correct relay only builds
+   * on blocks it holds whole), so it stays and its ancestors are fetched
+   * from others. Dropped, not refused: the word of one relay is not
+   * something every correct relay hears, so nothing is decided on it; a
+   * block dropped here that turns up again is taken like any other.
+   * Returns the dropped blocks.
+   */
+  disowned(digestHex: string, author: number, keptFrom: number): Block[] {
+    const dropped: Block[] = []
+    for (const key of [...(this.waitingOn.get(digestHex) ?? [])]) {
+      const w = this.waiting.get(key)
+      const round = w?.missing.get(digestHex)
+      if (!w || round === undefined || w.block.header.author !== author || round < keptFrom) continue
+      const chain = this.waitersOf(key)
+      if (chain.some((k) => this.waiting.get(k)?.block.header.author !== author)) continue
+      for (const k of chain) {
+        const x = this.waiting.get(k)
+        if (!x) continue
+        this.unpark(k, x.from)
+        dropped.push(x.block)
+      }
+    }
+    if (dropped.length) {
+      for (const [d, waiters] of this.waitingOn) {
+        for (const k of waiters) if (!this.waiting.has(k)) waiters.delete(k)
+        if (waiters.size === 0) this.waitingOn.delete(d)
+      }
+    }
+    return dropped
+  }
+
+  /** The parked block `key` and every parked block waiting on it, directly or not. */
+  private waitersOf(key: string): string[] {
+    const seen = new Set([key])
+    const todo = [key]
+    while (todo.length) {
+      for (const w of this.waitingOn.get(todo.pop() as string) ?? []) {
+        if (seen.has(w) || !this.waiting.has(w)) continue
+        seen.add(w)
+        todo.push(w)
+      }
+    }
+    return [...seen]
   }
 
   /**
@@ -133,27 +161,17 @@ export class Synchronizer {
     }
     for (const [d, waiters] of this.waitingOn) {
       for (const key of waiters) if (!this.waiting.has(key)) waiters.delete(key)
-      if (waiters.size === 0) {
-        this.waitingOn.delete(d)
-        this.asks.delete(d)
-      }
+      if (waiters.size === 0) this.waitingOn.delete(d)
     }
     return ready
   }
 
-  /**
-   * Missing digests nobody is parked on as a block and not yet given up
-   * (with `retry`, given-up ones too): what to ask for again this tick
-   * (bounded). Each one returned counts as one ask.
-   */
-  frontier(limit: number, retry = false): string[] {
+  /** Missing digests nobody is parked on as a block: what to ask for again (bounded). */
+  frontier(limit: number): string[] {
     const out: string[] = []
     for (const d of this.waitingOn.keys()) {
       if (out.length >= limit) break
-      const asked = this.asks.get(d) ?? 0
-      if (this.waiting.has(d) || (asked >= this.maxAsks && !retry)) continue
-      this.asks.set(d, asked + 1)
-      out.push(d)
+      if (!this.waiting.has(d)) out.push(d)
     }
     return out
   }
