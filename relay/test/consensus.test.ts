@@ -385,6 +385,65 @@ describe('consensus core', () => {
     expect(c.blocksAt(2, 1)).toEqual([r2])
   })
 
+  it('counts an unknown only from a relay it asked, and asks less and less often while idle with only parked blocks', () => {
+    const c = core(0)
+    const r1 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+    for (const a of [2, 3]) c.onMessage(a, { kind: 'block', block: r1[a]! })
+    const r2 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), refOf(r1[2]!), refOf(r1[3]!)], payload: [] })
+    // Relay 2 passes relay 1's block on (a fetch answer): the ancestor is asked of relay 2, not of relay 1.
+    c.onMessage(2, { kind: 'blocks', blocks: [r2] })
+    const missing = r1[1]!.digest
+    // Unasked, relay 1's word does not count (an unsolicited unknown costs nothing).
+    c.onMessage(1, { kind: 'unknown', digests: [missing, missing], keptFrom: 0 })
+    expect(c.memory.suspended).toBe(1)
+    // The ticks ask the peers in turn, less and less often: 500 ms, then doubling up to 64 intervals.
+    const waits: number[] = []
+    let askedRelay1 = false
+    for (let tick = 0; tick < 10; tick++) {
+      const out = c.onTimer('sync', 0)
+      askedRelay1 ||= out.some((o) => o.type === 'send' && o.to === 1 && o.message.kind === 'fetch')
+      for (const o of out) if (o.type === 'timer' && o.name === 'sync') waits.push(o.afterMs)
+    }
+    expect(waits).toEqual([500, 1000, 2000, 4000, 8000, 16000, 32000, 32000, 32000, 32000])
+    expect(askedRelay1).toBe(true)
+    // Asked now: relay 1 disowns its block's ancestor, and the block goes.
+    c.onMessage(1, { kind: 'unknown', digests: [missing], keptFrom: 1 })
+    expect(c.memory.suspended).toBe(0)
+  })
+
+  it('takes each author at its word for its own blocks only, also when two name the same missing digest', () => {
+    const c = core(0)
+    const r1 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+    for (const a of [1, 2, 3]) c.onMessage(a, { kind: 'block', block: r1[a]! })
+    // Relays 1 and 3 both name a round-1 block of relay 0 that relay 0 never made.
+    const fake: BlockRef = { round: 1, author: 0, digest: new Uint8Array(32).fill(5) }
+    const b1 = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), fake, refOf(r1[2]!)], payload: [] })
+    const b3 = signBlock(crypto, secrets[3]!, { round: 2, author: 3, ancestors: [refOf(r1[3]!), fake, refOf(r1[2]!)], payload: [] })
+    c.onMessage(1, { kind: 'block', block: b1 })
+    c.onMessage(3, { kind: 'block', block: b3 })
+    expect(c.memory.suspended).toBe(2)
+    c.onMessage(1, { kind: 'unknown', digests: [fake.digest], keptFrom: 0 })
+    expect(c.memory.suspended).toBe(1)
+    expect(c.blocksAt(2, 3)).toEqual([])
+  })
+
+  it('asks the next peer again when a pull goes unanswered, and an empty answer ends the pull', () => {
+    const c = core(0)
+    // A block far ahead of an empty DAG: dropped unread, and rounds are pulled from its sender.
+    const far = signBlock(crypto, secrets[1]!, { round: 200, author: 1, ancestors: genesisFor(1), payload: [] })
+    const pulls = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'sync' ? [o.to] : []))
+    const first = c.onMessage(1, { kind: 'block', block: far })
+    expect(pulls(first)).toEqual([1])
+    expect(first.some((o) => o.type === 'timer' && o.name === 'sync')).toBe(true)
+    // No answer by the next tick: the next peer is asked.
+    expect(pulls(c.onTimer('sync', 0))).toContain(2)
+    // Relay 2 has nothing from there on, and says so with an empty answer: the pull is over, no timer left.
+    expect(core(2).onMessage(0, { kind: 'sync', fromRound: 1 })).toContainEqual({ type: 'send', to: 0, message: { kind: 'blocks', blocks: [] } })
+    c.onMessage(2, { kind: 'blocks', blocks: [] })
+    // The timer armed for the pull fires once more and is not armed again.
+    expect(c.onTimer('sync', 0).some((o) => o.type === 'timer')).toBe(false)
+  })
+
   it("pulls missed rounds from a peer that did not say it no longer keeps them, not again from one that did", () => {
     const c = core(0)
     // Peer 1 answered a sync: it keeps blocks from round 100 on. Then its block of round 200 arrives, far ahead.

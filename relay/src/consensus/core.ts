@@ -186,6 +186,8 @@ export class ConsensusCore {
   private progressMark = ''
   /** Sync ticks in a row without progress. */
   private stuckTicks = 0
+  /** Sync ticks in a row without progress and without work (see armSync). */
+  private quietTicks = 0
 
   constructor(config: ConsensusConfig, recovered?: RecoveredState) {
     const problem = validateCommittee(config.committee)
@@ -376,8 +378,7 @@ export class ConsensusCore {
         // cannot be complete now, and is dropped unless another relay vouches for it (see
         // Synchronizer.disowned). Otherwise a Byzantine relay naming ancestors that do not exist
         // keeps every correct relay fetching them for good, an idle cluster too.
-        for (const d of message.digests) {
-          const hex = toHex(d)
+        for (const hex of new Set(message.digests.map((d) => toHex(d)))) {
           for (const block of this.sync.disowned(hex, from, message.keptFrom)) {
             this.reject(from, 'unknown-ancestors', `relay ${from}'s block of round ${block.header.round} waits for ancestor ${hex.slice(0, 8)}, which relay ${from} says it does not hold: dropped`, out)
           }
@@ -457,7 +458,7 @@ export class ConsensusCore {
     if (missing.length) {
       const fetch = this.sync.park(from, block, missing)
       if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
-      if (fetch.length) out.push({ type: 'send', to: from, message: { kind: 'fetch', digests: fetch.map(fromHex) } })
+      if (fetch.length) this.fetch(from, fetch, out)
       // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
       if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(this.keeperOf(from, this.dag.clockRound), this.dag.clockRound, out)
       return
@@ -732,12 +733,20 @@ export class ConsensusCore {
 
   // ---- catching up ----
 
+  private fetch(peer: number, digests: readonly string[], out: Output[]): void {
+    this.sync.asked(peer, digests)
+    out.push({ type: 'send', to: peer, message: { kind: 'fetch', digests: digests.map(fromHex) } })
+  }
+
   private armSync(out: Output[]): void {
     if (this.syncTimerArmed) return
     // Idle and complete, with no pull waiting for an answer: no timer at all.
     if (!this.hasWork() && this.sync.size === 0 && this.pulling === null) return
     this.syncTimerArmed = true
-    out.push({ type: 'timer', name: 'sync', round: 0, afterMs: this.syncIntervalMs })
+    // Idle with only parked blocks (ancestors nobody sends: a Byzantine author that does not
+    // answer, or a partition): ask less and less often, up to every 64 intervals.
+    const onlyParked = !this.hasWork() && this.pulling === null
+    out.push({ type: 'timer', name: 'sync', round: 0, afterMs: onlyParked ? this.syncIntervalMs * 2 ** Math.min(6, this.quietTicks) : this.syncIntervalMs })
   }
 
   /** The first round this relay still needs blocks of to go on deciding. */
@@ -799,17 +808,21 @@ export class ConsensusCore {
   }
 
   private onSyncTick(out: Output[]): void {
+    const unanswered = this.pulling
     this.pulling = null
     this.sync.tick()
     const mark = `${this.dag.clockRound}/${this.lastProposed}/${this.lastDecided}`
     this.stuckTicks = mark === this.progressMark ? this.stuckTicks + 1 : 0
     this.progressMark = mark
+    this.quietTicks = this.stuckTicks > 0 && !this.hasWork() ? this.quietTicks + 1 : 0
+    // A pull whose answer never came (every answer ends or continues it, an empty one too): the next keeper.
+    if (unanswered !== null) this.pull(this.keeperOf((unanswered + 1) % this.n, this.neededRound()), this.neededRound(), out)
     const stuck = this.stuckTicks > 0 && stuckActs(this.stuckTicks)
     const frontier = this.sync.frontier(1000)
     if (!stuck && frontier.length === 0) return
     this.syncPeer = (this.syncPeer + 1) % this.n
     if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n
-    if (frontier.length) out.push({ type: 'send', to: this.syncPeer, message: { kind: 'fetch', digests: frontier.map(fromHex) } })
+    if (frontier.length) this.fetch(this.syncPeer, frontier, out)
     if (!stuck) return
     // No progress for a whole interval: peers may hold rounds we missed, may have missed our
     // latest block (a partition drops it), or may be idle while we wait for them at our round.
@@ -830,7 +843,8 @@ export class ConsensusCore {
         bytes += b.block.signed.bytes.length
       }
     }
-    if (blocks.length) out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks } })
+    // Also when empty: the answer ends the asker's pull.
+    out.push({ type: 'send', to: from, message: { kind: 'blocks', blocks } })
   }
 
   private ownBlockByDigest(digestHex: string): Block | undefined {

@@ -21,6 +21,8 @@ export class Synchronizer {
   private readonly bySender = new Map<number, number>()
   /** Digests asked for since the last tick: asked once per tick. */
   private readonly requested = new Set<string>()
+  /** Per peer, the digests fetched from it and not answered with `unknown` yet. */
+  private readonly askedOf = new Map<number, Set<string>>()
   private readonly perSender: number
 
   constructor(n: number, maxParked: number) {
@@ -90,47 +92,65 @@ export class Synchronizer {
     return gone
   }
 
+  /** Fetches of these digests went to `peer`: an `unknown` answer from it counts for them (see disowned). */
+  asked(peer: number, digests: readonly string[]): void {
+    let set = this.askedOf.get(peer)
+    if (!set) this.askedOf.set(peer, (set = new Set()))
+    for (const d of digests) set.add(d)
+    // Bounded like what is parked: asks whose digests are no longer missing are forgotten.
+    if (set.size > 4 * this.waitingOn.size + 1000) for (const d of set) if (!this.waitingOn.has(d)) set.delete(d)
+  }
+
   /**
-   * `author` says it holds no block `digestHex`, and keeps blocks from
-   * round `keptFrom` on: its own parked blocks that name that digest at or
-   * above `keptFrom` cannot be complete now (a correct relay keeps every
-   * ancestor of its blocks; see RelayStore.write), and are dropped, with
-   * the parked blocks that wait on them, unless one of those is another
-   * relay's: that relay vouches for the chain (a correct relay only builds
-   * on blocks it holds whole), so it stays and its ancestors are fetched
-   * from others. Dropped, not refused: the word of one relay is not
-   * something every correct relay hears, so nothing is decided on it; a
-   * block dropped here that turns up again is taken like any other.
-   * Returns the dropped blocks.
+   * `author`, asked for block `digestHex`, says it holds none, and keeps
+   * blocks from round `keptFrom` on: its own parked blocks that name that
+   * digest at or above `keptFrom` cannot be complete now (a correct relay
+   * keeps every ancestor of its blocks; see RelayStore.write), and are
+   * dropped with the parked blocks waiting on them, unless one of those is
+   * another relay's: that relay vouches for the chain (a correct relay only
+   * builds on blocks it holds whole), so it stays and its ancestors are
+   * fetched from others. Dropped, not
+   * refused: one relay's word is not something every correct relay hears,
+   * so nothing is decided on it; a dropped block that turns up again is
+   * taken like any other. An answer to nothing asked is ignored. Returns
+   * the dropped blocks.
    */
   disowned(digestHex: string, author: number, keptFrom: number): Block[] {
-    const dropped: Block[] = []
-    for (const key of [...(this.waitingOn.get(digestHex) ?? [])]) {
-      const w = this.waiting.get(key)
+    if (!this.askedOf.get(author)?.delete(digestHex)) return []
+    // The author's own blocks naming the digest at a round it keeps (two Byzantine relays may
+    // name the same missing digest: each one's word counts for its own blocks only).
+    const direct = [...(this.waitingOn.get(digestHex) ?? [])].filter((k) => {
+      const w = this.waiting.get(k)
       const round = w?.missing.get(digestHex)
-      if (!w || round === undefined || w.block.header.author !== author || round < keptFrom) continue
-      const chain = this.waitersOf(key)
-      if (chain.some((k) => this.waiting.get(k)?.block.header.author !== author)) continue
+      return w !== undefined && round !== undefined && w.block.header.author === author && round >= keptFrom
+    })
+    if (direct.length === 0) return []
+    const own = (keys: readonly string[]) => keys.every((k) => this.waiting.get(k)?.block.header.author === author)
+    // Usually all of it is the author's: one walk. Otherwise each of its blocks on its own.
+    const all = this.waitersOf(direct)
+    const chains = own(all) ? [all] : direct.map((k) => this.waitersOf([k])).filter(own)
+    const dropped: Block[] = []
+    for (const chain of chains) {
       for (const k of chain) {
-        const x = this.waiting.get(k)
-        if (!x) continue
-        this.unpark(k, x.from)
-        dropped.push(x.block)
+        const w = this.waiting.get(k)
+        if (!w) continue
+        this.unpark(k, w.from)
+        dropped.push(w.block)
       }
     }
-    if (dropped.length) {
-      for (const [d, waiters] of this.waitingOn) {
-        for (const k of waiters) if (!this.waiting.has(k)) waiters.delete(k)
-        if (waiters.size === 0) this.waitingOn.delete(d)
-      }
+    if (dropped.length === 0) return []
+    // What waited on the dropped blocks is dropped with them; what they waited on may now wait for nobody.
+    for (const [d, waiters] of this.waitingOn) {
+      for (const k of waiters) if (!this.waiting.has(k)) waiters.delete(k)
+      if (waiters.size === 0) this.waitingOn.delete(d)
     }
     return dropped
   }
 
-  /** The parked block `key` and every parked block waiting on it, directly or not. */
-  private waitersOf(key: string): string[] {
-    const seen = new Set([key])
-    const todo = [key]
+  /** The parked blocks `keys` and every parked block waiting on them, directly or not. */
+  private waitersOf(keys: readonly string[]): string[] {
+    const seen = new Set(keys)
+    const todo = [...keys]
     while (todo.length) {
       for (const w of this.waitingOn.get(todo.pop() as string) ?? []) {
         if (seen.has(w) || !this.waiting.has(w)) continue
