@@ -146,10 +146,13 @@ export class FileJournal implements Journal {
 export class MemoryJournal implements Journal {
   private readonly kept: Uint8Array[]
   private readonly atOpen: Uint8Array[]
+  /** As FileJournal counts them: each record's header and body. */
+  private bytes: number
 
   constructor(survivors: readonly Uint8Array[] = []) {
     this.kept = [...survivors]
     this.atOpen = [...survivors]
+    this.bytes = survivors.reduce((n, r) => n + HEADER + r.length, 0)
   }
 
   recovered(): Uint8Array[] {
@@ -157,15 +160,17 @@ export class MemoryJournal implements Journal {
   }
 
   get size(): number {
-    return this.kept.reduce((n, r) => n + HEADER + r.length, 0)
+    return this.bytes
   }
 
   append(record: Uint8Array): void {
     this.kept.push(record)
+    this.bytes += HEADER + record.length
   }
 
   drop(): void {
     this.kept.splice(0)
+    this.bytes = 0
   }
 
   /** What a process started now finds. */

@@ -320,9 +320,7 @@ export class RelayStore {
       }
       return Promise.resolve()
     }
-    const records = this.held.length ? [...this.held, ...w.records] : w.records
-    this.held = []
-    this.heldBytes = 0
+    const records = [...this.takeHeld(), ...w.records]
     const journaled = records.some((r) => r.kind === 'own-block')
     if (journaled) {
       this.journal.append(encode(records.flatMap((r) => (r.kind === 'commit' ? [] : [[r.kind === 'own-block', r.block.signed.bytes, r.block.signed.sig]]))))
@@ -344,6 +342,14 @@ export class RelayStore {
    */
   get journalFull(): boolean {
     return this.journalLive > 0 && this.journal.size >= JOURNAL_CAPACITY
+  }
+
+  /** The records held for the next write, which now goes. */
+  private takeHeld(): PersistRecord[] {
+    const held = this.held
+    this.held = []
+    this.heldBytes = 0
+    return held
   }
 
   /** Bytes of peers' blocks held for the next write (see write). */
@@ -436,15 +442,13 @@ export class RelayStore {
   async install(c: CheckpointInstall): Promise<void> {
     // Peers' blocks held for the next write belong to the DAG the checkpoint replaces; our own
     // (the journal's, from before a crash) are rounds we signed: they stay.
-    const own = this.held.filter((r) => r.kind === 'own-block')
-    this.held = []
-    this.heldBytes = 0
+    const own = this.takeHeld().filter((r) => r.kind === 'own-block')
     this.fromJournal = []
     await this.kv.write(() => {
       this.putRecords(own)
       for (const key of [...this.batches.getKeys()]) this.batches.remove(key as [number, number])
       for (const key of [...this.commits.getKeys()]) this.commits.remove(key as number)
-      for (const r of c.commits) this.commits.put(r.anchorRound, encode([r.ordered, r.payloadIds]))
+      this.putRecords(c.commits.map((r) => ({ kind: 'commit' as const, ...r })))
       for (const key of [...this.attest.getKeys()]) this.attest.remove(key as [string, number, number])
       for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.remove(key as [string, number, number, number])
       for (const key of [...this.history.getKeys()]) this.history.remove(key as [string, string, number])
@@ -630,12 +634,7 @@ export class RelayStore {
   }
 
   async close(): Promise<void> {
-    if (this.held.length) {
-      const held = this.held
-      this.held = []
-      this.heldBytes = 0
-      await this.transact(held, { records: [], batches: [], attestations: [] })
-    }
+    if (this.held.length) await this.transact(this.takeHeld(), { records: [], batches: [], attestations: [] })
     await this.journal.close()
     await this.kv.close()
   }

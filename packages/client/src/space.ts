@@ -263,17 +263,19 @@ export class Space {
     return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
   }
 
-  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, options: ObjectOptions): AnyHandle {
-    const { freshness } = options
+  private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, { freshness }: ObjectOptions): AnyHandle {
     if (freshness !== undefined && (typeof freshness !== 'number' || !Number.isFinite(freshness) || freshness < 0 || freshness > MAX_FRESHNESS_MS)) {
       throw new SteadError('malformed', `${key}: freshness is a number of milliseconds from 0 to ${MAX_FRESHNESS_MS}, got ${String(freshness)}`)
     }
+    const handle = this.handleOf(key, decl, make)
+    if (freshness !== undefined) this.setFreshness(key, freshness)
+    return handle
+  }
+
+  private handleOf(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle): AnyHandle {
     // An open handle stays readable after close (a component may render once more); updates through it fail.
     const known = this.handles.get(key)
-    if (known && sameDeclaration(known.declaration, decl)) {
-      if (freshness !== undefined) this.setFreshness(key, freshness)
-      return known
-    }
+    if (known && sameDeclaration(known.declaration, decl)) return known
     this.assertOpen()
     if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
     try {
@@ -295,7 +297,6 @@ export class Space {
     }
     const handle = make(decl)
     this.handles.set(key, handle)
-    if (freshness !== undefined) this.setFreshness(key, freshness)
     return handle
   }
 
@@ -495,7 +496,7 @@ export class Space {
     if (this.hold.holds(item.key)) {
       this.hold.hold(item, stored, this.now())
       this.showItems(this.hold.batch, [item])
-      if (this.hold.size >= (this.options.maxBatchOps ?? 500)) this.releaseHeld('all')
+      if (this.hold.size >= this.maxBatchOps) this.releaseHeld('all')
       else this.armHoldTimer()
       return stored.promise
     }
@@ -542,7 +543,16 @@ export class Space {
   /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns; then the batch is sealed in time. */
   private showDraft(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
     this.showItems(batch, items, several)
-    if (batch.size >= (this.options.maxBatchOps ?? 500)) this.sealNow()
+    this.sealInTime()
+  }
+
+  private get maxBatchOps(): number {
+    return this.options.maxBatchOps ?? 500
+  }
+
+  /** Seals the open batch now if it is full, else when scheduleSeal says. */
+  private sealInTime(): void {
+    if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
     else this.scheduleSeal()
   }
 
@@ -575,10 +585,9 @@ export class Space {
   private releaseHeld(keys: readonly string[] | 'all'): void {
     const released = this.hold.release(keys)
     if (released.length === 0) return
-    const max = this.options.maxBatchOps ?? 500
     for (const { item, stored } of released) {
       // No batch past maxBatchOps: a full one is sealed and the rest go into the next.
-      if (this.openBatch.size >= max) this.sealNow()
+      if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
       const batch = this.openBatch
       batch.regular.push(item)
       batch.stored.push(stored)
@@ -587,8 +596,7 @@ export class Space {
       this.dropView(item.key)
     }
     this.armHoldTimer()
-    if (this.openBatch.size >= max) this.sealNow()
-    else this.scheduleSeal()
+    this.sealInTime()
   }
 
   /**

@@ -109,11 +109,10 @@ export class Synchronizer {
    * dropped with the parked blocks waiting on them, unless one of those is
    * another relay's: that relay vouches for the chain (a correct relay only
    * builds on blocks it holds whole), so it stays and its ancestors are
-   * fetched from others. Dropped, not
-   * refused: one relay's word is not something every correct relay hears,
-   * so nothing is decided on it; a dropped block that turns up again is
-   * taken like any other. An answer to nothing asked is ignored. Returns
-   * the dropped blocks.
+   * fetched from others. Dropped, not refused: one relay's word is not
+   * something every correct relay hears, so nothing is decided on it; a
+   * dropped block that turns up again is taken like any other. An answer
+   * to nothing asked is ignored. Returns the dropped blocks.
    */
   disowned(digestHex: string, author: number, keptFrom: number): Block[] {
     if (!this.askedOf.get(author)?.delete(digestHex)) return []
@@ -138,13 +137,17 @@ export class Synchronizer {
         dropped.push(w.block)
       }
     }
-    if (dropped.length === 0) return []
     // What waited on the dropped blocks is dropped with them; what they waited on may now wait for nobody.
+    if (dropped.length) this.forgetUnparked()
+    return dropped
+  }
+
+  /** Forgets waiters that are no longer parked, and missing digests nobody waits for any more. */
+  private forgetUnparked(): void {
     for (const [d, waiters] of this.waitingOn) {
-      for (const k of waiters) if (!this.waiting.has(k)) waiters.delete(k)
+      for (const key of waiters) if (!this.waiting.has(key)) waiters.delete(key)
       if (waiters.size === 0) this.waitingOn.delete(d)
     }
-    return dropped
   }
 
   /** The parked blocks `keys` and every parked block waiting on them, directly or not. */
@@ -179,10 +182,7 @@ export class Synchronizer {
         ready.push({ from: w.from, block: w.block })
       }
     }
-    for (const [d, waiters] of this.waitingOn) {
-      for (const key of waiters) if (!this.waiting.has(key)) waiters.delete(key)
-      if (waiters.size === 0) this.waitingOn.delete(d)
-    }
+    this.forgetUnparked()
     return ready
   }
 
