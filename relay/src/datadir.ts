@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { ConfigError } from './config.ts'
 
 /** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates). */
-export const STORE_FORMAT = 2
+export const STORE_FORMAT = 3
 
 /** Names of the files a data dir holds besides the key and the LMDB store. */
 export const LOCK_FILE = 'stead-relay.lock'

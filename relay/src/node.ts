@@ -13,11 +13,13 @@ import {
   decodeAttestation,
   encodeAttestation,
   encodeAuditState,
+  judgeClock,
   openEnvelopeSync,
   stableReadBytes,
   freshHeadBytes,
   toHex,
   fromHex,
+  type ClockInputs,
   type Envelope,
   type ReplicaOptions,
   type Signed,
@@ -459,9 +461,11 @@ export class RelayNode {
     if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
       throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
     }
-    const decided = this.replicas.get(env.space)?.decided(env)
+    const replica = this.replicas.get(env.space)
+    const decided = replica?.decided(env)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
+    checkClockAtDoor(replica, env)
     const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
     const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
     const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
@@ -1105,6 +1109,7 @@ export class RelayNode {
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
       for (const d of result.decisions) {
+        if (d.kind === 'committed') this.metrics.clocks.inc({ verified: String(d.clockVerified) })
         const watchers = this.decidedWatchers.get(d.env.idHex)
         if (watchers) {
           this.decidedWatchers.delete(d.env.idHex)
@@ -1226,4 +1231,22 @@ function frameBytes(frames: readonly Uint8Array[]): number {
 /** A fresh 32-byte nonce for a client challenge. */
 export function challengeNonce(): Uint8Array {
   return new Uint8Array(randomBytes(32))
+}
+
+const NO_HISTORY: ClockInputs = { stableIndex: 0, prev: undefined, dep: () => undefined, committedAt: () => ({ lo: 0, hi: 0 }) }
+
+/**
+ * Chrono's update validator at the door: an envelope whose clock its
+ * inputs contradict is refused with `bad-clock`. Judged only where this
+ * relay's stable history already holds what the audit will judge it
+ * against (its author's previous envelope and its base); otherwise the
+ * audit judges it when it executes.
+ *
+ * @throws SteadError `bad-clock`.
+ */
+function checkClockAtDoor(replica: ReliableReplica | undefined, env: Envelope): void {
+  const next = replica ? replica.nextSeq(env.authorId) : 1
+  if (env.seq !== next || env.base > (replica?.stableIndex ?? 0)) return
+  const verdict = replica ? replica.judgeClock(env) : judgeClock(env, NO_HISTORY)
+  if (!verdict.ok) throw new SteadError('bad-clock', `${env.authorId}:${env.seq}: ${verdict.detail}`)
 }

@@ -362,9 +362,9 @@ const baseMessage: fc.Arbitrary<BaseMessage> = fc.oneof(
   fc.record({ type: fc.constant('ping' as const), n: fc.nat() }),
 )
 
-/** Replacements aimed at one field of an envelope payload: [tag, space, author, seq, clock, deps, updates, safe]. */
+/** Replacements aimed at one field of an envelope payload: [tag, space, author, seq, base, clock, deps, updates, safe]. */
 const payloadField: fc.Arbitrary<{ t: 'field'; index: number; value: unknown }> = fc.oneof(
-  fc.record({ t: fc.constant('field' as const), index: fc.constant(0), value: fc.oneof(fc.constantFrom('stead/env/v2', 'stead/env/v1 ', ''), junk) }),
+  fc.record({ t: fc.constant('field' as const), index: fc.constant(0), value: fc.oneof(fc.constantFrom('stead/env/v3', 'stead/env/v2 ', 'stead/env/v1', ''), junk) }),
   fc.record({ t: fc.constant('field' as const), index: fc.constant(1), value: fc.oneof(fc.constantFrom('', 'x'.repeat(129), '\u0000', '\ud800'), giantString, junk) }),
   fc.record({ t: fc.constant('field' as const), index: fc.constant(2), value: fc.oneof(fc.constant(stranger.publicKey), fc.uint8Array({ minLength: 31, maxLength: 33 }), junk) }),
   fc.record({
@@ -375,6 +375,11 @@ const payloadField: fc.Arbitrary<{ t: 'field'; index: number; value: unknown }> 
   fc.record({
     t: fc.constant('field' as const),
     index: fc.constant(4),
+    value: fc.oneof(fc.constantFrom<unknown>(-1, 1.5, 2 ** 53, 2 ** 64, NaN, '0', null), fc.nat(), junk),
+  }),
+  fc.record({
+    t: fc.constant('field' as const),
+    index: fc.constant(5),
     value: fc.oneof(
       fc.array(fc.oneof(fc.string({ maxLength: 70 }), fc.integer({ min: -2, max: 2 ** 53 }), fc.constantFrom('*', 0, -1, 1.5)), { maxLength: 12 }),
       fc.integer({ min: 1, max: 3 }).map((k) => Array.from({ length: 10_000 * k + 2 }, (_, i) => (i % 2 ? 1 : `c${i}`))),
@@ -383,7 +388,7 @@ const payloadField: fc.Arbitrary<{ t: 'field'; index: number; value: unknown }> 
   }),
   fc.record({
     t: fc.constant('field' as const),
-    index: fc.constant(5),
+    index: fc.constant(6),
     value: fc.oneof(
       fc.integer({ min: 0, max: 70 }).map((n) => Array.from({ length: n }, (_, i) => new Uint8Array(32).fill(i))),
       fc.array(fc.uint8Array({ minLength: 31, maxLength: 33 }), { maxLength: 3 }),
@@ -392,7 +397,7 @@ const payloadField: fc.Arbitrary<{ t: 'field'; index: number; value: unknown }> 
   }),
   fc.record({
     t: fc.constant('field' as const),
-    index: fc.constant(6),
+    index: fc.constant(7),
     value: fc.oneof(
       // unknown op kinds and declarations, wrong arities, ops a declaration forbids
       fc
@@ -418,7 +423,7 @@ const payloadField: fc.Arbitrary<{ t: 'field'; index: number; value: unknown }> 
   }),
   fc.record({
     t: fc.constant('field' as const),
-    index: fc.constant(7),
+    index: fc.constant(8),
     value: fc.oneof(
       fc
         .tuple(

@@ -102,7 +102,7 @@ describe('a cluster of 4 relay processes', () => {
     // The safe withdrawal of 20 could not fit (10 + 5 - 12 = 3 left): rejected by the audit.
     const decisions = clients[0]!.commits.flatMap((c) => c.attestation.decisions)
     const byId = new Map(decisions.map((d) => [Buffer.from(d[0]).toString('hex'), d]))
-    expect(byId.get(envs[3]!.idHex)).toEqual([envs[3]!.id, 'committed', 4, [[0, 'invariant']]])
+    expect(byId.get(envs[3]!.idHex)).toEqual([envs[3]!.id, 'committed', 4, [[0, 'invariant']], true])
     expect(byId.get(envs[2]!.idHex)?.[3]).toEqual([])
     const snap = await cluster.json<{ snapshot: unknown[] }>(0, `/v1/spaces/${SPACE}/stable`)
     expect(counterIn(snap.snapshot, 'acct')).toBe(4)

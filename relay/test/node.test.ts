@@ -1,7 +1,7 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { clockInit, decodeAttestation, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { authorIdOf, clockFrom, clockInit, decodeAttestation, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -124,6 +124,26 @@ describe('the relay event loop', () => {
     await until('an answer to relay 1', () => sent.some((s) => s.to === 1))
     const answers = sent.filter((s) => s.to === 1).map((s) => decodeMessage(nodeCrypto as never, node.committee, s.frame))
     expect(answers.map((a) => (a.kind === 'unknown' ? { digests: a.digests.map((d) => toHex(d)), keptFrom: a.keptFrom } : a))).toEqual([{ digests: [toHex(fake)], keptFrom: 0 }])
+  })
+
+  it("refuses a clock its inputs contradict with bad-clock at the door, and queues one whose dep it has not seen for the audit", async () => {
+    const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
+    await node.start()
+    const other = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
+    const otherId = authorIdOf(nodeCrypto, other.publicKey)
+    const envelope = (who: typeof author, seq: number, clock = clockInit(), deps: Uint8Array[] = []) =>
+      sealEnvelope(nodeCrypto, who, { space: 'clocks', seq, clock, deps, updates: [{ key: 'k', decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] })
+    const decided = (frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
+    // A space nobody wrote to yet: nothing can give other:999.
+    const forged = encodeEnvelope(await envelope(author, 1, clockFrom([[otherId, 999]])))
+    expect(() => node.submit(forged)).toThrow(expect.objectContaining({ reason: 'bad-clock' }))
+    await decided(encodeEnvelope(await envelope(author, 1)))
+    // Without a dep that carries it, other:1 is a forgery too.
+    const picked = encodeEnvelope(await envelope(author, 2, clockFrom([[otherId, 1]])))
+    expect(() => node.submit(picked)).toThrow(expect.objectContaining({ reason: 'bad-clock' }))
+    // With a dep this relay has not seen, the claim may be right: queued, and the audit decides.
+    const unseen = await envelope(other, 1)
+    await decided(encodeEnvelope(await envelope(author, 2, clockFrom([[otherId, 1]]), [unseen.id])))
   })
 
   it('keeps its state in a data dir or in a given storage, and refuses neither or both with a reason', () => {

@@ -1,11 +1,11 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { Deferred } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
 import { Listeners } from './listeners.ts'
 import { NO_NEWS } from './outbox.ts'
-import { ClientRecords, type Restored } from './persist.ts'
+import { ClientRecords, type AuthorState, type Restored } from './persist.ts'
 import { RelaySessions } from './sessions.ts'
 import { Space, type Upstream } from './space.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
@@ -330,7 +330,7 @@ export class SteadClient {
       news: hub ? hub.newsFor(name, own) : NO_NEWS,
       replicaOptions: replicaOptionsOf(name, options),
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
-      clock: ours ? restored.author.clock : clockInit(),
+      last: lastClock(restored.author, ours, space.replica.nextSeq(this.authorId) - 1, (seq) => space.replica.clockRecord(this.authorId, seq)),
     })
     upstream.outbox.restore(outbox, waiters)
     space.attach(upstream)
@@ -513,4 +513,15 @@ async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undef
     tabs.lock.release()
     throw err
   }
+}
+
+/**
+ * The clock of this author's last envelope in a space: the stored one, or
+ * the audit's record when the stable history has a later envelope of the
+ * author (signed from another storage) or the storage was another identity's.
+ */
+function lastClock(stored: AuthorState, ours: boolean, committed: number, recordOf: (seq: number) => ClockRecord | undefined): { base: number; clock: Clock } {
+  if (ours && stored.seq >= committed) return { base: stored.base, clock: stored.clock }
+  const r = recordOf(committed)
+  return { base: r?.base ?? 0, clock: r?.clock ?? clockInit() }
 }

@@ -1,8 +1,8 @@
 import {
+  DEFAULT_LIMITS,
   SteadError,
-  clockFrom,
-  clockMerge,
-  clockUpdate,
+  composeClock,
+  toHex,
   encodeEnvelope,
   sealEnvelope,
   type Clock,
@@ -72,7 +72,7 @@ interface OutboxOptions {
   now: () => number
   news: SpaceNews
   seq: number
-  clock: Clock
+  last: { base: number; clock: Clock }
 }
 
 /**
@@ -86,16 +86,20 @@ export class Outbox {
   /** Submit ids in flight → envelope id. */
   private readonly submits = new Map<number, string>()
   private seq: number
-  private clock: Clock
-  /** Clocks of envelopes received since this client last signed one. */
-  private seenClocks: Clock[] = []
-  private frontier: Uint8Array[] = []
+  /** The clock of this author's last envelope: the next one's follows from it. */
+  private last: { base: number; clock: Clock }
+  /**
+   * Other authors' envelopes received and not yet cited, that no other
+   * received envelope follows: the next envelope's deps (the heads of the
+   * space's Merkle-DAG as this client saw it), by id.
+   */
+  private readonly heads = new Map<string, Envelope>()
 
   private readonly o: OutboxOptions
   constructor(o: OutboxOptions) {
     this.o = o
     this.seq = o.seq
-    this.clock = o.clock
+    this.last = o.last
   }
 
   /**
@@ -118,9 +122,33 @@ export class Outbox {
 
   /** A verified envelope of another author arrived: the next one this client signs follows it causally. */
   heard(env: Envelope): void {
-    this.seenClocks.push(env.clock)
-    this.frontier.push(env.id)
-    if (this.frontier.length > 16) this.frontier.shift()
+    if (env.authorId === this.o.space.authorId || this.heads.has(env.idHex)) return
+    // It follows what it cites and its author's earlier envelopes: those are no longer heads.
+    for (const d of env.deps) this.heads.delete(toHex(d))
+    for (const [id, h] of this.heads) {
+      if (h.authorId !== env.authorId) continue
+      if (h.seq < env.seq) this.heads.delete(id)
+      else return // a later one of its author is a head already
+    }
+    // Bounded like everything: past the limit the oldest heads go uncited (their clocks stay unclaimed).
+    if (this.heads.size >= MAX_HEADS) this.heads.delete(this.heads.keys().next().value as string)
+    this.heads.set(env.idHex, env)
+  }
+
+  /**
+   * The deps and clock of the next envelope: the heads still waiting for
+   * their commit (a committed one is covered by the base), at most
+   * maxDeps of them, oldest first; the rest wait for the next envelope.
+   */
+  private nextClock(): { base: number; clock: Clock; deps: Uint8Array[] } {
+    const { replica } = this.o.space
+    const cited: Envelope[] = []
+    for (const [id, h] of this.heads) {
+      if (!replica.isPending(id)) this.heads.delete(id)
+      else if (cited.length < DEFAULT_LIMITS.maxDeps) cited.push(h)
+    }
+    const { base, clock } = composeClock(this.o.space.authorId, this.last, cited, replica.stableIndex, (a) => replica.nextSeq(a) - 1)
+    return { base, clock, deps: cited.map((h) => h.id) }
   }
 
   has(idHex: string): boolean {
@@ -155,13 +183,13 @@ export class Outbox {
       return
     }
     const seq = this.seq + 1
-    const clock = boundClock(clockUpdate(space.authorId, this.clock, this.seenClocks.length <= 64 ? this.seenClocks : [clockMerge(this.clock, ...this.seenClocks)]), space.authorId)
+    const { base, clock, deps } = this.nextClock()
     let env: Envelope
     let frame: Uint8Array
     try {
-      env = await sealEnvelope(crypto, this.o.identity, { space: space.space, seq, clock, deps: this.frontier.slice(-16), updates, safe })
+      env = await sealEnvelope(crypto, this.o.identity, { space: space.space, seq, base, clock, deps, updates, safe })
       frame = encodeEnvelope(env)
-      await records.storage.write([...records.outboxPut(seq, frame, env.idHex, batch.requests), records.author({ seq, clock: env.clock, authorId: space.authorId })])
+      await records.storage.write([...records.outboxPut(seq, frame, env.idHex, batch.requests), records.author({ seq, base, clock, authorId: space.authorId })])
     } catch (err) {
       space.batchFailed(batch, err)
       if (batch.requests.length) this.o.news.failed(batch.requests, err instanceof SteadError ? err : new SteadError('malformed', String(err)))
@@ -169,9 +197,8 @@ export class Outbox {
     }
     space.storageWorks()
     this.seq = seq
-    this.clock = env.clock
-    this.seenClocks = []
-    this.frontier = [env.id]
+    this.last = { base, clock }
+    for (const d of deps) this.heads.delete(toHex(d))
     // In the outbox before the drafts let go of it: `pending` never dips.
     this.add(
       env,
@@ -355,17 +382,5 @@ export function fromHome(space: string, n: number, links: readonly RelayLink[]):
   return [...links].sort((a, b) => (((a.relay as number) - home + n) % n) - (((b.relay as number) - home + n) % n))
 }
 
-/**
- * A clock names every author this client has heard from; in a busy space that
- * would make every envelope grow with the number of writers. Past 256
- * entries keep this author's own and the most advanced others: the clock
- * stays monotone for this author, and only loses causal detail about
- * authors it heard from least (nothing in the audit depends on it).
- */
-function boundClock(c: Clock, self: string): Clock {
-  if (c.size <= MAX_CLOCK_ENTRIES) return c
-  const others = [...c].filter(([id]) => id !== self).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
-  return clockFrom([[self, c.get(self) ?? 0], ...others.slice(0, MAX_CLOCK_ENTRIES - 1)])
-}
-
-const MAX_CLOCK_ENTRIES = 256
+/** Heads kept for the next envelope; more concurrent writers than this go partly uncited. */
+const MAX_HEADS = 4 * DEFAULT_LIMITS.maxDeps

@@ -12,6 +12,8 @@ export interface CommitRecord {
 export interface AuthorState {
   /** Last sequence number this client signed in the space. */
   readonly seq: number
+  /** That envelope's clock base and listed entries: the next one's clock follows from them. */
+  readonly base: number
   readonly clock: Clock
   /** Whose sequence it is: a storage reused with another identity starts that identity's own. */
   readonly authorId?: string
@@ -96,7 +98,7 @@ export class ClientRecords {
     this.stored = commits.map((e) => Number(e.key[2]))
     this.nextCommit = (this.stored[this.stored.length - 1] ?? -1) + 1
     return {
-      author: author ? decodeAuthor(author) : { seq: 0, clock: clockInit() },
+      author: author ? decodeAuthor(author) : { seq: 0, base: 0, clock: clockInit() },
       position: position ? decodePosition(position) : { stableIndex: 0, lastRound: 0 },
       checkpoint: checkpoint && decode(checkpoint, 1024 * 1024 * 1024),
       commits: commits.map((e) => {
@@ -110,7 +112,7 @@ export class ClientRecords {
   }
 
   author(a: AuthorState): StorageChange {
-    return { key: [this.space, 'meta', 'author'], value: encode([a.seq, encodeClock(a.clock), a.authorId ?? null]) }
+    return { key: [this.space, 'meta', 'author'], value: encode([a.seq, encodeClock(a.clock), a.authorId ?? null, a.base]) }
   }
 
   /** A commit and the position it leads to: always written together. */
@@ -179,8 +181,9 @@ export class ClientRecords {
 }
 
 function decodeAuthor(bytes: Uint8Array): AuthorState {
-  const [seq, clock, authorId] = expect.array(decode(bytes), 'author', 3)
-  return { seq: expect.uint(seq, 'author.seq'), clock: decodeClock(clock, 1_000_000), ...(typeof authorId === 'string' ? { authorId } : {}) }
+  // Records written before clocks had a base have three fields.
+  const [seq, clock, authorId, base] = expect.array(decode(bytes), 'author', 4)
+  return { seq: expect.uint(seq, 'author.seq'), base: base === undefined ? 0 : expect.uint(base, 'author.base'), clock: decodeClock(clock, 1_000_000), ...(typeof authorId === 'string' ? { authorId } : {}) }
 }
 
 function decodeRequest(id: string, bytes: Uint8Array): StoredRequest {

@@ -39,9 +39,9 @@ export interface RelayUpstreamInit {
   checkpointEvery: number
   now: () => number
   news: SpaceNews
-  /** The author's last sequence number and clock in this space. */
+  /** The author's last sequence number in this space, and that envelope's clock. */
   seq: number
-  clock: Clock
+  last: { base: number; clock: Clock }
   /** Options of the space's replica (a verified snapshot starts a new one). */
   replicaOptions: { space: string; historyLimit?: number }
 }

@@ -2,7 +2,7 @@ import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { authorIdOf, clockInit, clockUpdate, encodeEnvelope, sealEnvelope } from '@stead/core'
+import { DEFAULT_LIMITS, clockInit, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
@@ -299,24 +299,42 @@ describe('handles and values', () => {
     expect(a.status.problem).toBeUndefined()
   })
 
-  it('keeps its clock bounded however many authors it hears from', async () => {
+  it('cites what it heard as deps, at most maxDeps per envelope, and lists clock entries only above its stable base', async () => {
     const c = cluster()
     const a = await client(c)
     // Relays only forward envelopes to sessions that subscribed.
     await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((x) => (x as unknown as { subscribed: boolean }).subscribed)))
+    const heard = new Set<string>()
     for (let i = 0; i < 270; i++) {
       const secretKey = nodeCrypto.generateSecretKey()
       const me = { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
-      const env = await sealEnvelope(nodeCrypto, me, { space: 'bank', seq: 1, clock: clockUpdate(authorIdOf(nodeCrypto, me.publicKey), clockInit()), deps: [], updates: [{ key: 'crowd', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+      const env = await sealEnvelope(nodeCrypto, me, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'crowd', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+      heard.add(env.authorId)
       c.take(encodeEnvelope(env))
     }
     await until('heard all', () => a.counter('crowd').value === 270, 20_000)
     await a.counter('crowd').increment(1)
     await a.flush()
-    const mine = c.lastTaken!
-    expect(mine.authorId).toBe(a.authorId)
-    expect(mine.clock.size).toBe(256)
-    expect(mine.clock.get(a.authorId)).toBe(1)
+    const first = c.lastTaken!
+    expect(first.authorId).toBe(a.authorId)
+    expect(first.deps).toHaveLength(DEFAULT_LIMITS.maxDeps)
+    // One entry per cited envelope (each its author's seq 1); the author's own entry is its seq, never listed.
+    expect([...first.clock]).toEqual([...first.clock].filter(([id, n]) => heard.has(id) && n === 1))
+    expect(first.clock.size).toBe(DEFAULT_LIMITS.maxDeps)
+    await a.counter('crowd').increment(1)
+    await a.flush()
+    const second = c.lastTaken!
+    // The next envelope cites other heads and keeps what the first had seen.
+    expect(second.deps.some((d) => first.deps.some((e) => toHex(e) === toHex(d)))).toBe(false)
+    expect(second.clock.size).toBe(2 * DEFAULT_LIMITS.maxDeps)
+    await commitUntil(c, 'all committed', () => a.counter('crowd').stable === 272)
+    await a.counter('crowd').increment(1)
+    await a.flush()
+    const third = c.lastTaken!
+    // Everything heard is in the stable history now: the base covers it and the clock lists nothing.
+    expect(third.base).toBe(a.status.stableIndex)
+    expect(third.clock.size).toBe(0)
+    expect(third.deps).toHaveLength(0)
   })
 
   it('rejects bad input with typed errors and refuses use after close', async () => {

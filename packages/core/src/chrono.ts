@@ -1,4 +1,4 @@
-import { clockEquals, clockInit, clockUpdate, type Clock } from './clock.ts'
+import type { Clock } from './clock.ts'
 import type { Crypto } from './crypto/types.ts'
 import { encode } from './codec.ts'
 import { bytesEqual } from './bytes.ts'
@@ -12,8 +12,10 @@ import { bytesEqual } from './bytes.ts'
 /**
  * Chrono's three clock validators: `update` (stateless: the clock follows
  * from its inputs), `monotonicity` (stateful: no counter reused or going
- * back) and `application` (the app's own rule). Relays do not check clocks
- * with these yet (see docs/architecture.md, known limits).
+ * back) and `application` (the app's own rule). For envelopes, the update
+ * validator is `judgeClock` (causal.ts), run by the audit and at relays'
+ * doors; monotonicity is the per-author sequence rule (an author's own
+ * entry is its seq, and one seq commits once).
  */
 export type ValidatorKind = 'update' | 'monotonicity' | 'application'
 
@@ -33,79 +35,6 @@ export type Validation =
     }
 
 const VALID: Validation = Object.freeze({ ok: true })
-
-/**
- * Update validator (stateless): `next` must be exactly the merge of its
- * inputs (the author's previous clock and the clocks it depends on) with the
- * author's own entry incremented by one. An author may advance only its own
- * entry, and may not skip.
- */
-export function validateClockUpdate(author: string, next: Clock, inputs: readonly Clock[]): Validation {
-  let expected: Clock
-  try {
-    expected = clockUpdate(author, clockInit(), inputs)
-  } catch (err) {
-    // The author's entry is already at the largest safe integer: no clock can follow it.
-    if (err instanceof RangeError) return { ok: false, reason: 'bad-clock', detail: err.message }
-    throw err
-  }
-  if (clockEquals(next, expected)) return VALID
-  for (const [id, n] of next) {
-    const want = expected.get(id) ?? 0
-    if (n !== want) {
-      return {
-        ok: false,
-        reason: 'bad-clock',
-        detail: id === author ? `own entry is ${n}, expected ${want}` : `entry ${id} is ${n} but the inputs give ${want}`,
-      }
-    }
-  }
-  return { ok: false, reason: 'bad-clock', detail: 'the clock omits entries its inputs carry' }
-}
-
-/** What the monotonicity validator remembers per clock id: the last counter and the digest it came with. */
-export type MonotonicityState = ReadonlyMap<
-  string,
-  {
-    /** The highest counter seen for the id. */
-    readonly counter: number
-    /** The digest of the content that came with it. */
-    readonly digest: Uint8Array
-  }
->
-
-/**
- * Monotonicity validator (stateful): an id's counter never repeats with other
- * content and never goes back. Returns the verdict and the next state; a
- * duplicate (same counter, same digest) is reported, and leaves the state as is.
- */
-export function validateMonotonic(
-  state: MonotonicityState,
-  id: string,
-  counter: number,
-  digest: Uint8Array,
-): {
-  /** Whether the counter is acceptable. */
-  verdict: Validation
-  /** The state to pass to the next call (the same one when refused). */
-  state: MonotonicityState
-} {
-  const last = state.get(id)
-  if (last) {
-    if (counter === last.counter) {
-      const verdict: Validation = bytesEqual(digest, last.digest)
-        ? { ok: false, reason: 'duplicate', detail: `${id}:${counter} already seen` }
-        : { ok: false, reason: 'conflict', detail: `${id}:${counter} was already used for other content` }
-      return { verdict, state }
-    }
-    if (counter < last.counter) {
-      return { verdict: { ok: false, reason: 'conflict', detail: `${id} went back from ${last.counter} to ${counter}` }, state }
-    }
-  }
-  const next = new Map(state)
-  next.set(id, { counter, digest })
-  return { verdict: VALID, state: next }
-}
 
 /** Application validator: the app's own rule (permissions, quotas), pluggable and pure. */
 export type ApplicationValidator<T> = (author: string, clock: Clock, content: T) => Validation

@@ -42,9 +42,11 @@ export interface EnvelopeDraft {
   readonly space: string
   /** Per-author, per-space sequence number, from 1, without gaps. */
   readonly seq: number
-  /** The author's logical clock after this envelope (see `clockUpdate`). */
+  /** The stable index the clock counts from: the stable history up to it counts as seen (see causal.ts). Default 0. */
+  readonly base?: number
+  /** The clock's entries above the base, without the author's own (which is `seq`); see `composeClock`. */
   readonly clock: Clock
-  /** Ids of the envelopes this one causally follows (the author's frontier). */
+  /** Ids of other authors' envelopes this one causally follows: the heads of what the author had applied beyond the stable history. */
   readonly deps: readonly Uint8Array[]
   /** Regular updates, one entry per object. */
   readonly updates: readonly ObjectUpdate[]
@@ -59,6 +61,8 @@ export interface EnvelopeDraft {
  * {@link openEnvelope}. Its fields are what the signed bytes say.
  */
 export interface Envelope extends EnvelopeDraft {
+  /** The stable index the clock counts from (0 when the author set none). */
+  readonly base: number
   /** The author's Ed25519 public key (32 bytes), which the signature verifies against. */
   readonly author: Uint8Array
   /** Short, stable id of the author used in clocks, tags and CRDT replica ids. */
@@ -71,7 +75,7 @@ export interface Envelope extends EnvelopeDraft {
   readonly signed: Signed
 }
 
-const TAG = 'stead/env/v1'
+const TAG = 'stead/env/v2'
 
 /** The author id: 12 bytes of sha256(public key), base64url (16 chars). */
 export function authorIdOf(crypto: Pick<Crypto, 'sha256'>, publicKey: Uint8Array): string {
@@ -90,6 +94,7 @@ export async function sealEnvelope(
     draft.space,
     identity.publicKey,
     draft.seq,
+    draft.base ?? 0,
     encodeClock(draft.clock),
     draft.deps,
     draft.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.ops]),
@@ -149,15 +154,19 @@ function isSignedObject(v: unknown): v is Signed {
 
 function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeDraft, author: Uint8Array): Envelope {
   const id = crypto.sha256(signed.bytes)
+  const authorId = authorIdOf(crypto, author)
+  // The author's own entry is its seq: listing it too would give a clock two encodings.
+  if (draft.clock.has(authorId)) throw new SteadError('malformed', `the clock lists its own author ${authorId}; that entry is the seq`)
   return {
     space: draft.space,
     seq: draft.seq,
+    base: draft.base ?? 0,
     clock: draft.clock,
     deps: draft.deps,
     updates: draft.updates,
     safe: draft.safe,
     author,
-    authorId: authorIdOf(crypto, author),
+    authorId,
     id,
     idHex: toHex(id),
     signed,
@@ -166,13 +175,14 @@ function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeD
 
 function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uint8Array } {
   const p = expect.array(v, 'envelope', 16)
-  if (p.length !== 8 || p[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} envelope`)
+  if (p.length !== 9 || p[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} envelope`)
   const space = expect.string(p[1], 'space', limits.maxSpaceChars, 1)
   const author = expect.bytes(p[2], 'author', PUBLIC_KEY_BYTES)
   const seq = expect.uint(p[3], 'seq')
   if (seq < 1) throw new SteadError('malformed', 'seq starts at 1')
-  const clock = decodeClock(p[4], limits.maxClockEntries)
-  const deps = expect.array(p[5], 'deps', limits.maxDeps).map((d, i) => expect.bytes(d, `deps[${i}]`, HASH_BYTES))
+  const base = expect.uint(p[4], 'base')
+  const clock = decodeClock(p[5], limits.maxClockEntries)
+  const deps = expect.array(p[6], 'deps', limits.maxDeps).map((d, i) => expect.bytes(d, `deps[${i}]`, HASH_BYTES))
 
   let opCount = 0
   const count = (n: number): void => {
@@ -180,7 +190,7 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
     if (opCount > limits.maxOpsPerEnvelope) throw new SteadError('too-large', `more than ${limits.maxOpsPerEnvelope} operations in one envelope`)
   }
   const seenKeys = new Set<string>()
-  const updates: ObjectUpdate[] = expect.array(p[6], 'updates', limits.maxOpsPerEnvelope).map((u, i) => {
+  const updates: ObjectUpdate[] = expect.array(p[7], 'updates', limits.maxOpsPerEnvelope).map((u, i) => {
     const field = `updates[${i}]`
     const [key, decl, ops] = tuple(u, field, 3)
     const k = expect.string(key, `${field}.key`, limits.maxKeyChars, 1)
@@ -193,7 +203,7 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
     list.forEach((op, j) => checkOp(d, op, `${field}.ops[${j}]`, false))
     return { key: k, decl: d, ops: list as AnyOp[] }
   })
-  const safe: SafeGroup[] = expect.array(p[7], 'safe', limits.maxOpsPerEnvelope).map((g, i) => {
+  const safe: SafeGroup[] = expect.array(p[8], 'safe', limits.maxOpsPerEnvelope).map((g, i) => {
     const field = `safe[${i}]`
     const [atomic, list] = tuple(g, field, 2)
     const items = expect.array(list, `${field}.updates`, limits.maxOpsPerEnvelope)
@@ -213,7 +223,7 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
   if (updates.length === 0 && safe.length === 0) throw new SteadError('malformed', 'envelope carries no updates')
   // The bounded-counter pool is a replica nobody may sign as.
   if (clock.has(POOL)) throw new SteadError('malformed', `clock id ${POOL} is reserved`)
-  return { space, author, seq, clock, deps, updates, safe }
+  return { space, author, seq, base, clock, deps, updates, safe }
 }
 
 function tuple(v: unknown, field: string, n: number): unknown[] {

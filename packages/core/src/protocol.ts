@@ -238,22 +238,24 @@ export function batchDigest(sha256: (bytes: Uint8Array) => Uint8Array, ids: read
 
 /**
  * One audit decision as an attestation states it: `[id, 'committed', index,
- * [[unit, reason]…] of the rejected units]`, or `[id, reason]` for an
- * envelope that was dropped.
+ * [[unit, reason]…] of the rejected units, whether the clock is verified]`,
+ * or `[id, reason]` for an envelope that was dropped. f+1 attestations
+ * saying an envelope's clock is verified are its clock certificate:
+ * Chrono's update validator run by the relays.
  */
 export type AttestedDecision =
-  | readonly [id: Uint8Array, outcome: 'committed', index: number, rejected: ReadonlyArray<readonly [unit: number, reason: ErrorReason]>]
-  | readonly [id: Uint8Array, outcome: 'duplicate' | 'conflict' | 'gap' | 'malformed']
+  | readonly [id: Uint8Array, outcome: 'committed', index: number, rejected: ReadonlyArray<readonly [unit: number, reason: ErrorReason]>, clockVerified: boolean]
+  | readonly [id: Uint8Array, outcome: 'duplicate' | 'conflict' | 'gap' | 'malformed' | 'bad-clock']
 
 /** How an attestation states one of the audit's decisions (every replica states it alike). */
 export function attestedDecision(d: Exclude<Decision, { kind: 'superseded' }>): AttestedDecision {
   if (d.kind === 'committed') {
-    return [d.env.id, 'committed', d.index, d.units.flatMap((u) => (u.status === 'rejected' ? [[u.unit, u.reason] as const] : []))]
+    return [d.env.id, 'committed', d.index, d.units.flatMap((u) => (u.status === 'rejected' ? [[u.unit, u.reason] as const] : [])), d.clockVerified]
   }
   return [d.env.id, d.reason]
 }
 
-const ATTEST_TAG = 'stead/attest/v1'
+const ATTEST_TAG = 'stead/attest/v2'
 
 /** The bytes a relay signs for an attestation (tagged, so they can pass for nothing else). */
 export function encodeAttestation(a: Attestation): Uint8Array {
@@ -271,16 +273,16 @@ export function decodeAttestation(bytes: Uint8Array): Attestation {
   const v = expect.array(decode(bytes, MAX_RELAY_MESSAGE_BYTES), 'attestation', 9)
   if (v.length !== 9 || v[0] !== ATTEST_TAG) throw new SteadError('malformed', `not a ${ATTEST_TAG}`)
   const decisions = expect.array(v[6], 'attestation.decisions', 1_000_000).map((d, i): AttestedDecision => {
-    const t = expect.array(d, `decisions[${i}]`, 4)
+    const t = expect.array(d, `decisions[${i}]`, 5)
     const id = expect.bytes(t[0], `decisions[${i}].id`, 32)
     if (t[1] === 'committed') {
       const rejected = expect.array(t[3], `decisions[${i}].rejected`, 100_000).map((r, j) => {
         const pair = expect.array(r, `decisions[${i}].rejected[${j}]`, 2)
         return [expect.uint(pair[0], 'unit'), expect.string(pair[1], 'reason', 32) as ErrorReason] as const
       })
-      return [id, 'committed', expect.uint(t[2], `decisions[${i}].index`), rejected]
+      return [id, 'committed', expect.uint(t[2], `decisions[${i}].index`), rejected, expect.boolean(t[4], `decisions[${i}].clockVerified`)]
     }
-    if (t[1] === 'duplicate' || t[1] === 'conflict' || t[1] === 'gap' || t[1] === 'malformed') return [id, t[1]]
+    if (t[1] === 'duplicate' || t[1] === 'conflict' || t[1] === 'gap' || t[1] === 'malformed' || t[1] === 'bad-clock') return [id, t[1]]
     throw new SteadError('malformed', `decisions[${i}] has unknown outcome ${JSON.stringify(t[1])}`)
   })
   return {

@@ -14,9 +14,10 @@ import {
   restoreCrdt,
 } from './crdt/index.ts'
 import type { Signed } from './codec.ts'
+import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
-import { authorDigest, compareKeys, DigestIndex, objectDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
+import { authorDigest, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -49,15 +50,17 @@ export type Decision =
       readonly index: number
       /** The verdict on each of its units, in order. */
       readonly units: readonly UnitOutcome[]
+      /** Whether the audit could check its clock against inputs it all holds (see `judgeClock`). */
+      readonly clockVerified: boolean
     }
-  /** Ordered, but never enters the stable history: a duplicate, a conflict (another envelope holds its author+seq), or a gap that never filled. */
+  /** Ordered, but never enters the stable history: a duplicate, a conflict (another envelope holds its author+seq), a gap that never filled, or a clock its inputs contradict. */
   | {
       /** Ordered but not applied. */
       readonly kind: 'dropped'
       /** The envelope. */
       readonly env: Envelope
       /** Why it was dropped. */
-      readonly reason: 'duplicate' | 'conflict' | 'gap' | 'malformed'
+      readonly reason: 'duplicate' | 'conflict' | 'gap' | 'malformed' | 'bad-clock'
       /** A sentence for logs. */
       readonly detail: string
     }
@@ -183,12 +186,20 @@ interface Pending {
 
 interface AuthorState {
   seq: number
-  /** idHex of recent sequence numbers, to tell a duplicate from a conflict. */
-  readonly recent: Map<number, string>
+  /**
+   * Recent sequence numbers: the id, to tell a duplicate from a conflict,
+   * and the clock record, which later clocks are checked against.
+   */
+  readonly recent: Map<number, Recent>
+}
+
+interface Recent {
+  readonly idHex: string
+  readonly record: ClockRecord
 }
 
 const RECENT_IDS_PER_AUTHOR = 256
-const CHECKPOINT_TAG = 'stead/checkpoint/v1'
+const CHECKPOINT_TAG = 'stead/checkpoint/v2'
 
 /**
  * The reliable replica of one space (Janus): a prospective state that shows
@@ -224,6 +235,8 @@ export class ReliableReplica {
   private readonly prospectiveObjects = new Map<string, Obj>()
   private readonly histories = new Map<string, HistoryEntry[]>()
   private readonly authors = new Map<string, AuthorState>()
+  /** Envelope id (hex) → author and seq, for every id in the authors' recent records: how deps are found. */
+  private readonly recentIds = new Map<string, { authorId: string; seq: number }>()
   private readonly pending = new Map<string, Pending>()
   /** key → ids of the pending envelopes touching it, in arrival order. */
   private readonly pendingKeys = new Map<string, Set<string>>()
@@ -322,8 +335,13 @@ export class ReliableReplica {
   decided(env: Envelope): 'duplicate' | 'conflict' | null {
     const author = this.authors.get(env.authorId)
     if (!author || env.seq > author.seq) return null
-    const id = author.recent.get(env.seq)
+    const id = author.recent.get(env.seq)?.idHex
     return id === undefined || id === env.idHex ? 'duplicate' : 'conflict'
+  }
+
+  /** The clock record of `author`'s committed envelope `seq`, while the audit keeps it (its author's latest 256). */
+  clockRecord(author: string, seq: number): ClockRecord | undefined {
+    return this.authors.get(author)?.recent.get(seq)?.record
   }
 
   /** The next sequence number the audit expects from `author`. */
@@ -423,7 +441,7 @@ export class ReliableReplica {
 
   private auditAuthor(id: string): AuditAuthor {
     const a = this.authors.get(id) as AuthorState
-    return [id, a.seq, [...a.recent.entries()].sort((x, y) => x[0] - y[0])]
+    return [id, a.seq, [...a.recent.entries()].sort((x, y) => x[0] - y[0]).map(([seq, r]) => encodeRecent(seq, r.idHex, r.record))]
   }
 
   /**
@@ -435,7 +453,7 @@ export class ReliableReplica {
    * are not included: the caller keeps and re-receives those.
    */
   checkpoint(): unknown {
-    const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, [...a.recent.entries()]])
+    const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, [...a.recent.entries()].map(([seq, r]) => encodeRecent(seq, r.idHex, r.record))])
     const waiting = [...this.waiting.values()].flatMap((q) => [...q.values()].map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]))
     const histories = [...this.histories.entries()].map(([key, h]) => [key, h.map((e) => [e.index, e.value])])
     return [CHECKPOINT_TAG, this.stableSnapshot(), this.commits, authors, waiting, histories, this.historyFrom]
@@ -447,7 +465,7 @@ export class ReliableReplica {
    * back into an Envelope, typically without verifying the signature again.
    */
   static restore(options: ReplicaOptions, checkpoint: unknown, open: (signed: Signed) => Envelope): ReliableReplica {
-    const [tag, stable, commits, authors, waiting, histories, historyFrom] = checkpoint as [string, unknown[], number, Array<[string, number, Array<[number, string]>]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>, number | undefined]
+    const [tag, stable, commits, authors, waiting, histories, historyFrom] = checkpoint as [string, unknown[], number, Array<[string, number, unknown[]]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>, number | undefined]
     if (tag !== CHECKPOINT_TAG) throw new SteadError('malformed', `not a ${CHECKPOINT_TAG}`)
     const [, space, index, , objects] = stable as [string, string, number, unknown, Array<[string, unknown, unknown]>]
     if (space !== options.space) throw new SteadError('malformed', `checkpoint of space ${space}, not ${options.space}`)
@@ -460,7 +478,7 @@ export class ReliableReplica {
       r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
       if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
     }
-    for (const [id, seq, recent] of authors) r.authors.set(id, { seq, recent: new Map(recent) })
+    for (const [id, seq, recent] of authors) r.restoreAuthor(id, seq, recent.map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
     for (const [bytes, sig, since] of waiting) {
       const env = open({ bytes, sig })
       let queue = r.waiting.get(env.authorId)
@@ -495,7 +513,7 @@ export class ReliableReplica {
       r.stableObjects.set(key, { decl, crdt })
       if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: crdt.clone() })
     }
-    for (const [id, seq, recent] of state.authors) r.authors.set(id, { seq, recent: new Map(recent) })
+    for (const [id, seq, recent] of state.authors) r.restoreAuthor(id, seq, recent.map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
     for (const { env, since } of state.waiting) {
       let queue = r.waiting.get(env.authorId)
       if (!queue) r.waiting.set(env.authorId, (queue = new Map()))
@@ -503,6 +521,11 @@ export class ReliableReplica {
     }
     r.touchAll()
     return r
+  }
+
+  private restoreAuthor(id: string, seq: number, recent: ReadonlyArray<{ seq: number; idHex: string; record: ClockRecord }>): void {
+    this.authors.set(id, { seq, recent: new Map(recent.map((e) => [e.seq, { idHex: e.idHex, record: e.record }])) })
+    for (const e of recent) this.recentIds.set(e.idHex, { authorId: id, seq: e.seq })
   }
 
   private touchAll(): void {
@@ -596,9 +619,9 @@ export class ReliableReplica {
       return
     }
     // Read-only here: the stable state changes only with the stable index, and a waiting envelope takes none.
-    const author = this.authors.get(env.authorId) ?? { seq: 0, recent: new Map<number, string>() }
+    const author = this.authors.get(env.authorId) ?? { seq: 0, recent: new Map<number, Recent>() }
     if (env.seq <= author.seq) {
-      const decidedId = author.recent.get(env.seq)
+      const decidedId = author.recent.get(env.seq)?.idHex
       if (decidedId === env.idHex) decisions.push({ kind: 'dropped', env, reason: 'duplicate', detail: `${env.authorId}:${env.seq} already committed` })
       else this.drop(env, decidedId === undefined ? 'duplicate' : 'conflict', `${env.authorId}:${env.seq} was already decided`, decisions, changed)
       return
@@ -607,13 +630,13 @@ export class ReliableReplica {
       this.wait(env, decisions, changed)
       return
     }
-    this.execute(env, decisions, changed)
+    if (!this.execute(env, decisions, changed)) return
     // Its successors may have been waiting for it.
     const queue = this.waiting.get(env.authorId)
     let next = queue?.get(env.seq + 1)
     while (queue && next) {
       queue.delete(next.env.seq)
-      this.execute(next.env, decisions, changed)
+      if (!this.execute(next.env, decisions, changed)) break
       next = queue.get(next.env.seq + 1)
     }
     if (queue && queue.size === 0) this.waiting.delete(env.authorId)
@@ -655,17 +678,71 @@ export class ReliableReplica {
   }
 
   /** Drops an envelope from the stable path and undoes whatever it did prospectively. */
-  private drop(env: Envelope, reason: 'duplicate' | 'conflict' | 'gap', detail: string, decisions: Decision[], changed: Set<string>): void {
+  private drop(env: Envelope, reason: 'duplicate' | 'conflict' | 'gap' | 'bad-clock', detail: string, decisions: Decision[], changed: Set<string>): void {
     decisions.push({ kind: 'dropped', env, reason, detail })
     this.settle(env, () => false, changed)
   }
 
-  private execute(env: Envelope, decisions: Decision[], changed: Set<string>): void {
+  /**
+   * Chrono's update validator on an envelope that is next in its author's
+   * sequence, against the stable history as it stands (see causal.ts).
+   * Relays ask it before they queue an envelope; the audit, before it
+   * executes one.
+   */
+  judgeClock(env: Envelope): ReturnType<typeof judgeClock> {
+    return judgeClock(env, this.clockInputs(env))
+  }
+
+  private clockInputs(env: Envelope): ClockInputs {
+    return {
+      stableIndex: this.index,
+      prev: this.authors.get(env.authorId)?.recent.get(env.seq - 1)?.record,
+      dep: (idHex) => {
+        const at = this.recentIds.get(idHex)
+        const r = at && this.authors.get(at.authorId)?.recent.get(at.seq)
+        return at && r ? { authorId: at.authorId, seq: at.seq, record: r.record } : undefined
+      },
+      committedAt: (authorId, base) => this.committedAt(authorId, base),
+    }
+  }
+
+  /** Bounds on the highest seq of `authorId` committed at stable index `base` or below, from its recent records. */
+  private committedAt(authorId: string, base: number): { lo: number; hi: number } {
+    const a = this.authors.get(authorId)
+    if (!a) return { lo: 0, hi: 0 }
+    // Recent seqs are consecutive, ending at a.seq, and their indices grow with them.
+    const first = a.seq - a.recent.size + 1
+    const indexOf = (seq: number): number => (a.recent.get(seq) as Recent).record.index
+    if (indexOf(first) > base) return first === 1 ? { lo: 0, hi: 0 } : { lo: 0, hi: first - 1 }
+    let lo = first
+    let hi = a.seq
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >>> 1
+      if (indexOf(mid) <= base) lo = mid
+      else hi = mid - 1
+    }
+    return { lo, hi: lo }
+  }
+
+  /** Commits `env` unless its clock is bad; false when it dropped it. */
+  private execute(env: Envelope, decisions: Decision[], changed: Set<string>): boolean {
+    const verdict = this.judgeClock(env)
+    if (!verdict.ok) {
+      this.drop(env, 'bad-clock', `${env.authorId}:${env.seq}: ${verdict.detail}`, decisions, changed)
+      return false
+    }
     const author = this.authorState(env.authorId)
     const index = ++this.index
     author.seq = env.seq
-    author.recent.set(env.seq, env.idHex)
-    if (author.recent.size > RECENT_IDS_PER_AUTHOR) author.recent.delete(env.seq - RECENT_IDS_PER_AUTHOR)
+    const kept = env.clock.size <= MAX_KEPT_CLOCK_ENTRIES
+    const record: ClockRecord = { index, base: env.base, clock: kept ? env.clock : undefined, verified: verdict.verified && kept }
+    author.recent.set(env.seq, { idHex: env.idHex, record })
+    this.recentIds.set(env.idHex, { authorId: env.authorId, seq: env.seq })
+    const old = author.recent.get(env.seq - RECENT_IDS_PER_AUTHOR)
+    if (old) {
+      author.recent.delete(env.seq - RECENT_IDS_PER_AUTHOR)
+      this.recentIds.delete(old.idHex)
+    }
 
     const outcomes: UnitOutcome[] = []
     const committedTags = new Set<string>()
@@ -690,7 +767,7 @@ export class ReliableReplica {
       this.appendHistory(key, index)
       changed.add(key)
     }
-    decisions.push({ kind: 'committed', env, index, units: outcomes })
+    decisions.push({ kind: 'committed', env, index, units: outcomes, clockVerified: record.verified })
     this.settle(env, (tag) => committedTags.has(tag), changed)
     // No other envelope can ever take this slot now: undo any that tried.
     for (const idHex of this.slots.get(slotOf(env)) ?? []) {
@@ -699,6 +776,7 @@ export class ReliableReplica {
       decisions.push({ kind: 'superseded', env: other.env, by: env.idHex })
       this.settle(other.env, () => false, changed)
     }
+    return true
   }
 
   /**

@@ -1,3 +1,5 @@
+import type { ClockRecord } from './causal.ts'
+import { decodeClock, encodeClock } from './clock.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { SteadError } from './errors.ts'
 
@@ -19,7 +21,7 @@ export interface AuditState<E extends WaitingEnvelope = WaitingEnvelope> {
   readonly space: string
   /** The stable index: envelopes committed so far. */
   readonly index: number
-  /** [author id, last committed sequence number, recent [seq, envelope id hex] ascending], sorted by author id. */
+  /** [author id, last committed sequence number, recent records ascending by seq], sorted by author id. */
   readonly authors: ReadonlyArray<AuditAuthor>
   /** Committed envelopes parked behind their author's sequence gap, sorted by (author, seq). */
   readonly waiting: ReadonlyArray<ParkedEnvelope<E>>
@@ -27,8 +29,50 @@ export interface AuditState<E extends WaitingEnvelope = WaitingEnvelope> {
   readonly objects: ReadonlyArray<AuditObject>
 }
 
-/** One author's audit bookkeeping: [author id, last committed seq, recent [seq, id hex] ascending]. */
-export type AuditAuthor = readonly [authorId: string, seq: number, recent: ReadonlyArray<readonly [number, string]>]
+/** One author's audit bookkeeping: [author id, last committed seq, recent records ascending by seq (see `encodeRecent`)]. */
+export type AuditAuthor = readonly [authorId: string, seq: number, recent: readonly RecentRecord[]]
+
+/**
+ * One recently committed envelope of an author, as audit states carry it:
+ * [seq, id hex, stable index, clock base, listed clock (flat) or null when
+ * not kept, whether the clock is verified].
+ */
+export type RecentRecord = readonly [seq: number, idHex: string, index: number, base: number, clock: ReadonlyArray<string | number> | null, verified: boolean]
+
+/** One recent record, read. */
+export interface RecentEntry {
+  /** The author's sequence number. */
+  readonly seq: number
+  /** The envelope's id (hex). */
+  readonly idHex: string
+  /** Its clock record. */
+  readonly record: ClockRecord
+}
+
+/** The wire form of one recent record. */
+export function encodeRecent(seq: number, idHex: string, r: ClockRecord): RecentRecord {
+  return [seq, idHex, r.index, r.base, r.clock ? encodeClock(r.clock) : null, r.verified]
+}
+
+/**
+ * Reads one recent record (from an untrusted snapshot or the replica's own checkpoint).
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeRecent(v: unknown, field: string): RecentEntry {
+  const t = expect.array(v, field, 6)
+  if (t.length !== 6) throw new SteadError('malformed', `${field} is [seq, id, index, base, clock, verified]`)
+  return {
+    seq: expect.uint(t[0], `${field}.seq`),
+    idHex: expect.string(t[1], `${field}.id`, 64, 64),
+    record: {
+      index: expect.uint(t[2], `${field}.index`),
+      base: expect.uint(t[3], `${field}.base`),
+      clock: t[4] === null ? undefined : decodeClock(t[4], DEFAULT_LIMITS.maxClockEntries),
+      verified: expect.boolean(t[5], `${field}.verified`),
+    },
+  }
+}
 
 /** One stable object: [key, encoded declaration, CRDT snapshot]. */
 export type AuditObject = readonly [key: string, declaration: unknown, snapshot: unknown]
@@ -55,8 +99,8 @@ export interface WaitingEnvelope {
 
 type Sha256 = (bytes: Uint8Array) => Uint8Array
 
-const STATE_TAG = 'stead/state/v2'
-const SNAPSHOT_TAG = 'stead/snapshot/v1'
+const STATE_TAG = 'stead/state/v3'
+const SNAPSHOT_TAG = 'stead/snapshot/v2'
 
 /** Orders keys and author ids the same way everywhere (UTF-16 code units, like `Array.prototype.sort`). */
 export function compareKeys(a: string, b: string): number {
@@ -167,8 +211,8 @@ export function decodeAuditState<E extends WaitingEnvelope>(bytes: Uint8Array, o
   const authors = expect.array(v[3], 'snapshot.authors', 10_000_000).map((a, i): AuditAuthor => {
     const t = expect.array(a, `authors[${i}]`, 3)
     const recent = expect.array(t[2], `authors[${i}].recent`, 100_000).map((r, j) => {
-      const pair = expect.array(r, `authors[${i}].recent[${j}]`, 2)
-      return [expect.uint(pair[0], 'seq'), expect.string(pair[1], 'id', 64, 64)] as const
+      const e = decodeRecent(r, `authors[${i}].recent[${j}]`)
+      return encodeRecent(e.seq, e.idHex, e.record)
     })
     return [expect.string(t[0], `authors[${i}].id`, 256, 1), expect.uint(t[1], `authors[${i}].seq`), recent]
   })

@@ -496,8 +496,8 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
   it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {
     const r = new ReliableReplica({ space: SPACE })
     expect(() => ReliableReplica.fromAuditState({ space: 'other' }, r.auditState(), 0)).toThrow(/space/)
-    expect(() => decodeAuditState(encode(['stead/snapshot/v1', SPACE, -1, [], [], []]), open)).toThrow(SteadError)
+    expect(() => decodeAuditState(encode(['stead/snapshot/v2', SPACE, -1, [], [], []]), open)).toThrow(SteadError)
     expect(() => decodeAuditState(encode({ not: 'a snapshot' }), open)).toThrow(SteadError)
-    expect(() => decodeAuditState(encode(['stead/snapshot/v1', SPACE, 1, [['a', 1, [[1, 'short id']]]], [], []]), open)).toThrow(SteadError)
+    expect(() => decodeAuditState(encode(['stead/snapshot/v2', SPACE, 1, [['a', 1, [[1, 'short id']]]], [], []]), open)).toThrow(SteadError)
   })
 })

@@ -75,6 +75,8 @@ export interface SimResult {
   /** The stable index every correct relay attested. */
   readonly committedEnvelopes: number
   readonly honestEnvelopes: number
+  /** Envelopes the checker's audit committed, by whether it verified their clock. */
+  readonly clocks: { readonly verified: number; readonly unverified: number }
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */
@@ -282,6 +284,9 @@ class Simulation {
   private lostWrites = 0
   private partitioned: Set<number> | null = null
   private readonly honestIds: string[]
+  private readonly honestSet: ReadonlySet<string>
+  /** Committed envelopes by whether the audit verified their clock. */
+  private readonly clocks = { verified: 0, unverified: 0 }
   private readonly workloadEnvelopes: Map<string, Envelope>
   private readonly twinIds: Array<[string, string]>
   /** When a correct relay first accepted each honest envelope. */
@@ -312,6 +317,7 @@ class Simulation {
     }
     this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
+    this.honestSet = new Set(this.honestIds)
     this.workloadEnvelopes = new Map([...workload.honest.flat(), ...workload.twins.flat()].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
@@ -399,6 +405,7 @@ class Simulation {
       anchors: this.hosts.map((h) => this.commitsOf(h)),
       committedEnvelopes: Math.min(...correct.map((h) => h.stableIndex)),
       honestEnvelopes: this.honestIds.length,
+      clocks: { ...this.clocks },
       rejectedMessages: [...rejected.values()].reduce((a, b) => a + b, 0),
       rejectedReasons: Object.fromEntries([...rejected].sort()),
       snapshots,
@@ -814,8 +821,13 @@ class Simulation {
     const decided = toHex(encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))))
     if (decided !== toHex(encode(decisions))) throw new Violation(`relay ${host.id} attested decisions at round ${round} that the audit does not make`)
     for (const d of result.decisions) {
-      if (d.kind === 'committed') this.committedByChecker.add(d.env.idHex)
+      if (d.kind === 'committed') {
+        this.committedByChecker.add(d.env.idHex)
+        this.clocks[d.clockVerified ? 'verified' : 'unverified']++
+      }
       if (d.kind !== 'superseded') this.decidedByChecker.add(d.env.idHex)
+      // The clocks honest clients compose must never be judged bad, wherever their deps are.
+      if (d.kind === 'dropped' && d.reason === 'bad-clock' && this.honestSet.has(d.env.idHex)) throw new Violation(`the audit refused honest envelope ${d.env.idHex.slice(0, 8)}'s clock: ${d.detail}`)
     }
     const hash = toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b)))
     if (this.checker.stableIndex !== toIndex || hash !== stateHash) {
@@ -861,7 +873,7 @@ class Simulation {
     const quietFrom = this.duration * 0.7
     // (Not the Byzantine client's twins: it sends each once, and a relay owes nothing for one whose slot
     // its twin took, or that went in a block that expired unordered. Its author would have to resubmit.)
-    const honest = new Set(this.honestIds)
+    const honest = this.honestSet
     for (const h of correct) {
       // Nor is an envelope behind a gap in its author's sequence decided until the gap fills or its wait runs out.
       const owed = [...h.accepted].filter(([id, at]) => {

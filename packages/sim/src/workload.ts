@@ -1,4 +1,4 @@
-import { clockInit, sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
+import { authorIdOf, clockFrom, clockInit, composeClock, sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -52,23 +52,32 @@ function randomParts(rng: Rng, user: number, seq: number): { updates: ObjectUpda
 export async function prepareWorkload(seed: number, clients: number, perClient: number, byzantineClient: boolean): Promise<Workload> {
   const rng = new Rng(seed ^ 0x5eed)
   const honest: Envelope[][] = []
-  for (let c = 0; c < clients; c++) {
-    const me = await identity(`sim-client-${c}`)
-    const list: Envelope[] = []
-    for (let seq = 1; seq <= perClient; seq++) {
-      list.push(await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, clock: clockInit(), deps: [], ...randomParts(rng, c, seq) }))
+  const ids = await Promise.all(Array.from({ length: clients }, (_, c) => identity(`sim-client-${c}`)))
+  for (let c = 0; c < clients; c++) honest.push([])
+  // Round by round, each client's envelope follows the previous client's last one (it heard it):
+  // deps and clocks as the SDK makes them, from a stable base of 0. The relays order them in
+  // whatever order the run gives, so the audit meets deps it already holds and deps it does not.
+  for (let seq = 1; seq <= perClient; seq++) {
+    for (let c = 0; c < clients; c++) {
+      const me = ids[c] as Awaited<ReturnType<typeof identity>>
+      const mine = honest[c] as Envelope[]
+      const heard = clients > 1 ? (honest[(c + clients - 1) % clients] as Envelope[]).at(-1) : undefined
+      const prev = mine.at(-1)
+      const { base, clock } = composeClock(authorIdOf(nodeCrypto, me.publicKey), prev, heard ? [heard] : [], 0, () => 0)
+      mine.push(await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, base, clock, deps: heard ? [heard.id] : [], ...randomParts(rng, c, seq) }))
     }
-    honest.push(list)
   }
   const twins: Array<[Envelope, Envelope]> = []
   if (byzantineClient) {
     const evil = await identity('sim-byzantine-client')
     for (let seq = 1; seq <= Math.max(2, perClient >> 1); seq++) {
       const a = await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq, clock: clockInit(), deps: [], updates: [{ key: 'acct:0', decl: ACCOUNTS, ops: [seq] }], safe: [] })
+      // Every other twin also forges its clock: an entry no input gives (bad-clock wherever it is judged).
+      const forged = seq % 2 === 1 && ids[0] ? clockFrom([[authorIdOf(nodeCrypto, ids[0].publicKey), 999]]) : clockInit()
       const b = await sealEnvelope(nodeCrypto, evil, {
         space: SPACE,
         seq,
-        clock: clockInit(),
+        clock: forged,
         deps: [],
         updates: [],
         safe: [{ atomic: false, updates: [{ key: 'acct:1', decl: ACCOUNTS, op: -seq }] }],

@@ -1,0 +1,206 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { composeClock, judgeClock, type ClockInputs } from '../src/causal.ts'
+import { clockFrom, clockInit, type Clock } from '../src/clock.ts'
+import { type Declaration } from '../src/crdt/index.ts'
+import { nodeCrypto } from '../src/crypto/node.ts'
+import { authorIdOf, openEnvelopeSync, sealEnvelope, type Envelope } from '../src/envelope.ts'
+import { ReliableReplica, type Decision } from '../src/replica.ts'
+import { attestedDecision } from '../src/protocol.ts'
+import { decodeAuditState, encodeAuditState } from '../src/state.ts'
+import { isSteadError } from '../src/errors.ts'
+import { toHex } from '../src/bytes.ts'
+
+const crypto = nodeCrypto
+const SPACE = 'causal'
+const counter: Declaration = { type: 'counter', bounds: {} }
+
+async function identity(n: number) {
+  const secretKey = new Uint8Array(32).fill(n + 11)
+  const publicKey = await crypto.publicKeyOf(secretKey)
+  return { secretKey, publicKey, id: authorIdOf(crypto, publicKey) }
+}
+const users = await Promise.all([0, 1, 2, 3].map(identity))
+const [alice, bob, carol] = users as [Awaited<ReturnType<typeof identity>>, Awaited<ReturnType<typeof identity>>, Awaited<ReturnType<typeof identity>>]
+
+function seal(user: { secretKey: Uint8Array; publicKey: Uint8Array }, seq: number, o: { base?: number; clock?: Clock; deps?: Envelope[] } = {}): Promise<Envelope> {
+  return sealEnvelope(crypto, user, { space: SPACE, seq, base: o.base ?? 0, clock: o.clock ?? clockInit(), deps: (o.deps ?? []).map((d) => d.id), updates: [{ key: 'c', decl: counter, ops: [1] }], safe: [] })
+}
+
+function only(r: ReliableReplica, env: Envelope): Decision {
+  const { decisions } = r.commit([env])
+  expect(decisions).toHaveLength(1)
+  return decisions[0] as Decision
+}
+
+/** The full clock an envelope stands for (causal.ts): its listed entries over F(base), its own entry its seq. */
+function fullClock(env: Envelope, committedAt: (author: string, index: number) => number, authors: readonly string[]): Map<string, number> {
+  const out = new Map<string, number>()
+  for (const a of authors) {
+    const n = a === env.authorId ? env.seq : Math.max(committedAt(a, env.base), env.clock.get(a) ?? 0)
+    if (n > 0) out.set(a, n)
+  }
+  return out
+}
+
+describe('envelope clocks (Chrono with a stable base)', () => {
+  it('refuses a forged entry with bad-clock in the audit, and the slot stays open for an honest envelope', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const forged = await seal(alice, 1, { clock: clockFrom([[bob.id, 999]]) })
+    expect(r.judgeClock(forged)).toMatchObject({ ok: false, reason: 'bad-clock' })
+    const d = only(r, forged)
+    expect(d).toMatchObject({ kind: 'dropped', reason: 'bad-clock' })
+    expect(attestedDecision(d as Exclude<Decision, { kind: 'superseded' }>)[1]).toBe('bad-clock')
+    const honest = await seal(alice, 1)
+    expect(only(r, honest)).toMatchObject({ kind: 'committed', clockVerified: true })
+  })
+
+  it('refuses cherry-picking (an entry its dep carries, left out) and a base that goes back', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    const c1 = await seal(carol, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    r.commit([b1, c1])
+    // Alice cites c1 at base 0: c1 carries bob:1, which F(0) does not cover.
+    const picked = await seal(alice, 1, { clock: clockFrom([[carol.id, 1]]), deps: [c1] })
+    expect(only(r, picked)).toMatchObject({ kind: 'dropped', reason: 'bad-clock' })
+    const right = await seal(alice, 1, { clock: clockFrom([[bob.id, 1], [carol.id, 1]]), deps: [c1] })
+    expect(only(r, right)).toMatchObject({ kind: 'committed', clockVerified: true })
+    // Base 3 covers everything so far; the next envelope may not count from an earlier one.
+    const a2 = await seal(alice, 2, { base: 3 })
+    expect(only(r, a2)).toMatchObject({ kind: 'committed', clockVerified: true })
+    const back = await seal(alice, 3, { base: 2 })
+    expect(only(r, back)).toMatchObject({ kind: 'dropped', reason: 'bad-clock' })
+    const ahead = await seal(alice, 3, { base: 99 })
+    expect(only(r, ahead)).toMatchObject({ kind: 'dropped', reason: 'bad-clock' })
+  })
+
+  it('refuses an envelope that forgets what its previous envelope had seen', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    r.commit([b1, a1])
+    // At base 0 bob:1 is not covered, so alice's next clock must keep it.
+    expect(only(r, await seal(alice, 2))).toMatchObject({ kind: 'dropped', reason: 'bad-clock' })
+    // At base 1 (b1 committed) it is covered and may go unlisted.
+    expect(only(r, await seal(alice, 2, { base: 1 }))).toMatchObject({ kind: 'committed', clockVerified: true })
+  })
+
+  it('commits unverified, never refuses, an envelope citing a dep the stable history lacks', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    // Bob's envelope reached Alice but is never ordered (a Byzantine author's, say).
+    const b1 = await seal(bob, 1)
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    expect(r.judgeClock(a1)).toMatchObject({ ok: true, verified: false })
+    expect(only(r, a1)).toMatchObject({ kind: 'committed', clockVerified: false })
+    // Even a wild claim is only unverified while an unseen dep may carry it.
+    const wild = await seal(carol, 1, { clock: clockFrom([[bob.id, 50]]), deps: [b1] })
+    expect(only(r, wild)).toMatchObject({ kind: 'committed', clockVerified: false })
+    // Alice's next one inherits bob:1 from an unverified input: unverified until the base covers it.
+    expect(only(r, await seal(alice, 2, { clock: clockFrom([[bob.id, 1]]) }))).toMatchObject({ kind: 'committed', clockVerified: false })
+    r.commit([b1])
+    expect(only(r, await seal(alice, 3, { base: r.stableIndex }))).toMatchObject({ kind: 'committed', clockVerified: true })
+  })
+
+  it('a dep whose author moved on past the recent records leaves the clock unverified', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    r.commit([b1])
+    for (let s = 2; s <= 258; s++) r.commit([await seal(bob, s)])
+    const late = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    expect(only(r, late)).toMatchObject({ kind: 'committed', clockVerified: false })
+  })
+
+  it('honest authors composing clocks in any interleaving get verified clocks equal to their causal past', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.boolean(), fc.integer({ min: 0, max: 3 })), { minLength: 1, maxLength: 30 }),
+        async (steps) => {
+          const audit = new ReliableReplica({ space: SPACE })
+          const authors = users.slice(0, 3)
+          const ids = authors.map((u) => u.id)
+          // Each author: what it heard (heads), its last clock, its seq; and the true causal past of every envelope.
+          const state = authors.map(() => ({ seq: 0, last: { base: 0, clock: clockInit() }, heads: new Map<string, Envelope>(), applied: new Set<string>() }))
+          const past = new Map<string, Map<string, number>>()
+          const sent: Envelope[] = []
+          const committedAt = (a: string, index: number): number => {
+            let n = 0
+            for (const d of decided) if (d.index <= index && d.env.authorId === a) n = Math.max(n, d.env.seq)
+            return n
+          }
+          const decided: Array<{ env: Envelope; index: number }> = []
+          let unordered: Envelope[] = []
+          for (const [who, commitNow, hear] of steps) {
+            const me = state[who]!
+            const author = authors[who]!
+            // Hear up to `hear` envelopes of others, in the order sent.
+            for (const e of sent.filter((e) => e.authorId !== author.id && !me.applied.has(e.idHex)).slice(0, hear)) {
+              me.applied.add(e.idHex)
+              for (const d of e.deps) me.heads.delete(toHex(d))
+              for (const [id, h] of me.heads) if (h.authorId === e.authorId && h.seq < e.seq) me.heads.delete(id)
+              me.heads.set(e.idHex, e)
+            }
+            const stable = audit.stableIndex
+            const cited = [...me.heads.values()].filter((h) => !decided.some((d) => d.env.idHex === h.idHex))
+            const { base, clock } = composeClock(author.id, me.last, cited, stable, (a) => audit.nextSeq(a) - 1)
+            const seq = ++me.seq
+            const env = await sealEnvelope(crypto, author, { space: SPACE, seq, base, clock, deps: cited.map((c) => c.id), updates: [{ key: 'c', decl: counter, ops: [1] }], safe: [] })
+            me.last = { base, clock }
+            me.heads.clear()
+            // True causal past: own chain, every cited envelope's past, and everything committed up to the base.
+            const truth = new Map<string, number>()
+            const bump = (a: string, n: number) => truth.set(a, Math.max(truth.get(a) ?? 0, n))
+            const prevEnv = sent.find((e) => e.authorId === author.id && e.seq === seq - 1)
+            for (const src of [prevEnv, ...cited]) if (src) for (const [a, n] of past.get(src.idHex) ?? []) bump(a, n)
+            for (const a of ids) bump(a, committedAt(a, base))
+            bump(author.id, seq)
+            for (const [a, n] of [...truth]) if (n === 0) truth.delete(a)
+            past.set(env.idHex, truth)
+            sent.push(env)
+            unordered.push(env)
+            if (commitNow) {
+              // Commit in an order that respects causality (what one relay's FIFO gives).
+              const { decisions } = audit.commit(unordered)
+              unordered = []
+              for (const d of decisions) {
+                expect(d).toMatchObject({ kind: 'committed', clockVerified: true })
+                if (d.kind === 'committed') {
+                  decided.push({ env: d.env, index: d.index })
+                  expect(fullClock(d.env, committedAt, ids)).toEqual(past.get(d.env.idHex))
+                }
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 60 },
+    )
+  })
+
+  it('a replica started from the served audit state judges clocks like the original', async () => {
+    // Trusted here: the envelopes were sealed above.
+    const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, [signed.bytes, signed.sig])
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    r.commit([b1, a1])
+    const state = decodeAuditState(encodeAuditState(r.auditState()), open)
+    const copy = ReliableReplica.fromAuditState({ space: SPACE }, state, 1)
+    const restored = ReliableReplica.restore({ space: SPACE }, r.checkpoint(), open)
+    const c1 = await seal(carol, 1, { clock: clockFrom([[alice.id, 1], [bob.id, 1]]), deps: [a1] })
+    const bad = await seal(alice, 2)
+    for (const x of [r, copy, restored]) {
+      expect(x.judgeClock(c1)).toEqual({ ok: true, verified: true })
+      expect(x.judgeClock(bad)).toMatchObject({ ok: false, reason: 'bad-clock' })
+    }
+  })
+
+  it('the own entry is the seq, never listed; judgeClock on made-up inputs', async () => {
+    const err = await seal(alice, 1, { clock: clockFrom([[alice.id, 1]]) }).catch((e: unknown) => e)
+    expect(isSteadError(err) && err.reason).toBe('malformed')
+    const none: ClockInputs = { stableIndex: 5, prev: undefined, dep: () => undefined, committedAt: () => ({ lo: 0, hi: 9 }) }
+    // F(5)[bob] is somewhere in 0..9: a claim of bob:9 without inputs might be covered, so it is not provably bad.
+    expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockInit(), deps: [] }, none)).toEqual({ ok: true, verified: true })
+    expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockFrom([[bob.id, 9]]), deps: [] }, none)).toMatchObject({ ok: true, verified: false })
+    expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockFrom([[bob.id, 10]]), deps: [] }, none)).toMatchObject({ ok: false, reason: 'bad-clock' })
+  })
+})
