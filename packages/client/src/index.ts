@@ -24,6 +24,7 @@ import type { ChannelLike, LockManagerLike } from './tabs.ts'
 
 export { SteadClient, Space, type SettledUpdate } from './client.ts'
 export type { PendingUpdate } from './space.ts'
+export type { CausalComparison, ClockProof } from './proofs.ts'
 export type { Transaction } from './transaction.ts'
 export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
 export { ClosedError, RejectedError, TrustError } from './errors.ts'

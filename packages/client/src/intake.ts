@@ -26,6 +26,7 @@ import type { RelaySessions } from './sessions.ts'
 import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
+import type { ClockProofs } from './proofs.ts'
 
 interface IntakeOptions {
   space: Space
@@ -33,6 +34,8 @@ interface IntakeOptions {
   crypto: Crypto
   sessions: RelaySessions
   outbox: Outbox
+  /** Where the clock certificates of applied commits go. */
+  proofs: ClockProofs
   checkpointEvery: number
   news: SpaceNews
   now: () => number
@@ -309,7 +312,7 @@ export class RelayIntake {
     }
     if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
     if (this.closed) return
-    this.quorum.offer(relay, attestation, m.attestation.bytes, m.envelopes)
+    this.quorum.offer(relay, attestation, m.attestation.bytes, m.attestation.sig, m.envelopes)
     // Compact attestations that came first are checked against these bytes now.
     for (const [other, rounds] of this.unmatched) {
       const sig = rounds.get(attestation.round)
@@ -430,7 +433,7 @@ export class RelayIntake {
     if (!key || !this.quorum) return false
     for (const c of this.quorum.candidates(round)) {
       if (!(await this.o.crypto.verify(key, c.bytes, sig))) continue
-      this.quorum.offer(relay, c.attestation, c.bytes, [])
+      this.quorum.offer(relay, c.attestation, c.bytes, sig, [])
       return true
     }
     return false
@@ -494,7 +497,7 @@ export class RelayIntake {
       const err = new TrustError(`commit at round ${a.round}: ${mismatch}`)
       space.setProblem(err.message)
       space.emitError(err)
-    }
+    } else this.o.proofs.add(result.decisions, c.bytes, c.signatures)
     space.position = position
     this.applied.set(a.round, c.bytes)
     for (const round of this.applied.keys()) {

@@ -14,6 +14,8 @@ export interface CommitCandidate {
   readonly relays: ReadonlySet<number>
   /** The envelope frames each of those relays sent beside it (only one set needs to match the batch digest). */
   readonly frames: ReadonlyMap<number, readonly Uint8Array[]>
+  /** Each of those relays' signature over `bytes`: f+1 of them are the certificate of what it decided. */
+  readonly signatures: ReadonlyMap<number, Uint8Array>
 }
 
 interface Entry {
@@ -21,6 +23,7 @@ interface Entry {
   bytes: Uint8Array
   relays: Set<number>
   frames: Map<number, readonly Uint8Array[]>
+  signatures: Map<number, Uint8Array>
 }
 
 /**
@@ -58,7 +61,7 @@ export class CommitQuorum {
     return a.fromIndex < at.stableIndex || a.round <= at.lastRound
   }
 
-  offer(relay: number, attestation: Attestation, bytes: Uint8Array, frames: readonly Uint8Array[]): void {
+  offer(relay: number, attestation: Attestation, bytes: Uint8Array, sig: Uint8Array, frames: readonly Uint8Array[]): void {
     const key = toHex(bytes)
     let byRelay = this.signedBy.get(attestation.round)
     if (!byRelay) this.signedBy.set(attestation.round, (byRelay = new Map()))
@@ -74,9 +77,10 @@ export class CommitQuorum {
     let entries = this.rounds.get(attestation.round)
     if (!entries) this.rounds.set(attestation.round, (entries = new Map()))
     let entry = entries.get(key)
-    if (!entry) entries.set(key, (entry = { attestation, bytes, relays: new Set(), frames: new Map() }))
+    if (!entry) entries.set(key, (entry = { attestation, bytes, relays: new Set(), frames: new Map(), signatures: new Map() }))
     entry.relays.add(relay)
     entry.frames.set(relay, frames)
+    entry.signatures.set(relay, sig)
   }
 
   /** The commit that follows `at`, once f+1 relays attest it. */

@@ -22,6 +22,7 @@ import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
+import type { CausalComparison } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
@@ -77,6 +78,8 @@ export interface Upstream {
   quorumIndex(timeoutMs: number): Promise<number>
   /** A history page of `key` that f+1 relays signed alike. */
   relayHistory(key: string, before: number, limit: number): Promise<HistoryPage>
+  /** How two committed updates relate causally, with their clock proofs (see `Space.compare`). */
+  compare(a: string, b: string): Promise<CausalComparison>
   /** The relay sessions' status, with the space's own problem first. */
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus
   /** The space closed (its drafts are sealed): stop, and write what a reopen needs. */
@@ -364,6 +367,25 @@ export class Space {
    */
   pendingUpdates(): PendingUpdate[] {
     return this.upstream.pendingUpdates()
+  }
+
+  /**
+   * How two committed updates (envelope ids, as `pendingUpdates()` and
+   * `onSettled` name them) relate causally, by their verifiable clocks
+   * (Chrono): `before` when the first happened before the second (the
+   * second's author had seen it), `after`, `concurrent` or `equal`. Comes
+   * with each update's clock proof, which anyone holding the cluster's
+   * relay keys can check with `verifyClockCertificate` from `@stead/core`,
+   * trusting no single relay.
+   *
+   * @throws SteadError `unsupported` for an update this client holds no
+   * certificate for: not committed yet, committed with a clock the audit
+   * could not verify, or older than the latest 10,000 committed while
+   * this client ran.
+   */
+  async compare(a: string, b: string): Promise<CausalComparison> {
+    this.assertOpen()
+    return this.upstream.compare(a, b)
   }
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */

@@ -24,6 +24,7 @@ import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
 import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
+import type { CausalComparison } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
 import type { ClientStorage } from './storage/types.ts'
@@ -86,7 +87,10 @@ export type TabMessage =
   | { t: 'return'; to: string; id: number; value?: unknown; error?: Failure }
 
 /** What a following tab asks the leader to do for it: reads that need the relay sessions. */
-type Call = { t: 'call'; space: string; what: 'quorum-index'; timeoutMs: number } | { t: 'call'; space: string; what: 'history'; key: string; before: number; limit: number }
+type Call =
+  | { t: 'call'; space: string; what: 'quorum-index'; timeoutMs: number }
+  | { t: 'call'; space: string; what: 'history'; key: string; before: number; limit: number }
+  | { t: 'call'; space: string; what: 'compare'; a: string; b: string }
 
 function failure(err: unknown): Failure {
   if (err instanceof SteadError) return { reason: err.reason, message: err.message.startsWith(`${err.reason}: `) ? err.message.slice(err.reason.length + 2) : err.message }
@@ -298,7 +302,8 @@ export class TabHub {
         let reply: TabMessage
         try {
           const { upstream } = await this.host.openForTabs(m.space)
-          const value = m.what === 'quorum-index' ? await upstream.quorumIndex(m.timeoutMs) : await upstream.relayHistory(m.key, m.before, m.limit)
+          const value =
+            m.what === 'quorum-index' ? await upstream.quorumIndex(m.timeoutMs) : m.what === 'history' ? await upstream.relayHistory(m.key, m.before, m.limit) : await upstream.compare(m.a, m.b)
           reply = { t: 'return', to: m.from, id: m.id, value }
         } catch (err) {
           reply = { t: 'return', to: m.from, id: m.id, error: failure(err) }
@@ -669,6 +674,10 @@ export class TabUpstream implements Upstream {
 
   relayHistory(key: string, before: number, limit: number): Promise<HistoryPage> {
     return this.link.call<HistoryPage>({ t: 'call', space: this.spaceName, what: 'history', key, before, limit })
+  }
+
+  compare(a: string, b: string): Promise<CausalComparison> {
+    return this.link.call<CausalComparison>({ t: 'call', space: this.spaceName, what: 'compare', a, b })
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {

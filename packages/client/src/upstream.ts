@@ -21,6 +21,7 @@ import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { RelayIntake } from './intake.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
+import { ClockProofs, type CausalComparison } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
 import type { RelaySessions, SessionMember } from './sessions.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
@@ -55,6 +56,7 @@ export class RelayUpstream implements Upstream, SessionMember {
   readonly space: string
   readonly outbox: Outbox
   private readonly intake: RelayIntake
+  private readonly proofs = new ClockProofs()
   private closed = false
 
   private readonly o: RelayUpstreamInit
@@ -62,7 +64,7 @@ export class RelayUpstream implements Upstream, SessionMember {
     this.o = o
     this.space = o.space.space
     this.outbox = new Outbox({ ...o, member: this })
-    this.intake = new RelayIntake({ ...o, outbox: this.outbox, bootstrap: (relays) => this.verifiedSnapshot(relays) })
+    this.intake = new RelayIntake({ ...o, outbox: this.outbox, proofs: this.proofs, bootstrap: (relays) => this.verifiedSnapshot(relays) })
   }
 
   // ---- Upstream
@@ -81,6 +83,10 @@ export class RelayUpstream implements Upstream, SessionMember {
 
   allDecided(): boolean {
     return this.outbox.size === 0
+  }
+
+  async compare(a: string, b: string): Promise<CausalComparison> {
+    return this.proofs.compare(a, b)
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {

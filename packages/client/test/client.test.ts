@@ -2,7 +2,7 @@ import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { DEFAULT_LIMITS, clockInit, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { DEFAULT_LIMITS, clockInit, encodeEnvelope, sealEnvelope, toHex, verifyClockCertificate } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
@@ -335,6 +335,46 @@ describe('handles and values', () => {
     expect(third.base).toBe(a.status.stableIndex)
     expect(third.clock.size).toBe(0)
     expect(third.deps).toHaveLength(0)
+  })
+
+  it('compares committed updates by their verifiable clocks, with proofs that need no single relay trusted', async () => {
+    const c = cluster()
+    const a = await client(c)
+    const b = await client(c)
+    await until('subscribed', () => c.relays.every((r) => [...r.sessions].filter((x) => (x as unknown as { subscribed: boolean }).subscribed).length === 2))
+    const settled = (s: Space) => {
+      const ids: string[] = []
+      s.onSettled((u) => ids.push(u.id))
+      return ids
+    }
+    const [ofA, ofB] = [settled(a), settled(b)]
+    await a.counter('k').increment(1)
+    await a.flush()
+    await until('b heard a', () => b.counter('k').value === 1)
+    // b's update follows a's: b had seen it.
+    await b.counter('k').increment(1)
+    await b.flush()
+    // Someone else's update that saw neither.
+    const secretKey = nodeCrypto.generateSecretKey()
+    const other = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+    c.take(encodeEnvelope(other))
+    await commitUntil(c, 'all committed', () => ofA.length === 1 && ofB.length === 1 && b.counter('k').stable === 3)
+    const [ua, ub] = [ofA[0] as string, ofB[0] as string]
+    const cmp = await b.compare(ua, ub)
+    expect(cmp.order).toBe('before')
+    expect((await a.compare(ub, ua)).order).toBe('after')
+    expect((await a.compare(ua, ua)).order).toBe('equal')
+    expect((await b.compare(other.idHex, ua)).order).toBe('concurrent')
+    // Anyone with the cluster's keys checks the proof: f+1 relays' signatures, the author's.
+    const keys = { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) }
+    const checked = await verifyClockCertificate(nodeCrypto, keys, cmp.a.envelope, cmp.a.certificate)
+    expect(checked.env.idHex).toBe(ua)
+    const one = { ...cmp.b.certificate, signatures: cmp.b.certificate.signatures.slice(0, c.f) }
+    await expect(verifyClockCertificate(nodeCrypto, keys, cmp.b.envelope, one)).rejects.toMatchObject({ reason: 'bad-signature' })
+    // A certificate vouches only for the envelopes its attestation decided.
+    const never = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'bank', seq: 2, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter', bounds: {} }, ops: [2] }], safe: [] })
+    await expect(verifyClockCertificate(nodeCrypto, keys, never.signed, cmp.a.certificate)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(b.compare(ua, 'ff'.repeat(32))).rejects.toMatchObject({ reason: 'unsupported' })
   })
 
   it('rejects bad input with typed errors and refuses use after close', async () => {

@@ -152,10 +152,18 @@ describe('tabs sharing one client', () => {
     expect(sb.counter('k').stable).toBe(4)
     expect(await sb.readStable('k', { quorum: true })).toBe(4)
     expect(await sb.counter('k').historyPage({ limit: 10 })).toEqual([{ index: 1, value: 4 }])
+    // So does a causal comparison, with its proofs.
+    const first = await new Promise<string>((ok) => {
+      const off = sa.onSettled((u) => (off(), ok(u.id)))
+      void sa.counter('k').increment(1, { safe: true })
+    })
+    const compared = await sb.compare(first, first)
+    expect(compared.order).toBe('equal')
+    expect(compared.a.certificate.signatures.length).toBeGreaterThanOrEqual(c.f + 1)
     // The leader's app closing the space does not close it for the other tab.
     await sa.close()
     await sb.counter('k').increment(1, { safe: true })
-    expect(sb.counter('k').stable).toBe(5)
+    expect(sb.counter('k').stable).toBe(6)
     stop()
   })
 

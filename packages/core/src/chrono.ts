@@ -1,23 +1,27 @@
-import type { Clock } from './clock.ts'
-import type { Crypto } from './crypto/types.ts'
-import { encode } from './codec.ts'
 import { bytesEqual } from './bytes.ts'
+import type { Clock } from './clock.ts'
+import type { Signed } from './codec.ts'
+import type { Crypto } from './crypto/types.ts'
+import { openEnvelope, type Envelope } from './envelope.ts'
+import { SteadError } from './errors.ts'
+import { decodeAttestation } from './protocol.ts'
 
 /**
- * Chrono's validators and proofs for logical clocks. Each validator is a
- * pure function (the monotonicity one over an explicit state value) so
- * relays, clients and the simulator run the same checks.
+ * Chrono's validators and proofs, as Stead runs them.
+ *
+ * Chrono has three validators: `update` (the clock follows from its
+ * inputs), `monotonicity` (no counter reused or going back) and
+ * `application` (the app's own rule). For envelopes the update validator
+ * is `judgeClock` (causal.ts), and monotonicity is the per-author sequence
+ * rule (an author's own entry is its seq, and one seq commits once); both
+ * run inside the audit, over the stable order every correct relay agrees
+ * on. So both are deterministic, and f+1 relays' signatures suffice for
+ * either: one of them is correct and ran the same audit. (Chrono asks
+ * ceil((N+f+1)/2) for a monotonicity validator whose state differs between
+ * validators; here it cannot.) A clock's certificate is then f+1 relays'
+ * signatures over the attestation of the commit that decided the envelope,
+ * which states whether its clock is verified (`verifyClockCertificate`).
  */
-
-/**
- * Chrono's three clock validators: `update` (stateless: the clock follows
- * from its inputs), `monotonicity` (stateful: no counter reused or going
- * back) and `application` (the app's own rule). For envelopes, the update
- * validator is `judgeClock` (causal.ts), run by the audit and at relays'
- * doors; monotonicity is the per-author sequence rule (an author's own
- * entry is its seq, and one seq commits once).
- */
-export type ValidatorKind = 'update' | 'monotonicity' | 'application'
 
 /** A validator's verdict. */
 export type Validation =
@@ -59,104 +63,72 @@ export function checkCluster(c: Cluster): string | null {
   return null
 }
 
-/**
- * Signatures needed for a certificate of this kind. A stateless check gives
- * the same answer at every correct relay, so f+1 signers include a correct
- * one. A stateful check depends on what each relay saw, so two quorums must
- * intersect in a correct relay: ceil((N+f+1)/2).
- */
-export function quorumThreshold(kind: ValidatorKind, n: number, f: number): number {
-  return kind === 'update' ? f + 1 : Math.ceil((n + f + 1) / 2)
-}
-
-/** Relay signatures saying that validator `kind` accepted the update with id `subject`. */
-export interface QuorumCertificate {
-  /** Which validator accepted it. */
-  readonly kind: ValidatorKind
-  /** What was validated: the hash of the signed bytes that carry the clock. */
-  readonly subject: Uint8Array
-  /** The relays' signatures over `attestationBytes(kind, subject)`. */
+/** A clock's certificate: f+1 relays' signatures over the attestation of the commit that decided its envelope. */
+export interface ClockCertificate {
+  /** The attestation's bytes (`encodeAttestation`), which every signature covers. */
+  readonly attestation: Uint8Array
+  /** The relays' signatures, by their index in the cluster. */
   readonly signatures: ReadonlyArray<{
     /** The signing relay's index in the cluster. */
     readonly relay: number
-    /** Its signature. */
+    /** Its Ed25519 signature over `attestation`. */
     readonly sig: Uint8Array
   }>
 }
 
-/** The exact bytes a relay signs to attest a validation; tagged so they can never pass for anything else. */
-export function attestationBytes(kind: ValidatorKind, subject: Uint8Array): Uint8Array {
-  return encode(['stead/clock-attestation/v1', kind, subject])
+/** An envelope whose clock a certificate vouches for, and the stable index it took. */
+export interface CertifiedClock {
+  /** The envelope (its author's signature checked). */
+  readonly env: Envelope
+  /** The stable index it committed at. */
+  readonly index: number
 }
 
-/** Counts distinct relays whose signature verifies; true when the kind's threshold is met. */
-export async function verifyQuorumCertificate(crypto: Crypto, cluster: Cluster, qc: QuorumCertificate): Promise<boolean> {
-  if (checkCluster(cluster)) return false
-  const message = attestationBytes(qc.kind, qc.subject)
+/**
+ * Checks a clock's certificate without trusting any one relay: the
+ * envelope is signed by its author, at least f+1 distinct relays of the
+ * cluster signed the attestation, and the attestation says the envelope
+ * committed with a verified clock.
+ *
+ * @throws SteadError `bad-signature` (the envelope's or too few relays'),
+ * `bad-clock` (committed unverified, or not committed), `malformed`.
+ */
+export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, envelope: Signed, cert: ClockCertificate): Promise<CertifiedClock> {
+  const problem = checkCluster(cluster)
+  if (problem) throw new SteadError('malformed', problem)
+  const env = await openEnvelope(crypto, envelope)
   const seen = new Set<number>()
   const checks: Array<Promise<boolean>> = []
-  for (const { relay, sig } of qc.signatures) {
+  for (const { relay, sig } of cert.signatures) {
     const key = cluster.relayKeys[relay]
     if (!key || seen.has(relay)) continue
     seen.add(relay)
-    checks.push(crypto.verify(key, message, sig))
+    checks.push(crypto.verify(key, cert.attestation, sig))
   }
   const valid = (await Promise.all(checks)).filter(Boolean).length
-  return valid >= quorumThreshold(qc.kind, cluster.relayKeys.length, cluster.f)
+  if (valid < cluster.f + 1) throw new SteadError('bad-signature', `${valid} valid relay signatures on the attestation; a certificate needs f+1 = ${cluster.f + 1}`)
+  const a = decodeAttestation(cert.attestation)
+  if (a.space !== env.space) throw new SteadError('malformed', `the attestation is for space ${a.space}, the envelope for ${env.space}`)
+  const d = a.decisions.find((x) => bytesEqual(x[0], env.id))
+  if (!d) throw new SteadError('malformed', `the attestation does not decide envelope ${env.idHex}`)
+  if (d[1] !== 'committed') throw new SteadError('bad-clock', `envelope ${env.idHex} was not committed (${d[1]})`)
+  if (!d[4]) throw new SteadError('bad-clock', `envelope ${env.idHex} committed with a clock the audit could not verify`)
+  return { env, index: d[2] }
 }
 
 /**
- * Proof of a clock: the author's signature over the bytes that carry it
- * (for Stead, the envelope) and any relay quorum certificates for it.
+ * How two committed envelopes relate causally, from their clocks and the
+ * stable indices they took: `a` happened before `b` when `b`'s full clock
+ * counts `a`'s author up to `a`'s seq (Fidge and Mattern). `b`'s full clock
+ * counts everything committed up to its base, so that holds when `a`
+ * committed at or below `b`'s base, when `b` lists `a`'s author at `a`'s
+ * seq or beyond, or when both have one author and `a` the lower seq.
  */
-export interface ClockProof {
-  /** The author's Ed25519 public key. */
-  readonly authorKey: Uint8Array
-  /** The bytes that carry the clock, with the author's signature. */
-  readonly signed: {
-    /** The signed bytes; their SHA-256 is the proof's subject. */
-    readonly bytes: Uint8Array
-    /** The author's signature over `bytes`. */
-    readonly sig: Uint8Array
-  }
-  /** Certificates of the validators that accepted the clock. */
-  readonly certificates: readonly QuorumCertificate[]
-}
-
-/**
- * Verifies a clock's proof: the author signed the bytes, the bytes hash to
- * `subject`, and each required validator kind has a valid certificate for
- * that subject.
- */
-export async function verifyClockProof(
-  crypto: Crypto,
-  cluster: Cluster,
-  subject: Uint8Array,
-  proof: ClockProof,
-  required: readonly ValidatorKind[] = ['update', 'monotonicity'],
-): Promise<
-  | {
-      /** The proof holds. */
-      ok: true
-    }
-  | {
-      /** The proof fails. */
-      ok: false
-      /** What failed, for logs. */
-      detail: string
-    }
-> {
-  if (!bytesEqual(crypto.sha256(proof.signed.bytes), subject)) return { ok: false, detail: 'signed bytes do not hash to the subject' }
-  if (!(await crypto.verify(proof.authorKey, proof.signed.bytes, proof.signed.sig))) return { ok: false, detail: 'author signature does not verify' }
-  for (const kind of required) {
-    const qc = proof.certificates.find((c) => c.kind === kind && bytesEqual(c.subject, subject))
-    if (!qc) return { ok: false, detail: `no ${kind} certificate` }
-    if (!(await verifyQuorumCertificate(crypto, cluster, qc))) return { ok: false, detail: `${kind} certificate lacks a quorum of valid relay signatures` }
-  }
-  return { ok: true }
-}
-
-/** A relay's signature for one validation, to be gathered into a certificate. */
-export async function attest(crypto: Crypto, relaySecretKey: Uint8Array, kind: ValidatorKind, subject: Uint8Array): Promise<Uint8Array> {
-  return crypto.sign(relaySecretKey, attestationBytes(kind, subject))
+export function causalOrder(a: CertifiedClock, b: CertifiedClock): 'before' | 'after' | 'concurrent' | 'equal' {
+  if (bytesEqual(a.env.id, b.env.id)) return 'equal'
+  const follows = (x: CertifiedClock, y: CertifiedClock): boolean =>
+    x.env.authorId === y.env.authorId ? x.env.seq < y.env.seq : x.index <= y.env.base || (y.env.clock.get(x.env.authorId) ?? 0) >= x.env.seq
+  if (follows(a, b)) return 'before'
+  if (follows(b, a)) return 'after'
+  return 'concurrent'
 }

@@ -1,12 +1,13 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { composeClock, judgeClock, type ClockInputs } from '../src/causal.ts'
+import { causalOrder, verifyClockCertificate, type ClockCertificate } from '../src/chrono.ts'
 import { clockFrom, clockInit, type Clock } from '../src/clock.ts'
 import { type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { authorIdOf, openEnvelopeSync, sealEnvelope, type Envelope } from '../src/envelope.ts'
 import { ReliableReplica, type Decision } from '../src/replica.ts'
-import { attestedDecision } from '../src/protocol.ts'
+import { attestedDecision, decodeAttestation, encodeAttestation } from '../src/protocol.ts'
 import { decodeAuditState, encodeAuditState } from '../src/state.ts'
 import { isSteadError } from '../src/errors.ts'
 import { toHex } from '../src/bytes.ts'
@@ -158,6 +159,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
             sent.push(env)
             unordered.push(env)
             if (commitNow) {
+              // (checked below, after the commit)
               // Commit in an order that respects causality (what one relay's FIFO gives).
               const { decisions } = audit.commit(unordered)
               unordered = []
@@ -168,6 +170,15 @@ describe('envelope clocks (Chrono with a stable base)', () => {
                   expect(fullClock(d.env, committedAt, ids)).toEqual(past.get(d.env.idHex))
                 }
               }
+            }
+          }
+          // causalOrder agrees with the true causal past (Fidge and Mattern) for every pair committed.
+          for (const x of decided) {
+            for (const y of decided) {
+              const xy = (past.get(y.env.idHex)?.get(x.env.authorId) ?? 0) >= x.env.seq
+              const yx = (past.get(x.env.idHex)?.get(y.env.authorId) ?? 0) >= y.env.seq
+              const want = x.env.idHex === y.env.idHex ? 'equal' : xy ? 'before' : yx ? 'after' : 'concurrent'
+              expect(causalOrder(x, y)).toBe(want)
             }
           }
         },
@@ -202,5 +213,36 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockInit(), deps: [] }, none)).toEqual({ ok: true, verified: true })
     expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockFrom([[bob.id, 9]]), deps: [] }, none)).toMatchObject({ ok: true, verified: false })
     expect(judgeClock({ authorId: alice.id, seq: 1, base: 5, clock: clockFrom([[bob.id, 10]]), deps: [] }, none)).toMatchObject({ ok: false, reason: 'bad-clock' })
+  })
+
+  it('a clock certificate is f+1 relays signing the attestation that says the clock is verified; a client needs to trust none of them', async () => {
+    const relays = await Promise.all([0, 1, 2, 3].map(async (i) => { const secretKey = new Uint8Array(32).fill(80 + i); return { secretKey, publicKey: await crypto.publicKeyOf(secretKey) } }))
+    const cluster = { f: 1, relayKeys: relays.map((r) => r.publicKey) }
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    const dave = users[3] as typeof alice
+    const lost = await seal(dave, 1) // never committed: cited by c1, so c1's clock is unverified
+    const c1 = await seal(carol, 1, { clock: clockFrom([[dave.id, 1]]), deps: [lost] })
+    const { decisions } = r.commit([b1, a1, c1])
+    const attestation = encodeAttestation({ space: SPACE, round: 1, prevRound: 0, fromIndex: 0, toIndex: 3, decisions: decisions.map((d) => attestedDecision(d as Exclude<Decision, { kind: 'superseded' }>)), stateHash: new Uint8Array(32), batch: new Uint8Array(32) })
+    const sign = async (i: number, bytes = attestation) => ({ relay: i, sig: await crypto.sign(relays[i]!.secretKey, bytes) })
+    const cert: ClockCertificate = { attestation, signatures: [await sign(0), await sign(2)] }
+    const certified = await verifyClockCertificate(crypto, cluster, b1.signed, cert)
+    expect(certified.index).toBe(1)
+    const ab = await verifyClockCertificate(crypto, cluster, a1.signed, cert)
+    expect(causalOrder(certified, ab)).toBe('before')
+    expect(causalOrder(ab, certified)).toBe('after')
+    // One relay is not enough, nor the same relay twice, nor a signature over other bytes, nor a relay outside the cluster.
+    const reason = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (isSteadError(e) ? e.reason : String(e)))
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(0)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(1), await sign(1)] }))).toBe('bad-signature')
+    const other = encodeAttestation({ ...decodeAttestation(attestation), toIndex: 4 })
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(0), await sign(1, other)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(0), { relay: 9, sig: (await sign(1)).sig }] }))).toBe('bad-signature')
+    // The unverified clock gets no certificate; an envelope the attestation does not decide, none either.
+    expect(decisions[2]).toMatchObject({ kind: 'committed', clockVerified: false })
+    expect(await reason(verifyClockCertificate(crypto, cluster, c1.signed, cert))).toBe('bad-clock')
+    expect(await reason(verifyClockCertificate(crypto, cluster, lost.signed, cert))).toBe('malformed')
   })
 })
