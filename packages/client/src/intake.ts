@@ -27,6 +27,7 @@ import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 import type { ClockProofs } from './proofs.ts'
+import { CausalBuffer } from './causal-buffer.ts'
 
 interface IntakeOptions {
   space: Space
@@ -82,6 +83,9 @@ export class RelayIntake {
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
   private inboxTimer: ReturnType<typeof setTimeout> | undefined
+  /** Other authors' envelopes waiting for their deps before they show. */
+  private readonly causal = new CausalBuffer()
+  private causalTimer: ReturnType<typeof setTimeout> | undefined
   /** The commit run in progress (close awaits it), and whether another pass is due. */
   private applyRun: Promise<void> | undefined
   private applyAgain = false
@@ -249,7 +253,7 @@ export class RelayIntake {
       return link.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
     }
     const idHex = toHex(crypto.sha256(signed.bytes))
-    if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex)) return
+    if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)) return
     this.verifying.add(idHex)
     let env: Envelope
     try {
@@ -261,14 +265,43 @@ export class RelayIntake {
       this.verifying.delete(idHex)
     }
     if (this.closed || env.space !== space.space) return
+    // Shown only after what it follows: its deps wait here if they have not arrived.
+    const missing = env.deps.map(toHex).filter((d) => !this.isHere(d))
+    if (missing.length === 0) return this.deliver(env, frame)
+    for (const h of this.causal.hold(env, frame, missing, this.o.now())) this.deliver(h.env, h.frame)
+    this.armCausalTimer()
+  }
+
+  /** Whether an envelope is applied here: pending, ours, or committed. */
+  private isHere(idHex: string): boolean {
+    const { space, outbox } = this.o
+    return space.replica.isPending(idHex) || outbox.has(idHex) || space.replica.hasCommitted(idHex)
+  }
+
+  /** Shows a verified envelope of another author, then whatever waited only for it. */
+  private deliver(env: Envelope, frame: Uint8Array): void {
+    const { space, outbox } = this.o
     // Not ordered yet, and a few such envelopes never will be: reversed if they stay undecided too long.
     const r = space.replica.receive(env, { expires: true })
-    if (r.status === 'duplicate' && r.changed.size === 0) return
-    outbox.heard(env)
-    this.o.news.received(frame)
-    this.inboxWrites.push(this.o.records.inboxPut(idHex, frame))
-    this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
-    space.notify(r.changed)
+    if (!(r.status === 'duplicate' && r.changed.size === 0)) {
+      outbox.heard(env)
+      this.o.news.received(frame)
+      this.inboxWrites.push(this.o.records.inboxPut(env.idHex, frame))
+      this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
+      space.notify(r.changed)
+    }
+    for (const h of this.causal.arrived(env.idHex)) this.deliver(h.env, h.frame)
+  }
+
+  /** Lets go, when its wait runs out, of an envelope whose deps never came (they may only arrive inside a commit, or never). */
+  private armCausalTimer(): void {
+    const deadline = this.causal.nextDeadline()
+    if (this.causalTimer || deadline === undefined || this.closed) return
+    this.causalTimer = setTimeout(() => {
+      this.causalTimer = undefined
+      for (const h of this.causal.expired(this.o.now())) this.deliver(h.env, h.frame)
+      this.armCausalTimer()
+    }, Math.max(0, deadline - this.o.now()))
   }
 
   private async writeInbox(): Promise<void> {
@@ -499,6 +532,11 @@ export class RelayIntake {
       space.emitError(err)
     } else this.o.proofs.add(result.decisions, c.bytes, c.signatures)
     space.position = position
+    // Decided envelopes no longer wait for anything, and nothing need wait for them.
+    for (const d of result.decisions) {
+      this.causal.drop(d.env.idHex)
+      for (const h of this.causal.arrived(d.env.idHex)) this.deliver(h.env, h.frame)
+    }
     this.applied.set(a.round, c.bytes)
     for (const round of this.applied.keys()) {
       if (this.applied.size <= RECENT_APPLIED) break
@@ -554,6 +592,7 @@ export class RelayIntake {
   async close(): Promise<void> {
     this.closed = true
     if (this.inboxTimer) clearTimeout(this.inboxTimer)
+    if (this.causalTimer) clearTimeout(this.causalTimer)
     await this.writeInbox().catch(() => undefined)
     await this.applyRun
     const { records, space } = this.o

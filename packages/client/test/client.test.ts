@@ -2,7 +2,7 @@ import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { DEFAULT_LIMITS, clockInit, encodeEnvelope, sealEnvelope, toHex, verifyClockCertificate } from '@stead/core'
+import { DEFAULT_LIMITS, authorIdOf, clockFrom, clockInit, encodeEnvelope, sealEnvelope, toHex, verifyClockCertificate } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
@@ -335,6 +335,38 @@ describe('handles and values', () => {
     expect(third.base).toBe(a.status.stableIndex)
     expect(third.clock.size).toBe(0)
     expect(third.deps).toHaveLength(0)
+  })
+
+  it("shows another author's update only after the updates it follows, or once its wait for them runs out", async () => {
+    const c = cluster()
+    const a = await client(c)
+    await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((x) => (x as unknown as { subscribed: boolean }).subscribed)))
+    const key = async (n: number) => {
+      const secretKey = new Uint8Array(32).fill(40 + n)
+      return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
+    }
+    const [x, y] = [await key(1), await key(2)]
+    const bump = (who: typeof x, n: number, deps: Uint8Array[] = [], clock = clockInit()) =>
+      sealEnvelope(nodeCrypto, who, { space: 'bank', seq: 1, clock, deps, updates: [{ key: `k${n}`, decl: { type: 'counter', bounds: {} }, ops: [n] }], safe: [] })
+    const first = await bump(x, 1)
+    const second = await bump(y, 2, [first.id], clockFrom([[authorIdOf(nodeCrypto, x.publicKey), 1]]))
+    // The follower arrives first: it waits for what it follows, then both show, in order.
+    const shown: string[] = []
+    a.counter('k1').subscribe(() => shown.push('k1'))
+    a.counter('k2').subscribe(() => shown.push('k2'))
+    c.take(encodeEnvelope(second))
+    await new Promise((r) => setTimeout(r, 100))
+    expect(a.counter('k2').value).toBe(0)
+    c.take(encodeEnvelope(first))
+    await until('both shown', () => a.counter('k1').value === 1 && a.counter('k2').value === 2)
+    expect(shown.filter((k, i) => shown.indexOf(k) === i)).toEqual(['k1', 'k2'])
+    // One whose dep never comes shows once its wait (1 s) runs out.
+    const lost = await bump(x, 3)
+    const orphan = await bump(await key(3), 4, [lost.id], clockFrom([[authorIdOf(nodeCrypto, x.publicKey), 1]]))
+    const t0 = Date.now()
+    c.take(encodeEnvelope(orphan))
+    await until('the orphan shown', () => a.counter('k4').value === 4, 5000)
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900)
   })
 
   it('compares committed updates by their verifiable clocks, with proofs that need no single relay trusted', async () => {

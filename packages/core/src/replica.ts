@@ -339,6 +339,11 @@ export class ReliableReplica {
     return id === undefined || id === env.idHex ? 'duplicate' : 'conflict'
   }
 
+  /** Whether the audit committed this envelope (known for each author's latest 256). */
+  hasCommitted(idHex: string): boolean {
+    return this.recentIds.has(idHex)
+  }
+
   /** The clock record of `author`'s committed envelope `seq`, while the audit keeps it (its author's latest 256). */
   clockRecord(author: string, seq: number): ClockRecord | undefined {
     return this.authors.get(author)?.recent.get(seq)?.record
