@@ -94,6 +94,15 @@ export class Outbox {
    * space's Merkle-DAG as this client saw it), by id.
    */
   private readonly heads = new Map<string, Envelope>()
+  /** The highest seq of each other author this client received an envelope of. */
+  private readonly seen = new Map<string, number>()
+  /**
+   * Other authors' envelopes this client cited and that are not in the
+   * stable history yet. It sends them to the relays too if they linger:
+   * whoever applied an envelope can submit it, so an author that went away
+   * cannot leave the clocks that cite it unverifiable for good.
+   */
+  private readonly carried = new Map<string, { env: Envelope; sentAt: number }>()
 
   private readonly o: OutboxOptions
   constructor(o: OutboxOptions) {
@@ -123,6 +132,7 @@ export class Outbox {
   /** A verified envelope of another author arrived: the next one this client signs follows it causally. */
   heard(env: Envelope): void {
     if (env.authorId === this.o.space.authorId || this.heads.has(env.idHex)) return
+    if (env.seq > (this.seen.get(env.authorId) ?? 0)) this.seen.set(env.authorId, env.seq)
     // It follows what it cites and its author's earlier envelopes: those are no longer heads.
     for (const d of env.deps) this.heads.delete(toHex(d))
     for (const [id, h] of this.heads) {
@@ -136,19 +146,57 @@ export class Outbox {
   }
 
   /**
-   * The deps and clock of the next envelope: the heads still waiting for
-   * their commit (a committed one is covered by the base), at most
-   * maxDeps of them, oldest first; the rest wait for the next envelope.
+   * The deps and clock of the next envelope: the heads, at most maxDeps of
+   * them, oldest first (the rest wait for the next envelope). A head the
+   * stable history holds goes once the base covers all it claims; until
+   * then it is still cited, or what it claims would be lost. A head whose
+   * clock this client cannot account for is not cited (yet): see `citable`.
    */
   private nextClock(): { base: number; clock: Clock; deps: Uint8Array[] } {
     const { replica } = this.o.space
+    const committed = (a: string): number => replica.nextSeq(a) - 1
     const cited: Envelope[] = []
     for (const [id, h] of this.heads) {
-      if (!replica.isPending(id)) this.heads.delete(id)
-      else if (cited.length < DEFAULT_LIMITS.maxDeps) cited.push(h)
+      const live = replica.isPending(id) || (replica.hasCommitted(id) && claimsBeyond(h, committed))
+      if (!live) this.heads.delete(id)
+      else if (cited.length < DEFAULT_LIMITS.maxDeps && this.citable(h, replica.stableIndex, committed)) cited.push(h)
     }
-    const { base, clock } = composeClock(this.o.space.authorId, this.last, cited, replica.stableIndex, (a) => replica.nextSeq(a) - 1)
+    const { base, clock } = composeClock(this.o.space.authorId, this.last, cited, replica.stableIndex, committed)
     return { base, clock, deps: cited.map((h) => h.id) }
+  }
+
+  /**
+   * Whether a head's clock claims only what this client has seen itself,
+   * from a base it has reached. Its clock becomes part of ours for good
+   * (the update rule carries every claim on), so a far-future base, made-up
+   * authors or an oversized clock from a Byzantine writer must not get in:
+   * such a head waits, and is cited once this client has seen what it
+   * claims (or never).
+   */
+  private citable(h: Envelope, stableIndex: number, committed: (a: string) => number): boolean {
+    if (h.base > stableIndex || h.clock.size > MAX_CITED_CLOCK_ENTRIES) return false
+    for (const [a, n] of h.clock) {
+      const known = a === this.o.space.authorId ? this.seq : Math.max(committed(a), this.seen.get(a) ?? 0)
+      if (n > known) return false
+    }
+    return true
+  }
+
+  /** Sends the cited envelopes of other authors that are still not in the stable history (see `carried`). */
+  private carryOn(now: number): void {
+    const { replica } = this.o.space
+    for (const [id, c] of this.carried) {
+      if (!replica.isPending(id)) {
+        this.carried.delete(id)
+        continue
+      }
+      if (now - c.sentAt < this.o.resubmitAfterMs) continue
+      const link = fromHome(this.o.space.space, this.o.sessions.cluster?.relays.length ?? 1, this.o.sessions.links.filter((l) => l.ready && l.relay !== undefined))[0]
+      if (!link) return
+      // Its answer names a submit this outbox does not track: `answer` ignores it.
+      this.o.sessions.submit(this.o.member, link, encodeEnvelope(c.env))
+      c.sentAt = now
+    }
   }
 
   has(idHex: string): boolean {
@@ -198,7 +246,13 @@ export class Outbox {
     space.storageWorks()
     this.seq = seq
     this.last = { base, clock }
-    for (const d of deps) this.heads.delete(toHex(d))
+    for (const d of deps) {
+      const id = toHex(d)
+      const h = this.heads.get(id)
+      this.heads.delete(id)
+      if (h && this.o.space.replica.isPending(id)) this.carried.set(id, { env: h, sentAt: this.o.now() })
+    }
+    while (this.carried.size > MAX_HEADS) this.carried.delete(this.carried.keys().next().value as string)
     // In the outbox before the drafts let go of it: `pending` never dips.
     this.add(
       env,
@@ -253,6 +307,7 @@ export class Outbox {
   /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
   resubmit(): void {
     const now = this.o.now()
+    this.carryOn(now)
     const readyRelays = new Set(this.o.sessions.links.filter((l) => l.ready).map((l) => l.relay))
     for (const [idHex, o] of this.outgoing) {
       const lastRelay = o.sentTo[o.sentTo.length - 1]
@@ -384,3 +439,13 @@ export function fromHome(space: string, n: number, links: readonly RelayLink[]):
 
 /** Heads kept for the next envelope; more concurrent writers than this go partly uncited. */
 const MAX_HEADS = 4 * DEFAULT_LIMITS.maxDeps
+
+/** A head listing more authors than this is not cited: one writer's clock must not bloat every clock that follows it. */
+const MAX_CITED_CLOCK_ENTRIES = 256
+
+/** Whether a committed envelope still claims something the stable history up to now does not hold. */
+function claimsBeyond(h: Envelope, committed: (a: string) => number): boolean {
+  if (h.seq > committed(h.authorId)) return true
+  for (const [a, n] of h.clock) if (n > committed(a)) return true
+  return false
+}

@@ -2,7 +2,7 @@ import 'fake-indexeddb/auto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { DEFAULT_LIMITS, authorIdOf, clockFrom, clockInit, encodeEnvelope, sealEnvelope, toHex, verifyClockCertificate } from '@stead/core'
+import { DEFAULT_LIMITS, authorIdOf, clockFrom, clockInit, encodeEnvelope, sealEnvelope, toHex, verifyClockCertificate, type Envelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
@@ -367,6 +367,68 @@ describe('handles and values', () => {
     c.take(encodeEnvelope(orphan))
     await until('the orphan shown', () => a.counter('k4').value === 4, 5000)
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900)
+  })
+
+  it("keeps its clocks verifiable whatever other writers' clocks say: far-future bases and made-up authors are not cited, a head committed before its dep still counts, a dep that lingers is sent on", async () => {
+    const c = cluster()
+    const x = await client(c, { resubmitAfterMs: 100 })
+    await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((s) => (s as unknown as { subscribed: boolean }).subscribed)))
+    const key = async (n: number) => {
+      const secretKey = new Uint8Array(32).fill(90 + n)
+      return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
+    }
+    const [evil, y1, y2, y3] = [await key(0), await key(1), await key(2), await key(3)]
+    const op = (k: string) => ({ key: k, decl: { type: 'counter' as const, bounds: {} }, ops: [1] })
+    const idOf = (k: { publicKey: Uint8Array }) => authorIdOf(nodeCrypto, k.publicKey)
+    const taken: Envelope[] = []
+    const take = c.take.bind(c)
+    c.take = (frame) => {
+      const status = take(frame)
+      taken.push(c.lastTaken as Envelope)
+      return status
+    }
+    const sealMine = async (k: string): Promise<Envelope> => {
+      await x.counter(k).increment(1)
+      await x.flush()
+      return taken.findLast((e) => e.updates.some((u) => u.key === k)) as Envelope
+    }
+    // A far-future base and 300 made-up authors from a Byzantine writer: shown, never cited.
+    const made = clockFrom(Array.from({ length: 300 }, (_, i) => [`fake${i}`, 1_000_000] as [string, number]))
+    c.take(encodeEnvelope(await sealEnvelope(nodeCrypto, evil, { space: 'bank', seq: 1, base: 1_000_000, clock: clockInit(), deps: [], updates: [op('e1')], safe: [] })))
+    c.take(encodeEnvelope(await sealEnvelope(nodeCrypto, evil, { space: 'bank', seq: 2, clock: made, deps: [new Uint8Array(32).fill(7)], updates: [op('e2')], safe: [] })))
+    await until('shown', () => x.counter('e1').value === 1 && x.counter('e2').value === 1, 5000)
+    const first = await sealMine('m1')
+    expect(first.base).toBe(x.status.stableIndex)
+    expect(first.deps).toHaveLength(0)
+    expect(first.clock.size).toBe(0)
+    // D (following A) commits before A: x's next clock still counts A.
+    const A = await sealEnvelope(nodeCrypto, y1, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('a')], safe: [] })
+    const D = await sealEnvelope(nodeCrypto, y2, { space: 'bank', seq: 1, clock: clockFrom([[idOf(y1), 1]]), deps: [A.id], updates: [op('d')], safe: [] })
+    c.take(encodeEnvelope(A))
+    c.take(encodeEnvelope(D))
+    await until('x applied A and D', () => x.counter('a').value === 1 && x.counter('d').value === 1)
+    c.commit((e) => e.idHex === D.idHex || e.idHex === first.idHex)
+    await until('D stable', () => x.counter('d').stable === 1)
+    const second = await sealMine('m2')
+    expect(second.clock.get(idOf(y1))).toBe(1)
+    await commitUntil(c, 'all stable', () => x.counter('a').stable === 1 && x.counter('m2').stable === 1)
+    // D executed before its dep A, so the audit could not verify D's clock, nor this one, which carries D's claim on.
+    await expect(x.compare(A.idHex, second.idHex)).rejects.toMatchObject({ reason: 'unsupported' })
+    // Y3 reached x, but the relay that took it lost it: x cites it, then sends it on itself, and it commits.
+    const Y3 = await sealEnvelope(nodeCrypto, y3, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('y3')], safe: [] })
+    c.take(encodeEnvelope(Y3))
+    const lost = c as unknown as { queue: Array<{ env: Envelope }>; queued: Set<string> }
+    lost.queue = lost.queue.filter((q) => q.env.idHex !== Y3.idHex)
+    lost.queued.delete(Y3.idHex)
+    await until('x applied Y3', () => x.counter('y3').value === 1)
+    const third = await sealMine('m3')
+    expect(third.deps.map(toHex)).toEqual([Y3.idHex])
+    await commitUntil(c, 'Y3 and m3 stable', () => x.counter('y3').stable === 1 && x.counter('m3').stable === 1)
+    // m3 committed before Y3 came back, so its clock is unverified; nothing after it stays so.
+    const fourth = await sealMine('m4')
+    await commitUntil(c, 'm4 stable', () => x.counter('m4').stable === 1)
+    expect((await x.compare(Y3.idHex, fourth.idHex)).order).toBe('before')
+    expect((await x.compare(third.idHex, fourth.idHex).catch((e: unknown) => e)) as object).toMatchObject({ reason: 'unsupported' })
   })
 
   it('compares committed updates by their verifiable clocks, with proofs that need no single relay trusted', async () => {

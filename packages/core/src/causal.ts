@@ -41,7 +41,7 @@ export interface ClockRecord {
 }
 
 /** Records with more listed entries keep none: a Byzantine author's huge clocks must not fill replicas' memory. */
-export const MAX_KEPT_CLOCK_ENTRIES = 1024
+export const MAX_KEPT_CLOCK_ENTRIES = 256
 
 /** What `judgeClock` needs to know about the stable history; a replica provides it. */
 export interface ClockInputs {
