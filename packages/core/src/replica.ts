@@ -16,8 +16,9 @@ import {
 import type { Signed } from './codec.ts'
 import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
+import { toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
-import { authorDigest, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
+import { authorLeafOf, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -196,6 +197,8 @@ interface AuthorState {
 interface Recent {
   readonly idHex: string
   readonly record: ClockRecord
+  /** Its digest in the author's leaf, once computed (records never change). */
+  digest?: Uint8Array
 }
 
 const RECENT_IDS_PER_AUTHOR = 256
@@ -430,7 +433,12 @@ export class ReliableReplica {
    */
   stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
     const objects = this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
-    const authors = this.authorLeaves.rootOf(sha256, (id) => (this.authors.has(id) ? authorDigest(sha256, this.auditAuthor(id)) : undefined))
+    const authors = this.authorLeaves.rootOf(sha256, (id) => {
+      const a = this.authors.get(id)
+      if (!a) return undefined
+      const recent = [...a.recent.entries()].sort((x, y) => x[0] - y[0]).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record))))
+      return authorLeafOf(sha256, id, a.seq, recent)
+    })
     return stateHashOf(sha256, this.space, this.index, authors, objects, this.parked())
   }
 
@@ -611,7 +619,7 @@ export class ReliableReplica {
     const changed = new Set<string>()
     this.committed = []
     if (batch.length > 0) this.newPendingEpoch()
-    for (const env of batch) this.audit(env, decisions, changed)
+    for (const env of causalOrderOf(batch)) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
     // Local news, like discard(): no decision, the stable path is untouched.
     for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
@@ -966,4 +974,43 @@ function itemsOf(unit: EnvelopeUnit): readonly Item[] {
 
 function slotOf(env: Envelope): string {
   return `${env.authorId}:${env.seq}`
+}
+
+/**
+ * The batch in the order the audit runs it: as committed, except that an
+ * envelope goes after the envelopes of the same batch it names as deps
+ * (consensus orders blocks, not causality, so a dep can land later in the
+ * same commit, and its follower's clock could not be verified before it).
+ * Deterministic, and linear in the batch and its deps: a depth-first walk
+ * in commit order that puts each envelope's deps first.
+ */
+function causalOrderOf(batch: readonly Envelope[]): readonly Envelope[] {
+  if (batch.length < 2 || batch.every((e) => e.deps.length === 0)) return batch
+  const at = new Map(batch.map((e, i) => [e.idHex, i]))
+  const waitsFor = batch.map((e) => e.deps.map((d) => at.get(toHex(d))).filter((i): i is number => i !== undefined))
+  if (waitsFor.every((w, i) => w.every((j) => j < i))) return batch
+  const state = new Uint8Array(batch.length) // 0 unseen, 1 on the walk, 2 placed
+  const out: Envelope[] = []
+  for (let i = 0; i < batch.length; i++) {
+    if (state[i]) continue
+    state[i] = 1
+    const walk: Array<[node: number, nextDep: number]> = [[i, 0]]
+    while (walk.length) {
+      const top = walk[walk.length - 1] as [number, number]
+      const deps = waitsFor[top[0]] as number[]
+      if (top[1] < deps.length) {
+        const j = deps[top[1]++] as number
+        // (1 would be a cycle, which ids that are hashes cannot form.)
+        if (state[j] === 0) {
+          state[j] = 1
+          walk.push([j, 0])
+        }
+      } else {
+        walk.pop()
+        state[top[0]] = 2
+        out.push(batch[top[0]] as Envelope)
+      }
+    }
+  }
+  return out
 }

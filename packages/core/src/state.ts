@@ -114,7 +114,22 @@ export function objectDigest(sha256: Sha256, o: AuditObject): Uint8Array {
 
 /** One author's leaf in the state hash. */
 export function authorDigest(sha256: Sha256, a: AuditAuthor): Uint8Array {
-  return sha256(encode(['a', a[0], a[1], a[2]]))
+  return authorLeafOf(
+    sha256,
+    a[0],
+    a[1],
+    a[2].map((r) => recentDigest(sha256, r)),
+  )
+}
+
+/** One recent record's digest. An author's leaf folds these, so a replica hashes each record once, however often its author commits. */
+export function recentDigest(sha256: Sha256, r: RecentRecord): Uint8Array {
+  return sha256(encode(['r', ...r]))
+}
+
+/** An author's leaf from its id, last seq and its recent records' digests (ascending by seq). */
+export function authorLeafOf(sha256: Sha256, id: string, seq: number, recent: readonly Uint8Array[]): Uint8Array {
+  return sha256(encode(['a', id, seq, digestRoot(sha256, recent)]))
 }
 
 /** A list of leaves (in key order) folded into one root. */

@@ -102,6 +102,22 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     expect(only(r, await seal(alice, 3, { base: r.stableIndex }))).toMatchObject({ kind: 'committed', clockVerified: true })
   })
 
+  it('runs an envelope after the deps it names that the same commit carries later, so its clock verifies', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const b1 = await seal(bob, 1)
+    const c1 = await seal(carol, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1], [carol.id, 1]]), deps: [c1] })
+    const b2 = await seal(bob, 2)
+    // Committed as [a1, b2, c1, b1]: the audit runs b1, c1, a1, then b2.
+    const { decisions } = r.commit([a1, b2, c1, b1])
+    expect(decisions.map((d) => [d.env.idHex, d.kind === 'committed' && d.clockVerified])).toEqual([
+      [b1.idHex, true],
+      [c1.idHex, true],
+      [a1.idHex, true],
+      [b2.idHex, true],
+    ])
+  })
+
   it('a dep whose author moved on past the recent records leaves the clock unverified', async () => {
     const r = new ReliableReplica({ space: SPACE })
     const b1 = await seal(bob, 1)
