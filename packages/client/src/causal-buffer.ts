@@ -67,6 +67,13 @@ export class CausalBuffer {
     return out
   }
 
+  /** The stable index reached `index`: the envelopes that waited only for a base up to it (see `baseKey`). */
+  reachedBase(index: number): Held[] {
+    const out: Held[] = []
+    for (const key of [...this.waiters.keys()]) if (key.startsWith('@') && Number(key.slice(1)) <= index) out.push(...this.arrived(key))
+    return out
+  }
+
   /** Forgets a held envelope (it was decided: the commit applied what it had to). */
   drop(idHex: string): void {
     if (this.held.has(idHex)) this.release(idHex)
@@ -96,4 +103,9 @@ export class CausalBuffer {
     }
     return { env: e.env, frame: e.frame }
   }
+}
+
+/** What an envelope whose base is ahead of the replica's stable index waits for, beside its deps. */
+export function baseKey(base: number): string {
+  return `@${base}`
 }

@@ -27,7 +27,7 @@ import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 import type { ClockProofs } from './proofs.ts'
-import { CausalBuffer } from './causal-buffer.ts'
+import { CausalBuffer, baseKey } from './causal-buffer.ts'
 
 interface IntakeOptions {
   space: Space
@@ -265,8 +265,11 @@ export class RelayIntake {
       this.verifying.delete(idHex)
     }
     if (this.closed || env.space !== space.space) return
-    // Shown only after what it follows: its deps wait here if they have not arrived.
+    // Shown only after what it follows: its deps, and the stable history up to its base (what its
+    // clock counts as seen), wait here if they have not arrived. So this client never shows what it
+    // could not yet cite in its own next envelope.
     const missing = env.deps.map(toHex).filter((d) => !this.isHere(d))
+    if (env.base > space.replica.stableIndex) missing.push(baseKey(env.base))
     if (missing.length === 0) return this.deliver(env, frame)
     for (const h of this.causal.hold(env, frame, missing, this.o.now())) this.deliver(h.env, h.frame)
     this.armCausalTimer()
@@ -537,6 +540,7 @@ export class RelayIntake {
       this.causal.drop(d.env.idHex)
       for (const h of this.causal.arrived(d.env.idHex)) this.deliver(h.env, h.frame)
     }
+    for (const h of this.causal.reachedBase(result.stableIndex)) this.deliver(h.env, h.frame)
     this.applied.set(a.round, c.bytes)
     for (const round of this.applied.keys()) {
       if (this.applied.size <= RECENT_APPLIED) break

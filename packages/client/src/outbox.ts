@@ -94,15 +94,13 @@ export class Outbox {
    * space's Merkle-DAG as this client saw it), by id.
    */
   private readonly heads = new Map<string, Envelope>()
-  /** The highest seq of each other author this client received an envelope of. */
-  private readonly seen = new Map<string, number>()
   /**
    * Other authors' envelopes this client cited and that are not in the
    * stable history yet. It sends them to the relays too if they linger:
    * whoever applied an envelope can submit it, so an author that went away
    * cannot leave the clocks that cite it unverifiable for good.
    */
-  private readonly carried = new Map<string, { env: Envelope; sentAt: number }>()
+  private readonly carried = new Map<string, { env: Envelope; sentAt: number; tries: number }>()
 
   private readonly o: OutboxOptions
   constructor(o: OutboxOptions) {
@@ -129,56 +127,91 @@ export class Outbox {
     return r && { request: r, frame: this.outgoing.get(r.envelope)?.frame }
   }
 
-  /** A verified envelope of another author arrived: the next one this client signs follows it causally. */
+  /**
+   * A verified envelope of another author arrived: the next one this
+   * client signs follows it causally. It becomes a head; the heads it
+   * follows are let go only when it is cited (see `nextClock`), because
+   * until this client can cite it, they carry what it had seen.
+   */
   heard(env: Envelope): void {
     if (env.authorId === this.o.space.authorId || this.heads.has(env.idHex)) return
-    if (env.seq > (this.seen.get(env.authorId) ?? 0)) this.seen.set(env.authorId, env.seq)
-    // It follows what it cites and its author's earlier envelopes: those are no longer heads.
-    for (const d of env.deps) this.heads.delete(toHex(d))
-    for (const [id, h] of this.heads) {
-      if (h.authorId !== env.authorId) continue
-      if (h.seq < env.seq) this.heads.delete(id)
-      else return // a later one of its author is a head already
-    }
     // Bounded like everything: past the limit the oldest heads go uncited (their clocks stay unclaimed).
     if (this.heads.size >= MAX_HEADS) this.heads.delete(this.heads.keys().next().value as string)
     this.heads.set(env.idHex, env)
   }
 
   /**
-   * The deps and clock of the next envelope: the heads, at most maxDeps of
-   * them, oldest first (the rest wait for the next envelope). A head the
+   * The deps and clock of the next envelope. A head is cited when this
+   * client can account for its clock (`citable`) and no other citable head
+   * follows it (cites it, or is a later envelope of its author); at most
+   * maxDeps, oldest first, the rest wait for the next envelope. A head the
    * stable history holds goes once the base covers all it claims; until
-   * then it is still cited, or what it claims would be lost. A head whose
-   * clock this client cannot account for is not cited (yet): see `citable`.
+   * then it is still cited, or what it claims would be lost.
    */
-  private nextClock(): { base: number; clock: Clock; deps: Uint8Array[] } {
+  private nextClock(): { base: number; clock: Clock; cited: Envelope[] } {
     const { replica } = this.o.space
     const committed = (a: string): number => replica.nextSeq(a) - 1
-    const cited: Envelope[] = []
+    const reached = this.reachedSeqs()
+    const citable: Envelope[] = []
     for (const [id, h] of this.heads) {
       const live = replica.isPending(id) || (replica.hasCommitted(id) && claimsBeyond(h, committed))
       if (!live) this.heads.delete(id)
-      else if (cited.length < DEFAULT_LIMITS.maxDeps && this.citable(h, replica.stableIndex, committed)) cited.push(h)
+      else if (this.citable(h, replica.stableIndex, reached)) citable.push(h)
     }
+    const followed = new Set<string>()
+    const latest = new Map<string, number>()
+    for (const h of citable) {
+      for (const d of h.deps) followed.add(toHex(d))
+      latest.set(h.authorId, Math.max(latest.get(h.authorId) ?? 0, h.seq))
+    }
+    const cited = citable.filter((h) => !followed.has(h.idHex) && h.seq === latest.get(h.authorId)).slice(0, DEFAULT_LIMITS.maxDeps)
     const { base, clock } = composeClock(this.o.space.authorId, this.last, cited, replica.stableIndex, committed)
-    return { base, clock, deps: cited.map((h) => h.id) }
+    return { base, clock, cited }
+  }
+
+  /** Lets go of the heads that `cited` (just signed into an envelope) cover: them, what they cite, their authors' earlier ones. */
+  private covered(cited: readonly Envelope[]): void {
+    const latest = new Map<string, number>()
+    for (const h of cited) {
+      this.heads.delete(h.idHex)
+      for (const d of h.deps) this.heads.delete(toHex(d))
+      latest.set(h.authorId, Math.max(latest.get(h.authorId) ?? 0, h.seq))
+    }
+    for (const [id, h] of this.heads) if (h.seq < (latest.get(h.authorId) ?? 0)) this.heads.delete(id)
   }
 
   /**
-   * Whether a head's clock claims only what this client has seen itself,
-   * from a base it has reached. Its clock becomes part of ours for good
-   * (the update rule carries every claim on), so a far-future base, made-up
-   * authors or an oversized clock from a Byzantine writer must not get in:
-   * such a head waits, and is cited once this client has seen what it
-   * claims (or never).
+   * For each author, the highest seq up to which this client holds every
+   * envelope: committed, then pending without a gap. What a head may claim
+   * of an author (see `citable`); a made-up seq far ahead is never reached.
    */
-  private citable(h: Envelope, stableIndex: number, committed: (a: string) => number): boolean {
-    if (h.base > stableIndex || h.clock.size > MAX_CITED_CLOCK_ENTRIES) return false
-    for (const [a, n] of h.clock) {
-      const known = a === this.o.space.authorId ? this.seq : Math.max(committed(a), this.seen.get(a) ?? 0)
-      if (n > known) return false
+  private reachedSeqs(): (authorId: string) => number {
+    const { replica } = this.o.space
+    const known = new Map<string, number>()
+    return (a) => {
+      let n = known.get(a)
+      if (n === undefined) {
+        n = a === this.o.space.authorId ? this.seq : replica.nextSeq(a) - 1
+        if (a !== this.o.space.authorId) while (replica.hasPending(a, n + 1)) n++
+        known.set(a, n)
+      }
+      return n
     }
+  }
+
+  /**
+   * Whether a head's clock claims only what this client holds itself
+   * (its author's seqs up to it, and every listed entry: see
+   * `reachedSeqs`), from a base it has reached, listing at most 256
+   * authors. Its clock becomes part of ours for good (the update rule
+   * carries every claim on), so a far-future base or seq, made-up authors
+   * or an oversized clock from a Byzantine writer must not get in: such a
+   * head waits, and is cited once this client holds what it claims (or
+   * never).
+   */
+  private citable(h: Envelope, stableIndex: number, reached: (a: string) => number): boolean {
+    if (h.base > stableIndex || h.clock.size > MAX_CITED_CLOCK_ENTRIES || h.seq > reached(h.authorId)) return false
+    for (const [a, n] of h.clock) if (n > reached(a)) return false
     return true
   }
 
@@ -191,11 +224,17 @@ export class Outbox {
         continue
       }
       if (now - c.sentAt < this.o.resubmitAfterMs) continue
-      const link = fromHome(this.o.space.space, this.o.sessions.cluster?.relays.length ?? 1, this.o.sessions.links.filter((l) => l.ready && l.relay !== undefined))[0]
-      if (!link) return
+      // Each try goes to the next relay (one that drops it cannot stop it); past two rounds of them, let it be.
+      const links = fromHome(this.o.space.space, this.o.sessions.cluster?.relays.length ?? 1, this.o.sessions.links.filter((l) => l.ready && l.relay !== undefined))
+      if (links.length === 0) return
+      if (c.tries >= 2 * links.length) {
+        this.carried.delete(id)
+        continue
+      }
       // Its answer names a submit this outbox does not track: `answer` ignores it.
-      this.o.sessions.submit(this.o.member, link, encodeEnvelope(c.env))
+      this.o.sessions.submit(this.o.member, links[c.tries % links.length] as RelayLink, encodeEnvelope(c.env))
       c.sentAt = now
+      c.tries++
     }
   }
 
@@ -231,7 +270,8 @@ export class Outbox {
       return
     }
     const seq = this.seq + 1
-    const { base, clock, deps } = this.nextClock()
+    const { base, clock, cited } = this.nextClock()
+    const deps = cited.map((h) => h.id)
     let env: Envelope
     let frame: Uint8Array
     try {
@@ -246,12 +286,8 @@ export class Outbox {
     space.storageWorks()
     this.seq = seq
     this.last = { base, clock }
-    for (const d of deps) {
-      const id = toHex(d)
-      const h = this.heads.get(id)
-      this.heads.delete(id)
-      if (h && this.o.space.replica.isPending(id)) this.carried.set(id, { env: h, sentAt: this.o.now() })
-    }
+    this.covered(cited)
+    for (const h of cited) if (this.o.space.replica.isPending(h.idHex)) this.carried.set(h.idHex, { env: h, sentAt: this.o.now(), tries: 0 })
     while (this.carried.size > MAX_HEADS) this.carried.delete(this.carried.keys().next().value as string)
     // In the outbox before the drafts let go of it: `pending` never dips.
     this.add(

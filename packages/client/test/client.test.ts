@@ -49,6 +49,28 @@ async function until(what: string, check: () => boolean, ms = 15_000): Promise<v
   }
 }
 
+/** A signing identity made from one byte, the same in every run. */
+async function fixedIdentity(byte: number): Promise<{ secretKey: Uint8Array; publicKey: Uint8Array }> {
+  const secretKey = new Uint8Array(32).fill(byte)
+  return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
+}
+
+/** Records every envelope the fake cluster takes; the returned function makes one update to `k` and returns the envelope that carried it. */
+function sealingInto(c: FakeCluster, space: Space): (k: string) => Promise<Envelope> {
+  const taken: Envelope[] = []
+  const take = c.take.bind(c)
+  c.take = (frame) => {
+    const status = take(frame)
+    taken.push(c.lastTaken as Envelope)
+    return status
+  }
+  return async (k) => {
+    await space.counter(k).increment(1)
+    await space.flush()
+    return taken.findLast((e) => e.updates.some((u) => u.key === k)) as Envelope
+  }
+}
+
 /** Commits whatever the relays hold until `check` holds. */
 async function commitUntil(c: FakeCluster, what: string, check: () => boolean, ms = 15_000): Promise<void> {
   const end = Date.now() + ms
@@ -341,10 +363,7 @@ describe('handles and values', () => {
     const c = cluster()
     const a = await client(c)
     await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((x) => (x as unknown as { subscribed: boolean }).subscribed)))
-    const key = async (n: number) => {
-      const secretKey = new Uint8Array(32).fill(40 + n)
-      return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
-    }
+    const key = (n: number) => fixedIdentity(40 + n)
     const [x, y] = [await key(1), await key(2)]
     const bump = (who: typeof x, n: number, deps: Uint8Array[] = [], clock = clockInit()) =>
       sealEnvelope(nodeCrypto, who, { space: 'bank', seq: 1, clock, deps, updates: [{ key: `k${n}`, decl: { type: 'counter', bounds: {} }, ops: [n] }], safe: [] })
@@ -373,25 +392,11 @@ describe('handles and values', () => {
     const c = cluster()
     const x = await client(c, { resubmitAfterMs: 100 })
     await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((s) => (s as unknown as { subscribed: boolean }).subscribed)))
-    const key = async (n: number) => {
-      const secretKey = new Uint8Array(32).fill(90 + n)
-      return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
-    }
+    const key = (n: number) => fixedIdentity(90 + n)
     const [evil, y1, y2, y3] = [await key(0), await key(1), await key(2), await key(3)]
     const op = (k: string) => ({ key: k, decl: { type: 'counter' as const, bounds: {} }, ops: [1] })
     const idOf = (k: { publicKey: Uint8Array }) => authorIdOf(nodeCrypto, k.publicKey)
-    const taken: Envelope[] = []
-    const take = c.take.bind(c)
-    c.take = (frame) => {
-      const status = take(frame)
-      taken.push(c.lastTaken as Envelope)
-      return status
-    }
-    const sealMine = async (k: string): Promise<Envelope> => {
-      await x.counter(k).increment(1)
-      await x.flush()
-      return taken.findLast((e) => e.updates.some((u) => u.key === k)) as Envelope
-    }
+    const sealMine = sealingInto(c, x)
     // A far-future base and 300 made-up authors from a Byzantine writer: shown, never cited.
     const made = clockFrom(Array.from({ length: 300 }, (_, i) => [`fake${i}`, 1_000_000] as [string, number]))
     c.take(encodeEnvelope(await sealEnvelope(nodeCrypto, evil, { space: 'bank', seq: 1, base: 1_000_000, clock: clockInit(), deps: [], updates: [op('e1')], safe: [] })))
@@ -429,6 +434,40 @@ describe('handles and values', () => {
     await commitUntil(c, 'm4 stable', () => x.counter('m4').stable === 1)
     expect((await x.compare(Y3.idHex, fourth.idHex)).order).toBe('before')
     expect((await x.compare(third.idHex, fourth.idHex).catch((e: unknown) => e)) as object).toMatchObject({ reason: 'unsupported' })
+  })
+
+  it("cites only what it holds: not a seq far ahead, not over heads that a far-future base would erase; shows an envelope only once it reached that envelope's base", async () => {
+    const c = cluster()
+    const x = await client(c)
+    await until('subscribed', () => c.relays.every((r) => [...r.sessions].some((s) => (s as unknown as { subscribed: boolean }).subscribed)))
+    const key = (n: number) => fixedIdentity(110 + n)
+    const [evil, w, y, z] = [await key(0), await key(1), await key(2), await key(3)]
+    const op = (k: string) => ({ key: k, decl: { type: 'counter' as const, bounds: {} }, ops: [1] })
+    const sealMine = sealingInto(c, x)
+    // Z1 is an honest head; a Byzantine envelope with a far-future base cites it, another claims seq 1,000,000.
+    const Z1 = await sealEnvelope(nodeCrypto, z, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('z')], safe: [] })
+    c.take(encodeEnvelope(Z1))
+    await until('Z1 shown', () => x.counter('z').value === 1)
+    c.take(encodeEnvelope(await sealEnvelope(nodeCrypto, evil, { space: 'bank', seq: 1_000_000, clock: clockInit(), deps: [], updates: [op('far')], safe: [] })))
+    await until('the far seq shown', () => x.counter('far').value === 1)
+    const first = await sealMine('m1')
+    expect(first.deps.map(toHex)).toEqual([Z1.idHex])
+    expect([...first.clock]).toEqual([[authorIdOf(nodeCrypto, z.publicKey), 1]])
+    // Y1 counts the stable history up to index 2 as seen: x shows it only once x has reached it, then cites it.
+    c.commit()
+    await until('stable 2', () => x.status.stableIndex === 2)
+    const W = await sealEnvelope(nodeCrypto, w, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('w')], safe: [] })
+    const Y1 = await sealEnvelope(nodeCrypto, y, { space: 'bank', seq: 1, base: 3, clock: clockInit(), deps: [], updates: [op('y')], safe: [] })
+    c.take(encodeEnvelope(Y1))
+    await new Promise((r) => setTimeout(r, 100))
+    expect(x.counter('y').value).toBe(0)
+    c.take(encodeEnvelope(W))
+    c.commit((e) => e.idHex === W.idHex)
+    await until('Y1 shown after index 3', () => x.status.stableIndex === 3 && x.counter('y').value === 1)
+    const reply = await sealMine('reply')
+    expect(reply.deps.map(toHex)).toEqual([Y1.idHex])
+    await commitUntil(c, 'all stable', () => x.counter('y').stable === 1 && x.counter('reply').stable === 1)
+    expect((await x.compare(Y1.idHex, reply.idHex)).order).toBe('before')
   })
 
   it('compares committed updates by their verifiable clocks, with proofs that need no single relay trusted', async () => {

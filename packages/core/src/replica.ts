@@ -342,6 +342,11 @@ export class ReliableReplica {
     return id === undefined || id === env.idHex ? 'duplicate' : 'conflict'
   }
 
+  /** Whether an envelope of `author` with sequence number `seq` is received and not decided yet. */
+  hasPending(author: string, seq: number): boolean {
+    return this.slots.has(`${author}:${seq}`)
+  }
+
   /** Whether the audit committed this envelope (known for each author's latest 256). */
   hasCommitted(idHex: string): boolean {
     return this.recentIds.has(idHex)
@@ -986,8 +991,22 @@ function slotOf(env: Envelope): string {
  */
 function causalOrderOf(batch: readonly Envelope[]): readonly Envelope[] {
   if (batch.length < 2 || batch.every((e) => e.deps.length === 0)) return batch
-  const at = new Map(batch.map((e, i) => [e.idHex, i]))
-  const waitsFor = batch.map((e) => e.deps.map((d) => at.get(toHex(d))).filter((i): i is number => i !== undefined))
+  // First copies only: a second copy of an id stays where it is (and is decided a duplicate there).
+  const at = new Map<string, number>()
+  const slotAt = new Map<string, number>()
+  batch.forEach((e, i) => {
+    if (!at.has(e.idHex)) at.set(e.idHex, i)
+    if (!slotAt.has(`${e.authorId}:${e.seq}`)) slotAt.set(`${e.authorId}:${e.seq}`, i)
+  })
+  // An envelope waits for its deps in the batch, and for its author's previous seq if the batch has it
+  // (else a dep placed first would only park behind its own gap).
+  const waitsFor = batch.map((e, i) => {
+    if (at.get(e.idHex) !== i) return []
+    const w = e.deps.map((d) => at.get(toHex(d))).filter((j): j is number => j !== undefined)
+    const prev = slotAt.get(`${e.authorId}:${e.seq - 1}`)
+    if (prev !== undefined) w.push(prev)
+    return w
+  })
   if (waitsFor.every((w, i) => w.every((j) => j < i))) return batch
   const state = new Uint8Array(batch.length) // 0 unseen, 1 on the walk, 2 placed
   const out: Envelope[] = []
