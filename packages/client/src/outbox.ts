@@ -1,5 +1,6 @@
 import {
   DEFAULT_LIMITS,
+  MAX_KEPT_CLOCK_ENTRIES,
   SteadError,
   composeClock,
   toHex,
@@ -202,15 +203,16 @@ export class Outbox {
   /**
    * Whether a head's clock claims only what this client holds itself
    * (its author's seqs up to it, and every listed entry: see
-   * `reachedSeqs`), from a base it has reached, listing at most 256
-   * authors. Its clock becomes part of ours for good (the update rule
+   * `reachedSeqs`), from a base it has reached, listing no more authors
+   * than the audit keeps a record of (MAX_KEPT_CLOCK_ENTRIES: a larger one
+   * would leave ours unverifiable). Its clock becomes part of ours for good (the update rule
    * carries every claim on), so a far-future base or seq, made-up authors
    * or an oversized clock from a Byzantine writer must not get in: such a
    * head waits, and is cited once this client holds what it claims (or
    * never).
    */
   private citable(h: Envelope, stableIndex: number, reached: (a: string) => number): boolean {
-    if (h.base > stableIndex || h.clock.size > MAX_CITED_CLOCK_ENTRIES || h.seq > reached(h.authorId)) return false
+    if (h.base > stableIndex || h.clock.size > MAX_KEPT_CLOCK_ENTRIES || h.seq > reached(h.authorId)) return false
     for (const [a, n] of h.clock) if (n > reached(a)) return false
     return true
   }
@@ -476,8 +478,6 @@ export function fromHome(space: string, n: number, links: readonly RelayLink[]):
 /** Heads kept for the next envelope; more concurrent writers than this go partly uncited. */
 const MAX_HEADS = 4 * DEFAULT_LIMITS.maxDeps
 
-/** A head listing more authors than this is not cited: one writer's clock must not bloat every clock that follows it. */
-const MAX_CITED_CLOCK_ENTRIES = 256
 
 /** Whether a committed envelope still claims something the stable history up to now does not hold. */
 function claimsBeyond(h: Envelope, committed: (a: string) => number): boolean {

@@ -1,3 +1,4 @@
+import { toHex } from './bytes.ts'
 import { clockFrom, type Clock } from './clock.ts'
 import type { Envelope } from './envelope.ts'
 
@@ -124,7 +125,7 @@ export function judgeClock(env: ClockedEnvelope, inputs: ClockInputs): ClockVerd
   }
   if (prev) claims(prev.clock, prev.verified)
   for (const id of env.deps) {
-    const idHex = hexOf(id)
+    const idHex = toHex(id)
     const d = inputs.dep(idHex)
     if (!d) {
       // Its claims are unknown here, so a mismatch may be its doing: nothing is provably bad.
@@ -205,11 +206,4 @@ export function composeClock(
   // raised past `stableIndex` by an input only covers more, so the
   // entries kept are still right, if not all needed.
   return { base, clock: clockFrom([...m].filter(([a, n]) => n > committedSeq(a))) }
-}
-
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'))
-function hexOf(b: Uint8Array): string {
-  let s = ''
-  for (const x of b) s += HEX[x]
-  return s
 }

@@ -18,7 +18,7 @@ import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord 
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
-import { authorLeafOf, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState } from './state.ts'
+import { authorLeafOf, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -441,8 +441,12 @@ export class ReliableReplica {
     const authors = this.authorLeaves.rootOf(sha256, (id) => {
       const a = this.authors.get(id)
       if (!a) return undefined
-      const recent = [...a.recent.entries()].sort((x, y) => x[0] - y[0]).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record))))
-      return authorLeafOf(sha256, id, a.seq, recent)
+      return authorLeafOf(
+        sha256,
+        id,
+        a.seq,
+        bySeq(a).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record)))),
+      )
     })
     return stateHashOf(sha256, this.space, this.index, authors, objects, this.parked())
   }
@@ -459,7 +463,7 @@ export class ReliableReplica {
 
   private auditAuthor(id: string): AuditAuthor {
     const a = this.authors.get(id) as AuthorState
-    return [id, a.seq, [...a.recent.entries()].sort((x, y) => x[0] - y[0]).map(([seq, r]) => encodeRecent(seq, r.idHex, r.record))]
+    return [id, a.seq, encodedRecent(a)]
   }
 
   /**
@@ -471,7 +475,7 @@ export class ReliableReplica {
    * are not included: the caller keeps and re-receives those.
    */
   checkpoint(): unknown {
-    const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, [...a.recent.entries()].map(([seq, r]) => encodeRecent(seq, r.idHex, r.record))])
+    const authors = [...this.authors.entries()].map(([id, a]) => [id, a.seq, encodedRecent(a)])
     const waiting = [...this.waiting.values()].flatMap((q) => [...q.values()].map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]))
     const histories = [...this.histories.entries()].map(([key, h]) => [key, h.map((e) => [e.index, e.value])])
     return [CHECKPOINT_TAG, this.stableSnapshot(), this.commits, authors, waiting, histories, this.historyFrom]
@@ -975,6 +979,16 @@ interface Item {
 
 function itemsOf(unit: EnvelopeUnit): readonly Item[] {
   return unit.kind === 'op' ? [unit] : unit.items
+}
+
+/** An author's recent records, ascending by seq. */
+function bySeq(a: AuthorState): Array<[number, Recent]> {
+  return [...a.recent.entries()].sort((x, y) => x[0] - y[0])
+}
+
+/** An author's recent records in their wire form, ascending by seq (audit states and checkpoints). */
+function encodedRecent(a: AuthorState): RecentRecord[] {
+  return bySeq(a).map(([seq, r]) => encodeRecent(seq, r.idHex, r.record))
 }
 
 function slotOf(env: Envelope): string {
