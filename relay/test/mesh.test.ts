@@ -1,6 +1,6 @@
 import { createLibp2pMesh, MESH_PROTOCOL } from '../src/mesh/libp2p.ts'
 import type { Libp2pMesh, Libp2pMeshOptions } from '../src/mesh/libp2p.ts'
-import { encodeFrames, FrameDecoder, FrameTooLargeError } from '../src/mesh/frame.ts'
+import { encodeFrames, FrameDecoder, FrameTooLargeError } from '@stead/core'
 import type { PeerAddress } from '../src/mesh/types.ts'
 import { halfWindowUpdates, windowUpdateDue } from '../src/mesh/yamux-window.ts'
 

@@ -1,9 +1,12 @@
 import type { Envelope } from '@stead/core'
+import type { PeerSource } from './peers.ts'
 
 /** An envelope held back until its deps are here. */
 export interface Held {
   readonly env: Envelope
   readonly frame: Uint8Array
+  /** The peer it came from, when a peer sent it (not a relay). */
+  readonly source?: PeerSource | undefined
 }
 
 interface Entry extends Held {
@@ -40,10 +43,10 @@ export class CausalBuffer {
   }
 
   /** Holds `env` until every id in `missing` arrived; returns what had to be let go to make room. */
-  hold(env: Envelope, frame: Uint8Array, missing: readonly string[], now: number): Held[] {
+  hold(env: Envelope, frame: Uint8Array, missing: readonly string[], now: number, source?: PeerSource): Held[] {
     const out: Held[] = []
     if (this.held.size >= this.maxHeld) out.push(this.release(this.held.keys().next().value as string))
-    this.held.set(env.idHex, { env, frame, missing: new Set(missing), since: now })
+    this.held.set(env.idHex, { env, frame, source, missing: new Set(missing), since: now })
     for (const d of missing) {
       let w = this.waiters.get(d)
       if (!w) this.waiters.set(d, (w = new Set()))
@@ -101,7 +104,7 @@ export class CausalBuffer {
       w?.delete(id)
       if (w?.size === 0) this.waiters.delete(d)
     }
-    return { env: e.env, frame: e.frame }
+    return { env: e.env, frame: e.frame, source: e.source }
   }
 }
 

@@ -4,6 +4,7 @@ import type { Deferred } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
 import { Listeners } from './listeners.ts'
+import { PeerHub, type PeerStats } from './peers.ts'
 import { NO_NEWS } from './outbox.ts'
 import { ClientRecords, type AuthorState, type Restored } from './persist.ts'
 import { RelaySessions } from './sessions.ts'
@@ -31,6 +32,8 @@ interface Lead {
   readonly storage: ClientStorage
   readonly identity: { secretKey: Uint8Array; publicKey: Uint8Array }
   readonly sessions: RelaySessions
+  /** Peer sync, when the app gave a peer network. */
+  readonly peers: PeerHub | undefined
 }
 
 /** How this client shares itself with other tabs, when it does. */
@@ -122,7 +125,8 @@ export class SteadClient {
         this.init.tabs?.hub?.status()
       },
     })
-    this.lead = { storage, identity, sessions }
+    const peers = options.peers && new PeerHub(options.peers, (peer, why) => this.emitError(new SteadError('untrusted', `peer ${peer} ${why}; it is refused from now on`)))
+    this.lead = { storage, identity, sessions, peers }
     const tabs = this.init.tabs
     if (tabs) {
       tabs.hub = new TabHub(tabs.platform.channel(channelName(tabs.platform)), {
@@ -143,6 +147,7 @@ export class SteadClient {
       })
     }
     sessions.start()
+    peers?.start(identity).catch((err: unknown) => this.emitError(new SteadError('unsupported', `peer sync could not start: ${err instanceof Error ? err.message : String(err)}`, { cause: err })))
   }
 
   /** @internal Follows the leading tab over `link`; takes the lead when the lock comes to this tab. */
@@ -217,6 +222,11 @@ export class SteadClient {
     return (this.lead?.sessions ?? (this.init.tabs?.link as LeaderLink)).statusFor(this.closed, this.problem)
   }
 
+  /** Peer sync counts (links open, frames, faulty peers) when the client has a `peers` network and this tab leads; otherwise undefined. */
+  get peers(): PeerStats | undefined {
+    return this.lead?.peers?.status
+  }
+
   /** Whether this tab owns the storage and the relay sessions (true without tabs); the other tabs follow it. */
   get leading(): boolean {
     return this.lead !== undefined
@@ -258,6 +268,7 @@ export class SteadClient {
     tabs?.hub?.close()
     if (this.lead) {
       this.lead.sessions.close()
+      await this.lead.peers?.stop().catch(() => undefined)
       await this.lead.storage.close()
     }
     // After the storage: the next leader opens it.
@@ -328,6 +339,7 @@ export class SteadClient {
       checkpointEvery: options.checkpointEvery ?? 1000,
       now: options.now ?? Date.now,
       news: hub ? hub.newsFor(name, own) : NO_NEWS,
+      peers: lead.peers,
       replicaOptions: replicaOptionsOf(name, options),
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
       last: lastClock(restored.author, ours, space.replica.nextSeq(this.authorId) - 1, (seq) => space.replica.clockRecord(this.authorId, seq)),
@@ -337,6 +349,7 @@ export class SteadClient {
     this.opened.set(name, space)
     this.upstreams.set(name, upstream)
     lead.sessions.join(upstream)
+    lead.peers?.join(upstream)
     // Waits check the new upstream from now on.
     space.progress()
     return upstream

@@ -27,7 +27,8 @@ import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 import type { ClockProofs } from './proofs.ts'
-import { CausalBuffer, baseKey } from './causal-buffer.ts'
+import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
+import type { PeerHub, PeerSource } from './peers.ts'
 
 interface IntakeOptions {
   space: Space
@@ -46,6 +47,8 @@ interface IntakeOptions {
   bootstrap: (relays: ReadonlyArray<{ relay: number | undefined; url: string }>) => Promise<VerifiedSnapshot | undefined>
   /** Options of the space's replica (a snapshot starts a new one). */
   replicaOptions: { space: string; historyLimit?: number }
+  /** The client's peers, when it syncs peer to peer: what peers send is passed on to the others. */
+  peers: PeerHub | undefined
 }
 
 /**
@@ -244,13 +247,22 @@ export class RelayIntake {
     else void this.onCommit(link, m)
   }
 
-  private async onEnvelope(link: RelayLink, frame: Uint8Array): Promise<void> {
+  /**
+   * An envelope frame from a peer (peers.ts): checked like a relay's, and
+   * its clock judged against what this client holds before it shows. The
+   * deps it names that are not here are asked of that peer.
+   */
+  fromPeer(frame: Uint8Array, source: PeerSource): void {
+    if (!this.closed) void this.onEnvelope(source, frame, source)
+  }
+
+  private async onEnvelope(from: { markFaulty(why: string): void }, frame: Uint8Array, peer?: PeerSource): Promise<void> {
     const { space, crypto, outbox } = this.o
     let signed
     try {
       signed = asSigned(decode(frame))
     } catch (err) {
-      return link.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
+      return from.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
     }
     const idHex = toHex(crypto.sha256(signed.bytes))
     if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)) return
@@ -260,18 +272,20 @@ export class RelayIntake {
       env = await openEnvelope(crypto, signed)
     } catch {
       // A forged envelope: the relay that certified and sent it is lying (or passed on a client's garbage).
-      return link.markFaulty('sent an envelope that does not verify')
+      return from.markFaulty('sent an envelope that does not verify')
     } finally {
       this.verifying.delete(idHex)
     }
-    if (this.closed || env.space !== space.space) return
+    if (this.closed) return
+    if (env.space !== space.space) return peer?.markFaulty(`sent an envelope of space ${env.space} as one of ${space.space}`)
     // Shown only after what it follows: its deps, and the stable history up to its base (what its
     // clock counts as seen), wait here if they have not arrived. So this client never shows what it
     // could not yet cite in its own next envelope.
-    const missing = env.deps.map(toHex).filter((d) => !this.isHere(d))
-    if (env.base > space.replica.stableIndex) missing.push(baseKey(env.base))
-    if (missing.length === 0) return this.deliver(env, frame)
-    for (const h of this.causal.hold(env, frame, missing, this.o.now())) this.deliver(h.env, h.frame)
+    const deps = env.deps.map(toHex).filter((d) => !this.isHere(d))
+    const missing = env.base > space.replica.stableIndex ? [...deps, baseKey(env.base)] : deps
+    if (missing.length === 0) return this.deliver({ env, frame, source: peer })
+    if (peer && deps.length > 0) this.o.peers?.want(space.space, peer.peer, deps)
+    for (const h of this.causal.hold(env, frame, missing, this.o.now(), peer)) this.deliver(h)
     this.armCausalTimer()
   }
 
@@ -281,9 +295,19 @@ export class RelayIntake {
     return space.replica.isPending(idHex) || outbox.has(idHex) || space.replica.hasCommitted(idHex)
   }
 
-  /** Shows a verified envelope of another author, then whatever waited only for it. */
-  private deliver(env: Envelope, frame: Uint8Array): void {
+  /**
+   * Shows a verified envelope of another author, then whatever waited only
+   * for it. One a peer sent shows only if its clock holds up against what
+   * this client holds (relays judged theirs at the door), and is passed on
+   * to the other peers.
+   */
+  private deliver(h: Held): void {
     const { space, outbox } = this.o
+    const { env, frame, source } = h
+    if (source && !space.replica.decided(env)) {
+      const verdict = space.replica.judgeReceived(env)
+      if (verdict && !verdict.ok) return source.markFaulty(`sent ${env.authorId}:${env.seq} with a bad clock: ${verdict.detail}`)
+    }
     // Not ordered yet, and a few such envelopes never will be: reversed if they stay undecided too long.
     const r = space.replica.receive(env, { expires: true })
     if (!(r.status === 'duplicate' && r.changed.size === 0)) {
@@ -292,8 +316,9 @@ export class RelayIntake {
       this.inboxWrites.push(this.o.records.inboxPut(env.idHex, frame))
       this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
       space.notify(r.changed)
+      if (source) this.o.peers?.announce(space.space, frame, source.peer)
     }
-    for (const h of this.causal.arrived(env.idHex)) this.deliver(h.env, h.frame)
+    for (const next of this.causal.arrived(env.idHex)) this.deliver(next)
   }
 
   /** Lets go, when its wait runs out, of an envelope whose deps never came (they may only arrive inside a commit, or never). */
@@ -302,7 +327,7 @@ export class RelayIntake {
     if (this.causalTimer || deadline === undefined || this.closed) return
     this.causalTimer = setTimeout(() => {
       this.causalTimer = undefined
-      for (const h of this.causal.expired(this.o.now())) this.deliver(h.env, h.frame)
+      for (const h of this.causal.expired(this.o.now())) this.deliver(h)
       this.armCausalTimer()
     }, Math.max(0, deadline - this.o.now()))
   }
@@ -538,9 +563,9 @@ export class RelayIntake {
     // Decided envelopes no longer wait for anything, and nothing need wait for them.
     for (const d of result.decisions) {
       this.causal.drop(d.env.idHex)
-      for (const h of this.causal.arrived(d.env.idHex)) this.deliver(h.env, h.frame)
+      for (const h of this.causal.arrived(d.env.idHex)) this.deliver(h)
     }
-    for (const h of this.causal.reachedBase(result.stableIndex)) this.deliver(h.env, h.frame)
+    for (const h of this.causal.reachedBase(result.stableIndex)) this.deliver(h)
     this.applied.set(a.round, c.bytes)
     for (const round of this.applied.keys()) {
       if (this.applied.size <= RECENT_APPLIED) break

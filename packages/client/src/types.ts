@@ -1,5 +1,6 @@
 import type { Crypto, ErrorReason } from '@stead/core'
 import type { ClusterDescriptor, Fetch } from './cluster.ts'
+import type { PeerNetwork } from './peers.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { SocketFactory } from './transport.ts'
 
@@ -210,6 +211,14 @@ export interface ClientOptions {
   readonly connect?: SocketFactory
   /** HTTP GET for cluster descriptors, quorum reads and history pages. Default: the global fetch. */
   readonly fetch?: Fetch
+  /**
+   * Syncs spaces peer to peer too, over this network (`libp2pPeers` from
+   * `@stead/client/node` in Node): envelopes go straight to the space's other
+   * clients and come from them, each checked (signature, clock) before it
+   * shows, so connected clients keep collaborating while every relay is
+   * unreachable. Default: none, relays only. See "Peer to peer" in the README.
+   */
+  readonly peers?: PeerNetwork
   /** Wall clock for register timestamps and timers. Default Date.now. */
   readonly now?: () => number
 }

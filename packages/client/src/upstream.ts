@@ -11,6 +11,7 @@ import {
   readAuthBytes,
   stableReadBytes,
   toHex,
+  encodeEnvelope,
   type Clock,
   type Crypto,
   type RelayMessage,
@@ -23,6 +24,7 @@ import { RelayIntake } from './intake.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
+import type { PeerHub, PeerMember, PeerSource } from './peers.ts'
 import type { RelaySessions, SessionMember } from './sessions.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
 import type { RelayLink } from './transport.ts'
@@ -45,14 +47,18 @@ export interface RelayUpstreamInit {
   last: { base: number; clock: Clock }
   /** Options of the space's replica (a verified snapshot starts a new one). */
   replicaOptions: { space: string; historyLimit?: number }
+  /** The client's peers, when it syncs peer to peer. */
+  peers: PeerHub | undefined
 }
 
 /**
  * A space's way to the relays, in the tab that owns the sessions: the
  * outbox (own envelopes), the intake (envelopes and commits) and the
- * reads that ask the relays over HTTP.
+ * reads that ask the relays over HTTP. With peers, also the space's side of
+ * peer sync: its own new envelopes go to its peers too, and what they send
+ * is checked like what relays send.
  */
-export class RelayUpstream implements Upstream, SessionMember {
+export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   readonly space: string
   readonly outbox: Outbox
   private readonly intake: RelayIntake
@@ -63,7 +69,17 @@ export class RelayUpstream implements Upstream, SessionMember {
   constructor(o: RelayUpstreamInit) {
     this.o = o
     this.space = o.space.space
-    this.outbox = new Outbox({ ...o, member: this })
+    const peers = o.peers
+    const news: SpaceNews = peers
+      ? {
+          ...o.news,
+          sealed: (frame, requests) => {
+            o.news.sealed(frame, requests)
+            if (frame) peers.announce(this.space, frame)
+          },
+        }
+      : o.news
+    this.outbox = new Outbox({ ...o, news, member: this })
     this.intake = new RelayIntake({ ...o, outbox: this.outbox, proofs: this.proofs, bootstrap: (relays) => this.verifiedSnapshot(relays) })
   }
 
@@ -96,8 +112,24 @@ export class RelayUpstream implements Upstream, SessionMember {
   async close(): Promise<void> {
     this.closed = true
     this.o.sessions.leave(this)
+    this.o.peers?.leave(this)
     await this.intake.close()
     this.outbox.close(new ClosedError(`space ${this.space}`))
+  }
+
+  // ---- PeerMember
+
+  held(): string[] {
+    return this.o.space.replica.pendingEnvelopes().map((e) => e.idHex)
+  }
+
+  frame(idHex: string): Uint8Array | undefined {
+    const env = this.o.space.replica.pendingEnvelope(idHex)
+    return env && encodeEnvelope(env)
+  }
+
+  fromPeer(frame: Uint8Array, source: PeerSource): void {
+    if (!this.closed) this.intake.fromPeer(frame, source)
   }
 
   // ---- SessionMember

@@ -573,10 +573,14 @@ describe('entry points', () => {
     expect(external.sort()).toEqual(['@stead/core', 'idb'])
   })
 
-  it('the node entry adds lmdbStorage on top of everything in the main entry', async () => {
+  it('the node entry adds lmdbStorage and libp2p peers on top of everything in the main entry, loading libp2p only when used', async () => {
     const main = await import('../src/index.ts')
     const node = await import('../src/node.ts')
-    expect(Object.keys(node).sort()).toEqual([...Object.keys(main), 'lmdbStorage'].sort())
-    expect(externalImports(join(src, 'node.ts')).has('lmdb')).toBe(true)
+    expect(Object.keys(node).sort()).toEqual([...Object.keys(main), 'lmdbStorage', 'libp2pPeers', 'PEER_PROTOCOL'].sort())
+    const external = externalImports(join(src, 'node.ts'))
+    expect(external.has('lmdb')).toBe(true)
+    // Only type imports of libp2p: its modules are loaded by libp2pPeers().start(), so apps without peers need none of them.
+    expect([...external].filter((spec) => /libp2p|multiaddr/.test(spec)).sort()).toEqual(['@libp2p/interface', '@multiformats/multiaddr'])
+    expect(readFileSync(join(src, 'peers-libp2p.ts'), 'utf8')).toMatch(/^import type \{[^}]+\} from '@libp2p\/interface'$/m)
   })
 })

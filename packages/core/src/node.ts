@@ -8,3 +8,4 @@
  * @module @stead/core/node
  */
 export { nodeCrypto, publicKeyOfSync, signSync, verifySync } from './crypto/node.ts'
+export { installPromiseWithResolvers } from './with-resolvers.ts'

@@ -14,7 +14,7 @@ import {
   restoreCrdt,
 } from './crdt/index.ts'
 import type { Signed } from './codec.ts'
-import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord } from './causal.ts'
+import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
@@ -713,6 +713,30 @@ export class ReliableReplica {
    */
   judgeClock(env: Envelope): ReturnType<typeof judgeClock> {
     return judgeClock(env, this.clockInputs(env))
+  }
+
+  /**
+   * The update validator on a received envelope before it shows, when
+   * nothing has ordered it yet (an envelope from a peer): an input the
+   * stable history has no record of is taken from the pending envelope it
+   * names, as an unverified claim, so only a clock that contradicts what
+   * this replica holds is refused. Undefined while the envelope's base is
+   * ahead of this replica's stable index: it cannot be judged here yet.
+   */
+  judgeReceived(env: Envelope): ClockVerdict | undefined {
+    if (env.base > this.index) return undefined
+    const stable = this.clockInputs(env)
+    const claimOf = (e: Envelope | undefined): CommittedClock | undefined =>
+      e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: false } }
+    // A slot with two envelopes in it (an author's twins) names no single previous clock.
+    const twins = this.slots.get(`${env.authorId}:${env.seq - 1}`)
+    const prev = stable.prev ?? (twins?.size === 1 ? claimOf(this.pending.get(twins.values().next().value as string)?.env)?.record : undefined)
+    return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(this.pending.get(idHex)?.env) })
+  }
+
+  /** A pending envelope by id, for a client to hand to a peer. */
+  pendingEnvelope(idHex: string): Envelope | undefined {
+    return this.pending.get(idHex)?.env
   }
 
   private clockInputs(env: Envelope): ClockInputs {

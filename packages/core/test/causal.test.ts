@@ -133,6 +133,8 @@ describe('envelope clocks (Chrono with a stable base)', () => {
         fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), fc.boolean(), fc.integer({ min: 0, max: 3 })), { minLength: 1, maxLength: 30 }),
         async (steps) => {
           const audit = new ReliableReplica({ space: SPACE })
+          // A client that gets every envelope as it is sent (peer to peer) and judges it before it shows.
+          const viewer = new ReliableReplica({ space: SPACE })
           const authors = users.slice(0, 3)
           const ids = authors.map((u) => u.id)
           // Each author: what it heard (heads), its last clock, its seq; and the true causal past of every envelope.
@@ -173,10 +175,12 @@ describe('envelope clocks (Chrono with a stable base)', () => {
             for (const [a, n] of [...truth]) if (n === 0) truth.delete(a)
             past.set(env.idHex, truth)
             sent.push(env)
+            expect(viewer.judgeReceived(env)?.ok ?? true).toBe(true)
+            viewer.receive(env)
             unordered.push(env)
             if (commitNow) {
-              // (checked below, after the commit)
               // Commit in an order that respects causality (what one relay's FIFO gives).
+              viewer.commit(unordered)
               const { decisions } = audit.commit(unordered)
               unordered = []
               for (const d of decisions) {
@@ -201,6 +205,30 @@ describe('envelope clocks (Chrono with a stable base)', () => {
       ),
       { numRuns: 60 },
     )
+  })
+
+  it('judges a received envelope against the pending ones it names, before anything ordered them', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const a1 = await seal(alice, 1)
+    r.receive(a1)
+    // Honest: cites a1, which only this replica's pending set holds.
+    const b1 = await seal(bob, 1, { clock: clockFrom([[alice.id, 1]]), deps: [a1] })
+    expect(r.judgeReceived(b1)).toMatchObject({ ok: true })
+    r.receive(b1)
+    // Inflated: claims more of alice than its dep carries.
+    expect(r.judgeReceived(await seal(carol, 1, { clock: clockFrom([[alice.id, 5]]), deps: [a1] }))).toMatchObject({ ok: false, reason: 'bad-clock' })
+    // Forgetful: bob's next envelope drops what its pending previous one had seen.
+    expect(r.judgeReceived(await seal(bob, 2))).toMatchObject({ ok: false, reason: 'bad-clock' })
+    expect(r.judgeReceived(await seal(bob, 2, { clock: clockFrom([[alice.id, 1]]) }))).toMatchObject({ ok: true })
+    // A dep it does not hold: nothing is provably wrong.
+    const unseen = await seal(carol, 1)
+    expect(r.judgeReceived(await seal(alice, 2, { clock: clockFrom([[carol.id, 1]]), deps: [unseen] }))).toMatchObject({ ok: true, verified: false })
+    // Twins in the previous slot name no single previous clock: unverified, not refused.
+    r.receive(await seal(carol, 1, { clock: clockFrom([[alice.id, 1]]), deps: [a1] }))
+    r.receive(unseen)
+    expect(r.judgeReceived(await seal(carol, 2))).toMatchObject({ ok: true, verified: false })
+    // A base this replica has not reached cannot be judged here.
+    expect(r.judgeReceived(await seal(alice, 2, { base: 3 }))).toBeUndefined()
   })
 
   it('a replica started from the served audit state judges clocks like the original', async () => {

@@ -27,7 +27,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { createLibp2p } from 'libp2p'
 import type { Connection, Libp2p, PeerId, Stream, StreamMessageEvent } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
-import { encodeFrames, FRAME_HEADER_BYTES, FrameDecoder } from './frame.ts'
+import { encodeFrames, FRAME_HEADER_BYTES, FrameDecoder } from '@stead/core'
 import type { Mesh, PeerAddress } from './types.ts'
 import { halfWindowUpdates } from './yamux-window.ts'
 

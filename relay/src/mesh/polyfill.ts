@@ -1,32 +1,7 @@
 /**
- * `Promise.withResolvers` (ES2024) for Node 20: libp2p 3 and its streams call
- * it at run time. Import this module before anything from libp2p.
+ * Imported first by the mesh: libp2p 3 calls `Promise.withResolvers`, which
+ * Node 20 lacks, so it is added before any libp2p module loads.
  */
-interface Resolvers<T> {
-  promise: Promise<T>
-  resolve: (value: T | PromiseLike<T>) => void
-  reject: (reason?: unknown) => void
-}
+import { installPromiseWithResolvers } from '@stead/core/node'
 
-const P = Promise as PromiseConstructor & { withResolvers?: <T>() => Resolvers<T> }
-
-if (typeof P.withResolvers !== 'function') {
-  Object.defineProperty(Promise, 'withResolvers', {
-    configurable: true,
-    writable: true,
-    enumerable: false,
-    value: function withResolvers<T>(this: PromiseConstructor): Resolvers<T> {
-      let resolve!: Resolvers<T>['resolve']
-      let reject!: Resolvers<T>['reject']
-      // Honour subclasses, as the spec does (`this` is the constructor).
-      const Ctor = typeof this === 'function' ? this : Promise
-      const promise = new Ctor<T>((res, rej) => {
-        resolve = res
-        reject = rej
-      })
-      return { promise, resolve, reject }
-    },
-  })
-}
-
-export {}
+installPromiseWithResolvers()

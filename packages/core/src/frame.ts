@@ -1,6 +1,6 @@
-import { concatBytes } from '@stead/core'
+import { concatBytes } from './bytes.ts'
 /**
- * Mesh framing: every frame is a 4-byte big-endian unsigned length followed by
+ * Stream framing (the relay mesh, client peers): every frame is a 4-byte big-endian unsigned length followed by
  * that many bytes. Pure code, no I/O, so it is unit-testable on its own.
  */
 
@@ -8,8 +8,11 @@ export const FRAME_HEADER_BYTES = 4
 
 /** A length prefix announced a frame larger than the receiver accepts. */
 export class FrameTooLargeError extends Error {
+  /** Always `too-large`, as a SteadError would say. */
   readonly reason = 'too-large'
+  /** The length the prefix announced. */
   readonly length: number
+  /** The largest frame the receiver accepts. */
   readonly max: number
   constructor(
     length: number,
@@ -62,6 +65,7 @@ export class FrameDecoder {
     return this.expected < 0 && this.headerFill === 0
   }
 
+  /** Feeds the next bytes of the stream; `emit` gets each frame they complete, in order. */
   push(chunk: Uint8Array, emit: (frame: Uint8Array) => void): void {
     let off = 0
     const len = chunk.byteLength

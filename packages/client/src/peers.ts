@@ -1,0 +1,296 @@
+import { DEFAULT_LIMITS, SteadError, decode, encode, fromHex, toHex } from '@stead/core'
+
+/**
+ * Peer-to-peer sync between the clients of a space (Merkle-CRDTs): envelopes
+ * are content-addressed and signed, so a client can take them from any peer
+ * and check them itself, with no relay in between. While the relays are
+ * unreachable, connected clients keep collaborating; when the relays come
+ * back, every signed envelope flows into the stable order as usual (whoever
+ * holds one may submit it).
+ *
+ * The hub speaks one small protocol over whatever links a {@link PeerNetwork}
+ * gives it (libp2p in Node: `libp2pPeers`; an in-memory pair in tests):
+ *
+ * - `have` lists the ids of the envelopes a client holds undecided for a
+ *   space. Each side sends it when a link opens (and when it opens a space);
+ *   the other answers with every envelope it holds that the list lacks. One
+ *   round trip and both hold the union.
+ * - `env` carries envelope frames. A client passes on, to every peer of the
+ *   space, its own new envelopes and those it first got from a peer (the
+ *   relays deliver the rest).
+ * - `want` asks for envelopes by id: the deps a received envelope names that
+ *   the client does not have.
+ *
+ * A peer that sends anything malformed, an envelope whose signature does
+ * not verify, or a clock its inputs contradict is faulty: its link is closed
+ * and the hub refuses it from then on.
+ */
+
+/** A connection to one peer, as a {@link PeerNetwork} gives it. */
+export interface PeerLink {
+  /** Who the peer is: an authenticated id (libp2p's peer id), stable across its connections. */
+  readonly peer: string
+  /** Queues one message; false when it was dropped (the link is closed or its queue full). */
+  send(message: Uint8Array): boolean
+  /** Closes the link, saying why (for the peer's and this client's logs). */
+  close(reason: string): void
+}
+
+/** What a {@link PeerNetwork} tells the hub. */
+export interface PeerEvents {
+  /** A link to a peer is open: messages may go both ways. */
+  opened(link: PeerLink): void
+  /** One whole message from the peer of `link`. */
+  message(link: PeerLink, message: Uint8Array): void
+  /** The link closed (either side, or the network failed). */
+  closed(link: PeerLink): void
+}
+
+/** The links to a client's peers: a transport behind a handful of methods. One network serves one client. */
+export interface PeerNetwork {
+  /**
+   * Starts listening and dialling; `events` hears of every link. `identity`
+   * is the client's Ed25519 key pair, which a transport may take as its own
+   * (libp2p does, so peers are authenticated).
+   */
+  start(events: PeerEvents, identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }): Promise<void>
+  /** Closes every link and stops. */
+  stop(): Promise<void>
+}
+
+/** A peer a space heard an envelope from: blamed when the envelope proves bad. */
+export interface PeerSource {
+  readonly peer: string
+  markFaulty(why: string): void
+}
+
+/** A space's side of peer sync (a space of the leading tab). */
+export interface PeerMember {
+  readonly space: string
+  /** Ids (hex) of the envelopes this space holds undecided: what it can hand a peer. */
+  held(): string[]
+  /** The frame of an envelope this space holds, by id. */
+  frame(idHex: string): Uint8Array | undefined
+  /** An envelope frame from a peer: verify it, then show it or blame the peer. */
+  fromPeer(frame: Uint8Array, source: PeerSource): void
+}
+
+/** Counts of what the hub did, for status and tests. */
+export interface PeerStats {
+  /** Links open now. */
+  readonly peers: number
+  /** Envelope frames sent to peers. */
+  readonly framesSent: number
+  /** Envelope frames received from peers (before they are checked). */
+  readonly framesReceived: number
+  /** Messages a full or closed link dropped. */
+  readonly dropped: number
+  /** Peers found faulty (each is refused from then on). */
+  readonly faulty: number
+}
+
+const TAG = 'stead/peer/v1'
+/** Most ids in one `have` or `want`: a space's undecided envelopes beyond it are exchanged as they arrive. */
+export const MAX_PEER_IDS = 4096
+/** Most frames, and bytes of frames, in one `env` message. */
+const MAX_FRAMES_PER_MESSAGE = 256
+const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
+
+type PeerMessage =
+  | { kind: 'have'; space: string; ids: Uint8Array[]; ask: boolean }
+  | { kind: 'want'; space: string; ids: Uint8Array[] }
+  | { kind: 'env'; space: string; frames: Uint8Array[] }
+
+function encodeMessage(m: PeerMessage): Uint8Array {
+  if (m.kind === 'have') return encode([TAG, m.kind, m.space, m.ids, m.ask])
+  return encode([TAG, m.kind, m.space, m.kind === 'want' ? m.ids : m.frames])
+}
+
+/**
+ * Reads one peer message, refusing anything but the exact shapes above
+ * within their budgets.
+ *
+ * @throws SteadError `malformed` or `too-large`, with the reason.
+ */
+export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
+  const v = decode(bytes, DEFAULT_LIMITS.maxFrameBytes)
+  if (!Array.isArray(v) || v[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} message`)
+  const [, kind, space, list, ask] = v as unknown[]
+  if (typeof space !== 'string' || space.length === 0 || space.length > 128) throw new SteadError('malformed', 'a peer message names a space of 1 to 128 characters')
+  if (!Array.isArray(list) || !list.every((x) => x instanceof Uint8Array)) throw new SteadError('malformed', `a ${String(kind)} message carries a list of byte strings`)
+  const items = list as Uint8Array[]
+  if (kind === 'have' || kind === 'want') {
+    if (v.length !== (kind === 'have' ? 5 : 4)) throw new SteadError('malformed', `a ${kind} message has ${kind === 'have' ? 5 : 4} fields`)
+    if (items.length > MAX_PEER_IDS) throw new SteadError('too-large', `${items.length} ids in one ${kind} message; at most ${MAX_PEER_IDS}`)
+    if (!items.every((id) => id.length === 32)) throw new SteadError('malformed', 'an envelope id is 32 bytes')
+    return kind === 'have' ? (typeof ask === 'boolean' ? { kind, space, ids: items, ask } : malformed('a have message says whether to answer')) : { kind, space, ids: items }
+  }
+  if (kind === 'env') {
+    if (v.length !== 4) throw new SteadError('malformed', 'an env message has 4 fields')
+    if (items.length > MAX_FRAMES_PER_MESSAGE) throw new SteadError('too-large', `${items.length} frames in one env message; at most ${MAX_FRAMES_PER_MESSAGE}`)
+    return { kind, space, frames: items }
+  }
+  throw new SteadError('malformed', `unknown peer message ${JSON.stringify(kind)}`)
+}
+
+function malformed(why: string): never {
+  throw new SteadError('malformed', why)
+}
+
+interface LinkState {
+  readonly link: PeerLink
+  /** Spaces the peer said it holds (it sent `have`): what it is sent. */
+  readonly spaces: Set<string>
+  closed: boolean
+}
+
+/**
+ * One client's peer sync: the links its {@link PeerNetwork} opens, shared by
+ * every space of the client (see the module comment above for the protocol).
+ */
+export class PeerHub {
+  private readonly links = new Map<PeerLink, LinkState>()
+  private readonly members = new Map<string, PeerMember>()
+  /** Peers found faulty: their links are refused. */
+  private readonly refused = new Set<string>()
+  private stats = { framesSent: 0, framesReceived: 0, dropped: 0 }
+  private stopped = false
+  private readonly network: PeerNetwork
+  private readonly onFault: (peer: string, why: string) => void
+
+  constructor(network: PeerNetwork, onFault: (peer: string, why: string) => void) {
+    this.network = network
+    this.onFault = onFault
+  }
+
+  start(identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }): Promise<void> {
+    return this.network.start(
+      {
+        opened: (link) => this.opened(link),
+        message: (link, bytes) => this.message(link, bytes),
+        closed: (link) => this.links.delete(link),
+      },
+      identity,
+    )
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    this.members.clear()
+    await this.network.stop()
+    this.links.clear()
+  }
+
+  get status(): PeerStats {
+    return { peers: this.links.size, ...this.stats, faulty: this.refused.size }
+  }
+
+  /** A space takes part: its peers learn what it holds, and answer with what it lacks. */
+  join(member: PeerMember): void {
+    if (this.stopped) return
+    this.members.set(member.space, member)
+    for (const s of this.links.values()) this.sendHave(s, member, true)
+  }
+
+  leave(member: PeerMember): void {
+    if (this.members.get(member.space) === member) this.members.delete(member.space)
+  }
+
+  /** Passes an envelope on to every peer of its space but the one it came from. */
+  announce(space: string, frame: Uint8Array, from?: string): void {
+    for (const s of this.links.values()) if (s.spaces.has(space) && s.link.peer !== from) this.sendFrames(s, space, [frame])
+  }
+
+  /** Asks `peer` for envelopes by id (deps an envelope it sent names). */
+  want(space: string, peer: string, ids: readonly string[]): void {
+    for (const s of this.links.values()) {
+      if (s.link.peer !== peer || !s.spaces.has(space)) continue
+      this.send(s, { kind: 'want', space, ids: ids.slice(0, MAX_PEER_IDS).map(fromHex) })
+      return
+    }
+  }
+
+  private opened(link: PeerLink): void {
+    if (this.stopped) return link.close('this client is closing')
+    if (this.refused.has(link.peer)) return link.close('this peer was found faulty')
+    const s: LinkState = { link, spaces: new Set(), closed: false }
+    this.links.set(link, s)
+    for (const m of this.members.values()) this.sendHave(s, m, false)
+  }
+
+  private message(link: PeerLink, bytes: Uint8Array): void {
+    const s = this.links.get(link)
+    if (!s || s.closed) return
+    let m: PeerMessage
+    try {
+      m = decodePeerMessage(bytes)
+    } catch (err) {
+      return this.fault(s, `sent a bad message: ${(err as Error).message}`)
+    }
+    const member = this.members.get(m.space)
+    // Whatever a peer says about a space this client holds, it takes part in it: it hears of the space's new envelopes.
+    if (member) s.spaces.add(m.space)
+    if (m.kind === 'have') {
+      if (!member) return
+      if (m.ask) this.sendHave(s, member, false)
+      const theirs = new Set(m.ids.map(toHex))
+      this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)))
+    } else if (m.kind === 'want') {
+      if (member) this.sendHeld(s, member, m.ids.map(toHex))
+    } else {
+      this.stats.framesReceived += m.frames.length
+      if (!member) return
+      const source: PeerSource = { peer: link.peer, markFaulty: (why) => this.fault(s, why) }
+      for (const frame of m.frames) {
+        if (s.closed) return
+        member.fromPeer(frame, source)
+      }
+    }
+  }
+
+  private sendHave(s: LinkState, member: PeerMember, ask: boolean): void {
+    this.send(s, { kind: 'have', space: member.space, ids: member.held().slice(-MAX_PEER_IDS).map(fromHex), ask })
+  }
+
+  private sendHeld(s: LinkState, member: PeerMember, ids: readonly string[]): void {
+    const frames: Uint8Array[] = []
+    for (const id of ids) {
+      const frame = member.frame(id)
+      if (frame) frames.push(frame)
+    }
+    this.sendFrames(s, member.space, frames)
+  }
+
+  /** Sends frames in messages within the per-message budgets. */
+  private sendFrames(s: LinkState, space: string, frames: readonly Uint8Array[]): void {
+    let batch: Uint8Array[] = []
+    let bytes = 0
+    const flush = (): void => {
+      if (batch.length === 0) return
+      this.stats.framesSent += batch.length
+      this.send(s, { kind: 'env', space, frames: batch })
+      batch = []
+      bytes = 0
+    }
+    for (const frame of frames) {
+      if (batch.length >= MAX_FRAMES_PER_MESSAGE || (batch.length > 0 && bytes + frame.length > MAX_FRAME_BYTES_PER_MESSAGE)) flush()
+      batch.push(frame)
+      bytes += frame.length
+    }
+    flush()
+  }
+
+  private send(s: LinkState, m: PeerMessage): void {
+    if (s.closed) return
+    if (!s.link.send(encodeMessage(m))) this.stats.dropped++
+  }
+
+  private fault(s: LinkState, why: string): void {
+    if (s.closed) return
+    s.closed = true
+    this.refused.add(s.link.peer)
+    this.links.delete(s.link)
+    s.link.close(why)
+    this.onFault(s.link.peer, why)
+  }
+}

@@ -1,0 +1,115 @@
+import { toHex } from '@stead/core'
+import type { PeerEvents, PeerLink, PeerNetwork } from '../../src/peers.ts'
+
+/**
+ * An in-memory network of peers for tests: every network started on the
+ * board is linked to every other (messages arrive on a later task, in
+ * order), and a test can link a scripted peer of its own with `attach`.
+ */
+export class PeerBoard {
+  private readonly members: MemoryPeers[] = []
+  /** Messages delivered, for tests that count traffic. */
+  messages = 0
+
+  network(): MemoryPeers {
+    return new MemoryPeers(this)
+  }
+
+  /** @internal */
+  joined(m: MemoryPeers): void {
+    for (const other of this.members) this.link(m, other)
+    this.members.push(m)
+  }
+
+  /** @internal */
+  left(m: MemoryPeers): void {
+    this.members.splice(this.members.indexOf(m), 1)
+  }
+
+  /**
+   * Links a scripted peer to every started network: `receive` hears what
+   * they send it; the returned senders speak for it, one per network.
+   */
+  attach(peer: string, receive: (to: string, message: Uint8Array) => void): Array<{ to: string; send(message: Uint8Array): void; open(): boolean }> {
+    return this.members.map((m) => {
+      const to = m.id as string
+      let closed = false
+      const link: PeerLink = {
+        peer,
+        send: (message) => !closed && later((c) => !closed && receive(to, c), message),
+        close: () => {
+          if (closed) return
+          closed = true
+          m.gone(link)
+        },
+      }
+      m.open(link)
+      return { to, send: (message) => void later((c) => !closed && m.deliver(link, c), message), open: () => !closed }
+    })
+  }
+
+  private link(a: MemoryPeers, b: MemoryPeers): void {
+    let closed = false
+    const close = (): void => {
+      if (closed) return
+      closed = true
+      a.gone(toB)
+      b.gone(toA)
+    }
+    // a's link to b sends into b, where it arrives on b's link to a.
+    const toB: PeerLink = { peer: b.id as string, send: (m) => !closed && later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
+    const toA: PeerLink = { peer: a.id as string, send: (m) => !closed && later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
+    a.open(toB)
+    b.open(toA)
+  }
+
+  private count(): true {
+    this.messages++
+    return true
+  }
+}
+
+/** Runs `arrive` on a later task with a copy of `message` (a sender may reuse its buffer). */
+function later(arrive: (message: Uint8Array) => unknown, message: Uint8Array): true {
+  const copy = message.slice()
+  setTimeout(() => arrive(copy), 0)
+  return true
+}
+
+export class MemoryPeers implements PeerNetwork {
+  id: string | undefined
+  private events: PeerEvents | undefined
+  private readonly links = new Set<PeerLink>()
+  private readonly board: PeerBoard
+  constructor(board: PeerBoard) {
+    this.board = board
+  }
+
+  async start(events: PeerEvents, identity: { publicKey: Uint8Array }): Promise<void> {
+    this.events = events
+    this.id = toHex(identity.publicKey).slice(0, 16)
+    this.board.joined(this)
+  }
+
+  async stop(): Promise<void> {
+    this.board.left(this)
+    for (const l of [...this.links]) l.close('stopped')
+    this.events = undefined
+  }
+
+  /** @internal */
+  open(link: PeerLink): void {
+    this.links.add(link)
+    this.events?.opened(link)
+  }
+
+  /** @internal */
+  deliver(link: PeerLink, message: Uint8Array): void {
+    if (this.links.has(link)) this.events?.message(link, message)
+  }
+
+  /** @internal */
+  gone(link: PeerLink): void {
+    if (this.links.delete(link)) this.events?.closed(link)
+  }
+}

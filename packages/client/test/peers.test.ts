@@ -1,0 +1,130 @@
+import { clockFrom, clockInit, encode, encodeEnvelope, sealEnvelope, toHex, type Envelope, type EnvelopeDraft } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createClient, type ClientOptions, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+import { PeerBoard } from './helpers/peer-board.ts'
+
+const open: SteadClient[] = []
+const clusters: FakeCluster[] = []
+
+afterEach(async () => {
+  for (const c of open.splice(0)) await c.close()
+  for (const c of clusters.splice(0)) c.stop()
+})
+
+/** A fake cluster whose relays are all unreachable until the test brings them up. */
+function offlineCluster(): FakeCluster {
+  const c = new FakeCluster('bank', 4)
+  clusters.push(c)
+  for (const r of c.relays) r.setOnline(false)
+  return c
+}
+
+async function client(c: FakeCluster, extra: Partial<ClientOptions>): Promise<{ client: SteadClient; space: Space; errors: SteadError[] }> {
+  const cl = await createClient({ ...c.clientOptions(), ...extra })
+  open.push(cl)
+  const errors: SteadError[] = []
+  cl.onError((e) => errors.push(e))
+  return { client: cl, space: await cl.space(c.space), errors }
+}
+
+async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+const op = (key: string, n = 1): EnvelopeDraft['updates'][number] => ({ key, decl: { type: 'counter', bounds: {} }, ops: [n] })
+const identity = (byte: number): { secretKey: Uint8Array; publicKey: Uint8Array } => {
+  const secretKey = new Uint8Array(32).fill(byte)
+  return { secretKey, publicKey: publicKeyOfSync(secretKey) }
+}
+
+describe('peer-to-peer sync', () => {
+  it('keeps clients collaborating while every relay is down, then commits what they did once the relays are back', async () => {
+    const c = offlineCluster()
+    const board = new PeerBoard()
+    const peers = await Promise.all([1, 2, 3].map(() => client(c, { peers: board.network() })))
+    // Before they connect: an update made alone reaches the others when the links open.
+    await peers[0]?.space.counter('likes').increment(10)
+    for (const [i, p] of peers.entries()) await p.space.counter('likes').increment(i + 1)
+    await until('every client sees every update', () => peers.every((p) => p.space.counter('likes').value === 16))
+    expect(peers.every((p) => p.space.counter('likes').stable === 0)).toBe(true)
+    expect(peers.every((p) => p.client.peers?.peers === 2)).toBe(true)
+
+    for (const r of c.relays) r.setOnline(true)
+    const stop = c.autoCommit(10)
+    try {
+      await until('the updates are stable everywhere', () => peers.every((p) => p.space.counter('likes').stable === 16))
+    } finally {
+      stop()
+    }
+    expect(c.stableValue('likes')).toBe(16)
+    expect(peers.flatMap((p) => p.errors)).toEqual([])
+  })
+
+  it('refuses a peer that lies, and keeps showing only what verifies', async () => {
+    const c = offlineCluster()
+    const board = new PeerBoard()
+    const honest = await Promise.all([1, 2].map(() => client(c, { peers: board.network() })))
+    await until('linked', () => honest.every((p) => p.client.peers?.peers === 1))
+    await honest[0]?.space.counter('likes').increment(1)
+    await until('shared', () => honest.every((p) => p.space.counter('likes').value === 1))
+
+    const liarKey = identity(9)
+    const seal = (draft: Partial<EnvelopeDraft>): Promise<Envelope> => sealEnvelope(nodeCrypto, liarKey, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('likes', 100)], safe: [], ...draft })
+    const envMessage = (frames: Uint8Array[], space = 'bank'): Uint8Array => encode(['stead/peer/v1', 'env', space, frames])
+    const forgedSig = encodeEnvelope(await seal({}))
+    forgedSig[forgedSig.length - 5] = (forgedSig[forgedSig.length - 5] as number) ^ 1
+    const honestId = honest[0]?.client.authorId as string
+    const lies: Array<[string, Uint8Array]> = [
+      ['garbage', new Uint8Array([0xc1, 0x00, 0x01])],
+      ['a message of another protocol', encode(['stead/peer/v0', 'env', 'bank', []])],
+      ['a signature that does not verify', envMessage([forgedSig])],
+      ['a clock claiming updates nobody made', envMessage([encodeEnvelope(await seal({ clock: clockFrom([[honestId, 999]]) }))])],
+      ['an envelope of another space', envMessage([encodeEnvelope(await seal({ space: 'other' }))])],
+      ['too many ids', encode(['stead/peer/v1', 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
+    ]
+    for (const [i, [what, message]] of lies.entries()) {
+      const before = honest.map((p) => p.errors.length)
+      const senders = board.attach(`liar-${i}`, () => undefined)
+      for (const s of senders) s.send(message)
+      await until(`the liar sending ${what} is cut off`, () => senders.every((s) => !s.open()))
+      expect(honest.map((p) => p.errors.length - (before[honest.indexOf(p)] as number)), what).toEqual([1, 1])
+      expect(honest.every((p) => p.errors.at(-1)?.reason === 'untrusted')).toBe(true)
+    }
+    expect(honest.every((p) => p.client.peers?.faulty === lies.length)).toBe(true)
+    // None of it showed; the honest clients still sync with each other.
+    expect(honest.map((p) => p.space.counter('likes').value)).toEqual([1, 1])
+    await honest[1]?.space.counter('likes').increment(1)
+    await until('still shared', () => honest.every((p) => p.space.counter('likes').value === 2))
+  })
+
+  it('fetches a missing dep by hash from the peer that named it, and passes both on', async () => {
+    const c = offlineCluster()
+    const board = new PeerBoard()
+    const a = await client(c, { peers: board.network() })
+    const other = identity(11)
+    const author = identity(12)
+    const first = await sealEnvelope(nodeCrypto, other, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('k', 1)], safe: [] })
+    const second = await sealEnvelope(nodeCrypto, author, { space: 'bank', seq: 1, clock: clockFrom([[first.authorId, 1]]), deps: [first.id], updates: [op('k', 2)], safe: [] })
+    const wanted: string[][] = []
+    const [to] = board.attach('holder', (_to, message) => {
+      const m = decodePeerMessage(message)
+      if (m.kind !== 'want') return
+      wanted.push(m.ids.map(toHex))
+      to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(first)]]))
+    })
+    to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(second)]]))
+    await until('both show', () => a.space.counter('k').value === 3)
+    expect(wanted).toEqual([[first.idHex]])
+    // A client that joins later gets both in one exchange of what each holds.
+    const b = await client(c, { peers: board.network() })
+    await until('the newcomer has both', () => b.space.counter('k').value === 3)
+    expect(a.errors.concat(b.errors)).toEqual([])
+  })
+})
