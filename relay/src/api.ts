@@ -1,5 +1,6 @@
 import websocket from '@fastify/websocket'
 import {
+  MAX_PEER_ADDRS,
   SteadError,
   asSigned,
   authBytes,
@@ -24,6 +25,7 @@ import { Bucket, type Rate } from './bucket.ts'
 import type { ClientFacingLiar } from './client-lies.ts'
 import type { CommitFeed } from './feed.ts'
 import { readiness } from './health.ts'
+import { PeerDirectory } from './peer-directory.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
 import { CHUNK_BYTES } from './store.ts'
 
@@ -76,7 +78,12 @@ export interface ApiOptions extends Partial<ApiLimits> {
   readonly tls?: { readonly key: string | Buffer; readonly cert: string | Buffer }
   /** Lies told to clients on purpose (`--byzantine`), for tests and demos: see client-lies.ts. */
   readonly liar?: ClientFacingLiar
+  /** Where this relay helps clients sync peer to peer (client-peers.ts): offered in `welcome`. */
+  readonly peerAddresses?: () => string[]
 }
+
+/** Most clients per space whose peer addresses a relay passes on (the latest announcers). */
+const PEERS_PER_SPACE = 64
 
 /**
  * Envelopes a session remembers having sent early (see Session.sentEarly),
@@ -110,7 +117,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
-  const sessions = new Sessions(node, limits, options.logger, options.liar)
+  const sessions = new Sessions(node, limits, options.logger, options.liar, options.peerAddresses)
   const liar = options.liar
   if (liar) {
     app.addHook('onRequest', async (req) => {
@@ -323,11 +330,15 @@ class Sessions {
   readonly limits: ApiLimits
   readonly log: Logger
   readonly liar: ClientFacingLiar | undefined
-  constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar) {
+  /** Where the clients of each space can be reached peer to peer, as they announced. */
+  readonly directory = new PeerDirectory<Session>(PEERS_PER_SPACE, (to, space, addrs) => to.peersOf(space, addrs))
+  readonly peerAddresses: (() => string[]) | undefined
+  constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar, peerAddresses?: () => string[]) {
     this.node = node
     this.limits = limits
     this.log = log
     this.liar = liar
+    this.peerAddresses = peerAddresses
     this.inbound = new Bucket(limits.globalRateLimit)
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
@@ -682,6 +693,12 @@ class Session implements Subscriber {
         // A commit half sent stays half sent: the client drops it with the subscription.
         this.feeds.get(message.space)?.unsubscribe()
         this.feeds.delete(message.space)
+        this.sessions.directory.withdraw(message.space, this)
+        return
+      case 'announce':
+        // Only for a space it follows: what it may read, and a bound on what it can make the relay keep.
+        if (!this.feeds.has(message.space)) return this.fail(null, new SteadError('malformed', `announce for space ${message.space}, which this session does not follow: subscribe first`))
+        this.sessions.directory.announce(message.space, this, message.addrs)
         return
       case 'submit':
         try {
@@ -713,7 +730,13 @@ class Session implements Subscriber {
     if (!this.sessions.claimKey(key)) return this.end('too-many-sessions', `key ${key} already holds ${this.limits.maxSessionsPerKey} sessions on this relay`, 1013)
     this.key = key
     this.keyBytes = message.publicKey
-    this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f })
+    const peers = this.sessions.peerAddresses?.().slice(0, MAX_PEER_ADDRS)
+    this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f, ...(peers?.length ? { peers } : {}) })
+  }
+
+  /** Other clients of `space` can be reached at `addrs` (see PeerDirectory). */
+  peersOf(space: string, addrs: string[]): void {
+    this.send({ type: 'peers', space, addrs })
   }
 
   // ---- outbound ----
@@ -780,7 +803,10 @@ class Session implements Subscriber {
     this.sessions.backlogged -= this.backlogBytes
     this.backlogBytes = 0
     this.backlog.length = 0
-    for (const f of this.feeds.values()) f.unsubscribe()
+    for (const [space, f] of this.feeds) {
+      f.unsubscribe()
+      this.sessions.directory.withdraw(space, this)
+    }
     this.feeds.clear()
   }
 }

@@ -18,6 +18,12 @@ export interface RelayEntry {
   readonly mesh: string
   /** host:port of the client API (HTTP and WebSocket), e.g. 127.0.0.1:7401 */
   readonly api: string
+  /**
+   * libp2p WebSocket multiaddr where the relay helps clients sync peer to
+   * peer (circuit relay and WebRTC signalling for browsers), e.g.
+   * /ip4/127.0.0.1/tcp/7601/ws. Absent: the relay offers none.
+   */
+  readonly peers?: string
 }
 
 export interface SpacePolicy {
@@ -109,8 +115,9 @@ const relaySchema = z.strictObject(
     publicKey: relayKey,
     mesh: nonEmpty.refine((s) => /^\/ip[46]\/[^/]+\/tcp\/\d+$/.test(s), { error: (iss) => `must look like /ip4/127.0.0.1/tcp/7501, got ${String(iss.input)}` }),
     api: nonEmpty.refine((s) => /^[^:/]+:\d+$/.test(s), { error: (iss) => `must be host:port, got ${String(iss.input)}` }),
+    peers: nonEmpty.refine((s) => /^\/ip[46]\/[^/]+\/tcp\/\d+\/ws$/.test(s), { error: (iss) => `must look like /ip4/127.0.0.1/tcp/7601/ws, got ${String(iss.input)}` }).optional(),
   },
-  { error: 'must be an object { "id", "publicKey", "mesh", "api" }' },
+  { error: 'must be an object { "id", "publicKey", "mesh", "api" } (and optionally "peers")' },
 )
 
 const keyList = z.array(clientKey, { error: 'must be an array of hex public keys' })
@@ -215,6 +222,8 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   if (new Set(relays.map((r) => r.id)).size !== relays.length) fail('relay ids must be distinct')
   if (new Set(relays.map((r) => r.api)).size !== relays.length) fail('relay api addresses must be distinct')
   if (new Set(relays.map((r) => r.mesh)).size !== relays.length) fail('relay mesh addresses must be distinct')
+  const peerPorts = relays.flatMap((r) => (r.peers ? [r.peers] : []))
+  if (new Set(peerPorts).size !== peerPorts.length) fail('relay peers addresses must be distinct')
   const spaces = new Map<string, SpacePolicy>()
   for (const [name, policy] of Object.entries(obj.spaces ?? {})) {
     spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}) })
@@ -233,7 +242,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
 export function clusterToJson(c: ClusterConfig): unknown {
   return {
     f: c.f,
-    relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api })),
+    relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api, ...(r.peers ? { peers: r.peers } : {}) })),
     spaces: Object.fromEntries(
       [...c.spaces].map(([name, p]) => [name, { ...(p.writers ? { writers: p.writers.map(toHex) } : {}), ...(p.readers ? { readers: p.readers.map(toHex) } : {}) }]),
     ),

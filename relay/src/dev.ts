@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { toHex } from '@stead/core'
 import { clusterToJson, generateIdentity, loadIdentity, parseCluster, writeIdentity } from './config.ts'
 import { UsageError } from './cli-options.ts'
-import { faultsTolerated, MESH_PORT_OFFSET } from './init.ts'
+import { faultsTolerated, MESH_PORT_OFFSET, PEERS_PORT_OFFSET } from './init.ts'
 import { prettyLogLines, type LogLevel } from './logging.ts'
 import { ListenError, probePort } from './ports.ts'
 
@@ -35,7 +35,7 @@ const STOP_GRACE_MS = 3000
 export async function runDev(o: DevOptions): Promise<void> {
   const n = o.relays
   const f = faultsTolerated(n)
-  if (o.basePort + n - 1 + MESH_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} must leave room for the relays (HTTP ports ${o.basePort}+, mesh ports ${MESH_PORT_OFFSET} above)`)
+  if (o.basePort + n - 1 + PEERS_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} must leave room for the relays (HTTP ports ${o.basePort}+, mesh ports ${MESH_PORT_OFFSET} above, peer ports ${PEERS_PORT_OFFSET} above)`)
   if (o.byzantine > f) throw new UsageError(`--byzantine must be between 0 and f = ${f}`)
   const ids = Array.from({ length: n }, (_, i) => `r${i + 1}`)
   // A port in use would make one relay exit while the others wait for it: say so before starting any.
@@ -43,6 +43,7 @@ export async function runDev(o: DevOptions): Promise<void> {
     for (const [what, port] of [
       [`the HTTP API of ${id}`, o.basePort + i],
       [`the mesh of ${id}`, o.basePort + i + MESH_PORT_OFFSET],
+      [`the peer port of ${id}`, o.basePort + i + PEERS_PORT_OFFSET],
     ] as const) {
       const state = await probePort('127.0.0.1', port)
       if (state !== 'free') throw new ListenError({ what, host: '127.0.0.1', port, setting: '--base-port (or stop the other stead-relay dev)' }, state)
@@ -60,7 +61,7 @@ export async function runDev(o: DevOptions): Promise<void> {
     const keyPath = join(data, 'key.json')
     if (!existsSync(keyPath)) writeIdentity(keyPath, generateIdentity())
     const key = loadIdentity(keyPath)
-    return { id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${o.basePort + MESH_PORT_OFFSET + i}`, api: `127.0.0.1:${o.basePort + i}`, data }
+    return { id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${o.basePort + MESH_PORT_OFFSET + i}`, api: `127.0.0.1:${o.basePort + i}`, peers: `/ip4/127.0.0.1/tcp/${o.basePort + PEERS_PORT_OFFSET + i}/ws`, data }
   })
   // A dev cluster serves any space (`start` on a cluster file defaults to the listed ones only).
   const cluster = parseCluster({ f, relays: relays.map(({ data: _data, ...r }) => r), openSpaces: true }, clusterPath)

@@ -42,6 +42,8 @@ export interface InitResult {
 
 /** The offset of the mesh port from the HTTP port, as in `stead-relay dev`. */
 export const MESH_PORT_OFFSET = 100
+/** The offset of the port for clients' peer-to-peer sync (circuit relay, WebRTC signalling) from the HTTP port, in `stead-relay dev`. */
+export const PEERS_PORT_OFFSET = 200
 
 /**
  * The f that `n` relays tolerate. Every consensus threshold assumes N = 3f+1

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
+import { startClientPeers, type ClientPeers } from './client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from './client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
@@ -77,21 +78,28 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.retention ? { retention: o.retention } : {}),
   })
   const { host, port } = apiHostPort(entry.api)
-  const listeners: { mesh?: Listener; api: Listener } = {
+  const listeners: { mesh?: Listener; peers?: Listener; api: Listener } = {
     api: { what: `the HTTP API of ${o.id}`, host, port, setting: `${o.id}'s "api" in the cluster file (on every relay)` },
   }
   const meshAt = meshHostPort(entry.mesh)
   if (meshAt) listeners.mesh = { what: `the mesh of ${o.id}`, ...meshAt, setting: `${o.id}'s "mesh" in the cluster file (on every relay)` }
+  const peersAt = entry.peers ? meshHostPort(entry.peers.replace(/\/ws$/, '')) : undefined
+  if (peersAt) listeners.peers = { what: `the peer port of ${o.id}`, ...peersAt, setting: `${o.id}'s "peers" in the cluster file` }
   let api: FastifyInstance
+  let peers: ClientPeers | undefined
   let binding: Listener | undefined = listeners.mesh
   try {
     await node.start()
+    binding = listeners.peers
+    if (entry.peers) peers = await startClientPeers({ secretKey: o.secretKey, listen: entry.peers, logger: logger.child({ component: 'peers' }) })
     binding = listeners.api
     // A relay that lies to clients is an honest relay behind an API that rewrites what it answers.
     const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey }) : undefined
-    api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}) })
+    const peerAddresses = peers?.addresses
+    api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}), ...(peerAddresses ? { peerAddresses } : {}) })
   } catch (err) {
     // A relay that could not start leaves its data dir as it found it, unlocked.
+    await peers?.stop().catch(() => undefined)
     await node.stop().catch(() => undefined)
     dataDir.release()
     // libp2p and Node say "EADDRINUSE" in a stack trace; an operator needs the port and what to do.
@@ -107,9 +115,10 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     async stop() {
       const sessions = node.sessions.open
       await api.close()
+      await peers?.stop()
       await node.stop()
       dataDir.release()
-      return { closed: [`client API on ${entry.api} (${sessions} session${sessions === 1 ? '' : 's'})`, `mesh on ${entry.mesh}`, `store in ${o.dataDir}`, 'data dir lock'] }
+      return { closed: [`client API on ${entry.api} (${sessions} session${sessions === 1 ? '' : 's'})`, ...(entry.peers ? [`peer port on ${entry.peers}`] : []), `mesh on ${entry.mesh}`, `store in ${o.dataDir}`, 'data dir lock'] }
     },
   }
 }

@@ -56,7 +56,7 @@ describe('client API over TLS', () => {
     execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' })
     const id = generateIdentity()
     api = `127.0.0.1:${await freePort()}`
-    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api }], openSpaces: true })
+    const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api, peers: `/ip4/127.0.0.1/tcp/${await freePort()}/ws` }], openSpaces: true })
     relay = await runRelay({
       cluster,
       id: 'solo',
@@ -158,6 +158,26 @@ describe('client API over TLS', () => {
     expect(fourth.inbox.some((m) => m.type === 'error' && m.reason === 'too-many-sessions')).toBe(true)
     for (const s of three) s.ws.close()
     await Promise.all(three.map((s) => s.closed))
+  })
+
+  it('offers its peer service in welcome, and passes on where the clients of a space can be reached', async () => {
+    const a = await session(api, 21)
+    const welcome = await a.next((m) => m.type === 'welcome')
+    expect(welcome.type === 'welcome' && welcome.peers?.every((p) => /^\/ip4\/127\.0\.0\.1\/tcp\/\d+\/ws\/p2p\/12D3Koo/.test(p))).toBe(true)
+    // Only for a space the session follows.
+    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] }))
+    expect(await a.next((m) => m.type === 'error')).toMatchObject({ reason: 'malformed', detail: expect.stringContaining('subscribe first') })
+    const b = await session(api, 22)
+    for (const s of [a, b]) s.ws.send(encodeClientMessage({ type: 'subscribe', space: 'meet', fromIndex: 0, frames: false }))
+    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] }))
+    b.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/2/p2p/b'] }))
+    expect(await a.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/2/p2p/b'] })
+    expect(await b.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] })
+    // Too many addresses is a typed error, not a crash.
+    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: Array.from({ length: 9 }, (_, i) => `/ip4/127.0.0.1/tcp/${i}`) }))
+    expect(await a.next((m) => m.type === 'error' && m.reason === 'too-large')).toBeTruthy()
+    a.ws.close()
+    b.ws.close()
   })
 
   it('limits envelopes a session has pending, over wss', async () => {

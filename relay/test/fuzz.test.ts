@@ -224,6 +224,7 @@ type BaseMessage =
   | { type: 'unsubscribe'; space: string }
   | { type: 'submit'; id: number; env: EnvSpec }
   | { type: 'ping'; n: number }
+  | { type: 'announce'; space: string; addrs: string[] }
 
 type Recipe =
   | { t: 'bytes'; bytes: Bytes }
@@ -360,6 +361,7 @@ const baseMessage: fc.Arbitrary<BaseMessage> = fc.oneof(
   fc.record({ type: fc.constant('unsubscribe' as const), space: spaceArb }),
   fc.record({ type: fc.constant('submit' as const), id: idArb, env: envSpec }),
   fc.record({ type: fc.constant('ping' as const), n: fc.nat() }),
+  fc.record({ type: fc.constant('announce' as const), space: spaceArb, addrs: fc.array(fc.oneof(fc.constant('/ip4/127.0.0.1/tcp/1/p2p/12D3KooWfuzz'), fc.string({ maxLength: 600 })), { maxLength: 10 }) }),
 )
 
 /** Replacements aimed at one field of an envelope payload: [tag, space, author, seq, base, clock, deps, updates, safe]. */
@@ -748,7 +750,7 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
 type Expected =
   | { kind: 'error' } // undecodable, oversized or sent before hello: a typed error (id null)
   | { kind: 'hello' } // welcome, or a typed error (a bad signature then closes with 4001)
-  | { kind: 'quiet' } // subscribe, unsubscribe: nothing required, typed errors allowed, commits may stream
+  | { kind: 'quiet' } // subscribe, unsubscribe, announce: nothing required, typed errors allowed, commits and peers may stream
   | { kind: 'submit'; id: number } // accepted or error with this id (or a session-level error)
   | { kind: 'pong'; n: number }
 
@@ -767,6 +769,7 @@ function expected(frame: Uint8Array | string, authed: boolean): Expected {
       return { kind: 'hello' }
     case 'subscribe':
     case 'unsubscribe':
+    case 'announce':
       return { kind: 'quiet' }
     case 'submit':
       return { kind: 'submit', id: m.id }

@@ -49,4 +49,4 @@ function webSocketFactory(): SocketFactory {
   }
   return (url) => new Socket(url)
 }
-export { libp2pPeers, PEER_PROTOCOL, type Libp2pPeers, type Libp2pPeersOptions } from './peers-libp2p.ts'
+export { libp2pPeers } from './peers-node.ts'

@@ -1,5 +1,4 @@
 import { FrameDecoder, SteadError, encodeFrames } from '@stead/core'
-import { installPromiseWithResolvers } from '@stead/core/node'
 import type { Connection, Libp2p, Stream, StreamMessageEvent } from '@libp2p/interface'
 import type { Multiaddr } from '@multiformats/multiaddr'
 import type { PeerEvents, PeerLink, PeerNetwork } from './peers.ts'
@@ -7,9 +6,14 @@ import type { PeerEvents, PeerLink, PeerNetwork } from './peers.ts'
 /** The libp2p protocol Stead clients sync spaces over. */
 export const PEER_PROTOCOL = '/stead/peer/1.0.0'
 
-/** Options of {@link libp2pPeers}. */
+/** Options of `libp2pPeers`. */
 export interface Libp2pPeersOptions {
-  /** Multiaddrs to listen on. Default `['/ip4/127.0.0.1/tcp/0']` (loopback, any free port). */
+  /**
+   * Multiaddrs to listen on. Default in Node `['/ip4/127.0.0.1/tcp/0']`
+   * (loopback, any free port: give a LAN address to be reached from other
+   * machines); in browsers `['/p2p-circuit', '/webrtc']` (reached through a
+   * relay's peer service, then directly over WebRTC).
+   */
   readonly listen?: readonly string[]
   /** Multiaddrs of peers to dial (with their `/p2p/<peer id>`), kept connected: redialled with backoff. */
   readonly dial?: readonly string[]
@@ -26,7 +30,7 @@ export interface Libp2pPeersOptions {
   }
 }
 
-/** A {@link PeerNetwork} over libp2p, with what an app needs to connect its peers. */
+/** A {@link PeerNetwork} over libp2p (`libp2pPeers`), with what an app needs to connect its peers by hand. */
 export interface Libp2pPeers extends PeerNetwork {
   /** Where this client listens, each with its `/p2p/<peer id>`: what another client dials. Empty until started. */
   addresses(): string[]
@@ -36,26 +40,32 @@ export interface Libp2pPeers extends PeerNetwork {
   dial(address: string): void
 }
 
+/** A platform's libp2p setup: the modules it loads when peer sync starts, and what it can dial. */
+export interface Libp2pStack {
+  /** Loads the modules and creates (does not start) the node for this identity. */
+  create(identity: { readonly secretKey: Uint8Array }, listen: readonly string[] | undefined): Promise<{ node: Libp2p; multiaddr: (address: string) => Multiaddr }>
+  /** Whether this platform's transports can dial `address`. */
+  dialable(address: string): boolean
+  /** Whether another client can reach this one at `address` (what is announced). */
+  reachable(address: string): boolean
+}
+
+/** How many times an address a relay passed on is dialled before it is given up (addresses in `dial` are kept for good). */
+const DISCOVERED_ATTEMPTS = 6
+
 /**
- * Peer-to-peer sync for Node clients over libp2p: TCP, noise, yamux, one
- * protocol ({@link PEER_PROTOCOL}). The client's Ed25519 key is its libp2p
- * identity, so every peer is authenticated by noise. Pass it as the
- * client's `peers` option; `libp2p`, `@libp2p/tcp`, `@libp2p/noise`,
- * `@libp2p/yamux`, `@libp2p/crypto` and `@multiformats/multiaddr` are
- * optional peer dependencies of `@stead/client`, loaded only here.
- *
- * @example
- * ```ts
- * const peers = libp2pPeers({ listen: ['/ip4/0.0.0.0/tcp/7600'], dial: ['/ip4/10.0.0.2/tcp/7600/p2p/12D3Koo...'] })
- * const client = await createClient({ relays, peers })
- * console.log(peers.addresses())
- * ```
+ * A {@link PeerNetwork} over libp2p: one protocol ({@link PEER_PROTOCOL}),
+ * one stream per connection (opened by the side that dialled), messages
+ * length-prefixed, a bounded queue per peer while its stream drains. The
+ * client's Ed25519 key is its libp2p identity, so noise authenticates every
+ * peer. Each platform entry gives its own {@link Libp2pStack}
+ * (`libp2pPeers` in `@stead/client` and `@stead/client/node`).
  */
-export function libp2pPeers(options: Libp2pPeersOptions = {}): Libp2pPeers {
+export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): Libp2pPeers {
   const maxMessageBytes = options.maxMessageBytes ?? 4 * 1024 * 1024
   const maxQueueBytes = options.maxQueueBytes ?? 16 * 1024 * 1024
   const backoff = options.backoff ?? { initialMs: 250, maxMs: 10_000 }
-  const wanted = new Map<string, { attempts: number; timer: ReturnType<typeof setTimeout> | undefined; connection: Connection | undefined }>()
+  const wanted = new Map<string, { attempts: number; keep: boolean; timer: ReturnType<typeof setTimeout> | undefined; connection: Connection | undefined }>()
   let node: Libp2p | undefined
   let events: PeerEvents | undefined
   let stopped = false
@@ -131,6 +141,10 @@ export function libp2pPeers(options: Libp2pPeersOptions = {}): Libp2pPeers {
   function redial(address: string): void {
     const w = wanted.get(address)
     if (!w || stopped || w.timer || w.connection?.status === 'open') return
+    if (!w.keep && w.attempts >= DISCOVERED_ATTEMPTS) {
+      wanted.delete(address)
+      return
+    }
     const ceiling = Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.min(w.attempts, 30))
     w.attempts++
     w.timer = setTimeout(() => {
@@ -151,58 +165,49 @@ export function libp2pPeers(options: Libp2pPeersOptions = {}): Libp2pPeers {
     }
   }
 
+  function dialAddress(address: string, keep: boolean): void {
+    if (stopped || wanted.has(address) || !stack.dialable(address)) return
+    // Not itself: a relay passes every announcer's addresses on, this client's included.
+    if (node && address.endsWith(`/p2p/${node.peerId.toString()}`)) return
+    wanted.set(address, { attempts: 0, keep, timer: undefined, connection: undefined })
+    void connect(address)
+  }
+
   const network: Libp2pPeers = {
     get peerId() {
       return node?.peerId.toString()
     },
     addresses() {
-      return node ? node.getMultiaddrs().map((a) => a.toString()) : []
+      return node ? node.getMultiaddrs().map((a) => a.toString()).filter((a) => stack.reachable(a)) : []
     },
     dial(address) {
-      if (stopped || wanted.has(address)) return
-      wanted.set(address, { attempts: 0, timer: undefined, connection: undefined })
-      void connect(address)
+      dialAddress(address, false)
     },
     async start(on, identity) {
       if (node || stopped) throw new SteadError('unsupported', 'a libp2pPeers network serves one client: make another for another client')
       events = on
-      installPromiseWithResolvers()
-      const [{ createLibp2p }, { tcp }, { noise }, { yamux }, { generateKeyPairFromSeed }, { multiaddr }] = await Promise.all([
-        import('libp2p'),
-        import('@libp2p/tcp'),
-        import('@libp2p/noise'),
-        import('@libp2p/yamux'),
-        import('@libp2p/crypto/keys'),
-        import('@multiformats/multiaddr'),
-      ]).catch((cause: unknown) => {
-        throw new SteadError('unsupported', 'peer sync needs the optional peer dependencies libp2p, @libp2p/tcp, @libp2p/noise, @libp2p/yamux, @libp2p/crypto and @multiformats/multiaddr: npm install them', { cause })
-      })
-      toMultiaddr = multiaddr
-      const created = await createLibp2p({
-        privateKey: await generateKeyPairFromSeed('Ed25519', identity.secretKey),
-        addresses: { listen: [...(options.listen ?? ['/ip4/127.0.0.1/tcp/0'])] },
-        transports: [tcp()],
-        connectionEncrypters: [noise()],
-        streamMuxers: [yamux()],
-        // Clients find each other by address; libp2p's own pings would only add traffic.
-        connectionMonitor: { enabled: false },
-      })
-      node = created
-      await created.handle(PEER_PROTOCOL, (stream, connection) => attach(stream, connection), { maxInboundStreams: 2, maxOutboundStreams: 2 })
-      // The side that dialled a connection opens its one stream; the other side gets it above.
-      created.addEventListener('connection:open', (evt) => {
+      const created = await stack.create(identity, options.listen)
+      toMultiaddr = created.multiaddr
+      node = created.node
+      await node.handle(PEER_PROTOCOL, (stream, connection) => attach(stream, connection), { maxInboundStreams: 2, maxOutboundStreams: 2 })
+      // The side that dialled a connection opens its one stream; the other side gets it above. A
+      // relay's peer service speaks no Stead protocol (and relayed connections, limited, run none):
+      // the stream is refused there and the connection stays.
+      node.addEventListener('connection:open', (evt) => {
         const connection = evt.detail
-        if (connection.direction !== 'outbound') return
+        if (connection.direction !== 'outbound' || connection.limits) return
         connection.newStream(PEER_PROTOCOL).then(
           (stream) => attach(stream, connection),
-          () => connection.close().catch(() => undefined),
+          () => undefined,
         )
       })
-      created.addEventListener('connection:close', () => {
+      node.addEventListener('connection:close', () => {
         for (const address of wanted.keys()) redial(address)
       })
-      for (const address of options.dial ?? []) network.dial(address)
-      if (stopped) await created.stop()
+      node.addEventListener('self:peer:update', () => on.addressesChanged())
+      await node.start()
+      for (const address of options.dial ?? []) dialAddress(address, true)
+      if (stopped) await node.stop()
     },
     async stop() {
       stopped = true

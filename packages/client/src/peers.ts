@@ -1,4 +1,4 @@
-import { DEFAULT_LIMITS, SteadError, decode, encode, fromHex, toHex } from '@stead/core'
+import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, toHex } from '@stead/core'
 
 /**
  * Peer-to-peer sync between the clients of a space (Merkle-CRDTs): envelopes
@@ -44,6 +44,8 @@ export interface PeerEvents {
   message(link: PeerLink, message: Uint8Array): void
   /** The link closed (either side, or the network failed). */
   closed(link: PeerLink): void
+  /** Where this client can be reached changed (see {@link PeerNetwork.addresses}). */
+  addressesChanged(): void
 }
 
 /** The links to a client's peers: a transport behind a handful of methods. One network serves one client. */
@@ -56,6 +58,17 @@ export interface PeerNetwork {
   start(events: PeerEvents, identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }): Promise<void>
   /** Closes every link and stops. */
   stop(): Promise<void>
+  /**
+   * Where other clients can reach this one (announced to the relays of each
+   * space, which pass them on); empty when it cannot be reached.
+   */
+  addresses(): string[]
+  /**
+   * Connects to an address a relay passed on: another client's, or a
+   * relay's own peer service (what its `welcome` offered). Addresses this
+   * transport cannot use are ignored.
+   */
+  dial(address: string): void
 }
 
 /** A peer a space heard an envelope from: blamed when the envelope proves bad. */
@@ -73,6 +86,8 @@ export interface PeerMember {
   frame(idHex: string): Uint8Array | undefined
   /** An envelope frame from a peer: verify it, then show it or blame the peer. */
   fromPeer(frame: Uint8Array, source: PeerSource): void
+  /** This client can now be reached at `addresses`: tell the space's relays. */
+  reachableAt(addresses: readonly string[]): void
 }
 
 /** Counts of what the hub did, for status and tests. */
@@ -94,6 +109,8 @@ const TAG = 'stead/peer/v1'
 export const MAX_PEER_IDS = 4096
 /** Most frames, and bytes of frames, in one `env` message. */
 const MAX_FRAMES_PER_MESSAGE = 256
+/** How many dialled addresses the hub remembers, so it does not dial them again. */
+const MAX_DIALLED = 1024
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
 
 type PeerMessage =
@@ -153,6 +170,8 @@ export class PeerHub {
   private readonly members = new Map<string, PeerMember>()
   /** Peers found faulty: their links are refused. */
   private readonly refused = new Set<string>()
+  /** Addresses already dialled. */
+  private readonly dialled = new Set<string>()
   private stats = { framesSent: 0, framesReceived: 0, dropped: 0 }
   private stopped = false
   private readonly network: PeerNetwork
@@ -169,9 +188,28 @@ export class PeerHub {
         opened: (link) => this.opened(link),
         message: (link, bytes) => this.message(link, bytes),
         closed: (link) => this.links.delete(link),
+        addressesChanged: () => {
+          for (const m of this.members.values()) m.reachableAt(this.addresses())
+        },
       },
       identity,
     )
+  }
+
+  /** Where this client can be reached: what each space announces to its relays. */
+  addresses(): string[] {
+    return this.stopped ? [] : this.network.addresses().slice(0, MAX_PEER_ADDRS)
+  }
+
+  /** Connects to addresses the relays passed on (other clients', or a relay's peer service), each once. */
+  dial(addresses: readonly string[]): void {
+    for (const a of addresses) {
+      if (this.stopped || this.dialled.has(a)) continue
+      this.dialled.add(a)
+      // Bounded: the oldest addresses are forgotten (and may be dialled again when a relay names them again).
+      if (this.dialled.size > MAX_DIALLED) this.dialled.delete(this.dialled.values().next().value as string)
+      this.network.dial(a)
+    }
   }
 
   async stop(): Promise<void> {

@@ -228,6 +228,7 @@ export class RelaySessions {
       case 'commit':
       case 'attest':
       case 'pruned':
+      case 'peers':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

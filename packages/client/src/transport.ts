@@ -80,6 +80,8 @@ export class RelayLink {
   lastError: string | undefined
   /** When the relay last sent anything (Date.now() of the injected clock): a session that goes quiet is dead. */
   lastHeard = 0
+  /** Where the relay helps clients sync peer to peer (its `welcome` said), if it does. */
+  peerAddresses: readonly string[] = []
   private pings = 0
   /** Joins commits that arrive in several frames. */
   private readonly commits = new CommitAssembler()
@@ -233,6 +235,7 @@ export class RelayLink {
     if (m.type === 'welcome') {
       if (m.relay !== this.relay) return this.markFaulty(`welcomed as relay ${m.relay} after a challenge from relay ${String(this.relay)}`)
       this.ready = true
+      this.peerAddresses = m.peers ?? []
       this.attempt = 0
       this.lastError = undefined
       this.options.handlers.ready(this)

@@ -132,11 +132,27 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (!this.closed) this.intake.fromPeer(frame, source)
   }
 
+  reachableAt(addresses: readonly string[]): void {
+    if (this.closed) return
+    for (const link of this.o.sessions.links) if (link.ready) this.announce(link, addresses)
+  }
+
+  /** Tells a relay where this client can be reached for this space (after subscribing: the relay needs that first). */
+  private announce(link: RelayLink, addrs: readonly string[]): void {
+    if (addrs.length > 0) link.send({ type: 'announce', space: this.space, addrs: [...addrs] })
+  }
+
   // ---- SessionMember
 
   ready(link: RelayLink): void {
     if (this.closed) return
     this.intake.ready(link)
+    const peers = this.o.peers
+    if (peers) {
+      // Browsers are reached through a relay's peer service: connect to it, then say where this client is.
+      peers.dial(link.peerAddresses)
+      this.announce(link, peers.addresses())
+    }
     this.outbox.resubmit()
     this.o.space.emitStatus()
   }
@@ -145,6 +161,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (this.closed) return
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
+    else if (m.type === 'peers' && m.space === this.space) this.o.peers?.dial(m.addrs)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
   }
 

@@ -64,6 +64,20 @@ export type ClientMessage =
       readonly envelope: Uint8Array
     }
   | {
+      /**
+       * Peer discovery: where this client can be reached for peer-to-peer
+       * sync of a space it may read (libp2p multiaddrs, each with its
+       * `/p2p/<peer id>`). The relay passes them to the space's other
+       * announcing clients, and answers with theirs (`peers`). An empty list
+       * withdraws the client.
+       */
+      readonly type: 'announce'
+      /** The space. */
+      readonly space: string
+      /** At most {@link MAX_PEER_ADDRS} multiaddrs of {@link MAX_PEER_ADDR_CHARS} characters each. */
+      readonly addrs: readonly string[]
+    }
+  | {
       /** Keepalive: the relay answers `pong` with the same `n`. */
       readonly type: 'ping'
       /** Any number, echoed. */
@@ -91,6 +105,20 @@ export type RelayMessage =
       readonly n: number
       /** How many of them may be faulty. */
       readonly f: number
+      /**
+       * The relay's libp2p addresses for clients' peer-to-peer sync (a
+       * circuit relay and WebRTC signalling for browsers), when it serves
+       * them; absent otherwise.
+       */
+      readonly peers?: readonly string[]
+    }
+  | {
+      /** Other clients of a space that announced where they can be reached (the answer to `announce`, and news after it). */
+      readonly type: 'peers'
+      /** The space. */
+      readonly space: string
+      /** Their multiaddrs, at most {@link MAX_PEERS_PER_MESSAGE}. */
+      readonly addrs: readonly string[]
     }
   | {
       /** A refusal. */
@@ -400,6 +428,8 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
       return encode(['unsubscribe', m.space])
     case 'submit':
       return encode(['submit', m.id, m.envelope])
+    case 'announce':
+      return encode(['announce', m.space, m.addrs])
     case 'ping':
       return encode(['ping', m.n])
   }
@@ -434,6 +464,9 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
       if (!(envelope instanceof Uint8Array)) throw new SteadError('malformed', 'submit carries the envelope frame as bytes')
       return { type: 'submit', id: expect.uint(v[1], 'id'), envelope }
     }
+    case 'announce':
+      fields(3)
+      return { type: 'announce', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), addrs: addrsOf(v[2], MAX_PEER_ADDRS) }
     case 'ping':
       fields(2)
       return { type: 'ping', n: expect.uint(v[1], 'n') }
@@ -463,7 +496,9 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'challenge':
       return encode(['challenge', m.nonce, m.relay, m.relayKey])
     case 'welcome':
-      return encode(['welcome', m.relay, m.n, m.f])
+      return encode(m.peers?.length ? ['welcome', m.relay, m.n, m.f, m.peers] : ['welcome', m.relay, m.n, m.f])
+    case 'peers':
+      return encode(['peers', m.space, m.addrs])
     case 'error':
       // Details may quote the input: cut to what every decoder accepts.
       return encode(['error', m.id, m.reason, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
@@ -484,6 +519,17 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
   }
 }
 
+/** Most multiaddrs one client announces for a space (and a relay offers for itself). */
+export const MAX_PEER_ADDRS = 8
+/** Longest multiaddr in an `announce` or `peers` message. */
+export const MAX_PEER_ADDR_CHARS = 512
+/** Most multiaddrs in one `peers` message. */
+export const MAX_PEERS_PER_MESSAGE = 512
+
+function addrsOf(v: unknown, max: number): string[] {
+  return expect.array(v, 'addrs', max).map((a) => expect.string(a, 'addr', MAX_PEER_ADDR_CHARS, 1))
+}
+
 /** The largest message a client accepts from a relay (commits carry many envelopes). */
 const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -497,8 +543,12 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
   switch (v[0]) {
     case 'challenge':
       return { type: 'challenge', nonce: expect.bytes(v[1], 'nonce', 32), relay: expect.uint(v[2], 'relay'), relayKey: expect.bytes(v[3], 'relayKey', 32) }
-    case 'welcome':
-      return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f') }
+    case 'welcome': {
+      const peers = v[4] === undefined ? undefined : addrsOf(v[4], MAX_PEER_ADDRS)
+      return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f'), ...(peers ? { peers } : {}) }
+    }
+    case 'peers':
+      return { type: 'peers', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), addrs: addrsOf(v[2], MAX_PEERS_PER_MESSAGE) }
     case 'error':
       return { type: 'error', id: v[1] === null ? null : expect.uint(v[1], 'id'), reason: expect.string(v[2], 'reason', 32) as ErrorReason, detail: expect.string(v[3], 'detail', MAX_DETAIL_CHARS) }
     case 'accepted': {

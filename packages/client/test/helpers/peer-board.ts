@@ -91,6 +91,13 @@ export class MemoryPeers implements PeerNetwork {
     this.board.joined(this)
   }
 
+  /** Board peers are linked to each other as they start: nobody dials. */
+  addresses(): string[] {
+    return []
+  }
+
+  dial(): void {}
+
   async stop(): Promise<void> {
     this.board.left(this)
     for (const l of [...this.links]) l.close('stopped')
