@@ -33,25 +33,32 @@ export interface RelayReport {
 export class Cluster {
   private output = ''
 
-  private readonly process: ChildProcess
+  private process: ChildProcess
+  private readonly args: readonly string[]
   readonly dir: string
   readonly basePort: number
   readonly size: number
   private constructor(
-    process: ChildProcess,
+    args: readonly string[],
     dir: string,
     basePort: number,
     size: number,
   ) {
-    this.process = process
+    this.args = args
     this.dir = dir
     this.basePort = basePort
     this.size = size
+    this.process = this.spawn(args)
+  }
+
+  private spawn(args: readonly string[]): ChildProcess {
+    const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
     const keep = (chunk: Buffer) => {
       this.output = (this.output + chunk.toString()).slice(-200_000)
     }
-    process.stdout?.on('data', keep)
-    process.stderr?.on('data', keep)
+    child.stdout?.on('data', keep)
+    child.stderr?.on('data', keep)
+    return child
   }
 
   static async start(options: ClusterOptions): Promise<Cluster> {
@@ -60,8 +67,7 @@ export class Cluster {
     const dir = mkdtempSync(join(tmpdir(), 'stead-e2e-'))
     const args = [relayBin, 'dev', '--relays', String(n), '--base-port', String(options.basePort), '--dir', dir, '--fresh']
     if (options.byzantine) args.push('--byzantine', '1', '--byzantine-mode', options.byzantine)
-    const child = spawn(process.execPath, args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] })
-    const cluster = new Cluster(child, dir, options.basePort, n)
+    const cluster = new Cluster(args, dir, options.basePort, n)
     try {
       await cluster.waitUntilReady(60_000)
     } catch (err) {
@@ -142,7 +148,24 @@ export class Cluster {
     return this.output.split('\n').slice(-lines).join('\n')
   }
 
+  /** Stops every relay (they keep their keys and data) until {@link restart}. */
+  async stopRelays(): Promise<void> {
+    await this.halt()
+  }
+
+  /** Starts the relays again on their own data, and waits until they are ready. */
+  async restart(): Promise<void> {
+    await this.halt()
+    this.process = this.spawn(this.args.filter((a) => a !== '--fresh'))
+    await this.waitUntilReady(60_000)
+  }
+
   async stop(): Promise<void> {
+    await this.halt()
+    rmSync(this.dir, { recursive: true, force: true })
+  }
+
+  private async halt(): Promise<void> {
     if (this.process.exitCode === null && this.process.signalCode === null) {
       const exited = new Promise<void>((r) => this.process.once('exit', () => r()))
       this.process.kill('SIGTERM')
@@ -150,7 +173,6 @@ export class Cluster {
       await Promise.race([exited, new Promise((r) => setTimeout(r, 6000))])
       if (this.process.exitCode === null && this.process.signalCode === null) this.process.kill('SIGKILL')
     }
-    rmSync(this.dir, { recursive: true, force: true })
   }
 }
 

@@ -39,8 +39,8 @@ export function freshSpace(testInfo: TestInfo): string {
   return `e2e-${slug}-${Date.now().toString(36)}${Math.floor(Math.random() * 1e6).toString(36)}`
 }
 
-export function demoPath(relays: readonly string[], space: string, user: string): string {
-  return `/?${new URLSearchParams({ relays: relays.join(','), space, user }).toString()}`
+export function demoPath(relays: readonly string[], space: string, user: string, extra: Record<string, string> = {}): string {
+  return `/?${new URLSearchParams({ relays: relays.join(','), space, user, ...extra }).toString()}`
 }
 
 export type Account = 'main' | 'travel' | 'equipment'
@@ -158,12 +158,12 @@ export class User {
 }
 
 /** Opens the demo as `name` in a new browser context (its own storage and identity). */
-export async function openUser(browser: Browser, relays: readonly string[], space: string, name: string, options: { waitOnline?: boolean; controlRelayTraffic?: boolean } = {}): Promise<User> {
+export async function openUser(browser: Browser, relays: readonly string[], space: string, name: string, options: { waitOnline?: boolean; controlRelayTraffic?: boolean; peers?: boolean } = {}): Promise<User> {
   const context = await browser.newContext()
   const page = await context.newPage()
   const user = new User(name, context, page)
   if (options.controlRelayTraffic) await user.controlRelayTraffic(relays)
-  await page.goto(demoPath(relays, space, name))
+  await page.goto(demoPath(relays, space, name, options.peers ? { peers: '1' } : {}))
   await expect(page.getByTestId('app')).toBeVisible()
   if (options.waitOnline ?? true) await user.expectOnline()
   return user

@@ -4,6 +4,10 @@
  * and space:
  *
  *   ?relays=ws://127.0.0.1:7401,ws://127.0.0.1:7402&space=treasury&user=Alice
+ *
+ * `&peers=1` also syncs peer to peer (WebRTC between browsers, set up
+ * through the relays' peer service), so pages keep collaborating while
+ * every relay is down.
  */
 export interface DemoConfig {
   /** Relay base URLs (ws://host:port); the SDK appends /v1/ws. */
@@ -15,6 +19,8 @@ export interface DemoConfig {
   readonly database: string
   /** The cluster descriptor to pin; when absent the client trusts what the relays agree on, on first use. */
   readonly cluster?: unknown
+  /** Whether to sync peer to peer too (`?peers=1`). */
+  readonly peers: boolean
 }
 
 const DEFAULT_PORTS = [7401, 7402, 7403, 7404]
@@ -31,7 +37,8 @@ export function readConfig(location: Location = window.location): DemoConfig {
   const tag = params.get('db') ?? import.meta.env.VITE_STEAD_CLUSTER_TAG
   const database = tag ? `stead-${space}-${tag}` : `stead-${space}`
   const cluster = import.meta.env.VITE_STEAD_CLUSTER && !params.has('relays') ? (JSON.parse(import.meta.env.VITE_STEAD_CLUSTER) as unknown) : undefined
-  return { relays, space, user, database, ...(cluster ? { cluster } : {}) }
+  const peers = params.get('peers') === '1'
+  return { relays, space, user, database, peers, ...(cluster ? { cluster } : {}) }
 }
 
 /** ws://host:port (or wss://) → http://host:port (or https://), for the relay's HTTP API. */

@@ -15,15 +15,22 @@ const demo: Demo = { config, log: new OperationLog() }
 // One client per page, created outside React (StrictMode renders twice). Pages of
 // this origin with the same database share it: one leads, the others follow it.
 // It opens the space's local replica without waiting for any relay.
-const spacePromise: Promise<Space> = createClient({
-  relays: [...config.relays],
-  database: config.database,
-  ...(config.cluster ? { cluster: config.cluster } : {}),
-}).then((client) => {
-  // Handy in the console, and for the e2e tests' diagnostics.
-  Object.assign(window, { stead: client })
-  return client.space(config.space)
-})
+// With ?peers=1 pages also sync directly (libp2p, loaded only then).
+const peersPromise = config.peers ? import('@stead/client/peers').then((m) => m.libp2pPeers()) : Promise.resolve(undefined)
+const spacePromise: Promise<Space> = peersPromise
+  .then((peers) =>
+    createClient({
+      relays: [...config.relays],
+      database: config.database,
+      ...(config.cluster ? { cluster: config.cluster } : {}),
+      ...(peers ? { peers } : {}),
+    }),
+  )
+  .then((client) => {
+    // Handy in the console, and for the e2e tests' diagnostics.
+    Object.assign(window, { stead: client })
+    return client.space(config.space)
+  })
 void spacePromise.then((space) => demo.log.follow(space))
 
 function Ready() {

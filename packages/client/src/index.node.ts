@@ -49,4 +49,3 @@ function webSocketFactory(): SocketFactory {
   }
   return (url) => new Socket(url)
 }
-export { libp2pPeers } from './peers-node.ts'

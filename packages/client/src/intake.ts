@@ -289,6 +289,11 @@ export class RelayIntake {
     this.armCausalTimer()
   }
 
+  /** Whether an envelope is here, being checked, or waiting for its deps. */
+  knows(idHex: string): boolean {
+    return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)
+  }
+
   /** Whether an envelope is applied here: pending, ours, or committed. */
   private isHere(idHex: string): boolean {
     const { space, outbox } = this.o
@@ -316,7 +321,7 @@ export class RelayIntake {
       this.inboxWrites.push(this.o.records.inboxPut(env.idHex, frame))
       this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
       space.notify(r.changed)
-      if (source) this.o.peers?.announce(space.space, frame, source.peer)
+      if (source) this.o.peers?.relay(space.space, env.idHex, source.peer)
     }
     for (const next of this.causal.arrived(env.idHex)) this.deliver(next)
   }

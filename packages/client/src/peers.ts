@@ -15,9 +15,13 @@ import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, to
  *   space. Each side sends it when a link opens (and when it opens a space);
  *   the other answers with every envelope it holds that the list lacks. One
  *   round trip and both hold the union.
- * - `env` carries envelope frames. A client passes on, to every peer of the
- *   space, its own new envelopes and those it first got from a peer (the
- *   relays deliver the rest).
+ * - `env` carries envelope frames. A client sends its own new envelopes to
+ *   every peer of the space at once.
+ * - `news` lists the ids of envelopes a client first got from a peer: it
+ *   passes them on, batched, to a few peers (at most {@link NEWS_FANOUT},
+ *   picked at random), which ask for those they lack. In a full mesh every
+ *   peer already has an envelope from its author, so passing it on costs an
+ *   id, not a copy; in a sparser one the news spreads as gossip.
  * - `want` asks for envelopes by id: the deps a received envelope names that
  *   the client does not have.
  *
@@ -86,6 +90,8 @@ export interface PeerMember {
   frame(idHex: string): Uint8Array | undefined
   /** An envelope frame from a peer: verify it, then show it or blame the peer. */
   fromPeer(frame: Uint8Array, source: PeerSource): void
+  /** Whether this space has (or is checking, or has decided) the envelope with this id. */
+  knows(idHex: string): boolean
   /** This client can now be reached at `addresses`: tell the space's relays. */
   reachableAt(addresses: readonly string[]): void
 }
@@ -98,6 +104,10 @@ export interface PeerStats {
   readonly framesSent: number
   /** Envelope frames received from peers (before they are checked). */
   readonly framesReceived: number
+  /** Bytes of the messages sent to peers (transport framing and encryption not counted). */
+  readonly bytesSent: number
+  /** Bytes of the messages received from peers. */
+  readonly bytesReceived: number
   /** Messages a full or closed link dropped. */
   readonly dropped: number
   /** Peers found faulty (each is refused from then on). */
@@ -109,6 +119,10 @@ const TAG = 'stead/peer/v1'
 export const MAX_PEER_IDS = 4096
 /** Most frames, and bytes of frames, in one `env` message. */
 const MAX_FRAMES_PER_MESSAGE = 256
+/** How many peers hear `news` of an envelope a client got from a peer. */
+export const NEWS_FANOUT = 6
+/** How long news waits to travel with more news (ms). */
+const NEWS_BATCH_MS = 20
 /** How many dialled addresses the hub remembers, so it does not dial them again. */
 const MAX_DIALLED = 1024
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
@@ -116,11 +130,12 @@ const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
 type PeerMessage =
   | { kind: 'have'; space: string; ids: Uint8Array[]; ask: boolean }
   | { kind: 'want'; space: string; ids: Uint8Array[] }
+  | { kind: 'news'; space: string; ids: Uint8Array[] }
   | { kind: 'env'; space: string; frames: Uint8Array[] }
 
 function encodeMessage(m: PeerMessage): Uint8Array {
   if (m.kind === 'have') return encode([TAG, m.kind, m.space, m.ids, m.ask])
-  return encode([TAG, m.kind, m.space, m.kind === 'want' ? m.ids : m.frames])
+  return encode([TAG, m.kind, m.space, m.kind === 'env' ? m.frames : m.ids])
 }
 
 /**
@@ -136,11 +151,12 @@ export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
   if (typeof space !== 'string' || space.length === 0 || space.length > 128) throw new SteadError('malformed', 'a peer message names a space of 1 to 128 characters')
   if (!Array.isArray(list) || !list.every((x) => x instanceof Uint8Array)) throw new SteadError('malformed', `a ${String(kind)} message carries a list of byte strings`)
   const items = list as Uint8Array[]
-  if (kind === 'have' || kind === 'want') {
+  if (kind === 'have' || kind === 'want' || kind === 'news') {
     if (v.length !== (kind === 'have' ? 5 : 4)) throw new SteadError('malformed', `a ${kind} message has ${kind === 'have' ? 5 : 4} fields`)
     if (items.length > MAX_PEER_IDS) throw new SteadError('too-large', `${items.length} ids in one ${kind} message; at most ${MAX_PEER_IDS}`)
     if (!items.every((id) => id.length === 32)) throw new SteadError('malformed', 'an envelope id is 32 bytes')
-    return kind === 'have' ? (typeof ask === 'boolean' ? { kind, space, ids: items, ask } : malformed('a have message says whether to answer')) : { kind, space, ids: items }
+    if (kind === 'have') return typeof ask === 'boolean' ? { kind, space, ids: items, ask } : malformed('a have message says whether to answer')
+    return kind === 'want' ? { kind, space, ids: items } : { kind, space, ids: items }
   }
   if (kind === 'env') {
     if (v.length !== 4) throw new SteadError('malformed', 'an env message has 4 fields')
@@ -172,7 +188,10 @@ export class PeerHub {
   private readonly refused = new Set<string>()
   /** Addresses already dialled. */
   private readonly dialled = new Set<string>()
-  private stats = { framesSent: 0, framesReceived: 0, dropped: 0 }
+  /** News waiting to be passed on: space → envelope id → the peer it came from. */
+  private news = new Map<string, Map<string, string>>()
+  private newsTimer: ReturnType<typeof setTimeout> | undefined
+  private stats = { framesSent: 0, framesReceived: 0, bytesSent: 0, bytesReceived: 0, dropped: 0 }
   private stopped = false
   private readonly network: PeerNetwork
   private readonly onFault: (peer: string, why: string) => void
@@ -215,6 +234,7 @@ export class PeerHub {
   async stop(): Promise<void> {
     this.stopped = true
     this.members.clear()
+    if (this.newsTimer) clearTimeout(this.newsTimer)
     await this.network.stop()
     this.links.clear()
   }
@@ -234,9 +254,35 @@ export class PeerHub {
     if (this.members.get(member.space) === member) this.members.delete(member.space)
   }
 
-  /** Passes an envelope on to every peer of its space but the one it came from. */
-  announce(space: string, frame: Uint8Array, from?: string): void {
-    for (const s of this.links.values()) if (s.spaces.has(space) && s.link.peer !== from) this.sendFrames(s, space, [frame])
+  /** Sends one of this client's own new envelopes to every peer of its space. */
+  publish(space: string, frame: Uint8Array): void {
+    for (const s of this.links.values()) if (s.spaces.has(space)) this.sendFrames(s, space, [frame])
+  }
+
+  /** Passes on news of an envelope this client got from peer `from` (see the module comment). */
+  relay(space: string, idHex: string, from: string): void {
+    let news = this.news.get(space)
+    if (!news) this.news.set(space, (news = new Map()))
+    news.set(idHex, from)
+    this.newsTimer ??= setTimeout(() => this.sendNews(), NEWS_BATCH_MS)
+  }
+
+  private sendNews(): void {
+    this.newsTimer = undefined
+    const all = this.news
+    this.news = new Map()
+    for (const [space, news] of all) {
+      const links = [...this.links.values()].filter((s) => s.spaces.has(space))
+      // A random few: the news spreads as gossip without every peer telling every other.
+      for (let i = links.length - 1; i > 0; i--) {
+        const j = Math.floor(Math.random() * (i + 1))
+        ;[links[i], links[j]] = [links[j] as LinkState, links[i] as LinkState]
+      }
+      for (const s of links.slice(0, NEWS_FANOUT)) {
+        const ids = [...news].filter(([, from]) => from !== s.link.peer).map(([id]) => fromHex(id))
+        for (let at = 0; at < ids.length; at += MAX_PEER_IDS) this.send(s, { kind: 'news', space, ids: ids.slice(at, at + MAX_PEER_IDS) })
+      }
+    }
   }
 
   /** Asks `peer` for envelopes by id (deps an envelope it sent names). */
@@ -259,6 +305,7 @@ export class PeerHub {
   private message(link: PeerLink, bytes: Uint8Array): void {
     const s = this.links.get(link)
     if (!s || s.closed) return
+    this.stats.bytesReceived += bytes.length
     let m: PeerMessage
     try {
       m = decodePeerMessage(bytes)
@@ -275,6 +322,9 @@ export class PeerHub {
       this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)))
     } else if (m.kind === 'want') {
       if (member) this.sendHeld(s, member, m.ids.map(toHex))
+    } else if (m.kind === 'news') {
+      const lacking = member ? m.ids.map(toHex).filter((id) => !member.knows(id)) : []
+      if (lacking.length) this.send(s, { kind: 'want', space: m.space, ids: lacking.map(fromHex) })
     } else {
       this.stats.framesReceived += m.frames.length
       if (!member) return
@@ -320,7 +370,9 @@ export class PeerHub {
 
   private send(s: LinkState, m: PeerMessage): void {
     if (s.closed) return
-    if (!s.link.send(encodeMessage(m))) this.stats.dropped++
+    const bytes = encodeMessage(m)
+    if (s.link.send(bytes)) this.stats.bytesSent += bytes.length
+    else this.stats.dropped++
   }
 
   private fault(s: LinkState, why: string): void {

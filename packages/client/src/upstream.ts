@@ -75,7 +75,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
           ...o.news,
           sealed: (frame, requests) => {
             o.news.sealed(frame, requests)
-            if (frame) peers.announce(this.space, frame)
+            if (frame) peers.publish(this.space, frame)
           },
         }
       : o.news
@@ -130,6 +130,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   fromPeer(frame: Uint8Array, source: PeerSource): void {
     if (!this.closed) this.intake.fromPeer(frame, source)
+  }
+
+  knows(idHex: string): boolean {
+    return this.intake.knows(idHex)
   }
 
   reachableAt(addresses: readonly string[]): void {

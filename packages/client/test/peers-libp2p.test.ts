@@ -2,7 +2,8 @@ import { clockFrom, clockInit, encode, encodeEnvelope, sealEnvelope } from '@ste
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
-import { createClient, libp2pPeers, memoryStorage, type Libp2pPeers, type PeerLink, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { createClient, memoryStorage, type PeerLink, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { libp2pPeers, type Libp2pPeers } from '../src/peers-entry.node.ts'
 
 /**
  * Peer-to-peer sync over real libp2p (TCP, noise, yamux) between Node

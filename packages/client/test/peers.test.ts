@@ -67,6 +67,21 @@ describe('peer-to-peer sync', () => {
     expect(peers.flatMap((p) => p.errors)).toEqual([])
   })
 
+  it('spreads an update along a line of peers that are not all linked: news of it, then the envelope on request', async () => {
+    const c = offlineCluster()
+    // 0 - 1 - 2 - 3: each is linked to its neighbours only.
+    const board = new PeerBoard((a, b) => Math.abs(a - b) === 1)
+    const line: Array<Awaited<ReturnType<typeof client>>> = []
+    for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
+    await until('linked', () => line.every((p, i) => p.client.peers?.peers === (i === 0 || i === 3 ? 1 : 2)))
+    await line[0]?.space.counter('likes').increment(7)
+    await line[3]?.space.counter('likes').increment(1)
+    await until('both ends see both updates', () => line.every((p) => p.space.counter('likes').value === 8))
+    // The middle ones passed ids on and handed out what their neighbours asked for: each end got the other end's update once.
+    expect([line[0]?.client.peers?.framesReceived, line[3]?.client.peers?.framesReceived]).toEqual([1, 1])
+    expect(line.flatMap((p) => p.errors)).toEqual([])
+  })
+
   it('refuses a peer that lies, and keeps showing only what verifies', async () => {
     const c = offlineCluster()
     const board = new PeerBoard()

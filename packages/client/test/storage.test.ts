@@ -574,12 +574,14 @@ describe('entry points', () => {
     expect(external.sort()).toEqual(['@stead/core', 'idb'])
   })
 
-  it('the node entry adds lmdbStorage and libp2p peers on top of everything in the main entry, loading libp2p only when used', async () => {
+  it('the node entry adds lmdbStorage on top of everything in the main entry; libp2p comes only with the peers entry', async () => {
     const main = await import('../src/index.ts')
     const node = await import('../src/node.ts')
-    expect(Object.keys(node).sort()).toEqual([...Object.keys(main), 'lmdbStorage', 'libp2pPeers'].sort())
-    const external = externalImports(join(src, 'node.ts'))
-    // libp2p's modules are loaded when peer sync starts, so apps without peers need none of them.
-    expect([...external].filter((spec) => /libp2p|multiaddr/.test(spec))).toEqual([])
+    expect(Object.keys(node).sort()).toEqual([...Object.keys(main), 'lmdbStorage'].sort())
+    // Apps without peer sync need none of libp2p.
+    for (const entry of ['index.ts', 'node.ts']) expect([...externalImports(join(src, entry))].filter((spec) => /libp2p|multiaddr/.test(spec))).toEqual([])
+    const peers = await import('../src/peers-entry.ts')
+    const peersNode = await import('../src/peers-entry.node.ts')
+    expect(Object.keys(peers).sort()).toEqual(Object.keys(peersNode).sort())
   })
 })

@@ -10,6 +10,12 @@ export class PeerBoard {
   private readonly members: MemoryPeers[] = []
   /** Messages delivered, for tests that count traffic. */
   messages = 0
+  /** Which networks get linked, by the order they started in (default: all of them). */
+  private readonly linked: (a: number, b: number) => boolean
+
+  constructor(linked: (a: number, b: number) => boolean = () => true) {
+    this.linked = linked
+  }
 
   network(): MemoryPeers {
     return new MemoryPeers(this)
@@ -17,7 +23,7 @@ export class PeerBoard {
 
   /** @internal */
   joined(m: MemoryPeers): void {
-    for (const other of this.members) this.link(m, other)
+    for (const [i, other] of this.members.entries()) if (this.linked(i, this.members.length)) this.link(m, other)
     this.members.push(m)
   }
 
