@@ -26,6 +26,8 @@ import type { ClientFacingLiar } from './client-lies.ts'
 import type { CommitFeed } from './feed.ts'
 import { readiness } from './health.ts'
 import { PeerDirectory } from './peer-directory.ts'
+import { publicKeyFromRaw } from '@libp2p/crypto/keys'
+import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
 import { CHUNK_BYTES } from './store.ts'
 
@@ -426,6 +428,8 @@ class Session implements Subscriber {
   /** The key proven at hello (hex), fixed for the session's life. */
   key: string | undefined
   private keyBytes: Uint8Array | undefined
+  /** The libp2p peer id of the session's key (what its peer addresses must name), once it announced. */
+  private peerId: string | undefined
   private readonly feeds = new Map<string, FeedEntry>()
   /**
    * Envelopes sent to this client early (prospective feed) on subscriptions
@@ -695,11 +699,16 @@ class Session implements Subscriber {
         this.feeds.delete(message.space)
         this.sessions.directory.withdraw(message.space, this)
         return
-      case 'announce':
+      case 'announce': {
         // Only for a space it follows: what it may read, and a bound on what it can make the relay keep.
         if (!this.feeds.has(message.space)) return this.fail(null, new SteadError('malformed', `announce for space ${message.space}, which this session does not follow: subscribe first`))
+        // Only its own addresses: other clients trust a peer id the relays name as one that may read the space.
+        this.peerId ??= peerIdFromPublicKey(publicKeyFromRaw(this.keyBytes as Uint8Array)).toString()
+        const foreign = message.addrs.find((a) => !a.endsWith(`/p2p/${this.peerId}`))
+        if (foreign !== undefined) return this.fail(null, new SteadError('malformed', `announce ${foreign}: each address must end with /p2p/${this.peerId}, this session's key`))
         this.sessions.directory.announce(message.space, this, message.addrs)
         return
+      }
       case 'submit':
         try {
           if (this.pending.size >= this.limits.maxPendingPerClient) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)

@@ -1,5 +1,8 @@
 import { MAX_PEERS_PER_MESSAGE } from '@stead/core'
 
+/** Most addresses in the answer to an announcement. */
+const REPLY_ADDRS = Math.min(128, MAX_PEERS_PER_MESSAGE)
+
 /**
  * Where the clients of each space can be reached for peer-to-peer sync:
  * what they announced over their sessions. A client that announces hears
@@ -34,7 +37,8 @@ export class PeerDirectory<S> {
       this.tell(s, space, [...addrs])
       others.push(...a)
     }
-    if (others.length) this.tell(session, space, others.slice(-MAX_PEERS_PER_MESSAGE))
+    // The newest announcers: a reply stays small however often a client announces.
+    if (others.length) this.tell(session, space, others.slice(-REPLY_ADDRS))
   }
 
   /** `session` no longer takes part in `space` (it unsubscribed or withdrew). */

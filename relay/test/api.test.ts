@@ -10,6 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { generateIdentity, parseCluster } from '../src/config.ts'
 import { addressKey } from '../src/api.ts'
+import { publicKeyFromRaw } from '@libp2p/crypto/keys'
+import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import { runRelay, type RunningRelay } from '../src/relay.ts'
 import { freePort } from './helpers/cluster.ts'
 
@@ -166,13 +168,18 @@ describe('client API over TLS', () => {
     expect(welcome.type === 'welcome' && welcome.peers?.every((p) => /^\/ip4\/127\.0\.0\.1\/tcp\/\d+\/ws\/p2p\/12D3Koo/.test(p))).toBe(true)
     // Only for a space the session follows.
     a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] }))
-    expect(await a.next((m) => m.type === 'error')).toMatchObject({ reason: 'malformed', detail: expect.stringContaining('subscribe first') })
+    expect(await a.next((m) => m.type === 'error' && m.detail.includes('subscribe first'))).toMatchObject({ reason: 'malformed' })
     const b = await session(api, 22)
+    const idOf = (s: { me: { publicKey: Uint8Array } }): string => peerIdFromPublicKey(publicKeyFromRaw(s.me.publicKey)).toString()
+    const [aAddr, bAddr] = [`/ip4/127.0.0.1/tcp/1/p2p/${idOf(a)}`, `/ip4/127.0.0.1/tcp/2/p2p/${idOf(b)}`]
     for (const s of [a, b]) s.ws.send(encodeClientMessage({ type: 'subscribe', space: 'meet', fromIndex: 0, frames: false }))
-    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] }))
-    b.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/2/p2p/b'] }))
-    expect(await a.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/2/p2p/b'] })
-    expect(await b.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: ['/ip4/127.0.0.1/tcp/1/p2p/a'] })
+    // Only its own addresses: another client's peer id is refused.
+    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: [bAddr] }))
+    expect(await a.next((m) => m.type === 'error' && m.detail.includes('/p2p/'))).toMatchObject({ reason: 'malformed' })
+    a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: [aAddr] }))
+    b.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: [bAddr] }))
+    expect(await a.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: [bAddr] })
+    expect(await b.next((m) => m.type === 'peers')).toEqual({ type: 'peers', space: 'meet', addrs: [aAddr] })
     // Too many addresses is a typed error, not a crash.
     a.ws.send(encodeClientMessage({ type: 'announce', space: 'meet', addrs: Array.from({ length: 9 }, (_, i) => `/ip4/127.0.0.1/tcp/${i}`) }))
     expect(await a.next((m) => m.type === 'error' && m.reason === 'too-large')).toBeTruthy()

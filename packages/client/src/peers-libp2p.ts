@@ -50,8 +50,10 @@ export interface Libp2pStack {
   reachable(address: string): boolean
 }
 
-/** How many times an address a relay passed on is dialled before it is given up (addresses in `dial` are kept for good). */
+/** How many times an address a relay passed on is dialled before it is given up (addresses in `dial` are kept for good); a relay naming it again starts over. */
 const DISCOVERED_ATTEMPTS = 6
+/** Most addresses kept to dial. */
+const MAX_WANTED = 1024
 
 /**
  * A {@link PeerNetwork} over libp2p: one protocol ({@link PEER_PROTOCOL}),
@@ -65,7 +67,7 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
   const maxMessageBytes = options.maxMessageBytes ?? 4 * 1024 * 1024
   const maxQueueBytes = options.maxQueueBytes ?? 16 * 1024 * 1024
   const backoff = options.backoff ?? { initialMs: 250, maxMs: 10_000 }
-  const wanted = new Map<string, { attempts: number; keep: boolean; timer: ReturnType<typeof setTimeout> | undefined; connection: Connection | undefined }>()
+  const wanted = new Map<string, { attempts: number; keep: boolean; dialling: boolean; timer: ReturnType<typeof setTimeout> | undefined; connection: Connection | undefined }>()
   let node: Libp2p | undefined
   let events: PeerEvents | undefined
   let stopped = false
@@ -80,6 +82,7 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
     let closed = false
     const link: PeerLink = {
       peer: connection.remotePeer.toString(),
+      key: connection.remotePeer.publicKey?.raw,
       send(message) {
         if (closed || message.length > maxMessageBytes || queued + message.length > maxQueueBytes) return false
         if (queue.length === 0 && !stream.writableNeedsDrain) {
@@ -98,6 +101,8 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
         if (closed) return
         closed = true
         stream.abort(new Error(reason))
+        // The whole connection: a refused peer keeps nothing open here.
+        connection.close().catch(() => undefined)
       },
     }
     const flush = (): void => {
@@ -140,7 +145,7 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
 
   function redial(address: string): void {
     const w = wanted.get(address)
-    if (!w || stopped || w.timer || w.connection?.status === 'open') return
+    if (!w || stopped || w.timer || w.dialling || w.connection?.status === 'open') return
     if (!w.keep && w.attempts >= DISCOVERED_ATTEMPTS) {
       wanted.delete(address)
       return
@@ -155,13 +160,18 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
 
   async function connect(address: string): Promise<void> {
     const w = wanted.get(address)
-    if (!w || !node || stopped || !toMultiaddr) return
+    // Before the node runs, the address waits: start() dials it.
+    if (!w || !node || stopped || !toMultiaddr || w.dialling) return
+    w.dialling = true
     try {
       const connection = await node.dial(toMultiaddr(address))
       w.connection = connection
       w.attempts = 0
     } catch {
+      w.dialling = false
       redial(address)
+    } finally {
+      w.dialling = false
     }
   }
 
@@ -169,7 +179,14 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
     if (stopped || wanted.has(address) || !stack.dialable(address)) return
     // Not itself: a relay passes every announcer's addresses on, this client's included.
     if (node && address.endsWith(`/p2p/${node.peerId.toString()}`)) return
-    wanted.set(address, { attempts: 0, keep, timer: undefined, connection: undefined })
+    // Bounded: the oldest address a relay passed on makes room (addresses the app gave stay).
+    if (wanted.size >= MAX_WANTED) {
+      const oldest = [...wanted].find(([, w]) => !w.keep)
+      if (!oldest) return
+      if (oldest[1].timer) clearTimeout(oldest[1].timer)
+      wanted.delete(oldest[0])
+    }
+    wanted.set(address, { attempts: 0, keep, dialling: false, timer: undefined, connection: undefined })
     void connect(address)
   }
 
@@ -207,6 +224,7 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
       node.addEventListener('self:peer:update', () => on.addressesChanged())
       await node.start()
       for (const address of options.dial ?? []) dialAddress(address, true)
+      for (const address of wanted.keys()) void connect(address)
       if (stopped) await node.stop()
     },
     async stop() {

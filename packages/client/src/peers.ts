@@ -12,9 +12,12 @@ import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, to
  * gives it (libp2p in Node: `libp2pPeers`; an in-memory pair in tests):
  *
  * - `have` lists the ids of the envelopes a client holds undecided for a
- *   space. Each side sends it when a link opens (and when it opens a space);
- *   the other answers with every envelope it holds that the list lacks. One
- *   round trip and both hold the union.
+ *   space. Each side sends it once it may exchange the space with the peer
+ *   (f+1 relays named the peer as a client of the space: at least one
+ *   correct relay let its key read it); the other answers with every
+ *   envelope it holds that the list lacks. One round trip and both hold the
+ *   union. Nothing a peer says about a space it is not vouched for is
+ *   answered or shown.
  * - `env` carries envelope frames. A client sends its own new envelopes to
  *   every peer of the space at once.
  * - `news` lists the ids of envelopes a client first got from a peer: it
@@ -26,14 +29,19 @@ import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, to
  *   the client does not have.
  *
  * A peer that sends anything malformed, an envelope whose signature does
- * not verify, or a clock its inputs contradict is faulty: its link is closed
- * and the hub refuses it from then on.
+ * not verify or that belongs to another space is faulty: its link is closed
+ * and the hub refuses it from then on (an honest peer checks all that before
+ * it passes an envelope on). An envelope whose clock its inputs contradict
+ * is not shown; its author is faulty when it sent it itself, but a peer
+ * passing it on is not blamed: it may have lacked the inputs that show it.
  */
 
 /** A connection to one peer, as a {@link PeerNetwork} gives it. */
 export interface PeerLink {
   /** Who the peer is: an authenticated id (libp2p's peer id), stable across its connections. */
   readonly peer: string
+  /** The peer's Ed25519 public key, when the transport authenticated one (libp2p does): it tells an author from a peer passing its envelope on. */
+  readonly key?: Uint8Array | undefined
   /** Queues one message; false when it was dropped (the link is closed or its queue full). */
   send(message: Uint8Array): boolean
   /** Closes the link, saying why (for the peer's and this client's logs). */
@@ -78,6 +86,8 @@ export interface PeerNetwork {
 /** A peer a space heard an envelope from: blamed when the envelope proves bad. */
 export interface PeerSource {
   readonly peer: string
+  /** The peer's authenticated public key, if the transport knows it. */
+  readonly key: Uint8Array | undefined
   markFaulty(why: string): void
 }
 
@@ -92,6 +102,11 @@ export interface PeerMember {
   fromPeer(frame: Uint8Array, source: PeerSource): void
   /** Whether this space has (or is checking, or has decided) the envelope with this id. */
   knows(idHex: string): boolean
+  /**
+   * Whether `peer` may exchange this space's envelopes: f+1 relays named it
+   * for the space (so at least one correct relay let its key read the space).
+   */
+  mayShare(peer: string): boolean
   /** This client can now be reached at `addresses`: tell the space's relays. */
   reachableAt(addresses: readonly string[]): void
 }
@@ -100,6 +115,8 @@ export interface PeerMember {
 export interface PeerStats {
   /** Links open now. */
   readonly peers: number
+  /** Links exchanging at least one space (the relays vouch for the peer there). */
+  readonly exchanging: number
   /** Envelope frames sent to peers. */
   readonly framesSent: number
   /** Envelope frames received from peers (before they are checked). */
@@ -123,8 +140,6 @@ const MAX_FRAMES_PER_MESSAGE = 256
 export const NEWS_FANOUT = 6
 /** How long news waits to travel with more news (ms). */
 const NEWS_BATCH_MS = 20
-/** How many dialled addresses the hub remembers, so it does not dial them again. */
-const MAX_DIALLED = 1024
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
 
 type PeerMessage =
@@ -172,10 +187,19 @@ function malformed(why: string): never {
 
 interface LinkState {
   readonly link: PeerLink
-  /** Spaces the peer said it holds (it sent `have`): what it is sent. */
+  /** Spaces exchanged with this peer (the relays vouch that it may read them): what it is sent and heard on. */
   readonly spaces: Set<string>
+  /** Spaces whose `have` this link asked to be answered with ours already: it is not sent twice. */
+  readonly answered: Set<string>
+  /** Envelopes already sent on this link (the latest SENT_KEPT): not sent again, whatever it asks. */
+  readonly sent: Set<string>
   closed: boolean
 }
+
+/** How many envelope ids a link remembers having sent. */
+const SENT_KEPT = 16_384
+/** Most links at once: more are refused. */
+const MAX_LINKS = 256
 
 /**
  * One client's peer sync: the links its {@link PeerNetwork} opens, shared by
@@ -186,8 +210,6 @@ export class PeerHub {
   private readonly members = new Map<string, PeerMember>()
   /** Peers found faulty: their links are refused. */
   private readonly refused = new Set<string>()
-  /** Addresses already dialled. */
-  private readonly dialled = new Set<string>()
   /** News waiting to be passed on: space → envelope id → the peer it came from. */
   private news = new Map<string, Map<string, string>>()
   private newsTimer: ReturnType<typeof setTimeout> | undefined
@@ -220,15 +242,10 @@ export class PeerHub {
     return this.stopped ? [] : this.network.addresses().slice(0, MAX_PEER_ADDRS)
   }
 
-  /** Connects to addresses the relays passed on (other clients', or a relay's peer service), each once. */
+  /** Connects to addresses the relays passed on (other clients', or a relay's peer service); the network skips those it holds already. */
   dial(addresses: readonly string[]): void {
-    for (const a of addresses) {
-      if (this.stopped || this.dialled.has(a)) continue
-      this.dialled.add(a)
-      // Bounded: the oldest addresses are forgotten (and may be dialled again when a relay names them again).
-      if (this.dialled.size > MAX_DIALLED) this.dialled.delete(this.dialled.values().next().value as string)
-      this.network.dial(a)
-    }
+    if (this.stopped) return
+    for (const a of addresses) this.network.dial(a)
   }
 
   async stop(): Promise<void> {
@@ -240,14 +257,28 @@ export class PeerHub {
   }
 
   get status(): PeerStats {
-    return { peers: this.links.size, ...this.stats, faulty: this.refused.size }
+    let exchanging = 0
+    for (const s of this.links.values()) if (s.spaces.size > 0) exchanging++
+    return { peers: this.links.size, exchanging, ...this.stats, faulty: this.refused.size }
   }
 
   /** A space takes part: its peers learn what it holds, and answer with what it lacks. */
   join(member: PeerMember): void {
     if (this.stopped) return
     this.members.set(member.space, member)
-    for (const s of this.links.values()) this.sendHave(s, member, true)
+    for (const s of this.links.values()) if (member.mayShare(s.link.peer)) this.exchange(s, member, true)
+  }
+
+  /** The relays now vouch for `peer` in `member`'s space: exchange it on the links to that peer. */
+  authorized(member: PeerMember, peer: string): void {
+    if (this.members.get(member.space) !== member) return
+    for (const s of this.links.values()) if (s.link.peer === peer && !s.spaces.has(member.space)) this.exchange(s, member, true)
+  }
+
+  /** Starts exchanging a space on a link: this side's `have`, asking for the peer's when `ask`. */
+  private exchange(s: LinkState, member: PeerMember, ask: boolean): void {
+    s.spaces.add(member.space)
+    this.sendHave(s, member, ask)
   }
 
   leave(member: PeerMember): void {
@@ -255,8 +286,12 @@ export class PeerHub {
   }
 
   /** Sends one of this client's own new envelopes to every peer of its space. */
-  publish(space: string, frame: Uint8Array): void {
-    for (const s of this.links.values()) if (s.spaces.has(space)) this.sendFrames(s, space, [frame])
+  publish(space: string, idHex: string, frame: Uint8Array): void {
+    for (const s of this.links.values()) {
+      if (!s.spaces.has(space) || s.sent.has(idHex)) continue
+      this.sentOn(s, idHex)
+      this.sendFrames(s, space, [frame])
+    }
   }
 
   /** Passes on news of an envelope this client got from peer `from` (see the module comment). */
@@ -297,9 +332,10 @@ export class PeerHub {
   private opened(link: PeerLink): void {
     if (this.stopped) return link.close('this client is closing')
     if (this.refused.has(link.peer)) return link.close('this peer was found faulty')
-    const s: LinkState = { link, spaces: new Set(), closed: false }
+    if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: new Set(), closed: false }
     this.links.set(link, s)
-    for (const m of this.members.values()) this.sendHave(s, m, false)
+    for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
   }
 
   private message(link: PeerLink, bytes: Uint8Array): void {
@@ -313,22 +349,24 @@ export class PeerHub {
       return this.fault(s, `sent a bad message: ${(err as Error).message}`)
     }
     const member = this.members.get(m.space)
-    // Whatever a peer says about a space this client holds, it takes part in it: it hears of the space's new envelopes.
-    if (member) s.spaces.add(m.space)
+    // Only about a space the relays vouch this peer may read: anything else is not answered, nor shown.
+    if (!member || !member.mayShare(link.peer)) return
+    if (!s.spaces.has(m.space)) this.exchange(s, member, false)
     if (m.kind === 'have') {
-      if (!member) return
-      if (m.ask) this.sendHave(s, member, false)
+      if (m.ask && !s.answered.has(m.space)) {
+        s.answered.add(m.space)
+        this.sendHave(s, member, false)
+      }
       const theirs = new Set(m.ids.map(toHex))
       this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)))
     } else if (m.kind === 'want') {
-      if (member) this.sendHeld(s, member, m.ids.map(toHex))
+      this.sendHeld(s, member, m.ids.map(toHex))
     } else if (m.kind === 'news') {
-      const lacking = member ? m.ids.map(toHex).filter((id) => !member.knows(id)) : []
+      const lacking = m.ids.map(toHex).filter((id) => !member.knows(id))
       if (lacking.length) this.send(s, { kind: 'want', space: m.space, ids: lacking.map(fromHex) })
     } else {
       this.stats.framesReceived += m.frames.length
-      if (!member) return
-      const source: PeerSource = { peer: link.peer, markFaulty: (why) => this.fault(s, why) }
+      const source: PeerSource = { peer: link.peer, key: link.key, markFaulty: (why) => this.fault(s, why) }
       for (const frame of m.frames) {
         if (s.closed) return
         member.fromPeer(frame, source)
@@ -340,13 +378,22 @@ export class PeerHub {
     this.send(s, { kind: 'have', space: member.space, ids: member.held().slice(-MAX_PEER_IDS).map(fromHex), ask })
   }
 
+  /** Sends the envelopes of `ids` this space holds, each at most once per link: asking again costs the peer, not this client. */
   private sendHeld(s: LinkState, member: PeerMember, ids: readonly string[]): void {
     const frames: Uint8Array[] = []
     for (const id of ids) {
+      if (s.sent.has(id)) continue
       const frame = member.frame(id)
-      if (frame) frames.push(frame)
+      if (!frame) continue
+      frames.push(frame)
+      this.sentOn(s, id)
     }
     this.sendFrames(s, member.space, frames)
+  }
+
+  private sentOn(s: LinkState, id: string): void {
+    s.sent.add(id)
+    if (s.sent.size > SENT_KEPT) s.sent.delete(s.sent.values().next().value as string)
   }
 
   /** Sends frames in messages within the per-message budgets. */
@@ -377,10 +424,14 @@ export class PeerHub {
 
   private fault(s: LinkState, why: string): void {
     if (s.closed) return
-    s.closed = true
     this.refused.add(s.link.peer)
-    this.links.delete(s.link)
-    s.link.close(why)
+    // Every link to that peer: one refusal, one report.
+    for (const other of [...this.links.values()]) {
+      if (other.link.peer !== s.link.peer) continue
+      other.closed = true
+      this.links.delete(other.link)
+      other.link.close(why)
+    }
     this.onFault(s.link.peer, why)
   }
 }

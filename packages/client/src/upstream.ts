@@ -1,6 +1,7 @@
 import {
   HEAD_NONCE_BYTES,
   SteadError,
+  asSigned,
   bytesEqual,
   decode,
   expect,
@@ -63,6 +64,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   readonly outbox: Outbox
   private readonly intake: RelayIntake
   private readonly proofs = new ClockProofs()
+  /** Peers the relays named as clients of this space: peer id → the relays that named it. */
+  private readonly peerNames = new Map<string, Set<number>>()
   private closed = false
 
   private readonly o: RelayUpstreamInit
@@ -75,12 +78,18 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
           ...o.news,
           sealed: (frame, requests) => {
             o.news.sealed(frame, requests)
-            if (frame) peers.publish(this.space, frame)
+            if (frame) peers.publish(this.space, toHex(o.crypto.sha256(asSigned(decode(frame)).bytes)), frame)
           },
         }
       : o.news
     this.outbox = new Outbox({ ...o, news, member: this })
-    this.intake = new RelayIntake({ ...o, outbox: this.outbox, proofs: this.proofs, bootstrap: (relays) => this.verifiedSnapshot(relays) })
+    this.intake = new RelayIntake({
+      ...o,
+      outbox: this.outbox,
+      proofs: this.proofs,
+      bootstrap: (relays) => this.verifiedSnapshot(relays),
+      subscribed: (link) => (o.peers ? this.announce(link, o.peers.addresses()) : undefined),
+    })
   }
 
   // ---- Upstream
@@ -141,6 +150,31 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     for (const link of this.o.sessions.links) if (link.ready) this.announce(link, addresses)
   }
 
+  mayShare(peer: string): boolean {
+    const f = this.o.sessions.cluster?.f
+    return f !== undefined && (this.peerNames.get(peer)?.size ?? 0) > f
+  }
+
+  /** A relay named these addresses as the space's other clients: count which relays vouch for each peer, and dial them. */
+  private named(link: RelayLink, addrs: readonly string[]): void {
+    const peers = this.o.peers
+    if (!peers || link.relay === undefined) return
+    for (const addr of addrs) {
+      const peer = /\/p2p\/([^/]+)$/.exec(addr)?.[1]
+      if (!peer) continue
+      let by = this.peerNames.get(peer)
+      if (!by) {
+        this.peerNames.set(peer, (by = new Set()))
+        // Bounded: the peers named longest ago are forgotten first.
+        if (this.peerNames.size > MAX_NAMED_PEERS) this.peerNames.delete(this.peerNames.keys().next().value as string)
+      }
+      const before = this.mayShare(peer)
+      by.add(link.relay)
+      if (!before && this.mayShare(peer)) peers.authorized(this, peer)
+    }
+    peers.dial(addrs)
+  }
+
   /** Tells a relay where this client can be reached for this space (after subscribing: the relay needs that first). */
   private announce(link: RelayLink, addrs: readonly string[]): void {
     if (addrs.length > 0) link.send({ type: 'announce', space: this.space, addrs: [...addrs] })
@@ -151,12 +185,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   ready(link: RelayLink): void {
     if (this.closed) return
     this.intake.ready(link)
-    const peers = this.o.peers
-    if (peers) {
-      // Browsers are reached through a relay's peer service: connect to it, then say where this client is.
-      peers.dial(link.peerAddresses)
-      this.announce(link, peers.addresses())
-    }
+    // Browsers are reached through a relay's peer service: connect to it (this client announces where it is once it subscribed).
+    this.o.peers?.dial(link.peerAddresses)
     this.outbox.resubmit()
     this.o.space.emitStatus()
   }
@@ -165,7 +195,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (this.closed) return
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
-    else if (m.type === 'peers' && m.space === this.space) this.o.peers?.dial(m.addrs)
+    else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
   }
 
@@ -296,6 +326,9 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}` } }
   }
 }
+
+/** How many peers a space remembers the relays naming. */
+const MAX_NAMED_PEERS = 4096
 
 /** How long one request of a snapshot bootstrap may take before the next relay is asked. */
 const BOOTSTRAP_TIMEOUT_MS = 10_000

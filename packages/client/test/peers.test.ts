@@ -14,12 +14,20 @@ afterEach(async () => {
   for (const c of clusters.splice(0)) c.stop()
 })
 
-/** A fake cluster whose relays are all unreachable until the test brings them up. */
-function offlineCluster(): FakeCluster {
+function cluster(): FakeCluster {
   const c = new FakeCluster('bank', 4)
   clusters.push(c)
-  for (const r of c.relays) r.setOnline(false)
   return c
+}
+
+/** Takes every relay down (sessions close, nothing is ordered) until the test brings them back. */
+function relaysDown(c: FakeCluster): void {
+  for (const r of c.relays) r.setOnline(false)
+}
+
+/** Waits until each client exchanges the space with `n` peers (the relays named them all). */
+async function exchanging(clients: ReadonlyArray<{ client: SteadClient }>, n: (i: number) => number): Promise<void> {
+  await until('peers vouched for by the relays', () => clients.every((p, i) => p.client.peers?.exchanging === n(i)))
 }
 
 async function client(c: FakeCluster, extra: Partial<ClientOptions>): Promise<{ client: SteadClient; space: Space; errors: SteadError[] }> {
@@ -46,10 +54,13 @@ const identity = (byte: number): { secretKey: Uint8Array; publicKey: Uint8Array 
 
 describe('peer-to-peer sync', () => {
   it('keeps clients collaborating while every relay is down, then commits what they did once the relays are back', async () => {
-    const c = offlineCluster()
+    const c = cluster()
     const board = new PeerBoard()
     const peers = await Promise.all([1, 2, 3].map(() => client(c, { peers: board.network() })))
-    // Before they connect: an update made alone reaches the others when the links open.
+    // The relays name each client to the others; then they go down.
+    await exchanging(peers, () => 2)
+    relaysDown(c)
+    await until('offline', () => peers.every((p) => !p.space.status.online))
     await peers[0]?.space.counter('likes').increment(10)
     for (const [i, p] of peers.entries()) await p.space.counter('likes').increment(i + 1)
     await until('every client sees every update', () => peers.every((p) => p.space.counter('likes').value === 16))
@@ -68,12 +79,13 @@ describe('peer-to-peer sync', () => {
   })
 
   it('spreads an update along a line of peers that are not all linked: news of it, then the envelope on request', async () => {
-    const c = offlineCluster()
+    const c = cluster()
     // 0 - 1 - 2 - 3: each is linked to its neighbours only.
     const board = new PeerBoard((a, b) => Math.abs(a - b) === 1)
     const line: Array<Awaited<ReturnType<typeof client>>> = []
     for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
-    await until('linked', () => line.every((p, i) => p.client.peers?.peers === (i === 0 || i === 3 ? 1 : 2)))
+    await exchanging(line, (i) => (i === 0 || i === 3 ? 1 : 2))
+    relaysDown(c)
     await line[0]?.space.counter('likes').increment(7)
     await line[3]?.space.counter('likes').increment(1)
     await until('both ends see both updates', () => line.every((p) => p.space.counter('likes').value === 8))
@@ -83,10 +95,10 @@ describe('peer-to-peer sync', () => {
   })
 
   it('refuses a peer that lies, and keeps showing only what verifies', async () => {
-    const c = offlineCluster()
+    const c = cluster()
     const board = new PeerBoard()
     const honest = await Promise.all([1, 2].map(() => client(c, { peers: board.network() })))
-    await until('linked', () => honest.every((p) => p.client.peers?.peers === 1))
+    await exchanging(honest, () => 1)
     await honest[0]?.space.counter('likes').increment(1)
     await until('shared', () => honest.every((p) => p.space.counter('likes').value === 1))
 
@@ -104,14 +116,36 @@ describe('peer-to-peer sync', () => {
       ['an envelope of another space', envMessage([encodeEnvelope(await seal({ space: 'other' }))])],
       ['too many ids', encode(['stead/peer/v1', 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
     ]
+    // A peer the relays do not name as a client of the space gets nothing of it, and is not heard.
+    const heardByStranger: Uint8Array[] = []
+    const stranger = board.attach('stranger', (_to, m) => heardByStranger.push(m), liarKey.publicKey)
+    for (const s of stranger) s.send(encode(['stead/peer/v1', 'have', 'bank', [], true]))
+    for (const s of stranger) s.send(envMessage([encodeEnvelope(await seal({ updates: [op('likes', 40)] }))]))
+    await new Promise((r) => setTimeout(r, 50))
+    expect(heardByStranger).toEqual([])
+    expect(honest.map((p) => p.space.counter('likes').value)).toEqual([1, 1])
+
     for (const [i, [what, message]] of lies.entries()) {
       const before = honest.map((p) => p.errors.length)
-      const senders = board.attach(`liar-${i}`, () => undefined)
+      let asked = 0
+      const senders = board.attach(`liar-${i}`, () => asked++, liarKey.publicKey)
+      c.namePeer(`/memory/p2p/liar-${i}`)
+      // Once the relays vouch for it, the honest clients open the exchange (and so hear it).
+      await until('the exchange is open', () => asked >= honest.length)
       for (const s of senders) s.send(message)
       await until(`the liar sending ${what} is cut off`, () => senders.every((s) => !s.open()))
       expect(honest.map((p) => p.errors.length - (before[honest.indexOf(p)] as number)), what).toEqual([1, 1])
       expect(honest.every((p) => p.errors.at(-1)?.reason === 'untrusted')).toBe(true)
     }
+    expect(honest.every((p) => p.client.peers?.faulty === lies.length)).toBe(true)
+    // A peer that only passes on another author's bad clock is not blamed (it may have lacked what shows it); the envelope is not shown.
+    let forwarderAsked = 0
+    const forwarder = board.attach('forwarder', () => forwarderAsked++, identity(10).publicKey)
+    c.namePeer('/memory/p2p/forwarder')
+    await until('the forwarder is heard', () => forwarderAsked >= honest.length)
+    for (const s of forwarder) s.send(envMessage([encodeEnvelope(await seal({ seq: 1, clock: clockFrom([[honestId, 777]]), updates: [op('likes', 50)] }))]))
+    await new Promise((r) => setTimeout(r, 50))
+    expect(forwarder.every((s) => s.open())).toBe(true)
     expect(honest.every((p) => p.client.peers?.faulty === lies.length)).toBe(true)
     // None of it showed; the honest clients still sync with each other.
     expect(honest.map((p) => p.space.counter('likes').value)).toEqual([1, 1])
@@ -120,20 +154,25 @@ describe('peer-to-peer sync', () => {
   })
 
   it('fetches a missing dep by hash from the peer that named it, and passes both on', async () => {
-    const c = offlineCluster()
+    const c = cluster()
     const board = new PeerBoard()
     const a = await client(c, { peers: board.network() })
+    await until('online', () => a.space.status.online)
     const other = identity(11)
     const author = identity(12)
     const first = await sealEnvelope(nodeCrypto, other, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('k', 1)], safe: [] })
     const second = await sealEnvelope(nodeCrypto, author, { space: 'bank', seq: 1, clock: clockFrom([[first.authorId, 1]]), deps: [first.id], updates: [op('k', 2)], safe: [] })
     const wanted: string[][] = []
+    let asked = false
     const [to] = board.attach('holder', (_to, message) => {
       const m = decodePeerMessage(message)
+      asked = true
       if (m.kind !== 'want') return
       wanted.push(m.ids.map(toHex))
       to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(first)]]))
     })
+    c.namePeer('/memory/p2p/holder')
+    await until('the holder is heard', () => asked)
     to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(second)]]))
     await until('both show', () => a.space.counter('k').value === 3)
     expect(wanted).toEqual([[first.idHex]])

@@ -180,6 +180,11 @@ export class FakeCluster {
     return this.audit.stableValue(key)
   }
 
+  /** Has every online relay name `addr` to its sessions as a client of the space (as if that client had announced it). */
+  namePeer(addr: string): void {
+    for (const r of this.relays) if (r.online) for (const s of r.sessions) s.send({ type: 'peers', space: this.space, addrs: [addr] })
+  }
+
   /** The audit state after the latest attested commit, and that commit's attestation bytes (undefined before the first). */
   latestSnapshot(): { bytes: Uint8Array; fromIndex: number; round: number; state: ReturnType<ReliableReplica['auditState']> } | undefined {
     const last = this.log[this.log.length - 1]
@@ -284,6 +289,17 @@ export class FakeRelay {
     return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) }
   }
 
+  /** Where each session's client said it can be reached (peer discovery), passed on as a relay does. */
+  private readonly announced = new Map<FakeSession, readonly string[]>()
+
+  announce(session: FakeSession, space: string, addrs: readonly string[]): void {
+    if (!this.online) return
+    this.announced.set(session, addrs)
+    const others = [...this.announced].filter(([s]) => s !== session && this.sessions.has(s))
+    for (const [s] of others) s.send({ type: 'peers', space, addrs: [...addrs] })
+    if (others.length) session.send({ type: 'peers', space, addrs: others.flatMap(([, a]) => a) })
+  }
+
   publish(entry: FakeCluster['log'][number]): void {
     if (!this.online) return
     for (const s of this.sessions) s.sendCommit(entry)
@@ -360,6 +376,7 @@ class FakeSession {
       return
     }
     if (m.type === 'ping') return this.send({ type: 'pong', n: m.n })
+    if (m.type === 'announce') return this.relay.announce(this, m.space, m.addrs)
     if (m.type === 'submit') {
       if (this.relay.misbehaviour === 'censor') return this.send({ type: 'accepted', id: m.id, status: 'queued' })
       try {

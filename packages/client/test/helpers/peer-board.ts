@@ -36,12 +36,13 @@ export class PeerBoard {
    * Links a scripted peer to every started network: `receive` hears what
    * they send it; the returned senders speak for it, one per network.
    */
-  attach(peer: string, receive: (to: string, message: Uint8Array) => void): Array<{ to: string; send(message: Uint8Array): void; open(): boolean }> {
+  attach(peer: string, receive: (to: string, message: Uint8Array) => void, key?: Uint8Array): Array<{ to: string; send(message: Uint8Array): void; open(): boolean }> {
     return this.members.map((m) => {
       const to = m.id as string
       let closed = false
       const link: PeerLink = {
         peer,
+        key,
         send: (message) => !closed && later((c) => !closed && receive(to, c), message),
         close: () => {
           if (closed) return
@@ -63,8 +64,8 @@ export class PeerBoard {
       b.gone(toA)
     }
     // a's link to b sends into b, where it arrives on b's link to a.
-    const toB: PeerLink = { peer: b.id as string, send: (m) => !closed && later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
-    const toA: PeerLink = { peer: a.id as string, send: (m) => !closed && later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
+    const toB: PeerLink = { peer: b.id as string, key: b.key, send: (m) => !closed && later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
+    const toA: PeerLink = { peer: a.id as string, key: a.key, send: (m) => !closed && later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
     a.open(toB)
     b.open(toA)
   }
@@ -84,6 +85,7 @@ function later(arrive: (message: Uint8Array) => unknown, message: Uint8Array): t
 
 export class MemoryPeers implements PeerNetwork {
   id: string | undefined
+  key: Uint8Array | undefined
   private events: PeerEvents | undefined
   private readonly links = new Set<PeerLink>()
   private readonly board: PeerBoard
@@ -94,12 +96,13 @@ export class MemoryPeers implements PeerNetwork {
   async start(events: PeerEvents, identity: { publicKey: Uint8Array }): Promise<void> {
     this.events = events
     this.id = toHex(identity.publicKey).slice(0, 16)
+    this.key = identity.publicKey
     this.board.joined(this)
   }
 
-  /** Board peers are linked to each other as they start: nobody dials. */
+  /** Board peers are linked to each other as they start (nobody dials); the address names the peer for the relays to pass on. */
   addresses(): string[] {
-    return []
+    return this.id ? [`/memory/p2p/${this.id}`] : []
   }
 
   dial(): void {}
