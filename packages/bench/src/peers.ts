@@ -2,8 +2,9 @@
 /**
  * Peer-to-peer report (a report, never a test), after the IM-CRDT paper's
  * evaluation (Merkle-CRDTs over IPFS/libp2p): `n` Node SDK clients with
- * `libp2pPeers()` on loopback, every relay unreachable, a full mesh of
- * direct connections. Updates are set adds of unique strings (the paper's
+ * `libp2pPeers()` on loopback find each other through a real 4-relay
+ * cluster (a full mesh of direct connections), then every relay is killed
+ * and the clients only have each other. Updates are set adds of unique strings (the paper's
  * workload); `--updaters` clients (1: the paper's sequential case) each add
  * `--updates` elements, one per `--interval` ms. For every update the
  * report takes the paper's "maximum latency" (from the add at its author
@@ -13,6 +14,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { createClient, memoryStorage, type SteadClient } from '@stead/client'
+import { TestCluster } from '@stead/relay/testing'
 import { libp2pPeers, type Libp2pPeers } from '@stead/client/peers'
 import { reportArgs } from './args.ts'
 import { median } from './stats.ts'
@@ -34,8 +36,6 @@ const sizes = list(values.peers, 'peers')
 const updaterCounts = list(values.updaters, 'updaters')
 const [updates, interval] = [Number(values.updates), Number(values.interval)]
 
-/** No relay answers here: the clients only have each other. */
-const NOWHERE = 'ws://127.0.0.1:9'
 const SPACE = 'imcrdt'
 
 interface Point {
@@ -48,7 +48,9 @@ interface Point {
   bytesPerUpdate: number
   /** ...and per update and receiving client. */
   bytesPerUpdatePerPeer: number
-  /** How long the full mesh took to connect. */
+  /** Envelope copies sent per update (n - 1 when each peer gets one copy). */
+  framesPerUpdate: number
+  /** How long the full mesh took to form through the relays. */
   connectMs: number
 }
 
@@ -64,11 +66,14 @@ async function until(what: string, check: () => boolean, ms: number): Promise<vo
 
 async function point(n: number, updaters: number): Promise<Point> {
   const clients: Array<{ client: SteadClient; peers: Libp2pPeers; seen: Map<string, number> }> = []
+  const cluster = await TestCluster.create(4)
+  await cluster.startAll()
+  const relays = cluster.relays.map((r) => `ws://${r.api}`)
   const started = Date.now()
   try {
     for (let i = 0; i < n; i++) {
-      const peers = libp2pPeers({ dial: clients.flatMap((c) => c.peers.addresses()) })
-      const client = await createClient({ relays: [NOWHERE], storage: memoryStorage(), peers, batchIntervalMs: 1, backoff: { initialMs: 60_000, maxMs: 60_000 } })
+      const peers = libp2pPeers()
+      const client = await createClient({ relays, storage: memoryStorage(), peers, batchIntervalMs: 1 })
       const space = await client.space(SPACE)
       const seen = new Map<string, number>()
       const set = space.set<string>('s')
@@ -76,12 +81,14 @@ async function point(n: number, updaters: number): Promise<Point> {
         const now = performance.now()
         for (const e of set.value) if (!seen.has(e)) seen.set(e, now)
       })
-      await until(`client ${i} listening`, () => peers.addresses().length > 0, 10_000)
       clients.push({ client, peers, seen })
     }
-    await until('a full mesh', () => clients.every((c) => (c.client.peers?.peers ?? 0) >= n - 1), 60_000)
+    // Every pair vouched for by the relays and linked; then the relays go.
+    await until('a full mesh', () => clients.every((c) => (c.client.peers?.exchanging ?? 0) >= n - 1), 120_000)
+    for (let i = 0; i < cluster.relays.length; i++) cluster.kill(i)
     const connectMs = Date.now() - started
     const sentBefore = clients.reduce((a, c) => a + (c.client.peers?.bytesSent ?? 0), 0)
+    const framesBefore = clients.reduce((a, c) => a + (c.client.peers?.framesSent ?? 0), 0)
     const issued = new Map<string, { at: number; by: number }>()
     // Each updater adds one unique element per interval; updaters start together.
     await Promise.all(
@@ -99,17 +106,20 @@ async function point(n: number, updaters: number): Promise<Point> {
     await until('every client shows every update', () => clients.every((c) => c.seen.size >= total), 60_000)
     const latencies = [...issued].map(([element, { at, by }]) => Math.max(...clients.filter((_, i) => i !== by).map((c) => (c.seen.get(element) as number) - at)))
     const sent = clients.reduce((a, c) => a + (c.client.peers?.bytesSent ?? 0), 0) - sentBefore
+    const frames = clients.reduce((a, c) => a + (c.client.peers?.framesSent ?? 0), 0) - framesBefore
     return {
       peers: n,
       updaters,
       updates: total,
       maxLatencyMs: { p50: round(median(latencies)), max: round(Math.max(...latencies)), mean: round(latencies.reduce((a, b) => a + b, 0) / latencies.length) },
       bytesPerUpdate: Math.round(sent / total),
+      framesPerUpdate: round(frames / total),
       bytesPerUpdatePerPeer: Math.round(sent / total / (n - 1)),
       connectMs,
     }
   } finally {
     await Promise.all(clients.map((c) => c.client.close()))
+    await cluster.stopAll()
   }
 }
 
@@ -121,7 +131,7 @@ for (const n of sizes) {
     if (u > n) continue
     const p = await point(n, u)
     results.push(p)
-    console.log(`peers=${n} updaters=${u} updates=${p.updates}: max latency p50 ${p.maxLatencyMs.p50} ms (max ${p.maxLatencyMs.max}), ${p.bytesPerUpdate} B sent per update (${p.bytesPerUpdatePerPeer} per receiving peer), mesh in ${p.connectMs} ms`)
+    console.log(`peers=${n} updaters=${u} updates=${p.updates}: max latency p50 ${p.maxLatencyMs.p50} ms (max ${p.maxLatencyMs.max}), ${p.bytesPerUpdate} B sent per update (${p.bytesPerUpdatePerPeer} per receiving peer, ${p.framesPerUpdate} envelope copies), mesh in ${p.connectMs} ms`)
   }
 }
 console.log('\n| peers | updaters | updates | max latency p50 (ms) | max latency, worst (ms) | bytes sent per update | per receiving peer |\n| --- | --- | --- | --- | --- | --- | --- |')

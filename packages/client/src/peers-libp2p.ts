@@ -70,6 +70,8 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
   const wanted = new Map<string, { attempts: number; keep: boolean; dialling: boolean; timer: ReturnType<typeof setTimeout> | undefined; connection: Connection | undefined }>()
   let node: Libp2p | undefined
   let events: PeerEvents | undefined
+  /** Open links per peer id. */
+  const linked = new Map<string, number>()
   let stopped = false
   let toMultiaddr: ((address: string) => Multiaddr) | undefined
 
@@ -136,10 +138,14 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
       () => {
         closed = true
         queue.length = 0
+        const n = (linked.get(link.peer) ?? 1) - 1
+        if (n > 0) linked.set(link.peer, n)
+        else linked.delete(link.peer)
         on.closed(link)
       },
       { once: true },
     )
+    linked.set(link.peer, (linked.get(link.peer) ?? 0) + 1)
     on.opened(link)
   }
 
@@ -213,6 +219,8 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
       node.addEventListener('connection:open', (evt) => {
         const connection = evt.detail
         if (connection.direction !== 'outbound' || connection.limits) return
+        // One stream per peer is enough: both sides may have dialled, and the other's stream may be up already.
+        if (linked.has(connection.remotePeer.toString())) return
         connection.newStream(PEER_PROTOCOL).then(
           (stream) => attach(stream, connection),
           () => undefined,

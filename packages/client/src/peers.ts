@@ -191,7 +191,7 @@ interface LinkState {
   readonly spaces: Set<string>
   /** Spaces whose `have` this link asked to be answered with ours already: it is not sent twice. */
   readonly answered: Set<string>
-  /** Envelopes already sent on this link (the latest SENT_KEPT): not sent again, whatever it asks. */
+  /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
   closed: boolean
 }
@@ -285,7 +285,7 @@ export class PeerHub {
     if (this.members.get(member.space) === member) this.members.delete(member.space)
   }
 
-  /** Sends one of this client's own new envelopes to every peer of its space. */
+  /** Sends one of this client's own new envelopes to every peer of its space (once per peer, over one of its links). */
   publish(space: string, idHex: string, frame: Uint8Array): void {
     for (const s of this.links.values()) {
       if (!s.spaces.has(space) || s.sent.has(idHex)) continue
@@ -307,7 +307,8 @@ export class PeerHub {
     const all = this.news
     this.news = new Map()
     for (const [space, news] of all) {
-      const links = [...this.links.values()].filter((s) => s.spaces.has(space))
+      // One link per peer.
+      const links = [...new Map([...this.links.values()].filter((s) => s.spaces.has(space)).map((s) => [s.link.peer, s])).values()]
       // A random few: the news spreads as gossip without every peer telling every other.
       for (let i = links.length - 1; i > 0; i--) {
         const j = Math.floor(Math.random() * (i + 1))
@@ -333,7 +334,9 @@ export class PeerHub {
     if (this.stopped) return link.close('this client is closing')
     if (this.refused.has(link.peer)) return link.close('this peer was found faulty')
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: new Set(), closed: false }
+    // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
+    const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: twin?.sent ?? new Set(), closed: false }
     this.links.set(link, s)
     for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
   }
