@@ -193,6 +193,8 @@ interface LinkState {
   readonly answered: Set<string>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
+  /** When this side last sent on the link (Date.now()). */
+  lastSent: number
   closed: boolean
 }
 
@@ -218,12 +220,19 @@ export class PeerHub {
   private readonly network: PeerNetwork
   private readonly onFault: (peer: string, why: string) => void
 
-  constructor(network: PeerNetwork, onFault: (peer: string, why: string) => void) {
+  private readonly keepaliveMs: number
+  private keepalive: ReturnType<typeof setInterval> | undefined
+
+  /** `keepaliveMs`: a link that sent nothing for this long sends an empty news message (transports close idle connections: TCP after 2 minutes). */
+  constructor(network: PeerNetwork, onFault: (peer: string, why: string) => void, keepaliveMs = 30_000) {
     this.network = network
     this.onFault = onFault
+    this.keepaliveMs = keepaliveMs
   }
 
   start(identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }): Promise<void> {
+    this.keepalive = setInterval(() => this.keepAlive(), this.keepaliveMs)
+    ;(this.keepalive as { unref?: () => void }).unref?.()
     return this.network.start(
       {
         opened: (link) => this.opened(link),
@@ -252,6 +261,7 @@ export class PeerHub {
     this.stopped = true
     this.members.clear()
     if (this.newsTimer) clearTimeout(this.newsTimer)
+    if (this.keepalive) clearInterval(this.keepalive)
     await this.network.stop()
     this.links.clear()
   }
@@ -336,7 +346,7 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: twin?.sent ?? new Set(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: twin?.sent ?? new Set(), lastSent: Date.now(), closed: false }
     this.links.set(link, s)
     for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
   }
@@ -421,8 +431,18 @@ export class PeerHub {
   private send(s: LinkState, m: PeerMessage): void {
     if (s.closed) return
     const bytes = encodeMessage(m)
+    s.lastSent = Date.now()
     if (s.link.send(bytes)) this.stats.bytesSent += bytes.length
     else this.stats.dropped++
+  }
+
+  /** Links that exchange a space and sent nothing for a while say so, emptily: their connection stays up. */
+  private keepAlive(): void {
+    const quietSince = Date.now() - this.keepaliveMs
+    for (const s of this.links.values()) {
+      const space = s.spaces.values().next().value
+      if (space !== undefined && s.lastSent <= quietSince) this.send(s, { kind: 'news', space, ids: [] })
+    }
   }
 
   private fault(s: LinkState, why: string): void {

@@ -94,6 +94,19 @@ describe('peer-to-peer sync', () => {
     expect(line.flatMap((p) => p.errors)).toEqual([])
   })
 
+  it('keeps a quiet link alive with empty news, so transports do not close it as idle', async () => {
+    const { PeerHub } = await import('../src/peers.ts')
+    const board = new PeerBoard()
+    const heard: Uint8Array[] = []
+    const hub = new PeerHub(board.network(), () => undefined, 20)
+    await hub.start(identity(30))
+    hub.join({ space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined })
+    board.attach('quiet', (_to, m) => heard.push(m))
+    await until('two keepalives', () => heard.filter((m) => decodePeerMessage(m).kind === 'news').length >= 2)
+    expect(heard.map((m) => decodePeerMessage(m)).filter((m) => m.kind === 'news').every((m) => m.kind === 'news' && m.ids.length === 0)).toBe(true)
+    await hub.stop()
+  })
+
   it('refuses a peer that lies, and keeps showing only what verifies', async () => {
     const c = cluster()
     const board = new PeerBoard()
