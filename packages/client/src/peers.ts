@@ -191,6 +191,8 @@ interface LinkState {
   readonly spaces: Set<string>
   /** Spaces whose `have` this link asked to be answered with ours already: it is not sent twice. */
   readonly answered: Set<string>
+  /** Spaces whose `have` this link got what it lacks for already: once per link. */
+  readonly served: Set<string>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
   /** When this side last sent on the link (Date.now()). */
@@ -292,7 +294,14 @@ export class PeerHub {
   }
 
   leave(member: PeerMember): void {
-    if (this.members.get(member.space) === member) this.members.delete(member.space)
+    if (this.members.get(member.space) !== member) return
+    this.members.delete(member.space)
+    // Reopened later, the space starts its exchanges over.
+    for (const s of this.links.values()) {
+      s.spaces.delete(member.space)
+      s.answered.delete(member.space)
+      s.served.delete(member.space)
+    }
   }
 
   /** Sends one of this client's own new envelopes to every peer of its space (once per peer, over one of its links). */
@@ -346,7 +355,7 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), sent: twin?.sent ?? new Set(), lastSent: Date.now(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), lastSent: Date.now(), closed: false }
     this.links.set(link, s)
     for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
   }
@@ -370,8 +379,12 @@ export class PeerHub {
         s.answered.add(m.space)
         this.sendHave(s, member, false)
       }
+      // A peer's `have` says what it holds: it gets what it lacks, sent before or not (it may have dropped
+      // that while it did not vouch for this client yet). Once per link and space: asking again costs a new link.
+      if (s.served.has(m.space)) return
+      s.served.add(m.space)
       const theirs = new Set(m.ids.map(toHex))
-      this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)))
+      this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)), true)
     } else if (m.kind === 'want') {
       this.sendHeld(s, member, m.ids.map(toHex))
     } else if (m.kind === 'news') {
@@ -392,10 +405,10 @@ export class PeerHub {
   }
 
   /** Sends the envelopes of `ids` this space holds, each at most once per link: asking again costs the peer, not this client. */
-  private sendHeld(s: LinkState, member: PeerMember, ids: readonly string[]): void {
+  private sendHeld(s: LinkState, member: PeerMember, ids: readonly string[], again = false): void {
     const frames: Uint8Array[] = []
     for (const id of ids) {
-      if (s.sent.has(id)) continue
+      if (s.sent.has(id) && !again) continue
       const frame = member.frame(id)
       if (!frame) continue
       frames.push(frame)

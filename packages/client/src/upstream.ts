@@ -64,8 +64,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   readonly outbox: Outbox
   private readonly intake: RelayIntake
   private readonly proofs = new ClockProofs()
-  /** Peers the relays named as clients of this space: peer id → the relays that named it. */
-  private readonly peerNames = new Map<string, Set<number>>()
+  /** Peers the relays named as clients of this space: peer id → the relay sessions that named it. */
+  private readonly peerNames = new Map<string, Set<RelayLink>>()
   private closed = false
 
   private readonly o: RelayUpstreamInit
@@ -152,27 +152,39 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   mayShare(peer: string): boolean {
     const f = this.o.sessions.cluster?.f
-    return f !== undefined && (this.peerNames.get(peer)?.size ?? 0) > f
+    const by = this.peerNames.get(peer)
+    if (f === undefined || !by) return false
+    let votes = 0
+    for (const link of by) if (!link.faulty) votes++
+    return votes > f
   }
 
   /** A relay named these addresses as the space's other clients: count which relays vouch for each peer, and dial them. */
   private named(link: RelayLink, addrs: readonly string[]): void {
     const peers = this.o.peers
-    if (!peers || link.relay === undefined) return
+    if (!peers) return
+    const vouched: string[] = []
     for (const addr of addrs) {
       const peer = /\/p2p\/([^/]+)$/.exec(addr)?.[1]
       if (!peer) continue
       let by = this.peerNames.get(peer)
       if (!by) {
+        // Bounded: a peer named by too few relays yet makes room, the oldest first; one already vouched for stays.
+        if (this.peerNames.size >= MAX_NAMED_PEERS) {
+          const spare = [...this.peerNames].find(([p]) => !this.mayShare(p))
+          if (!spare) continue
+          this.peerNames.delete(spare[0])
+        }
         this.peerNames.set(peer, (by = new Set()))
-        // Bounded: the peers named longest ago are forgotten first.
-        if (this.peerNames.size > MAX_NAMED_PEERS) this.peerNames.delete(this.peerNames.keys().next().value as string)
       }
       const before = this.mayShare(peer)
-      by.add(link.relay)
+      // Counted per relay session, not per the index a relay claims (a session does not prove it): one relay is one vote.
+      by.add(link)
       if (!before && this.mayShare(peer)) peers.authorized(this, peer)
+      if (this.mayShare(peer)) vouched.push(addr)
     }
-    peers.dial(addrs)
+    // Only peers f+1 relays vouch for are dialled: one relay cannot make this client dial where it likes.
+    peers.dial(vouched)
   }
 
   /** Tells a relay where this client can be reached for this space (after subscribing: the relay needs that first). */

@@ -107,6 +107,25 @@ describe('peer-to-peer sync', () => {
     await hub.stop()
   })
 
+  it('dials and hears a peer only once f+1 relays name it: one relay naming it again and again is one vote', async () => {
+    const c = cluster()
+    const board = new PeerBoard()
+    const network = board.network()
+    await client(c, { peers: network })
+    await until('the client announced itself to every relay', () => c.relays.every((r) => r.announced.size > 0))
+    const heard = new Map<string, number>()
+    for (const peer of ['lonely', 'control']) board.attach(peer, () => heard.set(peer, (heard.get(peer) ?? 0) + 1), identity(peer.length).publicKey)
+    for (let k = 0; k < 3; k++) c.namePeer('/memory/p2p/lonely', [0])
+    // Relay 0's messages arrive in order: once the control peer, named by relays 0 and 1, is heard, relay 0's naming of `lonely` was counted too.
+    c.namePeer('/memory/p2p/control', [0, 1])
+    await until('the control peer is heard', () => (heard.get('control') ?? 0) > 0)
+    expect(heard.get('lonely')).toBeUndefined()
+    expect(network.dialled).toEqual(['/memory/p2p/control'])
+    c.namePeer('/memory/p2p/lonely', [2])
+    await until('lonely is heard', () => (heard.get('lonely') ?? 0) > 0)
+    expect(network.dialled).toEqual(['/memory/p2p/control', '/memory/p2p/lonely'])
+  })
+
   it('refuses a peer that lies, and keeps showing only what verifies', async () => {
     const c = cluster()
     const board = new PeerBoard()

@@ -180,9 +180,12 @@ export class FakeCluster {
     return this.audit.stableValue(key)
   }
 
-  /** Has every online relay name `addr` to its sessions as a client of the space (as if that client had announced it). */
-  namePeer(addr: string): void {
-    for (const r of this.relays) if (r.online) for (const s of r.sessions) s.send({ type: 'peers', space: this.space, addrs: [addr] })
+  /** Has every online relay (or those of `relays`) name `addr` to its sessions as a client of the space (as if that client had announced it). */
+  namePeer(addr: string, relays: readonly number[] = this.relays.map((_, i) => i)): void {
+    for (const i of relays) {
+      const r = this.relays[i]
+      if (r?.online) for (const s of r.sessions) s.send({ type: 'peers', space: this.space, addrs: [addr] })
+    }
   }
 
   /** The audit state after the latest attested commit, and that commit's attestation bytes (undefined before the first). */
@@ -290,7 +293,7 @@ export class FakeRelay {
   }
 
   /** Where each session's client said it can be reached (peer discovery), passed on as a relay does. */
-  private readonly announced = new Map<FakeSession, readonly string[]>()
+  readonly announced = new Map<FakeSession, readonly string[]>()
 
   announce(session: FakeSession, space: string, addrs: readonly string[]): void {
     if (!this.online) return

@@ -105,7 +105,12 @@ export class MemoryPeers implements PeerNetwork {
     return this.id ? [`/memory/p2p/${this.id}`] : []
   }
 
-  dial(): void {}
+  /** Addresses the client asked to dial, in order (board peers are linked already; tests check who was trusted with a dial). */
+  readonly dialled: string[] = []
+
+  dial(address: string): void {
+    this.dialled.push(address)
+  }
 
   async stop(): Promise<void> {
     this.board.left(this)
