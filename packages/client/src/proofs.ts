@@ -7,6 +7,10 @@ import { SteadError, causalOrder, type CertifiedClock, type ClockCertificate, ty
  * `verifyClockCertificate` from `@stead/core`, trusting no single relay.
  */
 export interface ClockProof {
+  /** The update's envelope id (hex); `verifyClockCertificate` recomputes it from the bytes, so it is not trusted. */
+  readonly id: string
+  /** The stable index it committed at, as the certificate's attestation says (not trusted either: verifying returns it). */
+  readonly index: number
   /** The envelope's signed bytes and its author's signature. */
   readonly envelope: Signed
   /** The relays' signatures over the attestation that committed it. */
@@ -35,6 +39,8 @@ interface Held {
  */
 export class ClockProofs {
   private readonly held = new Map<string, Held>()
+  /** Stable index → envelope id (hex), for the same envelopes as `held`. */
+  private readonly atIndex = new Map<number, string>()
   private readonly limit: number
   constructor(limit = 10_000) {
     this.limit = limit
@@ -45,8 +51,13 @@ export class ClockProofs {
     const certificate: ClockCertificate = { attestation, signatures: [...signatures].map(([relay, sig]) => ({ relay, sig })) }
     for (const d of decisions) {
       if (d.kind !== 'committed' || !d.clockVerified) continue
-      this.held.set(d.env.idHex, { certified: { env: d.env, index: d.index }, proof: { envelope: d.env.signed, certificate } })
-      if (this.held.size > this.limit) this.held.delete(this.held.keys().next().value as string)
+      this.held.set(d.env.idHex, { certified: { env: d.env, index: d.index }, proof: { id: d.env.idHex, index: d.index, envelope: d.env.signed, certificate } })
+      this.atIndex.set(d.index, d.env.idHex)
+      if (this.held.size > this.limit) {
+        const oldest = this.held.entries().next().value as [string, Held]
+        this.held.delete(oldest[0])
+        this.atIndex.delete(oldest[1].certified.index)
+      }
     }
   }
 
@@ -61,12 +72,22 @@ export class ClockProofs {
     return { order: causalOrder(x.certified, y.certified), a: x.proof, b: y.proof }
   }
 
-  private get(idHex: string): Held {
-    const h = this.held.get(idHex)
+  /**
+   * The clock proof of one committed update: by envelope id (hex), or by the stable index it took.
+   *
+   * @throws SteadError `unsupported` for an update this client holds no certificate for.
+   */
+  proof(update: string | number): ClockProof {
+    return this.get(update).proof
+  }
+
+  private get(update: string | number): Held {
+    const h = this.held.get(typeof update === 'number' ? (this.atIndex.get(update) ?? '') : update)
     if (!h) {
+      const what = typeof update === 'number' ? `the update at stable index ${update}` : `update ${update}`
       throw new SteadError(
         'unsupported',
-        `no clock certificate for update ${idHex} here: it is not committed yet, it committed with a clock the audit could not verify, or it is older than the ${this.limit} latest updates whose proofs this client keeps`,
+        `no clock certificate for ${what} here: it is not committed yet, it committed with a clock the audit could not verify, or it is older than the ${this.limit} latest updates whose proofs this client keeps`,
       )
     }
     return h

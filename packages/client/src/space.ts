@@ -22,7 +22,7 @@ import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
-import type { CausalComparison } from './proofs.ts'
+import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
 import { bounded } from './wait.ts'
@@ -80,6 +80,8 @@ export interface Upstream {
   relayHistory(key: string, before: number, limit: number): Promise<HistoryPage>
   /** How two committed updates relate causally, with their clock proofs (see `Space.compare`). */
   compare(a: string, b: string): Promise<CausalComparison>
+  /** The clock proof of one committed update (see `Space.clockProof`). */
+  clockProof(update: string | number): Promise<ClockProof>
   /** The relay sessions' status, with the space's own problem first. */
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus
   /** The space closed (its drafts are sealed): stop, and write what a reopen needs. */
@@ -386,6 +388,23 @@ export class Space {
   async compare(a: string, b: string): Promise<CausalComparison> {
     this.assertOpen()
     return this.upstream.compare(a, b)
+  }
+
+  /**
+   * The clock proof of one committed update, by its envelope id (hex) or by
+   * the stable index it took (a safe update's result, or an entry of an
+   * object's `history()`, says it): the signed envelope and f+1 relays'
+   * signatures over the attestation that committed it with a verified
+   * clock. Hand it to anyone who holds the cluster's relay keys: they check
+   * it with `verifyClockCertificate` from `@stead/core`, trusting neither
+   * this client nor any single relay, and read what the update did from
+   * the envelope.
+   *
+   * @throws SteadError `unsupported` as for `compare`.
+   */
+  async clockProof(update: string | number): Promise<ClockProof> {
+    this.assertOpen()
+    return this.upstream.clockProof(update)
   }
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */

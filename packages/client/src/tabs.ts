@@ -24,7 +24,7 @@ import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
 import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
-import type { CausalComparison } from './proofs.ts'
+import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
 import type { ClientStorage } from './storage/types.ts'
@@ -91,6 +91,7 @@ type Call =
   | { t: 'call'; space: string; what: 'quorum-index'; timeoutMs: number }
   | { t: 'call'; space: string; what: 'history'; key: string; before: number; limit: number }
   | { t: 'call'; space: string; what: 'compare'; a: string; b: string }
+  | { t: 'call'; space: string; what: 'proof'; update: string | number }
 
 function failure(err: unknown): Failure {
   if (err instanceof SteadError) return { reason: err.reason, message: err.message.startsWith(`${err.reason}: `) ? err.message.slice(err.reason.length + 2) : err.message }
@@ -303,7 +304,13 @@ export class TabHub {
         try {
           const { upstream } = await this.host.openForTabs(m.space)
           const value =
-            m.what === 'quorum-index' ? await upstream.quorumIndex(m.timeoutMs) : m.what === 'history' ? await upstream.relayHistory(m.key, m.before, m.limit) : await upstream.compare(m.a, m.b)
+            m.what === 'quorum-index'
+              ? await upstream.quorumIndex(m.timeoutMs)
+              : m.what === 'history'
+                ? await upstream.relayHistory(m.key, m.before, m.limit)
+                : m.what === 'compare'
+                  ? await upstream.compare(m.a, m.b)
+                  : await upstream.clockProof(m.update)
           reply = { t: 'return', to: m.from, id: m.id, value }
         } catch (err) {
           reply = { t: 'return', to: m.from, id: m.id, error: failure(err) }
@@ -678,6 +685,10 @@ export class TabUpstream implements Upstream {
 
   compare(a: string, b: string): Promise<CausalComparison> {
     return this.link.call<CausalComparison>({ t: 'call', space: this.spaceName, what: 'compare', a, b })
+  }
+
+  clockProof(update: string | number): Promise<ClockProof> {
+    return this.link.call<ClockProof>({ t: 'call', space: this.spaceName, what: 'proof', update })
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {

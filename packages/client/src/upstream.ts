@@ -23,7 +23,7 @@ import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { RelayIntake } from './intake.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
-import { ClockProofs, type CausalComparison } from './proofs.ts'
+import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource } from './peers.ts'
 import type { RelaySessions, SessionMember } from './sessions.ts'
@@ -112,6 +112,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   async compare(a: string, b: string): Promise<CausalComparison> {
     return this.proofs.compare(a, b)
+  }
+
+  async clockProof(update: string | number): Promise<ClockProof> {
+    return this.proofs.proof(update)
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {

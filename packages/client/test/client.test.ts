@@ -508,6 +508,14 @@ describe('handles and values', () => {
     const never = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'bank', seq: 2, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter', bounds: {} }, ops: [2] }], safe: [] })
     await expect(verifyClockCertificate(nodeCrypto, keys, never.signed, cmp.a.certificate)).rejects.toMatchObject({ reason: 'malformed' })
     await expect(b.compare(ua, 'ff'.repeat(32))).rejects.toMatchObject({ reason: 'unsupported' })
+    // One update's proof, by id or by the stable index its object's history names.
+    const byId = await b.clockProof(ub)
+    const at = b.counter('k').history().find((h) => h.index === byId.index)
+    expect(at).toBeDefined()
+    const byIndex = await b.clockProof(byId.index)
+    expect(byIndex.id).toBe(ub)
+    expect((await verifyClockCertificate(nodeCrypto, keys, byIndex.envelope, byIndex.certificate)).index).toBe(byId.index)
+    await expect(b.clockProof(10_000)).rejects.toMatchObject({ reason: 'unsupported' })
   })
 
   it('rejects bad input with typed errors and refuses use after close', async () => {
