@@ -1,0 +1,111 @@
+import { nodeCrypto } from '@stead/core/node'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createClient, type ClockProof, type Space, type SteadClient } from '../src/index.node.ts'
+import { ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+
+const open: SteadClient[] = []
+const mutexes: ChronoMutex[] = []
+let stopCommits: (() => void) | undefined
+let fake: FakeCluster | undefined
+
+afterEach(async () => {
+  for (const m of mutexes.splice(0)) m.close()
+  stopCommits?.()
+  for (const c of open.splice(0)) await c.close()
+  fake?.stop()
+})
+
+/** `n` members of one resource over a fake cluster that commits every 5 ms (the real audit, attestations signed by 4 relays). */
+async function members(n: number): Promise<{ c: FakeCluster; rules: MutexRules; trust: Trust; spaces: Space[]; ids: string[]; mutex: ChronoMutex[] }> {
+  const c = (fake = new FakeCluster('locks', 4))
+  stopCommits = c.autoCommit(5)
+  const clients = await Promise.all(Array.from({ length: n }, () => createClient(c.clientOptions())))
+  open.push(...clients)
+  const ids = clients.map((cl) => cl.authorId)
+  const rules: MutexRules = { resource: 'printer', members: ids }
+  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
+  const spaces = await Promise.all(clients.map((cl) => cl.space('locks')))
+  const mutex = spaces.map((s, i) => new ChronoMutex(s, rules, ids[i] as string, trust))
+  mutexes.push(...mutex)
+  return { c, rules, trust, spaces, ids, mutex }
+}
+
+async function until(what: string, check: () => boolean, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+/** The proof of the message `author` wrote that `pick` chooses, as the stable history of its register holds it. */
+async function proofOf(space: Space, author: string, pick: (m: MutexMessage) => boolean): Promise<ClockProof> {
+  const entry = space
+    .register<MutexMessage>(registerKey('printer', author))
+    .history()
+    .find((h) => pick(h.value as MutexMessage))
+  if (!entry) throw new Error(`no such message of ${author}`)
+  return space.clockProof(entry.index)
+}
+
+describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
+  it('lets contending members in one at a time, in the order of their requests, each with a proof the owner verifies', async () => {
+    const { rules, trust, mutex } = await members(3)
+    const owner = new GuardedResource(trust, rules)
+    const granted: number[] = []
+    let inside = 0
+    await Promise.all(
+      mutex.map(async (m) => {
+        for (let k = 0; k < 2; k++) {
+          const proof = await m.acquire({ timeoutMs: 20_000 })
+          const who = await owner.enter(proof) // throws if another holder is in, or for an older request
+          inside++
+          expect(inside).toBe(1)
+          granted.push(who.index)
+          await new Promise((r) => setTimeout(r, 5))
+          inside--
+          owner.exit(who)
+          await m.release()
+        }
+      }),
+    )
+    expect(granted).toHaveLength(6)
+    // Ordered access: requests are let in by the order ≺ (their certified stable index).
+    expect(granted).toEqual([...granted].sort((a, b) => a - b))
+  })
+
+  it('refuses proofs that do not entitle their holder: an earlier request not released, a missing member, a replay, too few relay signatures', async () => {
+    const { spaces, ids, rules, trust, mutex } = await members(3)
+    const [a, b] = mutex as [ChronoMutex, ChronoMutex, ChronoMutex]
+    const sb = spaces[1] as Space
+    const [idA, idB, idC] = ids as [string, string, string]
+    const owner = new GuardedResource(trust, rules)
+    const held = await a.acquire({ timeoutMs: 20_000 })
+    const inA = await owner.enter(held)
+    // B asks while A holds: both other members reply, and A's reply lists A's own request, which is not released.
+    const waiting = b.acquire({ timeoutMs: 20_000 })
+    await until('B requested', () => b.request !== undefined)
+    const request = (b.request as { index: number }).index
+    const replyTo = (m: MutexMessage): boolean => m.kind === 'reply' && m.to.author === idB && m.to.index === request
+    await until('A and C replied to B', () =>
+      [idA, idC].every((id) => sb.register<MutexMessage>(registerKey('printer', id)).history().some((h) => replyTo(h.value as MutexMessage))),
+    )
+    const early: AcquisitionProof = { request: await sb.clockProof(request), replies: [await proofOf(sb, idA, replyTo), await proofOf(sb, idC, replyTo)], releases: [] }
+    await expect(verifyAcquisition(trust, rules, early)).rejects.toMatchObject({ reason: 'unauthorized', message: expect.stringContaining(`${idA}'s request at ${inA.index}`) })
+    await expect(verifyAcquisition(trust, rules, { ...early, replies: early.replies.slice(1) })).rejects.toMatchObject({ reason: 'unauthorized', message: expect.stringContaining(`neither a reply of ${idA}`) })
+    // A leaves and releases: B's own proof now holds A's release, and B gets in.
+    owner.exit(inA)
+    await a.release()
+    const proof = await waiting
+    expect(proof.releases.length).toBe(1)
+    const inB = await owner.enter(proof)
+    expect(inB).toEqual({ author: idB, index: request })
+    // A's old proof is a replay; one with f relay signatures is no certificate; a non-member's rules do not list the holder.
+    owner.exit(inB)
+    await expect(owner.enter(held)).rejects.toMatchObject({ reason: 'conflict' })
+    const weak: AcquisitionProof = { ...proof, request: { ...proof.request, certificate: { ...proof.request.certificate, signatures: proof.request.certificate.signatures.slice(0, 1) } } }
+    await expect(verifyAcquisition(trust, rules, weak)).rejects.toMatchObject({ reason: 'bad-signature' })
+    await expect(verifyAcquisition(trust, { ...rules, members: [idA, idC] }, proof)).rejects.toMatchObject({ reason: 'unauthorized' })
+  })
+})
