@@ -5,7 +5,7 @@
  */
 import { nodeCrypto } from '@stead/core/node'
 import { createClient, memoryStorage, parseClusterDescriptor, type SteadClient } from '@stead/client'
-import type { Trust } from './mutex.ts'
+import type { Trust } from './trust.ts'
 
 export const relays = (process.env.RELAYS ?? 'ws://127.0.0.1:7401,ws://127.0.0.1:7402,ws://127.0.0.1:7403,ws://127.0.0.1:7404').split(',')
 

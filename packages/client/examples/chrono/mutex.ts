@@ -31,20 +31,11 @@
  * proof exists for a later one until it released. A Byzantine member can
  * stall others (it can refuse to reply, as in the paper), not break that.
  */
-import { SteadError, causalOrder, verifyClockCertificate, type CertifiedClock, type Crypto, type Envelope } from '@stead/core'
+import { SteadError, causalOrder, verifyClockCertificate, type CertifiedClock, type Envelope } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
+import { writeIn, type Trust } from './trust.ts'
 
-/** The relays' keys: what `verifyAcquisition` trusts, and all it trusts. */
-export interface ClusterKeys {
-  readonly f: number
-  readonly relayKeys: readonly Uint8Array[]
-}
-
-/** What checks clock proofs: a crypto (`nodeCrypto`, or `webCrypto()` in browsers) and the relays' keys. */
-export interface Trust {
-  readonly crypto: Crypto
-  readonly cluster: ClusterKeys
-}
+export type { Trust } from './trust.ts'
 
 /** One member's request, named by its author and the stable index it took (unique, and certified by the relays). */
 export type RequestRef = {
@@ -420,11 +411,8 @@ export class GuardedResource {
  */
 export function messageIn(resource: string, env: Envelope, author: string): MutexMessage | undefined {
   if (env.authorId !== author) return undefined
-  const key = registerKey(resource, author)
-  const writes = [...env.updates.filter((u) => u.key === key).flatMap((u) => u.ops), ...env.safe.flatMap((g) => g.updates.filter((u) => u.key === key).map((u) => u.op))]
-  if (writes.length !== 1) return undefined
-  const op = writes[0] as unknown
-  return Array.isArray(op) && op[0] === 's' ? parseMessage(op[1]) : undefined
+  const write = writeIn(env, registerKey(resource, author))
+  return write && parseMessage(write.value)
 }
 
 function parseMessage(v: unknown): MutexMessage | undefined {

@@ -1,0 +1,173 @@
+/**
+ * A causally consistent key-value store on Stead, after Chrono §5.2
+ * (COPS-style get and put with dependency checks), where the replicas that
+ * serve a session may lie or lag and the session trusts only the relays'
+ * keys.
+ *
+ * - A **replica** is any Stead client of the space (`KvReplica`). A key is
+ *   a register `kv/<key>` holding `{ v, deps }`: the value, and the
+ *   dependencies the writing session declared. A key's **version** is the
+ *   stable index of the update whose value it holds: the register's stable
+ *   history, which only grows, so a newer version has a higher index.
+ * - A **session** (`CausalSession`) keeps a dependency clock: key → the
+ *   lowest version it may see from now on (what it read or wrote, and what
+ *   those depended on). Every answer comes with the update's clock proof,
+ *   which the session checks against the relays' keys before it believes
+ *   the value, the version or the dependencies.
+ * - `get` accepts a version not older than the session's dependency on
+ *   the key (a lagging or lying replica gets `gap`), then merges the
+ *   value's dependencies in: a session that saw an effect never sees its
+ *   cause missing.
+ * - `put` sends the session's dependencies; the replica writes only once
+ *   its stable state holds each of them (else `gap`), so the new update's
+ *   clock base covers them: Chrono's check that the new versioned clock
+ *   follows the dependency clock, which the session makes on the proof.
+ *
+ * Limits: a replica can prove only versions committed while it ran (a key
+ * last written before it started is served once written again, or by a
+ * replica that was running); last-writer-wins decides between concurrent
+ * puts of one key, by the writers' timestamps.
+ */
+import { SteadError, encode, bytesEqual, verifyClockCertificate, type CertifiedClock } from '@stead/core'
+import type { ClockProof, RegisterHandle, RegisterValue, Space } from '@stead/client'
+import { writeIn, type Trust } from './trust.ts'
+
+/** A dependency clock: key → the lowest version (stable index) of it a session may see. */
+export type Dependencies = ReadonlyArray<readonly [key: string, version: number]>
+
+/** What a put answers: the proof of the update it wrote, and of the version that holds the key now when a concurrent put won over it. */
+export interface PutAnswer {
+  readonly written: ClockProof
+  readonly current?: ClockProof
+}
+
+/** What a session asks of a replica. A replica may be anyone's: the session checks every answer. */
+export interface Replica {
+  /** The key's latest version this replica holds, with its proof; undefined if it holds none. */
+  get(key: string): Promise<ClockProof | undefined>
+  /** Writes `value` once this replica's stable state holds every dependency. */
+  put(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer>
+}
+
+/** At most this many keys in a session's dependency clock, and in a value's. */
+export const MAX_DEPENDENCIES = 1024
+
+export const keyOf = (key: string): string => `kv/${key}`
+
+type Stored = { v: RegisterValue; deps: Array<[string, number]> }
+
+/** A replica over one Stead client's space. */
+export class KvReplica implements Replica {
+  private readonly space: Space
+  constructor(space: Space) {
+    this.space = space
+  }
+
+  async get(key: string): Promise<ClockProof | undefined> {
+    const latest = await this.latest(this.space.register<Stored>(keyOf(key)))
+    return latest && this.space.clockProof(latest.index)
+  }
+
+  /** @throws SteadError `gap` while this replica's stable state lacks a dependency; the write's own rejection otherwise. */
+  async put(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer> {
+    if (deps.length > MAX_DEPENDENCIES) throw new SteadError('too-large', `${deps.length} dependencies; at most ${MAX_DEPENDENCIES}`)
+    for (const [k, version] of deps) {
+      const held = await this.latest(this.space.register<Stored>(keyOf(k)))
+      if ((held?.index ?? 0) < version) throw new SteadError('gap', `this replica holds ${k} at ${held?.index ?? 'no version'}, the session depends on ${version}: ask again later or another replica`)
+    }
+    const register = this.space.register<Stored>(keyOf(key))
+    const r = await register.set({ v: value, deps: deps.map(([k, i]) => [k, i]) }, { safe: true })
+    if (r.status !== 'committed') throw new SteadError(r.reason, `the put of ${key} was rejected: ${r.detail}`)
+    const written = await this.space.clockProof(r.index)
+    const now = register.history().at(-1)
+    return now && now.index !== r.index ? { written, current: await this.space.clockProof(now.index) } : { written }
+  }
+
+  /** The register's latest stable history entry: from memory, else (the replica started from a snapshot since) from the relays. */
+  private async latest(register: RegisterHandle<Stored>): Promise<{ index: number } | undefined> {
+    return register.history().at(-1) ?? (await register.historyPage({ limit: 1 })).at(-1)
+  }
+}
+
+/** One client session of the store: what it has seen, and the checks that keep it causal whatever replica answers. */
+export class CausalSession {
+  private readonly trust: Trust
+  private readonly clock = new Map<string, number>()
+  constructor(trust: Trust) {
+    this.trust = trust
+  }
+
+  /** The session's dependency clock. */
+  get dependencies(): Dependencies {
+    return [...this.clock]
+  }
+
+  /**
+   * Reads `key` from `replica`: its value, once the answer proves a version
+   * this session may see.
+   *
+   * @throws SteadError `gap` for a version older than one this session depends on (or none where it depends on one); `untrusted` for an answer that is not a proven write of the key; `bad-signature` from the proof's check.
+   */
+  async get(replica: Replica, key: string): Promise<RegisterValue | undefined> {
+    const proof = await replica.get(key)
+    const need = this.clock.get(key) ?? 0
+    if (!proof) {
+      if (need > 0) throw new SteadError('gap', `the replica holds no version of ${key}; this session depends on ${need}`)
+      return undefined
+    }
+    const { certified, stored } = await this.open(proof, key)
+    if (certified.index < need) throw new SteadError('gap', `the replica served ${key} at ${certified.index}; this session depends on ${need}`)
+    this.depend([[key, certified.index], ...stored.deps])
+    return stored.v
+  }
+
+  /**
+   * Writes `key` through `replica` with this session's dependencies; from
+   * then on the session sees that write (or one that won over it).
+   *
+   * @throws SteadError `gap` from a replica behind this session; `untrusted` for an answer that is not the write asked for, whose clock does not cover the dependencies, or whose "current" version did not win over it.
+   */
+  async put(replica: Replica, key: string, value: RegisterValue): Promise<number> {
+    const deps = this.dependencies
+    const answer = await replica.put(key, value, deps)
+    const written = await this.open(answer.written, key)
+    if (!bytesEqual(encode(written.stored.v), encode(value)) || !bytesEqual(encode(written.stored.deps), encode(deps))) {
+      throw new SteadError('untrusted', `the replica's proof is of another write of ${key}`)
+    }
+    // The new version's clock follows every dependency: its base (the stable history its writer had applied) covers them.
+    const uncovered = deps.find(([, version]) => version > written.certified.env.base)
+    if (uncovered) throw new SteadError('untrusted', `the write of ${key} does not follow ${uncovered[0]} at ${uncovered[1]}`)
+    let version = written.certified.index
+    if (answer.current) {
+      // A concurrent put won: it must, by last-writer-wins (timestamp, then author), or the replica lies about it.
+      const current = await this.open(answer.current, key)
+      const wins = current.t > written.t || (current.t === written.t && current.certified.env.authorId > written.certified.env.authorId)
+      if (!wins) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
+      version = current.certified.index
+    }
+    this.depend([[key, version]])
+    return version
+  }
+
+  private async open(proof: ClockProof, key: string): Promise<{ certified: CertifiedClock; stored: Stored; t: number }> {
+    const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+    const write = writeIn(certified.env, keyOf(key))
+    const stored = write && parseStored(write.value)
+    if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} is no write of ${key}`)
+    return { certified, stored, t: write.t }
+  }
+
+  private depend(deps: Dependencies): void {
+    const size = this.clock.size + new Set(deps.map(([k]) => k).filter((k) => !this.clock.has(k))).size
+    if (size > MAX_DEPENDENCIES) throw new SteadError('too-large', `the session would depend on ${size} keys; at most ${MAX_DEPENDENCIES}`)
+    for (const [k, version] of deps) if (version > (this.clock.get(k) ?? 0)) this.clock.set(k, version)
+  }
+}
+
+function parseStored(v: unknown): Stored | undefined {
+  if (typeof v !== 'object' || v === null || !('v' in v) || !('deps' in v)) return undefined
+  const deps = (v as { deps: unknown }).deps
+  const isDep = (d: unknown): d is [string, number] => Array.isArray(d) && d.length === 2 && typeof d[0] === 'string' && Number.isSafeInteger(d[1]) && (d[1] as number) > 0
+  if (!Array.isArray(deps) || deps.length > MAX_DEPENDENCIES || !deps.every(isDep)) return undefined
+  return { v: (v as { v: RegisterValue }).v, deps }
+}

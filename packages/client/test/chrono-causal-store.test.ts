@@ -1,0 +1,100 @@
+import { nodeCrypto } from '@stead/core/node'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createClient, type ClockProof, type RegisterValue, type Space, type SteadClient } from '../src/index.node.ts'
+import { CausalSession, KvReplica, type Dependencies, type PutAnswer, type Replica } from '../examples/chrono/causal-store.ts'
+import type { Trust } from '../examples/chrono/trust.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+
+const open: SteadClient[] = []
+let stopCommits: (() => void) | undefined
+let fake: FakeCluster | undefined
+
+afterEach(async () => {
+  stopCommits?.()
+  for (const c of open.splice(0)) await c.close()
+  fake?.stop()
+})
+
+/** Two replicas (Stead clients) of one space over a fake cluster that commits every 5 ms, and what sessions trust: the relays' keys. */
+async function store(): Promise<{ a: KvReplica; b: KvReplica; trust: Trust }> {
+  const c = (fake = new FakeCluster('kv', 4))
+  stopCommits = c.autoCommit(5)
+  const clients = await Promise.all([1, 2].map(() => createClient(c.clientOptions())))
+  open.push(...clients)
+  const [sa, sb] = await Promise.all(clients.map((cl) => cl.space('kv')))
+  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
+  return { a: new KvReplica(sa as Space), b: new KvReplica(sb as Space), trust }
+}
+
+/** A replica that answers gets from a fixed script (a lying or lagging one), and puts through an honest one. */
+function scripted(honest: Replica, answers: Record<string, ClockProof | undefined>): Replica {
+  return {
+    get: async (key) => answers[key],
+    put: (key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer> => honest.put(key, value, deps),
+  }
+}
+
+async function until(what: string, check: () => Promise<boolean>, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
+  it('never shows a session an effect without its cause, whatever replica answers', async () => {
+    const { a, b, trust } = await store()
+    const alice = new CausalSession(trust)
+    // Alice uploads a photo, then (having written it) posts the album that shows it: the album depends on the photo's version.
+    await alice.put(a, 'photo', 'v0')
+    const old = (await a.get('photo')) as ClockProof
+    const photo = await alice.put(a, 'photo', 'v1')
+    const album = await alice.put(a, 'album', 'shows photo v1')
+    expect(alice.dependencies).toEqual([
+      ['photo', photo],
+      ['album', album],
+    ])
+    expect(photo).toBeGreaterThan(old.index)
+
+    // Bob reads the album, so he depends on the photo version it depended on.
+    const bob = new CausalSession(trust)
+    await until('replica b holds the album', async () => (await b.get('album').catch(() => undefined))?.index === album)
+    expect(await bob.get(b, 'album')).toBe('shows photo v1')
+    expect(new Map(bob.dependencies).get('photo')).toBe(photo)
+    // A replica that serves the old photo (a real, proven version) is behind Bob: refused.
+    await expect(bob.get(scripted(a, { photo: old }), 'photo')).rejects.toMatchObject({ reason: 'gap' })
+    // One that holds no photo at all is refused too; one that passes the album's proof off as the photo is caught.
+    await expect(bob.get(scripted(a, {}), 'photo')).rejects.toMatchObject({ reason: 'gap' })
+    await expect(bob.get(scripted(a, { photo: (await b.get('album')) as ClockProof }), 'photo')).rejects.toMatchObject({ reason: 'untrusted' })
+    // A proof with f relay signatures vouches for nothing.
+    const weak: ClockProof = { ...old, certificate: { ...old.certificate, signatures: old.certificate.signatures.slice(0, 1) } }
+    await expect(new CausalSession(trust).get(scripted(a, { photo: weak }), 'photo')).rejects.toMatchObject({ reason: 'bad-signature' })
+    // An honest replica serves the photo Bob depends on.
+    expect(await bob.get(b, 'photo')).toBe('v1')
+    // A session with no dependencies may read an older version: causal consistency allows it.
+    expect(await new CausalSession(trust).get(scripted(a, { photo: old }), 'photo')).toBe('v0')
+  })
+
+  it('puts only through a replica that holds the session’s dependencies, and checks the proof it answers with', async () => {
+    const { a, b, trust } = await store()
+    const alice = new CausalSession(trust)
+    const version = await alice.put(a, 'x', 1)
+    // A replica whose stable state has none of it yet (a space that applied nothing) refuses the put, and writes nothing.
+    const writes: unknown[] = []
+    const nothingApplied = { register: () => ({ history: () => [], historyPage: async () => [], set: async (v: unknown) => writes.push(v) }) }
+    await expect(new KvReplica(nothingApplied as never).put('y', 2, alice.dependencies)).rejects.toMatchObject({ reason: 'gap' })
+    expect(writes).toEqual([])
+    // Through an honest replica that holds it, the put follows x: the proof's clock base covers x's version.
+    await until('replica b holds x', async () => (await b.get('x').catch(() => undefined))?.index === version)
+    expect(await alice.put(b, 'y', 2)).toBeGreaterThan(version)
+    // A replica that answers a put with the proof of another write is caught.
+    const other = (await a.get('x')) as ClockProof
+    const liar: Replica = { get: (key) => a.get(key), put: async () => ({ written: other }) }
+    await expect(alice.put(liar, 'x', 3)).rejects.toMatchObject({ reason: 'untrusted' })
+    // A replica that says a concurrent put won, when it did not, is caught too.
+    const claims: Replica = { get: (key) => a.get(key), put: async (key, value, deps) => ({ ...(await a.put(key, value, deps)), current: other }) }
+    await expect(alice.put(claims, 'x', 4)).rejects.toMatchObject({ reason: 'untrusted' })
+    expect(new Map(alice.dependencies).get('x')).toBe(version)
+  })
+})
