@@ -123,7 +123,7 @@ export class ChronoMutex {
   private readonly log = new Map<number, Logged>()
   private seen = 0
   /** Each member's latest stable message, for members whose register this client's memory holds no history of (from the relays). */
-  private readonly latestFetched = new Map<string, Entry | null>()
+  private readonly latestFetched = new Map<string, Entry>()
   /** Requests this member answered, as `author@index` (the latest MAX_LOGGED). */
   private readonly replied = new Set<string>()
   /** This member's outstanding request: set when its request commits, cleared when its release does. */
@@ -229,17 +229,18 @@ export class ChronoMutex {
    * A member's latest stable message, as its register's value says (not
    * proven: it only decides whom this member answers). Memory holds it
    * unless the replica started from a snapshot after it; then the relays
-   * are asked, once per member.
+   * are asked (until they name one).
    */
   private async latest(author: string, handle: RegisterHandle<MutexMessage>): Promise<Entry | null | undefined> {
     const held = handle.history().at(-1)
     if (held) return held
-    if (this.latestFetched.has(author)) return this.latestFetched.get(author)
+    const fetched = this.latestFetched.get(author)
+    if (fetched) return fetched
     try {
-      const page = await handle.historyPage({ limit: 1, timeoutMs: 10_000 })
-      const entry = page.at(-1) ?? null
-      this.latestFetched.set(author, entry)
-      return entry
+      const entry = (await handle.historyPage({ limit: 1, timeoutMs: 10_000 })).at(-1)
+      // None yet may only mean the replica has not caught up: asked again at the next change.
+      if (entry) this.latestFetched.set(author, entry)
+      return entry ?? null
     } catch {
       return undefined // no relay answers yet: asked again at the next change
     }
