@@ -51,7 +51,7 @@ export class ClockProofs {
     const certificate: ClockCertificate = { attestation, signatures: [...signatures].map(([relay, sig]) => ({ relay, sig })) }
     for (const d of decisions) {
       if (d.kind !== 'committed' || !d.clockVerified) continue
-      this.held.set(d.env.idHex, { certified: { env: d.env, index: d.index }, proof: { id: d.env.idHex, index: d.index, envelope: d.env.signed, certificate } })
+      this.held.set(d.env.idHex, { certified: { env: d.env, index: d.index, rejected: d.units.flatMap((u) => (u.status === 'rejected' ? [u.unit] : [])) }, proof: { id: d.env.idHex, index: d.index, envelope: d.env.signed, certificate } })
       this.atIndex.set(d.index, d.env.idHex)
       if (this.held.size > this.limit) {
         const oldest = this.held.entries().next().value as [string, Held]

@@ -158,9 +158,15 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const f = this.o.sessions.cluster?.f
     const by = this.peerNames.get(peer)
     if (f === undefined || !by) return false
-    let votes = 0
-    for (const link of by) if (!link.faulty) votes++
-    return votes > f
+    // One vote per relay: distinct sessions that are not faulty, and distinct relays they claim to be (one relay reached at two URLs is one).
+    const relays = new Set<number | undefined>()
+    let sessions = 0
+    for (const link of by) {
+      if (link.faulty) continue
+      sessions++
+      relays.add(link.relay)
+    }
+    return Math.min(sessions, relays.size) > f
   }
 
   /** A relay named these addresses as the space's other clients: count which relays vouch for each peer, and dial them. */

@@ -16,14 +16,14 @@ afterEach(async () => {
 })
 
 /** Two replicas (Stead clients) of one space over a fake cluster that commits every 5 ms, and what sessions trust: the relays' keys. */
-async function store(): Promise<{ a: KvReplica; b: KvReplica; trust: Trust }> {
+async function store(): Promise<{ a: KvReplica; b: KvReplica; trust: Trust; spaces: Space[] }> {
   const c = (fake = new FakeCluster('kv', 4))
   stopCommits = c.autoCommit(5)
   const clients = await Promise.all([1, 2].map(() => createClient(c.clientOptions())))
   open.push(...clients)
   const [sa, sb] = await Promise.all(clients.map((cl) => cl.space('kv')))
   const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
-  return { a: new KvReplica(sa as Space), b: new KvReplica(sb as Space), trust }
+  return { a: new KvReplica(sa as Space, trust), b: new KvReplica(sb as Space, trust), trust, spaces: [sa as Space, sb as Space] }
 }
 
 /** A replica that answers gets from a fixed script (a lying or lagging one), and puts through an honest one. */
@@ -82,8 +82,8 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     const version = await alice.put(a, 'x', 1)
     // A replica whose stable state has none of it yet (a space that applied nothing) refuses the put, and writes nothing.
     const writes: unknown[] = []
-    const nothingApplied = { register: () => ({ history: () => [], historyPage: async () => [], set: async (v: unknown) => writes.push(v) }) }
-    await expect(new KvReplica(nothingApplied as never).put('y', 2, alice.dependencies)).rejects.toMatchObject({ reason: 'gap' })
+    const nothingApplied = { status: { stableIndex: 0 }, register: () => ({ set: async (v: unknown) => writes.push(v) }) }
+    await expect(new KvReplica(nothingApplied as never, trust).put('y', 2, alice.dependencies)).rejects.toMatchObject({ reason: 'gap' })
     expect(writes).toEqual([])
     // Through an honest replica that holds it, the put follows x: the proof's clock base covers x's version.
     await until('replica b holds x', async () => (await b.get('x').catch(() => undefined))?.index === version)
@@ -96,5 +96,16 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     const claims: Replica = { get: (key) => a.get(key), put: async (key, value, deps) => ({ ...(await a.put(key, value, deps)), current: other }) }
     await expect(alice.put(claims, 'x', 4)).rejects.toMatchObject({ reason: 'untrusted' })
     expect(new Map(alice.dependencies).get('x')).toBe(version)
+  })
+
+  it('believes only writes the audit applied: an update whose write of the key was rejected proves no value', async () => {
+    const { a, trust, spaces } = await store()
+    const [sa, sb] = spaces as [Space, Space]
+    // kv/x is a counter; a register write to it is rejected (type-mismatch), though its envelope commits.
+    expect(await sa.counter('kv/x').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    const settled = new Promise<number>((ok) => sb.onSettled((u) => u.index !== undefined && ok(u.index)))
+    expect(await sb.register<RegisterValue>('kv/x').set({ v: 'forged', deps: [] }, { safe: true })).toMatchObject({ status: 'rejected', reason: 'type-mismatch' })
+    const rejected = await sb.clockProof(await settled)
+    await expect(new CausalSession(trust).get(scripted(a, { x: rejected }), 'x')).rejects.toMatchObject({ reason: 'untrusted' })
   })
 })

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { resolve } from 'node:path'
 import { nodeCrypto } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { TestCluster } from '@stead/relay/testing'
+import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, parseClusterDescriptor, type SteadClient } from '../src/index.node.ts'
 import { ChronoMutex, GuardedResource } from '../examples/chrono/mutex.ts'
 
@@ -10,6 +10,7 @@ import { ChronoMutex, GuardedResource } from '../examples/chrono/mutex.ts'
 describe('Chrono examples on a real cluster', () => {
   let cluster: TestCluster
   const clients: SteadClient[] = []
+  const mutexes: ChronoMutex[] = []
   const urls = (): string[] => cluster.relays.map((r) => `ws://${r.api}`)
 
   beforeAll(async () => {
@@ -18,6 +19,7 @@ describe('Chrono examples on a real cluster', () => {
   }, 90_000)
 
   afterAll(async () => {
+    for (const m of mutexes) m.close()
     for (const c of clients) await c.close()
     await cluster?.stopAll()
   })
@@ -35,11 +37,12 @@ describe('Chrono examples on a real cluster', () => {
       child.on('exit', (code) => done({ code, out }))
     })
 
-  it('runs the mutual exclusion example: six turns, then a made-up proof refused', async () => {
+  it('runs the mutual exclusion example: six turns, then a made-up proof and a stolen one refused', async () => {
     const { code, out } = await example('mutex-demo.ts')
     expect(code, out).toBe(0)
     expect(out.match(/ prints /g)).toHaveLength(6)
     expect(out).toContain('a made-up proof is refused: unauthorized')
+    expect(out).toContain("another member's proof is refused: unauthenticated")
   }, 60_000)
 
   it('runs the causal store example: the stale photo refused, the current one served', async () => {
@@ -50,25 +53,29 @@ describe('Chrono examples on a real cluster', () => {
   }, 60_000)
 
   it('lets a member that starts after a request answer it, from the relays’ history, so the requester gets in', async () => {
-    const open = async (): Promise<SteadClient> => {
-      const c = await createClient({ relays: urls(), storage: memoryStorage() })
+    const open = async (): Promise<SteadClient & { secretKey: Uint8Array }> => {
+      const secretKey = nodeCrypto.generateSecretKey()
+      const c = await createClient({ relays: urls(), storage: memoryStorage(), identity: { secretKey } })
       clients.push(c)
-      return c
+      return Object.assign(c, { secretKey })
     }
     const [one, two, late] = [await open(), await open(), await open()]
     const rules = { resource: 'late-joiner', members: [one, two, late].map((c) => c.authorId) }
     const res = await fetch(`http://${cluster.relays[0]?.api}/v1/cluster`)
     const keys = parseClusterDescriptor(await res.json())
     const trust = { crypto: nodeCrypto, cluster: { f: keys.f, relayKeys: keys.relays.map((r) => r.publicKey) } }
-    const first = new ChronoMutex(await one.space('late'), rules, one.authorId, trust)
-    new ChronoMutex(await two.space('late'), rules, two.authorId, trust)
+    const first = new ChronoMutex(await one.space('late'), rules, one, trust)
+    mutexes.push(new ChronoMutex(await two.space('late'), rules, two, trust))
     const waiting = first.acquire({ timeoutMs: 30_000 })
     // The third member opens the space only once the request is committed: its replica starts from the relays' snapshot, without that history.
     const spaceOne = await one.space('late')
-    while (!spaceOne.register(`mutex/late-joiner/${one.authorId}`).history().length) await new Promise((r) => setTimeout(r, 20))
-    new ChronoMutex(await late.space('late'), rules, late.authorId, trust)
+    await until('the request is committed', () => (spaceOne.register(`mutex/late-joiner/${one.authorId}`).history().length ? true : undefined))
+    mutexes.push(new ChronoMutex(await late.space('late'), rules, late, trust))
     const proof = await waiting
     expect(proof.replies).toHaveLength(2)
-    expect((await new GuardedResource(trust, rules).enter(proof)).author).toBe(one.authorId)
+    mutexes.push(first)
+    const owner = new GuardedResource(trust, rules)
+    const nonce = owner.challenge()
+    expect((await owner.enter(proof, nonce, await first.present(nonce))).author).toBe(one.authorId)
   }, 60_000)
 })

@@ -1,7 +1,8 @@
+import { encode } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type Space, type SteadClient } from '../src/index.node.ts'
-import { ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
+import { ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type Holder, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -17,18 +18,25 @@ afterEach(async () => {
 })
 
 /** `n` members of one resource over a fake cluster that commits every 5 ms (the real audit, attestations signed by 4 relays). */
-async function members(n: number): Promise<{ c: FakeCluster; rules: MutexRules; trust: Trust; spaces: Space[]; ids: string[]; mutex: ChronoMutex[] }> {
+async function members(n: number): Promise<{ c: FakeCluster; rules: MutexRules; trust: Trust; spaces: Space[]; ids: string[]; keys: Uint8Array[]; mutex: ChronoMutex[] }> {
   const c = (fake = new FakeCluster('locks', 4))
   stopCommits = c.autoCommit(5)
-  const clients = await Promise.all(Array.from({ length: n }, () => createClient(c.clientOptions())))
+  const keys = Array.from({ length: n }, () => nodeCrypto.generateSecretKey())
+  const clients = await Promise.all(keys.map((secretKey) => createClient({ ...c.clientOptions(), identity: { secretKey } })))
   open.push(...clients)
   const ids = clients.map((cl) => cl.authorId)
   const rules: MutexRules = { resource: 'printer', members: ids }
   const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
   const spaces = await Promise.all(clients.map((cl) => cl.space('locks')))
-  const mutex = spaces.map((s, i) => new ChronoMutex(s, rules, ids[i] as string, trust))
+  const mutex = spaces.map((s, i) => new ChronoMutex(s, rules, { authorId: ids[i] as string, secretKey: keys[i] as Uint8Array }, trust))
   mutexes.push(...mutex)
-  return { c, rules, trust, spaces, ids, mutex }
+  return { c, rules, trust, spaces, ids, keys, mutex }
+}
+
+/** Shows `owner` a proof, presented by `member` (it signs the owner's challenge). */
+async function enter(owner: GuardedResource, member: ChronoMutex, proof: AcquisitionProof): Promise<Holder> {
+  const nonce = owner.challenge()
+  return owner.enter(proof, nonce, await member.present(nonce))
 }
 
 async function until(what: string, check: () => boolean, ms = 20_000): Promise<void> {
@@ -59,7 +67,7 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
       mutex.map(async (m) => {
         for (let k = 0; k < 2; k++) {
           const proof = await m.acquire({ timeoutMs: 20_000 })
-          const who = await owner.enter(proof) // throws if another holder is in, or for an older request
+          const who = await enter(owner, m, proof) // throws if another holder is in, or for an older request
           inside++
           expect(inside).toBe(1)
           granted.push(who.index)
@@ -76,13 +84,13 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
   })
 
   it('refuses proofs that do not entitle their holder: an earlier request not released, a missing member, a replay, too few relay signatures', async () => {
-    const { spaces, ids, rules, trust, mutex } = await members(3)
+    const { spaces, ids, keys, rules, trust, mutex } = await members(3)
     const [a, b] = mutex as [ChronoMutex, ChronoMutex, ChronoMutex]
     const sb = spaces[1] as Space
     const [idA, idB, idC] = ids as [string, string, string]
     const owner = new GuardedResource(trust, rules)
     const held = await a.acquire({ timeoutMs: 20_000 })
-    const inA = await owner.enter(held)
+    const inA = await enter(owner, a, held)
     // B asks while A holds: both other members reply, and A's reply lists A's own request, which is not released.
     const waiting = b.acquire({ timeoutMs: 20_000 })
     await until('B requested', () => b.request !== undefined)
@@ -94,18 +102,38 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
     const early: AcquisitionProof = { request: await sb.clockProof(request), replies: [await proofOf(sb, idA, replyTo), await proofOf(sb, idC, replyTo)], releases: [] }
     await expect(verifyAcquisition(trust, rules, early)).rejects.toMatchObject({ reason: 'unauthorized', message: expect.stringContaining(`${idA}'s request at ${inA.index}`) })
     await expect(verifyAcquisition(trust, rules, { ...early, replies: early.replies.slice(1) })).rejects.toMatchObject({ reason: 'unauthorized', message: expect.stringContaining(`neither a reply of ${idA}`) })
+    // C writes a release into A's register: it is C's message, not A's, and releases nothing.
+    const sc = spaces[2] as Space
+    const fake = await sc.register<MutexMessage>(registerKey('printer', idA)).set({ kind: 'release', of: inA.index }, { safe: true })
+    if (fake.status !== 'committed') throw new Error('the fake release did not commit')
+    await expect(verifyAcquisition(trust, rules, { ...early, releases: [await sc.clockProof(fake.index)] })).rejects.toMatchObject({ reason: 'malformed' })
     // A leaves and releases: B's own proof now holds A's release, and B gets in.
     owner.exit(inA)
     await a.release()
     const proof = await waiting
     expect(proof.releases.length).toBe(1)
-    const inB = await owner.enter(proof)
-    expect(inB).toEqual({ author: idB, index: request })
+    const inB = await enter(owner, b, proof)
+    expect(inB).toMatchObject({ author: idB, index: request })
     // A's old proof is a replay; one with f relay signatures is no certificate; a non-member's rules do not list the holder.
     owner.exit(inB)
-    await expect(owner.enter(held)).rejects.toMatchObject({ reason: 'conflict' })
+    await expect(enter(owner, b, held)).rejects.toMatchObject({ reason: 'unauthenticated' })
+    // A's own old proof is a replay (A asks again to have a request to sign for).
+    const again = a.acquire({ timeoutMs: 20_000 })
+    await until('A asked again', () => a.request !== undefined && a.request.index > inA.index)
+    const nonce = owner.challenge()
+    const signed = await a.present(nonce)
+    await expect(owner.enter(held, nonce, signed)).rejects.toMatchObject({ reason: 'unauthenticated' })
+    await expect(owner.enter(proof, owner.challenge(), signed)).rejects.toMatchObject({ reason: 'unauthenticated' })
+    // Signed for the old request by its author, the old proof is a replay.
+    const n2 = owner.challenge()
+    const replay = await nodeCrypto.sign(keys[0] as Uint8Array, encode(['stead/mutex/enter/v1', 'printer', n2, held.request.id]))
+    await expect(owner.enter(held, n2, replay)).rejects.toMatchObject({ reason: 'conflict', message: expect.stringContaining('replayed') })
+    await b.release()
+    const fresh = await again
+    await expect(owner.enter(fresh, nonce, signed)).rejects.toMatchObject({ reason: 'unauthenticated' }) // a nonce is used once
+    expect((await enter(owner, a, fresh)).index).toBeGreaterThan(inB.index)
     const weak: AcquisitionProof = { ...proof, request: { ...proof.request, certificate: { ...proof.request.certificate, signatures: proof.request.certificate.signatures.slice(0, 1) } } }
     await expect(verifyAcquisition(trust, rules, weak)).rejects.toMatchObject({ reason: 'bad-signature' })
-    await expect(verifyAcquisition(trust, { ...rules, members: [idA, idC] }, proof)).rejects.toMatchObject({ reason: 'unauthorized' })
+    await expect(verifyAcquisition(trust, { ...rules, members: [idA, idC, 'someone-else'] }, proof)).rejects.toMatchObject({ reason: 'unauthorized', message: expect.stringContaining(`${idB} is not a member`) })
   })
 })

@@ -82,6 +82,11 @@ export interface CertifiedClock {
   readonly env: Envelope
   /** The stable index it committed at. */
   readonly index: number
+  /**
+   * Its units (`envelopeUnits`) the audit rejected: they never took effect,
+   * though the envelope committed. Who reads what an update did skips them.
+   */
+  readonly rejected: readonly number[]
 }
 
 /**
@@ -113,7 +118,7 @@ export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, e
   if (!d) throw new SteadError('malformed', `the attestation does not decide envelope ${env.idHex}`)
   if (d[1] !== 'committed') throw new SteadError('bad-clock', `envelope ${env.idHex} was not committed (${d[1]})`)
   if (!d[4]) throw new SteadError('bad-clock', `envelope ${env.idHex} committed with a clock the audit could not verify`)
-  return { env, index: d[2] }
+  return { env, index: d[2], rejected: d[3].map(([unit]) => unit) }
 }
 
 /**

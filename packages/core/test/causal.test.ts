@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { composeClock, judgeClock, type ClockInputs } from '../src/causal.ts'
-import { causalOrder, verifyClockCertificate, type ClockCertificate } from '../src/chrono.ts'
+import { causalOrder, verifyClockCertificate, type CertifiedClock, type ClockCertificate } from '../src/chrono.ts'
 import { clockFrom, clockInit, type Clock } from '../src/clock.ts'
 import { type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
@@ -146,7 +146,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
             for (const d of decided) if (d.index <= index && d.env.authorId === a) n = Math.max(n, d.env.seq)
             return n
           }
-          const decided: Array<{ env: Envelope; index: number }> = []
+          const decided: Array<CertifiedClock> = []
           let unordered: Envelope[] = []
           for (const [who, commitNow, hear] of steps) {
             const me = state[who]!
@@ -186,7 +186,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
               for (const d of decisions) {
                 expect(d).toMatchObject({ kind: 'committed', clockVerified: true })
                 if (d.kind === 'committed') {
-                  decided.push({ env: d.env, index: d.index })
+                  decided.push({ env: d.env, index: d.index, rejected: [] })
                   expect(fullClock(d.env, committedAt, ids)).toEqual(past.get(d.env.idHex))
                 }
               }
@@ -274,6 +274,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     const cert: ClockCertificate = { attestation, signatures: [await sign(0), await sign(2)] }
     const certified = await verifyClockCertificate(crypto, cluster, b1.signed, cert)
     expect(certified.index).toBe(1)
+    expect(certified.rejected).toEqual([])
     const ab = await verifyClockCertificate(crypto, cluster, a1.signed, cert)
     expect(causalOrder(certified, ab)).toBe('before')
     expect(causalOrder(ab, certified)).toBe('after')

@@ -15,7 +15,7 @@ import { clusterTrust, connect } from './connect.ts'
 const clients = await connect(2)
 const trust = await clusterTrust()
 const [spaceA, spaceB] = await Promise.all(clients.map((c) => c.space('example-causal-store')))
-const [a, b] = [new KvReplica(spaceA as Space), new KvReplica(spaceB as Space)]
+const [a, b] = [new KvReplica(spaceA as Space, trust), new KvReplica(spaceB as Space, trust)]
 const run = Date.now().toString(36)
 const [photo, album] = [`photo-${run}`, `album-${run}`]
 

@@ -7,8 +7,8 @@
  * - A **replica** is any Stead client of the space (`KvReplica`). A key is
  *   a register `kv/<key>` holding `{ v, deps }`: the value, and the
  *   dependencies the writing session declared. A key's **version** is the
- *   stable index of the update whose value it holds: the register's stable
- *   history, which only grows, so a newer version has a higher index.
+ *   stable index of the update whose value it holds (last-writer-wins
+ *   decides between puts of one key, by the writers' timestamps).
  * - A **session** (`CausalSession`) keeps a dependency clock: key → the
  *   lowest version it may see from now on (what it read or wrote, and what
  *   those depended on). Every answer comes with the update's clock proof,
@@ -19,18 +19,24 @@
  *   value's dependencies in: a session that saw an effect never sees its
  *   cause missing.
  * - `put` sends the session's dependencies; the replica writes only once
- *   its stable state holds each of them (else `gap`), so the new update's
- *   clock base covers them: Chrono's check that the new versioned clock
- *   follows the dependency clock, which the session makes on the proof.
+ *   its stable state has reached each of them (else `gap`). The session
+ *   checks Chrono's condition on the proof: the new version's clock
+ *   follows the dependency clock (its base covers every dependency). That
+ *   shows the write was ordered after them; it cannot show that a lying
+ *   replica had applied them, and it need not: the session's later gets
+ *   check versions themselves.
+ * - Only writes the audit applied count: an update whose write to the key
+ *   was rejected (the key holds another type, say) proves no value.
  *
  * Limits: a replica can prove only versions committed while it ran (a key
- * last written before it started is served once written again, or by a
- * replica that was running); last-writer-wins decides between concurrent
- * puts of one key, by the writers' timestamps.
+ * whose value was written before it started is served once written
+ * again, or by a replica that was running). A Byzantine writer can declare
+ * a dependency on a version of a key that is no write of it; sessions
+ * that read its value then get `gap` for that key until it is written again.
  */
 import { SteadError, encode, bytesEqual, verifyClockCertificate, type CertifiedClock } from '@stead/core'
-import type { ClockProof, RegisterHandle, RegisterValue, Space } from '@stead/client'
-import { writeIn, type Trust } from './trust.ts'
+import type { ClockProof, RegisterValue, Space } from '@stead/client'
+import { winsOver, writeIn, type Trust, type Write } from './trust.ts'
 
 /** A dependency clock: key → the lowest version (stable index) of it a session may see. */
 export type Dependencies = ReadonlyArray<readonly [key: string, version: number]>
@@ -59,35 +65,54 @@ type Stored = { v: RegisterValue; deps: Array<[string, number]> }
 /** A replica over one Stead client's space. */
 export class KvReplica implements Replica {
   private readonly space: Space
-  constructor(space: Space) {
+  private readonly trust: Trust
+  constructor(space: Space, trust: Trust) {
     this.space = space
+    this.trust = trust
   }
 
+  /** @throws SteadError `unsupported` when the key's current value was written before this replica ran (it holds no proof of it). */
   async get(key: string): Promise<ClockProof | undefined> {
-    const latest = await this.latest(this.space.register<Stored>(keyOf(key)))
-    return latest && this.space.clockProof(latest.index)
+    return this.current(key)
   }
 
-  /** @throws SteadError `gap` while this replica's stable state lacks a dependency; the write's own rejection otherwise. */
+  /** @throws SteadError `gap` while this replica's stable state has not reached a dependency; the write's own rejection otherwise. */
   async put(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer> {
     if (deps.length > MAX_DEPENDENCIES) throw new SteadError('too-large', `${deps.length} dependencies; at most ${MAX_DEPENDENCIES}`)
-    for (const [k, version] of deps) {
-      const held = await this.latest(this.space.register<Stored>(keyOf(k)))
-      if ((held?.index ?? 0) < version) throw new SteadError('gap', `this replica holds ${k} at ${held?.index ?? 'no version'}, the session depends on ${version}: ask again later or another replica`)
-    }
-    const register = this.space.register<Stored>(keyOf(key))
-    const r = await register.set({ v: value, deps: deps.map(([k, i]) => [k, i]) }, { safe: true })
+    const reached = this.space.status.stableIndex
+    const ahead = deps.find(([, version]) => version > reached)
+    if (ahead) throw new SteadError('gap', `this replica's stable state is at ${reached}, the session depends on ${ahead[0]} at ${ahead[1]}: ask again later or another replica`)
+    const r = await this.space.register<Stored>(keyOf(key)).set({ v: value, deps: deps.map(([k, i]) => [k, i]) }, { safe: true })
     if (r.status !== 'committed') throw new SteadError(r.reason, `the put of ${key} was rejected: ${r.detail}`)
     const written = await this.space.clockProof(r.index)
-    const now = register.history().at(-1)
-    return now && now.index !== r.index ? { written, current: await this.space.clockProof(now.index) } : { written }
+    const current = await this.current(key)
+    return current && current.index !== r.index ? { written, current } : { written }
   }
 
-  /** The register's latest stable history entry: from memory, else (the replica started from a snapshot since) from the relays. */
-  private async latest(register: RegisterHandle<Stored>): Promise<{ index: number } | undefined> {
-    return register.history().at(-1) ?? (await register.historyPage({ limit: 1 })).at(-1)
+  /**
+   * The proof of the write whose value the key holds: the register's stable
+   * history has an entry for every committed write of the key, also those
+   * that lost to a later timestamp, so the entries are searched from the
+   * latest for the update that wrote the current value.
+   */
+  private async current(key: string): Promise<ClockProof | undefined> {
+    const register = this.space.register<Stored>(keyOf(key))
+    const value = register.stable
+    if (value === undefined) return undefined
+    const entries = register.history()
+    for (let i = entries.length - 1; i >= 0 && i >= entries.length - MAX_SEARCHED; i--) {
+      const proof = await this.space.clockProof((entries[i] as { index: number }).index).catch(() => undefined)
+      if (!proof) continue
+      const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+      const write = writeIn(certified, keyOf(key))
+      if (write && bytesEqual(encode(write.value), encode(value))) return proof
+    }
+    throw new SteadError('unsupported', `the write that gave ${key} its value is not among the latest ${MAX_SEARCHED} this replica holds proofs of (it ran since)`)
   }
 }
+
+/** How many of a key's latest history entries a replica searches for the write that gave the key its value. */
+const MAX_SEARCHED = 64
 
 /** One client session of the store: what it has seen, and the checks that keep it causal whatever replica answers. */
 export class CausalSession {
@@ -117,6 +142,9 @@ export class CausalSession {
     }
     const { certified, stored } = await this.open(proof, key)
     if (certified.index < need) throw new SteadError('gap', `the replica served ${key} at ${certified.index}; this session depends on ${need}`)
+    // Declared dependencies are versions its writer had applied: no later than the stable history its clock covers.
+    const beyond = stored.deps.find(([, version]) => version > certified.env.base)
+    if (beyond) throw new SteadError('untrusted', `the value of ${key} claims to depend on ${beyond[0]} at ${beyond[1]}, beyond what its writer had applied (${certified.env.base})`)
     this.depend([[key, certified.index], ...stored.deps])
     return stored.v
   }
@@ -141,20 +169,19 @@ export class CausalSession {
     if (answer.current) {
       // A concurrent put won: it must, by last-writer-wins (timestamp, then author), or the replica lies about it.
       const current = await this.open(answer.current, key)
-      const wins = current.t > written.t || (current.t === written.t && current.certified.env.authorId > written.certified.env.authorId)
-      if (!wins) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
+      if (!winsOver(current.write, current.certified.env.authorId, written.write, written.certified.env.authorId)) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
       version = current.certified.index
     }
     this.depend([[key, version]])
     return version
   }
 
-  private async open(proof: ClockProof, key: string): Promise<{ certified: CertifiedClock; stored: Stored; t: number }> {
+  private async open(proof: ClockProof, key: string): Promise<{ certified: CertifiedClock; stored: Stored; write: Write }> {
     const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
-    const write = writeIn(certified.env, keyOf(key))
+    const write = writeIn(certified, keyOf(key))
     const stored = write && parseStored(write.value)
-    if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} is no write of ${key}`)
-    return { certified, stored, t: write.t }
+    if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} made no write of ${key} that the audit applied`)
+    return { certified, stored, write }
   }
 
   private depend(deps: Dependencies): void {

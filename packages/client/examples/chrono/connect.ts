@@ -9,9 +9,14 @@ import type { Trust } from './trust.ts'
 
 export const relays = (process.env.RELAYS ?? 'ws://127.0.0.1:7401,ws://127.0.0.1:7402,ws://127.0.0.1:7403,ws://127.0.0.1:7404').split(',')
 
-/** Opens `n` clients (each its own author, in memory) and waits until each reaches a quorum of relays. */
-export async function connect(n: number): Promise<SteadClient[]> {
-  const clients = await Promise.all(Array.from({ length: n }, () => createClient({ relays, storage: memoryStorage() })))
+/** Opens `n` clients (each its own author, in memory, with the secret key it was given) and waits until each reaches a quorum of relays. */
+export async function connect(n: number): Promise<Array<SteadClient & { secretKey: Uint8Array }>> {
+  const clients = await Promise.all(
+    Array.from({ length: n }, async () => {
+      const secretKey = nodeCrypto.generateSecretKey()
+      return Object.assign(await createClient({ relays, storage: memoryStorage(), identity: { secretKey } }), { secretKey })
+    }),
+  )
   const started = Date.now()
   while (!clients.every((c) => c.status.online)) {
     if (Date.now() - started > 20_000) {

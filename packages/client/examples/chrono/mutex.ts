@@ -28,10 +28,21 @@
  * proofs; `verifyAcquisition` checks exactly that. Mutual exclusion and
  * ordered access hold among correct members whatever the others do,
  * because a correct member's own REPLY lists its own earlier request: no
- * proof exists for a later one until it released. A Byzantine member can
- * stall others (it can refuse to reply, as in the paper), not break that.
+ * proof exists for a later one until it released. A message counts only
+ * if its author signed it and the audit applied it (a write the audit
+ * rejected, or one made to another member's register, is none).
+ *
+ * Anyone who reads the space can assemble a member's proof, so the owner
+ * also has the presenter sign its challenge with the request's author key
+ * (`GuardedResource.challenge`, `ChronoMutex.present`).
+ *
+ * Limits: a Byzantine member can stall the others (it can refuse to reply,
+ * as in the paper, or write made-up messages into other members'
+ * registers, which members that started late read to learn whom to
+ * answer); it cannot let two correct members in at once. The owner keeps
+ * the last request it let in in memory: a real one persists it.
  */
-import { SteadError, causalOrder, verifyClockCertificate, type CertifiedClock, type Envelope } from '@stead/core'
+import { SteadError, causalOrder, encode, verifyClockCertificate, type CertifiedClock } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
 import { writeIn, type Trust } from './trust.ts'
 
@@ -48,6 +59,9 @@ export type MutexMessage =
   | { readonly kind: 'request' }
   | { readonly kind: 'reply'; readonly to: RequestRef; readonly before: RequestRef[]; readonly pending: RequestRef | null }
   | { readonly kind: 'release'; readonly of: number }
+
+/** Whom a valid proof entitles: the request's author (id and public key), the request's stable index and envelope id. */
+export type Holder = RequestRef & { readonly key: Uint8Array; readonly id: string }
 
 /** What `acquire` returns and the resource's owner checks: clock proofs of the messages that entitle the holder. */
 export interface AcquisitionProof {
@@ -79,6 +93,9 @@ export const MAX_MEMBERS = 64
 
 /** Messages (and answered requests) a member keeps in memory: the latest. */
 const MAX_LOGGED = 4096
+
+/** How often a member looks again without a change (a failed reply, a member the relays could not name yet). */
+const RETRY_MS = 1000
 
 /** One entry of a register's stable history. */
 interface Entry {
@@ -122,13 +139,18 @@ export class ChronoMutex {
   /** Proven messages of the stable order, by index, as far as `seen` (the latest MAX_LOGGED). */
   private readonly log = new Map<number, Logged>()
   private seen = 0
-  /** Each member's latest stable message, for members whose register this client's memory holds no history of (from the relays). */
+  /** Each member's latest stable message, for members whose register this client's memory holds no history of (from the relays), and when a member had none. */
   private readonly latestFetched = new Map<string, Entry>()
+  private readonly noneSince = new Map<string, number>()
   /** Requests this member answered, as `author@index` (the latest MAX_LOGGED). */
   private readonly replied = new Set<string>()
   /** This member's outstanding request: set when its request commits, cleared when its release does. */
   private mine: RequestRef | undefined
   private learnedMine = false
+  /** Set from the moment `acquire` writes a request until it is known: one request at a time. */
+  private requesting = false
+  private readonly signer: (bytes: Uint8Array) => Promise<Uint8Array>
+  private readonly timer: ReturnType<typeof setInterval>
   /** This member's writes go one at a time, each after the previous one committed: one message per envelope. */
   private writes: Promise<unknown> = Promise.resolve()
   private reading: Promise<void> = Promise.resolve()
@@ -136,16 +158,24 @@ export class ChronoMutex {
   private readonly unsubscribe: Array<() => void>
   private closed = false
 
-  /** `me` is this client's author id; `trust` checks every message this member relies on, as the owner will. */
-  constructor(space: Space, rules: MutexRules, me: string, trust: Trust) {
-    if (!rules.members.includes(me)) throw new SteadError('malformed', `${me} is not a member of ${rules.resource}`)
+  /**
+   * `me` is this client's author id and `secretKey` its Ed25519 seed (the
+   * client's `identity` option), to answer owners' challenges; `trust`
+   * checks every message this member relies on, as the owner will.
+   */
+  constructor(space: Space, rules: MutexRules, me: { authorId: string; secretKey: Uint8Array }, trust: Trust) {
+    if (!rules.members.includes(me.authorId)) throw new SteadError('malformed', `${me.authorId} is not a member of ${rules.resource}`)
     if (rules.members.length > MAX_MEMBERS) throw new SteadError('too-large', `${rules.members.length} members; at most ${MAX_MEMBERS}`)
     this.space = space
     this.rules = rules
-    this.me = me
+    this.me = me.authorId
+    this.signer = (bytes) => trust.crypto.sign(me.secretKey, bytes)
     this.trust = trust
     this.registers = rules.members.map((author) => ({ author, handle: space.register<MutexMessage>(registerKey(rules.resource, author)) }))
     this.unsubscribe = this.registers.map((r) => r.handle.subscribe(() => this.read()))
+    // Also now and then: a reply that failed, or a member the relays could not name yet, is retried without waiting for a change.
+    this.timer = setInterval(() => this.read(), RETRY_MS)
+    this.timer.unref?.()
     this.read()
   }
 
@@ -161,10 +191,17 @@ export class ChronoMutex {
    * @throws SteadError `conflict` while a request of this member is outstanding; `timeout`/`aborted` as the options say (the request stays: `release()` ends it).
    */
   async acquire(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquisitionProof> {
-    await this.reading
-    if (this.mine) throw new SteadError('conflict', `a request of this member (at ${this.mine.index}) is outstanding: release it first`)
-    const index = await this.write(() => ({ kind: 'request' }))
-    this.mine = { author: this.me, index }
+    if (this.requesting) throw new SteadError('conflict', 'this member is requesting already')
+    this.requesting = true
+    let index: number
+    try {
+      await this.reading
+      if (this.mine) throw new SteadError('conflict', `a request of this member (at ${this.mine.index}) is outstanding: release it first`)
+      index = await this.write(() => ({ kind: 'request' }))
+      this.mine = { author: this.me, index }
+    } finally {
+      this.requesting = false
+    }
     let proof: AcquisitionProof | undefined
     await this.until(() => (proof = this.proofFor(index)) !== undefined, options)
     return proof as AcquisitionProof
@@ -179,11 +216,20 @@ export class ChronoMutex {
     this.mine = undefined
   }
 
+  /** Signs an owner's challenge for this member's outstanding request (see `GuardedResource.challenge`). */
+  async present(nonce: Uint8Array): Promise<Uint8Array> {
+    const mine = this.mine
+    if (!mine) throw new SteadError('conflict', 'this member has no outstanding request to present')
+    const proof = await this.space.clockProof(mine.index)
+    return this.signer(challengeBytes(this.rules.resource, nonce, proof.id))
+  }
+
   /** Stops answering requests. */
   close(): void {
     this.closed = true
+    clearInterval(this.timer)
     for (const off of this.unsubscribe) off()
-    for (const w of this.waiters) w()
+    for (const w of [...this.waiters]) w()
   }
 
   /** Writes one message after the previous one committed (made then, so it says what holds then); resolves with its stable index. */
@@ -214,14 +260,16 @@ export class ChronoMutex {
       }
       forgetOldest(this.log)
       for (const { author, handle } of this.registers) {
-        const pending = pendingOf(author, await this.latest(author, handle))
+        const pending = this.provenPending(author) ?? pendingOf(author, await this.latest(author, handle))
         if (author === this.me) {
           // Once, after a restart: a request this member made before is still its own to release.
-          if (!this.learnedMine && pending !== undefined) this.mine ??= pending ?? undefined
-          this.learnedMine = true
+          if (!this.learnedMine && pending !== undefined) {
+            if (!this.requesting) this.mine ??= pending ?? undefined
+            this.learnedMine = true
+          }
         } else if (pending && !this.replied.has(`${pending.author}@${pending.index}`)) this.reply(pending)
       }
-      for (const w of this.waiters) w()
+      for (const w of [...this.waiters]) w()
     })
   }
 
@@ -236,6 +284,9 @@ export class ChronoMutex {
     if (held) return held
     const fetched = this.latestFetched.get(author)
     if (fetched) return fetched
+    const none = this.noneSince.get(author)
+    if (none !== undefined && Date.now() - none < RETRY_MS * 5) return null
+    this.noneSince.set(author, Date.now())
     try {
       const entry = (await handle.historyPage({ limit: 1, timeoutMs: 10_000 })).at(-1)
       // None yet may only mean the replica has not caught up: asked again at the next change.
@@ -262,12 +313,20 @@ export class ChronoMutex {
     }).catch(() => this.replied.delete(`${to.author}@${to.index}`))
   }
 
+  /** The request a member's latest proven message says is outstanding (see `pendingOf`); undefined when none of its messages is proven here. */
+  private provenPending(author: string): RequestRef | null | undefined {
+    let latest: Logged | undefined
+    for (const m of this.log.values()) if (m.author === author && (!latest || m.index > latest.index)) latest = m
+    if (!latest) return undefined
+    return pendingOf(author, { index: latest.index, value: latest.message })
+  }
+
   /** The message at `index`, read from its proven envelope (not from the register's value, which any writer of the space may overwrite). */
   private async open(author: string, index: number): Promise<Logged | undefined> {
     try {
       const proof = await this.space.clockProof(index)
-      const { env } = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
-      const message = messageIn(this.rules.resource, env, author)
+      const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+      const message = messageIn(this.rules.resource, certified, author)
       return message && { author, index, message, proof }
     } catch {
       // Committed before this client ran, or with a clock the audit could not verify: nobody can prove anything with it.
@@ -310,16 +369,16 @@ export class ChronoMutex {
       if (options.signal?.aborted) throw new SteadError('aborted', `waiting for ${this.rules.resource} was aborted`)
       if (deadline !== undefined && Date.now() >= deadline) throw new SteadError('timeout', `${this.rules.resource} not acquired within ${options.timeoutMs} ms`)
       await new Promise<void>((wake) => {
-        const timer = deadline === undefined ? undefined : setTimeout(wake, deadline - Date.now())
-        const abort = (): void => wake()
-        options.signal?.addEventListener('abort', abort, { once: true })
-        this.waiters.add(() => {
+        const done = (): void => {
           clearTimeout(timer)
-          options.signal?.removeEventListener('abort', abort)
+          options.signal?.removeEventListener('abort', done)
+          this.waiters.delete(done)
           wake()
-        })
+        }
+        const timer = deadline === undefined ? undefined : setTimeout(done, deadline - Date.now())
+        options.signal?.addEventListener('abort', done, { once: true })
+        this.waiters.add(done)
       })
-      this.waiters.clear()
     }
   }
 }
@@ -330,14 +389,19 @@ export class ChronoMutex {
  *
  * @throws SteadError `bad-signature` for a certificate or envelope that does not verify; `unauthorized` for a proof that does not entitle its holder (a member without a reply or a later release, an earlier request not released); `malformed` for messages that are not the protocol's.
  */
-export async function verifyAcquisition({ crypto, cluster }: Trust, rules: MutexRules, proof: AcquisitionProof): Promise<RequestRef> {
-  const budget = 2 * rules.members.length * rules.members.length
-  if (proof.replies.length + proof.releases.length > budget) throw new SteadError('too-large', `a proof for ${rules.members.length} members needs at most ${budget} messages`)
+export async function verifyAcquisition({ crypto, cluster }: Trust, rules: MutexRules, proof: AcquisitionProof): Promise<Holder> {
+  // Each member replies once to a request; releases: one per other member and one per request a reply lists (one per member at most).
+  const others = rules.members.length - 1
+  if (proof.replies.length > others || proof.releases.length > 2 * others) {
+    throw new SteadError('too-large', `a proof for ${rules.members.length} members holds at most ${others} replies and ${2 * others} releases`)
+  }
+  const ids = [proof.request, ...proof.replies, ...proof.releases].map((p) => hex(crypto.sha256(p.envelope.bytes)))
+  if (new Set(ids).size !== ids.length) throw new SteadError('malformed', 'the proof holds one update twice')
   const open = async (p: ClockProof): Promise<{ certified: CertifiedClock; message: MutexMessage }> => {
     const certified = await verifyClockCertificate(crypto, cluster, p.envelope, p.certificate)
     const author = certified.env.authorId
     if (!rules.members.includes(author)) throw new SteadError('unauthorized', `${author} is not a member of ${rules.resource}`)
-    const message = messageIn(rules.resource, certified.env, author)
+    const message = messageIn(rules.resource, certified, author)
     if (!message) throw new SteadError('malformed', `update ${certified.env.idHex} holds no ${rules.resource} message of its author`)
     return { certified, message }
   }
@@ -366,17 +430,24 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
       throw new SteadError('unauthorized', `the proof holds neither a reply of ${member} to the request nor a release of ${member} after it`)
     }
   }
-  return { author: holder, index: request.certified.index }
+  return { author: holder, index: request.certified.index, key: request.certified.env.author, id: request.certified.env.idHex }
+}
+
+/** What the presenter of a proof signs for an owner: the resource, the owner's nonce and the request's envelope id. */
+function challengeBytes(resource: string, nonce: Uint8Array, requestId: string): Uint8Array {
+  return encode(['stead/mutex/enter/v1', resource, nonce, requestId])
 }
 
 /**
  * The resource's owner: lets in one holder at a time, each with a proof
- * that verifies, in the order of their requests (a proof for a request
- * older than the last one let in is a replay).
+ * that verifies, presented by the request's author (it signs the owner's
+ * fresh challenge), in the order of their requests (a proof for a request
+ * not after the last one let in is a replay).
  */
 export class GuardedResource {
-  private holder: RequestRef | undefined
+  private holder: Holder | undefined
   private last = 0
+  private readonly nonces = new Set<string>()
   private readonly trust: Trust
   private readonly rules: MutexRules
   constructor(trust: Trust, rules: MutexRules) {
@@ -385,13 +456,28 @@ export class GuardedResource {
   }
 
   /** Who is in, if anyone. */
-  get current(): RequestRef | undefined {
+  get current(): Holder | undefined {
     return this.holder
   }
 
-  /** @throws SteadError as `verifyAcquisition`, or `conflict` while another holder is in or for a request not after the last one let in. */
-  async enter(proof: AcquisitionProof): Promise<RequestRef> {
+  /** A fresh nonce for one `enter`: the presenter signs it with `ChronoMutex.present`. At most 1,024 are open. */
+  challenge(): Uint8Array {
+    const nonce = globalThis.crypto.getRandomValues(new Uint8Array(16))
+    this.nonces.add(hex(nonce))
+    for (const n of this.nonces) {
+      if (this.nonces.size <= 1024) break
+      this.nonces.delete(n)
+    }
+    return nonce
+  }
+
+  /** @throws SteadError as `verifyAcquisition`; `unauthenticated` for a nonce not issued here (or used) or a signature not by the request's author; `conflict` while another holder is in or for a request not after the last one let in. */
+  async enter(proof: AcquisitionProof, nonce: Uint8Array, sig: Uint8Array): Promise<Holder> {
+    if (!this.nonces.delete(hex(nonce))) throw new SteadError('unauthenticated', 'a nonce this owner did not issue, or used already')
     const who = await verifyAcquisition(this.trust, this.rules, proof)
+    if (!(await this.trust.crypto.verify(who.key, challengeBytes(this.rules.resource, nonce, who.id), sig))) {
+      throw new SteadError('unauthenticated', `the presenter is not ${who.author}, whose request the proof is for`)
+    }
     if (this.holder) throw new SteadError('conflict', `${this.holder.author} holds ${this.rules.resource} (request ${this.holder.index})`)
     if (who.index <= this.last) throw new SteadError('conflict', `request ${who.index} is not after the last one let in (${this.last}): a replayed proof`)
     this.holder = who
@@ -405,14 +491,16 @@ export class GuardedResource {
   }
 }
 
+const hex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')
+
 /**
- * The one protocol message `author` wrote in `env`: a register write to its
- * own key, in a safe group. Anything else (no write, several, a value that
- * is not a message) is none.
+ * The one protocol message `author` wrote in a certified update: a write
+ * to its own register, in a safe group the audit applied. Anything else
+ * (no write, several, a rejected one, a value that is not a message) is none.
  */
-export function messageIn(resource: string, env: Envelope, author: string): MutexMessage | undefined {
-  if (env.authorId !== author) return undefined
-  const write = writeIn(env, registerKey(resource, author))
+export function messageIn(resource: string, certified: CertifiedClock, author: string): MutexMessage | undefined {
+  if (certified.env.authorId !== author) return undefined
+  const write = writeIn(certified, registerKey(resource, author))
   return write && parseMessage(write.value)
 }
 
