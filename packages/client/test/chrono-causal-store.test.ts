@@ -1,3 +1,4 @@
+import { clockInit, encodeEnvelope, sealEnvelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type RegisterValue, type Space, type SteadClient } from '../src/index.node.ts'
@@ -107,5 +108,26 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     expect(await sb.register<RegisterValue>('kv/x').set({ v: 'forged', deps: [] }, { safe: true })).toMatchObject({ status: 'rejected', reason: 'type-mismatch' })
     const rejected = await sb.clockProof(await settled)
     await expect(new CausalSession(trust).get(scripted(a, { x: rejected }), 'x')).rejects.toMatchObject({ reason: 'untrusted' })
+  })
+
+  it('refuses a later write that lost to the one the session saw: it never was the value', async () => {
+    const { a, trust, spaces } = await store()
+    const alice = new CausalSession(trust)
+    const won = await alice.put(a, 'x', 'current')
+    // A Byzantine author writes x later in the order with a timestamp from long ago: it commits, and loses.
+    const secretKey = nodeCrypto.generateSecretKey()
+    const loser = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, {
+      space: 'kv', seq: 1, base: 0, clock: clockInit(), deps: [], updates: [],
+      safe: [{ atomic: false, updates: [{ key: 'kv/x', decl: { type: 'register' }, op: ['s', { v: 'stale', deps: [] }, 1] }] }],
+    })
+    fake?.take(encodeEnvelope(loser))
+    const sa = spaces[0] as Space
+    await until('the losing write committed', async () => sa.register('kv/x').history().some((h) => h.index > won))
+    expect(sa.register('kv/x').stable).toMatchObject({ v: 'current' })
+    const lost = await sa.clockProof((sa.register('kv/x').history().at(-1) as { index: number }).index)
+    expect(lost.id).toBe(loser.idHex)
+    await expect(alice.get(scripted(a, { x: lost }), 'x')).rejects.toMatchObject({ reason: 'untrusted' })
+    // An honest replica serves the winner, not the latest write.
+    expect(await alice.get(a, 'x')).toBe('current')
   })
 })

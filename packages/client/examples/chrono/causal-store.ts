@@ -85,29 +85,32 @@ export class KvReplica implements Replica {
     const r = await this.space.register<Stored>(keyOf(key)).set({ v: value, deps: deps.map(([k, i]) => [k, i]) }, { safe: true })
     if (r.status !== 'committed') throw new SteadError(r.reason, `the put of ${key} was rejected: ${r.detail}`)
     const written = await this.space.clockProof(r.index)
-    const current = await this.current(key)
+    // The write is in: a current version this replica cannot prove is left for the session's next get.
+    const current = await this.current(key).catch(() => undefined)
     return current && current.index !== r.index ? { written, current } : { written }
   }
 
   /**
    * The proof of the write whose value the key holds: the register's stable
    * history has an entry for every committed write of the key, also those
-   * that lost to a later timestamp, so the entries are searched from the
-   * latest for the update that wrote the current value.
+   * that lost to a later timestamp, so the latest entries' writes are
+   * ranked as the register ranks them, and the winner must hold the
+   * current value.
    */
   private async current(key: string): Promise<ClockProof | undefined> {
     const register = this.space.register<Stored>(keyOf(key))
     const value = register.stable
     if (value === undefined) return undefined
-    const entries = register.history()
-    for (let i = entries.length - 1; i >= 0 && i >= entries.length - MAX_SEARCHED; i--) {
-      const proof = await this.space.clockProof((entries[i] as { index: number }).index).catch(() => undefined)
+    let best: { proof: ClockProof; write: Write; author: string } | undefined
+    for (const entry of register.history().slice(-MAX_SEARCHED)) {
+      const proof = await this.space.clockProof(entry.index).catch(() => undefined)
       if (!proof) continue
       const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
       const write = writeIn(certified, keyOf(key))
-      if (write && bytesEqual(encode(write.value), encode(value))) return proof
+      if (write && (!best || winsOver(write, certified.env.authorId, best.write, best.author))) best = { proof, write, author: certified.env.authorId }
     }
-    throw new SteadError('unsupported', `the write that gave ${key} its value is not among the latest ${MAX_SEARCHED} this replica holds proofs of (it ran since)`)
+    if (best && bytesEqual(encode(best.write.value), encode(value))) return best.proof
+    throw new SteadError('unsupported', `the write that gave ${key} its value is not among its latest ${MAX_SEARCHED} writes this replica holds proofs of (it ran since)`)
   }
 }
 
@@ -118,6 +121,8 @@ const MAX_SEARCHED = 64
 export class CausalSession {
   private readonly trust: Trust
   private readonly clock = new Map<string, number>()
+  /** The write this session saw or made last per key, where it knows it: a served version must be it or win over it. */
+  private readonly seenWrites = new Map<string, { index: number; write: Write; author: string }>()
   constructor(trust: Trust) {
     this.trust = trust
   }
@@ -140,12 +145,18 @@ export class CausalSession {
       if (need > 0) throw new SteadError('gap', `the replica holds no version of ${key}; this session depends on ${need}`)
       return undefined
     }
-    const { certified, stored } = await this.open(proof, key)
+    const { certified, stored, write } = await this.open(proof, key)
     if (certified.index < need) throw new SteadError('gap', `the replica served ${key} at ${certified.index}; this session depends on ${need}`)
+    // A later write that lost to the one this session saw never was the key's value.
+    const seen = this.seenWrites.get(key)
+    if (seen && seen.index !== certified.index && !winsOver(write, certified.env.authorId, seen.write, seen.author)) {
+      throw new SteadError('untrusted', `the replica served a write of ${key} (at ${certified.index}) that lost to the one this session saw (at ${seen.index})`)
+    }
     // Declared dependencies are versions its writer had applied: no later than the stable history its clock covers.
     const beyond = stored.deps.find(([, version]) => version > certified.env.base)
     if (beyond) throw new SteadError('untrusted', `the value of ${key} claims to depend on ${beyond[0]} at ${beyond[1]}, beyond what its writer had applied (${certified.env.base})`)
     this.depend([[key, certified.index], ...stored.deps])
+    this.saw(key, certified, write)
     return stored.v
   }
 
@@ -166,13 +177,16 @@ export class CausalSession {
     const uncovered = deps.find(([, version]) => version > written.certified.env.base)
     if (uncovered) throw new SteadError('untrusted', `the write of ${key} does not follow ${uncovered[0]} at ${uncovered[1]}`)
     let version = written.certified.index
+    let saw = written
     if (answer.current) {
       // A concurrent put won: it must, by last-writer-wins (timestamp, then author), or the replica lies about it.
       const current = await this.open(answer.current, key)
       if (!winsOver(current.write, current.certified.env.authorId, written.write, written.certified.env.authorId)) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
       version = current.certified.index
+      saw = current
     }
     this.depend([[key, version]])
+    this.saw(key, saw.certified, saw.write)
     return version
   }
 
@@ -182,6 +196,11 @@ export class CausalSession {
     const stored = write && parseStored(write.value)
     if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} made no write of ${key} that the audit applied`)
     return { certified, stored, write }
+  }
+
+  private saw(key: string, certified: CertifiedClock, write: Write): void {
+    const seen = this.seenWrites.get(key)
+    if (!seen || certified.index > seen.index) this.seenWrites.set(key, { index: certified.index, write, author: certified.env.authorId })
   }
 
   private depend(deps: Dependencies): void {

@@ -86,6 +86,7 @@ interface Logged {
   readonly index: number
   readonly message: MutexMessage
   readonly proof: ClockProof
+  readonly certified: CertifiedClock
 }
 
 /** At most this many members: each request costs every other member a reply. */
@@ -154,6 +155,7 @@ export class ChronoMutex {
   /** This member's writes go one at a time, each after the previous one committed: one message per envelope. */
   private writes: Promise<unknown> = Promise.resolve()
   private reading: Promise<void> = Promise.resolve()
+  private readQueued = false
   private readonly waiters = new Set<() => void>()
   private readonly unsubscribe: Array<() => void>
   private closed = false
@@ -209,6 +211,8 @@ export class ChronoMutex {
 
   /** Ends this member's outstanding request (held or not); resolves once the release is in the stable order. */
   async release(): Promise<void> {
+    // A request still being written is released too, once it is known.
+    while (this.requesting) await this.writes
     await this.reading
     const mine = this.mine
     if (!mine) return
@@ -220,8 +224,8 @@ export class ChronoMutex {
   async present(nonce: Uint8Array): Promise<Uint8Array> {
     const mine = this.mine
     if (!mine) throw new SteadError('conflict', 'this member has no outstanding request to present')
-    const proof = await this.space.clockProof(mine.index)
-    return this.signer(challengeBytes(this.rules.resource, nonce, proof.id))
+    const id = this.log.get(mine.index)?.proof.id ?? (await this.space.clockProof(mine.index)).id
+    return this.signer(challengeBytes(this.rules.resource, nonce, id))
   }
 
   /** Stops answering requests. */
@@ -247,7 +251,11 @@ export class ChronoMutex {
 
   /** Takes in what the members' registers' stable histories added: proven messages into the log, and replies to the requests outstanding. */
   private read(): void {
+    // One read waiting behind the running one covers every change meanwhile.
+    if (this.readQueued) return
+    this.readQueued = true
     this.reading = this.reading.then(async () => {
+      this.readQueued = false
       if (this.closed) return
       const fresh = this.registers
         .flatMap(({ author, handle }) => handle.history().map((h) => ({ author, index: h.index })))
@@ -259,7 +267,9 @@ export class ChronoMutex {
         if (logged) this.log.set(index, logged)
       }
       forgetOldest(this.log)
-      for (const { author, handle } of this.registers) {
+      // This member's own register first: after a restart, its replies must list its own outstanding request.
+      const ordered = [...this.registers].sort((x, y) => Number(y.author === this.me) - Number(x.author === this.me))
+      for (const { author, handle } of ordered) {
         const pending = this.provenPending(author) ?? pendingOf(author, await this.latest(author, handle))
         if (author === this.me) {
           // Once, after a restart: a request this member made before is still its own to release.
@@ -284,16 +294,16 @@ export class ChronoMutex {
     if (held) return held
     const fetched = this.latestFetched.get(author)
     if (fetched) return fetched
+    // A member with no message yet is asked about again only now and then (it may be one the replica has not caught up on).
     const none = this.noneSince.get(author)
     if (none !== undefined && Date.now() - none < RETRY_MS * 5) return null
-    this.noneSince.set(author, Date.now())
     try {
       const entry = (await handle.historyPage({ limit: 1, timeoutMs: 10_000 })).at(-1)
-      // None yet may only mean the replica has not caught up: asked again at the next change.
       if (entry) this.latestFetched.set(author, entry)
+      else this.noneSince.set(author, Date.now())
       return entry ?? null
     } catch {
-      return undefined // no relay answers yet: asked again at the next change
+      return undefined // no relay answers yet: asked again at the next read
     }
   }
 
@@ -327,7 +337,7 @@ export class ChronoMutex {
       const proof = await this.space.clockProof(index)
       const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
       const message = messageIn(this.rules.resource, certified, author)
-      return message && { author, index, message, proof }
+      return message && { author, index, message, proof, certified }
     } catch {
       // Committed before this client ran, or with a clock the audit could not verify: nobody can prove anything with it.
       return undefined
@@ -345,7 +355,10 @@ export class ChronoMutex {
       logged.find((m) => m.author === author && m.message.kind === 'release' && m.index > after)?.proof
     for (const member of this.rules.members) {
       if (member === this.me) continue
-      const reply = logged.find((m) => m.author === member && m.message.kind === 'reply' && m.message.to.author === this.me && m.message.to.index === index)
+      // As the owner checks it: a reply to this request, written after its author saw it (a reply made up in advance does not count).
+      const reply = logged.find(
+        (m) => m.author === member && m.message.kind === 'reply' && m.message.to.author === this.me && m.message.to.index === index && causalOrder(request.certified, m.certified) === 'before',
+      )
       if (reply?.message.kind === 'reply') {
         replies.push(reply.proof)
         for (const r of reply.message.before) {

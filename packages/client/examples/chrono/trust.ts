@@ -27,12 +27,16 @@ export interface Write {
 
 /**
  * The one register write a certified update made to `key` in a safe group
- * the audit did not reject; none if it made no such write, or several. A
+ * the audit did not reject; none if it made no such write, several, or a
+ * regular write of the key as well. A
  * unit the audit rejected (the key holds another type, say) never took
  * effect, though its envelope committed: it is not a write.
  */
 export function writeIn(certified: CertifiedClock, key: string): Write | undefined {
-  const writes = envelopeUnits(certified.env)
+  const units = envelopeUnits(certified.env)
+  // A regular write of the key beside it may be what the register holds: no single write, then.
+  if (units.some((u) => u.kind === 'op' && u.key === key)) return undefined
+  const writes = units
     .filter((u) => u.kind === 'group' && !certified.rejected.includes(u.unit))
     .flatMap((u) => (u.kind === 'group' ? u.items.filter((i) => i.key === key) : []))
   if (writes.length !== 1) return undefined
