@@ -740,7 +740,8 @@ class Session implements Subscriber {
     this.key = key
     this.keyBytes = message.publicKey
     const peers = this.sessions.peerAddresses?.().slice(0, MAX_PEER_ADDRS)
-    this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f, ...(peers?.length ? { peers } : {}) })
+    const sig = message.nonce ? this.node.signWelcome(message.nonce, message.publicKey) : undefined
+    this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f, ...(peers?.length ? { peers } : {}), ...(sig ? { sig } : {}) })
   }
 
   /** Other clients of `space` can be reached at `addrs` (see PeerDirectory). */

@@ -16,6 +16,7 @@ import {
   judgeClock,
   openEnvelopeSync,
   stableReadBytes,
+  welcomeBytes,
   freshHeadBytes,
   toHex,
   fromHex,
@@ -670,6 +671,11 @@ export class RelayNode {
    */
   clusterDescriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
     return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  }
+
+  /** Signs a client's hello nonce (`welcomeBytes`): how a session proves this relay holds the key the cluster lists for it. */
+  signWelcome(nonce: Uint8Array, clientKey: Uint8Array): Uint8Array {
+    return this.crypto.sign(this.options.secretKey, welcomeBytes(nonce, clientKey, this.me))
   }
 
   /**

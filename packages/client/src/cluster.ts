@@ -8,7 +8,7 @@ export interface ClusterDescriptor {
   readonly relays: ReadonlyArray<{
     /** The operator's name for the relay, e.g. "r1". */
     readonly id: string
-    /** Its Ed25519 public key (32 bytes): a session with a relay that names another key is refused, and attestations are checked against it. */
+    /** Its Ed25519 public key (32 bytes): a relay session must prove it (the welcome's signature), and attestations are checked against it. */
     readonly publicKey: Uint8Array
     /** host:port of its client API, when the descriptor says. */
     readonly api?: string

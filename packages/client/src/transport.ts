@@ -1,6 +1,7 @@
 import {
   CommitAssembler,
   authBytes,
+  welcomeBytes,
   bytesEqual,
   decodeRelayMessage,
   encodeClientMessage,
@@ -82,6 +83,8 @@ export class RelayLink {
   lastHeard = 0
   /** Where the relay helps clients sync peer to peer (its `welcome` said), if it does. */
   peerAddresses: readonly string[] = []
+  /** The nonce this session's hello asked the relay to sign. */
+  private helloNonce: Uint8Array | undefined
   private pings = 0
   /** Joins commits that arrive in several frames. */
   private readonly commits = new CommitAssembler()
@@ -229,11 +232,19 @@ export class RelayLink {
       const { secretKey, publicKey } = this.options.identity
       const sig = await this.options.crypto.sign(secretKey, authBytes(m.nonce, m.relayKey))
       if (this.socket !== socket) return
-      socket.send(encodeClientMessage({ type: 'hello', publicKey, sig }))
+      // The relay signs this nonce in its welcome: naming the pinned key is not holding it.
+      this.helloNonce = globalThis.crypto.getRandomValues(new Uint8Array(32))
+      socket.send(encodeClientMessage({ type: 'hello', publicKey, sig, nonce: this.helloNonce }))
       return
     }
     if (m.type === 'welcome') {
       if (m.relay !== this.relay) return this.markFaulty(`welcomed as relay ${m.relay} after a challenge from relay ${String(this.relay)}`)
+      const pinned = this.options.keyOf(m.relay)
+      const nonce = this.helloNonce
+      this.helloNonce = undefined
+      const proven = pinned && nonce && m.sig && (await this.options.crypto.verify(pinned, welcomeBytes(nonce, this.options.identity.publicKey, m.relay), m.sig))
+      if (this.socket !== socket) return
+      if (!proven) return this.markFaulty(`did not prove it holds relay ${m.relay}'s key (its welcome ${m.sig ? 'signature does not verify' : 'is unsigned'})`)
       this.ready = true
       this.peerAddresses = m.peers ?? []
       this.attempt = 0

@@ -158,9 +158,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const f = this.o.sessions.cluster?.f
     const by = this.peerNames.get(peer)
     if (f === undefined || !by) return false
-    // One vote per relay: distinct sessions that are not faulty, and distinct relays they claim to be, so a correct relay reached at
-    // two URLs is one vote. A relay does not prove its index in a session: a Byzantine one at two URLs can still vote twice.
-    // That is the configured URL list's to prevent (one URL per relay) until sessions are authenticated both ways.
+    // One vote per relay: distinct sessions that are not faulty, counted by the relay index each proved (its welcome
+    // signature), so one relay reached at two URLs is one vote.
     const relays = new Set<number | undefined>()
     let sessions = 0
     for (const link of by) {

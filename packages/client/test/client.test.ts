@@ -624,6 +624,18 @@ describe('transport', () => {
     expect(k.value).toBe(11)
   })
 
+  it('refuses a relay that names its pinned key but cannot sign the client\'s nonce with it, and works with the others', async () => {
+    const c = cluster()
+    ;(c.relays[2] as { misbehaviour: string }).misbehaviour = 'impostor'
+    const a = await client(c)
+    await until('impostor reported', () => a.status.relays[2]?.faulty !== undefined)
+    expect(a.status.relays[2]?.faulty).toMatch(/did not prove it holds relay 2's key/)
+    expect(a.status.relays.filter((r) => r.faulty === undefined && r.connected)).toHaveLength(3)
+    const stop = c.autoCommit(5)
+    expect(await a.counter('acct').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    stop()
+  })
+
   it('believes f+1 matching attestations, ignores and reports a relay that attests something else', async () => {
     const c = cluster()
     ;(c.relays[0] as { misbehaviour: string }).misbehaviour = 'lie'

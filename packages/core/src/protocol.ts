@@ -25,6 +25,12 @@ export type ClientMessage =
       readonly publicKey: Uint8Array
       /** Its signature over `authBytes(nonce, relayKey)`. */
       readonly sig: Uint8Array
+      /**
+       * A fresh random 32 bytes for the relay to sign in `welcome`
+       * (`welcomeBytes`), proving it holds the key it named. Without it the
+       * relay does not sign, and the client cannot tell it from an impostor.
+       */
+      readonly nonce?: Uint8Array
     }
   | {
       /** Follow a space: its envelopes, and its commits from `fromIndex` on. */
@@ -111,6 +117,8 @@ export type RelayMessage =
        * them; absent otherwise.
        */
       readonly peers?: readonly string[]
+      /** The relay's signature over `welcomeBytes(hello.nonce, hello.publicKey, relay)`, when the hello carried a nonce. */
+      readonly sig?: Uint8Array
     }
   | {
       /** Other clients of a space that announced where they can be reached (the answer to `announce`, and news after it). */
@@ -216,6 +224,11 @@ export type RelayMessage =
 /** What a client signs to prove it holds its key: bound to this relay and this session's nonce. */
 export function authBytes(nonce: Uint8Array, relayKey: Uint8Array): Uint8Array {
   return encode(['stead/auth/v1', nonce, relayKey])
+}
+
+/** What a relay signs in `welcome`: the client's nonce, the client's key and the relay's index, so a session proves the relay's key both ways. */
+export function welcomeBytes(nonce: Uint8Array, clientKey: Uint8Array, relay: number): Uint8Array {
+  return encode(['stead/welcome/v1', nonce, clientKey, relay])
 }
 
 /**
@@ -420,7 +433,7 @@ export function freshHeadBytes(space: string, index: number, stateHash: Uint8Arr
 export function encodeClientMessage(m: ClientMessage): Uint8Array {
   switch (m.type) {
     case 'hello':
-      return encode(['hello', m.publicKey, m.sig])
+      return encode(m.nonce ? ['hello', m.publicKey, m.sig, m.nonce] : ['hello', m.publicKey, m.sig])
     case 'subscribe':
       if (m.refs) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, true])
       return encode(m.frames === false ? ['subscribe', m.space, m.fromIndex, false] : ['subscribe', m.space, m.fromIndex])
@@ -446,9 +459,11 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
     if (v.length !== n) throw new SteadError('malformed', `${String(v[0])} takes ${n - 1} fields`)
   }
   switch (v[0]) {
-    case 'hello':
-      fields(3)
-      return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64) }
+    case 'hello': {
+      if (v.length !== 3 && v.length !== 4) throw new SteadError('malformed', 'hello takes 2 or 3 fields')
+      const nonce = v.length === 4 ? expect.bytes(v[3], 'nonce', 32) : undefined
+      return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64), ...(nonce ? { nonce } : {}) }
+    }
     case 'subscribe': {
       if (v.length < 3 || v.length > 5) throw new SteadError('malformed', 'subscribe takes 2 to 4 fields')
       const frames = v.length >= 4 ? expect.boolean(v[3], 'frames') : true
@@ -496,6 +511,7 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'challenge':
       return encode(['challenge', m.nonce, m.relay, m.relayKey])
     case 'welcome':
+      if (m.sig) return encode(['welcome', m.relay, m.n, m.f, m.peers ?? [], m.sig])
       return encode(m.peers?.length ? ['welcome', m.relay, m.n, m.f, m.peers] : ['welcome', m.relay, m.n, m.f])
     case 'peers':
       return encode(['peers', m.space, m.addrs])
@@ -539,13 +555,14 @@ const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
  * @throws SteadError `malformed`, or `too-large` over `maxBytes` (default 64 MiB: commits carry many envelopes).
  */
 export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_RELAY_MESSAGE_BYTES): RelayMessage {
-  const v = expect.array(decode(frame, maxBytes), 'message', 5)
+  const v = expect.array(decode(frame, maxBytes), 'message', 6)
   switch (v[0]) {
     case 'challenge':
       return { type: 'challenge', nonce: expect.bytes(v[1], 'nonce', 32), relay: expect.uint(v[2], 'relay'), relayKey: expect.bytes(v[3], 'relayKey', 32) }
     case 'welcome': {
       const peers = v[4] === undefined ? undefined : addrsOf(v[4], MAX_PEER_ADDRS)
-      return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f'), ...(peers ? { peers } : {}) }
+      const sig = v[5] === undefined ? undefined : expect.bytes(v[5], 'sig', 64)
+      return { type: 'welcome', relay: expect.uint(v[1], 'relay'), n: expect.uint(v[2], 'n'), f: expect.uint(v[3], 'f'), ...(peers?.length ? { peers } : {}), ...(sig ? { sig } : {}) }
     }
     case 'peers':
       return { type: 'peers', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), addrs: addrsOf(v[2], MAX_PEERS_PER_MESSAGE) }

@@ -34,6 +34,22 @@ describe('subscribe', () => {
   })
 })
 
+describe('session authentication both ways', () => {
+  it('a hello may carry a nonce for the relay to sign; the welcome carries the signature, with or without peer addresses', () => {
+    const hello = { type: 'hello' as const, publicKey: new Uint8Array(32).fill(1), sig: new Uint8Array(64).fill(2), nonce: new Uint8Array(32).fill(3) }
+    expect(plain(decodeClientMessage(encodeClientMessage(hello)))).toEqual(plain(hello))
+    const { nonce: _nonce, ...old } = hello
+    expect(plain(decodeClientMessage(encodeClientMessage(old)))).toEqual(plain(old))
+    expect(() => decodeClientMessage(encode(['hello', hello.publicKey, hello.sig, new Uint8Array(31)]))).toThrow(/nonce/)
+    const welcome: RelayMessage = { type: 'welcome', relay: 2, n: 4, f: 1, sig: new Uint8Array(64).fill(4) }
+    expect(roundTrip(welcome)).toEqual(plain(welcome))
+    const withPeers: RelayMessage = { ...welcome, peers: ['/ip4/127.0.0.1/tcp/1/ws/p2p/x'] }
+    expect(roundTrip(withPeers)).toEqual(plain(withPeers))
+    expect(roundTrip({ type: 'welcome', relay: 2, n: 4, f: 1 })).toEqual({ type: 'welcome', relay: 2, n: 4, f: 1 })
+    expect(() => decodeRelayMessage(encode(['welcome', 2, 4, 1, [], new Uint8Array(63)]))).toThrow(/sig/)
+  })
+})
+
 describe('compact attestations', () => {
   it('round-trip, and refuse a signature of the wrong size', () => {
     const m: RelayMessage = { type: 'attest', space: 's', round: 42, sig: new Uint8Array(64).fill(3) }

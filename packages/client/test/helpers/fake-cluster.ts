@@ -1,4 +1,5 @@
 import {
+  welcomeBytes,
   ENVELOPE_REF_BYTES,
   ReliableReplica,
   SteadError,
@@ -211,7 +212,7 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
+export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
 
 export class FakeRelay {
   online = true
@@ -235,7 +236,7 @@ export class FakeRelay {
 
   private readonly cluster: FakeCluster
   readonly index: number
-  private readonly key: { secretKey: Uint8Array; publicKey: Uint8Array }
+  readonly key: { secretKey: Uint8Array; publicKey: Uint8Array }
   constructor(
     cluster: FakeCluster,
     index: number,
@@ -366,7 +367,10 @@ class FakeSession {
       if (!verifySync(m.publicKey, authBytes(this.nonce, this.key.publicKey), m.sig)) return this.close()
       this.authenticated = true
       this.authorId = authorIdOf({ sha256: (b) => nodeCrypto.sha256(b) }, m.publicKey)
-      this.send({ type: 'welcome', relay: this.relay.index, n: this.cluster.relays.length, f: this.cluster.f })
+      // An impostor names the relay's key but signs with another.
+      const signer = this.relay.misbehaviour === 'impostor' ? nodeCrypto.generateSecretKey() : this.relay.key.secretKey
+      const sig = m.nonce ? signSync(signer, welcomeBytes(m.nonce, m.publicKey, this.relay.index)) : undefined
+      this.send({ type: 'welcome', relay: this.relay.index, n: this.cluster.relays.length, f: this.cluster.f, ...(sig ? { sig } : {}) })
       return
     }
     if (!this.authenticated) return
