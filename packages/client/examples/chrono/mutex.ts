@@ -95,6 +95,9 @@ export const MAX_MEMBERS = 64
 /** Messages (and answered requests) a member keeps in memory: the latest. */
 const MAX_LOGGED = 4096
 
+/** How many times a member writes a request or a release whose clock did not verify before it gives up. */
+const MAX_ATTEMPTS = 3
+
 /** How often a member looks again without a change (a failed reply, a member the relays could not name yet). */
 const RETRY_MS = 1000
 
@@ -199,8 +202,20 @@ export class ChronoMutex {
     try {
       await this.reading
       if (this.mine) throw new SteadError('conflict', `a request of this member (at ${this.mine.index}) is outstanding: release it first`)
-      index = await this.write(() => ({ kind: 'request' }))
-      this.mine = { author: this.me, index }
+      // A request committed with a clock the audit could not verify proves nothing: release it and ask again.
+      for (let attempt = 1; ; attempt++) {
+        // Known before any reply this member writes next: its replies must list it (see `reply`).
+        index = await this.write(
+          () => ({ kind: 'request' }),
+          (at) => (this.mine = { author: this.me, index: at }),
+        )
+        if (await this.proven(index)) break
+        await this.write(
+          () => ({ kind: 'release', of: index }),
+          () => (this.mine = undefined),
+        )
+        if (attempt === MAX_ATTEMPTS) throw new SteadError('unsupported', `${MAX_ATTEMPTS} requests committed with clocks the relays could not verify`)
+      }
     } finally {
       this.requesting = false
     }
@@ -216,8 +231,13 @@ export class ChronoMutex {
     await this.reading
     const mine = this.mine
     if (!mine) return
-    await this.write(() => ({ kind: 'release', of: mine.index }))
-    this.mine = undefined
+    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+      const at = await this.write(
+        () => ({ kind: 'release', of: mine.index }),
+        () => (this.mine = undefined),
+      )
+      if (await this.proven(at)) break
+    }
   }
 
   /** Signs an owner's challenge for this member's outstanding request (see `GuardedResource.challenge`). */
@@ -237,12 +257,14 @@ export class ChronoMutex {
   }
 
   /** Writes one message after the previous one committed (made then, so it says what holds then); resolves with its stable index. */
-  private write(make: () => MutexMessage): Promise<number> {
+  private write(make: () => MutexMessage, committed?: (index: number) => void): Promise<number> {
     const key = registerKey(this.rules.resource, this.me)
     const done = this.writes.then(async () => {
       const message = make()
       const r = await this.space.register<MutexMessage>(key).set(message, { safe: true })
       if (r.status !== 'committed') throw new SteadError(r.reason, `the ${message.kind} was rejected: ${r.detail}`)
+      // Before the next write is made: what it says may depend on this one.
+      committed?.(r.index)
       return r.index
     })
     this.writes = done.catch(() => undefined)
@@ -317,10 +339,23 @@ export class ChronoMutex {
   private reply(to: RequestRef): void {
     this.replied.add(`${to.author}@${to.index}`)
     forgetOldest(this.replied)
-    void this.write(() => {
+    const made = this.write(() => {
       const mine = this.mine
       return { kind: 'reply', to, before: mine && mine.index < to.index ? [mine] : [], pending: mine ?? null }
-    }).catch(() => this.replied.delete(`${to.author}@${to.index}`))
+    })
+    // A reply that failed, or committed with a clock nobody can prove, is made again at a later read.
+    void made.then((index) => this.proven(index)).then(
+      (ok) => ok || this.replied.delete(`${to.author}@${to.index}`),
+      () => this.replied.delete(`${to.author}@${to.index}`),
+    )
+  }
+
+  /** Whether this client holds a clock proof of its update at `index` (its clock verified). */
+  private async proven(index: number): Promise<boolean> {
+    return this.space.clockProof(index).then(
+      () => true,
+      () => false,
+    )
   }
 
   /** The request a member's latest proven message says is outstanding (see `pendingOf`); undefined when none of its messages is proven here. */
