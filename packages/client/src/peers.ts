@@ -307,7 +307,7 @@ export class PeerHub {
   /** Sends one of this client's own new envelopes to every peer of its space (once per peer, over one of its links). */
   publish(space: string, idHex: string, frame: Uint8Array): void {
     for (const s of this.links.values()) {
-      if (!s.spaces.has(space) || s.sent.has(idHex)) continue
+      if (!this.shares(s, space) || s.sent.has(idHex)) continue
       this.sentOn(s, idHex)
       this.sendFrames(s, space, [frame])
     }
@@ -321,13 +321,18 @@ export class PeerHub {
     this.newsTimer ??= setTimeout(() => this.sendNews(), NEWS_BATCH_MS)
   }
 
+  /** Whether this link exchanges `space` now: it started to, and the relays still vouch for the peer (a vouching relay may have turned out faulty since). */
+  private shares(s: LinkState, space: string): boolean {
+    return s.spaces.has(space) && this.members.get(space)?.mayShare(s.link.peer) === true
+  }
+
   private sendNews(): void {
     this.newsTimer = undefined
     const all = this.news
     this.news = new Map()
     for (const [space, news] of all) {
       // One link per peer.
-      const links = [...new Map([...this.links.values()].filter((s) => s.spaces.has(space)).map((s) => [s.link.peer, s])).values()]
+      const links = [...new Map([...this.links.values()].filter((s) => this.shares(s, space)).map((s) => [s.link.peer, s])).values()]
       // A random few: the news spreads as gossip without every peer telling every other.
       for (let i = links.length - 1; i > 0; i--) {
         const j = Math.floor(Math.random() * (i + 1))
@@ -343,7 +348,7 @@ export class PeerHub {
   /** Asks `peer` for envelopes by id (deps an envelope it sent names). */
   want(space: string, peer: string, ids: readonly string[]): void {
     for (const s of this.links.values()) {
-      if (s.link.peer !== peer || !s.spaces.has(space)) continue
+      if (s.link.peer !== peer || !this.shares(s, space)) continue
       this.send(s, { kind: 'want', space, ids: ids.slice(0, MAX_PEER_IDS).map(fromHex) })
       return
     }

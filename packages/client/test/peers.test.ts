@@ -126,6 +126,35 @@ describe('peer-to-peer sync', () => {
     expect(network.dialled).toEqual(['/memory/p2p/control', '/memory/p2p/lonely'])
   })
 
+  it('stops sending a space to a peer once a relay that vouched for it turns out faulty', async () => {
+    const c = cluster()
+    const board = new PeerBoard()
+    const { client: cl, space } = await client(c, { peers: board.network() })
+    await until('the client announced itself to every relay', () => c.relays.every((r) => r.announced.size > 0))
+    const envelopes = new Map<string, number>()
+    const opened = new Set<string>()
+    const count = (peer: string) => (_to: string, m: Uint8Array) => {
+      const kind = decodePeerMessage(m).kind
+      if (kind === 'have') opened.add(peer)
+      if (kind === 'env') envelopes.set(peer, (envelopes.get(peer) ?? 0) + 1)
+    }
+    board.attach('watcher', count('watcher'), identity(12).publicKey)
+    board.attach('control', count('control'), identity(13).publicKey)
+    c.namePeer('/memory/p2p/watcher', [0, 1]) // f+1 = 2, one of them relay 0
+    c.namePeer('/memory/p2p/control', [1, 2, 3])
+    await until('the client exchanges the space with both', () => opened.size === 2)
+    await space.counter('likes').increment(1)
+    await until('both peers got the envelope', () => envelopes.get('watcher') === 1 && envelopes.get('control') === 1)
+    // Relay 0 attests a commit differently from the others: the client marks it faulty, and the watcher has one vouching relay left.
+    ;(c.relays[0] as { misbehaviour: string }).misbehaviour = 'lie'
+    const stop = c.autoCommit(5)
+    await until('relay 0 is faulty', () => cl.status.relays[0]?.faulty !== undefined)
+    stop()
+    await space.counter('likes').increment(1)
+    await until('the control peer got the next envelope', () => envelopes.get('control') === 2)
+    expect(envelopes.get('watcher')).toBe(1)
+  })
+
   it('refuses a peer that lies, and keeps showing only what verifies', async () => {
     const c = cluster()
     const board = new PeerBoard()
