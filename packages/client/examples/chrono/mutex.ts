@@ -153,6 +153,8 @@ export class ChronoMutex {
   private learnedMine = false
   /** Set from the moment `acquire` writes a request until it is known: one request at a time. */
   private requesting = false
+  /** The latest request phase of `acquire` (settled once the request is known or failed). */
+  private requested: Promise<unknown> = Promise.resolve()
   private readonly signer: (bytes: Uint8Array) => Promise<Uint8Array>
   private readonly timer: ReturnType<typeof setInterval>
   /** This member's writes go one at a time, each after the previous one committed: one message per envelope. */
@@ -198,6 +200,16 @@ export class ChronoMutex {
   async acquire(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquisitionProof> {
     if (this.requesting) throw new SteadError('conflict', 'this member is requesting already')
     this.requesting = true
+    const requested = this.writeRequest()
+    this.requested = requested.catch(() => undefined)
+    const index = await requested
+    let proof: AcquisitionProof | undefined
+    await this.until(() => (proof = this.proofFor(index)) !== undefined, options)
+    return proof as AcquisitionProof
+  }
+
+  /** Writes this member's request (again, while its clock does not verify); resolves with its stable index. */
+  private async writeRequest(): Promise<number> {
     let index: number
     try {
       await this.reading
@@ -219,15 +231,13 @@ export class ChronoMutex {
     } finally {
       this.requesting = false
     }
-    let proof: AcquisitionProof | undefined
-    await this.until(() => (proof = this.proofFor(index)) !== undefined, options)
-    return proof as AcquisitionProof
+    return index
   }
 
   /** Ends this member's outstanding request (held or not); resolves once the release is in the stable order. */
   async release(): Promise<void> {
     // A request still being written is released too, once it is known.
-    while (this.requesting) await this.writes
+    await this.requested
     await this.reading
     const mine = this.mine
     if (!mine) return
