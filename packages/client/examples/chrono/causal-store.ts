@@ -32,9 +32,10 @@
  * whose value was written before it started is served once written
  * again, or by a replica that was running). A put whose update commits
  * with a clock the audit could not verify fails with `unsupported`
- * though its write is in; putting it again is safe (the later write wins). A Byzantine writer can declare
- * a dependency on a version of a key that is no write of it; sessions
- * that read its value then get `gap` for that key until it is written again.
+ * though its write is in; putting it again is safe (the later write
+ * wins). A Byzantine writer can declare a dependency on a version of a
+ * key that is no write of it; sessions that read its value then get
+ * `gap` for that key until it is written again.
  */
 import { SteadError, encode, bytesEqual, verifyClockCertificate, type CertifiedClock } from '@stead/core'
 import type { ClockProof, RegisterValue, Space } from '@stead/client'
