@@ -3,8 +3,8 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ENVELOPE_REF_BYTES, auditStateHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
+import { ENVELOPE_REF_BYTES, auditStateHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex, welcomeBytes } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
@@ -16,7 +16,7 @@ import { runRelay, type RunningRelay } from '../src/relay.ts'
 import { freePort } from './helpers/cluster.ts'
 
 /** A WebSocket session to the relay at `api` over wss, past the challenge, as the key made of bytes `n`. */
-async function session(api: string, n: number) {
+async function session(api: string, n: number, nonce?: Uint8Array) {
   const me = { secretKey: new Uint8Array(32).fill(n), publicKey: publicKeyOfSync(new Uint8Array(32).fill(n)) }
   const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
   const inbox: ReturnType<typeof decodeRelayMessage>[] = []
@@ -31,9 +31,9 @@ async function session(api: string, n: number) {
   }
   const challenge = await next((m) => m.type === 'challenge')
   if (challenge.type !== 'challenge') throw new Error('expected a challenge')
-  ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)) }))
-  await next((m) => m.type === 'welcome')
-  return { me, ws, next }
+  ws.send(encodeClientMessage({ type: 'hello', publicKey: me.publicKey, sig: signSync(me.secretKey, authBytes(challenge.nonce, challenge.relayKey)), ...(nonce ? { nonce } : {}) }))
+  const welcome = await next((m) => m.type === 'welcome')
+  return { me, ws, next, welcome }
 }
 
 describe('per-address limits', () => {
@@ -52,11 +52,13 @@ describe('per-address limits', () => {
 describe('client API over TLS', () => {
   let relay: RunningRelay
   let api: string
+  let relayKey: Uint8Array
   const dir = mkdtempSync(join(tmpdir(), 'stead-api-'))
 
   beforeAll(async () => {
     execFileSync('openssl', ['req', '-x509', '-newkey', 'ed25519', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' })
     const id = generateIdentity()
+    relayKey = id.publicKey
     api = `127.0.0.1:${await freePort()}`
     const cluster = parseCluster({ f: 0, relays: [{ id: 'solo', publicKey: toHex(id.publicKey), mesh: `/ip4/127.0.0.1/tcp/${await freePort()}`, api, peers: `/ip4/127.0.0.1/tcp/${await freePort()}/ws` }], openSpaces: true })
     relay = await runRelay({
@@ -87,6 +89,18 @@ describe('client API over TLS', () => {
     const { text, ...rest } = await getText(path)
     return { body: JSON.parse(text), ...rest }
   }
+
+  it('proves its key in the session: it signs the nonce a hello carries (and only then)', async () => {
+    const nonce = new Uint8Array(32).fill(7)
+    const { me, ws, welcome } = await session(api, 41, nonce)
+    ws.close()
+    if (welcome.type !== 'welcome' || !welcome.sig) throw new Error('expected a signed welcome')
+    expect(verifySync(relayKey, welcomeBytes(nonce, me.publicKey, welcome.relay), welcome.sig)).toBe(true)
+    expect(verifySync(relayKey, welcomeBytes(new Uint8Array(32), me.publicKey, welcome.relay), welcome.sig)).toBe(false)
+    const plain = await session(api, 42)
+    plain.ws.close()
+    expect(plain.welcome).not.toHaveProperty('sig')
+  })
 
   it('serves HTTPS', async () => {
     const { body, cors } = await getJson('/health')
