@@ -151,6 +151,13 @@ describe('mesh framing', () => {
     expect(failures).toEqual([])
   })
 
+  test('takes a list of chunks as one push (what libp2p streams hand over)', () => {
+    const wire = encodeFrames([new Uint8Array([1, 2, 3]), new Uint8Array([4])], 4)
+    const out: Uint8Array[] = []
+    new FrameDecoder(16).push([wire.subarray(0, 2), wire.subarray(2, wire.byteLength - 1), wire.subarray(wire.byteLength - 1)], (f) => out.push(f))
+    expect(out).toEqual([new Uint8Array([1, 2, 3]), new Uint8Array([4])])
+  })
+
   test('emitted frames are copies, not views of the input', () => {
     const wire = encodeFrames([new Uint8Array([1, 2, 3])], 3)
     const out: Uint8Array[] = []

@@ -126,9 +126,7 @@ export function libp2pNetwork(options: Libp2pPeersOptions, stack: Libp2pStack): 
     stream.addEventListener('message', (evt: StreamMessageEvent) => {
       if (closed) return
       try {
-        const data = evt.data
-        if (data instanceof Uint8Array) decoder.push(data, deliver)
-        else for (const chunk of data) decoder.push(chunk, deliver)
+        decoder.push(evt.data, deliver)
       } catch (err) {
         link.close(`bad framing: ${(err as Error).message}`)
       }

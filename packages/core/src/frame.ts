@@ -65,8 +65,14 @@ export class FrameDecoder {
     return this.expected < 0 && this.headerFill === 0
   }
 
-  /** Feeds the next bytes of the stream; `emit` gets each frame they complete, in order. */
-  push(chunk: Uint8Array, emit: (frame: Uint8Array) => void): void {
+  /** Feeds the next bytes of the stream (one chunk or a list of them); `emit` gets each frame they complete, in order. */
+  push(data: Uint8Array | Iterable<Uint8Array>, emit: (frame: Uint8Array) => void): void {
+    if (data instanceof Uint8Array) return this.pushChunk(data, emit)
+    // A list of chunks (libp2p streams hand over a Uint8ArrayList): each in turn.
+    for (const chunk of data) this.pushChunk(chunk, emit)
+  }
+
+  private pushChunk(chunk: Uint8Array, emit: (frame: Uint8Array) => void): void {
     let off = 0
     const len = chunk.byteLength
     while (off < len) {

@@ -368,9 +368,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     const onMessage = (evt: StreamMessageEvent): void => {
       if (stopped) return
       try {
-        const data = evt.data
-        if (data instanceof Uint8Array) decoder.push(data, deliver)
-        else for (const chunk of data) decoder.push(chunk, deliver)
+        decoder.push(evt.data, deliver)
       } catch (err) {
         stats.badStreams++
         log.warn({ peer: peers.get(from)?.name ?? from, err: errorText(err) }, 'mesh: bad frame from peer, closing its stream')

@@ -42,7 +42,7 @@
  * answer); it cannot let two correct members in at once. The owner keeps
  * the last request it let in in memory: a real one persists it.
  */
-import { SteadError, causalOrder, encode, verifyClockCertificate, type CertifiedClock } from '@stead/core'
+import { SteadError, causalOrder, encode, toHex, verifyClockCertificate, type CertifiedClock } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
 import { writeIn, type Trust } from './trust.ts'
 
@@ -453,7 +453,7 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
   if (proof.replies.length > others || proof.releases.length > 2 * others) {
     throw new SteadError('too-large', `a proof for ${rules.members.length} members holds at most ${others} replies and ${2 * others} releases`)
   }
-  const ids = [proof.request, ...proof.replies, ...proof.releases].map((p) => hex(crypto.sha256(p.envelope.bytes)))
+  const ids = [proof.request, ...proof.replies, ...proof.releases].map((p) => toHex(crypto.sha256(p.envelope.bytes)))
   if (new Set(ids).size !== ids.length) throw new SteadError('malformed', 'the proof holds one update twice')
   const open = async (p: ClockProof): Promise<{ certified: CertifiedClock; message: MutexMessage }> => {
     const certified = await verifyClockCertificate(crypto, cluster, p.envelope, p.certificate)
@@ -521,7 +521,7 @@ export class GuardedResource {
   /** A fresh nonce for one `enter`: the presenter signs it with `ChronoMutex.present`. At most 1,024 are open. */
   challenge(): Uint8Array {
     const nonce = globalThis.crypto.getRandomValues(new Uint8Array(16))
-    this.nonces.add(hex(nonce))
+    this.nonces.add(toHex(nonce))
     for (const n of this.nonces) {
       if (this.nonces.size <= 1024) break
       this.nonces.delete(n)
@@ -531,7 +531,7 @@ export class GuardedResource {
 
   /** @throws SteadError as `verifyAcquisition`; `unauthenticated` for a nonce not issued here (or used) or a signature not by the request's author; `conflict` while another holder is in or for a request not after the last one let in. */
   async enter(proof: AcquisitionProof, nonce: Uint8Array, sig: Uint8Array): Promise<Holder> {
-    if (!this.nonces.delete(hex(nonce))) throw new SteadError('unauthenticated', 'a nonce this owner did not issue, or used already')
+    if (!this.nonces.delete(toHex(nonce))) throw new SteadError('unauthenticated', 'a nonce this owner did not issue, or used already')
     const who = await verifyAcquisition(this.trust, this.rules, proof)
     if (!(await this.trust.crypto.verify(who.key, challengeBytes(this.rules.resource, nonce, who.id), sig))) {
       throw new SteadError('unauthenticated', `the presenter is not ${who.author}, whose request the proof is for`)
@@ -548,8 +548,6 @@ export class GuardedResource {
     if (this.holder?.author === who.author && this.holder.index === who.index) this.holder = undefined
   }
 }
-
-const hex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')
 
 /**
  * The one protocol message `author` wrote in a certified update: a write
