@@ -94,25 +94,30 @@ export class KvReplica implements Replica {
   }
 
   /**
-   * The proof of the write whose value the key holds: the register's stable
+   * The proof of the write whose value the key holds. The register's stable
    * history has an entry for every committed write of the key, also those
-   * that lost to a later timestamp, so the latest entries' writes are
-   * ranked as the register ranks them, and the winner must hold the
-   * current value.
+   * that lost to a later timestamp; the winner is among the latest entries
+   * that already show the current value (from its own entry on, only
+   * losers, or writes of the same value, follow), so only those are ranked
+   * as the register ranks them.
    */
   private async current(key: string): Promise<ClockProof | undefined> {
     const register = this.space.register<Stored>(keyOf(key))
     const value = register.stable
     if (value === undefined) return undefined
+    const shown = encode(value)
+    const entries = register.history()
+    let from = entries.length
+    while (from > 0 && entries.length - from < MAX_SEARCHED && bytesEqual(encode((entries[from - 1] as { value: unknown }).value), shown)) from--
     let best: { proof: ClockProof; write: Write; author: string } | undefined
-    for (const entry of register.history().slice(-MAX_SEARCHED)) {
+    for (const entry of entries.slice(from)) {
       const proof = await this.space.clockProof(entry.index).catch(() => undefined)
       if (!proof) continue
       const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
       const write = writeIn(certified, keyOf(key))
       if (write && (!best || winsOver(write, certified.env.authorId, best.write, best.author))) best = { proof, write, author: certified.env.authorId }
     }
-    if (best && bytesEqual(encode(best.write.value), encode(value))) return best.proof
+    if (best && bytesEqual(encode(best.write.value), shown)) return best.proof
     throw new SteadError('unsupported', `the write that gave ${key} its value is not among its latest ${MAX_SEARCHED} writes this replica holds proofs of (it ran since)`)
   }
 }
