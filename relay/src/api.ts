@@ -1,5 +1,6 @@
 import websocket from '@fastify/websocket'
 import {
+  DEFAULT_LIMITS as PROTOCOL_LIMITS,
   MAX_PEER_ADDRS,
   SteadError,
   asSigned,
@@ -116,7 +117,10 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   const limits: ApiLimits = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DEFAULT_LIMITS && v !== undefined)) }
   const leastBuffer = LOW_WATER_BYTES + 2 * CHUNK_BYTES + limits.maxFrameBytes
   if (limits.maxBufferedBytes < leastBuffer) throw new RangeError(`maxBufferedBytes must be at least ${leastBuffer} (a send window, a commit chunk and a reply), got ${limits.maxBufferedBytes}`)
-  const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
+  // Route parameters are object keys and space names, percent-encoded: up to 3 UTF-8 bytes per UTF-16
+  // unit, 3 characters per byte. Fastify's default (100) would turn longer valid keys away with a 414.
+  const maxParamLength = PROTOCOL_LIMITS.maxKeyChars * 9
+  const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), routerOptions: { maxParamLength }, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
   // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
   await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
   const sessions = new Sessions(node, limits, options.logger, options.liar, options.peerAddresses)
@@ -223,6 +227,17 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const snap = node.bootstrapSnapshot(req.params.space)
     if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
     return { space: req.params.space, relay: node.me, attestation: toBase64Url(snap.attestation.bytes), sig: toHex(snap.attestation.sig), state: toBase64Url(snap.state) }
+  })
+  // One object's stable state at the latest attested commit, with the Merkle path that proves it (or its
+  // absence) against the state hash of this relay's attestation: what a quorum read of one object takes
+  // instead of the whole space. The client believes it once f+1 relays signed that attestation.
+  app.get<{ Params: { space: string; key: string } }>('/v1/spaces/:space/objects/:key', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    if (req.params.key.length > PROTOCOL_LIMITS.maxKeyChars) return reply.code(400).send({ error: 'too-large', detail: `keys are at most ${PROTOCOL_LIMITS.maxKeyChars} characters` })
+    const found = node.objectProof(req.params.space, req.params.key)
+    if (!found) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
+    return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) }
   })
   // This relay's attestation of one commit (?from=<stable index it started at>), waiting a moment for a relay slightly behind.
   app.get<{ Params: { space: string; round: string }; Querystring: { from?: string } }>('/v1/spaces/:space/attestations/:round', async (req, reply) => {

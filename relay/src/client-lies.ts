@@ -1,5 +1,24 @@
-import { decodeAttestation, decodeRelayMessage, encode, encodeAttestation, encodeRelayMessage, freshHeadBytes, fromHex, HEAD_NONCE_BYTES, stableReadBytes, toHex, type RelayMessage } from '@stead/core'
-import { publicKeyOfSync, signSync } from '@stead/core/node'
+import {
+  createCrdt,
+  decodeAttestation,
+  decodeDeclaration,
+  decodeObjectProof,
+  decodeRelayMessage,
+  encode,
+  encodeAttestation,
+  encodeObjectProof,
+  encodeRelayMessage,
+  freshHeadBytes,
+  fromBase64Url,
+  fromHex,
+  HEAD_NONCE_BYTES,
+  objectDigest,
+  stableReadBytes,
+  toBase64Url,
+  toHex,
+  type RelayMessage,
+} from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 
 /**
  * Ways a relay can lie to its clients, for tests and demos (`stead-relay
@@ -7,7 +26,7 @@ import { publicKeyOfSync, signSync } from '@stead/core/node'
  * relay sends: the frames of a client session and the JSON answers of the
  * HTTP API. Nothing inside RelayNode or the session code knows about them.
  */
-export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-cluster', 'slow', 'junk'] as const
+export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-object', 'wrong-cluster', 'slow', 'junk'] as const
 export type ClientLie = (typeof CLIENT_LIES)[number]
 
 /** How long `slow` holds every answer. */
@@ -103,6 +122,7 @@ export class ClientFacingLiar {
       const status = body as { byzantine?: string | null }
       return { ...status, byzantine: [status.byzantine, ...this.lies].filter(Boolean).join(',') }
     }
+    if (route === '/v1/spaces/:space/objects/:key' && this.lies.has('wrong-object')) return wrongObject(body as { proof?: string })
     if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
     const head = body as Head
     const space = params.space
@@ -127,6 +147,21 @@ type ClusterBody = { f: number; relays: Array<{ id: string; publicKey: string; a
 /** The same cluster with every relay's key replaced: clients that trust it would trust nobody real. */
 function wrongCluster(c: ClusterBody): ClusterBody {
   return { ...c, relays: c.relays.map((r, i) => ({ ...r, publicKey: toHex(publicKeyOfSync(new Uint8Array(32).fill(200 + i))) })) }
+}
+
+/**
+ * An object proof whose object is reset to its type's initial state, with
+ * its bucket entry changed to match: consistent in itself, it only fails
+ * to lead to the state hash the relays attested.
+ */
+function wrongObject(body: { proof?: string }): unknown {
+  if (typeof body.proof !== 'string') return body
+  const p = decodeObjectProof(fromBase64Url(body.proof))
+  if (!p.object) return body
+  const snapshot = createCrdt(decodeDeclaration(p.object[0])).snapshot()
+  const leaf = objectDigest((b) => nodeCrypto.sha256(b), [p.key, p.object[0], snapshot])
+  const bucket = p.path.bucket.map(([k, l]) => [k, k === p.key ? leaf : l] as const)
+  return { ...body, proof: toBase64Url(encodeObjectProof({ ...p, object: [p.object[0], snapshot], path: { ...p.path, bucket } })) }
 }
 
 /** The envelope with one bit of its signature flipped. */

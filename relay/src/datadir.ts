@@ -4,8 +4,8 @@ import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { ConfigError } from './config.ts'
 
-/** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates). */
-export const STORE_FORMAT = 3
+/** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates; 4: state hashes over Merkle trees of objects and authors). */
+export const STORE_FORMAT = 4
 
 /** Names of the files a data dir holds besides the key and the LMDB store. */
 export const LOCK_FILE = 'stead-relay.lock'

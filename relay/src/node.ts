@@ -13,6 +13,7 @@ import {
   decodeAttestation,
   encodeAttestation,
   encodeAuditState,
+  encodeObjectProof,
   judgeClock,
   openEnvelopeSync,
   stableReadBytes,
@@ -730,6 +731,19 @@ export class RelayNode {
       bytes -= x.state.length
     }
     return { attestation: latest.attestation, state }
+  }
+
+  /**
+   * One object's stable state at the latest attested commit, with the path
+   * proving it (or its absence) against that commit's state hash, and this
+   * relay's attestation of the commit: a client believes it once f+1
+   * relays signed that attestation. Costs the path, not the space.
+   */
+  objectProof(space: string, key: string): { attestation: Signed; proof: Uint8Array } | undefined {
+    const replica = this.replicas.get(space)
+    const latest = replica && this.latestAttested(space)
+    if (!replica || !latest) return undefined
+    return { attestation: latest.attestation, proof: encodeObjectProof(replica.objectProof((b) => this.crypto.sha256(b), key)) }
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ENVELOPE_REF_BYTES, auditStateHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex, welcomeBytes } from '@stead/core'
+import { ENVELOPE_REF_BYTES, auditStateHash, decodeObjectProof, objectProofHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex, welcomeBytes } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -281,5 +281,28 @@ describe('client API over TLS', () => {
     ws.close()
     const bad = await getJson('/v1/spaces/p/attestations/abc?from=0')
     expect([bad.status, (bad.body as { error: string }).error]).toEqual([400, 'malformed'])
+  })
+
+  it('serves one object with the Merkle path that proves it, or its absence, against the state hash it attested', async () => {
+    const key = fromHex(((await getJson('/v1/cluster')).body as { relays: Array<{ publicKey: string }> }).relays[0]!.publicKey)
+    const snap = (await getJson('/v1/spaces/p/snapshot')).body as { state: string }
+    const state = decodeAuditState(fromBase64Url(snap.state), (signed) => openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: () => true }, [signed.bytes, signed.sig]))
+    for (const [object] of [...state.objects, ['no-such-object']]) {
+      const got = (await getJson(`/v1/spaces/p/objects/${encodeURIComponent(object)}`)).body as { attestation: string; sig: string; proof: string }
+      const bytes = fromBase64Url(got.attestation)
+      expect(await nodeCrypto.verify(key, bytes, fromHex(got.sig))).toBe(true)
+      const a = decodeAttestation(bytes)
+      const proof = decodeObjectProof(fromBase64Url(got.proof))
+      expect([proof.space, proof.key, proof.index]).toEqual(['p', object, a.toIndex])
+      expect(proof.object === undefined).toBe(object === 'no-such-object')
+      expect(toHex((objectProofHash((b) => nodeCrypto.sha256(b), proof) as { hash: Uint8Array }).hash)).toBe(toHex(a.stateHash))
+    }
+    expect(state.objects.length).toBeGreaterThan(0)
+    expect((await getJson('/v1/spaces/nothing-yet/objects/x')).status).toBe(404)
+    // The longest key there can be, in 3-byte characters, is served (absent here); one character more is refused.
+    const longest = (await getJson(`/v1/spaces/p/objects/${encodeURIComponent('€'.repeat(256))}`)).body as { proof: string }
+    expect(decodeObjectProof(fromBase64Url(longest.proof)).key).toBe('€'.repeat(256))
+    const long = await getJson(`/v1/spaces/p/objects/${'k'.repeat(257)}`)
+    expect([long.status, (long.body as { error: string }).error]).toEqual([400, 'too-large'])
   })
 })

@@ -1,4 +1,19 @@
-import { auditStateHash, bytesEqual, decodeAttestation, decodeAuditState, fromBase64Url, fromHex, type Attestation, type AuditState, type Crypto, type Envelope } from '@stead/core'
+import {
+  auditStateHash,
+  bytesEqual,
+  decodeAttestation,
+  decodeAuditState,
+  decodeDeclaration,
+  decodeObjectProof,
+  fromBase64Url,
+  fromHex,
+  objectProofHash,
+  restoreCrdt,
+  type Attestation,
+  type AuditState,
+  type Crypto,
+  type Envelope,
+} from '@stead/core'
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { openTrusted } from './intake.ts'
 
@@ -20,7 +35,7 @@ export interface BootstrapRequest {
   /** Relays to ask, the preferred snapshot source first (`relay`: its index, once a session told it). */
   readonly relays: ReadonlyArray<{ readonly relay: number | undefined; readonly url: string }>
   readonly timeoutMs: number
-  /** A relay served a snapshot that its own attestation does not vouch for. */
+  /** A relay served something its own attestation does not vouch for. */
   readonly faulty: (relay: number, why: string) => void
 }
 
@@ -33,40 +48,106 @@ export interface BootstrapRequest {
  * client replays the space's commits instead, which is always correct).
  */
 export async function fetchVerifiedSnapshot(r: BootstrapRequest): Promise<VerifiedSnapshot | undefined> {
-  const path = `/v1/spaces/${encodeURIComponent(r.space)}`
+  const found = await fetchAttested<AuditState<Envelope>>(r, 'snapshot', 'a snapshot', (body, attestation) => {
+    if (typeof body.state !== 'string') return { faulty: 'served a snapshot without a state' }
+    const state = decodeAuditState(fromBase64Url(body.state), (signed) => openTrusted(r.crypto, signed))
+    const hash = auditStateHash((b) => r.crypto.sha256(b), state)
+    if (state.space !== r.space || state.index !== attestation.toIndex || !bytesEqual(hash, attestation.stateHash)) {
+      return { faulty: `served a snapshot of ${r.space} at index ${state.index} that does not match the state hash it attested for round ${attestation.round}` }
+    }
+    return { value: state, bytes: body.state.length }
+  })
+  return found && { attestation: found.attestation, state: found.value, bytes: found.bytes }
+}
+
+/** One object's stable value that f+1 relays vouch for. */
+export interface VerifiedObject {
+  /** The stable index the value is at. */
+  readonly index: number
+  /** The value as the object's type holds it (undefined for an object with no stable state there). */
+  readonly value: unknown
+  /** Bytes downloaded for it (the proof and the attestations), for reports. */
+  readonly bytes: number
+}
+
+/**
+ * Fetches one object's stable state at a stable index of at least
+ * `atLeast`, from the first relay whose answer proves it: the state with
+ * its Merkle path leads to the state hash of an attestation f+1 relays
+ * signed alike. A relay whose path leads elsewhere lied (it is reported);
+ * one that is behind `atLeast` is passed over. Undefined when no relay
+ * could prove such a state.
+ */
+export async function fetchVerifiedObject(r: BootstrapRequest, key: string, atLeast: number): Promise<VerifiedObject | undefined> {
+  const found = await fetchAttested<{ index: number; value: unknown }>(r, `objects/${encodeURIComponent(key)}`, `${key}'s state`, (body, attestation) => {
+    if (attestation.toIndex < atLeast) return 'behind'
+    if (typeof body.proof !== 'string') return { faulty: `served ${key}'s state without a proof` }
+    const proof = decodeObjectProof(fromBase64Url(body.proof))
+    const proven = objectProofHash((b) => r.crypto.sha256(b), proof)
+    if ('problem' in proven) return { faulty: `served a proof of ${key} that proves nothing: ${proven.problem}` }
+    if (proof.space !== r.space || proof.key !== key || proof.index !== attestation.toIndex || !bytesEqual(proven.hash, attestation.stateHash)) {
+      return { faulty: `served a state of ${key} that does not lead to the state hash it attested for round ${attestation.round}` }
+    }
+    const value = proof.object ? restoreCrdt(decodeDeclaration(proof.object[0]), proof.object[1]).value() : undefined
+    return { value: { index: attestation.toIndex, value }, bytes: body.proof.length }
+  })
+  return found && { ...found.value, bytes: found.bytes }
+}
+
+/**
+ * Asks the relays in turn for something they serve with their attestation
+ * of the commit it is the result of (GET /v1/spaces/<space>/<route>), and
+ * returns the first answer that `check` accepts and f+1 relays vouch for.
+ * `check` may throw on malformed content; the relay is then reported, as
+ * when it says `faulty`; 'behind' passes the relay over.
+ */
+async function fetchAttested<T>(
+  r: BootstrapRequest,
+  route: string,
+  what: string,
+  check: (body: Record<string, unknown>, attestation: Attestation) => { value: T; bytes: number } | { faulty: string } | 'behind',
+): Promise<{ attestation: Attestation; value: T; bytes: number } | undefined> {
+  const path = `/v1/spaces/${encodeURIComponent(r.space)}/${route}`
   for (const source of r.relays) {
-    let snapshot: { relay: number; attestation: Uint8Array; sig: Uint8Array; state: Uint8Array; bytes: number }
+    let body: Record<string, unknown> & { relay: number; attestation: string; sig: string }
+    let signed: { bytes: Uint8Array; sig: Uint8Array }
     try {
-      const res = await withTimeout(r.fetch(`${httpBaseOf(source.url)}${path}/snapshot`, { headers: r.headers }), r.timeoutMs)
+      const res = await withTimeout(r.fetch(`${httpBaseOf(source.url)}${path}`, { headers: r.headers }), r.timeoutMs)
       if (!res.ok) continue
-      const body = (await res.json()) as { relay: number; attestation: string; sig: string; state: string }
-      snapshot = { relay: body.relay, attestation: fromBase64Url(body.attestation), sig: fromHex(body.sig), state: fromBase64Url(body.state), bytes: body.attestation.length + body.state.length + body.sig.length }
+      body = (await res.json()) as typeof body
+      signed = { bytes: fromBase64Url(body.attestation), sig: fromHex(body.sig) }
     } catch {
       continue
     }
-    const key = r.cluster.relays[snapshot.relay]?.publicKey
-    const served = source.relay ?? snapshot.relay
-    if (!key || !(await r.crypto.verify(key, snapshot.attestation, snapshot.sig))) {
-      r.faulty(served, 'served a snapshot with an attestation its key did not sign')
+    // Blame goes only to a relay known by its session: a source of unknown index could pass on another
+    // relay's genuine attestation with a wrong state, and that relay did nothing wrong.
+    const faulty = (why: string): void => (source.relay === undefined ? undefined : r.faulty(source.relay, why))
+    const key = r.cluster.relays[body.relay]?.publicKey
+    if (source.relay !== undefined && body.relay !== source.relay) {
+      faulty(`served ${what} under relay ${body.relay}'s attestation, not its own`)
+      continue
+    }
+    if (!key || !(await r.crypto.verify(key, signed.bytes, signed.sig))) {
+      faulty(`served ${what} with an attestation its key did not sign`)
       continue
     }
     let attestation: Attestation
-    let state: AuditState<Envelope>
+    let checked: ReturnType<typeof check>
     try {
-      attestation = decodeAttestation(snapshot.attestation)
-      state = decodeAuditState(snapshot.state, (signed) => openTrusted(r.crypto, signed))
+      attestation = decodeAttestation(signed.bytes)
+      checked = attestation.space === r.space ? check(body, attestation) : { faulty: `served ${what} under an attestation of space ${attestation.space}` }
     } catch (err) {
-      r.faulty(served, `served a malformed snapshot: ${(err as Error).message}`)
+      faulty(`served malformed ${what}: ${(err as Error).message}`)
       continue
     }
-    const hash = auditStateHash((b) => r.crypto.sha256(b), state)
-    if (attestation.space !== r.space || state.space !== r.space || state.index !== attestation.toIndex || !bytesEqual(hash, attestation.stateHash)) {
-      r.faulty(served, `served a snapshot of ${r.space} at index ${state.index} that does not match the state hash it attested for round ${attestation.round}`)
+    if (checked === 'behind') continue
+    if ('faulty' in checked) {
+      faulty(checked.faulty)
       continue
     }
-    const quorum = await quorumFor(r, snapshot.attestation, attestation, snapshot.relay, source.url)
-    if (quorum.verdict === 'vouched') return { attestation, state, bytes: snapshot.bytes + quorum.bytes }
-    if (quorum.verdict === 'contradicted') r.faulty(served, `served a snapshot at round ${attestation.round} that f+1 other relays attested differently`)
+    const quorum = await quorumFor(r, signed.bytes, attestation, body.relay, source.url)
+    if (quorum.verdict === 'vouched') return { attestation, value: checked.value, bytes: checked.bytes + body.attestation.length + body.sig.length + quorum.bytes }
+    if (quorum.verdict === 'contradicted') faulty(`served ${what} at round ${attestation.round} that f+1 other relays attested differently`)
   }
   return undefined
 }

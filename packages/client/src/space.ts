@@ -76,6 +76,8 @@ export interface Upstream {
   allDecided(): boolean
   /** The stable index f+1 relays report (see `readStable`). */
   quorumIndex(timeoutMs: number): Promise<number>
+  /** One object's stable value at an index of at least `atLeast`, proven against attested state (see `readStable`); undefined if no relay proved one. */
+  stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined>
   /** A history page of `key` that f+1 relays signed alike. */
   relayHistory(key: string, before: number, limit: number): Promise<HistoryPage>
   /** How two committed updates relate causally, with their clock proofs (see `Space.compare`). */
@@ -92,6 +94,9 @@ type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHand
 
 /** The longest freshness bound an object may have (see ObjectOptions). */
 const MAX_FRESHNESS_MS = 3_600_000
+
+/** How long a quorum read waits for this replica to catch up before it takes the object's proven state from a relay. */
+const QUORUM_CATCH_UP_MS = 500
 
 /**
  * One space of a client: its objects (handles), safe transactions, waits
@@ -427,11 +432,15 @@ export class Space {
    * opening a handle. With `quorum: true` the read is linearizable: it
    * asks every relay for its latest attested head (signed over a fresh
    * nonce, proven by f+1 relays' signatures), takes the highest of 2f+1,
-   * and waits until this replica reaches it. The value then includes every
-   * safe update whose promise resolved, on any client, before the call
-   * (those resolve once 2f+1 relays attested them). Use it before acting
-   * outside Stead on a value that must be current (the local stable value
-   * may lag while offline).
+   * and waits until this replica reaches it. A replica that does not get
+   * there within half a second (far behind, or back from offline) takes
+   * the object's state at that index or later from one relay instead,
+   * with a Merkle proof against a state hash f+1 relays attested; the
+   * value may then be ahead of `handle.stable` until the replica catches
+   * up. The value includes every safe update whose promise resolved, on
+   * any client, before the call (those resolve once 2f+1 relays attested
+   * them). Use it before acting outside Stead on a value that must be
+   * current (the local stable value may lag while offline).
    *
    * @returns The value as the object's type holds it: a number for counters, an array for sets, the value (or undefined) for registers.
    * @throws SteadError `unsupported` if no cluster is trusted yet or fewer than 2f+1 relays answer with a proven head, `timeout` (default 10 s with `quorum`) or `aborted`; {@link ClosedError} after `close()`.
@@ -442,7 +451,22 @@ export class Space {
       const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
       const started = this.now()
       const target = await bounded(this.upstream.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads')
-      await this.until(() => this.position.stableIndex >= target, { ...wait, timeoutMs: Math.max(0, wait.timeoutMs - (this.now() - started)) }, `stable index ${target}`)
+      const left = (): number => Math.max(0, wait.timeoutMs - (this.now() - started))
+      const reached = (): boolean => this.position.stableIndex >= target
+      // A replica a commit or two behind gets there in moments; one far behind (back from offline)
+      // would replay every commit since, where one object's proven state costs a Merkle path.
+      const caughtUp = await this.until(reached, { ...wait, timeoutMs: Math.min(left(), QUORUM_CATCH_UP_MS) }, `stable index ${target}`).then(
+        () => true,
+        (err: unknown) => {
+          if (err instanceof SteadError && err.reason === 'timeout') return false
+          throw err
+        },
+      )
+      if (!caughtUp) {
+        const proven = await bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`).catch(() => undefined)
+        if (proven && this.position.stableIndex < proven.index) return proven.value
+        await this.until(reached, { ...wait, timeoutMs: left() }, `stable index ${target}`)
+      }
     }
     return this.replica.stableValue(key)
   }

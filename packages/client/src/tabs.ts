@@ -89,9 +89,26 @@ export type TabMessage =
 /** What a following tab asks the leader to do for it: reads that need the relay sessions. */
 type Call =
   | { t: 'call'; space: string; what: 'quorum-index'; timeoutMs: number }
+  | { t: 'call'; space: string; what: 'object'; key: string; atLeast: number; timeoutMs: number }
   | { t: 'call'; space: string; what: 'history'; key: string; before: number; limit: number }
   | { t: 'call'; space: string; what: 'compare'; a: string; b: string }
   | { t: 'call'; space: string; what: 'proof'; update: string | number }
+
+/** Runs a following tab's call on the leader's upstream. */
+function answerCall(upstream: Upstream, m: Call): Promise<unknown> {
+  switch (m.what) {
+    case 'quorum-index':
+      return upstream.quorumIndex(m.timeoutMs)
+    case 'object':
+      return upstream.stableObject(m.key, m.atLeast, m.timeoutMs)
+    case 'history':
+      return upstream.relayHistory(m.key, m.before, m.limit)
+    case 'compare':
+      return upstream.compare(m.a, m.b)
+    case 'proof':
+      return upstream.clockProof(m.update)
+  }
+}
 
 function failure(err: unknown): Failure {
   if (err instanceof SteadError) return { reason: err.reason, message: err.message.startsWith(`${err.reason}: `) ? err.message.slice(err.reason.length + 2) : err.message }
@@ -303,14 +320,7 @@ export class TabHub {
         let reply: TabMessage
         try {
           const { upstream } = await this.host.openForTabs(m.space)
-          const value =
-            m.what === 'quorum-index'
-              ? await upstream.quorumIndex(m.timeoutMs)
-              : m.what === 'history'
-                ? await upstream.relayHistory(m.key, m.before, m.limit)
-                : m.what === 'compare'
-                  ? await upstream.compare(m.a, m.b)
-                  : await upstream.clockProof(m.update)
+          const value = await answerCall(upstream, m)
           reply = { t: 'return', to: m.from, id: m.id, value }
         } catch (err) {
           reply = { t: 'return', to: m.from, id: m.id, error: failure(err) }
@@ -689,6 +699,10 @@ export class TabUpstream implements Upstream {
 
   clockProof(update: string | number): Promise<ClockProof> {
     return this.link.call<ClockProof>({ t: 'call', space: this.spaceName, what: 'proof', update })
+  }
+
+  stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined> {
+    return this.link.call<{ index: number; value: unknown } | undefined>({ t: 'call', space: this.spaceName, what: 'object', key, atLeast, timeoutMs })
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {

@@ -17,7 +17,7 @@ import {
   type Crypto,
   type RelayMessage,
 } from '@stead/core'
-import { fetchVerifiedSnapshot, type VerifiedSnapshot } from './bootstrap.ts'
+import { fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedSnapshot } from './bootstrap.ts'
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
@@ -321,20 +321,29 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return false
   }
 
+  /**
+   * `key`'s stable value at a stable index of at least `atLeast`, proven by
+   * one relay's Merkle path against a state hash f+1 relays attested (see
+   * fetchVerifiedObject); undefined when no relay could prove one.
+   */
+  async stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined> {
+    const relays = this.o.sessions.links.filter((l) => !l.faulty).map((l) => ({ relay: l.relay, url: l.url }))
+    const request = await this.attestedReads(relays, timeoutMs)
+    const found = request && (await fetchVerifiedObject(request, key, atLeast))
+    return found && { index: found.index, value: found.value }
+  }
+
   /** The latest snapshot of the space that f+1 relays vouch for (see fetchVerifiedSnapshot), asked of `relays` in turn. */
   private async verifiedSnapshot(relays: ReadonlyArray<{ relay: number | undefined; url: string }>): Promise<VerifiedSnapshot | undefined> {
+    const request = await this.attestedReads(relays, BOOTSTRAP_TIMEOUT_MS)
+    return request && fetchVerifiedSnapshot(request)
+  }
+
+  /** A read of what relays serve with their attestation, asked of `relays` in turn (undefined without fetch()). */
+  private async attestedReads(relays: ReadonlyArray<{ relay: number | undefined; url: string }>, timeoutMs: number): Promise<BootstrapRequest | undefined> {
     if (!this.o.fetch) return undefined
     const { cluster, fetchFn, headers } = await this.relayReads()
-    return fetchVerifiedSnapshot({
-      space: this.space,
-      cluster,
-      crypto: this.o.crypto,
-      fetch: fetchFn,
-      headers,
-      relays,
-      timeoutMs: BOOTSTRAP_TIMEOUT_MS,
-      faulty: (relay, why) => this.o.sessions.linkTo(relay)?.markFaulty(why),
-    })
+    return { space: this.space, cluster, crypto: this.o.crypto, fetch: fetchFn, headers, relays, timeoutMs, faulty: (relay, why) => this.o.sessions.linkTo(relay)?.markFaulty(why) }
   }
 
   /** What reading from the relays over HTTP needs: the trusted cluster, fetch, and this client's reader proof. */

@@ -1092,6 +1092,28 @@ describe('waits that end', () => {
     stop()
   })
 
+  it('a quorum read on a client that is behind takes the proven state of the object instead of waiting, and reports a relay whose proof leads elsewhere', async () => {
+    const c = cluster()
+    const reader = await client(c)
+    const writer = await client(c)
+    await until('online', () => reader.status.online && writer.status.online)
+    // No relay but the liar sends commits, and one relay's attestations are not f+1: the reader stays at 0.
+    for (const r of c.relays.slice(1)) (r as FakeRelay).misbehaviour = 'silent'
+    const liar = c.relays[0] as FakeRelay
+    liar.misbehaviour = 'wrong-object'
+    for (let i = 0; i < 5; i++) await writer.counter('k').increment(1)
+    await writer.flush()
+    c.commit()
+    expect(c.stableValue('k')).toBe(5)
+    expect(await reader.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(5)
+    expect(reader.counter('k').stable).toBe(0)
+    expect(reader.status.relays[0]?.faulty).toMatch(/does not lead to the state hash/)
+    expect(reader.status.relays.slice(1).every((r) => r.faulty === undefined)).toBe(true)
+    expect(c.snapshotRequests.filter((q) => q.path.includes('/objects/')).map((q) => q.relay)).toEqual([0, 1])
+    // An object the space does not hold is proven absent.
+    expect(await reader.readStable('nothing', { quorum: true, timeoutMs: 5000 })).toBeUndefined()
+  })
+
   it('a quorum read completes on 2f+1 answers, without waiting for a relay that never answers', async () => {
     const c = cluster()
     const a = await client(c, {

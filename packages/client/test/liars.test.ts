@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
+import { nodeCrypto } from '@stead/core/node'
+import { fetchVerifiedObject } from '../src/bootstrap.ts'
+import { fetchCluster } from '../src/cluster.ts'
 import { createClient, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
 
 /**
@@ -20,6 +23,7 @@ const MODES: Array<{ mode: string; exposed?: RegExp }> = [
   { mode: 'withhold-commits' },
   { mode: 'withhold-envelopes' },
   { mode: 'forge-envelope' },
+  { mode: 'wrong-object' },
   { mode: 'wrong-cluster', exposed: /cluster descriptor/ },
   { mode: 'slow' },
   { mode: 'junk', exposed: /undecodable/ },
@@ -66,6 +70,7 @@ function liarCluster(n: number, order: readonly number[]) {
       owners.push(client)
       return client.space(space)
     },
+    urls: (): string[] => order.map((i) => `http://${cluster.relays[i]!.api}`),
     lie: async (i: number, modes: string): Promise<void> => {
       cluster.kill(i)
       cluster.start(i, ['--byzantine', modes])
@@ -75,7 +80,30 @@ function liarCluster(n: number, order: readonly number[]) {
 }
 
 describe('clients against a relay that lies to them', () => {
-  const { open, lie } = liarCluster(4, [LIAR, 0, 1, 2])
+  const { open, lie, urls } = liarCluster(4, [LIAR, 0, 1, 2])
+
+  it('wrong-object: a proven object read refuses the state the liar serves (its path does not lead to the attested hash) and takes a true one', async () => {
+    await lie(LIAR, 'wrong-object')
+    const writer = await open('liar-object')
+    await until('online', () => (writer.status.online ? true : undefined), 30_000)
+    const n = writer.counter('n')
+    for (let i = 0; i < 3; i++) await n.increment(2, { safe: true })
+    const blamed: Array<[number, string]> = []
+    const relays = urls()
+    const cluster = await fetchCluster(relays, fetch)
+    const read = (key: string, atLeast: number) =>
+      fetchVerifiedObject({ space: 'liar-object', cluster, crypto: nodeCrypto, fetch, headers: {}, relays: relays.map((url, i) => ({ relay: [LIAR, 0, 1, 2][i], url })), timeoutMs: 10_000, faulty: (relay, why) => blamed.push([relay, why]) }, key, atLeast)
+    const found = await read('n', 3)
+    expect(found).toMatchObject({ value: 6 })
+    expect(found!.index).toBeGreaterThanOrEqual(3)
+    expect(blamed).toEqual([[LIAR, expect.stringMatching(/does not lead to the state hash/)]])
+    // Absent objects lie nothing to change: every relay proves them absent, the liar too.
+    expect(await read('never-written', 0)).toMatchObject({ value: undefined })
+    expect(blamed).toHaveLength(1)
+    // Nobody at or past an index no relay reached: nothing proven, nobody blamed.
+    expect(await read('n', 1_000_000)).toBeUndefined()
+    expect(blamed).toHaveLength(1)
+  }, 120_000)
 
   for (const { mode, exposed } of MODES) {
     it(`${mode}: trust, safe updates, subscriptions and quorum reads stay right${exposed ? ', and the liar is reported' : ''}`, async () => {
@@ -97,7 +125,7 @@ describe('clients against seven relays, two of which lie', () => {
   // Every client-facing mode once, two liars at a time (r6 and r7), the first pair also lying to relays.
   const pairs: Array<[string, string]> = [
     ['equivocate,lie-attest,forge-envelope', 'withhold-commits,replay-head,slow'],
-    ['stale-head', 'withhold-envelopes'],
+    ['stale-head,wrong-object', 'withhold-envelopes'],
     ['wrong-cluster', 'junk'],
   ]
   for (const [r6, r7] of pairs) {

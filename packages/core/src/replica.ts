@@ -18,7 +18,8 @@ import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord,
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
-import { authorLeafOf, compareKeys, decodeRecent, DigestIndex, encodeRecent, objectDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState, type RecentRecord } from './state.ts'
+import { MerkleIndex } from './merkle.ts'
+import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState, type ObjectProof, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -257,9 +258,9 @@ export class ReliableReplica {
   private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
   /** The stable values objects took in the commit being run (CommitResult.history). */
   private committed: StableChange[] = []
-  /** Leaves of the state hash, recomputed for what commits touched (see state.ts). */
-  private readonly objectLeaves = new DigestIndex()
-  private readonly authorLeaves = new DigestIndex()
+  /** The trees of the state hash, recomputed for what commits touched (see state.ts). */
+  private readonly objectLeaves = new MerkleIndex()
+  private readonly authorLeaves = new MerkleIndex()
 
   constructor(options: ReplicaOptions) {
     this.space = options.space
@@ -433,12 +434,39 @@ export class ReliableReplica {
 
   /**
    * SHA-256 of the audit state: what attestations and heads sign. Costs
-   * the objects and authors changed since the last call, plus a pass over
-   * their 32-byte leaves.
+   * the objects and authors changed since the last call and the tree
+   * paths above them.
    */
   stableHash(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
-    const objects = this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
-    const authors = this.authorLeaves.rootOf(sha256, (id) => {
+    return stateHashOf(sha256, this.space, this.index, this.authorsRoot(sha256), this.objectsRoot(sha256), parkedDigest(sha256, this.parked()))
+  }
+
+  /**
+   * `key`'s stable state with the path that proves it (or its absence)
+   * against `stableHash` at this stable index: what a relay serves a
+   * client that wants one object without the whole state.
+   */
+  objectProof(sha256: (bytes: Uint8Array) => Uint8Array, key: string): ObjectProof {
+    const authorsRoot = this.authorsRoot(sha256)
+    this.objectsRoot(sha256)
+    const o = this.stableObjects.has(key) ? this.auditObject(key) : undefined
+    return {
+      space: this.space,
+      index: this.index,
+      key,
+      object: o ? [o[1], o[2]] : undefined,
+      path: this.objectLeaves.path(sha256, key),
+      authorsRoot,
+      parked: parkedDigest(sha256, this.parked()),
+    }
+  }
+
+  private objectsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
+    return this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
+  }
+
+  private authorsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
+    return this.authorLeaves.rootOf(sha256, (id) => {
       const a = this.authors.get(id)
       if (!a) return undefined
       return authorLeafOf(
@@ -448,7 +476,6 @@ export class ReliableReplica {
         bySeq(a).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record)))),
       )
     })
-    return stateHashOf(sha256, this.space, this.index, authors, objects, this.parked())
   }
 
   /** Envelopes parked behind a gap, by author and seq. */

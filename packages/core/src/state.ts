@@ -1,7 +1,9 @@
 import type { ClockRecord } from './causal.ts'
 import { decodeClock, encodeClock } from './clock.ts'
+import { bytesEqual } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { SteadError } from './errors.ts'
+import { MERKLE_DEPTH, merkleRoot, merkleRootOfPath, type MerkleEntry, type MerklePath } from './merkle.ts'
 
 /**
  * The canonical audit state of a space: everything a replica needs to
@@ -11,10 +13,12 @@ import { SteadError } from './errors.ts'
  * a replica can start from a state one relay serves once f+1 relays'
  * attestations vouch for that hash (verified snapshot bootstrap).
  *
- * The hash is a two-level tree: one digest per object and one per author,
- * each list folded in key order into a root, and the roots hashed with the
- * rest. A replica recomputes only the digests a commit changed; a verifier
- * recomputes everything from the snapshot's bytes (`auditStateHash`).
+ * The hash is a tree: one digest per object and one per author, each list
+ * a keyed Merkle tree (merkle.ts), and the two roots hashed with the rest.
+ * A replica recomputes only the digests a commit changed and the paths
+ * above them; a verifier recomputes everything from the snapshot's bytes
+ * (`auditStateHash`), or checks one object against the hash with an
+ * `ObjectProof`.
  */
 export interface AuditState<E extends WaitingEnvelope = WaitingEnvelope> {
   /** The space. */
@@ -99,7 +103,7 @@ export interface WaitingEnvelope {
 
 type Sha256 = (bytes: Uint8Array) => Uint8Array
 
-const STATE_TAG = 'stead/state/v3'
+const STATE_TAG = 'stead/state/v4'
 const SNAPSHOT_TAG = 'stead/snapshot/v2'
 
 /** Orders keys and author ids the same way everywhere (UTF-16 code units, like `Array.prototype.sort`). */
@@ -132,67 +136,133 @@ export function authorLeafOf(sha256: Sha256, id: string, seq: number, recent: re
   return sha256(encode(['a', id, seq, digestRoot(sha256, recent)]))
 }
 
-/** A list of leaves (in key order) folded into one root. */
-export function digestRoot(sha256: Sha256, leaves: readonly Uint8Array[]): Uint8Array {
+/** A short list of leaves (an author's recent records, ascending) folded into one digest. */
+function digestRoot(sha256: Sha256, leaves: readonly Uint8Array[]): Uint8Array {
   const all = new Uint8Array(leaves.length * 32)
   leaves.forEach((d, i) => all.set(d, i * 32))
   return sha256(all)
 }
 
+/** The digest of the envelopes parked behind a sequence gap: [author, seq, since, id] each, in (author, seq) order. */
+export function parkedDigest(sha256: Sha256, waiting: AuditState['waiting']): Uint8Array {
+  return sha256(encode(waiting.map((w) => [w.env.authorId, w.env.seq, w.since, w.env.id])))
+}
+
 /** The state hash from its parts: what attestations and heads sign. */
-export function stateHashOf(sha256: Sha256, space: string, index: number, authorsRoot: Uint8Array, objectsRoot: Uint8Array, waiting: AuditState['waiting']): Uint8Array {
-  const parked = waiting.map((w) => [w.env.authorId, w.env.seq, w.since, w.env.id])
+export function stateHashOf(sha256: Sha256, space: string, index: number, authorsRoot: Uint8Array, objectsRoot: Uint8Array, parked: Uint8Array): Uint8Array {
   return sha256(encode([STATE_TAG, space, index, authorsRoot, objectsRoot, parked]))
 }
 
-/** The state hash of a whole audit state, computed from scratch (a verifier's view; replicas keep the leaves). */
+/** The state hash of a whole audit state, computed from scratch (a verifier's view; replicas keep the trees). */
 export function auditStateHash(sha256: Sha256, s: AuditState): Uint8Array {
-  const authors = digestRoot(
+  const authors = merkleRoot(
     sha256,
-    s.authors.map((a) => authorDigest(sha256, a)),
+    s.authors.map((a): MerkleEntry => [a[0], authorDigest(sha256, a)]),
   )
-  const objects = digestRoot(
+  const objects = merkleRoot(
     sha256,
-    s.objects.map((o) => objectDigest(sha256, o)),
+    s.objects.map((o): MerkleEntry => [o[0], objectDigest(sha256, o)]),
   )
-  return stateHashOf(sha256, s.space, s.index, authors, objects, s.waiting)
+  return stateHashOf(sha256, s.space, s.index, authors, objects, parkedDigest(sha256, s.waiting))
 }
 
 /**
- * Keeps the leaves of one list of the state hash (objects or authors) and
- * recomputes only those marked changed: a commit costs what it touched plus
- * one pass over 32-byte leaves, not a re-encoding of the whole state.
+ * One object's stable state at a stable index, with what proves it against
+ * that index's state hash without the rest of the state: the object's path
+ * in the objects tree and the hash's other parts. `object` is undefined
+ * when the key has no stable state there (the path then proves absence).
  */
-export class DigestIndex {
-  private readonly leaves = new Map<string, Uint8Array>()
-  private readonly dirty = new Set<string>()
-  private order: string[] | undefined
-  private root: Uint8Array | undefined
+export interface ObjectProof {
+  /** The space. */
+  readonly space: string
+  /** The stable index the state is at. */
+  readonly index: number
+  /** The object's key. */
+  readonly key: string
+  /** [encoded declaration, CRDT snapshot], or undefined for an object not in the state. */
+  readonly object: readonly [declaration: unknown, snapshot: unknown] | undefined
+  /** The object's path in the objects tree. */
+  readonly path: MerklePath
+  /** The root of the authors tree at that index. */
+  readonly authorsRoot: Uint8Array
+  /** The digest of the parked envelopes at that index (`parkedDigest`). */
+  readonly parked: Uint8Array
+}
 
-  /** The entry under `key` changed, appeared or went away. */
-  touch(key: string): void {
-    this.dirty.add(key)
-    this.root = undefined
-  }
+/** The state hash an object proof leads to. */
+export interface ProvenHash {
+  /** The state hash. */
+  readonly hash: Uint8Array
+}
 
-  /** The root over every entry; `leafOf` gives a changed entry's leaf, or undefined if it no longer exists. */
-  rootOf(sha256: Sha256, leafOf: (key: string) => Uint8Array | undefined): Uint8Array {
-    if (this.root) return this.root
-    for (const key of this.dirty) {
-      const leaf = leafOf(key)
-      if (leaf) {
-        if (!this.leaves.has(key)) this.order = undefined
-        this.leaves.set(key, leaf)
-      } else if (this.leaves.delete(key)) this.order = undefined
-    }
-    this.dirty.clear()
-    this.order ??= [...this.leaves.keys()].sort(compareKeys)
-    this.root = digestRoot(
-      sha256,
-      this.order.map((k) => this.leaves.get(k) as Uint8Array),
-    )
-    return this.root
+/** Why an object proof proves nothing. */
+export interface ProofProblem {
+  /** The reason, in words. */
+  readonly problem: string
+}
+
+const OBJECT_PROOF_TAG = 'stead/object-proof/v1'
+
+/** Wire form of an object proof. */
+export function encodeObjectProof(p: ObjectProof): Uint8Array {
+  return encode([OBJECT_PROOF_TAG, p.space, p.index, p.key, p.object ?? null, p.path.bucket, p.path.siblings, p.authorsRoot, p.parked, p.path.lone ? [p.path.lone.bucket, p.path.lone.entries] : null])
+}
+
+/**
+ * Reads `encodeObjectProof` bytes from an untrusted relay (shapes and
+ * sizes only; `objectProofHash` says what it proves).
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeObjectProof(bytes: Uint8Array, maxBytes = DEFAULT_LIMITS.maxFrameBytes): ObjectProof {
+  const v = expect.array(decode(bytes, maxBytes), 'object proof', 10)
+  if (v.length !== 10 || v[0] !== OBJECT_PROOF_TAG) throw new SteadError('malformed', `not a ${OBJECT_PROOF_TAG}`)
+  let object: ObjectProof['object']
+  if (v[4] !== null) {
+    const o = expect.array(v[4], 'object proof.object', 2)
+    if (o.length !== 2) throw new SteadError('malformed', 'object proof.object is [declaration, snapshot]')
+    object = [o[0], o[1]]
   }
+  const entries = (x: unknown, field: string): MerkleEntry[] =>
+    expect.array(x, field, 1_000_000).map((e, i): MerkleEntry => {
+      const t = expect.array(e, `${field}[${i}]`, 2)
+      return [expect.string(t[0], `${field}[${i}].key`, DEFAULT_LIMITS.maxKeyChars), expect.bytes(t[1], `${field}[${i}].leaf`, 32)]
+    })
+  const bucket = entries(v[5], 'object proof.bucket')
+  const siblings = expect.array(v[6], 'object proof.siblings', MERKLE_DEPTH).map((x, i) => expect.bytes(x, `object proof.siblings[${i}]`, 32))
+  let lone: MerklePath['lone']
+  if (v[9] !== null) {
+    const t = expect.array(v[9], 'object proof.lone', 2)
+    lone = { bucket: expect.uint(t[0], 'object proof.lone.bucket'), entries: entries(t[1], 'object proof.lone.entries') }
+  }
+  return {
+    space: expect.string(v[1], 'object proof.space', DEFAULT_LIMITS.maxSpaceChars, 1),
+    index: expect.uint(v[2], 'object proof.index'),
+    key: expect.string(v[3], 'object proof.key', DEFAULT_LIMITS.maxKeyChars, 1),
+    object,
+    path: { bucket, siblings, ...(lone ? { lone } : {}) },
+    authorsRoot: expect.bytes(v[7], 'object proof.authorsRoot', 32),
+    parked: expect.bytes(v[8], 'object proof.parked', 32),
+  }
+}
+
+/**
+ * The state hash an object proof leads to, or why it proves nothing: the
+ * bucket must hold the object's leaf once (or, for an absent object, no
+ * entry for its key). The proof holds when the hash equals the one f+1
+ * relays attested for `proof.space` at `proof.index`.
+ */
+export function objectProofHash(sha256: Sha256, proof: ObjectProof): ProvenHash | ProofProblem {
+  const entries = proof.path.bucket.filter(([k]) => k === proof.key)
+  if (entries.length > 1) return { problem: `the bucket lists ${proof.key} more than once` }
+  if (proof.object) {
+    const leaf = objectDigest(sha256, [proof.key, proof.object[0], proof.object[1]])
+    const entry = entries[0]
+    if (!entry || !bytesEqual(entry[1], leaf)) return { problem: `the bucket does not hold ${proof.key}'s state as sent` }
+  } else if (entries.length) return { problem: `the bucket holds ${proof.key}, sent as absent` }
+  const objects = merkleRootOfPath(sha256, proof.key, proof.path)
+  if (!objects) return { problem: 'the path has the wrong length' }
+  return { hash: stateHashOf(sha256, proof.space, proof.index, proof.authorsRoot, objects, proof.parked) }
 }
 
 /**

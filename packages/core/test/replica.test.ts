@@ -7,7 +7,7 @@ import { authorIdOf, openEnvelopeSync, sealEnvelope, type Envelope, type Envelop
 import { decode, encode } from '../src/codec.ts'
 import { ReliableReplica, type Decision } from '../src/replica.ts'
 import { attestedDecision } from '../src/protocol.ts'
-import { auditStateHash, decodeAuditState, encodeAuditState } from '../src/state.ts'
+import { auditStateHash, decodeAuditState, decodeObjectProof, encodeAuditState, encodeObjectProof, objectProofHash } from '../src/state.ts'
 import { SteadError } from '../src/errors.ts'
 
 const crypto = nodeCrypto
@@ -491,6 +491,31 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
       { ...state, waiting: [{ env: other, since: w0.since }] },
     ]
     for (const t of tampered) expect(auditStateHash(sha, t)).not.toEqual(hash)
+  })
+
+  it('proves one object against the state hash: its state, or its absence; a changed state, index or part proves nothing', async () => {
+    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    r.commit([await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('d', 1)] }), await seal(1, 3, { updates: [inc('d', 1)] })], 5)
+    const hash = r.stableHash(sha)
+    const proof = decodeObjectProof(encodeObjectProof(r.objectProof(sha, 'c')))
+    expect(proof.object).toBeDefined()
+    expect(objectProofHash(sha, proof)).toEqual({ hash })
+    const absent = decodeObjectProof(encodeObjectProof(r.objectProof(sha, 'nobody')))
+    expect(absent.object).toBeUndefined()
+    expect(objectProofHash(sha, absent)).toEqual({ hash })
+    const [decl, snap] = proof.object!
+    const wrong = [
+      { ...proof, object: [decl, [['x', 9, 0]]] as const },
+      { ...proof, object: undefined },
+      { ...absent, object: [decl, snap] as const },
+    ]
+    for (const p of wrong) expect(objectProofHash(sha, p)).toHaveProperty('problem')
+    const moved = [{ ...proof, index: proof.index + 1 }, { ...proof, authorsRoot: sha(proof.authorsRoot) }, { ...proof, parked: sha(proof.parked) }, { ...proof, key: 'd' }]
+    for (const p of moved) {
+      const h = objectProofHash(sha, p)
+      if ('hash' in h) expect(h.hash).not.toEqual(hash)
+    }
+    expect(() => decodeObjectProof(encode(['stead/object-proof/v1', SPACE, 0, 'c', null, [], [], new Uint8Array(3), new Uint8Array(32), null]))).toThrow(SteadError)
   })
 
   it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {

@@ -9,6 +9,7 @@ import {
   authBytes,
   batchDigest,
   encodeAuditState,
+  encodeObjectProof,
   toBase64Url,
   decode,
   decodeClientMessage,
@@ -25,7 +26,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { memoryStorage } from '../../src/storage/memory.ts'
-import { forgeSnapshot } from './forge.ts'
+import { forgeObject, forgeSnapshot } from './forge.ts'
 import type { SocketLike } from '../../src/transport.ts'
 import type { ClientOptions } from '../../src/types.ts'
 
@@ -207,12 +208,18 @@ export class FakeCluster {
   /** Snapshot and attestation requests the relays answered, in order (path and relay). */
   readonly snapshotRequests: Array<{ relay: number; path: string }> = []
 
+  /** `key`'s state with its proof against the latest attested commit (see latestSnapshot), and that commit's attestation bytes. */
+  objectProof(key: string): { bytes: Uint8Array; proof: ReturnType<ReliableReplica['objectProof']> } | undefined {
+    const last = this.log[this.log.length - 1]
+    return last && { bytes: last.bytes, proof: this.audit.objectProof((b) => nodeCrypto.sha256(b), key) }
+  }
+
   stableHead(): { index: number; hash: Uint8Array } {
     return { index: this.audit.stableIndex, hash: this.audit.stableHash((b) => nodeCrypto.sha256(b)) }
   }
 }
 
-export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot'
+export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot' | 'wrong-object'
 
 export class FakeRelay {
   online = true
@@ -223,7 +230,8 @@ export class FakeRelay {
    * 'replay-head' answers every head request with the first head it signed (for another request's nonce);
    * 'inflate-head' answers head requests with an index 5 past the true one, proven by its own signature only;
    * 'forge-snapshot' serves a state with one counter raised, under an attestation of that state it signs itself;
-   * 'mismatched-snapshot' serves that state under the true attestation.
+   * 'mismatched-snapshot' serves that state under the true attestation;
+   * 'wrong-object' serves an object's state with one counter unit more, its bucket entry changed to match.
    */
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
@@ -260,6 +268,11 @@ export class FakeRelay {
       this.cluster.snapshotRequests.push({ relay: this.index, path })
       return snapshot[2] === 'snapshot' ? this.snapshot() : this.attestationAt(Number(query.get('from')), Number(snapshot[3]))
     }
+    const object = /^\/v1\/spaces\/([^/]+)\/objects\/([^/]+)$/.exec(path)
+    if (object) {
+      this.cluster.snapshotRequests.push({ relay: this.index, path })
+      return this.objectProof(decodeURIComponent(object[2] as string))
+    }
     const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
     if (!m) return undefined
     const { hash } = this.cluster.stableHead()
@@ -284,6 +297,15 @@ export class FakeRelay {
     }
     const signed = this.signAttestation(bytes)
     return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), state: toBase64Url(encodeAuditState(state)) }
+  }
+
+  private objectProof(key: string): unknown {
+    const found = this.cluster.objectProof(key)
+    if (!found) return undefined
+    let proof = found.proof
+    if (this.misbehaviour === 'wrong-object' && proof.object) proof = forgeObject(proof)
+    const signed = this.signAttestation(found.bytes)
+    return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), proof: toBase64Url(encodeObjectProof(proof)) }
   }
 
   private attestationAt(fromIndex: number, round: number): unknown {
