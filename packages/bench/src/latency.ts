@@ -13,6 +13,10 @@
  *   visibility above, and a stream of regular updates (one per task) from
  *   one client until another has them all (throughput), with the WebSocket
  *   bytes each side sent and received per update;
+ * - false dependencies (BENDY): two writers on two objects and a reader,
+ *   once all through one relay and once with the second writer kept from
+ *   the reader's relay: how often the reader gets an envelope before a dep
+ *   it names, and whether those deps touch the same object;
  * - freshness bounds (BENDY): a hot counter bumped every 2 ms for
  *   `--hot-seconds`, opened without a bound and with each bound of
  *   `--freshness` (ms): how long each update took to show at another
@@ -26,7 +30,8 @@
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Space } from '@stead/client'
-import { decodeAttestation, decodeClientMessage, decodeRelayMessage } from '@stead/core'
+import { decode, decodeAttestation, decodeClientMessage, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, toHex } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { summarizeProfile } from './profile.ts'
@@ -143,17 +148,95 @@ function steps(all: readonly SafeMarks[]): string {
   ].join(', ')
 }
 
-async function client(cluster: BenchCluster, name: string): Promise<Space> {
+/** A client of `space` (default 'latency') over the relays `only` lists (default all), each socket handed to `watch`. */
+async function client(cluster: BenchCluster, name: string, o: { space?: string; only?: readonly number[]; watch?: (url: string, ws: ReturnType<typeof countingSocket>) => void } = {}): Promise<Space> {
   const counts = { in: 0, out: 0 }
   steadBytes.set(name, counts)
-  const relays = cluster.descriptor.relays.map((r) => `http://${r.api}`)
+  const relays = cluster.descriptor.relays.filter((_, i) => o.only?.includes(i) ?? true).map((r) => `http://${r.api}`)
   const connect = (url: string) => {
     const ws = countingSocket(url, counts)
     if (name === 'alice') watchSteps(url, ws)
+    o.watch?.(url, ws)
     return ws as never
   }
   const options = { batchIntervalMs, connect }
-  return (await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-latency-${name}`, space: 'latency', options })).space
+  return (await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-latency-${name}`, space: o.space ?? 'latency', options })).space
+}
+
+/**
+ * False dependencies (BENDY): two writers bump a counter each, 5 ms apart,
+ * and a third client reads. At the reader's sockets: for each envelope that
+ * arrives early, whether a dep it names had not arrived yet (the client
+ * holds it back until it has: causal delivery), and whether the deps it
+ * waited for touch any object it touches (if not, the wait is a false
+ * dependency). With `bobAway` the second writer cannot reach the relay the
+ * reader takes its frames from, so its envelopes take another path.
+ */
+async function falseDependencies(cluster: BenchCluster, run: string, exclude: number | undefined): Promise<number | undefined> {
+  const space = 'deps'
+  const tag = exclude === undefined ? 'all' : `no-r${exclude + 1}`
+  const arrived = new Map<string, { at: number; keys: Set<string>; author?: string }>()
+  let citing = 0
+  const held = new Map<string, { at: number; keys: Set<string>; missing: Set<string>; related: boolean }>()
+  const waits: Array<{ ms: number; related: boolean }> = []
+  const sources = new Map<string, number>()
+  let early = 0
+  const arrive = (id: string, keys: Set<string>, at: number, author?: string) => {
+    if (arrived.has(id)) return
+    arrived.set(id, { at, keys, author })
+    for (const [hid, h] of held) {
+      if (!h.missing.delete(id)) continue
+      if ([...keys].some((k) => h.keys.has(k))) h.related = true
+      if (h.missing.size === 0) {
+        waits.push({ ms: at - h.at, related: h.related })
+        held.delete(hid)
+      }
+    }
+  }
+  const watch = (url: string, ws: ReturnType<typeof countingSocket>) =>
+    ws.on('message', (data: Buffer) => {
+      const at = performance.now()
+      const m = decodeRelayMessage(new Uint8Array(data))
+      if ((m.type !== 'envelope' && m.type !== 'commit' && m.type !== 'commit-more') || m.space !== space) return
+      const frames = m.type === 'envelope' ? [m.envelope as Uint8Array] : m.envelopes
+      for (const frame of frames) {
+        if (frame.length === ENVELOPE_REF_BYTES) {
+          arrive(toHex(frame), new Set(), at)
+          continue
+        }
+        const env = openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: () => true }, decode(frame))
+        const keys = new Set([...env.updates.map((u) => u.key), ...env.safe.flatMap((g) => g.updates.map((u) => u.key))])
+        if (m.type === 'envelope' && !arrived.has(env.idHex)) {
+          early++
+          sources.set(url, (sources.get(url) ?? 0) + 1)
+          const deps = env.deps.map(toHex)
+          if (deps.some((d) => { const a = arrived.get(d)?.author; return a !== undefined && a !== env.authorId })) citing++
+          const missing = new Set(deps.filter((d) => !arrived.has(d)))
+          if (missing.size) held.set(env.idHex, { at, keys, missing, related: false })
+        }
+        arrive(env.idHex, keys, at, env.authorId)
+      }
+    })
+  const reader = await client(cluster, `carol-${run}`, { space, watch })
+  const everyone = cluster.descriptor.relays.map((_, i) => i)
+  const alice = await client(cluster, `alice-${run}`, { space })
+  const bob = await client(cluster, `bob-${run}`, { space, only: everyone.filter((i) => i !== exclude) })
+  const [a, b] = [alice.counter(`${tag}:a`), bob.counter(`${tag}:b`)]
+  const seen = [reader.counter(`${tag}:a`), reader.counter(`${tag}:b`)]
+  for (let i = 0; i < updates; i++) {
+    void a.increment(1)
+    await new Promise((r) => setTimeout(r, 5))
+    void b.increment(1)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+  const deadline = performance.now() + 20_000
+  while (seen.some((c) => c.value < updates) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  const unrelated = waits.filter((w) => !w.related)
+  const ms = (xs: typeof waits) => (xs.length ? `p50 ${quantile(xs.map((w) => w.ms).sort((x, y) => x - y), 0.5).toFixed(1)} ms, max ${Math.max(...xs.map((w) => w.ms)).toFixed(1)} ms` : '-')
+  console.log(`false dependencies, ${run}: ${early} envelopes pushed early to the reader, ${citing} naming the other writer's; ${waits.length + held.size} named a dep not there yet (${ms(waits)}), ${unrelated.length} of them waiting only for the other object's updates (${ms(unrelated)}); reader values ${seen.map((c) => c.value).join('/')} of ${updates}`)
+  for (const s of [reader, alice, bob]) await s.close()
+  const [source] = [...sources.entries()].sort((x, y) => y[1] - x[1])[0] ?? []
+  return source === undefined ? undefined : cluster.descriptor.relays.findIndex((r) => source.includes(r.api))
 }
 
 /** Waits until `reader` reads at least `target`. */
@@ -299,6 +382,10 @@ try {
   }
 
   for (const bound of freshnessBounds) await hotObject(alice, bob, bound)
+
+  // False dependencies: every client through the reader's relay, then the second writer kept from it.
+  const home = await falseDependencies(cluster, 'one path', undefined)
+  await falseDependencies(cluster, `second writer without relay r${(home ?? 0) + 1}`, home ?? 0)
 
   // Idle: let the last commits settle, then watch CPU and the stores.
   await new Promise((r) => setTimeout(r, 3000))

@@ -17,6 +17,9 @@ import {
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { openTrusted } from './intake.ts'
 
+/** The largest snapshot or object proof read from a relay. */
+const MAX_SERVED_BYTES = 1024 * 1024 * 1024
+
 /** An audit state f+1 relays vouch for: the state after the commit `attestation` describes. */
 export interface VerifiedSnapshot {
   readonly attestation: Attestation
@@ -32,11 +35,11 @@ export interface BootstrapRequest {
   readonly fetch: Fetch
   /** The reader proof relays of a space with readers ask for. */
   readonly headers: Record<string, string>
-  /** Relays to ask, the preferred snapshot source first (`relay`: its index, once a session told it). */
+  /** Relays to ask, the preferred snapshot source first (`relay`: its index, once its session proved it). */
   readonly relays: ReadonlyArray<{ readonly relay: number | undefined; readonly url: string }>
   readonly timeoutMs: number
-  /** A relay served something its own attestation does not vouch for. */
-  readonly faulty: (relay: number, why: string) => void
+  /** The relay at `url` served something its own attestation does not vouch for. */
+  readonly faulty: (url: string, why: string) => void
 }
 
 /**
@@ -50,7 +53,7 @@ export interface BootstrapRequest {
 export async function fetchVerifiedSnapshot(r: BootstrapRequest): Promise<VerifiedSnapshot | undefined> {
   const found = await fetchAttested<AuditState<Envelope>>(r, 'snapshot', 'a snapshot', (body, attestation) => {
     if (typeof body.state !== 'string') return { faulty: 'served a snapshot without a state' }
-    const state = decodeAuditState(fromBase64Url(body.state), (signed) => openTrusted(r.crypto, signed))
+    const state = decodeAuditState(fromBase64Url(body.state), (signed) => openTrusted(r.crypto, signed), MAX_SERVED_BYTES)
     const hash = auditStateHash((b) => r.crypto.sha256(b), state)
     if (state.space !== r.space || state.index !== attestation.toIndex || !bytesEqual(hash, attestation.stateHash)) {
       return { faulty: `served a snapshot of ${r.space} at index ${state.index} that does not match the state hash it attested for round ${attestation.round}` }
@@ -82,7 +85,8 @@ export async function fetchVerifiedObject(r: BootstrapRequest, key: string, atLe
   const found = await fetchAttested<{ index: number; value: unknown }>(r, `objects/${encodeURIComponent(key)}`, `${key}'s state`, (body, attestation) => {
     if (attestation.toIndex < atLeast) return 'behind'
     if (typeof body.proof !== 'string') return { faulty: `served ${key}'s state without a proof` }
-    const proof = decodeObjectProof(fromBase64Url(body.proof))
+    // As large as a snapshot may be: an object has no size limit of its own, and its bytes are here already.
+    const proof = decodeObjectProof(fromBase64Url(body.proof), MAX_SERVED_BYTES)
     const proven = objectProofHash((b) => r.crypto.sha256(b), proof)
     if ('problem' in proven) return { faulty: `served a proof of ${key} that proves nothing: ${proven.problem}` }
     if (proof.space !== r.space || proof.key !== key || proof.index !== attestation.toIndex || !bytesEqual(proven.hash, attestation.stateHash)) {
@@ -119,9 +123,9 @@ async function fetchAttested<T>(
     } catch {
       continue
     }
-    // Blame goes only to a relay known by its session: a source of unknown index could pass on another
-    // relay's genuine attestation with a wrong state, and that relay did nothing wrong.
-    const faulty = (why: string): void => (source.relay === undefined ? undefined : r.faulty(source.relay, why))
+    // Blame goes to the relay at the URL that answered, whatever index its answer names: it may pass
+    // on another relay's genuine attestation with a wrong state, and that relay did nothing wrong.
+    const faulty = (why: string): void => r.faulty(source.url, why)
     const key = r.cluster.relays[body.relay]?.publicKey
     if (source.relay !== undefined && body.relay !== source.relay) {
       faulty(`served ${what} under relay ${body.relay}'s attestation, not its own`)

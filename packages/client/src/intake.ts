@@ -134,7 +134,7 @@ export class RelayIntake {
     this.bootstrap = 'running'
     // Every relay is asked (over HTTP), not only those whose session is up yet: the preferred ones first.
     const known = this.byPreference()
-    const relays = [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.relay, url: l.url }))
+    const relays = [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.provenRelay, url: l.url }))
     void this.o
       .bootstrap(relays)
       .then(

@@ -131,9 +131,13 @@ export class RelaySessions {
     return `${connected} of ${this.o.relays.length} relays connected, ${this.cluster.f + 1} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
   }
 
-  /** The link to relay `index` of the cluster, if one is connected to it. */
+  /**
+   * The link to relay `index` of the cluster, once a session proved it
+   * holds that relay's key (a relay can claim another's index in its
+   * challenge: blame must not reach the relay it named).
+   */
   linkTo(index: number): RelayLink | undefined {
-    return this.links.find((l) => l.relay === index)
+    return this.links.find((l) => l.provenRelay === index)
   }
 
   close(): void {

@@ -132,6 +132,8 @@ export class Space {
   private sealTimer: ReturnType<typeof setTimeout> | undefined
   /** A seal is queued for the end of the current task (a synchronous burst of operations becomes one envelope). */
   private sealQueued = false
+  /** The highest stable index a quorum read returned a proven object state at (see readStable). */
+  private provenReadIndex = 0
   /** When the last envelope was sealed: the next waits until batchIntervalMs after it. */
   private lastSealAt = Number.NEGATIVE_INFINITY
   /** Regular updates of objects with a freshness bound, waiting for their deadline. */
@@ -437,7 +439,8 @@ export class Space {
    * the object's state at that index or later from one relay instead,
    * with a Merkle proof against a state hash f+1 relays attested; the
    * value may then be ahead of `handle.stable` until the replica catches
-   * up. The value includes every safe update whose promise resolved, on
+   * up, and later quorum reads here wait for at least that index. The
+   * value includes every safe update whose promise resolved, on
    * any client, before the call (those resolve once 2f+1 relays attested
    * them). Use it before acting outside Stead on a value that must be
    * current (the local stable value may lag while offline).
@@ -450,7 +453,8 @@ export class Space {
     if (options.quorum) {
       const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
       const started = this.now()
-      const target = await bounded(this.upstream.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads')
+      // Never below what an earlier read here returned from a proven state: reads do not go back.
+      const target = Math.max(this.provenReadIndex, await bounded(this.upstream.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads'))
       const left = (): number => Math.max(0, wait.timeoutMs - (this.now() - started))
       const reached = (): boolean => this.position.stableIndex >= target
       // A replica a commit or two behind gets there in moments; one far behind (back from offline)
@@ -463,8 +467,16 @@ export class Space {
         },
       )
       if (!caughtUp) {
-        const proven = await bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`).catch(() => undefined)
-        if (proven && this.position.stableIndex < proven.index) return proven.value
+        const proven = await bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`).catch((err: unknown) => {
+          // No proof to be had (no fetch, no relay could give one, out of time): wait for the replica.
+          if (err instanceof SteadError && err.reason === 'aborted') throw err
+          return undefined
+        })
+        this.assertOpen()
+        if (proven && this.position.stableIndex < proven.index) {
+          this.provenReadIndex = Math.max(this.provenReadIndex, proven.index)
+          return proven.value
+        }
         await this.until(reached, { ...wait, timeoutMs: left() }, `stable index ${target}`)
       }
     }

@@ -73,8 +73,10 @@ const OPEN = 1
  */
 export class RelayLink {
   readonly url: string
-  /** The relay's index in the cluster, known after its challenge. */
+  /** The relay's index in the cluster, as its challenge claims it (not proven until its welcome). */
   relay: number | undefined
+  /** The index this relay proved it holds the key of (a signed welcome); what blame goes by. */
+  provenRelay: number | undefined
   ready = false
   /** Set when the relay was caught misbehaving; the link stays down. */
   faulty: string | undefined
@@ -246,6 +248,7 @@ export class RelayLink {
       if (this.socket !== socket) return
       if (!proven) return this.markFaulty(`did not prove it holds relay ${m.relay}'s key (its welcome ${m.sig ? 'signature does not verify' : 'is unsigned'})`)
       this.ready = true
+      this.provenRelay = m.relay
       this.peerAddresses = m.peers ?? []
       this.attempt = 0
       this.lastError = undefined

@@ -327,7 +327,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
    * fetchVerifiedObject); undefined when no relay could prove one.
    */
   async stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined> {
-    const relays = this.o.sessions.links.filter((l) => !l.faulty).map((l) => ({ relay: l.relay, url: l.url }))
+    const relays = this.o.sessions.links.filter((l) => !l.faulty).map((l) => ({ relay: l.provenRelay, url: l.url }))
     const request = await this.attestedReads(relays, timeoutMs)
     const found = request && (await fetchVerifiedObject(request, key, atLeast))
     return found && { index: found.index, value: found.value }
@@ -343,7 +343,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   private async attestedReads(relays: ReadonlyArray<{ relay: number | undefined; url: string }>, timeoutMs: number): Promise<BootstrapRequest | undefined> {
     if (!this.o.fetch) return undefined
     const { cluster, fetchFn, headers } = await this.relayReads()
-    return { space: this.space, cluster, crypto: this.o.crypto, fetch: fetchFn, headers, relays, timeoutMs, faulty: (relay, why) => this.o.sessions.linkTo(relay)?.markFaulty(why) }
+    return { space: this.space, cluster, crypto: this.o.crypto, fetch: fetchFn, headers, relays, timeoutMs, faulty: (url, why) => this.o.sessions.links.find((l) => l.url === url)?.markFaulty(why) }
   }
 
   /** What reading from the relays over HTTP needs: the trusted cluster, fetch, and this client's reader proof. */

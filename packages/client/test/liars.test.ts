@@ -88,15 +88,15 @@ describe('clients against a relay that lies to them', () => {
     await until('online', () => (writer.status.online ? true : undefined), 30_000)
     const n = writer.counter('n')
     for (let i = 0; i < 3; i++) await n.increment(2, { safe: true })
-    const blamed: Array<[number, string]> = []
+    const blamed: Array<[string, string]> = []
     const relays = urls()
     const cluster = await fetchCluster(relays, fetch)
     const read = (key: string, atLeast: number) =>
-      fetchVerifiedObject({ space: 'liar-object', cluster, crypto: nodeCrypto, fetch, headers: {}, relays: relays.map((url, i) => ({ relay: [LIAR, 0, 1, 2][i], url })), timeoutMs: 10_000, faulty: (relay, why) => blamed.push([relay, why]) }, key, atLeast)
+      fetchVerifiedObject({ space: 'liar-object', cluster, crypto: nodeCrypto, fetch, headers: {}, relays: relays.map((url, i) => ({ relay: [LIAR, 0, 1, 2][i], url })), timeoutMs: 10_000, faulty: (url, why) => blamed.push([url, why]) }, key, atLeast)
     const found = await read('n', 3)
     expect(found).toMatchObject({ value: 6 })
     expect(found!.index).toBeGreaterThanOrEqual(3)
-    expect(blamed).toEqual([[LIAR, expect.stringMatching(/does not lead to the state hash/)]])
+    expect(blamed).toEqual([[relays[0], expect.stringMatching(/does not lead to the state hash/)]])
     // Absent objects lie nothing to change: every relay proves them absent, the liar too.
     expect(await read('never-written', 0)).toMatchObject({ value: undefined })
     expect(blamed).toHaveLength(1)

@@ -13,7 +13,8 @@ import { encode } from './codec.ts'
  * - its bucket's hash when exactly one bucket under it holds keys: the
  *   bucket's number and its [key, leaf] pairs in key order, so a space of
  *   a few keys costs a hash or two, not 16 per key;
- * - the hash of its two children's hashes otherwise.
+ * - the hash of its two children's hashes otherwise (tagged, so that no
+ *   bucket or leaf encoding reads as a pair).
  * The shape depends on the set of keys only, never on the order they
  * arrived in, so every replica computes the same root.
  *
@@ -71,10 +72,14 @@ function bucketHash(sha256: Sha256, bucket: number, entries: readonly MerkleEntr
   return sha256(encode(['b', bucket, entries]))
 }
 
+/** Tags a pair's bytes: no msgpack encoding (what buckets and leaves hash) starts with 0xc1, which msgpack never uses. */
+const PAIR_TAG = 0xc1
+
 function pairHash(sha256: Sha256, left: Uint8Array, right: Uint8Array): Uint8Array {
-  const both = new Uint8Array(64)
-  both.set(left, 0)
-  both.set(right, 32)
+  const both = new Uint8Array(65)
+  both[0] = PAIR_TAG
+  both.set(left, 1)
+  both.set(right, 33)
   return sha256(both)
 }
 
@@ -219,11 +224,16 @@ export class MerkleIndex {
   }
 }
 
-/** The root over `entries` (any order, keys distinct), computed from scratch: a verifier's view. */
+/**
+ * The root over `entries` (any order), computed from scratch: a verifier's
+ * view. Throws on a repeated key: a tree is a set, and a list with a key
+ * twice would hash like the list without one of them.
+ */
 export function merkleRoot(sha256: Sha256, entries: Iterable<MerkleEntry>): Uint8Array {
   const leaves = new Map<string, Uint8Array>()
   const index = new MerkleIndex()
   for (const [key, leaf] of entries) {
+    if (leaves.has(key)) throw new Error(`merkleRoot: key ${key} appears twice`)
     leaves.set(key, leaf)
     index.touch(key)
   }

@@ -310,5 +310,15 @@ export function decodeAuditState<E extends WaitingEnvelope>(bytes: Uint8Array, o
     if (t.length !== 3) throw new SteadError('malformed', `objects[${i}] is [key, declaration, snapshot]`)
     return [expect.string(t[0], `objects[${i}].key`, DEFAULT_LIMITS.maxKeyChars, 1), t[1], t[2]]
   })
+  // Sorted and distinct, as replicas write them: the hash's trees are sets, so a repeated or
+  // misplaced entry would hash alike and yet restore differently.
+  strictlyAscending(authors.map((a) => a[0]), 'snapshot.authors')
+  strictlyAscending(objects.map((o) => o[0]), 'snapshot.objects')
   return { space: expect.string(v[1], 'snapshot.space', DEFAULT_LIMITS.maxSpaceChars, 1), index: expect.uint(v[2], 'snapshot.index'), authors, waiting, objects }
+}
+
+function strictlyAscending(keys: readonly string[], field: string): void {
+  for (let i = 1; i < keys.length; i++) {
+    if (compareKeys(keys[i - 1] as string, keys[i] as string) >= 0) throw new SteadError('malformed', `${field} must be sorted by key without repeats (at ${i})`)
+  }
 }

@@ -30,9 +30,10 @@ function referenceRoot(list: ReadonlyMap<string, Uint8Array>): Uint8Array {
     if (under.length === 0) return EMPTY_HASH
     if (under.length === 1) return sha(encode(['b', under[0], byBucket.get(under[0]!)]))
     const half = width / 2
-    const both = new Uint8Array(64)
-    both.set(node(first, half), 0)
-    both.set(node(first + half, half), 32)
+    const both = new Uint8Array(65)
+    both[0] = 0xc1
+    both.set(node(first, half), 1)
+    both.set(node(first + half, half), 33)
     return sha(both)
   }
   return node(0, 1 << MERKLE_DEPTH)

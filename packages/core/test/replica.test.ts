@@ -525,4 +525,27 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
     expect(() => decodeAuditState(encode({ not: 'a snapshot' }), open)).toThrow(SteadError)
     expect(() => decodeAuditState(encode(['stead/snapshot/v2', SPACE, 1, [['a', 1, [[1, 'short id']]]], [], []]), open)).toThrow(SteadError)
   })
+
+  it('refuses a served state whose authors or objects repeat a key or are out of order (the hash treats them as sets)', async () => {
+    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    r.commit([await seal(0, 1, { updates: [inc('c', 2), inc('d', 1)] }), await seal(1, 1, { updates: [inc('d', 1)] })], 5)
+    const s = r.auditState()
+    expect(s.authors).toHaveLength(2)
+    expect(s.objects).toHaveLength(2)
+    const served = (x: typeof s) => decodeAuditState(encodeAuditState(x), open)
+    expect(auditStateHash(sha, served(s))).toEqual(r.stableHash(sha))
+    // A forged extra record for an author, placed before the real one, or a list reordered.
+    const forged = [s.authors[0]![0], 7, []] as const
+    for (const bad of [
+      { ...s, authors: [forged, ...s.authors] },
+      { ...s, authors: [...s.authors].reverse() },
+      { ...s, objects: [s.objects[0]!, ...s.objects] },
+      { ...s, objects: [...s.objects].reverse() },
+    ]) {
+      expect(() => served(bad as typeof s)).toThrow(/sorted by key without repeats/)
+    }
+    // The hash alone cannot tell: a reordered list hashes alike, and one with a repeat is refused outright.
+    expect(auditStateHash(sha, { ...s, authors: [...s.authors].reverse() })).toEqual(r.stableHash(sha))
+    expect(() => auditStateHash(sha, { ...s, authors: [forged, ...s.authors] })).toThrow(/appears twice/)
+  })
 })
