@@ -21,8 +21,10 @@ import {
   LWWRegister,
   ORSet,
   PNCounter,
+  MerkleIndex,
   ReliableReplica,
   authorIdOf,
+  merkleRoot,
   clockCompare,
   clockFrom,
   clockMerge,
@@ -299,8 +301,8 @@ async function envelopeFixture(crypto: Crypto): Promise<{ seal: () => Promise<En
   const draft: EnvelopeDraft = {
     space: 'bench-space',
     seq: 42,
+    // Other authors only: the envelope's own entry is its seq (sealEnvelope refuses it in the clock).
     clock: clockFrom([
-      [me, 42],
       [x as string, 17],
       [y as string, 3],
       [z as string, 108],
@@ -589,7 +591,7 @@ async function replicaPool(count: number, shape: 'keys' | 'ops'): Promise<Envelo
     const env = await sealEnvelope(nodeCrypto, who, {
       space: 'bench',
       seq,
-      clock: clockFrom([[who.id, seq]]),
+      clock: clockFrom([]),
       deps: p ? [p] : [],
       updates,
       safe: [],
@@ -629,6 +631,43 @@ function replicaCase(name: string, shape: 'keys' | 'ops'): void {
 
 replicaCase('receive+commit, 10 keys x 1 op', 'keys')
 replicaCase('receive+commit, 1 key x 10 ops', 'ops')
+
+// ---------------------------------------------------------------- state hash (keyed Merkle tree)
+
+const sha = (b: Uint8Array): Uint8Array => nodeCrypto.sha256(b)
+for (const keys of [1, 100, 10_000, 100_000]) {
+  // Built on first use (untimed), so --only skips it: what a commit costs per object it changed.
+  let tree: { index: MerkleIndex; leaves: Map<string, Uint8Array> } | undefined
+  add({
+    group: 'state-hash',
+    name: `one key of ${keys.toLocaleString('en')} changed, new root`,
+    batch: (n) => {
+      if (!tree) {
+        const leaves = new Map<string, Uint8Array>()
+        const index = new MerkleIndex()
+        for (let i = 0; i < keys; i++) {
+          leaves.set(`obj:${i}`, sha(encode(i)))
+          index.touch(`obj:${i}`)
+        }
+        index.rootOf(sha, (k) => leaves.get(k))
+        tree = { index, leaves }
+      }
+      const { index, leaves } = tree
+      const t0 = performance.now()
+      for (let i = 0; i < n; i++) {
+        const key = `obj:${i % keys}`
+        leaves.set(key, sha(encode([i, key])))
+        index.touch(key)
+        consume(index.rootOf(sha, (k) => leaves.get(k)))
+      }
+      return performance.now() - t0
+    },
+  })
+}
+{
+  const entries: Array<[string, Uint8Array]> = Array.from({ length: 10_000 }, (_, i) => [`obj:${i}`, sha(encode(i))])
+  add({ group: 'state-hash', name: 'root of 10,000 keys from scratch (a verifier)', batch: loop(() => merkleRoot(sha, entries)) })
+}
 
 // ---------------------------------------------------------------- run + report
 

@@ -60,6 +60,8 @@ export interface LoneBucket {
 export const EMPTY_HASH: Uint8Array = new Uint8Array(32)
 
 const BUCKETS = 1 << MERKLE_DEPTH
+/** Changed buckets past which `rootOf` rebuilds the forks top down instead of walking up from each. */
+const REBUILD_AT = 256
 const utf8 = new TextEncoder()
 
 /** The bucket a key falls in. */
@@ -129,6 +131,8 @@ export class MerkleIndex {
   rootOf(sha256: Sha256, leafOf: (key: string) => Uint8Array | undefined): Uint8Array {
     if (this.root) return this.root
     const changed = new Set<number>()
+    /** Buckets that became empty or non-empty. */
+    const flipped: number[] = []
     for (const key of this.dirty) {
       const leaf = leafOf(key)
       const had = this.leaves.has(key)
@@ -137,13 +141,27 @@ export class MerkleIndex {
       changed.add(b)
       if (leaf) this.leaves.set(key, leaf)
       else this.leaves.delete(key)
-      if (!leaf || !had) this.bucketGainsOrLoses(b, key, leaf !== undefined)
+      if ((!leaf || !had) && this.bucketGainsOrLoses(b, key, leaf !== undefined)) flipped.push(b)
     }
     this.dirty.clear()
     for (const b of changed) {
       const keys = this.buckets.get(b)
       if (keys) this.bucketHashes.set(b, bucketHash(sha256, b, this.entriesOf(keys)))
       else this.bucketHashes.delete(b)
+    }
+    if (flipped.length > REBUILD_AT) this.nonEmpty.splice(0, this.nonEmpty.length, ...[...this.buckets.keys()].sort((x, y) => x - y))
+    else {
+      for (const b of flipped) {
+        const at = lowerBound(this.nonEmpty, b)
+        if (this.buckets.has(b)) this.nonEmpty.splice(at, 0, b)
+        else this.nonEmpty.splice(at, 1)
+      }
+    }
+    if (changed.size > REBUILD_AT) {
+      // Many changes (a state restored or built from scratch): every fork again, top down, one hash each.
+      this.forks.clear()
+      this.root = this.rebuild(sha256, 1, 0, this.nonEmpty.length)
+      return this.root
     }
     // Bottom up, the forks above what changed (their children below are already recomputed).
     let level = new Set([...changed].map((b) => BUCKETS + b))
@@ -182,18 +200,32 @@ export class MerkleIndex {
     return keys.map((k): MerkleEntry => [k, this.leaves.get(k) as Uint8Array])
   }
 
-  private bucketGainsOrLoses(b: number, key: string, gains: boolean): void {
+  /** Adds or removes `key` in bucket `b`; whether the bucket became empty or non-empty. */
+  private bucketGainsOrLoses(b: number, key: string, gains: boolean): boolean {
     const keys = this.buckets.get(b) ?? []
     const at = lowerBound(keys, key)
     if (gains) keys.splice(at, 0, key)
     else keys.splice(at, 1)
     if (keys.length === 0) {
       this.buckets.delete(b)
-      this.nonEmpty.splice(lowerBound(this.nonEmpty, b), 1)
-    } else if (gains && keys.length === 1) {
-      this.buckets.set(b, keys)
-      this.nonEmpty.splice(lowerBound(this.nonEmpty, b), 0, b)
+      return true
     }
+    if (gains && keys.length === 1) {
+      this.buckets.set(b, keys)
+      return true
+    }
+    return false
+  }
+
+  /** The hash of `node`, whose non-empty buckets are nonEmpty[lo, hi), recording the forks under it. */
+  private rebuild(sha256: Sha256, node: number, lo: number, hi: number): Uint8Array {
+    if (lo === hi) return EMPTY_HASH
+    if (hi - lo === 1) return this.bucketHashes.get(this.nonEmpty[lo] as number) as Uint8Array
+    const [first, end] = rangeOf(node)
+    const split = lowerBound(this.nonEmpty, first + (end - first) / 2, lo, hi)
+    const hash = pairHash(sha256, this.rebuild(sha256, 2 * node, lo, split), this.rebuild(sha256, 2 * node + 1, split, hi))
+    if (split > lo && split < hi) this.forks.set(node, hash)
+    return hash
   }
 
   /** Whether any key falls under `node`. */
@@ -278,9 +310,10 @@ export function merkleRootOfPath(sha256: Sha256, key: string, path: MerklePath):
   return hash
 }
 
-function lowerBound<T extends string | number>(sorted: readonly T[], key: T): number {
-  let lo = 0
-  let hi = sorted.length
+/** The first place in sorted[from, to) whose item is not below `key`. */
+function lowerBound<T extends string | number>(sorted: readonly T[], key: T, from = 0, to = sorted.length): number {
+  let lo = from
+  let hi = to
   while (lo < hi) {
     const mid = (lo + hi) >> 1
     if ((sorted[mid] as T) < key) lo = mid + 1
