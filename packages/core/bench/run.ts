@@ -296,7 +296,6 @@ const backends: Crypto[] = [nodeCrypto, createWebCrypto(globalThis.crypto.subtle
 async function envelopeFixture(crypto: Crypto): Promise<{ seal: () => Promise<Envelope>; open: () => Promise<Envelope> }> {
   const secretKey = crypto.generateSecretKey()
   const publicKey = await crypto.publicKeyOf(secretKey)
-  const me = authorIdOf(crypto, publicKey)
   const [x, y, z] = makeIds(3, 'peer')
   const draft: EnvelopeDraft = {
     space: 'bench-space',
