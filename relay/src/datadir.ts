@@ -203,7 +203,7 @@ function checkMeta(dir: string, real: string, fingerprint: string, policy: strin
     throw new ConfigError(`cannot read ${metaPath}: ${(err as Error).message}`)
   }
   if (meta.format !== STORE_FORMAT) {
-    throw new ConfigError(`data dir ${dir} was written by store format ${String(meta.format)}, this stead-relay reads format ${STORE_FORMAT}; use a stead-relay of that version, or start with an empty data dir`)
+    throw new ConfigError(`data dir ${dir} was written by store format ${String(meta.format)}, this stead-relay reads format ${STORE_FORMAT}; use a stead-relay of that version, or start with an empty data dir (stead-relay dev: --fresh)`)
   }
   if (meta.committee !== fingerprint) {
     throw new ConfigError(

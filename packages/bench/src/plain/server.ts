@@ -11,6 +11,7 @@ import {
   envelopeUnits,
   openEnvelopeSync,
   toHex,
+  welcomeBytes,
   type AnyCrdt,
   type AnyOp,
   type ClientMessage,
@@ -18,7 +19,7 @@ import {
   type Envelope,
   type RelayMessage,
 } from '@stead/core'
-import { nodeCrypto, verifySync } from '@stead/core/node'
+import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { randomBytes } from 'node:crypto'
 import WebSocket from 'ws'
@@ -261,7 +262,14 @@ class PlainSession {
           return
         }
         this.authenticated = true
-        this.send({ type: 'welcome', relay: this.relay.options.me, n: this.relay.options.relays.length, f: this.relay.options.f })
+        // Signed over the client's nonce as a Stead relay signs it: the SDK refuses a welcome that proves no key.
+        this.send({
+          type: 'welcome',
+          relay: this.relay.options.me,
+          n: this.relay.options.relays.length,
+          f: this.relay.options.f,
+          ...(m.nonce ? { sig: signSync(this.relay.options.secretKey, welcomeBytes(m.nonce, m.publicKey, this.relay.options.me)) } : {}),
+        })
         return
       case 'subscribe':
         this.unsubscribers.get(m.space)?.()
