@@ -16,7 +16,8 @@
  * - false dependencies (BENDY): two writers on two objects and a reader,
  *   once all through one relay and once with the second writer kept from
  *   the reader's relay: how often the reader gets an envelope before a dep
- *   it names, and whether those deps touch the same object;
+ *   it names, and whether those deps touch the same object, and how often
+ *   before its stable index reached the envelope's clock base;
  * - freshness bounds (BENDY): a hot counter bumped every 2 ms for
  *   `--hot-seconds`, opened without a bound and with each bound of
  *   `--freshness` (ms): how long each update took to show at another
@@ -179,6 +180,11 @@ async function falseDependencies(cluster: BenchCluster, run: string, exclude: nu
   let citing = 0
   const held = new Map<string, { at: number; keys: Set<string>; missing: Set<string>; related: boolean }>()
   const waits: Array<{ ms: number; related: boolean }> = []
+  // Envelopes whose clock base (the stable index their author had) is past the reader's: the client
+  // holds them until its stable index gets there (causal delivery of the commits the author had seen).
+  const baseHeld = new Set<{ at: number; base: number }>()
+  const baseWaits: number[] = []
+  const reading: { space?: Space } = {}
   const sources = new Map<string, number>()
   let early = 0
   const arrive = (id: string, keys: Set<string>, at: number, author?: string) => {
@@ -213,11 +219,20 @@ async function falseDependencies(cluster: BenchCluster, run: string, exclude: nu
           if (deps.some((d) => { const a = arrived.get(d)?.author; return a !== undefined && a !== env.authorId })) citing++
           const missing = new Set(deps.filter((d) => !arrived.has(d)))
           if (missing.size) held.set(env.idHex, { at, keys, missing, related: false })
+          if (reading.space && env.base > reading.space.status.stableIndex) baseHeld.add({ at, base: env.base })
         }
         arrive(env.idHex, keys, at, env.authorId)
       }
     })
   const reader = await client(cluster, `carol-${run}`, { space, watch })
+  reading.space = reader
+  const stopWatching = reader.onStatus((s) => {
+    for (const h of baseHeld) {
+      if (h.base > s.stableIndex) continue
+      baseWaits.push(performance.now() - h.at)
+      baseHeld.delete(h)
+    }
+  })
   const everyone = cluster.descriptor.relays.map((_, i) => i)
   const alice = await client(cluster, `alice-${run}`, { space })
   const bob = await client(cluster, `bob-${run}`, { space, only: everyone.filter((i) => i !== exclude) })
@@ -231,9 +246,10 @@ async function falseDependencies(cluster: BenchCluster, run: string, exclude: nu
   }
   const deadline = performance.now() + 20_000
   while (seen.some((c) => c.value < updates) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+  stopWatching()
   const unrelated = waits.filter((w) => !w.related)
   const ms = (xs: typeof waits) => (xs.length ? `p50 ${quantile(xs.map((w) => w.ms).sort((x, y) => x - y), 0.5).toFixed(1)} ms, max ${Math.max(...xs.map((w) => w.ms)).toFixed(1)} ms` : '-')
-  console.log(`false dependencies, ${run}: ${early} envelopes pushed early to the reader, ${citing} naming the other writer's; ${waits.length + held.size} named a dep not there yet (${ms(waits)}), ${unrelated.length} of them waiting only for the other object's updates (${ms(unrelated)}); reader values ${seen.map((c) => c.value).join('/')} of ${updates}`)
+  console.log(`false dependencies, ${run}: ${early} envelopes pushed early to the reader, ${citing} naming the other writer's; ${waits.length + held.size} named a dep not there yet (${ms(waits)}), ${unrelated.length} of them waiting only for the other object's updates (${ms(unrelated)}); ${baseWaits.length + baseHeld.size} with a clock base past the reader's stable index, held until it got there (${ms(baseWaits.map((x) => ({ ms: x, related: false })))}); reader values ${seen.map((c) => c.value).join('/')} of ${updates}`)
   for (const s of [reader, alice, bob]) await s.close()
   const [source] = [...sources.entries()].sort((x, y) => y[1] - x[1])[0] ?? []
   return source === undefined ? undefined : cluster.descriptor.relays.findIndex((r) => source.includes(r.api))

@@ -1,4 +1,4 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { Deferred } from './drafts.ts'
 import { ClosedError } from './errors.ts'
@@ -189,6 +189,7 @@ export class SteadClient {
   private openShared(name: string): Promise<Space> {
     if (this.closed) return Promise.reject(new ClosedError())
     if (typeof name !== 'string' || name.length === 0 || name.length > 128) return Promise.reject(new SteadError('malformed', `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`))
+    if (!isWellFormed(name)) return Promise.reject(new SteadError('malformed', `space name ${JSON.stringify(name)} has an unpaired surrogate (it would reach the relays as another name)`))
     let open = this.spaces.get(name)
     if (!open) {
       const closing = this.closing.get(name)

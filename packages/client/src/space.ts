@@ -5,6 +5,7 @@ import {
   createCrdt,
   describeDeclaration,
   envelopeUnits,
+  isWellFormed,
   sameDeclaration,
   type AnyCrdt,
   type AnyOp,
@@ -290,6 +291,7 @@ export class Space {
     if (known && sameDeclaration(known.declaration, decl)) return known
     this.assertOpen()
     if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
+    if (!isWellFormed(key)) throw new SteadError('malformed', `object key ${JSON.stringify(key)} has an unpaired surrogate (it would reach other replicas as another key)`)
     try {
       createCrdt(decl)
     } catch (err) {
@@ -467,12 +469,11 @@ export class Space {
         },
       )
       if (!caughtUp) {
-        const proven = await bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`).catch((err: unknown) => {
+        const proven = await this.whileOpen(bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
           // No proof to be had (no fetch, no relay could give one, out of time): wait for the replica.
-          if (err instanceof SteadError && err.reason === 'aborted') throw err
+          if (err instanceof ClosedError || (err instanceof SteadError && err.reason === 'aborted')) throw err
           return undefined
         })
-        this.assertOpen()
         if (proven && this.position.stableIndex < proven.index) {
           this.provenReadIndex = Math.max(this.provenReadIndex, proven.index)
           return proven.value
@@ -871,6 +872,19 @@ export class Space {
    * progress; rejects with ClosedError when the client closes, `timeout` or
    * `aborted` as `options` say. Nothing is left behind when it ends.
    */
+  /** `p`, or ClosedError as soon as the space closes. */
+  private whileOpen<T>(p: Promise<T>): Promise<T> {
+    let check: () => void = () => undefined
+    const closed = new Promise<never>((_, reject) => {
+      check = () => {
+        if (this.closed) reject(new ClosedError(`space ${this.space}`))
+      }
+      this.progressWaiters.add(check)
+      check()
+    })
+    return Promise.race([p, closed]).finally(() => this.progressWaiters.delete(check))
+  }
+
   private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
     if (done()) return Promise.resolve()
     if (this.closed) return Promise.reject(new ClosedError(`space ${this.space}`))

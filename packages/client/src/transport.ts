@@ -226,6 +226,9 @@ export class RelayLink {
   private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
     this.lastHeard = (this.options.now ?? Date.now)()
     if (m.type === 'challenge') {
+      // One challenge per socket: a relay that proved one index cannot then answer as another.
+      if (this.ready) return this.markFaulty(`sent a second challenge (as relay ${m.relay}) after its welcome as relay ${String(this.provenRelay)}`)
+      this.provenRelay = undefined
       const pinned = this.options.keyOf(m.relay)
       if (!pinned || !bytesEqual(pinned, m.relayKey)) {
         return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)

@@ -526,6 +526,9 @@ describe('handles and values', () => {
     await expect(a.set('s').add({} as unknown as string)).rejects.toMatchObject({ reason: 'malformed' })
     await expect(a.register('r').set('x'.repeat(600 * 1024))).rejects.toMatchObject({ reason: 'too-large' })
     expect(() => a.counter('')).toThrowError(expect.objectContaining({ reason: 'malformed' }))
+    // An unpaired surrogate would reach every other replica as another key (UTF-8 has no form for it).
+    expect(() => a.counter('likes\uD800')).toThrowError(expect.objectContaining({ reason: 'malformed', message: expect.stringMatching(/unpaired surrogate/) }))
+    expect(a.counter('likes\uD83D\uDE00').value).toBe(0)
     expect(a.counter('n').value).toBe(0)
     await a.close()
     // An open handle stays readable (a component may render once more); anything new or any update is refused.
@@ -634,6 +637,18 @@ describe('transport', () => {
     const stop = c.autoCommit(5)
     expect(await a.counter('acct').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
     stop()
+  })
+
+  it('refuses a relay that challenges again after its welcome, as another relay, and blames no one else', async () => {
+    const c = cluster()
+    ;(c.relays[0] as { misbehaviour: string }).misbehaviour = 'rechallenge'
+    const a = await client(c)
+    await until('reported', () => a.status.relays[0]?.faulty !== undefined)
+    expect(a.status.relays[0]?.faulty).toMatch(/second challenge \(as relay 1\) after its welcome as relay 0/)
+    const stop = c.autoCommit(5)
+    expect(await a.counter('acct').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    stop()
+    expect(a.status.relays.slice(1).every((r) => r.faulty === undefined)).toBe(true)
   })
 
   it('believes f+1 matching attestations, ignores and reports a relay that attests something else', async () => {

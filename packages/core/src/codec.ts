@@ -43,6 +43,16 @@ export const DEFAULT_LIMITS: Limits = Object.freeze({
   maxSpaceChars: 128,
 })
 
+/**
+ * Whether a string is well-formed UTF-16 (no unpaired surrogate). An
+ * unpaired surrogate does not survive UTF-8: it decodes as other
+ * characters, so a key or space name with one would name something else
+ * on every other replica.
+ */
+export function isWellFormed(s: string): boolean {
+  return !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s)
+}
+
 /** Encodes a value as msgpack with Stead's configuration (plain data only, no msgpackr extensions). */
 export function encode(value: unknown): Uint8Array {
   return packr.pack(value)

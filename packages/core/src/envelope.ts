@@ -101,10 +101,12 @@ export async function sealEnvelope(
     draft.safe.map((g) => [g.atomic, g.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.op])]),
   ]
   const bytes = encode(payload)
-  // Validating what we are about to sign means a sealed envelope can never be one peers refuse.
-  parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
+  // Validating what we are about to sign means a sealed envelope can never be one peers refuse; and the
+  // envelope is what they will read from these bytes (a string with an unpaired surrogate reads back
+  // as other characters), not the draft.
+  const parsed = parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
   const sig = await crypto.sign(identity.secretKey, bytes)
-  return finish(crypto, { bytes, sig }, draft, identity.publicKey)
+  return finish(crypto, { bytes, sig }, parsed, identity.publicKey)
 }
 
 /**

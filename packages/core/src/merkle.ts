@@ -110,7 +110,7 @@ export class MerkleIndex {
   private readonly buckets = new Map<number, string[]>()
   private readonly bucketHashes = new Map<number, Uint8Array>()
   /** The non-empty buckets, ascending: what lies under a node is a binary search away. */
-  private readonly nonEmpty: number[] = []
+  private nonEmpty: number[] = []
   /** Hashes of inner nodes with keys under both children, by heap number (1 the root, 2^16 + b bucket b). */
   private readonly forks = new Map<number, Uint8Array>()
   private readonly dirty = new Set<string>()
@@ -149,12 +149,15 @@ export class MerkleIndex {
       if (keys) this.bucketHashes.set(b, bucketHash(sha256, b, this.entriesOf(keys)))
       else this.bucketHashes.delete(b)
     }
-    if (flipped.length > REBUILD_AT) this.nonEmpty.splice(0, this.nonEmpty.length, ...[...this.buckets.keys()].sort((x, y) => x - y))
+    // A bucket may have emptied and filled again in one batch: what counts is whether it holds keys now.
+    const flips = new Set(flipped)
+    if (flips.size > REBUILD_AT) this.nonEmpty = [...this.buckets.keys()].sort((x, y) => x - y)
     else {
-      for (const b of flipped) {
+      for (const b of flips) {
         const at = lowerBound(this.nonEmpty, b)
-        if (this.buckets.has(b)) this.nonEmpty.splice(at, 0, b)
-        else this.nonEmpty.splice(at, 1)
+        const listed = this.nonEmpty[at] === b
+        if (this.buckets.has(b) && !listed) this.nonEmpty.splice(at, 0, b)
+        else if (!this.buckets.has(b) && listed) this.nonEmpty.splice(at, 1)
       }
     }
     if (changed.size > REBUILD_AT) {

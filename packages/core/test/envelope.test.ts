@@ -82,6 +82,14 @@ describe('envelopes', () => {
     expect(await reasonOf(sealEnvelope(crypto, identity, { ...draft, updates: [], safe: [] }))).toBe('malformed')
   })
 
+  it('a sealed envelope is what peers read from its bytes, even where a string does not survive UTF-8', async () => {
+    const lone = { ...draft, updates: [{ key: 'title', decl: { type: 'register' as const }, ops: [['s', 'a\uD800b', 1] as const] }], safe: [] }
+    const sealed = await sealEnvelope(crypto, identity, lone)
+    const read = await decodeEnvelope(crypto, encodeEnvelope(sealed))
+    expect(sealed.updates).toEqual(read.updates)
+    expect(JSON.stringify(sealed.updates)).not.toContain('\\ud800')
+  })
+
   it('rejects a bad signature, a wrong key and truncated or trailing bytes with typed reasons', async () => {
     const env = await sealEnvelope(crypto, identity, draft)
     const sig = new Uint8Array(env.signed.sig)

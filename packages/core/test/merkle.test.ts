@@ -130,6 +130,45 @@ describe('keyed Merkle tree', () => {
     expect(merkleRootOfPath(sha, 'obj:123', path)).toEqual(root)
   })
 
+  it('stays exact when a bucket empties and fills again in one batch, and across batches past the rebuild size', () => {
+    // Two keys of one bucket, found by trying.
+    const byBucket = new Map<number, string>()
+    let pair: [string, string] | undefined
+    for (let i = 0; !pair; i++) {
+      const k = `k${i}`
+      const b = bucketOf(sha, k)
+      const other = byBucket.get(b)
+      if (other) pair = [other, k]
+      else byBucket.set(b, k)
+    }
+    const [first, second] = pair
+    const list = new Map<string, Uint8Array>([[first, leafOf(1)], ['elsewhere', leafOf(2)]])
+    const index = new MerkleIndex()
+    for (const k of list.keys()) index.touch(k)
+    index.rootOf(sha, (k) => list.get(k))
+    list.delete(first)
+    list.set(second, leafOf(3))
+    index.touch(first)
+    index.touch(second)
+    expect(index.rootOf(sha, (k) => list.get(k))).toEqual(referenceRoot(list))
+    // Batches of hundreds of keys (over and under 256 changed buckets), deletes among them, small ones after.
+    let seed = 7
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31)
+    for (const size of [255, 300, 3, 800, 1, 257, 40]) {
+      const batch: string[] = []
+      for (let i = 0; i < size; i++) {
+        const k = `x${next() % 900}`
+        if (next() % 3 === 0) list.delete(k)
+        else list.set(k, leafOf(next() % 60000))
+        batch.push(k)
+      }
+      batch.forEach((k) => index.touch(k))
+      const root = index.rootOf(sha, (k) => list.get(k))
+      expect(root).toEqual(referenceRoot(list))
+      for (const k of [...list.keys()].slice(0, 20)) expect(merkleRootOfPath(sha, k, index.path(sha, k))).toEqual(root)
+    }
+  })
+
   it('refuses a path while edits are not applied', () => {
     const index = new MerkleIndex()
     index.touch('a')

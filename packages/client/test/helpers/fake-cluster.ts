@@ -219,7 +219,7 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot' | 'wrong-object'
+export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot' | 'wrong-object' | 'rechallenge'
 
 export class FakeRelay {
   online = true
@@ -231,7 +231,8 @@ export class FakeRelay {
    * 'inflate-head' answers head requests with an index 5 past the true one, proven by its own signature only;
    * 'forge-snapshot' serves a state with one counter raised, under an attestation of that state it signs itself;
    * 'mismatched-snapshot' serves that state under the true attestation;
-   * 'wrong-object' serves an object's state with one counter unit more, its bucket entry changed to match.
+   * 'wrong-object' serves an object's state with one counter unit more, its bucket entry changed to match;
+   * 'rechallenge' challenges again after its welcome, as the next relay (whose public key it names).
    */
   misbehaviour: Misbehaviour = 'none'
   readonly sessions = new Set<FakeSession>()
@@ -393,6 +394,10 @@ class FakeSession {
       const signer = this.relay.misbehaviour === 'impostor' ? nodeCrypto.generateSecretKey() : this.relay.key.secretKey
       const sig = m.nonce ? signSync(signer, welcomeBytes(m.nonce, m.publicKey, this.relay.index)) : undefined
       this.send({ type: 'welcome', relay: this.relay.index, n: this.cluster.relays.length, f: this.cluster.f, ...(sig ? { sig } : {}) })
+      if (this.relay.misbehaviour === 'rechallenge') {
+        const other = (this.relay.index + 1) % this.cluster.relays.length
+        this.send({ type: 'challenge', nonce: this.nonce, relay: other, relayKey: (this.cluster.keys[other] as { publicKey: Uint8Array }).publicKey })
+      }
       return
     }
     if (!this.authenticated) return
