@@ -75,7 +75,7 @@ export class RelayLink {
   readonly url: string
   /** The relay's index in the cluster, as its challenge claims it (not proven until its welcome). */
   relay: number | undefined
-  /** The index this relay proved it holds the key of (a signed welcome); what blame goes by. */
+  /** The index this URL's relay proved it holds the key of (a signed welcome; only another one changes it); what blame and votes go by. */
   provenRelay: number | undefined
   ready = false
   /** Set when the relay was caught misbehaving; the link stays down. */
@@ -228,7 +228,6 @@ export class RelayLink {
     if (m.type === 'challenge') {
       // One challenge per socket: a relay that proved one index cannot then answer as another.
       if (this.ready) return this.markFaulty(`sent a second challenge (as relay ${m.relay}) after its welcome as relay ${String(this.provenRelay)}`)
-      this.provenRelay = undefined
       const pinned = this.options.keyOf(m.relay)
       if (!pinned || !bytesEqual(pinned, m.relayKey)) {
         return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)

@@ -158,16 +158,11 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const f = this.o.sessions.cluster?.f
     const by = this.peerNames.get(peer)
     if (f === undefined || !by) return false
-    // One vote per relay: distinct sessions that are not faulty, counted by the relay index each proved (its welcome
+    // One vote per relay: sessions that are not faulty, counted by the relay index each proved (its welcome
     // signature), so one relay reached at two URLs is one vote.
-    const relays = new Set<number | undefined>()
-    let sessions = 0
-    for (const link of by) {
-      if (link.faulty) continue
-      sessions++
-      relays.add(link.relay)
-    }
-    return Math.min(sessions, relays.size) > f
+    const relays = new Set<number>()
+    for (const link of by) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)
+    return relays.size > f
   }
 
   /** A relay named these addresses as the space's other clients: count which relays vouch for each peer, and dial them. */
