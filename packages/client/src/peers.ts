@@ -270,7 +270,8 @@ export class PeerHub {
 
   get status(): PeerStats {
     let exchanging = 0
-    for (const s of this.links.values()) if (s.spaces.size > 0) exchanging++
+    // Counted as sends go: a space whose vouching relays turned faulty no longer counts.
+    for (const s of this.links.values()) if ([...s.spaces].some((space) => this.shares(s, space))) exchanging++
     return { peers: this.links.size, exchanging, ...this.stats, faulty: this.refused.size }
   }
 

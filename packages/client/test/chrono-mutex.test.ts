@@ -1,8 +1,7 @@
-import { encode } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type Space, type SteadClient } from '../src/index.node.ts'
-import { ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type Holder, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
+import { challengeBytes, ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type Holder, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -126,7 +125,7 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
     await expect(owner.enter(proof, owner.challenge(), signed)).rejects.toMatchObject({ reason: 'unauthenticated' })
     // Signed for the old request by its author, the old proof is a replay.
     const n2 = owner.challenge()
-    const replay = await nodeCrypto.sign(keys[0] as Uint8Array, encode(['stead/mutex/enter/v1', 'printer', n2, held.request.id]))
+    const replay = await nodeCrypto.sign(keys[0] as Uint8Array, challengeBytes('printer', n2, held.request.id))
     await expect(owner.enter(held, n2, replay)).rejects.toMatchObject({ reason: 'conflict', message: expect.stringContaining('replayed') })
     await b.release()
     const fresh = await again

@@ -37,9 +37,9 @@
  * key that is no write of it; sessions that read its value then get
  * `gap` for that key until it is written again.
  */
-import { SteadError, encode, bytesEqual, verifyClockCertificate, type CertifiedClock } from '@stead/core'
+import { SteadError, encode, bytesEqual, registerWriteWins, verifyClockCertificate, type CertifiedClock } from '@stead/core'
 import type { ClockProof, RegisterValue, Space } from '@stead/client'
-import { winsOver, writeIn, type Trust, type Write } from './trust.ts'
+import { writeIn, type Trust, type Write } from './trust.ts'
 
 /** A dependency clock: key → the lowest version (stable index) of it a session may see. */
 export type Dependencies = ReadonlyArray<readonly [key: string, version: number]>
@@ -109,13 +109,13 @@ export class KvReplica implements Replica {
     const entries = register.history()
     let from = entries.length
     while (from > 0 && entries.length - from < MAX_SEARCHED && bytesEqual(encode((entries[from - 1] as { value: unknown }).value), shown)) from--
-    let best: { proof: ClockProof; write: Write; author: string } | undefined
+    let best: { proof: ClockProof; write: Write } | undefined
     for (const entry of entries.slice(from)) {
       const proof = await this.space.clockProof(entry.index).catch(() => undefined)
       if (!proof) continue
       const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
       const write = writeIn(certified, keyOf(key))
-      if (write && (!best || winsOver(write, certified.env.authorId, best.write, best.author))) best = { proof, write, author: certified.env.authorId }
+      if (write && (!best || registerWriteWins(write, best.write))) best = { proof, write }
     }
     if (best && bytesEqual(encode(best.write.value), shown)) return best.proof
     throw new SteadError('unsupported', `the write that gave ${key} its value is not among its latest ${MAX_SEARCHED} writes this replica holds proofs of (it ran since)`)
@@ -130,7 +130,7 @@ export class CausalSession {
   private readonly trust: Trust
   private readonly clock = new Map<string, number>()
   /** The write this session saw or made last per key, where it knows it: a served version must be it or win over it. */
-  private readonly seenWrites = new Map<string, { index: number; write: Write; author: string }>()
+  private readonly seenWrites = new Map<string, { index: number; write: Write }>()
   constructor(trust: Trust) {
     this.trust = trust
   }
@@ -157,7 +157,7 @@ export class CausalSession {
     if (certified.index < need) throw new SteadError('gap', `the replica served ${key} at ${certified.index}; this session depends on ${need}`)
     // A later write that lost to the one this session saw never was the key's value.
     const seen = this.seenWrites.get(key)
-    if (seen && seen.index !== certified.index && !winsOver(write, certified.env.authorId, seen.write, seen.author)) {
+    if (seen && seen.index !== certified.index && !registerWriteWins(write, seen.write)) {
       throw new SteadError('untrusted', `the replica served a write of ${key} (at ${certified.index}) that lost to the one this session saw (at ${seen.index})`)
     }
     // Declared dependencies are versions its writer had applied: no later than the stable history its clock covers.
@@ -189,7 +189,7 @@ export class CausalSession {
     if (answer.current) {
       // A concurrent put won: it must, by last-writer-wins (timestamp, then author), or the replica lies about it.
       const current = await this.open(answer.current, key)
-      if (!winsOver(current.write, current.certified.env.authorId, written.write, written.certified.env.authorId)) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
+      if (!registerWriteWins(current.write, written.write)) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
       version = current.certified.index
       saw = current
     }
@@ -208,7 +208,7 @@ export class CausalSession {
 
   private saw(key: string, certified: CertifiedClock, write: Write): void {
     const seen = this.seenWrites.get(key)
-    if (!seen || certified.index > seen.index) this.seenWrites.set(key, { index: certified.index, write, author: certified.env.authorId })
+    if (!seen || certified.index > seen.index) this.seenWrites.set(key, { index: certified.index, write })
   }
 
   private depend(deps: Dependencies): void {

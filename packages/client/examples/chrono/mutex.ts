@@ -117,10 +117,10 @@ function pendingOf(author: string, latest: Entry | null | undefined): RequestRef
   return m.pending && m.pending.author === author ? m.pending : null
 }
 
-/** Keeps the latest MAX_LOGGED of a map or set (both keep insertion order). */
-function forgetOldest<K>(m: Map<K, unknown> | Set<K>): void {
+/** Keeps the latest `max` of a map or set (both keep insertion order). */
+function forgetOldest<K>(m: Map<K, unknown> | Set<K>, max = MAX_LOGGED): void {
   for (const k of m.keys()) {
-    if (m.size <= MAX_LOGGED) return
+    if (m.size <= max) return
     m.delete(k)
   }
 }
@@ -453,8 +453,6 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
   if (proof.replies.length > others || proof.releases.length > 2 * others) {
     throw new SteadError('too-large', `a proof for ${rules.members.length} members holds at most ${others} replies and ${2 * others} releases`)
   }
-  const ids = [proof.request, ...proof.replies, ...proof.releases].map((p) => toHex(crypto.sha256(p.envelope.bytes)))
-  if (new Set(ids).size !== ids.length) throw new SteadError('malformed', 'the proof holds one update twice')
   const open = async (p: ClockProof): Promise<{ certified: CertifiedClock; message: MutexMessage }> => {
     const certified = await verifyClockCertificate(crypto, cluster, p.envelope, p.certificate)
     const author = certified.env.authorId
@@ -468,6 +466,9 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
   if (request.message.kind !== 'request') throw new SteadError('malformed', `the proof's request is a ${request.message.kind}`)
   const replies = await Promise.all(proof.replies.map(open))
   const releases = await Promise.all(proof.releases.map(open))
+  // Opening verified each envelope, and so named it by the hash of its bytes.
+  const ids = [request, ...replies, ...releases].map((o) => o.certified.env.idHex)
+  if (new Set(ids).size !== ids.length) throw new SteadError('malformed', 'the proof holds one update twice')
   if (releases.some((r) => r.message.kind !== 'release')) throw new SteadError('malformed', 'a release of the proof is not one')
   const releasedAfter = (author: string, index: number): boolean => releases.some((r) => r.certified.env.authorId === author && r.certified.index > index)
   for (const member of rules.members) {
@@ -492,7 +493,7 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
 }
 
 /** What the presenter of a proof signs for an owner: the resource, the owner's nonce and the request's envelope id. */
-function challengeBytes(resource: string, nonce: Uint8Array, requestId: string): Uint8Array {
+export function challengeBytes(resource: string, nonce: Uint8Array, requestId: string): Uint8Array {
   return encode(['stead/mutex/enter/v1', resource, nonce, requestId])
 }
 
@@ -522,10 +523,7 @@ export class GuardedResource {
   challenge(): Uint8Array {
     const nonce = globalThis.crypto.getRandomValues(new Uint8Array(16))
     this.nonces.add(toHex(nonce))
-    for (const n of this.nonces) {
-      if (this.nonces.size <= 1024) break
-      this.nonces.delete(n)
-    }
+    forgetOldest(this.nonces, 1024)
     return nonce
   }
 

@@ -2,7 +2,7 @@
  * What the Chrono examples trust and how they read a proven update: the
  * relays' keys, and the value an update's signed envelope wrote to a key.
  */
-import { envelopeUnits, type CertifiedClock, type Crypto } from '@stead/core'
+import { envelopeUnits, type CertifiedClock, type Crypto, type RegisterOp, type RegisterWrite } from '@stead/core'
 
 /** The relays' keys (the cluster file's), and nothing else, vouch for clock proofs. */
 export interface ClusterKeys {
@@ -16,14 +16,8 @@ export interface Trust {
   readonly cluster: ClusterKeys
 }
 
-/** A register write an update made and the audit applied. */
-export interface Write {
-  readonly value: unknown
-  /** Its last-writer-wins timestamp. */
-  readonly t: number
-  /** The op's tag: last-writer-wins breaks ties by (t, author id, tag). */
-  readonly tag: string
-}
+/** A register write an update made and the audit applied (its writer is the update's author); `registerWriteWins` orders them. */
+export type Write = RegisterWrite
 
 /**
  * The one register write a certified update made to `key` in a safe group
@@ -40,13 +34,7 @@ export function writeIn(certified: CertifiedClock, key: string): Write | undefin
     .filter((u) => u.kind === 'group' && !certified.rejected.includes(u.unit))
     .flatMap((u) => (u.kind === 'group' ? u.items.filter((i) => i.key === key) : []))
   if (writes.length !== 1) return undefined
-  const { op, tag } = writes[0] as { op: unknown; tag: string }
-  return Array.isArray(op) && op[0] === 's' && op.length === 3 && typeof op[2] === 'number' ? { value: op[1], t: op[2], tag } : undefined
-}
-
-/** Whether write `a` of `author` wins over write `b` of `bAuthor` by last-writer-wins, as the register decides. */
-export function winsOver(a: Write, aAuthor: string, b: Write, bAuthor: string): boolean {
-  if (a.t !== b.t) return a.t > b.t
-  if (aAuthor !== bAuthor) return aAuthor > bAuthor
-  return a.tag > b.tag
+  const { op, tag } = writes[0] as { op: RegisterOp; tag: string }
+  // The audit applied it, so it is a valid op of the key's type: a register's write, or not one.
+  return Array.isArray(op) && op[0] === 's' ? { value: op[1], t: op[2], replica: certified.env.authorId, tag } : undefined
 }

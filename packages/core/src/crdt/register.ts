@@ -47,15 +47,17 @@ export function validateRegisterOp(op: unknown): string | null {
   return validateRegisterValue(op[1])
 }
 
-interface Write {
-  value: RegisterValue
-  t: number
-  replica: string
-  tag: string
+/** One write an LWW register holds: its value, timestamp, writer (the envelope's author id) and op tag. */
+export interface RegisterWrite {
+  readonly value: RegisterValue
+  readonly t: number
+  readonly replica: string
+  readonly tag: string
 }
+type Write = RegisterWrite
 
-/** Total order on writes: timestamp, then replica, then tag, so ties are broken identically everywhere. */
-function later(a: Write, b: Write): boolean {
+/** Whether write `a` wins over `b` in an LWW register: timestamp, then writer, then tag, so ties are broken identically everywhere. */
+export function registerWriteWins(a: RegisterWrite, b: RegisterWrite): boolean {
   if (a.t !== b.t) return a.t > b.t
   if (a.replica !== b.replica) return a.replica > b.replica
   return a.tag > b.tag
@@ -100,7 +102,7 @@ export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> 
     }
     const write: Write = { value: op[1], t: op[2], replica: ctx.replica, tag: ctx.tag }
     this.writes.set(ctx.tag, write)
-    if (!this.winner || later(write, this.winner)) this.winner = write
+    if (!this.winner || registerWriteWins(write, this.winner)) this.winner = write
   }
 
   inverse(): RegisterOp {
@@ -111,7 +113,7 @@ export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> 
     for (const [tag, w] of other.writes) {
       if (this.writes.has(tag)) continue
       this.writes.set(tag, w)
-      if (!this.winner || later(w, this.winner)) this.winner = w
+      if (!this.winner || registerWriteWins(w, this.winner)) this.winner = w
     }
   }
 
@@ -142,7 +144,7 @@ export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> 
 
   private best(): Write | undefined {
     let best: Write | undefined
-    for (const w of this.writes.values()) if (!best || later(w, best)) best = w
+    for (const w of this.writes.values()) if (!best || registerWriteWins(w, best)) best = w
     return best
   }
 }
