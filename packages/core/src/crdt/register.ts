@@ -49,9 +49,13 @@ export function validateRegisterOp(op: unknown): string | null {
 
 /** One write an LWW register holds: its value, timestamp, writer (the envelope's author id) and op tag. */
 export interface RegisterWrite {
+  /** The value written. */
   readonly value: RegisterValue
+  /** Its timestamp (the writer's clock reading). */
   readonly t: number
+  /** The writer: the envelope's author id. */
   readonly replica: string
+  /** The op's tag (`${envelope id prefix}:${n}`). */
   readonly tag: string
 }
 type Write = RegisterWrite
