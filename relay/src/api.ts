@@ -239,6 +239,20 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     if (!found) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
     return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) }
   })
+  // What changed since stable index ?from= up to the latest attested commit, each object as its ops or its state
+  // (?mode=adaptive, the default, picks per object by BENDY's rule; ops and state force one), with this relay's
+  // attestation of that commit: a client that is behind catches up from it instead of replaying every commit.
+  app.get<{ Params: { space: string }; Querystring: { from?: string; mode?: string } }>('/v1/spaces/:space/delta', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    const from = Number(req.query.from)
+    if (req.query.from === undefined || !Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: '?from= must be a stable index' })
+    const mode = req.query.mode ?? 'adaptive'
+    if (mode !== 'adaptive' && mode !== 'ops' && mode !== 'state') return reply.code(400).send({ error: 'malformed', detail: '?mode= is adaptive, ops or state' })
+    const found = node.stateDelta(req.params.space, from, mode)
+    if (!found) return reply.code(404).send({ error: 'not-found', detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far` })
+    return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), delta: toBase64Url(found.delta) }
+  })
   // This relay's attestation of one commit (?from=<stable index it started at>), waiting a moment for a relay slightly behind.
   app.get<{ Params: { space: string; round: string }; Querystring: { from?: string } }>('/v1/spaces/:space/attestations/:round', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)

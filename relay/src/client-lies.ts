@@ -4,10 +4,12 @@ import {
   decodeDeclaration,
   decodeObjectProof,
   decodeRelayMessage,
+  decodeStateDelta,
   encode,
   encodeAttestation,
   encodeObjectProof,
   encodeRelayMessage,
+  encodeStateDelta,
   freshHeadBytes,
   fromBase64Url,
   fromHex,
@@ -17,6 +19,7 @@ import {
   toBase64Url,
   toHex,
   type RelayMessage,
+  type WaitingEnvelope,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 
@@ -26,7 +29,7 @@ import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
  * relay sends: the frames of a client session and the JSON answers of the
  * HTTP API. Nothing inside RelayNode or the session code knows about them.
  */
-export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-object', 'wrong-cluster', 'slow', 'junk'] as const
+export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-object', 'wrong-delta', 'wrong-cluster', 'slow', 'junk'] as const
 export type ClientLie = (typeof CLIENT_LIES)[number]
 
 /** How long `slow` holds every answer. */
@@ -123,6 +126,7 @@ export class ClientFacingLiar {
       return { ...status, byzantine: [status.byzantine, ...this.lies].filter(Boolean).join(',') }
     }
     if (route === '/v1/spaces/:space/objects/:key' && this.lies.has('wrong-object')) return wrongObject(body as { proof?: string })
+    if (route === '/v1/spaces/:space/delta' && this.lies.has('wrong-delta')) return wrongDelta(body as { delta?: string })
     if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
     const head = body as Head
     const space = params.space
@@ -162,6 +166,19 @@ function wrongObject(body: { proof?: string }): unknown {
   const leaf = objectDigest((b) => nodeCrypto.sha256(b), [p.key, p.object[0], snapshot])
   const bucket = p.path.bucket.map(([k, l]) => [k, k === p.key ? leaf : l] as const)
   return { ...body, proof: toBase64Url(encodeObjectProof({ ...p, object: [p.object[0], snapshot], path: { ...p.path, bucket } })) }
+}
+
+/**
+ * A delta with every object sent as state reset to its type's initial
+ * state and the last op of every object sent as ops left out: well formed,
+ * it only fails to lead to the state hash the relays attested.
+ */
+function wrongDelta(body: { delta?: string }): unknown {
+  if (typeof body.delta !== 'string') return body
+  // Parked envelopes are passed on as they are: only their signed bytes are re-encoded.
+  const d = decodeStateDelta(fromBase64Url(body.delta), (signed) => ({ signed }) as unknown as WaitingEnvelope)
+  const objects = d.objects.map((o) => (o.mode === 'state' ? { ...o, snapshot: createCrdt(decodeDeclaration(o.decl)).snapshot() } : { ...o, ops: o.ops.slice(0, -1) }))
+  return { ...body, delta: toBase64Url(encodeStateDelta({ ...d, objects })) }
 }
 
 /** The envelope with one bit of its signature flipped. */

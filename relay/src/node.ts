@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import {
+  ChangeLog,
   ReliableReplica,
   SteadError,
   authorIdOf,
@@ -14,6 +15,7 @@ import {
   encodeAttestation,
   encodeAuditState,
   encodeObjectProof,
+  encodeStateDelta,
   judgeClock,
   openEnvelopeSync,
   stableReadBytes,
@@ -22,6 +24,7 @@ import {
   toHex,
   fromHex,
   type ClockInputs,
+  type DeltaMode,
   type Envelope,
   type ReplicaOptions,
   type Signed,
@@ -138,6 +141,9 @@ const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
 const SNAPSHOT_INTERVAL_MS = 60_000
 /** Bytes of served audit states kept encoded (see bootstrapSnapshot), oldest dropped first. */
 const SERVED_STATES_BYTES = 32 * 1024 * 1024
+
+/** How many bytes of recent commits (their envelopes' signed bytes) each space's change log keeps for catch-up deltas. */
+const CHANGE_LOG_BYTES = 2 * 1024 * 1024
 /**
  * Committed envelope bytes after which a snapshot is due even within
  * `snapshotEveryBatches` (a few large batches can carry a long history):
@@ -198,6 +204,8 @@ export class RelayNode {
   private readonly latestAttestation = new Map<string, LatestAttestation>()
   /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
   private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
+  /** Each space's recent commits as what they changed: what a client that is behind catches up from (stateDelta). */
+  private readonly changeLogs = new Map<string, ChangeLog>()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
@@ -419,7 +427,7 @@ export class RelayNode {
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.readerKeys, this.creating]) state.clear()
+    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.changeLogs, this.readerKeys, this.creating]) state.clear()
     this.changedSinceSnapshot.clear()
     this.pendingSince = null
     this.load()
@@ -744,6 +752,23 @@ export class RelayNode {
     const latest = replica && this.latestAttested(space)
     if (!replica || !latest) return undefined
     return { attestation: latest.attestation, proof: encodeObjectProof(replica.objectProof((b) => this.crypto.sha256(b), key)) }
+  }
+
+  /**
+   * What changed in a space from stable index `fromIndex` to the latest
+   * attested commit, each object as its ops or its state (BENDY: `mode`,
+   * adaptive by default), with this relay's attestation of that commit: a
+   * client that is behind applies it and believes it once the result
+   * hashes to that attestation's state hash and f+1 relays signed it.
+   * Undefined when this relay's change log does not reach back that far
+   * (then the client follows the commits instead).
+   */
+  stateDelta(space: string, fromIndex: number, mode?: DeltaMode): { attestation: Signed; delta: Uint8Array } | undefined {
+    const replica = this.replicas.get(space)
+    const latest = replica && this.latestAttested(space)
+    if (!replica || !latest || latest.index !== replica.stableIndex) return undefined
+    const delta = this.changeLogs.get(space)?.delta(replica, fromIndex, mode)
+    return delta && { attestation: latest.attestation, delta: encodeStateDelta(delta) }
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
@@ -1126,6 +1151,9 @@ export class RelayNode {
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
       this.changedSinceSnapshot.add(space)
+      let changeLog = this.changeLogs.get(space)
+      if (!changeLog) this.changeLogs.set(space, (changeLog = new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })))
+      changeLog.record(fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
       for (const d of result.decisions) {

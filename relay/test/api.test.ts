@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs'
 import { get } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ENVELOPE_REF_BYTES, auditStateHash, decodeObjectProof, objectProofHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex, welcomeBytes } from '@stead/core'
+import { ENVELOPE_REF_BYTES, ReliableReplica, auditStateHash, decodeStateDelta, decodeObjectProof, objectProofHash, authBytes, clockInit, decodeAttestation, decodeAuditState, decodeRelayMessage, encodeClientMessage, encodeEnvelope, freshHeadBytes, fromBase64Url, fromHex, openEnvelopeSync, sealEnvelope, stableReadBytes, toHex, welcomeBytes } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -304,5 +304,36 @@ describe('client API over TLS', () => {
     expect(decodeObjectProof(fromBase64Url(longest.proof)).key).toBe('€'.repeat(256))
     const long = await getJson(`/v1/spaces/p/objects/${'k'.repeat(257)}`)
     expect([long.status, (long.body as { error: string }).error]).toEqual([400, 'too-large'])
+  })
+
+  it('serves what changed since a stable index, as ops, as state or each the cheaper way, leading a replica there to the state hash it attested', async () => {
+    const key = fromHex(((await getJson('/v1/cluster')).body as { relays: Array<{ publicKey: string }> }).relays[0]!.publicKey)
+    const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: () => true }, [signed.bytes, signed.sig])
+    for (const mode of ['ops', 'state', 'adaptive']) {
+      const got = (await getJson(`/v1/spaces/p/delta?from=0&mode=${mode}`)).body as { attestation: string; sig: string; delta: string }
+      const bytes = fromBase64Url(got.attestation)
+      expect(await nodeCrypto.verify(key, bytes, fromHex(got.sig))).toBe(true)
+      const a = decodeAttestation(bytes)
+      const delta = decodeStateDelta(fromBase64Url(got.delta), open)
+      expect([delta.space, delta.fromIndex, delta.toIndex]).toEqual(['p', 0, a.toIndex])
+      expect(delta.objects.length).toBeGreaterThan(0)
+      if (mode !== 'adaptive') expect(delta.objects.every((o) => o.mode === mode)).toBe(true)
+      const replica = new ReliableReplica({ space: 'p' })
+      const verified = replica.verifyDelta((b) => nodeCrypto.sha256(b), delta, a.stateHash)
+      expect(verified).not.toHaveProperty('problem')
+      replica.applyDelta(verified as Exclude<typeof verified, { problem: string }>, a.round)
+      expect(toHex(replica.stableHash((b) => nodeCrypto.sha256(b)))).toBe(toHex(a.stateHash))
+    }
+    const now = decodeAttestation(fromBase64Url(((await getJson('/v1/spaces/p/snapshot')).body as { attestation: string }).attestation)).toIndex
+    expect(decodeStateDelta(fromBase64Url(((await getJson(`/v1/spaces/p/delta?from=${now}`)).body as { delta: string }).delta), open).objects).toEqual([])
+    for (const [path, status] of [
+      [`/v1/spaces/p/delta?from=${now + 1}`, 404],
+      ['/v1/spaces/nothing-yet/delta?from=0', 404],
+      ['/v1/spaces/p/delta', 400],
+      ['/v1/spaces/p/delta?from=-1', 400],
+      ['/v1/spaces/p/delta?from=0&mode=both', 400],
+    ] as const) {
+      expect([path, (await getJson(path)).status]).toEqual([path, status])
+    }
   })
 })

@@ -5,6 +5,7 @@ import {
   decodeAuditState,
   decodeDeclaration,
   decodeObjectProof,
+  decodeStateDelta,
   fromBase64Url,
   fromHex,
   objectProofHash,
@@ -13,6 +14,8 @@ import {
   type AuditState,
   type Crypto,
   type Envelope,
+  type ReliableReplica,
+  type VerifiedDelta,
 } from '@stead/core'
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { openTrusted } from './intake.ts'
@@ -96,6 +99,44 @@ export async function fetchVerifiedObject(r: BootstrapRequest, key: string, atLe
     return { value: { index: attestation.toIndex, value }, bytes: body.proof.length }
   })
   return found && { ...found.value, bytes: found.bytes }
+}
+
+/** A delta from the replica's stable index that leads to a state f+1 relays vouch for (see fetchVerifiedDelta). */
+export interface VerifiedCatchUp {
+  /** The attestation of the commit the delta ends at. */
+  readonly attestation: Attestation
+  /** The delta, checked against that attestation's state hash: `replica.applyDelta` installs it. */
+  readonly delta: VerifiedDelta
+  /** How many of its objects came as state rather than ops. */
+  readonly states: number
+  /** How many objects it changed. */
+  readonly objects: number
+  /** Bytes downloaded for it (the delta and the attestations), for reports. */
+  readonly bytes: number
+}
+
+/**
+ * Fetches what changed in the space since `replica`'s stable index, each
+ * object as its ops or its state as the relay's BENDY rule picked, and
+ * believes it only if applying it to the replica leads to the state hash
+ * of an attestation f+1 relays signed alike. Nothing is applied here; the
+ * replica must not move before `applyDelta`. Undefined when no relay could
+ * serve such a delta (they keep recent commits only): the client follows
+ * the commits instead.
+ */
+export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableReplica): Promise<VerifiedCatchUp | undefined> {
+  const fromIndex = replica.stableIndex
+  const found = await fetchAttested<{ delta: VerifiedDelta; states: number; objects: number }>(r, `delta?from=${fromIndex}`, 'a delta', (body, attestation) => {
+    if (typeof body.delta !== 'string') return { faulty: 'served a delta without its content' }
+    const delta = decodeStateDelta(fromBase64Url(body.delta), (signed) => openTrusted(r.crypto, signed), MAX_SERVED_BYTES)
+    if (delta.space !== r.space || delta.fromIndex !== fromIndex || delta.toIndex !== attestation.toIndex) {
+      return { faulty: `served a delta of ${delta.space} from ${delta.fromIndex} to ${delta.toIndex}, asked from ${fromIndex} under an attestation to ${attestation.toIndex}` }
+    }
+    const verified = replica.verifyDelta((b) => r.crypto.sha256(b), delta, attestation.stateHash)
+    if ('problem' in verified) return { faulty: `served a delta that proves nothing: ${verified.problem} (round ${attestation.round})` }
+    return { value: { delta: verified, states: delta.objects.filter((o) => o.mode === 'state').length, objects: delta.objects.length }, bytes: body.delta.length }
+  })
+  return found && { attestation: found.attestation, ...found.value, bytes: found.bytes }
 }
 
 /**

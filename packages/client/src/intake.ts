@@ -17,7 +17,7 @@ import {
   type RelayMessage,
   type Signed,
 } from '@stead/core'
-import type { VerifiedSnapshot } from './bootstrap.ts'
+import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from './errors.ts'
 import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
@@ -45,6 +45,12 @@ interface IntakeOptions {
   resubmitAfterMs: number
   /** A snapshot of the space that f+1 relays vouch for, from relays in this order of preference; undefined if there is none. */
   bootstrap: (relays: ReadonlyArray<{ relay: number | undefined; url: string }>) => Promise<VerifiedSnapshot | undefined>
+  /**
+   * What changed since the space's stable index, as a delta whose result
+   * f+1 relays vouch for (each object as ops or state, BENDY), from relays
+   * in this order of preference; undefined if none could serve one.
+   */
+  catchUp: (relays: ReadonlyArray<{ relay: number | undefined; url: string }>) => Promise<VerifiedCatchUp | undefined>
   /** Options of the space's replica (a snapshot starts a new one). */
   replicaOptions: { space: string; historyLimit?: number }
   /** The client's peers, when it syncs peer to peer: what peers send is passed on to the others. */
@@ -103,6 +109,13 @@ export class RelayIntake {
    * (`pruned`). Commits are followed once that settles.
    */
   private bootstrap: 'due' | 'running' | 'settled'
+  /**
+   * A space with a stable state that comes back to the relays (opened from
+   * storage, or after every session was lost) first catches up by delta:
+   * the objects that changed a lot come as their state, not as every
+   * commit it missed. Commits are followed from where that leaves it.
+   */
+  private catchUpDue: boolean
   /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
 
@@ -111,12 +124,14 @@ export class RelayIntake {
     this.o = o
     const { position } = o.space
     this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
+    this.catchUpDue = this.bootstrap === 'settled'
   }
 
   /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
     if (this.bootstrap === 'due' && !this.pruned) this.startBootstrap()
+    else if (this.bootstrap === 'settled' && this.catchUpDue) this.startCatchUp()
     if (this.bootstrap !== 'settled') return
     const preferred = this.byPreference().filter((l) => l.relay === link.relay || l.relay === this.source)[0]
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
@@ -131,29 +146,63 @@ export class RelayIntake {
    * disagree or do not answer) it replays from the start.
    */
   private startBootstrap(): void {
+    this.getAhead(
+      () => this.o.bootstrap(this.everyRelay()).then((snapshot) => (snapshot && !this.closed ? this.adopt(snapshot) : undefined)),
+      'a verified snapshot could not be adopted',
+      () => {
+        if (!this.pruned) return true
+        // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
+        this.bootstrap = 'due'
+        this.pruned.retryAt = this.o.now() + this.o.resubmitAfterMs
+        this.pruned.problem = `the relays keep commits of ${this.o.space.space} only from stable index ${this.pruned.from} on, and no snapshot f+1 relays vouch for could be had yet; retrying`
+        this.o.space.setProblem(this.pruned.problem)
+        return false
+      },
+    )
+  }
+
+  /** Catches up by a verified delta (see catchUpDue), then follows commits from where it leaves the space, or from where it was. */
+  private startCatchUp(): void {
+    this.catchUpDue = false
+    this.getAhead(() => this.o.catchUp(this.everyRelay()).then((found) => (found && !this.closed ? this.adoptDelta(found) : undefined)), 'a verified delta could not be applied', () => true)
+  }
+
+  /**
+   * Runs one way of getting ahead of the commits (a snapshot or a delta)
+   * while nothing is followed; then, if `follow` says so, follows commits
+   * from wherever the space now is.
+   */
+  private getAhead(step: () => Promise<void>, failure: string, follow: () => boolean): void {
     this.bootstrap = 'running'
-    // Every relay is asked (over HTTP), not only those whose session is up yet: the preferred ones first.
-    const known = this.byPreference()
-    const relays = [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.provenRelay, url: l.url }))
-    void this.o
-      .bootstrap(relays)
-      .then(
-        (snapshot) => (snapshot && !this.closed ? this.adopt(snapshot) : undefined),
-        (err: unknown) => this.o.space.emitError(err instanceof SteadError ? err : new SteadError('malformed', `a verified snapshot could not be adopted: ${String(err)}`)),
-      )
+    void step()
+      .catch((err: unknown) => this.o.space.emitError(err instanceof SteadError ? err : new SteadError('malformed', `${failure}: ${String(err)}`)))
       .finally(() => {
-        if (this.closed) return
-        if (this.pruned) {
-          // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
-          this.bootstrap = 'due'
-          this.pruned.retryAt = this.o.now() + this.o.resubmitAfterMs
-          this.pruned.problem = `the relays keep commits of ${this.o.space.space} only from stable index ${this.pruned.from} on, and no snapshot f+1 relays vouch for could be had yet; retrying`
-          this.o.space.setProblem(this.pruned.problem)
-          return
-        }
+        if (this.closed || !follow()) return
         this.bootstrap = 'settled'
         for (const link of this.byPreference()) this.ready(link)
       })
+  }
+
+  /** Applies a verified delta to the space's replica, keeps what is pending on top, and stores it. */
+  private async adoptDelta(found: VerifiedCatchUp): Promise<void> {
+    const { space, outbox, records } = this.o
+    const { attestation: a, delta } = found
+    if (space.position.stableIndex !== delta.fromIndex || delta.toIndex <= delta.fromIndex) return
+    // Only the commits say how this client's own envelopes fared (a safe update's outcome): if the
+    // delta would decide one of them, the commits are followed instead.
+    const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.[1] ?? 0) >= env.seq)
+    if (decidesOwn) return
+    space.replica.applyDelta(delta, a.round)
+    const position = { stableIndex: a.toIndex, lastRound: a.round }
+    space.adopt(space.replica, position)
+    this.quorum?.prune(position)
+    try {
+      await records.storage.write(records.checkpoint(space.replica.checkpoint(), position))
+      space.storageWorks()
+    } catch (err) {
+      space.storageFailed(err)
+    }
+    this.o.news.rebased()
   }
 
   /**
@@ -207,6 +256,8 @@ export class RelayIntake {
   tick(): void {
     if (this.pruned && this.bootstrap === 'due' && this.o.now() >= this.pruned.retryAt) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
+    // Every session lost: the space may come back far behind, so it catches up by delta first.
+    if (this.byPreference().length === 0 && this.o.space.position.stableIndex > 0) this.catchUpDue = true
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {
       const best = this.byPreference()[0]
@@ -219,6 +270,12 @@ export class RelayIntake {
     const next = links[(at + 1) % links.length]
     if (next && next.relay !== this.source) this.setSource(next)
     this.starvedSince = this.o.now()
+  }
+
+  /** Every relay not known faulty, to ask over HTTP (not only those whose session is up yet): the preferred ones first. */
+  private everyRelay(): Array<{ relay: number | undefined; url: string }> {
+    const known = this.byPreference()
+    return [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.provenRelay, url: l.url }))
   }
 
   /** Ready, trusted links in the space's order of preference. */

@@ -17,7 +17,7 @@ import {
   type Crypto,
   type RelayMessage,
 } from '@stead/core'
-import { fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedSnapshot } from './bootstrap.ts'
+import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
 import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
@@ -88,6 +88,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       outbox: this.outbox,
       proofs: this.proofs,
       bootstrap: (relays) => this.verifiedSnapshot(relays),
+      catchUp: (relays) => this.verifiedDelta(relays),
       subscribed: (link) => (o.peers ? this.announce(link, o.peers.addresses()) : undefined),
     })
   }
@@ -332,6 +333,12 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   private async verifiedSnapshot(relays: ReadonlyArray<{ relay: number | undefined; url: string }>): Promise<VerifiedSnapshot | undefined> {
     const request = await this.attestedReads(relays, BOOTSTRAP_TIMEOUT_MS)
     return request && fetchVerifiedSnapshot(request)
+  }
+
+  /** What changed in the space since its replica's stable index, as a delta f+1 relays vouch for (see fetchVerifiedDelta), asked of `relays` in turn. */
+  private async verifiedDelta(relays: ReadonlyArray<{ relay: number | undefined; url: string }>): Promise<VerifiedCatchUp | undefined> {
+    const request = await this.attestedReads(relays, BOOTSTRAP_TIMEOUT_MS)
+    return request && fetchVerifiedDelta(request, this.o.space.replica)
   }
 
   /** A read of what relays serve with their attestation, asked of `relays` in turn (undefined without fetch()). */

@@ -1415,6 +1415,76 @@ describe('starting from a verified snapshot', () => {
     expect(back.status.problem).toBeUndefined()
   })
 
+  /**
+   * A client stored at the writer's state (a counter and a set of 20 long elements), closed while
+   * the writer adds `hot` increments to the counter and one element to the set.
+   */
+  async function awayWhile(hot: number): Promise<{ c: FakeCluster; writer: Space; dir: string; at: number }> {
+    const { c, writer } = await history(3)
+    const stop = c.autoCommit(2)
+    for (let i = 0; i < 20; i++) await writer.set('cold').add(`element ${i} of a set whose state outweighs one op`, { safe: true })
+    const dir = mkdtempSync(join(tmpdir(), 'stead-client-'))
+    const away = await client(c, { storage: lmdbStorage(dir) })
+    await until('caught up', () => away.counter('acct').stable === 3 && away.set('cold').stable.length === 20)
+    await shutdown(away)
+    const at = c.log.length
+    for (let i = 0; i < hot; i++) await writer.counter('acct').increment(1, { safe: true })
+    await writer.set('cold').add('one more', { safe: true })
+    stop()
+    for (const r of c.relays) r.commitsSent = 0
+    c.snapshotRequests.length = 0
+    return { c, writer, dir, at: c.log[at]!.fromIndex }
+  }
+
+  it('a client back after a while catches up by a delta f+1 relays vouch for (the hot counter as its state, the cold one as ops), not commit by commit', async () => {
+    const { c, writer, dir, at } = await awayWhile(20)
+    const delta = c.delta(at)!.delta
+    // BENDY's rule on what the relay serves: 20 ops outweigh the counter's state; one op does not.
+    expect(delta.objects.map((o) => [o.key, o.mode])).toEqual([
+      ['acct', 'state'],
+      ['cold', 'ops'],
+    ])
+    const back = await client(c, { storage: lmdbStorage(dir) })
+    await until('back at the stable state', () => back.counter('acct').stable === 23 && back.set('cold').stable.length === 21)
+    expect(c.snapshotRequests.filter((q) => q.path.endsWith('/delta'))).toHaveLength(1)
+    expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBe(0)
+    expect(back.status.problem).toBeUndefined()
+    // It follows the commits after the delta, and its own updates decide as usual.
+    const mine = back.counter('acct').increment(2, { safe: true })
+    await commitUntil(c, 'decided', () => back.counter('acct').stable === 25 && writer.counter('acct').stable === 25)
+    expect(await mine).toMatchObject({ status: 'committed' })
+  })
+
+  it('refuses a relay that serves a delta leading elsewhere, reports it, and catches up from a true one', async () => {
+    const { c, dir } = await awayWhile(12)
+    const liar = c.relays[home(c)] as FakeRelay
+    liar.misbehaviour = 'wrong-delta'
+    const back = await client(c, { storage: lmdbStorage(dir) })
+    await until('liar reported', () => back.status.relays[liar.index]?.faulty !== undefined)
+    expect(back.status.relays[liar.index]?.faulty).toMatch(/delta that proves nothing/)
+    await until('back at the true state', () => back.counter('acct').stable === 15 && back.set('cold').stable.length === 21)
+    expect(back.counter('acct').value).toBe(15)
+    expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBe(0)
+  })
+
+  it('follows the commits instead of a delta that would decide its own envelope (only commits say how a safe update fared)', async () => {
+    const { c, writer } = await history(3)
+    const dir = mkdtempSync(join(tmpdir(), 'stead-client-'))
+    const away = await client(c, { storage: lmdbStorage(dir) })
+    await until('caught up', () => away.counter('acct').stable === 3)
+    void away.counter('acct').decrement(3, { safe: true }).catch(() => undefined)
+    await until('queued at the relays', () => c.queuedCount === 1)
+    await shutdown(away)
+    const stop = c.autoCommit(2)
+    for (let i = 0; i < 5; i++) await writer.counter('acct').increment(1, { safe: true })
+    stop()
+    for (const r of c.relays) r.commitsSent = 0
+    const back = await client(c, { storage: lmdbStorage(dir) })
+    await until('back at the stable state', () => back.counter('acct').stable === 5 && back.status.pending === 0)
+    expect(c.snapshotRequests.some((q) => q.path.endsWith('/delta'))).toBe(true)
+    expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBeGreaterThan(0)
+  })
+
   for (const mode of ['forge-snapshot', 'mismatched-snapshot'] as const) {
     it(`refuses a relay that serves a forged snapshot (${mode}), reports it, and starts from a true one`, async () => {
       const { c } = await history(12)

@@ -1,9 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
 import { nodeCrypto } from '@stead/core/node'
-import { fetchVerifiedObject } from '../src/bootstrap.ts'
+import { fetchVerifiedDelta, fetchVerifiedObject } from '../src/bootstrap.ts'
 import { fetchCluster } from '../src/cluster.ts'
-import { createClient, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ReliableReplica } from '@stead/core'
+import { createClient, lmdbStorage, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
 
 /**
  * The SDK against four real relay processes of which one lies to its
@@ -56,6 +60,7 @@ async function exercise(open: (space: string) => Promise<Space>, space: string):
 function liarCluster(n: number, order: readonly number[]) {
   let cluster: TestCluster
   const owners: SteadClient[] = []
+  const spaces = new Map<Space, SteadClient>()
   beforeAll(async () => {
     cluster = await TestCluster.create(n, { openSpaces: true })
     await cluster.startAll()
@@ -65,10 +70,18 @@ function liarCluster(n: number, order: readonly number[]) {
     await cluster?.stopAll()
   })
   return {
-    open: async (space: string): Promise<Space> => {
-      const client = await createClient({ relays: order.map((i) => `ws://${cluster.relays[i]!.api}`), storage: memoryStorage() })
+    open: async (space: string, storage = memoryStorage()): Promise<Space> => {
+      const client = await createClient({ relays: order.map((i) => `ws://${cluster.relays[i]!.api}`), storage })
       owners.push(client)
-      return client.space(space)
+      const opened = await client.space(space)
+      spaces.set(opened, client)
+      return opened
+    },
+    /** Closes the client a space of `open` belongs to, as an app shutting down does. */
+    closeOwner: async (space: Space): Promise<void> => {
+      const client = spaces.get(space) as SteadClient
+      owners.splice(owners.indexOf(client), 1)
+      await client.close()
     },
     urls: (): string[] => order.map((i) => `http://${cluster.relays[i]!.api}`),
     lie: async (i: number, modes: string): Promise<void> => {
@@ -80,7 +93,7 @@ function liarCluster(n: number, order: readonly number[]) {
 }
 
 describe('clients against a relay that lies to them', () => {
-  const { open, lie, urls } = liarCluster(4, [LIAR, 0, 1, 2])
+  const { open, lie, urls, closeOwner } = liarCluster(4, [LIAR, 0, 1, 2])
 
   it('wrong-object: a proven object read refuses the state the liar serves (its path does not lead to the attested hash) and takes a true one', async () => {
     await lie(LIAR, 'wrong-object')
@@ -103,6 +116,33 @@ describe('clients against a relay that lies to them', () => {
     // Nobody at or past an index no relay reached: nothing proven, nobody blamed.
     expect(await read('n', 1_000_000)).toBeUndefined()
     expect(blamed).toHaveLength(1)
+  }, 120_000)
+
+  it('wrong-delta: a delta whose result does not lead to the attested hash is refused and its relay reported; a client back after a while catches up from a true one', async () => {
+    await lie(LIAR, 'wrong-delta')
+    const writer = await open('liar-delta')
+    await until('online', () => (writer.status.online ? true : undefined), 30_000)
+    const n = writer.counter('n')
+    await n.increment(1, { safe: true })
+    const dir = mkdtempSync(join(tmpdir(), 'stead-liar-delta-'))
+    const away = await open('liar-delta', lmdbStorage(dir))
+    await until('the other client caught up', () => (away.counter('n').stable === 1 ? true : undefined), 30_000)
+    await closeOwner(away)
+    for (let i = 0; i < 8; i++) await n.increment(2, { safe: true })
+    await writer.set('s').add('x', { safe: true })
+    const blamed: Array<[string, string]> = []
+    const relays = urls()
+    const cluster = await fetchCluster(relays, fetch)
+    const replica = new ReliableReplica({ space: 'liar-delta' })
+    const found = await fetchVerifiedDelta({ space: 'liar-delta', cluster, crypto: nodeCrypto, fetch, headers: {}, relays: relays.map((url, i) => ({ relay: [LIAR, 0, 1, 2][i], url })), timeoutMs: 10_000, faulty: (url, why) => blamed.push([url, why]) }, replica)
+    expect(found).toBeDefined()
+    replica.applyDelta(found!.delta, found!.attestation.round)
+    expect(replica.stableValue('n')).toBe(17)
+    expect(blamed).toEqual([[relays[0], expect.stringMatching(/delta that proves nothing/)]])
+    // The SDK the same way: back from storage, it ends at the true state whichever relay it asked first.
+    const back = await open('liar-delta', lmdbStorage(dir))
+    await until('back at the true state', () => (back.counter('n').stable === 17 && back.set('s').stable.length === 1 ? true : undefined), 30_000)
+    expect(back.counter('n').value).toBe(17)
   }, 120_000)
 
   for (const { mode, exposed } of MODES) {

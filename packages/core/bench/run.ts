@@ -47,6 +47,7 @@ import {
   type RegisterOp,
 } from '../src/index.ts'
 import { nodeCrypto } from '../src/node.ts'
+import { rng } from './rng.ts'
 
 // ---------------------------------------------------------------- options
 
@@ -208,17 +209,7 @@ const atLeast = (perSec: number): Target => ({
 
 // ---------------------------------------------------------------- fixtures
 
-// Deterministic pseudo-randomness (mulberry32) so runs compare like with like.
-function rng(seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
+// Deterministic pseudo-randomness so runs compare like with like.
 const rand = rng(0x5eed)
 const randInt = (lo: number, hi: number): number => lo + Math.floor(rand() * (hi - lo + 1))
 

@@ -12,14 +12,16 @@ import {
   type Declaration,
   type OpContext,
   restoreCrdt,
+  validateOp,
 } from './crdt/index.ts'
 import type { Signed } from './codec.ts'
 import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
-import { toHex } from './bytes.ts'
+import { bytesEqual, toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import { MerkleIndex } from './merkle.ts'
-import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditState, type ObjectProof, type RecentRecord } from './state.ts'
+import type { StateDelta } from './delta.ts'
+import { authorDigest, authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -175,6 +177,20 @@ export interface HistoryEntry {
 interface Obj {
   decl: Declaration
   crdt: AnyCrdt
+}
+
+/** A delta `ReliableReplica.verifyDelta` found to lead to the attested state: what `applyDelta` installs. */
+export interface VerifiedDelta {
+  /** The stable index it starts from. */
+  readonly fromIndex: number
+  /** The stable index it reaches. */
+  readonly toIndex: number
+  /** @internal The changed objects as they stand at toIndex. */
+  readonly objects: ReadonlyMap<string, { decl: Declaration; crdt: AnyCrdt }>
+  /** @internal The changed authors' records at toIndex. */
+  readonly authors: ReadonlyMap<string, AuditAuthor>
+  /** @internal The parked envelopes at toIndex. */
+  readonly waiting: ReadonlyArray<ParkedEnvelope<Envelope>>
 }
 
 interface Pending {
@@ -461,21 +477,159 @@ export class ReliableReplica {
     }
   }
 
+  /** `key`'s stable entry as audit states carry it ([key, encoded declaration, snapshot]); undefined for an object with no stable state. */
+  stableObject(key: string): AuditObject | undefined {
+    return this.stableObjects.has(key) ? this.auditObject(key) : undefined
+  }
+
+  /** An author's record as audit states carry it; undefined for an author with nothing committed. */
+  authorRecord(id: string): AuditAuthor | undefined {
+    return this.authors.has(id) ? this.auditAuthor(id) : undefined
+  }
+
+  /** The envelopes parked behind a sequence gap, as audit states carry them (by author and seq). */
+  parkedEnvelopes(): Array<ParkedEnvelope<Envelope>> {
+    return this.parked()
+  }
+
+  /**
+   * Checks a delta from this replica's stable index (see `ChangeLog.delta`)
+   * against `stateHash`, which f+1 relays attested for its end: builds the
+   * changed objects (from their state, or the stable ones with the ops
+   * applied as the audit did) and hashes the state they make, without
+   * changing anything. A problem means the relay that served the delta
+   * lied; otherwise `applyDelta` installs it.
+   */
+  verifyDelta(sha256: (bytes: Uint8Array) => Uint8Array, delta: StateDelta<Envelope>, stateHash: Uint8Array): VerifiedDelta | ProofProblem {
+    if (delta.space !== this.space) return { problem: `a delta of space ${delta.space}, not ${this.space}` }
+    if (delta.fromIndex !== this.index) return { problem: `a delta from stable index ${delta.fromIndex}, not ${this.index}` }
+    const objects = new Map<string, Obj>()
+    for (const o of delta.objects) {
+      try {
+        objects.set(o.key, this.deltaObject(o))
+      } catch (err) {
+        return { problem: `object ${o.key}: ${(err as Error).message}` }
+      }
+    }
+    const authors = new Map<string, AuditAuthor>(delta.authors.map((a) => [a[0], a]))
+    const touch = (): void => {
+      for (const key of objects.keys()) this.objectLeaves.touch(key)
+      for (const id of authors.keys()) this.authorLeaves.touch(id)
+    }
+    touch()
+    const objectsRoot = this.objectLeaves.rootOf(sha256, (key) => {
+      const o = objects.get(key)
+      if (o) return objectDigest(sha256, [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
+      return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
+    })
+    const authorsRoot = this.authorLeaves.rootOf(sha256, (id) => {
+      const a = authors.get(id)
+      return a ? authorDigest(sha256, a) : this.authorLeaf(sha256, id)
+    })
+    const hash = stateHashOf(sha256, this.space, delta.toIndex, authorsRoot, objectsRoot, parkedDigest(sha256, delta.waiting))
+    // The trees go back to what this replica holds (the same keys, rehashed when next asked).
+    touch()
+    if (!bytesEqual(hash, stateHash)) return { problem: `the delta to stable index ${delta.toIndex} does not lead to the attested state hash` }
+    return { fromIndex: delta.fromIndex, toIndex: delta.toIndex, objects, authors, waiting: delta.waiting }
+  }
+
+  /**
+   * Installs a delta `verifyDelta` accepted (the replica must not have
+   * moved since): the stable state jumps to its end, the commit position
+   * to `round`. Pending envelopes the delta decided leave the pending set
+   * and are returned (whether their units committed is only in the commits
+   * skipped); the rest stay on top of the new stable state. In-memory
+   * histories start over from there, as for a replica started from an
+   * audit state.
+   *
+   * @returns The pending envelopes the delta decided.
+   */
+  applyDelta(delta: VerifiedDelta, round: number): Envelope[] {
+    if (delta.fromIndex !== this.index) throw new Error(`a delta from stable index ${delta.fromIndex} cannot apply at ${this.index}`)
+    const changed = new Set<string>(delta.objects.keys())
+    for (const [key, o] of delta.objects) {
+      this.stableObjects.set(key, o)
+      this.objectLeaves.touch(key)
+    }
+    for (const [id, a] of delta.authors) {
+      for (const r of this.authors.get(id)?.recent.values() ?? []) this.recentIds.delete(r.idHex)
+      this.restoreAuthor(id, a[1], a[2].map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
+      this.authorLeaves.touch(id)
+    }
+    this.waiting.clear()
+    for (const { env, since } of delta.waiting) {
+      let queue = this.waiting.get(env.authorId)
+      if (!queue) this.waiting.set(env.authorId, (queue = new Map()))
+      queue.set(env.seq, { env, since })
+    }
+    this.index = delta.toIndex
+    this.commits = Math.max(this.commits, round)
+    this.histories.clear()
+    this.historyFrom = delta.toIndex
+    const decided: Envelope[] = []
+    if (!this.auditOnly) {
+      this.newPendingEpoch()
+      for (const p of [...this.pending.values()]) {
+        if (!this.decided(p.env)) continue
+        decided.push(p.env)
+        for (const key of p.keys) changed.add(key)
+        this.forgetPending(p)
+      }
+      for (const key of changed) this.rebuildProspective(key)
+    }
+    return decided
+  }
+
+  /** An object of a delta as it stands at the delta's end: its state, or the stable one with the delta's ops applied as the audit did. */
+  private deltaObject(o: StateDelta['objects'][number]): Obj {
+    const decl = decodeDeclaration(o.decl)
+    if (o.mode === 'state') return { decl, crdt: restoreCrdt(decl, o.snapshot) }
+    const base = this.stableObjects.get(o.key)
+    if (base && !sameDeclaration(base.decl, decl)) throw new Error(`declared ${describeDeclaration(decl)}, but it is ${describeDeclaration(base.decl)}`)
+    const crdt = base ? base.crdt.clone() : createCrdt(decl)
+    for (const [author, tag, op] of o.ops) {
+      const problem = validateOp(decl, op)
+      if (problem) throw new Error(problem)
+      const result = asGeneric(crdt).tryApply(op, { replica: author, tag })
+      if (!result.ok) throw new Error(`an op the delta says committed does not apply: ${result.detail}`)
+    }
+    return { decl, crdt }
+  }
+
+  /** The prospective object of `key` anew: the stable one with every pending op on it that still applies. */
+  private rebuildProspective(key: string): void {
+    const stable = this.stableObjects.get(key)
+    if (stable) this.prospectiveObjects.set(key, { decl: stable.decl, crdt: stable.crdt.clone() })
+    else this.prospectiveObjects.delete(key)
+    for (const idHex of this.pendingKeys.get(key) ?? []) {
+      const p = this.pending.get(idHex) as Pending
+      for (const unit of envelopeUnits(p.env)) {
+        for (const item of itemsOf(unit)) {
+          if (item.key !== key) continue
+          p.applied.delete(item.tag)
+          if (this.applyProspective(key, item.decl, item.op, { replica: p.env.authorId, tag: item.tag })) p.applied.add(item.tag)
+        }
+      }
+    }
+  }
+
   private objectsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
     return this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
   }
 
   private authorsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
-    return this.authorLeaves.rootOf(sha256, (id) => {
-      const a = this.authors.get(id)
-      if (!a) return undefined
-      return authorLeafOf(
-        sha256,
-        id,
-        a.seq,
-        bySeq(a).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record)))),
-      )
-    })
+    return this.authorLeaves.rootOf(sha256, (id) => this.authorLeaf(sha256, id))
+  }
+
+  private authorLeaf(sha256: (bytes: Uint8Array) => Uint8Array, id: string): Uint8Array | undefined {
+    const a = this.authors.get(id)
+    if (!a) return undefined
+    return authorLeafOf(
+      sha256,
+      id,
+      a.seq,
+      bySeq(a).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record)))),
+    )
   }
 
   /** Envelopes parked behind a gap, by author and seq. */
@@ -893,22 +1047,28 @@ export class ReliableReplica {
     }
     if (p) {
       this.newPendingEpoch()
-      this.pending.delete(env.idHex)
-      const slot = slotOf(env)
-      const ids = this.slots.get(slot)
-      ids?.delete(env.idHex)
-      if (ids?.size === 0) this.slots.delete(slot)
-      for (const key of p.keys) {
-        const ids = this.pendingKeys.get(key)
-        ids?.delete(env.idHex)
-        if (!ids || ids.size === 0) {
-          this.pendingKeys.delete(key)
-          // Nothing pending and nothing stable: the object never existed.
-          if (!this.stableObjects.has(key)) this.prospectiveObjects.delete(key)
-        }
-      }
+      this.forgetPending(p)
     }
     for (const key of changed) this.alignDeclaration(key)
+  }
+
+  /** Takes an envelope out of the pending set and its indexes. */
+  private forgetPending(p: Pending): void {
+    const { env } = p
+    this.pending.delete(env.idHex)
+    const slot = slotOf(env)
+    const ids = this.slots.get(slot)
+    ids?.delete(env.idHex)
+    if (ids?.size === 0) this.slots.delete(slot)
+    for (const key of p.keys) {
+      const ids = this.pendingKeys.get(key)
+      ids?.delete(env.idHex)
+      if (!ids || ids.size === 0) {
+        this.pendingKeys.delete(key)
+        // Nothing pending and nothing stable: the object never existed.
+        if (!this.stableObjects.has(key)) this.prospectiveObjects.delete(key)
+      }
+    }
   }
 
   private applyStable(env: Envelope, item: Item): ApplyResult {

@@ -293,18 +293,8 @@ export function encodeAuditState(s: AuditState): Uint8Array {
 export function decodeAuditState<E extends WaitingEnvelope>(bytes: Uint8Array, open: (signed: Signed) => E, maxBytes = 1024 * 1024 * 1024): AuditState<E> {
   const v = expect.array(decode(bytes, maxBytes), 'snapshot', 6)
   if (v.length !== 6 || v[0] !== SNAPSHOT_TAG) throw new SteadError('malformed', `not a ${SNAPSHOT_TAG}`)
-  const authors = expect.array(v[3], 'snapshot.authors', 10_000_000).map((a, i): AuditAuthor => {
-    const t = expect.array(a, `authors[${i}]`, 3)
-    const recent = expect.array(t[2], `authors[${i}].recent`, 100_000).map((r, j) => {
-      const e = decodeRecent(r, `authors[${i}].recent[${j}]`)
-      return encodeRecent(e.seq, e.idHex, e.record)
-    })
-    return [expect.string(t[0], `authors[${i}].id`, 256, 1), expect.uint(t[1], `authors[${i}].seq`), recent]
-  })
-  const waiting = expect.array(v[4], 'snapshot.waiting', 10_000_000).map((w, i) => {
-    const t = expect.array(w, `waiting[${i}]`, 3)
-    return { env: open({ bytes: expect.bytes(t[0], `waiting[${i}].bytes`), sig: expect.bytes(t[1], `waiting[${i}].sig`) }), since: expect.uint(t[2], `waiting[${i}].since`) }
-  })
+  const authors = decodeAuthors(v[3], 'snapshot.authors')
+  const waiting = decodeParked(v[4], 'snapshot.waiting', open)
   const objects = expect.array(v[5], 'snapshot.objects', 100_000_000).map((o, i): AuditObject => {
     const t = expect.array(o, `objects[${i}]`, 3)
     if (t.length !== 3) throw new SteadError('malformed', `objects[${i}] is [key, declaration, snapshot]`)
@@ -312,12 +302,44 @@ export function decodeAuditState<E extends WaitingEnvelope>(bytes: Uint8Array, o
   })
   // Sorted and distinct, as replicas write them: the hash's trees are sets, so a repeated or
   // misplaced entry would hash alike and yet restore differently.
-  strictlyAscending(authors.map((a) => a[0]), 'snapshot.authors')
   strictlyAscending(objects.map((o) => o[0]), 'snapshot.objects')
   return { space: expect.string(v[1], 'snapshot.space', DEFAULT_LIMITS.maxSpaceChars, 1), index: expect.uint(v[2], 'snapshot.index'), authors, waiting, objects }
 }
 
-function strictlyAscending(keys: readonly string[], field: string): void {
+/**
+ * Reads authors' records in their wire form (audit states, deltas), sorted
+ * by id without repeats.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeAuthors(v: unknown, field: string): AuditAuthor[] {
+  const authors = expect.array(v, field, 10_000_000).map((a, i): AuditAuthor => {
+    const t = expect.array(a, `authors[${i}]`, 3)
+    const recent = expect.array(t[2], `authors[${i}].recent`, 100_000).map((r, j) => {
+      const e = decodeRecent(r, `authors[${i}].recent[${j}]`)
+      return encodeRecent(e.seq, e.idHex, e.record)
+    })
+    return [expect.string(t[0], `authors[${i}].id`, 256, 1), expect.uint(t[1], `authors[${i}].seq`), recent]
+  })
+  strictlyAscending(authors.map((a) => a[0]), field)
+  return authors
+}
+
+/**
+ * Reads parked envelopes in their wire form ([signed bytes, signature,
+ * since]); `open` turns the signed bytes into the envelope.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeParked<E extends WaitingEnvelope>(v: unknown, field: string, open: (signed: Signed) => E): Array<ParkedEnvelope<E>> {
+  return expect.array(v, field, 10_000_000).map((w, i) => {
+    const t = expect.array(w, `waiting[${i}]`, 3)
+    return { env: open({ bytes: expect.bytes(t[0], `waiting[${i}].bytes`), sig: expect.bytes(t[1], `waiting[${i}].sig`) }), since: expect.uint(t[2], `waiting[${i}].since`) }
+  })
+}
+
+/** Throws unless `keys` are sorted and distinct (the hash's trees are sets: a repeat would hash alike and apply twice). */
+export function strictlyAscending(keys: readonly string[], field: string): void {
   for (let i = 1; i < keys.length; i++) {
     if (compareKeys(keys[i - 1] as string, keys[i] as string) >= 0) throw new SteadError('malformed', `${field} must be sorted by key without repeats (at ${i})`)
   }

@@ -9,6 +9,7 @@ import { ReliableReplica, type Decision } from '../src/replica.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { auditStateHash, decodeAuditState, decodeObjectProof, encodeAuditState, encodeObjectProof, objectProofHash } from '../src/state.ts'
 import { SteadError } from '../src/errors.ts'
+import { ChangeLog, decodeStateDelta, encodeStateDelta } from '../src/delta.ts'
 
 const crypto = nodeCrypto
 const SPACE = 'test'
@@ -547,5 +548,112 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
     // The hash alone cannot tell: a reordered list hashes alike, and one with a repeat is refused outright.
     expect(auditStateHash(sha, { ...s, authors: [...s.authors].reverse() })).toEqual(r.stableHash(sha))
     expect(() => auditStateHash(sha, { ...s, authors: [forged, ...s.authors] })).toThrow(/appears twice/)
+  })
+})
+
+describe('reliable replica: catching up by state delta (BENDY: an object as its ops or its state)', () => {
+  const sha = (b: Uint8Array) => nodeCrypto.sha256(b)
+  const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: sha, verify: () => true }, [signed.bytes, signed.sig])
+  const modes = ['ops', 'state', 'adaptive'] as const
+
+  it('a replica behind applies the delta in every mode and then holds, hashes and audits exactly what the relay does', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 14 }), fc.array(fc.nat(), { minLength: 24, maxLength: 24 }), fc.nat(), fc.nat(), async (steps, noise, cut, hot) => {
+        const envs = await envelopesFor(steps)
+        const repeats = envs.filter((_, i) => noise[(i + 7) % noise.length]! % 4 === 0)
+        const order = [...envs, ...repeats].map((e, i) => ({ e, k: noise[i % noise.length]! + i / 1000 })).sort((a, b) => a.k - b.k).map((x) => x.e)
+        const batches: Envelope[][] = []
+        for (let i = 0; i < order.length; i += 2) batches.push(order.slice(i, i + 2))
+        batches.push([], [], [])
+        const at = cut % batches.length
+        // The relay: an audit-only replica whose change log sees every commit. hotObjects 0..2 so that
+        // adaptive mixes ops and state; periodOps small so periods turn over.
+        const relay = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+        const log = new ChangeLog({ hotObjects: hot % 3, periodOps: 3 })
+        const behind = modes.map(() => new ReliableReplica({ space: SPACE, gapWaitCommits: 4 }))
+        batches.forEach((b, i) => {
+          const from = relay.stableIndex
+          log.record(from, relay.commit(b, (i + 1) * 2))
+          if (i < at) for (const r of behind) r.commit(b, (i + 1) * 2)
+        })
+        // Envelopes the followers hold undecided: some get decided inside the delta.
+        for (const r of behind) for (const e of order) r.receive(e, { expires: true })
+        const round = batches.length * 2
+        modes.forEach((mode, m) => {
+          const r = behind[m]!
+          const delta = log.delta(relay, r.stableIndex, mode)!
+          expect(delta).toBeDefined()
+          const wire = decodeStateDelta(encodeStateDelta(delta), open)
+          if (mode !== 'adaptive') expect(wire.objects.every((o) => o.mode === mode)).toBe(true)
+          const verified = r.verifyDelta(sha, wire, relay.stableHash(sha))
+          if ('problem' in verified) throw new Error(verified.problem)
+          const decided = r.applyDelta(verified, round)
+          expect(r.stableIndex).toBe(relay.stableIndex)
+          expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
+          expect(r.stableHash(sha)).toEqual(auditStateHash(sha, r.auditState()))
+          // Canonical snapshots (a set's value() lists elements in the order this replica saw them).
+          for (const key of relay.keys()) expect(r.stableObject(key)).toEqual(relay.stableObject(key))
+          // Every envelope the relay committed or dropped left the pending set; the rest stayed.
+          for (const e of decided) expect(r.isPending(e.idHex)).toBe(false)
+          expect(r.pendingEnvelopes().every((e) => !r.decided(e))).toBe(true)
+          // Once everything is decided, prospective equals stable (G5).
+          for (const key of r.keys()) if (r.pendingTouching(key).length === 0) expect(r.value(key)).toEqual(r.stableValue(key))
+        })
+        // And it audits later commits exactly like the relay.
+        const more = await envelopesFor(steps.map((s) => ({ ...s, user: 3 })))
+        const x = relay.commit(more, round + 2)
+        for (const r of behind) {
+          const y = r.commit(more, round + 2)
+          expect(y.decisions.map((d) => [d.kind, d.env.seq])).toEqual(x.decisions.map((d) => [d.kind, d.env.seq]))
+          expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
+        }
+      }),
+      { numRuns: 100 },
+    )
+  })
+
+  it('refuses a delta that leads elsewhere and changes nothing: a dropped op, a wrong state, a missing author, a changed end', async () => {
+    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const log = new ChangeLog()
+    const r = new ReliableReplica({ space: SPACE })
+    const first = [await seal(0, 1, { updates: [inc('c', 2)] })]
+    for (const x of [relay, r]) x.commit(first, 1)
+    const later = [await seal(0, 2, { updates: [inc('c', 3)] }), await seal(1, 1, { updates: [inc('d', 1)] }), await seal(1, 2, { updates: [inc('c', 4)] })]
+    log.record(1, relay.commit(later, 2))
+    const hash = relay.stableHash(sha)
+    const before = r.stableHash(sha)
+    const ops = log.delta(relay, 1, 'ops')!
+    const state = log.delta(relay, 1, 'state')!
+    const c = ops.objects.find((o) => o.key === 'c')!
+    if (c.mode !== 'ops') throw new Error('ops mode')
+    const wrong = [
+      { ...ops, objects: ops.objects.map((o) => (o.key === 'c' ? { ...c, ops: c.ops.slice(1) } : o)) },
+      { ...state, objects: state.objects.map((o) => (o.key === 'c' && o.mode === 'state' ? { ...o, snapshot: createCrdt(counter).snapshot() } : o)) },
+      { ...ops, authors: ops.authors.slice(1) },
+      { ...ops, toIndex: ops.toIndex + 1 },
+      { ...ops, objects: ops.objects.filter((o) => o.key !== 'd') },
+      { ...ops, objects: ops.objects.map((o) => (o.key === 'c' ? { ...c, ops: [...c.ops, c.ops[0]!] } : o)) },
+    ]
+    for (const d of wrong) {
+      expect(r.verifyDelta(sha, d, hash)).toHaveProperty('problem')
+      expect(r.stableHash(sha)).toEqual(before)
+    }
+    // A delta that does not start where the replica is proves nothing either.
+    expect(r.verifyDelta(sha, { ...ops, fromIndex: 0 }, hash)).toHaveProperty('problem')
+    const ok = r.verifyDelta(sha, ops, hash)
+    if ('problem' in ok) throw new Error(ok.problem)
+    r.applyDelta(ok, 2)
+    expect(r.stableHash(sha)).toEqual(hash)
+    expect(r.stableValue('c')).toBe(9)
+    // The log cannot serve from before what it kept, nor from inside a commit.
+    expect(log.delta(relay, 0)).toBeUndefined()
+    expect(log.delta(relay, 2)).toBeUndefined()
+    expect(log.delta(relay, relay.stableIndex)!.objects).toEqual([])
+  })
+
+  it('malformed delta bytes get typed errors', () => {
+    for (const bad of [encode(['stead/delta/v0']), encode(['stead/delta/v1', SPACE, 3, 2, [], [], []]), encode(['stead/delta/v1', SPACE, 0, 1, [], [], [['b', 0, 0, []], ['a', 0, 0, []]]]), encode(['stead/delta/v1', SPACE, 0, 1, [], [], [['a', 0, 2, []]]])]) {
+      expect(() => decodeStateDelta(bad, open)).toThrow(SteadError)
+    }
   })
 })

@@ -1,8 +1,12 @@
 import {
   welcomeBytes,
   ENVELOPE_REF_BYTES,
+  ChangeLog,
   ReliableReplica,
   SteadError,
+  createCrdt,
+  decodeDeclaration,
+  encodeStateDelta,
   asSigned,
   attestedDecision,
   authorIdOf,
@@ -42,6 +46,8 @@ export class FakeCluster {
   readonly keys: Array<{ secretKey: Uint8Array; publicKey: Uint8Array }>
   readonly relays: FakeRelay[]
   private readonly audit: ReliableReplica
+  /** What each commit changed, for catch-up deltas; every commit is hot enough to weigh (BENDY's top-k holds them all here). */
+  private readonly changes = new ChangeLog({ hotObjects: 1024 })
   private queue: Array<{ frame: Uint8Array; env: Envelope }> = []
   private queued = new Set<string>()
   private round = 0
@@ -148,6 +154,7 @@ export class FakeCluster {
       batch.map((q) => q.env),
       this.round,
     )
+    this.changes.record(fromIndex, result)
     const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))
     if (decisions.length === 0 && batch.length === 0) return
     const attestation = {
@@ -208,6 +215,13 @@ export class FakeCluster {
   /** Snapshot and attestation requests the relays answered, in order (path and relay). */
   readonly snapshotRequests: Array<{ relay: number; path: string }> = []
 
+  /** What changed from stable index `from` to the latest attested commit (see ChangeLog.delta), and that commit's attestation bytes. */
+  delta(from: number, mode?: 'ops' | 'state' | 'adaptive'): { bytes: Uint8Array; delta: NonNullable<ReturnType<ChangeLog['delta']>> } | undefined {
+    const last = this.log[this.log.length - 1]
+    const delta = last && this.changes.delta(this.audit, from, mode)
+    return last && delta && { bytes: last.bytes, delta }
+  }
+
   /** `key`'s state with its proof against the latest attested commit (see latestSnapshot), and that commit's attestation bytes. */
   objectProof(key: string): { bytes: Uint8Array; proof: ReturnType<ReliableReplica['objectProof']> } | undefined {
     const last = this.log[this.log.length - 1]
@@ -219,7 +233,7 @@ export class FakeCluster {
   }
 }
 
-export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot' | 'wrong-object' | 'rechallenge'
+export type Misbehaviour = 'none' | 'impostor' | 'lie' | 'silent' | 'censor' | 'forge-frames' | 'pad-frames' | 'name-unsent' | 'replay-head' | 'inflate-head' | 'forge-snapshot' | 'mismatched-snapshot' | 'wrong-object' | 'wrong-delta' | 'rechallenge'
 
 export class FakeRelay {
   online = true
@@ -274,6 +288,10 @@ export class FakeRelay {
       this.cluster.snapshotRequests.push({ relay: this.index, path })
       return this.objectProof(decodeURIComponent(object[2] as string))
     }
+    if (/^\/v1\/spaces\/([^/]+)\/delta$/.test(path)) {
+      this.cluster.snapshotRequests.push({ relay: this.index, path })
+      return this.delta(Number(query.get('from')), (query.get('mode') ?? undefined) as 'ops' | 'state' | 'adaptive' | undefined)
+    }
     const m = /^\/v1\/spaces\/([^/]+)\/head$/.exec(path)
     if (!m) return undefined
     const { hash } = this.cluster.stableHead()
@@ -307,6 +325,18 @@ export class FakeRelay {
     if (this.misbehaviour === 'wrong-object' && proof.object) proof = forgeObject(proof)
     const signed = this.signAttestation(found.bytes)
     return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), proof: toBase64Url(encodeObjectProof(proof)) }
+  }
+
+  private delta(from: number, mode: 'ops' | 'state' | 'adaptive' | undefined): unknown {
+    const found = this.cluster.delta(from, mode)
+    if (!found) return undefined
+    let { delta } = found
+    if (this.misbehaviour === 'wrong-delta') {
+      // Well formed, but every state reset and every op list one short: it leads to another state hash.
+      delta = { ...delta, objects: delta.objects.map((o) => (o.mode === 'state' ? { ...o, snapshot: createCrdt(decodeDeclaration(o.decl)).snapshot() } : { ...o, ops: o.ops.slice(0, -1) })) }
+    }
+    const signed = this.signAttestation(found.bytes)
+    return { space: this.cluster.space, relay: this.index, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig), delta: toBase64Url(encodeStateDelta(delta)) }
   }
 
   private attestationAt(fromIndex: number, round: number): unknown {

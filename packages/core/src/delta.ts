@@ -1,0 +1,289 @@
+import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
+import { encodeDeclaration, type AnyOp, type Declaration } from './crdt/index.ts'
+import { envelopeUnits, type Envelope } from './envelope.ts'
+import { SteadError } from './errors.ts'
+import { SpaceSaving, chooseModes, type ObjectTraffic } from './hot-objects.ts'
+import type { CommitResult, ReliableReplica } from './replica.ts'
+import { compareKeys, decodeAuthors, decodeParked, strictlyAscending, type AuditAuthor, type ParkedEnvelope, type WaitingEnvelope } from './state.ts'
+
+/**
+ * What changed in a space's audit state from one stable index to a later
+ * one: the objects that changed, each as its committed operations or as its
+ * state (BENDY: whichever is cheaper for that object), the authors whose
+ * records changed, and the whole list of parked envelopes. A replica at
+ * `fromIndex` that applies it holds the audit state at `toIndex`, and
+ * checks that against the state hash f+1 relays attested there
+ * (`ReliableReplica.catchUp`), so a relay that serves a wrong delta is
+ * caught, whichever form each object took.
+ */
+export interface StateDelta<E extends WaitingEnvelope = WaitingEnvelope> {
+  /** The space. */
+  readonly space: string
+  /** The stable index the receiver holds. */
+  readonly fromIndex: number
+  /** The stable index it reaches. */
+  readonly toIndex: number
+  /** Every author with an envelope committed in (fromIndex, toIndex], as its record at toIndex; ascending by id. */
+  readonly authors: ReadonlyArray<AuditAuthor>
+  /** The envelopes parked behind a sequence gap at toIndex, sorted by (author, seq). */
+  readonly waiting: ReadonlyArray<ParkedEnvelope<E>>
+  /** Every object a unit committed in (fromIndex, toIndex] changed, ascending by key. */
+  readonly objects: ReadonlyArray<DeltaObject>
+}
+
+/** One changed object in a delta: its committed operations, in order, or its state at `toIndex`. */
+export type DeltaObject =
+  | {
+      /** The object's key. */
+      readonly key: string
+      /** Its encoded declaration. */
+      readonly decl: unknown
+      /** Sent as operations. */
+      readonly mode: 'ops'
+      /** [author id, unit tag, op] of every committed op on it in (fromIndex, toIndex], in stable order. */
+      readonly ops: ReadonlyArray<readonly [author: string, tag: string, op: AnyOp]>
+    }
+  | {
+      /** The object's key. */
+      readonly key: string
+      /** Its encoded declaration. */
+      readonly decl: unknown
+      /** Sent as state. */
+      readonly mode: 'state'
+      /** Its CRDT snapshot at toIndex. */
+      readonly snapshot: unknown
+    }
+
+/** How a delta sends objects: as operations, as state, or each the cheaper way (BENDY's rule on the hot ones). */
+export type DeltaMode = 'ops' | 'state' | 'adaptive'
+
+const DELTA_TAG = 'stead/delta/v1'
+
+/** Wire form of a delta. Parked envelopes travel as their signed bytes. */
+export function encodeStateDelta(d: StateDelta): Uint8Array {
+  return encode([
+    DELTA_TAG,
+    d.space,
+    d.fromIndex,
+    d.toIndex,
+    d.authors,
+    d.waiting.map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]),
+    d.objects.map((o) => (o.mode === 'ops' ? [o.key, o.decl, 0, o.ops] : [o.key, o.decl, 1, o.snapshot])),
+  ])
+}
+
+/**
+ * Reads `encodeStateDelta` bytes from an untrusted relay: shapes and sizes
+ * only (ops are checked against their declaration when applied, and the
+ * result against the attested state hash); `open` turns a parked
+ * envelope's signed bytes into the envelope.
+ *
+ * @throws SteadError `malformed` or `too-large`.
+ */
+export function decodeStateDelta<E extends WaitingEnvelope>(bytes: Uint8Array, open: (signed: Signed) => E, maxBytes = 1024 * 1024 * 1024): StateDelta<E> {
+  const v = expect.array(decode(bytes, maxBytes), 'delta', 7)
+  if (v.length !== 7 || v[0] !== DELTA_TAG) throw new SteadError('malformed', `not a ${DELTA_TAG}`)
+  const authors = decodeAuthors(v[4], 'delta.authors')
+  const waiting = decodeParked(v[5], 'delta.waiting', open)
+  const objects = expect.array(v[6], 'delta.objects', 100_000_000).map((o, i): DeltaObject => {
+    const t = expect.array(o, `objects[${i}]`, 4)
+    if (t.length !== 4) throw new SteadError('malformed', `objects[${i}] is [key, declaration, mode, ops or snapshot]`)
+    const key = expect.string(t[0], `objects[${i}].key`, DEFAULT_LIMITS.maxKeyChars, 1)
+    if (t[2] === 1) return { key, decl: t[1], mode: 'state', snapshot: t[3] }
+    if (t[2] !== 0) throw new SteadError('malformed', `objects[${i}].mode is 0 (ops) or 1 (state)`)
+    const ops = expect.array(t[3], `objects[${i}].ops`, 100_000_000).map((x, j) => {
+      const op = expect.array(x, `objects[${i}].ops[${j}]`, 3)
+      if (op.length !== 3) throw new SteadError('malformed', `objects[${i}].ops[${j}] is [author, tag, op]`)
+      return [expect.string(op[0], `objects[${i}].ops[${j}].author`, 256, 1), expect.string(op[1], `objects[${i}].ops[${j}].tag`, 64, 1), op[2] as AnyOp] as const
+    })
+    return { key, decl: t[1], mode: 'ops', ops }
+  })
+  strictlyAscending(objects.map((o) => o.key), 'delta.objects')
+  const fromIndex = expect.uint(v[2], 'delta.fromIndex')
+  const toIndex = expect.uint(v[3], 'delta.toIndex')
+  if (toIndex < fromIndex) throw new SteadError('malformed', `a delta from stable index ${fromIndex} cannot end at ${toIndex}`)
+  return { space: expect.string(v[1], 'delta.space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex, toIndex, authors, waiting, objects }
+}
+
+/** One committed op, as a change log keeps it. */
+interface LoggedOp {
+  readonly author: string
+  readonly tag: string
+  readonly key: string
+  readonly decl: Declaration
+  readonly op: AnyOp
+}
+
+/** What one commit changed: the stable indexes it took and the ops it committed, in stable order. */
+interface LoggedCommit {
+  readonly fromIndex: number
+  readonly toIndex: number
+  readonly authors: readonly string[]
+  readonly ops: readonly LoggedOp[]
+  /** What it is charged against the log's budget: the signed bytes of its envelopes. */
+  readonly bytes: number
+}
+
+/** Options of a change log. */
+export interface ChangeLogOptions {
+  /** Budget of the commits kept, counted as their envelopes' signed bytes; the oldest go first. Default 4 MiB. */
+  readonly maxBytes?: number
+  /** How many objects BENDY's rule may send as state in one delta: the tracker's top k. Default 64. */
+  readonly hotObjects?: number
+  /** Committed ops per tracking period: at its end the period's top k become the hot set and counting starts over. Default 4,096. */
+  readonly periodOps?: number
+}
+
+/**
+ * The recent commits of one space, as what they changed (committed ops per
+ * object, authors), so that a relay can serve a replica that is behind a
+ * `StateDelta` instead of every commit it missed. It also tracks, with
+ * Space-Saving, the objects updated most (BENDY's top-k analysis,
+ * repeated every `periodOps` ops): only those can travel as state.
+ * Deterministic; the relay feeds it every commit of its replica.
+ */
+export class ChangeLog {
+  private readonly maxBytes: number
+  private readonly hotObjects: number
+  private readonly periodOps: number
+  private readonly commits: LoggedCommit[] = []
+  private head = 0
+  private bytes = 0
+  /** The stable index the oldest kept commit starts from (undefined until the first commit). */
+  private start: number | undefined
+  private end: number | undefined
+  private readonly tracker: SpaceSaving
+  private periodSeen = 0
+  private lastHot: ReadonlySet<string> = new Set()
+
+  constructor(options: ChangeLogOptions = {}) {
+    this.maxBytes = options.maxBytes ?? 4 * 1024 * 1024
+    this.hotObjects = options.hotObjects ?? 64
+    this.periodOps = options.periodOps ?? 4096
+    // Space-Saving finds every key above total/capacity; a few times k keeps the top k's estimates tight.
+    this.tracker = new SpaceSaving(Math.max(1, this.hotObjects * 4))
+  }
+
+  /** The oldest stable index a delta can start from; undefined before the first commit. */
+  get since(): number | undefined {
+    return this.start
+  }
+
+  /**
+   * Records one commit of the replica: `fromIndex` is its stable index
+   * before the commit. A commit that does not start where the last one
+   * ended (the log missed some) starts the log over.
+   */
+  record(fromIndex: number, result: CommitResult): void {
+    if (this.end !== fromIndex) this.reset(fromIndex)
+    if (result.stableIndex === fromIndex) return
+    const ops: LoggedOp[] = []
+    const authors: string[] = []
+    let bytes = 0
+    for (const d of result.decisions) {
+      if (d.kind !== 'committed') continue
+      authors.push(d.env.authorId)
+      bytes += d.env.signed.bytes.length
+      const units = envelopeUnits(d.env)
+      for (const outcome of d.units) {
+        if (outcome.status !== 'committed') continue
+        const unit = units[outcome.unit]
+        if (!unit) continue
+        for (const item of unit.kind === 'op' ? [unit] : unit.items) {
+          ops.push({ author: d.env.authorId, tag: item.tag, key: item.key, decl: item.decl, op: item.op })
+          this.track(item.key)
+        }
+      }
+    }
+    this.commits.push({ fromIndex, toIndex: result.stableIndex, authors, ops, bytes })
+    this.bytes += bytes
+    this.end = result.stableIndex
+    while (this.bytes > this.maxBytes && this.head < this.commits.length - 1) {
+      const old = this.commits[this.head++] as LoggedCommit
+      this.bytes -= old.bytes
+      this.start = old.toIndex
+    }
+    if (this.head > 1024 && this.head * 2 > this.commits.length) {
+      this.commits.splice(0, this.head)
+      this.head = 0
+    }
+  }
+
+  /** The objects BENDY's rule considers for state: last period's top k and the current period's. */
+  hot(): ReadonlySet<string> {
+    return new Set([...this.lastHot, ...this.tracker.top(this.hotObjects).map((e) => e.key)])
+  }
+
+  /**
+   * What changed from `fromIndex` to the replica's stable index, each
+   * changed object as its ops or its state as `mode` says (adaptive: state
+   * for a hot object whose ops in the range outweigh its state, BENDY's
+   * rule; ops for the rest). Undefined when the log does not reach back to
+   * `fromIndex` or the replica is not where the log ends.
+   */
+  delta(replica: ReliableReplica, fromIndex: number, mode: DeltaMode = 'adaptive'): StateDelta<Envelope> | undefined {
+    if (this.start === undefined || fromIndex < this.start || this.end !== replica.stableIndex || fromIndex > replica.stableIndex) return undefined
+    const byKey = new Map<string, { decl: Declaration; ops: LoggedOp[] }>()
+    const authors = new Set<string>()
+    for (let i = this.head; i < this.commits.length; i++) {
+      const c = this.commits[i] as LoggedCommit
+      if (c.toIndex <= fromIndex) continue
+      // Commits are whole: a delta starts at a commit's boundary, which is where every replica stops.
+      if (c.fromIndex < fromIndex) return undefined
+      for (const a of c.authors) authors.add(a)
+      for (const op of c.ops) {
+        let o = byKey.get(op.key)
+        if (!o) byKey.set(op.key, (o = { decl: op.decl, ops: [] }))
+        o.ops.push(op)
+      }
+    }
+    const modes = this.modes(replica, byKey, mode)
+    const objects: DeltaObject[] = [...byKey.keys()].sort(compareKeys).map((key) => {
+      const o = byKey.get(key) as { decl: Declaration; ops: LoggedOp[] }
+      if (modes.get(key) === 'state') {
+        const s = replica.stableObject(key)
+        if (s) return { key, decl: s[1], mode: 'state', snapshot: s[2] }
+      }
+      return { key, decl: encodeDeclaration(o.decl), mode: 'ops', ops: o.ops.map((x) => [x.author, x.tag, x.op] as const) }
+    })
+    return {
+      space: replica.space,
+      fromIndex,
+      toIndex: replica.stableIndex,
+      authors: [...authors].sort(compareKeys).map((id) => replica.authorRecord(id) as AuditAuthor),
+      waiting: replica.parkedEnvelopes(),
+      objects,
+    }
+  }
+
+  private modes(replica: ReliableReplica, byKey: ReadonlyMap<string, { ops: readonly LoggedOp[] }>, mode: DeltaMode): ReadonlyMap<string, 'ops' | 'state'> {
+    if (mode !== 'adaptive') return new Map([...byKey.keys()].map((k) => [k, mode]))
+    // Only the hot objects are weighed (sizing a state costs its encoding); the rest stay ops.
+    const hot = this.hot()
+    const traffic = new Map<string, ObjectTraffic>()
+    for (const [key, o] of byKey) {
+      if (!hot.has(key)) continue
+      const s = replica.stableObject(key)
+      if (!s) continue
+      const updateBytes = o.ops.reduce((sum, x) => sum + encode([x.author, x.tag, x.op]).length, 0)
+      traffic.set(key, { updates: o.ops.length, updateBytes, stateBytes: encode(s[2]).length })
+    }
+    return chooseModes(traffic, hot)
+  }
+
+  private track(key: string): void {
+    this.tracker.offer(key)
+    if (++this.periodSeen < this.periodOps) return
+    this.lastHot = new Set(this.tracker.top(this.hotObjects).map((e) => e.key))
+    this.tracker.clear()
+    this.periodSeen = 0
+  }
+
+  private reset(fromIndex: number): void {
+    this.commits.length = 0
+    this.head = 0
+    this.bytes = 0
+    this.start = fromIndex
+    this.end = fromIndex
+  }
+}
