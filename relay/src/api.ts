@@ -250,7 +250,8 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const mode = req.query.mode ?? 'adaptive'
     if (mode !== 'adaptive' && mode !== 'ops' && mode !== 'state') return reply.code(400).send({ error: 'malformed', detail: '?mode= is adaptive, ops or state' })
     const found = node.stateDelta(req.params.space, from, mode)
-    if (!found) return reply.code(404).send({ error: 'not-found', detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far` })
+    // Not an error (a browser would log one): the client just follows the commits instead.
+    if (!found) return { space: req.params.space, relay: node.me, delta: null, detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far, or they weigh less than a delta` }
     return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), delta: toBase64Url(found.delta) }
   })
   // This relay's attestation of one commit (?from=<stable index it started at>), waiting a moment for a relay slightly behind.

@@ -24,6 +24,7 @@ import {
   toHex,
   fromHex,
   type ClockInputs,
+  type CommitResult,
   type DeltaMode,
   type Envelope,
   type ReplicaOptions,
@@ -142,8 +143,11 @@ const SNAPSHOT_INTERVAL_MS = 60_000
 /** Bytes of served audit states kept encoded (see bootstrapSnapshot), oldest dropped first. */
 const SERVED_STATES_BYTES = 32 * 1024 * 1024
 
-/** How many bytes of recent commits (their envelopes' signed bytes) each space's change log keeps for catch-up deltas. */
+/** How many bytes of recent commits each space's change log keeps for catch-up deltas (see ChangeLog's charge). */
 const CHANGE_LOG_BYTES = 2 * 1024 * 1024
+
+/** The change logs of all spaces together: past it, those of the spaces quiet longest are dropped (their clients follow commits). */
+const CHANGE_LOGS_BYTES = 64 * 1024 * 1024
 /**
  * Committed envelope bytes after which a snapshot is due even within
  * `snapshotEveryBatches` (a few large batches can carry a long history):
@@ -206,6 +210,8 @@ export class RelayNode {
   private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
   /** Each space's recent commits as what they changed: what a client that is behind catches up from (stateDelta). */
   private readonly changeLogs = new Map<string, ChangeLog>()
+  /** The delta served last per space, by (from, mode, round); undefined when the commits were the cheaper catch-up. */
+  private readonly servedDeltas = new Map<string, { readonly key: string; readonly found: { attestation: Signed; delta: Uint8Array } | undefined }>()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
@@ -427,7 +433,7 @@ export class RelayNode {
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.changeLogs, this.readerKeys, this.creating]) state.clear()
+    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.changeLogs, this.servedDeltas, this.readerKeys, this.creating]) state.clear()
     this.changedSinceSnapshot.clear()
     this.pendingSince = null
     this.load()
@@ -763,12 +769,37 @@ export class RelayNode {
    * Undefined when this relay's change log does not reach back that far
    * (then the client follows the commits instead).
    */
-  stateDelta(space: string, fromIndex: number, mode?: DeltaMode): { attestation: Signed; delta: Uint8Array } | undefined {
+  stateDelta(space: string, fromIndex: number, mode: DeltaMode = 'adaptive'): { attestation: Signed; delta: Uint8Array } | undefined {
     const replica = this.replicas.get(space)
     const latest = replica && this.latestAttested(space)
-    if (!replica || !latest || latest.index !== replica.stableIndex) return undefined
-    const delta = this.changeLogs.get(space)?.delta(replica, fromIndex, mode)
-    return delta && { attestation: latest.attestation, delta: encodeStateDelta(delta) }
+    const log = this.changeLogs.get(space)
+    if (!replica || !latest || !log || latest.index !== replica.stableIndex) return undefined
+    // Clients that come back together ask for the same delta: built once per commit.
+    const key = `${fromIndex}:${mode}:${latest.round}`
+    const cached = this.servedDeltas.get(space)
+    if (cached?.key === key) return cached.found
+    const delta = log.delta(replica, fromIndex, mode)
+    const bytes = delta && encodeStateDelta(delta)
+    // Past what the commits themselves weigh, replaying them is the cheaper catch-up (BENDY's rule on the whole range).
+    const found = bytes && bytes.length <= log.replayBytes(fromIndex) ? { attestation: latest.attestation, delta: bytes } : undefined
+    this.servedDeltas.set(space, { key, found })
+    return found
+  }
+
+  /** Feeds a space's change log one commit, within the relay-wide budget: the logs of the spaces that went longest without a commit go first. */
+  private recordChange(space: string, fromIndex: number, result: CommitResult): void {
+    let log = this.changeLogs.get(space)
+    this.changeLogs.delete(space)
+    this.servedDeltas.delete(space)
+    this.changeLogs.set(space, (log ??= new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })))
+    log.record(fromIndex, result)
+    let held = 0
+    for (const l of this.changeLogs.values()) held += l.bytes
+    for (const [name, l] of this.changeLogs) {
+      if (held <= CHANGE_LOGS_BYTES || name === space) break
+      this.changeLogs.delete(name)
+      held -= l.bytes
+    }
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
@@ -1151,9 +1182,7 @@ export class RelayNode {
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
       this.changedSinceSnapshot.add(space)
-      let changeLog = this.changeLogs.get(space)
-      if (!changeLog) this.changeLogs.set(space, (changeLog = new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })))
-      changeLog.record(fromIndex, result)
+      this.recordChange(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
       for (const d of result.decisions) {

@@ -127,6 +127,8 @@ export interface VerifiedCatchUp {
 export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableReplica): Promise<VerifiedCatchUp | undefined> {
   const fromIndex = replica.stableIndex
   const found = await fetchAttested<{ delta: VerifiedDelta; states: number; objects: number }>(r, `delta?from=${fromIndex}`, 'a delta', (body, attestation) => {
+    // The replica moved on meanwhile (a commit applied): the delta no longer applies, and nobody lied.
+    if (replica.stableIndex !== fromIndex) return 'behind'
     if (typeof body.delta !== 'string') return { faulty: 'served a delta without its content' }
     const delta = decodeStateDelta(fromBase64Url(body.delta), (signed) => openTrusted(r.crypto, signed), MAX_SERVED_BYTES)
     if (delta.space !== r.space || delta.fromIndex !== fromIndex || delta.toIndex !== attestation.toIndex) {
@@ -159,7 +161,10 @@ async function fetchAttested<T>(
     try {
       const res = await withTimeout(r.fetch(`${httpBaseOf(source.url)}${path}`, { headers: r.headers }), r.timeoutMs)
       if (!res.ok) continue
-      body = (await res.json()) as typeof body
+      // The body too: a relay that sends headers and then stalls must not hold the caller up.
+      body = (await withTimeout(res.json(), r.timeoutMs)) as typeof body
+      // An answer without an attestation: the relay has nothing of the kind to serve (say, no delta that pays).
+      if (typeof body.attestation !== 'string') continue
       signed = { bytes: fromBase64Url(body.attestation), sig: fromHex(body.sig) }
     } catch {
       continue
@@ -213,7 +218,7 @@ async function quorumFor(r: BootstrapRequest, bytes: Uint8Array, a: Attestation,
         try {
           const res = await withTimeout(r.fetch(`${httpBaseOf(x.url)}${path}`, { headers: r.headers }), r.timeoutMs)
           if (!res.ok) return undefined
-          const body = (await res.json()) as { relay: number; attestation: string; sig: string }
+          const body = (await withTimeout(res.json(), r.timeoutMs)) as { relay: number; attestation: string; sig: string }
           downloaded += body.attestation.length + body.sig.length
           const key = r.cluster.relays[body.relay]?.publicKey
           const theirs = fromBase64Url(body.attestation)

@@ -115,7 +115,9 @@ export class RelayIntake {
    * the objects that changed a lot come as their state, not as every
    * commit it missed. Commits are followed from where that leaves it.
    */
-  private catchUpDue: boolean
+  private catchUpDue = false
+  /** Whether a session was up since the last moment none was. */
+  private connected = false
   /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
 
@@ -124,12 +126,14 @@ export class RelayIntake {
     this.o = o
     const { position } = o.space
     this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
-    this.catchUpDue = this.bootstrap === 'settled'
   }
 
   /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
+    // The first session up since there was none (or since opening): the space may be far behind.
+    if (!this.connected && this.o.space.position.stableIndex > 0) this.catchUpDue = true
+    this.connected = true
     if (this.bootstrap === 'due' && !this.pruned) this.startBootstrap()
     else if (this.bootstrap === 'settled' && this.catchUpDue) this.startCatchUp()
     if (this.bootstrap !== 'settled') return
@@ -164,7 +168,17 @@ export class RelayIntake {
   /** Catches up by a verified delta (see catchUpDue), then follows commits from where it leaves the space, or from where it was. */
   private startCatchUp(): void {
     this.catchUpDue = false
-    this.getAhead(() => this.o.catchUp(this.everyRelay()).then((found) => (found && !this.closed ? this.adoptDelta(found) : undefined)), 'a verified delta could not be applied', () => true)
+    this.getAhead(
+      async () => {
+        // Commits wait while it runs: a relay that answers slowly, or never, may hold them up this long, no more.
+        let timer: ReturnType<typeof setTimeout> | undefined
+        const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), CATCH_UP_TIMEOUT_MS)))
+        const found = await Promise.race([this.o.catchUp(this.everyRelay()), late]).finally(() => clearTimeout(timer))
+        if (found && !this.closed) await this.adoptDelta(found)
+      },
+      'a verified delta could not be applied',
+      () => true,
+    )
   }
 
   /**
@@ -190,19 +204,38 @@ export class RelayIntake {
     if (space.position.stableIndex !== delta.fromIndex || delta.toIndex <= delta.fromIndex) return
     // Only the commits say how this client's own envelopes fared (a safe update's outcome): if the
     // delta would decide one of them, the commits are followed instead.
-    const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.[1] ?? 0) >= env.seq)
+    const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.seq ?? 0) >= env.seq)
     if (decidesOwn) return
-    space.replica.applyDelta(delta, a.round)
+    const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
     const position = { stableIndex: a.toIndex, lastRound: a.round }
     space.adopt(space.replica, position)
-    this.quorum?.prune(position)
+    const settled = this.jumped(position, decided)
     try {
-      await records.storage.write(records.checkpoint(space.replica.checkpoint(), position))
+      await records.storage.write([...records.checkpoint(space.replica.checkpoint(), position), ...settled])
       space.storageWorks()
     } catch (err) {
       space.storageFailed(err)
     }
     this.o.news.rebased()
+  }
+
+  /**
+   * After the stable state jumped to `position` past commits it never
+   * applied (a snapshot or a delta): the skipped rounds' compact
+   * attestations can no longer be matched (they are no dissent), and what
+   * waited for envelopes the jump decided, or for its stable index, shows.
+   * Returns the storage changes that forget those envelopes' inbox records.
+   */
+  private jumped(position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[]): StorageChange[] {
+    this.quorum?.prune(position)
+    for (const rounds of this.unmatched.values()) for (const r of [...rounds.keys()]) if (r <= position.lastRound) rounds.delete(r)
+    this.starvedSince = undefined
+    for (const env of decided) {
+      this.causal.drop(env.idHex)
+      for (const h of this.causal.arrived(env.idHex)) this.deliver(h)
+    }
+    for (const h of this.causal.reachedBase(position.stableIndex)) this.deliver(h)
+    return decided.filter((env) => !this.o.outbox.has(env.idHex)).map((env) => this.o.records.inboxDelete(env.idHex))
   }
 
   /**
@@ -224,6 +257,7 @@ export class RelayIntake {
     if (!fresh && (!this.pruned || a.toIndex < this.pruned.from)) return
     const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, a.round)
     const decidedOwn: Envelope[] = []
+    const decided: Envelope[] = []
     for (const env of space.replica.pendingEnvelopes()) {
       const own = outbox.has(env.idHex)
       if (replica.decided(env)) {
@@ -231,6 +265,7 @@ export class RelayIntake {
         // commits. A fresh space replays them instead; past the retention window they are gone.
         if (own && fresh) return
         if (own) decidedOwn.push(env)
+        decided.push(env)
         continue
       }
       replica.receive(env, own ? {} : { expires: true })
@@ -242,9 +277,9 @@ export class RelayIntake {
     }
     const position = { stableIndex: a.toIndex, lastRound: a.round }
     space.adopt(replica, position)
-    this.quorum?.prune(position)
+    const settled = this.jumped(position, decided)
     try {
-      await records.storage.write(records.checkpoint(replica.checkpoint(), position))
+      await records.storage.write([...records.checkpoint(replica.checkpoint(), position), ...settled])
       space.storageWorks()
     } catch (err) {
       space.storageFailed(err)
@@ -252,12 +287,15 @@ export class RelayIntake {
     this.o.news.rebased()
   }
 
+  /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */
+  sessionsChanged(): void {
+    if (this.byPreference().length === 0) this.connected = false
+  }
+
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
   tick(): void {
     if (this.pruned && this.bootstrap === 'due' && this.o.now() >= this.pruned.retryAt) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
-    // Every session lost: the space may come back far behind, so it catches up by delta first.
-    if (this.byPreference().length === 0 && this.o.space.position.stableIndex > 0) this.catchUpDue = true
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {
       const best = this.byPreference()[0]
@@ -718,3 +756,6 @@ const RECENT_APPLIED = 64
 export function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelope {
   return openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, frame instanceof Uint8Array ? decode(frame) : frame)
 }
+
+/** How long a space that comes back may wait for a verified delta before it follows commits instead. */
+const CATCH_UP_TIMEOUT_MS = 5000

@@ -219,7 +219,9 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   }
 
   changed(): void {
-    if (!this.closed) this.o.space.emitStatus()
+    if (this.closed) return
+    this.intake.sessionsChanged()
+    this.o.space.emitStatus()
   }
 
   tick(): void {

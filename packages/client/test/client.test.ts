@@ -1485,6 +1485,31 @@ describe('starting from a verified snapshot', () => {
     expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBeGreaterThan(0)
   })
 
+  it('after every session was lost it catches up by delta, and compact attestations of the rounds it skipped are not held against honest relays', async () => {
+    const c = cluster()
+    const writer = await client(c)
+    const reader = await client(c)
+    await writer.counter('acct').increment(1)
+    await commitUntil(c, 'reader follows', () => reader.counter('acct').stable === 1)
+    // The reader's frame source goes quiet for one round: the others' compact attestations of it wait, unmatched.
+    const source = c.relays[home(c)] as FakeRelay
+    source.misbehaviour = 'silent'
+    await writer.counter('acct').increment(1)
+    await writer.flush()
+    c.commit()
+    await new Promise((r) => setTimeout(r, 30))
+    for (const r of c.relays) r.setOnline(false)
+    await until('offline', () => !reader.status.online)
+    source.misbehaviour = 'none'
+    c.snapshotRequests.length = 0
+    for (const r of c.relays) r.setOnline(true)
+    await until('caught up', () => reader.counter('acct').stable === 2)
+    expect(c.snapshotRequests.filter((q) => q.path.endsWith('/delta')).length).toBeGreaterThan(0)
+    await writer.counter('acct').increment(1)
+    await commitUntil(c, 'the next commit applied', () => reader.counter('acct').stable === 3)
+    expect(reader.status.relays.filter((r) => r.faulty !== undefined)).toEqual([])
+  })
+
   for (const mode of ['forge-snapshot', 'mismatched-snapshot'] as const) {
     it(`refuses a relay that serves a forged snapshot (${mode}), reports it, and starts from a true one`, async () => {
       const { c } = await history(12)

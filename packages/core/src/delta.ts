@@ -1,3 +1,4 @@
+import { fromHex, toBase64Url } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { encodeDeclaration, type AnyOp, type Declaration } from './crdt/index.ts'
 import { envelopeUnits, type Envelope } from './envelope.ts'
@@ -23,7 +24,11 @@ export interface StateDelta<E extends WaitingEnvelope = WaitingEnvelope> {
   readonly fromIndex: number
   /** The stable index it reaches. */
   readonly toIndex: number
-  /** Every author with an envelope committed in (fromIndex, toIndex], as its record at toIndex; ascending by id. */
+  /**
+   * Every author with an envelope committed in (fromIndex, toIndex]: its
+   * last seq at toIndex and the recent records of the envelopes committed
+   * in the range (the receiver holds the older ones); ascending by id.
+   */
   readonly authors: ReadonlyArray<AuditAuthor>
   /** The envelopes parked behind a sequence gap at toIndex, sorted by (author, seq). */
   readonly waiting: ReadonlyArray<ParkedEnvelope<E>>
@@ -59,8 +64,30 @@ export type DeltaMode = 'ops' | 'state' | 'adaptive'
 
 const DELTA_TAG = 'stead/delta/v1'
 
-/** Wire form of a delta. Parked envelopes travel as their signed bytes. */
+/** About what one logged op holds in memory (its object, tag and op), charged against a change log's budget. */
+const LOGGED_OP_BYTES = 256
+
+/** About what naming an op's envelope record and unit costs on the wire: [place, seq, n] in msgpack. */
+const OP_REFERENCE_BYTES = 8
+
+/**
+ * Wire form of a delta. Parked envelopes travel as their signed bytes. An
+ * op whose envelope's recent record the delta carries travels as
+ * [author's place in `authors`, seq, n, op]: its author and unit tag
+ * (`envelopeUnits`: the id's first 12 bytes and n) are read back from that
+ * record, so an op costs a few bytes more than itself.
+ */
 export function encodeStateDelta(d: StateDelta): Uint8Array {
+  const byPrefix = new Map<string, readonly [author: number, seq: number]>()
+  d.authors.forEach(([, , recent], i) => {
+    for (const r of recent) byPrefix.set(tagPrefix(r[1]), [i, r[0]])
+  })
+  const wireOp = ([author, tag, op]: readonly [string, string, AnyOp]): unknown[] => {
+    const colon = tag.lastIndexOf(':')
+    const at = byPrefix.get(tag.slice(0, colon))
+    const n = Number(tag.slice(colon + 1))
+    return at && d.authors[at[0]]?.[0] === author && Number.isSafeInteger(n) && tag === `${tag.slice(0, colon)}:${n}` ? [at[0], at[1], n, op] : [author, tag, op]
+  }
   return encode([
     DELTA_TAG,
     d.space,
@@ -68,8 +95,13 @@ export function encodeStateDelta(d: StateDelta): Uint8Array {
     d.toIndex,
     d.authors,
     d.waiting.map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]),
-    d.objects.map((o) => (o.mode === 'ops' ? [o.key, o.decl, 0, o.ops] : [o.key, o.decl, 1, o.snapshot])),
+    d.objects.map((o) => (o.mode === 'ops' ? [o.key, o.decl, 0, o.ops.map(wireOp)] : [o.key, o.decl, 1, o.snapshot])),
   ])
+}
+
+/** The part of a unit tag that names its envelope (see `envelopeUnits`). */
+function tagPrefix(idHex: string): string {
+  return toBase64Url(fromHex(idHex).subarray(0, 12))
 }
 
 /**
@@ -85,6 +117,12 @@ export function decodeStateDelta<E extends WaitingEnvelope>(bytes: Uint8Array, o
   if (v.length !== 7 || v[0] !== DELTA_TAG) throw new SteadError('malformed', `not a ${DELTA_TAG}`)
   const authors = decodeAuthors(v[4], 'delta.authors')
   const waiting = decodeParked(v[5], 'delta.waiting', open)
+  const records = new Map<number, Map<number, string>>()
+  const idOf = (author: number, seq: number): string | undefined => {
+    let bySeq = records.get(author)
+    if (!bySeq) records.set(author, (bySeq = new Map(authors[author]?.[2].map((r) => [r[0], r[1]]))))
+    return bySeq.get(seq)
+  }
   const objects = expect.array(v[6], 'delta.objects', 100_000_000).map((o, i): DeltaObject => {
     const t = expect.array(o, `objects[${i}]`, 4)
     if (t.length !== 4) throw new SteadError('malformed', `objects[${i}] is [key, declaration, mode, ops or snapshot]`)
@@ -92,9 +130,16 @@ export function decodeStateDelta<E extends WaitingEnvelope>(bytes: Uint8Array, o
     if (t[2] === 1) return { key, decl: t[1], mode: 'state', snapshot: t[3] }
     if (t[2] !== 0) throw new SteadError('malformed', `objects[${i}].mode is 0 (ops) or 1 (state)`)
     const ops = expect.array(t[3], `objects[${i}].ops`, 100_000_000).map((x, j) => {
-      const op = expect.array(x, `objects[${i}].ops[${j}]`, 3)
-      if (op.length !== 3) throw new SteadError('malformed', `objects[${i}].ops[${j}] is [author, tag, op]`)
-      return [expect.string(op[0], `objects[${i}].ops[${j}].author`, 256, 1), expect.string(op[1], `objects[${i}].ops[${j}].tag`, 64, 1), op[2] as AnyOp] as const
+      const field = `objects[${i}].ops[${j}]`
+      const op = expect.array(x, field, 4)
+      if (op.length === 4) {
+        const place = expect.uint(op[0], `${field}.author`)
+        const idHex = idOf(place, expect.uint(op[1], `${field}.seq`))
+        if (idHex === undefined) throw new SteadError('malformed', `${field} names a recent record the delta does not carry`)
+        return [(authors[place] as AuditAuthor)[0], `${tagPrefix(idHex)}:${expect.uint(op[2], `${field}.n`)}`, op[3] as AnyOp] as const
+      }
+      if (op.length !== 3) throw new SteadError('malformed', `${field} is [author, tag, op] or [author's place, seq, n, op]`)
+      return [expect.string(op[0], `${field}.author`, 256, 1), expect.string(op[1], `${field}.tag`, 64, 1), op[2] as AnyOp] as const
     })
     return { key, decl: t[1], mode: 'ops', ops }
   })
@@ -120,8 +165,10 @@ interface LoggedCommit {
   readonly toIndex: number
   readonly authors: readonly string[]
   readonly ops: readonly LoggedOp[]
-  /** What it is charged against the log's budget: the signed bytes of its envelopes. */
+  /** What it is charged against the log's budget (see LOGGED_OP_BYTES). */
   readonly bytes: number
+  /** Its committed envelopes' signed bytes: what replaying it costs a client. */
+  readonly envelopeBytes: number
 }
 
 /** Options of a change log. */
@@ -148,7 +195,7 @@ export class ChangeLog {
   private readonly periodOps: number
   private readonly commits: LoggedCommit[] = []
   private head = 0
-  private bytes = 0
+  private held = 0
   /** The stable index the oldest kept commit starts from (undefined until the first commit). */
   private start: number | undefined
   private end: number | undefined
@@ -179,11 +226,11 @@ export class ChangeLog {
     if (result.stableIndex === fromIndex) return
     const ops: LoggedOp[] = []
     const authors: string[] = []
-    let bytes = 0
+    let envelopeBytes = 0
     for (const d of result.decisions) {
       if (d.kind !== 'committed') continue
       authors.push(d.env.authorId)
-      bytes += d.env.signed.bytes.length
+      envelopeBytes += d.env.signed.bytes.length + d.env.signed.sig.length
       const units = envelopeUnits(d.env)
       for (const outcome of d.units) {
         if (outcome.status !== 'committed') continue
@@ -195,18 +242,35 @@ export class ChangeLog {
         }
       }
     }
-    this.commits.push({ fromIndex, toIndex: result.stableIndex, authors, ops, bytes })
-    this.bytes += bytes
+    // Charged as held in memory: the envelopes' bytes and an object per op (with its tag).
+    const bytes = envelopeBytes + ops.length * LOGGED_OP_BYTES
+    this.commits.push({ fromIndex, toIndex: result.stableIndex, authors, ops, bytes, envelopeBytes })
+    this.held += bytes
     this.end = result.stableIndex
-    while (this.bytes > this.maxBytes && this.head < this.commits.length - 1) {
+    while (this.held > this.maxBytes && this.head < this.commits.length - 1) {
       const old = this.commits[this.head++] as LoggedCommit
-      this.bytes -= old.bytes
+      this.held -= old.bytes
       this.start = old.toIndex
     }
     if (this.head > 1024 && this.head * 2 > this.commits.length) {
       this.commits.splice(0, this.head)
       this.head = 0
     }
+  }
+
+  /** What the log holds, as charged against its budget. */
+  get bytes(): number {
+    return this.held
+  }
+
+  /** What replaying the commits from `fromIndex` costs a client: their envelopes' signed bytes (0 if the log does not reach back). */
+  replayBytes(fromIndex: number): number {
+    let sum = 0
+    for (let i = this.head; i < this.commits.length; i++) {
+      const c = this.commits[i] as LoggedCommit
+      if (c.toIndex > fromIndex) sum += c.envelopeBytes
+    }
+    return sum
   }
 
   /** The objects BENDY's rule considers for state: last period's top k and the current period's. */
@@ -250,7 +314,10 @@ export class ChangeLog {
       space: replica.space,
       fromIndex,
       toIndex: replica.stableIndex,
-      authors: [...authors].sort(compareKeys).map((id) => replica.authorRecord(id) as AuditAuthor),
+      authors: [...authors].sort(compareKeys).map((id): AuditAuthor => {
+        const [, seq, recent] = replica.authorRecord(id) as AuditAuthor
+        return [id, seq, recent.filter((r) => r[2] > fromIndex)]
+      }),
       waiting: replica.parkedEnvelopes(),
       objects,
     }
@@ -265,7 +332,8 @@ export class ChangeLog {
       if (!hot.has(key)) continue
       const s = replica.stableObject(key)
       if (!s) continue
-      const updateBytes = o.ops.reduce((sum, x) => sum + encode([x.author, x.tag, x.op]).length, 0)
+      // What an op costs on the wire (encodeStateDelta): itself and a few bytes naming its record.
+      const updateBytes = o.ops.reduce((sum, x) => sum + encode(x.op).length + OP_REFERENCE_BYTES, 0)
       traffic.set(key, { updates: o.ops.length, updateBytes, stateBytes: encode(s[2]).length })
     }
     return chooseModes(traffic, hot)
@@ -282,7 +350,7 @@ export class ChangeLog {
   private reset(fromIndex: number): void {
     this.commits.length = 0
     this.head = 0
-    this.bytes = 0
+    this.held = 0
     this.start = fromIndex
     this.end = fromIndex
   }

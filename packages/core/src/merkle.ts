@@ -60,7 +60,7 @@ export interface LoneBucket {
 export const EMPTY_HASH: Uint8Array = new Uint8Array(32)
 
 const BUCKETS = 1 << MERKLE_DEPTH
-/** Changed buckets past which `rootOf` rebuilds the forks top down instead of walking up from each. */
+/** Changed buckets past which `rootOf` may rebuild the forks top down instead of walking up from each (if they are an eighth of the non-empty ones). */
 const REBUILD_AT = 256
 const utf8 = new TextEncoder()
 
@@ -160,7 +160,9 @@ export class MerkleIndex {
         else if (!this.buckets.has(b) && listed) this.nonEmpty.splice(at, 1)
       }
     }
-    if (changed.size > REBUILD_AT) {
+    // Walking up costs up to 16 hashes per changed bucket, a rebuild one per fork (about one per
+    // non-empty bucket): rebuild only when the walks would cost more.
+    if (changed.size > Math.max(REBUILD_AT, this.nonEmpty.length / 8)) {
       // Many changes (a state restored or built from scratch): every fork again, top down, one hash each.
       this.forks.clear()
       this.root = this.rebuild(sha256, 1, 0, this.nonEmpty.length)

@@ -21,7 +21,7 @@ import { bytesEqual, toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import { MerkleIndex } from './merkle.ts'
 import type { StateDelta } from './delta.ts'
-import { authorDigest, authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
+import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -187,8 +187,10 @@ export interface VerifiedDelta {
   readonly toIndex: number
   /** @internal The changed objects as they stand at toIndex. */
   readonly objects: ReadonlyMap<string, { decl: Declaration; crdt: AnyCrdt }>
-  /** @internal The changed authors' records at toIndex. */
-  readonly authors: ReadonlyMap<string, AuditAuthor>
+  /** @internal Their leaves in the state hash, as verified. */
+  readonly leaves: ReadonlyMap<string, Uint8Array>
+  /** @internal The changed authors at toIndex: last seq, and recent records by seq, ascending. */
+  readonly authors: ReadonlyMap<string, { readonly seq: number; readonly recent: ReadonlyArray<[number, { readonly idHex: string; readonly record: ClockRecord; digest?: Uint8Array }]> }>
   /** @internal The parked envelopes at toIndex. */
   readonly waiting: ReadonlyArray<ParkedEnvelope<Envelope>>
 }
@@ -511,26 +513,40 @@ export class ReliableReplica {
         return { problem: `object ${o.key}: ${(err as Error).message}` }
       }
     }
-    const authors = new Map<string, AuditAuthor>(delta.authors.map((a) => [a[0], a]))
+    // A delta lists only the recent records its range added; the rest are this replica's own, as
+    // many as an author keeps (the window ends at the delta's last seq).
+    const authors = new Map<string, { seq: number; recent: Array<[number, Recent]> }>()
+    for (const [id, seq, added] of delta.authors) {
+      const kept = [...(this.authors.get(id)?.recent ?? [])].filter(([s]) => s > seq - RECENT_IDS_PER_AUTHOR && s <= seq)
+      const fresh = new Map<number, Recent>(kept)
+      for (const [i, r] of added.entries()) {
+        const e = decodeRecent(r, `authors.${id}.recent[${i}]`)
+        fresh.set(e.seq, { idHex: e.idHex, record: e.record })
+      }
+      authors.set(id, { seq, recent: [...fresh].sort((x, y) => x[0] - y[0]) })
+    }
     const touch = (): void => {
       for (const key of objects.keys()) this.objectLeaves.touch(key)
       for (const id of authors.keys()) this.authorLeaves.touch(id)
     }
     touch()
+    const leaves = new Map<string, Uint8Array>()
     const objectsRoot = this.objectLeaves.rootOf(sha256, (key) => {
       const o = objects.get(key)
-      if (o) return objectDigest(sha256, [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
-      return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
+      if (!o) return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
+      const leaf = objectDigest(sha256, [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
+      leaves.set(key, leaf)
+      return leaf
     })
     const authorsRoot = this.authorLeaves.rootOf(sha256, (id) => {
       const a = authors.get(id)
-      return a ? authorDigest(sha256, a) : this.authorLeaf(sha256, id)
+      return a ? authorLeafOf(sha256, id, a.seq, a.recent.map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record))))) : this.authorLeaf(sha256, id)
     })
     const hash = stateHashOf(sha256, this.space, delta.toIndex, authorsRoot, objectsRoot, parkedDigest(sha256, delta.waiting))
     // The trees go back to what this replica holds (the same keys, rehashed when next asked).
     touch()
     if (!bytesEqual(hash, stateHash)) return { problem: `the delta to stable index ${delta.toIndex} does not lead to the attested state hash` }
-    return { fromIndex: delta.fromIndex, toIndex: delta.toIndex, objects, authors, waiting: delta.waiting }
+    return { fromIndex: delta.fromIndex, toIndex: delta.toIndex, objects, leaves, authors, waiting: delta.waiting }
   }
 
   /**
@@ -544,16 +560,19 @@ export class ReliableReplica {
    *
    * @returns The pending envelopes the delta decided.
    */
-  applyDelta(delta: VerifiedDelta, round: number): Envelope[] {
+  applyDelta(sha256: (bytes: Uint8Array) => Uint8Array, delta: VerifiedDelta, round: number): Envelope[] {
     if (delta.fromIndex !== this.index) throw new Error(`a delta from stable index ${delta.fromIndex} cannot apply at ${this.index}`)
     const changed = new Set<string>(delta.objects.keys())
     for (const [key, o] of delta.objects) {
       this.stableObjects.set(key, o)
       this.objectLeaves.touch(key)
     }
+    // Hashed once already, by verifyDelta: the tree takes those leaves instead of encoding the objects again.
+    this.objectLeaves.rootOf(sha256, (key) => delta.leaves.get(key) ?? (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
     for (const [id, a] of delta.authors) {
       for (const r of this.authors.get(id)?.recent.values() ?? []) this.recentIds.delete(r.idHex)
-      this.restoreAuthor(id, a[1], a[2].map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
+      this.authors.set(id, { seq: a.seq, recent: new Map(a.recent) })
+      for (const [seq, r] of a.recent) this.recentIds.set(r.idHex, { authorId: id, seq })
       this.authorLeaves.touch(id)
     }
     this.waiting.clear()
@@ -570,8 +589,10 @@ export class ReliableReplica {
     if (!this.auditOnly) {
       this.newPendingEpoch()
       for (const p of [...this.pending.values()]) {
-        if (!this.decided(p.env)) continue
-        decided.push(p.env)
+        // Decided in the range, or (another author's, still unordered) past its wait, as commit() would expire it.
+        const expired = p.expiresAt !== undefined && this.commits >= p.expiresAt
+        if (!expired && !this.decided(p.env)) continue
+        if (!expired) decided.push(p.env)
         for (const key of p.keys) changed.add(key)
         this.forgetPending(p)
       }

@@ -167,6 +167,23 @@ describe('keyed Merkle tree', () => {
       expect(root).toEqual(referenceRoot(list))
       for (const k of [...list.keys()].slice(0, 20)) expect(merkleRootOfPath(sha, k, index.path(sha, k))).toEqual(root)
     }
+    // A large tree walks up from a few hundred changed buckets and rebuilds past an eighth of its buckets.
+    const large = new Map<string, Uint8Array>()
+    const big = new MerkleIndex()
+    for (let i = 0; i < 6000; i++) {
+      large.set(`y${i}`, leafOf(i))
+      big.touch(`y${i}`)
+    }
+    expect(big.rootOf(sha, (k) => large.get(k))).toEqual(referenceRoot(large))
+    for (const size of [400, 700, 300]) {
+      for (let i = 0; i < size; i++) {
+        const k = `y${next() % 7000}`
+        if (next() % 4 === 0) large.delete(k)
+        else large.set(k, leafOf(next() % 60000))
+        big.touch(k)
+      }
+      expect(big.rootOf(sha, (k) => large.get(k))).toEqual(referenceRoot(large))
+    }
   })
 
   it('refuses a path while edits are not applied', () => {

@@ -587,7 +587,7 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
           if (mode !== 'adaptive') expect(wire.objects.every((o) => o.mode === mode)).toBe(true)
           const verified = r.verifyDelta(sha, wire, relay.stableHash(sha))
           if ('problem' in verified) throw new Error(verified.problem)
-          const decided = r.applyDelta(verified, round)
+          const decided = r.applyDelta(sha, verified, round)
           expect(r.stableIndex).toBe(relay.stableIndex)
           expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
           expect(r.stableHash(sha)).toEqual(auditStateHash(sha, r.auditState()))
@@ -642,13 +642,52 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
     expect(r.verifyDelta(sha, { ...ops, fromIndex: 0 }, hash)).toHaveProperty('problem')
     const ok = r.verifyDelta(sha, ops, hash)
     if ('problem' in ok) throw new Error(ok.problem)
-    r.applyDelta(ok, 2)
+    r.applyDelta(sha, ok, 2)
     expect(r.stableHash(sha)).toEqual(hash)
     expect(r.stableValue('c')).toBe(9)
     // The log cannot serve from before what it kept, nor from inside a commit.
     expect(log.delta(relay, 0)).toBeUndefined()
     expect(log.delta(relay, 2)).toBeUndefined()
     expect(log.delta(relay, relay.stableIndex)!.objects).toEqual([])
+  })
+
+  it('sends only the recent records the range added, and the receiver slides its window of each author past them', async () => {
+    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new ReliableReplica({ space: SPACE })
+    const log = new ChangeLog()
+    const envs: Envelope[] = []
+    for (let seq = 1; seq <= 300; seq++) envs.push(await seal(0, seq, { updates: [inc(`k${seq % 7}`, 1)] }))
+    for (const x of [relay, r]) x.commit(envs.slice(0, 10), 1)
+    log.record(10, relay.commit(envs.slice(10), 2))
+    const delta = log.delta(relay, 10, 'ops')!
+    // The window keeps 256: the ops of seqs 11..44 travel with their author and tag in full.
+    expect(delta.authors.map((a) => [a[1], a[2].length])).toEqual([[300, 256]])
+    const ok = r.verifyDelta(sha, decodeStateDelta(encodeStateDelta(delta), open), relay.stableHash(sha))
+    if ('problem' in ok) throw new Error(ok.problem)
+    r.applyDelta(sha, ok, 2)
+    expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
+    expect(r.stableHash(sha)).toEqual(auditStateHash(sha, r.auditState()))
+    // Duplicates and conflicts are told apart as by the relay: seq 50 left the window, seq 60 did not.
+    const again = await seal(0, 301, { updates: [inc('k1', 1)] })
+    for (const x of [relay, r]) expect(x.commit([envs[59]!, again], 3).decisions.map((d) => d.kind)).toEqual(['dropped', 'committed'])
+    expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
+  })
+
+  it('a jump past another author\'s envelope wait expires it, as the commits skipped would have', async () => {
+    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new ReliableReplica({ space: SPACE, foreignWaitCommits: 10 })
+    const log = new ChangeLog()
+    const unordered = await seal(1, 1, { updates: [inc('c', 5)] })
+    r.receive(unordered, { expires: true })
+    expect(r.value('c')).toBe(5)
+    log.record(0, relay.commit([await seal(0, 1, { updates: [inc('d', 1)] })], 20))
+    const ok = r.verifyDelta(sha, log.delta(relay, 0)!, relay.stableHash(sha))
+    if ('problem' in ok) throw new Error(ok.problem)
+    // Not decided (it never committed), but past its wait at round 20: it leaves the prospective state.
+    expect(r.applyDelta(sha, ok, 20)).toEqual([])
+    expect(r.isPending(unordered.idHex)).toBe(false)
+    expect(r.value('c')).toBeUndefined()
+    expect(r.value('d')).toBe(1)
   })
 
   it('malformed delta bytes get typed errors', () => {
