@@ -210,6 +210,8 @@ export class RelayNode {
   private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
   /** Each space's recent commits as what they changed: what a client that is behind catches up from (stateDelta). */
   private readonly changeLogs = new Map<string, ChangeLog>()
+  /** What the change logs hold in all, as charged against their budget. */
+  private changeLogBytes = 0
   /** The delta served last per space, by (from, mode, round); undefined when the commits were the cheaper catch-up. */
   private readonly servedDeltas = new Map<string, { readonly key: string; readonly found: { attestation: Signed; delta: Uint8Array } | undefined }>()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
@@ -435,6 +437,7 @@ export class RelayNode {
     this.timers.clear()
     for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.changeLogs, this.servedDeltas, this.readerKeys, this.creating]) state.clear()
     this.changedSinceSnapshot.clear()
+    this.changeLogBytes = 0
     this.pendingSince = null
     this.load()
     this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from a checkpoint f+1 relays vouch for')
@@ -792,13 +795,14 @@ export class RelayNode {
     this.changeLogs.delete(space)
     this.servedDeltas.delete(space)
     this.changeLogs.set(space, (log ??= new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })))
+    this.changeLogBytes -= log.bytes
     log.record(fromIndex, result)
-    let held = 0
-    for (const l of this.changeLogs.values()) held += l.bytes
+    this.changeLogBytes += log.bytes
     for (const [name, l] of this.changeLogs) {
-      if (held <= CHANGE_LOGS_BYTES || name === space) break
+      if (this.changeLogBytes <= CHANGE_LOGS_BYTES || name === space) break
       this.changeLogs.delete(name)
-      held -= l.bytes
+      this.servedDeltas.delete(name)
+      this.changeLogBytes -= l.bytes
     }
   }
 

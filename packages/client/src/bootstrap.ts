@@ -127,8 +127,8 @@ export interface VerifiedCatchUp {
 export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableReplica): Promise<VerifiedCatchUp | undefined> {
   const fromIndex = replica.stableIndex
   const found = await fetchAttested<{ delta: VerifiedDelta; states: number; objects: number }>(r, `delta?from=${fromIndex}`, 'a delta', (body, attestation) => {
-    // The replica moved on meanwhile (a commit applied): the delta no longer applies, and nobody lied.
-    if (replica.stableIndex !== fromIndex) return 'behind'
+    // The replica moved on meanwhile (a commit applied): no delta from here applies, and nobody lied.
+    if (replica.stableIndex !== fromIndex) return 'stop'
     if (typeof body.delta !== 'string') return { faulty: 'served a delta without its content' }
     const delta = decodeStateDelta(fromBase64Url(body.delta), (signed) => openTrusted(r.crypto, signed), MAX_SERVED_BYTES)
     if (delta.space !== r.space || delta.fromIndex !== fromIndex || delta.toIndex !== attestation.toIndex) {
@@ -146,13 +146,14 @@ export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableR
  * of the commit it is the result of (GET /v1/spaces/<space>/<route>), and
  * returns the first answer that `check` accepts and f+1 relays vouch for.
  * `check` may throw on malformed content; the relay is then reported, as
- * when it says `faulty`; 'behind' passes the relay over.
+ * when it says `faulty`; 'behind' passes the relay over; 'stop' ends the
+ * search (what was asked no longer makes sense).
  */
 async function fetchAttested<T>(
   r: BootstrapRequest,
   route: string,
   what: string,
-  check: (body: Record<string, unknown>, attestation: Attestation) => { value: T; bytes: number } | { faulty: string } | 'behind',
+  check: (body: Record<string, unknown>, attestation: Attestation) => { value: T; bytes: number } | { faulty: string } | 'behind' | 'stop',
 ): Promise<{ attestation: Attestation; value: T; bytes: number } | undefined> {
   const path = `/v1/spaces/${encodeURIComponent(r.space)}/${route}`
   for (const source of r.relays) {
@@ -191,6 +192,7 @@ async function fetchAttested<T>(
       continue
     }
     if (checked === 'behind') continue
+    if (checked === 'stop') return undefined
     if ('faulty' in checked) {
       faulty(checked.faulty)
       continue

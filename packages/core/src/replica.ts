@@ -591,8 +591,9 @@ export class ReliableReplica {
       for (const p of [...this.pending.values()]) {
         // Decided in the range, or (another author's, still unordered) past its wait, as commit() would expire it.
         const expired = p.expiresAt !== undefined && this.commits >= p.expiresAt
-        if (!expired && !this.decided(p.env)) continue
-        if (!expired) decided.push(p.env)
+        const settled = this.decided(p.env) !== null
+        if (!expired && !settled) continue
+        if (settled) decided.push(p.env)
         for (const key of p.keys) changed.add(key)
         this.forgetPending(p)
       }

@@ -688,6 +688,14 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
     expect(r.isPending(unordered.idHex)).toBe(false)
     expect(r.value('c')).toBeUndefined()
     expect(r.value('d')).toBe(1)
+    // One that committed in the range and is past its wait too is reported decided (its inbox record goes).
+    const late = await seal(2, 1, { updates: [inc('e', 2)] })
+    r.receive(late, { expires: true })
+    log.record(relay.stableIndex, relay.commit([late], 40))
+    const next = r.verifyDelta(sha, log.delta(relay, r.stableIndex)!, relay.stableHash(sha))
+    if ('problem' in next) throw new Error(next.problem)
+    expect(r.applyDelta(sha, next, 40).map((e) => e.idHex)).toEqual([late.idHex])
+    expect(r.stableValue('e')).toBe(2)
   })
 
   it('malformed delta bytes get typed errors', () => {
