@@ -783,8 +783,10 @@ export class RelayNode {
     if (cached?.key === key) return cached.found
     const delta = log.delta(replica, fromIndex, mode)
     const bytes = delta && encodeStateDelta(delta)
-    // Past what the commits themselves weigh, replaying them is the cheaper catch-up (BENDY's rule on the whole range).
-    const found = bytes && bytes.length <= log.replayBytes(fromIndex) ? { attestation: latest.attestation, delta: bytes } : undefined
+    // Past what the commits' envelopes weigh, replaying them is the cheaper catch-up (BENDY's rule on the whole
+    // range); a forced mode is served as asked.
+    const pays = mode !== 'adaptive' || (bytes !== undefined && bytes.length <= log.replayBytes(fromIndex))
+    const found = bytes && pays ? { attestation: latest.attestation, delta: bytes } : undefined
     this.servedDeltas.set(space, { key, found })
     return found
   }

@@ -77,6 +77,11 @@ export class CausalBuffer {
     return out
   }
 
+  /** The envelope ids held envelopes wait for (not their bases). */
+  awaited(): string[] {
+    return [...this.waiters.keys()].filter((key) => !key.startsWith('@'))
+  }
+
   /** Forgets a held envelope (it was decided: the commit applied what it had to). */
   drop(idHex: string): void {
     if (this.held.has(idHex)) this.release(idHex)

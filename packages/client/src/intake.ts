@@ -234,6 +234,8 @@ export class RelayIntake {
       this.causal.drop(env.idHex)
       for (const h of this.causal.arrived(env.idHex)) this.deliver(h)
     }
+    // Deps that committed inside the jump without ever arriving here are in the stable state now.
+    for (const dep of this.causal.awaited()) if (this.o.space.replica.hasCommitted(dep)) for (const h of this.causal.arrived(dep)) this.deliver(h)
     for (const h of this.causal.reachedBase(position.stableIndex)) this.deliver(h)
     return decided.filter((env) => !this.o.outbox.has(env.idHex)).map((env) => this.o.records.inboxDelete(env.idHex))
   }

@@ -62,4 +62,15 @@ describe('CausalBuffer', () => {
     expect(b.arrived('d').map((h) => h.env.idHex)).toEqual([y.idHex])
     expect(b.size).toBe(0)
   })
+
+  it('names the ids held envelopes wait for, not their bases, and forgets those nothing waits for any more', () => {
+    const b = new CausalBuffer()
+    b.hold(envs[0] as Envelope, FRAME, ['d1', '@7'], 0)
+    b.hold(envs[1] as Envelope, FRAME, ['d1', 'd2'], 0)
+    expect(b.awaited().sort()).toEqual(['d1', 'd2'])
+    expect(b.arrived('d1').map((h) => h.env.idHex)).toEqual([])
+    expect(b.awaited()).toEqual(['d2'])
+    expect(b.arrived('d2').map((h) => h.env.idHex)).toEqual([(envs[1] as Envelope).idHex])
+    expect(b.awaited()).toEqual([])
+  })
 })

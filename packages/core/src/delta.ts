@@ -167,7 +167,7 @@ interface LoggedCommit {
   readonly ops: readonly LoggedOp[]
   /** What it is charged against the log's budget (see LOGGED_OP_BYTES). */
   readonly bytes: number
-  /** Its committed envelopes' signed bytes: what replaying it costs a client. */
+  /** Its ordered envelopes' signed bytes: what replaying it costs a client (its attestations aside). */
   readonly envelopeBytes: number
 }
 
@@ -228,9 +228,11 @@ export class ChangeLog {
     const authors: string[] = []
     let envelopeBytes = 0
     for (const d of result.decisions) {
+      if (d.kind === 'superseded') continue
+      // Every envelope the commit ordered is downloaded by a client that replays it, dropped ones too.
+      envelopeBytes += d.env.signed.bytes.length + d.env.signed.sig.length
       if (d.kind !== 'committed') continue
       authors.push(d.env.authorId)
-      envelopeBytes += d.env.signed.bytes.length + d.env.signed.sig.length
       const units = envelopeUnits(d.env)
       for (const outcome of d.units) {
         if (outcome.status !== 'committed') continue
@@ -263,7 +265,7 @@ export class ChangeLog {
     return this.held
   }
 
-  /** What replaying the commits from `fromIndex` costs a client: their envelopes' signed bytes (0 if the log does not reach back). */
+  /** What replaying the commits from `fromIndex` costs a client: their envelopes' signed bytes, attestations aside (0 if the log does not reach back). */
   replayBytes(fromIndex: number): number {
     let sum = 0
     for (let i = this.head; i < this.commits.length; i++) {
