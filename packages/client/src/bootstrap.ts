@@ -107,10 +107,6 @@ export interface VerifiedCatchUp {
   readonly attestation: Attestation
   /** The delta, checked against that attestation's state hash: `replica.applyDelta` installs it. */
   readonly delta: VerifiedDelta
-  /** How many of its objects came as state rather than ops. */
-  readonly states: number
-  /** How many objects it changed. */
-  readonly objects: number
   /** Bytes downloaded for it (the delta and the attestations), for reports. */
   readonly bytes: number
 }
@@ -126,7 +122,7 @@ export interface VerifiedCatchUp {
  */
 export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableReplica): Promise<VerifiedCatchUp | undefined> {
   const fromIndex = replica.stableIndex
-  const found = await fetchAttested<{ delta: VerifiedDelta; states: number; objects: number }>(r, `delta?from=${fromIndex}`, 'a delta', (body, attestation) => {
+  const found = await fetchAttested<VerifiedDelta>(r, `delta?from=${fromIndex}`, 'a delta', (body, attestation) => {
     // The replica moved on meanwhile (a commit applied): no delta from here applies, and nobody lied.
     if (replica.stableIndex !== fromIndex) return 'stop'
     if (typeof body.delta !== 'string') return { faulty: 'served a delta without its content' }
@@ -136,9 +132,9 @@ export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableR
     }
     const verified = replica.verifyDelta((b) => r.crypto.sha256(b), delta, attestation.stateHash)
     if ('problem' in verified) return { faulty: `served a delta that proves nothing: ${verified.problem} (round ${attestation.round})` }
-    return { value: { delta: verified, states: delta.objects.filter((o) => o.mode === 'state').length, objects: delta.objects.length }, bytes: body.delta.length }
+    return { value: verified, bytes: body.delta.length }
   })
-  return found && { attestation: found.attestation, ...found.value, bytes: found.bytes }
+  return found && { attestation: found.attestation, delta: found.value, bytes: found.bytes }
 }
 
 /**

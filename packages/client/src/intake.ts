@@ -199,7 +199,7 @@ export class RelayIntake {
 
   /** Applies a verified delta to the space's replica, keeps what is pending on top, and stores it. */
   private async adoptDelta(found: VerifiedCatchUp): Promise<void> {
-    const { space, outbox, records } = this.o
+    const { space, outbox } = this.o
     const { attestation: a, delta } = found
     if (space.position.stableIndex !== delta.fromIndex || delta.toIndex <= delta.fromIndex) return
     // Only the commits say how this client's own envelopes fared (a safe update's outcome): if the
@@ -207,26 +207,20 @@ export class RelayIntake {
     const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.seq ?? 0) >= env.seq)
     if (decidesOwn) return
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
-    const position = { stableIndex: a.toIndex, lastRound: a.round }
-    space.adopt(space.replica, position)
-    const settled = this.jumped(position, decided)
-    try {
-      await records.storage.write([...records.checkpoint(space.replica.checkpoint(), position), ...settled])
-      space.storageWorks()
-    } catch (err) {
-      space.storageFailed(err)
-    }
-    this.o.news.rebased()
+    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided)
   }
 
   /**
-   * After the stable state jumped to `position` past commits it never
-   * applied (a snapshot or a delta): the skipped rounds' compact
-   * attestations can no longer be matched (they are no dissent), and what
-   * waited for envelopes the jump decided, or for its stable index, shows.
-   * Returns the storage changes that forget those envelopes' inbox records.
+   * The stable state jumped to `position` past commits it never applied (a
+   * snapshot or a delta), `replica` now holding it: the space shows it; the
+   * skipped rounds' compact attestations can no longer be matched (they are
+   * no dissent); what waited for envelopes the jump decided, or for its
+   * stable index, shows; and the replica is stored, those envelopes' inbox
+   * records forgotten.
    */
-  private jumped(position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[]): StorageChange[] {
+  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[]): Promise<void> {
+    const { space, records } = this.o
+    space.adopt(replica, position)
     this.quorum?.prune(position)
     for (const rounds of this.unmatched.values()) for (const r of [...rounds.keys()]) if (r <= position.lastRound) rounds.delete(r)
     this.starvedSince = undefined
@@ -237,7 +231,14 @@ export class RelayIntake {
     // Deps that committed inside the jump without ever arriving here are in the stable state now.
     for (const dep of this.causal.awaited()) if (this.o.space.replica.hasCommitted(dep)) for (const h of this.causal.arrived(dep)) this.deliver(h)
     for (const h of this.causal.reachedBase(position.stableIndex)) this.deliver(h)
-    return decided.filter((env) => !this.o.outbox.has(env.idHex)).map((env) => this.o.records.inboxDelete(env.idHex))
+    const forgotten = decided.filter((env) => !this.o.outbox.has(env.idHex)).map((env) => records.inboxDelete(env.idHex))
+    try {
+      await records.storage.write([...records.checkpoint(replica.checkpoint(), position), ...forgotten])
+      space.storageWorks()
+    } catch (err) {
+      space.storageFailed(err)
+    }
+    this.o.news.rebased()
   }
 
   /**
@@ -252,7 +253,7 @@ export class RelayIntake {
 
   /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
   private async adopt(snapshot: VerifiedSnapshot): Promise<void> {
-    const { space, outbox, records } = this.o
+    const { space, outbox } = this.o
     const a = snapshot.attestation
     // A fresh space takes any snapshot; one the relays pruned past takes one ahead of it (nothing is followed meanwhile).
     const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
@@ -277,16 +278,7 @@ export class RelayIntake {
     for (const env of decidedOwn) {
       await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
     }
-    const position = { stableIndex: a.toIndex, lastRound: a.round }
-    space.adopt(replica, position)
-    const settled = this.jumped(position, decided)
-    try {
-      await records.storage.write([...records.checkpoint(replica.checkpoint(), position), ...settled])
-      space.storageWorks()
-    } catch (err) {
-      space.storageFailed(err)
-    }
-    this.o.news.rebased()
+    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided)
   }
 
   /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */

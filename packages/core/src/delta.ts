@@ -1,11 +1,11 @@
-import { fromHex, toBase64Url } from './bytes.ts'
+import { fromHex } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { encodeDeclaration, type AnyOp, type Declaration } from './crdt/index.ts'
-import { envelopeUnits, type Envelope } from './envelope.ts'
+import { envelopeUnits, unitTagPrefix, type Envelope } from './envelope.ts'
 import { SteadError } from './errors.ts'
 import { SpaceSaving, chooseModes, type ObjectTraffic } from './hot-objects.ts'
 import type { CommitResult, ReliableReplica } from './replica.ts'
-import { compareKeys, decodeAuthors, decodeParked, strictlyAscending, type AuditAuthor, type ParkedEnvelope, type WaitingEnvelope } from './state.ts'
+import { compareKeys, decodeAuthors, decodeParked, strictlyAscending, type AuditAuthor, type AuditObject, type ParkedEnvelope, type WaitingEnvelope } from './state.ts'
 
 /**
  * What changed in a space's audit state from one stable index to a later
@@ -99,9 +99,9 @@ export function encodeStateDelta(d: StateDelta): Uint8Array {
   ])
 }
 
-/** The part of a unit tag that names its envelope (see `envelopeUnits`). */
+/** The part of a unit tag that names the envelope with this id (hex). */
 function tagPrefix(idHex: string): string {
-  return toBase64Url(fromHex(idHex).subarray(0, 12))
+  return unitTagPrefix(fromHex(idHex))
 }
 
 /**
@@ -173,7 +173,7 @@ interface LoggedCommit {
 
 /** Options of a change log. */
 export interface ChangeLogOptions {
-  /** Budget of the commits kept, counted as their envelopes' signed bytes; the oldest go first. Default 4 MiB. */
+  /** Budget of the commits kept, charged at their envelopes' signed bytes and 256 bytes per logged op; the oldest go first. Default 4 MiB. */
   readonly maxBytes?: number
   /** How many objects BENDY's rule may send as state in one delta: the tracker's top k. Default 64. */
   readonly hotObjects?: number
@@ -209,11 +209,6 @@ export class ChangeLog {
     this.periodOps = options.periodOps ?? 4096
     // Space-Saving finds every key above total/capacity; a few times k keeps the top k's estimates tight.
     this.tracker = new SpaceSaving(Math.max(1, this.hotObjects * 4))
-  }
-
-  /** The oldest stable index a delta can start from; undefined before the first commit. */
-  get since(): number | undefined {
-    return this.start
   }
 
   /**
@@ -276,7 +271,7 @@ export class ChangeLog {
   }
 
   /** The objects BENDY's rule considers for state: last period's top k and the current period's. */
-  hot(): ReadonlySet<string> {
+  private hot(): ReadonlySet<string> {
     return new Set([...this.lastHot, ...this.tracker.top(this.hotObjects).map((e) => e.key)])
   }
 
@@ -303,13 +298,11 @@ export class ChangeLog {
         o.ops.push(op)
       }
     }
-    const modes = this.modes(replica, byKey, mode)
+    const states = this.states(replica, byKey, mode)
     const objects: DeltaObject[] = [...byKey.keys()].sort(compareKeys).map((key) => {
       const o = byKey.get(key) as { decl: Declaration; ops: LoggedOp[] }
-      if (modes.get(key) === 'state') {
-        const s = replica.stableObject(key)
-        if (s) return { key, decl: s[1], mode: 'state', snapshot: s[2] }
-      }
+      const s = states.get(key)
+      if (s) return { key, decl: s[1], mode: 'state', snapshot: s[2] }
       return { key, decl: encodeDeclaration(o.decl), mode: 'ops', ops: o.ops.map((x) => [x.author, x.tag, x.op] as const) }
     })
     return {
@@ -325,20 +318,26 @@ export class ChangeLog {
     }
   }
 
-  private modes(replica: ReliableReplica, byKey: ReadonlyMap<string, { ops: readonly LoggedOp[] }>, mode: DeltaMode): ReadonlyMap<string, 'ops' | 'state'> {
-    if (mode !== 'adaptive') return new Map([...byKey.keys()].map((k) => [k, mode]))
+  /** The stable entries of the changed objects that travel as state (each snapshot taken once). */
+  private states(replica: ReliableReplica, byKey: ReadonlyMap<string, { ops: readonly LoggedOp[] }>, mode: DeltaMode): ReadonlyMap<string, AuditObject> {
+    const states = new Map<string, AuditObject>()
+    if (mode === 'ops') return states
     // Only the hot objects are weighed (sizing a state costs its encoding); the rest stay ops.
-    const hot = this.hot()
+    const hot = mode === 'adaptive' ? this.hot() : undefined
+    const candidates = hot ? [...hot].filter((key) => byKey.has(key)) : [...byKey.keys()]
     const traffic = new Map<string, ObjectTraffic>()
-    for (const [key, o] of byKey) {
-      if (!hot.has(key)) continue
+    for (const key of candidates) {
       const s = replica.stableObject(key)
       if (!s) continue
+      states.set(key, s)
+      if (!hot) continue
+      const ops = (byKey.get(key) as { ops: readonly LoggedOp[] }).ops
       // What an op costs on the wire (encodeStateDelta): itself and a few bytes naming its record.
-      const updateBytes = o.ops.reduce((sum, x) => sum + encode(x.op).length + OP_REFERENCE_BYTES, 0)
-      traffic.set(key, { updates: o.ops.length, updateBytes, stateBytes: encode(s[2]).length })
+      const updateBytes = ops.reduce((sum, x) => sum + encode(x.op).length + OP_REFERENCE_BYTES, 0)
+      traffic.set(key, { updates: ops.length, updateBytes, stateBytes: encode(s[2]).length })
     }
-    return chooseModes(traffic, hot)
+    if (hot) for (const [key, m] of chooseModes(traffic, hot)) if (m === 'ops') states.delete(key)
+    return states
   }
 
   private track(key: string): void {

@@ -282,6 +282,11 @@ export type EnvelopeUnit =
 /** Units per envelope: envelopes are immutable, and replicas, audits and views each ask for them. */
 const unitsOf = new WeakMap<Envelope, readonly EnvelopeUnit[]>()
 
+/** The part of an envelope's unit tags that names the envelope: its id's first 12 bytes, base64url (see `envelopeUnits`). */
+export function unitTagPrefix(id: Uint8Array): string {
+  return toBase64Url(id.subarray(0, 12))
+}
+
 /**
  * The units an audit decides on, in order: every regular op on its own, then
  * each safe group (a non-atomic group is one unit per update). Tags are
@@ -295,7 +300,7 @@ export function envelopeUnits(env: Envelope): readonly EnvelopeUnit[] {
   let n = 0
   // Tags come from the envelope id, not from (author, seq): two conflicting envelopes of one
   // author must never share a tag, or undoing the loser would undo the winner too.
-  const prefix = toBase64Url(env.id.subarray(0, 12))
+  const prefix = unitTagPrefix(env.id)
   const tag = (): string => `${prefix}:${n++}`
   for (const u of env.updates) for (const op of u.ops) out.push({ kind: 'op', unit: out.length, key: u.key, decl: u.decl, op, tag: tag() })
   for (const g of env.safe) {

@@ -115,28 +115,6 @@ export class SpaceSaving {
     return all.length > k ? all.slice(0, k) : all
   }
 
-  /**
-   * The keys certainly among the true top `k`, in {@link SpaceSaving.top}
-   * order: those listed in `top(k)` whose least possible count
-   * (`count - error`) reaches the (k+1)-th estimated count. A key is in the
-   * true top k when fewer than k keys have a strictly larger true count,
-   * so ties at the boundary count as in.
-   *
-   * With k or fewer keys monitored, the bar is what an unmonitored key may
-   * have reached instead: the least count once every counter has been
-   * taken (keys may have been evicted), otherwise 0 (every key seen is
-   * monitored, exactly). Throws RangeError unless `k` is a non-negative
-   * integer.
-   */
-  guaranteedTop(k: number): string[] {
-    if (!Number.isSafeInteger(k) || k < 0) throw new RangeError(`guaranteedTop(k) needs an integer k >= 0, got ${k}`)
-    const ranked = this.top()
-    // Only keys within the first k: one further down may tie the bar with no
-    // error, yet k keys above it may all truly outnumber it.
-    const bar = ranked.length > k ? (ranked[k] as SpaceSavingEntry).count : ranked.length === this.capacity ? (this.counts[0] as number) : 0
-    return ranked.slice(0, k).filter((e) => e.count - e.error >= bar).map((e) => e.key)
-  }
-
   /** The total weight offered since construction or the last {@link SpaceSaving.clear}. */
   get total(): number {
     return this.offered

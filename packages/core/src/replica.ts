@@ -518,11 +518,7 @@ export class ReliableReplica {
     const authors = new Map<string, { seq: number; recent: Array<[number, Recent]> }>()
     for (const [id, seq, added] of delta.authors) {
       const kept = [...(this.authors.get(id)?.recent ?? [])].filter(([s]) => s > seq - RECENT_IDS_PER_AUTHOR && s <= seq)
-      const fresh = new Map<number, Recent>(kept)
-      for (const [i, r] of added.entries()) {
-        const e = decodeRecent(r, `authors.${id}.recent[${i}]`)
-        fresh.set(e.seq, { idHex: e.idHex, record: e.record })
-      }
+      const fresh = new Map<number, Recent>([...kept, ...decodedRecent(id, added)])
       authors.set(id, { seq, recent: [...fresh].sort((x, y) => x[0] - y[0]) })
     }
     const touch = (): void => {
@@ -533,14 +529,14 @@ export class ReliableReplica {
     const leaves = new Map<string, Uint8Array>()
     const objectsRoot = this.objectLeaves.rootOf(sha256, (key) => {
       const o = objects.get(key)
-      if (!o) return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
+      if (!o) return this.objectLeaf(sha256, key)
       const leaf = objectDigest(sha256, [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
       leaves.set(key, leaf)
       return leaf
     })
     const authorsRoot = this.authorLeaves.rootOf(sha256, (id) => {
       const a = authors.get(id)
-      return a ? authorLeafOf(sha256, id, a.seq, a.recent.map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record))))) : this.authorLeaf(sha256, id)
+      return a ? authorLeaf(sha256, id, a.seq, a.recent) : this.authorLeaf(sha256, id)
     })
     const hash = stateHashOf(sha256, this.space, delta.toIndex, authorsRoot, objectsRoot, parkedDigest(sha256, delta.waiting))
     // The trees go back to what this replica holds (the same keys, rehashed when next asked).
@@ -568,19 +564,13 @@ export class ReliableReplica {
       this.objectLeaves.touch(key)
     }
     // Hashed once already, by verifyDelta: the tree takes those leaves instead of encoding the objects again.
-    this.objectLeaves.rootOf(sha256, (key) => delta.leaves.get(key) ?? (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
+    this.objectLeaves.rootOf(sha256, (key) => delta.leaves.get(key) ?? this.objectLeaf(sha256, key))
     for (const [id, a] of delta.authors) {
-      for (const r of this.authors.get(id)?.recent.values() ?? []) this.recentIds.delete(r.idHex)
-      this.authors.set(id, { seq: a.seq, recent: new Map(a.recent) })
-      for (const [seq, r] of a.recent) this.recentIds.set(r.idHex, { authorId: id, seq })
+      this.restoreAuthor(id, a.seq, a.recent)
       this.authorLeaves.touch(id)
     }
     this.waiting.clear()
-    for (const { env, since } of delta.waiting) {
-      let queue = this.waiting.get(env.authorId)
-      if (!queue) this.waiting.set(env.authorId, (queue = new Map()))
-      queue.set(env.seq, { env, since })
-    }
+    for (const { env, since } of delta.waiting) this.waitingOf(env.authorId).set(env.seq, { env, since })
     this.index = delta.toIndex
     this.commits = Math.max(this.commits, round)
     this.histories.clear()
@@ -636,7 +626,12 @@ export class ReliableReplica {
   }
 
   private objectsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
-    return this.objectLeaves.rootOf(sha256, (key) => (this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined))
+    return this.objectLeaves.rootOf(sha256, (key) => this.objectLeaf(sha256, key))
+  }
+
+  /** A stable object's leaf in the state hash; undefined for a key with no stable state. */
+  private objectLeaf(sha256: (bytes: Uint8Array) => Uint8Array, key: string): Uint8Array | undefined {
+    return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
   }
 
   private authorsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
@@ -645,13 +640,7 @@ export class ReliableReplica {
 
   private authorLeaf(sha256: (bytes: Uint8Array) => Uint8Array, id: string): Uint8Array | undefined {
     const a = this.authors.get(id)
-    if (!a) return undefined
-    return authorLeafOf(
-      sha256,
-      id,
-      a.seq,
-      bySeq(a).map(([seq, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(seq, r.idHex, r.record)))),
-    )
+    return a && authorLeaf(sha256, id, a.seq, bySeq(a))
   }
 
   /** Envelopes parked behind a gap, by author and seq. */
@@ -703,12 +692,10 @@ export class ReliableReplica {
       r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
       if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
     }
-    for (const [id, seq, recent] of authors) r.restoreAuthor(id, seq, recent.map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
+    for (const [id, seq, recent] of authors) r.restoreAuthor(id, seq, decodedRecent(id, recent))
     for (const [bytes, sig, since] of waiting) {
       const env = open({ bytes, sig })
-      let queue = r.waiting.get(env.authorId)
-      if (!queue) r.waiting.set(env.authorId, (queue = new Map()))
-      queue.set(env.seq, { env, since })
+      r.waitingOf(env.authorId).set(env.seq, { env, since })
     }
     for (const [key, h] of histories) r.histories.set(key, h.map(([i, value]) => ({ index: i, value })))
     r.touchAll()
@@ -738,19 +725,24 @@ export class ReliableReplica {
       r.stableObjects.set(key, { decl, crdt })
       if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: crdt.clone() })
     }
-    for (const [id, seq, recent] of state.authors) r.restoreAuthor(id, seq, recent.map((e, i) => decodeRecent(e, `authors.${id}.recent[${i}]`)))
-    for (const { env, since } of state.waiting) {
-      let queue = r.waiting.get(env.authorId)
-      if (!queue) r.waiting.set(env.authorId, (queue = new Map()))
-      queue.set(env.seq, { env, since })
-    }
+    for (const [id, seq, recent] of state.authors) r.restoreAuthor(id, seq, decodedRecent(id, recent))
+    for (const { env, since } of state.waiting) r.waitingOf(env.authorId).set(env.seq, { env, since })
     r.touchAll()
     return r
   }
 
-  private restoreAuthor(id: string, seq: number, recent: ReadonlyArray<{ seq: number; idHex: string; record: ClockRecord }>): void {
-    this.authors.set(id, { seq, recent: new Map(recent.map((e) => [e.seq, { idHex: e.idHex, record: e.record }])) })
-    for (const e of recent) this.recentIds.set(e.idHex, { authorId: id, seq: e.seq })
+  /** Sets an author's last seq and recent records (replacing any it had), and indexes their ids. */
+  private restoreAuthor(id: string, seq: number, recent: ReadonlyArray<readonly [number, Recent]>): void {
+    for (const r of this.authors.get(id)?.recent.values() ?? []) this.recentIds.delete(r.idHex)
+    this.authors.set(id, { seq, recent: new Map(recent) })
+    for (const [s, r] of recent) this.recentIds.set(r.idHex, { authorId: id, seq: s })
+  }
+
+  /** An author's queue of envelopes parked behind its sequence gap, made if it has none. */
+  private waitingOf(authorId: string): Map<number, { env: Envelope; since: number }> {
+    let queue = this.waiting.get(authorId)
+    if (!queue) this.waiting.set(authorId, (queue = new Map()))
+    return queue
   }
 
   private touchAll(): void {
@@ -868,8 +860,7 @@ export class ReliableReplica {
   }
 
   private wait(env: Envelope, decisions: Decision[], changed: Set<string>): void {
-    let queue = this.waiting.get(env.authorId)
-    if (!queue) this.waiting.set(env.authorId, (queue = new Map()))
+    const queue = this.waitingOf(env.authorId)
     const taken = queue.get(env.seq)
     if (taken) {
       if (taken.env.idHex === env.idHex) {
@@ -1212,6 +1203,24 @@ interface Item {
 
 function itemsOf(unit: EnvelopeUnit): readonly Item[] {
   return unit.kind === 'op' ? [unit] : unit.items
+}
+
+/** An author's leaf from its recent records ascending by seq, each record hashed once (its digest is kept on it). */
+function authorLeaf(sha256: (bytes: Uint8Array) => Uint8Array, id: string, seq: number, recent: ReadonlyArray<readonly [number, Recent]>): Uint8Array {
+  return authorLeafOf(
+    sha256,
+    id,
+    seq,
+    recent.map(([s, r]) => (r.digest ??= recentDigest(sha256, encodeRecent(s, r.idHex, r.record)))),
+  )
+}
+
+/** Recent records in their wire form, read into what an author keeps (trusted or hashed before use). */
+function decodedRecent(id: string, recent: readonly unknown[]): Array<[number, Recent]> {
+  return recent.map((e, i) => {
+    const r = decodeRecent(e, `authors.${id}.recent[${i}]`)
+    return [r.seq, { idHex: r.idHex, record: r.record }]
+  })
 }
 
 /** An author's recent records, ascending by seq. */
