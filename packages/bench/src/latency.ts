@@ -23,7 +23,12 @@
  *   `--freshness` (ms): how long each update took to show at another
  *   client against its bound, and the bytes per update each way.
  *
- *   npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]
+ * Safe updates run for `--warmup-seconds` before any is timed: a relay
+ * spends its first seconds of load compiling its hot paths (V8's optimizing
+ * compiler took 19% of relay CPU 12-22 s after start, 2.6% at 60 s, in a
+ * perf profile), and a relay runs for days.
+ *
+ *   npm run bench:latency -- [--updates 200] [--warmup-seconds 10] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]
  *
  * `--profile FILE` writes relay r1's CPU profile of the safe-update phase
  * (a .cpuprofile for Chrome's DevTools) and prints its summary.
@@ -40,9 +45,10 @@ import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs
 import { reportArgs } from './args.ts'
 
 const values = reportArgs(
-  `usage: npm run bench:latency -- [--updates 200] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]\n(what each option does: the comment at the top of packages/bench/src/latency.ts)`,
+  `usage: npm run bench:latency -- [--updates 200] [--warmup-seconds 10] [--idle-seconds 60] [--batch-ms 10] [--stream 2000] [--freshness 100,500] [--hot-seconds 3] [--profile FILE]\n(what each option does: the comment at the top of packages/bench/src/latency.ts)`,
   {
     updates: { type: 'string', default: '200' },
+    'warmup-seconds': { type: 'string', default: '10' },
     'idle-seconds': { type: 'string', default: '60' },
     'batch-ms': { type: 'string', default: '10' },
     profile: { type: 'string' },
@@ -52,6 +58,8 @@ const values = reportArgs(
   },
 )
 const updates = Number(values.updates)
+const warmupSeconds = Number(values['warmup-seconds'])
+if (!(warmupSeconds >= 0)) throw new Error('--warmup-seconds takes a number of seconds (0 or more)')
 const idleSeconds = Number(values['idle-seconds'])
 const batchIntervalMs = Number(values['batch-ms'])
 const streamUpdates = Number(values.stream)
@@ -81,6 +89,8 @@ interface RelaySample {
   /** The relay's latest block round, and the commits it made. */
   readonly round: number
   readonly commits: number
+  /** Peers' blocks it accepted. */
+  readonly blocks: number
 }
 
 async function relaySamples(cluster: BenchCluster): Promise<RelaySample[]> {
@@ -88,7 +98,7 @@ async function relaySamples(cluster: BenchCluster): Promise<RelaySample[]> {
     cluster.descriptor.relays.map(async (r) => {
       const text = await (await fetch(`http://${r.api}/metrics`)).text()
       const read = (name: string) => Number(/^(\S+) (\S+)$/m.exec(text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`)) ?? '')?.[2] ?? NaN)
-      return { sum: read('stead_commit_latency_seconds_sum'), count: read('stead_commit_latency_seconds_count'), round: read('stead_round'), commits: read('stead_commits_total') }
+      return { sum: read('stead_commit_latency_seconds_sum'), count: read('stead_commit_latency_seconds_count'), round: read('stead_round'), commits: read('stead_commits_total'), blocks: read('stead_blocks_total') }
     }),
   )
 }
@@ -339,11 +349,16 @@ const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: values.
 try {
   const alice = await client(cluster, 'alice')
   const bob = await client(cluster, 'bob')
-  console.log(`latency report: 4 relays on loopback, client batch interval ${batchIntervalMs} ms, ${new Date().toISOString()}`)
+  console.log(`latency report: 4 relays on loopback, client batch interval ${batchIntervalMs} ms, safe updates timed after ${warmupSeconds} s of them, ${new Date().toISOString()}`)
 
   // Safe updates, one at a time: each one starts from a quiet cluster.
   const counter = alice.counter('safe')
-  for (let i = 0; i < 20; i++) await counter.increment(1, { safe: true })
+  const warmupEnd = performance.now() + warmupSeconds * 1000
+  let warmups = 0
+  do {
+    await counter.increment(1, { safe: true })
+    warmups++
+  } while (performance.now() < warmupEnd || warmups < 20)
   const safe: number[] = []
   const relaysBefore = await relaySamples(cluster)
   const cpuBefore = cluster.pids().map((p) => cpuSeconds(p.pid))
@@ -380,7 +395,7 @@ try {
   console.log(`  relay submit → decided, mean per relay: ${perRelay.join(', ')}`)
   const per = (f: (s: RelaySample) => number) => relaysAfter.map((a, i) => ((f(a) - f(relaysBefore[i] as RelaySample)) / updates).toFixed(1)).join(', ')
   const cpuMs = cpuAfter.map((c, i) => (((c - (cpuBefore[i] as number)) * 1000) / updates).toFixed(1)).join(', ')
-  console.log(`  per safe update, per relay: rounds ${per((x) => x.round)}, commits ${per((x) => x.commits)}, CPU ms ${cpuMs}`)
+  console.log(`  per safe update, per relay: rounds ${per((x) => x.round)}, commits ${per((x) => x.commits)}, peers' blocks ${per((x) => x.blocks)}, CPU ms ${cpuMs}`)
 
   // Prospective visibility and a stream of regular updates, Stead then Yjs + y-websocket.
   const steadPeer = (space: Space, name: string, key: string): CounterPeer => {

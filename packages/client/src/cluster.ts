@@ -83,7 +83,60 @@ export function sessionUrlOf(url: string): string {
   return `${scheme}//${u.host}${path}`
 }
 
-export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<{ ok: boolean; status: number; json(): Promise<unknown> }>
+/** The largest cluster descriptor read from a relay (a descriptor of a thousand relays is about 200 KB). */
+const MAX_DESCRIPTOR_BYTES = 1024 * 1024
+
+/** The largest answer carrying an attestation or a signed head (a commit's attestation lists its envelopes' outcomes). */
+export const MAX_ATTESTED_BODY = 64 * 1024 * 1024
+
+export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<FetchResponse>
+
+/**
+ * What the client reads of a response. `body` and `headers` are there with
+ * the platform's fetch; a response without `body` (an injected fetch's) is
+ * read with `json()`, unbounded.
+ */
+export interface FetchResponse {
+  readonly ok: boolean
+  readonly status: number
+  json(): Promise<unknown>
+  readonly body?: ReadableStream<Uint8Array> | null
+  readonly headers?: { get(name: string): string | null }
+}
+
+/**
+ * A response's JSON body, read to at most `maxBytes`: a relay that streams
+ * more (or announces more) is cut off with a SteadError 'too-large' before
+ * the client buffers it, so one lying relay cannot exhaust a tab's memory.
+ */
+export async function readJson(res: FetchResponse, maxBytes: number): Promise<unknown> {
+  if (!res.body) return res.json()
+  const announced = Number(res.headers?.get('content-length') ?? NaN)
+  if (announced > maxBytes) {
+    await res.body.cancel().catch(() => undefined)
+    throw new SteadError('too-large', `a response of ${announced} bytes, over the ${maxBytes} bytes allowed`)
+  }
+  const reader = res.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > maxBytes) {
+      await reader.cancel().catch(() => undefined)
+      throw new SteadError('too-large', `a response of more than ${maxBytes} bytes`)
+    }
+    chunks.push(value)
+  }
+  const all = new Uint8Array(size)
+  let at = 0
+  for (const c of chunks) {
+    all.set(c, at)
+    at += c.byteLength
+  }
+  return JSON.parse(new TextDecoder().decode(all)) as unknown
+}
 
 /**
  * Settles with `enough(answers so far)` as soon as it is defined, or with
@@ -130,7 +183,7 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
     try {
       const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
       if (!res.ok) return undefined
-      return { url, cluster: parseClusterDescriptor(await res.json(), `${url}/v1/cluster`) }
+      return { url, cluster: parseClusterDescriptor(await withTimeout(readJson(res, MAX_DESCRIPTOR_BYTES), timeoutMs), `${url}/v1/cluster`) }
     } catch {
       return undefined
     }

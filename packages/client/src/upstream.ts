@@ -18,7 +18,7 @@ import {
   type RelayMessage,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
-import { firstQuorum, httpBaseOf, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { RelayIntake } from './intake.ts'
@@ -30,6 +30,10 @@ import type { RelaySessions, SessionMember } from './sessions.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
 import type { RelayLink } from './transport.ts'
 import type { SessionsStatus } from './types.ts'
+
+/** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
+const MAX_HISTORY_BYTES = 64 * 1024 * 1024
+const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
 
 export interface RelayUpstreamInit {
   space: Space
@@ -245,7 +249,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         try {
           const res = await fetchFn(`${httpBaseOf(url)}${path}`, { headers })
           if (!res.ok) return undefined
-          const p = (await res.json()) as { relay: number; entries: string; sig: string }
+          const p = (await readJson(res, MAX_HISTORY_BODY)) as { relay: number; entries: string; sig: string }
           const relayKey = cluster.relays[p.relay]?.publicKey
           const entries = fromBase64Url(p.entries)
           if (!relayKey || !(await this.o.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
@@ -263,7 +267,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       },
     )
     if (!agreed) throw new SteadError('unsupported', `fewer than ${cluster.f + 1} relays served the same page of ${key}'s history`)
-    const pairs = expect.array(decode(agreed, 64 * 1024 * 1024), 'history', 1000) as Array<[number, unknown]>
+    const pairs = expect.array(decode(agreed, MAX_HISTORY_BYTES), 'history', 1000) as Array<[number, unknown]>
     return pairs.map(([index, value]) => ({ index: expect.uint(index, 'history.index'), value })).reverse()
   }
 
@@ -276,7 +280,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         try {
           const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers }), timeoutMs)
           if (!res.ok) return undefined
-          const h = (await res.json()) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
+          const h = (await withTimeout(readJson(res, MAX_ATTESTED_BODY), timeoutMs)) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
           const hash = fromHex(h.stateHash)

@@ -1141,6 +1141,32 @@ describe('waits that end', () => {
     expect(Date.now() - t0).toBeLessThan(2000)
     stop()
   })
+
+  it('a relay whose answer never ends is cut off at the byte budget (the stream is cancelled) and the read completes from the others', async () => {
+    const c = cluster()
+    let pulled = 0
+    let cancelled = false
+    const endless = (): Response =>
+      new Response(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            pulled += 1024 * 1024
+            controller.enqueue(new Uint8Array(1024 * 1024).fill(0x20))
+          },
+          cancel() {
+            cancelled = true
+          },
+        }),
+      )
+    const a = await client(c, { fetch: (url) => (url.includes('relay0') && url.includes('/head') ? Promise.resolve(endless()) : c.fetch(url)) })
+    const stop = c.autoCommit(5)
+    await a.counter('k').increment(3, { safe: true })
+    expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(3)
+    await until('the endless answer cut off', () => cancelled)
+    // The budget for a signed head (64 MiB), and a chunk or two read ahead.
+    expect(pulled).toBeLessThanOrEqual(66 * 1024 * 1024)
+    stop()
+  })
 })
 
 describe('lifecycle edges (found in review)', () => {

@@ -3,7 +3,6 @@ import {
   asSigned,
   authBytes,
   clockInit,
-  clockUpdate,
   compactOps,
   decode,
   decodeAttestation,
@@ -19,7 +18,6 @@ import {
   type AnyOp,
   type Attestation,
   type ClientMessage,
-  type Clock,
   type Declaration,
   type Envelope,
   type ORSet,
@@ -129,7 +127,6 @@ export class ProtoClient implements LoadClient {
   private readonly identity: { secretKey: Uint8Array; publicKey: Uint8Array }
   private readonly authorId: string
   private seq = 0
-  private clock: Clock = clockInit()
   private lastId: Uint8Array | null = null
   private regular = new Map<string, { decl: Declaration; ops: AnyOp[] }>()
   private safe: Array<{ group: SafeGroup; resolve: (o: Outcome) => void }> = []
@@ -266,8 +263,8 @@ export class ProtoClient implements LoadClient {
       return
     }
     this.seq++
-    this.clock = clockUpdate(this.authorId, this.clock)
-    const draft = { space: this.o.space, seq: this.seq, clock: this.clock, deps: this.lastId ? [this.lastId] : [], updates, safe: safe.map((s) => s.group) }
+    // Each load client depends on its own previous envelope only, which its seq orders: its clock lists nobody.
+    const draft = { space: this.o.space, seq: this.seq, clock: clockInit(), deps: this.lastId ? [this.lastId] : [], updates, safe: safe.map((s) => s.group) }
     this.flushing = this.flushing.then(async () => {
       const env = await sealEnvelope(nodeCrypto, this.identity, draft)
       this.lastId = env.id

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest'
+import { readJson } from '../src/cluster.ts'
+
+/** A body that never ends: `chunk` bytes of spaces per pull, counting pulls and whether the reader cancelled. */
+function endless(chunk: number): { res: Response; pulled: () => number; cancelled: () => boolean } {
+  let pulls = 0
+  let cancelled = false
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      pulls++
+      controller.enqueue(new Uint8Array(chunk).fill(0x20))
+    },
+    cancel() {
+      cancelled = true
+    },
+  })
+  return { res: new Response(body), pulled: () => pulls, cancelled: () => cancelled }
+}
+
+describe('readJson: a response body within a budget in bytes', () => {
+  it('parses a body within the budget', async () => {
+    expect(await readJson(new Response(JSON.stringify({ relay: 1, sig: 'ab' })), 1024)).toEqual({ relay: 1, sig: 'ab' })
+    // Multi-byte characters split across chunks decode whole.
+    const bytes = new TextEncoder().encode(JSON.stringify({ v: 'héllo ✓' }))
+    const split = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(bytes.subarray(0, 9))
+        c.enqueue(bytes.subarray(9))
+        c.close()
+      },
+    })
+    expect(await readJson(new Response(split), bytes.length)).toEqual({ v: 'héllo ✓' })
+  })
+
+  it('cuts off a body that never ends once it passes the budget, and cancels it', async () => {
+    const e = endless(64 * 1024)
+    await expect(readJson(e.res, 1024 * 1024)).rejects.toMatchObject({ reason: 'too-large' })
+    expect(e.cancelled()).toBe(true)
+    // 1 MiB in 64 KiB chunks: the 17th chunk passes it (and the stream may read one ahead).
+    expect(e.pulled()).toBeLessThanOrEqual(18)
+  })
+
+  it('refuses a body whose announced length is over the budget without reading it', async () => {
+    const e = endless(1024)
+    const res = { ok: true, status: 200, json: () => Promise.reject(new Error('not this way')), body: e.res.body, headers: new Headers({ 'content-length': String(2 ** 40) }) }
+    await expect(readJson(res, 1024 * 1024)).rejects.toMatchObject({ reason: 'too-large' })
+    expect(e.cancelled()).toBe(true)
+    expect(e.pulled()).toBeLessThanOrEqual(1)
+  })
+
+  it('reads a body exactly at the budget, and refuses one byte more', async () => {
+    const text = JSON.stringify({ pad: 'x'.repeat(100) })
+    const size = new TextEncoder().encode(text).length
+    expect(await readJson(new Response(text), size)).toEqual({ pad: 'x'.repeat(100) })
+    await expect(readJson(new Response(text), size - 1)).rejects.toMatchObject({ reason: 'too-large' })
+  })
+
+  it('falls back to json() for a response without a body stream (an injected fetch)', async () => {
+    expect(await readJson({ ok: true, status: 200, json: async () => ({ a: 1 }) }, 1)).toEqual({ a: 1 })
+  })
+})
