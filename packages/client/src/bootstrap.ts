@@ -17,13 +17,17 @@ import {
   type ReliableReplica,
   type VerifiedDelta,
 } from '@stead/core'
-import { MAX_ATTESTED_BODY, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, discard, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { openTrusted } from './intake.ts'
 
 /** The largest snapshot, delta or object proof read from a relay. */
 const MAX_SERVED_BYTES = 1024 * 1024 * 1024
-/** Its JSON answer: the content in base64url, with an attestation beside it. */
-const MAX_SERVED_BODY = Math.ceil(MAX_SERVED_BYTES / 3) * 4 + MAX_ATTESTED_BODY
+/**
+ * Its JSON answer: the content in base64url with an attestation beside it,
+ * but never past what one string can hold (V8's limit is about 512M
+ * characters), since the answer is parsed as one.
+ */
+const MAX_SERVED_BODY = Math.min(Math.ceil(MAX_SERVED_BYTES / 3) * 4 + MAX_ATTESTED_BODY, 512 * 1024 * 1024)
 
 /** An audit state f+1 relays vouch for: the state after the commit `attestation` describes. */
 export interface VerifiedSnapshot {
@@ -159,9 +163,12 @@ async function fetchAttested<T>(
     let signed: { bytes: Uint8Array; sig: Uint8Array }
     try {
       const res = await withTimeout(r.fetch(`${httpBaseOf(source.url)}${path}`, { headers: r.headers }), r.timeoutMs)
-      if (!res.ok) continue
+      if (!res.ok) {
+        discard(res)
+        continue
+      }
       // The body too: a relay that sends headers and then stalls must not hold the caller up.
-      body = (await withTimeout(readJson(res, MAX_SERVED_BODY), r.timeoutMs)) as typeof body
+      body = (await readJson(res, MAX_SERVED_BODY, r.timeoutMs)) as typeof body
       // An answer without an attestation: the relay has nothing of the kind to serve (say, no delta that pays).
       if (typeof body.attestation !== 'string') continue
       signed = { bytes: fromBase64Url(body.attestation), sig: fromHex(body.sig) }
@@ -217,8 +224,8 @@ async function quorumFor(r: BootstrapRequest, bytes: Uint8Array, a: Attestation,
       .map(async (x) => {
         try {
           const res = await withTimeout(r.fetch(`${httpBaseOf(x.url)}${path}`, { headers: r.headers }), r.timeoutMs)
-          if (!res.ok) return undefined
-          const body = (await withTimeout(readJson(res, MAX_ATTESTED_BODY), r.timeoutMs)) as { relay: number; attestation: string; sig: string }
+          if (!res.ok) return discard(res)
+          const body = (await readJson(res, MAX_ATTESTED_BODY, r.timeoutMs)) as { relay: number; attestation: string; sig: string }
           downloaded += body.attestation.length + body.sig.length
           const key = r.cluster.relays[body.relay]?.publicKey
           const theirs = fromBase64Url(body.attestation)

@@ -1,4 +1,4 @@
-import { SteadError, bytesEqual, decode, encode, expect, fromHex, toHex } from '@stead/core'
+import { MAX_RELAY_MESSAGE_BYTES, SteadError, bytesEqual, decode, encode, expect, fromHex, toHex } from '@stead/core'
 
 /** The cluster a client trusts: f and each relay's key, in committee order. */
 export interface ClusterDescriptor {
@@ -86,8 +86,8 @@ export function sessionUrlOf(url: string): string {
 /** The largest cluster descriptor read from a relay (a descriptor of a thousand relays is about 200 KB). */
 const MAX_DESCRIPTOR_BYTES = 1024 * 1024
 
-/** The largest answer carrying an attestation or a signed head (a commit's attestation lists its envelopes' outcomes). */
-export const MAX_ATTESTED_BODY = 64 * 1024 * 1024
+/** An answer carrying a signed head or an attestation: an attestation (up to the largest relay message) in base64url, and a little beside it. */
+export const MAX_ATTESTED_BODY = Math.ceil(MAX_RELAY_MESSAGE_BYTES / 3) * 4 + 64 * 1024
 
 export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<FetchResponse>
 
@@ -105,29 +105,42 @@ export interface FetchResponse {
 }
 
 /**
- * A response's JSON body, read to at most `maxBytes`: a relay that streams
- * more (or announces more) is cut off with a SteadError 'too-large' before
- * the client buffers it, so one lying relay cannot exhaust a tab's memory.
+ * A response's JSON body, read to at most `maxBytes` and within `timeoutMs`:
+ * a relay that announces or streams more is cut off with a SteadError
+ * 'too-large', and one that is too slow with an error, its stream cancelled
+ * either way, so that no lying relay can fill a tab's memory or keep a read
+ * going after the caller gave up on it.
  */
-export async function readJson(res: FetchResponse, maxBytes: number): Promise<unknown> {
-  if (!res.body) return res.json()
+export async function readJson(res: FetchResponse, maxBytes: number, timeoutMs: number): Promise<unknown> {
+  if (!res.body) return withTimeout(res.json(), timeoutMs)
   const announced = Number(res.headers?.get('content-length') ?? NaN)
   if (announced > maxBytes) {
     await res.body.cancel().catch(() => undefined)
     throw new SteadError('too-large', `a response of ${announced} bytes, over the ${maxBytes} bytes allowed`)
   }
   const reader = res.body.getReader()
-  const chunks: Uint8Array[] = []
+  let timedOut = false
+  // Cancelling ends the pending read (done), so the loop below stops holding bytes at once.
+  const timer = setTimeout(() => {
+    timedOut = true
+    void reader.cancel().catch(() => undefined)
+  }, timeoutMs)
+  let chunks: Uint8Array[] = []
   let size = 0
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    size += value.byteLength
-    if (size > maxBytes) {
-      await reader.cancel().catch(() => undefined)
-      throw new SteadError('too-large', `a response of more than ${maxBytes} bytes`)
+  try {
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (timedOut) throw new Error(`timed out after ${timeoutMs} ms reading a response`)
+      if (done) break
+      size += value.byteLength
+      if (size > maxBytes) {
+        await reader.cancel().catch(() => undefined)
+        throw new SteadError('too-large', `a response of more than ${maxBytes} bytes`)
+      }
+      chunks.push(value)
     }
-    chunks.push(value)
+  } finally {
+    clearTimeout(timer)
   }
   const all = new Uint8Array(size)
   let at = 0
@@ -135,7 +148,14 @@ export async function readJson(res: FetchResponse, maxBytes: number): Promise<un
     all.set(c, at)
     at += c.byteLength
   }
+  chunks = []
   return JSON.parse(new TextDecoder().decode(all)) as unknown
+}
+
+/** Lets go of an answer not read (an error status): its body must not hold the connection. */
+export function discard(res: FetchResponse): undefined {
+  void res.body?.cancel().catch(() => undefined)
+  return undefined
 }
 
 /**
@@ -182,8 +202,8 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
   const asks = urls.map(async (url) => {
     try {
       const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
-      if (!res.ok) return undefined
-      return { url, cluster: parseClusterDescriptor(await withTimeout(readJson(res, MAX_DESCRIPTOR_BYTES), timeoutMs), `${url}/v1/cluster`) }
+      if (!res.ok) return discard(res)
+      return { url, cluster: parseClusterDescriptor(await readJson(res, MAX_DESCRIPTOR_BYTES, timeoutMs), `${url}/v1/cluster`) }
     } catch {
       return undefined
     }

@@ -18,7 +18,7 @@ import {
   type RelayMessage,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
-import { MAX_ATTESTED_BODY, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, discard, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { RelayIntake } from './intake.ts'
@@ -34,6 +34,8 @@ import type { SessionsStatus } from './types.ts'
 /** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
 const MAX_HISTORY_BYTES = 64 * 1024 * 1024
 const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
+/** How long a history page's body may take once its answer began: a page is read from f+1 relays, and a slow one must not keep reading after the others agreed. */
+const HISTORY_READ_TIMEOUT_MS = 30_000
 
 export interface RelayUpstreamInit {
   space: Space
@@ -248,8 +250,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       this.o.relays.map(async (url) => {
         try {
           const res = await fetchFn(`${httpBaseOf(url)}${path}`, { headers })
-          if (!res.ok) return undefined
-          const p = (await readJson(res, MAX_HISTORY_BODY)) as { relay: number; entries: string; sig: string }
+          if (!res.ok) return discard(res)
+          const p = (await readJson(res, MAX_HISTORY_BODY, HISTORY_READ_TIMEOUT_MS)) as { relay: number; entries: string; sig: string }
           const relayKey = cluster.relays[p.relay]?.publicKey
           const entries = fromBase64Url(p.entries)
           if (!relayKey || !(await this.o.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
@@ -279,8 +281,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       this.o.relays.map(async (url) => {
         try {
           const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers }), timeoutMs)
-          if (!res.ok) return undefined
-          const h = (await withTimeout(readJson(res, MAX_ATTESTED_BODY), timeoutMs)) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
+          if (!res.ok) return discard(res)
+          const h = (await readJson(res, MAX_ATTESTED_BODY, timeoutMs)) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
           const hash = fromHex(h.stateHash)

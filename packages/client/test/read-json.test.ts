@@ -19,7 +19,7 @@ function endless(chunk: number): { res: Response; pulled: () => number; cancelle
 
 describe('readJson: a response body within a budget in bytes', () => {
   it('parses a body within the budget', async () => {
-    expect(await readJson(new Response(JSON.stringify({ relay: 1, sig: 'ab' })), 1024)).toEqual({ relay: 1, sig: 'ab' })
+    expect(await readJson(new Response(JSON.stringify({ relay: 1, sig: 'ab' })), 1024, 5000)).toEqual({ relay: 1, sig: 'ab' })
     // Multi-byte characters split across chunks decode whole.
     const bytes = new TextEncoder().encode(JSON.stringify({ v: 'héllo ✓' }))
     const split = new ReadableStream<Uint8Array>({
@@ -29,12 +29,12 @@ describe('readJson: a response body within a budget in bytes', () => {
         c.close()
       },
     })
-    expect(await readJson(new Response(split), bytes.length)).toEqual({ v: 'héllo ✓' })
+    expect(await readJson(new Response(split), bytes.length, 5000)).toEqual({ v: 'héllo ✓' })
   })
 
   it('cuts off a body that never ends once it passes the budget, and cancels it', async () => {
     const e = endless(64 * 1024)
-    await expect(readJson(e.res, 1024 * 1024)).rejects.toMatchObject({ reason: 'too-large' })
+    await expect(readJson(e.res, 1024 * 1024, 5000)).rejects.toMatchObject({ reason: 'too-large' })
     expect(e.cancelled()).toBe(true)
     // 1 MiB in 64 KiB chunks: the 17th chunk passes it (and the stream may read one ahead).
     expect(e.pulled()).toBeLessThanOrEqual(18)
@@ -43,7 +43,7 @@ describe('readJson: a response body within a budget in bytes', () => {
   it('refuses a body whose announced length is over the budget without reading it', async () => {
     const e = endless(1024)
     const res = { ok: true, status: 200, json: () => Promise.reject(new Error('not this way')), body: e.res.body, headers: new Headers({ 'content-length': String(2 ** 40) }) }
-    await expect(readJson(res, 1024 * 1024)).rejects.toMatchObject({ reason: 'too-large' })
+    await expect(readJson(res, 1024 * 1024, 5000)).rejects.toMatchObject({ reason: 'too-large' })
     expect(e.cancelled()).toBe(true)
     expect(e.pulled()).toBeLessThanOrEqual(1)
   })
@@ -51,11 +51,31 @@ describe('readJson: a response body within a budget in bytes', () => {
   it('reads a body exactly at the budget, and refuses one byte more', async () => {
     const text = JSON.stringify({ pad: 'x'.repeat(100) })
     const size = new TextEncoder().encode(text).length
-    expect(await readJson(new Response(text), size)).toEqual({ pad: 'x'.repeat(100) })
-    await expect(readJson(new Response(text), size - 1)).rejects.toMatchObject({ reason: 'too-large' })
+    expect(await readJson(new Response(text), size, 5000)).toEqual({ pad: 'x'.repeat(100) })
+    await expect(readJson(new Response(text), size - 1, 5000)).rejects.toMatchObject({ reason: 'too-large' })
+  })
+
+  it('gives up on a body that drips past the deadline, and cancels it (no more bytes are read after)', async () => {
+    let pulls = 0
+    let cancelled = false
+    const drip = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        pulls++
+        await new Promise((r) => setTimeout(r, 20))
+        controller.enqueue(Uint8Array.of(0x20))
+      },
+      cancel() {
+        cancelled = true
+      },
+    })
+    await expect(readJson(new Response(drip), 1024 * 1024, 200)).rejects.toThrow(/timed out/)
+    expect(cancelled).toBe(true)
+    const after = pulls
+    await new Promise((r) => setTimeout(r, 100))
+    expect(pulls).toBe(after)
   })
 
   it('falls back to json() for a response without a body stream (an injected fetch)', async () => {
-    expect(await readJson({ ok: true, status: 200, json: async () => ({ a: 1 }) }, 1)).toEqual({ a: 1 })
+    expect(await readJson({ ok: true, status: 200, json: async () => ({ a: 1 }) }, 1, 5000)).toEqual({ a: 1 })
   })
 })

@@ -546,8 +546,8 @@ function addrsOf(v: unknown, max: number): string[] {
   return expect.array(v, 'addrs', max).map((a) => expect.string(a, 'addr', MAX_PEER_ADDR_CHARS, 1))
 }
 
-/** The largest message a client accepts from a relay (commits carry many envelopes). */
-const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
+/** The largest message a client accepts from a relay (commits carry many envelopes), and the largest attestation. */
+export const MAX_RELAY_MESSAGE_BYTES = 64 * 1024 * 1024
 
 /**
  * Reads a relay's frame (clients call this on untrusted input).
