@@ -34,7 +34,7 @@ import type { SessionsStatus } from './types.ts'
 /** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
 const MAX_HISTORY_BYTES = 64 * 1024 * 1024
 const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
-/** How long a history page's body may take once its answer began: a page is read from f+1 relays, and a slow one must not keep reading after the others agreed. */
+/** How long a relay may take to answer a history page, and then to send its body: a page is read from f+1 relays, and a slow one must not keep a request open after the others agreed. */
 const HISTORY_READ_TIMEOUT_MS = 30_000
 
 export interface RelayUpstreamInit {
@@ -249,7 +249,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const agreed = await firstQuorum(
       this.o.relays.map(async (url) => {
         try {
-          const res = await fetchFn(`${httpBaseOf(url)}${path}`, { headers })
+          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}${path}`, { headers }), HISTORY_READ_TIMEOUT_MS)
           if (!res.ok) return discard(res)
           const p = (await readJson(res, MAX_HISTORY_BODY, HISTORY_READ_TIMEOUT_MS)) as { relay: number; entries: string; sig: string }
           const relayKey = cluster.relays[p.relay]?.publicKey
