@@ -157,8 +157,10 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     }
     bucket.take(0)
   })
-  // Browsers ask before sending the reader header across origins (CORS preflight).
-  app.options('/v1/spaces/:space/:what', async (_req, reply) =>
+  // Browsers ask before sending the reader header across origins (CORS preflight), for every
+  // read under a space: one segment deep (head, snapshot, delta) or two (attestations/:round,
+  // objects/:key, history/:key; a preflight those did not match was a 404, and the read failed).
+  app.options('/v1/spaces/*', async (_req, reply) =>
     reply.code(204).header('access-control-allow-methods', 'GET').header('access-control-allow-headers', 'x-stead-reader').header('access-control-max-age', '600').send(),
   )
   app.get('/v1/cluster', async () => node.clusterDescriptor())
