@@ -62,6 +62,11 @@ import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
 
+/** What the consensus core needs of an envelope: its id, its author's slot, and whether a client waits for its order (safe updates). */
+function payloadInfoOf(env: Envelope): PayloadInfo {
+  return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}`, urgent: env.safe.length > 0 }
+}
+
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
 export interface RelayNodeOptions {
@@ -89,6 +94,8 @@ export interface RelayNodeOptions {
   readonly leaderTimeoutMs?: number
   readonly syncIntervalMs?: number
   readonly gcDepth?: number
+  /** Least time between rounds that no safe update waits for (ConsensusCoreConfig.paceMs); 0 turns pacing off. */
+  readonly paceMs?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
   readonly memoryBudgetBytes?: number
   /**
@@ -389,6 +396,7 @@ export class RelayNode {
         gcDepth: this.gcDepth,
         leaderTimeoutMs: this.options.leaderTimeoutMs ?? 250,
         syncIntervalMs: this.options.syncIntervalMs ?? 500,
+        ...(this.options.paceMs === undefined ? {} : { paceMs: this.options.paceMs }),
       },
       recovered,
     )
@@ -485,7 +493,7 @@ export class RelayNode {
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     checkClockAtDoor(replica, env)
-    const info: PayloadInfo = { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
+    const info = payloadInfoOf(env)
     const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
     const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
     // Watching starts before the core sees it: the decision may come before submit returns.
@@ -1250,7 +1258,7 @@ export class RelayNode {
 
   private inspect(frame: Uint8Array): PayloadInfo | SteadError {
     const env = this.open(frame)
-    return env instanceof SteadError ? env : { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
+    return env instanceof SteadError ? env : payloadInfoOf(env)
   }
 
   /** Drops the oldest cached verdicts until `bytes` are freed or the cache is empty. */

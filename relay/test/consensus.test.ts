@@ -31,15 +31,16 @@ const refOf = (b: Block): BlockRef => ({ round: b.header.round, author: b.header
 function inspect(frame: Uint8Array): PayloadInfo | SteadError {
   try {
     const env = openEnvelopeSync({ sha256: crypto.sha256, verify: verifySync }, decode(frame))
-    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}` }
+    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}`, urgent: env.safe.length > 0 }
   } catch (e) {
     if (e instanceof SteadError) return e
     throw e
   }
 }
 
-function core(me: number, recovered?: ConstructorParameters<typeof ConsensusCore>[1]) {
-  return new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect }, recovered)
+// Pacing off: these tests count the rounds that each event starts (the pacing test turns it on).
+function core(me: number, recovered?: ConstructorParameters<typeof ConsensusCore>[1], paceMs = 0) {
+  return new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs }, recovered)
 }
 
 const author = { secretKey: new Uint8Array(32).fill(77), publicKey: publicKeyOfSync(new Uint8Array(32).fill(77)) }
@@ -333,6 +334,58 @@ describe('consensus core', () => {
       if (o.type === 'commit' && from === 0 && o.commit.payloadIds.includes(idHex)) anchors.push(o.commit.anchorRound)
     }
     expect(anchors).toEqual([1])
+  })
+
+  it('paces rounds that no safe update waits for: regular envelopes in between ride in one block, and a safe one starts a round at once', async () => {
+    const safeEnvelope = async (seq: number): Promise<Uint8Array> =>
+      encodeEnvelope(await sealEnvelope(nodeCrypto, author, { space: 's', seq, clock: clockInit(), deps: [], updates: [], safe: [{ atomic: false, updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, op: 1 }] }] }))
+    const run = () => {
+      const cores = [0, 1, 2, 3].map((i) => core(i, undefined, 50))
+      const timers: Array<{ to: number; round: number }> = []
+      const proposed: number[][] = [[], [], [], []]
+      const committed: string[] = []
+      const deliver = (first: Array<{ from: number; out: Output }>) => {
+        const inbox = [...first]
+        for (let steps = 0; inbox.length; steps++) {
+          expect(steps).toBeLessThan(20_000)
+          const { from, out: o } = inbox.shift()!
+          const route = (to: number, outs: Output[]) => inbox.push(...outs.map((x) => ({ from: to, out: x })))
+          if (o.type === 'send') route(o.to, cores[o.to]!.onMessage(from, o.message))
+          else if (o.type === 'broadcast') {
+            if (o.message.kind === 'block') proposed[from]!.push(o.message.block.header.round)
+            for (let to = 0; to < 4; to++) if (to !== from) route(to, cores[to]!.onMessage(from, o.message))
+          } else if (o.type === 'timer' && o.name === 'pace') timers.push({ to: from, round: o.round })
+          else if (o.type === 'commit' && from === 0) committed.push(...o.commit.payloadIds)
+        }
+      }
+      const submit = (at: number, frame: Uint8Array) => deliver(cores[at]!.submit(frame, inspect(frame) as PayloadInfo).outputs.map((out) => ({ from: at, out })))
+      /** Fires every pace timer due so far, as the clock passes paceMs. */
+      const tick = () => deliver(timers.splice(0).flatMap((t) => cores[t.to]!.onTimer('pace', t.round).map((out) => ({ from: t.to, out }))))
+      return { submit, tick, proposed, committed }
+    }
+    const [e1, e2] = [await envelope(1), await envelope(2)]
+    const ids = [e1, e2].map((f) => (inspect(f) as PayloadInfo).idHex)
+
+    // Regular only: one round at once, then one per pace interval; e2, made before the next one, rides in it.
+    const a = run()
+    a.submit(0, e1)
+    expect(a.proposed.map((r) => r.length)).toEqual([1, 1, 1, 1])
+    a.submit(0, e2)
+    expect(a.proposed[0]).toEqual([1])
+    for (let interval = 0; interval < 6 && a.committed.length < 2; interval++) {
+      const before = a.proposed.map((r) => r.length)
+      a.tick()
+      // At most one round per relay per interval.
+      a.proposed.forEach((r, i) => expect(r.length - before[i]!).toBeLessThanOrEqual(1))
+    }
+    expect(a.committed).toEqual(expect.arrayContaining(ids))
+
+    // A safe envelope right after a round: the next rounds start at once, and it commits with no timer fired.
+    const b = run()
+    b.submit(0, e1)
+    const safe = await safeEnvelope(2)
+    b.submit(0, safe)
+    expect(b.committed).toContain((inspect(safe) as PayloadInfo).idHex)
   })
 
   it("drops a parked block once its author says it holds no such ancestor, at a round it keeps, unless another relay's block builds on it; until then it keeps asking", () => {

@@ -44,7 +44,7 @@ function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof 
     connectedPeers: () => [],
     queuedBytes: () => 0,
   }
-  const node = new RelayNode({ cluster, me: 0, secretKey, dataDir, mesh, logger: pino({ level: 'silent' }), ...extra })
+  const node = new RelayNode({ cluster, me: 0, secretKey, dataDir, mesh, logger: pino({ level: 'silent' }), paceMs: 0, ...extra })
   nodes.push(node)
   return { node, spoken, sent }
 }
@@ -69,7 +69,7 @@ function clusterMember(say: Partial<Pick<Mesh, 'send' | 'broadcast'>> = {}): { n
     connectedPeers: () => [1, 2, 3],
     queuedBytes: () => 0,
   }
-  const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }) })
+  const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }), paceMs: 0 })
   nodes.push(node)
   return { node, deliver: (from, frame) => handler(from, frame) }
 }

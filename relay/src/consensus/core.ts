@@ -25,6 +25,14 @@ export interface ConsensusConfig {
   readonly maxQueuedEnvelopes?: number
   /** How long to wait for the previous round's leader before proposing without it. */
   readonly leaderTimeoutMs?: number
+  /**
+   * Rounds with no urgent work (no safe update waits for them) start at
+   * most one per this many ms, as Sui's min_round_delay paces its
+   * proposals: regular updates made in between ride in the same blocks
+   * instead of each paying three rounds. Safe updates are proposed at once.
+   * 0 turns pacing off.
+   */
+  readonly paceMs?: number
   /** While something is missing or work is stuck: how often to ask peers again. */
   readonly syncIntervalMs?: number
   /** Blocks waiting for missing ancestors. */
@@ -77,7 +85,7 @@ export type Output =
   | { readonly type: 'history-pruned'; readonly keptFrom: number; readonly needed: number }
   | { readonly type: 'rejected'; readonly from: number; readonly reason: string; readonly detail: string }
 
-export type TimerName = 'leader' | 'sync'
+export type TimerName = 'leader' | 'sync' | 'pace'
 
 /** Blocks a peer asked for that memory no longer holds: by round range, or by digest. */
 export type ArchiveQuery = { readonly fromRound: number; readonly toRound: number } | { readonly digests: readonly string[] }
@@ -135,6 +143,9 @@ export class ConsensusCore {
   private readonly maxRoundsAhead: number
   private readonly gcDepth: number
   private readonly leaderTimeoutMs: number
+  private readonly paceMs: number
+  /** Whether a round without urgent work may start now (paceMs passed since our last proposal). */
+  private paced = true
   private readonly syncIntervalMs: number
   private readonly rule: CommitRule
 
@@ -202,6 +213,7 @@ export class ConsensusCore {
     this.maxRoundsAhead = config.maxRoundsAhead ?? 50
     this.gcDepth = config.gcDepth ?? 50
     this.leaderTimeoutMs = config.leaderTimeoutMs ?? 250
+    this.paceMs = config.paceMs ?? 50
     this.syncIntervalMs = config.syncIntervalMs ?? 500
     const q = quorum(config.committee)
     this.rule = { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(this.n) }
@@ -424,6 +436,12 @@ export class ConsensusCore {
       if (round === this.leaderTimerRound) this.leaderTimerRound = 0
       if (round === this.dag.clockRound) {
         this.forcedRound = round
+        this.commitAndPropose(out)
+      }
+    } else if (name === 'pace') {
+      // Only the timer of our latest proposal counts: an urgent proposal since started a newer one.
+      if (round === this.lastProposed) {
+        this.paced = true
         this.commitAndPropose(out)
       }
     } else {
@@ -696,8 +714,19 @@ export class ConsensusCore {
       }
       return false
     }
+    if (!this.paced && this.forcedRound !== round && !this.urgentWork()) return false
     this.propose(round, out)
     return true
+  }
+
+  /** A safe update waits for a round: in our queue, or in an accepted block not ordered yet. */
+  private urgentWork(): boolean {
+    if (this.payload.hasUrgent) return true
+    for (const work of this.pendingWork.values()) {
+      if (this.orderedSlots.has(slotKey(work.block))) continue
+      if (work.ids.some((i) => i.urgent && !this.orderedPayload.has(i.idHex))) return true
+    }
+    return false
   }
 
   private propose(round: number, out: Output[]): void {
@@ -711,6 +740,10 @@ export class ConsensusCore {
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
     out.push({ type: 'persist', record: { kind: 'own-block', block } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
+    if (this.paceMs > 0) {
+      this.paced = false
+      out.push({ type: 'timer', name: 'pace', round, afterMs: this.paceMs })
+    }
   }
 
   /** Our previous block first, then each other relay's latest block newer than the one we last referenced. */

@@ -5,6 +5,8 @@ export interface PayloadInfo {
   readonly idHex: string
   /** author id and per-author sequence number: two different ids for one slot conflict. */
   readonly slot: string
+  /** A client waits for its order (it carries safe updates): rounds that carry it are not paced. */
+  readonly urgent: boolean
 }
 
 /**
@@ -32,6 +34,7 @@ export interface PayloadLimits {
 export class PayloadQueue {
   private queue: Array<{ frame: Uint8Array; info: PayloadInfo }> = []
   private bytes = 0
+  private urgentCount = 0
   private readonly queuedIds = new Set<string>()
   /** slot → the envelope holding it and the round it was seen in (for GC). */
   private readonly slots = new Map<string, { idHex: string; round: number }>()
@@ -57,6 +60,11 @@ export class PayloadQueue {
     return this.queuedIds.has(idHex)
   }
 
+  /** Whether a queued envelope is urgent (see PayloadInfo.urgent). */
+  get hasUrgent(): boolean {
+    return this.urgentCount > 0
+  }
+
   /** Envelopes at the head of the queue, without taking them. */
   peek(count: number): Uint8Array[] {
     return this.queue.slice(0, count).map((q) => q.frame)
@@ -74,6 +82,7 @@ export class PayloadQueue {
     if (this.queue.length >= this.limits.maxQueued) throw new SteadError('rate-limited', `${this.queue.length} envelopes already wait for a block; retry later`)
     this.queue.push({ frame, info })
     this.bytes += frame.length
+    if (info.urgent) this.urgentCount++
     this.queuedIds.add(info.idHex)
     this.slots.set(info.slot, { idHex: info.idHex, round })
     return 'queued'
@@ -95,7 +104,10 @@ export class PayloadQueue {
       n++
     }
     const taken = this.queue.splice(0, n)
-    for (const { info } of taken) this.queuedIds.delete(info.idHex)
+    for (const { info } of taken) {
+      this.queuedIds.delete(info.idHex)
+      if (info.urgent) this.urgentCount--
+    }
     this.bytes -= bytes
     return taken
   }
@@ -108,6 +120,7 @@ export class PayloadQueue {
       if (!gone.has(info.idHex)) return true
       this.queuedIds.delete(info.idHex)
       this.bytes -= frame.length
+      if (info.urgent) this.urgentCount--
       return false
     })
   }
