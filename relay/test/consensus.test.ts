@@ -388,6 +388,22 @@ describe('consensus core', () => {
     expect(b.committed).toContain((inspect(safe) as PayloadInfo).idHex)
   })
 
+  it('paces on after a peer hands back an own block newer than its last proposal (the old pace timer still counts)', async () => {
+    const c = core(0, undefined, 50)
+    const frame = await envelope(1)
+    const own1 = blocksSent(c.submit(frame, inspect(frame) as PayloadInfo).outputs)[0]!
+    const r1 = [1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
+    for (const b of r1) expect(blocksSent(c.onMessage(b.header.author, { kind: 'block', block: b }))).toEqual([])
+    // Our own round-2 block, as a store we lost had it: a peer hands it back, and our last proposed round moves to 2.
+    const own2 = signBlock(crypto, secrets[0]!, { round: 2, author: 0, ancestors: [refOf(own1), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
+    c.onMessage(1, { kind: 'blocks', blocks: [own2] })
+    // The pace timer of round 1 fires: pacing is over, so round 3 starts once round 2 has a quorum.
+    expect(blocksSent(c.onTimer('pace', 1))).toEqual([])
+    const r2 = [1, 2].map((a) => signBlock(crypto, secrets[a]!, { round: 2, author: a, ancestors: [refOf(r1[a - 1]!), refOf(own1), refOf(r1[a === 1 ? 1 : 0]!)], payload: [] }))
+    const out = r2.flatMap((b) => c.onMessage(b.header.author, { kind: 'block', block: b }))
+    expect(blocksSent(out).map((b) => b.header.round)).toEqual([3])
+  })
+
   it("drops a parked block once its author says it holds no such ancestor, at a round it keeps, unless another relay's block builds on it; until then it keeps asking", () => {
     // Found by the simulator: a Byzantine relay naming an ancestor that does not exist kept every
     // correct relay of an idle cluster fetching it, once per sync tick, forever.

@@ -146,6 +146,8 @@ export class ConsensusCore {
   private readonly paceMs: number
   /** Whether a round without urgent work may start now (paceMs passed since our last proposal). */
   private paced = true
+  /** The round of our proposal whose pace timer counts (lastProposed may move on without one: a peer hands back our own block). */
+  private paceRound = 0
   private readonly syncIntervalMs: number
   private readonly rule: CommitRule
 
@@ -176,7 +178,7 @@ export class ConsensusCore {
    * Accepted blocks not yet ordered, with their envelopes not yet ordered:
    * while one of those envelopes is still unordered, the cluster has work.
    */
-  private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[] }>()
+  private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[]; readonly urgent: boolean }>()
 
   /** What `inspect` said of each accepted block's envelopes, in payload order: asked once per block. */
   private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
@@ -440,7 +442,7 @@ export class ConsensusCore {
       }
     } else if (name === 'pace') {
       // Only the timer of our latest proposal counts: an urgent proposal since started a newer one.
-      if (round === this.lastProposed) {
+      if (round === this.paceRound) {
         this.paced = true
         this.commitAndPropose(out)
       }
@@ -581,7 +583,7 @@ export class ConsensusCore {
 
   private noteWork(node: DagBlock, infos: readonly PayloadInfo[]): void {
     const fresh = infos.filter((i) => !this.orderedPayload.has(i.idHex))
-    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
+    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh, urgent: fresh.some((i) => i.urgent) })
   }
 
 
@@ -723,7 +725,7 @@ export class ConsensusCore {
   private urgentWork(): boolean {
     if (this.payload.hasUrgent) return true
     for (const work of this.pendingWork.values()) {
-      if (this.orderedSlots.has(slotKey(work.block))) continue
+      if (!work.urgent || this.orderedSlots.has(slotKey(work.block))) continue
       if (work.ids.some((i) => i.urgent && !this.orderedPayload.has(i.idHex))) return true
     }
     return false
@@ -742,6 +744,7 @@ export class ConsensusCore {
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
     if (this.paceMs > 0) {
       this.paced = false
+      this.paceRound = round
       out.push({ type: 'timer', name: 'pace', round, afterMs: this.paceMs })
     }
   }
