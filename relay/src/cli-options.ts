@@ -27,14 +27,17 @@ export function wholeNumber(min: number, max: number, unit = '', rule?: string):
   }
 }
 
-/** --leader-timeout-ms, shared by `start` and `dev`. */
+/** --leader-timeout-ms and --pace-ms, shared by `start` and `dev`. */
 export function timingOptions(): Option[] {
-  const ms = wholeNumber(1, 60_000, 'milliseconds')
-  return [new Option('--leader-timeout-ms <ms>', "how long to wait for the previous round's leader before proposing without it (default 250)").argParser(ms)]
+  return [
+    new Option('--leader-timeout-ms <ms>', "how long to wait for the previous round's leader before proposing without it (default 250)").argParser(wholeNumber(1, 60_000, 'milliseconds')),
+    new Option('--pace-ms <ms>', 'least time between rounds that no safe update waits for; 0 starts every round at once (default 50)').argParser(wholeNumber(0, 10_000, 'milliseconds')),
+  ]
 }
 
-export function timings(o: { leaderTimeoutMs?: number }): { leaderTimeoutMs?: number } {
-  return o.leaderTimeoutMs === undefined ? {} : { leaderTimeoutMs: o.leaderTimeoutMs }
+/** The consensus timings a command line set (RunRelayOptions.consensus); unset ones keep the relay's defaults. */
+export function timings(o: { leaderTimeoutMs?: number; paceMs?: number }): { leaderTimeoutMs?: number; paceMs?: number } {
+  return { ...(o.leaderTimeoutMs === undefined ? {} : { leaderTimeoutMs: o.leaderTimeoutMs }), ...(o.paceMs === undefined ? {} : { paceMs: o.paceMs }) }
 }
 
 /** --log-level, or LOG_LEVEL in the environment. */

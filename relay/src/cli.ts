@@ -46,6 +46,7 @@ interface StartOptions {
   tlsCert?: string
   tlsKey?: string
   leaderTimeoutMs?: number
+  paceMs?: number
   memoryBudgetMb?: number
   snapshotEvery?: number
   retainRounds?: number
@@ -233,7 +234,7 @@ Example:
     .option('--dir <dir>', 'where keys, cluster file and data live between runs', '.stead/dev')
     .option('--fresh', 'start over: new keys, empty data')
   for (const option of timingOptions()) devCmd.addOption(option)
-  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: string; dir: string; fresh?: boolean; leaderTimeoutMs?: number; logLevel: LogLevel }) =>
+  devCmd.addOption(logLevelOption()).action((o: { relays: number; basePort: number; byzantine: number; byzantineMode: string; dir: string; fresh?: boolean; leaderTimeoutMs?: number; paceMs?: number; logLevel: LogLevel }) =>
     import('./dev.ts').then(({ runDev }) => runDev({ ...o, fresh: o.fresh === true, ...timings(o) })),
   )
 

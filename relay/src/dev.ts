@@ -23,6 +23,7 @@ export interface DevOptions {
   readonly dir: string
   readonly fresh: boolean
   readonly leaderTimeoutMs?: number
+  readonly paceMs?: number
   readonly logLevel: LogLevel
 }
 
@@ -71,6 +72,7 @@ export async function runDev(o: DevOptions): Promise<void> {
     '--log-level',
     o.logLevel,
     ...(o.leaderTimeoutMs === undefined ? [] : ['--leader-timeout-ms', String(o.leaderTimeoutMs)]),
+    ...(o.paceMs === undefined ? [] : ['--pace-ms', String(o.paceMs)]),
   ]
   const pretty = prettyLogLines(Boolean(process.stdout.isTTY))
   const children: ChildProcess[] = []

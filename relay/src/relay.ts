@@ -23,8 +23,8 @@ export interface RunRelayOptions {
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   /** Default: JSON lines on stdout at info, each with `relay: <id>`. */
   readonly logger?: Logger
-  /** Consensus timings (defaults: leader timeout 250 ms, sync interval 500 ms). */
-  readonly consensus?: { readonly leaderTimeoutMs?: number; readonly syncIntervalMs?: number }
+  /** Consensus timings (defaults: leader timeout 250 ms, sync interval 500 ms, pace 50 ms; see RelayNodeOptions). */
+  readonly consensus?: { readonly leaderTimeoutMs?: number; readonly syncIntervalMs?: number; readonly paceMs?: number }
   /** Client API limits (see DEFAULT_LIMITS in api.ts and the README's security model). */
   readonly limits?: Partial<ApiLimits>
   /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */

@@ -53,11 +53,11 @@ describe('stead-relay command line', () => {
     for (const command of ['keygen', 'init', 'start', 'dev']) expect(top.stdout).toMatch(new RegExp(`^  ${command} `, 'm'))
     expect(keygen.stdout).toContain('--out <file>')
     for (const flag of ['--relays <n>', '--host <ip[,ip...]>', '--base-port <port>', '--out <dir>', '--space <name>', '--open-spaces']) expect(init.stdout).toContain(flag)
-    for (const flag of ['--config', '--id', '--data', '--key', '--byzantine', '--tls-cert', '--tls-key', '--leader-timeout-ms', '--memory-budget-mb', '--limit', '--log-level']) {
+    for (const flag of ['--config', '--id', '--data', '--key', '--byzantine', '--tls-cert', '--tls-key', '--leader-timeout-ms', '--pace-ms', '--memory-budget-mb', '--limit', '--log-level']) {
       expect(start.stdout).toContain(`${flag} <`)
     }
     expect(start.stdout).toMatch(/env:\s+LOG_LEVEL/)
-    for (const flag of ['--relays', '--base-port', '--byzantine', '--byzantine-mode', '--dir', '--fresh', '--leader-timeout-ms', '--log-level']) expect(dev.stdout).toContain(flag)
+    for (const flag of ['--relays', '--base-port', '--byzantine', '--byzantine-mode', '--dir', '--fresh', '--leader-timeout-ms', '--pace-ms', '--log-level']) expect(dev.stdout).toContain(flag)
     expect(help.stdout).toBe(start.stdout)
     expect(version.stdout).toBe(`${VERSION}\n`)
   })
@@ -76,6 +76,8 @@ describe('stead-relay command line', () => {
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--log-level', 'loud'], {}, 'stead-relay start: --log-level loud: allowed choices are trace, debug, info, warn, error, fatal, silent.'],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd'], { LOG_LEVEL: 'loud' }, 'stead-relay start: LOG_LEVEL=loud: allowed choices are trace, '],
       [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--tls-cert', 'x.pem'], {}, 'stead-relay start: --tls-cert and --tls-key go together'],
+      [['start', '--config', 'c', '--id', 'r1', '--data', 'd', '--pace-ms', '-5'], {}, 'stead-relay start: --pace-ms -5: must be a whole number of milliseconds from 0 to 10000'],
+      [['dev', '--pace-ms', '0.5'], {}, 'stead-relay dev: --pace-ms 0.5: must be a whole number of milliseconds from 0 to 10000'],
     ]
     const results = await Promise.all(cases.map(([args, env]) => run(args, env)))
     results.forEach((r, i) => {
