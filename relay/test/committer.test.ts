@@ -49,7 +49,7 @@ function parseName(name: string): { author: number; round: number; twin: boolean
  * payload, so twins with the same ancestors still differ.
  */
 class TestDag {
-  readonly dag = new Dag(Q)
+  readonly dag = new Dag(Q, N)
   private readonly byName = new Map<string, DagBlock>()
   private readonly names = new Map<string, string>()
 
@@ -131,6 +131,23 @@ describe('test DAG builder', () => {
     // Round 1 must reference genesis refs of 3 authors, its own first.
     expect(() => new TestDag().add('A1', ['A0', 'B0'])).toThrow(/needs 3 ancestors/)
     expect(t.get('D3').ancestors.map((a) => a.round)).toEqual([2, 2, 2, 2])
+  })
+})
+
+describe('the DAG store', () => {
+  it("latestPerAuthor: each author's block of its highest round below the given one, of twins the highest digest, nothing at or below the GC round", () => {
+    // D goes quiet after round 1; B equivocates at round 4; A and C are a round ahead at 6.
+    const t = new TestDag().full(1, 1).full(2, 3, 'ABC').blocks({ A4: ['A3', 'B3', 'C3'], B4: ['B3', 'A3', 'C3'], "B4'": ['B3', 'C3', 'A3'], C4: ['C3', 'A3', 'B3'] })
+    t.full(5, 5, 'AC').blocks({ B5: ['B4', 'A4', 'C4'] }).full(6, 6, 'AC')
+    const names = (round: number) => [...t.dag.latestPerAuthor(round)].sort(([a], [b]) => a - b).map(([, block]) => `${'ABCD'[block.author]}${block.round}`)
+    const twin = [t.get('B4'), t.get("B4'")].reduce((a, b) => (b.digestHex > a.digestHex ? b : a))
+    expect(names(5)).toEqual(['A4', 'B4', 'C4', 'D1'])
+    expect(t.dag.latestPerAuthor(5).get(B)).toBe(twin)
+    expect(names(6)).toEqual(['A5', 'B5', 'C5', 'D1'])
+    expect(names(100)).toEqual(['A6', 'B5', 'C6', 'D1'])
+    expect(names(1)).toEqual([])
+    t.dag.collect(1)
+    expect(names(5)).toEqual(['A4', 'B4', 'C4'])
   })
 })
 

@@ -219,7 +219,7 @@ export class ConsensusCore {
     this.syncIntervalMs = config.syncIntervalMs ?? 500
     const q = quorum(config.committee)
     this.rule = { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(this.n) }
-    this.dag = new Dag(q)
+    this.dag = new Dag(q, this.n)
     this.sync = new Synchronizer(this.n, config.maxSuspended ?? 10_000)
     this.payload = new PayloadQueue({
       maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,

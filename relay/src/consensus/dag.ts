@@ -39,6 +39,7 @@ const slotKey = (round: number, author: number) => `${round}:${author}`
  */
 export class Dag {
   private readonly quorum: number
+  private readonly authors: number
   private readonly byDigest = new Map<string, DagBlock>()
   /** round → author → blocks at that slot (usually one). */
   private readonly rounds = new Map<number, Map<number, DagBlock[]>>()
@@ -48,8 +49,10 @@ export class Dag {
   private highest = 0
   private gc = 0
 
-  constructor(quorum: number) {
+  /** `quorum` authors make a round (2f+1) of the committee's `authors` (n). */
+  constructor(quorum: number, authors: number) {
     this.quorum = quorum
+    this.authors = authors
   }
 
   /** Blocks at or below this round are gone and never needed again. */
@@ -121,13 +124,11 @@ export class Dag {
    */
   latestPerAuthor(round: number): Map<number, DagBlock> {
     const out = new Map<number, DagBlock>()
-    for (const [r, authors] of this.rounds) {
-      if (r >= round) continue
-      for (const [author, blocks] of authors) {
-        const current = out.get(author)
-        if (current && current.round > r) continue
-        const best = blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a))
-        if (!current || current.round < r || best.digestHex > current.digestHex) out.set(author, best)
+    // Down from the round before: an author's first slot met is its latest. Usually every
+    // author is found a round or two down; one that went quiet costs a walk to the GC round.
+    for (let r = Math.min(round - 1, this.highest); r > this.gc && out.size < this.authors; r--) {
+      for (const [author, blocks] of this.rounds.get(r) ?? []) {
+        if (!out.has(author)) out.set(author, blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a)))
       }
     }
     return out
