@@ -5,10 +5,6 @@ import { prettyFactory } from 'pino-pretty'
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
 export type LogLevel = (typeof LOG_LEVELS)[number]
 
-export function isLogLevel(s: string): s is LogLevel {
-  return (LOG_LEVELS as readonly string[]).includes(s)
-}
-
 /** A relay's logger: JSON lines on stdout, each naming the relay as the cluster file does. */
 export function relayLogger(id: string, level: LogLevel = 'info'): Logger {
   return pino({ name: 'stead-relay', level }).child({ relay: id })
