@@ -31,7 +31,7 @@ export function wholeNumber(min: number, max: number, unit = '', rule?: string):
 export function timingOptions(): Option[] {
   return [
     new Option('--leader-timeout-ms <ms>', "how long to wait for the previous round's leader before proposing without it (default 250)").argParser(wholeNumber(1, 60_000, 'milliseconds')),
-    new Option('--pace-ms <ms>', 'least time between rounds that no safe update waits for; 0 starts every round at once (default 50)').argParser(wholeNumber(0, 10_000, 'milliseconds')),
+    new Option('--pace-ms <ms>', 'least time between a relay\'s rounds when only regular updates wait to be ordered; 0 turns pacing off (default 50)').argParser(wholeNumber(0, 10_000, 'milliseconds')),
   ]
 }
 
