@@ -148,6 +148,14 @@ describe('the DAG store', () => {
     expect(names(1)).toEqual([])
     t.dag.collect(1)
     expect(names(5)).toEqual(['A4', 'B4', 'C4'])
+    // A block at or below the GC round (the core refuses such peers' blocks; the DAG must not offer one either).
+    t.add("D1'", ['D0', 'A0', 'B0', 'C0'])
+    expect(names(5)).toEqual(['A4', 'B4', 'C4'])
+    // The twins' order of arrival does not decide the pick: above the higher twin came second, here first.
+    const u = new TestDag().full(1, 3).blocks({ "B4'": ['B3', 'C3', 'A3'], B4: ['B3', 'A3', 'C3'] })
+    expect(t.get('B4')).not.toBe(twin)
+    expect(u.get("B4'").digestHex > u.get('B4').digestHex).toBe(true)
+    expect(u.dag.latestPerAuthor(5).get(B)).toBe(u.get("B4'"))
   })
 })
 
