@@ -48,6 +48,7 @@ import {
   type Committee,
   type Message,
   type Output,
+  payloadInfoOf,
   type PayloadInfo,
   type SyncCrypto,
   type TimerName,
@@ -61,11 +62,6 @@ import { HeadProofs } from './head-proofs.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
-
-/** What the consensus core needs of an envelope: its id, its author's slot, and whether a client waits for its order (safe updates). */
-function payloadInfoOf(env: Envelope): PayloadInfo {
-  return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}`, urgent: env.safe.length > 0 }
-}
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 

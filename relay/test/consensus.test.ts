@@ -15,6 +15,7 @@ import {
   type Committee,
   type Message,
   type Output,
+  payloadInfoOf,
   type PayloadInfo,
   type PersistRecord,
   type SyncCrypto,
@@ -31,7 +32,7 @@ const refOf = (b: Block): BlockRef => ({ round: b.header.round, author: b.header
 function inspect(frame: Uint8Array): PayloadInfo | SteadError {
   try {
     const env = openEnvelopeSync({ sha256: crypto.sha256, verify: verifySync }, decode(frame))
-    return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}`, urgent: env.safe.length > 0 }
+    return payloadInfoOf(env)
   } catch (e) {
     if (e instanceof SteadError) return e
     throw e

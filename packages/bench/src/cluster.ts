@@ -26,8 +26,6 @@ export interface ClusterSpec {
   readonly profile?: boolean
   /** Run the compiled relay (RELAY_DIST) instead of the sources: start-up as installed from npm. */
   readonly dist?: boolean
-  /** More `stead-relay start` options for every relay, e.g. `['--pace-ms', '0']` for an A/B run (Stead relays only). */
-  readonly relayArgs?: readonly string[]
 }
 
 /** The cluster descriptor clients pin: what /v1/cluster serves. */
@@ -103,7 +101,7 @@ export class BenchCluster {
     const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : this.spec.dist ? RELAY_DIST : RELAY_BIN
     const args =
       this.spec.kind === 'stead'
-        ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : []), ...(this.spec.relayArgs ?? [])]
+        ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
         : [PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
     // Relays log JSON lines at info level; keep the tail for error reports only.
     const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: this.spec.logLevel ?? 'warn' } })

@@ -5,7 +5,7 @@ import { GENESIS_DIGEST, committeeSize, quorum, signBlock, validateCommittee, ty
 import { PayloadQueue, type InspectPayload, type PayloadInfo } from './payload.ts'
 import { Synchronizer } from './sync.ts'
 
-export type { InspectPayload, PayloadInfo } from './payload.ts'
+export { payloadInfoOf, type InspectPayload, type PayloadInfo } from './payload.ts'
 
 export interface ConsensusConfig {
   readonly committee: Committee
@@ -178,7 +178,7 @@ export class ConsensusCore {
    * Accepted blocks not yet ordered, with their envelopes not yet ordered:
    * while one of those envelopes is still unordered, the cluster has work.
    */
-  private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[]; readonly urgent: boolean }>()
+  private readonly pendingWork = new Map<string, { readonly block: DagBlock; readonly ids: readonly PayloadInfo[] }>()
 
   /** What `inspect` said of each accepted block's envelopes, in payload order: asked once per block. */
   private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
@@ -583,7 +583,7 @@ export class ConsensusCore {
 
   private noteWork(node: DagBlock, infos: readonly PayloadInfo[]): void {
     const fresh = infos.filter((i) => !this.orderedPayload.has(i.idHex))
-    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh, urgent: fresh.some((i) => i.urgent) })
+    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
   }
 
 
@@ -667,11 +667,16 @@ export class ConsensusCore {
    * envelopes are not all ordered yet and that can still be ordered (no
    * other block of its slot was: a lost twin of an equivocator never will).
    */
-  private hasWork(): boolean {
-    if (this.payload.length > 0) return true
+  /**
+   * Whether envelopes wait for an order (with `urgentOnly`, urgent ones: a
+   * safe update waits for a round): in our queue, or in an accepted block
+   * not ordered yet. Forgets the blocks that hold none any more.
+   */
+  private hasWork(urgentOnly = false): boolean {
+    if (urgentOnly ? this.payload.hasUrgent : this.payload.length > 0) return true
     for (const [digest, work] of this.pendingWork) {
       if (this.orderedSlots.has(slotKey(work.block)) || work.ids.every((i) => this.orderedPayload.has(i.idHex))) this.pendingWork.delete(digest)
-      else return true
+      else if (!urgentOnly || work.ids.some((i) => i.urgent && !this.orderedPayload.has(i.idHex))) return true
     }
     return false
   }
@@ -716,19 +721,9 @@ export class ConsensusCore {
       }
       return false
     }
-    if (!this.paced && this.forcedRound !== round && !this.urgentWork()) return false
+    if (!this.paced && this.forcedRound !== round && !this.hasWork(true)) return false
     this.propose(round, out)
     return true
-  }
-
-  /** A safe update waits for a round: in our queue, or in an accepted block not ordered yet. */
-  private urgentWork(): boolean {
-    if (this.payload.hasUrgent) return true
-    for (const work of this.pendingWork.values()) {
-      if (!work.urgent || this.orderedSlots.has(slotKey(work.block))) continue
-      if (work.ids.some((i) => i.urgent && !this.orderedPayload.has(i.idHex))) return true
-    }
-    return false
   }
 
   private propose(round: number, out: Output[]): void {

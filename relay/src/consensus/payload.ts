@@ -1,4 +1,4 @@
-import { SteadError } from '@stead/core'
+import { SteadError, type Envelope } from '@stead/core'
 
 /** What the core learns about a client envelope it is asked to carry, from the shell's own check of it. */
 export interface PayloadInfo {
@@ -7,6 +7,11 @@ export interface PayloadInfo {
   readonly slot: string
   /** A client waits for its order (it carries safe updates): rounds that carry it are not paced. */
   readonly urgent: boolean
+}
+
+/** What the core needs of an envelope: its id, its author's slot, and whether a client waits for its order (safe updates). */
+export function payloadInfoOf(env: Envelope): PayloadInfo {
+  return { idHex: env.idHex, slot: `${env.space}/${env.authorId}:${env.seq}`, urgent: env.safe.length > 0 }
 }
 
 /**
