@@ -556,6 +556,35 @@ describe('consensus core', () => {
     })
   }
 
+  it('forgets an ordered envelope id once its commit falls gcDepth rounds behind, not sooner, also after a restart from its records', async () => {
+    const gcDepth = 4
+    const w = wired([0, 1, 2, 3].map((me) => new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0, gcDepth })))
+    const frames: Uint8Array[] = []
+    // One envelope at a time, each committed before the next: each commit is a few rounds after the one before.
+    for (let seq = 1; seq <= 8; seq++) {
+      const f = await envelope(seq)
+      frames.push(f)
+      w.route(seq % 4, w.cores[seq % 4]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      w.run()
+    }
+    for (const c of w.commits) expect(c).toEqual(w.commits[0])
+    expect(w.commits[0]).toHaveLength(8)
+    const restarted = (me: number) => {
+      const mine = w.records[me]!
+      return new ConsensusCore(
+        { committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0, gcDepth },
+        { ownBlocks: mine.flatMap((r) => (r.kind === 'own-block' ? [r.block] : [])), blocks: mine.flatMap((r) => (r.kind === 'block' ? [r.block] : [])), commits: mine.flatMap((r) => (r.kind === 'commit' ? [r] : [])) },
+      )
+    }
+    // The newest commit is within the window: its envelope is a duplicate; the first one's commit is far behind: it is new again.
+    for (const c of [w.cores[1]!, restarted(1)]) {
+      expect(c.submit(frames[7]!, inspect(frames[7]!) as PayloadInfo).status).toBe('duplicate')
+      expect(c.submit(frames[0]!, inspect(frames[0]!) as PayloadInfo).status).toBe('queued')
+    }
+    expect(w.cores[1]!.memory.orderedPayload).toBeLessThan(8)
+    expect(w.cores[1]!.memory.orderedPayload).toBeGreaterThan(0)
+  })
+
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {
     const cores = [0, 1, 2, 3].map((i) => core(i))
     const inbox: Array<{ from: number; out: Output }> = []

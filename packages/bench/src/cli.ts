@@ -6,14 +6,13 @@
  *   npm run bench:quick        under 5 minutes → results/quick.json and the quick section of BENCHMARKS.md
  *   npm run bench:smoke        under a minute, tiny → a result file in a temp dir (CI: checks the pipeline runs)
  *
- * Options: --suite smoke|quick|full, --driver sdk|proto, --only NAME (groups whose name contains it),
- * --out DIR (results), --no-report, --report-only (rebuild BENCHMARKS.md from results/*.json).
+ * Options: see USAGE (`npm run bench -- --help`).
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
-import { parseArgs } from 'node:util'
+import { reportArgs } from './args.ts'
 import { BenchCluster, sleep } from './cluster.ts'
 import { suite, type Suite } from './experiments.ts'
 import { ProtoClient } from './load/proto.ts'
@@ -46,16 +45,29 @@ export interface Results {
 const BENCH_ROOT = resolve(import.meta.dirname, '..')
 const REPO_ROOT = resolve(BENCH_ROOT, '../..')
 
+const USAGE = `Stead benchmark suite (a report, never a test)
+
+  npm run bench [-- options]        full suite
+  npm run bench:quick [-- options]  under 5 minutes
+  npm run bench:smoke               under a minute, tiny (CI: checks the pipeline runs)
+
+Options:
+  --suite smoke|quick|full   which suite (npm run bench passes full)
+  --driver sdk|proto         load clients: the SDK (default) or the protocol-level driver
+  --only NAME                only the cluster runs whose group name contains NAME (e.g. curve/stead)
+  --out DIR                  where the results go (default packages/bench/results; smoke: a temp dir)
+  --no-report                measure only; leave BENCHMARKS.md and the charts alone
+  --report-only              rebuild BENCHMARKS.md and the charts from results/*.json, measuring nothing
+  -h, --help                 this text`
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      suite: { type: 'string', default: 'quick' },
-      driver: { type: 'string' },
-      only: { type: 'string' },
-      out: { type: 'string' },
-      'no-report': { type: 'boolean', default: false },
-      'report-only': { type: 'boolean', default: false },
-    },
+  const values = reportArgs(USAGE, {
+    suite: { type: 'string', default: 'quick' },
+    driver: { type: 'string' },
+    only: { type: 'string' },
+    out: { type: 'string' },
+    'no-report': { type: 'boolean', default: false },
+    'report-only': { type: 'boolean', default: false },
   })
   if (values['report-only']) {
     // Regenerate BENCHMARKS.md and the charts from results/{full,quick}.json without measuring.
@@ -68,7 +80,8 @@ async function main(): Promise<void> {
     return
   }
   const which = values.suite as Suite
-  if (!['smoke', 'quick', 'full'].includes(which)) throw new Error(`unknown suite ${which}: smoke, quick or full`)
+  if (!['smoke', 'quick', 'full'].includes(which)) return usageError(`unknown suite ${which}: smoke, quick or full`)
+  if (values.driver !== undefined && !['sdk', 'proto'].includes(values.driver)) return usageError(`unknown driver ${values.driver}: sdk or proto`)
   const driver = values.driver ?? (await sdkAvailable() ? 'sdk' : 'proto')
   // The SDK adapter loads only when used (and when @stead/client has createClient).
   const sdkModule = './load/sdk.ts'
@@ -179,6 +192,11 @@ async function sdkAvailable(): Promise<boolean> {
   } catch {
     return false
   }
+}
+
+function usageError(message: string): void {
+  console.error(`${message}\n\n${USAGE}`)
+  process.exitCode = 2
 }
 
 function gitCommit(): string {

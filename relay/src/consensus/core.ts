@@ -172,8 +172,14 @@ export class ConsensusCore {
   /** Blocks already ordered, and which slots (round:author) they fill: at most one block per slot is ever ordered. */
   private readonly ordered = new Set<string>()
   private readonly orderedSlots = new Set<string>()
-  /** Envelope ids already ordered, with the leader round that ordered them (a window, for GC). */
+  /**
+   * Envelope ids already ordered, with the leader round that ordered them
+   * (a window, for GC). Kept in the order they were ordered, so rounds never
+   * go down along the map (see orderPayload) and GC stops at the first id it
+   * keeps instead of walking the window on every commit.
+   */
   private readonly orderedPayload = new Map<string, number>()
+  private lastPayloadRound = 0
   /**
    * Accepted blocks not yet ordered, with their envelopes not yet ordered:
    * while one of those envelopes is still unordered, the cluster has work.
@@ -638,7 +644,7 @@ export class ConsensusCore {
       block.block.header.payload.forEach((frame, i) => {
         const id = (infos[i] as PayloadInfo).idHex
         if (this.orderedPayload.has(id)) return
-        this.orderedPayload.set(id, leader.round)
+        this.orderPayload(id, leader.round)
         payload.push(frame)
         payloadIds.push(id)
       })
@@ -657,20 +663,24 @@ export class ConsensusCore {
     this.collectGarbage(out)
   }
 
+  /** Records an id as ordered by the leader of `round`; the window's rounds never go down (collectGarbage relies on it). */
+  private orderPayload(id: string, round: number): void {
+    assert(round >= this.lastPayloadRound, `envelope ordered at round ${round} after round ${this.lastPayloadRound}`)
+    this.lastPayloadRound = round
+    this.orderedPayload.set(id, round)
+  }
+
   private markOrdered(block: Ref): void {
     this.ordered.add(block.digestHex)
     this.orderedSlots.add(slotKey(block))
   }
 
   /**
-   * Work is an envelope waiting for our block, or an accepted block whose
-   * envelopes are not all ordered yet and that can still be ordered (no
-   * other block of its slot was: a lost twin of an equivocator never will).
-   */
-  /**
    * Whether envelopes wait for an order (with `urgentOnly`, urgent ones: a
    * safe update waits for a round): in our queue, or in an accepted block
-   * not ordered yet. Forgets the blocks that hold none any more.
+   * whose envelopes are not all ordered yet and that can still be ordered
+   * (no other block of its slot was: a lost twin of an equivocator never
+   * will). Forgets the blocks that hold none any more.
    */
   private hasWork(urgentOnly = false): boolean {
     if (urgentOnly ? this.payload.hasUrgent : this.payload.length > 0) return true
@@ -896,7 +906,10 @@ export class ConsensusCore {
       this.infosOf.delete(gone.digestHex)
     }
     for (const key of this.orderedSlots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.orderedSlots.delete(key)
-    for (const [id, round] of this.orderedPayload) if (round <= gc) this.orderedPayload.delete(id)
+    for (const [id, round] of this.orderedPayload) {
+      if (round > gc) break
+      this.orderedPayload.delete(id)
+    }
     for (const round of this.ownBlocks.keys()) if (round <= gc && round !== this.lastProposed) this.ownBlocks.delete(round)
     for (const [author, round] of this.lastIncluded) if (round <= gc) this.lastIncluded.delete(author)
     this.payload.collect(gc)
@@ -915,11 +928,11 @@ export class ConsensusCore {
     this.lastDecided = this.lastCommitRound
     const gc = Math.max(0, this.lastCommitRound - this.gcDepth)
     this.dag.collect(gc)
-    for (const c of state.commits) {
+    for (const c of [...state.commits].sort((a, b) => a.anchorRound - b.anchorRound)) {
       if (c.anchorRound <= gc) continue
       for (const d of c.ordered) this.ordered.add(d)
       // The dedupe window must match the other relays' exactly: it decides what a commit carries.
-      for (const id of c.payloadIds) this.orderedPayload.set(id, c.anchorRound)
+      for (const id of c.payloadIds) if (!this.orderedPayload.has(id)) this.orderPayload(id, c.anchorRound)
     }
     for (const b of state.ownBlocks) {
       this.ownBlocks.set(b.header.round, b)
