@@ -324,29 +324,10 @@ export class ConsensusCore {
     const status = this.payload.add(frame, info, this.dag.clockRound)
     const out: Output[] = []
     if (status === 'queued') {
-      const proposed = this.lastProposed
-      this.commitAndPropose(out)
+      this.commitAndPropose(out, true)
       this.armSync(out)
-      if (this.lastProposed > proposed) this.askLeaderToCarry(frame, out)
     }
     return { status, outputs: out }
-  }
-
-  /**
-   * At light load, a client envelope we just put in our block of round r
-   * also goes to r's leader when that is another relay. Our block commits
-   * only through the next round's leader, three rounds on; the leader's own
-   * block, if it carries the envelope too, commits two rounds on. Sent
-   * before our block, so the leader has it when our block makes it propose.
-   * The envelope is ordered once (the copy in our block is skipped).
-   */
-  private askLeaderToCarry(frame: Uint8Array, out: Output[]): void {
-    const round = this.lastProposed
-    const leader = this.rule.leaderOf(round)
-    const payload = this.ownBlocks.get(round)?.header.payload ?? []
-    if (leader === this.me || payload.length > LEADER_COPY_MAX_ENVELOPES || !payload.includes(frame)) return
-    const at = out.findIndex((o) => o.type === 'broadcast')
-    out.splice(at < 0 ? out.length : at, 0, { type: 'send', to: leader, message: { kind: 'wake', payload: [frame] } })
   }
 
   onMessage(from: number, message: Message): Output[] {
@@ -450,7 +431,7 @@ export class ConsensusCore {
       // Only the timer of our latest proposal counts: an urgent proposal since started a newer one.
       if (round === this.paceRound) {
         this.paced = true
-        this.commitAndPropose(out)
+        this.commitAndPropose(out, true)
       }
     } else {
       this.syncTimerArmed = false
@@ -596,10 +577,17 @@ export class ConsensusCore {
   // ---- committing and proposing ----
 
   /** Decides what can be decided, then proposes if there is a reason to; again while either makes progress. */
-  private commitAndPropose(out: Output[]): void {
+  /**
+   * Commits what can be committed and proposes while there is a reason.
+   * `carry`: the proposal was started by a client's envelope or by our pace
+   * timer, not by a quorum of peers' blocks, so the round's leader may not
+   * have proposed yet and a copy of our envelopes can still ride in its
+   * block (see propose). After a quorum, the leader proposes when we do.
+   */
+  private commitAndPropose(out: Output[], carry = false): void {
     for (;;) {
       this.tryCommit(out)
-      if (!this.tryPropose(out)) return
+      if (!this.tryPropose(out, carry)) return
     }
   }
 
@@ -719,7 +707,7 @@ export class ConsensusCore {
    * previous round's leader is in (so our block votes for it), or its
    * timeout fired, or we were idle last round (waiting would only delay).
    */
-  private tryPropose(out: Output[]): boolean {
+  private tryPropose(out: Output[], carry: boolean): boolean {
     const round = this.dag.clockRound
     if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
     const previousLeader = this.rule.leaderOf(round - 1)
@@ -732,18 +720,25 @@ export class ConsensusCore {
       return false
     }
     if (!this.paced && this.forcedRound !== round && !this.hasWork(true)) return false
-    this.propose(round, out)
+    this.propose(round, out, carry)
     return true
   }
 
-  private propose(round: number, out: Output[]): void {
+  private propose(round: number, out: Output[], carry: boolean): void {
     assert(round > this.lastProposed && !this.ownBlocks.has(round), `a second own block for round ${round}`)
     const taken = this.payload.take()
-    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: taken.map((t) => t.frame) })
+    const frames = taken.map((t) => t.frame)
+    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: frames })
     this.lastProposed = round
     this.ownBlocks.set(round, block)
     for (const a of block.header.ancestors) this.lastIncluded.set(a.author, a.round)
     this.accept(block, taken.map((t) => t.info), out)
+    // At light load the envelopes go to the round's leader first (see README, "The leader carries it too"):
+    // our block commits only through the next round's leader, three rounds on; the leader's own block, if
+    // it carries them too, two rounds on. Sent before our block, so the leader has them when our block
+    // makes it propose; each envelope is ordered once.
+    const leader = this.rule.leaderOf(round)
+    if (carry && leader !== this.me && frames.length > 0 && frames.length <= LEADER_COPY_MAX_ENVELOPES) out.push({ type: 'send', to: leader, message: { kind: 'wake', payload: frames } })
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
     out.push({ type: 'persist', record: { kind: 'own-block', block } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
