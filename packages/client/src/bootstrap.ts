@@ -17,7 +17,7 @@ import {
   type ReliableReplica,
   type VerifiedDelta,
 } from '@stead/core'
-import { MAX_ATTESTED_BODY, discard, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { openTrusted } from './intake.ts'
 
 /** The largest snapshot, delta or object proof read from a relay. */
@@ -162,13 +162,10 @@ async function fetchAttested<T>(
     let body: Record<string, unknown> & { relay: number; attestation: string; sig: string }
     let signed: { bytes: Uint8Array; sig: Uint8Array }
     try {
-      const res = await withTimeout(r.fetch(`${httpBaseOf(source.url)}${path}`, { headers: r.headers }), r.timeoutMs)
-      if (!res.ok) {
-        discard(res)
-        continue
-      }
-      // The body too: a relay that sends headers and then stalls must not hold the caller up.
-      body = (await readJson(res, MAX_SERVED_BODY, r.timeoutMs)) as typeof body
+      // The body too has a deadline: a relay that sends headers and then stalls must not hold the caller up.
+      const got = (await getJson(r.fetch, `${httpBaseOf(source.url)}${path}`, { headers: r.headers, maxBytes: MAX_SERVED_BODY, timeoutMs: r.timeoutMs })) as typeof body | undefined
+      if (got === undefined) continue
+      body = got
       // An answer without an attestation: the relay has nothing of the kind to serve (say, no delta that pays).
       if (typeof body.attestation !== 'string') continue
       signed = { bytes: fromBase64Url(body.attestation), sig: fromHex(body.sig) }
@@ -223,9 +220,8 @@ async function quorumFor(r: BootstrapRequest, bytes: Uint8Array, a: Attestation,
       .filter((x) => x.url !== sourceUrl)
       .map(async (x) => {
         try {
-          const res = await withTimeout(r.fetch(`${httpBaseOf(x.url)}${path}`, { headers: r.headers }), r.timeoutMs)
-          if (!res.ok) return discard(res)
-          const body = (await readJson(res, MAX_ATTESTED_BODY, r.timeoutMs)) as { relay: number; attestation: string; sig: string }
+          const body = (await getJson(r.fetch, `${httpBaseOf(x.url)}${path}`, { headers: r.headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs: r.timeoutMs })) as { relay: number; attestation: string; sig: string } | undefined
+          if (body === undefined) return undefined
           downloaded += body.attestation.length + body.sig.length
           const key = r.cluster.relays[body.relay]?.publicKey
           const theirs = fromBase64Url(body.attestation)

@@ -89,7 +89,13 @@ const MAX_DESCRIPTOR_BYTES = 1024 * 1024
 /** An answer carrying a signed head or an attestation: an attestation (up to the largest relay message) in base64url, and a little beside it. */
 export const MAX_ATTESTED_BODY = Math.ceil(MAX_RELAY_MESSAGE_BYTES / 3) * 4 + 64 * 1024
 
-export type Fetch = (url: string, init?: { readonly headers?: Record<string, string> }) => Promise<FetchResponse>
+/**
+ * The fetch the client uses for relay reads (GET only). `signal` aborts
+ * the request when the client gives up on it; a fetch that ignores it
+ * still works, but a relay that never answers then holds its connection
+ * until it closes.
+ */
+export type Fetch = (url: string, init?: { readonly headers?: Record<string, string>; readonly signal?: AbortSignal }) => Promise<FetchResponse>
 
 /**
  * What the client reads of a response. `body` and `headers` are there with
@@ -152,6 +158,26 @@ export async function readJson(res: FetchResponse, maxBytes: number, timeoutMs: 
   return JSON.parse(new TextDecoder().decode(all)) as unknown
 }
 
+/**
+ * GETs a relay's JSON answer: undefined for an error status (its body let
+ * go unread), else the body read to at most `maxBytes` (see readJson). The
+ * answer's headers have `timeoutMs` to come, and then its body as long
+ * again; when either deadline passes, or the body is refused, the request
+ * is aborted, so a relay that never answers or stalls holds no connection
+ * and no memory once the caller gave up on it.
+ */
+export async function getJson(fetchFn: Fetch, url: string, o: { readonly headers?: Record<string, string>; readonly maxBytes: number; readonly timeoutMs: number }): Promise<unknown> {
+  const abort = new AbortController()
+  try {
+    const res = await withTimeout(fetchFn(url, { ...(o.headers ? { headers: o.headers } : {}), signal: abort.signal }), o.timeoutMs)
+    if (!res.ok) return discard(res)
+    return await readJson(res, o.maxBytes, o.timeoutMs)
+  } finally {
+    // Once the body is read whole this changes nothing; otherwise it lets the request go.
+    abort.abort()
+  }
+}
+
 /** Lets go of an answer not read (an error status): its body must not hold the connection. */
 export function discard(res: FetchResponse): undefined {
   void res.body?.cancel().catch(() => undefined)
@@ -201,9 +227,8 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
   }
   const asks = urls.map(async (url) => {
     try {
-      const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/cluster`), timeoutMs)
-      if (!res.ok) return discard(res)
-      return { url, cluster: parseClusterDescriptor(await readJson(res, MAX_DESCRIPTOR_BYTES, timeoutMs), `${url}/v1/cluster`) }
+      const body = await getJson(fetchFn, `${httpBaseOf(url)}/v1/cluster`, { maxBytes: MAX_DESCRIPTOR_BYTES, timeoutMs })
+      return body === undefined ? undefined : { url, cluster: parseClusterDescriptor(body, `${url}/v1/cluster`) }
     } catch {
       return undefined
     }

@@ -18,7 +18,7 @@ import {
   type RelayMessage,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
-import { MAX_ATTESTED_BODY, discard, firstQuorum, httpBaseOf, readJson, withTimeout, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import type { DraftBatch } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { RelayIntake } from './intake.ts'
@@ -249,9 +249,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const agreed = await firstQuorum(
       this.o.relays.map(async (url) => {
         try {
-          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}${path}`, { headers }), HISTORY_READ_TIMEOUT_MS)
-          if (!res.ok) return discard(res)
-          const p = (await readJson(res, MAX_HISTORY_BODY, HISTORY_READ_TIMEOUT_MS)) as { relay: number; entries: string; sig: string }
+          const p = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_HISTORY_BODY, timeoutMs: HISTORY_READ_TIMEOUT_MS })) as { relay: number; entries: string; sig: string } | undefined
+          if (p === undefined) return undefined
           const relayKey = cluster.relays[p.relay]?.publicKey
           const entries = fromBase64Url(p.entries)
           if (!relayKey || !(await this.o.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
@@ -280,9 +279,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const heads = await firstQuorum(
       this.o.relays.map(async (url) => {
         try {
-          const res = await withTimeout(fetchFn(`${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers }), timeoutMs)
-          if (!res.ok) return discard(res)
-          const h = (await readJson(res, MAX_ATTESTED_BODY, timeoutMs)) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown }
+          const h = (await getJson(fetchFn, `${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs })) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown } | undefined
+          if (h === undefined) return undefined
           const key = cluster.relays[h.relay]?.publicKey
           if (!key || !Number.isSafeInteger(h.index)) return undefined
           const hash = fromHex(h.stateHash)

@@ -1,5 +1,7 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
-import { readJson } from '../src/cluster.ts'
+import { getJson, readJson, type Fetch } from '../src/cluster.ts'
 
 /** A body that never ends: `chunk` bytes of spaces per pull, counting pulls and whether the reader cancelled. */
 function endless(chunk: number): { res: Response; pulled: () => number; cancelled: () => boolean } {
@@ -77,5 +79,65 @@ describe('readJson: a response body within a budget in bytes', () => {
 
   it('falls back to json() for a response without a body stream (an injected fetch)', async () => {
     expect(await readJson({ ok: true, status: 200, json: async () => ({ a: 1 }) }, 1, 5000)).toEqual({ a: 1 })
+  })
+})
+
+/** A relay stand-in on loopback: `answer` handles each request; `closed` resolves once the client let a request's connection go. */
+async function relayStandIn(answer: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ url: string; closed: Promise<void>; stop: () => Promise<void> }> {
+  let onClose!: () => void
+  const closed = new Promise<void>((resolve) => (onClose = resolve))
+  const server = createServer((req, res) => {
+    req.socket.on('close', onClose)
+    answer(req, res)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  const stop = () => {
+    server.closeAllConnections()
+    return new Promise<void>((resolve) => server.close(() => resolve()))
+  }
+  return { url: `http://127.0.0.1:${port}/v1/cluster`, closed, stop }
+}
+
+const platformFetch: Fetch = (url, init) => fetch(url, init)
+
+describe('getJson: a relay read over HTTP, aborted when the client gives up', () => {
+  it('reads an answer, and an error status as undefined', async () => {
+    const relay = await relayStandIn((req, res) => {
+      res.writeHead(req.headers['x-fail'] ? 503 : 200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ relay: 2 }))
+    })
+    try {
+      expect(await getJson(platformFetch, relay.url, { maxBytes: 1024, timeoutMs: 5000 })).toEqual({ relay: 2 })
+      expect(await getJson(platformFetch, relay.url, { headers: { 'x-fail': '1' }, maxBytes: 1024, timeoutMs: 5000 })).toBeUndefined()
+    } finally {
+      await relay.stop()
+    }
+  })
+
+  // Before the request carried a signal, the caller stopped waiting at the deadline but the
+  // connection stayed open for as long as the relay kept it (this test then times out).
+  it('aborts a request whose answer never comes: its connection closes at the deadline', async () => {
+    const relay = await relayStandIn(() => undefined)
+    try {
+      await expect(getJson(platformFetch, relay.url, { maxBytes: 1024, timeoutMs: 200 })).rejects.toThrow(/timed out/)
+      await relay.closed
+    } finally {
+      await relay.stop()
+    }
+  })
+
+  // Cancelling the body (readJson) lets the connection go too; the abort must not get in its way.
+  it('aborts a request whose body stalls: its connection closes at the deadline', async () => {
+    const relay = await relayStandIn((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.write('{"relay":')
+    })
+    try {
+      await expect(getJson(platformFetch, relay.url, { maxBytes: 1024, timeoutMs: 200 })).rejects.toThrow(/timed out/)
+      await relay.closed
+    } finally {
+      await relay.stop()
+    }
   })
 })
