@@ -92,6 +92,12 @@ export interface RelayNodeOptions {
   readonly gcDepth?: number
   /** Least time between rounds that no safe update waits for (ConsensusCoreConfig.paceMs); 0 turns pacing off. */
   readonly paceMs?: number
+  /**
+   * Started with no block of its own in the store: how long to wait for 2f
+   * peers' word on its latest block before proposing anyway (ConsensusConfig.ownLastTimeoutMs).
+   * Default 5 s, as Sui.
+   */
+  readonly ownLastTimeoutMs?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
   readonly memoryBudgetBytes?: number
   /**
@@ -119,6 +125,8 @@ export interface Subscriber {
 const HOUR_MS = 3_600_000
 
 const GC_DEPTH = 50
+/** How long a relay that starts with no block of its own waits for its peers' word on its latest (Sui waits 5 s too). */
+const OWN_LAST_TIMEOUT_MS = 5000
 
 /** A space's latest attestation here: its feed position and what it attests (the stable index and state hash after it). */
 interface LatestAttestation {
@@ -393,9 +401,11 @@ export class RelayNode {
         leaderTimeoutMs: this.options.leaderTimeoutMs ?? 250,
         syncIntervalMs: this.options.syncIntervalMs ?? 500,
         ...(this.options.paceMs === undefined ? {} : { paceMs: this.options.paceMs }),
+        ownLastTimeoutMs: this.options.ownLastTimeoutMs ?? OWN_LAST_TIMEOUT_MS,
       },
       recovered,
     )
+    if (this.core.awaitingOwnLast) this.log.info({ timeoutMs: this.options.ownLastTimeoutMs ?? OWN_LAST_TIMEOUT_MS }, 'no block of our own in the store: asking peers for our latest before proposing, so that we never sign a round twice')
     this.recovering = false
     this.checkpoints.load(this.store, this.core.committedRound, recovered.commits)
     // The stable state is the snapshot plus every batch committed after it: same order, same result.

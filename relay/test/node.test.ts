@@ -69,7 +69,8 @@ function clusterMember(say: Partial<Pick<Mesh, 'send' | 'broadcast'>> = {}): { n
     connectedPeers: () => [1, 2, 3],
     queuedBytes: () => 0,
   }
-  const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }), paceMs: 0 })
+  // Its peers are stand-ins that never answer: it proposes without asking them for its own latest block.
+  const node = new RelayNode({ cluster, me: 0, secretKey: secrets[0]!, dataDir: mkdtempSync(join(tmpdir(), 'stead-node-')), mesh, logger: pino({ level: 'silent' }), paceMs: 0, ownLastTimeoutMs: 0 })
   nodes.push(node)
   return { node, deliver: (from, frame) => handler(from, frame) }
 }

@@ -5,7 +5,7 @@ import { prepareWorkload } from './workload.ts'
 
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
-                     [--retain-rounds N] [--restart-after MS]
+                     [--retain-rounds N] [--restart-after MS] [--lose-store]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
@@ -15,7 +15,8 @@ attestations, a client replaying them reaches the attested state with every
 invariant kept, no correct relay sends two blocks for one round, and
 progress after faults heal. Crashed relays lose the writes their disk had
 not finished and restart from their store (--restart-after MS: that long
-after the crash). Relays
+after the crash; --lose-store: with an empty store and journal, as after a
+lost disk, and it must ask its peers for its latest block). Relays
 snapshot every 8 batches and prune blocks older than --retain-rounds
 (default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
 its step and replays exactly.
@@ -36,6 +37,7 @@ const { values } = parseArgs({
     'no-partition': { type: 'boolean', default: false },
     'retain-rounds': { type: 'string', default: '80' },
     'restart-after': { type: 'string' },
+    'lose-store': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
   },
 })
@@ -85,10 +87,11 @@ for (const seed of seeds) {
       loss: Number(values.loss),
       retainRounds: int('retain-rounds', values['retain-rounds']),
       ...(values['restart-after'] !== undefined ? { restartDelayMs: int('restart-after', values['restart-after']) } : {}),
+      ...(values['lose-store'] ? { loseStoreOnCrash: true } : {}),
     },
     workload,
   )
-  const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}`
+  const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
   const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)

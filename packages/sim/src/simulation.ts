@@ -50,6 +50,10 @@ export interface SimOptions {
   readonly restartDelayMs?: number
   /** A storage fault: a crashed relay's journal comes back empty, to prove the checks catch a relay that speaks before its block is durable. */
   readonly loseJournalOnCrash?: boolean
+  /** An operator's fault: a crashed relay restarts with an empty store and journal (a lost disk, a wiped data dir). */
+  readonly loseStoreOnCrash?: boolean
+  /** Weakens the protocol: a relay that starts with no block of its own proposes at once instead of asking its peers for its latest (to prove the checks catch it). */
+  readonly skipOwnLastAsk?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
   /**
@@ -130,7 +134,7 @@ interface Host {
   /** Bumped at each crash: timers, disk completions and messages of the node before it are void. */
   epoch: number
   node: RelayNode
-  readonly kv: MemoryKv
+  kv: MemoryKv
   /** The journal the running process appends to (a restart opens a new one over what it kept). */
   journal: MemoryJournal
   receive: ((from: number, frame: Uint8Array) => void) | undefined
@@ -485,6 +489,7 @@ class Simulation {
       logger: this.log.child({ relay: host.id, epoch }),
       leaderTimeoutMs: 300,
       syncIntervalMs: 500,
+      ...(this.options.skipOwnLastAsk ? { ownLastTimeoutMs: 0 } : {}),
       gcDepth: GC_DEPTH,
       snapshotEveryBatches: SNAPSHOT_EVERY_BATCHES,
       retention: { blockRounds: Math.max(4 * GC_DEPTH, this.options.retainRounds ?? 0) },
@@ -568,7 +573,8 @@ class Simulation {
     host.receive = undefined
     host.connected = undefined
     host.kv.crash()
-    if (this.options.loseJournalOnCrash) host.journal = new MemoryJournal()
+    if (this.options.loseJournalOnCrash || this.options.loseStoreOnCrash) host.journal = new MemoryJournal()
+    if (this.options.loseStoreOnCrash) host.kv = new MemoryKv((done) => this.diskWrite(id, done))
     if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
   }
 

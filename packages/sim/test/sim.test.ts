@@ -86,6 +86,23 @@ describe('deterministic simulation', () => {
     expect(caught.filter((m) => /sent two blocks for round \d+/.test(m)).length).toBeGreaterThan(0)
   })
 
+  it('catches a relay that lost its store and proposes at once: it signs a second block for a round it sent; asking its peers first, it never does', async () => {
+    // Whether the relay has work before any peer's block reaches it depends on the schedule: some of these seeds must show it.
+    const caught: string[] = []
+    for (const seed of [13, 22, 29, 30]) {
+      const weakened = await run({ seed, crash: 1, restartDelayMs: 50, loseStoreOnCrash: true, skipOwnLastAsk: true })
+      if (weakened.violation) caught.push(weakened.violation.message)
+      const r = await run({ seed, crash: 1, restartDelayMs: 50, loseStoreOnCrash: true })
+      expect(r.violation).toBeUndefined()
+      expect(r.endedIdle).toBe(true)
+    }
+    expect(caught.filter((m) => /sent two blocks for round \d+/.test(m)).length).toBeGreaterThan(0)
+    // With an equivocating relay beside it, the amnesiac relay catches up and the cluster agrees.
+    const r = await run({ seed: 5, byzantine: 1, strategy: 'equivocate', crash: 1, loseStoreOnCrash: true })
+    expect(r.violation).toBeUndefined()
+    expect(new Set(r.anchors.slice(0, 3)).size).toBe(1)
+  })
+
   for (const strategy of STRATEGIES) {
     it(`N=4 stays safe and live with a Byzantine relay that does '${strategy}' and a crash`, async () => {
       const r = await run({ seed: 7, byzantine: 1, strategy, crash: 1 })

@@ -37,6 +37,16 @@ export interface ConsensusConfig {
   readonly syncIntervalMs?: number
   /** Blocks waiting for missing ancestors. */
   readonly maxSuspended?: number
+  /**
+   * A relay that starts with no block of its own in its store (a new data
+   * dir, or one that lost its store) may have signed blocks before: it asks
+   * its peers for the latest one they hold and proposes nothing until 2f of
+   * them answered or this many ms passed, then only above the highest round
+   * they named (Sui's fetch of its own last block after an amnesia start;
+   * the timeout puts liveness first). 0 or absent: no asking (tests that
+   * wire cores directly).
+   */
+  readonly ownLastTimeoutMs?: number
 }
 
 /** One committed leader and the causal history it orders. */
@@ -85,7 +95,7 @@ export type Output =
   | { readonly type: 'history-pruned'; readonly keptFrom: number; readonly needed: number }
   | { readonly type: 'rejected'; readonly from: number; readonly reason: string; readonly detail: string }
 
-export type TimerName = 'leader' | 'sync' | 'pace'
+export type TimerName = 'leader' | 'sync' | 'pace' | 'own-last'
 
 /** Blocks a peer asked for that memory no longer holds: by round range, or by digest. */
 export type ArchiveQuery = { readonly fromRound: number; readonly toRound: number } | { readonly digests: readonly string[] }
@@ -158,6 +168,18 @@ export class ConsensusCore {
   /** Our blocks by round; the latest is kept even below the GC round (the next one references it). */
   private readonly ownBlocks = new Map<number, Block>()
   private lastProposed = 0
+  /**
+   * Started with no block of our own: the peers whose word on our latest
+   * block we still wait for before our first proposal (null once 2f
+   * answered, or the timeout passed, or when there is nothing to ask).
+   */
+  private ownLastAwaited: Set<number> | null = null
+  private ownLastAnswers = 0
+  private readonly ownLastTimeoutMs: number
+  /** The highest round of a block of ours that peers handed back: we never propose at or below it. */
+  private proposeAbove = 0
+  /** Peers whose own-last-ask we answered since their connection opened: one answer each. */
+  private readonly ownLastServed = new Set<number>()
   /** author → round of its latest block we referenced: each block references only newer ones. */
   private readonly lastIncluded = new Map<number, number>()
   /** A leader timeout fired for this clock round: propose without waiting for the leader. */
@@ -233,6 +255,10 @@ export class ConsensusCore {
       maxQueued: config.maxQueuedEnvelopes ?? 100_000,
     })
     if (recovered) this.recover(recovered)
+    this.ownLastTimeoutMs = config.ownLastTimeoutMs ?? 0
+    if (this.ownLastTimeoutMs > 0 && this.ownBlocks.size === 0 && this.n > 1) {
+      this.ownLastAwaited = new Set(Array.from({ length: this.n }, (_, i) => i).filter((i) => i !== this.me))
+    }
   }
 
   // ---- introspection (for the shell, metrics and the simulator) ----
@@ -296,6 +322,10 @@ export class ConsensusCore {
     const out: Output[] = []
     const own = this.ownBlocks.get(this.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
+    if (this.ownLastAwaited) {
+      out.push({ type: 'broadcast', message: { kind: 'own-last-ask' } })
+      out.push({ type: 'timer', name: 'own-last', round: 0, afterMs: this.ownLastTimeoutMs })
+    }
     this.commitAndPropose(out)
     this.armSync(out)
     return out
@@ -310,8 +340,20 @@ export class ConsensusCore {
    * commits until new work came.
    */
   onPeerConnected(peer: number): Output[] {
+    if (peer === this.me) return []
+    // A new connection may be a restarted peer: it may ask again.
+    this.ownLastServed.delete(peer)
+    const out: Output[] = []
     const own = this.ownBlocks.get(this.lastProposed)
-    return own && peer !== this.me ? [{ type: 'send', to: peer, message: { kind: 'block', block: own } }] : []
+    if (own) out.push({ type: 'send', to: peer, message: { kind: 'block', block: own } })
+    // Our first ask may have gone before this connection was up.
+    if (this.ownLastAwaited?.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
+    return out
+  }
+
+  /** Whether this relay still waits for its peers' word on its own latest block before proposing (see ConsensusConfig.ownLastTimeoutMs). */
+  get awaitingOwnLast(): boolean {
+    return this.ownLastAwaited !== null
   }
 
   /**
@@ -368,6 +410,15 @@ export class ConsensusCore {
       case 'sync':
         this.serveSync(from, message.fromRound, out)
         break
+      case 'own-last-ask':
+        if (from !== this.me && !this.ownLastServed.has(from)) {
+          this.ownLastServed.add(from)
+          out.push({ type: 'send', to: from, message: { kind: 'own-last', block: this.latestBlockOf(from) } })
+        }
+        break
+      case 'own-last':
+        this.takeOwnLast(from, message.block, out)
+        break
       case 'wake':
         // A peer has work but waits for a quorum at a round it already proposed: carry its
         // envelopes too, which gives us a reason to propose (duplicates are ordered once).
@@ -419,9 +470,40 @@ export class ConsensusCore {
     }
   }
 
+  /** The latest block of `author` in the DAG (of twins, the highest digest), if any: what a peer that lost its store asks us for. */
+  private latestBlockOf(author: number): Block | null {
+    for (let r = this.dag.highestRound; r > this.dag.gcRound; r--) {
+      const blocks = this.dag.atSlot(r, author)
+      if (blocks.length) return blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a)).block
+    }
+    return null
+  }
+
+  /**
+   * A peer's word on our latest block. Its round is taken at once, whether
+   * or not the block can enter the DAG yet (it may be far ahead of our
+   * clock): we never propose at or below it, also when the answer comes
+   * after we stopped waiting. The block itself goes the way of any other.
+   */
+  private takeOwnLast(from: number, block: Block | null, out: Output[]): void {
+    if (block && block.header.author !== this.me) return this.reject(from, 'malformed', `relay ${from} answered own-last with a block of relay ${block.header.author}`, out)
+    if (block && block.header.round > this.proposeAbove) this.proposeAbove = block.header.round
+    if (this.ownLastAwaited?.delete(from)) this.ownLastAnswers++
+    if (block) this.receive(from, block, out, false)
+    // Enough once 2f peers answered (with us, a quorum): what the honest among them hold is what a
+    // quorum of the cluster built on. Best effort, as in Sui: a block of ours that reached only the
+    // peers that did not answer (or lied) can still be missed.
+    if (this.ownLastAwaited && this.ownLastAnswers >= this.rule.quorum - 1) this.ownLastAwaited = null
+    this.commitAndPropose(out)
+  }
+
   onTimer(name: TimerName, round: number): Output[] {
     const out: Output[] = []
-    if (name === 'leader') {
+    if (name === 'own-last') {
+      // Liveness first (as Sui): the peers that did not answer may be down for good.
+      this.ownLastAwaited = null
+      this.commitAndPropose(out)
+    } else if (name === 'leader') {
       if (round === this.leaderTimerRound) this.leaderTimerRound = 0
       if (round === this.dag.clockRound) {
         this.forcedRound = round
@@ -709,6 +791,7 @@ export class ConsensusCore {
    */
   private tryPropose(out: Output[], carry: boolean): boolean {
     const round = this.dag.clockRound
+    if (this.ownLastAwaited || round <= this.proposeAbove) return false
     if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
     const previousLeader = this.rule.leaderOf(round - 1)
     const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0
@@ -725,7 +808,7 @@ export class ConsensusCore {
   }
 
   private propose(round: number, out: Output[], carry: boolean): void {
-    assert(round > this.lastProposed && !this.ownBlocks.has(round), `a second own block for round ${round}`)
+    assert(round > this.lastProposed && round > this.proposeAbove && !this.ownBlocks.has(round), `a second own block for round ${round}`)
     const taken = this.payload.take()
     const frames = taken.map((t) => t.frame)
     const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: frames })

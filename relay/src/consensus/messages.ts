@@ -119,6 +119,14 @@ export type Message =
   | { readonly kind: 'checkpoint-get'; readonly anchorRound: number; readonly from: number }
   /** An answer to checkpoint-get: checked by the receiver against what f+1 relays vouch for. */
   | { readonly kind: 'checkpoint-part'; readonly part: CheckpointPart }
+  /**
+   * Please send the latest block of mine you hold: the sender started with
+   * an empty store and must not sign a second block for a round it signed
+   * before it lost it (see core.ts, awaitingOwnLast).
+   */
+  | { readonly kind: 'own-last-ask' }
+  /** Answer to own-last-ask: the asker's latest block the sender holds (its signature checked on decoding), or null. */
+  | { readonly kind: 'own-last'; readonly block: Block | null }
   /** Please sign your stable head as of your attested commit of `space` at [fromIndex, round] (see head-proofs.ts). */
   | { readonly kind: 'head-ask'; readonly space: string; readonly fromIndex: number; readonly round: number }
   /** The sender's signature over stableReadBytes(space, index, stateHash): its stable state at that index has that hash. */
@@ -239,6 +247,10 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['checkpoint-get', m.anchorRound, m.from])
     case 'checkpoint-part':
       return encode(['checkpoint-part', m.part.anchorRound, m.part.from, m.part.held, m.part.manifest, m.part.states])
+    case 'own-last-ask':
+      return encode(['own-last-ask'])
+    case 'own-last':
+      return encode(['own-last', m.block ? encodeSigned(m.block) : null])
     case 'head-ask':
       return encode(['head-ask', m.space, m.fromIndex, m.round])
     case 'head-sig':
@@ -280,6 +292,11 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       const states = expect.array(v[5], 'checkpoint-part.states', 10_000_000).map((b, i) => expect.bytes(b, `checkpoint-part.states[${i}]`))
       return { kind: 'checkpoint-part', part: { anchorRound: expect.uint(v[1], 'checkpoint-part.anchorRound'), from: expect.uint(v[2], 'checkpoint-part.from'), held: expect.boolean(v[3], 'checkpoint-part.held'), manifest, states } }
     }
+    case 'own-last-ask':
+      return { kind: 'own-last-ask' }
+    case 'own-last':
+      // Always verified: the receiver trusts the round before the block reaches its DAG.
+      return { kind: 'own-last', block: v[1] === null ? null : openBlock(crypto, committee, asSigned(v[1]), limits, true) }
     case 'head-ask':
       return { kind: 'head-ask', space: expect.string(v[1], 'head-ask.space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'head-ask.fromIndex'), round: expect.uint(v[3], 'head-ask.round') }
     case 'head-sig':
