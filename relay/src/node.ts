@@ -93,9 +93,9 @@ export interface RelayNodeOptions {
   /** Least time between rounds that no safe update waits for (ConsensusCoreConfig.paceMs); 0 turns pacing off. */
   readonly paceMs?: number
   /**
-   * Started with no block of its own in the store: how long to wait for 2f
-   * peers' word on its latest block before proposing anyway (ConsensusConfig.ownLastTimeoutMs).
-   * Default 5 s, as Sui.
+   * At start: how long to wait for 2f peers' word on its own latest block
+   * (its store may have lost some) before proposing anyway
+   * (ConsensusConfig.ownLastTimeoutMs). Default 5 s, as Sui; 0 does not ask.
    */
   readonly ownLastTimeoutMs?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
@@ -405,7 +405,6 @@ export class RelayNode {
       },
       recovered,
     )
-    if (this.core.awaitingOwnLast) this.log.info({ timeoutMs: this.options.ownLastTimeoutMs ?? OWN_LAST_TIMEOUT_MS }, 'no block of our own in the store: asking peers for our latest before proposing, so that we never sign a round twice')
     this.recovering = false
     this.checkpoints.load(this.store, this.core.committedRound, recovered.commits)
     // The stable state is the snapshot plus every batch committed after it: same order, same result.
@@ -1076,6 +1075,7 @@ export class RelayNode {
     switch (o.type) {
       case 'send':
         if (o.message.kind === 'blocks' && !this.mayServe(o.to, o.message.blocks)) break
+        if (o.message.kind === 'own-last' && o.message.block && !this.mayServe(o.to, [o.message.block])) break
         this.options.mesh.send(o.to, encodeMessage(o.message))
         break
       case 'broadcast':

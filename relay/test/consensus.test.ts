@@ -115,12 +115,12 @@ describe('mesh messages', () => {
       { kind: 'wake', payload: [encode('x')] },
       { kind: 'unknown', digests: [r2.digest], keptFrom: 7 },
       { kind: 'own-last-ask' },
-      { kind: 'own-last', block: r2 },
-      { kind: 'own-last', block: null },
+      { kind: 'own-last', block: r2, gcRound: 9 },
+      { kind: 'own-last', block: null, gcRound: 0 },
     ]
     for (const m of messages) expect(encodeMessage(decodeMessage(crypto, committee, encodeMessage(m)))).toEqual(encodeMessage(m))
     // An own-last answer's block is verified even when the filter would skip it: its round is trusted at once.
-    const forged = encode(['own-last', [r2.signed.bytes, new Uint8Array(64)]])
+    const forged = encode(['own-last', [r2.signed.bytes, new Uint8Array(64)], 0])
     expect(() => decodeMessage(crypto, committee, forged, undefined, () => false)).toThrow(SteadError)
   })
 
@@ -259,6 +259,9 @@ describe('consensus core', () => {
     expect(fetches[0]!.to).toBe(1)
     expect(fetches[0]!.digests.map((d) => Buffer.from(d).toString('hex')).sort()).toEqual([r1[0]!.digestHex, r1[1]!.digestHex].sort())
     expect(c.blocksAt(2, 1)).toEqual([])
+    // Relay 1, asking for its latest block after losing its store, gets the parked one.
+    const [ownLast] = c.onMessage(1, { kind: 'own-last-ask' })
+    expect(ownLast?.type === 'send' && ownLast.message.kind === 'own-last' ? ownLast.message.block?.digestHex : null).toBe(r2.digestHex)
     const answer = c.onMessage(3, { kind: 'blocks', blocks: [r1[0]!, r1[1]!] })
     const accepted = answer.flatMap((o) => (o.type === 'accepted' ? [o.block.digestHex] : []))
     expect(accepted).toEqual([r1[0]!.digestHex, r1[1]!.digestHex, r2.digestHex])
@@ -313,29 +316,39 @@ describe('consensus core', () => {
     const since = w.commits[3]!.slice(3)
     expect(since.length).toBeGreaterThan(0)
     expect(w.commits[0]!.slice(-since.length)).toEqual(since)
-    // A peer answers each relay's ask once per connection (relay 0 answered relay 3 above), with
-    // that relay's latest block it holds.
-    expect(w.cores[0]!.onMessage(3, { kind: 'own-last-ask' })).toEqual([])
-    w.cores[0]!.onPeerConnected(3)
-    const [answer] = w.cores[0]!.onMessage(3, { kind: 'own-last-ask' })
+    // A peer answers every ask (a restarted relay may ask before the peer saw its new connection),
+    // with the asker's latest block it holds.
     const latest = Math.max(...after.map((b) => b.header.round))
-    expect(answer?.type === 'send' && answer.message.kind === 'own-last' ? answer.message.block?.header.round : null).toBe(latest)
+    for (let i = 0; i < 2; i++) {
+      const [answer] = w.cores[0]!.onMessage(3, { kind: 'own-last-ask' })
+      expect(answer?.type === 'send' && answer.message.kind === 'own-last' ? answer.message.block?.header.round : null).toBe(latest)
+    }
     // An answer with a block of another relay is refused.
-    expect(w.cores[0]!.onMessage(1, { kind: 'own-last', block: w.cores[1]!.blocksAt(1, 1)[0] ?? null }).some((o) => o.type === 'rejected')).toBe(true)
+    expect(w.cores[0]!.onMessage(1, { kind: 'own-last', block: w.cores[1]!.blocksAt(1, 1)[0] ?? null, gcRound: 0 }).some((o) => o.type === 'rejected')).toBe(true)
   })
 
-  it('a relay that starts with an empty store and hears from no peer proposes once its own-last timer fires', async () => {
+  it('a relay that hears from no peer proposes once its own-last timer fires, and goes on asking peers whose connection opens later', async () => {
     const c = new ConsensusCore({ committee, me: 2, secretKey: secrets[2]!, crypto, inspect, paceMs: 0, ownLastTimeoutMs: 300 })
-    c.start()
+    expect(c.start()).toContainEqual({ type: 'broadcast', message: { kind: 'own-last-ask' } })
     const f = await envelope(1)
     expect(blocksSent(c.submit(f, inspect(f) as PayloadInfo).outputs)).toEqual([])
     expect(blocksSent(c.onTimer('own-last', 0)).map((b) => b.header.round)).toEqual([1])
     expect(c.awaitingOwnLast).toBe(false)
-    // A relay that recovered a block of its own from its store does not ask.
-    const mine = blocksSent(c.onTimer('own-last', 0))
-    expect(mine).toEqual([])
+    expect(c.onPeerConnected(0)).toContainEqual({ type: 'send', to: 0, message: { kind: 'own-last-ask' } })
+    // Peers that hold none of our blocks say up to which round they ignore blocks: we do not propose
+    // there either, going by the (f+1)-th highest they said (one liar cannot stall us with a huge one).
+    c.onMessage(3, { kind: 'own-last', block: null, gcRound: 1_000_000 })
+    expect(c.neverProposesAtOrBelow).toBe(1)
+    expect(c.onPeerConnected(1)).toContainEqual({ type: 'send', to: 1, message: { kind: 'own-last-ask' } })
+    c.onMessage(0, { kind: 'own-last', block: null, gcRound: 30 })
+    expect(c.neverProposesAtOrBelow).toBe(30)
+    // 2f peers answered: nobody is asked any more, and a late answer still counts.
+    expect(c.onPeerConnected(1)).not.toContainEqual({ type: 'send', to: 1, message: { kind: 'own-last-ask' } })
+    c.onMessage(1, { kind: 'own-last', block: null, gcRound: 25 })
+    expect(c.neverProposesAtOrBelow).toBe(30)
+    // A relay that recovered blocks of its own asks too: its store may have lost the latest (a power loss before the sync).
     const again = new ConsensusCore({ committee, me: 2, secretKey: secrets[2]!, crypto, inspect, paceMs: 0, ownLastTimeoutMs: 300 }, { ownBlocks: c.blocksAt(1, 2), blocks: [], commits: [] })
-    expect(again.awaitingOwnLast).toBe(false)
+    expect(again.awaitingOwnLast).toBe(true)
   })
 
   it('proposes once on a wake carrying an unordered envelope, and ignores one carrying nothing new', async () => {

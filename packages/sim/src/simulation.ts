@@ -148,7 +148,7 @@ interface Host {
   /** A crash waits for this relay's next write, to lose it. */
   crashAtNextWrite: boolean
   /** Round → digest of each block this relay sent a peer, across its restarts: a correct relay never sends two for a round. */
-  readonly spoken: Map<number, string>
+  readonly spoken: Map<number, { readonly digestHex: string; seenByCorrect: boolean }>
   /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
   accepted: Map<string, number>
 }
@@ -455,13 +455,13 @@ class Simulation {
       stop: async () => undefined,
       send: (to: number, frame: Uint8Array) => {
         if (host.epoch !== epoch) return
-        this.checkSpoken(host, frame)
-        this.transmit(host.id, to, frame)
+        if (this.transmit(host.id, to, frame)) this.checkSpoken(host, frame, [to])
       },
       broadcast: (frame: Uint8Array) => {
         if (host.epoch !== epoch) return
-        this.checkSpoken(host, frame)
-        for (let to = 0; to < this.options.relays; to++) if (to !== host.id) this.transmit(host.id, to, frame)
+        const to: number[] = []
+        for (let peer = 0; peer < this.options.relays; peer++) if (peer !== host.id && this.transmit(host.id, peer, frame)) to.push(peer)
+        if (to.length) this.checkSpoken(host, frame, to)
       },
       onFrame: (handler: (from: number, frame: Uint8Array) => void) => {
         host.receive = handler
@@ -696,30 +696,41 @@ class Simulation {
   }
 
   /**
-   * A correct relay never sends two blocks of its own for one round, also
-   * across crashes: what it sent must be durable first (its journal), and
-   * a restart must take it back (the weakened `loseJournalOnCrash` shows
-   * this check catches a relay that does not).
+   * A correct relay never lets two blocks of its own for one round reach
+   * its peers, also across crashes: what it sent must be durable first (its
+   * journal), and a restart must take it back (the weakened
+   * `loseJournalOnCrash` with `skipOwnLastAsk` shows this check catches a
+   * relay that does not). A block lost on the way to every peer (a
+   * partition) was never seen: a relay that lost its store cannot know of
+   * it, and signing that round again harms nobody. With `loseStoreOnCrash`,
+   * neither is one that reached only Byzantine relays: asking its peers is
+   * best effort, and those need not answer (README, "A store lost").
    */
-  private checkSpoken(host: Host, frame: Uint8Array): void {
+  private checkSpoken(host: Host, frame: Uint8Array, to: readonly number[]): void {
     if (host.strategy) return
     const message = decodeMessage(this.crypto, this.committee, frame, undefined, () => false)
     const blocks = message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []
+    const seenByCorrect = to.some((peer) => !(this.hosts[peer] as Host).strategy)
     for (const b of blocks) {
       if (b.header.author !== host.id) continue
       const before = host.spoken.get(b.header.round)
-      if (before === undefined) host.spoken.set(b.header.round, b.digestHex)
-      else if (before !== b.digestHex) this.fatal ??= new Violation(`relay ${host.id} sent two blocks for round ${b.header.round} (${before.slice(0, 8)}, then ${b.digestHex.slice(0, 8)})`)
+      if (before === undefined) host.spoken.set(b.header.round, { digestHex: b.digestHex, seenByCorrect })
+      else if (before.digestHex === b.digestHex) before.seenByCorrect ||= seenByCorrect
+      else if (before.seenByCorrect || !this.options.loseStoreOnCrash) {
+        this.fatal ??= new Violation(`relay ${host.id} sent two blocks for round ${b.header.round} (${before.digestHex.slice(0, 8)}, then ${b.digestHex.slice(0, 8)})`)
+      }
     }
   }
 
-  private transmit(from: number, to: number, frame: Uint8Array): void {
+  /** Puts a frame on its way to a peer; false when it is lost at once (a partition, a peer down). */
+  private transmit(from: number, to: number, frame: Uint8Array): boolean {
     // A partition breaks connections: what crosses it is lost, and the
     // protocol's resends and catch-up have to repair the gap after it heals.
-    if (this.cut(from, to)) return
+    if (this.cut(from, to)) return false
     const receiver = this.hosts[to] as Host
-    if (!receiver.up) return
+    if (!receiver.up) return false
     this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, epoch: receiver.epoch, frame })
+    return true
   }
 
   private delay(): number {

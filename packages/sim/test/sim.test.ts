@@ -77,11 +77,15 @@ describe('deterministic simulation', () => {
     // Whether a crash lands between a block's send and its transaction depends on the schedule: some of these seeds must show it.
     const caught: string[] = []
     for (let seed = 27; seed <= 36; seed++) {
-      const weakened = await run({ seed, crash: 1, restartDelayMs: 50, loseJournalOnCrash: true })
+      // Asking peers for its latest block at start would cover for the lost journal too: weakened away.
+      const weakened = await run({ seed, crash: 1, restartDelayMs: 50, loseJournalOnCrash: true, skipOwnLastAsk: true })
       if (weakened.violation) caught.push(weakened.violation.message)
       // The same crash with the journal kept: the relay takes its block back at the restart.
-      const r = await run({ seed, crash: 1, restartDelayMs: 50 })
+      const r = await run({ seed, crash: 1, restartDelayMs: 50, skipOwnLastAsk: true })
       expect(r.violation).toBeUndefined()
+      // With the journal lost, asking its peers brings its block back before it proposes.
+      const asked = await run({ seed, crash: 1, restartDelayMs: 50, loseJournalOnCrash: true })
+      expect(asked.violation).toBeUndefined()
     }
     expect(caught.filter((m) => /sent two blocks for round \d+/.test(m)).length).toBeGreaterThan(0)
   })

@@ -38,13 +38,13 @@ export interface ConsensusConfig {
   /** Blocks waiting for missing ancestors. */
   readonly maxSuspended?: number
   /**
-   * A relay that starts with no block of its own in its store (a new data
-   * dir, or one that lost its store) may have signed blocks before: it asks
-   * its peers for the latest one they hold and proposes nothing until 2f of
-   * them answered or this many ms passed, then only above the highest round
-   * they named (Sui's fetch of its own last block after an amnesia start;
-   * the timeout puts liveness first). 0 or absent: no asking (tests that
-   * wire cores directly).
+   * At start a relay asks its peers for the latest block of its own they
+   * hold (its store may have lost some: a new data dir, a lost disk, a power
+   * loss before the disk sync) and proposes nothing until 2f of them
+   * answered or this many ms passed, then only above the highest round they
+   * named (Sui's fetch of its own last block after an amnesia start; the
+   * timeout puts liveness first). 0 or absent: no asking (tests that wire
+   * cores directly).
    */
   readonly ownLastTimeoutMs?: number
 }
@@ -169,17 +169,19 @@ export class ConsensusCore {
   private readonly ownBlocks = new Map<number, Block>()
   private lastProposed = 0
   /**
-   * Started with no block of our own: the peers whose word on our latest
-   * block we still wait for before our first proposal (null once 2f
-   * answered, or the timeout passed, or when there is nothing to ask).
+   * The peers we still ask for their word on our latest block (see
+   * ConsensusConfig.ownLastTimeoutMs), again whenever a connection to one
+   * opens; null once 2f answered (or when there is nobody to ask).
    */
-  private ownLastAwaited: Set<number> | null = null
+  private ownLastAsking: Set<number> | null = null
   private ownLastAnswers = 0
+  /** Each answering peer's GC round (see takeOwnLast). */
+  private readonly ownLastGcRounds = new Map<number, number>()
+  /** No proposal until 2f peers answered or the own-last timer fired. */
+  private ownLastHolding = false
   private readonly ownLastTimeoutMs: number
   /** The highest round of a block of ours that peers handed back: we never propose at or below it. */
   private proposeAbove = 0
-  /** Peers whose own-last-ask we answered since their connection opened: one answer each. */
-  private readonly ownLastServed = new Set<number>()
   /** author → round of its latest block we referenced: each block references only newer ones. */
   private readonly lastIncluded = new Map<number, number>()
   /** A leader timeout fired for this clock round: propose without waiting for the leader. */
@@ -256,8 +258,9 @@ export class ConsensusCore {
     })
     if (recovered) this.recover(recovered)
     this.ownLastTimeoutMs = config.ownLastTimeoutMs ?? 0
-    if (this.ownLastTimeoutMs > 0 && this.ownBlocks.size === 0 && this.n > 1) {
-      this.ownLastAwaited = new Set(Array.from({ length: this.n }, (_, i) => i).filter((i) => i !== this.me))
+    if (this.ownLastTimeoutMs > 0 && this.n > 1) {
+      this.ownLastAsking = new Set(Array.from({ length: this.n }, (_, i) => i).filter((i) => i !== this.me))
+      this.ownLastHolding = true
     }
   }
 
@@ -322,10 +325,8 @@ export class ConsensusCore {
     const out: Output[] = []
     const own = this.ownBlocks.get(this.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
-    if (this.ownLastAwaited) {
-      out.push({ type: 'broadcast', message: { kind: 'own-last-ask' } })
-      out.push({ type: 'timer', name: 'own-last', round: 0, afterMs: this.ownLastTimeoutMs })
-    }
+    if (this.ownLastAsking) out.push({ type: 'broadcast', message: { kind: 'own-last-ask' } })
+    if (this.ownLastHolding) out.push({ type: 'timer', name: 'own-last', round: 0, afterMs: this.ownLastTimeoutMs })
     this.commitAndPropose(out)
     this.armSync(out)
     return out
@@ -341,19 +342,22 @@ export class ConsensusCore {
    */
   onPeerConnected(peer: number): Output[] {
     if (peer === this.me) return []
-    // A new connection may be a restarted peer: it may ask again.
-    this.ownLastServed.delete(peer)
     const out: Output[] = []
     const own = this.ownBlocks.get(this.lastProposed)
     if (own) out.push({ type: 'send', to: peer, message: { kind: 'block', block: own } })
-    // Our first ask may have gone before this connection was up.
-    if (this.ownLastAwaited?.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
+    // Our ask may have gone before this connection was up (also after the timer let us propose).
+    if (this.ownLastAsking?.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
     return out
   }
 
-  /** Whether this relay still waits for its peers' word on its own latest block before proposing (see ConsensusConfig.ownLastTimeoutMs). */
+  /** The highest round this relay will not propose at: its last proposal, or what its peers said of its blocks and their GC rounds (see takeOwnLast). */
+  get neverProposesAtOrBelow(): number {
+    return Math.max(this.lastProposed, this.proposeAbove)
+  }
+
+  /** Whether this relay holds its proposals until its peers' word on its own latest block (see ConsensusConfig.ownLastTimeoutMs). */
   get awaitingOwnLast(): boolean {
-    return this.ownLastAwaited !== null
+    return this.ownLastHolding
   }
 
   /**
@@ -411,13 +415,12 @@ export class ConsensusCore {
         this.serveSync(from, message.fromRound, out)
         break
       case 'own-last-ask':
-        if (from !== this.me && !this.ownLastServed.has(from)) {
-          this.ownLastServed.add(from)
-          out.push({ type: 'send', to: from, message: { kind: 'own-last', block: this.latestBlockOf(from) } })
-        }
+        // Answered every time (a restarted peer asks again, perhaps before we see its new
+        // connection); the shell's per-peer serving budget bounds what a peer asking over and over gets.
+        if (from !== this.me) out.push({ type: 'send', to: from, message: { kind: 'own-last', block: this.latestBlockOf(from), gcRound: this.dag.gcRound } })
         break
       case 'own-last':
-        this.takeOwnLast(from, message.block, out)
+        this.takeOwnLast(from, message.block, message.gcRound, out)
         break
       case 'wake':
         // A peer has work but waits for a quorum at a round it already proposed: carry its
@@ -470,13 +473,19 @@ export class ConsensusCore {
     }
   }
 
-  /** The latest block of `author` in the DAG (of twins, the highest digest), if any: what a peer that lost its store asks us for. */
+  /**
+   * The latest block of `author` we hold, in the DAG (of twins, the highest
+   * digest) or parked for its ancestors: what a peer that lost its store
+   * asks us for.
+   */
   private latestBlockOf(author: number): Block | null {
-    for (let r = this.dag.highestRound; r > this.dag.gcRound; r--) {
+    let inDag: Block | null = null
+    for (let r = this.dag.highestRound; r > this.dag.gcRound && !inDag; r--) {
       const blocks = this.dag.atSlot(r, author)
-      if (blocks.length) return blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a)).block
+      if (blocks.length) inDag = blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a)).block
     }
-    return null
+    const parked = this.sync.latestOf(author)
+    return parked && parked.header.round > (inDag?.header.round ?? 0) ? parked : inDag
   }
 
   /**
@@ -484,24 +493,38 @@ export class ConsensusCore {
    * or not the block can enter the DAG yet (it may be far ahead of our
    * clock): we never propose at or below it, also when the answer comes
    * after we stopped waiting. The block itself goes the way of any other.
+   *
+   * Our blocks the peers no longer hold in memory are at or below their GC
+   * rounds, where they ignore blocks anyway: we do not propose there either
+   * (after a long absence we would otherwise sign old rounds again while
+   * catching up). A peer's GC round is its word alone, so we go by the
+   * (f+1)-th highest of those we heard: at least one correct peer's is as
+   * high, and the cluster gets there.
    */
-  private takeOwnLast(from: number, block: Block | null, out: Output[]): void {
+  private takeOwnLast(from: number, block: Block | null, gcRound: number, out: Output[]): void {
     if (block && block.header.author !== this.me) return this.reject(from, 'malformed', `relay ${from} answered own-last with a block of relay ${block.header.author}`, out)
     if (block && block.header.round > this.proposeAbove) this.proposeAbove = block.header.round
-    if (this.ownLastAwaited?.delete(from)) this.ownLastAnswers++
+    this.ownLastGcRounds.set(from, gcRound)
+    const vouched = [...this.ownLastGcRounds.values()].sort((a, b) => b - a)[this.committee.f]
+    if (vouched !== undefined && vouched > this.proposeAbove) this.proposeAbove = vouched
+    if (this.ownLastAsking?.delete(from)) this.ownLastAnswers++
     if (block) this.receive(from, block, out, false)
     // Enough once 2f peers answered (with us, a quorum): what the honest among them hold is what a
     // quorum of the cluster built on. Best effort, as in Sui: a block of ours that reached only the
     // peers that did not answer (or lied) can still be missed.
-    if (this.ownLastAwaited && this.ownLastAnswers >= this.rule.quorum - 1) this.ownLastAwaited = null
+    if (this.ownLastAsking && this.ownLastAnswers >= this.rule.quorum - 1) {
+      this.ownLastAsking = null
+      this.ownLastHolding = false
+    }
     this.commitAndPropose(out)
   }
 
   onTimer(name: TimerName, round: number): Output[] {
     const out: Output[] = []
     if (name === 'own-last') {
-      // Liveness first (as Sui): the peers that did not answer may be down for good.
-      this.ownLastAwaited = null
+      // Liveness first (as Sui): the peers that did not answer may be down for good. We go on
+      // asking those whose connection opens later; a late answer still raises proposeAbove.
+      this.ownLastHolding = false
       this.commitAndPropose(out)
     } else if (name === 'leader') {
       if (round === this.leaderTimerRound) this.leaderTimerRound = 0
@@ -791,7 +814,7 @@ export class ConsensusCore {
    */
   private tryPropose(out: Output[], carry: boolean): boolean {
     const round = this.dag.clockRound
-    if (this.ownLastAwaited || round <= this.proposeAbove) return false
+    if (this.ownLastHolding || round <= this.proposeAbove) return false
     if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
     const previousLeader = this.rule.leaderOf(round - 1)
     const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0

@@ -125,8 +125,12 @@ export type Message =
    * before it lost it (see core.ts, awaitingOwnLast).
    */
   | { readonly kind: 'own-last-ask' }
-  /** Answer to own-last-ask: the asker's latest block the sender holds (its signature checked on decoding), or null. */
-  | { readonly kind: 'own-last'; readonly block: Block | null }
+  /**
+   * Answer to own-last-ask: the asker's latest block the sender holds (its
+   * signature checked on decoding), or null; and the sender's GC round (it
+   * ignores blocks at or below it, so proposing there is of no use).
+   */
+  | { readonly kind: 'own-last'; readonly block: Block | null; readonly gcRound: number }
   /** Please sign your stable head as of your attested commit of `space` at [fromIndex, round] (see head-proofs.ts). */
   | { readonly kind: 'head-ask'; readonly space: string; readonly fromIndex: number; readonly round: number }
   /** The sender's signature over stableReadBytes(space, index, stateHash): its stable state at that index has that hash. */
@@ -250,7 +254,7 @@ export function encodeMessage(m: Message): Uint8Array {
     case 'own-last-ask':
       return encode(['own-last-ask'])
     case 'own-last':
-      return encode(['own-last', m.block ? encodeSigned(m.block) : null])
+      return encode(['own-last', m.block ? encodeSigned(m.block) : null, m.gcRound])
     case 'head-ask':
       return encode(['head-ask', m.space, m.fromIndex, m.round])
     case 'head-sig':
@@ -296,7 +300,7 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return { kind: 'own-last-ask' }
     case 'own-last':
       // Always verified: the receiver trusts the round before the block reaches its DAG.
-      return { kind: 'own-last', block: v[1] === null ? null : openBlock(crypto, committee, asSigned(v[1]), limits, true) }
+      return { kind: 'own-last', block: v[1] === null ? null : openBlock(crypto, committee, asSigned(v[1]), limits, true), gcRound: expect.uint(v[2], 'own-last.gcRound') }
     case 'head-ask':
       return { kind: 'head-ask', space: expect.string(v[1], 'head-ask.space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'head-ask.fromIndex'), round: expect.uint(v[3], 'head-ask.round') }
     case 'head-sig':

@@ -37,6 +37,15 @@ export class Synchronizer {
     return this.waiting.has(digestHex)
   }
 
+  /** The parked block of `author` with the highest round, if any (its signature was checked before it was parked). */
+  latestOf(author: number): Block | null {
+    let latest: Block | null = null
+    for (const { block } of this.waiting.values()) {
+      if (block.header.author === author && (!latest || block.header.round > latest.header.round)) latest = block
+    }
+    return latest
+  }
+
   /**
    * Parks `block` until `missing` arrive. Returns the digests worth asking
    * `from` for now (not parked themselves, not asked this tick), or 'full'
