@@ -351,6 +351,23 @@ describe('consensus core', () => {
     expect(again.awaitingOwnLast).toBe(true)
   })
 
+  it('does not propose at a clock round whose previous round is at or below its GC round (right after a checkpoint install), and proposes once a quorum of the round is in', async () => {
+    // Commits recovered up to round 240, GC depth 50: blocks at or below round 190 are gone.
+    const c = core(3, { ownBlocks: [], blocks: [], commits: [{ anchorRound: 240, ordered: [], payloadIds: [] }] })
+    const at190 = (author: number): BlockRef => ({ round: 190, author, digest: new Uint8Array(32).fill(author + 1) })
+    const r191 = [0, 1, 2].map((a) => signBlock(crypto, secrets[a]!, { round: 191, author: a, ancestors: [a, ...[0, 1, 2].filter((x) => x !== a)].map(at190), payload: [] }))
+    // One block of round 191 moves the clock to 191, though no block of round 190 is held.
+    c.onMessage(0, { kind: 'block', block: r191[0]! })
+    expect(c.clockRound).toBe(191)
+    const f = await envelope(1)
+    expect(blocksSent(c.submit(f, inspect(f) as PayloadInfo).outputs)).toEqual([])
+    // A quorum of round 191: it proposes round 192 on them.
+    c.onMessage(1, { kind: 'block', block: r191[1]! })
+    const [mine] = blocksSent(c.onMessage(2, { kind: 'block', block: r191[2]! }))
+    expect(mine?.header.round).toBe(192)
+    expect(mine?.header.ancestors.filter((a) => a.round === 191)).toHaveLength(3)
+  })
+
   it('proposes once on a wake carrying an unordered envelope, and ignores one carrying nothing new', async () => {
     const c = core(0)
     const { r1 } = smallDag()

@@ -816,6 +816,10 @@ export class ConsensusCore {
     const round = this.dag.clockRound
     if (this.ownLastHolding || round <= this.proposeAbove) return false
     if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
+    // The clock may be at a round whose predecessors we do not hold: a block of round r is accepted
+    // once its ancestors are in or at or below the GC round, and it moves the clock to r. Right after
+    // a checkpoint install (GC round r - 1) that left no round r - 1 blocks to reference.
+    if (round > 1 && this.dag.authorsAt(round - 1) < this.rule.quorum) return false
     const previousLeader = this.rule.leaderOf(round - 1)
     const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0
     if (!leaderIn && this.forcedRound !== round && this.lastProposed === round - 1) {

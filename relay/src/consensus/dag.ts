@@ -107,6 +107,11 @@ export class Dag {
     return node
   }
 
+  /** Distinct authors with a block at `round` in the DAG (none at or below the GC round: those are gone). */
+  authorsAt(round: number): number {
+    return this.rounds.get(round)?.size ?? 0
+  }
+
   atSlot(round: number, author: number): readonly DagBlock[] {
     return this.rounds.get(round)?.get(author) ?? []
   }
