@@ -316,10 +316,12 @@ describe('a relay back after its peers pruned the rounds it needs', () => {
       const target = (await head(0)).index
       await until(`relay 3 to reach stable index ${target}`, async () => ((await head(2)).index >= target ? true : undefined), 20_000)
       console.log(`relay 3 killed at round ${leftAt}, back ${Date.now() - restartedAt} ms later at stable index ${target}`)
-      // Its log comes through a pipe: wait for the line rather than read it at once. Some runs (since
-      // 17c5b2e or before; not explained yet, see the session-26 note) catch up by range instead: the
-      // peers' answers still bridged what it needed. Both must reach the others' state (checked below);
-      // the checkpoint path itself is covered by checkpoint.test.ts and the simulator.
+      // Its log comes through a pipe: wait for the line rather than read it at once. About one run in
+      // three (since 17c5b2e or before) takes no checkpoint: with rounds 8-30 pruned at every peer, a
+      // traced run went from committed round 7 straight to 57 on its own commit rule, and still reached
+      // the others' exact state. How it decided slots it never saw is open (session-26 note: look at
+      // this first). Either way it must reach the others' state (index and hash, checked below); the
+      // checkpoint path itself is covered by checkpoint.test.ts and the simulator.
       const installed = await until('relay 3 to log that it started over from a checkpoint', () => (cluster.relays[2]!.log.includes('started over from a checkpoint f+1 relays vouch for') ? true : undefined), 10_000).then(
         () => true,
         () => false,
