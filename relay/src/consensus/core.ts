@@ -169,13 +169,12 @@ export class ConsensusCore {
   private readonly ownBlocks = new Map<number, Block>()
   private lastProposed = 0
   /**
-   * The peers we still ask for their word on our latest block (see
+   * Whether we still ask peers for their word on our latest block (see
    * ConsensusConfig.ownLastTimeoutMs), again whenever a connection to one
-   * opens; null once 2f answered (or when there is nobody to ask).
+   * that has not answered opens: until 2f answered.
    */
-  private ownLastAsking: Set<number> | null = null
-  private ownLastAnswers = 0
-  /** Each answering peer's GC round (see takeOwnLast). */
+  private ownLastAsking = false
+  /** Each peer that answered, with its GC round (see takeOwnLast). */
   private readonly ownLastGcRounds = new Map<number, number>()
   /** No proposal until 2f peers answered or the own-last timer fired. */
   private ownLastHolding = false
@@ -258,10 +257,7 @@ export class ConsensusCore {
     })
     if (recovered) this.recover(recovered)
     this.ownLastTimeoutMs = config.ownLastTimeoutMs ?? 0
-    if (this.ownLastTimeoutMs > 0 && this.n > 1) {
-      this.ownLastAsking = new Set(Array.from({ length: this.n }, (_, i) => i).filter((i) => i !== this.me))
-      this.ownLastHolding = true
-    }
+    if (this.ownLastTimeoutMs > 0 && this.n > 1) this.ownLastAsking = this.ownLastHolding = true
   }
 
   // ---- introspection (for the shell, metrics and the simulator) ----
@@ -346,7 +342,7 @@ export class ConsensusCore {
     const own = this.ownBlocks.get(this.lastProposed)
     if (own) out.push({ type: 'send', to: peer, message: { kind: 'block', block: own } })
     // Our ask may have gone before this connection was up (also after the timer let us propose).
-    if (this.ownLastAsking?.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
+    if (this.ownLastAsking && !this.ownLastGcRounds.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
     return out
   }
 
@@ -479,11 +475,7 @@ export class ConsensusCore {
    * asks us for.
    */
   private latestBlockOf(author: number): Block | null {
-    let inDag: Block | null = null
-    for (let r = this.dag.highestRound; r > this.dag.gcRound && !inDag; r--) {
-      const blocks = this.dag.atSlot(r, author)
-      if (blocks.length) inDag = blocks.reduce((a, b) => (b.digestHex > a.digestHex ? b : a)).block
-    }
+    const inDag = this.dag.latestPerAuthor(this.dag.highestRound + 1).get(author)?.block ?? null
     const parked = this.sync.latestOf(author)
     return parked && parked.header.round > (inDag?.header.round ?? 0) ? parked : inDag
   }
@@ -507,15 +499,11 @@ export class ConsensusCore {
     this.ownLastGcRounds.set(from, gcRound)
     const vouched = [...this.ownLastGcRounds.values()].sort((a, b) => b - a)[this.committee.f]
     if (vouched !== undefined && vouched > this.proposeAbove) this.proposeAbove = vouched
-    if (this.ownLastAsking?.delete(from)) this.ownLastAnswers++
     if (block) this.receive(from, block, out, false)
     // Enough once 2f peers answered (with us, a quorum): what the honest among them hold is what a
     // quorum of the cluster built on. Best effort, as in Sui: a block of ours that reached only the
     // peers that did not answer (or lied) can still be missed.
-    if (this.ownLastAsking && this.ownLastAnswers >= this.rule.quorum - 1) {
-      this.ownLastAsking = null
-      this.ownLastHolding = false
-    }
+    if (this.ownLastAsking && this.ownLastGcRounds.size >= this.rule.quorum - 1) this.ownLastAsking = this.ownLastHolding = false
     this.commitAndPropose(out)
   }
 
