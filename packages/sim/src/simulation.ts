@@ -52,7 +52,7 @@ export interface SimOptions {
   readonly loseJournalOnCrash?: boolean
   /** An operator's fault: a crashed relay restarts with an empty store and journal (a lost disk, a wiped data dir). */
   readonly loseStoreOnCrash?: boolean
-  /** Weakens the protocol: a relay that starts with no block of its own proposes at once instead of asking its peers for its latest (to prove the checks catch it). */
+  /** Weakens the protocol: a relay proposes at start without asking its peers for its latest block (to prove the checks catch it). */
   readonly skipOwnLastAsk?: boolean
   /** Share signature verdicts between simulated relays (default); off for benchmarks. */
   readonly memoizeVerification?: boolean
