@@ -2,8 +2,8 @@
 /**
  * Stead benchmark suite (a report, never a test).
  *
- *   npm run bench              full suite → packages/bench/results/full.json, BENCHMARKS.md, charts
- *   npm run bench:quick        under 5 minutes → results/quick.json and the quick section of BENCHMARKS.md
+ *   npm run bench              full suite → packages/bench/results/full.json, docs/benchmarks-suite.md, charts
+ *   npm run bench:quick        under 5 minutes → results/quick.json and the quick section of docs/benchmarks-suite.md
  *   npm run bench:smoke        under a minute, tiny → a result file in a temp dir (CI: checks the pipeline runs)
  *
  * Options: see USAGE (`npm run bench -- --help`).
@@ -44,6 +44,7 @@ export interface Results {
 
 const BENCH_ROOT = resolve(import.meta.dirname, '..')
 const REPO_ROOT = resolve(BENCH_ROOT, '../..')
+const SUITE_REPORT = join(REPO_ROOT, 'docs/benchmarks-suite.md')
 
 const USAGE = `Stead benchmark suite (a report, never a test)
 
@@ -56,8 +57,8 @@ Options:
   --driver sdk|proto         load clients: the SDK (default) or the protocol-level driver
   --only NAME                only the cluster runs whose group name contains NAME (e.g. curve/stead)
   --out DIR                  where the results go (default packages/bench/results; smoke: a temp dir)
-  --no-report                measure only; leave BENCHMARKS.md and the charts alone
-  --report-only              rebuild BENCHMARKS.md and the charts from results/*.json, measuring nothing
+  --no-report                measure only; leave docs/benchmarks-suite.md and the charts alone
+  --report-only              rebuild docs/benchmarks-suite.md and the charts from results/*.json, measuring nothing
   -h, --help                 this text`
 
 async function main(): Promise<void> {
@@ -70,13 +71,13 @@ async function main(): Promise<void> {
     'report-only': { type: 'boolean', default: false },
   })
   if (values['report-only']) {
-    // Regenerate BENCHMARKS.md and the charts from results/{full,quick}.json without measuring.
+    // Regenerate docs/benchmarks-suite.md and the charts from results/{full,quick}.json without measuring.
     const load = (name: string): Results | null => {
       const f = join(BENCH_ROOT, 'results', `${name}.json`)
       return existsSync(f) ? (JSON.parse(readFileSync(f, 'utf8')) as Results) : null
     }
-    writeReport({ full: load('full'), quick: load('quick'), proto: load('proto/full'), reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
-    console.log(`wrote ${join(REPO_ROOT, 'BENCHMARKS.md')}`)
+    writeReport({ full: load('full'), quick: load('quick'), proto: load('proto/full'), reportPath: SUITE_REPORT, chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: '../packages/bench/charts' })
+    console.log(`wrote ${SUITE_REPORT}`)
     return
   }
   const which = values.suite as Suite
@@ -176,8 +177,8 @@ async function main(): Promise<void> {
       }
       const full = which === 'full' ? results : load('full')
       const quick = which === 'quick' ? results : load('quick')
-      writeReport({ full, quick, proto: load('proto/full'), reportPath: join(REPO_ROOT, 'BENCHMARKS.md'), chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: 'packages/bench/charts' })
-      console.log(`wrote ${join(REPO_ROOT, 'BENCHMARKS.md')}`)
+      writeReport({ full, quick, proto: load('proto/full'), reportPath: SUITE_REPORT, chartsDir: join(BENCH_ROOT, 'charts'), chartsRel: '../packages/bench/charts' })
+      console.log(`wrote ${SUITE_REPORT}`)
     }
   }
   // A benchmark never fails on a figure: only a broken pipeline is an error (nothing measured, or in

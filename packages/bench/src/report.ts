@@ -1,5 +1,5 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Results } from './cli.ts'
 import type { OpClass } from './load/workload.ts'
 import type { PointResult } from './run.ts'
@@ -8,7 +8,6 @@ import { barChart, lineChart, type Series } from './svg.ts'
 
 type Point = Results['points'][number]
 const SYSTEMS = ['reliable', 'plain', 'consensus-first'] as const
-const NOTES = resolve(import.meta.dirname, '../report-notes.md')
 
 /** The paper's ratios (Janus, VLDB 2024, Figure 5) and the issue's targets. */
 const PAPER = { counter: { plain: 0.65, cf: 1.5 }, set: { plain: 0.4, cf: 1.6 } }
@@ -154,7 +153,6 @@ function fullReport(input: ReportInput, r: Results): string {
   let md = ''
   md += `## Results (full suite)\n\n${meta(r)}\n`
   md += `### Headline: the paper's ratios and the issue's targets\n\n${headline(r)}\n`
-  if (existsSync(NOTES)) md += readFileSync(NOTES, 'utf8') + '\n'
 
   md += `### 1. Throughput–latency (balanced mix, 50% safe, 100 objects, 4 relays)\n\nEach point is one closed-loop run; load grows with the workers per client (4 clients). Latency is the mean over regular and safe updates.\n`
   md += curves(input, r, '')
@@ -264,9 +262,15 @@ function quickReport(input: ReportInput, r: Results): string {
   return md
 }
 
-const INTRO = `# Stead benchmarks
+const INTRO = `# Stead benchmark suite (generated)
 
-What does reliability cost? This report answers it with three systems run
+This file is written by \`npm run bench\` (and \`bench:quick\`, \`--report-only\`):
+do not edit it by hand. The report with today's headline figures, what
+limits them and the comparisons with Yjs and the papers is
+[BENCHMARKS.md](../BENCHMARKS.md); the run-by-run notes are in
+[benchmarks-history.md](benchmarks-history.md).
+
+What does reliability cost? This suite answers it with three systems run
 from the same code, in the same run, on the same machine:
 
 - **reliable**: Stead as designed. Real \`stead-relay\` processes (DAG-BFT
@@ -327,7 +331,7 @@ pipeline runs.
   at each point is in the JSON.
 `
 
-/** Writes BENCHMARKS.md (and its SVG charts) from the full and quick results. */
+/** Writes the suite's generated report (docs/benchmarks-suite.md, and its SVG charts) from the full and quick results. */
 export function writeReport(input: ReportInput): void {
   let md = INTRO + '\n'
   if (input.full) md += fullReport(input, input.full) + '\n'
