@@ -227,7 +227,8 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     const snap = node.bootstrapSnapshot(req.params.space)
-    if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
+    // Not an error (a browser would log one): a new space has nothing committed yet, and the client starts from empty.
+    if (!snap) return { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` }
     return { space: req.params.space, relay: node.me, attestation: toBase64Url(snap.attestation.bytes), sig: toHex(snap.attestation.sig), state: toBase64Url(snap.state) }
   })
   // One object's stable state at the latest attested commit, with the Merkle path that proves it (or its
@@ -238,7 +239,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     if (req.params.key.length > PROTOCOL_LIMITS.maxKeyChars) return reply.code(400).send({ error: 'too-large', detail: `keys are at most ${PROTOCOL_LIMITS.maxKeyChars} characters` })
     const found = node.objectProof(req.params.space, req.params.key)
-    if (!found) return reply.code(404).send({ error: 'unknown-space', detail: `no attested commit of space ${req.params.space} here` })
+    if (!found) return { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` }
     return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) }
   })
   // What changed since stable index ?from= up to the latest attested commit, each object as its ops or its state
@@ -270,9 +271,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
-    const snap = node.stableSnapshot(req.params.space)
-    if (!snap) return reply.code(404).send({ error: 'unknown-space', detail: `no committed state for space ${req.params.space}` })
-    return { space: req.params.space, relay: node.me, ...snap }
+    return { space: req.params.space, relay: node.me, ...node.stableSnapshot(req.params.space) }
   })
   app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, addressKey(req.socket.remoteAddress)))
   app.addHook('onClose', async () => sessions.close())
@@ -757,7 +756,8 @@ class Session implements Subscriber {
         }
         return
       case 'ping':
-        this.send({ type: 'pong', n: message.n })
+        // With this relay's clock: clients measure their device clock's offset from it (register stamps).
+        this.send({ type: 'pong', n: message.n, time: this.node.now() })
         return
     }
   }

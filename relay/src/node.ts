@@ -17,6 +17,7 @@ import {
   encodeObjectProof,
   encodeStateDelta,
   judgeClock,
+  latestRegisterStamp,
   openEnvelopeSync,
   stableReadBytes,
   welcomeBytes,
@@ -111,6 +112,14 @@ export interface RelayNodeOptions {
   readonly retention?: Retention
   /** Called when the event loop fails (a store write failed); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
+  /**
+   * How far ahead of this relay's clock a register write may be stamped
+   * before the envelope is refused at the door as `clock-ahead` (default
+   * {@link MAX_CLOCK_AHEAD_MS}). Clients stamp with the relays' time once
+   * they heard one; this covers relay clocks disagreeing a little and a
+   * device whose clock runs fast writing before it reached any relay.
+   */
+  readonly maxClockAheadMs?: number
 }
 
 /** Something that wants a space's commits and fresh envelopes: a client session. */
@@ -120,6 +129,16 @@ export interface Subscriber {
   /** New attested commits of the space are in the store: read them from the feed. */
   committed(space: string): void
 }
+
+/**
+ * Default of RelayNodeOptions.maxClockAheadMs: five minutes. Offline time
+ * needs no room here (what a client wrote offline is stamped in the past
+ * when it reaches a relay); this only has to cover clock error: relays'
+ * NTP-kept clocks, and a client that wrote before it could measure its
+ * offset from the relays. Beyond it, one write would beat every concurrent
+ * write for that long.
+ */
+export const MAX_CLOCK_AHEAD_MS = 5 * 60_000
 
 /** How many new spaces one key (and ten times as many for one address) may start per hour on an open cluster. */
 const HOUR_MS = 3_600_000
@@ -498,6 +517,7 @@ export class RelayNode {
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     checkClockAtDoor(replica, env)
+    checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
     const info = payloadInfoOf(env)
     const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
     const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
@@ -704,6 +724,11 @@ export class RelayNode {
     return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
   }
 
+  /** This relay's clock (ms since the epoch; simulated time in the simulator): what its `pong` tells clients, so they stamp register writes with the relays' time. */
+  now(): number {
+    return this.clock.now()
+  }
+
   /** Signs a client's hello nonce (`welcomeBytes`): how a session proves this relay holds the key the cluster lists for it. */
   signWelcome(nonce: Uint8Array, clientKey: Uint8Array): Uint8Array {
     return this.crypto.sign(this.options.secretKey, welcomeBytes(nonce, clientKey, this.me))
@@ -879,9 +904,9 @@ export class RelayNode {
   }
 
   /** A signed snapshot of a space's stable state, for quorum reads. */
-  stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } | undefined {
-    const r = this.replicas.get(space)
-    if (!r) return undefined
+  stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } {
+    // A space nothing was committed to yet is at index 0 with an empty state, which every correct relay signs alike.
+    const r = this.replicas.get(space) ?? new ReliableReplica(this.replicaOptions(space))
     const hash = r.stableHash((b) => this.crypto.sha256(b))
     const sig = this.crypto.sign(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
     return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
@@ -1341,6 +1366,22 @@ const NO_HISTORY: ClockInputs = { stableIndex: 0, prev: undefined, dep: () => un
  *
  * @throws SteadError `bad-clock`.
  */
+/**
+ * Refuses an envelope whose register writes are stamped more than
+ * `maxAheadMs` ahead of this relay's clock: last-writer-wins orders by
+ * those stamps, so a device clock running fast would win every concurrent
+ * write until real time caught up. Here at the door, where wall time is
+ * injected: the audit behind it stays deterministic.
+ */
+function checkStampsAtDoor(env: Envelope, now: number, maxAheadMs: number): void {
+  const stamp = latestRegisterStamp(env)
+  if (stamp === undefined || stamp - now <= maxAheadMs) return
+  throw new SteadError(
+    'clock-ahead',
+    `${env.authorId}:${env.seq} writes a register at timestamp ${stamp}, ${Math.round((stamp - now) / 1000)} s ahead of this relay's clock (${now}); the limit is ${Math.round(maxAheadMs / 1000)} s: the author's device clock runs fast`,
+  )
+}
+
 function checkClockAtDoor(replica: ReliableReplica | undefined, env: Envelope): void {
   const next = replica ? replica.nextSeq(env.authorId) : 1
   if (env.seq !== next || env.base > (replica?.stableIndex ?? 0)) return

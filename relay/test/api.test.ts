@@ -271,7 +271,14 @@ describe('client API over TLS', () => {
       const same = (await getJson(`/v1/spaces/${space}/attestations/${a.round}?from=${a.fromIndex}`)).body as { attestation: string; sig: string }
       expect(toHex(fromBase64Url(same.attestation))).toBe(toHex(bytes))
     }
-    expect((await getJson('/v1/spaces/nothing-yet/snapshot')).status).toBe(404)
+    // A space with no commit yet is an expected state, not an error (a browser would print a 404 in red).
+    const none = await getJson('/v1/spaces/nothing-yet/snapshot')
+    expect([none.status, (none.body as { attestation: unknown }).attestation]).toEqual([200, null])
+    // Its stable state is the empty one at index 0, signed like any other.
+    const empty = (await getJson('/v1/spaces/nothing-yet/stable')).body as { index: number; stateHash: string; sig: string }
+    expect(empty.index).toBe(0)
+    expect(empty.stateHash).toBe(toHex(new ReliableReplica({ space: 'nothing-yet' }).stableHash((b) => nodeCrypto.sha256(b))))
+    expect(await nodeCrypto.verify(key, stableReadBytes('nothing-yet', 0, fromHex(empty.stateHash)), fromHex(empty.sig))).toBe(true)
     // Commits of 'p' are kept from two indexes back: a subscription from 0 is told where they start.
     const { ws, next } = await session(api, 6)
     ws.send(encodeClientMessage({ type: 'subscribe', space: 'p', fromIndex: 0 }))
@@ -298,7 +305,8 @@ describe('client API over TLS', () => {
       expect(toHex((objectProofHash((b) => nodeCrypto.sha256(b), proof) as { hash: Uint8Array }).hash)).toBe(toHex(a.stateHash))
     }
     expect(state.objects.length).toBeGreaterThan(0)
-    expect((await getJson('/v1/spaces/nothing-yet/objects/x')).status).toBe(404)
+    const none = await getJson('/v1/spaces/nothing-yet/objects/x')
+    expect([none.status, (none.body as { attestation: unknown }).attestation]).toEqual([200, null])
     // The longest key there can be, in 3-byte characters, is served (absent here); one character more is refused.
     const longest = (await getJson(`/v1/spaces/p/objects/${encodeURIComponent('€'.repeat(256))}`)).body as { proof: string }
     expect(decodeObjectProof(fromBase64Url(longest.proof)).key).toBe('€'.repeat(256))

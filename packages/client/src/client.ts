@@ -1,5 +1,6 @@
 import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
-import { decodeCluster, encodeCluster, httpBaseOf, parseClusterDescriptor, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { checkClientOptions, checkStorage } from './options.ts'
 import type { Deferred } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
@@ -423,7 +424,7 @@ export class SteadClient {
 }
 
 function replicaOptionsOf(space: string, options: ClientOptions): { space: string; historyLimit?: number } {
-  return { space, ...(options.historyLimit ? { historyLimit: options.historyLimit } : {}) }
+  return { space, ...(options.historyLimit !== undefined ? { historyLimit: options.historyLimit } : {}) }
 }
 
 function groupsArray(groups: ReadonlyMap<number, Deferred<SafeResult>>): Array<Deferred<SafeResult>> {
@@ -476,13 +477,12 @@ async function openLeadStorage(
 
 /** Builds a client: restores its state from storage (or joins the tab that leads), then connects in the background. */
 export async function createClientWith(options: ClientOptions, platform: PlatformDefaults): Promise<SteadClient> {
-  if (!options || !Array.isArray(options.relays) || options.relays.length === 0) throw new SteadError('malformed', 'createClient needs at least one relay URL')
-  for (const url of options.relays) httpBaseOf(url)
-  const given = options.cluster === undefined ? undefined : parseClusterDescriptor(options.cluster, 'options.cluster')
+  const given = checkClientOptions(options)
   const crypto = options.crypto ?? (await platform.crypto())
   const shared = options.storage === undefined ? platform.tabs : undefined
   if (!shared) {
-    const opened = await openLeadStorage(options, given, crypto, await (options.storage ?? platform.storage()))
+    const storage = options.storage === undefined ? await platform.storage() : checkStorage(await options.storage)
+    const opened = await openLeadStorage(options, given, crypto, storage)
     const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey) })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     return client

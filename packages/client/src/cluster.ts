@@ -219,7 +219,13 @@ export function firstQuorum<T, R>(tasks: ReadonlyArray<Promise<T | undefined>>, 
  * descriptor, also after the choice (late answers). Throws a SteadError
  * `unsupported` when no descriptor reaches that quorum yet (try again later).
  */
-export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDissent: (url: string) => void = () => undefined, timeoutMs = 5000): Promise<ClusterDescriptor> {
+export async function fetchCluster(
+  urls: readonly string[],
+  fetchFn: Fetch,
+  onDissent: (url: string) => void = () => undefined,
+  timeoutMs = 5000,
+  onFailure: (url: string, why: string) => void = () => undefined,
+): Promise<ClusterDescriptor> {
   const majority = Math.floor(urls.length / 2) + 1
   const needed = (c: ClusterDescriptor): number => {
     const f = Math.max(c.f, Math.floor((Math.max(urls.length, c.relays.length) - 1) / 3))
@@ -228,8 +234,10 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
   const asks = urls.map(async (url) => {
     try {
       const body = await getJson(fetchFn, `${httpBaseOf(url)}/v1/cluster`, { maxBytes: MAX_DESCRIPTOR_BYTES, timeoutMs })
+      if (body === undefined) onFailure(url, 'serves no cluster descriptor at /v1/cluster')
       return body === undefined ? undefined : { url, cluster: parseClusterDescriptor(body, `${url}/v1/cluster`) }
-    } catch {
+    } catch (err) {
+      onFailure(url, describeNetworkError(err))
       return undefined
     }
   })
@@ -249,6 +257,41 @@ export async function fetchCluster(urls: readonly string[], fetchFn: Fetch, onDi
   }
   for (const ask of asks) void ask.then((a) => a && !sameCluster(a.cluster, chosen) && onDissent(a.url))
   return chosen
+}
+
+/**
+ * A connection failure in a few words for `status.relays[].error`: what
+ * Node's fetch and `ws` report (`connection refused`, `host not found`, ...)
+ * or, when the platform says nothing more (browsers), the message.
+ */
+export function describeNetworkError(err: unknown): string {
+  const seen = new Set<unknown>()
+  let e: unknown = err
+  while (e && typeof e === 'object' && !seen.has(e)) {
+    seen.add(e)
+    const code = (e as { code?: unknown }).code
+    if (typeof code === 'string' && NETWORK_CODES[code]) return NETWORK_CODES[code]
+    // An ErrorEvent of `ws` carries the error; fetch's TypeError its cause.
+    e = (e as { error?: unknown; cause?: unknown }).error ?? (e as { cause?: unknown }).cause
+  }
+  const message = err instanceof Error ? err.message : (err as { message?: unknown } | undefined)?.message
+  return typeof message === 'string' && message !== '' && message !== 'fetch failed' ? message : 'cannot connect'
+}
+
+const NETWORK_CODES: Readonly<Record<string, string>> = {
+  ECONNREFUSED: 'connection refused',
+  ECONNRESET: 'connection reset',
+  ENOTFOUND: 'host not found',
+  EAI_AGAIN: 'host not found',
+  ETIMEDOUT: 'connection timed out',
+  EHOSTUNREACH: 'host unreachable',
+  ENETUNREACH: 'network unreachable',
+  UND_ERR_CONNECT_TIMEOUT: 'connection timed out',
+  UND_ERR_SOCKET: 'connection reset',
+  CERT_HAS_EXPIRED: 'TLS certificate expired',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'TLS certificate not trusted',
+  SELF_SIGNED_CERT_IN_CHAIN: 'TLS certificate not trusted',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'TLS certificate not trusted',
 }
 
 /** Rejects when `p` has not settled within `ms`; the timer never outlives it. */

@@ -17,7 +17,6 @@ import {
 } from '@stead/core'
 import type { Intent } from './drafts.ts'
 import type { HistoryPageOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
-import { bounded } from './wait.ts'
 
 /** An update held back from an object's prospective value because it would break an invariant there. */
 export interface HeldUpdate {
@@ -36,6 +35,8 @@ export interface HandleHost {
   /** A page of the object's whole stable history, oldest first (from memory, else from f+1 relays). */
   historyPage(key: string, options: HistoryPageOptions): Promise<Array<{ index: number; value: unknown }>>
   update(key: string, decl: Declaration, intent: Intent, safe: boolean): Promise<UpdateResult>
+  /** The caller's wait for an update: `options`, with the client's default timeout for a safe one (and why it timed out). */
+  wait<T>(p: Promise<T>, options: WaitOptions | undefined, what: string, safe: boolean): Promise<T>
   /** A group of intents applied atomically in the stable order. */
   safeGroup(items: ReadonlyArray<{ key: string; decl: Declaration; intent: Intent }>): Promise<SafeResult>
   subscribe(key: string, listener: () => void): () => void
@@ -46,6 +47,18 @@ export interface HandleHost {
 }
 
 const MAX_REGISTER_BYTES = 512 * 1024
+
+/**
+ * A register write's timestamp, a hybrid logical clock: the relays' time as
+ * this client measured it (`now`: the device clock plus its offset from the
+ * relays; see ClockOffset), but always later than any write this client has
+ * seen on the register, so a write beats every write it saw, and a device
+ * clock running fast does not make its writes win over later ones made
+ * elsewhere. Ties go to the writer's author id (registerWriteWins).
+ */
+export function registerStamp(now: number, seen: LWWRegister | undefined): number {
+  return Math.max(Math.round(now), (seen?.timestamp() ?? 0) + 1)
+}
 
 abstract class Handle {
   protected readonly host: HandleHost
@@ -103,7 +116,8 @@ abstract class Handle {
   }
 
   protected send(intent: Intent, options?: UpdateOptions): Promise<UpdateResult> {
-    return bounded(this.host.update(this.key, this.declaration, intent, options?.safe === true), options, `an update of ${this.key}`)
+    const safe = options?.safe === true
+    return this.host.wait(this.host.update(this.key, this.declaration, intent, safe), options, `an update of ${this.key}`, safe)
   }
 }
 
@@ -333,8 +347,10 @@ export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Han
   }
 
   /**
-   * Writes `value`, timestamped later than anything this client has seen
-   * here so that it wins locally. Regular: shows in `value` at once and
+   * Writes `value`, timestamped with the relays' time (this device's clock
+   * corrected by its measured offset from them) and later than anything
+   * this client has seen here, so that it wins locally and a device clock
+   * running fast cannot win. Regular: shows in `value` at once and
    * resolves `stored` once durable on this device.
    *
    * @throws SteadError `malformed` (the promise rejects) for a value that is not msgpack data (see `space.register`), `too-large` over 512 KiB encoded; {@link ClosedError} after the space closed.
@@ -358,9 +374,7 @@ export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Han
       if (problem) throw new SteadError('malformed', problem)
       const size = encode(value).length
       if (size > MAX_REGISTER_BYTES) throw new SteadError('too-large', `register value of ${size} bytes exceeds ${MAX_REGISTER_BYTES}`)
-      // Later than anything this client has seen here, so its own write wins locally.
-      const seen = (this.host.prospective(this.key) as LWWRegister | undefined)?.timestamp() ?? 0
-      return this.send(['s', value, Math.max(this.host.now(), seen + 1)], options)
+      return this.send(['s', value, registerStamp(this.host.now(), this.host.prospective(this.key) as LWWRegister | undefined)], options)
     })
   }
 }
@@ -440,7 +454,7 @@ export class BoundedCounterHandle extends Handle {
     if (!spends) return this.send([kind, n], options)
     const items = boundedSpend(this.key, this.declaration, kind, n, this.rights)
     if (items.length === 1 && !options?.safe) return this.send([kind, n], options)
-    return bounded(this.host.safeGroup(items), options, `an update of ${this.key}`)
+    return this.host.wait(this.host.safeGroup(items), options, `an update of ${this.key}`, true)
   }
 }
 

@@ -31,7 +31,7 @@ export async function createClient(options: ClientOptions): Promise<SteadClient>
     storage: () => lmdbStorage(join(process.cwd(), '.stead', options?.database ?? 'client')),
     crypto: async () => nodeCrypto,
     // The app's own socket factory wins; only without one must Node have a WebSocket.
-    connect: options.connect ?? webSocketFactory(),
+    connect: options?.connect ?? webSocketFactory(),
     fetch: (url, init) => fetch(url, init),
   })
 }

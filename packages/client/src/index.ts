@@ -23,7 +23,7 @@ import type { ClientOptions } from './types.ts'
 import type { ChannelLike, LockManagerLike } from './tabs.ts'
 
 export { SteadClient, Space, type SettledUpdate } from './client.ts'
-export type { PendingUpdate } from './space.ts'
+export type { BoundedCounterOptions, PendingUpdate } from './space.ts'
 export type { CausalComparison, ClockProof } from './proofs.ts'
 export type { Transaction } from './transaction.ts'
 export { CounterHandle, SetHandle, RegisterHandle, BoundedCounterHandle } from './handles.ts'
@@ -57,7 +57,7 @@ export { indexedDbStorage } from './storage/indexeddb.ts'
  *
  * @param options `relays` is required; see {@link ClientOptions} for the rest.
  * @returns The client, once its storage is open (or, in a tab that follows another, once the leading tab answered).
- * @throws SteadError `malformed` for no relays, a relay URL that is not ws(s):// or http(s)://, or a bad `cluster`; {@link StorageError} if the storage cannot be opened; SteadError `conflict` if `options.identity` differs from the identity the tabs sharing this storage use.
+ * @throws SteadError `malformed` for any option given wrong (no relays, a relay URL without a ws(s):// or http(s):// scheme or listed twice, a bad `cluster`, a number out of range, an unknown option, ...): the message names the option, what is wrong and the fix; {@link StorageError} if the storage cannot be opened; SteadError `conflict` if `options.identity` differs from the identity the tabs sharing this storage use.
  * @example
  * ```ts
  * import { createClient } from '@stead/client'

@@ -359,7 +359,8 @@ export class RelayIntake {
       return from.markFaulty(`sent an undecodable envelope: ${(err as Error).message}`)
     }
     const idHex = toHex(crypto.sha256(signed.bytes))
-    if (outbox.has(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)) return
+    // One of ours that f+1 relays refused and another envelope replaced (a relay that took it may still pass it on): never shown again.
+    if (outbox.has(idHex) || outbox.refused(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)) return
     // A peer replaying what is decided or refused costs no signature check.
     if (peer && (this.badClocks.has(idHex) || space.replica.hasCommitted(idHex))) return
     this.verifying.add(idHex)
@@ -390,10 +391,10 @@ export class RelayIntake {
     return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex) || this.badClocks.has(idHex)
   }
 
-  /** Whether an envelope is applied here: pending, ours, or committed. */
+  /** Whether an envelope is applied here: pending, ours, or committed (or ours refused for good: nothing waits for it). */
   private isHere(idHex: string): boolean {
     const { space, outbox } = this.o
-    return space.replica.isPending(idHex) || outbox.has(idHex) || space.replica.hasCommitted(idHex)
+    return space.replica.isPending(idHex) || outbox.has(idHex) || outbox.refused(idHex) || space.replica.hasCommitted(idHex)
   }
 
   /**

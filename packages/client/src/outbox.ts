@@ -6,12 +6,16 @@ import {
   toHex,
   encodeEnvelope,
   sealEnvelope,
+  type AnyOp,
   type Clock,
   type CommitResult,
   type Crypto,
   type Envelope,
   type ErrorReason,
+  type LWWRegister,
   type ORSet,
+  type ObjectUpdate,
+  type SafeGroup,
   type RelayMessage,
 } from '@stead/core'
 import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from './drafts.ts'
@@ -31,7 +35,7 @@ export interface SpaceNews {
   received(frame: Uint8Array): void
   /** An attested commit was applied and stored. */
   committed(round: number, frames: readonly Uint8Array[]): void
-  /** Every relay refused one of this client's envelopes for good. */
+  /** f+1 relays refused one of this client's envelopes for good (an envelope with the same seq may follow in `sealed`). */
   refused(idHex: string, reason: ErrorReason, detail: string): void
   /** A forwarded request could not be stored: it never happened. */
   failed(requests: readonly ForwardedRequest[], err: SteadError): void
@@ -57,6 +61,14 @@ interface Outgoing {
   readonly sentTo: number[]
   lastSentAt: number
   accepted: boolean
+  /** Relays that refused it on its merits, by proven index: final only once f+1 did (see `finalRefusal`). */
+  readonly refusals: Map<number, { reason: ErrorReason; detail: string }>
+  /** f+1 relays refused it for good: it is replaced by an envelope of the same sequence number (see `replace`). */
+  final: { reason: ErrorReason; detail: string } | undefined
+  /** Its replacement is being signed and stored. */
+  replacing: boolean
+  /** It only fills the sequence number of a refused envelope (see FILLER): the app never made it. */
+  readonly filler: boolean
 }
 
 /** How an envelope of this client ended: the audit's decision, or every relay's refusal. */
@@ -84,8 +96,10 @@ interface OutboxOptions {
  */
 export class Outbox {
   private readonly outgoing = new Map<string, Outgoing>()
-  /** Submit ids in flight → envelope id. */
-  private readonly submits = new Map<number, string>()
+  /** Submit ids in flight → envelope id, and the relay it went to. */
+  private readonly submits = new Map<number, { idHex: string; relay: number }>()
+  /** This client's envelopes refused for good and replaced: one a relay or peer still passes on is not shown again. */
+  private readonly refusedIds = new Set<string>()
   private seq: number
   /** The clock of this author's last envelope: the next one's follows from it. */
   private last: { base: number; clock: Clock }
@@ -244,6 +258,11 @@ export class Outbox {
     return this.outgoing.has(idHex)
   }
 
+  /** Whether this is one of this client's envelopes that f+1 relays refused for good (and another took its sequence number). */
+  refused(idHex: string): boolean {
+    return this.refusedIds.has(idHex)
+  }
+
   pendingUpdates(): PendingUpdate[] {
     return this.entries().map(({ accepted: _accepted, ...p }) => p)
   }
@@ -258,13 +277,14 @@ export class Outbox {
 
   /** The pending updates with whether a relay accepted each (what other tabs mirror). */
   entries(): Array<PendingUpdate & { accepted: boolean }> {
-    return [...this.outgoing.values()].map((o) => ({ id: o.env.idHex, keys: keysOf(o), safe: o.safe.length, regular: o.regularUnits, sent: o.sentTo.length > 0, accepted: o.accepted }))
+    return [...this.outgoing.values()].map((o) => ({ id: o.env.idHex, keys: keysOf(o), safe: o.safe.length, regular: o.filler ? 0 : o.regularUnits, sent: o.sentTo.length > 0, accepted: o.accepted }))
   }
 
   /** Signs one draft batch into an envelope, persists it, then shows it as received and sends it. */
   async seal(batch: DraftBatch): Promise<void> {
     const { space, crypto, records } = this.o
-    const { updates, safe } = compileBatch(batch, (key, e) => (space.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
+    const compiled = compileBatch(batch, (key, e) => (space.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
+    const { updates, safe } = this.o.sessions.clockMeasured ? capRegisterStamps(compiled, this.o.sessions.now(), (key) => (space.replica.prospective(key) as LWWRegister | undefined)?.timestamp() ?? 0) : compiled
     if (updates.length === 0 && safe.length === 0) {
       // Everything cancelled out (e.g. +1 then -1): nothing to sign, nothing to lose.
       space.batchSigned(batch, undefined)
@@ -304,15 +324,20 @@ export class Outbox {
 
   private add(env: Envelope, frame: Uint8Array, waiters: ReadonlyArray<Deferred<SafeResult>>): void {
     const regularUnits = regularUnitsOf(env)
+    const filler = isFiller(env)
     this.outgoing.set(env.idHex, {
       env,
       frame,
       safe: env.safe.map((_, i) => ({ unit: regularUnits + i, waiter: waiters[i] ?? deferred<SafeResult>() })),
-      regular: env.updates.flatMap((u) => u.ops.map((op) => ({ key: u.key, decl: u.decl, intent: op }))),
+      regular: filler ? [] : env.updates.flatMap((u) => u.ops.map((op) => ({ key: u.key, decl: u.decl, intent: op }))),
       regularUnits,
       sentTo: [],
       lastSentAt: 0,
       accepted: false,
+      refusals: new Map(),
+      final: undefined,
+      replacing: false,
+      filler,
     })
     this.o.news.outboxChanged()
   }
@@ -331,11 +356,14 @@ export class Outbox {
     // waiting in the audit for predecessors that went through other relays), and the space's
     // other clients, which take their frames from the same relay, see them one hop away.
     const byDistance = fromHome(this.o.space.space, sessions.cluster?.relays.length ?? 1, ready)
-    const fresh = byDistance.filter((l) => !o.sentTo.includes(l.relay as number))
-    const pick = (fresh[0] ?? byDistance[o.sentTo.length % byDistance.length]) as RelayLink
+    // Relays that refused it are asked last: the next one may be correct where they lied.
+    const unrefused = byDistance.filter((l) => !o.refusals.has(l.relay as number))
+    const pool = unrefused.length > 0 ? unrefused : byDistance
+    const fresh = pool.filter((l) => !o.sentTo.includes(l.relay as number))
+    const pick = (fresh[0] ?? pool[o.sentTo.length % pool.length]) as RelayLink
     const id = sessions.submit(member, pick, o.frame)
     if (id === undefined) return
-    this.submits.set(id, idHex)
+    this.submits.set(id, { idHex, relay: pick.relay as number })
     if (this.submits.size > 50_000) this.submits.delete(this.submits.keys().next().value as number)
     if (o.sentTo.length === 0) this.o.news.outboxChanged()
     o.sentTo.push(pick.relay as number)
@@ -348,19 +376,25 @@ export class Outbox {
     this.carryOn(now)
     const readyRelays = new Set(this.o.sessions.links.filter((l) => l.ready).map((l) => l.relay))
     for (const [idHex, o] of this.outgoing) {
+      if (o.final) {
+        // Refused for good: not sent again; its replacement is (tried again here if it could not be made yet).
+        if (!o.replacing) void this.replace(o)
+        continue
+      }
       const lastRelay = o.sentTo[o.sentTo.length - 1]
       const lost = lastRelay === undefined || (!o.accepted && !readyRelays.has(lastRelay))
       if (lost || now - o.lastSentAt >= this.o.resubmitAfterMs) this.send(idHex)
     }
   }
 
-  /** A relay's answer to one of this outbox's submits. */
-  answer(m: Extract<RelayMessage, { type: 'accepted' | 'error' }>): void {
+  /** A relay's answer (on `link`) to one of this outbox's submits. */
+  answer(m: Extract<RelayMessage, { type: 'accepted' | 'error' }>, link: RelayLink): void {
     if (m.id === null) return
-    const idHex = this.submits.get(m.id)
+    const sent = this.submits.get(m.id)
     this.submits.delete(m.id)
-    const o = idHex === undefined ? undefined : this.outgoing.get(idHex)
-    if (!o) return
+    const o = sent === undefined ? undefined : this.outgoing.get(sent.idHex)
+    // Only the relay it went to answers for it.
+    if (!o || !sent || o.final || link.provenRelay !== sent.relay) return
     if (m.type === 'accepted') {
       if (!o.accepted) {
         o.accepted = true
@@ -370,11 +404,106 @@ export class Outbox {
       }
       return
     }
-    // Busy relays and lost races are worth another try (the periodic resubmit does it);
-    // a refusal on the envelope's own merits is final: no relay will take it.
+    // Busy relays and lost races are worth another try (the periodic resubmit does it).
     if (m.reason === 'rate-limited' || m.reason === 'unauthenticated') return
-    if (m.reason === 'conflict' && this.o.space.replica.decided(o.env) === null) return
-    void this.settle(o.env.idHex, { kind: 'refused', reason: m.reason, detail: m.detail })
+    if (m.reason === 'conflict') {
+      // Final only once this client's own replica holds the slot decided for another envelope.
+      if (this.o.space.replica.decided(o.env) !== null) void this.settle(o.env.idHex, { kind: 'refused', reason: m.reason, detail: m.detail })
+      return
+    }
+    // A refusal on the envelope's own merits. One relay's word is not final: it may be one of the
+    // f that lie (G7). Noted, and the envelope goes on to the next relay; f+1 of them is final.
+    if (link.faulty) return
+    o.refusals.set(sent.relay, { reason: m.reason, detail: m.detail })
+    o.final = finalRefusal(o.refusals, this.faultyRelays())
+    if (!o.final) return this.send(o.env.idHex)
+    void this.replace(o)
+  }
+
+  /** f: how many relays may lie. */
+  private faultyRelays(): number {
+    const { sessions } = this.o
+    return sessions.cluster?.f ?? Math.floor((sessions.links.length - 1) / 3)
+  }
+
+  /**
+   * An envelope f+1 relays refused for good. Its sequence number must still
+   * be taken, or every later envelope of this author would wait behind the
+   * gap it leaves (and be dropped as `gap`, and sent again, for good). So it
+   * is signed again with the same sequence number, clock and deps (the
+   * author's chain goes on unchanged; deps are only hints everywhere, see
+   * judgeClock): with its register stamps brought back to the relays' time
+   * when a relay said `clock-ahead` (the data survives; the app is warned),
+   * otherwise as a FILLER that changes nothing (and the app is told the
+   * update was refused). The replacement replaces it in storage in one
+   * write, so a restart sends the replacement, never the refused one. Two
+   * envelopes for one (author, seq) are a conflict: should a relay have
+   * taken the refused one, the audit keeps whichever comes first (G4).
+   */
+  private async replace(o: Outgoing): Promise<void> {
+    const final = o.final
+    const { space, crypto, records } = this.o
+    const old = o.env
+    if (!final || o.replacing || this.outgoing.get(old.idHex) !== o) return
+    if (o.filler) {
+      // Nothing of the app's to keep, and nothing smaller to fill the slot with.
+      space.emitError(new SteadError(final.reason, `the relays refused envelope ${old.seq}, which only filled the sequence number of a refused one: ${final.detail}`))
+      return this.settle(old.idHex, { kind: 'refused', ...final })
+    }
+    let content: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] } | undefined
+    if ([...o.refusals.values()].some((r) => r.reason === 'clock-ahead')) {
+      // Only the relays' time corrects the stamps: until a relay's clock was measured, wait (resubmit tries again).
+      if (!this.o.sessions.clockMeasured) return
+      const relaysNow = this.o.sessions.now()
+      const seen = (key: string): number => Math.min(relaysNow, (space.replica.prospective(key) as LWWRegister | undefined)?.timestamp() ?? 0)
+      const capped = capRegisterStamps(old, relaysNow, seen, 0)
+      if (stampsChanged(old, capped)) content = capped
+    }
+    const filler = content === undefined
+    o.replacing = true
+    let env: Envelope
+    let frame: Uint8Array
+    let requests: ForwardedRequest[]
+    try {
+      env = await sealEnvelope(crypto, this.o.identity, { space: space.space, seq: old.seq, base: old.base, clock: old.clock, deps: old.deps, ...(content ?? FILLER) })
+      frame = encodeEnvelope(env)
+      if (this.outgoing.get(old.idHex) !== o) return
+      // Requests of other tabs go with their updates; a filler carries none of them.
+      requests = filler ? [] : records.requestsOf(old.idHex)
+      await records.storage.write([records.outboxDelete(old.seq, old.idHex), ...records.outboxPut(old.seq, frame, env.idHex, requests)])
+    } catch (err) {
+      // Tried again at the next resubmit.
+      o.replacing = false
+      if (err instanceof SteadError) space.emitError(err)
+      else space.storageFailed(err)
+      return
+    }
+    space.storageWorks()
+    if (this.outgoing.get(old.idHex) !== o) {
+      // Decided while the replacement was stored: it must not be sent, now or after a restart.
+      await records.storage.write([records.outboxDelete(old.seq, env.idHex)]).catch((err) => space.storageFailed(err))
+      return
+    }
+    this.outgoing.delete(old.idHex)
+    this.refusedIds.add(old.idHex)
+    if (this.refusedIds.size > MAX_REFUSED_IDS) this.refusedIds.delete(this.refusedIds.values().next().value as string)
+    // No commit will ever undo it prospectively: undone here (so its slot is free for the replacement, not a twin).
+    space.notify(space.replica.discard(old.idHex))
+    this.o.news.refused(old.idHex, final.reason, final.detail)
+    if (filler) this.report(o, { kind: 'refused', ...final })
+    else {
+      space.emitError(
+        new SteadError(
+          'clock-skew',
+          `the relays refused envelope ${old.seq} as clock-ahead (${final.detail}): its register writes were stamped again at the relays' time and sent again; they may now lose to writes made meanwhile`,
+        ),
+      )
+    }
+    this.add(env, frame, filler ? [] : o.safe.map((s) => s.waiter))
+    space.notify(space.replica.receive(env).changed)
+    this.o.news.sealed(frame, requests)
+    this.send(env.idHex)
+    space.progress()
   }
 
   // ---------------------------------------------------------------- decisions
@@ -411,14 +540,19 @@ export class Outbox {
       space.notify(space.replica.discard(o.env.idHex))
       this.o.news.refused(idHex, d.reason, d.detail)
     }
-    const outcome = outcomeOf(o.env, o.regularUnits, d)
-    if (outcome) {
-      outcome.safe.forEach((r, i) => o.safe[i]?.waiter.resolve(r))
-      if (outcome.error && o.regular.length) space.emitError(new RejectedError(outcome.error.reason, outcome.error.message, o.regular.map((r) => r.key)))
-      space.emitSettled({ id: idHex, keys: keysOf(o), safe: outcome.safe, ...(outcome.index !== undefined ? { index: outcome.index } : {}) })
-    }
+    this.report(o, d)
     if (d.kind !== 'committed') await this.o.records.storage.write([this.o.records.outboxDelete(o.env.seq, o.env.idHex)]).catch((err) => space.storageFailed(err))
     space.progress()
+  }
+
+  /** Tells the safe groups, the app and the settled listeners how an envelope ended (a filler's end is nobody's business). */
+  private report(o: Outgoing, d: OwnDecision): void {
+    const { space } = this.o
+    const outcome = outcomeOf(o.env, o.regularUnits, d)
+    if (!outcome || o.filler) return
+    outcome.safe.forEach((r, i) => o.safe[i]?.waiter.resolve(r))
+    if (outcome.error && o.regular.length) space.emitError(new RejectedError(outcome.error.reason, outcome.error.message, o.regular.map((r) => r.key)))
+    space.emitSettled({ id: o.env.idHex, keys: keysOf(o), safe: outcome.safe, ...(outcome.index !== undefined ? { index: outcome.index } : {}) })
   }
 
   /** The space closes: its promises end here (the envelopes stay stored and are sent again by the next client). */
@@ -450,8 +584,54 @@ export function outcomeOf(env: Envelope, regularUnits: number, d: OwnDecision): 
 }
 
 function keysOf(o: Outgoing): string[] {
-  return envelopeKeys(o.env)
+  return o.filler ? [] : envelopeKeys(o.env)
 }
+
+/**
+ * Whether relays' refusals of one envelope on its merits (`refusals`, by
+ * relay index) are final, and what to report: final once f+1 distinct
+ * relays refused it, so at least one of them is correct (fewer may all be
+ * liars censoring it, G7; with f = 0, the one relay's refusal is final).
+ * The reason is the one most of them gave (the first given on a tie); the
+ * detail is each relay's own, or just it when one relay refused.
+ * Undefined while it is not final.
+ */
+export function finalRefusal(refusals: ReadonlyMap<number, { reason: ErrorReason; detail: string }>, f: number): { reason: ErrorReason; detail: string } | undefined {
+  if (refusals.size <= f) return undefined
+  const counts = new Map<ErrorReason, number>()
+  for (const r of refusals.values()) counts.set(r.reason, (counts.get(r.reason) ?? 0) + 1)
+  let reason = refusals.values().next().value?.reason as ErrorReason
+  for (const [r, n] of counts) if (n > (counts.get(reason) ?? 0)) reason = r
+  if (refusals.size === 1) return { reason, detail: refusals.values().next().value?.detail as string }
+  return { reason, detail: `refused by ${refusals.size} relays: ${[...refusals].map(([relay, r]) => `relay ${relay}: ${r.reason}: ${r.detail}`).join('; ')}` }
+}
+
+/**
+ * The content of an envelope that only takes a refused one's sequence
+ * number. Envelopes must carry an update (relays and the audit refuse an
+ * empty one as `malformed`, see parsePayload), so it carries the smallest
+ * one that changes no value: removing nothing (no tags) from a set under a
+ * key apps do not use. Its audit unit commits (a key of another type there
+ * only rejects the unit: the envelope, and its sequence number, still
+ * commit). Its trace in the stable state is an empty set under that key.
+ */
+export const FILLER_KEY = '$stead/filler'
+const FILLER: { updates: ObjectUpdate[]; safe: SafeGroup[] } = { updates: [{ key: FILLER_KEY, decl: { type: 'set', bounds: {} }, ops: [['r', 0, []]] }], safe: [] }
+
+/** Whether an envelope is a FILLER (also after a restart, when only its bytes are left). */
+export function isFiller(env: Envelope): boolean {
+  const u = env.updates[0]
+  const op = u?.ops[0]
+  return env.updates.length === 1 && env.safe.length === 0 && u?.key === FILLER_KEY && u.ops.length === 1 && Array.isArray(op) && op[0] === 'r' && Array.isArray(op[2]) && op[2].length === 0
+}
+
+/** Whether capping changed any stamp (capRegisterStamps keeps the ops it leaves alone). */
+function stampsChanged(a: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] }, b: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] }): boolean {
+  return a.updates.some((u, i) => u.ops.some((op, j) => op !== b.updates[i]?.ops[j])) || a.safe.some((g, i) => g.updates.some((u, j) => u.op !== b.safe[i]?.updates[j]?.op))
+}
+
+/** Refused ids remembered so that a relay or peer passing one on does not show it again. */
+const MAX_REFUSED_IDS = 1024
 
 /** Audit units before an envelope's first safe group: its regular operations (compacted). */
 export function regularUnitsOf(env: Envelope): number {
@@ -473,6 +653,32 @@ export function fromHome(space: string, n: number, links: readonly RelayLink[]):
   for (let i = 0; i < space.length; i++) h = (h * 31 + space.charCodeAt(i)) >>> 0
   const home = h % n
   return [...links].sort((a, b) => (((a.relay as number) - home + n) % n) - (((b.relay as number) - home + n) % n))
+}
+
+/**
+ * Register stamps this far past the relays' time are capped when sealed:
+ * well inside what relays accept (MAX_CLOCK_AHEAD_MS, five minutes), far
+ * above what honest clocks disagree by.
+ */
+const STAMP_SLACK_MS = 60_000
+
+/**
+ * A batch with every register write stamped more than STAMP_SLACK_MS past
+ * `relaysNow` (the relays' time as measured) brought back to it, yet still
+ * later than the register's latest write here (`seen`): drafts stamped by
+ * the device clock alone (another tab, or before the relays answered) on a
+ * device whose clock runs fast would otherwise win every concurrent write,
+ * or be refused by the relays as `clock-ahead`.
+ */
+export function capRegisterStamps(batch: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] }, relaysNow: number, seen: (key: string) => number, slackMs = STAMP_SLACK_MS): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
+  const cap = (key: string, op: AnyOp): AnyOp => {
+    if (!Array.isArray(op) || op[0] !== 's' || typeof op[2] !== 'number' || op[2] <= relaysNow + slackMs) return op
+    return ['s', op[1], Math.max(Math.round(relaysNow), seen(key) + 1)] as AnyOp
+  }
+  return {
+    updates: batch.updates.map((u) => (u.decl.type === 'register' ? { ...u, ops: u.ops.map((op) => cap(u.key, op)) } : u)),
+    safe: batch.safe.map((g) => ({ ...g, updates: g.updates.map((u) => (u.decl.type === 'register' ? { ...u, op: cap(u.key, u.op) } : u)) })),
+  }
 }
 
 /** Heads kept for the next envelope; more concurrent writers than this go partly uncited. */

@@ -158,6 +158,11 @@ export class ClientRecords {
     return put
   }
 
+  /** The forwarded requests (of the last 1,000) an envelope carries: what its replacement carries on (see Outbox.replace). */
+  requestsOf(envelope: string): ForwardedRequest[] {
+    return [...this.requests.values()].filter((r) => r.envelope === envelope).map((r) => ({ id: r.id, safe: r.safe }))
+  }
+
   /** The stored envelope a forwarded request went into, if it is one of the last 1,000. */
   request(id: string): StoredRequest | undefined {
     return this.requests.get(id)

@@ -1,4 +1,5 @@
-import type { Crypto, RelayMessage, SteadError } from '@stead/core'
+import { SteadError, type Crypto, type RelayMessage } from '@stead/core'
+import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { TrustError } from './errors.ts'
 import { RelayLink, type SocketFactory } from './transport.ts'
@@ -57,6 +58,12 @@ export class RelaySessions {
   private pump: ReturnType<typeof setInterval> | undefined
   private trustTimer: ReturnType<typeof setTimeout> | undefined
   private unfollowNetwork: (() => void) | undefined
+  /** Why each relay URL did not answer while the cluster is not trusted yet (no sessions then). */
+  private readonly trustErrors = new Map<string, string>()
+  /** How far the relays' clocks are from this device's (see `now`). */
+  private readonly clockOffset = new ClockOffset(() => this.cluster?.f ?? 0)
+  /** Whether the app was told this device's clock is off (once per client). */
+  private skewReported = false
 
   private readonly o: SessionsOptions
   constructor(o: SessionsOptions) {
@@ -98,6 +105,21 @@ export class RelaySessions {
     return id
   }
 
+  /**
+   * The relays' time as this client measured it: the device clock plus the
+   * offset f lying relays cannot move past the honest ones (see
+   * ClockOffset); the device clock alone before any relay answered. What
+   * register writes are stamped with.
+   */
+  now(): number {
+    return this.o.now() + this.clockOffset.offset()
+  }
+
+  /** Whether any relay's clock was measured yet (until then `now` is the device clock alone). */
+  get clockMeasured(): boolean {
+    return this.clockOffset.size > 0
+  }
+
   /** The sessions' status as the client or one of its spaces reports it (`problem`: theirs, which comes first). */
   statusFor(closed: boolean, problem?: string): SessionsStatus {
     const why = problem ?? (closed ? 'closed' : this.whyOffline)
@@ -106,7 +128,7 @@ export class RelaySessions {
 
   /** Per relay, for status. */
   private get relayStatus(): RelayStatus[] {
-    if (!this.links.length) return this.o.relays.map((url) => ({ url, connected: false }))
+    if (!this.links.length) return this.o.relays.map((url) => ({ url, connected: false, ...(this.trustErrors.has(url) ? { error: this.trustErrors.get(url) as string } : {}) }))
     return this.links.map((l) => ({
       url: l.url,
       connected: l.ready,
@@ -165,7 +187,12 @@ export class RelaySessions {
       dissenters.add(url)
       this.links.find((l) => l.url === url)?.markFaulty('served a cluster descriptor other than the one 2f+1 relays agree on')
     }
-    void fetchCluster(this.o.relays, fetchFn, dissent).then(
+    const failed = (url: string, why: string): void => {
+      if (this.closed || this.links.length) return
+      this.trustErrors.set(url, why)
+      this.changed()
+    }
+    void fetchCluster(this.o.relays, fetchFn, dissent, undefined, failed).then(
       async (cluster) => {
         if (this.closed) return
         try {
@@ -176,6 +203,7 @@ export class RelaySessions {
         if (this.closed) return
         this.cluster = cluster
         this.problem = undefined
+        this.trustErrors.clear()
         this.connect()
         for (const url of dissenters) dissent(url)
       },
@@ -212,6 +240,10 @@ export class RelaySessions {
             },
             message: (link, m) => this.route(link, m),
             down: () => this.changed(),
+            clock: (link, relayTime, sentAt, receivedAt) => {
+              if (link.provenRelay === undefined || this.clockOffset.sample(link.provenRelay, relayTime, sentAt, receivedAt) === undefined) return
+              this.reportSkew()
+            },
             untrusted: (link, why) => {
               const err = new TrustError(`relay at ${link.url}: ${why}`)
               this.o.error(err)
@@ -267,6 +299,21 @@ export class RelaySessions {
     }
   }
 
+  /**
+   * Tells the app, once, that this device's clock is more than a few
+   * seconds off the relays' (through the client's and every space's
+   * onError, as `clock-skew`): its register writes are stamped with the
+   * relays' time instead, but the user may want to fix the clock.
+   */
+  private reportSkew(): void {
+    const offset = this.clockOffset.offset()
+    if (this.skewReported || Math.abs(offset) <= CLOCK_SKEW_WARNING_MS) return
+    this.skewReported = true
+    const err = new SteadError('clock-skew', `this device's clock is ${describeSkew(-offset)} the relays' (measured against ${this.clockOffset.size} of them); register writes are stamped with the relays' time instead`)
+    this.o.error(err)
+    for (const m of this.members.values()) m.error(err)
+  }
+
   private setProblem(p: string): void {
     this.problem = p
     this.changed()
@@ -276,4 +323,13 @@ export class RelaySessions {
     for (const m of this.members.values()) m.changed()
     this.o.changed()
   }
+}
+
+/** "3 h 0 min 12 s ahead of" / "40 s behind": how far a device clock is off (`ms` > 0: ahead). */
+function describeSkew(ms: number): string {
+  const s = Math.round(Math.abs(ms) / 1000)
+  const h = Math.floor(s / 3600)
+  const min = Math.floor((s % 3600) / 60)
+  const parts = [h ? `${h} h` : '', h || min ? `${min} min` : '', `${s % 60} s`].filter(Boolean)
+  return `${parts.join(' ')} ${ms > 0 ? 'ahead of' : 'behind'}`
 }

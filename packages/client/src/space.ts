@@ -26,6 +26,7 @@ import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
+import { DEFAULT_SAFE_TIMEOUT_MS, MAX_TIMER_MS } from './options.ts'
 import { bounded } from './wait.ts'
 
 /** One of this client's envelopes, decided. */
@@ -89,9 +90,29 @@ export interface Upstream {
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus
   /** The space closed (its drafts are sealed): stop, and write what a reopen needs. */
   close(): Promise<void>
+  /** The relays' time as measured against them (register stamps), when this upstream measures it; else the device clock is used. */
+  now?(): number
 }
 
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
+
+/**
+ * The params of `boundedCounter`: exactly one bound and the initial value.
+ * Giving both bounds does not type-check (`never`) and is refused at run
+ * time: a Bounded Counter keeps one bound.
+ */
+export type BoundedCounterOptions = { readonly min: number; readonly max?: never; readonly initial: number } | { readonly max: number; readonly min?: never; readonly initial: number }
+
+/** Refuses a handle's options that are not an object or name an option the handle does not have (it would be silently ignored). */
+function checkObjectOptions(key: string, kind: string, given: unknown, own: readonly string[], usage: string): void {
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw new SteadError('malformed', `${key}: ${kind} options must be an object, got ${given === null ? 'null' : Array.isArray(given) ? 'an array' : typeof given}; call ${usage}`)
+  for (const name of Object.keys(given)) {
+    if (name !== 'freshness' && !own.includes(name)) {
+      const hint = kind === 'counter' && name === 'initial' ? ' (a counter starts at 0: increment it, or use boundedCounter(key, { min, initial }))' : ''
+      throw new SteadError('malformed', `${key}: ${kind} has no option ${name}${hint}; it takes ${[...own, 'freshness'].join(', ')}: ${usage}`)
+    }
+  }
+}
 
 /** The longest freshness bound an object may have (see ObjectOptions). */
 const MAX_FRESHNESS_MS = 3_600_000
@@ -116,7 +137,7 @@ export class Space {
   /** @internal Where the replica's commit chain stands. */
   position: ChainPosition
   private upstream!: Upstream
-  private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number }
+  private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number }
   private readonly now: () => number
   /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
   private readonly onClose: (done: Promise<void>) => void
@@ -163,7 +184,7 @@ export class Space {
   constructor(init: {
     space: string
     authorId: string
-    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly now?: () => number }
+    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly now?: () => number }
     onClose: (done: Promise<void>) => void
     replica: ReliableReplica
     position: ChainPosition
@@ -218,6 +239,7 @@ export class Space {
    * ```
    */
   counter(key: string, invariants: { min?: number; max?: number } & ObjectOptions = {}): CounterHandle {
+    checkObjectOptions(key, 'counter', invariants, ['min', 'max'], 'counter(key, { min, max, freshness })')
     const bounds: { min?: number; max?: number } = {}
     if (invariants.min !== undefined) bounds.min = invariants.min
     if (invariants.max !== undefined) bounds.max = invariants.max
@@ -236,6 +258,7 @@ export class Space {
    * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxSize`; `malformed` for a bad key; {@link ClosedError} after `close()`.
    */
   set<T extends SetElement = SetElement>(key: string, invariants: { maxSize?: number } & ObjectOptions = {}): SetHandle<T> {
+    checkObjectOptions(key, 'set', invariants, ['maxSize'], 'set(key, { maxSize, freshness })')
     const bounds = invariants.maxSize === undefined ? {} : { maxSize: invariants.maxSize }
     return this.open(key, { type: 'set', bounds }, (d) => new SetHandle<T>(this.host, key, d), invariants) as unknown as SetHandle<T>
   }
@@ -254,6 +277,7 @@ export class Space {
    * @throws SteadError `type-mismatch` if the key is open or committed as another type; `malformed` for a bad key; {@link ClosedError} after `close()`.
    */
   register<T extends RegisterValue = RegisterValue>(key: string, options: ObjectOptions = {}): RegisterHandle<T> {
+    checkObjectOptions(key, 'register', options, [], 'register(key, { freshness })')
     return this.open(key, { type: 'register' }, (d) => new RegisterHandle<T>(this.host, key, d), options) as unknown as RegisterHandle<T>
   }
 
@@ -268,11 +292,18 @@ export class Space {
    * with the same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones. `freshness`: see {@link ObjectOptions}.
-   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params; {@link ClosedError} after `close()`.
+   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones. Exactly one bound: for a number kept between two bounds use `counter(key, { min, max })` (its updates near a bound are held back and decided in the stable order instead of spending rights). `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params (both `min` and `max`, neither, no `initial`, an unknown option); {@link ClosedError} after `close()`.
    */
-  boundedCounter(key: string, params: ({ min: number; initial: number } | { max: number; initial: number }) & ObjectOptions): BoundedCounterHandle {
-    const p = 'min' in params && params.min !== undefined ? { min: params.min, initial: params.initial } : { max: (params as { max: number }).max, initial: params.initial }
+  boundedCounter(key: string, params: BoundedCounterOptions & ObjectOptions): BoundedCounterHandle {
+    checkObjectOptions(key, 'boundedCounter', params, ['min', 'max', 'initial'], 'boundedCounter(key, { min, initial }) or boundedCounter(key, { max, initial })')
+    const given = params as { min?: number; max?: number; initial?: number }
+    if (given.min !== undefined && given.max !== undefined) {
+      throw new SteadError('malformed', `${key}: boundedCounter takes one bound, min or max, not both (got min ${given.min} and max ${given.max}); keep the bound it must never cross, or use counter(key, { min, max }) for a number kept between two bounds`)
+    }
+    if (given.min === undefined && given.max === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs one bound: boundedCounter(key, { min, initial }) or boundedCounter(key, { max, initial })`)
+    if (given.initial === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs initial, the starting value (its distance from the bound is the pool of rights)`)
+    const p = given.min !== undefined ? { min: given.min, initial: given.initial } : { max: given.max as number, initial: given.initial }
     return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
   }
 
@@ -346,7 +377,7 @@ export class Space {
         },
         build,
       )
-      return bounded(this.queueSafe(items), options, 'a safe transaction')
+      return this.waitSafe(this.queueSafe(items), options, 'a safe transaction')
     } catch (err) {
       return Promise.reject(err)
     }
@@ -456,7 +487,7 @@ export class Space {
       const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
       const started = this.now()
       // Never below what an earlier read here returned from a proven state: reads do not go back.
-      const target = Math.max(this.provenReadIndex, await bounded(this.upstream.quorumIndex(wait.timeoutMs), wait, 'a quorum of relay heads'))
+      const target = Math.max(this.provenReadIndex, await bounded(this.upstream.quorumIndex(Math.min(wait.timeoutMs, MAX_TIMER_MS)), wait, 'a quorum of relay heads'))
       const left = (): number => Math.max(0, wait.timeoutMs - (this.now() - started))
       const reached = (): boolean => this.position.stableIndex >= target
       // A replica a commit or two behind gets there in moments; one far behind (back from offline)
@@ -469,7 +500,7 @@ export class Space {
         },
       )
       if (!caughtUp) {
-        const proven = await this.whileOpen(bounded(this.upstream.stableObject(key, target, left()), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
+        const proven = await this.whileOpen(bounded(this.upstream.stableObject(key, target, Math.min(left(), MAX_TIMER_MS)), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
           // No proof to be had (no fetch, no relay could give one, out of time): wait for the replica.
           if (err instanceof ClosedError || (err instanceof SteadError && err.reason === 'aborted')) throw err
           return undefined
@@ -551,6 +582,7 @@ export class Space {
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       historyPage: (key, options) => this.historyPage(key, options),
       update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
+      wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(p, options, what)),
       safeGroup: (items) => this.queueSafe(items),
       subscribe: (key, listener) => {
         let set = this.listeners.get(key)
@@ -560,7 +592,8 @@ export class Space {
       },
       spendableRights: (key, decl) => this.spendableRights(key, decl),
       authorId: () => this.authorId,
-      now: () => this.now(),
+      // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
+      now: () => this.upstream.now?.() ?? this.now(),
     }
   }
 
@@ -897,6 +930,37 @@ export class Space {
       this.progressWaiters.add(check)
     })
     return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
+  }
+
+  /**
+   * The wait of a safe update or group: `options.timeoutMs`, else the
+   * client's `safeTimeoutMs` (default 60 s; Infinity waits for ever). A
+   * timeout says what the update is missing; the update itself goes on.
+   */
+  private waitSafe<T>(p: Promise<T>, options: WaitOptions | undefined, what: string): Promise<T> {
+    const timeoutMs = options?.timeoutMs ?? this.options.safeTimeoutMs ?? DEFAULT_SAFE_TIMEOUT_MS
+    const wait = bounded(p, { ...options, timeoutMs }, what, () => this.whyUndecided())
+    // As the update's own promise: a fire-and-forget safe update that times out or is closed must not
+    // take the app down as an unhandled rejection (whoever awaits it still sees the rejection).
+    wait.catch(() => undefined)
+    return wait
+  }
+
+  /** Why a safe update is not decided yet, for its timeout's message: the quorum, which relays are down and why, and that it may still commit. */
+  private whyUndecided(): string {
+    const s = this.closed ? undefined : this.upstream.sessionsStatus(false, undefined)
+    const down = (s?.relays ?? []).filter((r) => !r.connected)
+    const named = down.slice(0, 5).map((r) => `${r.relay ? `${r.relay} ` : ''}${r.url} (${r.faulty ? `faulty: ${r.faulty}` : (r.error ?? 'connecting')})`)
+    const relays = down.length ? `; down: ${named.join(', ')}${down.length > named.length ? ` and ${down.length - named.length} more` : ''}` : ''
+    const connected = (s?.relays.length ?? 0) - down.length
+    const state = !s
+      ? 'the space closed'
+      : !s.trusted
+        ? `no quorum: no cluster trusted yet (${s.problem ?? 'asking the relays'})`
+        : !s.online
+          ? `no quorum: ${s.problem ?? `${connected} of ${s.relays.length} relays connected`}`
+          : `connected to ${connected} of ${s.relays.length} relays, but the cluster has not committed it yet (its relays need 2f+1 of them up and reaching each other)`
+    return `${state}${relays}. The update is not lost: it stays pending (pendingUpdates()) and may still commit (onSettled); pass timeoutMs: Infinity to wait for ever`
   }
 
   /** @internal A relay accepted one of this client's envelopes `ms` after it was sent: feeds the freshness deadlines' estimate of propagation time. */

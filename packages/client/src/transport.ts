@@ -9,7 +9,7 @@ import {
   type Crypto,
   type RelayMessage,
 } from '@stead/core'
-import { sessionUrlOf } from './cluster.ts'
+import { describeNetworkError, sessionUrlOf } from './cluster.ts'
 import { EarlyFrames } from './early-frames.ts'
 
 /**
@@ -46,6 +46,8 @@ export interface LinkHandlers {
   down(link: RelayLink, why: string): void
   /** The relay proved a key other than the pinned one, or broke the protocol: never retried. */
   untrusted(link: RelayLink, why: string): void
+  /** The relay's clock read `relayTime` while this client's read between `sentAt` and `receivedAt` (a ping's round trip). */
+  clock?(link: RelayLink, relayTime: number, sentAt: number, receivedAt: number): void
 }
 
 export interface LinkOptions {
@@ -61,6 +63,13 @@ export interface LinkOptions {
   readonly random?: () => number
   /** Wall clock; defaults to Date.now. */
   readonly now?: () => number
+  /** Whether the device knows it has no network (no dial then); defaults to a browser's `navigator.onLine === false`. */
+  readonly deviceOffline?: () => boolean
+}
+
+/** A browser's word that it has no network at all (`onLine` true only means "maybe"); false where there is no navigator. */
+function browserOffline(): boolean {
+  return (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false
 }
 
 const OPEN = 1
@@ -88,11 +97,14 @@ export class RelayLink {
   /** The nonce this session's hello asked the relay to sign. */
   private helloNonce: Uint8Array | undefined
   private pings = 0
+  /** The latest ping sent on this session and when (the injected clock): its pong measures the relay's clock. */
+  private lastPing: { n: number; at: number } | undefined
   /** Joins commits that arrive in several frames. */
   private readonly commits = new CommitAssembler()
   /** What the relay sent early on the current socket, for commits that name it by id. */
   private readonly early: EarlyFrames
   private socket: SocketLike | undefined
+  private socketError: string | undefined
   private stopped = false
   private attempt = 0
   private timer: ReturnType<typeof setTimeout> | undefined
@@ -106,6 +118,13 @@ export class RelayLink {
 
   start(): void {
     if (this.stopped || this.faulty || this.socket) return
+    // The device says it has no network: a dial could only fail, and a browser prints each failure in red.
+    // The 'online' event restarts the link (RelaySessions follows it); until then, look again after the backoff.
+    if ((this.options.deviceOffline ?? browserOffline)()) {
+      this.lastError = 'this device is offline'
+      this.retry()
+      return
+    }
     let socket: SocketLike
     try {
       socket = this.options.connect(sessionUrlOf(this.url))
@@ -130,17 +149,19 @@ export class RelayLink {
       }
       void this.onMessage(socket, m)
     }
+    // Why this socket failed, if it said (an error event, or the relay's session-level error).
+    this.socketError = undefined
     socket.onclose = () => {
       if (this.socket !== socket) return
       this.socket = undefined
       const was = this.ready
       this.ready = false
-      if (was || !this.lastError) this.lastError = 'connection closed'
+      this.lastError = was ? 'connection closed' : (this.socketError ?? 'closed before welcome')
       this.options.handlers.down(this, this.lastError)
       this.retry()
     }
-    socket.onerror = () => {
-      if (this.socket === socket) this.lastError = `cannot reach ${this.url}`
+    socket.onerror = (ev) => {
+      if (this.socket === socket) this.lastError = this.socketError = describeNetworkError(ev)
     }
   }
 
@@ -220,11 +241,21 @@ export class RelayLink {
     if (quiet >= deadAfterMs) {
       this.lastError = `no answer from the relay for ${Math.round(quiet / 1000)} s`
       this.restart()
-    } else if (quiet >= pingAfterMs) this.send({ type: 'ping', n: this.pings++ })
+    } else if (quiet >= pingAfterMs) this.ping()
+  }
+
+  /** Pings the relay: keeps the session alive, and its pong carries the relay's clock. */
+  private ping(): void {
+    const n = this.pings++
+    if (this.send({ type: 'ping', n })) this.lastPing = { n, at: this.now() }
+  }
+
+  private now(): number {
+    return (this.options.now ?? Date.now)()
   }
 
   private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
-    this.lastHeard = (this.options.now ?? Date.now)()
+    this.lastHeard = this.now()
     if (m.type === 'challenge') {
       // One challenge per socket: a relay that proved one index cannot then answer as another.
       if (this.ready) return this.markFaulty(`sent a second challenge (as relay ${m.relay}) after its welcome as relay ${String(this.provenRelay)}`)
@@ -254,12 +285,24 @@ export class RelayLink {
       this.peerAddresses = m.peers ?? []
       this.attempt = 0
       this.lastError = undefined
+      this.lastPing = undefined
       this.options.handlers.ready(this)
+      // At once, not only when the session goes quiet: register writes want the relays' time from the start.
+      this.ping()
+      return
+    }
+    if (m.type === 'pong') {
+      const ping = this.lastPing
+      // Only the pong of the latest ping times a round trip; relays that predate the clock send none.
+      if (ping && ping.n === m.n && m.time !== undefined && this.provenRelay !== undefined) {
+        this.lastPing = undefined
+        this.options.handlers.clock?.(this, m.time, ping.at, this.lastHeard)
+      }
       return
     }
     if (m.type === 'error' && m.id === null) {
       // Session-level: remember why; rate limits and auth timeouts close the socket themselves.
-      this.lastError = `${m.reason}: ${m.detail}`
+      this.lastError = this.socketError = `${m.reason}: ${m.detail}`
     }
     if (!this.ready && m.type !== 'error') return
     if (m.type === 'envelope') this.early.keep(m.envelope)

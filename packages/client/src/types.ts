@@ -57,10 +57,13 @@ export interface WaitOptions {
   /** Ends the wait with a SteadError `aborted` when it aborts. */
   readonly signal?: AbortSignal
   /**
-   * Ends the wait with a SteadError `timeout` after this many milliseconds.
-   * Defaults: none for updates and `safe`, 60 s for `flush` and `settled`,
-   * 10 s for `readStable` with `quorum` and for history pages the relays
-   * serve.
+   * Ends the wait with a SteadError `timeout` after this many milliseconds
+   * (0 to 2,147,483,647, or `Infinity` to wait for ever). Defaults: 60 s for
+   * safe updates and `safe` groups (the client's `safeTimeoutMs`), for
+   * `flush` and `settled`; 10 s for `readStable` with `quorum` and for
+   * history pages the relays serve; none for regular updates (they resolve
+   * once stored on this device). A timed-out safe update is not lost: it
+   * keeps its place and may still commit (`pendingUpdates()`, `onSettled`).
    */
   readonly timeoutMs?: number
 }
@@ -219,7 +222,16 @@ export interface ClientOptions {
    * unreachable. Default: none, relays only. See "Peer to peer" in the README.
    */
   readonly peers?: PeerNetwork
-  /** Wall clock for register timestamps and timers. Default Date.now. */
+  /**
+   * How long a safe update or `safe` group waits for the stable order when
+   * its call gives no `timeoutMs`: then it rejects with a SteadError
+   * `timeout` that says what was missing (relays connected against the
+   * quorum needed, which relays are down and why). The update itself is not
+   * lost: it keeps its place and may still commit. Milliseconds, or
+   * `Infinity` to wait for ever. Default 60,000 (60 s).
+   */
+  readonly safeTimeoutMs?: number
+  /** The device clock, for timers and (corrected by the offset measured against the relays' clocks) register timestamps. Default Date.now. */
   readonly now?: () => number
 }
 

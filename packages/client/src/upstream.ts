@@ -129,6 +129,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return this.o.sessions.statusFor(closed, problem)
   }
 
+  now(): number {
+    return this.o.sessions.now()
+  }
+
   async close(): Promise<void> {
     this.closed = true
     this.o.sessions.leave(this)
@@ -221,7 +225,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
     else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)
-    else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m)
+    else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m, link)
   }
 
   changed(): void {

@@ -1,19 +1,25 @@
 import { SteadError } from '@stead/core'
 import type { WaitOptions } from './types.ts'
 
+/** The longest delay a timer can have: setTimeout fires at once past it. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
 /**
  * `p`, or a typed rejection once `options.timeoutMs` passes (`timeout`) or
- * `options.signal` aborts (`aborted`). Only the caller's wait ends: `p`
- * itself goes on. No timer or listener outlives the wait.
+ * `options.signal` aborts (`aborted`). `timeoutMs: Infinity` waits for ever.
+ * Only the caller's wait ends: `p` itself goes on. No timer or listener
+ * outlives the wait. `why`, when given, says at the moment of a timeout what
+ * the wait was missing; it goes into the error's message.
  */
-export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what: string): Promise<T> {
-  const { signal, timeoutMs } = options ?? {}
-  if (signal === undefined && timeoutMs === undefined) return p
+export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what: string, why?: () => string | undefined): Promise<T> {
+  const { signal } = options ?? {}
+  const timeoutMs = options?.timeoutMs === Number.POSITIVE_INFINITY ? undefined : options?.timeoutMs
   // The caller stops listening to `p` in the early returns: its outcome must not surface as unhandled.
-  if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+  if (options?.timeoutMs !== undefined && (typeof options.timeoutMs !== 'number' || Number.isNaN(options.timeoutMs) || options.timeoutMs < 0 || (timeoutMs !== undefined && timeoutMs > MAX_TIMER_MS))) {
     p.catch(() => undefined)
-    return Promise.reject(new SteadError('malformed', `timeoutMs must be a non-negative number, got ${timeoutMs}`))
+    return Promise.reject(new SteadError('malformed', `timeoutMs must be milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity to wait for ever; got ${String(options.timeoutMs)}`))
   }
+  if (signal === undefined && timeoutMs === undefined) return p
   if (signal?.aborted) {
     p.catch(() => undefined)
     return Promise.reject(abortedError(what))
@@ -26,7 +32,16 @@ export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what
       signal?.removeEventListener('abort', onAbort)
       settle()
     }
-    if (timeoutMs !== undefined) timer = setTimeout(() => finish(() => reject(new SteadError('timeout', `timed out after ${timeoutMs} ms waiting for ${what}`))), timeoutMs)
+    const timedOut = (): SteadError => {
+      let reason: string | undefined
+      try {
+        reason = why?.()
+      } catch {
+        reason = undefined
+      }
+      return new SteadError('timeout', `timed out after ${timeoutMs} ms waiting for ${what}${reason ? `: ${reason}` : ''}`)
+    }
+    if (timeoutMs !== undefined) timer = setTimeout(() => finish(() => reject(timedOut())), timeoutMs)
     signal?.addEventListener('abort', onAbort, { once: true })
     p.then(
       (v) => finish(() => resolve(v)),

@@ -22,6 +22,8 @@
  * - `closed`: the object was closed and cannot be used any more
  * - `untrusted`: a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
  * - `pruned`: the relays no longer keep the history asked for (older than their retention window); what it decided is in the stable state
+ * - `clock-ahead`: a timestamp further ahead of the relay's clock than it allows (a device clock running fast): the relay refuses the envelope
+ * - `clock-skew`: a warning, not a refusal: this device's clock differs from the relays' by more than a few seconds; the client orders its writes by the relays' time instead
  */
 export const ERROR_REASONS = [
   'malformed',
@@ -44,6 +46,8 @@ export const ERROR_REASONS = [
   'closed',
   'untrusted',
   'pruned',
+  'clock-ahead',
+  'clock-skew',
 ] as const
 
 /** Why something was refused or failed: one of {@link ERROR_REASONS}, each explained there. */

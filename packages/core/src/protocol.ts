@@ -11,7 +11,8 @@ import type { Decision } from './replica.ts'
  * A session: the relay sends `challenge`; the client answers `hello` with
  * its public key and a signature over `authBytes(nonce, relayKey)`; the relay
  * answers `welcome`. Then the client may `subscribe` to spaces (from a stable
- * index, to resume) and `submit` envelopes; the relay streams `envelope`
+ * index, to resume) and `submit` envelopes (and `ping`: the `pong` carries
+ * the relay's clock, see there); the relay streams `envelope`
  * (certified, for prospective state) and `commit` (audited, with a signed
  * attestation) messages for subscribed spaces.
  */
@@ -219,6 +220,14 @@ export type RelayMessage =
       readonly type: 'pong'
       /** The ping's `n`. */
       readonly n: number
+      /**
+       * The relay's clock when it answered (ms since the epoch). Clients
+       * measure their device clock's offset from it (halfway through the
+       * ping's round trip) and stamp register writes with the relays' time,
+       * so a device clock running fast cannot win last-writer-wins. Absent
+       * from relays that predate it; clients that predate it ignore it.
+       */
+      readonly time?: number
     }
 
 /** What a client signs to prove it holds its key: bound to this relay and this session's nonce. */
@@ -531,7 +540,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
     case 'pruned':
       return encode(['pruned', m.space, m.from])
     case 'pong':
-      return encode(['pong', m.n])
+      // The time goes last: decoders that predate it read ['pong', n] and ignore what follows.
+      return encode(m.time === undefined ? ['pong', m.n] : ['pong', m.n, m.time])
   }
 }
 
@@ -587,7 +597,7 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
     case 'pruned':
       return { type: 'pruned', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), from: expect.uint(v[2], 'from') }
     case 'pong':
-      return { type: 'pong', n: expect.uint(v[1], 'n') }
+      return { type: 'pong', n: expect.uint(v[1], 'n'), ...(v[2] === undefined ? {} : { time: expect.uint(v[2], 'pong.time') }) }
     default:
       throw new SteadError('malformed', `unknown relay message ${JSON.stringify(v[0])}`)
   }

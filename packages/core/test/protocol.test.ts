@@ -159,3 +159,20 @@ describe('the msgpack decoder', () => {
     )
   })
 })
+
+describe('pong with the relay clock', () => {
+  it('carries the time and reads back; a pong without one (older relays) still reads', () => {
+    expect(decodeRelayMessage(encodeRelayMessage({ type: 'pong', n: 3, time: 1_750_000_000_000 }))).toEqual({ type: 'pong', n: 3, time: 1_750_000_000_000 })
+    expect(decodeRelayMessage(encode(['pong', 3]))).toEqual({ type: 'pong', n: 3 })
+    expect(isSteadError(catching(() => decodeRelayMessage(encode(['pong', 3, 'noon']))), 'malformed')).toBe(true)
+  })
+})
+
+function catching(f: () => unknown): unknown {
+  try {
+    f()
+  } catch (err) {
+    return err
+  }
+  return undefined
+}

@@ -53,20 +53,34 @@ export function useHandle<H extends Subscribable, T>(handle: H, read: (handle: H
   return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
 }
 
-/** What `useBoundedCounter` returns (and, with `pending`, `useCounter`). */
-export interface CounterState<H> {
+/** What `useCounter` returns. */
+export interface CounterState<H = CounterHandle> {
   /** Prospective value: includes this device's updates at once, never past a declared bound. */
   readonly value: number
   /** Stable value: agreed by every correct replica, never breaks an invariant. */
   readonly stable: number
+  /** Undecided updates held back from `value` because they would cross a bound (see CounterHandle.pending). */
+  readonly pending: CounterHandle['pending']
   /** The handle, for updates (`handle.increment(5)`, `handle.decrement(3, { safe: true })`). */
   readonly handle: H
 }
 
-/** What `useCounter` returns. */
-export interface BoundedState<H> extends CounterState<H> {
-  /** Undecided updates held back from `value` because they would cross a bound (see CounterHandle.pending). */
-  readonly pending: CounterHandle['pending']
+/**
+ * @deprecated The old name of what `useCounter` returns: use {@link CounterState}.
+ * (`useBoundedCounter` returns {@link BoundedCounterState}.)
+ */
+export type BoundedState<H = CounterHandle> = CounterState<H>
+
+/** What `useBoundedCounter` returns. */
+export interface BoundedCounterState {
+  /** Prospective value: includes this device's updates at once, never past the bound. */
+  readonly value: number
+  /** Stable value: agreed by every correct replica, never past the bound. */
+  readonly stable: number
+  /** Rights this client can spend right now without a round trip (see BoundedCounterHandle.rights). */
+  readonly rights: number
+  /** The handle, for updates (`handle.decrement(1)` on a `min` counter, `handle.transfer(n, to)`). */
+  readonly handle: BoundedCounterHandle
 }
 
 /**
@@ -89,7 +103,7 @@ export interface BoundedState<H> extends CounterState<H> {
  * }
  * ```
  */
-export function useCounter(key: string, options?: Parameters<Space['counter']>[1]): BoundedState<CounterHandle> {
+export function useCounter(key: string, options?: Parameters<Space['counter']>[1]): CounterState<CounterHandle> {
   const handle = useSpace().counter(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, pending: h.pending }))
   return { ...snap, handle }
@@ -97,15 +111,15 @@ export function useCounter(key: string, options?: Parameters<Space['counter']>[1
 
 /**
  * A Bounded Counter (escrow rights) of the nearest space: its prospective
- * and stable values, re-rendering on each change; spend through
+ * and stable values and the rights this client holds, re-rendering on each change; spend through
  * `handle.decrement` (a `min` counter) or `handle.increment` (a `max` one).
  *
- * @param options `{ min, initial }` or `{ max, initial }`, the same everywhere (see `space.boundedCounter`).
- * @throws SteadError `type-mismatch` if the key is another type or has other params.
+ * @param options `{ min, initial }` or `{ max, initial }`, the same everywhere (see `space.boundedCounter`; one bound only: both are refused with `malformed`).
+ * @throws SteadError `type-mismatch` if the key is another type or has other params; `malformed` for bad params.
  */
-export function useBoundedCounter(key: string, options: Parameters<Space['boundedCounter']>[1]): CounterState<BoundedCounterHandle> {
+export function useBoundedCounter(key: string, options: Parameters<Space['boundedCounter']>[1]): BoundedCounterState {
   const handle = useSpace().boundedCounter(key, options)
-  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, rights: h.rights }))
   return { ...snap, handle }
 }
 

@@ -4,9 +4,15 @@ import { OK, invalid, isSafeInt, type ApplyResult, type Crdt, type OpContext } f
 export type RegisterValue = null | boolean | number | string | Uint8Array | RegisterValue[] | { [key: string]: RegisterValue }
 
 /**
- * `['s', value, t]` writes value at timestamp t (chosen by the writer: a
- * logical or wall-clock time it got injected). `['u']` withdraws the write
- * made under the same context: only ever produced by `inverse`.
+ * `['s', value, t]` writes value at timestamp t, a hybrid logical clock
+ * reading chosen by the writer: the later of its corrected wall time (the
+ * device clock plus the offset it measured against the relays) and one more
+ * than the highest timestamp it had seen on the register. So a write that
+ * saw another always beats it, and concurrent writes order by real time as
+ * the relays keep it, not by whichever device clock runs fastest; relays
+ * refuse a timestamp far ahead of their clock (`clock-ahead`). `['u']`
+ * withdraws the write made under the same context: only ever produced by
+ * `inverse`.
  */
 export type RegisterOp = readonly ['s', RegisterValue, number] | readonly ['u']
 
@@ -51,7 +57,7 @@ export function validateRegisterOp(op: unknown): string | null {
 export interface RegisterWrite {
   /** The value written. */
   readonly value: RegisterValue
-  /** Its timestamp (the writer's clock reading). */
+  /** Its timestamp (the writer's hybrid logical clock reading, see {@link RegisterOp}). */
   readonly t: number
   /** The writer: the envelope's author id. */
   readonly replica: string
@@ -60,7 +66,11 @@ export interface RegisterWrite {
 }
 type Write = RegisterWrite
 
-/** Whether write `a` wins over `b` in an LWW register: timestamp, then writer, then tag, so ties are broken identically everywhere. */
+/**
+ * Whether write `a` wins over `b` in an LWW register: timestamp (the
+ * writer's hybrid logical clock), then writer, then tag, so ties are broken
+ * identically everywhere. Deterministic: no wall clock is read here.
+ */
 export function registerWriteWins(a: RegisterWrite, b: RegisterWrite): boolean {
   if (a.t !== b.t) return a.t > b.t
   if (a.replica !== b.replica) return a.replica > b.replica
@@ -151,4 +161,26 @@ export class LWWRegister implements Crdt<RegisterOp, RegisterValue | undefined> 
     for (const w of this.writes.values()) if (!best || registerWriteWins(w, best)) best = w
     return best
   }
+}
+
+/** What {@link latestRegisterStamp} reads: an envelope's regular updates and safe groups. */
+interface StampedUpdates {
+  readonly updates: ReadonlyArray<{ readonly decl: { readonly type: string }; readonly ops: readonly unknown[] }>
+  readonly safe: ReadonlyArray<{ readonly updates: ReadonlyArray<{ readonly decl: { readonly type: string }; readonly op: unknown }> }>
+}
+
+/**
+ * The latest timestamp among the register writes of an envelope (regular
+ * and safe), or undefined when it writes no register: what a relay holds
+ * against its own clock at the door, since one write stamped far ahead
+ * would beat every concurrent write until real time caught up with it.
+ */
+export function latestRegisterStamp(env: StampedUpdates): number | undefined {
+  let latest: number | undefined
+  const see = (op: unknown): void => {
+    if (Array.isArray(op) && op[0] === 's' && typeof op[2] === 'number' && (latest === undefined || op[2] > latest)) latest = op[2]
+  }
+  for (const u of env.updates) if (u.decl.type === 'register') for (const op of u.ops) see(op)
+  for (const g of env.safe) for (const u of g.updates) if (u.decl.type === 'register') see(u.op)
+  return latest
 }

@@ -1,0 +1,93 @@
+/**
+ * `status.relays[].error` says why a relay is not connected (a refused
+ * connection, a session closed before the relay's welcome), also before a
+ * cluster is trusted, and is cleared once the relay is connected.
+ */
+import { createServer } from 'node:net'
+import { nodeCrypto } from '@stead/core/node'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createClient, memoryStorage, type SteadClient } from '../src/index.node.ts'
+import { FakeCluster, FakeSocket } from './helpers/fake-cluster.ts'
+
+const open: SteadClient[] = []
+const clusters: FakeCluster[] = []
+afterEach(async () => {
+  for (const c of open.splice(0)) await c.close()
+  for (const c of clusters.splice(0)) c.stop()
+})
+
+async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+/** A local port nothing listens on (it was free a moment ago). */
+async function deadPort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+  const { port } = server.address() as { port: number }
+  await new Promise((r) => server.close(r))
+  return port
+}
+
+describe('status.relays[].error', () => {
+  it('says "connection refused" for a URL where nothing listens, before a cluster is trusted (no cluster given)', async () => {
+    const url = `ws://127.0.0.1:${await deadPort()}`
+    const c = await createClient({ relays: [url], storage: memoryStorage(), crypto: nodeCrypto })
+    open.push(c)
+    await until('an error for the relay', () => c.status.relays[0]?.error !== undefined)
+    expect(c.status.relays).toEqual([{ url, connected: false, error: 'connection refused' }])
+  })
+
+  it('says "connection refused" for a URL where nothing listens, with the cluster pinned', async () => {
+    const fake = new FakeCluster('bank', 4)
+    clusters.push(fake)
+    const url = `ws://127.0.0.1:${await deadPort()}`
+    const c = await createClient({ relays: [url], storage: memoryStorage(), crypto: nodeCrypto, cluster: fake.descriptor, backoff: { initialMs: 5, maxMs: 50 } })
+    open.push(c)
+    await until('an error for the relay', () => c.status.relays[0]?.error !== undefined)
+    expect(c.status.relays[0]).toEqual({ url, connected: false, error: 'connection refused' })
+    expect(c.status.problem).toContain('(connection refused)')
+  })
+
+  it('says "closed before welcome" for a relay that accepts and hangs up, and clears the error once the relay is connected', async () => {
+    const fake = new FakeCluster('bank', 4)
+    clusters.push(fake)
+    let hangUp = true
+    const connect = (url: string): FakeSocket => {
+      if (!hangUp || !url.includes('relay0.')) return fake.connect(url) as FakeSocket
+      const s = new FakeSocket()
+      setTimeout(() => {
+        s.readyState = 1
+        s.onopen?.({})
+        s.closeFromServer()
+      }, 0)
+      return s
+    }
+    const c = await createClient({ ...fake.clientOptions(), connect })
+    open.push(c)
+    await until('relay 0 failing, the others connected', () => c.status.relays[0]?.error !== undefined && c.status.relays.slice(1).every((r) => r.connected))
+    expect(c.status.relays[0]).toMatchObject({ connected: false, error: 'closed before welcome' })
+    expect(c.status.relays.slice(1).every((r) => r.error === undefined)).toBe(true)
+
+    hangUp = false
+    await until('relay 0 connected', () => c.status.relays[0]?.connected === true)
+    expect(c.status.relays[0]?.error).toBeUndefined()
+  })
+
+  it('a relay that refuses connections, then comes up: error while down, none once connected', async () => {
+    const fake = new FakeCluster('bank', 4)
+    clusters.push(fake)
+    fake.relays[2]?.setOnline(false)
+    const c = await createClient(fake.clientOptions())
+    open.push(c)
+    await until('relay 2 failing', () => c.status.relays[2]?.error !== undefined)
+    expect(c.status.relays[2]?.connected).toBe(false)
+    fake.relays[2]?.setOnline(true)
+    await until('relay 2 connected', () => c.status.relays[2]?.connected === true)
+    expect(c.status.relays[2]).not.toHaveProperty('error')
+  })
+})
