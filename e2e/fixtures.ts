@@ -46,7 +46,10 @@ export function demoPath(relays: readonly string[], space: string, user: string,
 export type Account = 'main' | 'travel' | 'equipment'
 
 export class User {
+  /** What the page printed in red (console errors, failed requests, uncaught exceptions). */
   readonly errors: string[] = []
+  /** What it printed in yellow. */
+  readonly warnings: string[] = []
   /** Relay connections of this context, when its network is controlled (see `openUser`). */
   private readonly sockets = new Set<WebSocketRoute>()
   private relaysReachable = true
@@ -67,6 +70,7 @@ export class User {
     page.on('pageerror', (err) => this.errors.push(`pageerror: ${err.message}`))
     page.on('console', (msg) => {
       if (msg.type() === 'error') this.errors.push(`console: ${msg.text()}`)
+      if (msg.type() === 'warning') this.warnings.push(`console: ${msg.text()}`)
     })
   }
 
@@ -152,7 +156,7 @@ export class User {
   }
 
   async close(testInfo?: TestInfo): Promise<void> {
-    if (testInfo && this.errors.length) await testInfo.attach(`${this.name}-browser-errors`, { body: this.errors.join('\n'), contentType: 'text/plain' })
+    if (testInfo && this.errors.length + this.warnings.length) await testInfo.attach(`${this.name}-browser-errors`, { body: [...this.errors, ...this.warnings].join('\n'), contentType: 'text/plain' })
     await this.context.close()
   }
 }

@@ -35,6 +35,10 @@ test('a user goes offline, keeps editing, comes back: the changes commit', async
     await bob.expectBalance('main', 100)
     await bob.expectBalance('travel', 0)
 
+    // While the browser says it is offline the client dials no relay: no connection errors pile up in the console.
+    expect(alice.refused.sessions, 'relay sessions tried while offline').toBe(0)
+    expect(alice.errors, "Alice's console while offline").toEqual([])
+
     await alice.setOffline(false)
     await alice.expectOnline(true)
     await expect(alice.ops('pending')).toHaveCount(0)

@@ -1,6 +1,6 @@
 /**
  * A Node client against a local cluster: run `npx stead-relay dev --relays 4`
- * in one terminal, then `npx tsx packages/client/examples/bank.ts` in another
+ * in one terminal, then `npm run example:bank` in another
  * (RELAYS=ws://host:port,... to point it elsewhere). It deposits, withdraws
  * safely (one withdrawal too many, to show a rejection) and prints the
  * prospective and stable balance as they change, and what the prospective
@@ -13,7 +13,7 @@ const client = await createClient({ relays, storage: memoryStorage() })
 const bank = await client.space('example-bank')
 const account = bank.counter(`acct:${client.authorId}`, { min: 0 })
 const show = (what: string): void => {
-  const held = account.pending.map((p) => p.amount).join(', ')
+  const held = account.pending.map((p) => (p.amount < 0 ? `withdrawal of ${-p.amount}` : `deposit of ${p.amount}`)).join(', ')
   console.log(`${what.padEnd(34)} prospective ${String(account.value).padStart(4)}   stable ${String(account.stable).padStart(4)}${held ? `   held back: ${held}` : ''}`)
 }
 

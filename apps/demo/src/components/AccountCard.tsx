@@ -33,7 +33,7 @@ export function AccountCard({ account }: { account: { id: string; key: string; n
       </div>
       {pending.length > 0 ? (
         <p className="hint" data-testid={`held-${account.id}`} title="withdrawals that would take the balance below 0 where they stand: the relays' order decides them">
-          held back: {pending.map((p) => `${p.amount}${p.own ? '' : ' (another user)'}`).join(', ')}
+          held back: {pending.map((p) => `${p.amount < 0 ? `withdrawal of ${-p.amount}` : `deposit of ${p.amount}`}${p.own ? '' : ' (another user)'}`).join(', ')}
         </p>
       ) : null}
       <div className="row">

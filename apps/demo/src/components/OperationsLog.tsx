@@ -27,7 +27,9 @@ export function OperationsLog() {
               {op.state === 'rejected' || op.state === 'failed' ? `: ${op.reason ?? '?'}` : ''}
               {op.state === 'committed' && op.index !== undefined ? ` @${op.index}` : ''}
             </span>
-            <span className="op-latency">{op.latency !== undefined ? `${Math.round(op.latency)} ms` : ''}</span>
+            <span className="op-latency" title={op.safe ? 'from the call to the relays\' decision' : 'from the call to stored on this device'}>
+              {op.latency !== undefined ? `${op.safe ? 'decided' : 'stored'} in ${Math.round(op.latency)} ms` : ''}
+            </span>
             {op.detail ? <span className="op-detail">{op.detail}</span> : null}
           </li>
         ))}

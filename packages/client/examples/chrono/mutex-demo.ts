@@ -29,9 +29,12 @@ await Promise.all(
       const who = await printer.enter(proof, nonce, await m.present(nonce))
       console.log(`${ms()}  ${name(who.author)} prints (request at stable index ${who.index}; proof: its request, ${proof.replies.length} replies, ${proof.releases.length} releases, each with ${proof.request.certificate.signatures.length} relay signatures)`)
       await new Promise((r) => setTimeout(r, 50))
+      // The printer is free from here. The release is an ordered update: the next member gets in once it
+      // sees it committed, which may be before this member hears back, so that line can follow the next print.
       printer.exit(who)
+      console.log(`${ms()}  ${name(who.author)} done printing`)
       await m.release()
-      console.log(`${ms()}  member ${i + 1} released`)
+      console.log(`${ms()}  member ${i + 1}'s release is in the stable order`)
     }
   }),
 )
