@@ -115,7 +115,7 @@ export interface RelayNodeOptions {
   /**
    * How far ahead of this relay's clock a register write may be stamped
    * before the envelope is refused at the door as `clock-ahead` (default
-   * {@link MAX_CLOCK_AHEAD_MS}). Clients stamp with the relays' time once
+   * 5 minutes). Clients stamp with the relays' time once
    * they heard one; this covers relay clocks disagreeing a little and a
    * device whose clock runs fast writing before it reached any relay.
    */

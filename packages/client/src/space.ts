@@ -101,7 +101,23 @@ type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHand
  * Giving both bounds does not type-check (`never`) and is refused at run
  * time: a Bounded Counter keeps one bound.
  */
-export type BoundedCounterOptions = { readonly min: number; readonly max?: never; readonly initial: number } | { readonly max: number; readonly min?: never; readonly initial: number }
+export type BoundedCounterOptions =
+  | {
+      /** The lower bound the stable value never goes below. */
+      readonly min: number
+      /** Not with `min`: a Bounded Counter keeps one bound. */
+      readonly max?: never
+      /** The starting value; its distance from the bound is the pool of rights. */
+      readonly initial: number
+    }
+  | {
+      /** The upper bound the stable value never goes above. */
+      readonly max: number
+      /** Not with `max`: a Bounded Counter keeps one bound. */
+      readonly min?: never
+      /** The starting value; its distance from the bound is the pool of rights. */
+      readonly initial: number
+    }
 
 /** Refuses a handle's options that are not an object or name an option the handle does not have (it would be silently ignored). */
 function checkObjectOptions(key: string, kind: string, given: unknown, own: readonly string[], usage: string): void {
