@@ -68,13 +68,15 @@ async function start(options: StartOptions): Promise<void> {
     state.signal = signal
     state.logger?.info({ signal }, state.relay ? 'stopping' : 'stopping as soon as the relay has started')
     if (state.relay && state.logger) stopRelay(state.relay, state.logger, signal)
+    // A start that hangs (a file system that does not answer) must not outlive a stop request.
+    else setTimeout(() => process.exit(1), STOP_TIMEOUT_MS).unref()
   }
   process.once('SIGINT', () => shutdown('SIGINT'))
   process.once('SIGTERM', () => shutdown('SIGTERM'))
   // Started by `dev`: go down with it, even if it was killed with SIGKILL.
   if (process.channel) process.once('disconnect', () => shutdown('parent exited'))
 
-  const [{ DEFAULT_LIMITS }, { ConfigError, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
+  const [{ DEFAULT_LIMITS }, { ConfigError, fileProblem, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
     import('./api.ts'),
     import('./config.ts'),
     import('./logging.ts'),
@@ -86,17 +88,34 @@ async function start(options: StartOptions): Promise<void> {
   // Whatever the relay writes (store, lock, metadata) is its owner's alone.
   process.umask(0o077)
   const cluster = loadCluster(o.config)
-  const identity = loadIdentity(o.key ?? join(o.data, 'key.json'))
+  // The id before the key: an id not in the file is the mistake, not the key file its data dir lacks.
   const entry = cluster.relays.find((r) => r.id === o.id)
-  if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey)) throw new ConfigError(`the key does not match relay ${o.id}'s publicKey in ${o.config}`)
+  if (!entry) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}; give one of its ids: ${cluster.relays.map((r) => r.id).join(', ')}`)
+  const keyPath = o.key ?? join(o.data, 'key.json')
+  const identity = loadIdentity(keyPath)
+  if (toHex(entry.publicKey) !== toHex(identity.publicKey)) {
+    const owner = cluster.relays.find((r) => toHex(r.publicKey) === toHex(identity.publicKey))
+    throw new ConfigError(
+      `key file ${keyPath} is not relay ${o.id}'s: its public key ${owner ? `is ${owner.id}'s` : 'is not'} in ${o.config}; give ${o.id}'s own key with --key (or in <data>/key.json)${owner ? `, or start it as --id ${owner.id}` : ''}`,
+    )
+  }
   const readTls = (path: string, flag: string): Buffer => {
     try {
       return readFileSync(path)
     } catch (err) {
-      throw new ConfigError(`${flag} ${path}: ${(err as Error).message}`)
+      throw new ConfigError(fileProblem(err, flag, path, `give ${flag} a PEM file`) ?? `${flag} ${path}: ${(err as Error).message}`)
     }
   }
   const tls = o.tlsCert ? { cert: readTls(o.tlsCert, '--tls-cert'), key: readTls(o.tlsKey as string, '--tls-key') } : undefined
+  if (tls) {
+    // Checked here, where the flags are known: the HTTPS server would throw a bare OpenSSL error.
+    const { createSecureContext } = await import('node:tls')
+    try {
+      createSecureContext(tls)
+    } catch (err) {
+      throw new ConfigError(`--tls-cert ${o.tlsCert} and --tls-key ${o.tlsKey} are not a PEM certificate and its private key (${(err as Error).message}); give the certificate chain and the key that belongs to it`)
+    }
+  }
   const logger = (state.logger = relayLogger(o.id, o.logLevel))
   if (state.signal) {
     // Asked to stop before anything was opened: nothing to close.
@@ -146,7 +165,14 @@ async function keygen(o: { out: string }): Promise<void> {
   if (existsSync(o.out)) throw new UsageError(`${o.out} exists; refusing to overwrite a key`)
   const [{ generateIdentity, writeIdentity }, { toHex }] = await Promise.all([import('./config.ts'), import('@stead/core')])
   const id = generateIdentity()
-  writeIdentity(o.out, id)
+  try {
+    writeIdentity(o.out, id)
+  } catch (err) {
+    const { ConfigError, fileProblem } = await import('./config.ts')
+    const fix = 'give --out a path in a directory that exists and this user can write'
+    const problem = (err as NodeJS.ErrnoException).code === 'ENOENT' ? `--out ${o.out}: its directory does not exist; ${fix}` : fileProblem(err, '--out', o.out, fix)
+    throw problem ? new ConfigError(problem) : err
+  }
   console.log(`wrote ${o.out}\npublicKey ${toHex(id.publicKey)}`)
 }
 
@@ -179,6 +205,7 @@ function buildProgram(): Command {
     .option('--out <dir>', 'where to write the files', 'stead-cluster')
     .option('--space <name>', 'a space the cluster serves (repeatable); spaces get writers and readers in the file', repeatable)
     .option('--open-spaces', 'let any signed client create spaces (default: only the listed spaces exist)')
+    .option('--peers', 'give each relay a "peers" address (HTTP port + 200, WebSocket) where it helps browsers sync peer to peer')
     .addHelpText(
       'after',
       `
@@ -189,10 +216,10 @@ Examples:
   stead-relay init --relays 4 --host 127.0.0.1 --space bank           # one machine, ports 7401-7404
   stead-relay init --relays 4 --host 10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4 --space bank`,
     )
-    .action(async (o: { host?: string[]; relays: number; basePort: number; out: string; space?: string[]; openSpaces?: boolean }) => {
+    .action(async (o: { host?: string[]; relays: number; basePort: number; out: string; space?: string[]; openSpaces?: boolean; peers?: boolean }) => {
       if (!o.host) throw new UsageError('needs --host: the address of every relay, or of each relay')
       const { describeInit, initCluster } = await import('./init.ts')
-      const result = initCluster({ relays: o.relays, hosts: o.host, basePort: o.basePort, out: o.out, spaces: o.space ?? [], openSpaces: o.openSpaces === true })
+      const result = initCluster({ relays: o.relays, hosts: o.host, basePort: o.basePort, out: o.out, spaces: o.space ?? [], openSpaces: o.openSpaces === true, peers: o.peers === true })
       console.log(describeInit(result))
     })
 

@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs'
+import { isIPv4, isIPv6 } from 'node:net'
 import { fromHex, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { z } from 'zod'
@@ -71,13 +72,77 @@ export function committeeOf(c: ClusterConfig): Committee {
  * @throws {@link ConfigError} if the file cannot be read or parsed, or fails {@link parseCluster}'s checks.
  */
 export function loadCluster(path: string): ClusterConfig {
-  let raw: unknown
-  try {
-    raw = JSON.parse(readFileSync(path, 'utf8'))
-  } catch (err) {
-    throw new ConfigError(`cannot read cluster file ${path}: ${(err as Error).message}`)
+  return parseCluster(readJsonFile(path, 'cluster file', 'give --config the cluster.json that `stead-relay init` wrote'), path)
+}
+
+/**
+ * What an operator reads when a file cannot be read: the file, the reason in
+ * words (not an errno), and `fix`. Undefined for an error that is not a
+ * file-system error.
+ */
+export function fileProblem(err: unknown, what: string, path: string, fix: string): string | undefined {
+  switch ((err as NodeJS.ErrnoException | null)?.code) {
+    case 'ENOENT':
+      return `${what} ${path} does not exist; ${fix}`
+    case 'ENOTDIR':
+      return `${what} ${path}: a part of the path is a file, not a directory; ${fix}`
+    case 'EISDIR':
+      return `${what} ${path} is a directory, not a file; ${fix}`
+    case 'EACCES':
+    case 'EPERM':
+      return `${what} ${path}: permission denied; run as a user that may use it, or change its owner or mode`
+    case 'EROFS':
+      return `${what} ${path} is on a read-only file system; ${fix}`
+    case 'ENOSPC':
+      return `${what} ${path}: no space left on the device; free some space`
+    case 'ELOOP':
+    case 'ENAMETOOLONG':
+      return `${what} ${path} cannot be resolved (${(err as NodeJS.ErrnoException).code}); ${fix}`
+    default:
+      return undefined
   }
-  return parseCluster(raw, path)
+}
+
+/** Reads a JSON file, or throws a ConfigError naming it, the problem and `fix`. */
+function readJsonFile(path: string, what: string, fix: string): unknown {
+  let text: string
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    throw new ConfigError(fileProblem(err, what, path, fix) ?? `cannot read ${what} ${path}: ${(err as Error).message}`)
+  }
+  try {
+    return JSON.parse(text)
+  } catch (err) {
+    if (text.trim() === '') throw new ConfigError(`${what} ${path} is empty; ${fix}`)
+    throw new ConfigError(`${what} ${path} is not valid JSON (${(err as Error).message}); fix the file, or ${fix}`)
+  }
+}
+
+/** A port as the cluster file writes it: a whole number from 1 to 65535. */
+function validPort(text: string): boolean {
+  const n = Number(text)
+  return /^\d+$/.test(text) && n >= 1 && n <= 65_535
+}
+
+/** What is wrong with a multiaddr /ip4|ip6/<ip>/tcp/<port>[suffix], or undefined if nothing is. */
+function multiaddrProblem(s: string, suffix: '' | '/ws'): string | undefined {
+  const example = `/ip4/127.0.0.1/tcp/${suffix ? 7601 : 7501}${suffix}`
+  const m = /^\/(ip4|ip6)\/([^/]+)\/tcp\/([^/]+)(\/.*)?$/.exec(s)
+  if (!m || (m[4] ?? '') !== suffix) return `must look like ${example}, got ${s}`
+  const [, proto, ip = '', port = ''] = m
+  if (proto === 'ip4' ? !isIPv4(ip) : !isIPv6(ip)) return `has ${ip}, which is not an ${proto === 'ip4' ? 'IPv4' : 'IPv6'} address; write the relay's address, e.g. ${example}`
+  if (!validPort(port)) return `has port ${port}; a port is a whole number from 1 to 65535, e.g. ${example}`
+  return undefined
+}
+
+/** What is wrong with an API address host:port, or undefined if nothing is. */
+function apiProblem(s: string): string | undefined {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(s)) return `must be host:port without a scheme (clients add ws:// or wss://), e.g. 127.0.0.1:7401, got ${s}`
+  const m = /^([^:/]+):([^:/]*)$/.exec(s)
+  if (!m) return `must be host:port, e.g. 127.0.0.1:7401, got ${s}`
+  if (!validPort(m[2] ?? '')) return `has port ${m[2] ?? ''}; a port is a whole number from 1 to 65535, e.g. 127.0.0.1:7401`
+  return undefined
 }
 
 // The schema's messages say what is wrong; `describeIssue` puts the field's path in front.
@@ -88,11 +153,11 @@ const relayKey = nonEmpty.transform((s, ctx) => {
   try {
     key = fromHex(s)
   } catch {
-    ctx.addIssue({ code: 'custom', message: 'is not hex' })
+    ctx.addIssue({ code: 'custom', message: "is not hex; write the relay's public key as `stead-relay keygen` or `init` printed it (64 hex digits)" })
     return z.NEVER
   }
   if (key.length !== 32) {
-    ctx.addIssue({ code: 'custom', message: 'must be 32 bytes (64 hex digits)' })
+    ctx.addIssue({ code: 'custom', message: `must be 32 bytes (64 hex digits), got ${key.length} bytes; write the relay's whole public key as \`stead-relay keygen\` or \`init\` printed it` })
     return z.NEVER
   }
   return key
@@ -113,9 +178,20 @@ const relaySchema = z.strictObject(
   {
     id: nonEmpty,
     publicKey: relayKey,
-    mesh: nonEmpty.refine((s) => /^\/ip[46]\/[^/]+\/tcp\/\d+$/.test(s), { error: (iss) => `must look like /ip4/127.0.0.1/tcp/7501, got ${String(iss.input)}` }),
-    api: nonEmpty.refine((s) => /^[^:/]+:\d+$/.test(s), { error: (iss) => `must be host:port, got ${String(iss.input)}` }),
-    peers: nonEmpty.refine((s) => /^\/ip[46]\/[^/]+\/tcp\/\d+\/ws$/.test(s), { error: (iss) => `must look like /ip4/127.0.0.1/tcp/7601/ws, got ${String(iss.input)}` }).optional(),
+    mesh: nonEmpty.superRefine((s, ctx) => {
+      const problem = multiaddrProblem(s, '')
+      if (problem) ctx.addIssue({ code: 'custom', message: problem })
+    }),
+    api: nonEmpty.superRefine((s, ctx) => {
+      const problem = apiProblem(s)
+      if (problem) ctx.addIssue({ code: 'custom', message: problem })
+    }),
+    peers: nonEmpty
+      .superRefine((s, ctx) => {
+        const problem = multiaddrProblem(s, '/ws')
+        if (problem) ctx.addIssue({ code: 'custom', message: problem })
+      })
+      .optional(),
   },
   { error: 'must be an object { "id", "publicKey", "mesh", "api" } (and optionally "peers")' },
 )
@@ -216,14 +292,34 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   }
   const obj = parsed.data
   const relays: RelayEntry[] = obj.relays
-  const f = obj.f ?? Math.floor((relays.length - 1) / 3)
+  const n = relays.length
+  const f = obj.f ?? Math.floor((n - 1) / 3)
+  // N = 3f+1 exactly (see validateCommittee), said in the file's terms, with the fix.
+  if (n !== 3 * f + 1) {
+    const fits = n >= 4 && (n - 1) % 3 === 0
+    const fix = obj.f !== undefined && fits ? `set "f" to ${(n - 1) / 3} (or remove it), or list ${3 * f + 1} relays` : `list 4, 7, 10, ... relays${obj.f === undefined ? '' : ` (${3 * f + 1} for "f" ${f})`}`
+    fail(n < 3 * f + 1 ? `${n} relays cannot tolerate f = ${f}: N must be exactly 3f+1; ${fix}` : `${n} relays with f = ${f}: N must be exactly 3f+1 (with more, quorums of 2f+1 could meet in a Byzantine relay only); ${fix}`)
+  }
+  // Two relays with the same id, key or address: name both, and the field.
+  for (const [field, what] of [
+    ['id', 'ids'],
+    ['publicKey', 'keys'],
+    ['api', 'api addresses'],
+    ['mesh', 'mesh addresses'],
+    ['peers', 'peers addresses'],
+  ] as const) {
+    const seen = new Map<string, number>()
+    relays.forEach((r, i) => {
+      const v = r[field]
+      if (v === undefined) return
+      const key = typeof v === 'string' ? v : toHex(v)
+      const first = seen.get(key)
+      if (first !== undefined) fail(`relay ${what} must be distinct: relays[${first}] and relays[${i}] both have ${field} ${typeof v === 'string' ? v : `${key.slice(0, 16)}…`}; give each relay its own`)
+      seen.set(key, i)
+    })
+  }
   const committeeProblem = validateCommittee({ f, keys: relays.map((r) => r.publicKey) })
   if (committeeProblem) fail(committeeProblem)
-  if (new Set(relays.map((r) => r.id)).size !== relays.length) fail('relay ids must be distinct')
-  if (new Set(relays.map((r) => r.api)).size !== relays.length) fail('relay api addresses must be distinct')
-  if (new Set(relays.map((r) => r.mesh)).size !== relays.length) fail('relay mesh addresses must be distinct')
-  const peerPorts = relays.flatMap((r) => (r.peers ? [r.peers] : []))
-  if (new Set(peerPorts).size !== peerPorts.length) fail('relay peers addresses must be distinct')
   const spaces = new Map<string, SpacePolicy>()
   for (const [name, policy] of Object.entries(obj.spaces ?? {})) {
     spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}) })
@@ -275,18 +371,15 @@ export function writeIdentity(path: string, id: Identity): void {
  * @throws {@link ConfigError} if the file cannot be read or holds no 32-byte hex `secretKey`.
  */
 export function loadIdentity(path: string): Identity {
-  let raw: { secretKey?: unknown }
+  const fix = 'give the relay\'s key file with --key, or put it at <data>/key.json (`stead-relay init` or `keygen` writes one)'
+  const raw = readJsonFile(path, 'key file', fix) as { secretKey?: unknown } | null
+  const hex = typeof raw === 'object' && raw !== null ? raw.secretKey : undefined
+  let secretKey: Uint8Array | undefined
   try {
-    raw = JSON.parse(readFileSync(path, 'utf8')) as { secretKey?: unknown }
-  } catch (err) {
-    throw new ConfigError(`cannot read key file ${path}: ${(err as Error).message}`)
-  }
-  let secretKey: Uint8Array
-  try {
-    secretKey = fromHex(String(raw.secretKey))
+    secretKey = typeof hex === 'string' ? fromHex(hex) : undefined
   } catch {
-    throw new ConfigError(`${path}: secretKey is not hex`)
+    // reported below
   }
-  if (secretKey.length !== 32) throw new ConfigError(`${path}: secretKey must be 32 bytes`)
+  if (secretKey?.length !== 32) throw new ConfigError(`key file ${path} has no "secretKey" of 64 hex digits; is it a key file written by \`stead-relay keygen\` or \`init\`? ${fix.charAt(0).toUpperCase()}${fix.slice(1)}`)
   return { secretKey, publicKey: publicKeyOfSync(secretKey) }
 }

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import { chmodSync, closeSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, lstatSync, readFileSync, realpathSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
-import { ConfigError } from './config.ts'
+import { ConfigError, fileProblem } from './config.ts'
 
 /** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates; 4: state hashes over Merkle trees of objects and authors). */
 export const STORE_FORMAT = 4
@@ -49,6 +49,56 @@ export function committeeFingerprint(committee: { readonly f: number; readonly k
  * once the store is closed.
  */
 export function openDataDir(dir: string, committee: { readonly f: number; readonly keys: readonly Uint8Array[] }, policy?: string): DataDir {
+  return explainingFsErrors(dir, () => openChecked(dir, committee, policy))
+}
+
+/** A file-system error while preparing a data dir (not a dir, permission denied, read-only) as a ConfigError naming the dir. */
+function explainingFsErrors<T>(dir: string, open: () => T): T {
+  try {
+    return open()
+  } catch (err) {
+    if (err instanceof ConfigError) throw err
+    const code = (err as NodeJS.ErrnoException | null)?.code
+    const fix = 'point --data at a directory this user can write (it is created if missing)'
+    const problem =
+      code === 'EEXIST' || code === 'ENOTDIR'
+        ? `data dir ${dir} cannot be a directory: it or a part of its path is a file; ${fix}`
+        : code === 'ENOENT'
+          ? undefined
+          : fileProblem(err, 'data dir', dir, fix)
+    throw problem ? new ConfigError(problem) : err
+  }
+}
+
+/**
+ * Who holds a data dir's lock now: a stead-relay that is running (on this
+ * host, or on another one sharing the dir), or undefined if nobody does (no
+ * lock file, or a stale one).
+ */
+export function lockHolder(dir: string): LockOwner | undefined {
+  let real: string
+  try {
+    real = realpathSync(dir)
+  } catch {
+    return undefined // no dir, no lock
+  }
+  let other: LockOwner
+  try {
+    other = JSON.parse(readFileSync(join(real, LOCK_FILE), 'utf8')) as LockOwner
+  } catch {
+    return undefined
+  }
+  if (!Number.isSafeInteger(other.pid) || typeof other.hostname !== 'string') return undefined
+  if (other.hostname !== hostname()) return other
+  return ownerAlive(other, real) ? other : undefined
+}
+
+/** "pid 123, started …", or with the host when it is another one. */
+export function describeLockOwner(o: LockOwner): string {
+  return describe(o)
+}
+
+function openChecked(dir: string, committee: { readonly f: number; readonly keys: readonly Uint8Array[] }, policy?: string): DataDir {
   mkdirSync(dir, { recursive: true, mode: 0o700 })
   chmodSync(dir, 0o700)
   const real = realpathSync(dir)

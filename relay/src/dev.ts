@@ -7,7 +7,8 @@ import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { toHex } from '@stead/core'
-import { clusterToJson, generateIdentity, loadIdentity, parseCluster, writeIdentity } from './config.ts'
+import { ConfigError, clusterToJson, fileProblem, generateIdentity, loadIdentity, parseCluster, writeIdentity } from './config.ts'
+import { describeLockOwner, lockHolder } from './datadir.ts'
 import { UsageError } from './cli-options.ts'
 import { faultsTolerated, MESH_PORT_OFFSET, PEERS_PORT_OFFSET } from './init.ts'
 import { prettyLogLines, type LogLevel } from './logging.ts'
@@ -39,6 +40,17 @@ export async function runDev(o: DevOptions): Promise<void> {
   if (o.basePort + n - 1 + PEERS_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} must leave room for the relays (HTTP ports ${o.basePort}+, mesh ports ${MESH_PORT_OFFSET} above, peer ports ${PEERS_PORT_OFFSET} above)`)
   if (o.byzantine > f) throw new UsageError(`--byzantine must be between 0 and f = ${f}`)
   const ids = Array.from({ length: n }, (_, i) => `r${i + 1}`)
+  const dir = resolve(o.dir)
+  // Another dev cluster on this dir: its relays hold the data dirs. Starting ours would only
+  // see each relay refuse its dir (and rewrite the other's cluster file): say so first.
+  for (const id of ids) {
+    const holder = lockHolder(join(dir, id))
+    if (holder) {
+      throw new ConfigError(
+        `--dir ${o.dir} is in use by another stead-relay dev (its relay ${id} runs as ${describeLockOwner(holder)}): stop that one, or give this one its own --dir, e.g. --dir ${o.dir.replace(/\/+$/, '')}-${o.basePort}`,
+      )
+    }
+  }
   // A port in use would make one relay exit while the others wait for it: say so before starting any.
   for (const [i, id] of ids.entries()) {
     for (const [what, port] of [
@@ -51,17 +63,24 @@ export async function runDev(o: DevOptions): Promise<void> {
     }
   }
 
-  const dir = resolve(o.dir)
   const clusterPath = join(dir, 'cluster.json')
-  mkdirSync(dir, { recursive: true })
   // Keys and data survive between runs, so a dev cluster keeps its state; --fresh starts over.
   const relays = ids.map((id, i) => {
     const data = join(dir, id)
-    if (o.fresh) rmSync(data, { recursive: true, force: true })
-    mkdirSync(data, { recursive: true })
     const keyPath = join(data, 'key.json')
-    if (!existsSync(keyPath)) writeIdentity(keyPath, generateIdentity())
-    const key = loadIdentity(keyPath)
+    let key: ReturnType<typeof loadIdentity>
+    try {
+      if (o.fresh) rmSync(data, { recursive: true, force: true })
+      mkdirSync(data, { recursive: true })
+      if (!existsSync(keyPath)) writeIdentity(keyPath, generateIdentity())
+      key = loadIdentity(keyPath)
+    } catch (err) {
+      if (err instanceof ConfigError) throw new ConfigError(`${err.message.replace(/;.*$/s, '')}; start the dev cluster over with --fresh, or use another --dir`)
+      const code = (err as NodeJS.ErrnoException | null)?.code
+      const fix = 'give --dir a directory this user can write (it is created if missing)'
+      const problem = code === 'EEXIST' || code === 'ENOTDIR' ? `--dir ${o.dir}: it or a part of its path is a file, not a directory; ${fix}` : fileProblem(err, '--dir', o.dir, fix)
+      throw problem ? new ConfigError(problem) : err
+    }
     return { id, publicKey: toHex(key.publicKey), mesh: `/ip4/127.0.0.1/tcp/${o.basePort + MESH_PORT_OFFSET + i}`, api: `127.0.0.1:${o.basePort + i}`, peers: `/ip4/127.0.0.1/tcp/${o.basePort + PEERS_PORT_OFFSET + i}/ws`, data }
   })
   // A dev cluster serves any space (`start` on a cluster file defaults to the listed ones only).

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { isIPv4 } from 'node:net'
 import { join } from 'node:path'
 import { toHex } from '@stead/core'
-import { type ClusterConfig, clusterToJson, generateIdentity, parseCluster, writeIdentity } from './config.ts'
+import { type ClusterConfig, ConfigError, clusterToJson, fileProblem, generateIdentity, parseCluster, writeIdentity } from './config.ts'
 import { UsageError } from './cli-options.ts'
 
 export interface InitOptions {
@@ -21,6 +21,12 @@ export interface InitOptions {
   readonly spaces?: readonly string[]
   /** Let clients create any space (metered per key). Default false: only listed spaces exist. */
   readonly openSpaces?: boolean
+  /**
+   * Give every relay a `peers` address (HTTP port + 200, WebSocket), where it
+   * helps browsers sync peer to peer (circuit relay, WebRTC signalling).
+   * Default false: the relays offer none.
+   */
+  readonly peers?: boolean
 }
 
 export interface InitRelay {
@@ -28,6 +34,8 @@ export interface InitRelay {
   readonly host: string
   readonly api: string
   readonly mesh: string
+  /** Where it helps clients sync peer to peer (with InitOptions.peers). */
+  readonly peers?: string
   readonly publicKey: string
   /** Its data dir, holding its key.json (0600). */
   readonly dir: string
@@ -75,26 +83,35 @@ export function initCluster(o: InitOptions): InitResult {
     const slot = used.get(host) ?? 0
     used.set(host, slot + 1)
     const port = o.basePort + slot
-    if (port + MESH_PORT_OFFSET > 65_535) throw new UsageError(`--base-port ${o.basePort} leaves no room for ${slot + 1} relays on ${host} (HTTP ports from ${o.basePort}, mesh ports ${MESH_PORT_OFFSET} above)`)
+    const top = o.peers ? PEERS_PORT_OFFSET : MESH_PORT_OFFSET
+    if (port + top > 65_535) throw new UsageError(`--base-port ${o.basePort} leaves no room for ${slot + 1} relays on ${host} (HTTP ports from ${o.basePort}, mesh ports ${MESH_PORT_OFFSET} above${o.peers ? `, peer ports ${PEERS_PORT_OFFSET} above` : ''})`)
     const id = `r${i + 1}`
     const dir = join(o.out, id)
-    return { id, host, api: `${host}:${port}`, mesh: `/ip4/${host}/tcp/${port + MESH_PORT_OFFSET}`, dir, keyPath: join(dir, 'key.json') }
+    return { id, host, api: `${host}:${port}`, mesh: `/ip4/${host}/tcp/${port + MESH_PORT_OFFSET}`, ...(o.peers ? { peers: `/ip4/${host}/tcp/${port + PEERS_PORT_OFFSET}/ws` } : {}), dir, keyPath: join(dir, 'key.json') }
   })
   const clusterPath = join(o.out, 'cluster.json')
   const existing = [clusterPath, ...plan.map((r) => r.keyPath)].filter((p) => existsSync(p))
   if (existing.length) throw new UsageError(`refusing to overwrite ${existing.join(', ')}: keys and cluster files are made once; choose another --out`)
   const spaces = [...new Set(o.spaces ?? [])]
 
-  mkdirSync(o.out, { recursive: true, mode: 0o700 })
-  const relays: InitRelay[] = plan.map((r) => {
-    mkdirSync(r.dir, { recursive: true, mode: 0o700 })
-    const identity = generateIdentity()
-    writeIdentity(r.keyPath, identity)
-    return { ...r, publicKey: toHex(identity.publicKey) }
-  })
+  let relays: InitRelay[]
+  try {
+    mkdirSync(o.out, { recursive: true, mode: 0o700 })
+    relays = plan.map((r) => {
+      mkdirSync(r.dir, { recursive: true, mode: 0o700 })
+      const identity = generateIdentity()
+      writeIdentity(r.keyPath, identity)
+      return { ...r, publicKey: toHex(identity.publicKey) }
+    })
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException | null)?.code
+    const fix = 'give --out a directory this user can write (it is created if missing)'
+    const problem = code === 'EEXIST' || code === 'ENOTDIR' ? `--out ${o.out}: it or a part of its path is a file, not a directory; ${fix}` : fileProblem(err, '--out', o.out, fix)
+    throw problem ? new ConfigError(problem) : err
+  }
   const cluster = parseCluster(
     {
-      relays: relays.map((r) => ({ id: r.id, publicKey: r.publicKey, mesh: r.mesh, api: r.api })),
+      relays: relays.map((r) => ({ id: r.id, publicKey: r.publicKey, mesh: r.mesh, api: r.api, ...(r.peers ? { peers: r.peers } : {}) })),
       spaces: Object.fromEntries(spaces.map((s) => [s, {}])),
       openSpaces: o.openSpaces ?? false,
     },
@@ -110,7 +127,7 @@ export function describeInit(r: InitResult): string {
   const spaces = [...c.spaces.keys()]
   const lines = [
     `wrote ${r.clusterPath}: ${c.relays.length} relays, f = ${c.f}, openSpaces ${c.openSpaces}, spaces: ${spaces.length ? spaces.join(', ') : 'none listed'}`,
-    ...r.relays.map((x) => `wrote ${x.keyPath} (mode 0600): ${x.id} at ${x.api} (mesh ${x.mesh}), publicKey ${x.publicKey}`),
+    ...r.relays.map((x) => `wrote ${x.keyPath} (mode 0600): ${x.id} at ${x.api} (mesh ${x.mesh}${x.peers ? `, peers ${x.peers}` : ''}), publicKey ${x.publicKey}`),
     '',
   ]
   if (!c.openSpaces && spaces.length === 0) {

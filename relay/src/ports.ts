@@ -11,7 +11,7 @@ export interface Listener {
   readonly setting: string
 }
 
-export type PortState = 'free' | 'in-use' | 'not-local' | 'denied' | 'unknown'
+export type PortState = 'free' | 'in-use' | 'not-local' | 'unresolved' | 'bad-port' | 'denied' | 'unknown'
 
 /** A listener that could not bind, with the reason an operator acts on. */
 export class ListenError extends ConfigError {
@@ -31,6 +31,10 @@ function listenMessage(l: Listener, state: Exclude<PortState, 'free'>): string {
       return `port ${l.port} (${l.what}, ${at}) is in use by another process: stop it (find it with: ss -ltnp 'sport = :${l.port}'), or change ${l.setting}`
     case 'not-local':
       return `cannot listen on ${at} (${l.what}): ${l.host} is not an address of this machine; fix ${l.setting}`
+    case 'unresolved':
+      return `cannot listen on ${at} (${l.what}): ${l.host} does not resolve to an address (DNS); fix ${l.setting}`
+    case 'bad-port':
+      return `cannot listen on ${at} (${l.what}): ${l.port} is not a port (1 to 65535); fix ${l.setting}`
     case 'denied':
       return `cannot listen on ${at} (${l.what}): permission denied (ports below 1024 need privileges); change ${l.setting}`
     case 'unknown':
@@ -41,6 +45,7 @@ function listenMessage(l: Listener, state: Exclude<PortState, 'free'>): string {
 /** Listens on host:port for a moment and lets go: what a relay's own listener would meet there now. */
 export function probePort(host: string, port: number): Promise<PortState> {
   return new Promise((done) => {
+    if (!Number.isInteger(port) || port < 0 || port > 65_535) return done('bad-port')
     const server = createServer()
     server.once('error', (err: NodeJS.ErrnoException) => done(stateOf(err.code)))
     server.listen({ host, port }, () => server.close(() => done('free')))
@@ -50,6 +55,8 @@ export function probePort(host: string, port: number): Promise<PortState> {
 function stateOf(code: string | undefined): Exclude<PortState, 'free'> {
   if (code === 'EADDRINUSE') return 'in-use'
   if (code === 'EADDRNOTAVAIL') return 'not-local'
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'unresolved'
+  if (code === 'ERR_SOCKET_BAD_PORT') return 'bad-port'
   if (code === 'EACCES' || code === 'EPERM') return 'denied'
   return 'unknown'
 }
@@ -62,7 +69,7 @@ function stateOf(code: string | undefined): Exclude<PortState, 'free'> {
 export function isListenFailure(err: unknown): boolean {
   const e = err as { code?: unknown; name?: unknown; message?: unknown } | null
   if (!e) return false
-  if (typeof e.code === 'string' && /^E(ADDRINUSE|ADDRNOTAVAIL|ACCES|PERM)$/.test(e.code)) return true
+  if (typeof e.code === 'string' && /^(E(ADDRINUSE|ADDRNOTAVAIL|ACCES|PERM|NOTFOUND|AI_AGAIN)|ERR_SOCKET_BAD_PORT)$/.test(e.code)) return true
   if (e.name === 'UnsupportedListenAddressesError') return true
   return typeof e.message === 'string' && /\bE(ADDRINUSE|ADDRNOTAVAIL)\b/.test(e.message)
 }

@@ -22,6 +22,8 @@ demo app with Vite. Options go to stead-relay dev, for example:
   --fresh           start the cluster over with new keys and data
   --byzantine 1     run the last relay in a Byzantine mode (--byzantine-mode MODE)
   --base-port 7401  first relay port
+  --dir .stead/dev  where the cluster's keys and data live; a second cluster
+                    running at the same time needs its own --dir (and --base-port)
 Relay logs go to <dir>/relays.log (default .stead/dev/relays.log).`)
   process.exit(0)
 }
@@ -58,7 +60,8 @@ function forward(stream: NodeJS.ReadableStream): void {
     buffered = lines.pop() ?? ''
     for (const line of lines) {
       const fromRelay = /^\[r\d+/.test(line)
-      if (!fromRelay || /\b(WARN|ERROR|exited)\b|Error:/.test(line)) process.stdout.write(`[relays] ${line}\n`)
+      // A relay's refusal to start ("[r1] stead-relay: data dir … is in use …") says what to do: show it.
+      if (!fromRelay || /\b(WARN|ERROR|exited)\b|Error:|\] stead-relay: /.test(line)) process.stdout.write(`[relays] ${line}\n`)
     }
   })
 }
@@ -66,9 +69,9 @@ forward(relays.stdout)
 forward(relays.stderr)
 relays.on('exit', (code, signal) => {
   if (stopping) return
-  console.error(`[relays] stead-relay dev exited (${signal ?? code}); see ${logPath}`)
-  console.error('[relays] if its data comes from an older Stead version or another cluster, start over with: npm run dev -- --fresh')
-  void stop(1)
+  // Its reason is the `stead-relay…:` line above (exit 2: something to fix, which that line names).
+  console.error(`[relays] stead-relay dev exited (${signal ?? code}): the reason is in the lines above${code === 2 ? '' : `; all relay logs: ${logPath}`}`)
+  void stop(code === 2 ? 2 : 1)
 })
 
 async function waitForRelays(timeoutMs: number): Promise<string[]> {

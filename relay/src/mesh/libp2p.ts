@@ -34,9 +34,13 @@ import { halfWindowUpdates } from './yamux-window.ts'
 export const MESH_PROTOCOL = '/stead/mesh/1.0.0'
 
 export interface MeshLogger {
+  debug?(obj: object, msg?: string): void
   info(obj: object, msg?: string): void
   warn(obj: object, msg?: string): void
 }
+
+/** How long a peer may stay unreachable before it is a warning (a relay starting, restarting or being redeployed is not). */
+export const DEFAULT_UNREACHABLE_WARN_MS = 20_000
 
 export interface Libp2pMeshOptions {
   /** My committee index. */
@@ -58,6 +62,12 @@ export interface Libp2pMeshOptions {
   minBackoffMs?: number
   /** Redial delay ceiling (ms). Default 5,000. */
   maxBackoffMs?: number
+  /**
+   * A peer not reachable yet (at start) or lost is logged at info once; it
+   * is a warning only once it has been unreachable this long (ms). Default
+   * {@link DEFAULT_UNREACHABLE_WARN_MS}.
+   */
+  unreachableWarnMs?: number
 }
 
 export interface MeshStats {
@@ -111,13 +121,19 @@ interface PeerState {
   flushScheduled: boolean
   attempts: number
   timer: ReturnType<typeof setTimeout> | undefined
-  /** Whether a loss of connectivity has already been logged. */
+  /** Whether a loss of connectivity (or, at start, the peer not being up yet) has already been logged. */
   downLogged: boolean
+  /** Since when (ms epoch) the peer has been unreachable: since start or since the connection was lost; undefined while connected. */
+  downSince: number | undefined
+  /** Whether the peer's staying unreachable past unreachableWarnMs has been warned about. */
+  downWarned: boolean
+  /** Whether the peer has been connected since the mesh started. */
+  everConnected: boolean
   /** Whether queue overflow has been logged since the queue was last empty. */
   dropLogged: boolean
 }
 
-const silentLogger: MeshLogger = { info() {}, warn() {} }
+const silentLogger: MeshLogger = { debug() {}, info() {}, warn() {} }
 
 export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
   const { me, listen } = options
@@ -127,6 +143,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
   const maxQueueFrames = options.maxQueueFrames ?? 100_000
   const minBackoff = options.minBackoffMs ?? 100
   const maxBackoff = options.maxBackoffMs ?? 5_000
+  const unreachableWarnMs = options.unreachableWarnMs ?? DEFAULT_UNREACHABLE_WARN_MS
 
   const stats: Omit<MeshStats, 'queuedFrames' | 'queuedBytes'> = {
     framesSent: 0,
@@ -296,9 +313,13 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
       }
       p.stream = s
       p.attempts = 0
-      if (p.downLogged) log.info({ peer: p.name }, 'mesh: peer reconnected')
+      const downMs = p.downSince === undefined ? undefined : Date.now() - p.downSince
+      if (p.downLogged) log.info({ peer: p.name, ...(downMs === undefined ? {} : { downMs }) }, 'mesh: peer reconnected')
       else log.info({ peer: p.name }, 'mesh: peer connected')
+      p.everConnected = true
       p.downLogged = false
+      p.downSince = undefined
+      p.downWarned = false
       s.addEventListener('close', (evt) => streamEnded(p, s, evt.error), { once: true })
       // We never expect data on our outbound stream; drop anything a peer sends.
       s.addEventListener('message', () => {})
@@ -307,9 +328,18 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     } catch (err) {
       p.dialing = false // before scheduleRedial, which skips peers being dialed
       if (!stopped) {
+        // A peer not up yet is what a cluster starting looks like: info once, a warning only if it stays down.
+        p.downSince ??= Date.now()
+        const downMs = Date.now() - p.downSince
         if (!p.downLogged) {
-          log.warn({ peer: p.name, err: errorText(err) }, 'mesh: dial failed, will retry')
+          log.info({ peer: p.name, err: errorText(err), warnAfterMs: unreachableWarnMs }, p.everConnected ? 'mesh: dial failed, will retry' : 'mesh: dial failed (peer not up yet?), will retry')
           p.downLogged = true
+        } else {
+          log.debug?.({ peer: p.name, err: errorText(err), downMs }, 'mesh: dial failed again, will retry')
+        }
+        if (!p.downWarned && downMs >= unreachableWarnMs) {
+          p.downWarned = true
+          log.warn({ peer: p.name, err: errorText(err), downMs }, `mesh: peer unreachable for ${Math.round(downMs / 1000)} s, still redialling`)
         }
         scheduleRedial(p)
       }
@@ -323,8 +353,10 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     p.stream = undefined
     if (s.status === 'open') s.abort(err instanceof Error ? err : new Error('mesh stream failed'))
     if (stopped) return
+    p.downSince ??= Date.now()
     if (!p.downLogged) {
-      log.warn({ peer: p.name, err: err === undefined ? undefined : errorText(err) }, 'mesh: connection to peer lost')
+      // A peer restarting is expected; one that stays away is warned about by the redials.
+      log.info({ peer: p.name, err: err === undefined ? undefined : errorText(err), warnAfterMs: unreachableWarnMs }, 'mesh: connection to peer lost, redialling')
       p.downLogged = true
     }
     scheduleRedial(p)
@@ -433,6 +465,9 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
         attempts: 0,
         timer: undefined,
         downLogged: false,
+        downSince: undefined,
+        downWarned: false,
+        everConnected: false,
         dropLogged: false,
       })
     }
