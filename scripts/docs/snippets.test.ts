@@ -1,7 +1,6 @@
-import { execFile, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { promisify } from 'node:util'
 import ts from 'typescript'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster } from '@stead/relay/testing'
@@ -20,23 +19,37 @@ const DOCS = ['README.md', 'apps/demo/README.md', 'e2e/README.md', 'relay/README
 const blocks = DOCS.flatMap((f) => blocksOf(root, f)).filter((b) => b.directive?.kind !== 'skip')
 const shell = blocks.filter((b) => b.lang === 'sh').flatMap(commandsOf)
 const typescript = blocks.filter((b) => b.lang === 'ts' || b.lang === 'tsx')
-const run = promisify(execFile)
 
 const packageJson = (dir: string): { scripts?: Record<string, string>; name?: string } => JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8')) as never
 const workspaces = new Map(['packages/core', 'packages/client', 'packages/react', 'packages/sim', 'packages/bench', 'relay', 'apps/demo'].map((d) => [packageJson(d).name ?? d, d]))
 const RELAY_CLI = [process.execPath, join(root, 'relay/bin/stead-relay.mjs')]
 
-/** What a command prints for `--help`, once per command line. */
+/**
+ * What a command prints for `--help`, once per command line. It runs in a
+ * process group of its own, killed whole after 60 s: a command that did not
+ * know --help would otherwise run for real (a benchmark starting relays) and
+ * outlive the test.
+ */
 const helps = new Map<string, Promise<string>>()
 function helpOf(argv: readonly string[]): Promise<string> {
   const key = argv.join(' ')
   let h = helps.get(key)
   if (!h) {
     const [cmd = '', ...args] = argv
-    h = run(cmd, [...args, '--help'], { cwd: root, timeout: 60_000 }).then(
-      (r) => r.stdout + r.stderr,
-      (err: { stdout?: string; stderr?: string }) => `${err.stdout ?? ''}${err.stderr ?? ''}`,
-    )
+    h = new Promise<string>((done) => {
+      const child = spawn(cmd, [...args, '--help'], { cwd: root, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+      let out = ''
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()))
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()))
+      const timer = setTimeout(() => {
+        out += `\n(killed: no answer to --help in 60 s)`
+        if (child.pid) process.kill(-child.pid, 'SIGKILL')
+      }, 60_000)
+      child.on('close', () => {
+        clearTimeout(timer)
+        done(out)
+      })
+    })
     helps.set(key, h)
   }
   return h
