@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path'
 import ts from 'typescript'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster } from '@stead/relay/testing'
-import { blocksOf, commandsOf, flagsOf, type Block, type Command } from './snippets.ts'
+import { blocksOf, commandsOf, flagsOf, inlineCommandsOf, type Block, type Command } from './snippets.ts'
 
 /**
  * What the docs tell a user to run, checked as a fresh clone would run it:
@@ -17,7 +17,7 @@ import { blocksOf, commandsOf, flagsOf, type Block, type Command } from './snipp
 const root = resolve(import.meta.dirname, '../..')
 const DOCS = ['README.md', 'apps/demo/README.md', 'e2e/README.md', 'relay/README.md', 'docs/architecture.md', ...['bench', 'client', 'core', 'react', 'sim'].map((p) => `packages/${p}/README.md`)].filter((f) => existsSync(join(root, f)))
 const blocks = DOCS.flatMap((f) => blocksOf(root, f)).filter((b) => b.directive?.kind !== 'skip')
-const shell = blocks.filter((b) => b.lang === 'sh').flatMap(commandsOf)
+const shell = [...blocks.filter((b) => b.lang === 'sh').flatMap(commandsOf), ...DOCS.flatMap((f) => inlineCommandsOf(root, f))]
 const typescript = blocks.filter((b) => b.lang === 'ts' || b.lang === 'tsx')
 
 const packageJson = (dir: string): { scripts?: Record<string, string>; name?: string } => JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8')) as never
@@ -31,13 +31,13 @@ const RELAY_CLI = [process.execPath, join(root, 'relay/bin/stead-relay.mjs')]
  * outlive the test.
  */
 const helps = new Map<string, Promise<string>>()
-function helpOf(argv: readonly string[]): Promise<string> {
-  const key = argv.join(' ')
+function helpOf(argv: readonly string[], cwd = root): Promise<string> {
+  const key = `${cwd}: ${argv.join(' ')}`
   let h = helps.get(key)
   if (!h) {
     const [cmd = '', ...args] = argv
     h = new Promise<string>((done) => {
-      const child = spawn(cmd, [...args, '--help'], { cwd: root, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+      const child = spawn(cmd, [...args, '--help'], { cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
       let out = ''
       child.stdout.on('data', (d: Buffer) => (out += d.toString()))
       child.stderr.on('data', (d: Buffer) => (out += d.toString()))
@@ -56,8 +56,8 @@ function helpOf(argv: readonly string[]): Promise<string> {
 }
 
 /** The flags that none of the commands' `--help` mentions. */
-async function unknownFlags(flags: readonly string[], ...helpArgvs: Array<readonly string[]>): Promise<string[]> {
-  const text = (await Promise.all(helpArgvs.map(helpOf))).join('\n')
+async function unknownFlags(flags: readonly string[], helpArgv: readonly string[], cwd = root): Promise<string[]> {
+  const text = await helpOf(helpArgv, cwd)
   return flags.filter((f) => f !== '--help' && f !== '--version').filter((f) => !new RegExp(`${f}(?![a-z-])`).test(text))
 }
 
@@ -75,7 +75,7 @@ async function checkNpmRun(c: Command, rest: readonly string[]): Promise<string 
   const flags = flagsOf(args)
   if (!flags.length) return undefined
   // The dev script hands its options to `stead-relay dev`.
-  const missing = script === 'dev' ? await unknownFlags(flags, [...RELAY_CLI, 'dev']) : await unknownFlags(flags, ['sh', '-c', `${body} "$@"`, 'sh'])
+  const missing = script === 'dev' ? await unknownFlags(flags, [...RELAY_CLI, 'dev']) : await unknownFlags(flags, ['sh', '-c', `${body} "$@"`, 'sh'], join(root, dir))
   return missing.length ? `${missing.join(', ')} not in the --help of npm run ${script}` : undefined
 }
 
@@ -115,6 +115,11 @@ async function problemOf(c: Command): Promise<string | undefined> {
     return undefined
   }
   if (cmd === 'npx' && rest[0] === 'stead-relay') return checkRelayCli(rest.slice(1))
+  if (cmd === 'npx' && rest[0] === 'vitest') {
+    const paths = rest.slice(2).filter((w) => !w.startsWith('-'))
+    const missing = paths.filter((p) => !existsSync(join(root, p)))
+    return missing.length ? `${missing.join(', ')} does not exist` : undefined
+  }
   if (cmd === 'stead-relay') return checkRelayCli(rest)
   if (cmd === 'node' || (cmd === 'npx' && rest[0] === 'tsx') || cmd === 'tsx') return checkNode(c.words)
   if (cmd === 'npm') {

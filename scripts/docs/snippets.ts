@@ -105,3 +105,21 @@ export function wordsOf(text: string): string[] {
 export function flagsOf(words: readonly string[]): string[] {
   return words.filter((w) => /^--[a-z]/.test(w)).map((w) => w.split('=')[0] ?? w)
 }
+
+/** Commands written inline (`npm run x`, `npx stead-relay ...`) in a file's prose, outside code blocks: users run those too. */
+export function inlineCommandsOf(root: string, file: string): Command[] {
+  const out: Command[] = []
+  let fenced = false
+  readFileSync(`${root}/${file}`, 'utf8').split('\n').forEach((line, k) => {
+    if (line.startsWith('```')) fenced = !fenced
+    if (fenced) return
+    for (const m of line.matchAll(/`([^`]+)`/g)) {
+      const text = (m[1] ?? '').trim()
+      // Not a command: a placeholder (<dir>, ...), an error message quoted (`stead-relay start: ...`), or node flags named without a script.
+      if (!/^(npm (run|test)\b|npx |node |tsx |stead-relay )/.test(text) || /[<>…|]|\.\.\.|^stead-relay [a-z]+:/.test(text)) continue
+      if (/^(node|tsx) /.test(text) && !/\.m?[jt]s\b/.test(text)) continue
+      out.push({ where: `${file}:${k + 1}`, words: wordsOf(text), text })
+    }
+  })
+  return out
+}

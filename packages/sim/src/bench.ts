@@ -11,13 +11,29 @@ import { parseArgs } from 'node:util'
 import { runSimulation } from './simulation.ts'
 import { prepareWorkload } from './workload.ts'
 
-const { values } = parseArgs({
-  options: {
-    rounds: { type: 'string', default: '10000' },
-    relays: { type: 'string', default: '4,7,10' },
-    envelopes: { type: 'string', default: '500' },
-  },
-})
+const USAGE = `usage: npm run bench:consensus -- [--rounds N] [--relays N,N,...] [--envelopes N]
+  --rounds N        rounds to run each cluster to (default 10000)
+  --relays N,N,...  cluster sizes to run (default 4,7,10)
+  --envelopes N     client envelopes the workload submits (default 500)`
+
+let values: { rounds: string; relays: string; envelopes: string; help?: boolean }
+try {
+  values = parseArgs({
+    options: {
+      rounds: { type: 'string', default: '10000' },
+      relays: { type: 'string', default: '4,7,10' },
+      envelopes: { type: 'string', default: '500' },
+      help: { type: 'boolean' },
+    },
+  }).values
+} catch (err) {
+  console.error(`${(err as Error).message}\n${USAGE}`)
+  process.exit(2)
+}
+if (values.help) {
+  console.log(USAGE)
+  process.exit(0)
+}
 const rounds = Number(values.rounds)
 const sizes = String(values.relays).split(',').map(Number)
 const gc = (globalThis as { gc?: () => void }).gc
