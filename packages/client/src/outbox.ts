@@ -348,7 +348,8 @@ export class Outbox {
   private send(idHex: string): void {
     const o = this.outgoing.get(idHex)
     const { sessions, member } = this.o
-    if (!o) return
+    // One refused for good is not sent again: its replacement is.
+    if (!o || o.final) return
     const ready = sessions.links.filter((l) => l.ready && l.relay !== undefined)
     if (ready.length === 0) return
     // A space has a home relay (spread over the cluster by space name) and clients walk on from
@@ -521,6 +522,8 @@ export class Outbox {
     const { space } = this.o
     if (!o) return
     if (d.kind === 'dropped' && d.reason === 'gap') {
+      // Refused for good meanwhile: its replacement takes its place (see `replace`).
+      if (o.final) return
       // An earlier envelope of ours was late. This one's slot is still open, so it stays
       // ours: show it again and keep sending it (relays forget ordered ids 50 rounds after
       // they last ordered them, and the 64-round gap wait runs from the last ordering of
@@ -603,7 +606,9 @@ export function finalRefusal(refusals: ReadonlyMap<number, { reason: ErrorReason
   let reason = refusals.values().next().value?.reason as ErrorReason
   for (const [r, n] of counts) if (n > (counts.get(reason) ?? 0)) reason = r
   if (refusals.size === 1) return { reason, detail: refusals.values().next().value?.detail as string }
-  return { reason, detail: `refused by ${refusals.size} relays: ${[...refusals].map(([relay, r]) => `relay ${relay}: ${r.reason}: ${r.detail}`).join('; ')}` }
+  // Relays' details usually start with their reason already (a SteadError's message).
+  const said = (r: { reason: ErrorReason; detail: string }): string => (r.detail.startsWith(`${r.reason}:`) ? r.detail : `${r.reason}: ${r.detail}`)
+  return { reason, detail: `refused by ${refusals.size} relays: ${[...refusals].map(([relay, r]) => `relay ${relay}: ${said(r)}`).join('; ')}` }
 }
 
 /**

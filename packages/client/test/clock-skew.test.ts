@@ -96,7 +96,7 @@ describe('a client whose clock runs 3 hours fast', () => {
     expect(normal.errors.filter((e) => isSteadError(e, 'clock-skew'))).toEqual([])
   })
 
-  it('is refused at the relay door when it wrote before it could measure the relays clock, and the app hears why', async () => {
+  it('is refused at the relay door when it wrote before it could measure the relays clock; the write is stamped again at the relays time and commits, and the app hears why', async () => {
     // Offline at first: the write is stamped by the device clock alone, 3 hours ahead.
     let online = false
     const fast = await open({
@@ -110,12 +110,16 @@ describe('a client whose clock runs 3 hours fast', () => {
     const space = await fast.client.space('offline-doc')
     const heard: SteadError[] = []
     space.onError((err) => heard.push(err))
-    expect(await space.register<string>('title').set('offline, 3 h ahead')).toEqual({ status: 'stored' })
+    const title = space.register<string>('title')
+    expect(await title.set('offline, 3 h ahead')).toEqual({ status: 'stored' })
     online = true
-    const refused = await until('the refusal', () => heard.find((e) => isSteadError(e, 'clock-ahead')), 10_000)
-    expect(refused.message).toMatch(/s ahead of this relay's clock .*the limit is 300 s/)
-    // Refused for good: undone here, and not sent again.
-    await until('the write undone', () => (space.register<string>('title').value === undefined && space.status.pending === 0 ? true : undefined))
+    // The one relay (f = 0) refused it: final. Its sequence number is signed again with the stamp corrected, not lost.
+    const corrected = await until('the correction', () => heard.find((e) => isSteadError(e, 'clock-skew') && /as clock-ahead/.test(e.message)), 10_000)
+    expect(corrected.message).toMatch(/s ahead of this relay's clock .*the limit is 300 s.*stamped again at the relays' time/)
+    await until('the write committed', () => (title.stable === 'offline, 3 h ahead' && space.status.pending === 0 ? true : undefined), 10_000)
+    expect(heard.filter((e) => isSteadError(e, 'clock-ahead'))).toEqual([])
+    // The author's chain goes on.
+    expect(await space.counter('n').increment(1, { safe: true, timeoutMs: 10_000 })).toMatchObject({ status: 'committed' })
   })
 
   it('the relay refuses an envelope stamped past its limit with the stamp, its time and the limit, and takes one within it', async () => {
