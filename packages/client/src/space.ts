@@ -13,6 +13,7 @@ import {
   type Envelope,
   type ReliableReplica,
   type HistoryEntry,
+  type LWWRegister,
   type RegisterValue,
   type SetElement,
 } from '@stead/core'
@@ -21,7 +22,7 @@ import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, type HandleHost, type HeldUpdate } from './handles.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
@@ -389,7 +390,8 @@ export class Space {
           known: (key) => this.handles.get(key)?.declaration,
           committed: (key) => this.replica.declaration(key),
           spendableRights: (key, decl) => this.spendableRights(key, decl),
-          now: this.now,
+          // As a handle's write: the relays' time, and later than what this replica saw of the register.
+          registerStamp: (key) => registerStamp(this.upstream.now?.() ?? this.now(), this.replica.prospective(key) as LWWRegister | undefined),
         },
         build,
       )

@@ -46,7 +46,8 @@ export interface TransactionContext {
   /** The key's committed declaration, if any. */
   committed(key: string): Declaration | undefined
   spendableRights(key: string, decl: Declaration): number
-  now(): number
+  /** The stamp a register write of `key` gets now: later than every write of it seen here (see registerStamp). */
+  registerStamp(key: string): number
 }
 
 /**
@@ -85,7 +86,7 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
     },
     register: (key) => {
       const decl = declFor('register', key, { type: 'register' })
-      return { set: (v) => void items.push({ key, decl, intent: ['s', v, ctx.now()] }) }
+      return { set: (v) => void items.push({ key, decl, intent: ['s', v, ctx.registerStamp(key)] }) }
     },
     boundedCounter: (key) => {
       const decl = ctx.known(key) ?? ctx.committed(key)

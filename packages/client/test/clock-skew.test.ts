@@ -141,4 +141,20 @@ describe('a client whose clock runs 3 hours fast', () => {
     // A minute ahead is within what relays allow for clocks that disagree a little.
     expect(relay.node.submit(await envelope(1, Date.now() + 60_000)).status).toBe('queued')
   })
+
+  it("stamps a transaction's register write later than every write of the register it saw, as a handle's write", async () => {
+    // A device clock that stands still: every write reads the same time, so only the logical part can order them.
+    const frozen = Date.now()
+    const { client } = await open({ now: () => frozen })
+    const space = await client.space('tx-stamps')
+    const keys = Array.from({ length: 20 }, (_, i) => `r${i}`)
+    const results: Array<Promise<unknown>> = []
+    for (const key of keys) {
+      await space.register<string>(key).set('first')
+      results.push(space.safe((tx) => tx.register<string>(key).set('second'), { timeoutMs: 20_000 }))
+    }
+    expect(await Promise.all(results)).toEqual(keys.map(() => expect.objectContaining({ status: 'committed' })))
+    await space.settled({ timeoutMs: 20_000 })
+    expect(keys.map((k) => space.register<string>(k).stable)).toEqual(keys.map(() => 'second'))
+  })
 })
