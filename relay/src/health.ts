@@ -18,6 +18,12 @@ export interface HealthNumbers {
   readonly clusterRound: number
   /** Client envelopes accepted here and not yet in a block. */
   readonly pendingEnvelopes: number
+  /**
+   * Whether envelopes already in blocks (this relay's or its peers') wait
+   * for an order: a relay whose queue is empty still stalls if its commits
+   * stopped with such blocks in its DAG.
+   */
+  readonly unorderedWork: boolean
   /** When work started waiting (ms since the epoch), null when nothing waits. */
   readonly pendingSince: number | null
   /** When this relay last committed (ms since the epoch), null before its first commit. */
@@ -64,8 +70,8 @@ export function roundsBehind(h: Pick<HealthNumbers, 'round' | 'clusterRound'>): 
 }
 
 /** How long the oldest waiting work has gone without any commit; 0 when nothing waits. */
-export function commitWaitMs(h: Pick<HealthNumbers, 'pendingEnvelopes' | 'pendingSince' | 'lastCommitAt' | 'now'>): number {
-  if (h.pendingEnvelopes === 0) return 0
+export function commitWaitMs(h: Pick<HealthNumbers, 'pendingEnvelopes' | 'unorderedWork' | 'pendingSince' | 'lastCommitAt' | 'now'>): number {
+  if (h.pendingEnvelopes === 0 && !h.unorderedWork) return 0
   // A commit after the work arrived shows the pipeline moves, even if this batch is not through yet.
   const since = Math.max(h.pendingSince ?? h.now, h.lastCommitAt ?? 0)
   return Math.max(0, h.now - since)
@@ -96,7 +102,7 @@ export function readiness(h: HealthNumbers, bounds: ReadinessBounds = DEFAULT_RE
   if (waited > bounds.maxCommitWaitMs) {
     reasons.push({
       reason: 'not-committing',
-      detail: `${h.pendingEnvelopes} envelopes waiting and no commit for ${(waited / 1000).toFixed(1)} s (at most ${bounds.maxCommitWaitMs / 1000} s)`,
+      detail: `${h.pendingEnvelopes} envelopes waiting for a block${h.unorderedWork ? ', blocks waiting for an order,' : ''} and no commit for ${(waited / 1000).toFixed(1)} s (at most ${bounds.maxCommitWaitMs / 1000} s)`,
     })
   }
   return { ready: reasons.length === 0, reasons, peersNeeded, roundsBehind: behind, commitWaitMs: waited }

@@ -686,6 +686,7 @@ export class RelayNode {
       round,
       clusterRound: Math.max(round, clusterRound),
       pendingEnvelopes: this.core?.queuedEnvelopes ?? 0,
+      unorderedWork: this.core?.busy ?? false,
       pendingSince: this.pendingSince,
       lastCommitAt: this.lastCommitAt || null,
       historyPrunedPast: this.core?.historyPrunedPast ?? null,
@@ -1009,7 +1010,10 @@ export class RelayNode {
         this.writesInFlight++
         // The drain's blocks are in the journal now (see RelayStore.write): peers hear of them at once;
         // clients, who read commits from the store, once the transaction is durable.
-        if (this.core.queuedEnvelopes === 0) this.pendingSince = null
+        // Work waits until it is ordered, not only until it is in a block (a stall with full blocks
+        // counts), and peers' blocks bring work too, not only this relay's clients.
+        if (!this.core.busy) this.pendingSince = null
+        else this.pendingSince ??= this.clock.now()
         for (const o of outputs) this.act(o)
         const spaces = new Set(write.attestations.map((a) => a.space))
         durable.then(

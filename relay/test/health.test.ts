@@ -3,7 +3,7 @@ import { commitWaitMs, readiness, roundsBehind, type HealthNumbers } from '../sr
 
 const NOW = 1_000_000
 /** A relay of a healthy 4-relay cluster (f = 1) with nothing to do. */
-const healthy: HealthNumbers = { f: 1, peers: 3, peersConnected: 3, round: 100, clusterRound: 101, pendingEnvelopes: 0, pendingSince: null, lastCommitAt: NOW - 200, now: NOW }
+const healthy: HealthNumbers = { f: 1, peers: 3, peersConnected: 3, round: 100, clusterRound: 101, pendingEnvelopes: 0, unorderedWork: false, pendingSince: null, lastCommitAt: NOW - 200, now: NOW }
 
 describe('readiness', () => {
   it('is ready when connected to 2f peers, caught up and committing', () => {
@@ -50,13 +50,20 @@ describe('readiness', () => {
     const r = readiness(stalled)
     expect(r.ready).toBe(false)
     expect(r.commitWaitMs).toBe(15_000)
-    expect(r.reasons).toEqual([{ reason: 'not-committing', detail: '12 envelopes waiting and no commit for 15.0 s (at most 10 s)' }])
+    expect(r.reasons).toEqual([{ reason: 'not-committing', detail: '12 envelopes waiting for a block and no commit for 15.0 s (at most 10 s)' }])
     // A commit since the work arrived shows the pipeline moves.
     expect(readiness({ ...stalled, lastCommitAt: NOW - 500 }).ready).toBe(true)
     // Work that just arrived after a long idle spell has not waited long.
     expect(readiness({ ...stalled, pendingSince: NOW - 2_000, lastCommitAt: NOW - 3_600_000 }).ready).toBe(true)
     // Never committed: the wait counts from when the work arrived.
     expect(readiness({ ...stalled, lastCommitAt: null }).commitWaitMs).toBe(30_000)
+  })
+
+  it('is not ready when commits stopped with envelopes already in blocks, its own queue empty', () => {
+    const stalled = { ...healthy, unorderedWork: true, pendingSince: NOW - 30_000, lastCommitAt: NOW - 20_000 }
+    const r = readiness(stalled)
+    expect(r.reasons).toEqual([{ reason: 'not-committing', detail: '0 envelopes waiting for a block, blocks waiting for an order, and no commit for 20.0 s (at most 10 s)' }])
+    expect(readiness({ ...stalled, lastCommitAt: NOW - 500 }).ready).toBe(true)
   })
 
   it('names every failed condition, in order', () => {
@@ -72,7 +79,7 @@ describe('the numbers behind it', () => {
   })
 
   it('commitWaitMs is 0 with nothing pending', () => {
-    expect(commitWaitMs({ pendingEnvelopes: 0, pendingSince: NOW - 99_000, lastCommitAt: null, now: NOW })).toBe(0)
-    expect(commitWaitMs({ pendingEnvelopes: 3, pendingSince: null, lastCommitAt: null, now: NOW })).toBe(0)
+    expect(commitWaitMs({ pendingEnvelopes: 0, unorderedWork: false, pendingSince: NOW - 99_000, lastCommitAt: null, now: NOW })).toBe(0)
+    expect(commitWaitMs({ pendingEnvelopes: 3, unorderedWork: false, pendingSince: null, lastCommitAt: null, now: NOW })).toBe(0)
   })
 })
