@@ -21,6 +21,7 @@ import {
 import { nodeCrypto, verifySync } from '@stead/core/node'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
+import type { Socket as NetSocket } from 'node:net'
 import type { WebSocket } from 'ws'
 import { Bucket, type Rate } from './bucket.ts'
 import type { ClientFacingLiar } from './client-lies.ts'
@@ -30,11 +31,15 @@ import { PeerDirectory } from './peer-directory.ts'
 import { publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
+import { addressKey } from './address.ts'
+import { DEFAULT_READ_LIMITS, Reads, jsonWithBytes, type ReadLimits } from './reads.ts'
 import { CHUNK_BYTES } from './store.ts'
 
+export { addressKey } from './address.ts'
+
 /** Limits of the client API; every one has a default (see DEFAULT_LIMITS and relay/README.md, "Security model"). */
-export interface ApiLimits {
-  /** Largest WebSocket frame accepted from a client. */
+export interface ApiLimits extends ReadLimits {
+  /** Largest WebSocket frame accepted from a client: a longer one is refused at its header, before it is buffered (close 1009). */
   readonly maxFrameBytes: number
   /** Per connection: messages and bytes per second (token buckets), and the bursts allowed. */
   readonly rateLimit: Rate
@@ -72,6 +77,7 @@ export const DEFAULT_LIMITS: ApiLimits = {
   maxSubscriptions: 1024,
   authTimeoutMs: 10_000,
   idleTimeoutMs: 120_000,
+  ...DEFAULT_READ_LIMITS,
 }
 
 export interface ApiOptions extends Partial<ApiLimits> {
@@ -120,11 +126,42 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   // Route parameters are object keys and space names, percent-encoded: up to 3 UTF-8 bytes per UTF-16
   // unit, 3 characters per byte. Fastify's default (100) would turn longer valid keys away with a 414.
   const maxParamLength = PROTOCOL_LIMITS.maxKeyChars * 9
-  const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), routerOptions: { maxParamLength }, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
-  // ws's own limit only closes the socket; ours, below it, answers with a typed error first.
-  await app.register(websocket, { options: { maxPayload: limits.maxFrameBytes * 4 } })
+  // connectionTimeout: an HTTP connection with no traffic either way for HTTP_IDLE_MS is closed (one that never sends
+  // a request, or never reads its answer); ws clears it on sockets that became sessions (they have idleTimeoutMs).
+  const app = Fastify({ loggerInstance: options.logger, logController: new RequestLog(), routerOptions: { maxParamLength }, connectionTimeout: HTTP_IDLE_MS, ...(options.tls ? { https: { key: options.tls.key, cert: options.tls.cert } } : {}) }) as unknown as FastifyInstance
+  // ws refuses a longer frame at its header (close 1009), before buffering any of it; until hello,
+  // frames are held to PRE_AUTH_FRAME_BYTES (see Session). What unfinished frames hold is counted.
+  await app.register(websocket, {
+    options: { maxPayload: limits.maxFrameBytes },
+    // A client's protocol error (a frame over the limit, a bad opcode) is the client's mistake, not the
+    // relay's: counted, one line at debug, no stack (the plugin's default logs it as an error with one).
+    errorHandler: (err, socket) => {
+      const code = (err as { code?: string }).code
+      if (code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') node.metrics.rejected.inc({ reason: 'too-large', source: 'client' })
+      options.logger.debug({ err: err.message, code }, 'client socket error')
+      socket.terminate()
+    },
+  })
   const sessions = new Sessions(node, limits, options.logger, options.liar, options.peerAddresses)
   const liar = options.liar
+  const reads = new Reads(node.budget, limits, (reason) => node.metrics.rejected.inc({ reason, source: 'http' }))
+  /** Serialized answers of the same commit are shared (no liar: its answers vary). Too large ones are remembered as such. */
+  const tooLarge = new Set<string>()
+  const shared = (key: string, status: number, body: () => unknown, bytesOf: () => Buffer = () => Buffer.from(JSON.stringify(body()))): { status: number; bytes: Buffer } | { status: number; body: unknown } => {
+    if (liar) return { status, body: body() }
+    const hit = reads.cached(key)
+    if (hit) return { status, bytes: hit }
+    if (tooLarge.has(key)) return { status: 413, body: { error: 'too-large', detail: `the answer is over this relay's ${limits.maxReadBytes} bytes` } }
+    const bytes = bytesOf()
+    if (bytes.length > limits.maxReadBytes) {
+      if (tooLarge.size >= 1000) tooLarge.clear()
+      tooLarge.add(key)
+    } else reads.remember(key, bytes)
+    return { status, bytes }
+  }
+  /** What a read answers once the liar (if any) had its say: answers sent as bytes skip the preSerialization hook. */
+  const told = (req: FastifyRequest) => (body: unknown): unknown => (liar ? liar.answer(req.routeOptions.url, req.params as Record<string, string>, req.query as Record<string, string | undefined>, body) : body)
+  const addressOf = (req: FastifyRequest): string => addressKey(req.socket.remoteAddress)
   if (liar) {
     app.addHook('onRequest', async (req) => {
       const ms = liar.delayOf(req.routeOptions.url)
@@ -206,9 +243,11 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const nonce = req.query.nonce === undefined ? undefined : hexBytes(req.query.nonce, HEAD_NONCE_BYTES)
     if (nonce === null) return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as hex` })
     if (!nonce) return { space: req.params.space, ...node.stableHead(req.params.space) }
-    const head = await node.provenHead(req.params.space, nonce, HEAD_PROOF_WAIT_MS)
-    if (!head) return reply.code(503).send({ error: 'unavailable', detail: `fewer than f+1 relays signed this relay's head of ${req.params.space} within ${HEAD_PROOF_WAIT_MS} ms (peers down or behind); ask another relay` })
-    return { space: req.params.space, ...head }
+    return reads.serve(req, reply, addressOf(req), 'wait', 0, async () => {
+      const head = await node.provenHead(req.params.space, nonce, HEAD_PROOF_WAIT_MS)
+      if (!head) return { status: 503, body: { error: 'unavailable', detail: `fewer than f+1 relays signed this relay's head of ${req.params.space} within ${HEAD_PROOF_WAIT_MS} ms (peers down or behind); ask another relay` } }
+      return { body: { space: req.params.space, ...head } }
+    }, told(req))
   })
   // A page of an object's whole stable history, newest first; the SDK believes a page f+1 relays signed alike.
   app.get<{ Params: { space: string; key: string }; Querystring: { before?: string; limit?: string } }>('/v1/spaces/:space/history/:key', async (req, reply) => {
@@ -218,18 +257,27 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const limit = pageLimit(req.query.limit)
     if (!Number.isSafeInteger(before) || before < 0) return reply.code(400).send({ error: 'malformed', detail: 'before must be a stable index' })
     if (limit === undefined) return reply.code(400).send({ error: 'malformed', detail: PAGE_LIMIT_RULE })
-    const page = node.historyPage(req.params.space, req.params.key, before, limit)
-    return { space: req.params.space, key: req.params.key, before, relay: page.relay, entries: toBase64Url(page.entries), sig: toHex(page.sig) }
+    // At most historyPageBytes of values (always one entry): `next` is the `before` of the next page, null at the start.
+    return reads.serve(req, reply, addressOf(req), 'heavy', 3 * limits.historyPageBytes, () => {
+      const page = node.historyPage(req.params.space, req.params.key, before, limit, limits.historyPageBytes)
+      const fields = { space: req.params.space, key: req.params.key, before, relay: page.relay, sig: toHex(page.sig), next: page.next }
+      return liar ? { body: { ...fields, entries: toBase64Url(page.entries) } } : { bytes: jsonWithBytes(fields, 'entries', page.entries) }
+    }, told(req))
   })
   // What a new client starts from: the audit state at the latest attested commit, with this relay's
   // attestation of it. The client believes it once f+1 relays signed that attestation (next route).
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/snapshot', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
-    const snap = node.bootstrapSnapshot(req.params.space)
-    // Not an error (a browser would log one): a new space has nothing committed yet, and the client starts from empty.
-    if (!snap) return { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` }
-    return { space: req.params.space, relay: node.me, attestation: toBase64Url(snap.attestation.bytes), sig: toHex(snap.attestation.sig), state: toBase64Url(snap.state) }
+    return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
+      const snap = node.bootstrapSnapshot(req.params.space)
+      // Not an error (a browser would log one): a new space has nothing committed yet, and the client starts from empty.
+      if (!snap) return { body: { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` } }
+      // Checked before the state is turned into text: a state past the limit costs no copy of it.
+      if (Math.ceil(snap.state.length / 3) * 4 > limits.maxReadBytes) return { status: 413, body: { error: 'too-large', detail: `the state of ${req.params.space} is ${snap.state.length} bytes, over this relay's ${limits.maxReadBytes}; follow the commits instead` } }
+      const fields = { space: req.params.space, relay: node.me, attestation: toBase64Url(snap.attestation.bytes), sig: toHex(snap.attestation.sig) }
+      return shared(`snapshot/${req.params.space}/${toHex(snap.attestation.sig)}`, 200, () => ({ ...fields, state: toBase64Url(snap.state) }), () => jsonWithBytes(fields, 'state', snap.state))
+    }, told(req))
   })
   // One object's stable state at the latest attested commit, with the Merkle path that proves it (or its
   // absence) against the state hash of this relay's attestation: what a quorum read of one object takes
@@ -238,9 +286,12 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     if (req.params.key.length > PROTOCOL_LIMITS.maxKeyChars) return reply.code(400).send({ error: 'too-large', detail: `keys are at most ${PROTOCOL_LIMITS.maxKeyChars} characters` })
-    const found = node.objectProof(req.params.space, req.params.key)
-    if (!found) return { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` }
-    return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) }
+    return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
+      const found = node.objectProof(req.params.space, req.params.key)
+      if (!found) return { body: { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` } }
+      if (Math.ceil(found.proof.length / 3) * 4 > limits.maxReadBytes) return { status: 413, body: { error: 'too-large', detail: `the proof of ${req.params.key} is ${found.proof.length} bytes, over this relay's ${limits.maxReadBytes}` } }
+      return { body: { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) } }
+    }, told(req))
   })
   // What changed since stable index ?from= up to the latest attested commit, each object as its ops or its state
   // (?mode=adaptive, the default, picks per object by BENDY's rule; ops and state force one), with this relay's
@@ -252,10 +303,14 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     if (req.query.from === undefined || !Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: '?from= must be a stable index' })
     const mode = req.query.mode ?? 'adaptive'
     if (mode !== 'adaptive' && mode !== 'ops' && mode !== 'state') return reply.code(400).send({ error: 'malformed', detail: '?mode= is adaptive, ops or state' })
-    const found = node.stateDelta(req.params.space, from, mode)
-    // Not an error (a browser would log one): the client just follows the commits instead.
-    if (!found) return { space: req.params.space, relay: node.me, delta: null, detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far, or they weigh less than a delta` }
-    return { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), delta: toBase64Url(found.delta) }
+    return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
+      const found = node.stateDelta(req.params.space, from, mode)
+      // Not an error (a browser would log one): the client just follows the commits instead. Nor is a delta
+      // past the read limit: following the commits costs the client more round trips, not the relay memory.
+      if (!found || Math.ceil(found.delta.length / 3) * 4 > limits.maxReadBytes) return { body: { space: req.params.space, relay: node.me, delta: null, detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far, they weigh less than a delta, or the delta is over this relay's read limit` } }
+      const fields = { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig) }
+      return shared(`delta/${req.params.space}/${from}/${mode}/${toHex(found.attestation.sig)}`, 200, () => ({ ...fields, delta: toBase64Url(found.delta) }), () => jsonWithBytes(fields, 'delta', found.delta))
+    }, told(req))
   })
   // This relay's attestation of one commit (?from=<stable index it started at>), waiting a moment for a relay slightly behind.
   app.get<{ Params: { space: string; round: string }; Querystring: { from?: string } }>('/v1/spaces/:space/attestations/:round', async (req, reply) => {
@@ -264,19 +319,51 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
     const round = Number(req.params.round)
     const from = Number(req.query.from)
     if (!Number.isSafeInteger(round) || round < 1 || !Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: 'the round must be a positive whole number and ?from= a stable index' })
-    const signed = await node.attestationAt(req.params.space, from, round, ATTESTATION_WAIT_MS)
-    if (!signed) return reply.code(404).send({ error: 'not-found', detail: `no attested commit of ${req.params.space} at round ${round} from index ${from} here` })
-    return { space: req.params.space, relay: node.me, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) }
+    return reads.serve(req, reply, addressOf(req), 'wait', 0, async () => {
+      const signed = await node.attestationAt(req.params.space, from, round, ATTESTATION_WAIT_MS)
+      if (!signed) return { status: 404, body: { error: 'not-found', detail: `no attested commit of ${req.params.space} at round ${round} from index ${from} here` } }
+      return { body: { space: req.params.space, relay: node.me, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) } }
+    }, told(req))
   })
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
-    return { space: req.params.space, relay: node.me, ...node.stableSnapshot(req.params.space) }
+    return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
+      // Keyed by the signed head: every reader of one stable state gets the same bytes, serialized once.
+      const head = node.stableHead(req.params.space)
+      return shared(`stable/${req.params.space}/${head.index}/${head.stateHash}`, 200, () => ({ space: req.params.space, relay: node.me, ...node.stableSnapshot(req.params.space) }))
+    }, told(req))
   })
-  app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, addressKey(req.socket.remoteAddress)))
+  app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, addressKey(req.socket.remoteAddress), req.socket))
   app.addHook('onClose', async () => sessions.close())
   await app.listen({ host: options.host, port: options.port })
   return app
+}
+
+/** An HTTP connection with no traffic either way for this long is closed (see createApi). */
+const HTTP_IDLE_MS = 80_000
+
+/** Largest frame a session takes before hello (a hello is a few hundred bytes): ws refuses a longer one at its header. */
+const PRE_AUTH_FRAME_BYTES = 64 * 1024
+
+/** What ws's receiver of a session holds of frames not yet complete (private fields of ws 8, read defensively). */
+interface WsReceiver {
+  _maxPayload?: number
+  _bufferedBytes?: number
+  _messageLength?: number
+}
+function receiverOf(socket: WebSocket): WsReceiver | undefined {
+  return (socket as unknown as { _receiver?: WsReceiver })._receiver ?? undefined
+}
+/** Bytes of frames a session's socket delivered that do not make a whole message yet. */
+function unfinishedBytes(socket: WebSocket): number {
+  const r = receiverOf(socket)
+  return (r?._bufferedBytes ?? 0) + (r?._messageLength ?? 0)
+}
+/** The largest frame ws takes on this socket from now on (refused at its header past it). */
+function setFrameLimit(socket: WebSocket, bytes: number): void {
+  const r = receiverOf(socket)
+  if (r && typeof r._maxPayload === 'number') r._maxPayload = bytes
 }
 
 /** How long a proven head waits for f other relays' signatures (they may be a round or two behind). */
@@ -357,6 +444,9 @@ class Sessions {
   sending = 0
   /** Bytes received and not yet handled (throttled sessions' backlogs), over all sessions. */
   backlogged = 0
+  /** Bytes of frames received and not finished yet (ws buffers them), over all sessions; past `unfinishedCap` the largest are cut. */
+  unfinished = 0
+  readonly unfinishedCap: number
   private readonly sweeper: NodeJS.Timeout
 
   readonly node: RelayNode
@@ -376,6 +466,8 @@ class Sessions {
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
     node.budget.track('receive-backlogs', () => this.backlogged)
+    node.budget.track('unfinished-frames', () => this.unfinished)
+    this.unfinishedCap = Math.floor(node.budget.totalBytes / 4)
     this.sweeper = setInterval(() => {
       const now = Date.now()
       for (const s of this.all) s.sweep(now)
@@ -387,7 +479,16 @@ class Sessions {
     return { open: this.all.size, addresses: this.perAddress.size, keys: this.perKey.size }
   }
 
-  open(socket: WebSocket, address: string): void {
+  /** Unfinished frames past their cap: the sessions holding the most are cut until they fit (an honest frame finishes quickly). */
+  shedUnfinished(): void {
+    const holders = [...this.all].filter((s) => s.heldUnfinished > 0).sort((a, b) => b.heldUnfinished - a.heldUnfinished)
+    for (const s of holders) {
+      if (this.unfinished <= this.unfinishedCap) return
+      s.cut(`${this.unfinished} bytes of unfinished frames are held for clients of this relay, more than ${this.unfinishedCap}; send whole frames`)
+    }
+  }
+
+  open(socket: WebSocket, address: string, raw?: NetSocket): void {
     const refuse = (detail: string): void => {
       this.node.metrics.rejected.inc({ reason: 'too-many-sessions', source: 'client' })
       socket.send(encodeRelayMessage({ type: 'error', id: null, reason: 'too-many-sessions', detail }))
@@ -399,6 +500,8 @@ class Sessions {
     this.perAddress.set(address, fromAddress + 1)
     const session = new Session(this, socket, address)
     this.all.add(session)
+    // ws reads the socket first: after its listener, its buffer holds what this chunk left unfinished.
+    raw?.on('data', () => session.trackUnfinished())
     socket.once('close', () => {
       this.all.delete(session)
       decrement(this.perAddress, address)
@@ -419,23 +522,6 @@ class Sessions {
     clearInterval(this.sweeper)
     for (const s of this.all) s.terminate()
   }
-}
-
-/**
- * Who a connection counts as for per-address limits: the IPv4 address, or
- * the /64 an IPv6 address is in (one host usually holds a whole /64).
- */
-export function addressKey(remote: string | undefined): string {
-  if (!remote) return 'unknown'
-  const v4 = /^(?:::ffff:)?(\d+\.\d+\.\d+\.\d+)$/i.exec(remote)
-  if (v4) return v4[1] as string
-  if (!remote.includes(':')) return remote
-  // Expand '::' to find the first four groups.
-  const [head = '', tail = ''] = remote.split('::')
-  const left = head ? head.split(':') : []
-  const right = tail ? tail.split(':') : []
-  const groups = remote.includes('::') ? [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left
-  return `${groups.slice(0, 4).map((g) => g.toLowerCase().replace(/^0+(?=.)/, '')).join(':')}::/64`
 }
 
 function decrement(map: Map<string, number>, key: string): void {
@@ -493,6 +579,8 @@ class Session implements Subscriber {
   private closing = false
   private retryTimer: NodeJS.Timeout | undefined
   private closed = false
+  /** What this session's unfinished frame holds, as last counted in Sessions.unfinished. */
+  heldUnfinished = 0
   private readonly node: RelayNode
   private readonly limits: ApiLimits
 
@@ -515,9 +603,11 @@ class Session implements Subscriber {
 
   start(): void {
     this.node.metrics.clients.inc()
+    setFrameLimit(this.socket, Math.min(PRE_AUTH_FRAME_BYTES, this.limits.maxFrameBytes))
     this.socket.on('message', (data, isBinary) => this.receive(data as Buffer, isBinary))
     this.socket.on('close', () => this.onClose())
-    this.socket.on('error', (err) => this.log.warn({ err: err.message }, 'client socket error'))
+    // Logged once, at debug, by the websocket plugin's errorHandler (createApi).
+    this.socket.on('error', () => undefined)
     this.send({ type: 'challenge', nonce: this.nonce, relay: this.node.me, relayKey: this.node.publicKey })
   }
 
@@ -650,6 +740,7 @@ class Session implements Subscriber {
    */
   private receive(data: Buffer, isBinary: boolean): void {
     this.lastHeard = Date.now()
+    this.trackUnfinished()
     if (this.closed) return
     // A client that does not read its replies is not read either: replies would pile up.
     if (this.backlog.length === 0 && this.inflight < LOW_WATER_BYTES && this.admit(data.byteLength) === 0) return this.onMessage(data, isBinary)
@@ -771,6 +862,7 @@ class Session implements Subscriber {
     if (!this.sessions.claimKey(key)) return this.end('too-many-sessions', `key ${key} already holds ${this.limits.maxSessionsPerKey} sessions on this relay`, 1013)
     this.key = key
     this.keyBytes = message.publicKey
+    setFrameLimit(this.socket, this.limits.maxFrameBytes)
     const peers = this.sessions.peerAddresses?.().slice(0, MAX_PEER_ADDRS)
     const sig = message.nonce ? this.node.signWelcome(message.nonce, message.publicKey) : undefined
     this.send({ type: 'welcome', relay: this.node.me, n: this.node.committee.keys.length, f: this.node.committee.f, ...(peers?.length ? { peers } : {}), ...(sig ? { sig } : {}) })
@@ -803,6 +895,21 @@ class Session implements Subscriber {
 
   terminate(): void {
     this.socket.terminate()
+  }
+
+  /** Counts what this session's unfinished frame holds; past the relays' cap, the largest holders are cut. */
+  trackUnfinished(): void {
+    if (this.closed) return
+    const now = unfinishedBytes(this.socket)
+    this.sessions.unfinished += now - this.heldUnfinished
+    this.heldUnfinished = now
+    if (this.sessions.unfinished > this.sessions.unfinishedCap) this.sessions.shedUnfinished()
+  }
+
+  /** Closes the session at once with `rate-limited`: its buffers go now, not after the close handshake. */
+  cut(detail: string): void {
+    this.end('rate-limited', detail, 1013)
+    this.terminate()
   }
 
   private send(m: RelayMessage): void {
@@ -844,6 +951,8 @@ class Session implements Subscriber {
     if (this.drainTimer) clearTimeout(this.drainTimer)
     this.sessions.backlogged -= this.backlogBytes
     this.backlogBytes = 0
+    this.sessions.unfinished -= this.heldUnfinished
+    this.heldUnfinished = 0
     this.backlog.length = 0
     for (const [space, f] of this.feeds) {
       f.unsubscribe()

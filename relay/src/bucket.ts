@@ -43,6 +43,22 @@ export class Bucket {
     this.bytes -= Math.min(size, this.rate.burstBytes)
   }
 
+  /** What fits now: whole messages and bytes (after refilling). */
+  available(): { blocks: number; bytes: number } {
+    this.wait(0)
+    return { blocks: Math.max(0, Math.floor(this.messages)), bytes: Math.max(0, Math.floor(this.bytes)) }
+  }
+
+  /** Takes `count` messages of `size` bytes in all if they fit now; false (and nothing taken) if not. */
+  tryTakeMany(count: number, size: number): boolean {
+    this.wait(0)
+    const need = Math.min(size, this.rate.burstBytes)
+    if (this.messages < Math.min(count, this.rate.burst) || this.bytes < need) return false
+    this.messages -= count
+    this.bytes -= need
+    return true
+  }
+
   /** Takes one message of `size` bytes if it fits now; false (and nothing taken) if not. */
   tryTake(size: number): boolean {
     if (this.wait(size) > 0) return false

@@ -7,9 +7,11 @@ import { noise } from '@libp2p/noise'
 import { webSockets } from '@libp2p/websockets'
 import { yamux } from '@libp2p/yamux'
 import { createLibp2p, type Libp2p } from 'libp2p'
+import type { Server, Socket } from 'node:net'
 import { concatBytes } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import type { Logger } from 'pino'
+import { addressKey } from './address.ts'
 
 /** Options of {@link startClientPeers}. */
 export interface ClientPeersOptions {
@@ -20,6 +22,28 @@ export interface ClientPeersOptions {
   readonly logger: Logger
   /** Most circuit reservations held at once (browsers that can be reached through this relay). Default 256. */
   readonly maxReservations?: number
+  /** Connections (TCP) at once, in all and per remote address (an IPv6 one by its /64). Defaults 1,024 and 64. */
+  readonly maxConnections?: number
+  readonly maxConnectionsPerAddress?: number
+}
+
+/**
+ * Largest WebSocket message the port takes: libp2p sends noise frames (at
+ * most 64 KiB each) one per message, so this is four of them. ws refuses a
+ * longer one at its header (its default would buffer 100 MiB).
+ */
+export const PEER_FRAME_BYTES = 256 * 1024
+/** A connection that is not a WebSocket yet and sends nothing for this long is closed (ws clears it once it is one). */
+export const PEER_HANDSHAKE_IDLE_MS = 10_000
+/** From the WebSocket upgrade to a noise-authenticated, multiplexed connection (libp2p's inbound upgrade timeout). */
+const PEER_UPGRADE_MS = 10_000
+
+/** What the WebSocket listener of libp2p keeps (private in @libp2p/websockets 10; read defensively). */
+interface WsListenerInternals {
+  server?: Server
+  wsServer?: { options?: { maxPayload?: number } }
+  /** Called with each new WebSocket (looked up at each upgrade, so it can be wrapped). */
+  onWsServerConnection?: (ws: { on(event: 'error', listener: () => void): void }, req: unknown) => void
 }
 
 /** A running {@link startClientPeers} service. */
@@ -47,11 +71,14 @@ export async function startClientPeers(o: ClientPeersOptions): Promise<ClientPee
     transports: [webSockets()],
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
+    // Frames are small, so connections still in their handshake cost little: more may wait, for less long.
+    connectionManager: { inboundUpgradeTimeout: PEER_UPGRADE_MS, maxIncomingPendingConnections: 64 },
     services: {
       identify: identify(),
       relay: circuitRelayServer({ reservations: { maxReservations: o.maxReservations ?? 256 } }),
     },
   })
+  guardListeners(node, o.maxConnections ?? 1024, o.maxConnectionsPerAddress ?? 64)
   const addresses = (): string[] => node.getMultiaddrs().map((a) => a.toString())
   o.logger.info({ listen: o.listen, addresses: addresses() }, 'serving clients peer-to-peer: circuit relay and WebRTC signalling')
   return {
@@ -59,5 +86,48 @@ export async function startClientPeers(o: ClientPeersOptions): Promise<ClientPee
     async stop() {
       await node.stop()
     },
+  }
+}
+
+/**
+ * The limits libp2p's WebSocket listener has no option for: the largest
+ * message (refused at its header), a deadline for a connection to become a
+ * WebSocket, and connections per address and in all. Throws if the
+ * listener's internals are not where this expects them (a libp2p upgrade
+ * must not drop these limits unnoticed).
+ */
+function guardListeners(node: Libp2p, max: number, perAddressMax: number): void {
+  const listeners = (node as unknown as { components: { transportManager: { getListeners(): unknown[] } } }).components.transportManager.getListeners() as WsListenerInternals[]
+  for (const l of listeners) {
+    if (!l.server || !l.wsServer?.options) throw new Error('client-peers: the WebSocket listener of @libp2p/websockets changed; its limits cannot be set')
+    l.wsServer.options.maxPayload = PEER_FRAME_BYTES
+    // A frame refused at its header is an 'error' on the WebSocket, which libp2p does not listen for: it
+    // would end the process (with ws's default limit too, for a frame over 100 MiB). ws closes the socket itself.
+    const connected = l.onWsServerConnection
+    if (typeof connected !== 'function') throw new Error('client-peers: the WebSocket listener of @libp2p/websockets changed; its limits cannot be set')
+    l.onWsServerConnection = function (this: unknown, ws, req) {
+      ws.on('error', () => undefined)
+      connected.call(this, ws, req)
+    }
+    const perAddress = new Map<string, number>()
+    let open = 0
+    l.server.on('connection', (socket: Socket) => {
+      const who = addressKey(socket.remoteAddress)
+      const n = perAddress.get(who) ?? 0
+      // With an error: the listener's own handler waits for the first byte and lets go of the socket on one.
+      socket.on('error', () => undefined)
+      if (open >= max || n >= perAddressMax) return void socket.destroy(new Error('too many connections'))
+      open++
+      perAddress.set(who, n + 1)
+      socket.once('close', () => {
+        open--
+        const left = (perAddress.get(who) ?? 1) - 1
+        if (left <= 0) perAddress.delete(who)
+        else perAddress.set(who, left)
+      })
+      // Until ws takes the socket over (it sets no timeout), silence for this long ends it.
+      socket.setTimeout(PEER_HANDSHAKE_IDLE_MS)
+      socket.once('timeout', () => socket.destroy(new Error('no WebSocket handshake in time')))
+    })
   }
 }

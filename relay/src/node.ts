@@ -55,7 +55,7 @@ import {
   type TimerName,
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
-import { Bucket } from './bucket.ts'
+import { MeshBudget, WAKE_MAX_ENVELOPES, peekKind, type Throttled } from './mesh/budget.ts'
 import { systemClock, type Clock, type Timer } from './clock.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
@@ -159,11 +159,12 @@ interface LatestAttestation {
 /**
  * What a peer's fetch and sync requests may make this relay read and send
  * it: each asks for up to SYNC_BYTES in a few bytes, so a Byzantine peer
- * asking over and over would otherwise cost a core. Answers past it are
- * dropped (an honest asker asks again on its timers); a relay catching up
- * pulls far less than this from any one peer.
+ * asking over and over would otherwise cost a core. The per-peer budget
+ * (MeshBudget, src/mesh/budget.ts) is checked before anything is read and
+ * caps what is read; answers past it are dropped (an honest asker asks
+ * again on its timers); a relay catching up pulls far less than this from
+ * any one peer.
  */
-const SERVE_RATE = { perSecond: 1000, burst: 1000, bytesPerSecond: 4 * SYNC_BYTES, burstBytes: 4 * SYNC_BYTES }
 
 /** Bytes of one peer's frames that may wait for the event loop: two full catch-up answers (SYNC_BYTES). */
 const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
@@ -268,8 +269,8 @@ export class RelayNode {
    * inflate it. How far this relay trails it says whether it is caught up.
    */
   private readonly latestRoundOf: number[]
-  /** Bytes of each peer's frames waiting in the event queue (see onFrame). */
-  private readonly meshBacklog: number[]
+  /** Per peer: what its frames may cost at the door, its requests waiting, what it may be served, its frames' bytes waiting (see onFrame). */
+  private readonly meshBudget: MeshBudget<Output[]>
   private meshDropLoggedAt = 0
   /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
   private pendingSince: number | null = null
@@ -291,9 +292,6 @@ export class RelayNode {
   private recovering = false
   private readonly checkpoints: RelayCheckpoints
   private readonly headProofs: HeadProofs
-  /** Per peer, what its fetches and syncs may still make us send (SERVE_RATE). */
-  private readonly serveBudget: Bucket[]
-  private serveDropLoggedAt = 0
   /** A checkpoint fetched from peers, to start over from before the next events (see drain). */
   private pendingInstall: FetchedRelayCheckpoint | undefined
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
@@ -314,15 +312,14 @@ export class RelayNode {
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
-    this.meshBacklog = this.committee.keys.map(() => 0)
-    this.serveBudget = this.committee.keys.map(() => new Bucket(SERVE_RATE, () => this.clock.now()))
+    this.meshBudget = new MeshBudget(this.committee.keys.length, () => this.clock.now(), (t) => this.throttled(t))
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
-    this.budget.track('mesh-backlog', () => this.meshBacklog.reduce((a, b) => a + b, 0))
+    this.budget.track('mesh-backlog', () => this.meshBudget.backlog.reduce((a, b) => a + b, 0))
     this.budget.track('store-held', () => this.store?.heldBlockBytes ?? 0)
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
@@ -754,11 +751,17 @@ export class RelayNode {
   /**
    * A signed page of an object's stable history: up to `limit` entries
    * before stable index `before`, newest first, as msgpack [index, value]
-   * pairs (values may be bytes, which JSON cannot carry).
+   * pairs (values may be bytes, which JSON cannot carry). The page stops
+   * early once its values reach `maxBytes` (at least one entry, so every
+   * history can be read); `next` is where the next page starts (its
+   * `before`), or null at the start of the history. Correct relays cut a
+   * page at the same entry, so their pages stay alike.
    */
-  historyPage(space: string, key: string, before: number, limit: number): { relay: number; entries: Uint8Array; sig: Uint8Array } {
-    const entries = encode(this.store.historyOf(space, key, before, limit).map((e) => [e.index, e.value]))
-    return { relay: this.me, entries, sig: this.crypto.sign(this.options.secretKey, historyPageBytes(space, key, before, entries)) }
+  historyPage(space: string, key: string, before: number, limit: number, maxBytes = Number.POSITIVE_INFINITY): { relay: number; entries: Uint8Array; sig: Uint8Array; next: number | null } {
+    const page = this.store.historyOf(space, key, before, limit, maxBytes)
+    const entries = encode(page.entries.map((e) => [e.index, e.value]))
+    const next = page.more ? (page.entries[page.entries.length - 1]?.index ?? null) : null
+    return { relay: this.me, entries, sig: this.crypto.sign(this.options.secretKey, historyPageBytes(space, key, before, entries)), next }
   }
 
   /**
@@ -919,7 +922,7 @@ export class RelayNode {
     // Frames arrive while the loop awaits the disk; what waits for it is bounded per peer.
     // Past the bound a frame is dropped before any work is spent on it: consensus tolerates
     // loss (sync fetches what is missing), and one peer cannot fill the relay's memory.
-    const waiting = this.meshBacklog[from] as number
+    const waiting = this.meshBudget.backlog[from] ?? 0
     if (waiting + frame.length > MESH_BACKLOG_BYTES) {
       this.metrics.rejected.inc({ reason: 'overloaded', source: 'mesh' })
       const now = this.clock.now()
@@ -929,6 +932,9 @@ export class RelayNode {
       }
       return
     }
+    // Each kind of message has a per-peer rate, charged before the frame is decoded or its signatures checked.
+    const kind = peekKind(frame) ?? 'malformed'
+    if (!this.meshBudget.admit(from, kind, frame.length)) return
     let message: Message
     try {
       // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
@@ -940,15 +946,72 @@ export class RelayNode {
       return
     }
     if (this.checkpoints.onMessage(from, message) || this.headProofs.onMessage(from, message)) return
+    if (message.kind === 'sync' || message.kind === 'fetch' || message.kind === 'own-last-ask') {
+      // Served after the drain's consensus events, if the peer's serving budget has room by then.
+      const request = message
+      if (this.meshBudget.queueRequest(from, kind, () => (this.meshBudget.mayServe(from, kind) ? this.core.onMessage(from, request) : []))) {
+        if (!this.draining) this.drainRun = this.drain()
+      }
+      return
+    }
+    if (message.kind === 'wake') {
+      const payload = this.wakePayload(from, message.payload)
+      if (!payload.length) return
+      message = { kind: 'wake', payload }
+    }
     for (const block of message.kind === 'block' ? [message.block] : message.kind === 'blocks' ? message.blocks : []) {
       const { author, round } = block.header
       if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
     }
-    this.meshBacklog[from] = waiting + frame.length
+    const event = message
+    this.meshBudget.backlog[from] = waiting + frame.length
     this.enqueue(() => {
-      this.meshBacklog[from] = (this.meshBacklog[from] as number) - frame.length
-      return this.core.onMessage(from, message)
+      this.meshBudget.backlog[from] = (this.meshBudget.backlog[from] as number) - frame.length
+      return this.core.onMessage(from, event)
     })
+  }
+
+  /**
+   * What of a peer's wake may reach the core: each envelope is charged to
+   * the peer's wake budget, and must pass the door a client's envelope
+   * passes (signature, the space's policy, and the new-space quota of its
+   * author's key, charged as if the peer were the address it came from):
+   * a Byzantine relay cannot start spaces, or queue envelopes, that a
+   * client could not. The rest is dropped and counted.
+   */
+  private wakePayload(from: number, frames: readonly Uint8Array[]): Uint8Array[] {
+    const wanted = frames.slice(0, WAKE_MAX_ENVELOPES)
+    if (!wanted.length || !this.meshBudget.admit(from, 'wake', 0, wanted.length)) return []
+    const out: Uint8Array[] = []
+    for (const frame of wanted) {
+      try {
+        if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', 'memory budget')
+        const env = this.open(frame)
+        if (env instanceof SteadError) throw env
+        const policy = this.options.cluster.spaces.get(env.space)
+        if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}`)
+        if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
+        const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
+        if (starts) this.newSpaceCharge(env.space, env.authorId, `relay:${this.nameOf(from)}`)()
+        out.push(frame)
+      } catch (err) {
+        if (!(err instanceof SteadError)) throw err
+        if (err.reason === 'rate-limited') this.throttled({ peer: from, kind: 'wake', why: 'rate' })
+        else this.metrics.rejected.inc({ reason: err.reason, source: 'mesh' })
+      }
+    }
+    return out
+  }
+
+  /** A peer's frame or request refused by its mesh budget: counted, and logged once in a while. */
+  private throttled(t: Throttled): void {
+    this.metrics.rejected.inc({ reason: 'rate-limited', source: 'mesh' })
+    this.metrics.meshThrottled.inc({ peer: this.nameOf(t.peer), kind: t.kind })
+    const now = this.clock.now()
+    if (now - this.meshDropLoggedAt > 10_000) {
+      this.meshDropLoggedAt = now
+      this.log.warn({ from: this.nameOf(t.peer), kind: t.kind, why: t.why }, 'mesh: a peer sends more than its budget allows; dropping what is over it')
+    }
   }
 
   private onTimer(name: TimerName, round: number): void {
@@ -965,7 +1028,7 @@ export class RelayNode {
   private async drain(): Promise<void> {
     this.draining = true
     try {
-      while ((this.queue.length || this.pendingInstall) && !this.stopped) {
+      while ((this.queue.length || this.meshBudget.queuedRequests || this.pendingInstall) && !this.stopped) {
         const install = this.pendingInstall
         if (install) {
           this.pendingInstall = undefined
@@ -975,6 +1038,9 @@ export class RelayNode {
         const events = this.queue.splice(0)
         const outputs: Output[] = []
         for (const event of events) outputs.push(...event())
+        // Peers' requests last: consensus events of this drain go first, and each request only
+        // if its peer's serving budget still has room.
+        this.meshBudget.runRequests((out) => outputs.push(...out))
         const write: {
           records: WriteBatch['records'][number][]
           batches: { anchorRound: number; frames: Uint8Array[] }[]
@@ -1162,17 +1228,19 @@ export class RelayNode {
   private serveArchive(to: number, query: ArchiveQuery): void {
     // Rounds below the retention window are gone: say so, and the asker knows why nothing comes.
     if ('fromRound' in query && query.fromRound < this.store.blocksKeptFrom) this.options.mesh.send(to, encodeMessage({ kind: 'pruned', keptFrom: this.store.blocksKeptFrom }))
-    // Nothing read from the store for a peer past its budget.
-    if (!this.mayServe(to, [])) return
+    // Nothing read from the store for a peer past its budget, and never more than the budget has room for.
+    if (!this.meshBudget.mayServe(to, 'digests' in query ? 'fetch' : 'sync')) return
+    const room = this.meshBudget.allowance(to)
+    const digests = 'digests' in query ? query.digests.slice(0, Math.max(1, room.blocks)) : []
     const blocks =
       'digests' in query
-        ? this.store.blocksByDigest(this.crypto, this.committee, query.digests)
-        : this.store.blocksInRounds(this.crypto, this.committee, query.fromRound, query.toRound, SYNC_BATCH, SYNC_BYTES)
+        ? this.store.blocksByDigest(this.crypto, this.committee, digests)
+        : this.store.blocksInRounds(this.crypto, this.committee, query.fromRound, query.toRound, Math.max(1, Math.min(SYNC_BATCH, room.blocks)), Math.min(SYNC_BYTES, room.bytes))
     if ('digests' in query) {
       // Neither in memory (the core looked) nor on disk: say so, so that a block of ours naming one
-      // of these could be recognised as one we never made (see the core's 'unknown').
+      // of these could be recognised as one we never made (see the core's 'unknown'). Only of those looked up.
       const found = new Set(blocks.map((b) => b.digestHex))
-      const unknown = query.digests.filter((d) => !found.has(d))
+      const unknown = digests.filter((d) => !found.has(d))
       if (unknown.length) this.options.mesh.send(to, encodeMessage({ kind: 'unknown', digests: unknown.map(fromHex), keptFrom: this.store.blocksKeptFrom }))
     }
     for (const part of byBytes(blocks)) {
@@ -1181,18 +1249,11 @@ export class RelayNode {
     }
   }
 
-  /** Whether `blocks` may be sent to peer `to` as an answer now (see SERVE_RATE); counts and logs a refusal. */
+  /** Whether `blocks` may be sent to peer `to` as an answer now (its serving budget, MeshBudget); counted and logged if not. */
   private mayServe(to: number, blocks: readonly Block[]): boolean {
     let bytes = 0
     for (const b of blocks) bytes += b.signed.bytes.length
-    if (this.serveBudget[to]?.tryTake(bytes) ?? true) return true
-    this.metrics.rejected.inc({ reason: 'rate-limited', source: 'mesh' })
-    const now = this.clock.now()
-    if (now - this.serveDropLoggedAt > 10_000) {
-      this.serveDropLoggedAt = now
-      this.log.warn({ to: this.nameOf(to), limitBytesPerSecond: SERVE_RATE.bytesPerSecond }, 'mesh: a peer asks for more blocks than it may be sent; dropping answers')
-    }
-    return false
+    return this.meshBudget.charge(to, 'blocks', blocks.length, bytes)
   }
 
   // ---- audit and attestations ----

@@ -616,14 +616,23 @@ export class RelayStore {
     return undefined
   }
 
-  /** Up to `limit` entries of an object's stable history before stable index `before`, newest first. */
-  historyOf(space: string, key: string, before: number, limit: number): Array<{ index: number; value: unknown }> {
-    const out: Array<{ index: number; value: unknown }> = []
-    for (const { key: k, value } of this.history.getRange({ start: [space, key, before], end: [space, key, -1], reverse: true, limit })) {
+  /**
+   * Up to `limit` entries of an object's stable history before stable index
+   * `before`, newest first, and as many as fit in `maxBytes` of stored
+   * values (always at least one): the store is read one entry at a time, so
+   * a page never holds more than that. `more` says whether older entries
+   * remain (the next page starts before the oldest one here).
+   */
+  historyOf(space: string, key: string, before: number, limit: number, maxBytes = Number.POSITIVE_INFINITY): { entries: Array<{ index: number; value: unknown }>; more: boolean } {
+    const entries: Array<{ index: number; value: unknown }> = []
+    let bytes = 0
+    for (const { key: k, value } of this.history.getRange({ start: [space, key, before], end: [space, key, -1], reverse: true })) {
       if (k[2] >= before) continue
-      out.push({ index: k[2], value: decode(value, RECORD_LIMIT) })
+      if (entries.length >= limit || (entries.length > 0 && bytes + value.length > maxBytes)) return { entries, more: true }
+      bytes += value.length
+      entries.push({ index: k[2], value: decode(value, RECORD_LIMIT) })
     }
-    return out
+    return { entries, more: false }
   }
 
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */

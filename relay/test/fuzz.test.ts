@@ -58,8 +58,16 @@ const REASON_SET: ReadonlySet<string> = new Set<string>(ERROR_REASONS)
  * signature, 4003 no hello in time, 4008 slow consumer, 1013 too many sessions.
  */
 const CLOSE_CODES: ReadonlySet<number> = new Set([4000, 4001, 4003, 4008, 1013])
-/** The relay's default frame limit (relay/src/api.ts); larger frames get `too-large` before decoding. */
+/** The relay's default frame limit (relay/src/api.ts): ws refuses a longer frame at its header. */
 const MAX_FRAME = 2 * 1024 * 1024
+/** The frame limit before hello (relay/src/api.ts PRE_AUTH_FRAME_BYTES). */
+const PRE_AUTH_FRAME = 64 * 1024
+/**
+ * A frame over the limit is refused at its header: the session closes with 1009 (message too big),
+ * or 1006 when the close frame is lost to the reset the rest of the frame causes, before any of it
+ * is buffered, so no typed error can come first.
+ */
+const HEADER_CLOSE_CODES: ReadonlySet<number> = new Set([1009, 1006])
 /** No answer within this long is silence. */
 const ANSWER_TIMEOUT_MS = 10_000
 /** Per connection, below the relay's per-connection rate limit; `rate-limited` answers are accepted all the same. */
@@ -832,7 +840,9 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
 
   const problems: string[] = []
   const r = cluster.relays[conn.relay] as TestRelay
-  const dropped = conn.closed !== null && !CLOSE_CODES.has(conn.closed.code)
+  const overLimit = (typeof frame === 'string' ? Buffer.byteLength(frame) : frame.byteLength) > (authedBefore ? MAX_FRAME : PRE_AUTH_FRAME)
+  const refusedAtHeader = overLimit && conn.closed !== null && HEADER_CLOSE_CODES.has(conn.closed.code)
+  const dropped = conn.closed !== null && !CLOSE_CODES.has(conn.closed.code) && !refusedAtHeader
   if (!settled || dropped) {
     // Silence or a dropped connection: give a relay that is stuck a while to die, so its log tells why.
     if (!settled) problems.push(`no answer to the frame or to the barrier ping within ${ANSWER_TIMEOUT_MS} ms`)
@@ -845,7 +855,7 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
   }
   // The oracle runs the core's decoder, the relay's own, in this process: only once the relay has
   // shown that decoding this frame returns.
-  const exp: Expected = settled && !dropped ? expected(frame, authedBefore) : { kind: 'quiet' }
+  const exp: Expected = settled && !dropped && !overLimit ? expected(frame, authedBefore) : { kind: 'quiet' }
   const all = since()
   const pongAt = all.findIndex(isPong)
   let answers: Got[]
@@ -898,7 +908,9 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
     if (exp.kind === 'submit' && matched !== 1 && !(matched === 0 && sessionErrors > 0)) problems.push(`${matched} answers with id ${exp.id} to one submit`)
     if (exp.kind === 'pong' && matched !== 1 && !(matched === 0 && sessionErrors > 0)) problems.push(`${matched} pongs with n ${exp.n} to one ping`)
   }
-  if (conn.closed) {
+  if (overLimit) {
+    if (!refusedAtHeader) problems.push(`a frame over the limit did not close the session with 1009 (closed: ${conn.closed ? conn.closed.code : 'no'})`)
+  } else if (conn.closed) {
     if (!CLOSE_CODES.has(conn.closed.code)) problems.push(`the session closed with code ${conn.closed.code} (${conn.closed.reason})`)
     if (errors === 0) problems.push(`the session closed (${conn.closed.code}) without a typed error first`)
   }

@@ -122,7 +122,10 @@ describe('a cluster of 4 relay processes', () => {
     expect(await errorFor(() => c.raw(new Uint8Array([0xc1, 0x00, 0xff])))).toBe('malformed')
     expect(await errorFor(() => c.raw('{"type":"submit"}'))).toBe('malformed')
     expect(await errorFor(() => c.raw(encode(['submit', 'x', 'y'])))).toBe('malformed')
-    expect(await errorFor(() => c.raw(new Uint8Array(3 * 1024 * 1024)))).toBe('too-large')
+    // A frame over the limit is refused at its header: the socket closes with 1009 (message too big) before
+    // the frame is buffered, so there is no frame to answer with (1006 when the close frame is lost to a reset).
+    c.raw(new Uint8Array(3 * 1024 * 1024))
+    expect([1009, 1006]).toContain((await until('the oversize frame to close the session', () => c.closed ?? undefined)).code)
     const authed = await TestClient.connect(cluster.relays[1]!.api, author)
     const submitError = async (id: number, frame: Uint8Array) => {
       authed.send({ type: 'submit', id, envelope: frame })

@@ -78,7 +78,7 @@ describe('stead-relay init', () => {
 describe('--limit', () => {
   it('takes any API limit by name, fills a rate limit from its defaults, and refuses the rest with the names it knows', () => {
     expect(apiLimits(['maxSessionsPerKey=8', 'rateLimit.perSecond=9'], DEFAULT_LIMITS)).toEqual({ maxSessionsPerKey: 8, rateLimit: { ...DEFAULT_LIMITS.rateLimit, perSecond: 9 } })
-    expect(() => apiLimits(['maxSesionsPerKey=8'], DEFAULT_LIMITS)).toThrow(/^--limit maxSesionsPerKey=8: unknown limit maxSesionsPerKey \(limits: maxFrameBytes, rateLimit\.perSecond, .*, maxSessionsPerKey, .*idleTimeoutMs\)$/)
+    expect(() => apiLimits(['maxSesionsPerKey=8'], DEFAULT_LIMITS)).toThrow(/^--limit maxSesionsPerKey=8: unknown limit maxSesionsPerKey \(limits: maxFrameBytes, rateLimit\.perSecond, .*, maxSessionsPerKey, .*idleTimeoutMs, .*readDeadlineMs\)$/)
     expect(() => apiLimits(['maxSessionsPerKey=0'], DEFAULT_LIMITS)).toThrow(/--limit maxSessionsPerKey=0: the value must be a positive whole number/)
     expect(() => apiLimits(['maxSessionsPerKey'], DEFAULT_LIMITS)).toThrow(/positive whole number/)
   })

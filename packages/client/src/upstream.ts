@@ -247,33 +247,56 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   // ---- reads over HTTP
 
   /** A history page that f+1 relays signed identically (at least one of them is correct). */
+  /**
+   * Up to `limit` entries of `key`'s stable history before `before`, oldest
+   * first. Relays stop a page at their byte limit and say where the next
+   * starts: the pages are read in turn (each one f+1 relays signed alike)
+   * until `limit` entries or the start of the history, or MAX_HISTORY_BYTES.
+   */
   async relayHistory(key: string, before: number, limit: number): Promise<HistoryPage> {
+    const pairs: Array<[number, unknown]> = []
+    let at = before
+    let bytes = 0
+    for (;;) {
+      const page = await this.relayHistoryPage(key, at, limit - pairs.length)
+      pairs.push(...page.pairs)
+      bytes += page.bytes
+      if (pairs.length >= limit || page.next === null || bytes >= MAX_HISTORY_BYTES) break
+      at = page.next
+    }
+    return pairs.map(([index, value]) => ({ index: expect.uint(index, 'history.index'), value })).reverse()
+  }
+
+  /** One signed page, newest first, with the `before` of the next page when the relays cut it short (null: no more, or an older relay). */
+  private async relayHistoryPage(key: string, before: number, limit: number): Promise<{ pairs: Array<[number, unknown]>; bytes: number; next: number | null }> {
     const { cluster, fetchFn, headers } = await this.relayReads()
     const path = `/v1/spaces/${encodeURIComponent(this.space)}/history/${encodeURIComponent(key)}?before=${before}&limit=${limit}`
     const agreed = await firstQuorum(
       this.o.relays.map(async (url) => {
         try {
-          const p = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_HISTORY_BODY, timeoutMs: HISTORY_READ_TIMEOUT_MS })) as { relay: number; entries: string; sig: string } | undefined
+          const p = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_HISTORY_BODY, timeoutMs: HISTORY_READ_TIMEOUT_MS })) as { relay: number; entries: string; sig: string; next?: unknown } | undefined
           if (p === undefined) return undefined
           const relayKey = cluster.relays[p.relay]?.publicKey
           const entries = fromBase64Url(p.entries)
           if (!relayKey || !(await this.o.crypto.verify(relayKey, historyPageBytes(this.space, key, before, entries), fromHex(p.sig)))) return undefined
-          return { relay: p.relay, entries }
+          return { relay: p.relay, entries, next: typeof p.next === 'number' ? p.next : null }
         } catch {
           return undefined
         }
       }),
       (answers) => {
         for (const a of answers) {
-          const alike = new Set(answers.filter((b) => bytesEqual(a.entries, b.entries)).map((b) => b.relay))
-          if (alike.size >= cluster.f + 1) return a.entries
+          const alike = answers.filter((b) => bytesEqual(a.entries, b.entries))
+          if (new Set(alike.map((b) => b.relay)).size >= cluster.f + 1) return { entries: a.entries, more: alike.some((b) => b.next !== null) }
         }
         return undefined
       },
     )
     if (!agreed) throw new SteadError('unsupported', `fewer than ${cluster.f + 1} relays served the same page of ${key}'s history`)
-    const pairs = expect.array(decode(agreed, MAX_HISTORY_BYTES), 'history', 1000) as Array<[number, unknown]>
-    return pairs.map(([index, value]) => ({ index: expect.uint(index, 'history.index'), value })).reverse()
+    const pairs = expect.array(decode(agreed.entries, MAX_HISTORY_BYTES), 'history', 1000) as Array<[number, unknown]>
+    // Where the next page starts is the oldest entry here (signed): a relay's word only says whether to ask.
+    const oldest = pairs.length > 0 && pairs.length < limit && agreed.more ? pairs[pairs.length - 1]?.[0] : undefined
+    return { pairs, bytes: agreed.entries.length, next: typeof oldest === 'number' && Number.isSafeInteger(oldest) && oldest < before ? oldest : null }
   }
 
   async quorumIndex(timeoutMs: number): Promise<number> {

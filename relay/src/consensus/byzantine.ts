@@ -16,6 +16,9 @@ export interface ByzantineContext {
   readonly conflictingPayload: (round: number) => Uint8Array | undefined
 }
 
+/** Requests of its kind a flooding strategy sends with each of its blocks. */
+const FLOOD_REQUESTS = 20
+
 /**
  * A decorator on what an honest core sends: it rewrites each outgoing
  * message into none, one or several. The relay and the simulator put it
@@ -91,6 +94,25 @@ export class ByzantineBehaviour {
         if (!own) return [message]
         const far = [1000, 60, 3].map((ahead) => signBlock(crypto, secretKey, { ...own.header, round: own.header.round + ahead, payload: [] }))
         return [message, ...far.map((block) => ({ kind: 'block' as const, block }))]
+      }
+      case 'flood-sync':
+      case 'flood-fetch':
+      case 'flood-asks':
+      case 'flood-wake': {
+        // With each of its blocks, a burst of requests of one kind: what the peer's mesh budget must
+        // absorb without serving it at the expense of consensus (issue 51).
+        if (!own) return [message]
+        const burst: Message[] =
+          this.strategy === 'flood-sync'
+            ? [{ kind: 'sync', fromRound: 0 }]
+            : this.strategy === 'flood-fetch'
+              ? [{ kind: 'fetch', digests: Array.from({ length: 16 }, (_, i) => new Uint8Array(32).fill(i + 1)) }]
+              : this.strategy === 'flood-asks'
+                ? [{ kind: 'own-last-ask' }, { kind: 'head-ask', space: 'sim', fromIndex: 0, round: 0 }]
+                : own.header.payload.length
+                  ? [{ kind: 'wake', payload: own.header.payload.slice(0, 64) }]
+                  : []
+        return [message, ...Array.from({ length: FLOOD_REQUESTS }, () => burst).flat()]
       }
       case 'forged-envelopes': {
         if (!own) return [message]
