@@ -6,6 +6,7 @@
  */
 import { InvalidArgumentError, Option } from 'commander'
 import type { ApiLimits } from './api.ts'
+import type { MeshLimits } from './mesh/budget.ts'
 import { CLIENT_LIES, type ClientLie } from './client-lies.ts'
 import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './consensus/strategies.ts'
 import { LOG_LEVELS } from './logging.ts'
@@ -50,20 +51,42 @@ export function logLevelOption(): Option {
  * by name, a rate limit's fields as `rateLimit.perSecond` (the rest of it
  * keeps its defaults). Checked here rather than while parsing, so that
  * --help and usage errors need not load the API (defaults: DEFAULT_LIMITS).
+ * Flags naming a mesh limit (`mesh.`…) are left to meshLimits.
  */
 export function apiLimits(flags: readonly string[], defaults: ApiLimits): Partial<ApiLimits> {
+  return namedLimits(
+    flags.filter((f) => !f.startsWith('mesh.')),
+    defaults,
+    '',
+  ) as Partial<ApiLimits>
+}
+
+/**
+ * `--limit mesh.name=value` flags as the mesh budget's numbers (per peer;
+ * DEFAULT_MESH_LIMITS in src/mesh/budget.ts): `mesh.maxQueuedRequests=16`,
+ * a rate's fields as `mesh.unrequestedBlocks.perSecond=400`.
+ */
+export function meshLimits(flags: readonly string[], defaults: MeshLimits): Partial<MeshLimits> {
+  return namedLimits(
+    flags.filter((f) => f.startsWith('mesh.')).map((f) => f.slice('mesh.'.length)),
+    defaults,
+    'mesh.',
+  ) as Partial<MeshLimits>
+}
+
+function namedLimits(flags: readonly string[], defaults: object, prefix: string): Record<string, unknown> {
   const names = Object.entries(defaults).flatMap(([k, v]) => (typeof v === 'number' ? [k] : Object.keys(v as object).map((f) => `${k}.${f}`)))
   const out: Record<string, number | Record<string, number>> = {}
   for (const flag of flags) {
     const [name = '', value] = flag.split('=')
-    if (!names.includes(name)) throw new UsageError(`--limit ${flag}: unknown limit ${name} (limits: ${names.join(', ')})`)
+    if (!names.includes(name)) throw new UsageError(`--limit ${prefix}${flag}: unknown limit ${prefix}${name} (limits: ${names.map((n) => prefix + n).join(', ')})`)
     const n = Number(value)
-    if (value === undefined || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--limit ${flag}: the value must be a positive whole number`)
-    const [top, field] = name.split('.') as [keyof ApiLimits, string | undefined]
+    if (value === undefined || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new UsageError(`--limit ${prefix}${flag}: the value must be a positive whole number`)
+    const [top, field] = name.split('.') as [string, string | undefined]
     if (field === undefined) out[top] = n
-    else out[top] = { ...(defaults[top] as unknown as Record<string, number>), ...(out[top] as Record<string, number> | undefined), [field]: n }
+    else out[top] = { ...((defaults as Record<string, unknown>)[top] as Record<string, number>), ...(out[top] as Record<string, number> | undefined), [field]: n }
   }
-  return out as Partial<ApiLimits>
+  return out
 }
 
 /** A comma-separated list, e.g. --host 10.0.0.1,10.0.0.2; repeated flags add up. */

@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Command, type CommanderError, Option } from 'commander'
 import type { Logger } from 'pino'
-import { UsageError, apiLimits, byzantineModes, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber, type ByzantineModes } from './cli-options.ts'
+import { UsageError, apiLimits, byzantineModes, meshLimits, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber, type ByzantineModes } from './cli-options.ts'
 import type { LogLevel } from './logging.ts'
 import type { RunningRelay } from './relay.ts'
 import { RELAY_VERSION } from './version.ts'
@@ -76,8 +76,9 @@ async function start(options: StartOptions): Promise<void> {
   // Started by `dev`: go down with it, even if it was killed with SIGKILL.
   if (process.channel) process.once('disconnect', () => shutdown('parent exited'))
 
-  const [{ DEFAULT_LIMITS }, { ConfigError, fileProblem, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
+  const [{ DEFAULT_LIMITS }, { DEFAULT_MESH_LIMITS }, { ConfigError, fileProblem, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
     import('./api.ts'),
+    import('./mesh/budget.ts'),
     import('./config.ts'),
     import('./logging.ts'),
     import('./relay.ts'),
@@ -85,6 +86,7 @@ async function start(options: StartOptions): Promise<void> {
   ])
   // Bad flags are refused before any file is touched.
   const limits = apiLimits(o.limit ?? [], DEFAULT_LIMITS)
+  const mesh = meshLimits(o.limit ?? [], DEFAULT_MESH_LIMITS)
   // Whatever the relay writes (store, lock, metadata) is its owner's alone.
   process.umask(0o077)
   const cluster = loadCluster(o.config)
@@ -130,6 +132,7 @@ async function start(options: StartOptions): Promise<void> {
     logger,
     consensus: timings(o),
     limits,
+    ...(Object.keys(mesh).length ? { meshLimits: mesh } : {}),
     ...(o.byzantine?.toRelays ? { byzantine: o.byzantine.toRelays } : {}),
     ...(o.byzantine?.toClients.length ? { clientLies: o.byzantine.toClients } : {}),
     ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
@@ -236,7 +239,7 @@ Examples:
     .addOption(new Option('--snapshot-every <batches>', 'snapshot the spaces\' audit state after this many committed batches, or a minute after the last (default 1000): what a restart replays at most').argParser(wholeNumber(1, 1_000_000, 'batches')))
     .addOption(new Option('--retain-rounds <rounds>', 'consensus rounds of blocks kept for relays that fell behind (default 20000); older ones are deleted at each snapshot').argParser(wholeNumber(200, 1_000_000_000, 'rounds')))
     .addOption(new Option('--retain-updates <n>', 'per space, stable indexes of commits kept for clients resuming (default 1000000); a client further behind starts from a verified snapshot').argParser(wholeNumber(1, 1_000_000_000_000, 'updates')))
-    .option('--limit <name=value>', 'set a client API limit (repeatable), e.g. --limit maxSessionsPerKey=8; names and defaults: relay/README.md', repeatable)
+    .option('--limit <name=value>', 'set a client API or mesh limit (repeatable), e.g. --limit maxSessionsPerKey=8 or --limit mesh.unrequestedBlocks.perSecond=400; names and defaults: relay/README.md', repeatable)
     .addOption(new Option('--byzantine <modes>', 'misbehave on purpose, for tests and demos only: one mode towards relays and any towards clients, comma-separated (relay/README.md lists them)').argParser(byzantineModes))
   for (const option of timingOptions()) startCmd.addOption(option)
   startCmd

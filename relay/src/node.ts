@@ -55,7 +55,7 @@ import {
   type TimerName,
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
-import { MeshBudget, WAKE_MAX_ENVELOPES, peekKind, type Throttled } from './mesh/budget.ts'
+import { MeshBudget, peekBlockCount, peekKind, type MeshLimits, type Throttled } from './mesh/budget.ts'
 import { systemClock, type Clock, type Timer } from './clock.ts'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
@@ -101,6 +101,8 @@ export interface RelayNodeOptions {
   readonly ownLastTimeoutMs?: number
   /** Bytes this relay may hold for clients: queued envelopes, send buffers, verification cache. Default 512 MiB. */
   readonly memoryBudgetBytes?: number
+  /** The per-peer mesh budget's numbers (DEFAULT_MESH_LIMITS in src/mesh/budget.ts; `--limit mesh.<name>=<value>`). */
+  readonly meshLimits?: Partial<MeshLimits>
   /**
    * A snapshot of the spaces' audit state is written after this many
    * committed batches (default 1,000), or at the first commit a minute
@@ -312,14 +314,14 @@ export class RelayNode {
     this.publicKey = this.committee.keys[options.me] as Uint8Array
     this.name = this.nameOf(options.me)
     this.latestRoundOf = this.committee.keys.map(() => 0)
-    this.meshBudget = new MeshBudget(this.committee.keys.length, () => this.clock.now(), (t) => this.throttled(t))
+    this.meshBudget = new MeshBudget(this.committee.keys.length, () => this.clock.now(), (t) => this.throttled(t), options.meshLimits)
     this.log = options.logger
     this.metrics = new Metrics(this.name)
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
-    this.budget.track('mesh-backlog', () => this.meshBudget.backlog.reduce((a, b) => a + b, 0))
+    this.budget.track('mesh-backlog', () => this.meshBudget.backlogBytes())
     this.budget.track('store-held', () => this.store?.heldBlockBytes ?? 0)
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
@@ -922,7 +924,7 @@ export class RelayNode {
     // Frames arrive while the loop awaits the disk; what waits for it is bounded per peer.
     // Past the bound a frame is dropped before any work is spent on it: consensus tolerates
     // loss (sync fetches what is missing), and one peer cannot fill the relay's memory.
-    const waiting = this.meshBudget.backlog[from] ?? 0
+    const waiting = this.meshBudget.backlogBytes(from)
     if (waiting + frame.length > MESH_BACKLOG_BYTES) {
       this.metrics.rejected.inc({ reason: 'overloaded', source: 'mesh' })
       const now = this.clock.now()
@@ -935,14 +937,32 @@ export class RelayNode {
     // Each kind of message has a per-peer rate, charged before the frame is decoded or its signatures checked.
     const kind = peekKind(frame) ?? 'malformed'
     if (!this.meshBudget.admit(from, kind, frame.length)) return
+    // A `blocks` message is charged per block too, from its declared count: answers to what this relay
+    // asked the peer for first, then the peer's unrequested-block budget; blocks past it are not opened.
+    const declared = kind === 'blocks' ? peekBlockCount(frame) : undefined
+    const keep = declared === undefined ? Infinity : this.meshBudget.admitBlocks(from, declared)
+    if (keep === 0 && declared) return
     let message: Message
     try {
       // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
-      message = decodeMessage(this.crypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round))
+      message = decodeMessage(this.crypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round), keep)
     } catch (err) {
       const reason = err instanceof SteadError ? err.reason : 'malformed'
       this.metrics.rejected.inc({ reason, source: 'mesh' })
       this.log.warn({ from: this.nameOf(from), reason, err: (err as Error).message }, 'rejected mesh frame')
+      return
+    }
+    if (message.kind === 'head-ask' || message.kind === 'checkpoint-ask') {
+      // Each answer costs a store read and a signature or a hash: queued like a request, after the
+      // drain's consensus events, and charged one unit of the peer's serving budget.
+      const ask = message
+      const answer = (): Output[] => {
+        if (this.meshBudget.charge(from, kind, 1, 0)) {
+          if (!this.checkpoints.onMessage(from, ask)) this.headProofs.onMessage(from, ask)
+        }
+        return []
+      }
+      if (this.meshBudget.queueRequest(from, kind, answer) && !this.draining) this.drainRun = this.drain()
       return
     }
     if (this.checkpoints.onMessage(from, message) || this.headProofs.onMessage(from, message)) return
@@ -964,9 +984,9 @@ export class RelayNode {
       if (round > (this.latestRoundOf[author] as number)) this.latestRoundOf[author] = round
     }
     const event = message
-    this.meshBudget.backlog[from] = waiting + frame.length
+    if (!this.meshBudget.holdBacklog(from, frame.length, MESH_BACKLOG_BYTES)) return
     this.enqueue(() => {
-      this.meshBudget.backlog[from] = (this.meshBudget.backlog[from] as number) - frame.length
+      this.meshBudget.releaseBacklog(from, frame.length)
       return this.core.onMessage(from, event)
     })
   }
@@ -980,7 +1000,7 @@ export class RelayNode {
    * client could not. The rest is dropped and counted.
    */
   private wakePayload(from: number, frames: readonly Uint8Array[]): Uint8Array[] {
-    const wanted = frames.slice(0, WAKE_MAX_ENVELOPES)
+    const wanted = frames.slice(0, this.meshBudget.wakeMaxEnvelopes)
     if (!wanted.length || !this.meshBudget.admit(from, 'wake', 0, wanted.length)) return []
     const out: Uint8Array[] = []
     for (const frame of wanted) {
@@ -1170,6 +1190,10 @@ export class RelayNode {
     switch (o.type) {
       case 'send':
         if (o.message.kind === 'blocks' && !this.mayServe(o.to, o.message.blocks)) break
+        // What we ask a peer for, it may send: its answers are charged against that, not its unrequested-block budget
+        // (a sync is answered from memory and from the store, up to SYNC_BATCH blocks each).
+        if (o.message.kind === 'sync') this.meshBudget.asked(o.to, 2 * SYNC_BATCH)
+        if (o.message.kind === 'fetch') this.meshBudget.asked(o.to, o.message.digests.length)
         if (o.message.kind === 'own-last' && o.message.block && !this.mayServe(o.to, [o.message.block])) break
         this.options.mesh.send(o.to, encodeMessage(o.message))
         break

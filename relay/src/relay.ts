@@ -7,6 +7,7 @@ import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
 import { relayLogger } from './logging.ts'
+import type { MeshLimits } from './mesh/budget.ts'
 import { createLibp2pMesh } from './mesh/libp2p.ts'
 import { RelayNode, relayCrypto, type Retention } from './node.ts'
 import { apiHostPort, explainListenFailure, isListenFailure, meshHostPort, type Listener } from './ports.ts'
@@ -29,6 +30,8 @@ export interface RunRelayOptions {
   readonly limits?: Partial<ApiLimits>
   /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */
   readonly memoryBudgetBytes?: number
+  /** The per-peer mesh budget's numbers (see RelayNodeOptions.meshLimits). */
+  readonly meshLimits?: Partial<MeshLimits>
   /** Committed batches between snapshots of the spaces' audit state (default 1,000; see RelayNodeOptions). */
   readonly snapshotEveryBatches?: number
   /** History kept past the latest snapshot (see RelayNodeOptions.retention). */
@@ -74,6 +77,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...o.consensus,
     ...(o.byzantine ? { byzantine: o.byzantine } : {}),
     ...(o.memoryBudgetBytes ? { memoryBudgetBytes: o.memoryBudgetBytes } : {}),
+    ...(o.meshLimits ? { meshLimits: o.meshLimits } : {}),
     ...(o.snapshotEveryBatches ? { snapshotEveryBatches: o.snapshotEveryBatches } : {}),
     ...(o.retention ? { retention: o.retention } : {}),
   })

@@ -266,9 +266,11 @@ export function encodeMessage(m: Message): Uint8Array {
  * Decodes and verifies a mesh message (every block's signature and
  * ancestor rules; with `verify`, the signatures of the blocks it selects:
  * the core drops the others unread). Throws SteadError with a reason; the
- * consensus core only ever acts on verified blocks.
+ * consensus core only ever acts on verified blocks. `keepBlocks`: of a
+ * `blocks` message, only the first this many blocks are opened (the rest
+ * dropped unread: a peer's per-block budget, see the relay's MeshBudget).
  */
-export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: VerifyFilter | true = true): Message {
+export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: VerifyFilter | true = true, keepBlocks = Infinity): Message {
   const v = expect.array(decode(bytes, limits.maxMessageBytes), 'message', 8)
   switch (v[0]) {
     case 'block':
@@ -278,7 +280,7 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
     case 'sync':
       return { kind: 'sync', fromRound: expect.uint(v[1], 'sync.fromRound') }
     case 'blocks':
-      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).map((b) => openBlock(crypto, committee, asSigned(b), limits, verify)) }
+      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).slice(0, keepBlocks).map((b) => openBlock(crypto, committee, asSigned(b), limits, verify)) }
     case 'wake':
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     case 'pruned':

@@ -19,42 +19,82 @@ import { Bucket, type Rate } from '../bucket.ts'
  */
 
 /** The kinds of mesh message, grouped by what they cost us. */
-export type MeshClass = 'block' | 'blocks' | 'request' | 'head-ask' | 'checkpoint' | 'wake' | 'reply'
+export type MeshClass = 'block' | 'blocks' | 'request' | 'headAsk' | 'checkpoint' | 'wake' | 'reply'
 
 const MIB = 1024 * 1024
 const rate = (perSecond: number, bytesPerSecond: number, burstSeconds = 2): Rate => ({ perSecond, burst: perSecond * burstSeconds, bytesPerSecond, burstBytes: bytesPerSecond * burstSeconds })
 
-/** Per peer and class: frames and their bytes, at the door. */
-export const MESH_DOOR_RATES: Readonly<Record<MeshClass, Rate>> = {
-  // One block per round; pushed again when stuck. Its signature is checked at the door.
-  block: rate(200, 64 * MIB),
-  // Answers to our fetches and syncs (signatures checked, unless we hold the block).
-  blocks: rate(200, 64 * MIB),
-  // sync, fetch, own-last-ask: what an answer costs is charged to the serving budget below.
-  request: rate(100, 1 * MIB),
-  // Each costs a store read and a signature (HeadProofs caps those in flight too).
-  'head-ask': rate(500, 1 * MIB),
-  // checkpoint-ask (a store read and a hash of the manifest), checkpoint-get (paced by RelayCheckpoints), statements and parts.
-  checkpoint: rate(20, 64 * MIB),
-  // A message here is an envelope of the wake (each a signature to check); see WAKE_MAX_ENVELOPES.
-  wake: rate(256, 2 * MIB, 4),
-  // own-last, head-sig, unknown, pruned: small answers.
-  reply: rate(500, 4 * MIB),
+/**
+ * The numbers of the mesh budget, per peer. Settable with
+ * `stead-relay start --limit mesh.<name>=<value>` (a rate's fields as
+ * `mesh.blocks.perSecond`); see the README's security model.
+ */
+export interface MeshLimits {
+  /** Pushed blocks (one per round; pushed again when stuck). Each signature is checked at the door. */
+  readonly block: Rate
+  /** `blocks` messages (answers to our fetches and syncs), per message and bytes; their blocks are charged below too. */
+  readonly blocks: Rate
+  /**
+   * Blocks in `blocks` messages beyond what this relay asked the peer for
+   * (each is a signature to check): per block. Answers to our own sync and
+   * fetch requests are charged against what was asked instead.
+   */
+  readonly unrequestedBlocks: Rate
+  /** sync, fetch, own-last-ask: what an answer costs is charged to the serving budget below. */
+  readonly request: Rate
+  /** head-ask: each costs a signature once the head is attested (HeadProofs caps those in flight too); queued and served like requests. */
+  readonly headAsk: Rate
+  /** checkpoint-ask (a store read and a hash of the manifest; queued and served like requests), checkpoint-get (paced by RelayCheckpoints), statements and parts. */
+  readonly checkpoint: Rate
+  /** A message here is an envelope of the wake (each a signature to check); see wakeMaxEnvelopes. */
+  readonly wake: Rate
+  /** own-last, head-sig, unknown, pruned: small answers. */
+  readonly reply: Rate
+  /**
+   * What a peer's requests may make this relay read and send it, per
+   * second: a message here is a block (each is read from the store or
+   * memory, decoded and encoded again) or an answered ask, bytes are the
+   * blocks' bytes. A relay catching up takes one answer of up to 200 blocks
+   * (SYNC_BATCH) at a time.
+   */
+  readonly serve: Rate
+  /** sync, fetch and own-last-ask of one peer waiting for the event loop at most; past it they are dropped unread. */
+  readonly maxQueuedRequests: number
+  /** head-ask and checkpoint-ask of one peer waiting for the event loop at most (HeadProofs asks up to 64 at once). */
+  readonly maxQueuedAsks: number
+  /** An honest wake carries at most 64 envelopes (the core's WAKE_ENVELOPES); one with more is cut to this many. */
+  readonly wakeMaxEnvelopes: number
+  /** Blocks a peer may still send in answer to what this relay asked of it, at most (asked and not yet answered). */
+  readonly maxAnswerCredit: number
 }
 
-/**
- * What a peer's requests may make this relay read and send it, per second:
- * a message here is a block (each is read from the store or memory,
- * decoded and encoded again), bytes are the blocks' bytes. A relay catching
- * up takes one answer of up to 200 blocks (SYNC_BATCH) at a time.
- */
-export const MESH_SERVE_RATE: Rate = rate(2_000, 32 * MIB, 1)
+export const DEFAULT_MESH_LIMITS: MeshLimits = {
+  block: rate(200, 64 * MIB),
+  blocks: rate(200, 64 * MIB),
+  unrequestedBlocks: rate(200, 64 * MIB),
+  request: rate(100, 1 * MIB),
+  headAsk: rate(500, 1 * MIB),
+  checkpoint: rate(20, 64 * MIB),
+  wake: rate(256, 2 * MIB, 4),
+  reply: rate(500, 4 * MIB),
+  serve: rate(2_000, 32 * MIB, 1),
+  maxQueuedRequests: 8,
+  maxQueuedAsks: 64,
+  wakeMaxEnvelopes: 64,
+  maxAnswerCredit: 4_000,
+}
 
-/** Requests of one peer waiting for the event loop at most; past it they are dropped unread. */
-export const MAX_QUEUED_REQUESTS = 8
+/** Per peer and class: frames and their bytes, at the door (the defaults). */
+export const MESH_DOOR_RATES: Readonly<Record<MeshClass, Rate>> = DEFAULT_MESH_LIMITS
 
-/** An honest wake carries at most 64 envelopes (the core's WAKE_ENVELOPES); one with more is cut to this many. */
-export const WAKE_MAX_ENVELOPES = 64
+/** The default serving budget (see MeshLimits.serve). */
+export const MESH_SERVE_RATE: Rate = DEFAULT_MESH_LIMITS.serve
+
+/** Requests of one peer waiting for the event loop at most (the default). */
+export const MAX_QUEUED_REQUESTS = DEFAULT_MESH_LIMITS.maxQueuedRequests
+
+/** An honest wake carries at most 64 envelopes (the default). */
+export const WAKE_MAX_ENVELOPES = DEFAULT_MESH_LIMITS.wakeMaxEnvelopes
 
 /** The class of a mesh message kind. */
 export function classOf(kind: string): MeshClass {
@@ -68,7 +108,7 @@ export function classOf(kind: string): MeshClass {
     case 'own-last-ask':
       return 'request'
     case 'head-ask':
-      return 'head-ask'
+      return 'headAsk'
     case 'checkpoint-ask':
     case 'checkpoint-get':
     case 'checkpoint':
@@ -88,6 +128,29 @@ export function classOf(kind: string): MeshClass {
  * decoder then refuses it as malformed).
  */
 export function peekKind(frame: Uint8Array): string | undefined {
+  return peekHead(frame)?.kind
+}
+
+/**
+ * How many blocks a `blocks` message (`['blocks', [[bytes, sig], ...]]`)
+ * declares, read from its array header without decoding them: what the door
+ * charges per block before any signature is checked. Undefined if the frame
+ * is not a `blocks` message shaped so (the decoder then refuses it).
+ */
+export function peekBlockCount(frame: Uint8Array): number | undefined {
+  const head = peekHead(frame)
+  if (head?.kind !== 'blocks') return undefined
+  const at = head.end
+  const tag = frame[at]
+  if (tag === undefined) return undefined
+  if (tag >= 0x90 && tag <= 0x9f) return tag - 0x90
+  if (tag === 0xdc && at + 3 <= frame.length) return ((frame[at + 1] as number) << 8) | (frame[at + 2] as number)
+  if (tag === 0xdd && at + 5 <= frame.length) return ((frame[at + 1] as number) * 2 ** 24) + (((frame[at + 2] as number) << 16) | ((frame[at + 3] as number) << 8) | (frame[at + 4] as number))
+  return undefined
+}
+
+/** The kind of an encoded mesh message and where the element after it starts. */
+function peekHead(frame: Uint8Array): { kind: string; end: number } | undefined {
   const head = frame[0]
   if (head === undefined) return undefined
   let at: number
@@ -108,7 +171,7 @@ export function peekKind(frame: Uint8Array): string | undefined {
   if (len > 32 || at + len > frame.length) return undefined
   let kind = ''
   for (let i = at; i < at + len; i++) kind += String.fromCharCode(frame[i] as number)
-  return kind
+  return { kind, end: at + len }
 }
 
 /** Why a frame or a request was refused (for metrics and logs). */
@@ -120,28 +183,41 @@ export interface Throttled {
 }
 
 /**
- * The per-peer mesh budget: door buckets per class, the queue of requests
- * waiting for the event loop, and the serving budget. One instance per
- * relay; time is injected.
+ * The per-peer mesh budget: door buckets per class, blocks asked of each
+ * peer and not yet answered, the queue of requests waiting for the event
+ * loop, the serving budget, and the bytes of each peer's frames waiting in
+ * the event queue. One instance per relay; time is injected.
  */
 export class MeshBudget<T> {
+  private readonly limits: MeshLimits
   private readonly door: Array<Map<MeshClass, Bucket>>
+  private readonly unrequested: Bucket[]
+  /** Per peer, blocks this relay asked of it (sync, fetch) that it has not sent yet. */
+  private readonly credit: number[]
   private readonly serve: Bucket[]
-  /** Per peer, requests waiting for the event loop (run after every other event of a drain). */
-  private readonly requests: Array<Array<() => T>>
-  /** Bytes of each peer's frames waiting in the event queue (see RelayNode.onFrame). */
-  readonly backlog: number[]
+  /** Per peer, requests and asks waiting for the event loop (run after every other event of a drain). */
+  private readonly requests: Array<Array<{ readonly asks: boolean; readonly run: () => T }>>
+  /** Per peer, bytes of its frames waiting in the event queue (see RelayNode.onFrame). */
+  private readonly backlog: number[]
   private next = 0
   private readonly now: () => number
   private readonly onThrottled: (t: Throttled) => void
 
-  constructor(peers: number, now: () => number, onThrottled: (t: Throttled) => void) {
+  constructor(peers: number, now: () => number, onThrottled: (t: Throttled) => void, limits: Partial<MeshLimits> = {}) {
+    this.limits = { ...DEFAULT_MESH_LIMITS, ...limits }
     this.now = now
     this.onThrottled = onThrottled
     this.door = Array.from({ length: peers }, () => new Map())
-    this.serve = Array.from({ length: peers }, () => new Bucket(MESH_SERVE_RATE, now))
+    this.unrequested = Array.from({ length: peers }, () => new Bucket(this.limits.unrequestedBlocks, now))
+    this.credit = Array.from({ length: peers }, () => 0)
+    this.serve = Array.from({ length: peers }, () => new Bucket(this.limits.serve, now))
     this.requests = Array.from({ length: peers }, () => [])
     this.backlog = Array.from({ length: peers }, () => 0)
+  }
+
+  /** At most this many envelopes of a wake are looked at. */
+  get wakeMaxEnvelopes(): number {
+    return this.limits.wakeMaxEnvelopes
   }
 
   /**
@@ -154,20 +230,73 @@ export class MeshBudget<T> {
     const doors = this.door[peer]
     if (!doors) return false
     let bucket = doors.get(cls)
-    if (!bucket) doors.set(cls, (bucket = new Bucket(MESH_DOOR_RATES[cls], this.now)))
+    if (!bucket) doors.set(cls, (bucket = new Bucket(this.limits[cls], this.now)))
     const ok = bucket.tryTakeMany(count, bytes)
     if (!ok) this.onThrottled({ peer, kind, why: 'rate' })
     return ok
   }
 
-  /** Queues a request of `peer` to run after the drain's other events; false (counted) if its queue is full. */
+  /** This relay asked `peer` for up to `blocks` blocks (a sync, a fetch): that many of its next blocks are answers. */
+  asked(peer: number, blocks: number): void {
+    if (this.credit[peer] === undefined) return
+    this.credit[peer] = Math.min(this.limits.maxAnswerCredit, (this.credit[peer] as number) + blocks)
+  }
+
+  /**
+   * How many of the `count` blocks of a peer's `blocks` message to look at:
+   * those answering what this relay asked of it first, then as many as its
+   * unrequested-block budget has room for. The rest are dropped unread
+   * (counted): consensus tolerates loss, sync fetches what is missing.
+   */
+  admitBlocks(peer: number, count: number): number {
+    const credit = this.credit[peer]
+    const bucket = this.unrequested[peer]
+    if (credit === undefined || !bucket) return 0
+    const answered = Math.min(credit, count)
+    this.credit[peer] = credit - answered
+    const rest = count - answered
+    if (rest === 0) return count
+    const room = Math.min(rest, bucket.available().blocks)
+    if (room > 0) bucket.tryTakeMany(room, 0)
+    if (room < rest) this.onThrottled({ peer, kind: 'blocks', why: 'rate' })
+    return answered + room
+  }
+
+  /** Whether `bytes` more of the peer's frames may wait in the event queue (at most `limit` in all). */
+  holdBacklog(peer: number, bytes: number, limit: number): boolean {
+    const waiting = this.backlog[peer]
+    if (waiting === undefined || waiting + bytes > limit) return false
+    this.backlog[peer] = waiting + bytes
+    return true
+  }
+
+  /** Bytes of a peer's frame that left the event queue. */
+  releaseBacklog(peer: number, bytes: number): void {
+    if (this.backlog[peer] !== undefined) this.backlog[peer] = Math.max(0, (this.backlog[peer] as number) - bytes)
+  }
+
+  /** Bytes of one peer's frames waiting in the event queue, or of all peers' (no peer given). */
+  backlogBytes(peer?: number): number {
+    if (peer !== undefined) return this.backlog[peer] ?? 0
+    let n = 0
+    for (const b of this.backlog) n += b
+    return n
+  }
+
+  /**
+   * Queues a request (sync, fetch, own-last-ask) or an ask (head-ask,
+   * checkpoint-ask) of `peer` to run after the drain's other events; false
+   * (counted) if its queue for that kind is full.
+   */
   queueRequest(peer: number, kind: string, run: () => T): boolean {
     const q = this.requests[peer]
-    if (!q || q.length >= MAX_QUEUED_REQUESTS) {
+    const asks = classOf(kind) !== 'request'
+    const limit = asks ? this.limits.maxQueuedAsks : this.limits.maxQueuedRequests
+    if (!q || q.reduce((n, r) => n + (r.asks === asks ? 1 : 0), 0) >= limit) {
       this.onThrottled({ peer, kind, why: 'queue' })
       return false
     }
-    q.push(run)
+    q.push({ asks, run })
     return true
   }
 
@@ -183,10 +312,10 @@ export class MeshBudget<T> {
     for (let more = true; more; ) {
       more = false
       for (let k = 0; k < n; k++) {
-        const q = this.requests[(this.next + k) % n] as Array<() => T>
-        const run = q.shift()
-        if (!run) continue
-        each(run())
+        const q = this.requests[(this.next + k) % n] as Array<{ run: () => T }>
+        const r = q.shift()
+        if (!r) continue
+        each(r.run())
         more = true
       }
       this.next = (this.next + 1) % n
