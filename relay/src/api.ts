@@ -27,7 +27,8 @@ import { Bucket, type Rate } from './bucket.ts'
 import type { ClientFacingLiar } from './client-lies.ts'
 import type { CommitFeed } from './feed.ts'
 import { readiness } from './health.ts'
-import { PeerDirectory } from './peer-directory.ts'
+import { guardConnections, type ConnectionLimits } from './connections.ts'
+import { DEFAULT_PEER_DIRECTORY_LIMITS, PeerDirectory, type PeerDirectoryLimits } from './peer-directory.ts'
 import { publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
@@ -38,7 +39,7 @@ import { CHUNK_BYTES } from './store.ts'
 export { addressKey } from './address.ts'
 
 /** Limits of the client API; every one has a default (see DEFAULT_LIMITS and relay/README.md, "Security model"). */
-export interface ApiLimits extends ReadLimits {
+export interface ApiLimits extends ReadLimits, ConnectionLimits {
   /** Largest WebSocket frame accepted from a client: a longer one is refused at its header, before it is buffered (close 1009). */
   readonly maxFrameBytes: number
   /** Per connection: messages and bytes per second (token buckets), and the bursts allowed. */
@@ -61,6 +62,8 @@ export interface ApiLimits extends ReadLimits {
   readonly authTimeoutMs: number
   /** A session that sends nothing (not even a ping) for this long is closed. */
   readonly idleTimeoutMs: number
+  /** Shares of each space's peer directory, and what a session is told about peers (see PeerDirectory). */
+  readonly peerAnnouncements: PeerDirectoryLimits
 }
 
 export const DEFAULT_LIMITS: ApiLimits = {
@@ -77,6 +80,11 @@ export const DEFAULT_LIMITS: ApiLimits = {
   maxSubscriptions: 1024,
   authTimeoutMs: 10_000,
   idleTimeoutMs: 120_000,
+  // Sessions (maxConnections) and HTTP requests share these: above the session caps.
+  maxHttpConnections: 16_000,
+  maxHttpConnectionsPerAddress: 512,
+  firstRequestMs: 10_000,
+  peerAnnouncements: DEFAULT_PEER_DIRECTORY_LIMITS,
   ...DEFAULT_READ_LIMITS,
 }
 
@@ -90,9 +98,6 @@ export interface ApiOptions extends Partial<ApiLimits> {
   /** Where this relay helps clients sync peer to peer (client-peers.ts): offered in `welcome`. */
   readonly peerAddresses?: () => string[]
 }
-
-/** Most clients per space whose peer addresses a relay passes on (the latest announcers). */
-const PEERS_PER_SPACE = 64
 
 /**
  * Envelopes a session remembers having sent early (see Session.sentEarly),
@@ -336,6 +341,8 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   })
   app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(socket, addressKey(req.socket.remoteAddress), req.socket))
   app.addHook('onClose', async () => sessions.close())
+  // Raw connections, before any request: capped per address and in all, and a silent one is closed soon.
+  guardConnections(app.server, limits, () => node.metrics.rejected.inc({ reason: 'rate-limited', source: 'http' }))
   await app.listen({ host: options.host, port: options.port })
   return app
 }
@@ -454,7 +461,7 @@ class Sessions {
   readonly log: Logger
   readonly liar: ClientFacingLiar | undefined
   /** Where the clients of each space can be reached peer to peer, as they announced. */
-  readonly directory = new PeerDirectory<Session>(PEERS_PER_SPACE, (to, space, addrs) => to.peersOf(space, addrs))
+  readonly directory: PeerDirectory<Session>
   readonly peerAddresses: (() => string[]) | undefined
   constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar, peerAddresses?: () => string[]) {
     this.node = node
@@ -462,6 +469,7 @@ class Sessions {
     this.log = log
     this.liar = liar
     this.peerAddresses = peerAddresses
+    this.directory = new PeerDirectory<Session>(limits.peerAnnouncements, (to, space, addrs) => to.peersOf(space, addrs))
     this.inbound = new Bucket(limits.globalRateLimit)
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
@@ -828,7 +836,11 @@ class Session implements Subscriber {
         this.peerId ??= peerIdFromPublicKey(publicKeyFromRaw(this.keyBytes as Uint8Array)).toString()
         const foreign = message.addrs.find((a) => !a.endsWith(`/p2p/${this.peerId}`))
         if (foreign !== undefined) return this.fail(null, new SteadError('malformed', `announce ${foreign}: each address must end with /p2p/${this.peerId}, this session's key`))
-        this.sessions.directory.announce(message.space, this, message.addrs)
+        try {
+          this.sessions.directory.announce(message.space, this, { key: this.key as string, address: this.address }, message.addrs)
+        } catch (err) {
+          this.fail(null, err)
+        }
         return
       }
       case 'submit':
@@ -847,6 +859,7 @@ class Session implements Subscriber {
         }
         return
       case 'ping':
+        this.sessions.directory.renew(this)
         // With this relay's clock: clients measure their device clock's offset from it (register stamps).
         this.send({ type: 'pong', n: message.n, time: this.node.now() })
         return

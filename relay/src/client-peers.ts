@@ -7,6 +7,8 @@ import { noise } from '@libp2p/noise'
 import { webSockets } from '@libp2p/websockets'
 import { yamux } from '@libp2p/yamux'
 import { createLibp2p, type Libp2p } from 'libp2p'
+import type { PeerId } from '@libp2p/interface'
+import type { Multiaddr } from '@multiformats/multiaddr'
 import type { Server, Socket } from 'node:net'
 import { concatBytes } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
@@ -22,6 +24,10 @@ export interface ClientPeersOptions {
   readonly logger: Logger
   /** Most circuit reservations held at once (browsers that can be reached through this relay). Default 256. */
   readonly maxReservations?: number
+  /** Of those, how many peers connected from one address may hold (an IPv6 one by its /64). Default 16. */
+  readonly maxReservationsPerAddress?: number
+  /** How long a reservation lasts unless its peer renews it (libp2p's clients renew 5 minutes before the end). Default 10 minutes. */
+  readonly reservationTtlMs?: number
   /** Connections (TCP) at once, in all and per remote address (an IPv6 one by its /64). Defaults 1,024 and 64. */
   readonly maxConnections?: number
   readonly maxConnectionsPerAddress?: number
@@ -35,6 +41,11 @@ export interface ClientPeersOptions {
 export const PEER_FRAME_BYTES = 256 * 1024
 /** A connection that is not a WebSocket yet and sends nothing for this long is closed (ws clears it once it is one). */
 export const PEER_HANDSHAKE_IDLE_MS = 10_000
+/** Default of {@link ClientPeersOptions.reservationTtlMs} (libp2p's is 2 hours: a flood held every slot that long). */
+export const RESERVATION_TTL_MS = 10 * 60_000
+/** Default of {@link ClientPeersOptions.maxReservationsPerAddress}. */
+export const RESERVATIONS_PER_ADDRESS = 16
+
 /** From the WebSocket upgrade to a noise-authenticated, multiplexed connection (libp2p's inbound upgrade timeout). */
 const PEER_UPGRADE_MS = 10_000
 
@@ -65,6 +76,9 @@ export interface ClientPeers {
 export async function startClientPeers(o: ClientPeersOptions): Promise<ClientPeers> {
   // Not the relay's committee key itself: a key used by one protocol only.
   const seed = nodeCrypto.sha256(concatBytes(new TextEncoder().encode('stead/client-peers/v1'), o.secretKey))
+  const perAddress = o.maxReservationsPerAddress ?? RESERVATIONS_PER_ADDRESS
+  // Set once the node exists: the gater below is only asked after that.
+  const gate: { reservations?: ReservationsOf } = {}
   const node: Libp2p = await createLibp2p({
     privateKey: await generateKeyPairFromSeed('Ed25519', seed),
     addresses: { listen: [o.listen] },
@@ -73,11 +87,14 @@ export async function startClientPeers(o: ClientPeersOptions): Promise<ClientPee
     streamMuxers: [yamux()],
     // Frames are small, so connections still in their handshake cost little: more may wait, for less long.
     connectionManager: { inboundUpgradeTimeout: PEER_UPGRADE_MS, maxIncomingPendingConnections: 64 },
+    // A peer's address may hold only its share of the slots (a new reservation; a renewal is not asked about).
+    connectionGater: { denyInboundRelayReservation: (peer) => (gate.reservations ? gate.reservations.held(peer) >= perAddress : false) },
     services: {
       identify: identify(),
-      relay: circuitRelayServer({ reservations: { maxReservations: o.maxReservations ?? 256 } }),
+      relay: circuitRelayServer({ reservations: { maxReservations: o.maxReservations ?? 256, reservationTtl: o.reservationTtlMs ?? RESERVATION_TTL_MS } }),
     },
   })
+  gate.reservations = reservationsOf(node)
   guardListeners(node, o.maxConnections ?? 1024, o.maxConnectionsPerAddress ?? 64)
   const addresses = (): string[] => node.getMultiaddrs().map((a) => a.toString())
   o.logger.info({ listen: o.listen, addresses: addresses() }, 'serving clients peer-to-peer: circuit relay and WebRTC signalling')
@@ -85,6 +102,52 @@ export async function startClientPeers(o: ClientPeersOptions): Promise<ClientPee
     addresses,
     async stop() {
       await node.stop()
+    },
+  }
+}
+
+/** The circuit relay server's reservations, by the address of the peer that holds each. */
+interface ReservationsOf {
+  /** How many reservations are held by peers connected from the address `peer` is connected from. */
+  held(peer: PeerId): number
+}
+
+/** What the circuit relay server keeps (in @libp2p/circuit-relay-v2 4; read defensively). */
+interface RelayServerInternals {
+  reservationStore?: {
+    reservations?: { has(peer: PeerId): boolean; entries(): Iterable<[unknown, { addr: Multiaddr }]> }
+    removeReservation?(peer: PeerId): void
+  }
+}
+
+/** The remote IP of a multiaddr (/ip4/… or /ip6/…), as addressKey counts it. */
+function addressOfMultiaddr(addr: Multiaddr): string {
+  const [first] = addr.getComponents()
+  return addressKey(first && (first.name === 'ip4' || first.name === 'ip6') ? first.value : undefined)
+}
+
+/**
+ * Per-address shares of the circuit relay's slots, and slots let go when
+ * their peer disconnects (a reservation without a connection relays
+ * nothing; libp2p keeps it until it expires). Throws if the server's
+ * internals are not where this expects them.
+ */
+function reservationsOf(node: Libp2p): ReservationsOf {
+  const store = (node.services as { relay?: RelayServerInternals }).relay?.reservationStore
+  const map = store?.reservations
+  const remove = store?.removeReservation
+  if (!map || typeof map.entries !== 'function' || typeof map.has !== 'function' || typeof remove !== 'function') throw new Error('client-peers: the circuit relay server of @libp2p/circuit-relay-v2 changed; its per-address limits cannot be set')
+  node.addEventListener('peer:disconnect', (e) => remove.call(store, e.detail))
+  return {
+    held(peer) {
+      // A renewal keeps its slot.
+      if (map.has(peer)) return 0
+      const conn = node.getConnections(peer)[0]
+      if (!conn) return 0
+      const who = addressOfMultiaddr(conn.remoteAddr)
+      let n = 0
+      for (const [, r] of map.entries()) if (addressOfMultiaddr(r.addr) === who) n++
+      return n
     },
   }
 }
