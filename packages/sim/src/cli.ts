@@ -3,6 +3,9 @@ import { parseArgs } from 'node:util'
 import { runSimulation, STRATEGIES, type Strategy } from './simulation.ts'
 import { prepareWorkload } from './workload.ts'
 
+/** A flooding relay sends 20 requests with each block: every one is an event, so the same work takes more steps. */
+const FLOOD_STEPS_FACTOR = 5
+
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
                      [--retain-rounds N] [--restart-after MS] [--lose-store]
@@ -19,7 +22,9 @@ after the crash; --lose-store: with an empty store and journal, as after a
 lost disk, and it must ask its peers for its latest block). Relays
 snapshot every 8 batches and prune blocks older than --retain-rounds
 (default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
-its step and replays exactly.
+its step and replays exactly. --steps (default 20000) caps the events of a
+run; the flood-* strategies get ${FLOOD_STEPS_FACTOR} times as many, since each of their
+requests is an event too.
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -82,7 +87,7 @@ for (const seed of seeds) {
       byzantine,
       strategy,
       crash: int('crash', values.crash),
-      steps: int('steps', values.steps),
+      steps: int('steps', values.steps) * (strategy.startsWith('flood-') ? FLOOD_STEPS_FACTOR : 1),
       partition: !values['no-partition'],
       loss: Number(values.loss),
       retainRounds: int('retain-rounds', values['retain-rounds']),
