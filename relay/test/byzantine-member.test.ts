@@ -168,7 +168,8 @@ describe('a Byzantine member relay flooding a correct one (4 relay processes)', 
     }, 120_000)
   }
 
-  it.skipIf(only && !only.includes('wake'))('cannot start more spaces through wakes than the client key may', async () => {
+  // STEAD_ATTACK_KINDS picks floods by hand (a developer's option; CI sets none, so every flood runs): like the kinds above, the wake flood is left out unless named.
+  if (!only || only.includes('wake')) it('cannot start more spaces through wakes than the client key may', async () => {
     const spacesBefore = ((await (await fetch(`http://${api(0)}/v1/status`)).json()) as { spaces: number }).spaces
     const f = await underFlood('wake')
     expect(f.healthP99).toBeLessThan(500)
