@@ -101,11 +101,6 @@ export class Reads {
     return n
   }
 
-  /** How many reads are running now (for tests and status). */
-  get running(): { heavy: number; waits: number } {
-    return { heavy: this.heavy.running, waits: this.waits.running }
-  }
-
   /** A cached answer for `key`, if one is kept. */
   cached(key: string): Buffer | undefined {
     return this.cache.get(key)
@@ -113,7 +108,8 @@ export class Reads {
 
   /** Keeps `bytes` as the answer for `key` (not past CACHE_BYTES: the oldest go first). */
   remember(key: string, bytes: Buffer): void {
-    if (bytes.length > CACHE_BYTES) return
+    // Kept only if the memory budget admits it: serve skips its own check for cached answers.
+    if (bytes.length > CACHE_BYTES || !this.budget.admits(bytes.length)) return
     const had = this.cache.get(key)
     if (had) this.cacheBytes -= had.length
     this.cache.delete(key)
@@ -149,8 +145,6 @@ export class Reads {
       return reply.code(429).header('retry-after', '1').send({ error: 'rate-limited', detail: `too many reads at once from ${who}; read the answers you asked for, then retry` })
     }
     if (slot === 'relay') return this.busy(reply, 'this relay is serving as many reads as it takes at once; retry shortly or ask another relay')
-    // Let go once the answer is written out or the connection is gone, whichever comes first.
-    reply.raw.once('close', slot)
     if (estimate > 0 && !this.budget.admits(estimate)) {
       slot()
       return this.busy(reply, `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes of memory; retry shortly or ask another relay`)
@@ -162,6 +156,10 @@ export class Reads {
       slot()
       throw err
     }
+    // Let go once the answer is written out or the connection is gone. Not before the build ends: a
+    // caller that hangs up must not get its slot back while its read still runs (a head or attestation
+    // wait goes on for seconds), or reconnecting would run any number of reads at once.
+    reply.raw.once('close', slot)
     if (req.socket.destroyed) {
       slot()
       return reply

@@ -84,18 +84,6 @@ export const DEFAULT_MESH_LIMITS: MeshLimits = {
   maxAnswerCredit: 4_000,
 }
 
-/** Per peer and class: frames and their bytes, at the door (the defaults). */
-export const MESH_DOOR_RATES: Readonly<Record<MeshClass, Rate>> = DEFAULT_MESH_LIMITS
-
-/** The default serving budget (see MeshLimits.serve). */
-export const MESH_SERVE_RATE: Rate = DEFAULT_MESH_LIMITS.serve
-
-/** Requests of one peer waiting for the event loop at most (the default). */
-export const MAX_QUEUED_REQUESTS = DEFAULT_MESH_LIMITS.maxQueuedRequests
-
-/** An honest wake carries at most 64 envelopes (the default). */
-export const WAKE_MAX_ENVELOPES = DEFAULT_MESH_LIMITS.wakeMaxEnvelopes
-
 /** The class of a mesh message kind. */
 export function classOf(kind: string): MeshClass {
   switch (kind) {
@@ -128,8 +116,13 @@ export function classOf(kind: string): MeshClass {
  * decoder then refuses it as malformed).
  */
 export function peekKind(frame: Uint8Array): string | undefined {
-  return peekHead(frame)?.kind
+  const kind = peekHead(frame)?.kind
+  // Only the protocol's kinds: whatever else a peer writes there must not become a metrics label.
+  return kind !== undefined && MESH_KINDS.has(kind) ? kind : undefined
 }
+
+/** The mesh message kinds (relay/src/consensus/messages.ts). */
+const MESH_KINDS: ReadonlySet<string> = new Set(['block', 'blocks', 'sync', 'fetch', 'own-last-ask', 'own-last', 'head-ask', 'head-sig', 'checkpoint-ask', 'checkpoint-get', 'checkpoint', 'checkpoint-part', 'wake', 'pruned', 'unknown'])
 
 /**
  * How many blocks a `blocks` message (`['blocks', [[bytes, sig], ...]]`)
