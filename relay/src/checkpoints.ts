@@ -1,4 +1,4 @@
-import { auditStateHash, compareKeys, decodeAuditState, encodeAuditState, toHex, type AuditState, type Envelope, type ReliableReplica, type Signed } from '@stead/core'
+import { auditStateHash, compareKeys, decodeAuditState, encodeAuditState, toHex, type AuditState, type Envelope, type Signed } from '@stead/core'
 import type { Logger } from 'pino'
 import {
   CheckpointFetch,
@@ -34,10 +34,10 @@ export type FetchedRelayCheckpoint = FetchedCheckpoint<{ readonly state: AuditSt
 
 /** What the checkpoints need of the relay around them. */
 export interface CheckpointHost {
-  /** Every space's replica, as the audit leaves them after the commit just made. */
-  replicas(): ReadonlyMap<string, ReliableReplica>
-  /** The round of a space's latest attestation. */
-  lastAttested(space: string): number
+  /** Every space's state hash and latest attestation's round, as the audit leaves them after the commit just made. */
+  spaces(): Array<{ readonly space: string; readonly stateHash: Uint8Array; readonly lastAttested: number }>
+  /** A space's audit state as the audit leaves it after the commit just made. */
+  auditState(space: string): AuditState<Envelope>
   send(to: number, message: Message): void
   broadcast(message: Message): void
   /** Opens a parked envelope's signed bytes from a peer's checkpoint (throws SteadError on bytes that are not one). */
@@ -119,14 +119,13 @@ export class RelayCheckpoints {
     this.lastAnchor = anchorRound
     if (!isCheckpointCommit(previous, anchorRound, this.o.every)) return pending
     const sha256 = (b: Uint8Array) => this.o.crypto.sha256(b)
-    const replicas = this.o.host.replicas()
-    const spaces = [...replicas.keys()].sort(compareKeys).map((space) => ({ space, stateHash: (replicas.get(space) as ReliableReplica).stableHash(sha256), lastAttested: this.o.host.lastAttested(space) }))
+    const spaces = this.o.host.spaces().sort((a, b) => compareKeys(a.space, b.space))
     const states = new Map((pending?.states ?? []).map((s) => [s.space, s.bytes]))
     for (const s of spaces) {
       const hex = toHex(s.stateHash)
       if (this.stored.get(s.space) === hex) continue
       this.stored.set(s.space, hex)
-      states.set(s.space, encodeAuditState((replicas.get(s.space) as ReliableReplica).auditState()))
+      states.set(s.space, encodeAuditState(this.o.host.auditState(s.space)))
     }
     const manifest = encodeManifest({ anchorRound, commits: this.recent, spaces })
     const statement = signStatement(this.o.crypto, this.o.secretKey, this.o.me, anchorRound, sha256(manifest))

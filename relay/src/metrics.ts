@@ -14,6 +14,8 @@ export interface MetricsSnapshot {
   readonly memoryUsed: Readonly<Record<string, number>>
   readonly memoryBudget: number
   readonly clientKeys: number
+  /** Spaces this relay holds, and how many of them have their replica in memory now. */
+  readonly spaces: { readonly held: number; readonly resident: number }
   readonly lastCommitAt: number | null
 }
 
@@ -107,6 +109,10 @@ export class Metrics {
     for (const [part, bytes] of Object.entries(s.memoryUsed)) g.set({ part }, bytes)
   })
   readonly memoryBudget = this.scraped('stead_memory_budget_bytes', 'The memory budget (--memory-budget-mb)', [], (g, s) => g.set(s.memoryBudget))
+  readonly spaces = this.scraped('stead_spaces', 'Spaces this relay holds (held), and those with their replica in memory now (resident; the rest are read from the store when used)', ['state'], (g, s) => {
+    g.set({ state: 'held' }, s.spaces.held)
+    g.set({ state: 'resident' }, s.spaces.resident)
+  })
   readonly clientKeys = this.scraped('stead_client_keys', 'Distinct client keys with an authenticated session', [], (g, s) => g.set(s.clientKeys))
   readonly lastCommit = this.scraped('stead_last_commit_timestamp_seconds', 'When this relay last committed (0: not yet)', [], (g, s) => g.set((s.lastCommitAt ?? 0) / 1000))
 }

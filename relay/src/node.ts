@@ -62,7 +62,8 @@ import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type SpaceSnapshot, type WriteBatch } from './store.ts'
+import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type WriteBatch } from './store.ts'
+import { SpaceTable, type SpaceHead } from './space-table.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -110,6 +111,8 @@ export interface RelayNodeOptions {
    * since.
    */
   readonly snapshotEveryBatches?: number
+  /** A space's replica unused this long leaves memory once its state is in a snapshot (see SpaceTable). Default 60 s. */
+  readonly spaceIdleMs?: number
   /** How much history the store keeps past what recovery needs (pruned with each snapshot). */
   readonly retention?: Retention
   /** Called when the event loop fails (a store write failed); the default exits the process. */
@@ -179,6 +182,14 @@ const SERVED_STATES_BYTES = 32 * 1024 * 1024
 /** How many bytes of recent commits each space's change log keeps for catch-up deltas (see ChangeLog's charge). */
 const CHANGE_LOG_BYTES = 2 * 1024 * 1024
 
+/** How long a space's replica stays in memory unused (see SpaceTable). */
+const SPACE_IDLE_MS = 60_000
+
+/** A change log holding less than this leaves memory with its space's replica. */
+const SHORT_CHANGE_LOG_BYTES = 64 * 1024
+/** What a change log costs besides the commits it holds: its Space-Saving tracker and arrays (measured: about 1.9 KiB). */
+const CHANGE_LOG_OVERHEAD_BYTES = 2 * 1024
+
 /** The change logs of all spaces together: past it, those of the spaces quiet longest are dropped (their clients follow commits). */
 const CHANGE_LOGS_BYTES = 64 * 1024 * 1024
 /**
@@ -234,9 +245,9 @@ export class RelayNode {
   private readonly log: Logger
   private store!: RelayStore
   private core!: ConsensusCore
-  private readonly replicas = new Map<string, ReliableReplica>()
-  /** Round of each space's latest attestation: the next one links to it (replay rebuilds it). */
-  private readonly lastAttested = new Map<string, number>()
+  private readonly spaces: SpaceTable
+  /** Armed while some replica in memory may leave it once idle. */
+  private sweepTimer: Timer | undefined
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
   private readonly latestAttestation = new Map<string, LatestAttestation>()
   /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
@@ -283,8 +294,7 @@ export class RelayNode {
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
-  /** Spaces the audit changed since the last snapshot, and how many batches and when that was. */
-  private readonly changedSinceSnapshot = new Set<string>()
+  /** Batches and bytes the audit took since the last snapshot, and when that was. */
   private batchesSinceSnapshot = 0
   /** Envelope bytes of those batches (what a restart would replay), and the size of the last snapshot written. */
   private bytesSinceSnapshot = 0
@@ -323,6 +333,22 @@ export class RelayNode {
     this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
     this.budget.track('mesh-backlog', () => this.meshBudget.backlogBytes())
     this.budget.track('store-held', () => this.store?.heldBlockBytes ?? 0)
+    this.spaces = new SpaceTable({
+      stored: (space) => this.store.spaceSnapshotBytes(space),
+      replicaOptions: (space) => this.replicaOptions(space),
+      open: (signed) => this.openOrThrow(signed),
+      sha256: (b) => this.crypto.sha256(b),
+      now: () => this.clock.now(),
+      idleMs: options.spaceIdleMs ?? SPACE_IDLE_MS,
+      evicted: (space) => {
+        this.latestAttestation.delete(space)
+        this.servedStates.delete(space)
+        // A short log saves a client little over replaying the commits it holds (BENDY's rule): it goes
+        // with the replica. A long one stays, within the logs' budget.
+        if ((this.changeLogs.get(space)?.bytes ?? 0) < SHORT_CHANGE_LOG_BYTES) this.dropChangeLog(space)
+      },
+    })
+    this.budget.track('spaces', () => this.spaces.residentBytes, (bytes) => this.spaces.reclaim(bytes))
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
       me: this.me,
@@ -333,8 +359,8 @@ export class RelayNode {
       log: this.log,
       clock: this.clock,
       host: {
-        replicas: () => this.replicas,
-        lastAttested: (space) => this.lastAttested.get(space) ?? 0,
+        spaces: () => this.spaces.names().map((space) => ({ space, stateHash: (this.spaces.head(space) as SpaceHead).stateHash, lastAttested: this.spaces.lastAttested(space) })),
+        auditState: (space) => (this.spaces.read(space) as ReliableReplica).auditState(),
         send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
         broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
         openEnvelope: (signed) => this.openOrThrow(signed),
@@ -355,7 +381,7 @@ export class RelayNode {
           const latest = this.latestAttested(space)
           if (latest) return latest
           // State without an attestation of it (started over from a checkpoint): no provable head.
-          if (this.replicas.get(space)?.stableIndex) return null
+          if (this.spaces.head(space)?.index) return null
           return { fromIndex: 0, round: 0, ...this.currentHead(space) }
         },
         attested: async (space, fromIndex, round, timeoutMs) => {
@@ -403,8 +429,8 @@ export class RelayNode {
   private load(): void {
     const startedAt = this.clock.now()
     const recovered = this.store.recover(this.crypto, this.committee, this.gcDepth)
-    const snapshot = this.store.snapshot()
-    for (const s of snapshot?.spaces ?? []) this.restoreSpace(s)
+    const snapshotAfter = this.store.snapshotAfter()
+    this.spaces.restore(this.store.snapshotSpaceRecords())
     // The recovered blocks' signatures were checked just now (RelayStore.recover) and cover their
     // payload, whose envelopes this relay checked before it accepted them: not again.
     this.recovering = true
@@ -429,14 +455,14 @@ export class RelayNode {
     // (Batches carry no signature of their own: their envelopes are checked again.)
     let batches = 0
     this.bytesSinceSnapshot = 0
-    for (const b of this.store.committedBatches(snapshot?.batch ?? 0)) {
+    for (const b of this.store.committedBatches(snapshotAfter ?? 0)) {
       this.audit(b.anchorRound, b.frames)
       batches++
       this.bytesSinceSnapshot += frameBytes(b.frames)
     }
     this.batchesSinceSnapshot = batches
     this.log.info(
-      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshot?.batch ?? null, batches, spaces: this.replicas.size, ms: this.clock.now() - startedAt },
+      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshotAfter ?? null, batches, spaces: this.spaces.size, resident: this.spaces.residentCount, ms: this.clock.now() - startedAt },
       'recovered from store',
     )
   }
@@ -466,8 +492,8 @@ export class RelayNode {
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    for (const state of [this.replicas, this.lastAttested, this.latestAttestation, this.servedStates, this.changeLogs, this.servedDeltas, this.readerKeys, this.creating]) state.clear()
-    this.changedSinceSnapshot.clear()
+    for (const state of [this.latestAttestation, this.servedStates, this.changeLogs, this.servedDeltas, this.readerKeys, this.creating]) state.clear()
+    this.spaces.clear()
     this.changeLogBytes = 0
     this.pendingSince = null
     this.load()
@@ -481,6 +507,7 @@ export class RelayNode {
     for (const listener of [...this.attestedListeners]) listener(null)
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
+    this.sweepTimer?.cancel()
     await this.options.mesh.stop()
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
     await this.drainRun
@@ -511,14 +538,14 @@ export class RelayNode {
     if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
       throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
     }
-    const replica = this.replicas.get(env.space)
+    const replica = this.spaces.read(env.space)
     const decided = replica?.decided(env)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     checkClockAtDoor(replica, env)
     checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
     const info = payloadInfoOf(env)
-    const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
+    const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
     const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
     // Watching starts before the core sees it: the decision may come before submit returns.
     const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
@@ -622,8 +649,8 @@ export class RelayNode {
 
   /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */
   listSpaces(after: string, limit: number): Array<{ space: string; stableIndex: number }> {
-    const names = [...this.replicas.keys()].filter((name) => name > after && this.canRead(name, undefined)).sort()
-    return names.slice(0, limit).map((space) => ({ space, stableIndex: (this.replicas.get(space) as ReliableReplica).stableIndex }))
+    const names = this.spaces.names().filter((name) => name > after && this.canRead(name, undefined)).sort()
+    return names.slice(0, limit).map((space) => ({ space, stableIndex: (this.spaces.head(space) as SpaceHead).index }))
   }
 
   /** A relay's name in the cluster file, by its committee index. */
@@ -659,7 +686,8 @@ export class RelayNode {
       commits: this.commitCount,
       lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
       queuedEnvelopes: this.core.queuedEnvelopes,
-      spaces: this.replicas.size,
+      spaces: this.spaces.size,
+      residentSpaces: this.spaces.residentCount,
       memory: { budget: this.budget.totalBytes, used: this.budget.usage() },
       peers: { connected: this.connectedPeerNames(), total: this.committee.keys.length - 1 },
       sessions: this.sessions,
@@ -711,6 +739,7 @@ export class RelayNode {
       memoryUsed: used,
       memoryBudget: this.budget.totalBytes,
       clientKeys: this.sessions.keys,
+      spaces: { held: this.spaces.size, resident: this.spaces.residentCount },
       lastCommitAt: health.lastCommitAt,
     }
   }
@@ -746,8 +775,7 @@ export class RelayNode {
 
   /** The space's stable index and state hash as this relay's replica holds them (0 and the empty state's hash for a space it has none of). */
   private currentHead(space: string): { index: number; stateHash: Uint8Array } {
-    const r = this.replicas.get(space) ?? new ReliableReplica({ space })
-    return { index: r.stableIndex, stateHash: r.stableHash((b) => this.crypto.sha256(b)) }
+    return this.spaces.head(space) ?? { index: 0, stateHash: new ReliableReplica({ space }).stableHash((b) => this.crypto.sha256(b)) }
   }
 
   /**
@@ -774,7 +802,7 @@ export class RelayNode {
    * attestationAt). Undefined for a space with no attested commit.
    */
   bootstrapSnapshot(space: string): { attestation: Signed; state: Uint8Array } | undefined {
-    const replica = this.replicas.get(space)
+    const replica = this.spaces.read(space)
     if (!replica) return undefined
     const latest = this.latestAttested(space)
     if (!latest) return undefined
@@ -801,7 +829,7 @@ export class RelayNode {
    * relays signed that attestation. Costs the path, not the space.
    */
   objectProof(space: string, key: string): { attestation: Signed; proof: Uint8Array } | undefined {
-    const replica = this.replicas.get(space)
+    const replica = this.spaces.read(space)
     const latest = replica && this.latestAttested(space)
     if (!replica || !latest) return undefined
     return { attestation: latest.attestation, proof: encodeObjectProof(replica.objectProof((b) => this.crypto.sha256(b), key)) }
@@ -817,7 +845,7 @@ export class RelayNode {
    * (then the client follows the commits instead).
    */
   stateDelta(space: string, fromIndex: number, mode: DeltaMode = 'adaptive'): { attestation: Signed; delta: Uint8Array } | undefined {
-    const replica = this.replicas.get(space)
+    const replica = this.spaces.read(space)
     const latest = replica && this.latestAttested(space)
     const log = this.changeLogs.get(space)
     if (!replica || !latest || !log || latest.index !== replica.stableIndex) return undefined
@@ -837,19 +865,23 @@ export class RelayNode {
 
   /** Feeds a space's change log one commit, within the relay-wide budget: the logs of the spaces that went longest without a commit go first. */
   private recordChange(space: string, fromIndex: number, result: CommitResult): void {
-    let log = this.changeLogs.get(space)
-    this.changeLogs.delete(space)
-    this.servedDeltas.delete(space)
-    this.changeLogs.set(space, (log ??= new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })))
-    this.changeLogBytes -= log.bytes
+    const log = this.changeLogs.get(space) ?? new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })
+    this.dropChangeLog(space)
     log.record(fromIndex, result)
-    this.changeLogBytes += log.bytes
-    for (const [name, l] of this.changeLogs) {
+    this.changeLogs.set(space, log)
+    this.changeLogBytes += changeLogCost(log)
+    for (const [name] of this.changeLogs) {
       if (this.changeLogBytes <= CHANGE_LOGS_BYTES || name === space) break
-      this.changeLogs.delete(name)
-      this.servedDeltas.delete(name)
-      this.changeLogBytes -= l.bytes
+      this.dropChangeLog(name)
     }
+  }
+
+  private dropChangeLog(space: string): void {
+    const log = this.changeLogs.get(space)
+    this.servedDeltas.delete(space)
+    if (!log) return
+    this.changeLogs.delete(space)
+    this.changeLogBytes -= changeLogCost(log)
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
@@ -912,7 +944,7 @@ export class RelayNode {
   /** A signed snapshot of a space's stable state, for quorum reads. */
   stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } {
     // A space nothing was committed to yet is at index 0 with an empty state, which every correct relay signs alike.
-    const r = this.replicas.get(space) ?? new ReliableReplica(this.replicaOptions(space))
+    const r = this.spaces.read(space) ?? new ReliableReplica(this.replicaOptions(space))
     const hash = r.stableHash((b) => this.crypto.sha256(b))
     const sig = this.crypto.sign(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
     return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
@@ -1011,7 +1043,7 @@ export class RelayNode {
         const policy = this.options.cluster.spaces.get(env.space)
         if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}`)
         if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
-        const starts = !policy && !this.replicas.has(env.space) && !this.creating.has(env.space)
+        const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
         if (starts) this.newSpaceCharge(env.space, env.authorId, `relay:${this.nameOf(from)}`)()
         out.push(frame)
       } catch (err) {
@@ -1106,6 +1138,8 @@ export class RelayNode {
           () => {
             this.writesInFlight--
             if (this.stopped) return
+            if (snapshot) this.spaces.saved(snapshot.spaces)
+            this.armSweep()
             for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
             if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
           },
@@ -1131,7 +1165,7 @@ export class RelayNode {
   private snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>): SnapshotWrite | undefined {
     this.batchesSinceSnapshot += newBatches.length
     for (const b of newBatches) this.bytesSinceSnapshot += frameBytes(b.frames)
-    if (this.changedSinceSnapshot.size === 0) return undefined
+    if (this.spaces.dirtyCount === 0) return undefined
     const now = this.clock.now()
     const due =
       this.batchesSinceSnapshot >= (this.options.snapshotEveryBatches ?? 1000) ||
@@ -1139,11 +1173,7 @@ export class RelayNode {
       now - this.lastSnapshotAt >= SNAPSHOT_INTERVAL_MS
     if (!due) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
-    const changed = [...this.changedSinceSnapshot]
-    const spaces = changed.map((space) =>
-      encodeSpaceSnapshot({ space, checkpoint: (this.replicas.get(space) as ReliableReplica).checkpoint(), lastAttested: this.lastAttested.get(space) ?? 0 }),
-    )
-    this.changedSinceSnapshot.clear()
+    const spaces = this.spaces.takeSnapshot()
     this.batchesSinceSnapshot = 0
     this.bytesSinceSnapshot = 0
     this.lastSnapshotBytes = spaces.reduce((n, x) => n + x.bytes.length, 0)
@@ -1155,21 +1185,26 @@ export class RelayNode {
     const gcDepth = this.gcDepth
     const keepRounds = Math.max(4 * gcDepth, 2 * this.options.cluster.checkpointRounds + 2 * gcDepth, this.options.retention?.blockRounds ?? DEFAULT_RETENTION.blockRounds)
     const keepUpdates = Math.max(1, this.options.retention?.updates ?? DEFAULT_RETENTION.updates)
-    const feedBelow = changed.flatMap((space): Array<readonly [string, number]> => {
-      const index = (this.replicas.get(space) as ReliableReplica).stableIndex - keepUpdates
+    const feedBelow = spaces.flatMap(({ space, stableIndex }): Array<readonly [string, number]> => {
+      const index = stableIndex - keepUpdates
       return index > 0 ? [[space, index]] : []
     })
     return { spaces, commitsBelow: this.core.committedRound - 2 * gcDepth, blocksBelow: this.core.committedRound - keepRounds, feedBelow }
   }
 
-  private restoreSpace(s: SpaceSnapshot): void {
-    this.replicas.set(s.space, ReliableReplica.restore(this.replicaOptions(s.space), s.checkpoint, (signed) => this.openOrThrow(signed)))
-    this.lastAttested.set(s.space, s.lastAttested)
-  }
-
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
     return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0 }
+  }
+
+  /** Sweeps idle replicas out of memory `spaceIdleMs` from now, if any may leave (dirty ones wait for a snapshot, which a drain arms again). */
+  private armSweep(): void {
+    if (this.sweepTimer || this.stopped || !this.spaces.sweepable) return
+    this.sweepTimer = this.clock.setTimer(this.options.spaceIdleMs ?? SPACE_IDLE_MS, () => {
+      this.sweepTimer = undefined
+      this.spaces.sweep()
+      this.armSweep()
+    })
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -1299,23 +1334,20 @@ export class RelayNode {
       // A space this cluster does not serve gets no replica (every relay skips it alike): a
       // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
       if (!this.options.cluster.openSpaces && !this.options.cluster.spaces.has(env.space)) continue
-      if (!this.replicas.has(env.space)) {
-        this.replicas.set(env.space, new ReliableReplica(this.replicaOptions(env.space)))
-        this.creating.delete(env.space)
-      }
+      if (!this.spaces.has(env.space)) this.creating.delete(env.space)
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
       group.envs.push(env)
       group.frames.push(frame)
     }
     const out: WriteBatch['attestations'][number][] = []
-    for (const [space, replica] of this.replicas) {
+    // A space with nothing in this commit and nothing parked cannot change: only these are visited.
+    const visit = new Set([...bySpace.keys(), ...this.spaces.parkedSpaces()])
+    for (const space of visit) {
       const group = bySpace.get(space)
-      // A space with nothing in this commit and nothing parked cannot change: skip it cheaply.
-      if (!group && replica.waitingCount === 0) continue
+      const replica = this.spaces.forAudit(space)
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
-      this.changedSinceSnapshot.add(space)
       this.recordChange(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
@@ -1334,10 +1366,14 @@ export class RelayNode {
       const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attestedDecision)
       // Attest every commit that carried envelopes of this space (some may only wait for a
       // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
-      if (decisions.length === 0 && !group) continue
+      if (decisions.length === 0 && !group) {
+        this.spaces.audited(space, replica)
+        continue
+      }
+      const prevRound = this.spaces.lastAttested(space)
+      this.spaces.audited(space, replica, anchorRound)
       if (replaying) {
         // Its attestation is in the store already: only the chain's position is needed.
-        this.lastAttested.set(space, anchorRound)
         this.latestAttestation.delete(space)
         continue
       }
@@ -1345,14 +1381,13 @@ export class RelayNode {
       const bytes = encodeAttestation({
         space,
         round: anchorRound,
-        prevRound: this.lastAttested.get(space) ?? 0,
+        prevRound,
         fromIndex,
         toIndex: result.stableIndex,
         decisions,
         stateHash,
         batch: batchDigest((b) => this.crypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
       })
-      this.lastAttested.set(space, anchorRound)
       const attestation: Signed = { bytes, sig: this.crypto.sign(this.options.secretKey, bytes) }
       this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation, index: result.stableIndex, stateHash })
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
@@ -1431,6 +1466,10 @@ export class RelayNode {
     this.verifiedBytes += bytes
     return v
   }
+}
+
+function changeLogCost(log: ChangeLog): number {
+  return log.bytes + CHANGE_LOG_OVERHEAD_BYTES
 }
 
 function frameBytes(frames: readonly Uint8Array[]): number {

@@ -128,6 +128,12 @@ export function encodeSpaceSnapshot(s: SpaceSnapshot): { readonly space: string;
   return { space: s.space, bytes: encode([s.checkpoint, s.lastAttested]) }
 }
 
+/** A space's snapshot record (from encodeSpaceSnapshot) back. */
+export function decodeSpaceSnapshot(space: string, bytes: Uint8Array): SpaceSnapshot {
+  const [checkpoint, lastAttested] = decode(bytes, RECORD_LIMIT) as [unknown, number]
+  return { space, checkpoint, lastAttested }
+}
+
 export interface SnapshotWrite {
   /** Each from encodeSpaceSnapshot. */
   readonly spaces: ReadonlyArray<{ readonly space: string; readonly bytes: Uint8Array }>
@@ -521,13 +527,24 @@ export class RelayStore {
   /** The latest snapshot, if one was written: replay `committedBatches(batch)` on top of it. */
   snapshot(): StoredSnapshot | undefined {
     if (!this.snapshotHead.get('head')) return undefined
-    const spaces: SpaceSnapshot[] = []
-    for (const { key, value } of this.snapshotSpaces.getRange({})) {
-      const [checkpoint, lastAttested] = decode(value, RECORD_LIMIT) as [unknown, number]
-      spaces.push({ space: key, checkpoint, lastAttested })
-    }
-    return { batch: this.snapshotBatch(), spaces }
+    return { batch: this.snapshotBatch(), spaces: [...this.snapshotSpaceRecords()].map(({ space, checkpoint, lastAttested }) => ({ space, checkpoint, lastAttested })) }
   }
+
+  /** The batch the latest snapshot was taken after, or undefined if none was written. */
+  snapshotAfter(): number | undefined {
+    return this.snapshotHead.get('head') ? this.snapshotBatch() : undefined
+  }
+
+  /** Each space's record in the latest snapshot, decoded one at a time (in name order). */
+  *snapshotSpaceRecords(): Generator<SpaceSnapshot & { readonly recordBytes: number }> {
+    for (const { key, value } of this.snapshotSpaces.getRange({})) yield { ...decodeSpaceSnapshot(key, value), recordBytes: value.length }
+  }
+
+  /** One space's record in the latest snapshot as stored (encodeSpaceSnapshot bytes), or undefined if it has none. */
+  spaceSnapshotBytes(space: string): Uint8Array | undefined {
+    return this.snapshotSpaces.get(space)
+  }
+
 
   /**
    * What the consensus core needs after a restart: own blocks and peers'

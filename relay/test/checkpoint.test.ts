@@ -49,7 +49,7 @@ describe('serving checkpoint parts', () => {
       gcDepth: 50,
       log: pino({ level: 'silent' }),
       clock: systemClock,
-      host: { replicas: () => new Map(), lastAttested: () => 0, send: (to, m) => m.kind === 'checkpoint-part' && sent.push({ to, from: m.part.from }), broadcast: () => undefined, openEnvelope: () => { throw new Error('unused') }, install: () => undefined },
+      host: { spaces: () => [], auditState: () => { throw new Error('unused') }, send: (to, m) => m.kind === 'checkpoint-part' && sent.push({ to, from: m.part.from }), broadcast: () => undefined, openEnvelope: () => { throw new Error('unused') }, install: () => undefined },
     })
     checkpoints.load(store as unknown as RelayStore, 0, [])
     // A liar asks 500 times at once; then an honest peer asks once.

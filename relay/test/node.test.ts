@@ -230,6 +230,37 @@ describe('the relay event loop', () => {
     expect(stable[2]).toBe(2)
   })
 
+  it('lets idle spaces leave memory and reads them back from the store when they are used, through a restart', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
+    const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
+    const resident = (node: RelayNode) => node.status()['residentSpaces'] as number
+    const first = soloRelay(dir, { snapshotEveryBatches: 1, spaceIdleMs: 20 }).node
+    await first.start()
+    for (const space of ['a', 'b', 'c']) await decided(first, await deposit(1, space))
+    await decided(first, await deposit(2, 'a'))
+    await until('idle spaces to leave memory', () => resident(first) === 0)
+    expect(first.status()['spaces']).toBe(3)
+    const head = first.stableHead('a')
+    expect(head.index).toBe(2)
+    // Used again: back from the store, and on from where it stood.
+    await decided(first, await deposit(3, 'a'))
+    expect(first.stableHead('a').index).toBe(3)
+    expect(resident(first)).toBe(1)
+    const hashes = ['a', 'b', 'c'].map((space) => first.stableHead(space).stateHash)
+    await (first as unknown as { onDisk: Promise<void> }).onDisk
+    await first.stop()
+    nodes.splice(nodes.indexOf(first), 1)
+
+    const second = soloRelay(dir, { snapshotEveryBatches: 1, spaceIdleMs: 20 }).node
+    await second.start()
+    expect(second.status()['spaces']).toBe(3)
+    expect(['a', 'b', 'c'].map((space) => second.stableHead(space).stateHash)).toEqual(hashes)
+    await decided(second, await deposit(2, 'b'))
+    expect(second.stableHead('b').index).toBe(2)
+    // A duplicate of an envelope decided before the spaces left memory is still one.
+    expect(second.submit(await deposit(1, 'c')).status).toBe('duplicate')
+  })
+
   it('restarts from its latest snapshot plus the batches since, to the same state, and prunes what the snapshot covers', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
     const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))

@@ -104,6 +104,8 @@ const GC_DEPTH = 20
  * and take checkpoints every few rounds, so runs restart from snapshot plus
  * suffix and exercise pruning.
  */
+/** Short, so that replicas leave memory and come back many times in a run. */
+const SPACE_IDLE_MS = 300
 const SNAPSHOT_EVERY_BATCHES = 8
 
 /**
@@ -492,6 +494,9 @@ class Simulation {
       ...(this.options.skipOwnLastAsk ? { ownLastTimeoutMs: 0 } : {}),
       gcDepth: GC_DEPTH,
       snapshotEveryBatches: SNAPSHOT_EVERY_BATCHES,
+      // Replicas leave memory and come back from snapshot records often, at different times on
+      // different relays: their audits must agree all the same.
+      spaceIdleMs: SPACE_IDLE_MS,
       retention: { blockRounds: Math.max(4 * GC_DEPTH, this.options.retainRounds ?? 0) },
       onFatal: (err) => {
         this.fatal ??= err instanceof Violation ? err : new Violation(`relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}: ${err instanceof Error ? err.message : String(err)}`)
