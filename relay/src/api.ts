@@ -34,6 +34,7 @@ import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import { challengeNonce, type RelayNode, type Subscriber } from './node.ts'
 import { addressKey } from './address.ts'
 import { DEFAULT_READ_LIMITS, Reads, jsonWithBytes, type ReadLimits } from './reads.ts'
+import { Shares } from './shares.ts'
 import { CHUNK_BYTES } from './store.ts'
 
 export { addressKey } from './address.ts'
@@ -444,7 +445,8 @@ function readDenied(node: RelayNode, req: FastifyRequest, space: string): string
 /** Every open session: the caps per key and per address, the shared inbound budget, and the timeouts. */
 class Sessions {
   private readonly all = new Set<Session>()
-  private readonly perAddress = new Map<string, number>()
+  /** Open sessions by address: past maxConnections, the address holding the most gives way. */
+  private readonly perAddress = new Shares<Session>()
   private readonly perKey = new Map<string, number>()
   readonly inbound: Bucket
   /** Bytes handed to sockets and not yet written out, over all sessions. */
@@ -484,7 +486,7 @@ class Sessions {
   }
 
   get count(): { open: number; addresses: number; keys: number } {
-    return { open: this.all.size, addresses: this.perAddress.size, keys: this.perKey.size }
+    return { open: this.all.size, addresses: this.perAddress.holders, keys: this.perKey.size }
   }
 
   /** Unfinished frames past their cap: the sessions holding the most are cut until they fit (an honest frame finishes quickly). */
@@ -502,17 +504,28 @@ class Sessions {
       socket.send(encodeRelayMessage({ type: 'error', id: null, reason: 'too-many-sessions', detail }))
       socket.close(1013, 'too many sessions')
     }
-    if (this.all.size >= this.limits.maxConnections) return refuse('this relay has too many open sessions; try another relay or later')
-    const fromAddress = this.perAddress.get(address) ?? 0
+    const fromAddress = this.perAddress.count(address)
     if (fromAddress >= this.limits.maxSessionsPerAddress) return refuse(`${fromAddress} sessions are open from ${address}, the most one address may hold`)
-    this.perAddress.set(address, fromAddress + 1)
+    if (this.all.size >= this.limits.maxConnections) {
+      // Full: an address holding fewer sessions than the heaviest one takes the newest of that
+      // one's, so a few addresses cannot hold every session and lock the others out.
+      const heaviest = this.perAddress.heaviest()
+      if (!heaviest || heaviest.count <= fromAddress + 1) return refuse('this relay has too many open sessions; try another relay or later')
+      const newest = [...this.perAddress.itemsOf(heaviest.who)].pop() as Session
+      this.node.metrics.rejected.inc({ reason: 'too-many-sessions', source: 'client' })
+      newest.giveWay(`this relay is full and ${heaviest.who} holds the most sessions (${heaviest.count}): closed to make room for a client of another address`)
+      // Gone now, not at its socket's close event: the next newcomer must not count it.
+      this.all.delete(newest)
+      this.perAddress.delete(heaviest.who, newest)
+    }
     const session = new Session(this, socket, address)
+    this.perAddress.add(address, session)
     this.all.add(session)
     // ws reads the socket first: after its listener, its buffer holds what this chunk left unfinished.
     raw?.on('data', () => session.trackUnfinished())
     socket.once('close', () => {
       this.all.delete(session)
-      decrement(this.perAddress, address)
+      this.perAddress.delete(address, session)
       if (session.key) decrement(this.perKey, session.key)
     })
     session.start()
@@ -923,6 +936,11 @@ class Session implements Subscriber {
   cut(detail: string): void {
     this.end('rate-limited', detail, 1013)
     this.terminate()
+  }
+
+  /** Closes this session to make room for another address's (see Sessions.open). */
+  giveWay(detail: string): void {
+    this.end('too-many-sessions', detail, 1013)
   }
 
   private send(m: RelayMessage): void {

@@ -129,6 +129,8 @@ describe('client API over TLS', () => {
       /^stead_queued_bytes\{queue="mesh"\} \d+$/m,
       /^stead_memory_budget_bytes \d+$/m,
       /^stead_connected_clients \d+$/m,
+      /^stead_spaces\{state="held"\} \d+$/m,
+      /^stead_spaces\{state="resident"\} \d+$/m,
     ]) {
       expect(metrics).toMatch(line)
     }
@@ -156,10 +158,10 @@ describe('client API over TLS', () => {
     expect(bad.body).toMatchObject({ error: 'malformed' })
   })
 
-  it('closes sessions that do not answer the challenge, and refuses sessions over the cap', async () => {
-    const open = (): Promise<{ ws: WebSocket; inbox: ReturnType<typeof decodeRelayMessage>[]; closed: Promise<number> }> =>
+  it('closes sessions that do not answer the challenge, refuses sessions over the cap, and makes room for another address at the heaviest one\'s cost', async () => {
+    const open = (localAddress = '127.0.0.1'): Promise<{ ws: WebSocket; inbox: ReturnType<typeof decodeRelayMessage>[]; closed: Promise<number> }> =>
       new Promise((ok) => {
-        const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false })
+        const ws = new WebSocket(`wss://${api}/v1/ws`, { rejectUnauthorized: false, localAddress })
         const inbox: ReturnType<typeof decodeRelayMessage>[] = []
         ws.on('message', (d: Buffer) => inbox.push(decodeRelayMessage(new Uint8Array(d))))
         const closed = new Promise<number>((done) => ws.on('close', (code) => done(code)))
@@ -172,8 +174,17 @@ describe('client API over TLS', () => {
     const fourth = await open()
     expect(await fourth.closed).toBe(1013)
     expect(fourth.inbox.some((m) => m.type === 'error' && m.reason === 'too-many-sessions')).toBe(true)
-    for (const s of three) s.ws.close()
-    await Promise.all(three.map((s) => s.closed))
+    // Full, but another address holds none: the newest session of the address holding the most gives way.
+    const other = await open('127.0.0.2')
+    expect(await three[2]!.closed).toBe(1013)
+    expect(three[2]!.inbox.some((m) => m.type === 'error' && m.reason === 'too-many-sessions' && m.detail.includes('another address'))).toBe(true)
+    // Now 2 and 1: the second address may not push the first below its own share.
+    const again = await open('127.0.0.2')
+    expect(await again.closed).toBe(1013)
+    const open2 = [three[0]!, three[1]!, other]
+    expect(open2.every((s) => s.ws.readyState === WebSocket.OPEN)).toBe(true)
+    for (const s of open2) s.ws.close()
+    await Promise.all(open2.map((s) => s.closed))
   })
 
   it('offers its peer service in welcome, and passes on where the clients of a space can be reached', async () => {

@@ -254,6 +254,8 @@ export class ConsensusCore {
       maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,
       maxBlockBytes: config.maxBlockBytes ?? 4 * 1024 * 1024,
       maxQueued: config.maxQueuedEnvelopes ?? 100_000,
+      // A tenth: ten authors' floods together fill it (a client holds at most as many pending, maxPendingPerClient).
+      maxQueuedPerAuthor: Math.max(1, Math.floor((config.maxQueuedEnvelopes ?? 100_000) / 10)),
     })
     if (recovered) this.recover(recovered)
     this.ownLastTimeoutMs = config.ownLastTimeoutMs ?? 0

@@ -1,0 +1,57 @@
+import { SteadError } from '@stead/core'
+import { describe, expect, it } from 'vitest'
+import { PayloadQueue, type PayloadInfo } from '../src/consensus/payload.ts'
+
+const info = (author: string, seq: number, urgent = false): PayloadInfo => ({ idHex: `${author}-${seq}`, slot: `s/${author}:${seq}`, author, urgent })
+const frame = (bytes = 10) => new Uint8Array(bytes)
+const ids = (taken: ReadonlyArray<{ info: PayloadInfo }>) => taken.map((t) => t.info.idHex)
+
+describe('PayloadQueue', () => {
+  it('takes the authors in turn, each in its own order, so one author with many queued does not hold back another', () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 4, maxBlockBytes: 1 << 20, maxQueued: 1000, maxQueuedPerAuthor: 500 })
+    for (let seq = 1; seq <= 100; seq++) q.add(frame(), info('flood', seq), 0)
+    q.add(frame(), info('honest', 1, true), 0)
+    q.add(frame(), info('honest', 2, true), 0)
+    expect(ids(q.take())).toEqual(['flood-1', 'honest-1', 'flood-2', 'honest-2'])
+    // The author served longest ago goes first in the next block.
+    q.add(frame(), info('late', 1), 0)
+    expect(ids(q.take())).toEqual(['flood-3', 'late-1', 'flood-4', 'flood-5'])
+    expect(q.length).toBe(95)
+    expect(q.hasUrgent).toBe(false)
+  })
+
+  it('stops a block at its byte bound, one large envelope going alone, and counts what it holds', () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 100, maxBlockBytes: 25, maxQueued: 1000, maxQueuedPerAuthor: 500 })
+    q.add(frame(40), info('a', 1), 0)
+    q.add(frame(10), info('b', 1), 0)
+    q.add(frame(10), info('b', 2), 0)
+    expect(q.queuedBytes).toBe(60)
+    expect(ids(q.take())).toEqual(['a-1'])
+    expect(ids(q.take())).toEqual(['b-1', 'b-2'])
+    expect(q.queuedBytes).toBe(0)
+    expect(q.length).toBe(0)
+  })
+
+  it("refuses an author past its share of the queue while others still get in", () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
+    for (let seq = 1; seq <= 10; seq++) q.add(frame(), info('flood', seq), 0)
+    expect(() => q.add(frame(), info('flood', 11), 0)).toThrow(SteadError)
+    expect(q.add(frame(), info('honest', 1), 0)).toBe('queued')
+    // Its share frees as blocks take its envelopes.
+    q.take()
+    expect(q.add(frame(), info('flood', 11), 0)).toBe('queued')
+  })
+
+  it('drops envelopes ordered elsewhere from any author, and peeks in the order blocks take them', () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
+    for (let seq = 1; seq <= 3; seq++) q.add(frame(), info('a', seq, seq === 2), 0)
+    q.add(frame(), info('b', 1), 0)
+    q.dropOrdered(['a-2', 'b-1', 'unknown'])
+    expect(q.length).toBe(2)
+    expect(q.hasUrgent).toBe(false)
+    expect(q.has('b-1')).toBe(false)
+    q.add(frame(), info('c', 1), 0)
+    expect(q.peek(10)).toHaveLength(3)
+    expect(ids(q.take())).toEqual(['a-1', 'c-1', 'a-3'])
+  })
+})
