@@ -18,6 +18,8 @@ export interface ByzantineContext {
 
 /** Requests of its kind a flooding strategy sends with each of its blocks. */
 const FLOOD_REQUESTS = 20
+/** Tiny blocks in each flood-blocks message (sent with each of its own blocks). */
+const FLOOD_BLOCKS = 64
 
 /**
  * A decorator on what an honest core sends: it rewrites each outgoing
@@ -113,6 +115,23 @@ export class ByzantineBehaviour {
                   ? [{ kind: 'wake', payload: own.header.payload.slice(0, 64) }]
                   : []
         return [message, ...Array.from({ length: FLOOD_REQUESTS }, () => burst).flat()]
+      }
+      case 'flood-blocks': {
+        // With each of its blocks, a message of tiny blocks of its own for the next rounds, whose
+        // ancestors nobody holds, the last with a bad signature: blocks are charged one by one
+        // before any signature is checked, and what nobody asked for is opened at a bounded rate.
+        if (!own) return [message]
+        const round = own.header.round
+        const blocks = Array.from({ length: FLOOD_BLOCKS }, (_, i) => {
+          const r = round + 1 + (i % 8)
+          const ancestors = committee.keys.map((_k, author) => ({ round: r - 1, author, digest: crypto.sha256(Uint8Array.of(me, i, r & 0xff, (r >> 8) & 0xff)) }))
+          // Its own previous block first, as a correct block lists it.
+          ancestors.unshift(...ancestors.splice(me, 1))
+          return signBlock(crypto, secretKey, { round: r, author: me, ancestors, payload: [] })
+        })
+        const last = blocks[blocks.length - 1] as Block
+        blocks[blocks.length - 1] = { ...last, signed: { bytes: last.signed.bytes, sig: flip(last.signed.sig) } }
+        return [message, { kind: 'blocks', blocks }]
       }
       case 'forged-envelopes': {
         if (!own) return [message]
