@@ -530,23 +530,10 @@ export class RelayNode {
    * already decided or queued.
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
-    if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
-    const env = this.open(frame)
-    if (env instanceof SteadError) throw env
-    const policy = this.options.cluster.spaces.get(env.space)
-    if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
-    if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
-      throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
-    }
-    const replica = this.spaces.read(env.space)
-    const decided = replica?.decided(env)
-    if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
-    if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
-    checkClockAtDoor(replica, env)
-    checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
+    const door = this.door(frame, origin)
+    if (door.status === 'duplicate') return { status: 'duplicate', idHex: door.env.idHex, stopWatching: () => undefined }
+    const { env, charge } = door
     const info = payloadInfoOf(env)
-    const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
-    const charge = starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined
     // Watching starts before the core sees it: the decision may come before submit returns.
     const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
     const result = this.core.submit(frame, info)
@@ -562,6 +549,34 @@ export class RelayNode {
     if (result.outputs.length) this.enqueue(() => result.outputs)
     this.metrics.envelopesAccepted.inc()
     return { status: result.status, idHex: env.idHex, stopWatching }
+  }
+
+  /**
+   * The checks a client envelope passes before the core sees it, whoever
+   * brings it (a client's submit, a peer's wake): the memory budget, the
+   * signature, the space's policy, what the audit decided for its slot
+   * already, its clock and its register stamps. `charge` (for an envelope
+   * that starts a space) takes the new-space quota of the author's key and of
+   * `origin`; the caller calls it once the envelope is queued. Throws
+   * SteadError.
+   */
+  private door(frame: Uint8Array, origin: string): { status: 'new'; env: Envelope; charge: (() => void) | undefined } | { status: 'duplicate'; env: Envelope } {
+    if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
+    const env = this.open(frame)
+    if (env instanceof SteadError) throw env
+    const policy = this.options.cluster.spaces.get(env.space)
+    if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
+    if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
+      throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
+    }
+    const replica = this.spaces.read(env.space)
+    const decided = replica?.decided(env)
+    if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
+    if (decided === 'duplicate') return { status: 'duplicate', env }
+    checkClockAtDoor(replica, env)
+    checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
+    const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
+    return { status: 'new', env, charge: starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined }
   }
 
   private watchDecision(idHex: string, done: (idHex: string) => void): () => void {
@@ -1026,10 +1041,11 @@ export class RelayNode {
   /**
    * What of a peer's wake may reach the core: each envelope is charged to
    * the peer's wake budget, and must pass the door a client's envelope
-   * passes (signature, the space's policy, and the new-space quota of its
-   * author's key, charged as if the peer were the address it came from):
-   * a Byzantine relay cannot start spaces, or queue envelopes, that a
-   * client could not. The rest is dropped and counted.
+   * passes (`door`: signature, the space's policy, the audit's decisions,
+   * clock and stamps, and the new-space quota of its author's key, charged
+   * as if the peer were the address it came from): a Byzantine relay cannot
+   * start spaces, or queue envelopes, that a client could not. The rest is
+   * dropped and counted.
    */
   private wakePayload(from: number, frames: readonly Uint8Array[]): Uint8Array[] {
     const wanted = frames.slice(0, this.meshBudget.wakeMaxEnvelopes)
@@ -1037,14 +1053,12 @@ export class RelayNode {
     const out: Uint8Array[] = []
     for (const frame of wanted) {
       try {
-        if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', 'memory budget')
-        const env = this.open(frame)
-        if (env instanceof SteadError) throw env
-        const policy = this.options.cluster.spaces.get(env.space)
-        if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}`)
-        if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
-        const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
-        if (starts) this.newSpaceCharge(env.space, env.authorId, `relay:${this.nameOf(from)}`)()
+        const door = this.door(frame, `relay:${this.nameOf(from)}`)
+        // Decided already: nothing to wake anyone with.
+        if (door.status === 'duplicate') continue
+        // Charged now: the core takes the wake's envelopes later, and one it would not queue (queued
+        // already) costs the relay that sent it, not an honest client.
+        door.charge?.()
         out.push(frame)
       } catch (err) {
         if (!(err instanceof SteadError)) throw err

@@ -301,6 +301,33 @@ describe('the relay event loop', () => {
   })
 })
 
+describe("a peer's wake", () => {
+  it("passes the door a client's submit passes: a register stamped hours ahead is dropped, a good envelope goes into a block", async () => {
+    const said: Uint8Array[] = []
+    const { node, deliver } = clusterMember({ broadcast: (frame) => void said.push(frame), send: (_to, frame) => void said.push(frame) })
+    await node.start()
+    const register = (seq: number, stamp: number) =>
+      sealEnvelope(nodeCrypto, author, { space: 'w', seq, clock: clockInit(), deps: [], updates: [{ key: 'r', decl: { type: 'register' }, ops: [['s', 'v', stamp]] }], safe: [] }).then(encodeEnvelope)
+    const ahead = await register(1, Date.now() + 3 * 3600_000)
+    const good = await register(1, Date.now())
+    // A client gets the reason.
+    expect(() => node.submit(ahead)).toThrow(/ahead of this relay's clock/)
+    const carried = (frame: Uint8Array) => said.some((f) => contains(f, frame))
+    deliver(1, encodeMessage({ kind: 'wake', payload: [ahead] }))
+    deliver(1, encodeMessage({ kind: 'wake', payload: [good] }))
+    await until('the good one in a block', () => carried(good))
+    expect(carried(ahead)).toBe(false)
+  })
+})
+
+function contains(haystack: Uint8Array, needle: Uint8Array): boolean {
+  outer: for (let i = 0; i + needle.length <= haystack.length; i++) {
+    for (let j = 0; j < needle.length; j++) if (haystack[i + j] !== needle[j]) continue outer
+    return true
+  }
+  return false
+}
+
 describe('peers faster than the disk', () => {
   it('hold at most a bounded backlog of their frames while writes are in flight, and drop the rest unread', async () => {
     const { node, deliver } = clusterMember()
