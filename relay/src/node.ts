@@ -529,7 +529,9 @@ export class RelayNode {
    * 'bad-signature', 'unauthorized', 'conflict'; returns 'duplicate' for one
    * already decided or queued.
    */
-  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+  submit(received: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+    // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
+    const frame = exact(received)
     const door = this.door(frame, origin)
     if (door.status === 'duplicate') return { status: 'duplicate', idHex: door.env.idHex, stopWatching: () => undefined }
     const { env, charge } = door
@@ -1059,7 +1061,7 @@ export class RelayNode {
         // Charged now: the core takes the wake's envelopes later, and one it would not queue (queued
         // already) costs the relay that sent it, not an honest client.
         door.charge?.()
-        out.push(frame)
+        out.push(exact(frame))
       } catch (err) {
         if (!(err instanceof SteadError)) throw err
         if (err.reason === 'rate-limited') this.throttled({ peer: from, kind: 'wake', why: 'rate' })
@@ -1463,6 +1465,9 @@ export class RelayNode {
     const key = toHex(this.crypto.sha256(signed.bytes)) + toHex(signed.sig)
     const cached = this.verified.get(key)
     if (cached) return cached.verdict
+    // Kept in exact-size copies: the bytes may be a view into a whole socket read, which the
+    // cache would otherwise keep alive while charging only the envelope's size.
+    signed = { bytes: exact(signed.bytes), sig: exact(signed.sig) }
     let v: Envelope | SteadError
     try {
       v = openEnvelopeSync({ sha256: (d) => this.crypto.sha256(d), verify: this.recovering ? () => true : (pk, message, sig) => this.crypto.verify(pk, message, sig) }, signed)
@@ -1480,6 +1485,11 @@ export class RelayNode {
     this.verifiedBytes += bytes
     return v
   }
+}
+
+/** `bytes` itself when it owns its whole buffer, else a copy that does: what is kept is charged at its size. */
+function exact(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes)
 }
 
 function changeLogCost(log: ChangeLog): number {

@@ -230,6 +230,23 @@ describe('the relay event loop', () => {
     expect(stable[2]).toBe(2)
   })
 
+  it('keeps what it caches of an envelope in exact-size copies, not a view pinning the whole read it came in', async () => {
+    const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
+    await node.start()
+    const frame = await deposit(1, 'pin')
+    // As a socket read delivers it: a view into a much larger buffer.
+    const read = new Uint8Array(1024 * 1024)
+    read.set(frame, 4096)
+    const view = read.subarray(4096, 4096 + frame.length)
+    await new Promise<void>((ok) => void node.submit(view, 'test', () => ok()))
+    const cached = [...(node as unknown as { verified: Map<string, { verdict: { signed?: { bytes: Uint8Array }; author?: Uint8Array } }> }).verified.values()]
+    expect(cached.length).toBeGreaterThan(0)
+    for (const { verdict } of cached) {
+      expect(verdict.signed?.bytes.buffer.byteLength).toBeLessThan(64 * 1024)
+      expect(verdict.author?.buffer.byteLength).toBeLessThan(64 * 1024)
+    }
+  })
+
   it('lets idle spaces leave memory and reads them back from the store when they are used, through a restart', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'stead-node-'))
     const decided = (node: RelayNode, frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
