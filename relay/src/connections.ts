@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import type { IncomingMessage, Server } from 'node:http'
 import type { Socket } from 'node:net'
 import { addressKey } from './address.ts'
+import { Shares } from './shares.ts'
 
 /** Limits on the client API's TCP connections (see ApiLimits). */
 export interface ConnectionLimits {
@@ -51,9 +52,11 @@ export interface ConnectionCounts {
  * Caps the raw TCP connections of an HTTP server, per address and in all,
  * and closes a connection that sends no request within `firstRequestMs`.
  * Over the address's cap a new connection is closed at once; at the total
- * cap the oldest connection that has not sent a request yet makes room
- * (the new one is closed when every connection has spoken), so silent
- * connections from many addresses cannot keep a probe or a client out.
+ * cap the oldest connection that has not sent a request yet makes room,
+ * else the newest of the address holding the most, if it holds more than
+ * the newcomer's address would (else the new one is closed): neither silent
+ * connections nor busy ones from a few addresses can keep a probe or a
+ * client of another address out.
  * `refused` is called for every connection closed by these limits.
  */
 export function guardConnections(server: Server, limits: ConnectionLimits, refused: (why: 'per-address' | 'total' | 'silent') => void): () => ConnectionCounts {
@@ -61,7 +64,7 @@ export function guardConnections(server: Server, limits: ConnectionLimits, refus
   const conns = new Map<Socket, Conn>()
   /** Connections that have not sent a request yet, oldest first. */
   const silent = new Set<Socket>()
-  const perAddress = new Map<string, number>()
+  const perAddress = new Shares<Socket>()
   const spoke = (socket: Socket): void => {
     const raw = conns.has(socket) ? socket : ((socket as unknown as { _parent?: Socket })._parent ?? socket)
     const c = conns.get(raw)
@@ -72,23 +75,24 @@ export function guardConnections(server: Server, limits: ConnectionLimits, refus
   server.on('connection', (socket: Socket) => {
     socket.on('error', () => undefined)
     const who = addressKey(socket.remoteAddress)
-    const n = perAddress.get(who) ?? 0
+    const n = perAddress.count(who)
     if (n >= limits.maxHttpConnectionsPerAddress) {
       refused('per-address')
       return void socket.destroy()
     }
     if (conns.size >= cap) {
-      const oldest = silent.values().next().value as Socket | undefined
+      const heaviest = perAddress.heaviest()
+      const victim = (silent.values().next().value as Socket | undefined) ?? (heaviest && heaviest.count > n + 1 ? [...perAddress.itemsOf(heaviest.who)].pop() : undefined)
       refused('total')
-      if (!oldest) return void socket.destroy()
-      oldest.destroy()
+      if (!victim) return void socket.destroy()
+      victim.destroy()
       // Its 'close' comes later: forget it now, so the count makes room at once.
-      forget(oldest)
+      forget(victim)
     }
     const c: Conn = { who, timer: undefined }
     conns.set(socket, c)
     silent.add(socket)
-    perAddress.set(who, n + 1)
+    perAddress.add(who, socket)
     c.timer = setTimeout(() => {
       refused('silent')
       socket.destroy()
@@ -103,9 +107,7 @@ export function guardConnections(server: Server, limits: ConnectionLimits, refus
     conns.delete(socket)
     silent.delete(socket)
     if (c.timer) clearTimeout(c.timer)
-    const left = (perAddress.get(c.who) ?? 1) - 1
-    if (left <= 0) perAddress.delete(c.who)
-    else perAddress.set(c.who, left)
+    perAddress.delete(c.who, socket)
   }
   server.on('request', (req: IncomingMessage) => spoke(req.socket))
   server.on('upgrade', (req: IncomingMessage) => spoke(req.socket))
