@@ -532,9 +532,9 @@ export class RelayNode {
   submit(received: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const frame = exact(received)
-    const door = this.door(frame, origin)
-    if (door.status === 'duplicate') return { status: 'duplicate', idHex: door.env.idHex, stopWatching: () => undefined }
-    const { env, charge } = door
+    const { env, decided, charge } = this.door(frame, origin)
+    if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
+    if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     const info = payloadInfoOf(env)
     // Watching starts before the core sees it: the decision may come before submit returns.
     const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
@@ -556,13 +556,13 @@ export class RelayNode {
   /**
    * The checks a client envelope passes before the core sees it, whoever
    * brings it (a client's submit, a peer's wake): the memory budget, the
-   * signature, the space's policy, what the audit decided for its slot
-   * already, its clock and its register stamps. `charge` (for an envelope
-   * that starts a space) takes the new-space quota of the author's key and of
-   * `origin`; the caller calls it once the envelope is queued. Throws
-   * SteadError.
+   * signature, the space's policy and, unless the audit decided its slot
+   * already (`decided`: the caller's call), its clock and its register
+   * stamps. `charge` (for an envelope that starts a space) takes the
+   * new-space quota of the author's key and of `origin`; the caller calls
+   * it once the envelope is queued. Throws SteadError.
    */
-  private door(frame: Uint8Array, origin: string): { status: 'new'; env: Envelope; charge: (() => void) | undefined } | { status: 'duplicate'; env: Envelope } {
+  private door(frame: Uint8Array, origin: string): { env: Envelope; decided: 'duplicate' | 'conflict' | undefined; charge: (() => void) | undefined } {
     if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
@@ -573,12 +573,11 @@ export class RelayNode {
     }
     const replica = this.spaces.read(env.space)
     const decided = replica?.decided(env)
-    if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
-    if (decided === 'duplicate') return { status: 'duplicate', env }
+    if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
     checkClockAtDoor(replica, env)
     checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
     const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
-    return { status: 'new', env, charge: starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined }
+    return { env, decided: undefined, charge: starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined }
   }
 
   private watchDecision(idHex: string, done: (idHex: string) => void): () => void {
@@ -1055,12 +1054,12 @@ export class RelayNode {
     const out: Uint8Array[] = []
     for (const frame of wanted) {
       try {
-        const door = this.door(frame, `relay:${this.nameOf(from)}`)
-        // Decided already: nothing to wake anyone with.
-        if (door.status === 'duplicate') continue
+        // One the audit decided already still goes to the core: a relay holding a twin of a decided
+        // envelope needs a round to see it dropped (the core wakes only for what is not ordered yet).
+        const { charge } = this.door(frame, `relay:${this.nameOf(from)}`)
         // Charged now: the core takes the wake's envelopes later, and one it would not queue (queued
         // already) costs the relay that sent it, not an honest client.
-        door.charge?.()
+        charge?.()
         out.push(exact(frame))
       } catch (err) {
         if (!(err instanceof SteadError)) throw err
