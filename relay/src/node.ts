@@ -529,23 +529,23 @@ export class RelayNode {
    * 'bad-signature', 'unauthorized', 'conflict'; returns 'duplicate' for one
    * already decided or queued.
    */
-  submit(received: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
-    const frame = exact(received)
-    const { env, decided, charge } = this.door(frame, origin)
+    const bytes = exact(frame)
+    const { env, decided, charge } = this.door(bytes, origin)
     if (decided === 'conflict') throw new SteadError('conflict', `${env.authorId}:${env.seq} was already decided for another envelope`)
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     const info = payloadInfoOf(env)
     // Watching starts before the core sees it: the decision may come before submit returns.
     const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
-    const result = this.core.submit(frame, info)
+    const result = this.core.submit(bytes, info)
     if (result.status === 'conflict') {
       stopWatching()
       throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
     }
     if (charge && result.status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
-    if (result.status === 'queued') this.forward(env.space, frame, env.idHex)
+    if (result.status === 'queued') this.forward(env.space, bytes, env.idHex)
     if (result.status === 'queued') this.pendingSince ??= this.clock.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, this.clock.now())
     if (result.outputs.length) this.enqueue(() => result.outputs)
