@@ -1,11 +1,11 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { randomBytes } from 'node:crypto'
-import { clockInit, encodeEnvelope, sealEnvelope, toHex, type EnvelopeDraft, type RelayMessage } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import type { RelayMessage } from '@stead/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, freePort, until } from './helpers/cluster.ts'
+import { envelopes, identity } from './helpers/envelopes.ts'
 
 /**
  * Issue 51, items 1 and 2, attacked from outside: four `stead-relay start`
@@ -24,16 +24,8 @@ const BUDGET_MIB = 128
 /** What a relay process holds beyond its budget under attack: the DAG, caches, the runtime's own slack. */
 const OVERHEAD_MIB = 160
 
-type Identity = { secretKey: Uint8Array; publicKey: Uint8Array }
-const identity = (n: number): Identity => ({ secretKey: new Uint8Array(32).fill(n), publicKey: publicKeyOfSync(new Uint8Array(32).fill(n)) })
 const writer = identity(61)
-const seqs = new Map<string, number>()
-async function envelope(who: Identity, space: string, parts: Partial<EnvelopeDraft>): Promise<Uint8Array> {
-  const k = `${toHex(who.publicKey)}/${space}`
-  const seq = (seqs.get(k) ?? 0) + 1
-  seqs.set(k, seq)
-  return encodeEnvelope(await sealEnvelope(nodeCrypto, who, { space, seq, clock: clockInit(), deps: [], updates: [], safe: [], ...parts }))
-}
+const envelope = envelopes()
 const blob = (n: number) => envelope(writer, 'long', { updates: [{ key: 'blob', decl: { type: 'register' }, ops: [['s', new Uint8Array(ENTRY_BYTES).fill(n % 251), n]] }] })
 const deposit = (n: number) => envelope(writer, 'bank', { updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] })
 const withdraw = (n: number) => envelope(writer, 'bank', { safe: [{ atomic: false, updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, op: -n }] }] })

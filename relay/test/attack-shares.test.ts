@@ -6,6 +6,7 @@ import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, until } from './helpers/cluster.ts'
+import { identity, pct, type Identity } from './helpers/envelopes.ts'
 
 /**
  * Issue 51, item 5: fair shares. Four `stead-relay` processes. Floods that
@@ -24,18 +25,13 @@ const SESSIONS_PER_ADDRESS = FULL ? 250 : 5
 /** The attackers' sessions and the honest client's fill the relay. */
 const MAX_CONNECTIONS = ADDRESSES * SESSIONS_PER_ADDRESS + 1
 
-type Identity = { secretKey: Uint8Array; publicKey: Uint8Array }
 const identityOf = (secretKey: Uint8Array): Identity => ({ secretKey, publicKey: publicKeyOfSync(secretKey) })
-const honest = identityOf(new Uint8Array(32).fill(41))
+const honest = identity(41)
 let seq = 0
 const seal = (parts: Partial<EnvelopeDraft>) => sealEnvelope(nodeCrypto, honest, { space: 'bank', seq: ++seq, clock: clockInit(), deps: [], updates: [], safe: [], ...parts })
 const deposit = async (n: number) => encodeEnvelope(await seal({ updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] }))
 const withdraw = (n: number) => seal({ safe: [{ atomic: false, updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, op: -n }] }] })
 
-const pct = (xs: readonly number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length ? (s[Math.min(s.length - 1, Math.floor(s.length * p))] as number) : Infinity
-}
 
 describe('fair shares for honest clients (4 relay processes)', () => {
   let cluster: TestCluster
@@ -124,7 +120,7 @@ describe('fair shares for honest clients (4 relay processes)', () => {
     // Another attacker session from a full address is refused.
     await expect(TestClient.connect(api(0), undefined, { localAddress: '127.0.1.10' })).rejects.toThrow(/1013/)
     // A newcomer from an address of its own gets in and commits a safe update; an attacker's session made room.
-    const newcomer = identityOf(new Uint8Array(32).fill(77))
+    const newcomer = identity(77)
     const fresh = await TestClient.connect(api(0), newcomer, { localAddress: '127.0.2.1' })
     fresh.send({ type: 'subscribe', space: 'bank', fromIndex: 0, frames: false })
     const frame = encodeEnvelope(await sealEnvelope(nodeCrypto, newcomer, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [], safe: [{ atomic: false, updates: [{ key: 'new', decl: { type: 'counter', bounds: {} }, op: 1 }] }] }))

@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process'
 import { join, resolve } from 'node:path'
-import { clockInit, encodeEnvelope, sealEnvelope, type EnvelopeDraft, type RelayMessage } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import type { EnvelopeDraft, RelayMessage } from '@stead/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, until } from './helpers/cluster.ts'
+import { envelopes, identity, pct } from './helpers/envelopes.ts'
 
 /**
  * Issue 51, item 3: a Byzantine member relay. Four `stead-relay` processes;
@@ -25,18 +25,12 @@ const FLOOD_MS = FULL ? 15_000 : 3_000
 /** /health answers slower than this count as an outage in the figures. */
 const HEALTH_TIMEOUT_MS = 5_000
 
-type Identity = { secretKey: Uint8Array; publicKey: Uint8Array }
-const identity = (n: number): Identity => ({ secretKey: new Uint8Array(32).fill(n), publicKey: publicKeyOfSync(new Uint8Array(32).fill(n)) })
 const honest = identity(41)
-let seq = 0
-const envelope = async (parts: Partial<EnvelopeDraft>) => encodeEnvelope(await sealEnvelope(nodeCrypto, honest, { space: 'bank', seq: ++seq, clock: clockInit(), deps: [], updates: [], safe: [], ...parts }))
+const signed = envelopes()
+const envelope = (parts: Partial<EnvelopeDraft>) => signed(honest, 'bank', parts)
 const deposit = (n: number) => envelope({ updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] })
 const withdraw = (n: number) => envelope({ safe: [{ atomic: false, updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, op: -n }] }] })
 
-const pct = (xs: readonly number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b)
-  return s.length ? (s[Math.min(s.length - 1, Math.floor(s.length * p))] as number) : Infinity
-}
 
 describe('a Byzantine member relay flooding a correct one (4 relay processes)', () => {
   let cluster: TestCluster

@@ -1,30 +1,23 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { authBytes, clockInit, encode, encodeEnvelope, readAuthBytes, sealEnvelope, toHex, type EnvelopeDraft, type RelayMessage } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
+import { authBytes, encode, readAuthBytes, toHex, type RelayMessage } from '@stead/core'
+import { signSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, until } from './helpers/cluster.ts'
+import { envelopes, identity, type Identity } from './helpers/envelopes.ts'
 
 /**
  * Issue 11, attacked from outside: four `stead-relay start` processes on
  * loopback and hostile clients. Limits are lowered with --limit so the
  * attacks fit in a CI run; the defaults are documented in relay/README.md.
  */
-type Identity = { secretKey: Uint8Array; publicKey: Uint8Array }
-const identity = (n: number): Identity => ({ secretKey: new Uint8Array(32).fill(n), publicKey: publicKeyOfSync(new Uint8Array(32).fill(n)) })
 const reader = identity(201)
 const writer = identity(202)
 const stranger = identity(203)
 
-const seqs = new Map<string, number>()
-async function envelope(who: Identity, space: string, parts: Partial<EnvelopeDraft>): Promise<Uint8Array> {
-  const k = `${toHex(who.publicKey)}/${space}`
-  const seq = (seqs.get(k) ?? 0) + 1
-  seqs.set(k, seq)
-  return encodeEnvelope(await sealEnvelope(nodeCrypto, who, { space, seq, clock: clockInit(), deps: [], updates: [], safe: [], ...parts }))
-}
+const envelope = envelopes()
 /** An envelope of about `bytes` bytes: one register write of that many bytes. */
 const blob = (who: Identity, space: string, bytes: number) => envelope(who, space, { updates: [{ key: 'blob', decl: { type: 'register' }, ops: [['s', new Uint8Array(bytes).fill(7), 1]] }] })
 const deposit = (who: Identity, space: string, n: number) => envelope(who, space, { updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] })
