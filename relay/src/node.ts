@@ -246,8 +246,6 @@ export class RelayNode {
   private store!: RelayStore
   private core!: ConsensusCore
   private readonly spaces: SpaceTable
-  /** Armed while some replica in memory may leave it once idle. */
-  private sweepTimer: Timer | undefined
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
   private readonly latestAttestation = new Map<string, LatestAttestation>()
   /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
@@ -338,7 +336,7 @@ export class RelayNode {
       replicaOptions: (space) => this.replicaOptions(space),
       open: (signed) => this.openOrThrow(signed),
       sha256: (b) => this.crypto.sha256(b),
-      now: () => this.clock.now(),
+      clock: this.clock,
       idleMs: options.spaceIdleMs ?? SPACE_IDLE_MS,
       evicted: (space) => {
         this.latestAttestation.delete(space)
@@ -507,7 +505,7 @@ export class RelayNode {
     for (const listener of [...this.attestedListeners]) listener(null)
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    this.sweepTimer?.cancel()
+    this.spaces.stop()
     await this.options.mesh.stop()
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
     await this.drainRun
@@ -1154,7 +1152,7 @@ export class RelayNode {
             this.writesInFlight--
             if (this.stopped) return
             if (snapshot) this.spaces.saved(snapshot.spaces)
-            this.armSweep()
+            this.spaces.armSweep()
             for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
             if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
           },
@@ -1210,16 +1208,6 @@ export class RelayNode {
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
     return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0 }
-  }
-
-  /** Sweeps idle replicas out of memory `spaceIdleMs` from now, if any may leave (dirty ones wait for a snapshot, which a drain arms again). */
-  private armSweep(): void {
-    if (this.sweepTimer || this.stopped || !this.spaces.sweepable) return
-    this.sweepTimer = this.clock.setTimer(this.options.spaceIdleMs ?? SPACE_IDLE_MS, () => {
-      this.sweepTimer = undefined
-      this.spaces.sweep()
-      this.armSweep()
-    })
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */

@@ -1,4 +1,5 @@
 import { ReliableReplica, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
+import type { Clock, Timer } from './clock.ts'
 import { decodeSpaceSnapshot, encodeSpaceSnapshot } from './store.ts'
 
 /**
@@ -23,7 +24,7 @@ export interface SpaceTableOptions {
   /** Opens a parked envelope of a stored record (trusted: the relay checked it before storing it). */
   readonly open: (signed: Signed) => Envelope
   readonly sha256: (bytes: Uint8Array) => Uint8Array
-  readonly now: () => number
+  readonly clock: Clock
   /** A replica unused this long leaves memory once its state is in a snapshot record. */
   readonly idleMs: number
   /** Called when a space's replica leaves memory: what the relay cached beside it can go too. */
@@ -63,6 +64,8 @@ export class SpaceTable {
   private readonly unsaved = new Map<string, Uint8Array>()
   /** Spaces with envelopes parked behind a gap: the audit visits them at every commit (gap waits end by round). */
   private readonly parked = new Set<string>()
+  /** Armed while some replica in memory may leave it once idle; null once stopped. */
+  private sweepTimer: Timer | undefined | null
   private readonly o: SpaceTableOptions
 
   constructor(options: SpaceTableOptions) {
@@ -88,7 +91,7 @@ export class SpaceTable {
   }
 
   /** Whether a replica in memory could leave it once idle (one that changed since the last snapshot cannot yet). */
-  get sweepable(): boolean {
+  private get sweepable(): boolean {
     for (const space of this.resident.keys()) if (this.evictable(space)) return true
     return false
   }
@@ -114,7 +117,7 @@ export class SpaceTable {
   forAudit(space: string): ReliableReplica {
     let replica = this.read(space)
     if (!replica) {
-      this.entries.set(space, { lastAttested: 0, recordBytes: 0, usedAt: this.o.now(), head: undefined })
+      this.entries.set(space, { lastAttested: 0, recordBytes: 0, usedAt: this.o.clock.now(), head: undefined })
       replica = new ReliableReplica(this.o.replicaOptions(space))
       this.keep(space, replica)
     }
@@ -134,7 +137,7 @@ export class SpaceTable {
   read(space: string): ReliableReplica | undefined {
     const entry = this.entries.get(space)
     if (!entry) return undefined
-    entry.usedAt = this.o.now()
+    entry.usedAt = this.o.clock.now()
     let replica = this.resident.get(space)
     if (replica) {
       // Least recently used first: a use moves it to the end.
@@ -189,9 +192,29 @@ export class SpaceTable {
     for (const r of records) if (this.unsaved.get(r.space) === r.bytes) this.unsaved.delete(r.space)
   }
 
+  /**
+   * Sweeps idle replicas out of memory `idleMs` from now, if any may leave
+   * (changed ones wait for the next snapshot; the relay arms it again after
+   * each write).
+   */
+  armSweep(): void {
+    if (this.sweepTimer !== undefined || !this.sweepable) return
+    this.sweepTimer = this.o.clock.setTimer(this.o.idleMs, () => {
+      this.sweepTimer = undefined
+      this.sweep()
+      this.armSweep()
+    })
+  }
+
+  /** No more sweeps (the relay stops). */
+  stop(): void {
+    this.sweepTimer?.cancel()
+    this.sweepTimer = null
+  }
+
   /** Replicas unused for `idleMs` whose state is in a snapshot record leave memory. */
   sweep(): void {
-    const before = this.o.now() - this.o.idleMs
+    const before = this.o.clock.now() - this.o.idleMs
     for (const [space] of this.resident) {
       if ((this.entries.get(space) as Entry).usedAt > before) break
       if (this.evictable(space)) this.evict(space)
@@ -219,7 +242,7 @@ export class SpaceTable {
     for (const r of records) {
       const replica = ReliableReplica.restore(this.o.replicaOptions(r.space), r.checkpoint, this.o.open)
       const head = { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }
-      this.entries.set(r.space, { lastAttested: r.lastAttested, recordBytes: r.recordBytes, usedAt: this.o.now(), head })
+      this.entries.set(r.space, { lastAttested: r.lastAttested, recordBytes: r.recordBytes, usedAt: this.o.clock.now(), head })
       if (replica.waitingCount === 0) continue
       this.keep(r.space, replica)
       this.parked.add(r.space)

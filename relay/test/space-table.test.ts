@@ -21,7 +21,7 @@ function table(idleMs = 1000) {
     replicaOptions: (space) => ({ space, auditOnly: true, historyLimit: 0 }),
     open,
     sha256,
-    now: () => now,
+    clock: { now: () => now, setTimer: () => ({ cancel: () => undefined }) },
     idleMs,
     evicted: (space) => evicted.push(space),
   })
