@@ -44,18 +44,26 @@ describe('a Byzantine member relay flooding a correct one (4 relay processes)', 
     client.send({ type: 'submit', id, envelope: frame })
     return client.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === id, 60_000)
   }
+  /** The highest stable index of 'bank' in the commits the client got, read once per commit. */
+  let read = 0
+  const stableIndex = (): number => {
+    for (; read < client.commits.length; read++) {
+      const c = client.commits[read]!
+      if (c.space === 'bank') index = Math.max(index, c.attestation.toIndex)
+    }
+    return index
+  }
   /** One safe update through r2, until its commit reaches the client: ms, or Infinity past `timeoutMs`. */
   async function safeUpdate(timeoutMs = 30_000): Promise<number> {
     const t0 = performance.now()
-    const want = index + 1
+    const want = stableIndex() + 1
     const reply = await submit(await withdraw(1))
     if (reply.type !== 'accepted') throw new Error(`safe update refused: ${JSON.stringify(reply)}`)
     try {
-      await client.next((m) => m.type === 'commit' && m.space === 'bank' && client.commits.some((c) => c.space === 'bank' && c.attestation.toIndex >= want), timeoutMs)
+      await client.next(() => stableIndex() >= want, timeoutMs)
     } catch {
       return Infinity
     }
-    index = Math.max(...client.commits.filter((c) => c.space === 'bank').map((c) => c.attestation.toIndex))
     return performance.now() - t0
   }
   async function healthMs(i: number): Promise<number> {
