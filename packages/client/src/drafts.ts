@@ -86,11 +86,6 @@ export function applyIntent(crdt: AnyCrdt, item: DraftItem, replica: string, tag
   return true
 }
 
-/** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */
-export function hasInvariants(d: Declaration): boolean {
-  return (d.type === 'counter' && (d.bounds.min !== undefined || d.bounds.max !== undefined)) || (d.type === 'set' && d.bounds.maxSize !== undefined)
-}
-
 function isRemove(intent: Intent): intent is { readonly remove: SetElement } {
   return typeof intent === 'object' && intent !== null && !Array.isArray(intent) && 'remove' in intent
 }

@@ -1,5 +1,6 @@
 import { asGeneric, createCrdt, envelopeUnits, type AnyCrdt, type AnyOp, type Declaration, type Envelope, type PendingMark, type ReliableReplica } from '@stead/core'
-import { applyIntent, hasInvariants, type DraftBatch, type DraftItem } from './drafts.ts'
+import { hasInvariants } from '@stead/core'
+import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
 import type { HeldUpdate } from './handles.ts'
 
 /** What guarded views read from their space. */

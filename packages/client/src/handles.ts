@@ -451,9 +451,9 @@ export class BoundedCounterHandle extends Handle {
 
   private change(kind: 'i' | 'd', n: number, options?: UpdateOptions): Promise<UpdateResult> {
     const spends = this.params.min !== undefined ? kind === 'd' : kind === 'i'
-    if (!spends) return this.send([kind, n], options)
+    if (!spends) return this.send([kind, n] as BoundedCounterOp, options)
     const items = boundedSpend(this.key, this.declaration, kind, n, this.rights)
-    if (items.length === 1 && !options?.safe) return this.send([kind, n], options)
+    if (items.length === 1 && !options?.safe) return this.send([kind, n] as BoundedCounterOp, options)
     return this.host.wait(this.host.safeGroup(items), options, `an update of ${this.key}`, true)
   }
 }

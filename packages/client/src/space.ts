@@ -3,6 +3,7 @@ import {
   SteadError,
   asGeneric,
   createCrdt,
+  hasInvariants,
   describeDeclaration,
   envelopeUnits,
   isWellFormed,
@@ -17,7 +18,7 @@ import {
   type RegisterValue,
   type SetElement,
 } from '@stead/core'
-import { DraftBatch, applyIntent, deferred, hasInvariants, type DraftItem } from './drafts.ts'
+import { DraftBatch, applyIntent, deferred, type DraftItem } from './drafts.ts'
 import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'

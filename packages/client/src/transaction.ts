@@ -1,4 +1,4 @@
-import { SteadError, describeDeclaration, sameDeclaration, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
+import { SteadError, describeDeclaration, sameDeclaration, type BoundedCounterOp, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
 import type { DraftItem } from './drafts.ts'
 import { amount, boundedSpend } from './handles.ts'
 
@@ -93,7 +93,7 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
       if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
       const change = (kind: 'i' | 'd', n: number): void => {
         const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
-        if (!spends) return void items.push({ key, decl, intent: [kind, amount(n, kind === 'i' ? 'increment' : 'decrement')] })
+        if (!spends) return void items.push({ key, decl, intent: [kind, amount(n, kind === 'i' ? 'increment' : 'decrement')] as BoundedCounterOp })
         // Rights an earlier spend in this same transaction already uses are not there twice.
         const already = spent.get(key) ?? 0
         const rights = ctx.spendableRights(key, decl) - already

@@ -353,11 +353,13 @@ describe('declarations and compaction', () => {
       { type: 'register' },
       { type: 'bounded-counter', params: { min: 0, initial: 5 } },
       { type: 'bounded-counter', params: { max: 9, initial: 1 } },
+      { type: 'text', bounds: {} },
+      { type: 'text', bounds: { maxLength: 280 } },
     ]
     for (const d of decls) expect(encodeDeclaration(decodeDeclaration(encodeDeclaration(d)))).toEqual(encodeDeclaration(d))
   })
   it('reject unknown or invalid declarations with malformed', () => {
-    for (const bad of [['x'], ['c', 5, 1], ['b', 'min', 5, 1], ['s', -1], 'c', ['r', 1]]) {
+    for (const bad of [['x'], ['c', 5, 1], ['b', 'min', 5, 1], ['s', -1], 'c', ['r', 1], ['t'], ['t', -1], ['t', 1.5], [7]]) {
       expect(() => decodeDeclaration(bad)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
     }
   })

@@ -1,4 +1,5 @@
-import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type OpContext } from './types.ts'
+import { SteadError } from '../errors.ts'
+import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
 /**
  * A bounded counter is declared with exactly one bound, `min` (value never
@@ -257,4 +258,34 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
       this.total -= n
     }
   }
+}
+
+/** A Bounded Counter's declaration: its bound and initial value. */
+export interface BoundedCounterDeclaration {
+  /** A Bounded Counter. */
+  readonly type: 'bounded-counter'
+  /** Its bound and initial value. */
+  readonly params: BoundedCounterParams
+}
+
+/**
+ * The bounded counter in the registry; wire form `['b', 'min'|'max', bound,
+ * initial]`. Every op is kept: rights checks depend on each one. It has no
+ * invariants a prospective view must respect: it respects its own through rights.
+ */
+export const boundedCounterType: ObjectType<BoundedCounterDeclaration, BoundedCounter> = {
+  name: 'bounded-counter',
+  code: 'b',
+  encode: (d) => (d.params.min !== undefined ? ['b', 'min', d.params.min, d.params.initial] : ['b', 'max', d.params.max, d.params.initial]),
+  decode(enc) {
+    if (enc.length !== 4 || (enc[1] !== 'min' && enc[1] !== 'max')) throw new SteadError('malformed', 'bounded counter declaration is [b, min|max, bound, initial]')
+    const params = (enc[1] === 'min' ? { min: enc[2], initial: enc[3] } : { max: enc[2], initial: enc[3] }) as BoundedCounterParams
+    const problem = validateBoundedCounterParams(params)
+    if (problem) throw new SteadError('malformed', problem)
+    return { type: 'bounded-counter', params }
+  },
+  validateOp: validateBoundedCounterOp,
+  create: (d) => new BoundedCounter(d.params),
+  restore: (d, snap) => BoundedCounter.fromSnapshot(d.params, snap as { R: Array<[string, string, number]>; U: Array<[string, number]> }),
+  hasInvariants: () => false,
 }

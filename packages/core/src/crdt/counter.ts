@@ -1,4 +1,5 @@
-import { OK, isSafeInt, violates, invalid, type ApplyResult, type Crdt, type OpContext } from './types.ts'
+import { SteadError } from '../errors.ts'
+import { OK, isSafeInt, optional, violates, invalid, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
 /** Declared invariants of a counter: its value stays within [min, max]. */
 export interface CounterBounds {
@@ -127,4 +128,37 @@ export class PNCounter implements Crdt<CounterOp, number> {
     const { min, max } = this.bounds
     return (min === undefined || this.total >= min) && (max === undefined || this.total <= max)
   }
+}
+
+/** A PN-Counter's declaration: its `min`/`max`, if any. */
+export interface CounterDeclaration {
+  /** A PN-Counter. */
+  readonly type: 'counter'
+  /** Its `min`/`max`, if any. */
+  readonly bounds: CounterBounds
+}
+
+/** The counter in the registry; wire form `['c', min, max]`. */
+export const counterType: ObjectType<CounterDeclaration, PNCounter> = {
+  name: 'counter',
+  code: 'c',
+  encode: (d) => ['c', d.bounds.min ?? null, d.bounds.max ?? null],
+  decode(enc) {
+    if (enc.length !== 3) throw new SteadError('malformed', 'counter declaration is [c, min, max]')
+    const bounds: { min?: number; max?: number } = {}
+    if (optional(enc[1]) !== undefined) bounds.min = enc[1] as number
+    if (optional(enc[2]) !== undefined) bounds.max = enc[2] as number
+    const problem = validateCounterBounds(bounds)
+    if (problem) throw new SteadError('malformed', problem)
+    return { type: 'counter', bounds }
+  },
+  validateOp: validateCounterOp,
+  create: (d) => new PNCounter(d.bounds),
+  restore: (d, snap) => PNCounter.fromSnapshot(d.bounds, snap as Array<[string, number, number]>),
+  // Amounts are summed; a sum past the safe range keeps the ops as they are.
+  compact(ops) {
+    const sum = (ops as CounterOp[]).reduce((a, b) => a + b, 0)
+    return sum === 0 || !Number.isSafeInteger(sum) ? (sum === 0 ? [] : [...ops]) : [sum]
+  },
+  hasInvariants: (d) => d.bounds.min !== undefined || d.bounds.max !== undefined,
 }

@@ -1,15 +1,17 @@
 import { SteadError } from '../errors.ts'
-import { BoundedCounter, validateBoundedCounterOp, validateBoundedCounterParams, type BoundedCounterOp, type BoundedCounterParams } from './bounded-counter.ts'
-import { PNCounter, validateCounterBounds, validateCounterOp, type CounterBounds, type CounterOp } from './counter.ts'
-import { LWWRegister, validateRegisterOp, type RegisterOp, type RegisterValue } from './register.ts'
-import { ORSet, validateSetBounds, validateSetOp, type SetBounds, type SetElement, type SetOp } from './set.ts'
-import type { Crdt } from './types.ts'
+import { boundedCounterType, type BoundedCounter, type BoundedCounterDeclaration, type BoundedCounterOp } from './bounded-counter.ts'
+import { counterType, type CounterDeclaration, type CounterOp, type PNCounter } from './counter.ts'
+import { registerType, type LWWRegister, type RegisterDeclaration, type RegisterOp } from './register.ts'
+import { setType, type ORSet, type SetDeclaration, type SetOp } from './set.ts'
+import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
+import type { Crdt, ObjectType } from './types.ts'
 
 export * from './types.ts'
 export * from './counter.ts'
 export * from './set.ts'
 export * from './register.ts'
 export * from './bounded-counter.ts'
+export * from './text.ts'
 
 /**
  * What an object is: its type and declared invariants. The first committed
@@ -17,94 +19,40 @@ export * from './bounded-counter.ts'
  * key differently are rejected with 'type-mismatch', so a client cannot
  * weaken an invariant by declaring it its own way.
  */
-export type Declaration =
-  | {
-      /** A PN-Counter. */
-      readonly type: 'counter'
-      /** Its `min`/`max`, if any. */
-      readonly bounds: CounterBounds
-    }
-  | {
-      /** An OR-Set. */
-      readonly type: 'set'
-      /** Its `maxSize`, if any. */
-      readonly bounds: SetBounds
-    }
-  | {
-      /** An LWW-Register (it has no invariants). */
-      readonly type: 'register'
-    }
-  | {
-      /** A Bounded Counter. */
-      readonly type: 'bounded-counter'
-      /** Its bound and initial value. */
-      readonly params: BoundedCounterParams
-    }
+export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration
 
 /** An operation of any object type (which one is known from the declaration it comes with). */
-export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp
+export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp
 /** A CRDT of any object type; narrow on `type`. */
-export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter
+export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText
 
-/** Compact wire form: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial]. */
+/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength]. */
 export type EncodedDeclaration = readonly unknown[]
+
+type AnyType = ObjectType<Declaration, AnyCrdt>
+
+/** The registry: every object type, one module each. Adding a type is adding its module here. */
+const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType] as unknown as AnyType[]
+const byName = new Map(TYPES.map((t) => [t.name, t]))
+const byCode = new Map(TYPES.map((t) => [t.code, t]))
+
+function typeOf(d: Declaration): AnyType {
+  const t = byName.get(d.type)
+  if (!t) throw new SteadError('malformed', `unknown object type ${JSON.stringify(d.type)}`)
+  return t
+}
 
 /** The compact wire form of a declaration (see {@link EncodedDeclaration}). */
 export function encodeDeclaration(d: Declaration): EncodedDeclaration {
-  switch (d.type) {
-    case 'counter':
-      return ['c', d.bounds.min ?? null, d.bounds.max ?? null]
-    case 'set':
-      return ['s', d.bounds.maxSize ?? null]
-    case 'register':
-      return ['r']
-    case 'bounded-counter':
-      return d.params.min !== undefined ? ['b', 'min', d.params.min, d.params.initial] : ['b', 'max', d.params.max, d.params.initial]
-  }
+  return typeOf(d).encode(d)
 }
-
-const opt = (v: unknown): unknown => (v === null ? undefined : v)
 
 /** Parses and validates a declaration from the wire; throws SteadError('malformed'). */
 export function decodeDeclaration(enc: unknown): Declaration {
   if (!Array.isArray(enc)) throw new SteadError('malformed', 'declaration must be an array')
-  let d: Declaration
-  let problem: string | null
-  switch (enc[0]) {
-    case 'c': {
-      if (enc.length !== 3) throw new SteadError('malformed', 'counter declaration is [c, min, max]')
-      const bounds: { min?: number; max?: number } = {}
-      if (opt(enc[1]) !== undefined) bounds.min = enc[1] as number
-      if (opt(enc[2]) !== undefined) bounds.max = enc[2] as number
-      d = { type: 'counter', bounds }
-      problem = validateCounterBounds(bounds)
-      break
-    }
-    case 's': {
-      if (enc.length !== 2) throw new SteadError('malformed', 'set declaration is [s, maxSize]')
-      const bounds: { maxSize?: number } = {}
-      if (opt(enc[1]) !== undefined) bounds.maxSize = enc[1] as number
-      d = { type: 'set', bounds }
-      problem = validateSetBounds(bounds)
-      break
-    }
-    case 'r':
-      if (enc.length !== 1) throw new SteadError('malformed', 'register declaration is [r]')
-      d = { type: 'register' }
-      problem = null
-      break
-    case 'b': {
-      if (enc.length !== 4 || (enc[1] !== 'min' && enc[1] !== 'max')) throw new SteadError('malformed', 'bounded counter declaration is [b, min|max, bound, initial]')
-      const params = (enc[1] === 'min' ? { min: enc[2], initial: enc[3] } : { max: enc[2], initial: enc[3] }) as BoundedCounterParams
-      d = { type: 'bounded-counter', params }
-      problem = validateBoundedCounterParams(params)
-      break
-    }
-    default:
-      throw new SteadError('malformed', `unknown object type ${JSON.stringify(enc[0])}`)
-  }
-  if (problem) throw new SteadError('malformed', problem)
-  return d
+  const t = typeof enc[0] === 'string' ? byCode.get(enc[0]) : undefined
+  if (!t) throw new SteadError('malformed', `unknown object type ${JSON.stringify(enc[0])}`)
+  return t.decode(enc)
 }
 
 /** Whether two declarations are the same type with the same invariants (what opening a key twice requires). */
@@ -121,16 +69,7 @@ export function describeDeclaration(d: Declaration): string {
 
 /** Validates an op from the wire against its declared type; null when fine. */
 export function validateOp(d: Declaration, op: unknown): string | null {
-  switch (d.type) {
-    case 'counter':
-      return validateCounterOp(op)
-    case 'set':
-      return validateSetOp(op)
-    case 'register':
-      return validateRegisterOp(op)
-    case 'bounded-counter':
-      return validateBoundedCounterOp(op)
-  }
+  return typeOf(d).validateOp(op)
 }
 
 /**
@@ -139,30 +78,12 @@ export function validateOp(d: Declaration, op: unknown): string | null {
  * @throws RangeError for invariants the type does not allow (e.g. a counter `min` above 0).
  */
 export function createCrdt(d: Declaration): AnyCrdt {
-  switch (d.type) {
-    case 'counter':
-      return new PNCounter(d.bounds)
-    case 'set':
-      return new ORSet(d.bounds)
-    case 'register':
-      return new LWWRegister()
-    case 'bounded-counter':
-      return new BoundedCounter(d.params)
-  }
+  return typeOf(d).create(d)
 }
 
 /** Rebuilds a CRDT from its `snapshot()` (trusted input: a replica's own checkpoint). */
 export function restoreCrdt(d: Declaration, snap: unknown): AnyCrdt {
-  switch (d.type) {
-    case 'counter':
-      return PNCounter.fromSnapshot(d.bounds, snap as Array<[string, number, number]>)
-    case 'set':
-      return ORSet.fromSnapshot(d.bounds, snap as Array<[SetElement, Array<[string, boolean, string[]]>]>)
-    case 'register':
-      return LWWRegister.fromSnapshot(snap as Array<[string, string, number, RegisterValue]>)
-    case 'bounded-counter':
-      return BoundedCounter.fromSnapshot(d.params, snap as { R: Array<[string, string, number]>; U: Array<[string, number]> })
-  }
+  return typeOf(d).restore(d, snap)
 }
 
 /** The CRDTs share one interface; this view lets generic code call it without a type switch. */
@@ -170,17 +91,13 @@ export function asGeneric(c: AnyCrdt): Crdt<AnyOp, unknown> {
   return c as unknown as Crdt<AnyOp, unknown>
 }
 
-/**
- * Compacts one object's regular operations before they are signed:
- * counter amounts are summed, and only the last register write is kept.
- * Sets and bounded counters keep every op: their tags and rights checks
- * depend on each one.
- */
+/** Compacts one object's regular operations before they are signed, as its type says (counters sum, registers keep the last write). */
 export function compactOps(d: Declaration, ops: readonly AnyOp[]): AnyOp[] {
-  if (d.type === 'counter') {
-    const sum = (ops as CounterOp[]).reduce((a, b) => a + b, 0)
-    return sum === 0 || !Number.isSafeInteger(sum) ? (sum === 0 ? [] : [...ops]) : [sum]
-  }
-  if (d.type === 'register') return ops.length > 0 ? [ops[ops.length - 1] as AnyOp] : []
-  return [...ops]
+  const t = typeOf(d)
+  return t.compact ? (t.compact(ops) as AnyOp[]) : [...ops]
+}
+
+/** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */
+export function hasInvariants(d: Declaration): boolean {
+  return typeOf(d).hasInvariants(d)
 }

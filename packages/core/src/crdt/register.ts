@@ -1,4 +1,5 @@
-import { OK, invalid, isSafeInt, type ApplyResult, type Crdt, type OpContext } from './types.ts'
+import { SteadError } from '../errors.ts'
+import { OK, invalid, isSafeInt, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
 /** Values a register can hold: whatever msgpack carries without extensions. */
 export type RegisterValue = null | boolean | number | string | Uint8Array | RegisterValue[] | { [key: string]: RegisterValue }
@@ -183,4 +184,26 @@ export function latestRegisterStamp(env: StampedUpdates): number | undefined {
   for (const u of env.updates) if (u.decl.type === 'register') for (const op of u.ops) see(op)
   for (const g of env.safe) for (const u of g.updates) if (u.decl.type === 'register') see(u.op)
   return latest
+}
+
+/** An LWW-Register's declaration (it has no invariants). */
+export interface RegisterDeclaration {
+  /** An LWW-Register. */
+  readonly type: 'register'
+}
+
+/** The register in the registry; wire form `['r']`. Only the last write of a batch is kept. */
+export const registerType: ObjectType<RegisterDeclaration, LWWRegister> = {
+  name: 'register',
+  code: 'r',
+  encode: () => ['r'],
+  decode(enc) {
+    if (enc.length !== 1) throw new SteadError('malformed', 'register declaration is [r]')
+    return { type: 'register' }
+  },
+  validateOp: validateRegisterOp,
+  create: () => new LWWRegister(),
+  restore: (_d, snap) => LWWRegister.fromSnapshot(snap as Array<[string, string, number, RegisterValue]>),
+  compact: (ops) => (ops.length > 0 ? [ops[ops.length - 1]] : []),
+  hasInvariants: () => false,
 }

@@ -1,4 +1,5 @@
-import { OK, invalid, violates, type ApplyResult, type Crdt, type OpContext } from './types.ts'
+import { SteadError } from '../errors.ts'
+import { OK, invalid, optional, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
 /** Set elements are strings or finite numbers: they have a canonical key and encode compactly. */
 export type SetElement = string | number
@@ -231,4 +232,31 @@ export class ORSet implements Crdt<SetOp, SetElement[]> {
     if (before === 0 && entry.live === 1) this.size++
     else if (before === 1 && entry.live === 0) this.size--
   }
+}
+
+/** An OR-Set's declaration: its `maxSize`, if any. */
+export interface SetDeclaration {
+  /** An OR-Set. */
+  readonly type: 'set'
+  /** Its `maxSize`, if any. */
+  readonly bounds: SetBounds
+}
+
+/** The set in the registry; wire form `['s', maxSize]`. Every op is kept: tags depend on each one. */
+export const setType: ObjectType<SetDeclaration, ORSet> = {
+  name: 'set',
+  code: 's',
+  encode: (d) => ['s', d.bounds.maxSize ?? null],
+  decode(enc) {
+    if (enc.length !== 2) throw new SteadError('malformed', 'set declaration is [s, maxSize]')
+    const bounds: { maxSize?: number } = {}
+    if (optional(enc[1]) !== undefined) bounds.maxSize = enc[1] as number
+    const problem = validateSetBounds(bounds)
+    if (problem) throw new SteadError('malformed', problem)
+    return { type: 'set', bounds }
+  },
+  validateOp: validateSetOp,
+  create: (d) => new ORSet(d.bounds),
+  restore: (d, snap) => ORSet.fromSnapshot(d.bounds, snap as Array<[SetElement, Array<[string, boolean, string[]]>]>),
+  hasInvariants: (d) => d.bounds.maxSize !== undefined,
 }

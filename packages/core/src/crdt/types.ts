@@ -69,8 +69,40 @@ export interface Crdt<Op, Value> {
   invariantsHold(): boolean
 }
 
-/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter. */
-export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter'
+/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text. */
+export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text'
+
+/**
+ * One object type, as the registry knows it: how its declaration travels,
+ * how its ops are checked, and how its CRDT is made. Each type's module
+ * exports one; the replica, deltas, Merkle leaves and the SDK go through
+ * the registry (index.ts) and never switch on type names.
+ */
+export interface ObjectType<D extends { readonly type: CrdtTypeName }, C> {
+  /** The `type` of its declarations. */
+  readonly name: D['type']
+  /** The first element of its declaration's wire form. */
+  readonly code: string
+  /** The declaration's compact wire form, `[code, ...params]`. */
+  encode(d: D): readonly unknown[]
+  /** Parses a wire declaration whose first element is `code`; throws SteadError('malformed'). */
+  decode(enc: readonly unknown[]): D
+  /** What is wrong with an op from the wire, or null. */
+  validateOp(op: unknown): string | null
+  /** A fresh, empty CRDT (throws RangeError for invariants the type does not allow). */
+  create(d: D): C
+  /** Rebuilds a CRDT from its `snapshot()` (trusted input). */
+  restore(d: D, snap: unknown): C
+  /** Compacts one object's regular ops before they are signed; absent: every op is kept. */
+  compact?(ops: readonly unknown[]): unknown[]
+  /** Whether the declaration has invariants a prospective view must respect. */
+  hasInvariants(d: D): boolean
+}
+
+/** `null` on the wire for an absent optional parameter. */
+export function optional(v: unknown): unknown {
+  return v === null ? undefined : v
+}
 
 /** A `malformed` refusal: the op is invalid for this object. */
 export function invalid(detail: string): ApplyResult {

@@ -1,0 +1,342 @@
+import { FugueOrder, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
+import { SteadError } from '../errors.ts'
+import { OK, invalid, isSafeInt, optional, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
+
+/** Declared invariants of a text. */
+export interface TextBounds {
+  /** The text never holds more than this many code points. */
+  readonly maxLength?: number
+}
+
+/** A run of one insert's characters: `[tag, from, count]` names characters `from` to `from + count - 1` of the insert tagged `tag`. */
+export type TextRange = readonly [string, number, number]
+
+/**
+ * Text operations (positions are code points; characters never move):
+ * - `['i', parent, side, rightOrigin, text]` inserts `text` as one run at a
+ *   FugueMax placement (see fugue.ts); its characters get the ids
+ *   `${tag}.${k}`, k counting code points;
+ * - `['d', ranges]` deletes the characters the ranges name;
+ * - `['D', ranges]` takes back the delete made under the same context: only
+ *   ever produced by `inverse`, never accepted from the wire.
+ */
+export type TextOp = readonly ['i', string, 0 | 1, string, string] | readonly ['d', readonly TextRange[]] | readonly ['D', readonly TextRange[]]
+
+/** Most ranges one delete may name. */
+export const MAX_TEXT_DELETE_RANGES = 65_536
+/** Longest slot id or tag an op may name. */
+const MAX_ID_CHARS = 128
+
+interface Cell {
+  readonly ch: string
+  /** Tags of the deletes (and of the insert's own withdrawal) that hide this character; visible iff none. */
+  deleters: Set<string> | undefined
+}
+
+interface Run {
+  readonly author: string
+  readonly place: Placement
+  readonly text: string
+  readonly length: number
+  /** The run's slots once placed (undefined while it waits for the slot it is placed against). */
+  slots: Array<Slot<Cell>> | undefined
+}
+
+/** A delete that named characters of an insert not seen yet: applied when the insert arrives. */
+interface PendingDelete {
+  readonly from: number
+  readonly count: number
+  readonly deleter: string
+}
+
+function validId(id: unknown, allowEmpty: boolean): boolean {
+  if (typeof id !== 'string' || id.length > MAX_ID_CHARS) return false
+  return id === '' ? allowEmpty : parseSlotId(id) !== undefined
+}
+
+function validRanges(ranges: unknown): string | null {
+  if (!Array.isArray(ranges) || ranges.length === 0 || ranges.length > MAX_TEXT_DELETE_RANGES) return `a delete names 1 to ${MAX_TEXT_DELETE_RANGES} ranges`
+  for (const r of ranges) {
+    if (!Array.isArray(r) || r.length !== 3 || typeof r[0] !== 'string' || r[0].length === 0 || r[0].length > MAX_ID_CHARS) return 'a delete range is [tag, from, count]'
+    if (!isSafeInt(r[1]) || r[1] < 0 || !isSafeInt(r[2]) || r[2] < 1 || r[1] + r[2] > 2 ** 31) return 'a delete range needs from >= 0 and count >= 1'
+  }
+  return null
+}
+
+/** What is wrong with a text op from the wire, or null. */
+export function validateTextOp(op: unknown): string | null {
+  if (!Array.isArray(op)) return 'text op must be an array'
+  if (op[0] === 'i') {
+    if (op.length !== 5) return "text insert must be ['i', parent, side, rightOrigin, text]"
+    if (!validId(op[1], true)) return 'text insert parent must be a slot id or ""'
+    if (op[2] !== 0 && op[2] !== 1) return 'text insert side must be 0 or 1'
+    if (!validId(op[3], true) || (op[2] === 0 && op[3] !== '')) return 'text insert right origin must be a slot id or "" (always "" on the left side)'
+    if (typeof op[4] !== 'string' || op[4].length === 0) return 'text insert needs a non-empty string'
+    return null
+  }
+  if (op[0] === 'd') return op.length === 2 ? validRanges(op[1]) : "text delete must be ['d', ranges]"
+  return `unknown text op ${JSON.stringify(op[0])}`
+}
+
+/** What is wrong with text bounds, or null. */
+export function validateTextBounds(b: TextBounds): string | null {
+  if (b.maxLength !== undefined && (!Number.isSafeInteger(b.maxLength) || b.maxLength < 0)) return 'maxLength must be a non-negative safe integer'
+  return null
+}
+
+function codePoints(s: string): string[] {
+  return [...s]
+}
+
+/**
+ * Collaborative text: a FugueMax sequence of characters (see fugue.ts), so
+ * two people typing at one place never interleave. Each insert is one run;
+ * a deleted character keeps its slot. Deletes are recorded by deleter, as
+ * the OR-Set records removes, so every op is undone exactly by its
+ * `inverse` and ops commute in any delivery order.
+ */
+export class CollabText implements Crdt<TextOp, string> {
+  readonly type = 'text' as const
+  readonly bounds: TextBounds
+  private readonly order = new FugueOrder<Cell>({ ch: '', deleters: undefined })
+  private readonly runs = new Map<string, Run>()
+  private readonly pendingDeletes = new Map<string, PendingDelete[]>()
+  private cached: string | undefined
+
+  constructor(bounds: TextBounds = {}) {
+    const problem = validateTextBounds(bounds)
+    if (problem) throw new RangeError(problem)
+    this.bounds = bounds
+  }
+
+  /** The text as a string. */
+  value(): string {
+    if (this.cached === undefined) {
+      let s = ''
+      for (const slot of this.order.visibleSlots()) s += slot.data.ch
+      this.cached = s
+    }
+    return this.cached
+  }
+
+  /** Its length in code points. */
+  get length(): number {
+    return this.order.length
+  }
+
+  /** The op that inserts `text` at code point `index`, as this replica sees the text. */
+  insertOp(index: number, text: string): TextOp {
+    const p = this.order.placementAt(index)
+    return ['i', p.parent, p.side, p.rightOrigin, text]
+  }
+
+  /** The op that deletes `count` code points from `index`, or undefined if there is nothing to delete. */
+  deleteOp(index: number, count: number): TextOp | undefined {
+    const ranges: Array<[string, number, number]> = []
+    let slot = this.order.at(index)
+    for (let n = 0; slot && n < count; slot = this.order.next(slot)) {
+      if (!slot.visible) continue
+      n++
+      const id = parseSlotId(slot.id) as { tag: string; k: number }
+      const last = ranges[ranges.length - 1]
+      if (last && last[0] === id.tag && last[1] + last[2] === id.k) last[2]++
+      else ranges.push([id.tag, id.k, 1])
+    }
+    return ranges.length ? ['d', ranges] : undefined
+  }
+
+  /** The code point index of character `id` if it is visible, else undefined. */
+  indexOfId(id: string): number | undefined {
+    const slot = this.order.get(id)
+    return slot?.visible ? this.order.indexOf(slot) : undefined
+  }
+
+  tryApply(op: TextOp, ctx: OpContext): ApplyResult {
+    const problem = op[0] === 'D' ? validRanges(op[1]) : validateTextOp(op)
+    if (problem) return invalid(problem)
+    const max = this.bounds.maxLength
+    if (max !== undefined) {
+      const grows = this.growth(op, ctx)
+      if (this.order.length + grows > max) return violates(`text would exceed its maximum length ${max}`)
+    }
+    this.apply(op, ctx)
+    return OK
+  }
+
+  apply(op: TextOp, ctx: OpContext): void {
+    this.cached = undefined
+    if (op[0] === 'i') return this.insert(op, ctx)
+    for (const [tag, from, count] of op[1]) {
+      if (op[0] === 'd') this.hide(tag, from, count, ctx.tag)
+      else this.unhide(tag, from, count, ctx.tag)
+    }
+  }
+
+  inverse(op: TextOp, ctx: OpContext): TextOp {
+    if (op[0] === 'i') return ['d', [[ctx.tag, 0, codePoints(op[4]).length]]]
+    return [op[0] === 'd' ? 'D' : 'd', op[1]]
+  }
+
+  merge(other: CollabText): void {
+    this.cached = undefined
+    for (const [tag, run] of other.runs) {
+      if (!this.runs.has(tag)) this.addRun(tag, run.author, run.place, run.text)
+      if (!run.slots) continue
+      run.slots.forEach((s, k) => {
+        for (const d of s.data.deleters ?? []) this.hide(tag, k, 1, d)
+      })
+    }
+    for (const [tag, list] of other.pendingDeletes) for (const p of list) this.hide(tag, p.from, p.count, p.deleter)
+  }
+
+  clone(): this {
+    return CollabText.fromSnapshot(this.bounds, this.snapshot()) as this
+  }
+
+  /**
+   * `[runs, pending]`: every insert as `[tag, author, parent, side,
+   * rightOrigin, text, hidden]` sorted by tag, with `hidden` the
+   * `[k, deleters]` of its deleted characters; and deletes of inserts not
+   * seen yet as `[tag, from, count, deleter]`, sorted.
+   */
+  snapshot(): [Array<[string, string, string, 0 | 1, string, string, Array<[number, string[]]>]>, Array<[string, number, number, string]>] {
+    const runs = [...this.runs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    const out = runs.map(([tag, r]): [string, string, string, 0 | 1, string, string, Array<[number, string[]]>] => {
+      const hidden: Array<[number, string[]]> = []
+      r.slots?.forEach((s, k) => {
+        if (s.data.deleters?.size) hidden.push([k, [...s.data.deleters].sort()])
+      })
+      return [tag, r.author, r.place.parent, r.place.side, r.place.rightOrigin, r.text, hidden]
+    })
+    const pending: Array<[string, number, number, string]> = []
+    for (const [tag, list] of this.pendingDeletes) for (const p of list) pending.push([tag, p.from, p.count, p.deleter])
+    pending.sort((a, b) => (a.join('\u0000') < b.join('\u0000') ? -1 : 1))
+    return [out, pending]
+  }
+
+  /** Rebuilds a text from its `snapshot()` (trusted input). */
+  static fromSnapshot(bounds: TextBounds, snap: ReturnType<CollabText['snapshot']>): CollabText {
+    const t = new CollabText(bounds)
+    for (const [tag, author, parent, side, rightOrigin, text, hidden] of snap[0]) {
+      t.addRun(tag, author, { parent, side, rightOrigin }, text)
+      for (const [k, deleters] of hidden) for (const d of deleters) t.hide(tag, k, 1, d)
+    }
+    for (const [tag, from, count, deleter] of snap[1]) t.hide(tag, from, count, deleter)
+    return t
+  }
+
+  invariantsHold(): boolean {
+    return this.bounds.maxLength === undefined || this.order.length <= this.bounds.maxLength
+  }
+
+  /** How many characters applying `op` would make visible (0 for a delete). */
+  private growth(op: TextOp, ctx: OpContext): number {
+    if (op[0] === 'd') return 0
+    if (op[0] === 'i') {
+      const run = this.runs.get(ctx.tag)
+      if (!run) return codePoints(op[4]).length
+      // Applying an insert again takes back its own withdrawal.
+      return (run.slots ?? []).filter((s) => !s.visible && s.data.deleters?.size === 1 && s.data.deleters.has(ctx.tag)).length
+    }
+    let n = 0
+    for (const [tag, from, count] of op[1]) {
+      const slots = this.runs.get(tag)?.slots
+      if (!slots) continue
+      for (let k = from; k < Math.min(from + count, slots.length); k++) {
+        const s = slots[k] as Slot<Cell>
+        if (!s.visible && s.data.deleters?.size === 1 && s.data.deleters.has(ctx.tag)) n++
+      }
+    }
+    return n
+  }
+
+  private insert(op: Extract<TextOp, readonly ['i', ...unknown[]]>, ctx: OpContext): void {
+    const run = this.runs.get(ctx.tag)
+    if (run) {
+      // Applied again (a withdrawn insert that commits after all): only its withdrawal is undone.
+      this.unhide(ctx.tag, 0, run.length, ctx.tag)
+      return
+    }
+    this.addRun(ctx.tag, ctx.replica, { parent: op[1], side: op[2], rightOrigin: op[3] }, op[4])
+  }
+
+  private addRun(tag: string, author: string, place: Placement, text: string): void {
+    const chars = codePoints(text)
+    const run: Run = { author, place, text, length: chars.length, slots: undefined }
+    this.runs.set(tag, run)
+    // Each character after the first is the right child of the one before it, with the run's right origin.
+    const chainOrigin = place.side === 1 ? place.rightOrigin : place.parent
+    this.order.add(slotId(tag, 0), author, place, { ch: chars[0] as string, deleters: undefined }, (first) => {
+      const slots = [first]
+      for (let k = 1; k < chars.length; k++) {
+        this.order.add(slotId(tag, k), author, { parent: slotId(tag, k - 1), side: 1, rightOrigin: chainOrigin }, { ch: chars[k] as string, deleters: undefined }, (s) => slots.push(s))
+      }
+      run.slots = slots
+      const pending = this.pendingDeletes.get(tag)
+      this.pendingDeletes.delete(tag)
+      for (const s of slots) this.order.setVisible(s, true)
+      for (const p of pending ?? []) this.hide(tag, p.from, p.count, p.deleter)
+      this.cached = undefined
+    })
+  }
+
+  private hide(tag: string, from: number, count: number, deleter: string): void {
+    const slots = this.runs.get(tag)?.slots
+    if (!slots) {
+      let list = this.pendingDeletes.get(tag)
+      if (!list) this.pendingDeletes.set(tag, (list = []))
+      if (!list.some((p) => p.from === from && p.count === count && p.deleter === deleter)) list.push({ from, count, deleter })
+      return
+    }
+    for (let k = from; k < Math.min(from + count, slots.length); k++) {
+      const s = slots[k] as Slot<Cell>
+      ;(s.data.deleters ??= new Set()).add(deleter)
+      this.order.setVisible(s, false)
+    }
+  }
+
+  private unhide(tag: string, from: number, count: number, deleter: string): void {
+    const slots = this.runs.get(tag)?.slots
+    if (!slots) {
+      const list = this.pendingDeletes.get(tag)?.filter((p) => !(p.deleter === deleter && p.from < from + count && from < p.from + p.count))
+      if (list?.length) this.pendingDeletes.set(tag, list)
+      else this.pendingDeletes.delete(tag)
+      return
+    }
+    for (let k = from; k < Math.min(from + count, slots.length); k++) {
+      const s = slots[k] as Slot<Cell>
+      if (!s.data.deleters?.delete(deleter)) continue
+      if (s.data.deleters.size === 0) {
+        s.data.deleters = undefined
+        this.order.setVisible(s, true)
+      }
+    }
+  }
+}
+
+/** A text's declaration: its `maxLength`, if any. */
+export interface TextDeclaration {
+  /** Collaborative text. */
+  readonly type: 'text'
+  /** Its `maxLength` in code points, if any. */
+  readonly bounds: TextBounds
+}
+
+/** Text in the registry; wire form `['t', maxLength]`. Every op is kept: each names its own characters. */
+export const textType: ObjectType<TextDeclaration, CollabText> = {
+  name: 'text',
+  code: 't',
+  encode: (d) => ['t', d.bounds.maxLength ?? null],
+  decode(enc) {
+    if (enc.length !== 2) throw new SteadError('malformed', 'text declaration is [t, maxLength]')
+    const bounds: { maxLength?: number } = {}
+    if (optional(enc[1]) !== undefined) bounds.maxLength = enc[1] as number
+    const problem = validateTextBounds(bounds)
+    if (problem) throw new SteadError('malformed', problem)
+    return { type: 'text', bounds }
+  },
+  validateOp: validateTextOp,
+  create: (d) => new CollabText(d.bounds),
+  restore: (d, snap) => CollabText.fromSnapshot(d.bounds, snap as ReturnType<CollabText['snapshot']>),
+  hasInvariants: (d) => d.bounds.maxLength !== undefined,
+}
