@@ -1,6 +1,9 @@
 import {
   asGeneric,
   compactOps,
+  continuesRun,
+  renameTextOp,
+  type TextOp,
   type AnyCrdt,
   type AnyOp,
   type Declaration,
@@ -10,6 +13,7 @@ import {
   type SetElement,
   type SetOp,
 } from '@stead/core'
+import type { DraftPlaces } from './draft-ids.ts'
 import type { SafeResult, UpdateResult } from './types.ts'
 
 /**
@@ -23,6 +27,8 @@ export interface DraftItem {
   readonly key: string
   readonly decl: Declaration
   readonly intent: Intent
+  /** Its draft tag once it has one (see DraftIds): ops made against views name its text characters by it. */
+  tag?: string
 }
 
 export interface Deferred<T> {
@@ -90,36 +96,80 @@ function isRemove(intent: Intent): intent is { readonly remove: SetElement } {
   return typeof intent === 'object' && intent !== null && !Array.isArray(intent) && 'remove' in intent
 }
 
+/** What compileBatch needs to know of draft ids (see DraftIds). */
+export interface DraftNames {
+  tagOf(item: DraftItem): string
+  renamed(tag: string): { tag: string; shift: number } | undefined
+}
+
 /**
  * Turns a draft batch into envelope content: regular operations grouped and
  * compacted per object (a removal cancels adds of the same element earlier
- * in the batch and removes the tags already observed), then safe groups in
- * order. `observed` gives the tags of an element in the signed prospective state.
+ * in the batch and removes the tags already observed; text typed as runs
+ * becomes one insert), then safe groups in order. `observed` gives the tags
+ * of an element in the signed prospective state. Text ops name characters
+ * by the draft tags of the ops that made them: those of this batch become
+ * `^n` (op n of this envelope), those of batches signed already their real
+ * tags. `places` says where each draft went, for DraftIds.signedAs.
  */
-export function compileBatch(batch: DraftBatch, observed: (key: string, e: SetElement) => string[]): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
-  const byKey = new Map<string, { decl: Declaration; ops: AnyOp[] }>()
+export function compileBatch(batch: DraftBatch, observed: (key: string, e: SetElement) => string[], names: DraftNames): { updates: ObjectUpdate[]; safe: SafeGroup[]; places: DraftPlaces } {
+  const byKey = new Map<string, { decl: Declaration; ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }>()
   for (const item of batch.regular) {
     let entry = byKey.get(item.key)
-    if (!entry) byKey.set(item.key, (entry = { decl: item.decl, ops: [] }))
+    if (!entry) byKey.set(item.key, (entry = { decl: item.decl, ops: [], drafts: new Map() }))
     if (isRemove(item.intent)) {
       const e = item.intent.remove
       entry.ops = entry.ops.filter((op) => !(Array.isArray(op) && op[0] === 'a' && op[1] === e))
       const tags = observed(item.key, e)
       if (tags.length > 0) entry.ops.push(['r', e, tags])
-    } else entry.ops.push(item.intent)
+    } else if (item.decl.type === 'text') addTextDraft(entry, item.intent as TextOp, names.tagOf(item))
+    else entry.ops.push(item.intent)
   }
-  const updates: ObjectUpdate[] = []
-  for (const [key, { decl, ops }] of byKey) {
+  const updates: Array<{ key: string; decl: Declaration; ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }> = []
+  for (const [key, { decl, ops, drafts }] of byKey) {
     const compacted = compactOps(decl, ops)
-    if (compacted.length > 0) updates.push({ key, decl, ops: compacted })
+    if (compacted.length > 0) updates.push({ key, decl, ops: compacted, drafts })
   }
+  // Where each draft of this batch went: op n of the envelope (regular ops first, then safe ones).
+  const places = new Map<string, { n: number; shift: number }>()
+  let n = 0
+  for (const u of updates) {
+    for (const [draft, at] of u.drafts) places.set(draft, { n: n + at.i, shift: at.shift })
+    n += u.ops.length
+  }
+  const safeItems = batch.safe.flatMap((g) => g.items)
+  safeItems.forEach((item, i) => places.set(names.tagOf(item), { n: n + i, shift: 0 }))
+  const rename = (tag: string): { tag: string; shift: number } | undefined => {
+    const here = places.get(tag)
+    return here ? { tag: `^${here.n}`, shift: here.shift } : names.renamed(tag)
+  }
+  const named = (decl: Declaration, op: AnyOp): AnyOp => (decl.type === 'text' ? renameTextOp(op as TextOp, rename) : op)
   const safe: SafeGroup[] = batch.safe.map((g) => ({
     atomic: true,
     updates: g.items.map((item) => ({
       key: item.key,
       decl: item.decl,
-      op: isRemove(item.intent) ? (['r', item.intent.remove, observed(item.key, item.intent.remove)] as SetOp) : item.intent,
+      op: isRemove(item.intent) ? (['r', item.intent.remove, observed(item.key, item.intent.remove)] as SetOp) : named(item.decl, item.intent),
     })),
   }))
-  return { updates, safe }
+  return { updates: updates.map(({ key, decl, ops }) => ({ key, decl, ops: ops.map((op) => named(decl, op)) })), safe, places }
+}
+
+/** Adds a text draft to its object's ops: typing that continues the last insert joins its run. */
+function addTextDraft(entry: { ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }, op: TextOp, tag: string): void {
+  const i = entry.ops.length - 1
+  const last = entry.ops[i] as TextOp | undefined
+  if (last?.[0] === 'i' && op[0] === 'i') {
+    // The run's last character is the last one of the draft placed furthest into it.
+    let end: { tag: string; shift: number } | undefined
+    for (const [t, at] of entry.drafts) if (at.i === i && (!end || at.shift > end.shift)) end = { tag: t, shift: at.shift }
+    const length = [...last[4]].length
+    if (end && continuesRun(last, `${end.tag}.${length - 1 - end.shift}`, op)) {
+      entry.drafts.set(tag, { i, shift: length })
+      entry.ops[i] = ['i', last[1], last[2], last[3], last[4] + op[4]]
+      return
+    }
+  }
+  entry.drafts.set(tag, { i: entry.ops.length, shift: 0 })
+  entry.ops.push(op)
 }

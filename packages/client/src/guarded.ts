@@ -11,8 +11,8 @@ export interface GuardedSource {
   drafts(): readonly DraftBatch[]
   readonly authorId: string
   declarationOf(key: string): Declaration | undefined
-  /** A tag for an unsigned op in a throwaway view. */
-  draftTag(): string
+  /** The tag of an unsigned op (the same for an item every time, see DraftIds). */
+  tagOf(item: DraftItem): string
 }
 
 /** Prospective views of objects that atomic groups tie together, and what was held back from each. */
@@ -92,7 +92,7 @@ export class GuardedViews {
       decl: i.decl,
       op: i.intent as AnyOp,
       own: true,
-      apply: (v, checked) => applyIntent(v, i, this.source.authorId, this.source.draftTag(), checked),
+      apply: (v, checked) => applyIntent(v, i, this.source.authorId, this.source.tagOf(i), checked),
     })
     for (const batch of this.source.drafts()) {
       // Only the drafts on these keys (a batch holds up to maxBatchOps items on any keys).

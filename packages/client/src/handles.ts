@@ -60,7 +60,8 @@ export function registerStamp(now: number, seen: LWWRegister | undefined): numbe
   return Math.max(Math.round(now), (seen?.timestamp() ?? 0) + 1)
 }
 
-abstract class Handle {
+/** @internal What every object handle shares: key, declaration, subscriptions, history and sending. */
+export abstract class Handle {
   protected readonly host: HandleHost
   /** The object's key in its space. */
   readonly key: string
@@ -128,7 +129,8 @@ export function amount(n: number, what: string): number {
 }
 
 /** Runs a synchronous check, turning a throw into a rejected promise (updates always return promises). */
-function guarded<T>(fn: () => Promise<T>): Promise<T> {
+/** @internal A call whose synchronous throw becomes a rejected promise. */
+export function guarded<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return fn()
   } catch (err) {

@@ -6,6 +6,7 @@ import {
   toHex,
   encodeEnvelope,
   sealEnvelope,
+  unitTagPrefix,
   type AnyOp,
   type Clock,
   type CommitResult,
@@ -283,7 +284,7 @@ export class Outbox {
   /** Signs one draft batch into an envelope, persists it, then shows it as received and sends it. */
   async seal(batch: DraftBatch): Promise<void> {
     const { space, crypto, records } = this.o
-    const compiled = compileBatch(batch, (key, e) => (space.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [])
+    const compiled = compileBatch(batch, (key, e) => (space.replica.prospective(key) as ORSet | undefined)?.tagsOf?.(e) ?? [], space.draftIds)
     const { updates, safe } = this.o.sessions.clockMeasured ? capRegisterStamps(compiled, this.o.sessions.now(), (key) => (space.replica.prospective(key) as LWWRegister | undefined)?.timestamp() ?? 0) : compiled
     if (updates.length === 0 && safe.length === 0) {
       // Everything cancelled out (e.g. +1 then -1): nothing to sign, nothing to lose.
@@ -306,6 +307,7 @@ export class Outbox {
       return
     }
     space.storageWorks()
+    space.draftIds.signedAs(compiled.places, unitTagPrefix(env.id))
     this.seq = seq
     this.last = { base, clock }
     this.covered(cited)

@@ -18,12 +18,15 @@ import {
   type RegisterValue,
   type SetElement,
 } from '@stead/core'
+import { DraftIds } from './draft-ids.ts'
 import { DraftBatch, applyIntent, deferred, type DraftItem } from './drafts.ts'
 import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
+import { MapHandle } from './map-handle.ts'
+import { TextHandle } from './text-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
@@ -96,7 +99,7 @@ export interface Upstream {
   now?(): number
 }
 
-type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle
+type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle
 
 /**
  * The params of `boundedCounter`: exactly one bound and the initial value.
@@ -167,7 +170,8 @@ export class Space {
   private heldBack = new Map<string, HeldUpdate[]>()
   /** Keys whose views were computed together (atomic groups tie them): dropping one view drops them all. */
   private joint = new Map<string, ReadonlySet<string>>()
-  private draftTag = 0
+  /** @internal The ids of unsigned drafts (read by the outbox when it signs them). */
+  readonly draftIds = new DraftIds()
   private sealing: Promise<void> = Promise.resolve()
   private sealTimer: ReturnType<typeof setTimeout> | undefined
   /** A seal is queued for the end of the current task (a synchronous burst of operations becomes one envelope). */
@@ -221,7 +225,7 @@ export class Space {
       drafts: () => this.allDrafts(),
       authorId: this.authorId,
       declarationOf: (key) => this.declarationOf(key),
-      draftTag: () => `~draft:${this.draftTag++}`,
+      tagOf: (item) => this.draftIds.tagOf(item),
     })
   }
 
@@ -323,6 +327,39 @@ export class Space {
     if (given.initial === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs initial, the starting value (its distance from the bound is the pool of rights)`)
     const p = given.min !== undefined ? { min: given.min, initial: given.initial } : { max: given.max as number, initial: given.initial }
     return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
+  }
+
+  /**
+   * Collaborative text (as Y.Text): insert and delete by code point, two
+   * people typing at one place never interleave, and a delete removes
+   * exactly what its author saw. The same handle on every call with the
+   * same key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param options `maxLength`: the stable text never holds more code points (an insert past it is rejected with `invariant` and undone). `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxLength`; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
+   */
+  text(key: string, options: { maxLength?: number } & ObjectOptions = {}): TextHandle {
+    checkObjectOptions(key, 'text', options, ['maxLength'], 'text(key, { maxLength })')
+    const bounds = options.maxLength === undefined ? {} : { maxLength: options.maxLength }
+    return this.open(key, { type: 'text', bounds }, (d) => new TextHandle(this.host, key, d), options) as TextHandle
+  }
+
+  /**
+   * A map of fields (as Y.Map): each field holds a plain value or a nested
+   * object made in place (`map.map(field)`, `map.text(field)`,
+   * `map.counter(field)`). Concurrent writes to a field resolve to the one
+   * made after seeing the most (never a device clock). The same handle on
+   * every call with the same key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param options `maxKeys`: the stable map never holds more fields (a write past it is rejected with `invariant`). `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxKeys`; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
+   */
+  map(key: string, options: { maxKeys?: number } & ObjectOptions = {}): MapHandle {
+    checkObjectOptions(key, 'map', options, ['maxKeys'], 'map(key, { maxKeys })')
+    const bounds = options.maxKeys === undefined ? {} : { maxKeys: options.maxKeys }
+    return this.open(key, { type: 'map', bounds }, (d) => new MapHandle(this.host, key, d, this), options) as MapHandle
   }
 
   private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, { freshness }: ObjectOptions): AnyHandle {
@@ -694,7 +731,7 @@ export class Space {
       // A group is shown all or nothing: its views are recomputed together (see guardedViews).
       if (several) continue
       const view = this.overlay.get(item.key)
-      if (view && !applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`, hasInvariants(item.decl))) {
+      if (view && !applyIntent(view, item, this.authorId, this.draftIds.tagOf(item), hasInvariants(item.decl))) {
         this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
       }
     }
@@ -793,7 +830,7 @@ export class Space {
         if (item.key !== key) continue
         view ??= createCrdt(item.decl)
         if (view.type !== item.decl.type) continue
-        applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+        applyIntent(view, item, this.authorId, this.draftIds.tagOf(item))
       }
     }
     if (view) this.overlay.set(key, view)
@@ -845,7 +882,7 @@ export class Space {
       }
     }
     for (const batch of this.allDrafts()) {
-      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, `~draft:${this.draftTag++}`)
+      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds.tagOf(item))
     }
     return view.localRights(this.authorId)
   }

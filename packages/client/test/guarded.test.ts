@@ -52,7 +52,7 @@ describe('guarded views', () => {
           drafts: () => drafts,
           authorId: 'me',
           declarationOf: (key) => replica.declaration(key) ?? floor,
-          draftTag: () => `~draft:${tag++}`,
+          tagOf: () => `~draft:${tag++}`,
         }
         const kept = new GuardedViews(source)
         const seqs = [1, 1, 1]

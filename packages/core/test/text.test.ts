@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CollabText, validateTextOp, type TextOp } from '../src/crdt/text.ts'
+import { CollabText, continuesRun, renameTextOp, validateTextOp, type TextOp } from '../src/crdt/text.ts'
 import type { OpContext } from '../src/crdt/types.ts'
 
 /** One op as made by a replica: the op and the context every replica applies it under. */
@@ -95,6 +95,34 @@ describe('text: a FugueMax sequence of characters', () => {
     expect(t.value()).toBe('hello')
     t.apply(ins.op, ins.ctx)
     expect(t.value()).toBe('hello there')
+  })
+
+  it('lets an op name the characters of an earlier op of its own envelope (^n), and renames draft ids', () => {
+    // A client types 'ab' then 'c' after it and deletes 'a', all in one envelope with prefix E.
+    const draft = new CollabText()
+    const d1 = draft.insertOp(0, 'ab')
+    draft.apply(d1, { replica: 'me', tag: '~d:1' })
+    const d2 = draft.insertOp(2, 'c')
+    draft.apply(d2, { replica: 'me', tag: '~d:2' })
+    const d3 = draft.deleteOp(0, 1) as TextOp
+    draft.apply(d3, { replica: 'me', tag: '~d:3' })
+    expect(continuesRun(d1, '~d:1.1', d2)).toBe(true)
+    expect(continuesRun(d1, '~d:1.0', d2)).toBe(false)
+    expect(continuesRun(d2, '~d:2.0', d1)).toBe(false)
+    // As the client compiles it: 'ab' and 'c' merge into op 0; the delete is op 1.
+    const rename = (tag: string) => (tag === '~d:1' ? { tag: '^0', shift: 0 } : tag === '~d:2' ? { tag: '^0', shift: 2 } : undefined)
+    const merged: TextOp = ['i', d1[1] as string, d1[2] as 0 | 1, d1[3] as string, 'abc']
+    const del = renameTextOp(d3, rename)
+    expect(del).toEqual(['d', [['^0', 0, 1]]])
+    expect(validateTextOp(del)).toBeNull()
+    expect(validateTextOp(['d', [['^x', 0, 1]]])).toMatch(/range/)
+    for (const t of [new CollabText(), new CollabText()]) {
+      t.apply(merged, { replica: 'me', tag: 'E:0' })
+      t.apply(del, { replica: 'me', tag: 'E:1' })
+      expect(t.value()).toBe('bc')
+      expect(t.indexOfId('E:0.2')).toBe(1)
+    }
+    expect(draft.value()).toBe('bc')
   })
 
   it('refuses what breaks maxLength on the stable path, and malformed ops', () => {

@@ -1,5 +1,4 @@
-import { SteadError } from '../errors.ts'
-import { OK, isSafeInt, optional, violates, invalid, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
+import { OK, isSafeInt, violates, invalid, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
 /** Declared invariants of a counter: its value stays within [min, max]. */
 export interface CounterBounds {
@@ -142,16 +141,8 @@ export interface CounterDeclaration {
 export const counterType: ObjectType<CounterDeclaration, PNCounter> = {
   name: 'counter',
   code: 'c',
-  encode: (d) => ['c', d.bounds.min ?? null, d.bounds.max ?? null],
-  decode(enc) {
-    if (enc.length !== 3) throw new SteadError('malformed', 'counter declaration is [c, min, max]')
-    const bounds: { min?: number; max?: number } = {}
-    if (optional(enc[1]) !== undefined) bounds.min = enc[1] as number
-    if (optional(enc[2]) !== undefined) bounds.max = enc[2] as number
-    const problem = validateCounterBounds(bounds)
-    if (problem) throw new SteadError('malformed', problem)
-    return { type: 'counter', bounds }
-  },
+  encode: (d) => encodeBounds('c', d.bounds, ['min', 'max']),
+  decode: (enc) => ({ type: 'counter', bounds: decodeBounds(enc, 'counter', ['min', 'max'], validateCounterBounds) }),
   validateOp: validateCounterOp,
   create: (d) => new PNCounter(d.bounds),
   restore: (d, snap) => PNCounter.fromSnapshot(d.bounds, snap as Array<[string, number, number]>),

@@ -3,6 +3,7 @@ import { boundedCounterType, type BoundedCounter, type BoundedCounterDeclaration
 import { counterType, type CounterDeclaration, type CounterOp, type PNCounter } from './counter.ts'
 import { registerType, type LWWRegister, type RegisterDeclaration, type RegisterOp } from './register.ts'
 import { setType, type ORSet, type SetDeclaration, type SetOp } from './set.ts'
+import { mapType, type CollabMap, type MapDeclaration, type MapOp } from './map.ts'
 import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
 import type { Crdt, ObjectType } from './types.ts'
 
@@ -12,6 +13,7 @@ export * from './set.ts'
 export * from './register.ts'
 export * from './bounded-counter.ts'
 export * from './text.ts'
+export * from './map.ts'
 
 /**
  * What an object is: its type and declared invariants. The first committed
@@ -19,20 +21,20 @@ export * from './text.ts'
  * key differently are rejected with 'type-mismatch', so a client cannot
  * weaken an invariant by declaring it its own way.
  */
-export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration
+export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration
 
 /** An operation of any object type (which one is known from the declaration it comes with). */
-export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp
+export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp
 /** A CRDT of any object type; narrow on `type`. */
-export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText
+export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap
 
-/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength]. */
+/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys]. */
 export type EncodedDeclaration = readonly unknown[]
 
 type AnyType = ObjectType<Declaration, AnyCrdt>
 
 /** The registry: every object type, one module each. Adding a type is adding its module here. */
-const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType] as unknown as AnyType[]
+const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType] as unknown as AnyType[]
 const byName = new Map(TYPES.map((t) => [t.name, t]))
 const byCode = new Map(TYPES.map((t) => [t.code, t]))
 
@@ -69,7 +71,16 @@ export function describeDeclaration(d: Declaration): string {
 
 /** Validates an op from the wire against its declared type; null when fine. */
 export function validateOp(d: Declaration, op: unknown): string | null {
-  return typeOf(d).validateOp(op)
+  return typeOf(d).validateOp(op, checkDeclaration)
+}
+
+function checkDeclaration(enc: unknown): string | null {
+  try {
+    decodeDeclaration(enc)
+    return null
+  } catch (err) {
+    return err instanceof SteadError ? err.message : String(err)
+  }
 }
 
 /**

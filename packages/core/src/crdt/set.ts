@@ -1,5 +1,4 @@
-import { SteadError } from '../errors.ts'
-import { OK, invalid, optional, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
+import { OK, invalid, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
 /** Set elements are strings or finite numbers: they have a canonical key and encode compactly. */
 export type SetElement = string | number
@@ -246,15 +245,8 @@ export interface SetDeclaration {
 export const setType: ObjectType<SetDeclaration, ORSet> = {
   name: 'set',
   code: 's',
-  encode: (d) => ['s', d.bounds.maxSize ?? null],
-  decode(enc) {
-    if (enc.length !== 2) throw new SteadError('malformed', 'set declaration is [s, maxSize]')
-    const bounds: { maxSize?: number } = {}
-    if (optional(enc[1]) !== undefined) bounds.maxSize = enc[1] as number
-    const problem = validateSetBounds(bounds)
-    if (problem) throw new SteadError('malformed', problem)
-    return { type: 'set', bounds }
-  },
+  encode: (d) => encodeBounds('s', d.bounds, ['maxSize']),
+  decode: (enc) => ({ type: 'set', bounds: decodeBounds(enc, 'set', ['maxSize'], validateSetBounds) }),
   validateOp: validateSetOp,
   create: (d) => new ORSet(d.bounds),
   restore: (d, snap) => ORSet.fromSnapshot(d.bounds, snap as Array<[SetElement, Array<[string, boolean, string[]]>]>),

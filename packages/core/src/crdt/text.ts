@@ -1,6 +1,5 @@
 import { FugueOrder, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
-import { SteadError } from '../errors.ts'
-import { OK, invalid, isSafeInt, optional, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
+import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
 /** Declared invariants of a text. */
 export interface TextBounds {
@@ -51,13 +50,77 @@ interface PendingDelete {
 
 function validId(id: unknown, allowEmpty: boolean): boolean {
   if (typeof id !== 'string' || id.length > MAX_ID_CHARS) return false
-  return id === '' ? allowEmpty : parseSlotId(id) !== undefined
+  if (id === '') return allowEmpty
+  const parsed = parseSlotId(id)
+  return parsed !== undefined && validTag(parsed.tag)
+}
+
+/** A tag an op may name: another op's (`prefix:n`), or `^n` for op n of the op's own envelope. */
+function validTag(tag: string): boolean {
+  if (tag.startsWith('^')) return /^\^(0|[1-9][0-9]{0,8})$/.test(tag)
+  return tag.length > 0 && tag.length <= MAX_ID_CHARS
+}
+
+/**
+ * The tag `tag` names when an op under `ctx` names it: `^n` is op n of the
+ * same envelope (an envelope cannot name its own id, which hashes its
+ * content), so its characters can be named by the ops after it.
+ */
+function resolveTag(tag: string, ctx: OpContext): string {
+  if (!tag.startsWith('^')) return tag
+  return `${ctx.tag.slice(0, ctx.tag.lastIndexOf(':'))}:${tag.slice(1)}`
+}
+
+function resolveId(id: string, ctx: OpContext): string {
+  if (!id.startsWith('^')) return id
+  const dot = id.lastIndexOf('.')
+  return `${resolveTag(id.slice(0, dot), ctx)}${id.slice(dot)}`
+}
+
+/** `op` with the ids it names resolved against `ctx` (see resolveTag). */
+function resolveOp(op: TextOp, ctx: OpContext): TextOp {
+  if (op[0] === 'i') return op[1].startsWith('^') || op[3].startsWith('^') ? ['i', resolveId(op[1], ctx), op[2], resolveId(op[3], ctx), op[4]] : op
+  return op[1].some((r) => r[0].startsWith('^')) ? [op[0], op[1].map((r): TextRange => [resolveTag(r[0], ctx), r[1], r[2]])] : op
+}
+
+/**
+ * `op` with the tags it names renamed: `rename(tag)` gives the new tag and
+ * how far its offsets move (a run merged after another), or undefined to
+ * keep it. What a client uses to turn ids of its unsigned drafts into the
+ * ids they get in an envelope.
+ */
+export function renameTextOp(op: TextOp, rename: (tag: string) => { tag: string; shift: number } | undefined): TextOp {
+  const id = (ref: string): string => {
+    if (ref === '') return ref
+    const parsed = parseSlotId(ref)
+    const to = parsed && rename(parsed.tag)
+    return to ? slotId(to.tag, parsed.k + to.shift) : ref
+  }
+  if (op[0] === 'i') return ['i', id(op[1]), op[2], id(op[3]), op[4]]
+  return [
+    op[0],
+    op[1].map((r): TextRange => {
+      const to = rename(r[0])
+      return to ? [to.tag, r[1] + to.shift, r[2]] : r
+    }),
+  ]
+}
+
+/**
+ * Whether insert `next` continues insert `prev` as typing does: placed
+ * right after prev's last character (whose id is `lastId`), with the same
+ * right origin. Then both are one run: prev's text followed by next's.
+ */
+export function continuesRun(prev: TextOp, lastId: string, next: TextOp): boolean {
+  if (prev[0] !== 'i' || next[0] !== 'i' || next[2] !== 1) return false
+  const chainOrigin = prev[2] === 1 ? prev[3] : prev[1]
+  return next[1] === lastId && next[3] === chainOrigin
 }
 
 function validRanges(ranges: unknown): string | null {
   if (!Array.isArray(ranges) || ranges.length === 0 || ranges.length > MAX_TEXT_DELETE_RANGES) return `a delete names 1 to ${MAX_TEXT_DELETE_RANGES} ranges`
   for (const r of ranges) {
-    if (!Array.isArray(r) || r.length !== 3 || typeof r[0] !== 'string' || r[0].length === 0 || r[0].length > MAX_ID_CHARS) return 'a delete range is [tag, from, count]'
+    if (!Array.isArray(r) || r.length !== 3 || typeof r[0] !== 'string' || !validTag(r[0])) return 'a delete range is [tag, from, count]'
     if (!isSafeInt(r[1]) || r[1] < 0 || !isSafeInt(r[2]) || r[2] < 1 || r[1] + r[2] > 2 ** 31) return 'a delete range needs from >= 0 and count >= 1'
   }
   return null
@@ -156,7 +219,7 @@ export class CollabText implements Crdt<TextOp, string> {
     if (problem) return invalid(problem)
     const max = this.bounds.maxLength
     if (max !== undefined) {
-      const grows = this.growth(op, ctx)
+      const grows = this.growth(resolveOp(op, ctx), ctx)
       if (this.order.length + grows > max) return violates(`text would exceed its maximum length ${max}`)
     }
     this.apply(op, ctx)
@@ -165,9 +228,10 @@ export class CollabText implements Crdt<TextOp, string> {
 
   apply(op: TextOp, ctx: OpContext): void {
     this.cached = undefined
-    if (op[0] === 'i') return this.insert(op, ctx)
-    for (const [tag, from, count] of op[1]) {
-      if (op[0] === 'd') this.hide(tag, from, count, ctx.tag)
+    const resolved = resolveOp(op, ctx)
+    if (resolved[0] === 'i') return this.insert(resolved, ctx)
+    for (const [tag, from, count] of resolved[1]) {
+      if (resolved[0] === 'd') this.hide(tag, from, count, ctx.tag)
       else this.unhide(tag, from, count, ctx.tag)
     }
   }
@@ -326,15 +390,8 @@ export interface TextDeclaration {
 export const textType: ObjectType<TextDeclaration, CollabText> = {
   name: 'text',
   code: 't',
-  encode: (d) => ['t', d.bounds.maxLength ?? null],
-  decode(enc) {
-    if (enc.length !== 2) throw new SteadError('malformed', 'text declaration is [t, maxLength]')
-    const bounds: { maxLength?: number } = {}
-    if (optional(enc[1]) !== undefined) bounds.maxLength = enc[1] as number
-    const problem = validateTextBounds(bounds)
-    if (problem) throw new SteadError('malformed', problem)
-    return { type: 'text', bounds }
-  },
+  encode: (d) => encodeBounds('t', d.bounds, ['maxLength']),
+  decode: (enc) => ({ type: 'text', bounds: decodeBounds(enc, 'text', ['maxLength'], validateTextBounds) }),
   validateOp: validateTextOp,
   create: (d) => new CollabText(d.bounds),
   restore: (d, snap) => CollabText.fromSnapshot(d.bounds, snap as ReturnType<CollabText['snapshot']>),

@@ -1,4 +1,4 @@
-import type { ErrorReason } from '../errors.ts'
+import { SteadError, type ErrorReason } from '../errors.ts'
 
 /**
  * Who applies an operation and under which unique tag. Operations on the
@@ -69,8 +69,8 @@ export interface Crdt<Op, Value> {
   invariantsHold(): boolean
 }
 
-/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text. */
-export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text'
+/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map. */
+export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map'
 
 /**
  * One object type, as the registry knows it: how its declaration travels,
@@ -87,8 +87,8 @@ export interface ObjectType<D extends { readonly type: CrdtTypeName }, C> {
   encode(d: D): readonly unknown[]
   /** Parses a wire declaration whose first element is `code`; throws SteadError('malformed'). */
   decode(enc: readonly unknown[]): D
-  /** What is wrong with an op from the wire, or null. */
-  validateOp(op: unknown): string | null
+  /** What is wrong with an op from the wire, or null; `declaration` checks a declaration an op carries (a nested object's). */
+  validateOp(op: unknown, declaration: (enc: unknown) => string | null): string | null
   /** A fresh, empty CRDT (throws RangeError for invariants the type does not allow). */
   create(d: D): C
   /** Rebuilds a CRDT from its `snapshot()` (trusted input). */
@@ -99,9 +99,21 @@ export interface ObjectType<D extends { readonly type: CrdtTypeName }, C> {
   hasInvariants(d: D): boolean
 }
 
-/** `null` on the wire for an absent optional parameter. */
-export function optional(v: unknown): unknown {
-  return v === null ? undefined : v
+/** A declaration's wire form when it is its type's optional bounds in order: `[code, ...bounds]`, null for an absent one. */
+export function encodeBounds<B extends object>(code: string, bounds: B, names: ReadonlyArray<keyof B & string>): unknown[] {
+  return [code, ...names.map((n) => bounds[n] ?? null)]
+}
+
+/** Parses `[code, ...bounds]` (see encodeBounds) and checks the bounds with `problem`; throws SteadError('malformed'). */
+export function decodeBounds<B>(enc: readonly unknown[], what: string, names: readonly string[], problem: (b: B) => string | null): B {
+  if (enc.length !== names.length + 1) throw new SteadError('malformed', `${what} declaration is [${[enc[0], ...names].join(', ')}]`)
+  const bounds: Record<string, unknown> = {}
+  names.forEach((n, i) => {
+    if (enc[i + 1] !== null && enc[i + 1] !== undefined) bounds[n] = enc[i + 1]
+  })
+  const p = problem(bounds as B)
+  if (p) throw new SteadError('malformed', p)
+  return bounds as B
 }
 
 /** A `malformed` refusal: the op is invalid for this object. */

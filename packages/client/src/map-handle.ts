@@ -1,0 +1,193 @@
+import { CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
+import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
+import type { TextHandle } from './text-handle.ts'
+import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+
+/** How a map opens the objects nested in it: the space's own openers, given the nested object's key. */
+export interface NestedOpener {
+  map(key: string, options?: { maxKeys?: number } & ObjectOptions): MapHandle
+  text(key: string, options?: { maxLength?: number } & ObjectOptions): TextHandle
+  counter(key: string, options?: { min?: number; max?: number } & ObjectOptions): CounterHandle
+}
+
+/** The longest a nested object's key may be (the wire's object key limit). */
+const MAX_KEY_CHARS = 256
+
+/**
+ * A map of fields, as Y.Map users know it. Open it with `space.map(key)`.
+ * A field holds a plain value (`set`) or a nested object made in place
+ * (`map`, `text`, `counter`). Concurrent writes to one field resolve to the
+ * one made after seeing the most (a Lamport order, then author id: never a
+ * device clock). Two clients creating the same nested field at once get
+ * one object with both their edits; a nested object deleted while someone
+ * edits inside it stays deleted (as in Yjs), and making the field again
+ * gives a fresh one.
+ */
+export class MapHandle extends Handle {
+  private readonly opener: NestedOpener
+
+  /** @internal Use `space.map(key)` or a map's `map(field)`. */
+  constructor(host: HandleHost, key: string, declaration: MapHandle['declaration'], opener: NestedOpener) {
+    super(host, key, declaration)
+    this.opener = opener
+  }
+
+  /** The prospective map as plain data: nested maps as objects, texts as strings, counters as numbers. */
+  get value(): Record<string, unknown> {
+    return this.plain(this.view(), (k) => this.host.prospective(k))
+  }
+
+  /** The stable map as plain data (see `value`), within `maxKeys`. */
+  get stable(): Record<string, unknown> {
+    return this.plain(this.host.stable(this.key) as CollabMap | undefined, (k) => this.host.stable(k))
+  }
+
+  /** The fields that hold something, prospectively. */
+  keys(): string[] {
+    return Object.keys(this.view()?.value() ?? {})
+  }
+
+  /** How many fields hold something, prospectively. */
+  get size(): number {
+    return this.view()?.size ?? 0
+  }
+
+  /** Whether `field` holds something, prospectively. */
+  has(field: string): boolean {
+    return this.view()?.get(field) !== undefined
+  }
+
+  /** What `field` holds prospectively, as plain data (a nested object as in `value`), or undefined. */
+  get(field: string): unknown {
+    const entry = this.view()?.get(field)
+    return entry && this.plainEntry(field, entry, (k) => this.host.prospective(k))
+  }
+
+  /**
+   * Sets `field` to a plain value (msgpack data, as a register holds).
+   * Regular: shows at once and resolves `stored` once durable on this device.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a bad field (1 to 128 characters) or value; {@link ClosedError} after the space closed.
+   */
+  set(field: string, value: RegisterValue): Promise<UpdateResult>
+  /**
+   * Sets `field` as a safe update: resolves once the stable order decided it (`rejected` with `invariant` past `maxKeys`).
+   *
+   * @throws SteadError as the regular form, and `timeout` or `aborted` as `options` say.
+   */
+  set(field: string, value: RegisterValue, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Sets `field`, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError as the other forms.
+   */
+  set(field: string, value: RegisterValue, options?: UpdateOptions): Promise<UpdateResult>
+  set(field: string, value: RegisterValue, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => {
+      checkField(this.key, field)
+      const problem = validateRegisterValue(value)
+      if (problem) throw new SteadError('malformed', `${this.key}.${field}: ${problem}`)
+      return this.send(['s', field, value, this.stamp()] satisfies MapOp, options)
+    })
+  }
+
+  /**
+   * Deletes `field` (a nested object in it with it). Regular: shows at once.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a bad field; {@link ClosedError} after the space closed.
+   */
+  delete(field: string): Promise<UpdateResult>
+  /**
+   * Deletes `field` as a safe update.
+   *
+   * @throws SteadError as the regular form, and `timeout` or `aborted` as `options` say.
+   */
+  delete(field: string, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Deletes `field`, regular or safe as `options.safe` says.
+   *
+   * @throws SteadError as the other forms.
+   */
+  delete(field: string, options?: UpdateOptions): Promise<UpdateResult>
+  delete(field: string, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => {
+      checkField(this.key, field)
+      return this.send(['x', field, this.stamp()] satisfies MapOp, options)
+    })
+  }
+
+  /**
+   * The map nested at `field`, made there if the field holds no map yet
+   * (a regular update). The same object for every client that makes it
+   * concurrently.
+   *
+   * @throws SteadError `malformed` for a bad field or options, `too-large` when nesting makes the key longer than 256 characters, `type-mismatch` as `space.map` does; {@link ClosedError} after `close()`.
+   */
+  map(field: string, options: { maxKeys?: number } & ObjectOptions = {}): MapHandle {
+    return this.nested(field, 'm', (key) => this.opener.map(key, options))
+  }
+
+  /** The text nested at `field`, made there if the field holds no text yet (see `map(field)`). */
+  text(field: string, options: { maxLength?: number } & ObjectOptions = {}): TextHandle {
+    return this.nested(field, 't', (key) => this.opener.text(key, options))
+  }
+
+  /** The counter nested at `field`, made there if the field holds no counter yet (see `map(field)`). */
+  counter(field: string, options: { min?: number; max?: number } & ObjectOptions = {}): CounterHandle {
+    return this.nested(field, 'c', (key) => this.opener.counter(key, options))
+  }
+
+  private nested<H extends Handle>(field: string, code: string, open: (key: string) => H): H {
+    checkField(this.key, field)
+    const view = this.view()
+    const entry = view?.get(field)
+    const held = entry && 'object' in entry && entry.object[0] === code ? entry : undefined
+    const gen = held?.gen ?? view?.nextGen(field) ?? 1
+    const key = nestedKey(this.key, field, gen, [code])
+    if (key.length > MAX_KEY_CHARS) throw new SteadError('too-large', `${this.key}: nesting ${field} here makes a key of ${key.length} characters (at most ${MAX_KEY_CHARS}); use shorter keys or nest less deep`)
+    const handle = open(key)
+    const decl = encodeDeclaration(handle.declaration)
+    if (!held || JSON.stringify(held.object) !== JSON.stringify(decl)) {
+      // Made in place, as a regular update: its outcome reaches the space's onError if the stable order rejects it.
+      this.send(['o', field, decl, this.stamp(), gen] satisfies MapOp).catch(() => undefined)
+    }
+    return handle
+  }
+
+  private view(): CollabMap | undefined {
+    return this.host.prospective(this.key) as CollabMap | undefined
+  }
+
+  private stamp(): number {
+    return (this.view() ?? new CollabMap()).nextStamp()
+  }
+
+  private plain(m: CollabMap | undefined, read: (key: string) => AnyCrdt | undefined): Record<string, unknown> {
+    const out: Record<string, unknown> = {}
+    for (const [field, entry] of Object.entries(m?.value() ?? {})) {
+      Object.defineProperty(out, field, { value: this.plainEntry(field, entry, read), enumerable: true, writable: true, configurable: true })
+    }
+    return out
+  }
+
+  private plainEntry(field: string, entry: MapEntry, read: (key: string) => AnyCrdt | undefined): unknown {
+    if ('value' in entry) return entry.value
+    return plainObject(nestedKey(this.key, field, entry.gen, entry.object), entry.object, read)
+  }
+}
+
+/** A nested object's value as plain data: a map's fields resolved in turn, anything else as its CRDT's value. */
+function plainObject(key: string, decl: readonly unknown[], read: (key: string) => AnyCrdt | undefined): unknown {
+  const crdt = read(key) ?? createCrdt(decodeDeclaration(decl))
+  if (!(crdt instanceof CollabMap)) return crdt.value()
+  const out: Record<string, unknown> = {}
+  for (const [field, entry] of Object.entries(crdt.value())) {
+    const v = 'value' in entry ? entry.value : plainObject(nestedKey(key, field, entry.gen, entry.object), entry.object, read)
+    Object.defineProperty(out, field, { value: v, enumerable: true, writable: true, configurable: true })
+  }
+  return out
+}
+
+function checkField(key: string, field: unknown): void {
+  if (typeof field !== 'string' || field.length === 0 || field.length > 128) throw new SteadError('malformed', `${key}: a map field is a string of 1 to 128 characters`)
+}

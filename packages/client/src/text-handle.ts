@@ -1,0 +1,102 @@
+import { CollabText, SteadError, type TextOp } from '@stead/core'
+import { Handle, guarded } from './handles.ts'
+import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+
+/** Most code points one insert may carry (an envelope holds at most 1 MiB). */
+export const MAX_TEXT_INSERT = 200_000
+
+/**
+ * Collaborative text, as Y.Text users know it. Open it with
+ * `space.text(key)`. Positions count Unicode code points (an emoji is one);
+ * two people typing at one place never interleave (FugueMax), and a
+ * delete removes exactly the characters its author saw.
+ */
+export class TextHandle extends Handle {
+  /** Prospective text: this client's edits at once, and every edit it received. */
+  get value(): string {
+    return this.view()?.value() ?? ''
+  }
+
+  /** Stable text: as every correct replica has it in the stable order, within `maxLength`. */
+  get stable(): string {
+    return (this.host.stable(this.key) as CollabText | undefined)?.value() ?? ''
+  }
+
+  /** Prospective length in code points. */
+  get length(): number {
+    return this.view()?.length ?? 0
+  }
+
+  /** The prospective text. */
+  override toString(): string {
+    return this.value
+  }
+
+  /**
+   * Inserts `text` at code point `index` (0 to `length`). Regular: shows
+   * in `value` at once and resolves `stored` once durable on this device.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for an index outside the text or an empty or non-string text, `too-large` over 200,000 code points; {@link ClosedError} after the space closed.
+   */
+  insert(index: number, text: string): Promise<UpdateResult>
+  /**
+   * Inserts `text` as a safe update: resolves once the stable order decided it (`rejected` with `invariant` past `maxLength`).
+   *
+   * @throws SteadError as the regular form, and `timeout` or `aborted` as `options` say.
+   */
+  insert(index: number, text: string, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Inserts `text`, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError as the other forms.
+   */
+  insert(index: number, text: string, options?: UpdateOptions): Promise<UpdateResult>
+  insert(index: number, text: string, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => {
+      if (typeof text !== 'string' || text.length === 0) throw new SteadError('malformed', `${this.key}: insert needs a non-empty string`)
+      const view = this.view() ?? new CollabText()
+      this.checkIndex(index, view.length, 'insert at')
+      const points = [...text].length
+      if (points > MAX_TEXT_INSERT) throw new SteadError('too-large', `${this.key}: an insert carries at most ${MAX_TEXT_INSERT} code points, got ${points}; split it`)
+      return this.send(view.insertOp(index, text), options)
+    })
+  }
+
+  /**
+   * Deletes `count` (at least 1) code points from `index`. Regular: shows
+   * at once and resolves `stored` once durable on this device.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a range outside the text or a count below 1; {@link ClosedError} after the space closed.
+   */
+  delete(index: number, count: number): Promise<UpdateResult>
+  /**
+   * Deletes as a safe update: resolves once the stable order decided it.
+   *
+   * @throws SteadError as the regular form, and `timeout` or `aborted` as `options` say.
+   */
+  delete(index: number, count: number, options: { safe: true } & WaitOptions): Promise<SafeResult>
+  /**
+   * Deletes, regular or safe as `options.safe` says (see the other forms).
+   *
+   * @throws SteadError as the other forms.
+   */
+  delete(index: number, count: number, options?: UpdateOptions): Promise<UpdateResult>
+  delete(index: number, count: number, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => {
+      const view = this.view() ?? new CollabText()
+      this.checkIndex(index, view.length, 'delete from')
+      if (!Number.isSafeInteger(count) || count < 1 || index + count > view.length) {
+        throw new SteadError('malformed', `${this.key}: cannot delete ${String(count)} code points from ${index} of a text of ${view.length}`)
+      }
+      return this.send(view.deleteOp(index, count) as TextOp, options)
+    })
+  }
+
+  private view(): CollabText | undefined {
+    return this.host.prospective(this.key) as CollabText | undefined
+  }
+
+  private checkIndex(index: number, length: number, what: string): void {
+    if (!Number.isSafeInteger(index) || index < 0 || index > length) throw new SteadError('malformed', `${this.key}: cannot ${what} ${String(index)} in a text of ${length} code points`)
+  }
+}

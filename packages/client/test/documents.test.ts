@@ -1,0 +1,115 @@
+import 'fake-indexeddb/auto'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createClient, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
+import { FakeCluster } from './helpers/fake-cluster.ts'
+
+const open: SteadClient[] = []
+const clusters: FakeCluster[] = []
+
+afterEach(async () => {
+  for (const c of open.splice(0)) await c.close()
+  for (const c of clusters.splice(0)) c.stop()
+})
+
+async function client(c: FakeCluster): Promise<Space> {
+  const cl = await createClient({ ...c.clientOptions(), storage: memoryStorage() })
+  open.push(cl)
+  return cl.space(c.space)
+}
+
+async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+describe('space.text', () => {
+  it('shows each keystroke at once and lets two clients type into one text, ending identical, prospective equal to stable', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const a = await client(c)
+    const b = await client(c)
+    const ta = a.text('doc')
+    const tb = b.text('doc')
+    await ta.insert(0, 'Hello world')
+    expect(ta.value).toBe('Hello world')
+    await until('b sees a', () => tb.value === 'Hello world')
+    // Both type at once, character by character, at two places; some keystrokes share an envelope.
+    const typing: Array<Promise<unknown>> = []
+    for (const [i, ch] of [...' there'].entries()) typing.push(ta.insert(5 + i, ch))
+    for (const [i, ch] of [...'!!'].entries()) typing.push(tb.insert(11 + i, ch))
+    typing.push(tb.insert(0, '> '))
+    await Promise.all(typing)
+    expect(ta.value).toBe('Hello there world')
+    expect(tb.value).toBe('> Hello world!!')
+    await until('both converge', () => ta.value === tb.value && ta.stable === ta.value && tb.stable === tb.value)
+    expect(ta.value).toBe('> Hello there world!!')
+    // A delete removes what its author saw, even with a concurrent insert inside the range.
+    const del = ta.delete(2, 6)
+    const ins = tb.insert(4, 'LL')
+    await Promise.all([del, ins])
+    await until('both converge again', () => ta.value === tb.value && ta.stable === ta.value && tb.stable === tb.value)
+    expect(ta.value).toBe('> LLthere world!!')
+    // Edits in one envelope that name characters made earlier in it (not typed as one run).
+    const burst = [ta.insert(0, 'abc'), ta.insert(1, 'X'), ta.delete(0, 1), ta.insert(4, '|')]
+    expect(ta.value).toBe('Xbc>| LLthere world!!')
+    await Promise.all(burst)
+    await until('the burst converges', () => tb.value === ta.value && ta.stable === ta.value && tb.stable === tb.value)
+    expect(tb.value).toBe('Xbc>| LLthere world!!')
+    stop()
+  })
+
+  it('keeps the stable text within maxLength: a safe insert past it is rejected, and typing past it is undone', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const a = await client(c)
+    const t = a.text('title', { maxLength: 8 })
+    expect(await t.insert(0, 'Shopping', { safe: true })).toMatchObject({ status: 'committed' })
+    const r = await t.insert(8, '!', { safe: true })
+    expect(r).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(t.value).toBe('Shopping')
+    await expect(t.insert(99, 'x')).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(t.delete(3, 9)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(t.insert(0, '')).rejects.toMatchObject({ reason: 'malformed' })
+    expect(() => a.text('title')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    stop()
+  })
+})
+
+describe('space.map', () => {
+  it('holds plain fields and nested objects that two clients create and edit at once, ending identical', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const a = await client(c)
+    const b = await client(c)
+    const da = a.map('todo')
+    const db = b.map('todo')
+    await da.set('title', 'Groceries')
+    expect(da.get('title')).toBe('Groceries')
+    // Both make the same nested card at once and type into its text: one card, both edits.
+    const ca = da.map('card')
+    const cb = db.map('card')
+    await ca.text('name').insert(0, 'milk')
+    await cb.text('name').insert(0, 'eggs ')
+    void ca.set('done', false)
+    void cb.counter('qty').increment(2)
+    await until('both converge', () => JSON.stringify(da.value) === JSON.stringify(db.value) && JSON.stringify(da.stable) === JSON.stringify(da.value) && (da.get('card') as { qty?: number }).qty === 2)
+    const card = da.value.card as { name: string; done: boolean; qty: number }
+    expect(['eggs milk', 'milkeggs ']).toContain(card.name)
+    expect(card).toMatchObject({ done: false, qty: 2 })
+    expect(da.value.title).toBe('Groceries')
+    // A delete concurrent with an edit inside the deleted card: the card stays deleted; made again, it is fresh.
+    await Promise.all([da.delete('card'), cb.text('name').insert(0, 'x')])
+    await until('the delete settles', () => JSON.stringify(da.stable) === JSON.stringify(db.stable) && db.stable.card === undefined && da.value.card === undefined)
+    expect(da.map('card').value).toEqual({})
+    await until('the fresh card settles', () => JSON.stringify(db.stable) === JSON.stringify(da.stable) && db.stable.card !== undefined)
+    expect(db.stable.card).toEqual({})
+    await expect(da.set('', 1)).rejects.toMatchObject({ reason: 'malformed' })
+    stop()
+  })
+})
