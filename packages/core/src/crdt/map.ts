@@ -34,7 +34,17 @@ export const MAX_FIELD_CHARS = 128
 export const MAX_STAMP_JUMP = 1_000_000
 
 /** What a field holds: a plain value, or a nested object (its declaration's wire form and generation). */
-export type MapEntry = { readonly value: RegisterValue } | { readonly object: readonly unknown[]; readonly gen: number }
+export type MapEntry =
+  | {
+      /** The plain value. */
+      readonly value: RegisterValue
+    }
+  | {
+      /** The nested object's declaration, in its wire form. */
+      readonly object: readonly unknown[]
+      /** Its generation (see {@link nestedKey}). */
+      readonly gen: number
+    }
 
 interface Write {
   readonly op: Exclude<MapOp, readonly ['u']>
@@ -97,6 +107,7 @@ export function validateMapBounds(b: MapBounds): string | null {
  */
 export class CollabMap implements Crdt<MapOp, Record<string, MapEntry>> {
   readonly type = 'map' as const
+  /** The declared invariants. */
   readonly bounds: MapBounds
   private readonly fields = new Map<string, Field>()
   /** Which field each withdrawable write is on, by tag. */

@@ -160,6 +160,7 @@ function codePoints(s: string): string[] {
  */
 export class CollabText implements Crdt<TextOp, string> {
   readonly type = 'text' as const
+  /** The declared invariants. */
   readonly bounds: TextBounds
   private readonly order = new FugueOrder<Cell>({ ch: '', deleters: undefined })
   private readonly runs = new Map<string, Run>()

@@ -78,7 +78,13 @@ export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 
  * exports one; the replica, deltas, Merkle leaves and the SDK go through
  * the registry (index.ts) and never switch on type names.
  */
-export interface ObjectType<D extends { readonly type: CrdtTypeName }, C> {
+export interface ObjectType<
+  D extends {
+    /** The type's name. */
+    readonly type: CrdtTypeName
+  },
+  C,
+> {
   /** The `type` of its declarations. */
   readonly name: D['type']
   /** The first element of its declaration's wire form. */
