@@ -1,9 +1,10 @@
 import {
   asGeneric,
   compactOps,
-  continuesRun,
-  renameTextOp,
-  type TextOp,
+  joinRun,
+  namesElements,
+  renameOp,
+  runLength,
   type AnyCrdt,
   type AnyOp,
   type Declaration,
@@ -122,7 +123,7 @@ export function compileBatch(batch: DraftBatch, observed: (key: string, e: SetEl
       entry.ops = entry.ops.filter((op) => !(Array.isArray(op) && op[0] === 'a' && op[1] === e))
       const tags = observed(item.key, e)
       if (tags.length > 0) entry.ops.push(['r', e, tags])
-    } else if (item.decl.type === 'text') addTextDraft(entry, item.intent as TextOp, names.tagOf(item))
+    } else if (namesElements(item.decl)) addNamingDraft(entry, item.decl, item.intent, names.tagOf(item))
     else entry.ops.push(item.intent)
   }
   const updates: Array<{ key: string; decl: Declaration; ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }> = []
@@ -143,7 +144,7 @@ export function compileBatch(batch: DraftBatch, observed: (key: string, e: SetEl
     const here = places.get(tag)
     return here ? { tag: `^${here.n}`, shift: here.shift } : names.renamed(tag)
   }
-  const named = (decl: Declaration, op: AnyOp): AnyOp => (decl.type === 'text' ? renameTextOp(op as TextOp, rename) : op)
+  const named = (decl: Declaration, op: AnyOp): AnyOp => renameOp(decl, op, rename)
   const safe: SafeGroup[] = batch.safe.map((g) => ({
     atomic: true,
     updates: g.items.map((item) => ({
@@ -155,18 +156,19 @@ export function compileBatch(batch: DraftBatch, observed: (key: string, e: SetEl
   return { updates: updates.map(({ key, decl, ops }) => ({ key, decl, ops: ops.map((op) => named(decl, op)) })), safe, places }
 }
 
-/** Adds a text draft to its object's ops: typing that continues the last insert joins its run. */
-function addTextDraft(entry: { ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }, op: TextOp, tag: string): void {
+/** Adds a draft of an element-naming type (text, list) to its object's ops: typing that continues the last insert joins its run. */
+function addNamingDraft(entry: { ops: AnyOp[]; drafts: Map<string, { i: number; shift: number }> }, decl: Declaration, op: AnyOp, tag: string): void {
   const i = entry.ops.length - 1
-  const last = entry.ops[i] as TextOp | undefined
-  if (last?.[0] === 'i' && op[0] === 'i') {
-    // The run's last character is the last one of the draft placed furthest into it.
+  const last = entry.ops[i]
+  const length = last === undefined ? 0 : runLength(decl, last)
+  if (last !== undefined && length > 0) {
+    // The run's last element is the last one of the draft placed furthest into it.
     let end: { tag: string; shift: number } | undefined
     for (const [t, at] of entry.drafts) if (at.i === i && (!end || at.shift > end.shift)) end = { tag: t, shift: at.shift }
-    const length = [...last[4]].length
-    if (end && continuesRun(last, `${end.tag}.${length - 1 - end.shift}`, op)) {
+    const joined = end && joinRun(decl, last, `${end.tag}.${length - 1 - end.shift}`, op)
+    if (joined) {
       entry.drafts.set(tag, { i, shift: length })
-      entry.ops[i] = ['i', last[1], last[2], last[3], last[4] + op[4]]
+      entry.ops[i] = joined
       return
     }
   }

@@ -176,8 +176,8 @@ export class MapHandle extends Handle {
   }
 }
 
-/** A nested object's value as plain data: a map's fields resolved in turn, anything else as its CRDT's value. */
-function plainObject(key: string, decl: readonly unknown[], read: (key: string) => AnyCrdt | undefined): unknown {
+/** @internal A nested object's value as plain data: a map's fields resolved in turn, anything else as its CRDT's value. */
+export function plainObject(key: string, decl: readonly unknown[], read: (key: string) => AnyCrdt | undefined): unknown {
   const crdt = read(key) ?? createCrdt(decodeDeclaration(decl))
   if (!(crdt instanceof CollabMap)) return crdt.value()
   const out: Record<string, unknown> = {}

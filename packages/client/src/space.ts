@@ -25,6 +25,7 @@ import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
+import { ListHandle } from './list-handle.ts'
 import { MapHandle } from './map-handle.ts'
 import { TextHandle } from './text-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
@@ -99,7 +100,7 @@ export interface Upstream {
   now?(): number
 }
 
-type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle
+type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle
 
 /**
  * The params of `boundedCounter`: exactly one bound and the initial value.
@@ -360,6 +361,22 @@ export class Space {
     checkObjectOptions(key, 'map', options, ['maxKeys'], 'map(key, { maxKeys })')
     const bounds = options.maxKeys === undefined ? {} : { maxKeys: options.maxKeys }
     return this.open(key, { type: 'map', bounds }, (d) => new MapHandle(this.host, key, d, this), options) as MapHandle
+  }
+
+  /**
+   * An ordered list (as Y.Array) whose elements also move: plain values, or
+   * nested maps and texts (`insertMap`, `insertText`). Concurrent inserts at
+   * one place never interleave; concurrent moves of one element never
+   * duplicate or lose it. The same handle on every call with the same key.
+   *
+   * @param key 1 to 256 characters, unique within the space.
+   * @param options `maxLength`: the stable list never holds more elements (an insert past it is rejected with `invariant`). `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxLength`; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
+   */
+  list<T extends RegisterValue = RegisterValue>(key: string, options: { maxLength?: number } & ObjectOptions = {}): ListHandle<T> {
+    checkObjectOptions(key, 'list', options, ['maxLength'], 'list(key, { maxLength })')
+    const bounds = options.maxLength === undefined ? {} : { maxLength: options.maxLength }
+    return this.open(key, { type: 'list', bounds }, (d) => new ListHandle<T>(this.host, key, d, this), options) as unknown as ListHandle<T>
   }
 
   private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, { freshness }: ObjectOptions): AnyHandle {

@@ -1,6 +1,6 @@
 import 'fake-indexeddb/auto'
 import { afterEach, describe, expect, it } from 'vitest'
-import { createClient, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
+import { createClient, memoryStorage, type MapHandle, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -110,6 +110,46 @@ describe('space.map', () => {
     await until('the fresh card settles', () => JSON.stringify(db.stable) === JSON.stringify(da.stable) && db.stable.card !== undefined)
     expect(db.stable.card).toEqual({})
     await expect(da.set('', 1)).rejects.toMatchObject({ reason: 'malformed' })
+    stop()
+  })
+})
+
+describe('space.list: the shared to-do list that lost edits with sets and registers', () => {
+  it('keeps concurrent renames and toggles of one item, moves each item once, and ends identical', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const a = await client(c)
+    const b = await client(c)
+    const la = a.list('todos')
+    const lb = b.list('todos')
+    for (const title of ['milk', 'eggs', 'bread']) {
+      const item = la.insertMap(la.length)
+      void item.text('title').insert(0, title)
+      void item.set('done', false)
+    }
+    await until('b sees the items', () => JSON.stringify(lb.value) === JSON.stringify(la.value) && lb.length === 3)
+    // A renames 'eggs' while B ticks it; both move 'bread' to the top at once; B also moves 'milk' last.
+    await Promise.all([
+      (la.mapAt(1) as MapHandle).text('title').insert(4, ' (6)'),
+      (lb.mapAt(1) as MapHandle).set('done', true),
+      la.move(2, 0),
+      lb.move(2, 0),
+      lb.move(1, 2),
+    ])
+    await until('both converge', () => JSON.stringify(la.value) === JSON.stringify(lb.value) && JSON.stringify(la.stable) === JSON.stringify(la.value))
+    const items = la.value as Array<{ title: string; done: boolean }>
+    expect(items.map((i) => i.title).sort()).toEqual(['bread', 'eggs (6)', 'milk'])
+    expect(items[0]?.title).toBe('bread')
+    expect(items.find((i) => i.title === 'eggs (6)')?.done).toBe(true)
+    // Plain values, a delete and malformed calls.
+    const tags = a.list<string>('tags', { maxLength: 3 })
+    await tags.insert(0, ['a', 'b', 'c'])
+    expect(await tags.push('d', { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    await tags.delete(1)
+    expect(tags.value).toEqual(['a', 'c'])
+    await expect(tags.move(0, 5)).rejects.toMatchObject({ reason: 'malformed' })
+    await expect(tags.insert(0, [])).rejects.toMatchObject({ reason: 'malformed' })
     stop()
   })
 })

@@ -3,6 +3,7 @@ import { boundedCounterType, type BoundedCounter, type BoundedCounterDeclaration
 import { counterType, type CounterDeclaration, type CounterOp, type PNCounter } from './counter.ts'
 import { registerType, type LWWRegister, type RegisterDeclaration, type RegisterOp } from './register.ts'
 import { setType, type ORSet, type SetDeclaration, type SetOp } from './set.ts'
+import { listType, type CollabList, type ListDeclaration, type ListOp } from './list.ts'
 import { mapType, type CollabMap, type MapDeclaration, type MapOp } from './map.ts'
 import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
 import type { Crdt, ObjectType } from './types.ts'
@@ -14,6 +15,7 @@ export * from './register.ts'
 export * from './bounded-counter.ts'
 export * from './text.ts'
 export * from './map.ts'
+export * from './list.ts'
 
 /**
  * What an object is: its type and declared invariants. The first committed
@@ -21,20 +23,20 @@ export * from './map.ts'
  * key differently are rejected with 'type-mismatch', so a client cannot
  * weaken an invariant by declaring it its own way.
  */
-export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration
+export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration | ListDeclaration
 
 /** An operation of any object type (which one is known from the declaration it comes with). */
-export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp
+export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp | ListOp
 /** A CRDT of any object type; narrow on `type`. */
-export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap
+export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap | CollabList
 
-/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys]. */
+/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys] | ['l', maxLength]. */
 export type EncodedDeclaration = readonly unknown[]
 
 type AnyType = ObjectType<Declaration, AnyCrdt>
 
 /** The registry: every object type, one module each. Adding a type is adding its module here. */
-const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType] as unknown as AnyType[]
+const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType, listType] as unknown as AnyType[]
 const byName = new Map(TYPES.map((t) => [t.name, t]))
 const byCode = new Map(TYPES.map((t) => [t.code, t]))
 
@@ -106,6 +108,30 @@ export function asGeneric(c: AnyCrdt): Crdt<AnyOp, unknown> {
 export function compactOps(d: Declaration, ops: readonly AnyOp[]): AnyOp[] {
   const t = typeOf(d)
   return t.compact ? (t.compact(ops) as AnyOp[]) : [...ops]
+}
+
+/**
+ * An op of `d`'s type with the draft tags it names renamed (see
+ * ObjectType.rename); ops of types that name no elements come back as they are.
+ */
+export function renameOp(d: Declaration, op: AnyOp, rename: (tag: string) => { tag: string; shift: number } | undefined): AnyOp {
+  const t = typeOf(d)
+  return t.rename ? (t.rename(op, rename) as AnyOp) : op
+}
+
+/** Whether ops of `d`'s type name elements that other ops made (text, list): their drafts' names need renaming when signed. */
+export function namesElements(d: Declaration): boolean {
+  return typeOf(d).rename !== undefined
+}
+
+/** How many elements an op of `d`'s type makes (see ObjectType.runLength). */
+export function runLength(d: Declaration, op: AnyOp): number {
+  return typeOf(d).runLength?.(op) ?? 0
+}
+
+/** `prev` and `next` as one op when `next` continues `prev`'s run (see ObjectType.joinRun), else undefined. */
+export function joinRun(d: Declaration, prev: AnyOp, lastId: string, next: AnyOp): AnyOp | undefined {
+  return typeOf(d).joinRun?.(prev, lastId, next) as AnyOp | undefined
 }
 
 /** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */

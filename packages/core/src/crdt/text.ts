@@ -78,7 +78,7 @@ function resolveId(id: string, ctx: OpContext): string {
 }
 
 /** `op` with the ids it names resolved against `ctx` (see resolveTag). */
-function resolveOp(op: TextOp, ctx: OpContext): TextOp {
+export function resolveTextOp(op: TextOp, ctx: OpContext): TextOp {
   if (op[0] === 'i') return op[1].startsWith('^') || op[3].startsWith('^') ? ['i', resolveId(op[1], ctx), op[2], resolveId(op[3], ctx), op[4]] : op
   return op[1].some((r) => r[0].startsWith('^')) ? [op[0], op[1].map((r): TextRange => [resolveTag(r[0], ctx), r[1], r[2]])] : op
 }
@@ -117,7 +117,8 @@ export function continuesRun(prev: TextOp, lastId: string, next: TextOp): boolea
   return next[1] === lastId && next[3] === chainOrigin
 }
 
-function validRanges(ranges: unknown): string | null {
+/** What is wrong with the ranges a delete names, or null. */
+export function validateRanges(ranges: unknown): string | null {
   if (!Array.isArray(ranges) || ranges.length === 0 || ranges.length > MAX_TEXT_DELETE_RANGES) return `a delete names 1 to ${MAX_TEXT_DELETE_RANGES} ranges`
   for (const r of ranges) {
     if (!Array.isArray(r) || r.length !== 3 || typeof r[0] !== 'string' || !validTag(r[0])) return 'a delete range is [tag, from, count]'
@@ -131,14 +132,19 @@ export function validateTextOp(op: unknown): string | null {
   if (!Array.isArray(op)) return 'text op must be an array'
   if (op[0] === 'i') {
     if (op.length !== 5) return "text insert must be ['i', parent, side, rightOrigin, text]"
-    if (!validId(op[1], true)) return 'text insert parent must be a slot id or ""'
-    if (op[2] !== 0 && op[2] !== 1) return 'text insert side must be 0 or 1'
-    if (!validId(op[3], true) || (op[2] === 0 && op[3] !== '')) return 'text insert right origin must be a slot id or "" (always "" on the left side)'
     if (typeof op[4] !== 'string' || op[4].length === 0) return 'text insert needs a non-empty string'
-    return null
+    return validatePlacement(op[1], op[2], op[3])
   }
-  if (op[0] === 'd') return op.length === 2 ? validRanges(op[1]) : "text delete must be ['d', ranges]"
+  if (op[0] === 'd') return op.length === 2 ? validateRanges(op[1]) : "text delete must be ['d', ranges]"
   return `unknown text op ${JSON.stringify(op[0])}`
+}
+
+/** What is wrong with an insert's placement (parent, side, right origin), or null. */
+export function validatePlacement(parent: unknown, side: unknown, rightOrigin: unknown): string | null {
+  if (!validId(parent, true)) return 'an insert parent must be a slot id or ""'
+  if (side !== 0 && side !== 1) return 'an insert side must be 0 or 1'
+  if (!validId(rightOrigin, true) || (side === 0 && rightOrigin !== '')) return 'an insert right origin must be a slot id or "" (always "" on the left side)'
+  return null
 }
 
 /** What is wrong with text bounds, or null. */
@@ -216,11 +222,11 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   tryApply(op: TextOp, ctx: OpContext): ApplyResult {
-    const problem = op[0] === 'D' ? validRanges(op[1]) : validateTextOp(op)
+    const problem = op[0] === 'D' ? validateRanges(op[1]) : validateTextOp(op)
     if (problem) return invalid(problem)
     const max = this.bounds.maxLength
     if (max !== undefined) {
-      const grows = this.growth(resolveOp(op, ctx), ctx)
+      const grows = this.growth(resolveTextOp(op, ctx), ctx)
       if (this.order.length + grows > max) return violates(`text would exceed its maximum length ${max}`)
     }
     this.apply(op, ctx)
@@ -229,7 +235,7 @@ export class CollabText implements Crdt<TextOp, string> {
 
   apply(op: TextOp, ctx: OpContext): void {
     this.cached = undefined
-    const resolved = resolveOp(op, ctx)
+    const resolved = resolveTextOp(op, ctx)
     if (resolved[0] === 'i') return this.insert(resolved, ctx)
     for (const [tag, from, count] of resolved[1]) {
       if (resolved[0] === 'd') this.hide(tag, from, count, ctx.tag)
@@ -397,4 +403,10 @@ export const textType: ObjectType<TextDeclaration, CollabText> = {
   create: (d) => new CollabText(d.bounds),
   restore: (d, snap) => CollabText.fromSnapshot(d.bounds, snap as ReturnType<CollabText['snapshot']>),
   hasInvariants: (d) => d.bounds.maxLength !== undefined,
+  rename: (op, rename) => renameTextOp(op as TextOp, rename),
+  runLength: (op) => ((op as TextOp)[0] === 'i' ? codePoints((op as Extract<TextOp, readonly ['i', ...unknown[]]>)[4]).length : 0),
+  joinRun(prev, lastId, next) {
+    const [p, n] = [prev as TextOp, next as TextOp]
+    return p[0] === 'i' && n[0] === 'i' && continuesRun(p, lastId, n) ? ['i', p[1], p[2], p[3], p[4] + n[4]] : undefined
+  },
 }

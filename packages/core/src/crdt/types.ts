@@ -69,8 +69,8 @@ export interface Crdt<Op, Value> {
   invariantsHold(): boolean
 }
 
-/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map. */
-export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map'
+/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map, list. */
+export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map' | 'list'
 
 /**
  * One object type, as the registry knows it: how its declaration travels,
@@ -103,6 +103,17 @@ export interface ObjectType<
   compact?(ops: readonly unknown[]): unknown[]
   /** Whether the declaration has invariants a prospective view must respect. */
   hasInvariants(d: D): boolean
+  /**
+   * For types whose ops name elements made by other ops (`${tag}.${k}`): the
+   * op with the tags it names renamed (`rename` gives a tag's new name and
+   * how far its offsets move, or undefined to keep it). A client turns the
+   * names of its unsigned drafts into envelope names with it.
+   */
+  rename?(op: unknown, rename: (tag: string) => { tag: string; shift: number } | undefined): unknown
+  /** How many elements an op makes (named `${tag}.0` on), or 0. */
+  runLength?(op: unknown): number
+  /** `prev` and `next` as one op when `next` continues `prev`'s run as typing does (`lastId`: the id of prev's last element), else undefined. */
+  joinRun?(prev: unknown, lastId: string, next: unknown): unknown
 }
 
 /** A declaration's wire form when it is its type's optional bounds in order: `[code, ...bounds]`, null for an absent one. */
