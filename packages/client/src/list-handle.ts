@@ -1,6 +1,6 @@
 import { CollabList, SteadError, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type ListEntry, type ListOp, type RegisterValue } from '@stead/core'
 import { Handle, guarded, type HandleHost } from './handles.ts'
-import { plainObject, type MapHandle, type NestedOpener } from './map-handle.ts'
+import { plainObject, subscribeDeep, type MapHandle, type NestedOpener } from './map-handle.ts'
 import type { TextHandle } from './text-handle.ts'
 import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
 
@@ -38,6 +38,15 @@ export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle 
   /** The stable list as plain data (see `value`), within `maxLength`. */
   get stable(): unknown[] {
     return this.plain(this.host.stable(this.key) as CollabList | undefined, (k) => this.host.stable(k))
+  }
+
+  /**
+   * Calls `listener` whenever the list or any object nested in it may have
+   * changed; `subscribe` hears the list's own elements only. Returns the
+   * unsubscribe function.
+   */
+  subscribeDeep(listener: () => void): () => void {
+    return subscribeDeep(this.host, this.key, listener)
   }
 
   /** Prospective length. */

@@ -1,4 +1,4 @@
-import { CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
+import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
 import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
 import type { TextHandle } from './text-handle.ts'
 import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
@@ -40,6 +40,15 @@ export class MapHandle extends Handle {
   /** The stable map as plain data (see `value`), within `maxKeys`. */
   get stable(): Record<string, unknown> {
     return this.plain(this.host.stable(this.key) as CollabMap | undefined, (k) => this.host.stable(k))
+  }
+
+  /**
+   * Calls `listener` whenever the map or any object nested in it may have
+   * changed (as Y.Map's observeDeep); `subscribe` hears the map's own
+   * fields only. Returns the unsubscribe function.
+   */
+  subscribeDeep(listener: () => void): () => void {
+    return subscribeDeep(this.host, this.key, listener)
   }
 
   /** The fields that hold something, prospectively. */
@@ -173,6 +182,48 @@ export class MapHandle extends Handle {
   private plainEntry(field: string, entry: MapEntry, read: (key: string) => AnyCrdt | undefined): unknown {
     if ('value' in entry) return entry.value
     return plainObject(nestedKey(this.key, field, entry.gen, entry.object), entry.object, read)
+  }
+}
+
+/** @internal The keys of every object nested (at any depth) in the object keyed `key`, as `read` has them. */
+export function nestedKeysOf(key: string, read: (key: string) => AnyCrdt | undefined, out = new Set<string>()): Set<string> {
+  const crdt = read(key)
+  const children: Array<[string, readonly unknown[]]> = []
+  if (crdt instanceof CollabMap) for (const [field, e] of Object.entries(crdt.value())) if ('object' in e) children.push([nestedKey(key, field, e.gen, e.object), e.object])
+  if (crdt instanceof CollabList) for (const e of crdt.value()) if ('object' in e) children.push([nestedKey(key, e.name, 1, e.object), e.object])
+  for (const [child] of children) {
+    if (out.has(child)) continue
+    out.add(child)
+    nestedKeysOf(child, read, out)
+  }
+  return out
+}
+
+/**
+ * @internal Calls `listener` on any change of the object keyed `key` or of
+ * any object nested in it (prospective or stable), following nested
+ * objects as they come and go. Returns the unsubscribe function.
+ */
+export function subscribeDeep(host: HandleHost, key: string, listener: () => void): () => void {
+  const subs = new Map<string, () => void>()
+  const sync = (): void => {
+    const keys = nestedKeysOf(key, (k) => host.prospective(k), nestedKeysOf(key, (k) => host.stable(k)))
+    keys.add(key)
+    for (const k of keys) if (!subs.has(k)) subs.set(k, host.subscribe(k, onChange))
+    for (const [k, off] of subs) {
+      if (keys.has(k)) continue
+      off()
+      subs.delete(k)
+    }
+  }
+  const onChange = (): void => {
+    sync()
+    listener()
+  }
+  sync()
+  return () => {
+    for (const off of subs.values()) off()
+    subs.clear()
   }
 }
 

@@ -7,11 +7,11 @@
  * @module @stead/react
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
-import type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
 import { memoSnapshot, type Subscribable } from './store.ts'
 
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
-export type { BoundedCounterHandle, ClientStatus, CounterHandle, RegisterHandle, SetHandle, Space } from '@stead/client'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
 
 /** What an OR-Set may hold (as the SDK declares it): strings and finite numbers. */
 export type SetElement = Parameters<SetHandle['add']>[0]
@@ -169,6 +169,83 @@ export function useRegister<T extends RegisterValue = RegisterValue>(key: string
   const handle = useSpace().register<T>(key, options)
   const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
   return { ...snap, handle }
+}
+
+/** What `useText` returns. */
+export interface TextState {
+  /** Prospective text: this device's edits at once. */
+  readonly value: string
+  /** Stable text. */
+  readonly stable: string
+  /** The handle, for edits (`handle.insert(i, 'x')`, `handle.delete(i, n)`). */
+  readonly handle: TextHandle
+}
+
+/**
+ * A collaborative text of the nearest space: its prospective and stable
+ * text, re-rendering on each change.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type or has another `maxLength`.
+ */
+export function useText(key: string, options?: Parameters<Space['text']>[1]): TextState {
+  const handle = useSpace().text(key, options)
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  return { ...snap, handle }
+}
+
+/** What `useMap` returns. */
+export interface MapState {
+  /** The prospective map as plain data, nested objects included. */
+  readonly value: Readonly<Record<string, unknown>>
+  /** The stable map as plain data. */
+  readonly stable: Readonly<Record<string, unknown>>
+  /** The handle, for edits (`handle.set(f, v)`, `handle.map(f)`, `handle.text(f)`). */
+  readonly handle: MapHandle
+}
+
+/**
+ * A map of the nearest space, nested objects included: its prospective and
+ * stable values as plain data, re-rendering when it or anything nested in
+ * it changes.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type or has another `maxKeys`.
+ */
+export function useMap(key: string, options?: Parameters<Space['map']>[1]): MapState {
+  const handle = useSpace().map(key, options)
+  const snap = useHandle(deep(handle), () => ({ value: handle.value, stable: handle.stable }))
+  return { ...snap, handle }
+}
+
+/** What `useList` returns. */
+export interface ListState<T> {
+  /** The prospective list as plain data, nested objects included. */
+  readonly value: readonly T[]
+  /** The stable list as plain data. */
+  readonly stable: readonly T[]
+  /** The handle, for edits (`handle.insert(i, [v])`, `handle.move(a, b)`, `handle.delete(i)`). */
+  readonly handle: ListHandle
+}
+
+/**
+ * A list of the nearest space, nested objects included: its prospective
+ * and stable values as plain data, re-rendering when it or anything nested
+ * in it changes.
+ *
+ * @throws SteadError `type-mismatch` if the key is another type or has another `maxLength`.
+ */
+export function useList<T = unknown>(key: string, options?: Parameters<Space['list']>[1]): ListState<T> {
+  const handle = useSpace().list(key, options)
+  const snap = useHandle(deep(handle), () => ({ value: handle.value as T[], stable: handle.stable as T[] }))
+  return { ...snap, handle }
+}
+
+const deepViews = new WeakMap<object, Subscribable>()
+
+/** The handle seen through its deep subscription (one view per handle, so hooks keep their identity). */
+function deep(handle: MapHandle | ListHandle): Subscribable {
+  let view = deepViews.get(handle)
+  if (!view) deepViews.set(handle, (view = { subscribe: (listener: () => void) => handle.subscribeDeep(listener) }))
+  return view
 }
 
 /**
