@@ -122,6 +122,7 @@ type Event =
   | { kind: 'connect'; node: number; epoch: number; peer: number }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
+  | { kind: 'junk'; index: number }
   | { kind: 'chaos'; action: () => void | Promise<void> }
 
 /**
@@ -324,7 +325,7 @@ class Simulation {
     this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
     this.honestSet = new Set(this.honestIds)
-    this.workloadEnvelopes = new Map([...workload.honest.flat(), ...workload.twins.flat()].map((e) => [e.idHex, e]))
+    this.workloadEnvelopes = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
     for (let i = 0; i < options.relays; i++) {
       const host: Host = {
@@ -626,6 +627,9 @@ class Simulation {
       next[c] = (next[c] as number) + 1
     }
     this.workload.twins.forEach((_, i) => this.queue.push(Math.min(this.duration * 0.6, this.rng.exp(gap) * (i + 1) * 3), { kind: 'twin', index: i }))
+    // Timed by their own generator: the rest of the run's schedule is the same with or without them.
+    const junkRng = new Rng(this.options.seed ^ 0x6a6e6b)
+    this.workload.junk.forEach((_, i) => this.queue.push(Math.min(this.duration * 0.6, junkRng.exp(gap) * (i + 1) * 5), { kind: 'junk', index: i }))
   }
 
   // ---- events ----
@@ -659,6 +663,9 @@ class Simulation {
         return
       case 'chaos':
         await ev.action()
+        return
+      case 'junk':
+        this.deliverEnvelope(ev.index % this.options.relays, this.workload.junk[ev.index] as Envelope)
         return
       case 'twin': {
         // The Byzantine client sends each twin to a different relay.

@@ -1,4 +1,4 @@
-import { authorIdOf, clockFrom, clockInit, composeClock, sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
+import { CollabList, CollabMap, CollabText, MAX_STAMP_JUMP, asGeneric, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -7,12 +7,60 @@ export const SPACE = 'sim'
 const ACCOUNTS: Declaration = { type: 'counter', bounds: { min: 0 } }
 const GUESTS: Declaration = { type: 'set', bounds: { maxSize: 8 } }
 const SEATS: Declaration = { type: 'bounded-counter', params: { min: 0, initial: 20 } }
+const DOC: Declaration = { type: 'text', bounds: { maxLength: 200 } }
+const TODO: Declaration = { type: 'list', bounds: { maxLength: 12 } }
+const META: Declaration = { type: 'map', bounds: { maxKeys: 4 } }
+
+/**
+ * The documents as every client had seen them when it made its next edit
+ * (the workload is signed up front): edits are made against these views,
+ * then applied to them under their envelope's tags. The relays order the
+ * envelopes as the run gives, so the audit meets edits before the ones they
+ * are placed against, and invariants (maxLength, maxKeys) that reject some.
+ */
+class Documents {
+  readonly views = new Map<string, AnyCrdt>([
+    ['doc', new CollabText(DOC.type === 'text' ? DOC.bounds : {})],
+    ['todo', new CollabList(TODO.type === 'list' ? TODO.bounds : {})],
+    ['meta', new CollabMap(META.type === 'map' ? META.bounds : {})],
+  ])
+
+  edit(rng: Rng, user: number): ObjectUpdate {
+    const text = this.views.get('doc') as CollabText
+    const list = this.views.get('todo') as CollabList
+    const map = this.views.get('meta') as CollabMap
+    switch (rng.int(0, 4)) {
+      case 0:
+        return { key: 'doc', decl: DOC, ops: [text.insertOp(rng.int(0, text.length), rng.pick(['a', 'bc', 'def ', 'é😀']))] }
+      case 1:
+        return text.length > 0 ? { key: 'doc', decl: DOC, ops: [text.deleteOp(rng.int(0, text.length - 1), rng.int(1, 3)) as never] } : { key: 'doc', decl: DOC, ops: [text.insertOp(0, 'x')] }
+      case 2:
+        return { key: 'todo', decl: TODO, ops: [list.insertOp(rng.int(0, list.length), [`t${user}`])] }
+      case 3:
+        return list.length > 1 ? { key: 'todo', decl: TODO, ops: [list.moveOp(rng.int(0, list.length - 1), rng.int(0, list.length - 1)) as never] } : { key: 'todo', decl: TODO, ops: [list.insertOp(0, ['first'])] }
+      default:
+        return { key: 'meta', decl: META, ops: [['s', rng.pick(['a', 'b', 'c', 'd', 'e']), user, map.nextStamp()]] }
+    }
+  }
+
+  /** Applies a signed envelope's document ops to the views, under the tags every replica gives them. */
+  seen(env: Envelope): void {
+    for (const unit of envelopeUnits(env)) {
+      for (const item of unit.kind === 'op' ? [unit] : unit.items) {
+        const view = this.views.get(item.key)
+        if (view && (item.decl.type === 'text' || item.decl.type === 'list' || item.decl.type === 'map')) asGeneric(view).apply(item.op, { replica: env.authorId, tag: item.tag })
+      }
+    }
+  }
+}
 
 export interface Workload {
   /** Honest clients' envelopes, each list in sequence order. */
   readonly honest: readonly (readonly Envelope[])[]
   /** A Byzantine client's equivocations: two envelopes for each of its sequence numbers. */
   readonly twins: ReadonlyArray<readonly [Envelope, Envelope]>
+  /** The Byzantine client's malformed document edits (envelopes that parse, with ops no honest client makes). */
+  readonly junk: readonly Envelope[]
 }
 
 async function identity(label: string) {
@@ -20,11 +68,11 @@ async function identity(label: string) {
   return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
 }
 
-function randomParts(rng: Rng, user: number, seq: number): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
+function randomParts(rng: Rng, user: number, seq: number, docs: Documents): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
   const acct = (i: number) => `acct:${i}`
   const updates: ObjectUpdate[] = []
   const safe: SafeGroup[] = []
-  switch (rng.int(0, 4)) {
+  switch (rng.int(0, 6)) {
     case 0:
       updates.push({ key: acct(rng.int(0, 2)), decl: ACCOUNTS, ops: [rng.int(1, 20)] })
       break
@@ -41,9 +89,12 @@ function randomParts(rng: Rng, user: number, seq: number): { updates: ObjectUpda
     case 3:
       updates.push({ key: 'guests', decl: GUESTS, ops: [['a', `u${user}-${seq % 12}`]] })
       break
-    default:
+    case 4:
       safe.push({ atomic: false, updates: [{ key: 'seats', decl: SEATS, op: ['c', rng.int(1, 3)] }] })
       updates.push({ key: 'seats', decl: SEATS, ops: [['d', 1]] })
+      break
+    default:
+      updates.push(docs.edit(rng, user))
   }
   return { updates, safe }
 }
@@ -51,6 +102,7 @@ function randomParts(rng: Rng, user: number, seq: number): { updates: ObjectUpda
 /** Signs every client envelope of a run up front: the event loop itself stays synchronous. */
 export async function prepareWorkload(seed: number, clients: number, perClient: number, byzantineClient: boolean): Promise<Workload> {
   const rng = new Rng(seed ^ 0x5eed)
+  const docs = new Documents()
   const honest: Envelope[][] = []
   const ids = await Promise.all(Array.from({ length: clients }, (_, c) => identity(`sim-client-${c}`)))
   for (let c = 0; c < clients; c++) honest.push([])
@@ -64,10 +116,13 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
       const heard = clients > 1 ? (honest[(c + clients - 1) % clients] as Envelope[]).at(-1) : undefined
       const prev = mine.at(-1)
       const { base, clock } = composeClock(authorIdOf(nodeCrypto, me.publicKey), prev, heard ? [heard] : [], 0, () => 0)
-      mine.push(await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, base, clock, deps: heard ? [heard.id] : [], ...randomParts(rng, c, seq) }))
+      const env = await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, base, clock, deps: heard ? [heard.id] : [], ...randomParts(rng, c, seq, docs) })
+      docs.seen(env)
+      mine.push(env)
     }
   }
   const twins: Array<[Envelope, Envelope]> = []
+  const junk: Envelope[] = []
   if (byzantineClient) {
     const evil = await identity('sim-byzantine-client')
     for (let seq = 1; seq <= Math.max(2, perClient >> 1); seq++) {
@@ -84,6 +139,18 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
       })
       twins.push([a, b])
     }
+    // Malformed document edits that parse: a text anchored to no character, a delete of a whole
+    // tag's range, a move of an element that never existed, a map stamp far ahead (clock-ahead).
+    const bad: ObjectUpdate[] = [
+      { key: 'doc', decl: DOC, ops: [['i', 'nowhere:0.0', 1, '', 'ghost']] },
+      { key: 'doc', decl: DOC, ops: [['d', [['nowhere:1', 0, 2 ** 31 - 1]]]] },
+      { key: 'todo', decl: TODO, ops: [['m', 'nowhere:2.0', '', 1, '', 1]] },
+      { key: 'meta', decl: META, ops: [['s', 'a', 'evil', 3 * MAX_STAMP_JUMP]] },
+    ]
+    const seq0 = Math.max(2, perClient >> 1)
+    for (const [i, u] of bad.entries()) {
+      junk.push(await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq: seq0 + 1 + i, clock: clockInit(), deps: [], updates: [u], safe: [] }))
+    }
   }
-  return { honest, twins }
+  return { honest, twins, junk }
 }
