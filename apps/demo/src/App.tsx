@@ -1,4 +1,5 @@
 import { ClusterPanel } from './components/ClusterPanel.tsx'
+import { Notes } from './components/Notes.tsx'
 import { OperationsLog } from './components/OperationsLog.tsx'
 import { Poll } from './components/Poll.tsx'
 import { SharedList } from './components/SharedList.tsx'
@@ -18,6 +19,7 @@ export function App() {
           <ClusterPanel />
           <Poll />
           <SharedList />
+          <Notes />
         </div>
       </main>
     </div>

@@ -41,6 +41,13 @@ export class DraftIds {
     return this.signed.get(tag)
   }
 
+  /** What an element id `${draft tag}.${k}` became once its draft was signed, or undefined. */
+  signedId(id: string): string | undefined {
+    const dot = id.lastIndexOf('.')
+    const to = dot > 0 ? this.signed.get(id.slice(0, dot)) : undefined
+    return to && `${to.tag}.${Number(id.slice(dot + 1)) + to.shift}`
+  }
+
   /** Records where a signed batch's drafts went: `prefix` names the envelope (see unitTagPrefix). */
   signedAs(places: DraftPlaces, prefix: string): void {
     for (const [draft, { n, shift }] of places) this.signed.set(draft, { tag: `${prefix}:${n}`, shift })

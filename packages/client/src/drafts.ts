@@ -76,20 +76,26 @@ export class DraftBatch {
   }
 }
 
-/** The operation an intent makes on `crdt` as it stands (a removal names the tags it sees). */
-function opOf(crdt: AnyCrdt, item: DraftItem): AnyOp {
-  return isRemove(item.intent) ? (['r', item.intent.remove, (crdt as ORSet).tagsOf(item.intent.remove)] as SetOp) : (item.intent as AnyOp)
+/**
+ * The operation an intent makes on `crdt` as it stands: a removal names the
+ * tags it sees; an op naming elements of drafts signed since it was made
+ * names them as signed (the view holds them under their real tags now).
+ */
+function opOf(crdt: AnyCrdt, item: DraftItem, names: DraftNames): AnyOp {
+  if (isRemove(item.intent)) return ['r', item.intent.remove, (crdt as ORSet).tagsOf(item.intent.remove)] as SetOp
+  return namesElements(item.decl) ? renameOp(item.decl, item.intent, (t) => names.renamed(t)) : item.intent
 }
 
 /**
- * Applies an intent to a throwaway prospective view (tags of unsigned ops
- * are local). With `checked`, only if the view's invariants still hold
- * afterwards; returns whether it applied.
+ * Applies an intent to a throwaway prospective view, under the item's own
+ * draft tag (see DraftIds). With `checked`, only if the view's invariants
+ * still hold afterwards; returns whether it applied.
  */
-export function applyIntent(crdt: AnyCrdt, item: DraftItem, replica: string, tag: string, checked = false): boolean {
-  const op = opOf(crdt, item)
-  if (checked) return asGeneric(crdt).tryApply(op, { replica, tag }).ok
-  asGeneric(crdt).apply(op, { replica, tag })
+export function applyIntent(crdt: AnyCrdt, item: DraftItem, replica: string, names: DraftNames, checked = false): boolean {
+  const op = opOf(crdt, item, names)
+  const ctx = { replica, tag: names.tagOf(item) }
+  if (checked) return asGeneric(crdt).tryApply(op, ctx).ok
+  asGeneric(crdt).apply(op, ctx)
   return true
 }
 

@@ -1,6 +1,6 @@
 import { asGeneric, createCrdt, envelopeUnits, type AnyCrdt, type AnyOp, type Declaration, type Envelope, type PendingMark, type ReliableReplica } from '@stead/core'
 import { hasInvariants } from '@stead/core'
-import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
+import { applyIntent, type DraftBatch, type DraftItem, type DraftNames } from './drafts.ts'
 import type { HeldUpdate } from './handles.ts'
 
 /** What guarded views read from their space. */
@@ -11,8 +11,8 @@ export interface GuardedSource {
   drafts(): readonly DraftBatch[]
   readonly authorId: string
   declarationOf(key: string): Declaration | undefined
-  /** The tag of an unsigned op (the same for an item every time, see DraftIds). */
-  tagOf(item: DraftItem): string
+  /** The draft tags of unsigned ops and what they became once signed (see DraftIds). */
+  readonly names: DraftNames
 }
 
 /** Prospective views of objects that atomic groups tie together, and what was held back from each. */
@@ -92,7 +92,7 @@ export class GuardedViews {
       decl: i.decl,
       op: i.intent as AnyOp,
       own: true,
-      apply: (v, checked) => applyIntent(v, i, this.source.authorId, this.source.tagOf(i), checked),
+      apply: (v, checked) => applyIntent(v, i, this.source.authorId, this.source.names, checked),
     })
     for (const batch of this.source.drafts()) {
       // Only the drafts on these keys (a batch holds up to maxBatchOps items on any keys).

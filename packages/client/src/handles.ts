@@ -44,6 +44,8 @@ export interface HandleHost {
   spendableRights(key: string, decl: Declaration): number
   authorId(): string
   now(): number
+  /** What an element id of an unsigned draft became once signed (`${tag}.${k}`, see DraftIds), or undefined. */
+  signedId(id: string): string | undefined
 }
 
 const MAX_REGISTER_BYTES = 512 * 1024

@@ -226,7 +226,7 @@ export class Space {
       drafts: () => this.allDrafts(),
       authorId: this.authorId,
       declarationOf: (key) => this.declarationOf(key),
-      tagOf: (item) => this.draftIds.tagOf(item),
+      names: this.draftIds,
     })
   }
 
@@ -667,6 +667,7 @@ export class Space {
       authorId: () => this.authorId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
       now: () => this.upstream.now?.() ?? this.now(),
+      signedId: (id) => this.draftIds.signedId(id),
     }
   }
 
@@ -748,7 +749,7 @@ export class Space {
       // A group is shown all or nothing: its views are recomputed together (see guardedViews).
       if (several) continue
       const view = this.overlay.get(item.key)
-      if (view && !applyIntent(view, item, this.authorId, this.draftIds.tagOf(item), hasInvariants(item.decl))) {
+      if (view && !applyIntent(view, item, this.authorId, this.draftIds, hasInvariants(item.decl))) {
         this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
       }
     }
@@ -847,7 +848,7 @@ export class Space {
         if (item.key !== key) continue
         view ??= createCrdt(item.decl)
         if (view.type !== item.decl.type) continue
-        applyIntent(view, item, this.authorId, this.draftIds.tagOf(item))
+        applyIntent(view, item, this.authorId, this.draftIds)
       }
     }
     if (view) this.overlay.set(key, view)
@@ -899,7 +900,7 @@ export class Space {
       }
     }
     for (const batch of this.allDrafts()) {
-      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds.tagOf(item))
+      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds)
     }
     return view.localRights(this.authorId)
   }

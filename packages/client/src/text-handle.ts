@@ -27,6 +27,23 @@ export class TextHandle extends Handle {
     return this.view()?.length ?? 0
   }
 
+  /**
+   * An anchor for code point position `index` (a cursor, a selection end):
+   * it stays beside the same character while this client and others edit.
+   * `position(anchor)` says where it is now. As Yjs's relative positions.
+   */
+  anchor(index: number): string {
+    return this.view()?.anchorAt(index) ?? ''
+  }
+
+  /** Where an anchor (see `anchor`) is now, in code points: just after the character it stays beside (0 if that is gone from this text). */
+  position(anchor: string): number {
+    const view = this.view()
+    if (!view) return 0
+    const signed = this.host.signedId(anchor)
+    return view.positionOf(anchor) ?? (signed !== undefined ? view.positionOf(signed) : undefined) ?? 0
+  }
+
   /** The prospective text. */
   override toString(): string {
     return this.value

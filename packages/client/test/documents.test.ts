@@ -1,5 +1,6 @@
 import 'fake-indexeddb/auto'
 import { afterEach, describe, expect, it } from 'vitest'
+import { nodeCrypto } from '@stead/core/node'
 import { createClient, memoryStorage, type MapHandle, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
@@ -78,6 +79,31 @@ describe('space.text', () => {
     expect(() => a.text('title')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
     stop()
   })
+})
+
+describe('typing while earlier keys are being signed', () => {
+  for (const gap of [0, 3]) {
+    it(`shows every key at once and ends right, keys ${gap} ms apart, signing taking 6 ms as WebCrypto's may`, async () => {
+      const c = new FakeCluster('notes', 4)
+      clusters.push(c)
+      const stop = c.autoCommit(15)
+      // Keys typed while a batch is signed name its characters by their draft tags; once it is
+      // signed, the view holds them under their real tags and must find them there.
+      const slow = { ...nodeCrypto, sign: async (k: Uint8Array, m: Uint8Array) => (await new Promise((r) => setTimeout(r, 6)), nodeCrypto.sign(k, m)) }
+      const cl = await createClient({ ...c.clientOptions(), storage: memoryStorage(), crypto: slow })
+      open.push(cl)
+      const ta = (await cl.space(c.space)).text('doc')
+      const tb = (await client(c)).text('doc')
+      const s = 'Hello world, typed key by key'
+      for (let i = 0; i < s.length; i++) {
+        void ta.insert(ta.length, s[i] as string)
+        expect(ta.value).toBe(s.slice(0, i + 1))
+        await new Promise((r) => setTimeout(r, gap))
+      }
+      await until('b has it, stable', () => tb.value === s && ta.stable === s && tb.stable === s)
+      stop()
+    })
+  }
 })
 
 describe('space.map', () => {

@@ -52,7 +52,7 @@ describe('guarded views', () => {
           drafts: () => drafts,
           authorId: 'me',
           declarationOf: (key) => replica.declaration(key) ?? floor,
-          tagOf: () => `~draft:${tag++}`,
+          names: { tagOf: () => `~draft:${tag++}`, renamed: () => undefined },
         }
         const kept = new GuardedViews(source)
         const seqs = [1, 1, 1]

@@ -125,6 +125,23 @@ describe('text: a FugueMax sequence of characters', () => {
     expect(draft.value()).toBe('bc')
   })
 
+  it('keeps an anchor beside its character while others insert before it and delete it', () => {
+    const t = new CollabText()
+    typeAt(t, 'a', 0, 'hello world', false)
+    const cursor = t.anchorAt(5)
+    expect(t.positionOf(cursor)).toBe(5)
+    typeAt(t, 'b', 0, '>> ', false)
+    expect(t.positionOf(cursor)).toBe(8)
+    // A concurrent insert at the cursor goes after it: the anchor stays beside 'o'.
+    typeAt(t, 'b', 8, '!', false)
+    expect(t.positionOf(cursor)).toBe(8)
+    edit(t, 'b', (x) => x.deleteOp(3, 5))
+    expect(t.value()).toBe('>> ! world')
+    expect(t.positionOf(cursor)).toBe(3)
+    expect(t.positionOf('')).toBe(0)
+    expect(t.positionOf('nope:1.0')).toBeUndefined()
+  })
+
   it('refuses what breaks maxLength on the stable path, and malformed ops', () => {
     const t = new CollabText({ maxLength: 5 })
     expect(t.tryApply(t.insertOp(0, 'hello'), ctxOf('a')).ok).toBe(true)

@@ -215,6 +215,18 @@ export class CollabText implements Crdt<TextOp, string> {
     return ranges.length ? ['d', ranges] : undefined
   }
 
+  /** An anchor for position `index`: the id of the character before it ('' at the start). It stays beside that character as others edit (see positionOf). */
+  anchorAt(index: number): string {
+    return index <= 0 ? '' : (this.order.at(index - 1)?.id ?? '')
+  }
+
+  /** Where an anchor (see anchorAt) is now: just after its character, deleted or not; undefined if this text has no such character. */
+  positionOf(anchor: string): number | undefined {
+    if (anchor === '') return 0
+    const slot = this.order.get(anchor)
+    return slot && this.order.indexOf(slot) + (slot.visible ? 1 : 0)
+  }
+
   /** The code point index of character `id` if it is visible, else undefined. */
   indexOfId(id: string): number | undefined {
     const slot = this.order.get(id)

@@ -1,0 +1,49 @@
+/**
+ * Two users type into one shared text (the demo's notes, a Stead text) in
+ * two browser contexts on a real 4-relay cluster.
+ */
+import { expect, freshSpace, openUser, test, useCluster, type User } from './fixtures.ts'
+
+const cluster = useCluster({ basePort: 7751 })
+
+test.describe('a shared text', () => {
+  let alice: User
+  let bob: User
+
+  test.beforeEach(async ({ browser }, testInfo) => {
+    const space = freshSpace(testInfo)
+    alice = await openUser(browser, cluster().urls, space, 'Alice')
+    bob = await openUser(browser, cluster().urls, space, 'Bob')
+  })
+
+  test.afterEach(async () => {
+    await alice?.close(test.info())
+    await bob?.close(test.info())
+  })
+
+  test('two pages typing into one text at once end with the same text, both words whole', async () => {
+    const a = alice.page.getByTestId('notes-text')
+    const b = bob.page.getByTestId('notes-text')
+    await a.click()
+    await alice.page.keyboard.type('Hello world')
+    await expect(a).toHaveValue('Hello world')
+    await expect(b).toHaveValue('Hello world')
+    // Alice types at the end while Bob types at the start, key by key, at the same time.
+    await b.click()
+    await bob.page.keyboard.press('Control+Home')
+    await a.click()
+    await alice.page.keyboard.press('Control+End')
+    await Promise.all([alice.page.keyboard.type(' and all', { delay: 15 }), bob.page.keyboard.type('Oh, ', { delay: 15 })])
+    await expect(a).toHaveValue('Oh, Hello world and all')
+    await expect(b).toHaveValue('Oh, Hello world and all')
+    // Typed at one place by both: their words stay whole (never interleaved letter by letter).
+    await bob.page.keyboard.press('Control+End')
+    await alice.page.keyboard.press('Control+End')
+    await Promise.all([alice.page.keyboard.type(' AAAA', { delay: 20 }), bob.page.keyboard.type(' bbbb', { delay: 20 })])
+    await expect(a).toHaveValue(/ AAAA bbbb$| bbbb AAAA$/)
+    await expect(b).toHaveValue(await a.inputValue())
+    await expect(alice.page.getByTestId('notes-stable')).toHaveAttribute('data-synced', 'true')
+    await expect(bob.page.getByTestId('notes-stable')).toHaveAttribute('data-synced', 'true')
+    await alice.screenshot('notes.png')
+  })
+})
