@@ -19,6 +19,7 @@ import {
   type SafeGroup,
   type RelayMessage,
 } from '@stead/core'
+import type { DraftPlaces } from './draft-ids.ts'
 import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from './drafts.ts'
 import { RejectedError } from './errors.ts'
 import type { ClientRecords, ForwardedRequest, StoredRequest } from './persist.ts'
@@ -30,8 +31,12 @@ import type { SafeResult } from './types.ts'
 
 /** What the leader tab tells the other tabs of a space (see tabs.ts); nothing when tabs do not share the client. */
 export interface SpaceNews {
-  /** An envelope was signed and stored (or the batch cancelled out: undefined), carrying these requests of other tabs. */
-  sealed(frame: Uint8Array | undefined, requests: readonly ForwardedRequest[]): void
+  /**
+   * An envelope was signed and stored (or the batch cancelled out:
+   * undefined), carrying these requests of other tabs; `places` says where
+   * its drafts went (other tabs' drafts among them: their views name them).
+   */
+  sealed(frame: Uint8Array | undefined, requests: readonly ForwardedRequest[], places?: DraftPlaces): void
   /** A verified envelope to show prospectively (received, or one of ours back in play after a gap). */
   received(frame: Uint8Array): void
   /** An attested commit was applied and stored. */
@@ -320,7 +325,7 @@ export class Outbox {
       batch.safe.map((g) => g.waiter),
     )
     space.batchSigned(batch, env)
-    this.o.news.sealed(frame, batch.requests)
+    this.o.news.sealed(frame, batch.requests, compiled.places)
     this.send(env.idHex)
   }
 

@@ -18,7 +18,7 @@
  * request ids with the envelope, so a request sent again to a new leader
  * that finds it stored is answered with the stored envelope.
  */
-import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, type Crypto, type ErrorReason } from '@stead/core'
+import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, unitTagPrefix, type Crypto, type ErrorReason } from '@stead/core'
 import { deferred, type Deferred, type DraftBatch, type DraftItem } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
@@ -75,7 +75,7 @@ export type TabMessage =
   | { t: 'detach'; from: string; space: string }
   | { t: 'bye'; from: string }
   | { t: 'seal'; from: string; space: string; request: string; regular: DraftItem[]; safe: DraftItem[][] }
-  | { t: 'sealed'; space: string; frame: Uint8Array | null; requests: ForwardedRequest[] }
+  | { t: 'sealed'; space: string; frame: Uint8Array | null; requests: ForwardedRequest[]; places?: Array<[string, { n: number; shift: number }]> }
   | { t: 'failed'; space: string; requests: string[]; error: Failure }
   | { t: 'received'; space: string; frame: Uint8Array }
   | { t: 'committed'; space: string; round: number; frames: Uint8Array[] }
@@ -252,7 +252,7 @@ export class TabHub {
       if (this.users.get(space)?.size) this.post(m)
     }
     return {
-      sealed: (frame, requests) => post({ t: 'sealed', space, frame: frame ?? null, requests: [...requests] }),
+      sealed: (frame, requests, places) => post({ t: 'sealed', space, frame: frame ?? null, requests: [...requests], ...(places?.size ? { places: [...places] } : {}) }),
       received: (frame) => post({ t: 'received', space, frame }),
       committed: (round, frames) => post({ t: 'committed', space, round, frames: [...frames] }),
       refused: (id, reason, detail) => post({ t: 'refused', space, id, reason, detail }),
@@ -567,6 +567,8 @@ export class TabUpstream implements Upstream {
     switch (m.t) {
       case 'sealed': {
         const env = m.frame && openTrusted(this.crypto, m.frame)
+        // Drafts of this tab in it are named by their signed tags from now on (views and later ops name them).
+        if (env && m.places) space.draftIds.signedAs(new Map(m.places), unitTagPrefix(env.id))
         const mine = this.inFlight && m.requests.find((r) => r.id === this.inFlight?.request)
         if (mine && this.inFlight) {
           const { batch, done } = this.inFlight

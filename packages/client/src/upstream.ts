@@ -82,8 +82,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const news: SpaceNews = peers
       ? {
           ...o.news,
-          sealed: (frame, requests) => {
-            o.news.sealed(frame, requests)
+          sealed: (frame, requests, places) => {
+            o.news.sealed(frame, requests, places)
             if (frame) peers.publish(this.space, toHex(o.crypto.sha256(asSigned(decode(frame)).bytes)), frame)
           },
         }

@@ -1,3 +1,4 @@
+import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { SteadClient } from '../src/client.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
@@ -84,6 +85,27 @@ describe('tabs sharing one client', () => {
     await sb.settled()
     expect(sb.pendingUpdates()).toEqual([])
     expect(c.stableValue('k')).toBe(12)
+    stop()
+  })
+
+  it('a following tab types into a text key by key while the leader signs: every key shows at once there and lands in order', async () => {
+    const { c, origin } = setup()
+    const stop = c.autoCommit(10)
+    // The leader signs as slowly as WebCrypto may: keys typed meanwhile name characters of the batch it signs.
+    const slow = { ...nodeCrypto, sign: async (k: Uint8Array, m: Uint8Array) => (await new Promise((r) => setTimeout(r, 6)), nodeCrypto.sign(k, m)) }
+    const a = await origin.tab({ ...c.clientOptions(), crypto: slow })
+    const b = await origin.tab(c.clientOptions())
+    const [sa, sb] = await Promise.all([a.space('bank'), b.space('bank')])
+    await until('online in both tabs', () => sa.status.online && sb.status.online)
+    const ta = sa.text('doc')
+    const tb = sb.text('doc')
+    const s = 'typed in a following tab'
+    for (let i = 0; i < s.length; i++) {
+      void tb.insert(tb.length, s[i] as string)
+      expect(tb.value).toBe(s.slice(0, i + 1))
+      await new Promise((r) => setTimeout(r, 1))
+    }
+    await until('both tabs have it, stable', () => ta.value === s && tb.value === s && ta.stable === s && tb.stable === s)
     stop()
   })
 
