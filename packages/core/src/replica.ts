@@ -21,7 +21,7 @@ import { bytesEqual, toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import { MerkleIndex } from './merkle.ts'
 import type { StateDelta } from './delta.ts'
-import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, objectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
+import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, liveObjectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -530,7 +530,7 @@ export class ReliableReplica {
     const objectsRoot = this.objectLeaves.rootOf(sha256, (key) => {
       const o = objects.get(key)
       if (!o) return this.objectLeaf(sha256, key)
-      const leaf = objectDigest(sha256, [key, encodeDeclaration(o.decl), o.crdt.snapshot()])
+      const leaf = liveObjectDigest(sha256, key, o.decl, o.crdt)
       leaves.set(key, leaf)
       return leaf
     })
@@ -631,7 +631,8 @@ export class ReliableReplica {
 
   /** A stable object's leaf in the state hash; undefined for a key with no stable state. */
   private objectLeaf(sha256: (bytes: Uint8Array) => Uint8Array, key: string): Uint8Array | undefined {
-    return this.stableObjects.has(key) ? objectDigest(sha256, this.auditObject(key)) : undefined
+    const o = this.stableObjects.get(key)
+    return o && liveObjectDigest(sha256, key, o.decl, o.crdt)
   }
 
   private authorsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {

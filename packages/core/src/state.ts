@@ -3,6 +3,7 @@ import { decodeClock, encodeClock } from './clock.ts'
 import { bytesEqual } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { SteadError } from './errors.ts'
+import { encodeDeclaration, leafPayload, leafPayloadOfSnapshot, type AnyCrdt, type Declaration } from './crdt/index.ts'
 import { MERKLE_DEPTH, merkleRoot, merkleRootOfPath, type MerkleEntry, type MerklePath } from './merkle.ts'
 
 /**
@@ -111,9 +112,14 @@ export function compareKeys(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
 }
 
-/** One object's leaf in the state hash. */
+/** One object's leaf in the state hash, from its snapshot (what a verifier has; a long text is hashed as its digest: see leafPayload). */
 export function objectDigest(sha256: Sha256, o: AuditObject): Uint8Array {
-  return sha256(encode(['o', o[0], o[1], o[2]]))
+  return sha256(encode(['o', o[0], o[1], leafPayloadOfSnapshot(o[1], o[2], sha256)]))
+}
+
+/** One object's leaf in the state hash, from the live CRDT (equal to objectDigest of its snapshot, without building it for types that keep a digest). */
+export function liveObjectDigest(sha256: Sha256, key: string, decl: Declaration, crdt: AnyCrdt): Uint8Array {
+  return sha256(encode(['o', key, encodeDeclaration(decl), leafPayload(decl, crdt, sha256)]))
 }
 
 /** One author's leaf in the state hash. */

@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CollabText, continuesRun, renameTextOp, validateTextOp, type TextOp } from '../src/crdt/text.ts'
+import { createHash } from 'node:crypto'
+import { CollabText, continuesRun, renameTextOp, textSnapshotDigest, validateTextOp, type TextOp } from '../src/crdt/text.ts'
 import type { OpContext } from '../src/crdt/types.ts'
 
 /** One op as made by a replica: the op and the context every replica applies it under. */
@@ -249,6 +250,27 @@ describe('text laws (property tests)', () => {
         const all = new CollabText()
         deliver(all, made)
         expect(abc1.value()).toBe(all.value())
+      }),
+      { numRuns: 200 },
+    )
+  })
+
+  it('keeps its digest equal to the digest of its snapshot, edit after edit, and equal states have equal digests', () => {
+    const sha256 = (b: Uint8Array): Uint8Array => createHash('sha256').update(b).digest()
+    fc.assert(
+      fc.property(fc.array(editArb, { maxLength: 30 }), fc.nat(), (edits, seed) => {
+        const { made } = history(edits)
+        const t = new CollabText()
+        for (const m of shuffle(made, seed)) {
+          t.apply(m.op, m.ctx)
+          // Asked between edits too: the cached buckets must follow every change.
+          if (m.ctx.tag.endsWith('0') || m.ctx.tag.endsWith('5')) expect(t.digest(sha256)).toEqual(textSnapshotDigest(t.snapshot(), sha256))
+        }
+        expect(t.digest(sha256)).toEqual(textSnapshotDigest(t.snapshot(), sha256))
+        const other = new CollabText()
+        deliver(other, made)
+        expect(other.digest(sha256)).toEqual(t.digest(sha256))
+        expect(t.clone().digest(sha256)).toEqual(t.digest(sha256))
       }),
       { numRuns: 200 },
     )

@@ -134,6 +134,26 @@ export function joinRun(d: Declaration, prev: AnyOp, lastId: string, next: AnyOp
   return typeOf(d).joinRun?.(prev, lastId, next) as AnyOp | undefined
 }
 
+/**
+ * What the state hash holds for an object of `d`'s type: its snapshot, or
+ * for types that keep a digest (see ObjectType.digest) that digest.
+ */
+export function leafPayload(d: Declaration, crdt: AnyCrdt, sha256: (bytes: Uint8Array) => Uint8Array): unknown {
+  const t = typeOf(d)
+  return t.digest ? t.digest(crdt, sha256) : crdt.snapshot()
+}
+
+/** `leafPayload` computed from a declaration and a snapshot in their wire forms, as a verifier has them (untrusted: a bad declaration leaves the snapshot as it is). */
+export function leafPayloadOfSnapshot(declaration: unknown, snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): unknown {
+  let t: AnyType
+  try {
+    t = typeOf(decodeDeclaration(declaration))
+  } catch {
+    return snap
+  }
+  return t.digestSnapshot ? t.digestSnapshot(snap, sha256) : snap
+}
+
 /** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */
 export function hasInvariants(d: Declaration): boolean {
   return typeOf(d).hasInvariants(d)

@@ -1,3 +1,4 @@
+import { encode } from '../codec.ts'
 import { FugueOrder, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
@@ -157,6 +158,36 @@ function codePoints(s: string): string[] {
   return [...s]
 }
 
+/** A text's canonical snapshot (see CollabText.snapshot). */
+export type TextSnapshot = [Array<[string, string, string, 0 | 1, string, string, Array<[number, string[]]>]>, Array<[string, number, number, string]>]
+
+/** How many buckets a text's digest keeps (see CollabText.digest). */
+const DIGEST_BUCKETS = 256
+
+const byString = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
+const byPending = (a: readonly unknown[], b: readonly unknown[]): number => (a.join('\u0000') < b.join('\u0000') ? -1 : 1)
+
+/** A tag's digest bucket: FNV-1a over its UTF-16 units, the same on every replica. */
+function bucketOf(tag: string): number {
+  let h = 0x811c9dc5
+  for (let i = 0; i < tag.length; i++) h = Math.imul(h ^ tag.charCodeAt(i), 0x01000193)
+  return (h >>> 0) % DIGEST_BUCKETS
+}
+
+/**
+ * The digest of a text snapshot, computed from the snapshot alone (what a
+ * verifier of an object proof has): its entries in 256 buckets by tag,
+ * each bucket hashed, then the list of bucket hashes. CollabText.digest
+ * gives the same for its state, keeping the bucket hashes between edits.
+ */
+export function textSnapshotDigest(snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
+  const [runs, pending] = (Array.isArray(snap) && snap.length === 2 && Array.isArray(snap[0]) && Array.isArray(snap[1]) ? snap : [[], []]) as [unknown[][], unknown[][]]
+  const buckets = Array.from({ length: DIGEST_BUCKETS }, (): [unknown[], unknown[]] => [[], []])
+  for (const r of runs) (buckets[bucketOf(String(Array.isArray(r) ? r[0] : r))] as [unknown[], unknown[]])[0].push(r)
+  for (const p of pending) (buckets[bucketOf(String(Array.isArray(p) ? p[0] : p))] as [unknown[], unknown[]])[1].push(p)
+  return sha256(encode(['text', buckets.map((b) => (b[0].length || b[1].length ? sha256(encode(b)) : null))]))
+}
+
 /**
  * Collaborative text: a FugueMax sequence of characters (see fugue.ts), so
  * two people typing at one place never interleave. Each insert is one run;
@@ -172,6 +203,10 @@ export class CollabText implements Crdt<TextOp, string> {
   private readonly runs = new Map<string, Run>()
   private readonly pendingDeletes = new Map<string, PendingDelete[]>()
   private cached: string | undefined
+  /** Digest buckets (see digest): the tags in each, each one's digest, and which changed since. */
+  private readonly byBucket = new Map<number, Set<string>>()
+  private readonly bucketDigests: Array<Uint8Array | null> = new Array<Uint8Array | null>(DIGEST_BUCKETS).fill(null)
+  private readonly dirty = new Set<number>()
 
   constructor(bounds: TextBounds = {}) {
     const problem = validateTextBounds(bounds)
@@ -282,9 +317,32 @@ export class CollabText implements Crdt<TextOp, string> {
    * `[k, deleters]` of its deleted characters; and deletes of inserts not
    * seen yet as `[tag, from, count, deleter]`, sorted.
    */
-  snapshot(): [Array<[string, string, string, 0 | 1, string, string, Array<[number, string[]]>]>, Array<[string, number, number, string]>] {
-    const runs = [...this.runs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    const out = runs.map(([tag, r]): [string, string, string, 0 | 1, string, string, Array<[number, string[]]>] => {
+  snapshot(): TextSnapshot {
+    return this.entries([...this.runs.keys()], [...this.pendingDeletes.keys()])
+  }
+
+  /**
+   * The digest of this text's state, equal to `textSnapshotDigest` of its
+   * snapshot, and cheap after a small change: the runs are kept in 256
+   * buckets by tag, and only buckets an op touched are hashed again. What
+   * the state hash uses for a text, so a commit costs the edit, not the
+   * whole document.
+   */
+  digest(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
+    for (const b of this.dirty) {
+      const tags = this.byBucket.get(b)
+      const runs = [...(tags ?? [])].filter((t) => this.runs.has(t))
+      const pending = [...(tags ?? [])].filter((t) => this.pendingDeletes.has(t))
+      this.bucketDigests[b] = runs.length || pending.length ? sha256(encode(this.entries(runs, pending))) : null
+    }
+    this.dirty.clear()
+    return sha256(encode(['text', this.bucketDigests]))
+  }
+
+  /** The snapshot entries of these runs and of the pending deletes of these tags, sorted as `snapshot` sorts them. */
+  private entries(runTags: string[], pendingTags: string[]): TextSnapshot {
+    const out = runTags.sort(byString).map((tag): TextSnapshot[0][number] => {
+      const r = this.runs.get(tag) as Run
       const hidden: Array<[number, string[]]> = []
       r.slots?.forEach((s, k) => {
         if (s.data.deleters?.size) hidden.push([k, [...s.data.deleters].sort()])
@@ -292,13 +350,22 @@ export class CollabText implements Crdt<TextOp, string> {
       return [tag, r.author, r.place.parent, r.place.side, r.place.rightOrigin, r.text, hidden]
     })
     const pending: Array<[string, number, number, string]> = []
-    for (const [tag, list] of this.pendingDeletes) for (const p of list) pending.push([tag, p.from, p.count, p.deleter])
-    pending.sort((a, b) => (a.join('\u0000') < b.join('\u0000') ? -1 : 1))
+    for (const tag of pendingTags) for (const p of this.pendingDeletes.get(tag) ?? []) pending.push([tag, p.from, p.count, p.deleter])
+    pending.sort(byPending)
     return [out, pending]
   }
 
+  /** A run's bucket changed: its digest is computed again when next asked. */
+  private touch(tag: string): void {
+    const b = bucketOf(tag)
+    this.dirty.add(b)
+    let tags = this.byBucket.get(b)
+    if (!tags) this.byBucket.set(b, (tags = new Set()))
+    tags.add(tag)
+  }
+
   /** Rebuilds a text from its `snapshot()` (trusted input). */
-  static fromSnapshot(bounds: TextBounds, snap: ReturnType<CollabText['snapshot']>): CollabText {
+  static fromSnapshot(bounds: TextBounds, snap: TextSnapshot): CollabText {
     const t = new CollabText(bounds)
     for (const [tag, author, parent, side, rightOrigin, text, hidden] of snap[0]) {
       t.addRun(tag, author, { parent, side, rightOrigin }, text)
@@ -347,6 +414,7 @@ export class CollabText implements Crdt<TextOp, string> {
     const chars = codePoints(text)
     const run: Run = { author, place, text, length: chars.length, slots: undefined }
     this.runs.set(tag, run)
+    this.touch(tag)
     // Each character after the first is the right child of the one before it, with the run's right origin.
     const chainOrigin = place.side === 1 ? place.rightOrigin : place.parent
     this.order.add(slotId(tag, 0), author, place, { ch: chars[0] as string, deleters: undefined }, (first) => {
@@ -355,6 +423,7 @@ export class CollabText implements Crdt<TextOp, string> {
         this.order.add(slotId(tag, k), author, { parent: slotId(tag, k - 1), side: 1, rightOrigin: chainOrigin }, { ch: chars[k] as string, deleters: undefined }, (s) => slots.push(s))
       }
       run.slots = slots
+      this.touch(tag)
       const pending = this.pendingDeletes.get(tag)
       this.pendingDeletes.delete(tag)
       for (const s of slots) this.order.setVisible(s, true)
@@ -364,6 +433,7 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   private hide(tag: string, from: number, count: number, deleter: string): void {
+    this.touch(tag)
     const slots = this.runs.get(tag)?.slots
     if (!slots) {
       let list = this.pendingDeletes.get(tag)
@@ -379,6 +449,7 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   private unhide(tag: string, from: number, count: number, deleter: string): void {
+    this.touch(tag)
     const slots = this.runs.get(tag)?.slots
     if (!slots) {
       const list = this.pendingDeletes.get(tag)?.filter((p) => !(p.deleter === deleter && p.from < from + count && from < p.from + p.count))
@@ -413,8 +484,10 @@ export const textType: ObjectType<TextDeclaration, CollabText> = {
   decode: (enc) => ({ type: 'text', bounds: decodeBounds(enc, 'text', ['maxLength'], validateTextBounds) }),
   validateOp: validateTextOp,
   create: (d) => new CollabText(d.bounds),
-  restore: (d, snap) => CollabText.fromSnapshot(d.bounds, snap as ReturnType<CollabText['snapshot']>),
+  restore: (d, snap) => CollabText.fromSnapshot(d.bounds, snap as TextSnapshot),
   hasInvariants: (d) => d.bounds.maxLength !== undefined,
+  digest: (c, sha256) => c.digest(sha256),
+  digestSnapshot: textSnapshotDigest,
   rename: (op, rename) => renameTextOp(op as TextOp, rename),
   runLength: (op) => ((op as TextOp)[0] === 'i' ? codePoints((op as Extract<TextOp, readonly ['i', ...unknown[]]>)[4]).length : 0),
   joinRun(prev, lastId, next) {

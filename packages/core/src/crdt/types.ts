@@ -114,6 +114,15 @@ export interface ObjectType<
   runLength?(op: unknown): number
   /** `prev` and `next` as one op when `next` continues `prev`'s run as typing does (`lastId`: the id of prev's last element), else undefined. */
   joinRun?(prev: unknown, lastId: string, next: unknown): unknown
+  /**
+   * For types whose state can be long (text): what the state hash holds for
+   * the object instead of its whole snapshot, a digest the CRDT keeps up to
+   * date cheaply (`digest`), equal to `digestSnapshot` of its snapshot (what
+   * a verifier computes from a snapshot it was sent).
+   */
+  digest?(crdt: C, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array
+  /** The same digest computed from a snapshot alone (see `digest`). */
+  digestSnapshot?(snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array
 }
 
 /** A declaration's wire form when it is its type's optional bounds in order: `[code, ...bounds]`, null for an absent one. */
