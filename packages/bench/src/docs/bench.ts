@@ -5,12 +5,14 @@
  * time to load the encoded document. `--trace FILE` (repeatable) replays
  * any trace of the editing-traces format; `--json` prints one JSON object
  * per line per system and trace; `--systems stead,yjs` picks systems.
+ * `--shapes [N]` runs the crdt-benchmarks text shapes instead (shapes.ts).
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { basename, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { automerge, stead, yjs, type TextSystem } from './systems.ts'
+import { runShapes } from './shapes.ts'
 import { loadTrace, replayConcurrent, replaySequential } from './traces.ts'
 
 export interface DocResult {
@@ -78,6 +80,19 @@ function defaultTraces(): string[] {
 }
 
 function main(argv: string[]): void {
+  const shapes = argv.indexOf('--shapes')
+  if (shapes >= 0) {
+    const n = Number(argv[shapes + 1] ?? 6000) || 6000
+    const json = argv.includes('--json')
+    if (!json) {
+      console.log('| shape | system | ok | ms | encoded kB |')
+      console.log('| --- | --- | --- | ---: | ---: |')
+    }
+    for (const system of [stead, yjs, automerge()]) {
+      for (const r of runShapes(system, n)) console.log(json ? JSON.stringify(r) : `| ${r.shape} (N=${r.n}) | ${r.system} | ${r.ok ? 'yes' : 'NO'} | ${r.ms} | ${(r.encodedBytes / 1e3).toFixed(1)} |`)
+    }
+    return
+  }
   const one = argv.indexOf('--one')
   if (one >= 0) {
     console.log(JSON.stringify(runOne(argv[one + 1] as string, argv[one + 2] as string)))
