@@ -1,13 +1,85 @@
-import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
+import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type Declaration, type FieldSchema, type MapBounds, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
 import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
 import type { TextHandle } from './text-handle.ts'
 import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
 
 /** How a map opens the objects nested in it: the space's own openers, given the nested object's key. */
 export interface NestedOpener {
-  map(key: string, options?: { maxKeys?: number } & ObjectOptions): MapHandle
+  map(key: string, options?: { maxKeys?: number; schema?: Readonly<Record<string, FieldKind>> } & ObjectOptions): MapHandle
   text(key: string, options?: { maxLength?: number } & ObjectOptions): TextHandle
   counter(key: string, options?: { min?: number; max?: number } & ObjectOptions): CounterHandle
+}
+
+/**
+ * What a map's schema says a field holds (`space.map(key, { schema })`):
+ * plain values, or a nested object of a type with its invariants. Every
+ * client must open the map with the same schema.
+ */
+export type FieldKind =
+  | 'value'
+  | readonly unknown[]
+  | 'text'
+  | 'map'
+  | 'counter'
+  | 'list'
+  | {
+      /** A nested text with these invariants. */
+      readonly text: {
+        /** Its `maxLength`. */
+        readonly maxLength?: number
+      }
+    }
+  | {
+      /** A nested map with these invariants. */
+      readonly map: {
+        /** Its `maxKeys`. */
+        readonly maxKeys?: number
+      }
+    }
+  | {
+      /** A nested counter with these bounds. */
+      readonly counter: {
+        /** Its `min`. */
+        readonly min?: number
+        /** Its `max`. */
+        readonly max?: number
+      }
+    }
+  | {
+      /** A nested list with these invariants. */
+      readonly list: {
+        /** Its `maxLength`. */
+        readonly maxLength?: number
+      }
+    }
+
+/** @internal A schema as the map's declaration holds it. Throws SteadError('malformed') for a kind it does not know. */
+export function schemaOf(schema: Readonly<Record<string, FieldKind>>): Record<string, FieldSchema> {
+  const out: Record<string, FieldSchema> = {}
+  for (const [field, kind] of Object.entries(schema)) {
+    checkField('schema', field)
+    if (Array.isArray(kind)) {
+      // A declaration's wire form, as a map's declaration holds its schema.
+      decodeDeclaration(kind)
+      Object.defineProperty(out, field, { value: kind, enumerable: true })
+      continue
+    }
+    const decl: Declaration | 'value' | undefined =
+      kind === 'value'
+        ? 'value'
+        : kind === 'text' || (typeof kind === 'object' && 'text' in kind)
+          ? { type: 'text', bounds: kind === 'text' ? {} : { ...kind.text } }
+          : kind === 'map' || (typeof kind === 'object' && 'map' in kind)
+            ? { type: 'map', bounds: kind === 'map' ? {} : { ...kind.map } }
+            : kind === 'counter' || (typeof kind === 'object' && 'counter' in kind)
+              ? { type: 'counter', bounds: kind === 'counter' ? {} : { ...kind.counter } }
+              : kind === 'list' || (typeof kind === 'object' && 'list' in kind)
+                ? { type: 'list', bounds: kind === 'list' ? {} : { ...kind.list } }
+                : undefined
+    if (!decl) throw new SteadError('malformed', `schema field ${field}: a kind is 'value', 'text', 'map', 'counter', 'list' or { text | map | counter | list: invariants }`)
+    Object.defineProperty(out, field, { value: decl === 'value' ? 'value' : encodeDeclaration(decl), enumerable: true })
+  }
+  return out
 }
 
 /** The longest a nested object's key may be (the wire's object key limit). */
@@ -94,6 +166,8 @@ export class MapHandle extends Handle {
   set(field: string, value: RegisterValue, options?: UpdateOptions): Promise<UpdateResult> {
     return guarded(() => {
       checkField(this.key, field)
+      const declared = this.schema()?.[field]
+      if (declared !== undefined && declared !== 'value') throw new SteadError('type-mismatch', `${this.key}.${field} holds a nested ${JSON.stringify(declared)} (its schema), not a plain value`)
       const problem = validateRegisterValue(value)
       if (problem) throw new SteadError('malformed', `${this.key}.${field}: ${problem}`)
       return this.send(['s', field, value, this.stamp()] satisfies MapOp, options)
@@ -132,30 +206,43 @@ export class MapHandle extends Handle {
    *
    * @throws SteadError `malformed` for a bad field or options, `too-large` when nesting makes the key longer than 256 characters, `type-mismatch` as `space.map` does; {@link ClosedError} after `close()`.
    */
-  map(field: string, options: { maxKeys?: number } & ObjectOptions = {}): MapHandle {
-    return this.nested(field, 'm', (key) => this.opener.map(key, options))
+  map(field: string, options: { maxKeys?: number; schema?: Readonly<Record<string, FieldKind>> } & ObjectOptions = {}): MapHandle {
+    return this.nested(field, 'm', options, (key, o) => this.opener.map(key, o as typeof options))
   }
 
   /** The text nested at `field`, made there if the field holds no text yet (see `map(field)`). */
   text(field: string, options: { maxLength?: number } & ObjectOptions = {}): TextHandle {
-    return this.nested(field, 't', (key) => this.opener.text(key, options))
+    return this.nested(field, 't', options, (key, o) => this.opener.text(key, o as typeof options))
   }
 
   /** The counter nested at `field`, made there if the field holds no counter yet (see `map(field)`). */
   counter(field: string, options: { min?: number; max?: number } & ObjectOptions = {}): CounterHandle {
-    return this.nested(field, 'c', (key) => this.opener.counter(key, options))
+    return this.nested(field, 'c', options, (key, o) => this.opener.counter(key, o as typeof options))
   }
 
-  private nested<H extends Handle>(field: string, code: string, open: (key: string) => H): H {
+  /**
+   * Opens the object nested at `field` (made there if the field holds none
+   * of this type yet). A field the schema declares opens with the schema's
+   * invariants unless `given` names others (then they must match).
+   */
+  private nested<H extends Handle>(field: string, code: string, given: object, open: (key: string, options: object) => H): H {
     checkField(this.key, field)
+    const declared = this.schema()?.[field]
+    if (declared === 'value') throw new SteadError('type-mismatch', `${this.key}.${field} holds plain values (its schema), not a nested object`)
+    if (declared !== undefined && declared[0] !== code) throw new SteadError('type-mismatch', `${this.key}.${field} holds a nested ${JSON.stringify(declared)} (its schema)`)
+    const own = Object.keys(given).some((k) => k !== 'freshness')
+    const options = declared !== undefined && !own ? { ...(decodeDeclaration(declared) as { bounds?: object }).bounds, ...given } : given
     const view = this.view()
     const entry = view?.get(field)
     const held = entry && 'object' in entry && entry.object[0] === code ? entry : undefined
     const gen = held?.gen ?? view?.nextGen(field) ?? 1
     const key = nestedKey(this.key, field, gen, [code])
     if (key.length > MAX_KEY_CHARS) throw new SteadError('too-large', `${this.key}: nesting ${field} here makes a key of ${key.length} characters (at most ${MAX_KEY_CHARS}); use shorter keys or nest less deep`)
-    const handle = open(key)
+    const handle = open(key, options)
     const decl = encodeDeclaration(handle.declaration)
+    if (declared !== undefined && JSON.stringify(declared) !== JSON.stringify(decl)) {
+      throw new SteadError('type-mismatch', `${this.key}.${field} holds a nested ${JSON.stringify(declared)} (its schema), not ${JSON.stringify(decl)}: open it with the invariants the schema gives`)
+    }
     if (!held || JSON.stringify(held.object) !== JSON.stringify(decl)) {
       // Made in place, as a regular update: its outcome reaches the space's onError if the stable order rejects it.
       this.send(['o', field, decl, this.stamp(), gen] satisfies MapOp).catch(() => undefined)
@@ -165,6 +252,10 @@ export class MapHandle extends Handle {
 
   private view(): CollabMap | undefined {
     return this.host.prospective(this.key) as CollabMap | undefined
+  }
+
+  private schema(): MapBounds['schema'] {
+    return (this.declaration as { bounds: MapBounds }).bounds.schema
   }
 
   private stamp(): number {

@@ -26,7 +26,7 @@ import { GuardedViews } from './guarded.ts'
 import { Listeners } from './listeners.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
 import { ListHandle } from './list-handle.ts'
-import { MapHandle } from './map-handle.ts'
+import { MapHandle, schemaOf, type FieldKind } from './map-handle.ts'
 import { TextHandle } from './text-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
@@ -354,12 +354,12 @@ export class Space {
    * every call with the same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param options `maxKeys`: the stable map never holds more fields (a write past it is rejected with `invariant`). `freshness`: see {@link ObjectOptions}.
+   * @param options `maxKeys`: the stable map never holds more fields (a write past it is rejected with `invariant`). `schema`: what some fields hold (`{ title: { text: { maxLength: 80 } }, done: 'value' }`): a write of another kind is rejected with `type-mismatch` (the handle refuses it at once). `freshness`: see {@link ObjectOptions}.
    * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxKeys`; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
    */
-  map(key: string, options: { maxKeys?: number } & ObjectOptions = {}): MapHandle {
-    checkObjectOptions(key, 'map', options, ['maxKeys'], 'map(key, { maxKeys })')
-    const bounds = options.maxKeys === undefined ? {} : { maxKeys: options.maxKeys }
+  map(key: string, options: { maxKeys?: number; schema?: Readonly<Record<string, FieldKind>> } & ObjectOptions = {}): MapHandle {
+    checkObjectOptions(key, 'map', options, ['maxKeys', 'schema'], 'map(key, { maxKeys, schema })')
+    const bounds = { ...(options.maxKeys === undefined ? {} : { maxKeys: options.maxKeys }), ...(options.schema ? { schema: schemaOf(options.schema) } : {}) }
     return this.open(key, { type: 'map', bounds }, (d) => new MapHandle(this.host, key, d, this), options) as MapHandle
   }
 

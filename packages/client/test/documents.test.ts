@@ -140,6 +140,28 @@ describe('space.map', () => {
   })
 })
 
+describe('a map with a schema', () => {
+  it('opens declared fields with the schema\'s invariants and refuses writes of another kind', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const a = await client(c)
+    const card = a.map('card', { schema: { title: { text: { maxLength: 5 } }, done: 'value', tags: 'list' } })
+    const title = card.text('title')
+    expect(title.declaration).toEqual({ type: 'text', bounds: { maxLength: 5 } })
+    expect(await title.insert(0, 'Hello', { safe: true })).toMatchObject({ status: 'committed' })
+    expect(await title.insert(5, '!', { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    await card.set('done', true)
+    await expect(card.set('title', 'x')).rejects.toMatchObject({ reason: 'type-mismatch' })
+    expect(() => card.map('done')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    expect(() => card.text('title', { maxLength: 9 })).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    expect(() => card.counter('tags')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    expect(() => a.map('card')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+    await until('stable', () => JSON.stringify(card.stable) === JSON.stringify({ done: true, title: 'Hello' }))
+    stop()
+  })
+})
+
 describe('space.list: the shared to-do list that lost edits with sets and registers', () => {
   it('keeps concurrent renames and toggles of one item, moves each item once, and ends identical', async () => {
     const c = new FakeCluster('notes', 4)

@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CollabMap, MAX_STAMP_JUMP, nestedKey, validateOp, type MapOp, type OpContext } from '../src/crdt/index.ts'
+import { CollabMap, MAX_STAMP_JUMP, decodeDeclaration, encodeDeclaration, nestedKey, sameDeclaration, validateOp, type MapBounds, type MapOp, type OpContext } from '../src/crdt/index.ts'
 
 interface Made {
   readonly op: MapOp
@@ -150,5 +150,30 @@ describe('map laws (property tests)', () => {
       }),
       { numRuns: 200 },
     )
+  })
+})
+
+describe('map schema', () => {
+  it('round-trips through the wire form and refuses writes of another kind with type-mismatch', () => {
+    const decl = { type: 'map', bounds: { maxKeys: 10, schema: { title: ['t', 80], done: 'value', card: ['m', null] } } } as const
+    const enc = encodeDeclaration(decl)
+    expect(enc).toEqual(['m', 10, [['card', ['m', null]], ['done', 'v'], ['title', ['t', 80]]]])
+    const back = decodeDeclaration(enc)
+    expect(sameDeclaration(back, decl)).toBe(true)
+    expect(sameDeclaration(back, { type: 'map', bounds: { maxKeys: 10 } })).toBe(false)
+    expect(encodeDeclaration({ type: 'map', bounds: {} })).toEqual(['m', null])
+    for (const bad of [['m', null, [['b', 'v'], ['a', 'v']]], ['m', null, [['a', ['zz']]]], ['m', null, [['', 'v']]], ['m', null, 'v']]) {
+      expect(() => decodeDeclaration(bad)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
+    }
+    const m = new CollabMap((back as { bounds: MapBounds }).bounds)
+    const ctx = (n: number) => ({ replica: 'r', tag: `t:${n}` })
+    const reason = (r: ReturnType<CollabMap['tryApply']>) => (r.ok ? 'ok' : r.reason)
+    expect(reason(m.tryApply(['s', 'done', true, 1], ctx(1)))).toBe('ok')
+    expect(reason(m.tryApply(['o', 'done', ['t', null], 2, 1], ctx(2)))).toBe('type-mismatch')
+    expect(reason(m.tryApply(['s', 'title', 'x', 3], ctx(3)))).toBe('type-mismatch')
+    expect(reason(m.tryApply(['o', 'title', ['t', null], 4, 1], ctx(4)))).toBe('type-mismatch')
+    expect(reason(m.tryApply(['o', 'title', ['t', 80], 5, 1], ctx(5)))).toBe('ok')
+    expect(reason(m.tryApply(['x', 'title', 6], ctx(6)))).toBe('ok')
+    expect(reason(m.tryApply(['s', 'other', 1, 7], ctx(7)))).toBe('ok')
   })
 })

@@ -56,14 +56,13 @@ export function decodeDeclaration(enc: unknown): Declaration {
   if (!Array.isArray(enc)) throw new SteadError('malformed', 'declaration must be an array')
   const t = typeof enc[0] === 'string' ? byCode.get(enc[0]) : undefined
   if (!t) throw new SteadError('malformed', `unknown object type ${JSON.stringify(enc[0])}`)
-  return t.decode(enc)
+  return t.decode(enc, checkDeclaration)
 }
 
 /** Whether two declarations are the same type with the same invariants (what opening a key twice requires). */
 export function sameDeclaration(a: Declaration, b: Declaration): boolean {
-  const x = encodeDeclaration(a)
-  const y = encodeDeclaration(b)
-  return x.length === y.length && x.every((v, i) => v === y[i])
+  // Wire forms hold numbers, strings, null and arrays of them (a map schema): JSON compares them exactly.
+  return JSON.stringify(encodeDeclaration(a)) === JSON.stringify(encodeDeclaration(b))
 }
 
 /** A declaration in a few characters for error messages: its wire form as JSON. */

@@ -1,10 +1,59 @@
+import { SteadError } from '../errors.ts'
 import { registerWriteWins, validateRegisterValue, type RegisterValue } from './register.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
+
+/** What a schema declares a field to hold: plain values (`'value'`), or a nested object of a type, given as its declaration's wire form. */
+export type FieldSchema = 'value' | readonly unknown[]
 
 /** Declared invariants of a map. */
 export interface MapBounds {
   /** The map never holds more than this many keys. */
   readonly maxKeys?: number
+  /**
+   * What some fields hold: a write of another kind to such a field (a plain
+   * value where a nested text is declared, a nested object of another type
+   * or other invariants) is rejected with `type-mismatch`. Fields it does
+   * not name take anything.
+   */
+  readonly schema?: Readonly<Record<string, FieldSchema>>
+}
+
+/** The schema in its wire form: `[field, 'v' | declaration]` pairs sorted by field, or null. */
+function encodeSchema(schema: MapBounds['schema']): unknown {
+  if (!schema) return null
+  return Object.keys(schema)
+    .sort()
+    .map((f) => [f, schema[f] === 'value' ? 'v' : schema[f]])
+}
+
+/** Parses a wire schema (see encodeSchema); `declaration` checks a nested declaration. Throws SteadError('malformed'). */
+function decodeSchema(enc: unknown, declaration: (enc: unknown) => string | null): MapBounds['schema'] {
+  if (enc === null || enc === undefined) return undefined
+  if (!Array.isArray(enc) || enc.length > 1000) throw new SteadError('malformed', 'a map schema is a list of at most 1,000 [field, kind] pairs')
+  const out: Record<string, FieldSchema> = {}
+  let last = ''
+  for (const e of enc as unknown[]) {
+    if (!Array.isArray(e) || e.length !== 2) throw new SteadError('malformed', 'a map schema entry is [field, kind]')
+    const [field, kind] = e as [unknown, unknown]
+    const problem = validField(field) ?? ((field as string) <= last ? 'map schema fields must be distinct and sorted' : null)
+    if (problem) throw new SteadError('malformed', problem)
+    if (kind !== 'v') {
+      const bad = declaration(kind)
+      if (bad) throw new SteadError('malformed', `map schema field ${field as string}: ${bad}`)
+    }
+    Object.defineProperty(out, field as string, { value: kind === 'v' ? 'value' : (kind as readonly unknown[]), enumerable: true })
+    last = field as string
+  }
+  return out
+}
+
+/** Why a write breaks the schema, or null. */
+function schemaProblem(schema: MapBounds['schema'], op: Exclude<MapOp, readonly ['u']>): string | null {
+  if (!schema || op[0] === 'x' || !Object.hasOwn(schema, op[1])) return null
+  const want = schema[op[1]] as FieldSchema
+  if (want === 'value') return op[0] === 's' ? null : `field ${op[1]} holds plain values, not a nested object`
+  if (op[0] === 's') return `field ${op[1]} holds a nested ${JSON.stringify(want)}, not a plain value`
+  return JSON.stringify(op[2]) === JSON.stringify(want) ? null : `field ${op[1]} holds a nested ${JSON.stringify(want)}, not ${JSON.stringify(op[2])}`
 }
 
 /**
@@ -163,6 +212,8 @@ export class CollabMap implements Crdt<MapOp, Record<string, MapEntry>> {
     if (problem) return invalid(problem)
     const t = op[0] === 'x' ? op[2] : op[3]
     if (t > this.maxStamp + MAX_STAMP_JUMP) return { ok: false, reason: 'clock-ahead', detail: `map stamp ${t} is more than ${MAX_STAMP_JUMP} past the highest seen (${this.maxStamp})` }
+    const mismatch = schemaProblem(this.bounds.schema, op)
+    if (mismatch) return { ok: false, reason: 'type-mismatch', detail: mismatch }
     const max = this.bounds.maxKeys
     if (max !== undefined && op[0] !== 'x' && !this.get(op[1]) && this.live + 1 > max && this.wouldWin(op, ctx)) return violates(`map would exceed its maximum of ${max} keys`)
     this.apply(op, ctx)
@@ -262,20 +313,28 @@ function entryOf(w: Write): MapEntry | undefined {
   return undefined
 }
 
-/** A map's declaration: its `maxKeys`, if any. */
+/** A map's declaration: its `maxKeys` and schema, if any. */
 export interface MapDeclaration {
   /** A map of fields. */
   readonly type: 'map'
-  /** Its `maxKeys`, if any. */
+  /** Its `maxKeys` and schema, if any. */
   readonly bounds: MapBounds
 }
 
-/** The map in the registry; wire form `['m', maxKeys]`. Only each field's last write of a batch is kept. */
+/** The map in the registry; wire form `['m', maxKeys]`, or `['m', maxKeys, schema]`. Only each field's last write of a batch is kept. */
 export const mapType: ObjectType<MapDeclaration, CollabMap> = {
   name: 'map',
   code: 'm',
-  encode: (d) => encodeBounds('m', d.bounds, ['maxKeys']),
-  decode: (enc) => ({ type: 'map', bounds: decodeBounds(enc, 'map', ['maxKeys'], validateMapBounds) }),
+  // A schema adds a third element: maps declared without one keep the two-element form.
+  encode: (d) => (d.bounds.schema ? [...encodeBounds('m', d.bounds, ['maxKeys']), encodeSchema(d.bounds.schema)] : encodeBounds('m', d.bounds, ['maxKeys'])),
+  decode(enc, declaration = () => null) {
+    if (enc.length === 3) {
+      const { maxKeys } = decodeBounds<MapBounds>(enc.slice(0, 2), 'map', ['maxKeys'], validateMapBounds)
+      const schema = decodeSchema(enc[2], declaration)
+      return { type: 'map', bounds: { ...(maxKeys === undefined ? {} : { maxKeys }), ...(schema ? { schema } : {}) } }
+    }
+    return { type: 'map', bounds: decodeBounds(enc, 'map', ['maxKeys'], validateMapBounds) }
+  },
   validateOp: validateMapOp,
   create: (d) => new CollabMap(d.bounds),
   restore: (d, snap) => CollabMap.fromSnapshot(d.bounds, snap as Array<[string, string, string, Write['op']]>),

@@ -91,8 +91,8 @@ export interface ObjectType<
   readonly code: string
   /** The declaration's compact wire form, `[code, ...params]`. */
   encode(d: D): readonly unknown[]
-  /** Parses a wire declaration whose first element is `code`; throws SteadError('malformed'). */
-  decode(enc: readonly unknown[]): D
+  /** Parses a wire declaration whose first element is `code`; `declaration` checks one nested in it (a map schema's). Throws SteadError('malformed'). */
+  decode(enc: readonly unknown[], declaration?: (enc: unknown) => string | null): D
   /** What is wrong with an op from the wire, or null; `declaration` checks a declaration an op carries (a nested object's). */
   validateOp(op: unknown, declaration: (enc: unknown) => string | null): string | null
   /** A fresh, empty CRDT (throws RangeError for invariants the type does not allow). */
