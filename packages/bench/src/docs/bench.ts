@@ -5,13 +5,14 @@
  * time to load the encoded document. `--trace FILE` (repeatable) replays
  * any trace of the editing-traces format; `--json` prints one JSON object
  * per line per system and trace; `--systems stead,yjs` picks systems.
- * `--shapes [N]` runs the crdt-benchmarks text shapes instead (shapes.ts).
+ * `--shapes [N]` runs the crdt-benchmarks shapes for text, lists and maps instead (shapes.ts, collections.ts).
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { basename, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { automerge, stead, yjs, type TextSystem } from './systems.ts'
+import { runCollectionShapes } from './collections.ts'
 import { runShapes } from './shapes.ts'
 import { loadTrace, replayConcurrent, replaySequential } from './traces.ts'
 
@@ -88,9 +89,9 @@ function main(argv: string[]): void {
       console.log('| shape | system | ok | ms | encoded kB |')
       console.log('| --- | --- | --- | ---: | ---: |')
     }
-    for (const system of [stead, yjs, automerge()]) {
-      for (const r of runShapes(system, n)) console.log(json ? JSON.stringify(r) : `| ${r.shape} (N=${r.n}) | ${r.system} | ${r.ok ? 'yes' : 'NO'} | ${r.ms} | ${(r.encodedBytes / 1e3).toFixed(1)} |`)
-    }
+    const results = [...[stead, yjs, automerge()].flatMap((system) => runShapes(system, n)), ...runCollectionShapes(n)]
+    for (const r of results) console.log(json ? JSON.stringify(r) : `| ${r.shape} (N=${r.n}) | ${r.system} | ${r.ok ? 'yes' : 'NO'} | ${r.ms} | ${(r.encodedBytes / 1e3).toFixed(1)} |`)
+    if (results.some((r) => !r.ok)) process.exitCode = 1
     return
   }
   const one = argv.indexOf('--one')
