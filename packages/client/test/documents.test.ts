@@ -1,7 +1,7 @@
 import 'fake-indexeddb/auto'
 import { afterEach, describe, expect, it } from 'vitest'
 import { nodeCrypto } from '@stead/core/node'
-import { createClient, memoryStorage, type MapHandle, type Space, type SteadClient } from '../src/index.node.ts'
+import { createClient, indexedDbStorage, memoryStorage, type MapHandle, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -137,6 +137,50 @@ describe('space.map', () => {
     expect(db.stable.card).toEqual({})
     await expect(da.set('', 1)).rejects.toMatchObject({ reason: 'malformed' })
     stop()
+  })
+})
+
+describe('documents on storage', () => {
+  it('restores texts, lists and maps exactly from IndexedDB, committed, received and not yet sent', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const stop = c.autoCommit(15)
+    const name = `stead-docs-${Math.random()}`
+    const first = await createClient({ ...c.clientOptions(), storage: indexedDbStorage(name) })
+    const a = await first.space(c.space)
+    await until('online', () => a.status.online)
+    await a.text('doc').insert(0, 'Hello world')
+    const card = a.list('todo').insertMap(0)
+    await card.text('title').insert(0, 'Book the venue')
+    await a.map('meta', { maxKeys: 8 }).set('owner', 'ann')
+    await until('stable', () => a.text('doc').stable === 'Hello world' && JSON.stringify(a.list('todo').stable) === JSON.stringify([{ title: 'Book the venue' }]))
+    // Another client's edit, received; then, offline, edits of our own not yet sent.
+    const b = await client(c)
+    await until('b has the text', () => b.text('doc').value === 'Hello world')
+    await b.text('doc').insert(11, '!')
+    await until('a received it', () => a.text('doc').value === 'Hello world!')
+    stop()
+    for (const r of c.relays) r.setOnline(false)
+    await a.text('doc').delete(0, 6)
+    await a.list('todo').push('milk')
+    const shown = (x: Space) => ({
+      doc: [x.text('doc').value, x.text('doc').stable],
+      todo: [x.list('todo').value, x.list('todo').stable],
+      meta: [x.map('meta', { maxKeys: 8 }).value, x.map('meta', { maxKeys: 8 }).stable],
+      pending: x.status.pending,
+    })
+    const before = shown(a)
+    expect(before.doc).toEqual(['world!', 'Hello world'])
+    await first.close()
+    const again = await createClient({ ...c.clientOptions(), storage: indexedDbStorage(name) })
+    open.push(again)
+    const restored = await again.space(c.space)
+    expect(shown(restored)).toEqual(before)
+    // Back online, the edits made offline commit and everything settles as it was shown.
+    for (const r of c.relays) r.setOnline(true)
+    const stop2 = c.autoCommit(15)
+    await until('settled', () => restored.text('doc').stable === 'world!' && restored.list('todo').stable.length === 2 && b.text('doc').value === 'world!')
+    stop2()
   })
 })
 
