@@ -270,7 +270,15 @@ describe('text laws (property tests)', () => {
         const other = new CollabText()
         deliver(other, made)
         expect(other.digest(sha256)).toEqual(t.digest(sha256))
-        expect(t.clone().digest(sha256)).toEqual(t.digest(sha256))
+        const copy = t.clone()
+        expect(copy.digest(sha256)).toEqual(t.digest(sha256))
+        expect(copy.snapshot()).toEqual(t.snapshot())
+        // Independent: an edit of the copy leaves the original as it was.
+        const before = t.snapshot()
+        copy.apply(copy.insertOp(0, 'z'), { replica: 'q', tag: 'q:1' })
+        if (copy.length) copy.apply(copy.deleteOp(copy.length - 1, 1) as TextOp, { replica: 'q', tag: 'q:2' })
+        expect(t.snapshot()).toEqual(before)
+        expect(copy.value()).toBe(CollabText.fromSnapshot({}, copy.snapshot()).value())
       }),
       { numRuns: 200 },
     )

@@ -103,17 +103,8 @@ export class FugueOrder<T> {
     return this.visibleCount
   }
 
-  /** How many slots there are, visible or not, waiting ones included. */
-  get size(): number {
-    return this.byId.size - 1 + this.waitingIds.size
-  }
-
   get(id: string): Slot<T> | undefined {
     return id === '' ? undefined : this.byId.get(id)
-  }
-
-  has(id: string): boolean {
-    return this.byId.has(id)
   }
 
   /**
@@ -130,11 +121,6 @@ export class FugueOrder<T> {
   /** Whether a slot with this id waits for another. */
   isWaiting(id: string): boolean {
     return this.waitingIds.has(id)
-  }
-
-  /** The data of every waiting slot, with its id, author and placement (for snapshots). */
-  *waitingSlots(): Generator<{ id: string; author: string; place: Placement; data: T }> {
-    for (const list of this.waiting.values()) for (const w of list) yield w
   }
 
   setVisible(slot: Slot<T>, visible: boolean): void {
@@ -193,9 +179,45 @@ export class FugueOrder<T> {
     }
   }
 
-  /** Every placed slot in order, the start excluded. */
-  *slots(): Generator<Slot<T>> {
-    for (const block of this.blocks) for (const s of block.slots) if (s !== this.start) yield s
+  /** Whether any slot waits for another. */
+  get hasWaiting(): boolean {
+    return this.waitingIds.size > 0
+  }
+
+  /**
+   * An independent copy with each slot's data passed through `data`, and
+   * the copy of each slot (a structural copy: linear, no placement redone).
+   * Only without waiting slots: their callbacks belong to this order's owner.
+   */
+  copy(data: (d: T) => T): { order: FugueOrder<T>; twin: Map<Slot<T>, Slot<T>> } {
+    if (this.hasWaiting) throw new Error('FugueOrder.copy: slots are waiting')
+    const order = new FugueOrder<T>(data(this.start.data))
+    const twin = new Map<Slot<T>, Slot<T>>([[this.start, order.start]])
+    order.blocks.length = 0
+    for (const b of this.blocks) {
+      const block: Block<T> = { slots: [], visible: b.visible, index: b.index }
+      for (const s of b.slots) {
+        const c = s === this.start ? order.start : { ...s, data: data(s.data) }
+        c.block = block
+        block.slots.push(c)
+        twin.set(s, c)
+      }
+      order.blocks.push(block)
+    }
+    const mapped = (x: Slot<T> | undefined): Slot<T> | undefined => x && (twin.get(x) as Slot<T>)
+    for (const [s, c] of twin) {
+      if (s === this.start) continue
+      const w = c as { parent: Slot<T> | undefined; rightOrigin: Slot<T> | undefined }
+      w.parent = mapped(s.parent)
+      w.rightOrigin = mapped(s.rightOrigin)
+      order.byId.set(c.id, c)
+    }
+    for (const [s, c] of twin) {
+      c.left = s.left?.map((x) => twin.get(x) as Slot<T>)
+      c.right = s.right?.map((x) => twin.get(x) as Slot<T>)
+    }
+    order.visibleCount = this.visibleCount
+    return { order, twin }
   }
 
   /**

@@ -199,7 +199,7 @@ export class CollabText implements Crdt<TextOp, string> {
   readonly type = 'text' as const
   /** The declared invariants. */
   readonly bounds: TextBounds
-  private readonly order = new FugueOrder<Cell>({ ch: '', deleters: undefined })
+  private readonly order: FugueOrder<Cell>
   private readonly runs = new Map<string, Run>()
   private readonly pendingDeletes = new Map<string, PendingDelete[]>()
   private cached: string | undefined
@@ -212,6 +212,7 @@ export class CollabText implements Crdt<TextOp, string> {
     const problem = validateTextBounds(bounds)
     if (problem) throw new RangeError(problem)
     this.bounds = bounds
+    this.order = new FugueOrder<Cell>({ ch: '', deleters: undefined })
   }
 
   /** The text as a string. */
@@ -308,7 +309,18 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   clone(): this {
-    return CollabText.fromSnapshot(this.bounds, this.snapshot()) as this
+    // Views of the client clone the prospective text often: copy the structure, not rebuild it.
+    if (this.order.hasWaiting) return CollabText.fromSnapshot(this.bounds, this.snapshot()) as this
+    const { order, twin } = this.order.copy((c) => ({ ch: c.ch, deleters: c.deleters && new Set(c.deleters) }))
+    const copy = new CollabText(this.bounds)
+    ;(copy as unknown as { order: FugueOrder<Cell> }).order = order
+    for (const [tag, r] of this.runs) copy.runs.set(tag, { ...r, slots: r.slots?.map((s) => twin.get(s) as Slot<Cell>) })
+    for (const [tag, list] of this.pendingDeletes) copy.pendingDeletes.set(tag, [...list])
+    for (const [b, tags] of this.byBucket) copy.byBucket.set(b, new Set(tags))
+    this.bucketDigests.forEach((d, i) => (copy.bucketDigests[i] = d))
+    for (const b of this.dirty) copy.dirty.add(b)
+    copy.cached = this.cached
+    return copy as this
   }
 
   /**
