@@ -1,4 +1,4 @@
-import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type Declaration, type FieldSchema, type MapBounds, type MapEntry, type MapOp, type RegisterValue } from '@stead/core'
+import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type Declaration, type FieldSchema, type MapBounds, type MapOp, type RegisterValue } from '@stead/core'
 import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
 import type { TextHandle } from './text-handle.ts'
 import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
@@ -106,12 +106,12 @@ export class MapHandle extends Handle {
 
   /** The prospective map as plain data: nested maps as objects, texts as strings, counters as numbers. */
   get value(): Record<string, unknown> {
-    return this.plain(this.view(), (k) => this.host.prospective(k))
+    return plainObject(this.key, encodeDeclaration(this.declaration), (k) => this.host.prospective(k)) as Record<string, unknown>
   }
 
   /** The stable map as plain data (see `value`), within `maxKeys`. */
   get stable(): Record<string, unknown> {
-    return this.plain(this.host.stable(this.key) as CollabMap | undefined, (k) => this.host.stable(k))
+    return plainObject(this.key, encodeDeclaration(this.declaration), (k) => this.host.stable(k)) as Record<string, unknown>
   }
 
   /**
@@ -141,7 +141,8 @@ export class MapHandle extends Handle {
   /** What `field` holds prospectively, as plain data (a nested object as in `value`), or undefined. */
   get(field: string): unknown {
     const entry = this.view()?.get(field)
-    return entry && this.plainEntry(field, entry, (k) => this.host.prospective(k))
+    if (!entry) return undefined
+    return 'value' in entry ? entry.value : plainObject(nestedKey(this.key, field, entry.gen, entry.object), entry.object, (k) => this.host.prospective(k))
   }
 
   /**
@@ -260,19 +261,6 @@ export class MapHandle extends Handle {
 
   private stamp(): number {
     return (this.view() ?? new CollabMap()).nextStamp()
-  }
-
-  private plain(m: CollabMap | undefined, read: (key: string) => AnyCrdt | undefined): Record<string, unknown> {
-    const out: Record<string, unknown> = {}
-    for (const [field, entry] of Object.entries(m?.value() ?? {})) {
-      Object.defineProperty(out, field, { value: this.plainEntry(field, entry, read), enumerable: true, writable: true, configurable: true })
-    }
-    return out
-  }
-
-  private plainEntry(field: string, entry: MapEntry, read: (key: string) => AnyCrdt | undefined): unknown {
-    if ('value' in entry) return entry.value
-    return plainObject(nestedKey(this.key, field, entry.gen, entry.object), entry.object, read)
   }
 }
 

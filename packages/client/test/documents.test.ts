@@ -170,7 +170,9 @@ describe('documents on storage', () => {
       pending: x.status.pending,
     })
     const before = shown(a)
-    expect(before.doc).toEqual(['world!', 'Hello world'])
+    // b's '!' may or may not have committed before the relays went away.
+    expect(before.doc[0]).toBe('world!')
+    expect(['Hello world', 'Hello world!']).toContain(before.doc[1])
     await first.close()
     const again = await createClient({ ...c.clientOptions(), storage: indexedDbStorage(name) })
     open.push(again)

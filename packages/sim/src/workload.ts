@@ -1,4 +1,4 @@
-import { CollabList, CollabMap, CollabText, MAX_STAMP_JUMP, asGeneric, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
+import { MAX_STAMP_JUMP, asGeneric, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -20,9 +20,9 @@ const META: Declaration = { type: 'map', bounds: { maxKeys: 4 } }
  */
 class Documents {
   readonly views = new Map<string, AnyCrdt>([
-    ['doc', new CollabText(DOC.type === 'text' ? DOC.bounds : {})],
-    ['todo', new CollabList(TODO.type === 'list' ? TODO.bounds : {})],
-    ['meta', new CollabMap(META.type === 'map' ? META.bounds : {})],
+    ['doc', createCrdt(DOC)],
+    ['todo', createCrdt(TODO)],
+    ['meta', createCrdt(META)],
   ])
 
   edit(rng: Rng, user: number): ObjectUpdate {
