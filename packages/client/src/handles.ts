@@ -39,7 +39,8 @@ export interface HandleHost {
   wait<T>(p: Promise<T>, options: WaitOptions | undefined, what: string, safe: boolean): Promise<T>
   /** A group of intents applied atomically in the stable order. */
   safeGroup(items: ReadonlyArray<{ key: string; decl: Declaration; intent: Intent }>): Promise<SafeResult>
-  subscribe(key: string, listener: () => void): () => void
+  /** Calls `listener` when the object may have changed; `local` says this client's own new edit changed it. */
+  subscribe(key: string, listener: (local: boolean) => void): () => void
   /** Rights this client holds on a bounded counter that no pending update of its own has spent. */
   spendableRights(key: string, decl: Declaration): number
   authorId(): string

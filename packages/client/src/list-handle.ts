@@ -1,4 +1,5 @@
 import { CollabList, SteadError, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type ListEntry, type ListOp, type RegisterValue } from '@stead/core'
+import { ChangeFeed, listChange, listState, type ListChange, type ListState } from './changes.ts'
 import { Handle, guarded, type HandleHost } from './handles.ts'
 import { plainObject, subscribeDeep, type MapHandle, type NestedOpener } from './map-handle.ts'
 import type { TextHandle } from './text-handle.ts'
@@ -23,6 +24,7 @@ function randomName(): string {
  */
 export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle {
   private readonly opener: NestedOpener
+  private feed: ChangeFeed<ListState, ListChange> | undefined
 
   /** @internal Use `space.list(key)`. */
   constructor(host: HandleHost, key: string, declaration: ListHandle['declaration'], opener: NestedOpener) {
@@ -47,6 +49,22 @@ export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle 
    */
   subscribeDeep(listener: () => void): () => void {
     return subscribeDeep(this.host, this.key, listener)
+  }
+
+  /**
+   * Calls `listener` with what changed each time the list's own elements
+   * change (not what is nested in them: observe those handles): a delta
+   * (retain, insert with who placed the elements, delete) from the list as
+   * last told to the list now, and whether this client made it. A moved
+   * element is deleted at its old place and inserted at its new one. Edits of
+   * one `space.transact` come as one change. Returns the function that
+   * stops it.
+   */
+  observe(listener: (change: ListChange) => void): () => void {
+    const signed = (id: string): string => (id.startsWith('~') ? (this.host.signedId(id) ?? id) : id)
+    const plain = (e: ListEntry): unknown => ('value' in e ? e.value : plainObject(nestedKey(this.key, e.name, 1, e.object), e.object, (k) => this.host.prospective(k)))
+    this.feed ??= new ChangeFeed(this.host, this.key, () => listState(this.view()), (a, b, local) => listChange(a, b, local, signed, plain))
+    return this.feed.listen(listener)
   }
 
   /** Prospective length. */

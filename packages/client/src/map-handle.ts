@@ -1,4 +1,5 @@
 import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type Declaration, type FieldSchema, type MapBounds, type MapOp, type RegisterValue } from '@stead/core'
+import { ChangeFeed, mapChange, mapState, type MapChange, type MapState } from './changes.ts'
 import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
 import type { TextHandle } from './text-handle.ts'
 import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
@@ -97,6 +98,7 @@ const MAX_KEY_CHARS = 256
  */
 export class MapHandle extends Handle {
   private readonly opener: NestedOpener
+  private feed: ChangeFeed<MapState, MapChange> | undefined
 
   /** @internal Use `space.map(key)` or a map's `map(field)`. */
   constructor(host: HandleHost, key: string, declaration: MapHandle['declaration'], opener: NestedOpener) {
@@ -121,6 +123,19 @@ export class MapHandle extends Handle {
    */
   subscribeDeep(listener: () => void): () => void {
     return subscribeDeep(this.host, this.key, listener)
+  }
+
+  /**
+   * Calls `listener` with the fields that changed each time the map's own
+   * fields change (as Y.Map's observe; not what is nested in them: observe
+   * those handles): per field `add`, `update` or `delete`, the plain value
+   * it held before, and the author of what it holds now; and whether this
+   * client made the change. Edits of one `space.transact` come as one
+   * change. Returns the function that stops it.
+   */
+  observe(listener: (change: MapChange) => void): () => void {
+    this.feed ??= new ChangeFeed(this.host, this.key, () => mapState(this.view()), mapChange)
+    return this.feed.listen(listener)
   }
 
   /** The fields that hold something, prospectively. */

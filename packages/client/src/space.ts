@@ -19,7 +19,7 @@ import {
   type SetElement,
 } from '@stead/core'
 import { DraftIds } from './draft-ids.ts'
-import { DraftBatch, applyIntent, deferred, type DraftItem } from './drafts.ts'
+import { DraftBatch, applyIntent, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
@@ -186,9 +186,11 @@ export class Space {
   private holdTimer: ReturnType<typeof setTimeout> | undefined
   /** When holdTimer fires. */
   private holdTimerAt = Number.POSITIVE_INFINITY
+  /** Set while `transact` runs: the keys its edits changed, told to subscribers once at its end. */
+  private transaction: { readonly changed: Set<string>; readonly done: Deferred<UpdateResult> } | undefined
 
   private readonly handles = new Map<string, AnyHandle>()
-  private readonly listeners = new Map<string, Set<() => void>>()
+  private readonly listeners = new Map<string, Set<(local: boolean) => void>>()
   private readonly statusListeners = new Listeners<ClientStatus>((err) => this.listenerFailed('onStatus', err))
   private readonly errorListeners = new Listeners<SteadError>()
   private readonly settledListeners = new Listeners<SettledUpdate>((err) => this.listenerFailed('onSettled', err))
@@ -456,6 +458,72 @@ export class Space {
     }
   }
 
+  /**
+   * Runs `edits` (synchronous calls on this space's handles) as one
+   * transaction, as Y.Doc's `transact`: every update they make goes into one
+   * envelope (so other clients and the stable order take them together),
+   * and subscribers and `observe` listeners are told once, when `edits`
+   * returns, with every change in one event. Edits are applied at once as
+   * usual, and each edit's own promise resolves as usual. Nested calls join
+   * the outer transaction. Atomicity in the stable order is what
+   * `safe(tx => …)` gives: regular edits of a transaction are audited one
+   * by one.
+   *
+   * If `edits` throws, the edits it made before stay (as in Yjs) and are sent;
+   * the returned promise rejects with what it threw.
+   *
+   * @returns resolves `{ status: 'stored' }` once the envelope is durable on
+   * this device (at once if `edits` made no update).
+   * @throws SteadError (the promise rejects) `too-large` if the edits exceed
+   * one envelope (10,000 operations or 1 MiB once runs of typing are
+   * joined: each edit's promise rejects too, and the edits are undone);
+   * {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * await space.transact(() => {
+   *   title.delete(0, title.length)
+   *   title.insert(0, 'Q3 plan')
+   *   card.set('updated', true)
+   * })
+   * ```
+   */
+  transact(edits: () => void): Promise<UpdateResult> {
+    const outer = this.transaction
+    if (outer) {
+      edits()
+      return outer.done.promise
+    }
+    try {
+      this.assertOpen()
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    // The transaction's envelope holds its edits only: what was queued before leaves first.
+    this.sealNow()
+    const batch = this.openBatch
+    const transaction = { changed: new Set<string>(), done: deferred<UpdateResult>() }
+    this.transaction = transaction
+    let failure: { err: unknown } | undefined
+    try {
+      edits()
+    } catch (err) {
+      failure = { err }
+    } finally {
+      this.transaction = undefined
+    }
+    if (batch.size > 0) {
+      batch.stored.push(transaction.done)
+      this.sealNow()
+    } else {
+      transaction.done.resolve({ status: 'stored' })
+    }
+    this.notify(transaction.changed, false, true)
+    this.emitStatus()
+    if (!failure) return transaction.done.promise
+    transaction.done.promise.catch(() => undefined)
+    return Promise.reject(failure.err)
+  }
+
   // ---------------------------------------------------------------- reads and status
 
   /**
@@ -678,7 +746,9 @@ export class Space {
   private queueRegular(item: DraftItem): Promise<UpdateResult> {
     this.assertOpen()
     const stored = deferred<UpdateResult>()
-    if (this.hold.holds(item.key)) {
+    // A transaction's edits all go into its envelope: an object's waiting updates leave before them.
+    if (this.transaction) this.releaseHeld([item.key])
+    else if (this.hold.holds(item.key)) {
       this.hold.hold(item, stored, this.now())
       this.showItems(this.hold.batch, [item])
       if (this.hold.size >= this.maxBatchOps) this.releaseHeld('all')
@@ -737,24 +807,29 @@ export class Space {
 
   /** Seals the open batch now if it is full, else when scheduleSeal says. */
   private sealInTime(): void {
+    if (this.transaction) return
     if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
     else this.scheduleSeal()
   }
 
   private showItems(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
-    const changed = new Set<string>()
+    const changed = this.transaction?.changed ?? new Set<string>()
     for (const item of items) {
       batch.keys.add(item.key)
       changed.add(item.key)
       // A group is shown all or nothing: its views are recomputed together (see guardedViews).
-      if (several) continue
+      if (several) {
+        this.dropView(item.key)
+        continue
+      }
       const view = this.overlay.get(item.key)
       if (view && !applyIntent(view, item, this.authorId, this.draftIds, hasInvariants(item.decl))) {
         this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
       }
     }
-    // A single item joined the overlay already: tell subscribers without dropping it.
-    this.notify(changed, several)
+    // Views are current now (the item joined its overlay, or a group's views were dropped).
+    if (this.transaction) return
+    this.notify(changed, false, true)
     this.emitStatus()
   }
 
@@ -771,8 +846,8 @@ export class Space {
     const released = this.hold.release(keys)
     if (released.length === 0) return
     for (const { item, stored } of released) {
-      // No batch past maxBatchOps: a full one is sealed and the rest go into the next.
-      if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
+      // No batch past maxBatchOps (but a transaction's): a full one is sealed and the rest go into the next.
+      if (!this.transaction && this.openBatch.size >= this.maxBatchOps) this.sealNow()
       const batch = this.openBatch
       batch.regular.push(item)
       batch.stored.push(stored)
@@ -1047,13 +1122,16 @@ export class Space {
     for (const w of [...this.progressWaiters]) w()
   }
 
-  /** @internal Tells subscribers of `keys`; `stale` drops their cached prospective views (the replica or the drafts changed underneath). */
-  notify(keys: Iterable<string>, stale = true): void {
+  /**
+   * @internal Tells subscribers of `keys`; `stale` drops their cached prospective views (the
+   * replica or the drafts changed underneath); `local`: this client's own new edits changed them.
+   */
+  notify(keys: Iterable<string>, stale = true, local = false): void {
     for (const key of keys) {
       if (stale) this.dropView(key)
       for (const l of this.listeners.get(key) ?? []) {
         try {
-          l()
+          l(local)
         } catch (err) {
           this.emitError(new SteadError('malformed', `a subscriber of ${key} threw: ${(err as Error).message}`))
         }

@@ -1,7 +1,7 @@
 import 'fake-indexeddb/auto'
 import { afterEach, describe, expect, it } from 'vitest'
 import { nodeCrypto } from '@stead/core/node'
-import { createClient, indexedDbStorage, memoryStorage, type MapHandle, type Space, type SteadClient } from '../src/index.node.ts'
+import { createClient, indexedDbStorage, memoryStorage, type ListChange, type MapChange, type MapHandle, type Space, type SteadClient, type TextChange, type TextDelta } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -16,6 +16,13 @@ async function client(c: FakeCluster): Promise<Space> {
   const cl = await createClient({ ...c.clientOptions(), storage: memoryStorage() })
   open.push(cl)
   return cl.space(c.space)
+}
+
+/** A cluster committing every 15 ms, stopped after the test. */
+function committing(): { c: FakeCluster; stop: () => void } {
+  const c = new FakeCluster('notes', 4)
+  clusters.push(c)
+  return { c, stop: c.autoCommit(15) }
 }
 
 async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
@@ -244,6 +251,170 @@ describe('space.list: the shared to-do list that lost edits with sets and regist
     expect(tags.value).toEqual(['a', 'c'])
     await expect(tags.move(0, 5)).rejects.toMatchObject({ reason: 'malformed' })
     await expect(tags.insert(0, [])).rejects.toMatchObject({ reason: 'malformed' })
+    stop()
+  })
+})
+
+describe('space.transact', () => {
+  async function batched(c: FakeCluster): Promise<Space> {
+    // Two operations per envelope outside a transaction: a transaction must ignore that.
+    const cl = await createClient({ ...c.clientOptions(), storage: memoryStorage(), maxBatchOps: 2 })
+    open.push(cl)
+    return cl.space(c.space)
+  }
+  const envelopes = (c: FakeCluster): number => new Set(c.submitted).size
+
+  it('sends every edit of the transaction in one envelope and tells subscribers once, with everything applied', async () => {
+    const { c, stop } = committing()
+    const a = await batched(c)
+    const b = await client(c)
+    const title = a.text('title')
+    const card = a.map('card')
+    const calls: string[] = []
+    title.subscribe(() => calls.push(`title:${title.value}`))
+    card.subscribe(() => calls.push(`card:${JSON.stringify(card.value)}`))
+    // Control: the same edits without a transaction take several envelopes.
+    await Promise.all([title.insert(0, 'ab'), title.insert(2, 'cd'), title.insert(4, 'ef'), card.set('n', 0), card.set('m', 0)])
+    await until('the control is submitted', () => envelopes(c) >= 3)
+    const before = envelopes(c)
+    expect(before).toBeGreaterThanOrEqual(3)
+    await until('b has the control', () => b.text('title').value === 'abcdef')
+    calls.length = 0
+    const done = a.transact(() => {
+      void title.delete(0, title.length)
+      void title.insert(0, 'Q3')
+      expect(title.value).toBe('Q3')
+      void title.insert(2, ' plan')
+      void card.set('updated', true)
+      void card.set('n', 1)
+      void a.transact(() => void card.set('nested', 'joins'))
+      expect(calls).toEqual([])
+    })
+    expect(calls).toEqual(['title:Q3 plan', `card:${JSON.stringify({ m: 0, n: 1, nested: 'joins', updated: true })}`])
+    expect(await done).toEqual({ status: 'stored' })
+    await until('b has the transaction', () => b.text('title').value === 'Q3 plan' && b.map('card').value['nested'] === 'joins')
+    expect(envelopes(c)).toBe(before + 1)
+    await until('stable', () => title.stable === 'Q3 plan')
+    stop()
+  })
+
+  it('keeps and sends the edits made before an edit function threw, and rejects with what it threw', async () => {
+    const { c, stop } = committing()
+    const a = await batched(c)
+    const t = a.text('t')
+    const boom = new Error('boom')
+    await expect(a.transact(() => {
+      void t.insert(0, 'kept')
+      throw boom
+    })).rejects.toBe(boom)
+    expect(t.value).toBe('kept')
+    await until('stable', () => t.stable === 'kept')
+    // A transaction with no edits resolves at once.
+    expect(await a.transact(() => undefined)).toEqual({ status: 'stored' })
+    stop()
+  })
+})
+
+describe('change events (observe)', () => {
+  /** Applies a text delta to `s`, in code points. */
+  function applyText(s: string, delta: readonly TextDelta[]): string {
+    const points = [...s]
+    const out: string[] = []
+    let i = 0
+    for (const d of delta) {
+      if ('retain' in d) out.push(...points.slice(i, (i += d.retain)))
+      else if ('delete' in d) i += d.delete
+      else out.push(...d.insert)
+    }
+    return out.join('') + points.slice(i).join('')
+  }
+
+  it('tells a text\'s observers exactly what changed, who made it and whether it was made here, and nothing when an edit is only signed or committed', async () => {
+    const { c, stop } = committing()
+    const a = await client(c)
+    const b = await client(c)
+    const ta = a.text('doc')
+    const tb = b.text('doc')
+    const seen: TextChange[] = []
+    let mirror = ''
+    ta.observe((change) => {
+      seen.push(change)
+      mirror = applyText(mirror, change.delta)
+      expect(mirror).toBe(ta.value)
+    })
+    await ta.insert(0, 'Hello 👋 world')
+    expect(seen).toEqual([{ delta: [{ insert: 'Hello 👋 world', author: a.authorId }], local: true }])
+    await until('committed', () => ta.stable === 'Hello 👋 world' && tb.value === ta.value)
+    // Signing and committing the edit changed no character: no event.
+    expect(seen).toHaveLength(1)
+    await tb.insert(7, ',')
+    await until('a sees b', () => seen.length === 2)
+    expect(seen[1]).toEqual({ delta: [{ retain: 7 }, { insert: ',', author: b.authorId }], local: false })
+    await ta.delete(5, 2)
+    expect(seen[2]).toEqual({ delta: [{ retain: 5 }, { delete: 2 }], local: true })
+    // Typing key by key while earlier keys are signed: one event per key, and none for the signing.
+    for (const ch of '!!!') await ta.insert(ta.length, ch)
+    await until('stable', () => ta.stable === ta.value && tb.value === ta.value)
+    expect(seen).toHaveLength(6)
+    expect(mirror).toBe('Hello, world!!!')
+    // A transaction is one event, with both its edits.
+    await a.transact(() => {
+      void ta.insert(0, '> ')
+      void ta.delete(ta.length - 2, 2)
+    })
+    expect(seen[6]).toEqual({ delta: [{ insert: '> ', author: a.authorId }, { retain: 13 }, { delete: 2 }], local: true })
+    stop()
+  })
+
+  it('tells a map\'s observers which fields were added, updated and deleted, and by whom; a list\'s a delta where a move is a delete and an insert', async () => {
+    const { c, stop } = committing()
+    const a = await client(c)
+    const b = await client(c)
+    const ma = a.map('card')
+    const changes: MapChange[] = []
+    ma.observe((ch) => changes.push(ch))
+    await ma.set('title', 'Plan')
+    expect(changes).toEqual([{ keys: new Map([['title', { action: 'add', oldValue: undefined, author: a.authorId }]]), local: true }])
+    await until('b has it', () => b.map('card').get('title') === 'Plan' && ma.stable['title'] === 'Plan')
+    expect(changes).toHaveLength(1)
+    await b.map('card').set('title', 'Q3 plan')
+    await until('a hears b', () => changes.length === 2)
+    expect(changes[1]).toEqual({ keys: new Map([['title', { action: 'update', oldValue: 'Plan', author: b.authorId }]]), local: false })
+    await a.transact(() => {
+      void ma.delete('title')
+      ma.text('notes')
+    })
+    expect(changes[2]).toEqual({
+      keys: new Map([
+        ['title', { action: 'delete', oldValue: 'Q3 plan', author: undefined }],
+        ['notes', { action: 'add', oldValue: undefined, author: a.authorId }],
+      ]),
+      local: true,
+    })
+
+    const la = a.list<string>('todos')
+    const lb = b.list<string>('todos')
+    const deltas: ListChange[] = []
+    let mirror: unknown[] = []
+    la.observe((ch) => {
+      deltas.push(ch)
+      const out: unknown[] = []
+      let i = 0
+      for (const d of ch.delta) {
+        if ('retain' in d) out.push(...mirror.slice(i, (i += d.retain)))
+        else if ('delete' in d) i += d.delete
+        else out.push(...d.insert)
+      }
+      mirror = [...out, ...mirror.slice(i)]
+      expect(mirror).toEqual(la.value)
+    })
+    await la.insert(0, ['milk', 'eggs', 'bread'])
+    await until('b has the list', () => lb.length === 3 && la.stable.length === 3)
+    const before = deltas.length
+    await lb.move(2, 0)
+    await until('a hears the move', () => deltas.length > before)
+    expect(la.value).toEqual(['bread', 'milk', 'eggs'])
+    expect(deltas[deltas.length - 1]).toEqual({ delta: [{ insert: ['bread'], author: b.authorId }, { retain: 2 }, { delete: 1 }], local: false })
     stop()
   })
 })

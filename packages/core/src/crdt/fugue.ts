@@ -179,6 +179,18 @@ export class FugueOrder<T> {
     }
   }
 
+  /** Calls `visit` for each visible slot in order: as visibleSlots, without a generator's cost per slot (several times faster on long texts). */
+  forEachVisible(visit: (slot: Slot<T>) => void): void {
+    for (const block of this.blocks) {
+      if (block.visible === 0) continue
+      const slots = block.slots
+      for (let i = 0; i < slots.length; i++) {
+        const s = slots[i] as Slot<T>
+        if (s.visible) visit(s)
+      }
+    }
+  }
+
   /** Whether any slot waits for another. */
   get hasWaiting(): boolean {
     return this.waitingIds.size > 0

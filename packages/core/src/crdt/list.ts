@@ -165,6 +165,13 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
     return out
   }
 
+  /** Who placed each element where it is (its inserter, or the author of the move that put it there), in the order of `value()`. */
+  placers(): string[] {
+    const out: string[] = []
+    for (const slot of this.order.visibleSlots()) out.push(slot.author)
+    return out
+  }
+
   /** How many elements the list holds. */
   get length(): number {
     return this.order.length

@@ -186,6 +186,19 @@ export class CollabMap implements Crdt<MapOp, Record<string, MapEntry>> {
     return w && entryOf(w)
   }
 
+  /** Which write `field` holds now (its tag, the same on every replica) and its author id, or undefined if it holds nothing. */
+  writerOf(field: string):
+    | {
+        /** The write's op tag. */
+        readonly tag: string
+        /** Its author id. */
+        readonly author: string
+      }
+    | undefined {
+    const w = this.fields.get(field)?.winner
+    return w && entryOf(w) ? { tag: w.tag, author: w.replica } : undefined
+  }
+
   /** How many fields hold something. */
   get size(): number {
     return this.live

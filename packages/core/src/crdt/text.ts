@@ -230,6 +230,26 @@ export class CollabText implements Crdt<TextOp, string> {
     return this.order.length
   }
 
+  /** The ids of the visible characters, in order. */
+  visibleIds(): string[] {
+    const ids: string[] = []
+    this.order.forEachVisible((slot) => void ids.push(slot.id))
+    return ids
+  }
+
+  /** Character `id` and the author id that inserted it, or undefined if this text has no such character. */
+  charOf(id: string):
+    | {
+        /** The character (one code point). */
+        readonly ch: string
+        /** The author id that inserted it. */
+        readonly author: string
+      }
+    | undefined {
+    const slot = this.order.get(id)
+    return slot && { ch: slot.data.ch, author: slot.author }
+  }
+
   /** The op that inserts `text` at code point `index`, as this replica sees the text. */
   insertOp(index: number, text: string): TextOp {
     const p = this.order.placementAt(index)

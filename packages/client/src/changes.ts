@@ -1,0 +1,306 @@
+import { bytesEqual, encode, type CollabList, type CollabMap, type CollabText, type ListEntry, type MapEntry } from '@stead/core'
+import type { HandleHost } from './handles.ts'
+
+/**
+ * One step of a text change, as Quill and Y.Text deltas: read from the
+ * start of the text as it was, keep `retain` code points, insert `insert`
+ * (made by `author`), or remove `delete` code points.
+ */
+export type TextDelta =
+  | {
+      /** Code points kept as they were. */
+      readonly retain: number
+    }
+  | {
+      /** The characters inserted here. */
+      readonly insert: string
+      /** The author id that made them. */
+      readonly author: string
+    }
+  | {
+      /** How many code points were removed here. */
+      readonly delete: number
+    }
+
+/** One step of a list change: keep `retain` elements, insert `insert` (placed by `author`), or remove `delete` elements. A moved element is removed at its old place and inserted at its new one. */
+export type ListDelta =
+  | {
+      /** Elements kept as they were. */
+      readonly retain: number
+    }
+  | {
+      /** The elements inserted here, as plain data (see `ListHandle.value`). */
+      readonly insert: readonly unknown[]
+      /** The author id that placed them here (inserted them, or moved them here). */
+      readonly author: string
+    }
+  | {
+      /** How many elements were removed here. */
+      readonly delete: number
+    }
+
+/** What happened to one field of a map. */
+export interface FieldChange {
+  /** `add`: the field held nothing before; `update`: it holds another write; `delete`: it holds nothing now. */
+  readonly action: 'add' | 'update' | 'delete'
+  /** What the field held before: a plain value, or undefined (nothing, or a nested object). */
+  readonly oldValue: unknown
+  /** The author id of the write the field holds now (add and update; undefined for delete). */
+  readonly author: string | undefined
+}
+
+/** A change to a text's prospective value (see `TextHandle.observe`). */
+export interface TextChange {
+  /** The steps from the text as it was to the text as it is. */
+  readonly delta: readonly TextDelta[]
+  /** Made here: an edit this client (any of its tabs) just made, else one received, reversed or restored. */
+  readonly local: boolean
+}
+
+/** A change to a list's own elements (see `ListHandle.observe`). */
+export interface ListChange {
+  /** The steps from the list as it was to the list as it is. */
+  readonly delta: readonly ListDelta[]
+  /** Made here (see TextChange.local). */
+  readonly local: boolean
+}
+
+/** A change to a map's own fields (see `MapHandle.observe`). */
+export interface MapChange {
+  /** Each field that changed. */
+  readonly keys: ReadonlyMap<string, FieldChange>
+  /** Made here (see TextChange.local). */
+  readonly local: boolean
+}
+
+/** A step of a delta between two sequences of ids: keep, insert `after[from..to)`, or remove. */
+export type IdStep = { readonly retain: number } | { readonly from: number; readonly to: number } | { readonly delete: number }
+
+/**
+ * The steps that turn the sequence of ids `before` into `after` (ids are
+ * unique in each). Common ends cost a comparison each; the middle is walked
+ * with the position of every id in the other sequence, so an id whose
+ * relative order changed (a moved list element) is removed and inserted.
+ */
+export function sequenceDelta(before: readonly string[], after: readonly string[]): IdStep[] {
+  let head = 0
+  while (head < before.length && head < after.length && before[head] === after[head]) head++
+  let tail = 0
+  while (tail < before.length - head && tail < after.length - head && before[before.length - 1 - tail] === after[after.length - 1 - tail]) tail++
+  const steps: IdStep[] = []
+  const push = (step: IdStep): void => {
+    const last = steps[steps.length - 1]
+    if (last && 'retain' in last && 'retain' in step) steps[steps.length - 1] = { retain: last.retain + step.retain }
+    else if (last && 'delete' in last && 'delete' in step) steps[steps.length - 1] = { delete: last.delete + step.delete }
+    else if (last && 'to' in last && 'to' in step && last.to === step.from) steps[steps.length - 1] = { from: last.from, to: step.to }
+    else steps.push(step)
+  }
+  if (head) push({ retain: head })
+  const oldEnd = before.length - tail
+  const newEnd = after.length - tail
+  const inNew = new Map<string, number>()
+  for (let j = head; j < newEnd; j++) inNew.set(after[j] as string, j)
+  const inOld = new Map<string, number>()
+  for (let i = head; i < oldEnd; i++) inOld.set(before[i] as string, i)
+  // Ids both sequences hold but met out of order (moved): inserted where `after` has them and removed where `before` had them.
+  const insertedEarly = new Set<string>()
+  let i = head
+  let j = head
+  while (i < oldEnd || j < newEnd) {
+    const was = i < oldEnd ? (before[i] as string) : undefined
+    const is = j < newEnd ? (after[j] as string) : undefined
+    if (was !== undefined && was === is) {
+      push({ retain: 1 })
+      i++
+      j++
+      continue
+    }
+    const wasAt = was === undefined ? undefined : inNew.get(was)
+    const isAt = is === undefined ? undefined : inOld.get(is)
+    let insert: boolean
+    if (was !== undefined && (wasAt === undefined || insertedEarly.has(was))) insert = false
+    else if (is !== undefined && (isAt === undefined || isAt < i)) insert = true
+    else if (was === undefined || is === undefined) insert = was === undefined
+    // Both are met again further on: move whichever is displaced less far from here.
+    else insert = (wasAt as number) - j < (isAt as number) - i
+    if (insert) {
+      if (isAt !== undefined && isAt >= i) insertedEarly.add(is as string)
+      push({ from: j, to: j + 1 })
+      j++
+    } else {
+      push({ delete: 1 })
+      i++
+    }
+  }
+  if (tail) push({ retain: tail })
+  return steps
+}
+
+/**
+ * Turns "something changed" notifications of one object into change events:
+ * keeps what the object looked like when last told, and on each
+ * notification compares it with what it looks like now (`read`), telling
+ * listeners only when `diff` finds a change. Costs one `read` and `diff`
+ * per notification while anyone listens, so a handle makes one only once
+ * `observe` is called.
+ */
+export class ChangeFeed<S, C> {
+  private readonly listeners = new Set<(change: C) => void>()
+  private state: S | undefined
+  private unsubscribe: (() => void) | undefined
+  private readonly host: HandleHost
+  private readonly key: string
+  private readonly read: () => S
+  private readonly diff: (before: S, after: S, local: boolean) => C | undefined
+
+  constructor(host: HandleHost, key: string, read: () => S, diff: (before: S, after: S, local: boolean) => C | undefined) {
+    this.host = host
+    this.key = key
+    this.read = read
+    this.diff = diff
+  }
+
+  /** Adds a listener; returns the function that removes it. */
+  listen(listener: (change: C) => void): () => void {
+    if (this.listeners.size === 0) {
+      this.state = this.read()
+      this.unsubscribe = this.host.subscribe(this.key, (local) => this.changed(local === true))
+    }
+    this.listeners.add(listener)
+    return () => {
+      this.listeners.delete(listener)
+      if (this.listeners.size > 0) return
+      this.unsubscribe?.()
+      this.unsubscribe = undefined
+      this.state = undefined
+    }
+  }
+
+  private changed(local: boolean): void {
+    const before = this.state as S
+    const after = this.read()
+    this.state = after
+    const change = this.diff(before, after, local)
+    if (change === undefined) return
+    let failed: { err: unknown } | undefined
+    for (const l of [...this.listeners]) {
+      try {
+        l(change)
+      } catch (err) {
+        failed ??= { err }
+      }
+    }
+    // Every listener heard it; the first failure goes on to the space's onError.
+    if (failed) throw failed.err
+  }
+}
+
+/** Ids as they are now: those of drafts (starting '~') that were signed since, under their signed names. */
+function signedIds(ids: readonly string[], signed: (id: string) => string): readonly string[] {
+  return ids.some((id) => id.charCodeAt(0) === 126) ? ids.map(signed) : ids
+}
+
+/** A text as change events compare it: its characters' ids, in order. */
+export type TextState = readonly string[]
+
+/** @internal */
+export function textState(text: CollabText | undefined): TextState {
+  return text?.visibleIds() ?? []
+}
+
+/** @internal The change from one text state to the next (`text`: the text now), or undefined if there is none. */
+export function textChange(before: TextState, after: TextState, local: boolean, signed: (id: string) => string, text: CollabText | undefined): TextChange | undefined {
+  const delta: TextDelta[] = []
+  for (const step of sequenceDelta(signedIds(before, signed), after)) {
+    if (!('from' in step)) {
+      delta.push(step)
+      continue
+    }
+    // One insert step per author: a run typed by two people is two steps.
+    let insert = ''
+    let author: string | undefined
+    for (let k = step.from; k < step.to; k++) {
+      const c = text?.charOf(after[k] as string) as { ch: string; author: string }
+      if (author !== undefined && c.author !== author) {
+        delta.push({ insert, author })
+        insert = ''
+      }
+      author = c.author
+      insert += c.ch
+    }
+    delta.push({ insert, author: author as string })
+  }
+  return trimmed(delta, local)
+}
+
+/** A list as change events compare it: its elements (ids, what they hold) and who placed each. */
+export interface ListState {
+  readonly entries: readonly ListEntry[]
+  readonly ids: readonly string[]
+  readonly placers: readonly string[]
+}
+
+/** @internal */
+export function listState(list: CollabList | undefined): ListState {
+  const entries = list?.value() ?? []
+  return { entries, ids: entries.map((e) => e.id), placers: list?.placers() ?? [] }
+}
+
+/** @internal The change from one list state to the next (`plain` turns an element into plain data), or undefined. */
+export function listChange(before: ListState, after: ListState, local: boolean, signed: (id: string) => string, plain: (e: ListEntry) => unknown): ListChange | undefined {
+  const delta: ListDelta[] = []
+  for (const step of sequenceDelta(signedIds(before.ids, signed), after.ids)) {
+    if (!('from' in step)) {
+      delta.push(step)
+      continue
+    }
+    for (let k = step.from; k < step.to; ) {
+      const author = after.placers[k] as string
+      let end = k + 1
+      while (end < step.to && after.placers[end] === author) end++
+      delta.push({ insert: after.entries.slice(k, end).map(plain), author })
+      k = end
+    }
+  }
+  return trimmed(delta, local)
+}
+
+function trimmed<D>(delta: D[], local: boolean): { delta: D[]; local: boolean } | undefined {
+  // A change ends where its last insert or delete does.
+  while (delta.length && 'retain' in (delta[delta.length - 1] as object)) delta.pop()
+  return delta.length ? { delta, local } : undefined
+}
+
+/** A map as change events compare it: each field's write (tag, author) and entry. */
+export type MapState = ReadonlyMap<string, { readonly tag: string; readonly author: string; readonly entry: MapEntry }>
+
+/** @internal */
+export function mapState(map: CollabMap | undefined): MapState {
+  const out = new Map<string, { tag: string; author: string; entry: MapEntry }>()
+  if (!map) return out
+  for (const [field, entry] of Object.entries(map.value())) {
+    const writer = map.writerOf(field) as { tag: string; author: string }
+    out.set(field, { ...writer, entry })
+  }
+  return out
+}
+
+/** Whether two writes are one (an unsigned draft's and the same write signed, under another tag), by author and content. */
+function sameWrite(a: { author: string; entry: MapEntry }, b: { author: string; entry: MapEntry }): boolean {
+  if (a.author !== b.author) return false
+  if ('value' in a.entry || 'value' in b.entry) return 'value' in a.entry && 'value' in b.entry && bytesEqual(encode(a.entry.value), encode(b.entry.value))
+  return a.entry.gen === b.entry.gen && JSON.stringify(a.entry.object) === JSON.stringify(b.entry.object)
+}
+
+/** @internal The change from one map state to the next, or undefined if no field changed. */
+export function mapChange(before: MapState, after: MapState, local: boolean): MapChange | undefined {
+  const keys = new Map<string, FieldChange>()
+  const old = (e: MapEntry | undefined): unknown => (e && 'value' in e ? e.value : undefined)
+  for (const [field, was] of before) {
+    const is = after.get(field)
+    if (!is) keys.set(field, { action: 'delete', oldValue: old(was.entry), author: undefined })
+    else if (is.tag !== was.tag && !sameWrite(was, is)) keys.set(field, { action: 'update', oldValue: old(was.entry), author: is.author })
+  }
+  for (const [field, is] of after) if (!before.has(field)) keys.set(field, { action: 'add', oldValue: undefined, author: is.author })
+  return keys.size ? { keys, local } : undefined
+}
