@@ -619,7 +619,7 @@ export class Space {
    * them). Use it before acting outside Stead on a value that must be
    * current (the local stable value may lag while offline).
    *
-   * @returns The value as the object's type holds it: a number for counters, an array for sets, the value (or undefined) for registers.
+   * @returns The value as the object's type holds it: a number for counters, an array for sets, the value (or undefined) for registers, a string for texts, and for lists and maps their entries (`{ id, value }` or a nested object's `{ id, object, name }`; per field `{ value }` or `{ object, gen }`): a handle's `stable` resolves nested objects into plain data.
    * @throws SteadError `unsupported` if no cluster is trusted yet or fewer than 2f+1 relays answer with a proven head, `timeout` (default 10 s with `quorum`) or `aborted`; {@link ClosedError} after `close()`.
    */
   async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {

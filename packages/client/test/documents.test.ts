@@ -1,7 +1,10 @@
 import 'fake-indexeddb/auto'
 import { afterEach, describe, expect, it } from 'vitest'
 import { nodeCrypto } from '@stead/core/node'
-import { createClient, indexedDbStorage, memoryStorage, type ListChange, type MapChange, type MapHandle, type Space, type SteadClient, type TextChange, type TextDelta } from '../src/index.node.ts'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ListChange, type MapChange, type MapHandle, type Space, type SteadClient, type TextChange, type TextDelta } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
@@ -415,6 +418,64 @@ describe('change events (observe)', () => {
     await until('a hears the move', () => deltas.length > before)
     expect(la.value).toEqual(['bread', 'milk', 'eggs'])
     expect(deltas[deltas.length - 1]).toEqual({ delta: [{ insert: ['bread'], author: b.authorId }, { retain: 2 }, { delete: 1 }], local: false })
+    stop()
+  })
+})
+
+describe('documents catching up', () => {
+  it('a client back after a while catches up on texts, lists and maps by one delta, and a new one after pruning starts from a verified snapshot', async () => {
+    const c = new FakeCluster('notes', 4)
+    clusters.push(c)
+    const writer = await client(c)
+    const doc = writer.text('doc')
+    const card = writer.map('card')
+    const todos = writer.list<string>('todos')
+    let stop = c.autoCommit(2)
+    await doc.insert(0, 'Hello', { safe: true })
+    await card.set('status', 'draft', { safe: true })
+    await todos.insert(0, ['milk', 'eggs'], { safe: true })
+    const dir = mkdtempSync(join(tmpdir(), 'stead-docs-'))
+    const awayClient = await createClient({ ...c.clientOptions(), storage: lmdbStorage(dir) })
+    const away = await awayClient.space(c.space)
+    await until('caught up', () => away.text('doc').stable === 'Hello' && away.list('todos').stable.length === 2)
+    await awayClient.close()
+    const at = c.log.length
+    // While it is away: typing key by key, a map field written over and over (its state outweighs its ops), a move.
+    for (const ch of ' world') await doc.insert(doc.length, ch, { safe: true })
+    for (let i = 0; i < 20; i++) await card.set('status', `revision ${i}`, { safe: true })
+    await todos.move(1, 0, { safe: true })
+    await card.text('notes').insert(0, 'nested', { safe: true })
+    stop()
+    const from = (c.log[at] as { fromIndex: number }).fromIndex
+    expect(c.delta(from)?.delta.objects.find((o) => o.key === 'card')?.mode).toBe('state')
+    for (const r of c.relays) r.commitsSent = 0
+    c.snapshotRequests.length = 0
+    const backClient = await createClient({ ...c.clientOptions(), storage: lmdbStorage(dir) })
+    open.push(backClient)
+    const back = await backClient.space(c.space)
+    const same = (s: Space, text = 'Hello world'): boolean =>
+      s.text('doc').stable === text &&
+      JSON.stringify(s.map('card').stable) === JSON.stringify({ notes: 'nested', status: 'revision 19' }) &&
+      JSON.stringify(s.list('todos').stable) === JSON.stringify(['eggs', 'milk'])
+    await until('back at the stable state', () => same(back))
+    expect(c.snapshotRequests.filter((q) => q.path.endsWith('/delta'))).toHaveLength(1)
+    expect(c.relays.reduce((n, r) => n + r.commitsSent, 0)).toBe(0)
+    expect(back.text('doc').value).toBe('Hello world')
+
+    // The relays prune what came before their latest commit: a new client starts from the snapshot.
+    stop = c.autoCommit(2)
+    await doc.insert(doc.length, '!', { safe: true })
+    stop()
+    c.pruneBelow((c.latestSnapshot() as { fromIndex: number }).fromIndex)
+    c.snapshotRequests.length = 0
+    const fresh = await client(c)
+    await until('the new client has everything', () => same(fresh, 'Hello world!'))
+    expect(c.snapshotRequests.some((q) => q.path.endsWith('/snapshot'))).toBe(true)
+    expect(fresh.text('doc').value).toBe('Hello world!')
+    // And both go on editing as usual.
+    stop = c.autoCommit(5)
+    await fresh.text('doc').insert(0, '> ')
+    await until('the writer sees it', () => doc.stable === '> Hello world!' && back.text('doc').value === '> Hello world!')
     stop()
   })
 })

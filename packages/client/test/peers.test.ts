@@ -52,15 +52,20 @@ const identity = (byte: number): { secretKey: Uint8Array; publicKey: Uint8Array 
   return { secretKey, publicKey: publicKeyOfSync(secretKey) }
 }
 
+/** Three clients linked to each other, each told of the other two by the relays, which then all go down. */
+async function threeOffline(c: FakeCluster): Promise<Array<Awaited<ReturnType<typeof client>>>> {
+  const board = new PeerBoard()
+  const peers = await Promise.all([1, 2, 3].map(() => client(c, { peers: board.network() })))
+  await exchanging(peers, () => 2)
+  relaysDown(c)
+  await until('offline', () => peers.every((p) => !p.space.status.online))
+  return peers
+}
+
 describe('peer-to-peer sync', () => {
   it('keeps clients collaborating while every relay is down, then commits what they did once the relays are back', async () => {
     const c = cluster()
-    const board = new PeerBoard()
-    const peers = await Promise.all([1, 2, 3].map(() => client(c, { peers: board.network() })))
-    // The relays name each client to the others; then they go down.
-    await exchanging(peers, () => 2)
-    relaysDown(c)
-    await until('offline', () => peers.every((p) => !p.space.status.online))
+    const peers = await threeOffline(c)
     await peers[0]?.space.counter('likes').increment(10)
     for (const [i, p] of peers.entries()) await p.space.counter('likes').increment(i + 1)
     await until('every client sees every update', () => peers.every((p) => p.space.counter('likes').value === 16))
@@ -75,6 +80,39 @@ describe('peer-to-peer sync', () => {
       stop()
     }
     expect(c.stableValue('likes')).toBe(16)
+    expect(peers.flatMap((p) => p.errors)).toEqual([])
+  })
+
+  it('keeps three clients editing one text, list and map while every relay is down, and they end identical, stable once the relays are back', async () => {
+    const c = cluster()
+    const peers = await threeOffline(c)
+    await peers[0]?.space.text('doc').insert(0, 'shared text')
+    await until('everyone has the text', () => peers.every((p) => p.space.text('doc').value === 'shared text'))
+    // Each types at its own place, key by key, and edits the list and the map at once.
+    await Promise.all(
+      peers.map(async (p, i) => {
+        const t = p.space.text('doc')
+        const at = i === 0 ? 0 : i === 1 ? 6 : t.length
+        for (const [k, ch] of [...`<${i}>`].entries()) await t.insert(at + k, ch)
+        await p.space.list<string>('todos').push(`task ${i}`)
+        await p.space.map('card').set(`by${i}`, i)
+      }),
+    )
+    const converged = (): boolean => {
+      const [a, ...rest] = peers.map((p) => JSON.stringify([p.space.text('doc').value, p.space.list('todos').value, p.space.map('card').value]))
+      return rest.every((x) => x === a)
+    }
+    await until('every client sees every edit', () => converged() && peers[0]?.space.text('doc').length === 20)
+    const text = peers[0]?.space.text('doc').value as string
+    for (const run of ['<0>', '<1>', '<2>']) expect(text).toContain(run)
+    expect(peers[0]?.space.list('todos').length).toBe(3)
+    for (const r of c.relays) r.setOnline(true)
+    const stop = c.autoCommit(10)
+    try {
+      await until('stable everywhere, equal to what they showed', () => peers.every((p) => p.space.text('doc').stable === text && p.space.list('todos').stable.length === 3 && Object.keys(p.space.map('card').stable).length === 3))
+    } finally {
+      stop()
+    }
     expect(peers.flatMap((p) => p.errors)).toEqual([])
   })
 

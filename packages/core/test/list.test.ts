@@ -128,6 +128,33 @@ function shuffled<T>(items: readonly T[], seed: number): T[] {
   return out
 }
 
+describe('list: maxLength in the stable order', () => {
+  it('a rejected insert leaves no trace (replicas that never saw it hold the same state)', () => {
+    const l = new CollabList({ maxLength: 1 })
+    expect(l.tryApply(['i', '', 1, '', ['a']], { replica: 'a', tag: 'a:1' }).ok).toBe(true)
+    const before = JSON.stringify(l.snapshot())
+    expect(l.tryApply(['i', '', 1, '', ['b']], { replica: 'b', tag: 'b:1' }).ok).toBe(false)
+    expect(JSON.stringify(l.snapshot())).toBe(before)
+    expect(l.tryApply(['o', '', 1, '', ['t', null], 'name'], { replica: 'b', tag: 'b:2' }).ok).toBe(false)
+    expect(JSON.stringify(l.snapshot())).toBe(before)
+  })
+
+  it('holds when inserts come out of causal order: one waiting for its anchor counts already', () => {
+    const l = new CollabList({ maxLength: 3 })
+    // 'x' and 'y' are placed after p:1's element, which the stable order has not reached yet.
+    expect(l.tryApply(['i', 'p:1.0', 1, '', ['x', 'y']], { replica: 'a', tag: 'a:1' }).ok).toBe(true)
+    expect(l.length).toBe(0)
+    expect(l.tryApply(['i', '', 1, '', ['z']], { replica: 'b', tag: 'b:1' }).ok).toBe(true)
+    // p:1 would make x and y show too: four elements.
+    expect(l.tryApply(['i', '', 1, '', ['p']], { replica: 'p', tag: 'p:1' }).ok).toBe(false)
+    expect(l.invariantsHold()).toBe(true)
+    // Deleting the waiting ones first makes room.
+    expect(l.tryApply(['d', [['a:1', 0, 2]]], { replica: 'a', tag: 'a:2' }).ok).toBe(true)
+    expect(l.tryApply(['i', '', 1, '', ['p']], { replica: 'p', tag: 'p:1' }).ok).toBe(true)
+    expect(l.length).toBe(2)
+  })
+})
+
 describe('list laws (property tests)', () => {
   it('converges in any delivery order and never duplicates or loses an element', () => {
     fc.assert(

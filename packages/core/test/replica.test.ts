@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
 import { createCrdt, type AnyCrdt, type AnyOp, type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
-import { authorIdOf, openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { authorIdOf, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
 import { ReliableReplica, type Decision } from '../src/replica.ts'
 import { attestedDecision } from '../src/protocol.ts'
@@ -245,6 +245,10 @@ const OBJECTS: Array<{ key: string; decl: Declaration; op: (n: number, user: num
   { key: 'guests', decl: guests, op: (n) => ['a', `g${n % 5}`] },
   { key: 'title', decl: title, op: (n, user, seq) => ['s', `t${n}`, seq * 10 + user] },
   { key: 'seats', decl: seats, op: (n) => (n % 3 === 0 ? ['c', 1 + (n % 2)] : n % 3 === 1 ? ['d', 1] : ['i', 1]) },
+  // Documents, with invariants that reject some edits: inserts at the start of a text and a list, map fields set and deleted.
+  { key: 'doc', decl: { type: 'text', bounds: { maxLength: 6 } }, op: (n) => ['i', '', 1, '', 'xy'.slice(0, 1 + (n % 2))] },
+  { key: 'todos', decl: { type: 'list', bounds: { maxLength: 4 } }, op: (n) => ['i', '', 1, '', [n]] },
+  { key: 'card', decl: { type: 'map', bounds: { maxKeys: 2 } }, op: (n, user, seq) => (n % 4 === 3 ? ['x', `f${n % 3}`, seq * 10 + user] : ['s', `f${n % 3}`, n, seq * 10 + user]) },
 ]
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
@@ -517,6 +521,34 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
       if ('hash' in h) expect(h.hash).not.toEqual(hash)
     }
     expect(() => decodeObjectProof(encode(['stead/object-proof/v1', SPACE, 0, 'c', null, [], [], new Uint8Array(3), new Uint8Array(32), null]))).toThrow(SteadError)
+  })
+
+  it('proves a text, a list and a map (with a nested text) against the state hash, and refuses a tampered one', async () => {
+    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const text: Declaration = { type: 'text', bounds: {} }
+    const e1 = await seal(0, 1, {
+      updates: [
+        { key: 'doc', decl: text, ops: [['i', '', 1, '', 'Hello'], ['i', '^0.4', 1, '', ' world']] },
+        { key: 'todos', decl: { type: 'list', bounds: {} }, ops: [['i', '', 1, '', ['milk', 'eggs']]] },
+        { key: 'card', decl: { type: 'map', bounds: {} }, ops: [['s', 'title', 'Plan', 1], ['o', 'notes', ['t', null], 2, 1]] },
+      ],
+    })
+    const e2 = await seal(1, 1, { updates: [{ key: 'doc', decl: text, ops: [['d', [[`${unitTagPrefix(e1.id)}:0`, 0, 1]]]] }] })
+    r.commit([e1, e2], 5)
+    expect(r.stableValue('doc')).toBe('ello world')
+    const hash = r.stableHash(sha)
+    for (const key of ['doc', 'todos', 'card']) {
+      const proof = decodeObjectProof(encodeObjectProof(r.objectProof(sha, key)))
+      expect(proof.object).toBeDefined()
+      expect(objectProofHash(sha, proof)).toEqual({ hash })
+    }
+    const proof = decodeObjectProof(encodeObjectProof(r.objectProof(sha, 'doc')))
+    const [decl, snap] = proof.object!
+    const runs = (snap as unknown[][])[0] as unknown[][]
+    // The same runs with one character changed: the bucketed digest must tell.
+    const forged = [[...runs.slice(0, -1), (runs[runs.length - 1] as unknown[]).map((x) => (x === ' world' ? ' wOrld' : x))], (snap as unknown[])[1]]
+    expect(JSON.stringify(forged)).not.toBe(JSON.stringify(snap))
+    expect(objectProofHash(sha, { ...proof, object: [decl, forged] as unknown as typeof proof.object })).not.toEqual({ hash })
   })
 
   it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {

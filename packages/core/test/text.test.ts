@@ -143,6 +143,22 @@ describe('text: a FugueMax sequence of characters', () => {
     expect(t.positionOf('nope:1.0')).toBeUndefined()
   })
 
+  it('keeps maxLength when inserts come out of causal order: one waiting for its anchor counts already, and a rejected one leaves no trace', () => {
+    const t = new CollabText({ maxLength: 5 })
+    expect(t.tryApply(['i', 'p:1.0', 1, '', 'xx'], { replica: 'a', tag: 'a:1' }).ok).toBe(true)
+    expect(t.length).toBe(0)
+    expect(t.tryApply(['i', '', 1, '', 'yyy'], { replica: 'b', tag: 'b:1' }).ok).toBe(true)
+    const before = JSON.stringify(t.snapshot())
+    // p:1 would make 'xx' show too: six characters.
+    expect(t.tryApply(['i', '', 1, '', 'p'], { replica: 'p', tag: 'p:1' }).ok).toBe(false)
+    expect(t.invariantsHold()).toBe(true)
+    expect(JSON.stringify(t.snapshot())).toBe(before)
+    // A delete of waiting characters makes room.
+    expect(t.tryApply(['d', [['a:1', 0, 1]]], { replica: 'a', tag: 'a:2' }).ok).toBe(true)
+    expect(t.tryApply(['i', '', 1, '', 'p'], { replica: 'p', tag: 'p:1' }).ok).toBe(true)
+    expect(t.value()).toBe('yyypx')
+  })
+
   it('refuses what breaks maxLength on the stable path, and malformed ops', () => {
     const t = new CollabText({ maxLength: 5 })
     expect(t.tryApply(t.insertOp(0, 'hello'), ctxOf('a')).ok).toBe(true)

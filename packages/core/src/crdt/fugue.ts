@@ -80,6 +80,21 @@ export function parseSlotId(id: string): { tag: string; k: number } | undefined 
   return Number.isSafeInteger(k) && k >= 0 && String(k) === id.slice(dot + 1) ? { tag: id.slice(0, dot), k } : undefined
 }
 
+/** How many of positions 0..length-1 no range `[from, from + count)` of `ranges` covers (linear in length and ranges). */
+export function uncovered(ranges: ReadonlyArray<{ readonly from: number; readonly count: number }> | undefined, length: number): number {
+  if (!ranges?.length) return length
+  const depth = new Int32Array(length + 1)
+  for (const r of ranges) {
+    if (r.from >= length) continue
+    depth[r.from] = (depth[r.from] as number) + 1
+    const end = Math.min(r.from + r.count, length)
+    depth[end] = (depth[end] as number) - 1
+  }
+  let n = 0
+  for (let k = 0, d = 0; k < length; k++) if ((d += depth[k] as number) === 0) n++
+  return n
+}
+
 /** The FugueMax tree and its traversal, see the module comment. */
 export class FugueOrder<T> {
   private readonly byId = new Map<string, Slot<T>>()

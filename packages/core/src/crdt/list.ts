@@ -1,4 +1,4 @@
-import { FugueOrder, parseSlotId, slotId, type Placement } from './fugue.ts'
+import { FugueOrder, parseSlotId, slotId, uncovered, type Placement } from './fugue.ts'
 import { registerWriteWins, validateRegisterValue, type RegisterValue } from './register.ts'
 import { continuesRun, renameTextOp, resolveTextOp, validatePlacement, validateRanges, type TextOp, type TextRange } from './text.ts'
 import { OK, decodeBounds, encodeBounds, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
@@ -148,6 +148,8 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
   /** Deletes of elements not seen yet, by insert tag. */
   private readonly pendingDeletes = new Map<string, Array<{ from: number; count: number; deleter: string }>>()
   private maxStamp = 0
+  /** Elements no delete hides, shown or not yet placed: what the list holds once every place arrives (bounded by maxLength). */
+  private live = 0
 
   constructor(bounds: ListBounds = {}) {
     const problem = validateListBounds(bounds)
@@ -224,14 +226,27 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
     const problem = op[0] === 'D' ? validateRanges(op[1]) : op[0] === 'M' ? null : validateListOp(op)
     if (problem) return invalid(problem)
     const max = this.bounds.maxLength
-    if (max !== undefined && (op[0] === 'i' || op[0] === 'o' || op[0] === 'D')) {
-      this.apply(op, ctx)
-      if (this.order.length <= max) return OK
-      this.apply(this.inverse(op, ctx), ctx)
-      return violates(`list would exceed its maximum length ${max}`)
-    }
+    // Checked before applying: a rejected op leaves nothing behind (replicas that catch up without it hold the same state).
+    if (max !== undefined && this.live + this.growth(op, ctx) > max) return violates(`list would exceed its maximum length ${max}`)
     this.apply(op, ctx)
     return OK
+  }
+
+  /** How many elements applying `op` would make live: a new insert's (less those already deleted), or those only ctx's own delete hides (applied again, or its delete undone). */
+  private growth(op: ListOp, ctx: OpContext): number {
+    if (op[0] !== 'i' && op[0] !== 'o' && op[0] !== 'D') return 0
+    const onlyBy = (tag: string, from: number, count: number): number => {
+      const run = this.runs.get(tag)
+      let n = 0
+      for (let k = from; run && k < Math.min(from + count, run.length); k++) {
+        const d = this.elements.get(slotId(tag, k))?.deleters
+        if (d?.size === 1 && d.has(ctx.tag)) n++
+      }
+      return n
+    }
+    if (op[0] === 'D') return (resolveListOp(op, ctx) as typeof op)[1].reduce((n, [tag, from, count]) => n + onlyBy(tag, from, count), 0)
+    const length = op[0] === 'i' ? op[4].length : 1
+    return this.runs.has(ctx.tag) ? onlyBy(ctx.tag, 0, length) : uncovered(this.pendingDeletes.get(ctx.tag), length)
   }
 
   apply(op: ListOp, ctx: OpContext): void {
@@ -337,6 +352,7 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
     for (let k = 0; k < run.length; k++) {
       const id = slotId(tag, k)
       this.elements.set(id, { value: run.values?.[k], object: run.object, name: run.name, deleters: undefined })
+      this.live++
       this.place(id, { t: 0, replica: run.author, tag, slot: id })
     }
     for (const p of pending ?? []) this.hide(tag, p.from, p.count, p.deleter)
@@ -402,6 +418,7 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
     }
     for (let k = from; k < Math.min(from + count, run.length); k++) {
       const e = this.elements.get(slotId(tag, k)) as Element
+      if (!e.deleters?.size) this.live--
       ;(e.deleters ??= new Set()).add(deleter)
       this.refresh(slotId(tag, k))
     }
@@ -418,7 +435,10 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
     for (let k = from; k < Math.min(from + count, run.length); k++) {
       const e = this.elements.get(slotId(tag, k)) as Element
       if (!e.deleters?.delete(deleter)) continue
-      if (e.deleters.size === 0) e.deleters = undefined
+      if (e.deleters.size === 0) {
+        e.deleters = undefined
+        this.live++
+      }
       this.refresh(slotId(tag, k))
     }
   }

@@ -1,5 +1,5 @@
 import { encode } from '../codec.ts'
-import { FugueOrder, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
+import { FugueOrder, uncovered, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
 /** Declared invariants of a text. */
@@ -202,6 +202,10 @@ export class CollabText implements Crdt<TextOp, string> {
   private readonly order: FugueOrder<Cell>
   private readonly runs = new Map<string, Run>()
   private readonly pendingDeletes = new Map<string, PendingDelete[]>()
+  /** Inserts whose first character waits for the character it is placed against (out of causal order). */
+  private readonly waitingRuns = new Set<string>()
+  /** How many characters of waitingRuns no delete hides: they show once placed (see potentialLength). */
+  private waitingLive = 0
   private cached: string | undefined
   /** Digest buckets (see digest): the tags in each, each one's digest, and which changed since. */
   private readonly byBucket = new Map<number, Set<string>>()
@@ -295,7 +299,7 @@ export class CollabText implements Crdt<TextOp, string> {
     const max = this.bounds.maxLength
     if (max !== undefined) {
       const grows = this.growth(resolveTextOp(op, ctx), ctx)
-      if (this.order.length + grows > max) return violates(`text would exceed its maximum length ${max}`)
+      if (this.potentialLength() + grows > max) return violates(`text would exceed its maximum length ${max}`)
     }
     this.apply(op, ctx)
     return OK
@@ -411,24 +415,52 @@ export class CollabText implements Crdt<TextOp, string> {
     return this.bounds.maxLength === undefined || this.order.length <= this.bounds.maxLength
   }
 
-  /** How many characters applying `op` would make visible (0 for a delete). */
+  /**
+   * How long the text can get without another insert: its visible
+   * characters and the live ones of inserts waiting for their anchor (any
+   * later op may place them). maxLength bounds this, so no op can take the
+   * text past it by placing characters that waited.
+   */
+  private potentialLength(): number {
+    return this.order.length + this.waitingLive
+  }
+
+  /** How many of characters 0..length-1 of the insert `tag` no recorded pending delete hides. */
+  private undeleted(tag: string, length: number): number {
+    return uncovered(this.pendingDeletes.get(tag), length)
+  }
+
+  /** The deletes recorded for character k of a run whose characters are not in the order yet. */
+  private pendingDeleters(tag: string, k: number): string[] {
+    return (this.pendingDeletes.get(tag) ?? []).filter((p) => p.from <= k && k < p.from + p.count).map((p) => p.deleter)
+  }
+
+  /** Runs `change` (which may add or drop pending deletes of `tag`) keeping waitingLive exact. */
+  private changingPending(tag: string, change: () => void): void {
+    const run = this.waitingRuns.has(tag) ? this.runs.get(tag) : undefined
+    if (run) this.waitingLive -= this.undeleted(tag, run.length)
+    change()
+    if (run) this.waitingLive += this.undeleted(tag, run.length)
+  }
+
+  /** How many characters applying `op` would add to potentialLength (0 for a delete). */
   private growth(op: TextOp, ctx: OpContext): number {
     if (op[0] === 'd') return 0
+    // Characters hidden by ctx's own delete only: applying ctx again (an insert or the undo of its delete) shows them.
+    const onlyBy = (tag: string, k: number): boolean => {
+      const slot = this.runs.get(tag)?.slots?.[k]
+      const deleters = slot ? [...(slot.data.deleters ?? [])] : this.pendingDeleters(tag, k)
+      return deleters.length > 0 && deleters.every((d) => d === ctx.tag)
+    }
+    const length = (tag: string): number => this.runs.get(tag)?.length ?? 0
     if (op[0] === 'i') {
-      const run = this.runs.get(ctx.tag)
-      if (!run) return codePoints(op[4]).length
-      // Applying an insert again takes back its own withdrawal.
-      return (run.slots ?? []).filter((s) => !s.visible && s.data.deleters?.size === 1 && s.data.deleters.has(ctx.tag)).length
+      if (!this.runs.has(ctx.tag)) return this.undeleted(ctx.tag, codePoints(op[4]).length)
+      let n = 0
+      for (let k = 0; k < length(ctx.tag); k++) if (onlyBy(ctx.tag, k)) n++
+      return n
     }
     let n = 0
-    for (const [tag, from, count] of op[1]) {
-      const slots = this.runs.get(tag)?.slots
-      if (!slots) continue
-      for (let k = from; k < Math.min(from + count, slots.length); k++) {
-        const s = slots[k] as Slot<Cell>
-        if (!s.visible && s.data.deleters?.size === 1 && s.data.deleters.has(ctx.tag)) n++
-      }
-    }
+    for (const [tag, from, count] of op[1]) for (let k = from; k < Math.min(from + count, length(tag)); k++) if (onlyBy(tag, k)) n++
     return n
   }
 
@@ -449,7 +481,11 @@ export class CollabText implements Crdt<TextOp, string> {
     this.touch(tag)
     // Each character after the first is the right child of the one before it, with the run's right origin.
     const chainOrigin = place.side === 1 ? place.rightOrigin : place.parent
+    this.waitingRuns.add(tag)
+    this.waitingLive += this.undeleted(tag, run.length)
     this.order.add(slotId(tag, 0), author, place, { ch: chars[0] as string, deleters: undefined }, (first) => {
+      this.waitingRuns.delete(tag)
+      this.waitingLive -= this.undeleted(tag, run.length)
       const slots = [first]
       for (let k = 1; k < chars.length; k++) {
         this.order.add(slotId(tag, k), author, { parent: slotId(tag, k - 1), side: 1, rightOrigin: chainOrigin }, { ch: chars[k] as string, deleters: undefined }, (s) => slots.push(s))
@@ -468,9 +504,11 @@ export class CollabText implements Crdt<TextOp, string> {
     this.touch(tag)
     const slots = this.runs.get(tag)?.slots
     if (!slots) {
-      let list = this.pendingDeletes.get(tag)
-      if (!list) this.pendingDeletes.set(tag, (list = []))
-      if (!list.some((p) => p.from === from && p.count === count && p.deleter === deleter)) list.push({ from, count, deleter })
+      this.changingPending(tag, () => {
+        let list = this.pendingDeletes.get(tag)
+        if (!list) this.pendingDeletes.set(tag, (list = []))
+        if (!list.some((p) => p.from === from && p.count === count && p.deleter === deleter)) list.push({ from, count, deleter })
+      })
       return
     }
     for (let k = from; k < Math.min(from + count, slots.length); k++) {
@@ -484,9 +522,11 @@ export class CollabText implements Crdt<TextOp, string> {
     this.touch(tag)
     const slots = this.runs.get(tag)?.slots
     if (!slots) {
-      const list = this.pendingDeletes.get(tag)?.filter((p) => !(p.deleter === deleter && p.from < from + count && from < p.from + p.count))
-      if (list?.length) this.pendingDeletes.set(tag, list)
-      else this.pendingDeletes.delete(tag)
+      this.changingPending(tag, () => {
+        const list = this.pendingDeletes.get(tag)?.filter((p) => !(p.deleter === deleter && p.from < from + count && from < p.from + p.count))
+        if (list?.length) this.pendingDeletes.set(tag, list)
+        else this.pendingDeletes.delete(tag)
+      })
       return
     }
     for (let k = from; k < Math.min(from + count, slots.length); k++) {
