@@ -4,8 +4,8 @@ import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { ConfigError, fileProblem } from './config.ts'
 
-/** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates; 4: state hashes over Merkle trees of objects and authors). */
-export const STORE_FORMAT = 4
+/** The layout of the LMDB store this stead-relay writes and reads (2: blocks of the uncertified DAG, no votes or certificates; 4: state hashes over Merkle trees of objects and authors; 5: histories of texts, lists and maps as patches between whole values, and lists and texts audited against maxLength before an edit applies). */
+export const STORE_FORMAT = 5
 
 /** Names of the files a data dir holds besides the key and the LMDB store. */
 export const LOCK_FILE = 'stead-relay.lock'

@@ -1207,7 +1207,7 @@ export class RelayNode {
 
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
-    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0 }
+    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0, historyPatches: true }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -1353,7 +1353,7 @@ export class RelayNode {
       const result = replica.commit(group?.envs ?? [], anchorRound)
       this.recordChange(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
-      if (history) for (const h of result.history) history.push({ space, key: h.key, index: h.index, value: h.value })
+      if (history) for (const h of result.history) history.push({ space, ...h })
       for (const d of result.decisions) {
         if (d.kind === 'committed') this.metrics.clocks.inc({ verified: String(d.clockVerified) })
         const watchers = this.decidedWatchers.get(d.env.idHex)

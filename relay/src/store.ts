@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { decode, encode, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
+import { HistoryLog, type HistoryRecord } from './history-log.ts'
 import { LmdbKv, type Kv, type KvTable } from './kv.ts'
 import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
@@ -151,13 +152,7 @@ export interface StoredSnapshot {
   readonly spaces: readonly SpaceSnapshot[]
 }
 
-/** An object's stable value from `index` on. */
-export interface HistoryRecord {
-  readonly space: string
-  readonly key: string
-  readonly index: number
-  readonly value: unknown
-}
+export type { HistoryRecord } from './history-log.ts'
 
 type Bytes = Uint8Array
 
@@ -226,8 +221,8 @@ export class RelayStore {
   private readonly batches: KvTable<[number, number]>
   private readonly attest: KvTable<[string, number, number]>
   private readonly attestChunks: KvTable<[string, number, number, number]>
-  /** [space, object key, stable index] → the object's stable value from that index on. */
-  private readonly history: KvTable<[string, string, number]>
+  /** Objects' stable histories: [space, object key, stable index] → its value from then on, whole or as a patch. */
+  private readonly history: HistoryLog
   /** 'head' → [batch number of the latest snapshot]. */
   private readonly snapshotHead: KvTable<string>
   /**
@@ -259,7 +254,7 @@ export class RelayStore {
     this.batches = kv.table(STORE_TABLES.batches)
     this.attest = kv.table(STORE_TABLES.attestations)
     this.attestChunks = kv.table(STORE_TABLES.attestationChunks)
-    this.history = kv.table(STORE_TABLES.history)
+    this.history = new HistoryLog(kv.table(STORE_TABLES.history))
     this.snapshotHead = kv.table(STORE_TABLES.snapshotHead)
     this.snapshotSpaces = kv.table(STORE_TABLES.snapshotSpaces)
     this.checkpointHead = kv.table(STORE_TABLES.checkpointHead)
@@ -365,6 +360,16 @@ export class RelayStore {
 
   /** One transaction: `records` (the held peers' blocks first), then the rest of `w`. */
   private async transact(records: readonly PersistRecord[], w: WriteBatch): Promise<void> {
+    try {
+      await this.writeTransaction(records, w)
+    } catch (err) {
+      // A write that failed may have taken history entries with it: the next of each object is stored whole.
+      this.history.forget()
+      throw err
+    }
+  }
+
+  private async writeTransaction(records: readonly PersistRecord[], w: WriteBatch): Promise<void> {
     await this.kv.write(() => {
       this.putRecords(records)
       for (const b of w.batches) {
@@ -376,7 +381,7 @@ export class RelayStore {
         this.attest.put([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
         chunks.forEach((frames, k) => this.attestChunks.put([a.space, a.fromIndex, a.round, k], encode(frames)))
       }
-      for (const h of w.history ?? []) this.history.put([h.space, h.key, h.index], encode(h.value))
+      for (const h of w.history ?? []) this.history.put(h)
       if (w.snapshot) this.writeSnapshot(w.snapshot)
       if (w.checkpoint) this.writeCheckpoint(w.checkpoint)
     })
@@ -457,7 +462,7 @@ export class RelayStore {
       this.putRecords(c.commits.map((r) => ({ kind: 'commit' as const, ...r })))
       for (const key of [...this.attest.getKeys()]) this.attest.remove(key as [string, number, number])
       for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.remove(key as [string, number, number, number])
-      for (const key of [...this.history.getKeys()]) this.history.remove(key as [string, string, number])
+      this.history.clear()
       for (const key of [...this.snapshotSpaces.getKeys()]) this.snapshotSpaces.remove(key as string)
       for (const s of c.spaces) this.snapshotSpaces.put(s.space, s.bytes)
       this.snapshotHead.put('head', encode([this.nextBatch - 1]))
@@ -635,21 +640,13 @@ export class RelayStore {
 
   /**
    * Up to `limit` entries of an object's stable history before stable index
-   * `before`, newest first, and as many as fit in `maxBytes` of stored
-   * values (always at least one): the store is read one entry at a time, so
-   * a page never holds more than that. `more` says whether older entries
+   * `before`, newest first, and as many as fit in `maxBytes` of encoded
+   * values (always at least one); a page never holds more than that and one
+   * value besides (see HistoryLog.page). `more` says whether older entries
    * remain (the next page starts before the oldest one here).
    */
   historyOf(space: string, key: string, before: number, limit: number, maxBytes = Number.POSITIVE_INFINITY): { entries: Array<{ index: number; value: unknown }>; more: boolean } {
-    const entries: Array<{ index: number; value: unknown }> = []
-    let bytes = 0
-    for (const { key: k, value } of this.history.getRange({ start: [space, key, before], end: [space, key, -1], reverse: true })) {
-      if (k[2] >= before) continue
-      if (entries.length >= limit || (entries.length > 0 && bytes + value.length > maxBytes)) return { entries, more: true }
-      bytes += value.length
-      entries.push({ index: k[2], value: decode(value, RECORD_LIMIT) })
-    }
-    return { entries, more: false }
+    return this.history.page(space, key, before, limit, maxBytes)
   }
 
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */

@@ -108,7 +108,7 @@ describe('data dir', () => {
     openDataDir(dir, committee).release()
 
     writeFileSync(join(dir, META_FILE), JSON.stringify({ format: 1, committee: mine }))
-    expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/written by store format 1, this stead-relay reads format 4/)
+    expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/written by store format 1, this stead-relay reads format 5/)
 
     rmSync(join(dir, META_FILE))
     expect(refusal(() => openDataDir(dir, committee)).message).toMatch(/holds a store written by an older stead-relay \(it has data\.mdb but no stead-store\.json\).*start with an empty data dir/)

@@ -172,7 +172,7 @@ export interface ClientOptions {
     /** The 32-byte Ed25519 seed; the author id is derived from its public key. */
     readonly secretKey: Uint8Array
   }
-  /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000. */
+  /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000; whatever the limit, at most about 8 MiB of values per object are kept (a long document keeps fewer entries). */
   readonly historyLimit?: number
   /**
    * At most one envelope per this interval: an operation after a quiet spell

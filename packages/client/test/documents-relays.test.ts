@@ -1,7 +1,7 @@
 import WebSocket from 'ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
-import { createClient, memoryStorage, type MapHandle, type SocketLike, type Space, type SteadClient } from '../src/index.node.ts'
+import { createClient, memoryStorage, type ClientOptions, type MapHandle, type SocketLike, type Space, type SteadClient } from '../src/index.node.ts'
 
 /** Sockets that can be cut: while `offline`, open ones are closed and new ones fail, as when a laptop loses its network. */
 function cuttable(): { connect: (url: string) => SocketLike; setOnline(on: boolean): void } {
@@ -40,10 +40,10 @@ describe('documents against a real relay cluster', () => {
     await cluster?.stopAll()
   })
 
-  const open = async (connect?: (url: string) => SocketLike): Promise<Space> => {
-    const client = await createClient({ relays: cluster.relays.map((r) => `ws://${r.api}`), storage: memoryStorage(), ...(connect ? { connect } : {}) })
+  const open = async (connect?: (url: string) => SocketLike, extra: Partial<ClientOptions> = {}, space = 'notes'): Promise<Space> => {
+    const client = await createClient({ relays: cluster.relays.map((r) => `ws://${r.api}`), storage: memoryStorage(), ...(connect ? { connect } : {}), ...extra })
     owners.push(client)
-    return client.space('notes')
+    return client.space(space)
   }
 
   it('two clients edit a text, a list and a map concurrently, one offline for a while, and end identical', async () => {
@@ -92,4 +92,40 @@ describe('documents against a real relay cluster', () => {
     // Of the two concurrent title writes, the one made after seeing more wins everywhere alike.
     expect(['Notes', 'My notes']).toContain(ma.get('title'))
   }, 120_000)
+
+  it('pages a text\'s and a list\'s whole history from the relays: the value each change gave, also where a relay was killed and restarted meanwhile', async () => {
+    const writer = await open(undefined, { maxBatchOps: 1 }, 'journal')
+    const text = writer.text('doc')
+    const list = writer.list<number>('nums')
+    const type = async (from: number, to: number): Promise<void> => {
+      for (let i = from; i < to; i++) {
+        await text.insert(text.length, String.fromCharCode(97 + (i % 26)), { safe: true })
+        if (i % 5 === 0) await list.insert(0, [i], { safe: true })
+      }
+    }
+    await type(0, 30)
+    // kill -9 one relay and bring it back: it stores the next entry of each object whole, the others a patch.
+    cluster.kill(2)
+    await type(30, 45)
+    cluster.start(2)
+    await cluster.waitHealthy(2)
+    await type(45, 70)
+    await until('stable', () => (text.stable === text.value && text.value.length === 70 ? true : undefined), 30_000)
+    // A reader keeping 2 entries per object in memory pages the rest from f+1 relays that sign alike.
+    const reader = await open(undefined, { historyLimit: 2 }, 'journal')
+    await until('the reader caught up', () => (reader.text('doc').stable === text.stable ? true : undefined), 30_000)
+    for (const handle of [reader.text('doc'), reader.list('nums')] as const) {
+      const mine = (handle.key === 'doc' ? text : list).history()
+      expect(mine.length).toBeGreaterThanOrEqual(handle.key === 'doc' ? 70 : 14)
+      const paged: Array<{ index: number; value: unknown }> = []
+      let before: number | undefined
+      for (;;) {
+        const page = await handle.historyPage({ limit: 9, ...(before === undefined ? {} : { before }) })
+        if (page.length === 0) break
+        paged.unshift(...page)
+        before = page[0]!.index
+      }
+      expect(JSON.stringify(paged)).toBe(JSON.stringify(mine))
+    }
+  }, 180_000)
 })

@@ -5,6 +5,8 @@ import {
   decodeDeclaration,
   describeDeclaration,
   encodeDeclaration,
+  historyPatch,
+  patchesHistory,
   sameDeclaration,
   type AnyCrdt,
   type AnyOp,
@@ -13,8 +15,9 @@ import {
   type OpContext,
   restoreCrdt,
   validateOp,
+  type ValuePatch,
 } from './crdt/index.ts'
-import type { Signed } from './codec.ts'
+import { encode, type Signed } from './codec.ts'
 import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { bytesEqual, toHex } from './bytes.ts'
@@ -102,6 +105,17 @@ export interface StableChange {
   readonly index: number
   /** Its stable value from then on. */
   readonly value: unknown
+  /**
+   * With `historyPatches`, for types whose values grow long: the same value
+   * as a patch of the object's value at stable index `base` (its previous
+   * change this replica saw), usually far smaller than `value`.
+   */
+  readonly patch?: {
+    /** The stable index of the change it patches. */
+    readonly base: number
+    /** From that change's value to this one's. */
+    readonly patch: ValuePatch
+  }
 }
 
 /** A point in a replica's pending set (see `ReliableReplica.pendingMark`). */
@@ -158,12 +172,22 @@ export interface ReplicaOptions {
    * (commits do not mirror their ops into it), and `receive` is refused.
    */
   readonly auditOnly?: boolean
+  /** Each stable change of a text, list or map also says how it differs from the previous one (StableChange.patch): relays store those. */
+  readonly historyPatches?: boolean
 }
 
 /** How an envelope reached the replica. */
 export interface ReceiveOptions {
   /** Another author's envelope that is not ordered yet: reversed if it stays undecided too long (see `foreignWaitCommits`). */
   readonly expires?: boolean
+}
+
+/** Most bytes of values one object's in-memory stable history holds (besides its latest entry). */
+export const HISTORY_BYTES = 8 * 1024 * 1024
+
+/** What an entry's value takes in memory, about: two bytes a character for a text, its encoded size for anything else. */
+function historyBytes(value: unknown): number {
+  return typeof value === 'string' ? 2 * value.length : encode(value).length
 }
 
 /** One step of an object's stable history. */
@@ -252,10 +276,14 @@ export class ReliableReplica {
   private readonly maxWaitingPerAuthor: number
   private readonly foreignWaitCommits: number
   private readonly auditOnly: boolean
+  /** With historyPatches: the latest stable change of each object whose type patches its history. */
+  private readonly lastChange: Map<string, { readonly index: number; readonly value: unknown }> | undefined
 
   private readonly stableObjects = new Map<string, Obj>()
   private readonly prospectiveObjects = new Map<string, Obj>()
-  private readonly histories = new Map<string, HistoryEntry[]>()
+  private readonly histories = new Map<string, Array<HistoryEntry & { readonly bytes: number }>>()
+  /** Bytes of each in-memory history's values (see HISTORY_BYTES). */
+  private readonly historyTotals = new Map<string, number>()
   private readonly authors = new Map<string, AuthorState>()
   /** Envelope id (hex) → author and seq, for every id in the authors' recent records: how deps are found. */
   private readonly recentIds = new Map<string, { authorId: string; seq: number }>()
@@ -288,6 +316,7 @@ export class ReliableReplica {
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
     this.foreignWaitCommits = options.foreignWaitCommits ?? 128
     this.auditOnly = options.auditOnly ?? false
+    this.lastChange = options.historyPatches ? new Map() : undefined
   }
 
   /** How many envelopes the audit committed so far: the stable index every correct replica agrees on. */
@@ -574,6 +603,7 @@ export class ReliableReplica {
     this.index = delta.toIndex
     this.commits = Math.max(this.commits, round)
     this.histories.clear()
+    this.historyTotals.clear()
     this.historyFrom = delta.toIndex
     const decided: Envelope[] = []
     if (!this.auditOnly) {
@@ -698,7 +728,11 @@ export class ReliableReplica {
       const env = open({ bytes, sig })
       r.waitingOf(env.authorId).set(env.seq, { env, since })
     }
-    for (const [key, h] of histories) r.histories.set(key, h.map(([i, value]) => ({ index: i, value })))
+    for (const [key, h] of histories) {
+      const entries = h.map(([i, value]) => ({ index: i, value, bytes: historyBytes(value) }))
+      r.histories.set(key, entries)
+      r.historyTotals.set(key, entries.reduce((n, e) => n + e.bytes, 0))
+    }
     r.touchAll()
     return r
   }
@@ -1175,13 +1209,23 @@ export class ReliableReplica {
   }
 
   private appendHistory(key: string, index: number): void {
-    const value = (this.stableObjects.get(key) as Obj).crdt.value()
-    this.committed.push({ key, index, value })
+    const obj = this.stableObjects.get(key) as Obj
+    const value = obj.crdt.value()
+    const changes = this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
+    const last = changes?.get(key)
+    changes?.set(key, { index, value })
+    this.committed.push(last ? { key, index, value, patch: { base: last.index, patch: historyPatch(obj.decl, last.value, value) as ValuePatch } } : { key, index, value })
     if (this.historyLimit === 0) return
     let h = this.histories.get(key)
     if (!h) this.histories.set(key, (h = []))
-    h.push({ index, value })
-    if (h.length > this.historyLimit) h.splice(0, h.length - this.historyLimit)
+    const entry = { index, value, bytes: historyBytes(value) }
+    h.push(entry)
+    // The latest historyLimit entries, and of a long document no more than HISTORY_BYTES (older ones live on the relays).
+    let total = (this.historyTotals.get(key) ?? 0) + entry.bytes
+    let drop = 0
+    while (h.length - drop > 1 && (h.length - drop > this.historyLimit || total > HISTORY_BYTES)) total -= (h[drop++] as { bytes: number }).bytes
+    if (drop) h.splice(0, drop)
+    this.historyTotals.set(key, total)
   }
 
   private authorState(authorId: string): AuthorState {

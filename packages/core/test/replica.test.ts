@@ -5,7 +5,8 @@ import { createCrdt, type AnyCrdt, type AnyOp, type Declaration } from '../src/c
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { authorIdOf, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
-import { ReliableReplica, type Decision } from '../src/replica.ts'
+import { HISTORY_BYTES, ReliableReplica, type Decision } from '../src/replica.ts'
+import { applyValuePatch } from '../src/crdt/value-patch.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { auditStateHash, decodeAuditState, decodeObjectProof, encodeAuditState, encodeObjectProof, objectProofHash } from '../src/state.ts'
 import { SteadError } from '../src/errors.ts'
@@ -549,6 +550,27 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
     const forged = [[...runs.slice(0, -1), (runs[runs.length - 1] as unknown[]).map((x) => (x === ' world' ? ' wOrld' : x))], (snap as unknown[])[1]]
     expect(JSON.stringify(forged)).not.toBe(JSON.stringify(snap))
     expect(objectProofHash(sha, { ...proof, object: [decl, forged] as unknown as typeof proof.object })).not.toEqual({ hash })
+  })
+
+  it('keeps at most HISTORY_BYTES of a long text\'s values in memory, and with historyPatches reports each change as a patch of the one before', async () => {
+    const r = new ReliableReplica({ space: SPACE, historyPatches: true })
+    const text: Declaration = { type: 'text', bounds: {} }
+    const long = 'x'.repeat(200_000)
+    const first = await seal(0, 1, { updates: [{ key: 'doc', decl: text, ops: [['i', '', 1, '', long]] }] })
+    const changes = [...r.commit([first], 1).history]
+    for (let i = 2; i <= 40; i++) changes.push(...r.commit([await seal(0, i, { updates: [{ key: 'doc', decl: text, ops: [['i', '', 1, '', 'y']] }] })], i).history)
+    const h = r.history('doc')
+    // 400 kB a value: 20 fit in 8 MiB; the newest are kept.
+    expect(h.length).toBe(Math.floor(HISTORY_BYTES / (2 * 200_020)))
+    expect(h[h.length - 1]?.index).toBe(40)
+    expect((h[h.length - 1]?.value as string).length).toBe(200_039)
+    expect(changes[0]!.patch).toBeUndefined()
+    for (let i = 1; i < changes.length; i++) {
+      const c = changes[i]!
+      expect(c.patch?.base).toBe(changes[i - 1]!.index)
+      expect(applyValuePatch(changes[i - 1]!.value, c.patch!.patch)).toBe(c.value)
+      expect(encode(c.patch).length).toBeLessThan(40)
+    }
   })
 
   it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {

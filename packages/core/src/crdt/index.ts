@@ -7,6 +7,7 @@ import { listType, type CollabList, type ListDeclaration, type ListOp } from './
 import { mapType, type CollabMap, type MapDeclaration, type MapOp } from './map.ts'
 import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
 import type { Crdt, ObjectType } from './types.ts'
+import type { ValuePatch } from './value-patch.ts'
 
 export * from './types.ts'
 export * from './counter.ts'
@@ -16,6 +17,7 @@ export * from './bounded-counter.ts'
 export * from './text.ts'
 export * from './map.ts'
 export * from './list.ts'
+export * from './value-patch.ts'
 
 /**
  * What an object is: its type and declared invariants. The first committed
@@ -156,4 +158,14 @@ export function leafPayloadOfSnapshot(declaration: unknown, snap: unknown, sha25
 /** Whether a declaration has invariants a prospective view must respect (an escrow counter respects its own through rights). */
 export function hasInvariants(d: Declaration): boolean {
   return typeOf(d).hasInvariants(d)
+}
+
+/** Whether objects of type `d` keep their history as patches (see historyPatch). */
+export function patchesHistory(d: Declaration): boolean {
+  return typeOf(d).historyPatch !== undefined
+}
+
+/** The patch from one stable value of an object of type `d` to a later one, for types whose values grow long; undefined for the others (their history keeps whole values). */
+export function historyPatch(d: Declaration, before: unknown, after: unknown): ValuePatch | undefined {
+  return typeOf(d).historyPatch?.(before, after)
 }

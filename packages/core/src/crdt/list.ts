@@ -1,4 +1,5 @@
 import { FugueOrder, parseSlotId, slotId, uncovered, type Placement } from './fugue.ts'
+import { arrayPatch } from './value-patch.ts'
 import { registerWriteWins, validateRegisterValue, type RegisterValue } from './register.ts'
 import { continuesRun, renameTextOp, resolveTextOp, validatePlacement, validateRanges, type TextOp, type TextRange } from './text.ts'
 import { OK, decodeBounds, encodeBounds, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
@@ -505,6 +506,8 @@ export const listType: ObjectType<ListDeclaration, CollabList> = {
   create: (d) => new CollabList(d.bounds),
   restore: (d, snap) => CollabList.fromSnapshot(d.bounds, snap as ListSnapshot),
   hasInvariants: (d) => d.bounds.maxLength !== undefined,
+  // Element ids are unique and an element never changes what it holds.
+  historyPatch: (before, after) => arrayPatch(before as ListEntry[], after as ListEntry[], (a, b) => a.id === b.id),
   rename: (op, rename) => renameListOp(op as ListOp, rename),
   runLength: (op) => ((op as ListOp)[0] === 'i' ? ((op as ListOp)[4] as unknown[]).length : (op as ListOp)[0] === 'o' ? 1 : 0),
   joinRun(prev, lastId, next) {

@@ -1,5 +1,6 @@
 import { SteadError } from '../errors.ts'
 import { registerWriteWins, validateRegisterValue, type RegisterValue } from './register.ts'
+import { recordPatch } from './value-patch.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
 /** What a schema declares a field to hold: plain values (`'value'`), or a nested object of a type, given as its declaration's wire form. */
@@ -358,4 +359,11 @@ export const mapType: ObjectType<MapDeclaration, CollabMap> = {
     return [...last.values()]
   },
   hasInvariants: (d) => d.bounds.maxKeys !== undefined,
+  historyPatch: (before, after) => recordPatch(before as Record<string, MapEntry>, after as Record<string, MapEntry>, sameEntry),
+}
+
+/** Whether two entries are one: the same plain value (by identity: a field's write keeps its value object) or the same nested object. */
+function sameEntry(a: MapEntry, b: MapEntry): boolean {
+  if ('value' in a || 'value' in b) return 'value' in a && 'value' in b && a.value === b.value
+  return a.gen === b.gen && JSON.stringify(a.object) === JSON.stringify(b.object)
 }

@@ -1,4 +1,5 @@
 import { encode } from '../codec.ts'
+import { stringPatch } from './value-patch.ts'
 import { FugueOrder, uncovered, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 
@@ -560,6 +561,7 @@ export const textType: ObjectType<TextDeclaration, CollabText> = {
   hasInvariants: (d) => d.bounds.maxLength !== undefined,
   digest: (c, sha256) => c.digest(sha256),
   digestSnapshot: textSnapshotDigest,
+  historyPatch: (before, after) => stringPatch(before as string, after as string),
   rename: (op, rename) => renameTextOp(op as TextOp, rename),
   runLength: (op) => ((op as TextOp)[0] === 'i' ? codePoints((op as Extract<TextOp, readonly ['i', ...unknown[]]>)[4]).length : 0),
   joinRun(prev, lastId, next) {

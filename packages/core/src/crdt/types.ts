@@ -1,4 +1,5 @@
 import { SteadError, type ErrorReason } from '../errors.ts'
+import type { ValuePatch } from './value-patch.ts'
 
 /**
  * Who applies an operation and under which unique tag. Operations on the
@@ -123,7 +124,14 @@ export interface ObjectType<
   digest?(crdt: C, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array
   /** The same digest computed from a snapshot alone (see `digest`). */
   digestSnapshot?(snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array
+  /**
+   * For types whose values grow long: the patch from one `value()` of an
+   * object to a later one (see ValuePatch), so a stable history keeps
+   * changes instead of a whole value per change.
+   */
+  historyPatch?(before: unknown, after: unknown): ValuePatch
 }
+
 
 /** A declaration's wire form when it is its type's optional bounds in order: `[code, ...bounds]`, null for an absent one. */
 export function encodeBounds<B extends object>(code: string, bounds: B, names: ReadonlyArray<keyof B & string>): unknown[] {

@@ -1,0 +1,134 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { CollabList, CollabMap, CollabText, encode, historyPatch, type Declaration } from '@stead/core'
+import { HistoryLog, MAX_PATCH_RUN, type HistoryRecord } from '../src/history-log.ts'
+import { MemoryKv, type KvTable } from '../src/kv.ts'
+
+type Table = KvTable<[string, string, number]>
+
+/** What pages gave before patches: the newest `limit` values before `before` that fit in `maxBytes` (at least one). */
+function expectedPage(values: ReadonlyArray<{ index: number; value: unknown }>, before: number, limit: number, maxBytes: number): { entries: Array<{ index: number; value: unknown }>; more: boolean } {
+  const older = values.filter((v) => v.index < before).reverse()
+  const entries: Array<{ index: number; value: unknown }> = []
+  let bytes = 0
+  for (const v of older) {
+    const size = encode(v.value).length
+    if (entries.length >= limit || (entries.length > 0 && bytes + size > maxBytes)) return { entries, more: true }
+    bytes += size
+    entries.push(v)
+  }
+  return { entries, more: false }
+}
+
+function storedBytes(table: Table): number {
+  let n = 0
+  for (const { value } of table.getRange({})) n += value.length
+  return n
+}
+
+/** Records of one object whose values come from `values`, each patched against the one before (as a relay's replica reports them). */
+function records(decl: Declaration, values: readonly unknown[], space = 's', key = 'k'): HistoryRecord[] {
+  return values.map((value, i) => {
+    const index = i * 2 + 1
+    if (i === 0) return { space, key, index, value }
+    return { space, key, index, value, patch: { base: index - 2, patch: historyPatch(decl, values[i - 1], value)! } }
+  })
+}
+
+async function put(kv: MemoryKv, log: HistoryLog, rs: readonly HistoryRecord[]): Promise<void> {
+  await kv.write(() => {
+    for (const r of rs) log.put(r)
+  })
+}
+
+describe('HistoryLog: stable histories of long objects as patches between whole values', () => {
+  it('serves the pages whole values gave, for a text typed key by key, in a fraction of the bytes', async () => {
+    const kv = new MemoryKv()
+    const table = kv.table<[string, string, number]>('history')
+    const log = new HistoryLog(table)
+    const t = new CollabText()
+    const values: string[] = []
+    let seed = 7
+    const rnd = (n: number): number => ((seed = (seed * 48271) % 2147483647), seed % n)
+    for (let i = 0; i < 2000; i++) {
+      const ctx = { replica: 'a', tag: `a:${i}` }
+      if (t.length > 10 && rnd(5) === 0) t.apply(t.deleteOp(rnd(t.length), 1)!, ctx)
+      else t.apply(t.insertOp(rnd(t.length + 1), 'xyz'[rnd(3)]!), ctx)
+      values.push(t.value())
+    }
+    const rs = records({ type: 'text', bounds: {} }, values)
+    for (let i = 0; i < rs.length; i += 100) await put(kv, log, rs.slice(i, i + 100))
+    const whole = values.reduce((n, v) => n + encode(['w', v]).length, 0)
+    const stored = storedBytes(table)
+    expect(stored).toBeLessThan(whole / 10)
+    const history = rs.map((r) => ({ index: r.index, value: r.value }))
+    for (const [before, limit, maxBytes] of [[Number.MAX_SAFE_INTEGER, 100, Infinity], [4001, 1000, Infinity], [1500, 7, Infinity], [3000, 300, 20_000], [2, 5, 10], [1, 5, 10]] as const) {
+      expect(log.page('s', 'k', before, limit, maxBytes)).toEqual(expectedPage(history, before, limit, maxBytes))
+    }
+    // Every entry reads back, whatever its place between whole values.
+    for (let before = 1; before <= 4001; before += 37) expect(log.page('s', 'k', before, 3, Infinity)).toEqual(expectedPage(history, before, 3, Infinity))
+  })
+
+  it('stores a whole value again after MAX_PATCH_RUN patches, after a restart, and for a patch that does not follow what it stored', async () => {
+    const kv = new MemoryKv()
+    const table = kv.table<[string, string, number]>('history')
+    const text = 'x'.repeat(100_000)
+    const values = Array.from({ length: MAX_PATCH_RUN + 10 }, (_, i) => `${text}${i}`)
+    const rs = records({ type: 'text', bounds: {} }, values)
+    const kinds = (): string[] => [...table.getRange({})].map(({ value }) => (value[1] === 0xa1 ? String.fromCharCode(value[2]!) : '?'))
+    const log = new HistoryLog(table)
+    await put(kv, log, rs.slice(0, MAX_PATCH_RUN + 3))
+    expect(kinds().filter((k) => k === 'w')).toHaveLength(2)
+    // A restart forgets what was stored last: the next entry is whole, then patches follow it.
+    const restarted = new HistoryLog(table)
+    await put(kv, restarted, rs.slice(MAX_PATCH_RUN + 3, MAX_PATCH_RUN + 5))
+    expect(kinds().slice(-2)).toEqual(['w', 'p'])
+    // A patch of an entry other than the latest stored (its base was never stored here) is stored whole.
+    await put(kv, restarted, [{ ...rs[MAX_PATCH_RUN + 6]!, patch: { base: rs[MAX_PATCH_RUN + 4]!.index - 100, patch: rs[MAX_PATCH_RUN + 6]!.patch!.patch } }])
+    expect(kinds().slice(-1)).toEqual(['w'])
+    const history = rs.slice(0, MAX_PATCH_RUN + 5).map((r) => ({ index: r.index, value: r.value }))
+    history.push({ index: rs[MAX_PATCH_RUN + 6]!.index, value: rs[MAX_PATCH_RUN + 6]!.value })
+    expect(restarted.page('s', 'k', Number.MAX_SAFE_INTEGER, 1000, Infinity)).toEqual(expectedPage(history, Number.MAX_SAFE_INTEGER, 1000, Infinity))
+  })
+
+  it('patches lists and maps exactly, whatever their edits', async () => {
+    const edits = fc.array(fc.tuple(fc.nat(), fc.nat(), fc.boolean()), { minLength: 1, maxLength: 60 })
+    await fc.assert(
+      fc.asyncProperty(edits, async (script) => {
+        const kv = new MemoryKv()
+        const log = new HistoryLog(kv.table('history'))
+        const list = new CollabList()
+        const map = new CollabMap()
+        const lists: unknown[] = []
+        const maps: unknown[] = []
+        script.forEach(([a, b, flag], i) => {
+          const ctx = { replica: `r${b % 3}`, tag: `t:${i}` }
+          if (flag && list.length > 0) list.apply(a % 2 ? list.deleteOp(a % list.length, 1 + (b % 2))! : (list.moveOp(a % list.length, b % list.length) ?? list.deleteOp(0, 1)!), ctx)
+          else list.apply(list.insertOp(a % (list.length + 1), [b, { nested: b % 5 }]), ctx)
+          if (flag && a % 3 === 0) map.apply(['x', `f${b % 4}`, map.nextStamp()], ctx)
+          else map.apply(['s', `f${b % 4}`, a % 2 ? a : { v: [a, b] }, map.nextStamp()], ctx)
+          lists.push(list.value())
+          maps.push(map.value())
+        })
+        await put(kv, log, [...records({ type: 'list', bounds: {} }, lists, 's', 'list'), ...records({ type: 'map', bounds: {} }, maps, 's', 'map')])
+        for (const [key, values] of [['list', lists], ['map', maps]] as const) {
+          const history = values.map((value, i) => ({ index: i * 2 + 1, value }))
+          // Whole values went through msgpack: compare what a page encodes to.
+          expect(encode(log.page('s', key, Number.MAX_SAFE_INTEGER, 1000, Infinity))).toEqual(encode(expectedPage(history, Number.MAX_SAFE_INTEGER, 1000, Infinity)))
+        }
+      }),
+      { numRuns: 60 },
+    )
+  })
+
+  it('forgets what it stored last when told a write failed, so the next entry is whole', async () => {
+    const kv = new MemoryKv()
+    const table = kv.table<[string, string, number]>('history')
+    const log = new HistoryLog(table)
+    const rs = records({ type: 'text', bounds: {} }, ['a'.repeat(1000), `${'a'.repeat(1000)}b`, `${'a'.repeat(1000)}bc`])
+    await put(kv, log, rs.slice(0, 2))
+    log.forget()
+    await put(kv, log, rs.slice(2))
+    expect([...table.getRange({})].map(({ value }) => String.fromCharCode(value[2]!))).toEqual(['w', 'p', 'w'])
+  })
+})
