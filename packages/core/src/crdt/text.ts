@@ -168,6 +168,42 @@ const DIGEST_BUCKETS = 256
 const byString = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0)
 const byPending = (a: readonly unknown[], b: readonly unknown[]): number => (a.join('\u0000') < b.join('\u0000') ? -1 : 1)
 
+/**
+ * A snapshot's runs (sorted by tag) reordered so that each comes after the
+ * runs holding its parent and right origin, as far as the snapshot has
+ * them: restoring them in this order places each at once instead of
+ * keeping most waiting for their anchors (linear; a cycle, which no
+ * snapshot of a real text has, is broken and left to wait).
+ */
+function causalOrder<R extends readonly [string, string, string, 0 | 1, string, ...unknown[]]>(runs: readonly R[]): R[] {
+  const byTag = new Map(runs.map((r) => [r[0], r]))
+  const tagOf = (id: string): string => (id === '' ? '' : id.slice(0, id.lastIndexOf('.')))
+  const state = new Map<string, 'open' | 'done'>()
+  const out: R[] = []
+  for (const root of runs) {
+    const stack: R[] = [root]
+    while (stack.length) {
+      const r = stack[stack.length - 1] as R
+      if (state.get(r[0]) === 'done') {
+        stack.pop()
+        continue
+      }
+      state.set(r[0], 'open')
+      const parent = byTag.get(tagOf(r[2]))
+      const origin = byTag.get(tagOf(r[4]))
+      const next = parent && !state.has(parent[0]) ? parent : origin && !state.has(origin[0]) ? origin : undefined
+      if (next) {
+        stack.push(next)
+        continue
+      }
+      state.set(r[0], 'done')
+      out.push(r)
+      stack.pop()
+    }
+  }
+  return out
+}
+
 /** A tag's digest bucket: FNV-1a over its UTF-16 units, the same on every replica. */
 function bucketOf(tag: string): number {
   let h = 0x811c9dc5
@@ -404,7 +440,7 @@ export class CollabText implements Crdt<TextOp, string> {
   /** Rebuilds a text from its `snapshot()` (trusted input). */
   static fromSnapshot(bounds: TextBounds, snap: TextSnapshot): CollabText {
     const t = new CollabText(bounds)
-    for (const [tag, author, parent, side, rightOrigin, text, hidden] of snap[0]) {
+    for (const [tag, author, parent, side, rightOrigin, text, hidden] of causalOrder(snap[0])) {
       t.addRun(tag, author, { parent, side, rightOrigin }, text)
       for (const [k, deleters] of hidden) for (const d of deleters) t.hide(tag, k, 1, d)
     }
@@ -482,11 +518,8 @@ export class CollabText implements Crdt<TextOp, string> {
     this.touch(tag)
     // Each character after the first is the right child of the one before it, with the run's right origin.
     const chainOrigin = place.side === 1 ? place.rightOrigin : place.parent
-    this.waitingRuns.add(tag)
-    this.waitingLive += this.undeleted(tag, run.length)
     this.order.add(slotId(tag, 0), author, place, { ch: chars[0] as string, deleters: undefined }, (first) => {
-      this.waitingRuns.delete(tag)
-      this.waitingLive -= this.undeleted(tag, run.length)
+      if (this.waitingRuns.delete(tag)) this.waitingLive -= this.undeleted(tag, run.length)
       const slots = [first]
       for (let k = 1; k < chars.length; k++) {
         this.order.add(slotId(tag, k), author, { parent: slotId(tag, k - 1), side: 1, rightOrigin: chainOrigin }, { ch: chars[k] as string, deleters: undefined }, (s) => slots.push(s))
@@ -499,17 +532,24 @@ export class CollabText implements Crdt<TextOp, string> {
       for (const p of pending ?? []) this.hide(tag, p.from, p.count, p.deleter)
       this.cached = undefined
     })
+    // Not placed at once: it waits for the character it is placed against, and counts towards potentialLength meanwhile.
+    if (!run.slots) {
+      this.waitingRuns.add(tag)
+      this.waitingLive += this.undeleted(tag, run.length)
+    }
   }
 
   private hide(tag: string, from: number, count: number, deleter: string): void {
     this.touch(tag)
     const slots = this.runs.get(tag)?.slots
     if (!slots) {
-      this.changingPending(tag, () => {
-        let list = this.pendingDeletes.get(tag)
-        if (!list) this.pendingDeletes.set(tag, (list = []))
-        if (!list.some((p) => p.from === from && p.count === count && p.deleter === deleter)) list.push({ from, count, deleter })
-      })
+      let list = this.pendingDeletes.get(tag)
+      if (!list) this.pendingDeletes.set(tag, (list = []))
+      if (list.some((p) => p.from === from && p.count === count && p.deleter === deleter)) return
+      const run = this.waitingRuns.has(tag) ? this.runs.get(tag) : undefined
+      // Characters of a waiting insert this delete is the first to hide no longer count towards potentialLength.
+      if (run) for (let k = from; k < Math.min(from + count, run.length); k++) if (!(list as PendingDelete[]).some((p) => p.from <= k && k < p.from + p.count)) this.waitingLive--
+      list.push({ from, count, deleter })
       return
     }
     for (let k = from; k < Math.min(from + count, slots.length); k++) {
