@@ -528,6 +528,7 @@ export class RelayNode {
    * already decided or queued.
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+    if (this.stopped) throw new SteadError('closed', 'this relay is stopping')
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const bytes = exact(frame)
     const { env, decided, charge } = this.door(bytes, origin)
@@ -536,19 +537,35 @@ export class RelayNode {
     const info = payloadInfoOf(env)
     // Watching starts before the core sees it: the decision may come before submit returns.
     const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
-    const result = this.core.submit(bytes, info)
-    if (result.status === 'conflict') {
+    const status = this.stopsOnInvariant(() => this.core.submit(bytes, info))
+    if (status === 'conflict') {
       stopWatching()
       throw new SteadError('conflict', `another envelope holds ${env.authorId}:${env.seq}`)
     }
-    if (charge && result.status === 'queued') charge()
+    if (charge && status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
-    if (result.status === 'queued') this.forward(env.space, bytes, env.idHex)
-    if (result.status === 'queued') this.pendingSince ??= this.clock.now()
+    if (status === 'queued') this.forward(env.space, bytes, env.idHex)
+    if (status === 'queued') this.pendingSince ??= this.clock.now()
     if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, this.clock.now())
-    if (result.outputs.length) this.enqueue(() => result.outputs)
+    // Proposing is consensus work: an event of the drain, where a failed invariant stops the relay.
+    if (status === 'queued') this.enqueue(() => this.core.onSubmitted())
     this.metrics.envelopesAccepted.inc()
-    return { status: result.status, idHex: env.idHex, stopWatching }
+    return { status, idHex: env.idHex, stopWatching }
+  }
+
+  /**
+   * Runs core code outside the drain: a typed refusal (SteadError) goes to
+   * the caller, anything else is a broken invariant, which stops the relay
+   * (as in the drain) instead of answering a client and going on.
+   */
+  private stopsOnInvariant<T>(run: () => T): T {
+    try {
+      return run()
+    } catch (err) {
+      if (err instanceof SteadError) throw err
+      this.fail(err)
+      throw new SteadError('closed', 'this relay is stopping: an internal check failed (see its log)')
+    }
   }
 
   /**

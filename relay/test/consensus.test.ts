@@ -21,6 +21,11 @@ import {
   type SyncCrypto,
 } from '../src/consensus/index.ts'
 
+/** What the relay does with a client's envelope: the core queues it, then proposes it in a drained event of its own. */
+function submitTo(core: ConsensusCore, frame: Uint8Array): Output[] {
+  return core.submit(frame, inspect(frame) as PayloadInfo) === 'queued' ? core.onSubmitted() : []
+}
+
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 const secrets = [0, 1, 2, 3].map((i) => new Uint8Array(32).fill(i + 10))
 const committee: Committee = { f: 1, keys: secrets.map(publicKeyOfSync) }
@@ -188,7 +193,7 @@ describe('consensus core', () => {
   it('persists its own block before broadcasting it, and never signs a second one for a round after a restart', async () => {
     const c = core(0)
     const frame = await envelope(1)
-    const out = c.submit(frame, inspect(frame) as PayloadInfo).outputs
+    const out = submitTo(c, frame)
     const persistAt = out.findIndex((o) => o.type === 'persist' && o.record.kind === 'own-block')
     const sendAt = out.findIndex((o) => o.type === 'broadcast' && o.message.kind === 'block')
     expect(persistAt).toBeGreaterThanOrEqual(0)
@@ -201,7 +206,7 @@ describe('consensus core', () => {
     const again = restarted.start()
     expect(blocksSent(again).map((b) => b.digestHex)).toEqual([own!.digestHex])
     const next = await envelope(2)
-    expect(blocksSent(restarted.submit(next, inspect(next) as PayloadInfo).outputs)).toEqual([])
+    expect(blocksSent(submitTo(restarted, next))).toEqual([])
   })
 
   it('refuses pushed blocks of other authors, invalid envelopes, unchecked bad signatures and references that lie about their block; pulls once for blocks far ahead', async () => {
@@ -275,7 +280,7 @@ describe('consensus core', () => {
     const out = c.onMessage(1, { kind: 'blocks', blocks: r1 })
     expect(persisted(out)).toContainEqual({ kind: 'own-block', block: r1[0] })
     const frame = await envelope(1)
-    const [next] = blocksSent(c.submit(frame, inspect(frame) as PayloadInfo).outputs)
+    const [next] = blocksSent(submitTo(c, frame))
     expect(next?.header.round).toBe(2)
     expect(next?.header.ancestors[0]?.digest).toEqual(r1[0]!.digest)
   })
@@ -284,7 +289,7 @@ describe('consensus core', () => {
     const w = wired([0, 1, 2, 3].map((i) => core(i)))
     for (let seq = 1; seq <= 3; seq++) {
       const f = await envelope(seq)
-      w.route(seq % 4, w.cores[seq % 4]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      w.route(seq % 4, submitTo(w.cores[seq % 4]!, f))
       w.run()
     }
     const ownBlocks = (records: readonly PersistRecord[]) => records.flatMap((r) => (r.kind === 'own-block' ? [r.block] : []))
@@ -300,7 +305,7 @@ describe('consensus core', () => {
     expect(started).toContainEqual({ type: 'broadcast', message: { kind: 'own-last-ask' } })
     expect(started).toContainEqual({ type: 'timer', name: 'own-last', round: 0, afterMs: 5000 })
     const f = await envelope(4)
-    const submitted = w.cores[3].submit(f, inspect(f) as PayloadInfo).outputs
+    const submitted = submitTo(w.cores[3], f)
     expect(blocksSent(submitted)).toEqual([])
     // The answers come before the timer (which the wiring would fire at once): left out here.
     w.route(3, [...started.filter((o) => o.type !== 'timer'), ...submitted])
@@ -331,7 +336,7 @@ describe('consensus core', () => {
     const c = new ConsensusCore({ committee, me: 2, secretKey: secrets[2]!, crypto, inspect, paceMs: 0, ownLastTimeoutMs: 300 })
     expect(c.start()).toContainEqual({ type: 'broadcast', message: { kind: 'own-last-ask' } })
     const f = await envelope(1)
-    expect(blocksSent(c.submit(f, inspect(f) as PayloadInfo).outputs)).toEqual([])
+    expect(blocksSent(submitTo(c, f))).toEqual([])
     expect(blocksSent(c.onTimer('own-last', 0)).map((b) => b.header.round)).toEqual([1])
     expect(c.awaitingOwnLast).toBe(false)
     expect(c.onPeerConnected(0)).toContainEqual({ type: 'send', to: 0, message: { kind: 'own-last-ask' } })
@@ -360,7 +365,7 @@ describe('consensus core', () => {
     c.onMessage(0, { kind: 'block', block: r191[0]! })
     expect(c.clockRound).toBe(191)
     const f = await envelope(1)
-    expect(blocksSent(c.submit(f, inspect(f) as PayloadInfo).outputs)).toEqual([])
+    expect(blocksSent(submitTo(c, f))).toEqual([])
     // A quorum of round 191: it proposes round 192 on them.
     c.onMessage(1, { kind: 'block', block: r191[1]! })
     const [mine] = blocksSent(c.onMessage(2, { kind: 'block', block: r191[2]! }))
@@ -391,7 +396,7 @@ describe('consensus core', () => {
     }
     for (let seq = 1; seq <= 30; seq++) {
       const frame = await big(seq)
-      c.submit(frame, inspect(frame) as PayloadInfo)
+      submitTo(c, frame)
     }
     // Alone, it proposes round 1 and can go no further. Every sync tick after the first finds it stuck.
     const acted: number[] = []
@@ -416,15 +421,15 @@ describe('consensus core', () => {
     const frame = await envelope(1)
     const idHex = (inspect(frame) as PayloadInfo).idHex
     // Relay 0 proposes round 1, whose leader is relay 1: the wake goes out before relay 0's block.
-    const out = core(0).submit(frame, inspect(frame) as PayloadInfo).outputs
+    const out = submitTo(core(0), frame)
     const wakeAt = out.findIndex((o) => o.type === 'send' && o.to === 1 && o.message.kind === 'wake' && o.message.payload[0] === frame)
     expect(wakeAt).toBeGreaterThanOrEqual(0)
     expect(wakeAt).toBeLessThan(out.findIndex((o) => o.type === 'broadcast'))
     // The leader itself sends nothing extra.
-    expect(core(1).submit(frame, inspect(frame) as PayloadInfo).outputs.some((o) => o.type === 'send')).toBe(false)
+    expect(submitTo(core(1), frame).some((o) => o.type === 'send')).toBe(false)
     // Wired: the envelope is ordered by the commit of leader round 1 (relay 0's own block would wait for round 2's leader).
     const cores = [0, 1, 2, 3].map((i) => core(i))
-    const inbox: Array<{ from: number; out: Output }> = cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs.map((o) => ({ from: 0, out: o }))
+    const inbox: Array<{ from: number; out: Output }> = submitTo(cores[0]!, frame).map((o) => ({ from: 0, out: o }))
     const anchors: number[] = []
     for (let steps = 0; inbox.length; steps++) {
       expect(steps).toBeLessThan(20_000)
@@ -463,7 +468,7 @@ describe('consensus core', () => {
           else if (o.type === 'commit' && from === 0) committed.push(...o.commit.payloadIds)
         }
       }
-      const submit = (at: number, frame: Uint8Array) => deliver(cores[at]!.submit(frame, inspect(frame) as PayloadInfo).outputs.map((out) => ({ from: at, out })))
+      const submit = (at: number, frame: Uint8Array) => deliver(submitTo(cores[at]!, frame).map((out) => ({ from: at, out })))
       /** Fires every pace timer due so far, as the clock passes paceMs. */
       const tick = () => deliver(timers.splice(0).flatMap((t) => cores[t.to]!.onTimer('pace', t.round).map((out) => ({ from: t.to, out }))))
       return { submit, tick, proposed, committed, said }
@@ -506,7 +511,7 @@ describe('consensus core', () => {
   it('paces on after a peer hands back an own block newer than its last proposal (the old pace timer still counts)', async () => {
     const c = core(0, undefined, 50)
     const frame = await envelope(1)
-    const own1 = blocksSent(c.submit(frame, inspect(frame) as PayloadInfo).outputs)[0]!
+    const own1 = blocksSent(submitTo(c, frame))[0]!
     const r1 = [1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] }))
     for (const b of r1) expect(blocksSent(c.onMessage(b.header.author, { kind: 'block', block: b }))).toEqual([])
     // Our own round-2 block, as a store we lost had it: a peer hands it back, and our last proposed round moves to 2.
@@ -641,14 +646,14 @@ describe('consensus core', () => {
     it(`a relay that ${restarts ? 'restarts from its records' : 'was cut off'} while the others committed and went idle catches up once its connections open again, without new work${paceMs ? ', with rounds paced' : ''}`, async () => {
       const w = wired([0, 1, 2, 3].map((i) => core(i, undefined, paceMs)))
       const frame = await envelope(1)
-      w.route(0, w.cores[0]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
+      w.route(0, submitTo(w.cores[0]!, frame))
       w.run()
       expect(w.commits[3]).toHaveLength(1)
       // Relay 3 goes down (or is cut off); the others commit four more envelopes and go idle.
       w.down = 3
       for (let seq = 2; seq <= 5; seq++) {
         const f = await envelope(seq)
-        w.route(seq % 3, w.cores[seq % 3]!.submit(f, inspect(f) as PayloadInfo).outputs)
+        w.route(seq % 3, submitTo(w.cores[seq % 3]!, f))
       }
       w.run()
       expect(w.commits[0]).toHaveLength(5)
@@ -678,7 +683,7 @@ describe('consensus core', () => {
     for (let seq = 1; seq <= 8; seq++) {
       const f = await envelope(seq)
       frames.push(f)
-      w.route(seq % 4, w.cores[seq % 4]!.submit(f, inspect(f) as PayloadInfo).outputs)
+      w.route(seq % 4, submitTo(w.cores[seq % 4]!, f))
       w.run()
     }
     for (const c of w.commits) expect(c).toEqual(w.commits[0])
@@ -692,8 +697,8 @@ describe('consensus core', () => {
     }
     // The newest commit is within the window: its envelope is a duplicate; the first one's commit is far behind: it is new again.
     for (const c of [w.cores[1]!, restarted(1)]) {
-      expect(c.submit(frames[7]!, inspect(frames[7]!) as PayloadInfo).status).toBe('duplicate')
-      expect(c.submit(frames[0]!, inspect(frames[0]!) as PayloadInfo).status).toBe('queued')
+      expect(c.submit(frames[7]!, inspect(frames[7]!) as PayloadInfo)).toBe('duplicate')
+      expect(c.submit(frames[0]!, inspect(frames[0]!) as PayloadInfo)).toBe('queued')
     }
     expect(w.cores[1]!.memory.orderedPayload).toBeLessThan(8)
     expect(w.cores[1]!.memory.orderedPayload).toBeGreaterThan(0)
@@ -709,7 +714,7 @@ describe('consensus core', () => {
     }
     for (let seq = 1; seq <= 5; seq++) {
       const frame = await envelope(seq)
-      route(seq % 4, cores[seq % 4]!.submit(frame, inspect(frame) as PayloadInfo).outputs)
+      route(seq % 4, submitTo(cores[seq % 4]!, frame))
     }
     let steps = 0
     while (inbox.length) {

@@ -230,6 +230,28 @@ describe('the relay event loop', () => {
     expect(stable[2]).toBe(2)
   })
 
+  it('stops on a broken invariant in the consensus reached from a client submit, and refuses submits after, instead of answering malformed and going on', async () => {
+    for (const where of ['submit', 'onSubmitted'] as const) {
+      const fatal: unknown[] = []
+      const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')), { onFatal: (err) => void fatal.push(err) })
+      await node.start()
+      const core = (node as unknown as { core: Record<typeof where, () => never> }).core
+      core[where] = () => {
+        throw new Error(`assertion failed in ${where}`)
+      }
+      let refused: unknown
+      try {
+        node.submit(await deposit(1, where))
+      } catch (err) {
+        refused = err
+      }
+      await until('the relay stops', () => fatal.length > 0)
+      expect((fatal[0] as Error).message).toBe(`assertion failed in ${where}`)
+      if (where === 'submit') expect(refused).toMatchObject({ reason: 'closed' })
+      expect(() => node.submit(new Uint8Array(8))).toThrowError(expect.objectContaining({ reason: 'closed' }))
+    }
+  })
+
   it('keeps what it caches of an envelope in exact-size copies, not a view pinning the whole read it came in', async () => {
     const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')))
     await node.start()

@@ -5,6 +5,7 @@ import { createClient, type ClockProof, type RegisterValue, type Space, type Ste
 import { CausalSession, KvReplica, type Dependencies, type PutAnswer, type Replica } from '../examples/chrono/causal-store.ts'
 import type { Trust } from '../examples/chrono/trust.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 let stopCommits: (() => void) | undefined
@@ -43,13 +44,6 @@ async function byzantine(update: SafeUpdate): Promise<Envelope> {
   return env
 }
 
-async function until(what: string, check: () => Promise<boolean>, ms = 20_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 5))
-  }
-}
 
 describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
   it('never shows a session an effect without its cause, whatever replica answers', async () => {

@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type Space, type SteadClient } from '../src/index.node.ts'
 import { challengeBytes, ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type Holder, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const mutexes: ChronoMutex[] = []
@@ -38,13 +39,6 @@ async function enter(owner: GuardedResource, member: ChronoMutex, proof: Acquisi
   return owner.enter(proof, nonce, await member.present(nonce))
 }
 
-async function until(what: string, check: () => boolean, ms = 20_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 /** The proof of the message `author` wrote that `pick` chooses, as the stable history of its register holds it. */
 async function proofOf(space: Space, author: string, pick: (m: MutexMessage) => boolean): Promise<ClockProof> {

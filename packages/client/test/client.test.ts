@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { ClosedError, createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster, type FakeRelay } from './helpers/fake-cluster.ts'
 import { fromHome } from '../src/outbox.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -41,13 +42,6 @@ async function shutdown(space: Space): Promise<void> {
   await cl.close()
 }
 
-async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 /** A signing identity made from one byte, the same in every run. */
 async function fixedIdentity(byte: number): Promise<{ secretKey: Uint8Array; publicKey: Uint8Array }> {

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ListChange, type MapChange, type MapHandle, type Space, type SteadClient, type TextChange, type TextDelta } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -28,13 +29,6 @@ function committing(): { c: FakeCluster; stop: () => void } {
   return { c, stop: c.autoCommit(15) }
 }
 
-async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 describe('space.text', () => {
   it('shows each keystroke at once and lets two clients type into one text, ending identical, prospective equal to stable', async () => {

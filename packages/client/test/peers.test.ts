@@ -5,6 +5,7 @@ import { createClient, type ClientOptions, type Space, type SteadClient, type St
 import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 import { PeerBoard } from './helpers/peer-board.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -38,13 +39,6 @@ async function client(c: FakeCluster, extra: Partial<ClientOptions>): Promise<{ 
   return { client: cl, space: await cl.space(c.space), errors }
 }
 
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 const op = (key: string, n = 1): EnvelopeDraft['updates'][number] => ({ key, decl: { type: 'counter', bounds: {} }, ops: [n] })
 const identity = (byte: number): { secretKey: Uint8Array; publicKey: Uint8Array } => {

@@ -8,6 +8,7 @@ import { nodeCrypto } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, memoryStorage, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster, FakeSocket } from './helpers/fake-cluster.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -16,13 +17,6 @@ afterEach(async () => {
   for (const c of clusters.splice(0)) c.stop()
 })
 
-async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 5))
-  }
-}
 
 /** A local port nothing listens on (it was free a moment ago). */
 async function deadPort(): Promise<number> {

@@ -7,6 +7,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { createClient, type ClientOptions, type SafeResult, type Space, type SteadClient } from '../src/index.node.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
+import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const clusters: FakeCluster[] = []
@@ -28,13 +29,6 @@ async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promi
   return cl.space(c.space)
 }
 
-async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 /** Follows a promise: 'pending' until it settles, then how. */
 function watch(p: Promise<unknown>): { state: string; error?: unknown } {

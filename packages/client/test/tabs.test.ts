@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import type { SteadClient } from '../src/client.ts'
 import { FakeCluster } from './helpers/fake-cluster.ts'
 import { FakeOrigin } from './helpers/tabs.ts'
+import { until } from './helpers/until.ts'
 
 const clusters: FakeCluster[] = []
 const origins: FakeOrigin[] = []
@@ -24,13 +25,6 @@ function setup(): { c: FakeCluster; origin: FakeOrigin } {
   return { c, origin }
 }
 
-async function until(what: string, check: () => boolean, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
 
 /** Sessions the fake relays hold open (one per client per relay when tabs share a client). */
 function sessions(c: FakeCluster): number {

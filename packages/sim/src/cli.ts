@@ -98,7 +98,7 @@ for (const seed of seeds) {
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++

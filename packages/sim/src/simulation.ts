@@ -88,6 +88,9 @@ export interface SimResult {
   readonly restartsFromSnapshot: number
   /** Relays that fell behind their peers' retention and started over from a checkpoint. */
   readonly checkpointInstalls: number
+  /** Frames held for a peer that was down or cut off and sent once it was back; frames such queues dropped when full. */
+  readonly replayedFrames: number
+  readonly droppedHeldFrames: number
   /** Writes crashes lost: issued, not yet on disk. */
   readonly lostWrites: number
   /** Whether the run ended with the cluster idle (not on the step limit): the end-of-run checks all ran. */
@@ -154,7 +157,13 @@ interface Host {
   readonly spoken: Map<number, { readonly digestHex: string; seenByCorrect: boolean }>
   /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
   accepted: Map<string, number>
+  /** Frames for each peer sent while it was unreachable, oldest first: sent once a connection to it opens (see transmit). */
+  held: Map<number, { frames: Uint8Array[]; bytes: number }>
 }
+
+/** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
+const HELD_FRAMES = 4096
+const HELD_BYTES = 16 * 1024 * 1024
 
 /**
  * Verification memo shared by the simulated relays: the verdict is a pure
@@ -287,6 +296,9 @@ class Simulation {
   private readonly decidedByChecker = new Set<string>()
   private readonly envelopes = new Map<string, Envelope | SteadError>()
   private restartsFromSnapshot = 0
+  /** Frames relays held for an unreachable peer and sent once it was back; and those their bounded queues dropped. */
+  private replayed = 0
+  private heldDropped = 0
   private installs = 0
   private lostWrites = 0
   private partitioned: Set<number> | null = null
@@ -344,6 +356,7 @@ class Simulation {
         crashAtNextWrite: false,
         spoken: new Map(),
         accepted: new Map(),
+        held: new Map(),
       }
       this.hosts.push(host)
     }
@@ -418,6 +431,8 @@ class Simulation {
       snapshots,
       restartsFromSnapshot: this.restartsFromSnapshot,
       checkpointInstalls: this.installs,
+      replayedFrames: this.replayed,
+      droppedHeldFrames: this.heldDropped,
       lostWrites: this.lostWrites,
       endedIdle,
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
@@ -578,6 +593,8 @@ class Simulation {
     host.epoch++
     host.receive = undefined
     host.connected = undefined
+    // What it held for unreachable peers was in its memory.
+    host.held.clear()
     host.kv.crash()
     if (this.options.loseJournalOnCrash || this.options.loseStoreOnCrash) host.journal = new MemoryJournal()
     if (this.options.loseStoreOnCrash) host.kv = new MemoryKv((done) => this.diskWrite(id, done))
@@ -649,7 +666,9 @@ class Simulation {
       }
       case 'connect': {
         const host = this.hosts[ev.node] as Host
-        if (host.up && host.epoch === ev.epoch) host.connected?.(ev.peer)
+        if (!host.up || host.epoch !== ev.epoch) return
+        this.sendHeld(host, ev.peer)
+        host.connected?.(ev.peer)
         return
       }
       case 'disk': {
@@ -736,13 +755,36 @@ class Simulation {
 
   /** Puts a frame on its way to a peer; false when it is lost at once (a partition, a peer down). */
   private transmit(from: number, to: number, frame: Uint8Array): boolean {
-    // A partition breaks connections: what crosses it is lost, and the
-    // protocol's resends and catch-up have to repair the gap after it heals.
-    if (this.cut(from, to)) return false
     const receiver = this.hosts[to] as Host
-    if (!receiver.up) return false
+    // A peer cut off by a partition, or down: the frame waits in the sender's bounded queue for
+    // that peer (oldest dropped first) and goes out once a connection to it opens, as the real
+    // mesh does. What was already on its way to a relay that crashes is lost with the connection.
+    if (this.cut(from, to) || !receiver.up) {
+      this.hold(this.hosts[from] as Host, to, frame)
+      return true
+    }
     this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, epoch: receiver.epoch, frame })
     return true
+  }
+
+  private hold(sender: Host, to: number, frame: Uint8Array): void {
+    let q = sender.held.get(to)
+    if (!q) sender.held.set(to, (q = { frames: [], bytes: 0 }))
+    q.frames.push(frame)
+    q.bytes += frame.length
+    while (q.frames.length > HELD_FRAMES || q.bytes > HELD_BYTES) {
+      q.bytes -= (q.frames.shift() as Uint8Array).length
+      this.heldDropped++
+    }
+  }
+
+  /** A connection to `peer` opened: what `host` held for it goes out, in order. */
+  private sendHeld(host: Host, peer: number): void {
+    const q = host.held.get(peer)
+    if (!q || this.cut(host.id, peer) || !(this.hosts[peer] as Host).up) return
+    host.held.delete(peer)
+    for (const frame of q.frames) this.transmit(host.id, peer, frame)
+    this.replayed += q.frames.length
   }
 
   private delay(): number {

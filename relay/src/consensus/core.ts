@@ -363,15 +363,17 @@ export class ConsensusCore {
    * one already queued or ordered, 'conflict' when another envelope holds its
    * author+seq, and throws SteadError('rate-limited') when the queue is full.
    */
-  submit(frame: Uint8Array, info: PayloadInfo): { status: 'queued' | 'duplicate' | 'conflict'; outputs: Output[] } {
-    if (this.orderedPayload.has(info.idHex)) return { status: 'duplicate', outputs: [] }
-    const status = this.payload.add(frame, info, this.dag.clockRound)
+  submit(frame: Uint8Array, info: PayloadInfo): 'queued' | 'duplicate' | 'conflict' {
+    if (this.orderedPayload.has(info.idHex)) return 'duplicate'
+    return this.payload.add(frame, info, this.dag.clockRound)
+  }
+
+  /** After envelopes were queued by `submit`: propose them (an event of its own, so the relay's drain runs it like any other). */
+  onSubmitted(): Output[] {
     const out: Output[] = []
-    if (status === 'queued') {
-      this.commitAndPropose(out, true)
-      this.armSync(out)
-    }
-    return { status, outputs: out }
+    this.commitAndPropose(out, true)
+    this.armSync(out)
+    return out
   }
 
   onMessage(from: number, message: Message): Output[] {
