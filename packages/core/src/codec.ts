@@ -172,18 +172,9 @@ export interface Signed {
   readonly sig: Uint8Array
 }
 
-/** Wire form of a signed message: msgpack `[bytes, sig]`. */
+/** Wire form of a signed message: msgpack `[bytes, sig]` (read back with `asSigned(decode(frame))`). */
 export function encodeSigned(s: Signed): Uint8Array {
   return encode([s.bytes, s.sig])
-}
-
-/**
- * Reads a frame written by {@link encodeSigned}; the signature is not checked here.
- *
- * @throws SteadError `malformed` or `too-large`.
- */
-export function decodeSigned(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): Signed {
-  return asSigned(decode(frame, maxBytes))
 }
 
 /** Checks the shape of a decoded `[bytes, sig]` pair. */
