@@ -115,8 +115,10 @@ export interface RelayNodeOptions {
   readonly spaceIdleMs?: number
   /** How much history the store keeps past what recovery needs (pruned with each snapshot). */
   readonly retention?: Retention
-  /** Called when the event loop fails (a store write failed); the default exits the process. */
+  /** Called when the event loop fails (a store write failed, an invariant broke); the default exits the process. */
   readonly onFatal?: (err: unknown) => void
+  /** Recompute each space's state hash from scratch after every commit and stop if it differs from the one kept (slow: the simulator's). */
+  readonly verifyStateHashes?: boolean
   /**
    * How far ahead of this relay's clock a register write may be stamped
    * before the envelope is refused at the door as `clock-ahead` (default
@@ -1224,7 +1226,7 @@ export class RelayNode {
 
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
-    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0, historyPatches: true }
+    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0, historyPatches: true, ...(this.options.verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => this.crypto.sha256(bytes) } : {}) }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */

@@ -24,7 +24,7 @@ import { bytesEqual, toHex } from './bytes.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import { MerkleIndex } from './merkle.ts'
 import type { StateDelta } from './delta.ts'
-import { authorLeafOf, compareKeys, decodeRecent, encodeRecent, liveObjectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
+import { auditStateHash, authorLeafOf, compareKeys, decodeRecent, encodeRecent, liveObjectDigest, parkedDigest, recentDigest, stateHashOf, type AuditAuthor, type AuditObject, type AuditState, type ObjectProof, type ParkedEnvelope, type ProofProblem, type RecentRecord } from './state.ts'
 
 /** The audit's verdict on one unit (a regular op, or a safe group) of a committed envelope. */
 export type UnitOutcome =
@@ -174,6 +174,22 @@ export interface ReplicaOptions {
   readonly auditOnly?: boolean
   /** Each stable change of a text, list or map also says how it differs from the previous one (StableChange.patch): relays store those. */
   readonly historyPatches?: boolean
+  /**
+   * After each commit, recompute the state hash from scratch and check it
+   * equals the one kept incrementally (what relays sign): slow, for
+   * simulators and tests. The cheap checks of a commit always run.
+   */
+  readonly verifyStateHash?: (bytes: Uint8Array) => Uint8Array
+}
+
+/** A broken invariant of the audit: a bug, or state corrupted under it. Whoever runs the audit must stop (a relay does). */
+export class AuditInvariantError extends Error {
+  /** 'AuditInvariantError'. */
+  override readonly name = 'AuditInvariantError'
+}
+
+function check(condition: unknown, message: string): asserts condition {
+  if (!condition) throw new AuditInvariantError(message)
 }
 
 /** How an envelope reached the replica. */
@@ -278,6 +294,7 @@ export class ReliableReplica {
   private readonly auditOnly: boolean
   /** With historyPatches: the latest stable change of each object whose type patches its history. */
   private readonly lastChange: Map<string, { readonly index: number; readonly value: unknown }> | undefined
+  private readonly verifyStateHash: ((bytes: Uint8Array) => Uint8Array) | undefined
 
   private readonly stableObjects = new Map<string, Obj>()
   private readonly prospectiveObjects = new Map<string, Obj>()
@@ -317,6 +334,7 @@ export class ReliableReplica {
     this.foreignWaitCommits = options.foreignWaitCommits ?? 128
     this.auditOnly = options.auditOnly ?? false
     this.lastChange = options.historyPatches ? new Map() : undefined
+    this.verifyStateHash = options.verifyStateHash
   }
 
   /** How many envelopes the audit committed so far: the stable index every correct replica agrees on. */
@@ -857,12 +875,35 @@ export class ReliableReplica {
     const decisions: Decision[] = []
     const changed = new Set<string>()
     this.committed = []
+    const before = this.index
     if (batch.length > 0) this.newPendingEpoch()
     for (const env of causalOrderOf(batch)) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
     // Local news, like discard(): no decision, the stable path is untouched.
     for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
+    this.checkCommit(before, decisions)
     return { decisions, stableIndex: this.index, changed, history: this.committed }
+  }
+
+  /** What every commit must leave true (cheap: linear in the commit), and with verifyStateHash the state hash against a recomputation. */
+  private checkCommit(before: number, decisions: readonly Decision[]): void {
+    const committed = decisions.filter((d) => d.kind === 'committed')
+    check(this.index === before + committed.length, `stable index ${before} + ${committed.length} committed is not ${this.index}`)
+    committed.forEach((d, i) => check(d.kind === 'committed' && d.index === before + i + 1, `commit ${i} of the batch took index ${d.kind === 'committed' ? d.index : '?'}, not ${before + i + 1}`))
+    for (const d of decisions) {
+      // A duplicate's drop says nothing of the first copy, which may wait behind a gap.
+      if (d.kind === 'superseded' || (d.kind === 'dropped' && d.reason === 'duplicate')) continue
+      check(!this.pending.has(d.env.idHex), `decided envelope ${d.env.idHex} (${d.kind}${d.kind === "dropped" ? ` ${d.reason}` : ""}) is still pending`)
+    }
+    for (const { key } of this.committed) {
+      const o = this.stableObjects.get(key)
+      check(o?.crdt.invariantsHold(), `stable ${key} breaks its declared invariants`)
+    }
+    for (const [author, queue] of this.waiting) check(queue.size <= this.maxWaitingPerAuthor, `${queue.size} envelopes of ${author} wait, more than ${this.maxWaitingPerAuthor}`)
+    if (this.verifyStateHash) {
+      const sha = this.verifyStateHash
+      check(bytesEqual(this.stableHash(sha), auditStateHash(sha, this.auditState())), `the state hash kept across commits differs from the state's at stable index ${this.index}`)
+    }
   }
 
   private audit(env: Envelope, decisions: Decision[], changed: Set<string>): void {

@@ -1,11 +1,11 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
-import { createCrdt, type AnyCrdt, type AnyOp, type Declaration } from '../src/crdt/index.ts'
+import { createCrdt, type AnyCrdt, type AnyOp, type Declaration, type PNCounter } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { authorIdOf, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
-import { HISTORY_BYTES, ReliableReplica, type Decision } from '../src/replica.ts'
+import { AuditInvariantError, HISTORY_BYTES, ReliableReplica, type Decision } from '../src/replica.ts'
 import { applyValuePatch } from '../src/crdt/value-patch.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { auditStateHash, decodeAuditState, decodeObjectProof, encodeAuditState, encodeObjectProof, objectProofHash } from '../src/state.ts'
@@ -571,6 +571,21 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
       expect(applyValuePatch(changes[i - 1]!.value, c.patch!.patch)).toBe(c.value)
       expect(encode(c.patch).length).toBeLessThan(40)
     }
+  })
+
+  it('checks every commit: with verifyStateHash, a stable state changed under the audit stops it with an AuditInvariantError', async () => {
+    const sha = (b: Uint8Array) => nodeCrypto.sha256(b)
+    const r = new ReliableReplica({ space: SPACE, auditOnly: true, verifyStateHash: sha })
+    r.commit([await seal(0, 1, { updates: [inc('a', 1), inc('b', 1)] })], 1)
+    // What a bug (or bad memory) could do: the stable counter changes without a commit.
+    ;(r.stable('a') as PNCounter).apply(5, { replica: 'x', tag: 'x:1' })
+    const next = await seal(0, 2, { updates: [inc('b', 1)] })
+    expect(() => r.commit([next], 2)).toThrow(AuditInvariantError)
+    // Without it, the incremental hash goes on unaware: what the simulator's relays now check.
+    const unchecked = new ReliableReplica({ space: SPACE, auditOnly: true })
+    unchecked.commit([await seal(0, 1, { updates: [inc('a', 1), inc('b', 1)] })], 1)
+    ;(unchecked.stable('a') as PNCounter).apply(5, { replica: 'x', tag: 'x:1' })
+    expect(() => unchecked.commit([next], 2)).not.toThrow()
   })
 
   it('refuses a served state of another space or of the wrong shape (its content is vouched for by the hash)', () => {

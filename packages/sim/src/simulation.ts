@@ -507,6 +507,8 @@ class Simulation {
       logger: this.log.child({ relay: host.id, epoch }),
       leaderTimeoutMs: 300,
       syncIntervalMs: 500,
+      // Every space's state hash recomputed from scratch after each commit (the audit's own check).
+      verifyStateHashes: true,
       ...(this.options.skipOwnLastAsk ? { ownLastTimeoutMs: 0 } : {}),
       gcDepth: GC_DEPTH,
       snapshotEveryBatches: SNAPSHOT_EVERY_BATCHES,
