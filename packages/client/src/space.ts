@@ -19,6 +19,7 @@ import {
   type SetElement,
 } from '@stead/core'
 import { DraftIds } from './draft-ids.ts'
+import { DeadlineTimer, SealSchedule } from './timing.ts'
 import { DraftBatch, applyIntent, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
@@ -174,18 +175,14 @@ export class Space {
   /** @internal The ids of unsigned drafts (read by the outbox when it signs them). */
   readonly draftIds = new DraftIds()
   private sealing: Promise<void> = Promise.resolve()
-  private sealTimer: ReturnType<typeof setTimeout> | undefined
-  /** A seal is queued for the end of the current task (a synchronous burst of operations becomes one envelope). */
-  private sealQueued = false
+  /** When the open draft batch is sealed (at most one envelope per batchIntervalMs). */
+  private readonly seals: SealSchedule
   /** The highest stable index a quorum read returned a proven object state at (see readStable). */
   private provenReadIndex = 0
-  /** When the last envelope was sealed: the next waits until batchIntervalMs after it. */
-  private lastSealAt = Number.NEGATIVE_INFINITY
   /** Regular updates of objects with a freshness bound, waiting for their deadline. */
   private readonly hold: FreshnessHold
-  private holdTimer: ReturnType<typeof setTimeout> | undefined
-  /** When holdTimer fires. */
-  private holdTimerAt = Number.POSITIVE_INFINITY
+  /** Fires at the earliest freshness deadline. */
+  private readonly holdTimer: DeadlineTimer
   /** Set while `transact` runs: the keys its edits changed, told to subscribers once at its end. */
   private transaction: { readonly changed: Set<string>; readonly done: Deferred<UpdateResult> } | undefined
 
@@ -223,6 +220,14 @@ export class Space {
     this.position = init.position
     this.host = this.makeHost()
     this.hold = new FreshnessHold(init.options.batchIntervalMs ?? 10)
+    this.seals = new SealSchedule(init.options.batchIntervalMs ?? 10, this.now, () => {
+      if (!this.closed) this.sealNow()
+    })
+    this.holdTimer = new DeadlineTimer(this.now, () => {
+      if (this.closing) return
+      this.releaseHeld(this.hold.due(this.now()))
+      this.armHoldTimer()
+    })
     this.guarded = new GuardedViews({
       replica: () => this.replica,
       drafts: () => this.allDrafts(),
@@ -700,10 +705,10 @@ export class Space {
   private async shutDown(): Promise<void> {
     this.closing = true
     this.releaseHeld('all')
-    if (this.holdTimer) clearTimeout(this.holdTimer)
+    this.holdTimer.cancel()
     this.sealNow()
     await this.sealing.catch(() => undefined)
-    if (this.sealTimer) clearTimeout(this.sealTimer)
+    this.seals.cancel()
     this.closed = true
     await this.upstream.close()
     for (const w of this.progressWaiters) w()
@@ -805,11 +810,11 @@ export class Space {
     return this.options.maxBatchOps ?? 500
   }
 
-  /** Seals the open batch now if it is full, else when scheduleSeal says. */
+  /** Seals the open batch now if it is full, else when the seal schedule says. */
   private sealInTime(): void {
     if (this.transaction) return
     if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
-    else this.scheduleSeal()
+    else this.seals.request()
   }
 
   private showItems(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
@@ -872,40 +877,7 @@ export class Space {
 
   /** Keeps one timer, for the earliest freshness deadline. */
   private armHoldTimer(): void {
-    const next = this.hold.nextDeadline()
-    if (next === this.holdTimerAt) return
-    if (this.holdTimer) clearTimeout(this.holdTimer)
-    this.holdTimer = undefined
-    this.holdTimerAt = next ?? Number.POSITIVE_INFINITY
-    if (next === undefined) return
-    this.holdTimer = setTimeout(() => {
-      this.holdTimer = undefined
-      this.holdTimerAt = Number.POSITIVE_INFINITY
-      if (this.closing) return
-      this.releaseHeld(this.hold.due(this.now()))
-      this.armHoldTimer()
-    }, Math.max(0, next - this.now()))
-  }
-
-  /**
-   * At most one envelope per batchIntervalMs, and none later than needed:
-   * after a quiet spell the first operation is sealed at the end of the
-   * current task (latency of one signature, not of the interval); while
-   * operations keep coming they are batched up to the interval, which bounds
-   * the envelopes (and relay work) a busy client makes.
-   */
-  private scheduleSeal(): void {
-    if (this.sealTimer || this.sealQueued) return
-    const wait = this.lastSealAt + (this.options.batchIntervalMs ?? 10) - this.now()
-    if (wait > 0) {
-      this.sealTimer = setTimeout(() => this.sealNow(), wait)
-      return
-    }
-    this.sealQueued = true
-    queueMicrotask(() => {
-      this.sealQueued = false
-      if (!this.closed) this.sealNow()
-    })
+    this.holdTimer.arm(this.hold.nextDeadline())
   }
 
   private prospectiveView(key: string): AnyCrdt | undefined {
@@ -982,11 +954,9 @@ export class Space {
 
   /** Moves the open draft to the upstream (signed and stored there, or by the leader tab), in order. */
   private sealNow(): void {
-    if (this.sealTimer) clearTimeout(this.sealTimer)
-    this.sealTimer = undefined
     const batch = this.openBatch
-    if (batch.size === 0) return
-    this.lastSealAt = this.now()
+    if (batch.size === 0) return this.seals.cancel()
+    this.seals.sealed()
     this.drafts.push(new DraftBatch())
     this.sealing = this.sealing.then(() => this.upstream.seal(batch))
   }
