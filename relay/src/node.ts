@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import {
   ChangeLog,
-  ReliableReplica,
+  StableAudit,
   SteadError,
   authorIdOf,
   type Authorize,
@@ -360,7 +360,7 @@ export class RelayNode {
       clock: this.clock,
       host: {
         spaces: () => this.spaces.names().map((space) => ({ space, stateHash: (this.spaces.head(space) as SpaceHead).stateHash, lastAttested: this.spaces.lastAttested(space) })),
-        auditState: (space) => (this.spaces.read(space) as ReliableReplica).auditState(),
+        auditState: (space) => (this.spaces.read(space) as StableAudit).auditState(),
         send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
         broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
         openEnvelope: (signed) => this.openOrThrow(signed),
@@ -482,7 +482,7 @@ export class RelayNode {
       return
     }
     const spaces = c.spaces.map((s) => {
-      const replica = ReliableReplica.fromAuditState(this.replicaOptions(s.space), s.state.state, round)
+      const replica = StableAudit.fromAuditState(this.replicaOptions(s.space), s.state.state, round)
       return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
     })
     // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
@@ -808,7 +808,7 @@ export class RelayNode {
 
   /** The space's stable index and state hash as this relay's replica holds them (0 and the empty state's hash for a space it has none of). */
   private currentHead(space: string): { index: number; stateHash: Uint8Array } {
-    return this.spaces.head(space) ?? { index: 0, stateHash: new ReliableReplica({ space }).stableHash((b) => this.crypto.sha256(b)) }
+    return this.spaces.head(space) ?? { index: 0, stateHash: new StableAudit({ space }).stableHash((b) => this.crypto.sha256(b)) }
   }
 
   /**
@@ -977,7 +977,7 @@ export class RelayNode {
   /** A signed snapshot of a space's stable state, for quorum reads. */
   stableSnapshot(space: string): { index: number; stateHash: string; sig: string; snapshot: unknown } {
     // A space nothing was committed to yet is at index 0 with an empty state, which every correct relay signs alike.
-    const r = this.spaces.read(space) ?? new ReliableReplica(this.replicaOptions(space))
+    const r = this.spaces.read(space) ?? new StableAudit(this.replicaOptions(space))
     const hash = r.stableHash((b) => this.crypto.sha256(b))
     const sig = this.crypto.sign(this.options.secretKey, stableReadBytes(space, r.stableIndex, hash))
     return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
@@ -1226,7 +1226,7 @@ export class RelayNode {
 
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   private replicaOptions(space: string): ReplicaOptions {
-    return { space, authorize: this.authorizeFor(space), auditOnly: true, historyLimit: 0, historyPatches: true, ...(this.options.verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => this.crypto.sha256(bytes) } : {}) }
+    return { space, authorize: this.authorizeFor(space), historyLimit: 0, historyPatches: true, ...(this.options.verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => this.crypto.sha256(bytes) } : {}) }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
@@ -1540,7 +1540,7 @@ function checkStampsAtDoor(env: Envelope, now: number, maxAheadMs: number): void
   )
 }
 
-function checkClockAtDoor(replica: ReliableReplica | undefined, env: Envelope): void {
+function checkClockAtDoor(replica: StableAudit | undefined, env: Envelope): void {
   const next = replica ? replica.nextSeq(env.authorId) : 1
   if (env.seq !== next || env.base > (replica?.stableIndex ?? 0)) return
   const verdict = replica ? replica.judgeClock(env) : judgeClock(env, NO_HISTORY)

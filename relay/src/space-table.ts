@@ -1,4 +1,4 @@
-import { ReliableReplica, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
+import { StableAudit, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
 import type { Clock, Timer } from './clock.ts'
 import { decodeSpaceSnapshot, encodeSpaceSnapshot } from './store.ts'
 
@@ -56,7 +56,7 @@ interface Entry {
 export class SpaceTable {
   private readonly entries = new Map<string, Entry>()
   /** The replicas in memory, least recently used first. */
-  private readonly resident = new Map<string, ReliableReplica>()
+  private readonly resident = new Map<string, StableAudit>()
   private residentEstimate = 0
   /** Spaces whose replica changed since its snapshot record was last encoded. */
   private readonly dirty = new Set<string>()
@@ -114,11 +114,11 @@ export class SpaceTable {
    * for one that left memory, and marked changed before the caller changes
    * it (so it cannot leave memory before its next snapshot record).
    */
-  forAudit(space: string): ReliableReplica {
+  forAudit(space: string): StableAudit {
     let replica = this.read(space)
     if (!replica) {
       this.entries.set(space, { lastAttested: 0, recordBytes: 0, usedAt: this.o.clock.now(), head: undefined })
-      replica = new ReliableReplica(this.o.replicaOptions(space))
+      replica = new StableAudit(this.o.replicaOptions(space))
       this.keep(space, replica)
     }
     this.dirty.add(space)
@@ -126,7 +126,7 @@ export class SpaceTable {
   }
 
   /** After the audit fed `space` a commit attested at `round` (undefined: it attested nothing new). */
-  audited(space: string, replica: ReliableReplica, round?: number): void {
+  audited(space: string, replica: StableAudit, round?: number): void {
     const entry = this.entries.get(space) as Entry
     if (round !== undefined) entry.lastAttested = round
     if (replica.waitingCount > 0) this.parked.add(space)
@@ -134,7 +134,7 @@ export class SpaceTable {
   }
 
   /** A space's replica for reading (loaded if it left memory), or undefined for a space this relay does not hold. */
-  read(space: string): ReliableReplica | undefined {
+  read(space: string): StableAudit | undefined {
     const entry = this.entries.get(space)
     if (!entry) return undefined
     entry.usedAt = this.o.clock.now()
@@ -148,7 +148,7 @@ export class SpaceTable {
     const bytes = this.unsaved.get(space) ?? this.o.stored(space)
     if (!bytes) throw new Error(`space ${space} left memory without a snapshot record`)
     const record = decodeSpaceSnapshot(space, bytes)
-    replica = ReliableReplica.restore(this.o.replicaOptions(space), record.checkpoint, this.o.open)
+    replica = StableAudit.restore(this.o.replicaOptions(space), record.checkpoint, this.o.open)
     entry.recordBytes = bytes.length
     this.keep(space, replica)
     return replica
@@ -163,7 +163,7 @@ export class SpaceTable {
     const entry = this.entries.get(space)
     if (!entry) return undefined
     if (entry.head && !this.resident.has(space)) return entry.head
-    const replica = this.read(space) as ReliableReplica
+    const replica = this.read(space) as StableAudit
     return { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }
   }
 
@@ -175,7 +175,7 @@ export class SpaceTable {
    */
   takeSnapshot(): Array<{ readonly space: string; readonly bytes: Uint8Array; readonly stableIndex: number }> {
     const out = [...this.dirty].map((space) => {
-      const replica = this.resident.get(space) as ReliableReplica
+      const replica = this.resident.get(space) as StableAudit
       const record = encodeSpaceSnapshot({ space, checkpoint: replica.checkpoint(), lastAttested: this.lastAttested(space) })
       this.unsaved.set(space, record.bytes)
       const entry = this.entries.get(space) as Entry
@@ -240,7 +240,7 @@ export class SpaceTable {
    */
   restore(records: Iterable<{ readonly space: string; readonly checkpoint: unknown; readonly lastAttested: number; readonly recordBytes: number }>): void {
     for (const r of records) {
-      const replica = ReliableReplica.restore(this.o.replicaOptions(r.space), r.checkpoint, this.o.open)
+      const replica = StableAudit.restore(this.o.replicaOptions(r.space), r.checkpoint, this.o.open)
       const head = { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }
       this.entries.set(r.space, { lastAttested: r.lastAttested, recordBytes: r.recordBytes, usedAt: this.o.clock.now(), head })
       if (replica.waitingCount === 0) continue
@@ -255,7 +255,7 @@ export class SpaceTable {
     this.residentEstimate = 0
   }
 
-  private keep(space: string, replica: ReliableReplica): void {
+  private keep(space: string, replica: StableAudit): void {
     this.resident.set(space, replica)
     this.residentEstimate += estimate((this.entries.get(space) as Entry).recordBytes)
   }
@@ -265,7 +265,7 @@ export class SpaceTable {
   }
 
   private evict(space: string): void {
-    const replica = this.resident.get(space) as ReliableReplica
+    const replica = this.resident.get(space) as StableAudit
     const entry = this.entries.get(space) as Entry
     entry.head = { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }
     this.resident.delete(space)

@@ -18,7 +18,7 @@ function table(idleMs = 1000) {
   let now = 0
   const t = new SpaceTable({
     stored: (space) => stored.get(space),
-    replicaOptions: (space) => ({ space, auditOnly: true, historyLimit: 0 }),
+    replicaOptions: (space) => ({ space, historyLimit: 0 }),
     open,
     sha256,
     clock: { now: () => now, setTimer: () => ({ cancel: () => undefined }) },

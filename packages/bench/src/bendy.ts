@@ -32,7 +32,7 @@ import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import {
   ChangeLog,
-  ReliableReplica,
+  StableAudit,
   authorIdOf,
   clockInit,
   createCrdt,
@@ -142,7 +142,7 @@ function zipfSampler(n: number, s: number, rng: Rng): () => number {
 
 interface Follower {
   readonly mode: DeltaMode
-  readonly replica: ReliableReplica
+  readonly replica: StableAudit
   /** Commit times of the updates it has not seen yet, oldest first. */
   unseen: number[]
   recentMu: number[]
@@ -178,9 +178,9 @@ async function runOnce(w: Workload, n: number, seed: number): Promise<{ updates:
     ;[keyOfRank[i], keyOfRank[j]] = [keyOfRank[j] as number, keyOfRank[i] as number]
   }
   const start = { space: SPACE, index: 0, authors: [], waiting: [], objects: startState(w, n) }
-  const relay = ReliableReplica.fromAuditState({ space: SPACE, auditOnly: true, historyLimit: 0 }, start, 0)
+  const relay = StableAudit.fromAuditState({ space: SPACE, historyLimit: 0 }, start, 0)
   const log = new ChangeLog({ maxBytes: 1024 * 1024 * 1024 })
-  const followers: Follower[] = MODES.map((mode) => ({ mode, replica: ReliableReplica.fromAuditState({ space: SPACE, auditOnly: true, historyLimit: 0 }, start, 0), unseen: [], recentMu: [], bytes: 0, relayMs: 0, clientMs: 0, syncs: 0, stateObjects: 0, sentObjects: 0, delays: [] }))
+  const followers: Follower[] = MODES.map((mode) => ({ mode, replica: StableAudit.fromAuditState({ space: SPACE, historyLimit: 0 }, start, 0), unseen: [], recentMu: [], bytes: 0, relayMs: 0, clientMs: 0, syncs: 0, stateObjects: 0, sentObjects: 0, delays: [] }))
   // Each replica hashes its starting state once (every object's leaf): setup, not propagation.
   for (const r of [relay, ...followers.map((f) => f.replica)]) r.stableHash(sha256)
   const seqs = new Array<number>(AUTHORS).fill(0)
@@ -232,7 +232,7 @@ async function runOnce(w: Workload, n: number, seed: number): Promise<{ updates:
 }
 
 /** One sync round: the relay builds the delta since the follower's index, the follower checks and applies it. */
-function sync(f: Follower, relay: ReliableReplica, log: ChangeLog, hash: Uint8Array, now: number, position: number): void {
+function sync(f: Follower, relay: StableAudit, log: ChangeLog, hash: Uint8Array, now: number, position: number): void {
   const t0 = performance.now()
   const delta = log.delta(relay, f.replica.stableIndex, f.mode)
   if (!delta) throw new Error(`the change log does not reach back to ${f.replica.stableIndex}`)

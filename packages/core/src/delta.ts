@@ -4,7 +4,7 @@ import { encodeDeclaration, type AnyOp, type Declaration } from './crdt/index.ts
 import { envelopeUnits, unitTagPrefix, type Envelope } from './envelope.ts'
 import { SteadError } from './errors.ts'
 import { SpaceSaving, chooseModes, type ObjectTraffic } from './hot-objects.ts'
-import type { CommitResult, ReliableReplica } from './replica.ts'
+import type { CommitResult, StableAudit } from './replica.ts'
 import { compareKeys, decodeAuthors, decodeParked, strictlyAscending, type AuditAuthor, type AuditObject, type ParkedEnvelope, type WaitingEnvelope } from './state.ts'
 
 /**
@@ -282,7 +282,7 @@ export class ChangeLog {
    * rule; ops for the rest). Undefined when the log does not reach back to
    * `fromIndex` or the replica is not where the log ends.
    */
-  delta(replica: ReliableReplica, fromIndex: number, mode: DeltaMode = 'adaptive'): StateDelta<Envelope> | undefined {
+  delta(replica: StableAudit, fromIndex: number, mode: DeltaMode = 'adaptive'): StateDelta<Envelope> | undefined {
     if (this.start === undefined || fromIndex < this.start || this.end !== replica.stableIndex || fromIndex > replica.stableIndex) return undefined
     const byKey = new Map<string, { decl: Declaration; ops: LoggedOp[] }>()
     const authors = new Set<string>()
@@ -319,7 +319,7 @@ export class ChangeLog {
   }
 
   /** The stable entries of the changed objects that travel as state (each snapshot taken once). */
-  private states(replica: ReliableReplica, byKey: ReadonlyMap<string, { ops: readonly LoggedOp[] }>, mode: DeltaMode): ReadonlyMap<string, AuditObject> {
+  private states(replica: StableAudit, byKey: ReadonlyMap<string, { ops: readonly LoggedOp[] }>, mode: DeltaMode): ReadonlyMap<string, AuditObject> {
     const states = new Map<string, AuditObject>()
     if (mode === 'ops') return states
     // Only the hot objects are weighed (sizing a state costs its encoding); the rest stay ops.

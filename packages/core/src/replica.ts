@@ -167,11 +167,6 @@ export interface ReplicaOptions {
    * An expired envelope that commits later is applied then. Default 128.
    */
   readonly foreignWaitCommits?: number
-  /**
-   * The stable path only, as relays need it: no prospective state is kept
-   * (commits do not mirror their ops into it), and `receive` is refused.
-   */
-  readonly auditOnly?: boolean
   /** Each stable change of a text, list or map also says how it differs from the previous one (StableChange.patch): relays store those. */
   readonly historyPatches?: boolean
   /**
@@ -264,11 +259,11 @@ const RECENT_IDS_PER_AUTHOR = 256
 const CHECKPOINT_TAG = 'stead/checkpoint/v2'
 
 /**
- * The reliable replica of one space (Janus): a prospective state that shows
- * every received update at once, and a stable state built only from the
- * committed order by the audit, which every correct replica runs the same
- * way. Pure: no I/O, no clocks, no randomness; the caller feeds received
- * envelopes and committed batches, and persists what it needs.
+ * The audit of one space (Janus's stable path): a stable state built only
+ * from the committed order, which every correct replica runs the same way,
+ * with the state hash relays sign. Pure: no I/O, no clocks, no randomness;
+ * the caller feeds committed batches and persists what it needs. Relays run
+ * it alone; clients run it inside a {@link ReliableReplica}.
  *
  * Audit rules for each committed envelope, in order:
  * - per author, sequence numbers apply in order; an envelope ahead of its
@@ -278,47 +273,31 @@ const CHECKPOINT_TAG = 'stead/checkpoint/v2'
  *   duplicate (same id) or a conflict (other id);
  * - each unit is checked (declaration, authorization, invariants via
  *   tryApply) against the stable state; an atomic safe group applies wholly
- *   or not at all;
- * - the prospective state then reverses what was rejected and applies what
- *   it had not seen, so once all updates are decided it equals the stable
- *   state (eventual validity, G5).
+ *   or not at all.
  */
-export class ReliableReplica {
+export class StableAudit {
   /** The space this replica holds. */
   readonly space: string
   private readonly authorize: Authorize | undefined
   private readonly historyLimit: number
   private readonly gapWaitCommits: number
   private readonly maxWaitingPerAuthor: number
-  private readonly foreignWaitCommits: number
-  private readonly auditOnly: boolean
   /** With historyPatches: the latest stable change of each object whose type patches its history. */
   private readonly lastChange: Map<string, { readonly index: number; readonly value: unknown }> | undefined
   private readonly verifyStateHash: ((bytes: Uint8Array) => Uint8Array) | undefined
 
-  private readonly stableObjects = new Map<string, Obj>()
-  private readonly prospectiveObjects = new Map<string, Obj>()
+  protected readonly stableObjects = new Map<string, Obj>()
   private readonly histories = new Map<string, Array<HistoryEntry & { readonly bytes: number }>>()
   /** Bytes of each in-memory history's values (see HISTORY_BYTES). */
   private readonly historyTotals = new Map<string, number>()
   private readonly authors = new Map<string, AuthorState>()
   /** Envelope id (hex) → author and seq, for every id in the authors' recent records: how deps are found. */
   private readonly recentIds = new Map<string, { authorId: string; seq: number }>()
-  private readonly pending = new Map<string, Pending>()
-  /** key → ids of the pending envelopes touching it, in arrival order. */
-  private readonly pendingKeys = new Map<string, Set<string>>()
-  /** author:seq → ids of pending envelopes claiming that slot. */
-  private readonly slots = new Map<string, Set<string>>()
   private readonly waiting = new Map<string, Map<number, { env: Envelope; since: number }>>()
   private index = 0
-  private commits = 0
+  protected commits = 0
   /** Stable index the in-memory histories start after: above 0 for a replica started from an audit state (older entries live on the relays). */
   private historyFrom = 0
-  /** Changes whenever an envelope leaves `pending` or a commit runs (see pendingMark). */
-  private pendingEpoch = 0
-  /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
-  private arrived = 0
-  private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
   /** The stable values objects took in the commit being run (CommitResult.history). */
   private committed: StableChange[] = []
   /** The trees of the state hash, recomputed for what commits touched (see state.ts). */
@@ -331,8 +310,6 @@ export class ReliableReplica {
     this.historyLimit = options.historyLimit ?? 1000
     this.gapWaitCommits = options.gapWaitCommits ?? 64
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
-    this.foreignWaitCommits = options.foreignWaitCommits ?? 128
-    this.auditOnly = options.auditOnly ?? false
     this.lastChange = options.historyPatches ? new Map() : undefined
     this.verifyStateHash = options.verifyStateHash
   }
@@ -349,18 +326,6 @@ export class ReliableReplica {
     return n
   }
 
-  /** Envelopes received but not yet decided by the audit. */
-  get pendingCount(): number {
-    return this.pending.size
-  }
-
-  // ---- reads ----
-
-  /** The prospective value of `key` (undefined for an unknown key). */
-  value(key: string): unknown {
-    return this.prospectiveObjects.get(key)?.crdt.value()
-  }
-
   /** The stable value of `key` (undefined before its first commit). */
   stableValue(key: string): unknown {
     return this.stableObjects.get(key)?.crdt.value()
@@ -369,11 +334,6 @@ export class ReliableReplica {
   /** The committed declaration of a key, once there is one. */
   declaration(key: string): Declaration | undefined {
     return this.stableObjects.get(key)?.decl
-  }
-
-  /** The prospective CRDT of `key`: the replica's own, do not mutate (clone it). */
-  prospective(key: string): AnyCrdt | undefined {
-    return this.prospectiveObjects.get(key)?.crdt
   }
 
   /** The stable CRDT of `key`: the replica's own, do not mutate (clone it). */
@@ -391,9 +351,9 @@ export class ReliableReplica {
     return this.historyFrom
   }
 
-  /** Every key with a prospective or stable object, sorted. */
+  /** Every key with a stable object (and, for a ReliableReplica, a prospective one), sorted. */
   keys(): string[] {
-    return [...new Set([...this.prospectiveObjects.keys(), ...this.stableObjects.keys()])].sort()
+    return [...this.stableObjects.keys()].sort()
   }
 
   /**
@@ -406,11 +366,6 @@ export class ReliableReplica {
     if (!author || env.seq > author.seq) return null
     const id = author.recent.get(env.seq)?.idHex
     return id === undefined || id === env.idHex ? 'duplicate' : 'conflict'
-  }
-
-  /** Whether an envelope of `author` with sequence number `seq` is received and not decided yet. */
-  hasPending(author: string, seq: number): boolean {
-    return this.slots.has(`${author}:${seq}`)
   }
 
   /** Whether the audit committed this envelope (known for each author's latest 256). */
@@ -426,53 +381,6 @@ export class ReliableReplica {
   /** The next sequence number the audit expects from `author`. */
   nextSeq(author: string): number {
     return (this.authors.get(author)?.seq ?? 0) + 1
-  }
-
-  /** Envelopes received but not yet decided, oldest first. */
-  pendingEnvelopes(): Envelope[] {
-    return [...this.pending.values()].map((p) => p.env)
-  }
-
-  /** Pending envelopes that touch `key`, in the order they were received. */
-  pendingTouching(key: string): Envelope[] {
-    return [...(this.pendingKeys.get(key) ?? [])].map((id) => (this.pending.get(id) as Pending).env)
-  }
-
-  /**
-   * Where the pending set stands, for views built on top of it (a client's
-   * views of guarded objects): while the epoch stays the same, envelopes
-   * only join the pending set and the stable state does not change.
-   */
-  pendingMark(): PendingMark {
-    return { epoch: this.pendingEpoch, arrived: this.arrived }
-  }
-
-  /**
-   * The envelopes touching any of `keys` that joined the pending set since
-   * `mark`, oldest first; undefined if anything else changed since. Costs
-   * what arrived for those keys, not what arrived in all.
-   */
-  arrivedSince(mark: PendingMark, keys: Iterable<string>): readonly Envelope[] | undefined {
-    if (mark.epoch !== this.pendingEpoch) return undefined
-    const found = new Map<number, Envelope>()
-    for (const key of keys) {
-      const list = this.arrivalsByKey.get(key) ?? []
-      // The list is in arrival order: the new ones are its tail.
-      let lo = 0
-      let hi = list.length
-      while (lo < hi) {
-        const mid = (lo + hi) >>> 1
-        if ((list[mid] as { at: number }).at < mark.arrived) lo = mid + 1
-        else hi = mid
-      }
-      for (let i = lo; i < list.length; i++) found.set((list[i] as { at: number }).at, (list[i] as { env: Envelope }).env)
-    }
-    return [...found.entries()].sort((a, b) => a[0] - b[0]).map(([, env]) => env)
-  }
-
-  /** Whether the envelope is received and not decided yet. */
-  isPending(idHex: string): boolean {
-    return this.pending.has(idHex)
   }
 
   /**
@@ -623,21 +531,7 @@ export class ReliableReplica {
     this.histories.clear()
     this.historyTotals.clear()
     this.historyFrom = delta.toIndex
-    const decided: Envelope[] = []
-    if (!this.auditOnly) {
-      this.newPendingEpoch()
-      for (const p of [...this.pending.values()]) {
-        // Decided in the range, or (another author's, still unordered) past its wait, as commit() would expire it.
-        const expired = p.expiresAt !== undefined && this.commits >= p.expiresAt
-        const settled = this.decided(p.env) !== null
-        if (!expired && !settled) continue
-        if (settled) decided.push(p.env)
-        for (const key of p.keys) changed.add(key)
-        this.forgetPending(p)
-      }
-      for (const key of changed) this.rebuildProspective(key)
-    }
-    return decided
+    return this.deltaApplied(changed)
   }
 
   /** An object of a delta as it stands at the delta's end: its state, or the stable one with the delta's ops applied as the audit did. */
@@ -654,23 +548,6 @@ export class ReliableReplica {
       if (!result.ok) throw new Error(`an op the delta says committed does not apply: ${result.detail}`)
     }
     return { decl, crdt }
-  }
-
-  /** The prospective object of `key` anew: the stable one with every pending op on it that still applies. */
-  private rebuildProspective(key: string): void {
-    const stable = this.stableObjects.get(key)
-    if (stable) this.prospectiveObjects.set(key, { decl: stable.decl, crdt: stable.crdt.clone() })
-    else this.prospectiveObjects.delete(key)
-    for (const idHex of this.pendingKeys.get(key) ?? []) {
-      const p = this.pending.get(idHex) as Pending
-      for (const unit of envelopeUnits(p.env)) {
-        for (const item of itemsOf(unit)) {
-          if (item.key !== key) continue
-          p.applied.delete(item.tag)
-          if (this.applyProspective(key, item.decl, item.op, { replica: p.env.authorId, tag: item.tag })) p.applied.add(item.tag)
-        }
-      }
-    }
   }
 
   private objectsRoot(sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
@@ -727,19 +604,18 @@ export class ReliableReplica {
    * caller's own storage): `open` turns a parked envelope's signed bytes
    * back into an Envelope, typically without verifying the signature again.
    */
-  static restore(options: ReplicaOptions, checkpoint: unknown, open: (signed: Signed) => Envelope): ReliableReplica {
+  static restore<T extends StableAudit>(this: new (options: ReplicaOptions) => T, options: ReplicaOptions, checkpoint: unknown, open: (signed: Signed) => Envelope): T {
     const [tag, stable, commits, authors, waiting, histories, historyFrom] = checkpoint as [string, unknown[], number, Array<[string, number, unknown[]]>, Array<[Uint8Array, Uint8Array, number]>, Array<[string, Array<[number, unknown]>]>, number | undefined]
     if (tag !== CHECKPOINT_TAG) throw new SteadError('malformed', `not a ${CHECKPOINT_TAG}`)
     const [, space, index, , objects] = stable as [string, string, number, unknown, Array<[string, unknown, unknown]>]
     if (space !== options.space) throw new SteadError('malformed', `checkpoint of space ${space}, not ${options.space}`)
-    const r = new ReliableReplica(options)
+    const r = new this(options)
     r.index = index
     r.commits = commits
     r.historyFrom = historyFrom ?? 0
     for (const [key, enc, snap] of objects) {
       const decl = decodeDeclaration(enc)
       r.stableObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
-      if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: restoreCrdt(decl, snap) })
     }
     for (const [id, seq, recent] of authors) r.restoreAuthor(id, seq, decodedRecent(id, recent))
     for (const [bytes, sig, since] of waiting) {
@@ -752,6 +628,7 @@ export class ReliableReplica {
       r.historyTotals.set(key, entries.reduce((n, e) => n + e.bytes, 0))
     }
     r.touchAll()
+    r.restored()
     return r
   }
 
@@ -761,9 +638,9 @@ export class ReliableReplica {
    * state's hash against f+1 attestations first: the objects' snapshots
    * are only checked for shape here. Its stable histories start empty.
    */
-  static fromAuditState(options: ReplicaOptions, state: AuditState<Envelope>, round: number): ReliableReplica {
+  static fromAuditState<T extends StableAudit>(this: new (options: ReplicaOptions) => T, options: ReplicaOptions, state: AuditState<Envelope>, round: number): T {
     if (state.space !== options.space) throw new SteadError('malformed', `audit state of space ${state.space}, not ${options.space}`)
-    const r = new ReliableReplica(options)
+    const r = new this(options)
     r.index = state.index
     r.commits = round
     r.historyFrom = state.index
@@ -776,11 +653,11 @@ export class ReliableReplica {
         throw new SteadError('malformed', `object ${key}: ${(err as Error).message}`)
       }
       r.stableObjects.set(key, { decl, crdt })
-      if (!r.auditOnly) r.prospectiveObjects.set(key, { decl, crdt: crdt.clone() })
     }
     for (const [id, seq, recent] of state.authors) r.restoreAuthor(id, seq, decodedRecent(id, recent))
     for (const { env, since } of state.waiting) r.waitingOf(env.authorId).set(env.seq, { env, since })
     r.touchAll()
+    r.restored()
     return r
   }
 
@@ -803,63 +680,6 @@ export class ReliableReplica {
     for (const id of this.authors.keys()) this.authorLeaves.touch(id)
   }
 
-  // ---- prospective path ----
-
-  /** Applies a received (or locally created) envelope to the prospective state. */
-  receive(env: Envelope, options: ReceiveOptions = {}): ReceiveResult {
-    if (this.auditOnly) throw new Error(`the replica of ${this.space} is audit-only: it keeps no prospective state`)
-    this.checkSpace(env)
-    const changed = new Set<string>()
-    const known = this.pending.get(env.idHex)
-    if (known) {
-      // Received as our own (or from a source that does not expire it): it stays.
-      if (!options.expires) known.expiresAt = undefined
-      return { status: 'duplicate', changed }
-    }
-    // Already decided: applied at commit time if it was the one committed.
-    const verdict = this.decided(env)
-    if (verdict) return { status: verdict, changed }
-    const applied = new Set<string>()
-    for (const unit of envelopeUnits(env)) {
-      for (const item of itemsOf(unit)) {
-        if (this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })) {
-          applied.add(item.tag)
-          changed.add(item.key)
-        }
-      }
-    }
-    const keys = new Set(envelopeUnits(env).flatMap((u) => itemsOf(u).map((i) => i.key)))
-    for (const key of keys) {
-      let ids = this.pendingKeys.get(key)
-      if (!ids) this.pendingKeys.set(key, (ids = new Set()))
-      ids.add(env.idHex)
-    }
-    this.pending.set(env.idHex, { env, applied, keys, expiresAt: options.expires ? this.commits + this.foreignWaitCommits : undefined })
-    const at = this.arrived++
-    for (const key of keys) {
-      let list = this.arrivalsByKey.get(key)
-      if (!list) this.arrivalsByKey.set(key, (list = []))
-      list.push({ at, env })
-    }
-    const slot = slotOf(env)
-    let ids = this.slots.get(slot)
-    if (!ids) this.slots.set(slot, (ids = new Set()))
-    ids.add(env.idHex)
-    return { status: ids.size > 1 ? 'conflict' : 'applied', changed }
-  }
-
-  /**
-   * Forgets a pending envelope that will never be ordered (every relay
-   * refused it) and reverses what it did to the prospective state. Local
-   * news, like 'superseded'. Returns the keys that changed.
-   */
-  discard(idHex: string): ReadonlySet<string> {
-    const changed = new Set<string>()
-    const p = this.pending.get(idHex)
-    if (p) this.settle(p.env, () => false, changed)
-    return changed
-  }
-
   // ---- stable path: the audit ----
 
   /**
@@ -876,11 +696,10 @@ export class ReliableReplica {
     const changed = new Set<string>()
     this.committed = []
     const before = this.index
-    if (batch.length > 0) this.newPendingEpoch()
+    this.commitStarting(batch)
     for (const env of causalOrderOf(batch)) this.audit(env, decisions, changed)
     this.expireWaiting(decisions, changed)
-    // Local news, like discard(): no decision, the stable path is untouched.
-    for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
+    this.commitEnding(changed)
     this.checkCommit(before, decisions)
     return { decisions, stableIndex: this.index, changed, history: this.committed }
   }
@@ -893,7 +712,7 @@ export class ReliableReplica {
     for (const d of decisions) {
       // A duplicate's drop says nothing of the first copy, which may wait behind a gap.
       if (d.kind === 'superseded' || (d.kind === 'dropped' && d.reason === 'duplicate')) continue
-      check(!this.pending.has(d.env.idHex), `decided envelope ${d.env.idHex} (${d.kind}${d.kind === "dropped" ? ` ${d.reason}` : ""}) is still pending`)
+      check(!this.stillPending(d.env.idHex), `decided envelope ${d.env.idHex} (${d.kind}${d.kind === "dropped" ? ` ${d.reason}` : ""}) is still pending`)
     }
     for (const { key } of this.committed) {
       const o = this.stableObjects.get(key)
@@ -972,7 +791,7 @@ export class ReliableReplica {
   /** Drops an envelope from the stable path and undoes whatever it did prospectively. */
   private drop(env: Envelope, reason: 'duplicate' | 'conflict' | 'gap' | 'bad-clock', detail: string, decisions: Decision[], changed: Set<string>): void {
     decisions.push({ kind: 'dropped', env, reason, detail })
-    this.settle(env, () => false, changed)
+    this.decidedEnvelope(env, () => false, decisions, changed)
   }
 
   /**
@@ -985,31 +804,7 @@ export class ReliableReplica {
     return judgeClock(env, this.clockInputs(env))
   }
 
-  /**
-   * The update validator on a received envelope before it shows, when
-   * nothing has ordered it yet (an envelope from a peer): an input the
-   * stable history has no record of is taken from the pending envelope it
-   * names, as an unverified claim, so only a clock that contradicts what
-   * this replica holds is refused. Undefined while the envelope's base is
-   * ahead of this replica's stable index: it cannot be judged here yet.
-   */
-  judgeReceived(env: Envelope): ClockVerdict | undefined {
-    if (env.base > this.index) return undefined
-    const stable = this.clockInputs(env)
-    const claimOf = (e: Envelope | undefined): CommittedClock | undefined =>
-      e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: false } }
-    // A slot with two envelopes in it (an author's twins) names no single previous clock.
-    const twins = this.slots.get(`${env.authorId}:${env.seq - 1}`)
-    const prev = stable.prev ?? (twins?.size === 1 ? claimOf(this.pending.get(twins.values().next().value as string)?.env)?.record : undefined)
-    return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(this.pending.get(idHex)?.env) })
-  }
-
-  /** A pending envelope by id, for a client to hand to a peer. */
-  pendingEnvelope(idHex: string): Envelope | undefined {
-    return this.pending.get(idHex)?.env
-  }
-
-  private clockInputs(env: Envelope): ClockInputs {
+  protected clockInputs(env: Envelope): ClockInputs {
     return {
       stableIndex: this.index,
       prev: this.authors.get(env.authorId)?.recent.get(env.seq - 1)?.record,
@@ -1084,15 +879,295 @@ export class ReliableReplica {
       changed.add(key)
     }
     decisions.push({ kind: 'committed', env, index, units: outcomes, clockVerified: record.verified })
-    this.settle(env, (tag) => committedTags.has(tag), changed)
-    // No other envelope can ever take this slot now: undo any that tried.
-    for (const idHex of this.slots.get(slotOf(env)) ?? []) {
-      const other = this.pending.get(idHex)
-      if (!other) continue
-      decisions.push({ kind: 'superseded', env: other.env, by: env.idHex })
-      this.settle(other.env, () => false, changed)
-    }
+    this.decidedEnvelope(env, (tag) => committedTags.has(tag), decisions, changed)
     return true
+  }
+
+  private applyStable(env: Envelope, item: Item): ApplyResult {
+    const check = this.admissible(env, item)
+    if (!check.ok) return check
+    const ctx = { replica: env.authorId, tag: item.tag }
+    const existing = this.stableObjects.get(item.key)
+    if (existing) return asGeneric(existing.crdt).tryApply(item.op, ctx)
+    // Only an op that applies may fix a key's declaration.
+    const fresh: Obj = { decl: item.decl, crdt: createCrdt(item.decl) }
+    const result = asGeneric(fresh.crdt).tryApply(item.op, ctx)
+    if (result.ok) this.stableObjects.set(item.key, fresh)
+    return result
+  }
+
+  private applyAtomic(env: Envelope, items: readonly Item[]): ApplyResult {
+    // Undo by restoring copies: stable CRDTs drop what they need for inverses.
+    const saved = new Map<string, Obj | undefined>()
+    for (const item of items) {
+      if (!saved.has(item.key)) {
+        const o = this.stableObjects.get(item.key)
+        saved.set(item.key, o && { decl: o.decl, crdt: o.crdt.clone() })
+      }
+      const result = this.applyStable(env, item)
+      if (!result.ok) {
+        for (const [key, o] of saved) {
+          if (o) this.stableObjects.set(key, o)
+          else this.stableObjects.delete(key)
+        }
+        return { ok: false, reason: result.reason, detail: `${item.key}: ${result.detail}` }
+      }
+    }
+    return { ok: true }
+  }
+
+  private admissible(env: Envelope, item: Item): ApplyResult {
+    const fixed = this.stableObjects.get(item.key)?.decl
+    if (fixed && !sameDeclaration(fixed, item.decl)) {
+      return { ok: false, reason: 'type-mismatch', detail: `${item.key} is ${describeDeclaration(fixed)}, not ${describeDeclaration(item.decl)}` }
+    }
+    if (this.authorize) {
+      const v = this.authorize(env.authorId, item.key, item.decl, item.op)
+      if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
+    }
+    return { ok: true }
+  }
+
+  private appendHistory(key: string, index: number): void {
+    const obj = this.stableObjects.get(key) as Obj
+    const value = obj.crdt.value()
+    const changes = this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
+    const last = changes?.get(key)
+    changes?.set(key, { index, value })
+    this.committed.push(last ? { key, index, value, patch: { base: last.index, patch: historyPatch(obj.decl, last.value, value) as ValuePatch } } : { key, index, value })
+    if (this.historyLimit === 0) return
+    let h = this.histories.get(key)
+    if (!h) this.histories.set(key, (h = []))
+    const entry = { index, value, bytes: historyBytes(value) }
+    h.push(entry)
+    // The latest historyLimit entries, and of a long document no more than HISTORY_BYTES (older ones live on the relays).
+    let total = (this.historyTotals.get(key) ?? 0) + entry.bytes
+    let drop = 0
+    while (h.length - drop > 1 && (h.length - drop > this.historyLimit || total > HISTORY_BYTES)) total -= (h[drop++] as { bytes: number }).bytes
+    if (drop) h.splice(0, drop)
+    this.historyTotals.set(key, total)
+  }
+
+  private authorState(authorId: string): AuthorState {
+    let a = this.authors.get(authorId)
+    if (!a) this.authors.set(authorId, (a = { seq: 0, recent: new Map() }))
+    return a
+  }
+
+  protected checkSpace(env: Envelope): void {
+    if (env.space !== this.space) throw new SteadError('malformed', `envelope for space ${env.space} given to replica of ${this.space}`)
+  }
+
+  // ---- what a replica that also keeps a prospective state adds (ReliableReplica) ----
+
+  /** A commit of `batch` begins. */
+  protected commitStarting(_batch: readonly Envelope[]): void {}
+
+  /** The commit's envelopes are audited; anything to settle locally is settled here (`changed` gets the keys). */
+  protected commitEnding(_changed: Set<string>): void {}
+
+  /** The audit decided `env`: `committed` says which of its ops' tags committed (none for a dropped one). */
+  protected decidedEnvelope(_env: Envelope, _committed: (tag: string) => boolean, _decisions: Decision[], _changed: Set<string>): void {}
+
+  /** A delta moved the stable state (the keys in `changed`): returns the envelopes held locally that it decided. */
+  protected deltaApplied(_changed: Set<string>): Envelope[] {
+    return []
+  }
+
+  /** The stable state was restored (restore, fromAuditState). */
+  protected restored(): void {}
+
+  /** Whether an envelope is held locally, undecided (a commit checks none it decided is). */
+  protected stillPending(_idHex: string): boolean {
+    return false
+  }
+}
+
+/**
+ * The reliable replica of one space (Janus) as a client keeps it: the
+ * audit (StableAudit) and a prospective state that shows every received
+ * update at once. After each audited envelope the prospective state
+ * reverses what was rejected and applies what it had not seen, so once all
+ * updates are decided it equals the stable state (eventual validity, G5).
+ */
+export class ReliableReplica extends StableAudit {
+  private readonly foreignWaitCommits: number
+  private readonly prospectiveObjects = new Map<string, Obj>()
+  private readonly pending = new Map<string, Pending>()
+  /** key → ids of the pending envelopes touching it, in arrival order. */
+  private readonly pendingKeys = new Map<string, Set<string>>()
+  /** author:seq → ids of pending envelopes claiming that slot. */
+  private readonly slots = new Map<string, Set<string>>()
+  /** Changes whenever an envelope leaves `pending` or a commit runs (see pendingMark). */
+  private pendingEpoch = 0
+  /** How many envelopes joined `pending` in this epoch, and for each key, the places (in that count) of those touching it. */
+  private arrived = 0
+  private arrivalsByKey = new Map<string, Array<{ at: number; env: Envelope }>>()
+
+  /** Envelopes received but not yet decided by the audit. */
+  get pendingCount(): number {
+    return this.pending.size
+  }
+
+  // ---- reads ----
+
+  /** The prospective value of `key` (undefined for an unknown key). */
+  value(key: string): unknown {
+    return this.prospectiveObjects.get(key)?.crdt.value()
+  }
+
+  /** The prospective CRDT of `key`: the replica's own, do not mutate (clone it). */
+  prospective(key: string): AnyCrdt | undefined {
+    return this.prospectiveObjects.get(key)?.crdt
+  }
+
+  /** Whether an envelope of `author` with sequence number `seq` is received and not decided yet. */
+  hasPending(author: string, seq: number): boolean {
+    return this.slots.has(`${author}:${seq}`)
+  }
+
+  /** Envelopes received but not yet decided, oldest first. */
+  pendingEnvelopes(): Envelope[] {
+    return [...this.pending.values()].map((p) => p.env)
+  }
+
+  /** Pending envelopes that touch `key`, in the order they were received. */
+  pendingTouching(key: string): Envelope[] {
+    return [...(this.pendingKeys.get(key) ?? [])].map((id) => (this.pending.get(id) as Pending).env)
+  }
+
+  /**
+   * Where the pending set stands, for views built on top of it (a client's
+   * views of guarded objects): while the epoch stays the same, envelopes
+   * only join the pending set and the stable state does not change.
+   */
+  pendingMark(): PendingMark {
+    return { epoch: this.pendingEpoch, arrived: this.arrived }
+  }
+
+  /**
+   * The envelopes touching any of `keys` that joined the pending set since
+   * `mark`, oldest first; undefined if anything else changed since. Costs
+   * what arrived for those keys, not what arrived in all.
+   */
+  arrivedSince(mark: PendingMark, keys: Iterable<string>): readonly Envelope[] | undefined {
+    if (mark.epoch !== this.pendingEpoch) return undefined
+    const found = new Map<number, Envelope>()
+    for (const key of keys) {
+      const list = this.arrivalsByKey.get(key) ?? []
+      // The list is in arrival order: the new ones are its tail.
+      let lo = 0
+      let hi = list.length
+      while (lo < hi) {
+        const mid = (lo + hi) >>> 1
+        if ((list[mid] as { at: number }).at < mark.arrived) lo = mid + 1
+        else hi = mid
+      }
+      for (let i = lo; i < list.length; i++) found.set((list[i] as { at: number }).at, (list[i] as { env: Envelope }).env)
+    }
+    return [...found.entries()].sort((a, b) => a[0] - b[0]).map(([, env]) => env)
+  }
+
+  /** Whether the envelope is received and not decided yet. */
+  isPending(idHex: string): boolean {
+    return this.pending.has(idHex)
+  }
+
+  /** The prospective object of `key` anew: the stable one with every pending op on it that still applies. */
+  private rebuildProspective(key: string): void {
+    const stable = this.stableObjects.get(key)
+    if (stable) this.prospectiveObjects.set(key, { decl: stable.decl, crdt: stable.crdt.clone() })
+    else this.prospectiveObjects.delete(key)
+    for (const idHex of this.pendingKeys.get(key) ?? []) {
+      const p = this.pending.get(idHex) as Pending
+      for (const unit of envelopeUnits(p.env)) {
+        for (const item of itemsOf(unit)) {
+          if (item.key !== key) continue
+          p.applied.delete(item.tag)
+          if (this.applyProspective(key, item.decl, item.op, { replica: p.env.authorId, tag: item.tag })) p.applied.add(item.tag)
+        }
+      }
+    }
+  }
+
+  // ---- prospective path ----
+
+  /** Applies a received (or locally created) envelope to the prospective state. */
+  receive(env: Envelope, options: ReceiveOptions = {}): ReceiveResult {
+    this.checkSpace(env)
+    const changed = new Set<string>()
+    const known = this.pending.get(env.idHex)
+    if (known) {
+      // Received as our own (or from a source that does not expire it): it stays.
+      if (!options.expires) known.expiresAt = undefined
+      return { status: 'duplicate', changed }
+    }
+    // Already decided: applied at commit time if it was the one committed.
+    const verdict = this.decided(env)
+    if (verdict) return { status: verdict, changed }
+    const applied = new Set<string>()
+    for (const unit of envelopeUnits(env)) {
+      for (const item of itemsOf(unit)) {
+        if (this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })) {
+          applied.add(item.tag)
+          changed.add(item.key)
+        }
+      }
+    }
+    const keys = new Set(envelopeUnits(env).flatMap((u) => itemsOf(u).map((i) => i.key)))
+    for (const key of keys) {
+      let ids = this.pendingKeys.get(key)
+      if (!ids) this.pendingKeys.set(key, (ids = new Set()))
+      ids.add(env.idHex)
+    }
+    this.pending.set(env.idHex, { env, applied, keys, expiresAt: options.expires ? this.commits + this.foreignWaitCommits : undefined })
+    const at = this.arrived++
+    for (const key of keys) {
+      let list = this.arrivalsByKey.get(key)
+      if (!list) this.arrivalsByKey.set(key, (list = []))
+      list.push({ at, env })
+    }
+    const slot = slotOf(env)
+    let ids = this.slots.get(slot)
+    if (!ids) this.slots.set(slot, (ids = new Set()))
+    ids.add(env.idHex)
+    return { status: ids.size > 1 ? 'conflict' : 'applied', changed }
+  }
+
+  /**
+   * Forgets a pending envelope that will never be ordered (every relay
+   * refused it) and reverses what it did to the prospective state. Local
+   * news, like 'superseded'. Returns the keys that changed.
+   */
+  discard(idHex: string): ReadonlySet<string> {
+    const changed = new Set<string>()
+    const p = this.pending.get(idHex)
+    if (p) this.settle(p.env, () => false, changed)
+    return changed
+  }
+
+  /**
+   * The update validator on a received envelope before it shows, when
+   * nothing has ordered it yet (an envelope from a peer): an input the
+   * stable history has no record of is taken from the pending envelope it
+   * names, as an unverified claim, so only a clock that contradicts what
+   * this replica holds is refused. Undefined while the envelope's base is
+   * ahead of this replica's stable index: it cannot be judged here yet.
+   */
+  judgeReceived(env: Envelope): ClockVerdict | undefined {
+    if (env.base > this.stableIndex) return undefined
+    const stable = this.clockInputs(env)
+    const claimOf = (e: Envelope | undefined): CommittedClock | undefined =>
+      e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: false } }
+    // A slot with two envelopes in it (an author's twins) names no single previous clock.
+    const twins = this.slots.get(`${env.authorId}:${env.seq - 1}`)
+    const prev = stable.prev ?? (twins?.size === 1 ? claimOf(this.pending.get(twins.values().next().value as string)?.env)?.record : undefined)
+    return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(this.pending.get(idHex)?.env) })
+  }
+
+  /** A pending envelope by id, for a client to hand to a peer. */
+  pendingEnvelope(idHex: string): Envelope | undefined {
+    return this.pending.get(idHex)?.env
   }
 
   /**
@@ -1101,7 +1176,6 @@ export class ReliableReplica {
    * but never seen, and forget the envelope.
    */
   private settle(env: Envelope, committed: (tag: string) => boolean, changed: Set<string>): void {
-    if (this.auditOnly) return
     const p = this.pending.get(env.idHex)
     // An object nothing pending has touched is simply a copy of the stable one,
     // which already holds this envelope's committed ops.
@@ -1160,51 +1234,6 @@ export class ReliableReplica {
     }
   }
 
-  private applyStable(env: Envelope, item: Item): ApplyResult {
-    const check = this.admissible(env, item)
-    if (!check.ok) return check
-    const ctx = { replica: env.authorId, tag: item.tag }
-    const existing = this.stableObjects.get(item.key)
-    if (existing) return asGeneric(existing.crdt).tryApply(item.op, ctx)
-    // Only an op that applies may fix a key's declaration.
-    const fresh: Obj = { decl: item.decl, crdt: createCrdt(item.decl) }
-    const result = asGeneric(fresh.crdt).tryApply(item.op, ctx)
-    if (result.ok) this.stableObjects.set(item.key, fresh)
-    return result
-  }
-
-  private applyAtomic(env: Envelope, items: readonly Item[]): ApplyResult {
-    // Undo by restoring copies: stable CRDTs drop what they need for inverses.
-    const saved = new Map<string, Obj | undefined>()
-    for (const item of items) {
-      if (!saved.has(item.key)) {
-        const o = this.stableObjects.get(item.key)
-        saved.set(item.key, o && { decl: o.decl, crdt: o.crdt.clone() })
-      }
-      const result = this.applyStable(env, item)
-      if (!result.ok) {
-        for (const [key, o] of saved) {
-          if (o) this.stableObjects.set(key, o)
-          else this.stableObjects.delete(key)
-        }
-        return { ok: false, reason: result.reason, detail: `${item.key}: ${result.detail}` }
-      }
-    }
-    return { ok: true }
-  }
-
-  private admissible(env: Envelope, item: Item): ApplyResult {
-    const fixed = this.stableObjects.get(item.key)?.decl
-    if (fixed && !sameDeclaration(fixed, item.decl)) {
-      return { ok: false, reason: 'type-mismatch', detail: `${item.key} is ${describeDeclaration(fixed)}, not ${describeDeclaration(item.decl)}` }
-    }
-    if (this.authorize) {
-      const v = this.authorize(env.authorId, item.key, item.decl, item.op)
-      if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
-    }
-    return { ok: true }
-  }
-
   /** Applies without checks; false when the object exists under another declaration. */
   private applyProspective(key: string, decl: Declaration, op: AnyOp, ctx: OpContext): boolean {
     let obj = this.prospectiveObjects.get(key)
@@ -1249,34 +1278,64 @@ export class ReliableReplica {
     this.arrivalsByKey = new Map()
   }
 
-  private appendHistory(key: string, index: number): void {
-    const obj = this.stableObjects.get(key) as Obj
-    const value = obj.crdt.value()
-    const changes = this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
-    const last = changes?.get(key)
-    changes?.set(key, { index, value })
-    this.committed.push(last ? { key, index, value, patch: { base: last.index, patch: historyPatch(obj.decl, last.value, value) as ValuePatch } } : { key, index, value })
-    if (this.historyLimit === 0) return
-    let h = this.histories.get(key)
-    if (!h) this.histories.set(key, (h = []))
-    const entry = { index, value, bytes: historyBytes(value) }
-    h.push(entry)
-    // The latest historyLimit entries, and of a long document no more than HISTORY_BYTES (older ones live on the relays).
-    let total = (this.historyTotals.get(key) ?? 0) + entry.bytes
-    let drop = 0
-    while (h.length - drop > 1 && (h.length - drop > this.historyLimit || total > HISTORY_BYTES)) total -= (h[drop++] as { bytes: number }).bytes
-    if (drop) h.splice(0, drop)
-    this.historyTotals.set(key, total)
+  constructor(options: ReplicaOptions) {
+    super(options)
+    this.foreignWaitCommits = options.foreignWaitCommits ?? 128
   }
 
-  private authorState(authorId: string): AuthorState {
-    let a = this.authors.get(authorId)
-    if (!a) this.authors.set(authorId, (a = { seq: 0, recent: new Map() }))
-    return a
+  /** Every key with a prospective or stable object, sorted. */
+  override keys(): string[] {
+    return [...new Set([...this.prospectiveObjects.keys(), ...super.keys()])].sort()
   }
 
-  private checkSpace(env: Envelope): void {
-    if (env.space !== this.space) throw new SteadError('malformed', `envelope for space ${env.space} given to replica of ${this.space}`)
+  protected override commitStarting(batch: readonly Envelope[]): void {
+    if (batch.length > 0) this.newPendingEpoch()
+  }
+
+  protected override commitEnding(changed: Set<string>): void {
+    // Local news, like discard(): no decision, the stable path is untouched.
+    for (const p of [...this.pending.values()]) if (p.expiresAt !== undefined && this.commits >= p.expiresAt) this.settle(p.env, () => false, changed)
+  }
+
+  protected override decidedEnvelope(env: Envelope, committed: (tag: string) => boolean, decisions: Decision[], changed: Set<string>): void {
+    const slot = slotOf(env)
+    const taken = decisions[decisions.length - 1]?.kind === 'committed' && decisions[decisions.length - 1]?.env === env
+    this.settle(env, committed, changed)
+    if (!taken) return
+    // No other envelope can ever take this slot now: undo any that tried.
+    for (const idHex of this.slots.get(slot) ?? []) {
+      const other = this.pending.get(idHex)
+      if (!other) continue
+      decisions.push({ kind: 'superseded', env: other.env, by: env.idHex })
+      this.settle(other.env, () => false, changed)
+    }
+  }
+
+  protected override deltaApplied(changed: Set<string>): Envelope[] {
+    const decided: Envelope[] = []
+    this.newPendingEpoch()
+    for (const p of [...this.pending.values()]) {
+      // Decided in the range, or (another author's, still unordered) past its wait, as commit() would expire it.
+      const expired = p.expiresAt !== undefined && this.commits >= p.expiresAt
+      const settled = this.decided(p.env) !== null
+      if (!expired && !settled) continue
+      if (settled) decided.push(p.env)
+      for (const key of p.keys) changed.add(key)
+      this.forgetPending(p)
+    }
+    for (const key of changed) this.rebuildProspective(key)
+    return decided
+  }
+
+  protected override restored(): void {
+    for (const key of super.keys()) {
+      const o = this.stableObjects.get(key) as Obj
+      this.prospectiveObjects.set(key, { decl: o.decl, crdt: o.crdt.clone() })
+    }
+  }
+
+  protected override stillPending(idHex: string): boolean {
+    return this.pending.has(idHex)
   }
 }
 

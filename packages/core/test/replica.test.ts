@@ -5,7 +5,7 @@ import { createCrdt, type AnyCrdt, type AnyOp, type Declaration, type PNCounter 
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { authorIdOf, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
-import { AuditInvariantError, HISTORY_BYTES, ReliableReplica, type Decision } from '../src/replica.ts'
+import { AuditInvariantError, HISTORY_BYTES, ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
 import { applyValuePatch } from '../src/crdt/value-patch.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { auditStateHash, decodeAuditState, decodeObjectProof, encodeAuditState, encodeObjectProof, objectProofHash } from '../src/state.ts'
@@ -327,7 +327,7 @@ describe('reliable replica: properties', () => {
           const replicas = [0, 1, 2].map(() => new ReliableReplica({ space: SPACE, gapWaitCommits: 4 }))
           const histories: unknown[][] = replicas.map(() => [])
           // What relays keep: the stable path only, fed nothing but the commits.
-          const auditor = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+          const auditor = new StableAudit({ space: SPACE, gapWaitCommits: 4 })
           const audited: unknown[] = []
           replicas.forEach((r, ri) => {
             // Each replica receives its own subset in its own order before the commits.
@@ -358,7 +358,8 @@ describe('reliable replica: properties', () => {
           expect(histories[1]).toEqual(histories[0])
           expect(histories[2]).toEqual(histories[0])
           expect(audited).toEqual(histories[0])
-          expect(() => auditor.receive(all[0]!)).toThrow(/audit-only/)
+          // The audit alone keeps no prospective state: it has no receive at all (a type error).
+          expect('receive' in auditor).toBe(false)
           for (const key of replicas[0]!.keys()) expect(auditor.history(key)).toEqual(replicas[0]!.history(key))
           for (const r of replicas) {
             // G5: nothing left undecided; prospective equals stable.
@@ -417,7 +418,7 @@ describe('reliable replica: checkpoints', () => {
 describe('reliable replica: history', () => {
   it('reports every stable value objects took in a commit, several of one key too, whatever it keeps in memory (none with historyLimit 0)', async () => {
     const kept = new ReliableReplica({ space: SPACE })
-    const none = new ReliableReplica({ space: SPACE, historyLimit: 0, auditOnly: true })
+    const none = new StableAudit({ space: SPACE, historyLimit: 0 })
     const batch = [await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('c', 3), inc('d', 1)] }), await seal(0, 2, { updates: [inc('c', 1)] })]
     const expected = [
       { key: 'c', index: 1, value: 2 },
@@ -451,7 +452,7 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
         for (let i = 0; i < order.length; i += 2) batches.push(order.slice(i, i + 2))
         batches.push([], [], [], [], [], [])
         const at = cut % batches.length
-        const original = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+        const original = new StableAudit({ space: SPACE, gapWaitCommits: 4 })
         batches.slice(0, at).forEach((b, i) => {
           original.commit(b, (i + 1) * 2)
           expect(original.stableHash(sha)).toEqual(auditStateHash(sha, original.auditState()))
@@ -477,7 +478,7 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
   })
 
   it('the hash covers every part of the state: objects, sequence numbers, recent ids, parked envelopes and when they parked', async () => {
-    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new StableAudit({ space: SPACE })
     r.commit([await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('d', 1)] }), await seal(1, 3, { updates: [inc('d', 1)] })], 5)
     const state = r.auditState()
     expect(state.waiting).toHaveLength(1)
@@ -500,7 +501,7 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
   })
 
   it('proves one object against the state hash: its state, or its absence; a changed state, index or part proves nothing', async () => {
-    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new StableAudit({ space: SPACE })
     r.commit([await seal(0, 1, { updates: [inc('c', 2)] }), await seal(1, 1, { updates: [inc('d', 1)] }), await seal(1, 3, { updates: [inc('d', 1)] })], 5)
     const hash = r.stableHash(sha)
     const proof = decodeObjectProof(encodeObjectProof(r.objectProof(sha, 'c')))
@@ -525,7 +526,7 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
   })
 
   it('proves a text, a list and a map (with a nested text) against the state hash, and refuses a tampered one', async () => {
-    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new StableAudit({ space: SPACE })
     const text: Declaration = { type: 'text', bounds: {} }
     const e1 = await seal(0, 1, {
       updates: [
@@ -575,14 +576,14 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
 
   it('checks every commit: with verifyStateHash, a stable state changed under the audit stops it with an AuditInvariantError', async () => {
     const sha = (b: Uint8Array) => nodeCrypto.sha256(b)
-    const r = new ReliableReplica({ space: SPACE, auditOnly: true, verifyStateHash: sha })
+    const r = new StableAudit({ space: SPACE, verifyStateHash: sha })
     r.commit([await seal(0, 1, { updates: [inc('a', 1), inc('b', 1)] })], 1)
     // What a bug (or bad memory) could do: the stable counter changes without a commit.
     ;(r.stable('a') as PNCounter).apply(5, { replica: 'x', tag: 'x:1' })
     const next = await seal(0, 2, { updates: [inc('b', 1)] })
     expect(() => r.commit([next], 2)).toThrow(AuditInvariantError)
     // Without it, the incremental hash goes on unaware: what the simulator's relays now check.
-    const unchecked = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const unchecked = new StableAudit({ space: SPACE })
     unchecked.commit([await seal(0, 1, { updates: [inc('a', 1), inc('b', 1)] })], 1)
     ;(unchecked.stable('a') as PNCounter).apply(5, { replica: 'x', tag: 'x:1' })
     expect(() => unchecked.commit([next], 2)).not.toThrow()
@@ -597,7 +598,7 @@ describe('reliable replica: audit state (what attestations hash, what bootstrap 
   })
 
   it('refuses a served state whose authors or objects repeat a key or are out of order (the hash treats them as sets)', async () => {
-    const r = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const r = new StableAudit({ space: SPACE })
     r.commit([await seal(0, 1, { updates: [inc('c', 2), inc('d', 1)] }), await seal(1, 1, { updates: [inc('d', 1)] })], 5)
     const s = r.auditState()
     expect(s.authors).toHaveLength(2)
@@ -637,7 +638,7 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
         const at = cut % batches.length
         // The relay: an audit-only replica whose change log sees every commit. hotObjects 0..2 so that
         // adaptive mixes ops and state; periodOps small so periods turn over.
-        const relay = new ReliableReplica({ space: SPACE, gapWaitCommits: 4, auditOnly: true })
+        const relay = new StableAudit({ space: SPACE, gapWaitCommits: 4 })
         const log = new ChangeLog({ hotObjects: hot % 3, periodOps: 3 })
         const behind = modes.map(() => new ReliableReplica({ space: SPACE, gapWaitCommits: 4 }))
         batches.forEach((b, i) => {
@@ -682,7 +683,7 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
   })
 
   it('refuses a delta that leads elsewhere and changes nothing: a dropped op, a wrong state, a missing author, a changed end', async () => {
-    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const relay = new StableAudit({ space: SPACE })
     const log = new ChangeLog()
     const r = new ReliableReplica({ space: SPACE })
     const first = [await seal(0, 1, { updates: [inc('c', 2)] })]
@@ -721,7 +722,7 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
   })
 
   it('sends only the recent records the range added, and the receiver slides its window of each author past them', async () => {
-    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const relay = new StableAudit({ space: SPACE })
     const r = new ReliableReplica({ space: SPACE })
     const log = new ChangeLog()
     const envs: Envelope[] = []
@@ -743,7 +744,7 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
   })
 
   it('a jump past another author\'s envelope wait expires it, as the commits skipped would have', async () => {
-    const relay = new ReliableReplica({ space: SPACE, auditOnly: true })
+    const relay = new StableAudit({ space: SPACE })
     const r = new ReliableReplica({ space: SPACE, foreignWaitCommits: 10 })
     const log = new ChangeLog()
     const unordered = await seal(1, 1, { updates: [inc('c', 5)] })
