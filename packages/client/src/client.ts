@@ -380,7 +380,9 @@ export class SteadClient {
     tabs.link = undefined
     this.startLead(storage, identity, cluster)
     for (const { up, next, handed } of handovers) {
-      const space = up.space
+      // The space a following tab's upstream served, as this client opened it (see openSpace).
+      const space = this.opened.get(up.space.space)
+      if (!space || space !== up.space) throw new Error(`tabs: the upstream of ${up.space.space} serves a space this client no longer holds open`)
       const records = new ClientRecords(storage, space.space)
       const restored = await records.restore()
       const { replica, outbox } = this.rebuild(space.space, restored)

@@ -23,15 +23,15 @@ import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from './sessions.ts'
-import type { Space } from './space.ts'
 import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 import type { ClockProofs } from './proofs.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
 import type { PeerHub, PeerSource } from './peers.ts'
+import type { SpacePort } from './space-port.ts'
 
 interface IntakeOptions {
-  space: Space
+  space: SpacePort
   records: ClientRecords
   crypto: Crypto
   sessions: RelaySessions
@@ -667,7 +667,7 @@ export class RelayIntake {
       space.setProblem(err.message)
       space.emitError(err)
     } else this.o.proofs.add(result.decisions, c.bytes, c.signatures)
-    space.position = position
+    space.advance(position)
     // Decided envelopes no longer wait for anything, and nothing need wait for them.
     for (const d of result.decisions) {
       this.causal.drop(d.env.idHex)

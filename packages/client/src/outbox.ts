@@ -25,9 +25,10 @@ import { RejectedError } from './errors.ts'
 import type { ClientRecords, ForwardedRequest, StoredRequest } from './persist.ts'
 import type { RelaySessions, SessionMember } from './sessions.ts'
 import type { StorageChange } from './storage/types.ts'
-import type { PendingUpdate, SettledUpdate, Space } from './space.ts'
+import type { PendingUpdate, SettledUpdate } from './space.ts'
 import type { RelayLink } from './transport.ts'
 import type { SafeResult } from './types.ts'
+import type { SpacePort } from './space-port.ts'
 
 /** What the leader tab tells the other tabs of a space (see tabs.ts); nothing when tabs do not share the client. */
 export interface SpaceNews {
@@ -81,7 +82,7 @@ interface Outgoing {
 export type OwnDecision = CommitResult['decisions'][number] | { kind: 'refused'; reason: ErrorReason; detail: string }
 
 interface OutboxOptions {
-  space: Space
+  space: SpacePort
   records: ClientRecords
   crypto: Crypto
   identity: { secretKey: Uint8Array; publicKey: Uint8Array }

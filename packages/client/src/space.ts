@@ -157,7 +157,7 @@ export class Space {
   readonly authorId: string
   /** @internal The replica this tab reads; replaced as a whole when a tab takes over the lead. */
   replica: ReliableReplica
-  /** @internal Where the replica's commit chain stands. */
+  /** @internal Where the replica's commit chain stands (moved by `advance`). */
   position: ChainPosition
   private upstream!: Upstream
   private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number }
@@ -988,6 +988,11 @@ export class Space {
   private dropDraft(batch: DraftBatch): void {
     this.drafts = this.drafts.filter((d) => d !== batch)
     for (const key of batch.keys) this.dropView(key)
+  }
+
+  /** @internal The replica took a commit, snapshot or delta: its chain stands at `position` now. */
+  advance(position: ChainPosition): void {
+    this.position = position
   }
 
   /** @internal Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */

@@ -30,6 +30,7 @@ import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { RelayUpstream } from './upstream.ts'
 import type { SafeResult, SessionsStatus } from './types.ts'
+import type { SpacePort } from './space-port.ts'
 
 /** Bumped whenever a message changes shape: tabs of different versions do not share a client. */
 const PROTOCOL = 1
@@ -505,12 +506,12 @@ export class TabUpstream implements Upstream {
   private readonly requestPrefix = newTabId()
   private nextRequest = 0
 
-  readonly space: Space
+  readonly space: SpacePort
   private readonly link: LeaderLink
   private readonly crypto: Crypto
   private readonly replicaOptions: { space: string; historyLimit?: number }
   constructor(
-    space: Space,
+    space: SpacePort,
     link: LeaderLink,
     crypto: Crypto,
     replicaOptions: { space: string; historyLimit?: number },
@@ -599,7 +600,7 @@ export class TabUpstream implements Upstream {
           m.frames.map((f) => openTrusted(this.crypto, f)),
           m.round,
         )
-        space.position = { stableIndex: result.stableIndex, lastRound: m.round }
+        space.advance({ stableIndex: result.stableIndex, lastRound: m.round })
         for (const d of result.decisions) this.settle(d.env.idHex, d)
         space.notify(result.changed)
         space.progress()

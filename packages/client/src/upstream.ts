@@ -27,9 +27,10 @@ import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts
 import type { ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource } from './peers.ts'
 import type { RelaySessions, SessionMember } from './sessions.ts'
-import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
+import type { HistoryPage, PendingUpdate, Upstream } from './space.ts'
 import type { RelayLink } from './transport.ts'
 import type { SessionsStatus } from './types.ts'
+import type { SpacePort } from './space-port.ts'
 
 /** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
 const MAX_HISTORY_BYTES = 64 * 1024 * 1024
@@ -38,7 +39,7 @@ const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
 const HISTORY_READ_TIMEOUT_MS = 30_000
 
 export interface RelayUpstreamInit {
-  space: Space
+  space: SpacePort
   records: ClientRecords
   crypto: Crypto
   identity: { secretKey: Uint8Array; publicKey: Uint8Array }
