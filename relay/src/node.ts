@@ -64,6 +64,8 @@ import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type WriteBatch } from './store.ts'
 import { SpaceTable, type SpaceHead } from './space-table.ts'
+import { VerdictCache } from './verdict-cache.ts'
+import { SnapshotPace } from './snapshot-pace.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -273,8 +275,7 @@ export class RelayNode {
   private writesInFlight = 0
   private stopped = false
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
-  private readonly verified = new Map<string, { verdict: Envelope | SteadError; bytes: number }>()
-  private verifiedBytes = 0
+  private readonly verified = new VerdictCache<Envelope | SteadError>(MAX_VERDICTS)
   private lastCommitAt = 0
   /**
    * The latest round each relay has signed a block for, as received. The
@@ -294,12 +295,8 @@ export class RelayNode {
   /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
   private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
-  /** Batches and bytes the audit took since the last snapshot, and when that was. */
-  private batchesSinceSnapshot = 0
-  /** Envelope bytes of those batches (what a restart would replay), and the size of the last snapshot written. */
-  private bytesSinceSnapshot = 0
-  private lastSnapshotBytes = 0
-  private lastSnapshotAt: number
+  /** When the spaces' audit state is snapshotted next. */
+  private readonly snapshots: SnapshotPace
   /** While the core re-accepts the blocks recovered from the store (see start). */
   private recovering = false
   private readonly checkpoints: RelayCheckpoints
@@ -318,7 +315,7 @@ export class RelayNode {
     this.options = options
     this.clock = options.clock ?? systemClock
     this.crypto = options.crypto ?? relayCrypto
-    this.lastSnapshotAt = this.clock.now()
+    this.snapshots = new SnapshotPace({ everyBatches: options.snapshotEveryBatches ?? 1000, minReplayBytes: SNAPSHOT_MIN_REPLAY_BYTES, intervalMs: SNAPSHOT_INTERVAL_MS, now: this.clock.now() })
     this.me = options.me
     this.committee = options.committee ?? committeeOf(options.cluster)
     this.publicKey = this.committee.keys[options.me] as Uint8Array
@@ -330,7 +327,7 @@ export class RelayNode {
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
-    this.budget.track('verify-cache', () => this.verifiedBytes, (bytes) => this.evictVerified(bytes))
+    this.budget.track('verify-cache', () => this.verified.bytes, (bytes) => this.verified.evict(bytes))
     this.budget.track('mesh-backlog', () => this.meshBudget.backlogBytes())
     this.budget.track('store-held', () => this.store?.heldBlockBytes ?? 0)
     this.spaces = new SpaceTable({
@@ -454,13 +451,11 @@ export class RelayNode {
     // The stable state is the snapshot plus every batch committed after it: same order, same result.
     // (Batches carry no signature of their own: their envelopes are checked again.)
     let batches = 0
-    this.bytesSinceSnapshot = 0
     for (const b of this.store.committedBatches(snapshotAfter ?? 0)) {
       this.audit(b.anchorRound, b.frames)
       batches++
-      this.bytesSinceSnapshot += frameBytes(b.frames)
+      this.snapshots.took(1, frameBytes(b.frames))
     }
-    this.batchesSinceSnapshot = batches
     this.log.info(
       { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshotAfter ?? null, batches, spaces: this.spaces.size, resident: this.spaces.residentCount, ms: this.clock.now() - startedAt },
       'recovered from store',
@@ -1195,21 +1190,13 @@ export class RelayNode {
    * snapshot is always exactly "after batch n".
    */
   private snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>): SnapshotWrite | undefined {
-    this.batchesSinceSnapshot += newBatches.length
-    for (const b of newBatches) this.bytesSinceSnapshot += frameBytes(b.frames)
+    this.snapshots.took(newBatches.length, newBatches.reduce((n, b) => n + frameBytes(b.frames), 0))
     if (this.spaces.dirtyCount === 0) return undefined
     const now = this.clock.now()
-    const due =
-      this.batchesSinceSnapshot >= (this.options.snapshotEveryBatches ?? 1000) ||
-      this.bytesSinceSnapshot >= Math.max(SNAPSHOT_MIN_REPLAY_BYTES, this.lastSnapshotBytes) ||
-      now - this.lastSnapshotAt >= SNAPSHOT_INTERVAL_MS
-    if (!due) return undefined
+    if (!this.snapshots.due(now)) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
     const spaces = this.spaces.takeSnapshot()
-    this.batchesSinceSnapshot = 0
-    this.bytesSinceSnapshot = 0
-    this.lastSnapshotBytes = spaces.reduce((n, x) => n + x.bytes.length, 0)
-    this.lastSnapshotAt = now
+    this.snapshots.taken(now, spaces.reduce((n, x) => n + x.bytes.length, 0))
     this.metrics.snapshots.inc()
     // Recovery reads commit records (and blocks) from 2 * gcDepth rounds below the last one on (RelayStore.recover).
     // A relay starting over from the latest checkpoint (at most about two checkpoint intervals
@@ -1438,17 +1425,6 @@ export class RelayNode {
     return env instanceof SteadError ? env : payloadInfoOf(env)
   }
 
-  /** Drops the oldest cached verdicts until `bytes` are freed or the cache is empty. */
-  private evictVerified(bytes: number): void {
-    let freed = 0
-    while (this.verified.size > 0 && freed < bytes) {
-      const [oldest, entry] = this.verified.entries().next().value as [string, { bytes: number }]
-      this.verified.delete(oldest)
-      this.verifiedBytes -= entry.bytes
-      freed += entry.bytes
-    }
-  }
-
   private open(frame: Uint8Array): Envelope | SteadError {
     let signed: Signed
     try {
@@ -1470,7 +1446,7 @@ export class RelayNode {
   private openSigned(signed: Signed, frameBytes = signed.bytes.length + signed.sig.length): Envelope | SteadError {
     const key = toHex(this.crypto.sha256(signed.bytes)) + toHex(signed.sig)
     const cached = this.verified.get(key)
-    if (cached) return cached.verdict
+    if (cached) return cached
     // Kept in exact-size copies: the bytes may be a view into a whole socket read, which the
     // cache would otherwise keep alive while charging only the envelope's size.
     signed = { bytes: exact(signed.bytes), sig: exact(signed.sig) }
@@ -1485,10 +1461,7 @@ export class RelayNode {
     // short window matters (an envelope is seen at submit, in blocks and at commit within
     // seconds); the verdict depends only on the bytes, so an evicted one is computed again.
     const bytes = v instanceof SteadError ? VERDICT_BYTES : 2 * frameBytes + VERDICT_BYTES
-    if (this.verified.size >= MAX_VERDICTS) this.evictVerified(1)
-    if (this.verifiedBytes + bytes > this.budget.totalBytes / 4) this.evictVerified(this.verifiedBytes + bytes - this.budget.totalBytes / 4)
-    this.verified.set(key, { verdict: v, bytes })
-    this.verifiedBytes += bytes
+    this.verified.set(key, v, bytes, this.budget.totalBytes / 4)
     return v
   }
 }

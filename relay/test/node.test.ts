@@ -12,6 +12,7 @@ import { RelayNode, relayCrypto } from '../src/node.ts'
 import { MemoryJournal, type Journal } from '../src/journal.ts'
 import { MemoryKv } from '../src/kv.ts'
 import type { RelayStore, WriteBatch } from '../src/store.ts'
+import type { VerdictCache } from '../src/verdict-cache.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
 const deposit = (seq: number, space = 's') =>
@@ -261,9 +262,9 @@ describe('the relay event loop', () => {
     read.set(frame, 4096)
     const view = read.subarray(4096, 4096 + frame.length)
     await new Promise<void>((ok) => void node.submit(view, 'test', () => ok()))
-    const cached = [...(node as unknown as { verified: Map<string, { verdict: { signed?: { bytes: Uint8Array }; author?: Uint8Array } }> }).verified.values()]
+    const cached = (node as unknown as { verified: VerdictCache<{ signed?: { bytes: Uint8Array }; author?: Uint8Array }> }).verified.values()
     expect(cached.length).toBeGreaterThan(0)
-    for (const { verdict } of cached) {
+    for (const verdict of cached) {
       expect(verdict.signed?.bytes.buffer.byteLength).toBeLessThan(64 * 1024)
       expect(verdict.author?.buffer.byteLength).toBeLessThan(64 * 1024)
     }
