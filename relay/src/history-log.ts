@@ -1,5 +1,5 @@
 import { applyValuePatch, decode, encode, type ValuePatch } from '@stead/core'
-import type { KvTable } from './kv.ts'
+import { RECORD_LIMIT, type KvTable } from './kv.ts'
 
 /** An object's stable value from `index` on, as the audit reports it (see StableChange). */
 export interface HistoryRecord {
@@ -15,7 +15,6 @@ export interface HistoryRecord {
 export const MAX_PATCH_RUN = 256
 /** Objects whose latest stored entry is remembered (beyond it, the next entry of an object forgotten is stored whole). */
 const MAX_HEADS = 20_000
-const RECORD_LIMIT = 64 * 1024 * 1024
 
 /** What is remembered of an object's latest stored entry. */
 interface Head {

@@ -11,6 +11,13 @@ import { toBufferKey, type Key as OrderedKey } from 'ordered-binary'
 /** A key: a number, a string, or an array of keys (ordered element by element). */
 export type KvKey = number | string | KvKey[]
 
+/**
+ * Records in the store were written, and size-checked, by this relay: they
+ * are read back with a limit above anything a write can produce (a chunk,
+ * or a maximal block), never with the wire limits.
+ */
+export const RECORD_LIMIT = 64 * 1024 * 1024
+
 export interface Kv {
   table<K extends KvKey>(name: string): KvTable<K>
   /** Runs `fn`'s puts and removes as one atomic write; resolves once it is durable. Writes become durable in the order issued. */

@@ -3,7 +3,7 @@ import { join } from 'node:path'
 import { decode, encode, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
-import { LmdbKv, type Kv, type KvTable } from './kv.ts'
+import { LmdbKv, RECORD_LIMIT, type Kv, type KvTable } from './kv.ts'
 import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
 
 /** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
@@ -163,12 +163,6 @@ type Bytes = Uint8Array
  */
 export const CHUNK_BYTES = 1024 * 1024
 
-/**
- * Records in the store were written, and size-checked, by this relay: they
- * are read back with a limit above anything a write can produce (a chunk,
- * or a maximal block), never with the wire limits.
- */
-const RECORD_LIMIT = 64 * 1024 * 1024
 
 /** Peers' blocks held back from the disk (see RelayStore.write) past which they are written at once. */
 const HELD_BYTES = 4 * 1024 * 1024

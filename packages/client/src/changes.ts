@@ -1,4 +1,5 @@
 import { bytesEqual, encode, type CollabList, type CollabMap, type CollabText, type ListEntry, type MapEntry } from '@stead/core'
+import { isDraftId } from './draft-ids.ts'
 import type { HandleHost } from './handles.ts'
 
 /**
@@ -195,9 +196,39 @@ export class ChangeFeed<S, C> {
   }
 }
 
-/** Ids as they are now: those of drafts (starting '~') that were signed since, under their signed names. */
-function signedIds(ids: readonly string[], signed: (id: string) => string): readonly string[] {
-  return ids.some((id) => id.charCodeAt(0) === 126) ? ids.map(signed) : ids
+/** Ids as they are now: those of drafts that were signed since under their signed names (`signedId`). */
+function signedIds(ids: readonly string[], signedId: (id: string) => string | undefined): readonly string[] {
+  return ids.some(isDraftId) ? ids.map((id) => signedId(id) ?? id) : ids
+}
+
+/**
+ * The steps from a sequence (ids `before`) to the next (ids `after`), an
+ * insert step per run of one author: `authorAt(k)` is who placed
+ * `after[k]`, `inserted(from, to)` what `after[from..to)` holds.
+ */
+function sequenceChange<I>(
+  before: readonly string[],
+  after: readonly string[],
+  signedId: (id: string) => string | undefined,
+  authorAt: (k: number) => string,
+  inserted: (from: number, to: number) => I,
+): Array<{ readonly retain: number } | { readonly delete: number } | { readonly insert: I; readonly author: string }> {
+  const delta: Array<{ readonly retain: number } | { readonly delete: number } | { readonly insert: I; readonly author: string }> = []
+  for (const step of sequenceDelta(signedIds(before, signedId), after)) {
+    if (!('from' in step)) {
+      delta.push(step)
+      continue
+    }
+    // A run typed by two people is two steps.
+    for (let k = step.from; k < step.to; ) {
+      const author = authorAt(k)
+      let end = k + 1
+      while (end < step.to && authorAt(end) === author) end++
+      delta.push({ insert: inserted(k, end), author })
+      k = end
+    }
+  }
+  return delta
 }
 
 /** A text as change events compare it: its characters' ids, in order. */
@@ -209,28 +240,14 @@ export function textState(text: CollabText | undefined): TextState {
 }
 
 /** @internal The change from one text state to the next (`text`: the text now), or undefined if there is none. */
-export function textChange(before: TextState, after: TextState, local: boolean, signed: (id: string) => string, text: CollabText | undefined): TextChange | undefined {
-  const delta: TextDelta[] = []
-  for (const step of sequenceDelta(signedIds(before, signed), after)) {
-    if (!('from' in step)) {
-      delta.push(step)
-      continue
-    }
-    // One insert step per author: a run typed by two people is two steps.
-    let insert = ''
-    let author: string | undefined
-    for (let k = step.from; k < step.to; k++) {
-      const c = text?.charOf(after[k] as string) as { ch: string; author: string }
-      if (author !== undefined && c.author !== author) {
-        delta.push({ insert, author })
-        insert = ''
-      }
-      author = c.author
-      insert += c.ch
-    }
-    delta.push({ insert, author: author as string })
+export function textChange(before: TextState, after: TextState, local: boolean, signedId: (id: string) => string | undefined, text: CollabText | undefined): TextChange | undefined {
+  const charAt = (k: number): { ch: string; author: string } => text?.charOf(after[k] as string) as { ch: string; author: string }
+  const inserted = (from: number, to: number): string => {
+    let s = ''
+    for (let k = from; k < to; k++) s += charAt(k).ch
+    return s
   }
-  return trimmed(delta, local)
+  return trimmed(sequenceChange(before, after, signedId, (k) => charAt(k).author, inserted), local)
 }
 
 /** A list as change events compare it: its elements (ids, what they hold) and who placed each. */
@@ -247,22 +264,11 @@ export function listState(list: CollabList | undefined): ListState {
 }
 
 /** @internal The change from one list state to the next (`plain` turns an element into plain data), or undefined. */
-export function listChange(before: ListState, after: ListState, local: boolean, signed: (id: string) => string, plain: (e: ListEntry) => unknown): ListChange | undefined {
-  const delta: ListDelta[] = []
-  for (const step of sequenceDelta(signedIds(before.ids, signed), after.ids)) {
-    if (!('from' in step)) {
-      delta.push(step)
-      continue
-    }
-    for (let k = step.from; k < step.to; ) {
-      const author = after.placers[k] as string
-      let end = k + 1
-      while (end < step.to && after.placers[end] === author) end++
-      delta.push({ insert: after.entries.slice(k, end).map(plain), author })
-      k = end
-    }
-  }
-  return trimmed(delta, local)
+export function listChange(before: ListState, after: ListState, local: boolean, signedId: (id: string) => string | undefined, plain: (e: ListEntry) => unknown): ListChange | undefined {
+  return trimmed(
+    sequenceChange(before.ids, after.ids, signedId, (k) => after.placers[k] as string, (from, to) => after.entries.slice(from, to).map(plain)),
+    local,
+  )
 }
 
 function trimmed<D>(delta: D[], local: boolean): { delta: D[]; local: boolean } | undefined {

@@ -6,6 +6,11 @@ function randomTabId(): string {
   return [...bytes].map((b) => (b % 36).toString(36)).join('')
 }
 
+/** Whether an element id names a character or element of an unsigned draft (see DraftIds). */
+export function isDraftId(id: string): boolean {
+  return id.startsWith('~')
+}
+
 /** Where a signed batch put each draft: the envelope op (its index among the envelope's ops) and the offset its characters start at. */
 export type DraftPlaces = ReadonlyMap<string, { readonly n: number; readonly shift: number }>
 
@@ -43,6 +48,7 @@ export class DraftIds {
 
   /** What an element id `${draft tag}.${k}` became once its draft was signed, or undefined. */
   signedId(id: string): string | undefined {
+    if (!isDraftId(id)) return undefined
     const dot = id.lastIndexOf('.')
     const to = dot > 0 ? this.signed.get(id.slice(0, dot)) : undefined
     return to && `${to.tag}.${Number(id.slice(dot + 1)) + to.shift}`

@@ -61,9 +61,8 @@ export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle 
    * stops it.
    */
   observe(listener: (change: ListChange) => void): () => void {
-    const signed = (id: string): string => (id.startsWith('~') ? (this.host.signedId(id) ?? id) : id)
     const plain = (e: ListEntry): unknown => ('value' in e ? e.value : plainObject(nestedKey(this.key, e.name, 1, e.object), e.object, (k) => this.host.prospective(k)))
-    this.feed ??= new ChangeFeed(this.host, this.key, () => listState(this.view()), (a, b, local) => listChange(a, b, local, signed, plain))
+    this.feed ??= new ChangeFeed(this.host, this.key, () => listState(this.view()), (a, b, local) => listChange(a, b, local, (id) => this.host.signedId(id), plain))
     return this.feed.listen(listener)
   }
 

@@ -60,7 +60,7 @@ export class TextHandle extends Handle {
    * test machine), so observe long texts only where an editor needs it.
    */
   observe(listener: (change: TextChange) => void): () => void {
-    this.feed ??= new ChangeFeed(this.host, this.key, () => textState(this.view()), (a, b, local) => textChange(a, b, local, (id) => this.signed(id), this.view()))
+    this.feed ??= new ChangeFeed(this.host, this.key, () => textState(this.view()), (a, b, local) => textChange(a, b, local, (id) => this.host.signedId(id), this.view()))
     return this.feed.listen(listener)
   }
 
@@ -127,11 +127,6 @@ export class TextHandle extends Handle {
       }
       return this.send(view.deleteOp(index, count) as TextOp, options)
     })
-  }
-
-  /** An element id as it is now: a draft's id once its draft is signed. */
-  private signed(id: string): string {
-    return id.startsWith('~') ? (this.host.signedId(id) ?? id) : id
   }
 
   private view(): CollabText | undefined {

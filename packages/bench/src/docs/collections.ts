@@ -10,6 +10,8 @@ import { CollabList, CollabMap, type ListOp, type MapOp, type OpContext } from '
 import { pack } from 'msgpackr'
 import * as Y from 'yjs'
 import type { ShapeResult } from './shapes.ts'
+import { yjsUpdates } from './systems.ts'
+import { rng } from '../rng.ts'
 
 /** One replica of a list and a map, whatever the system. */
 interface Collections {
@@ -72,19 +74,12 @@ const yjs: System = {
     const doc = new Y.Doc()
     const list = doc.getArray<number>('l')
     const map = doc.getMap<number>('m')
-    let updates: Uint8Array[] = []
-    doc.on('update', (u: Uint8Array, origin: unknown) => origin !== 'remote' && updates.push(u))
+    const updates = yjsUpdates(doc)
     return {
       insert: (index, value) => list.insert(index, [value]),
       set: (key, value) => map.set(key, value),
-      commit() {
-        const done = updates
-        updates = []
-        return done
-      },
-      receive(us) {
-        for (const u of us as Uint8Array[]) Y.applyUpdate(doc, u, 'remote')
-      },
+      commit: () => updates.take(),
+      receive: (us) => updates.receive(us),
       list: () => list.toArray(),
       map: () => map.toJSON(),
       encode: () => Y.encodeStateAsUpdate(doc),
@@ -121,13 +116,6 @@ function automerge(): System {
   }
 }
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0
-  return () => {
-    s = (Math.imul(s, 1103515245) + 12345) >>> 0
-    return s / 4294967296
-  }
-}
 
 /** `users` replicas each make `each` edits on their own copy (one transaction each), then all exchange everything; whether they agree and hold every element. */
 function together(system: System, users: number, each: number, edit: (r: Collections, i: number, rand: () => number, length: number) => void, size: (r: Collections) => number, expected: number): { r: Collections; ok: boolean } {

@@ -7,6 +7,7 @@
  */
 import type { TextSystem } from './systems.ts'
 import type { TextReplica } from './traces.ts'
+import { rng } from '../rng.ts'
 
 export interface ShapeResult {
   readonly system: string
@@ -17,17 +18,6 @@ export interface ShapeResult {
   readonly encodedBytes: number
 }
 
-/** A deterministic generator (mulberry32), so every system gets the same edits. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0
-    let x = s
-    x = Math.imul(x ^ (x >>> 15), x | 1)
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 /** Each of `users` replicas inserts `each` characters at random places of its own copy (one transaction each), then all merge. */
 function concurrent(system: TextSystem, users: number, each: number): { replicas: Array<ReturnType<TextSystem['replica']>>; ok: boolean } {

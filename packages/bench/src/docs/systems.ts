@@ -24,16 +24,31 @@ export const stead: TextSystem = {
 }
 
 /** Yjs (Y.Text), one transaction per trace transaction; encoded with encodeStateAsUpdate. */
+/** A Y.Doc's own updates since the last `take`, and a way to apply another replica's: Yjs's side of a benchmark's replica. */
+export function yjsUpdates(doc: Y.Doc): { take(): Uint8Array[]; receive(us: readonly unknown[]): void } {
+  let updates: Uint8Array[] = []
+  doc.on('update', (u: Uint8Array, origin: unknown) => {
+    if (origin !== 'remote') updates.push(u)
+  })
+  return {
+    take() {
+      const out = updates
+      updates = []
+      return out
+    },
+    receive(us) {
+      for (const u of us as readonly Uint8Array[]) Y.applyUpdate(doc, u, 'remote')
+    },
+  }
+}
+
 export const yjs: TextSystem = {
   name: 'yjs',
   replica() {
     const doc = new Y.Doc()
     const text = doc.getText('t')
-    let updates: Uint8Array[] = []
+    const updates = yjsUpdates(doc)
     let patches: Array<readonly [number, number, string]> = []
-    doc.on('update', (u: Uint8Array, origin: unknown) => {
-      if (origin !== 'remote') updates.push(u)
-    })
     return {
       edit: (pos, del, ins) => void patches.push([pos, del, ins]),
       commit() {
@@ -44,13 +59,9 @@ export const yjs: TextSystem = {
           }
         })
         patches = []
-        const out = updates
-        updates = []
-        return out
+        return updates.take()
       },
-      receive(us) {
-        for (const u of us as Uint8Array[]) Y.applyUpdate(doc, u, 'remote')
-      },
+      receive: (us) => updates.receive(us),
       text: () => text.toString(),
       encode: () => Y.encodeStateAsUpdate(doc),
     }

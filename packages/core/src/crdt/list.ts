@@ -161,17 +161,17 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
   /** The elements in order. */
   value(): ListEntry[] {
     const out: ListEntry[] = []
-    for (const slot of this.order.visibleSlots()) {
+    this.order.forEachVisible((slot) => {
       const e = this.elements.get(slot.data) as Element
       out.push(e.object ? { id: slot.data, object: e.object, name: e.name } : { id: slot.data, value: e.value as RegisterValue })
-    }
+    })
     return out
   }
 
   /** Who placed each element where it is (its inserter, or the author of the move that put it there), in the order of `value()`. */
   placers(): string[] {
     const out: string[] = []
-    for (const slot of this.order.visibleSlots()) out.push(slot.author)
+    this.order.forEachVisible((slot) => void out.push(slot.author))
     return out
   }
 

@@ -260,7 +260,7 @@ export class CollabText implements Crdt<TextOp, string> {
   value(): string {
     if (this.cached === undefined) {
       let s = ''
-      for (const slot of this.order.visibleSlots()) s += slot.data.ch
+      this.order.forEachVisible((slot) => void (s += slot.data.ch))
       this.cached = s
     }
     return this.cached
