@@ -13,7 +13,7 @@ import {
   type PartRequest,
   type SyncCrypto,
 } from './consensus/index.ts'
-import type { Clock, Timer } from './clock.ts'
+import type { HostClock, HostTimer } from '@stead/core'
 import type { CheckpointWrite, RelayStore } from './store.ts'
 
 /** Bytes of space states per checkpoint part: a mesh frame holds 64 MiB at most. */
@@ -55,7 +55,7 @@ export interface CheckpointOptions {
   readonly every: number
   readonly gcDepth: number
   readonly log: Logger
-  readonly clock: Clock
+  readonly clock: HostClock
   readonly host: CheckpointHost
 }
 
@@ -77,8 +77,8 @@ export class RelayCheckpoints {
   private served: { readonly anchorRound: number; readonly spaces: readonly string[] } | undefined
   /** When each peer was last served a part, and the one request of its that waits for SERVE_INTERVAL_MS to pass. */
   private readonly servedAt = new Map<number, number>()
-  private readonly waiting = new Map<number, { anchorRound: number; from: number; timer: Timer }>()
-  private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: Timer; progress: number } | undefined
+  private readonly waiting = new Map<number, { anchorRound: number; from: number; timer: HostTimer }>()
+  private fetching: { readonly fetch: CheckpointFetch<{ state: AuditState<Envelope>; bytes: Uint8Array }>; timer: HostTimer; progress: number } | undefined
 
   constructor(options: CheckpointOptions) {
     this.o = options

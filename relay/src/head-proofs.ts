@@ -1,6 +1,6 @@
 import { bytesEqual, stableReadBytes } from '@stead/core'
 import { Bucket } from './bucket.ts'
-import type { Clock } from './clock.ts'
+import type { HostClock } from '@stead/core'
 import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
 
 /**
@@ -46,7 +46,7 @@ export interface HeadProofOptions {
   readonly secretKey: Uint8Array
   readonly crypto: SyncCrypto
   readonly host: HeadProofHost
-  readonly clock: Clock
+  readonly clock: HostClock
 }
 
 /** A head of one space being proven: the signatures so far (ours first). */

@@ -56,7 +56,7 @@ import {
 } from './consensus/index.ts'
 import type { Mesh } from './mesh/types.ts'
 import { MeshBudget, peekBlockCount, peekKind, type MeshLimits, type Throttled } from './mesh/budget.ts'
-import { systemClock, type Clock, type Timer } from './clock.ts'
+import { systemClock, type HostClock, type HostTimer } from '@stead/core'
 import { MemoryBudget } from './budget.ts'
 import { CommitFeed } from './feed.ts'
 import { HeadProofs } from './head-proofs.ts'
@@ -80,7 +80,7 @@ export interface RelayNodeOptions {
   /** The store's backing (default: LMDB and a journal file in `dataDir`); the simulator gives a MemoryKv and a MemoryJournal. */
   readonly storage?: StoreBacking
   /** Time and timers (default: the system clock); the simulator gives simulated time. */
-  readonly clock?: Clock
+  readonly clock?: HostClock
   /** Signatures and hashes (default: node:crypto); the simulator shares verdicts between its relays. */
   readonly crypto?: SyncCrypto
   /**
@@ -263,8 +263,9 @@ export class RelayNode {
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
-  private readonly timers = new Map<string, Timer>()
-  private readonly clock: Clock
+  private readonly timers = new Map<string, HostTimer>()
+  /** Time and timers: the system's in a relay process, simulated in the simulator (sessions run on it too). */
+  readonly clock: HostClock
   private readonly crypto: SyncCrypto
   private queue: Array<() => Output[]> = []
   private draining = false

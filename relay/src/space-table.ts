@@ -1,5 +1,5 @@
 import { StableAudit, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
-import type { Clock, Timer } from './clock.ts'
+import type { HostClock, HostTimer } from '@stead/core'
 import { decodeSpaceSnapshot, encodeSpaceSnapshot } from './store.ts'
 
 /**
@@ -24,7 +24,7 @@ export interface SpaceTableOptions {
   /** Opens a parked envelope of a stored record (trusted: the relay checked it before storing it). */
   readonly open: (signed: Signed) => Envelope
   readonly sha256: (bytes: Uint8Array) => Uint8Array
-  readonly clock: Clock
+  readonly clock: HostClock
   /** A replica unused this long leaves memory once its state is in a snapshot record. */
   readonly idleMs: number
   /** Called when a space's replica leaves memory: what the relay cached beside it can go too. */
@@ -65,7 +65,7 @@ export class SpaceTable {
   /** Spaces with envelopes parked behind a gap: the audit visits them at every commit (gap waits end by round). */
   private readonly parked = new Set<string>()
   /** Armed while some replica in memory may leave it once idle; null once stopped. */
-  private sweepTimer: Timer | undefined | null
+  private sweepTimer: HostTimer | undefined | null
   private readonly o: SpaceTableOptions
 
   constructor(options: SpaceTableOptions) {

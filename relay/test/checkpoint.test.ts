@@ -10,7 +10,7 @@ import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, typ
 import type { Mesh } from '../src/mesh/types.ts'
 import { RelayNode } from '../src/node.ts'
 import { RelayCheckpoints } from '../src/checkpoints.ts'
-import { systemClock } from '../src/clock.ts'
+import { systemClock } from '@stead/core'
 import type { RelayStore } from '../src/store.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }

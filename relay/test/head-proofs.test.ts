@@ -2,7 +2,7 @@ import { stableReadBytes } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { decodeMessage, encodeMessage, type Committee, type Message, type SyncCrypto } from '../src/consensus/index.ts'
-import { systemClock } from '../src/clock.ts'
+import { systemClock } from '@stead/core'
 import { HeadProofs, type HeadProofHost } from '../src/head-proofs.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }

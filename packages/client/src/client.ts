@@ -1,6 +1,6 @@
 import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
-import { checkClientOptions, checkStorage } from './options.ts'
+import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import type { Deferred } from './drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './intake.ts'
@@ -114,8 +114,9 @@ export class SteadClient {
       fetch: options.fetch ?? platform.fetch,
       ...(options.backoff ? { backoff: options.backoff } : {}),
       ...(options.heartbeat ? { heartbeat: options.heartbeat } : {}),
+      ...(options.random ? { random: options.random } : {}),
       tickMs: Math.max(50, Math.min(500, (options.resubmitAfterMs ?? 2000) / 4)),
-      now: options.now ?? Date.now,
+      clock: clockOf(options),
       pin: (c) => storage.write([clusterRecord(c)]),
       error: (err) => {
         this.emitError(err)
@@ -339,7 +340,7 @@ export class SteadClient {
       fetch: options.fetch ?? platform.fetch,
       resubmitAfterMs: options.resubmitAfterMs ?? 2000,
       checkpointEvery: options.checkpointEvery ?? 1000,
-      now: options.now ?? Date.now,
+      clock: clockOf(options),
       news: hub ? hub.newsFor(name, own) : NO_NEWS,
       peers: lead.peers,
       replicaOptions: replicaOptionsOf(name, options),

@@ -16,6 +16,8 @@ import {
   type Envelope,
   type RelayMessage,
   type Signed,
+  type HostClock,
+  type HostTimer,
 } from '@stead/core'
 import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from './errors.ts'
@@ -40,7 +42,7 @@ interface IntakeOptions {
   proofs: ClockProofs
   checkpointEvery: number
   news: SpaceNews
-  now: () => number
+  clock: HostClock
   /** How long a commit f+1 relays attested may wait for the frame source's envelopes before another relay becomes the source. */
   resubmitAfterMs: number
   /** A snapshot of the space that f+1 relays vouch for, from relays in this order of preference; undefined if there is none. */
@@ -93,12 +95,12 @@ export class RelayIntake {
   private settling: Promise<void> = Promise.resolve()
   private readonly verifying = new Set<string>()
   private inboxWrites: StorageChange[] = []
-  private inboxTimer: ReturnType<typeof setTimeout> | undefined
+  private inboxTimer: HostTimer | undefined
   /** Other authors' envelopes waiting for their deps before they show. */
   private readonly causal = new CausalBuffer()
   /** Envelopes from peers refused for a bad clock (the latest 4,096): not asked for or checked again. */
   private readonly badClocks = new Set<string>()
-  private causalTimer: ReturnType<typeof setTimeout> | undefined
+  private causalTimer: HostTimer | undefined
   /** The commit run in progress (close awaits it), and whether another pass is due. */
   private applyRun: Promise<void> | undefined
   private applyAgain = false
@@ -157,7 +159,7 @@ export class RelayIntake {
         if (!this.pruned) return true
         // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
         this.bootstrap = 'due'
-        this.pruned.retryAt = this.o.now() + this.o.resubmitAfterMs
+        this.pruned.retryAt = this.o.clock.now() + this.o.resubmitAfterMs
         this.pruned.problem = `the relays keep commits of ${this.o.space.space} only from stable index ${this.pruned.from} on, and no snapshot f+1 relays vouch for could be had yet; retrying`
         this.o.space.setProblem(this.pruned.problem)
         return false
@@ -171,9 +173,9 @@ export class RelayIntake {
     this.getAhead(
       async () => {
         // Commits wait while it runs: a relay that answers slowly, or never, may hold them up this long, no more.
-        let timer: ReturnType<typeof setTimeout> | undefined
-        const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), CATCH_UP_TIMEOUT_MS)))
-        const found = await Promise.race([this.o.catchUp(this.everyRelay()), late]).finally(() => clearTimeout(timer))
+        let timer: HostTimer | undefined
+        const late = new Promise<undefined>((resolve) => (timer = this.o.clock.setTimer(CATCH_UP_TIMEOUT_MS, () => resolve(undefined))))
+        const found = await Promise.race([this.o.catchUp(this.everyRelay()), late]).finally(() => timer?.cancel())
         if (found && !this.closed) await this.adoptDelta(found)
       },
       'a verified delta could not be applied',
@@ -288,7 +290,7 @@ export class RelayIntake {
 
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
   tick(): void {
-    if (this.pruned && this.bootstrap === 'due' && this.o.now() >= this.pruned.retryAt) this.startBootstrap()
+    if (this.pruned && this.bootstrap === 'due' && this.o.clock.now() >= this.pruned.retryAt) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {
@@ -296,12 +298,12 @@ export class RelayIntake {
       if (best) this.setSource(best)
       return
     }
-    if (this.starvedSince === undefined || this.o.now() - this.starvedSince < this.o.resubmitAfterMs) return
+    if (this.starvedSince === undefined || this.o.clock.now() - this.starvedSince < this.o.resubmitAfterMs) return
     const links = this.byPreference()
     const at = links.findIndex((l) => l.relay === this.source)
     const next = links[(at + 1) % links.length]
     if (next && next.relay !== this.source) this.setSource(next)
-    this.starvedSince = this.o.now()
+    this.starvedSince = this.o.clock.now()
   }
 
   /** Every relay not known faulty, to ask over HTTP (not only those whose session is up yet): the preferred ones first. */
@@ -382,7 +384,7 @@ export class RelayIntake {
     const missing = env.base > space.replica.stableIndex ? [...deps, baseKey(env.base)] : deps
     if (missing.length === 0) return this.deliver({ env, frame, source: peer })
     if (peer && deps.length > 0) this.o.peers?.want(space.space, peer.peer, deps)
-    for (const h of this.causal.hold(env, frame, missing, this.o.now(), peer)) this.deliver(h)
+    for (const h of this.causal.hold(env, frame, missing, this.o.clock.now(), peer)) this.deliver(h)
     this.armCausalTimer()
   }
 
@@ -422,7 +424,7 @@ export class RelayIntake {
       outbox.heard(env)
       this.o.news.received(frame)
       this.inboxWrites.push(this.o.records.inboxPut(env.idHex, frame))
-      this.inboxTimer ??= setTimeout(() => void this.writeInbox(), 50)
+      this.inboxTimer ??= this.o.clock.setTimer(50, () => void this.writeInbox())
       space.notify(r.changed)
       if (source) this.o.peers?.relay(space.space, env.idHex, source.peer)
     }
@@ -433,11 +435,11 @@ export class RelayIntake {
   private armCausalTimer(): void {
     const deadline = this.causal.nextDeadline()
     if (this.causalTimer || deadline === undefined || this.closed) return
-    this.causalTimer = setTimeout(() => {
+    this.causalTimer = this.o.clock.setTimer(Math.max(0, deadline - this.o.clock.now()), () => {
       this.causalTimer = undefined
-      for (const h of this.causal.expired(this.o.now())) this.deliver(h)
+      for (const h of this.causal.expired(this.o.clock.now())) this.deliver(h)
       this.armCausalTimer()
-    }, Math.max(0, deadline - this.o.now()))
+    })
   }
 
   private async writeInbox(): Promise<void> {
@@ -507,7 +509,7 @@ export class RelayIntake {
     if (!rounds) this.unmatched.set(relay, (rounds = new Map()))
     if (rounds.has(round) || rounds.size >= MAX_UNMATCHED_PER_RELAY) return
     rounds.set(round, sig)
-    this.starvedSince ??= this.o.now()
+    this.starvedSince ??= this.o.clock.now()
   }
 
   /**
@@ -654,7 +656,7 @@ export class RelayIntake {
         const next = this.byPreference()[0]
         if (next) this.setSource(next)
       }
-      this.starvedSince ??= this.o.now()
+      this.starvedSince ??= this.o.clock.now()
       return false
     }
     this.starvedSince = undefined
@@ -728,8 +730,8 @@ export class RelayIntake {
   /** Stops taking news, lets a commit being applied finish its write, stores received envelopes and checkpoints so the next open is quick. */
   async close(): Promise<void> {
     this.closed = true
-    if (this.inboxTimer) clearTimeout(this.inboxTimer)
-    if (this.causalTimer) clearTimeout(this.causalTimer)
+    this.inboxTimer?.cancel()
+    this.causalTimer?.cancel()
     await this.writeInbox().catch(() => undefined)
     await this.applyRun
     const { records, space } = this.o

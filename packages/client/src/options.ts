@@ -1,4 +1,4 @@
-import { DEFAULT_LIMITS, SteadError } from '@stead/core'
+import { DEFAULT_LIMITS, SteadError, systemClock, type HostClock } from '@stead/core'
 import { parseClusterDescriptor, sessionUrlOf, type ClusterDescriptor } from './cluster.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { ClientOptions } from './types.ts'
@@ -36,6 +36,8 @@ const KNOWN: ReadonlyArray<keyof ClientOptions> = [
   'fetch',
   'peers',
   'now',
+  'clock',
+  'random',
   'safeTimeoutMs',
 ]
 
@@ -108,7 +110,13 @@ export function checkClientOptions(options: ClientOptions): ClusterDescriptor | 
     const missing = ['generateSecretKey', 'publicKeyOf', 'sign', 'verify', 'sha256'].filter((f) => typeof c !== 'object' || c === null || typeof c[f] !== 'function')
     if (missing.length) refuse('options.crypto', `is not a Crypto (no ${missing.join(', ')})`, 'leave it out for the platform default, or pass nodeCrypto from @stead/core/node')
   }
-  for (const f of ['connect', 'fetch', 'now'] as const) {
+  if (given.clock !== undefined) {
+    const c = given.clock as Record<string, unknown> | null
+    if (typeof c !== 'object' || c === null || typeof c.now !== 'function' || typeof c.setTimer !== 'function') {
+      refuse('options.clock', `is ${show(c)}, not a HostClock (now and setTimer)`, 'leave it out for the system clock')
+    }
+  }
+  for (const f of ['connect', 'fetch', 'now', 'random'] as const) {
     if (given[f] !== undefined && typeof given[f] !== 'function') refuse(`options.${f}`, `is ${show(given[f])}, not a function`, 'pass a function or leave it out for the platform default')
   }
   if (given.peers !== undefined) {
@@ -198,4 +206,11 @@ function pair<A extends string, B extends string>(o: Record<string, unknown>, na
     if (typeof x !== 'number' || !Number.isFinite(x) || x <= 0 || x > MAX_TIMER_MS) refuse(`options.${name}.${k}`, `is ${show(x)}`, `give milliseconds above 0 and at most ${MAX_TIMER_MS}, as in ${example}`)
   }
   return v as Record<A | B, number>
+}
+
+/** The clock everything the client schedules runs on: `clock`, else the system's timers reading `now` (when given). */
+export function clockOf(options: Pick<ClientOptions, 'clock' | 'now'>): HostClock {
+  if (options.clock) return options.clock
+  const now = options.now
+  return now ? { now, setTimer: (ms, fn) => systemClock.setTimer(ms, fn) } : systemClock
 }

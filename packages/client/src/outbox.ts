@@ -18,6 +18,7 @@ import {
   type ObjectUpdate,
   type SafeGroup,
   type RelayMessage,
+  type HostClock,
 } from '@stead/core'
 import type { DraftPlaces } from './draft-ids.ts'
 import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from './drafts.ts'
@@ -89,7 +90,7 @@ interface OutboxOptions {
   sessions: RelaySessions
   member: SessionMember
   resubmitAfterMs: number
-  now: () => number
+  clock: HostClock
   news: SpaceNews
   seq: number
   last: { base: number; clock: Clock }
@@ -317,7 +318,7 @@ export class Outbox {
     this.seq = seq
     this.last = { base, clock }
     this.covered(cited)
-    for (const h of cited) if (this.o.space.replica.isPending(h.idHex)) this.carried.set(h.idHex, { env: h, sentAt: this.o.now(), tries: 0 })
+    for (const h of cited) if (this.o.space.replica.isPending(h.idHex)) this.carried.set(h.idHex, { env: h, sentAt: this.o.clock.now(), tries: 0 })
     while (this.carried.size > MAX_HEADS) this.carried.delete(this.carried.keys().next().value as string)
     // In the outbox before the drafts let go of it: `pending` never dips.
     this.add(
@@ -376,12 +377,12 @@ export class Outbox {
     if (this.submits.size > 50_000) this.submits.delete(this.submits.keys().next().value as number)
     if (o.sentTo.length === 0) this.o.news.outboxChanged()
     o.sentTo.push(pick.relay as number)
-    o.lastSentAt = this.o.now()
+    o.lastSentAt = this.o.clock.now()
   }
 
   /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
   resubmit(): void {
-    const now = this.o.now()
+    const now = this.o.clock.now()
     this.carryOn(now)
     const readyRelays = new Set(this.o.sessions.links.filter((l) => l.ready).map((l) => l.relay))
     for (const [idHex, o] of this.outgoing) {
@@ -407,7 +408,7 @@ export class Outbox {
     if (m.type === 'accepted') {
       if (!o.accepted) {
         o.accepted = true
-        this.o.space.observeAccepted(this.o.now() - o.lastSentAt)
+        this.o.space.observeAccepted(this.o.clock.now() - o.lastSentAt)
         this.o.news.outboxChanged()
         this.o.space.progress()
       }

@@ -1,4 +1,4 @@
-import { SteadError, type Crypto, type RelayMessage } from '@stead/core'
+import { SteadError, type Crypto, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
 import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { TrustError } from './errors.ts'
@@ -31,7 +31,9 @@ export interface SessionsOptions {
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   readonly heartbeat?: { readonly pingAfterMs: number; readonly deadAfterMs: number }
   readonly tickMs: number
-  readonly now: () => number
+  readonly clock: HostClock
+  /** Reconnect jitter; default Math.random. */
+  readonly random?: () => number
   /** Called once a cluster is trusted on first use, before any session opens (to pin it). */
   pin(cluster: ClusterDescriptor): Promise<void>
   /** Trust problems: a relay with a wrong key, or serving another cluster (members hear of them too). */
@@ -55,8 +57,8 @@ export class RelaySessions {
   private readonly submits = new Map<number, SessionMember>()
   private nextSubmit = 1
   private closed = false
-  private pump: ReturnType<typeof setInterval> | undefined
-  private trustTimer: ReturnType<typeof setTimeout> | undefined
+  private pump: HostTimer | undefined
+  private trustTimer: HostTimer | undefined
   private unfollowNetwork: (() => void) | undefined
   /** Why each relay URL did not answer while the cluster is not trusted yet (no sessions then). */
   private readonly trustErrors = new Map<string, string>()
@@ -74,13 +76,21 @@ export class RelaySessions {
   start(): void {
     if (this.cluster) this.connect()
     else this.trustOnFirstUse(0)
-    this.pump = setInterval(() => {
+    this.tick()
+    this.followNetwork()
+  }
+
+  /** Every tickMs while open: members' resubmits and the sessions' heartbeats. The timer does not keep a Node process alive. */
+  private tick(): void {
+    this.pump = this.o.clock.setTimer(this.o.tickMs, () => {
+      if (this.closed) return
+      // Armed first: a member that throws does not stop the pump.
+      this.tick()
       for (const m of this.members.values()) m.tick()
       const { pingAfterMs, deadAfterMs } = this.o.heartbeat ?? { pingAfterMs: 5000, deadAfterMs: 15_000 }
-      for (const l of this.links) l.heartbeat(this.o.now(), pingAfterMs, deadAfterMs)
-    }, this.o.tickMs)
-    ;(this.pump as { unref?: () => void }).unref?.()
-    this.followNetwork()
+      for (const l of this.links) l.heartbeat(this.o.clock.now(), pingAfterMs, deadAfterMs)
+    })
+    this.pump.unref?.()
   }
 
   join(member: SessionMember): void {
@@ -112,7 +122,7 @@ export class RelaySessions {
    * register writes are stamped with.
    */
   now(): number {
-    return this.o.now() + this.clockOffset.offset()
+    return this.o.clock.now() + this.clockOffset.offset()
   }
 
   /** Whether any relay's clock was measured yet (until then `now` is the device clock alone). */
@@ -165,8 +175,8 @@ export class RelaySessions {
   close(): void {
     if (this.closed) return
     this.closed = true
-    if (this.pump) clearInterval(this.pump)
-    if (this.trustTimer) clearTimeout(this.trustTimer)
+    this.pump?.cancel()
+    this.trustTimer?.cancel()
     this.unfollowNetwork?.()
     // Members first: sessions going down now is no news to spaces that are gone.
     this.members.clear()
@@ -211,7 +221,7 @@ export class RelaySessions {
         if (this.closed) return
         // Relays not reachable or not agreeing yet: spaces keep working offline; ask again.
         this.setProblem(`cluster not trusted yet: ${err.message}`)
-        this.trustTimer = setTimeout(() => this.trustOnFirstUse(attempt + 1), Math.min(10_000, 500 * 2 ** attempt))
+        this.trustTimer = this.o.clock.setTimer(Math.min(10_000, 500 * 2 ** attempt), () => this.trustOnFirstUse(attempt + 1))
       },
     )
   }
@@ -231,7 +241,8 @@ export class RelaySessions {
           crypto: this.o.crypto,
           identity: this.o.identity,
           keyOf: (i) => cluster.relays[i]?.publicKey,
-          now: this.o.now,
+          clock: this.o.clock,
+          ...(this.o.random ? { random: this.o.random } : {}),
           ...(this.o.backoff ? { backoff: this.o.backoff } : {}),
           handlers: {
             ready: (link) => {

@@ -17,6 +17,7 @@ import {
   type LWWRegister,
   type RegisterValue,
   type SetElement,
+  type HostClock,
 } from '@stead/core'
 import { DraftIds } from './draft-ids.ts'
 import { DeadlineTimer, SealSchedule } from './timing.ts'
@@ -33,7 +34,7 @@ import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
-import { DEFAULT_SAFE_TIMEOUT_MS, MAX_TIMER_MS } from './options.ts'
+import { DEFAULT_SAFE_TIMEOUT_MS, MAX_TIMER_MS, clockOf } from './options.ts'
 import { bounded } from './wait.ts'
 
 /** One of this client's envelopes, decided. */
@@ -161,7 +162,7 @@ export class Space {
   position: ChainPosition
   private upstream!: Upstream
   private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number }
-  private readonly now: () => number
+  private readonly clock: HostClock
   /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
   private readonly onClose: (done: Promise<void>) => void
 
@@ -206,7 +207,7 @@ export class Space {
   constructor(init: {
     space: string
     authorId: string
-    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly now?: () => number }
+    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly now?: () => number; readonly clock?: HostClock }
     onClose: (done: Promise<void>) => void
     replica: ReliableReplica
     position: ChainPosition
@@ -214,18 +215,18 @@ export class Space {
     this.space = init.space
     this.authorId = init.authorId
     this.options = init.options
-    this.now = init.options.now ?? Date.now
+    this.clock = clockOf(init.options)
     this.onClose = init.onClose
     this.replica = init.replica
     this.position = init.position
     this.host = this.makeHost()
     this.hold = new FreshnessHold(init.options.batchIntervalMs ?? 10)
-    this.seals = new SealSchedule(init.options.batchIntervalMs ?? 10, this.now, () => {
+    this.seals = new SealSchedule(init.options.batchIntervalMs ?? 10, this.clock, () => {
       if (!this.closed) this.sealNow()
     })
-    this.holdTimer = new DeadlineTimer(this.now, () => {
+    this.holdTimer = new DeadlineTimer(this.clock, () => {
       if (this.closing) return
-      this.releaseHeld(this.hold.due(this.now()))
+      this.releaseHeld(this.hold.due(this.clock.now()))
       this.armHoldTimer()
     })
     this.guarded = new GuardedViews({
@@ -453,7 +454,7 @@ export class Space {
           committed: (key) => this.replica.declaration(key),
           spendableRights: (key, decl) => this.spendableRights(key, decl),
           // As a handle's write: the relays' time, and later than what this replica saw of the register.
-          registerStamp: (key) => registerStamp(this.upstream.now?.() ?? this.now(), this.replica.prospective(key) as LWWRegister | undefined),
+          registerStamp: (key) => registerStamp(this.upstream.now?.() ?? this.clock.now(), this.replica.prospective(key) as LWWRegister | undefined),
         },
         build,
       )
@@ -631,10 +632,10 @@ export class Space {
     this.assertOpen()
     if (options.quorum) {
       const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
-      const started = this.now()
+      const started = this.clock.now()
       // Never below what an earlier read here returned from a proven state: reads do not go back.
-      const target = Math.max(this.provenReadIndex, await bounded(this.upstream.quorumIndex(Math.min(wait.timeoutMs, MAX_TIMER_MS)), wait, 'a quorum of relay heads'))
-      const left = (): number => Math.max(0, wait.timeoutMs - (this.now() - started))
+      const target = Math.max(this.provenReadIndex, await bounded(this.clock, this.upstream.quorumIndex(Math.min(wait.timeoutMs, MAX_TIMER_MS)), wait, 'a quorum of relay heads'))
+      const left = (): number => Math.max(0, wait.timeoutMs - (this.clock.now() - started))
       const reached = (): boolean => this.position.stableIndex >= target
       // A replica a commit or two behind gets there in moments; one far behind (back from offline)
       // would replay every commit since, where one object's proven state costs a Merkle path.
@@ -646,7 +647,7 @@ export class Space {
         },
       )
       if (!caughtUp) {
-        const proven = await this.whileOpen(bounded(this.upstream.stableObject(key, target, Math.min(left(), MAX_TIMER_MS)), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
+        const proven = await this.whileOpen(bounded(this.clock, this.upstream.stableObject(key, target, Math.min(left(), MAX_TIMER_MS)), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
           // No proof to be had (no fetch, no relay could give one, out of time): wait for the replica.
           if (err instanceof ClosedError || (err instanceof SteadError && err.reason === 'aborted')) throw err
           return undefined
@@ -728,7 +729,7 @@ export class Space {
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       historyPage: (key, options) => this.historyPage(key, options),
       update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
-      wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(p, options, what)),
+      wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
       safeGroup: (items) => this.queueSafe(items),
       subscribe: (key, listener) => {
         let set = this.listeners.get(key)
@@ -739,7 +740,7 @@ export class Space {
       spendableRights: (key, decl) => this.spendableRights(key, decl),
       authorId: () => this.authorId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
-      now: () => this.upstream.now?.() ?? this.now(),
+      now: () => this.upstream.now?.() ?? this.clock.now(),
       signedId: (id) => this.draftIds.signedId(id),
     }
   }
@@ -754,7 +755,7 @@ export class Space {
     // A transaction's edits all go into its envelope: an object's waiting updates leave before them.
     if (this.transaction) this.releaseHeld([item.key])
     else if (this.hold.holds(item.key)) {
-      this.hold.hold(item, stored, this.now())
+      this.hold.hold(item, stored, this.clock.now())
       this.showItems(this.hold.batch, [item])
       if (this.hold.size >= this.maxBatchOps) this.releaseHeld('all')
       else this.armHoldTimer()
@@ -1019,7 +1020,7 @@ export class Space {
     const whole = local.length < (this.options.historyLimit ?? 1000) && this.replica.historyStart === 0
     if (whole || older.length >= limit) return older.slice(-limit).map((e) => ({ index: e.index, value: e.value }))
     const wait = { timeoutMs: 10_000, ...options }
-    return bounded(this.upstream.relayHistory(key, before, limit), wait, `a page of ${key}'s history`)
+    return bounded(this.clock, this.upstream.relayHistory(key, before, limit), wait, `a page of ${key}'s history`)
   }
 
   // ---------------------------------------------------------------- plumbing
@@ -1053,7 +1054,7 @@ export class Space {
       }
       this.progressWaiters.add(check)
     })
-    return bounded(met, options, what).finally(() => this.progressWaiters.delete(check))
+    return bounded(this.clock, met, options, what).finally(() => this.progressWaiters.delete(check))
   }
 
   /**
@@ -1063,7 +1064,7 @@ export class Space {
    */
   private waitSafe<T>(p: Promise<T>, options: WaitOptions | undefined, what: string): Promise<T> {
     const timeoutMs = options?.timeoutMs ?? this.options.safeTimeoutMs ?? DEFAULT_SAFE_TIMEOUT_MS
-    const wait = bounded(p, { ...options, timeoutMs }, what, () => this.whyUndecided())
+    const wait = bounded(this.clock, p, { ...options, timeoutMs }, what, () => this.whyUndecided())
     // As the update's own promise: a fire-and-forget safe update that times out or is closed must not
     // take the app down as an unhandled rejection (whoever awaits it still sees the rejection).
     wait.catch(() => undefined)

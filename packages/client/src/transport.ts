@@ -7,6 +7,8 @@ import {
   encodeClientMessage,
   type ClientMessage,
   type Crypto,
+  type HostClock,
+  type HostTimer,
   type RelayMessage,
 } from '@stead/core'
 import { describeNetworkError, sessionUrlOf } from './cluster.ts'
@@ -61,8 +63,8 @@ export interface LinkOptions {
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   /** For deterministic tests; defaults to Math.random. */
   readonly random?: () => number
-  /** Wall clock; defaults to Date.now. */
-  readonly now?: () => number
+  /** Time and timers (reconnect backoff, heartbeats, the clock measure). */
+  readonly clock: HostClock
   /** Whether the device knows it has no network (no dial then); defaults to a browser's `navigator.onLine === false`. */
   readonly deviceOffline?: () => boolean
 }
@@ -107,7 +109,7 @@ export class RelayLink {
   private socketError: string | undefined
   private stopped = false
   private attempt = 0
-  private timer: ReturnType<typeof setTimeout> | undefined
+  private timer: HostTimer | undefined
   private readonly options: LinkOptions
 
   constructor(options: LinkOptions) {
@@ -179,14 +181,14 @@ export class RelayLink {
 
   stop(): void {
     this.stopped = true
-    if (this.timer) clearTimeout(this.timer)
+    this.timer?.cancel()
     this.drop()
   }
 
   /** Closes the current session at once and reconnects with backoff (used after a relay's error, to test reconnects, and by `reconnect()`). */
   restart(): void {
     if (this.stopped || this.faulty) return
-    if (this.timer) clearTimeout(this.timer)
+    this.timer?.cancel()
     this.timer = undefined
     this.drop()
     this.attempt = 0
@@ -224,7 +226,7 @@ export class RelayLink {
     if (this.faulty) return
     this.faulty = why
     this.lastError = why
-    if (this.timer) clearTimeout(this.timer)
+    this.timer?.cancel()
     this.drop()
     this.options.handlers.untrusted(this, why)
   }
@@ -251,7 +253,7 @@ export class RelayLink {
   }
 
   private now(): number {
-    return (this.options.now ?? Date.now)()
+    return this.options.clock.now()
   }
 
   private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
@@ -324,10 +326,10 @@ export class RelayLink {
     const { initialMs, maxMs } = this.options.backoff ?? { initialMs: 250, maxMs: 10_000 }
     const base = Math.min(maxMs, initialMs * 2 ** this.attempt++)
     const delay = base / 2 + (this.options.random ?? Math.random)() * (base / 2)
-    this.timer = setTimeout(() => {
+    this.timer = this.options.clock.setTimer(delay, () => {
       this.timer = undefined
       this.start()
-    }, delay)
+    })
   }
 }
 

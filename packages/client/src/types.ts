@@ -1,4 +1,4 @@
-import type { Crypto, ErrorReason } from '@stead/core'
+import type { Crypto, ErrorReason, HostClock } from '@stead/core'
 import type { ClusterDescriptor, Fetch } from './cluster.ts'
 import type { PeerNetwork } from './peers.ts'
 import type { ClientStorage } from './storage/types.ts'
@@ -233,6 +233,15 @@ export interface ClientOptions {
   readonly safeTimeoutMs?: number
   /** The device clock, for timers and (corrected by the offset measured against the relays' clocks) register timestamps. Default Date.now. */
   readonly now?: () => number
+  /**
+   * Time and timers for everything the client schedules (batching,
+   * heartbeats, reconnects, resubmits, waits): the simulator and tests in
+   * simulated time pass theirs. Its `now` replaces the `now` option. Default:
+   * Date.now and setTimeout.
+   */
+  readonly clock?: HostClock
+  /** Random numbers in [0, 1), for reconnect jitter: seeded ones make a run repeat. Default Math.random. */
+  readonly random?: () => number
 }
 
 export type { ClusterDescriptor }

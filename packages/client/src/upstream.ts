@@ -16,6 +16,7 @@ import {
   type Clock,
   type Crypto,
   type RelayMessage,
+  type HostClock,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
 import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
@@ -48,7 +49,7 @@ export interface RelayUpstreamInit {
   fetch: Fetch | undefined
   resubmitAfterMs: number
   checkpointEvery: number
-  now: () => number
+  clock: HostClock
   news: SpaceNews
   /** The author's last sequence number in this space, and that envelope's clock. */
   seq: number
@@ -389,7 +390,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (!cluster) throw new SteadError('unsupported', 'no trusted cluster yet: the relays have not been reached')
     if (!fetchFn) throw new SteadError('unsupported', 'no fetch() on this platform for relay reads')
     // Proves this client's key to relays of a space with readers (others ignore it).
-    const t = this.o.now()
+    const t = this.o.clock.now()
     const sig = await this.o.crypto.sign(this.o.identity.secretKey, readAuthBytes(this.space, t))
     return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}` } }
   }

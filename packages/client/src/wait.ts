@@ -1,17 +1,17 @@
-import { SteadError } from '@stead/core'
+import { SteadError, type HostClock, type HostTimer } from '@stead/core'
 import type { WaitOptions } from './types.ts'
 
 /** The longest delay a timer can have: setTimeout fires at once past it. */
 const MAX_TIMER_MS = 2 ** 31 - 1
 
 /**
- * `p`, or a typed rejection once `options.timeoutMs` passes (`timeout`) or
+ * `p`, or a typed rejection once `options.timeoutMs` passes on `clock` (`timeout`) or
  * `options.signal` aborts (`aborted`). `timeoutMs: Infinity` waits for ever.
  * Only the caller's wait ends: `p` itself goes on. No timer or listener
  * outlives the wait. `why`, when given, says at the moment of a timeout what
  * the wait was missing; it goes into the error's message.
  */
-export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what: string, why?: () => string | undefined): Promise<T> {
+export function bounded<T>(clock: HostClock, p: Promise<T>, options: WaitOptions | undefined, what: string, why?: () => string | undefined): Promise<T> {
   const { signal } = options ?? {}
   const timeoutMs = options?.timeoutMs === Number.POSITIVE_INFINITY ? undefined : options?.timeoutMs
   // The caller stops listening to `p` in the early returns: its outcome must not surface as unhandled.
@@ -25,10 +25,10 @@ export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what
     return Promise.reject(abortedError(what))
   }
   return new Promise<T>((resolve, reject) => {
-    let timer: ReturnType<typeof setTimeout> | undefined
+    let timer: HostTimer | undefined
     const onAbort = (): void => finish(() => reject(abortedError(what)))
     const finish = (settle: () => void): void => {
-      if (timer !== undefined) clearTimeout(timer)
+      timer?.cancel()
       signal?.removeEventListener('abort', onAbort)
       settle()
     }
@@ -41,7 +41,7 @@ export function bounded<T>(p: Promise<T>, options: WaitOptions | undefined, what
       }
       return new SteadError('timeout', `timed out after ${timeoutMs} ms waiting for ${what}${reason ? `: ${reason}` : ''}`)
     }
-    if (timeoutMs !== undefined) timer = setTimeout(() => finish(() => reject(timedOut())), timeoutMs)
+    if (timeoutMs !== undefined) timer = clock.setTimer(timeoutMs, () => finish(() => reject(timedOut())))
     signal?.addEventListener('abort', onAbort, { once: true })
     p.then(
       (v) => finish(() => resolve(v)),

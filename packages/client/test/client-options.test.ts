@@ -69,6 +69,8 @@ const rows: Row[] = [
   ['connect not a function', () => ({ ...base(), connect: 'ws' }), 'malformed', 'options.connect is "ws", not a function'],
   ['fetch not a function', () => ({ ...base(), fetch: {} }), 'malformed', 'options.fetch is an object, not a function'],
   ['now as a number', () => ({ ...base(), now: 5 }), 'malformed', 'options.now is 5, not a function'],
+  ['clock without timers', () => ({ ...base(), clock: { now: () => 0 } }), 'malformed', 'options.clock is an object, not a HostClock (now and setTimer)'],
+  ['random as a number', () => ({ ...base(), random: 0.5 }), 'malformed', 'options.random is 0.5, not a function'],
   ['peers that are not a network', () => ({ ...base(), peers: {} }), 'malformed', 'options.peers is an object, not a PeerNetwork'],
   ['a misspelt option', () => ({ ...base(), relay: [URL] }), 'malformed', 'options.relay is not an option of createClient; did you mean relays?'],
   ['an option createClient does not have', () => ({ ...base(), timeoutMs: 5000 }), 'malformed', 'options.timeoutMs is not an option of createClient; remove it'],

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
+import { systemClock } from '@stead/core'
 import { DeadlineTimer, SealSchedule } from '../src/timing.ts'
 
 beforeEach(() => void vi.useFakeTimers())
@@ -7,7 +8,7 @@ afterEach(() => void vi.useRealTimers())
 describe('SealSchedule', () => {
   it('seals at the end of the task after a quiet spell, then at most once per interval however often asked', async () => {
     const seals: number[] = []
-    const s: SealSchedule = new SealSchedule(10, () => Date.now(), () => {
+    const s: SealSchedule = new SealSchedule(10, systemClock, () => {
       seals.push(Date.now())
       s.sealed()
     })
@@ -35,7 +36,7 @@ describe('SealSchedule', () => {
 describe('DeadlineTimer', () => {
   it('fires once at the earliest deadline armed last, and not at all once cancelled', async () => {
     let fired = 0
-    const t = new DeadlineTimer(() => Date.now(), () => void fired++)
+    const t = new DeadlineTimer(systemClock, () => void fired++)
     t.arm(Date.now() + 50)
     t.arm(Date.now() + 20)
     await vi.advanceTimersByTimeAsync(20)

@@ -2,6 +2,7 @@
 import { parseArgs } from 'node:util'
 import { runSimulation, STRATEGIES, type Strategy } from './simulation.ts'
 import { prepareWorkload } from './workload.ts'
+import { CLIENT_LIES, type ClientLie } from '@stead/relay'
 
 /**
  * A flooding relay sends 20 requests with each block: every one is an event, so the same work takes more steps
@@ -11,7 +12,8 @@ import { prepareWorkload } from './workload.ts'
 const FLOOD_STEPS_FACTOR = 8
 
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
-                     [--crash K] [--steps N] [--clients N] [--envelopes N] [--loss P] [--no-partition]
+                     [--crash K] [--steps N] [--clients N] [--envelopes N] [--sdk-clients N]
+                     [--client-lie NAME|none] [--loss P] [--no-partition]
                      [--retain-rounds N] [--restart-after MS] [--lose-store]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
@@ -41,6 +43,8 @@ const { values } = parseArgs({
     crash: { type: 'string', default: '0' },
     steps: { type: 'string', default: '20000' },
     clients: { type: 'string', default: '3' },
+    'sdk-clients': { type: 'string', default: '2' },
+    'client-lie': { type: 'string' },
     envelopes: { type: 'string', default: '8' },
     loss: { type: 'string', default: '0.02' },
     'no-partition': { type: 'boolean', default: false },
@@ -78,6 +82,13 @@ if (relays < 4 || byzantine > Math.floor((relays - 1) / 3)) {
   process.exit(2)
 }
 
+const lieArg = values['client-lie']
+if (lieArg !== undefined && lieArg !== 'none' && !CLIENT_LIES.includes(lieArg as ClientLie)) {
+  console.error(`unknown client lie ${lieArg}\n\n${USAGE}`)
+  process.exit(2)
+}
+const clientLie = lieArg === undefined ? undefined : lieArg === 'none' ? null : (lieArg as ClientLie)
+
 let failed = 0
 const started = performance.now()
 for (const seed of seeds) {
@@ -97,16 +108,18 @@ for (const seed of seeds) {
       retainRounds: int('retain-rounds', values['retain-rounds']),
       ...(values['restart-after'] !== undefined ? { restartDelayMs: int('restart-after', values['restart-after']) } : {}),
       ...(values['lose-store'] ? { loseStoreOnCrash: true } : {}),
+      sdkClients: int('sdk-clients', values['sdk-clients']),
+      ...(clientLie !== undefined ? { clientLie } : {}),
     },
     workload,
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++
-    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps}`)
+    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
   }
 }
 console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s)`)

@@ -10,13 +10,18 @@ import {
   openEnvelopeSync,
   toHex,
   type AttestedDecision,
+  type Crypto,
   type Envelope,
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
-import { MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClusterConfig, type Clock, type Kv, type KvKey, type KvTable, type Timer } from '@stead/relay'
+import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type Kv, type KvKey, type KvTable, type HostTimer } from '@stead/relay'
 import { byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
+import { Violation } from './violation.ts'
+import { AttestedOrder } from './attested-order.ts'
+import { SdkClients } from './sdk-clients.ts'
+import type { Wire } from './wire.ts'
 import { Rng } from './rng.ts'
 import { SPACE, type Workload } from './workload.ts'
 
@@ -61,6 +66,20 @@ export interface SimOptions {
    * (`--retain-rounds`; default 4 * gcDepth, the least a relay accepts).
    */
   readonly retainRounds?: number
+  /**
+   * Real SDK clients (createClient over simulated WebSockets into each
+   * relay's real client sessions), with their checkers (see sdk-clients.ts).
+   * Default 0 here; the CLI runs 2.
+   */
+  readonly sdkClients?: number
+  /** Updates each SDK client makes (default 12). */
+  readonly sdkUpdates?: number
+  /** Whether one SDK client crashes and restarts on its storage (default: when there are SDK clients). */
+  readonly sdkClientCrash?: boolean
+  /** Weakens the SDK clients (told f = 0: one attestation is a quorum), to prove the client checkers catch it. */
+  readonly weakClients?: boolean
+  /** What the Byzantine relays tell SDK clients (client-lies.ts); default: picked by the seed. */
+  readonly clientLie?: ClientLie | null
   /** Stop once every correct relay reached this round. */
   readonly untilRound?: number
   /** Called each time relay 0 enters a new round (benchmarks sample memory here). */
@@ -97,9 +116,14 @@ export interface SimResult {
   readonly endedIdle: boolean
   readonly prunedBelowRound: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
+  /** The lie Byzantine relays told SDK clients, if any ran. */
+  readonly clientLie: ClientLie | null
+  /** Safe updates of the SDK clients, by outcome. */
+  readonly safeUpdates: { readonly committed: number; readonly rejected: number }
+  /** Times an SDK client caught a (Byzantine) relay lying to it: each client and relay counted once. */
+  readonly clientBlames: number
 }
 
-class Violation extends Error {}
 
 const GC_DEPTH = 20
 /**
@@ -120,13 +144,15 @@ const trace: (line: string) => void = TRACE ? (line) => console.log(`  ${line}`)
 
 type Event =
   | { kind: 'deliver'; from: number; to: number; epoch: number; frame: Uint8Array }
-  | { kind: 'timer'; node: number; epoch: number; timer: { fire: () => void; cancelled: boolean } }
+  | { kind: 'timer'; node: number; epoch: number; timer: { fire: () => void; cancelled: boolean; background: boolean } }
   | { kind: 'disk'; node: number; epoch: number; done: () => void }
   | { kind: 'connect'; node: number; epoch: number; peer: number }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
   | { kind: 'junk'; index: number }
   | { kind: 'chaos'; action: () => void | Promise<void> }
+  /** Something of the SDK clients' world: a frame on a wire (`toward`: the relay it goes to), a client's timer, an update. */
+  | { kind: 'client'; toward: number | null; action: () => void | Promise<void> }
 
 /**
  * One simulated relay machine: a real RelayNode over a simulated disk
@@ -159,6 +185,9 @@ interface Host {
   accepted: Map<string, number>
   /** Frames for each peer sent while it was unreachable, oldest first: sent once a connection to it opens (see transmit). */
   held: Map<number, { frames: Uint8Array[]; bytes: number }>
+  /** The client API's sessions of the running process, and the SDK clients' connections into them. */
+  sessions: ClientSessions | undefined
+  readonly wires: Set<Wire>
 }
 
 /** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
@@ -245,6 +274,15 @@ function observed(kv: MemoryKv, onWrite: (written: Written) => void): Kv {
   }
 }
 
+/** The SDK clients' crypto: node:crypto behind the run's verification memo (the clients verify what the relays already did). */
+function clientCrypto(sync: SyncCrypto): Crypto {
+  return {
+    ...nodeCrypto,
+    name: 'sim',
+    verify: async (pk, msg, sig) => sync.verify(pk, msg, sig),
+  }
+}
+
 /** Lets every promise the relays chained run to its end: only simulated events remain, so the order is the seed's. */
 const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
 
@@ -310,6 +348,11 @@ class Simulation {
   private readonly twinIds: Array<[string, string]>
   /** When a correct relay first accepted each honest envelope. */
   private readonly firstAccepted = new Map<string, number>()
+  /** The SDK clients, if the run has any, and what Byzantine relays tell them. */
+  private readonly clients: SdkClients | undefined
+  private readonly clientLie: ClientLie | null
+  /** What the attested commits lead to, for the client checkers. */
+  private readonly attested = new AttestedOrder()
 
   private readonly options: SimOptions
   private readonly workload: Workload
@@ -357,8 +400,54 @@ class Simulation {
         spoken: new Map(),
         accepted: new Map(),
         held: new Map(),
+        sessions: undefined,
+        wires: new Set(),
       }
       this.hosts.push(host)
+    }
+    const sdkClients = options.sdkClients ?? 0
+    // Forked only with clients, so runs without them keep their schedules.
+    const clientRng = sdkClients > 0 ? this.rng.fork() : undefined
+    const lies: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
+    this.clientLie = options.clientLie !== undefined ? options.clientLie : clientRng && options.byzantine > 0 ? (lies[options.seed % lies.length] as ClientLie) : null
+    if (clientRng) {
+      const wireNet = clientRng.fork()
+      this.clients = new SdkClients(
+        {
+          f: this.f,
+          relays: options.relays,
+          now: () => this.now,
+          delay: () => 1 + wireNet.exp(8),
+          schedule: (at, toward, action) => this.queue.push(at, { kind: 'client', toward, action }),
+          accept: (relay, wire, address) => {
+            const host = this.hosts[relay] as Host
+            if (!host.up || !host.sessions) return false
+            host.wires.add(wire)
+            host.sessions.open(wire.relay, address)
+            return true
+          },
+          isByzantine: (relay) => Boolean(this.hosts[relay]?.strategy),
+          attestedState: (round) => this.attested.after(round),
+          committedAuthor: (index) => this.attested.committedAuthor(index),
+          refusedAny: (authorId) => this.attested.refusedAny(authorId),
+          attestedUpTo: (index) => {
+            const reached = this.hosts.filter((h) => h.stableIndex >= index)
+            return { all: reached.length, correct: reached.filter((h) => !h.strategy).length }
+          },
+          latestIndex: () => this.checker.stableIndex,
+          latestHash: () => toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b))),
+        },
+        clientRng,
+        {
+          count: sdkClients,
+          updates: options.sdkUpdates ?? 12,
+          durationMs: this.duration,
+          crash: options.sdkClientCrash ?? true,
+          ...(options.weakClients ? { weak: true } : {}),
+          crypto: clientCrypto(this.crypto),
+        },
+        keys,
+      )
     }
   }
 
@@ -368,6 +457,7 @@ class Simulation {
     let endedIdle = false
     try {
       for (const h of this.hosts) await this.boot(h)
+      await this.clients?.start()
       this.scheduleClients()
       this.planChaos()
       /** Per relay: its commits when the run turned quiet, if it had work then (null: nothing owed). */
@@ -389,7 +479,7 @@ class Simulation {
           if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || (h.node.status().round as number) >= (this.options.untilRound as number))) break
         }
         // Past the scenario, with every correct relay idle and nothing on its way to one, only Byzantine relays' timers are left.
-        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy) && !this.inFlightToCorrect()) {
+        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy) && !this.inFlightToCorrect() && (this.clients?.settled() ?? true)) {
           endedIdle = true
           break
         }
@@ -402,6 +492,7 @@ class Simulation {
         await this.dispatch(ev.item)
         await settle()
         if (this.fatal) throw this.fatal
+        this.clients?.check((b) => nodeCrypto.sha256(b))
       }
       this.finalChecks(progressMark, endedIdle)
     } catch (err) {
@@ -437,6 +528,9 @@ class Simulation {
       endedIdle,
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
+      clientLie: this.clientLie,
+      safeUpdates: { ...(this.clients?.safeOutcomes ?? { committed: 0, rejected: 0 }) },
+      clientBlames: this.clients?.blamed ?? 0,
     }
   }
 
@@ -445,7 +539,8 @@ class Simulation {
     const correct = (i: number): boolean => !this.hosts[i]?.strategy
     return this.queue.some((ev) => {
       if (ev.kind === 'deliver') return correct(ev.to)
-      if (ev.kind === 'timer') return correct(ev.node) && !ev.timer.cancelled && this.hosts[ev.node]?.epoch === ev.epoch
+      if (ev.kind === 'timer') return correct(ev.node) && !ev.timer.cancelled && !ev.timer.background && this.hosts[ev.node]?.epoch === ev.epoch
+      if (ev.kind === 'client') return ev.toward !== null && correct(ev.toward)
       return (ev.kind === 'disk' || ev.kind === 'connect') && correct(ev.node)
     })
   }
@@ -460,12 +555,13 @@ class Simulation {
   private async boot(host: Host): Promise<void> {
     const epoch = host.epoch
     host.journal = new MemoryJournal(host.journal.survivors())
-    const clock: Clock = {
+    const clock: HostClock = {
       now: () => this.now,
-      setTimer: (ms, fire): Timer => {
-        const timer = { fire, cancelled: false }
+      setTimer: (ms, fire): HostTimer => {
+        const timer = { fire, cancelled: false, background: false }
         this.queue.push(this.now + ms, { kind: 'timer', node: host.id, epoch, timer })
-        return { cancel: () => void (timer.cancelled = true) }
+        // A background timer (a session sweep) is no work left: the run may end while it waits.
+        return { cancel: () => void (timer.cancelled = true), unref: () => void (timer.background = true) }
       },
     }
     const mesh = {
@@ -529,6 +625,10 @@ class Simulation {
       throw new Violation(`relay ${host.id} could not start from its store: ${err instanceof Error ? err.message : String(err)}`)
     }
     for (const peer of this.hosts) if (peer !== host && peer.up) this.connect(host, peer)
+    if (this.clients) {
+      const lie = host.strategy ? this.clientLie : null
+      host.sessions = new ClientSessions(host.node, DEFAULT_API_LIMITS, this.log.child({ relay: host.id, epoch, api: true }), lie ? new ClientFacingLiar([lie], { secretKey, setTimeout: (fn, ms) => clock.setTimer(ms, fn) }) : undefined)
+    }
   }
 
   /** Two relays' connections (one each way) open after a network delay; each tells its relay. */
@@ -595,6 +695,10 @@ class Simulation {
     host.epoch++
     host.receive = undefined
     host.connected = undefined
+    // Its clients' connections drop with it.
+    host.sessions = undefined
+    for (const w of host.wires) w.cut()
+    host.wires.clear()
     // What it held for unreachable peers was in its memory.
     host.held.clear()
     host.kv.crash()
@@ -683,6 +787,7 @@ class Simulation {
         this.submit(ev.client, ev.index, ev.attempt)
         return
       case 'chaos':
+      case 'client':
         await ev.action()
         return
       case 'junk':
@@ -800,7 +905,13 @@ class Simulation {
 
   /** What one write of a relay stores, as the checkers see it when the relay issues it (its disk may lose it at a crash: then the relay must redo it alike). */
   private checkWrite(host: Host, { puts, removes }: Written): void {
-    if (host.strategy) return
+    if (host.strategy) {
+      // Not checked (it may store anything), but what it attests counts towards the quorums clients gather.
+      for (const { key, value } of puts.get(STORE_TABLES.attestations) ?? []) {
+        if ((key as unknown[])[0] === SPACE) host.stableIndex = Math.max(host.stableIndex, decodeAttestation(storeRecords.attestation(value).attestation.bytes).toIndex)
+      }
+      return
+    }
     // Starting over from a checkpoint (RelayStore.install) replaces every space's snapshot: the
     // commit records it writes are the checkpoint's window, which correct relays made.
     const installing = removes.has(STORE_TABLES.snapshotSpaces)
@@ -888,6 +999,7 @@ class Simulation {
       if (env instanceof SteadError) throw new Violation(`relay ${host.id} attested a commit carrying an invalid envelope (${env.reason})`)
       return env
     })
+    const fromIndex = this.checker.stableIndex
     const result = this.checker.commit(batch, round)
     this.checkerRound = round
     // G4 and the audit: what the relays attest is what the audit decides (at most one of two twins committed).
@@ -903,6 +1015,7 @@ class Simulation {
       if (d.kind === 'dropped' && d.reason === 'bad-clock' && this.honestSet.has(d.env.idHex)) throw new Violation(`the audit refused honest envelope ${d.env.idHex.slice(0, 8)}'s clock: ${d.detail}`)
     }
     const hash = toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b)))
+    if (!this.attested.record(round, fromIndex, this.checker.stableIndex, hash, result.decisions)) throw new Violation(`the checker's stable index moved from ${fromIndex} to ${this.checker.stableIndex} at round ${round}, not by the envelopes it committed`)
     if (this.checker.stableIndex !== toIndex || hash !== stateHash) {
       throw new Violation(`relay ${host.id} attested stable index ${toIndex} with state ${stateHash.slice(0, 8)} at round ${round}; replaying the attested commits gives ${this.checker.stableIndex} with ${hash.slice(0, 8)}`)
     }
@@ -929,6 +1042,7 @@ class Simulation {
   // ---- end of run ----
 
   private finalChecks(progressMark: Array<number | null> | null, endedIdle: boolean): void {
+    if (endedIdle) this.clients?.finalChecks((b) => nodeCrypto.sha256(b))
     const correct = this.hosts.filter((h) => !h.strategy && h.up)
     // An idle cluster sends nothing: a correct relay left behind when the work stopped must still catch up
     // with every commit that carried envelopes (one left without an empty last commit has nothing to lose:

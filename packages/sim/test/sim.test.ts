@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import type { ClientLie } from '@stead/relay'
 import { STRATEGIES, prepareWorkload, runSimulation, type SimOptions } from '../src/index.ts'
 
 /**
@@ -114,7 +115,7 @@ describe('deterministic simulation', () => {
   for (const strategy of STRATEGIES) {
     it(`N=4 stays safe and live with a Byzantine relay that does '${strategy}' and a crash`, async () => {
       // A flooding relay sends 20 requests with each block: more messages, so more steps for the same work.
-      const r = await run({ seed: 7, byzantine: 1, strategy, crash: 1, ...(strategy.startsWith('flood-') ? { steps: 20_000 } : {}) })
+      const r = await run({ seed: 7, byzantine: 1, strategy, crash: 1, sdkClients: 2, ...(strategy.startsWith('flood-') ? { steps: 20_000 } : {}) })
       expect(r.violation).toBeUndefined()
       expect(Math.min(...r.anchors.slice(0, 3))).toBeGreaterThan(3)
       // Once the work is done every correct relay goes quiet, whatever the Byzantine one did
@@ -125,9 +126,40 @@ describe('deterministic simulation', () => {
 
   for (const [i, strategy] of (['equivocate', 'blame-leader', 'forged-envelopes', 'withhold-block'] as const).entries()) {
     it(`N=7 stays safe and live with two Byzantine relays ('${strategy}') and a crash`, async () => {
-      const r = await run({ seed: 100 + i, relays: 7, byzantine: 2, strategy, crash: 1, steps: 10_000 })
+      const r = await run({ seed: 100 + i, relays: 7, byzantine: 2, strategy, crash: 1, steps: 10_000, sdkClients: 2 })
       expect(r.violation).toBeUndefined()
       expect(Math.min(...r.anchors.slice(0, 5))).toBeGreaterThan(3)
     })
   }
+})
+
+describe('SDK clients in the simulated world', () => {
+  it('replays a seed exactly, clients, their crash and the lies told them included', async () => {
+    const a = await run({ seed: 42, byzantine: 1, strategy: 'equivocate', crash: 1, sdkClients: 2, clientLie: 'lie-attest' })
+    const b = await run({ seed: 42, byzantine: 1, strategy: 'equivocate', crash: 1, sdkClients: 2, clientLie: 'lie-attest' })
+    expect(a.violation).toBeUndefined()
+    expect(b).toEqual(a)
+  })
+
+  // What each lie must make the clients do: blame the liar, or just take frames and attestations from the others.
+  const blamedFor: Record<string, boolean> = { 'lie-attest': true, junk: true, 'forge-envelope': true, 'withhold-commits': false, 'withhold-envelopes': false, slow: false }
+  for (const [i, lie] of Object.keys(blamedFor).entries()) {
+    it(`keeps every client guarantee against a relay that tells its clients '${lie}', a relay crash and a client crash`, async () => {
+      const r = await run({ seed: 200 + i, byzantine: 1, strategy: 'silent', crash: 1, steps: 20_000, sdkClients: 2, clientLie: lie as ClientLie })
+      expect(r.violation).toBeUndefined()
+      // Ended quiet: every client held the last attested state, with nothing pending, and G5 was checked.
+      expect(r.endedIdle).toBe(true)
+      expect(r.safeUpdates.committed).toBeGreaterThan(0)
+      if (blamedFor[lie]) expect(r.clientBlames).toBeGreaterThan(0)
+    })
+  }
+
+  it('catches a weakened client: told f = 0, it takes one lying attestation for a quorum and blames the correct relays', async () => {
+    const r = await run({ seed: 3, byzantine: 1, strategy: 'silent', partition: false, sdkClients: 2, weakClients: true, clientLie: 'lie-attest' })
+    expect(r.violation?.message).toMatch(/client \d blamed correct relay \d/)
+    expect(r.violation?.step).toBeGreaterThan(0)
+    // The same run with clients that know f holds.
+    const honest = await run({ seed: 3, byzantine: 1, strategy: 'silent', partition: false, sdkClients: 2, clientLie: 'lie-attest' })
+    expect(honest.violation).toBeUndefined()
+  })
 })
