@@ -1191,19 +1191,18 @@ export class ReliableReplica extends StableAudit {
         }
       }
     }
+    // An op applied here and not committed is undone by rebuilding its object (the stable one plus what is still
+    // pending), not by its inverse: later ops may have built on it (an insert placed after an element that the
+    // stable state never had waits there, and must wait here too), and only the rebuild sees them as the audit did.
+    const undo = new Set<string>()
     for (const unit of envelopeUnits(env)) {
       for (const item of itemsOf(unit)) {
         if (fresh.has(item.key)) continue
-        const ctx = { replica: env.authorId, tag: item.tag }
         const wasApplied = p?.applied.has(item.tag) ?? false
         const isCommitted = committed(item.tag)
-        if (wasApplied && !isCommitted) {
-          const obj = this.prospectiveObjects.get(item.key) as Obj
-          const c = asGeneric(obj.crdt)
-          c.apply(c.inverse(item.op, ctx), ctx)
-          changed.add(item.key)
-        } else if (!wasApplied && isCommitted) {
-          this.applyProspective(item.key, item.decl, item.op, ctx)
+        if (wasApplied && !isCommitted) undo.add(item.key)
+        else if (!wasApplied && isCommitted && !undo.has(item.key)) {
+          this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })
           changed.add(item.key)
         }
       }
@@ -1211,6 +1210,10 @@ export class ReliableReplica extends StableAudit {
     if (p) {
       this.newPendingEpoch()
       this.forgetPending(p)
+    }
+    for (const key of undo) {
+      this.rebuildProspective(key)
+      changed.add(key)
     }
     for (const key of changed) this.alignDeclaration(key)
   }

@@ -1,9 +1,9 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
-import { createCrdt, type AnyCrdt, type AnyOp, type Declaration, type PNCounter } from '../src/crdt/index.ts'
+import { asGeneric, createCrdt, type AnyCrdt, type AnyOp, type CollabList, type Declaration, type PNCounter } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
-import { authorIdOf, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { authorIdOf, envelopeUnits, openEnvelopeSync, sealEnvelope, unitTagPrefix, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
 import { AuditInvariantError, HISTORY_BYTES, ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
 import { applyValuePatch } from '../src/crdt/value-patch.ts'
@@ -293,6 +293,56 @@ function prospectiveEqualsStable(r: ReliableReplica): void {
     expect([key, norm(r.value(key))]).toEqual([key, norm(stable.value())])
   }
 }
+
+describe('reliable replica: reversing documents', () => {
+  it('a list insert the audit rejects disappears prospectively even after another edit moved it (G5)', async () => {
+    const decl: Declaration = { type: 'list', bounds: { maxLength: 1 } }
+    // Each author's view, as it was when it edited: ops are made against views, under the envelope's tags.
+    const view = createCrdt(decl) as CollabList
+    const seen = (env: Envelope): void => {
+      for (const unit of envelopeUnits(env)) for (const item of unit.kind === 'op' ? [unit] : unit.items) asGeneric(view).apply(item.op, { replica: env.authorId, tag: item.tag })
+    }
+    const first = await seal(0, 1, { updates: [{ key: 'todo', decl, ops: [view.insertOp(0, ['a'])] }] })
+    seen(first)
+    // Author 1 adds 'x' (past maxLength 1 once 'a' is stable), author 2 moves it in front of 'a'.
+    const add = await seal(1, 1, { updates: [{ key: 'todo', decl, ops: [view.insertOp(1, ['x'])] }] })
+    seen(add)
+    const move = await seal(2, 1, { updates: [{ key: 'todo', decl, ops: [view.moveOp(1, 0) as AnyOp] }] })
+    const r = new ReliableReplica({ space: SPACE })
+    const values = (v: unknown): unknown[] => (v as Array<{ value: unknown }>).map((e) => e.value)
+    for (const env of [first, add, move]) r.receive(env)
+    expect(values(r.value('todo'))).toEqual(['x', 'a'])
+    r.commit([first, add])
+    expect(values(r.stableValue('todo'))).toEqual(['a'])
+    r.commit([move])
+    expect(values(r.stableValue('todo'))).toEqual(['a'])
+    expect(r.value('todo')).toEqual(r.stableValue('todo'))
+  })
+
+  it('an insert placed after a rejected one waits on both paths: prospective equals stable (G5)', async () => {
+    const decl: Declaration = { type: 'list', bounds: { maxLength: 2 } }
+    const view = createCrdt(decl) as CollabList
+    const seen = (env: Envelope): void => {
+      for (const unit of envelopeUnits(env)) for (const item of unit.kind === 'op' ? [unit] : unit.items) asGeneric(view).apply(item.op, { replica: env.authorId, tag: item.tag })
+    }
+    const first = await seal(0, 1, { updates: [{ key: 'todo', decl, ops: [view.insertOp(0, ['a', 'b'])] }] })
+    seen(first)
+    // 'x' takes the list past 2 and is rejected; 'a' goes; 'y' goes after 'x', which the stable list never had.
+    const add = await seal(1, 1, { updates: [{ key: 'todo', decl, ops: [view.insertOp(2, ['x'])] }] })
+    seen(add)
+    const del = await seal(0, 2, { updates: [{ key: 'todo', decl, ops: [view.deleteOp(0, 1) as AnyOp] }] })
+    seen(del)
+    const after = await seal(2, 1, { updates: [{ key: 'todo', decl, ops: [view.insertOp(2, ['y'])] }] })
+    const r = new ReliableReplica({ space: SPACE })
+    const values = (v: unknown): unknown[] => (v as Array<{ value: unknown }>).map((e) => e.value)
+    for (const env of [first, add, del, after]) r.receive(env)
+    expect(values(r.value('todo'))).toEqual(['b', 'x', 'y'])
+    r.commit([first, add, del])
+    r.commit([after])
+    expect(values(r.stableValue('todo'))).toEqual(['b'])
+    expect(r.value('todo')).toEqual(r.stableValue('todo'))
+  })
+})
 
 describe('reliable replica: properties', () => {
   it('G2, G4, G5: replicas that receive any subset in any order and commit one order agree, keep invariants, and converge; an audit-only replica (a relay) decides alike', async () => {

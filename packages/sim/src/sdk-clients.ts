@@ -281,7 +281,7 @@ export class SdkClients {
         const plain = (v: unknown): string => (replica.declaration(key)?.type === 'set' && Array.isArray(v) ? JSON.stringify(v.map((e) => JSON.stringify(e)).sort()) : JSON.stringify(v ?? null))
         const stable = plain(replica.stable(key)?.value())
         const prospective = plain(replica.prospective(key)?.value())
-        if (stable !== prospective) throw new Violation(`client ${d.id}: ${key} reads ${prospective.slice(0, 60)} prospectively and ${stable.slice(0, 60)} stable once the run is quiet (G5)`)
+        if (stable !== prospective) throw new Violation(`client ${d.id}: ${key} reads ${prospective.slice(0, 600)} prospectively and ${stable.slice(0, 600)} stable once the run is quiet (G5)`)
       }
       const own = (replica.stable(OWN(d.id))?.value() as number | undefined) ?? 0
       if (own < d.acked || own > d.issued) throw new Violation(`client ${d.id}'s own counter is ${own} in the stable state; it acknowledged ${d.acked} and made ${d.issued}`)
