@@ -641,6 +641,12 @@ export class RelayNode {
     return this.store.feedStart(space)
   }
 
+  /** This relay's signature on the last commit of `space` that ends at or below stable index `index`, if it stored one: it vouches for every commit up to there. */
+  attestedBy(space: string, index: number): { round: number; sig: Uint8Array } | undefined {
+    const head = this.store.commitEndingBy(space, index)
+    return head && { round: head.position[1], sig: head.attestation.sig }
+  }
+
   /**
    * Registers `sub` for a space's live news and returns its feed of stored
    * commits from `fromIndex` on: the subscriber reads the feed at its own

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
-import { decode, encode, type Signed } from '@stead/core'
+import { decode, decodeAttestation, encode, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
 import { LmdbKv, RECORD_LIMIT, type Kv, type KvTable } from './kv.ts'
@@ -465,6 +465,8 @@ export class RelayStore {
       this.snapshotHead.put('blocks-from', encode([c.blocksFrom]))
       for (const key of [...this.checkpointStates.getKeys()]) this.checkpointStates.remove(key as string)
       this.writeCheckpoint(c.checkpoint)
+      // Which checkpoint this store last started over from: for operators, and for checkers that read the store.
+      this.snapshotHead.put('installed', encode([c.checkpoint.anchorRound]))
     })
     // The journal's blocks belong to the replaced DAG too (and every earlier write is durable now).
     this.journal.drop()
@@ -623,6 +625,19 @@ export class RelayStore {
    */
   commitAt(space: string, from: FeedPosition): StoredCommitHead | undefined {
     for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) return commitHead(key, value)
+    return undefined
+  }
+
+  /**
+   * A space's latest attested commit that ends at or below stable index
+   * `index`: the last one a client at `index` applied (unless it skipped it
+   * by a snapshot). Commits that start at `index` and go past it are not.
+   */
+  commitEndingBy(space: string, index: number): StoredCommitHead | undefined {
+    for (const { key, value } of this.attest.getRange({ start: [space, index, Number.MAX_SAFE_INTEGER], end: [space, -1, 0], reverse: true, limit: 4 })) {
+      const head = commitHead(key, value)
+      if (decodeAttestation(head.attestation.bytes).toIndex <= index) return head
+    }
     return undefined
   }
 

@@ -14,7 +14,7 @@ const FLOOD_STEPS_FACTOR = 8
 const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byzantine K] [--strategy NAME|all]
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--sdk-clients N]
                      [--client-lie NAME|none] [--loss P] [--no-partition]
-                     [--retain-rounds N] [--restart-after MS] [--lose-store]
+                     [--retain-rounds N] [--restart-after MS] [--lose-store] [--long-outage-every K]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
@@ -30,7 +30,12 @@ snapshot every 8 batches and prune blocks older than --retain-rounds
 (default 80 = 4 x gcDepth, the least a relay accepts). A failing seed prints
 its step and replays exactly. --steps (default 20000) caps the events of a
 run; the flood-* strategies get ${FLOOD_STEPS_FACTOR} times as many, since each of their
-requests is an event too.
+requests is an event too. With --crash, every K-th seed (--long-outage-every,
+default 4; 0: none) keeps its first crashed relay down until its peers pruned
+the rounds it needs, so it must start over from a checkpoint (a 40 s run,
+with twice the steps). Real SDK clients (--sdk-clients, default 2) run
+beside the relays; Byzantine relays tell them a lie (--client-lie, default
+one per seed; none: honest to clients).
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -51,6 +56,7 @@ const { values } = parseArgs({
     'retain-rounds': { type: 'string', default: '80' },
     'restart-after': { type: 'string' },
     'lose-store': { type: 'boolean', default: false },
+    'long-outage-every': { type: 'string', default: '4' },
     help: { type: 'boolean', default: false },
   },
 })
@@ -90,10 +96,13 @@ if (lieArg !== undefined && lieArg !== 'none' && !CLIENT_LIES.includes(lieArg as
 const clientLie = lieArg === undefined ? undefined : lieArg === 'none' ? null : (lieArg as ClientLie)
 
 let failed = 0
+const totals = { installs: 0, replayed: 0, stepLimit: 0, blames: 0, safe: 0 }
 const started = performance.now()
 for (const seed of seeds) {
   const strategy = strategyArg === 'all' ? (STRATEGIES[seed % STRATEGIES.length] as Strategy) : (strategyArg as Strategy)
   const workload = await prepareWorkload(seed, int('clients', values.clients), int('envelopes', values.envelopes), byzantine > 0)
+  const every = int('long-outage-every', values['long-outage-every'])
+  const longOutage = every > 0 && int('crash', values.crash) > 0 && seed % every === 0
   const t0 = performance.now()
   const r = await runSimulation(
     {
@@ -102,7 +111,8 @@ for (const seed of seeds) {
       byzantine,
       strategy,
       crash: int('crash', values.crash),
-      steps: int('steps', values.steps) * (strategy.startsWith('flood-') ? FLOOD_STEPS_FACTOR : 1),
+      steps: int('steps', values.steps) * (strategy.startsWith('flood-') ? FLOOD_STEPS_FACTOR : 1) * (longOutage ? 2 : 1),
+      ...(longOutage ? { longOutage } : {}),
       partition: !values['no-partition'],
       loss: Number(values.loss),
       retainRounds: int('retain-rounds', values['retain-rounds']),
@@ -114,13 +124,18 @@ for (const seed of seeds) {
     workload,
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
-  const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? "" : " (ended on the step limit)"} ${(performance.now() - t0).toFixed(0)}ms`
+  const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}${longOutage ? ' long-outage' : ''}`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
+  totals.installs += r.checkpointInstalls
+  totals.replayed += r.replayedFrames
+  totals.stepLimit += r.endedIdle ? 0 : 1
+  totals.blames += r.clientBlames
+  totals.safe += r.safeUpdates.committed + r.safeUpdates.rejected
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++
-    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
+    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']} --long-outage-every ${values['long-outage-every']}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
   }
 }
-console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s)`)
+console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s); checkpoint installs ${totals.installs}, replayed frames ${totals.replayed}, runs on the step limit ${totals.stepLimit}, safe updates resolved ${totals.safe}, liars blamed ${totals.blames}`)
 process.exit(failed ? 1 : 0)

@@ -56,6 +56,9 @@ interface Device {
   checkedRound: number
 }
 
+/** SIM_TRACE=1 prints what the clients are told of errors. */
+const TRACE = Boolean(process.env.SIM_TRACE)
+
 const OWN = (id: number): string => `sdk:own:${id}`
 const SHARED = 'sdk:shared'
 const ACCOUNT = 'sdk:acct'
@@ -156,6 +159,7 @@ export class SdkClients {
       safeTimeoutMs: Number.POSITIVE_INFINITY,
     })
     if (d.epoch !== epoch) return
+    if (TRACE) client.onError((err) => console.log(`  t=${world.now().toFixed(0)} client ${d.id}: ${err.reason}: ${err.message}`))
     d.client = client
     d.authorId = client.authorId
     d.space = await client.space(SPACE)
@@ -257,6 +261,17 @@ export class SdkClients {
   settled(): boolean {
     const latest = this.world.latestIndex()
     return this.devices.every((d) => d.space !== undefined && d.space.pendingUpdates().length === 0 && d.space.replica.stableIndex === latest)
+  }
+
+  /** Why each client that is not settled is not, for a run that ended on the step limit. */
+  unsettled(): string[] {
+    const latest = this.world.latestIndex()
+    return this.devices.flatMap((d) => {
+      if (!d.space) return [`client ${d.id} down`]
+      const pending = d.space.pendingUpdates().length
+      const index = d.space.replica.stableIndex
+      return pending || index !== latest ? [`client ${d.id}: ${pending} pending, stable index ${index} of ${latest}${d.client?.status.problem ? ` (${d.client.status.problem})` : ''}`] : []
+    })
   }
 
   /** At the end of a quiet run: G5 and no acknowledged update lost. */

@@ -53,6 +53,13 @@ export interface SimOptions {
   readonly loseBatchesOnRestart?: boolean
   /** Restart a crashed relay this long after its crash (a supervisor's restart delay) instead of later in the run. */
   readonly restartDelayMs?: number
+  /**
+   * The first crashed relay stays down from 5% of the run until every
+   * correct peer pruned the rounds it needs (or 55%), and its peers hold
+   * few frames for it (HELD_FRAMES_LONG_OUTAGE): it must start over from a
+   * checkpoint. Runs last 40 s instead of 20 s unless durationMs says.
+   */
+  readonly longOutage?: boolean
   /** A storage fault: a crashed relay's journal comes back empty, to prove the checks catch a relay that speaks before its block is durable. */
   readonly loseJournalOnCrash?: boolean
   /** An operator's fault: a crashed relay restarts with an empty store and journal (a lost disk, a wiped data dir). */
@@ -114,6 +121,8 @@ export interface SimResult {
   readonly lostWrites: number
   /** Whether the run ended with the cluster idle (not on the step limit): the end-of-run checks all ran. */
   readonly endedIdle: boolean
+  /** On the step limit: what was still going on (relays busy, messages in flight, clients not settled). */
+  readonly busyAtEnd?: string
   readonly prunedBelowRound: number
   readonly signatures: { readonly signs: number; readonly verifies: number }
   /** The lie Byzantine relays told SDK clients, if any ran. */
@@ -193,6 +202,8 @@ interface Host {
 /** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
 const HELD_FRAMES = 4096
 const HELD_BYTES = 16 * 1024 * 1024
+/** What peers hold for a relay on a long outage: a real relay's queue overflows over hours; here over seconds. */
+const HELD_FRAMES_LONG_OUTAGE = 64
 
 /**
  * Verification memo shared by the simulated relays: the verdict is a pure
@@ -340,6 +351,8 @@ class Simulation {
   private installs = 0
   private lostWrites = 0
   private partitioned: Set<number> | null = null
+  /** The relay of a long outage (SimOptions.longOutage) and the round it had reached when it went down. */
+  private longOutage: { victim: number; lastRound: number } | undefined
   private readonly honestIds: string[]
   private readonly honestSet: ReadonlySet<string>
   /** Committed envelopes by whether the audit verified their clock. */
@@ -375,7 +388,7 @@ class Simulation {
       openSpaces: false,
       newSpacesPerKeyPerHour: 100,
       // Checkpoints every few GC depths, so relays take them (and a relay left far behind can install one).
-      checkpointRounds: GC_DEPTH,
+      checkpointRounds: this.gcDepth,
     }
     this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
@@ -526,12 +539,21 @@ class Simulation {
       droppedHeldFrames: this.heldDropped,
       lostWrites: this.lostWrites,
       endedIdle,
+      ...(endedIdle ? {} : { busyAtEnd: this.busyNow() }),
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
       signatures: { ...this.cryptoCounts },
       clientLie: this.clientLie,
       safeUpdates: { ...(this.clients?.safeOutcomes ?? { committed: 0, rejected: 0 }) },
       clientBlames: this.clients?.blamed ?? 0,
     }
+  }
+
+  /** What keeps the run from being idle, for a run that ended on the step limit. */
+  private busyNow(): string {
+    const busy = this.hosts.filter((h) => !h.strategy && h.up && h.node.busy).map((h) => `relay ${h.id} busy`)
+    const inFlight = this.inFlightToCorrect() ? ['work in flight to a correct relay'] : []
+    const clients = this.clients?.unsettled() ?? []
+    return [...busy, ...inFlight, ...clients].join('; ') || 'nothing (the scenario had not ended)'
   }
 
   /** Whether a message, a connection, a disk write or a timer is still on its way to a correct relay (it may give it work). */
@@ -545,8 +567,14 @@ class Simulation {
     })
   }
 
+  /** A long outage runs with a shallower DAG (and so a shorter least retention), so that peers prune within a run. */
+  private get gcDepth(): number {
+    return this.options.longOutage ? GC_DEPTH / 2 : GC_DEPTH
+  }
+
   private get duration(): number {
-    return this.options.durationMs ?? 20_000
+    // A long outage needs the others to make rounds enough to prune what the relay that is down needs.
+    return this.options.durationMs ?? (this.options.longOutage ? 40_000 : 20_000)
   }
 
   // ---- the machines ----
@@ -606,12 +634,13 @@ class Simulation {
       // Every space's state hash recomputed from scratch after each commit (the audit's own check).
       verifyStateHashes: true,
       ...(this.options.skipOwnLastAsk ? { ownLastTimeoutMs: 0 } : {}),
-      gcDepth: GC_DEPTH,
+      gcDepth: this.gcDepth,
       snapshotEveryBatches: SNAPSHOT_EVERY_BATCHES,
       // Replicas leave memory and come back from snapshot records often, at different times on
       // different relays: their audits must agree all the same.
       spaceIdleMs: SPACE_IDLE_MS,
-      retention: { blockRounds: Math.max(4 * GC_DEPTH, this.options.retainRounds ?? 0) },
+      // (A long outage keeps the least a relay accepts, whatever retainRounds says.)
+      retention: { blockRounds: this.options.longOutage ? 4 * this.gcDepth : Math.max(4 * this.gcDepth, this.options.retainRounds ?? 0) },
       onFatal: (err) => {
         this.fatal ??= err instanceof Violation ? err : new Violation(`relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}: ${err instanceof Error ? err.message : String(err)}`)
       },
@@ -657,6 +686,15 @@ class Simulation {
     const budget = Math.max(1, this.f - byzantine)
     for (let i = 0; i < crash; i++) {
       const victim = correct[(this.rng.int(0, correct.length - 1) + i) % correct.length] as number
+      if (i === 0 && this.options.longOutage) {
+        this.longOutage = { victim, lastRound: 0 }
+        at(0.05, () => {
+          this.longOutage = { victim, lastRound: (this.hosts[victim] as Host).node.status().round as number }
+          this.crash(victim)
+          this.awaitPruned(victim)
+        })
+        continue
+      }
       const slot = Math.floor(i / budget)
       const span = 0.4 / Math.ceil(crash / budget)
       // Half the crashes wait for a write in flight, so that they lose it.
@@ -705,6 +743,18 @@ class Simulation {
     if (this.options.loseJournalOnCrash || this.options.loseStoreOnCrash) host.journal = new MemoryJournal()
     if (this.options.loseStoreOnCrash) host.kv = new MemoryKv((done) => this.diskWrite(id, done))
     if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
+  }
+
+  /** Restarts a long-outage victim once every correct peer that is up pruned past the round it stopped at, or at 55% of the run (while there is work). */
+  private awaitPruned(victim: number): void {
+    const last = this.longOutage?.lastRound ?? 0
+    const peers = this.hosts.filter((h) => h.id !== victim && !h.strategy && h.up)
+    const pruned = peers.length > 0 && peers.every((h) => (h.node.status().blocksKeptFrom as number) > last + this.gcDepth)
+    if (pruned || this.now >= this.duration * 0.55) {
+      this.queue.push(this.now + 1, { kind: 'chaos', action: () => this.restart(victim) })
+      return
+    }
+    this.queue.push(this.now + 250, { kind: 'chaos', action: () => this.awaitPruned(victim) })
   }
 
   private async restart(id: number): Promise<void> {
@@ -879,7 +929,8 @@ class Simulation {
     if (!q) sender.held.set(to, (q = { frames: [], bytes: 0 }))
     q.frames.push(frame)
     q.bytes += frame.length
-    while (q.frames.length > HELD_FRAMES || q.bytes > HELD_BYTES) {
+    const cap = to === this.longOutage?.victim ? HELD_FRAMES_LONG_OUTAGE : HELD_FRAMES
+    while (q.frames.length > cap || q.bytes > HELD_BYTES) {
       q.bytes -= (q.frames.shift() as Uint8Array).length
       this.heldDropped++
     }
@@ -914,14 +965,16 @@ class Simulation {
     }
     // Starting over from a checkpoint (RelayStore.install) replaces every space's snapshot: the
     // commit records it writes are the checkpoint's window, which correct relays made.
-    const installing = removes.has(STORE_TABLES.snapshotSpaces)
+    const installing = (puts.get(STORE_TABLES.snapshotHead) ?? []).some((p) => p.key === 'installed')
     if (installing) {
       trace(`t=${this.now.toFixed(0)} relay ${host.id} started over from a checkpoint`)
       // What clients handed it before is in the checkpoint's state, or theirs to resubmit.
       host.accepted.clear()
       this.installs++
     }
-    for (const { key, value } of puts.get(STORE_TABLES.commits) ?? []) this.checkCommit(host, key as number, value, !installing)
+    // A relay catching up far behind its peers may prune, in the write that commits a block, blocks that old.
+    const pruned = new Set((removes.get(STORE_TABLES.blockDigests) ?? []).map(String))
+    for (const { key, value } of puts.get(STORE_TABLES.commits) ?? []) this.checkCommit(host, key as number, value, !installing, pruned)
     const chunks = puts.get(STORE_TABLES.attestationChunks) ?? []
     // (A write's attestations follow its commits: see RelayStore.write.)
     for (const { key, value } of puts.get(STORE_TABLES.attestations) ?? []) {
@@ -936,7 +989,7 @@ class Simulation {
    * Correct relays store the same sequence of commits (same blocks in the
    * same order, same envelopes) and never order two blocks of one slot.
    */
-  private checkCommit(host: Host, anchor: number, value: Uint8Array, madeHere: boolean): void {
+  private checkCommit(host: Host, anchor: number, value: Uint8Array, madeHere: boolean, pruned: ReadonlySet<string>): void {
     const { ordered, payloadIds } = storeRecords.commit(value)
     const line = `${ordered.join(',')}|${payloadIds.join(',')}`
     trace(`t=${this.now.toFixed(0)} relay ${host.id} stored commit ${anchor}: ${ordered.length} blocks, ${payloadIds.length} envelopes`)
@@ -955,6 +1008,7 @@ class Simulation {
     // (A checkpoint's window orders blocks this relay never had: the relays that made it stored them.)
     for (const digest of madeHere ? ordered : []) {
       const where = slots.get(digest)
+      if (!where && pruned.has(digest)) continue
       if (!where) throw new Violation(`relay ${host.id} committed block ${digest.slice(0, 8)} at round ${anchor} without storing it`)
       const { round, author } = storeRecords.blockSlot(where)
       const slot = `${round}:${author}`

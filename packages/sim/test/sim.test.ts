@@ -154,6 +154,27 @@ describe('SDK clients in the simulated world', () => {
     })
   }
 
+  // Seeds where, before relays vouched on subscribe for the commits a client already holds, clients ended with their own
+  // outcomes unconfirmed for ever: the relay that had crashed came back with nothing more to commit, and a liar withheld.
+  for (const seed of [1, 24, 34]) {
+    it(`confirms every client's own outcomes once the cluster is quiet, with a liar and a relay that was down (seed ${seed})`, async () => {
+      const r = await run({ seed, byzantine: 1, strategy: STRATEGIES[seed % STRATEGIES.length], crash: 1, steps: 20_000, sdkClients: 2 }, 30)
+      expect(r.violation).toBeUndefined()
+      expect(r.busyAtEnd).toBeUndefined()
+      expect(r.endedIdle).toBe(true)
+    })
+  }
+
+  // The soak's long outages (npm run sim: every 4th seed with --crash): peers prune what the relay that is down needs.
+  for (const seed of [20, 28]) {
+    it(`a relay down until its peers pruned its rounds starts over from a checkpoint, clients and a liar beside it (seed ${seed})`, async () => {
+      const r = await run({ seed, byzantine: 1, strategy: STRATEGIES[seed % STRATEGIES.length], crash: 1, steps: 40_000, sdkClients: 2, longOutage: true }, 30)
+      expect(r.violation).toBeUndefined()
+      expect(r.checkpointInstalls).toBe(1)
+      expect(r.endedIdle).toBe(true)
+    })
+  }
+
   it('catches a weakened client: told f = 0, it takes one lying attestation for a quorum and blames the correct relays', async () => {
     const r = await run({ seed: 3, byzantine: 1, strategy: 'silent', partition: false, sdkClients: 2, weakClients: true, clientLie: 'lie-attest' })
     expect(r.violation?.message).toMatch(/client \d blamed correct relay \d/)

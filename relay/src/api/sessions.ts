@@ -481,13 +481,21 @@ class Session implements Subscriber {
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
         this.feeds.delete(message.space)
-        // Older than the commits kept here: the client starts again from a verified snapshot.
+        // Older than the commits kept here: a client that wants them starts again from a verified snapshot. One that
+        // wants attestations only (to count 2f+1 on its own commits) gets them from there on: a relay attests a
+        // space's commits in chain order, so each one vouches for every commit before it too.
         const start = this.node.feedStart(message.space)
-        if (start !== undefined && message.fromIndex < start) return this.send({ type: 'pruned', space: message.space, from: start })
-        const refs = message.frames !== false && message.refs === true
-        const { feed, unsubscribe } = this.node.subscribe(message.space, message.fromIndex, this, message.frames !== false, refs ? (chunk) => this.refer(chunk) : undefined)
+        const frames = message.frames !== false
+        if (start !== undefined && message.fromIndex < start && frames) return this.send({ type: 'pruned', space: message.space, from: start })
+        const fromIndex = start === undefined ? message.fromIndex : Math.max(message.fromIndex, start)
+        const refs = frames && message.refs === true
+        const { feed, unsubscribe } = this.node.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.refer(chunk) : undefined)
         this.feeds.delete(message.space)
         this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
+        // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
+        // outcomes wait for, even when no commit follows (the feed only sends what comes after).
+        const vouch = fromIndex > 0 ? this.node.attestedBy(message.space, fromIndex) : undefined
+        if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
         this.pump()
         return
       }
