@@ -49,6 +49,7 @@ interface StartOptions {
   paceMs?: number
   memoryBudgetMb?: number
   snapshotEvery?: number
+  peerQueueFrames?: number
   retainRounds?: number
   retainUpdates?: number
   limit?: string[]
@@ -137,6 +138,7 @@ async function start(options: StartOptions): Promise<void> {
     ...(o.byzantine?.toClients.length ? { clientLies: o.byzantine.toClients } : {}),
     ...(o.memoryBudgetMb === undefined ? {} : { memoryBudgetBytes: o.memoryBudgetMb * 1024 * 1024 }),
     ...(o.snapshotEvery === undefined ? {} : { snapshotEveryBatches: o.snapshotEvery }),
+    ...(o.peerQueueFrames === undefined ? {} : { peerQueueFrames: o.peerQueueFrames }),
     ...(o.retainRounds === undefined && o.retainUpdates === undefined
       ? {}
       : { retention: { ...(o.retainRounds === undefined ? {} : { blockRounds: o.retainRounds }), ...(o.retainUpdates === undefined ? {} : { updates: o.retainUpdates }) } }),
@@ -238,6 +240,7 @@ Examples:
     .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))
     .addOption(new Option('--snapshot-every <batches>', 'snapshot the spaces\' audit state after this many committed batches, or a minute after the last (default 1000): what a restart replays at most').argParser(wholeNumber(1, 1_000_000, 'batches')))
     .addOption(new Option('--retain-rounds <rounds>', 'consensus rounds of blocks kept for relays that fell behind (default 20000); older ones are deleted at each snapshot').argParser(wholeNumber(200, 1_000_000_000, 'rounds')))
+    .addOption(new Option('--peer-queue-frames <n>', 'frames held for a relay this one cannot reach, sent when it is back (default 100000; at most 64 MiB): a relay that missed more asks for blocks, or installs a checkpoint').argParser(wholeNumber(1, 100_000_000, 'frames')))
     .addOption(new Option('--retain-updates <n>', 'per space, stable indexes of commits kept for clients resuming (default 1000000); a client further behind starts from a verified snapshot').argParser(wholeNumber(1, 1_000_000_000_000, 'updates')))
     .option('--limit <name=value>', 'set a client API or mesh limit (repeatable), e.g. --limit maxSessionsPerKey=8 or --limit mesh.unrequestedBlocks.perSecond=400; names and defaults: relay/README.md', repeatable)
     .addOption(new Option('--byzantine <modes>', 'misbehave on purpose, for tests and demos only: one mode towards relays and any towards clients, comma-separated (relay/README.md lists them)').argParser(byzantineModes))

@@ -36,6 +36,13 @@ export interface RunRelayOptions {
   readonly snapshotEveryBatches?: number
   /** History kept past the latest snapshot (see RelayNodeOptions.retention). */
   readonly retention?: Retention
+  /**
+   * Frames the mesh holds for a peer it cannot reach, sent once it is back
+   * (oldest dropped past it; default 100,000, and 64 MiB whatever the
+   * count). A peer that missed more catches up by asking for blocks, or
+   * from a checkpoint once the others pruned them.
+   */
+  readonly peerQueueFrames?: number
 }
 
 export interface RunningRelay {
@@ -64,6 +71,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
+    ...(o.peerQueueFrames ? { maxQueueFrames: o.peerQueueFrames } : {}),
   })
   // A Byzantine relay is an honest relay behind a mesh that rewrites what it sends.
   const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(o.cluster), secretKey: o.secretKey, crypto: relayCrypto }) : libp2pMesh
