@@ -172,6 +172,8 @@ export class SdkClients {
     d.wires.add(wire)
     this.world.schedule(this.world.now() + this.world.delay(), null, () => {
       if (d.epoch !== epoch) return
+      // A relay that is down opens and closes at once: the client sees a session closed before its welcome
+      // (a real WebSocket would only close; both end in the link's retry).
       wire.opened()
       if (!this.world.accept(relay, wire, `client-${d.id}`)) wire.refused()
     })
