@@ -1,11 +1,8 @@
 import {
   MAX_PEER_ADDRS,
   SteadError,
-  asSigned,
   authBytes,
-  decode,
   decodeClientMessage,
-  encode,
   encodeRelayMessage,
   toHex,
   type ClientMessage,
@@ -14,7 +11,7 @@ import {
   type HostTimer,
   type RelayMessage,
 } from '@stead/core'
-import { nodeCrypto, verifySync } from '@stead/core/node'
+import { verifySync } from '@stead/core/node'
 import { publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import type { Logger } from 'pino'
@@ -23,6 +20,8 @@ import type { ClientFacingLiar } from '../client-lies.ts'
 import type { CommitFeed } from '../feed.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from '../node.ts'
 import { PeerDirectory } from '../peer-directory.ts'
+import { Inbound } from './inbound.ts'
+import { SentEarly } from './sent-early.ts'
 import { Shares } from '../shares.ts'
 import { CHUNK_BYTES } from '../store.ts'
 import type { ApiLimits } from '../api.ts'
@@ -60,22 +59,8 @@ export interface SessionSocket {
 /** How often sessions are checked for auth and idle timeouts and clients that stopped reading. */
 const SWEEP_MS = 1000
 
-/**
- * Envelopes a session remembers having sent early (see Session.sentEarly),
- * in number and bytes. A client keeps more of what each relay sent it on
- * the socket, the same way (EarlyFrames in the client), so every envelope
- * a commit names by id is still there.
- */
-const SENT_EARLY_MAX = 256
-const SENT_EARLY_BYTES = 1024 * 1024
-
-/** Bytes of an envelope frame's end (its signature's) that tell it apart in Session.sentEarly. */
-const EARLY_KEY_BYTES = 16
-
 /** A session stops reading its commit feed while this much is queued towards its client. */
 export const LOW_WATER_BYTES = 1024 * 1024
-/** Bytes a throttled session may hold received and not yet handled (what its socket delivered before it paused). */
-const MAX_BACKLOG_BYTES = 8 * 1024 * 1024
 /** Largest frame a session takes before hello (a hello is a few hundred bytes): ws refuses a longer one at its header. */
 const PRE_AUTH_FRAME_BYTES = 64 * 1024
 
@@ -221,25 +206,10 @@ class Session implements Subscriber {
   /** The libp2p peer id of the session's key (what its peer addresses must name), once it announced. */
   private peerId: string | undefined
   private readonly feeds = new Map<string, FeedEntry>()
-  /**
-   * Envelopes sent to this client early (prospective feed) on subscriptions
-   * with `refs`, by the last bytes of their signature, oldest first: a
-   * commit that carries one names it by id instead of sending it again.
-   */
-  private readonly sentEarly = new Map<string, { readonly idHex: string; readonly bytes: number }>()
-  private sentEarlyBytes = 0
-  /** Envelopes this session submitted that the audit has not decided yet. */
+  private readonly sentEarly = new SentEarly()
   /** This session's envelopes not decided yet, each with the function that stops watching it. */
   private readonly pending = new Map<string, () => void>()
-  private readonly bucket: Bucket
-  /**
-   * Messages received over the rate, in order: the socket is paused (TCP
-   * pushes back on the sender) and these are handled as the buckets refill.
-   * Bounded by what the socket had already delivered when it was paused.
-   */
-  private readonly backlog: Array<{ data: Uint8Array; isBinary: boolean }> = []
-  private backlogBytes = 0
-  private drainTimer: HostTimer | undefined
+  private readonly inbound: Inbound
   private readonly log: Logger
   /** Bytes handed to the socket and not yet written out. */
   private inflight = 0
@@ -248,15 +218,11 @@ class Session implements Subscriber {
   private lastHeard: number
   private readonly openedAt: number
   private pumping = false
-  /** Set once the session is being closed: nothing more is queued, and overflow is not checked again. */
-  private closing = false
   private retryTimer: HostTimer | undefined
-  private closed = false
+  /** `closing` once it is being closed (nothing more is queued, overflow is not checked again), `closed` once its socket is. */
+  private state: 'open' | 'closing' | 'closed' = 'open'
   /** What this session's unfinished frame holds, as last counted in ClientSessions.unfinished. */
   heldUnfinished = 0
-  private readonly node: RelayNode
-  private readonly limits: ApiLimits
-
   private readonly sessions: ClientSessions
   private readonly socket: SessionSocket
   private readonly address: string
@@ -269,14 +235,30 @@ class Session implements Subscriber {
     this.sessions = sessions
     this.socket = socket
     this.address = address
-    this.node = sessions.node
-    this.limits = sessions.limits
-    this.bucket = new Bucket(this.limits.rateLimit)
+    this.inbound = new Inbound(sessions.limits.rateLimit, {
+      clock: sessions.clock,
+      shared: sessions.inbound,
+      held: (delta) => void (sessions.backlogged += delta),
+      repliesPiled: () => this.inflight >= LOW_WATER_BYTES,
+      isClosed: () => this.state === 'closed',
+      handle: (data, isBinary) => this.onMessage(data, isBinary),
+      pause: () => socket.pause(),
+      resume: () => socket.resume(),
+      refuse: (err) => this.fail(null, err),
+    })
     this.log = sessions.log.child({ session: toHex(this.nonce.subarray(0, 4)) })
   }
 
   private get clock(): HostClock {
     return this.sessions.clock
+  }
+
+  private get node(): RelayNode {
+    return this.sessions.node
+  }
+
+  private get limits(): ApiLimits {
+    return this.sessions.limits
   }
 
   start(): void {
@@ -289,7 +271,7 @@ class Session implements Subscriber {
 
   /** Called every second: auth and idle timeouts, and clients that stopped reading. */
   sweep(now: number): void {
-    if (this.closed) return
+    if (this.state === 'closed') return
     if (!this.key && now - this.openedAt > this.limits.authTimeoutMs) return this.end('unauthenticated', 'no answer to the challenge in time', 4003)
     if (now - this.lastHeard > this.limits.idleTimeoutMs) return this.end('closed', `nothing received for ${Math.round(this.limits.idleTimeoutMs / 1000)} s; ping to keep a session open`, 4000)
     if (this.inflight > 0 && now - this.lastDrain > this.limits.slowConsumerMs) {
@@ -310,42 +292,7 @@ class Session implements Subscriber {
       return
     }
     this.send({ type: 'envelope', space, envelope: frame })
-    if (!entry?.refs) return
-    const key = earlyKey(frame)
-    this.forgetEarly(key)
-    this.sentEarly.set(key, { idHex, bytes: frame.length })
-    this.sentEarlyBytes += frame.length
-    for (const old of this.sentEarly.keys()) {
-      if (this.sentEarly.size <= SENT_EARLY_MAX && this.sentEarlyBytes <= SENT_EARLY_BYTES) break
-      this.forgetEarly(old)
-    }
-  }
-
-  /** Forgets the envelope of `key` as sent early (if it was). */
-  private forgetEarly(key: string): void {
-    const sent = this.sentEarly.get(key)
-    if (sent === undefined) return
-    this.sentEarly.delete(key)
-    this.sentEarlyBytes -= sent.bytes
-  }
-
-  /** A stored chunk of a commit's envelope frames as this client gets it: those it was sent early, named by id. */
-  private refer(chunk: Uint8Array): Uint8Array {
-    if (this.sentEarly.size === 0) return chunk
-    const frames = decode(chunk, chunk.length) as Uint8Array[]
-    let named = 0
-    const out = frames.map((frame) => {
-      const key = earlyKey(frame)
-      const sent = this.sentEarly.get(key)
-      if (!sent) return frame
-      this.forgetEarly(key)
-      const id = nodeCrypto.sha256(asSigned(decode(frame, frame.length)).bytes)
-      // Another envelope whose signature ends alike (2^62 work to make one): it goes whole.
-      if (toHex(id) !== sent.idHex) return frame
-      named++
-      return id
-    })
-    return named ? encode(out) : chunk
+    if (entry?.refs) this.sentEarly.remember(frame, idHex)
   }
 
   committed(space: string): void {
@@ -363,7 +310,7 @@ class Session implements Subscriber {
    * The chunks of one commit go out in a row; spaces take turns otherwise.
    */
   private pump(): void {
-    if (this.pumping || this.closed) return
+    if (this.pumping || this.state === 'closed') return
     this.pumping = true
     try {
       while (this.inflight < LOW_WATER_BYTES) {
@@ -408,57 +355,12 @@ class Session implements Subscriber {
 
   // ---- inbound ----
 
-  /**
-   * Rate limits by messages and bytes, per session and for the relay as a
-   * whole: over the rate, the session stops reading its socket and handles
-   * what it already received as the buckets refill. Nothing is dropped
-   * unless a client outruns even that (then `rate-limited`).
-   */
+  /** Over the rate, messages wait in the inbound backlog (see Inbound). */
   private receive(data: Uint8Array, isBinary: boolean): void {
     this.lastHeard = this.clock.now()
     this.trackUnfinished()
-    if (this.closed) return
-    // A client that does not read its replies is not read either: replies would pile up.
-    if (this.backlog.length === 0 && this.inflight < LOW_WATER_BYTES && this.admit(data.byteLength) === 0) return this.onMessage(data, isBinary)
-    if (this.backlogBytes + data.byteLength > MAX_BACKLOG_BYTES) {
-      return this.fail(null, new SteadError('rate-limited', 'too many messages or bytes; slow down'))
-    }
-    this.backlog.push({ data, isBinary })
-    this.backlogBytes += data.byteLength
-    this.sessions.backlogged += data.byteLength
-    this.socket.pause()
-    this.drainTimer ??= this.clock.setTimer(1, () => this.drainBacklog())
-  }
-
-  /** 0 and the tokens taken when a message of `size` bytes may be handled now, else the ms to wait. */
-  private admit(size: number): number {
-    const wait = Math.max(this.bucket.wait(size), this.sessions.inbound.wait(size))
-    if (wait > 0) return wait
-    this.bucket.take(size)
-    this.sessions.inbound.take(size)
-    return 0
-  }
-
-  private drainBacklog(): void {
-    this.drainTimer = undefined
-    // A few at a time, so other sessions and HTTP requests get their turn in between.
-    for (let n = 0; n < 32 && this.backlog.length > 0 && !this.closed; n++) {
-      // Replies are not being read: wait for the socket to drain (its send callback resumes us).
-      if (this.inflight >= LOW_WATER_BYTES) return
-      const next = this.backlog[0] as { data: Uint8Array; isBinary: boolean }
-      const wait = this.admit(next.data.byteLength)
-      if (wait > 0) {
-        this.drainTimer = this.clock.setTimer(wait, () => this.drainBacklog())
-        return
-      }
-      this.backlog.shift()
-      this.backlogBytes -= next.data.byteLength
-      this.sessions.backlogged -= next.data.byteLength
-      this.onMessage(next.data, next.isBinary)
-    }
-    if (this.closed) return
-    if (this.backlog.length > 0) this.drainTimer = this.clock.setTimer(0, () => this.drainBacklog())
-    else this.socket.resume()
+    if (this.state === 'closed') return
+    this.inbound.receive(data, isBinary)
   }
 
   private onMessage(data: Uint8Array, isBinary: boolean): void {
@@ -489,7 +391,7 @@ class Session implements Subscriber {
         if (start !== undefined && message.fromIndex < start && frames) return this.send({ type: 'pruned', space: message.space, from: start })
         const fromIndex = start === undefined ? message.fromIndex : Math.max(message.fromIndex, start)
         const refs = frames && message.refs === true
-        const { feed, unsubscribe } = this.node.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.refer(chunk) : undefined)
+        const { feed, unsubscribe } = this.node.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
         this.feeds.delete(message.space)
         this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
         // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
@@ -572,9 +474,9 @@ class Session implements Subscriber {
 
   /** Sends a typed error and closes the session; a client that does not read is cut off shortly after. */
   private end(reason: ErrorReason, detail: string, code: number): void {
-    if (this.closed || this.closing) return
+    if (this.state !== 'open') return
     // Closing first: the error below must not trip the overflow check that may have called us.
-    this.closing = true
+    this.state = 'closing'
     this.fail(null, new SteadError(reason, detail))
     this.log.info({ reason, address: this.address, key: this.key }, 'closing client session')
     this.socket.close(code, reason)
@@ -588,7 +490,7 @@ class Session implements Subscriber {
 
   /** Counts what this session's unfinished frame holds; past the relays' cap, the largest holders are cut. */
   trackUnfinished(): void {
-    if (this.closed) return
+    if (this.state === 'closed') return
     const now = this.socket.unfinishedBytes()
     this.sessions.unfinished += now - this.heldUnfinished
     this.heldUnfinished = now
@@ -607,7 +509,7 @@ class Session implements Subscriber {
   }
 
   private send(m: RelayMessage): void {
-    if (this.closed || !this.socket.open) return
+    if (this.state === 'closed' || !this.socket.open) return
     this.sendFrame(encodeRelayMessage(m))
   }
 
@@ -617,7 +519,7 @@ class Session implements Subscriber {
   }
 
   private write(bytes: Uint8Array): void {
-    if (this.closed || !this.socket.open) return
+    if (this.state === 'closed' || !this.socket.open) return
     const size = bytes.length
     if (this.inflight === 0) this.lastDrain = this.clock.now()
     this.inflight += size
@@ -628,26 +530,23 @@ class Session implements Subscriber {
       this.lastDrain = this.clock.now()
       if (this.inflight >= LOW_WATER_BYTES) return
       this.pump()
-      if (this.backlog.length > 0 && this.drainTimer === undefined) this.drainTimer = this.clock.setTimer(0, () => this.drainBacklog())
+      this.inbound.wake()
     })
-    if (!this.closing && this.inflight > this.limits.maxBufferedBytes) {
+    if (this.state === 'open' && this.inflight > this.limits.maxBufferedBytes) {
       this.end('slow-consumer', `${this.inflight} bytes queued towards this client, more than ${this.limits.maxBufferedBytes}; reconnect and resume from your stable index`, 4008)
     }
   }
 
   private onClose(): void {
-    if (this.closed) return
-    this.closed = true
+    if (this.state === 'closed') return
+    this.state = 'closed'
     this.node.metrics.clients.dec()
     for (const stopWatching of this.pending.values()) stopWatching()
     this.pending.clear()
     this.retryTimer?.cancel()
-    this.drainTimer?.cancel()
-    this.sessions.backlogged -= this.backlogBytes
-    this.backlogBytes = 0
+    this.inbound.close()
     this.sessions.unfinished -= this.heldUnfinished
     this.heldUnfinished = 0
-    this.backlog.length = 0
     for (const [space, f] of this.feeds) {
       f.unsubscribe()
       this.sessions.directory.withdraw(space, this)
@@ -656,7 +555,3 @@ class Session implements Subscriber {
   }
 }
 
-/** What tells an envelope frame apart in Session.sentEarly: the end of its signature, which ends the frame. */
-function earlyKey(frame: Uint8Array): string {
-  return Buffer.from(frame.buffer, frame.byteOffset + frame.length - EARLY_KEY_BYTES, EARLY_KEY_BYTES).toString('latin1')
-}
