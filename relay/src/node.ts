@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto'
 import {
-  ChangeLog,
   StableAudit,
   SteadError,
   authorIdOf,
@@ -13,9 +12,7 @@ import {
   batchDigest,
   decodeAttestation,
   encodeAttestation,
-  encodeAuditState,
   encodeObjectProof,
-  encodeStateDelta,
   judgeClock,
   latestRegisterStamp,
   openEnvelopeSync,
@@ -25,7 +22,6 @@ import {
   toHex,
   fromHex,
   type ClockInputs,
-  type CommitResult,
   type DeltaMode,
   type Envelope,
   type ReplicaOptions,
@@ -66,6 +62,7 @@ import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrit
 import { SpaceTable, type SpaceHead } from './space-table.ts'
 import { VerdictCache } from './verdict-cache.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
+import { CatchUpCache } from './catch-up-cache.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -180,22 +177,9 @@ const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES
 
 /** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
 const SNAPSHOT_INTERVAL_MS = 60_000
-/** Bytes of served audit states kept encoded (see bootstrapSnapshot), oldest dropped first. */
-const SERVED_STATES_BYTES = 32 * 1024 * 1024
-
-/** How many bytes of recent commits each space's change log keeps for catch-up deltas (see ChangeLog's charge). */
-const CHANGE_LOG_BYTES = 2 * 1024 * 1024
-
 /** How long a space's replica stays in memory unused (see SpaceTable). */
 const SPACE_IDLE_MS = 60_000
 
-/** A change log holding less than this leaves memory with its space's replica. */
-const SHORT_CHANGE_LOG_BYTES = 64 * 1024
-/** What a change log costs besides the commits it holds: its Space-Saving tracker and arrays (measured: about 1.9 KiB). */
-const CHANGE_LOG_OVERHEAD_BYTES = 2 * 1024
-
-/** The change logs of all spaces together: past it, those of the spaces quiet longest are dropped (their clients follow commits). */
-const CHANGE_LOGS_BYTES = 64 * 1024 * 1024
 /**
  * Committed envelope bytes after which a snapshot is due even within
  * `snapshotEveryBatches` (a few large batches can carry a long history):
@@ -252,14 +236,8 @@ export class RelayNode {
   private readonly spaces: SpaceTable
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
   private readonly latestAttestation = new Map<string, LatestAttestation>()
-  /** The audit states served last (bootstrapSnapshot), by space, with the round they are the state after. */
-  private readonly servedStates = new Map<string, { readonly round: number; readonly state: Uint8Array }>()
-  /** Each space's recent commits as what they changed: what a client that is behind catches up from (stateDelta). */
-  private readonly changeLogs = new Map<string, ChangeLog>()
-  /** What the change logs hold in all, as charged against their budget. */
-  private changeLogBytes = 0
-  /** The delta served last per space, by (from, mode, round); undefined when the commits were the cheaper catch-up. */
-  private readonly servedDeltas = new Map<string, { readonly key: string; readonly found: { attestation: Signed; delta: Uint8Array } | undefined }>()
+  /** Bootstrap snapshots and catch-up deltas, built once per commit for every client that asks. */
+  private readonly catchUp = new CatchUpCache()
   /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
   private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
   private readonly subscribers = new Map<string, Set<Subscriber>>()
@@ -340,10 +318,7 @@ export class RelayNode {
       idleMs: options.spaceIdleMs ?? SPACE_IDLE_MS,
       evicted: (space) => {
         this.latestAttestation.delete(space)
-        this.servedStates.delete(space)
-        // A short log saves a client little over replaying the commits it holds (BENDY's rule): it goes
-        // with the replica. A long one stays, within the logs' budget.
-        if ((this.changeLogs.get(space)?.bytes ?? 0) < SHORT_CHANGE_LOG_BYTES) this.dropChangeLog(space)
+        this.catchUp.evicted(space)
       },
     })
     this.budget.track('spaces', () => this.spaces.residentBytes, (bytes) => this.spaces.reclaim(bytes))
@@ -488,9 +463,9 @@ export class RelayNode {
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    for (const state of [this.latestAttestation, this.servedStates, this.changeLogs, this.servedDeltas, this.readerKeys, this.creating]) state.clear()
+    for (const state of [this.latestAttestation, this.readerKeys, this.creating]) state.clear()
+    this.catchUp.clear()
     this.spaces.clear()
-    this.changeLogBytes = 0
     this.pendingSince = null
     this.load()
     this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from a checkpoint f+1 relays vouch for')
@@ -840,21 +815,8 @@ export class RelayNode {
     const replica = this.spaces.read(space)
     if (!replica) return undefined
     const latest = this.latestAttested(space)
-    if (!latest) return undefined
     // Many clients opening one space at once get the same bytes: encoded once per commit.
-    const cached = this.servedStates.get(space)
-    if (cached?.round === latest.round) return { attestation: latest.attestation, state: cached.state }
-    const state = encodeAuditState(replica.auditState())
-    this.servedStates.delete(space)
-    this.servedStates.set(space, { round: latest.round, state })
-    let bytes = 0
-    for (const x of this.servedStates.values()) bytes += x.state.length
-    for (const [name, x] of this.servedStates) {
-      if (bytes <= SERVED_STATES_BYTES) break
-      this.servedStates.delete(name)
-      bytes -= x.state.length
-    }
-    return { attestation: latest.attestation, state }
+    return latest && this.catchUp.snapshot(space, replica, latest)
   }
 
   /**
@@ -882,41 +844,7 @@ export class RelayNode {
   stateDelta(space: string, fromIndex: number, mode: DeltaMode = 'adaptive'): { attestation: Signed; delta: Uint8Array } | undefined {
     const replica = this.spaces.read(space)
     const latest = replica && this.latestAttested(space)
-    const log = this.changeLogs.get(space)
-    if (!replica || !latest || !log || latest.index !== replica.stableIndex) return undefined
-    // Clients that come back together ask for the same delta: built once per commit.
-    const key = `${fromIndex}:${mode}:${latest.round}`
-    const cached = this.servedDeltas.get(space)
-    if (cached?.key === key) return cached.found
-    const delta = log.delta(replica, fromIndex, mode)
-    const bytes = delta && encodeStateDelta(delta)
-    // Past what the commits' envelopes weigh, replaying them is the cheaper catch-up (BENDY's rule on the whole
-    // range); a forced mode is served as asked.
-    const pays = mode !== 'adaptive' || (bytes !== undefined && bytes.length <= log.replayBytes(fromIndex))
-    const found = bytes && pays ? { attestation: latest.attestation, delta: bytes } : undefined
-    this.servedDeltas.set(space, { key, found })
-    return found
-  }
-
-  /** Feeds a space's change log one commit, within the relay-wide budget: the logs of the spaces that went longest without a commit go first. */
-  private recordChange(space: string, fromIndex: number, result: CommitResult): void {
-    const log = this.changeLogs.get(space) ?? new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })
-    this.dropChangeLog(space)
-    log.record(fromIndex, result)
-    this.changeLogs.set(space, log)
-    this.changeLogBytes += changeLogCost(log)
-    for (const [name] of this.changeLogs) {
-      if (this.changeLogBytes <= CHANGE_LOGS_BYTES || name === space) break
-      this.dropChangeLog(name)
-    }
-  }
-
-  private dropChangeLog(space: string): void {
-    const log = this.changeLogs.get(space)
-    this.servedDeltas.delete(space)
-    if (!log) return
-    this.changeLogs.delete(space)
-    this.changeLogBytes -= changeLogCost(log)
+    return replica && latest && this.catchUp.delta(space, replica, latest, fromIndex, mode)
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
@@ -1364,7 +1292,7 @@ export class RelayNode {
       const replica = this.spaces.forAudit(space)
       const fromIndex = replica.stableIndex
       const result = replica.commit(group?.envs ?? [], anchorRound)
-      this.recordChange(space, fromIndex, result)
+      this.catchUp.record(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, ...h })
       for (const d of result.decisions) {
@@ -1476,10 +1404,6 @@ export class RelayNode {
 /** `bytes` itself when it owns its whole buffer, else a copy that does: what is kept is charged at its size. */
 function exact(bytes: Uint8Array): Uint8Array {
   return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes)
-}
-
-function changeLogCost(log: ChangeLog): number {
-  return log.bytes + CHANGE_LOG_OVERHEAD_BYTES
 }
 
 function frameBytes(frames: readonly Uint8Array[]): number {
