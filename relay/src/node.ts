@@ -63,6 +63,7 @@ import { SpaceTable, type SpaceHead } from './space-table.ts'
 import { VerdictCache } from './verdict-cache.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
+import { ClientNews, type Subscriber } from './client-news.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -129,12 +130,7 @@ export interface RelayNodeOptions {
 }
 
 /** Something that wants a space's commits and fresh envelopes: a client session. */
-export interface Subscriber {
-  /** An envelope of the space a client just sent, not ordered yet (prospective feed; may be skipped by a busy subscriber). */
-  envelope(space: string, frame: Uint8Array, idHex: string): void
-  /** New attested commits of the space are in the store: read them from the feed. */
-  committed(space: string): void
-}
+export type { Subscriber } from './client-news.ts'
 
 /**
  * Default of RelayNodeOptions.maxClockAheadMs: five minutes. Offline time
@@ -238,9 +234,8 @@ export class RelayNode {
   private readonly latestAttestation = new Map<string, LatestAttestation>()
   /** Bootstrap snapshots and catch-up deltas, built once per commit for every client that asks. */
   private readonly catchUp = new CatchUpCache()
-  /** Called after each write with the spaces whose attestations it made durable, and with null when the relay stops. */
-  private readonly attestedListeners = new Set<(spaces: ReadonlySet<string> | null) => void>()
-  private readonly subscribers = new Map<string, Set<Subscriber>>()
+  /** Subscribers, decision watchers and attestation waiters: who hears what, once it may be said. */
+  private readonly news = new ClientNews()
   private readonly timers = new Map<string, HostTimer>()
   /** Time and timers: the system's in a relay process, simulated in the simulator (sessions run on it too). */
   readonly clock: HostClock
@@ -269,10 +264,6 @@ export class RelayNode {
   private pendingSince: number | null = null
   /** Open client sessions, as the API counts them (see trackSessions). */
   private sessionCount: () => { open: number; addresses: number; keys: number } = () => ({ open: 0, addresses: 0, keys: 0 })
-  /** Who waits for which envelope to be decided: each decision calls only its own watchers. */
-  private readonly decidedWatchers = new Map<string, Set<(idHex: string) => void>>()
-  /** When clients submitted envelopes still undecided: feeds the commit latency histogram. */
-  private readonly submittedAt = new Map<string, number>()
   private commitCount = 0
   /** When the spaces' audit state is snapshotted next. */
   private readonly snapshots: SnapshotPace
@@ -475,7 +466,7 @@ export class RelayNode {
   async stop(): Promise<void> {
     this.stopped = true
     this.checkpoints.stop()
-    for (const listener of [...this.attestedListeners]) listener(null)
+    this.news.stopped()
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
     this.spaces.stop()
@@ -509,7 +500,7 @@ export class RelayNode {
     if (decided === 'duplicate') return { status: 'duplicate', idHex: env.idHex, stopWatching: () => undefined }
     const info = payloadInfoOf(env)
     // Watching starts before the core sees it: the decision may come before submit returns.
-    const stopWatching = onDecided ? this.watchDecision(env.idHex, onDecided) : () => undefined
+    const stopWatching = onDecided ? this.news.watchDecision(env.idHex, onDecided) : () => undefined
     const status = this.stopsOnInvariant(() => this.core.submit(bytes, info))
     if (status === 'conflict') {
       stopWatching()
@@ -517,9 +508,9 @@ export class RelayNode {
     }
     if (charge && status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
-    if (status === 'queued') this.forward(env.space, bytes, env.idHex)
+    if (status === 'queued') this.news.envelope(env.space, bytes, env.idHex)
     if (status === 'queued') this.pendingSince ??= this.clock.now()
-    if (this.submittedAt.size < 100_000) this.submittedAt.set(env.idHex, this.clock.now())
+    this.news.submitted(env.idHex, this.clock.now())
     // Proposing is consensus work: an event of the drain, where a failed invariant stops the relay.
     if (status === 'queued') this.enqueue(() => this.core.onSubmitted())
     this.metrics.envelopesAccepted.inc()
@@ -566,17 +557,6 @@ export class RelayNode {
     checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
     const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
     return { env, decided: undefined, charge: starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined }
-  }
-
-  private watchDecision(idHex: string, done: (idHex: string) => void): () => void {
-    let watchers = this.decidedWatchers.get(idHex)
-    if (!watchers) this.decidedWatchers.set(idHex, (watchers = new Set()))
-    watchers.add(done)
-    return () => {
-      const w = this.decidedWatchers.get(idHex)
-      if (!w?.delete(done) || w.size > 0) return
-      this.decidedWatchers.delete(idHex)
-    }
   }
 
   /**
@@ -630,17 +610,7 @@ export class RelayNode {
    * stored chunk of envelope frames before it is sent (see CommitFeed).
    */
   subscribe(space: string, fromIndex: number, sub: Subscriber, frames = true, chunkFor?: (chunk: Uint8Array) => Uint8Array): { feed: CommitFeed; unsubscribe: () => void } {
-    let set = this.subscribers.get(space)
-    if (!set) this.subscribers.set(space, (set = new Set()))
-    set.add(sub)
-    return {
-      feed: new CommitFeed(this.store, space, fromIndex, frames, chunkFor),
-      unsubscribe: () => {
-        const subs = this.subscribers.get(space)
-        subs?.delete(sub)
-        if (subs?.size === 0) this.subscribers.delete(space)
-      },
-    }
+    return { feed: new CommitFeed(this.store, space, fromIndex, frames, chunkFor), unsubscribe: this.news.subscribe(space, sub) }
   }
 
   /**
@@ -891,7 +861,7 @@ export class RelayNode {
     return new Promise((resolve) => {
       const done = (value: Signed | undefined): void => {
         timer.cancel()
-        this.attestedListeners.delete(listener)
+        stopListening()
         resolve(value)
       }
       const listener = (spaces: ReadonlySet<string> | null): void => {
@@ -900,7 +870,7 @@ export class RelayNode {
         if (a) done(a)
       }
       const timer = this.clock.setTimer(timeoutMs, () => done(undefined))
-      this.attestedListeners.add(listener)
+      const stopListening = this.news.onAttested(listener)
     })
   }
 
@@ -1102,8 +1072,7 @@ export class RelayNode {
             if (this.stopped) return
             if (snapshot) this.spaces.saved(snapshot.spaces)
             this.spaces.armSweep()
-            for (const space of spaces) for (const sub of this.subscribers.get(space) ?? []) sub.committed(space)
-            if (spaces.size) for (const listener of [...this.attestedListeners]) listener(spaces)
+            this.news.attested(spaces)
           },
           (err: unknown) => this.fail(err),
         )
@@ -1220,12 +1189,8 @@ export class RelayNode {
     this.metrics.blocks.inc()
     for (const frame of block.header.payload) {
       const env = this.open(frame)
-      if (!(env instanceof SteadError)) this.forward(env.space, frame, env.idHex)
+      if (!(env instanceof SteadError)) this.news.envelope(env.space, frame, env.idHex)
     }
-  }
-
-  private forward(space: string, frame: Uint8Array, idHex: string): void {
-    for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame, idHex)
   }
 
   private serveArchive(to: number, query: ArchiveQuery): void {
@@ -1297,15 +1262,8 @@ export class RelayNode {
       if (history) for (const h of result.history) history.push({ space, ...h })
       for (const d of result.decisions) {
         if (d.kind === 'committed') this.metrics.clocks.inc({ verified: String(d.clockVerified) })
-        const watchers = this.decidedWatchers.get(d.env.idHex)
-        if (watchers) {
-          this.decidedWatchers.delete(d.env.idHex)
-          for (const done of watchers) done(d.env.idHex)
-        }
-        const t = this.submittedAt.get(d.env.idHex)
-        if (t === undefined) continue
-        this.submittedAt.delete(d.env.idHex)
-        this.metrics.commitLatency.observe((this.clock.now() - t) / 1000)
+        const waited = this.news.decided(d.env.idHex, this.clock.now())
+        if (waited !== undefined) this.metrics.commitLatency.observe(waited / 1000)
       }
       const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attestedDecision)
       // Attest every commit that carried envelopes of this space (some may only wait for a
