@@ -758,7 +758,7 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
 type Expected =
   | { kind: 'error' } // undecodable, oversized or sent before hello: a typed error (id null)
   | { kind: 'hello' } // welcome, or a typed error (a bad signature then closes with 4001)
-  | { kind: 'quiet' } // subscribe, unsubscribe, announce: nothing required, typed errors allowed, commits and peers may stream
+  | { kind: 'quiet' } // subscribe, unsubscribe, announce: nothing required, typed errors allowed, commits, attestations and peers may stream
   | { kind: 'submit'; id: number } // accepted or error with this id (or a session-level error)
   | { kind: 'pong'; n: number }
 
@@ -813,7 +813,7 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
     await conn.send(encodeClientMessage({ type: 'ping', n }))
   }
   await ping()
-  const isStream = (g: Got) => 'm' in g && (g.m.type === 'commit' || g.m.type === 'commit-more' || g.m.type === 'envelope')
+  const isStream = (g: Got) => 'm' in g && (g.m.type === 'commit' || g.m.type === 'commit-more' || g.m.type === 'envelope' || g.m.type === 'attest')
   const isPong = (g: Got) => 'm' in g && g.m.type === 'pong' && pings.has(g.m.n)
   /** A pong for a barrier ping of an earlier frame (sent again after a rate-limited answer). */
   const isStalePong = (g: Got) => 'm' in g && g.m.type === 'pong' && barriersSent.has(g.m.n) && !pings.has(g.m.n)

@@ -3,6 +3,7 @@ import { decideLeaders, roundRobin, type CommitRule } from './committer.ts'
 import { Dag, assert, type DagBlock, type Ref } from './dag.ts'
 import { GENESIS_DIGEST, committeeSize, quorum, signBlock, validateCommittee, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import { PayloadQueue, type InspectPayload, type PayloadInfo } from './payload.ts'
+import { OrderedRecord } from './ordered.ts'
 import { Synchronizer } from './sync.ts'
 
 export { payloadInfoOf, type InspectPayload, type PayloadInfo } from './payload.ts'
@@ -192,17 +193,8 @@ export class ConsensusCore {
   /** Leader slots up to this round are decided (committed or skipped). */
   private lastDecided = 0
   private lastCommitRound = 0
-  /** Blocks already ordered, and which slots (round:author) they fill: at most one block per slot is ever ordered. */
-  private readonly ordered = new Set<string>()
-  private readonly orderedSlots = new Set<string>()
-  /**
-   * Envelope ids already ordered, with the leader round that ordered them
-   * (a window, for GC). Kept in the order they were ordered, so rounds never
-   * go down along the map (see orderPayload) and GC stops at the first id it
-   * keeps instead of walking the window on every commit.
-   */
-  private readonly orderedPayload = new Map<string, number>()
-  private lastPayloadRound = 0
+  /** Blocks, slots and envelope ids already ordered (at most one block per slot ever is), within the window. */
+  private readonly ordered = new OrderedRecord()
   /**
    * Accepted blocks not yet ordered, with their envelopes not yet ordered:
    * while one of those envelopes is still unordered, the cluster has work.
@@ -295,7 +287,7 @@ export class ConsensusCore {
 
   /** What is held in memory: bounded by gcDepth plus what is ahead. */
   get memory(): { rounds: number; blocks: number; suspended: number; slots: number; orderedPayload: number } {
-    return { rounds: this.dag.roundCount, blocks: this.dag.size, suspended: this.sync.size, slots: this.payload.slotCount, orderedPayload: this.orderedPayload.size }
+    return { rounds: this.dag.roundCount, blocks: this.dag.size, suspended: this.sync.size, slots: this.payload.slotCount, orderedPayload: this.ordered.payloadCount }
   }
 
   /** A compact picture of the last few rounds, for logs, status pages and failing simulations. */
@@ -364,7 +356,7 @@ export class ConsensusCore {
    * author+seq, and throws SteadError('rate-limited') when the queue is full.
    */
   submit(frame: Uint8Array, info: PayloadInfo): 'queued' | 'duplicate' | 'conflict' {
-    if (this.orderedPayload.has(info.idHex)) return 'duplicate'
+    if (this.ordered.hasPayload(info.idHex)) return 'duplicate'
     return this.payload.add(frame, info, this.dag.clockRound)
   }
 
@@ -462,7 +454,7 @@ export class ConsensusCore {
     for (const frame of frames) {
       const info = this.inspect(frame)
       if (info instanceof SteadError) return this.reject(from, info.reason, `wake carries an invalid envelope: ${info.message}`, out)
-      if (this.orderedPayload.has(info.idHex)) continue
+      if (this.ordered.hasPayload(info.idHex)) continue
       this.wakeRound = Math.max(this.wakeRound, this.dag.clockRound)
       try {
         this.payload.add(frame, info, this.dag.clockRound)
@@ -635,7 +627,7 @@ export class ConsensusCore {
   private accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): DagBlock {
     const node = this.dag.accept(block)
     // Ordered before it reached this DAG (a restart, or a checkpoint, recovered the commit that did).
-    if (this.ordered.has(block.digestHex)) this.orderedSlots.add(slotKey(node))
+    this.ordered.arrived(node)
     this.infosOf.set(block.digestHex, infos)
     this.payload.claim(infos, block.header.round)
     if (block.header.author === this.me) {
@@ -652,7 +644,7 @@ export class ConsensusCore {
     }
     out.push({ type: 'persist', record: { kind: 'block', block } })
     // A twin of a block already ordered never will be: it is kept (it counts in the commit rule) but carries nothing.
-    if (this.orderedSlots.has(slotKey(node))) return node
+    if (this.ordered.hasSlot(node)) return node
     this.noteWork(node, infos)
     out.push({ type: 'accepted', block })
     return node
@@ -661,13 +653,13 @@ export class ConsensusCore {
   /** A block that will never be ordered: its envelopes not ordered elsewhere are reported, for whoever applied them. */
   private expire(block: DagBlock, out: Output[]): void {
     this.pendingWork.delete(block.digestHex)
-    const payloadIds = (this.infosOf.get(block.digestHex) ?? []).map((i) => i.idHex).filter((id) => !this.orderedPayload.has(id))
+    const payloadIds = (this.infosOf.get(block.digestHex) ?? []).map((i) => i.idHex).filter((id) => !this.ordered.hasPayload(id))
     if (payloadIds.length) out.push({ type: 'expired', block: { round: block.round, author: block.author, digestHex: block.digestHex }, payloadIds })
   }
 
   private noteWork(node: DagBlock, infos: readonly PayloadInfo[]): void {
-    const fresh = infos.filter((i) => !this.orderedPayload.has(i.idHex))
-    if (fresh.length && !this.ordered.has(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
+    const fresh = infos.filter((i) => !this.ordered.hasPayload(i.idHex))
+    if (fresh.length && !this.ordered.hasBlock(node.digestHex)) this.pendingWork.set(node.digestHex, { block: node, ids: fresh })
   }
 
 
@@ -703,19 +695,19 @@ export class ConsensusCore {
   /** Orders the leader's causal history that no earlier leader ordered (Sui's linearizer, with one block per slot). */
   private commitLeader(leader: DagBlock, out: Output[]): void {
     const gc = this.dag.gcRound
-    assert(!this.ordered.has(leader.digestHex), `leader ${leader.digestHex.slice(0, 8)} ordered twice`)
+    assert(!this.ordered.hasBlock(leader.digestHex), `leader ${leader.digestHex.slice(0, 8)} ordered twice`)
     const history: DagBlock[] = []
-    if (!this.orderedSlots.has(slotKey(leader))) {
-      this.markOrdered(leader)
+    if (!this.ordered.hasSlot(leader)) {
+      this.ordered.orderBlock(leader)
       const stack = [leader]
       while (stack.length) {
         const block = stack.pop() as DagBlock
         history.push(block)
         for (const a of block.ancestors) {
-          if (a.round <= gc || this.ordered.has(a.digestHex) || this.orderedSlots.has(slotKey(a))) continue
+          if (a.round <= gc || this.ordered.hasBlock(a.digestHex) || this.ordered.hasSlot(a)) continue
           const ancestor = this.dag.get(a.digestHex)
           assert(ancestor, `ancestor ${a.digestHex.slice(0, 8)} of an ordered block is missing`)
-          this.markOrdered(ancestor)
+          this.ordered.orderBlock(ancestor)
           stack.push(ancestor)
         }
       }
@@ -728,15 +720,15 @@ export class ConsensusCore {
       const infos = this.infosOf.get(block.digestHex) ?? []
       block.block.header.payload.forEach((frame, i) => {
         const id = (infos[i] as PayloadInfo).idHex
-        if (this.orderedPayload.has(id)) return
-        this.orderPayload(id, leader.round)
+        if (this.ordered.hasPayload(id)) return
+        this.ordered.orderPayload(id, leader.round)
         payload.push(frame)
         payloadIds.push(id)
       })
     }
     this.payload.dropOrdered(payloadIds)
     // The twins of what was just ordered are dead.
-    for (const block of history) for (const twin of this.dag.atSlot(block.round, block.author)) if (!this.ordered.has(twin.digestHex)) this.expire(twin, out)
+    for (const block of history) for (const twin of this.dag.atSlot(block.round, block.author)) if (!this.ordered.hasBlock(twin.digestHex)) this.expire(twin, out)
     assert(leader.round > this.lastCommitRound, `commit of round ${leader.round} after round ${this.lastCommitRound}`)
     this.lastCommitRound = leader.round
     const ordered = history.map((b) => b.digestHex)
@@ -746,18 +738,6 @@ export class ConsensusCore {
       commit: { anchorRound: leader.round, leader: leader.author, blocks: history.map(({ round, author, digestHex }) => ({ round, author, digestHex })), payload, payloadIds },
     })
     this.collectGarbage(out)
-  }
-
-  /** Records an id as ordered by the leader of `round`; the window's rounds never go down (collectGarbage relies on it). */
-  private orderPayload(id: string, round: number): void {
-    assert(round >= this.lastPayloadRound, `envelope ordered at round ${round} after round ${this.lastPayloadRound}`)
-    this.lastPayloadRound = round
-    this.orderedPayload.set(id, round)
-  }
-
-  private markOrdered(block: Ref): void {
-    this.ordered.add(block.digestHex)
-    this.orderedSlots.add(slotKey(block))
   }
 
   /**
@@ -770,8 +750,8 @@ export class ConsensusCore {
   private hasWork(urgentOnly = false): boolean {
     if (urgentOnly ? this.payload.hasUrgent : this.payload.length > 0) return true
     for (const [digest, work] of this.pendingWork) {
-      if (this.orderedSlots.has(slotKey(work.block)) || work.ids.every((i) => this.orderedPayload.has(i.idHex))) this.pendingWork.delete(digest)
-      else if (!urgentOnly || work.ids.some((i) => i.urgent && !this.orderedPayload.has(i.idHex))) return true
+      if (this.ordered.hasSlot(work.block) || work.ids.every((i) => this.ordered.hasPayload(i.idHex))) this.pendingWork.delete(digest)
+      else if (!urgentOnly || work.ids.some((i) => i.urgent && !this.ordered.hasPayload(i.idHex))) return true
     }
     return false
   }
@@ -792,7 +772,7 @@ export class ConsensusCore {
       const infos = this.infosOf.get(work.block.digestHex) ?? []
       const payload = work.block.block.header.payload
       for (let i = 0; i < payload.length; i++) {
-        if (this.orderedPayload.has((infos[i] as PayloadInfo).idHex)) continue
+        if (this.ordered.hasPayload((infos[i] as PayloadInfo).idHex)) continue
         if (!take(payload[i] as Uint8Array)) return frames
       }
     }
@@ -998,15 +978,11 @@ export class ConsensusCore {
     for (const gone of this.dag.collect(gc)) {
       // A block never ordered by now never will be; its clients resubmit what it carried.
       // (Twins of ordered blocks were reported when their slot was ordered.)
-      if (!this.ordered.delete(gone.digestHex) && !this.orderedSlots.has(slotKey(gone))) this.expire(gone, out)
+      if (!this.ordered.collected(gone)) this.expire(gone, out)
       this.pendingWork.delete(gone.digestHex)
       this.infosOf.delete(gone.digestHex)
     }
-    for (const key of this.orderedSlots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.orderedSlots.delete(key)
-    for (const [id, round] of this.orderedPayload) {
-      if (round > gc) break
-      this.orderedPayload.delete(id)
-    }
+    this.ordered.forget(gc)
     for (const round of this.ownBlocks.keys()) if (round <= gc && round !== this.lastProposed) this.ownBlocks.delete(round)
     for (const [author, round] of this.lastIncluded) if (round <= gc) this.lastIncluded.delete(author)
     this.payload.collect(gc)
@@ -1027,9 +1003,9 @@ export class ConsensusCore {
     this.dag.collect(gc)
     for (const c of [...state.commits].sort((a, b) => a.anchorRound - b.anchorRound)) {
       if (c.anchorRound <= gc) continue
-      for (const d of c.ordered) this.ordered.add(d)
+      for (const d of c.ordered) this.ordered.recoverBlock(d)
       // The dedupe window must match the other relays' exactly: it decides what a commit carries.
-      for (const id of c.payloadIds) if (!this.orderedPayload.has(id)) this.orderPayload(id, c.anchorRound)
+      for (const id of c.payloadIds) if (!this.ordered.hasPayload(id)) this.ordered.orderPayload(id, c.anchorRound)
     }
     for (const b of state.ownBlocks) {
       this.ownBlocks.set(b.header.round, b)
@@ -1068,8 +1044,4 @@ export function byBytes(blocks: readonly Block[]): Block[][] {
 
 function refOf(a: BlockRef): Ref {
   return { round: a.round, author: a.author, digestHex: toHex(a.digest) }
-}
-
-function slotKey(b: { readonly round: number; readonly author: number }): string {
-  return `${b.round}:${b.author}`
 }

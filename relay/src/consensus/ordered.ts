@@ -1,0 +1,77 @@
+import { assert } from './dag.ts'
+
+type Slot = { readonly round: number; readonly author: number }
+
+function slotKey(b: Slot): string {
+  return `${b.round}:${b.author}`
+}
+
+/**
+ * What the linearizer has ordered, within the DAG's window: blocks (by
+ * digest), slots (one block per author and round), and envelope ids with
+ * the round of the leader that ordered them (the dedupe window: every
+ * correct relay must hold the same one, since it decides what a commit
+ * carries). Rounds only grow; garbage collection forgets what falls below
+ * the horizon.
+ */
+export class OrderedRecord {
+  private readonly blocks = new Set<string>()
+  private readonly slots = new Set<string>()
+  /** Envelope id → round of the leader that ordered it, in ordering order (so in round order). */
+  private readonly payload = new Map<string, number>()
+  private lastPayloadRound = 0
+
+  hasBlock(digestHex: string): boolean {
+    return this.blocks.has(digestHex)
+  }
+
+  /** Whether some block of this block's slot (author, round) was ordered: the others never will be. */
+  hasSlot(block: Slot): boolean {
+    return this.slots.has(slotKey(block))
+  }
+
+  hasPayload(idHex: string): boolean {
+    return this.payload.has(idHex)
+  }
+
+  get payloadCount(): number {
+    return this.payload.size
+  }
+
+  /** A block goes into the order (its slot with it). */
+  orderBlock(block: Slot & { readonly digestHex: string }): void {
+    this.blocks.add(block.digestHex)
+    this.slots.add(slotKey(block))
+  }
+
+  /** A block known ordered before its body reached the DAG (a restart or a checkpoint recovered the commit): its slot is taken once it arrives. */
+  recoverBlock(digestHex: string): void {
+    this.blocks.add(digestHex)
+  }
+
+  /** The block arrived: if it was recovered as ordered, its slot is taken. */
+  arrived(block: Slot & { readonly digestHex: string }): void {
+    if (this.blocks.has(block.digestHex)) this.slots.add(slotKey(block))
+  }
+
+  /** Records an id as ordered by the leader of `round`; the window's rounds never go down (forget relies on it). */
+  orderPayload(id: string, round: number): void {
+    assert(round >= this.lastPayloadRound, `envelope ordered at round ${round} after round ${this.lastPayloadRound}`)
+    this.lastPayloadRound = round
+    this.payload.set(id, round)
+  }
+
+  /** A block fell below the horizon: false if it was never ordered, nor any block of its slot (it never will be). */
+  collected(block: Slot & { readonly digestHex: string }): boolean {
+    return this.blocks.delete(block.digestHex) || this.slots.has(slotKey(block))
+  }
+
+  /** Forgets slots and envelope ids of rounds at or below `gc`. */
+  forget(gc: number): void {
+    for (const key of this.slots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.slots.delete(key)
+    for (const [id, round] of this.payload) {
+      if (round > gc) break
+      this.payload.delete(id)
+    }
+  }
+}
