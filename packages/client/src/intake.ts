@@ -157,6 +157,12 @@ export class RelayIntake {
       'a verified snapshot could not be adopted',
       () => {
         if (!this.pruned) return true
+        // Commits brought the space to where the relays keep them after all: follow them from here.
+        if (this.o.space.position.stableIndex >= this.pruned.from) {
+          if (this.pruned.problem !== undefined && this.o.space.status.problem === this.pruned.problem) this.o.space.setProblem(undefined)
+          this.pruned = undefined
+          return true
+        }
         // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
         this.bootstrap = 'due'
         this.pruned.retryAt = this.o.clock.now() + this.o.resubmitAfterMs
@@ -290,7 +296,7 @@ export class RelayIntake {
 
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
   tick(): void {
-    if (this.pruned && this.bootstrap === 'due' && this.o.clock.now() >= this.pruned.retryAt) this.startBootstrap()
+    if (this.pruned && this.bootstrap === 'due' && (this.o.clock.now() >= this.pruned.retryAt || this.o.space.position.stableIndex >= this.pruned.from)) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {

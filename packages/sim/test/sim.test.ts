@@ -175,6 +175,15 @@ describe('SDK clients in the simulated world', () => {
     })
   }
 
+  // A client a relay told `pruned` (its snapshot bootstrap fails here: no HTTP) kept waiting for a snapshot after
+  // commits had brought it past that point, following nothing: it ended with updates undecided.
+  it('a client told pruned follows commits again once it stands where the relays keep them (seed 1000)', async () => {
+    const r = await run({ seed: 1000, byzantine: 1, strategy: STRATEGIES[1000 % STRATEGIES.length], crash: 1, steps: 40_000, sdkClients: 2, longOutage: true }, 8)
+    expect(r.violation).toBeUndefined()
+    expect(r.busyAtEnd).toBeUndefined()
+    expect(r.endedIdle).toBe(true)
+  })
+
   it('catches a weakened client: told f = 0, it takes one lying attestation for a quorum and blames the correct relays', async () => {
     const r = await run({ seed: 3, byzantine: 1, strategy: 'silent', partition: false, sdkClients: 2, weakClients: true, clientLie: 'lie-attest' })
     expect(r.violation?.message).toMatch(/client \d blamed correct relay \d/)
