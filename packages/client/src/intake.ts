@@ -159,8 +159,7 @@ export class RelayIntake {
         if (!this.pruned) return true
         // Commits brought the space to where the relays keep them after all: follow them from here.
         if (this.o.space.position.stableIndex >= this.pruned.from) {
-          if (this.pruned.problem !== undefined && this.o.space.status.problem === this.pruned.problem) this.o.space.setProblem(undefined)
-          this.pruned = undefined
+          this.clearPruned()
           return true
         }
         // The relays keep no commits from here and no snapshot could be verified: nothing to follow yet.
@@ -171,6 +170,12 @@ export class RelayIntake {
         return false
       },
     )
+  }
+
+  /** The relays' pruning is behind the space now: its problem (if it is still the one shown) goes with it. */
+  private clearPruned(): void {
+    if (this.pruned?.problem !== undefined && this.o.space.status.problem === this.pruned.problem) this.o.space.setProblem(undefined)
+    this.pruned = undefined
   }
 
   /** Catches up by a verified delta (see catchUpDue), then follows commits from where it leaves the space, or from where it was. */
@@ -281,8 +286,7 @@ export class RelayIntake {
       }
       replica.receive(env, own ? {} : { expires: true })
     }
-    if (this.pruned?.problem !== undefined && space.status.problem === this.pruned.problem) space.setProblem(undefined)
-    this.pruned = undefined
+    this.clearPruned()
     for (const env of decidedOwn) {
       await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
     }

@@ -202,6 +202,8 @@ interface Host {
 /** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
 const HELD_FRAMES = 4096
 const HELD_BYTES = 16 * 1024 * 1024
+/** The lies of client-lies.ts a session tells (the others concern HTTP reads, which SDK clients here do not make). */
+const SESSION_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
 /** What peers hold for a relay on a long outage: a real relay's queue overflows over hours; here over seconds. */
 const HELD_FRAMES_LONG_OUTAGE = 64
 
@@ -363,7 +365,6 @@ class Simulation {
   private readonly firstAccepted = new Map<string, number>()
   /** The SDK clients, if the run has any, and what Byzantine relays tell them. */
   private readonly clients: SdkClients | undefined
-  private readonly clientLie: ClientLie | null
   /** What the attested commits lead to, for the client checkers. */
   private readonly attested = new AttestedOrder()
 
@@ -421,8 +422,6 @@ class Simulation {
     const sdkClients = options.sdkClients ?? 0
     // Forked only with clients, so runs without them keep their schedules.
     const clientRng = sdkClients > 0 ? this.rng.fork() : undefined
-    const lies: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
-    this.clientLie = options.clientLie !== undefined ? options.clientLie : clientRng && options.byzantine > 0 ? (lies[options.seed % lies.length] as ClientLie) : null
     if (clientRng) {
       const wireNet = clientRng.fork()
       this.clients = new SdkClients(
@@ -565,6 +564,13 @@ class Simulation {
       if (ev.kind === 'client') return ev.toward !== null && correct(ev.toward)
       return (ev.kind === 'disk' || ev.kind === 'connect') && correct(ev.node)
     })
+  }
+
+  /** What the Byzantine relays tell SDK clients: the option, else one session lie per seed (none without clients or Byzantine relays). */
+  private get clientLie(): ClientLie | null {
+    const o = this.options
+    if (o.clientLie !== undefined) return o.clientLie
+    return (o.sdkClients ?? 0) > 0 && o.byzantine > 0 ? (SESSION_LIES[o.seed % SESSION_LIES.length] as ClientLie) : null
   }
 
   /** A long outage runs with a shallower DAG (and so a shorter least retention), so that peers prune within a run. */
