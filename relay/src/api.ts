@@ -95,6 +95,17 @@ const READ_AUTH_SKEW_MS = 5 * 60_000
  * @stead/core protocol.ts).
  */
 export async function createApi(node: RelayNode, options: ApiOptions): Promise<FastifyInstance> {
+  const { app } = await buildApi(node, options)
+  await app.listen({ host: options.host, port: options.port })
+  return app
+}
+
+/**
+ * The API of createApi, not listening: its HTTP routes answer `app.inject`
+ * and `sessions` takes client sockets of any kind (the simulator's). The
+ * caller listens or closes.
+ */
+export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host' | 'port'>): Promise<{ app: FastifyInstance; sessions: ClientSessions }> {
   const limits: ApiLimits = { ...DEFAULT_LIMITS, ...Object.fromEntries(Object.entries(options).filter(([k, v]) => k in DEFAULT_LIMITS && v !== undefined)) }
   const leastBuffer = LOW_WATER_BYTES + 2 * CHUNK_BYTES + limits.maxFrameBytes
   if (limits.maxBufferedBytes < leastBuffer) throw new RangeError(`maxBufferedBytes must be at least ${leastBuffer} (a send window, a commit chunk and a reply), got ${limits.maxBufferedBytes}`)
@@ -313,8 +324,7 @@ export async function createApi(node: RelayNode, options: ApiOptions): Promise<F
   app.addHook('onClose', async () => sessions.close())
   // Raw connections, before any request: capped per address and in all, and a silent one is closed soon.
   guardConnections(app.server, limits, () => node.metrics.rejected.inc({ reason: 'rate-limited', source: 'http' }))
-  await app.listen({ host: options.host, port: options.port })
-  return app
+  return { app, sessions }
 }
 
 /** An HTTP connection with no traffic either way for this long is closed (see createApi). */
@@ -382,7 +392,7 @@ function readDenied(node: RelayNode, req: FastifyRequest, space: string): string
   const key = hexBytes(keyHex, 32)
   const sig = hexBytes(sigHex, 64)
   if (!key || !sig || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
-  if (Math.abs(Date.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
+  if (Math.abs(node.clock.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
   if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
   if (!node.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
   return undefined

@@ -10,8 +10,8 @@
  */
 export { runRelay, type RunRelayOptions, type RunningRelay } from './relay.ts'
 export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './node.ts'
-export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig } from './config.ts'
-export { createApi } from './api.ts'
+export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './config.ts'
+export { buildApi, createApi } from './api.ts'
 export { systemClock, type HostClock, type HostTimer } from '@stead/core'
 export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './kv.ts'
 export { FileJournal, MemoryJournal, type Journal } from './journal.ts'

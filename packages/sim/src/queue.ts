@@ -12,6 +12,11 @@ export class EventQueue<T> {
     return this.heap.some((e) => test(e.item))
   }
 
+  /** When the earliest item is due (undefined when empty). */
+  peekAt(): number | undefined {
+    return this.heap[0]?.at
+  }
+
   push(at: number, item: T): void {
     this.heap.push({ at, seq: this.seq++, item })
     let i = this.heap.length - 1

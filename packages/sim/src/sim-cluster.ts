@@ -1,0 +1,446 @@
+import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
+import { decodeRelayMessage, ENVELOPE_REF_BYTES, toHex, type HostClock, type HostTimer } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import {
+  buildApi,
+  ClientFacingLiar,
+  MemoryJournal,
+  MemoryKv,
+  RelayNode,
+  type ClientLie,
+  type ClientSessions,
+  type ClusterConfig,
+  type RelayNodeOptions,
+  type SpacePolicy,
+} from '@stead/relay'
+import type { FastifyInstance } from 'fastify'
+import pino from 'pino'
+import { EventQueue } from './queue.ts'
+import { Rng } from './rng.ts'
+import { Wire, type WireWorld } from './wire.ts'
+
+export interface SimClusterOptions {
+  /** Relays in the committee (N = 3f+1). Default 4. */
+  readonly relays?: number
+  /** Spaces with a policy: writer and reader public keys. */
+  readonly spaces?: Readonly<Record<string, { readonly writers?: readonly Uint8Array[]; readonly readers?: readonly Uint8Array[] }>>
+  /** Whether spaces not listed exist, open to every signed author. Default true. */
+  readonly openSpaces?: boolean
+  /** Seeds the network delays (1-3 ms). Default 1. */
+  readonly seed?: number
+  /** More RelayNode options for every relay (snapshot pace, retention, ...). */
+  readonly relay?: Partial<Pick<RelayNodeOptions, 'snapshotEveryBatches' | 'retention' | 'gcDepth' | 'paceMs' | 'spaceIdleMs' | 'memoryBudgetBytes'>>
+}
+
+/** Simulated time a wait gives up after when it is not told (see SimCluster.until). */
+const DEFAULT_WITHIN_MS = 60_000
+/** Event-loop turns with nothing new scheduled before simulated time jumps to the next event. */
+const QUIET_TURNS = 3
+/** With an HTTP answer in flight, turns it may take before simulated time moves on all the same. */
+const IN_FLIGHT_TURNS = 200
+
+type SimEvent = { readonly action: () => void }
+
+const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+
+/**
+ * Real relays (RelayNode with its client sessions and HTTP API, memory
+ * store) and real SDK clients in one process, in simulated time, for tests:
+ * frames between relays and between clients and relays are events on one
+ * queue, and every timer of the relays and the clients is an event too.
+ * Time runs by itself: whenever the process has nothing left to do (no
+ * event due, a few event-loop turns without news), it jumps to the next
+ * event. So a test awaits client promises as it would against real relays,
+ * and `advance(ms)` lets `ms` of simulated time pass, after which
+ * everything due by then has happened: a check that something did not
+ * happen is sound, and a 60 s timeout takes no 60 s.
+ *
+ * Faults are what the relay process has too: a relay crashed and restarted
+ * on its store (`down`/`up`), lies to clients (`lie`, the ClientFacingLiar
+ * of `stead-relay start --byzantine`), and `hold`, a mesh with every link
+ * cut, under which relays take and fan out envelopes but order none.
+ */
+export class SimCluster {
+  readonly f: number
+  readonly relays: SimRelay[]
+  readonly config: ClusterConfig
+  private readonly queue = new EventQueue<SimEvent>()
+  private readonly rng: Rng
+  private time = 0
+  private closed = false
+  private held = false
+  private wake: (() => void) | undefined
+  /** HTTP requests being answered: time does not jump while one may still schedule work. */
+  private inFlight = 0
+  private failure: unknown
+  private readonly loop: Promise<void>
+  private readonly wires: WireWorld
+
+  private constructor(options: SimClusterOptions) {
+    const n = options.relays ?? 4
+    this.f = Math.floor((n - 1) / 3)
+    this.rng = new Rng(options.seed ?? 1)
+    const secrets = Array.from({ length: n }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-cluster-relay-${options.seed ?? 1}-${i}`)))
+    this.config = {
+      f: this.f,
+      relays: secrets.map((s, i) => ({ id: `r${i}`, publicKey: publicKeyOfSync(s), mesh: '/memory/sim', api: `relay${i}.sim` })),
+      spaces: new Map(Object.entries(options.spaces ?? {}).map(([name, p]): [string, SpacePolicy] => [name, { ...(p.writers ? { writers: p.writers } : {}), ...(p.readers ? { readers: p.readers } : {}) }])),
+      openSpaces: options.openSpaces ?? true,
+      newSpacesPerKeyPerHour: 10_000,
+      checkpointRounds: 1000,
+    }
+    this.wires = {
+      now: () => this.time,
+      delay: () => this.delay(),
+      schedule: (at, _toward, action) => this.schedule(at, action),
+    }
+    this.relays = secrets.map((s, i) => new SimRelay(this, i, s, options.relay ?? {}))
+    this.loop = this.drive()
+  }
+
+  /** A cluster whose relays have all started. */
+  static async start(options: SimClusterOptions = {}): Promise<SimCluster> {
+    const c = new SimCluster(options)
+    for (const r of c.relays) await r.up()
+    return c
+  }
+
+  /** Simulated milliseconds since the cluster started. */
+  get now(): number {
+    return this.time
+  }
+
+  /** The cluster descriptor clients pin (what GET /v1/cluster serves). */
+  get descriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
+    return { f: this.f, relays: this.config.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  }
+
+  get urls(): string[] {
+    return this.relays.map((r) => `ws://relay${r.index}.sim`)
+  }
+
+  /** createClient options for a client of this cluster: pinned, in memory, on simulated time and sockets. */
+  clientOptions(more: Partial<ClientOptions> = {}): ClientOptions {
+    return {
+      relays: this.urls,
+      cluster: this.descriptor,
+      storage: memoryStorage(),
+      connect: (url) => this.dial(url),
+      fetch: (url, init) => this.fetch(url, init?.headers),
+      crypto: nodeCrypto,
+      clock: this.clock(),
+      random: () => this.rng.next(),
+      ...more,
+    }
+  }
+
+  /** Time and timers on the cluster's simulated clock (what clients and relays run on). */
+  clock(alive: () => boolean = () => true): HostClock {
+    return {
+      now: () => this.time,
+      setTimer: (ms, fire): HostTimer => {
+        let cancelled = false
+        this.schedule(this.time + Math.max(0, ms), () => {
+          if (!cancelled && alive()) fire()
+        })
+        return { cancel: () => void (cancelled = true), unref: () => undefined }
+      },
+    }
+  }
+
+  /** Lets `ms` of simulated time pass: everything due by then has run when it resolves. */
+  async advance(ms: number): Promise<void> {
+    const until = this.time + ms
+    let reached = false
+    this.schedule(until, () => void (reached = true))
+    while (!reached) {
+      this.check()
+      await turn()
+    }
+    this.check()
+  }
+
+  /** Resolves with the first value `probe` gives (not undefined), checked after every event; throws after `withinMs` of simulated time. */
+  async until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, withinMs = DEFAULT_WITHIN_MS): Promise<T> {
+    const deadline = this.time + withinMs
+    let late = false
+    this.schedule(deadline, () => void (late = true))
+    for (;;) {
+      this.check()
+      const v = await probe()
+      if (v !== undefined && v !== false) return v
+      if (late) throw new Error(`${what}: not within ${withinMs} ms of simulated time`)
+      await turn()
+    }
+  }
+
+  /** Cuts every link between relays: envelopes are still taken and fanned out, nothing is ordered until `release`. */
+  hold(): void {
+    this.held = true
+  }
+
+  release(): void {
+    if (!this.held) return
+    this.held = false
+    for (const r of this.relays) r.peersBack()
+  }
+
+  /** Whether frames from relay `from` reach relay `to` now. */
+  linked(from: number, to: number): boolean {
+    return !this.held && from !== to && Boolean(this.relays[from]?.isUp) && Boolean(this.relays[to]?.isUp)
+  }
+
+  async close(): Promise<void> {
+    for (const r of this.relays) await r.down()
+    this.closed = true
+    this.wake?.()
+    await this.loop
+  }
+
+  /** @internal */
+  schedule(at: number, action: () => void): void {
+    this.queue.push(Math.max(at, this.time), { action })
+    const wake = this.wake
+    this.wake = undefined
+    wake?.()
+  }
+
+  /** @internal A network delay, 1-3 ms, from the seed. */
+  delay(): number {
+    return 1 + this.rng.int(0, 2)
+  }
+
+  /** @internal A relay's event loop failed: every wait of the test throws it. */
+  fail(err: unknown): void {
+    this.failure ??= err
+  }
+
+  private check(): void {
+    if (this.failure !== undefined) throw this.failure instanceof Error ? this.failure : new Error(String(this.failure))
+  }
+
+  private dial(url: string): SocketLike {
+    const relay = this.relayOf(url)
+    const wire = new Wire(this.wires, relay.index)
+    this.schedule(this.time + this.delay(), () => {
+      // A relay that is down opens and closes at once: the client's link retries, as after a refused connection.
+      wire.opened()
+      if (!relay.accept(wire)) wire.refused()
+    })
+    return wire.client
+  }
+
+  private async fetch(url: string, headers: Readonly<Record<string, string>> | undefined): Promise<{ ok: boolean; status: number; json(): Promise<unknown> }> {
+    const u = new URL(url)
+    const relay = this.relayOf(url)
+    relay.requests.push(u.pathname)
+    const app = relay.app
+    if (!app) throw new TypeError('fetch failed')
+    this.inFlight++
+    try {
+      const res = await app.inject({ method: 'GET', url: u.pathname + u.search, ...(headers ? { headers: { ...headers } } : {}) })
+      return { ok: res.statusCode >= 200 && res.statusCode < 300, status: res.statusCode, json: async () => JSON.parse(res.body) as unknown }
+    } finally {
+      this.inFlight--
+    }
+  }
+
+  private relayOf(url: string): SimRelay {
+    const i = Number(/relay(\d+)\.sim/.exec(url)?.[1] ?? -1)
+    const relay = this.relays[i]
+    if (!relay) throw new TypeError(`${url} is no relay of this cluster`)
+    return relay
+  }
+
+  /** Runs events in time order; time jumps to the next one once the process is quiet. */
+  private async drive(): Promise<void> {
+    while (!this.closed) {
+      await turn()
+      const next = this.queue.peekAt()
+      if (next === undefined) {
+        await new Promise<void>((resolve) => (this.wake = resolve))
+        continue
+      }
+      if (next > this.time) {
+        // Real work (a promise chain, an HTTP answer) may still schedule something sooner.
+        let quiet = 0
+        while (!this.closed && this.queue.peekAt() === next && quiet < (this.inFlight > 0 ? IN_FLIGHT_TURNS : QUIET_TURNS)) {
+          await turn()
+          quiet++
+        }
+        if (this.queue.peekAt() !== next) continue
+        this.time = next
+      }
+      const ev = this.queue.pop()
+      try {
+        ev?.item.action()
+      } catch (err) {
+        this.fail(err)
+      }
+    }
+  }
+}
+
+/** Frames a relay sent its clients, by kind: envelopes (alone or inside commits), commits with envelopes, compact attestations. */
+export interface ClientTraffic {
+  envelopes: number
+  commits: number
+  attests: number
+}
+
+/** One relay of a SimCluster: its store outlives `down`; its node, sessions and API do not. */
+export class SimRelay {
+  readonly index: number
+  readonly publicKey: Uint8Array
+  /** Paths of the HTTP requests it was sent, in order. */
+  readonly requests: string[] = []
+  readonly traffic: ClientTraffic = { envelopes: 0, commits: 0, attests: 0 }
+  private readonly cluster: SimCluster
+  private readonly secretKey: Uint8Array
+  private readonly more: SimClusterOptions['relay'] & object
+  private readonly kv = new MemoryKv()
+  private journal = new MemoryJournal()
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; epoch: number; wires: Set<Wire> } | undefined
+  private epoch = 0
+  private lies: ClientLie[] = []
+  private receive: ((from: number, frame: Uint8Array) => void) | undefined
+  private connected: ((peer: number) => void) | undefined
+
+  constructor(cluster: SimCluster, index: number, secretKey: Uint8Array, more: SimClusterOptions['relay'] & object) {
+    this.cluster = cluster
+    this.index = index
+    this.secretKey = secretKey
+    this.publicKey = publicKeyOfSync(secretKey)
+    this.more = more
+  }
+
+  get isUp(): boolean {
+    return this.running !== undefined
+  }
+
+  /** The running node (throws while the relay is down). */
+  get node(): RelayNode {
+    if (!this.running) throw new Error(`relay ${this.index} is down`)
+    return this.running.node
+  }
+
+  /** @internal */
+  get app(): FastifyInstance | undefined {
+    return this.running?.app
+  }
+
+  /** Lies this relay tells its clients from its next start on (none: honest); restarts it if it runs. */
+  async lie(...lies: ClientLie[]): Promise<void> {
+    this.lies = lies
+    if (this.running) {
+      await this.down()
+      await this.up()
+    }
+  }
+
+  /** Starts the relay on its store (a restart after `down` recovers what it had made durable). */
+  async up(): Promise<void> {
+    if (this.running) return
+    const epoch = ++this.epoch
+    const alive = (): boolean => this.running?.epoch === epoch
+    const cluster = this.cluster
+    this.journal = new MemoryJournal(this.journal.survivors())
+    const clock = cluster.clock(() => this.epoch === epoch)
+    const node = new RelayNode({
+      cluster: cluster.config,
+      me: this.index,
+      secretKey: this.secretKey,
+      storage: { kv: this.kv, journal: this.journal },
+      clock,
+      mesh: {
+        start: async () => undefined,
+        stop: async () => undefined,
+        send: (to, frame) => this.transmit(to, frame, alive),
+        broadcast: (frame) => {
+          for (let to = 0; to < cluster.relays.length; to++) this.transmit(to, frame, alive)
+        },
+        onFrame: (handler) => void (this.receive = handler),
+        onPeerConnected: (handler) => void (this.connected = handler),
+        connectedPeers: () => cluster.relays.filter((r) => cluster.linked(this.index, r.index)).map((r) => r.index),
+        queuedBytes: () => 0,
+      },
+      logger: pino({ level: 'silent' }),
+      leaderTimeoutMs: 300,
+      syncIntervalMs: 500,
+      ...this.more,
+      onFatal: (err) => cluster.fail(err),
+    })
+    const liar = this.lies.length ? new ClientFacingLiar(this.lies, { secretKey: this.secretKey, setTimeout: (fn, ms) => clock.setTimer(ms, fn) }) : undefined
+    const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), ...(liar ? { liar } : {}) })
+    await node.start()
+    this.running = { node, app, sessions, epoch, wires: new Set() }
+    this.peersBack()
+  }
+
+  /** The relay's machine dies: no flush, no goodbye; its clients' sockets drop. */
+  async down(): Promise<void> {
+    const run = this.running
+    if (!run) return
+    this.running = undefined
+    this.epoch++
+    for (const w of run.wires) w.cut()
+    // Writes the dead process still issues land in a journal nobody reads again; its timers and frames are void (epoch).
+    this.journal = new MemoryJournal(this.journal.survivors())
+    await run.app.close()
+  }
+
+  /** Closes every client session as the relay would drop them (the clients reconnect). */
+  dropClients(): void {
+    for (const w of this.running?.wires ?? []) w.cut()
+  }
+
+  /** @internal A client's socket reached this relay: false when it is down. */
+  accept(wire: Wire): boolean {
+    const run = this.running
+    if (!run) return false
+    run.wires.add(wire)
+    run.sessions.open(this.counted(wire), `client-${run.wires.size}`)
+    return true
+  }
+
+  /** @internal Peers that can reach this relay now hear it is (back) up, and it hears of them. */
+  peersBack(): void {
+    for (const peer of this.cluster.relays) {
+      if (!this.cluster.linked(this.index, peer.index)) continue
+      peer.connected?.(this.index)
+      this.connected?.(peer.index)
+    }
+  }
+
+  private transmit(to: number, frame: Uint8Array, alive: () => boolean): void {
+    const cluster = this.cluster
+    if (!alive() || !cluster.linked(this.index, to)) return
+    const peer = cluster.relays[to] as SimRelay
+    const copy = Uint8Array.from(frame)
+    cluster.schedule(cluster.now + cluster.delay(), () => {
+      if (cluster.linked(this.index, to)) peer.receive?.(this.index, copy)
+    })
+  }
+
+  /** The wire's relay end, counting what the session sends its client. */
+  private counted(wire: Wire): Wire['relay'] {
+    const socket = wire.relay
+    const traffic = this.traffic
+    return Object.assign(Object.create(socket) as Wire['relay'], {
+      send: (frame: Uint8Array, written: () => void) => {
+        try {
+          const m = decodeRelayMessage(frame)
+          if (m.type === 'envelope') traffic.envelopes++
+          if (m.type === 'commit') {
+            traffic.commits++
+            traffic.envelopes += m.envelopes.filter((e) => e.length !== ENVELOPE_REF_BYTES).length
+          }
+          if (m.type === 'attest') traffic.attests++
+        } catch {
+          // Junk a lying relay sends: not counted.
+        }
+        socket.send(frame, written)
+      },
+    })
+  }
+}
