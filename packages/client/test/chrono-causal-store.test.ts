@@ -1,30 +1,27 @@
 import { clockInit, encodeEnvelope, sealEnvelope, type Envelope, type SafeUpdate } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type RegisterValue, type Space, type SteadClient } from '../src/index.node.ts'
 import { CausalSession, KvReplica, type Dependencies, type PutAnswer, type Replica } from '../examples/chrono/causal-store.ts'
 import type { Trust } from '../examples/chrono/trust.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
-import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
-let stopCommits: (() => void) | undefined
-let fake: FakeCluster | undefined
+let sim: SimCluster | undefined
 
 afterEach(async () => {
-  stopCommits?.()
   for (const c of open.splice(0)) await c.close()
-  fake?.stop()
+  await sim?.close()
+  sim = undefined
 })
 
-/** Two replicas (Stead clients) of one space over a fake cluster that commits every 5 ms, and what sessions trust: the relays' keys. */
+/** Two replicas (Stead clients) of one space over 4 real relays in simulated time, and what sessions trust: the relays' keys. */
 async function store(): Promise<{ a: KvReplica; b: KvReplica; trust: Trust; spaces: Space[] }> {
-  const c = (fake = new FakeCluster('kv', 4))
-  stopCommits = c.autoCommit(5)
+  const c = (sim = await SimCluster.start())
   const clients = await Promise.all([1, 2].map(() => createClient(c.clientOptions())))
   open.push(...clients)
   const [sa, sb] = await Promise.all(clients.map((cl) => cl.space('kv')))
-  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
+  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.relays.map((r) => r.publicKey) } }
   return { a: new KvReplica(sa as Space, trust), b: new KvReplica(sb as Space, trust), trust, spaces: [sa as Space, sb as Space] }
 }
 
@@ -36,11 +33,11 @@ function scripted(honest: Replica, answers: Record<string, ClockProof | undefine
   }
 }
 
-/** A Byzantine author's envelope, made by hand (any timestamp, any type) and handed to the fake cluster to order. */
+/** A Byzantine author's envelope, made by hand (any timestamp, any type) and submitted to a relay to order. */
 async function byzantine(update: SafeUpdate): Promise<Envelope> {
   const secretKey = nodeCrypto.generateSecretKey()
   const env = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'kv', seq: 1, base: 0, clock: clockInit(), deps: [], updates: [], safe: [{ atomic: false, updates: [update] }] })
-  fake?.take(encodeEnvelope(env))
+  sim?.relays[0]?.node.submit(encodeEnvelope(env))
   return env
 }
 
@@ -62,7 +59,7 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
 
     // Bob reads the album, so he depends on the photo version it depended on.
     const bob = new CausalSession(trust)
-    await until('replica b holds the album', async () => (await b.get('album').catch(() => undefined))?.index === album)
+    await (sim as SimCluster).until('replica b holds the album', async () => (await b.get('album').catch(() => undefined))?.index === album)
     expect(await bob.get(b, 'album')).toBe('shows photo v1')
     expect(new Map(bob.dependencies).get('photo')).toBe(photo)
     // A replica that serves the old photo (a real, proven version) is behind Bob: refused.
@@ -89,13 +86,14 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     await expect(new KvReplica(nothingApplied as never, trust).put('y', 2, alice.dependencies)).rejects.toMatchObject({ reason: 'gap' })
     expect(writes).toEqual([])
     // Through an honest replica that holds it, the put follows x: the proof's clock base covers x's version.
-    await until('replica b holds x', async () => (await b.get('x').catch(() => undefined))?.index === version)
+    await (sim as SimCluster).until('replica b holds x', async () => (await b.get('x').catch(() => undefined))?.index === version)
     expect(await alice.put(b, 'y', 2)).toBeGreaterThan(version)
     // A replica that answers a put with the proof of another write is caught.
     const other = (await a.get('x')) as ClockProof
     const liar: Replica = { get: (key) => a.get(key), put: async () => ({ written: other }) }
     await expect(alice.put(liar, 'x', 3)).rejects.toMatchObject({ reason: 'untrusted' })
-    // A replica that says a concurrent put won, when it did not, is caught too.
+    // A replica that says a concurrent put won, when it did not, is caught too (once replica a holds y, so its put may go on).
+    await (sim as SimCluster).until('replica a holds y', async () => ((await a.get('y').catch(() => undefined)) ? true : undefined))
     const claims: Replica = { get: (key) => a.get(key), put: async (key, value, deps) => ({ ...(await a.put(key, value, deps)), current: other }) }
     await expect(alice.put(claims, 'x', 4)).rejects.toMatchObject({ reason: 'untrusted' })
     expect(new Map(alice.dependencies).get('x')).toBe(version)
@@ -106,9 +104,9 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     const sa = spaces[0] as Space
     // kv/x is a counter; a register write to it is rejected (type-mismatch), though its envelope commits.
     expect(await sa.counter('kv/x').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
-    const forged = await byzantine({ key: 'kv/x', decl: { type: 'register' }, op: ['s', { v: 'forged', deps: [] }, Date.now()] })
+    const forged = await byzantine({ key: 'kv/x', decl: { type: 'register' }, op: ['s', { v: 'forged', deps: [] }, (sim as SimCluster).now] })
     let rejected: ClockProof | undefined
-    await until('the forged write is decided', async () => (rejected = await sa.clockProof(forged.idHex).catch(() => undefined)) !== undefined)
+    await (sim as SimCluster).until('the forged write is decided', async () => (rejected = await sa.clockProof(forged.idHex).catch(() => undefined)) !== undefined)
     expect(rejected?.index).toBeGreaterThan(0)
     await expect(new CausalSession(trust).get(scripted(a, { x: rejected }), 'x')).rejects.toMatchObject({ reason: 'untrusted' })
   })
@@ -120,7 +118,7 @@ describe('causally consistent key-value store (Chrono §5.2 on Stead)', () => {
     // A Byzantine author writes x later in the order with a timestamp from long ago: it commits, and loses.
     const loser = await byzantine({ key: 'kv/x', decl: { type: 'register' }, op: ['s', { v: 'stale', deps: [] }, 1] })
     const sa = spaces[0] as Space
-    await until('the losing write committed', async () => sa.register('kv/x').history().some((h) => h.index > won))
+    await (sim as SimCluster).until('the losing write committed', async () => sa.register('kv/x').history().some((h) => h.index > won))
     expect(sa.register('kv/x').stable).toMatchObject({ v: 'current' })
     const lost = await sa.clockProof((sa.register('kv/x').history().at(-1) as { index: number }).index)
     expect(lost.id).toBe(loser.idHex)

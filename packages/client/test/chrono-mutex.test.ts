@@ -1,32 +1,29 @@
 import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClockProof, type Space, type SteadClient } from '../src/index.node.ts'
 import { challengeBytes, ChronoMutex, GuardedResource, registerKey, verifyAcquisition, type AcquisitionProof, type Holder, type MutexMessage, type MutexRules, type Trust } from '../examples/chrono/mutex.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
-import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
 const mutexes: ChronoMutex[] = []
-let stopCommits: (() => void) | undefined
-let fake: FakeCluster | undefined
+let sim: SimCluster | undefined
 
 afterEach(async () => {
   for (const m of mutexes.splice(0)) m.close()
-  stopCommits?.()
   for (const c of open.splice(0)) await c.close()
-  fake?.stop()
+  await sim?.close()
+  sim = undefined
 })
 
-/** `n` members of one resource over a fake cluster that commits every 5 ms (the real audit, attestations signed by 4 relays). */
-async function members(n: number): Promise<{ c: FakeCluster; rules: MutexRules; trust: Trust; spaces: Space[]; ids: string[]; keys: Uint8Array[]; mutex: ChronoMutex[] }> {
-  const c = (fake = new FakeCluster('locks', 4))
-  stopCommits = c.autoCommit(5)
+/** `n` members of one resource over 4 real relays in simulated time. */
+async function members(n: number): Promise<{ c: SimCluster; rules: MutexRules; trust: Trust; spaces: Space[]; ids: string[]; keys: Uint8Array[]; mutex: ChronoMutex[] }> {
+  const c = (sim = await SimCluster.start())
   const keys = Array.from({ length: n }, () => nodeCrypto.generateSecretKey())
-  const clients = await Promise.all(keys.map((secretKey) => createClient({ ...c.clientOptions(), identity: { secretKey } })))
+  const clients = await Promise.all(keys.map((secretKey) => createClient(c.clientOptions({ identity: { secretKey } }))))
   open.push(...clients)
   const ids = clients.map((cl) => cl.authorId)
   const rules: MutexRules = { resource: 'printer', members: ids }
-  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.keys.map((k) => k.publicKey) } }
+  const trust: Trust = { crypto: nodeCrypto, cluster: { f: c.f, relayKeys: c.relays.map((r) => r.publicKey) } }
   const spaces = await Promise.all(clients.map((cl) => cl.space('locks')))
   const mutex = spaces.map((s, i) => new ChronoMutex(s, rules, { authorId: ids[i] as string, secretKey: keys[i] as Uint8Array }, trust))
   mutexes.push(...mutex)
@@ -86,10 +83,10 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
     const inA = await enter(owner, a, held)
     // B asks while A holds: both other members reply, and A's reply lists A's own request, which is not released.
     const waiting = b.acquire({ timeoutMs: 20_000 })
-    await until('B requested', () => b.request !== undefined)
+    await (sim as SimCluster).until('B requested', () => b.request !== undefined)
     const request = (b.request as { index: number }).index
     const replyTo = (m: MutexMessage): boolean => m.kind === 'reply' && m.to.author === idB && m.to.index === request
-    await until('A and C replied to B', () =>
+    await (sim as SimCluster).until('A and C replied to B', () =>
       [idA, idC].every((id) => sb.register<MutexMessage>(registerKey('printer', id)).history().some((h) => replyTo(h.value as MutexMessage))),
     )
     const early: AcquisitionProof = { request: await sb.clockProof(request), replies: [await proofOf(sb, idA, replyTo), await proofOf(sb, idC, replyTo)], releases: [] }
@@ -112,7 +109,7 @@ describe('Byzantine-tolerant mutual exclusion (Chrono §5.1 on Stead)', () => {
     await expect(enter(owner, b, held)).rejects.toMatchObject({ reason: 'unauthenticated' })
     // A's own old proof is a replay (A asks again to have a request to sign for).
     const again = a.acquire({ timeoutMs: 20_000 })
-    await until('A asked again', () => a.request !== undefined && a.request.index > inA.index)
+    await (sim as SimCluster).until('A asked again', () => a.request !== undefined && a.request.index > inA.index)
     const nonce = owner.challenge()
     const signed = await a.present(nonce)
     await expect(owner.enter(held, nonce, signed)).rejects.toMatchObject({ reason: 'unauthenticated' })

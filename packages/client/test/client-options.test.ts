@@ -6,15 +6,17 @@
  * TypeError. One row per bad input.
  */
 import { nodeCrypto } from '@stead/core/node'
-import { afterEach, describe, expect, it } from 'vitest'
+import { SimCluster } from '@stead/sim'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createClient, isSteadError, memoryStorage, type ClientOptions, type Space, type SteadClient } from '../src/index.node.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+let cluster: SimCluster | undefined
 afterEach(async () => {
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+})
+afterAll(async () => {
+  await cluster?.close()
 })
 
 const URL = 'ws://127.0.0.1:7401'
@@ -102,11 +104,10 @@ describe('createClient refuses every bad option with one typed error naming it, 
 
 describe('handle options: honoured or refused at the call', () => {
   async function space(): Promise<Space> {
-    const c = new FakeCluster('bank', 4)
-    clusters.push(c)
-    const cl = await createClient(c.clientOptions())
+    cluster ??= await SimCluster.start()
+    const cl = await createClient(cluster.clientOptions())
     open.push(cl)
-    return cl.space(c.space)
+    return cl.space('bank')
   }
 
   type HandleRow = readonly [what: string, open: (s: Space) => unknown, message: string]

@@ -5,17 +5,35 @@
  */
 import { createServer } from 'node:net'
 import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
-import { createClient, memoryStorage, type SteadClient } from '../src/index.node.ts'
-import { FakeCluster, FakeSocket } from './helpers/fake-cluster.ts'
+import { createClient, memoryStorage, type SocketLike, type SteadClient } from '../src/index.node.ts'
 import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 afterEach(async () => {
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
 })
+
+async function cluster(): Promise<SimCluster> {
+  const c = await SimCluster.start()
+  clusters.push(c)
+  return c
+}
+
+/** A server that accepts the connection and hangs up at once, before any welcome. */
+function hangingUp(): SocketLike {
+  const s: SocketLike = { binaryType: 'arraybuffer', readyState: 0, send: () => undefined, close: () => undefined, onopen: null, onmessage: null, onclose: null, onerror: null }
+  queueMicrotask(() => {
+    ;(s as { readyState: number }).readyState = 1
+    s.onopen?.({})
+    ;(s as { readyState: number }).readyState = 3
+    s.onclose?.({ code: 1000, reason: '' })
+  })
+  return s
+}
 
 
 /** A local port nothing listens on (it was free a moment ago). */
@@ -37,8 +55,7 @@ describe('status.relays[].error', () => {
   })
 
   it('says "connection refused" for a URL where nothing listens, with the cluster pinned', async () => {
-    const fake = new FakeCluster('bank', 4)
-    clusters.push(fake)
+    const fake = await cluster()
     const url = `ws://127.0.0.1:${await deadPort()}`
     const c = await createClient({ relays: [url], storage: memoryStorage(), crypto: nodeCrypto, cluster: fake.descriptor, backoff: { initialMs: 5, maxMs: 50 } })
     open.push(c)
@@ -48,40 +65,30 @@ describe('status.relays[].error', () => {
   })
 
   it('says "closed before welcome" for a relay that accepts and hangs up, and clears the error once the relay is connected', async () => {
-    const fake = new FakeCluster('bank', 4)
-    clusters.push(fake)
+    const fake = await cluster()
     let hangUp = true
-    const connect = (url: string): FakeSocket => {
-      if (!hangUp || !url.includes('relay0.')) return fake.connect(url) as FakeSocket
-      const s = new FakeSocket()
-      setTimeout(() => {
-        s.readyState = 1
-        s.onopen?.({})
-        s.closeFromServer()
-      }, 0)
-      return s
-    }
-    const c = await createClient({ ...fake.clientOptions(), connect })
+    const options = fake.clientOptions()
+    const connect = (url: string): SocketLike => (hangUp && url.includes('relay0.') ? hangingUp() : (options.connect as (url: string) => SocketLike)(url))
+    const c = await createClient({ ...options, connect })
     open.push(c)
-    await until('relay 0 failing, the others connected', () => c.status.relays[0]?.error !== undefined && c.status.relays.slice(1).every((r) => r.connected))
+    await fake.until('relay 0 failing, the others connected', () => c.status.relays[0]?.error !== undefined && c.status.relays.slice(1).every((r) => r.connected))
     expect(c.status.relays[0]).toMatchObject({ connected: false, error: 'closed before welcome' })
     expect(c.status.relays.slice(1).every((r) => r.error === undefined)).toBe(true)
 
     hangUp = false
-    await until('relay 0 connected', () => c.status.relays[0]?.connected === true)
+    await fake.until('relay 0 connected', () => c.status.relays[0]?.connected === true)
     expect(c.status.relays[0]?.error).toBeUndefined()
   })
 
   it('a relay that refuses connections, then comes up: error while down, none once connected', async () => {
-    const fake = new FakeCluster('bank', 4)
-    clusters.push(fake)
-    fake.relays[2]?.setOnline(false)
+    const fake = await cluster()
+    await fake.relays[2]?.down()
     const c = await createClient(fake.clientOptions())
     open.push(c)
-    await until('relay 2 failing', () => c.status.relays[2]?.error !== undefined)
+    await fake.until('relay 2 failing', () => c.status.relays[2]?.error !== undefined)
     expect(c.status.relays[2]?.connected).toBe(false)
-    fake.relays[2]?.setOnline(true)
-    await until('relay 2 connected', () => c.status.relays[2]?.connected === true)
+    await fake.relays[2]?.up()
+    await fake.until('relay 2 connected', () => c.status.relays[2]?.connected === true)
     expect(c.status.relays[2]).not.toHaveProperty('error')
   })
 })

@@ -4,29 +4,29 @@
  * missing (relays connected against the quorum needed, which relays are
  * down and why) and that the update is not lost.
  */
-import { afterEach, describe, expect, it, vi } from 'vitest'
+import { SimCluster } from '@stead/sim'
+import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClientOptions, type SafeResult, type Space, type SteadClient } from '../src/index.node.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
-import { until } from './helpers/until.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 afterEach(async () => {
-  vi.useRealTimers()
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
 })
 
-function cluster(): FakeCluster {
-  const c = new FakeCluster('bank', 4)
+/** Real relays in simulated time, the first `up` of them running. */
+async function cluster(up = 4): Promise<SimCluster> {
+  const c = await SimCluster.start()
   clusters.push(c)
+  for (const r of c.relays.slice(up)) await r.down()
   return c
 }
 
-async function client(c: FakeCluster, extra: Partial<ClientOptions> = {}): Promise<Space> {
-  const cl = await createClient({ ...c.clientOptions(), ...extra })
+async function client(c: SimCluster, extra: Partial<ClientOptions> = {}): Promise<Space> {
+  const cl = await createClient(c.clientOptions(extra))
   open.push(cl)
-  return cl.space(c.space)
+  return cl.space('bank')
 }
 
 
@@ -45,11 +45,10 @@ function watch(p: Promise<unknown>): { state: string; error?: unknown } {
 
 describe('safe updates: a default timeout that says why', () => {
   it('with only f relays up, a safe update times out by the client default, saying 1 of 4 connected, 2 needed, which relays are down and why, and that it may still commit; it does commit later', async () => {
-    const c = cluster()
     // f = 1: one relay up, three refuse connections.
-    for (const r of c.relays.slice(1)) r.setOnline(false)
+    const c = await cluster(1)
     const a = await client(c, { safeTimeoutMs: 100 })
-    await until('one relay connected', () => a.status.relays.filter((r) => r.connected).length === 1 && a.status.relays.filter((r) => r.error).length === 3)
+    await c.until('one relay connected', () => a.status.relays.filter((r) => r.connected).length === 1 && a.status.relays.filter((r) => r.error).length === 3)
 
     const err = await a.counter('k').increment(5, { safe: true }).then(
       () => undefined,
@@ -59,8 +58,8 @@ describe('safe updates: a default timeout that says why', () => {
     const message = err?.message ?? ''
     expect(message).toContain('timed out after 100 ms waiting for an update of k')
     expect(message).toContain('no quorum: 1 of 4 relays connected, 2 needed')
-    for (const i of [1, 2, 3]) expect(message).toContain(`ws://relay${i}.test:7400 (cannot connect)`)
-    expect(message).not.toContain('relay0.test')
+    for (const i of [1, 2, 3]) expect(message).toContain(`ws://relay${i}.sim (cannot connect)`)
+    expect(message).not.toContain('relay0.sim')
     expect(message).toContain('The update is not lost: it stays pending (pendingUpdates()) and may still commit (onSettled)')
     expect(message).toContain('timeoutMs: Infinity')
 
@@ -71,30 +70,28 @@ describe('safe updates: a default timeout that says why', () => {
     expect(a.pendingUpdates().reduce((n, u) => n + u.safe, 0)).toBe(2)
     const settled: SafeResult[] = []
     a.onSettled((u) => settled.push(...u.safe))
-    for (const r of c.relays) r.setOnline(true)
-    const stop = c.autoCommit(5)
+    for (const r of c.relays) await r.up()
     await a.settled({ timeoutMs: 15_000 })
-    stop()
     expect(settled.map((s) => s.status)).toEqual(['committed', 'committed'])
     expect(a.counter('k').stable).toBe(6)
   })
 
   it('with no relay up, the timeout says 0 connected and lists every relay', async () => {
-    const c = cluster()
-    for (const r of c.relays) r.setOnline(false)
+    const c = await cluster(0)
     const a = await client(c, { safeTimeoutMs: 50 })
-    await until('relays refusing', () => a.status.relays.every((r) => r.error !== undefined))
+    await c.until('relays refusing', () => a.status.relays.every((r) => r.error !== undefined))
     await expect(a.counter('k').decrement(1, { safe: true })).rejects.toMatchObject({
       reason: 'timeout',
-      message: expect.stringMatching(/no quorum: 0 of 4 relays connected, 2 needed.*down: ws:\/\/relay0\.test:7400 \(cannot connect\), ws:\/\/relay1.*ws:\/\/relay3\.test:7400 \(cannot connect\)\. The update is not lost/),
+      message: expect.stringMatching(/no quorum: 0 of 4 relays connected, 2 needed.*down: ws:\/\/relay0\.sim \(cannot connect\), ws:\/\/relay1.*ws:\/\/relay3\.sim \(cannot connect\)\. The update is not lost/),
     })
   })
 
   it('connected but the cluster does not commit: says so rather than blaming the connection', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c, { safeTimeoutMs: 50 })
-    await until('online', () => a.status.online)
-    // Nothing commits (the fake cluster commits only when told): the relays have it but never decide.
+    await c.until('online', () => a.status.online)
+    // Nothing commits (no relay reaches another): the relays have it but never decide.
+    c.hold()
     await expect(a.counter('k').increment(1, { safe: true })).rejects.toMatchObject({
       reason: 'timeout',
       message: expect.stringContaining('connected to 4 of 4 relays, but the cluster has not committed it yet'),
@@ -102,47 +99,39 @@ describe('safe updates: a default timeout that says why', () => {
   })
 
   it('without timeoutMs or safeTimeoutMs waits 60 s, then times out; timeoutMs: Infinity is still pending long after', async () => {
-    const c = cluster()
-    for (const r of c.relays) r.setOnline(false)
+    const c = await cluster(0)
     const a = await client(c)
-    await until('offline', () => a.status.relays.every((r) => r.error !== undefined))
-    // Only the waits' timers (and what they set off) run on the fake clock: the client's sessions were set up on the real one.
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+    await c.until('offline', () => a.status.relays.every((r) => r.error !== undefined))
     const byDefault = watch(a.counter('k').increment(1, { safe: true }))
     const forEver = watch(a.counter('k').increment(2, { safe: true, timeoutMs: Number.POSITIVE_INFINITY }))
     const group = watch(a.safe((tx) => tx.counter('k').increment(3), { timeoutMs: Number.POSITIVE_INFINITY }))
-    await vi.advanceTimersByTimeAsync(59_990)
+    await c.advance(59_990)
     expect(byDefault.state).toBe('pending')
-    await vi.advanceTimersByTimeAsync(20)
+    await c.advance(20)
     expect(byDefault.state).toBe('rejected')
     expect(byDefault.error).toMatchObject({ reason: 'timeout', message: expect.stringContaining('timed out after 60000 ms') })
     // Ten minutes on: the ones told to wait for ever still wait.
-    await vi.advanceTimersByTimeAsync(600_000)
+    await c.advance(600_000)
     expect(forEver.state).toBe('pending')
     expect(group.state).toBe('pending')
-    vi.useRealTimers()
     expect(a.pendingUpdates().reduce((n, u) => n + u.safe, 0)).toBe(3)
   })
 
   it('safeTimeoutMs: Infinity on the client makes every safe update wait for ever unless the call says otherwise', async () => {
-    const c = cluster()
-    for (const r of c.relays) r.setOnline(false)
+    const c = await cluster(0)
     const a = await client(c, { safeTimeoutMs: Number.POSITIVE_INFINITY })
-    await until('offline', () => a.status.relays.every((r) => r.error !== undefined))
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+    await c.until('offline', () => a.status.relays.every((r) => r.error !== undefined))
     const forEver = watch(a.counter('k').increment(1, { safe: true }))
     const bounded = watch(a.counter('k').increment(1, { safe: true, timeoutMs: 1000 }))
-    await vi.advanceTimersByTimeAsync(3_600_000)
+    await c.advance(3_600_000)
     expect(forEver.state).toBe('pending')
     expect(bounded.state).toBe('rejected')
-    vi.useRealTimers()
   })
 })
 
 describe('a fire-and-forget safe update', () => {
   it('that times out by the default harms nobody (no unhandled rejection)', async () => {
-    const c = cluster()
-    for (const r of c.relays) r.setOnline(false)
+    const c = await cluster(0)
     const a = await client(c, { safeTimeoutMs: 20 })
     const unhandled: unknown[] = []
     const trap = (e: unknown): void => void unhandled.push(e)

@@ -39,6 +39,8 @@ const QUIET_TURNS = 3
 /** With an HTTP answer in flight, turns it may take before simulated time moves on all the same. */
 const IN_FLIGHT_TURNS = 200
 
+const START_AT = Date.UTC(2026, 0, 1)
+
 type SimEvent = { readonly action: () => void }
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
@@ -66,7 +68,8 @@ export class SimCluster {
   readonly config: ClusterConfig
   private readonly queue = new EventQueue<SimEvent>()
   private readonly rng: Rng
-  private time = 0
+  /** Simulated now: a plausible wall-clock time (registers and relays compare stamps with it), 2026-01-01 at start. */
+  private time = START_AT
   private closed = false
   private held = false
   private wake: (() => void) | undefined
@@ -105,7 +108,7 @@ export class SimCluster {
     return c
   }
 
-  /** Simulated milliseconds since the cluster started. */
+  /** Simulated time now (ms since the epoch; 2026-01-01 when the cluster started). */
   get now(): number {
     return this.time
   }
