@@ -381,9 +381,12 @@ export class SteadClient {
     tabs.link = undefined
     this.startLead(storage, identity, cluster)
     for (const { up, next, handed } of handovers) {
-      // The space a following tab's upstream served, as this client opened it (see openSpace).
-      const space = this.opened.get(up.space.space)
-      if (!space || space !== up.space) throw new Error(`tabs: the upstream of ${up.space.space} serves a space this client no longer holds open`)
+      // The space a following tab's upstream served, as this client opened it (see openSpace), or
+      // one it is closing: its close waits for its last seal, which only a leader can store.
+      const name = up.space.space
+      const closing = this.opened.get(name) === undefined && this.closing.has(name)
+      const space = closing ? (up.space as Space) : this.opened.get(name)
+      if (!space || space !== up.space) throw new Error(`tabs: the upstream of ${name} serves a space this client no longer holds open`)
       const records = new ClientRecords(storage, space.space)
       const restored = await records.restore()
       const { replica, outbox } = this.rebuild(space.space, restored)
@@ -404,6 +407,14 @@ export class SteadClient {
       space.adopt(replica, restored.position)
       const upstream = this.leadSpace(space, records, restored, outbox, waiters)
       next.resolve(upstream)
+      // A closing space is led only until its close is done: then it is no longer this client's.
+      if (closing) {
+        void this.closing.get(name)?.finally(() => {
+          if (this.opened.get(name) !== space) return
+          this.opened.delete(name)
+          this.upstreams.delete(name)
+        })
+      }
       if (inFlight) {
         if (stored) space.batchSigned(inFlight.batch, carrier?.env)
         else await upstream.seal(inFlight.batch)

@@ -1,11 +1,10 @@
 import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { SteadClient } from '../src/client.ts'
-import { FakeCluster } from './helpers/fake-cluster.ts'
 import { FakeOrigin } from './helpers/tabs.ts'
-import { until } from './helpers/until.ts'
 
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 const origins: FakeOrigin[] = []
 
 /** Tabs that crashed: gone, so nothing closes them (a close would wait for a leader their dead link never hears of). */
@@ -14,11 +13,11 @@ const crashed = new Set<SteadClient>()
 afterEach(async () => {
   for (const o of origins.splice(0)) for (const c of o.clients) if (!crashed.has(c)) await c.close().catch(() => undefined)
   crashed.clear()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
 })
 
-function setup(): { c: FakeCluster; origin: FakeOrigin } {
-  const c = new FakeCluster('bank', 4)
+async function setup(): Promise<{ c: SimCluster; origin: FakeOrigin }> {
+  const c = await SimCluster.start()
   const origin = new FakeOrigin()
   clusters.push(c)
   origins.push(origin)
@@ -26,9 +25,14 @@ function setup(): { c: FakeCluster; origin: FakeOrigin } {
 }
 
 
-/** Sessions the fake relays hold open (one per client per relay when tabs share a client). */
-function sessions(c: FakeCluster): number {
-  return c.relays.reduce((n, r) => n + (r as unknown as { sessions: Set<unknown> }).sessions.size, 0)
+/** Sessions the relays hold open (one per client per relay when tabs share a client). */
+function sessions(c: SimCluster): number {
+  return c.relays.reduce((n, r) => n + r.openSessions, 0)
+}
+
+/** The value of `key` in relay 0's stable state of the space. */
+function stableValue(c: SimCluster, key: string): unknown {
+  return c.relays[0]?.stableValue('bank', key)
 }
 
 /** What a tab that dies without closing leaves: its locks released, nothing more said, its storage handle gone. */
@@ -53,59 +57,54 @@ async function crash(client: SteadClient): Promise<void> {
 
 describe('tabs sharing one client', () => {
   it('one tab leads with one session per relay; another follows, sees updates both ways at once, and its safe update resolves', async () => {
-    const { c, origin } = setup()
-    const stop = c.autoCommit(10)
+    const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
     const b = await origin.tab(c.clientOptions())
     expect(a.leading).toBe(true)
     expect(b.leading).toBe(false)
     expect(b.authorId).toBe(a.authorId)
     const [sa, sb] = await Promise.all([a.space('bank'), b.space('bank')])
-    await until('online in both tabs', () => sa.status.online && sb.status.online && b.status.online)
+    await c.until('online in both tabs', () => sa.status.online && sb.status.online && b.status.online)
     expect(sessions(c)).toBe(4)
 
     const ka = sa.counter('k', { min: 0 })
     const kb = sb.counter('k', { min: 0 })
     void ka.increment(5)
     expect(ka.value).toBe(5)
-    await until('b sees a', () => kb.value === 5)
+    await c.until('b sees a', () => kb.value === 5)
     const stored = kb.increment(10)
     expect(kb.value).toBe(15)
     expect(await stored).toEqual({ status: 'stored' })
-    await until('a sees b', () => ka.value === 15)
+    await c.until('a sees b', () => ka.value === 15)
     expect(await kb.decrement(20, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
     expect(await kb.decrement(3, { safe: true })).toMatchObject({ status: 'committed' })
-    await until('stable 12 in both', () => ka.stable === 12 && kb.stable === 12)
+    await c.until('stable 12 in both', () => ka.stable === 12 && kb.stable === 12)
     await sb.settled()
     expect(sb.pendingUpdates()).toEqual([])
-    expect(c.stableValue('k')).toBe(12)
-    stop()
+    expect(stableValue(c, 'k')).toBe(12)
   })
 
   it('a following tab types into a text key by key while the leader signs: every key shows at once there and lands in order', async () => {
-    const { c, origin } = setup()
-    const stop = c.autoCommit(10)
+    const { c, origin } = await setup()
     // The leader signs as slowly as WebCrypto may: keys typed meanwhile name characters of the batch it signs.
-    const slow = { ...nodeCrypto, sign: async (k: Uint8Array, m: Uint8Array) => (await new Promise((r) => setTimeout(r, 6)), nodeCrypto.sign(k, m)) }
+    const slow = { ...nodeCrypto, sign: async (k: Uint8Array, m: Uint8Array) => (await c.advance(6), nodeCrypto.sign(k, m)) }
     const a = await origin.tab({ ...c.clientOptions(), crypto: slow })
     const b = await origin.tab(c.clientOptions())
     const [sa, sb] = await Promise.all([a.space('bank'), b.space('bank')])
-    await until('online in both tabs', () => sa.status.online && sb.status.online)
+    await c.until('online in both tabs', () => sa.status.online && sb.status.online)
     const ta = sa.text('doc')
     const tb = sb.text('doc')
     const s = 'typed in a following tab'
     for (let i = 0; i < s.length; i++) {
       void tb.insert(tb.length, s[i] as string)
       expect(tb.value).toBe(s.slice(0, i + 1))
-      await new Promise((r) => setTimeout(r, 1))
+      await c.advance(1)
     }
-    await until('both tabs have it, stable', () => ta.value === s && tb.value === s && ta.stable === s && tb.stable === s)
-    stop()
+    await c.until('both tabs have it, stable', () => ta.value === s && tb.value === s && ta.stable === s && tb.stable === s)
   })
 
   it('the leader closes while the other tab writes: that tab takes the lead and no update is lost or counted twice', async () => {
-    const { c, origin } = setup()
-    const stop = c.autoCommit(10)
+    const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
     const b = await origin.tab(c.clientOptions())
     const third = await origin.tab(c.clientOptions())
@@ -120,48 +119,46 @@ describe('tabs sharing one client', () => {
     for (let i = 0; i < 40; i++) {
       writes.push(kb.increment(1), k3.increment(1))
       written += 2
-      if (i % 8 === 0) await new Promise((r) => setTimeout(r, 5))
+      if (i % 8 === 0) await c.advance(5)
     }
     await closing
-    await until('a new leader', () => b.leading || third.leading)
+    await c.until('a new leader', () => b.leading || third.leading)
     await Promise.all(writes)
-    await until('every write stable', () => c.stableValue('n') === written && kb.stable === written && k3.stable === written, 20_000).catch((err: Error) => {
-      throw new Error(`${err.message}: relays ${String(c.stableValue('n'))}, b ${kb.stable}/${kb.value}, third ${k3.stable}/${k3.value}, written ${written}, leading ${b.leading}/${third.leading}`)
+    await c.until('every write stable', () => stableValue(c, 'n') === written && kb.stable === written && k3.stable === written, 20_000).catch((err: Error) => {
+      throw new Error(`${err.message}: relays ${String(stableValue(c, 'n'))}, b ${kb.stable}/${kb.value}, third ${k3.stable}/${k3.value}, written ${written}, leading ${b.leading}/${third.leading}`)
     })
     expect(kb.value).toBe(written)
     expect(k3.value).toBe(written)
     expect(sessions(c)).toBe(4)
-    stop()
   })
 
   it('the leader dies without closing, with a safe update of another tab in flight: it resolves once, from the new leader', async () => {
-    const { c, origin } = setup()
+    const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
     const b = await origin.tab(c.clientOptions())
     const sa = await a.space('bank')
     const sb = await b.space('bank')
-    await until('online', () => sa.status.online && sb.status.online)
+    await c.until('online', () => sa.status.online && sb.status.online)
+    // Nothing commits until the leader is gone: the update waits in its outbox (or in flight).
+    c.hold()
     const kb = sb.counter('n', { min: 0 })
     void kb.increment(7)
     const safe = kb.decrement(2, { safe: true })
-    // Nothing commits until the leader is gone: the update waits in its outbox (or in flight).
-    await until('the leader stored it', () => sa.pendingUpdates().length > 0 && sb.pendingUpdates().length > 0)
+    await c.until('the leader stored it', () => sa.pendingUpdates().length > 0 && sb.pendingUpdates().length > 0)
     await crash(a)
-    await until('b leads', () => b.leading)
-    const stop = c.autoCommit(10)
+    await c.until('b leads', () => b.leading)
+    c.release()
     expect(await safe).toMatchObject({ status: 'committed' })
-    await until('stable 5', () => kb.stable === 5)
+    await c.until('stable 5', () => kb.stable === 5)
     expect(kb.value).toBe(5)
     await sb.settled()
-    stop()
   })
 
   it('a tab that opens a space later gets its state from the leader before its first read, and a quorum read and history pages go through the leader', async () => {
-    const { c, origin } = setup()
-    const stop = c.autoCommit(10)
+    const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
     const sa = await a.space('bank')
-    await until('online', () => sa.status.online)
+    await c.until('online', () => sa.status.online)
     await sa.counter('k').increment(4, { safe: true })
     const b = await origin.tab(c.clientOptions())
     const sb = await b.space('bank')
@@ -182,14 +179,13 @@ describe('tabs sharing one client', () => {
     await sa.close()
     await sb.counter('k').increment(1, { safe: true })
     expect(sb.counter('k').stable).toBe(6)
-    stop()
   })
 
-  // STEAD_TABS_SEEDS=200 for a longer soak.
-  const seeds = Array.from({ length: Number(process.env.STEAD_TABS_SEEDS ?? 4) }, (_, i) => i + 1)
+  // STEAD_TABS_SEEDS=200 for a longer soak. Seed 7 closes a following tab the moment the lead comes
+  // to it (its leader had just closed): its close used to hang for ever, its last write never stored.
+  const seeds = process.env.STEAD_TABS_SEEDS ? Array.from({ length: Number(process.env.STEAD_TABS_SEEDS) }, (_, i) => i + 1) : [1, 2, 3, 4, 7]
   it.each(seeds)('tabs opening, closing and crashing at random while they write: every stored update commits exactly once (seed %i)', async (first) => {
-    const { c, origin } = setup()
-    const stop = c.autoCommit(5)
+    const { c, origin } = await setup()
     let seed = first
     const random = (n: number): number => {
       seed = (seed * 1103515245 + 12345) % 2 ** 31
@@ -227,21 +223,20 @@ describe('tabs sharing one client', () => {
             ),
         })
       }
-      if (random(3) === 0) await new Promise((r) => setTimeout(r, random(15)))
+      if (random(3) === 0) await c.advance(random(15))
     }
     if (live.length === 0) await open()
     const last = live[0] as Tab
     // Writes of crashed tabs may never answer: give the others time, then judge what answered.
-    const outcomes = await Promise.all(writes.map((w) => Promise.race([w.outcome, new Promise<'unanswered'>((r) => setTimeout(() => r('unanswered'), 3000))])))
+    const outcomes = await Promise.all(writes.map((w) => Promise.race([w.outcome, c.advance(3000).then(() => 'unanswered' as const)])))
     await last.space.settled({ timeoutMs: 20_000 })
-    await until('leader online', () => last.space.status.online)
+    await c.until('leader online', () => last.space.status.online)
     for (const [i, w] of writes.entries()) {
-      const value = c.stableValue(w.key) ?? 0
+      const value = stableValue(c, w.key) ?? 0
       // Stored means committed once; a write that failed or never answered (its tab crashed) committed at most once.
       if (outcomes[i] === 'stored') expect(value, `${w.key} (stored)`).toBe(1)
       else expect(value, `${w.key} (${outcomes[i]})`).toBeLessThanOrEqual(1)
     }
     expect(outcomes.filter((o) => o === 'stored').length).toBeGreaterThan(writes.length / 2)
-    stop()
   }, 60_000)
 })

@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
-import { decodeRelayMessage, ENVELOPE_REF_BYTES, toHex, type HostClock, type HostTimer } from '@stead/core'
+import { decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, restoreCrdt, toHex, type HostClock, type HostTimer } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import {
   buildApi,
@@ -325,6 +325,18 @@ export class SimRelay {
   get node(): RelayNode {
     if (!this.running) throw new Error(`relay ${this.index} is down`)
     return this.running.node
+  }
+
+  /** The value of `key` in the stable state this relay holds of `space` (undefined before its first commit). */
+  stableValue(space: string, key: string): unknown {
+    const [, , , , objects] = this.node.stableSnapshot(space).snapshot as [string, string, number, unknown, Array<[string, Uint8Array, unknown]>]
+    const found = objects.find(([k]) => k === key)
+    return found && restoreCrdt(decodeDeclaration(found[1]), found[2]).value()
+  }
+
+  /** Client sessions open on it now. */
+  get openSessions(): number {
+    return [...(this.running?.wires ?? [])].filter((w) => w.relay.open).length
   }
 
   /** @internal */
