@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
-import { decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, restoreCrdt, toHex, type HostClock, type HostTimer } from '@stead/core'
+import { decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, restoreCrdt, toHex, type HostClock, type HostTimer } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import {
   buildApi,
@@ -66,6 +66,8 @@ export class SimCluster {
   readonly f: number
   readonly relays: SimRelay[]
   readonly config: ClusterConfig
+  /** Every distinct envelope clients submitted to any relay (hex hashes of the frames). */
+  readonly submitted = new Set<string>()
   private readonly queue = new EventQueue<SimEvent>()
   private readonly rng: Rng
   /** Simulated now: a plausible wall-clock time (registers and relays compare stamps with it), 2026-01-01 at start. */
@@ -437,11 +439,22 @@ export class SimRelay {
     })
   }
 
-  /** The wire's relay end, counting what the session sends its client. */
+  /** The wire's relay end, counting what the session sends its client and the envelopes it submits. */
   private counted(wire: Wire): Wire['relay'] {
     const socket = wire.relay
     const traffic = this.traffic
+    const submitted = this.cluster.submitted
     return Object.assign(Object.create(socket) as Wire['relay'], {
+      onMessage: (handler: (data: Uint8Array, isBinary: boolean) => void) =>
+        socket.onMessage((data, isBinary) => {
+          try {
+            const m = decodeClientMessage(data)
+            if (m.type === 'submit') submitted.add(toHex(nodeCrypto.sha256(m.envelope)))
+          } catch {
+            // Not a message: the session refuses it.
+          }
+          handler(data, isBinary)
+        }),
       send: (frame: Uint8Array, written: () => void) => {
         try {
           const m = decodeRelayMessage(frame)
