@@ -1,25 +1,25 @@
 // @vitest-environment happy-dom
-/** useText, useMap and useList rendered against real clients and the in-memory relay cluster of the client tests. */
+/** useText, useMap and useList rendered against real clients and real relays in simulated time (SimCluster). */
 import { createClient, type Space, type SteadClient } from '@stead/client'
 import { act, cleanup, render, screen, waitFor } from '@testing-library/react'
 import { StrictMode, createElement as h } from 'react'
 import { afterEach, describe, expect, it } from 'vitest'
-import { FakeCluster } from '../../client/test/helpers/fake-cluster.ts'
+import { SimCluster } from '@stead/sim'
 import { SteadProvider, useList, useMap, useText } from '../src/index.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 
 afterEach(async () => {
   cleanup()
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
 })
 
-async function client(c: FakeCluster): Promise<Space> {
+async function client(c: SimCluster): Promise<Space> {
   const owner = await createClient(c.clientOptions())
   open.push(owner)
-  return owner.space(c.space)
+  return owner.space('notes')
 }
 
 const shown = (id: string) => screen.getByTestId(id).textContent
@@ -40,9 +40,8 @@ function Doc() {
 describe('document hooks', () => {
   for (const strict of [false, true]) {
     it(`show local edits at once, nested edits and another client's edits when they arrive${strict ? ' (StrictMode)' : ''}`, async () => {
-      const c = new FakeCluster('notes', 4)
+      const c = await SimCluster.start()
       clusters.push(c)
-      const stop = c.autoCommit(10)
       const a = await client(c)
       const b = await client(c)
       const tree = h(SteadProvider, { space: a }, h(Doc))
@@ -64,7 +63,6 @@ describe('document hooks', () => {
       await waitFor(() => expect(shown('list')).toBe('x,y'), { timeout: 10_000 })
       await b.list<string>('todo').move(1, 0)
       await waitFor(() => expect(shown('list')).toBe('y,x'), { timeout: 10_000 })
-      stop()
     })
   }
 })

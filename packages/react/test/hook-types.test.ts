@@ -10,24 +10,24 @@ import { createClient, isSteadError, type BoundedCounterHandle, type CounterHand
 import { cleanup, render } from '@testing-library/react'
 import { createElement as h } from 'react'
 import { afterEach, describe, expect, expectTypeOf, it } from 'vitest'
-import { FakeCluster } from '../../client/test/helpers/fake-cluster.ts'
+import { SimCluster } from '@stead/sim'
 import { SteadProvider, useBoundedCounter, useCounter, type BoundedCounterState, type CounterState } from '../src/index.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 
 afterEach(async () => {
   cleanup()
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
 })
 
 async function space(): Promise<Space> {
-  const c = new FakeCluster('bank', 4)
+  const c = await SimCluster.start()
   clusters.push(c)
   const owner = await createClient(c.clientOptions())
   open.push(owner)
-  return owner.space(c.space)
+  return owner.space('bank')
 }
 
 /** Renders `hook` once inside a provider of `s` and returns what it returned (or what it threw). */

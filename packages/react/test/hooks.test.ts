@@ -1,19 +1,19 @@
 // @vitest-environment happy-dom
 /**
  * Every hook of @stead/react rendered with @testing-library/react against a
- * real client and the in-memory relay cluster of the client tests, so local
+ * real client and real relays in simulated time (SimCluster), so local
  * updates, updates of other clients and commits all go through the real
- * SDK. Each lifecycle test runs plainly and under <StrictMode>.
+ * SDK and relays. Each lifecycle test runs plainly and under <StrictMode>.
  */
 import { createClient, type Space, type SteadClient } from '@stead/client'
 import { act, cleanup, render, screen, waitFor } from '@testing-library/react'
 import { StrictMode, createElement as h, type ReactElement } from 'react'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
-import { FakeCluster } from '../../client/test/helpers/fake-cluster.ts'
+import { SimCluster } from '@stead/sim'
 import { SteadProvider, useBoundedCounter, useSpace, useCounter, useHandle, useRegister, useSet, useStatus } from '../src/index.ts'
 
 const open: SteadClient[] = []
-const clusters: FakeCluster[] = []
+const clusters: SimCluster[] = []
 /** What React reported through console.error (a getSnapshot that is not cached, an update loop, a bad hook call). */
 let reactErrors: string[] = []
 
@@ -28,35 +28,33 @@ afterEach(async () => {
   cleanup()
   vi.restoreAllMocks()
   for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) c.stop()
+  for (const c of clusters.splice(0)) await c.close()
   expect(reactErrors).toEqual([])
 })
 
-function cluster(): FakeCluster {
-  const c = new FakeCluster('bank', 4)
+/** A cluster that orders nothing until commitUntil lets it (so a test sees the prospective value first). */
+async function cluster(): Promise<SimCluster> {
+  const c = await SimCluster.start()
+  c.hold()
   clusters.push(c)
   return c
 }
 
-async function client(c: FakeCluster): Promise<Space> {
+async function client(c: SimCluster): Promise<Space> {
   const owner = await createClient(c.clientOptions())
   open.push(owner)
-  return owner.space(c.space)
+  return owner.space('bank')
 }
 
 async function online(...clients: Space[]): Promise<void> {
   await waitFor(() => expect(clients.every((cl) => cl.status.online)).toBe(true), { timeout: 10_000 })
 }
 
-/** Commits whatever the relays hold until `assertion` passes. */
-async function commitUntil(c: FakeCluster, assertion: () => void): Promise<void> {
-  await waitFor(
-    () => {
-      c.commit()
-      assertion()
-    },
-    { timeout: 10_000, interval: 5 },
-  )
+/** Lets the relays order what they hold until `assertion` passes, then holds them again. */
+async function commitUntil(c: SimCluster, assertion: () => void): Promise<void> {
+  c.release()
+  await waitFor(assertion, { timeout: 10_000, interval: 5 })
+  c.hold()
 }
 
 /**
@@ -152,7 +150,7 @@ describe.each([
   ['StrictMode', true],
 ])('hooks (%s)', (_mode, strict) => {
   it('useCounter shows a local update at once, a commit and another client’s update when they arrive, and detaches on unmount', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const b = await client(c)
     await online(a, b)
@@ -178,7 +176,7 @@ describe.each([
   })
 
   it('useCounter moves its subscription when the key changes', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const first = track(a.counter('x', { min: 0 }), 'subscribe')
     const second = track(a.counter('y', { min: 0 }), 'subscribe')
@@ -196,7 +194,7 @@ describe.each([
   })
 
   it('useBoundedCounter shows the initial value, a local increment, and a safe spend once committed', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     await online(a)
     const handle = a.boundedCounter('seats', { min: 0, initial: 10 })
@@ -228,7 +226,7 @@ describe.each([
   })
 
   it('useSet shows adds and deletes at once and stable once committed, and detaches on unmount', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const b = await client(c)
     await online(a, b)
@@ -258,7 +256,7 @@ describe.each([
   })
 
   it('useRegister shows a local write at once, a commit and a later write of another client', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const b = await client(c)
     await online(a, b)
@@ -285,15 +283,15 @@ describe.each([
   })
 
   it('useStatus follows connecting, pending updates and the stable index, and detaches on unmount', async () => {
-    const c = cluster()
-    for (const r of c.relays) r.setOnline(false)
+    const c = await cluster()
+    for (const r of c.relays) await r.down()
     const a = await client(c)
     const stats = track(a, 'onStatus')
     const view = mount(a, h(Status), strict)
     expect(text('status')).toBe('offline pending=0 stable=0')
     expectSubscribed(stats, strict)
 
-    for (const r of c.relays) r.setOnline(true)
+    for (const r of c.relays) await r.up()
     await screen.findByText('online pending=0 stable=0', {}, { timeout: 10_000 })
     act(() => void a.counter('n').increment(1))
     expect(text('status')).toBe('online pending=1 stable=0')
@@ -308,7 +306,7 @@ describe.each([
 
 describe('re-renders only when what a hook reads changes', () => {
   it('useHandle keeps a derived value and skips notifications that leave it unchanged; the latest inline read is used', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const handle = a.counter('n')
     function Threshold({ limit }: { limit: number }) {
@@ -330,7 +328,7 @@ describe('re-renders only when what a hook reads changes', () => {
   })
 
   it('useSet keeps the identity of unchanged arrays when a notification changes nothing it shows', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     const handle = a.set<string>('tags')
     await handle.add('x')
@@ -356,7 +354,7 @@ describe('re-renders only when what a hook reads changes', () => {
   })
 
   it('useStatus keeps its snapshot while the status is unchanged', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     await online(a)
     const seen: object[] = []
@@ -380,7 +378,7 @@ describe('re-renders only when what a hook reads changes', () => {
 
 describe('useSet with invariants', () => {
   it('opens a set declared with maxSize (the same declaration as the rest of the app)', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     await a.set<string>('tags', { maxSize: 2 }).add('x')
     mount(a, h(SetView, { maxSize: 2 }), false)
@@ -390,7 +388,7 @@ describe('useSet with invariants', () => {
 
 describe('useSpace', () => {
   it('returns the client of the nearest provider', async () => {
-    const c = cluster()
+    const c = await cluster()
     const a = await client(c)
     let got: Space | undefined
     function C() {
