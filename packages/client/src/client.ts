@@ -127,7 +127,7 @@ export class SteadClient {
         this.init.tabs?.hub?.status()
       },
     })
-    const peers = options.peers && new PeerHub(options.peers, (peer, why) => this.emitError(new SteadError('untrusted', `peer ${peer} ${why}; it is refused from now on`)))
+    const peers = options.peers && new PeerHub(options.peers, (peer, why) => this.emitError(new SteadError('untrusted', `peer ${peer} ${why}; it is refused from now on`)), undefined, clockOf(options))
     this.lead = { storage, identity, sessions, peers }
     const tabs = this.init.tabs
     if (tabs) {

@@ -1,4 +1,4 @@
-import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, toHex } from '@stead/core'
+import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, systemClock, toHex, type HostClock, type HostTimer } from '@stead/core'
 
 /**
  * Peer-to-peer sync between the clients of a space (Merkle-CRDTs): envelopes
@@ -195,7 +195,7 @@ interface LinkState {
   readonly served: Set<string>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
-  /** When this side last sent on the link (Date.now()). */
+  /** When this side last sent on the link (the client's clock). */
   lastSent: number
   closed: boolean
 }
@@ -216,25 +216,40 @@ export class PeerHub {
   private readonly refused = new Set<string>()
   /** News waiting to be passed on: space → envelope id → the peer it came from. */
   private news = new Map<string, Map<string, string>>()
-  private newsTimer: ReturnType<typeof setTimeout> | undefined
+  private newsTimer: HostTimer | undefined
   private stats = { framesSent: 0, framesReceived: 0, bytesSent: 0, bytesReceived: 0, dropped: 0 }
   private stopped = false
   private readonly network: PeerNetwork
   private readonly onFault: (peer: string, why: string) => void
 
   private readonly keepaliveMs: number
-  private keepalive: ReturnType<typeof setInterval> | undefined
+  private keepalive: HostTimer | undefined
+  private readonly clock: HostClock
 
-  /** `keepaliveMs`: a link that sent nothing for this long sends an empty news message (transports close idle connections: TCP after 2 minutes). */
-  constructor(network: PeerNetwork, onFault: (peer: string, why: string) => void, keepaliveMs = 30_000) {
+  /**
+   * `keepaliveMs`: a link that sent nothing for this long sends an empty
+   * news message (transports close idle connections: TCP after 2 minutes).
+   * `clock`: the client's time and timers.
+   */
+  constructor(network: PeerNetwork, onFault: (peer: string, why: string) => void, keepaliveMs = 30_000, clock: HostClock = systemClock) {
     this.network = network
     this.onFault = onFault
     this.keepaliveMs = keepaliveMs
+    this.clock = clock
+  }
+
+  /** Checks for quiet links every keepaliveMs, in the background (it keeps no process alive). */
+  private scheduleKeepAlive(): void {
+    this.keepalive = this.clock.setTimer(this.keepaliveMs, () => {
+      if (this.stopped) return
+      this.keepAlive()
+      this.scheduleKeepAlive()
+    })
+    this.keepalive.unref?.()
   }
 
   start(identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }): Promise<void> {
-    this.keepalive = setInterval(() => this.keepAlive(), this.keepaliveMs)
-    ;(this.keepalive as { unref?: () => void }).unref?.()
+    this.scheduleKeepAlive()
     return this.network.start(
       {
         opened: (link) => this.opened(link),
@@ -262,8 +277,8 @@ export class PeerHub {
   async stop(): Promise<void> {
     this.stopped = true
     this.members.clear()
-    if (this.newsTimer) clearTimeout(this.newsTimer)
-    if (this.keepalive) clearInterval(this.keepalive)
+    this.newsTimer?.cancel()
+    this.keepalive?.cancel()
     await this.network.stop()
     this.links.clear()
   }
@@ -319,7 +334,7 @@ export class PeerHub {
     let news = this.news.get(space)
     if (!news) this.news.set(space, (news = new Map()))
     news.set(idHex, from)
-    this.newsTimer ??= setTimeout(() => this.sendNews(), NEWS_BATCH_MS)
+    this.newsTimer ??= this.clock.setTimer(NEWS_BATCH_MS, () => this.sendNews())
   }
 
   /** Whether this link exchanges `space` now: it started to, and the relays still vouch for the peer (a vouching relay may have turned out faulty since). */
@@ -361,7 +376,7 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), lastSent: Date.now(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), lastSent: this.clock.now(), closed: false }
     this.links.set(link, s)
     for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
   }
@@ -450,14 +465,14 @@ export class PeerHub {
   private send(s: LinkState, m: PeerMessage): void {
     if (s.closed) return
     const bytes = encodeMessage(m)
-    s.lastSent = Date.now()
+    s.lastSent = this.clock.now()
     if (s.link.send(bytes)) this.stats.bytesSent += bytes.length
     else this.stats.dropped++
   }
 
   /** Links that exchange a space and sent nothing for a while say so, emptily: their connection stays up. */
   private keepAlive(): void {
-    const quietSince = Date.now() - this.keepaliveMs
+    const quietSince = this.clock.now() - this.keepaliveMs
     for (const s of this.links.values()) {
       const space = s.spaces.values().next().value
       if (space !== undefined && s.lastSent <= quietSince) this.send(s, { kind: 'news', space, ids: [] })

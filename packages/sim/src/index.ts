@@ -2,3 +2,4 @@ export { runSimulation, STRATEGIES, type SimOptions, type SimResult, type Strate
 export { prepareWorkload, type Workload } from './workload.ts'
 export { Rng } from './rng.ts'
 export { SimCluster, SimRelay, type SimClusterOptions, type ClientTraffic } from './sim-cluster.ts'
+export { RawSession } from './raw-session.ts'

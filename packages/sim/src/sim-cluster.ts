@@ -16,6 +16,7 @@ import {
 import type { FastifyInstance } from 'fastify'
 import pino from 'pino'
 import { EventQueue } from './queue.ts'
+import { RawSession } from './raw-session.ts'
 import { Rng } from './rng.ts'
 import { Wire, type WireWorld } from './wire.ts'
 
@@ -179,6 +180,11 @@ export class SimCluster {
     }
   }
 
+  /** Runs `action` after `ms` of simulated time (a test's own network or device, on the cluster's clock). */
+  later(ms: number, action: () => void): void {
+    this.schedule(this.time + ms, action)
+  }
+
   /** Cuts every link between relays: envelopes are still taken and fanned out, nothing is ordered until `release`. */
   hold(): void {
     this.held = true
@@ -222,6 +228,13 @@ export class SimCluster {
 
   private check(): void {
     if (this.failure !== undefined) throw this.failure instanceof Error ? this.failure : new Error(String(this.failure))
+  }
+
+  /** A session to relay `relay` under `secretKey`, driven by hand (see RawSession); resolves once welcomed. */
+  async session(relay: number, secretKey: Uint8Array): Promise<RawSession> {
+    const s = new RawSession(this.dial(this.urls[relay] as string), secretKey)
+    await s.welcomed
+    return s
   }
 
   private dial(url: string): SocketLike {

@@ -1,5 +1,16 @@
-import { toHex } from '@stead/core'
+import { publicKeyFromRaw } from '@libp2p/crypto/keys'
+import { peerIdFromPublicKey } from '@libp2p/peer-id'
 import type { PeerEvents, PeerLink, PeerNetwork } from '../../src/peers.ts'
+
+/** The libp2p peer id of an Ed25519 key: what a relay lets a session announce (`/p2p/<id>`), and what board links are named by. */
+export function peerIdOf(publicKey: Uint8Array): string {
+  return peerIdFromPublicKey(publicKeyFromRaw(publicKey)).toString()
+}
+
+/** The address of the board peer holding `publicKey`. */
+export function boardAddress(publicKey: Uint8Array): string {
+  return `/memory/p2p/${peerIdOf(publicKey)}`
+}
 
 /**
  * An in-memory network of peers for tests: every network started on the
@@ -12,9 +23,12 @@ export class PeerBoard {
   messages = 0
   /** Which networks get linked, by the order they started in (default: all of them). */
   private readonly linked: (a: number, b: number) => boolean
+  /** Runs a delivery on a later task: the next macrotask, or a simulated cluster's clock (SimCluster.later). */
+  private readonly defer: (deliver: () => void) => void
 
-  constructor(linked: (a: number, b: number) => boolean = () => true) {
+  constructor(linked: (a: number, b: number) => boolean = () => true, defer: (deliver: () => void) => void = (deliver) => setTimeout(deliver, 0)) {
     this.linked = linked
+    this.defer = defer
   }
 
   network(): MemoryPeers {
@@ -34,16 +48,18 @@ export class PeerBoard {
 
   /**
    * Links a scripted peer to every started network: `receive` hears what
-   * they send it; the returned senders speak for it, one per network.
+   * they send it; the returned senders speak for it, one per network. With
+   * `key`, the link is named by its peer id (see boardAddress), else `name`.
    */
-  attach(peer: string, receive: (to: string, message: Uint8Array) => void, key?: Uint8Array): Array<{ to: string; send(message: Uint8Array): void; open(): boolean }> {
+  attach(name: string, receive: (to: string, message: Uint8Array) => void, key?: Uint8Array): Array<{ to: string; send(message: Uint8Array): void; open(): boolean }> {
+    const peer = key ? peerIdOf(key) : name
     return this.members.map((m) => {
       const to = m.id as string
       let closed = false
       const link: PeerLink = {
         peer,
         key,
-        send: (message) => !closed && later((c) => !closed && receive(to, c), message),
+        send: (message) => !closed && this.later((c) => !closed && receive(to, c), message),
         close: () => {
           if (closed) return
           closed = true
@@ -51,7 +67,7 @@ export class PeerBoard {
         },
       }
       m.open(link)
-      return { to, send: (message) => void later((c) => !closed && m.deliver(link, c), message), open: () => !closed }
+      return { to, send: (message) => void this.later((c) => !closed && m.deliver(link, c), message), open: () => !closed }
     })
   }
 
@@ -64,8 +80,8 @@ export class PeerBoard {
       b.gone(toA)
     }
     // a's link to b sends into b, where it arrives on b's link to a.
-    const toB: PeerLink = { peer: b.id as string, key: b.key, send: (m) => !closed && later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
-    const toA: PeerLink = { peer: a.id as string, key: a.key, send: (m) => !closed && later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
+    const toB: PeerLink = { peer: b.id as string, key: b.key, send: (m) => !closed && this.later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
+    const toA: PeerLink = { peer: a.id as string, key: a.key, send: (m) => !closed && this.later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
     a.open(toB)
     b.open(toA)
   }
@@ -74,13 +90,13 @@ export class PeerBoard {
     this.messages++
     return true
   }
-}
 
-/** Runs `arrive` on a later task with a copy of `message` (a sender may reuse its buffer). */
-function later(arrive: (message: Uint8Array) => unknown, message: Uint8Array): true {
-  const copy = message.slice()
-  setTimeout(() => arrive(copy), 0)
-  return true
+  /** Runs `arrive` on a later task with a copy of `message` (a sender may reuse its buffer). */
+  private later(arrive: (message: Uint8Array) => unknown, message: Uint8Array): true {
+    const copy = message.slice()
+    this.defer(() => arrive(copy))
+    return true
+  }
 }
 
 export class MemoryPeers implements PeerNetwork {
@@ -95,7 +111,7 @@ export class MemoryPeers implements PeerNetwork {
 
   async start(events: PeerEvents, identity: { publicKey: Uint8Array }): Promise<void> {
     this.events = events
-    this.id = toHex(identity.publicKey).slice(0, 16)
+    this.id = peerIdOf(identity.publicKey)
     this.key = identity.publicKey
     this.board.joined(this)
   }
