@@ -1,6 +1,6 @@
 import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
-import { decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, restoreCrdt, toHex, type HostClock, type HostTimer } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
   ClientFacingLiar,
@@ -42,6 +42,15 @@ const IN_FLIGHT_TURNS = 200
 
 const START_AT = Date.UTC(2026, 0, 1)
 
+/** The envelope in a submitted frame, or undefined for one that does not open (the relay refuses it itself). */
+function openEnvelope(frame: Uint8Array): Envelope | undefined {
+  try {
+    return openEnvelopeSync({ sha256: (b) => nodeCrypto.sha256(b), verify: verifySync }, decode(frame))
+  } catch {
+    return undefined
+  }
+}
+
 type SimEvent = { readonly action: () => void }
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
@@ -67,8 +76,14 @@ export class SimCluster {
   readonly f: number
   readonly relays: SimRelay[]
   readonly config: ClusterConfig
-  /** Every distinct envelope clients submitted to any relay (hex hashes of the frames). */
-  readonly submitted = new Set<string>()
+  /** Every distinct envelope clients submitted to any relay, by id, in the order they first came. */
+  readonly submitted = new Map<string, Envelope>()
+  /**
+   * A rule every relay applies at its door before its own checks, as a
+   * space's policy would (runtime policies are issue 46's): a reason
+   * refuses the envelope with that SteadError.
+   */
+  refuse: (env: Envelope) => ErrorReason | undefined = () => undefined
   private readonly queue = new EventQueue<SimEvent>()
   private readonly rng: Rng
   /** Simulated now: a plausible wall-clock time (registers and relays compare stamps with it), 2026-01-01 at start. */
@@ -400,6 +415,14 @@ export class SimRelay {
       ...this.more,
       onFatal: (err) => cluster.fail(err),
     })
+    // The cluster's admission rule, before the node's own door (what a session submits goes through here).
+    const submit = node.submit.bind(node)
+    node.submit = (frame, ...rest) => {
+      const env = openEnvelope(frame)
+      const reason = env && cluster.refuse(env)
+      if (env && reason) throw new SteadError(reason, `${env.authorId}:${env.seq} is refused by the cluster's rule`)
+      return submit(frame, ...rest)
+    }
     const liar = this.lies.length ? new ClientFacingLiar(this.lies, { secretKey: this.secretKey, setTimeout: (fn, ms) => clock.setTimer(ms, fn) }) : undefined
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), ...(liar ? { liar } : {}) })
     await node.start()
@@ -462,7 +485,10 @@ export class SimRelay {
         socket.onMessage((data, isBinary) => {
           try {
             const m = decodeClientMessage(data)
-            if (m.type === 'submit') submitted.add(toHex(nodeCrypto.sha256(m.envelope)))
+            if (m.type === 'submit') {
+              const env = openEnvelope(m.envelope)
+              if (env && !submitted.has(env.idHex)) submitted.set(env.idHex, env)
+            }
           } catch {
             // Not a message: the session refuses it.
           }
