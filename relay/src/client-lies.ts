@@ -1,12 +1,17 @@
 import {
+  asSigned,
+  auditStateHash,
   createCrdt,
+  decode,
   decodeAttestation,
+  decodeAuditState,
   decodeDeclaration,
   decodeObjectProof,
   decodeRelayMessage,
   decodeStateDelta,
   encode,
   encodeAttestation,
+  encodeAuditState,
   encodeObjectProof,
   encodeRelayMessage,
   encodeStateDelta,
@@ -18,6 +23,8 @@ import {
   stableReadBytes,
   toBase64Url,
   toHex,
+  ENVELOPE_REF_BYTES,
+  type ClientMessage,
   type RelayMessage,
   type WaitingEnvelope,
 } from '@stead/core'
@@ -29,7 +36,27 @@ import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
  * relay sends: the frames of a client session and the JSON answers of the
  * HTTP API. Nothing inside RelayNode or the session code knows about them.
  */
-export const CLIENT_LIES = ['lie-attest', 'stale-head', 'replay-head', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'wrong-object', 'wrong-delta', 'wrong-cluster', 'slow', 'junk'] as const
+export const CLIENT_LIES = [
+  'lie-attest',
+  'stale-head',
+  'replay-head',
+  'inflate-head',
+  'withhold-commits',
+  'withhold-envelopes',
+  'forge-envelope',
+  'pad-frames',
+  'name-unsent',
+  'censor',
+  'impostor',
+  'rechallenge',
+  'wrong-object',
+  'wrong-delta',
+  'forge-snapshot',
+  'mismatched-snapshot',
+  'wrong-cluster',
+  'slow',
+  'junk',
+] as const
 export type ClientLie = (typeof CLIENT_LIES)[number]
 
 /** How long `slow` holds every answer. */
@@ -40,6 +67,8 @@ const OPERATOR_ROUTES = new Set(['/health', '/ready', '/metrics', '/v1/status'])
 
 export interface ClientLiesContext {
   readonly secretKey: Uint8Array
+  /** The committee's keys, in order: `rechallenge` names the next relay's (default: this relay's own). */
+  readonly relayKeys?: readonly Uint8Array[]
   /** Timers, injected so tests need not wait 30 s. */
   readonly setTimeout?: (fn: () => void, ms: number) => unknown
 }
@@ -48,14 +77,30 @@ export interface ClientLiesContext {
 type Head = { relay: number; index: number; stateHash: string; sig: string; proof?: Array<[number, string]> }
 
 export class ClientFacingLiar {
-  readonly lies: ReadonlySet<ClientLie>
+  private told: ReadonlySet<ClientLie>
   private readonly ctx: ClientLiesContext
   /** Per space, the first head this relay served: what stale-head and replay-head keep serving. */
   private readonly firstHeads = new Map<string, Head>()
+  /** Envelope frames sent early lately, by id (hex), for pad-frames: at most RECENT_FRAMES. */
+  private readonly recent = new Map<string, Uint8Array>()
 
   constructor(lies: readonly ClientLie[], ctx: ClientLiesContext) {
-    this.lies = new Set(lies)
+    this.told = new Set(lies)
     this.ctx = ctx
+  }
+
+  get lies(): ReadonlySet<ClientLie> {
+    return this.told
+  }
+
+  /** Tells other lies from now on (none: honest), without a restart: what tests switch mid-session. */
+  tell(lies: readonly ClientLie[]): void {
+    this.told = new Set(lies)
+  }
+
+  /** Whether the session should act on this client message; `censor` only pretends to take submits (it answers `accepted`). */
+  admits(message: ClientMessage): boolean {
+    return !(message.type === 'submit' && this.lies.has('censor'))
   }
 
   /**
@@ -72,8 +117,7 @@ export class ClientFacingLiar {
 
   private rewrite(frame: Uint8Array): Uint8Array[] {
     // Only the lies below read what they send; the others pass frames through unread.
-    const reads = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope'].some((l) => this.lies.has(l as ClientLie))
-    if (!reads) return [frame]
+    if (!READING_LIES.some((l) => this.lies.has(l))) return [frame]
     let m: RelayMessage
     try {
       m = decodeRelayMessage(frame)
@@ -82,8 +126,10 @@ export class ClientFacingLiar {
     }
     const commitLike = m.type === 'commit' || m.type === 'commit-more' || m.type === 'attest'
     if (commitLike && this.lies.has('withhold-commits')) return []
+    if (m.type === 'welcome') return this.welcome(m, frame)
     if (m.type === 'envelope') {
-      if (this.lies.has('withhold-envelopes')) return []
+      if (this.lies.has('withhold-envelopes') || this.lies.has('name-unsent')) return []
+      if (this.lies.has('pad-frames')) this.remember(m.envelope)
       if (this.lies.has('forge-envelope')) return [frame, encodeRelayMessage({ ...m, envelope: forged(m.envelope) })]
       return [frame]
     }
@@ -92,6 +138,10 @@ export class ClientFacingLiar {
       // The commit without its envelopes: the attestation's batch digest no longer matches what came.
       if (this.lies.has('withhold-envelopes')) out = { ...out, envelopes: [], more: false }
       if (this.lies.has('forge-envelope') && m.envelopes.length > 0) out = { ...out, envelopes: [forged(m.envelopes[0] as Uint8Array), ...m.envelopes.slice(1)] }
+      // Every envelope twice (in full the second time, as if never sent early): frames the attestation's batch digest does not bind.
+      if (this.lies.has('pad-frames') && out.envelopes.length > 0) out = { ...out, envelopes: [...out.envelopes, ...out.envelopes.map((e) => (e.length === ENVELOPE_REF_BYTES ? (this.recent.get(toHex(e)) ?? e) : e))] }
+      // Every envelope named by id, though none was sent early: the client cannot have them.
+      if (this.lies.has('name-unsent')) out = { ...out, envelopes: out.envelopes.map((e) => (e.length === ENVELOPE_REF_BYTES ? e : envelopeId(e))) }
       if (this.lies.has('lie-attest')) out = { ...out, attestation: this.wrongAttestation(m.attestation.bytes) }
       return out === m ? [frame] : [encodeRelayMessage(out)]
     }
@@ -100,6 +150,54 @@ export class ClientFacingLiar {
     // A compact attestation signed over other bytes than the commit's.
     if (m.type === 'attest' && this.lies.has('lie-attest')) return [encodeRelayMessage({ ...m, sig: signSync(this.ctx.secretKey, encode(['a lie', m.space, m.round])) })]
     return [frame]
+  }
+
+  private remember(envelope: Uint8Array): void {
+    if (this.recent.size >= RECENT_FRAMES) this.recent.delete(this.recent.keys().next().value as string)
+    this.recent.set(toHex(envelopeId(envelope)), envelope)
+  }
+
+  /**
+   * `impostor`: a welcome whose signature is not the relay's key's (as a
+   * relay that names a key it does not hold); `rechallenge`: after its
+   * welcome, a second challenge in the name of the next relay.
+   */
+  private welcome(m: Extract<RelayMessage, { type: 'welcome' }>, frame: Uint8Array): Uint8Array[] {
+    let out = frame
+    if (this.lies.has('impostor') && m.sig) out = encodeRelayMessage({ ...m, sig: signSync(nodeCrypto.generateSecretKey(), encode(['not the relay', m.relay])) })
+    if (!this.lies.has('rechallenge')) return [out]
+    const other = (m.relay + 1) % Math.max(1, m.n)
+    const relayKey = this.ctx.relayKeys?.[other] ?? publicKeyOfSync(this.ctx.secretKey)
+    return [out, encodeRelayMessage({ type: 'challenge', nonce: nodeCrypto.generateSecretKey(), relay: other, relayKey })]
+  }
+
+  /** A head 5 commits past the true one, signed and "proven" by this relay alone: f+1 relays did not sign it. */
+  private inflatedHead(space: string, head: Head, nonceHex: string | undefined): Head {
+    const index = head.index + 5
+    const hash = fromHex(head.stateHash)
+    const nonce = nonceHex === undefined ? undefined : fromHex(nonceHex)
+    const bytes = nonce?.length === HEAD_NONCE_BYTES ? freshHeadBytes(space, index, hash, nonce) : stableReadBytes(space, index, hash)
+    const own: [number, string] = [head.relay, toHex(signSync(this.ctx.secretKey, stableReadBytes(space, index, hash)))]
+    return { ...head, index, sig: toHex(signSync(this.ctx.secretKey, bytes)), ...(head.proof ? { proof: [own] } : {}) }
+  }
+
+  /**
+   * The true snapshot with one more unit on its first counter: a state no
+   * correct relay attests. 'forge' vouches for it with an attestation this
+   * relay signs alone (only the f+1 others can contradict it); 'mismatch'
+   * keeps the true attestation, so the state fails its hash.
+   */
+  private raisedSnapshot(body: Snapshot, how: 'forge' | 'mismatch'): Snapshot {
+    if (typeof body.state !== 'string' || typeof body.attestation !== 'string') return body
+    const state = decodeAuditState(fromBase64Url(body.state), (signed) => ({ signed }) as unknown as WaitingEnvelope)
+    const first = state.objects.findIndex((o) => Array.isArray(o[2]) && (o[2] as unknown[]).every((row) => Array.isArray(row) && row.length === 3))
+    if (first < 0) return body
+    const objects = state.objects.map((o, i) => (i === first ? ([o[0], o[1], (o[2] as Array<[string, number, number]>).map(([r, p, n]) => [r, p + 1, n])] as const) : o))
+    const raised = { ...state, objects } as typeof state
+    const out = { ...body, state: toBase64Url(encodeAuditState(raised)) }
+    if (how === 'mismatch') return out
+    const attestation = encodeAttestation({ ...decodeAttestation(fromBase64Url(body.attestation)), stateHash: auditStateHash((b) => nodeCrypto.sha256(b), raised) })
+    return { ...out, attestation: toBase64Url(attestation), sig: toHex(signSync(this.ctx.secretKey, attestation)) }
   }
 
   /** The relay's attestation with another state hash, signed with its real key: a lie only other relays can expose. */
@@ -126,6 +224,8 @@ export class ClientFacingLiar {
       return { ...status, byzantine: [status.byzantine, ...this.lies].filter(Boolean).join(',') }
     }
     if (route === '/v1/spaces/:space/objects/:key' && this.lies.has('wrong-object')) return wrongObject(body as { proof?: string })
+    if (route === '/v1/spaces/:space/snapshot' && this.lies.has('forge-snapshot')) return this.raisedSnapshot(body as Snapshot, 'forge')
+    if (route === '/v1/spaces/:space/snapshot' && this.lies.has('mismatched-snapshot')) return this.raisedSnapshot(body as Snapshot, 'mismatch')
     if (route === '/v1/spaces/:space/delta' && this.lies.has('wrong-delta')) return wrongDelta(body as { delta?: string })
     if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
     const head = body as Head
@@ -134,6 +234,7 @@ export class ClientFacingLiar {
     const first = this.firstHeads.get(space) as Head
     // A signed head recorded earlier, served as is: its signature covers an old nonce (or none).
     if (this.lies.has('replay-head')) return first
+    if (this.lies.has('inflate-head')) return this.inflatedHead(space, head, query.nonce)
     if (this.lies.has('stale-head')) {
       // The old index and hash (and their proof, still valid), genuinely signed over this request's
       // nonce: only other relays' heads show it is stale.
@@ -147,6 +248,19 @@ export class ClientFacingLiar {
 }
 
 type ClusterBody = { f: number; relays: Array<{ id: string; publicKey: string; api: string }> }
+
+type Snapshot = { space: string; relay: number; attestation: string | null; sig?: string; state?: string }
+
+/** How many envelope frames pad-frames remembers (to send in full what a commit names by id). */
+const RECENT_FRAMES = 256
+
+/** The lies that decode what the session sends (the others pass frames through unread). */
+const READING_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge']
+
+/** An envelope frame's id (the hash of its signed bytes): what a commit names an envelope sent early by. */
+function envelopeId(frame: Uint8Array): Uint8Array {
+  return nodeCrypto.sha256(asSigned(decode(frame)).bytes)
+}
 
 /** The same cluster with every relay's key replaced: clients that trust it would trust nobody real. */
 function wrongCluster(c: ClusterBody): ClusterBody {

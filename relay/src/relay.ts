@@ -106,7 +106,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     if (entry.peers) peers = await startClientPeers({ secretKey: o.secretKey, listen: entry.peers, logger: logger.child({ component: 'peers' }) })
     binding = listeners.api
     // A relay that lies to clients is an honest relay behind an API that rewrites what it answers.
-    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey }) : undefined
+    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey, relayKeys: o.cluster.relays.map((r) => r.publicKey) }) : undefined
     const peerAddresses = peers?.addresses
     api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}), ...(peerAddresses ? { peerAddresses } : {}) })
   } catch (err) {

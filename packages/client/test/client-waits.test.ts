@@ -75,8 +75,24 @@ describe('waits that end', () => {
     // A third relay attests it (its session comes up after the commit was applied, and is followed
     // from the commit still waited on): 2f+1, resolved.
     await r2.lie()
+    r2.dropClients()
     await c.until('resolved', () => outcome !== undefined)
     expect(outcome).toMatchObject({ status: 'committed' })
+  })
+
+  it('a quorum read refuses a head that f+1 relays did not sign, and marks the relay that served it', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    await c.until('online', () => a.status.online)
+    const stop = committing(c)
+    await a.counter('k').increment(2, { safe: true })
+    await c.relays[0]?.lie('inflate-head')
+    // Taken at face value, head index + 5 would make the read wait for commits that never come.
+    expect(await a.readStable('k', { quorum: true, timeoutMs: 5000 })).toBe(2)
+    await c.until('liar flagged', () => a.status.relays[0]?.faulty !== undefined)
+    expect(a.status.relays[0]?.faulty).toMatch(/f\+1 relays did not sign/)
+    expect(a.status.relays.slice(1).every((r) => r.faulty === undefined)).toBe(true)
+    stop()
   })
 
   it('a quorum read does not count a head signed for an earlier request (a replayed head)', async () => {

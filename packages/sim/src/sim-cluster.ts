@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
-import { decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
+import { authorIdOf, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
@@ -104,7 +104,7 @@ export class SimCluster {
     const secrets = Array.from({ length: n }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-cluster-relay-${options.seed ?? 1}-${i}`)))
     this.config = {
       f: this.f,
-      relays: secrets.map((s, i) => ({ id: `r${i}`, publicKey: publicKeyOfSync(s), mesh: '/memory/sim', api: `relay${i}.sim` })),
+      relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: publicKeyOfSync(s), mesh: '/memory/sim', api: `relay${i}.sim` })),
       spaces: new Map(Object.entries(options.spaces ?? {}).map(([name, p]): [string, SpacePolicy] => [name, { ...(p.writers ? { writers: p.writers } : {}), ...(p.readers ? { readers: p.readers } : {}) }])),
       openSpaces: options.openSpaces ?? true,
       newSpacesPerKeyPerHour: 10_000,
@@ -333,9 +333,12 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; epoch: number; wires: Set<Wire> } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire> } | undefined
   private epoch = 0
   private lies: ClientLie[] = []
+  /** Who each client socket proved to be and whether it asked for frames; sockets silenced by `silence`. */
+  private readonly heard = new WeakMap<Wire, { authorId: string | undefined; frames: boolean }>()
+  private readonly muted = new WeakSet<Wire>()
   private receive: ((from: number, frame: Uint8Array) => void) | undefined
   private connected: ((peer: number) => void) | undefined
 
@@ -374,13 +377,14 @@ export class SimRelay {
     return this.running?.app
   }
 
-  /** Lies this relay tells its clients from its next start on (none: honest); restarts it if it runs. */
+  /**
+   * Lies this relay tells its clients from now on (none: honest), the
+   * modes of `stead-relay start --byzantine` (ClientFacingLiar); it keeps
+   * them across restarts. Sessions open now hear them too.
+   */
   async lie(...lies: ClientLie[]): Promise<void> {
     this.lies = lies
-    if (this.running) {
-      await this.down()
-      await this.up()
-    }
+    this.running?.liar.tell(lies)
   }
 
   /** Starts the relay on its store (a restart after `down` recovers what it had made durable). */
@@ -423,10 +427,11 @@ export class SimRelay {
       if (env && reason) throw new SteadError(reason, `${env.authorId}:${env.seq} is refused by the cluster's rule`)
       return submit(frame, ...rest)
     }
-    const liar = this.lies.length ? new ClientFacingLiar(this.lies, { secretKey: this.secretKey, setTimeout: (fn, ms) => clock.setTimer(ms, fn) }) : undefined
-    const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), ...(liar ? { liar } : {}) })
+    // Always a liar, honest while it has no lies: a test may make it lie mid-session.
+    const liar = new ClientFacingLiar(this.lies, { secretKey: this.secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
+    const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
     await node.start()
-    this.running = { node, app, sessions, epoch, wires: new Set() }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set() }
     this.peersBack()
   }
 
@@ -475,11 +480,23 @@ export class SimRelay {
     })
   }
 
-  /** The wire's relay end, counting what the session sends its client and the envelopes it submits. */
+  /** Whether a session of the client with `authorId` takes envelope frames from this relay (its frame source), not attestations only. */
+  sendsFramesTo(authorId: string): boolean {
+    return [...(this.running?.wires ?? [])].some((w) => w.relay.open && this.heard.get(w)?.authorId === authorId && this.heard.get(w)?.frames === true)
+  }
+
+  /** From now on nothing this relay sends its current clients arrives (the network vanished under their sockets, which stay open). */
+  silence(): void {
+    for (const w of this.running?.wires ?? []) this.muted.add(w)
+  }
+
+  /** The wire's relay end, counting what the session sends its client and the envelopes it submits, and noting who it is and how it follows. */
   private counted(wire: Wire): Wire['relay'] {
     const socket = wire.relay
     const traffic = this.traffic
     const submitted = this.cluster.submitted
+    const heard = { authorId: undefined as string | undefined, frames: false }
+    this.heard.set(wire, heard)
     return Object.assign(Object.create(socket) as Wire['relay'], {
       onMessage: (handler: (data: Uint8Array, isBinary: boolean) => void) =>
         socket.onMessage((data, isBinary) => {
@@ -489,12 +506,16 @@ export class SimRelay {
               const env = openEnvelope(m.envelope)
               if (env && !submitted.has(env.idHex)) submitted.set(env.idHex, env)
             }
+            if (m.type === 'hello') heard.authorId = authorIdOf({ sha256: (b) => nodeCrypto.sha256(b) }, m.publicKey)
+            if (m.type === 'subscribe') heard.frames = m.frames !== false
           } catch {
             // Not a message: the session refuses it.
           }
           handler(data, isBinary)
         }),
       send: (frame: Uint8Array, written: () => void) => {
+        // Into the void: written as far as the relay can tell.
+        if (this.muted.has(wire)) return written()
         try {
           const m = decodeRelayMessage(frame)
           if (m.type === 'envelope') traffic.envelopes++

@@ -422,6 +422,8 @@ class Session implements Subscriber {
         return
       }
       case 'submit':
+        // A relay told to censor answers as if it took the envelope, and drops it.
+        if (this.sessions.liar && !this.sessions.liar.admits(message)) return this.send({ type: 'accepted', id: message.id, status: 'queued' })
         try {
           if (this.pending.size >= this.limits.maxPendingPerClient) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
           let decided = false
