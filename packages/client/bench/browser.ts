@@ -11,20 +11,19 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium } from '@playwright/test'
-import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { build } from 'vite'
 import { CHROMIUM_ARGS, ensureChromium } from '../../../e2e/chromium.ts'
 import { createClient, memoryStorage, type ClientStorage } from '../src/index.node.ts'
-import { FakeCluster } from '../test/helpers/fake-cluster.ts'
 import { fillCommitted } from './fill.ts'
 
 /** A client's stored records after `updates` committed counter updates in envelopes of `perEnvelope`. */
-async function storedRecords(c: FakeCluster, updates: number, perEnvelope: number, keys: string[], crash: boolean): Promise<{ entries: Array<[string[], string]>; values: number[] }> {
+async function storedRecords(c: SimCluster, updates: number, perEnvelope: number, keys: string[], crash: boolean): Promise<{ entries: Array<[string[], string]>; values: number[] }> {
   const disk = memoryStorage()
   let dead = false
   // With `crash`, the checkpoint close() writes never lands: the next open replays every stored commit.
   const keep: ClientStorage = { load: (k) => disk.load(k), loadRange: (p) => disk.loadRange(p), write: async (ch) => (dead ? undefined : disk.write(ch)), removeRange: (p) => disk.removeRange(p), close: async () => undefined }
-  const clientOwner = await createClient({ relays: c.urls, cluster: c.descriptor, storage: keep, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope })
+  const clientOwner = await createClient(c.clientOptions({ storage: keep, batchIntervalMs: 1_000_000, maxBatchOps: perEnvelope }))
   const client = await clientOwner.space('bench')
   const values = await fillCommitted(client, c, keys, updates, perEnvelope)
   dead = crash
@@ -55,10 +54,10 @@ try {
   await tab.waitForFunction(() => document.title === 'ready')
   const keys = Array.from({ length: 100 }, (_, i) => `acct:${i}`)
   // Unreachable relays: opening must not wait for the network.
-  const offline = (c: FakeCluster) => ({ relays: ['ws://127.0.0.1:9'], cluster: c.descriptor })
+  const offline = (c: SimCluster) => ({ relays: ['ws://127.0.0.1:9'], cluster: c.descriptor })
   const version = browser.version()
   for (const [perEnvelope, crash] of [[100, false], [1, false], [100, true], [1, true]] as const) {
-    const c = new FakeCluster('bench')
+    const c = await SimCluster.start()
     // A crash leaves at most `checkpointEvery` (1,000) envelopes past the last checkpoint: store 950 past one.
     const updates = crash ? 10_000 + 950 * perEnvelope : 10_000
     const { entries, values } = await storedRecords(c, updates, perEnvelope, keys, crash)
@@ -78,11 +77,12 @@ try {
       runs.push(r.ms)
       crypto = r.crypto
     }
-    c.stop()
+    await c.close()
     runs.sort((a, b) => a - b)
     console.log(JSON.stringify({ bench: 'open a client from IndexedDB in Chromium', chromium: version, crypto, updates, envelopes: updates / perEnvelope, closed: crash ? 'crashed (no final checkpoint)' : 'cleanly', records: entries.length, medianMs: +(runs[2] as number).toFixed(1), runsMs: runs.map((x) => +x.toFixed(1)) }))
   }
-  const c = new FakeCluster('bench')
+  const c = await SimCluster.start()
+  await c.close()
   const vis = await tab.evaluate(([o]) => (globalThis as unknown as { steadBench: { visibility(o: unknown, n: number): Promise<unknown> } }).steadBench.visibility(o, 20_000), [offline(c)] as const)
   console.log(JSON.stringify({ bench: 'update visible in value and to subscribers in Chromium (ms)', chromium: version, ...(vis as object) }))
 } finally {

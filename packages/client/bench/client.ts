@@ -12,9 +12,8 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
 import { createClient, indexedDbStorage, lmdbStorage, memoryStorage, type ClientOptions, type ClientStorage } from '../src/index.node.ts'
-import { FakeCluster } from '../test/helpers/fake-cluster.ts'
 import { fillCommitted } from './fill.ts'
 
 const quantile = (xs: number[], q: number): number => {
@@ -23,12 +22,13 @@ const quantile = (xs: number[], q: number): number => {
 }
 const ms = (x: number): number => +x.toFixed(4)
 
-function options(c: FakeCluster, storage: ClientStorage | Promise<ClientStorage>, extra: Partial<ClientOptions> = {}): ClientOptions {
-  return { relays: c.urls, cluster: c.descriptor, storage, connect: c.connect, fetch: c.fetch, crypto: nodeCrypto, ...extra }
+/** A client of `c`'s real relays, in simulated time. */
+function options(c: SimCluster, storage: ClientStorage | Promise<ClientStorage>, extra: Partial<ClientOptions> = {}): ClientOptions {
+  return c.clientOptions({ storage, ...extra })
 }
 
 async function visibility(): Promise<void> {
-  const c = new FakeCluster('bench')
+  const c = await SimCluster.start()
   const clientOwner = await createClient(options(c, memoryStorage()))
   const client = await clientOwner.space('bench')
   const counter = client.counter('hits')
@@ -51,7 +51,7 @@ async function visibility(): Promise<void> {
     if (i % 500 === 499) await new Promise((r) => setTimeout(r, 0))
   }
   await clientOwner.close()
-  c.stop()
+  await c.close()
   if (heard < 40_000) throw new Error(`subscribers heard ${heard} of 40000 updates`)
   console.log(
     JSON.stringify({
@@ -64,7 +64,7 @@ async function visibility(): Promise<void> {
 
 /** Stores `updates` counter updates in envelopes of `perEnvelope`, all committed, then times reopening. */
 async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: number): Promise<void> {
-  const c = new FakeCluster('bench')
+  const c = await SimCluster.start()
   const dir = mkdtempSync(join(tmpdir(), 'stead-bench-'))
   const name = `bench-${kind}-${updates}-${perEnvelope}-${performance.now()}`
   const storage = (): Promise<ClientStorage> | ClientStorage => (kind === 'indexeddb' ? indexedDbStorage(name) : lmdbStorage(dir))
@@ -72,7 +72,8 @@ async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: 
   const client = await clientOwner.space('bench')
   const expected = await fillCommitted(client, c, Array.from({ length: 100 }, (_, i) => `acct:${i}`), updates, perEnvelope)
   await clientOwner.close()
-  for (const r of c.relays) r.setOnline(false)
+  // The relays gone and simulated time stopped: the open is timed alone, and must not wait for the network.
+  await c.close()
   const t0 = performance.now()
   const againOwner = await createClient(options(c, storage()))
   const again = await againOwner.space('bench')
@@ -80,7 +81,6 @@ async function reopen(kind: 'indexeddb' | 'lmdb', updates: number, perEnvelope: 
   const elapsed = performance.now() - t0
   if (JSON.stringify(values) !== JSON.stringify(expected)) throw new Error('reopened client has other values')
   await againOwner.close()
-  c.stop()
   console.log(JSON.stringify({ bench: 'open a client with stored updates', storage: kind, updates, envelopes: Math.ceil(updates / perEnvelope), openMs: +elapsed.toFixed(1) }))
 }
 

@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
-import { authorIdOf, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
+import { authorIdOf, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
@@ -84,6 +84,8 @@ export class SimCluster {
    * refuses the envelope with that SteadError.
    */
   refuse: (env: Envelope) => ErrorReason | undefined = () => undefined
+  /** Envelopes every relay answers `queued` for and drops (censorship, or a relay that lost what it took): never ordered, never shown. */
+  censor: (env: Envelope) => boolean = () => false
   private readonly queue = new EventQueue<SimEvent>()
   private readonly rng: Rng
   /** Simulated now: a plausible wall-clock time (registers and relays compare stamps with it), 2026-01-01 at start. */
@@ -255,7 +257,7 @@ export class SimCluster {
   private dial(url: string): SocketLike {
     const relay = this.relayOf(url)
     const wire = new Wire(this.wires, relay.index)
-    this.schedule(this.time + this.delay(), () => {
+    this.schedule(this.time + this.delay() + relay.connectDelayMs, () => {
       // A relay that is down opens and closes at once: the client's link retries, as after a refused connection.
       wire.opened()
       if (!relay.accept(wire)) wire.refused()
@@ -328,6 +330,8 @@ export class SimRelay {
   /** Paths of the HTTP requests it was sent, in order. */
   readonly requests: string[] = []
   readonly traffic: ClientTraffic = { envelopes: 0, commits: 0, attests: 0 }
+  /** Extra time a client's connection takes to open here (a farther relay). */
+  connectDelayMs = 0
   private readonly cluster: SimCluster
   private readonly secretKey: Uint8Array
   private readonly more: SimClusterOptions['relay'] & object
@@ -425,6 +429,7 @@ export class SimRelay {
       const env = openEnvelope(frame)
       const reason = env && cluster.refuse(env)
       if (env && reason) throw new SteadError(reason, `${env.authorId}:${env.seq} is refused by the cluster's rule`)
+      if (env && cluster.censor(env)) return { status: 'queued', idHex: env.idHex, stopWatching: () => undefined }
       return submit(frame, ...rest)
     }
     // Always a liar, honest while it has no lies: a test may make it lie mid-session.
@@ -483,6 +488,15 @@ export class SimRelay {
   /** Whether a session of the client with `authorId` takes envelope frames from this relay (its frame source), not attestations only. */
   sendsFramesTo(authorId: string): boolean {
     return [...(this.running?.wires ?? [])].some((w) => w.relay.open && this.heard.get(w)?.authorId === authorId && this.heard.get(w)?.frames === true)
+  }
+
+  /**
+   * Sends `env` to the clients that take envelope frames here, as a fresh
+   * envelope, without ordering it: a relay that shows what it then loses.
+   */
+  showOnly(env: Envelope): void {
+    const frame = encodeRelayMessage({ type: 'envelope', space: env.space, envelope: encodeEnvelope(env) })
+    for (const w of this.running?.wires ?? []) if (w.relay.open && this.heard.get(w)?.frames) w.relay.send(frame, () => undefined)
   }
 
   /** From now on nothing this relay sends its current clients arrives (the network vanished under their sockets, which stay open). */

@@ -1,4 +1,4 @@
-import { auditStateHash, decodeAttestation, encodeAttestation, objectDigest, type AuditState, type ObjectProof, type WaitingEnvelope } from '@stead/core'
+import { auditStateHash, decodeAttestation, encodeAttestation, type AuditState, type WaitingEnvelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 
 /**
@@ -13,12 +13,4 @@ export function forgeSnapshot<E extends WaitingEnvelope>(attestation: Uint8Array
   const forged = { ...state, objects } as AuditState<E>
   if (how === 'mismatch') return { attestation, state: forged }
   return { attestation: encodeAttestation({ ...decodeAttestation(attestation), stateHash: auditStateHash((b) => nodeCrypto.sha256(b), forged) }), state: forged }
-}
-
-/** A counter's proof with one unit more on its state, and its bucket entry changed to match: only the path above gives it away. */
-export function forgeObject(proof: ObjectProof): ObjectProof {
-  const [decl, snap] = proof.object as [unknown, Array<[string, number, number]>]
-  const raised = snap.map(([r, p, n]) => [r, p + 1, n])
-  const leaf = objectDigest((b) => nodeCrypto.sha256(b), [proof.key, decl, raised])
-  return { ...proof, object: [decl, raised], path: { ...proof.path, bucket: proof.path.bucket.map(([k, l]) => [k, k === proof.key ? leaf : l] as const) } }
 }
