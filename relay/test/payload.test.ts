@@ -54,4 +54,17 @@ describe('PayloadQueue', () => {
     expect(q.peek(10)).toHaveLength(3)
     expect(ids(q.take())).toEqual(['a-1', 'c-1', 'a-3'])
   })
+
+  it('keeps the slot of a queued envelope past the GC round, so a twin never joins it in one block (sim seed 824)', () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
+    const twin: PayloadInfo = { ...info('a', 1), idHex: 'a-1-twin' }
+    // Queued at a restarted relay's old clock round, which the GC passes while it catches up.
+    expect(q.add(frame(), info('a', 1), 13)).toBe('queued')
+    q.collect(31)
+    expect(q.add(frame(), twin, 44)).toBe('conflict')
+    expect(ids(q.take())).toEqual(['a-1'])
+    // Once taken (in a block of ours), the slot goes with the GC as before.
+    q.collect(50)
+    expect(q.add(frame(), twin, 51)).toBe('queued')
+  })
 })

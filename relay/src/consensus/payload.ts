@@ -1,3 +1,4 @@
+import { assert } from './dag.ts'
 import { SteadError, type Envelope } from '@stead/core'
 
 /** What the core learns about a client envelope it is asked to carry, from the shell's own check of it. */
@@ -166,6 +167,8 @@ export class PayloadQueue {
   }
 
   private took(taken: Queued[], bytes: number): Queued[] {
+    // Every correct peer refuses a block with two envelopes of one slot: ours must never hold one.
+    assert(new Set(taken.map((q) => q.info.slot)).size === taken.length, 'a block would carry two envelopes of one slot')
     for (const { info } of taken) {
       this.queuedIds.delete(info.idHex)
       if (info.urgent) this.urgentCount--
@@ -200,9 +203,16 @@ export class PayloadQueue {
     }
   }
 
-  /** Forgets slots seen at or below the GC round. */
+  /**
+   * Forgets slots seen at or below the GC round, but never the slot of an
+   * envelope still queued: its holder must keep it while it waits, or a
+   * conflicting envelope would be queued beside it and `take` would put both
+   * in one block, which every correct relay refuses (a relay restarting far
+   * behind queues envelopes at its old clock round and collects past it as
+   * it catches up, before it proposes again).
+   */
   collect(gcRound: number): void {
-    for (const [slot, holder] of this.slots) if (holder.round <= gcRound) this.slots.delete(slot)
+    for (const [slot, holder] of this.slots) if (holder.round <= gcRound && !this.queuedIds.has(holder.idHex)) this.slots.delete(slot)
   }
 }
 
