@@ -1,4 +1,4 @@
-import { memoryStorage, type ClientOptions, type SocketLike } from '@stead/client'
+import { memoryStorage, type ClientOptions, type ClientStorage, type SocketLike } from '@stead/client'
 import { authorIdOf, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
@@ -37,8 +37,12 @@ export interface SimClusterOptions {
 const DEFAULT_WITHIN_MS = 60_000
 /** Event-loop turns with nothing new scheduled before simulated time jumps to the next event. */
 const QUIET_TURNS = 3
-/** With an HTTP answer in flight, turns it may take before simulated time moves on all the same. */
-const IN_FLIGHT_TURNS = 200
+/**
+ * With real work in flight (an HTTP answer, a storage call), how long in
+ * real time it may take before simulated time moves on all the same (a
+ * storage call that never ends, as a crashed process's, must not stop it).
+ */
+const IN_FLIGHT_WAIT_MS = 200
 
 const START_AT = Date.UTC(2026, 0, 1)
 
@@ -93,8 +97,8 @@ export class SimCluster {
   private closed = false
   private held = false
   private wake: (() => void) | undefined
-  /** HTTP requests being answered: time does not jump while one may still schedule work. */
-  private inFlight = 0
+  /** Real work in flight (HTTP answers, storage calls) by when it began: time does not jump while some may still schedule work. */
+  private readonly inFlight = new Set<{ readonly since: number }>()
   private failure: unknown
   private readonly loop: Promise<void>
   private readonly wires: WireWorld
@@ -142,19 +146,36 @@ export class SimCluster {
     return this.relays.map((r) => `ws://relay${r.index}.sim`)
   }
 
-  /** createClient options for a client of this cluster: pinned, in memory, on simulated time and sockets. */
+  /**
+   * createClient options for a client of this cluster: pinned, in memory,
+   * on simulated time and sockets. A storage given in `more` (LMDB,
+   * IndexedDB) is watched: simulated time waits for its calls.
+   */
   clientOptions(more: Partial<ClientOptions> = {}): ClientOptions {
+    const { storage, ...rest } = more
     return {
       relays: this.urls,
       cluster: this.descriptor,
-      storage: memoryStorage(),
+      storage: storage ? this.watched(storage) : memoryStorage(),
       connect: (url) => this.dial(url),
       fetch: (url, init) => this.fetch(url, init?.headers),
       crypto: nodeCrypto,
       clock: this.clock(),
       random: () => this.rng.next(),
-      ...more,
+      ...rest,
     }
+  }
+
+  /** `storage` with each call counted as work in flight (see drive). */
+  private watched(storage: ClientStorage | Promise<ClientStorage>): Promise<ClientStorage> {
+    const track = <T>(p: Promise<T>): Promise<T> => this.track(p)
+    return track(Promise.resolve(storage)).then((s) => ({
+      load: (key) => track(s.load(key)),
+      loadRange: (prefix) => track(s.loadRange(prefix)),
+      write: (changes) => track(s.write(changes)),
+      removeRange: (prefix) => track(s.removeRange(prefix)),
+      close: () => track(s.close()),
+    }))
   }
 
   /** Time and timers on the cluster's simulated clock (what clients and relays run on). */
@@ -243,6 +264,20 @@ export class SimCluster {
     this.failure ??= err
   }
 
+  /** Counts `work` as in flight until it settles. */
+  private track<T>(work: Promise<T>): Promise<T> {
+    const entry = { since: performance.now() }
+    this.inFlight.add(entry)
+    return work.finally(() => this.inFlight.delete(entry))
+  }
+
+  /** Whether real work began lately and has not settled (older work, such as a dead process's write, no longer holds time up). */
+  private busy(): boolean {
+    const now = performance.now()
+    for (const w of this.inFlight) if (now - w.since < IN_FLIGHT_WAIT_MS) return true
+    return false
+  }
+
   private check(): void {
     if (this.failure !== undefined) throw this.failure instanceof Error ? this.failure : new Error(String(this.failure))
   }
@@ -271,13 +306,8 @@ export class SimCluster {
     relay.requests.push(u.pathname)
     const app = relay.app
     if (!app) throw new TypeError('fetch failed')
-    this.inFlight++
-    try {
-      const res = await app.inject({ method: 'GET', url: u.pathname + u.search, ...(headers ? { headers: { ...headers } } : {}) })
-      return { ok: res.statusCode >= 200 && res.statusCode < 300, status: res.statusCode, json: async () => JSON.parse(res.body) as unknown }
-    } finally {
-      this.inFlight--
-    }
+    const res = await this.track(app.inject({ method: 'GET', url: u.pathname + u.search, ...(headers ? { headers: { ...headers } } : {}) }))
+    return { ok: res.statusCode >= 200 && res.statusCode < 300, status: res.statusCode, json: async () => JSON.parse(res.body) as unknown }
   }
 
   private relayOf(url: string): SimRelay {
@@ -297,9 +327,9 @@ export class SimCluster {
         continue
       }
       if (next > this.time) {
-        // Real work (a promise chain, an HTTP answer) may still schedule something sooner.
+        // Real work (a promise chain, an HTTP answer, a disk write) may still schedule something sooner.
         let quiet = 0
-        while (!this.closed && this.queue.peekAt() === next && quiet < (this.inFlight > 0 ? IN_FLIGHT_TURNS : QUIET_TURNS)) {
+        while (!this.closed && this.queue.peekAt() === next && (quiet < QUIET_TURNS || this.busy())) {
           await turn()
           quiet++
         }
