@@ -202,17 +202,24 @@ describe('libp2p mesh', () => {
       })
       if (seq % 50 === 0) await sleep(1) // several ticks, several batches
     }
-    const complete = (): boolean => got.every((g, i) => [0, 1, 2, 3].every((j) => j === i || g.get(j)?.length === N))
-    await waitFor(complete, 'all broadcasts')
-    await sleep(100) // no late duplicates
-    const expected = Array.from({ length: N }, (_, k) => k)
+    const complete = (n: number) => (): boolean => got.every((g, i) => [0, 1, 2, 3].every((j) => j === i || g.get(j)?.length === n))
+    await waitFor(complete(N), 'all broadcasts')
+    // A last frame from each: what a peer sends arrives in order, so a late duplicate would come before it.
+    meshes.forEach((m, i) => {
+      const f = new Uint8Array(1 + 4 + 32)
+      f[0] = i
+      f.set(u32(N), 1)
+      m.broadcast(f)
+    })
+    await waitFor(complete(N + 1), 'the last frames')
+    const expected = Array.from({ length: N + 1 }, (_, k) => k)
     got.forEach((g, i) => {
       expect(g.has(i)).toBe(false)
       for (const j of [0, 1, 2, 3]) if (j !== i) expect(g.get(j)).toEqual(expected)
     })
     for (const m of meshes) {
       expect(m.stats().framesDropped).toBe(0)
-      expect(m.stats().framesReceived).toBe(3 * N)
+      expect(m.stats().framesReceived).toBe(3 * (N + 1))
     }
   })
 
@@ -255,11 +262,14 @@ describe('libp2p mesh', () => {
     // The sender's view of the window, a field of @libp2p/yamux's stream: what this test guards.
     const sendWindow = () => (stream as unknown as { sendWindowCapacity: number }).sendWindowCapacity
     const frame = encodeFrames([new Uint8Array(1000)], 1000)
+    // A frame of m0's own back to the peer, on the same connection: it is written after any window update m0 sent for our frames.
+    let back = 0
+    await peer.handle(MESH_PROTOCOL, (s) => s.addEventListener('message', () => back++))
     for (let i = 0; i < 10; i++) stream.send(frame)
     await waitFor(() => got === 10, 'ten frames')
-    // A negative check: time for an update the receiver would send with each frame to come back.
-    await sleep(50)
-    // No update came back: without halfWindowUpdates, one follows every data frame and the window is whole again.
+    m0.send(1, u32(1))
+    await waitFor(() => back > 0, "m0's frame back")
+    // No update came before it: without halfWindowUpdates, one follows every data frame and the window is whole again.
     expect(sendWindow()).toBe(256 * 1024 - 10 * frame.byteLength)
     // Past half the window an update comes, and the sender never stalls.
     const big = encodeFrames([new Uint8Array(60_000)], 60_000)
@@ -334,9 +344,9 @@ describe('libp2p mesh', () => {
     } catch {
       // Expected: the member's gater refuses the connection after the handshake.
     }
-    await sleep(200)
+    // Once the member refused the outsider, nothing of it can arrive any more.
+    await waitFor(() => m0.stats().connectionsRefused + m0.stats().streamsRefused >= 1, 'the outsider refused')
     expect(got).toEqual([])
-    expect(m0.stats().connectionsRefused + m0.stats().streamsRefused).toBeGreaterThanOrEqual(1)
     expect(logs.some((l) => l.level === 'warn' && /outside the committee/.test(l.msg ?? ''))).toBe(true)
 
     // The member still works.
@@ -448,7 +458,7 @@ describe('libp2p mesh', () => {
     m0.onPeerConnected((peer) => opened.push(peer))
     await m0.start()
     m0.send(1, u32(1))
-    await sleep(400) // several failed dials
+    await waitFor(() => m0.stats().dialsFailed >= 3, 'several failed dials')
     expect(opened).toEqual([])
     expect(logs.filter((l) => /dial failed/.test(l.msg ?? '')).length).toBe(1) // logged once per outage
     // Member 1 comes up as a passive node that never dials: only m0's redial can connect them.
@@ -474,7 +484,7 @@ describe('libp2p mesh', () => {
     const members = await makeCommittee(3)
     const m0 = makeMesh(members, 0).mesh
     await m0.start()
-    await sleep(300) // a few failed dials with backoff timers armed
+    await waitFor(() => m0.stats().dialsFailed >= 2, 'a few failed dials, with backoff timers armed')
     const t = Date.now()
     await m0.stop()
     expect(Date.now() - t).toBeLessThan(2_000)

@@ -89,6 +89,8 @@ export interface MeshStats {
   badStreams: number
   /** Times a writer waited for a full stream to drain (backpressure). */
   drainWaits: number
+  /** Dials of a peer that failed (each is retried with backoff). */
+  dialsFailed: number
   /** Currently queued outbound, summed over peers. */
   queuedFrames: number
   queuedBytes: number
@@ -156,6 +158,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     streamsRefused: 0,
     badStreams: 0,
     drainWaits: 0,
+    dialsFailed: 0,
   }
 
   /** Remote peers by committee index (never contains `me`). */
@@ -328,6 +331,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     } catch (err) {
       p.dialing = false // before scheduleRedial, which skips peers being dialed
       if (!stopped) {
+        stats.dialsFailed++
         // A peer not up yet is what a cluster starting looks like: info once, a warning only if it stays down.
         p.downSince ??= Date.now()
         const downMs = Date.now() - p.downSince
