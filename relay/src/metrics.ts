@@ -30,6 +30,7 @@ export class Metrics {
 
   constructor(relay: string) {
     this.info.set({ relay, version: RELAY_VERSION }, 1)
+    this.registerScraped()
   }
 
   /**
@@ -80,9 +81,9 @@ export class Metrics {
 
   // ---- read at scrape time ----
 
-  private scraped<L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, s: MetricsSnapshot) => void): Gauge<L> {
+  private scraped<L extends string>(name: string, help: string, labelNames: readonly L[], set: (g: Gauge<L>, s: MetricsSnapshot) => void): void {
     const snapshot = () => this.snapshot()
-    return new Gauge<L>({
+    new Gauge<L>({
       name,
       help,
       labelNames,
@@ -95,24 +96,27 @@ export class Metrics {
     })
   }
 
-  readonly ready = this.scraped('stead_ready', '1 when GET /ready answers 200: connected to 2f peers, caught up and committing', [], (g, s) => g.set(s.ready ? 1 : 0))
-  readonly peersConnected = this.scraped('stead_peers_connected', 'Other relays this one is connected to', [], (g, s) => g.set(s.peers.filter((p) => p.connected).length))
-  readonly peerUp = this.scraped('stead_peer_connected', 'Whether this relay is connected to a peer (named as in the cluster file)', ['peer'], (g, s) => {
-    for (const p of s.peers) g.set({ peer: p.name }, p.connected ? 1 : 0)
-  })
-  readonly clusterRound = this.scraped('stead_cluster_round', 'The (f+1)-th highest round relays signed blocks for, as this relay received them', [], (g, s) => g.set(s.clusterRound))
-  readonly roundsBehind = this.scraped('stead_rounds_behind', "Rounds this relay is behind the cluster round", [], (g, s) => g.set(s.roundsBehind))
-  readonly queuedBytes = this.scraped('stead_queued_bytes', 'Bytes waiting, by queue: envelopes for a block, client sends and receives, mesh towards peers', ['queue'], (g, s) => {
-    for (const [queue, bytes] of Object.entries(s.queuedBytes)) g.set({ queue }, bytes)
-  })
-  readonly memoryUsed = this.scraped('stead_memory_used_bytes', "The memory budget's use, by part", ['part'], (g, s) => {
-    for (const [part, bytes] of Object.entries(s.memoryUsed)) g.set({ part }, bytes)
-  })
-  readonly memoryBudget = this.scraped('stead_memory_budget_bytes', 'The memory budget (--memory-budget-mb)', [], (g, s) => g.set(s.memoryBudget))
-  readonly spaces = this.scraped('stead_spaces', 'Spaces this relay holds (held), and those with their replica in memory now (resident; the rest are read from the store when used)', ['state'], (g, s) => {
-    g.set({ state: 'held' }, s.spaces.held)
-    g.set({ state: 'resident' }, s.spaces.resident)
-  })
-  readonly clientKeys = this.scraped('stead_client_keys', 'Distinct client keys with an authenticated session', [], (g, s) => g.set(s.clientKeys))
-  readonly lastCommit = this.scraped('stead_last_commit_timestamp_seconds', 'When this relay last committed (0: not yet)', [], (g, s) => g.set((s.lastCommitAt ?? 0) / 1000))
+  /** The gauges read at scrape time from the snapshot (the registry holds them). */
+  private registerScraped(): void {
+    this.scraped('stead_ready', '1 when GET /ready answers 200: connected to 2f peers, caught up and committing', [], (g, s) => g.set(s.ready ? 1 : 0))
+    this.scraped('stead_peers_connected', 'Other relays this one is connected to', [], (g, s) => g.set(s.peers.filter((p) => p.connected).length))
+    this.scraped('stead_peer_connected', 'Whether this relay is connected to a peer (named as in the cluster file)', ['peer'], (g, s) => {
+      for (const p of s.peers) g.set({ peer: p.name }, p.connected ? 1 : 0)
+    })
+    this.scraped('stead_cluster_round', 'The (f+1)-th highest round relays signed blocks for, as this relay received them', [], (g, s) => g.set(s.clusterRound))
+    this.scraped('stead_rounds_behind', "Rounds this relay is behind the cluster round", [], (g, s) => g.set(s.roundsBehind))
+    this.scraped('stead_queued_bytes', 'Bytes waiting, by queue: envelopes for a block, client sends and receives, mesh towards peers', ['queue'], (g, s) => {
+      for (const [queue, bytes] of Object.entries(s.queuedBytes)) g.set({ queue }, bytes)
+    })
+    this.scraped('stead_memory_used_bytes', "The memory budget's use, by part", ['part'], (g, s) => {
+      for (const [part, bytes] of Object.entries(s.memoryUsed)) g.set({ part }, bytes)
+    })
+    this.scraped('stead_memory_budget_bytes', 'The memory budget (--memory-budget-mb)', [], (g, s) => g.set(s.memoryBudget))
+    this.scraped('stead_spaces', 'Spaces this relay holds (held), and those with their replica in memory now (resident; the rest are read from the store when used)', ['state'], (g, s) => {
+      g.set({ state: 'held' }, s.spaces.held)
+      g.set({ state: 'resident' }, s.spaces.resident)
+    })
+    this.scraped('stead_client_keys', 'Distinct client keys with an authenticated session', [], (g, s) => g.set(s.clientKeys))
+    this.scraped('stead_last_commit_timestamp_seconds', 'When this relay last committed (0: not yet)', [], (g, s) => g.set((s.lastCommitAt ?? 0) / 1000))
+  }
 }
