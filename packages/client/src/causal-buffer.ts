@@ -1,6 +1,9 @@
 import type { Envelope } from '@stead/core'
 import type { PeerSource } from './peers.ts'
 
+/** How many envelopes refused for a bad clock are remembered. */
+const MAX_BAD_CLOCKS = 4096
+
 /** An envelope held back until its deps are here. */
 export interface Held {
   readonly env: Envelope
@@ -28,6 +31,8 @@ export class CausalBuffer {
   private readonly waiters = new Map<string, Set<string>>()
   private readonly maxWaitMs: number
   private readonly maxHeld: number
+  /** Envelopes from peers refused for a bad clock (the latest MAX_BAD_CLOCKS): not asked for or checked again. */
+  private readonly badClocks = new Set<string>()
 
   constructor(maxWaitMs = 1000, maxHeld = 1024) {
     this.maxWaitMs = maxWaitMs
@@ -36,6 +41,17 @@ export class CausalBuffer {
 
   get size(): number {
     return this.held.size
+  }
+
+  /** Remembers that a peer's envelope was refused for its clock. */
+  refuseClock(idHex: string): void {
+    this.badClocks.add(idHex)
+    if (this.badClocks.size > MAX_BAD_CLOCKS) this.badClocks.delete(this.badClocks.values().next().value as string)
+  }
+
+  /** Whether an envelope was refused for its clock (lately). */
+  badClock(idHex: string): boolean {
+    return this.badClocks.has(idHex)
   }
 
   has(idHex: string): boolean {

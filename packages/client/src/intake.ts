@@ -25,9 +25,10 @@ import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from './sessions.ts'
-import type { StorageChange } from './storage/types.ts'
 import type { RelayLink } from './transport.ts'
 import type { ClockProofs } from './proofs.ts'
+import { ReceivedInbox } from './inbox.ts'
+import type { StorageChange } from './storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
 import type { PeerHub, PeerSource } from './peers.ts'
 import type { SpacePort } from './space-port.ts'
@@ -94,12 +95,10 @@ export class RelayIntake {
   private readonly attestedUpTo = new Map<number, number>()
   private settling: Promise<void> = Promise.resolve()
   private readonly verifying = new Set<string>()
-  private inboxWrites: StorageChange[] = []
-  private inboxTimer: HostTimer | undefined
+  /** Received envelopes, stored in batches so a restart shows them again. */
+  private readonly inbox: ReceivedInbox
   /** Other authors' envelopes waiting for their deps before they show. */
   private readonly causal = new CausalBuffer()
-  /** Envelopes from peers refused for a bad clock (the latest 4,096): not asked for or checked again. */
-  private readonly badClocks = new Set<string>()
   private causalTimer: HostTimer | undefined
   /** The commit run in progress (close awaits it), and whether another pass is due. */
   private applyRun: Promise<void> | undefined
@@ -126,6 +125,8 @@ export class RelayIntake {
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
     this.o = o
+    const { space } = o
+    this.inbox = new ReceivedInbox({ records: o.records, clock: o.clock, pending: (idHex) => space.replica.isPending(idHex), storageWorks: () => space.storageWorks(), storageFailed: (err) => space.storageFailed(err) })
     const { position } = o.space
     this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
   }
@@ -374,7 +375,7 @@ export class RelayIntake {
     // One of ours that f+1 relays refused and another envelope replaced (a relay that took it may still pass it on): never shown again.
     if (outbox.has(idHex) || outbox.refused(idHex) || space.replica.isPending(idHex) || this.verifying.has(idHex) || this.causal.has(idHex)) return
     // A peer replaying what is decided or refused costs no signature check.
-    if (peer && (this.badClocks.has(idHex) || space.replica.hasCommitted(idHex))) return
+    if (peer && (this.causal.badClock(idHex) || space.replica.hasCommitted(idHex))) return
     this.verifying.add(idHex)
     let env: Envelope
     try {
@@ -400,7 +401,7 @@ export class RelayIntake {
 
   /** Whether an envelope is here, being checked, or waiting for its deps. */
   knows(idHex: string): boolean {
-    return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex) || this.badClocks.has(idHex)
+    return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex) || this.causal.badClock(idHex)
   }
 
   /** Whether an envelope is applied here: pending, ours, or committed (or ours refused for good: nothing waits for it). */
@@ -422,8 +423,7 @@ export class RelayIntake {
       const verdict = space.replica.judgeReceived(env)
       if (verdict && !verdict.ok) {
         // Not shown. Its author lies; a peer passing it on may only have lacked what shows it.
-        this.badClocks.add(env.idHex)
-        if (this.badClocks.size > 4096) this.badClocks.delete(this.badClocks.values().next().value as string)
+        this.causal.refuseClock(env.idHex)
         if (source.key && bytesEqual(source.key, env.author)) source.markFaulty(`sent its own ${env.authorId}:${env.seq} with a bad clock: ${verdict.detail}`)
         return
       }
@@ -433,8 +433,7 @@ export class RelayIntake {
     if (!(r.status === 'duplicate' && r.changed.size === 0)) {
       outbox.heard(env)
       this.o.news.received(frame)
-      this.inboxWrites.push(this.o.records.inboxPut(env.idHex, frame))
-      this.inboxTimer ??= this.o.clock.setTimer(50, () => void this.writeInbox())
+      this.inbox.add(env.idHex, frame)
       space.notify(r.changed)
       if (source) this.o.peers?.relay(space.space, env.idHex, source.peer)
     }
@@ -450,20 +449,6 @@ export class RelayIntake {
       for (const h of this.causal.expired(this.o.clock.now())) this.deliver(h)
       this.armCausalTimer()
     })
-  }
-
-  private async writeInbox(): Promise<void> {
-    this.inboxTimer = undefined
-    const writes = this.inboxWrites
-    this.inboxWrites = []
-    if (writes.length === 0) return
-    // Received envelopes decided meanwhile need no record.
-    const live = writes.filter((w) => this.o.space.replica.isPending(w.key[2] as string))
-    if (live.length)
-      await this.o.records.storage.write(live).then(
-        () => this.o.space.storageWorks(),
-        (err: unknown) => this.o.space.storageFailed(err),
-      )
   }
 
   private async onCommit(link: RelayLink, m: Extract<RelayMessage, { type: 'commit' }>): Promise<void> {
@@ -740,9 +725,8 @@ export class RelayIntake {
   /** Stops taking news, lets a commit being applied finish its write, stores received envelopes and checkpoints so the next open is quick. */
   async close(): Promise<void> {
     this.closed = true
-    this.inboxTimer?.cancel()
     this.causalTimer?.cancel()
-    await this.writeInbox().catch(() => undefined)
+    await this.inbox.flush().catch(() => undefined)
     await this.applyRun
     const { records, space } = this.o
     if (records.sinceCheckpoint.commits > 0) await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
