@@ -75,7 +75,7 @@ describe('starting from a verified snapshot', () => {
     stop()
     const seen = mark(c)
     const back = await world.client(c, { storage: lmdbStorage(dir) })
-    await c.until('back at the stable state', () => back.counter('acct').stable === 115 && back.status.pending === 0, 15_000)
+    await c.until('back at the stable state', () => back.counter('acct').stable === 115 && back.status.pending === 0)
     expect(back.counter('acct').value).toBe(115)
     expect(seen.requests().some((q) => q.path.endsWith('/snapshot'))).toBe(true)
     expect(back.status.problem).toBeUndefined()
