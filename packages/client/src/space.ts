@@ -25,7 +25,8 @@ import { DraftBatch, applyIntent, deferred, type Deferred, type DraftItem } from
 import { FreshnessHold } from './freshness.ts'
 import { ClosedError } from './errors.ts'
 import { GuardedViews } from './guarded.ts'
-import { Listeners } from './listeners.ts'
+import { SpaceEvents } from './space-events.ts'
+import { ViewCache } from './view-cache.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
 import { ListHandle } from './list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from './map-handle.ts'
@@ -33,21 +34,11 @@ import { TextHandle } from './text-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
-import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, UpdateResult, WaitOptions } from './types.ts'
+import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from './types.ts'
 import { DEFAULT_SAFE_TIMEOUT_MS, MAX_TIMER_MS, clockOf } from './options.ts'
 import { bounded } from './wait.ts'
 
-/** One of this client's envelopes, decided. */
-export interface SettledUpdate {
-  /** The envelope id (hex), as listed by `pendingUpdates()`. */
-  readonly id: string
-  /** The keys of the objects it updated. */
-  readonly keys: readonly string[]
-  /** One result per safe group it carried, in the order they were made. */
-  readonly safe: readonly SafeResult[]
-  /** The stable index it took, when it committed. */
-  readonly index?: number
-}
+export type { SettledUpdate } from './types.ts'
 
 /** An undecided envelope of this client, as `pendingUpdates()` lists it. */
 export interface PendingUpdate {
@@ -168,11 +159,8 @@ export class Space {
 
   /** @internal Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
   drafts: DraftBatch[] = [new DraftBatch()]
-  private overlay = new Map<string, AnyCrdt>()
-  /** Per guarded key (cached with its overlay view): updates held back from the prospective value because they would break an invariant. */
-  private heldBack = new Map<string, HeldUpdate[]>()
-  /** Keys whose views were computed together (atomic groups tie them): dropping one view drops them all. */
-  private joint = new Map<string, ReadonlySet<string>>()
+  /** Prospective views computed, with what guarded ones hold back. */
+  private readonly views = new ViewCache()
   /** @internal The ids of unsigned drafts (read by the outbox when it signs them). */
   readonly draftIds = new DraftIds()
   private sealing: Promise<void> = Promise.resolve()
@@ -188,17 +176,18 @@ export class Space {
   private transaction: { readonly changed: Set<string>; readonly done: Deferred<UpdateResult> } | undefined
 
   private readonly handles = new Map<string, AnyHandle>()
-  private readonly listeners = new Map<string, Set<(local: boolean) => void>>()
-  private readonly statusListeners = new Listeners<ClientStatus>((err) => this.listenerFailed('onStatus', err))
-  private readonly errorListeners = new Listeners<SteadError>()
-  private readonly settledListeners = new Listeners<SettledUpdate>((err) => this.listenerFailed('onSettled', err))
-  private readonly progressWaiters = new Set<() => void>()
-  private problem: string | undefined
-  /** Set while the storage fails; cleared by the next write that goes through. */
-  private storageProblem: string | undefined
-  private closed = false
-  /** Set the moment close() is called: no update gets in after that. */
-  private closing = false
+  /** Subscribers, the app's callbacks, and the waits that look again at each progress. */
+  private readonly events = new SpaceEvents(
+    (which, err) => this.listenerFailed(which, err),
+    (key, err) => this.emitError(new SteadError('malformed', `a subscriber of ${key} threw: ${(err as Error).message}`)),
+  )
+  /** What `status` reports as the problem: the upstream's (setProblem), else the storage's while it fails (cleared by the next write that goes through). */
+  private readonly problems: { upstream?: string | undefined; storage?: string | undefined } = {}
+  /** 'closing' from the moment close() is called (no update gets in after that), 'closed' once its sessions are left. */
+  private lifecycle: 'open' | 'closing' | 'closed' = 'open'
+  private get closed(): boolean {
+    return this.lifecycle === 'closed'
+  }
   private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
   private readonly guarded: GuardedViews
@@ -225,7 +214,7 @@ export class Space {
       if (!this.closed) this.sealNow()
     })
     this.holdTimer = new DeadlineTimer(this.clock, () => {
-      if (this.closing) return
+      if (this.lifecycle !== 'open') return
       this.releaseHeld(this.hold.due(this.clock.now()))
       this.armHoldTimer()
     })
@@ -540,12 +529,12 @@ export class Space {
    */
   get status(): ClientStatus {
     const queued = this.drafts.reduce((n, d) => n + d.size, 0) + this.hold.size
-    return { ...this.upstream.sessionsStatus(this.closed, this.problem ?? this.storageProblem), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
+    return { ...this.upstream.sessionsStatus(this.closed, this.problems.upstream ?? this.problems.storage), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
   }
 
   /** Calls `listener` whenever {@link Space.status} may have changed. Returns the unsubscribe function. */
   onStatus(listener: (status: ClientStatus) => void): () => void {
-    return this.statusListeners.add(listener)
+    return this.events.status.add(listener)
   }
 
   /**
@@ -596,7 +585,7 @@ export class Space {
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */
   onSettled(listener: (update: SettledUpdate) => void): () => void {
-    return this.settledListeners.add(listener)
+    return this.events.settled.add(listener)
   }
 
   /**
@@ -606,7 +595,7 @@ export class Space {
    * a listener that threw.
    */
   onError(listener: (error: SteadError) => void): () => void {
-    return this.errorListeners.add(listener)
+    return this.events.errors.add(listener)
   }
 
   /**
@@ -704,15 +693,15 @@ export class Space {
   }
 
   private async shutDown(): Promise<void> {
-    this.closing = true
+    this.lifecycle = 'closing'
     this.releaseHeld('all')
     this.holdTimer.cancel()
     this.sealNow()
     await this.sealing.catch(() => undefined)
     this.seals.cancel()
-    this.closed = true
+    this.lifecycle = 'closed'
     await this.upstream.close()
-    for (const w of this.progressWaiters) w()
+    this.events.progress()
     // Safe updates still undecided stay stored and are sent again by the next client on this
     // storage (pendingUpdates / onSettled); this one's promises end here.
     for (const d of this.drafts) for (const g of d.safe) g.waiter.reject(new ClosedError(`space ${this.space}`))
@@ -731,12 +720,7 @@ export class Space {
       update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
       wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
       safeGroup: (items) => this.queueSafe(items),
-      subscribe: (key, listener) => {
-        let set = this.listeners.get(key)
-        if (!set) this.listeners.set(key, (set = new Set()))
-        set.add(listener)
-        return () => set.delete(listener)
-      },
+      subscribe: (key, listener) => this.events.subscribe(key, listener),
       spendableRights: (key, decl) => this.spendableRights(key, decl),
       authorId: () => this.authorId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
@@ -828,9 +812,9 @@ export class Space {
         this.dropView(item.key)
         continue
       }
-      const view = this.overlay.get(item.key)
+      const view = this.views.get(item.key)
       if (view && !applyIntent(view, item, this.authorId, this.draftIds, hasInvariants(item.decl))) {
-        this.heldBack.get(item.key)?.push({ op: item.intent as AnyOp, own: true })
+        this.views.heldBack(item.key)?.push({ op: item.intent as AnyOp, own: true })
       }
     }
     // Views are current now (the item joined its overlay, or a group's views were dropped).
@@ -882,7 +866,7 @@ export class Space {
   }
 
   private prospectiveView(key: string): AnyCrdt | undefined {
-    const cached = this.overlay.get(key)
+    const cached = this.views.get(key)
     if (cached) return cached
     const decl = this.declarationOf(key)
     if (decl && this.guarded.guards(key, decl)) return this.guardedViews(key)
@@ -899,7 +883,7 @@ export class Space {
         applyIntent(view, item, this.authorId, this.draftIds)
       }
     }
-    if (view) this.overlay.set(key, view)
+    if (view) this.views.set(key, view)
     return view
   }
 
@@ -910,28 +894,19 @@ export class Space {
   /** Computes the views of guarded objects (and the objects tied to them) and caches them with what each holds back. */
   private guardedViews(key: string): AnyCrdt {
     const { keys, views, held } = this.guarded.compute(key)
-    for (const k of keys) {
-      const v = views.get(k) ?? this.replica.stable(k)?.clone()
-      if (v) this.overlay.set(k, v)
-      this.heldBack.set(k, held.get(k) ?? [])
-      this.joint.set(k, keys)
-    }
-    return this.overlay.get(key) ?? createCrdt(this.declarationOf(key) as Declaration)
+    this.views.setJoint(keys, new Map([...keys].map((k) => [k, views.get(k) ?? this.replica.stable(k)?.clone()])), held)
+    return this.views.get(key) ?? createCrdt(this.declarationOf(key) as Declaration)
   }
 
   /** Drops a cached view, and every view computed together with it. */
   private dropView(key: string): void {
-    for (const k of this.joint.get(key) ?? [key]) {
-      this.overlay.delete(k)
-      this.heldBack.delete(k)
-      this.joint.delete(k)
-    }
+    this.views.drop(key)
   }
 
   /** Updates held back from `key`'s prospective value (see guardedViews). */
   private heldBackOf(key: string): readonly HeldUpdate[] {
-    if (!this.overlay.has(key)) this.prospectiveView(key)
-    return this.heldBack.get(key) ?? []
+    if (!this.views.has(key)) this.prospectiveView(key)
+    return this.views.heldBack(key) ?? []
   }
 
   /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
@@ -998,7 +973,7 @@ export class Space {
 
   /** @internal Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */
   adopt(replica: ReliableReplica, position: ChainPosition): void {
-    const keys = new Set([...this.replica.keys(), ...replica.keys(), ...this.listeners.keys()])
+    const keys = new Set([...this.replica.keys(), ...replica.keys(), ...this.events.subscribedKeys()])
     this.replica = replica
     this.position = position
     this.notify(keys)
@@ -1033,28 +1008,28 @@ export class Space {
   /** `p`, or ClosedError as soon as the space closes. */
   private whileOpen<T>(p: Promise<T>): Promise<T> {
     let check: () => void = () => undefined
+    let stop: () => void = () => undefined
     const closed = new Promise<never>((_, reject) => {
       check = () => {
         if (this.closed) reject(new ClosedError(`space ${this.space}`))
       }
-      this.progressWaiters.add(check)
+      stop = this.events.onProgress(check)
       check()
     })
-    return Promise.race([p, closed]).finally(() => this.progressWaiters.delete(check))
+    return Promise.race([p, closed]).finally(() => stop())
   }
 
   private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
     if (done()) return Promise.resolve()
     if (this.closed) return Promise.reject(new ClosedError(`space ${this.space}`))
-    let check: () => void = () => undefined
+    let stop: () => void = () => undefined
     const met = new Promise<void>((resolve, reject) => {
-      check = () => {
+      stop = this.events.onProgress(() => {
         if (this.closed) reject(new ClosedError(`space ${this.space}`))
         else if (done()) resolve()
-      }
-      this.progressWaiters.add(check)
+      })
     })
-    return bounded(this.clock, met, options, what).finally(() => this.progressWaiters.delete(check))
+    return bounded(this.clock, met, options, what).finally(() => stop())
   }
 
   /**
@@ -1095,7 +1070,7 @@ export class Space {
 
   /** @internal Something waits may be waiting for happened (an acceptance, a commit, a decision). */
   progress(): void {
-    for (const w of [...this.progressWaiters]) w()
+    this.events.progress()
   }
 
   /**
@@ -1105,58 +1080,52 @@ export class Space {
   notify(keys: Iterable<string>, stale = true, local = false): void {
     for (const key of keys) {
       if (stale) this.dropView(key)
-      for (const l of this.listeners.get(key) ?? []) {
-        try {
-          l(local)
-        } catch (err) {
-          this.emitError(new SteadError('malformed', `a subscriber of ${key} threw: ${(err as Error).message}`))
-        }
-      }
+      this.events.changed(key, local)
     }
   }
 
   /** @internal */
   emitStatus(): void {
-    this.statusListeners.emit(() => this.status)
+    this.events.status.emit(() => this.status)
   }
 
   /** @internal */
   emitError(err: SteadError): void {
-    this.errorListeners.emit(() => err)
+    this.events.errors.emit(() => err)
   }
 
   /** @internal */
   emitSettled(update: SettledUpdate): void {
-    this.settledListeners.emit(() => update)
+    this.events.settled.emit(() => update)
   }
 
   /** @internal A problem `status` reports from now on (undefined: it is over). */
   setProblem(p: string | undefined): void {
-    this.problem = p
+    this.problems.upstream = p
     this.emitStatus()
   }
 
   /** @internal Storage failed under this space: say so in `status` (until a write goes through again) and `onError`. */
   storageFailed(err: unknown): void {
     const e = err instanceof SteadError ? err : new SteadError('unsupported', String(err))
-    this.storageProblem = `storage failed: ${e.message}`
+    this.problems.storage = `storage failed: ${e.message}`
     this.emitStatus()
     this.emitError(e)
   }
 
   /** @internal A write went through: a storage failure reported before is over (a full disk was cleared, say). */
   storageWorks(): void {
-    if (this.storageProblem === undefined) return
-    this.storageProblem = undefined
+    if (this.problems.storage === undefined) return
+    this.problems.storage = undefined
     this.emitStatus()
   }
 
   private assertOpen(): void {
-    if (this.closed || this.closing) throw new ClosedError(`space ${this.space}`)
+    if (this.lifecycle !== 'open') throw new ClosedError(`space ${this.space}`)
   }
 
   /** An app callback threw: the client goes on, and says so through onError. */
-  private listenerFailed(what: string, err: unknown): void {
+  private listenerFailed(what: 'onStatus' | 'onSettled', err: unknown): void {
     this.emitError(new SteadError('malformed', `an ${what} listener threw: ${(err as Error)?.message ?? String(err)}`))
   }
 }

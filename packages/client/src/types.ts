@@ -245,3 +245,15 @@ export interface ClientOptions {
 }
 
 export type { ClusterDescriptor }
+
+/** One of this client's envelopes, decided. */
+export interface SettledUpdate {
+  /** The envelope id (hex), as listed by `pendingUpdates()`. */
+  readonly id: string
+  /** The keys of the objects it updated. */
+  readonly keys: readonly string[]
+  /** One result per safe group it carried, in the order they were made. */
+  readonly safe: readonly SafeResult[]
+  /** The stable index it took, when it committed. */
+  readonly index?: number
+}
