@@ -141,6 +141,7 @@ describe('mesh messages', () => {
     expect(reason(block(1, 2, [refOf(r1[1]!), refOf(r1[0]!)]))).toMatch(/needs 3 ancestors from round 1, has 2/)
     expect(reason(block(1, 1, [refOf(r1[1]!), genesis(0), genesis(2)]))).toMatch(/not below 1/)
     expect(reason(block(1, 1, [genesis(1), genesis(0), { round: 0, author: 2, digest: r1[2]!.digest }]))).toMatch(/round-0 block other than genesis/)
+    expect(reason(block(1, 2, [refOf(r1[1]!), refOf(r1[0]!), refOf(r1[2]!), { round: 1, author: 3, digest: GENESIS_DIGEST }]))).toMatch(/names genesis at round 1/)
     expect(reason(block(1, 1, []))).toMatch(/no ancestors/)
     expect(reason(encode(['nope']))).toMatch(/^malformed/)
     expect(reason(new Uint8Array([0xc1]))).toMatch(/^malformed/)
@@ -209,7 +210,7 @@ describe('consensus core', () => {
     expect(blocksSent(submitTo(restarted, next))).toEqual([])
   })
 
-  it('refuses pushed blocks of other authors, invalid envelopes, unchecked bad signatures and references that lie about their block; pulls once for blocks far ahead', async () => {
+  it('refuses pushed blocks of other authors, invalid envelopes and unchecked bad signatures, parks blocks on refused blocks and references that lie about their block; pulls once for blocks far ahead', async () => {
     const c = core(0)
     const { r1 } = smallDag()
     const frame = await envelope(1)
@@ -231,15 +232,21 @@ describe('consensus core', () => {
     expect(c.needsVerification(r1[2]!.digestHex, 1)).toBe(true)
     const unchecked = { ...r1[2]!, signed: { bytes: r1[2]!.signed.bytes, sig: new Uint8Array(64) }, verified: false }
     expect(c.onMessage(2, { kind: 'block', block: unchecked })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'bad-signature' }))
-    // A block built on the refused one is refused at once, and the refused block is never fetched.
+    // A block built on the refused one waits (see the GC tests below: a relay past the refused block's round
+    // takes it), and the refused block is never fetched.
     const child = signBlock(crypto, secrets[2]!, { round: 2, author: 2, ancestors: [refOf(bad), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
     const childOut = c.onMessage(2, { kind: 'block', block: child })
-    expect(childOut).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'malformed' }))
-    expect(childOut.filter((o) => o.type === 'send')).toEqual([])
+    const fetched = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'fetch' ? o.message.digests.map((d) => Buffer.from(d).toString('hex')) : []))
+    expect(childOut.filter((o) => o.type === 'rejected')).toEqual([])
+    expect(fetched(childOut)).not.toContain(bad.digestHex)
     for (const b of r1) c.onMessage(b.header.author, { kind: 'block', block: b })
-    // Names relay 0's round-1 block as relay 2's: the digest resolves, the slot does not match.
+    expect(c.blocksAt(2, 2)).toEqual([])
+    // Names relay 0's round-1 block as relay 2's: the digest resolves, the slot does not match. No block can
+    // meet that reference (until the GC round passes it): it waits, and is not fetched.
     const liar = signBlock(crypto, secrets[1]!, { round: 2, author: 1, ancestors: [refOf(r1[1]!), { ...refOf(r1[0]!), author: 2 }, refOf(r1[3]!)], payload: [] })
-    expect(c.onMessage(1, { kind: 'block', block: liar })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'malformed' }))
+    const liarOut = c.onMessage(1, { kind: 'block', block: liar })
+    expect(liarOut.filter((o) => o.type === 'rejected' || o.type === 'send')).toEqual([])
+    expect(c.blocksAt(2, 1)).toEqual([])
   })
 
   it("says once when f+1 peers pruned the rounds it needs, not when one peer (perhaps a liar) says so", () => {
@@ -702,6 +709,87 @@ describe('consensus core', () => {
     }
     expect(w.cores[1]!.memory.orderedPayload).toBeLessThan(8)
     expect(w.cores[1]!.memory.orderedPayload).toBeGreaterThan(0)
+  })
+
+  it("treats a bad block's descendants alike whether or not it checked the bad block before its GC round passed it: no split", async () => {
+    // Relay 3 is Byzantine (its core is down; its blocks are made here). Its bad block carries one
+    // envelope twice (one (author, seq) slot twice) and goes to relay 0 only, which refuses it.
+    const gcDepth = 2
+    const w = wired([0, 1, 2, 3].map((me) => new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0, gcDepth })))
+    w.down = 3
+    const dup = await envelope(100)
+    const bad = signBlock(crypto, secrets[3]!, { round: 1, author: 3, ancestors: genesisFor(3), payload: [dup, dup] })
+    expect(w.cores[0]!.onMessage(3, { kind: 'block', block: bad })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'conflict' }))
+    // Relays 0, 1 and 2 commit on their own until every GC round is past the bad block's.
+    for (let seq = 1; w.cores.slice(0, 3).some((c) => c.committedRound < 4 + gcDepth); seq++) {
+      expect(seq).toBeLessThan(20)
+      w.route(seq % 3, submitTo(w.cores[seq % 3]!, await envelope(seq)))
+      w.run()
+    }
+    // Now a block of relay 3 builds on the bad one: relays 1 and 2 never saw it (it is below their GC
+    // round), relay 0 refused it. All three must judge the child alike.
+    const top = Math.min(...w.cores.slice(0, 3).map((c) => c.currentRound))
+    const child = signBlock(crypto, secrets[3]!, { round: top + 1, author: 3, ancestors: [refOf(bad), ...[0, 1, 2].map((a) => refOf(w.cores[0]!.blocksAt(top, a)[0]!))], payload: [] })
+    for (const to of [0, 1, 2]) w.route(to, w.cores[to]!.onMessage(3, { kind: 'block', block: child }))
+    w.run()
+    expect([0, 1, 2].map((i) => w.cores[i]!.blocksAt(top + 1, 3).length)).toEqual([1, 1, 1])
+    // And the correct relays' blocks that cite the child are taken by all: an envelope still commits everywhere.
+    const last = await envelope(50)
+    w.route(1, submitTo(w.cores[1]!, last))
+    w.run()
+    const id = (inspect(last) as PayloadInfo).idHex
+    expect([0, 1, 2].map((i) => w.commits[i]!.includes(id))).toEqual([true, true, true])
+    for (const i of [1, 2]) expect(w.commits[i]).toEqual(w.commits[0])
+  })
+
+  it("parks a refused block's descendants, without fetching it, until the GC round passes it; then takes them as a relay that never saw it does", async () => {
+    const gcDepth = 2
+    const cores = [0, 1, 2, 3].map((me) => new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0, gcDepth }))
+    const w = wired(cores)
+    w.down = 3
+    const dup = await envelope(100)
+    const bad = signBlock(crypto, secrets[3]!, { round: 1, author: 3, ancestors: genesisFor(3), payload: [dup, dup] })
+    expect(cores[0]!.onMessage(3, { kind: 'block', block: bad })).toContainEqual(expect.objectContaining({ type: 'rejected', reason: 'conflict' }))
+    // The child comes while the bad block is above the GC round: parked, not refused, and the bad block is not asked for.
+    w.route(1, submitTo(cores[1]!, await envelope(1)))
+    w.run()
+    const r1 = [0, 1, 2].map((a) => cores[0]!.blocksAt(1, a)[0]!)
+    const child = signBlock(crypto, secrets[3]!, { round: 2, author: 3, ancestors: [refOf(bad), ...r1.map(refOf)], payload: [] })
+    const out = cores[0]!.onMessage(3, { kind: 'block', block: child })
+    expect(out.filter((o) => o.type === 'rejected' || o.type === 'send')).toEqual([])
+    expect(cores[0]!.memory.suspended).toBe(1)
+    // Its ancestors fall below the GC round with the commits: it goes (its own round is below it too) like any parked block.
+    for (let seq = 2; cores[0]!.committedRound < 2 + gcDepth; seq++) {
+      expect(seq).toBeLessThan(20)
+      w.route(seq % 3, submitTo(cores[seq % 3]!, await envelope(seq)))
+      w.run()
+    }
+    expect(cores[0]!.memory.suspended).toBe(0)
+  })
+
+  it('judges a reference naming a held block under another slot alike whether or not the relay holds that block (and a genesis digest above round 0 never stands for a block)', () => {
+    // Both relays are at GC round 5 (commits recovered up to round 10, gcDepth 5); relay 0 holds relay 2's round-6 block, relay 3 does not.
+    const at = (me: number) => new ConsensusCore({ committee, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0, gcDepth: 5 }, { ownBlocks: [], blocks: [], commits: [{ anchorRound: 10, ordered: [], payloadIds: [] }] })
+    const holder = at(0)
+    const other = at(3)
+    const old = (a: number): BlockRef => ({ round: 5, author: a, digest: new Uint8Array(32).fill(a + 1) })
+    const r6 = [0, 1, 2, 3].map((a) => signBlock(crypto, secrets[a]!, { round: 6, author: a, ancestors: [a, ...[0, 1, 2, 3].filter((x) => x !== a)].map(old), payload: [] }))
+    for (const a of [1, 2]) holder.onMessage(a, { kind: 'block', block: r6[a]! })
+    other.onMessage(1, { kind: 'block', block: r6[1]! })
+    // Relay 1's round-7 block names relay 2's round-6 block as relay 2's round-3 block (at or below the GC round).
+    const liar = signBlock(crypto, secrets[1]!, { round: 7, author: 1, ancestors: [refOf(r6[1]!), refOf(r6[0]!), refOf(r6[3]!), { ...refOf(r6[2]!), round: 3 }], payload: [] })
+    for (const c of [holder, other]) for (const a of [0, 3]) c.onMessage(a, { kind: 'block', block: r6[a]! })
+    holder.onMessage(1, { kind: 'block', block: liar })
+    other.onMessage(1, { kind: 'block', block: liar })
+    expect([holder, other].map((c) => c.blocksAt(7, 1).length)).toEqual([1, 1])
+    // Above the GC round a reference that names a held block under another slot, or genesis, can never be met: parked, never fetched.
+    const liar2 = signBlock(crypto, secrets[2]!, { round: 7, author: 2, ancestors: [refOf(r6[2]!), refOf(r6[0]!), refOf(r6[3]!), { ...refOf(r6[0]!), author: 1 }], payload: [] })
+    const ghost = signBlock(crypto, secrets[3]!, { round: 7, author: 3, ancestors: [refOf(r6[3]!), refOf(r6[0]!), refOf(r6[2]!), { round: 6, author: 1, digest: GENESIS_DIGEST }], payload: [] })
+    for (const b of [liar2, ghost]) {
+      const out = holder.onMessage(b.header.author, { kind: 'block', block: b })
+      expect(out.filter((o) => o.type === 'send')).toEqual([])
+      expect(holder.blocksAt(7, b.header.author)).toEqual([])
+    }
   })
 
   it('four cores wired directly commit every envelope once, in one order, then go quiet', async () => {

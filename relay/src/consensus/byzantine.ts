@@ -1,6 +1,6 @@
 import { asSigned, decode, encode, toHex } from '@stead/core'
 import type { Mesh } from '../mesh/types.ts'
-import { decodeMessage, encodeMessage, signBlock, type Block, type Committee, type Message, type SyncCrypto } from './messages.ts'
+import { decodeMessage, encodeMessage, signBlock, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import type { ByzantineStrategy } from './strategies.ts'
 
 export { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './strategies.ts'
@@ -14,7 +14,14 @@ export interface ByzantineContext {
   readonly samplePayload: () => Uint8Array | undefined
   /** An envelope frame that conflicts with one some client sent elsewhere (same author and seq). */
   readonly conflictingPayload: (round: number) => Uint8Array | undefined
+  /** A block of (round, author) this relay received, if it did (recent rounds only). */
+  readonly received?: (round: number, author: number) => Block | undefined
 }
+
+/** split-refusal: the round of its bad block, the rounds it waits before building on it, and the rounds after which it goes silent. */
+const SPLIT_ROUND = 6
+const SPLIT_HOLD = 30
+const SPLIT_SILENT_AFTER = 12
 
 /** Requests of its kind a flooding strategy sends with each of its blocks. */
 const FLOOD_REQUESTS = 20
@@ -31,6 +38,10 @@ export class ByzantineBehaviour {
   private readonly ctx: ByzantineContext
   /** Twin of each own block, made once, so every odd peer gets the same one. */
   private readonly twins = new Map<string, Block>()
+  /** split-refusal: its bad block, and the chain built on it (real own block digest → the block sent instead). */
+  private bad: Block | null = null
+  private readonly shadows = new Map<string, Block>()
+  private lastShadow: Block | null = null
 
   constructor(strategy: ByzantineStrategy, ctx: ByzantineContext) {
     this.strategy = strategy
@@ -139,6 +150,8 @@ export class ByzantineBehaviour {
         if (!extra) return [message]
         return [{ kind: 'block', block: signBlock(crypto, secretKey, { ...own.header, payload: [...own.header.payload, extra] }) }]
       }
+      case 'split-refusal':
+        return this.splitRefusal(to, message, own)
       case 'equivocate': {
         if (!own) return [message]
         // Even peers get the real block, odd peers a twin for the same round, peer 0 both.
@@ -147,6 +160,83 @@ export class ByzantineBehaviour {
         return to === 0 ? [message, { kind: 'block', block: twin }] : [{ kind: 'block', block: twin }]
       }
     }
+  }
+  /**
+   * split-refusal: a block every correct relay refuses once it checks it
+   * (two copies of one envelope, so one (author, seq) slot twice; without an
+   * envelope at hand, two ancestors' digests swapped), sent with its real
+   * block of round SPLIT_ROUND to the first f relays only; the others never
+   * get it. SPLIT_HOLD rounds later (past the others' GC round) its blocks
+   * build on it: a chain whose first block names the bad one as its own
+   * previous block, sent instead of its real blocks. Relays that refused the
+   * bad block refuse the chain and what cites it; relays whose GC round
+   * passed the bad block never check it and accept the chain, and their
+   * blocks cite it. SPLIT_SILENT_AFTER rounds later it says nothing more.
+   */
+  private splitRefusal(to: number, message: Message, own: Block | null): Message[] {
+    const { secretKey, crypto, me, committee } = this.ctx
+    // The first f relays other than itself get the bad block at once.
+    const early = (peer: number): boolean => peer !== me && peer < committee.f + (me < committee.f ? 1 : 0)
+    const bad = this.bad
+    if (bad && (this.lastShadow?.header.round ?? 0) >= bad.header.round + SPLIT_HOLD + SPLIT_SILENT_AFTER) return []
+    if (message.kind === 'blocks') {
+      // Answers carry the chain, never the real blocks it replaced.
+      return [{ ...message, blocks: message.blocks.map((b) => this.shadows.get(b.digestHex) ?? b) }]
+    }
+    if (message.kind === 'unknown') {
+      // The core does not hold the chain it never made: hand it over instead (the bad block to early relays only).
+      const held = message.digests.map((d) => {
+        const hex = toHex(d)
+        return [...this.shadows.values()].find((b) => b.digestHex === hex) ?? (bad && hex === bad.digestHex && early(to) ? bad : undefined)
+      })
+      const blocks = held.filter((b): b is Block => b !== undefined)
+      const rest = message.digests.filter((_d, i) => held[i] === undefined)
+      return [...(blocks.length ? [{ kind: 'blocks' as const, blocks }] : []), ...(rest.length ? [{ ...message, digests: rest }] : [])]
+    }
+    if (!own) return [message]
+    const { round } = own.header
+    if (!bad) {
+      if (round < SPLIT_ROUND) return [message]
+      const sample = this.ctx.samplePayload()
+      let header: Block['header'] = { ...own.header, payload: sample ? [...own.header.payload, sample, sample] : own.header.payload }
+      if (!sample) {
+        // Two non-own ancestors of the previous round swap digests: each reference names the wrong slot.
+        const ancestors = [...own.header.ancestors]
+        const [i, j] = ancestors.flatMap((a, k) => (k > 0 && a.round === round - 1 ? [k] : []))
+        if (i === undefined || j === undefined) return [message]
+        const a = ancestors[i] as BlockRef
+        const b = ancestors[j] as BlockRef
+        ancestors[i] = { ...a, digest: b.digest }
+        ancestors[j] = { ...b, digest: a.digest }
+        header = { ...header, ancestors }
+      }
+      this.bad = signBlock(crypto, secretKey, header)
+    }
+    const made = this.bad as Block
+    if (round === made.header.round) return early(to) ? [message, { kind: 'block', block: made }] : [message]
+    if (round < made.header.round + SPLIT_HOLD) return [message]
+    let shadow = this.shadows.get(own.digestHex)
+    if (!shadow) {
+      const previous = this.lastShadow ?? made
+      let others = own.header.ancestors.slice(1)
+      if (!this.lastShadow) {
+        // The bad block is far below: a quorum of round - 1 must come from the others alone.
+        others = []
+        for (let a = 0; a < committee.keys.length; a++) {
+          if (a === me) continue
+          const listed = own.header.ancestors.find((x) => x.author === a && x.round === round - 1)
+          const seen = listed ? undefined : this.ctx.received?.(round - 1, a)
+          const ref = listed ?? (seen && { round: seen.header.round, author: a, digest: seen.digest }) ?? own.header.ancestors.find((x) => x.author === a)
+          if (ref) others.push(ref)
+        }
+        if (others.filter((x) => x.round === round - 1).length < committee.keys.length - committee.f) return [message]
+      }
+      const ancestors = [{ round: previous.header.round, author: me, digest: previous.digest }, ...others]
+      shadow = signBlock(crypto, secretKey, { ...own.header, ancestors })
+      this.shadows.set(own.digestHex, shadow)
+      this.lastShadow = shadow
+    }
+    return [{ kind: 'block', block: shadow }]
   }
 }
 
@@ -164,7 +254,14 @@ export function byzantineMesh(
 ): Mesh {
   /** A client envelope to put in twin blocks: the first one seen in a block either way. */
   let sample: Uint8Array | undefined
-  const behaviour = new ByzantineBehaviour(strategy, { ...ctx, conflictingPayload: ctx.conflictingPayload ?? (() => undefined), samplePayload: () => sample })
+  /** Peers' blocks received, by slot, for split-refusal (recent rounds only). */
+  const received = new Map<string, Block>()
+  const behaviour = new ByzantineBehaviour(strategy, {
+    ...ctx,
+    conflictingPayload: ctx.conflictingPayload ?? (() => undefined),
+    samplePayload: () => sample,
+    received: (round, author) => received.get(`${round}:${author}`),
+  })
   const notice = (frame: Uint8Array): Message | undefined => {
     try {
       const message = decodeMessage(ctx.crypto, ctx.committee, frame)
@@ -187,7 +284,13 @@ export function byzantineMesh(
     },
     onFrame(handler) {
       inner.onFrame((from, frame) => {
-        if (sample === undefined) notice(frame)
+        if (sample === undefined || strategy === 'split-refusal') {
+          const message = notice(frame)
+          for (const b of message?.kind === 'block' ? [message.block] : message?.kind === 'blocks' ? message.blocks : []) {
+            received.set(`${b.header.round}:${b.header.author}`, b)
+            if (received.size > 2000) received.delete(received.keys().next().value as string)
+          }
+        }
         handler(from, frame)
       })
     },

@@ -1,7 +1,7 @@
 import { SteadError, fromHex, toHex } from '@stead/core'
 import { decideLeaders, roundRobin, type CommitRule } from './committer.ts'
 import { Dag, assert, type DagBlock, type Ref } from './dag.ts'
-import { GENESIS_DIGEST, committeeSize, quorum, signBlock, validateCommittee, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
+import { GENESIS_DIGEST, GENESIS_HEX, committeeSize, quorum, signBlock, validateCommittee, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import { PayloadQueue, type InspectPayload, type PayloadInfo } from './payload.ts'
 import { OrderedRecord } from './ordered.ts'
 import { Synchronizer } from './sync.ts'
@@ -203,7 +203,7 @@ export class ConsensusCore {
 
   /** What `inspect` said of each accepted block's envelopes, in payload order: asked once per block. */
   private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
-  /** Digests of blocks refused (bounded): their descendants are refused at once, and never fetched. */
+  /** Digests of blocks refused (bounded): never checked or fetched again; what builds on them waits for the GC round (see unmet). */
   private readonly refused = new Set<string>()
   /**
    * The peer we are pulling missed rounds from (a `sync` whose answer has
@@ -548,13 +548,9 @@ export class ConsensusCore {
     if (!block.verified && !this.crypto.verify(this.committee.keys[block.header.author] as Uint8Array, block.signed.bytes, block.signed.sig)) {
       return this.reject(from, 'bad-signature', `block of relay ${block.header.author} round ${round} has a bad signature`, out)
     }
-    const refusedAncestor = block.header.ancestors.map(refOf).find((a) => this.refused.has(a.digestHex))
-    if (refusedAncestor) return this.refuse(from, block, { reason: 'malformed', detail: `block of relay ${block.header.author} round ${round} builds on refused block ${refusedAncestor.digestHex.slice(0, 8)}` }, out)
-    const missing = this.missingAncestors(block)
+    const missing = this.unmet(block)
     if (missing.length) {
-      const fetch = this.sync.park(from, block, missing)
-      if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
-      if (fetch.length) this.fetch(from, fetch, out)
+      this.park(from, block, missing, out)
       // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
       if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(this.keeperOf(from, this.dag.clockRound), this.dag.clockRound, out)
       return
@@ -563,18 +559,49 @@ export class ConsensusCore {
     if (settle) this.commitAndPropose(out)
   }
 
-  /** Ancestors neither in the DAG nor settled (genesis, or at or below the GC round). */
-  private missingAncestors(block: Block): Ref[] {
-    return block.header.ancestors.map(refOf).filter((a) => !this.dag.settled(a) && !this.dag.has(a.digestHex))
+  /**
+   * The references of `block` not met yet. A reference (round, author, digest)
+   * is met by the block of that digest in the DAG at that slot, or by its
+   * round being at or below the GC round (genesis: round 0). Nothing else
+   * meets one: a refused block never enters the DAG, and no block but the one
+   * held has its digest. So a refused ancestor is like one never received,
+   * and a block's fate does not depend on whether this relay saw a bad
+   * ancestor before its GC round passed it (a relay that did not never checks
+   * it). Those that only the GC round can meet (refused, a held block under
+   * another slot, genesis above round 0) are not fetched.
+   */
+  private unmet(block: Block): Array<{ ref: Ref; fetch: boolean }> {
+    const unmet: Array<{ ref: Ref; fetch: boolean }> = []
+    for (const a of block.header.ancestors) {
+      const ref = refOf(a)
+      if (this.dag.settled(ref)) continue
+      const held = this.dag.get(ref.digestHex)
+      if (held && held.round === ref.round && held.author === ref.author) continue
+      unmet.push({ ref, fetch: !held && ref.digestHex !== GENESIS_HEX && !this.refused.has(ref.digestHex) })
+    }
+    return unmet
   }
 
-  /** Accepts a block whose ancestors are all present, then whatever waited only for it, in causal order. */
+  /** Parks a block until its unmet references are met, fetching what can be fetched. */
+  private park(from: number, block: Block, missing: ReadonlyArray<{ ref: Ref; fetch: boolean }>, out: Output[]): void {
+    const fetch = this.sync.park(from, block, missing)
+    if (fetch === 'full') return this.reject(from, 'too-large', `relay ${from} has too many blocks waiting for ancestors`, out)
+    if (fetch.length) this.fetch(from, fetch, out)
+  }
+
+  /** Accepts a block whose references are all met, then whatever waited only for it, in causal order. */
   private acceptChain(from: number, first: Block, out: Output[]): void {
     const ready = [{ from, block: first }]
     while (ready.length) {
       const { from: sender, block } = ready.shift() as { from: number; block: Block }
       if (this.dag.has(block.digestHex) || block.header.round <= this.dag.gcRound) continue
-      const checked = this.checkWithAncestors(block)
+      // Released because a digest it waited for arrived: that block may sit at another slot than named.
+      const missing = this.unmet(block)
+      if (missing.length) {
+        this.park(sender, block, missing, out)
+        continue
+      }
+      const checked = this.checkPayload(block)
       if ('reason' in checked) {
         this.refuse(sender, block, checked, out)
         continue
@@ -584,30 +611,28 @@ export class ConsensusCore {
     }
   }
 
-  /** Refuses a block for good, and every parked block built on it (none of them can be valid). */
+  /**
+   * Refuses a block for good: it never enters the DAG, and is never fetched
+   * or checked again. The blocks built on it stay parked until the GC round
+   * passes it, then go the way they go on a relay that never saw it: a
+   * refusal must not depend on when the bad block came (a relay whose GC
+   * round had passed it drops it unchecked and takes its descendants;
+   * refusing them here split the correct relays for good).
+   */
   private refuse(from: number, block: Block, problem: { reason: string; detail: string }, out: Output[]): void {
     this.reject(from, problem.reason, problem.detail, out)
-    const todo = [block]
-    while (todo.length) {
-      const b = todo.pop() as Block
-      if (this.refused.size >= 10_000) this.refused.delete(this.refused.values().next().value as string)
-      this.refused.add(b.digestHex)
-      todo.push(...this.sync.refused(b.digestHex))
-    }
+    if (this.refused.size >= 10_000) this.refused.delete(this.refused.values().next().value as string)
+    this.refused.add(block.digestHex)
+    this.sync.unfetchable(block.digestHex)
   }
 
   /**
-   * The checks that need the ancestors: each reference names the round and
-   * author of the block it points to; the payload is valid. Returns what
-   * `inspect` said of each envelope, kept with the block.
+   * The checks of a block's payload, once its references are met: every
+   * envelope valid, no two for one (author, seq) slot. A pure function of
+   * the block's bytes, so every correct relay refuses the same blocks.
+   * Returns what `inspect` said of each envelope, kept with the block.
    */
-  private checkWithAncestors(block: Block): { reason: string; detail: string } | { infos: PayloadInfo[] } {
-    for (const a of block.header.ancestors) {
-      const held = this.dag.get(toHex(a.digest))
-      if (held && (held.round !== a.round || held.author !== a.author)) {
-        return { reason: 'malformed', detail: `block of relay ${block.header.author} round ${block.header.round} names block ${held.digestHex.slice(0, 8)} as (${a.round}, ${a.author}); it is (${held.round}, ${held.author})` }
-      }
-    }
+  private checkPayload(block: Block): { reason: string; detail: string } | { infos: PayloadInfo[] } {
     const seen = new Set<string>()
     const infos: PayloadInfo[] = []
     for (const frame of block.header.payload) {
@@ -1018,7 +1043,7 @@ export class ConsensusCore {
     const blocks = [...state.blocks, ...state.ownBlocks].filter((b) => b.header.round > gc).sort((a, b) => a.header.round - b.header.round)
     for (const block of blocks) {
       if (this.dag.has(block.digestHex)) continue
-      const missing = this.missingAncestors(block)
+      const missing = this.unmet(block)
       if (missing.length) this.sync.park(this.me, block, missing)
       else this.acceptChain(this.me, block, ignored)
     }

@@ -93,7 +93,10 @@ export class Dag {
   accept(block: Block): DagBlock {
     assert(!this.byDigest.has(block.digestHex), `block ${block.digestHex.slice(0, 8)} accepted twice`)
     const node = dagBlockOf(block)
-    for (const a of node.ancestors) assert(this.settled(a) || this.byDigest.has(a.digestHex), `block ${node.digestHex.slice(0, 8)} accepted before its ancestor ${a.digestHex.slice(0, 8)}`)
+    for (const a of node.ancestors) {
+      const held = this.byDigest.get(a.digestHex)
+      assert(this.settled(a) || (held && held.round === a.round && held.author === a.author), `block ${node.digestHex.slice(0, 8)} accepted before its ancestor ${a.digestHex.slice(0, 8)}`)
+    }
     let authors = this.rounds.get(node.round)
     if (!authors) this.rounds.set(node.round, (authors = new Map()))
     const slot = authors.get(node.author)

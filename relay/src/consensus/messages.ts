@@ -215,6 +215,8 @@ function ancestorProblem(committee: Committee, round: number, author: number, an
     authors.add(a.author)
     if (a.round >= round) return `ancestor ${i} is from round ${a.round}, not below ${round}`
     if (a.round === 0 && !a.digest.every((b) => b === 0)) return `ancestor ${i} is a round-0 block other than genesis`
+    // No block has the genesis digest: a core that took it as held accepted such a block and stopped on its invariant check.
+    if (a.round > 0 && a.digest.every((b) => b === 0)) return `ancestor ${i} names genesis at round ${a.round}`
     if (a.round === round - 1) atPrevious++
   }
   if (atPrevious < quorum(committee)) return `needs ${quorum(committee)} ancestors from round ${round - 1}, has ${atPrevious}`

@@ -1,10 +1,14 @@
 import type { Block } from './messages.ts'
 import type { Ref } from './dag.ts'
 
+/** Key of a reference only the GC round can meet: never fetched, never arrives. */
+const GC_ONLY = 'gc:'
+const gcOnly = (digestHex: string, round: number): string => `${GC_ONLY}${round}:${digestHex}`
+
 interface Waiting {
   readonly from: number
   readonly block: Block
-  /** Missing ancestor digest → its round (so the GC can release what waits on old ones). */
+  /** Missing ancestor digest (or gcOnly key) → its round (so the GC can release what waits on old ones). */
   readonly missing: Map<string, number>
 }
 
@@ -47,24 +51,28 @@ export class Synchronizer {
   }
 
   /**
-   * Parks `block` until `missing` arrive. Returns the digests worth asking
-   * `from` for now (not parked themselves, not asked this tick), or 'full'
-   * when the sender already has its share of parked blocks.
+   * Parks `block` until `missing` are met. Returns the digests worth asking
+   * `from` for now (fetchable, not parked themselves, not asked this tick),
+   * or 'full' when the sender already has its share of parked blocks. A
+   * reference that is not fetchable (a refused block, a held block under
+   * another slot, genesis above round 0) can only be met by the GC round
+   * passing it (see collect).
    */
-  park(from: number, block: Block, missing: readonly Ref[]): string[] | 'full' {
+  park(from: number, block: Block, missing: ReadonlyArray<{ readonly ref: Ref; readonly fetch: boolean }>): string[] | 'full' {
     if (this.waiting.has(block.digestHex)) return []
     const mine = (this.bySender.get(from) ?? 0) + 1
     if (mine > this.perSender) return 'full'
     this.bySender.set(from, mine)
-    this.waiting.set(block.digestHex, { from, block, missing: new Map(missing.map((m) => [m.digestHex, m.round])) })
+    const keyed = missing.map(({ ref, fetch }) => ({ key: fetch ? ref.digestHex : gcOnly(ref.digestHex, ref.round), round: ref.round, fetch }))
+    this.waiting.set(block.digestHex, { from, block, missing: new Map(keyed.map((m) => [m.key, m.round])) })
     const fetch: string[] = []
-    for (const m of missing) {
-      let waiters = this.waitingOn.get(m.digestHex)
-      if (!waiters) this.waitingOn.set(m.digestHex, (waiters = new Set()))
+    for (const m of keyed) {
+      let waiters = this.waitingOn.get(m.key)
+      if (!waiters) this.waitingOn.set(m.key, (waiters = new Set()))
       waiters.add(block.digestHex)
-      if (!this.waiting.has(m.digestHex) && !this.requested.has(m.digestHex)) {
-        this.requested.add(m.digestHex)
-        fetch.push(m.digestHex)
+      if (m.fetch && !this.waiting.has(m.key) && !this.requested.has(m.key)) {
+        this.requested.add(m.key)
+        fetch.push(m.key)
       }
     }
     return fetch
@@ -85,20 +93,24 @@ export class Synchronizer {
   }
 
   /**
-   * `digestHex` was refused: the parked blocks waiting for it can never be
-   * accepted. Returns them (unparked); the caller refuses them in turn.
+   * `digestHex` was refused: it will never arrive. The parked blocks waiting
+   * for it stay parked, without asking for it again, until the GC round
+   * passes its round (see collect).
    */
-  refused(digestHex: string): Block[] {
+  unfetchable(digestHex: string): void {
     const waiters = this.waitingOn.get(digestHex)
     this.waitingOn.delete(digestHex)
-    const gone: Block[] = []
     for (const key of waiters ?? []) {
       const w = this.waiting.get(key)
-      if (!w) continue
-      this.unpark(key, w.from)
-      gone.push(w.block)
+      const round = w?.missing.get(digestHex)
+      if (!w || round === undefined) continue
+      w.missing.delete(digestHex)
+      const dead = gcOnly(digestHex, round)
+      w.missing.set(dead, round)
+      let set = this.waitingOn.get(dead)
+      if (!set) this.waitingOn.set(dead, (set = new Set()))
+      set.add(key)
     }
-    return gone
   }
 
   /** Fetches of these digests went to `peer`: an `unknown` answer from it counts for them (see disowned). */
@@ -200,7 +212,7 @@ export class Synchronizer {
     const out: string[] = []
     for (const d of this.waitingOn.keys()) {
       if (out.length >= limit) break
-      if (!this.waiting.has(d)) out.push(d)
+      if (!this.waiting.has(d) && !d.startsWith(GC_ONLY)) out.push(d)
     }
     return out
   }
