@@ -130,6 +130,76 @@ const WAKE_BYTES = 256 * 1024
  */
 const stuckActs = (ticks: number): boolean => (ticks & (ticks - 1)) === 0 || ticks % 8 === 0
 
+/** Who a core is among whom, and its settings: fixed for its life. */
+interface CoreContext {
+  readonly committee: Committee
+  readonly n: number
+  readonly crypto: SyncCrypto
+  readonly secretKey: Uint8Array
+  readonly inspect: InspectPayload
+  readonly rule: CommitRule
+  readonly maxRoundsAhead: number
+  readonly gcDepth: number
+  readonly leaderTimeoutMs: number
+  readonly paceMs: number
+  readonly syncIntervalMs: number
+  readonly ownLastTimeoutMs: number
+}
+
+/** When and above what round the proposer makes our next block. */
+interface ProposerState {
+  /** The round of our latest block. */
+  lastProposed: number
+  /** Whether a round without urgent work may start now (paceMs passed since our last proposal). */
+  paced: boolean
+  /** The round of our proposal whose pace timer counts (lastProposed may move on without one: a peer hands back our own block). */
+  paceRound: number
+  /** The highest round of a block of ours that peers handed back: we never propose at or below it. */
+  proposeAbove: number
+  /** author → round of its latest block we referenced: each block references only newer ones. */
+  readonly lastIncluded: Map<number, number>
+  /** A leader timeout fired for this clock round: propose without waiting for the leader. */
+  forcedRound: number
+  /** A peer with work waits for a quorum at this round: propose up to it even with no work of our own. */
+  wakeRound: number
+  /** The clock round the leader timer runs for. */
+  leaderTimerRound: number
+}
+
+/**
+ * Recovery of our own latest block after a restart: we ask peers for their
+ * word on it (ConsensusConfig.ownLastTimeoutMs), again whenever a connection
+ * to one that has not answered opens, until 2f answered.
+ */
+interface OwnLastState {
+  asking: boolean
+  /** Each peer that answered, with its GC round (see takeOwnLast). */
+  readonly gcRounds: Map<number, number>
+  /** No proposal until 2f peers answered or the own-last timer fired. */
+  holding: boolean
+}
+
+/** Catching up with peers: range pulls, peers that pruned, and the sync ticks that watch progress. */
+interface CatchUpState {
+  /**
+   * The peer we are pulling missed rounds from (a `sync` whose answer has
+   * not come): blocks far ahead start one pull, not one each. Cleared by
+   * its last answer and at each sync tick (a lost request is asked again).
+   */
+  pulling: number | null
+  /** Peers that answered a sync with 'pruned': the round each keeps blocks from. */
+  readonly prunedPeers: Map<number, number>
+  historyPrunedReported: boolean
+  syncTimerArmed: boolean
+  syncPeer: number
+  /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
+  progressMark: string
+  /** Sync ticks in a row without progress. */
+  stuckTicks: number
+  /** Sync ticks in a row without progress and without work (see armSync). */
+  quietTicks: number
+}
+
 /**
  * One relay's consensus: an uncertified DAG with Mysticeti's commit rule.
  * Each relay signs one block per round referencing blocks of earlier
@@ -146,21 +216,8 @@ const stuckActs = (ticks: number): boolean => (ticks & (ticks - 1)) === 0 || tic
  */
 export class ConsensusCore {
   readonly me: number
-  private readonly committee: Committee
-  private readonly n: number
-  private readonly crypto: SyncCrypto
-  private readonly secretKey: Uint8Array
-  private readonly inspect: InspectPayload
-  private readonly maxRoundsAhead: number
-  private readonly gcDepth: number
-  private readonly leaderTimeoutMs: number
-  private readonly paceMs: number
-  /** Whether a round without urgent work may start now (paceMs passed since our last proposal). */
-  private paced = true
-  /** The round of our proposal whose pace timer counts (lastProposed may move on without one: a peer hands back our own block). */
-  private paceRound = 0
-  private readonly syncIntervalMs: number
-  private readonly rule: CommitRule
+  /** Who we are among whom, and the settings: fixed for the core's life. */
+  private readonly ctx: CoreContext
 
   private readonly dag: Dag
   private readonly sync: Synchronizer
@@ -168,27 +225,10 @@ export class ConsensusCore {
 
   /** Our blocks by round; the latest is kept even below the GC round (the next one references it). */
   private readonly ownBlocks = new Map<number, Block>()
-  private lastProposed = 0
-  /**
-   * Whether we still ask peers for their word on our latest block (see
-   * ConsensusConfig.ownLastTimeoutMs), again whenever a connection to one
-   * that has not answered opens: until 2f answered.
-   */
-  private ownLastAsking = false
-  /** Each peer that answered, with its GC round (see takeOwnLast). */
-  private readonly ownLastGcRounds = new Map<number, number>()
-  /** No proposal until 2f peers answered or the own-last timer fired. */
-  private ownLastHolding = false
-  private readonly ownLastTimeoutMs: number
-  /** The highest round of a block of ours that peers handed back: we never propose at or below it. */
-  private proposeAbove = 0
-  /** author → round of its latest block we referenced: each block references only newer ones. */
-  private readonly lastIncluded = new Map<number, number>()
-  /** A leader timeout fired for this clock round: propose without waiting for the leader. */
-  private forcedRound = 0
-  /** A peer with work waits for a quorum at this round: propose up to it even with no work of our own. */
-  private wakeRound = 0
-  private leaderTimerRound = 0
+  /** The proposer's state: when and above what round we make our next block (see ProposerState). */
+  private readonly proposer: ProposerState = { lastProposed: 0, paced: true, paceRound: 0, proposeAbove: 0, lastIncluded: new Map(), forcedRound: 0, wakeRound: 0, leaderTimerRound: 0 }
+  /** Recovery of our own latest block after a restart (see OwnLastState). */
+  private readonly ownLast: OwnLastState = { asking: false, gcRounds: new Map(), holding: false }
 
   /** Leader slots up to this round are decided (committed or skipped). */
   private lastDecided = 0
@@ -205,43 +245,32 @@ export class ConsensusCore {
   private readonly infosOf = new Map<string, readonly PayloadInfo[]>()
   /** Digests of blocks refused (bounded): never checked or fetched again; what builds on them waits for the GC round (see unmet). */
   private readonly refused = new Set<string>()
-  /**
-   * The peer we are pulling missed rounds from (a `sync` whose answer has
-   * not come): blocks far ahead start one pull, not one each. Cleared by
-   * its last answer and at each sync tick (a lost request is asked again).
-   */
-  private pulling: number | null = null
-  /** Peers that answered a sync with 'pruned': the round each keeps blocks from. */
-  private readonly prunedPeers = new Map<number, number>()
-  private historyPrunedReported = false
-  private syncTimerArmed = false
-  private syncPeer = 0
-  /** (clock, last proposed, last decided) at the previous sync tick: unchanged with work pending means stuck. */
-  private progressMark = ''
-  /** Sync ticks in a row without progress. */
-  private stuckTicks = 0
-  /** Sync ticks in a row without progress and without work (see armSync). */
-  private quietTicks = 0
+  /** Catching up with peers: range pulls, pruned peers, the sync ticks (see CatchUpState). */
+  private readonly catchUp: CatchUpState = { pulling: null, prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
 
   constructor(config: ConsensusConfig, recovered?: RecoveredState) {
     const problem = validateCommittee(config.committee)
     if (problem) throw new SteadError('malformed', problem)
     if (!Number.isSafeInteger(config.me) || config.me < 0 || config.me >= config.committee.keys.length) throw new SteadError('malformed', `relay ${config.me} is not in the committee`)
     this.me = config.me
-    this.committee = config.committee
-    this.n = committeeSize(config.committee)
-    this.crypto = config.crypto
-    this.secretKey = config.secretKey
-    this.inspect = config.inspect
-    this.maxRoundsAhead = config.maxRoundsAhead ?? 50
-    this.gcDepth = config.gcDepth ?? 50
-    this.leaderTimeoutMs = config.leaderTimeoutMs ?? 250
-    this.paceMs = config.paceMs ?? 50
-    this.syncIntervalMs = config.syncIntervalMs ?? 500
+    const n = committeeSize(config.committee)
     const q = quorum(config.committee)
-    this.rule = { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(this.n) }
-    this.dag = new Dag(q, this.n)
-    this.sync = new Synchronizer(this.n, config.maxSuspended ?? 10_000)
+    this.ctx = {
+      committee: config.committee,
+      n,
+      crypto: config.crypto,
+      secretKey: config.secretKey,
+      inspect: config.inspect,
+      rule: { quorum: q, directQuorum: config.committee.directQuorum ?? q, leaderOf: roundRobin(n) },
+      maxRoundsAhead: config.maxRoundsAhead ?? 50,
+      gcDepth: config.gcDepth ?? 50,
+      leaderTimeoutMs: config.leaderTimeoutMs ?? 250,
+      paceMs: config.paceMs ?? 50,
+      syncIntervalMs: config.syncIntervalMs ?? 500,
+      ownLastTimeoutMs: config.ownLastTimeoutMs ?? 0,
+    }
+    this.dag = new Dag(q, n)
+    this.sync = new Synchronizer(n, config.maxSuspended ?? 10_000)
     this.payload = new PayloadQueue({
       maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,
       maxBlockBytes: config.maxBlockBytes ?? 4 * 1024 * 1024,
@@ -250,15 +279,14 @@ export class ConsensusCore {
       maxQueuedPerAuthor: Math.max(1, Math.floor((config.maxQueuedEnvelopes ?? 100_000) / 10)),
     })
     if (recovered) this.recover(recovered)
-    this.ownLastTimeoutMs = config.ownLastTimeoutMs ?? 0
-    if (this.ownLastTimeoutMs > 0 && this.n > 1) this.ownLastAsking = this.ownLastHolding = true
+    if (this.ctx.ownLastTimeoutMs > 0 && this.ctx.n > 1) this.ownLast.asking = this.ownLast.holding = true
   }
 
   // ---- introspection (for the shell, metrics and the simulator) ----
 
   /** The round of our latest block (0 before the first). */
   get currentRound(): number {
-    return this.lastProposed
+    return this.proposer.lastProposed
   }
 
   /** The highest round this relay knows 2f+1 blocks of, plus one. */
@@ -300,7 +328,7 @@ export class ConsensusCore {
         .join('')
       rounds.push(`r${r}[${authors || '-'}]`)
     }
-    return `relay ${this.me} proposed ${this.lastProposed} clock ${this.dag.clockRound} decided ${this.lastDecided} committed ${this.lastCommitRound} gc ${this.dag.gcRound} work ${this.pendingWork.size} queue ${this.payload.length} parked ${this.sync.size} ${rounds.join(' ')}`
+    return `relay ${this.me} proposed ${this.proposer.lastProposed} clock ${this.dag.clockRound} decided ${this.lastDecided} committed ${this.lastCommitRound} gc ${this.dag.gcRound} work ${this.pendingWork.size} queue ${this.payload.length} parked ${this.sync.size} ${rounds.join(' ')}`
   }
 
   /** The blocks this relay holds for a slot (several when the author equivocated). */
@@ -313,10 +341,10 @@ export class ConsensusCore {
   /** Starts (or, after recovery, resumes): re-sends our latest block, which peers may have missed. */
   start(): Output[] {
     const out: Output[] = []
-    const own = this.ownBlocks.get(this.lastProposed)
+    const own = this.ownBlocks.get(this.proposer.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
-    if (this.ownLastAsking) out.push({ type: 'broadcast', message: { kind: 'own-last-ask' } })
-    if (this.ownLastHolding) out.push({ type: 'timer', name: 'own-last', round: 0, afterMs: this.ownLastTimeoutMs })
+    if (this.ownLast.asking) out.push({ type: 'broadcast', message: { kind: 'own-last-ask' } })
+    if (this.ownLast.holding) out.push({ type: 'timer', name: 'own-last', round: 0, afterMs: this.ctx.ownLastTimeoutMs })
     this.commitAndPropose(out)
     this.armSync(out)
     return out
@@ -333,21 +361,21 @@ export class ConsensusCore {
   onPeerConnected(peer: number): Output[] {
     if (peer === this.me) return []
     const out: Output[] = []
-    const own = this.ownBlocks.get(this.lastProposed)
+    const own = this.ownBlocks.get(this.proposer.lastProposed)
     if (own) out.push({ type: 'send', to: peer, message: { kind: 'block', block: own } })
     // Our ask may have gone before this connection was up (also after the timer let us propose).
-    if (this.ownLastAsking && !this.ownLastGcRounds.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
+    if (this.ownLast.asking && !this.ownLast.gcRounds.has(peer)) out.push({ type: 'send', to: peer, message: { kind: 'own-last-ask' } })
     return out
   }
 
   /** The highest round this relay will not propose at: its last proposal, or what its peers said of its blocks and their GC rounds (see takeOwnLast). */
   get neverProposesAtOrBelow(): number {
-    return Math.max(this.lastProposed, this.proposeAbove)
+    return Math.max(this.proposer.lastProposed, this.proposer.proposeAbove)
   }
 
   /** Whether this relay holds its proposals until its peers' word on its own latest block (see ConsensusConfig.ownLastTimeoutMs). */
   get awaitingOwnLast(): boolean {
-    return this.ownLastHolding
+    return this.ownLast.holding
   }
 
   /**
@@ -386,7 +414,7 @@ export class ConsensusCore {
         const last = sorted[sorted.length - 1]?.header.round ?? 0
         const size = sorted.reduce((n, b) => n + b.signed.bytes.length, 0)
         if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) this.pull(from, last, out)
-        else if (this.pulling === from) this.pulling = null
+        else if (this.catchUp.pulling === from) this.catchUp.pulling = null
         break
       }
       case 'fetch': {
@@ -432,11 +460,11 @@ export class ConsensusCore {
         }
         break
       case 'pruned': {
-        this.prunedPeers.set(from, message.keptFrom)
-        if (this.pulling === from) this.pulling = null
+        this.catchUp.prunedPeers.set(from, message.keptFrom)
+        if (this.catchUp.pulling === from) this.catchUp.pulling = null
         const keptFrom = this.historyPrunedPast
-        if (keptFrom !== null && !this.historyPrunedReported) out.push({ type: 'history-pruned', keptFrom, needed: this.neededRound() })
-        this.historyPrunedReported = keptFrom !== null
+        if (keptFrom !== null && !this.catchUp.historyPrunedReported) out.push({ type: 'history-pruned', keptFrom, needed: this.neededRound() })
+        this.catchUp.historyPrunedReported = keptFrom !== null
         break
       }
     }
@@ -452,10 +480,10 @@ export class ConsensusCore {
    */
   private takeWake(from: number, frames: readonly Uint8Array[], out: Output[]): void {
     for (const frame of frames) {
-      const info = this.inspect(frame)
+      const info = this.ctx.inspect(frame)
       if (info instanceof SteadError) return this.reject(from, info.reason, `wake carries an invalid envelope: ${info.message}`, out)
       if (this.ordered.hasPayload(info.idHex)) continue
-      this.wakeRound = Math.max(this.wakeRound, this.dag.clockRound)
+      this.proposer.wakeRound = Math.max(this.proposer.wakeRound, this.dag.clockRound)
       try {
         this.payload.add(frame, info, this.dag.clockRound)
       } catch (err) {
@@ -491,15 +519,15 @@ export class ConsensusCore {
    */
   private takeOwnLast(from: number, block: Block | null, gcRound: number, out: Output[]): void {
     if (block && block.header.author !== this.me) return this.reject(from, 'malformed', `relay ${from} answered own-last with a block of relay ${block.header.author}`, out)
-    if (block && block.header.round > this.proposeAbove) this.proposeAbove = block.header.round
-    this.ownLastGcRounds.set(from, gcRound)
-    const vouched = [...this.ownLastGcRounds.values()].sort((a, b) => b - a)[this.committee.f]
-    if (vouched !== undefined && vouched > this.proposeAbove) this.proposeAbove = vouched
+    if (block && block.header.round > this.proposer.proposeAbove) this.proposer.proposeAbove = block.header.round
+    this.ownLast.gcRounds.set(from, gcRound)
+    const vouched = [...this.ownLast.gcRounds.values()].sort((a, b) => b - a)[this.ctx.committee.f]
+    if (vouched !== undefined && vouched > this.proposer.proposeAbove) this.proposer.proposeAbove = vouched
     if (block) this.receive(from, block, out, false)
     // Enough once 2f peers answered (with us, a quorum): what the honest among them hold is what a
     // quorum of the cluster built on. Best effort, as in Sui: a block of ours that reached only the
     // peers that did not answer (or lied) can still be missed.
-    if (this.ownLastAsking && this.ownLastGcRounds.size >= this.rule.quorum - 1) this.ownLastAsking = this.ownLastHolding = false
+    if (this.ownLast.asking && this.ownLast.gcRounds.size >= this.ctx.rule.quorum - 1) this.ownLast.asking = this.ownLast.holding = false
     this.commitAndPropose(out)
   }
 
@@ -508,22 +536,22 @@ export class ConsensusCore {
     if (name === 'own-last') {
       // Liveness first (as Sui): the peers that did not answer may be down for good. We go on
       // asking those whose connection opens later; a late answer still raises proposeAbove.
-      this.ownLastHolding = false
+      this.ownLast.holding = false
       this.commitAndPropose(out)
     } else if (name === 'leader') {
-      if (round === this.leaderTimerRound) this.leaderTimerRound = 0
+      if (round === this.proposer.leaderTimerRound) this.proposer.leaderTimerRound = 0
       if (round === this.dag.clockRound) {
-        this.forcedRound = round
+        this.proposer.forcedRound = round
         this.commitAndPropose(out)
       }
     } else if (name === 'pace') {
       // Only the timer of our latest proposal counts: an urgent proposal since started a newer one.
-      if (round === this.paceRound) {
-        this.paced = true
+      if (round === this.proposer.paceRound) {
+        this.proposer.paced = true
         this.commitAndPropose(out, true)
       }
     } else {
-      this.syncTimerArmed = false
+      this.catchUp.syncTimerArmed = false
       this.onSyncTick(out)
     }
     this.armSync(out)
@@ -541,18 +569,18 @@ export class ConsensusCore {
       // Either a flood or we fell far behind (a restart, a partition): pull the rounds we
       // missed, then blocks this far ahead fit again. Dropped unread (not even verified):
       // being behind is not the sender's fault, and the pull brings the block again.
-      if (this.pulling === null) this.pull(this.keeperOf(from, this.neededRound()), this.neededRound(), out)
+      if (this.catchUp.pulling === null) this.pull(this.keeperOf(from, this.neededRound()), this.neededRound(), out)
       return
     }
     // Skipped when it came (see needsVerification), but taken now: the clock moved meanwhile.
-    if (!block.verified && !this.crypto.verify(this.committee.keys[block.header.author] as Uint8Array, block.signed.bytes, block.signed.sig)) {
+    if (!block.verified && !this.ctx.crypto.verify(this.ctx.committee.keys[block.header.author] as Uint8Array, block.signed.bytes, block.signed.sig)) {
       return this.reject(from, 'bad-signature', `block of relay ${block.header.author} round ${round} has a bad signature`, out)
     }
     const missing = this.unmet(block)
     if (missing.length) {
       this.park(from, block, missing, out)
       // Far ahead: we missed whole rounds, and asking for them by range is quicker than by ancestors.
-      if (round > this.dag.clockRound + 2 && this.pulling === null) this.pull(this.keeperOf(from, this.dag.clockRound), this.dag.clockRound, out)
+      if (round > this.dag.clockRound + 2 && this.catchUp.pulling === null) this.pull(this.keeperOf(from, this.dag.clockRound), this.dag.clockRound, out)
       return
     }
     this.acceptChain(from, block, out)
@@ -636,7 +664,7 @@ export class ConsensusCore {
     const seen = new Set<string>()
     const infos: PayloadInfo[] = []
     for (const frame of block.header.payload) {
-      const info = this.inspect(frame)
+      const info = this.ctx.inspect(frame)
       if (info instanceof SteadError) return { reason: info.reason, detail: `block of relay ${block.header.author} round ${block.header.round} carries an invalid envelope: ${info.message}` }
       // No correct relay puts two envelopes for one slot in a block: its own queue refuses the second.
       if (seen.has(info.slot)) return { reason: 'conflict', detail: `block carries two envelopes for ${info.slot}` }
@@ -650,6 +678,8 @@ export class ConsensusCore {
 
   /** Adds a checked block to the DAG; `infos` match its payload, envelope for envelope. */
   private accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): DagBlock {
+    assert(block.header.round > this.dag.gcRound, `block of round ${block.header.round} accepted at or below the GC round ${this.dag.gcRound}`)
+    assert(infos.length === block.header.payload.length, `block ${block.digestHex.slice(0, 8)} accepted with ${infos.length} envelope checks for ${block.header.payload.length} envelopes`)
     const node = this.dag.accept(block)
     // Ordered before it reached this DAG (a restart, or a checkpoint, recovered the commit that did).
     this.ordered.arrived(node)
@@ -661,7 +691,7 @@ export class ConsensusCore {
         // Our own block from before we lost our store, handed back by a peer: that round is
         // taken, and we must never sign another block for it (or below).
         this.ownBlocks.set(round, block)
-        if (round > this.lastProposed) this.lastProposed = round
+        if (round > this.proposer.lastProposed) this.proposer.lastProposed = round
         out.push({ type: 'persist', record: { kind: 'own-block', block } })
       }
       this.noteWork(node, infos)
@@ -707,7 +737,7 @@ export class ConsensusCore {
 
   private tryCommit(out: Output[]): void {
     for (;;) {
-      const decided = decideLeaders(this.dag, this.rule, this.lastDecided)
+      const decided = decideLeaders(this.dag, this.ctx.rule, this.lastDecided)
       if (decided.length === 0) return
       for (const status of decided) {
         assert(status.round > this.lastDecided, `leader of round ${status.round} decided after round ${this.lastDecided}`)
@@ -741,6 +771,7 @@ export class ConsensusCore {
     const payload: Uint8Array[] = []
     const payloadIds: string[] = []
     for (const block of history) {
+      assert(block.round <= leader.round && block.round > gc, `block of round ${block.round} ordered under leader ${leader.round} (GC round ${gc})`)
       this.pendingWork.delete(block.digestHex)
       const infos = this.infosOf.get(block.digestHex) ?? []
       block.block.header.payload.forEach((frame, i) => {
@@ -811,66 +842,68 @@ export class ConsensusCore {
    */
   private tryPropose(out: Output[], carry: boolean): boolean {
     const round = this.dag.clockRound
-    if (this.ownLastHolding || round <= this.proposeAbove) return false
-    if (round <= this.lastProposed || !(this.hasWork() || round <= this.wakeRound)) return false
+    if (this.ownLast.holding || round <= this.proposer.proposeAbove) return false
+    if (round <= this.proposer.lastProposed || !(this.hasWork() || round <= this.proposer.wakeRound)) return false
     // The clock may be at a round whose predecessors we do not hold: a block of round r is accepted
     // once its ancestors are in or at or below the GC round, and it moves the clock to r. Right after
     // a checkpoint install (GC round r - 1) that left no round r - 1 blocks to reference.
-    if (round > 1 && this.dag.authorsAt(round - 1) < this.rule.quorum) return false
-    const previousLeader = this.rule.leaderOf(round - 1)
+    if (round > 1 && this.dag.authorsAt(round - 1) < this.ctx.rule.quorum) return false
+    const previousLeader = this.ctx.rule.leaderOf(round - 1)
     const leaderIn = round === 1 || this.dag.atSlot(round - 1, previousLeader).length > 0
-    if (!leaderIn && this.forcedRound !== round && this.lastProposed === round - 1) {
-      if (this.leaderTimerRound !== round) {
-        this.leaderTimerRound = round
-        out.push({ type: 'timer', name: 'leader', round, afterMs: this.leaderTimeoutMs })
+    if (!leaderIn && this.proposer.forcedRound !== round && this.proposer.lastProposed === round - 1) {
+      if (this.proposer.leaderTimerRound !== round) {
+        this.proposer.leaderTimerRound = round
+        out.push({ type: 'timer', name: 'leader', round, afterMs: this.ctx.leaderTimeoutMs })
       }
       return false
     }
-    if (!this.paced && this.forcedRound !== round && !this.hasWork(true)) return false
+    if (!this.proposer.paced && this.proposer.forcedRound !== round && !this.hasWork(true)) return false
     this.propose(round, out, carry)
     return true
   }
 
   private propose(round: number, out: Output[], carry: boolean): void {
-    assert(round > this.lastProposed && round > this.proposeAbove && !this.ownBlocks.has(round), `a second own block for round ${round}`)
+    assert(round > this.proposer.lastProposed && round > this.proposer.proposeAbove && !this.ownBlocks.has(round), `a second own block for round ${round}`)
     const taken = this.payload.take()
     const frames = taken.map((t) => t.frame)
-    const block = signBlock(this.crypto, this.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: frames })
-    this.lastProposed = round
+    const block = signBlock(this.ctx.crypto, this.ctx.secretKey, { round, author: this.me, ancestors: this.chooseAncestors(round), payload: frames })
+    // What every peer's door checks of it (openBlock): a block of ours that fails it would be refused everywhere.
+    assert(block.header.ancestors.every((a) => a.round < round) && block.header.ancestors.filter((a) => a.round === round - 1).length >= this.ctx.rule.quorum, `own block of round ${round} lacks a quorum of round ${round - 1}`)
+    this.proposer.lastProposed = round
     this.ownBlocks.set(round, block)
-    for (const a of block.header.ancestors) this.lastIncluded.set(a.author, a.round)
+    for (const a of block.header.ancestors) this.proposer.lastIncluded.set(a.author, a.round)
     this.accept(block, taken.map((t) => t.info), out)
     // At light load the envelopes go to the round's leader first (see README, "The leader carries it too"):
     // our block commits only through the next round's leader, three rounds on; the leader's own block, if
     // it carries them too, two rounds on. Sent before our block, so the leader has them when our block
     // makes it propose; each envelope is ordered once.
-    const leader = this.rule.leaderOf(round)
+    const leader = this.ctx.rule.leaderOf(round)
     if (carry && leader !== this.me && frames.length > 0 && frames.length <= LEADER_COPY_MAX_ENVELOPES) out.push({ type: 'send', to: leader, message: { kind: 'wake', payload: frames } })
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
     out.push({ type: 'persist', record: { kind: 'own-block', block } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
-    if (this.paceMs > 0) {
-      this.paced = false
-      this.paceRound = round
-      out.push({ type: 'timer', name: 'pace', round, afterMs: this.paceMs })
+    if (this.ctx.paceMs > 0) {
+      this.proposer.paced = false
+      this.proposer.paceRound = round
+      out.push({ type: 'timer', name: 'pace', round, afterMs: this.ctx.paceMs })
     }
   }
 
   /** Our previous block first, then each other relay's latest block newer than the one we last referenced. */
   private chooseAncestors(round: number): BlockRef[] {
-    const own = this.ownBlocks.get(this.lastProposed)
+    const own = this.ownBlocks.get(this.proposer.lastProposed)
     const ancestors: BlockRef[] = [own ? { round: own.header.round, author: this.me, digest: own.digest } : { round: 0, author: this.me, digest: GENESIS_DIGEST }]
     if (round === 1) {
-      for (let a = 0; a < this.n; a++) if (a !== this.me) ancestors.push({ round: 0, author: a, digest: GENESIS_DIGEST })
+      for (let a = 0; a < this.ctx.n; a++) if (a !== this.me) ancestors.push({ round: 0, author: a, digest: GENESIS_DIGEST })
       return ancestors
     }
     const latest = this.dag.latestPerAuthor(round)
-    for (let a = 0; a < this.n; a++) {
+    for (let a = 0; a < this.ctx.n; a++) {
       if (a === this.me) continue
       const block = latest.get(a)
-      if (block && block.round > (this.lastIncluded.get(a) ?? 0)) ancestors.push({ round: block.round, author: a, digest: block.block.digest })
+      if (block && block.round > (this.proposer.lastIncluded.get(a) ?? 0)) ancestors.push({ round: block.round, author: a, digest: block.block.digest })
     }
-    assert(ancestors.filter((a) => a.round === round - 1).length >= this.rule.quorum, `proposing round ${round} without a quorum of round ${round - 1}`)
+    assert(ancestors.filter((a) => a.round === round - 1).length >= this.ctx.rule.quorum, `proposing round ${round} without a quorum of round ${round - 1}`)
     return ancestors
   }
 
@@ -882,14 +915,14 @@ export class ConsensusCore {
   }
 
   private armSync(out: Output[]): void {
-    if (this.syncTimerArmed) return
+    if (this.catchUp.syncTimerArmed) return
     // Idle and complete, with no pull waiting for an answer: no timer at all.
-    if (!this.hasWork() && this.sync.size === 0 && this.pulling === null) return
-    this.syncTimerArmed = true
+    if (!this.hasWork() && this.sync.size === 0 && this.catchUp.pulling === null) return
+    this.catchUp.syncTimerArmed = true
     // Idle with only parked blocks (ancestors nobody sends: a Byzantine author that does not
     // answer, or a partition): ask less and less often, up to every 64 intervals.
-    const onlyParked = !this.hasWork() && this.pulling === null
-    out.push({ type: 'timer', name: 'sync', round: 0, afterMs: onlyParked ? this.syncIntervalMs * 2 ** Math.min(6, this.quietTicks) : this.syncIntervalMs })
+    const onlyParked = !this.hasWork() && this.catchUp.pulling === null
+    out.push({ type: 'timer', name: 'sync', round: 0, afterMs: onlyParked ? this.ctx.syncIntervalMs * 2 ** Math.min(6, this.catchUp.quietTicks) : this.ctx.syncIntervalMs })
   }
 
   /** The first round this relay still needs blocks of to go on deciding. */
@@ -905,8 +938,8 @@ export class ConsensusCore {
    */
   get historyPrunedPast(): number | null {
     const needed = this.neededRound()
-    const past = [...this.prunedPeers.values()].filter((r) => r > needed).sort((a, b) => a - b)
-    const f = this.n - this.rule.quorum
+    const past = [...this.catchUp.prunedPeers.values()].filter((r) => r > needed).sort((a, b) => a - b)
+    const f = this.ctx.n - this.ctx.rule.quorum
     return past.length > f ? (past[past.length - 1 - f] as number) : null
   }
 
@@ -917,16 +950,16 @@ export class ConsensusCore {
    * tell this relay to fetch a checkpoint).
    */
   private keeperOf(peer: number, round: number): number {
-    for (let i = 0; i < this.n; i++) {
-      const p = (peer + i) % this.n
-      if (p !== this.me && (this.prunedPeers.get(p) ?? 0) <= round) return p
+    for (let i = 0; i < this.ctx.n; i++) {
+      const p = (peer + i) % this.ctx.n
+      if (p !== this.me && (this.catchUp.prunedPeers.get(p) ?? 0) <= round) return p
     }
     return peer
   }
 
   /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
   private pull(peer: number, fromRound: number, out: Output[]): void {
-    this.pulling = peer
+    this.catchUp.pulling = peer
     out.push({ type: 'send', to: peer, message: { kind: 'sync', fromRound } })
   }
 
@@ -947,32 +980,32 @@ export class ConsensusCore {
    * checkpoint, the DAG is empty and the clock has not moved).
    */
   private get highestAccepted(): number {
-    return Math.max(this.dag.clockRound, this.neededRound()) + this.maxRoundsAhead
+    return Math.max(this.dag.clockRound, this.neededRound()) + this.ctx.maxRoundsAhead
   }
 
   private onSyncTick(out: Output[]): void {
-    const unanswered = this.pulling
-    this.pulling = null
+    const unanswered = this.catchUp.pulling
+    this.catchUp.pulling = null
     this.sync.tick()
-    const mark = `${this.dag.clockRound}/${this.lastProposed}/${this.lastDecided}`
-    this.stuckTicks = mark === this.progressMark ? this.stuckTicks + 1 : 0
-    this.progressMark = mark
-    this.quietTicks = this.stuckTicks > 0 && !this.hasWork() ? this.quietTicks + 1 : 0
+    const mark = `${this.dag.clockRound}/${this.proposer.lastProposed}/${this.lastDecided}`
+    this.catchUp.stuckTicks = mark === this.catchUp.progressMark ? this.catchUp.stuckTicks + 1 : 0
+    this.catchUp.progressMark = mark
+    this.catchUp.quietTicks = this.catchUp.stuckTicks > 0 && !this.hasWork() ? this.catchUp.quietTicks + 1 : 0
     // A pull whose answer never came (every answer ends or continues it, an empty one too): the next keeper.
-    if (unanswered !== null) this.pull(this.keeperOf((unanswered + 1) % this.n, this.neededRound()), this.neededRound(), out)
-    const stuck = this.stuckTicks > 0 && stuckActs(this.stuckTicks)
+    if (unanswered !== null) this.pull(this.keeperOf((unanswered + 1) % this.ctx.n, this.neededRound()), this.neededRound(), out)
+    const stuck = this.catchUp.stuckTicks > 0 && stuckActs(this.catchUp.stuckTicks)
     const frontier = this.sync.frontier(1000)
     if (!stuck && frontier.length === 0) return
-    this.syncPeer = (this.syncPeer + 1) % this.n
-    if (this.syncPeer === this.me) this.syncPeer = (this.syncPeer + 1) % this.n
-    if (frontier.length) this.fetch(this.syncPeer, frontier, out)
+    this.catchUp.syncPeer = (this.catchUp.syncPeer + 1) % this.ctx.n
+    if (this.catchUp.syncPeer === this.me) this.catchUp.syncPeer = (this.catchUp.syncPeer + 1) % this.ctx.n
+    if (frontier.length) this.fetch(this.catchUp.syncPeer, frontier, out)
     if (!stuck) return
     // No progress for a whole interval: peers may hold rounds we missed, may have missed our
     // latest block (a partition drops it), or may be idle while we wait for them at our round.
-    out.push({ type: 'send', to: this.syncPeer, message: { kind: 'sync', fromRound: this.neededRound() } })
-    const own = this.ownBlocks.get(this.lastProposed)
+    out.push({ type: 'send', to: this.catchUp.syncPeer, message: { kind: 'sync', fromRound: this.neededRound() } })
+    const own = this.ownBlocks.get(this.proposer.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
-    if (this.hasWork() && this.lastProposed >= this.dag.clockRound) out.push({ type: 'broadcast', message: { kind: 'wake', payload: this.wakePayload() } })
+    if (this.hasWork() && this.proposer.lastProposed >= this.dag.clockRound) out.push({ type: 'broadcast', message: { kind: 'wake', payload: this.wakePayload() } })
   }
 
   private serveSync(from: number, fromRound: number, out: Output[]): void {
@@ -998,8 +1031,9 @@ export class ConsensusCore {
   // ---- garbage collection ----
 
   private collectGarbage(out: Output[]): void {
-    const gc = Math.max(0, this.lastCommitRound - this.gcDepth)
+    const gc = Math.max(0, this.lastCommitRound - this.ctx.gcDepth)
     if (gc <= this.dag.gcRound) return
+    assert(gc < this.lastCommitRound || this.lastCommitRound === 0, `GC round ${gc} reaches the last commit ${this.lastCommitRound}`)
     for (const gone of this.dag.collect(gc)) {
       // A block never ordered by now never will be; its clients resubmit what it carried.
       // (Twins of ordered blocks were reported when their slot was ordered.)
@@ -1008,8 +1042,8 @@ export class ConsensusCore {
       this.infosOf.delete(gone.digestHex)
     }
     this.ordered.forget(gc)
-    for (const round of this.ownBlocks.keys()) if (round <= gc && round !== this.lastProposed) this.ownBlocks.delete(round)
-    for (const [author, round] of this.lastIncluded) if (round <= gc) this.lastIncluded.delete(author)
+    for (const round of this.ownBlocks.keys()) if (round <= gc && round !== this.proposer.lastProposed) this.ownBlocks.delete(round)
+    for (const [author, round] of this.proposer.lastIncluded) if (round <= gc) this.proposer.lastIncluded.delete(author)
     this.payload.collect(gc)
     // Blocks that waited only for ancestors now below the horizon can go in.
     for (const { from, block } of this.sync.collect(gc)) this.acceptChain(from, block, out)
@@ -1024,7 +1058,7 @@ export class ConsensusCore {
   private recover(state: RecoveredState): void {
     for (const c of state.commits) if (c.anchorRound > this.lastCommitRound) this.lastCommitRound = c.anchorRound
     this.lastDecided = this.lastCommitRound
-    const gc = Math.max(0, this.lastCommitRound - this.gcDepth)
+    const gc = Math.max(0, this.lastCommitRound - this.ctx.gcDepth)
     this.dag.collect(gc)
     for (const c of [...state.commits].sort((a, b) => a.anchorRound - b.anchorRound)) {
       if (c.anchorRound <= gc) continue
@@ -1034,10 +1068,10 @@ export class ConsensusCore {
     }
     for (const b of state.ownBlocks) {
       this.ownBlocks.set(b.header.round, b)
-      if (b.header.round > this.lastProposed) this.lastProposed = b.header.round
+      if (b.header.round > this.proposer.lastProposed) this.proposer.lastProposed = b.header.round
     }
-    const last = this.ownBlocks.get(this.lastProposed)
-    for (const a of last?.header.ancestors ?? []) this.lastIncluded.set(a.author, a.round)
+    const last = this.ownBlocks.get(this.proposer.lastProposed)
+    for (const a of last?.header.ancestors ?? []) this.proposer.lastIncluded.set(a.author, a.round)
     // The same path as blocks from peers, minus the messages (the shell resends our latest block at start).
     const ignored: Output[] = []
     const blocks = [...state.blocks, ...state.ownBlocks].filter((b) => b.header.round > gc).sort((a, b) => a.header.round - b.header.round)

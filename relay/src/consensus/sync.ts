@@ -1,5 +1,5 @@
 import type { Block } from './messages.ts'
-import type { Ref } from './dag.ts'
+import { assert, type Ref } from './dag.ts'
 
 /** Key of a reference only the GC round can meet: never fetched, never arrives. */
 const GC_ONLY = 'gc:'
@@ -223,7 +223,8 @@ export class Synchronizer {
   }
 
   private unpark(key: string, from: number): void {
-    this.waiting.delete(key)
+    assert(this.waiting.delete(key), `block ${key.slice(0, 8)} unparked without being parked`)
+    assert(this.bySender.has(from), `relay ${from} had no parked block to unpark`)
     const left = (this.bySender.get(from) ?? 1) - 1
     if (left > 0) this.bySender.set(from, left)
     else this.bySender.delete(from)
