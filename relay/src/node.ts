@@ -64,6 +64,7 @@ import { VerdictCache } from './verdict-cache.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
 import { ClientNews, type Subscriber } from './client-news.ts'
+import { SpaceAccess } from './space-access.ts'
 
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
@@ -142,9 +143,6 @@ export type { Subscriber } from './client-news.ts'
  */
 export const MAX_CLOCK_AHEAD_MS = 5 * 60_000
 
-/** How many new spaces one key (and ten times as many for one address) may start per hour on an open cluster. */
-const HOUR_MS = 3_600_000
-
 const GC_DEPTH = 50
 /** How long a relay that starts with no block of its own waits for its peers' word on its latest (Sui waits 5 s too). */
 const OWN_LAST_TIMEOUT_MS = 5000
@@ -205,6 +203,27 @@ export const DEFAULT_RETENTION = { blockRounds: 20_000, updates: 1_000_000 } as 
 /** Writes issued and not yet on disk past which the event loop waits for the disk. */
 const MAX_WRITES_IN_FLIGHT = 32
 
+/** The event loop of a relay: events waiting to be drained, the drain running, and writes on their way to disk. */
+interface DrainState {
+  queue: Array<() => Output[]>
+  draining: boolean
+  /** The drain running now, or the last one: stop waits for it. */
+  run: Promise<void>
+  /** Resolves once every write issued so far is on disk. */
+  onDisk: Promise<void>
+  writesInFlight: number
+  stopped: boolean
+}
+
+/** When things last happened, for status, readiness and logs. */
+interface Activity {
+  lastCommitAt: number
+  commits: number
+  /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
+  pendingSince: number | null
+  meshDropLoggedAt: number
+}
+
 /**
  * A relay: the consensus core, driven by the mesh and timers, made durable
  * by the LMDB store, with one reliable replica per space auditing the
@@ -240,17 +259,10 @@ export class RelayNode {
   /** Time and timers: the system's in a relay process, simulated in the simulator (sessions run on it too). */
   readonly clock: HostClock
   private readonly crypto: SyncCrypto
-  private queue: Array<() => Output[]> = []
-  private draining = false
-  /** The drain running now, or the last one: stop waits for it. */
-  private drainRun: Promise<void> = Promise.resolve()
-  /** Resolves once every write issued so far is on disk. */
-  private onDisk: Promise<void> = Promise.resolve()
-  private writesInFlight = 0
-  private stopped = false
+  /** The event loop's state: events waiting, the drain running, writes on their way to disk (see DrainState). */
+  private readonly loop: DrainState = { queue: [], draining: false, run: Promise.resolve(), onDisk: Promise.resolve(), writesInFlight: 0, stopped: false }
   /** Verdicts on envelope frames by content id: a pure function of the bytes. */
   private readonly verified = new VerdictCache<Envelope | SteadError>(MAX_VERDICTS)
-  private lastCommitAt = 0
   /**
    * The latest round each relay has signed a block for, as received. The
    * (f+1)-th highest is a round some correct relay reached: f liars cannot
@@ -259,12 +271,10 @@ export class RelayNode {
   private readonly latestRoundOf: number[]
   /** Per peer: what its frames may cost at the door, its requests waiting, what it may be served, its frames' bytes waiting (see onFrame). */
   private readonly meshBudget: MeshBudget<Output[]>
-  private meshDropLoggedAt = 0
-  /** Since when envelopes have waited in the queue for a block (null: the queue is empty). */
-  private pendingSince: number | null = null
+  /** When things last happened, for status, readiness and logs (see Activity). */
+  private readonly activity: Activity = { lastCommitAt: 0, commits: 0, pendingSince: null, meshDropLoggedAt: 0 }
   /** Open client sessions, as the API counts them (see trackSessions). */
   private sessionCount: () => { open: number; addresses: number; keys: number } = () => ({ open: 0, addresses: 0, keys: 0 })
-  private commitCount = 0
   /** When the spaces' audit state is snapshotted next. */
   private readonly snapshots: SnapshotPace
   /** While the core re-accepts the blocks recovered from the store (see start). */
@@ -273,17 +283,14 @@ export class RelayNode {
   private readonly headProofs: HeadProofs
   /** A checkpoint fetched from peers, to start over from before the next events (see drain). */
   private pendingInstall: FetchedRelayCheckpoint | undefined
-  /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
-  private readonly creating = new Map<string, number>()
-  /** Space → hex keys that may read it (readers and writers), for spaces with readers; built on first use. */
-  private readonly readerKeys = new Map<string, ReadonlySet<string>>()
-  /** Key or address → times it started a new space within the last hour. */
-  private readonly spaceStarts = new Map<string, number[]>()
+  /** Who may write and read which space, and the quota on starting spaces. */
+  private readonly access: SpaceAccess
 
   constructor(options: RelayNodeOptions) {
     if ((options.dataDir === undefined) === (options.storage === undefined)) throw new SteadError('malformed', 'a RelayNode keeps its state in a dataDir or in a given storage: exactly one of them')
     this.options = options
     this.clock = options.clock ?? systemClock
+    this.access = new SpaceAccess(options.cluster, this.clock)
     this.crypto = options.crypto ?? relayCrypto
     this.snapshots = new SnapshotPace({ everyBatches: options.snapshotEveryBatches ?? 1000, minReplayBytes: SNAPSHOT_MIN_REPLAY_BYTES, intervalMs: SNAPSHOT_INTERVAL_MS, now: this.clock.now() })
     this.me = options.me
@@ -330,7 +337,7 @@ export class RelayNode {
         openEnvelope: (signed) => this.openOrThrow(signed),
         install: (checkpoint) => {
           this.pendingInstall = checkpoint
-          if (!this.draining) this.drainRun = this.drain()
+          if (!this.loop.draining) this.loop.run = this.drain()
         },
       },
     })
@@ -436,7 +443,7 @@ export class RelayNode {
    * between two drains, once every write issued before is on disk.
    */
   private async install(c: FetchedRelayCheckpoint): Promise<void> {
-    await this.onDisk
+    await this.loop.onDisk
     const round = c.manifest.anchorRound
     // A peer that had not pruned yet may have brought it this far meanwhile: never go back.
     if (round <= this.core.committedRound) {
@@ -454,17 +461,18 @@ export class RelayNode {
     await this.store.install({ checkpoint, spaces, commits: c.manifest.commits, blocksFrom: Math.max(0, round - this.gcDepth + 1) })
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
-    for (const state of [this.latestAttestation, this.readerKeys, this.creating]) state.clear()
+    this.latestAttestation.clear()
+    this.access.clear()
     this.catchUp.clear()
     this.spaces.clear()
-    this.pendingSince = null
+    this.activity.pendingSince = null
     this.load()
     this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from a checkpoint f+1 relays vouch for')
-    this.queue.push(() => this.core.start())
+    this.loop.queue.push(() => this.core.start())
   }
 
   async stop(): Promise<void> {
-    this.stopped = true
+    this.loop.stopped = true
     this.checkpoints.stop()
     this.news.stopped()
     for (const t of this.timers.values()) t.cancel()
@@ -472,8 +480,8 @@ export class RelayNode {
     this.spaces.stop()
     await this.options.mesh.stop()
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
-    await this.drainRun
-    await this.onDisk.catch(() => undefined)
+    await this.loop.run
+    await this.loop.onDisk.catch(() => undefined)
     // Undefined when stopped without a start (or a start that failed before it opened the store).
     await this.store?.close()
   }
@@ -492,7 +500,7 @@ export class RelayNode {
    * already decided or queued.
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
-    if (this.stopped) throw new SteadError('closed', 'this relay is stopping')
+    if (this.loop.stopped) throw new SteadError('closed', 'this relay is stopping')
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const bytes = exact(frame)
     const { env, decided, charge } = this.door(bytes, origin)
@@ -509,7 +517,7 @@ export class RelayNode {
     if (charge && status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
     if (status === 'queued') this.news.envelope(env.space, bytes, env.idHex)
-    if (status === 'queued') this.pendingSince ??= this.clock.now()
+    if (status === 'queued') this.activity.pendingSince ??= this.clock.now()
     this.news.submitted(env.idHex, this.clock.now())
     // Proposing is consensus work: an event of the drain, where a failed invariant stops the relay.
     if (status === 'queued') this.enqueue(() => this.core.onSubmitted())
@@ -545,50 +553,13 @@ export class RelayNode {
     if (!this.budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${this.budget.used()} of its ${this.budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
-    const policy = this.options.cluster.spaces.get(env.space)
-    if (!policy && !this.options.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
-    if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
-      throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
-    }
+    this.access.checkWriter(env)
     const replica = this.spaces.read(env.space)
     const decided = replica?.decided(env)
     if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
     checkClockAtDoor(replica, env)
     checkStampsAtDoor(env, this.clock.now(), this.options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS)
-    const starts = !policy && !this.spaces.has(env.space) && !this.creating.has(env.space)
-    return { env, decided: undefined, charge: starts ? this.newSpaceCharge(env.space, env.authorId, origin) : undefined }
-  }
-
-  /**
-   * Starting a space on an open cluster is metered: each space costs every
-   * relay a replica, so one key may start `newSpacesPerKeyPerHour` and one
-   * address ten times that. Throws 'rate-limited' past the quota.
-   */
-  private newSpaceCharge(space: string, authorId: string, origin: string): () => void {
-    const quota = this.options.cluster.newSpacesPerKeyPerHour
-    const now = this.clock.now()
-    const over: string[] = []
-    const keys: Array<[string, number]> = [
-      [`key:${authorId}`, quota],
-      [`address:${origin}`, quota * 10],
-    ]
-    for (const [who, limit] of keys) {
-      const recent = (this.spaceStarts.get(who) ?? []).filter((t) => now - t < HOUR_MS)
-      this.spaceStarts.set(who, recent)
-      if (recent.length >= limit) over.push(who.startsWith('key') ? `key ${authorId} started ${recent.length} spaces` : `address ${origin} started ${recent.length} spaces`)
-    }
-    if (over.length) throw new SteadError('rate-limited', `cannot start space ${space}: ${over.join(' and ')} in the last hour (quota ${quota} per key, ${quota * 10} per address)`)
-    // Charged only once the envelope is queued: a refused submit costs no quota.
-    return () => {
-      for (const [who] of keys) this.spaceStarts.get(who)?.push(now)
-      this.creating.set(space, now)
-      // Bounded: forget the oldest keys and spaces that never committed.
-      while (this.spaceStarts.size > 100_000) this.spaceStarts.delete(this.spaceStarts.keys().next().value as string)
-      for (const [name, t] of this.creating) {
-        if (now - t < HOUR_MS && this.creating.size <= 100_000) break
-        this.creating.delete(name)
-      }
-    }
+    return { env, decided: undefined, charge: this.access.startCharge(env.space, this.spaces.has(env.space), env.authorId, origin) }
   }
 
   /** The stable index a space's commit feed starts from here (above 0 once older commits were pruned), or undefined if it has none. */
@@ -619,12 +590,7 @@ export class RelayNode {
    * those keys and the writers; all others by anyone.
    */
   canRead(space: string, key: Uint8Array | undefined): boolean {
-    const policy = this.options.cluster.spaces.get(space)
-    if (!policy?.readers) return true
-    if (!key) return false
-    let allowed = this.readerKeys.get(space)
-    if (!allowed) this.readerKeys.set(space, (allowed = new Set([...policy.readers, ...(policy.writers ?? [])].map(toHex))))
-    return allowed.has(toHex(key))
+    return this.access.canRead(space, key)
   }
 
   /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */
@@ -663,8 +629,8 @@ export class RelayNode {
       committedRound: this.core.committedRound,
       /** Blocks of rounds below this were pruned from the store (retention). */
       blocksKeptFrom: this.store.blocksKeptFrom,
-      commits: this.commitCount,
-      lastCommitAt: this.lastCommitAt ? new Date(this.lastCommitAt).toISOString() : null,
+      commits: this.activity.commits,
+      lastCommitAt: this.activity.lastCommitAt ? new Date(this.activity.lastCommitAt).toISOString() : null,
       queuedEnvelopes: this.core.queuedEnvelopes,
       spaces: this.spaces.size,
       residentSpaces: this.spaces.residentCount,
@@ -694,8 +660,8 @@ export class RelayNode {
       clusterRound: Math.max(round, clusterRound),
       pendingEnvelopes: this.core?.queuedEnvelopes ?? 0,
       unorderedWork: this.core?.busy ?? false,
-      pendingSince: this.pendingSince,
-      lastCommitAt: this.lastCommitAt || null,
+      pendingSince: this.activity.pendingSince,
+      lastCommitAt: this.activity.lastCommitAt || null,
       historyPrunedPast: this.core?.historyPrunedPast ?? null,
       now,
     }
@@ -883,6 +849,16 @@ export class RelayNode {
     return { index: r.stableIndex, stateHash: toHex(hash), sig: toHex(sig), snapshot: r.stableSnapshot() }
   }
 
+  /** Resolves once every write issued so far is on disk (persist, then speak: what was said is durable by then). */
+  whenDurable(): Promise<void> {
+    return this.loop.onDisk
+  }
+
+  /** Whether events wait for the event loop, or a drain runs now. */
+  get eventsPending(): boolean {
+    return this.loop.queue.length > 0 || this.loop.draining
+  }
+
   // ---- the event loop ----
 
   private onFrame(from: number, frame: Uint8Array): void {
@@ -893,8 +869,8 @@ export class RelayNode {
     if (waiting + frame.length > MESH_BACKLOG_BYTES) {
       this.metrics.rejected.inc({ reason: 'overloaded', source: 'mesh' })
       const now = this.clock.now()
-      if (now - this.meshDropLoggedAt > 10_000) {
-        this.meshDropLoggedAt = now
+      if (now - this.activity.meshDropLoggedAt > 10_000) {
+        this.activity.meshDropLoggedAt = now
         this.log.warn({ from: this.nameOf(from), waiting, limit: MESH_BACKLOG_BYTES }, 'mesh: dropping frames from a peer while its earlier ones wait to be processed')
       }
       return
@@ -927,7 +903,7 @@ export class RelayNode {
         }
         return []
       }
-      if (this.meshBudget.queueRequest(from, kind, answer) && !this.draining) this.drainRun = this.drain()
+      if (this.meshBudget.queueRequest(from, kind, answer) && !this.loop.draining) this.loop.run = this.drain()
       return
     }
     if (this.checkpoints.onMessage(from, message) || this.headProofs.onMessage(from, message)) return
@@ -935,7 +911,7 @@ export class RelayNode {
       // Served after the drain's consensus events, if the peer's serving budget has room by then.
       const request = message
       if (this.meshBudget.queueRequest(from, kind, () => (this.meshBudget.mayServe(from, kind) ? this.core.onMessage(from, request) : []))) {
-        if (!this.draining) this.drainRun = this.drain()
+        if (!this.loop.draining) this.loop.run = this.drain()
       }
       return
     }
@@ -992,8 +968,8 @@ export class RelayNode {
     this.metrics.rejected.inc({ reason: 'rate-limited', source: 'mesh' })
     this.metrics.meshThrottled.inc({ peer: this.nameOf(t.peer), kind: t.kind })
     const now = this.clock.now()
-    if (now - this.meshDropLoggedAt > 10_000) {
-      this.meshDropLoggedAt = now
+    if (now - this.activity.meshDropLoggedAt > 10_000) {
+      this.activity.meshDropLoggedAt = now
       this.log.warn({ from: this.nameOf(t.peer), kind: t.kind, why: t.why }, 'mesh: a peer sends more than its budget allows; dropping what is over it')
     }
   }
@@ -1004,22 +980,22 @@ export class RelayNode {
   }
 
   private enqueue(event: () => Output[]): void {
-    if (this.stopped) return
-    this.queue.push(event)
-    if (!this.draining) this.drainRun = this.drain()
+    if (this.loop.stopped) return
+    this.loop.queue.push(event)
+    if (!this.loop.draining) this.loop.run = this.drain()
   }
 
   private async drain(): Promise<void> {
-    this.draining = true
+    this.loop.draining = true
     try {
-      while ((this.queue.length || this.meshBudget.queuedRequests || this.pendingInstall) && !this.stopped) {
+      while ((this.loop.queue.length || this.meshBudget.queuedRequests || this.pendingInstall) && !this.loop.stopped) {
         const install = this.pendingInstall
         if (install) {
           this.pendingInstall = undefined
           await this.install(install)
           continue
         }
-        const events = this.queue.splice(0)
+        const events = this.loop.queue.splice(0)
         const outputs: Output[] = []
         for (const event of events) outputs.push(...event())
         // Peers' requests last: consensus events of this drain go first, and each request only
@@ -1055,21 +1031,21 @@ export class RelayNode {
         // Persist, then speak, without stopping to listen: the write is issued now (its blocks
         // journaled, its transaction queued: LMDB commits writes in the order issued, several in
         // one sync when they queue up), and the next events run meanwhile.
-        const durable = Promise.all([this.onDisk, this.store.write(snapshot ? { ...write, snapshot } : write)]).then(() => undefined)
-        this.onDisk = durable
-        this.writesInFlight++
+        const durable = Promise.all([this.loop.onDisk, this.store.write(snapshot ? { ...write, snapshot } : write)]).then(() => undefined)
+        this.loop.onDisk = durable
+        this.loop.writesInFlight++
         // The drain's blocks are in the journal now (see RelayStore.write): peers hear of them at once;
         // clients, who read commits from the store, once the transaction is durable.
         // Work waits until it is ordered, not only until it is in a block (a stall with full blocks
         // counts), and peers' blocks bring work too, not only this relay's clients.
-        if (!this.core.busy) this.pendingSince = null
-        else this.pendingSince ??= this.clock.now()
+        if (!this.core.busy) this.activity.pendingSince = null
+        else this.activity.pendingSince ??= this.clock.now()
         for (const o of outputs) this.act(o)
         const spaces = new Set(write.attestations.map((a) => a.space))
         durable.then(
           () => {
-            this.writesInFlight--
-            if (this.stopped) return
+            this.loop.writesInFlight--
+            if (this.loop.stopped) return
             if (snapshot) this.spaces.saved(snapshot.spaces)
             this.spaces.armSweep()
             this.news.attested(spaces)
@@ -1078,12 +1054,12 @@ export class RelayNode {
         )
         // A disk slower than the traffic holds the loop here instead of piling up writes, and
         // a full journal until the store has all it holds.
-        if (this.writesInFlight >= MAX_WRITES_IN_FLIGHT || this.store.journalFull) await durable
+        if (this.loop.writesInFlight >= MAX_WRITES_IN_FLIGHT || this.store.journalFull) await durable
       }
     } catch (err) {
       this.fail(err)
     } finally {
-      this.draining = false
+      this.loop.draining = false
     }
   }
 
@@ -1122,8 +1098,8 @@ export class RelayNode {
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
   private fail(err: unknown): void {
-    if (this.stopped) return
-    this.stopped = true
+    if (this.loop.stopped) return
+    this.loop.stopped = true
     const stop = (cause?: unknown): void => {
       this.log.fatal(cause === undefined ? { err } : { err, cause }, 'relay event loop failed; stopping to protect the store')
       ;(this.options.onFatal ?? (() => process.exit(1)))(err)
@@ -1150,7 +1126,7 @@ export class RelayNode {
         break
       case 'timer': {
         const key = `${o.name}:${o.round}`
-        if (this.timers.has(key) || this.stopped) break
+        if (this.timers.has(key) || this.loop.stopped) break
         this.timers.set(key, this.clock.setTimer(o.afterMs, () => this.onTimer(o.name, o.round)))
         break
       }
@@ -1158,8 +1134,8 @@ export class RelayNode {
         this.onAccepted(o.block)
         break
       case 'commit':
-        this.commitCount++
-        this.lastCommitAt = this.clock.now()
+        this.activity.commits++
+        this.activity.lastCommitAt = this.clock.now()
         this.metrics.commits.inc()
         this.metrics.committedRound.set(o.commit.anchorRound)
         break
@@ -1243,7 +1219,7 @@ export class RelayNode {
       // A space this cluster does not serve gets no replica (every relay skips it alike): a
       // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
       if (!this.options.cluster.openSpaces && !this.options.cluster.spaces.has(env.space)) continue
-      if (!this.spaces.has(env.space)) this.creating.delete(env.space)
+      if (!this.spaces.has(env.space)) this.access.started(env.space)
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
       group.envs.push(env)

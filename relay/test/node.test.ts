@@ -226,7 +226,7 @@ describe('the relay event loop', () => {
     for (let seq = 1; seq <= 3; seq++) await decided(await deposit(seq))
     expect(held).toHaveLength(3)
     for (const release of held) release()
-    await (node as unknown as { onDisk: Promise<void> }).onDisk
+    await node.whenDurable()
     store.write = write
     // Taken after the second batch: index 2, whatever the replica held when the write ran.
     const [, stable] = store.snapshot()?.spaces[0]?.checkpoint as [string, [string, string, number]]
@@ -289,7 +289,7 @@ describe('the relay event loop', () => {
     expect(first.stableHead('a').index).toBe(3)
     expect(resident(first)).toBe(1)
     const hashes = ['a', 'b', 'c'].map((space) => first.stableHead(space).stateHash)
-    await (first as unknown as { onDisk: Promise<void> }).onDisk
+    await first.whenDurable()
     await first.stop()
     nodes.splice(nodes.indexOf(first), 1)
 
@@ -318,8 +318,8 @@ describe('the relay event loop', () => {
     expect(before.s.index).toBe(4)
     expect(before.t.index).toBe(3)
     // Decisions are made before their write is on disk: wait for the disk.
-    const { store: stored, onDisk } = first as unknown as { store: RelayStore; onDisk: Promise<void> }
-    await onDisk
+    const { store: stored } = first as unknown as { store: RelayStore }
+    await first.whenDurable()
     expect(stored.snapshot()?.spaces.map((x) => x.space).sort()).toEqual(['s', 't'])
     // Only the batch after the second snapshot is left to replay.
     expect([...stored.committedBatches()]).toHaveLength(1)
@@ -335,8 +335,8 @@ describe('the relay event loop', () => {
     expect(second.stableHead('s').index).toBe(5)
     expect(second.stableHead('t').index).toBe(4)
     // Each space's attestation chain goes on from its last attestation before the restart.
-    const { store: reopened, onDisk: written } = second as unknown as { store: RelayStore; onDisk: Promise<void> }
-    await written
+    const { store: reopened } = second as unknown as { store: RelayStore }
+    await second.whenDurable()
     const attested = (space: string, fromIndex: number) => decodeAttestation((reopened.commitAt(space, [fromIndex, 0]) as { attestation: { bytes: Uint8Array } }).attestation.bytes)
     expect(attested('s', 4).prevRound).toBe(attested('s', 3).round)
     expect(attested('t', 3).prevRound).toBe(attested('t', 2).round)
@@ -419,8 +419,8 @@ describe('serving peers', () => {
     const t0 = Date.now()
     const sync = encodeMessage({ kind: 'sync', fromRound: 0 })
     for (let i = 0; i < 1000; i++) deliver(1, sync)
-    await until('every request processed', () => (node as unknown as { queue: unknown[] }).queue.length === 0 && !(node as unknown as { draining: boolean }).draining)
-    await (node as unknown as { onDisk: Promise<void> }).onDisk
+    await until('every request processed', () => !node.eventsPending)
+    await node.whenDurable()
     const seconds = (Date.now() - t0) / 1000
     // Its requests wait in a queue of 8 (the rest are dropped unread), and what is served stays within its
     // serving budget: a burst of 32 MiB and what refilled meanwhile (32 MiB a second), give or take one block.
@@ -442,8 +442,8 @@ describe('retention', () => {
     const first = soloRelay(dir, options, 10).node
     await first.start()
     for (let seq = 1; seq <= 40; seq++) await decided(first, await deposit(seq))
-    const { store, onDisk } = first as unknown as { store: RelayStore; onDisk: Promise<void> }
-    await onDisk
+    const { store } = first as unknown as { store: RelayStore }
+    await first.whenDurable()
     const committed = first.status().committedRound as number
     const crypto = { sha256: (b: Uint8Array) => nodeCrypto.sha256(b), verify: () => true, sign: () => new Uint8Array(64) }
     const committee = first.committee
@@ -479,13 +479,13 @@ describe('snapshot cadence', () => {
     const decided = (frame: Uint8Array) => new Promise<void>((ok) => void node.submit(frame, 'test', () => ok()))
     const big = (seq: number) =>
       sealEnvelope(nodeCrypto, author, { space: 'b', seq, clock: clockInit(), deps: [], updates: [{ key: `doc${seq}`, decl: { type: 'register' as const }, ops: [['s', new Uint8Array(100_000).fill(seq), seq] as const] }], safe: [] }).then(encodeEnvelope)
-    const state = node as unknown as { store: RelayStore; onDisk: Promise<void> }
+    const state = node as unknown as { store: RelayStore }
     for (let seq = 1; seq <= 2; seq++) await decided(await big(seq))
-    await state.onDisk
+    await node.whenDurable()
     // Two batches of 100 KB: not yet.
     expect(state.store.snapshot()).toBeUndefined()
     await decided(await big(3))
-    await state.onDisk
+    await node.whenDurable()
     expect(state.store.snapshot()?.spaces.map((s) => s.space)).toEqual(['b'])
     expect([...state.store.committedBatches(state.store.snapshot()?.batch)]).toEqual([])
   })
