@@ -98,6 +98,8 @@ export class RelayLink {
   peerAddresses: readonly string[] = []
   /** The nonce this session's hello asked the relay to sign. */
   private helloNonce: Uint8Array | undefined
+  /** The socket a challenge came on: a second one on it is a lie. */
+  private challenged: SocketLike | undefined
   private pings = 0
   /** The latest ping sent on this session and when (the injected clock): its pong measures the relay's clock. */
   private lastPing: { n: number; at: number } | undefined
@@ -259,8 +261,11 @@ export class RelayLink {
   private async onMessage(socket: SocketLike, m: RelayMessage): Promise<void> {
     this.lastHeard = this.now()
     if (m.type === 'challenge') {
-      // One challenge per socket: a relay that proved one index cannot then answer as another.
+      // One challenge per socket: a relay that proved one index cannot then answer as another, nor
+      // challenge again while its welcome is being checked (the second would take the link's index).
       if (this.ready) return this.markFaulty(`sent a second challenge (as relay ${m.relay}) after its welcome as relay ${String(this.provenRelay)}`)
+      if (this.challenged === socket) return this.markFaulty(`sent a second challenge (as relay ${m.relay}) after one as relay ${String(this.relay)}`)
+      this.challenged = socket
       const pinned = this.options.keyOf(m.relay)
       if (!pinned || !bytesEqual(pinned, m.relayKey)) {
         return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)

@@ -1,3 +1,4 @@
+import { nodeCrypto } from '@stead/core/node'
 import type { ClientTraffic, SimCluster, SimRelay } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
 import { memoryStorage, type Space } from '../src/index.node.ts'
@@ -100,6 +101,20 @@ describe('transport', () => {
     const a = await world.client(c)
     await c.until('reported', () => a.status.relays[0]?.faulty !== undefined)
     expect(a.status.relays[0]?.faulty).toMatch(/second challenge \(as relay 1\) after its welcome as relay 0/)
+    const stop = committing(c)
+    expect(await a.counter('acct').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    stop()
+    expect(a.status.relays.slice(1).every((r) => r.faulty === undefined)).toBe(true)
+  })
+
+  it('refuses a second challenge that comes while it still checks the welcome (an async verify, as WebCrypto), and blames no one else', async () => {
+    const c = await world.cluster()
+    await c.relays[0]?.lie('rechallenge')
+    // Verifying takes a while: the liar's second challenge arrives before the welcome is checked.
+    const slow = { ...nodeCrypto, verify: async (pk: Uint8Array, message: Uint8Array, sig: Uint8Array) => (await c.advance(10), nodeCrypto.verify(pk, message, sig)) }
+    const a = await world.client(c, { crypto: slow })
+    await c.until('reported', () => a.status.relays[0]?.faulty !== undefined)
+    expect(a.status.relays[0]?.faulty).toMatch(/second challenge \(as relay 1\)/)
     const stop = committing(c)
     expect(await a.counter('acct').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
     stop()

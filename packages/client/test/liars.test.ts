@@ -31,6 +31,14 @@ const MODES: Array<{ mode: string; exposed?: RegExp }> = [
   { mode: 'wrong-cluster', exposed: /cluster descriptor/ },
   { mode: 'slow' },
   { mode: 'junk', exposed: /undecodable/ },
+  { mode: 'inflate-head' },
+  { mode: 'pad-frames' },
+  { mode: 'name-unsent' },
+  { mode: 'censor' },
+  { mode: 'impostor', exposed: /did not prove it holds/ },
+  { mode: 'rechallenge', exposed: /second challenge/ },
+  { mode: 'forge-snapshot' },
+  { mode: 'mismatched-snapshot' },
 ]
 
 /** A safe update's outcomes, a quorum read at once on another client, and that client seeing it, on a fresh space of two fresh clients. */
