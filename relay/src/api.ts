@@ -11,7 +11,7 @@ import { verifySync } from '@stead/core/node'
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { Bucket, type Rate } from './bucket.ts'
-import type { ClientFacingLiar } from './client-lies.ts'
+import type { ClientFacingLiar } from './faults/client-lies.ts'
 import { readiness } from './health.ts'
 import { guardConnections, type ConnectionLimits } from './connections.ts'
 import { DEFAULT_PEER_DIRECTORY_LIMITS, type PeerDirectoryLimits } from './peer-directory.ts'
@@ -79,7 +79,7 @@ export interface ApiOptions extends Partial<ApiLimits> {
   readonly port: number
   readonly logger: Logger
   readonly tls?: { readonly key: string | Buffer; readonly cert: string | Buffer }
-  /** Lies told to clients on purpose (`--byzantine`), for tests and demos: see client-lies.ts. */
+  /** Lies told to clients on purpose (`--byzantine`), for tests and demos: see faults/client-lies.ts. */
   readonly liar?: ClientFacingLiar
   /** Where this relay helps clients sync peer to peer (client-peers.ts): offered in `welcome`. */
   readonly peerAddresses?: () => string[]

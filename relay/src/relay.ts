@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from './api.ts'
 import { startClientPeers, type ClientPeers } from './client-peers.ts'
-import { ClientFacingLiar, type ClientLie } from './client-lies.ts'
+import { ClientFacingLiar, type ClientLie } from './faults/client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
 import { byzantineMesh, type ByzantineStrategy } from './consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
@@ -19,7 +19,7 @@ export interface RunRelayOptions {
   readonly secretKey: Uint8Array
   readonly dataDir: string
   readonly byzantine?: ByzantineStrategy
-  /** Lies to tell clients (see client-lies.ts); with `byzantine`, a relay may lie both ways. */
+  /** Lies to tell clients (see faults/client-lies.ts); with `byzantine`, a relay may lie both ways. */
   readonly clientLies?: readonly ClientLie[]
   readonly tls?: { readonly key: Buffer; readonly cert: Buffer }
   /** Default: JSON lines on stdout at info, each with `relay: <id>`. */

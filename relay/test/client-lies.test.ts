@@ -2,7 +2,7 @@ import { clockInit, decode, decodeAttestation, decodeRelayMessage, encodeAttesta
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { byzantineModes } from '../src/cli-options.ts'
-import { ClientFacingLiar, SLOW_MS, type ClientLie } from '../src/client-lies.ts'
+import { ClientFacingLiar, SLOW_MS, type ClientLie } from '../src/faults/client-lies.ts'
 
 const secretKey = new Uint8Array(32).fill(9)
 const relayKey = publicKeyOfSync(secretKey)

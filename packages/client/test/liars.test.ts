@@ -11,7 +11,7 @@ import { createClient, lmdbStorage, memoryStorage, type Space, type SteadClient 
 
 /**
  * The SDK against four real relay processes of which one lies to its
- * clients (`stead-relay start --byzantine MODE`, relay/src/client-lies.ts).
+ * clients (`stead-relay start --byzantine MODE`, relay/src/faults/client-lies.ts).
  * Clients list the liar first, so it is the relay they try first for
  * everything. For every lie: trust on first use still pins the true
  * cluster, a safe update resolves with the right outcome, another client

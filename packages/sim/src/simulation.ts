@@ -85,7 +85,7 @@ export interface SimOptions {
   readonly sdkClientCrash?: boolean
   /** Weakens the SDK clients (told f = 0: one attestation is a quorum), to prove the client checkers catch it. */
   readonly weakClients?: boolean
-  /** What the Byzantine relays tell SDK clients (client-lies.ts); default: picked by the seed. */
+  /** What the Byzantine relays tell SDK clients (relay/src/faults/client-lies.ts); default: picked by the seed. */
   readonly clientLie?: ClientLie | null
   /** Stop once every correct relay reached this round. */
   readonly untilRound?: number
@@ -202,7 +202,7 @@ interface Host {
 /** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
 const HELD_FRAMES = 4096
 const HELD_BYTES = 16 * 1024 * 1024
-/** The lies of client-lies.ts a session tells (the others concern HTTP reads, which SDK clients here do not make). */
+/** The lies of relay/src/faults/client-lies.ts a session tells (the others concern HTTP reads, which SDK clients here do not make). */
 const SESSION_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
 /** What peers hold for a relay on a long outage: a real relay's queue overflows over hours; here over seconds. */
 const HELD_FRAMES_LONG_OUTAGE = 64

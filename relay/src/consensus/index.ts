@@ -1,5 +1,5 @@
 export * from './messages.ts'
 export * from './core.ts'
-export * from './byzantine.ts'
+export * from '../faults/byzantine.ts'
 export { ConsensusInvariantError } from './dag.ts'
 export * from './checkpoint.ts'

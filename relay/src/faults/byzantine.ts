@@ -1,6 +1,6 @@
 import { asSigned, decode, encode, toHex } from '@stead/core'
 import type { Mesh } from '../mesh/types.ts'
-import { decodeMessage, encodeMessage, signBlock, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
+import { decodeMessage, encodeMessage, signBlock, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from '../consensus/messages.ts'
 import type { ByzantineStrategy } from './strategies.ts'
 
 export { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './strategies.ts'
