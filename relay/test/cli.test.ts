@@ -152,7 +152,8 @@ describe('init, then start on what it wrote', () => {
     await until('the request log line', () => (/"level":20,.*"url":"\/v1\/status".*"msg":"http request"/.test(r.log) ? true : undefined), 5000)
     for (const line of r.log.split('\n').filter((l) => l.startsWith('{'))) expect((JSON.parse(line) as { relay?: string }).relay).toBe('r1')
 
-    const exited = new Promise<number | null>((done) => r.process?.once('exit', (code) => done(code)))
+    // 'close', not 'exit': the last log lines may still be in the pipe when the process has exited.
+    const exited = new Promise<number | null>((done) => r.process?.once('close', (code) => done(code)))
     r.process.kill('SIGTERM')
     expect(await exited).toBe(0)
     const last = JSON.parse(r.log.trim().split('\n').at(-1) ?? '{}') as { msg?: string; signal?: string; closed?: string[]; relay?: string }

@@ -200,7 +200,7 @@ describe('the docs, as a user runs them', () => {
         let out = ''
         child.stdout.on('data', (d: Buffer) => (out += d.toString()))
         child.stderr.on('data', (d: Buffer) => (out += d.toString()))
-        child.on('exit', (code) => done({ code, out }))
+        child.on('close', (code) => done({ code, out })) // after the pipes drain
       })
 
     it('runs the blocks marked runnable, and exits 0', async () => {

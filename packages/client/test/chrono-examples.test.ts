@@ -34,7 +34,7 @@ describe('Chrono examples on a real cluster', () => {
       let out = ''
       child.stdout.on('data', (d: Buffer) => (out += d.toString()))
       child.stderr.on('data', (d: Buffer) => (out += d.toString()))
-      child.on('exit', (code) => done({ code, out }))
+      child.on('close', (code) => done({ code, out })) // after the pipes drain, so `out` is whole
     })
 
   it('runs the mutual exclusion example: six turns, then a made-up proof and a stolen one refused', async () => {
