@@ -3,13 +3,10 @@ import {
   SteadError,
   asGeneric,
   createCrdt,
-  hasInvariants,
   describeDeclaration,
   envelopeUnits,
   isWellFormed,
   sameDeclaration,
-  type AnyCrdt,
-  type AnyOp,
   type Declaration,
   type Envelope,
   type ReliableReplica,
@@ -19,15 +16,14 @@ import {
   type SetElement,
   type HostClock,
 } from '@stead/core'
-import { DraftIds } from './draft-ids.ts'
-import { DeadlineTimer, SealSchedule } from './timing.ts'
-import { DraftBatch, applyIntent, deferred, type Deferred, type DraftItem } from './drafts.ts'
-import { FreshnessHold } from './freshness.ts'
+import type { DraftIds } from './draft-ids.ts'
+import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
+import { Batcher, type Lifecycle } from './batcher.ts'
 import { ClosedError } from './errors.ts'
-import { GuardedViews } from './guarded.ts'
+import { ProspectiveViews } from './prospective-views.ts'
+import { QuorumReads } from './quorum-reads.ts'
 import { SpaceEvents } from './space-events.ts'
-import { ViewCache } from './view-cache.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost, type HeldUpdate } from './handles.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost } from './handles.ts'
 import { ListHandle } from './list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from './map-handle.ts'
 import { TextHandle } from './text-handle.ts'
@@ -35,7 +31,7 @@ import { buildTransaction, type Transaction } from './transaction.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from './types.ts'
-import { DEFAULT_SAFE_TIMEOUT_MS, MAX_TIMER_MS, clockOf } from './options.ts'
+import { DEFAULT_SAFE_TIMEOUT_MS, clockOf } from './options.ts'
 import { bounded } from './wait.ts'
 
 export type { SettledUpdate } from './types.ts'
@@ -132,9 +128,6 @@ function checkObjectOptions(key: string, kind: string, given: unknown, own: read
 /** The longest freshness bound an object may have (see ObjectOptions). */
 const MAX_FRESHNESS_MS = 3_600_000
 
-/** How long a quorum read waits for this replica to catch up before it takes the object's proven state from a relay. */
-const QUORUM_CATCH_UP_MS = 500
-
 /**
  * One space of a client: its objects (handles), safe transactions, waits
  * and status. It holds the local state every tab keeps (the replica, the
@@ -152,28 +145,17 @@ export class Space {
   /** @internal Where the replica's commit chain stands (moved by `advance`). */
   position: ChainPosition
   private upstream!: Upstream
-  private readonly options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number }
+  private readonly options: { readonly historyLimit?: number; readonly safeTimeoutMs?: number }
   private readonly clock: HostClock
   /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
   private readonly onClose: (done: Promise<void>) => void
 
-  /** @internal Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
-  drafts: DraftBatch[] = [new DraftBatch()]
-  /** Prospective views computed, with what guarded ones hold back. */
-  private readonly views = new ViewCache()
-  /** @internal The ids of unsigned drafts (read by the outbox when it signs them). */
-  readonly draftIds = new DraftIds()
-  private sealing: Promise<void> = Promise.resolve()
-  /** When the open draft batch is sealed (at most one envelope per batchIntervalMs). */
-  private readonly seals: SealSchedule
-  /** The highest stable index a quorum read returned a proven object state at (see readStable). */
-  private provenReadIndex = 0
-  /** Regular updates of objects with a freshness bound, waiting for their deadline. */
-  private readonly hold: FreshnessHold
-  /** Fires at the earliest freshness deadline. */
-  private readonly holdTimer: DeadlineTimer
-  /** Set while `transact` runs: the keys its edits changed, told to subscribers once at its end. */
-  private transaction: { readonly changed: Set<string>; readonly done: Deferred<UpdateResult> } | undefined
+  /** The drafts not signed yet, and when they are sealed into envelopes. */
+  private readonly batcher: Batcher
+  /** What handles show as `value`, kept until the replica or the drafts change underneath. */
+  private readonly views: ProspectiveViews
+  /** `readStable` with `quorum`, which never goes back to an older index. */
+  private readonly quorumReads: QuorumReads
 
   private readonly handles = new Map<string, AnyHandle>()
   /** Subscribers, the app's callbacks, and the waits that look again at each progress. */
@@ -183,14 +165,12 @@ export class Space {
   )
   /** What `status` reports as the problem: the upstream's (setProblem), else the storage's while it fails (cleared by the next write that goes through). */
   private readonly problems: { upstream?: string | undefined; storage?: string | undefined } = {}
-  /** 'closing' from the moment close() is called (no update gets in after that), 'closed' once its sessions are left. */
-  private lifecycle: 'open' | 'closing' | 'closed' = 'open'
+  private lifecycle: Lifecycle = 'open'
   private get closed(): boolean {
     return this.lifecycle === 'closed'
   }
   private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
-  private readonly guarded: GuardedViews
 
   /** @internal Use `client.space(name)`. */
   constructor(init: {
@@ -209,22 +189,46 @@ export class Space {
     this.replica = init.replica
     this.position = init.position
     this.host = this.makeHost()
-    this.hold = new FreshnessHold(init.options.batchIntervalMs ?? 10)
-    this.seals = new SealSchedule(init.options.batchIntervalMs ?? 10, this.clock, () => {
-      if (!this.closed) this.sealNow()
+    this.batcher = new Batcher({
+      batchIntervalMs: init.options.batchIntervalMs ?? 10,
+      maxBatchOps: init.options.maxBatchOps ?? 500,
+      clock: this.clock,
+      port: {
+        show: (items, several) => this.views.show(items, several),
+        edited: (keys) => {
+          this.notify(keys, false, true)
+          this.emitStatus()
+        },
+        // Same items, another place in the order of prospective views: computed again when read.
+        reordered: (key) => this.views.drop(key),
+        seal: (batch) => this.upstream.seal(batch),
+        lifecycle: () => this.lifecycle,
+      },
     })
-    this.holdTimer = new DeadlineTimer(this.clock, () => {
-      if (this.lifecycle !== 'open') return
-      this.releaseHeld(this.hold.due(this.clock.now()))
-      this.armHoldTimer()
-    })
-    this.guarded = new GuardedViews({
+    this.views = new ProspectiveViews({
       replica: () => this.replica,
-      drafts: () => this.allDrafts(),
+      drafts: () => this.batcher.shown(),
       authorId: this.authorId,
       declarationOf: (key) => this.declarationOf(key),
       names: this.draftIds,
     })
+    this.quorumReads = new QuorumReads({
+      clock: this.clock,
+      upstream: () => this.upstream,
+      stableIndex: () => this.position.stableIndex,
+      until: (done, options, what) => this.until(done, options, what),
+      whileOpen: (p) => this.whileOpen(p),
+    })
+  }
+
+  /** @internal Drafts not yet signed, oldest first; the last one is open. Read by upstreams (a new lead reseals them). */
+  get drafts(): readonly DraftBatch[] {
+    return this.batcher.drafts
+  }
+
+  /** @internal The ids of unsigned drafts (read by the outbox when it signs them). */
+  get draftIds(): DraftIds {
+    return this.batcher.ids
   }
 
   /** @internal Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
@@ -381,7 +385,7 @@ export class Space {
       throw new SteadError('malformed', `${key}: freshness is a number of milliseconds from 0 to ${MAX_FRESHNESS_MS}, got ${String(freshness)}`)
     }
     const handle = this.handleOf(key, decl, make)
-    if (freshness !== undefined) this.setFreshness(key, freshness)
+    if (freshness !== undefined) this.batcher.setFreshness(key, freshness)
     return handle
   }
 
@@ -483,40 +487,14 @@ export class Space {
    * ```
    */
   transact(edits: () => void): Promise<UpdateResult> {
-    const outer = this.transaction
-    if (outer) {
-      edits()
-      return outer.done.promise
+    if (!this.batcher.transacting) {
+      try {
+        this.assertOpen()
+      } catch (err) {
+        return Promise.reject(err)
+      }
     }
-    try {
-      this.assertOpen()
-    } catch (err) {
-      return Promise.reject(err)
-    }
-    // The transaction's envelope holds its edits only: what was queued before leaves first.
-    this.sealNow()
-    const batch = this.openBatch
-    const transaction = { changed: new Set<string>(), done: deferred<UpdateResult>() }
-    this.transaction = transaction
-    let failure: { err: unknown } | undefined
-    try {
-      edits()
-    } catch (err) {
-      failure = { err }
-    } finally {
-      this.transaction = undefined
-    }
-    if (batch.size > 0) {
-      batch.stored.push(transaction.done)
-      this.sealNow()
-    } else {
-      transaction.done.resolve({ status: 'stored' })
-    }
-    this.notify(transaction.changed, false, true)
-    this.emitStatus()
-    if (!failure) return transaction.done.promise
-    transaction.done.promise.catch(() => undefined)
-    return Promise.reject(failure.err)
+    return this.batcher.transact(edits)
   }
 
   // ---------------------------------------------------------------- reads and status
@@ -528,8 +506,7 @@ export class Space {
    * and `stableIndex`.
    */
   get status(): ClientStatus {
-    const queued = this.drafts.reduce((n, d) => n + d.size, 0) + this.hold.size
-    return { ...this.upstream.sessionsStatus(this.closed, this.problems.upstream ?? this.problems.storage), pending: queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
+    return { ...this.upstream.sessionsStatus(this.closed, this.problems.upstream ?? this.problems.storage), pending: this.batcher.queued + this.upstream.pendingUpdates().length, stableIndex: this.position.stableIndex }
   }
 
   /** Calls `listener` whenever {@link Space.status} may have changed. Returns the unsubscribe function. */
@@ -620,33 +597,8 @@ export class Space {
   async readStable(key: string, options: { quorum?: boolean } & WaitOptions = {}): Promise<unknown> {
     this.assertOpen()
     if (options.quorum) {
-      const wait = { timeoutMs: options.timeoutMs ?? 10_000, ...(options.signal ? { signal: options.signal } : {}) }
-      const started = this.clock.now()
-      // Never below what an earlier read here returned from a proven state: reads do not go back.
-      const target = Math.max(this.provenReadIndex, await bounded(this.clock, this.upstream.quorumIndex(Math.min(wait.timeoutMs, MAX_TIMER_MS)), wait, 'a quorum of relay heads'))
-      const left = (): number => Math.max(0, wait.timeoutMs - (this.clock.now() - started))
-      const reached = (): boolean => this.position.stableIndex >= target
-      // A replica a commit or two behind gets there in moments; one far behind (back from offline)
-      // would replay every commit since, where one object's proven state costs a Merkle path.
-      const caughtUp = await this.until(reached, { ...wait, timeoutMs: Math.min(left(), QUORUM_CATCH_UP_MS) }, `stable index ${target}`).then(
-        () => true,
-        (err: unknown) => {
-          if (err instanceof SteadError && err.reason === 'timeout') return false
-          throw err
-        },
-      )
-      if (!caughtUp) {
-        const proven = await this.whileOpen(bounded(this.clock, this.upstream.stableObject(key, target, Math.min(left(), MAX_TIMER_MS)), { ...wait, timeoutMs: left() }, `${key}'s proven state`)).catch((err: unknown) => {
-          // No proof to be had (no fetch, no relay could give one, out of time): wait for the replica.
-          if (err instanceof ClosedError || (err instanceof SteadError && err.reason === 'aborted')) throw err
-          return undefined
-        })
-        if (proven && this.position.stableIndex < proven.index) {
-          this.provenReadIndex = Math.max(this.provenReadIndex, proven.index)
-          return proven.value
-        }
-        await this.until(reached, { ...wait, timeoutMs: left() }, `stable index ${target}`)
-      }
+      const proven = await this.quorumReads.read(key, options)
+      if (proven) return proven.value
     }
     return this.replica.stableValue(key)
   }
@@ -659,9 +611,7 @@ export class Space {
    */
   async flush(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
-    this.releaseHeld('all')
-    this.sealNow()
-    await this.sealing
+    await this.batcher.sealAll()
     await this.until(() => this.upstream.allAccepted(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'relays to accept every local update')
   }
 
@@ -673,9 +623,7 @@ export class Space {
    */
   async settled(options: WaitOptions = {}): Promise<void> {
     this.assertOpen()
-    this.releaseHeld('all')
-    this.sealNow()
-    await this.sealing
+    await this.batcher.sealAll()
     await this.until(() => this.upstream.allDecided(), { ...options, timeoutMs: options.timeoutMs ?? 60_000 }, 'every local update to be decided')
   }
 
@@ -694,11 +642,7 @@ export class Space {
 
   private async shutDown(): Promise<void> {
     this.lifecycle = 'closing'
-    this.releaseHeld('all')
-    this.holdTimer.cancel()
-    this.sealNow()
-    await this.sealing.catch(() => undefined)
-    this.seals.cancel()
+    await this.batcher.close()
     this.lifecycle = 'closed'
     await this.upstream.close()
     this.events.progress()
@@ -712,8 +656,8 @@ export class Space {
 
   private makeHost(): HandleHost {
     return {
-      prospective: (key) => this.prospectiveView(key),
-      heldBack: (key) => this.heldBackOf(key),
+      prospective: (key) => this.views.view(key),
+      heldBack: (key) => this.views.heldBack(key),
       stable: (key) => this.replica.stable(key),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       historyPage: (key, options) => this.historyPage(key, options),
@@ -729,38 +673,14 @@ export class Space {
     }
   }
 
-  private get openBatch(): DraftBatch {
-    return this.drafts[this.drafts.length - 1] as DraftBatch
-  }
-
   private queueRegular(item: DraftItem): Promise<UpdateResult> {
     this.assertOpen()
-    const stored = deferred<UpdateResult>()
-    // A transaction's edits all go into its envelope: an object's waiting updates leave before them.
-    if (this.transaction) this.releaseHeld([item.key])
-    else if (this.hold.holds(item.key)) {
-      this.hold.hold(item, stored, this.clock.now())
-      this.showItems(this.hold.batch, [item])
-      if (this.hold.size >= this.maxBatchOps) this.releaseHeld('all')
-      else this.armHoldTimer()
-      return stored.promise
-    }
-    const batch = this.openBatch
-    batch.regular.push(item)
-    batch.stored.push(stored)
-    this.showDraft(batch, [item])
-    return stored.promise
+    return this.batcher.addRegular(item)
   }
 
   private queueSafe(items: readonly DraftItem[]): Promise<SafeResult> {
     this.assertOpen()
-    // Safe updates never wait; the waiting updates of their objects go first, in order.
-    this.releaseHeld(items.map((i) => i.key))
-    const batch = this.openBatch
-    const waiter = deferred<SafeResult>()
-    batch.safe.push({ items, waiter })
-    this.showDraft(batch, items)
-    return waiter.promise
+    return this.batcher.addSafe(items)
   }
 
   /**
@@ -770,143 +690,11 @@ export class Space {
    */
   queueForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>> {
     this.assertOpen()
-    const batch = this.openBatch
-    const groups: number[] = []
-    const promises: Array<Promise<SafeResult>> = []
-    for (const item of regular) batch.regular.push(item)
-    for (const items of safe) {
-      const waiter = deferred<SafeResult>()
-      groups.push(batch.safe.length)
-      batch.safe.push({ items, waiter })
-      promises.push(waiter.promise)
-    }
-    batch.requests.push({ id: request, safe: groups })
-    this.showDraft(batch, [...regular, ...safe.flat()], true)
-    return promises
-  }
-
-  /** Prospective at once (G1): the new items join the overlay and subscribers hear of it before this returns; then the batch is sealed in time. */
-  private showDraft(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
-    this.showItems(batch, items, several)
-    this.sealInTime()
-  }
-
-  private get maxBatchOps(): number {
-    return this.options.maxBatchOps ?? 500
-  }
-
-  /** Seals the open batch now if it is full, else when the seal schedule says. */
-  private sealInTime(): void {
-    if (this.transaction) return
-    if (this.openBatch.size >= this.maxBatchOps) this.sealNow()
-    else this.seals.request()
-  }
-
-  private showItems(batch: DraftBatch, items: readonly DraftItem[], several = items.length > 1): void {
-    const changed = this.transaction?.changed ?? new Set<string>()
-    for (const item of items) {
-      batch.keys.add(item.key)
-      changed.add(item.key)
-      // A group is shown all or nothing: its views are recomputed together (see guardedViews).
-      if (several) {
-        this.dropView(item.key)
-        continue
-      }
-      const view = this.views.get(item.key)
-      if (view && !applyIntent(view, item, this.authorId, this.draftIds, hasInvariants(item.decl))) {
-        this.views.heldBack(item.key)?.push({ op: item.intent as AnyOp, own: true })
-      }
-    }
-    // Views are current now (the item joined its overlay, or a group's views were dropped).
-    if (this.transaction) return
-    this.notify(changed, false, true)
-    this.emitStatus()
-  }
-
-  /** Every batch whose items show prospectively, in the order they apply: the drafts, then what waits for a freshness deadline. */
-  private allDrafts(): readonly DraftBatch[] {
-    return this.hold.size ? [...this.drafts, this.hold.batch] : this.drafts
-  }
-
-  /**
-   * Moves the waiting updates of `keys` (every one with 'all') into the
-   * open draft batch, in the order they were made, and has it sealed in time.
-   */
-  private releaseHeld(keys: readonly string[] | 'all'): void {
-    const released = this.hold.release(keys)
-    if (released.length === 0) return
-    for (const { item, stored } of released) {
-      // No batch past maxBatchOps (but a transaction's): a full one is sealed and the rest go into the next.
-      if (!this.transaction && this.openBatch.size >= this.maxBatchOps) this.sealNow()
-      const batch = this.openBatch
-      batch.regular.push(item)
-      batch.stored.push(stored)
-      batch.keys.add(item.key)
-      // Same items, another place in the order of prospective views: computed again when read.
-      this.dropView(item.key)
-    }
-    this.armHoldTimer()
-    this.sealInTime()
-  }
-
-  /**
-   * A new freshness bound for `key`: its waiting updates leave at once when
-   * the bound is lifted (later ones would otherwise overtake them), and at
-   * the new deadline otherwise.
-   */
-  private setFreshness(key: string, ms: number): void {
-    this.hold.setBound(key, ms)
-    if (!this.hold.holds(key)) this.releaseHeld([key])
-    this.armHoldTimer()
-  }
-
-  /** Keeps one timer, for the earliest freshness deadline. */
-  private armHoldTimer(): void {
-    this.holdTimer.arm(this.hold.nextDeadline())
-  }
-
-  private prospectiveView(key: string): AnyCrdt | undefined {
-    const cached = this.views.get(key)
-    if (cached) return cached
-    const decl = this.declarationOf(key)
-    if (decl && this.guarded.guards(key, decl)) return this.guardedViews(key)
-    const base = this.replica.prospective(key)
-    const drafts = this.allDrafts()
-    const drafted = drafts.some((d) => d.keys.has(key))
-    if (!drafted) return base
-    let view: AnyCrdt | undefined = base?.clone()
-    for (const batch of drafts) {
-      for (const item of batch.items()) {
-        if (item.key !== key) continue
-        view ??= createCrdt(item.decl)
-        if (view.type !== item.decl.type) continue
-        applyIntent(view, item, this.authorId, this.draftIds)
-      }
-    }
-    if (view) this.views.set(key, view)
-    return view
+    return this.batcher.addForwarded(request, regular, safe)
   }
 
   private declarationOf(key: string): Declaration | undefined {
     return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
-  }
-
-  /** Computes the views of guarded objects (and the objects tied to them) and caches them with what each holds back. */
-  private guardedViews(key: string): AnyCrdt {
-    const { keys, views, held } = this.guarded.compute(key)
-    this.views.setJoint(keys, new Map([...keys].map((k) => [k, views.get(k) ?? this.replica.stable(k)?.clone()])), held)
-    return this.views.get(key) ?? createCrdt(this.declarationOf(key) as Declaration)
-  }
-
-  /** Drops a cached view, and every view computed together with it. */
-  private dropView(key: string): void {
-    this.views.drop(key)
-  }
-
-  /** Updates held back from `key`'s prospective value (see guardedViews). */
-  private heldBackOf(key: string): readonly HeldUpdate[] {
-    if (!this.views.has(key)) this.prospectiveView(key)
-    return this.views.heldBack(key) ?? []
   }
 
   /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
@@ -922,19 +710,10 @@ export class Space {
         }
       }
     }
-    for (const batch of this.allDrafts()) {
+    for (const batch of this.batcher.shown()) {
       for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds)
     }
     return view.localRights(this.authorId)
-  }
-
-  /** Moves the open draft to the upstream (signed and stored there, or by the leader tab), in order. */
-  private sealNow(): void {
-    const batch = this.openBatch
-    if (batch.size === 0) return this.seals.cancel()
-    this.seals.sealed()
-    this.drafts.push(new DraftBatch())
-    this.sealing = this.sealing.then(() => this.upstream.seal(batch))
   }
 
   /**
@@ -962,8 +741,8 @@ export class Space {
   }
 
   private dropDraft(batch: DraftBatch): void {
-    this.drafts = this.drafts.filter((d) => d !== batch)
-    for (const key of batch.keys) this.dropView(key)
+    this.batcher.remove(batch)
+    for (const key of batch.keys) this.views.drop(key)
   }
 
   /** @internal The replica took a commit, snapshot or delta: its chain stands at `position` now. */
@@ -1000,11 +779,6 @@ export class Space {
 
   // ---------------------------------------------------------------- plumbing
 
-  /**
-   * Resolves once `done()` holds, checked whenever the client makes
-   * progress; rejects with ClosedError when the client closes, `timeout` or
-   * `aborted` as `options` say. Nothing is left behind when it ends.
-   */
   /** `p`, or ClosedError as soon as the space closes. */
   private whileOpen<T>(p: Promise<T>): Promise<T> {
     let check: () => void = () => undefined
@@ -1019,6 +793,11 @@ export class Space {
     return Promise.race([p, closed]).finally(() => stop())
   }
 
+  /**
+   * Resolves once `done()` holds, checked whenever the client makes
+   * progress; rejects with ClosedError when the client closes, `timeout` or
+   * `aborted` as `options` say. Nothing is left behind when it ends.
+   */
   private until(done: () => boolean, options: WaitOptions, what: string): Promise<void> {
     if (done()) return Promise.resolve()
     if (this.closed) return Promise.reject(new ClosedError(`space ${this.space}`))
@@ -1065,7 +844,7 @@ export class Space {
 
   /** @internal A relay accepted one of this client's envelopes `ms` after it was sent: feeds the freshness deadlines' estimate of propagation time. */
   observeAccepted(ms: number): void {
-    this.hold.observeAccepted(ms)
+    this.batcher.observeAccepted(ms)
   }
 
   /** @internal Something waits may be waiting for happened (an acceptance, a commit, a decision). */
@@ -1079,7 +858,7 @@ export class Space {
    */
   notify(keys: Iterable<string>, stale = true, local = false): void {
     for (const key of keys) {
-      if (stale) this.dropView(key)
+      if (stale) this.views.drop(key)
       this.events.changed(key, local)
     }
   }
