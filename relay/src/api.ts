@@ -216,7 +216,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
   app.get<{ Querystring: { after?: string; limit?: string } }>('/v1/spaces', async (req, reply) => {
     const limit = pageLimit(req.query.limit)
     if (limit === undefined) return reply.code(400).send({ error: 'malformed', detail: PAGE_LIMIT_RULE })
-    const spaces = node.listSpaces(req.query.after ?? '', limit)
+    const spaces = node.reads.listSpaces(req.query.after ?? '', limit)
     return { spaces, next: spaces.length === limit ? (spaces[spaces.length - 1]?.space ?? null) : null }
   })
   // The signed head of a space without its state. Without a nonce: this relay's current stable
@@ -228,9 +228,9 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     const nonce = req.query.nonce === undefined ? undefined : hexBytes(req.query.nonce, HEAD_NONCE_BYTES)
     if (nonce === null) return reply.code(400).send({ error: 'malformed', detail: `nonce must be ${HEAD_NONCE_BYTES} bytes as hex` })
-    if (!nonce) return { space: req.params.space, ...node.stableHead(req.params.space) }
+    if (!nonce) return { space: req.params.space, ...node.reads.stableHead(req.params.space) }
     return reads.serve(req, reply, addressOf(req), 'wait', 0, async () => {
-      const head = await node.provenHead(req.params.space, nonce, HEAD_PROOF_WAIT_MS)
+      const head = await node.reads.provenHead(req.params.space, nonce, HEAD_PROOF_WAIT_MS)
       if (!head) return { status: 503, body: { error: 'unavailable', detail: `fewer than f+1 relays signed this relay's head of ${req.params.space} within ${HEAD_PROOF_WAIT_MS} ms (peers down or behind); ask another relay` } }
       return { body: { space: req.params.space, ...head } }
     }, told(req))
@@ -245,7 +245,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     if (limit === undefined) return reply.code(400).send({ error: 'malformed', detail: PAGE_LIMIT_RULE })
     // At most historyPageBytes of values (always one entry): `next` is the `before` of the next page, null at the start.
     return reads.serve(req, reply, addressOf(req), 'heavy', 3 * limits.historyPageBytes, () => {
-      const page = node.historyPage(req.params.space, req.params.key, before, limit, limits.historyPageBytes)
+      const page = node.reads.historyPage(req.params.space, req.params.key, before, limit, limits.historyPageBytes)
       const fields = { space: req.params.space, key: req.params.key, before, relay: page.relay, sig: toHex(page.sig), next: page.next }
       return liar ? { body: { ...fields, entries: toBase64Url(page.entries) } } : { bytes: jsonWithBytes(fields, 'entries', page.entries) }
     }, told(req))
@@ -256,7 +256,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
-      const snap = node.bootstrapSnapshot(req.params.space)
+      const snap = node.reads.bootstrapSnapshot(req.params.space)
       // Not an error (a browser would log one): a new space has nothing committed yet, and the client starts from empty.
       if (!snap) return { body: { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` } }
       // Checked before the state is turned into text: a state past the limit costs no copy of it.
@@ -273,7 +273,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     if (req.params.key.length > PROTOCOL_LIMITS.maxKeyChars) return reply.code(400).send({ error: 'too-large', detail: `keys are at most ${PROTOCOL_LIMITS.maxKeyChars} characters` })
     return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
-      const found = node.objectProof(req.params.space, req.params.key)
+      const found = node.reads.objectProof(req.params.space, req.params.key)
       if (!found) return { body: { space: req.params.space, relay: node.me, attestation: null, detail: `no attested commit of space ${req.params.space} here yet` } }
       if (Math.ceil(found.proof.length / 3) * 4 > limits.maxReadBytes) return { status: 413, body: { error: 'too-large', detail: `the proof of ${req.params.key} is ${found.proof.length} bytes, over this relay's ${limits.maxReadBytes}` } }
       return { body: { space: req.params.space, relay: node.me, attestation: toBase64Url(found.attestation.bytes), sig: toHex(found.attestation.sig), proof: toBase64Url(found.proof) } }
@@ -290,7 +290,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     const mode = req.query.mode ?? 'adaptive'
     if (mode !== 'adaptive' && mode !== 'ops' && mode !== 'state') return reply.code(400).send({ error: 'malformed', detail: '?mode= is adaptive, ops or state' })
     return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
-      const found = node.stateDelta(req.params.space, from, mode)
+      const found = node.reads.stateDelta(req.params.space, from, mode)
       // Not an error (a browser would log one): the client just follows the commits instead. Nor is a delta
       // past the read limit: following the commits costs the client more round trips, not the relay memory.
       if (!found || Math.ceil(found.delta.length / 3) * 4 > limits.maxReadBytes) return { body: { space: req.params.space, relay: node.me, delta: null, detail: `no delta of ${req.params.space} from stable index ${from} here: the recent commits kept do not reach back that far, they weigh less than a delta, or the delta is over this relay's read limit` } }
@@ -306,7 +306,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     const from = Number(req.query.from)
     if (!Number.isSafeInteger(round) || round < 1 || !Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: 'the round must be a positive whole number and ?from= a stable index' })
     return reads.serve(req, reply, addressOf(req), 'wait', 0, async () => {
-      const signed = await node.attestationAt(req.params.space, from, round, ATTESTATION_WAIT_MS)
+      const signed = await node.reads.attestationAt(req.params.space, from, round, ATTESTATION_WAIT_MS)
       if (!signed) return { status: 404, body: { error: 'not-found', detail: `no attested commit of ${req.params.space} at round ${round} from index ${from} here` } }
       return { body: { space: req.params.space, relay: node.me, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) } }
     }, told(req))
@@ -316,8 +316,8 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
     return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
       // Keyed by the signed head: every reader of one stable state gets the same bytes, serialized once.
-      const head = node.stableHead(req.params.space)
-      return shared(`stable/${req.params.space}/${head.index}/${head.stateHash}`, 200, () => ({ space: req.params.space, relay: node.me, ...node.stableSnapshot(req.params.space) }))
+      const head = node.reads.stableHead(req.params.space)
+      return shared(`stable/${req.params.space}/${head.index}/${head.stateHash}`, 200, () => ({ space: req.params.space, relay: node.me, ...node.reads.stableSnapshot(req.params.space) }))
     }, told(req))
   })
   app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(wsSessionSocket(socket, req.socket), addressKey(req.socket.remoteAddress)))
@@ -384,7 +384,7 @@ function hexBytes(hex: string | undefined, length: number): Uint8Array | null {
  * header: `<public key hex>.<time ms>.<signature hex>` over readAuthBytes.
  */
 function readDenied(node: RelayNode, req: FastifyRequest, space: string): string | undefined {
-  if (node.canRead(space, undefined)) return undefined
+  if (node.reads.canRead(space, undefined)) return undefined
   const header = req.headers['x-stead-reader']
   if (typeof header !== 'string') return `space ${space} has readers: sign the request (x-stead-reader header)`
   const [keyHex, time, sigHex] = header.split('.')
@@ -394,7 +394,7 @@ function readDenied(node: RelayNode, req: FastifyRequest, space: string): string
   if (!key || !sig || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
   if (Math.abs(node.clock.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
   if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
-  if (!node.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
+  if (!node.reads.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
   return undefined
 }
 

@@ -231,7 +231,7 @@ describe('client API over TLS', () => {
       expect(id++).toBeLessThan(200)
     }
     // All three decided (each committed envelope is one step of the stable index): nothing of this session pends.
-    for (let i = 0; relay.node.listSpaces('', 100).find((x) => x.space === 'p')?.stableIndex !== 3; i++) {
+    for (let i = 0; relay.node.reads.listSpaces('', 100).find((x) => x.space === 'p')?.stableIndex !== 3; i++) {
       expect(i).toBeLessThan(100)
       await new Promise((r) => setTimeout(r, 50))
     }

@@ -209,7 +209,7 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
     const env = await sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: `k${seq % 3}`, decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] })
     await new Promise<void>((ok) => void (relays[0] as RelayNode).submit(encodeEnvelope(env), 'test', () => ok()))
   }
-  const index = (i: number, space: string) => (relays[i] as RelayNode).stableHead(space).index
+  const index = (i: number, space: string) => (relays[i] as RelayNode).reads.stableHead(space).index
   for (let k = 0; k < 6; k++) await deposit(k % 2 ? 'a' : 'b')
   await until('relay 4 to have the first commits', () => index(3, 'a') + index(3, 'b') === 6)
   const behind = relays[3] as RelayNode
@@ -226,7 +226,7 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
   const caughtUp = () => ['a', 'b', 'c'].every((s) => index(3, s) === index(0, s))
   for (let k = 0; k < 50 && !caughtUp(); k++) await deposit('c')
   await until('relay 4 to catch up', caughtUp)
-  for (const s of ['a', 'b', 'c']) expect(back.stableHead(s).stateHash).toBe(relays[0]?.stableHead(s).stateHash)
+  for (const s of ['a', 'b', 'c']) expect(back.reads.stableHead(s).stateHash).toBe(relays[0]?.reads.stableHead(s).stateHash)
   // It took a checkpoint, not the blocks (the others no longer hold them).
   const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
   expect(installed?.from).toBe(leftAt)
@@ -235,7 +235,7 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
   await deposit('c')
   const next = index(0, 'c')
   await until('every relay to commit the next one', () => relays.every((_, i) => index(i, 'c') === next))
-  expect(new Set(relays.map((r) => r.stableHead('c').stateHash)).size).toBe(1)
+  expect(new Set(relays.map((r) => r.reads.stableHead('c').stateHash)).size).toBe(1)
   return logs.map((l) => JSON.parse(l) as { msg: string })
 }
 

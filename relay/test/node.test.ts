@@ -264,7 +264,7 @@ describe('the relay event loop', () => {
     read.set(frame, 4096)
     const view = read.subarray(4096, 4096 + frame.length)
     await new Promise<void>((ok) => void node.submit(view, 'test', () => ok()))
-    const cached = (node as unknown as { verified: VerdictCache<{ signed?: { bytes: Uint8Array }; author?: Uint8Array }> }).verified.values()
+    const cached = (node as unknown as { admission: { verified: VerdictCache<{ signed?: { bytes: Uint8Array }; author?: Uint8Array }> } }).admission.verified.values()
     expect(cached.length).toBeGreaterThan(0)
     for (const verdict of cached) {
       expect(verdict.signed?.bytes.buffer.byteLength).toBeLessThan(64 * 1024)
@@ -282,13 +282,13 @@ describe('the relay event loop', () => {
     await decided(first, await deposit(2, 'a'))
     await until('idle spaces to leave memory', () => resident(first) === 0)
     expect(first.status()['spaces']).toBe(3)
-    const head = first.stableHead('a')
+    const head = first.reads.stableHead('a')
     expect(head.index).toBe(2)
     // Used again: back from the store, and on from where it stood.
     await decided(first, await deposit(3, 'a'))
-    expect(first.stableHead('a').index).toBe(3)
+    expect(first.reads.stableHead('a').index).toBe(3)
     expect(resident(first)).toBe(1)
-    const hashes = ['a', 'b', 'c'].map((space) => first.stableHead(space).stateHash)
+    const hashes = ['a', 'b', 'c'].map((space) => first.reads.stableHead(space).stateHash)
     await first.whenDurable()
     await first.stop()
     nodes.splice(nodes.indexOf(first), 1)
@@ -296,9 +296,9 @@ describe('the relay event loop', () => {
     const second = soloRelay(dir, { snapshotEveryBatches: 1, spaceIdleMs: 20 }).node
     await second.start()
     expect(second.status()['spaces']).toBe(3)
-    expect(['a', 'b', 'c'].map((space) => second.stableHead(space).stateHash)).toEqual(hashes)
+    expect(['a', 'b', 'c'].map((space) => second.reads.stableHead(space).stateHash)).toEqual(hashes)
     await decided(second, await deposit(2, 'b'))
-    expect(second.stableHead('b').index).toBe(2)
+    expect(second.reads.stableHead('b').index).toBe(2)
     // A duplicate of an envelope decided before the spaces left memory is still one.
     expect(second.submit(await deposit(1, 'c')).status).toBe('duplicate')
   })
@@ -314,7 +314,7 @@ describe('the relay event loop', () => {
       const space = i % 2 ? 's' : 't'
       await decided(first, await deposit(++seqs[space], space))
     }
-    const before = { s: first.stableHead('s'), t: first.stableHead('t') }
+    const before = { s: first.reads.stableHead('s'), t: first.reads.stableHead('t') }
     expect(before.s.index).toBe(4)
     expect(before.t.index).toBe(3)
     // Decisions are made before their write is on disk: wait for the disk.
@@ -328,12 +328,12 @@ describe('the relay event loop', () => {
 
     const second = soloRelay(dir, { snapshotEveryBatches: 3 }).node
     await second.start()
-    expect({ s: second.stableHead('s'), t: second.stableHead('t') }).toEqual(before)
+    expect({ s: second.reads.stableHead('s'), t: second.reads.stableHead('t') }).toEqual(before)
     // The audit goes on where it stood: the next envelope of each space takes the next index.
     await decided(second, await deposit(5, 's'))
     await decided(second, await deposit(4, 't'))
-    expect(second.stableHead('s').index).toBe(5)
-    expect(second.stableHead('t').index).toBe(4)
+    expect(second.reads.stableHead('s').index).toBe(5)
+    expect(second.reads.stableHead('t').index).toBe(4)
     // Each space's attestation chain goes on from its last attestation before the restart.
     const { store: reopened } = second as unknown as { store: RelayStore }
     await second.whenDurable()
@@ -452,7 +452,7 @@ describe('retention', () => {
     // Commits of 's' are kept from a stable index 3 below the last snapshot's on.
     const start = store.feedStart('s') as number
     expect(start).toBeGreaterThan(30)
-    const head = first.stableHead('s')
+    const head = first.reads.stableHead('s')
     await first.stop()
     nodes.splice(nodes.indexOf(first), 1)
     const keptFrom = store.blocksKeptFrom
@@ -460,15 +460,15 @@ describe('retention', () => {
     const restarted = soloRelay(dir, options, 10)
     const second = restarted.node
     await second.start()
-    expect(second.stableHead('s')).toEqual(head)
-    expect(second.feedStart('s')).toBe(start)
+    expect(second.reads.stableHead('s')).toEqual(head)
+    expect(second.reads.feedStart('s')).toBe(start)
     // A peer asking for rounds below the window is told where it starts, with what is kept.
-    ;(second as unknown as { serveArchive(to: number, q: { fromRound: number; toRound: number }): void }).serveArchive(0, { fromRound: 1, toRound: keptFrom + 1 })
+    ;(second as unknown as { peers: { serveArchive(to: number, q: { fromRound: number; toRound: number }): void } }).peers.serveArchive(0, { fromRound: 1, toRound: keptFrom + 1 })
     const answers = restarted.sent.map((f) => decodeMessage(crypto as never, committee, f, undefined, true))
     expect(answers[0]).toEqual({ kind: 'pruned', keptFrom })
     expect(answers[1]?.kind).toBe('blocks')
     await decided(second, await deposit(41))
-    expect(second.stableHead('s').index).toBe(41)
+    expect(second.reads.stableHead('s').index).toBe(41)
   })
 })
 

@@ -33,7 +33,7 @@ describe('starting from a verified snapshot', () => {
     await writer.set('tags').add('x', { safe: true })
     stop()
     await c.until('history stable at the writer', () => acct.stable === n && writer.set('tags').stable.length === 1)
-    expect(c.relays[0]?.node.stableHead('bank').index).toBeGreaterThan(n)
+    expect(c.relays[0]?.node.reads.stableHead('bank').index).toBeGreaterThan(n)
     return { c, writer }
   }
 
@@ -71,7 +71,7 @@ describe('starting from a verified snapshot', () => {
     await world.shutdown(away)
     const stop = committing(c)
     for (let i = 0; i < 10; i++) await writer.counter('acct').increment(1, { safe: true })
-    await c.until('every relay pruned past it', () => c.relays.every((r) => (r.node.feedStart('bank') ?? 0) > position))
+    await c.until('every relay pruned past it', () => c.relays.every((r) => (r.node.reads.feedStart('bank') ?? 0) > position))
     stop()
     const seen = mark(c)
     const back = await world.client(c, { storage: lmdbStorage(dir) })
@@ -96,14 +96,14 @@ describe('starting from a verified snapshot', () => {
     await world.shutdown(away)
     for (let i = 0; i < hot; i++) await writer.counter('acct').increment(1, { safe: true })
     await writer.set('cold').add('one more', { safe: true })
-    await c.until('every relay at the writer', () => c.relays.every((r) => r.node.stableHead('bank').index === writer.status.stableIndex))
+    await c.until('every relay at the writer', () => c.relays.every((r) => r.node.reads.stableHead('bank').index === writer.status.stableIndex))
     stop()
     return { c, writer, dir, at, seen: mark(c) }
   }
 
   it('a client back after a while catches up by a delta f+1 relays vouch for (the hot counter as its state, the cold one as ops), not commit by commit', async () => {
     const { c, writer, dir, at, seen } = await awayWhile(20)
-    const served = c.relays[0]?.node.stateDelta('bank', at)
+    const served = c.relays[0]?.node.reads.stateDelta('bank', at)
     const delta = decodeStateDelta((served as { delta: Uint8Array }).delta, (signed) => ({ signed }) as never)
     // BENDY's rule on what the relay serves: 20 ops outweigh the counter's state; one op does not.
     expect(delta.objects.map((o) => [o.key, o.mode])).toEqual([

@@ -160,7 +160,7 @@ describe('transport', () => {
     await c.until('online', () => a.status.online)
     await a.counter('k').increment(1)
     await a.flush()
-    await commitUntil(c, 'committed', () => c.relays.every((r) => r.node.stableHead('bank').index === 1))
+    await commitUntil(c, 'committed', () => c.relays.every((r) => r.node.reads.stableHead('bank').index === 1))
     await c.advance(30)
     expect(a.status.stableIndex).toBe(0) // one attestation: f, not f+1
     await set(3, 'forge-frames')

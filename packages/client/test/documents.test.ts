@@ -413,7 +413,7 @@ describe('documents catching up', () => {
     await todos.move(1, 0, { safe: true })
     await card.text('notes').insert(0, 'nested', { safe: true })
     const relay = c.relays[0] as SimRelay
-    const delta = relay.node.stateDelta('notes', from)
+    const delta = relay.node.reads.stateDelta('notes', from)
     expect(delta && decodeStateDelta(delta.delta, (signed) => ({ signed }) as never).objects.find((o) => o.key === 'card')?.mode).toBe('state')
     const commitsBefore = commitsSent(c)
     const requestsBefore = c.relays.map((r) => r.requests.length)
@@ -431,7 +431,7 @@ describe('documents catching up', () => {
 
     // The relays pruned what came before their last few commits: a new client starts from the snapshot.
     await doc.insert(doc.length, '!', { safe: true })
-    await c.until('every relay pruned', () => c.relays.every((r) => (r.node.feedStart('notes') ?? 0) > 0))
+    await c.until('every relay pruned', () => c.relays.every((r) => (r.node.reads.feedStart('notes') ?? 0) > 0))
     const before = c.relays.map((r) => r.requests.length)
     const fresh = await client(c)
     await c.until('the new client has everything', () => same(fresh, 'Hello world!'))

@@ -396,7 +396,7 @@ export class SimRelay {
 
   /** The value of `key` in the stable state this relay holds of `space` (undefined before its first commit). */
   stableValue(space: string, key: string): unknown {
-    const [, , , , objects] = this.node.stableSnapshot(space).snapshot as [string, string, number, unknown, Array<[string, Uint8Array, unknown]>]
+    const [, , , , objects] = this.node.reads.stableSnapshot(space).snapshot as [string, string, number, unknown, Array<[string, Uint8Array, unknown]>]
     const found = objects.find(([k]) => k === key)
     return found && restoreCrdt(decodeDeclaration(found[1]), found[2]).value()
   }

@@ -25,7 +25,7 @@ describe('SimCluster', () => {
     const result = await a.counter('n').increment(5, { safe: true })
     expect(result.status).toBe('committed')
     await c.until('b sees it stable', () => b.counter('n').stable === 5)
-    expect(c.relays[0]?.node.stableHead('s').index).toBeGreaterThan(0)
+    expect(c.relays[0]?.node.reads.stableHead('s').index).toBeGreaterThan(0)
     // Simulated, not waited: well under a second of real time per simulated second.
     expect(performance.now() - started).toBeLessThan(20_000)
   })
@@ -55,9 +55,9 @@ describe('SimCluster', () => {
     await c.relays[1]?.down()
     await a.counter('n').increment(2, { safe: true })
     await c.relays[1]?.up()
-    const head = c.relays[0]?.node.stableHead('s')
-    await c.until('relay 1 caught up', () => c.relays[1]?.node.stableHead('s').stateHash === head?.stateHash)
-    expect(c.relays[1]?.node.stableHead('s').index).toBe(head?.index)
+    const head = c.relays[0]?.node.reads.stableHead('s')
+    await c.until('relay 1 caught up', () => c.relays[1]?.node.reads.stableHead('s').stateHash === head?.stateHash)
+    expect(c.relays[1]?.node.reads.stableHead('s').index).toBe(head?.index)
   })
 
   it('a relay lying about the state it attests is blamed, and the client still commits', async () => {

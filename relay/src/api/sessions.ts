@@ -378,7 +378,7 @@ class Session implements Subscriber {
       case 'hello':
         return this.hello(message)
       case 'subscribe': {
-        if (!this.node.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}`))
+        if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}`))
         const had = this.feeds.get(message.space)
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
@@ -386,17 +386,17 @@ class Session implements Subscriber {
         // Older than the commits kept here: a client that wants them starts again from a verified snapshot. One that
         // wants attestations only (to count 2f+1 on its own commits) gets them from there on: a relay attests a
         // space's commits in chain order, so each one vouches for every commit before it too.
-        const start = this.node.feedStart(message.space)
+        const start = this.node.reads.feedStart(message.space)
         const frames = message.frames !== false
         if (start !== undefined && message.fromIndex < start && frames) return this.send({ type: 'pruned', space: message.space, from: start })
         const fromIndex = start === undefined ? message.fromIndex : Math.max(message.fromIndex, start)
         const refs = frames && message.refs === true
-        const { feed, unsubscribe } = this.node.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
+        const { feed, unsubscribe } = this.node.reads.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
         this.feeds.delete(message.space)
         this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
         // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
         // outcomes wait for, even when no commit follows (the feed only sends what comes after).
-        const vouch = fromIndex > 0 ? this.node.attestedBy(message.space, fromIndex) : undefined
+        const vouch = fromIndex > 0 ? this.node.reads.attestedBy(message.space, fromIndex) : undefined
         if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
         this.pump()
         return

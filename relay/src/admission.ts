@@ -1,0 +1,207 @@
+import { SteadError, asSigned, authorIdOf, decode, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type StableAudit } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
+import type { MemoryBudget } from './budget.ts'
+import type { ClusterConfig } from './config.ts'
+import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from './consensus/index.ts'
+import { SpaceAccess } from './space-access.ts'
+import { VerdictCache } from './verdict-cache.ts'
+
+/**
+ * Default of RelayNodeOptions.maxClockAheadMs: five minutes. Offline time
+ * needs no room here (what a client wrote offline is stamped in the past
+ * when it reaches a relay); this only has to cover clock error: relays'
+ * NTP-kept clocks, and a client that wrote before it could measure its
+ * offset from the relays. Beyond it, one write would beat every concurrent
+ * write for that long.
+ */
+export const MAX_CLOCK_AHEAD_MS = 5 * 60_000
+
+/** Envelope verdicts kept (see openSigned): about ten seconds of envelopes at a busy relay's pace. */
+const MAX_VERDICTS = 20_000
+/** What a cached verdict holds beyond its frame: the decoded envelope's objects and the cache key. */
+const VERDICT_BYTES = 2048
+
+/** What admission needs of the relay around it. */
+export interface AdmissionHost {
+  readonly cluster: ClusterConfig
+  readonly crypto: SyncCrypto
+  readonly clock: HostClock
+  readonly budget: MemoryBudget
+  readonly maxClockAheadMs: number
+  /** The space's replica, if this relay holds one: what an envelope is judged against at the door. */
+  replicaOf(space: string): StableAudit | undefined
+}
+
+/** What the door says of an envelope: see Admission.door. */
+export interface DoorVerdict {
+  readonly env: Envelope
+  readonly decided: 'duplicate' | 'conflict' | undefined
+  readonly charge: (() => void) | undefined
+}
+
+/**
+ * Whether an envelope frame may come in, whoever brings it: its verdict
+ * (decoded and signature-checked once per content, cached), the space's
+ * policy (writers, readers, the new-space quota), and the door's checks
+ * of its clock and register stamps. Every correct relay applies the same
+ * rules; the audit enforces the policy again in the stable order
+ * (authorizeFor), since a Byzantine relay's blocks skip this door.
+ */
+export class Admission {
+  private readonly host: AdmissionHost
+  /** Verdicts on envelope frames by content id: a pure function of the bytes. */
+  private readonly verified = new VerdictCache<Envelope | SteadError>(MAX_VERDICTS)
+  readonly access: SpaceAccess
+  /** Above 0 while signatures already checked are read back (see trustingSignatures). */
+  private trusting = 0
+
+  constructor(host: AdmissionHost) {
+    this.host = host
+    this.access = new SpaceAccess(host.cluster, host.clock)
+    host.budget.track('verify-cache', () => this.verified.bytes, (bytes) => this.verified.evict(bytes))
+  }
+
+  /**
+   * Runs `read` with envelope signatures taken as valid: for blocks a relay
+   * recovers from its own store, whose signatures it checked before it
+   * stored them. Verdicts cached meanwhile are kept; a wrong signature
+   * cannot be among them, the store's own checksum having passed.
+   */
+  trustingSignatures<T>(read: () => T): T {
+    this.trusting++
+    try {
+      return read()
+    } finally {
+      this.trusting--
+    }
+  }
+
+  /**
+   * The checks a client envelope passes before the core sees it, whoever
+   * brings it (a client's submit, a peer's wake): the memory budget, the
+   * signature, the space's policy and, unless the audit decided its slot
+   * already (`decided`: the caller's call), its clock and its register
+   * stamps. `charge` (for an envelope that starts a space) takes the
+   * new-space quota of the author's key and of `origin`; the caller calls
+   * it once the envelope is queued. Throws SteadError.
+   */
+  door(frame: Uint8Array, origin: string): DoorVerdict {
+    const { budget, clock } = this.host
+    if (!budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${budget.used()} of its ${budget.totalBytes} bytes for clients; retry later`)
+    const env = this.open(frame)
+    if (env instanceof SteadError) throw env
+    this.access.checkWriter(env)
+    const replica = this.host.replicaOf(env.space)
+    const decided = replica?.decided(env)
+    if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
+    checkClockAtDoor(replica, env)
+    checkStampsAtDoor(env, clock.now(), this.host.maxClockAheadMs)
+    return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env.authorId, origin) }
+  }
+
+  /**
+   * The cluster's space policy as the audit's application validator: a
+   * Byzantine relay can put anything in its blocks, so the check that
+   * the door makes must hold in the stable order too. Every relay must run
+   * the same cluster file, or their audits differ.
+   */
+  authorizeFor(space: string): Authorize | undefined {
+    // (Spaces a closed cluster does not list get no replica at all: see Ledger.audit.)
+    const policy = this.host.cluster.spaces.get(space)
+    if (!policy?.writers) return undefined
+    const allowed = new Set(policy.writers.map((w) => authorIdOf(nodeCrypto, w)))
+    return (author) => (allowed.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not write to ${space}` })
+  }
+
+  /** Whether the cluster serves `space` at all: a closed cluster only the spaces its file lists. */
+  serves(space: string): boolean {
+    return this.host.cluster.openSpaces || this.host.cluster.spaces.has(space)
+  }
+
+  /** The consensus core's view of a payload frame: its envelope's slot and size, or why it is refused. */
+  inspect(frame: Uint8Array): PayloadInfo | SteadError {
+    const env = this.open(frame)
+    return env instanceof SteadError ? env : payloadInfoOf(env)
+  }
+
+  /** An envelope frame's verdict: the envelope, or why it is refused. */
+  open(frame: Uint8Array): Envelope | SteadError {
+    let signed: Signed
+    try {
+      signed = asSigned(decode(frame))
+    } catch (err) {
+      return err instanceof SteadError ? err : new SteadError('malformed', String(err))
+    }
+    return this.openSigned(signed, frame.length)
+  }
+
+  /** A parked envelope from a snapshot or a checkpoint: the envelope, or its verdict thrown (a SteadError). */
+  openOrThrow(signed: Signed): Envelope {
+    const env = this.openSigned(signed)
+    if (env instanceof SteadError) throw env
+    return env
+  }
+
+  /** An envelope's verdict from its signed bytes (`frameBytes`: the size of the frame they came in), cached. */
+  private openSigned(signed: Signed, frameBytes = signed.bytes.length + signed.sig.length): Envelope | SteadError {
+    const { crypto, budget } = this.host
+    const key = toHex(crypto.sha256(signed.bytes)) + toHex(signed.sig)
+    const cached = this.verified.get(key)
+    if (cached) return cached
+    // Kept in exact-size copies: the bytes may be a view into a whole socket read, which the
+    // cache would otherwise keep alive while charging only the envelope's size.
+    signed = { bytes: exact(signed.bytes), sig: exact(signed.sig) }
+    let v: Envelope | SteadError
+    try {
+      v = openEnvelopeSync({ sha256: (d) => crypto.sha256(d), verify: this.trusting > 0 ? () => true : (pk, message, sig) => crypto.verify(pk, message, sig) }, signed)
+    } catch (err) {
+      v = err instanceof SteadError ? err : new SteadError('malformed', String(err))
+    }
+    // Bounded in entries and in bytes, a quarter of the memory budget at most: an opened
+    // envelope holds its frame and its decoded objects (about VERDICT_BYTES more). Only a
+    // short window matters (an envelope is seen at submit, in blocks and at commit within
+    // seconds); the verdict depends only on the bytes, so an evicted one is computed again.
+    const bytes = v instanceof SteadError ? VERDICT_BYTES : 2 * frameBytes + VERDICT_BYTES
+    this.verified.set(key, v, bytes, budget.totalBytes / 4)
+    return v
+  }
+}
+
+/** `bytes` itself when it owns its whole buffer, else a copy that does: what is kept is charged at its size. */
+export function exact(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : new Uint8Array(bytes)
+}
+
+const NO_HISTORY: ClockInputs = { stableIndex: 0, prev: undefined, dep: () => undefined, committedAt: () => ({ lo: 0, hi: 0 }) }
+
+/**
+ * Chrono's update validator at the door: an envelope whose clock its
+ * inputs contradict is refused with `bad-clock`. Judged only where this
+ * relay's stable history already holds what the audit will judge it
+ * against (its author's previous envelope and its base); otherwise the
+ * audit judges it when it executes.
+ *
+ * @throws SteadError `bad-clock`.
+ */
+function checkClockAtDoor(replica: StableAudit | undefined, env: Envelope): void {
+  const next = replica ? replica.nextSeq(env.authorId) : 1
+  if (env.seq !== next || env.base > (replica?.stableIndex ?? 0)) return
+  const verdict = replica ? replica.judgeClock(env) : judgeClock(env, NO_HISTORY)
+  if (!verdict.ok) throw new SteadError('bad-clock', `${env.authorId}:${env.seq}: ${verdict.detail}`)
+}
+
+/**
+ * Refuses an envelope whose register writes are stamped more than
+ * `maxAheadMs` ahead of this relay's clock: last-writer-wins orders by
+ * those stamps, so a device clock running fast would win every concurrent
+ * write until real time caught up. Here at the door, where wall time is
+ * injected: the audit behind it stays deterministic.
+ */
+function checkStampsAtDoor(env: Envelope, now: number, maxAheadMs: number): void {
+  const stamp = latestRegisterStamp(env)
+  if (stamp === undefined || stamp - now <= maxAheadMs) return
+  throw new SteadError(
+    'clock-ahead',
+    `${env.authorId}:${env.seq} writes a register at timestamp ${stamp}, ${Math.round((stamp - now) / 1000)} s ahead of this relay's clock (${now}); the limit is ${Math.round(maxAheadMs / 1000)} s: the author's device clock runs fast`,
+  )
+}

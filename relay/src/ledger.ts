@@ -1,0 +1,255 @@
+import { StableAudit, SteadError, attestedDecision, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed } from '@stead/core'
+import type { Admission } from './admission.ts'
+import { CatchUpCache } from './catch-up-cache.ts'
+import type { SyncCrypto } from './consensus/index.ts'
+import { SnapshotPace } from './snapshot-pace.ts'
+import { SpaceTable, type SpaceHead } from './space-table.ts'
+import type { HistoryRecord, RelayStore, SnapshotWrite, WriteBatch } from './store.ts'
+
+/** A space's latest attestation here: its feed position and what it attests (the stable index and state hash after it). */
+export interface LatestAttestation {
+  readonly fromIndex: number
+  readonly round: number
+  readonly attestation: Signed
+  readonly index: number
+  readonly stateHash: Uint8Array
+}
+
+/** One attestation of a commit, to store: see Ledger.audit. */
+export type AttestationWrite = WriteBatch['attestations'][number]
+
+/** A decision of the audit on one envelope (committed, rejected, dropped, superseded). */
+type Decision = ReturnType<StableAudit['commit']>['decisions'][number]
+
+/** A space changed since the last snapshot is snapshotted at the first commit this long after it, however few batches came. */
+const SNAPSHOT_INTERVAL_MS = 60_000
+/**
+ * Committed envelope bytes after which a snapshot is due even within
+ * `everyBatches` (a few large batches can carry a long history): at least
+ * this, or as much as the last snapshot wrote, so a restart replays
+ * O(state) and snapshots cost no more than the updates they cover.
+ */
+const SNAPSHOT_MIN_REPLAY_BYTES = 256 * 1024
+
+export interface LedgerOptions {
+  readonly crypto: SyncCrypto
+  readonly secretKey: Uint8Array
+  readonly clock: HostClock
+  readonly admission: Admission
+  /** The relay's store (opened at start, so asked for when needed). */
+  readonly store: () => RelayStore
+  /** How long a space's replica stays in memory unused (see SpaceTable). */
+  readonly spaceIdleMs: number
+  /** Committed batches between snapshots (see SnapshotPace). */
+  readonly snapshotEveryBatches: number
+  /** Check every replica's stored state hash against its state as it loads (slow: tests and audits of a data dir). */
+  readonly verifyStateHashes: boolean
+  /** Called for every decision of the audit, as it is made (metrics, and the clients waiting on it). */
+  readonly decided: (d: Decision) => void
+  /** Called when a snapshot is taken (metrics). */
+  readonly snapshotTaken: () => void
+}
+
+/**
+ * The relay's deterministic state machine: every space's audit replica
+ * fed the committed order, the attestation chain each space's commits
+ * form, and when the spaces' state is snapshotted. Every correct relay
+ * holds the same ledger at the same commit; what it signs is its own.
+ */
+export class Ledger {
+  /** Every space this relay holds, its replica in memory while in use. */
+  readonly spaces: SpaceTable
+  private readonly o: LedgerOptions
+  /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
+  private readonly latestAttestation = new Map<string, LatestAttestation>()
+  /** Bootstrap snapshots and catch-up deltas, built once per commit for every client that asks. */
+  private readonly catchUp = new CatchUpCache()
+  /** When the spaces' audit state is snapshotted next. */
+  private readonly snapshots: SnapshotPace
+
+  constructor(options: LedgerOptions) {
+    this.o = options
+    this.snapshots = new SnapshotPace({ everyBatches: options.snapshotEveryBatches, minReplayBytes: SNAPSHOT_MIN_REPLAY_BYTES, intervalMs: SNAPSHOT_INTERVAL_MS, now: options.clock.now() })
+    this.spaces = new SpaceTable({
+      stored: (space) => this.o.store().spaceSnapshotBytes(space),
+      replicaOptions: (space) => this.replicaOptions(space),
+      open: (signed) => this.o.admission.openOrThrow(signed),
+      sha256: (b) => this.o.crypto.sha256(b),
+      clock: options.clock,
+      idleMs: options.spaceIdleMs,
+      evicted: (space) => {
+        this.latestAttestation.delete(space)
+        this.catchUp.evicted(space)
+      },
+    })
+  }
+
+  /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
+  replicaOptions(space: string): ReplicaOptions {
+    const { admission, verifyStateHashes, crypto } = this.o
+    return { space, authorize: admission.authorizeFor(space), historyLimit: 0, historyPatches: true, ...(verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => crypto.sha256(bytes) } : {}) }
+  }
+
+  /** Builds the spaces from the store's latest snapshot (at start, and after installing a checkpoint); `replay` then brings them up to the last batch. */
+  restore(records: Parameters<SpaceTable['restore']>[0]): void {
+    this.spaces.restore(records)
+  }
+
+  /** Audits a batch committed after the latest snapshot again (at start): the same order gives the same state, its attestations stored already. */
+  replay(anchorRound: number, frames: readonly Uint8Array[]): void {
+    this.audit(anchorRound, frames)
+    this.snapshots.took(1, frameBytes(frames))
+  }
+
+  /** Forgets everything held in memory: the store is about to hold another state (a checkpoint). */
+  clear(): void {
+    this.latestAttestation.clear()
+    this.catchUp.clear()
+    this.spaces.clear()
+  }
+
+  /**
+   * Feeds one consensus commit to every space's replica (new spaces are
+   * created in commit order, so every relay creates them alike) and signs an
+   * attestation for each space whose audit decided something. `history`
+   * collects the stable values objects took, to store; without it
+   * (replaying the store at start) the attestations, stored already, are
+   * not made again.
+   */
+  audit(anchorRound: number, frames: readonly Uint8Array[], history?: HistoryRecord[]): AttestationWrite[] {
+    const { admission, crypto } = this.o
+    const bySpace = new Map<string, { envs: Envelope[]; frames: Uint8Array[] }>()
+    for (const frame of frames) {
+      const env = admission.open(frame)
+      if (env instanceof SteadError) continue
+      // A space this cluster does not serve gets no replica (every relay skips it alike): a
+      // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
+      if (!admission.serves(env.space)) continue
+      if (!this.spaces.has(env.space)) admission.access.started(env.space)
+      let group = bySpace.get(env.space)
+      if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
+      group.envs.push(env)
+      group.frames.push(frame)
+    }
+    const out: AttestationWrite[] = []
+    // A space with nothing in this commit and nothing parked cannot change: only these are visited.
+    const visit = new Set([...bySpace.keys(), ...this.spaces.parkedSpaces()])
+    for (const space of visit) {
+      const group = bySpace.get(space)
+      const replica = this.spaces.forAudit(space)
+      const fromIndex = replica.stableIndex
+      const result = replica.commit(group?.envs ?? [], anchorRound)
+      this.catchUp.record(space, fromIndex, result)
+      // Every stable value an object took, kept for good (the replica keeps none in memory).
+      if (history) for (const h of result.history) history.push({ space, ...h })
+      for (const d of result.decisions) this.o.decided(d)
+      const decisions = result.decisions.filter((d) => d.kind !== 'superseded').map(attestedDecision)
+      // Attest every commit that carried envelopes of this space (some may only wait for a
+      // gap) or decided any: replaying exactly these batches at these rounds reproduces the audit.
+      if (decisions.length === 0 && !group) {
+        this.spaces.audited(space, replica)
+        continue
+      }
+      const prevRound = this.spaces.lastAttested(space)
+      this.spaces.audited(space, replica, anchorRound)
+      if (history === undefined) {
+        // Replaying: its attestation is in the store already; only the chain's position is needed.
+        this.latestAttestation.delete(space)
+        continue
+      }
+      const stateHash = replica.stableHash((b) => crypto.sha256(b))
+      const bytes = encodeAttestation({
+        space,
+        round: anchorRound,
+        prevRound,
+        fromIndex,
+        toIndex: result.stableIndex,
+        decisions,
+        stateHash,
+        batch: batchDigest((b) => crypto.sha256(b), group?.envs.map((e) => e.id) ?? []),
+      })
+      const attestation: Signed = { bytes, sig: crypto.sign(this.o.secretKey, bytes) }
+      this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation, index: result.stableIndex, stateHash })
+      out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
+    }
+    return out
+  }
+
+  /**
+   * Every so many batches, or at the first batch a while after the last
+   * snapshot, the spaces the audit changed since then are checkpointed:
+   * written with the drain's batches, in the same transaction, so a
+   * snapshot is always exactly "after batch n". `prune` says what the
+   * store may let go of with it.
+   */
+  snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>, prune: (spaces: ReadonlyArray<{ readonly space: string; readonly stableIndex: number }>) => Omit<SnapshotWrite, 'spaces'>): SnapshotWrite | undefined {
+    this.snapshots.took(newBatches.length, newBatches.reduce((n, b) => n + frameBytes(b.frames), 0))
+    if (this.spaces.dirtyCount === 0) return undefined
+    const now = this.o.clock.now()
+    if (!this.snapshots.due(now)) return undefined
+    // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
+    const spaces = this.spaces.takeSnapshot()
+    this.snapshots.taken(now, spaces.reduce((n, x) => n + x.bytes.length, 0))
+    this.o.snapshotTaken()
+    return { spaces, ...prune(spaces) }
+  }
+
+  /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */
+  latestAttested(space: string): LatestAttestation | undefined {
+    let latest = this.latestAttestation.get(space)
+    if (!latest) {
+      // Nothing audited for this space since start: its state is the one its last stored commit attested.
+      const head = this.o.store().latestCommit(space)
+      if (!head) return undefined
+      const a = decodeAttestation(head.attestation.bytes)
+      latest = { fromIndex: head.position[0], round: head.position[1], attestation: head.attestation, index: a.toIndex, stateHash: a.stateHash }
+      this.latestAttestation.set(space, latest)
+    }
+    return latest
+  }
+
+  /** The space's stable index and state hash as this relay's replica holds them (0 and the empty state's hash for a space it has none of). */
+  currentHead(space: string): SpaceHead {
+    return this.spaces.head(space) ?? { index: 0, stateHash: new StableAudit({ space }).stableHash((b) => this.o.crypto.sha256(b)) }
+  }
+
+  /** The space's replica, or an empty one for a space nothing was committed to yet (index 0, which every correct relay holds alike). */
+  replicaOrEmpty(space: string): StableAudit {
+    return this.spaces.read(space) ?? new StableAudit(this.replicaOptions(space))
+  }
+
+  /**
+   * A space's audit state as of its latest attested commit, with this
+   * relay's attestation of that commit (whose state hash covers it): what
+   * a client starts from instead of replaying the space's history.
+   * Undefined for a space with no attested commit.
+   */
+  bootstrapSnapshot(space: string): { attestation: Signed; state: Uint8Array } | undefined {
+    const replica = this.spaces.read(space)
+    if (!replica) return undefined
+    const latest = this.latestAttested(space)
+    // Many clients opening one space at once get the same bytes: encoded once per commit.
+    return latest && this.catchUp.snapshot(space, replica, latest)
+  }
+
+  /** One object's stable state at the latest attested commit, with the path proving it (or its absence) against that commit's state hash, and the attestation. */
+  objectProof(space: string, key: string): { attestation: Signed; proof: Uint8Array } | undefined {
+    const replica = this.spaces.read(space)
+    const latest = replica && this.latestAttested(space)
+    if (!replica || !latest) return undefined
+    return { attestation: latest.attestation, proof: encodeObjectProof(replica.objectProof((b) => this.o.crypto.sha256(b), key)) }
+  }
+
+  /** What changed in a space from `fromIndex` to the latest attested commit (BENDY: each object as ops or state), with the attestation; undefined past the change log. */
+  stateDelta(space: string, fromIndex: number, mode: DeltaMode): { attestation: Signed; delta: Uint8Array } | undefined {
+    const replica = this.spaces.read(space)
+    const latest = replica && this.latestAttested(space)
+    return replica && latest && this.catchUp.delta(space, replica, latest, fromIndex, mode)
+  }
+}
+
+export function frameBytes(frames: readonly Uint8Array[]): number {
+  let n = 0
+  for (const f of frames) n += f.length
+  return n
+}
