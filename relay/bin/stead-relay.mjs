@@ -5,10 +5,10 @@
 import { existsSync } from 'node:fs'
 import { URL } from 'node:url'
 
-const source = new URL('../src/cli.ts', import.meta.url)
+const source = new URL('../src/process/cli.ts', import.meta.url)
 if (existsSync(source)) {
   await import('./source.mjs')
   await import(source.href)
 } else {
-  await import('../dist/cli.js')
+  await import('../dist/process/cli.js')
 }

@@ -8,14 +8,14 @@
  *
  * @module @stead/relay
  */
-export { runRelay, type RunRelayOptions, type RunningRelay } from './relay.ts'
-export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './node.ts'
-export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './config.ts'
-export { buildApi, createApi } from './api.ts'
+export { runRelay, type RunRelayOptions, type RunningRelay } from './process/relay.ts'
+export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './runtime/node.ts'
+export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
+export { buildApi, createApi } from './api/server.ts'
 export { systemClock, type HostClock, type HostTimer } from '@stead/core'
-export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './kv.ts'
-export { FileJournal, MemoryJournal, type Journal } from './journal.ts'
-export { STORE_TABLES, storeRecords, type StoreBacking } from './store.ts'
-export { DEFAULT_LIMITS as DEFAULT_API_LIMITS, type ApiLimits } from './api.ts'
+export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './store/kv.ts'
+export { FileJournal, MemoryJournal, type Journal } from './store/journal.ts'
+export { STORE_TABLES, storeRecords, type StoreBacking } from './store/store.ts'
+export { DEFAULT_LIMITS as DEFAULT_API_LIMITS, type ApiLimits } from './api/server.ts'
 export { ClientSessions, type SessionSocket } from './api/sessions.ts'
 export { CLIENT_LIES, ClientFacingLiar, type ClientLie } from './faults/client-lies.ts'

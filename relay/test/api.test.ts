@@ -8,11 +8,11 @@ import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/n
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
-import { generateIdentity, parseCluster } from '../src/config.ts'
-import { addressKey } from '../src/api.ts'
+import { generateIdentity, parseCluster } from '../src/process/config.ts'
+import { addressKey } from '../src/api/server.ts'
 import { publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { peerIdFromPublicKey } from '@libp2p/peer-id'
-import { runRelay, type RunningRelay } from '../src/relay.ts'
+import { runRelay, type RunningRelay } from '../src/process/relay.ts'
 import { freePort } from './helpers/cluster.ts'
 
 /** A WebSocket session to the relay at `api` over wss, past the challenge, as the key made of bytes `n`. */

@@ -5,13 +5,13 @@ import { clockInit, decode, encode, encodeEnvelope, sealEnvelope, toHex } from '
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { parseCluster } from '../src/config.ts'
+import { parseCluster } from '../src/process/config.ts'
 import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, type CheckpointManifest, type Committee, type SyncCrypto } from '../src/consensus/index.ts'
 import type { Mesh } from '../src/mesh/types.ts'
-import { RelayNode } from '../src/node.ts'
-import { RelayCheckpoints } from '../src/checkpoints.ts'
+import { RelayNode } from '../src/runtime/node.ts'
+import { RelayCheckpoints } from '../src/runtime/checkpoints.ts'
 import { systemClock } from '@stead/core'
-import type { RelayStore } from '../src/store.ts'
+import type { RelayStore } from '../src/store/store.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))

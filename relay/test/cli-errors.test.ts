@@ -15,8 +15,8 @@ import { createServer, type Server } from 'node:net'
 import { hostname, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { LOCK_FILE } from '../src/datadir.ts'
-import { initCluster } from '../src/init.ts'
+import { LOCK_FILE } from '../src/process/datadir.ts'
+import { initCluster } from '../src/process/init.ts'
 import { freePort, until } from './helpers/cluster.ts'
 
 const BIN = process.env.STEAD_RELAY_BIN ?? resolve(import.meta.dirname, '../bin/stead-relay.mjs')

@@ -1,7 +1,7 @@
 import { clockInit, decode, decodeAttestation, decodeRelayMessage, encodeAttestation, encodeEnvelope, encodeRelayMessage, freshHeadBytes, fromHex, openEnvelopeSync, sealEnvelope, toHex, type RelayMessage } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
-import { byzantineModes } from '../src/cli-options.ts'
+import { byzantineModes } from '../src/process/cli-options.ts'
 import { ClientFacingLiar, SLOW_MS, type ClientLie } from '../src/faults/client-lies.ts'
 
 const secretKey = new Uint8Array(32).fill(9)

@@ -1,6 +1,6 @@
 import { toHex } from '@stead/core'
 import { describe, expect, it } from 'vitest'
-import { ConfigError, clusterToJson, generateIdentity, parseCluster } from '../src/config.ts'
+import { ConfigError, clusterToJson, generateIdentity, parseCluster } from '../src/process/config.ts'
 
 const relay = (i: number, over: Record<string, unknown> = {}) => ({
   id: `r${i}`,

@@ -1,7 +1,7 @@
 import { Agent, createServer, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
-import { connectionCap, guardConnections, openFilesLimit } from '../src/connections.ts'
+import { connectionCap, guardConnections, openFilesLimit } from '../src/api/connections.ts'
 
 describe('the client API connection cap', () => {
   it('stays below the open-files limit, keeping a headroom for the store, the mesh, the peer port and probes', () => {

@@ -6,8 +6,8 @@ import { join, resolve } from 'node:path'
 import { toHex } from '@stead/core'
 import { open } from 'lmdb'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ConfigError, generateIdentity } from '../src/config.ts'
-import { committeeFingerprint, LOCK_FILE, META_FILE, openDataDir, policyFingerprint, STORE_FORMAT } from '../src/datadir.ts'
+import { ConfigError, generateIdentity } from '../src/process/config.ts'
+import { committeeFingerprint, LOCK_FILE, META_FILE, openDataDir, policyFingerprint, STORE_FORMAT } from '../src/process/datadir.ts'
 import { TestCluster, type TestRelay } from './helpers/cluster.ts'
 
 const root = mkdtempSync(join(tmpdir(), 'stead-datadir-'))

@@ -58,9 +58,9 @@ const REASON_SET: ReadonlySet<string> = new Set<string>(ERROR_REASONS)
  * signature, 4003 no hello in time, 4008 slow consumer, 1013 too many sessions.
  */
 const CLOSE_CODES: ReadonlySet<number> = new Set([4000, 4001, 4003, 4008, 1013])
-/** The relay's default frame limit (relay/src/api.ts): ws refuses a longer frame at its header. */
+/** The relay's default frame limit (relay/src/api/server.ts): ws refuses a longer frame at its header. */
 const MAX_FRAME = 2 * 1024 * 1024
-/** The frame limit before hello (relay/src/api.ts PRE_AUTH_FRAME_BYTES). */
+/** The frame limit before hello (relay/src/api/server.ts PRE_AUTH_FRAME_BYTES). */
 const PRE_AUTH_FRAME = 64 * 1024
 /**
  * A frame over the limit is refused at its header: the session closes with 1009 (message too big),

@@ -3,7 +3,7 @@ import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/n
 import { describe, expect, it } from 'vitest'
 import { decodeMessage, encodeMessage, type Committee, type Message, type SyncCrypto } from '../src/consensus/index.ts'
 import { systemClock } from '@stead/core'
-import { HeadProofs, type HeadProofHost } from '../src/head-proofs.ts'
+import { HeadProofs, type HeadProofHost } from '../src/runtime/head-proofs.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { commitWaitMs, readiness, roundsBehind, type HealthNumbers } from '../src/health.ts'
+import { commitWaitMs, readiness, roundsBehind, type HealthNumbers } from '../src/runtime/health.ts'
 
 const NOW = 1_000_000
 /** A relay of a healthy 4-relay cluster (f = 1) with nothing to do. */

@@ -1,8 +1,8 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { CollabList, CollabMap, CollabText, encode, historyPatch, type Declaration } from '@stead/core'
-import { HistoryLog, MAX_PATCH_RUN, type HistoryRecord } from '../src/history-log.ts'
-import { MemoryKv, type KvTable } from '../src/kv.ts'
+import { HistoryLog, MAX_PATCH_RUN, type HistoryRecord } from '../src/store/history-log.ts'
+import { MemoryKv, type KvTable } from '../src/store/kv.ts'
 
 type Table = KvTable<[string, string, number]>
 

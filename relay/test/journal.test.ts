@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { FileJournal, MemoryJournal } from '../src/journal.ts'
+import { FileJournal, MemoryJournal } from '../src/store/journal.ts'
 
 const path = (): string => join(mkdtempSync(join(tmpdir(), 'stead-journal-')), 'blocks.journal')
 const bytes = (n: number, fill: number): Uint8Array => new Uint8Array(n).fill(fill)

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { LmdbKv, MemoryKv, type Kv, type KeyRange, type KvKey } from '../src/kv.ts'
+import { LmdbKv, MemoryKv, type Kv, type KeyRange, type KvKey } from '../src/store/kv.ts'
 
 const bytes = (n: number) => new Uint8Array([n & 255, n >> 8])
 // Names with characters whose UTF-16 and UTF-8 orders differ, as space names may have.

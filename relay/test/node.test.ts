@@ -5,14 +5,14 @@ import { authorIdOf, clockFrom, clockInit, decodeAttestation, encodeEnvelope, se
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
-import { parseCluster } from '../src/config.ts'
+import { parseCluster } from '../src/process/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { decodeMessage, encodeMessage, signBlock } from '../src/consensus/index.ts'
-import { RelayNode, relayCrypto } from '../src/node.ts'
-import { MemoryJournal, type Journal } from '../src/journal.ts'
-import { MemoryKv } from '../src/kv.ts'
-import type { RelayStore, WriteBatch } from '../src/store.ts'
-import type { VerdictCache } from '../src/verdict-cache.ts'
+import { RelayNode, relayCrypto } from '../src/runtime/node.ts'
+import { MemoryJournal, type Journal } from '../src/store/journal.ts'
+import { MemoryKv } from '../src/store/kv.ts'
+import type { RelayStore, WriteBatch } from '../src/store/store.ts'
+import type { VerdictCache } from '../src/runtime/verdict-cache.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
 const deposit = (seq: number, space = 's') =>

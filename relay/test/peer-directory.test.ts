@@ -1,6 +1,6 @@
 import { SteadError } from '@stead/core'
 import { describe, expect, it } from 'vitest'
-import { PeerDirectory } from '../src/peer-directory.ts'
+import { PeerDirectory } from '../src/api/peer-directory.ts'
 
 type S = { name: string }
 const sessions = new Map<string, S>()

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { jsonWithBytes } from '../src/reads.ts'
+import { jsonWithBytes } from '../src/api/reads.ts'
 
 describe('jsonWithBytes', () => {
   it('writes the fields and the bytes as base64url, as JSON.stringify would, whatever the length', () => {

@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { Shares } from '../src/shares.ts'
+import { Shares } from '../src/api/shares.ts'
 
 describe('Shares', () => {
   it('knows who holds the most after any sequence of adds and deletes', () => {

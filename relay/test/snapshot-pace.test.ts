@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { SnapshotPace } from '../src/snapshot-pace.ts'
+import { SnapshotPace } from '../src/runtime/snapshot-pace.ts'
 
 describe('SnapshotPace', () => {
   it('is due after so many batches, once the batches since weigh as much as the last snapshot, or a while after it', () => {

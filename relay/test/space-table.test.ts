@@ -1,8 +1,8 @@
 import { clockInit, openEnvelopeSync, sealEnvelope, toHex, type Envelope } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
-import { SpaceTable } from '../src/space-table.ts'
-import { decodeSpaceSnapshot } from '../src/store.ts'
+import { SpaceTable } from '../src/runtime/space-table.ts'
+import { decodeSpaceSnapshot } from '../src/store/store.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
 const sha256 = (b: Uint8Array) => nodeCrypto.sha256(b)

@@ -5,9 +5,9 @@ import { encode } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { GENESIS_DIGEST, signBlock, type Block, type BlockRef, type Committee } from '../src/consensus/index.ts'
-import { FileJournal, MemoryJournal } from '../src/journal.ts'
-import { LmdbKv, MemoryKv } from '../src/kv.ts'
-import { RelayStore, type StoreBacking, type WriteBatch } from '../src/store.ts'
+import { FileJournal, MemoryJournal } from '../src/store/journal.ts'
+import { LmdbKv, MemoryKv } from '../src/store/kv.ts'
+import { RelayStore, type StoreBacking, type WriteBatch } from '../src/store/store.ts'
 
 const secrets = [3, 4, 5, 6].map((n) => new Uint8Array(32).fill(n))
 const committee: Committee = { f: 1, keys: secrets.map((k) => publicKeyOfSync(k)) }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { VerdictCache } from '../src/verdict-cache.ts'
+import { VerdictCache } from '../src/runtime/verdict-cache.ts'
 
 describe('VerdictCache', () => {
   it('keeps verdicts within its entry and byte bounds, dropping the oldest first, and frees bytes on demand', () => {

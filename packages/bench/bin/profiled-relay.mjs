@@ -21,4 +21,4 @@ process.on('message', async (m) => {
   }
 })
 await import('../../../relay/bin/source.mjs')
-await import('../../../relay/src/cli.ts')
+await import('../../../relay/src/process/cli.ts')

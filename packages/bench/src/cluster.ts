@@ -8,7 +8,7 @@ import { freePort, sleep, stopRelays, waitHealthy } from '@stead/relay/testing'
 
 const RELAY_BIN = resolve(import.meta.dirname, '../../../relay/bin/stead-relay.mjs')
 /** The compiled relay, as the npm package runs it (`npm run build` first). */
-export const RELAY_DIST = resolve(import.meta.dirname, '../../../relay/dist/cli.js')
+export const RELAY_DIST = resolve(import.meta.dirname, '../../../relay/dist/process/cli.js')
 const PLAIN_BIN = resolve(import.meta.dirname, '../bin/plain-relay.mjs')
 const PROFILED_RELAY_BIN = resolve(import.meta.dirname, '../bin/profiled-relay.mjs')
 

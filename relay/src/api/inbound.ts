@@ -1,5 +1,5 @@
 import { SteadError, type HostClock, type HostTimer } from '@stead/core'
-import { Bucket, type Rate } from '../bucket.ts'
+import { Bucket, type Rate } from '../runtime/bucket.ts'
 
 /** Bytes a throttled session may hold received and not yet handled (what its socket delivered before it paused). */
 const MAX_BACKLOG_BYTES = 8 * 1024 * 1024

@@ -1,4 +1,4 @@
-import { Bucket, type Rate } from '../bucket.ts'
+import { Bucket, type Rate } from '../runtime/bucket.ts'
 
 /**
  * What one peer's mesh frames may make this relay do, per peer and per

@@ -4,7 +4,7 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { toHex } from '@stead/core'
-import { generateIdentity, writeIdentity } from '../../src/config.ts'
+import { generateIdentity, writeIdentity } from '../../src/process/config.ts'
 
 const BIN = resolve(import.meta.dirname, '../../bin/stead-relay.mjs')
 

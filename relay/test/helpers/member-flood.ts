@@ -18,10 +18,10 @@
  */
 import { clockInit, encodeEnvelope, sealEnvelope } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
-import { loadCluster, loadIdentity } from '../../src/config.ts'
-import { committeeOf } from '../../src/config.ts'
+import { loadCluster, loadIdentity } from '../../src/process/config.ts'
+import { committeeOf } from '../../src/process/config.ts'
 import { decodeMessage, encodeMessage, signBlock, type Block, type Message } from '../../src/consensus/index.ts'
-import { relayCrypto } from '../../src/node.ts'
+import { relayCrypto } from '../../src/runtime/node.ts'
 import { createLibp2pMesh } from '../../src/mesh/libp2p.ts'
 
 const [clusterPath, keyPath, asId, targetId, kind = 'sync', ms = '3000', rateArg = '0'] = process.argv.slice(2)

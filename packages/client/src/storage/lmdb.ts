@@ -28,7 +28,7 @@ export function lmdbStorage(path: string): ClientStorage {
     // 'binary' on both sides: values are bytes the client encoded itself, so
     // lmdb's bundled msgpackr must not touch them.
     // overlappingSync off, as in the relay's store: in lmdb 3.5.6 it let commits that free
-    // large values fail with MDB_BAD_TXN (see relay/src/store.ts).
+    // large values fail with MDB_BAD_TXN (see relay/src/store/store.ts).
     db = lmdb.open<Uint8Array, Uint8Array>({ path, encoding: 'binary', keyEncoding: 'binary', overlappingSync: false })
   } catch (cause) {
     throw new StorageError('unavailable', `cannot open LMDB at ${path}: ${messageOf(cause)}`, { cause })

@@ -1,7 +1,7 @@
 import { bytesEqual, stableReadBytes } from '@stead/core'
 import { Bucket } from './bucket.ts'
 import type { HostClock } from '@stead/core'
-import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
+import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
 
 /**
  * Proven heads for linearizable quorum reads.

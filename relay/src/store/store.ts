@@ -4,7 +4,7 @@ import { decode, decodeAttestation, encode, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
 import { LmdbKv, RECORD_LIMIT, type Kv, type KvTable } from './kv.ts'
-import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from './consensus/index.ts'
+import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from '../consensus/index.ts'
 
 /** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
 export interface StoredAttestation {

@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { MemoryBudget } from './budget.ts'
+import type { MemoryBudget } from '../runtime/budget.ts'
 
 /** Limits of the HTTP reads (see relay/README.md, "Security model"); part of the client API's limits. */
 export interface ReadLimits {

@@ -1,5 +1,5 @@
 import { SteadError, toHex, type Envelope, type HostClock } from '@stead/core'
-import type { ClusterConfig } from './config.ts'
+import type { ClusterConfig } from '../process/config.ts'
 
 const HOUR_MS = 3_600_000
 /** Keys, addresses and spaces being started that the quota remembers at most. */

@@ -1,12 +1,12 @@
 import { decodeAttestation, encode, freshHeadBytes, historyPageBytes, stableReadBytes, toHex, type DeltaMode, type HostClock, type Signed } from '@stead/core'
 import type { Admission } from './admission.ts'
 import type { ClientNews, Subscriber } from './client-news.ts'
-import type { Committee, Message, SyncCrypto } from './consensus/index.ts'
-import { CommitFeed } from './feed.ts'
+import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
+import { CommitFeed } from '../store/feed.ts'
 import { HeadProofs } from './head-proofs.ts'
 import type { Ledger } from './ledger.ts'
 import type { SpaceHead } from './space-table.ts'
-import type { RelayStore } from './store.ts'
+import type { RelayStore } from '../store/store.ts'
 
 export interface ClientReadsOptions {
   readonly committee: Committee

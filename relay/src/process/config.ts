@@ -3,7 +3,7 @@ import { isIPv4, isIPv6 } from 'node:net'
 import { fromHex, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { z } from 'zod'
-import { validateCommittee, type Committee } from './consensus/index.ts'
+import { validateCommittee, type Committee } from '../consensus/index.ts'
 
 /** A configuration problem an operator must fix; the message says what and where. */
 export class ConfigError extends Error {

@@ -30,7 +30,7 @@ export interface DevOptions {
 
 const here = dirname(fileURLToPath(import.meta.url))
 /** Relays are started through the same bin as this process, from src/ or dist/ alike. */
-const BIN = resolve(here, '../bin/stead-relay.mjs')
+const BIN = resolve(here, '../../bin/stead-relay.mjs')
 /** How long relays get to close their stores after SIGTERM before they are killed. */
 const STOP_GRACE_MS = 3000
 

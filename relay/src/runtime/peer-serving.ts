@@ -1,11 +1,11 @@
 import { SteadError, fromHex, type HostClock } from '@stead/core'
 import type { Logger } from 'pino'
 import { exact, type Admission } from './admission.ts'
-import { SYNC_BATCH, SYNC_BYTES, byBytes, encodeMessage, type ArchiveQuery, type Block, type Committee, type Message, type Output, type SyncCrypto } from './consensus/index.ts'
-import { MeshBudget, peekBlockCount, peekKind, type MeshLimits, type Throttled } from './mesh/budget.ts'
-import type { Mesh } from './mesh/types.ts'
+import { SYNC_BATCH, SYNC_BYTES, byBytes, encodeMessage, type ArchiveQuery, type Block, type Committee, type Message, type Output, type SyncCrypto } from '../consensus/index.ts'
+import { MeshBudget, peekBlockCount, peekKind, type MeshLimits, type Throttled } from '../mesh/budget.ts'
+import type { Mesh } from '../mesh/types.ts'
 import type { Metrics } from './metrics.ts'
-import type { RelayStore } from './store.ts'
+import type { RelayStore } from '../store/store.ts'
 
 /** Bytes of one peer's frames that may wait for the event loop: two full catch-up answers (SYNC_BYTES). */
 export const MESH_BACKLOG_BYTES = 2 * SYNC_BYTES

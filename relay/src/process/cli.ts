@@ -78,8 +78,8 @@ async function start(options: StartOptions): Promise<void> {
   if (process.channel) process.once('disconnect', () => shutdown('parent exited'))
 
   const [{ DEFAULT_LIMITS }, { DEFAULT_MESH_LIMITS }, { ConfigError, fileProblem, loadCluster, loadIdentity }, { relayLogger }, { runRelay }, { toHex }] = await Promise.all([
-    import('./api.ts'),
-    import('./mesh/budget.ts'),
+    import('../api/server.ts'),
+    import('../mesh/budget.ts'),
     import('./config.ts'),
     import('./logging.ts'),
     import('./relay.ts'),
@@ -123,7 +123,7 @@ async function start(options: StartOptions): Promise<void> {
   if (state.signal) {
     // Asked to stop before anything was opened: nothing to close.
     logger.info({ signal: state.signal, closed: [] }, 'relay stopped before it started')
-    process.exit(0)
+    return exitAfterLogs(logger, 0)
   }
   state.relay = await runRelay({
     cluster,
@@ -152,18 +152,30 @@ function stopRelay(relay: RunningRelay, logger: Logger, signal: string): void {
   const t0 = Date.now()
   setTimeout(() => {
     logger.error({ signal, ms: STOP_TIMEOUT_MS }, 'relay did not stop in time; exiting anyway')
-    process.exit(1)
+    exitAfterLogs(logger, 1)
   }, STOP_TIMEOUT_MS).unref()
   relay.stop().then(
     ({ closed }) => {
       logger.info({ signal, closed, ms: Date.now() - t0 }, 'relay stopped')
-      process.exit(0)
+      exitAfterLogs(logger, 0)
     },
     (err: unknown) => {
       logger.error({ signal, err }, 'relay stopped with an error')
-      process.exit(1)
+      exitAfterLogs(logger, 1)
     },
   )
+}
+
+/**
+ * Exits once the log lines written so far are out: pino writes stdout
+ * asynchronously, and an exit with a write in flight cuts the last line
+ * (the one that says how the relay stopped; CI saw it missing). A stdout
+ * that does not drain gets a second to.
+ */
+function exitAfterLogs(logger: Logger, code: number): void {
+  process.exitCode = code
+  setTimeout(() => process.exit(code), 1000).unref()
+  logger.flush(() => process.exit(code))
 }
 
 async function keygen(o: { out: string }): Promise<void> {

@@ -12,9 +12,9 @@ import {
   type Message,
   type PartRequest,
   type SyncCrypto,
-} from './consensus/index.ts'
+} from '../consensus/index.ts'
 import type { HostClock, HostTimer } from '@stead/core'
-import type { CheckpointWrite, RelayStore } from './store.ts'
+import type { CheckpointWrite, RelayStore } from '../store/store.ts'
 
 /** Bytes of space states per checkpoint part: a mesh frame holds 64 MiB at most. */
 const PART_BYTES = 8 * 1024 * 1024

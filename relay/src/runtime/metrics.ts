@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { RELAY_VERSION } from './version.ts'
+import { RELAY_VERSION } from '../process/version.ts'
 
 /** What the relay reports at each scrape; read when Prometheus asks, never kept up to date in between. */
 export interface MetricsSnapshot {

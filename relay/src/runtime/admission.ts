@@ -1,8 +1,8 @@
 import { SteadError, asSigned, authorIdOf, decode, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type StableAudit } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import type { MemoryBudget } from './budget.ts'
-import type { ClusterConfig } from './config.ts'
-import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from './consensus/index.ts'
+import type { ClusterConfig } from '../process/config.ts'
+import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
 import { SpaceAccess } from './space-access.ts'
 import { VerdictCache } from './verdict-cache.ts'
 

@@ -1,5 +1,5 @@
 import { MAX_PEERS_PER_MESSAGE, SteadError } from '@stead/core'
-import { Bucket } from './bucket.ts'
+import { Bucket } from '../runtime/bucket.ts'
 
 /** Most addresses in the answer to an announcement. */
 const REPLY_ADDRS = Math.min(128, MAX_PEERS_PER_MESSAGE)

@@ -5,10 +5,10 @@
  * pointer to --help, never a stack trace.
  */
 import { InvalidArgumentError, Option } from 'commander'
-import type { ApiLimits } from './api.ts'
-import type { MeshLimits } from './mesh/budget.ts'
-import { CLIENT_LIES, type ClientLie } from './faults/client-lies.ts'
-import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from './faults/strategies.ts'
+import type { ApiLimits } from '../api/server.ts'
+import type { MeshLimits } from '../mesh/budget.ts'
+import { CLIENT_LIES, type ClientLie } from '../faults/client-lies.ts'
+import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from '../faults/strategies.ts'
 import { LOG_LEVELS } from './logging.ts'
 
 /** A command line that cannot work: the message says why; the CLI adds where to look. */

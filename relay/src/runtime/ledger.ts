@@ -1,10 +1,10 @@
 import { StableAudit, SteadError, attestedDecision, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed } from '@stead/core'
 import type { Admission } from './admission.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
-import type { SyncCrypto } from './consensus/index.ts'
+import type { SyncCrypto } from '../consensus/index.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
 import { SpaceTable, type SpaceHead } from './space-table.ts'
-import type { HistoryRecord, RelayStore, SnapshotWrite, WriteBatch } from './store.ts'
+import type { HistoryRecord, RelayStore, SnapshotWrite, WriteBatch } from '../store/store.ts'
 
 /** A space's latest attestation here: its feed position and what it attests (the stable index and state hash after it). */
 export interface LatestAttestation {

@@ -1,4 +1,4 @@
-import './mesh/polyfill.ts'
+import '../mesh/polyfill.ts'
 
 import { circuitRelayServer } from '@libp2p/circuit-relay-v2'
 import { generateKeyPairFromSeed } from '@libp2p/crypto/keys'

@@ -1,6 +1,6 @@
 import { StableAudit, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
 import type { HostClock, HostTimer } from '@stead/core'
-import { decodeSpaceSnapshot, encodeSpaceSnapshot } from './store.ts'
+import { decodeSpaceSnapshot, encodeSpaceSnapshot } from '../store/store.ts'
 
 /**
  * What a resident replica is charged besides its state: its maps, indexes
