@@ -442,11 +442,11 @@ describe('libp2p mesh', () => {
     const frames = 128
     const frame = new Uint8Array(1024 * 1024).fill(1)
     for (let i = 0; i < frames; i++) m0.send(1, frame)
-    await waitFor(() => paused && m0.stats().drainWaits >= 2, 'the reader to pause after the writer waited on it')
-    // Give a writer that ignores backpressure time to empty its queue (with the bug: ~20 ms).
-    await sleep(500)
-    // What left our queue is what the reader took plus what yamux lets be in flight (its
-    // window, 16 MiB at most), not all 128 MiB.
+    // The writer parks on the paused stream with frames still queued: a writer that ignored
+    // backpressure would never park and would empty its queue into yamux instead.
+    await waitFor(() => paused && m0.stats().writersWaiting === 1 && m0.stats().queuedBytes > 0, 'the writer to wait on the paused reader')
+    // Parked, it moves nothing more until a drain: what left our queue is what the reader took
+    // plus what yamux lets be in flight (its window, 16 MiB at most), not all 128 MiB.
     const left = frames * frame.byteLength - m0.stats().queuedBytes
     expect(left - read).toBeLessThan(32 * 1024 * 1024)
   })

@@ -11,7 +11,7 @@ import { SteadError } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { createClientWith, type SteadClient } from './client.ts'
 import { lmdbStorage } from './storage/lmdb.ts'
-import type { SocketFactory, SocketLike } from './transport.ts'
+import type { SocketFactory, SocketLike } from './transport/transport.ts'
 import type { ClientOptions } from './types.ts'
 
 export * from './index.ts'

@@ -1,5 +1,5 @@
 import { DEFAULT_LIMITS, SteadError, systemClock, type HostClock } from '@stead/core'
-import { parseClusterDescriptor, sessionUrlOf, type ClusterDescriptor } from './cluster.ts'
+import { parseClusterDescriptor, sessionUrlOf, type ClusterDescriptor } from './transport/cluster.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { ClientOptions } from './types.ts'
 

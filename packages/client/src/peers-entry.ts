@@ -6,5 +6,5 @@
  *
  * @module @stead/client/peers
  */
-export { libp2pPeers } from './peers-web.ts'
-export { PEER_PROTOCOL, type Libp2pPeers, type Libp2pPeersOptions } from './peers-libp2p.ts'
+export { libp2pPeers } from './peers/peers-web.ts'
+export { PEER_PROTOCOL, type Libp2pPeers, type Libp2pPeersOptions } from './peers/peers-libp2p.ts'

@@ -1,8 +1,8 @@
 import type { Crypto, ErrorReason, HostClock } from '@stead/core'
-import type { ClusterDescriptor, Fetch } from './cluster.ts'
-import type { PeerNetwork } from './peers.ts'
+import type { ClusterDescriptor, Fetch } from './transport/cluster.ts'
+import type { PeerNetwork } from './peers/peers.ts'
 import type { ClientStorage } from './storage/types.ts'
-import type { SocketFactory } from './transport.ts'
+import type { SocketFactory } from './transport/transport.ts'
 
 /**
  * How a safe update (or an atomic group) ended in the stable order, as f+1

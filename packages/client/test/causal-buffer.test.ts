@@ -2,7 +2,7 @@ import { clockInit, sealEnvelope, type Envelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CausalBuffer } from '../src/causal-buffer.ts'
+import { CausalBuffer } from '../src/upstream/causal-buffer.ts'
 
 const me = { secretKey: new Uint8Array(32).fill(5), publicKey: await nodeCrypto.publicKeyOf(new Uint8Array(32).fill(5)) }
 const envs: Envelope[] = await Promise.all(

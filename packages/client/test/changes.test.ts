@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { sequenceDelta, type IdStep } from '../src/changes.ts'
+import { sequenceDelta, type IdStep } from '../src/handles/changes.ts'
 
 /** Applies steps to `before`, taking inserted ids from `after`. */
 function applySteps(before: readonly string[], after: readonly string[], steps: readonly IdStep[]): string[] {

@@ -5,7 +5,7 @@ import { decodeStateDelta } from '@stead/core'
 import type { SimCluster, SimClusterOptions, SimRelay } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
 import { lmdbStorage, type Space } from '../src/index.node.ts'
-import { fromHome } from '../src/outbox.ts'
+import { fromHome } from '../src/upstream/outbox.ts'
 import { commitUntil, committing, simWorld } from './helpers/sim-world.ts'
 
 /** A client that starts or comes back far behind: verified snapshots and deltas from real relays in simulated time. */

@@ -2,7 +2,7 @@ import { nodeCrypto } from '@stead/core/node'
 import type { ClientTraffic, SimCluster, SimRelay } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
 import { memoryStorage, type Space } from '../src/index.node.ts'
-import type { Fetch } from '../src/cluster.ts'
+import type { Fetch } from '../src/transport/cluster.ts'
 import { commitUntil, committing, simWorld } from './helpers/sim-world.ts'
 
 /**

@@ -1,7 +1,7 @@
 import type { SimRelay } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
 import { ClosedError } from '../src/index.node.ts'
-import type { Fetch } from '../src/cluster.ts'
+import type { Fetch } from '../src/transport/cluster.ts'
 import { committing, simWorld } from './helpers/sim-world.ts'
 
 /** Waits that end (timeouts, signals, quorums) and lifecycle edges, against real relays in simulated time. */

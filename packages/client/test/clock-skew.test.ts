@@ -8,9 +8,9 @@ import { freePort, until } from '@stead/relay/testing'
 import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
-import { ClockOffset, robustOffset } from '../src/clock-offset.ts'
+import { ClockOffset, robustOffset } from '../src/transport/clock-offset.ts'
 import { createClient, memoryStorage, type ClientOptions, type SteadClient } from '../src/index.node.ts'
-import type { SocketLike } from '../src/transport.ts'
+import type { SocketLike } from '../src/transport/transport.ts'
 
 const HOUR = 3_600_000
 

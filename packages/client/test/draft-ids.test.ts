@@ -1,7 +1,7 @@
 import { CollabText, type Declaration, type TextOp } from '@stead/core'
 import { describe, expect, it } from 'vitest'
-import { DraftIds } from '../src/draft-ids.ts'
-import { DraftBatch, applyIntent, compileBatch, type DraftItem } from '../src/drafts.ts'
+import { DraftIds } from '../src/space/draft-ids.ts'
+import { DraftBatch, applyIntent, compileBatch, type DraftItem } from '../src/space/drafts.ts'
 
 const TEXT: Declaration = { type: 'text', bounds: {} }
 const none = (): string[] => []

@@ -1,7 +1,7 @@
 import { clockInit, encodeEnvelope, fromHex, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
-import { EarlyFrames } from '../src/early-frames.ts'
+import { EarlyFrames } from '../src/transport/early-frames.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(9), publicKey: publicKeyOfSync(new Uint8Array(32).fill(9)) }
 const envelope = (seq: number) => sealEnvelope(nodeCrypto, author, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [seq] }], safe: [] })

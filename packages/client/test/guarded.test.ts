@@ -2,8 +2,8 @@ import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { ReliableReplica, clockInit, sealEnvelope, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
-import { DraftBatch } from '../src/drafts.ts'
-import { GuardedViews, type GuardedSource } from '../src/guarded.ts'
+import { DraftBatch } from '../src/space/drafts.ts'
+import { GuardedViews, type GuardedSource } from '../src/space/guarded.ts'
 
 const SPACE = 'g'
 const KEYS = ['a', 'b', 'c'] as const

@@ -3,7 +3,7 @@ import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, type PeerLink, type PeerNetwork, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
-import { decodePeerMessage } from '../src/peers.ts'
+import { decodePeerMessage } from '../src/peers/peers.ts'
 import { libp2pPeers, type Libp2pPeers } from '../src/peers-entry.node.ts'
 
 /**

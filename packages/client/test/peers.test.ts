@@ -2,7 +2,7 @@ import { clockFrom, clockInit, encode, encodeEnvelope, sealEnvelope, toHex, type
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClientOptions, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
-import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers.ts'
+import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers/peers.ts'
 import { SimCluster } from '@stead/sim'
 import { boardAddress, PeerBoard } from './helpers/peer-board.ts'
 import { until } from './helpers/until.ts'
@@ -139,7 +139,7 @@ describe('peer-to-peer sync', () => {
   })
 
   it('keeps a quiet link alive with empty news, so transports do not close it as idle', async () => {
-    const { PeerHub } = await import('../src/peers.ts')
+    const { PeerHub } = await import('../src/peers/peers.ts')
     const board = new PeerBoard()
     const heard: Uint8Array[] = []
     const hub = new PeerHub(board.network(), () => undefined, 20)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import type { Attestation } from '@stead/core'
-import { CommitQuorum } from '../src/quorum.ts'
+import { CommitQuorum } from '../src/upstream/quorum.ts'
 
 const att = (round: number, prevRound: number, fromIndex: number, toIndex: number, tag = 0): { a: Attestation; bytes: Uint8Array } => ({
   a: { space: 's', round, prevRound, fromIndex, toIndex, decisions: [], stateHash: new Uint8Array(32).fill(tag), batch: new Uint8Array(32) },

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describe, expect, it } from 'vitest'
-import { getJson, readJson, type Fetch } from '../src/cluster.ts'
+import { getJson, readJson, type Fetch } from '../src/transport/cluster.ts'
 
 /** A body that never ends: `chunk` bytes of spaces per pull, counting pulls and whether the reader cancelled. */
 function endless(chunk: number): { res: Response; pulled: () => number; cancelled: () => boolean } {

@@ -9,8 +9,8 @@ import pino from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { createClient, lmdbStorage, memoryStorage, type ClientOptions, type Space, type SteadClient } from '../src/index.node.ts'
-import { FILLER_KEY, finalRefusal, fromHome } from '../src/outbox.ts'
-import type { RelayLink, SocketLike } from '../src/transport.ts'
+import { FILLER_KEY, finalRefusal, fromHome } from '../src/upstream/outbox.ts'
+import type { RelayLink, SocketLike } from '../src/transport/transport.ts'
 
 const HOUR = 3_600_000
 

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { systemClock } from '@stead/core'
-import { DeadlineTimer, SealSchedule } from '../src/timing.ts'
+import { DeadlineTimer, SealSchedule } from '../src/space/timing.ts'
 
 beforeEach(() => void vi.useFakeTimers())
 afterEach(() => void vi.useRealTimers())

@@ -89,6 +89,8 @@ export interface MeshStats {
   badStreams: number
   /** Times a writer waited for a full stream to drain (backpressure). */
   drainWaits: number
+  /** Writers waiting for a full stream to drain right now: a peer that stops reading parks its writer here. */
+  writersWaiting: number
   /** Dials of a peer that failed (each is retried with backoff). */
   dialsFailed: number
   /** Currently queued outbound, summed over peers. */
@@ -158,6 +160,7 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
     streamsRefused: 0,
     badStreams: 0,
     drainWaits: 0,
+    writersWaiting: 0,
     dialsFailed: 0,
   }
 
@@ -260,7 +263,12 @@ export function createLibp2pMesh(options: Libp2pMeshOptions): Libp2pMesh {
         for (const f of batch) stats.bytesSent += f.byteLength
         if (!ok) {
           stats.drainWaits++
-          await drained(s, abort.signal)
+          stats.writersWaiting++
+          try {
+            await drained(s, abort.signal)
+          } finally {
+            stats.writersWaiting--
+          }
         }
       }
     } catch (err) {

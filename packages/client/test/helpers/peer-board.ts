@@ -1,6 +1,6 @@
 import { publicKeyFromRaw } from '@libp2p/crypto/keys'
 import { peerIdFromPublicKey } from '@libp2p/peer-id'
-import type { PeerEvents, PeerLink, PeerNetwork } from '../../src/peers.ts'
+import type { PeerEvents, PeerLink, PeerNetwork } from '../../src/peers/peers.ts'
 
 /** The libp2p peer id of an Ed25519 key: what a relay lets a session announce (`/p2p/<id>`), and what board links are named by. */
 export function peerIdOf(publicKey: Uint8Array): string {

@@ -2,7 +2,7 @@ import { nodeCrypto } from '@stead/core/node'
 import { createClientWith, type SteadClient } from '../../src/client.ts'
 import { memoryStorage } from '../../src/storage/memory.ts'
 import type { ClientStorage } from '../../src/storage/types.ts'
-import type { LockManagerLike, TabPlatform } from '../../src/tabs.ts'
+import type { LockManagerLike, TabPlatform } from '../../src/upstream/tabs.ts'
 import type { ClientOptions } from '../../src/types.ts'
 
 /**

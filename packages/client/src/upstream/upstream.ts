@@ -19,19 +19,19 @@ import {
   type HostClock,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
-import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
-import type { DraftBatch } from './drafts.ts'
-import { ClosedError } from './errors.ts'
+import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from '../transport/cluster.ts'
+import type { DraftBatch } from '../space/drafts.ts'
+import { ClosedError } from '../errors.ts'
 import { RelayIntake } from './intake.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
-import type { PeerHub, PeerMember, PeerSource } from './peers.ts'
-import type { RelaySessions, SessionMember } from './sessions.ts'
-import type { HistoryPage, PendingUpdate, Upstream } from './space.ts'
-import type { RelayLink } from './transport.ts'
-import type { SessionsStatus } from './types.ts'
-import type { SpacePort } from './space-port.ts'
+import type { PeerHub, PeerMember, PeerSource } from '../peers/peers.ts'
+import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
+import type { HistoryPage, PendingUpdate, Upstream } from '../space/space.ts'
+import type { RelayLink } from '../transport/transport.ts'
+import type { SessionsStatus } from '../types.ts'
+import type { SpacePort } from '../space/space-port.ts'
 
 /** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
 const MAX_HISTORY_BYTES = 64 * 1024 * 1024

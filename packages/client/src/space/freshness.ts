@@ -1,5 +1,5 @@
 import { DraftBatch, type Deferred, type DraftItem } from './drafts.ts'
-import type { UpdateResult } from './types.ts'
+import type { UpdateResult } from '../types.ts'
 
 /**
  * Regular updates of objects opened with a freshness bound (BENDY's

@@ -1,5 +1,5 @@
 import type { Envelope } from '@stead/core'
-import type { PeerSource } from './peers.ts'
+import type { PeerSource } from '../peers/peers.ts'
 
 /** How many envelopes refused for a bad clock are remembered. */
 const MAX_BAD_CLOCKS = 4096

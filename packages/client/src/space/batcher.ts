@@ -3,7 +3,7 @@ import { DraftIds } from './draft-ids.ts'
 import { DraftBatch, deferred, type Deferred, type DraftItem } from './drafts.ts'
 import { FreshnessHold } from './freshness.ts'
 import { DeadlineTimer, SealSchedule } from './timing.ts'
-import type { SafeResult, UpdateResult } from './types.ts'
+import type { SafeResult, UpdateResult } from '../types.ts'
 
 /** Where a space stands in closing: 'closing' from the moment close() is called (no update gets in after that), 'closed' once its sessions are left. */
 export type Lifecycle = 'open' | 'closing' | 'closed'

@@ -19,18 +19,18 @@
  * that finds it stored is answered with the stored envelope.
  */
 import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, unitTagPrefix, type Crypto, type ErrorReason } from '@stead/core'
-import { deferred, type Deferred, type DraftBatch, type DraftItem } from './drafts.ts'
-import { ClosedError } from './errors.ts'
+import { deferred, type Deferred, type DraftBatch, type DraftItem } from '../space/drafts.ts'
+import { ClosedError } from '../errors.ts'
 import { openTrusted } from './intake.ts'
 import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
 import type { CausalComparison, ClockProof } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
-import type { HistoryPage, PendingUpdate, Space, Upstream } from './space.ts'
-import type { ClientStorage } from './storage/types.ts'
+import type { HistoryPage, PendingUpdate, Space, Upstream } from '../space/space.ts'
+import type { ClientStorage } from '../storage/types.ts'
 import type { RelayUpstream } from './upstream.ts'
-import type { SafeResult, SessionsStatus } from './types.ts'
-import type { SpacePort } from './space-port.ts'
+import type { SafeResult, SessionsStatus } from '../types.ts'
+import type { SpacePort } from '../space/space-port.ts'
 
 /** Bumped whenever a message changes shape: tabs of different versions do not share a client. */
 const PROTOCOL = 1

@@ -1,7 +1,7 @@
 import { CollabText, SteadError, type TextOp } from '@stead/core'
 import { ChangeFeed, textChange, textState, type TextChange, type TextState } from './changes.ts'
 import { Handle, guarded } from './handles.ts'
-import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 
 /** Most code points one insert may carry (an envelope holds at most 1 MiB). */
 export const MAX_TEXT_INSERT = 200_000

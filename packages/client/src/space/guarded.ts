@@ -1,7 +1,7 @@
 import { asGeneric, createCrdt, envelopeUnits, type AnyCrdt, type AnyOp, type Declaration, type Envelope, type PendingMark, type ReliableReplica } from '@stead/core'
 import { hasInvariants } from '@stead/core'
 import { applyIntent, type DraftBatch, type DraftItem, type DraftNames } from './drafts.ts'
-import type { HeldUpdate } from './handles.ts'
+import type { HeldUpdate } from '../handles/handles.ts'
 
 /** What guarded views read from their space. */
 export interface GuardedSource {

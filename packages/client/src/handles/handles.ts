@@ -15,8 +15,8 @@ import {
   type RegisterValue,
   type SetElement,
 } from '@stead/core'
-import type { Intent } from './drafts.ts'
-import type { HistoryPageOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import type { Intent } from '../space/drafts.ts'
+import type { HistoryPageOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 
 /** An update held back from an object's prospective value because it would break an invariant there. */
 export interface HeldUpdate {

@@ -20,18 +20,18 @@ import {
   type HostTimer,
 } from '@stead/core'
 import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
-import { TrustError } from './errors.ts'
+import { TrustError } from '../errors.ts'
 import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type CommitCandidate } from './quorum.ts'
-import type { RelaySessions } from './sessions.ts'
-import type { RelayLink } from './transport.ts'
+import type { RelaySessions } from '../transport/sessions.ts'
+import type { RelayLink } from '../transport/transport.ts'
 import type { ClockProofs } from './proofs.ts'
 import { ReceivedInbox } from './inbox.ts'
-import type { StorageChange } from './storage/types.ts'
+import type { StorageChange } from '../storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
-import type { PeerHub, PeerSource } from './peers.ts'
-import type { SpacePort } from './space-port.ts'
+import type { PeerHub, PeerSource } from '../peers/peers.ts'
+import type { SpacePort } from '../space/space-port.ts'
 
 interface IntakeOptions {
   space: SpacePort

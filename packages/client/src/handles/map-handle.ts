@@ -2,7 +2,7 @@ import { CollabList, CollabMap, SteadError, createCrdt, decodeDeclaration, encod
 import { ChangeFeed, mapChange, mapState, type MapChange, type MapState } from './changes.ts'
 import { Handle, guarded, type CounterHandle, type HandleHost } from './handles.ts'
 import type { TextHandle } from './text-handle.ts'
-import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 
 /** How a map opens the objects nested in it: the space's own openers, given the nested object's key. */
 export interface NestedOpener {

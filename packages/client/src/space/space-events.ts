@@ -1,6 +1,6 @@
 import type { SteadError } from '@stead/core'
-import { Listeners } from './listeners.ts'
-import type { ClientStatus, SettledUpdate } from './types.ts'
+import { Listeners } from '../listeners.ts'
+import type { ClientStatus, SettledUpdate } from '../types.ts'
 
 /**
  * Who hears what of a space: each key's subscribers (handles, hooks), the

@@ -17,7 +17,7 @@ import {
   type ReliableReplica,
   type VerifiedDelta,
 } from '@stead/core'
-import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from '../transport/cluster.ts'
 import { openTrusted } from './intake.ts'
 
 /** The largest snapshot, delta or object proof read from a relay. */

@@ -1,5 +1,5 @@
 import type { AnyCrdt } from '@stead/core'
-import type { HeldUpdate } from './handles.ts'
+import type { HeldUpdate } from '../handles/handles.ts'
 
 /**
  * The prospective views a space computed (stable state plus what is

@@ -3,7 +3,7 @@ import { ChangeFeed, listChange, listState, type ListChange, type ListState } fr
 import { Handle, guarded, type HandleHost } from './handles.ts'
 import { plainObject, subscribeDeep, type MapHandle, type NestedOpener } from './map-handle.ts'
 import type { TextHandle } from './text-handle.ts'
-import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
+import type { ObjectOptions, SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 
 /** Most values one insert may carry. */
 const MAX_INSERT = 10_000

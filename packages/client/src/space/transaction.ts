@@ -1,6 +1,6 @@
 import { SteadError, describeDeclaration, sameDeclaration, type BoundedCounterOp, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
 import type { DraftItem } from './drafts.ts'
-import { amount, boundedSpend } from './handles.ts'
+import { amount, boundedSpend } from '../handles/handles.ts'
 
 type Kind = Declaration['type']
 

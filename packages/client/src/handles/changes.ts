@@ -1,5 +1,5 @@
 import { bytesEqual, encode, type CollabList, type CollabMap, type CollabText, type ListEntry, type MapEntry } from '@stead/core'
-import { isDraftId } from './draft-ids.ts'
+import { isDraftId } from '../space/draft-ids.ts'
 import type { HandleHost } from './handles.ts'
 
 /**

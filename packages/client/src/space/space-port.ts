@@ -1,8 +1,8 @@
 import type { Envelope, ReliableReplica, SteadError } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
 import type { DraftBatch, DraftItem } from './drafts.ts'
-import type { ChainPosition } from './quorum.ts'
-import type { ClientStatus, SafeResult } from './types.ts'
+import type { ChainPosition } from '../upstream/quorum.ts'
+import type { ClientStatus, SafeResult } from '../types.ts'
 import type { SettledUpdate } from './space.ts'
 
 /**

@@ -15,7 +15,7 @@ import {
   type SetOp,
 } from '@stead/core'
 import type { DraftPlaces } from './draft-ids.ts'
-import type { SafeResult, UpdateResult } from './types.ts'
+import type { SafeResult, UpdateResult } from '../types.ts'
 
 /**
  * What a handle asks for. Almost always the operation itself; a set removal

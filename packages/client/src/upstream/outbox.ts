@@ -20,16 +20,16 @@ import {
   type RelayMessage,
   type HostClock,
 } from '@stead/core'
-import type { DraftPlaces } from './draft-ids.ts'
-import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from './drafts.ts'
-import { RejectedError } from './errors.ts'
+import type { DraftPlaces } from '../space/draft-ids.ts'
+import { compileBatch, deferred, type DraftBatch, type DraftItem, type Deferred } from '../space/drafts.ts'
+import { RejectedError } from '../errors.ts'
 import type { ClientRecords, ForwardedRequest, StoredRequest } from './persist.ts'
-import type { RelaySessions, SessionMember } from './sessions.ts'
-import type { StorageChange } from './storage/types.ts'
-import type { PendingUpdate, SettledUpdate } from './space.ts'
-import type { RelayLink } from './transport.ts'
-import type { SafeResult } from './types.ts'
-import type { SpacePort } from './space-port.ts'
+import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
+import type { StorageChange } from '../storage/types.ts'
+import type { PendingUpdate, SettledUpdate } from '../space/space.ts'
+import type { RelayLink } from '../transport/transport.ts'
+import type { SafeResult } from '../types.ts'
+import type { SpacePort } from '../space/space-port.ts'
 
 /** What the leader tab tells the other tabs of a space (see tabs.ts); nothing when tabs do not share the client. */
 export interface SpaceNews {

@@ -1,7 +1,7 @@
 import { createCrdt, hasInvariants, type AnyCrdt, type AnyOp, type Declaration } from '@stead/core'
 import { applyIntent, type DraftItem } from './drafts.ts'
 import { GuardedViews, type GuardedSource } from './guarded.ts'
-import type { HeldUpdate } from './handles.ts'
+import type { HeldUpdate } from '../handles/handles.ts'
 import { ViewCache } from './view-cache.ts'
 
 /**

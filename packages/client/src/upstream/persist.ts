@@ -1,5 +1,5 @@
 import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
-import type { ClientStorage, StorageChange, StorageKey } from './storage/types.ts'
+import type { ClientStorage, StorageChange, StorageKey } from '../storage/types.ts'
 import type { ChainPosition } from './quorum.ts'
 
 /** An attested commit as the client keeps it: enough to replay it exactly. */

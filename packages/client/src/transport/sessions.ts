@@ -1,9 +1,9 @@
 import { SteadError, type Crypto, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
 import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
-import { TrustError } from './errors.ts'
+import { TrustError } from '../errors.ts'
 import { RelayLink, type SocketFactory } from './transport.ts'
-import type { RelayStatus, SessionsStatus } from './types.ts'
+import type { RelayStatus, SessionsStatus } from '../types.ts'
 
 /** A space using the sessions: what they tell it. */
 export interface SessionMember {

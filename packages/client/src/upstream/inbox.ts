@@ -1,6 +1,6 @@
 import type { HostClock, HostTimer } from '@stead/core'
 import type { ClientRecords } from './persist.ts'
-import type { StorageChange } from './storage/types.ts'
+import type { StorageChange } from '../storage/types.ts'
 
 /** How long received envelopes gather before they are stored in one write. */
 const INBOX_WRITE_MS = 50

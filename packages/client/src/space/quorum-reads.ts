@@ -1,9 +1,9 @@
 import { SteadError, type HostClock } from '@stead/core'
-import { ClosedError } from './errors.ts'
-import { MAX_TIMER_MS } from './options.ts'
+import { ClosedError } from '../errors.ts'
+import { MAX_TIMER_MS } from '../options.ts'
 import type { Upstream } from './space.ts'
-import type { WaitOptions } from './types.ts'
-import { bounded } from './wait.ts'
+import type { WaitOptions } from '../types.ts'
+import { bounded } from '../wait.ts'
 
 /** How long a quorum read waits for this replica to catch up before it takes the object's proven state from a relay. */
 const QUORUM_CATCH_UP_MS = 500
