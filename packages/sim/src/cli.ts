@@ -15,6 +15,7 @@ const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byza
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--sdk-clients N]
                      [--client-lie NAME|none] [--loss P] [--no-partition]
                      [--retain-rounds N] [--restart-after MS] [--lose-store] [--long-outage-every K]
+                     [--consensus-checks full|cheap|off]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
@@ -35,7 +36,10 @@ default 4; 0: none) keeps its first crashed relay down until its peers pruned
 the rounds it needs, so it must start over from a checkpoint (a 40 s run,
 with twice the steps). Real SDK clients (--sdk-clients, default 2) run
 beside the relays; Byzantine relays tell them a lie (--client-lie, default
-one per seed; none: honest to clients).
+one per seed; none: honest to clients). After every event each live
+relay's consensus core checks its invariants (--consensus-checks: full,
+the default, walks its DAG too; cheap is what production is meant to
+run; off).
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -57,6 +61,7 @@ const { values } = parseArgs({
     'restart-after': { type: 'string' },
     'lose-store': { type: 'boolean', default: false },
     'long-outage-every': { type: 'string', default: '4' },
+    'consensus-checks': { type: 'string', default: 'full' },
     help: { type: 'boolean', default: false },
   },
 })
@@ -78,6 +83,11 @@ function int(name: string, v: string | undefined): number {
 const strategyArg = values.strategy as string
 if (strategyArg !== 'all' && !STRATEGIES.includes(strategyArg as Strategy)) {
   console.error(`unknown strategy ${strategyArg}\n\n${USAGE}`)
+  process.exit(2)
+}
+const consensusChecks = values['consensus-checks'] as string
+if (consensusChecks !== 'full' && consensusChecks !== 'cheap' && consensusChecks !== 'off') {
+  console.error(`--consensus-checks must be full, cheap or off, got ${consensusChecks}\n\n${USAGE}`)
   process.exit(2)
 }
 const seeds = values.seed !== undefined ? [int('seed', values.seed)] : Array.from({ length: int('seeds', values.seeds ?? '10') }, (_, i) => i + 1)
@@ -120,6 +130,7 @@ for (const seed of seeds) {
       ...(values['lose-store'] ? { loseStoreOnCrash: true } : {}),
       sdkClients: int('sdk-clients', values['sdk-clients']),
       ...(clientLie !== undefined ? { clientLie } : {}),
+      consensusChecks,
     },
     workload,
   )

@@ -15,7 +15,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type Kv, type KvKey, type KvTable, type HostTimer } from '@stead/relay'
-import { byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
+import { ConsensusInvariantError, byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type ConsensusCore, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
 import { Violation } from './violation.ts'
@@ -89,6 +89,12 @@ export interface SimOptions {
   readonly clientLie?: ClientLie | null
   /** Stop once every correct relay reached this round. */
   readonly untilRound?: number
+  /**
+   * Each live relay's ConsensusCore.checkInvariants after every event: 'full'
+   * (default) walks its DAG too, 'cheap' is what production is meant to run
+   * after each drain, 'off' for benchmarks.
+   */
+  readonly consensusChecks?: 'full' | 'cheap' | 'off'
   /** Called each time relay 0 enters a new round (benchmarks sample memory here). */
   readonly onRound?: (round: number) => void
 }
@@ -294,6 +300,15 @@ function clientCrypto(sync: SyncCrypto): Crypto {
     name: 'sim',
     verify: async (pk, msg, sig) => sync.verify(pk, msg, sig),
   }
+}
+
+/**
+ * The consensus core a RelayNode runs (none before it started). RelayNode
+ * keeps it in a private field; this is the one place the simulator reaches
+ * past that, until RelayNode has a public hook for its invariant checks.
+ */
+function consensusOf(node: RelayNode): ConsensusCore | undefined {
+  return (node as unknown as { core?: ConsensusCore }).core
 }
 
 /** Lets every promise the relays chained run to its end: only simulated events remain, so the order is the seed's. */
@@ -504,6 +519,7 @@ class Simulation {
         await this.dispatch(ev.item)
         await settle()
         if (this.fatal) throw this.fatal
+        this.checkConsensus()
         this.clients?.check((b) => nodeCrypto.sha256(b))
       }
       this.finalChecks(progressMark, endedIdle)
@@ -959,6 +975,25 @@ class Simulation {
   }
 
   // ---- checkers: what each relay stored and attested ----
+
+  /**
+   * Every live relay's consensus core keeps its invariants between events
+   * (ConsensusCore.checkInvariants; relay/src/consensus/invariants.ts), the
+   * Byzantine relays' too: an honest core runs under their misbehaving mesh.
+   */
+  private checkConsensus(): void {
+    const level = this.options.consensusChecks ?? 'full'
+    if (level === 'off') return
+    for (const h of this.hosts) {
+      if (!h.up) continue
+      try {
+        consensusOf(h.node)?.checkInvariants(level)
+      } catch (err) {
+        if (!(err instanceof ConsensusInvariantError)) throw err
+        throw new Violation(`relay ${h.id}${h.strategy ? ` (${h.strategy})` : ''} broke a consensus invariant: ${err.message}`)
+      }
+    }
+  }
 
   /** What one write of a relay stores, as the checkers see it when the relay issues it (its disk may lose it at a crash: then the relay must redo it alike). */
   private checkWrite(host: Host, { puts, removes }: Written): void {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import type { ClientLie } from '@stead/relay'
+import { ConsensusCore } from '@stead/relay/consensus'
 import { STRATEGIES, prepareWorkload, runSimulation, type SimOptions } from '../src/index.ts'
 
 /**
@@ -33,6 +34,29 @@ describe('deterministic simulation', () => {
     expect(r.violation?.message).toMatch(/two blocks of relay 3 round \d+ (both qualify|were ordered)|commit at round \d+ is .*, another relay's/)
     expect(r.violation?.step).toBeGreaterThan(0)
     expect(r.seed).toBe(3)
+  })
+
+  it("catches a relay's consensus core breaking an invariant, at the step it happens: every live core is checked after every event", async () => {
+    // Relay 0's core takes back its last commit once it has one (relay/test/consensus-invariants.test.ts breaks the others).
+    const onMessage = ConsensusCore.prototype.onMessage
+    let broken = false
+    ConsensusCore.prototype.onMessage = function (this: ConsensusCore, ...args: Parameters<typeof onMessage>) {
+      const out = onMessage.apply(this, args)
+      if (!broken && this.me === 0 && this.committedRound > 0) {
+        broken = true
+        ;(this as unknown as { lastCommitRound: number }).lastCommitRound -= 1
+      }
+      return out
+    }
+    try {
+      const r = await run({ seed: 1, partition: false, loss: 0 })
+      expect(broken).toBe(true)
+      // (Which check says so depends on what the previous check saw: here the commit it takes back was made in the same event.)
+      expect(r.violation?.message).toMatch(/^relay 0 broke a consensus invariant: (last committed leader round went down|an envelope was ordered at round \d+, after the last commit)/)
+      expect(r.violation?.step).toBeGreaterThan(0)
+    } finally {
+      ConsensusCore.prototype.onMessage = onMessage
+    }
   })
 
   it('restarts crashed relays from snapshot plus suffix, with stores pruned as a relay prunes them', async () => {

@@ -4,6 +4,7 @@ import { Dag, assert, type DagBlock, type Ref } from './dag.ts'
 import { GENESIS_DIGEST, GENESIS_HEX, committeeSize, quorum, signBlock, validateCommittee, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from './messages.ts'
 import { PayloadQueue, type InspectPayload, type PayloadInfo } from './payload.ts'
 import { OrderedRecord } from './ordered.ts'
+import { InvariantChecker } from './invariants.ts'
 import { Synchronizer } from './sync.ts'
 
 export { payloadInfoOf, type InspectPayload, type PayloadInfo } from './payload.ts'
@@ -247,6 +248,11 @@ export class ConsensusCore {
   private readonly refused = new Set<string>()
   /** Catching up with peers: range pulls, pruned peers, the sync ticks (see CatchUpState). */
   private readonly catchUp: CatchUpState = { pulling: null, prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
+  /** checkInvariants, with what it remembers from one call to the next. */
+  private readonly invariants = new InvariantChecker()
+  /** Calls of the methods that change the core's state (start, submit, onSubmitted, onMessage, onTimer), and their count at the last full check. */
+  private changes = 0
+  private fullCheckAt = -1
 
   constructor(config: ConsensusConfig, recovered?: RecoveredState) {
     const problem = validateCommittee(config.committee)
@@ -331,6 +337,40 @@ export class ConsensusCore {
     return `relay ${this.me} proposed ${this.proposer.lastProposed} clock ${this.dag.clockRound} decided ${this.lastDecided} committed ${this.lastCommitRound} gc ${this.dag.gcRound} work ${this.pendingWork.size} queue ${this.payload.length} parked ${this.sync.size} ${rounds.join(' ')}`
   }
 
+  /**
+   * Checks the core's invariants between events (invariants.ts says which and
+   * why): 'cheap' is O(1) or O(committee), for after every drain in
+   * production; 'full' also walks the DAG (a block's ancestors only once,
+   * when it is new), the ordered window, the queue and the parked blocks (the
+   * simulator runs it after every event of every relay), unless no method
+   * that changes the core's state ran since the last full check: the walk
+   * would see what it saw then. Throws
+   * ConsensusInvariantError, on which the relay stops. Each call remembers
+   * what only grows (commit, decided, own and clock rounds) for the next one.
+   */
+  checkInvariants(level: 'cheap' | 'full'): void {
+    const full = level === 'full' && this.fullCheckAt !== this.changes
+    this.invariants.check(
+      {
+        me: this.me,
+        gcDepth: this.ctx.gcDepth,
+        dag: this.dag,
+        ordered: this.ordered,
+        payload: this.payload,
+        sync: this.sync,
+        committedRound: this.lastCommitRound,
+        decidedRound: this.lastDecided,
+        ownRound: this.proposer.lastProposed,
+        neverProposesAtOrBelow: this.neverProposesAtOrBelow,
+        ownBlocks: this.ownBlocks,
+        infosOf: this.infosOf,
+        pendingWork: this.pendingWork,
+      },
+      full ? 'full' : 'cheap',
+    )
+    if (full) this.fullCheckAt = this.changes
+  }
+
   /** The blocks this relay holds for a slot (several when the author equivocated). */
   blocksAt(round: number, author: number): readonly Block[] {
     return this.dag.atSlot(round, author).map((b) => b.block)
@@ -340,6 +380,7 @@ export class ConsensusCore {
 
   /** Starts (or, after recovery, resumes): re-sends our latest block, which peers may have missed. */
   start(): Output[] {
+    this.changes++
     const out: Output[] = []
     const own = this.ownBlocks.get(this.proposer.lastProposed)
     if (own) out.push({ type: 'broadcast', message: { kind: 'block', block: own } })
@@ -384,12 +425,14 @@ export class ConsensusCore {
    * author+seq, and throws SteadError('rate-limited') when the queue is full.
    */
   submit(frame: Uint8Array, info: PayloadInfo): 'queued' | 'duplicate' | 'conflict' {
+    this.changes++
     if (this.ordered.hasPayload(info.idHex)) return 'duplicate'
     return this.payload.add(frame, info, this.dag.clockRound)
   }
 
   /** After envelopes were queued by `submit`: propose them (an event of its own, so the relay's drain runs it like any other). */
   onSubmitted(): Output[] {
+    this.changes++
     const out: Output[] = []
     this.commitAndPropose(out, true)
     this.armSync(out)
@@ -397,6 +440,7 @@ export class ConsensusCore {
   }
 
   onMessage(from: number, message: Message): Output[] {
+    this.changes++
     const out: Output[] = []
     switch (message.kind) {
       case 'block':
@@ -532,6 +576,7 @@ export class ConsensusCore {
   }
 
   onTimer(name: TimerName, round: number): Output[] {
+    this.changes++
     const out: Output[] = []
     if (name === 'own-last') {
       // Liveness first (as Sui): the peers that did not answer may be down for good. We go on

@@ -192,6 +192,11 @@ export class Dag {
     return [...frontier.values()].filter((b) => b.round === round)
   }
 
+  /** The round index, read only: round → author → the blocks of that slot. For checkInvariants (byDigest must hold the same blocks). */
+  get roundIndex(): ReadonlyMap<number, ReadonlyMap<number, readonly DagBlock[]>> {
+    return this.rounds
+  }
+
   /** Forgets every block at or below `gcRound`; returns the forgotten blocks. */
   collect(gcRound: number): DagBlock[] {
     if (gcRound <= this.gc) return []

@@ -16,7 +16,8 @@ function slotKey(b: Slot): string {
  */
 export class OrderedRecord {
   private readonly blocks = new Set<string>()
-  private readonly slots = new Set<string>()
+  /** slot key → its round. */
+  private readonly slots = new Map<string, number>()
   /** Envelope id → round of the leader that ordered it, in ordering order (so in round order). */
   private readonly payload = new Map<string, number>()
   private lastPayloadRound = 0
@@ -38,10 +39,24 @@ export class OrderedRecord {
     return this.payload.size
   }
 
+  /** The round of the last leader that ordered an envelope (0 before any). */
+  get lastOrderedPayloadRound(): number {
+    return this.lastPayloadRound
+  }
+
+  /** For checkInvariants: the ordered slots' rounds, and the rounds of the leaders that ordered the envelopes in the window. */
+  slotRounds(): IterableIterator<number> {
+    return this.slots.values()
+  }
+
+  payloadRounds(): IterableIterator<number> {
+    return this.payload.values()
+  }
+
   /** A block goes into the order (its slot with it). */
   orderBlock(block: Slot & { readonly digestHex: string }): void {
     this.blocks.add(block.digestHex)
-    this.slots.add(slotKey(block))
+    this.slots.set(slotKey(block), block.round)
   }
 
   /** A block known ordered before its body reached the DAG (a restart or a checkpoint recovered the commit): its slot is taken once it arrives. */
@@ -51,7 +66,7 @@ export class OrderedRecord {
 
   /** The block arrived: if it was recovered as ordered, its slot is taken. */
   arrived(block: Slot & { readonly digestHex: string }): void {
-    if (this.blocks.has(block.digestHex)) this.slots.add(slotKey(block))
+    if (this.blocks.has(block.digestHex)) this.slots.set(slotKey(block), block.round)
   }
 
   /** Records an id as ordered by the leader of `round`; the window's rounds never go down (forget relies on it). */
@@ -68,7 +83,7 @@ export class OrderedRecord {
 
   /** Forgets slots and envelope ids of rounds at or below `gc`. */
   forget(gc: number): void {
-    for (const key of this.slots) if (Number(key.slice(0, key.indexOf(':'))) <= gc) this.slots.delete(key)
+    for (const [key, round] of this.slots) if (round <= gc) this.slots.delete(key)
     for (const [id, round] of this.payload) {
       if (round > gc) break
       this.payload.delete(id)

@@ -87,6 +87,29 @@ export class PayloadQueue {
     return this.slots.size
   }
 
+  /** Queued envelopes marked urgent (see PayloadInfo.urgent). */
+  get urgentQueued(): number {
+    return this.urgentCount
+  }
+
+  /** For checkInvariants: the envelopes queued, each author's in order, and the envelope holding a slot. */
+  *queued(): IterableIterator<{ readonly frame: Uint8Array; readonly info: PayloadInfo }> {
+    for (const q of this.authors.values()) for (let i = q.head; i < q.items.length; i++) yield q.items[i] as Queued
+  }
+
+  /** The queue's bound (PayloadLimits.maxQueued): `add` refuses beyond it. */
+  get maxQueued(): number {
+    return this.limits.maxQueued
+  }
+
+  get queuedIdCount(): number {
+    return this.queuedIds.size
+  }
+
+  holderOf(slot: string): string | undefined {
+    return this.slots.get(slot)?.idHex
+  }
+
   has(idHex: string): boolean {
     return this.queuedIds.has(idHex)
   }

@@ -37,6 +37,20 @@ export class Synchronizer {
     return this.waiting.size
   }
 
+  /** For checkInvariants: the parked blocks, and how many each sending relay has parked (its share of the bound). */
+  *parked(): IterableIterator<Block> {
+    for (const w of this.waiting.values()) yield w.block
+  }
+
+  get parkedBySender(): ReadonlyMap<number, number> {
+    return this.bySender
+  }
+
+  /** Parked blocks one sending relay may have at most. */
+  get perSenderLimit(): number {
+    return this.perSender
+  }
+
   isParked(digestHex: string): boolean {
     return this.waiting.has(digestHex)
   }
