@@ -7,7 +7,7 @@ import pino from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { parseCluster } from '../src/process/config.ts'
 import type { Mesh } from '../src/mesh/types.ts'
-import { decodeMessage, encodeMessage, signBlock } from '../src/consensus/index.ts'
+import { ConsensusInvariantError, decodeMessage, encodeMessage, signBlock } from '../src/consensus/index.ts'
 import { RelayNode, relayCrypto } from '../src/runtime/node.ts'
 import { MemoryJournal, type Journal } from '../src/store/journal.ts'
 import { MemoryKv } from '../src/store/kv.ts'
@@ -253,6 +253,21 @@ describe('the relay event loop', () => {
       if (where === 'submit') expect(refused).toMatchObject({ reason: 'closed' })
       expect(() => node.submit(new Uint8Array(8))).toThrowError(expect.objectContaining({ reason: 'closed' }))
     }
+  })
+
+  it("stops when its consensus core's state breaks an invariant, found in the drain of the next event", async () => {
+    const fatal: unknown[] = []
+    const { node } = soloRelay(mkdtempSync(join(tmpdir(), 'stead-node-')), { onFatal: (err) => void fatal.push(err) })
+    await node.start()
+    const frameBefore = await deposit(1, 'before')
+    await new Promise<void>((ok) => void node.submit(frameBefore, 'test', () => ok()))
+    // A commit record moved behind the core's methods' backs (its GC round no longer follows from
+    // it): the next drain's cheap check sees it.
+    ;(node as unknown as { core: { lastCommitRound: number } }).core.lastCommitRound += 1000
+    node.submit(await deposit(2, 'after'))
+    await until('the relay stops', () => fatal.length > 0)
+    expect(fatal[0]).toBeInstanceOf(ConsensusInvariantError)
+    expect(() => node.submit(new Uint8Array(8))).toThrowError(expect.objectContaining({ reason: 'closed' }))
   })
 
   it('keeps what it caches of an envelope in exact-size copies, not a view pinning the whole read it came in', async () => {

@@ -15,7 +15,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type Kv, type KvKey, type KvTable, type HostTimer } from '@stead/relay'
-import { ConsensusInvariantError, byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type ConsensusCore, type SyncCrypto } from '@stead/relay/consensus'
+import { ConsensusInvariantError, byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
 import { Violation } from './violation.ts'
@@ -307,10 +307,6 @@ function clientCrypto(sync: SyncCrypto): Crypto {
  * keeps it in a private field; this is the one place the simulator reaches
  * past that, until RelayNode has a public hook for its invariant checks.
  */
-function consensusOf(node: RelayNode): ConsensusCore | undefined {
-  return (node as unknown as { core?: ConsensusCore }).core
-}
-
 /** Lets every promise the relays chained run to its end: only simulated events remain, so the order is the seed's. */
 const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
 
@@ -664,7 +660,10 @@ class Simulation {
       // (A long outage keeps the least a relay accepts, whatever retainRounds says.)
       retention: { blockRounds: this.options.longOutage ? 4 * this.gcDepth : Math.max(4 * this.gcDepth, this.options.retainRounds ?? 0) },
       onFatal: (err) => {
-        this.fatal ??= err instanceof Violation ? err : new Violation(`relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}: ${err instanceof Error ? err.message : String(err)}`)
+        const relay = `relay ${host.id}${host.strategy ? ` (${host.strategy})` : ''}`
+        // The relay's own check after its drain may see a broken core before checkConsensus does: said alike.
+        const what = err instanceof ConsensusInvariantError ? ' broke a consensus invariant:' : ':'
+        this.fatal ??= err instanceof Violation ? err : new Violation(`${relay}${what} ${err instanceof Error ? err.message : String(err)}`)
       },
     })
     this.nodes.push(host.node)
@@ -987,7 +986,7 @@ class Simulation {
     for (const h of this.hosts) {
       if (!h.up) continue
       try {
-        consensusOf(h.node)?.checkInvariants(level)
+        h.node.checkInvariants(level)
       } catch (err) {
         if (!(err instanceof ConsensusInvariantError)) throw err
         throw new Violation(`relay ${h.id}${h.strategy ? ` (${h.strategy})` : ''} broke a consensus invariant: ${err.message}`)

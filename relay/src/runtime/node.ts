@@ -548,6 +548,16 @@ export class RelayNode {
     return this.crypto.sign(this.options.secretKey, welcomeBytes(nonce, clientKey, this.me))
   }
 
+  /**
+   * Checks the consensus core's invariants: 'cheap' (a few comparisons; the
+   * drain runs it after every batch of events) or 'full' (walks the DAG and
+   * the queues; the simulator runs it after every event). Throws
+   * ConsensusInvariantError.
+   */
+  checkInvariants(level: 'cheap' | 'full'): void {
+    this.core?.checkInvariants(level)
+  }
+
   /** Resolves once every write issued so far is on disk (persist, then speak: what was said is durable by then). */
   whenDurable(): Promise<void> {
     return this.loop.onDisk
@@ -678,6 +688,9 @@ export class RelayNode {
         if (!this.core.busy) this.activity.pendingSince = null
         else this.activity.pendingSince ??= this.clock.now()
         for (const o of outputs) this.act(o)
+        // The core's cheap invariants, after every drain: a broken one stops the relay (see fail)
+        // before it votes or attests on a state it cannot vouch for.
+        this.core.checkInvariants('cheap')
         const spaces = new Set(write.attestations.map((a) => a.space))
         durable.then(
           () => {
