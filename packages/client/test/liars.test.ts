@@ -126,6 +126,22 @@ describe('clients against a relay that lies to them', () => {
     expect(blamed).toHaveLength(1)
   }, 120_000)
 
+  it('forge-snapshot: a fresh client refuses the snapshot the liar attests under its own signature, reports it, and starts from a true one, never showing the forged state', async () => {
+    await lie(LIAR, 'forge-snapshot')
+    const writer = await open('liar-snapshot')
+    for (let i = 0; i < 5; i++) await writer.counter('n').increment(10, { safe: true })
+    // The liar is listed first: the fresh client asks it for the snapshot.
+    const fresh = await open('liar-snapshot')
+    const n = fresh.counter('n')
+    const shown: number[] = []
+    n.subscribe(() => shown.push(n.value))
+    await until('the liar reported', () => fresh.status.relays[0]?.faulty, 30_000)
+    expect(fresh.status.relays[0]?.faulty).toMatch(/attested differently/)
+    await until('the true state', () => (n.stable === 50 ? true : undefined), 30_000)
+    expect(shown.every((v) => v === 0 || v === 50)).toBe(true)
+    expect(n.value).toBe(50)
+  }, 120_000)
+
   it('wrong-delta: a delta whose result does not lead to the attested hash is refused and its relay reported; a client back after a while catches up from a true one', async () => {
     await lie(LIAR, 'wrong-delta')
     const writer = await open('liar-delta')
