@@ -32,7 +32,29 @@ interface Internals {
   ordered: { hasBlock(digestHex: string): boolean; orderBlock(block: { round: number; author: number; digestHex: string }): void }
   payload: { bytes: number }
 }
-const internals = (c: ConsensusCore) => c as unknown as Internals
+/** Where that state lives since the core was split into its sub-protocols (proposer.ts, linearizer.ts). */
+interface Parts {
+  dag: Internals['dag']
+  payload: Internals['payload']
+  proposer: { state: Internals['proposer'] }
+  linearizer: { lastCommitRound: number; infosOf: Internals['infosOf']; ordered: Internals['ordered'] }
+}
+const internals = (c: ConsensusCore): Internals => {
+  const p = c as unknown as Parts
+  return {
+    get lastCommitRound() {
+      return p.linearizer.lastCommitRound
+    },
+    set lastCommitRound(round: number) {
+      p.linearizer.lastCommitRound = round
+    },
+    proposer: p.proposer.state,
+    infosOf: p.linearizer.infosOf,
+    dag: p.dag,
+    ordered: p.linearizer.ordered,
+    payload: p.payload,
+  }
+}
 
 /**
  * Four cores wired directly commit envelopes one at a time, past several GC
