@@ -263,7 +263,7 @@ describe('the relay event loop', () => {
     await new Promise<void>((ok) => void node.submit(frameBefore, 'test', () => ok()))
     // A commit record moved behind the core's methods' backs (its GC round no longer follows from
     // it): the next drain's cheap check sees it.
-    ;(node as unknown as { core: { lastCommitRound: number } }).core.lastCommitRound += 1000
+    ;(node as unknown as { core: { linearizer: { lastCommitRound: number } } }).core.linearizer.lastCommitRound += 1000
     node.submit(await deposit(2, 'after'))
     await until('the relay stops', () => fatal.length > 0)
     expect(fatal[0]).toBeInstanceOf(ConsensusInvariantError)

@@ -44,7 +44,7 @@ describe('deterministic simulation', () => {
       const out = onMessage.apply(this, args)
       if (!broken && this.me === 0 && this.committedRound > 0) {
         broken = true
-        ;(this as unknown as { lastCommitRound: number }).lastCommitRound -= 1
+        ;(this as unknown as { linearizer: { lastCommitRound: number } }).linearizer.lastCommitRound -= 1
       }
       return out
     }

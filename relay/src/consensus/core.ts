@@ -102,19 +102,6 @@ export class ConsensusCore {
     this.ownLast = new OwnLast({ me, ctx, dag, sync })
   }
 
-  /**
-   * Not used by the protocol: tests that corrupt a core to see checkInvariants
-   * catch it (the simulator's, relay/test/node.test.ts) move the commit round
-   * back through this name, which predates the Linearizer.
-   */
-  private get lastCommitRound(): number {
-    return this.linearizer.committedRound
-  }
-
-  private set lastCommitRound(round: number) {
-    this.linearizer.corruptCommittedRound(round)
-  }
-
   // ---- introspection (for the shell, metrics and the simulator) ----
 
   /** The round of our latest block (0 before the first). */

@@ -47,11 +47,6 @@ export class Linearizer {
     return this.lastCommitRound
   }
 
-  /** For tests only (see ConsensusCore.lastCommitRound): sets the commit round behind the protocol's back. */
-  corruptCommittedRound(round: number): void {
-    this.lastCommitRound = round
-  }
-
   get pendingCount(): number {
     return this.pendingWork.size
   }
