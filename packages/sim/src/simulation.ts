@@ -1,25 +1,15 @@
-import {
-  ReliableReplica,
-  SteadError,
-  asSigned,
-  decode,
-  attestedDecision,
-  decodeAttestation,
-  encode,
-  encodeEnvelope,
-  openEnvelopeSync,
-  toHex,
-  type AttestedDecision,
-  type Crypto,
-  type Envelope,
-} from '@stead/core'
-import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
-import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type Kv, type KvKey, type KvTable, type HostTimer } from '@stead/relay'
+import { SteadError, decodeAttestation, encodeEnvelope, toHex, type Crypto, type Envelope } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type HostTimer } from '@stead/relay'
 import { ConsensusInvariantError, byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
 import pino, { type Logger } from 'pino'
 import { EventQueue } from './queue.ts'
 import { Violation } from './violation.ts'
-import { AttestedOrder } from './attested-order.ts'
+import { Checkers, observed } from './checkers.ts'
+import { FaultSchedule } from './faults.ts'
+import { SimNetwork, type NetEvent } from './network.ts'
+import { CountingCrypto } from './sim-crypto.ts'
+import { TRACE, trace } from './trace.ts'
 import { SdkClients } from './sdk-clients.ts'
 import type { Wire } from './wire.ts'
 import { Rng } from './rng.ts'
@@ -150,18 +140,10 @@ const GC_DEPTH = 20
 const SPACE_IDLE_MS = 300
 const SNAPSHOT_EVERY_BATCHES = 8
 
-/**
- * SIM_TRACE=1 prints faults and every relay's log (at debug level). Tracing
- * never changes a run.
- */
-const TRACE = Boolean(process.env.SIM_TRACE)
-const trace: (line: string) => void = TRACE ? (line) => console.log(`  ${line}`) : () => {}
-
 type Event =
-  | { kind: 'deliver'; from: number; to: number; epoch: number; frame: Uint8Array }
+  | NetEvent
   | { kind: 'timer'; node: number; epoch: number; timer: { fire: () => void; cancelled: boolean; background: boolean } }
   | { kind: 'disk'; node: number; epoch: number; done: () => void }
-  | { kind: 'connect'; node: number; epoch: number; peer: number }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
   | { kind: 'junk'; index: number }
@@ -177,6 +159,7 @@ type Event =
 interface Host {
   readonly id: number
   readonly strategy: Strategy | null
+  readonly secretKey: Uint8Array
   up: boolean
   /** Bumped at each crash: timers, disk completions and messages of the node before it are void. */
   epoch: number
@@ -198,101 +181,15 @@ interface Host {
   readonly spoken: Map<number, { readonly digestHex: string; seenByCorrect: boolean }>
   /** Envelopes clients handed this relay since its last restart, with when: it owes a decision on each. */
   accepted: Map<string, number>
-  /** Frames for each peer sent while it was unreachable, oldest first: sent once a connection to it opens (see transmit). */
+  /** Frames for each peer sent while it was unreachable, oldest first: sent once a connection to it opens (see SimNetwork.transmit). */
   held: Map<number, { frames: Uint8Array[]; bytes: number }>
   /** The client API's sessions of the running process, and the SDK clients' connections into them. */
   sessions: ClientSessions | undefined
   readonly wires: Set<Wire>
 }
 
-/** A relay's outbound queue per unreachable peer, as relay/src/mesh/libp2p.ts keeps (smaller here: runs are short). */
-const HELD_FRAMES = 4096
-const HELD_BYTES = 16 * 1024 * 1024
 /** The lies of relay/src/faults/client-lies.ts a session tells (the others concern HTTP reads, which SDK clients here do not make). */
 const SESSION_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
-/** What peers hold for a relay on a long outage: a real relay's queue overflows over hours; here over seconds. */
-const HELD_FRAMES_LONG_OUTAGE = 64
-
-/**
- * Verification memo shared by the simulated relays: the verdict is a pure
- * function of (key, message, signature), and without it every relay
- * re-verifying the same blocks dominates the run time.
- */
-function simCrypto(memoize: boolean, counts: { signs: number; verifies: number }): SyncCrypto {
-  const memo = new Map<string, boolean>()
-  return {
-    sign(secretKey, message) {
-      counts.signs++
-      return signSync(secretKey, message)
-    },
-    sha256: (d) => nodeCrypto.sha256(d),
-    verify(pk, msg, sig) {
-      counts.verifies++
-      if (!memoize) return verifySync(pk, msg, sig)
-      if (pk.length !== 32 || sig.length !== 64) return false
-      const key = toHex(pk) + toHex(sig) + toHex(nodeCrypto.sha256(msg))
-      let v = memo.get(key)
-      if (v === undefined) {
-        v = verifySync(pk, msg, sig)
-        if (memo.size > 200_000) memo.clear()
-        memo.set(key, v)
-      }
-      return v
-    },
-  }
-}
-
-/** What one write put and removed, by table. */
-interface Written {
-  readonly puts: Map<string, Array<{ key: KvKey; value: Uint8Array }>>
-  readonly removes: Map<string, KvKey[]>
-}
-
-/** A relay's disk as the checkers watch it: every write's puts and removes, by table, reported inside the write as the relay issues it. */
-function observed(kv: MemoryKv, onWrite: (written: Written) => void): Kv {
-  let current: Written | undefined
-  const log = <T>(into: Map<string, T[]> | undefined, name: string, item: T): void => {
-    if (!into) return
-    let list = into.get(name)
-    if (!list) into.set(name, (list = []))
-    list.push(item)
-  }
-  return {
-    table<K extends KvKey>(name: string): KvTable<K> {
-      const t = kv.table<K>(name)
-      return {
-        get: (key) => t.get(key),
-        getRange: (range) => t.getRange(range),
-        getKeys: (range) => t.getKeys(range),
-        put(key, value) {
-          t.put(key, value)
-          log(current?.puts, name, { key, value })
-        },
-        remove(key) {
-          t.remove(key)
-          log(current?.removes, name, key)
-        },
-      }
-    },
-    write(fn) {
-      const mine: Written = { puts: new Map(), removes: new Map() }
-      // Checked inside the write, where reads see it (outside, only what is durable): a write that
-      // fails is not checked, and a violation aborts it.
-      return kv.write(() => {
-        current = mine
-        try {
-          fn()
-        } finally {
-          current = undefined
-        }
-        onWrite(mine)
-      })
-    },
-    read: (fn) => kv.read(fn),
-    close: () => kv.close(),
-  }
-}
-
 /** The SDK clients' crypto: node:crypto behind the run's verification memo (the clients verify what the relays already did). */
 function clientCrypto(sync: SyncCrypto): Crypto {
   return {
@@ -325,59 +222,25 @@ export function runSimulation(options: SimOptions, workload: Workload): Promise<
  */
 class Simulation {
   private readonly rng: Rng
-  private readonly net: Rng
   private readonly disk: Rng
-  private readonly cryptoCounts = { signs: 0, verifies: 0 }
-  private readonly crypto: SyncCrypto
+  private readonly crypto: CountingCrypto
   private readonly queue = new EventQueue<Event>()
   private readonly cluster: ClusterConfig
   private readonly committee: Committee
-  private readonly secrets: Uint8Array[]
   private readonly hosts: Host[] = []
   /** Every RelayNode the run made (restarts make new ones): their metrics add up. */
   private readonly nodes: RelayNode[] = []
-  private readonly f: number
   private readonly log: Logger
   private now = 0
   private step = 0
   /** A relay's event loop failed (a broken invariant, a failed write): the run's violation. */
   private fatal: Violation | undefined
-
-  /** The consensus commits (ordered block digests, envelope ids) by anchor round, and their order, as the first correct relay stored them. */
-  private readonly canonicalCommits = new Map<number, string>()
-  private readonly commitOrder: number[] = []
-  private readonly commitIndex = new Map<number, number>()
-  /** slot (round:author) → the block correct relays ordered for it: never two. */
-  private readonly orderedSlots = new Map<string, string>()
-  /** Attestation bytes by round, as the first correct relay signed them: the others must sign the same. */
-  private readonly canonicalAttestations = new Map<number, string>()
-  /** A client's replica replaying the attested commits: its state must hash to what was attested, and keep every invariant. */
-  private readonly checker = new ReliableReplica({ space: SPACE })
-  private checkerRound = 0
-  private readonly committedByChecker = new Set<string>()
-  private readonly decidedByChecker = new Set<string>()
-  private readonly envelopes = new Map<string, Envelope | SteadError>()
-  private restartsFromSnapshot = 0
-  /** Frames relays held for an unreachable peer and sent once it was back; and those their bounded queues dropped. */
-  private replayed = 0
-  private heldDropped = 0
-  private installs = 0
-  private lostWrites = 0
-  private partitioned: Set<number> | null = null
-  /** The relay of a long outage (SimOptions.longOutage) and the round it had reached when it went down. */
-  private longOutage: { victim: number; lastRound: number } | undefined
-  private readonly honestIds: string[]
-  private readonly honestSet: ReadonlySet<string>
-  /** Committed envelopes by whether the audit verified their clock. */
-  private readonly clocks = { verified: 0, unverified: 0 }
-  private readonly workloadEnvelopes: Map<string, Envelope>
-  private readonly twinIds: Array<[string, string]>
-  /** When a correct relay first accepted each honest envelope. */
-  private readonly firstAccepted = new Map<string, number>()
+  /** What each relay stored and attested, checked against what the others did and a client's replay. */
+  private readonly checks: Checkers
+  private readonly network: SimNetwork
+  private readonly faults: FaultSchedule
   /** The SDK clients, if the run has any, and what Byzantine relays tell them. */
   private readonly clients: SdkClients | undefined
-  /** What the attested commits lead to, for the client checkers. */
-  private readonly attested = new AttestedOrder()
 
   private readonly options: SimOptions
   private readonly workload: Workload
@@ -385,16 +248,16 @@ class Simulation {
     this.options = options
     this.workload = workload
     this.rng = new Rng(options.seed)
-    this.crypto = simCrypto(options.memoizeVerification ?? true, this.cryptoCounts)
-    this.net = this.rng.fork()
+    this.crypto = new CountingCrypto(options.memoizeVerification ?? true)
+    const net = this.rng.fork()
     this.disk = this.rng.fork()
-    this.f = Math.floor((options.relays - 1) / 3)
-    if (options.byzantine > this.f) throw new Error(`${options.byzantine} Byzantine relays exceed f = ${this.f} for N = ${options.relays}`)
-    this.secrets = Array.from({ length: options.relays }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-${i}`)))
-    const keys = this.secrets.map((s) => publicKeyOfSync(s))
-    this.committee = options.weakQuorum ? { f: this.f, keys, directQuorum: 2 * this.f } : { f: this.f, keys }
+    const f = Math.floor((options.relays - 1) / 3)
+    if (options.byzantine > f) throw new Error(`${options.byzantine} Byzantine relays exceed f = ${f} for N = ${options.relays}`)
+    const secrets = Array.from({ length: options.relays }, (_, i) => nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-${i}`)))
+    const keys = secrets.map((s) => publicKeyOfSync(s))
+    this.committee = options.weakQuorum ? { f, keys, directQuorum: 2 * f } : { f, keys }
     this.cluster = {
-      f: this.f,
+      f,
       relays: keys.map((publicKey, i) => ({ id: `r${i}`, publicKey, mesh: '/memory/sim', api: 'sim:0' })),
       spaces: new Map([[SPACE, {}]]),
       openSpaces: false,
@@ -403,14 +266,29 @@ class Simulation {
       checkpointRounds: this.gcDepth,
     }
     this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
-    this.honestIds = workload.honest.flat().map((e) => e.idHex)
-    this.honestSet = new Set(this.honestIds)
-    this.workloadEnvelopes = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk].map((e) => [e.idHex, e]))
-    this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex])
+    this.checks = new Checkers(workload, this.crypto, () => this.now)
+    this.faults = new FaultSchedule(options, f, this.duration, this.gcDepth, {
+      now: () => this.now,
+      at: (time, action) => this.queue.push(time, { kind: 'chaos', action }),
+      crash: (relay, midWrite) => this.crash(relay, midWrite),
+      restart: (relay) => this.restart(relay),
+      round: (relay) => (this.hosts[relay] as Host).node.status().round as number,
+      prunedThrough: (relay, round) => {
+        const peers = this.hosts.filter((h) => h.id !== relay && !h.strategy && h.up)
+        return peers.length > 0 && peers.every((h) => (h.node.status().blocksKeptFrom as number) > round)
+      },
+      partition: (group) => this.network.partition(group),
+      heal: (group) => {
+        this.network.partition(null)
+        for (const a of this.hosts) for (const b of this.hosts) if (group.has(a.id) && !group.has(b.id) && a.up && b.up) this.network.connect(a, b)
+      },
+    })
+    this.network = new SimNetwork(net, options.loss, this.hosts, () => this.now, (at, ev) => this.queue.push(at, ev), (relay) => this.faults.isLongOutageVictim(relay))
     for (let i = 0; i < options.relays; i++) {
       const host: Host = {
         id: i,
         strategy: i >= options.relays - options.byzantine ? options.strategy : null,
+        secretKey: secrets[i] as Uint8Array,
         up: true,
         epoch: 0,
         node: undefined as unknown as RelayNode,
@@ -437,7 +315,7 @@ class Simulation {
       const wireNet = clientRng.fork()
       this.clients = new SdkClients(
         {
-          f: this.f,
+          f,
           relays: options.relays,
           now: () => this.now,
           delay: () => 1 + wireNet.exp(8),
@@ -450,15 +328,15 @@ class Simulation {
             return true
           },
           isByzantine: (relay) => Boolean(this.hosts[relay]?.strategy),
-          attestedState: (round) => this.attested.after(round),
-          committedAuthor: (index) => this.attested.committedAuthor(index),
-          refusedAny: (authorId) => this.attested.refusedAny(authorId),
+          attestedState: (round) => this.checks.attested.after(round),
+          committedAuthor: (index) => this.checks.attested.committedAuthor(index),
+          refusedAny: (authorId) => this.checks.attested.refusedAny(authorId),
           attestedUpTo: (index) => {
             const reached = this.hosts.filter((h) => h.stableIndex >= index)
             return { all: reached.length, correct: reached.filter((h) => !h.strategy).length }
           },
-          latestIndex: () => this.checker.stableIndex,
-          latestHash: () => toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b))),
+          latestIndex: () => this.checks.latestIndex(),
+          latestHash: () => this.checks.latestHash(),
         },
         clientRng,
         {
@@ -482,14 +360,14 @@ class Simulation {
       for (const h of this.hosts) await this.boot(h)
       await this.clients?.start()
       this.scheduleClients()
-      this.planChaos()
+      this.faults.plan(this.rng)
       /** Per relay: its commits when the run turned quiet, if it had work then (null: nothing owed). */
       let progressMark: Array<number | null> | null = null
       this.queue.push(this.duration * 0.7, {
         kind: 'chaos',
         // Progress is owed after the mark only by relays with work left: an idle cluster makes no rounds.
         action: () => {
-          progressMark = this.hosts.map((h) => (h.up && h.node.busy ? this.commitsOf(h) : null))
+          progressMark = this.hosts.map((h) => (h.up && h.node.busy ? this.checks.commitsOf(h) : null))
         },
       })
       let lastRound = 0
@@ -537,22 +415,22 @@ class Simulation {
       steps: this.step,
       simulatedMs: Math.round(this.now),
       rounds: this.hosts.map((h) => h.node.status().round as number),
-      anchors: this.hosts.map((h) => this.commitsOf(h)),
+      anchors: this.hosts.map((h) => this.checks.commitsOf(h)),
       committedEnvelopes: Math.min(...correct.map((h) => h.stableIndex)),
-      honestEnvelopes: this.honestIds.length,
-      clocks: { ...this.clocks },
+      honestEnvelopes: this.checks.honestIds.length,
+      clocks: { ...this.checks.clocks },
       rejectedMessages: [...rejected.values()].reduce((a, b) => a + b, 0),
       rejectedReasons: Object.fromEntries([...rejected].sort()),
       snapshots,
-      restartsFromSnapshot: this.restartsFromSnapshot,
-      checkpointInstalls: this.installs,
-      replayedFrames: this.replayed,
-      droppedHeldFrames: this.heldDropped,
-      lostWrites: this.lostWrites,
+      restartsFromSnapshot: this.faults.restartsFromSnapshot,
+      checkpointInstalls: this.checks.installs,
+      replayedFrames: this.network.replayed,
+      droppedHeldFrames: this.network.droppedHeld,
+      lostWrites: this.faults.lostWrites,
       endedIdle,
       ...(endedIdle ? {} : { busyAtEnd: this.busyNow() }),
       prunedBelowRound: Math.max(...this.hosts.map((h) => h.node.status().blocksKeptFrom as number)),
-      signatures: { ...this.cryptoCounts },
+      signatures: { ...this.crypto.counts },
       clientLie: this.clientLie,
       safeUpdates: { ...(this.clients?.safeOutcomes ?? { committed: 0, rejected: 0 }) },
       clientBlames: this.clients?.blamed ?? 0,
@@ -615,12 +493,12 @@ class Simulation {
       stop: async () => undefined,
       send: (to: number, frame: Uint8Array) => {
         if (host.epoch !== epoch) return
-        if (this.transmit(host.id, to, frame)) this.checkSpoken(host, frame, [to])
+        if (this.network.transmit(host.id, to, frame)) this.checkSpoken(host, frame, [to])
       },
       broadcast: (frame: Uint8Array) => {
         if (host.epoch !== epoch) return
         const to: number[] = []
-        for (let peer = 0; peer < this.options.relays; peer++) if (peer !== host.id && this.transmit(host.id, peer, frame)) to.push(peer)
+        for (let peer = 0; peer < this.options.relays; peer++) if (peer !== host.id && this.network.transmit(host.id, peer, frame)) to.push(peer)
         if (to.length) this.checkSpoken(host, frame, to)
       },
       onFrame: (handler: (from: number, frame: Uint8Array) => void) => {
@@ -629,10 +507,10 @@ class Simulation {
       onPeerConnected: (handler: (peer: number) => void) => {
         host.connected = handler
       },
-      connectedPeers: () => this.hosts.filter((h) => h !== host && h.up && !this.cut(host.id, h.id)).map((h) => h.id),
+      connectedPeers: () => this.hosts.filter((h) => h !== host && h.up && !this.network.cut(host.id, h.id)).map((h) => h.id),
       queuedBytes: () => 0,
     }
-    const secretKey = this.secrets[host.id] as Uint8Array
+    const secretKey = host.secretKey
     const conflictingPayload = (round: number): Uint8Array | undefined => {
       const pair = this.workload.twins[round % Math.max(1, this.workload.twins.length)]
       return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
@@ -642,7 +520,7 @@ class Simulation {
       committee: this.committee,
       me: host.id,
       secretKey,
-      storage: { kv: observed(host.kv, (written) => this.checkWrite(host, written)), journal: host.journal },
+      storage: { kv: observed(host.kv, (written) => this.checks.checkWrite(host, written)), journal: host.journal },
       clock,
       crypto: this.crypto,
       mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload }) : mesh,
@@ -674,18 +552,11 @@ class Simulation {
     } catch (err) {
       throw new Violation(`relay ${host.id} could not start from its store: ${err instanceof Error ? err.message : String(err)}`)
     }
-    for (const peer of this.hosts) if (peer !== host && peer.up) this.connect(host, peer)
+    for (const peer of this.hosts) if (peer !== host && peer.up) this.network.connect(host, peer)
     if (this.clients) {
       const lie = host.strategy ? this.clientLie : null
       host.sessions = new ClientSessions(host.node, DEFAULT_API_LIMITS, this.log.child({ relay: host.id, epoch, api: true }), lie ? new ClientFacingLiar([lie], { secretKey, setTimeout: (fn, ms) => clock.setTimer(ms, fn) }) : undefined)
     }
-  }
-
-  /** Two relays' connections (one each way) open after a network delay; each tells its relay. */
-  private connect(a: Host, b: Host): void {
-    if (this.cut(a.id, b.id)) return
-    this.queue.push(this.now + this.delay(), { kind: 'connect', node: a.id, epoch: a.epoch, peer: b.id })
-    this.queue.push(this.now + this.delay(), { kind: 'connect', node: b.id, epoch: b.epoch, peer: a.id })
   }
 
   /** The disk finishes each write after a short while, in order (MemoryKv resolves them in the order issued). */
@@ -698,47 +569,6 @@ class Simulation {
     if (host.crashAtNextWrite) this.queue.push(this.now + latency / 2, { kind: 'chaos', action: () => this.crash(node) })
   }
 
-  /** Crashes, restarts and partitions happen at times chosen by the seed, while clients are still submitting. */
-  private planChaos(): void {
-    const { crash, partition, relays, byzantine } = this.options
-    const at = (fraction: number, action: () => void | Promise<void>) => this.queue.push(this.duration * fraction, { kind: 'chaos', action })
-    const correct = Array.from({ length: relays - byzantine }, (_, i) => i)
-    // At most f relays are faulty at once: crashes are staggered when Byzantine relays already use the budget.
-    const budget = Math.max(1, this.f - byzantine)
-    for (let i = 0; i < crash; i++) {
-      const victim = correct[(this.rng.int(0, correct.length - 1) + i) % correct.length] as number
-      if (i === 0 && this.options.longOutage) {
-        this.longOutage = { victim, lastRound: 0 }
-        at(0.05, () => {
-          this.longOutage = { victim, lastRound: (this.hosts[victim] as Host).node.status().round as number }
-          this.crash(victim)
-          this.awaitPruned(victim)
-        })
-        continue
-      }
-      const slot = Math.floor(i / budget)
-      const span = 0.4 / Math.ceil(crash / budget)
-      // Half the crashes wait for a write in flight, so that they lose it.
-      const midWrite = this.rng.chance(0.5)
-      at(0.1 + slot * span + this.rng.next() * span * 0.3, () => this.crash(victim, midWrite))
-      if (this.options.restartDelayMs === undefined) at(0.1 + slot * span + span * 0.8, () => this.restart(victim))
-    }
-    if (partition) {
-      const size = this.rng.int(1, Math.max(1, Math.floor(relays / 2)))
-      const group = new Set<number>()
-      while (group.size < size) group.add(this.rng.int(0, relays - 1))
-      at(0.2, () => {
-        trace(`t=${this.now.toFixed(0)} partition ${[...group].join(',')}`)
-        this.partitioned = group
-      })
-      at(0.45, () => {
-        trace(`t=${this.now.toFixed(0)} heal`)
-        this.partitioned = null
-        for (const a of this.hosts) for (const b of this.hosts) if (group.has(a.id) && !group.has(b.id) && a.up && b.up) this.connect(a, b)
-      })
-    }
-  }
-
   /** A process killed: its memory and the writes its disk had not finished are gone. */
   private crash(id: number, midWrite = false): void {
     const host = this.hosts[id] as Host
@@ -749,7 +579,7 @@ class Simulation {
     }
     host.crashAtNextWrite = false
     trace(`t=${this.now.toFixed(0)} crash ${id} (${host.kv.unwritten} writes lost)`)
-    this.lostWrites += host.kv.unwritten
+    this.faults.lostWrites += host.kv.unwritten
     host.up = false
     host.epoch++
     host.receive = undefined
@@ -764,18 +594,6 @@ class Simulation {
     if (this.options.loseJournalOnCrash || this.options.loseStoreOnCrash) host.journal = new MemoryJournal()
     if (this.options.loseStoreOnCrash) host.kv = new MemoryKv((done) => this.diskWrite(id, done))
     if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
-  }
-
-  /** Restarts a long-outage victim once every correct peer that is up pruned past the round it stopped at, or at 55% of the run (while there is work). */
-  private awaitPruned(victim: number): void {
-    const last = this.longOutage?.lastRound ?? 0
-    const peers = this.hosts.filter((h) => h.id !== victim && !h.strategy && h.up)
-    const pruned = peers.length > 0 && peers.every((h) => (h.node.status().blocksKeptFrom as number) > last + this.gcDepth)
-    if (pruned || this.now >= this.duration * 0.55) {
-      this.queue.push(this.now + 1, { kind: 'chaos', action: () => this.restart(victim) })
-      return
-    }
-    this.queue.push(this.now + 250, { kind: 'chaos', action: () => this.awaitPruned(victim) })
   }
 
   private async restart(id: number): Promise<void> {
@@ -793,7 +611,7 @@ class Simulation {
       })
       host.kv.flush()
     }
-    if (host.kv.table<string>(STORE_TABLES.snapshotHead).get('head')) this.restartsFromSnapshot++
+    if (host.kv.table<string>(STORE_TABLES.snapshotHead).get('head')) this.faults.restartsFromSnapshot++
     // The checkers go on from what its disk kept: what it lost, it must redo alike.
     host.checkedCommit = 0
     for (const anchor of host.kv.table<number>(STORE_TABLES.commits).getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
@@ -844,7 +662,7 @@ class Simulation {
       case 'connect': {
         const host = this.hosts[ev.node] as Host
         if (!host.up || host.epoch !== ev.epoch) return
-        this.sendHeld(host, ev.peer)
+        this.network.sendHeld(host, ev.peer)
         host.connected?.(ev.peer)
         return
       }
@@ -889,19 +707,14 @@ class Simulation {
     try {
       const { status } = host.node.submit(encodeEnvelope(env), 'sim')
       if (status !== 'queued') return
-      host.accepted.set(env.idHex, this.now)
-      if (!host.strategy && !this.firstAccepted.has(env.idHex)) this.firstAccepted.set(env.idHex, this.now)
+      this.checks.noteAccepted(host, env.idHex, this.now)
     } catch (err) {
       if (!(err instanceof SteadError)) throw err
     }
   }
 
   private committedByAll(idHex: string): boolean {
-    return this.committedByChecker.has(idHex) && this.hosts.every((h) => h.strategy || !h.up || h.decided.has(idHex))
-  }
-
-  private cut(a: number, b: number): boolean {
-    return this.partitioned !== null && this.partitioned.has(a) !== this.partitioned.has(b)
+    return this.checks.isCommitted(idHex) && this.hosts.every((h) => h.strategy || !h.up || h.decided.has(idHex))
   }
 
   /**
@@ -931,48 +744,6 @@ class Simulation {
     }
   }
 
-  /** Puts a frame on its way to a peer; false when it is lost at once (a partition, a peer down). */
-  private transmit(from: number, to: number, frame: Uint8Array): boolean {
-    const receiver = this.hosts[to] as Host
-    // A peer cut off by a partition, or down: the frame waits in the sender's bounded queue for
-    // that peer (oldest dropped first) and goes out once a connection to it opens, as the real
-    // mesh does. What was already on its way to a relay that crashes is lost with the connection.
-    if (this.cut(from, to) || !receiver.up) {
-      this.hold(this.hosts[from] as Host, to, frame)
-      return true
-    }
-    this.queue.push(this.now + this.delay(), { kind: 'deliver', from, to, epoch: receiver.epoch, frame })
-    return true
-  }
-
-  private hold(sender: Host, to: number, frame: Uint8Array): void {
-    let q = sender.held.get(to)
-    if (!q) sender.held.set(to, (q = { frames: [], bytes: 0 }))
-    q.frames.push(frame)
-    q.bytes += frame.length
-    const cap = to === this.longOutage?.victim ? HELD_FRAMES_LONG_OUTAGE : HELD_FRAMES
-    while (q.frames.length > cap || q.bytes > HELD_BYTES) {
-      q.bytes -= (q.frames.shift() as Uint8Array).length
-      this.heldDropped++
-    }
-  }
-
-  /** A connection to `peer` opened: what `host` held for it goes out, in order. */
-  private sendHeld(host: Host, peer: number): void {
-    const q = host.held.get(peer)
-    if (!q || this.cut(host.id, peer) || !(this.hosts[peer] as Host).up) return
-    host.held.delete(peer)
-    for (const frame of q.frames) this.transmit(host.id, peer, frame)
-    this.replayed += q.frames.length
-  }
-
-  private delay(): number {
-    let d = 1 + this.net.exp(8)
-    // A lost message is retransmitted by the link after a timeout, perhaps more than once.
-    while (this.net.chance(this.options.loss)) d += 100 + this.net.exp(50)
-    return d
-  }
-
   // ---- checkers: what each relay stored and attested ----
 
   /**
@@ -994,180 +765,15 @@ class Simulation {
     }
   }
 
-  /** What one write of a relay stores, as the checkers see it when the relay issues it (its disk may lose it at a crash: then the relay must redo it alike). */
-  private checkWrite(host: Host, { puts, removes }: Written): void {
-    if (host.strategy) {
-      // Not checked (it may store anything), but what it attests counts towards the quorums clients gather.
-      for (const { key, value } of puts.get(STORE_TABLES.attestations) ?? []) {
-        if ((key as unknown[])[0] === SPACE) host.stableIndex = Math.max(host.stableIndex, decodeAttestation(storeRecords.attestation(value).attestation.bytes).toIndex)
-      }
-      return
-    }
-    // Starting over from a checkpoint (RelayStore.install) replaces every space's snapshot: the
-    // commit records it writes are the checkpoint's window, which correct relays made.
-    const installing = (puts.get(STORE_TABLES.snapshotHead) ?? []).some((p) => p.key === 'installed')
-    if (installing) {
-      trace(`t=${this.now.toFixed(0)} relay ${host.id} started over from a checkpoint`)
-      // What clients handed it before is in the checkpoint's state, or theirs to resubmit.
-      host.accepted.clear()
-      this.installs++
-    }
-    // A relay catching up far behind its peers may prune, in the write that commits a block, blocks that old.
-    const pruned = new Set((removes.get(STORE_TABLES.blockDigests) ?? []).map(String))
-    for (const { key, value } of puts.get(STORE_TABLES.commits) ?? []) this.checkCommit(host, key as number, value, !installing, pruned)
-    const chunks = puts.get(STORE_TABLES.attestationChunks) ?? []
-    // (A write's attestations follow its commits: see RelayStore.write.)
-    for (const { key, value } of puts.get(STORE_TABLES.attestations) ?? []) {
-      const [space, fromIndex, round] = key as [string, number, number]
-      if (space !== SPACE) continue
-      const frames = chunks.filter((c) => (c.key as unknown[])[1] === fromIndex && (c.key as unknown[])[2] === round).flatMap((c) => storeRecords.chunk(c.value))
-      this.checkAttestation(host, value, frames)
-    }
-  }
-
-  /**
-   * Correct relays store the same sequence of commits (same blocks in the
-   * same order, same envelopes) and never order two blocks of one slot.
-   */
-  private checkCommit(host: Host, anchor: number, value: Uint8Array, madeHere: boolean, pruned: ReadonlySet<string>): void {
-    const { ordered, payloadIds } = storeRecords.commit(value)
-    const line = `${ordered.join(',')}|${payloadIds.join(',')}`
-    trace(`t=${this.now.toFixed(0)} relay ${host.id} stored commit ${anchor}: ${ordered.length} blocks, ${payloadIds.length} envelopes`)
-    const seen = this.canonicalCommits.get(anchor)
-    if (seen === undefined) {
-      // The first relay to commit at a round: after every commit correct relays made, never between.
-      const last = this.commitOrder.at(-1) ?? 0
-      if (anchor < last) throw new Violation(`relay ${host.id} committed at round ${anchor}, where the others made no commit (their commits go on to ${last})`)
-      this.canonicalCommits.set(anchor, line)
-      this.commitIndex.set(anchor, this.commitOrder.length)
-      this.commitOrder.push(anchor)
-    } else if (seen !== line) {
-      throw new Violation(`relay ${host.id} commit at round ${anchor} is ${line.slice(0, 80)}, another relay's ${seen.slice(0, 80)}`)
-    }
-    const slots = host.kv.table<string>(STORE_TABLES.blockDigests)
-    // (A checkpoint's window orders blocks this relay never had: the relays that made it stored them.)
-    for (const digest of madeHere ? ordered : []) {
-      const where = slots.get(digest)
-      if (!where && pruned.has(digest)) continue
-      if (!where) throw new Violation(`relay ${host.id} committed block ${digest.slice(0, 8)} at round ${anchor} without storing it`)
-      const { round, author } = storeRecords.blockSlot(where)
-      const slot = `${round}:${author}`
-      const owner = this.orderedSlots.get(slot)
-      if (owner !== undefined && owner !== digest) throw new Violation(`two blocks of relay ${author} round ${round} were ordered (${owner.slice(0, 8)} and ${digest.slice(0, 8)})`)
-      this.orderedSlots.set(slot, digest)
-    }
-    host.checkedCommit = Math.max(host.checkedCommit, anchor)
-  }
-
-  /** Commits a relay made, as its store shows them: its position in the sequence every correct relay makes. */
-  private commitsOf(host: Host): number {
-    return host.checkedCommit === 0 ? 0 : (this.commitIndex.get(host.checkedCommit) ?? -1) + 1
-  }
-
-  /**
-   * Correct relays sign the same attestation for each commit of the space
-   * (same decisions, same stable index and state hash, same chain), and a
-   * client replaying the attested commits reaches that state, keeping every
-   * invariant.
-   */
-  private checkAttestation(host: Host, value: Uint8Array, frames: readonly Uint8Array[]): void {
-    const { bytes } = storeRecords.attestation(value).attestation
-    const a = decodeAttestation(bytes)
-    const hex = toHex(bytes)
-    const seen = this.canonicalAttestations.get(a.round)
-    if (seen === undefined) {
-      if (a.prevRound !== this.checkerRound) throw new Violation(`relay ${host.id} attested round ${a.round} after round ${a.prevRound}, but the space's last attested commit was at round ${this.checkerRound}`)
-      this.canonicalAttestations.set(a.round, hex)
-      this.replay(host, a.round, frames, a.toIndex, toHex(a.stateHash), a.decisions)
-    } else if (seen !== hex) {
-      throw new Violation(`relay ${host.id} attested round ${a.round} (stable index ${a.fromIndex} -> ${a.toIndex}) differently from another relay`)
-    }
-    for (const d of a.decisions) host.decided.add(toHex(d[0]))
-    host.stableIndex = a.toIndex
-  }
-
-  /** The checker replica applies one attested commit, as a client does, and must reach the attested state. */
-  private replay(host: Host, round: number, frames: readonly Uint8Array[], toIndex: number, stateHash: string, decisions: readonly AttestedDecision[]): void {
-    const batch = frames.map((frame) => {
-      const env = this.envelopeOf(frame)
-      if (env instanceof SteadError) throw new Violation(`relay ${host.id} attested a commit carrying an invalid envelope (${env.reason})`)
-      return env
-    })
-    const fromIndex = this.checker.stableIndex
-    const result = this.checker.commit(batch, round)
-    this.checkerRound = round
-    // G4 and the audit: what the relays attest is what the audit decides (at most one of two twins committed).
-    const decided = toHex(encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))))
-    if (decided !== toHex(encode(decisions))) throw new Violation(`relay ${host.id} attested decisions at round ${round} that the audit does not make`)
-    for (const d of result.decisions) {
-      if (d.kind === 'committed') {
-        this.committedByChecker.add(d.env.idHex)
-        this.clocks[d.clockVerified ? 'verified' : 'unverified']++
-      }
-      if (d.kind !== 'superseded') this.decidedByChecker.add(d.env.idHex)
-      // The clocks honest clients compose must never be judged bad, wherever their deps are.
-      if (d.kind === 'dropped' && d.reason === 'bad-clock' && this.honestSet.has(d.env.idHex)) throw new Violation(`the audit refused honest envelope ${d.env.idHex.slice(0, 8)}'s clock: ${d.detail}`)
-    }
-    const hash = toHex(this.checker.stableHash((b) => nodeCrypto.sha256(b)))
-    if (!this.attested.record(round, fromIndex, this.checker.stableIndex, hash, result.decisions)) throw new Violation(`the checker's stable index moved from ${fromIndex} to ${this.checker.stableIndex} at round ${round}, not by the envelopes it committed`)
-    if (this.checker.stableIndex !== toIndex || hash !== stateHash) {
-      throw new Violation(`relay ${host.id} attested stable index ${toIndex} with state ${stateHash.slice(0, 8)} at round ${round}; replaying the attested commits gives ${this.checker.stableIndex} with ${hash.slice(0, 8)}`)
-    }
-    for (const key of this.checker.keys()) {
-      if (this.checker.stable(key)?.invariantsHold() === false) throw new Violation(`stable ${key} breaks its invariant after round ${round}`)
-    }
-  }
-
-  private envelopeOf(frame: Uint8Array): Envelope | SteadError {
-    const key = toHex(nodeCrypto.sha256(frame))
-    let v = this.envelopes.get(key)
-    if (v === undefined) {
-      try {
-        v = openEnvelopeSync({ sha256: (d) => nodeCrypto.sha256(d), verify: (pk, msg, sig) => this.crypto.verify(pk, msg, sig) }, asSigned(decode(frame)))
-      } catch (err) {
-        if (!(err instanceof SteadError)) throw err
-        v = err
-      }
-      this.envelopes.set(key, v)
-    }
-    return v
-  }
-
   // ---- end of run ----
 
   private finalChecks(progressMark: Array<number | null> | null, endedIdle: boolean): void {
     if (endedIdle) this.clients?.finalChecks((b) => nodeCrypto.sha256(b))
-    const correct = this.hosts.filter((h) => !h.strategy && h.up)
-    // An idle cluster sends nothing: a correct relay left behind when the work stopped must still catch up
-    // with every commit that carried envelopes (one left without an empty last commit has nothing to lose:
-    // it decides that slot once there is work, and idle relays do not propose for an empty one).
-    const last = this.commitOrder.findLast((anchor) => !(this.canonicalCommits.get(anchor) as string).endsWith('|')) ?? 0
-    for (const h of endedIdle ? correct : []) {
-      if (h.checkedCommit < last) throw new Violation(`relay ${h.id} ended behind: its last commit is at round ${h.checkedCommit}, the others' last with envelopes at ${last}`)
-    }
-    for (const h of correct) {
-      const mark = progressMark?.[h.id]
-      if (mark !== undefined && mark !== null && this.commitsOf(h) <= mark) throw new Violation(`relay ${h.id} had work but made no progress after the network healed (${this.commitsOf(h)} commits)`)
-    }
-    // G7: what a correct relay accepted from a client before the quiet period is decided by the end, and every
-    // honest update its client kept resubmitting is committed.
-    const quietFrom = this.duration * 0.7
-    // (Not the Byzantine client's twins: it sends each once, and a relay owes nothing for one whose slot
-    // its twin took, or that went in a block that expired unordered. Its author would have to resubmit.)
-    const honest = this.honestSet
-    for (const h of correct) {
-      // Nor is an envelope behind a gap in its author's sequence decided until the gap fills or its wait runs out.
-      const owed = [...h.accepted].filter(([id, at]) => {
-        const env = this.workloadEnvelopes.get(id) as Envelope
-        return honest.has(id) && at < quietFrom && !h.decided.has(id) && env.seq <= this.checker.nextSeq(env.authorId)
-      })
-      if (owed.length) throw new Violation(`relay ${h.id} never decided ${owed.length} envelope(s) clients sent it before the quiet period, e.g. ${owed[0]?.[0].slice(0, 8)} (${this.decidedByChecker.has(owed[0]?.[0] ?? '') ? 'decided' : 'undecided'} in the stable order)`)
-    }
-    // G4 of the audit itself (the relays attest what it decides, checked at each commit): of two twins, at most one committed.
-    for (const [a, b] of this.twinIds) {
-      if (this.committedByChecker.has(a) && this.committedByChecker.has(b)) throw new Violation(`both conflicting envelopes ${a.slice(0, 8)} and ${b.slice(0, 8)} entered the stable history`)
-    }
-    const lost = this.honestIds.filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decidedByChecker.has(id))
-    if (lost.length) throw new Violation(`${lost.length} honest envelope(s) accepted before the quiet period were never decided, e.g. ${lost[0]?.slice(0, 8)}`)
+    this.checks.finalChecks(
+      this.hosts.filter((h) => !h.strategy && h.up),
+      progressMark,
+      endedIdle,
+      this.duration * 0.7,
+    )
   }
 }
