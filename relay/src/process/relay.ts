@@ -26,7 +26,7 @@ export interface RunRelayOptions {
   readonly logger?: Logger
   /** Consensus timings (defaults: leader timeout 250 ms, sync interval 500 ms, pace 50 ms; see RelayNodeOptions). */
   readonly consensus?: { readonly leaderTimeoutMs?: number; readonly syncIntervalMs?: number; readonly paceMs?: number }
-  /** Client API limits (see DEFAULT_LIMITS in api.ts and the README's security model). */
+  /** Client API limits (see DEFAULT_LIMITS in api/server.ts and the README's security model). */
   readonly limits?: Partial<ApiLimits>
   /** Bytes this relay may hold for clients (queued envelopes, send buffers, verification cache); default 512 MiB. */
   readonly memoryBudgetBytes?: number
