@@ -178,6 +178,8 @@ export class InvariantChecker {
     // ones: the dedupe window decides what a commit carries); none of a round after the last commit exists yet.
     for (const round of ordered.slotRounds()) if (round <= gc || round > v.committedRound) fail(`ordered slot of round ${round} outside (${gc}, ${v.committedRound}]`)
     for (const round of ordered.payloadRounds()) if (round <= gc || round > v.committedRound) fail(`envelope ordered at round ${round} is kept outside (${gc}, ${v.committedRound}]`)
+    // Ordered block digests are kept no longer than the window either, also those a restart recovered whose bodies never came back.
+    for (const round of ordered.blockRounds()) if (round <= gc || round > v.committedRound) fail(`an ordered block is kept until round ${round}, outside (${gc}, ${v.committedRound}]`)
     // Pending work is in accepted blocks that are not ordered (ordering one clears its entry).
     for (const digest of v.pendingWork.keys()) if (!dag.has(digest) || ordered.hasBlock(digest)) fail(`block ${short(digest)} has pending work but is ${dag.has(digest) ? 'ordered' : 'not in the DAG'}`)
 

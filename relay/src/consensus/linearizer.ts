@@ -202,7 +202,7 @@ export class Linearizer {
   recoverOrdered(commits: RecoveredState['commits'], gc: number): void {
     for (const c of [...commits].sort((a, b) => a.anchorRound - b.anchorRound)) {
       if (c.anchorRound <= gc) continue
-      for (const d of c.ordered) this.ordered.recoverBlock(d)
+      for (const d of c.ordered) this.ordered.recoverBlock(d, c.anchorRound)
       // The dedupe window must match the other relays' exactly: it decides what a commit carries.
       for (const id of c.payloadIds) if (!this.ordered.hasPayload(id)) this.ordered.orderPayload(id, c.anchorRound)
     }

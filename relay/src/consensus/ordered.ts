@@ -15,7 +15,13 @@ function slotKey(b: Slot): string {
  * the horizon.
  */
 export class OrderedRecord {
-  private readonly blocks = new Set<string>()
+  /**
+   * Ordered block digest → a round at or above the block's own: its round,
+   * or for a block recovered from a commit record (whose body may never come
+   * back into the DAG) the commit's anchor round. forget() drops it once the
+   * horizon passes that round.
+   */
+  private readonly blocks = new Map<string, number>()
   /** slot key → its round. */
   private readonly slots = new Map<string, number>()
   /** Envelope id → round of the leader that ordered it, in ordering order (so in round order). */
@@ -49,19 +55,24 @@ export class OrderedRecord {
     return this.slots.values()
   }
 
+  /** For checkInvariants: the rounds the ordered blocks are kept until (see blocks). */
+  blockRounds(): IterableIterator<number> {
+    return this.blocks.values()
+  }
+
   payloadRounds(): IterableIterator<number> {
     return this.payload.values()
   }
 
   /** A block goes into the order (its slot with it). */
   orderBlock(block: Slot & { readonly digestHex: string }): void {
-    this.blocks.add(block.digestHex)
+    this.blocks.set(block.digestHex, block.round)
     this.slots.set(slotKey(block), block.round)
   }
 
-  /** A block known ordered before its body reached the DAG (a restart or a checkpoint recovered the commit): its slot is taken once it arrives. */
-  recoverBlock(digestHex: string): void {
-    this.blocks.add(digestHex)
+  /** A block known ordered before its body reached the DAG (a restart or a checkpoint recovered the commit anchored at `anchorRound`): its slot is taken once it arrives. */
+  recoverBlock(digestHex: string, anchorRound: number): void {
+    this.blocks.set(digestHex, anchorRound)
   }
 
   /** The block arrived: if it was recovered as ordered, its slot is taken. */
@@ -81,8 +92,9 @@ export class OrderedRecord {
     return this.blocks.delete(block.digestHex) || this.slots.has(slotKey(block))
   }
 
-  /** Forgets slots and envelope ids of rounds at or below `gc`. */
+  /** Forgets blocks, slots and envelope ids of rounds at or below `gc` (recovered blocks that never came back into the DAG among them). */
   forget(gc: number): void {
+    for (const [digest, round] of this.blocks) if (round <= gc) this.blocks.delete(digest)
     for (const [key, round] of this.slots) if (round <= gc) this.slots.delete(key)
     for (const [id, round] of this.payload) {
       if (round > gc) break
