@@ -117,6 +117,8 @@ export class Linearizer {
     }
     // The twins of what was just ordered are dead.
     for (const block of history) for (const twin of this.dag.atSlot(block.round, block.author)) if (!this.ordered.hasBlock(twin.digestHex)) this.expire(twin, out)
+    // Blocks still waiting whose envelopes all went into the order through others hold no work any more.
+    for (const [digest, work] of this.pendingWork) if (this.holdsNoWork(work)) this.pendingWork.delete(digest)
     assert(leader.round > this.lastCommitRound, `commit of round ${leader.round} after round ${this.lastCommitRound}`)
     this.lastCommitRound = leader.round
     const ordered = history.map((b) => b.digestHex)
@@ -156,14 +158,19 @@ export class Linearizer {
    * Whether an accepted block still waits for an order with envelopes not
    * ordered elsewhere (with `urgentOnly`, urgent ones) and can still be
    * ordered (no other block of its slot was: a lost twin of an equivocator
-   * never will). Forgets the blocks that hold none any more.
+   * never will). A question only: what holds no work any more is
+   * forgotten when an order makes it so (see commitLeader).
    */
   hasPendingWork(urgentOnly: boolean): boolean {
-    for (const [digest, work] of this.pendingWork) {
-      if (this.ordered.hasSlot(work.block) || work.ids.every((i) => this.ordered.hasPayload(i.idHex))) this.pendingWork.delete(digest)
-      else if (!urgentOnly || work.ids.some((i) => i.urgent && !this.ordered.hasPayload(i.idHex))) return true
+    for (const work of this.pendingWork.values()) {
+      if (this.holdsNoWork(work)) continue
+      if (!urgentOnly || work.ids.some((i) => i.urgent && !this.ordered.hasPayload(i.idHex))) return true
     }
     return false
+  }
+
+  private holdsNoWork(work: PendingWork): boolean {
+    return this.ordered.hasSlot(work.block) || work.ids.every((i) => this.ordered.hasPayload(i.idHex))
   }
 
   /** Hands `take` the unordered envelopes of unordered blocks until it refuses one; returns false then. */
