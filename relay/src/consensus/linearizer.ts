@@ -176,6 +176,8 @@ export class Linearizer {
   /** Hands `take` the unordered envelopes of unordered blocks until it refuses one; returns false then. */
   unorderedFrames(take: (frame: Uint8Array) => boolean): boolean {
     for (const work of this.pendingWork.values()) {
+      // A twin of a block ordered since (its slot taken when a recovered block arrived) will never be ordered.
+      if (this.ordered.hasSlot(work.block)) continue
       const infos = this.infosOf.get(work.block.digestHex) ?? []
       const payload = work.block.block.header.payload
       for (let i = 0; i < payload.length; i++) {
