@@ -36,9 +36,9 @@ export class FaultSchedule {
   /** The relay of a long outage (SimOptions.longOutage) and the round it had reached when it went down. */
   private longOutage: { victim: number; lastRound: number } | undefined
   /** Writes crashes lost: issued, not yet on disk. */
-  lostWrites = 0
+  private lost = 0
   /** Restarts that found a snapshot on their disk. */
-  restartsFromSnapshot = 0
+  private fromSnapshot = 0
 
   private readonly options: FaultOptions
   private readonly f: number
@@ -54,6 +54,24 @@ export class FaultSchedule {
     this.duration = duration
     this.gcDepth = gcDepth
     this.actions = actions
+  }
+
+  /** A crash carried out: the writes its disk had not finished are lost. */
+  crashed(unwrittenWrites: number): void {
+    this.lost += unwrittenWrites
+  }
+
+  /** A restart carried out (`fromSnapshot`: its disk held a snapshot). */
+  restarted(fromSnapshot: boolean): void {
+    if (fromSnapshot) this.fromSnapshot++
+  }
+
+  get lostWrites(): number {
+    return this.lost
+  }
+
+  get restartsFromSnapshot(): number {
+    return this.fromSnapshot
   }
 
   /** Whether `relay` is the long outage's victim (its peers hold fewer frames for it). */

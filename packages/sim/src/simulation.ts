@@ -579,7 +579,7 @@ class Simulation {
     }
     host.crashAtNextWrite = false
     trace(`t=${this.now.toFixed(0)} crash ${id} (${host.kv.unwritten} writes lost)`)
-    this.faults.lostWrites += host.kv.unwritten
+    this.faults.crashed(host.kv.unwritten)
     host.up = false
     host.epoch++
     host.receive = undefined
@@ -611,7 +611,7 @@ class Simulation {
       })
       host.kv.flush()
     }
-    if (host.kv.table<string>(STORE_TABLES.snapshotHead).get('head')) this.faults.restartsFromSnapshot++
+    this.faults.restarted(Boolean(host.kv.table<string>(STORE_TABLES.snapshotHead).get('head')))
     // The checkers go on from what its disk kept: what it lost, it must redo alike.
     host.checkedCommit = 0
     for (const anchor of host.kv.table<number>(STORE_TABLES.commits).getKeys({ reverse: true, limit: 1 })) host.checkedCommit = anchor
