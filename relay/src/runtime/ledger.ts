@@ -248,7 +248,7 @@ export class Ledger {
   }
 }
 
-export function frameBytes(frames: readonly Uint8Array[]): number {
+function frameBytes(frames: readonly Uint8Array[]): number {
   let n = 0
   for (const f of frames) n += f.length
   return n
