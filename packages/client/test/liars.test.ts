@@ -7,7 +7,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ReliableReplica } from '@stead/core'
-import { createClient, lmdbStorage, memoryStorage, type Space, type SteadClient } from '../src/index.node.ts'
+import { createClient, lmdbStorage, memoryStorage, type ClientOptions, type Space, type SteadClient } from '../src/index.node.ts'
 
 /**
  * The SDK against four real relay processes of which one lies to its
@@ -78,8 +78,8 @@ function liarCluster(n: number, order: readonly number[]) {
     await cluster?.stopAll()
   })
   return {
-    open: async (space: string, storage = memoryStorage()): Promise<Space> => {
-      const client = await createClient({ relays: order.map((i) => `ws://${cluster.relays[i]!.api}`), storage })
+    open: async (space: string, storage = memoryStorage(), fetchFn?: ClientOptions['fetch']): Promise<Space> => {
+      const client = await createClient({ relays: order.map((i) => `ws://${cluster.relays[i]!.api}`), storage, ...(fetchFn && { fetch: fetchFn }) })
       owners.push(client)
       const opened = await client.space(space)
       spaces.set(opened, client)
@@ -130,16 +130,31 @@ describe('clients against a relay that lies to them', () => {
     await lie(LIAR, 'forge-snapshot')
     const writer = await open('liar-snapshot')
     for (let i = 0; i < 5; i++) await writer.counter('n').increment(10, { safe: true })
-    // The liar is listed first: the fresh client asks it for the snapshot.
-    const fresh = await open('liar-snapshot')
+    // The fresh client asks first whichever relay's session was ready first, then the others in
+    // their listed order (the liar first). So that the liar is always asked, an honest relay asked
+    // before it fails to answer (as one that cannot be reached does); after it, honest ones answer.
+    const liarUrl = urls()[0] as string
+    let liarAsked = false
+    let trueAnswers = 0
+    const liarFirst: ClientOptions['fetch'] = async (url, init) => {
+      if (new URL(url).pathname !== '/v1/spaces/liar-snapshot/snapshot') return fetch(url, init)
+      if (url.startsWith(liarUrl)) liarAsked = true
+      else if (!liarAsked) throw new TypeError('not reached before the liar (the test holds honest snapshots back until it was asked)')
+      else trueAnswers++
+      return fetch(url, init)
+    }
+    const fresh = await open('liar-snapshot', memoryStorage(), liarFirst)
     const n = fresh.counter('n')
     const shown: number[] = []
     n.subscribe(() => shown.push(n.value))
     await until('the liar reported', () => fresh.status.relays[0]?.faulty, 30_000)
     expect(fresh.status.relays[0]?.faulty).toMatch(/attested differently/)
     await until('the true state', () => (n.stable === 50 ? true : undefined), 30_000)
+    // It started from a true snapshot an honest relay served after the liar's was refused.
+    expect(trueAnswers).toBeGreaterThanOrEqual(1)
     expect(shown.every((v) => v === 0 || v === 50)).toBe(true)
     expect(n.value).toBe(50)
+    for (const r of fresh.status.relays.slice(1)) expect(r.faulty).toBeUndefined()
   }, 120_000)
 
   it('wrong-delta: a delta whose result does not lead to the attested hash is refused and its relay reported; a client back after a while catches up from a true one', async () => {
