@@ -233,6 +233,7 @@ type BaseMessage =
   | { type: 'submit'; id: number; env: EnvSpec }
   | { type: 'ping'; n: number }
   | { type: 'announce'; space: string; addrs: string[] }
+  | { type: 'presence'; space: string; seq: number; ttlMs: number; state: unknown; who: 'fuzzer' | 'stranger'; leave: boolean }
 
 type Recipe =
   | { t: 'bytes'; bytes: Bytes }
@@ -370,6 +371,15 @@ const baseMessage: fc.Arbitrary<BaseMessage> = fc.oneof(
   fc.record({ type: fc.constant('submit' as const), id: idArb, env: envSpec }),
   fc.record({ type: fc.constant('ping' as const), n: fc.nat() }),
   fc.record({ type: fc.constant('announce' as const), space: spaceArb, addrs: fc.array(fc.oneof(fc.constant('/ip4/127.0.0.1/tcp/1/p2p/12D3KooWfuzz'), fc.string({ maxLength: 600 })), { maxLength: 10 }) }),
+  fc.record({
+    type: fc.constant('presence' as const),
+    space: spaceArb,
+    seq: fc.oneof(fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)),
+    ttlMs: fc.oneof(fc.constant(30_000), fc.nat()),
+    state: fc.oneof({ weight: 3, arbitrary: fc.constant({ name: 'fuzz', cursor: 3 }) }, { weight: 1, arbitrary: fc.constant(null) }, { weight: 2, arbitrary: junk }),
+    who: fc.constantFrom('fuzzer' as const, 'stranger' as const),
+    leave: fc.boolean(),
+  }),
 )
 
 /** Replacements aimed at one field of an envelope payload: [tag, space, author, seq, base, clock, deps, updates, safe]. */
@@ -725,6 +735,16 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
         case 'submit':
           m = { type: 'submit', id: b.id, envelope: (await seal(b.env)).frame }
           break
+        case 'presence': {
+          // Signed by the session's key (or a stranger's): a state and, maybe, its leave signed ahead.
+          const secret = (b.who === 'fuzzer' ? fuzzer : stranger).secretKey
+          const signed = (seq: number, state: unknown) => {
+            const bytes = safeEncode(['stead-presence-1', b.space, seq, b.ttlMs, state])
+            return { bytes, sig: signSync(secret, bytes) }
+          }
+          m = { type: 'presence', space: b.space, signed: signed(b.seq, b.state), ...(b.leave ? { leave: signed(b.seq + 1, null) } : {}) }
+          break
+        }
         default:
           m = b
       }
@@ -758,7 +778,7 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
 type Expected =
   | { kind: 'error' } // undecodable, oversized or sent before hello: a typed error (id null)
   | { kind: 'hello' } // welcome, or a typed error (a bad signature then closes with 4001)
-  | { kind: 'quiet' } // subscribe, unsubscribe, announce: nothing required, typed errors allowed, commits, attestations and peers may stream
+  | { kind: 'quiet' } // subscribe, unsubscribe, announce, presence: nothing required, typed errors allowed, commits, attestations and peers may stream
   | { kind: 'submit'; id: number } // accepted or error with this id (or a session-level error)
   | { kind: 'pong'; n: number }
 
@@ -778,6 +798,7 @@ function expected(frame: Uint8Array | string, authed: boolean): Expected {
     case 'subscribe':
     case 'unsubscribe':
     case 'announce':
+    case 'presence':
       return { kind: 'quiet' }
     case 'submit':
       return { kind: 'submit', id: m.id }

@@ -1,4 +1,4 @@
-import { DEFAULT_LIMITS, SteadError, systemClock, type HostClock } from '@stead/core'
+import { DEFAULT_LIMITS, MAX_PRESENCE_TTL_MS, MIN_PRESENCE_TTL_MS, SteadError, systemClock, type HostClock } from '@stead/core'
 import { parseClusterDescriptor, sessionUrlOf, type ClusterDescriptor } from './transport/cluster.ts'
 import type { ClientStorage } from './storage/types.ts'
 import type { ClientOptions } from './types.ts'
@@ -39,6 +39,7 @@ const KNOWN: ReadonlyArray<keyof ClientOptions> = [
   'clock',
   'random',
   'safeTimeoutMs',
+  'presenceTtlMs',
 ]
 
 /** A SteadError `malformed` naming the option, what is wrong with it and the fix. */
@@ -87,6 +88,7 @@ export function checkClientOptions(options: ClientOptions): ClusterDescriptor | 
     }
   }
   integer(given, 'historyLimit', 0, Number.MAX_SAFE_INTEGER, 'entries kept in memory per object (0 keeps none; default 1000)')
+  integer(given, 'presenceTtlMs', MIN_PRESENCE_TTL_MS, MAX_PRESENCE_TTL_MS, `ms others keep this client's presence without hearing it again (default 30000)`)
   ms(given, 'batchIntervalMs', 0, 'default 10')
   integer(given, 'maxBatchOps', 1, DEFAULT_LIMITS.maxOpsPerEnvelope, `operations per envelope (relays take at most ${DEFAULT_LIMITS.maxOpsPerEnvelope}; default 500)`)
   ms(given, 'resubmitAfterMs', 1, 'default 2000')

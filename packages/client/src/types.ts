@@ -172,6 +172,14 @@ export interface ClientOptions {
     /** The 32-byte Ed25519 seed; the author id is derived from its public key. */
     readonly secretKey: Uint8Array
   }
+  /**
+   * How long other clients keep this client's presence (`space.presence`)
+   * without hearing it again: it is renewed at half of it while the space
+   * is open. A client that vanishes without closing is shown until then
+   * (unless a relay sends the leave it signed ahead, which it does when the
+   * client's session closes). Default 30,000 ms; from 1,000 to 600,000.
+   */
+  readonly presenceTtlMs?: number
   /** Stable history entries kept in memory per object (older pages come from the relays). Default 1,000; whatever the limit, at most about 8 MiB of values per object are kept (a long document keeps fewer entries). */
   readonly historyLimit?: number
   /**

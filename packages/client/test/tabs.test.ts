@@ -3,6 +3,7 @@ import { SimCluster } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { SteadClient } from '../src/client.ts'
 import { FakeOrigin } from './helpers/tabs.ts'
+import { createClient, memoryStorage } from '../src/index.node.ts'
 
 const clusters: SimCluster[] = []
 const origins: FakeOrigin[] = []
@@ -82,6 +83,25 @@ describe('tabs sharing one client', () => {
     await sb.settled()
     expect(sb.pendingUpdates()).toEqual([])
     expect(stableValue(c, 'k')).toBe(12)
+  })
+
+  it('tabs share one presence: what a following tab shows is the client\'s, and every tab sees the others present', async () => {
+    const { c, origin } = await setup()
+    const a = await origin.tab(c.clientOptions())
+    const b = await origin.tab(c.clientOptions())
+    const other = await createClient({ ...c.clientOptions(), storage: memoryStorage() })
+    try {
+      const [sa, sb, so] = await Promise.all([a.space('bank'), b.space('bank'), other.space('bank')])
+      sb.presence.set({ name: 'from tab b' })
+      await c.until('the other client sees the tabs\' client', () => so.presence.others.some((p) => p.author === a.authorId && (p.state as { name?: string }).name === 'from tab b'))
+      so.presence.set({ name: 'Olga' })
+      await c.until('both tabs see olga', () => [sa, sb].every((s) => s.presence.others.some((p) => p.author === other.authorId)))
+      expect(sb.presence.others.map((p) => p.state)).toEqual([{ name: 'Olga' }])
+      await so.close()
+      await c.until('both tabs see her go', () => sa.presence.others.length === 0 && sb.presence.others.length === 0)
+    } finally {
+      await other.close()
+    }
   })
 
   it('a following tab types into a text key by key while the leader signs: every key shows at once there and lands in order', async () => {

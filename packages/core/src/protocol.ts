@@ -85,6 +85,24 @@ export type ClientMessage =
       readonly addrs: readonly string[]
     }
   | {
+      /**
+       * This client's presence in a space it may read (see presence.ts):
+       * the relay passes it at once to the space's other sessions and
+       * keeps the latest one in memory for newcomers, never on disk.
+       */
+      readonly type: 'presence'
+      /** The space. */
+      readonly space: string
+      /** The encoded PresenceBody, signed with the session's key. */
+      readonly signed: Signed
+      /**
+       * The same author's leave (a body with a null state and the next
+       * seq), signed ahead: what the relay passes on for it when its
+       * session closes without one, so others see it go at once.
+       */
+      readonly leave?: Signed
+    }
+  | {
       /** Keepalive: the relay answers `pong` with the same `n`. */
       readonly type: 'ping'
       /** Any number, echoed. */
@@ -214,6 +232,16 @@ export type RelayMessage =
       readonly space: string
       /** The oldest stable index this relay's commit feed starts from. */
       readonly from: number
+    }
+  | {
+      /** Another client's presence in a followed space, as its author signed it (see presence.ts). */
+      readonly type: 'presence'
+      /** The space. */
+      readonly space: string
+      /** The author's Ed25519 public key (the relay checked it is the key of the session that sent it). */
+      readonly author: Uint8Array
+      /** The encoded PresenceBody and the author's signature over it. */
+      readonly signed: Signed
     }
   | {
       /** The answer to `ping`. */
@@ -454,6 +482,8 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
       return encode(['announce', m.space, m.addrs])
     case 'ping':
       return encode(['ping', m.n])
+    case 'presence':
+      return encode(m.leave ? ['presence', m.space, [m.signed.bytes, m.signed.sig], [m.leave.bytes, m.leave.sig]] : ['presence', m.space, [m.signed.bytes, m.signed.sig]])
   }
 }
 
@@ -494,6 +524,11 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
     case 'ping':
       fields(2)
       return { type: 'ping', n: expect.uint(v[1], 'n') }
+    case 'presence': {
+      if (v.length !== 3 && v.length !== 4) throw new SteadError('malformed', 'presence takes 2 or 3 fields')
+      const leave = v.length === 4 ? asSigned(v[3]) : undefined
+      return { type: 'presence', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), signed: asSigned(v[2]), ...(leave ? { leave } : {}) }
+    }
     default:
       throw new SteadError('malformed', `unknown client message ${JSON.stringify(v[0])}`)
   }
@@ -539,6 +574,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encodeCommitFrame(m.space, undefined, encode(m.envelopes), m.more)
     case 'pruned':
       return encode(['pruned', m.space, m.from])
+    case 'presence':
+      return encode(['presence', m.space, m.author, [m.signed.bytes, m.signed.sig]])
     case 'pong':
       // The time goes last: decoders that predate it read ['pong', n] and ignore what follows.
       return encode(m.time === undefined ? ['pong', m.n] : ['pong', m.n, m.time])
@@ -596,6 +633,8 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
       return { type: 'commit-more', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelopes: envelopeFrames(v[2]), more: expect.boolean(v[3], 'commit-more.more') }
     case 'pruned':
       return { type: 'pruned', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), from: expect.uint(v[2], 'from') }
+    case 'presence':
+      return { type: 'presence', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), author: expect.bytes(v[2], 'author', 32), signed: asSigned(v[3]) }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n'), ...(v[2] === undefined ? {} : { time: expect.uint(v[2], 'pong.time') }) }
     default:

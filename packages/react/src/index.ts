@@ -7,11 +7,11 @@
  * @module @stead/react
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
-import type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, PresencePeer, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
 import { memoSnapshot, type Subscribable } from './store.ts'
 
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
-export type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, PresencePeer, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
 
 /** What an OR-Set may hold (as the SDK declares it): strings and finite numbers. */
 export type SetElement = Parameters<SetHandle['add']>[0]
@@ -260,3 +260,32 @@ export function useStatus(): ClientStatus {
   return useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
 }
 
+
+/** What `usePresence` returns. */
+export interface PresenceState {
+  /** What this client shows the space's other clients (null: nothing). */
+  readonly state: RegisterValue | null
+  /** The other clients present now, each with its author id, state and when it was last heard. */
+  readonly others: readonly PresencePeer[]
+  /** Shows a new state (see `space.presence.set`; throws `too-large` past 4 KiB). */
+  readonly set: (state: RegisterValue | null) => void
+  /** Changes some fields of the state, keeping the rest (see `space.presence.update`). */
+  readonly update: (fields: Readonly<Record<string, RegisterValue>>) => void
+}
+
+/**
+ * Who is in the nearest space now and what they show (`space.presence`),
+ * re-rendering when someone comes, moves, leaves or goes quiet, and when
+ * this client's own state changes. Presence is ephemeral: it is never
+ * ordered or stored.
+ */
+export function usePresence(): PresenceState {
+  const space = useSpace()
+  const presence = space.presence
+  const getSnapshot = useMemo(() => memoSnapshot(() => ({ state: presence.state, others: presence.others })), [presence])
+  const subscribe = useCallback((onChange: () => void) => presence.subscribe(onChange), [presence])
+  const snapshot = useSyncExternalStore(subscribe, getSnapshot, getSnapshot)
+  const set = useCallback((state: RegisterValue | null) => presence.set(state), [presence])
+  const update = useCallback((fields: Readonly<Record<string, RegisterValue>>) => presence.update(fields), [presence])
+  return useMemo(() => ({ ...snapshot, set, update }), [snapshot, set, update])
+}

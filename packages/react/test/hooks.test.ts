@@ -10,7 +10,7 @@ import { act, cleanup, render, screen, waitFor } from '@testing-library/react'
 import { StrictMode, createElement as h, type ReactElement } from 'react'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { SimCluster } from '@stead/sim'
-import { SteadProvider, useBoundedCounter, useSpace, useCounter, useHandle, useRegister, useSet, useStatus } from '../src/index.ts'
+import { SteadProvider, useBoundedCounter, usePresence, useSpace, useCounter, useHandle, useRegister, useSet, useStatus } from '../src/index.ts'
 
 const open: SteadClient[] = []
 const clusters: SimCluster[] = []
@@ -301,6 +301,30 @@ describe.each([
     view.unmount()
     await expectDetached(stats, () => a.counter('n').increment(1))
     expect(a.status.pending).toBe(1)
+  })
+})
+
+describe('usePresence', () => {
+  it('shows who else is here as they come, move and leave, and sets this client\'s own state', async () => {
+    const c = await cluster()
+    const [a, b] = [await client(c), await client(c)]
+    function People() {
+      const p = usePresence()
+      const names = p.others.map((o) => (o.state as { name: string }).name).join(',')
+      return h('button', { 'data-testid': 'people', onClick: () => p.update({ name: 'Ann' }) }, `me=${(p.state as { name?: string } | null)?.name ?? '-'} others=${names || '-'}`)
+    }
+    mount(a, h(People), false)
+    expect(text('people')).toBe('me=- others=-')
+    act(() => screen.getByTestId('people').click())
+    expect(text('people')).toBe('me=Ann others=-')
+    act(() => b.presence.set({ name: 'Bo' }))
+    await screen.findByText('me=Ann others=Bo', {}, { timeout: 10_000 })
+    act(() => b.presence.set({ name: 'Bob' }))
+    await screen.findByText('me=Ann others=Bob', {}, { timeout: 10_000 })
+    await act(async () => {
+      await b.close()
+    })
+    await screen.findByText('me=Ann others=-', {}, { timeout: 10_000 })
   })
 })
 

@@ -401,6 +401,11 @@ export class SimRelay {
     return found && restoreCrdt(decodeDeclaration(found[1]), found[2]).value()
   }
 
+  /** How many authors' presence it holds for `space` now (in memory: a restart forgets it). */
+  presenceIn(space: string): number {
+    return this.running?.sessions.presence.size(space) ?? 0
+  }
+
   /** Client sessions open on it now. */
   get openSessions(): number {
     return [...(this.running?.wires ?? [])].filter((w) => w.relay.open).length

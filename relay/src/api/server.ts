@@ -15,6 +15,7 @@ import type { ClientFacingLiar } from '../faults/client-lies.ts'
 import { readiness } from '../runtime/health.ts'
 import { guardConnections, type ConnectionLimits } from './connections.ts'
 import { DEFAULT_PEER_DIRECTORY_LIMITS, type PeerDirectoryLimits } from './peer-directory.ts'
+import { DEFAULT_PRESENCE_LIMITS, type PresenceLimits } from './presence.ts'
 import type { RelayNode } from '../runtime/node.ts'
 import { ClientSessions, LOW_WATER_BYTES } from './sessions.ts'
 import { wsSessionSocket } from './ws-socket.ts'
@@ -50,6 +51,8 @@ export interface ApiLimits extends ReadLimits, ConnectionLimits {
   readonly idleTimeoutMs: number
   /** Shares of each space's peer directory, and what a session is told about peers (see PeerDirectory). */
   readonly peerAnnouncements: PeerDirectoryLimits
+  /** Presence: what one session may publish and is sent, and what a space and the relay keep (see PresenceRoom). */
+  readonly presence: PresenceLimits
 }
 
 export const DEFAULT_LIMITS: ApiLimits = {
@@ -71,6 +74,7 @@ export const DEFAULT_LIMITS: ApiLimits = {
   maxHttpConnectionsPerAddress: 512,
   firstRequestMs: 10_000,
   peerAnnouncements: DEFAULT_PEER_DIRECTORY_LIMITS,
+  presence: DEFAULT_PRESENCE_LIMITS,
   ...DEFAULT_READ_LIMITS,
 }
 

@@ -20,6 +20,7 @@ import type { ClientFacingLiar } from '../faults/client-lies.ts'
 import type { CommitFeed } from '../store/feed.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from '../runtime/node.ts'
 import { PeerDirectory } from './peer-directory.ts'
+import { PresenceRoom, type PresenceWatcher } from './presence.ts'
 import { Inbound } from './inbound.ts'
 import { SentEarly } from './sent-early.ts'
 import { Shares } from './shares.ts'
@@ -93,6 +94,8 @@ export class ClientSessions {
   readonly liar: ClientFacingLiar | undefined
   /** Where the clients of each space can be reached peer to peer, as they announced. */
   readonly directory: PeerDirectory<Session>
+  /** Who is present in each space, as its sessions published (memory only). */
+  readonly presence: PresenceRoom<Session>
   readonly peerAddresses: (() => string[]) | undefined
   constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar, peerAddresses?: () => string[]) {
     this.node = node
@@ -101,11 +104,13 @@ export class ClientSessions {
     this.liar = liar
     this.peerAddresses = peerAddresses
     this.directory = new PeerDirectory<Session>(limits.peerAnnouncements, (to, space, addrs) => to.peersOf(space, addrs))
+    this.presence = new PresenceRoom<Session>(limits.presence, { now: () => node.clock.now(), verify: verifySync, admits: (bytes) => node.budget.admits(bytes) })
     this.inbound = new Bucket(limits.globalRateLimit)
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
     node.budget.track('receive-backlogs', () => this.backlogged)
     node.budget.track('unfinished-frames', () => this.unfinished)
+    node.budget.track('presence', () => this.presence.held, (bytes) => this.presence.reclaim(bytes))
     this.unfinishedCap = Math.floor(node.budget.totalBytes / 4)
     this.clock = node.clock
     this.sweep()
@@ -198,7 +203,7 @@ interface FeedEntry {
 }
 
 /** One client connection: authenticate, then subscribe and submit. */
-class Session implements Subscriber {
+class Session implements Subscriber, PresenceWatcher {
   private readonly nonce = challengeNonce()
   /** The key proven at hello (hex), fixed for the session's life. */
   key: string | undefined
@@ -293,6 +298,12 @@ class Session implements Subscriber {
     }
     this.send({ type: 'envelope', space, envelope: frame })
     if (entry?.refs) this.sentEarly.remember(frame, idHex)
+  }
+
+  deliverPresence(frame: Uint8Array): void {
+    // Presence is renewed by its authors: a client that is behind skips it rather than grow its buffer.
+    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) return
+    this.sendFrame(frame)
   }
 
   committed(space: string): void {
@@ -399,6 +410,7 @@ class Session implements Subscriber {
         const vouch = fromIndex > 0 ? this.node.reads.attestedBy(message.space, fromIndex) : undefined
         if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
         this.pump()
+        this.sessions.presence.watch(message.space, this)
         return
       }
       case 'unsubscribe':
@@ -406,6 +418,15 @@ class Session implements Subscriber {
         this.feeds.get(message.space)?.unsubscribe()
         this.feeds.delete(message.space)
         this.sessions.directory.withdraw(message.space, this)
+        this.sessions.presence.unwatch(message.space, this)
+        return
+      case 'presence':
+        if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}, so it cannot be present there`))
+        try {
+          this.sessions.presence.publish(message.space, this, this.keyBytes as Uint8Array, message.signed, message.leave)
+        } catch (err) {
+          this.fail(null, err)
+        }
         return
       case 'announce': {
         // Only for a space it follows: what it may read, and a bound on what it can make the relay keep.
@@ -554,6 +575,7 @@ class Session implements Subscriber {
       this.sessions.directory.withdraw(space, this)
     }
     this.feeds.clear()
+    this.sessions.presence.closed(this)
   }
 }
 

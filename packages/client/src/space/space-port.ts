@@ -1,5 +1,6 @@
 import type { Envelope, ReliableReplica, SteadError } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
+import type { Presence } from './presence.ts'
 import type { DraftBatch, DraftItem } from './drafts.ts'
 import type { ChainPosition } from '../upstream/quorum.ts'
 import type { ClientStatus, SafeResult } from '../types.ts'
@@ -25,6 +26,8 @@ export interface SpacePort {
   readonly drafts: readonly DraftBatch[]
   /** The ids of unsigned drafts. */
   readonly draftIds: DraftIds
+  /** The space's presence: the relay upstream tells it what others show, and republishes through it. */
+  readonly presence: Presence
   /** The replica took a commit (or a snapshot or delta): the chain stands at `position` now. */
   advance(position: ChainPosition): void
   /** Takes a replica rebuilt elsewhere (a tab taking over the lead). */

@@ -15,6 +15,7 @@ import {
   type RegisterValue,
   type SetElement,
   type HostClock,
+  type PresenceBody,
 } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
 import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
@@ -22,6 +23,7 @@ import { Batcher, type Lifecycle } from './batcher.ts'
 import { ClosedError } from '../errors.ts'
 import { ProspectiveViews } from './prospective-views.ts'
 import { QuorumReads } from './quorum-reads.ts'
+import { Presence } from './presence.ts'
 import { SpaceEvents } from './space-events.ts'
 import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost } from '../handles/handles.ts'
 import { ListHandle } from '../handles/list-handle.ts'
@@ -87,6 +89,8 @@ export interface Upstream {
   close(): Promise<void>
   /** The relays' time as measured against them (register stamps), when this upstream measures it; else the device clock is used. */
   now?(): number
+  /** Signs this client's presence body and sends it where the space's other clients hear it (see Presence). */
+  publishPresence(body: PresenceBody): void
 }
 
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle
@@ -156,6 +160,12 @@ export class Space {
   private readonly views: ProspectiveViews
   /** `readStable` with `quorum`, which never goes back to an older index. */
   private readonly quorumReads: QuorumReads
+  /**
+   * Who else is in the space now and what they show (a name, a colour, a
+   * cursor), and this client's own presence: ephemeral, never ordered or
+   * stored (see {@link Presence}).
+   */
+  readonly presence: Presence
 
   private readonly handles = new Map<string, AnyHandle>()
   /** Subscribers, the app's callbacks, and the waits that look again at each progress. */
@@ -176,7 +186,7 @@ export class Space {
   constructor(init: {
     space: string
     authorId: string
-    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly now?: () => number; readonly clock?: HostClock }
+    options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly presenceTtlMs?: number; readonly now?: () => number; readonly clock?: HostClock }
     onClose: (done: Promise<void>) => void
     replica: ReliableReplica
     position: ChainPosition
@@ -211,6 +221,13 @@ export class Space {
       authorId: this.authorId,
       declarationOf: (key) => this.declarationOf(key),
       names: this.draftIds,
+    })
+    this.presence = new Presence({
+      space: this.space,
+      clock: this.clock,
+      ...(init.options.presenceTtlMs !== undefined ? { ttlMs: init.options.presenceTtlMs } : {}),
+      out: (body) => this.upstream.publishPresence(body),
+      listenerFailed: (err) => this.listenerFailed('presence', err),
     })
     this.quorumReads = new QuorumReads({
       clock: this.clock,
@@ -642,6 +659,7 @@ export class Space {
 
   private async shutDown(): Promise<void> {
     this.lifecycle = 'closing'
+    this.presence.close()
     await this.batcher.close()
     this.lifecycle = 'closed'
     await this.upstream.close()
@@ -904,7 +922,7 @@ export class Space {
   }
 
   /** An app callback threw: the client goes on, and says so through onError. */
-  private listenerFailed(what: 'onStatus' | 'onSettled', err: unknown): void {
-    this.emitError(new SteadError('malformed', `an ${what} listener threw: ${(err as Error)?.message ?? String(err)}`))
+  private listenerFailed(what: 'onStatus' | 'onSettled' | 'presence', err: unknown): void {
+    this.emitError(new SteadError('malformed', `${what === 'presence' ? 'a presence' : `an ${what}`} listener threw: ${(err as Error)?.message ?? String(err)}`))
   }
 }

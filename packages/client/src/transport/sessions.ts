@@ -276,6 +276,7 @@ export class RelaySessions {
       case 'attest':
       case 'pruned':
       case 'peers':
+      case 'presence':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

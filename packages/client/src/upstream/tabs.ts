@@ -18,7 +18,7 @@
  * request ids with the envelope, so a request sent again to a new leader
  * that finds it stored is answered with the stored envelope.
  */
-import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, unitTagPrefix, type Crypto, type ErrorReason } from '@stead/core'
+import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, unitTagPrefix, type Crypto, type ErrorReason, type PresenceBody, type RegisterValue } from '@stead/core'
 import { deferred, type Deferred, type DraftBatch, type DraftItem } from '../space/drafts.ts'
 import { ClosedError } from '../errors.ts'
 import { openTrusted } from './intake.ts'
@@ -31,6 +31,7 @@ import type { ClientStorage } from '../storage/types.ts'
 import type { RelayUpstream } from './upstream.ts'
 import type { SafeResult, SessionsStatus } from '../types.ts'
 import type { SpacePort } from '../space/space-port.ts'
+import type { SharedPresence } from '../space/presence.ts'
 
 /** Bumped whenever a message changes shape: tabs of different versions do not share a client. */
 const PROTOCOL = 1
@@ -84,6 +85,8 @@ export type TabMessage =
   | { t: 'outbox'; space: string; entries: OutboxEntry[] }
   | { t: 'space-closed'; space: string }
   | { t: 'rebased'; space: string }
+  | { t: 'presence'; space: string; others: SharedPresence[] }
+  | { t: 'presence-set'; from: string; space: string; state: RegisterValue | null }
   | (Call & { from: string; id: number })
   | { t: 'return'; to: string; id: number; value?: unknown; error?: Failure }
 
@@ -202,6 +205,8 @@ export interface HubHost {
 export class TabHub {
   /** Space → tabs attached to it. */
   private readonly users = new Map<string, Set<string>>()
+  /** Space → the end of its presence feed to the tabs (while some tab uses it). */
+  private readonly presenceFeeds = new Map<string, () => void>()
   private readonly outboxPosts = new Set<string>()
   private closed = false
 
@@ -281,6 +286,7 @@ export class TabHub {
         if (!users) this.users.set(m.space, (users = new Set()))
         users.add(m.from)
         const { space, upstream } = await this.host.openForTabs(m.space)
+        this.feedPresence(m.space, space)
         // Taken and posted in one step: every announcement after it is news to the follower.
         this.post({
           t: 'snapshot',
@@ -317,6 +323,12 @@ export class TabHub {
         }
         return
       }
+      case 'presence-set': {
+        // One presence per client: what any of its tabs shows is the client's.
+        const { space } = await this.host.openForTabs(m.space)
+        space.presence.set(m.state)
+        return
+      }
       case 'call': {
         let reply: TabMessage
         try {
@@ -334,9 +346,18 @@ export class TabHub {
     }
   }
 
+  /** Posts who is present in `space` to the tabs that use it, now and whenever it changes. */
+  private feedPresence(name: string, space: Space): void {
+    const post = (): void => this.post({ t: 'presence', space: name, others: space.presence.shared() } satisfies TabMessage)
+    if (!this.presenceFeeds.has(name)) this.presenceFeeds.set(name, space.presence.subscribe((change) => (change.local ? undefined : post())))
+    post()
+  }
+
   private leave(space: string, tab: string): void {
     const users = this.users.get(space)
     if (!users?.delete(tab) || users.size) return
+    this.presenceFeeds.get(space)?.()
+    this.presenceFeeds.delete(space)
     this.users.delete(space)
     this.host.unusedByTabs(space)
   }
@@ -469,6 +490,7 @@ export class LeaderLink {
       case 'outbox':
       case 'space-closed':
       case 'rebased':
+      case 'presence':
         this.spaces.get(m.space)?.news(m)
         return
       default:
@@ -563,6 +585,8 @@ export class TabUpstream implements Upstream {
     if (this.closed || this.next) return
     // The leader's replica went away, or was replaced by a snapshot: follow its new one.
     if (m.t === 'space-closed' || m.t === 'rebased') return this.reattach()
+    // Presence is no part of the replica: it needs no snapshot first.
+    if (m.t === 'presence') return this.space.presence.mirror(m.others)
     if (!this.synced) return
     const { space } = this
     switch (m.t) {
@@ -637,6 +661,10 @@ export class TabUpstream implements Upstream {
   }
 
   // ---- Upstream
+
+  publishPresence(body: PresenceBody): void {
+    if (!this.closed) this.link.post({ t: 'presence-set', from: this.link.tab, space: this.spaceName, state: body.state })
+  }
 
   seal(batch: DraftBatch): Promise<void> {
     if (this.next) return this.next.then((up) => up.seal(batch))

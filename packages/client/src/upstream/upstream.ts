@@ -17,12 +17,14 @@ import {
   type Crypto,
   type RelayMessage,
   type HostClock,
+  type PresenceBody,
 } from '@stead/core'
 import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type BootstrapRequest, type VerifiedCatchUp, type VerifiedSnapshot } from './bootstrap.ts'
 import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from '../transport/cluster.ts'
 import type { DraftBatch } from '../space/drafts.ts'
 import { ClosedError } from '../errors.ts'
 import { RelayIntake } from './intake.ts'
+import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
@@ -71,6 +73,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   readonly space: string
   readonly outbox: Outbox
   private readonly intake: RelayIntake
+  private readonly presence: PresenceWire
   private readonly proofs = new ClockProofs()
   /** Peers the relays named as clients of this space: peer id → the relay sessions that named it. */
   private readonly peerNames = new Map<string, Set<RelayLink>>()
@@ -91,6 +94,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         }
       : o.news
     this.outbox = new Outbox({ ...o, news, member: this })
+    this.presence = new PresenceWire({ space: this.space, presence: o.space.presence, crypto: o.crypto, identity: o.identity, links: () => o.sessions.links })
     this.intake = new RelayIntake({
       ...o,
       outbox: this.outbox,
@@ -102,6 +106,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   }
 
   // ---- Upstream
+
+  publishPresence(body: PresenceBody): void {
+    if (!this.closed) this.presence.publish(body)
+  }
 
   seal(batch: DraftBatch): Promise<void> {
     return this.outbox.seal(batch)
@@ -216,6 +224,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   ready(link: RelayLink): void {
     if (this.closed) return
     this.intake.ready(link)
+    this.presence.linkReady(link)
     // Browsers are reached through a relay's peer service: connect to it (this client announces where it is once it subscribed).
     this.o.peers?.dial(link.peerAddresses)
     this.outbox.resubmit()
@@ -227,11 +236,13 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
     else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)
+    else if (m.type === 'presence') this.presence.heard(m)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m, link)
   }
 
   changed(): void {
     if (this.closed) return
+    this.presence.linksChanged()
     this.intake.sessionsChanged()
     this.o.space.emitStatus()
   }

@@ -1,0 +1,109 @@
+import { MAX_PRESENCE_BODY_BYTES, authorIdOf, bytesEqual, decodePresence, encodePresence, toHex, type Crypto, type PresenceBody, type RelayMessage, type Signed } from '@stead/core'
+import type { Presence } from '../space/presence.ts'
+import type { RelayLink } from '../transport/transport.ts'
+
+/** Most presence messages being verified at once: past it, more wait for their author's next renewal (a flood from a lying relay costs no more). */
+const MAX_VERIFYING = 64
+
+/**
+ * A space's presence on the wire, in the tab that holds the relay
+ * sessions: signs this client's presence bodies (with the leave signed
+ * ahead, which relays send for a client whose session closes) and sends
+ * them to every ready relay; checks what relays pass on of others (the
+ * author's signature, the space, news by seq) before the space's Presence
+ * hears it. Every relay gets this client's presence, so f relays cannot
+ * hide it; each passes on others', so the first copy counts and the rest
+ * are dropped unverified by their seq.
+ */
+export class PresenceWire {
+  /** The latest state published, sent again to relays whose session comes up; its seq. */
+  private last: { signed: Signed; leave: Signed } | undefined
+  private lastSeq = -1
+  private readonly verifying = new Set<string>()
+  private readonly ready = new Set<RelayLink>()
+
+  private readonly o: {
+    space: string
+    presence: Presence
+    crypto: Crypto
+    identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+    links: () => readonly RelayLink[]
+  }
+  constructor(o: PresenceWire['o']) {
+    this.o = o
+  }
+
+  /** Signs `body` (and, for a state, its leave) and sends it to every ready relay. */
+  publish(body: PresenceBody): void {
+    void this.sign(body)
+      .then((signed) => {
+        for (const link of this.o.links()) if (link.ready) this.sendTo(link, signed)
+      })
+      .catch(() => undefined)
+  }
+
+  /** A relay session is ready: it gets this client's presence (a relay forgets it on restart). */
+  linkReady(link: RelayLink): void {
+    this.ready.add(link)
+    if (this.last) this.sendTo(link, this.last)
+  }
+
+  /**
+   * Sessions came up or went down. A relay whose session with this client
+   * closed sends the leave signed ahead to its other clients: presence is
+   * published again under a new seq, through the relays still there.
+   */
+  linksChanged(): void {
+    let lost = false
+    for (const link of this.ready) {
+      if (link.ready) continue
+      this.ready.delete(link)
+      lost = true
+    }
+    if (lost) this.o.presence.republish()
+  }
+
+  /** Another client's presence, as a relay passed it on. */
+  heard(m: Extract<RelayMessage, { type: 'presence' }>): void {
+    if (m.space !== this.o.space || bytesEqual(m.author, this.o.identity.publicKey)) return
+    let body: PresenceBody
+    try {
+      body = decodePresence(m.signed.bytes, MAX_PRESENCE_BODY_BYTES)
+    } catch {
+      return
+    }
+    const author = authorIdOf(this.o.crypto, m.author)
+    // Per signature too: a forgery a lying relay sends first must not hide the true copy of that seq.
+    const key = `${author}/${body.seq}/${toHex(m.signed.sig.subarray(0, 8))}`
+    if (body.space !== this.o.space || !this.o.presence.isNews(author, body.seq) || this.verifying.has(key) || this.verifying.size >= MAX_VERIFYING) return
+    this.verifying.add(key)
+    void this.o.crypto
+      .verify(m.author, m.signed.bytes, m.signed.sig)
+      .then((valid) => {
+        if (valid) this.o.presence.heardFrom(author, body)
+      })
+      .catch(() => undefined)
+      .finally(() => this.verifying.delete(key))
+  }
+
+  private async sign(body: PresenceBody): Promise<{ signed: Signed; leave: Signed | undefined }> {
+    const { crypto, identity } = this.o
+    const bytes = encodePresence(body)
+    const signed = { bytes, sig: await crypto.sign(identity.secretKey, bytes) }
+    let leave: Signed | undefined
+    if (body.state !== null) {
+      const leaveBytes = encodePresence({ ...body, seq: body.seq + 1, state: null })
+      leave = { bytes: leaveBytes, sig: await crypto.sign(identity.secretKey, leaveBytes) }
+    }
+    // Signatures may finish out of order: only a newer body replaces what is sent to relays that come up.
+    if (body.seq > this.lastSeq) {
+      this.lastSeq = body.seq
+      this.last = leave && { signed, leave }
+    }
+    return { signed, leave }
+  }
+
+  private sendTo(link: RelayLink, m: { signed: Signed; leave: Signed | undefined }): void {
+    link.send({ type: 'presence', space: this.o.space, signed: m.signed, ...(m.leave ? { leave: m.leave } : {}) })
+  }
+}
