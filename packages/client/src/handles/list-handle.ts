@@ -78,7 +78,7 @@ export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle 
    * element while this client and others insert, delete and move, follows
    * that element when it moves, and stays where it was once it is deleted.
    * `position(anchor)` says where it is now. A short JSON-safe string that
-   * still resolves after a reload (see TextHandle.anchor). By default it
+   * still resolves after a reload (see {@link TextHandle.anchor}). By default it
    * sticks to the element before it; `{ assoc: 'after' }` to the one after
    * it (see {@link AnchorOptions}).
    *
