@@ -348,6 +348,8 @@ export class SteadClient {
       last: lastClock(restored.author, ours, space.replica.nextSeq(this.authorId) - 1, (seq) => space.replica.clockRecord(this.authorId, seq)),
     })
     upstream.outbox.restore(outbox, waiters)
+    // Anchors an app kept from before the restart may name drafts signed since (see ClientRecords.names).
+    for (const n of restored.names) space.draftIds.signedAs(n.places, n.prefix)
     space.attach(upstream)
     this.opened.set(name, space)
     this.upstreams.set(name, upstream)

@@ -34,7 +34,9 @@ export function Notes() {
 
   const remember = () => {
     const el = area.current
-    if (el) caret.current = [handle.anchor(points(el.value, el.selectionStart)), handle.anchor(points(el.value, el.selectionEnd))]
+    // Within the text: the textarea can hold a text others changed since, for the moment until it is shown.
+    const at = (units: number) => Math.min(points(el?.value ?? '', units), handle.length)
+    if (el) caret.current = [handle.anchor(at(el.selectionStart)), handle.anchor(at(el.selectionEnd))]
   }
 
   const onChange = (e: ChangeEvent<HTMLTextAreaElement>) => {

@@ -1,4 +1,5 @@
 import { CollabList, SteadError, encodeDeclaration, nestedKey, validateRegisterValue, type AnyCrdt, type ListEntry, type ListOp, type RegisterValue } from '@stead/core'
+import { anchorPosition, takeAnchor, type AnchorOptions } from './anchors.ts'
 import { ChangeFeed, listChange, listState, type ListChange, type ListState } from './changes.ts'
 import { Handle, guarded, type HandleHost } from './handles.ts'
 import { plainObject, subscribeDeep, type MapHandle, type NestedOpener } from './map-handle.ts'
@@ -69,6 +70,33 @@ export class ListHandle<T extends RegisterValue = RegisterValue> extends Handle 
   /** Prospective length. */
   get length(): number {
     return this.view()?.length ?? 0
+  }
+
+  /**
+   * An anchor for position `index` (0 to `length`, between elements): a
+   * cursor, a drop target or a selection end that stays beside the same
+   * element while this client and others insert, delete and move, follows
+   * that element when it moves, and stays where it was once it is deleted.
+   * `position(anchor)` says where it is now. A short JSON-safe string that
+   * still resolves after a reload (see {@link TextHandle.anchor}). By default it
+   * sticks to the element before it; `{ assoc: 'after' }` to the one after
+   * it (see {@link AnchorOptions}).
+   *
+   * @throws SteadError `malformed` for an index that is not an integer from 0 to `length`, or an `assoc` other than 'before' and 'after'.
+   */
+  anchor(index: number, options?: AnchorOptions): string {
+    return takeAnchor(this.host, 'l', this.key, this.view(), index, options)
+  }
+
+  /**
+   * Where an anchor of this list (see `anchor`) is now (0 to `length`).
+   * Before the element it sticks to reaches this client, it is the index
+   * the anchor was taken at, within the list.
+   *
+   * @throws SteadError `malformed` for anything `anchor` did not return, and an anchor of another object.
+   */
+  position(anchor: string): number {
+    return anchorPosition(this.host, 'l', this.key, this.view(), anchor)
   }
 
   /** The prospective element at `index` as plain data, or undefined. */

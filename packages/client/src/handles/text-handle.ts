@@ -1,4 +1,5 @@
 import { CollabText, SteadError, type TextOp } from '@stead/core'
+import { anchorPosition, takeAnchor, type AnchorOptions } from './anchors.ts'
 import { ChangeFeed, textChange, textState, type TextChange, type TextState } from './changes.ts'
 import { Handle, guarded } from './handles.ts'
 import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
@@ -31,20 +32,35 @@ export class TextHandle extends Handle {
   }
 
   /**
-   * An anchor for code point position `index` (a cursor, a selection end):
-   * it stays beside the same character while this client and others edit.
-   * `position(anchor)` says where it is now. As Yjs's relative positions.
+   * An anchor for code point position `index` (0 to `length`): a cursor or
+   * a selection end that stays beside the same character while this client
+   * and others edit, as Yjs's relative positions, and beside where it was
+   * once that character is deleted. `position(anchor)` says where it is
+   * now. It is a short JSON-safe string that still resolves after a
+   * reload: keep it in localStorage or a presence state (others resolve an
+   * anchor beside a character typed here once that edit is signed: share
+   * anchors taken after its `stored`). By default it sticks to the
+   * character before it; `{ assoc: 'after' }` sticks to the one after it,
+   * so what anyone types at it lands in front of it (see
+   * {@link AnchorOptions}).
+   *
+   * @throws SteadError `malformed` for an index that is not an integer from 0 to `length`, or an `assoc` other than 'before' and 'after'.
    */
-  anchor(index: number): string {
-    return this.view()?.anchorAt(index) ?? ''
+  anchor(index: number, options?: AnchorOptions): string {
+    return takeAnchor(this.host, 't', this.key, this.view(), index, options)
   }
 
-  /** Where an anchor (see `anchor`) is now, in code points: just after the character it stays beside (0 if that is gone from this text). */
+  /**
+   * Where an anchor of this text (see `anchor`) is now, in code points (0
+   * to `length`). Before the character it sticks to reaches this client
+   * (another client's anchor, sent ahead of its edit), it is the index the
+   * anchor was taken at, within the text. Anchors of earlier versions (''
+   * and a bare character id) still work.
+   *
+   * @throws SteadError `malformed` for anything `anchor` did not return, and an anchor of another object.
+   */
   position(anchor: string): number {
-    const view = this.view()
-    if (!view) return 0
-    const signed = this.host.signedId(anchor)
-    return view.positionOf(anchor) ?? (signed !== undefined ? view.positionOf(signed) : undefined) ?? 0
+    return anchorPosition(this.host, 't', this.key, this.view(), anchor)
   }
 
   /**

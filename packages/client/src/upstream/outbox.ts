@@ -307,7 +307,7 @@ export class Outbox {
     try {
       env = await sealEnvelope(crypto, this.o.identity, { space: space.space, seq, base, clock, deps, updates, safe })
       frame = encodeEnvelope(env)
-      await records.storage.write([...records.outboxPut(seq, frame, env.idHex, batch.requests), records.author({ seq, base, clock, authorId: space.authorId })])
+      await records.storage.write([...records.outboxPut(seq, frame, env.idHex, batch.requests), records.author({ seq, base, clock, authorId: space.authorId }), ...records.names(seq, unitTagPrefix(env.id), compiled.places)])
     } catch (err) {
       space.batchFailed(batch, err)
       if (batch.requests.length) this.o.news.failed(batch.requests, err instanceof SteadError ? err : new SteadError('malformed', String(err)))

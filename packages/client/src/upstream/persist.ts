@@ -1,6 +1,7 @@
 import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock } from '@stead/core'
 import type { ClientStorage, StorageChange, StorageKey } from '../storage/types.ts'
 import type { ChainPosition } from './quorum.ts'
+import type { DraftPlaces } from '../space/draft-ids.ts'
 
 /** An attested commit as the client keeps it: enough to replay it exactly. */
 export interface CommitRecord {
@@ -31,6 +32,8 @@ export interface Restored {
   readonly outbox: Uint8Array[]
   /** Envelopes received from relays and not yet decided. */
   readonly inbox: Uint8Array[]
+  /** What the drafts of the last signed envelopes were named once signed, oldest first (see ClientRecords.names). */
+  readonly names: Array<{ readonly prefix: string; readonly places: DraftPlaces }>
 }
 
 /** Updates another tab forwarded into an envelope: its request id, and which of the envelope's safe groups are its. */
@@ -47,6 +50,8 @@ export interface StoredRequest extends ForwardedRequest {
 
 /** Forwarded requests remembered after their envelope is decided, so one sent again after a change of leader is not applied twice. */
 const REQUESTS_KEPT = 1000
+/** Own envelopes whose drafts' names are remembered (see ClientRecords.names): about as many keystrokes, each typed into its own envelope. */
+const NAMES_KEPT = 1000
 
 // Sequence numbers and commit counters are zero-padded so string order is numeric order.
 const pad = (n: number): string => n.toString().padStart(16, '0')
@@ -60,6 +65,7 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
  *                             identities that used this storage one after another, whose sequences overlap)
  *   [space, 'request', id]    an update another tab forwarded: the envelope that carried it (see tabs.ts)
  *   [space, 'inbox', idHex]   received envelopes not yet decided
+ *   [space, 'names', seq]     what the drafts of own envelope seq were named once signed (see `names`)
  *
  * Values are msgpack (envelopes and attestations as the exact bytes that
  * were signed). Writes are batches the caller makes atomic.
@@ -72,6 +78,8 @@ export class ClientRecords {
   private stored: number[] = []
   /** Envelopes in those records: what opening would replay. */
   private storedEnvelopes = 0
+  /** Keys (padded sequence numbers) of the stored draft names, oldest first. */
+  private readonly named = new Set<string>()
 
   readonly storage: ClientStorage
   private readonly space: string
@@ -85,7 +93,7 @@ export class ClientRecords {
 
   async restore(): Promise<Restored> {
     const s = this.space
-    const [author, position, checkpoint, commits, outbox, requests, inbox] = await Promise.all([
+    const [author, position, checkpoint, commits, outbox, requests, inbox, names] = await Promise.all([
       this.storage.load([s, 'meta', 'author']),
       this.storage.load([s, 'meta', 'position']),
       this.storage.load([s, 'meta', 'checkpoint']),
@@ -93,7 +101,9 @@ export class ClientRecords {
       this.storage.loadRange([s, 'outbox']),
       this.storage.loadRange([s, 'request']),
       this.storage.loadRange([s, 'inbox']),
+      this.storage.loadRange([s, 'names']),
     ])
+    for (const e of names) this.named.add(e.key[2] as string)
     for (const r of requests.map((e) => decodeRequest(e.key[2] as string, e.value)).sort((a, b) => a.seq - b.seq)) this.requests.set(r.id, r)
     this.stored = commits.map((e) => Number(e.key[2]))
     this.nextCommit = (this.stored[this.stored.length - 1] ?? -1) + 1
@@ -108,6 +118,7 @@ export class ClientRecords {
       }),
       outbox: outbox.map((e) => e.value),
       inbox: inbox.map((e) => e.value),
+      names: names.flatMap((e) => decodeNames(e.value) ?? []),
     }
   }
 
@@ -168,6 +179,31 @@ export class ClientRecords {
     return this.requests.get(id)
   }
 
+  /**
+   * What the drafts of own envelope `seq` were named once signed (tags
+   * `${prefix}:${n}`, see DraftIds.signedAs), kept for the last 1,000
+   * envelopes that had drafts. An app may keep an anchor taken while the
+   * element it names was an unsigned draft (an editor takes one after
+   * every keystroke, and the draft is signed milliseconds later); the draft
+   * id means nothing to anyone else, and nothing in the signed envelope
+   * says which draft it was. With this record DraftIds still knows what
+   * the draft became after a restart, so such an anchor resolves exactly;
+   * one older than that falls back to its index (see anchors.ts).
+   */
+  names(seq: number, prefix: string, places: DraftPlaces): StorageChange[] {
+    if (places.size === 0) return []
+    const at = pad(seq)
+    const put: StorageChange[] = [{ key: [this.space, 'names', at], value: encode([prefix, [...places].map(([draft, p]) => [draft, p.n, p.shift])]) }]
+    this.named.delete(at)
+    this.named.add(at)
+    for (const old of this.named) {
+      if (this.named.size <= NAMES_KEPT) break
+      this.named.delete(old)
+      put.push({ key: [this.space, 'names', old], value: undefined })
+    }
+    return put
+  }
+
   outboxDelete(seq: number, envelope: string): StorageChange {
     return { key: this.outboxKey(seq, envelope), value: undefined }
   }
@@ -194,6 +230,21 @@ function decodeAuthor(bytes: Uint8Array): AuthorState {
 function decodeRequest(id: string, bytes: Uint8Array): StoredRequest {
   const [seq, envelope, safe] = expect.array(decode(bytes), 'request', 3)
   return { id, seq: expect.uint(seq, 'request.seq'), envelope: expect.string(envelope, 'request.envelope', 64), safe: expect.array(safe, 'request.safe', 100_000).map((g) => expect.uint(g, 'request.safe[]')) }
+}
+
+/** A names record (see ClientRecords.names), or undefined if it is not one: they only help anchors, so a bad one is skipped, never fatal. */
+function decodeNames(bytes: Uint8Array): { prefix: string; places: DraftPlaces } | undefined {
+  try {
+    const [prefix, entries] = expect.array(decode(bytes), 'names', 2)
+    const places = new Map<string, { n: number; shift: number }>()
+    for (const e of expect.array(entries, 'names.places', 1_000_000)) {
+      const [draft, n, shift] = expect.array(e, 'names.place', 3)
+      places.set(expect.string(draft, 'names.draft', 256), { n: expect.uint(n, 'names.n'), shift: expect.uint(shift, 'names.shift') })
+    }
+    return { prefix: expect.string(prefix, 'names.prefix', 64), places }
+  } catch {
+    return undefined
+  }
 }
 
 function decodePosition(bytes: Uint8Array): ChainPosition {

@@ -17,6 +17,7 @@ export * from './bounded-counter.ts'
 export * from './text.ts'
 export * from './map.ts'
 export * from './list.ts'
+export { validateRelativePosition, type Assoc, type RelativePosition } from './position.ts'
 export * from './value-patch.ts'
 
 /**

@@ -1,4 +1,5 @@
-import { FugueOrder, parseSlotId, slotId, uncovered, type Placement } from './fugue.ts'
+import { FugueOrder, parseSlotId, slotId, uncovered, type Placement, type Slot } from './fugue.ts'
+import { relativeIn, resolveIn, type Assoc, type RelativePosition } from './position.ts'
 import { arrayPatch } from './value-patch.ts'
 import { registerWriteWins, validateRegisterValue, type RegisterValue } from './register.ts'
 import { continuesRun, renameTextOp, resolveTextOp, validatePlacement, validateRanges, type TextOp, type TextRange } from './text.ts'
@@ -183,6 +184,36 @@ export class CollabList implements Crdt<ListOp, ListEntry[]> {
   /** The id of the element at `index`, or undefined. */
   idAt(index: number): string | undefined {
     return this.order.at(index)?.data
+  }
+
+  /**
+   * The relative position of `index` (0 to length): held by the element on
+   * its `assoc` side, so it stays beside that element on every replica,
+   * wherever the element moves (see position.ts).
+   *
+   * @throws RangeError for an index outside 0..length.
+   */
+  relativePosition(index: number, assoc: Assoc = 'before'): RelativePosition {
+    return relativeIn(this.order, index, assoc, (slot) => slot.data)
+  }
+
+  /** Where a relative position is now: beside its element at the element's current place (see resolveIn), or undefined if this list has no such element placed (yet). */
+  absolutePosition(pos: RelativePosition): number | undefined {
+    return resolveIn(this.order, pos, pos.id === '' ? undefined : this.placeOf(pos.id))
+  }
+
+  /**
+   * The slot that holds an element's place: of its places whose slot is in
+   * the tree, the winning one, as refresh shows it. A deleted element keeps
+   * it (hidden), so a position beside it stays where the element was.
+   */
+  private placeOf(element: string): Slot<string> | undefined {
+    let best: { p: Position; slot: Slot<string> } | undefined
+    for (const p of this.positions.get(element)?.values() ?? []) {
+      const slot = this.order.get(p.slot)
+      if (slot && slot.data === element && (!best || wins(p, best.p))) best = { p, slot }
+    }
+    return best?.slot
   }
 
   /** The stamp a new move should carry: one more than any this list has seen. */

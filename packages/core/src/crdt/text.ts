@@ -2,6 +2,7 @@ import { encode } from '../codec.ts'
 import { stringPatch } from './value-patch.ts'
 import { FugueOrder, uncovered, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
+import { relativeIn, resolveIn, type Assoc, type RelativePosition } from './position.ts'
 
 /** Declared invariants of a text. */
 export interface TextBounds {
@@ -322,6 +323,23 @@ export class CollabText implements Crdt<TextOp, string> {
     if (anchor === '') return 0
     const slot = this.order.get(anchor)
     return slot && this.order.indexOf(slot) + (slot.visible ? 1 : 0)
+  }
+
+  /**
+   * The relative position of code point position `index` (0 to length):
+   * held by the character on its `assoc` side, so it stays beside that
+   * character on every replica (see position.ts). anchorAt is its 'before'
+   * form as a bare id.
+   *
+   * @throws RangeError for an index outside 0..length.
+   */
+  relativePosition(index: number, assoc: Assoc = 'before'): RelativePosition {
+    return relativeIn(this.order, index, assoc, (slot) => slot.id)
+  }
+
+  /** Where a relative position is now (see resolveIn), or undefined if this text has no such character (yet). */
+  absolutePosition(pos: RelativePosition): number | undefined {
+    return resolveIn(this.order, pos, pos.id === '' ? undefined : this.order.get(pos.id))
   }
 
   /** The code point index of character `id` if it is visible, else undefined. */
