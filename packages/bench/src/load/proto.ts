@@ -33,8 +33,8 @@ export const SET: Declaration = { type: 'set', bounds: {} }
 const sha256 = (d: Uint8Array) => nodeCrypto.sha256(d)
 const verifying = { sha256, verify: verifySync }
 
-/** One authenticated WebSocket session with a relay. */
-class Conn {
+/** One authenticated session with a relay, over `ws`: hello answered, frames decoded (commits joined). */
+export class Conn {
   readonly ws: WebSocket
   readonly relay: number
   readonly relayKey: Uint8Array
