@@ -1,5 +1,5 @@
-import { clockFrom, clockInit, encode, encodeEnvelope, sealEnvelope, toHex, type Envelope, type EnvelopeDraft } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { clockFrom, clockInit, encode, encodeEnvelope, encodePresence, sealEnvelope, toHex, type Envelope, type EnvelopeDraft } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClientOptions, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
 import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers/peers.ts'
@@ -138,13 +138,31 @@ describe('peer-to-peer sync', () => {
     expect(line.flatMap((p) => p.errors)).toEqual([])
   })
 
+  it('passes presence along a line of peers while every relay is down, each state once per link', async () => {
+    const c = await cluster()
+    const board = new PeerBoard((a, b) => Math.abs(a - b) === 1, onClock(c))
+    const line: Array<Awaited<ReturnType<typeof client>>> = []
+    for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
+    await exchanging(c, line, (i) => (i === 0 || i === 3 ? 1 : 2))
+    await relaysDown(c)
+    line[0]?.space.presence.set({ name: 'first' })
+    line[3]?.space.presence.set({ name: 'last' })
+    const names = (p: (typeof line)[number]) => p.space.presence.others.map((o) => (o.state as { name: string }).name).sort()
+    await c.until('both ends are seen everywhere', () => line.every((p, i) => names(p).length === (i === 0 || i === 3 ? 1 : 2)))
+    expect(names(line[0] as (typeof line)[number])).toEqual(['last'])
+    expect(names(line[1] as (typeof line)[number])).toEqual(['first', 'last'])
+    line[0]?.space.presence.update({ cursor: 3 })
+    await c.until('the move reaches the far end', () => (line[3]?.space.presence.others[0]?.state as { cursor?: number }).cursor === 3)
+    expect(line.flatMap((p) => p.errors)).toEqual([])
+  })
+
   it('keeps a quiet link alive with empty news, so transports do not close it as idle', async () => {
     const { PeerHub } = await import('../src/peers/peers.ts')
     const board = new PeerBoard()
     const heard: Uint8Array[] = []
     const hub = new PeerHub(board.network(), () => undefined, 20)
     await hub.start(identity(30))
-    hub.join({ space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined })
+    hub.join({ space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined, ownPresence: () => undefined, presenceFromPeer: () => undefined })
     board.attach('quiet', (_to, m) => heard.push(m))
     await until('two keepalives', () => heard.filter((m) => decodePeerMessage(m).kind === 'news').length >= 2)
     expect(heard.map((m) => decodePeerMessage(m)).filter((m) => m.kind === 'news').every((m) => m.kind === 'news' && m.ids.length === 0)).toBe(true)
@@ -228,6 +246,13 @@ describe('peer-to-peer sync', () => {
       ['a clock claiming updates nobody made', async (key) => envMessage([encodeEnvelope(await seal({ clock: clockFrom([[honestId, 999]]) }, key))])],
       ['an envelope of another space', async (key) => envMessage([encodeEnvelope(await seal({ space: 'other' }, key))])],
       ['too many ids', async () => encode(['stead/peer/v1', 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
+      [
+        'a presence its author did not sign',
+        async (key) => {
+          const body = encodePresence({ space: 'bank', seq: 5, ttlMs: 30_000, state: { name: 'forged' } })
+          return encode(['stead/peer/v1', 'presence', 'bank', [key.publicKey, body, signSync(identity(77).secretKey, body)]])
+        },
+      ],
     ]
     // A peer the relays do not name as a client of the space gets nothing of it, and is not heard.
     const heardByStranger: Uint8Array[] = []

@@ -139,7 +139,7 @@ describe('presence from relays', () => {
   it('shows only what its author signed for this space: a relay cannot forge or move presence', async () => {
     const presence = new Presence({ space: 'bank', clock: systemClock, out: () => undefined, listenerFailed: () => undefined })
     const me = new Uint8Array(32).fill(1)
-    const wire = new PresenceWire({ space: 'bank', presence, crypto: nodeCrypto, identity: { secretKey: me, publicKey: publicKeyOfSync(me) }, links: () => [] })
+    const wire = new PresenceWire({ space: 'bank', presence, crypto: nodeCrypto, identity: { secretKey: me, publicKey: publicKeyOfSync(me) }, links: () => [], peers: undefined })
     const alice = new Uint8Array(32).fill(2)
     const mallory = new Uint8Array(32).fill(3)
     const from = (author: Uint8Array, s: { bytes: Uint8Array; sig: Uint8Array }) => ({ type: 'presence' as const, space: 'bank', author: publicKeyOfSync(author), signed: s })

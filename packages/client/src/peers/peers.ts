@@ -1,4 +1,4 @@
-import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, systemClock, toHex, type HostClock, type HostTimer } from '@stead/core'
+import { DEFAULT_LIMITS, MAX_PEER_ADDRS, MAX_PRESENCE_BODY_BYTES, SteadError, decode, encode, fromHex, systemClock, toHex, type HostClock, type HostTimer, type Signed } from '@stead/core'
 
 /**
  * Peer-to-peer sync between the clients of a space (Merkle-CRDTs): envelopes
@@ -27,6 +27,11 @@ import { DEFAULT_LIMITS, MAX_PEER_ADDRS, SteadError, decode, encode, fromHex, sy
  *   id, not a copy; in a sparser one the news spreads as gossip.
  * - `want` asks for envelopes by id: the deps a received envelope names that
  *   the client does not have.
+ * - `presence` carries a client's presence as its author signed it (the
+ *   same bytes relays pass on): each client sends its own to its peers of
+ *   the space, and passes on once what it heard first from a peer, so
+ *   presence keeps flowing while the relays are down. A peer that sends
+ *   one whose signature does not verify is faulty.
  *
  * A peer that sends anything malformed, an envelope whose signature does
  * not verify or that belongs to another space is faulty: its link is closed
@@ -109,6 +114,10 @@ export interface PeerMember {
   mayShare(peer: string): boolean
   /** This client can now be reached at `addresses`: tell the space's relays. */
   reachableAt(addresses: readonly string[]): void
+  /** This client's latest presence in the space, signed: what a peer gets when the exchange starts. */
+  ownPresence(): SignedPresenceOf | undefined
+  /** A presence a peer sent (its own or one it passes on): check it, show it if news, pass it on; a bad one blames the peer. */
+  presenceFromPeer(presence: SignedPresenceOf, source: PeerSource): void
 }
 
 /** Counts of what the hub did, for status and tests. */
@@ -147,9 +156,18 @@ type PeerMessage =
   | { kind: 'want'; space: string; ids: Uint8Array[] }
   | { kind: 'news'; space: string; ids: Uint8Array[] }
   | { kind: 'env'; space: string; frames: Uint8Array[] }
+  | { kind: 'presence'; space: string; presence: SignedPresenceOf }
+
+/** A client's presence as its author signed it (see presence.ts in @stead/core), passed between peers as relays pass it. */
+export interface SignedPresenceOf {
+  /** The author's Ed25519 public key. */
+  readonly author: Uint8Array
+  readonly signed: Signed
+}
 
 function encodeMessage(m: PeerMessage): Uint8Array {
   if (m.kind === 'have') return encode([TAG, m.kind, m.space, m.ids, m.ask])
+  if (m.kind === 'presence') return encode([TAG, m.kind, m.space, [m.presence.author, m.presence.signed.bytes, m.presence.signed.sig]])
   return encode([TAG, m.kind, m.space, m.kind === 'env' ? m.frames : m.ids])
 }
 
@@ -172,6 +190,12 @@ export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
     if (!items.every((id) => id.length === 32)) throw new SteadError('malformed', 'an envelope id is 32 bytes')
     if (kind === 'have') return typeof ask === 'boolean' ? { kind, space, ids: items, ask } : malformed('a have message says whether to answer')
     return kind === 'want' ? { kind, space, ids: items } : { kind, space, ids: items }
+  }
+  if (kind === 'presence') {
+    const [author, bytes, sig] = items
+    if (v.length !== 4 || items.length !== 3 || author?.length !== 32 || sig?.length !== 64 || !bytes) throw new SteadError('malformed', 'a presence message carries [author key, body, signature]')
+    if (bytes.length > MAX_PRESENCE_BODY_BYTES) throw new SteadError('too-large', `a presence body of ${bytes.length} bytes; at most ${MAX_PRESENCE_BODY_BYTES}`)
+    return { kind, space, presence: { author, signed: { bytes, sig } } }
   }
   if (kind === 'env') {
     if (v.length !== 4) throw new SteadError('malformed', 'an env message has 4 fields')
@@ -307,6 +331,8 @@ export class PeerHub {
   private exchange(s: LinkState, member: PeerMember, ask: boolean): void {
     s.spaces.add(member.space)
     this.sendHave(s, member, ask)
+    const presence = member.ownPresence()
+    if (presence) this.send(s, { kind: 'presence', space: member.space, presence })
   }
 
   leave(member: PeerMember): void {
@@ -327,6 +353,11 @@ export class PeerHub {
       this.sentOn(s, idHex)
       this.sendFrames(s, space, [frame])
     }
+  }
+
+  /** Sends a presence (this client's, or one it heard first from peer `from`) to every peer of the space but `from`. */
+  publishPresence(space: string, presence: SignedPresenceOf, from?: string): void {
+    for (const s of this.links.values()) if (s.link.peer !== from && this.shares(s, space)) this.send(s, { kind: 'presence', space, presence })
   }
 
   /** Passes on news of an envelope this client got from peer `from` (see the module comment). */
@@ -408,6 +439,8 @@ export class PeerHub {
       this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)), true)
     } else if (m.kind === 'want') {
       this.sendHeld(s, member, m.ids.map(toHex))
+    } else if (m.kind === 'presence') {
+      member.presenceFromPeer(m.presence, { peer: link.peer, key: link.key, markFaulty: (why) => this.fault(s, why) })
     } else if (m.kind === 'news') {
       const lacking = m.ids.map(toHex).filter((id) => !member.knows(id))
       if (lacking.length) this.send(s, { kind: 'want', space: m.space, ids: lacking.map(fromHex) })

@@ -1,6 +1,7 @@
 import { MAX_PRESENCE_BODY_BYTES, authorIdOf, bytesEqual, decodePresence, encodePresence, toHex, type Crypto, type PresenceBody, type RelayMessage, type Signed } from '@stead/core'
 import type { Presence } from '../space/presence.ts'
 import type { RelayLink } from '../transport/transport.ts'
+import type { PeerHub, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
 
 /** Most presence messages being verified at once: past it, more wait for their author's next renewal (a flood from a lying relay costs no more). */
 const MAX_VERIFYING = 64
@@ -13,7 +14,8 @@ const MAX_VERIFYING = 64
  * author's signature, the space, news by seq) before the space's Presence
  * hears it. Every relay gets this client's presence, so f relays cannot
  * hide it; each passes on others', so the first copy counts and the rest
- * are dropped unverified by their seq.
+ * are dropped unverified by their seq. With peers, presence also goes to
+ * and comes from the space's peers (see peers.ts).
  */
 export class PresenceWire {
   /** The latest state published, sent again to relays whose session comes up; its seq. */
@@ -28,6 +30,8 @@ export class PresenceWire {
     crypto: Crypto
     identity: { secretKey: Uint8Array; publicKey: Uint8Array }
     links: () => readonly RelayLink[]
+    /** The client's peers, when it syncs peer to peer: presence goes to them too. */
+    peers: Pick<PeerHub, 'publishPresence'> | undefined
   }
   constructor(o: PresenceWire['o']) {
     this.o = o
@@ -38,6 +42,7 @@ export class PresenceWire {
     void this.sign(body)
       .then((signed) => {
         for (const link of this.o.links()) if (link.ready) this.sendTo(link, signed)
+        this.o.peers?.publishPresence(this.o.space, { author: this.o.identity.publicKey, signed: signed.signed })
       })
       .catch(() => undefined)
   }
@@ -63,24 +68,47 @@ export class PresenceWire {
     if (lost) this.o.presence.republish()
   }
 
-  /** Another client's presence, as a relay passed it on. */
+  /** Another client's presence, as a relay passed it on (a bad one is dropped: a relay may pass on what a client made up). */
   heard(m: Extract<RelayMessage, { type: 'presence' }>): void {
-    if (m.space !== this.o.space || bytesEqual(m.author, this.o.identity.publicKey)) return
+    if (m.space === this.o.space) this.check({ author: m.author, signed: m.signed }, () => undefined)
+  }
+
+  /** This client's latest presence, signed (for a peer the exchange starts with). */
+  own(): SignedPresenceOf | undefined {
+    return this.last && { author: this.o.identity.publicKey, signed: this.last.signed }
+  }
+
+  /**
+   * A presence a peer sent. An honest peer passes on only what it checked,
+   * so one that does not check out makes the peer faulty; news is passed
+   * on to the other peers once.
+   */
+  fromPeer(presence: SignedPresenceOf, source: PeerSource): void {
+    this.check(presence, (why) => source.markFaulty(why), () => this.o.peers?.publishPresence(this.o.space, presence, source.peer))
+  }
+
+  /** Shows `p` if its author signed it for this space and it is news; `bad` hears why not otherwise. */
+  private check(p: SignedPresenceOf, bad: (why: string) => void, news?: () => void): void {
+    if (bytesEqual(p.author, this.o.identity.publicKey)) return
     let body: PresenceBody
     try {
-      body = decodePresence(m.signed.bytes, MAX_PRESENCE_BODY_BYTES)
-    } catch {
-      return
+      body = decodePresence(p.signed.bytes, MAX_PRESENCE_BODY_BYTES)
+    } catch (err) {
+      return bad(`sent a malformed presence: ${(err as Error).message}`)
     }
-    const author = authorIdOf(this.o.crypto, m.author)
-    // Per signature too: a forgery a lying relay sends first must not hide the true copy of that seq.
-    const key = `${author}/${body.seq}/${toHex(m.signed.sig.subarray(0, 8))}`
-    if (body.space !== this.o.space || !this.o.presence.isNews(author, body.seq) || this.verifying.has(key) || this.verifying.size >= MAX_VERIFYING) return
+    if (body.space !== this.o.space) return bad(`sent a presence of space ${body.space} for ${this.o.space}`)
+    const author = authorIdOf(this.o.crypto, p.author)
+    // Per signature too: a forgery sent first must not hide the true copy of that seq.
+    const key = `${author}/${body.seq}/${toHex(p.signed.sig.subarray(0, 8))}`
+    if (!this.o.presence.isNews(author, body.seq) || this.verifying.has(key) || this.verifying.size >= MAX_VERIFYING) return
     this.verifying.add(key)
     void this.o.crypto
-      .verify(m.author, m.signed.bytes, m.signed.sig)
+      .verify(p.author, p.signed.bytes, p.signed.sig)
       .then((valid) => {
-        if (valid) this.o.presence.heardFrom(author, body)
+        if (!valid) return bad('sent a presence its author did not sign')
+        if (!this.o.presence.isNews(author, body.seq)) return
+        this.o.presence.heardFrom(author, body)
+        news?.()
       })
       .catch(() => undefined)
       .finally(() => this.verifying.delete(key))

@@ -28,7 +28,7 @@ import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
-import type { PeerHub, PeerMember, PeerSource } from '../peers/peers.ts'
+import type { PeerHub, PeerMember, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
 import type { HistoryPage, PendingUpdate, Upstream } from '../space/space.ts'
 import type { RelayLink } from '../transport/transport.ts'
@@ -94,7 +94,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         }
       : o.news
     this.outbox = new Outbox({ ...o, news, member: this })
-    this.presence = new PresenceWire({ space: this.space, presence: o.space.presence, crypto: o.crypto, identity: o.identity, links: () => o.sessions.links })
+    this.presence = new PresenceWire({ space: this.space, presence: o.space.presence, crypto: o.crypto, identity: o.identity, links: () => o.sessions.links, peers: o.peers })
     this.intake = new RelayIntake({
       ...o,
       outbox: this.outbox,
@@ -164,6 +164,14 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   fromPeer(frame: Uint8Array, source: PeerSource): void {
     if (!this.closed) this.intake.fromPeer(frame, source)
+  }
+
+  ownPresence(): SignedPresenceOf | undefined {
+    return this.closed ? undefined : this.presence.own()
+  }
+
+  presenceFromPeer(presence: SignedPresenceOf, source: PeerSource): void {
+    if (!this.closed) this.presence.fromPeer(presence, source)
   }
 
   knows(idHex: string): boolean {
