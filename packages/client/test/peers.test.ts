@@ -72,6 +72,16 @@ async function threeOffline(c: SimCluster): Promise<Array<Awaited<ReturnType<typ
   return peers
 }
 
+/** Four clients in a line, 0 - 1 - 2 - 3, each linked to its neighbours only and told of them by the relays, which then all go down. */
+async function lineOffline(c: SimCluster): Promise<Array<Awaited<ReturnType<typeof client>>>> {
+  const board = new PeerBoard((a, b) => Math.abs(a - b) === 1, onClock(c))
+  const line: Array<Awaited<ReturnType<typeof client>>> = []
+  for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
+  await exchanging(c, line, (i) => (i === 0 || i === 3 ? 1 : 2))
+  await relaysDown(c)
+  return line
+}
+
 describe('peer-to-peer sync', () => {
   it('keeps clients collaborating while every relay is down, then commits what they did once the relays are back', async () => {
     const c = await cluster()
@@ -124,12 +134,7 @@ describe('peer-to-peer sync', () => {
 
   it('spreads an update along a line of peers that are not all linked: news of it, then the envelope on request', async () => {
     const c = await cluster()
-    // 0 - 1 - 2 - 3: each is linked to its neighbours only.
-    const board = new PeerBoard((a, b) => Math.abs(a - b) === 1, onClock(c))
-    const line: Array<Awaited<ReturnType<typeof client>>> = []
-    for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
-    await exchanging(c, line, (i) => (i === 0 || i === 3 ? 1 : 2))
-    await relaysDown(c)
+    const line = await lineOffline(c)
     await line[0]?.space.counter('likes').increment(7)
     await line[3]?.space.counter('likes').increment(1)
     await c.until('both ends see both updates', () => line.every((p) => p.space.counter('likes').value === 8))
@@ -140,11 +145,7 @@ describe('peer-to-peer sync', () => {
 
   it('passes presence along a line of peers while every relay is down, each state once per link', async () => {
     const c = await cluster()
-    const board = new PeerBoard((a, b) => Math.abs(a - b) === 1, onClock(c))
-    const line: Array<Awaited<ReturnType<typeof client>>> = []
-    for (let i = 0; i < 4; i++) line.push(await client(c, { peers: board.network() }))
-    await exchanging(c, line, (i) => (i === 0 || i === 3 ? 1 : 2))
-    await relaysDown(c)
+    const line = await lineOffline(c)
     line[0]?.space.presence.set({ name: 'first' })
     line[3]?.space.presence.set({ name: 'last' })
     const names = (p: (typeof line)[number]) => p.space.presence.others.map((o) => (o.state as { name: string }).name).sort()
