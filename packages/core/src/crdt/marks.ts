@@ -197,7 +197,7 @@ function shown(active: ReadonlySet<Mark>): { value: unknown } | undefined {
   return values.length ? { value: Object.freeze(values) } : undefined
 }
 
-/** A text's mark ops, by tag (see the module comment). */
+/** @internal A text's mark ops, by tag (see the module comment): what CollabText keeps them in. */
 export class MarkSet {
   private readonly byTag = new Map<string, Mark>()
   /** How many marks have an anchor just after each character: typing there goes past it (see CollabText.insertOp). */
@@ -209,6 +209,7 @@ export class MarkSet {
     return this.byTag.size
   }
 
+  /** Whether it holds the mark op made under `tag`. */
   has(tag: string): boolean {
     return this.byTag.has(tag)
   }
@@ -261,6 +262,7 @@ export class MarkSet {
     }
   }
 
+  /** An independent copy (the ops themselves are frozen, so shared). */
   copy(): MarkSet {
     const c = new MarkSet()
     for (const [tag, m] of this.byTag) c.byTag.set(tag, m)
