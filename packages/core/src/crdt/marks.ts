@@ -158,7 +158,15 @@ interface Mark {
   readonly tag: string
   readonly author: string
   readonly op: MarkOp
+  /** Its value as canonical JSON. */
+  readonly valueKey: string
   /** What it competes for: its type, or for a value of a multi-valued type the type and that value. */
+  readonly key: string
+}
+
+/** What one type shows on a character, and it as canonical JSON. */
+interface Shown {
+  readonly value: unknown
   readonly key: string
 }
 
@@ -178,11 +186,11 @@ function deepFreeze<T>(v: T): T {
 }
 
 /** What one type shows on a character, of the marks of that type covering it; undefined for nothing. */
-function shown(active: ReadonlySet<Mark>): { value: unknown } | undefined {
+function shown(active: ReadonlySet<Mark> | undefined): Shown | undefined {
   let latest: Mark | undefined
-  for (const m of active) if (!latest || later(m, latest)) latest = m
-  if (!latest) return undefined
-  if (latest.op[6] === 0) return latest.op[2] === null ? undefined : { value: latest.op[2] }
+  for (const m of active ?? []) if (!latest || later(m, latest)) latest = m
+  if (!latest || !active) return undefined
+  if (latest.op[6] === 0) return latest.op[2] === null ? undefined : { value: latest.op[2], key: latest.valueKey }
   // A multi-valued type: each value that its latest op adds.
   const byValue = new Map<string, Mark>()
   for (const m of active) {
@@ -190,11 +198,9 @@ function shown(active: ReadonlySet<Mark>): { value: unknown } | undefined {
     const w = byValue.get(m.key)
     if (!w || later(m, w)) byValue.set(m.key, m)
   }
-  const values = [...byValue.entries()]
-    .filter(([, m]) => m.op[6] === 1)
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    .map(([, m]) => m.op[2])
-  return values.length ? { value: Object.freeze(values) } : undefined
+  const kept = [...byValue.entries()].filter(([, m]) => m.op[6] === 1).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  if (!kept.length) return undefined
+  return { value: Object.freeze(kept.map(([, m]) => m.op[2])), key: `[${kept.map(([, m]) => m.valueKey).join(',')}]` }
 }
 
 /** @internal A text's mark ops, by tag (see the module comment): what CollabText keeps them in. */
@@ -229,7 +235,8 @@ export class MarkSet {
   /** Adds the mark op made under `tag` (its ids resolved); adding it again changes nothing. */
   add(tag: string, author: string, op: MarkOp): void {
     if (this.byTag.has(tag)) return
-    const m: Mark = { tag, author, op: deepFreeze(['m', op[1], op[2], op[3], op[4], op[5], op[6]]), key: op[6] === 0 ? op[1] : `${op[1]}\u0000${canonicalMarkValue(op[2])}` }
+    const valueKey = canonicalMarkValue(op[2])
+    const m: Mark = { tag, author, op: deepFreeze(['m', op[1], op[2], op[3], op[4], op[5], op[6]]), valueKey, key: op[6] === 0 ? op[1] : `${op[1]}\u0000${valueKey}` }
     this.byTag.set(tag, m)
     if (op[5] > this.maxStamp) this.maxStamp = op[5]
     for (const a of [op[3], op[4]]) if (a[0] !== '' && a[1] === 1) this.afterAnchors.set(a[0], (this.afterAnchors.get(a[0]) ?? 0) + 1)
@@ -287,28 +294,34 @@ export class MarkSet {
   }
 
   /**
-   * The formatted text: `walk` visits every character in order, deleted
-   * ones with `ch` undefined; `placed(id)` says whether a character is in
-   * the text yet (a mark whose anchor is not waits, as an insert does).
-   * Runs formatted alike are one span; the spans and their marks are frozen.
+   * The formatted text: `walk` visits every character in order with its
+   * length in `text` (UTF-16 units; 0 for a deleted one), `text` being the
+   * visible characters; `placed(id)` says whether a character is in the
+   * text yet (a mark whose anchor is not waits, as an insert does). Runs
+   * formatted alike are one span; the spans and their marks are frozen.
    */
-  spans(walk: (visit: (id: string, ch: string | undefined) => void) => void, placed: (id: string) => boolean): TextSpan[] {
-    const atStart: Array<[Mark, boolean]> = []
-    const before = new Map<string, Array<[Mark, boolean]>>()
-    const after = new Map<string, Array<[Mark, boolean]>>()
+  spans(text: string, walk: (visit: (id: string, units: number) => void) => void, placed: (id: string) => boolean): TextSpan[] {
+    interface Event {
+      readonly m: Mark
+      readonly isStart: boolean
+    }
+    const atStart: Event[] = []
+    const before = new Map<string, Event[]>()
+    const after = new Map<string, Event[]>()
     const at = (a: MarkAnchor, m: Mark, isStart: boolean): void => {
       if (a[0] === '') {
         // The text's start; its end is never passed (a mark starting there covers nothing, one ending there runs on).
-        if (a[1] === 0) atStart.push([m, isStart])
+        if (a[1] === 0) atStart.push({ m, isStart })
         return
       }
       const map = a[1] === 0 ? before : after
       let list = map.get(a[0])
       if (!list) map.set(a[0], (list = []))
-      list.push([m, isStart])
+      list.push({ m, isStart })
     }
     for (const m of this.byTag.values()) {
-      const [, , , s, e] = m.op
+      const s = m.op[3]
+      const e = m.op[4]
       if ((s[0] !== '' && !placed(s[0])) || (e[0] !== '' && !placed(e[0]))) continue
       at(s, m, true)
       at(e, m, false)
@@ -317,9 +330,11 @@ export class MarkSet {
     const state = new Map<Mark, 1 | 2>()
     const active = new Map<string, Set<Mark>>()
     const dirty = new Set<string>()
-    const values = new Map<string, unknown>()
-    const pass = (events: ReadonlyArray<[Mark, boolean]> | undefined): void => {
-      for (const [m, isStart] of events ?? []) {
+    const values = new Map<string, Shown>()
+    const pass = (events: readonly Event[] | undefined): void => {
+      if (events === undefined) return
+      for (let k = 0; k < events.length; k++) {
+        const { m, isStart } = events[k] as Event
         const s = state.get(m)
         if (isStart && s === undefined) {
           state.set(m, 1)
@@ -337,35 +352,36 @@ export class MarkSet {
       }
     }
     const out: TextSpan[] = []
-    let text = ''
+    let from = 0
+    let to = 0
     let marks: Readonly<Record<string, unknown>> = Object.freeze({})
     let key = '{}'
     const flush = (): void => {
-      if (text) out.push(Object.freeze({ text, marks }))
-      text = ''
+      if (to > from) out.push(Object.freeze({ text: text.slice(from, to), marks }))
+      from = to
+    }
+    const recompute = (): void => {
+      for (const type of dirty) {
+        const v = shown(active.get(type))
+        if (v) values.set(type, v)
+        else values.delete(type)
+      }
+      dirty.clear()
+      const types = [...values.keys()].sort()
+      const nextKey = `{${types.map((t) => `${JSON.stringify(t)}:${(values.get(t) as Shown).key}`).join(',')}}`
+      if (nextKey === key) return
+      flush()
+      const record: Record<string, unknown> = {}
+      for (const t of types) Object.defineProperty(record, t, { value: (values.get(t) as Shown).value, enumerable: true })
+      marks = Object.freeze(record)
+      key = nextKey
     }
     pass(atStart)
-    walk((id, ch) => {
+    walk((id, units) => {
       pass(before.get(id))
-      if (ch !== undefined) {
-        if (dirty.size) {
-          for (const type of dirty) {
-            const v = shown(active.get(type) ?? new Set())
-            if (v) values.set(type, v.value)
-            else values.delete(type)
-          }
-          dirty.clear()
-          const types = [...values.keys()].sort()
-          const nextKey = `{${types.map((t) => `${JSON.stringify(t)}:${canonicalMarkValue(values.get(t) as MarkValue)}`).join(',')}}`
-          if (nextKey !== key) {
-            flush()
-            const record: Record<string, unknown> = {}
-            for (const t of types) Object.defineProperty(record, t, { value: values.get(t), enumerable: true })
-            marks = Object.freeze(record)
-            key = nextKey
-          }
-        }
-        text += ch
+      if (units > 0) {
+        if (dirty.size) recompute()
+        to += units
       }
       pass(after.get(id))
     })

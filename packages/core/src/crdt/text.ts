@@ -298,7 +298,8 @@ export class CollabText implements Crdt<TextOp, string> {
         this.formatted = text ? [Object.freeze({ text, marks: Object.freeze({}) })] : []
       } else {
         this.formatted = this.marks.spans(
-          (visit) => this.order.forEachSlot((s) => visit(s.id, s.visible ? s.data.ch : undefined)),
+          this.value(),
+          (visit) => this.order.forEachSlot((s) => visit(s.id, s.visible ? s.data.ch.length : 0)),
           (id) => this.order.get(id) !== undefined,
         )
       }
