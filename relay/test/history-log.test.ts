@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CollabList, CollabMap, CollabText, encode, historyPatch, type Declaration } from '@stead/core'
+import { CollabList, CollabMap, CollabText, encode, historyPatch, historyValue, type Declaration } from '@stead/core'
 import { HistoryLog, MAX_PATCH_RUN, type HistoryRecord } from '../src/store/history-log.ts'
 import { MemoryKv, type KvTable } from '../src/store/kv.ts'
 
@@ -30,8 +30,10 @@ function storedBytes(table: Table): number {
 function records(decl: Declaration, values: readonly unknown[], space = 's', key = 'k'): HistoryRecord[] {
   return values.map((value, i) => {
     const index = i * 2 + 1
-    if (i === 0) return { space, key, index, value }
-    return { space, key, index, value, patch: { base: index - 2, patch: historyPatch(decl, values[i - 1], value)! } }
+    const patch = i === 0 ? undefined : historyPatch(decl, values[i - 1], value)
+    // No patch fits (a text's string before its first mark, spans after): the value goes whole, as the replica reports it.
+    if (!patch) return { space, key, index, value }
+    return { space, key, index, value, patch: { base: index - 2, patch } }
   })
 }
 
@@ -67,6 +69,27 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
     }
     // Every entry reads back, whatever its place between whole values.
     for (let before = 1; before <= 4001; before += 37) expect(log.page('s', 'k', before, 3, Infinity)).toEqual(expectedPage(history, before, 3, Infinity))
+  })
+
+  it('serves the pages of a text that gains marks: its strings, then its spans patched from one to the next', async () => {
+    const kv = new MemoryKv()
+    const log = new HistoryLog(kv.table<[string, string, number]>('history'))
+    const t = new CollabText()
+    const values: unknown[] = []
+    const decl: Declaration = { type: 'text', bounds: {} }
+    for (let i = 0; i < 300; i++) {
+      const ctx = { replica: 'a', tag: `a:${i}` }
+      if (i > 100 && i % 7 === 0) t.apply(t.markOp(i % t.length, Math.min(t.length, (i % t.length) + 3), i % 2 ? 'bold' : 'link', i % 2 ? true : { href: `h${i}` }), ctx)
+      else t.apply(t.insertOp((i * 31) % (t.length + 1), 'ab'[i % 2]!), ctx)
+      values.push(historyValue(decl, t))
+    }
+    expect(typeof values[100]).toBe('string')
+    expect(Array.isArray(values[299])).toBe(true)
+    const rs = records(decl, values)
+    expect(rs.filter((r) => !r.patch)).toHaveLength(2)
+    await put(kv, log, rs)
+    const history = rs.map((r) => ({ index: r.index, value: r.value }))
+    for (let before = 1; before <= 601; before += 23) expect(log.page('s', 'k', before, 5, Infinity)).toEqual(expectedPage(history, before, 5, Infinity))
   })
 
   it('stores a whole value again after MAX_PATCH_RUN patches, after a restart, and for a patch that does not follow what it stored', async () => {

@@ -6,6 +6,7 @@ import {
   describeDeclaration,
   encodeDeclaration,
   historyPatch,
+  historyValue,
   patchesHistory,
   sameDeclaration,
   type AnyCrdt,
@@ -930,11 +931,12 @@ export class StableAudit {
 
   private appendHistory(key: string, index: number): void {
     const obj = this.stableObjects.get(key) as Obj
-    const value = obj.crdt.value()
+    const value = historyValue(obj.decl, obj.crdt)
     const changes = this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
     const last = changes?.get(key)
     changes?.set(key, { index, value })
-    this.committed.push(last ? { key, index, value, patch: { base: last.index, patch: historyPatch(obj.decl, last.value, value) as ValuePatch } } : { key, index, value })
+    const patch = last && historyPatch(obj.decl, last.value, value)
+    this.committed.push(last && patch ? { key, index, value, patch: { base: last.index, patch } } : { key, index, value })
     if (this.historyLimit === 0) return
     let h = this.histories.get(key)
     if (!h) this.histories.set(key, (h = []))

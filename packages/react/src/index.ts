@@ -177,7 +177,9 @@ export interface TextState {
   readonly value: string
   /** Stable text. */
   readonly stable: string
-  /** The handle, for edits (`handle.insert(i, 'x')`, `handle.delete(i, n)`). */
+  /** Prospective text with its formatting marks (see `TextHandle.spans`): a format re-renders too. */
+  readonly spans: TextHandle['spans']
+  /** The handle, for edits (`handle.insert(i, 'x')`, `handle.delete(i, n)`, `handle.format(i, n, { bold: true })`). */
   readonly handle: TextHandle
 }
 
@@ -189,7 +191,7 @@ export interface TextState {
  */
 export function useText(key: string, options?: Parameters<Space['text']>[1]): TextState {
   const handle = useSpace().text(key, options)
-  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable }))
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, spans: h.spans }))
   return { ...snap, handle }
 }
 

@@ -32,6 +32,7 @@ function Doc() {
     'div',
     null,
     h('p', { 'data-testid': 'text' }, `${text.value}|${text.stable}`),
+    h('p', { 'data-testid': 'spans' }, text.spans.map((s) => (s.marks.bold ? `*${s.text}*` : s.text)).join('')),
     h('p', { 'data-testid': 'map' }, JSON.stringify(card.value)),
     h('p', { 'data-testid': 'list' }, todo.value.join(',')),
   )
@@ -51,6 +52,9 @@ describe('document hooks', () => {
       act(() => void a.text('doc').insert(0, 'hi'))
       expect(shown('text')).toBe('hi|')
       await waitFor(() => expect(shown('text')).toBe('hi|hi'), { timeout: 10_000 })
+      // A format changes no character and re-renders all the same.
+      act(() => void a.text('doc').format(0, 1, { bold: true }))
+      expect(shown('spans')).toBe('*h*i')
 
       // An edit inside a nested text re-renders the map that holds it.
       const title = a.map('card').text('title')

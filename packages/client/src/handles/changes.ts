@@ -1,22 +1,29 @@
-import { bytesEqual, encode, type CollabList, type CollabMap, type CollabText, type ListEntry, type MapEntry } from '@stead/core'
+import { bytesEqual, canonicalMarkValue, encode, type CollabList, type CollabMap, type CollabText, type ListEntry, type MapEntry, type MarkValue } from '@stead/core'
 import { isDraftId } from '../space/draft-ids.ts'
 import type { HandleHost } from './handles.ts'
 
 /**
  * One step of a text change, as Quill and Y.Text deltas: read from the
  * start of the text as it was, keep `retain` code points, insert `insert`
- * (made by `author`), or remove `delete` code points.
+ * (made by `author`), or remove `delete` code points. In a text with
+ * marks, `attributes` on an insert are the marks of the inserted
+ * characters, and on a retain what changed in the marks of the characters
+ * kept (a type's new value, null for a type taken off); absent when none.
  */
 export type TextDelta =
   | {
       /** Code points kept as they were. */
       readonly retain: number
+      /** The marks that changed on them: a type's new value, null for a type taken off. */
+      readonly attributes?: Readonly<Record<string, unknown>>
     }
   | {
       /** The characters inserted here. */
       readonly insert: string
       /** The author id that made them. */
       readonly author: string
+      /** Their marks, by type (see `TextHandle.spans`). */
+      readonly attributes?: Readonly<Record<string, unknown>>
     }
   | {
       /** How many code points were removed here. */
@@ -231,23 +238,104 @@ function sequenceChange<I>(
   return delta
 }
 
-/** A text as change events compare it: its characters' ids, in order. */
-export type TextState = readonly string[]
+/** The marks of one character as change events compare them: the marks, and their canonical form. */
+interface CharMarks {
+  readonly key: string
+  readonly marks: Readonly<Record<string, unknown>>
+}
+
+const NO_MARKS: CharMarks = { key: '{}', marks: {} }
+
+/** A text as change events compare it: its characters' ids in order, and each one's marks if the text has any. */
+export interface TextState {
+  readonly ids: readonly string[]
+  readonly marks: readonly CharMarks[] | undefined
+}
 
 /** @internal */
 export function textState(text: CollabText | undefined): TextState {
-  return text?.visibleIds() ?? []
+  const ids = text?.visibleIds() ?? []
+  if (!text?.hasMarks) return { ids, marks: undefined }
+  const marks: CharMarks[] = []
+  for (const span of text.spans()) {
+    const m: CharMarks = { key: canonicalMarkValue(span.marks as MarkValue), marks: span.marks }
+    for (const _ of span.text) marks.push(m)
+  }
+  return { ids, marks }
 }
 
 /** @internal The change from one text state to the next (`text`: the text now), or undefined if there is none. */
 export function textChange(before: TextState, after: TextState, local: boolean, signedId: (id: string) => string | undefined, text: CollabText | undefined): TextChange | undefined {
-  const charAt = (k: number): { ch: string; author: string } => text?.charOf(after[k] as string) as { ch: string; author: string }
+  const charAt = (k: number): { ch: string; author: string } => text?.charOf(after.ids[k] as string) as { ch: string; author: string }
   const inserted = (from: number, to: number): string => {
     let s = ''
     for (let k = from; k < to; k++) s += charAt(k).ch
     return s
   }
-  return trimmed(sequenceChange(before, after, signedId, (k) => charAt(k).author, inserted), local)
+  const steps = sequenceChange(before.ids, after.ids, signedId, (k) => charAt(k).author, inserted)
+  return trimmed(before.marks || after.marks ? withAttributes(steps, before, after) : steps, local)
+}
+
+/**
+ * Text steps with the marks of a text that has some: an insert split where
+ * the marks of its characters change, with them as `attributes`; a retain
+ * split where the marks of the characters kept changed, with what changed.
+ */
+function withAttributes(steps: readonly TextDelta[], before: TextState, after: TextState): TextDelta[] {
+  const was = (i: number): CharMarks => before.marks?.[i] ?? NO_MARKS
+  const is = (j: number): CharMarks => after.marks?.[j] ?? NO_MARKS
+  const changes = new Map<string, Readonly<Record<string, unknown>> | undefined>()
+  const changeOf = (a: CharMarks, b: CharMarks): Readonly<Record<string, unknown>> | undefined => {
+    if (a.key === b.key) return undefined
+    const id = `${a.key}\u0001${b.key}`
+    if (!changes.has(id)) changes.set(id, markChange(a.marks, b.marks))
+    return changes.get(id)
+  }
+  const out: TextDelta[] = []
+  let i = 0
+  let j = 0
+  for (const step of steps) {
+    if ('delete' in step) {
+      out.push(step)
+      i += step.delete
+    } else if ('retain' in step) {
+      for (let k = 0; k < step.retain; ) {
+        const pair = `${was(i + k).key}\u0001${is(j + k).key}`
+        let end = k + 1
+        while (end < step.retain && `${was(i + end).key}\u0001${is(j + end).key}` === pair) end++
+        const attributes = changeOf(was(i + k), is(j + k))
+        const last = out[out.length - 1]
+        if (!attributes && last && 'retain' in last && !last.attributes) out[out.length - 1] = { retain: last.retain + end - k }
+        else out.push(attributes ? { retain: end - k, attributes } : { retain: end - k })
+        k = end
+      }
+      i += step.retain
+      j += step.retain
+    } else {
+      const chars = [...step.insert]
+      for (let k = 0; k < chars.length; ) {
+        const m = is(j + k)
+        let end = k + 1
+        while (end < chars.length && is(j + end).key === m.key) end++
+        const insert = chars.slice(k, end).join('')
+        out.push(m.key === NO_MARKS.key ? { insert, author: step.author } : { insert, author: step.author, attributes: m.marks })
+        k = end
+      }
+      j += chars.length
+    }
+  }
+  return out
+}
+
+/** What changed from marks `a` to `b`: each type whose value is new, null for each taken off; undefined for nothing. */
+function markChange(a: Readonly<Record<string, unknown>>, b: Readonly<Record<string, unknown>>): Readonly<Record<string, unknown>> | undefined {
+  const out: Record<string, unknown> = {}
+  const set = (type: string, v: unknown): void => void Object.defineProperty(out, type, { value: v, enumerable: true })
+  for (const type of Object.keys(b)) {
+    if (!Object.hasOwn(a, type) || canonicalMarkValue(a[type] as MarkValue) !== canonicalMarkValue(b[type] as MarkValue)) set(type, b[type])
+  }
+  for (const type of Object.keys(a)) if (!Object.hasOwn(b, type)) set(type, null)
+  return Object.keys(out).length ? Object.freeze(out) : undefined
 }
 
 /** A list as change events compare it: its elements (ids, what they hold) and who placed each. */
@@ -272,8 +360,9 @@ export function listChange(before: ListState, after: ListState, local: boolean, 
 }
 
 function trimmed<D>(delta: D[], local: boolean): { delta: D[]; local: boolean } | undefined {
-  // A change ends where its last insert or delete does.
-  while (delta.length && 'retain' in (delta[delta.length - 1] as object)) delta.pop()
+  // A change ends where its last insert, delete or change of marks does.
+  const plainRetain = (d: D): boolean => 'retain' in (d as object) && !('attributes' in (d as object))
+  while (delta.length && plainRetain(delta[delta.length - 1] as D)) delta.pop()
   return delta.length ? { delta, local } : undefined
 }
 

@@ -15,6 +15,7 @@ import {
   type RegisterValue,
   type SetElement,
   type HostClock,
+  type MarkSpec,
   type PresenceBody,
 } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
@@ -355,13 +356,15 @@ export class Space {
    * same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param options `maxLength`: the stable text never holds more code points (an insert past it is rejected with `invariant` and undone). `freshness`: see {@link ObjectOptions}.
-   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxLength`; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
+   * @param options `maxLength`: the stable text never holds more code points (an insert past it is rejected with `invariant` and undone). `marks`: how app-defined mark types behave, `{ comment: { expand: 'none', multiple: true } }` (see `TextHandle.declareMarks`; local to this client, each op carries what it needs). `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with another `maxLength`, or a mark type is declared otherwise on the handle already; `malformed` for a bad key or options; {@link ClosedError} after `close()`.
    */
-  text(key: string, options: { maxLength?: number } & ObjectOptions = {}): TextHandle {
-    checkObjectOptions(key, 'text', options, ['maxLength'], 'text(key, { maxLength })')
+  text(key: string, options: { maxLength?: number; marks?: Readonly<Record<string, MarkSpec>> } & ObjectOptions = {}): TextHandle {
+    checkObjectOptions(key, 'text', options, ['maxLength', 'marks'], 'text(key, { maxLength, marks })')
     const bounds = options.maxLength === undefined ? {} : { maxLength: options.maxLength }
-    return this.open(key, { type: 'text', bounds }, (d) => new TextHandle(this.host, key, d), options) as TextHandle
+    const handle = this.open(key, { type: 'text', bounds }, (d) => new TextHandle(this.host, key, d), options) as TextHandle
+    if (options.marks !== undefined) handle.declareMarks(options.marks)
+    return handle
   }
 
   /**

@@ -198,6 +198,26 @@ export class FugueOrder<T> {
     }
   }
 
+  /** Calls `visit` for every placed slot in order, visible or not (the start excluded). */
+  forEachSlot(visit: (slot: Slot<T>) => void): void {
+    for (const block of this.blocks) {
+      const slots = block.slots
+      for (let i = 0; i < slots.length; i++) {
+        const s = slots[i] as Slot<T>
+        if (s !== this.start) visit(s)
+      }
+    }
+  }
+
+  /** Calls `visit` for the slots after `slot` in order, visible or not, until it returns false. */
+  forEachAfter(slot: Slot<T>, visit: (s: Slot<T>) => boolean): void {
+    let i = slot.block.slots.indexOf(slot) + 1
+    for (let b = slot.block.index; b < this.blocks.length; b++, i = 0) {
+      const slots = (this.blocks[b] as Block<T>).slots
+      for (; i < slots.length; i++) if (!visit(slots[i] as Slot<T>)) return
+    }
+  }
+
   /** Whether any slot waits for another. */
   get hasWaiting(): boolean {
     return this.waitingIds.size > 0
@@ -248,6 +268,11 @@ export class FugueOrder<T> {
   placementAt(index: number): Placement {
     const leftOrigin = index === 0 ? this.start : this.at(index - 1)
     if (!leftOrigin) throw new RangeError(`index ${index} is past the end (${this.visibleCount})`)
+    return this.placementAfter(leftOrigin)
+  }
+
+  /** Where a slot goes to come right after `leftOrigin` (visible or not) in the traversal: see placementAt. */
+  placementAfter(leftOrigin: Slot<T>): Placement {
     const rightOrigin = this.next(leftOrigin)
     if (!leftOrigin.right) return { parent: leftOrigin.id, side: 1, rightOrigin: rightOrigin?.id ?? '' }
     return { parent: (rightOrigin as Slot<T>).id, side: 0, rightOrigin: '' }

@@ -15,6 +15,7 @@ export * from './set.ts'
 export * from './register.ts'
 export * from './bounded-counter.ts'
 export * from './text.ts'
+export * from './marks.ts'
 export * from './map.ts'
 export * from './list.ts'
 export { validateRelativePosition, type Assoc, type RelativePosition } from './position.ts'
@@ -166,7 +167,13 @@ export function patchesHistory(d: Declaration): boolean {
   return typeOf(d).historyPatch !== undefined
 }
 
-/** The patch from one stable value of an object of type `d` to a later one, for types whose values grow long; undefined for the others (their history keeps whole values). */
+/** What an object's stable history holds for its state: its value, or what its type keeps instead (see ObjectType.historyValue). */
+export function historyValue(d: Declaration, crdt: AnyCrdt): unknown {
+  const t = typeOf(d)
+  return t.historyValue ? t.historyValue(crdt) : crdt.value()
+}
+
+/** The patch from one stable value of an object of type `d` to a later one, for types whose values grow long; undefined for the others (their history keeps whole values) and where no patch fits. */
 export function historyPatch(d: Declaration, before: unknown, after: unknown): ValuePatch | undefined {
   return typeOf(d).historyPatch?.(before, after)
 }

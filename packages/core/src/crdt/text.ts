@@ -1,6 +1,7 @@
 import { encode } from '../codec.ts'
-import { stringPatch } from './value-patch.ts'
+import { arrayPatch, stringPatch, type ValuePatch } from './value-patch.ts'
 import { FugueOrder, uncovered, parseSlotId, slotId, type Placement, type Slot } from './fugue.ts'
+import { MarkSet, STANDARD_MARKS, canonicalMarkValue, markAnchors, validateMarkOp, type MarkExpand, type MarkOp, type MarkValue, type TextSpan } from './marks.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, decodeBounds, encodeBounds, type ObjectType, type OpContext } from './types.ts'
 import { relativeIn, resolveIn, type Assoc, type RelativePosition } from './position.ts'
 
@@ -20,9 +21,12 @@ export type TextRange = readonly [string, number, number]
  *   `${tag}.${k}`, k counting code points;
  * - `['d', ranges]` deletes the characters the ranges name;
  * - `['D', ranges]` takes back the delete made under the same context: only
- *   ever produced by `inverse`, never accepted from the wire.
+ *   ever produced by `inverse`, never accepted from the wire;
+ * - `['m', type, value, start, end, stamp, kind]` formats characters (a
+ *   Peritext mark, see marks.ts), `['M', ...]` takes it back (from
+ *   `inverse` only).
  */
-export type TextOp = readonly ['i', string, 0 | 1, string, string] | readonly ['d', readonly TextRange[]] | readonly ['D', readonly TextRange[]]
+export type TextOp = readonly ['i', string, 0 | 1, string, string] | readonly ['d', readonly TextRange[]] | readonly ['D', readonly TextRange[]] | MarkOp
 
 /** Most ranges one delete may name. */
 export const MAX_TEXT_DELETE_RANGES = 65_536
@@ -82,6 +86,7 @@ function resolveId(id: string, ctx: OpContext): string {
 
 /** `op` with the ids it names resolved against `ctx` (see resolveTag). */
 export function resolveTextOp(op: TextOp, ctx: OpContext): TextOp {
+  if (op[0] === 'm' || op[0] === 'M') return op[3][0].startsWith('^') || op[4][0].startsWith('^') ? [op[0], op[1], op[2], [resolveId(op[3][0], ctx), op[3][1]], [resolveId(op[4][0], ctx), op[4][1]], op[5], op[6]] : op
   if (op[0] === 'i') return op[1].startsWith('^') || op[3].startsWith('^') ? ['i', resolveId(op[1], ctx), op[2], resolveId(op[3], ctx), op[4]] : op
   return op[1].some((r) => r[0].startsWith('^')) ? [op[0], op[1].map((r): TextRange => [resolveTag(r[0], ctx), r[1], r[2]])] : op
 }
@@ -100,6 +105,7 @@ export function renameTextOp(op: TextOp, rename: (tag: string) => { tag: string;
     return to ? slotId(to.tag, parsed.k + to.shift) : ref
   }
   if (op[0] === 'i') return ['i', id(op[1]), op[2], id(op[3]), op[4]]
+  if (op[0] === 'm' || op[0] === 'M') return [op[0], op[1], op[2], [id(op[3][0]), op[3][1]], [id(op[4][0]), op[4][1]], op[5], op[6]]
   return [
     op[0],
     op[1].map((r): TextRange => {
@@ -139,6 +145,7 @@ export function validateTextOp(op: unknown): string | null {
     return validatePlacement(op[1], op[2], op[3])
   }
   if (op[0] === 'd') return op.length === 2 ? validateRanges(op[1]) : "text delete must be ['d', ranges]"
+  if (op[0] === 'm') return validateMarkOp(op, (id) => validId(id, true))
   return `unknown text op ${JSON.stringify(op[0])}`
 }
 
@@ -160,8 +167,8 @@ function codePoints(s: string): string[] {
   return [...s]
 }
 
-/** A text's canonical snapshot (see CollabText.snapshot). */
-export type TextSnapshot = [Array<[string, string, string, 0 | 1, string, string, Array<[number, string[]]>]>, Array<[string, number, number, string]>]
+/** A text's canonical snapshot (see CollabText.snapshot); the marks only when it has some, so a text without marks has the snapshot it had before marks existed. */
+export type TextSnapshot = [Array<[string, string, string, 0 | 1, string, string, Array<[number, string[]]>]>, Array<[string, number, number, string]>, Array<[string, string, MarkOp]>?]
 
 /** How many buckets a text's digest keeps (see CollabText.digest). */
 const DIGEST_BUCKETS = 256
@@ -219,11 +226,15 @@ function bucketOf(tag: string): number {
  * gives the same for its state, keeping the bucket hashes between edits.
  */
 export function textSnapshotDigest(snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array {
-  const [runs, pending] = (Array.isArray(snap) && snap.length === 2 && Array.isArray(snap[0]) && Array.isArray(snap[1]) ? snap : [[], []]) as [unknown[][], unknown[][]]
-  const buckets = Array.from({ length: DIGEST_BUCKETS }, (): [unknown[], unknown[]] => [[], []])
-  for (const r of runs) (buckets[bucketOf(String(Array.isArray(r) ? r[0] : r))] as [unknown[], unknown[]])[0].push(r)
-  for (const p of pending) (buckets[bucketOf(String(Array.isArray(p) ? p[0] : p))] as [unknown[], unknown[]])[1].push(p)
-  return sha256(encode(['text', buckets.map((b) => (b[0].length || b[1].length ? sha256(encode(b)) : null))]))
+  const shaped = Array.isArray(snap) && (snap.length === 2 || (snap.length === 3 && Array.isArray(snap[2]))) && Array.isArray(snap[0]) && Array.isArray(snap[1])
+  const [runs, pending, marks = []] = (shaped ? snap : [[], []]) as [unknown[][], unknown[][], unknown[][]?]
+  const buckets = Array.from({ length: DIGEST_BUCKETS }, (): [unknown[], unknown[], unknown[]] => [[], [], []])
+  const bucket = (e: unknown): [unknown[], unknown[], unknown[]] => buckets[bucketOf(String(Array.isArray(e) ? e[0] : e))] as [unknown[], unknown[], unknown[]]
+  for (const r of runs) bucket(r)[0].push(r)
+  for (const p of pending) bucket(p)[1].push(p)
+  for (const m of marks) bucket(m)[2].push(m)
+  // A bucket without marks hashes as it did before texts had marks.
+  return sha256(encode(['text', buckets.map((b) => (b[0].length || b[1].length || b[2].length ? sha256(encode(b[2].length ? b : [b[0], b[1]])) : null))]))
 }
 
 /**
@@ -245,6 +256,10 @@ export class CollabText implements Crdt<TextOp, string> {
   /** How many characters of waitingRuns no delete hides: they show once placed (see potentialLength). */
   private waitingLive = 0
   private cached: string | undefined
+  /** The mark ops (see marks.ts). */
+  private marks = new MarkSet()
+  /** The spans, until the next change. */
+  private formatted: readonly TextSpan[] | undefined
   /** Digest buckets (see digest): the tags in each, each one's digest, and which changed since. */
   private readonly byBucket = new Map<number, Set<string>>()
   private readonly bucketDigests: Array<Uint8Array | null> = new Array<Uint8Array | null>(DIGEST_BUCKETS).fill(null)
@@ -272,6 +287,50 @@ export class CollabText implements Crdt<TextOp, string> {
     return this.order.length
   }
 
+  /**
+   * The text with its marks (Peritext, see marks.ts): runs of characters
+   * formatted alike, `{ text, marks }` with marks by type (a multi-valued
+   * type's values sorted); [] for an empty text. Frozen: keep it as it is.
+   */
+  spans(): readonly TextSpan[] {
+    if (this.formatted === undefined) {
+      if (this.marks.size === 0) {
+        const text = this.value()
+        this.formatted = text ? [Object.freeze({ text, marks: Object.freeze({}) })] : []
+      } else {
+        this.formatted = this.marks.spans(
+          this.value(),
+          (visit) => this.order.forEachSlot((s) => visit(s.id, s.visible ? s.data.ch.length : 0)),
+          (id) => this.order.get(id) !== undefined,
+        )
+      }
+      Object.freeze(this.formatted)
+    }
+    return this.formatted
+  }
+
+  /** Whether it holds any mark op (then its history values are spans, see textType). */
+  get hasMarks(): boolean {
+    return this.marks.size > 0
+  }
+
+  /**
+   * The op that formats code points `from` to `to - 1` with mark `type`:
+   * sets `value` (null takes the mark off), or for a multi-valued type
+   * (`multiple`) adds `value`, or takes it off with `remove`. `expand` says
+   * how the mark grows when someone types at its edges (default: the
+   * type's in STANDARD_MARKS, else `after`).
+   *
+   * @throws RangeError unless 0 <= from < to <= length.
+   */
+  markOp(from: number, to: number, type: string, value: MarkValue, options: { readonly expand?: MarkExpand; readonly multiple?: boolean; readonly remove?: boolean } = {}): TextOp {
+    if (!Number.isSafeInteger(from) || !Number.isSafeInteger(to) || from < 0 || to <= from || to > this.length) throw new RangeError(`cannot format ${from} to ${to} of a text of ${this.length}`)
+    const expand = options.expand ?? (Object.hasOwn(STANDARD_MARKS, type) ? STANDARD_MARKS[type]?.expand : undefined) ?? 'after'
+    const [start, end] = markAnchors(from, to, this.length, expand, (i) => (this.order.at(i) as Slot<Cell>).id)
+    const kind = options.multiple ? (options.remove ? 2 : 1) : 0
+    return ['m', type, kind === 0 && options.remove ? null : value, start, end, this.marks.nextStamp(), kind]
+  }
+
   /** The ids of the visible characters, in order. */
   visibleIds(): string[] {
     const ids: string[] = []
@@ -294,8 +353,28 @@ export class CollabText implements Crdt<TextOp, string> {
 
   /** The op that inserts `text` at code point `index`, as this replica sees the text. */
   insertOp(index: number, text: string): TextOp {
-    const p = this.order.placementAt(index)
+    const p = this.marks.size ? this.placementPastMarks(index) : this.order.placementAt(index)
     return ['i', p.parent, p.side, p.rightOrigin, text]
+  }
+
+  /**
+   * Where typing at `index` goes in a text with marks: after the last of
+   * the deleted characters right after that position that a mark starts or
+   * ends just after, else where placementAt puts it (before them). As
+   * Peritext does: a link whose last character was deleted does not take
+   * in what is typed after it.
+   */
+  private placementPastMarks(index: number): Placement {
+    const left = index === 0 ? this.order.start : this.order.at(index - 1)
+    let past: Slot<Cell> | undefined
+    if (left) {
+      this.order.forEachAfter(left, (s) => {
+        if (s.visible) return false
+        if (this.marks.anchoredAfter(s.id)) past = s
+        return true
+      })
+    }
+    return past ? this.order.placementAfter(past) : this.order.placementAt(index)
   }
 
   /** The op that deletes `count` code points from `index`, or undefined if there is nothing to delete. */
@@ -349,6 +428,14 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   tryApply(op: TextOp, ctx: OpContext): ApplyResult {
+    if (op[0] === 'm' || op[0] === 'M') {
+      const problem = validateMarkOp(op, (id) => validId(id, true))
+      if (problem) return invalid(problem)
+      const ahead = op[0] === 'm' ? this.marks.check(op) : OK
+      if (!ahead.ok) return ahead
+      this.apply(op, ctx)
+      return OK
+    }
     const problem = op[0] === 'D' ? validateRanges(op[1]) : validateTextOp(op)
     if (problem) return invalid(problem)
     const max = this.bounds.maxLength
@@ -362,7 +449,13 @@ export class CollabText implements Crdt<TextOp, string> {
 
   apply(op: TextOp, ctx: OpContext): void {
     this.cached = undefined
+    this.formatted = undefined
     const resolved = resolveTextOp(op, ctx)
+    if (resolved[0] === 'm' || resolved[0] === 'M') {
+      if (resolved[0] === 'm') this.marks.add(ctx.tag, ctx.replica, resolved)
+      else this.marks.remove(ctx.tag)
+      return this.touch(ctx.tag)
+    }
     if (resolved[0] === 'i') return this.insert(resolved, ctx)
     for (const [tag, from, count] of resolved[1]) {
       if (resolved[0] === 'd') this.hide(tag, from, count, ctx.tag)
@@ -371,12 +464,15 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   inverse(op: TextOp, ctx: OpContext): TextOp {
+    if (op[0] === 'm' || op[0] === 'M') return [op[0] === 'm' ? 'M' : 'm', op[1], op[2], op[3], op[4], op[5], op[6]]
     if (op[0] === 'i') return ['d', [[ctx.tag, 0, codePoints(op[4]).length]]]
     return [op[0] === 'd' ? 'D' : 'd', op[1]]
   }
 
   merge(other: CollabText): void {
     this.cached = undefined
+    this.formatted = undefined
+    this.marks.merge(other.marks, (tag) => this.touch(tag))
     for (const [tag, run] of other.runs) {
       if (!this.runs.has(tag)) this.addRun(tag, run.author, run.place, run.text)
       if (!run.slots) continue
@@ -399,17 +495,20 @@ export class CollabText implements Crdt<TextOp, string> {
     this.bucketDigests.forEach((d, i) => (copy.bucketDigests[i] = d))
     for (const b of this.dirty) copy.dirty.add(b)
     copy.cached = this.cached
+    copy.marks = this.marks.copy()
+    copy.formatted = this.formatted
     return copy as this
   }
 
   /**
    * `[runs, pending]`: every insert as `[tag, author, parent, side,
    * rightOrigin, text, hidden]` sorted by tag, with `hidden` the
-   * `[k, deleters]` of its deleted characters; and deletes of inserts not
-   * seen yet as `[tag, from, count, deleter]`, sorted.
+   * `[k, deleters]` of its deleted characters; deletes of inserts not
+   * seen yet as `[tag, from, count, deleter]`, sorted; and if it has marks,
+   * each as `[tag, author, op]` sorted by tag.
    */
   snapshot(): TextSnapshot {
-    return this.entries([...this.runs.keys()], [...this.pendingDeletes.keys()])
+    return this.entries([...this.runs.keys()], [...this.pendingDeletes.keys()], this.marks.tags())
   }
 
   /**
@@ -424,14 +523,15 @@ export class CollabText implements Crdt<TextOp, string> {
       const tags = this.byBucket.get(b)
       const runs = [...(tags ?? [])].filter((t) => this.runs.has(t))
       const pending = [...(tags ?? [])].filter((t) => this.pendingDeletes.has(t))
-      this.bucketDigests[b] = runs.length || pending.length ? sha256(encode(this.entries(runs, pending))) : null
+      const marks = [...(tags ?? [])].filter((t) => this.marks.has(t))
+      this.bucketDigests[b] = runs.length || pending.length || marks.length ? sha256(encode(this.entries(runs, pending, marks))) : null
     }
     this.dirty.clear()
     return sha256(encode(['text', this.bucketDigests]))
   }
 
-  /** The snapshot entries of these runs and of the pending deletes of these tags, sorted as `snapshot` sorts them. */
-  private entries(runTags: string[], pendingTags: string[]): TextSnapshot {
+  /** The snapshot entries of these runs, of the pending deletes of these tags and of these marks, sorted as `snapshot` sorts them. */
+  private entries(runTags: string[], pendingTags: string[], markTags: string[]): TextSnapshot {
     const out = runTags.sort(byString).map((tag): TextSnapshot[0][number] => {
       const r = this.runs.get(tag) as Run
       const hidden: Array<[number, string[]]> = []
@@ -443,7 +543,7 @@ export class CollabText implements Crdt<TextOp, string> {
     const pending: Array<[string, number, number, string]> = []
     for (const tag of pendingTags) for (const p of this.pendingDeletes.get(tag) ?? []) pending.push([tag, p.from, p.count, p.deleter])
     pending.sort(byPending)
-    return [out, pending]
+    return markTags.length ? [out, pending, this.marks.entries(markTags)] : [out, pending]
   }
 
   /** A run's bucket changed: its digest is computed again when next asked. */
@@ -463,6 +563,10 @@ export class CollabText implements Crdt<TextOp, string> {
       for (const [k, deleters] of hidden) for (const d of deleters) t.hide(tag, k, 1, d)
     }
     for (const [tag, from, count, deleter] of snap[1]) t.hide(tag, from, count, deleter)
+    for (const [tag, author, op] of snap[2] ?? []) {
+      t.marks.add(tag, author, op)
+      t.touch(tag)
+    }
     return t
   }
 
@@ -500,7 +604,7 @@ export class CollabText implements Crdt<TextOp, string> {
 
   /** How many characters applying `op` would add to potentialLength (0 for a delete). */
   private growth(op: TextOp, ctx: OpContext): number {
-    if (op[0] === 'd') return 0
+    if (op[0] === 'd' || op[0] === 'm' || op[0] === 'M') return 0
     // Characters hidden by ctx's own delete only: applying ctx again (an insert or the undo of its delete) shows them.
     const onlyBy = (tag: string, k: number): boolean => {
       const slot = this.runs.get(tag)?.slots?.[k]
@@ -599,6 +703,14 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 }
 
+/** The patch from one history value of a text to the next (strings, or spans once it has marks); undefined from a string to spans (stored whole). */
+function textHistoryPatch(before: unknown, after: unknown): ValuePatch | undefined {
+  if (typeof before === 'string' && typeof after === 'string') return stringPatch(before, after)
+  if (!Array.isArray(before) || !Array.isArray(after)) return undefined
+  const key = (s: TextSpan): string => canonicalMarkValue(s.marks as MarkValue)
+  return arrayPatch(before as TextSpan[], after as TextSpan[], (a, b) => a.text === b.text && key(a) === key(b))
+}
+
 /** A text's declaration: its `maxLength`, if any. */
 export interface TextDeclaration {
   /** Collaborative text. */
@@ -619,7 +731,9 @@ export const textType: ObjectType<TextDeclaration, CollabText> = {
   hasInvariants: (d) => d.bounds.maxLength !== undefined,
   digest: (c, sha256) => c.digest(sha256),
   digestSnapshot: textSnapshotDigest,
-  historyPatch: (before, after) => stringPatch(before as string, after as string),
+  // A text with marks keeps its spans in its history (its string before its first mark).
+  historyValue: (c) => (c.hasMarks ? c.spans() : c.value()),
+  historyPatch: textHistoryPatch,
   rename: (op, rename) => renameTextOp(op as TextOp, rename),
   runLength: (op) => ((op as TextOp)[0] === 'i' ? codePoints((op as Extract<TextOp, readonly ['i', ...unknown[]]>)[4]).length : 0),
   joinRun(prev, lastId, next) {

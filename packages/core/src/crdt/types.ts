@@ -125,11 +125,14 @@ export interface ObjectType<
   /** The same digest computed from a snapshot alone (see `digest`). */
   digestSnapshot?(snap: unknown, sha256: (bytes: Uint8Array) => Uint8Array): Uint8Array
   /**
-   * For types whose values grow long: the patch from one `value()` of an
-   * object to a later one (see ValuePatch), so a stable history keeps
-   * changes instead of a whole value per change.
+   * For types whose values grow long: the patch from one history value of
+   * an object to a later one (see ValuePatch), so a stable history keeps
+   * changes instead of a whole value per change; undefined when none fits
+   * (the later value is kept whole).
    */
-  historyPatch?(before: unknown, after: unknown): ValuePatch
+  historyPatch?(before: unknown, after: unknown): ValuePatch | undefined
+  /** What the stable history holds of an object's state, when not its `value()` (a text with marks: its spans). */
+  historyValue?(crdt: C): unknown
 }
 
 
