@@ -46,4 +46,12 @@ test.describe('a shared text', () => {
     await expect(bob.page.getByTestId('notes-stable')).toHaveAttribute('data-synced', 'true')
     await alice.screenshot('notes.png')
   })
+
+  test('each page lists who else is here, and a page that closes leaves the other\'s list at once', async () => {
+    await expect(alice.page.getByTestId('person')).toHaveText(['● Bob'])
+    await expect(bob.page.getByTestId('person')).toHaveText(['● Alice'])
+    await bob.close(test.info())
+    // Its relays send the leave the page signed ahead when its sessions close: no wait for the 30 s ttl.
+    await expect(alice.page.getByTestId('people')).toHaveAttribute('data-count', '0', { timeout: 10_000 })
+  })
 })

@@ -1,5 +1,6 @@
 import { useStatus } from '@stead/react'
 import { useDemo } from '../demo-context.ts'
+import { People } from './People.tsx'
 
 /** Who and where this tab is, whether it reaches the relays, and how much is still pending. */
 export function StatusBar() {
@@ -20,6 +21,7 @@ export function StatusBar() {
       <span className="pill" title="local updates not yet decided by the relays">
         pending <b data-testid="status-pending">{status.pending}</b>
       </span>
+      <People />
       <span className="pill" title="position in the stable (committed) history">
         stable index <b data-testid="status-stable-index">{status.stableIndex}</b>
       </span>
