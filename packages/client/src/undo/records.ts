@@ -107,6 +107,14 @@ export interface EditRecord {
   readonly key: string
   /** The drafts it stands for (their fates say whether there is anything to take back). */
   readonly items: readonly DraftItem[]
+  /**
+   * Whether its revert can join an atomic group (see UndoManager's revert):
+   * it sends what it computed from the state before, and reads nothing back
+   * after sending (a re-insert reads the ids it made).
+   */
+  readonly groupable: boolean
+  /** The safe group of several updates it was made in (a `space.safe` transaction): taken back together, atomically. */
+  group?: object
   /** Takes in a later edit that continues this one (typing into one text), if it can. */
   absorb?(next: EditRecord): boolean
   /** Sends what takes the edit back; false if there is nothing left to take back. */
@@ -144,6 +152,7 @@ function countable(ctx: RevertContext, item: DraftItem, op: AnyOp): boolean {
 /** A PN-Counter update: taken back by the opposite amount. */
 class CounterEdit implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly amount: number
 
@@ -162,6 +171,7 @@ class CounterEdit implements EditRecord {
 /** A bounded counter's increment or decrement: taken back by the opposite one, which spends rights (claimed from the pool if need be) or gains them. */
 class BoundedEdit implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly op: readonly ['i' | 'd', number]
 
@@ -199,6 +209,7 @@ function madeBy(tag: string, item: DraftItem, ctx: RevertContext): boolean {
  */
 class SetAdd implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly element: SetElement
 
@@ -226,6 +237,7 @@ class SetAdd implements EditRecord {
 /** An OR-Set removal: taken back by adding the element again (a new add, as Yjs re-inserts), unless it is back already. */
 class SetRemove implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly element: SetElement
   /** The adds it removed, by tag. */
@@ -259,6 +271,7 @@ const sameValue = (a: RegisterValue | undefined, b: RegisterValue | undefined): 
  */
 class RegisterWrite implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly before: RegisterValue | undefined
   private readonly value: RegisterValue
@@ -291,6 +304,7 @@ function sameEntry(a: MapEntry | undefined, b: MapEntry | undefined): boolean {
  */
 class MapWrite implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly field: string
   private readonly before: MapEntry | undefined
@@ -371,7 +385,9 @@ interface Run {
  */
 class SequenceInsert implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: DraftItem[]
+  group?: object
   private readonly runs: Run[]
   private readonly visible: (view: AnyCrdt | undefined) => (id: string) => boolean
 
@@ -383,7 +399,7 @@ class SequenceInsert implements EditRecord {
   }
 
   absorb(next: EditRecord): boolean {
-    if (!(next instanceof SequenceInsert) || next.key !== this.key) return false
+    if (!(next instanceof SequenceInsert) || next.key !== this.key || next.group !== this.group) return false
     this.items.push(...next.items)
     this.runs.push(...next.runs)
     return true
@@ -418,6 +434,7 @@ function listVisible(view: AnyCrdt | undefined): (id: string) => boolean {
  */
 class TextDelete implements EditRecord {
   readonly key: string
+  readonly groupable = false
   readonly items: readonly DraftItem[]
   /** The deleted characters, in text order. */
   private readonly chars: ReadonlyArray<{ readonly id: string; readonly ch: string }>
@@ -484,6 +501,7 @@ function placeBetween(ids: readonly string[], before: string, after: string, ind
  */
 class ListDelete implements EditRecord {
   readonly key: string
+  readonly groupable = false
   readonly items: readonly DraftItem[]
   private readonly entries: readonly ListEntry[]
   private readonly before: string
@@ -538,6 +556,7 @@ class ListDelete implements EditRecord {
 /** A list move: taken back by moving the element back beside its old neighbours, if it still stands where this client put it. */
 class ListMove implements EditRecord {
   readonly key: string
+  readonly groupable = true
   readonly items: readonly DraftItem[]
   private readonly element: string
   private readonly before: string

@@ -1,7 +1,7 @@
-import { SteadError, type ErrorReason } from '@stead/core'
+import { SteadError, type Declaration, type ErrorReason } from '@stead/core'
 import type { HandleHost } from '../handles/handles.ts'
 import { Listeners } from '../listeners.ts'
-import type { DraftItem } from '../space/drafts.ts'
+import type { DraftItem, Intent } from '../space/drafts.ts'
 import type { UpdateResult } from '../types.ts'
 import { Fates } from './fates.ts'
 import type { LocalEdits } from './local-edits.ts'
@@ -59,6 +59,9 @@ export class StackItem {
   /** @internal The edits, oldest first. */
   readonly records: EditRecord[] = []
 
+  /** @internal Made by an undo manager as edits come. */
+  constructor() {}
+
   /** The keys of the objects its edits changed. */
   get keys(): string[] {
     return [...new Set(this.records.map((r) => r.key))]
@@ -77,8 +80,8 @@ export interface StackItemEvent {
 export interface UndoOutcome {
   /** Those that did not go through: a safe one the stable order rejected (a bounded counter's spend its rights cannot cover), or one that could not be stored. */
   readonly refused: ReadonlyArray<{
-    /** The object's key. */
-    readonly key: string
+    /** The keys of the objects it would have changed (an atomic group's, all of them). */
+    readonly keys: readonly string[]
     /** Why, as a SafeResult says: `invariant`, ... */
     readonly reason: ErrorReason
     /** A sentence for logs. */
@@ -120,7 +123,7 @@ interface Applying {
   readonly type: 'undo' | 'redo'
   /** The item the updates that take the popped one back form, on the other stack. */
   item: StackItem | undefined
-  readonly outcomes: Array<{ key: string; queued: Promise<UpdateResult> }>
+  readonly outcomes: Array<{ keys: readonly string[]; queued: Promise<UpdateResult> }>
   /** The drafts of the latest update queued (what `send` returns). */
   queued: readonly DraftItem[]
 }
@@ -313,12 +316,15 @@ export class UndoManager {
         if (added && target.records.length === 0) this.drop(target)
         return
       }
+      // Several updates of one safe group (a `space.safe` transaction) are taken back together.
+      const group = safe && records.length > 1 ? {} : undefined
       for (const r of records) {
         for (const item of r.items) this.fates.follow(item, safe, queued)
+        if (group) r.group = group
         const last = target.records[target.records.length - 1]
         if (!last?.absorb?.(r)) target.records.push(r)
       }
-      if (this.applying) this.applying.outcomes.push({ key: (records[0] as EditRecord).key, queued })
+      if (this.applying) this.applying.outcomes.push({ keys: [...new Set(items.map((i) => i.key))], queued })
       else if (!added) this.events['stack-item-updated'].emit(() => ({ stackItem: target, type: 'undo' }))
     }
   }
@@ -376,11 +382,44 @@ export class UndoManager {
     return false
   }
 
-  /** Sends what takes `item` back, its latest edit first; whether anything was sent. */
+  /**
+   * Sends what takes `item` back, its latest edit first; whether anything
+   * was sent. The edits of one safe group go back in one safe atomic group
+   * (a transfer's debit and credit commit together or not at all), when
+   * each of them can.
+   */
   private revert(item: StackItem): boolean {
     let sent = false
-    for (let i = item.records.length - 1; i >= 0; i--) sent = (item.records[i] as EditRecord).revert(this.reverting) || sent
+    const records = item.records
+    for (let i = records.length - 1; i >= 0; ) {
+      const group = (records[i] as EditRecord).group
+      let first = i
+      while (group && first > 0 && records[first - 1]?.group === group) first--
+      const members = records.slice(first, i + 1).reverse()
+      i = first - 1
+      if (group && members.every((m) => m.groupable)) sent = this.revertAtomically(members) || sent
+      else for (const m of members) sent = m.revert(this.reverting) || sent
+    }
     return sent
+  }
+
+  /** Takes `records` back (in that order) in one safe atomic group. */
+  private revertAtomically(records: readonly EditRecord[]): boolean {
+    const group: Array<{ key: string; decl: Declaration; intent: Intent }> = []
+    const collect: RevertContext = {
+      ...this.reverting,
+      send: (key, decl, intent) => {
+        const item: DraftItem = { key, decl, intent }
+        group.push(item)
+        return item
+      },
+      sendGroup: (items) => {
+        group.push(...items)
+        return true
+      },
+    }
+    for (const r of records) r.revert(collect)
+    return group.length > 0 && queued(() => this.port.host.safeGroup(group))
   }
 
   private drop(item: StackItem): void {
@@ -406,11 +445,11 @@ function queued(queue: () => Promise<UpdateResult>): boolean {
 }
 
 /** What `settled` of a popped item resolves to, once every update that took it back is stored or decided. */
-function outcomeOf(outcomes: ReadonlyArray<{ key: string; queued: Promise<UpdateResult> }>): Promise<UndoOutcome> {
-  const refused = outcomes.map(({ key, queued }) =>
+function outcomeOf(outcomes: ReadonlyArray<{ keys: readonly string[]; queued: Promise<UpdateResult> }>): Promise<UndoOutcome> {
+  const refused = outcomes.map(({ keys, queued }) =>
     queued.then(
-      (r) => (r.status === 'rejected' ? { key, reason: r.reason, detail: r.detail } : undefined),
-      (err: unknown) => ({ key, reason: err instanceof SteadError ? err.reason : ('malformed' as ErrorReason), detail: err instanceof Error ? err.message : String(err) }),
+      (r) => (r.status === 'rejected' ? { keys, reason: r.reason, detail: r.detail } : undefined),
+      (err: unknown) => ({ keys, reason: err instanceof SteadError ? err.reason : ('malformed' as ErrorReason), detail: err instanceof Error ? err.message : String(err) }),
     ),
   )
   return Promise.all(refused).then((list) => ({ refused: list.filter((r) => r !== undefined) }))
