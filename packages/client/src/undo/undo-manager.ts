@@ -277,8 +277,11 @@ export class UndoManager {
   }
 
   /**
-   * Calls `listener` on each `event` (see {@link UndoManagerEvents}).
+   * Calls `listener` on each `event` (see {@link UndoManagerEvents}); a
+   * listener that throws is reported through the space's `onError`.
    * Returns the function that stops it.
+   *
+   * @throws SteadError `malformed` for an event it does not have.
    */
   on<E extends keyof UndoManagerEvents>(event: E, listener: (e: UndoManagerEvents[E]) => void): () => void {
     const set = this.events[event] as Listeners<UndoManagerEvents[E]> | undefined
