@@ -503,7 +503,7 @@ export class Space {
   }
 
   /**
-   * An undo manager over `scope` (handles or keys; objects nested in a
+   * An undo manager over `scope` (a handle or key, or several; objects nested in a
    * tracked map or list are tracked with it), as Yjs's UndoManager: it
    * takes back this client's own edits only, never another user's; edits
    * made within `captureTimeout` (default 500 ms, on the client's clock)
@@ -524,7 +524,7 @@ export class Space {
    * undo.redo()   // true: 'Hello' again
    * ```
    */
-  undoManager(scope: Iterable<UndoScope>, options: UndoManagerOptions = {}): UndoManager {
+  undoManager(scope: UndoScope | Iterable<UndoScope>, options: UndoManagerOptions = {}): UndoManager {
     this.assertOpen()
     return new UndoManager(
       {

@@ -44,14 +44,14 @@ export class LocalEdits {
     return () => void this.listeners.delete(listener)
   }
 
-  /** Runs `edits` with `origin` named as the maker of the edits they queue (nested calls keep the outer origin). */
+  /** Runs `edits` with `origin` named as the maker of the edits they queue (until they return: then the outer one again). */
   as<T>(origin: object, edits: () => T): T {
-    if (this.origin !== undefined) return edits()
+    const outer = this.origin
     this.origin = origin
     try {
       return edits()
     } finally {
-      this.origin = undefined
+      this.origin = outer
     }
   }
 

@@ -171,7 +171,7 @@ export class UndoManager {
    * @internal Use `space.undoManager(scope, options)`.
    * @throws SteadError `malformed` for a scope entry that is not a handle or key, or a bad option.
    */
-  constructor(port: UndoPort, scope: Iterable<UndoScope>, options: UndoManagerOptions = {}) {
+  constructor(port: UndoPort, scope: UndoScope | Iterable<UndoScope>, options: UndoManagerOptions = {}) {
     const { captureTimeout = DEFAULT_CAPTURE_TIMEOUT_MS, maxItems = DEFAULT_MAX_ITEMS } = options
     if (typeof captureTimeout !== 'number' || !(captureTimeout >= 0) || !Number.isFinite(captureTimeout)) throw new SteadError('malformed', `captureTimeout is a number of milliseconds of at least 0, got ${String(captureTimeout)}`)
     if (!Number.isSafeInteger(maxItems) || maxItems < 1) throw new SteadError('malformed', `maxItems is a whole number of at least 1, got ${String(maxItems)}`)
@@ -209,10 +209,12 @@ export class UndoManager {
    *
    * @throws SteadError `malformed` for an entry that is not a handle or a key.
    */
-  addToScope(scope: Iterable<UndoScope>): void {
-    for (const s of scope) {
-      const key = typeof s === 'string' ? s : s?.key
-      if (typeof key !== 'string' || key.length === 0) throw new SteadError('malformed', `an undo manager tracks handles or keys, got ${JSON.stringify(s)}`)
+  addToScope(scope: UndoScope | Iterable<UndoScope>): void {
+    // One handle or key, or several (a key is a string: one key, not its characters).
+    const many = typeof scope !== 'string' && scope !== null && typeof scope === 'object' && !('key' in scope) && Symbol.iterator in scope
+    for (const s of many ? (scope as Iterable<UndoScope>) : [scope as UndoScope]) {
+      const key = typeof s === 'string' ? s : (s as { key?: unknown } | null)?.key
+      if (typeof key !== 'string' || key.length === 0) throw new SteadError('malformed', `an undo manager tracks handles or keys, got ${s === null ? 'null' : typeof s}`)
       this.scope.add(key)
     }
   }
