@@ -1,8 +1,9 @@
 import 'fake-indexeddb/auto'
-import type { SimCluster } from '@stead/sim'
-import { describe, expect, it } from 'vitest'
+import { SimCluster } from '@stead/sim'
+import { afterEach, describe, expect, it } from 'vitest'
 import type { SafeResult, Space, StackItemPoppedEvent, UndoOutcome } from '../src/index.node.ts'
 import { commitUntil, simWorld } from './helpers/sim-world.ts'
+import { FakeOrigin } from './helpers/tabs.ts'
 
 /** Undo managers on real relays in simulated time: the client's clock is the cluster's, so capture grouping is exact. */
 const world = simWorld()
@@ -432,5 +433,49 @@ describe('undo on each type', () => {
     expect(undo.redo()).toBe(true)
     expect(ta.value).toBe('> one! three')
     await settle(c, [a, b], () => tb.value === ta.value && tb.stable === ta.value)
+  })
+})
+
+describe('undo in a tab that follows another', () => {
+  const closing: Array<() => Promise<void>> = []
+  afterEach(async () => {
+    for (const close of closing.splice(0).reverse()) await close()
+  })
+
+  it("takes back the following tab's own edits, named as the leader signed them, and passes over its rejected update", async () => {
+    const c = await SimCluster.start()
+    closing.push(() => c.close())
+    const origin = new FakeOrigin()
+    const leader = await origin.tab(c.clientOptions())
+    const follower = await origin.tab(c.clientOptions())
+    closing.push(async () => {
+      await follower.close()
+      await leader.close()
+    })
+    expect(follower.leading).toBe(false)
+    const [sa, sb] = await Promise.all([leader.space('bank'), follower.space('bank')])
+    await c.until('online in both tabs', () => sa.status.online && sb.status.online)
+    const text = sb.text('doc')
+    const tags = sb.set<string>('tags')
+    const seats = sb.counter('seats', { max: 10 })
+    const undo = sb.undoManager([text, tags, seats], { captureTimeout: 0 })
+    void text.insert(0, 'Hello')
+    void tags.add('x')
+    void seats.increment(5)
+    let result: SafeResult | undefined
+    // Past max where it is made: held back, then rejected.
+    void seats.increment(8, { safe: true }).then((r) => (result = r as SafeResult))
+    // The leader signed them all (the drafts' ids are the envelope's now) and the stable order decided.
+    await c.until('decided', () => (result !== undefined && text.stable === 'Hello' && seats.stable === 5) || undefined)
+    expect(result).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(undo.undo()).toBe(true)
+    expect(seats.value).toBe(0)
+    expect(undo.undo()).toBe(true)
+    expect(tags.values()).toEqual([])
+    expect(undo.undo()).toBe(true)
+    expect(text.value).toBe('')
+    expect(undo.canUndo()).toBe(false)
+    const ta = sa.text('doc')
+    await c.until('the leader tab and the stable order agree', () => (ta.value === '' && text.stable === '' && sa.set('tags').stableValues().length === 0 && sa.counter('seats', { max: 10 }).stable === 0) || undefined)
   })
 })
