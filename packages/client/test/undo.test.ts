@@ -85,6 +85,18 @@ describe('undo manager', () => {
     undo.clear()
     expect(cleared).toHaveLength(2)
     expect(undo.canRedo()).toBe(false)
+    // The oldest items go past maxItems; a subscriber can tell an undo's changes from the app's.
+    const short = a.undoManager(list, { captureTimeout: 0, maxItems: 2 })
+    for (const v of ['x', 'y', 'z']) void list.push(v)
+    expect(short.undoStack.length).toBe(2)
+    const seen: boolean[] = []
+    const stop = list.subscribe(() => seen.push(short.undoing))
+    expect(short.undo()).toBe(true)
+    expect(short.undo()).toBe(true)
+    expect(short.undo()).toBe(false)
+    stop()
+    expect(list.value).toEqual(['x'])
+    expect(seen).toEqual([true, true])
   })
 
   it("takes back this client's own edits only, never another user's", async () => {

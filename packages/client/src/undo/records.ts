@@ -52,6 +52,8 @@ export interface RevertContext {
 
 /** Most element ids, and set elements, whose successors are remembered. */
 const MAX_REDIRECTS = 100_000
+/** Most adds remembered for one set element (each undo of its removal adds one). */
+const MAX_ADDS_PER_ELEMENT = 1000
 
 /**
  * What taking a delete back made anew, as Yjs's `redone`: the new
@@ -81,6 +83,7 @@ export class Redirects {
     let list = this.adds.get(k)
     if (!list) this.adds.set(k, (list = []))
     list.push({ tag, to })
+    if (list.length > MAX_ADDS_PER_ELEMENT) list.shift()
     if (this.adds.size > MAX_REDIRECTS) this.adds.delete(this.adds.keys().next().value as string)
   }
 

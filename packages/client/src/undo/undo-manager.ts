@@ -229,6 +229,16 @@ export class UndoManager {
     return this.stacks.redo
   }
 
+  /** Whether `undo()` is running (its updates are being made: a subscriber hears them before it returns). */
+  get undoing(): boolean {
+    return this.applying?.type === 'undo'
+  }
+
+  /** Whether `redo()` is running. */
+  get redoing(): boolean {
+    return this.applying?.type === 'redo'
+  }
+
   /** Whether the undo stack holds an item (one whose edits were all rejected or changed by others since undoes nothing, and is passed over). */
   canUndo(): boolean {
     return this.stacks.undo.length > 0
