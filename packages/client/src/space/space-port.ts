@@ -1,4 +1,4 @@
-import type { Envelope, ReliableReplica, SteadError } from '@stead/core'
+import type { Decision, Envelope, ReliableReplica, SteadError } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
 import type { Presence } from './presence.ts'
 import type { DraftBatch, DraftItem } from './drafts.ts'
@@ -36,6 +36,8 @@ export interface SpacePort {
   queueForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>>
   /** A draft batch became a stored envelope (or cancelled out). */
   batchSigned(batch: DraftBatch, env: Envelope | undefined): void
+  /** The replica's audit decided envelopes (a commit): the space's undo managers learn what became of this client's edits. */
+  decided(decisions: readonly Decision[]): void
   /** A draft batch could not be stored. */
   batchFailed(batch: DraftBatch, err: unknown): void
   /** Subscribers of `keys` are told (their views dropped with `stale`). */

@@ -7,6 +7,7 @@ import {
   envelopeUnits,
   isWellFormed,
   sameDeclaration,
+  type Decision,
   type Declaration,
   type Envelope,
   type ReliableReplica,
@@ -31,6 +32,8 @@ import { ListHandle } from '../handles/list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from '../handles/map-handle.ts'
 import { TextHandle } from '../handles/text-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
+import { LocalEdits } from '../undo/local-edits.ts'
+import { UndoManager, type UndoManagerOptions, type UndoScope } from '../undo/undo-manager.ts'
 import type { CausalComparison, ClockProof } from '../upstream/proofs.ts'
 import type { ChainPosition } from '../upstream/quorum.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from '../types.ts'
@@ -182,6 +185,8 @@ export class Space {
   }
   private closeRun: Promise<void> | undefined
   private readonly host: HandleHost
+  /** This client's edits as they are made, signed and decided: what undo managers follow. */
+  private readonly localEdits = new LocalEdits((err) => this.emitError(new SteadError('malformed', `an undo manager failed: ${(err as Error)?.message ?? String(err)}`)))
 
   /** @internal Use `client.space(name)`. */
   constructor(init: {
@@ -471,7 +476,7 @@ export class Space {
         },
         build,
       )
-      return this.waitSafe(this.queueSafe(items), options, 'a safe transaction')
+      return this.waitSafe(this.localEdits.queue(items, true, () => this.queueSafe(items)), options, 'a safe transaction')
     } catch (err) {
       return Promise.reject(err)
     }
@@ -515,6 +520,47 @@ export class Space {
       }
     }
     return this.batcher.transact(edits)
+  }
+
+  /**
+   * An undo manager over `scope` (a handle or key, or several; objects nested in a
+   * tracked map or list are tracked with it), as Yjs's UndoManager: it
+   * takes back this client's own edits only, never another user's; edits
+   * made within `captureTimeout` (default 500 ms, on the client's clock)
+   * undo as one; `undo()` and `redo()` send ordinary updates computed
+   * against the prospective values as they are then, so they show at once
+   * and the stable order audits them like any other; an edit the stable
+   * order rejected is passed over. Give each editor its own manager.
+   *
+   * @throws SteadError `malformed` for a scope entry that is not a handle or a key, or a bad option; {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const body = notes.text('body')
+   * const undo = notes.undoManager([body, notes.map('meta')])
+   * undo.on('stack-item-added', ({ stackItem }) => stackItem.meta.set('cursor', body.anchor(editor.cursor)))
+   * undo.on('stack-item-popped', ({ stackItem }) => (editor.cursor = body.position(stackItem.meta.get('cursor') as string)))
+   * await body.insert(0, 'Hello')
+   * undo.undo()   // true: body.value is '' at once
+   * undo.redo()   // true: 'Hello' again
+   * ```
+   */
+  undoManager(scope: UndoScope | Iterable<UndoScope>, options: UndoManagerOptions = {}): UndoManager {
+    this.assertOpen()
+    return new UndoManager(
+      {
+        host: this.host,
+        edits: this.localEdits,
+        now: () => this.clock.now(),
+        transact: (edits) => this.transact(edits),
+        isOpen: () => this.lifecycle === 'open',
+        tagOf: (item) => this.draftIds.tagOf(item),
+        isPending: (idHex) => this.replica.isPending(idHex),
+        hasCommitted: (idHex) => this.replica.hasCommitted(idHex),
+        listenerFailed: (err) => this.emitError(new SteadError('malformed', `an undo manager listener threw: ${(err as Error)?.message ?? String(err)}`)),
+      },
+      scope,
+      options,
+    )
   }
 
   // ---------------------------------------------------------------- reads and status
@@ -682,9 +728,12 @@ export class Space {
       stable: (key) => this.replica.stable(key),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       historyPage: (key, options) => this.historyPage(key, options),
-      update: (key, decl, intent, safe) => (safe ? this.queueSafe([{ key, decl, intent }]) : this.queueRegular({ key, decl, intent })),
+      update: (key, decl, intent, safe) => {
+        const item: DraftItem = { key, decl, intent }
+        return this.localEdits.queue([item], safe, () => (safe ? this.queueSafe([item]) : this.queueRegular(item)))
+      },
       wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
-      safeGroup: (items) => this.queueSafe(items),
+      safeGroup: (items) => this.localEdits.queue(items, true, () => this.queueSafe(items)),
       subscribe: (key, listener) => this.events.subscribe(key, listener),
       spendableRights: (key, decl) => this.spendableRights(key, decl),
       authorId: () => this.authorId,
@@ -746,6 +795,7 @@ export class Space {
     this.dropDraft(batch)
     const changed = new Set(batch.keys)
     if (env) for (const key of this.replica.receive(env).changed) changed.add(key)
+    this.localEdits.signed(batch, env)
     this.notify(changed)
     for (const s of batch.stored) s.resolve({ status: 'stored' })
     this.emitStatus()
@@ -764,6 +814,11 @@ export class Space {
   private dropDraft(batch: DraftBatch): void {
     this.batcher.remove(batch)
     for (const key of batch.keys) this.views.drop(key)
+  }
+
+  /** @internal The replica's audit decided envelopes (a commit): undo managers learn which of this client's edits took effect. */
+  decided(decisions: readonly Decision[]): void {
+    this.localEdits.decided(decisions)
   }
 
   /** @internal The replica took a commit, snapshot or delta: its chain stands at `position` now. */

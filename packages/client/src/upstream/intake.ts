@@ -656,6 +656,7 @@ export class RelayIntake {
     }
     this.starvedSince = undefined
     const result = space.replica.commit(envs, a.round)
+    space.decided(result.decisions)
     const position = { stableIndex: result.stableIndex, lastRound: a.round }
     const mismatch = this.checkAgainst(result, c)
     if (mismatch) {

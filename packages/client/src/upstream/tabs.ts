@@ -624,6 +624,7 @@ export class TabUpstream implements Upstream {
           m.frames.map((f) => openTrusted(this.crypto, f)),
           m.round,
         )
+        space.decided(result.decisions)
         space.advance({ stableIndex: result.stableIndex, lastRound: m.round })
         for (const d of result.decisions) this.settle(d.env.idHex, d)
         space.notify(result.changed)
