@@ -425,6 +425,34 @@ describe('undo on each type', () => {
     await settle(c, [a], () => JSON.stringify(list.stable) === JSON.stringify(list.value))
   })
 
+  it('formatting: undo sets each character back to what it showed, partly bold and comments of others included; redo formats again', async () => {
+    const c = await world.cluster()
+    const [a, b] = await pair(c)
+    const marks = { comment: { expand: 'none', multiple: true } } as const
+    const text = a.text('doc', { marks })
+    const theirs = b.text('doc', { marks })
+    await text.insert(0, 'Hello brave world')
+    await text.format(6, 5, { bold: true })
+    await c.until('b has it', () => theirs.value === 'Hello brave world')
+    await theirs.format(0, 5, { comment: { id: 'b1' } })
+    await c.until('a sees b\'s comment', () => text.spans[0]?.marks.comment !== undefined)
+    const undo = a.undoManager([text])
+    const before = text.spans
+    // Bold over a range that is partly bold already, and a comment of this client's over b's.
+    await text.format(0, 17, { bold: true })
+    undo.stopCapturing()
+    await text.format(0, 11, { comment: { id: 'a1' } })
+    expect(text.spans.every((s) => s.marks.bold === true)).toBe(true)
+    expect(undo.undo()).toBe(true)
+    expect(text.spans[0]?.marks.comment).toEqual([{ id: 'b1' }])
+    expect(undo.undo()).toBe(true)
+    expect(text.spans).toEqual(before)
+    expect(undo.redo()).toBe(true)
+    expect(text.spans.every((s) => s.marks.bold === true)).toBe(true)
+    await settle(c, [a, b], () => theirs.spans.length === text.spans.length)
+    expect(theirs.stableSpans).toEqual(text.spans)
+  })
+
   it('text deletes come back where they were, around what others typed since', async () => {
     const c = await world.cluster()
     const [a, b] = await pair(c)

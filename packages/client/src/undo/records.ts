@@ -27,6 +27,7 @@ import { boundedSpend, registerStamp, type HeldUpdate } from '../handles/handles
 import { MAX_TEXT_INSERT } from '../handles/text-handle.ts'
 import type { DraftItem, Intent } from '../space/drafts.ts'
 import type { Fate } from './fates.ts'
+import { TextFormat } from './format-record.ts'
 
 /** What a record reads and sends when it takes its edit back. */
 export interface RevertContext {
@@ -642,6 +643,7 @@ const captures: Record<CrdtTypeName, Capture> = {
   text: (item, view, ctx) => {
     const op = item.intent as TextOp
     if (op[0] === 'i') return new SequenceInsert(item, { tag: ctx.tagOf(item), length: [...op[4]].length }, textVisible)
+    if (op[0] === 'm') return view ? TextFormat.capture(item, op, view as CollabText) : undefined
     if (op[0] !== 'd' || !view) return undefined
     const text = view as CollabText
     const chars: Array<{ id: string; ch: string }> = []
