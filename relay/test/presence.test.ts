@@ -5,10 +5,11 @@ import { PresenceRoom, type PresenceLimits } from '../src/api/presence.ts'
 
 class Watcher {
   readonly got: Array<{ author: number; state: RegisterValue | null }> = []
-  deliverPresence(frame: Uint8Array): void {
+  deliverPresence(frame: Uint8Array): boolean {
     const m = decodeRelayMessage(frame)
     if (m.type !== 'presence') throw new Error('not presence')
     this.got.push({ author: m.author[0] as number, state: decodePresence(m.signed.bytes).state })
+    return true
   }
 }
 

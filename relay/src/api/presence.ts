@@ -25,8 +25,8 @@ export const DEFAULT_PRESENCE_LIMITS: PresenceLimits = {
 
 /** A session as the room sees it: where others' presence is delivered. */
 export interface PresenceWatcher {
-  /** Sends an encoded `presence` relay message (dropped, not queued, by a session that is behind). */
-  deliverPresence(frame: Uint8Array): void
+  /** Sends an encoded `presence` relay message; false if dropped, not queued (a session that is behind). */
+  deliverPresence(frame: Uint8Array): boolean
 }
 
 /** One author's latest presence in a space, as its session published it. */
@@ -76,6 +76,7 @@ export class PresenceRoom<S extends PresenceWatcher> {
   private readonly now: () => number
   private readonly verify: (key: Uint8Array, bytes: Uint8Array, sig: Uint8Array) => boolean
   private readonly roomFor: () => boolean
+  private readonly counted: (result: 'taken' | 'passed' | 'dropped') => void
   constructor(
     limits: Partial<PresenceLimits>,
     o: {
@@ -83,12 +84,15 @@ export class PresenceRoom<S extends PresenceWatcher> {
       verify: (key: Uint8Array, bytes: Uint8Array, sig: Uint8Array) => boolean
       /** Whether the relay's memory budget takes `held` growing (false: refuse with `rate-limited`). */
       admits: (bytes: number) => boolean
+      /** Counts a presence message taken from a session, passed on to one, or not passed on (for metrics). */
+      counted?: (result: 'taken' | 'passed' | 'dropped') => void
     },
   ) {
     this.limits = { ...DEFAULT_PRESENCE_LIMITS, ...limits }
     this.now = o.now
     this.verify = o.verify
     this.roomFor = () => o.admits(this.limits.maxBodyBytes * 2)
+    this.counted = o.counted ?? (() => undefined)
   }
 
   /** `session` follows `space` now: it hears the presence there (the present ones at once). */
@@ -193,6 +197,7 @@ export class PresenceRoom<S extends PresenceWatcher> {
       room.present.set(session, p)
       this.held += p.bytes
     }
+    this.counted('taken')
     for (const w of room.watchers) if (w !== session) this.deliver(w, frame)
   }
 
@@ -229,9 +234,10 @@ export class PresenceRoom<S extends PresenceWatcher> {
     }
     if (budget.wait(frame.length) > 0) {
       this.dropped++
+      this.counted('dropped')
       return
     }
     budget.take(frame.length)
-    to.deliverPresence(frame)
+    this.counted(to.deliverPresence(frame) ? 'passed' : 'dropped')
   }
 }

@@ -104,7 +104,7 @@ export class ClientSessions {
     this.liar = liar
     this.peerAddresses = peerAddresses
     this.directory = new PeerDirectory<Session>(limits.peerAnnouncements, (to, space, addrs) => to.peersOf(space, addrs))
-    this.presence = new PresenceRoom<Session>(limits.presence, { now: () => node.clock.now(), verify: verifySync, admits: (bytes) => node.budget.admits(bytes) })
+    this.presence = new PresenceRoom<Session>(limits.presence, { now: () => node.clock.now(), verify: verifySync, admits: (bytes) => node.budget.admits(bytes), counted: (result) => node.metrics.presence.inc({ result }) })
     this.inbound = new Bucket(limits.globalRateLimit)
     node.trackSessions(() => this.count)
     node.budget.track('send-buffers', () => this.sending)
@@ -300,10 +300,11 @@ class Session implements Subscriber, PresenceWatcher {
     if (entry?.refs) this.sentEarly.remember(frame, idHex)
   }
 
-  deliverPresence(frame: Uint8Array): void {
+  deliverPresence(frame: Uint8Array): boolean {
     // Presence is renewed by its authors: a client that is behind skips it rather than grow its buffer.
-    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) return
+    if (this.state !== 'open' || this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) return false
     this.sendFrame(frame)
+    return true
   }
 
   committed(space: string): void {
