@@ -31,7 +31,12 @@ export interface SteadTextOptions {
    * made from it. The colour is a hex colour, a colour name, or a colour
    * function of numbers such as `hsl(200, 70%, 45%)`.
    */
-  readonly user?: { readonly name: string; readonly colour: string }
+  readonly user?: {
+    /** The name on this user's caret (others show at most 40 characters of it). */
+    readonly name: string
+    /** The CSS colour of this user's caret and selection. */
+    readonly colour: string
+  }
   /**
    * Hears what went wrong without the editor being able to say so: an
    * edit the text refused (the space was closed, a `maxLength` holds it
