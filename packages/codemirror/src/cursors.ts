@@ -38,7 +38,7 @@ const MAX_NAME = 40
 const COLOUR = /^(?:#[0-9a-fA-F]{3,8}|[a-zA-Z]{1,32}|(?:rgba?|hsla?|hwb|lab|lch|oklab|oklch)\([0-9a-zA-Z.,%\s/+-]{1,64}\))$/
 
 /** Whether `colour` is one the binding shows (see COLOUR). */
-export function isColour(colour: unknown): colour is string {
+function isColour(colour: unknown): colour is string {
   return typeof colour === 'string' && COLOUR.test(colour)
 }
 

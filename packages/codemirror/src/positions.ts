@@ -11,7 +11,7 @@ export class Positions {
   /** UTF-16 offset of each surrogate pair's high half, ascending. */
   private readonly pairs: readonly number[]
   /** Length of the document in UTF-16 code units. */
-  readonly units: number
+  private readonly units: number
 
   private constructor(pairs: readonly number[], units: number) {
     this.pairs = pairs

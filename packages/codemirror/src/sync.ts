@@ -72,11 +72,6 @@ export class TextSync {
     if (!sameText(view.state.doc, text)) this.scheduleResync()
   }
 
-  /** Whether the editor's positions are the text's now (no whole comparison is pending). */
-  get inStep(): boolean {
-    return !this.resyncDue
-  }
-
   /** Runs `body` as the binding's part of a view update (see `updating`). */
   during(body: () => void): void {
     this.updating = true
