@@ -8,7 +8,8 @@
 //              `npx stead-relay dev`, and `npx stead-relay --version`
 //   ts-strict  `tsc --noEmit` under module nodenext, strict,
 //              exactOptionalPropertyTypes, without skipLibCheck
-//   vite-app   a React app on @stead/react with Vite's react-ts settings
+//   vite-app   a React app on @stead/react, with a CodeMirror editor on
+//              @stead/codemirror, under Vite's react-ts settings
 //              (`tsc -b && vite build`), with React 19 and with React 18; the
 //              bundle holds no Node built-in, the install no `lmdb` and no `ws`
 //
@@ -27,7 +28,7 @@ const { fetch } = globalThis
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const keep = process.argv.includes('--keep')
 const work = mkdtempSync(join(tmpdir(), 'stead-consumer-'))
-const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/relay']
+const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/codemirror', '@stead/relay']
 const version = JSON.parse(readFileSync(join(root, 'relay/package.json'), 'utf8')).version
 const results = []
 let cluster
@@ -226,7 +227,16 @@ for (const react of ['19', '18']) await step(`vite-app (React ${react}): tsc -b 
     `vite-app-react${react}`,
     {
       scripts: { build: 'tsc -b && vite build' },
-      dependencies: { '@stead/core': dep('@stead/core'), '@stead/client': dep('@stead/client'), '@stead/react': dep('@stead/react'), react: `^${react}.0.0`, 'react-dom': `^${react}.0.0` },
+      dependencies: {
+        '@stead/core': dep('@stead/core'),
+        '@stead/client': dep('@stead/client'),
+        '@stead/react': dep('@stead/react'),
+        '@stead/codemirror': dep('@stead/codemirror'),
+        '@codemirror/state': '^6.5.0',
+        '@codemirror/view': '^6.38.0',
+        react: `^${react}.0.0`,
+        'react-dom': `^${react}.0.0`,
+      },
       devDependencies: { typescript: '~5.9.0', vite: '^8.0.0', '@vitejs/plugin-react': '^6.0.0', '@types/react': `^${react}.0.0`, '@types/react-dom': `^${react}.0.0` },
     },
     {
@@ -257,11 +267,14 @@ for (const react of ['19', '18']) await step(`vite-app (React ${react}): tsc -b 
         include: ['src'],
       }),
       'vite.config.ts': `import { defineConfig } from 'vite'\nimport react from '@vitejs/plugin-react'\nexport default defineConfig({ plugins: [react()] })\n`,
-      'index.html': `<!doctype html><html><body><div id="root"></div><script type="module" src="/src/main.tsx"></script></body></html>\n`,
+      'index.html': `<!doctype html><html><body><div id="root"></div><div id="editor"></div><script type="module" src="/src/main.tsx"></script></body></html>\n`,
       'src/main.tsx': `import { StrictMode } from 'react'
 import { createRoot } from 'react-dom/client'
 import { createClient } from '@stead/client'
 import { SteadProvider, useCounter, useStatus } from '@stead/react'
+import { EditorState } from '@codemirror/state'
+import { EditorView } from '@codemirror/view'
+import { steadText } from '@stead/codemirror'
 
 function Likes() {
   const likes = useCounter('likes')
@@ -278,6 +291,11 @@ createRoot(document.getElementById('root')!).render(
     </SteadProvider>
   </StrictMode>,
 )
+const notes = space.text('notes')
+new EditorView({
+  parent: document.getElementById('editor')!,
+  state: EditorState.create({ doc: notes.value, extensions: [steadText(notes, { presence: space.presence, user: { name: 'Ada', colour: '#30bced' } })] }),
+})
 `,
     },
   )
