@@ -13,6 +13,7 @@ import { Binding } from './binding.ts'
 import { checkUser, cursorTheme } from './cursors.ts'
 
 export type { PresenceCursor } from './cursors.ts'
+export { steadUndo } from './undo.ts'
 
 /** How {@link steadText} binds an editor. */
 export interface SteadTextOptions {
