@@ -4,6 +4,7 @@
  * (SimCluster): what one editor does reaches the other's document and both
  * texts, and both end the same, prospective and stable.
  */
+import type { Space } from '@stead/client'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { docPos } from '../src/flat.ts'
 import { steadSchema as s } from '../src/index.ts'
@@ -163,6 +164,49 @@ describe('steadRichText: two editors in step', () => {
     expect(b.view.state.doc.child(0).child(0).marks.map((m) => m.type.name)).toEqual(['underline'])
     expect(insert).not.toHaveBeenCalled()
     expect(tb.value).toBe('kept\ntext')
+  })
+
+  it('text with a newline in it (insertText from code) becomes paragraphs in the document, as in the text', async () => {
+    const { c, spaces } = await world(2)
+    const a = editor(spaces[0]!)
+    const b = editor(spaces[1]!)
+    a.view.dispatch(a.view.state.tr.insertText('one\ntwo\n\nfour'))
+    expect(a.view.state.doc.childCount).toBe(4)
+    expect(a.text.value).toBe('one\ntwo\n\nfour')
+    await c.until('b shows it', () => converged(a, b) && b.view.state.doc.childCount === 4)
+  })
+
+  it('destroying the view stops the binding: no listener is left on the text or presence, and later changes reach no editor', async () => {
+    const { c, spaces } = await world(2)
+    const [sa, sb] = spaces as [Space, Space]
+    const tb = sb.text('notes')
+    const listening = { text: 0, presence: 0 }
+    const count = <K extends 'text' | 'presence'>(which: K, target: { observe?: unknown; subscribe?: unknown }, method: 'observe' | 'subscribe'): void => {
+      const original = (target[method] as (l: unknown) => () => void).bind(target)
+      Object.assign(target, {
+        [method]: (l: unknown) => {
+          const stop = original(l)
+          listening[which]++
+          return () => {
+            listening[which]--
+            stop()
+          }
+        },
+      })
+    }
+    count('text', tb, 'observe')
+    count('presence', sb.presence, 'subscribe')
+    const a = editor(sa, { presence: sa.presence })
+    const b = editor(sb, { presence: sb.presence, user: { name: 'Bob', colour: '#2e86ab' } })
+    expect(listening).toEqual({ text: 1, presence: 1 })
+    type(a, 0, 'before')
+    await c.until('b has it', () => converged(a, b) && b.text.length === 6)
+    b.view.destroy()
+    expect(listening).toEqual({ text: 0, presence: 0 })
+    const shown = b.view.state.doc
+    type(a, 6, ' and after')
+    await c.until('the text on b has it', () => tb.value === 'before and after')
+    expect(b.view.state.doc).toBe(shown)
   })
 
   it('a state the app replaces (view.updateState) is sent as the difference from the text', async () => {
