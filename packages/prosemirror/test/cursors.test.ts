@@ -12,7 +12,7 @@ afterEach(closeAll)
 
 /** The other clients' carets an editor shows: where each is (document position), its name, its style. */
 function carets(e: Editor): Array<{ pos: number; name: string; style: string }> {
-  return [...e.view.dom.querySelectorAll<HTMLElement>('.stead-cursor')].map((el) => ({
+  return Array.from(e.view.dom.querySelectorAll<HTMLElement>('.stead-cursor')).map((el) => ({
     pos: e.view.posAtDOM(el, 0),
     name: el.querySelector('.stead-cursor-name')?.textContent ?? '',
     style: el.getAttribute('style') ?? '',
@@ -20,7 +20,7 @@ function carets(e: Editor): Array<{ pos: number; name: string; style: string }> 
 }
 
 /** The text the editor shows selected by others. */
-const selected = (e: Editor): string => [...e.view.dom.querySelectorAll('.stead-selection')].map((el) => el.textContent).join('')
+const selected = (e: Editor): string => Array.from(e.view.dom.querySelectorAll('.stead-selection')).map((el) => el.textContent).join('')
 
 /** What `space` shows of another client's presence. */
 const stateOf = (space: Space, author: string): Record<string, RegisterValue> | undefined => space.presence.others.find((p) => p.author === author)?.state as Record<string, RegisterValue> | undefined
