@@ -15,7 +15,12 @@ export interface SteadRichTextOptions {
   /** The space's presence (`space.presence`): publishes this editor's selection and shows the others' cursors. Without it, no cursors. */
   readonly presence?: Presence
   /** Who this is, put in presence as its `name` and `colour` fields (a CSS hex colour, #rgb or #rrggbb) for others' editors to show. */
-  readonly user?: { readonly name: string; readonly colour: string }
+  readonly user?: {
+    /** The name others' editors show beside this client's caret. */
+    readonly name: string
+    /** Its colour there, a CSS hex colour (#rgb or #rrggbb; others show anything else in a colour of their choosing). */
+    readonly colour: string
+  }
   /** The presence field that holds the cursor, `{ anchor, head }` as text anchors; default `'cursor'`. */
   readonly cursorField?: string
   /** Builds the caret shown for another client (default: a bar in its colour with its name above). */
