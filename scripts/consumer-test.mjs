@@ -8,7 +8,7 @@
 //              `npx stead-relay dev`, and `npx stead-relay --version`
 //   ts-strict  `tsc --noEmit` under module nodenext, strict,
 //              exactOptionalPropertyTypes, without skipLibCheck
-//   vite-app   a React app on @stead/react with Vite's react-ts settings
+//   vite-app   a React app on @stead/react, with a @stead/prosemirror editor, with Vite's react-ts settings
 //              (`tsc -b && vite build`), with React 19 and with React 18; the
 //              bundle holds no Node built-in, the install no `lmdb` and no `ws`
 //
@@ -27,7 +27,7 @@ const { fetch } = globalThis
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const keep = process.argv.includes('--keep')
 const work = mkdtempSync(join(tmpdir(), 'stead-consumer-'))
-const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/relay']
+const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/prosemirror', '@stead/relay']
 const version = JSON.parse(readFileSync(join(root, 'relay/package.json'), 'utf8')).version
 const results = []
 let cluster
@@ -226,7 +226,7 @@ for (const react of ['19', '18']) await step(`vite-app (React ${react}): tsc -b 
     `vite-app-react${react}`,
     {
       scripts: { build: 'tsc -b && vite build' },
-      dependencies: { '@stead/core': dep('@stead/core'), '@stead/client': dep('@stead/client'), '@stead/react': dep('@stead/react'), react: `^${react}.0.0`, 'react-dom': `^${react}.0.0` },
+      dependencies: { '@stead/core': dep('@stead/core'), '@stead/client': dep('@stead/client'), '@stead/react': dep('@stead/react'), '@stead/prosemirror': dep('@stead/prosemirror'), 'prosemirror-model': '^1.25.0', 'prosemirror-state': '^1.4.3', 'prosemirror-view': '^1.40.0', react: `^${react}.0.0`, 'react-dom': `^${react}.0.0` },
       devDependencies: { typescript: '~5.9.0', vite: '^8.0.0', '@vitejs/plugin-react': '^6.0.0', '@types/react': `^${react}.0.0`, '@types/react-dom': `^${react}.0.0` },
     },
     {
@@ -262,6 +262,7 @@ for (const react of ['19', '18']) await step(`vite-app (React ${react}): tsc -b 
 import { createRoot } from 'react-dom/client'
 import { createClient } from '@stead/client'
 import { SteadProvider, useCounter, useStatus } from '@stead/react'
+import { mountEditor } from './editor.ts'
 
 function Likes() {
   const likes = useCounter('likes')
@@ -271,6 +272,7 @@ function Likes() {
 
 const client = await createClient({ relays: ['ws://127.0.0.1:7401'], database: 'app' })
 const space = await client.space('demo')
+mountEditor(space, document.body)
 createRoot(document.getElementById('root')!).render(
   <StrictMode>
     <SteadProvider space={space}>
@@ -278,6 +280,18 @@ createRoot(document.getElementById('root')!).render(
     </SteadProvider>
   </StrictMode>,
 )
+`,
+      // A rich-text editor: its bundle must stay free of Node built-ins too.
+      'src/editor.ts': `import type { Space } from '@stead/client'
+import { steadDoc, steadRichText, steadSchema } from '@stead/prosemirror'
+import { EditorState } from 'prosemirror-state'
+import { EditorView } from 'prosemirror-view'
+
+export function mountEditor(space: Space, place: HTMLElement): EditorView {
+  const text = space.text('notes')
+  const plugin = steadRichText(text, { presence: space.presence, user: { name: 'Ann', colour: '#d1495b' } })
+  return new EditorView(place, { state: EditorState.create({ schema: steadSchema, doc: steadDoc(text), plugins: [plugin] }) })
+}
 `,
     },
   )
