@@ -31,8 +31,9 @@ export async function world(n: number): Promise<{ c: SimCluster; spaces: Space[]
   return { c, spaces }
 }
 
-export function closeLater(client: SteadClient): void {
-  clients.push(client)
+/** A view the test made itself, destroyed after it as the others are. */
+export function closeWith(view: EditorView): void {
+  views.push(view)
 }
 
 export interface Editor {

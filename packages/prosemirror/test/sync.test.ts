@@ -7,8 +7,11 @@
 import type { Space } from '@stead/client'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { docPos } from '../src/flat.ts'
-import { steadSchema as s } from '../src/index.ts'
-import { at, closeAll, converged, editor, enter, flatText, select, type, world } from './helpers.ts'
+import { Schema } from 'prosemirror-model'
+import { EditorState } from 'prosemirror-state'
+import { EditorView } from 'prosemirror-view'
+import { defaultMarks, steadDoc, steadRichText, steadSchema as s } from '../src/index.ts'
+import { at, closeAll, closeWith, converged, editor, enter, flatText, select, type, world, type Editor } from './helpers.ts'
 
 afterEach(closeAll)
 
@@ -209,7 +212,7 @@ describe('steadRichText: two editors in step', () => {
     expect(b.view.state.doc).toBe(shown)
   })
 
-  it('a state the app replaces (view.updateState) is sent as the difference from the text', async () => {
+  it('a state built outside dispatch (state.apply, then view.updateState) is sent step by step', async () => {
     const { c, spaces } = await world(2)
     const a = editor(spaces[0]!)
     const b = editor(spaces[1]!)
@@ -220,5 +223,48 @@ describe('steadRichText: two editors in step', () => {
     a.view.updateState(next)
     expect(a.text.value).toBe('draft final')
     await c.until('b shows it', () => converged(a, b) && b.text.value === 'draft final')
+  })
+
+  it('a new state the app sets (EditorState.create, then view.updateState) is sent as its difference from the text', async () => {
+    const { c, spaces } = await world(2)
+    const a = editor(spaces[0]!)
+    const b = editor(spaces[1]!)
+    type(a, 0, 'keep this, drop that')
+    await c.until('b has it', () => converged(a, b) && b.text.length === 20)
+    const insert = vi.spyOn(a.text, 'insert')
+    const del = vi.spyOn(a.text, 'delete')
+    const doc = s.node('doc', null, [s.node('paragraph', null, [s.text('keep this, add '), s.text('more', [bold])])])
+    a.view.updateState(EditorState.create({ schema: s, doc, plugins: a.view.state.plugins }))
+    expect(a.text.value).toBe('keep this, add more')
+    // Only what differs: "drop that" goes, "add more" comes.
+    expect(del.mock.calls).toEqual([[11, 9]])
+    expect(insert.mock.calls).toEqual([[11, 'add more']])
+    await c.until('b shows it', () => converged(a, b) && b.text.value === 'keep this, add more')
+  })
+
+  it("marks of the app's own schema sync through a mapping; marks no mapping names stay out of the text", async () => {
+    const schema = new Schema({ nodes: s.spec.nodes, marks: s.spec.marks.append({ highlight: { attrs: { colour: { default: 'yellow' } }, toDOM: () => ['mark', 0] }, secret: { toDOM: () => ['span', 0] } }) })
+    const marks = [...defaultMarks, { mark: 'highlight', type: 'highlight' }]
+    const { c, spaces } = await world(2)
+    const [sa, sb] = spaces as [Space, Space]
+    const make = (space: Space): Editor => {
+      const text = space.text('notes')
+      const place = document.createElement('div')
+      document.body.append(place)
+      const view = new EditorView(place, { state: EditorState.create({ schema, doc: steadDoc(text, schema, marks), plugins: [steadRichText(text, { marks })] }) })
+      closeWith(view)
+      return { view, text }
+    }
+    const a = make(sa)
+    const b = make(sb)
+    type(a, 0, 'marked text')
+    a.view.dispatch(a.view.state.tr.addMark(at(a, 0), at(a, 6), schema.mark('highlight', { colour: 'green' })).addMark(at(a, 7), at(a, 11), schema.mark('secret')))
+    expect(a.text.spans).toEqual([
+      { text: 'marked', marks: { highlight: { colour: 'green' } } },
+      { text: ' text', marks: {} },
+    ])
+    await c.until('b shows the highlight', () => b.view.state.doc.child(0).childCount === 2)
+    expect(b.view.state.doc.child(0).child(0).marks[0]?.eq(schema.mark('highlight', { colour: 'green' }))).toBe(true)
+    expect(b.text.spans).toEqual(a.text.spans)
   })
 })
