@@ -9,7 +9,8 @@
 //   ts-strict  `tsc --noEmit` under module nodenext, strict,
 //              exactOptionalPropertyTypes, without skipLibCheck
 //   vite-app   a React app on @stead/react, with a CodeMirror editor on
-//              @stead/codemirror, under Vite's react-ts settings
+//              @stead/codemirror and a @stead/prosemirror one, under Vite's
+//              react-ts settings
 //              (`tsc -b && vite build`), with React 19 and with React 18; the
 //              bundle holds no Node built-in, the install no `lmdb` and no `ws`
 //
@@ -28,7 +29,7 @@ const { fetch } = globalThis
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const keep = process.argv.includes('--keep')
 const work = mkdtempSync(join(tmpdir(), 'stead-consumer-'))
-const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/codemirror', '@stead/relay']
+const PACKAGES = ['@stead/core', '@stead/client', '@stead/react', '@stead/codemirror', '@stead/prosemirror', '@stead/relay']
 const version = JSON.parse(readFileSync(join(root, 'relay/package.json'), 'utf8')).version
 const results = []
 let cluster
@@ -234,6 +235,10 @@ for (const react of ['19', '18']) await step(`vite-app (React ${react}): tsc -b 
         '@stead/codemirror': dep('@stead/codemirror'),
         '@codemirror/state': '^6.5.0',
         '@codemirror/view': '^6.38.0',
+        '@stead/prosemirror': dep('@stead/prosemirror'),
+        'prosemirror-model': '^1.25.0',
+        'prosemirror-state': '^1.4.3',
+        'prosemirror-view': '^1.40.0',
         react: `^${react}.0.0`,
         'react-dom': `^${react}.0.0`,
       },
@@ -275,6 +280,7 @@ import { SteadProvider, useCounter, useStatus } from '@stead/react'
 import { EditorState } from '@codemirror/state'
 import { EditorView } from '@codemirror/view'
 import { steadText } from '@stead/codemirror'
+import { mountEditor } from './editor.ts'
 
 function Likes() {
   const likes = useCounter('likes')
@@ -284,6 +290,7 @@ function Likes() {
 
 const client = await createClient({ relays: ['ws://127.0.0.1:7401'], database: 'app' })
 const space = await client.space('demo')
+mountEditor(space, document.body)
 createRoot(document.getElementById('root')!).render(
   <StrictMode>
     <SteadProvider space={space}>
@@ -296,6 +303,18 @@ new EditorView({
   parent: document.getElementById('editor')!,
   state: EditorState.create({ doc: notes.value, extensions: [steadText(notes, { presence: space.presence, user: { name: 'Ada', colour: '#30bced' } })] }),
 })
+`,
+      // A rich-text editor: its bundle must stay free of Node built-ins too.
+      'src/editor.ts': `import type { Space } from '@stead/client'
+import { steadDoc, steadRichText, steadSchema } from '@stead/prosemirror'
+import { EditorState } from 'prosemirror-state'
+import { EditorView } from 'prosemirror-view'
+
+export function mountEditor(space: Space, place: HTMLElement): EditorView {
+  const text = space.text('notes')
+  const plugin = steadRichText(text, { presence: space.presence, user: { name: 'Ann', colour: '#d1495b' } })
+  return new EditorView(place, { state: EditorState.create({ schema: steadSchema, doc: steadDoc(text), plugins: [plugin] }) })
+}
 `,
     },
   )

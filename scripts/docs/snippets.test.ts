@@ -15,13 +15,13 @@ import { blocksOf, commandsOf, flagsOf, inlineCommandsOf, type Block, type Comma
  * history) are not instructions and are left out.
  */
 const root = resolve(import.meta.dirname, '../..')
-const DOCS = ['README.md', 'apps/demo/README.md', 'e2e/README.md', 'relay/README.md', 'docs/architecture.md', ...['bench', 'client', 'codemirror', 'core', 'react', 'sim'].map((p) => `packages/${p}/README.md`)].filter((f) => existsSync(join(root, f)))
+const DOCS = ['README.md', 'apps/demo/README.md', 'e2e/README.md', 'relay/README.md', 'docs/architecture.md', ...['bench', 'client', 'codemirror', 'core', 'prosemirror', 'react', 'sim'].map((p) => `packages/${p}/README.md`)].filter((f) => existsSync(join(root, f)))
 const blocks = DOCS.flatMap((f) => blocksOf(root, f)).filter((b) => b.directive?.kind !== 'skip')
 const shell = [...blocks.filter((b) => b.lang === 'sh').flatMap(commandsOf), ...DOCS.flatMap((f) => inlineCommandsOf(root, f))]
 const typescript = blocks.filter((b) => b.lang === 'ts' || b.lang === 'tsx')
 
 const packageJson = (dir: string): { scripts?: Record<string, string>; name?: string } => JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8')) as never
-const workspaces = new Map(['packages/core', 'packages/client', 'packages/react', 'packages/codemirror', 'packages/sim', 'packages/bench', 'relay', 'apps/demo'].map((d) => [packageJson(d).name ?? d, d]))
+const workspaces = new Map(['packages/core', 'packages/client', 'packages/react', 'packages/codemirror', 'packages/prosemirror', 'packages/sim', 'packages/bench', 'relay', 'apps/demo'].map((d) => [packageJson(d).name ?? d, d]))
 const RELAY_CLI = [process.execPath, join(root, 'relay/bin/stead-relay.mjs')]
 
 /**

@@ -1,0 +1,272 @@
+import { ClosedError, SteadError, type Presence, type TextChange, type TextDelta, type TextHandle, type UpdateResult } from '@stead/client'
+import type { Node, Schema } from 'prosemirror-model'
+import type { EditorState, PluginKey, Transaction } from 'prosemirror-state'
+import type { DecorationSet, EditorView } from 'prosemirror-view'
+import { cursorState, type CursorState } from './cursors.ts'
+import { flatLength } from './flat.ts'
+import { stepOps, transactionOps, type LocalOp } from './local.ts'
+import type { SchemaMarks } from './marks.ts'
+import { applyDelta, docOfSpans, replaceDiff } from './remote.ts'
+import { Sender } from './send.ts'
+
+/** A document-changing transaction the plugin saw, and whether the binding made it from the Stead text (then it is not sent back). */
+export interface Entry {
+  readonly tr: Transaction
+  readonly remote: boolean
+}
+
+/** The plugin's state: the transactions since the binding last sent (see `Shared.sentId`), and the other clients' cursors. */
+export interface SyncState {
+  /** Grows with each document change; the binding has sent everything up to the state whose id it recorded. */
+  readonly id: number
+  readonly entries: readonly Entry[]
+  readonly cursors: DecorationSet
+}
+
+/** What one plugin's bindings share (one view at a time; a reconfigured view makes a new binding that carries on). */
+export interface Shared {
+  /** The id of the plugin state last sent: a transaction applied on it starts a new list of entries. */
+  sentId: number
+  /** A source of ids. */
+  nextId: number
+  /** The document the Stead text is known to show (undefined before the first view). */
+  synced: Node | undefined
+  /** The view bound now. */
+  view: EditorView | undefined
+}
+
+/** What the binding works with, fixed when the plugin is made. */
+export interface Context {
+  readonly text: TextHandle
+  readonly key: PluginKey<SyncState>
+  readonly schema: Schema
+  readonly marks: SchemaMarks
+  readonly shared: Shared
+  readonly presence: Presence | undefined
+  readonly user: { readonly name: string; readonly colour: string } | undefined
+  readonly cursorField: string
+  readonly onError: (err: unknown) => void
+}
+
+/** The meta a transaction of the binding carries under the plugin's key. */
+export interface Meta {
+  /** Made from the Stead text (a remote change, or the document rebuilt): not sent back, and cursors are placed again. */
+  readonly remote?: boolean
+  /** Presence changed: cursors are placed again. */
+  readonly cursors?: boolean
+}
+
+/**
+ * Keeps one EditorView and a Stead text in step (the plugin's view). The
+ * document's changes are sent in view updates, right after they are
+ * applied, step by step (see stepOps); the text's changes made elsewhere
+ * (other clients, other tabs, code that edits the handle, an undo
+ * manager) come through `observe` and are applied as one transaction
+ * flagged remote. The view must apply what is dispatched at once (as
+ * EditorView's default `dispatch` does): the binding relies on the
+ * document and the text agreeing between two events.
+ */
+export class Binding {
+  private readonly view: EditorView
+  private readonly ctx: Context
+  private readonly sender: Sender
+  /** Change events the text told while the binding was editing it: its own edits, never applied back. */
+  private readonly heard: TextChange[] = []
+  private sending = false
+  private destroyed = false
+  private resyncDue = false
+  private published: CursorState | undefined
+  private readonly stopText: () => void
+  private readonly stopPresence: (() => void) | undefined
+
+  /** @throws SteadError `malformed` when the plugin is already bound to another live view. */
+  constructor(view: EditorView, ctx: Context) {
+    const { shared } = ctx
+    if (shared.view && shared.view !== view) throw new SteadError('malformed', '@stead/prosemirror: this plugin is bound to another EditorView; make one steadRichText plugin per view')
+    this.view = view
+    this.ctx = ctx
+    this.sender = new Sender(ctx.text, ctx.marks, this.heard)
+    shared.view = view
+    this.stopText = ctx.text.observe((change) => this.textChanged(change))
+    this.stopPresence = ctx.presence?.subscribe((change) => {
+      if (!change.local) this.refreshCursors()
+    })
+    if (ctx.user) this.presenceUpdate({ name: ctx.user.name, colour: ctx.user.colour })
+    if (shared.synced === undefined) {
+      // The first view: the document shows the Stead text, whatever the state was made with (nothing of it is sent).
+      shared.synced = view.state.doc
+      shared.sentId = (ctx.key.getState(view.state) as SyncState).id
+      this.resync()
+    } else {
+      this.flush()
+      this.refreshCursors()
+    }
+    this.publishCursor()
+  }
+
+  /** After each view update: sends the document's new changes, then publishes the cursor if this client moved it. */
+  update(prevState: EditorState): void {
+    if (this.destroyed) return
+    const sent = this.flush()
+    const moved = prevState.doc === this.view.state.doc && !prevState.selection.eq(this.view.state.selection)
+    if (sent || moved) this.publishCursor()
+  }
+
+  destroy(): void {
+    if (this.destroyed) return
+    this.destroyed = true
+    this.stopText()
+    this.stopPresence?.()
+    if (this.ctx.shared.view === this.view) this.ctx.shared.view = undefined
+    if (this.published) this.presenceUpdate({ [this.ctx.cursorField]: null })
+  }
+
+  /**
+   * Sends what changed in the document since it last matched the text:
+   * step by step when the plugin saw each transaction from that document,
+   * else (a state the app replaced) as the difference from the text's.
+   * Returns whether it sent anything.
+   */
+  private flush(): boolean {
+    const { shared, key } = this.ctx
+    const state = key.getState(this.view.state) as SyncState
+    const doc = this.view.state.doc
+    if (state.id === shared.sentId && doc === shared.synced) return false
+    let ops: LocalOp[][] = []
+    if (state.id !== shared.sentId && chained(state.entries, shared.synced, doc)) {
+      for (const { tr, remote } of state.entries) if (!remote) ops.push(transactionOps(tr, this.ctx.marks))
+    } else {
+      ops = [stepOps(this.textDoc(), doc, undefined, this.ctx.marks)]
+    }
+    shared.sentId = state.id
+    shared.synced = doc
+    const done = this.send(ops.flat())
+    if (this.ctx.text.length !== flatLength(doc)) this.scheduleResync()
+    if (done.length) void Promise.allSettled(done).then(() => this.publishCursor())
+    return done.length > 0
+  }
+
+  private send(ops: readonly LocalOp[]): Promise<UpdateResult>[] {
+    if (ops.length === 0) return []
+    this.sending = true
+    let done: Promise<UpdateResult>[]
+    try {
+      done = this.sender.send(ops)
+    } finally {
+      this.sending = false
+      this.heard.length = 0
+    }
+    for (const p of done) {
+      p.catch((err: unknown) => {
+        // The text refused an edit: show the text as it is, and say why.
+        this.scheduleResync()
+        this.ctx.onError(err)
+      })
+    }
+    return done
+  }
+
+  private textChanged(change: TextChange): void {
+    if (this.sending) {
+      this.heard.push(change)
+      return
+    }
+    if (this.destroyed) return
+    this.applyText(change.delta)
+  }
+
+  /** Applies a change of the text made elsewhere, as one transaction; rebuilds the changed part from the text if the delta does not fit. */
+  private applyText(delta: readonly TextDelta[]): void {
+    if (this.view.state.doc !== this.ctx.shared.synced) {
+      // Changes of the document not sent yet: the delta was not made from this document.
+      this.resync()
+      return
+    }
+    const tr = this.view.state.tr
+    try {
+      applyDelta(tr, delta, this.ctx.marks)
+      if (flatLength(tr.doc) !== this.ctx.text.length) throw new RangeError('the delta left another length than the text has')
+    } catch {
+      this.resync()
+      return
+    }
+    this.dispatchRemote(tr)
+  }
+
+  /** Makes the document show the text as it is (after sending what the document has that the text lacks). */
+  private resync(): void {
+    this.resyncDue = false
+    if (this.destroyed) return
+    this.flush()
+    const tr = this.view.state.tr
+    replaceDiff(tr, this.textDoc())
+    this.dispatchRemote(tr)
+  }
+
+  /** A resync once the current update is over (never a dispatch inside a view update). */
+  private scheduleResync(): void {
+    if (this.resyncDue) return
+    this.resyncDue = true
+    queueMicrotask(() => {
+      if (this.resyncDue) this.resync()
+    })
+  }
+
+  private dispatchRemote(tr: Transaction): void {
+    const meta: Meta = { remote: true }
+    this.view.dispatch(tr.setMeta(this.ctx.key, meta).setMeta('addToHistory', false))
+    // The view applied it (and the plugin recorded it as remote): the text and the document agree again.
+    this.flush()
+  }
+
+  private refreshCursors(): void {
+    if (this.destroyed || !this.ctx.presence) return
+    const meta: Meta = { cursors: true }
+    this.view.dispatch(this.view.state.tr.setMeta(this.ctx.key, meta))
+  }
+
+  /** The document the text shows now. */
+  private textDoc(): Node {
+    return docOfSpans(this.ctx.text.spans, this.ctx.schema, this.ctx.marks)
+  }
+
+  /**
+   * Puts this client's selection in presence as anchors of the text, if
+   * they changed. Called after local changes and again once they are
+   * stored: anchors taken right after typing name unsigned characters that
+   * only this client can resolve; taken again after `stored`, they name the
+   * signed ones everyone can.
+   */
+  private publishCursor(): void {
+    if (this.destroyed || !this.ctx.presence || this.view.state.doc !== this.ctx.shared.synced) return
+    let cursor: CursorState
+    try {
+      cursor = cursorState(this.ctx.text, this.view.state.doc, this.view.state.selection)
+    } catch {
+      // The text and the document disagree for a moment (a resync is due): the next update publishes.
+      return
+    }
+    if (this.published && this.published.anchor === cursor.anchor && this.published.head === cursor.head) return
+    this.published = cursor
+    this.presenceUpdate({ [this.ctx.cursorField]: { anchor: cursor.anchor, head: cursor.head } })
+  }
+
+  private presenceUpdate(fields: Record<string, { anchor: string; head: string } | string | null>): void {
+    try {
+      this.ctx.presence?.update(fields)
+    } catch (err) {
+      // A closed space shows nothing any more: nothing to publish or withdraw.
+      if (!(err instanceof ClosedError)) this.ctx.onError(err)
+    }
+  }
+}
+
+/** Whether `entries` lead from `from` to `to`, each transaction starting where the one before ended. */
+function chained(entries: readonly Entry[], from: Node | undefined, to: Node): boolean {
+  let doc = from
+  for (const { tr } of entries) {
+    if (tr.before !== doc) return false
+    doc = tr.doc
+  }
+  return doc === to
+}
