@@ -1,27 +1,56 @@
+import { useEffect, useState } from 'react'
 import { ClusterPanel } from './components/ClusterPanel.tsx'
 import { Notes } from './components/Notes.tsx'
 import { OperationsLog } from './components/OperationsLog.tsx'
 import { Poll } from './components/Poll.tsx'
+import { RichNotes } from './components/RichNotes.tsx'
 import { SharedList } from './components/SharedList.tsx'
 import { StatusBar } from './components/StatusBar.tsx'
 import { Treasury } from './components/Treasury.tsx'
 
+type Page = 'treasury' | 'notes'
+
+/** The page the URL's hash names (`#notes`), the treasury otherwise: a link or a reload keeps it. */
+function pageOf(hash: string): Page {
+  return hash === '#notes' ? 'notes' : 'treasury'
+}
+
 export function App() {
+  const [page, setPage] = useState<Page>(() => pageOf(window.location.hash))
+  useEffect(() => {
+    const follow = () => setPage(pageOf(window.location.hash))
+    window.addEventListener('hashchange', follow)
+    return () => window.removeEventListener('hashchange', follow)
+  }, [])
   return (
     <div className="app" data-testid="app">
       <StatusBar />
-      <main>
-        <div className="column wide">
-          <Treasury />
-          <OperationsLog />
-        </div>
-        <div className="column">
-          <ClusterPanel />
-          <Poll />
-          <SharedList />
-          <Notes />
-        </div>
-      </main>
+      <nav className="pages">
+        <a href="#treasury" data-testid="page-treasury" aria-current={page === 'treasury' ? 'page' : undefined}>
+          Treasury
+        </a>
+        <a href="#notes" data-testid="page-notes" aria-current={page === 'notes' ? 'page' : undefined}>
+          Notes
+        </a>
+      </nav>
+      {page === 'notes' ? (
+        <main className="single">
+          <RichNotes />
+        </main>
+      ) : (
+        <main>
+          <div className="column wide">
+            <Treasury />
+            <OperationsLog />
+          </div>
+          <div className="column">
+            <ClusterPanel />
+            <Poll />
+            <SharedList />
+            <Notes />
+          </div>
+        </main>
+      )}
     </div>
   )
 }

@@ -1,5 +1,5 @@
-import type { Extension } from '@codemirror/state'
-import { ViewPlugin, keymap, type EditorView, type PluginValue } from '@codemirror/view'
+import type { EditorState, Extension } from '@codemirror/state'
+import { ViewPlugin, keymap, type EditorView, type PluginValue, type ViewUpdate } from '@codemirror/view'
 import type { TextHandle, UndoManager } from '@stead/client'
 import { Positions } from './positions.ts'
 
@@ -26,16 +26,20 @@ function redoCommand(manager: UndoManager): (view: EditorView) => boolean {
 class SelectionKeeper implements PluginValue {
   private readonly stop: Array<() => void>
   private readonly view: EditorView
+  private before: EditorState
   private readonly text: TextHandle
 
   constructor(view: EditorView, manager: UndoManager, text: TextHandle) {
     this.view = view
+    this.before = view.state
     this.text = text
     this.stop = [
       manager.on('stack-item-added', ({ stackItem }) => {
         if (!view.hasFocus) return
-        const sel = this.view.state.selection.main
-        const at = Positions.of(this.view.state.doc)
+        // The state before the latest update: an item is added while the binding (after this
+        // plugin) sends the edit, so the editor already shows it; the selection to keep is the one before.
+        const sel = this.before.selection.main
+        const at = Positions.of(this.before.doc)
         const length = this.text.length
         const point = (unit: number): number => Math.min(at.toPoints(unit), length)
         stackItem.meta.set(SELECTION, { anchor: this.text.anchor(point(sel.anchor)), head: this.text.anchor(point(sel.head)) })
@@ -59,6 +63,10 @@ class SelectionKeeper implements PluginValue {
       }
     }
     this.view.dispatch({ selection: { anchor: units(kept.anchor), head: units(kept.head) }, scrollIntoView: true })
+  }
+
+  update(update: ViewUpdate): void {
+    this.before = update.startState
   }
 
   destroy(): void {

@@ -1,6 +1,6 @@
 import { canonicalMarkValue, type CollabText, type MarkAnchor, type MarkOp, type MarkValue } from '@stead/core'
 import type { DraftItem } from '../space/drafts.ts'
-import type { EditRecord, RevertContext } from './records.ts'
+import { present, type EditRecord, type RevertContext } from './records.ts'
 
 /** One character a format covered, and what its type showed there before. */
 interface Before {
@@ -24,7 +24,7 @@ function gapAt(text: CollabText, [id, side]: MarkAnchor): number | undefined {
  * that had the same one, or cleared where there was none; a value added to
  * a multi-valued type (a comment) is removed where it was not before, a
  * value removed is added back where it was. Characters deleted since are
- * left out; what others formatted since on those characters is
+ * left out (those an undo made again stand for them); what others formatted since on those characters is
  * overwritten, as Yjs's undo of a format does.
  */
 export class TextFormat implements EditRecord {
@@ -76,8 +76,10 @@ export class TextFormat implements EditRecord {
       // What this client set on a multi-valued type comes off only where it was not before, and back only where it was.
       if (kind === 1 && b.had) continue
       if (kind === 2 && !b.had) continue
-      const id = ctx.signedId(b.id) ?? b.id
-      const at = text.indexOfId(id) ?? text.indexOfId(b.id)
+      // The character as the text names it now: signed, or what an undo made again in its place.
+      const shown = text
+      const id = present(this.key, b.id, (i) => shown.indexOfId(i) !== undefined, ctx)
+      const at = id === undefined ? undefined : text.indexOfId(id)
       if (at === undefined) continue
       const value = kind === 0 ? b.value : this.op[2]
       const last = runs[runs.length - 1]

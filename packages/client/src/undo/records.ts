@@ -342,7 +342,7 @@ const MAX_HOPS = 1000
  * is unsigned, else its signed id, or what an undo made again in its
  * place (followed); undefined if `has` knows none of them.
  */
-function present(key: string, id: string, has: (id: string) => boolean, ctx: RevertContext): string | undefined {
+export function present(key: string, id: string, has: (id: string) => boolean, ctx: RevertContext): string | undefined {
   let at: string | undefined = id
   for (let hops = 0; at !== undefined && hops < MAX_HOPS; hops++) {
     if (has(at)) return at
@@ -440,20 +440,36 @@ class TextDelete implements EditRecord {
   readonly key: string
   readonly groupable = false
   readonly items: readonly DraftItem[]
-  /** The deleted characters, in text order. */
-  private readonly chars: ReadonlyArray<{ readonly id: string; readonly ch: string }>
+  /** The deleted characters, in text order, each with the character that showed just before it ('' at the start). */
+  private readonly chars: ReadonlyArray<{ readonly id: string; readonly ch: string; readonly prev: string }>
 
-  constructor(item: DraftItem, chars: ReadonlyArray<{ id: string; ch: string }>) {
+  constructor(item: DraftItem, chars: ReadonlyArray<{ id: string; ch: string; prev: string }>) {
     this.key = item.key
     this.items = [item]
     this.chars = chars
+  }
+
+  /**
+   * Where a run that starts with `c` goes back in `view`: after the
+   * character that showed before it, followed to what an undo made again
+   * in its place (an undo of typing and its redo make new characters, and
+   * the deleted one lies among the old ones); else where it lies.
+   */
+  private placeOf(view: CollabText, c: { readonly prev: string }, id: string, ctx: RevertContext): number {
+    const lies = view.positionOf(id) ?? 0
+    const signed = ctx.signedId(c.prev)
+    // The character before it still shows: where the deleted one lies is right (others' typing around it included).
+    if (c.prev === '' || view.indexOfId(c.prev) !== undefined || (signed !== undefined && view.indexOfId(signed) !== undefined)) return lies
+    const again = present(this.key, c.prev, (i) => view.indexOfId(i) !== undefined, ctx)
+    const at = again === undefined ? undefined : view.indexOfId(again)
+    return at !== undefined ? at + 1 : lies
   }
 
   revert(ctx: RevertContext): boolean {
     const view = ctx.prospective(this.key) as CollabText | undefined
     if (!view) return false
     // Runs of characters still deleted with nothing showing between them: each goes back where its first one lies.
-    const runs: Array<{ first: string; pos: number; ids: string[]; text: string[] }> = []
+    const runs: Array<{ first: string; start: { readonly prev: string }; pos: number; ids: string[]; text: string[] }> = []
     let open = false
     for (const c of this.chars) {
       // The character itself: a deleted one keeps its place (what an undo made in its place shows, or is gone).
@@ -467,13 +483,13 @@ class TextDelete implements EditRecord {
       if (open && last && last.pos === pos) {
         last.ids.push(id)
         last.text.push(c.ch)
-      } else runs.push({ first: id, pos, ids: [id], text: [c.ch] })
+      } else runs.push({ first: id, start: c, pos, ids: [id], text: [c.ch] })
       open = true
     }
     let sent = false
     // Last run first: inserting it moves nothing before it.
     for (const run of runs.reverse()) {
-      let pos = (ctx.prospective(this.key) as CollabText | undefined)?.positionOf(run.first) ?? run.pos
+      let pos = this.placeOf(ctx.prospective(this.key) as CollabText, run.start, run.first, ctx)
       for (let i = 0; i < run.text.length; i += MAX_TEXT_INSERT) {
         const chunk = run.text.slice(i, i + MAX_TEXT_INSERT)
         if (!ctx.send(this.key, (this.items[0] as DraftItem).decl, (ctx.prospective(this.key) as CollabText).insertOp(pos, chunk.join('')))) continue
@@ -646,11 +662,13 @@ const captures: Record<CrdtTypeName, Capture> = {
     if (op[0] === 'm') return view ? TextFormat.capture(item, op, view as CollabText) : undefined
     if (op[0] !== 'd' || !view) return undefined
     const text = view as CollabText
-    const chars: Array<{ id: string; ch: string }> = []
+    const chars: Array<{ id: string; ch: string; prev: string }> = []
+    const ids = text.visibleIds()
     for (const [tag, from, count] of op[1]) {
       for (let k = from; k < from + count; k++) {
         const c = text.charOf(`${tag}.${k}`)
-        if (c) chars.push({ id: `${tag}.${k}`, ch: c.ch })
+        const at = text.indexOfId(`${tag}.${k}`)
+        if (c) chars.push({ id: `${tag}.${k}`, ch: c.ch, prev: at === undefined || at === 0 ? '' : (ids[at - 1] as string) })
       }
     }
     return chars.length ? new TextDelete(item, chars) : undefined
