@@ -2,26 +2,15 @@
  * Two users type into one shared text (the demo's notes, a Stead text) in
  * two browser contexts on a real 4-relay cluster.
  */
-import { expect, freshSpace, openUser, test, useCluster, type User } from './fixtures.ts'
+import { expect, test, twoUsers, useCluster } from './fixtures.ts'
 
 const cluster = useCluster({ basePort: 7751 })
 
 test.describe('a shared text', () => {
-  let alice: User
-  let bob: User
-
-  test.beforeEach(async ({ browser }, testInfo) => {
-    const space = freshSpace(testInfo)
-    alice = await openUser(browser, cluster().urls, space, 'Alice')
-    bob = await openUser(browser, cluster().urls, space, 'Bob')
-  })
-
-  test.afterEach(async () => {
-    await alice?.close(test.info())
-    await bob?.close(test.info())
-  })
+  const users = twoUsers(cluster)
 
   test('two pages typing into one text at once end with the same text, both words whole', async () => {
+    const { alice, bob } = users()
     const a = alice.page.getByTestId('notes-text')
     const b = bob.page.getByTestId('notes-text')
     await a.click()
@@ -48,6 +37,7 @@ test.describe('a shared text', () => {
   })
 
   test('each page lists who else is here, and a page that closes leaves the other\'s list at once', async () => {
+    const { alice, bob } = users()
     await expect(alice.page.getByTestId('person')).toHaveText(['● Bob'])
     await expect(bob.page.getByTestId('person')).toHaveText(['● Alice'])
     await bob.close(test.info())

@@ -172,3 +172,26 @@ export async function openUser(browser: Browser, relays: readonly string[], spac
   if (options.waitOnline ?? true) await user.expectOnline()
   return user
 }
+
+/**
+ * Alice and Bob, each in a browser context of their own on a fresh space of
+ * `cluster`, opened before each test of the enclosing describe block
+ * (`then` runs next, say to open a page) and closed after it.
+ */
+export function twoUsers(cluster: () => Cluster, then?: (users: { alice: User; bob: User }) => Promise<void>): () => { alice: User; bob: User } {
+  let users: { alice: User; bob: User } | undefined
+  test.beforeEach(async ({ browser }, testInfo) => {
+    const space = freshSpace(testInfo)
+    users = { alice: await openUser(browser, cluster().urls, space, 'Alice'), bob: await openUser(browser, cluster().urls, space, 'Bob') }
+    await then?.(users)
+  })
+  test.afterEach(async () => {
+    await users?.alice.close(test.info())
+    await users?.bob.close(test.info())
+    users = undefined
+  })
+  return () => {
+    if (!users) throw new Error('the users are not open')
+    return users
+  }
+}

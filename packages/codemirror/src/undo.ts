@@ -28,9 +28,11 @@ class SelectionKeeper implements PluginValue {
   private readonly view: EditorView
   private before: EditorState
   private readonly text: TextHandle
+  private readonly manager: UndoManager
 
   constructor(view: EditorView, manager: UndoManager, text: TextHandle) {
     this.view = view
+    this.manager = manager
     this.before = view.state
     this.text = text
     this.stop = [
@@ -66,6 +68,8 @@ class SelectionKeeper implements PluginValue {
   }
 
   update(update: ViewUpdate): void {
+    // A caret moved without an edit ends the step being typed, as editors do: what comes next is a step of its own.
+    if (update.selectionSet && !update.docChanged) this.manager.stopCapturing()
     this.before = update.startState
   }
 

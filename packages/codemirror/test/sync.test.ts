@@ -220,3 +220,20 @@ describe('destroying the view', () => {
     expect(ta.value).toBe('after before!')
   })
 })
+
+describe('two users typing at one place', () => {
+  it('each keeps typing after their own characters: the carets stay beside what each typed last, so the runs never interleave', async () => {
+    const c = await w.cluster()
+    const [a, b] = [await w.client(c), await w.client(c)]
+    const ta = a.space.text('note')
+    const tb = b.space.text('note')
+    const va = w.editor(ta)
+    const vb = w.editor(tb)
+    for (let i = 0; i < 6; i++) {
+      va.dispatch(va.state.replaceSelection('a'))
+      vb.dispatch(vb.state.replaceSelection('b'))
+      await c.until('both see both keys', () => docOf(va) === docOf(vb) && ta.length === 2 * (i + 1))
+    }
+    expect(['aaaaaabbbbbb', 'bbbbbbaaaaaa']).toContain(docOf(va))
+  })
+})

@@ -1,6 +1,6 @@
 import { ClosedError, SteadError, type Presence, type TextChange, type TextDelta, type TextHandle, type UpdateResult } from '@stead/client'
 import type { Node, Schema } from 'prosemirror-model'
-import type { EditorState, PluginKey, Transaction } from 'prosemirror-state'
+import { TextSelection, type EditorState, type PluginKey, type Selection, type Transaction } from 'prosemirror-state'
 import type { DecorationSet, EditorView } from 'prosemirror-view'
 import { cursorState, type CursorState } from './cursors.ts'
 import { flatLength } from './flat.ts'
@@ -108,8 +108,9 @@ export class Binding {
   update(prevState: EditorState): void {
     if (this.destroyed) return
     const sent = this.flush()
-    const moved = prevState.doc === this.view.state.doc && !prevState.selection.eq(this.view.state.selection)
-    if (sent || moved) this.publishCursor()
+    // Another's change too: text typed at the caret leaves the published anchor standing after it.
+    const changed = !prevState.selection.eq(this.view.state.selection) || prevState.doc !== this.view.state.doc
+    if (sent || changed) this.publishCursor()
   }
 
   destroy(): void {
@@ -142,7 +143,7 @@ export class Binding {
     shared.synced = doc
     const done = this.send(ops.flat())
     if (this.ctx.text.length !== flatLength(doc)) this.scheduleResync()
-    if (done.length) void Promise.allSettled(done).then(() => this.publishCursor())
+    if (done.length) void Promise.allSettled(done).then(() => this.publishCursor(true))
     return done.length > 0
   }
 
@@ -213,6 +214,7 @@ export class Binding {
   }
 
   private dispatchRemote(tr: Transaction): void {
+    keepCaretLeft(this.view.state.selection, tr)
     const meta: Meta = { remote: true }
     this.view.dispatch(tr.setMeta(this.ctx.key, meta).setMeta('addToHistory', false))
     // The view applied it (and the plugin recorded it as remote): the text and the document agree again.
@@ -237,7 +239,7 @@ export class Binding {
    * only this client can resolve; taken again after `stored`, they name the
    * signed ones everyone can.
    */
-  private publishCursor(): void {
+  private publishCursor(stored = false): void {
     if (this.destroyed || !this.ctx.presence || this.view.state.doc !== this.ctx.shared.synced) return
     let cursor: CursorState
     try {
@@ -247,8 +249,23 @@ export class Binding {
       return
     }
     if (this.published && this.published.anchor === cursor.anchor && this.published.head === cursor.head) return
+    // What others show still is where this caret is (typing at a caret leaves its anchor beside the same
+    // character): no message. One that resolves elsewhere (another's text typed at the caret, which the
+    // editor puts after it) is published again.
+    // Not once the edits are stored: then the anchors are taken again to name signed characters.
+    if (!stored && this.published && this.resolvesTo(this.published, cursor)) return
     this.published = cursor
     this.presenceUpdate({ [this.ctx.cursorField]: { anchor: cursor.anchor, head: cursor.head } })
+  }
+
+  /** Whether the published anchors stand where the new ones do (and so where the selection is). */
+  private resolvesTo(published: CursorState, now: CursorState): boolean {
+    const { text } = this.ctx
+    try {
+      return text.position(published.anchor) === text.position(now.anchor) && text.position(published.head) === text.position(now.head)
+    } catch {
+      return false
+    }
   }
 
   private presenceUpdate(fields: Record<string, { anchor: string; head: string } | string | null>): void {
@@ -269,4 +286,24 @@ function chained(entries: readonly Entry[], from: Node | undefined, to: Node): b
     doc = tr.doc
   }
   return doc === to
+}
+
+/**
+ * Maps the user's selection through another client's change so that text
+ * inserted exactly at a caret lands after it (and at a selection's edges,
+ * outside it): the caret stays beside what this user typed last. Mapped the
+ * default way, it would move past the other's first character, and both
+ * typing at one place would interleave key by key, although the text
+ * itself never interleaves two runs typed at one place.
+ */
+function keepCaretLeft(before: Selection, tr: Transaction): void {
+  if (!(before instanceof TextSelection) || tr.steps.length === 0) return
+  const forward = before.anchor <= before.head
+  const from = tr.mapping.map(before.from, before.empty ? -1 : 1)
+  const to = before.empty ? from : Math.max(from, tr.mapping.map(before.to, -1))
+  const $from = tr.doc.resolve(from)
+  const $to = tr.doc.resolve(to)
+  // Only where text can be (the default mapping already handles a caret pushed out of its paragraph).
+  if (!$from.parent.inlineContent || !$to.parent.inlineContent) return
+  tr.setSelection(TextSelection.between(forward ? $from : $to, forward ? $to : $from))
 }

@@ -20,7 +20,7 @@ function wanted(event: KeyboardEvent): 'undo' | 'redo' | undefined {
  * Stead's undo manager (`space.undoManager([text])`): Mod-z undoes, Mod-y
  * and Mod-Shift-z redo, this user's own edits only (typing, paragraphs,
  * formatting), never another user's; typing close together is one step
- * (the manager's `captureTimeout`). Put it before steadRichText in the
+ * (the manager's `captureTimeout`), and moving the caret ends a step. Put it before steadRichText in the
  * plugins. Each step keeps the selection the editor had just before it, as anchors beside the characters, and puts
  * it back on undo and redo wherever others' edits moved those characters.
  * The keys are taken from the browser even when there is nothing to undo
@@ -63,7 +63,11 @@ export function steadUndo(manager: UndoManager, text: TextHandle): Plugin {
         }),
       ]
       return {
-        update: (_view, previous) => void (before = previous),
+        update: (now, previous) => {
+          // A caret moved without an edit ends the step being typed, as editors do: what comes next is a step of its own.
+          if (previous.doc.eq(now.state.doc) && !previous.selection.eq(now.state.selection)) manager.stopCapturing()
+          before = previous
+        },
         destroy: () => stop.forEach((s) => s()),
       }
     },

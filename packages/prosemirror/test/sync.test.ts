@@ -268,3 +268,18 @@ describe('steadRichText: two editors in step', () => {
     expect(b.text.spans).toEqual(a.text.spans)
   })
 })
+
+describe('two users typing at one place', () => {
+  it('each keeps typing after their own characters: the carets stay beside what each typed last, so the runs never interleave', async () => {
+    const { c, spaces } = await world(2)
+    const a = editor(spaces[0] as Space)
+    const b = editor(spaces[1] as Space)
+    // Both carets at the start of the one empty paragraph; keys typed at the caret, each pair at the same moment.
+    for (let i = 0; i < 6; i++) {
+      a.view.dispatch(a.view.state.tr.insertText('a'))
+      b.view.dispatch(b.view.state.tr.insertText('b'))
+      await c.until('both see both keys', () => converged(a, b) && a.text.length === 2 * (i + 1))
+    }
+    expect(['aaaaaabbbbbb', 'bbbbbbaaaaaa']).toContain(flatText(a))
+  })
+})

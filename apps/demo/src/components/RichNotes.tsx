@@ -5,9 +5,16 @@ import { EditorState, type Command } from 'prosemirror-state'
 import { EditorView } from 'prosemirror-view'
 import 'prosemirror-view/style/prosemirror.css'
 import { steadDoc, steadRichText, steadSchema, steadUndo } from '@stead/prosemirror'
-import { useSpace, useText } from '@stead/react'
+import type { TextSpan } from '@stead/client'
+import { useHandle, useSpace, useText } from '@stead/react'
 import { useDemo } from '../demo-context.ts'
 import { colourOf } from './People.tsx'
+
+/** Whether two span lists show the same text with the same marks (in whatever key order). */
+function sameSpans(a: readonly TextSpan[], b: readonly TextSpan[]): boolean {
+  const key = (spans: readonly TextSpan[]) => JSON.stringify(spans.map((s) => [s.text, Object.entries(s.marks).sort(([x], [y]) => (x < y ? -1 : 1))]))
+  return key(a) === key(b)
+}
 
 /** The note every page of the space edits. */
 const NOTE = 'note'
@@ -30,9 +37,13 @@ export function RichNotes() {
   const { config } = useDemo()
   const host = useRef<HTMLDivElement>(null)
   const view = useRef<EditorView | null>(null)
-  const { value, stable, spans, handle } = useText(NOTE, { maxLength: 100_000 })
+  const { handle } = useText(NOTE, { maxLength: 100_000 })
+  // Read in the store (not from this render's values): a commit that only settles marks changes stableSpans alone.
+  const synced = useHandle(handle, (h) => h.stable === h.value && sameSpans(h.stableSpans, h.spans))
   const undo = useMemo(() => space.undoManager([handle]), [space, handle])
   useEffect(() => () => undo.destroy(), [undo])
+  // For the console and the e2e tests' checks, as `window.stead` is.
+  useEffect(() => void Object.assign(window, { steadNote: handle }), [handle])
 
   useEffect(() => {
     if (!host.current) return
@@ -61,7 +72,6 @@ export function RichNotes() {
     command(v.state, v.dispatch)
     v.focus()
   }
-  const synced = stable === value && JSON.stringify(handle.stableSpans) === JSON.stringify(spans)
 
   return (
     <section className="panel rich-notes" data-testid="rich-notes">
