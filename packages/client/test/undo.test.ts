@@ -453,6 +453,33 @@ describe('undo on each type', () => {
     expect(theirs.stableSpans).toEqual(text.spans)
   })
 
+  it("never takes another user's characters for its own: a re-insert a full text holds back stands for nothing", async () => {
+    const c = await world.cluster()
+    const [a, b] = await pair(c)
+    const text = a.text('doc', { maxLength: 6 })
+    const theirs = b.text('doc', { maxLength: 6 })
+    const undo = a.undoManager([text])
+    await text.insert(0, 'abc')
+    await settle(c, [a, b], () => theirs.stable === 'abc')
+    await theirs.insert(3, '123')
+    await settle(c, [a, b], () => text.stable === 'abc123')
+    undo.stopCapturing()
+    await text.delete(0, 3)
+    await settle(c, [a, b], () => theirs.stable === '123')
+    // The other user fills the text to its maxLength, in front of where "abc" lies.
+    await theirs.insert(0, 'xyz')
+    await settle(c, [a, b], () => text.stable === 'xyz123')
+    // Taking the delete back would go past maxLength: the re-insert is held back and shows nothing
+    // (where it would go, between "xyz" and "123", shows the other's "123").
+    expect(undo.undo()).toBe(true)
+    expect(text.value).toBe('xyz123')
+    // Taking the typing back finds none of its characters (nor anything standing for them): the other's stay.
+    undo.undo()
+    expect(text.value).toBe('xyz123')
+    await settle(c, [a, b])
+    expect(theirs.stable).toBe('xyz123')
+  })
+
   it('text deletes come back where they were, around what others typed since', async () => {
     const c = await world.cluster()
     const [a, b] = await pair(c)

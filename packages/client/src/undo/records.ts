@@ -492,11 +492,13 @@ class TextDelete implements EditRecord {
       let pos = this.placeOf(ctx.prospective(this.key) as CollabText, run.start, run.first, ctx)
       for (let i = 0; i < run.text.length; i += MAX_TEXT_INSERT) {
         const chunk = run.text.slice(i, i + MAX_TEXT_INSERT)
-        if (!ctx.send(this.key, (this.items[0] as DraftItem).decl, (ctx.prospective(this.key) as CollabText).insertOp(pos, chunk.join('')))) continue
+        const draft = ctx.send(this.key, (this.items[0] as DraftItem).decl, (ctx.prospective(this.key) as CollabText).insertOp(pos, chunk.join('')))
+        if (!draft) continue
         sent = true
         // The new characters stand for the deleted ones: an older insert to take back names them by the old ids.
-        const made = (ctx.prospective(this.key) as CollabText).visibleIds().slice(pos, pos + chunk.length)
-        made.forEach((to, k) => ctx.redirects.element(this.key, run.ids[i + k] as string, to))
+        // Named by the draft's own ids, never read back by position: an insert an invariant holds back shows
+        // nothing there, and what shows there is someone else's.
+        chunk.forEach((_, k) => draft.tag !== undefined && ctx.redirects.element(this.key, run.ids[i + k] as string, `${draft.tag}.${k}`))
         pos += chunk.length
       }
     }
@@ -559,14 +561,11 @@ class ListDelete implements EditRecord {
       while (!('object' in first) && i + run.length < gone.length && run.length < MAX_LIST_INSERT && 'value' in (gone[i + run.length] as ListEntry)) run.push(gone[i + run.length] as ListEntry)
       i += run.length
       const op = 'object' in first ? view().insertObjectOp(pos, first.object, first.name) : view().insertOp(pos, run.map((e) => (e as { value: RegisterValue }).value))
-      if (!ctx.send(this.key, item.decl, op)) continue
+      const draft = ctx.send(this.key, item.decl, op)
+      if (!draft) continue
       sent = true
-      // The new elements stand for the deleted ones (see Redirects).
-      const now = view()
-      run.forEach((e, k) => {
-        const to = now.idAt(pos + k)
-        if (to !== undefined) ctx.redirects.element(this.key, e.id, to)
-      })
+      // The new elements stand for the deleted ones (see Redirects), by the draft's own ids (see TextDelete).
+      run.forEach((e, k) => draft.tag !== undefined && ctx.redirects.element(this.key, e.id, `${draft.tag}.${k}`))
       pos += run.length
     }
     return sent
