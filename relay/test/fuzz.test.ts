@@ -739,7 +739,7 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
           // Signed by the session's key (or a stranger's): a state and, maybe, its leave signed ahead.
           const secret = (b.who === 'fuzzer' ? fuzzer : stranger).secretKey
           const signed = (seq: number, state: unknown) => {
-            const bytes = safeEncode(['stead-presence-1', b.space, seq, b.ttlMs, state])
+            const bytes = safeEncode(state === null ? ['stead-presence-1', b.space, seq, b.ttlMs, null, 1] : ['stead-presence-1', b.space, seq, b.ttlMs, state])
             return { bytes, sig: signSync(secret, bytes) }
           }
           m = { type: 'presence', space: b.space, signed: signed(b.seq, b.state), ...(b.leave ? { leave: signed(b.seq + 1, null) } : {}) }

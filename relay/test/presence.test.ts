@@ -19,15 +19,15 @@ const pub = keys.map((k) => publicKeyOfSync(k))
 function world(limits: Partial<PresenceLimits> = {}, admits = () => true) {
   let now = 1_000_000
   const room = new PresenceRoom<Watcher>(limits, { now: () => now, verify: verifySync, admits })
-  const sign = (who: number, seq: number, state: RegisterValue | null, ttlMs = 10_000, space = 's') => {
-    const bytes = encodePresence({ space, seq, ttlMs, state })
+  const sign = (who: number, seq: number, state: RegisterValue | null, ttlMs = 10_000, space = 's', ahead = false) => {
+    const bytes = encodePresence({ space, seq, ttlMs, state, ...(ahead ? { ahead: true as const } : {}) })
     return { bytes, sig: signSync(keys[who] as Uint8Array, bytes) }
   }
   const seqs = new Map<number, number>()
   /** Publishes `who`'s next state (seq + 2 each time: the leave signed ahead takes seq + 1). */
   const publish = (w: Watcher, who: number, state: RegisterValue | null, leave = true, ttlMs = 10_000, seq = (seqs.get(who) ?? 0) + 2) => {
     seqs.set(who, seq)
-    room.publish('s', w, pub[who] as Uint8Array, sign(who, seq, state, ttlMs), leave && state !== null ? sign(who, seq + 1, null, ttlMs) : undefined)
+    room.publish('s', w, pub[who] as Uint8Array, sign(who, seq, state, ttlMs), leave && state !== null ? sign(who, seq + 1, null, ttlMs, 's', true) : undefined)
   }
   return { room, sign, publish, tick: (ms: number) => void (now += ms) }
 }
@@ -70,7 +70,9 @@ describe('PresenceRoom', () => {
     expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(1, 1, { x: 1 }), undefined)).toThrow(expect.objectContaining({ reason: 'bad-signature' }))
     expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 1 }, 10_000, 't'), undefined)).toThrow(expect.objectContaining({ reason: 'malformed' }))
     expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 'y'.repeat(5000) }), undefined)).toThrow(expect.objectContaining({ reason: 'too-large' }))
-    expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 1 }), sign(0, 3, null))).toThrow(/seq 2/)
+    expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 1 }), sign(0, 3, null, 10_000, 's', true))).toThrow(/seq 2/)
+    expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 1 }), sign(0, 2, null))).toThrow(/marked so/)
+    expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 2, null, 10_000, 's', true), undefined)).toThrow(/goes with a state/)
     expect(() => room.publish('s', a, pub[0] as Uint8Array, sign(0, 1, { x: 1 }), sign(0, 2, { x: 2 }))).toThrow(/no state/)
     expect(room.size('s')).toBe(0)
   })

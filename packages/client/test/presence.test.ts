@@ -4,6 +4,7 @@ import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { Presence } from '../src/space/presence.ts'
 import { PresenceWire } from '../src/upstream/presence-wire.ts'
+import type { RelayLink } from '../src/transport/transport.ts'
 import { until } from './helpers/until.ts'
 import { ClosedError, createClient, type PresenceChange, type Space } from '../src/index.node.ts'
 import { simWorld } from './helpers/sim-world.ts'
@@ -21,8 +22,8 @@ const cluster = (): Promise<SimCluster> => world.cluster()
 const stateOf = (space: Space, author: string): RegisterValue | undefined => space.presence.others.find((p) => p.author === author)?.state
 
 /** A presence message signed by `secret` for space `notes`, as a client would send it. */
-function signed(secret: Uint8Array, seq: number, state: RegisterValue | null, ttlMs = 30_000, space = 'bank') {
-  const bytes = encodePresence({ space, seq, ttlMs, state })
+function signed(secret: Uint8Array, seq: number, state: RegisterValue | null, ttlMs = 30_000, space = 'bank', ahead = false) {
+  const bytes = encodePresence({ space, seq, ttlMs, state, ...(ahead ? { ahead: true as const } : {}) })
   return { bytes, sig: signSync(secret, bytes) }
 }
 
@@ -81,7 +82,7 @@ describe('space.presence', () => {
     const goneId = authorIdOf(nodeCrypto, publicKeyOfSync(gone))
     const raw = await c.session(1, gone)
     await raw.welcomed
-    raw.send({ type: 'presence', space: 'bank', signed: signed(gone, 10, { name: 'Gone' }), leave: signed(gone, 11, null) })
+    raw.send({ type: 'presence', space: 'bank', signed: signed(gone, 10, { name: 'Gone' }), leave: signed(gone, 11, null, 30_000, 'bank', true) })
     await c.until('b sees it', () => stateOf(b.space, goneId) !== undefined)
     raw.close()
     await c.until('b sees it leave', () => stateOf(b.space, goneId) === undefined, 1000)
@@ -99,7 +100,7 @@ describe('space.presence', () => {
     raw.send({ type: 'presence', space: 'bank', signed: signed(other, 1, { name: 'forged' }) })
     raw.send({ type: 'presence', space: 'bank', signed: signed(me, 1, { name: 'elsewhere' }, 30_000, 'other') })
     raw.send({ type: 'presence', space: 'bank', signed: signed(me, 1, { blob: 'x'.repeat(5000) }) })
-    raw.send({ type: 'presence', space: 'bank', signed: signed(me, 1, { name: 'ok' }), leave: signed(me, 5, null) })
+    raw.send({ type: 'presence', space: 'bank', signed: signed(me, 1, { name: 'ok' }), leave: signed(me, 5, null, 30_000, 'bank', true) })
     await c.until('four refusals', () => (errors().length === 4 ? true : undefined))
     expect(errors()).toEqual(['bad-signature', 'malformed', 'too-large', 'malformed'])
     await c.advance(500)
@@ -143,14 +144,41 @@ describe('presence from relays', () => {
     const alice = new Uint8Array(32).fill(2)
     const mallory = new Uint8Array(32).fill(3)
     const from = (author: Uint8Array, s: { bytes: Uint8Array; sig: Uint8Array }) => ({ type: 'presence' as const, space: 'bank', author: publicKeyOfSync(author), signed: s })
+    const relay = (n: number) => ({ url: `ws://relay${n}.test` }) as RelayLink
     // Forgeries of the same seq as the true state, sent first by a lying relay, do not hide it.
-    wire.heard(from(alice, signed(mallory, 5, { name: 'forged' })))
-    wire.heard(from(alice, signed(alice, 5, { name: 'moved' }, 30_000, 'other')))
-    wire.heard(from(alice, { ...signed(alice, 5, { name: 'bad' }), sig: new Uint8Array(64) }))
+    wire.heard(from(alice, signed(mallory, 5, { name: 'forged' })), relay(0))
+    wire.heard(from(alice, signed(alice, 5, { name: 'moved' }, 30_000, 'other')), relay(0))
+    wire.heard(from(alice, { ...signed(alice, 5, { name: 'bad' }), sig: new Uint8Array(64) }), relay(0))
     // This client's own presence, sent back by a relay, is not listed.
-    wire.heard(from(me, signed(me, 5, { name: 'me' })))
-    wire.heard(from(alice, signed(alice, 5, { name: 'Alice' })))
+    wire.heard(from(me, signed(me, 5, { name: 'me' })), relay(0))
+    const state = signed(alice, 5, { name: 'Alice' })
+    wire.heard(from(alice, state), relay(0))
     await until('alice shows', () => presence.others.length > 0)
     expect(presence.others.map((p) => p.state)).toEqual([{ name: 'Alice' }])
+    // The same state from a second relay; then the first sends her leave signed ahead (a lying relay can, any time):
+    // she is still there, as the second brought her state too. When it sends the leave as well, she goes.
+    wire.heard(from(alice, state), relay(1))
+    const ahead = (() => {
+      const bytes = encodePresence({ space: 'bank', seq: 6, ttlMs: 30_000, state: null, ahead: true })
+      return { bytes, sig: signSync(alice, bytes) }
+    })()
+    wire.heard(from(alice, ahead), relay(0))
+    expect(presence.others).toHaveLength(1)
+    wire.heard(from(alice, ahead), relay(1))
+    expect(presence.others).toHaveLength(0)
+    // A replay of her last state (or an older one) does not bring her back.
+    wire.heard(from(alice, state), relay(2))
+    wire.heard(from(alice, signed(alice, 3, { name: 'older' })), relay(2))
+    // A newer one does (a barrier: once it shows, the replays above were weighed).
+    wire.heard(from(alice, signed(alice, 8, { name: 'back' })), relay(2))
+    await until('alice is back', () => presence.others.length > 0)
+    expect(presence.others.map((p) => p.state)).toEqual([{ name: 'back' }])
+  })
+
+  it('lists at most 512 others, however many keys a lying relay makes up', async () => {
+    const presence = new Presence({ space: 'bank', clock: systemClock, out: () => undefined, listenerFailed: () => undefined })
+    for (let i = 0; i < 600; i++) presence.heardFrom(`author-${i}`, { space: 'bank', seq: 1, ttlMs: 30_000, state: { i } }, 'ws://r', `sig-${i}`)
+    expect(presence.others).toHaveLength(512)
+    presence.close()
   })
 })

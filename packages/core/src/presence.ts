@@ -28,6 +28,13 @@ export interface PresenceBody {
   readonly ttlMs: number
   /** The state the author shows; null when it left the space. */
   readonly state: RegisterValue | null
+  /**
+   * Set on a leave signed ahead (the next seq, no state): what a relay sends
+   * for its author when the author's session with it closes. It says only
+   * that the author left that relay; receivers drop the author once every
+   * relay that brought its state said so (or its own explicit leave came).
+   */
+  readonly ahead?: true
 }
 
 const DOMAIN = 'stead-presence-1'
@@ -43,7 +50,7 @@ export const MAX_PRESENCE_BODY_BYTES = 64 * 1024
 
 /** The bytes an author signs for `body`. */
 export function encodePresence(body: PresenceBody): Uint8Array {
-  return encode([DOMAIN, body.space, body.seq, body.ttlMs, body.state])
+  return encode(body.ahead ? [DOMAIN, body.space, body.seq, body.ttlMs, null, 1] : [DOMAIN, body.space, body.seq, body.ttlMs, body.state])
 }
 
 /**
@@ -53,8 +60,10 @@ export function encodePresence(body: PresenceBody): Uint8Array {
  */
 export function decodePresence(bytes: Uint8Array, maxBytes: number = MAX_PRESENCE_BODY_BYTES): PresenceBody {
   if (bytes.length > maxBytes) throw new SteadError('too-large', `a presence state of ${bytes.length} bytes, more than ${maxBytes}`)
-  const v = expect.array(decode(bytes, maxBytes), 'presence', 5)
-  if (v.length !== 5 || v[0] !== DOMAIN) throw new SteadError('malformed', 'not a presence body')
+  const v = expect.array(decode(bytes, maxBytes), 'presence', 6)
+  if ((v.length !== 5 && v.length !== 6) || v[0] !== DOMAIN) throw new SteadError('malformed', 'not a presence body')
+  const ahead = v.length === 6
+  if (ahead && (v[5] !== 1 || v[4] !== null)) throw new SteadError('malformed', 'a leave signed ahead carries no state')
   const space = expect.string(v[1], 'presence.space', DEFAULT_LIMITS.maxSpaceChars, 1)
   const seq = expect.uint(v[2], 'presence.seq')
   const ttlMs = expect.uint(v[3], 'presence.ttlMs')
@@ -62,7 +71,7 @@ export function decodePresence(bytes: Uint8Array, maxBytes: number = MAX_PRESENC
   const state = v[4] as RegisterValue | null
   const problem = validateRegisterValue(state)
   if (problem) throw new SteadError('malformed', `presence state: ${problem}`)
-  return { space, seq, ttlMs, state }
+  return { space, seq, ttlMs, state, ...(ahead ? { ahead: true as const } : {}) }
 }
 
 /** A signed presence body as it travels: the author's bytes and signature. */

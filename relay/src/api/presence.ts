@@ -7,8 +7,10 @@ export interface PresenceLimits {
   readonly maxBodyBytes: number
   /** Authors present in one space at once: past it, a newcomer's presence is refused with `rate-limited`. */
   readonly perSpace: number
-  /** What one session may publish: presence messages and their bytes per second, and the bursts allowed. */
+  /** What one session may publish in one space: presence messages and their bytes per second, and the bursts allowed. */
   readonly publish: Rate
+  /** Spaces one session may be present in (beyond those it follows, which its subscriptions bound). */
+  readonly spacesPerSession: number
   /** What one session is sent of others' presence per second, and at once: the rest is dropped (presence is renewed anyway). */
   readonly deliverBytesPerSecond: number
   readonly deliverBurstBytes: number
@@ -19,6 +21,7 @@ export const DEFAULT_PRESENCE_LIMITS: PresenceLimits = {
   perSpace: 512,
   // A cursor that follows typing publishes a few times a second; a burst covers a drag.
   publish: { perSecond: 30, burst: 60, bytesPerSecond: 64 * 1024, burstBytes: 256 * 1024 },
+  spacesPerSession: 64,
   deliverBytesPerSecond: 512 * 1024,
   deliverBurstBytes: 2 * 1024 * 1024,
 }
@@ -63,7 +66,7 @@ interface Room<S> {
  */
 export class PresenceRoom<S extends PresenceWatcher> {
   private readonly rooms = new Map<string, Room<S>>()
-  private readonly publishBudgets = new WeakMap<S, Bucket>()
+  private readonly publishBudgets = new WeakMap<S, Map<string, Bucket>>()
   private readonly deliverBudgets = new WeakMap<S, Bucket>()
   /** The spaces each session watches (see closed). */
   private readonly watching = new WeakMap<S, Set<string>>()
@@ -133,11 +136,18 @@ export class PresenceRoom<S extends PresenceWatcher> {
    */
   publish(space: string, session: S, author: Uint8Array, signed: Signed, leave: Signed | undefined): void {
     const size = signed.bytes.length + (leave?.bytes.length ?? 0)
-    let budget = this.publishBudgets.get(session)
-    if (!budget) this.publishBudgets.set(session, (budget = new Bucket(this.limits.publish, this.now)))
+    // Per space: a client with several editors open publishes in each.
+    let budgets = this.publishBudgets.get(session)
+    if (!budgets) this.publishBudgets.set(session, (budgets = new Map()))
+    let budget = budgets.get(space)
+    if (!budget) {
+      if (budgets.size >= this.limits.spacesPerSession) budgets.delete(budgets.keys().next().value as string)
+      budgets.set(space, (budget = new Bucket(this.limits.publish, this.now)))
+    }
     if (budget.wait(size) > 0) throw new SteadError('rate-limited', `presence of this session past ${this.limits.publish.perSecond} messages or ${this.limits.publish.bytesPerSecond} bytes per second; publish less often`)
     budget.take(size)
     const body = this.checked(space, author, signed, 'presence')
+    if (body.ahead) throw new SteadError('malformed', 'a leave signed ahead goes with a state, as its `leave`')
     if (body.state === null) {
       // An explicit leave: passed on like a state, then forgotten.
       this.pass(space, session, author, signed, body, undefined, true)
@@ -146,7 +156,7 @@ export class PresenceRoom<S extends PresenceWatcher> {
     let leaveBody: PresenceBody | undefined
     if (leave) {
       leaveBody = this.checked(space, author, leave, 'leave')
-      if (leaveBody.state !== null || leaveBody.seq !== body.seq + 1) throw new SteadError('malformed', `a leave signed ahead must carry no state and seq ${body.seq + 1}`)
+      if (!leaveBody.ahead || leaveBody.seq !== body.seq + 1) throw new SteadError('malformed', `a leave signed ahead must be marked so, carry no state and seq ${body.seq + 1}`)
     }
     this.pass(space, session, author, signed, body, leave, false)
   }
@@ -158,10 +168,11 @@ export class PresenceRoom<S extends PresenceWatcher> {
     all.sort((a, b) => a.p.expires - b.p.expires)
     let freed = 0
     for (const { room, session, p } of all) {
-      if (freed >= bytes) return
+      if (freed >= bytes) break
       this.forget(room, session, p)
       freed += p.bytes
     }
+    for (const [space, room] of this.rooms) if (room.watchers.size === 0 && room.present.size === 0) this.rooms.delete(space)
   }
 
   /** How many authors are present in a space (for tests and metrics). */
@@ -186,6 +197,9 @@ export class PresenceRoom<S extends PresenceWatcher> {
     const had = room.present.get(session)
     // An older state than the one held (sent late by the same session) changes nothing.
     if (had && body.seq <= had.seq) return
+    if (!room.watchers.has(session) && (this.watching.get(session)?.size ?? 0) >= this.limits.spacesPerSession) {
+      throw new SteadError('rate-limited', `this session is present in ${this.limits.spacesPerSession} spaces, the most a session may be`)
+    }
     this.join(room, space, session)
     const frame = encodeRelayMessage({ type: 'presence', space, author, signed })
     if (had) this.forget(room, session, had)

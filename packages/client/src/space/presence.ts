@@ -44,7 +44,16 @@ interface Heard {
   seq: number
   lastSeen: number
   expires: number
+  /** The state's signature (hex): another copy of it, from another relay, needs no check. */
+  sig: string
+  /** The relays that brought this state: a leave signed ahead takes its relay out, and the author goes with the last. */
+  readonly sources: Set<string>
 }
+
+/** Most others a space keeps (as many as a relay does): past it, a newcomer is not listed until one goes. */
+const MAX_OTHERS = 512
+/** Most departed authors whose last seq a space remembers, so that a replay of an older state does not bring them back. */
+const MAX_GONE = 4096
 
 /**
  * Who is in a space now and what they show (a name, a colour, a cursor),
@@ -63,6 +72,8 @@ export class Presence {
   private own: RegisterValue | null = null
   private seq = 0
   private readonly heard = new Map<string, Heard>()
+  /** Authors that left or went quiet: the seq they were at, and until when it is kept. */
+  private readonly gone = new Map<string, { seq: number; until: number }>()
   private readonly listeners: Listeners<PresenceChange>
   private timer: HostTimer | undefined
   private lastSent = Number.NEGATIVE_INFINITY
@@ -135,21 +146,68 @@ export class Presence {
     return this.listeners.add(listener)
   }
 
-  /** @internal A verified presence body of `author` (not this client) arrived. */
-  heardFrom(author: string, body: PresenceBody): void {
+  /**
+   * @internal A presence body of `author` (not this client) arrived from
+   * `source` (a relay, or '' for a peer), its signature `sig` (hex)
+   * checked, except for a copy of the state held or a leave signed ahead,
+   * which only ever take their own relay out (see `isNews`).
+   */
+  heardFrom(author: string, body: PresenceBody, source: string, sig: string): void {
     if (this.closed || body.space !== this.o.space) return
     const had = this.heard.get(author)
-    if (had && body.seq <= had.seq) return
     const now = this.o.clock.now()
-    if (body.state === null) {
-      if (!had) return
-      this.heard.delete(author)
-      this.listeners.emit(() => ({ added: [], updated: [], removed: [author], local: false }))
+    if (body.ahead) {
+      // The author's session with that relay closed: it goes once no relay that brought its state still has it.
+      if (!had || body.seq !== had.seq + 1) return
+      had.sources.delete(source)
+      if (had.sources.size === 0) this.drop(author, had.seq + 1, now)
       return
     }
-    this.heard.set(author, { state: body.state, seq: body.seq, lastSeen: now, expires: now + body.ttlMs })
+    if (had && body.state !== null && body.seq === had.seq && sig === had.sig) {
+      if (source !== '') had.sources.add(source)
+      return
+    }
+    if ((had && body.seq <= had.seq) || body.seq <= this.goneAt(author, now)) return
+    if (body.state === null) {
+      if (had) this.drop(author, body.seq, now)
+      return
+    }
+    if (!had && this.heard.size >= MAX_OTHERS) return
+    this.gone.delete(author)
+    this.heard.set(author, { state: body.state, seq: body.seq, lastSeen: now, expires: now + body.ttlMs, sig, sources: new Set(source === '' ? [] : [source]) })
     this.listeners.emit(() => (had ? { added: [], updated: [author], removed: [], local: false } : { added: [author], updated: [], removed: [], local: false }))
     this.schedule()
+  }
+
+  /**
+   * @internal Whether a body of `author` would change anything: a newer
+   * seq, a copy of the held state (same signature) from another relay, or
+   * a leave signed ahead of the held state. Asked before its signature is
+   * checked; only a newer seq needs the check (a copy is the same bytes, a
+   * leave signed ahead takes out only the relay that sends it).
+   */
+  isNews(author: string, body: PresenceBody, sig: string): 'check' | 'as-is' | false {
+    if (this.closed) return false
+    const had = this.heard.get(author)
+    if (body.ahead) return had && body.seq === had.seq + 1 ? 'as-is' : false
+    if (had && body.state !== null && body.seq === had.seq && sig === had.sig) return 'as-is'
+    return body.seq > (had?.seq ?? -1) && body.seq > this.goneAt(author, this.o.clock.now()) ? 'check' : false
+  }
+
+  /** The seq an author that went is remembered at (-1: none, or forgotten). */
+  private goneAt(author: string, now: number): number {
+    const g = this.gone.get(author)
+    if (g && g.until <= now) this.gone.delete(author)
+    return g && g.until > now ? g.seq : -1
+  }
+
+  /** `author` left (or went quiet) at `seq`: not listed any more, and no older state brings it back for a while. */
+  private drop(author: string, seq: number, now: number): void {
+    this.heard.delete(author)
+    this.gone.delete(author)
+    this.gone.set(author, { seq, until: now + MAX_PRESENCE_TTL_MS })
+    if (this.gone.size > MAX_GONE) this.gone.delete(this.gone.keys().next().value as string)
+    this.listeners.emit(() => ({ added: [], updated: [], removed: [author], local: false }))
   }
 
   /** @internal Others as the leading tab posts them to the tabs that follow it: each with its seq and how long it has left. */
@@ -170,15 +228,10 @@ export class Presence {
       const had = this.heard.get(p.author)
       if (had && had.seq >= p.seq) continue
       ;(had ? updated : added).push(p.author)
-      this.heard.set(p.author, { state: p.state, seq: p.seq, lastSeen: p.lastSeen, expires: now + p.leftMs })
+      this.heard.set(p.author, { state: p.state, seq: p.seq, lastSeen: p.lastSeen, expires: now + p.leftMs, sig: '', sources: new Set() })
     }
     if (added.length || updated.length || removed.length) this.listeners.emit(() => ({ added, updated, removed, local: false }))
     this.schedule()
-  }
-
-  /** @internal Whether a body of `author` at `seq` would be news (checked before its signature is). */
-  isNews(author: string, seq: number): boolean {
-    return !this.closed && seq > (this.heard.get(author)?.seq ?? -1)
   }
 
   /** @internal Publishes the state again under a new seq (a relay session went down: that relay sends this client's leave). */
@@ -240,6 +293,7 @@ export class Presence {
     for (const [author, h] of this.heard) {
       if (h.expires > now) continue
       this.heard.delete(author)
+      this.gone.set(author, { seq: h.seq, until: now + MAX_PRESENCE_TTL_MS })
       removed.push(author)
     }
     if (removed.length) this.listeners.emit(() => ({ added: [], updated: [], removed, local: false }))
