@@ -142,6 +142,7 @@ export class SteadClient {
           if (!upstream) throw new ClosedError(`space ${name}`)
           return { space, upstream }
         },
+        openSpace: (name) => this.opened.get(name),
         unusedByTabs: (name) => {
           if (!this.appSpaces.has(name)) void this.opened.get(name)?.close()
         },

@@ -85,7 +85,7 @@ describe('tabs sharing one client', () => {
     expect(stableValue(c, 'k')).toBe(12)
   })
 
-  it('tabs share one presence: what a following tab shows is the client\'s, and every tab sees the others present', async () => {
+  it('tabs share one presence: the client shows the latest state a tab set, a tab that closes takes only its own away, and every tab sees the others present', async () => {
     const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
     const b = await origin.tab(c.clientOptions())
@@ -97,8 +97,17 @@ describe('tabs sharing one client', () => {
       so.presence.set({ name: 'Olga' })
       await c.until('both tabs see olga', () => [sa, sb].every((s) => s.presence.others.some((p) => p.author === other.authorId)))
       expect(sb.presence.others.map((p) => p.state)).toEqual([{ name: 'Olga' }])
+      // The leading tab shows its own state; the following one's, set later, shows instead; when the following tab
+      // closes its space, the client shows the leading tab's again, not nothing.
+      sa.presence.set({ name: 'from tab a' })
+      sb.presence.set({ name: 'from tab b, again' })
+      const shown = () => (so.presence.others.find((p) => p.author === a.authorId)?.state as { name?: string } | undefined)?.name
+      await c.until('the other client sees tab b\'s state', () => shown() === 'from tab b, again')
+      await sb.close()
+      await c.until('the other client sees tab a\'s state again', () => shown() === 'from tab a')
+      expect(sa.presence.state).toEqual({ name: 'from tab a' })
       await so.close()
-      await c.until('both tabs see her go', () => sa.presence.others.length === 0 && sb.presence.others.length === 0)
+      await c.until('tab a sees her go', () => sa.presence.others.length === 0)
     } finally {
       await other.close()
     }

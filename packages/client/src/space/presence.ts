@@ -69,7 +69,10 @@ const MAX_GONE = 4096
  * One state per client (author): tabs that share a client share it.
  */
 export class Presence {
+  /** What is shown: the latest state a tab of this client set that it has not withdrawn (see `setFor`). */
   private own: RegisterValue | null = null
+  /** Each tab's state (this tab's is '', the following tabs' by tab id), the latest set last. */
+  private readonly tabs = new Map<string, RegisterValue>()
   private seq = 0
   private readonly heard = new Map<string, Heard>()
   /** Authors that left or went quiet: the seq they were at, and until when it is kept. */
@@ -91,7 +94,7 @@ export class Presence {
     this.listeners = new Listeners<PresenceChange>(o.listenerFailed)
   }
 
-  /** This client's state as others see it (null: not shown). */
+  /** This client's state as others see it (null: not shown); in a tab that shares its client, the latest any of its tabs set. */
   get state(): RegisterValue | null {
     return this.own
   }
@@ -112,6 +115,16 @@ export class Presence {
    * @throws SteadError `malformed` for a value a register could not hold (see `space.register`), `too-large` past 4 KiB; {@link ClosedError} after the space closed.
    */
   set(state: RegisterValue | null): void {
+    this.setFor('', state)
+  }
+
+  /**
+   * @internal Sets the state tab `tab` shows ('' for this one; the leading
+   * tab takes its followers' this way): the client shows the latest one a
+   * tab set and has not withdrawn, so a tab that closes takes only its own
+   * state away.
+   */
+  setFor(tab: string, state: RegisterValue | null): void {
     if (this.closed) throw new ClosedError(`space ${this.o.space}`)
     if (state !== null) {
       const problem = validateRegisterValue(state)
@@ -119,7 +132,11 @@ export class Presence {
       const size = encode(state).length
       if (size > MAX_PRESENCE_STATE_BYTES) throw new SteadError('too-large', `a presence state of ${size} bytes, more than ${MAX_PRESENCE_STATE_BYTES}; keep presence small (a name, a colour, a cursor) and put the rest in the space's objects`)
     }
-    this.own = state
+    this.tabs.delete(tab)
+    if (state !== null) this.tabs.set(tab, state)
+    const shown = [...this.tabs.values()].at(-1) ?? null
+    if (shown === this.own) return
+    this.own = shown
     this.due = true
     this.schedule()
     this.listeners.emit(() => ({ added: [], updated: [], removed: [], local: true }))
@@ -133,7 +150,8 @@ export class Presence {
    * @throws SteadError as `set`.
    */
   update(fields: Readonly<Record<string, RegisterValue>>): void {
-    const base = this.own !== null && typeof this.own === 'object' && !Array.isArray(this.own) && !(this.own instanceof Uint8Array) ? this.own : {}
+    const mine = this.tabs.get('') ?? null
+    const base = mine !== null && typeof mine === 'object' && !Array.isArray(mine) && !(mine instanceof Uint8Array) ? mine : {}
     this.set({ ...base, ...fields })
   }
 

@@ -192,6 +192,8 @@ export interface HubHost {
   status(): SessionsStatus
   /** Opens (or finds) a space for other tabs, with its relay upstream. */
   openForTabs(name: string): Promise<{ space: Space; upstream: RelayUpstream }>
+  /** The space if it is open in this tab now (never opens one). */
+  openSpace(name: string): Space | undefined
   /** No tab uses the space any more: close it unless this tab's app opened it. */
   unusedByTabs(name: string): void
   error(err: SteadError): void
@@ -324,9 +326,15 @@ export class TabHub {
         return
       }
       case 'presence-set': {
-        // One presence per client: what any of its tabs shows is the client's.
-        const { space } = await this.host.openForTabs(m.space)
-        space.presence.set(m.state)
+        // One presence per client: it shows the latest state a tab set (see Presence.setFor). Only from a tab
+        // that uses the space: a late one from a tab that left must not open it again.
+        if (!this.users.get(m.space)?.has(m.from)) return
+        try {
+          this.host.openSpace(m.space)?.presence.setFor(m.from, m.state)
+        } catch (err) {
+          // A space closing here takes its presence with it; anything else is the tab's fault.
+          if (!(err instanceof ClosedError)) throw err
+        }
         return
       }
       case 'call': {
@@ -355,7 +363,14 @@ export class TabHub {
 
   private leave(space: string, tab: string): void {
     const users = this.users.get(space)
-    if (!users?.delete(tab) || users.size) return
+    if (!users?.delete(tab)) return
+    // What that tab showed goes with it (a tab that vanished said nothing).
+    try {
+      this.host.openSpace(space)?.presence.setFor(tab, null)
+    } catch {
+      // The space is closing: its presence goes anyway.
+    }
+    if (users.size) return
     this.presenceFeeds.get(space)?.()
     this.presenceFeeds.delete(space)
     this.users.delete(space)
