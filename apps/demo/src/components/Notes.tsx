@@ -31,22 +31,37 @@ export function Notes() {
   const area = useRef<HTMLTextAreaElement>(null)
   const shown = useRef(value)
   const caret = useRef<[string, string]>(['', ''])
+  /** Where the caret's start was, in code points of what the textarea showed, when its anchors were taken. */
+  const caretAt = useRef(0)
 
+  /** Keeps the selection as anchors; only while the textarea shows the text as the handle has it (else its indexes name other characters). */
   const remember = () => {
     const el = area.current
-    // Within the text: the textarea can hold a text others changed since, for the moment until it is shown.
-    const at = (units: number) => Math.min(points(el?.value ?? '', units), handle.length)
-    if (el) caret.current = [handle.anchor(at(el.selectionStart)), handle.anchor(at(el.selectionEnd))]
+    if (!el || el.value !== handle.value) return
+    const at = (units: number) => Math.min(points(el.value, units), handle.length)
+    caret.current = [handle.anchor(at(el.selectionStart)), handle.anchor(at(el.selectionEnd))]
+    caretAt.current = at(el.selectionStart)
   }
 
   const onChange = (e: ChangeEvent<HTMLTextAreaElement>) => {
+    const el = e.target
     const prev = shown.current
-    const next = e.target.value
-    const { at, removed, inserted } = change(prev, next)
-    const from = points(prev, at)
-    if (removed > 0) void handle.delete(from, points(prev, at + removed) - from)
+    const { at, removed, inserted } = change(prev, el.value)
+    let from = points(prev, at)
+    const count = removed > 0 ? points(prev, at + removed) - from : 0
+    // Others' edits came in since the textarea was last shown: the edit was made at the caret, which its anchor
+    // holds beside the same characters in the text as the handle has it now.
+    if (prev !== handle.value) from = Math.max(0, Math.min(handle.position(caret.current[0]) + (from - caretAt.current), handle.length - count))
+    if (count > 0) void handle.delete(from, count)
     if (inserted) void handle.insert(from, inserted)
-    shown.current = handle.value
+    // Shown at once as the handle has it, the caret after the edit.
+    const now = handle.value
+    const caretNow = units(now, Math.min(from + [...inserted].length, [...now].length))
+    shown.current = now
+    if (el.value !== now) {
+      el.value = now
+      el.setSelectionRange(caretNow, caretNow)
+    }
     remember()
   }
 
