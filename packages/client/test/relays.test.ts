@@ -185,9 +185,12 @@ describe('clients against a real relay cluster', () => {
       if (rand(2) === 0) await c.close()
       await client.close()
     }
+    const openSessions = async (): Promise<number[]> => (await Promise.all([0, 1, 2, 3].map((i) => cluster.json<{ sessions: { open: number } }>(i, '/v1/status')))).map((s) => s.sessions.open)
+    const before = await openSessions()
     try {
       for (let i = 0; i < 200; i += 4) await Promise.all([i, i + 1, i + 2, i + 3].map(cycle))
-      await pause(200) // late socket events of the last clients
+      // Late socket events of the last clients have come once every relay saw their sockets close.
+      await until('every churned session closed at the relays', async () => ((await openSessions()).every((n, i) => n <= (before[i] ?? 0)) ? true : undefined))
     } finally {
       process.off('uncaughtException', trap)
       process.off('unhandledRejection', trap)

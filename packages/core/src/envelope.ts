@@ -1,7 +1,7 @@
 import { toBase64Url, toHex } from './bytes.ts'
 import { decodeClock, encodeClock, type Clock } from './clock.ts'
 import { DEFAULT_LIMITS, asSigned, decode, encode, encodeSigned, expect, type Limits, type Signed } from './codec.ts'
-import { POOL, decodeDeclaration, encodeDeclaration, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
+import { POOL, decodeDeclaration, encodeDeclaration, placementProblem, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
 import { HASH_BYTES, PUBLIC_KEY_BYTES, type Crypto } from './crypto/types.ts'
 import { SteadError } from './errors.ts'
 
@@ -202,7 +202,7 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
     const list = expect.array(ops, `${field}.ops`, limits.maxOpsPerEnvelope)
     if (list.length === 0) throw new SteadError('malformed', `${field} has no operations`)
     count(list.length)
-    list.forEach((op, j) => checkOp(d, op, `${field}.ops[${j}]`, false))
+    list.forEach((op, j) => checkOp(k, d, op, `${field}.ops[${j}]`, false))
     return { key: k, decl: d, ops: list as AnyOp[] }
   })
   const safe: SafeGroup[] = expect.array(p[8], 'safe', limits.maxOpsPerEnvelope).map((g, i) => {
@@ -216,9 +216,10 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
       updates: items.map((it, j) => {
         const f = `${field}.updates[${j}]`
         const [key, decl, op] = tuple(it, f, 3)
+        const k = expect.string(key, `${f}.key`, limits.maxKeyChars, 1)
         const d = decodeDeclaration(decl)
-        checkOp(d, op, `${f}.op`, true)
-        return { key: expect.string(key, `${f}.key`, limits.maxKeyChars, 1), decl: d, op: op as AnyOp }
+        checkOp(k, d, op, `${f}.op`, true)
+        return { key: k, decl: d, op: op as AnyOp }
       }),
     }
   })
@@ -234,13 +235,9 @@ function tuple(v: unknown, field: string, n: number): unknown[] {
   return t
 }
 
-function checkOp(d: Declaration, op: unknown, field: string, safe: boolean): void {
-  const problem = validateOp(d, op)
+function checkOp(key: string, d: Declaration, op: unknown, field: string, safe: boolean): void {
+  const problem = validateOp(d, op) ?? placementProblem(key, d, op as AnyOp, safe)
   if (problem) throw new SteadError('malformed', `${field}: ${problem}`)
-  // Pool claims race each other; only the stable order may decide which fit.
-  if (!safe && d.type === 'bounded-counter' && Array.isArray(op) && op[0] === 'c') {
-    throw new SteadError('malformed', `${field}: claims from a bounded counter's pool must be safe updates`)
-  }
 }
 
 /** One thing the audit decides on: a regular op, or a safe group (see {@link envelopeUnits}). */

@@ -7,7 +7,10 @@ import {
   encodeDeclaration,
   historyPatch,
   historyValue,
+  isOrdered,
   patchesHistory,
+  POLICY_KEY,
+  SpacePolicy,
   sameDeclaration,
   type AnyCrdt,
   type AnyOp,
@@ -340,6 +343,16 @@ export class StableAudit {
   /** The stable CRDT of `key`: the replica's own, do not mutate (clone it). */
   stable(key: string): AnyCrdt | undefined {
     return this.stableObjects.get(key)?.crdt
+  }
+
+  /**
+   * The space's policy in force at the stable index, once one was created
+   * (the replica's own, do not mutate): who administers, writes and reads.
+   * Without one, writes are checked by the `authorize` option alone.
+   */
+  policy(): SpacePolicy | undefined {
+    const crdt = this.stableObjects.get(POLICY_KEY)?.crdt
+    return crdt instanceof SpacePolicy && crdt.created ? crdt : undefined
   }
 
   /** The stable history of `key` held in memory (the latest `historyLimit` entries, and none from before `historyStart`), oldest first. */
@@ -922,6 +935,15 @@ export class StableAudit {
     if (fixed && !sameDeclaration(fixed, item.decl)) {
       return { ok: false, reason: 'type-mismatch', detail: `${item.key} is ${describeDeclaration(fixed)}, not ${describeDeclaration(item.decl)}` }
     }
+    // The policy in force at this position of the stable order: the same on every correct replica.
+    const policy = this.policy()
+    if (policy) {
+      const who = env.authorId
+      if (item.key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
+        return { ok: false, reason: 'unauthorized', detail: `${who} may not ${item.key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${this.space}` }
+      }
+      return { ok: true }
+    }
     if (this.authorize) {
       const v = this.authorize(env.authorId, item.key, item.decl, item.op)
       if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
@@ -1202,7 +1224,9 @@ export class ReliableReplica extends StableAudit {
         if (fresh.has(item.key)) continue
         const wasApplied = p?.applied.has(item.tag) ?? false
         const isCommitted = committed(item.tag)
-        if (wasApplied && !isCommitted) undo.add(item.key)
+        // Ops that do not commute: only the stable order says where this one went, so the object is rebuilt.
+        if (isOrdered(item.decl) && (wasApplied || isCommitted)) undo.add(item.key)
+        else if (wasApplied && !isCommitted) undo.add(item.key)
         else if (!wasApplied && isCommitted && !undo.has(item.key)) {
           this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })
           changed.add(item.key)

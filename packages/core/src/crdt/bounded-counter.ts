@@ -288,4 +288,6 @@ export const boundedCounterType: ObjectType<BoundedCounterDeclaration, BoundedCo
   create: (d) => new BoundedCounter(d.params),
   restore: (d, snap) => BoundedCounter.fromSnapshot(d.params, snap as { R: Array<[string, string, number]>; U: Array<[string, number]> }),
   hasInvariants: () => false,
+  // Pool claims race each other; only the stable order may decide which fit.
+  mustBeSafe: (op) => Array.isArray(op) && op[0] === 'c',
 }

@@ -6,6 +6,7 @@ import { setType, type ORSet, type SetDeclaration, type SetOp } from './set.ts'
 import { listType, type CollabList, type ListDeclaration, type ListOp } from './list.ts'
 import { mapType, type CollabMap, type MapDeclaration, type MapOp } from './map.ts'
 import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
+import { policyType, type PolicyDeclaration, type PolicyOp, type SpacePolicy } from './policy.ts'
 import type { Crdt, ObjectType } from './types.ts'
 import type { ValuePatch } from './value-patch.ts'
 
@@ -18,6 +19,7 @@ export * from './text.ts'
 export * from './marks.ts'
 export * from './map.ts'
 export * from './list.ts'
+export * from './policy.ts'
 export { validateRelativePosition, type Assoc, type RelativePosition } from './position.ts'
 export * from './value-patch.ts'
 
@@ -27,20 +29,20 @@ export * from './value-patch.ts'
  * key differently are rejected with 'type-mismatch', so a client cannot
  * weaken an invariant by declaring it its own way.
  */
-export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration | ListDeclaration
+export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration | ListDeclaration | PolicyDeclaration
 
 /** An operation of any object type (which one is known from the declaration it comes with). */
-export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp | ListOp
+export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp | ListOp | PolicyOp
 /** A CRDT of any object type; narrow on `type`. */
-export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap | CollabList
+export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap | CollabList | SpacePolicy
 
-/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys] | ['l', maxLength]. */
+/** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys] | ['l', maxLength] | ['p']. */
 export type EncodedDeclaration = readonly unknown[]
 
 type AnyType = ObjectType<Declaration, AnyCrdt>
 
 /** The registry: every object type, one module each. Adding a type is adding its module here. */
-const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType, listType] as unknown as AnyType[]
+const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType, listType, policyType] as unknown as AnyType[]
 const byName = new Map(TYPES.map((t) => [t.name, t]))
 const byCode = new Map(TYPES.map((t) => [t.code, t]))
 
@@ -79,10 +81,12 @@ export function validateOp(d: Declaration, op: unknown): string | null {
   return typeOf(d).validateOp(op, checkDeclaration)
 }
 
+/** Checks a declaration nested in another (a map schema's): system objects (onlyAt) cannot nest. */
 function checkDeclaration(enc: unknown): string | null {
   try {
-    decodeDeclaration(enc)
-    return null
+    const d = decodeDeclaration(enc)
+    const at = typeOf(d).onlyAt
+    return at === undefined ? null : `a ${d.type} lives only at ${at}, never inside another object`
   } catch (err) {
     return err instanceof SteadError ? err.message : String(err)
   }
@@ -176,4 +180,29 @@ export function historyValue(d: Declaration, crdt: AnyCrdt): unknown {
 /** The patch from one stable value of an object of type `d` to a later one, for types whose values grow long; undefined for the others (their history keeps whole values) and where no patch fits. */
 export function historyPatch(d: Declaration, before: unknown, after: unknown): ValuePatch | undefined {
   return typeOf(d).historyPatch?.(before, after)
+}
+
+/**
+ * What is wrong with an update of `key` declared `d` carrying `op` (`safe`:
+ * as a safe update), beyond the op itself, or null: a system object lives
+ * only at its key, its key holds nothing else, and ops the stable order must
+ * decide travel as safe updates.
+ */
+export function placementProblem(key: string, d: Declaration, op: AnyOp, safe: boolean): string | null {
+  const t = typeOf(d)
+  if (t.onlyAt !== undefined && key !== t.onlyAt) return `a ${d.type} lives only at ${t.onlyAt}, not at ${key}`
+  const owner = systemTypeAt(key)
+  if (owner && owner !== t) return `${key} holds the space's ${owner.name}, not a ${d.type}`
+  if (!safe && t.mustBeSafe?.(op)) return `this ${d.type} op must be a safe update (only the stable order may decide it)`
+  return null
+}
+
+function systemTypeAt(key: string): AnyType | undefined {
+  for (const t of TYPES) if (t.onlyAt === key) return t
+  return undefined
+}
+
+/** Whether ops of `d`'s type do not commute, so only the stable order says what its state is (see ObjectType.ordered). */
+export function isOrdered(d: Declaration): boolean {
+  return typeOf(d).ordered === true
 }

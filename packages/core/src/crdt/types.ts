@@ -70,8 +70,8 @@ export interface Crdt<Op, Value> {
   invariantsHold(): boolean
 }
 
-/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map, list. */
-export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map' | 'list'
+/** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map, list, and a space's policy. */
+export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map' | 'list' | 'policy'
 
 /**
  * One object type, as the registry knows it: how its declaration travels,
@@ -133,6 +133,16 @@ export interface ObjectType<
   historyPatch?(before: unknown, after: unknown): ValuePatch | undefined
   /** What the stable history holds of an object's state, when not its `value()` (a text with marks: its spans). */
   historyValue?(crdt: C): unknown
+  /**
+   * Ops that do not commute (a space's policy): the stable order alone says
+   * what the state is, so a replica rebuilds its prospective copy from the
+   * stable one each time the order decides one of its ops.
+   */
+  readonly ordered?: boolean
+  /** The one key objects of this type live at (a system object); absent: any key, and nesting in maps. */
+  readonly onlyAt?: string
+  /** Whether an op must travel as a safe update (only the stable order may decide it). */
+  mustBeSafe?(op: unknown): boolean
 }
 
 

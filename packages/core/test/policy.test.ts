@@ -1,0 +1,212 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { clockInit } from '../src/clock.ts'
+import { POLICY_KEY, SpacePolicy, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
+import { nodeCrypto } from '../src/crypto/node.ts'
+import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { decode, encode } from '../src/codec.ts'
+import { attestedDecision } from '../src/protocol.ts'
+import { ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
+import { SteadError } from '../src/errors.ts'
+
+const crypto = nodeCrypto
+const SPACE = 'team'
+const sha = (b: Uint8Array): Uint8Array => crypto.sha256(b)
+
+async function identity(n: number) {
+  const secretKey = new Uint8Array(32).fill(n + 11)
+  const publicKey = await crypto.publicKeyOf(secretKey)
+  const env = await sealEnvelope(crypto, { secretKey, publicKey }, { space: SPACE, seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'x', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+  return { secretKey, publicKey, id: env.authorId }
+}
+const users = await Promise.all([0, 1, 2, 3].map(identity))
+const id = (u: number): string => users[u]!.id
+
+const policy: Declaration = { type: 'policy' }
+const counter: Declaration = { type: 'counter', bounds: {} }
+
+function seal(user: number, seq: number, parts: { updates?: ObjectUpdate[]; safe?: SafeGroup[] }): Promise<Envelope> {
+  const draft: EnvelopeDraft = { space: SPACE, seq, clock: clockInit(), deps: [], updates: parts.updates ?? [], safe: parts.safe ?? [] }
+  return sealEnvelope(crypto, users[user]!, draft)
+}
+const change = (op: PolicyOp): SafeGroup => ({ atomic: false, updates: [{ key: POLICY_KEY, decl: policy, op }] })
+const inc = (key: string, n: number): ObjectUpdate => ({ key, decl: counter, ops: [n] })
+
+/** Each unit's status and reason, per committed envelope: what replicas must agree on. */
+function split(decisions: readonly Decision[]): string[] {
+  return decisions.map((d) => JSON.stringify(attestedDecision(d)))
+}
+
+describe('space policy: the object', () => {
+  const ctx = (tag: string) => ({ replica: 'r', tag })
+
+  it('is created once, with an admin, and keeps one admin', () => {
+    const p = new SpacePolicy()
+    expect(p.tryApply(['r', 'a', 'writer'], ctx('t:0'))).toMatchObject({ ok: false, reason: 'malformed' })
+    expect(p.tryApply(['i', [['a', 'writer']], 'none'], ctx('t:1'))).toMatchObject({ ok: false, reason: 'invariant' })
+    expect(p.tryApply(['i', [['a', 'admin'], ['b', 'reader']], 'none'], ctx('t:2'))).toEqual({ ok: true })
+    expect(p.tryApply(['i', [['c', 'admin']], 'none'], ctx('t:3'))).toMatchObject({ ok: false, reason: 'malformed' })
+    expect(p.tryApply(['r', 'a', null], ctx('t:4'))).toMatchObject({ ok: false, reason: 'invariant' })
+    expect(p.tryApply(['r', 'b', 'admin'], ctx('t:5'))).toEqual({ ok: true })
+    expect(p.tryApply(['r', 'a', null], ctx('t:6'))).toEqual({ ok: true })
+    expect(p.value()).toEqual({ members: { b: 'admin' }, everyone: 'none' })
+    expect(p.mayRead('a')).toBe(false)
+    expect(p.tryApply(['e', 'reader'], ctx('t:7'))).toEqual({ ok: true })
+    expect(p.mayRead(undefined)).toBe(true)
+    expect(p.mayWrite('a')).toBe(false)
+    expect(SpacePolicy.fromSnapshot(p.snapshot()).value()).toEqual(p.value())
+  })
+
+  it('withdraws an op applied last exactly', () => {
+    const p = new SpacePolicy()
+    p.apply(['i', [['a', 'admin']], 'none'], ctx('t:1'))
+    const before = p.value()
+    p.apply(['r', 'b', 'writer'], ctx('t:2'))
+    p.apply(p.inverse(), ctx('t:2'))
+    expect(p.value()).toEqual(before)
+  })
+
+  it('lives only at $policy, as safe updates, never nested: such an envelope cannot even be sealed', async () => {
+    await expect(seal(0, 1, { safe: [{ atomic: false, updates: [{ key: 'p', decl: policy, op: ['e', 'reader'] }] }] })).rejects.toThrow(/lives only at \$policy/)
+    await expect(seal(0, 1, { updates: [inc(POLICY_KEY, 1)] })).rejects.toThrow(/holds the space's policy/)
+    await expect(seal(0, 1, { updates: [{ key: POLICY_KEY, decl: policy, ops: [['e', 'reader']] }] })).rejects.toThrow(/must be a safe update/)
+    await expect(seal(0, 1, { updates: [{ key: 'm', decl: { type: 'map', bounds: { schema: { p: ['p'] } } } as unknown as Declaration, ops: [['s', 'p', 1]] }] })).rejects.toThrow(SteadError)
+  })
+})
+
+describe('space policy: the audit', () => {
+  it('checks every update against the policy in force at its position: a revoked writer keeps its earlier updates, loses its later ones', async () => {
+    const r = new StableAudit({ space: SPACE })
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })
+    const early = await seal(1, 1, { updates: [inc('c', 5)] })
+    const stranger = await seal(2, 1, { updates: [inc('c', 100)] })
+    const revoke = await seal(0, 2, { safe: [change(['r', id(1), null])] })
+    const late = await seal(1, 2, { updates: [inc('c', 7)] })
+    const coup = await seal(1, 3, { safe: [change(['r', id(1), 'admin'])] })
+    const result = r.commit([create, early, stranger, revoke, late, coup])
+    const units = result.decisions.map((d) => (d.kind === 'committed' ? d.units[0] : undefined))
+    expect(units.map((u) => u?.status)).toEqual(['committed', 'committed', 'rejected', 'committed', 'rejected', 'rejected'])
+    expect(units[2]).toMatchObject({ reason: 'unauthorized' })
+    expect(units[4]).toMatchObject({ reason: 'unauthorized' })
+    expect(units[5]).toMatchObject({ reason: 'unauthorized' })
+    expect(r.stableValue('c')).toBe(5)
+    expect(r.policy()?.value()).toEqual({ members: { [id(0)]: 'admin' }, everyone: 'none' })
+  })
+
+  it('lets a creator write in the envelope that creates the policy, and anyone once everyone may write', async () => {
+    const r = new StableAudit({ space: SPACE })
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none']), { atomic: false, updates: [{ key: 'c', decl: counter, op: 2 }] }] })
+    const open = await seal(0, 2, { safe: [change(['e', 'writer'])] })
+    const anyone = await seal(3, 1, { updates: [inc('c', 1)] })
+    const decisions = r.commit([create, open, anyone]).decisions
+    expect(decisions.flatMap((d) => (d.kind === 'committed' ? d.units.map((u) => u.status) : []))).toEqual(['committed', 'committed', 'committed', 'committed'])
+    expect(r.stableValue('c')).toBe(3)
+  })
+
+  it('defers to the authorize option only while the space has no policy', async () => {
+    const onlyZero = (author: string) => (author === id(0) ? { ok: true as const } : { ok: false as const, reason: 'unauthorized' as const, detail: 'file' })
+    const r = new StableAudit({ space: SPACE, authorize: onlyZero })
+    const before = await seal(1, 1, { updates: [inc('c', 1)] })
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })
+    const after = await seal(1, 2, { updates: [inc('c', 1)] })
+    const d = r.commit([before, create, after]).decisions
+    expect(d.map((x) => (x.kind === 'committed' ? x.units[0]?.status : x.kind))).toEqual(['rejected', 'committed', 'committed'])
+  })
+
+  it('shows a pending grant prospectively and settles to the stable policy', async () => {
+    const r = new ReliableReplica({ space: SPACE })
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none'])] })
+    r.receive(create)
+    r.commit([create])
+    const grant = await seal(0, 2, { safe: [change(['r', id(1), 'reader'])] })
+    const forged = await seal(2, 1, { safe: [change(['r', id(2), 'admin'])] })
+    r.receive(forged)
+    r.receive(grant)
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader', [id(2)]: 'admin' }, everyone: 'none' })
+    r.commit([forged, grant])
+    expect(r.pendingCount).toBe(0)
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none' })
+    expect(r.value(POLICY_KEY)).toEqual(r.stableValue(POLICY_KEY))
+  })
+})
+
+/** One step of a random history: who acts, and what. */
+type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
+
+const stepArb: fc.Arbitrary<Step> = fc.record({
+  user: fc.integer({ min: 0, max: 3 }),
+  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write'),
+  target: fc.integer({ min: 0, max: 3 }),
+  role: fc.constantFrom('admin', 'writer', 'reader'),
+  everyone: fc.constantFrom('none', 'reader', 'writer'),
+  n: fc.integer({ min: 1, max: 9 }),
+})
+
+async function history(steps: readonly Step[]): Promise<Envelope[]> {
+  const seqs = [1, 1, 1, 1]
+  const out = [await seal(0, seqs[0]++, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })]
+  for (const s of steps) {
+    const seq = seqs[s.user]++
+    if (s.kind === 'write') out.push(await seal(s.user, seq, { updates: [inc(`c${s.target % 2}`, s.n)] }))
+    else if (s.kind === 'grant') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), s.role])] }))
+    else if (s.kind === 'revoke') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), null])] }))
+    else out.push(await seal(s.user, seq, { safe: [change(['e', s.everyone])] }))
+  }
+  return out
+}
+
+/** `items` cut into consecutive batches at the given (sorted, deduplicated) points. */
+function batches<T>(items: readonly T[], cuts: readonly number[]): T[][] {
+  const points = [...new Set(cuts.map((c) => c % (items.length + 1)))].sort((a, b) => a - b)
+  const out: T[][] = []
+  let from = 0
+  for (const p of [...points, items.length]) {
+    if (p > from) out.push(items.slice(from, p))
+    from = Math.max(from, p)
+  }
+  return out
+}
+
+describe('space policy: every replica splits the same updates alike', () => {
+  it('whatever the delivery order and however the order is cut into commits (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(stepArb, { minLength: 1, maxLength: 24 }), fc.array(fc.nat(), { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 6 }), fc.integer(), async (steps, cutsA, cutsB, shuffleSeed) => {
+        const envs = await history(steps)
+        // The stable order every replica is given; A commits one envelope at a time, B and C in batches.
+        const a = new StableAudit({ space: SPACE })
+        const splitA = envs.flatMap((e) => split(a.commit([e]).decisions))
+        const b = new ReliableReplica({ space: SPACE })
+        const splitB = batches(envs, cutsA).flatMap((batch) => split(b.commit(batch).decisions))
+        // C saw everything prospectively first, in another order.
+        const c = new ReliableReplica({ space: SPACE })
+        let seed = shuffleSeed >>> 0
+        const shuffled = [...envs].sort(() => ((seed = (seed * 1103515245 + 12345) >>> 0) % 3) - 1)
+        for (const e of shuffled) c.receive(e)
+        const splitC = batches(envs, cutsB).flatMap((batch) => split(c.commit(batch).decisions))
+        expect(splitB).toEqual(splitA)
+        expect(splitC).toEqual(splitA)
+        for (const r of [b, c]) expect(r.stableHash(sha)).toEqual(a.stableHash(sha))
+        // G5: with nothing pending, prospective equals stable, the policy included.
+        expect(c.pendingCount).toBe(0)
+        for (const key of [POLICY_KEY, 'c0', 'c1']) expect(c.value(key)).toEqual(c.stableValue(key))
+        // The stable policy is the one the sequential rule gives: replayed by hand.
+        const byHand = new SpacePolicy()
+        for (const e of envs) for (const g of e.safe) for (const u of g.updates) {
+          if (u.key !== POLICY_KEY) continue
+          const op = u.op as PolicyOp
+          if (op[0] === 'i' ? !byHand.created : byHand.mayAdminister(e.authorId)) byHand.tryApply(op, { replica: e.authorId, tag: 'x' })
+        }
+        expect(a.policy()?.value()).toEqual(byHand.value())
+        // Restored from a checkpoint midway, a replica goes on alike.
+        const half = Math.floor(envs.length / 2)
+        const d = new StableAudit({ space: SPACE })
+        d.commit(envs.slice(0, half))
+        const restored = StableAudit.restore({ space: SPACE }, decode(encode(d.checkpoint())), (signed) => openEnvelopeSync(crypto, signed))
+        restored.commit(envs.slice(half))
+        expect(restored.stableHash(sha)).toEqual(a.stableHash(sha))
+        expect(encode(restored.policy()?.snapshot())).toEqual(encode(a.policy()?.snapshot()))
+      }),
+      { numRuns: Number(process.env.POLICY_RUNS ?? 150) },
+    )
+  }, 120_000)
+})
