@@ -234,6 +234,19 @@ export type RelayMessage =
       readonly from: number
     }
   | {
+      /**
+       * The session may not read the space: the answer to a `subscribe`
+       * the space's policy refuses, or sent when a policy change takes the
+       * session's key off the space's readers. Nothing more of the space
+       * comes on this session (its feed, presence and peers end).
+       */
+      readonly type: 'unreadable'
+      /** The space. */
+      readonly space: string
+      /** Why, for logs and the app. */
+      readonly detail: string
+    }
+  | {
       /** Another client's presence in a followed space, as its author signed it (see presence.ts). */
       readonly type: 'presence'
       /** The space. */
@@ -574,6 +587,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encodeCommitFrame(m.space, undefined, encode(m.envelopes), m.more)
     case 'pruned':
       return encode(['pruned', m.space, m.from])
+    case 'unreadable':
+      return encode(['unreadable', m.space, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
     case 'presence':
       return encode(['presence', m.space, m.author, [m.signed.bytes, m.signed.sig]])
     case 'pong':
@@ -633,6 +648,8 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
       return { type: 'commit-more', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), envelopes: envelopeFrames(v[2]), more: expect.boolean(v[3], 'commit-more.more') }
     case 'pruned':
       return { type: 'pruned', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), from: expect.uint(v[2], 'from') }
+    case 'unreadable':
+      return { type: 'unreadable', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), detail: expect.string(v[2], 'detail', MAX_DETAIL_CHARS) }
     case 'presence':
       return { type: 'presence', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), author: expect.bytes(v[2], 'author', 32), signed: asSigned(v[3]) }
     case 'pong':

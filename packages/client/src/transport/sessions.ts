@@ -275,6 +275,7 @@ export class RelaySessions {
       case 'commit':
       case 'attest':
       case 'pruned':
+      case 'unreadable':
       case 'peers':
       case 'presence':
         this.members.get(m.space)?.message(link, m)
