@@ -30,12 +30,7 @@ const blob = (n: number) => envelope(writer, 'long', { updates: [{ key: 'blob', 
 const deposit = (n: number) => envelope(writer, 'bank', { updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] })
 const withdraw = (n: number) => envelope(writer, 'bank', { safe: [{ atomic: false, updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, op: -n }] }] })
 
-let nextId = 1
-async function submit(c: TestClient, frame: Uint8Array): Promise<RelayMessage> {
-  const id = nextId++
-  c.send({ type: 'submit', id, envelope: frame })
-  return c.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === id, 30_000)
-}
+const submit = (c: TestClient, frame: Uint8Array): Promise<RelayMessage> => c.submit(frame)
 
 type Status = { memory: { used: Record<string, number> }; process: { rss: number } }
 const MiB = 1024 * 1024

@@ -55,7 +55,7 @@ describe('cluster file', () => {
       [{ relays: [...four.slice(0, 3), { ...four[3], pubkey: 'ab' }] }, 'cluster.json: unknown key "pubkey" in relays[3]; did you mean "publicKey"?'],
       [{ relays: four, spaces: { bank: { writer: [] } } }, 'cluster.json: unknown key "writer" in spaces.bank; did you mean "writers"?'],
       [{ relays: four, spaces: { bank: { Readers: [] } } }, 'cluster.json: unknown key "Readers" in spaces.bank; did you mean "readers"?'],
-      [{ relays: four, comment: 'x' }, 'cluster.json: unknown key "comment" at top level; known keys: f, relays, spaces, openSpaces, newSpacesPerKeyPerHour, checkpointRounds'],
+      [{ relays: four, comment: 'x' }, 'cluster.json: unknown key "comment" at top level; known keys: f, relays, spaces, openSpaces, spaceCreators, newSpacesPerKeyPerHour, checkpointRounds'],
     ]
     for (const [raw, message] of cases) {
       let error: unknown

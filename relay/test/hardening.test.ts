@@ -23,12 +23,7 @@ const blob = (who: Identity, space: string, bytes: number) => envelope(who, spac
 const deposit = (who: Identity, space: string, n: number) => envelope(who, space, { updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, ops: [n] }] })
 const withdraw = (who: Identity, space: string, n: number) => envelope(who, space, { safe: [{ atomic: false, updates: [{ key: 'acct', decl: { type: 'counter', bounds: { min: 0 } }, op: -n }] }] })
 
-let nextId = 1
-async function submit(c: TestClient, frame: Uint8Array): Promise<RelayMessage> {
-  const id = nextId++
-  c.send({ type: 'submit', id, envelope: frame })
-  return c.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === id, 30_000)
-}
+const submit = (c: TestClient, frame: Uint8Array): Promise<RelayMessage> => c.submit(frame)
 
 type Head = { index: number; stateHash: string }
 type Status = { sessions: { open: number }; memory: { used: Record<string, number> }; process: { arrayBuffers: number; rss: number }; spaces: number }
@@ -220,11 +215,11 @@ describe('relay hardening (4 relay processes)', () => {
     expect(await submit(w, await deposit(writer, 'private', 4))).toMatchObject({ type: 'accepted' })
     const outsider = await TestClient.connect(api(2), stranger)
     outsider.send({ type: 'subscribe', space: 'private', fromIndex: 0 })
-    expect(await outsider.next((m) => m.type === 'error')).toMatchObject({ reason: 'unauthorized' })
+    expect(await outsider.next((m) => m.type === 'unreadable')).toMatchObject({ space: 'private' })
     const allowed = await TestClient.connect(api(2), reader)
     allowed.send({ type: 'subscribe', space: 'private', fromIndex: 0 })
     await allowed.next((m) => m.type === 'commit')
-    expect(allowed.messages.some((m) => m.type === 'error')).toBe(false)
+    expect(allowed.messages.some((m) => m.type === 'error' || m.type === 'unreadable')).toBe(false)
     for (const c of [w, outsider, allowed]) c.close()
 
     const url = `http://${api(2)}/v1/spaces/private/head`

@@ -23,10 +23,12 @@ import { Wire, type WireWorld } from './wire.ts'
 export interface SimClusterOptions {
   /** Relays in the committee (N = 3f+1). Default 4. */
   readonly relays?: number
-  /** Spaces with a policy: writer and reader public keys. */
-  readonly spaces?: Readonly<Record<string, { readonly writers?: readonly Uint8Array[]; readonly readers?: readonly Uint8Array[] }>>
+  /** Spaces the cluster file lists: writer, reader and admin public keys (see the relay's SpacePolicy). */
+  readonly spaces?: Readonly<Record<string, { readonly writers?: readonly Uint8Array[]; readonly readers?: readonly Uint8Array[]; readonly admins?: readonly Uint8Array[] }>>
   /** Whether spaces not listed exist, open to every signed author. Default true. */
   readonly openSpaces?: boolean
+  /** Public keys that may create spaces at runtime when openSpaces is false. */
+  readonly spaceCreators?: readonly Uint8Array[]
   /** Seeds the network delays (1-3 ms). Default 1. */
   readonly seed?: number
   /** More RelayNode options for every relay (snapshot pace, retention, ...). */
@@ -111,9 +113,12 @@ export class SimCluster {
     this.config = {
       f: this.f,
       relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: publicKeyOfSync(s), mesh: '/memory/sim', api: `relay${i}.sim` })),
-      spaces: new Map(Object.entries(options.spaces ?? {}).map(([name, p]): [string, SpacePolicy] => [name, { ...(p.writers ? { writers: p.writers } : {}), ...(p.readers ? { readers: p.readers } : {}) }])),
+      spaces: new Map(
+        Object.entries(options.spaces ?? {}).map(([name, p]): [string, SpacePolicy] => [name, { ...(p.writers ? { writers: p.writers } : {}), ...(p.readers ? { readers: p.readers } : {}), ...(p.admins ? { admins: p.admins } : {}) }]),
+      ),
       openSpaces: options.openSpaces ?? true,
       newSpacesPerKeyPerHour: 10_000,
+      spaceCreators: options.spaceCreators ?? [],
       checkpointRounds: 1000,
     }
     this.wires = {

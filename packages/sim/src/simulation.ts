@@ -262,6 +262,7 @@ class Simulation {
       spaces: new Map([[SPACE, {}]]),
       openSpaces: false,
       newSpacesPerKeyPerHour: 100,
+      spaceCreators: [],
       // Checkpoints every few GC depths, so relays take them (and a relay left far behind can install one).
       checkpointRounds: this.gcDepth,
     }

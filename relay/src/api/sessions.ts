@@ -287,6 +287,7 @@ class Session implements Subscriber, PresenceWatcher {
   // ---- Subscriber ----
 
   envelope(space: string, frame: Uint8Array, idHex: string): void {
+    if (!this.stillReads(space)) return
     const entry = this.feeds.get(space)
     // Attestations only: this client takes its frames from another relay.
     if (entry?.feed.frames === false) return
@@ -309,9 +310,32 @@ class Session implements Subscriber, PresenceWatcher {
 
   committed(space: string): void {
     const f = this.feeds.get(space)
-    if (!f) return
+    if (!f || !this.stillReads(space)) return
     f.idle = false
     this.pump()
+  }
+
+  /**
+   * Whether this session may still read `space`. A policy change that took
+   * its key off the readers ends its feed, presence and peer listing there
+   * at once, before anything committed after the change is sent, and tells
+   * the client so.
+   */
+  private stillReads(space: string): boolean {
+    if (this.node.reads.canRead(space, this.keyBytes)) return true
+    if (!this.feeds.has(space)) return false
+    this.leave(space)
+    this.send({ type: 'unreadable', space, detail: `key ${this.key} may no longer read space ${space}` })
+    return false
+  }
+
+  /** Stops following `space`: its feed, presence and peer listing. */
+  private leave(space: string): void {
+    // A commit half sent stays half sent: the client drops it with the subscription.
+    this.feeds.get(space)?.unsubscribe()
+    this.feeds.delete(space)
+    this.sessions.directory.withdraw(space, this)
+    this.sessions.presence.unwatch(space, this)
   }
 
   // ---- the commit feeds ----
@@ -390,7 +414,10 @@ class Session implements Subscriber, PresenceWatcher {
       case 'hello':
         return this.hello(message)
       case 'subscribe': {
-        if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}`))
+        if (!this.node.reads.canRead(message.space, this.keyBytes)) {
+          this.leave(message.space)
+          return this.send({ type: 'unreadable', space: message.space, detail: `key ${this.key} may not read space ${message.space}` })
+        }
         const had = this.feeds.get(message.space)
         if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
         had?.unsubscribe()
@@ -415,12 +442,7 @@ class Session implements Subscriber, PresenceWatcher {
         return
       }
       case 'unsubscribe':
-        // A commit half sent stays half sent: the client drops it with the subscription.
-        this.feeds.get(message.space)?.unsubscribe()
-        this.feeds.delete(message.space)
-        this.sessions.directory.withdraw(message.space, this)
-        this.sessions.presence.unwatch(message.space, this)
-        return
+        return this.leave(message.space)
       case 'presence':
         if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}, so it cannot be present there`))
         try {

@@ -27,11 +27,19 @@ export interface RelayEntry {
   readonly peers?: string
 }
 
+/**
+ * A space the cluster file lists, with who may write and read it until the
+ * space has a policy of its own (see the relay README's security model):
+ * once one of `admins` creates it, the space's policy decides and these
+ * lists no longer do.
+ */
 export interface SpacePolicy {
   /** Author public keys allowed to write; absent means every signed author may. */
   readonly writers?: readonly Uint8Array[]
   /** Session keys allowed to read (writers may read too); absent means anyone may read. */
   readonly readers?: readonly Uint8Array[]
+  /** Author public keys that may create the space's own policy (client.createSpace); absent: nobody, the lists above stay in force. */
+  readonly admins?: readonly Uint8Array[]
 }
 
 /**
@@ -51,6 +59,12 @@ export interface ClusterConfig {
   /** With `openSpaces`: how many new spaces one client key may create per hour. Default 100. */
   readonly newSpacesPerKeyPerHour: number
   /**
+   * Author public keys that may create spaces at runtime (each with its own
+   * policy, see client.createSpace) in a cluster without `openSpaces`.
+   * Default none.
+   */
+  readonly spaceCreators: readonly Uint8Array[]
+  /**
    * Relays take a checkpoint (which a relay far behind starts again from)
    * at the first commit of every this many consensus rounds. Default 1,000.
    */
@@ -67,7 +81,7 @@ export function committeeOf(c: ClusterConfig): Committee {
 /**
  * Reads and checks a cluster file:
  * `{ "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
- *   "spaces": { "bank": { "writers": [hex], "readers": [hex] } }, "openSpaces": false, "newSpacesPerKeyPerHour": 100, "checkpointRounds": 1000 }`
+ *   "spaces": { "bank": { "writers": [hex], "readers": [hex], "admins": [hex] } }, "openSpaces": false, "spaceCreators": [hex], "newSpacesPerKeyPerHour": 100, "checkpointRounds": 1000 }`
  *
  * @throws {@link ConfigError} if the file cannot be read or parsed, or fails {@link parseCluster}'s checks.
  */
@@ -202,8 +216,9 @@ const policySchema = z.strictObject(
   {
     writers: keyList.optional(),
     readers: keyList.optional(),
+    admins: keyList.optional(),
   },
-  { error: 'must be an object, e.g. { "writers": [hex], "readers": [hex] } or {}' },
+  { error: 'must be an object, e.g. { "writers": [hex], "readers": [hex], "admins": [hex] } or {}' },
 )
 
 const clusterSchema = z.strictObject(
@@ -212,6 +227,7 @@ const clusterSchema = z.strictObject(
     relays: z.array(relaySchema, { error: 'must be a non-empty array' }).min(1, { error: 'must be a non-empty array' }),
     spaces: z.record(z.string(), policySchema, { error: 'must be an object' }).optional(),
     openSpaces: z.boolean({ error: 'must be true or false' }).optional(),
+    spaceCreators: keyList.optional(),
     newSpacesPerKeyPerHour: z
       .number({ error: 'must be a non-negative integer' })
       .int({ error: 'must be a non-negative integer' })
@@ -322,7 +338,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
   if (committeeProblem) fail(committeeProblem)
   const spaces = new Map<string, SpacePolicy>()
   for (const [name, policy] of Object.entries(obj.spaces ?? {})) {
-    spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}) })
+    spaces.set(name, { ...(policy.writers ? { writers: policy.writers } : {}), ...(policy.readers ? { readers: policy.readers } : {}), ...(policy.admins ? { admins: policy.admins } : {}) })
   }
   return {
     f,
@@ -330,6 +346,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
     spaces,
     openSpaces: obj.openSpaces ?? false,
     newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR,
+    spaceCreators: obj.spaceCreators ?? [],
     checkpointRounds: obj.checkpointRounds ?? DEFAULT_CHECKPOINT_ROUNDS,
   }
 }
@@ -340,10 +357,15 @@ export function clusterToJson(c: ClusterConfig): unknown {
     f: c.f,
     relays: c.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), mesh: r.mesh, api: r.api, ...(r.peers ? { peers: r.peers } : {}) })),
     spaces: Object.fromEntries(
-      [...c.spaces].map(([name, p]) => [name, { ...(p.writers ? { writers: p.writers.map(toHex) } : {}), ...(p.readers ? { readers: p.readers.map(toHex) } : {}) }]),
+      [...c.spaces].map(([name, p]) => [
+        name,
+        { ...(p.writers ? { writers: p.writers.map(toHex) } : {}), ...(p.readers ? { readers: p.readers.map(toHex) } : {}), ...(p.admins ? { admins: p.admins.map(toHex) } : {}) },
+      ]),
     ),
     openSpaces: c.openSpaces,
     newSpacesPerKeyPerHour: c.newSpacesPerKeyPerHour,
+    // Only when set: a file without it reads back, and pins, as before.
+    ...(c.spaceCreators.length ? { spaceCreators: c.spaceCreators.map(toHex) } : {}),
     checkpointRounds: c.checkpointRounds,
   }
 }

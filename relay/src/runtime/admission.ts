@@ -1,5 +1,4 @@
-import { SteadError, asSigned, authorIdOf, decode, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type StableAudit } from '@stead/core'
-import { nodeCrypto } from '@stead/core/node'
+import { SteadError, asSigned, decode, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
 import type { MemoryBudget } from './budget.ts'
 import type { ClusterConfig } from '../process/config.ts'
 import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
@@ -30,6 +29,8 @@ export interface AdmissionHost {
   readonly maxClockAheadMs: number
   /** The space's replica, if this relay holds one: what an envelope is judged against at the door. */
   replicaOf(space: string): StableAudit | undefined
+  /** The space's policy without loading its replica (see SpaceTable.policyOf). */
+  policyOf(space: string): SpacePolicy | null | undefined
 }
 
 /** What the door says of an envelope: see Admission.door. */
@@ -90,8 +91,8 @@ export class Admission {
     if (!budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${budget.used()} of its ${budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
-    this.access.checkWriter(env)
     const replica = this.host.replicaOf(env.space)
+    this.access.checkWriter(env, replica)
     const decided = replica?.decided(env)
     if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
     checkClockAtDoor(replica, env)
@@ -99,23 +100,19 @@ export class Admission {
     return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env.authorId, origin) }
   }
 
-  /**
-   * The cluster's space policy as the audit's application validator: a
-   * Byzantine relay can put anything in its blocks, so the check that
-   * the door makes must hold in the stable order too. Every relay must run
-   * the same cluster file, or their audits differ.
-   */
+  /** The cluster file's rules as the audit's validator while `space` has no policy of its own (see SpaceAccess.authorizeFor). */
   authorizeFor(space: string): Authorize | undefined {
-    // (Spaces a closed cluster does not list get no replica at all: see Ledger.audit.)
-    const policy = this.host.cluster.spaces.get(space)
-    if (!policy?.writers) return undefined
-    const allowed = new Set(policy.writers.map((w) => authorIdOf(nodeCrypto, w)))
-    return (author) => (allowed.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not write to ${space}` })
+    return this.access.authorizeFor(space)
   }
 
-  /** Whether the cluster serves `space` at all: a closed cluster only the spaces its file lists. */
-  serves(space: string): boolean {
-    return this.host.cluster.openSpaces || this.host.cluster.spaces.has(space)
+  /** Whether the cluster serves `space` (see SpaceAccess.serves): a relay with no replica of it yet creates one only then. */
+  serves(space: string, env?: Envelope): boolean {
+    return this.host.replicaOf(space) !== undefined || this.access.serves(space, env)
+  }
+
+  /** Whether a session that proved `key` (undefined: none) may read `space` now (see SpaceAccess.canRead). */
+  canRead(space: string, key: Uint8Array | undefined): boolean {
+    return this.access.canRead(space, key, this.host.policyOf(space) ?? undefined)
   }
 
   /** The consensus core's view of a payload frame: its envelope's slot and size, or why it is refused. */

@@ -97,7 +97,7 @@ export class ClientReads {
    * those keys and the writers; all others by anyone.
    */
   canRead(space: string, key: Uint8Array | undefined): boolean {
-    return this.o.admission.access.canRead(space, key)
+    return this.o.admission.canRead(space, key)
   }
 
   /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */

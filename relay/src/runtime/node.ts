@@ -195,6 +195,7 @@ export class RelayNode {
       budget: this.budget,
       maxClockAheadMs: options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS,
       replicaOf: (space) => this.ledger.spaces.read(space),
+      policyOf: (space) => this.ledger.spaces.policyOf(space),
     })
     this.ledger = new Ledger({
       crypto: this.crypto,

@@ -1,48 +1,143 @@
-import { SteadError, toHex, type Envelope, type HostClock } from '@stead/core'
+import { POLICY_KEY, SteadError, authorIdOf, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
 
 const HOUR_MS = 3_600_000
 /** Keys, addresses and spaces being started that the quota remembers at most. */
 const MAX_REMEMBERED = 100_000
 
+/** The keys of the objects an envelope updates, regular and safe. */
+function keysOf(env: Envelope): Set<string> {
+  return new Set([...env.updates.map((u) => u.key), ...env.safe.flatMap((g) => g.updates.map((u) => u.key))])
+}
+
+/** Whether the envelope creates a space's policy (an init of $policy). */
+function createsPolicy(env: Envelope): boolean {
+  return env.safe.some((g) => g.updates.some((u) => u.key === POLICY_KEY && Array.isArray(u.op) && u.op[0] === 'i'))
+}
+
 /**
- * Who may write and read which space, as the cluster file says, and the
- * quota on starting spaces of an open cluster (each space costs every
- * relay a replica): one key may start `newSpacesPerKeyPerHour` an hour,
- * one address ten times that. Every correct relay applies the same rules.
+ * Who may write and read which space, and the quota on starting spaces of
+ * an open cluster (each space costs every relay a replica): one key may
+ * start `newSpacesPerKeyPerHour` an hour, one address ten times that.
+ *
+ * A space with a policy of its own (its `$policy` object, ordered and
+ * audited like any update) follows it alone. Before it has one, the
+ * cluster file decides: a space it lists follows its writers and readers,
+ * and its `admins` may create its policy; an unlisted space exists only in
+ * an open cluster (anyone writes) or once one of the file's
+ * `spaceCreators` created its policy. Every correct relay applies the same
+ * rules; the audit applies them again in the stable order (`authorizeFor`
+ * and the policy itself), since a Byzantine relay's blocks skip the door.
  */
 export class SpaceAccess {
   private readonly cluster: ClusterConfig
   private readonly clock: HostClock
+  private readonly creators: ReadonlySet<string>
   /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
   private readonly creating = new Map<string, number>()
-  /** Space → hex keys that may read it (readers and writers), for spaces with readers; built on first use. */
-  private readonly readerKeys = new Map<string, ReadonlySet<string>>()
+  /** Space → author ids the file lets write, read or create its policy; built on first use. */
+  private readonly fileIds = new Map<string, { writers?: ReadonlySet<string>; readers?: ReadonlySet<string>; admins: ReadonlySet<string> }>()
   /** Key or address → times it started a new space within the last hour. */
   private readonly starts = new Map<string, number[]>()
 
   constructor(cluster: ClusterConfig, clock: HostClock) {
     this.cluster = cluster
     this.clock = clock
+    this.creators = ids(cluster.spaceCreators)
   }
 
-  /** Throws SteadError 'unauthorized' unless `env`'s author may write to its space. */
-  checkWriter(env: Envelope): void {
-    const policy = this.cluster.spaces.get(env.space)
-    if (!policy && !this.cluster.openSpaces) throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster only serves the spaces in its config`)
-    if (policy?.writers && !policy.writers.some((w) => toHex(w) === toHex(env.author))) {
-      throw new SteadError('unauthorized', `author ${env.authorId} may not write to space ${env.space}`)
+  /**
+   * Throws SteadError 'unauthorized' unless `env`'s author may make every
+   * update it carries, as far as this relay can tell from `replica` (the
+   * space's, if it holds one). A space's own policy is applied only where
+   * this relay's stable history holds what the author had seen (its base):
+   * a grant the author saw is then here too, so only an author that is
+   * really refused is turned away; otherwise the audit decides.
+   */
+  checkWriter(env: Envelope, replica: StableAudit | undefined): void {
+    const policy = replica?.policy()
+    const who = env.authorId
+    if (policy) {
+      if (env.base > (replica as StableAudit).stableIndex) return
+      for (const key of keysOf(env)) {
+        if (key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
+          throw new SteadError('unauthorized', `author ${who} may not ${key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${env.space}`)
+        }
+      }
+      return
+    }
+    if (replica === undefined && !this.serves(env.space, env)) {
+      throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster serves the spaces in its config${this.creators.size ? ' and those its space creators create' : ''}`)
+    }
+    const authorize = this.authorizeFor(env.space)
+    if (!authorize) return
+    for (const u of [...env.updates.map((x) => ({ key: x.key, decl: x.decl, op: x.ops[0] })), ...env.safe.flatMap((g) => g.updates)]) {
+      const verdict = authorize(who, u.key, u.decl, u.op as never)
+      if (!verdict.ok) throw new SteadError('unauthorized', verdict.detail)
     }
   }
 
-  /** Whether a session that proved `key` (undefined: none, e.g. plain HTTP) may read `space`: those listed as readers and the writers, or anyone when it lists no readers. */
-  canRead(space: string, key: Uint8Array | undefined): boolean {
-    const policy = this.cluster.spaces.get(space)
-    if (!policy?.readers) return true
-    if (!key) return false
-    let allowed = this.readerKeys.get(space)
-    if (!allowed) this.readerKeys.set(space, (allowed = new Set([...policy.readers, ...(policy.writers ?? [])].map(toHex))))
-    return allowed.has(toHex(key))
+  /**
+   * The file's rules as the audit's validator while a space has no policy
+   * of its own (StableAudit applies it only then): a Byzantine relay can
+   * put anything in its blocks, so the check the door makes must hold in
+   * the stable order too. Every relay must run the same cluster file, or
+   * their audits differ. Undefined: every signed author may write.
+   */
+  authorizeFor(space: string): Authorize | undefined {
+    const file = this.fileRules(space)
+    if (file) {
+      return (author, key) => {
+        if (key === POLICY_KEY) return file.admins.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not create the policy of ${space}: the cluster file does not list it among the space's admins` }
+        return !file.writers || file.writers.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not write to ${space}` }
+      }
+    }
+    if (this.cluster.openSpaces) return undefined
+    // Created at runtime in a closed cluster: nothing but its policy until it has one.
+    return (author, key) => {
+      if (key !== POLICY_KEY) return { ok: false, reason: 'unauthorized', detail: `space ${space} has no policy yet: it takes no writes until one of the cluster's space creators creates it` }
+      return this.creators.has(author) ? { ok: true } : { ok: false, reason: 'unauthorized', detail: `${author} may not create space ${space}: the cluster file does not list it among its space creators` }
+    }
+  }
+
+  /**
+   * Whether the cluster serves `space`, for a relay that holds no replica
+   * of it yet: a space its file lists, any in an open cluster, or one that
+   * `env` creates (its policy, by one of the file's space creators).
+   */
+  serves(space: string, env?: Envelope): boolean {
+    if (this.cluster.openSpaces || this.cluster.spaces.has(space)) return true
+    return env !== undefined && this.creators.has(env.authorId) && createsPolicy(env)
+  }
+
+  /**
+   * Whether a session that proved `key` (undefined: none, e.g. plain HTTP)
+   * may read `space` (`policy`: the space's own, if it has one): as its policy
+   * says once it has one; before, those the file lists as readers and
+   * writers, or anyone when it lists no readers.
+   */
+  canRead(space: string, key: Uint8Array | undefined, policy: SpacePolicy | undefined): boolean {
+    if (policy) return policy.mayRead(key && authorIdOf(nodeCrypto, key))
+    const readers = this.fileRules(space)?.readers
+    if (!readers) return true
+    return key !== undefined && readers.has(authorIdOf(nodeCrypto, key))
+  }
+
+  private fileRules(space: string): { writers?: ReadonlySet<string>; readers?: ReadonlySet<string>; admins: ReadonlySet<string> } | undefined {
+    const file = this.cluster.spaces.get(space)
+    if (!file) return undefined
+    let rules = this.fileIds.get(space)
+    if (!rules) {
+      rules = {
+        ...(file.writers ? { writers: ids(file.writers) } : {}),
+        // Writers read too.
+        ...(file.readers ? { readers: ids([...file.readers, ...(file.writers ?? [])]) } : {}),
+        admins: ids(file.admins ?? []),
+      }
+      this.fileIds.set(space, rules)
+    }
+    return rules
   }
 
   /**
@@ -86,6 +181,9 @@ export class SpaceAccess {
   /** Forgets what it derived (the relay starts over from a checkpoint). */
   clear(): void {
     this.creating.clear()
-    this.readerKeys.clear()
   }
+}
+
+function ids(keys: readonly Uint8Array[]): ReadonlySet<string> {
+  return new Set(keys.map((k) => authorIdOf(nodeCrypto, k)))
 }

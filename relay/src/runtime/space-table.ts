@@ -1,4 +1,4 @@
-import { StableAudit, type Envelope, type ReplicaOptions, type Signed } from '@stead/core'
+import { StableAudit, type Envelope, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
 import type { HostClock, HostTimer } from '@stead/core'
 import { decodeSpaceSnapshot, encodeSpaceSnapshot } from '../store/store.ts'
 
@@ -39,6 +39,8 @@ interface Entry {
   usedAt: number
   /** Kept when the replica leaves memory, so heads are read without loading it. */
   head: SpaceHead | undefined
+  /** The space's policy as of its replica's last use (null: it has none; undefined: not seen since start). */
+  policy: SpacePolicy | null | undefined
 }
 
 /**
@@ -117,7 +119,7 @@ export class SpaceTable {
   forAudit(space: string): StableAudit {
     let replica = this.read(space)
     if (!replica) {
-      this.entries.set(space, { lastAttested: 0, recordBytes: 0, usedAt: this.o.clock.now(), head: undefined })
+      this.entries.set(space, { lastAttested: 0, recordBytes: 0, usedAt: this.o.clock.now(), head: undefined, policy: undefined })
       replica = new StableAudit(this.o.replicaOptions(space))
       this.keep(space, replica)
     }
@@ -129,6 +131,7 @@ export class SpaceTable {
   audited(space: string, replica: StableAudit, round?: number): void {
     const entry = this.entries.get(space) as Entry
     if (round !== undefined) entry.lastAttested = round
+    entry.policy = replica.policy() ?? null
     if (replica.waitingCount > 0) this.parked.add(space)
     else this.parked.delete(space)
   }
@@ -242,7 +245,7 @@ export class SpaceTable {
     for (const r of records) {
       const replica = StableAudit.restore(this.o.replicaOptions(r.space), r.checkpoint, this.o.open)
       const head = { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }
-      this.entries.set(r.space, { lastAttested: r.lastAttested, recordBytes: r.recordBytes, usedAt: this.o.clock.now(), head })
+      this.entries.set(r.space, { lastAttested: r.lastAttested, recordBytes: r.recordBytes, usedAt: this.o.clock.now(), head, policy: replica.policy() ?? null })
       if (replica.waitingCount === 0) continue
       this.keep(r.space, replica)
       this.parked.add(r.space)
@@ -255,7 +258,20 @@ export class SpaceTable {
     this.residentEstimate = 0
   }
 
+  /**
+   * The policy `space` follows at its stable index (see StableAudit.policy),
+   * null when it has none, undefined for a space this relay does not hold;
+   * read without loading its replica, except once after a start.
+   */
+  policyOf(space: string): SpacePolicy | null | undefined {
+    const entry = this.entries.get(space)
+    if (!entry) return undefined
+    if (entry.policy === undefined) this.read(space)
+    return entry.policy
+  }
+
   private keep(space: string, replica: StableAudit): void {
+    ;(this.entries.get(space) as Entry).policy = replica.policy() ?? null
     this.resident.set(space, replica)
     this.residentEstimate += estimate((this.entries.get(space) as Entry).recordBytes)
   }

@@ -62,6 +62,14 @@ export class TestClient {
     this.ws.send(encodeClientMessage(m))
   }
 
+  private nextSubmit = 1
+  /** Submits an envelope frame and waits for the relay's answer to it: `accepted` or `error`. */
+  async submit(frame: Uint8Array, timeoutMs = 30_000): Promise<RelayMessage> {
+    const id = this.nextSubmit++
+    this.send({ type: 'submit', id, envelope: frame })
+    return this.next((m) => (m.type === 'accepted' || m.type === 'error') && m.id === id, timeoutMs)
+  }
+
   raw(bytes: Uint8Array | string): void {
     this.ws.send(bytes)
   }
