@@ -38,6 +38,7 @@ import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
  */
 export const CLIENT_LIES = [
   'lie-attest',
+  'admit-revoked',
   'stale-head',
   'replay-head',
   'inflate-head',
@@ -143,6 +144,7 @@ export class ClientFacingLiar {
       // Every envelope named by id, though none was sent early: the client cannot have them.
       if (this.lies.has('name-unsent')) out = { ...out, envelopes: out.envelopes.map((e) => (e.length === ENVELOPE_REF_BYTES ? e : envelopeId(e))) }
       if (this.lies.has('lie-attest')) out = { ...out, attestation: this.wrongAttestation(m.attestation.bytes) }
+      if (this.lies.has('admit-revoked')) out = { ...out, attestation: this.admitting(out.attestation) }
       return out === m ? [frame] : [encodeRelayMessage(out)]
     }
     // The rest of a commit whose envelopes were dropped would only confuse the lie.
@@ -210,6 +212,25 @@ export class ClientFacingLiar {
     return { bytes: lie, sig: signSync(this.ctx.secretKey, lie) }
   }
 
+  /**
+   * `admit-revoked`: the attestation as a relay would sign it whose audit
+   * lets writers the space's policy refuses through: every unit rejected
+   * as `unauthorized` is stated committed (the attestation as it is when it
+   * has none).
+   */
+  private admitting(signed: { bytes: Uint8Array; sig: Uint8Array }): { bytes: Uint8Array; sig: Uint8Array } {
+    const a = decodeAttestation(signed.bytes)
+    let changed = false
+    const admitted = a.decisions.map((d) => {
+      if (d[1] !== 'committed' || !d[3].some(([, reason]) => reason === 'unauthorized')) return d
+      changed = true
+      return [d[0], d[1], d[2], d[3].filter(([, reason]) => reason !== 'unauthorized'), d[4]] as const
+    })
+    if (!changed) return signed
+    const lie = encodeAttestation({ ...a, decisions: admitted })
+    return { bytes: lie, sig: signSync(this.ctx.secretKey, lie) }
+  }
+
   /** How long to hold an HTTP answer to `route` (a route pattern such as '/v1/spaces/:space/head'). */
   delayOf(route: string | undefined): number {
     return this.lies.has('slow') && route !== undefined && !OPERATOR_ROUTES.has(route) ? SLOW_MS : 0
@@ -255,7 +276,7 @@ type Snapshot = { space: string; relay: number; attestation: string | null; sig?
 const RECENT_FRAMES = 256
 
 /** The lies that decode what the session sends (the others pass frames through unread). */
-const READING_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge']
+const READING_LIES: readonly ClientLie[] = ['lie-attest', 'admit-revoked', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge']
 
 /** An envelope frame's id (the hash of its signed bytes): what a commit names an envelope sent early by. */
 function envelopeId(frame: Uint8Array): Uint8Array {
