@@ -3,6 +3,7 @@ import { nodeCrypto } from '@stead/core/node'
 import { STORE_TABLES, storeRecords, type Kv, type KvKey, type KvTable, type MemoryKv } from '@stead/relay'
 import type { SyncCrypto } from '@stead/relay/consensus'
 import { AttestedOrder } from './attested-order.ts'
+import { PolicyOracle } from './policy-oracle.ts'
 import { trace } from './trace.ts'
 import { Violation } from './violation.ts'
 import { SPACE, type Workload } from './workload.ts'
@@ -104,6 +105,8 @@ export class Checkers {
   private readonly envelopes = new Map<string, Envelope | SteadError>()
   /** What the attested commits lead to, for the SDK clients' checkers. */
   readonly attested = new AttestedOrder()
+  /** The space's policy modelled apart from the audit: every attested verdict must agree with it. */
+  readonly policy = new PolicyOracle()
   /** Committed envelopes by whether the audit verified their clock. */
   readonly clocks = { verified: 0, unverified: 0 }
   /** Relays that started over from a checkpoint, as their stores show it. */
@@ -124,7 +127,7 @@ export class Checkers {
     this.now = now
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
     this.honest = new Set(this.honestIds)
-    this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk].map((e) => [e.idHex, e]))
+    this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk, ...workload.policy].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex] as const)
   }
 
@@ -253,6 +256,7 @@ export class Checkers {
     // G4 and the audit: what the relays attest is what the audit decides (at most one of two twins committed).
     const decided = toHex(encode(result.decisions.filter((d) => d.kind !== 'superseded').map((d) => attestedDecision(d as Exclude<typeof d, { kind: 'superseded' }>))))
     if (decided !== toHex(encode(decisions))) throw new Violation(`relay ${host.id} attested decisions at round ${round} that the audit does not make`)
+    this.policy.check(result.decisions)
     for (const d of result.decisions) {
       if (d.kind === 'committed') {
         this.committed.add(d.env.idHex)

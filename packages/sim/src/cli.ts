@@ -15,7 +15,7 @@ const USAGE = `usage: npm run sim -- [--seeds N | --seed S] [--relays N] [--byza
                      [--crash K] [--steps N] [--clients N] [--envelopes N] [--sdk-clients N]
                      [--client-lie NAME|none] [--loss P] [--no-partition]
                      [--retain-rounds N] [--restart-after MS] [--lose-store] [--long-outage-every K]
-                     [--consensus-checks full|cheap|off]
+                     [--consensus-checks full|cheap|off] [--policy on|off]
 
 Runs real relays (RelayNode: event loop, consensus, audit, store,
 attestations, snapshots, checkpoints) over a seeded simulated network, disk
@@ -39,7 +39,11 @@ beside the relays; Byzantine relays tell them a lie (--client-lie, default
 one per seed; none: honest to clients). After every event each live
 relay's consensus core checks its invariants (--consensus-checks: full,
 the default, walks its DAG too; cheap is what production is meant to
-run; off).
+run; off). An admin changes the space's policy during the run (--policy,
+default on): it makes the workload's clients and the SDK clients writers,
+revokes the Byzantine client and one honest client, gives the latter its
+role back; every verdict the relays attest is checked against a policy
+model kept apart from the audit.
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -53,6 +57,7 @@ const { values } = parseArgs({
     steps: { type: 'string', default: '20000' },
     clients: { type: 'string', default: '3' },
     'sdk-clients': { type: 'string', default: '2' },
+    policy: { type: 'string', default: 'on' },
     'client-lie': { type: 'string' },
     envelopes: { type: 'string', default: '8' },
     loss: { type: 'string', default: '0.02' },
@@ -110,7 +115,7 @@ const totals = { installs: 0, replayed: 0, stepLimit: 0, blames: 0, safe: 0 }
 const started = performance.now()
 for (const seed of seeds) {
   const strategy = strategyArg === 'all' ? (STRATEGIES[seed % STRATEGIES.length] as Strategy) : (strategyArg as Strategy)
-  const workload = await prepareWorkload(seed, int('clients', values.clients), int('envelopes', values.envelopes), byzantine > 0)
+  const workload = await prepareWorkload(seed, int('clients', values.clients), int('envelopes', values.envelopes), byzantine > 0, values.policy !== 'off')
   const every = int('long-outage-every', values['long-outage-every'])
   const longOutage = every > 0 && int('crash', values.crash) > 0 && seed % every === 0
   const t0 = performance.now()
@@ -136,7 +141,7 @@ for (const seed of seeds) {
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}${longOutage ? ' long-outage' : ''}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} policy=${r.policy.changes}/${r.policy.unauthorized} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
   totals.installs += r.checkpointInstalls
   totals.replayed += r.replayedFrames
   totals.stepLimit += r.endedIdle ? 0 : 1
@@ -145,7 +150,7 @@ for (const seed of seeds) {
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
     failed++
-    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']} --long-outage-every ${values['long-outage-every']}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
+    console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']} --long-outage-every ${values['long-outage-every']} --policy ${values.policy}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
   }
 }
 console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s); checkpoint installs ${totals.installs}, replayed frames ${totals.replayed}, runs on the step limit ${totals.stepLimit}, safe updates resolved ${totals.safe}, liars blamed ${totals.blames}`)

@@ -1,10 +1,9 @@
 import { createClient, memoryStorage, SteadError, type ClientStorage, type SafeResult, type Space, type SteadClient } from '@stead/client'
 import { toHex, type Crypto, type HostClock } from '@stead/core'
-import { nodeCrypto } from '@stead/core/node'
 import type { Rng } from './rng.ts'
 import { Violation } from './violation.ts'
 import { Wire, type WireWorld } from './wire.ts'
-import { SPACE } from './workload.ts'
+import { SPACE, sdkClientSecret } from './workload.ts'
 
 /** What the SDK clients need of the run, and what their checkers compare with. */
 export interface ClientWorld extends WireWorld {
@@ -108,7 +107,7 @@ export class SdkClients {
       relays: relayKeys.map((publicKey, i) => ({ id: `r${i}`, publicKey: toHex(publicKey), api: urlOf(i) })),
     }
     for (let id = 0; id < o.count; id++) {
-      const secretKey = nodeCrypto.sha256(new TextEncoder().encode(`sim-sdk-client-${id}`))
+      const secretKey = sdkClientSecret(id)
       this.devices.push({ id, storage: memoryStorage(), secretKey, authorId: undefined, epoch: 0, client: undefined, space: undefined, wires: new Set(), acked: 0, issued: 0, checkedRound: 0 })
     }
   }

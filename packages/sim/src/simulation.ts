@@ -13,7 +13,7 @@ import { TRACE, trace } from './trace.ts'
 import { SdkClients } from './sdk-clients.ts'
 import type { Wire } from './wire.ts'
 import { Rng } from './rng.ts'
-import { SPACE, type Workload } from './workload.ts'
+import { SIM_ADMIN, SPACE, type Workload } from './workload.ts'
 
 export { BYZANTINE_STRATEGIES as STRATEGIES, type ByzantineStrategy as Strategy } from '@stead/relay/consensus'
 
@@ -103,6 +103,8 @@ export interface SimResult {
   readonly honestEnvelopes: number
   /** Envelopes the checker's audit committed, by whether it verified their clock. */
   readonly clocks: { readonly verified: number; readonly unverified: number }
+  /** Policy changes the audit committed, and units it rejected as unauthorized (see PolicyOracle). */
+  readonly policy: { readonly changes: number; readonly unauthorized: number }
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */
@@ -146,6 +148,7 @@ type Event =
   | { kind: 'disk'; node: number; epoch: number; done: () => void }
   | { kind: 'submit'; client: number; index: number; attempt: number }
   | { kind: 'twin'; index: number }
+  | { kind: 'policy'; index: number }
   | { kind: 'junk'; index: number }
   | { kind: 'chaos'; action: () => void | Promise<void> }
   /** Something of the SDK clients' world: a frame on a wire (`toward`: the relay it goes to), a client's timer, an update. */
@@ -259,7 +262,8 @@ class Simulation {
     this.cluster = {
       f,
       relays: keys.map((publicKey, i) => ({ id: `r${i}`, publicKey, mesh: '/memory/sim', api: 'sim:0' })),
-      spaces: new Map([[SPACE, {}]]),
+      // The workload's admin may hand the space over to a policy of its own (Workload.policy).
+      spaces: new Map([[SPACE, { admins: [publicKeyOfSync(nodeCrypto.sha256(new TextEncoder().encode(SIM_ADMIN)))] }]]),
       openSpaces: false,
       newSpacesPerKeyPerHour: 100,
       spaceCreators: [],
@@ -420,6 +424,7 @@ class Simulation {
       committedEnvelopes: Math.min(...correct.map((h) => h.stableIndex)),
       honestEnvelopes: this.checks.honestIds.length,
       clocks: { ...this.checks.clocks },
+      policy: { ...this.checks.policy.seen },
       rejectedMessages: [...rejected.values()].reduce((a, b) => a + b, 0),
       rejectedReasons: Object.fromEntries([...rejected].sort()),
       snapshots,
@@ -643,6 +648,9 @@ class Simulation {
     // Timed by their own generator: the rest of the run's schedule is the same with or without them.
     const junkRng = new Rng(this.options.seed ^ 0x6a6e6b)
     this.workload.junk.forEach((_, i) => this.queue.push(Math.min(this.duration * 0.6, junkRng.exp(gap) * (i + 1) * 5), { kind: 'junk', index: i }))
+    // The admin's policy changes, spread over the same 60%, in order: the first before most updates.
+    const changes = this.workload.policy.length
+    this.workload.policy.forEach((_, i) => this.queue.push(this.duration * 0.6 * ((i + 0.1) / changes), { kind: 'policy', index: i }))
   }
 
   // ---- events ----
@@ -683,6 +691,13 @@ class Simulation {
       case 'junk':
         this.deliverEnvelope(ev.index % this.options.relays, this.workload.junk[ev.index] as Envelope)
         return
+      case 'policy': {
+        // To two relays: one may be down, and a lost change would leave the rest waiting on its gap.
+        const env = this.workload.policy[ev.index] as Envelope
+        this.deliverEnvelope(ev.index % this.options.relays, env)
+        this.deliverEnvelope((ev.index + 1) % this.options.relays, env)
+        return
+      }
       case 'twin': {
         // The Byzantine client sends each twin to a different relay.
         const [a, b] = this.workload.twins[ev.index] as [Envelope, Envelope]

@@ -1,4 +1,4 @@
-import { MAX_STAMP_JUMP, asGeneric, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type SafeGroup } from '@stead/core'
+import { MAX_STAMP_JUMP, POLICY_KEY, asGeneric, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type PolicyOp, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -61,9 +61,25 @@ export interface Workload {
   readonly twins: ReadonlyArray<readonly [Envelope, Envelope]>
   /** The Byzantine client's malformed document edits (envelopes that parse, with ops no honest client makes). */
   readonly junk: readonly Envelope[]
+  /**
+   * An admin's policy changes, in sequence order (empty without `policy`):
+   * it creates the space's policy (the honest clients, the Byzantine one and
+   * the SDK clients writers), revokes the Byzantine client, revokes honest
+   * client 2 and later gives it its role back, then lets everyone read.
+   */
+  readonly policy: readonly Envelope[]
 }
 
-async function identity(label: string) {
+/** The secret key of the simulator's SDK client `id`. */
+export function sdkClientSecret(id: number): Uint8Array {
+  return nodeCrypto.sha256(new TextEncoder().encode(`sim-sdk-client-${id}`))
+}
+
+/** SDK clients the policy names as writers: more than any run starts. */
+const SDK_WRITERS = 8
+
+/** The key pair a label names in the simulator (`sha256(label)` as the secret key). */
+export async function identity(label: string) {
   const secretKey = nodeCrypto.sha256(new TextEncoder().encode(label))
   return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
 }
@@ -100,7 +116,7 @@ function randomParts(rng: Rng, user: number, seq: number, docs: Documents): { up
 }
 
 /** Signs every client envelope of a run up front: the event loop itself stays synchronous. */
-export async function prepareWorkload(seed: number, clients: number, perClient: number, byzantineClient: boolean): Promise<Workload> {
+export async function prepareWorkload(seed: number, clients: number, perClient: number, byzantineClient: boolean, policy = false): Promise<Workload> {
   const rng = new Rng(seed ^ 0x5eed)
   const docs = new Documents()
   const honest: Envelope[][] = []
@@ -152,5 +168,25 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
       junk.push(await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq: seq0 + 1 + i, clock: clockInit(), deps: [], updates: [u], safe: [] }))
     }
   }
-  return { honest, twins, junk }
+  return { honest, twins, junk, policy: policy ? await policyChanges(ids.map((k) => k.publicKey), (await identity('sim-byzantine-client')).publicKey) : [] }
+}
+
+/** The label of the key that administers the simulated space: the cluster file lists it among the space's admins. */
+export const SIM_ADMIN = 'sim-admin'
+
+async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Array): Promise<Envelope[]> {
+  const admin = await identity(SIM_ADMIN)
+  const id = (key: Uint8Array): string => authorIdOf(nodeCrypto, key)
+  const sdk = await Promise.all(Array.from({ length: SDK_WRITERS }, (_, i) => nodeCrypto.publicKeyOf(sdkClientSecret(i))))
+  const writers = [...clients, byzantine, ...sdk].map((k): [string, 'writer'] => [id(k), 'writer'])
+  const victim = clients[2] ?? clients[0]
+  const ops: PolicyOp[] = [['i', [[id(admin.publicKey), 'admin'], ...writers], 'none'], ['r', id(byzantine), null]]
+  if (victim) ops.push(['r', id(victim), null], ['r', id(victim), 'writer'])
+  ops.push(['e', 'reader'])
+  const out: Envelope[] = []
+  for (const [i, op] of ops.entries()) {
+    const { base, clock } = composeClock(id(admin.publicKey), out.at(-1), [], 0, () => 0)
+    out.push(await sealEnvelope(nodeCrypto, admin, { space: SPACE, seq: i + 1, base, clock, deps: [], updates: [], safe: [{ atomic: false, updates: [{ key: POLICY_KEY, decl: { type: 'policy' }, op }] }] }))
+  }
+  return out
 }

@@ -21,6 +21,23 @@ describe('deterministic simulation', () => {
     expect(b).toEqual(a)
   })
 
+  it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run)", async () => {
+    let unauthorized = 0
+    for (const [relays, byzantine, seed] of [
+      [4, 1, 1],
+      [4, 1, 3],
+      [7, 2, 5],
+    ] as const) {
+      const o: SimOptions = { relays, byzantine, strategy: 'equivocate', crash: 1, steps: 12000, partition: true, loss: 0.02, sdkClients: 2, seed }
+      const r = await runSimulation(o, await prepareWorkload(seed, 3, 6, true, true))
+      expect(r.violation).toBeUndefined()
+      // Creation, the Byzantine client's revocation, an honest client's revocation and its return, everyone reads.
+      expect(r.policy.changes).toBe(5)
+      unauthorized += r.policy.unauthorized
+    }
+    expect(unauthorized).toBeGreaterThan(0)
+  }, 120_000)
+
   it('commits everything with no faults', async () => {
     const r = await run({ seed: 1, partition: false, loss: 0 })
     expect(r.violation).toBeUndefined()

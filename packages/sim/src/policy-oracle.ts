@@ -1,0 +1,77 @@
+import { POLICY_KEY, envelopeUnits, type CommitResult, type PolicyOp } from '@stead/core'
+import { Violation } from './violation.ts'
+
+type Role = 'admin' | 'writer' | 'reader'
+
+/**
+ * A space's policy modelled apart from the audit, fed the attested order:
+ * every unit the audit committed was allowed by the policy in force at its
+ * position, and every unit it rejected as `unauthorized` was not. Its rules
+ * are the ones the relay README states, written again here in a few lines,
+ * so a slip in the audit's policy code shows as a violation instead of
+ * being agreed on by every replica alike.
+ */
+export class PolicyOracle {
+  private roles: Map<string, Role> | undefined
+  private everyone: 'none' | 'reader' | 'writer' = 'none'
+  /** Units the audit rejected as unauthorized, and units of policy changes it committed. */
+  readonly seen = { unauthorized: 0, changes: 0 }
+
+  check(decisions: CommitResult['decisions']): void {
+    for (const d of decisions) {
+      if (d.kind !== 'committed') continue
+      const outcome = new Map(d.units.map((u) => [u.unit, u]))
+      for (const unit of envelopeUnits(d.env)) {
+        const items = unit.kind === 'op' ? [unit] : unit.items
+        const verdict = outcome.get(unit.unit)
+        if (verdict?.status === 'committed') {
+          for (const item of items) {
+            if (!this.allows(d.env.authorId, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
+            if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp)
+          }
+        } else if (verdict?.status === 'rejected' && verdict.reason === 'unauthorized') {
+          this.seen.unauthorized++
+          // Items apply in order: a group is refused at the first item its author may not make.
+          const shadow = this.copy()
+          let refused = false
+          for (const item of items) {
+            if (!shadow.allows(d.env.authorId, item.key, item.op as PolicyOp)) {
+              refused = true
+              break
+            }
+            if (item.key === POLICY_KEY) shadow.apply(item.op as PolicyOp)
+          }
+          if (!refused) throw new Violation(`the audit rejected ${d.env.authorId}'s envelope ${d.env.idHex.slice(0, 8)} as unauthorized, which the policy in force allows`)
+        }
+      }
+    }
+  }
+
+  private allows(author: string, key: string, op: PolicyOp): boolean {
+    const roles = this.roles
+    if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
+    if (key === POLICY_KEY) return roles.get(author) === 'admin' && op[0] !== 'i'
+    const role = roles.get(author)
+    return role === 'admin' || role === 'writer' || this.everyone === 'writer'
+  }
+
+  private apply(op: PolicyOp): void {
+    this.seen.changes++
+    if (op[0] === 'i') {
+      this.roles = new Map(op[1])
+      this.everyone = op[2]
+    } else if (op[0] === 'r') {
+      if (op[2] === null) this.roles?.delete(op[1])
+      else this.roles?.set(op[1], op[2])
+    } else if (op[0] === 'e') {
+      this.everyone = op[1]
+    }
+  }
+
+  private copy(): PolicyOracle {
+    const c = new PolicyOracle()
+    c.roles = this.roles && new Map(this.roles)
+    c.everyone = this.everyone
+    return c
+  }
+}
