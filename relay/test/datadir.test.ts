@@ -126,9 +126,13 @@ describe('data dir', () => {
     openDataDir(dir, committee, policy(false, [writer])).release()
     expect(JSON.parse(readFileSync(join(dir, META_FILE), 'utf8')).policy).toBe(policy(false, [writer]))
     openDataDir(dir, committee, policy(false, [writer])).release()
-    for (const changed of [policy(true, [writer]), policy(false), policy(false, [generateIdentity().publicKey])]) {
+    const admins = policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer], admins: [writer] }]]) })
+    const creators = policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer] }]]), spaceCreators: [writer] })
+    for (const changed of [policy(true, [writer]), policy(false), policy(false, [generateIdentity().publicKey]), admins, creators]) {
       expect(refusal(() => openDataDir(dir, committee, changed)).message).toMatch(/audited under other space policies.*not supported yet/)
     }
+    // A file that names no admins nor space creators keeps the fingerprint it had before they existed.
+    expect(policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer], admins: [] }]]), spaceCreators: [] })).toBe(policy(false, [writer]))
   })
 
   it('gives a dir without a store to the cluster that opens it', () => {

@@ -215,18 +215,28 @@ function acquire(dir: string, real: string, lockPath: string): string {
 
 /**
  * The part of a cluster file the audit depends on, as a fingerprint: which
- * spaces exist and who may write them. The stable state a store holds was
- * audited under it, and a restart re-audits the history, so a relay whose
- * file changed it would diverge from its own attestations and its peers.
+ * spaces exist, who may write them, who may create their policies and
+ * spaces at runtime. The stable state a store holds was audited under it,
+ * and a restart re-audits the history, so a relay whose file changed it
+ * would diverge from its own attestations and its peers. Admins and space
+ * creators count only when a file names some: a file without them keeps
+ * the fingerprint it had before they existed.
  */
-export function policyFingerprint(c: { readonly openSpaces: boolean; readonly spaces: ReadonlyMap<string, { readonly writers?: readonly Uint8Array[] }> }): string {
+export function policyFingerprint(c: {
+  readonly openSpaces: boolean
+  readonly spaces: ReadonlyMap<string, { readonly writers?: readonly Uint8Array[]; readonly admins?: readonly Uint8Array[] }>
+  readonly spaceCreators?: readonly Uint8Array[]
+}): string {
+  const hexes = (keys: readonly Uint8Array[]): string => [...keys].map((w) => Buffer.from(w).toString('hex')).sort().join(',')
   const h = createHash('sha256').update(`stead/policy/v1\0${c.openSpaces ? 'open' : 'closed'}\0`)
   for (const name of [...c.spaces.keys()].sort()) {
     h.update(`${name}\0`)
-    const writers = c.spaces.get(name)?.writers
-    h.update(writers ? [...writers].map((w) => Buffer.from(w).toString('hex')).sort().join(',') : '*')
+    const { writers, admins } = c.spaces.get(name) ?? {}
+    h.update(writers ? hexes(writers) : '*')
+    if (admins?.length) h.update(`\0admins:${hexes(admins)}`)
     h.update('\0')
   }
+  if (c.spaceCreators?.length) h.update(`creators:${hexes(c.spaceCreators)}\0`)
   return h.digest('hex')
 }
 
@@ -262,7 +272,7 @@ function checkMeta(dir: string, real: string, fingerprint: string, policy: strin
   }
   if (policy !== undefined && meta.policy !== undefined && meta.policy !== policy) {
     throw new ConfigError(
-      `data dir ${dir} was audited under other space policies (openSpaces or a space's writers differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing policies of a running cluster is not supported yet: restore the previous cluster file, or start every relay with an empty data dir`,
+      `data dir ${dir} was audited under other space policies (openSpaces, spaceCreators, or a space's writers or admins differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing policies of a running cluster is not supported yet: restore the previous cluster file, or start every relay with an empty data dir`,
     )
   }
   if (policy !== undefined && meta.policy === undefined) {
