@@ -1,4 +1,4 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import type { Deferred } from './space/drafts.ts'
@@ -10,6 +10,7 @@ import { NO_NEWS } from './upstream/outbox.ts'
 import { ClientRecords, type AuthorState, type Restored } from './upstream/persist.ts'
 import { RelaySessions } from './transport/sessions.ts'
 import { Space, type Upstream } from './space/space.ts'
+import { initOp, type SpacePolicyInit } from './handles/members-handle.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { LeaderLink, LeaderLock, TabHub, TabUpstream, decidedMeanwhile, newTabId, type TabPlatform } from './upstream/tabs.ts'
 import type { SocketFactory } from './transport/transport.ts'
@@ -57,6 +58,8 @@ interface ClientInit {
   /** The cluster the app pinned in its options, parsed. */
   cluster: ClusterDescriptor | undefined
   authorId: string
+  /** The identity's Ed25519 public key, hex. */
+  publicKey: string
   tabs?: Tabs
 }
 
@@ -76,6 +79,23 @@ export class SteadClient {
    * rights are held under. The same in every tab sharing the client.
    */
   readonly authorId: string
+  /**
+   * Who this client is in a space's policy (see "Members and permissions"
+   * in the README): the user id `createSpace` and `space.members.grant`
+   * take, the same as {@link SteadClient.authorId}. Hand it to an admin of
+   * a space to be given a role there. It is the identity's, so it is the
+   * same on every device that uses the same `identity` secret key, and in
+   * every tab sharing the client.
+   */
+  readonly userId: string
+  /**
+   * This client's Ed25519 public key, as 64 hex characters: what it signs
+   * its updates and relay sessions with. Its user id is derived from it
+   * (the first 12 bytes of its SHA-256, base64url); policies name user
+   * ids, not keys. A cluster file's static `writers`/`readers` lists name
+   * keys.
+   */
+  readonly publicKey: string
   /** Spaces open or opening, by name. */
   private readonly spaces = new Map<string, Promise<Space>>()
   private readonly opened = new Map<string, Space>()
@@ -100,6 +120,8 @@ export class SteadClient {
   constructor(init: ClientInit) {
     this.init = init
     this.authorId = init.authorId
+    this.userId = init.authorId
+    this.publicKey = init.publicKey
   }
 
   /** @internal Takes the lead: the storage, identity and cluster it opened, and relay sessions started over them. */
@@ -133,6 +155,7 @@ export class SteadClient {
     if (tabs) {
       tabs.hub = new TabHub(tabs.platform.channel(channelName(tabs.platform)), {
         authorId: this.authorId,
+        publicKey: this.publicKey,
         status: () => sessions.statusFor(this.closed),
         openForTabs: async (name) => {
           // While this tab takes the lead, its spaces move to the relays one by one: answer once they all did.
@@ -187,6 +210,37 @@ export class SteadClient {
   space(name: string): Promise<Space> {
     if (typeof name === 'string') this.appSpaces.add(name)
     return this.openShared(name)
+  }
+
+  /**
+   * Opens a space (as {@link SteadClient.space}) and gives it a policy: who
+   * administers, writes and reads it, by user id (`client.userId`), and what
+   * anybody else may do. This client is always an admin. The policy is
+   * created by a safe update, ordered and audited like any other: the
+   * promise resolves with the space once it committed. From then on every
+   * replica checks each update against the policy in force at its place in
+   * the stable order; change it with `space.members`.
+   *
+   * A space gets a policy once: the first creation the stable order
+   * commits wins, and any later one (from any client) is rejected with
+   * `malformed`. A space already in use without a policy can be given one;
+   * what was written before stands.
+   *
+   * @param name The space (see {@link SteadClient.space}).
+   * @param policy `admins`, `writers`, `readers` (arrays of user ids) and `everyone` (`'none'`, the default, `'reader'` or `'writer'`).
+   * @throws SteadError `malformed` up front for a bad name, user id, role or `everyone`, a user named twice, or this client listed in another role than admin; if the stable order rejects the creation, a SteadError with its reason (`malformed` when the space has a policy already, `unauthorized` when the cluster file does not let this client write the space); `timeout` after the client's `safeTimeoutMs` (the creation may still commit); {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const board = await client.createSpace('board:42', { writers: [bobUserId], everyone: 'reader' })
+   * console.log(board.members.myRole)  // 'admin'
+   * ```
+   */
+  async createSpace(name: string, policy?: SpacePolicyInit): Promise<Space> {
+    const op = initOp(this.userId, policy)
+    const space = await this.space(name)
+    const r = await space.members.create(op)
+    if (r.status === 'rejected') throw new SteadError(r.reason, `space ${name} could not be given a policy: ${r.detail}`)
+    return space
   }
 
   private openShared(name: string): Promise<Space> {
@@ -500,7 +554,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
   if (!shared) {
     const storage = options.storage === undefined ? await platform.storage() : checkStorage(await options.storage)
     const opened = await openLeadStorage(options, given, crypto, storage)
-    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey) })
+    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), publicKey: toHex(opened.identity.publicKey) })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     return client
   }
@@ -513,7 +567,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
     error: (err) => events.client?.emitError(err),
   })
   const lead = tabs.lock.queue(tabs.stopWaiting.signal)
-  const first = await Promise.race([link.hello().then((w) => ({ authorId: w.authorId })), lead.then((won) => ({ won }))])
+  const first = await Promise.race([link.hello(), lead.then((won) => ({ won }))])
   if ('won' in first) {
     link.close(true)
     if (first.won) return leadTabs(options, given, platform, crypto, tabs)
@@ -527,7 +581,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
       throw new SteadError('conflict', 'another tab of this app leads with another identity on the same storage; tabs sharing a storage share its identity')
     }
   }
-  const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: first.authorId, tabs })
+  const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: first.authorId, publicKey: first.publicKey, tabs })
   events.client = client
   client.startFollowing(link, lead)
   return client
@@ -536,7 +590,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
 async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undefined, platform: PlatformDefaults, crypto: Crypto, tabs: Tabs): Promise<SteadClient> {
   try {
     const opened = await openLeadStorage(options, given, crypto, await tabs.platform.storage())
-    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), tabs })
+    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), publicKey: toHex(opened.identity.publicKey), tabs })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     tabs.hub?.announce()
     return client

@@ -7,11 +7,11 @@
  * @module @stead/react
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
-import type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, PresencePeer, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, ListHandle, MapHandle, MembersHandle, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle, WaitOptions } from '@stead/client'
 import { memoSnapshot, type Subscribable } from './store.ts'
 
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
-export type { BoundedCounterHandle, ClientStatus, CounterHandle, ListHandle, MapHandle, PresencePeer, RegisterHandle, SetHandle, Space, TextHandle } from '@stead/client'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, ListHandle, MapHandle, MembersHandle, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle } from '@stead/client'
 
 /** What an OR-Set may hold (as the SDK declares it): strings and finite numbers. */
 export type SetElement = Parameters<SetHandle['add']>[0]
@@ -290,4 +290,55 @@ export function usePresence(): PresenceState {
   const set = useCallback((state: RegisterValue | null) => presence.set(state), [presence])
   const update = useCallback((fields: Readonly<Record<string, RegisterValue>>) => presence.update(fields), [presence])
   return useMemo(() => ({ ...snapshot, set, update }), [snapshot, set, update])
+}
+
+/** What `useMembers` returns. */
+export interface MembersState {
+  /** The prospective policy (`{ members, everyone }`): this client's changes at once; undefined while the space has none. */
+  readonly value: PolicyValue | undefined
+  /** The stable policy, the one updates are checked against; undefined while the space has none. */
+  readonly stable: PolicyValue | undefined
+  /** This client's role in the prospective policy, if it names this client. */
+  readonly myRole: Role | undefined
+  /** Gives a user (by `client.userId`) a role: a safe update (see `MembersHandle.grant`). */
+  readonly grant: (user: string, role: Role, options?: WaitOptions) => Promise<SafeResult>
+  /** Takes a user's role away: a safe update (see `MembersHandle.revoke`). */
+  readonly revoke: (user: string, options?: WaitOptions) => Promise<SafeResult>
+  /** Sets what anybody may do: a safe update (see `MembersHandle.setEveryone`). */
+  readonly setEveryone: (everyone: Everyone, options?: WaitOptions) => Promise<SafeResult>
+  /** The handle (`space.members`), for `roleOf`, `history()` and the rest. */
+  readonly handle: MembersHandle
+}
+
+/**
+ * The members of a space and what they may do (`space.members`): the
+ * prospective and stable policy, this client's role, and the actions that
+ * change it, re-rendering on each change (a grant shows at once, then
+ * settles, or is reversed if the stable order rejects it). `space`
+ * defaults to the nearest `<SteadProvider>`'s.
+ *
+ * @throws Error when no space is given and no `<SteadProvider>` is above the component.
+ * @example
+ * ```tsx
+ * function Members({ invitee }: { invitee: string }) {
+ *   const { value, myRole, grant } = useMembers()
+ *   return (
+ *     <div>
+ *       <ul>{Object.entries(value?.members ?? {}).map(([user, role]) => <li key={user}>{user}: {role}</li>)}</ul>
+ *       {myRole === 'admin' && <button onClick={() => grant(invitee, 'writer').then((r) => alert(r.status))}>invite</button>}
+ *     </div>
+ *   )
+ * }
+ * ```
+ */
+export function useMembers(space?: Space): MembersState {
+  const nearest = useContext(SteadContext)
+  const s = space ?? nearest
+  if (!s) throw new Error('useMembers: give it a space, or put a <SteadProvider space={...}> above this component')
+  const handle = s.members
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, myRole: h.myRole }))
+  const grant = useCallback((user: string, role: Role, options?: WaitOptions) => handle.grant(user, role, options), [handle])
+  const revoke = useCallback((user: string, options?: WaitOptions) => handle.revoke(user, options), [handle])
+  const setEveryone = useCallback((everyone: Everyone, options?: WaitOptions) => handle.setEveryone(everyone, options), [handle])
+  return useMemo(() => ({ ...snap, grant, revoke, setEveryone, handle }), [snap, grant, revoke, setEveryone, handle])
 }

@@ -6,7 +6,10 @@ import {
   describeDeclaration,
   envelopeUnits,
   isWellFormed,
+  placementProblem,
+  POLICY_KEY,
   sameDeclaration,
+  type AnyOp,
   type Decision,
   type Declaration,
   type Envelope,
@@ -31,6 +34,7 @@ import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registe
 import { ListHandle } from '../handles/list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from '../handles/map-handle.ts'
 import { TextHandle } from '../handles/text-handle.ts'
+import { MembersHandle } from '../handles/members-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import { LocalEdits } from '../undo/local-edits.ts'
 import { UndoManager, type UndoManagerOptions, type UndoScope } from '../undo/undo-manager.ts'
@@ -97,7 +101,7 @@ export interface Upstream {
   publishPresence(body: PresenceBody): void
 }
 
-type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle
+type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle | MembersHandle
 
 /**
  * The params of `boundedCounter`: exactly one bound and the initial value.
@@ -405,6 +409,26 @@ export class Space {
     return this.open(key, { type: 'list', bounds }, (d) => new ListHandle<T>(this.host, key, d, this), options) as unknown as ListHandle<T>
   }
 
+  /**
+   * The space's members and what they may do: the handle over its policy
+   * (the system object at `$policy`), with the prospective and stable
+   * policy, `roleOf(user)`, `myRole`, and `grant`, `revoke` and
+   * `setEveryone`, each a safe update. The policy is undefined until one
+   * is created (`client.createSpace`); until then the relays' cluster file
+   * alone says who may write. See "Members and permissions" in the README.
+   *
+   * @throws {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const r = await space.members.grant(bobUserId, 'writer')
+   * if (r.status === 'rejected') console.log(r.reason)  // 'unauthorized': this client is not an admin
+   * console.log(space.members.myRole, space.members.stable?.members)
+   * ```
+   */
+  get members(): MembersHandle {
+    return this.open(POLICY_KEY, { type: 'policy' }, (d) => new MembersHandle(this.host, POLICY_KEY, d), {}) as MembersHandle
+  }
+
   private open(key: string, decl: Declaration, make: (d: Declaration) => AnyHandle, { freshness }: ObjectOptions): AnyHandle {
     if (freshness !== undefined && (typeof freshness !== 'number' || !Number.isFinite(freshness) || freshness < 0 || freshness > MAX_FRESHNESS_MS)) {
       throw new SteadError('malformed', `${key}: freshness is a number of milliseconds from 0 to ${MAX_FRESHNESS_MS}, got ${String(freshness)}`)
@@ -426,6 +450,9 @@ export class Space {
     } catch (err) {
       throw new SteadError('malformed', `${key}: ${(err as Error).message}`)
     }
+    // A system object's key holds nothing else (`$policy` is the space's policy: see `members`).
+    const misplaced = placementProblem(key, decl, undefined as unknown as AnyOp, true)
+    if (misplaced) throw new SteadError('type-mismatch', misplaced)
     const existing = this.handles.get(key)
     if (existing) {
       if (!sameDeclaration(existing.declaration, decl)) {

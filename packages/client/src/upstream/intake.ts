@@ -121,6 +121,17 @@ export class RelayIntake {
   private connected = false
   /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
+  /**
+   * Relays that said this client may not read the space (`unreadable`), with
+   * what they said, until they serve it again: they are not followed (no
+   * frames, no resubscribing) except once per new session, in case the
+   * policy changed meanwhile. Not faulty: a correct relay says it when the
+   * policy at its stable position does not name this client, and a lagging
+   * one may say it of a grant it has not applied yet.
+   */
+  private readonly unreadable = new Map<RelayLink, string>()
+  /** The problem shown (and the error sent once) since f+1 relays said the space is unreadable; undefined otherwise. */
+  private refused: string | undefined
 
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
@@ -140,6 +151,8 @@ export class RelayIntake {
     if (this.bootstrap === 'due' && !this.pruned) this.startBootstrap()
     else if (this.bootstrap === 'settled' && this.catchUpDue) this.startCatchUp()
     if (this.bootstrap !== 'settled') return
+    // A relay that said the space is unreadable is asked once more on each new session (the policy may have changed), never as the source.
+    if (this.unreadable.has(link)) return this.follow(link)
     const preferred = this.byPreference().filter((l) => l.relay === link.relay || l.relay === this.source)[0]
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || preferred === link) this.setSource(link)
@@ -265,6 +278,49 @@ export class RelayIntake {
     this.startBootstrap()
   }
 
+  /**
+   * `link`'s relay says this client may not read the space (its policy
+   * does not name it, or no longer does): it is no longer followed, and
+   * another relay becomes the frame source. Once f+1 relays said it (one of
+   * them is correct), the app hears it: an `unauthorized` error through the
+   * space's onError, and the space's status shows the problem until a relay
+   * serves the space again.
+   */
+  unreadableAt(link: RelayLink, detail: string): void {
+    if (this.closed || link.relay === undefined) return
+    this.unreadable.set(link, detail)
+    if (link.relay === this.source) {
+      this.source = undefined
+      const next = this.byPreference()[0]
+      if (next) this.setSource(next)
+    }
+    this.judgeReadable()
+  }
+
+  /** A relay that said the space is unreadable serves it (after a new subscribe): the policy lets this client read it now. */
+  private readableAgain(link: RelayLink): void {
+    this.unreadable.delete(link)
+    this.judgeReadable()
+  }
+
+  /** Tells the app once f+1 distinct relays say the space is unreadable; takes the problem back once fewer do. */
+  private judgeReadable(): void {
+    const relays = new Set<number>()
+    for (const link of this.unreadable.keys()) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)
+    const f = this.o.sessions.cluster?.f ?? 0
+    const { space } = this.o
+    if (relays.size > f) {
+      if (this.refused !== undefined) return
+      const said = [...new Set(this.unreadable.values())][0] ?? ''
+      this.refused = `this client may not read space ${space.space}: ${relays.size} relays say its policy does not let user ${space.authorId} read it${said ? ` (${said})` : ''}; an admin of the space can grant a role (space.members.grant)`
+      space.setProblem(this.refused)
+      space.emitError(new SteadError('unauthorized', this.refused))
+    } else if (this.refused !== undefined) {
+      if (space.status.problem === this.refused) space.setProblem(undefined)
+      this.refused = undefined
+    }
+  }
+
   /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
   private async adopt(snapshot: VerifiedSnapshot): Promise<void> {
     const { space, outbox } = this.o
@@ -323,10 +379,10 @@ export class RelayIntake {
     return [...known, ...this.o.sessions.links.filter((l) => !known.includes(l) && !l.faulty)].map((l) => ({ relay: l.provenRelay, url: l.url }))
   }
 
-  /** Ready, trusted links in the space's order of preference. */
+  /** Ready, trusted links that may serve the space (none that said it is unreadable), in the space's order of preference. */
   private byPreference(): RelayLink[] {
     const { sessions, space } = this.o
-    return fromHome(space.space, sessions.cluster?.relays.length ?? 1, sessions.links.filter((l) => l.ready && !l.faulty && l.relay !== undefined))
+    return fromHome(space.space, sessions.cluster?.relays.length ?? 1, sessions.links.filter((l) => l.ready && !l.faulty && l.relay !== undefined && !this.unreadable.has(l)))
   }
 
   /** Makes `link` the frame source: it is subscribed with frames from the stable index; the previous source goes to attestations only. */
@@ -349,6 +405,7 @@ export class RelayIntake {
 
   message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' }>): void {
     if (this.closed || m.space !== this.o.space.space) return
+    if (this.unreadable.has(link)) this.readableAgain(link)
     if (m.type === 'envelope') void this.onEnvelope(link, m.envelope)
     else if (m.type === 'attest') void this.onAttest(link, m.round, m.sig)
     else void this.onCommit(link, m)

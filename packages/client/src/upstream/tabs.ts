@@ -34,7 +34,7 @@ import type { SpacePort } from '../space/space-port.ts'
 import type { SharedPresence } from '../space/presence.ts'
 
 /** Bumped whenever a message changes shape: tabs of different versions do not share a client. */
-const PROTOCOL = 1
+const PROTOCOL = 2
 
 /** The parts of the Web Locks API tabs use (navigator.locks). */
 export interface LockManagerLike {
@@ -67,7 +67,7 @@ type Failure = { reason: ErrorReason; message: string }
 /** Everything tabs say to each other. `from`/`to` are tab ids; the rest is broadcast. */
 export type TabMessage =
   | { t: 'hello'; from: string; v: number }
-  | { t: 'welcome'; to: string; v: number; authorId: string; status: SessionsStatus }
+  | { t: 'welcome'; to: string; v: number; authorId: string; publicKey: string; status: SessionsStatus }
   | { t: 'leader' }
   | { t: 'leaving' }
   | { t: 'status'; status: SessionsStatus }
@@ -189,6 +189,8 @@ export class LeaderLock {
 /** What the leading client offers the hub. */
 export interface HubHost {
   readonly authorId: string
+  /** The identity's public key, hex. */
+  readonly publicKey: string
   status(): SessionsStatus
   /** Opens (or finds) a space for other tabs, with its relay upstream. */
   openForTabs(name: string): Promise<{ space: Space; upstream: RelayUpstream }>
@@ -281,7 +283,7 @@ export class TabHub {
   private async receive(m: TabMessage): Promise<void> {
     switch (m.t) {
       case 'hello':
-        this.post({ t: 'welcome', to: m.from, v: PROTOCOL, authorId: this.host.authorId, status: this.host.status() } satisfies TabMessage)
+        this.post({ t: 'welcome', to: m.from, v: PROTOCOL, authorId: this.host.authorId, publicKey: this.host.publicKey, status: this.host.status() } satisfies TabMessage)
         return
       case 'attach': {
         let users = this.users.get(m.space)
@@ -390,7 +392,7 @@ export class LeaderLink {
   private readonly spaces = new Map<string, TabUpstream>()
   private readonly calls = new Map<number, Deferred<unknown>>()
   private nextCall = 1
-  private welcome: Deferred<{ authorId: string }> | undefined
+  private welcome: Deferred<{ authorId: string; publicKey: string }> | undefined
   private closed = false
 
   readonly tab: string
@@ -414,7 +416,7 @@ export class LeaderLink {
   }
 
   /** Asks the leader who this client is; resolves when a leader answers. */
-  hello(): Promise<{ authorId: string }> {
+  hello(): Promise<{ authorId: string; publicKey: string }> {
     this.welcome ??= deferred()
     this.post({ t: 'hello', from: this.tab, v: PROTOCOL })
     return this.welcome.promise
@@ -465,7 +467,7 @@ export class LeaderLink {
         if (m.v !== PROTOCOL) this.welcome.reject(new SteadError('unsupported', `another tab runs a different version of Stead (tab protocol ${m.v}, this one ${PROTOCOL}); reload the other tabs`))
         else {
           this.status = m.status
-          this.welcome.resolve({ authorId: m.authorId })
+          this.welcome.resolve({ authorId: m.authorId, publicKey: m.publicKey })
         }
         return
       case 'leader':

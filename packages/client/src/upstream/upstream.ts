@@ -243,6 +243,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     if (this.closed) return
     if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
+    else if (m.type === 'unreadable' && m.space === this.space) this.intake.unreadableAt(link, m.detail)
     else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)
     else if (m.type === 'presence') this.presence.heard(m, link)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m, link)

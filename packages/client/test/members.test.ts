@@ -1,0 +1,239 @@
+import { authorIdOf, fromHex, isSteadError, type ErrorReason } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
+import { SimCluster } from '@stead/sim'
+import { afterEach, describe, expect, it } from 'vitest'
+import { RejectedError, createClient, type ClientOptions, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { FakeOrigin } from './helpers/tabs.ts'
+
+/**
+ * Members and permissions (issue 46): a space's policy at `$policy`, made
+ * by `createSpace` and changed through `space.members`, against real relays
+ * in simulated time. What is asserted is the audit's verdict (every relay
+ * and every client runs it) and the SDK's own behaviour, not a relay door.
+ */
+
+const open: SteadClient[] = []
+const clusters: SimCluster[] = []
+
+afterEach(async () => {
+  for (const c of open.splice(0)) await c.close()
+  for (const c of clusters.splice(0)) await c.close()
+})
+
+/** A cluster that orders what it gets as it comes (safe updates resolve by themselves). */
+async function cluster(): Promise<SimCluster> {
+  const c = await SimCluster.start()
+  clusters.push(c)
+  return c
+}
+
+/** A user: a client of `c` with its own identity, made from one byte. */
+async function person(c: SimCluster, byte: number, more: Partial<ClientOptions> = {}): Promise<SteadClient> {
+  const client = await createClient(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(byte) }, ...more }))
+  open.push(client)
+  return client
+}
+
+/** The SteadError a promise rejects with (fails the test if it resolves or throws something else). */
+async function failure(p: Promise<unknown>): Promise<SteadError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  )
+  if (!isSteadError(err)) throw new Error(`expected a SteadError, got ${String(err)}`)
+  return err
+}
+
+const rejected = (reason: ErrorReason) => ({ status: 'rejected', reason, detail: expect.any(String) })
+
+describe('who a client is', () => {
+  it('has a hex public key and a user id derived from it, the author id its updates carry', async () => {
+    const c = await cluster()
+    const alice = await person(c, 1)
+    expect(alice.publicKey).toMatch(/^[0-9a-f]{64}$/)
+    expect(alice.publicKey).toBe(Buffer.from(await nodeCrypto.publicKeyOf(new Uint8Array(32).fill(1))).toString('hex'))
+    expect(alice.userId).toBe(authorIdOf(nodeCrypto, fromHex(alice.publicKey)))
+    expect(alice.userId).toBe(alice.authorId)
+    const s = await alice.space('notes')
+    await s.counter('n').increment(1, { safe: true })
+    expect([...c.submitted.values()].map((e) => e.authorId)).toEqual([alice.userId])
+    const bob = await person(c, 2)
+    expect(bob.userId).not.toBe(alice.userId)
+  })
+
+  it('is the same in a tab that follows the leading one', async () => {
+    const c = await cluster()
+    const origin = new FakeOrigin()
+    try {
+      const lead = await origin.tab(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(7) } }))
+      const follower = await origin.tab(c.clientOptions())
+      expect(lead.leading).toBe(true)
+      expect(follower.leading).toBe(false)
+      expect(follower.publicKey).toBe(lead.publicKey)
+      expect(follower.userId).toBe(lead.userId)
+      expect(lead.publicKey).toBe(Buffer.from(await nodeCrypto.publicKeyOf(new Uint8Array(32).fill(7))).toString('hex'))
+    } finally {
+      for (const client of origin.clients.reverse()) await client.close()
+    }
+  })
+})
+
+describe('members and permissions', () => {
+  it('creates a space with a policy, and lets only those it names write', async () => {
+    const c = await cluster()
+    const [alice, bob, carol] = await Promise.all([person(c, 1), person(c, 2), person(c, 3)])
+    const team = await alice.createSpace('team', { readers: [carol.userId] })
+    expect(team).toBe(await alice.space('team'))
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [carol.userId]: 'reader' }, everyone: 'none' })
+    expect(team.members.value).toEqual(team.members.stable)
+    expect(team.members.myRole).toBe('admin')
+    expect(team.members.roleOf(carol.userId)).toBe('reader')
+    expect(team.members.roleOf(bob.userId)).toBeUndefined()
+    // The creator writes.
+    expect(await team.counter('n').increment(1, { safe: true })).toEqual({ status: 'committed', index: expect.any(Number) })
+
+    // Bob is named nowhere: his write is rejected on every replica, his own included.
+    const bobs = await bob.space('team')
+    await c.until('bob sees the policy', () => bobs.members.stable !== undefined || undefined)
+    expect(bobs.members.myRole).toBeUndefined()
+    expect(await bobs.counter('n').increment(10, { safe: true })).toEqual(rejected('unauthorized'))
+    expect(bobs.counter('n').value).toBe(1)
+    // A reader may not write either.
+    const carols = await carol.space('team')
+    expect(await carols.counter('n').increment(100, { safe: true })).toEqual(rejected('unauthorized'))
+    expect(carols.members.myRole).toBe('reader')
+    await c.until('alice sees the rejections', () => team.status.stableIndex >= 4 || undefined)
+    expect(team.counter('n').stable).toBe(1)
+  })
+
+  it('lets a user write once granted, and rejects what the user writes after its revocation while what it wrote before stands', async () => {
+    const c = await cluster()
+    const [alice, bob] = await Promise.all([person(c, 1), person(c, 2)])
+    const team = await alice.createSpace('team')
+    const bobs = await bob.space('team')
+    const n = bobs.counter('n')
+
+    const grant = await team.members.grant(bob.userId, 'writer')
+    expect(grant).toEqual({ status: 'committed', index: expect.any(Number) })
+    expect(team.members.stable?.members[bob.userId]).toBe('writer')
+    // Bob's replica reaches the grant; then his write commits.
+    await c.until('bob sees the grant', () => bobs.members.stable?.members[bob.userId] === 'writer' || undefined)
+    expect(bobs.members.myRole).toBe('writer')
+    expect(await n.increment(5, { safe: true })).toEqual({ status: 'committed', index: expect.any(Number) })
+
+    const revoke = await team.members.revoke(bob.userId)
+    expect(revoke.status).toBe('committed')
+    expect(team.members.stable?.members).toEqual({ [alice.userId]: 'admin' })
+    await c.until('bob sees the revocation', () => (bobs.members.stable?.members[bob.userId] === undefined ? true : undefined))
+    expect(bobs.members.myRole).toBeUndefined()
+
+    // A safe write after the revocation: rejected, and never shown once decided.
+    expect(await n.increment(7, { safe: true })).toEqual(rejected('unauthorized'))
+    expect(n.value).toBe(5)
+    expect(n.stable).toBe(5)
+
+    // A regular one shows at once, then is reversed (G5) when the order rejects it; onError says why.
+    const errors: SteadError[] = []
+    bobs.onError((e) => errors.push(e))
+    await n.increment(3)
+    expect(n.value).toBe(8)
+    await c.until('the regular write rejected', () => errors.length > 0 || undefined)
+    expect(errors[0]).toBeInstanceOf(RejectedError)
+    expect(errors[0]?.reason).toBe('unauthorized')
+    await c.until('reversed', () => n.value === 5 || undefined)
+    // What bob wrote while he was a writer stands, on his replica and on alice's.
+    await c.until('alice has it all', () => team.counter('n').stable === 5 && team.status.stableIndex === bobs.status.stableIndex || undefined)
+    expect(n.stable).toBe(5)
+  })
+
+  it('rejects a policy change by a non-admin, and reverses it where it showed', async () => {
+    const c = await cluster()
+    const [alice, bob, carol] = await Promise.all([person(c, 1), person(c, 2), person(c, 3)])
+    const team = await alice.createSpace('team', { writers: [bob.userId] })
+    const bobs = await bob.space('team')
+    await c.until('bob sees the policy', () => bobs.members.stable !== undefined || undefined)
+    const members = bobs.members
+    const grant = members.grant(carol.userId, 'admin')
+    // Shown at once on bob's side (a prospective change) ...
+    expect(members.value?.members[carol.userId]).toBe('admin')
+    expect(members.roleOf(carol.userId)).toBe('admin')
+    // ... rejected by the order: a writer does not change the policy.
+    expect(await grant).toEqual(rejected('unauthorized'))
+    expect(members.roleOf(carol.userId)).toBeUndefined()
+    expect(members.value).toEqual(members.stable)
+    expect(await members.setEveryone('writer')).toEqual(rejected('unauthorized'))
+    expect(await members.revoke(alice.userId)).toEqual(rejected('unauthorized'))
+    await c.until('alice sees them decided', () => team.status.stableIndex >= bobs.status.stableIndex || undefined)
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [bob.userId]: 'writer' }, everyone: 'none' })
+    // The last admin cannot leave the space without one.
+    expect(await team.members.revoke(alice.userId)).toEqual(rejected('invariant'))
+    expect(await team.members.grant(alice.userId, 'writer')).toEqual(rejected('invariant'))
+    // Opening the space to everyone lets a stranger write.
+    expect((await team.members.setEveryone('writer')).status).toBe('committed')
+    const carols = await carol.space('team')
+    await c.until('carol sees the change', () => carols.members.stable?.everyone === 'writer' || undefined)
+    expect((await carols.counter('n').increment(1, { safe: true })).status).toBe('committed')
+  })
+
+  it('rejects a second createSpace, by anyone, with the audit reason', async () => {
+    const c = await cluster()
+    const [alice, bob] = await Promise.all([person(c, 1), person(c, 2)])
+    await alice.createSpace('team', { everyone: 'writer' })
+    const again = await failure(alice.createSpace('team'))
+    expect(again.reason).toBe('malformed')
+    expect(again.message).toMatch(/has a policy already/)
+    // Bob may write (everyone may) but not make the space his: a policy change needs an admin.
+    const taken = await failure(bob.createSpace('team'))
+    expect(taken.reason).toBe('unauthorized')
+    expect(taken.message).toMatch(/may not change the policy/)
+    const team = await alice.space('team')
+    await c.until('alice sees both decided', () => team.status.stableIndex >= 3 || undefined)
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin' }, everyone: 'writer' })
+  })
+
+  it('gives a space in use without a policy one; what was written before stands', async () => {
+    const c = await cluster()
+    const [alice, bob] = await Promise.all([person(c, 1), person(c, 2)])
+    const bobs = await bob.space('team')
+    expect(bobs.members.value).toBeUndefined()
+    expect(bobs.members.myRole).toBeUndefined()
+    expect((await bobs.counter('n').increment(2, { safe: true })).status).toBe('committed')
+    const team = await alice.createSpace('team')
+    expect(team.counter('n').stable).toBe(2)
+    expect(await bobs.counter('n').increment(2, { safe: true })).toEqual(rejected('unauthorized'))
+  })
+
+  it('refuses a bad policy up front, sending nothing', async () => {
+    const c = await cluster()
+    const alice = await person(c, 1)
+    const bob = await person(c, 2)
+    const bad: Array<[unknown, RegExp]> = [
+      [{ writers: ['nope'] }, /user id/],
+      [{ writers: [bob.publicKey] }, /looks like a public key/],
+      [{ writers: [bob.userId], readers: [bob.userId] }, /named twice/],
+      [{ readers: [bob.userId, bob.userId] }, /named twice/],
+      [{ writers: [alice.userId] }, /always an admin/],
+      [{ everyone: 'admin' }, /everyone is one of/],
+      [{ owners: [bob.userId] }, /no field owners/],
+      [{ writers: bob.userId }, /array of user ids/],
+      [[bob.userId], /the policy is an object/],
+    ]
+    for (const [policy, message] of bad) {
+      const err = await failure(alice.createSpace('team', policy as never))
+      expect(err.reason, String(policy)).toBe('malformed')
+      expect(err.message).toMatch(message)
+    }
+    // The creator listing itself among the admins is fine.
+    const team = await alice.createSpace('team', { admins: [alice.userId, bob.userId] })
+    expect(team.members.stable?.members).toEqual({ [alice.userId]: 'admin', [bob.userId]: 'admin' })
+    expect(c.submitted.size).toBe(1)
+    const members = team.members
+    expect((await failure(members.grant('x', 'writer'))).reason).toBe('malformed')
+    expect((await failure(members.grant(bob.userId, 'owner' as never))).message).toMatch(/role is one of/)
+    expect((await failure(members.setEveryone('all' as never))).reason).toBe('malformed')
+    expect((await failure(members.revoke(''))).reason).toBe('malformed')
+    expect(c.submitted.size).toBe(1)
+    // The policy's key holds nothing else.
+    expect(() => team.counter('$policy')).toThrowError(expect.objectContaining({ reason: 'type-mismatch' }))
+  })
+})
