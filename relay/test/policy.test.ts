@@ -118,6 +118,29 @@ describe('space policies on real relays (4 relay processes)', () => {
     }
   }, 120_000)
 
+  it('serves a subscription the policy refused as soon as a grant lets its key read, without being asked again', async () => {
+    const a = await TestClient.connect(api(0), alice)
+    const waiting = await Promise.all([1, 3].map((i) => TestClient.connect(api(i), dave)))
+    try {
+      expect(await submit(a, await policyOp(alice, 'club', ['i', [[idOf(alice), 'admin']], 'none']))).toMatchObject({ type: 'accepted' })
+      await agreeAt('club', 1)
+      for (const w of waiting) {
+        w.send({ type: 'subscribe', space: 'club', fromIndex: 0 })
+        await w.next((m) => m.type === 'unreadable' && m.space === 'club', 30_000)
+      }
+      expect(await submit(a, await deposit(alice, 'club', 1))).toMatchObject({ type: 'accepted' })
+      await agreeAt('club', 2)
+      for (const w of waiting) expect(w.commits).toHaveLength(0)
+      expect(await submit(a, await policyOp(alice, 'club', ['r', idOf(dave), 'reader']))).toMatchObject({ type: 'accepted' })
+      await agreeAt('club', 3)
+      // Each waiting session now gets the space from where it asked, the grant included.
+      for (const w of waiting) await w.next(() => w.commits.some((c) => c.space === 'club' && c.attestation.toIndex === 3), 30_000)
+      for (const w of waiting) expect(w.commits[0]?.attestation.fromIndex).toBe(0)
+    } finally {
+      for (const c of [a, ...waiting]) c.close()
+    }
+  }, 60_000)
+
   it("hands a file space over to a policy of its own, created by the file's admin", async () => {
     const c = await TestClient.connect(api(1), carol)
     const d = await TestClient.connect(api(2), dave)

@@ -92,12 +92,12 @@ describe('members and permissions', () => {
     // The creator writes.
     expect(await team.counter('n').increment(1, { safe: true })).toEqual({ status: 'committed', index: expect.any(Number) })
 
-    // Bob is named nowhere: his write is rejected on every replica, his own included.
+    // Bob is named nowhere: the relays do not let him read the space, nor write to it.
     const bobs = await bob.space('team')
-    await c.until('bob sees the policy', () => bobs.members.stable !== undefined || undefined)
-    expect(bobs.members.myRole).toBeUndefined()
+    await c.until('bob is told he may not read', () => bobs.status.problem?.includes('may not read space team') || undefined)
+    expect(bobs.members.stable).toBeUndefined()
     expect(await bobs.counter('n').increment(10, { safe: true })).toEqual(rejected('unauthorized'))
-    expect(bobs.counter('n').value).toBe(1)
+    expect(bobs.counter('n').value).toBe(0)
     // A reader may not write either.
     const carols = await carol.space('team')
     expect(await carols.counter('n').increment(100, { safe: true })).toEqual(rejected('unauthorized'))
@@ -121,11 +121,12 @@ describe('members and permissions', () => {
     expect(bobs.members.myRole).toBe('writer')
     expect(await n.increment(5, { safe: true })).toEqual({ status: 'committed', index: expect.any(Number) })
 
-    const revoke = await team.members.revoke(bob.userId)
+    // His right to write is taken back; he stays a reader, so he sees what follows.
+    const revoke = await team.members.grant(bob.userId, 'reader')
     expect(revoke.status).toBe('committed')
-    expect(team.members.stable?.members).toEqual({ [alice.userId]: 'admin' })
-    await c.until('bob sees the revocation', () => (bobs.members.stable?.members[bob.userId] === undefined ? true : undefined))
-    expect(bobs.members.myRole).toBeUndefined()
+    expect(team.members.stable?.members).toEqual({ [alice.userId]: 'admin', [bob.userId]: 'reader' })
+    await c.until('bob sees the revocation', () => (bobs.members.stable?.members[bob.userId] === 'reader' ? true : undefined))
+    expect(bobs.members.myRole).toBe('reader')
 
     // A safe write after the revocation: rejected, and never shown once decided.
     expect(await n.increment(7, { safe: true })).toEqual(rejected('unauthorized'))
@@ -144,6 +145,11 @@ describe('members and permissions', () => {
     // What bob wrote while he was a writer stands, on his replica and on alice's.
     await c.until('alice has it all', () => team.counter('n').stable === 5 && team.status.stableIndex === bobs.status.stableIndex || undefined)
     expect(n.stable).toBe(5)
+
+    // Taken off the members altogether: the relays stop serving him the space, and he is told.
+    expect((await team.members.revoke(bob.userId)).status).toBe('committed')
+    await c.until('bob told he may no longer read', () => bobs.status.problem?.includes('may not read space team') || undefined)
+    expect(errors.at(-1)?.reason).toBe('unauthorized')
   })
 
   it('rejects a policy change by a non-admin, and reverses it where it showed', async () => {

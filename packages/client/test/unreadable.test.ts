@@ -5,9 +5,10 @@ import { createClient, type ClientOptions, type SocketLike, type SteadClient, ty
 
 /**
  * A space whose policy does not let this client read it: relays say
- * `unreadable` (issue 46). The relays here do not check read policies
- * themselves yet, so a socket stands in for a relay that does (see
- * unreadableAt); the rest is real relays in simulated time.
+ * `unreadable` (issue 46). Here the space lets everyone read, and a socket
+ * stands in for the relays that say otherwise (see unreadableAt), so that
+ * one relay, or f+1, can say it while the others serve the space; the rest
+ * is real relays in simulated time.
  */
 
 const open: SteadClient[] = []
@@ -116,7 +117,7 @@ describe('a space the relays say this client may not read', () => {
   it('at f+1 the app hears it once as unauthorized, the status says so, and the relays are not asked again until a new session', async () => {
     const c = await cluster()
     const alice = await person(c, 1)
-    await alice.createSpace('team')
+    await alice.createSpace('team', { everyone: 'reader' })
     // Relays 1 and 2: the home relay of 'team' and the next, the space's first choices of a frame source.
     const { client, refuse, subscribes } = await refused(c, [1, 2])
     const s = await client.space('team')

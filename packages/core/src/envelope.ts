@@ -279,6 +279,31 @@ export type EnvelopeUnit =
 /** Units per envelope: envelopes are immutable, and replicas, audits and views each ask for them. */
 const unitsOf = new WeakMap<Envelope, readonly EnvelopeUnit[]>()
 
+/** The key a FILLER_CONTENT update names: one apps do not use. */
+export const FILLER_KEY = '$stead/filler'
+/**
+ * The content of an envelope that only takes a refused one's sequence
+ * number (a client's FILLER: see the SDK's outbox). Envelopes must carry an update (relays and the audit refuse an
+ * empty one as `malformed`, see parsePayload), so it carries the smallest
+ * one that changes no value: removing nothing (no tags) from a set under a
+ * key apps do not use. Its audit unit commits (a key of another type there
+ * only rejects the unit: the envelope, and its sequence number, still
+ * commit). Its trace in the stable state is an empty set under that key.
+ */
+export const FILLER_CONTENT: Pick<EnvelopeDraft, 'updates' | 'safe'> = { updates: [{ key: FILLER_KEY, decl: { type: 'set', bounds: {} }, ops: [['r', 0, []]] }], safe: [] }
+
+/**
+ * Whether an envelope only fills a sequence number (see FILLER_CONTENT),
+ * also after a restart, when only its bytes are left. Relays let one pass
+ * whatever the space's policy: it changes nothing, and until its sequence
+ * number is taken every later envelope of its author waits behind the gap.
+ */
+export function isFiller(env: Pick<Envelope, 'updates' | 'safe'>): boolean {
+  const u = env.updates[0]
+  const op = u?.ops[0]
+  return env.updates.length === 1 && env.safe.length === 0 && u?.key === FILLER_KEY && u.ops.length === 1 && Array.isArray(op) && op[0] === 'r' && Array.isArray(op[2]) && op[2].length === 0
+}
+
 /** The part of an envelope's unit tags that names the envelope: its id's first 12 bytes, base64url (see `envelopeUnits`). */
 export function unitTagPrefix(id: Uint8Array): string {
   return toBase64Url(id.subarray(0, 12))

@@ -57,41 +57,42 @@ describe.each([
     const a = alice.userId.slice(0, 4)
     const b = bob.userId.slice(0, 4)
     const cr = carol.userId.slice(0, 4)
-    const team = await alice.createSpace('team')
+    // Everyone reads: bob sees the space before he is a member.
+    const team = await alice.createSpace('team', { everyone: 'reader' })
     const bobs = await bob.space('team')
     const mine: { state?: MembersState } = {}
     const his: { state?: MembersState } = {}
     const wrap = (el: ReturnType<typeof h>) => (strict ? h(StrictMode, null, el) : el)
     // Alice's from the provider, bob's given outright.
     render(wrap(h('div', null, h(SteadProvider, { space: team }, h(Members, { id: 'alice', out: mine })), h(Members, { id: 'bob', space: bobs, out: his }))))
-    expect(text('alice')).toBe(`${a}:admin|none / ${a}:admin|none / admin`)
-    await waitFor(() => expect(text('bob')).toBe(`${a}:admin|none / ${a}:admin|none / -`), { timeout: 10_000 })
+    expect(text('alice')).toBe(`${a}:admin|reader / ${a}:admin|reader / admin`)
+    await waitFor(() => expect(text('bob')).toBe(`${a}:admin|reader / ${a}:admin|reader / -`), { timeout: 10_000 })
 
     let granted: Promise<SafeResult> | undefined
     act(() => void (granted = mine.state?.grant(bob.userId, 'writer')))
     // Members come sorted by user id.
     const both = alice.userId < bob.userId ? `${a}:admin,${b}:writer` : `${b}:writer,${a}:admin`
     // Prospective in the same act; stable once committed; on bob's side when it reaches him.
-    expect(text('alice')).toMatch(new RegExp(`^.*${b}:writer.*\\|none / ${a}:admin\\|none / admin$`))
+    expect(text('alice')).toMatch(new RegExp(`^.*${b}:writer.*\\|reader / ${a}:admin\\|reader / admin$`))
     expect((await granted)?.status).toBe('committed')
-    await waitFor(() => expect(text('alice')).toBe(`${both}|none / ${both}|none / admin`), { timeout: 10_000 })
-    await waitFor(() => expect(text('bob')).toBe(`${both}|none / ${both}|none / writer`), { timeout: 10_000 })
+    await waitFor(() => expect(text('alice')).toBe(`${both}|reader / ${both}|reader / admin`), { timeout: 10_000 })
+    await waitFor(() => expect(text('bob')).toBe(`${both}|reader / ${both}|reader / writer`), { timeout: 10_000 })
 
     // Bob is no admin: his grant shows on his side, is rejected, and goes.
     let refused: Promise<SafeResult> | undefined
     act(() => void (refused = his.state?.grant(carol.userId, 'reader')))
     expect(text('bob')).toContain(`${cr}:reader`)
     expect(await refused).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
-    await waitFor(() => expect(text('bob')).toBe(`${both}|none / ${both}|none / writer`), { timeout: 10_000 })
+    await waitFor(() => expect(text('bob')).toBe(`${both}|reader / ${both}|reader / writer`), { timeout: 10_000 })
     expect(text('alice')).not.toContain(cr)
 
     // setEveryone and revoke through the hook.
     await act(async () => {
-      expect((await mine.state?.setEveryone('reader'))?.status).toBe('committed')
+      expect((await mine.state?.setEveryone('writer'))?.status).toBe('committed')
       expect((await mine.state?.revoke(bob.userId))?.status).toBe('committed')
     })
-    await waitFor(() => expect(text('bob')).toBe(`${a}:admin|reader / ${a}:admin|reader / -`), { timeout: 10_000 })
-    expect(text('alice')).toBe(`${a}:admin|reader / ${a}:admin|reader / admin`)
+    await waitFor(() => expect(text('bob')).toBe(`${a}:admin|writer / ${a}:admin|writer / -`), { timeout: 10_000 })
+    expect(text('alice')).toBe(`${a}:admin|writer / ${a}:admin|writer / admin`)
   })
 })
 

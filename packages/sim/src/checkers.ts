@@ -107,10 +107,8 @@ export class Checkers {
   readonly attested = new AttestedOrder()
   /** The space's policy modelled apart from the audit: every attested verdict must agree with it. */
   readonly policy = new PolicyOracle()
-  /** Committed envelopes by whether the audit verified their clock. */
-  readonly clocks = { verified: 0, unverified: 0 }
-  /** Relays that started over from a checkpoint, as their stores show it. */
-  installs = 0
+  /** What the run showed: committed envelopes by whether the audit verified their clock, and relays that started over from a checkpoint (as their stores show it). */
+  readonly counts = { clocks: { verified: 0, unverified: 0 }, installs: 0 }
   /** The workload's ledger: honest envelopes, every envelope by id, the twins' pairs, when a correct relay first accepted each. */
   readonly honestIds: readonly string[]
   private readonly honest: ReadonlySet<string>
@@ -167,7 +165,7 @@ export class Checkers {
       trace(`t=${this.now().toFixed(0)} relay ${host.id} started over from a checkpoint`)
       // What clients handed it before is in the checkpoint's state, or theirs to resubmit.
       host.accepted.clear()
-      this.installs++
+      this.counts.installs++
     }
     // A relay catching up far behind its peers may prune, in the write that commits a block, blocks that old.
     const pruned = new Set((removes.get(STORE_TABLES.blockDigests) ?? []).map(String))
@@ -260,7 +258,7 @@ export class Checkers {
     for (const d of result.decisions) {
       if (d.kind === 'committed') {
         this.committed.add(d.env.idHex)
-        this.clocks[d.clockVerified ? 'verified' : 'unverified']++
+        this.counts.clocks[d.clockVerified ? 'verified' : 'unverified']++
       }
       if (d.kind !== 'superseded') this.decided.add(d.env.idHex)
       // The clocks honest clients compose must never be judged bad, wherever their deps are.

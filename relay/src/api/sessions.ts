@@ -21,6 +21,7 @@ import type { CommitFeed } from '../store/feed.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from '../runtime/node.ts'
 import { PeerDirectory } from './peer-directory.ts'
 import { PresenceRoom, type PresenceWatcher } from './presence.ts'
+import { ReadWaits } from './read-waits.ts'
 import { Inbound } from './inbound.ts'
 import { SentEarly } from './sent-early.ts'
 import { Shares } from './shares.ts'
@@ -96,6 +97,8 @@ export class ClientSessions {
   readonly directory: PeerDirectory<Session>
   /** Who is present in each space, as its sessions published (memory only). */
   readonly presence: PresenceRoom<Session>
+  /** Subscriptions a space's policy refused, served once it lets their session read. */
+  readonly readWaits: ReadWaits<Session>
   readonly peerAddresses: (() => string[]) | undefined
   constructor(node: RelayNode, limits: ApiLimits, log: Logger, liar?: ClientFacingLiar, peerAddresses?: () => string[]) {
     this.node = node
@@ -103,6 +106,7 @@ export class ClientSessions {
     this.log = log
     this.liar = liar
     this.peerAddresses = peerAddresses
+    this.readWaits = new ReadWaits<Session>((space, sub) => node.reads.watch(space, sub))
     this.directory = new PeerDirectory<Session>(limits.peerAnnouncements, (to, space, addrs) => to.peersOf(space, addrs))
     this.presence = new PresenceRoom<Session>(limits.presence, { now: () => node.clock.now(), verify: verifySync, admits: (bytes) => node.budget.admits(bytes), counted: (result) => node.metrics.presence.inc({ result }) })
     this.inbound = new Bucket(limits.globalRateLimit)
@@ -322,11 +326,48 @@ class Session implements Subscriber, PresenceWatcher {
    * the client so.
    */
   private stillReads(space: string): boolean {
-    if (this.node.reads.canRead(space, this.keyBytes)) return true
+    if (this.mayRead(space)) return true
     if (!this.feeds.has(space)) return false
     this.leave(space)
     this.send({ type: 'unreadable', space, detail: `key ${this.key} may no longer read space ${space}` })
     return false
+  }
+
+  /** Follows a space from `message.fromIndex`, if the space's policy lets this session read it (see ReadWaits otherwise). */
+  subscribe(message: Extract<ClientMessage, { type: 'subscribe' }>): void {
+    if (!this.mayRead(message.space)) {
+      this.leave(message.space)
+      // Served as soon as a policy change lets this key read the space: no asking again.
+      this.sessions.readWaits.wait(this, message)
+      return this.send({ type: 'unreadable', space: message.space, detail: `key ${this.key} may not read space ${message.space}` })
+    }
+    this.sessions.readWaits.cancel(this, message.space)
+    const had = this.feeds.get(message.space)
+    if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
+    had?.unsubscribe()
+    this.feeds.delete(message.space)
+    // Older than the commits kept here: a client that wants them starts again from a verified snapshot. One that
+    // wants attestations only (to count 2f+1 on its own commits) gets them from there on: a relay attests a
+    // space's commits in chain order, so each one vouches for every commit before it too.
+    const start = this.node.reads.feedStart(message.space)
+    const frames = message.frames !== false
+    if (start !== undefined && message.fromIndex < start && frames) return this.send({ type: 'pruned', space: message.space, from: start })
+    const fromIndex = start === undefined ? message.fromIndex : Math.max(message.fromIndex, start)
+    const refs = frames && message.refs === true
+    const { feed, unsubscribe } = this.node.reads.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
+    this.feeds.delete(message.space)
+    this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
+    // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
+    // outcomes wait for, even when no commit follows (the feed only sends what comes after).
+    const vouch = fromIndex > 0 ? this.node.reads.attestedBy(message.space, fromIndex) : undefined
+    if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
+    this.pump()
+    this.sessions.presence.watch(message.space, this)
+  }
+
+  /** Whether the space's policy lets this session's key read `space` now. */
+  mayRead(space: string): boolean {
+    return this.node.reads.canRead(space, this.keyBytes)
   }
 
   /** Stops following `space`: its feed, presence and peer listing. */
@@ -413,35 +454,10 @@ class Session implements Subscriber, PresenceWatcher {
     switch (message.type) {
       case 'hello':
         return this.hello(message)
-      case 'subscribe': {
-        if (!this.node.reads.canRead(message.space, this.keyBytes)) {
-          this.leave(message.space)
-          return this.send({ type: 'unreadable', space: message.space, detail: `key ${this.key} may not read space ${message.space}` })
-        }
-        const had = this.feeds.get(message.space)
-        if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
-        had?.unsubscribe()
-        this.feeds.delete(message.space)
-        // Older than the commits kept here: a client that wants them starts again from a verified snapshot. One that
-        // wants attestations only (to count 2f+1 on its own commits) gets them from there on: a relay attests a
-        // space's commits in chain order, so each one vouches for every commit before it too.
-        const start = this.node.reads.feedStart(message.space)
-        const frames = message.frames !== false
-        if (start !== undefined && message.fromIndex < start && frames) return this.send({ type: 'pruned', space: message.space, from: start })
-        const fromIndex = start === undefined ? message.fromIndex : Math.max(message.fromIndex, start)
-        const refs = frames && message.refs === true
-        const { feed, unsubscribe } = this.node.reads.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
-        this.feeds.delete(message.space)
-        this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
-        // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
-        // outcomes wait for, even when no commit follows (the feed only sends what comes after).
-        const vouch = fromIndex > 0 ? this.node.reads.attestedBy(message.space, fromIndex) : undefined
-        if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
-        this.pump()
-        this.sessions.presence.watch(message.space, this)
-        return
-      }
+      case 'subscribe':
+        return this.subscribe(message)
       case 'unsubscribe':
+        this.sessions.readWaits.cancel(this, message.space)
         return this.leave(message.space)
       case 'presence':
         if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}, so it cannot be present there`))
@@ -599,6 +615,7 @@ class Session implements Subscriber, PresenceWatcher {
     }
     this.feeds.clear()
     this.sessions.presence.closed(this)
+    this.sessions.readWaits.forget(this)
   }
 }
 

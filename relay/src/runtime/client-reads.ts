@@ -91,6 +91,11 @@ export class ClientReads {
     return { feed: new CommitFeed(this.o.store(), space, fromIndex, frames, chunkFor), unsubscribe: this.o.news.subscribe(space, sub) }
   }
 
+  /** `sub` hears `space`'s news without reading its feed (a session waiting to be let in) until the returned function is called. */
+  watch(space: string, sub: Subscriber): () => void {
+    return this.o.news.subscribe(space, sub)
+  }
+
   /**
    * Whether a session that proved `key` (undefined: no key, e.g. plain HTTP)
    * may read a space: spaces whose policy lists `readers` are readable by

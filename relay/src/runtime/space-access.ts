@@ -1,4 +1,4 @@
-import { POLICY_KEY, SteadError, authorIdOf, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, authorIdOf, isFiller, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
 
@@ -59,7 +59,8 @@ export class SpaceAccess {
     const policy = replica?.policy()
     const who = env.authorId
     if (policy) {
-      if (env.base > (replica as StableAudit).stableIndex) return
+      // A filler changes nothing: its sequence number must be taken, or the author's later envelopes wait behind it.
+      if (env.base > (replica as StableAudit).stableIndex || isFiller(env)) return
       for (const key of keysOf(env)) {
         if (key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
           throw new SteadError('unauthorized', `author ${who} may not ${key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${env.space}`)
@@ -71,7 +72,7 @@ export class SpaceAccess {
       throw new SteadError('unauthorized', `unknown space ${env.space}: this cluster serves the spaces in its config${this.creators.size ? ' and those its space creators create' : ''}`)
     }
     const authorize = this.authorizeFor(env.space)
-    if (!authorize) return
+    if (!authorize || isFiller(env)) return
     for (const u of [...env.updates.map((x) => ({ key: x.key, decl: x.decl, op: x.ops[0] })), ...env.safe.flatMap((g) => g.updates)]) {
       const verdict = authorize(who, u.key, u.decl, u.op as never)
       if (!verdict.ok) throw new SteadError('unauthorized', verdict.detail)

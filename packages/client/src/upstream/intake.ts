@@ -28,6 +28,7 @@ import type { RelaySessions } from '../transport/sessions.ts'
 import type { RelayLink } from '../transport/transport.ts'
 import type { ClockProofs } from './proofs.ts'
 import { ReceivedInbox } from './inbox.ts'
+import { UnreadableRelays } from './unreadable.ts'
 import type { StorageChange } from '../storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
 import type { PeerHub, PeerSource } from '../peers/peers.ts'
@@ -100,9 +101,8 @@ export class RelayIntake {
   /** Other authors' envelopes waiting for their deps before they show. */
   private readonly causal = new CausalBuffer()
   private causalTimer: HostTimer | undefined
-  /** The commit run in progress (close awaits it), and whether another pass is due. */
-  private applyRun: Promise<void> | undefined
-  private applyAgain = false
+  /** The commit run in progress (close awaits it), and whether another pass is due once it ends. */
+  private applying: { run: Promise<void>; again: boolean } | undefined
   private closed = false
   /**
    * A space opened with nothing stored first asks for a verified snapshot;
@@ -121,23 +121,15 @@ export class RelayIntake {
   private connected = false
   /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
-  /**
-   * Relays that said this client may not read the space (`unreadable`), with
-   * what they said, until they serve it again: they are not followed (no
-   * frames, no resubscribing) except once per new session, in case the
-   * policy changed meanwhile. Not faulty: a correct relay says it when the
-   * policy at its stable position does not name this client, and a lagging
-   * one may say it of a grant it has not applied yet.
-   */
-  private readonly unreadable = new Map<RelayLink, string>()
-  /** The problem shown (and the error sent once) since f+1 relays said the space is unreadable; undefined otherwise. */
-  private refused: string | undefined
+  /** Relays that said this client may not read the space: not followed (no frames, no resubscribing) except once per new session, in case the policy changed meanwhile. */
+  private readonly unreadable: UnreadableRelays
 
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
     this.o = o
     const { space } = o
     this.inbox = new ReceivedInbox({ records: o.records, clock: o.clock, pending: (idHex) => space.replica.isPending(idHex), storageWorks: () => space.storageWorks(), storageFailed: (err) => space.storageFailed(err) })
+    this.unreadable = new UnreadableRelays(space, () => o.sessions.cluster?.f ?? 0)
     const { position } = o.space
     this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
   }
@@ -288,36 +280,11 @@ export class RelayIntake {
    */
   unreadableAt(link: RelayLink, detail: string): void {
     if (this.closed || link.relay === undefined) return
-    this.unreadable.set(link, detail)
+    this.unreadable.add(link, detail)
     if (link.relay === this.source) {
       this.source = undefined
       const next = this.byPreference()[0]
       if (next) this.setSource(next)
-    }
-    this.judgeReadable()
-  }
-
-  /** A relay that said the space is unreadable serves it (after a new subscribe): the policy lets this client read it now. */
-  private readableAgain(link: RelayLink): void {
-    this.unreadable.delete(link)
-    this.judgeReadable()
-  }
-
-  /** Tells the app once f+1 distinct relays say the space is unreadable; takes the problem back once fewer do. */
-  private judgeReadable(): void {
-    const relays = new Set<number>()
-    for (const link of this.unreadable.keys()) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)
-    const f = this.o.sessions.cluster?.f ?? 0
-    const { space } = this.o
-    if (relays.size > f) {
-      if (this.refused !== undefined) return
-      const said = [...new Set(this.unreadable.values())][0] ?? ''
-      this.refused = `this client may not read space ${space.space}: ${relays.size} relays say its policy does not let user ${space.authorId} read it${said ? ` (${said})` : ''}; an admin of the space can grant a role (space.members.grant)`
-      space.setProblem(this.refused)
-      space.emitError(new SteadError('unauthorized', this.refused))
-    } else if (this.refused !== undefined) {
-      if (space.status.problem === this.refused) space.setProblem(undefined)
-      this.refused = undefined
     }
   }
 
@@ -405,7 +372,7 @@ export class RelayIntake {
 
   message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' }>): void {
     if (this.closed || m.space !== this.o.space.space) return
-    if (this.unreadable.has(link)) this.readableAgain(link)
+    this.unreadable.remove(link)
     if (m.type === 'envelope') void this.onEnvelope(link, m.envelope)
     else if (m.type === 'attest') void this.onAttest(link, m.round, m.sig)
     else void this.onCommit(link, m)
@@ -664,22 +631,24 @@ export class RelayIntake {
 
   /** Applies every commit whose turn it is, one at a time. */
   private applyCommits(): void {
-    if (this.applyRun) {
-      this.applyAgain = true
+    if (this.applying) {
+      this.applying.again = true
       return
     }
-    this.applyRun = (async () => {
+    const applying = { run: Promise.resolve(), again: false }
+    this.applying = applying
+    applying.run = (async () => {
       do {
-        this.applyAgain = false
+        applying.again = false
         let next: CommitCandidate | undefined
         while (!this.closed && this.quorum && (next = this.quorum.next(this.o.space.position))) {
           if (!(await this.applyCommit(next))) break
         }
-      } while (this.applyAgain && !this.closed)
+      } while (applying.again && !this.closed)
     })()
       .catch((err: unknown) => this.o.space.storageFailed(err))
       .finally(() => {
-        this.applyRun = undefined
+        this.applying = undefined
       })
   }
 
@@ -785,7 +754,7 @@ export class RelayIntake {
     this.closed = true
     this.causalTimer?.cancel()
     await this.inbox.flush().catch(() => undefined)
-    await this.applyRun
+    await this.applying?.run
     const { records, space } = this.o
     if (records.sinceCheckpoint.commits > 0) await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
   }

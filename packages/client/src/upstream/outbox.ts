@@ -1,5 +1,8 @@
 import {
   DEFAULT_LIMITS,
+  FILLER_CONTENT,
+  FILLER_KEY,
+  isFiller,
   MAX_KEPT_CLOCK_ENTRIES,
   SteadError,
   composeClock,
@@ -620,24 +623,8 @@ export function finalRefusal(refusals: ReadonlyMap<number, { reason: ErrorReason
   return { reason, detail: `refused by ${refusals.size} relays: ${[...refusals].map(([relay, r]) => `relay ${relay}: ${said(r)}`).join('; ')}` }
 }
 
-/**
- * The content of an envelope that only takes a refused one's sequence
- * number. Envelopes must carry an update (relays and the audit refuse an
- * empty one as `malformed`, see parsePayload), so it carries the smallest
- * one that changes no value: removing nothing (no tags) from a set under a
- * key apps do not use. Its audit unit commits (a key of another type there
- * only rejects the unit: the envelope, and its sequence number, still
- * commit). Its trace in the stable state is an empty set under that key.
- */
-export const FILLER_KEY = '$stead/filler'
-const FILLER: { updates: ObjectUpdate[]; safe: SafeGroup[] } = { updates: [{ key: FILLER_KEY, decl: { type: 'set', bounds: {} }, ops: [['r', 0, []]] }], safe: [] }
-
-/** Whether an envelope is a FILLER (also after a restart, when only its bytes are left). */
-export function isFiller(env: Envelope): boolean {
-  const u = env.updates[0]
-  const op = u?.ops[0]
-  return env.updates.length === 1 && env.safe.length === 0 && u?.key === FILLER_KEY && u.ops.length === 1 && Array.isArray(op) && op[0] === 'r' && Array.isArray(op[2]) && op[2].length === 0
-}
+export { FILLER_KEY }
+const FILLER = FILLER_CONTENT
 
 /** Whether capping changed any stamp (capRegisterStamps keeps the ops it leaves alone). */
 function stampsChanged(a: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] }, b: { updates: readonly ObjectUpdate[]; safe: readonly SafeGroup[] }): boolean {
