@@ -1,6 +1,6 @@
 import { authorIdOf, fromHex, isSteadError, type ErrorReason } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
-import { SimCluster } from '@stead/sim'
+import { SimCluster, type SimRelay } from '@stead/sim'
 import { afterEach, describe, expect, it } from 'vitest'
 import { RejectedError, createClient, type ClientOptions, type SteadClient, type SteadError } from '../src/index.node.ts'
 import { FakeOrigin } from './helpers/tabs.ts'
@@ -8,8 +8,8 @@ import { FakeOrigin } from './helpers/tabs.ts'
 /**
  * Members and permissions (issue 46): a space's policy at `$policy`, made
  * by `createSpace` and changed through `space.members`, against real relays
- * in simulated time. What is asserted is the audit's verdict (every relay
- * and every client runs it) and the SDK's own behaviour, not a relay door.
+ * in simulated time: the audit's verdict (every relay and every client
+ * runs it), the relays' door and reads, and the SDK's own behaviour.
  */
 
 const open: SteadClient[] = []
@@ -150,6 +150,25 @@ describe('members and permissions', () => {
     expect((await team.members.revoke(bob.userId)).status).toBe('committed')
     await c.until('bob told he may no longer read', () => bobs.status.problem?.includes('may not read space team') || undefined)
     expect(errors.at(-1)?.reason).toBe('unauthorized')
+  })
+
+  it('reports a relay that attests a write the policy refused as committed (admit-revoked), and follows the others', async () => {
+    const c = await cluster()
+    // Relay 1 is the home relay of 'team': the frame source of the clients that follow it.
+    const liar = c.relays[1] as SimRelay
+    await liar.lie('admit-revoked')
+    const [alice, carol] = await Promise.all([person(c, 1), person(c, 3)])
+    const team = await alice.createSpace('team')
+    expect(await team.counter('n').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    // Carol is named nowhere: the door refuses her write, and the envelope that takes its sequence number
+    // (which changes nothing, so it passes) is rejected by the audit as unauthorized. The liar says it committed.
+    const carols = await carol.space('team')
+    expect(await carols.counter('n').increment(5, { safe: true })).toEqual(rejected('unauthorized'))
+    await c.until('alice reports the liar', () => team.status.relays[1]?.faulty !== undefined || undefined)
+    expect(team.status.relays[1]?.faulty).toMatch(/attested round \d+ differently|decisions differ/)
+    for (const r of [0, 2, 3]) expect(team.status.relays[r]?.faulty).toBeUndefined()
+    expect(await team.counter('n').increment(1, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(team.counter('n').stable).toBe(2)
   })
 
   it('rejects a policy change by a non-admin, and reverses it where it showed', async () => {
