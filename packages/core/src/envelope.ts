@@ -1,7 +1,7 @@
 import { toBase64Url, toHex } from './bytes.ts'
 import { decodeClock, encodeClock, type Clock } from './clock.ts'
 import { DEFAULT_LIMITS, asSigned, decode, encode, encodeSigned, expect, type Limits, type Signed } from './codec.ts'
-import { POOL, decodeDeclaration, encodeDeclaration, placementProblem, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
+import { POLICY_KEY, POOL, decodeDeclaration, encodeDeclaration, isRedemption, placementProblem, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
 import { HASH_BYTES, PUBLIC_KEY_BYTES, type Crypto } from './crypto/types.ts'
 import { SteadError } from './errors.ts'
 
@@ -224,6 +224,8 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
     }
   })
   if (updates.length === 0 && safe.length === 0) throw new SteadError('malformed', 'envelope carries no updates')
+  // Each costs every replica a signature check in the audit: one an envelope.
+  if (safe.flatMap((g) => g.updates).filter((u) => u.key === POLICY_KEY && isRedemption(u.op)).length > 1) throw new SteadError('malformed', 'an envelope redeems at most one invitation')
   // The bounded-counter pool is a replica nobody may sign as.
   if (clock.has(POOL)) throw new SteadError('malformed', `clock id ${POOL} is reserved`)
   return { space, author, seq, base, clock, deps, updates, safe }

@@ -11,6 +11,9 @@ import {
   patchesHistory,
   POLICY_KEY,
   SpacePolicy,
+  isRedemption,
+  redeemBytes,
+  type RedeemOp,
   sameDeclaration,
   type AnyCrdt,
   type AnyOp,
@@ -24,7 +27,8 @@ import {
 import { encode, type Signed } from './codec.ts'
 import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
-import { bytesEqual, toHex } from './bytes.ts'
+import { bytesEqual, fromHex, toHex } from './bytes.ts'
+import { verifyEd25519Sync } from './crypto/noble.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import { MerkleIndex } from './merkle.ts'
 import type { StateDelta } from './delta.ts'
@@ -152,6 +156,8 @@ export interface ReplicaOptions {
   readonly space: string
   /** The space's write policy, applied by the audit (every replica of the space must use the same). Default: anyone may write. */
   readonly authorize?: Authorize
+  /** Synchronous Ed25519 verification for signatures inside updates (an invitation's redemption); default: pure JS (verifyEd25519Sync). */
+  readonly verify?: (publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array) => boolean
   /** Stable history entries kept in memory per object (older ones live in the store); 0 keeps none (relays store each commit's `history`). */
   readonly historyLimit?: number
   /**
@@ -283,6 +289,7 @@ export class StableAudit {
   /** The space this replica holds. */
   readonly space: string
   private readonly authorize: Authorize | undefined
+  private readonly verify: (publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array) => boolean
   private readonly historyLimit: number
   private readonly gapWaitCommits: number
   private readonly maxWaitingPerAuthor: number
@@ -311,6 +318,7 @@ export class StableAudit {
   constructor(options: ReplicaOptions) {
     this.space = options.space
     this.authorize = options.authorize
+    this.verify = options.verify ?? verifyEd25519Sync
     this.historyLimit = options.historyLimit ?? 1000
     this.gapWaitCommits = options.gapWaitCommits ?? 64
     this.maxWaitingPerAuthor = options.maxWaitingPerAuthor ?? 1024
@@ -939,6 +947,8 @@ export class StableAudit {
     const policy = this.policy()
     if (policy) {
       const who = env.authorId
+      // Anybody may redeem an invitation: what it takes is the invitation key's signature.
+      if (item.key === POLICY_KEY && isRedemption(item.op)) return this.checkRedemption(who, item.op)
       if (item.key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
         return { ok: false, reason: 'unauthorized', detail: `${who} may not ${item.key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${this.space}` }
       }
@@ -947,6 +957,15 @@ export class StableAudit {
     if (this.authorize) {
       const v = this.authorize(env.authorId, item.key, item.decl, item.op)
       if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
+    }
+    return { ok: true }
+  }
+
+  /** A redemption is signed by the invitation's key for this author, space and time (the policy then checks the invitation itself). */
+  private checkRedemption(author: string, op: RedeemOp): ApplyResult {
+    const [, key, t, sig] = op
+    if (!this.verify(fromHex(key), redeemBytes(this.space, author, key, t), sig)) {
+      return { ok: false, reason: 'unauthorized', detail: `${author}'s redemption of invitation ${key.slice(0, 8)} is not signed by its key` }
     }
     return { ok: true }
   }

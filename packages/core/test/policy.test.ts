@@ -1,7 +1,8 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
-import { POLICY_KEY, SpacePolicy, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
+import { POLICY_KEY, SpacePolicy, redeemBytes, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
+import { toHex } from '../src/bytes.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
@@ -127,6 +128,98 @@ describe('space policy: the audit', () => {
     expect(r.pendingCount).toBe(0)
     expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none' })
     expect(r.value(POLICY_KEY)).toEqual(r.stableValue(POLICY_KEY))
+  })
+})
+
+/** An invitation: its key pair (the secret travels in the link). */
+async function invitationKey(n: number) {
+  const secretKey = new Uint8Array(32).fill(100 + n)
+  return { secretKey, key: toHex(await crypto.publicKeyOf(secretKey)) }
+}
+const redeem = async (inv: { secretKey: Uint8Array; key: string }, user: number, t: number, as = user): Promise<PolicyOp> => ['j', inv.key, t, await crypto.sign(inv.secretKey, redeemBytes(SPACE, id(as), inv.key, t))]
+
+describe('space policy: invitations', () => {
+  const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
+
+  it('lets whoever holds an invitation take its role, as many times as it allows, until it expires or is closed', async () => {
+    const a = await invitationKey(1)
+    const once = await invitationKey(2)
+    const r = new StableAudit({ space: SPACE })
+    const envs = [
+      await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none']), change(['n', a.key, 'writer', 5_000, 2, 1_000]), change(['n', once.key, 'reader', 0, 1, 1_000])] }),
+      await seal(1, 1, { safe: [change(await redeem(a, 1, 2_000))] }),
+      await seal(1, 2, { updates: [inc('c', 1)] }),
+      // Used twice already after this one: the third is refused.
+      await seal(2, 1, { safe: [change(await redeem(a, 2, 2_100))] }),
+      await seal(3, 1, { safe: [change(await redeem(a, 3, 2_200))] }),
+      // Single use: the first redemption takes it, the second finds it gone.
+      await seal(3, 2, { safe: [change(await redeem(once, 3, 2_300))] }),
+      await seal(2, 2, { safe: [change(await redeem(once, 2, 2_400))] }),
+    ]
+    expect(statuses(r.commit(envs).decisions)).toEqual(['committed', 'committed', 'committed', 'committed', 'rejected:unauthorized', 'committed', 'rejected:unauthorized'])
+    // A redemption never lowers a role: user 2 stays a writer.
+    expect(r.policy()?.value().members).toEqual({ [id(0)]: 'admin', [id(1)]: 'writer', [id(2)]: 'writer', [id(3)]: 'reader' })
+    expect(r.policy()?.openInvitations().size).toBe(0)
+  })
+
+  it('refuses an expired, closed, forged or stolen redemption, one backdated past the space, and an invitation from a non-admin', async () => {
+    const a = await invitationKey(3)
+    const b = await invitationKey(4)
+    const wrong = await invitationKey(5)
+    const r = new StableAudit({ space: SPACE })
+    const envs = [
+      await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none']), change(['n', a.key, 'writer', 5_000, 0, 1_000]), change(['n', b.key, 'reader', 0, 0, 1_000])] }),
+      // Expired.
+      await seal(2, 1, { safe: [change(await redeem(a, 2, 6_000))] }),
+      // Signed by another key than the invitation's.
+      await seal(2, 2, { safe: [change(['j', a.key, 2_000, (await redeem(wrong, 2, 2_000))[3] as Uint8Array])] }),
+      // Signed for user 3, sent by user 2 (a redemption seen on the wire cannot be taken over).
+      await seal(2, 3, { safe: [change(await redeem(a, 2, 2_000, 3))] }),
+      // A writer may not open invitations.
+      await seal(1, 1, { safe: [change(['n', wrong.key, 'admin', 0, 0, 1_500])] }),
+      // Someone redeems b at 3,000; a redemption claiming 2,500 afterwards is backdated past it.
+      await seal(3, 1, { safe: [change(await redeem(b, 3, 3_000))] }),
+      await seal(2, 4, { safe: [change(await redeem(b, 2, 2_500))] }),
+      // Closed.
+      await seal(0, 2, { safe: [change(['x', b.key])] }),
+      await seal(2, 5, { safe: [change(await redeem(b, 2, 3_100))] }),
+    ]
+    expect(statuses(r.commit(envs).decisions)).toEqual([
+      'committed',
+      'rejected:unauthorized',
+      'rejected:unauthorized',
+      'rejected:unauthorized',
+      'rejected:unauthorized',
+      'committed',
+      'rejected:unauthorized',
+      'committed',
+      'rejected:unauthorized',
+    ])
+    expect(r.policy()?.roleOf(id(2))).toBeUndefined()
+    expect(r.policy()?.roleOf(id(3))).toBe('reader')
+  })
+
+  it('decides two redemptions of a single-use invitation by the order alone: whichever comes first, on every replica', async () => {
+    const once = await invitationKey(6)
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none']), change(['n', once.key, 'writer', 0, 1, 1_000])] })
+    const x = await seal(1, 1, { safe: [change(await redeem(once, 1, 2_000))] })
+    const y = await seal(2, 1, { safe: [change(await redeem(once, 2, 2_000))] })
+    for (const [first, second, winner] of [
+      [x, y, 1],
+      [y, x, 2],
+    ] as const) {
+      const replicas = [new StableAudit({ space: SPACE }), new ReliableReplica({ space: SPACE })]
+      ;(replicas[1] as ReliableReplica).receive(second)
+      ;(replicas[1] as ReliableReplica).receive(first)
+      const splits = replicas.map((r) => [...split(r.commit([create]).decisions), ...split(r.commit([first, second]).decisions)])
+      expect(splits[1]).toEqual(splits[0])
+      for (const r of replicas) expect(Object.keys(r.policy()?.value().members ?? {}).sort()).toEqual([id(0), id(winner)].sort())
+    }
+  })
+
+  it('allows one redemption per envelope', async () => {
+    const a = await invitationKey(7)
+    await expect(seal(1, 1, { safe: [change(await redeem(a, 1, 1)), change(await redeem(a, 1, 2))] })).rejects.toThrow(/at most one invitation/)
   })
 })
 

@@ -106,7 +106,7 @@ export class Checkers {
   /** What the attested commits lead to, for the SDK clients' checkers. */
   readonly attested = new AttestedOrder()
   /** The space's policy modelled apart from the audit: every attested verdict must agree with it. */
-  readonly policy = new PolicyOracle()
+  readonly policy = new PolicyOracle(SPACE)
   /** What the run showed: committed envelopes by whether the audit verified their clock, and relays that started over from a checkpoint (as their stores show it). */
   readonly counts = { clocks: { verified: 0, unverified: 0 }, installs: 0 }
   /** The workload's ledger: honest envelopes, every envelope by id, the twins' pairs, when a correct relay first accepted each. */
@@ -125,7 +125,7 @@ export class Checkers {
     this.now = now
     this.honestIds = workload.honest.flat().map((e) => e.idHex)
     this.honest = new Set(this.honestIds)
-    this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk, ...workload.policy].map((e) => [e.idHex, e]))
+    this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk, ...workload.policy.flat()].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex] as const)
   }
 

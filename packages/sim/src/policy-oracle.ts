@@ -1,4 +1,5 @@
-import { POLICY_KEY, envelopeUnits, type CommitResult, type PolicyOp } from '@stead/core'
+import { POLICY_KEY, envelopeUnits, fromHex, redeemBytes, type CommitResult, type PolicyOp } from '@stead/core'
+import { verifySync } from '@stead/core/node'
 import { Violation } from './violation.ts'
 
 type Role = 'admin' | 'writer' | 'reader'
@@ -12,10 +13,18 @@ type Role = 'admin' | 'writer' | 'reader'
  * being agreed on by every replica alike.
  */
 export class PolicyOracle {
+  private readonly space: string
   private roles: Map<string, Role> | undefined
   private everyone: 'none' | 'reader' | 'writer' = 'none'
+  /** Open invitations by key: role, expiry, uses left (0: any); and the latest time one was made or taken at. */
+  private invitations = new Map<string, { role: Role; expires: number; left: number }>()
+  private stamp = 0
   /** Units the audit rejected as unauthorized, and units of policy changes it committed. */
-  readonly seen = { unauthorized: 0, changes: 0 }
+  readonly seen = { unauthorized: 0, changes: 0, redeemed: 0 }
+
+  constructor(space: string) {
+    this.space = space
+  }
 
   check(decisions: CommitResult['decisions']): void {
     for (const d of decisions) {
@@ -27,7 +36,7 @@ export class PolicyOracle {
         if (verdict?.status === 'committed') {
           for (const item of items) {
             if (!this.allows(d.env.authorId, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
-            if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp)
+            if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp, d.env.authorId)
           }
         } else if (verdict?.status === 'rejected' && verdict.reason === 'unauthorized') {
           this.seen.unauthorized++
@@ -39,7 +48,7 @@ export class PolicyOracle {
               refused = true
               break
             }
-            if (item.key === POLICY_KEY) shadow.apply(item.op as PolicyOp)
+            if (item.key === POLICY_KEY) shadow.apply(item.op as PolicyOp, d.env.authorId)
           }
           if (!refused) throw new Violation(`the audit rejected ${d.env.authorId}'s envelope ${d.env.idHex.slice(0, 8)} as unauthorized, which the policy in force allows`)
         }
@@ -50,12 +59,18 @@ export class PolicyOracle {
   private allows(author: string, key: string, op: PolicyOp): boolean {
     const roles = this.roles
     if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
+    if (key === POLICY_KEY && op[0] === 'j') {
+      // Anybody, with the invitation key's signature, an open invitation, in time and not backdated.
+      const inv = this.invitations.get(op[1])
+      if (!inv || (inv.expires !== 0 && op[2] > inv.expires) || op[2] < this.stamp) return false
+      return verifySync(fromHex(op[1]), redeemBytes(this.space, author, op[1], op[2]), op[3])
+    }
     if (key === POLICY_KEY) return roles.get(author) === 'admin' && op[0] !== 'i'
     const role = roles.get(author)
     return role === 'admin' || role === 'writer' || this.everyone === 'writer'
   }
 
-  private apply(op: PolicyOp): void {
+  private apply(op: PolicyOp, author: string): void {
     this.seen.changes++
     if (op[0] === 'i') {
       this.roles = new Map(op[1])
@@ -65,13 +80,29 @@ export class PolicyOracle {
       else this.roles?.set(op[1], op[2])
     } else if (op[0] === 'e') {
       this.everyone = op[1]
+    } else if (op[0] === 'n') {
+      this.invitations.set(op[1], { role: op[2], expires: op[3], left: op[4] })
+      this.stamp = Math.max(this.stamp, op[5])
+    } else if (op[0] === 'x') {
+      this.invitations.delete(op[1])
+    } else if (op[0] === 'j') {
+      const inv = this.invitations.get(op[1]) as { role: Role; expires: number; left: number }
+      const rank = { reader: 0, writer: 1, admin: 2 }
+      const had = this.roles?.get(author)
+      if (had === undefined || rank[inv.role] > rank[had]) this.roles?.set(author, inv.role)
+      if (inv.left === 1) this.invitations.delete(op[1])
+      else if (inv.left > 1) inv.left--
+      this.stamp = Math.max(this.stamp, op[2])
+      this.seen.redeemed++
     }
   }
 
   private copy(): PolicyOracle {
-    const c = new PolicyOracle()
+    const c = new PolicyOracle(this.space)
     c.roles = this.roles && new Map(this.roles)
     c.everyone = this.everyone
+    c.invitations = new Map([...this.invitations].map(([k, v]) => [k, { ...v }]))
+    c.stamp = this.stamp
     return c
   }
 }

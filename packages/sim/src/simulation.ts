@@ -104,7 +104,7 @@ export interface SimResult {
   /** Envelopes the checker's audit committed, by whether it verified their clock. */
   readonly clocks: { readonly verified: number; readonly unverified: number }
   /** Policy changes the audit committed, and units it rejected as unauthorized (see PolicyOracle). */
-  readonly policy: { readonly changes: number; readonly unauthorized: number }
+  readonly policy: { readonly changes: number; readonly unauthorized: number; readonly redeemed: number }
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */
@@ -692,10 +692,12 @@ class Simulation {
         this.deliverEnvelope(ev.index % this.options.relays, this.workload.junk[ev.index] as Envelope)
         return
       case 'policy': {
-        // To two relays: one may be down, and a lost change would leave the rest waiting on its gap.
-        const env = this.workload.policy[ev.index] as Envelope
-        this.deliverEnvelope(ev.index % this.options.relays, env)
-        this.deliverEnvelope((ev.index + 1) % this.options.relays, env)
+        // Each to two relays (one may be down, and a lost change would leave the rest waiting on its gap),
+        // the envelopes of one group to different ones.
+        for (const [k, env] of (this.workload.policy[ev.index] as readonly Envelope[]).entries()) {
+          this.deliverEnvelope((ev.index + 2 * k) % this.options.relays, env)
+          this.deliverEnvelope((ev.index + 2 * k + 1) % this.options.relays, env)
+        }
         return
       }
       case 'twin': {

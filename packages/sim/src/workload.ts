@@ -1,4 +1,4 @@
-import { MAX_STAMP_JUMP, POLICY_KEY, asGeneric, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type PolicyOp, type SafeGroup } from '@stead/core'
+import { MAX_STAMP_JUMP, POLICY_KEY, asGeneric, redeemBytes, toHex, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type PolicyOp, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -62,12 +62,15 @@ export interface Workload {
   /** The Byzantine client's malformed document edits (envelopes that parse, with ops no honest client makes). */
   readonly junk: readonly Envelope[]
   /**
-   * An admin's policy changes, in sequence order (empty without `policy`):
-   * it creates the space's policy (the honest clients, the Byzantine one and
-   * the SDK clients writers), revokes the Byzantine client, revokes honest
-   * client 2 and later gives it its role back, then lets everyone read.
+   * Policy changes, in the order they are sent (empty without `policy`): an
+   * admin creates the space's policy (the honest clients, the Byzantine one
+   * and the SDK clients writers) and a single-use invitation, revokes the
+   * Byzantine client, revokes honest client 2 and later gives it its role
+   * back, then lets everyone read; two guests redeem the invitation at the
+   * same moment (only one can get it) and then each writes. Each group is
+   * sent at one moment, its envelopes to different relays.
    */
-  readonly policy: readonly Envelope[]
+  readonly policy: ReadonlyArray<readonly Envelope[]>
 }
 
 /** The secret key of the simulator's SDK client `id`. */
@@ -174,19 +177,37 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
 /** The label of the key that administers the simulated space: the cluster file lists it among the space's admins. */
 export const SIM_ADMIN = 'sim-admin'
 
-async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Array): Promise<Envelope[]> {
+async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Array): Promise<Envelope[][]> {
   const admin = await identity(SIM_ADMIN)
   const id = (key: Uint8Array): string => authorIdOf(nodeCrypto, key)
   const sdk = await Promise.all(Array.from({ length: SDK_WRITERS }, (_, i) => nodeCrypto.publicKeyOf(sdkClientSecret(i))))
   const writers = [...clients, byzantine, ...sdk].map((k): [string, 'writer'] => [id(k), 'writer'])
   const victim = clients[2] ?? clients[0]
-  const ops: PolicyOp[] = [['i', [[id(admin.publicKey), 'admin'], ...writers], 'none'], ['r', id(byzantine), null]]
+  const invitation = await identity('sim-invitation')
+  const inviteKey = toHex(invitation.publicKey)
+  const ops: PolicyOp[] = [['i', [[id(admin.publicKey), 'admin'], ...writers], 'none'], ['n', inviteKey, 'writer', 0, 1, 1], ['r', id(byzantine), null]]
   if (victim) ops.push(['r', id(victim), null], ['r', id(victim), 'writer'])
   ops.push(['e', 'reader'])
-  const out: Envelope[] = []
-  for (const [i, op] of ops.entries()) {
-    const { base, clock } = composeClock(id(admin.publicKey), out.at(-1), [], 0, () => 0)
-    out.push(await sealEnvelope(nodeCrypto, admin, { space: SPACE, seq: i + 1, base, clock, deps: [], updates: [], safe: [{ atomic: false, updates: [{ key: POLICY_KEY, decl: { type: 'policy' }, op }] }] }))
+  const chain = async (who: { secretKey: Uint8Array; publicKey: Uint8Array }, parts: Array<{ updates: ObjectUpdate[]; safe: SafeGroup[] }>): Promise<Envelope[]> => {
+    const out: Envelope[] = []
+    for (const [i, p] of parts.entries()) {
+      const { base, clock } = composeClock(id(who.publicKey), out.at(-1), [], 0, () => 0)
+      out.push(await sealEnvelope(nodeCrypto, who, { space: SPACE, seq: i + 1, base, clock, deps: [], ...p }))
+    }
+    return out
   }
-  return out
+  const change = (op: PolicyOp) => ({ updates: [], safe: [{ atomic: false, updates: [{ key: POLICY_KEY, decl: { type: 'policy' as const }, op }] }] })
+  const adminChain = await chain(admin, ops.map(change))
+  // Two guests race for the single-use invitation, then each writes: only the winner's write commits.
+  const guests = await Promise.all(['sim-guest-a', 'sim-guest-b'].map(identity))
+  const guestChains = await Promise.all(
+    guests.map(async (g) => {
+      const t = 2
+      const sig = await nodeCrypto.sign(invitation.secretKey, redeemBytes(SPACE, id(g.publicKey), inviteKey, t))
+      return chain(g, [change(['j', inviteKey, t, sig]), { updates: [{ key: 'acct:0', decl: ACCOUNTS, ops: [7] }], safe: [] }])
+    }),
+  )
+  // Sent in this order, spread over the run: the admin's first two, both redemptions at once, the rest.
+  const [g0, g1] = guestChains as [Envelope[], Envelope[]]
+  return [...adminChain.slice(0, 2).map((e) => [e]), [g0[0], g1[0]], ...adminChain.slice(2).map((e) => [e]), [g0[1], g1[1]]] as Envelope[][]
 }

@@ -21,7 +21,7 @@ describe('deterministic simulation', () => {
     expect(b).toEqual(a)
   })
 
-  it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run)", async () => {
+  it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run, two guests racing for one invitation)", async () => {
     let unauthorized = 0
     for (const [relays, byzantine, seed] of [
       [4, 1, 1],
@@ -31,8 +31,10 @@ describe('deterministic simulation', () => {
       const o: SimOptions = { relays, byzantine, strategy: 'equivocate', crash: 1, steps: 12000, partition: true, loss: 0.02, sdkClients: 2, seed }
       const r = await runSimulation(o, await prepareWorkload(seed, 3, 6, true, true))
       expect(r.violation).toBeUndefined()
-      // Creation, the Byzantine client's revocation, an honest client's revocation and its return, everyone reads.
-      expect(r.policy.changes).toBe(5)
+      // Creation, an invitation, the Byzantine client's revocation, an honest client's revocation and its return,
+      // everyone reads; of two guests redeeming the single-use invitation at once, exactly one gets it.
+      expect(r.policy.redeemed).toBe(1)
+      expect(r.policy.changes).toBe(7)
       unauthorized += r.policy.unauthorized
     }
     expect(unauthorized).toBeGreaterThan(0)

@@ -1,4 +1,4 @@
-import { SteadError, asSigned, decode, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeemBytes, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
 import type { MemoryBudget } from './budget.ts'
 import type { ClusterConfig } from '../process/config.ts'
 import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
@@ -97,6 +97,7 @@ export class Admission {
     if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
     checkClockAtDoor(replica, env)
     checkStampsAtDoor(env, clock.now(), this.host.maxClockAheadMs)
+    checkRedemptionsAtDoor(env, clock.now(), this.host.maxClockAheadMs, this.host.crypto)
     return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env.authorId, origin) }
   }
 
@@ -185,6 +186,26 @@ function checkClockAtDoor(replica: StableAudit | undefined, env: Envelope): void
   if (env.seq !== next || env.base > (replica?.stableIndex ?? 0)) return
   const verdict = replica ? replica.judgeClock(env) : judgeClock(env, NO_HISTORY)
   if (!verdict.ok) throw new SteadError('bad-clock', `${env.authorId}:${env.seq}: ${verdict.detail}`)
+}
+
+/**
+ * An invitation's redemption at the door: signed by the invitation's key
+ * for this author (`bad-signature` otherwise), and stamped within
+ * `windowMs` of this relay's clock either way. Its time is what the
+ * invitation's expiry is judged against in the audit, so an honest relay
+ * lets in no redemption that claims another time than now; the audit
+ * bounds what a Byzantine relay's blocks can claim (no earlier than the
+ * space's latest invitation time).
+ */
+function checkRedemptionsAtDoor(env: Envelope, now: number, windowMs: number, crypto: SyncCrypto): void {
+  for (const g of env.safe) {
+    for (const u of g.updates) {
+      if (u.key !== POLICY_KEY || !isRedemption(u.op)) continue
+      const [, key, t, sig] = u.op
+      if (!crypto.verify(fromHex(key), redeemBytes(env.space, env.authorId, key, t), sig)) throw new SteadError('bad-signature', `${env.authorId}:${env.seq} redeems invitation ${key.slice(0, 8)} without its key's signature`)
+      if (Math.abs(t - now) > windowMs) throw new SteadError(t > now ? 'clock-ahead' : 'unauthorized', `${env.authorId}:${env.seq} redeems an invitation at ${t}, ${Math.round(Math.abs(t - now) / 1000)} s from this relay's clock (${now}); the limit is ${Math.round(windowMs / 1000)} s either way`)
+    }
+  }
 }
 
 /**

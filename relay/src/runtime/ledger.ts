@@ -87,7 +87,7 @@ export class Ledger {
   /** Each space's replica audits alone (no prospective state), under the cluster's policy for the space. */
   replicaOptions(space: string): ReplicaOptions {
     const { admission, verifyStateHashes, crypto } = this.o
-    return { space, authorize: admission.authorizeFor(space), historyLimit: 0, historyPatches: true, ...(verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => crypto.sha256(bytes) } : {}) }
+    return { space, authorize: admission.authorizeFor(space), verify: (pk, message, sig) => crypto.verify(pk, message, sig), historyLimit: 0, historyPatches: true, ...(verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => crypto.sha256(bytes) } : {}) }
   }
 
   /** Builds the spaces from the store's latest snapshot (at start, and after installing a checkpoint); `replay` then brings them up to the last batch. */

@@ -1,4 +1,4 @@
-import { POLICY_KEY, SteadError, authorIdOf, isFiller, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, authorIdOf, isFiller, isRedemption, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
 
@@ -6,9 +6,9 @@ const HOUR_MS = 3_600_000
 /** Keys, addresses and spaces being started that the quota remembers at most. */
 const MAX_REMEMBERED = 100_000
 
-/** The keys of the objects an envelope updates, regular and safe. */
-function keysOf(env: Envelope): Set<string> {
-  return new Set([...env.updates.map((u) => u.key), ...env.safe.flatMap((g) => g.updates.map((u) => u.key))])
+/** The updates an envelope carries, regular (one op each stands for the object's) and safe. */
+function itemsOf(env: Envelope): Array<{ key: string; decl: Envelope['updates'][number]['decl']; op: unknown }> {
+  return [...env.updates.map((u) => ({ key: u.key, decl: u.decl, op: u.ops[0] })), ...env.safe.flatMap((g) => g.updates)]
 }
 
 /** Whether the envelope creates a space's policy (an init of $policy). */
@@ -61,7 +61,9 @@ export class SpaceAccess {
     if (policy) {
       // A filler changes nothing: its sequence number must be taken, or the author's later envelopes wait behind it.
       if (env.base > (replica as StableAudit).stableIndex || isFiller(env)) return
-      for (const key of keysOf(env)) {
+      for (const { key, op } of itemsOf(env)) {
+        // Anybody may redeem an invitation (see checkRedemptionsAtDoor).
+        if (key === POLICY_KEY && isRedemption(op)) continue
         if (key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
           throw new SteadError('unauthorized', `author ${who} may not ${key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${env.space}`)
         }
@@ -73,7 +75,7 @@ export class SpaceAccess {
     }
     const authorize = this.authorizeFor(env.space)
     if (!authorize || isFiller(env)) return
-    for (const u of [...env.updates.map((x) => ({ key: x.key, decl: x.decl, op: x.ops[0] })), ...env.safe.flatMap((g) => g.updates)]) {
+    for (const u of itemsOf(env)) {
       const verdict = authorize(who, u.key, u.decl, u.op as never)
       if (!verdict.ok) throw new SteadError('unauthorized', verdict.detail)
     }

@@ -1,5 +1,6 @@
+import { encode } from '../codec.ts'
 import { SteadError } from '../errors.ts'
-import { OK, invalid, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
+import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
 /** The key of a space's policy object: who administers, writes and reads the space. */
 export const POLICY_KEY = '$policy'
@@ -15,6 +16,10 @@ const EVERYONE: readonly Everyone[] = ['none', 'reader', 'writer']
 
 /** Members one policy names at most: every replica keeps them all in memory. */
 export const MAX_MEMBERS = 10_000
+/** Open invitations one policy holds at most. */
+export const MAX_INVITATIONS = 1_000
+/** Uses one invitation may allow at most (0 is unlimited). */
+const MAX_USES = 10_000
 /** A user id's length at most (an author id is 16 characters). */
 const MAX_USER_CHARS = 64
 
@@ -24,6 +29,14 @@ const MAX_USER_CHARS = 64
  *   that has none (at least one admin);
  * - `['r', user, role | null]` gives a user a role, or takes it away;
  * - `['e', everyone]` sets what anybody may do;
+ * - `['n', key, role, expires, uses, t]` opens an invitation: whoever holds
+ *   the secret key of `key` (an Ed25519 public key, hex) may take `role`,
+ *   until `expires` (ms since the epoch, 0: never), `uses` times (0: any
+ *   number); `t` is when the admin made it (its clock, ms);
+ * - `['x', key]` closes an invitation;
+ * - `['j', key, t, sig]` redeems an invitation (anybody): `sig` is the
+ *   invitation key's signature over {@link redeemBytes} for the redeeming
+ *   author and `t`, its clock when it redeemed (ms);
  * - `['u']` withdraws the op made under the same context (only `inverse` makes it).
  * Users are author ids (see Envelope.authorId).
  */
@@ -31,7 +44,40 @@ export type PolicyOp =
   | readonly ['i', ReadonlyArray<readonly [string, Role]>, Everyone]
   | readonly ['r', string, Role | null]
   | readonly ['e', Everyone]
+  | readonly ['n', string, Role, number, number, number]
+  | readonly ['x', string]
+  | RedeemOp
   | readonly ['u']
+
+/** An open invitation, as a policy holds it. */
+export interface Invitation {
+  /** The role it gives. */
+  readonly role: Role
+  /** Until when it may be redeemed (ms since the epoch; 0: no end). */
+  readonly expires: number
+  /** Uses left (0: any number). */
+  readonly left: number
+}
+
+/**
+ * What a redemption's signature covers: the space, the redeeming author
+ * (so nobody who sees the redemption can take it for themselves), the
+ * invitation's key and the redeemer's time.
+ */
+export function redeemBytes(space: string, author: string, key: string, t: number): Uint8Array {
+  return encode(['stead/redeem/v1', space, author, key, t])
+}
+
+/** A redemption op (see PolicyOp). */
+export type RedeemOp = readonly ['j', string, number, Uint8Array]
+
+/** Whether a (valid) policy op is a redemption, which anybody may make. */
+export function isRedemption(op: unknown): op is RedeemOp {
+  return Array.isArray(op) && op[0] === 'j'
+}
+
+/** The roles from weakest to strongest: a redemption never lowers one. */
+const RANK: Record<Role, number> = { reader: 0, writer: 1, admin: 2 }
 
 /** A space's policy as plain data. */
 export interface PolicyValue {
@@ -43,6 +89,14 @@ export interface PolicyValue {
 
 function userProblem(u: unknown): string | null {
   return typeof u === 'string' && u.length >= 1 && u.length <= MAX_USER_CHARS ? null : `a user id is a string of 1 to ${MAX_USER_CHARS} characters`
+}
+
+function keyProblem(k: unknown): string | null {
+  return typeof k === 'string' && /^[0-9a-f]{64}$/.test(k) ? null : 'an invitation key is 64 lowercase hex characters (an Ed25519 public key)'
+}
+
+function timeProblem(t: unknown, what: string): string | null {
+  return isSafeInt(t) && t >= 0 ? null : `${what} must be a whole number of ms since the epoch`
 }
 
 /** What is wrong with a policy op from the wire, or null. */
@@ -67,8 +121,16 @@ export function validatePolicyOp(op: unknown): string | null {
       return userProblem(op[1]) ?? (op[2] === null || ROLES.includes(op[2] as Role) ? null : `role must be one of ${ROLES.join(', ')} or null`)
     case 'e':
       return op.length === 2 && EVERYONE.includes(op[1] as Everyone) ? null : `policy everyone op is ['e', one of ${EVERYONE.join(', ')}]`
+    case 'n':
+      if (op.length !== 6) return "policy invitation is ['n', key, role, expires, uses, t]"
+      return keyProblem(op[1]) ?? (ROLES.includes(op[2] as Role) ? null : `role must be one of ${ROLES.join(', ')}`) ?? timeProblem(op[3], 'expires') ?? (isSafeInt(op[4]) && op[4] >= 0 && op[4] <= MAX_USES ? null : `uses must be a whole number from 0 (any) to ${MAX_USES}`) ?? timeProblem(op[5], 't')
+    case 'x':
+      return op.length === 2 ? keyProblem(op[1]) : "policy invitation close is ['x', key]"
+    case 'j':
+      if (op.length !== 4) return "policy redemption is ['j', key, t, signature]"
+      return keyProblem(op[1]) ?? timeProblem(op[2], 't') ?? (op[3] instanceof Uint8Array && op[3].length === 64 ? null : 'a redemption signature is 64 bytes')
     default:
-      return "policy op must be ['i', ...], ['r', user, role] or ['e', everyone]"
+      return "policy op must be ['i', ...], ['r', user, role], ['e', everyone], ['n', ...], ['x', key] or ['j', ...]"
   }
 }
 
@@ -85,10 +147,17 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   readonly type = 'policy' as const
   private members = new Map<string, Role>()
   private everyoneMay: Everyone = 'none'
+  private invitations = new Map<string, Invitation>()
+  /**
+   * The latest time an admin opened an invitation or a redemption was
+   * taken at: a redemption must not be older (a redeemer cannot backdate
+   * its time past what the space has seen, to use an expired invitation).
+   */
+  private stamp = 0
   /** Ops applied: what merge compares (stable states are prefixes of one order). */
   private version = 0
   /** State before each op applied with `apply`, by tag, so that its `['u']` can restore it. */
-  private readonly before = new Map<string, { members: Map<string, Role>; everyone: Everyone }>()
+  private readonly before = new Map<string, State>()
 
   /** Whether the policy exists (an init committed). */
   get created(): boolean {
@@ -125,6 +194,25 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return this.members.get(user) === 'admin'
   }
 
+  /** The open invitation of `key`, if any. */
+  invitation(key: string): Invitation | undefined {
+    return this.invitations.get(key)
+  }
+
+  /** The open invitations by key. */
+  openInvitations(): ReadonlyMap<string, Invitation> {
+    return this.invitations
+  }
+
+  /** Why a redemption at time `t` of invitation `key` is refused here, or null (its signature is the audit's to check). */
+  redemptionProblem(key: string, t: number): string | null {
+    const inv = this.invitations.get(key)
+    if (!inv) return `no open invitation ${key.slice(0, 8)}: never made, closed, or used up`
+    if (inv.expires !== 0 && t > inv.expires) return `invitation ${key.slice(0, 8)} expired at ${inv.expires}, redeemed at ${t}`
+    if (t < this.stamp) return `redeemed at ${t}, before the space's latest invitation time ${this.stamp}`
+    return null
+  }
+
   tryApply(op: PolicyOp, ctx: OpContext): ApplyResult {
     if (op[0] === 'u') {
       this.apply(op, ctx)
@@ -137,7 +225,14 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     if (op[0] === 'i' && !op[1].some(([, role]) => role === 'admin')) return violates('a policy needs an admin')
     if (op[0] === 'r' && this.members.get(op[1]) === 'admin' && op[2] !== 'admin' && this.admins() === 1) return violates(`${op[1]} is the last admin`)
     if (op[0] === 'r' && op[2] !== null && !this.members.has(op[1]) && this.members.size >= MAX_MEMBERS) return violates(`a policy names at most ${MAX_MEMBERS} members`)
-    this.change(op)
+    if (op[0] === 'n' && !this.invitations.has(op[1]) && this.invitations.size >= MAX_INVITATIONS) return violates(`a policy holds at most ${MAX_INVITATIONS} open invitations`)
+    if (op[0] === 'x' && !this.invitations.has(op[1])) return invalid(`no open invitation ${op[1].slice(0, 8)}`)
+    if (op[0] === 'j') {
+      const problem = this.redemptionProblem(op[1], op[2])
+      if (problem) return { ok: false, reason: 'unauthorized', detail: problem }
+      if (!this.members.has(ctx.replica) && this.members.size >= MAX_MEMBERS) return violates(`a policy names at most ${MAX_MEMBERS} members`)
+    }
+    this.change(op, ctx.replica)
     return OK
   }
 
@@ -146,13 +241,12 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
       const saved = this.before.get(ctx.tag)
       if (!saved) return
       this.before.delete(ctx.tag)
-      this.members = saved.members
-      this.everyoneMay = saved.everyone
+      this.restoreState(saved)
       this.version++
       return
     }
-    this.before.set(ctx.tag, { members: new Map(this.members), everyone: this.everyoneMay })
-    this.change(op)
+    this.before.set(ctx.tag, this.state())
+    this.change(op, ctx.replica)
   }
 
   /** Exact only right after `op` (see the class comment: replicas rebuild ordered objects instead). */
@@ -162,31 +256,40 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
 
   merge(other: SpacePolicy): void {
     if (other.version <= this.version) return
-    this.members = new Map(other.members)
-    this.everyoneMay = other.everyoneMay
+    this.restoreState(other.state())
     this.version = other.version
   }
 
   clone(): this {
     const copy = new SpacePolicy()
-    copy.members = new Map(this.members)
-    copy.everyoneMay = this.everyoneMay
+    copy.restoreState(this.state())
     copy.version = this.version
     return copy as this
   }
 
-  /** `[version, everyone, [[user, role], ...]]`, members sorted by user id. */
-  snapshot(): [number, Everyone, Array<[string, Role]>] {
-    return [this.version, this.everyoneMay, [...this.members].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]
+  /** `[version, everyone, [[user, role], ...], [[key, role, expires, left], ...], stamp]`, members and invitations sorted by id. */
+  snapshot(): PolicySnapshot {
+    const byId = <T>(a: [string, T], b: [string, T]): number => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)
+    return [this.version, this.everyoneMay, [...this.members].sort(byId), [...this.invitations].sort(byId).map(([k, i]) => [k, i.role, i.expires, i.left]), this.stamp]
   }
 
   /** Rebuilds a policy from its `snapshot()` (trusted input). */
-  static fromSnapshot(snap: [number, Everyone, Array<[string, Role]>]): SpacePolicy {
+  static fromSnapshot(snap: PolicySnapshot): SpacePolicy {
     const p = new SpacePolicy()
     p.version = snap[0]
-    p.everyoneMay = snap[1]
-    p.members = new Map(snap[2])
+    p.restoreState({ members: new Map(snap[2]), everyone: snap[1], invitations: new Map(snap[3].map(([k, role, expires, left]) => [k, { role, expires, left }])), stamp: snap[4] })
     return p
+  }
+
+  private state(): State {
+    return { members: new Map(this.members), everyone: this.everyoneMay, invitations: new Map(this.invitations), stamp: this.stamp }
+  }
+
+  private restoreState(s: State): void {
+    this.members = new Map(s.members)
+    this.everyoneMay = s.everyone
+    this.invitations = new Map(s.invitations)
+    this.stamp = s.stamp
   }
 
   invariantsHold(): boolean {
@@ -199,19 +302,45 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return n
   }
 
-  private change(op: Exclude<PolicyOp, readonly ['u']>): void {
+  private change(op: Exclude<PolicyOp, readonly ['u']>, author: string): void {
     this.version++
-    if (op[0] === 'i') {
-      this.members = new Map(op[1])
-      this.everyoneMay = op[2]
-    } else if (op[0] === 'r') {
-      if (op[2] === null) this.members.delete(op[1])
-      else this.members.set(op[1], op[2])
-    } else {
-      this.everyoneMay = op[1]
+    switch (op[0]) {
+      case 'i':
+        this.members = new Map(op[1])
+        this.everyoneMay = op[2]
+        return
+      case 'r':
+        if (op[2] === null) this.members.delete(op[1])
+        else this.members.set(op[1], op[2])
+        return
+      case 'e':
+        this.everyoneMay = op[1]
+        return
+      case 'n':
+        this.invitations.set(op[1], { role: op[2], expires: op[3], left: op[4] })
+        this.stamp = Math.max(this.stamp, op[5])
+        return
+      case 'x':
+        this.invitations.delete(op[1])
+        return
+      case 'j': {
+        const inv = this.invitations.get(op[1])
+        if (!inv) return // prospectively: an invitation this replica has not seen yet
+        const had = this.members.get(author)
+        if (had === undefined || RANK[inv.role] > RANK[had]) this.members.set(author, inv.role)
+        if (inv.left === 1) this.invitations.delete(op[1])
+        else if (inv.left > 1) this.invitations.set(op[1], { ...inv, left: inv.left - 1 })
+        this.stamp = Math.max(this.stamp, op[2])
+        return
+      }
     }
   }
 }
+
+type State = { members: Map<string, Role>; everyone: Everyone; invitations: Map<string, Invitation>; stamp: number }
+
+/** A policy's snapshot (see SpacePolicy.snapshot). */
+export type PolicySnapshot = [number, Everyone, Array<[string, Role]>, Array<[string, Role, number, number]>, number]
 
 /** A space policy's declaration: it has no parameters, and lives only at {@link POLICY_KEY}. */
 export interface PolicyDeclaration {
@@ -230,7 +359,7 @@ export const policyType: ObjectType<PolicyDeclaration, SpacePolicy> = {
   },
   validateOp: validatePolicyOp,
   create: () => new SpacePolicy(),
-  restore: (_d, snap) => SpacePolicy.fromSnapshot(snap as [number, Everyone, Array<[string, Role]>]),
+  restore: (_d, snap) => SpacePolicy.fromSnapshot(snap as PolicySnapshot),
   hasInvariants: () => false,
   ordered: true,
   onlyAt: POLICY_KEY,

@@ -8,7 +8,7 @@ import { createWebCrypto, webCryptoSupportsEd25519 } from './webcrypto.ts'
 
 export type { Crypto } from './types.ts'
 export { HASH_BYTES, PUBLIC_KEY_BYTES, SECRET_KEY_BYTES, SIGNATURE_BYTES } from './types.ts'
-export { isAcceptablePublicKey, isAcceptableSignature, nobleCrypto } from './noble.ts'
+export { isAcceptablePublicKey, isAcceptableSignature, nobleCrypto, verifyEd25519Sync } from './noble.ts'
 export { createWebCrypto, webCryptoSupportsEd25519 } from './webcrypto.ts'
 
 // Memoized so the whole process shares one backend and thus one key cache.

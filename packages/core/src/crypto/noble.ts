@@ -197,6 +197,19 @@ function nobleVerify(publicKey: Uint8Array, message: Uint8Array, signature: Uint
   return bytesEqual(expectedR.toBytes(), r)
 }
 
+/**
+ * Ed25519 verification, synchronous and pure JS: for the audit, which must
+ * check a signature inside an update (an invitation's redemption) the same
+ * way on every replica, in browsers too.
+ */
+export function verifyEd25519Sync(publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array): boolean {
+  try {
+    return nobleVerify(publicKey, message, signature)
+  } catch {
+    return false
+  }
+}
+
 /** The pure-JS backend (@noble/curves): works everywhere, about 20 times slower than node:crypto; the fallback where WebCrypto lacks Ed25519. */
 export const nobleCrypto: Crypto = {
   name: 'noble',
