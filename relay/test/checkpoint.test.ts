@@ -12,6 +12,7 @@ import { RelayNode } from '../src/runtime/node.ts'
 import { RelayCheckpoints } from '../src/runtime/checkpoints.ts'
 import { systemClock } from '@stead/core'
 import type { RelayStore } from '../src/store/store.ts'
+import { until as waitUntil } from './helpers/cluster.ts'
 
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))
@@ -158,13 +159,8 @@ afterEach(async () => {
   for (const n of nodes.splice(0)) await n.stop()
 })
 
-async function until(what: string, check: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const end = Date.now() + timeoutMs
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 5))
-  }
-}
+/** Waits for `check` to hold, looking every 5 ms. */
+const until = (what: string, check: () => boolean, timeoutMs = 20_000): Promise<unknown> => waitUntil(what, check, timeoutMs, 5)
 
 /**
  * Relay 4 stops; the others commit well past their retention of the rounds

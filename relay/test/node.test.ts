@@ -13,18 +13,14 @@ import { MemoryJournal, type Journal } from '../src/store/journal.ts'
 import { MemoryKv } from '../src/store/kv.ts'
 import type { RelayStore, WriteBatch } from '../src/store/store.ts'
 import type { VerdictCache } from '../src/runtime/verdict-cache.ts'
+import { until as waitUntil } from './helpers/cluster.ts'
 
 const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
 const deposit = (seq: number, space = 's') =>
   sealEnvelope(nodeCrypto, author, { space, seq, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] }).then(encodeEnvelope)
 
-async function until(what: string, check: () => boolean): Promise<void> {
-  const end = Date.now() + 10_000
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 2))
-  }
-}
+/** Waits for `check` to hold, looking every 2 ms. */
+const until = (what: string, check: () => boolean): Promise<unknown> => waitUntil(what, check, 10_000, 2)
 
 /** A one-relay cluster (f = 0: every block commits at once) with a mesh that goes nowhere. */
 function soloRelay(dataDir: string, extra: Partial<ConstructorParameters<typeof RelayNode>[0]> = {}, checkpointRounds = 1000): { node: RelayNode; spoken: string[]; sent: Uint8Array[] } {

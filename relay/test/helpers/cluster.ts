@@ -153,7 +153,8 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms))
 }
 
-export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000): Promise<T> {
+/** Polls `probe` every `everyMs` until it gives a value (not undefined or false; a throw counts as not yet), for at most `timeoutMs`. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000, everyMs = 100): Promise<T> {
   const deadline = Date.now() + timeoutMs
   let last: unknown
   while (Date.now() < deadline) {
@@ -163,7 +164,7 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
     } catch (err) {
       last = err
     }
-    await sleep(100)
+    await sleep(everyMs)
   }
   throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`)
 }
