@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
-import { POLICY_KEY, SpacePolicy, redeemBytes, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
+import { POLICY_KEY, REDEEM_SLACK_MS, SpacePolicy, redeemBytes, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
 import { toHex } from '../src/bytes.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
 import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
@@ -177,12 +177,12 @@ describe('space policy: invitations', () => {
       await seal(2, 3, { safe: [change(await redeem(a, 2, 2_000, 3))] }),
       // A writer may not open invitations.
       await seal(1, 1, { safe: [change(['n', wrong.key, 'admin', 0, 0, 1_500])] }),
-      // Someone redeems b at 3,000; a redemption claiming 2,500 afterwards is backdated past it.
-      await seal(3, 1, { safe: [change(await redeem(b, 3, 3_000))] }),
-      await seal(2, 4, { safe: [change(await redeem(b, 2, 2_500))] }),
+      // Someone redeems b at 3,000,000; one claiming a time more than REDEEM_SLACK_MS earlier afterwards is backdated.
+      await seal(3, 1, { safe: [change(await redeem(b, 3, 3_000_000))] }),
+      await seal(2, 4, { safe: [change(await redeem(b, 2, 3_000_000 - REDEEM_SLACK_MS - 1))] }),
       // Closed.
       await seal(0, 2, { safe: [change(['x', b.key])] }),
-      await seal(2, 5, { safe: [change(await redeem(b, 2, 3_100))] }),
+      await seal(2, 5, { safe: [change(await redeem(b, 2, 3_000_100))] }),
     ]
     expect(statuses(r.commit(envs).decisions)).toEqual([
       'committed',
@@ -197,6 +197,18 @@ describe('space policy: invitations', () => {
     ])
     expect(r.policy()?.roleOf(id(2))).toBeUndefined()
     expect(r.policy()?.roleOf(id(3))).toBe('reader')
+  })
+
+  it('lets two people join at once whatever order their clocks signed in (within the slack)', async () => {
+    const many = await invitationKey(8)
+    const r = new StableAudit({ space: SPACE })
+    const envs = [
+      await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none']), change(['n', many.key, 'writer', 0, 0, 1_000_000])] }),
+      // Signed a minute later, ordered first.
+      await seal(1, 1, { safe: [change(await redeem(many, 1, 1_060_000))] }),
+      await seal(2, 1, { safe: [change(await redeem(many, 2, 1_000_500))] }),
+    ]
+    expect(statuses(r.commit(envs).decisions)).toEqual(['committed', 'committed', 'committed'])
   })
 
   it('decides two redemptions of a single-use invitation by the order alone: whichever comes first, on every replica', async () => {

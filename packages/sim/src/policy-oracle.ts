@@ -4,6 +4,9 @@ import { Violation } from './violation.ts'
 
 type Role = 'admin' | 'writer' | 'reader'
 
+/** How much older than the space's latest invitation time a redemption may be (the relay README's rule). */
+const TEN_MINUTES = 10 * 60_000
+
 /**
  * A space's policy modelled apart from the audit, fed the attested order:
  * every unit the audit committed was allowed by the policy in force at its
@@ -62,7 +65,7 @@ export class PolicyOracle {
     if (key === POLICY_KEY && op[0] === 'j') {
       // Anybody, with the invitation key's signature, an open invitation, in time and not backdated.
       const inv = this.invitations.get(op[1])
-      if (!inv || (inv.expires !== 0 && op[2] > inv.expires) || op[2] < this.stamp) return false
+      if (!inv || (inv.expires !== 0 && op[2] > inv.expires) || op[2] < this.stamp - TEN_MINUTES) return false
       return verifySync(fromHex(op[1]), redeemBytes(this.space, author, op[1], op[2]), op[3])
     }
     if (key === POLICY_KEY) return roles.get(author) === 'admin' && op[0] !== 'i'

@@ -76,6 +76,15 @@ export function isRedemption(op: unknown): op is RedeemOp {
   return Array.isArray(op) && op[0] === 'j'
 }
 
+/**
+ * How far a redemption's time may lie before the space's latest invitation
+ * time and still count. Redeemers' clocks differ (relays admit a time
+ * within their clock window, 5 minutes either way by default), and the
+ * order follows arrival, not signing: two people joining at once must not
+ * turn each other away. Past it, a redemption is backdated.
+ */
+export const REDEEM_SLACK_MS = 10 * 60_000
+
 /** The roles from weakest to strongest: a redemption never lowers one. */
 const RANK: Record<Role, number> = { reader: 0, writer: 1, admin: 2 }
 
@@ -150,8 +159,9 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   private invitations = new Map<string, Invitation>()
   /**
    * The latest time an admin opened an invitation or a redemption was
-   * taken at: a redemption must not be older (a redeemer cannot backdate
-   * its time past what the space has seen, to use an expired invitation).
+   * taken at: a redemption may not be older by more than REDEEM_SLACK_MS
+   * (a redeemer cannot backdate its time far past what the space has
+   * seen, to use an expired invitation).
    */
   private stamp = 0
   /** Ops applied: what merge compares (stable states are prefixes of one order). */
@@ -209,7 +219,7 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     const inv = this.invitations.get(key)
     if (!inv) return `no open invitation ${key.slice(0, 8)}: never made, closed, or used up`
     if (inv.expires !== 0 && t > inv.expires) return `invitation ${key.slice(0, 8)} expired at ${inv.expires}, redeemed at ${t}`
-    if (t < this.stamp) return `redeemed at ${t}, before the space's latest invitation time ${this.stamp}`
+    if (t < this.stamp - REDEEM_SLACK_MS) return `redeemed at ${t}, more than ${REDEEM_SLACK_MS / 60_000} minutes before the space's latest invitation time ${this.stamp}`
     return null
   }
 
