@@ -1,4 +1,4 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isWellFormed, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isSteadError, isWellFormed, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import type { Deferred } from './space/drafts.ts'
@@ -11,13 +11,19 @@ import { ClientRecords, type AuthorState, type Restored } from './upstream/persi
 import { RelaySessions } from './transport/sessions.ts'
 import { Space, type Upstream } from './space/space.ts'
 import { initOp, type SpacePolicyInit } from './handles/members-handle.ts'
+import { decodeInvitation } from './handles/invitation-token.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { LeaderLink, LeaderLock, TabHub, TabUpstream, decidedMeanwhile, newTabId, type TabPlatform } from './upstream/tabs.ts'
 import type { SocketFactory } from './transport/transport.ts'
-import type { ClientOptions, SafeResult, SessionsStatus } from './types.ts'
+import type { ClientOptions, SafeResult, SessionsStatus, WaitOptions } from './types.ts'
 import { RelayUpstream } from './upstream/upstream.ts'
 
 export { Space, type SettledUpdate } from './space/space.ts'
+
+/** How long `join` waits for its redemption to be seen committed, by default. */
+const DEFAULT_JOIN_TIMEOUT_MS = 30_000
+/** The longest wait a timer can have. */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 /** What a platform entry (browser or Node) supplies when the caller does not. */
 export interface PlatformDefaults {
@@ -243,6 +249,60 @@ export class SteadClient {
     return space
   }
 
+  /**
+   * Joins a space with an invitation token (made by an admin's
+   * `space.members.invite`): opens the space, redeems the invitation (a
+   * safe update signed with the token's secret key, for this client's user
+   * id and the relays' time as this client measures it) and resolves with
+   * the space once the redemption committed. The relays then serve the
+   * space to this client, which catches up as usual.
+   *
+   * It always redeems, even when this client is a member already: a
+   * redemption never lowers a role, but it takes one of the invitation's
+   * uses. Redemptions are ordered like any update: of two redemptions of a
+   * single-use invitation only the first in the stable order succeeds.
+   *
+   * A rejected redemption (the invitation used up, expired or closed)
+   * leaves a client that may not read the space unable to see the verdict:
+   * the relays serve it nothing. So `join` rejects with `timeout` after
+   * `timeoutMs` (default 30 s, on the client's clock) unless the redemption
+   * was seen committed; a client that can read the space (a member
+   * already, or `everyone` may read) gets the audit's reason instead.
+   *
+   * @param token The invitation's token (`stead-invite:…`); whitespace around it is ignored.
+   * @param options `timeoutMs` (default 30,000; `Infinity` waits for ever) and `signal`.
+   * @throws SteadError `malformed` at once for anything that is not an invitation token (nothing is sent); `timeout` when the redemption was not seen committed in time (the invitation may be used up, expired or closed, or the relays unreachable); the audit's reason when this client sees the redemption rejected (`unauthorized`); the relays' reason when f+1 refuse it at their door (`clock-ahead` or `unauthorized` for a device clock more than 5 minutes off theirs); `aborted`; {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const board = await client.join(token)   // token from a link an admin shared
+   * console.log(board.members.myRole)        // 'writer'
+   * ```
+   */
+  async join(token: string, options: WaitOptions = {}): Promise<Space> {
+    const { space: name, secret } = decodeInvitation(token)
+    const timeoutMs = options.timeoutMs ?? DEFAULT_JOIN_TIMEOUT_MS
+    // Checked before anything is sent (the wait would refuse it only once the redemption is queued).
+    if (timeoutMs !== Number.POSITIVE_INFINITY && !(typeof timeoutMs === 'number' && timeoutMs >= 0 && timeoutMs <= MAX_TIMER_MS)) {
+      throw new SteadError('malformed', `join: timeoutMs is milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity to wait for ever; got ${String(timeoutMs)}`)
+    }
+    const space = await this.space(name)
+    let r: SafeResult
+    try {
+      r = await space.members.redeem(secret, { ...options, timeoutMs })
+    } catch (err) {
+      if (!isSteadError(err) || err.reason !== 'timeout') throw err
+      const s = this.status
+      const relays = s.online ? '' : ` This client is not online (${s.problem ?? `${s.relays.filter((r) => r.connected).length} of ${s.relays.length} relays connected`}): the relays may not have it yet.`
+      throw new SteadError(
+        'timeout',
+        `join: the redemption of an invitation to space ${name} was not seen committed within ${timeoutMs} ms. The invitation may be used up, expired or closed: a rejected redemption leaves this client unable to read the space, so it cannot learn the verdict.${relays} Ask an admin of the space for a new invitation.`,
+        { cause: err },
+      )
+    }
+    if (r.status === 'rejected') throw new SteadError(r.reason, `join: the redemption of an invitation to space ${name} was rejected: ${r.detail}`)
+    return space
+  }
+
   private openShared(name: string): Promise<Space> {
     if (this.closed) return Promise.reject(new ClosedError())
     if (typeof name !== 'string' || name.length === 0 || name.length > 128) return Promise.reject(new SteadError('malformed', `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`))
@@ -339,7 +399,7 @@ export class SteadClient {
     const replicaOptions = replicaOptionsOf(name, options)
     if (!this.lead) {
       const link = this.init.tabs?.link as LeaderLink
-      const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica: new ReliableReplica(replicaOptions), position: { stableIndex: 0, lastRound: 0 } })
+      const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica: new ReliableReplica(replicaOptions), position: { stableIndex: 0, lastRound: 0 }, crypto: this.init.crypto })
       const upstream = new TabUpstream(space, link, this.init.crypto, replicaOptions)
       space.attach(upstream)
       this.opened.set(name, space)
@@ -351,7 +411,7 @@ export class SteadClient {
     const restored = await records.restore()
     if (this.closed) throw new ClosedError()
     const { replica, outbox } = this.rebuild(name, restored)
-    const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica, position: restored.position })
+    const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica, position: restored.position, crypto: this.init.crypto })
     this.leadSpace(space, records, restored, outbox)
     return space
   }

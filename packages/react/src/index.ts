@@ -7,11 +7,11 @@
  * @module @stead/react
  */
 import { createContext, createElement, useCallback, useContext, useMemo, useRef, useSyncExternalStore, type ReactNode } from 'react'
-import type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, ListHandle, MapHandle, MembersHandle, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle, WaitOptions } from '@stead/client'
+import type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, InviteOptions, ListHandle, MapHandle, MembersHandle, OpenInvitation, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle, WaitOptions } from '@stead/client'
 import { memoSnapshot, type Subscribable } from './store.ts'
 
 export { memoSnapshot, sameValue, type Subscribable } from './store.ts'
-export type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, ListHandle, MapHandle, MembersHandle, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle } from '@stead/client'
+export type { BoundedCounterHandle, ClientStatus, CounterHandle, Everyone, InviteOptions, ListHandle, MapHandle, MembersHandle, OpenInvitation, PolicyValue, PresencePeer, RegisterHandle, Role, SafeResult, SetHandle, Space, TextHandle } from '@stead/client'
 
 /** What an OR-Set may hold (as the SDK declares it): strings and finite numbers. */
 export type SetElement = Parameters<SetHandle['add']>[0]
@@ -306,26 +306,35 @@ export interface MembersState {
   readonly revoke: (user: string, options?: WaitOptions) => Promise<SafeResult>
   /** Sets what anybody may do: a safe update (see `MembersHandle.setEveryone`). */
   readonly setEveryone: (everyone: Everyone, options?: WaitOptions) => Promise<SafeResult>
+  /** The open invitations (key, role, expires, left) of the prospective policy. */
+  readonly invitations: readonly OpenInvitation[]
+  /** Opens an invitation and resolves with its token once committed (see `MembersHandle.invite`). */
+  readonly invite: (role: Role, options?: InviteOptions) => Promise<string>
+  /** Closes an invitation, by token or key: a safe update (see `MembersHandle.closeInvitation`). */
+  readonly closeInvitation: (tokenOrKey: string, options?: WaitOptions) => Promise<SafeResult>
   /** The handle (`space.members`), for `roleOf`, `history()` and the rest. */
   readonly handle: MembersHandle
 }
 
 /**
  * The members of a space and what they may do (`space.members`): the
- * prospective and stable policy, this client's role, and the actions that
- * change it, re-rendering on each change (a grant shows at once, then
- * settles, or is reversed if the stable order rejects it). `space`
- * defaults to the nearest `<SteadProvider>`'s.
+ * prospective and stable policy, this client's role, its open
+ * invitations, and the actions that change them, re-rendering on each
+ * change (a grant shows at once, then settles, or is reversed if the
+ * stable order rejects it). `space` defaults to the nearest
+ * `<SteadProvider>`'s. Joining with a token is the client's
+ * (`client.join(token)`).
  *
  * @throws Error when no space is given and no `<SteadProvider>` is above the component.
  * @example
  * ```tsx
  * function Members({ invitee }: { invitee: string }) {
- *   const { value, myRole, grant } = useMembers()
+ *   const { value, myRole, grant, invite, invitations } = useMembers()
  *   return (
  *     <div>
  *       <ul>{Object.entries(value?.members ?? {}).map(([user, role]) => <li key={user}>{user}: {role}</li>)}</ul>
- *       {myRole === 'admin' && <button onClick={() => grant(invitee, 'writer').then((r) => alert(r.status))}>invite</button>}
+ *       {myRole === 'admin' && <button onClick={() => grant(invitee, 'writer').then((r) => alert(r.status))}>add</button>}
+ *       {myRole === 'admin' && <button onClick={() => invite('writer').then((token) => navigator.clipboard.writeText(`https://app.example/join#${token}`))}>copy an invitation link ({invitations.length} open)</button>}
  *     </div>
  *   )
  * }
@@ -336,9 +345,11 @@ export function useMembers(space?: Space): MembersState {
   const s = space ?? nearest
   if (!s) throw new Error('useMembers: give it a space, or put a <SteadProvider space={...}> above this component')
   const handle = s.members
-  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, myRole: h.myRole }))
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, myRole: h.myRole, invitations: h.invitations }))
   const grant = useCallback((user: string, role: Role, options?: WaitOptions) => handle.grant(user, role, options), [handle])
   const revoke = useCallback((user: string, options?: WaitOptions) => handle.revoke(user, options), [handle])
   const setEveryone = useCallback((everyone: Everyone, options?: WaitOptions) => handle.setEveryone(everyone, options), [handle])
-  return useMemo(() => ({ ...snap, grant, revoke, setEveryone, handle }), [snap, grant, revoke, setEveryone, handle])
+  const invite = useCallback((role: Role, options?: InviteOptions) => handle.invite(role, options), [handle])
+  const closeInvitation = useCallback((tokenOrKey: string, options?: WaitOptions) => handle.closeInvitation(tokenOrKey, options), [handle])
+  return useMemo(() => ({ ...snap, grant, revoke, setEveryone, invite, closeInvitation, handle }), [snap, grant, revoke, setEveryone, invite, closeInvitation, handle])
 }

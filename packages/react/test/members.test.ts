@@ -96,6 +96,47 @@ describe.each([
   })
 })
 
+/** Renders the open invitations as `role:left,...`; hands its state out. */
+function Invitations({ id, space, out }: { id: string; space: Space; out: { state?: MembersState } }) {
+  const state = useMembers(space)
+  out.state = state
+  return h('p', { 'data-testid': id }, state.invitations.map((i) => `${i.role}:${i.left}`).join(',') || 'none')
+}
+
+describe.each([
+  ['plain', false],
+  ['StrictMode', true],
+])('useMembers invitations (%s)', (_mode, strict) => {
+  it('invites, shows the open invitations as they are used and closed, and lets the token join', async () => {
+    const c = await SimCluster.start()
+    clusters.push(c)
+    const [alice, bob] = await Promise.all([person(c, 1), person(c, 2)])
+    const team = await alice.createSpace('team')
+    const mine: { state?: MembersState } = {}
+    render(strict ? h(StrictMode, null, h(Invitations, { id: 'inv', space: team, out: mine })) : h(Invitations, { id: 'inv', space: team, out: mine }))
+    expect(text('inv')).toBe('none')
+    let tokens: string[] = []
+    await act(async () => {
+      tokens = await Promise.all([mine.state?.invite('writer') as Promise<string>, mine.state?.invite('reader', { uses: 3 }) as Promise<string>])
+    })
+    expect(tokens.every((t) => t.startsWith('stead-invite:'))).toBe(true)
+    expect(text('inv').split(',').sort()).toEqual(['reader:3', 'writer:1'])
+    // The invitations keep their identity while nothing changes.
+    const seen = mine.state?.invitations
+    expect(mine.state?.invitations).toBe(seen)
+
+    // Bob joins with the writer's: it is used up, and goes from the list.
+    const bobs = await bob.join(tokens[0] as string)
+    expect(bobs.members.myRole).toBe('writer')
+    await waitFor(() => expect(text('inv')).toBe('reader:3'), { timeout: 10_000 })
+    // Closed through the hook, by token.
+    await act(async () => {
+      expect((await mine.state?.closeInvitation(tokens[1] as string))?.status).toBe('committed')
+    })
+    expect(text('inv')).toBe('none')
+  })
+})
+
 describe('useMembers', () => {
   it('shows none before a space has a policy, and needs a space', async () => {
     const c = await SimCluster.start()

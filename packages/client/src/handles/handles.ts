@@ -7,6 +7,7 @@ import {
   type AnyOp,
   type BoundedCounter,
   type BoundedCounterOp,
+  type Crypto,
   type Declaration,
   type HistoryEntry,
   type LWWRegister,
@@ -45,6 +46,10 @@ export interface HandleHost {
   spendableRights(key: string, decl: Declaration): number
   authorId(): string
   now(): number
+  /** The space's name (what invitation tokens and redemptions name). */
+  space(): string
+  /** The client's Ed25519 and SHA-256 (invitation keys and redemptions). */
+  crypto(): Crypto
   /** What an element id of an unsigned draft became once signed (`${tag}.${k}`, see DraftIds), or undefined. */
   signedId(id: string): string | undefined
 }

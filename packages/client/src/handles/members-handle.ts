@@ -1,5 +1,6 @@
-import { MAX_MEMBERS, SteadError, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
+import { MAX_MEMBERS, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
 import { Handle, guarded } from './handles.ts'
+import { INVITATION_PREFIX, decodeInvitation, encodeInvitation } from './invitation-token.ts'
 import type { SafeResult, WaitOptions } from '../types.ts'
 
 export type { Everyone, PolicyValue, Role } from '@stead/core'
@@ -20,6 +21,35 @@ export interface SpacePolicyInit {
   readonly readers?: readonly string[]
   /** What anybody else may do: `'none'` (the default), `'reader'` or `'writer'`. */
   readonly everyone?: Everyone
+}
+
+/** How long an invitation stays open by default: 7 days. */
+const DEFAULT_INVITATION_MS = 7 * 24 * 3_600_000
+/** Uses one invitation may allow at most (0 is unlimited), as the policy takes them. */
+const MAX_USES = 10_000
+
+/** What `space.members.invite` takes, besides the wait's `timeoutMs` and `signal`. */
+export interface InviteOptions extends WaitOptions {
+  /**
+   * How long the invitation may be redeemed, in ms from now (the relays'
+   * time, as this client measures it): a positive whole number, or
+   * `Infinity` for an invitation that never expires. Default 7 days.
+   */
+  readonly expiresInMs?: number
+  /** How many users may redeem it: 1 (the default) to 10,000, or 0 for any number. */
+  readonly uses?: number
+}
+
+/** An open invitation of a space, as `space.members.invitations` lists it. */
+export interface OpenInvitation {
+  /** The invitation's public key (64 hex characters): what `closeInvitation` takes, besides the token. */
+  readonly key: string
+  /** The role it gives. */
+  readonly role: Role
+  /** Until when it may be redeemed (ms since the epoch, the relays' time); 0: no end. */
+  readonly expires: number
+  /** Redemptions left; 0: any number. */
+  readonly left: number
 }
 
 /** Refuses what is not a user id (an author id), naming the call; a public key is the common mistake. */
@@ -92,6 +122,10 @@ export function initOp(creator: string, given: SpacePolicyInit | undefined): Pol
  * `rejected` (`unauthorized` when this client is not an admin in the
  * stable policy by then; `invariant` when the change would leave the space
  * without an admin).
+ *
+ * Admins also open invitations (`invite`, a token whoever holds may redeem
+ * with `client.join`), list them (`invitations`) and close them
+ * (`closeInvitation`).
  */
 export class MembersHandle extends Handle {
   /**
@@ -157,6 +191,82 @@ export class MembersHandle extends Handle {
     return guarded(() => this.change(['e', checkEveryone(everyone, 'setEveryone')], options))
   }
 
+  /**
+   * The open invitations of the prospective policy, by key (empty while
+   * the space has none). An invitation leaves the list once used up or
+   * closed; an expired one stays until closed, but is refused.
+   */
+  get invitations(): OpenInvitation[] {
+    const p = this.host.prospective(this.key) as SpacePolicy | undefined
+    if (!p?.created) return []
+    return [...p.openInvitations()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([key, i]) => ({ key, role: i.role, expires: i.expires, left: i.left }))
+  }
+
+  /**
+   * Opens an invitation to this space and resolves with its token, once
+   * the stable order committed it: whoever holds the token may become a
+   * member with `role` (`client.join(token)`), until it expires or is used
+   * up. The token is a secret, like a password: it holds the space's name
+   * and the invitation's Ed25519 secret key (`stead-invite:` and base64url
+   * of the msgpack `[space, secret]`); the policy holds only the public
+   * key. Only admins may invite (a safe update, as `grant`).
+   *
+   * @param role The role a redeemer gets (a redemption never lowers a role a member has).
+   * @param options `expiresInMs` (default 7 days; `Infinity`: never), `uses` (default 1; 0: any number; at most 10,000), and the wait's `timeoutMs` and `signal`.
+   * @throws SteadError `malformed` up front for a bad role or option (nothing is sent); if the stable order rejects it, a SteadError with its reason (`unauthorized` when this client is not an admin then, `malformed` when the space has no policy); `timeout` or `aborted` as `options` say (the invitation may still open); {@link ClosedError} after the space closed.
+   */
+  invite(role: Role, options: InviteOptions = {}): Promise<string> {
+    return guarded(async () => {
+      checkRole(role, 'invite')
+      const { expiresInMs, uses } = checkInviteOptions(options)
+      const crypto = this.host.crypto()
+      const secret = crypto.generateSecretKey()
+      const key = toHex(await crypto.publicKeyOf(secret))
+      const t = Math.round(this.host.now())
+      const op: PolicyOp = ['n', key, role, expiresInMs === Number.POSITIVE_INFINITY ? 0 : t + expiresInMs, uses, t]
+      const problem = validatePolicyOp(op)
+      if (problem) throw new SteadError('malformed', `invite: ${problem}`)
+      const r = await this.change(op, waitOf(options))
+      if (r.status === 'rejected') throw new SteadError(r.reason, `invite: the invitation to space ${this.host.space()} was rejected: ${r.detail}`)
+      return encodeInvitation(this.host.space(), secret)
+    })
+  }
+
+  /**
+   * Closes an invitation: nobody may redeem it from its place in the stable
+   * order on; those who did before stay members (revoke them). A safe
+   * update, as `grant` (`rejected` with `malformed` when no such invitation
+   * is open).
+   *
+   * @param tokenOrKey The invitation's token, or its key (see `invitations`).
+   * @throws SteadError `malformed` (the promise rejects) for neither, or a token of another space; `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  closeInvitation(tokenOrKey: string, options?: WaitOptions): Promise<SafeResult> {
+    return guarded(async () => this.change(['x', await this.invitationKey(tokenOrKey)], options))
+  }
+
+  /**
+   * @internal Redeems the invitation of `secret` (see `client.join`): signed
+   * by its key for this client and the relays' time as measured now.
+   */
+  async redeem(secret: Uint8Array, options?: WaitOptions): Promise<SafeResult> {
+    const crypto = this.host.crypto()
+    const key = toHex(await crypto.publicKeyOf(secret))
+    const t = Math.round(this.host.now())
+    const sig = await crypto.sign(secret, redeemBytes(this.host.space(), this.host.authorId(), key, t))
+    return this.change(['j', key, t, sig], options)
+  }
+
+  private async invitationKey(tokenOrKey: string): Promise<string> {
+    if (typeof tokenOrKey === 'string' && /^[0-9a-f]{64}$/.test(tokenOrKey)) return tokenOrKey
+    if (typeof tokenOrKey !== 'string' || !tokenOrKey.trim().startsWith(INVITATION_PREFIX)) {
+      throw new SteadError('malformed', `closeInvitation: give an invitation's token (${INVITATION_PREFIX}…) or its key (64 lowercase hex characters), got ${JSON.stringify(tokenOrKey)}`)
+    }
+    const { space, secret } = decodeInvitation(tokenOrKey)
+    if (space !== this.host.space()) throw new SteadError('malformed', `closeInvitation: that token is an invitation to space ${JSON.stringify(space)}, not ${JSON.stringify(this.host.space())}`)
+    return toHex(await this.host.crypto().publicKeyOf(secret))
+  }
+
   /** @internal Creates the policy (see `client.createSpace`). */
   create(op: PolicyOp, options?: WaitOptions): Promise<SafeResult> {
     return this.change(op, options)
@@ -165,6 +275,25 @@ export class MembersHandle extends Handle {
   private change(op: PolicyOp, options?: WaitOptions): Promise<SafeResult> {
     return this.send(op, { ...options, safe: true }) as Promise<SafeResult>
   }
+}
+
+/** `invite`'s options checked: a typed error names what is wrong. */
+function checkInviteOptions(options: unknown): { expiresInMs: number; uses: number } {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new SteadError('malformed', `invite: options are an object { expiresInMs, uses, timeoutMs, signal }, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`)
+  for (const name of Object.keys(options)) {
+    if (!['expiresInMs', 'uses', 'timeoutMs', 'signal'].includes(name)) throw new SteadError('malformed', `invite: no option ${name}; it takes expiresInMs, uses, timeoutMs and signal`)
+  }
+  const { expiresInMs = DEFAULT_INVITATION_MS, uses = 1 } = options as InviteOptions
+  if (expiresInMs !== Number.POSITIVE_INFINITY && !(Number.isSafeInteger(expiresInMs) && expiresInMs > 0)) {
+    throw new SteadError('malformed', `invite: expiresInMs is a positive whole number of ms, or Infinity for no end, got ${String(expiresInMs)}`)
+  }
+  if (!Number.isSafeInteger(uses) || uses < 0 || uses > MAX_USES) throw new SteadError('malformed', `invite: uses is a whole number from 1 to ${MAX_USES}, or 0 for any number, got ${String(uses)}`)
+  return { expiresInMs, uses }
+}
+
+/** The wait's own options out of `invite`'s. */
+function waitOf(options: WaitOptions): WaitOptions {
+  return { ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}), ...(options.signal !== undefined ? { signal: options.signal } : {}) }
 }
 
 function valueOf(policy: SpacePolicy | undefined): PolicyValue | undefined {

@@ -19,6 +19,7 @@ import {
   type RegisterValue,
   type SetElement,
   type HostClock,
+  type Crypto,
   type MarkSpec,
   type PresenceBody,
 } from '@stead/core'
@@ -200,6 +201,8 @@ export class Space {
     onClose: (done: Promise<void>) => void
     replica: ReliableReplica
     position: ChainPosition
+    /** The client's crypto (kept by the handles' host: invitations). */
+    crypto: Crypto
   }) {
     this.space = init.space
     this.authorId = init.authorId
@@ -208,7 +211,7 @@ export class Space {
     this.onClose = init.onClose
     this.replica = init.replica
     this.position = init.position
-    this.host = this.makeHost()
+    this.host = this.makeHost(init.crypto)
     this.batcher = new Batcher({
       batchIntervalMs: init.options.batchIntervalMs ?? 10,
       maxBatchOps: init.options.maxBatchOps ?? 500,
@@ -748,7 +751,7 @@ export class Space {
 
   // ---------------------------------------------------------------- updates
 
-  private makeHost(): HandleHost {
+  private makeHost(crypto: Crypto): HandleHost {
     return {
       prospective: (key) => this.views.view(key),
       heldBack: (key) => this.views.heldBack(key),
@@ -767,6 +770,8 @@ export class Space {
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
       now: () => this.upstream.now?.() ?? this.clock.now(),
       signedId: (id) => this.draftIds.signedId(id),
+      space: () => this.space,
+      crypto: () => crypto,
     }
   }
 

@@ -45,7 +45,7 @@ export class UnreadableRelays {
     if (relays.size > this.f()) {
       if (this.refused !== undefined) return
       const said = [...new Set(this.said.values())][0] ?? ''
-      this.refused = `this client may not read space ${space.space}: ${relays.size} relays say its policy does not let user ${space.authorId} read it${said ? ` (${said})` : ''}; an admin of the space can grant a role (space.members.grant)`
+      this.refused = `this client may not read space ${space.space}: ${relays.size} relays say its policy does not let user ${space.authorId} read it${said ? ` (${said})` : ''}; an admin of the space can grant a role (space.members.grant) or invite this user (space.members.invite, then client.join)`
       space.setProblem(this.refused)
       space.emitError(new SteadError('unauthorized', this.refused))
     } else if (this.refused !== undefined) {

@@ -1,0 +1,71 @@
+import { SECRET_KEY_BYTES, SteadError, decode, encode, fromBase64Url, isWellFormed, toBase64Url } from '@stead/core'
+
+/** What every invitation token starts with. */
+export const INVITATION_PREFIX = 'stead-invite:'
+
+/** The longest token taken (a 128-character space name of 4-byte characters and its key fit well within). */
+const MAX_TOKEN_CHARS = 1024
+
+/** What an invitation token carries: the space, and the invitation's secret key. */
+export interface InvitationSecret {
+  /** The space the invitation opens. */
+  readonly space: string
+  /** The invitation's Ed25519 secret key (32 bytes): whoever holds it may redeem the invitation. */
+  readonly secret: Uint8Array
+}
+
+/** What is wrong with a space name, or null (as `client.space` checks it). */
+function nameProblem(name: unknown): string | null {
+  if (typeof name !== 'string' || name.length === 0 || name.length > 128) return 'its space name is not 1 to 128 characters'
+  return isWellFormed(name) ? null : 'its space name has an unpaired surrogate'
+}
+
+/**
+ * An invitation token: `stead-invite:` followed by the base64url (no
+ * padding) of the msgpack array `[space, secret]`, the space's name (any
+ * characters) and the invitation's 32-byte Ed25519 secret key. URL-safe as
+ * it is; a secret like a password.
+ *
+ * @throws SteadError `malformed` for a bad space name or secret.
+ */
+export function encodeInvitation(space: string, secret: Uint8Array): string {
+  const problem = nameProblem(space) ?? (secret instanceof Uint8Array && secret.length === SECRET_KEY_BYTES ? null : `its secret is not ${SECRET_KEY_BYTES} bytes`)
+  if (problem) throw new SteadError('malformed', `an invitation token cannot be made: ${problem}`)
+  return INVITATION_PREFIX + toBase64Url(encode([space, secret]))
+}
+
+/**
+ * The space and secret an invitation token carries (see
+ * {@link encodeInvitation}). Whitespace around the token is ignored (a
+ * pasted link).
+ *
+ * @throws SteadError `malformed` for anything that is not such a token.
+ */
+export function decodeInvitation(token: string): InvitationSecret {
+  const bad = (why: string): SteadError => new SteadError('malformed', `not an invitation token (${INVITATION_PREFIX}…): ${why}`)
+  if (typeof token !== 'string') throw bad(`got ${token === null ? 'null' : typeof token}`)
+  const text = token.trim()
+  if (!text.startsWith(INVITATION_PREFIX)) throw bad(`it does not start with ${INVITATION_PREFIX}`)
+  if (text.length > MAX_TOKEN_CHARS) throw bad(`it is longer than ${MAX_TOKEN_CHARS} characters`)
+  let value: unknown
+  try {
+    value = decode(fromBase64Url(text.slice(INVITATION_PREFIX.length)))
+  } catch (err) {
+    throw bad(`${(err as Error).message} (was it cut short when copied?)`)
+  }
+  if (!Array.isArray(value) || value.length !== 2) throw bad('it does not hold [space, secret]')
+  const [space, secret] = value as [unknown, unknown]
+  const problem = nameProblem(space) ?? (secret instanceof Uint8Array && secret.length === SECRET_KEY_BYTES ? null : `its secret is not ${SECRET_KEY_BYTES} bytes`)
+  if (problem) throw bad(problem)
+  return { space: space as string, secret: secret as Uint8Array }
+}
+
+/**
+ * The space an invitation token opens, to show before joining it ("Join
+ * board:42?"); `client.join(token)` joins it.
+ *
+ * @throws SteadError `malformed` for anything that is not an invitation token.
+ */
+export function invitationSpace(token: string): string {
+  return decodeInvitation(token).space
+}
