@@ -6,12 +6,14 @@ import { Poll } from './components/Poll.tsx'
 import { RichNotes } from './components/RichNotes.tsx'
 import { SharedList } from './components/SharedList.tsx'
 import { StatusBar } from './components/StatusBar.tsx'
+import { Team } from './components/Team.tsx'
 import { Treasury } from './components/Treasury.tsx'
 
-type Page = 'treasury' | 'notes'
+type Page = 'treasury' | 'notes' | 'team'
 
-/** The page the URL's hash names (`#notes`), the treasury otherwise: a link or a reload keeps it. */
+/** The page the URL's hash names (`#notes`, `#team`, an invitation's `#join=…`), the treasury otherwise: a link or a reload keeps it. */
 function pageOf(hash: string): Page {
+  if (hash === '#team' || hash.startsWith('#join=')) return 'team'
   return hash === '#notes' ? 'notes' : 'treasury'
 }
 
@@ -32,8 +34,15 @@ export function App() {
         <a href="#notes" data-testid="page-notes" aria-current={page === 'notes' ? 'page' : undefined}>
           Notes
         </a>
+        <a href="#team" data-testid="page-team" aria-current={page === 'team' ? 'page' : undefined}>
+          Team
+        </a>
       </nav>
-      {page === 'notes' ? (
+      {page === 'team' ? (
+        <main className="single">
+          <Team />
+        </main>
+      ) : page === 'notes' ? (
         <main className="single">
           <RichNotes />
         </main>

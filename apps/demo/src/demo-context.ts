@@ -1,10 +1,13 @@
 import { createContext, useContext, useSyncExternalStore } from 'react'
+import type { SteadClient } from '@stead/client'
 import type { DemoConfig } from './config.ts'
 import type { Operation, OperationLog } from './operations.ts'
 
 export interface Demo {
   readonly config: DemoConfig
   readonly log: OperationLog
+  /** This page's client: for spaces besides the demo's own (the team page). */
+  readonly client: SteadClient
 }
 
 export const DemoContext = createContext<Demo | null>(null)

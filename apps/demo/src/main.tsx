@@ -1,6 +1,6 @@
 import { StrictMode, Suspense, use } from 'react'
 import { createRoot } from 'react-dom/client'
-import { createClient, type Space } from '@stead/client'
+import { createClient, type Space, type SteadClient } from '@stead/client'
 import { SteadProvider } from '@stead/react'
 import { App } from './App.tsx'
 import { BootError } from './components/BootError.tsx'
@@ -10,31 +10,32 @@ import { OperationLog } from './operations.ts'
 import './styles.css'
 
 const config = readConfig()
-const demo: Demo = { config, log: new OperationLog() }
+const log = new OperationLog()
 
 // One client per page, created outside React (StrictMode renders twice). Pages of
 // this origin with the same database share it: one leads, the others follow it.
 // It opens the space's local replica without waiting for any relay.
 // With ?peers=1 pages also sync directly (libp2p, loaded only then).
 const peersPromise = config.peers ? import('@stead/client/peers').then((m) => m.libp2pPeers()) : Promise.resolve(undefined)
-const spacePromise: Promise<Space> = peersPromise
-  .then((peers) =>
-    createClient({
-      relays: [...config.relays],
-      database: config.database,
-      ...(config.cluster ? { cluster: config.cluster } : {}),
-      ...(peers ? { peers } : {}),
-    }),
-  )
-  .then((client) => {
-    // Handy in the console, and for the e2e tests' diagnostics.
-    Object.assign(window, { stead: client })
-    return client.space(config.space)
-  })
-void spacePromise.then((space) => demo.log.follow(space))
+const clientPromise: Promise<SteadClient> = peersPromise.then((peers) =>
+  createClient({
+    relays: [...config.relays],
+    database: config.database,
+    ...(config.cluster ? { cluster: config.cluster } : {}),
+    ...(peers ? { peers } : {}),
+  }),
+)
+const spacePromise: Promise<Space> = clientPromise.then((client) => {
+  // Handy in the console, and for the e2e tests' diagnostics.
+  Object.assign(window, { stead: client })
+  return client.space(config.space)
+})
+void spacePromise.then((space) => log.follow(space))
+const demoPromise: Promise<Demo> = clientPromise.then((client) => ({ config, log, client }))
 
 function Ready() {
   const space = use(spacePromise)
+  const demo = use(demoPromise)
   return (
     <SteadProvider space={space}>
       <DemoContext.Provider value={demo}>
