@@ -1064,6 +1064,11 @@ export class ReliableReplica extends StableAudit {
     return this.prospectiveObjects.get(key)?.crdt
   }
 
+  /** The keys of every object this replica holds, stable or only prospective, in no order. */
+  prospectiveKeys(): IterableIterator<string> {
+    return this.prospectiveObjects.keys()
+  }
+
   /** Whether an envelope of `author` with sequence number `seq` is received and not decided yet. */
   hasPending(author: string, seq: number): boolean {
     return this.slots.has(`${author}:${seq}`)

@@ -13,12 +13,15 @@ export class SpaceEvents {
   readonly errors = new Listeners<SteadError>()
   readonly settled: Listeners<SettledUpdate>
   private readonly byKey = new Map<string, Set<(local: boolean) => void>>()
+  /** Who hears every change of the space, with the keys it touched. */
+  readonly anyChange: Listeners<{ readonly keys: ReadonlySet<string>; readonly local: boolean }>
   private readonly waiters = new Set<() => void>()
   private readonly subscriberFailed: (key: string, err: unknown) => void
 
-  constructor(listenerFailed: (which: 'onStatus' | 'onSettled', err: unknown) => void, subscriberFailed: (key: string, err: unknown) => void) {
+  constructor(listenerFailed: (which: 'onStatus' | 'onSettled' | 'onChange', err: unknown) => void, subscriberFailed: (key: string, err: unknown) => void) {
     this.status = new Listeners<ClientStatus>((err) => listenerFailed('onStatus', err))
     this.settled = new Listeners<SettledUpdate>((err) => listenerFailed('onSettled', err))
+    this.anyChange = new Listeners((err) => listenerFailed('onChange', err))
     this.subscriberFailed = subscriberFailed
   }
 

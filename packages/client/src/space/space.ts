@@ -662,6 +662,34 @@ export class Space {
   }
 
   /**
+   * Calls `listener` whenever objects of the space may have changed, with
+   * their keys (`local`: by this client's own edit): other clients'
+   * updates as they arrive, commits, reversals, this client's edits. One
+   * subscription for a whole space, to keep an index or a list of
+   * documents current without a handle per object (see {@link keys}).
+   */
+  onChange(listener: (change: { readonly keys: ReadonlySet<string>; readonly local: boolean }) => void): () => void {
+    return this.events.anyChange.add(listener)
+  }
+
+  /**
+   * The keys of the space's objects this client holds (stable, received or
+   * its own not yet sent), sorted, after `after`, starting with `prefix`,
+   * at most `limit` (default 1,000). System objects (keys starting with
+   * `$`, as the policy's `$policy`) are left out.
+   */
+  keys(options: { readonly prefix?: string; readonly after?: string; readonly limit?: number } = {}): string[] {
+    const { prefix = '', after = '', limit = 1000 } = options
+    if (!Number.isSafeInteger(limit) || limit < 0) throw new SteadError('malformed', `limit must be a whole number, got ${limit}`)
+    const all = new Set<string>(this.replica.prospectiveKeys())
+    for (const batch of this.drafts) for (const key of batch.keys) all.add(key)
+    return [...all]
+      .filter((k) => !k.startsWith('$') && k.startsWith(prefix) && k > after)
+      .sort()
+      .slice(0, limit)
+  }
+
+  /**
    * Problems that have no promise to report them: regular updates the
    * relays refused or the stable order rejected ({@link RejectedError}), an
    * untrusted relay ({@link TrustError}), storage failures (`StorageError`),
@@ -965,10 +993,12 @@ export class Space {
    * replica or the drafts changed underneath); `local`: this client's own new edits changed them.
    */
   notify(keys: Iterable<string>, stale = true, local = false): void {
-    for (const key of keys) {
+    const changed = new Set(keys)
+    for (const key of changed) {
       if (stale) this.views.drop(key)
       this.events.changed(key, local)
     }
+    if (changed.size > 0) this.events.anyChange.emit(() => ({ keys: changed, local }))
   }
 
   /** @internal */
@@ -1012,7 +1042,7 @@ export class Space {
   }
 
   /** An app callback threw: the client goes on, and says so through onError. */
-  private listenerFailed(what: 'onStatus' | 'onSettled' | 'presence', err: unknown): void {
+  private listenerFailed(what: 'onStatus' | 'onSettled' | 'onChange' | 'presence', err: unknown): void {
     this.emitError(new SteadError('malformed', `${what === 'presence' ? 'a presence' : `an ${what}`} listener threw: ${(err as Error)?.message ?? String(err)}`))
   }
 }

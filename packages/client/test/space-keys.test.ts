@@ -1,0 +1,45 @@
+import { describe, expect, it } from 'vitest'
+import { commitUntil, simWorld } from './helpers/sim-world.ts'
+
+/** Listing a space's objects and following every change of a space with one subscription (issue 46, item 5). */
+const world = simWorld()
+
+describe('space.keys and space.onChange', () => {
+  it("lists the objects a client holds, its own unsent ones and others' included, by prefix, after and limit, without system objects", async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    const b = await world.client(c)
+    void a.counter('doc:1').increment(1)
+    void a.text('doc:2').insert(0, 'hi')
+    void a.set('tag:x').add('y')
+    // Unsent edits are listed at once.
+    expect(a.keys()).toEqual(['doc:1', 'doc:2', 'tag:x'])
+    void b.counter('doc:0').increment(1)
+    await commitUntil(c, 'a has b', () => a.keys().includes('doc:0'))
+    expect(a.keys({ prefix: 'doc:' })).toEqual(['doc:0', 'doc:1', 'doc:2'])
+    expect(a.keys({ prefix: 'doc:', after: 'doc:0', limit: 1 })).toEqual(['doc:1'])
+    expect(a.keys({ limit: 0 })).toEqual([])
+    expect(() => a.keys({ limit: -1 })).toThrow(/limit/)
+    // A space's policy is a system object: not among the app's objects.
+    const made = world.owner(b).createSpace('bank', { everyone: 'writer' })
+    await commitUntil(c, 'b has the policy and all', () => b.members.stable !== undefined && b.keys().length === 4)
+    await made
+    expect(b.keys()).toEqual(['doc:0', 'doc:1', 'doc:2', 'tag:x'])
+  })
+
+  it('tells one subscriber of every change of the space, with the keys, local or not', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    const b = await world.client(c)
+    const seen: Array<{ keys: string[]; local: boolean }> = []
+    const stop = a.onChange(({ keys, local }) => seen.push({ keys: [...keys].sort(), local }))
+    void a.counter('x').increment(1)
+    expect(seen).toContainEqual({ keys: ['x'], local: true })
+    void b.list('todo').push('milk')
+    await commitUntil(c, "b's list at a", () => seen.some((s) => !s.local && s.keys.includes('todo')))
+    stop()
+    const before = seen.length
+    void a.counter('y').increment(1)
+    expect(seen).toHaveLength(before)
+  })
+})
