@@ -110,9 +110,8 @@ export class Checkers {
   /** What the run showed: committed envelopes by whether the audit verified their clock, and relays that started over from a checkpoint (as their stores show it). */
   readonly counts = { clocks: { verified: 0, unverified: 0 }, installs: 0 }
   /** The workload's ledger: honest envelopes, every envelope by id, the twins' pairs, when a correct relay first accepted each. */
-  readonly honestIds: readonly string[]
-  private readonly honest: ReadonlySet<string>
-  private readonly byId: ReadonlyMap<string, Envelope>
+  private readonly honest: Set<string>
+  private readonly byId: Map<string, Envelope>
   private readonly twinIds: ReadonlyArray<readonly [string, string]>
   private readonly firstAccepted = new Map<string, number>()
   /** Verifies envelope signatures (the run's memo: the relays verified the same). */
@@ -123,8 +122,7 @@ export class Checkers {
   constructor(workload: Workload, crypto: SyncCrypto, now: () => number) {
     this.crypto = crypto
     this.now = now
-    this.honestIds = workload.honest.flat().map((e) => e.idHex)
-    this.honest = new Set(this.honestIds)
+    this.honest = new Set(workload.honest.flat().map((e) => e.idHex))
     this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk, ...workload.policy.flat()].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex] as const)
   }
@@ -136,6 +134,23 @@ export class Checkers {
 
   latestHash(): string {
     return toHex(this.replica.stableHash((b) => nodeCrypto.sha256(b)))
+  }
+
+  /** The honest clients' envelopes (fillers in, the envelopes they replaced out). */
+  get honestIds(): string[] {
+    return [...this.honest]
+  }
+
+  /**
+   * f+1 correct relays refused an honest client's envelope for good (its
+   * author may no longer write): as the SDK does, the client takes its
+   * sequence number with a filler, which nothing owes a decision for the
+   * refused one, and the filler is owed one instead.
+   */
+  replaced(refused: string, filler: Envelope): void {
+    this.honest.delete(refused)
+    this.honest.add(filler.idHex)
+    this.byId.set(filler.idHex, filler)
   }
 
   /** Whether the audit committed the envelope (clients stop resubmitting it once every correct relay decided it). */
@@ -323,7 +338,7 @@ export class Checkers {
     for (const [a, b] of this.twinIds) {
       if (this.committed.has(a) && this.committed.has(b)) throw new Violation(`both conflicting envelopes ${a.slice(0, 8)} and ${b.slice(0, 8)} entered the stable history`)
     }
-    const lost = this.honestIds.filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decided.has(id))
+    const lost = [...this.honest].filter((id) => (this.firstAccepted.get(id) ?? Infinity) < quietFrom && !this.decided.has(id))
     if (lost.length) throw new Violation(`${lost.length} honest envelope(s) accepted before the quiet period were never decided, e.g. ${lost[0]?.slice(0, 8)}`)
   }
 }

@@ -1,4 +1,4 @@
-import { SteadError, decodeAttestation, encodeEnvelope, toHex, type Crypto, type Envelope } from '@stead/core'
+import { FILLER_CONTENT, SteadError, decodeAttestation, encodeEnvelope, sealEnvelope, toHex, type Crypto, type Envelope } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { ClientFacingLiar, ClientSessions, DEFAULT_API_LIMITS, MemoryJournal, MemoryKv, RelayNode, STORE_TABLES, storeRecords, type ClientLie, type ClusterConfig, type HostClock, type HostTimer } from '@stead/relay'
 import { ConsensusInvariantError, byzantineMesh, decodeMessage, type ByzantineStrategy as Strategy, type Committee, type SyncCrypto } from '@stead/relay/consensus'
@@ -247,6 +247,8 @@ class Simulation {
 
   private readonly options: SimOptions
   private readonly workload: Workload
+  /** Honest envelopes correct relays refused as unauthorized, and which relays did. */
+  private readonly refusals = new Map<string, Set<number>>()
   constructor(options: SimOptions, workload: Workload) {
     this.options = options
     this.workload = workload
@@ -682,7 +684,7 @@ class Simulation {
         return
       }
       case 'submit':
-        this.submit(ev.client, ev.index, ev.attempt)
+        await this.submit(ev.client, ev.index, ev.attempt)
         return
       case 'chaos':
       case 'client':
@@ -710,9 +712,18 @@ class Simulation {
     }
   }
 
-  private submit(client: number, index: number, attempt: number): void {
-    const env = (this.workload.honest[client] as Envelope[])[index] as Envelope
+  private async submit(client: number, index: number, attempt: number): Promise<void> {
+    const list = this.workload.honest[client] as Envelope[]
+    let env = list[index] as Envelope
     if (this.committedByAll(env.idHex)) return
+    // Refused for good by f+1 correct relays (the space's policy no longer lets its author write): the
+    // client takes its sequence number with a filler, as the SDK does, or its later envelopes wait for ever.
+    if ((this.refusals.get(env.idHex)?.size ?? 0) > this.committee.f) {
+      const filler = await fillerFor(env, client)
+      list[index] = filler
+      this.checks.replaced(env.idHex, filler)
+      env = filler
+    }
     // A correct client resubmits to another relay until it sees its update committed (G7).
     const relay = (client + index + attempt) % this.options.relays
     this.deliverEnvelope(relay, env)
@@ -728,6 +739,10 @@ class Simulation {
       this.checks.noteAccepted(host, env.idHex, this.now)
     } catch (err) {
       if (!(err instanceof SteadError)) throw err
+      if (err.reason !== 'unauthorized' || host.strategy) return
+      let by = this.refusals.get(env.idHex)
+      if (!by) this.refusals.set(env.idHex, (by = new Set()))
+      by.add(relay)
     }
   }
 
@@ -794,4 +809,10 @@ class Simulation {
       this.duration * 0.7,
     )
   }
+}
+
+/** The envelope that takes a refused one's sequence number (FILLER_CONTENT), signed by workload client `client`. */
+async function fillerFor(refused: Envelope, client: number): Promise<Envelope> {
+  const secretKey = nodeCrypto.sha256(new TextEncoder().encode(`sim-client-${client}`))
+  return sealEnvelope(nodeCrypto, { secretKey, publicKey: publicKeyOfSync(secretKey) }, { space: refused.space, seq: refused.seq, base: refused.base, clock: refused.clock, deps: refused.deps, ...FILLER_CONTENT })
 }

@@ -84,15 +84,19 @@ export class Admission {
    * already (`decided`: the caller's call), its clock and its register
    * stamps. `charge` (for an envelope that starts a space) takes the
    * new-space quota of the author's key and of `origin`; the caller calls
-   * it once the envelope is queued. Throws SteadError.
+   * it once the envelope is queued. A peer's wake (`fromPeer`) is not held
+   * to the space's own policy (the cluster file's rules still apply): the peer let the envelope in when its
+   * author could write, a revocation committed since must not leave it
+   * waiting for ever in the peer's queue (the audit rejects what the
+   * policy in force at its position refuses). Throws SteadError.
    */
-  door(frame: Uint8Array, origin: string): DoorVerdict {
+  door(frame: Uint8Array, origin: string, fromPeer = false): DoorVerdict {
     const { budget, clock } = this.host
     if (!budget.admits(frame.length)) throw new SteadError('rate-limited', `this relay holds ${budget.used()} of its ${budget.totalBytes} bytes for clients; retry later`)
     const env = this.open(frame)
     if (env instanceof SteadError) throw env
     const replica = this.host.replicaOf(env.space)
-    this.access.checkWriter(env, replica)
+    this.access.checkWriter(env, replica, fromPeer)
     const decided = replica?.decided(env)
     if (decided === 'duplicate' || decided === 'conflict') return { env, decided, charge: undefined }
     checkClockAtDoor(replica, env)

@@ -97,7 +97,8 @@ export class PeerServing {
   /**
    * What of a peer's wake may reach the core: each envelope is charged to
    * the peer's wake budget, and must pass the door a client's envelope
-   * passes (Admission.door: signature, the space's policy, the audit's
+   * passes (Admission.door: signature, the cluster file's rules (not the
+   * space's own policy, which the audit applies), the audit's
    * decisions, clock and stamps, and the new-space quota of its author's
    * key, charged as if the peer were the address it came from): a
    * Byzantine relay cannot start spaces, or queue envelopes, that a client
@@ -111,7 +112,7 @@ export class PeerServing {
       try {
         // One the audit decided already still goes to the core: a relay holding a twin of a decided
         // envelope needs a round to see it dropped (the core wakes only for what is not ordered yet).
-        const { charge } = this.o.admission.door(frame, `relay:${this.o.nameOf(from)}`)
+        const { charge } = this.o.admission.door(frame, `relay:${this.o.nameOf(from)}`, true)
         // Charged now: the core takes the wake's envelopes later, and one it would not queue (queued
         // already) costs the relay that sent it, not an honest client.
         charge?.()

@@ -53,12 +53,15 @@ export class SpaceAccess {
    * space's, if it holds one). A space's own policy is applied only where
    * this relay's stable history holds what the author had seen (its base):
    * a grant the author saw is then here too, so only an author that is
-   * really refused is turned away; otherwise the audit decides.
+   * really refused is turned away; otherwise the audit decides. A peer's
+   * wake (`fromPeer`) skips the space's own policy.
    */
-  checkWriter(env: Envelope, replica: StableAudit | undefined): void {
+  checkWriter(env: Envelope, replica: StableAudit | undefined, fromPeer = false): void {
     const policy = replica?.policy()
     const who = env.authorId
     if (policy) {
+      // A peer let it in when its author could write (see Admission.door): the audit decides.
+      if (fromPeer) return
       // A filler changes nothing: its sequence number must be taken, or the author's later envelopes wait behind it.
       if (env.base > (replica as StableAudit).stableIndex || isFiller(env)) return
       for (const { key, op } of itemsOf(env)) {
