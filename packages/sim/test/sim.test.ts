@@ -40,6 +40,16 @@ describe('deterministic simulation', () => {
     expect(unauthorized).toBeGreaterThan(0)
   }, 120_000)
 
+  it.each([
+    ['a revoked client takes a refused sequence number with a filler', 14, 'split-refusal'],
+    ["a peer's wake for an envelope let in before its author was revoked is not refused", 90, 'equivocate'],
+  ] as const)('keeps going when %s (N = 7, the CLI defaults of that seed)', async (_what, seed, strategy) => {
+    const o: SimOptions = { seed, relays: 7, byzantine: 2, strategy, crash: 2, steps: 20_000, partition: true, loss: 0.02, retainRounds: 80, sdkClients: 2 }
+    const r = await runSimulation(o, await prepareWorkload(seed, 3, 8, true, true))
+    expect(r.violation).toBeUndefined()
+    expect(r.endedIdle).toBe(true)
+  }, 120_000)
+
   it('commits everything with no faults', async () => {
     const r = await run({ seed: 1, partition: false, loss: 0 })
     expect(r.violation).toBeUndefined()
