@@ -236,11 +236,11 @@ describe('space policy: invitations', () => {
 })
 
 /** One step of a random history: who acts, and what. */
-type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
+type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write' | 'invite' | 'redeem' | 'close'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
   user: fc.integer({ min: 0, max: 3 }),
-  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write'),
+  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write', 'invite', 'redeem', 'redeem', 'close'),
   target: fc.integer({ min: 0, max: 3 }),
   role: fc.constantFrom('admin', 'writer', 'reader'),
   everyone: fc.constantFrom('none', 'reader', 'writer'),
@@ -256,10 +256,20 @@ async function history(steps: readonly Step[]): Promise<Envelope[]> {
     if (s.kind === 'write') out.push(await seal(s.user, seq, { updates: [inc(`c${s.target % 2}`, s.n)] }))
     else if (s.kind === 'grant') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), s.role])] }))
     else if (s.kind === 'revoke') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), null])] }))
-    else out.push(await seal(s.user, seq, { safe: [change(['e', s.everyone])] }))
+    else if (s.kind === 'everyone') out.push(await seal(s.user, seq, { safe: [change(['e', s.everyone])] }))
+    else {
+      // Two invitations, opened and closed by whoever tries (admins only succeed), redeemed by anyone, with times
+      // that grow with the history and sometimes run past an expiry or fall back past the slack.
+      const inv = invitations[s.target % 2] as { secretKey: Uint8Array; key: string }
+      const t = out.length * 60_000 + (s.n === 9 ? -REDEEM_SLACK_MS * 2 : 0)
+      if (s.kind === 'invite') out.push(await seal(s.user, seq, { safe: [change(['n', inv.key, s.role, s.n > 6 ? Math.max(0, t) + 120_000 : 0, s.n % 3, Math.max(0, t)])] }))
+      else if (s.kind === 'close') out.push(await seal(s.user, seq, { safe: [change(['x', inv.key])] }))
+      else out.push(await seal(s.user, seq, { safe: [change(await redeem(inv, s.user, Math.max(0, t)))] }))
+    }
   }
   return out
 }
+const invitations = await Promise.all([20, 21].map(invitationKey))
 
 /** `items` cut into consecutive batches at the given (sorted, deduplicated) points. */
 function batches<T>(items: readonly T[], cuts: readonly number[]): T[][] {
@@ -300,9 +310,11 @@ describe('space policy: every replica splits the same updates alike', () => {
         for (const e of envs) for (const g of e.safe) for (const u of g.updates) {
           if (u.key !== POLICY_KEY) continue
           const op = u.op as PolicyOp
-          if (op[0] === 'i' ? !byHand.created : byHand.mayAdminister(e.authorId)) byHand.tryApply(op, { replica: e.authorId, tag: 'x' })
+          // Redemptions are anybody's (their signatures are good here); the rest are admins'.
+          if (op[0] === 'i' ? !byHand.created : op[0] === 'j' || byHand.mayAdminister(e.authorId)) byHand.tryApply(op, { replica: e.authorId, tag: 'x' })
         }
         expect(a.policy()?.value()).toEqual(byHand.value())
+        expect([...(a.policy()?.openInvitations() ?? [])]).toEqual([...byHand.openInvitations()])
         // Restored from a checkpoint midway, a replica goes on alike.
         const half = Math.floor(envs.length / 2)
         const d = new StableAudit({ space: SPACE })
