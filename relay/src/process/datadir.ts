@@ -272,7 +272,7 @@ function checkMeta(dir: string, real: string, fingerprint: string, policy: strin
   }
   if (policy !== undefined && meta.policy !== undefined && meta.policy !== policy) {
     throw new ConfigError(
-      `data dir ${dir} was audited under other space policies (openSpaces, spaceCreators, or a space's writers or admins differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing policies of a running cluster is not supported yet: restore the previous cluster file, or start every relay with an empty data dir`,
+      `data dir ${dir} was audited under other space policies (openSpaces, spaceCreators, or a space's writers or admins differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing the cluster file's policies under a running cluster's data is not supported yet (spaces change who may write and read them at runtime through their own policy: client.createSpace, space.members): restore the previous cluster file, or start every relay with an empty data dir`,
     )
   }
   if (policy !== undefined && meta.policy === undefined) {
