@@ -1,6 +1,7 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isSteadError, isWellFormed, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isSteadError, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
+import { checkTimeout } from './wait.ts'
 import type { Deferred } from './space/drafts.ts'
 import { ClosedError } from './errors.ts'
 import { openTrusted } from './upstream/intake.ts'
@@ -11,7 +12,7 @@ import { ClientRecords, type AuthorState, type Restored } from './upstream/persi
 import { RelaySessions } from './transport/sessions.ts'
 import { Space, type Upstream } from './space/space.ts'
 import { initOp, type SpacePolicyInit } from './handles/members-handle.ts'
-import { decodeInvitation } from './handles/invitation-token.ts'
+import { decodeInvitation, spaceNameProblem } from './handles/invitation-token.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { LeaderLink, LeaderLock, TabHub, TabUpstream, decidedMeanwhile, newTabId, type TabPlatform } from './upstream/tabs.ts'
 import type { SocketFactory } from './transport/transport.ts'
@@ -22,8 +23,6 @@ export { Space, type SettledUpdate } from './space/space.ts'
 
 /** How long `join` waits for its redemption to be seen committed, by default. */
 const DEFAULT_JOIN_TIMEOUT_MS = 30_000
-/** The longest wait a timer can have. */
-const MAX_TIMER_MS = 2 ** 31 - 1
 
 /** What a platform entry (browser or Node) supplies when the caller does not. */
 export interface PlatformDefaults {
@@ -282,9 +281,7 @@ export class SteadClient {
     const { space: name, secret } = decodeInvitation(token)
     const timeoutMs = options.timeoutMs ?? DEFAULT_JOIN_TIMEOUT_MS
     // Checked before anything is sent (the wait would refuse it only once the redemption is queued).
-    if (timeoutMs !== Number.POSITIVE_INFINITY && !(typeof timeoutMs === 'number' && timeoutMs >= 0 && timeoutMs <= MAX_TIMER_MS)) {
-      throw new SteadError('malformed', `join: timeoutMs is milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity to wait for ever; got ${String(timeoutMs)}`)
-    }
+    checkTimeout(timeoutMs, 'join: timeoutMs')
     const space = await this.space(name)
     let r: SafeResult
     try {
@@ -305,8 +302,8 @@ export class SteadClient {
 
   private openShared(name: string): Promise<Space> {
     if (this.closed) return Promise.reject(new ClosedError())
-    if (typeof name !== 'string' || name.length === 0 || name.length > 128) return Promise.reject(new SteadError('malformed', `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`))
-    if (!isWellFormed(name)) return Promise.reject(new SteadError('malformed', `space name ${JSON.stringify(name)} has an unpaired surrogate (it would reach the relays as another name)`))
+    const problem = spaceNameProblem(name)
+    if (problem) return Promise.reject(new SteadError('malformed', problem))
     let open = this.spaces.get(name)
     if (!open) {
       const closing = this.closing.get(name)

@@ -1,8 +1,15 @@
 import { SteadError, type HostClock, type HostTimer } from '@stead/core'
 import type { WaitOptions } from './types.ts'
 
-/** The longest delay a timer can have: setTimeout fires at once past it. */
-const MAX_TIMER_MS = 2 ** 31 - 1
+import { MAX_TIMER_MS } from './options.ts'
+
+/** Throws SteadError('malformed') unless `timeoutMs` is absent, milliseconds from 0 to the longest timer, or Infinity. */
+export function checkTimeout(timeoutMs: unknown, what = 'timeoutMs'): void {
+  if (timeoutMs === undefined || timeoutMs === Number.POSITIVE_INFINITY) return
+  if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_TIMER_MS) {
+    throw new SteadError('malformed', `${what} must be milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity to wait for ever; got ${String(timeoutMs)}`)
+  }
+}
 
 /**
  * `p`, or a typed rejection once `options.timeoutMs` passes on `clock` (`timeout`) or
@@ -15,9 +22,11 @@ export function bounded<T>(clock: HostClock, p: Promise<T>, options: WaitOptions
   const { signal } = options ?? {}
   const timeoutMs = options?.timeoutMs === Number.POSITIVE_INFINITY ? undefined : options?.timeoutMs
   // The caller stops listening to `p` in the early returns: its outcome must not surface as unhandled.
-  if (options?.timeoutMs !== undefined && (typeof options.timeoutMs !== 'number' || Number.isNaN(options.timeoutMs) || options.timeoutMs < 0 || (timeoutMs !== undefined && timeoutMs > MAX_TIMER_MS))) {
+  try {
+    checkTimeout(options?.timeoutMs)
+  } catch (err) {
     p.catch(() => undefined)
-    return Promise.reject(new SteadError('malformed', `timeoutMs must be milliseconds from 0 to ${MAX_TIMER_MS}, or Infinity to wait for ever; got ${String(options.timeoutMs)}`))
+    return Promise.reject(err as Error)
   }
   if (signal === undefined && timeoutMs === undefined) return p
   if (signal?.aborted) {

@@ -15,9 +15,14 @@ export interface InvitationSecret {
 }
 
 /** What is wrong with a space name, or null (as `client.space` checks it). */
-function nameProblem(name: unknown): string | null {
-  if (typeof name !== 'string' || name.length === 0 || name.length > 128) return 'its space name is not 1 to 128 characters'
-  return isWellFormed(name) ? null : 'its space name has an unpaired surrogate'
+/** What is wrong with a space name, or null: 1 to 128 characters, no unpaired surrogate (it would reach the relays as another name). */
+export function spaceNameProblem(name: unknown): string | null {
+  if (typeof name !== 'string' || name.length === 0 || name.length > 128) return `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`
+  return isWellFormed(name) ? null : `space name ${JSON.stringify(name)} has an unpaired surrogate (it would reach the relays as another name)`
+}
+
+function secretProblem(secret: unknown): string | null {
+  return secret instanceof Uint8Array && secret.length === SECRET_KEY_BYTES ? null : `its secret is not ${SECRET_KEY_BYTES} bytes`
 }
 
 /**
@@ -29,7 +34,7 @@ function nameProblem(name: unknown): string | null {
  * @throws SteadError `malformed` for a bad space name or secret.
  */
 export function encodeInvitation(space: string, secret: Uint8Array): string {
-  const problem = nameProblem(space) ?? (secret instanceof Uint8Array && secret.length === SECRET_KEY_BYTES ? null : `its secret is not ${SECRET_KEY_BYTES} bytes`)
+  const problem = spaceNameProblem(space) ?? secretProblem(secret)
   if (problem) throw new SteadError('malformed', `an invitation token cannot be made: ${problem}`)
   return INVITATION_PREFIX + toBase64Url(encode([space, secret]))
 }
@@ -55,7 +60,7 @@ export function decodeInvitation(token: string): InvitationSecret {
   }
   if (!Array.isArray(value) || value.length !== 2) throw bad('it does not hold [space, secret]')
   const [space, secret] = value as [unknown, unknown]
-  const problem = nameProblem(space) ?? (secret instanceof Uint8Array && secret.length === SECRET_KEY_BYTES ? null : `its secret is not ${SECRET_KEY_BYTES} bytes`)
+  const problem = spaceNameProblem(space) ?? secretProblem(secret)
   if (problem) throw bad(problem)
   return { space: space as string, secret: secret as Uint8Array }
 }

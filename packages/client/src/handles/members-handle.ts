@@ -1,12 +1,10 @@
-import { MAX_MEMBERS, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
+import { EVERYONE, MAX_INVITATION_USES, MAX_MEMBERS, ROLES, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
 import { Handle, guarded } from './handles.ts'
 import { INVITATION_PREFIX, decodeInvitation, encodeInvitation } from './invitation-token.ts'
 import type { SafeResult, WaitOptions } from '../types.ts'
 
 export type { Everyone, PolicyValue, Role } from '@stead/core'
 
-const ROLES: readonly Role[] = ['admin', 'writer', 'reader']
-const EVERYONE: readonly Everyone[] = ['none', 'reader', 'writer']
 
 /** An author id: 12 bytes of SHA-256 in base64url (see `SteadClient.userId`). */
 const USER_ID = /^[A-Za-z0-9_-]{16}$/
@@ -25,8 +23,6 @@ export interface SpacePolicyInit {
 
 /** How long an invitation stays open by default: 7 days. */
 const DEFAULT_INVITATION_MS = 7 * 24 * 3_600_000
-/** Uses one invitation may allow at most (0 is unlimited), as the policy takes them. */
-const MAX_USES = 10_000
 
 /** What `space.members.invite` takes, besides the wait's `timeoutMs` and `signal`. */
 export interface InviteOptions extends WaitOptions {
@@ -287,7 +283,7 @@ function checkInviteOptions(options: unknown): { expiresInMs: number; uses: numb
   if (expiresInMs !== Number.POSITIVE_INFINITY && !(Number.isSafeInteger(expiresInMs) && expiresInMs > 0)) {
     throw new SteadError('malformed', `invite: expiresInMs is a positive whole number of ms, or Infinity for no end, got ${String(expiresInMs)}`)
   }
-  if (!Number.isSafeInteger(uses) || uses < 0 || uses > MAX_USES) throw new SteadError('malformed', `invite: uses is a whole number from 1 to ${MAX_USES}, or 0 for any number, got ${String(uses)}`)
+  if (!Number.isSafeInteger(uses) || uses < 0 || uses > MAX_INVITATION_USES) throw new SteadError('malformed', `invite: uses is a whole number from 1 to ${MAX_INVITATION_USES}, or 0 for any number, got ${String(uses)}`)
   return { expiresInMs, uses }
 }
 

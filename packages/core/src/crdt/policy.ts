@@ -11,15 +11,17 @@ export type Role = 'admin' | 'writer' | 'reader'
 /** What anybody may do in a space, member or not. */
 export type Everyone = 'none' | 'reader' | 'writer'
 
-const ROLES: readonly Role[] = ['admin', 'writer', 'reader']
-const EVERYONE: readonly Everyone[] = ['none', 'reader', 'writer']
+/** Every role, strongest first. */
+export const ROLES: readonly Role[] = ['admin', 'writer', 'reader']
+/** What anybody may be let do, least first. */
+export const EVERYONE: readonly Everyone[] = ['none', 'reader', 'writer']
 
 /** Members one policy names at most: every replica keeps them all in memory. */
 export const MAX_MEMBERS = 10_000
 /** Open invitations one policy holds at most. */
 export const MAX_INVITATIONS = 1_000
 /** Uses one invitation may allow at most (0 is unlimited). */
-const MAX_USES = 10_000
+export const MAX_INVITATION_USES = 10_000
 /** A user id's length at most (an author id is 16 characters). */
 const MAX_USER_CHARS = 64
 
@@ -132,7 +134,7 @@ export function validatePolicyOp(op: unknown): string | null {
       return op.length === 2 && EVERYONE.includes(op[1] as Everyone) ? null : `policy everyone op is ['e', one of ${EVERYONE.join(', ')}]`
     case 'n':
       if (op.length !== 6) return "policy invitation is ['n', key, role, expires, uses, t]"
-      return keyProblem(op[1]) ?? (ROLES.includes(op[2] as Role) ? null : `role must be one of ${ROLES.join(', ')}`) ?? timeProblem(op[3], 'expires') ?? (isSafeInt(op[4]) && op[4] >= 0 && op[4] <= MAX_USES ? null : `uses must be a whole number from 0 (any) to ${MAX_USES}`) ?? timeProblem(op[5], 't')
+      return keyProblem(op[1]) ?? (ROLES.includes(op[2] as Role) ? null : `role must be one of ${ROLES.join(', ')}`) ?? timeProblem(op[3], 'expires') ?? (isSafeInt(op[4]) && op[4] >= 0 && op[4] <= MAX_INVITATION_USES ? null : `uses must be a whole number from 0 (any) to ${MAX_INVITATION_USES}`) ?? timeProblem(op[5], 't')
     case 'x':
       return op.length === 2 ? keyProblem(op[1]) : "policy invitation close is ['x', key]"
     case 'j':
