@@ -110,11 +110,6 @@ export class Admission {
     return this.access.authorizeFor(space)
   }
 
-  /** Whether the cluster serves `space` (see SpaceAccess.serves): a relay with no replica of it yet creates one only then. */
-  serves(space: string, env?: Envelope): boolean {
-    return this.host.replicaOf(space) !== undefined || this.access.serves(space, env)
-  }
-
   /** Whether a session that proved `key` (undefined: none) may read `space` now (see SpaceAccess.canRead). */
   canRead(space: string, key: Uint8Array | undefined): boolean {
     return this.access.canRead(space, key, this.host.policyOf(space) ?? undefined)

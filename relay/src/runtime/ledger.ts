@@ -124,7 +124,7 @@ export class Ledger {
       if (env instanceof SteadError) continue
       // A space this cluster does not serve gets no replica (every relay skips it alike): a
       // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
-      if (!bySpace.has(env.space) && !admission.serves(env.space, env)) continue
+      if (!bySpace.has(env.space) && !this.spaces.has(env.space) && !admission.access.serves(env.space, env)) continue
       if (!this.spaces.has(env.space)) admission.access.started(env.space)
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
