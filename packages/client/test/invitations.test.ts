@@ -1,7 +1,8 @@
-import { POLICY_KEY, isRedemption, isSteadError, type PolicyValue } from '@stead/core'
-import { SimCluster } from '@stead/sim'
-import { afterEach, describe, expect, it } from 'vitest'
-import { createClient, invitationSpace, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { POLICY_KEY, isRedemption, type PolicyValue } from '@stead/core'
+import type { SimCluster } from '@stead/sim'
+import { describe, expect, it } from 'vitest'
+import { invitationSpace, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { failure, people } from './helpers/people.ts'
 
 /**
  * Invitations (issue 46): an admin's `space.members.invite` and a user's
@@ -12,36 +13,7 @@ import { createClient, invitationSpace, type Space, type SteadClient, type Stead
  * join times out on the client's clock, here simulated).
  */
 
-const open: SteadClient[] = []
-const clusters: SimCluster[] = []
-
-afterEach(async () => {
-  for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) await c.close()
-})
-
-async function cluster(): Promise<SimCluster> {
-  const c = await SimCluster.start()
-  clusters.push(c)
-  return c
-}
-
-/** A user: a client of `c` with its own identity, made from one byte. */
-async function person(c: SimCluster, byte: number): Promise<SteadClient> {
-  const client = await createClient(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(byte) } }))
-  open.push(client)
-  return client
-}
-
-/** The SteadError a promise rejects with (fails the test if it resolves or throws something else). */
-async function failure(p: Promise<unknown>): Promise<SteadError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  )
-  if (!isSteadError(err)) throw new Error(`expected a SteadError, got ${String(err)}`)
-  return err
-}
+const { cluster, person } = people()
 
 /** The space's policy as every relay holds it in its stable state. */
 function relayPolicies(c: SimCluster, space: string): Array<PolicyValue | undefined> {
@@ -190,8 +162,7 @@ describe('invitations', () => {
     const c = await cluster()
     const skewed = async (byte: number, skewMs: number): Promise<SteadClient> => {
       const sim = c.clock()
-      const client = await createClient(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(byte) }, clock: { now: () => sim.now() + skewMs, setTimer: (ms, fire) => sim.setTimer(ms, fire) } }))
-      open.push(client)
+      const client = await person(c, byte, { clock: { now: () => sim.now() + skewMs, setTimer: (ms, fire) => sim.setTimer(ms, fire) } })
       const warned: SteadError[] = []
       client.onError((e) => warned.push(e))
       // The offset is measured from the relays' pongs: the client says so once it is past 5 s.

@@ -1,9 +1,10 @@
-import { authorIdOf, fromHex, isSteadError, type ErrorReason } from '@stead/core'
+import { authorIdOf, fromHex, type ErrorReason } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
-import { SimCluster, type SimRelay } from '@stead/sim'
-import { afterEach, describe, expect, it } from 'vitest'
-import { RejectedError, createClient, type ClientOptions, type SteadClient, type SteadError } from '../src/index.node.ts'
+import type { SimRelay } from '@stead/sim'
+import { describe, expect, it } from 'vitest'
+import { RejectedError, type SteadError } from '../src/index.node.ts'
 import { FakeOrigin } from './helpers/tabs.ts'
+import { failure, people } from './helpers/people.ts'
 
 /**
  * Members and permissions (issue 46): a space's policy at `$policy`, made
@@ -12,37 +13,7 @@ import { FakeOrigin } from './helpers/tabs.ts'
  * runs it), the relays' door and reads, and the SDK's own behaviour.
  */
 
-const open: SteadClient[] = []
-const clusters: SimCluster[] = []
-
-afterEach(async () => {
-  for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) await c.close()
-})
-
-/** A cluster that orders what it gets as it comes (safe updates resolve by themselves). */
-async function cluster(): Promise<SimCluster> {
-  const c = await SimCluster.start()
-  clusters.push(c)
-  return c
-}
-
-/** A user: a client of `c` with its own identity, made from one byte. */
-async function person(c: SimCluster, byte: number, more: Partial<ClientOptions> = {}): Promise<SteadClient> {
-  const client = await createClient(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(byte) }, ...more }))
-  open.push(client)
-  return client
-}
-
-/** The SteadError a promise rejects with (fails the test if it resolves or throws something else). */
-async function failure(p: Promise<unknown>): Promise<SteadError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  )
-  if (!isSteadError(err)) throw new Error(`expected a SteadError, got ${String(err)}`)
-  return err
-}
+const { cluster, person } = people()
 
 const rejected = (reason: ErrorReason) => ({ status: 'rejected', reason, detail: expect.any(String) })
 

@@ -1,7 +1,8 @@
 import { decodeClientMessage, encodeRelayMessage } from '@stead/core'
-import { SimCluster } from '@stead/sim'
-import { afterEach, describe, expect, it } from 'vitest'
-import { createClient, type ClientOptions, type SocketLike, type SteadClient, type SteadError } from '../src/index.node.ts'
+import type { SimCluster } from '@stead/sim'
+import { describe, expect, it } from 'vitest'
+import type { SocketLike, SteadError } from '../src/index.node.ts'
+import { people } from './helpers/people.ts'
 
 /**
  * A space whose policy does not let this client read it: relays say
@@ -11,26 +12,7 @@ import { createClient, type ClientOptions, type SocketLike, type SteadClient, ty
  * is real relays in simulated time.
  */
 
-const open: SteadClient[] = []
-const clusters: SimCluster[] = []
-
-afterEach(async () => {
-  for (const c of open.splice(0)) await c.close()
-  for (const c of clusters.splice(0)) await c.close()
-})
-
-async function cluster(): Promise<SimCluster> {
-  const c = await SimCluster.start()
-  clusters.push(c)
-  return c
-}
-
-/** A user: a client of `c` with its own identity, made from one byte. */
-async function person(c: SimCluster, byte: number, more: Partial<ClientOptions> = {}): Promise<SteadClient> {
-  const client = await createClient(c.clientOptions({ identity: { secretKey: new Uint8Array(32).fill(byte) }, ...more }))
-  open.push(client)
-  return client
-}
+const { cluster, person } = people()
 
 /**
  * A relay that does not let this client read `space`: it takes no subscribe
