@@ -64,13 +64,6 @@ export class ReadWaits<S extends ReadWaiter> {
     for (const space of [...(this.bySession.get(session) ?? [])]) this.cancel(session, space)
   }
 
-  /** How many subscriptions wait, in all. */
-  get size(): number {
-    let n = 0
-    for (const entry of this.bySpace.values()) n += entry.waiting.size
-    return n
-  }
-
   private recheck(space: string): void {
     const entry = this.bySpace.get(space)
     if (!entry) return

@@ -206,18 +206,13 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return this.members.get(user) === 'admin'
   }
 
-  /** The open invitation of `key`, if any. */
-  invitation(key: string): Invitation | undefined {
-    return this.invitations.get(key)
-  }
-
   /** The open invitations by key. */
   openInvitations(): ReadonlyMap<string, Invitation> {
     return this.invitations
   }
 
   /** Why a redemption at time `t` of invitation `key` is refused here, or null (its signature is the audit's to check). */
-  redemptionProblem(key: string, t: number): string | null {
+  private redemptionProblem(key: string, t: number): string | null {
     const inv = this.invitations.get(key)
     if (!inv) return `no open invitation ${key.slice(0, 8)}: never made, closed, or used up`
     if (inv.expires !== 0 && t > inv.expires) return `invitation ${key.slice(0, 8)} expired at ${inv.expires}, redeemed at ${t}`
