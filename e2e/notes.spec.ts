@@ -92,4 +92,34 @@ test.describe('the Notes page', () => {
     await bob.close(test.info())
     await expect(alice.page.locator('.stead-cursor')).toHaveCount(0, { timeout: 10_000 })
   })
+
+  test("a caret the browser moved keeps its place when a change of the note comes in before the editor heard of the move", async () => {
+    const { alice } = users()
+    const editor = alice.page.locator('.ProseMirror')
+    await editor.click()
+    await alice.page.keyboard.type('First line')
+    await alice.page.keyboard.press('Enter')
+    await alice.page.keyboard.type('second')
+    // In one task, as a key and a message can come: the caret goes into the first line (the browser tells the
+    // editor with a selectionchange event, a task of its own, later), then a change of the note is applied.
+    const caret = await alice.page.evaluate(() => {
+      // The first line's text (not the other page's caret, drawn at the start).
+      const walker = document.createTreeWalker(document.querySelector('.ProseMirror p') as Node, NodeFilter.SHOW_TEXT)
+      let first = walker.nextNode()
+      while (first && first.textContent !== 'First line') first = walker.nextNode()
+      document.getSelection()?.collapse(first as Node, 2)
+      const note = (window as unknown as { steadNote: { length: number; insert(at: number, s: string): unknown } }).steadNote
+      note.insert(note.length, '!')
+      return new Promise<{ text: string; offset: number }>((resolve) =>
+        requestAnimationFrame(() => setTimeout(() => {
+          const sel = document.getSelection()
+          resolve({ text: sel?.anchorNode?.textContent ?? '', offset: sel?.anchorOffset ?? -1 })
+        })),
+      )
+    })
+    expect(caret).toEqual({ text: 'First line', offset: 2 })
+    // And the next key goes where the caret is.
+    await alice.page.keyboard.type('>')
+    await expect.poll(() => shown(alice.page)).toEqual(['Fi>rst line', 'second!'])
+  })
 })

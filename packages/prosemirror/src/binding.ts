@@ -178,8 +178,10 @@ export class Binding {
 
   /** Applies a change of the text made elsewhere, as one transaction; rebuilds the changed part from the text if the delta does not fit. */
   private applyText(delta: readonly TextDelta[]): void {
-    if (this.view.state.doc !== this.ctx.shared.synced) {
-      // Changes of the document not sent yet: the delta was not made from this document.
+    const before = this.view.state.doc
+    readPendingSelection(this.view)
+    if (before !== this.ctx.shared.synced || this.view.state.doc !== before) {
+      // Changes of the document not sent before this change came: the delta was not made from this document.
       this.resync()
       return
     }
@@ -198,6 +200,7 @@ export class Binding {
   private resync(): void {
     this.resyncDue = false
     if (this.destroyed) return
+    readPendingSelection(this.view)
     this.flush()
     const tr = this.view.state.tr
     replaceDiff(tr, this.textDoc())
@@ -276,6 +279,19 @@ export class Binding {
       if (!(err instanceof ClosedError)) this.ctx.onError(err)
     }
   }
+}
+
+/**
+ * Makes the view read a selection the browser changed but has not told it
+ * of yet (a caret moved by a key: the browser's selectionchange event
+ * comes later, as a task of its own). A transaction dispatched before it
+ * would write the view's older selection back into the page, and the
+ * user's caret would jump back to where it was: Ctrl-Home, another's
+ * change, Shift-End would select from the old place. The view reads the
+ * selection on that event, so it is told now.
+ */
+function readPendingSelection(view: EditorView): void {
+  if (view.hasFocus()) view.dom.ownerDocument.dispatchEvent(new Event('selectionchange'))
 }
 
 /** Whether `entries` lead from `from` to `to`, each transaction starting where the one before ended. */
