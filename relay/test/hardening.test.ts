@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { authBytes, encode, readAuthBytes, toHex, type RelayMessage } from '@stead/core'
+import { authBytes, deviceCertificateBytes, encode, readAuthBytes, toHex, type RelayMessage } from '@stead/core'
 import { signSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestClient } from './helpers/client.ts'
@@ -231,6 +231,15 @@ describe('relay hardening (4 relay processes)', () => {
     }
     expect((await fetch(url, { headers: signed(reader) })).status).toBe(200)
     expect((await fetch(url, { headers: signed(stranger) })).status).toBe(403)
+    // A device of the reader (a key the reader's key certified) reads as the reader; the same certificate
+    // shown with another key is refused, with the reason.
+    const device = identity(204)
+    const cert = `${toHex(reader.publicKey)}${toHex(signSync(reader.secretKey, deviceCertificateBytes(device.publicKey)))}`
+    expect((await fetch(url, { headers: signed(device) })).status).toBe(403)
+    expect((await fetch(url, { headers: { 'x-stead-reader': `${signed(device)['x-stead-reader']}.${cert}` } })).status).toBe(200)
+    const stolen = await fetch(url, { headers: { 'x-stead-reader': `${signed(stranger)['x-stead-reader']}.${cert}` } })
+    expect(stolen.status).toBe(403)
+    expect(await stolen.text()).toMatch(/device certificate .* does not verify/)
     expect((await fetch(`http://${api(2)}/v1/spaces/private/stable`)).status).toBe(403)
     for (const path of ['head', 'attestations/3?from=0', 'objects/acct', 'history/acct?before=9&limit=10']) {
       const preflight = await fetch(`http://${api(2)}/v1/spaces/private/${path}`, { method: 'OPTIONS' })

@@ -1,4 +1,5 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, clockInit, isSteadError, toHex, type Clock, type ClockRecord, type Crypto, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, isSteadError, toHex, type Clock, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
+import { decodeDeviceToken, encodeDeviceToken } from './handles/device-token.ts'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import { checkTimeout } from './wait.ts'
@@ -15,7 +16,7 @@ import { initOp, type SpacePolicyInit } from './handles/members-handle.ts'
 import { decodeInvitation, spaceNameProblem } from './handles/invitation-token.ts'
 import type { ClientStorage, StorageChange } from './storage/types.ts'
 import { LeaderLink, LeaderLock, TabHub, TabUpstream, decidedMeanwhile, newTabId, type TabPlatform } from './upstream/tabs.ts'
-import type { SocketFactory } from './transport/transport.ts'
+import type { Identity, SocketFactory } from './transport/transport.ts'
 import type { ClientOptions, SafeResult, SessionsStatus, WaitOptions } from './types.ts'
 import { RelayUpstream } from './upstream/upstream.ts'
 
@@ -37,7 +38,7 @@ export interface PlatformDefaults {
 /** What the leading tab (or a client without tabs) owns. */
 interface Lead {
   readonly storage: ClientStorage
-  readonly identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  readonly identity: Identity
   readonly sessions: RelaySessions
   /** Peer sync, when the app gave a peer network. */
   readonly peers: PeerHub | undefined
@@ -63,6 +64,8 @@ interface ClientInit {
   /** The cluster the app pinned in its options, parsed. */
   cluster: ClusterDescriptor | undefined
   authorId: string
+  /** The user the identity acts for: its own id, or its device certificate's user's. */
+  userId: string
   /** The identity's Ed25519 public key, hex. */
   publicKey: string
   tabs?: Tabs
@@ -87,18 +90,19 @@ export class SteadClient {
   /**
    * Who this client is in a space's policy (see "Members and permissions"
    * in the README): the user id `createSpace` and `space.members.grant`
-   * take, the same as {@link SteadClient.authorId}. Hand it to an admin of
-   * a space to be given a role there. It is the identity's, so it is the
-   * same on every device that uses the same `identity` secret key, and in
-   * every tab sharing the client.
+   * take. Hand it to an admin of a space to be given a role there. It is
+   * {@link SteadClient.authorId} unless this client is a device of a user
+   * (options.deviceCertificate): then it is that user's id, the same on
+   * each of the user's devices. The same in every tab sharing the client.
    */
   readonly userId: string
   /**
    * This client's Ed25519 public key, as 64 hex characters: what it signs
-   * its updates and relay sessions with. Its user id is derived from it
-   * (the first 12 bytes of its SHA-256, base64url); policies name user
-   * ids, not keys. A cluster file's static `writers`/`readers` lists name
-   * keys.
+   * its updates and relay sessions with. Its author id is derived from it
+   * (the first 12 bytes of its SHA-256, base64url), and so is its user id
+   * unless it is a device of a user (then `certifyDevice` on the user's
+   * client takes this key); policies name user ids, not keys. A cluster
+   * file's static `writers`/`readers` lists name keys.
    */
   readonly publicKey: string
   /** Spaces open or opening, by name. */
@@ -125,8 +129,32 @@ export class SteadClient {
   constructor(init: ClientInit) {
     this.init = init
     this.authorId = init.authorId
-    this.userId = init.authorId
+    this.userId = init.userId
     this.publicKey = init.publicKey
+  }
+
+  /**
+   * Certifies another client's key as a device of this client's user: give
+   * the token to that client as its `options.deviceCertificate`. It then
+   * acts for this user in every space (same `userId`, same roles) while
+   * signing with its own key, and can be revoked on its own
+   * (`space.members.revokeDevice`), e.g. a lost phone. Only a client that
+   * holds the user's own key certifies (not a device: a stolen device must
+   * not mint others).
+   *
+   * @param devicePublicKey The other client's `publicKey` (64 hex characters).
+   * @returns The token (`stead-device:…`): public, it proves nothing without that client's secret key.
+   * @throws SteadError `malformed` for a key that is not 64 hex characters or is this client's own; `unsupported` on a device, or in a tab that does not lead.
+   */
+  async certifyDevice(devicePublicKey: string): Promise<string> {
+    if (this.closed) throw new ClosedError()
+    const key = typeof devicePublicKey === 'string' && /^[0-9a-fA-F]{64}$/.test(devicePublicKey) ? fromHex(devicePublicKey.toLowerCase()) : undefined
+    if (!key) throw new SteadError('malformed', `a device key is the other client's publicKey, 64 hex characters; got ${JSON.stringify(devicePublicKey)}`)
+    if (devicePublicKey.toLowerCase() === this.publicKey) throw new SteadError('malformed', "that is this client's own key: certify another client's publicKey")
+    if (this.userId !== this.authorId) throw new SteadError('unsupported', `this client is a device of user ${this.userId}: certify devices on a client holding that user's key`)
+    const lead = this.lead
+    if (!lead) throw new SteadError('unsupported', 'certify devices in the tab that leads (it holds the key)')
+    return encodeDeviceToken(key, await certifyDevice(this.init.crypto, lead.identity, key))
   }
 
   /** @internal Takes the lead: the storage, identity and cluster it opened, and relay sessions started over them. */
@@ -160,6 +188,7 @@ export class SteadClient {
     if (tabs) {
       tabs.hub = new TabHub(tabs.platform.channel(channelName(tabs.platform)), {
         authorId: this.authorId,
+        userId: this.userId,
         publicKey: this.publicKey,
         status: () => sessions.statusFor(this.closed),
         openForTabs: async (name) => {
@@ -396,7 +425,7 @@ export class SteadClient {
     const replicaOptions = replicaOptionsOf(name, options)
     if (!this.lead) {
       const link = this.init.tabs?.link as LeaderLink
-      const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica: new ReliableReplica(replicaOptions), position: { stableIndex: 0, lastRound: 0 }, crypto: this.init.crypto })
+      const space = new Space({ space: name, authorId: this.authorId, userId: this.userId, options, onClose: (done) => this.spaceClosing(name, space, done), replica: new ReliableReplica(replicaOptions), position: { stableIndex: 0, lastRound: 0 }, crypto: this.init.crypto })
       const upstream = new TabUpstream(space, link, this.init.crypto, replicaOptions)
       space.attach(upstream)
       this.opened.set(name, space)
@@ -408,7 +437,7 @@ export class SteadClient {
     const restored = await records.restore()
     if (this.closed) throw new ClosedError()
     const { replica, outbox } = this.rebuild(name, restored)
-    const space = new Space({ space: name, authorId: this.authorId, options, onClose: (done) => this.spaceClosing(name, space, done), replica, position: restored.position, crypto: this.init.crypto })
+    const space = new Space({ space: name, authorId: this.authorId, userId: this.userId, options, onClose: (done) => this.spaceClosing(name, space, done), replica, position: restored.position, crypto: this.init.crypto })
     this.leadSpace(space, records, restored, outbox)
     return space
   }
@@ -573,6 +602,8 @@ function channelName(tabs: TabPlatform): string {
 
 /** Where a client keeps what all its spaces share; '' is no space's name. */
 const IDENTITY_KEY = ['', 'identity'] as const
+/** The device certificate of the identity, if it is a device of a user: the token. */
+const DEVICE_KEY = ['', 'device'] as const
 const CLUSTER_KEY = ['', 'cluster'] as const
 
 function clusterRecord(c: ClusterDescriptor): StorageChange {
@@ -587,20 +618,43 @@ async function openLeadStorage(
   storage: ClientStorage,
 ): Promise<{ storage: ClientStorage; identity: Lead['identity']; cluster: ClusterDescriptor | undefined }> {
   try {
-    const [storedKey, storedCluster] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY)])
+    const [storedKey, storedCluster, storedDevice] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY), storage.load(DEVICE_KEY)])
     const restoredCluster = storedCluster && decodeCluster(storedCluster)
     const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
     const publicKey = await crypto.publicKeyOf(secretKey)
     const pins: StorageChange[] = []
-    if (!storedKey || !bytesEqual(storedKey, secretKey)) pins.push({ key: IDENTITY_KEY, value: secretKey })
+    const sameKey = storedKey !== undefined && bytesEqual(storedKey, secretKey)
+    if (!sameKey) pins.push({ key: IDENTITY_KEY, value: secretKey })
     if (given && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
+    // A stored certificate is of the stored key: another key given in the options is a user of its own, unless certified too.
+    const token = options.deviceCertificate ?? (sameKey && storedDevice ? new TextDecoder().decode(storedDevice) : undefined)
+    const certificate = token === undefined ? undefined : await deviceCertificateOf(crypto, token, publicKey)
+    if (options.deviceCertificate !== undefined) pins.push({ key: DEVICE_KEY, value: new TextEncoder().encode(options.deviceCertificate.trim()) })
     if (pins.length) await storage.write(pins)
-    return { storage, identity: { secretKey, publicKey }, cluster: given ?? restoredCluster }
+    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: given ?? restoredCluster }
   } catch (err) {
     // Nothing opened on it survives a failed start.
     await storage.close().catch(() => undefined)
     throw err
   }
+}
+
+/** The ids and key a client shows for `identity`. */
+function whoIs(crypto: Crypto, identity: Identity): Pick<ClientInit, 'authorId' | 'userId' | 'publicKey'> {
+  const authorId = authorIdOf(crypto, identity.publicKey)
+  return { authorId, userId: identity.certificate ? authorIdOf(crypto, identity.certificate.user) : authorId, publicKey: toHex(identity.publicKey) }
+}
+
+/**
+ * The certificate a device token gives `publicKey`.
+ *
+ * @throws SteadError `malformed` for a bad token, `unauthorized` for one of another key or one whose signature fails.
+ */
+async function deviceCertificateOf(crypto: Crypto, token: string, publicKey: Uint8Array): Promise<DeviceCertificate> {
+  const { device, certificate } = decodeDeviceToken(token)
+  if (!bytesEqual(device, publicKey)) throw new SteadError('unauthorized', `options.deviceCertificate certifies key ${toHex(device).slice(0, 16)}…, not this client's ${toHex(publicKey).slice(0, 16)}…: certify client.publicKey of this client`)
+  if (!(await deviceCertificateHoldsAsync(crypto, publicKey, certificate))) throw new SteadError('unauthorized', "options.deviceCertificate does not verify: its user key did not sign it for this client's key")
+  return certificate
 }
 
 /** Builds a client: restores its state from storage (or joins the tab that leads), then connects in the background. */
@@ -611,7 +665,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
   if (!shared) {
     const storage = options.storage === undefined ? await platform.storage() : checkStorage(await options.storage)
     const opened = await openLeadStorage(options, given, crypto, storage)
-    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), publicKey: toHex(opened.identity.publicKey) })
+    const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity) })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     return client
   }
@@ -638,7 +692,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
       throw new SteadError('conflict', 'another tab of this app leads with another identity on the same storage; tabs sharing a storage share its identity')
     }
   }
-  const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: first.authorId, publicKey: first.publicKey, tabs })
+  const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: first.authorId, userId: first.userId, publicKey: first.publicKey, tabs })
   events.client = client
   client.startFollowing(link, lead)
   return client
@@ -647,7 +701,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
 async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undefined, platform: PlatformDefaults, crypto: Crypto, tabs: Tabs): Promise<SteadClient> {
   try {
     const opened = await openLeadStorage(options, given, crypto, await tabs.platform.storage())
-    const client = new SteadClient({ options, platform, crypto, cluster: given, authorId: authorIdOf(crypto, opened.identity.publicKey), publicKey: toHex(opened.identity.publicKey), tabs })
+    const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity), tabs })
     client.startLead(opened.storage, opened.identity, opened.cluster)
     tabs.hub?.announce()
     return client

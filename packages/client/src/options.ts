@@ -24,6 +24,7 @@ const KNOWN: ReadonlyArray<keyof ClientOptions> = [
   'database',
   'storage',
   'identity',
+  'deviceCertificate',
   'historyLimit',
   'batchIntervalMs',
   'maxBatchOps',

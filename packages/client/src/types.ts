@@ -173,6 +173,15 @@ export interface ClientOptions {
     readonly secretKey: Uint8Array
   }
   /**
+   * This client's key as a device of a user: the token
+   * `userClient.certifyDevice(thisClient.publicKey)` made on a client that
+   * holds the user's key. From then on this client acts for that user
+   * (`userId`): policies name the user, and the user can revoke this device
+   * in a space (`space.members.revokeDevice`). Kept in storage, so later
+   * starts need not pass it again. Updates signed before it carry none.
+   */
+  readonly deviceCertificate?: string
+  /**
    * How long other clients keep this client's presence (`space.presence`)
    * without hearing it again: it is renewed at half of it while the space
    * is open. A client that vanishes without closing is shown until then

@@ -3,6 +3,7 @@ import { decodeClock, encodeClock, type Clock } from './clock.ts'
 import { DEFAULT_LIMITS, asSigned, decode, encode, encodeSigned, expect, type Limits, type Signed } from './codec.ts'
 import { POLICY_KEY, POOL, decodeDeclaration, encodeDeclaration, isRedemption, placementProblem, validateOp, type AnyOp, type Declaration } from './crdt/index.ts'
 import { HASH_BYTES, PUBLIC_KEY_BYTES, type Crypto } from './crypto/types.ts'
+import { decodeDeviceCertificate, deviceCertificateHolds, deviceCertificateHoldsAsync, encodeDeviceCertificate, type DeviceCertificate } from './device.ts'
 import { SteadError } from './errors.ts'
 
 /** Regular operations on one object, compacted by the sender. */
@@ -67,6 +68,10 @@ export interface Envelope extends EnvelopeDraft {
   readonly author: Uint8Array
   /** Short, stable id of the author used in clocks, tags and CRDT replica ids. */
   readonly authorId: string
+  /** The certificate of a device key (see DeviceCertificate): the envelope acts for its user. Absent: the author is its own user. */
+  readonly device?: DeviceCertificate
+  /** Whom policies see making the updates: the id of the certificate's user, else the author id. */
+  readonly userId: string
   /** sha256 of the signed bytes. */
   readonly id: Uint8Array
   /** `id` in lowercase hex: how the SDK and relays name envelopes. */
@@ -85,10 +90,11 @@ export function authorIdOf(crypto: Pick<Crypto, 'sha256'>, publicKey: Uint8Array
 /** Signs a draft. The result is exactly what `openEnvelope` would return for its bytes. */
 export async function sealEnvelope(
   crypto: Crypto,
-  identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array },
+  identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array; readonly certificate?: DeviceCertificate },
   draft: EnvelopeDraft,
   limits: Limits = DEFAULT_LIMITS,
 ): Promise<Envelope> {
+  const cert = identity.certificate
   const payload = [
     TAG,
     draft.space,
@@ -99,6 +105,7 @@ export async function sealEnvelope(
     draft.deps,
     draft.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.ops]),
     draft.safe.map((g) => [g.atomic, g.updates.map((u) => [u.key, encodeDeclaration(u.decl), u.op])]),
+    ...(cert ? [encodeDeviceCertificate(cert)] : []),
   ]
   const bytes = encode(payload)
   // Validating what we are about to sign means a sealed envelope can never be one peers refuse; and the
@@ -118,8 +125,11 @@ export async function openEnvelope(crypto: Crypto, signed: Signed | unknown, lim
   const { bytes, sig } = asSigned(isSignedObject(signed) ? [signed.bytes, signed.sig] : signed)
   const parsed = parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
   if (!(await crypto.verify(parsed.author, bytes, sig))) throw new SteadError('bad-signature', 'envelope signature does not verify against its author key')
+  if (parsed.device && !(await deviceCertificateHoldsAsync(crypto, parsed.author, parsed.device))) throw new SteadError('bad-signature', DEVICE_CERT_FAILS)
   return finish(crypto, { bytes, sig }, parsed, parsed.author)
 }
+
+const DEVICE_CERT_FAILS = "the envelope's device certificate does not verify: its user key did not certify this author key"
 
 /**
  * The same checks as `openEnvelope` with a synchronous verifier, for relays
@@ -133,6 +143,7 @@ export function openEnvelopeSync(
   const { bytes, sig } = asSigned(isSignedObject(signed) ? [signed.bytes, signed.sig] : signed)
   const parsed = parsePayload(decode(bytes, limits.maxEnvelopeBytes), limits)
   if (!crypto.verify(parsed.author, bytes, sig)) throw new SteadError('bad-signature', 'envelope signature does not verify against its author key')
+  if (parsed.device && !deviceCertificateHolds(crypto.verify, parsed.author, parsed.device)) throw new SteadError('bad-signature', DEVICE_CERT_FAILS)
   return finish(crypto, { bytes, sig }, parsed, parsed.author)
 }
 
@@ -154,7 +165,7 @@ function isSignedObject(v: unknown): v is Signed {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && 'bytes' in v && 'sig' in v
 }
 
-function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeDraft, author: Uint8Array): Envelope {
+function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeDraft & { device?: DeviceCertificate }, author: Uint8Array): Envelope {
   const id = crypto.sha256(signed.bytes)
   const authorId = authorIdOf(crypto, author)
   // The author's own entry is its seq: listing it too would give a clock two encodings.
@@ -169,15 +180,19 @@ function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeD
     safe: draft.safe,
     author,
     authorId,
+    ...(draft.device ? { device: draft.device } : {}),
+    userId: draft.device ? authorIdOf(crypto, draft.device.user) : authorId,
     id,
     idHex: toHex(id),
     signed,
   }
 }
 
-function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uint8Array } {
+function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uint8Array; device?: DeviceCertificate } {
   const p = expect.array(v, 'envelope', 16)
-  if (p.length !== 9 || p[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} envelope`)
+  // A tenth field: the author is a device, and this is its certificate.
+  if ((p.length !== 9 && p.length !== 10) || p[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} envelope`)
+  const device = p.length === 10 ? decodeDeviceCertificate(p[9]) : undefined
   const space = expect.string(p[1], 'space', limits.maxSpaceChars, 1)
   const author = expect.bytes(p[2], 'author', PUBLIC_KEY_BYTES)
   const seq = expect.uint(p[3], 'seq')
@@ -228,7 +243,7 @@ function parsePayload(v: unknown, limits: Limits): EnvelopeDraft & { author: Uin
   if (safe.flatMap((g) => g.updates).filter((u) => u.key === POLICY_KEY && isRedemption(u.op)).length > 1) throw new SteadError('malformed', 'an envelope redeems at most one invitation')
   // The bounded-counter pool is a replica nobody may sign as.
   if (clock.has(POOL)) throw new SteadError('malformed', `clock id ${POOL} is reserved`)
-  return { space, author, seq, base, clock, deps, updates, safe }
+  return { space, author, seq, base, clock, deps, updates, safe, ...(device ? { device } : {}) }
 }
 
 function tuple(v: unknown, field: string, n: number): unknown[] {

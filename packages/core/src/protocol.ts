@@ -1,5 +1,6 @@
 import { concatBytes } from './bytes.ts'
 import { DEFAULT_LIMITS, asSigned, decode, encode, expect, type Signed } from './codec.ts'
+import { decodeDeviceCertificate, encodeDeviceCertificate, type DeviceCertificate } from './device.ts'
 import { SteadError, type ErrorReason } from './errors.ts'
 import type { Decision } from './replica.ts'
 
@@ -32,6 +33,8 @@ export type ClientMessage =
        * relay does not sign, and the client cannot tell it from an impostor.
        */
       readonly nonce?: Uint8Array
+      /** The key's device certificate, if it is a device of a user: the session then reads as that user (see DeviceCertificate). */
+      readonly device?: DeviceCertificate
     }
   | {
       /** Follow a space: its envelopes, and its commits from `fromIndex` on. */
@@ -483,6 +486,7 @@ export function freshHeadBytes(space: string, index: number, stateHash: Uint8Arr
 export function encodeClientMessage(m: ClientMessage): Uint8Array {
   switch (m.type) {
     case 'hello':
+      if (m.device) return encode(['hello', m.publicKey, m.sig, m.nonce ?? null, encodeDeviceCertificate(m.device)])
       return encode(m.nonce ? ['hello', m.publicKey, m.sig, m.nonce] : ['hello', m.publicKey, m.sig])
     case 'subscribe':
       if (m.refs) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, true])
@@ -512,9 +516,10 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
   }
   switch (v[0]) {
     case 'hello': {
-      if (v.length !== 3 && v.length !== 4) throw new SteadError('malformed', 'hello takes 2 or 3 fields')
-      const nonce = v.length === 4 ? expect.bytes(v[3], 'nonce', 32) : undefined
-      return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64), ...(nonce ? { nonce } : {}) }
+      if (v.length < 3 || v.length > 5) throw new SteadError('malformed', 'hello takes 2 to 4 fields')
+      const nonce = v.length >= 4 && v[3] !== null ? expect.bytes(v[3], 'nonce', 32) : undefined
+      const device = v.length === 5 ? decodeDeviceCertificate(v[4]) : undefined
+      return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64), ...(nonce ? { nonce } : {}), ...(device ? { device } : {}) }
     }
     case 'subscribe': {
       if (v.length < 3 || v.length > 5) throw new SteadError('malformed', 'subscribe takes 2 to 4 fields')

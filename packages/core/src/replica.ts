@@ -12,6 +12,7 @@ import {
   POLICY_KEY,
   SpacePolicy,
   isRedemption,
+  policyProblem,
   redeemBytes,
   type RedeemOp,
   sameDeclaration,
@@ -908,7 +909,7 @@ export class StableAudit {
   private applyStable(env: Envelope, item: Item): ApplyResult {
     const check = this.admissible(env, item)
     if (!check.ok) return check
-    const ctx = { replica: env.authorId, tag: item.tag }
+    const ctx = opContext(env, item.tag)
     const existing = this.stableObjects.get(item.key)
     if (existing) return asGeneric(existing.crdt).tryApply(item.op, ctx)
     // Only an op that applies may fix a key's declaration.
@@ -946,26 +947,24 @@ export class StableAudit {
     // The policy in force at this position of the stable order: the same on every correct replica.
     const policy = this.policy()
     if (policy) {
-      const who = env.authorId
+      const problem = policyProblem(policy, env, this.space, item.key, item.op)
+      if (problem) return { ok: false, reason: 'unauthorized', detail: problem }
       // Anybody may redeem an invitation: what it takes is the invitation key's signature.
-      if (item.key === POLICY_KEY && isRedemption(item.op)) return this.checkRedemption(who, item.op)
-      if (item.key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
-        return { ok: false, reason: 'unauthorized', detail: `${who} may not ${item.key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${this.space}` }
-      }
+      if (item.key === POLICY_KEY && isRedemption(item.op)) return this.checkRedemption(env.userId, item.op)
       return { ok: true }
     }
     if (this.authorize) {
-      const v = this.authorize(env.authorId, item.key, item.decl, item.op)
+      const v = this.authorize(env.userId, item.key, item.decl, item.op)
       if (!v.ok) return { ok: false, reason: v.reason, detail: v.detail }
     }
     return { ok: true }
   }
 
-  /** A redemption is signed by the invitation's key for this author, space and time (the policy then checks the invitation itself). */
-  private checkRedemption(author: string, op: RedeemOp): ApplyResult {
+  /** A redemption is signed by the invitation's key for this user, space and time (the policy then checks the invitation itself). */
+  private checkRedemption(user: string, op: RedeemOp): ApplyResult {
     const [, key, t, sig] = op
-    if (!this.verify(fromHex(key), redeemBytes(this.space, author, key, t), sig)) {
-      return { ok: false, reason: 'unauthorized', detail: `${author}'s redemption of invitation ${key.slice(0, 8)} is not signed by its key` }
+    if (!this.verify(fromHex(key), redeemBytes(this.space, user, key, t), sig)) {
+      return { ok: false, reason: 'unauthorized', detail: `${user}'s redemption of invitation ${key.slice(0, 8)} is not signed by its key` }
     }
     return { ok: true }
   }
@@ -1132,7 +1131,7 @@ export class ReliableReplica extends StableAudit {
         for (const item of itemsOf(unit)) {
           if (item.key !== key) continue
           p.applied.delete(item.tag)
-          if (this.applyProspective(key, item.decl, item.op, { replica: p.env.authorId, tag: item.tag })) p.applied.add(item.tag)
+          if (this.applyProspective(key, item.decl, item.op, opContext(p.env, item.tag))) p.applied.add(item.tag)
         }
       }
     }
@@ -1156,7 +1155,7 @@ export class ReliableReplica extends StableAudit {
     const applied = new Set<string>()
     for (const unit of envelopeUnits(env)) {
       for (const item of itemsOf(unit)) {
-        if (this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })) {
+        if (this.applyProspective(item.key, item.decl, item.op, opContext(env, item.tag))) {
           applied.add(item.tag)
           changed.add(item.key)
         }
@@ -1252,7 +1251,7 @@ export class ReliableReplica extends StableAudit {
         if (isOrdered(item.decl) && (wasApplied || isCommitted)) undo.add(item.key)
         else if (wasApplied && !isCommitted) undo.add(item.key)
         else if (!wasApplied && isCommitted && !undo.has(item.key)) {
-          this.applyProspective(item.key, item.decl, item.op, { replica: env.authorId, tag: item.tag })
+          this.applyProspective(item.key, item.decl, item.op, opContext(env, item.tag))
           changed.add(item.key)
         }
       }
@@ -1317,7 +1316,7 @@ export class ReliableReplica extends StableAudit {
           if (item.key !== key) continue
           p.applied.delete(item.tag)
           if (sameDeclaration(item.decl, stable.decl)) {
-            asGeneric(rebuilt.crdt).apply(item.op, { replica: p.env.authorId, tag: item.tag })
+            asGeneric(rebuilt.crdt).apply(item.op, opContext(p.env, item.tag))
             p.applied.add(item.tag)
           }
         }
@@ -1486,4 +1485,9 @@ function causalOrderOf(batch: readonly Envelope[]): readonly Envelope[] {
     }
   }
   return out
+}
+
+/** The context of an envelope's op: its author is the CRDTs' replica, its user whom a policy names. */
+function opContext(env: Envelope, tag: string): OpContext {
+  return { replica: env.authorId, user: env.userId, tag }
 }

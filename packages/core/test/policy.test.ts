@@ -3,8 +3,9 @@ import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
 import { POLICY_KEY, REDEEM_SLACK_MS, SpacePolicy, redeemBytes, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
 import { toHex } from '../src/bytes.ts'
-import { nodeCrypto } from '../src/crypto/node.ts'
-import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
+import { nodeCrypto, verifySync } from '../src/crypto/node.ts'
+import { certifyDevice } from '../src/device.ts'
+import { openEnvelope, openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
@@ -20,8 +21,13 @@ async function identity(n: number) {
   const env = await sealEnvelope(crypto, { secretKey, publicKey }, { space: SPACE, seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'x', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
   return { secretKey, publicKey, id: env.authorId }
 }
-const users = await Promise.all([0, 1, 2, 3].map(identity))
+const people = await Promise.all([0, 1, 2, 3, 4, 5].map(identity))
+/** Users 0 to 3 sign with their own keys; 4 is a device of user 1, 5 a device of user 0 (certified by their users' keys). */
+const DEVICE_OF: Record<number, number> = { 4: 1, 5: 0 }
+const users = await Promise.all(people.map(async (p, u) => (DEVICE_OF[u] === undefined ? p : { ...p, certificate: await certifyDevice(crypto, people[DEVICE_OF[u]]!, p.publicKey) })))
 const id = (u: number): string => users[u]!.id
+/** Whom a policy sees when `u` signs: the user of a device. */
+const userId = (u: number): string => id(DEVICE_OF[u] ?? u)
 
 const policy: Declaration = { type: 'policy' }
 const counter: Declaration = { type: 'counter', bounds: {} }
@@ -50,7 +56,7 @@ describe('space policy: the object', () => {
     expect(p.tryApply(['r', 'a', null], ctx('t:4'))).toMatchObject({ ok: false, reason: 'invariant' })
     expect(p.tryApply(['r', 'b', 'admin'], ctx('t:5'))).toEqual({ ok: true })
     expect(p.tryApply(['r', 'a', null], ctx('t:6'))).toEqual({ ok: true })
-    expect(p.value()).toEqual({ members: { b: 'admin' }, everyone: 'none' })
+    expect(p.value()).toEqual({ members: { b: 'admin' }, everyone: 'none', revokedDevices: {} })
     expect(p.mayRead('a')).toBe(false)
     expect(p.tryApply(['e', 'reader'], ctx('t:7'))).toEqual({ ok: true })
     expect(p.mayRead(undefined)).toBe(true)
@@ -91,7 +97,7 @@ describe('space policy: the audit', () => {
     expect(units[4]).toMatchObject({ reason: 'unauthorized' })
     expect(units[5]).toMatchObject({ reason: 'unauthorized' })
     expect(r.stableValue('c')).toBe(5)
-    expect(r.policy()?.value()).toEqual({ members: { [id(0)]: 'admin' }, everyone: 'none' })
+    expect(r.policy()?.value()).toEqual({ members: { [id(0)]: 'admin' }, everyone: 'none', revokedDevices: {} })
   })
 
   it('lets a creator write in the envelope that creates the policy, and anyone once everyone may write', async () => {
@@ -123,10 +129,10 @@ describe('space policy: the audit', () => {
     const forged = await seal(2, 1, { safe: [change(['r', id(2), 'admin'])] })
     r.receive(forged)
     r.receive(grant)
-    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader', [id(2)]: 'admin' }, everyone: 'none' })
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader', [id(2)]: 'admin' }, everyone: 'none', revokedDevices: {} })
     r.commit([forged, grant])
     expect(r.pendingCount).toBe(0)
-    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none' })
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none', revokedDevices: {} })
     expect(r.value(POLICY_KEY)).toEqual(r.stableValue(POLICY_KEY))
   })
 })
@@ -136,7 +142,7 @@ async function invitationKey(n: number) {
   const secretKey = new Uint8Array(32).fill(100 + n)
   return { secretKey, key: toHex(await crypto.publicKeyOf(secretKey)) }
 }
-const redeem = async (inv: { secretKey: Uint8Array; key: string }, user: number, t: number, as = user): Promise<PolicyOp> => ['j', inv.key, t, await crypto.sign(inv.secretKey, redeemBytes(SPACE, id(as), inv.key, t))]
+const redeem = async (inv: { secretKey: Uint8Array; key: string }, user: number, t: number, as = user): Promise<PolicyOp> => ['j', inv.key, t, await crypto.sign(inv.secretKey, redeemBytes(SPACE, userId(as), inv.key, t))]
 
 describe('space policy: invitations', () => {
   const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
@@ -236,11 +242,11 @@ describe('space policy: invitations', () => {
 })
 
 /** One step of a random history: who acts, and what. */
-type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write' | 'invite' | 'redeem' | 'close'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
+type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write' | 'invite' | 'redeem' | 'close' | 'revokeDevice'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
-  user: fc.integer({ min: 0, max: 3 }),
-  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write', 'invite', 'redeem', 'redeem', 'close'),
+  user: fc.integer({ min: 0, max: 5 }),
+  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write', 'invite', 'redeem', 'redeem', 'close', 'revokeDevice'),
   target: fc.integer({ min: 0, max: 3 }),
   role: fc.constantFrom('admin', 'writer', 'reader'),
   everyone: fc.constantFrom('none', 'reader', 'writer'),
@@ -248,7 +254,7 @@ const stepArb: fc.Arbitrary<Step> = fc.record({
 })
 
 async function history(steps: readonly Step[]): Promise<Envelope[]> {
-  const seqs = [1, 1, 1, 1]
+  const seqs = [1, 1, 1, 1, 1, 1]
   const next = (u: number): number => (seqs[u] = (seqs[u] ?? 1) + 1) - 1
   const out = [await seal(0, next(0), { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })]
   for (const s of steps) {
@@ -257,6 +263,8 @@ async function history(steps: readonly Step[]): Promise<Envelope[]> {
     else if (s.kind === 'grant') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), s.role])] }))
     else if (s.kind === 'revoke') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), null])] }))
     else if (s.kind === 'everyone') out.push(await seal(s.user, seq, { safe: [change(['e', s.everyone])] }))
+    // Device 4 (of user 1) or 5 (of user 0) revoked, by whoever tries: its user's own key and admins succeed.
+    else if (s.kind === 'revokeDevice') out.push(await seal(s.user, seq, { safe: [change(['v', userId(4 + (s.target % 2)), id(4 + (s.target % 2))])] }))
     else {
       // Two invitations, opened and closed by whoever tries (admins only succeed), redeemed by anyone, with times
       // that grow with the history and sometimes run past an expiry or fall back past the slack.
@@ -310,8 +318,10 @@ describe('space policy: every replica splits the same updates alike', () => {
         for (const e of envs) for (const g of e.safe) for (const u of g.updates) {
           if (u.key !== POLICY_KEY) continue
           const op = u.op as PolicyOp
-          // Redemptions are anybody's (their signatures are good here); the rest are admins'.
-          if (op[0] === 'i' ? !byHand.created : op[0] === 'j' || byHand.mayAdminister(e.authorId)) byHand.tryApply(op, { replica: e.authorId, tag: 'x' })
+          // Redemptions are anybody's (their signatures are good here); a revoked device's nothing; the rest are admins',
+          // and a device's revocation its user key's too.
+          const mayChange = op[0] === 'i' ? !byHand.created : !byHand.isRevoked(e.userId, e.authorId) && (op[0] === 'j' || byHand.mayAdminister(e.userId) || (op[0] === 'v' && op[1] === e.authorId))
+          if (mayChange) byHand.tryApply(op, { replica: e.authorId, user: e.userId, tag: 'x' })
         }
         expect(a.policy()?.value()).toEqual(byHand.value())
         expect([...(a.policy()?.openInvitations() ?? [])]).toEqual([...byHand.openInvitations()])
@@ -327,4 +337,67 @@ describe('space policy: every replica splits the same updates alike', () => {
       { numRuns: Number(process.env.POLICY_RUNS ?? 150) },
     )
   }, 120_000)
+})
+
+describe('space policy: devices', () => {
+  const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
+
+  it("a device acts for its user, and once revoked its later updates are rejected while its earlier ones and the user's other keys stand", async () => {
+    const r = new StableAudit({ space: SPACE })
+    const envs = [
+      await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] }),
+      // Device 4 is user 1's: it writes as user 1 (its own author id is in no policy).
+      await seal(4, 1, { updates: [inc('c', 1)] }),
+      // A device may not revoke its user's devices (it may be the stolen one)...
+      await seal(4, 2, { safe: [change(['v', id(1), id(4)])] }),
+      // ...the user's own key may.
+      await seal(1, 1, { safe: [change(['v', id(1), id(4)])] }),
+      await seal(4, 3, { updates: [inc('c', 10)] }),
+      await seal(1, 2, { updates: [inc('c', 100)] }),
+      // An admin revokes another user's device: user 0's own device 5, then writes with its own key.
+      await seal(5, 1, { updates: [inc('c', 1000)] }),
+    ]
+    expect(statuses(r.commit(envs).decisions)).toEqual(['committed', 'committed', 'rejected:unauthorized', 'committed', 'rejected:unauthorized', 'committed', 'committed'])
+    expect(r.stableValue('c')).toBe(1101)
+    expect(r.policy()?.value().revokedDevices).toEqual({ [id(1)]: [id(4)] })
+    expect(r.policy()?.isRevoked(id(1), id(4))).toBe(true)
+    const admin = await seal(0, 2, { safe: [change(['v', id(1), id(2)])] })
+    expect(statuses(r.commit([admin]).decisions)).toEqual(['committed'])
+  })
+
+  it('a redemption from a device gives the role to its user', async () => {
+    const inv = await invitationKey(9)
+    const r = new StableAudit({ space: SPACE })
+    r.commit([await seal(0, 1, { safe: [change(['i', [[id(0), 'admin']], 'none']), change(['n', inv.key, 'writer', 0, 1, 1_000])] })])
+    const d = r.commit([await seal(4, 1, { safe: [change(await redeem(inv, 4, 2_000))] })]).decisions
+    expect(statuses(d)).toEqual(['committed'])
+    expect(r.policy()?.roleOf(id(1))).toBe('writer')
+    expect(r.policy()?.roleOf(id(4))).toBeUndefined()
+  })
+
+  it('refuses a forged certificate, one of another key, and a key named its own user, before any audit', async () => {
+    const device = users[4] as { secretKey: Uint8Array; publicKey: Uint8Array; certificate: { user: Uint8Array; sig: Uint8Array } }
+    const draft: EnvelopeDraft = { space: SPACE, seq: 1, clock: clockInit(), deps: [], updates: [inc('c', 1)], safe: [] }
+    const ok = await sealEnvelope(crypto, device, draft)
+    expect(ok.userId).toBe(id(1))
+    expect(ok.authorId).toBe(id(4))
+    const syncCrypto = { sha256: sha, verify: verifySync }
+    const open = (e: Envelope) => openEnvelopeSync(syncCrypto, e.signed)
+    expect(open(ok).userId).toBe(id(1))
+    // Claims to be user 0's device with user 1's signature; user 1's certificate of device 5 on device 4; device 4 as its own user.
+    const forged = { ...device, certificate: { user: users[0]!.publicKey, sig: device.certificate.sig } }
+    const other = { ...device, certificate: (users[5] as typeof device).certificate }
+    const own = { ...device, certificate: await certifyDevice(crypto, device, device.publicKey) }
+    for (const who of [forged, other, own]) {
+      // The author signs a valid envelope: only the certificate is wrong.
+      const bytes = ok.signed.bytes
+      const payload = decode(bytes) as unknown[]
+      payload[9] = [who.certificate.user, who.certificate.sig]
+      const reBytes = encode(payload)
+      const signed = { bytes: reBytes, sig: await crypto.sign(device.secretKey, reBytes) }
+      expect(() => openEnvelopeSync(syncCrypto, signed)).toThrow(/device certificate does not verify/)
+      await expect(openEnvelope(crypto, signed)).rejects.toThrow(SteadError)
+      await expect(sealEnvelope(crypto, who, draft).then((e) => open(e))).rejects.toThrow(/device certificate does not verify/)
+    }
+  })
 })

@@ -44,7 +44,7 @@ default on): it makes the workload's clients and the SDK clients writers,
 revokes the Byzantine client and one honest client, gives the latter its
 role back, and two guests race for a single-use invitation; every
 verdict the relays attest is checked against a policy model kept apart
-from the audit (policy=changes/unauthorized/redeemed).
+from the audit (policy=changes/unauthorized/redeemed/revoked-device writes refused).
 strategies: ${STRATEGIES.join(', ')}`
 
 const { values } = parseArgs({
@@ -142,7 +142,7 @@ for (const seed of seeds) {
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}${longOutage ? ' long-outage' : ''}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} policy=${r.policy.changes}/${r.policy.unauthorized}/${r.policy.redeemed} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} policy=${r.policy.changes}/${r.policy.unauthorized}/${r.policy.redeemed}/${r.policy.revokedDevice} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
   totals.installs += r.checkpointInstalls
   totals.replayed += r.replayedFrames
   totals.stepLimit += r.endedIdle ? 0 : 1

@@ -22,8 +22,10 @@ export class PolicyOracle {
   /** Open invitations by key: role, expiry, uses left (0: any); and the latest time one was made or taken at. */
   private invitations = new Map<string, { role: Role; expires: number; left: number }>()
   private stamp = 0
-  /** Units the audit rejected as unauthorized, and units of policy changes it committed. */
-  readonly seen = { unauthorized: 0, changes: 0, redeemed: 0 }
+  /** Devices revoked, as `user device`. */
+  private revoked = new Set<string>()
+  /** Units the audit rejected as unauthorized (`revokedDevice`: of those, a revoked device's), and units of policy changes it committed. */
+  readonly seen = { unauthorized: 0, changes: 0, redeemed: 0, revokedDevice: 0 }
 
   constructor(space: string) {
     this.space = space
@@ -38,20 +40,21 @@ export class PolicyOracle {
         const verdict = outcome.get(unit.unit)
         if (verdict?.status === 'committed') {
           for (const item of items) {
-            if (!this.allows(d.env.authorId, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
-            if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp, d.env.authorId)
+            if (!this.allows(d.env, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
+            if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp, d.env.userId)
           }
         } else if (verdict?.status === 'rejected' && verdict.reason === 'unauthorized') {
           this.seen.unauthorized++
+          if (this.revoked.has(`${d.env.userId} ${d.env.authorId}`)) this.seen.revokedDevice++
           // Items apply in order: a group is refused at the first item its author may not make.
           const shadow = this.copy()
           let refused = false
           for (const item of items) {
-            if (!shadow.allows(d.env.authorId, item.key, item.op as PolicyOp)) {
+            if (!shadow.allows(d.env, item.key, item.op as PolicyOp)) {
               refused = true
               break
             }
-            if (item.key === POLICY_KEY) shadow.apply(item.op as PolicyOp, d.env.authorId)
+            if (item.key === POLICY_KEY) shadow.apply(item.op as PolicyOp, d.env.userId)
           }
           if (!refused) throw new Violation(`the audit rejected ${d.env.authorId}'s envelope ${d.env.idHex.slice(0, 8)} as unauthorized, which the policy in force allows`)
         }
@@ -59,9 +62,14 @@ export class PolicyOracle {
     }
   }
 
-  private allows(author: string, key: string, op: PolicyOp): boolean {
+  /** Whether the policy lets `signer` (a user's own key, or a device acting for its user) make `op` on `key`. */
+  private allows(signer: { readonly userId: string; readonly authorId: string }, key: string, op: PolicyOp): boolean {
     const roles = this.roles
     if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
+    const author = signer.userId
+    if (this.revoked.has(`${author} ${signer.authorId}`)) return false
+    // A user's own key revokes its devices; an admin anybody's (below).
+    if (key === POLICY_KEY && op[0] === 'v' && op[1] === author && signer.authorId === author) return true
     if (key === POLICY_KEY && op[0] === 'j') {
       // Anybody, with the invitation key's signature, an open invitation, in time and not backdated.
       const inv = this.invitations.get(op[1])
@@ -88,6 +96,8 @@ export class PolicyOracle {
       this.stamp = Math.max(this.stamp, op[5])
     } else if (op[0] === 'x') {
       this.invitations.delete(op[1])
+    } else if (op[0] === 'v') {
+      this.revoked.add(`${op[1]} ${op[2]}`)
     } else if (op[0] === 'j') {
       const inv = this.invitations.get(op[1]) as { role: Role; expires: number; left: number }
       const rank = { reader: 0, writer: 1, admin: 2 }
@@ -106,6 +116,7 @@ export class PolicyOracle {
     c.everyone = this.everyone
     c.invitations = new Map([...this.invitations].map(([k, v]) => [k, { ...v }]))
     c.stamp = this.stamp
+    c.revoked = new Set(this.revoked)
     return c
   }
 }

@@ -1,4 +1,4 @@
-import { MAX_STAMP_JUMP, POLICY_KEY, asGeneric, redeemBytes, toHex, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type PolicyOp, type SafeGroup } from '@stead/core'
+import { MAX_STAMP_JUMP, POLICY_KEY, asGeneric, certifyDevice, redeemBytes, toHex, createCrdt, type CollabList, type CollabMap, type CollabText, authorIdOf, clockFrom, clockInit, composeClock, envelopeUnits, sealEnvelope, type AnyCrdt, type Declaration, type Envelope, type ObjectUpdate, type PolicyOp, type SafeGroup } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { Rng } from './rng.ts'
 
@@ -67,8 +67,10 @@ export interface Workload {
    * and the SDK clients writers) and a single-use invitation, revokes the
    * Byzantine client, revokes honest client 2 and later gives it its role
    * back, then lets everyone read; two guests redeem the invitation at the
-   * same moment (only one can get it) and then each writes. Each group is
-   * sent at one moment, its envelopes to different relays.
+   * same moment (only one can get it) and then each writes; a writer's
+   * phone (a device its key certified) writes, the writer revokes it, and
+   * the phone writes on. Each group is sent at one moment, its envelopes
+   * to different relays.
    */
   readonly policy: ReadonlyArray<readonly Envelope[]>
 }
@@ -181,7 +183,12 @@ async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Arr
   const admin = await identity(SIM_ADMIN)
   const id = (key: Uint8Array): string => authorIdOf(nodeCrypto, key)
   const sdk = await Promise.all(Array.from({ length: SDK_WRITERS }, (_, i) => nodeCrypto.publicKeyOf(sdkClientSecret(i))))
-  const writers = [...clients, byzantine, ...sdk].map((k): [string, 'writer'] => [id(k), 'writer'])
+  // A user whose phone (a device its key certified) writes, and which revokes the phone midway: the phone
+  // goes on writing, as a thief would, and what the order puts after the revocation is refused.
+  const owner = await identity('sim-owner')
+  const phoneKeys = await identity('sim-owner-phone')
+  const phone = { ...phoneKeys, certificate: await certifyDevice(nodeCrypto, owner, phoneKeys.publicKey) }
+  const writers = [...clients, byzantine, ...sdk, owner.publicKey].map((k): [string, 'writer'] => [id(k), 'writer'])
   const victim = clients[2] ?? clients[0]
   const invitation = await identity('sim-invitation')
   const inviteKey = toHex(invitation.publicKey)
@@ -207,7 +214,13 @@ async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Arr
       return chain(g, [change(['j', inviteKey, t, sig]), { updates: [{ key: 'acct:0', decl: ACCOUNTS, ops: [7] }], safe: [] }])
     }),
   )
-  // Sent in this order, spread over the run: the admin's first two, both redemptions at once, the rest.
+  const write = (n: number) => ({ updates: [{ key: 'acct:1', decl: ACCOUNTS, ops: [n] }], safe: [] })
+  const phoneChain = await chain(phone, [write(3), write(4), write(5)])
+  const ownerChain = await chain(owner, [write(6), change(['v', id(owner.publicKey), id(phone.publicKey)])])
+  // Sent in this order, spread over the run: the admin's first two, both redemptions at once, the rest; the phone
+  // writes before its revocation and after it, which most runs order before those last writes.
   const [g0, g1] = guestChains as [Envelope[], Envelope[]]
-  return [...adminChain.slice(0, 2).map((e) => [e]), [g0[0], g1[0]], ...adminChain.slice(2).map((e) => [e]), [g0[1], g1[1]]] as Envelope[][]
+  const [p0, p1, p2] = phoneChain as [Envelope, Envelope, Envelope]
+  const [o0, o1] = ownerChain as [Envelope, Envelope]
+  return [...adminChain.slice(0, 2).map((e) => [e]), [g0[0], g1[0]], [p0], [o0], ...adminChain.slice(2).map((e) => [e]), [o1], [p1], [g0[1], g1[1], p2]] as Envelope[][]
 }

@@ -21,8 +21,9 @@ describe('deterministic simulation', () => {
     expect(b).toEqual(a)
   })
 
-  it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run, two guests racing for one invitation)", async () => {
+  it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run, two guests racing for one invitation, a revoked phone writing on)", async () => {
     let unauthorized = 0
+    let revokedDevice = 0
     for (const [relays, byzantine, seed] of [
       [4, 1, 1],
       [4, 1, 3],
@@ -32,12 +33,15 @@ describe('deterministic simulation', () => {
       const r = await runSimulation(o, await prepareWorkload(seed, 3, 6, true, true))
       expect(r.violation).toBeUndefined()
       // Creation, an invitation, the Byzantine client's revocation, an honest client's revocation and its return,
-      // everyone reads; of two guests redeeming the single-use invitation at once, exactly one gets it.
+      // everyone reads, a writer revokes its phone; of two guests redeeming the single-use invitation at once, exactly one gets it.
       expect(r.policy.redeemed).toBe(1)
-      expect(r.policy.changes).toBe(7)
+      expect(r.policy.changes).toBe(8)
       unauthorized += r.policy.unauthorized
+      revokedDevice += r.policy.revokedDevice
     }
     expect(unauthorized).toBeGreaterThan(0)
+    // The phone's writes the order put after its revocation, refused.
+    expect(revokedDevice).toBeGreaterThan(0)
   }, 120_000)
 
   it.each([

@@ -19,6 +19,7 @@ import { DEFAULT_PRESENCE_LIMITS, type PresenceLimits } from './presence.ts'
 import type { RelayNode } from '../runtime/node.ts'
 import { ClientSessions, LOW_WATER_BYTES } from './sessions.ts'
 import { wsSessionSocket } from './ws-socket.ts'
+import { readerOf, type Reader } from '../runtime/space-access.ts'
 import { addressKey } from './address.ts'
 import { DEFAULT_READ_LIMITS, Reads, jsonWithBytes, type ReadLimits } from './reads.ts'
 import { CHUNK_BYTES } from '../store/store.ts'
@@ -385,20 +386,28 @@ function hexBytes(hex: string | undefined, length: number): Uint8Array | null {
 /**
  * Why an HTTP read of a space with `readers` is refused, or undefined when
  * it is allowed. The reader proves its key with the `x-stead-reader`
- * header: `<public key hex>.<time ms>.<signature hex>` over readAuthBytes.
+ * header: `<public key hex>.<time ms>.<signature hex>` over readAuthBytes,
+ * and a device adds `.<its certificate: user key hex, signature hex>`.
  */
 function readDenied(node: RelayNode, req: FastifyRequest, space: string): string | undefined {
   if (node.reads.canRead(space, undefined)) return undefined
   const header = req.headers['x-stead-reader']
   if (typeof header !== 'string') return `space ${space} has readers: sign the request (x-stead-reader header)`
-  const [keyHex, time, sigHex] = header.split('.')
+  const [keyHex, time, sigHex, certHex, ...rest] = header.split('.')
   const t = Number(time)
   const key = hexBytes(keyHex, 32)
   const sig = hexBytes(sigHex, 64)
-  if (!key || !sig || !Number.isSafeInteger(t)) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>'
+  const cert = certHex === undefined ? undefined : hexBytes(certHex, 96)
+  if (!key || !sig || !Number.isSafeInteger(t) || cert === null || rest.length) return 'x-stead-reader must be <public key hex>.<time ms>.<signature hex>[.<device certificate hex>]'
   if (Math.abs(node.clock.now() - t) > READ_AUTH_SKEW_MS) return 'x-stead-reader is too old or from the future: check the clock'
   if (!verifySync(key, readAuthBytes(space, t), sig)) return 'x-stead-reader signature does not verify'
-  if (!node.reads.canRead(space, key)) return `key ${toHex(key)} may not read space ${space}`
+  let reader: Reader
+  try {
+    reader = readerOf(key, cert && { user: cert.subarray(0, 32), sig: cert.subarray(32) })
+  } catch (err) {
+    return (err as Error).message
+  }
+  if (!node.reads.canRead(space, reader)) return `key ${toHex(key)} may not read space ${space}`
   return undefined
 }
 

@@ -19,6 +19,7 @@ import { Bucket } from '../runtime/bucket.ts'
 import type { ClientFacingLiar } from '../faults/client-lies.ts'
 import type { CommitFeed } from '../store/feed.ts'
 import { challengeNonce, type RelayNode, type Subscriber } from '../runtime/node.ts'
+import { readerOf, type Reader } from '../runtime/space-access.ts'
 import { PeerDirectory } from './peer-directory.ts'
 import { PresenceRoom, type PresenceWatcher } from './presence.ts'
 import { ReadWaits } from './read-waits.ts'
@@ -211,7 +212,8 @@ class Session implements Subscriber, PresenceWatcher {
   private readonly nonce = challengeNonce()
   /** The key proven at hello (hex), fixed for the session's life. */
   key: string | undefined
-  private keyBytes: Uint8Array | undefined
+  /** The key proven at hello (bytes), and who it proved to be (its user: see readerOf). */
+  private proven: (Reader & { readonly key: Uint8Array }) | undefined
   /** The libp2p peer id of the session's key (what its peer addresses must name), once it announced. */
   private peerId: string | undefined
   private readonly feeds = new Map<string, FeedEntry>()
@@ -367,7 +369,7 @@ class Session implements Subscriber, PresenceWatcher {
 
   /** Whether the space's policy lets this session's key read `space` now. */
   mayRead(space: string): boolean {
-    return this.node.reads.canRead(space, this.keyBytes)
+    return this.node.reads.canRead(space, this.proven)
   }
 
   /** Stops following `space`: its feed, presence and peer listing. */
@@ -460,9 +462,9 @@ class Session implements Subscriber, PresenceWatcher {
         this.sessions.readWaits.cancel(this, message.space)
         return this.leave(message.space)
       case 'presence':
-        if (!this.node.reads.canRead(message.space, this.keyBytes)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}, so it cannot be present there`))
+        if (!this.node.reads.canRead(message.space, this.proven)) return this.fail(null, new SteadError('unauthorized', `key ${this.key} may not read space ${message.space}, so it cannot be present there`))
         try {
-          this.sessions.presence.publish(message.space, this, this.keyBytes as Uint8Array, message.signed, message.leave)
+          this.sessions.presence.publish(message.space, this, (this.proven as { key: Uint8Array }).key, message.signed, message.leave)
         } catch (err) {
           this.fail(null, err)
         }
@@ -471,7 +473,7 @@ class Session implements Subscriber, PresenceWatcher {
         // Only for a space it follows: what it may read, and a bound on what it can make the relay keep.
         if (!this.feeds.has(message.space)) return this.fail(null, new SteadError('malformed', `announce for space ${message.space}, which this session does not follow: subscribe first`))
         // Only its own addresses: other clients trust a peer id the relays name as one that may read the space.
-        this.peerId ??= peerIdFromPublicKey(publicKeyFromRaw(this.keyBytes as Uint8Array)).toString()
+        this.peerId ??= peerIdFromPublicKey(publicKeyFromRaw((this.proven as { key: Uint8Array }).key)).toString()
         const foreign = message.addrs.find((a) => !a.endsWith(`/p2p/${this.peerId}`))
         if (foreign !== undefined) return this.fail(null, new SteadError('malformed', `announce ${foreign}: each address must end with /p2p/${this.peerId}, this session's key`))
         try {
@@ -511,10 +513,16 @@ class Session implements Subscriber, PresenceWatcher {
     if (!verifySync(message.publicKey, authBytes(this.nonce, this.node.publicKey), message.sig)) {
       return this.end('bad-signature', 'hello signature does not match the challenge', 4001)
     }
+    let reader: Reader
+    try {
+      reader = readerOf(message.publicKey, message.device)
+    } catch (err) {
+      return this.end('bad-signature', (err as Error).message, 4001)
+    }
     const key = toHex(message.publicKey)
     if (!this.sessions.claimKey(key)) return this.end('too-many-sessions', `key ${key} already holds ${this.limits.maxSessionsPerKey} sessions on this relay`, 1013)
     this.key = key
-    this.keyBytes = message.publicKey
+    this.proven = { ...reader, key: message.publicKey }
     this.socket.setFrameLimit(this.limits.maxFrameBytes)
     const peers = this.sessions.peerAddresses?.().slice(0, MAX_PEER_ADDRS)
     const sig = message.nonce ? this.node.signWelcome(message.nonce, message.publicKey) : undefined

@@ -2,7 +2,7 @@ import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeem
 import type { MemoryBudget } from './budget.ts'
 import type { ClusterConfig } from '../process/config.ts'
 import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
-import { SpaceAccess } from './space-access.ts'
+import { SpaceAccess, type Reader } from './space-access.ts'
 import { VerdictCache } from './verdict-cache.ts'
 
 /**
@@ -110,9 +110,9 @@ export class Admission {
     return this.access.authorizeFor(space)
   }
 
-  /** Whether a session that proved `key` (undefined: none) may read `space` now (see SpaceAccess.canRead). */
-  canRead(space: string, key: Uint8Array | undefined): boolean {
-    return this.access.canRead(space, key, this.host.policyOf(space) ?? undefined)
+  /** Whether a session that proved to be `reader` (undefined: nobody) may read `space` now (see SpaceAccess.canRead). */
+  canRead(space: string, reader: Reader | undefined): boolean {
+    return this.access.canRead(space, reader, this.host.policyOf(space) ?? undefined)
   }
 
   /** The consensus core's view of a payload frame: its envelope's slot and size, or why it is refused. */
@@ -201,7 +201,7 @@ function checkRedemptionsAtDoor(env: Envelope, now: number, windowMs: number, cr
     for (const u of g.updates) {
       if (u.key !== POLICY_KEY || !isRedemption(u.op)) continue
       const [, key, t, sig] = u.op
-      if (!crypto.verify(fromHex(key), redeemBytes(env.space, env.authorId, key, t), sig)) throw new SteadError('bad-signature', `${env.authorId}:${env.seq} redeems invitation ${key.slice(0, 8)} without its key's signature`)
+      if (!crypto.verify(fromHex(key), redeemBytes(env.space, env.userId, key, t), sig)) throw new SteadError('bad-signature', `${env.authorId}:${env.seq} redeems invitation ${key.slice(0, 8)} without its key's signature`)
       if (Math.abs(t - now) > windowMs) throw new SteadError(t > now ? 'clock-ahead' : 'unauthorized', `${env.authorId}:${env.seq} redeems an invitation at ${t}, ${Math.round(Math.abs(t - now) / 1000)} s from this relay's clock (${now}); the limit is ${Math.round(windowMs / 1000)} s either way`)
     }
   }

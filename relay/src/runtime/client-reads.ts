@@ -1,5 +1,6 @@
 import { decodeAttestation, encode, freshHeadBytes, historyPageBytes, stableReadBytes, toHex, type DeltaMode, type HostClock, type Signed } from '@stead/core'
 import type { Admission } from './admission.ts'
+import type { Reader } from './space-access.ts'
 import type { ClientNews, Subscriber } from './client-news.ts'
 import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
 import { CommitFeed } from '../store/feed.ts'
@@ -97,12 +98,11 @@ export class ClientReads {
   }
 
   /**
-   * Whether a session that proved `key` (undefined: no key, e.g. plain HTTP)
-   * may read a space: spaces whose policy lists `readers` are readable by
-   * those keys and the writers; all others by anyone.
+   * Whether a session or request that proved to be `reader` (undefined:
+   * nobody, e.g. plain HTTP) may read a space (see SpaceAccess.canRead).
    */
-  canRead(space: string, key: Uint8Array | undefined): boolean {
-    return this.o.admission.canRead(space, key)
+  canRead(space: string, reader: Reader | undefined): boolean {
+    return this.o.admission.canRead(space, reader)
   }
 
   /** Spaces this relay holds, in name order after `after`, at most `limit`; spaces with readers are left out. */

@@ -1,5 +1,5 @@
-import { POLICY_KEY, SteadError, authorIdOf, isFiller, isRedemption, type Authorize, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
-import { nodeCrypto } from '@stead/core/node'
+import { POLICY_KEY, SteadError, authorIdOf, deviceCertificateHolds, isFiller, policyProblem, type Authorize, type DeviceCertificate, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
+import { nodeCrypto, verifySync } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
 
 const HOUR_MS = 3_600_000
@@ -9,6 +9,24 @@ const MAX_REMEMBERED = 100_000
 /** The updates an envelope carries, regular (one op each stands for the object's) and safe. */
 function itemsOf(env: Envelope): Array<{ key: string; decl: Envelope['updates'][number]['decl']; op: unknown }> {
   return [...env.updates.map((u) => ({ key: u.key, decl: u.decl, op: u.ops[0] })), ...env.safe.flatMap((g) => g.updates)]
+}
+
+/** Who a session or a signed HTTP request proved to be: its key's author id, and the user it acts for (the same, or a device's user). */
+export interface Reader {
+  readonly authorId: string
+  readonly userId: string
+}
+
+/**
+ * Who a key proved to be, with the device certificate it showed (if any).
+ *
+ * @throws SteadError `bad-signature` for a certificate that does not certify `key`.
+ */
+export function readerOf(key: Uint8Array, device: DeviceCertificate | undefined): Reader {
+  const authorId = authorIdOf(nodeCrypto, key)
+  if (!device) return { authorId, userId: authorId }
+  if (!deviceCertificateHolds(verifySync, key, device)) throw new SteadError('bad-signature', `the device certificate shown for key ${authorId} does not verify: its user key did not certify this key`)
+  return { authorId, userId: authorIdOf(nodeCrypto, device.user) }
 }
 
 /** Whether the envelope creates a space's policy (an init of $policy). */
@@ -58,18 +76,16 @@ export class SpaceAccess {
    */
   checkWriter(env: Envelope, replica: StableAudit | undefined, fromPeer = false): void {
     const policy = replica?.policy()
-    const who = env.authorId
+    const who = env.userId
     if (policy) {
       // A peer let it in when its author could write (see Admission.door): the audit decides.
       if (fromPeer) return
       // A filler changes nothing: its sequence number must be taken, or the author's later envelopes wait behind it.
       if (env.base > (replica as StableAudit).stableIndex || isFiller(env)) return
       for (const { key, op } of itemsOf(env)) {
-        // Anybody may redeem an invitation (see checkRedemptionsAtDoor).
-        if (key === POLICY_KEY && isRedemption(op)) continue
-        if (key === POLICY_KEY ? !policy.mayAdminister(who) : !policy.mayWrite(who)) {
-          throw new SteadError('unauthorized', `author ${who} may not ${key === POLICY_KEY ? 'change the policy of' : 'write to'} space ${env.space}`)
-        }
+        // Anybody may redeem an invitation (its signature: see checkRedemptionsAtDoor).
+        const problem = policyProblem(policy, env, env.space, key, op)
+        if (problem) throw new SteadError('unauthorized', problem)
       }
       return
     }
@@ -114,7 +130,7 @@ export class SpaceAccess {
    */
   serves(space: string, env?: Envelope): boolean {
     if (this.cluster.openSpaces || this.cluster.spaces.has(space)) return true
-    return env !== undefined && this.creators.has(env.authorId) && createsPolicy(env)
+    return env !== undefined && this.creators.has(env.userId) && createsPolicy(env)
   }
 
   /**
@@ -123,11 +139,11 @@ export class SpaceAccess {
    * says once it has one; before, those the file lists as readers and
    * writers, or anyone when it lists no readers.
    */
-  canRead(space: string, key: Uint8Array | undefined, policy: SpacePolicy | undefined): boolean {
-    if (policy) return policy.mayRead(key && authorIdOf(nodeCrypto, key))
+  canRead(space: string, reader: Reader | undefined, policy: SpacePolicy | undefined): boolean {
+    if (policy) return reader === undefined ? policy.mayRead(undefined) : !policy.isRevoked(reader.userId, reader.authorId) && policy.mayRead(reader.userId)
     const readers = this.fileRules(space)?.readers
     if (!readers) return true
-    return key !== undefined && readers.has(authorIdOf(nodeCrypto, key))
+    return reader !== undefined && readers.has(reader.userId)
   }
 
   private fileRules(space: string): { writers?: ReadonlySet<string>; readers?: ReadonlySet<string>; admins: ReadonlySet<string> } | undefined {

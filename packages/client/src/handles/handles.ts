@@ -45,6 +45,8 @@ export interface HandleHost {
   /** Rights this client holds on a bounded counter that no pending update of its own has spent. */
   spendableRights(key: string, decl: Declaration): number
   authorId(): string
+  /** Whom a space's policy sees this client as (SteadClient.userId). */
+  userId(): string
   now(): number
   /** The space's name (what invitation tokens and redemptions name). */
   space(): string

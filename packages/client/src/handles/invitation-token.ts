@@ -48,21 +48,28 @@ export function encodeInvitation(space: string, secret: Uint8Array): string {
  */
 export function decodeInvitation(token: string): InvitationSecret {
   const bad = (why: string): SteadError => new SteadError('malformed', `not an invitation token (${INVITATION_PREFIX}…): ${why}`)
-  if (typeof token !== 'string') throw bad(`got ${token === null ? 'null' : typeof token}`)
-  const text = token.trim()
-  if (!text.startsWith(INVITATION_PREFIX)) throw bad(`it does not start with ${INVITATION_PREFIX}`)
-  if (text.length > MAX_TOKEN_CHARS) throw bad(`it is longer than ${MAX_TOKEN_CHARS} characters`)
-  let value: unknown
-  try {
-    value = decode(fromBase64Url(text.slice(INVITATION_PREFIX.length)))
-  } catch (err) {
-    throw bad(`${(err as Error).message} (was it cut short when copied?)`)
-  }
+  const value = tokenValue(token, INVITATION_PREFIX, MAX_TOKEN_CHARS, bad)
   if (!Array.isArray(value) || value.length !== 2) throw bad('it does not hold [space, secret]')
   const [space, secret] = value as [unknown, unknown]
   const problem = spaceNameProblem(space) ?? secretProblem(secret)
   if (problem) throw bad(problem)
   return { space: space as string, secret: secret as Uint8Array }
+}
+
+/**
+ * The msgpack value a token (`prefix` and base64url, at most `maxChars`,
+ * whitespace around it ignored) carries; `bad(why)` makes the error thrown.
+ */
+export function tokenValue(token: unknown, prefix: string, maxChars: number, bad: (why: string) => SteadError): unknown {
+  if (typeof token !== 'string') throw bad(`got ${token === null ? 'null' : typeof token}`)
+  const text = token.trim()
+  if (!text.startsWith(prefix)) throw bad(`it does not start with ${prefix}`)
+  if (text.length > maxChars) throw bad(`it is longer than ${maxChars} characters`)
+  try {
+    return decode(fromBase64Url(text.slice(prefix.length)))
+  } catch (err) {
+    throw bad(`${(err as Error).message} (was it cut short when copied?)`)
+  }
 }
 
 /**

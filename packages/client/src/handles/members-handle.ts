@@ -145,7 +145,7 @@ export class MembersHandle extends Handle {
 
   /** This client's role in the prospective policy (see `roleOf`). */
   get myRole(): Role | undefined {
-    return this.roleOf(this.host.authorId())
+    return this.roleOf(this.host.userId())
   }
 
   /**
@@ -158,6 +158,29 @@ export class MembersHandle extends Handle {
    */
   grant(user: string, role: Role, options?: WaitOptions): Promise<SafeResult> {
     return guarded(() => this.change(['r', checkUserId(user, 'grant'), checkRole(role, 'grant')], options))
+  }
+
+  /**
+   * Revokes a device of a user in this space (its `authorId`: a client that
+   * acts for the user through `options.deviceCertificate`), e.g. a lost
+   * phone: its updates ordered after the revocation are rejected
+   * (`unauthorized`) on every replica, whatever its certificate says, and
+   * relays stop serving it the space; those ordered before stand. The
+   * user's other devices keep their rights. A user revokes its own devices
+   * from a client holding its user key (not from a device, which may be the
+   * lost one); an admin may revoke anybody's. A safe update, as `grant`.
+   *
+   * @param device The device's author id (16 characters).
+   * @param user Whose device it is; default this client's user.
+   * @throws SteadError `malformed` (the promise rejects) for a bad id, or the user's own id as a device; `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  revokeDevice(device: string, user?: string, options?: WaitOptions): Promise<SafeResult> {
+    return guarded(() => {
+      const op: PolicyOp = ['v', checkUserId(user ?? this.host.userId(), 'revokeDevice'), checkUserId(device, 'revokeDevice')]
+      const problem = validatePolicyOp(op)
+      if (problem) throw new SteadError('malformed', `revokeDevice: ${problem}`)
+      return this.change(op, options)
+    })
   }
 
   /**
@@ -249,7 +272,7 @@ export class MembersHandle extends Handle {
     const crypto = this.host.crypto()
     const key = toHex(await crypto.publicKeyOf(secret))
     const t = Math.round(this.host.now())
-    const sig = await crypto.sign(secret, redeemBytes(this.host.space(), this.host.authorId(), key, t))
+    const sig = await crypto.sign(secret, redeemBytes(this.host.space(), this.host.userId(), key, t))
     return this.change(['j', key, t, sig], options)
   }
 

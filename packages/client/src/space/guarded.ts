@@ -171,7 +171,7 @@ export class GuardedViews {
           op: i.op,
           own,
           apply: (v, checked) => {
-            const ctx = { replica: env.authorId, tag: i.tag }
+            const ctx = { replica: env.authorId, user: env.userId, tag: i.tag }
             if (checked) return asGeneric(v).tryApply(i.op, ctx).ok
             asGeneric(v).apply(i.op, ctx)
             return true

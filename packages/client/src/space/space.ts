@@ -197,6 +197,8 @@ export class Space {
   constructor(init: {
     space: string
     authorId: string
+    /** Whom policies see (SteadClient.userId); default the author id. */
+    userId?: string
     options: { readonly maxBatchOps?: number; readonly batchIntervalMs?: number; readonly historyLimit?: number; readonly safeTimeoutMs?: number; readonly presenceTtlMs?: number; readonly now?: () => number; readonly clock?: HostClock }
     onClose: (done: Promise<void>) => void
     replica: ReliableReplica
@@ -211,7 +213,7 @@ export class Space {
     this.onClose = init.onClose
     this.replica = init.replica
     this.position = init.position
-    this.host = this.makeHost(init.crypto)
+    this.host = this.makeHost(init.crypto, init.userId ?? init.authorId)
     this.batcher = new Batcher({
       batchIntervalMs: init.options.batchIntervalMs ?? 10,
       maxBatchOps: init.options.maxBatchOps ?? 500,
@@ -779,7 +781,7 @@ export class Space {
 
   // ---------------------------------------------------------------- updates
 
-  private makeHost(crypto: Crypto): HandleHost {
+  private makeHost(crypto: Crypto, userId: string): HandleHost {
     return {
       prospective: (key) => this.views.view(key),
       heldBack: (key) => this.views.heldBack(key),
@@ -795,6 +797,7 @@ export class Space {
       subscribe: (key, listener) => this.events.subscribe(key, listener),
       spendableRights: (key, decl) => this.spendableRights(key, decl),
       authorId: () => this.authorId,
+      userId: () => userId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
       now: () => this.upstream.now?.() ?? this.clock.now(),
       signedId: (id) => this.draftIds.signedId(id),

@@ -2,7 +2,7 @@ import { SteadError, type Crypto, type HostClock, type HostTimer, type RelayMess
 import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { TrustError } from '../errors.ts'
-import { RelayLink, type SocketFactory } from './transport.ts'
+import { RelayLink, type Identity, type SocketFactory } from './transport.ts'
 import type { RelayStatus, SessionsStatus } from '../types.ts'
 
 /** A space using the sessions: what they tell it. */
@@ -23,7 +23,7 @@ export interface SessionMember {
 export interface SessionsOptions {
   readonly relays: readonly string[]
   readonly crypto: Crypto
-  readonly identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }
+  readonly identity: Identity
   /** The pinned cluster, if known (given or stored); else trust on first use. */
   readonly cluster: ClusterDescriptor | undefined
   readonly connect: SocketFactory | undefined

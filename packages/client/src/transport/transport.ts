@@ -10,6 +10,7 @@ import {
   type HostClock,
   type HostTimer,
   type RelayMessage,
+  type DeviceCertificate,
 } from '@stead/core'
 import { describeNetworkError, sessionUrlOf } from './cluster.ts'
 import { EarlyFrames } from './early-frames.ts'
@@ -52,11 +53,18 @@ export interface LinkHandlers {
   clock?(link: RelayLink, relayTime: number, sentAt: number, receivedAt: number): void
 }
 
+/** A client's key pair, and its device certificate when it is a device of a user (see DeviceCertificate). */
+export interface Identity {
+  readonly secretKey: Uint8Array
+  readonly publicKey: Uint8Array
+  readonly certificate?: DeviceCertificate
+}
+
 export interface LinkOptions {
   readonly url: string
   readonly connect: SocketFactory
   readonly crypto: Crypto
-  readonly identity: { readonly secretKey: Uint8Array; readonly publicKey: Uint8Array }
+  readonly identity: Identity
   /** The pinned key of relay `index` of the cluster, if there is such a relay. */
   readonly keyOf: (index: number) => Uint8Array | undefined
   readonly handlers: LinkHandlers
@@ -271,12 +279,12 @@ export class RelayLink {
         return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)
       }
       this.relay = m.relay
-      const { secretKey, publicKey } = this.options.identity
+      const { secretKey, publicKey, certificate } = this.options.identity
       const sig = await this.options.crypto.sign(secretKey, authBytes(m.nonce, m.relayKey))
       if (this.socket !== socket) return
       // The relay signs this nonce in its welcome: naming the pinned key is not holding it.
       this.helloNonce = globalThis.crypto.getRandomValues(new Uint8Array(32))
-      socket.send(encodeClientMessage({ type: 'hello', publicKey, sig, nonce: this.helloNonce }))
+      socket.send(encodeClientMessage({ type: 'hello', publicKey, sig, nonce: this.helloNonce, ...(certificate ? { device: certificate } : {}) }))
       return
     }
     if (m.type === 'welcome') {

@@ -30,7 +30,7 @@ import type { ClientRecords, ForwardedRequest, StoredRequest } from './persist.t
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
 import type { StorageChange } from '../storage/types.ts'
 import type { PendingUpdate, SettledUpdate } from '../space/space.ts'
-import type { RelayLink } from '../transport/transport.ts'
+import type { Identity, RelayLink } from '../transport/transport.ts'
 import type { SafeResult } from '../types.ts'
 import type { SpacePort } from '../space/space-port.ts'
 
@@ -89,7 +89,7 @@ interface OutboxOptions {
   space: SpacePort
   records: ClientRecords
   crypto: Crypto
-  identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  identity: Identity
   sessions: RelaySessions
   member: SessionMember
   resubmitAfterMs: number

@@ -67,7 +67,7 @@ type Failure = { reason: ErrorReason; message: string }
 /** Everything tabs say to each other. `from`/`to` are tab ids; the rest is broadcast. */
 export type TabMessage =
   | { t: 'hello'; from: string; v: number }
-  | { t: 'welcome'; to: string; v: number; authorId: string; publicKey: string; status: SessionsStatus }
+  | { t: 'welcome'; to: string; v: number; authorId: string; userId?: string; publicKey: string; status: SessionsStatus }
   | { t: 'leader' }
   | { t: 'leaving' }
   | { t: 'status'; status: SessionsStatus }
@@ -189,6 +189,8 @@ export class LeaderLock {
 /** What the leading client offers the hub. */
 export interface HubHost {
   readonly authorId: string
+  /** Whom policies see: the author, or the user it is a device of. */
+  readonly userId: string
   /** The identity's public key, hex. */
   readonly publicKey: string
   status(): SessionsStatus
@@ -283,7 +285,7 @@ export class TabHub {
   private async receive(m: TabMessage): Promise<void> {
     switch (m.t) {
       case 'hello':
-        this.post({ t: 'welcome', to: m.from, v: PROTOCOL, authorId: this.host.authorId, publicKey: this.host.publicKey, status: this.host.status() } satisfies TabMessage)
+        this.post({ t: 'welcome', to: m.from, v: PROTOCOL, authorId: this.host.authorId, userId: this.host.userId, publicKey: this.host.publicKey, status: this.host.status() } satisfies TabMessage)
         return
       case 'attach': {
         let users = this.users.get(m.space)
@@ -392,7 +394,7 @@ export class LeaderLink {
   private readonly spaces = new Map<string, TabUpstream>()
   private readonly calls = new Map<number, Deferred<unknown>>()
   private nextCall = 1
-  private welcome: Deferred<{ authorId: string; publicKey: string }> | undefined
+  private welcome: Deferred<{ authorId: string; userId: string; publicKey: string }> | undefined
   private closed = false
 
   readonly tab: string
@@ -416,7 +418,7 @@ export class LeaderLink {
   }
 
   /** Asks the leader who this client is; resolves when a leader answers. */
-  hello(): Promise<{ authorId: string; publicKey: string }> {
+  hello(): Promise<{ authorId: string; userId: string; publicKey: string }> {
     this.welcome ??= deferred()
     this.post({ t: 'hello', from: this.tab, v: PROTOCOL })
     return this.welcome.promise
@@ -467,7 +469,7 @@ export class LeaderLink {
         if (m.v !== PROTOCOL) this.welcome.reject(new SteadError('unsupported', `another tab runs a different version of Stead (tab protocol ${m.v}, this one ${PROTOCOL}); reload the other tabs`))
         else {
           this.status = m.status
-          this.welcome.resolve({ authorId: m.authorId, publicKey: m.publicKey })
+          this.welcome.resolve({ authorId: m.authorId, userId: m.userId ?? m.authorId, publicKey: m.publicKey })
         }
         return
       case 'leader':

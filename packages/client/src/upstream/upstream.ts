@@ -31,7 +31,7 @@ import type { ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
 import type { HistoryPage, PendingUpdate, Upstream } from '../space/space.ts'
-import type { RelayLink } from '../transport/transport.ts'
+import type { Identity, RelayLink } from '../transport/transport.ts'
 import type { SessionsStatus } from '../types.ts'
 import type { SpacePort } from '../space/space-port.ts'
 
@@ -45,7 +45,7 @@ export interface RelayUpstreamInit {
   space: SpacePort
   records: ClientRecords
   crypto: Crypto
-  identity: { secretKey: Uint8Array; publicKey: Uint8Array }
+  identity: Identity
   sessions: RelaySessions
   relays: readonly string[]
   fetch: Fetch | undefined
@@ -412,7 +412,9 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     // Proves this client's key to relays of a space with readers (others ignore it).
     const t = this.o.clock.now()
     const sig = await this.o.crypto.sign(this.o.identity.secretKey, readAuthBytes(this.space, t))
-    return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}` } }
+    const cert = this.o.identity.certificate
+    const device = cert ? `.${toHex(cert.user)}${toHex(cert.sig)}` : ''
+    return { cluster, fetchFn, headers: { 'x-stead-reader': `${toHex(this.o.identity.publicKey)}.${t}.${toHex(sig)}${device}` } }
   }
 }
 

@@ -22,6 +22,9 @@ export const MAX_MEMBERS = 10_000
 export const MAX_INVITATIONS = 1_000
 /** Uses one invitation may allow at most (0 is unlimited). */
 export const MAX_INVITATION_USES = 10_000
+/** Revoked devices a policy holds at most. */
+export const MAX_REVOKED_DEVICES = 10_000
+
 /** A user id's length at most (an author id is 16 characters). */
 const MAX_USER_CHARS = 64
 
@@ -38,9 +41,13 @@ const MAX_USER_CHARS = 64
  * - `['x', key]` closes an invitation;
  * - `['j', key, t, sig]` redeems an invitation (anybody): `sig` is the
  *   invitation key's signature over {@link redeemBytes} for the redeeming
- *   author and `t`, its clock when it redeemed (ms);
+ *   user and `t`, its clock when it redeemed (ms); the role goes to the
+ *   user (a device's user: see DeviceCertificate);
+ * - `['v', user, device]` revokes a device of a user (its author id): its
+ *   envelopes are refused from here on, whatever their certificate says
+ *   (the user itself, or an admin, may);
  * - `['u']` withdraws the op made under the same context (only `inverse` makes it).
- * Users are author ids (see Envelope.authorId).
+ * Users are author ids (see Envelope.userId: a device acts for its user).
  */
 export type PolicyOp =
   | readonly ['i', ReadonlyArray<readonly [string, Role]>, Everyone]
@@ -49,6 +56,7 @@ export type PolicyOp =
   | readonly ['n', string, Role, number, number, number]
   | readonly ['x', string]
   | RedeemOp
+  | readonly ['v', string, string]
   | readonly ['u']
 
 /** An open invitation, as a policy holds it. */
@@ -96,6 +104,8 @@ export interface PolicyValue {
   readonly members: Readonly<Record<string, Role>>
   /** What anybody may do. */
   readonly everyone: Everyone
+  /** Devices revoked, by user id: their author ids. */
+  readonly revokedDevices: Readonly<Record<string, readonly string[]>>
 }
 
 function userProblem(u: unknown): string | null {
@@ -140,8 +150,11 @@ export function validatePolicyOp(op: unknown): string | null {
     case 'j':
       if (op.length !== 4) return "policy redemption is ['j', key, t, signature]"
       return keyProblem(op[1]) ?? timeProblem(op[2], 't') ?? (op[3] instanceof Uint8Array && op[3].length === 64 ? null : 'a redemption signature is 64 bytes')
+    case 'v':
+      if (op.length !== 3) return "policy device revocation is ['v', user, device]"
+      return userProblem(op[1]) ?? userProblem(op[2]) ?? (op[1] === op[2] ? 'a user is not a device of its own: revoke a device key, not the user key' : null)
     default:
-      return "policy op must be ['i', ...], ['r', user, role], ['e', everyone], ['n', ...], ['x', key] or ['j', ...]"
+      return "policy op must be ['i', ...], ['r', user, role], ['e', everyone], ['n', ...], ['x', key], ['j', ...] or ['v', user, device]"
   }
 }
 
@@ -159,6 +172,8 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   private members = new Map<string, Role>()
   private everyoneMay: Everyone = 'none'
   private invitations = new Map<string, Invitation>()
+  /** Revoked devices, as revocationKey(user, device). */
+  private revoked = new Set<string>()
   /**
    * The latest time an admin opened an invitation or a redemption was
    * taken at: a redemption may not be older by more than REDEEM_SLACK_MS
@@ -177,7 +192,14 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   }
 
   value(): PolicyValue {
-    return { members: Object.fromEntries([...this.members].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), everyone: this.everyoneMay }
+    const revokedDevices: Record<string, string[]> = {}
+    for (const [user, device] of [...this.revoked].sort().map(revocationOf)) (revokedDevices[user] ??= []).push(device)
+    return { members: Object.fromEntries([...this.members].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), everyone: this.everyoneMay, revokedDevices }
+  }
+
+  /** Whether `device` (an author id) was revoked as a device of `user`. */
+  isRevoked(user: string, device: string): boolean {
+    return user !== device && this.revoked.has(revocationKey(user, device))
   }
 
   /** A user's role, if it has one. */
@@ -234,12 +256,13 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     if (op[0] === 'r' && op[2] !== null && !this.members.has(op[1]) && this.members.size >= MAX_MEMBERS) return violates(`a policy names at most ${MAX_MEMBERS} members`)
     if (op[0] === 'n' && !this.invitations.has(op[1]) && this.invitations.size >= MAX_INVITATIONS) return violates(`a policy holds at most ${MAX_INVITATIONS} open invitations`)
     if (op[0] === 'x' && !this.invitations.has(op[1])) return invalid(`no open invitation ${op[1].slice(0, 8)}`)
+    if (op[0] === 'v' && !this.revoked.has(revocationKey(op[1], op[2])) && this.revoked.size >= MAX_REVOKED_DEVICES) return violates(`a policy holds at most ${MAX_REVOKED_DEVICES} revoked devices`)
     if (op[0] === 'j') {
       const problem = this.redemptionProblem(op[1], op[2])
       if (problem) return { ok: false, reason: 'unauthorized', detail: problem }
-      if (!this.members.has(ctx.replica) && this.members.size >= MAX_MEMBERS) return violates(`a policy names at most ${MAX_MEMBERS} members`)
+      if (!this.members.has(userOf(ctx)) && this.members.size >= MAX_MEMBERS) return violates(`a policy names at most ${MAX_MEMBERS} members`)
     }
-    this.change(op, ctx.replica)
+    this.change(op, userOf(ctx))
     return OK
   }
 
@@ -253,7 +276,7 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
       return
     }
     this.before.set(ctx.tag, this.state())
-    this.change(op, ctx.replica)
+    this.change(op, userOf(ctx))
   }
 
   /** Exact only right after `op` (see the class comment: replicas rebuild ordered objects instead). */
@@ -274,22 +297,26 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return copy as this
   }
 
-  /** `[version, everyone, [[user, role], ...], [[key, role, expires, left], ...], stamp]`, members and invitations sorted by id. */
+  /** `[version, everyone, [[user, role], ...], [[key, role, expires, left], ...], stamp, [[user, device], ...]]`, each list sorted. */
   snapshot(): PolicySnapshot {
     const byId = <T>(a: [string, T], b: [string, T]): number => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)
-    return [this.version, this.everyoneMay, [...this.members].sort(byId), [...this.invitations].sort(byId).map(([k, i]) => [k, i.role, i.expires, i.left]), this.stamp]
+    const members = [...this.members].sort(byId)
+    const invitations = [...this.invitations].sort(byId).map(([k, i]): [string, Role, number, number] => [k, i.role, i.expires, i.left])
+    // Without revocations, the form snapshots had before devices (so a state hash is what it was).
+    if (this.revoked.size === 0) return [this.version, this.everyoneMay, members, invitations, this.stamp]
+    return [this.version, this.everyoneMay, members, invitations, this.stamp, [...this.revoked].sort().map(revocationOf)]
   }
 
   /** Rebuilds a policy from its `snapshot()` (trusted input). */
   static fromSnapshot(snap: PolicySnapshot): SpacePolicy {
     const p = new SpacePolicy()
     p.version = snap[0]
-    p.restoreState({ members: new Map(snap[2]), everyone: snap[1], invitations: new Map(snap[3].map(([k, role, expires, left]) => [k, { role, expires, left }])), stamp: snap[4] })
+    p.restoreState({ members: new Map(snap[2]), everyone: snap[1], invitations: new Map(snap[3].map(([k, role, expires, left]) => [k, { role, expires, left }])), stamp: snap[4], revoked: new Set((snap[5] ?? []).map(([u, d]) => revocationKey(u, d))) })
     return p
   }
 
   private state(): State {
-    return { members: new Map(this.members), everyone: this.everyoneMay, invitations: new Map(this.invitations), stamp: this.stamp }
+    return { members: new Map(this.members), everyone: this.everyoneMay, invitations: new Map(this.invitations), stamp: this.stamp, revoked: new Set(this.revoked) }
   }
 
   private restoreState(s: State): void {
@@ -297,6 +324,7 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     this.everyoneMay = s.everyone
     this.invitations = new Map(s.invitations)
     this.stamp = s.stamp
+    this.revoked = new Set(s.revoked)
   }
 
   invariantsHold(): boolean {
@@ -340,14 +368,31 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
         this.stamp = Math.max(this.stamp, op[2])
         return
       }
+      case 'v':
+        this.revoked.add(revocationKey(op[1], op[2]))
+        return
     }
   }
 }
 
-type State = { members: Map<string, Role>; everyone: Everyone; invitations: Map<string, Invitation>; stamp: number }
+/** Whom an op is made for: the user of the envelope's author (see OpContext.user). */
+function userOf(ctx: OpContext): string {
+  return ctx.user ?? ctx.replica
+}
+
+function revocationKey(user: string, device: string): string {
+  return `${user}\u0000${device}`
+}
+
+function revocationOf(key: string): [string, string] {
+  const at = key.indexOf('\u0000')
+  return [key.slice(0, at), key.slice(at + 1)]
+}
+
+type State = { members: Map<string, Role>; everyone: Everyone; invitations: Map<string, Invitation>; stamp: number; revoked: Set<string> }
 
 /** A policy's snapshot (see SpacePolicy.snapshot). */
-export type PolicySnapshot = [number, Everyone, Array<[string, Role]>, Array<[string, Role, number, number]>, number]
+export type PolicySnapshot = [number, Everyone, Array<[string, Role]>, Array<[string, Role, number, number]>, number, Array<[string, string]>?]
 
 /** A space policy's declaration: it has no parameters, and lives only at {@link POLICY_KEY}. */
 export interface PolicyDeclaration {
@@ -371,4 +416,20 @@ export const policyType: ObjectType<PolicyDeclaration, SpacePolicy> = {
   ordered: true,
   onlyAt: POLICY_KEY,
   mustBeSafe: () => true,
+}
+
+/**
+ * Why `policy` refuses an update of object `key` (op `op`) of `space`
+ * signed by `signer` (an envelope: its user and its author, the device),
+ * or undefined when it allows it. Anybody may redeem an invitation: its
+ * signature is the caller's to check (see redeemBytes).
+ */
+export function policyProblem(policy: SpacePolicy, signer: { readonly userId: string; readonly authorId: string }, space: string, key: string, op: unknown): string | undefined {
+  const { userId: user, authorId: device } = signer
+  if (policy.isRevoked(user, device)) return `device ${device} of ${user} was revoked in space ${space}`
+  if (key !== POLICY_KEY) return policy.mayWrite(user) ? undefined : `${user} may not write to space ${space}`
+  if (isRedemption(op) || policy.mayAdminister(user)) return undefined
+  // A user revokes its own devices with its user key, not from a device (which may be the one lost).
+  if (Array.isArray(op) && op[0] === 'v' && op[1] === user) return device === user ? undefined : `device ${device} may not revoke devices of ${user}: only its user key (or an admin) may`
+  return `${user} may not change the policy of space ${space}`
 }

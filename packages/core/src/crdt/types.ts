@@ -10,6 +10,8 @@ import type { ValuePatch } from './value-patch.ts'
 export interface OpContext {
   /** The author id of the envelope's author: whose update it is. */
   readonly replica: string
+  /** The user the author acts for (Envelope.userId), where it differs: what a policy names. */
+  readonly user?: string
   /** The operation's unique tag: `${envelope id prefix}:${index}`. */
   readonly tag: string
 }
