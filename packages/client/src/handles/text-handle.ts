@@ -1,4 +1,4 @@
-import { CollabText, MAX_MARK_TYPE_CHARS, MAX_MARK_VALUE_BYTES, STANDARD_MARKS, SteadError, canonicalMarkValue, encode, validateMarkValue, type MarkExpand, type MarkSpec, type MarkValue, type TextOp, type TextSpan } from '@stead/core'
+import { CollabText, MAX_MARKS, MAX_MULTI_VALUED_MARKS, MAX_MARK_TYPE_CHARS, MAX_MARK_VALUE_BYTES, STANDARD_MARKS, SteadError, canonicalMarkValue, encode, validateMarkValue, type MarkExpand, type MarkSpec, type MarkValue, type TextOp, type TextSpan } from '@stead/core'
 import { anchorPosition, takeAnchor, type AnchorOptions } from './anchors.ts'
 import { ChangeFeed, textChange, textState, type TextChange, type TextState } from './changes.ts'
 import { Handle, guarded } from './handles.ts'
@@ -199,6 +199,7 @@ export class TextHandle extends Handle {
         else if (value !== null) ops.push(view.markOp(index, index + length, type, value, { expand, multiple: true }))
         else for (const v of valuesOn(view.spans(), index, length, type)) ops.push(view.markOp(index, index + length, type, v, { expand, multiple: true, remove: true }))
       }
+      this.checkMarkRoom(view, ops)
       return this.sendAll(ops, options)
     })
   }
@@ -215,7 +216,9 @@ export class TextHandle extends Handle {
       if (value === undefined || !this.specOf(type).multiple) return this.format(index, length, { [type]: null }, options)
       const view = this.checkRange(index, length, 'unformat')
       const v = this.checkMark(type, value)
-      return this.sendAll([view.markOp(index, index + length, type, v, { expand: this.specOf(type).expand, multiple: true, remove: true })], options)
+      const op = view.markOp(index, index + length, type, v, { expand: this.specOf(type).expand, multiple: true, remove: true })
+      this.checkMarkRoom(view, [op])
+      return this.sendAll([op], options)
     })
   }
 
@@ -257,6 +260,14 @@ export class TextHandle extends Handle {
     const bytes = encode(value).length
     if (bytes > MAX_MARK_VALUE_BYTES) throw new SteadError('too-large', `${this.key}: mark ${type}: a value takes at most ${MAX_MARK_VALUE_BYTES} bytes, got ${bytes}`)
     return JSON.parse(JSON.stringify(value)) as MarkValue
+  }
+
+  /** Refuses, at the call, mark ops the text has no room for (the audit would reject them). */
+  private checkMarkRoom(view: CollabText, ops: readonly TextOp[]): void {
+    const { all, multiValued } = view.markCounts
+    const multi = ops.filter((op) => op[0] === 'm' && op[6] !== 0).length
+    if (all + ops.length > MAX_MARKS) throw new SteadError('too-large', `${this.key}: a text holds at most ${MAX_MARKS} marks (it has ${all}); formatting adds one per type`)
+    if (multiValued + multi > MAX_MULTI_VALUED_MARKS) throw new SteadError('too-large', `${this.key}: a text holds at most ${MAX_MULTI_VALUED_MARKS} marks of multi-valued types such as comments (it has ${multiValued})`)
   }
 
   /** The prospective text, after checking that [index, index + length) is a non-empty range of it. */

@@ -1,6 +1,7 @@
 import { encode } from '../codec.ts'
 import { MAX_STAMP_JUMP } from './map.ts'
 import { OK, isSafeInt, type ApplyResult } from './types.ts'
+import { ActiveMarks, type Mark, type Shown } from './active-marks.ts'
 
 /**
  * Formatting marks on a text, as Peritext has them (Litt, Lim, Kleppmann,
@@ -154,29 +155,6 @@ export function markAnchors(from: number, to: number, length: number, expand: Ma
   return [start, end]
 }
 
-interface Mark {
-  readonly tag: string
-  readonly author: string
-  readonly op: MarkOp
-  /** Its value as canonical JSON. */
-  readonly valueKey: string
-  /** What it competes for: its type, or for a value of a multi-valued type the type and that value. */
-  readonly key: string
-}
-
-/** What one type shows on a character, and it as canonical JSON. */
-interface Shown {
-  readonly value: unknown
-  readonly key: string
-}
-
-/** Whether mark `a` wins over `b`: Lamport stamp, then author id, then tag. */
-function later(a: Mark, b: Mark): boolean {
-  if (a.op[5] !== b.op[5]) return a.op[5] > b.op[5]
-  if (a.author !== b.author) return a.author > b.author
-  return a.tag > b.tag
-}
-
 function deepFreeze<T>(v: T): T {
   if (v !== null && typeof v === 'object' && !Object.isFrozen(v)) {
     Object.freeze(v)
@@ -185,23 +163,20 @@ function deepFreeze<T>(v: T): T {
   return v
 }
 
-/** What one type shows on a character, of the marks of that type covering it; undefined for nothing. */
-function shown(active: ReadonlySet<Mark> | undefined): Shown | undefined {
-  let latest: Mark | undefined
-  for (const m of active ?? []) if (!latest || later(m, latest)) latest = m
-  if (!latest || !active) return undefined
-  if (latest.op[6] === 0) return latest.op[2] === null ? undefined : { value: latest.op[2], key: latest.valueKey }
-  // A multi-valued type: each value that its latest op adds.
-  const byValue = new Map<string, Mark>()
-  for (const m of active) {
-    if (m.op[6] === 0) continue
-    const w = byValue.get(m.key)
-    if (!w || later(m, w)) byValue.set(m.key, m)
-  }
-  const kept = [...byValue.entries()].filter(([, m]) => m.op[6] === 1).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-  if (!kept.length) return undefined
-  return { value: Object.freeze(kept.map(([, m]) => m.op[2])), key: `[${kept.map(([, m]) => m.valueKey).join(',')}]` }
-}
+/**
+ * Mark ops a text holds at most. Every change of a text computes its spans
+ * again (the relays too, for its stable history), in time that grows with
+ * its marks and their boundaries: this bounds what one writer can make
+ * every replica spend.
+ */
+export const MAX_MARKS = 20_000
+/**
+ * Marks of multi-valued types (comments) a text holds at most: a character
+ * covered by n of them shows n values, so n overlapping comments make
+ * spans whose values add up to n² (2,000 nested: 4 million, about half a
+ * second), however they are computed.
+ */
+export const MAX_MULTI_VALUED_MARKS = 2_000
 
 /** @internal A text's mark ops, by tag (see the module comment): what CollabText keeps them in. */
 export class MarkSet {
@@ -209,10 +184,17 @@ export class MarkSet {
   /** How many marks have an anchor just after each character: typing there goes past it (see CollabText.insertOp). */
   private readonly afterAnchors = new Map<string, number>()
   private maxStamp = 0
+  /** How many of them are of multi-valued types. */
+  private multiValued = 0
 
   /** How many mark ops it holds. */
   get size(): number {
     return this.byTag.size
+  }
+
+  /** How many of its mark ops are of multi-valued types. */
+  get multiValuedSize(): number {
+    return this.multiValued
   }
 
   /** Whether it holds the mark op made under `tag`. */
@@ -225,10 +207,16 @@ export class MarkSet {
     return this.maxStamp + 1
   }
 
-  /** Refuses a stamp too far ahead (`clock-ahead`): one mark stamped far ahead would win every concurrent one for good. */
+  /**
+   * Refuses a stamp too far ahead (`clock-ahead`: one mark stamped far
+   * ahead would win every concurrent one for good), and a mark past
+   * MAX_MARKS or MAX_MULTI_VALUED_MARKS (`invariant`).
+   */
   check(op: MarkOp): ApplyResult {
     const t = op[5]
     if (t > this.maxStamp + MAX_STAMP_JUMP) return { ok: false, reason: 'clock-ahead', detail: `mark stamp ${t} is more than ${MAX_STAMP_JUMP} past the highest seen (${this.maxStamp})` }
+    if (this.byTag.size >= MAX_MARKS) return { ok: false, reason: 'invariant', detail: `a text holds at most ${MAX_MARKS} marks` }
+    if (op[6] !== 0 && this.multiValued >= MAX_MULTI_VALUED_MARKS) return { ok: false, reason: 'invariant', detail: `a text holds at most ${MAX_MULTI_VALUED_MARKS} marks of multi-valued types (comments)` }
     return OK
   }
 
@@ -238,6 +226,7 @@ export class MarkSet {
     const valueKey = canonicalMarkValue(op[2])
     const m: Mark = { tag, author, op: deepFreeze(['m', op[1], op[2], op[3], op[4], op[5], op[6]]), valueKey, key: op[6] === 0 ? op[1] : `${op[1]}\u0000${valueKey}` }
     this.byTag.set(tag, m)
+    if (op[6] !== 0) this.multiValued++
     if (op[5] > this.maxStamp) this.maxStamp = op[5]
     for (const a of [op[3], op[4]]) if (a[0] !== '' && a[1] === 1) this.afterAnchors.set(a[0], (this.afterAnchors.get(a[0]) ?? 0) + 1)
   }
@@ -247,6 +236,7 @@ export class MarkSet {
     const m = this.byTag.get(tag)
     if (!m) return
     this.byTag.delete(tag)
+    if (m.op[6] !== 0) this.multiValued--
     for (const a of [m.op[3], m.op[4]]) {
       if (a[0] === '' || a[1] !== 1) continue
       const n = (this.afterAnchors.get(a[0]) ?? 1) - 1
@@ -275,6 +265,7 @@ export class MarkSet {
     for (const [tag, m] of this.byTag) c.byTag.set(tag, m)
     for (const [id, n] of this.afterAnchors) c.afterAnchors.set(id, n)
     c.maxStamp = this.maxStamp
+    c.multiValued = this.multiValued
     return c
   }
 
@@ -328,7 +319,7 @@ export class MarkSet {
     }
     // 1: covering the characters passed; 2: ended (an end met before the start ends a mark that covers nothing).
     const state = new Map<Mark, 1 | 2>()
-    const active = new Map<string, Set<Mark>>()
+    const active = new Map<string, ActiveMarks>()
     const dirty = new Set<string>()
     const values = new Map<string, Shown>()
     const pass = (events: readonly Event[] | undefined): void => {
@@ -339,7 +330,7 @@ export class MarkSet {
         if (isStart && s === undefined) {
           state.set(m, 1)
           let set = active.get(m.op[1])
-          if (!set) active.set(m.op[1], (set = new Set()))
+          if (!set) active.set(m.op[1], (set = new ActiveMarks()))
           set.add(m)
           dirty.add(m.op[1])
         } else if (!isStart) {
@@ -362,7 +353,7 @@ export class MarkSet {
     }
     const recompute = (): void => {
       for (const type of dirty) {
-        const v = shown(active.get(type))
+        const v = active.get(type)?.shown()
         if (v) values.set(type, v)
         else values.delete(type)
       }

@@ -309,6 +309,11 @@ export class CollabText implements Crdt<TextOp, string> {
     return this.formatted
   }
 
+  /** How many mark ops it holds, and of those how many are of multi-valued types (see MAX_MARKS, MAX_MULTI_VALUED_MARKS). */
+  get markCounts(): { readonly all: number; readonly multiValued: number } {
+    return { all: this.marks.size, multiValued: this.marks.multiValuedSize }
+  }
+
   /** Whether it holds any mark op (then its history values are spans, see textType). */
   get hasMarks(): boolean {
     return this.marks.size > 0
