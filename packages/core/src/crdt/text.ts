@@ -310,7 +310,12 @@ export class CollabText implements Crdt<TextOp, string> {
   }
 
   /** How many mark ops it holds, and of those how many are of multi-valued types (see MAX_MARKS, MAX_MULTI_VALUED_MARKS). */
-  get markCounts(): { readonly all: number; readonly multiValued: number } {
+  get markCounts(): {
+    /** Mark ops of every type. */
+    readonly all: number
+    /** Mark ops of multi-valued types (comments). */
+    readonly multiValued: number
+  } {
     return { all: this.marks.size, multiValued: this.marks.multiValuedSize }
   }
 
