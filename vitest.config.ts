@@ -5,7 +5,7 @@ import { defineConfig } from 'vitest/config'
 const SOURCE = '@stead/source'
 
 /** Tests that start real relay processes: each runs alone, so their timings (and the flood test's latency bound) do not depend on what else runs on a 2-core machine. */
-const processes = ['relay/test/integration.test.ts', 'relay/test/hardening.test.ts', 'relay/test/fuzz.test.ts', 'relay/test/datadir.test.ts', 'relay/test/cli.test.ts', 'relay/test/cli-errors.test.ts', 'relay/test/byzantine-member.test.ts', 'relay/test/attack-reads.test.ts', 'relay/test/attack-slots.test.ts', 'relay/test/attack-shares.test.ts', 'relay/test/policy.test.ts', 'packages/client/test/relays.test.ts', 'packages/client/test/members-relays.test.ts', 'packages/client/test/documents-relays.test.ts', 'packages/client/test/liars.test.ts', 'packages/client/test/peers-libp2p.test.ts', 'packages/client/test/chrono-examples.test.ts', 'scripts/docs/snippets.test.ts']
+const processes = ['relay/test/integration.test.ts', 'relay/test/hardening.test.ts', 'relay/test/fuzz.test.ts', 'relay/test/datadir.test.ts', 'relay/test/cli.test.ts', 'relay/test/cli-errors.test.ts', 'relay/test/byzantine-member.test.ts', 'relay/test/attack-reads.test.ts', 'relay/test/attack-slots.test.ts', 'relay/test/attack-shares.test.ts', 'relay/test/policy.test.ts', 'relay/test/upgrade.test.ts', 'packages/client/test/relays.test.ts', 'packages/client/test/members-relays.test.ts', 'packages/client/test/documents-relays.test.ts', 'packages/client/test/liars.test.ts', 'packages/client/test/peers-libp2p.test.ts', 'packages/client/test/chrono-examples.test.ts', 'scripts/docs/snippets.test.ts']
 
 export default defineConfig({
   resolve: { conditions: [SOURCE, ...defaultClientConditions] },

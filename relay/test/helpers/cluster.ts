@@ -1,5 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -65,6 +65,26 @@ export class TestCluster {
     }
     // Open spaces unless the test says otherwise: most tests write to spaces of their own naming.
     writeFileSync(c.clusterPath, JSON.stringify({ f: Math.floor((n - 1) / 3), relays: entries, openSpaces: true, ...extra }, null, 2))
+    return c
+  }
+
+  /**
+   * A cluster on the data dirs and cluster file a release left, packed in
+   * the tarball `fixture` (`r1/`, `r2/`, ... and `cluster.json`), unpacked
+   * here and put on free ports: the same keys and data, other addresses.
+   */
+  static async fromFixture(fixture: string): Promise<TestCluster> {
+    const c = new TestCluster()
+    const untar = spawnSync('tar', ['-xzf', fixture, '-C', c.dir])
+    if (untar.status !== 0) throw new Error(`tar -xzf ${fixture}: ${untar.stderr.toString()}`)
+    const file = JSON.parse(readFileSync(c.clusterPath, 'utf8')) as { relays: Array<{ id: string; api: string; mesh: string }> }
+    for (const entry of file.relays) {
+      const data = join(c.dir, entry.id)
+      entry.api = `127.0.0.1:${await freePort()}`
+      entry.mesh = `/ip4/127.0.0.1/tcp/${await freePort()}`
+      c.relays.push({ id: entry.id, api: entry.api, data, process: null, log: '' })
+    }
+    writeFileSync(c.clusterPath, JSON.stringify(file, null, 2))
     return c
   }
 
