@@ -77,6 +77,26 @@ describe('members and permissions', () => {
     expect(team.counter('n').stable).toBe(1)
   })
 
+  it('stops serving a reader taken off, and serves it again from where it stood once it is given a role back, in the same session', async () => {
+    const c = await cluster()
+    const [alice, carol] = await Promise.all([person(c, 1), person(c, 3)])
+    const team = await alice.createSpace('team', { readers: [carol.userId] })
+    expect((await team.counter('n').increment(1, { safe: true })).status).toBe('committed')
+    const carols = await carol.space('team')
+    await c.until('carol reads the first write', () => carols.counter('n').stable === 1 || undefined)
+
+    expect((await team.members.revoke(carol.userId)).status).toBe('committed')
+    await c.until('carol is told she may no longer read', () => carols.status.problem?.includes('may no longer read') || undefined)
+    expect((await team.counter('n').increment(10, { safe: true })).status).toBe('committed')
+    const shown = carols.counter('n').stable
+
+    expect((await team.members.grant(carol.userId, 'reader')).status).toBe('committed')
+    expect((await team.counter('n').increment(100, { safe: true })).status).toBe('committed')
+    await c.until('carol reads on, without opening the space again', () => (carols.counter('n').stable === 111 && carols.status.problem === undefined) || undefined)
+    // Nothing committed while she was off reached her before the grant.
+    expect(shown).toBe(1)
+  })
+
   it('lets a user write once granted, and rejects what the user writes after its revocation while what it wrote before stands', async () => {
     const c = await cluster()
     const [alice, bob] = await Promise.all([person(c, 1), person(c, 2)])

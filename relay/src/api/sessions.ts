@@ -325,12 +325,16 @@ class Session implements Subscriber, PresenceWatcher {
    * Whether this session may still read `space`. A policy change that took
    * its key off the readers ends its feed, presence and peer listing there
    * at once, before anything committed after the change is sent, and tells
-   * the client so.
+   * the client so; the feed waits (ReadWaits) where the client stands, and
+   * goes on from there as soon as a policy change lets it read again.
    */
   private stillReads(space: string): boolean {
     if (this.mayRead(space)) return true
-    if (!this.feeds.has(space)) return false
+    const entry = this.feeds.get(space)
+    if (!entry) return false
+    const resume = { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}) }
     this.leave(space)
+    this.sessions.readWaits.wait(this, resume)
     this.send({ type: 'unreadable', space, detail: `key ${this.key} may no longer read space ${space}` })
     return false
   }

@@ -1,4 +1,4 @@
-import { encodeCommitFrame, encodeRelayMessage } from '@stead/core'
+import { decodeAttestation, encodeCommitFrame, encodeRelayMessage } from '@stead/core'
 import type { FeedPosition, RelayStore, StoredCommitHead } from './store.ts'
 
 /**
@@ -13,6 +13,8 @@ export class CommitFeed {
   private position: FeedPosition
   /** The commit being sent in several frames, and its next chunk. */
   private current: { head: StoredCommitHead; next: number } | undefined
+  /** The last commit sent whole (its first frame, for a commit of several). */
+  private sent: StoredCommitHead | undefined
 
   private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>
   readonly space: string
@@ -28,6 +30,16 @@ export class CommitFeed {
     this.chunkFor = chunkFor
   }
 
+  /**
+   * The stable index a subscriber of this feed stands at: the end of the
+   * last commit it got whole (a commit half sent is dropped by the client
+   * with the subscription, and sent again whole from here).
+   */
+  get resumeIndex(): number {
+    if (this.current) return this.current.head.position[0]
+    return this.sent ? decodeAttestation(this.sent.attestation.bytes).toIndex : this.position[0]
+  }
+
   /** Whether the feed is in the middle of a commit (its remaining chunks must follow before anything else of the session's commit stream). */
   get midCommit(): boolean {
     return this.current !== undefined
@@ -40,16 +52,23 @@ export class CommitFeed {
       const { head } = this.current
       const k = this.current.next++
       const more = k + 1 < head.chunks
-      if (!more) this.current = undefined
+      if (!more) {
+        this.sent = head
+        this.current = undefined
+      }
       return encodeCommitFrame(space, undefined, this.chunkFor(this.store.commitChunk(space, head.position, k)), more)
     }
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
     this.position = [head.position[0], head.position[1] + 1]
     // Without frames, a compact attestation: the client checks the signature against the bytes its frame source sent.
-    if (!this.frames) return encodeRelayMessage({ type: 'attest', space, round: head.position[1], sig: head.attestation.sig })
+    if (!this.frames) {
+      this.sent = head
+      return encodeRelayMessage({ type: 'attest', space, round: head.position[1], sig: head.attestation.sig })
+    }
     const more = head.chunks > 1
     if (more) this.current = { head, next: 1 }
+    else this.sent = head
     return encodeCommitFrame(space, head.attestation, this.chunkFor(this.store.commitChunk(space, head.position, 0)), more)
   }
 }
