@@ -1,6 +1,6 @@
 import { fromHex } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
-import { encodeDeclaration, type AnyOp, type Declaration } from './crdt/index.ts'
+import { encodeDeclaration, isDeletion, type AnyOp, type Declaration } from './crdt/index.ts'
 import { envelopeUnits, unitTagPrefix, type Envelope } from './envelope.ts'
 import { SteadError } from './errors.ts'
 import { SpaceSaving, chooseModes, type ObjectTraffic } from './hot-objects.ts'
@@ -301,8 +301,11 @@ export class ChangeLog {
     const states = this.states(replica, byKey, mode)
     const objects: DeltaObject[] = [...byKey.keys()].sort(compareKeys).map((key) => {
       const o = byKey.get(key) as { decl: Declaration; ops: LoggedOp[] }
-      const s = states.get(key)
+      // A deletion in the range: its ops may be of several types, so the key travels as it stands, or as deleted.
+      const deleted = o.ops.some((x) => isDeletion(x.decl))
+      const s = states.get(key) ?? (deleted ? replica.stableObject(key) : undefined)
       if (s) return { key, decl: s[1], mode: 'state', snapshot: s[2] }
+      if (deleted) return { key, decl: encodeDeclaration({ type: 'deletion' }), mode: 'state', snapshot: null }
       return { key, decl: encodeDeclaration(o.decl), mode: 'ops', ops: o.ops.map((x) => [x.author, x.tag, x.op] as const) }
     })
     return {

@@ -7,6 +7,7 @@ import {
   encodeDeclaration,
   historyPatch,
   historyValue,
+  isDeletion,
   isOrdered,
   patchesHistory,
   POLICY_KEY,
@@ -231,8 +232,8 @@ export interface VerifiedDelta {
   readonly fromIndex: number
   /** The stable index it reaches. */
   readonly toIndex: number
-  /** @internal The changed objects as they stand at toIndex. */
-  readonly objects: ReadonlyMap<string, { decl: Declaration; crdt: AnyCrdt }>
+  /** @internal The changed objects as they stand at toIndex (undefined: deleted). */
+  readonly objects: ReadonlyMap<string, { decl: Declaration; crdt: AnyCrdt } | undefined>
   /** @internal Their leaves in the state hash, as verified. */
   readonly leaves: ReadonlyMap<string, Uint8Array>
   /** @internal The changed authors at toIndex: last seq, and recent records by seq, ascending. */
@@ -483,7 +484,7 @@ export class StableAudit {
   verifyDelta(sha256: (bytes: Uint8Array) => Uint8Array, delta: StateDelta<Envelope>, stateHash: Uint8Array): VerifiedDelta | ProofProblem {
     if (delta.space !== this.space) return { problem: `a delta of space ${delta.space}, not ${this.space}` }
     if (delta.fromIndex !== this.index) return { problem: `a delta from stable index ${delta.fromIndex}, not ${this.index}` }
-    const objects = new Map<string, Obj>()
+    const objects = new Map<string, Obj | undefined>()
     for (const o of delta.objects) {
       try {
         objects.set(o.key, this.deltaObject(o))
@@ -506,8 +507,9 @@ export class StableAudit {
     touch()
     const leaves = new Map<string, Uint8Array>()
     const objectsRoot = this.objectLeaves.rootOf(sha256, (key) => {
+      if (!objects.has(key)) return this.objectLeaf(sha256, key)
       const o = objects.get(key)
-      if (!o) return this.objectLeaf(sha256, key)
+      if (!o) return undefined
       const leaf = liveObjectDigest(sha256, key, o.decl, o.crdt)
       leaves.set(key, leaf)
       return leaf
@@ -538,7 +540,8 @@ export class StableAudit {
     if (delta.fromIndex !== this.index) throw new Error(`a delta from stable index ${delta.fromIndex} cannot apply at ${this.index}`)
     const changed = new Set<string>(delta.objects.keys())
     for (const [key, o] of delta.objects) {
-      this.stableObjects.set(key, o)
+      if (o) this.stableObjects.set(key, o)
+      else this.stableObjects.delete(key)
       this.objectLeaves.touch(key)
     }
     // Hashed once already, by verifyDelta: the tree takes those leaves instead of encoding the objects again.
@@ -558,8 +561,13 @@ export class StableAudit {
   }
 
   /** An object of a delta as it stands at the delta's end: its state, or the stable one with the delta's ops applied as the audit did. */
-  private deltaObject(o: StateDelta['objects'][number]): Obj {
+  /** A delta's object as it stands at the delta's end; undefined for one deleted. */
+  private deltaObject(o: StateDelta['objects'][number]): Obj | undefined {
     const decl = decodeDeclaration(o.decl)
+    if (isDeletion(decl)) {
+      if (o.mode !== 'state') throw new Error('a deletion travels as a state (the key deleted)')
+      return undefined
+    }
     if (o.mode === 'state') return { decl, crdt: restoreCrdt(decl, o.snapshot) }
     const base = this.stableObjects.get(o.key)
     if (base && !sameDeclaration(base.decl, decl)) throw new Error(`declared ${describeDeclaration(decl)}, but it is ${describeDeclaration(base.decl)}`)
@@ -739,7 +747,8 @@ export class StableAudit {
     }
     for (const { key } of this.committed) {
       const o = this.stableObjects.get(key)
-      check(o?.crdt.invariantsHold(), `stable ${key} breaks its declared invariants`)
+      // A deleted key holds nothing to break.
+      check(!o || o.crdt.invariantsHold(), `stable ${key} breaks its declared invariants`)
     }
     for (const [author, queue] of this.waiting) check(queue.size <= this.maxWaitingPerAuthor, `${queue.size} envelopes of ${author} wait, more than ${this.maxWaitingPerAuthor}`)
     if (this.verifyStateHash) {
@@ -909,6 +918,10 @@ export class StableAudit {
   private applyStable(env: Envelope, item: Item): ApplyResult {
     const check = this.admissible(env, item)
     if (!check.ok) return check
+    if (isDeletion(item.decl)) {
+      this.stableObjects.delete(item.key)
+      return { ok: true }
+    }
     const ctx = opContext(env, item.tag)
     const existing = this.stableObjects.get(item.key)
     if (existing) return asGeneric(existing.crdt).tryApply(item.op, ctx)
@@ -941,7 +954,8 @@ export class StableAudit {
 
   private admissible(env: Envelope, item: Item): ApplyResult {
     const fixed = this.stableObjects.get(item.key)?.decl
-    if (fixed && !sameDeclaration(fixed, item.decl)) {
+    // A deletion takes whatever the key holds.
+    if (fixed && !isDeletion(item.decl) && !sameDeclaration(fixed, item.decl)) {
       return { ok: false, reason: 'type-mismatch', detail: `${item.key} is ${describeDeclaration(fixed)}, not ${describeDeclaration(item.decl)}` }
     }
     // The policy in force at this position of the stable order: the same on every correct replica.
@@ -970,12 +984,14 @@ export class StableAudit {
   }
 
   private appendHistory(key: string, index: number): void {
-    const obj = this.stableObjects.get(key) as Obj
-    const value = historyValue(obj.decl, obj.crdt)
-    const changes = this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
+    const obj = this.stableObjects.get(key)
+    // Deleted: the history says so with null, and what comes after starts whole.
+    const value = obj ? historyValue(obj.decl, obj.crdt) : null
+    if (!obj) this.lastChange?.delete(key)
+    const changes = obj && this.lastChange && patchesHistory(obj.decl) ? this.lastChange : undefined
     const last = changes?.get(key)
     changes?.set(key, { index, value })
-    const patch = last && historyPatch(obj.decl, last.value, value)
+    const patch = obj && last && historyPatch(obj.decl, last.value, value)
     this.committed.push(last && patch ? { key, index, value, patch: { base: last.index, patch } } : { key, index, value })
     if (this.historyLimit === 0) return
     let h = this.histories.get(key)
@@ -1053,19 +1069,20 @@ export class ReliableReplica extends StableAudit {
 
   // ---- reads ----
 
-  /** The prospective value of `key` (undefined for an unknown key). */
+  /** The prospective value of `key` (undefined for an unknown key, and one deleted). */
   value(key: string): unknown {
-    return this.prospectiveObjects.get(key)?.crdt.value()
+    return this.prospective(key)?.value()
   }
 
-  /** The prospective CRDT of `key`: the replica's own, do not mutate (clone it). */
+  /** The prospective CRDT of `key`: the replica's own, do not mutate (clone it); undefined for none (a deleted key holds none). */
   prospective(key: string): AnyCrdt | undefined {
-    return this.prospectiveObjects.get(key)?.crdt
+    const o = this.prospectiveObjects.get(key)
+    return o && !isDeletion(o.decl) ? o.crdt : undefined
   }
 
   /** The keys of every object this replica holds, stable or only prospective, in no order. */
-  prospectiveKeys(): IterableIterator<string> {
-    return this.prospectiveObjects.keys()
+  *prospectiveKeys(): IterableIterator<string> {
+    for (const [key, o] of this.prospectiveObjects) if (!isDeletion(o.decl)) yield key
   }
 
   /** Whether an envelope of `author` with sequence number `seq` is received and not decided yet. */
@@ -1118,6 +1135,15 @@ export class ReliableReplica extends StableAudit {
   /** Whether the envelope is received and not decided yet. */
   isPending(idHex: string): boolean {
     return this.pending.has(idHex)
+  }
+
+  /** Whether an envelope not decided yet deletes `key`. */
+  private deletionPending(key: string): boolean {
+    for (const idHex of this.pendingKeys.get(key) ?? []) {
+      const p = this.pending.get(idHex) as Pending
+      for (const unit of envelopeUnits(p.env)) for (const item of itemsOf(unit)) if (item.key === key && isDeletion(item.decl)) return true
+    }
+    return false
   }
 
   /** The prospective object of `key` anew: the stable one with every pending op on it that still applies. */
@@ -1288,7 +1314,16 @@ export class ReliableReplica extends StableAudit {
 
   /** Applies without checks; false when the object exists under another declaration. */
   private applyProspective(key: string, decl: Declaration, op: AnyOp, ctx: OpContext): boolean {
+    if (isDeletion(decl)) {
+      // What the key holds goes; it keeps a place, so that what comes after starts afresh (not from the stable object).
+      this.prospectiveObjects.set(key, { decl, crdt: createCrdt(decl) })
+      return true
+    }
     let obj = this.prospectiveObjects.get(key)
+    if (obj && isDeletion(obj.decl)) {
+      obj = { decl, crdt: createCrdt(decl) }
+      this.prospectiveObjects.set(key, obj)
+    }
     if (!obj) {
       const fixed = this.stableObjects.get(key)
       obj = fixed ? { decl: fixed.decl, crdt: fixed.crdt.clone() } : { decl, crdt: createCrdt(decl) }
@@ -1308,6 +1343,8 @@ export class ReliableReplica extends StableAudit {
     const stable = this.stableObjects.get(key)
     const prospective = this.prospectiveObjects.get(key)
     if (!stable || !prospective || sameDeclaration(stable.decl, prospective.decl)) return
+    // A pending deletion empties the key, and what follows it may be of any type: the order of the pending ops decides.
+    if (this.deletionPending(key)) return this.rebuildProspective(key)
     const rebuilt: Obj = { decl: stable.decl, crdt: stable.crdt.clone() }
     this.prospectiveObjects.set(key, rebuilt)
     for (const p of this.pending.values()) {
@@ -1335,9 +1372,13 @@ export class ReliableReplica extends StableAudit {
     this.foreignWaitCommits = options.foreignWaitCommits ?? 128
   }
 
-  /** Every key with a prospective or stable object, sorted. */
+  /** Every key with a prospective or stable object (not one a pending deletion empties), sorted. */
   override keys(): string[] {
-    return [...new Set([...this.prospectiveObjects.keys(), ...super.keys()])].sort()
+    const deleted = (key: string): boolean => {
+      const o = this.prospectiveObjects.get(key)
+      return o !== undefined && isDeletion(o.decl)
+    }
+    return [...new Set([...this.prospectiveKeys(), ...super.keys().filter((k) => !deleted(k))])].sort()
   }
 
   protected override commitStarting(batch: readonly Envelope[]): void {

@@ -359,7 +359,7 @@ describe('declarations and compaction', () => {
     for (const d of decls) expect(encodeDeclaration(decodeDeclaration(encodeDeclaration(d)))).toEqual(encodeDeclaration(d))
   })
   it('reject unknown or invalid declarations with malformed', () => {
-    for (const bad of [['x'], ['c', 5, 1], ['b', 'min', 5, 1], ['s', -1], 'c', ['r', 1], ['t'], ['t', -1], ['t', 1.5], [7]]) {
+    for (const bad of [['q'], ['x', 1], ['c', 5, 1], ['b', 'min', 5, 1], ['s', -1], 'c', ['r', 1], ['t'], ['t', -1], ['t', 1.5], [7]]) {
       expect(() => decodeDeclaration(bad)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
     }
   })

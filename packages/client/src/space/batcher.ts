@@ -112,6 +112,22 @@ export class Batcher {
     return waiter.promise
   }
 
+  /**
+   * Drafts one safe group in an envelope of its own, after everything
+   * drafted before it and before anything drafted after it (an envelope
+   * puts its regular updates before its safe ones: a deletion must not
+   * take a later update with it). Inside a transaction it joins the
+   * transaction's envelope, as addSafe.
+   */
+  addSafeAlone(items: readonly DraftItem[]): Promise<SafeResult> {
+    if (this.transaction) return this.addSafe(items)
+    this.releaseHeld(items.map((i) => i.key))
+    this.sealNow()
+    const done = this.addSafe(items)
+    this.sealNow()
+    return done
+  }
+
   /** Drafts updates another tab forwarded (see `Space.queueForwarded`); returns the promises of the safe groups. */
   addForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>> {
     const batch = this.openBatch

@@ -1,5 +1,5 @@
 import { asGeneric, createCrdt, envelopeUnits, type AnyCrdt, type AnyOp, type Declaration, type Envelope, type PendingMark, type ReliableReplica } from '@stead/core'
-import { hasInvariants } from '@stead/core'
+import { hasInvariants, isDeletion } from '@stead/core'
 import { applyIntent, type DraftBatch, type DraftItem, type DraftNames } from './drafts.ts'
 import type { HeldUpdate } from '../handles/handles.ts'
 
@@ -185,6 +185,11 @@ export class GuardedViews {
   private applyUnit(keys: ReadonlySet<string>, views: Map<string, AnyCrdt>, held: Map<string, HeldUpdate[]>, steps: readonly Step[]): void {
     const mine = steps.filter((st) => keys.has(st.key))
     if (mine.length === 0) return
+    // A deletion empties its key: what comes after it starts from an empty object of the key's declaration.
+    const emptied = (k: string): AnyCrdt | undefined => {
+      const d = this.source.declarationOf(k)
+      return d && createCrdt(d)
+    }
     const viewOf = (k: string, decl: Declaration): AnyCrdt | undefined => {
       let v = views.get(k)
       if (!v) views.set(k, (v = this.source.replica().stable(k)?.clone() ?? createCrdt(this.source.declarationOf(k) ?? decl)))
@@ -198,6 +203,11 @@ export class GuardedViews {
     if (steps.length > 1) {
       const trial = new Map<string, AnyCrdt>()
       const fits = mine.every((st) => {
+        if (isDeletion(st.decl)) {
+          const e = emptied(st.key)
+          if (e) trial.set(st.key, e)
+          return true
+        }
         const base = viewOf(st.key, st.decl)
         if (!base) return false
         let t = trial.get(st.key)
@@ -209,6 +219,12 @@ export class GuardedViews {
       return
     }
     const st = mine[0] as Step
+    if (isDeletion(st.decl)) {
+      const e = emptied(st.key)
+      if (e) views.set(st.key, e)
+      else views.delete(st.key)
+      return
+    }
     const v = viewOf(st.key, st.decl)
     if (v && !st.apply(v, hasInvariants(st.decl))) hold(st)
   }

@@ -1,4 +1,4 @@
-import { createCrdt, hasInvariants, type AnyCrdt, type AnyOp, type Declaration } from '@stead/core'
+import { createCrdt, hasInvariants, isDeletion, type AnyCrdt, type AnyOp, type Declaration } from '@stead/core'
 import { applyIntent, type DraftItem } from './drafts.ts'
 import { GuardedViews, type GuardedSource } from './guarded.ts'
 import type { HeldUpdate } from '../handles/handles.ts'
@@ -34,6 +34,11 @@ export class ProspectiveViews {
     for (const batch of drafts) {
       for (const item of batch.items()) {
         if (item.key !== key) continue
+        // A deletion empties the key; what follows it starts afresh.
+        if (isDeletion(item.decl)) {
+          view = undefined
+          continue
+        }
         view ??= createCrdt(item.decl)
         if (view.type !== item.decl.type) continue
         applyIntent(view, item, this.source.authorId, this.source.names)
@@ -52,8 +57,8 @@ export class ProspectiveViews {
   /** New drafts of this client join the views kept (`several`: one group). */
   show(items: readonly DraftItem[], several: boolean): void {
     for (const item of items) {
-      // A group is shown all or nothing: its views are computed again together (see guardedView).
-      if (several) {
+      // A group is shown all or nothing: its views are computed again together (see guardedView); a deletion empties its view.
+      if (several || isDeletion(item.decl)) {
         this.drop(item.key)
         continue
       }

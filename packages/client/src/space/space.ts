@@ -1,5 +1,6 @@
 import {
   BoundedCounter,
+  DEFAULT_LIMITS,
   SteadError,
   asGeneric,
   createCrdt,
@@ -9,6 +10,7 @@ import {
   placementProblem,
   POLICY_KEY,
   sameDeclaration,
+  type AnyCrdt,
   type AnyOp,
   type Decision,
   type Declaration,
@@ -24,6 +26,9 @@ import {
   type PresenceBody,
 } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
+
+/** The declaration of a deletion (see `Space.delete`). */
+const DELETION: Declaration = { type: 'deletion' }
 import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
 import { Batcher, type Lifecycle } from './batcher.ts'
 import { ClosedError } from '../errors.ts'
@@ -31,7 +36,7 @@ import { ProspectiveViews } from './prospective-views.ts'
 import { QuorumReads } from './quorum-reads.ts'
 import { Presence } from './presence.ts'
 import { SpaceEvents } from './space-events.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, registerStamp, type HandleHost } from '../handles/handles.ts'
+import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, guarded, registerStamp, type HandleHost } from '../handles/handles.ts'
 import { ListHandle } from '../handles/list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from '../handles/map-handle.ts'
 import { TextHandle } from '../handles/text-handle.ts'
@@ -678,17 +683,51 @@ export class Space {
    * The keys of the space's objects this client holds (stable, received or
    * its own not yet sent), sorted, after `after`, starting with `prefix`,
    * at most `limit` (default 1,000). System objects (keys starting with
-   * `$`, as the policy's `$policy`) are left out.
+   * `$`, as the policy's `$policy`) are left out, and so are keys a
+   * deletion emptied.
    */
   keys(options: { readonly prefix?: string; readonly after?: string; readonly limit?: number } = {}): string[] {
     const { prefix = '', after = '', limit = 1000 } = options
     if (!Number.isSafeInteger(limit) || limit < 0) throw new SteadError('malformed', `limit must be a whole number, got ${limit}`)
     const all = new Set<string>(this.replica.prospectiveKeys())
-    for (const batch of this.drafts) for (const key of batch.keys) all.add(key)
+    // A key this client drafted: held if its drafts leave an object there (not if the last of them deletes it).
+    for (const batch of this.drafts) {
+      for (const key of batch.keys) {
+        if (this.views.view(key) !== undefined) all.add(key)
+        else all.delete(key)
+      }
+    }
     return [...all]
       .filter((k) => !k.startsWith('$') && k.startsWith(prefix) && k > after)
       .sort()
       .slice(0, limit)
+  }
+
+  /**
+   * Deletes the object at `key`, whatever its type: a safe update, in an
+   * envelope of its own. Where the stable order puts it, the object's
+   * state goes on every replica (its handles show an empty object, `keys`
+   * leaves it out, its history records `null` there) and an update
+   * ordered after it starts the key afresh, under any declaration; the
+   * updates ordered before it are gone with it. Anybody who may write the
+   * space may delete. Shown at once (the key empty), resolved once
+   * decided: `committed`, or `rejected` (`unauthorized`). Undo managers
+   * never take a deletion back.
+   *
+   * @throws SteadError `malformed` (the promise rejects) for a key that is not one (1 to 256 characters) or a system key (`$…`); `timeout` or `aborted` as `options` say; {@link ClosedError} after close().
+   */
+  delete(key: string, options?: WaitOptions): Promise<SafeResult> {
+    return guarded(() => {
+      if (typeof key !== 'string' || key.length === 0 || key.length > DEFAULT_LIMITS.maxKeyChars) throw new SteadError('malformed', `delete: a key is 1 to ${DEFAULT_LIMITS.maxKeyChars} characters, got ${JSON.stringify(key)}`)
+      if (key.startsWith('$')) throw new SteadError('malformed', `delete: ${key} is a system object of the space; it cannot be deleted`)
+      this.assertOpen()
+      const item: DraftItem = { key, decl: DELETION, intent: ['x'] }
+      return this.waitSafe(
+        this.localEdits.queue([item], true, () => this.batcher.addSafeAlone([item])),
+        options,
+        `the deletion of ${key}`,
+      )
+    })
   }
 
   /**
@@ -783,9 +822,9 @@ export class Space {
 
   private makeHost(crypto: Crypto, userId: string): HandleHost {
     return {
-      prospective: (key) => this.views.view(key),
+      prospective: (key) => this.ofHandleType(key, this.views.view(key)),
       heldBack: (key) => this.views.heldBack(key),
-      stable: (key) => this.replica.stable(key),
+      stable: (key) => this.ofHandleType(key, this.replica.stable(key)),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
       historyPage: (key, options) => this.historyPage(key, options),
       update: (key, decl, intent, safe) => {
@@ -824,6 +863,12 @@ export class Space {
   queueForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>> {
     this.assertOpen()
     return this.batcher.addForwarded(request, regular, safe)
+  }
+
+  /** `crdt` if it is of the type `key`'s handle was opened with; else nothing (a key deleted and written again as another type). */
+  private ofHandleType(key: string, crdt: AnyCrdt | undefined): AnyCrdt | undefined {
+    const d = this.handles.get(key)?.declaration
+    return crdt && d && crdt.type !== d.type ? undefined : crdt
   }
 
   private declarationOf(key: string): Declaration | undefined {

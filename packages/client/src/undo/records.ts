@@ -625,8 +625,9 @@ function neighbours(ids: readonly string[], from: number, to: number): { before:
 
 const captures: Record<CrdtTypeName, Capture> = {
   counter: (item) => (typeof item.intent === 'number' ? new CounterEdit(item, item.intent) : undefined),
-  // Membership changes are not editing: an undo never takes one back.
+  // Membership changes are not editing: an undo never takes one back; nor a deletion (its object's state is gone).
   policy: () => undefined,
+  deletion: () => undefined,
   'bounded-counter': (item) => {
     const op = item.intent as BoundedCounterOp
     // Claims and transfers move rights, not the value: nothing to undo.

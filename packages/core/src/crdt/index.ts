@@ -7,6 +7,7 @@ import { listType, type CollabList, type ListDeclaration, type ListOp } from './
 import { mapType, type CollabMap, type MapDeclaration, type MapOp } from './map.ts'
 import { textType, type CollabText, type TextDeclaration, type TextOp } from './text.ts'
 import { policyType, type PolicyDeclaration, type PolicyOp, type SpacePolicy } from './policy.ts'
+import { deletionType, type Deletion, type DeletionDeclaration, type DeletionOp } from './deletion.ts'
 import type { Crdt, ObjectType } from './types.ts'
 import type { ValuePatch } from './value-patch.ts'
 
@@ -20,6 +21,7 @@ export * from './marks.ts'
 export * from './map.ts'
 export * from './list.ts'
 export * from './policy.ts'
+export * from './deletion.ts'
 export { validateRelativePosition, type Assoc, type RelativePosition } from './position.ts'
 export * from './value-patch.ts'
 
@@ -29,12 +31,12 @@ export * from './value-patch.ts'
  * key differently are rejected with 'type-mismatch', so a client cannot
  * weaken an invariant by declaring it its own way.
  */
-export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration | ListDeclaration | PolicyDeclaration
+export type Declaration = CounterDeclaration | SetDeclaration | RegisterDeclaration | BoundedCounterDeclaration | TextDeclaration | MapDeclaration | ListDeclaration | PolicyDeclaration | DeletionDeclaration
 
 /** An operation of any object type (which one is known from the declaration it comes with). */
-export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp | ListOp | PolicyOp
+export type AnyOp = CounterOp | SetOp | RegisterOp | BoundedCounterOp | TextOp | MapOp | ListOp | PolicyOp | DeletionOp
 /** A CRDT of any object type; narrow on `type`. */
-export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap | CollabList | SpacePolicy
+export type AnyCrdt = PNCounter | ORSet | LWWRegister | BoundedCounter | CollabText | CollabMap | CollabList | SpacePolicy | Deletion
 
 /** A declaration's compact wire form, `[code, ...params]`: ['c', min, max] | ['s', maxSize] | ['r'] | ['b', 'min'|'max', bound, initial] | ['t', maxLength] | ['m', maxKeys] | ['l', maxLength] | ['p']. */
 export type EncodedDeclaration = readonly unknown[]
@@ -42,7 +44,7 @@ export type EncodedDeclaration = readonly unknown[]
 type AnyType = ObjectType<Declaration, AnyCrdt>
 
 /** The registry: every object type, one module each. Adding a type is adding its module here. */
-const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType, listType, policyType] as unknown as AnyType[]
+const TYPES: readonly AnyType[] = [counterType, setType, registerType, boundedCounterType, textType, mapType, listType, policyType, deletionType] as unknown as AnyType[]
 const byName = new Map(TYPES.map((t) => [t.name, t]))
 const byCode = new Map(TYPES.map((t) => [t.code, t]))
 
@@ -85,8 +87,9 @@ export function validateOp(d: Declaration, op: unknown): string | null {
 function checkDeclaration(enc: unknown): string | null {
   try {
     const d = decodeDeclaration(enc)
-    const at = typeOf(d).onlyAt
-    return at === undefined ? null : `a ${d.type} lives only at ${at}, never inside another object`
+    const t = typeOf(d)
+    if (t.deletes) return 'a deletion deletes a key of the space, never something inside another object'
+    return t.onlyAt === undefined ? null : `a ${d.type} lives only at ${t.onlyAt}, never inside another object`
   } catch (err) {
     return err instanceof SteadError ? err.message : String(err)
   }
@@ -200,6 +203,11 @@ export function placementProblem(key: string, d: Declaration, op: AnyOp, safe: b
 function systemTypeAt(key: string): AnyType | undefined {
   for (const t of TYPES) if (t.onlyAt === key) return t
   return undefined
+}
+
+/** Whether `d` declares the deletion of whatever its key holds (see deletion.ts). */
+export function isDeletion(d: Declaration): boolean {
+  return typeOf(d).deletes === true
 }
 
 /** Whether ops of `d`'s type do not commute, so only the stable order says what its state is (see ObjectType.ordered). */

@@ -73,7 +73,7 @@ export interface Crdt<Op, Value> {
 }
 
 /** The object types Stead has: PN-Counter, OR-Set, LWW-Register, Bounded Counter, collaborative text, map, list, and a space's policy. */
-export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map' | 'list' | 'policy'
+export type CrdtTypeName = 'counter' | 'set' | 'register' | 'bounded-counter' | 'text' | 'map' | 'list' | 'policy' | 'deletion'
 
 /**
  * One object type, as the registry knows it: how its declaration travels,
@@ -145,6 +145,8 @@ export interface ObjectType<
   readonly onlyAt?: string
   /** Whether an op must travel as a safe update (only the stable order may decide it). */
   mustBeSafe?(op: unknown): boolean
+  /** Whether it is the deletion of whatever its key holds (see deletion.ts): no object of its own, never nested. */
+  readonly deletes?: boolean
 }
 
 
