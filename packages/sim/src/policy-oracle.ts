@@ -1,4 +1,4 @@
-import { POLICY_KEY, envelopeUnits, fromHex, redeemBytes, type CommitResult, type PolicyOp } from '@stead/core'
+import { POLICY_KEY, envelopeUnits, isDeletion, fromHex, redeemBytes, type CommitResult, type PolicyOp } from '@stead/core'
 import { verifySync } from '@stead/core/node'
 import { Violation } from './violation.ts'
 
@@ -25,7 +25,7 @@ export class PolicyOracle {
   /** Devices revoked, as `user device`. */
   private revoked = new Set<string>()
   /** Units the audit rejected as unauthorized (`revokedDevice`: of those, a revoked device's), and units of policy changes it committed. */
-  readonly seen = { unauthorized: 0, changes: 0, redeemed: 0, revokedDevice: 0 }
+  readonly seen = { unauthorized: 0, changes: 0, redeemed: 0, revokedDevice: 0, deleted: 0 }
 
   constructor(space: string) {
     this.space = space
@@ -42,6 +42,7 @@ export class PolicyOracle {
           for (const item of items) {
             if (!this.allows(d.env, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
             if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp, d.env.userId)
+            if (isDeletion(item.decl)) this.seen.deleted++
           }
         } else if (verdict?.status === 'rejected' && verdict.reason === 'unauthorized') {
           this.seen.unauthorized++

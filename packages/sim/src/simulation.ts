@@ -104,7 +104,7 @@ export interface SimResult {
   /** Envelopes the checker's audit committed, by whether it verified their clock. */
   readonly clocks: { readonly verified: number; readonly unverified: number }
   /** Policy changes the audit committed, and units it rejected as unauthorized (see PolicyOracle). */
-  readonly policy: { readonly changes: number; readonly unauthorized: number; readonly redeemed: number; readonly revokedDevice: number }
+  readonly policy: { readonly changes: number; readonly unauthorized: number; readonly redeemed: number; readonly revokedDevice: number; readonly deleted: number }
   readonly rejectedMessages: number
   readonly rejectedReasons: Readonly<Record<string, number>>
   /** Snapshots the relays wrote; restarts that loaded one; the highest round below which a relay pruned its blocks. */

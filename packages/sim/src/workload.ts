@@ -69,7 +69,7 @@ export interface Workload {
    * back, then lets everyone read; two guests redeem the invitation at the
    * same moment (only one can get it) and then each writes; a writer's
    * phone (a device its key certified) writes, the writer revokes it, and
-   * the phone writes on. Each group is sent at one moment, its envelopes
+   * the phone writes on; the admin deletes the guest list late in the run. Each group is sent at one moment, its envelopes
    * to different relays.
    */
   readonly policy: ReadonlyArray<readonly Envelope[]>
@@ -204,7 +204,9 @@ async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Arr
     return out
   }
   const change = (op: PolicyOp) => ({ updates: [], safe: [{ atomic: false, updates: [{ key: POLICY_KEY, decl: { type: 'policy' as const }, op }] }] })
-  const adminChain = await chain(admin, ops.map(change))
+  // Last, the admin deletes the guest list the clients keep adding to: what the order puts after it starts a new one.
+  const deleteGuests = { updates: [], safe: [{ atomic: false, updates: [{ key: 'guests', decl: { type: 'deletion' as const }, op: ['x'] as const }] }] }
+  const adminChain = await chain(admin, [...ops.map(change), deleteGuests])
   // Two guests race for the single-use invitation, then each writes: only the winner's write commits.
   const guests = await Promise.all(['sim-guest-a', 'sim-guest-b'].map(identity))
   const guestChains = await Promise.all(

@@ -23,7 +23,6 @@ describe('deterministic simulation', () => {
 
   it("orders an admin's policy changes like any update: every attested verdict agrees with a policy model kept apart from the audit (N = 4 and 7, Byzantine relays, a Byzantine client revoked mid-run, two guests racing for one invitation, a revoked phone writing on)", async () => {
     let unauthorized = 0
-    let revokedDevice = 0
     for (const [relays, byzantine, seed] of [
       [4, 1, 1],
       [4, 1, 3],
@@ -36,12 +35,13 @@ describe('deterministic simulation', () => {
       // everyone reads, a writer revokes its phone; of two guests redeeming the single-use invitation at once, exactly one gets it.
       expect(r.policy.redeemed).toBe(1)
       expect(r.policy.changes).toBe(8)
+      // The admin's deletion of the guest list, committed.
+      expect(r.policy.deleted).toBe(1)
       unauthorized += r.policy.unauthorized
-      revokedDevice += r.policy.revokedDevice
     }
+    // (The phone's writes after its revocation are refused at the doors, or where one got in, by the audit: the
+    // oracle checks each verdict; which of the two depends on timing.)
     expect(unauthorized).toBeGreaterThan(0)
-    // The phone's writes the order put after its revocation, refused.
-    expect(revokedDevice).toBeGreaterThan(0)
   }, 120_000)
 
   it.each([
