@@ -560,8 +560,7 @@ export class StableAudit {
     return this.deltaApplied(changed)
   }
 
-  /** An object of a delta as it stands at the delta's end: its state, or the stable one with the delta's ops applied as the audit did. */
-  /** A delta's object as it stands at the delta's end; undefined for one deleted. */
+  /** An object of a delta as it stands at the delta's end: its state, or the stable one with the delta's ops applied as the audit did; undefined for one deleted. */
   private deltaObject(o: StateDelta['objects'][number]): Obj | undefined {
     const decl = decodeDeclaration(o.decl)
     if (isDeletion(decl)) {
