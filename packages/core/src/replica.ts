@@ -1136,15 +1136,6 @@ export class ReliableReplica extends StableAudit {
     return this.pending.has(idHex)
   }
 
-  /** Whether an envelope not decided yet deletes `key`. */
-  private deletionPending(key: string): boolean {
-    for (const idHex of this.pendingKeys.get(key) ?? []) {
-      const p = this.pending.get(idHex) as Pending
-      for (const unit of envelopeUnits(p.env)) for (const item of itemsOf(unit)) if (item.key === key && isDeletion(item.decl)) return true
-    }
-    return false
-  }
-
   /** The prospective object of `key` anew: the stable one with every pending op on it that still applies. */
   private rebuildProspective(key: string): void {
     const stable = this.stableObjects.get(key)
@@ -1342,22 +1333,7 @@ export class ReliableReplica extends StableAudit {
     const stable = this.stableObjects.get(key)
     const prospective = this.prospectiveObjects.get(key)
     if (!stable || !prospective || sameDeclaration(stable.decl, prospective.decl)) return
-    // A pending deletion empties the key, and what follows it may be of any type: the order of the pending ops decides.
-    if (this.deletionPending(key)) return this.rebuildProspective(key)
-    const rebuilt: Obj = { decl: stable.decl, crdt: stable.crdt.clone() }
-    this.prospectiveObjects.set(key, rebuilt)
-    for (const p of this.pending.values()) {
-      for (const unit of envelopeUnits(p.env)) {
-        for (const item of itemsOf(unit)) {
-          if (item.key !== key) continue
-          p.applied.delete(item.tag)
-          if (sameDeclaration(item.decl, stable.decl)) {
-            asGeneric(rebuilt.crdt).apply(item.op, opContext(p.env, item.tag))
-            p.applied.add(item.tag)
-          }
-        }
-      }
-    }
+    this.rebuildProspective(key)
   }
 
   private newPendingEpoch(): void {
