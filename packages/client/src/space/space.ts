@@ -27,6 +27,12 @@ import {
 } from '@stead/core'
 import type { DraftIds } from './draft-ids.ts'
 
+/** What is wrong with an object key, or null: 1 to 256 characters, no unpaired surrogate. */
+function keyProblem(key: unknown): string | null {
+  if (typeof key !== 'string' || key.length === 0 || key.length > DEFAULT_LIMITS.maxKeyChars) return `object keys are 1 to ${DEFAULT_LIMITS.maxKeyChars} characters, got ${JSON.stringify(key)}`
+  return isWellFormed(key) ? null : `object key ${JSON.stringify(key)} has an unpaired surrogate (it would reach other replicas as another key)`
+}
+
 /** The declaration of a deletion (see `Space.delete`). */
 const DELETION: Declaration = { type: 'deletion' }
 import { applyIntent, type DraftBatch, type DraftItem } from './drafts.ts'
@@ -453,8 +459,8 @@ export class Space {
     const known = this.handles.get(key)
     if (known && sameDeclaration(known.declaration, decl)) return known
     this.assertOpen()
-    if (typeof key !== 'string' || key.length === 0 || key.length > 256) throw new SteadError('malformed', 'object keys are 1 to 256 characters')
-    if (!isWellFormed(key)) throw new SteadError('malformed', `object key ${JSON.stringify(key)} has an unpaired surrogate (it would reach other replicas as another key)`)
+    const problem = keyProblem(key)
+    if (problem) throw new SteadError('malformed', problem)
     try {
       createCrdt(decl)
     } catch (err) {
@@ -718,7 +724,8 @@ export class Space {
    */
   delete(key: string, options?: WaitOptions): Promise<SafeResult> {
     return guarded(() => {
-      if (typeof key !== 'string' || key.length === 0 || key.length > DEFAULT_LIMITS.maxKeyChars) throw new SteadError('malformed', `delete: a key is 1 to ${DEFAULT_LIMITS.maxKeyChars} characters, got ${JSON.stringify(key)}`)
+      const problem = keyProblem(key)
+      if (problem) throw new SteadError('malformed', `delete: ${problem}`)
       if (key.startsWith('$')) throw new SteadError('malformed', `delete: ${key} is a system object of the space; it cannot be deleted`)
       this.assertOpen()
       const item: DraftItem = { key, decl: DELETION, intent: ['x'] }
