@@ -1,4 +1,4 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, isSteadError, toHex, type Clock, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, isSteadError, toHex, userIdOf, type Clock, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
 import { decodeDeviceToken, encodeDeviceToken } from './handles/device-token.ts'
 import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
@@ -642,7 +642,7 @@ async function openLeadStorage(
 /** The ids and key a client shows for `identity`. */
 function whoIs(crypto: Crypto, identity: Identity): Pick<ClientInit, 'authorId' | 'userId' | 'publicKey'> {
   const authorId = authorIdOf(crypto, identity.publicKey)
-  return { authorId, userId: identity.certificate ? authorIdOf(crypto, identity.certificate.user) : authorId, publicKey: toHex(identity.publicKey) }
+  return { authorId, userId: userIdOf(crypto, identity.publicKey, identity.certificate), publicKey: toHex(identity.publicKey) }
 }
 
 /**

@@ -1,5 +1,5 @@
 import { bytesEqual, toHex } from './bytes.ts'
-import { encode } from './codec.ts'
+import { encode, expect } from './codec.ts'
 import { PUBLIC_KEY_BYTES, SIGNATURE_BYTES, type Crypto } from './crypto/types.ts'
 import { SteadError } from './errors.ts'
 
@@ -40,11 +40,9 @@ export function encodeDeviceCertificate(cert: DeviceCertificate): [Uint8Array, U
  * @throws SteadError `malformed` for anything but `[32-byte key, 64-byte signature]`.
  */
 export function decodeDeviceCertificate(v: unknown): DeviceCertificate {
-  if (!Array.isArray(v) || v.length !== 2) throw new SteadError('malformed', 'a device certificate is [user public key, signature]')
-  const [user, sig] = v as unknown[]
-  if (!(user instanceof Uint8Array) || user.length !== PUBLIC_KEY_BYTES) throw new SteadError('malformed', `a device certificate's user key is ${PUBLIC_KEY_BYTES} bytes`)
-  if (!(sig instanceof Uint8Array) || sig.length !== SIGNATURE_BYTES) throw new SteadError('malformed', `a device certificate's signature is ${SIGNATURE_BYTES} bytes`)
-  return { user, sig }
+  const pair = expect.array(v, 'device certificate', 2)
+  if (pair.length !== 2) throw new SteadError('malformed', 'a device certificate is [user public key, signature]')
+  return { user: expect.bytes(pair[0], "device certificate's user key", PUBLIC_KEY_BYTES), sig: expect.bytes(pair[1], "device certificate's signature", SIGNATURE_BYTES) }
 }
 
 /** Certificates that verified, so that each envelope of a device does not cost a second signature check. */
@@ -52,32 +50,34 @@ const verified = new Set<string>()
 /** Certificates remembered at most (one per device a process hears from). */
 const MAX_VERIFIED = 4096
 
-/** The memo key of a certificate for a device; undefined when it names the device itself as its user (never valid: a key without certificate is its own user). */
-function memoKey(devicePublicKey: Uint8Array, cert: DeviceCertificate): string | undefined {
-  return bytesEqual(cert.user, devicePublicKey) ? undefined : toHex(devicePublicKey) + toHex(cert.user) + toHex(cert.sig)
+/**
+ * What is known of a certificate without checking its signature: false for
+ * one naming the device itself as its user (never valid: a key without
+ * certificate is its own user), true for one verified before; else the
+ * memo key to remember it under once its signature verifies.
+ */
+function known(devicePublicKey: Uint8Array, cert: DeviceCertificate): boolean | string {
+  if (bytesEqual(cert.user, devicePublicKey)) return false
+  const key = toHex(devicePublicKey) + toHex(cert.user) + toHex(cert.sig)
+  return verified.has(key) || key
 }
 
-function remember(key: string): void {
+/** `ok`, remembering the certificate under `key` when it verified. */
+function remembered(key: string, ok: boolean): boolean {
+  if (!ok) return false
   if (verified.size >= MAX_VERIFIED) verified.delete(verified.values().next().value as string)
   verified.add(key)
+  return true
 }
 
 /** Whether `cert` certifies `devicePublicKey`. */
 export function deviceCertificateHolds(verify: (publicKey: Uint8Array, message: Uint8Array, signature: Uint8Array) => boolean, devicePublicKey: Uint8Array, cert: DeviceCertificate): boolean {
-  const key = memoKey(devicePublicKey, cert)
-  if (key === undefined) return false
-  if (verified.has(key)) return true
-  if (!verify(cert.user, deviceCertificateBytes(devicePublicKey), cert.sig)) return false
-  remember(key)
-  return true
+  const k = known(devicePublicKey, cert)
+  return typeof k === 'boolean' ? k : remembered(k, verify(cert.user, deviceCertificateBytes(devicePublicKey), cert.sig))
 }
 
 /** The same check with an asynchronous verifier (WebCrypto). */
 export async function deviceCertificateHoldsAsync(crypto: Pick<Crypto, 'verify'>, devicePublicKey: Uint8Array, cert: DeviceCertificate): Promise<boolean> {
-  const key = memoKey(devicePublicKey, cert)
-  if (key === undefined) return false
-  if (verified.has(key)) return true
-  if (!(await crypto.verify(cert.user, deviceCertificateBytes(devicePublicKey), cert.sig))) return false
-  remember(key)
-  return true
+  const k = known(devicePublicKey, cert)
+  return typeof k === 'boolean' ? k : remembered(k, await crypto.verify(cert.user, deviceCertificateBytes(devicePublicKey), cert.sig))
 }

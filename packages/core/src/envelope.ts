@@ -87,6 +87,11 @@ export function authorIdOf(crypto: Pick<Crypto, 'sha256'>, publicKey: Uint8Array
   return toBase64Url(crypto.sha256(publicKey).subarray(0, 12))
 }
 
+/** Whom policies see signing with `publicKey`: the user its device certificate names, else the key's own author id. */
+export function userIdOf(crypto: Pick<Crypto, 'sha256'>, publicKey: Uint8Array, certificate?: DeviceCertificate): string {
+  return authorIdOf(crypto, certificate ? certificate.user : publicKey)
+}
+
 /** Signs a draft. The result is exactly what `openEnvelope` would return for its bytes. */
 export async function sealEnvelope(
   crypto: Crypto,
@@ -181,7 +186,7 @@ function finish(crypto: Pick<Crypto, 'sha256'>, signed: Signed, draft: EnvelopeD
     author,
     authorId,
     ...(draft.device ? { device: draft.device } : {}),
-    userId: draft.device ? authorIdOf(crypto, draft.device.user) : authorId,
+    userId: draft.device ? userIdOf(crypto, author, draft.device) : authorId,
     id,
     idHex: toHex(id),
     signed,

@@ -1,4 +1,4 @@
-import { POLICY_KEY, SteadError, authorIdOf, deviceCertificateHolds, isFiller, policyProblem, type Authorize, type DeviceCertificate, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, authorIdOf, deviceCertificateHolds, isFiller, policyProblem, userIdOf, type Authorize, type DeviceCertificate, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
 import { nodeCrypto, verifySync } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
 
@@ -24,9 +24,8 @@ export interface Reader {
  */
 export function readerOf(key: Uint8Array, device: DeviceCertificate | undefined): Reader {
   const authorId = authorIdOf(nodeCrypto, key)
-  if (!device) return { authorId, userId: authorId }
-  if (!deviceCertificateHolds(verifySync, key, device)) throw new SteadError('bad-signature', `the device certificate shown for key ${authorId} does not verify: its user key did not certify this key`)
-  return { authorId, userId: authorIdOf(nodeCrypto, device.user) }
+  if (device && !deviceCertificateHolds(verifySync, key, device)) throw new SteadError('bad-signature', `the device certificate shown for key ${authorId} does not verify: its user key did not certify this key`)
+  return { authorId, userId: userIdOf(nodeCrypto, key, device) }
 }
 
 /** Whether the envelope creates a space's policy (an init of $policy). */
