@@ -139,7 +139,7 @@ export class SpaceAccess {
    * writers, or anyone when it lists no readers.
    */
   canRead(space: string, reader: Reader | undefined, policy: SpacePolicy | undefined): boolean {
-    if (policy) return reader === undefined ? policy.mayRead(undefined) : !policy.isRevoked(reader.userId, reader.authorId) && policy.mayRead(reader.userId)
+    if (policy) return policy.mayReadAs(reader)
     const readers = this.fileRules(space)?.readers
     if (!readers) return true
     return reader !== undefined && readers.has(reader.userId)

@@ -223,6 +223,12 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return this.everyoneMay !== 'none' || (user !== undefined && this.members.has(user))
   }
 
+  /** Whether a key that proved to be `reader` (its author id and the user it acts for; undefined: nobody) may read the space: not a revoked device. */
+  mayReadAs(reader: { readonly userId: string; readonly authorId: string } | undefined): boolean {
+    if (reader && this.isRevoked(reader.userId, reader.authorId)) return false
+    return this.mayRead(reader?.userId)
+  }
+
   /** Whether `user` may change the policy. */
   mayAdminister(user: string): boolean {
     return this.members.get(user) === 'admin'
