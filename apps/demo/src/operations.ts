@@ -91,7 +91,7 @@ export class OperationLog {
         this.markStable()
         return op
       },
-      (err: unknown) => this.settle(id, { state: 'failed', reason: 'error', detail: err instanceof Error ? err.message : String(err) }),
+      (err: unknown) => this.settle(id, { state: 'failed', reason: 'error', detail: messageOf(err) }),
     )
   }
 
@@ -107,6 +107,11 @@ export class OperationLog {
     this.ops = [op, ...rest].sort((a, b) => b.id - a.id).slice(0, MAX_KEPT)
     for (const l of this.listeners) l()
   }
+}
+
+/** What an error says, for a person: its message. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err)
 }
 
 function outcome(result: UpdateResult, latency: number): Partial<Operation> {

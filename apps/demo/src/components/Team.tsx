@@ -2,6 +2,7 @@ import { useEffect, useState, type FormEvent } from 'react'
 import type { Space, SteadClient } from '@stead/client'
 import { SteadProvider, useMembers, useSet, useStatus } from '@stead/react'
 import { useDemo } from '../demo-context.ts'
+import { messageOf } from '../operations.ts'
 
 /** The team space this page last created or joined, so a reload shows it again. */
 const remembered = (database: string) => `stead-demo-team:${database}`
@@ -44,7 +45,7 @@ export function Team() {
         localStorage.setItem(remembered(config.database), s.space)
         setSpace(s)
       },
-      (err: unknown) => live && setProblem(`could not join: ${err instanceof Error ? err.message : String(err)}`),
+      (err: unknown) => live && setProblem(`could not join: ${messageOf(err)}`),
     )
     return () => {
       live = false
@@ -58,7 +59,7 @@ export function Team() {
         localStorage.setItem(remembered(config.database), s.space)
         setSpace(s)
       },
-      (err: unknown) => setProblem(err instanceof Error ? err.message : String(err)),
+      (err: unknown) => setProblem(messageOf(err)),
     )
   }
 
@@ -101,7 +102,7 @@ function TeamSpace({ client, space }: { client: SteadClient; space: Space }) {
     setLink(undefined)
     invite('writer').then(
       (token) => setLink(`${window.location.origin}${window.location.pathname}${window.location.search}#join=${encodeURIComponent(token)}`),
-      (err: unknown) => setRefused(err instanceof Error ? err.message : String(err)),
+      (err: unknown) => setRefused(messageOf(err)),
     )
   }
   const add = (e: FormEvent) => {
@@ -111,7 +112,7 @@ function TeamSpace({ client, space }: { client: SteadClient; space: Space }) {
     setRefused(undefined)
     handle.add(item, { safe: true }).then(
       (r) => r.status === 'rejected' && setRefused(`${r.reason}: ${r.detail}`),
-      (err: unknown) => setRefused(err instanceof Error ? err.message : String(err)),
+      (err: unknown) => setRefused(messageOf(err)),
     )
     setText('')
   }
