@@ -14,7 +14,6 @@ export interface InvitationSecret {
   readonly secret: Uint8Array
 }
 
-/** What is wrong with a space name, or null (as `client.space` checks it). */
 /** What is wrong with a space name, or null: 1 to 128 characters, no unpaired surrogate (it would reach the relays as another name). */
 export function spaceNameProblem(name: unknown): string | null {
   if (typeof name !== 'string' || name.length === 0 || name.length > 128) return `a space name is 1 to 128 characters, got ${JSON.stringify(name)}`
