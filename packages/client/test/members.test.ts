@@ -55,7 +55,7 @@ describe('members and permissions', () => {
     const [alice, bob, carol] = await Promise.all([person(c, 1), person(c, 2), person(c, 3)])
     const team = await alice.createSpace('team', { readers: [carol.userId] })
     expect(team).toBe(await alice.space('team'))
-    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [carol.userId]: 'reader' }, everyone: 'none', revokedDevices: {} })
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [carol.userId]: 'reader' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
     expect(team.members.value).toEqual(team.members.stable)
     expect(team.members.myRole).toBe('admin')
     expect(team.members.roleOf(carol.userId)).toBe('reader')
@@ -180,7 +180,7 @@ describe('members and permissions', () => {
     expect(await members.setEveryone('writer')).toEqual(rejected('unauthorized'))
     expect(await members.revoke(alice.userId)).toEqual(rejected('unauthorized'))
     await c.until('alice sees them decided', () => team.status.stableIndex >= bobs.status.stableIndex || undefined)
-    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [bob.userId]: 'writer' }, everyone: 'none', revokedDevices: {} })
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin', [bob.userId]: 'writer' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
     // The last admin cannot leave the space without one.
     expect(await team.members.revoke(alice.userId)).toEqual(rejected('invariant'))
     expect(await team.members.grant(alice.userId, 'writer')).toEqual(rejected('invariant'))
@@ -204,7 +204,7 @@ describe('members and permissions', () => {
     expect(taken.message).toMatch(/may not change the policy/)
     const team = await alice.space('team')
     await c.until('alice sees both decided', () => team.status.stableIndex >= 3 || undefined)
-    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin' }, everyone: 'writer', revokedDevices: {} })
+    expect(team.members.stable).toEqual({ members: { [alice.userId]: 'admin' }, everyone: 'writer', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
   })
 
   it('gives a space in use without a policy one; what was written before stands', async () => {

@@ -88,3 +88,46 @@ describe('space.delete', () => {
     await expect(a.delete('half \ud800')).rejects.toThrow(/unpaired surrogate/)
   })
 })
+
+describe('space.members.deleteSpace', () => {
+  it('empties the space on every client where the order puts it, and refuses every later update, a new policy included', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    const b = await world.client(c)
+    committing(c)
+    await world.owner(a).createSpace('bank', { everyone: 'writer' })
+    expect((await b.counter('n').increment(5, { safe: true })).status).toBe('committed')
+    void b.text('doc').insert(0, 'gone soon')
+    await c.until('a has both', () => (a.counter('n').stable === 5 && a.text('doc').stable === 'gone soon') || undefined)
+    // Only an admin deletes a space.
+    expect(await b.members.deleteSpace()).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    expect((await a.members.deleteSpace()).status).toBe('committed')
+    expect([a.keys(), a.counter('n').stable, a.text('doc').stable, a.members.stable?.deleted]).toEqual([[], 0, '', true])
+    await c.until('b sees it deleted', () => b.members.stable?.deleted || undefined)
+    expect([b.keys(), b.counter('n').value, b.text('doc').value]).toEqual([[], 0, ''])
+    expect(b.counter('n').history().map((h) => h.value)).toEqual([5, null])
+    // Nothing takes after it: a write, a policy change, a new policy.
+    expect(await b.counter('n').increment(1, { safe: true })).toMatchObject({ status: 'rejected', reason: 'unauthorized', detail: expect.stringMatching(/bank was deleted/) })
+    expect(await a.members.grant(world.owner(b).userId, 'admin')).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    await expect(world.owner(b).createSpace('bank')).rejects.toMatchObject({ reason: 'unauthorized' })
+    // A client that opens it later finds it deleted, with nothing in it.
+    const d = await world.client(c)
+    await c.until('d sees it deleted', () => d.members.stable?.deleted || undefined)
+    expect([d.keys(), d.counter('n').stable]).toEqual([[], 0])
+  })
+
+  it('sets a retention that admins alone may set, and refuses a bad one at the call', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    committing(c)
+    await world.owner(a).createSpace('bank', { everyone: 'reader' })
+    expect((await a.members.setRetention({ entries: 1000, days: 30 })).status).toBe('committed')
+    expect(a.members.stable?.retention).toEqual({ entries: 1000, days: 30 })
+    const b = await world.client(c)
+    await c.until('b has the policy', () => b.members.stable !== undefined || undefined)
+    expect(await b.members.setRetention({ entries: 1 })).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    for (const [bad, message] of [[{ entries: -1 }, /entries is a whole number/], [{ days: 36_501 }, /days is a whole number/], [{ weeks: 2 }, /no field weeks/], [null, /an object/]] as const) {
+      await expect(a.members.setRetention(bad as never)).rejects.toThrow(message)
+    }
+  })
+})

@@ -8,6 +8,7 @@ import {
   historyPatch,
   historyValue,
   isDeletion,
+  isSpaceDeletion,
   isOrdered,
   patchesHistory,
   POLICY_KEY,
@@ -889,6 +890,8 @@ export class StableAudit {
     const outcomes: UnitOutcome[] = []
     const committedTags = new Set<string>()
     const touched = new Set<string>()
+    /** Objects a deletion of the space took. */
+    const wiped: string[] = []
     this.authorLeaves.touch(env.authorId)
     for (const unit of envelopeUnits(env)) {
       const items = itemsOf(unit)
@@ -900,18 +903,36 @@ export class StableAudit {
         for (const item of items) {
           committedTags.add(item.tag)
           touched.add(item.key)
+          if (item.key === POLICY_KEY && isSpaceDeletion(item.op)) wiped.push(...this.deleteObjects())
         }
       } else {
         outcomes.push({ unit: unit.unit, status: 'rejected', reason: result.reason, detail: result.detail })
       }
     }
-    for (const key of touched) {
+    for (const key of [...touched, ...wiped]) {
       this.appendHistory(key, index)
       changed.add(key)
     }
     decisions.push({ kind: 'committed', env, index, units: outcomes, clockVerified: record.verified })
     this.decidedEnvelope(env, (tag) => committedTags.has(tag), decisions, changed)
+    if (wiped.length) this.objectsWiped(wiped)
     return true
+  }
+
+  /**
+   * The space was deleted here in the stable order: every object but its
+   * policy goes, as if each were deleted (their histories say null, their
+   * leaves leave the state hash). Their prospective copies are rebuilt
+   * from nothing once the envelope is decided: what is pending on them
+   * will be refused. Returns their keys.
+   */
+  private deleteObjects(): string[] {
+    const keys = [...this.stableObjects.keys()].filter((key) => key !== POLICY_KEY)
+    for (const key of keys) {
+      this.stableObjects.delete(key)
+      this.objectLeaves.touch(key)
+    }
+    return keys
   }
 
   private applyStable(env: Envelope, item: Item): ApplyResult {
@@ -1025,6 +1046,9 @@ export class StableAudit {
 
   /** The audit decided `env`: `committed` says which of its ops' tags committed (none for a dropped one). */
   protected decidedEnvelope(_env: Envelope, _committed: (tag: string) => boolean, _decisions: Decision[], _changed: Set<string>): void {}
+
+  /** A deletion of the space took these objects from the stable state. */
+  protected objectsWiped(_keys: readonly string[]): void {}
 
   /** A delta moved the stable state (the keys in `changed`): returns the envelopes held locally that it decided. */
   protected deltaApplied(_changed: Set<string>): Envelope[] {
@@ -1377,6 +1401,10 @@ export class ReliableReplica extends StableAudit {
       decisions.push({ kind: 'superseded', env: other.env, by: env.idHex })
       this.settle(other.env, () => false, changed)
     }
+  }
+
+  protected override objectsWiped(keys: readonly string[]): void {
+    for (const key of keys) this.rebuildProspective(key)
   }
 
   protected override deltaApplied(changed: Set<string>): Envelope[] {

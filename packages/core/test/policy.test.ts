@@ -44,6 +44,9 @@ function split(decisions: readonly Decision[]): string[] {
   return decisions.flatMap((d) => (d.kind === 'superseded' ? [] : [JSON.stringify(attestedDecision(d))]))
 }
 
+/** Each envelope's first unit's status, with its reason when rejected. */
+const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
+
 describe('space policy: the object', () => {
   const ctx = (tag: string) => ({ replica: 'r', tag })
 
@@ -56,7 +59,7 @@ describe('space policy: the object', () => {
     expect(p.tryApply(['r', 'a', null], ctx('t:4'))).toMatchObject({ ok: false, reason: 'invariant' })
     expect(p.tryApply(['r', 'b', 'admin'], ctx('t:5'))).toEqual({ ok: true })
     expect(p.tryApply(['r', 'a', null], ctx('t:6'))).toEqual({ ok: true })
-    expect(p.value()).toEqual({ members: { b: 'admin' }, everyone: 'none', revokedDevices: {} })
+    expect(p.value()).toEqual({ members: { b: 'admin' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
     expect(p.mayRead('a')).toBe(false)
     expect(p.tryApply(['e', 'reader'], ctx('t:7'))).toEqual({ ok: true })
     expect(p.mayRead(undefined)).toBe(true)
@@ -97,7 +100,7 @@ describe('space policy: the audit', () => {
     expect(units[4]).toMatchObject({ reason: 'unauthorized' })
     expect(units[5]).toMatchObject({ reason: 'unauthorized' })
     expect(r.stableValue('c')).toBe(5)
-    expect(r.policy()?.value()).toEqual({ members: { [id(0)]: 'admin' }, everyone: 'none', revokedDevices: {} })
+    expect(r.policy()?.value()).toEqual({ members: { [id(0)]: 'admin' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
   })
 
   it('lets a creator write in the envelope that creates the policy, and anyone once everyone may write', async () => {
@@ -129,10 +132,10 @@ describe('space policy: the audit', () => {
     const forged = await seal(2, 1, { safe: [change(['r', id(2), 'admin'])] })
     r.receive(forged)
     r.receive(grant)
-    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader', [id(2)]: 'admin' }, everyone: 'none', revokedDevices: {} })
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader', [id(2)]: 'admin' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
     r.commit([forged, grant])
     expect(r.pendingCount).toBe(0)
-    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none', revokedDevices: {} })
+    expect(r.value(POLICY_KEY)).toEqual({ members: { [id(0)]: 'admin', [id(1)]: 'reader' }, everyone: 'none', revokedDevices: {}, retention: { entries: 0, days: 0 }, deleted: false })
     expect(r.value(POLICY_KEY)).toEqual(r.stableValue(POLICY_KEY))
   })
 })
@@ -145,7 +148,6 @@ async function invitationKey(n: number) {
 const redeem = async (inv: { secretKey: Uint8Array; key: string }, user: number, t: number, as = user): Promise<PolicyOp> => ['j', inv.key, t, await crypto.sign(inv.secretKey, redeemBytes(SPACE, userId(as), inv.key, t))]
 
 describe('space policy: invitations', () => {
-  const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
 
   it('lets whoever holds an invitation take its role, as many times as it allows, until it expires or is closed', async () => {
     const a = await invitationKey(1)
@@ -242,11 +244,11 @@ describe('space policy: invitations', () => {
 })
 
 /** One step of a random history: who acts, and what. */
-type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write' | 'invite' | 'redeem' | 'close' | 'revokeDevice'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
+type Step = { user: number; kind: 'grant' | 'revoke' | 'everyone' | 'write' | 'invite' | 'redeem' | 'close' | 'revokeDevice' | 'retain'; target: number; role: 'admin' | 'writer' | 'reader'; everyone: 'none' | 'reader' | 'writer'; n: number }
 
 const stepArb: fc.Arbitrary<Step> = fc.record({
   user: fc.integer({ min: 0, max: 5 }),
-  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write', 'invite', 'redeem', 'redeem', 'close', 'revokeDevice'),
+  kind: fc.constantFrom('grant', 'revoke', 'everyone', 'write', 'write', 'invite', 'redeem', 'redeem', 'close', 'revokeDevice', 'retain'),
   target: fc.integer({ min: 0, max: 3 }),
   role: fc.constantFrom('admin', 'writer', 'reader'),
   everyone: fc.constantFrom('none', 'reader', 'writer'),
@@ -264,6 +266,8 @@ async function history(steps: readonly Step[]): Promise<Envelope[]> {
     else if (s.kind === 'revoke') out.push(await seal(s.user, seq, { safe: [change(['r', id(s.target), null])] }))
     else if (s.kind === 'everyone') out.push(await seal(s.user, seq, { safe: [change(['e', s.everyone])] }))
     // Device 4 (of user 1) or 5 (of user 0) revoked, by whoever tries: its user's own key and admins succeed.
+    // A retention, or now and then (n = 9) the space's deletion, by whoever tries: admins succeed.
+    else if (s.kind === 'retain') out.push(await seal(s.user, seq, { safe: [change(s.n === 9 ? ['d'] : ['k', s.n * 10, s.n % 3])] }))
     else if (s.kind === 'revokeDevice') out.push(await seal(s.user, seq, { safe: [change(['v', userId(4 + (s.target % 2)), id(4 + (s.target % 2))])] }))
     else {
       // Two invitations, opened and closed by whoever tries (admins only succeed), redeemed by anyone, with times
@@ -290,6 +294,65 @@ function batches<T>(items: readonly T[], cuts: readonly number[]): T[][] {
   }
   return out
 }
+
+describe('space policy: retention and deleting the space', () => {
+  it('keeps a retention that only admins set, in values and snapshots', async () => {
+    const r = new StableAudit({ space: SPACE })
+    const envs = [
+      await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] }),
+      await seal(1, 1, { safe: [change(['k', 5, 0])] }),
+      await seal(0, 2, { safe: [change(['k', 100, 30])] }),
+    ]
+    expect(statuses(r.commit(envs).decisions)).toEqual(['committed', 'rejected:unauthorized', 'committed'])
+    expect(r.policy()?.retention).toEqual({ entries: 100, days: 30 })
+    const copy = SpacePolicy.fromSnapshot(decode(encode(r.policy()?.snapshot())) as never)
+    expect(copy.value()).toEqual(r.policy()?.value())
+    // Back to keeping everything: the snapshot takes the form it had before retentions existed (same state hash).
+    r.commit([await seal(0, 3, { safe: [change(['k', 0, 0])] })])
+    expect(r.policy()?.snapshot()).toHaveLength(5)
+  })
+
+  it('refuses a retention out of range and a malformed deletion', () => {
+    const p = new SpacePolicy()
+    const ctx = { replica: 'a', tag: 't' }
+    p.tryApply(['i', [['a', 'admin']], 'none'], ctx)
+    expect(p.tryApply(['k', -1, 0], ctx)).toMatchObject({ ok: false, reason: 'malformed' })
+    expect(p.tryApply(['k', 0, 1.5], ctx)).toMatchObject({ ok: false, reason: 'malformed' })
+    expect(p.tryApply(['k', 0, 36_501], ctx)).toMatchObject({ ok: false, reason: 'malformed' })
+    expect(p.tryApply(['d', 1] as unknown as PolicyOp, ctx)).toMatchObject({ ok: false, reason: 'malformed' })
+  })
+
+  it('deletes the space where the order puts it: what came before goes, nothing after takes, not even a new policy, on every replica', async () => {
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })
+    const write = await seal(1, 1, { updates: [inc('c', 5), inc('d', 1)] })
+    const notAdmin = await seal(1, 2, { safe: [change(['d'])] })
+    const del = await seal(0, 2, { safe: [change(['d'])] })
+    const late = await seal(1, 3, { updates: [inc('c', 7)] })
+    const recreate = await seal(0, 3, { safe: [change(['i', [[id(0), 'admin']], 'none'])] })
+    const grant = await seal(0, 4, { safe: [change(['r', id(2), 'writer'])] })
+    const envs = [create, write, notAdmin, del, late, recreate, grant]
+    const a = new StableAudit({ space: SPACE })
+    const result = a.commit(envs)
+    expect(statuses(result.decisions)).toEqual(['committed', 'committed', 'rejected:unauthorized', 'committed', 'rejected:unauthorized', 'rejected:unauthorized', 'rejected:unauthorized'])
+    expect([a.stableValue('c'), a.stableValue('d'), a.policy()?.deleted]).toEqual([undefined, undefined, true])
+    expect([...a.keys()]).toEqual([POLICY_KEY])
+    // Its histories say null where the deletion went.
+    expect(result.history.filter((h) => h.index === 4).map((h) => [h.key, h.value])).toEqual([[POLICY_KEY, expect.anything()], ['c', null], ['d', null]])
+    // A replica that saw everything prospectively first ends empty too, and one restored from a checkpoint before it alike.
+    const b = new ReliableReplica({ space: SPACE })
+    for (const e of [...envs].reverse()) b.receive(e)
+    expect(b.value('c')).toBe(12)
+    b.commit(envs.slice(0, 3))
+    b.commit(envs.slice(3))
+    expect([b.value('c'), b.value('d'), b.pendingCount]).toEqual([undefined, undefined, 0])
+    expect(b.stableHash(sha)).toEqual(a.stableHash(sha))
+    const d = new StableAudit({ space: SPACE })
+    d.commit(envs.slice(0, 2))
+    const restored = StableAudit.restore({ space: SPACE }, decode(encode(d.checkpoint())), (signed) => openEnvelopeSync({ sha256: sha, verify: () => true }, signed))
+    restored.commit(envs.slice(2))
+    expect(restored.stableHash(sha)).toEqual(a.stableHash(sha))
+  })
+})
 
 describe('space policy: every replica splits the same updates alike', () => {
   it('whatever the delivery order and however the order is cut into commits (property)', async () => {
@@ -320,10 +383,12 @@ describe('space policy: every replica splits the same updates alike', () => {
           const op = u.op as PolicyOp
           // Redemptions are anybody's (their signatures are good here); a revoked device's nothing; the rest are admins',
           // and a device's revocation its user key's too.
-          const mayChange = op[0] === 'i' ? !byHand.created : !byHand.isRevoked(e.userId, e.authorId) && (op[0] === 'j' || byHand.mayAdminister(e.userId) || (op[0] === 'v' && op[1] === e.authorId))
+          const mayChange = op[0] === 'i' ? !byHand.created : !byHand.deleted && !byHand.isRevoked(e.userId, e.authorId) && (op[0] === 'j' || byHand.mayAdminister(e.userId) || (op[0] === 'v' && op[1] === e.authorId))
           if (mayChange) byHand.tryApply(op, { replica: e.authorId, user: e.userId, tag: 'x' })
         }
         expect(a.policy()?.value()).toEqual(byHand.value())
+        // A deleted space holds nothing but its policy.
+        if (byHand.deleted) for (const key of ['c0', 'c1']) expect([a.stableValue(key), c.value(key)]).toEqual([undefined, undefined])
         expect([...(a.policy()?.openInvitations() ?? [])]).toEqual([...byHand.openInvitations()])
         // Restored from a checkpoint midway, a replica goes on alike.
         const half = Math.floor(envs.length / 2)
@@ -340,7 +405,6 @@ describe('space policy: every replica splits the same updates alike', () => {
 })
 
 describe('space policy: devices', () => {
-  const statuses = (decisions: readonly Decision[]) => decisions.map((d) => (d.kind === 'committed' ? (d.units[0]?.status === 'rejected' ? `rejected:${d.units[0].reason}` : 'committed') : d.kind))
 
   it("a device acts for its user, and once revoked its later updates are rejected while its earlier ones and the user's other keys stand", async () => {
     const r = new StableAudit({ space: SPACE })

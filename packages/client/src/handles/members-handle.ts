@@ -1,9 +1,9 @@
-import { EVERYONE, MAX_INVITATION_USES, MAX_MEMBERS, ROLES, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
+import { EVERYONE, MAX_INVITATION_USES, MAX_MEMBERS, MAX_RETENTION_DAYS, MAX_RETENTION_ENTRIES, ROLES, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
 import { Handle, guarded } from './handles.ts'
 import { INVITATION_PREFIX, decodeInvitation, encodeInvitation } from './invitation-token.ts'
 import type { SafeResult, WaitOptions } from '../types.ts'
 
-export type { Everyone, PolicyValue, Role } from '@stead/core'
+export type { Everyone, PolicyValue, Retention, Role } from '@stead/core'
 
 
 /** An author id: 12 bytes of SHA-256 in base64url (see `SteadClient.userId`). */
@@ -208,6 +208,47 @@ export class MembersHandle extends Handle {
    */
   setEveryone(everyone: Everyone, options?: WaitOptions): Promise<SafeResult> {
     return guarded(() => this.change(['e', checkEveryone(everyone, 'setEveryone')], options))
+  }
+
+  /**
+   * Sets how much stable history the relays keep of this space's objects
+   * (what `history` pages read): the entries of the last `entries` stable
+   * indexes, and those of the last `days` days; 0 (the default of each) is
+   * no limit of that kind, and with both 0 they keep everything. Older
+   * entries go when a relay next compacts the space, except each object's
+   * value in force at the limit; a deleted object's history goes whole once
+   * its deletion is past the limit. Admins only; a safe update, as `grant`.
+   *
+   * @param retention `{ entries, days }`: whole numbers from 0 to 1,000,000,000 and to 36,500.
+   * @throws SteadError `malformed` (the promise rejects) for another value; `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  setRetention(retention: { readonly entries?: number; readonly days?: number }, options?: WaitOptions): Promise<SafeResult> {
+    return guarded(() => {
+      if (typeof retention !== 'object' || retention === null || Array.isArray(retention)) throw new SteadError('malformed', `setRetention: the retention is an object { entries, days }, got ${retention === null ? 'null' : Array.isArray(retention) ? 'an array' : typeof retention}`)
+      for (const name of Object.keys(retention)) {
+        if (name !== 'entries' && name !== 'days') throw new SteadError('malformed', `setRetention: no field ${name}; it takes entries and days`)
+      }
+      const { entries = 0, days = 0 } = retention
+      if (!Number.isSafeInteger(entries) || entries < 0 || entries > MAX_RETENTION_ENTRIES) throw new SteadError('malformed', `setRetention: entries is a whole number from 0 (no limit) to ${MAX_RETENTION_ENTRIES}, got ${String(entries)}`)
+      if (!Number.isSafeInteger(days) || days < 0 || days > MAX_RETENTION_DAYS) throw new SteadError('malformed', `setRetention: days is a whole number from 0 (no limit) to ${MAX_RETENTION_DAYS}, got ${String(days)}`)
+      return this.change(['k', entries, days], options)
+    })
+  }
+
+  /**
+   * Deletes the space, for good. Where the stable order puts the deletion,
+   * every object's state goes (on every replica, this client's too) and
+   * from there on every update of the space is refused (`unauthorized`),
+   * a new policy included: the name stays taken, so a device that was
+   * offline meanwhile cannot bring the old data back. Members may still
+   * open it and see that it was deleted (`value.deleted`). Relays drop its
+   * histories and stored commits when they next compact it. Admins only;
+   * a safe update, as `grant`.
+   *
+   * @throws SteadError `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  deleteSpace(options?: WaitOptions): Promise<SafeResult> {
+    return guarded(() => this.change(['d'], options))
   }
 
   /**

@@ -25,6 +25,11 @@ export const MAX_INVITATION_USES = 10_000
 /** Revoked devices a policy holds at most. */
 export const MAX_REVOKED_DEVICES = 10_000
 
+/** The most history entries a retention may name (about a billion): past it, keep everything (0). */
+export const MAX_RETENTION_ENTRIES = 1_000_000_000
+/** The most days a retention may name (about a hundred years): past it, keep everything (0). */
+export const MAX_RETENTION_DAYS = 36_500
+
 /** A user id's length at most (an author id is 16 characters). */
 const MAX_USER_CHARS = 64
 
@@ -46,6 +51,13 @@ const MAX_USER_CHARS = 64
  * - `['v', user, device]` revokes a device of a user (its author id): its
  *   envelopes are refused from here on, whatever their certificate says
  *   (the user itself, or an admin, may);
+ * - `['k', entries, days]` sets how much stable history relays keep of the
+ *   space's objects (see Retention; 0 and 0: all of it);
+ * - `['d']` deletes the space: every object's state goes where the stable
+ *   order puts it, and every later update of the space is refused; its name
+ *   stays taken (a device offline meanwhile cannot bring the old data back
+ *   under a new space), and relays drop its histories and commits when
+ *   they next compact it;
  * - `['u']` withdraws the op made under the same context (only `inverse` makes it).
  * Users are author ids (see Envelope.userId: a device acts for its user).
  */
@@ -57,6 +69,8 @@ export type PolicyOp =
   | readonly ['x', string]
   | RedeemOp
   | readonly ['v', string, string]
+  | readonly ['k', number, number]
+  | readonly ['d']
   | readonly ['u']
 
 /** An open invitation, as a policy holds it. */
@@ -98,6 +112,19 @@ export const REDEEM_SLACK_MS = 10 * 60_000
 /** The roles from weakest to strongest: a redemption never lowers one. */
 const RANK: Record<Role, number> = { reader: 0, writer: 1, admin: 2 }
 
+/**
+ * How much stable history relays keep of a space's objects (older entries
+ * go when a relay next compacts the space; an object's value in force at
+ * the limit stays, unless the object was deleted). Both limits apply; 0
+ * means no limit of that kind.
+ */
+export interface Retention {
+  /** Entries of the space's stable history kept: those of its last `entries` stable indexes. */
+  readonly entries: number
+  /** Days of stable history kept, by the relays' clocks (to within an hour). */
+  readonly days: number
+}
+
 /** A space's policy as plain data. */
 export interface PolicyValue {
   /** Each member's role, by user id. */
@@ -106,6 +133,10 @@ export interface PolicyValue {
   readonly everyone: Everyone
   /** Devices revoked, by user id: their author ids. */
   readonly revokedDevices: Readonly<Record<string, readonly string[]>>
+  /** How much stable history relays keep (0 and 0: all of it). */
+  readonly retention: Retention
+  /** Whether an admin deleted the space: it holds nothing and takes no more updates. */
+  readonly deleted: boolean
 }
 
 function userProblem(u: unknown): string | null {
@@ -153,8 +184,14 @@ export function validatePolicyOp(op: unknown): string | null {
     case 'v':
       if (op.length !== 3) return "policy device revocation is ['v', user, device]"
       return userProblem(op[1]) ?? userProblem(op[2]) ?? (op[1] === op[2] ? 'a user is not a device of its own: revoke a device key, not the user key' : null)
+    case 'k':
+      if (op.length !== 3) return "policy retention is ['k', entries, days]"
+      if (!isSafeInt(op[1]) || op[1] < 0 || op[1] > MAX_RETENTION_ENTRIES) return `retention entries must be a whole number from 0 (no limit) to ${MAX_RETENTION_ENTRIES}`
+      return isSafeInt(op[2]) && op[2] >= 0 && op[2] <= MAX_RETENTION_DAYS ? null : `retention days must be a whole number from 0 (no limit) to ${MAX_RETENTION_DAYS}`
+    case 'd':
+      return op.length === 1 ? null : "policy space deletion is ['d']"
     default:
-      return "policy op must be ['i', ...], ['r', user, role], ['e', everyone], ['n', ...], ['x', key], ['j', ...] or ['v', user, device]"
+      return "policy op must be ['i', ...], ['r', user, role], ['e', everyone], ['n', ...], ['x', key], ['j', ...], ['v', user, device], ['k', entries, days] or ['d']"
   }
 }
 
@@ -174,6 +211,8 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   private invitations = new Map<string, Invitation>()
   /** Revoked devices, as revocationKey(user, device). */
   private revoked = new Set<string>()
+  private keep: Retention = NO_RETENTION
+  private gone = false
   /**
    * The latest time an admin opened an invitation or a redemption was
    * taken at: a redemption may not be older by more than REDEEM_SLACK_MS
@@ -194,7 +233,17 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
   value(): PolicyValue {
     const revokedDevices: Record<string, string[]> = {}
     for (const [user, device] of [...this.revoked].sort().map(revocationOf)) (revokedDevices[user] ??= []).push(device)
-    return { members: Object.fromEntries([...this.members].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), everyone: this.everyoneMay, revokedDevices }
+    return { members: Object.fromEntries([...this.members].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))), everyone: this.everyoneMay, revokedDevices, retention: this.keep, deleted: this.gone }
+  }
+
+  /** Whether an admin deleted the space (see PolicyOp `['d']`). */
+  get deleted(): boolean {
+    return this.gone
+  }
+
+  /** How much stable history relays keep. */
+  get retention(): Retention {
+    return this.keep
   }
 
   /** Whether `device` (an author id) was revoked as a device of `user`. */
@@ -255,6 +304,7 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     }
     const problem = validatePolicyOp(op)
     if (problem) return invalid(problem)
+    if (this.gone) return { ok: false, reason: 'unauthorized', detail: 'the space was deleted' }
     if (op[0] === 'i' && this.created) return invalid('the space has a policy already')
     if (op[0] !== 'i' && !this.created) return invalid('the space has no policy yet')
     if (op[0] === 'i' && !op[1].some(([, role]) => role === 'admin')) return violates('a policy needs an admin')
@@ -303,26 +353,30 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     return copy as this
   }
 
-  /** `[version, everyone, [[user, role], ...], [[key, role, expires, left], ...], stamp, [[user, device], ...]]`, each list sorted. */
+  /** `[version, everyone, [[user, role], ...], [[key, role, expires, left], ...], stamp, [[user, device], ...], [entries, days, deleted]]`, each list sorted, the last two only when not empty and not the default. */
   snapshot(): PolicySnapshot {
     const byId = <T>(a: [string, T], b: [string, T]): number => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)
     const members = [...this.members].sort(byId)
     const invitations = [...this.invitations].sort(byId).map(([k, i]): [string, Role, number, number] => [k, i.role, i.expires, i.left])
-    // Without revocations, the form snapshots had before devices (so a state hash is what it was).
-    if (this.revoked.size === 0) return [this.version, this.everyoneMay, members, invitations, this.stamp]
-    return [this.version, this.everyoneMay, members, invitations, this.stamp, [...this.revoked].sort().map(revocationOf)]
+    // Without revocations, retention or deletion, the form snapshots had before them (so a state hash is what it was).
+    const revoked = [...this.revoked].sort().map(revocationOf)
+    const plain = this.keep === NO_RETENTION && !this.gone
+    if (plain && revoked.length === 0) return [this.version, this.everyoneMay, members, invitations, this.stamp]
+    if (plain) return [this.version, this.everyoneMay, members, invitations, this.stamp, revoked]
+    return [this.version, this.everyoneMay, members, invitations, this.stamp, revoked, [this.keep.entries, this.keep.days, this.gone ? 1 : 0]]
   }
 
   /** Rebuilds a policy from its `snapshot()` (trusted input). */
   static fromSnapshot(snap: PolicySnapshot): SpacePolicy {
     const p = new SpacePolicy()
     p.version = snap[0]
-    p.restoreState({ members: new Map(snap[2]), everyone: snap[1], invitations: new Map(snap[3].map(([k, role, expires, left]) => [k, { role, expires, left }])), stamp: snap[4], revoked: new Set((snap[5] ?? []).map(([u, d]) => revocationKey(u, d))) })
+    const [entries, days, deleted] = snap[6] ?? [0, 0, 0]
+    p.restoreState({ members: new Map(snap[2]), everyone: snap[1], invitations: new Map(snap[3].map(([k, role, expires, left]) => [k, { role, expires, left }])), stamp: snap[4], revoked: new Set((snap[5] ?? []).map(([u, d]) => revocationKey(u, d))), keep: retentionOf(entries, days), gone: deleted === 1 })
     return p
   }
 
   private state(): State {
-    return { members: new Map(this.members), everyone: this.everyoneMay, invitations: new Map(this.invitations), stamp: this.stamp, revoked: new Set(this.revoked) }
+    return { members: new Map(this.members), everyone: this.everyoneMay, invitations: new Map(this.invitations), stamp: this.stamp, revoked: new Set(this.revoked), keep: this.keep, gone: this.gone }
   }
 
   private restoreState(s: State): void {
@@ -331,6 +385,8 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
     this.invitations = new Map(s.invitations)
     this.stamp = s.stamp
     this.revoked = new Set(s.revoked)
+    this.keep = s.keep
+    this.gone = s.gone
   }
 
   invariantsHold(): boolean {
@@ -377,6 +433,12 @@ export class SpacePolicy implements Crdt<PolicyOp, PolicyValue> {
       case 'v':
         this.revoked.add(revocationKey(op[1], op[2]))
         return
+      case 'k':
+        this.keep = retentionOf(op[1], op[2])
+        return
+      case 'd':
+        this.gone = true
+        return
     }
   }
 }
@@ -395,10 +457,22 @@ function revocationOf(key: string): [string, string] {
   return [key.slice(0, at), key.slice(at + 1)]
 }
 
-type State = { members: Map<string, Role>; everyone: Everyone; invitations: Map<string, Invitation>; stamp: number; revoked: Set<string> }
+/** Keep all history: the default, one object so that `snapshot` can tell it by identity. */
+const NO_RETENTION: Retention = Object.freeze({ entries: 0, days: 0 })
+
+function retentionOf(entries: number, days: number): Retention {
+  return entries === 0 && days === 0 ? NO_RETENTION : Object.freeze({ entries, days })
+}
+
+/** Whether an op (a valid policy op) deletes its space. */
+export function isSpaceDeletion(op: unknown): boolean {
+  return Array.isArray(op) && op.length === 1 && op[0] === 'd'
+}
+
+type State = { members: Map<string, Role>; everyone: Everyone; invitations: Map<string, Invitation>; stamp: number; revoked: Set<string>; keep: Retention; gone: boolean }
 
 /** A policy's snapshot (see SpacePolicy.snapshot). */
-export type PolicySnapshot = [number, Everyone, Array<[string, Role]>, Array<[string, Role, number, number]>, number, Array<[string, string]>?]
+export type PolicySnapshot = [number, Everyone, Array<[string, Role]>, Array<[string, Role, number, number]>, number, Array<[string, string]>?, [number, number, number]?]
 
 /** A space policy's declaration: it has no parameters, and lives only at {@link POLICY_KEY}. */
 export interface PolicyDeclaration {
@@ -432,6 +506,7 @@ export const policyType: ObjectType<PolicyDeclaration, SpacePolicy> = {
  */
 export function policyProblem(policy: SpacePolicy, signer: { readonly userId: string; readonly authorId: string }, space: string, key: string, op: unknown): string | undefined {
   const { userId: user, authorId: device } = signer
+  if (policy.deleted) return `space ${space} was deleted by an admin`
   if (policy.isRevoked(user, device)) return `device ${device} of ${user} was revoked in space ${space}`
   if (key !== POLICY_KEY) return policy.mayWrite(user) ? undefined : `${user} may not write to space ${space}`
   if (isRedemption(op) || policy.mayAdminister(user)) return undefined
