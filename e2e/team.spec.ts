@@ -50,3 +50,33 @@ test('a team space: created, joined from an invitation link, written to, and the
     await bob.close(testInfo)
   }
 })
+
+test('a team space deleted by its admin: its board empties and it takes no more writes, also after a reload', async ({ browser }, testInfo) => {
+  const space = freshSpace(testInfo)
+  const alice = await openUser(browser, cluster().urls, space, 'Alice')
+  try {
+    await alice.page.getByTestId('page-team').click()
+    await alice.page.getByTestId('team-create').click()
+    await expect(alice.page.getByTestId('team-role')).toHaveText('admin')
+    await alice.page.getByTestId('team-input').fill('short-lived')
+    await alice.page.getByTestId('team-add').click()
+    await expect(alice.page.getByTestId('team-item')).toHaveCount(1)
+
+    alice.page.once('dialog', (d) => void d.accept())
+    await alice.page.getByTestId('team-delete').click()
+    await expect(alice.page.getByTestId('team-deleted')).toBeVisible({ timeout: 30_000 })
+    await expect(alice.page.getByTestId('team-item')).toHaveCount(0)
+    await expect(alice.page.getByTestId('team-delete')).toHaveCount(0)
+    // A write after it is refused, and the page says why.
+    await alice.page.getByTestId('team-input').fill('too late')
+    await alice.page.getByTestId('team-add').click()
+    await expect(alice.page.getByTestId('team-problem')).toContainText(/was deleted/, { timeout: 30_000 })
+    await expect(alice.page.getByTestId('team-item')).toHaveCount(0)
+    // Still deleted after a reload (the page opens the space it remembers).
+    await alice.page.reload()
+    await alice.page.getByTestId('page-team').click()
+    await expect(alice.page.getByTestId('team-deleted')).toBeVisible({ timeout: 30_000 })
+  } finally {
+    await alice.close(testInfo)
+  }
+})

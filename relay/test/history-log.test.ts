@@ -47,7 +47,7 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
   it('serves the pages whole values gave, for a text typed key by key, in a fraction of the bytes', async () => {
     const kv = new MemoryKv()
     const table = kv.table<[string, string, number]>('history')
-    const log = new HistoryLog(table)
+    const log = new HistoryLog(table, kv.table('history-index'))
     const t = new CollabText()
     const values: string[] = []
     let seed = 7
@@ -73,7 +73,7 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
 
   it('serves the pages of a text that gains marks: its strings, then its spans patched from one to the next', async () => {
     const kv = new MemoryKv()
-    const log = new HistoryLog(kv.table<[string, string, number]>('history'))
+    const log = new HistoryLog(kv.table<[string, string, number]>('history'), kv.table('history-index'))
     const t = new CollabText()
     const values: unknown[] = []
     const decl: Declaration = { type: 'text', bounds: {} }
@@ -99,11 +99,11 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
     const values = Array.from({ length: MAX_PATCH_RUN + 10 }, (_, i) => `${text}${i}`)
     const rs = records({ type: 'text', bounds: {} }, values)
     const kinds = (): string[] => [...table.getRange({})].map(({ value }) => (value[1] === 0xa1 ? String.fromCharCode(value[2]!) : '?'))
-    const log = new HistoryLog(table)
+    const log = new HistoryLog(table, kv.table('history-index'))
     await put(kv, log, rs.slice(0, MAX_PATCH_RUN + 3))
     expect(kinds().filter((k) => k === 'w')).toHaveLength(2)
     // A restart forgets what was stored last: the next entry is whole, then patches follow it.
-    const restarted = new HistoryLog(table)
+    const restarted = new HistoryLog(table, kv.table('history-index'))
     await put(kv, restarted, rs.slice(MAX_PATCH_RUN + 3, MAX_PATCH_RUN + 5))
     expect(kinds().slice(-2)).toEqual(['w', 'p'])
     // A patch of an entry other than the latest stored (its base was never stored here) is stored whole.
@@ -119,7 +119,7 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
     await fc.assert(
       fc.asyncProperty(edits, async (script) => {
         const kv = new MemoryKv()
-        const log = new HistoryLog(kv.table('history'))
+        const log = new HistoryLog(kv.table('history'), kv.table('history-index'))
         const list = new CollabList()
         const map = new CollabMap()
         const lists: unknown[] = []
@@ -147,11 +147,93 @@ describe('HistoryLog: stable histories of long objects as patches between whole 
   it('forgets what it stored last when told a write failed, so the next entry is whole', async () => {
     const kv = new MemoryKv()
     const table = kv.table<[string, string, number]>('history')
-    const log = new HistoryLog(table)
+    const log = new HistoryLog(table, kv.table('history-index'))
     const rs = records({ type: 'text', bounds: {} }, ['a'.repeat(1000), `${'a'.repeat(1000)}b`, `${'a'.repeat(1000)}bc`])
     await put(kv, log, rs.slice(0, 2))
     log.forget()
     await put(kv, log, rs.slice(2))
     expect([...table.getRange({})].map(({ value }) => String.fromCharCode(value[2]!))).toEqual(['w', 'p', 'w'])
+  })
+})
+
+/** One object's change in a generated history: a value, or its deletion. */
+type Change = { key: string; index: number; value: unknown; deleted?: true }
+
+/** Records of a history of several objects (texts patched, registers whole, deletions), as a relay's replica reports them. */
+function historyRecords(changes: readonly Change[]): HistoryRecord[] {
+  const last = new Map<string, Change>()
+  return changes.map((c) => {
+    const before = last.get(c.key)
+    last.set(c.key, c)
+    if (c.deleted) return { space: 's', key: c.key, index: c.index, value: null, deleted: true }
+    const patch = before && !before.deleted && typeof c.value === 'string' && typeof before.value === 'string' ? historyPatch({ type: 'text', bounds: {} }, before.value, c.value) : undefined
+    return patch ? { space: 's', key: c.key, index: c.index, value: c.value, patch: { base: before!.index, patch } } : { space: 's', key: c.key, index: c.index, value: c.value }
+  })
+}
+
+describe('HistoryLog.prune: retention', () => {
+  const step = fc.record({ object: fc.integer({ min: 0, max: 3 }), kind: fc.constantFrom('edit', 'edit', 'edit', 'null', 'delete'), n: fc.nat({ max: 50 }) })
+
+  it('keeps each object’s entries from the limit on and the one in force there (none for a deletion), in budgeted steps, across restarts and for a store older than its index (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 80 }), fc.array(fc.nat({ max: 90 }), { minLength: 1, maxLength: 4 }), fc.integer({ min: 1, max: 7 }), fc.boolean(), async (steps, cuts, budget, oldStore) => {
+        const kv = new MemoryKv()
+        const table = kv.table<[string, string, number]>('history')
+        // Objects 0 and 1 are texts (patched), 2 and 3 registers whose own value may be null.
+        const texts = new Map<string, string>()
+        const changes: Change[] = steps.map((s, i) => {
+          const key = `o${s.object}`
+          if (s.kind === 'delete') {
+            texts.delete(key)
+            return { key, index: i + 1, value: null, deleted: true }
+          }
+          if (s.object >= 2) return { key, index: i + 1, value: s.kind === 'null' ? null : s.n }
+          const text = `${texts.get(key) ?? 'x'.repeat(200)}${s.n}`
+          texts.set(key, text)
+          return { key, index: i + 1, value: text }
+        })
+        await put(kv, new HistoryLog(table, kv.table(oldStore ? 'gone' : 'history-index')), historyRecords(changes))
+        let log = new HistoryLog(table, kv.table('history-index'))
+        let limit = 0
+        for (const cut of [...cuts].sort((a, b) => a - b)) {
+          limit = cut
+          // In steps of `budget` entries, a restart between two.
+          while (true) {
+            let visited = 0
+            await kv.write(() => (visited = log.prune('s', limit, budget)))
+            log = new HistoryLog(table, kv.table('history-index'))
+            if (visited < budget) break
+          }
+        }
+        for (const key of ['o0', 'o1', 'o2', 'o3']) {
+          const all = changes.filter((c) => c.key === key)
+          const older = all.filter((c) => c.index < limit)
+          const inForce = older.at(-1)
+          const kept = [...(inForce && !inForce.deleted ? [inForce] : []), ...all.filter((c) => c.index >= limit)].map((c) => ({ index: c.index, value: c.value }))
+          expect(encode(log.page('s', key, Number.MAX_SAFE_INTEGER, 1000, Infinity))).toEqual(encode(expectedPage(kept, Number.MAX_SAFE_INTEGER, 1000, Infinity)))
+          // Paged a few at a time, too (a page reads back to a whole value).
+          const page = log.page('s', key, Number.MAX_SAFE_INTEGER, 2, Infinity)
+          expect(encode(page)).toEqual(encode(expectedPage(kept, Number.MAX_SAFE_INTEGER, 2, Infinity)))
+        }
+        expect([...table.getKeys({})].length).toBeLessThanOrEqual(changes.length)
+      }),
+      { numRuns: 200 },
+    )
+  })
+
+  it('takes a deleted object’s history whole once its deletion is past the limit, and what a later write starts stays', async () => {
+    const kv = new MemoryKv()
+    const table = kv.table<[string, string, number]>('history')
+    const log = new HistoryLog(table, kv.table('history-index'))
+    await put(kv, log, historyRecords([
+      { key: 'a', index: 1, value: 'one' },
+      { key: 'a', index: 2, value: 'one two' },
+      { key: 'a', index: 3, value: null, deleted: true },
+      { key: 'b', index: 4, value: 5 },
+    ]))
+    await kv.write(() => log.prune('s', 4, 100))
+    expect(log.page('s', 'a', Number.MAX_SAFE_INTEGER, 10, Infinity)).toEqual({ entries: [], more: false })
+    expect(log.page('s', 'b', Number.MAX_SAFE_INTEGER, 10, Infinity)).toEqual({ entries: [{ index: 4, value: 5 }], more: false })
+    expect([...table.getKeys({})]).toEqual([['s', 'b', 4]])
   })
 })

@@ -9,7 +9,8 @@ import { envelopes, identity, type Identity } from './helpers/envelopes.ts'
  * Issue 46 on four `stead-relay start` processes: spaces created at runtime
  * in a closed cluster, their policy ordered and audited like any update, a
  * revoked writer refused identically by every relay, a revoked reader cut
- * off, and a space of the cluster file handed over to a policy of its own.
+ * off, a space of the cluster file handed over to a policy of its own, and
+ * a space deleted, its histories pruned by every relay as it compacts.
  */
 const alice = identity(211) // may create spaces
 const bob = identity(212)
@@ -53,7 +54,8 @@ describe('space policies on real relays (4 relay processes)', () => {
       spaceCreators: [toHex(alice.publicKey)],
       spaces: { legacy: { writers: [toHex(carol.publicKey)], admins: [toHex(carol.publicKey)] } },
     })
-    await cluster.startAll()
+    // A snapshot (and with it the compaction that applies retentions and deletions) after every committed batch.
+    await cluster.startAll(() => ['--snapshot-every', '1'])
   }, 90_000)
 
   afterAll(async () => cluster?.stopAll())
@@ -159,4 +161,38 @@ describe('space policies on real relays (4 relay processes)', () => {
       d.close()
     }
   }, 60_000)
+
+  it('deletes a space: later writes are refused by every relay, and each relay drops its histories when it compacts', async () => {
+    const a = await TestClient.connect(api(0), alice)
+    const b = await TestClient.connect(api(2), bob)
+    const history = async (i: number, key: string): Promise<Array<[number, unknown]>> => {
+      const page = await cluster.json<{ entries: string }>(i, `/v1/spaces/gone/history/${encodeURIComponent(key)}`)
+      return decode(Buffer.from(page.entries, 'base64url')) as Array<[number, unknown]>
+    }
+    try {
+      expect(await submit(a, await policyOp(alice, 'gone', ['i', [[idOf(alice), 'admin'], [idOf(bob), 'writer']], 'reader']))).toMatchObject({ type: 'accepted' })
+      await agreeAt('gone', 1)
+      for (let n = 1; n <= 3; n++) expect(await submit(b, await deposit(bob, 'gone', n))).toMatchObject({ type: 'accepted' })
+      await agreeAt('gone', 4)
+      for (const i of [0, 1, 2, 3]) expect((await history(i, 'acct')).map(([index]) => index)).toEqual([4, 3, 2])
+      // Bob is no admin: his deletion is refused; alice's deletes the space.
+      expect(await submit(b, await policyOp(bob, 'gone', ['d'], refused))).toMatchObject({ type: 'error', reason: 'unauthorized' })
+      expect(await submit(a, await policyOp(alice, 'gone', ['d']))).toMatchObject({ type: 'accepted' })
+      await agreeAt('gone', 5)
+      // Compacted with the commit's own write: on every relay, nothing left of the counter, the policy's last value.
+      await until('every relay to drop the deleted space\'s histories', async () => ((await Promise.all([0, 1, 2, 3].map((i) => history(i, 'acct')))).every((h) => h.length === 0) ? true : undefined), 30_000)
+      for (const i of [0, 1, 2, 3]) expect((await history(i, POLICY_KEY)).map(([index]) => index)).toEqual([5])
+      // Nothing more is taken in it, at the door of any relay.
+      for (const i of [1, 3]) {
+        const c = await TestClient.connect(api(i), bob)
+        const refusal = await submit(c, await deposit(bob, 'gone', 1, refused))
+        expect(refusal).toMatchObject({ type: 'error', reason: 'unauthorized' })
+        expect(JSON.stringify(refusal)).toMatch(/gone was deleted/)
+        c.close()
+      }
+    } finally {
+      a.close()
+      b.close()
+    }
+  }, 90_000)
 })

@@ -114,8 +114,10 @@ export interface StableChange {
   readonly key: string
   /** The stable index of the envelope that changed it. */
   readonly index: number
-  /** Its stable value from then on. */
+  /** Its stable value from then on (null once deleted). */
   readonly value: unknown
+  /** The object was deleted here (its value is null; a register's own null is a value, not a deletion). */
+  readonly deleted?: true
   /**
    * With `historyPatches`, for types whose values grow long: the same value
    * as a patch of the object's value at stable index `base` (its previous
@@ -1012,7 +1014,7 @@ export class StableAudit {
     const last = changes?.get(key)
     changes?.set(key, { index, value })
     const patch = obj && last && historyPatch(obj.decl, last.value, value)
-    this.committed.push(last && patch ? { key, index, value, patch: { base: last.index, patch } } : { key, index, value })
+    this.committed.push(!obj ? { key, index, value, deleted: true } : last && patch ? { key, index, value, patch: { base: last.index, patch } } : { key, index, value })
     if (this.historyLimit === 0) return
     let h = this.histories.get(key)
     if (!h) this.histories.set(key, (h = []))

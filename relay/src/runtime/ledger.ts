@@ -191,7 +191,7 @@ export class Ledger {
     const spaces = this.spaces.takeSnapshot()
     this.snapshots.taken(now, spaces.reduce((n, x) => n + x.bytes.length, 0))
     this.o.snapshotTaken()
-    return { spaces, ...prune(spaces) }
+    return { spaces, ...prune(spaces), now, retention: spaces.map((x) => x.retention) }
   }
 
   /** A space's latest attestation here (undefined for a space with none): what its replica's stable state is the result of. */

@@ -1,6 +1,7 @@
 import { StableAudit, type Envelope, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
 import type { HostClock, HostTimer } from '@stead/core'
 import { decodeSpaceSnapshot, encodeSpaceSnapshot } from '../store/store.ts'
+import type { SpaceRetention } from '../store/history-retention.ts'
 
 /**
  * What a resident replica is charged besides its state: its maps, indexes
@@ -176,7 +177,7 @@ export class SpaceTable {
    * `saved` says they are on disk, a replica that leaves memory comes back
    * from them.
    */
-  takeSnapshot(): Array<{ readonly space: string; readonly bytes: Uint8Array; readonly stableIndex: number }> {
+  takeSnapshot(): Array<{ readonly space: string; readonly bytes: Uint8Array; readonly stableIndex: number; readonly retention: SpaceRetention }> {
     const out = [...this.dirty].map((space) => {
       const replica = this.resident.get(space) as StableAudit
       const record = encodeSpaceSnapshot({ space, checkpoint: replica.checkpoint(), lastAttested: this.lastAttested(space) })
@@ -184,7 +185,9 @@ export class SpaceTable {
       const entry = this.entries.get(space) as Entry
       this.residentEstimate += estimate(record.bytes.length) - estimate(entry.recordBytes)
       entry.recordBytes = record.bytes.length
-      return { ...record, stableIndex: replica.stableIndex }
+      const policy = replica.policy()
+      const keep = policy && (policy.retention.entries > 0 || policy.retention.days > 0) ? policy.retention : undefined
+      return { ...record, stableIndex: replica.stableIndex, retention: { space, stableIndex: replica.stableIndex, deleted: policy?.deleted ?? false, ...(keep ? { keep } : {}) } }
     })
     this.dirty.clear()
     return out

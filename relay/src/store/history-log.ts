@@ -9,6 +9,8 @@ export interface HistoryRecord {
   readonly value: unknown
   /** The same value as a patch of the object's value at stable index `base` (texts, lists, maps). */
   readonly patch?: { readonly base: number; readonly patch: ValuePatch }
+  /** The object was deleted here (value null). */
+  readonly deleted?: true
 }
 
 /** Most patches stored in a row for one object before its whole value again: bounds the work of reading any entry. */
@@ -25,8 +27,12 @@ interface Head {
   readonly patches: number
 }
 
-/** A stored entry: a whole value, or a patch of the entry at `base`. */
-type Stored = readonly ['w', unknown] | readonly ['p', number, ValuePatch]
+/** A stored entry: a whole value, a patch of the entry at `base`, or the object's deletion (read as null). */
+type Stored = readonly ['w', unknown] | readonly ['p', number, ValuePatch] | readonly ['x']
+
+const EMPTY = new Uint8Array(0)
+/** In the index: it lists every entry (a store written before the index existed has none until its first prune). */
+const INDEX_COMPLETE: [string, number, string] = ['', 0, '']
 
 /**
  * The stable histories of a relay's objects: each object's value at each
@@ -41,13 +47,33 @@ type Stored = readonly ['w', unknown] | readonly ['p', number, ValuePatch]
  * Reads give the values, whatever was stored: relays that stored one
  * history differently (one restarted, and stored a whole value where
  * another stored a patch) serve identical pages.
+ *
+ * Histories are kept whole unless pruned (see prune): a second table lists
+ * the entries by stable index, so that pruning below an index visits only
+ * the entries below it, not every object of the space.
  */
 export class HistoryLog {
   private readonly table: KvTable<[string, string, number]>
+  /** [space, stable index, object key] → nothing: the entries not yet swept by prune, in stable order. */
+  private readonly byIndex: KvTable<[string, number, string]>
   private readonly heads = new Map<string, Head>()
+  /** Whether the index lists every entry: a store written before it existed gets it at its first prune. */
+  private indexed: boolean
+  /** Whether the index says so (INDEX_COMPLETE). */
+  private marked: boolean
 
-  constructor(table: KvTable<[string, string, number]>) {
+  constructor(table: KvTable<[string, string, number]>, byIndex: KvTable<[string, number, string]>) {
     this.table = table
+    this.byIndex = byIndex
+    this.marked = byIndex.get(INDEX_COMPLETE) !== undefined
+    this.indexed = this.marked || isEmpty(table)
+  }
+
+  /** Inside Kv.write, once the index is complete: says so, for the next start. */
+  private mark(): void {
+    if (this.marked || !this.indexed) return
+    this.byIndex.put(INDEX_COMPLETE, EMPTY)
+    this.marked = true
   }
 
   /** Stores one entry (only inside Kv.write). A patch is kept only if it follows the latest entry stored for its object. */
@@ -55,6 +81,13 @@ export class HistoryLog {
     const id = `${h.space}\u0000${h.key}`
     const head = this.heads.get(id)
     this.heads.delete(id)
+    this.mark()
+    this.byIndex.put([h.space, h.index, h.key], EMPTY)
+    if (h.deleted) {
+      // What comes after a deletion is stored whole (there is no head to patch).
+      this.table.put([h.space, h.key, h.index], encode(['x'] satisfies Stored))
+      return
+    }
     if (h.patch && head && head.index === h.patch.base && head.patches < MAX_PATCH_RUN) {
       const bytes = encode(['p', h.patch.base, h.patch.patch] satisfies Stored)
       if (head.patchBytes + bytes.length <= head.wholeBytes) {
@@ -71,7 +104,68 @@ export class HistoryLog {
   /** Removes every history (only inside Kv.write). */
   clear(): void {
     for (const key of [...this.table.getKeys()]) this.table.remove(key as [string, string, number])
+    for (const key of [...this.byIndex.getKeys()]) this.byIndex.remove(key as [string, number, string])
+    this.marked = false
+    this.indexed = true
     this.forget()
+  }
+
+  /**
+   * Prunes `space`'s histories below stable index `below` (only inside
+   * Kv.write): of each object's entries below it, all go but the newest
+   * (the value in force at `below`, rewritten whole if it was a patch), and
+   * that one too if it is the object's deletion. Visits at most `budget`
+   * entries (in stable order, from where the last prune of the space
+   * stopped) and returns how many it visited: fewer than `budget` when the
+   * space is pruned up to `below`.
+   */
+  prune(space: string, below: number, budget: number): number {
+    if (!this.indexed) this.buildIndex()
+    this.mark()
+    const swept: Array<[string, number, string]> = []
+    const objects = new Set<string>()
+    for (const key of this.byIndex.getKeys({ start: [space, 0, ''], end: [space, below, ''], limit: budget })) {
+      const k = key as [string, number, string]
+      if (k[0] !== space || k[1] >= below) break
+      swept.push(k)
+      objects.add(k[2])
+    }
+    for (const object of objects) this.pruneObject(space, object, below)
+    for (const k of swept) this.byIndex.remove(k)
+    return swept.length
+  }
+
+  /** One object's part of prune: its entries below `below` but the one in force there (none if that is a deletion). */
+  private pruneObject(space: string, key: string, below: number): void {
+    const rows = [...this.table.getRange({ start: [space, key, 0], end: [space, key, below] })].filter(({ key: k }) => k[0] === space && k[1] === key && k[2] < below)
+    const last = rows.at(-1)
+    if (!last) return
+    const entry = decode(last.value, RECORD_LIMIT) as Stored
+    const drop = entry[0] === 'x' ? rows : rows.slice(0, -1)
+    if (entry[0] === 'p') {
+      // The oldest entry kept must be whole: nothing it patches is left.
+      this.table.put(last.key, encode(['w', this.valueAt(rows)] satisfies Stored))
+      this.heads.delete(`${space}\u0000${key}`)
+    }
+    for (const { key: k } of drop) this.table.remove(k)
+  }
+
+  /** The value of the last of an object's consecutive entries (oldest first, from a whole one on). */
+  private valueAt(rows: ReadonlyArray<{ key: [string, string, number]; value: Uint8Array }>): unknown {
+    let from = rows.length - 1
+    while (from > 0 && (decode((rows[from] as { value: Uint8Array }).value, RECORD_LIMIT) as Stored)[0] === 'p') from--
+    let value: unknown
+    for (const { value: bytes } of rows.slice(from)) value = applyEntry(value, decode(bytes, RECORD_LIMIT) as Stored)
+    return value
+  }
+
+  /** Lists every entry of a store written before the index existed (once, inside Kv.write). */
+  private buildIndex(): void {
+    for (const key of this.table.getKeys()) {
+      const [space, object, index] = key as [string, string, number]
+      this.byIndex.put([space, index, object], EMPTY)
+    }
+    this.indexed = true
   }
 
   /** Forgets what was stored last (a write that failed may not have stored it): each object's next entry is stored whole. */
@@ -92,7 +186,7 @@ export class HistoryLog {
     let more = false
     for (const { key: k, value } of this.table.getRange({ start: [space, key, before], end: [space, key, -1], reverse: true })) {
       if (k[2] >= before) continue
-      const enough = stored.length >= limit && stored[stored.length - 1]?.entry[0] === 'w'
+      const enough = stored.length >= limit && stored[stored.length - 1]?.entry[0] !== 'p'
       if (enough) {
         more = true
         break
@@ -107,9 +201,8 @@ export class HistoryLog {
     let at = -1
     for (let i = stored.length - 1; i >= 0; i--) {
       const { index, entry } = stored[i] as { index: number; entry: Stored }
-      if (entry[0] === 'w') value = entry[1]
-      else if (entry[1] === at) value = applyValuePatch(value, entry[2])
-      else throw new Error(`history of ${key} in ${space}: the entry at ${index} patches ${entry[1]}, not ${at}`)
+      if (entry[0] === 'p' && entry[1] !== at) throw new Error(`history of ${key} in ${space}: the entry at ${index} patches ${entry[1]}, not ${at}`)
+      value = applyEntry(value, entry)
       at = index
       if (i >= limit) continue
       const bytes = encode(value).length
@@ -127,4 +220,16 @@ export class HistoryLog {
     this.heads.set(id, head)
     if (this.heads.size > MAX_HEADS) this.heads.delete(this.heads.keys().next().value as string)
   }
+}
+
+/** An entry's value, given the value of the entry before it (what a patch applies to). */
+function applyEntry(before: unknown, entry: Stored): unknown {
+  if (entry[0] === 'w') return entry[1]
+  if (entry[0] === 'x') return null
+  return applyValuePatch(before, entry[2])
+}
+
+function isEmpty(table: { getKeys(range: { limit: number }): Iterable<unknown> }): boolean {
+  for (const _ of table.getKeys({ limit: 1 })) return false
+  return true
 }

@@ -57,7 +57,7 @@ export class LmdbKv implements Kv {
     // older ones failed about one commit run in five with MDB_BAD_TXN ("reserved freelist had
     // a data entry with zero-size") in lmdb 3.5.6, and a relay that cannot commit stops.
     // Without it: 0 failures in 20 runs of the same test (relay/test/hardening.test.ts).
-    this.root = open<Uint8Array, Key>({ path, encoding: 'binary', maxDbs: 16, overlappingSync: false })
+    this.root = open<Uint8Array, Key>({ path, encoding: 'binary', maxDbs: 32, overlappingSync: false })
   }
 
   table<K extends KvKey>(name: string): KvTable<K> {

@@ -1,16 +1,14 @@
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
-import { decode, decodeAttestation, encode, type Signed } from '@stead/core'
+import { decode, encode, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
+import { HistoryRetention, type SpaceRetention } from './history-retention.ts'
+import { AttestedCommits, chunkFrames, decodeCommitHead, type FeedPosition, type StoredAttestation, type StoredCommitHead } from './attested-commits.ts'
+
+export { CHUNK_BYTES, chunkFrames, type FeedPosition, type StoredAttestation, type StoredCommitHead } from './attested-commits.ts'
 import { LmdbKv, RECORD_LIMIT, type Kv, type KvTable } from './kv.ts'
 import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from '../consensus/index.ts'
-
-/** One audited commit of a space, as clients replay it: the signed attestation and the envelopes it covers. */
-export interface StoredAttestation {
-  readonly attestation: Signed
-  readonly envelopes: readonly Uint8Array[]
-}
 
 /** The journal beside the LMDB store in a relay's data dir (see RelayStore.write). */
 export const JOURNAL_FILE = 'blocks.journal'
@@ -34,6 +32,12 @@ export const STORE_TABLES = {
   /** [space, from index, round, chunk] → frames of the attested commit (storeRecords.chunk) */
   attestationChunks: 'attestation-chunks',
   history: 'history',
+  /** [space, stable index, object key] → nothing: history entries not yet swept by a retention (HistoryLog.prune) */
+  historyIndex: 'history-index',
+  /** space → what its policy says of its history (HistoryRetention) */
+  historyRetention: 'history-retention',
+  /** [space, stable index] → when a snapshot first found the space there (HistoryRetention) */
+  historyStamps: 'history-stamps',
   snapshotHead: 'snapshot-head',
   /** Replaced as a whole when a relay starts over from a checkpoint (RelayStore.install). */
   snapshotSpaces: 'snapshot-spaces',
@@ -51,10 +55,7 @@ export const storeRecords = {
     const [round, author, own] = decode(value, RECORD_LIMIT) as [number, number, boolean]
     return { round, author, own }
   },
-  attestation(value: Uint8Array): { attestation: { bytes: Uint8Array; sig: Uint8Array }; chunks: number } {
-    const [[bytes, sig], chunks] = decode(value, RECORD_LIMIT) as [[Bytes, Bytes], number]
-    return { attestation: { bytes, sig }, chunks }
-  },
+  attestation: decodeCommitHead,
   chunk(value: Uint8Array): Uint8Array[] {
     return decode(value, RECORD_LIMIT) as Uint8Array[]
   },
@@ -144,6 +145,10 @@ export interface SnapshotWrite {
   readonly blocksBelow: number
   /** Per space, the attested commits that start below this stable index go (the retention window for clients resuming). */
   readonly feedBelow: ReadonlyArray<readonly [space: string, index: number]>
+  /** What the snapshotted spaces' policies say of their histories (see HistoryRetention); absent: nothing changed. */
+  readonly retention?: readonly SpaceRetention[]
+  /** The relay's clock at the snapshot (ms): what retentions in days are measured against. */
+  readonly now?: number
 }
 
 /** The latest snapshot: every space's state as of committed batch `batch`; replay the batches after it. */
@@ -156,42 +161,9 @@ export type { HistoryRecord } from './history-log.ts'
 
 type Bytes = Uint8Array
 
-/**
- * Envelope frames are stored, and sent to clients, in chunks of about this
- * many bytes (a chunk holds at least one frame), so a commit of any size
- * stays readable and streamable: no record or frame outgrows a limit.
- */
-export const CHUNK_BYTES = 1024 * 1024
-
 
 /** Peers' blocks held back from the disk (see RelayStore.write) past which they are written at once. */
 const HELD_BYTES = 4 * 1024 * 1024
-
-/** Splits frames into runs of about CHUNK_BYTES, in order; always at least one (possibly empty) run. */
-export function chunkFrames(frames: readonly Uint8Array[]): Uint8Array[][] {
-  const chunks: Uint8Array[][] = [[]]
-  let bytes = 0
-  for (const f of frames) {
-    let last = chunks[chunks.length - 1] as Uint8Array[]
-    if (last.length > 0 && bytes + f.length > CHUNK_BYTES) {
-      chunks.push((last = []))
-      bytes = 0
-    }
-    last.push(f)
-    bytes += f.length
-  }
-  return chunks
-}
-
-/** Where a space's attested commit sits in the store: [stable index it started at, its round]. */
-export type FeedPosition = readonly [fromIndex: number, round: number]
-
-/** The head of a stored attested commit: its signed attestation and how many envelope chunks follow. */
-export interface StoredCommitHead {
-  readonly position: FeedPosition
-  readonly attestation: Signed
-  readonly chunks: number
-}
 
 /**
  * The relay's durable state (LMDB in a relay; see kv.ts). Consensus records (own blocks before
@@ -213,10 +185,12 @@ export class RelayStore {
   private readonly commits: KvTable<number>
   /** [batch number, chunk] → [anchor round, frames of that chunk] */
   private readonly batches: KvTable<[number, number]>
-  private readonly attest: KvTable<[string, number, number]>
-  private readonly attestChunks: KvTable<[string, number, number, number]>
+  /** Every space's attested commits, for clients resuming. */
+  private readonly attested: AttestedCommits
   /** Objects' stable histories: [space, object key, stable index] → its value from then on, whole or as a patch. */
   private readonly history: HistoryLog
+  /** Prunes histories and commits as the spaces' retentions say, with each snapshot. */
+  private readonly retention: HistoryRetention
   /** 'head' → [batch number of the latest snapshot]. */
   private readonly snapshotHead: KvTable<string>
   /**
@@ -246,9 +220,9 @@ export class RelayStore {
     this.digests = kv.table(STORE_TABLES.blockDigests)
     this.commits = kv.table(STORE_TABLES.commits)
     this.batches = kv.table(STORE_TABLES.batches)
-    this.attest = kv.table(STORE_TABLES.attestations)
-    this.attestChunks = kv.table(STORE_TABLES.attestationChunks)
-    this.history = new HistoryLog(kv.table(STORE_TABLES.history))
+    this.attested = new AttestedCommits(kv.table(STORE_TABLES.attestations), kv.table(STORE_TABLES.attestationChunks))
+    this.history = new HistoryLog(kv.table(STORE_TABLES.history), kv.table(STORE_TABLES.historyIndex))
+    this.retention = new HistoryRetention(kv.table(STORE_TABLES.historyRetention), kv.table(STORE_TABLES.historyStamps), this.history, (space, below, limit) => this.attested.prune(space, below, limit))
     this.snapshotHead = kv.table(STORE_TABLES.snapshotHead)
     this.snapshotSpaces = kv.table(STORE_TABLES.snapshotSpaces)
     this.checkpointHead = kv.table(STORE_TABLES.checkpointHead)
@@ -370,11 +344,7 @@ export class RelayStore {
         const n = this.nextBatch++
         chunkFrames(b.frames).forEach((frames, k) => this.batches.put([n, k], encode([b.anchorRound, frames])))
       }
-      for (const a of w.attestations) {
-        const chunks = chunkFrames(a.value.envelopes)
-        this.attest.put([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
-        chunks.forEach((frames, k) => this.attestChunks.put([a.space, a.fromIndex, a.round, k], encode(frames)))
-      }
+      for (const a of w.attestations) this.attested.put(a)
       for (const h of w.history ?? []) this.history.put(h)
       if (w.snapshot) this.writeSnapshot(w.snapshot)
       if (w.checkpoint) this.writeCheckpoint(w.checkpoint)
@@ -454,8 +424,7 @@ export class RelayStore {
       for (const key of [...this.batches.getKeys()]) this.batches.remove(key as [number, number])
       for (const key of [...this.commits.getKeys()]) this.commits.remove(key as number)
       this.putRecords(c.commits.map((r) => ({ kind: 'commit' as const, ...r })))
-      for (const key of [...this.attest.getKeys()]) this.attest.remove(key as [string, number, number])
-      for (const key of [...this.attestChunks.getKeys()]) this.attestChunks.remove(key as [string, number, number, number])
+      this.attested.clear()
       this.history.clear()
       for (const key of [...this.snapshotSpaces.getKeys()]) this.snapshotSpaces.remove(key as string)
       for (const s of c.spaces) this.snapshotSpaces.put(s.space, s.bytes)
@@ -481,7 +450,8 @@ export class RelayStore {
     for (const key of [...this.batches.getKeys({ end: [batch + 1, 0] })]) this.batches.remove(key as [number, number])
     for (const key of [...this.commits.getKeys({ end: snap.commitsBelow })]) this.commits.remove(key as number)
     this.pruneBlocks(snap.blocksBelow)
-    for (const [space, index] of snap.feedBelow) this.pruneFeed(space, index)
+    for (const [space, index] of snap.feedBelow) this.attested.prune(space, index)
+    if (snap.now !== undefined) this.retention.compact(snap.retention ?? [], snap.now)
   }
 
   /** The lowest round whose blocks this store may still hold: those below it were pruned. */
@@ -504,14 +474,6 @@ export class RelayStore {
       const [bytes] = decode(value, RECORD_LIMIT) as [Bytes]
       this.digests.remove(createHash('sha256').update(bytes).digest('hex'))
       this.own.remove(key)
-    }
-  }
-
-  private pruneFeed(space: string, below: number): void {
-    for (const key of [...this.attest.getKeys({ start: [space, 0, 0], end: [space, below, 0] })]) {
-      const [, fromIndex, round] = key as [string, number, number]
-      for (const chunk of [...this.attestChunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.attestChunks.remove(chunk as [string, number, number, number])
-      this.attest.remove(key as [string, number, number])
     }
   }
 
@@ -624,8 +586,7 @@ export class RelayStore {
    * before, parked envelopes included.
    */
   commitAt(space: string, from: FeedPosition): StoredCommitHead | undefined {
-    for (const { key, value } of this.attest.getRange({ start: [space, from[0], from[1]], end: [space, Number.MAX_SAFE_INTEGER, 0], limit: 1 })) return commitHead(key, value)
-    return undefined
+    return this.attested.at(space, from)
   }
 
   /**
@@ -634,17 +595,12 @@ export class RelayStore {
    * by a snapshot). Commits that start at `index` and go past it are not.
    */
   commitEndingBy(space: string, index: number): StoredCommitHead | undefined {
-    for (const { key, value } of this.attest.getRange({ start: [space, index, Number.MAX_SAFE_INTEGER], end: [space, -1, 0], reverse: true, limit: 4 })) {
-      const head = commitHead(key, value)
-      if (decodeAttestation(head.attestation.bytes).toIndex <= index) return head
-    }
-    return undefined
+    return this.attested.endingBy(space, index)
   }
 
   /** A space's latest stored attested commit (highest stable index, then round). */
   latestCommit(space: string): StoredCommitHead | undefined {
-    for (const { key, value } of this.attest.getRange({ start: [space, Number.MAX_SAFE_INTEGER, 0], end: [space, -1, 0], reverse: true, limit: 1 })) return commitHead(key, value)
-    return undefined
+    return this.attested.latest(space)
   }
 
   /**
@@ -660,9 +616,7 @@ export class RelayStore {
 
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */
   commitChunk(space: string, position: FeedPosition, k: number): Uint8Array {
-    const value = this.attestChunks.get([space, position[0], position[1], k])
-    if (!value) throw new Error(`store: chunk ${k} of the ${space} commit at ${position.join('/')} is missing`)
-    return value
+    return this.attested.chunk(space, position, k)
   }
 
   async close(): Promise<void> {
@@ -670,10 +624,6 @@ export class RelayStore {
     await this.journal.close()
     await this.kv.close()
   }
-}
-
-function commitHead(key: [string, number, number], value: Uint8Array): StoredCommitHead {
-  return { position: [key[1], key[2]], ...storeRecords.attestation(value) }
 }
 
 function encodeBlock(b: Block): Uint8Array {

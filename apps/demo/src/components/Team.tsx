@@ -20,7 +20,8 @@ function tokenOf(hash: string): string | undefined {
  * admin), invite someone with a link (a single-use invitation), see who is
  * in, take someone out. A page opened from the link joins the space and can
  * write to its board until it is taken out; then its writes are refused and
- * it says why.
+ * it says why. The admin may delete the space: it empties everywhere and
+ * takes no more writes.
  */
 export function Team() {
   const { client, config } = useDemo()
@@ -88,7 +89,7 @@ export function Team() {
 }
 
 function TeamSpace({ client, space }: { client: SteadClient; space: Space }) {
-  const { value, myRole, revoke, invite } = useMembers(space)
+  const { value, myRole, revoke, invite, handle: members } = useMembers(space)
   const { values: board, handle } = useSet<string>('board')
   const status = useStatus()
   const [link, setLink] = useState<string>()
@@ -102,6 +103,14 @@ function TeamSpace({ client, space }: { client: SteadClient; space: Space }) {
     setLink(undefined)
     invite('writer').then(
       (token) => setLink(`${window.location.origin}${window.location.pathname}${window.location.search}#join=${encodeURIComponent(token)}`),
+      (err: unknown) => setRefused(messageOf(err)),
+    )
+  }
+  const deleteSpace = () => {
+    if (!window.confirm(`Delete ${space.space} for everyone? Its board goes, and nobody can write to it again.`)) return
+    setRefused(undefined)
+    members.deleteSpace().then(
+      (r) => r.status === 'rejected' && setRefused(`${r.reason}: ${r.detail}`),
       (err: unknown) => setRefused(messageOf(err)),
     )
   }
@@ -136,12 +145,20 @@ function TeamSpace({ client, space }: { client: SteadClient; space: Space }) {
           </li>
         ))}
       </ul>
-      {myRole === 'admin' ? (
+      {value?.deleted ? (
+        <p className="problem" data-testid="team-deleted">
+          An admin deleted this space: it holds nothing, and takes no more writes.
+        </p>
+      ) : null}
+      {myRole === 'admin' && !value?.deleted ? (
         <p className="row">
           <button data-testid="team-invite" onClick={makeLink}>
             Invite a writer
           </button>
           {link ? <input readOnly aria-label="invitation link" data-testid="team-link" value={link} onFocus={(e) => e.currentTarget.select()} /> : null}
+          <button className="link" data-testid="team-delete" onClick={deleteSpace}>
+            Delete the space
+          </button>
         </p>
       ) : null}
       <form className="row" onSubmit={add}>

@@ -23,6 +23,7 @@ import { fetchVerifiedDelta, fetchVerifiedObject, fetchVerifiedSnapshot, type Bo
 import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from '../transport/cluster.ts'
 import type { DraftBatch } from '../space/drafts.ts'
 import { ClosedError } from '../errors.ts'
+import { MAX_HISTORY_BYTES, decodePage, sharedNewest } from './history-pages.ts'
 import { RelayIntake } from './intake.ts'
 import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
@@ -36,7 +37,6 @@ import type { SessionsStatus } from '../types.ts'
 import type { SpacePort } from '../space/space-port.ts'
 
 /** The largest history page read from a relay, and its JSON answer (base64url, with a signature). */
-const MAX_HISTORY_BYTES = 64 * 1024 * 1024
 const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
 /** How long a relay may take to answer a history page, and then to send its body: a page is read from f+1 relays, and a slow one must not keep a request open after the others agreed. */
 const HISTORY_READ_TIMEOUT_MS = 30_000
@@ -306,19 +306,21 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
           return undefined
         }
       }),
-      (answers) => {
+      (answers, done) => {
         for (const a of answers) {
           const alike = answers.filter((b) => bytesEqual(a.entries, b.entries))
-          if (new Set(alike.map((b) => b.relay)).size >= cluster.f + 1) return { entries: a.entries, more: alike.some((b) => b.next !== null) }
+          if (new Set(alike.map((b) => b.relay)).size >= cluster.f + 1) return { pairs: decodePage(a.entries), bytes: a.entries.length, more: alike.some((b) => b.next !== null) }
         }
-        return undefined
+        // Relays prune a space's history as its retention says, each when it compacts: at the old end their
+        // pages may differ. What f+1 of them served alike, newest first, is history; past it, none is.
+        return done ? sharedNewest(answers, cluster.f + 1) : undefined
       },
     )
     if (!agreed) throw new SteadError('unsupported', `fewer than ${cluster.f + 1} relays served the same page of ${key}'s history`)
-    const pairs = expect.array(decode(agreed.entries, MAX_HISTORY_BYTES), 'history', 1000) as Array<[number, unknown]>
+    const pairs = agreed.pairs
     // Where the next page starts is the oldest entry here (signed): a relay's word only says whether to ask.
     const oldest = pairs.length > 0 && pairs.length < limit && agreed.more ? pairs[pairs.length - 1]?.[0] : undefined
-    return { pairs, bytes: agreed.entries.length, next: typeof oldest === 'number' && Number.isSafeInteger(oldest) && oldest < before ? oldest : null }
+    return { pairs, bytes: agreed.bytes, next: typeof oldest === 'number' && Number.isSafeInteger(oldest) && oldest < before ? oldest : null }
   }
 
   async quorumIndex(timeoutMs: number): Promise<number> {
