@@ -1,4 +1,8 @@
 import { describe, expect, it } from 'vitest'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { lmdbStorage } from '../src/index.node.ts'
 import { commitUntil, committing, simWorld } from './helpers/sim-world.ts'
 
 /** Listing a space's objects and following every change of a space with one subscription (issue 46, item 5). */
@@ -114,6 +118,29 @@ describe('space.members.deleteSpace', () => {
     const d = await world.client(c)
     await c.until('d sees it deleted', () => d.members.stable?.deleted || undefined)
     expect([d.keys(), d.counter('n').stable]).toEqual([[], 0])
+  })
+
+  it('reaches a client that was away: back on its own storage, it catches up by a delta that proves the deletion, and its pending write is refused', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    const dir = mkdtempSync(join(tmpdir(), 'stead-deleted-'))
+    const b = await world.client(c, { storage: lmdbStorage(dir) })
+    committing(c)
+    await world.owner(a).createSpace('bank', { everyone: 'writer' })
+    expect((await b.counter('n').increment(5, { safe: true })).status).toBe('committed')
+    void b.list('todo').push('milk')
+    await c.until('a has both', () => (a.counter('n').stable === 5 && a.list('todo').stable.length === 1) || undefined)
+    // B goes away with a write not sent; meanwhile a deletes the space, and commits go on past it.
+    await b.flush()
+    for (const r of c.relays) await r.down()
+    void b.counter('n').increment(1)
+    await world.shutdown(b)
+    for (const r of c.relays) await r.up()
+    expect((await a.members.deleteSpace()).status).toBe('committed')
+    const back = await world.client(c, { storage: lmdbStorage(dir) })
+    await c.until('b back sees it deleted', () => back.members.stable?.deleted || undefined)
+    await c.until('b back settles its write', () => back.status.pending === 0 || undefined)
+    expect([back.keys(), back.counter('n').value, back.counter('n').stable, back.list('todo').value]).toEqual([[], 0, 0, []])
   })
 
   it('sets a retention that admins alone may set, and refuses a bad one at the call', async () => {

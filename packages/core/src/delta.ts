@@ -151,6 +151,8 @@ export function decodeStateDelta<E extends WaitingEnvelope>(bytes: Uint8Array, o
 }
 
 /** One committed op, as a change log keeps it. */
+const DELETION: Declaration = { type: 'deletion' }
+
 interface LoggedOp {
   readonly author: string
   readonly tag: string
@@ -239,6 +241,9 @@ export class ChangeLog {
         }
       }
     }
+    // Objects a deletion of the whole space took have no op of their own: logged as deleted, they travel as they stand.
+    const deletedByOp = new Set(ops.filter((o) => isDeletion(o.decl)).map((o) => o.key))
+    for (const h of result.history) if (h.deleted && !deletedByOp.has(h.key)) ops.push({ author: '', tag: '', key: h.key, decl: DELETION, op: ['x'] })
     // Charged as held in memory: the envelopes' bytes and an object per op (with its tag).
     const bytes = envelopeBytes + ops.length * LOGGED_OP_BYTES
     this.commits.push({ fromIndex, toIndex: result.stableIndex, authors, ops, bytes, envelopeBytes })
@@ -301,11 +306,12 @@ export class ChangeLog {
     const states = this.states(replica, byKey, mode)
     const objects: DeltaObject[] = [...byKey.keys()].sort(compareKeys).map((key) => {
       const o = byKey.get(key) as { decl: Declaration; ops: LoggedOp[] }
-      // A deletion in the range: its ops may be of several types, so the key travels as it stands, or as deleted.
-      const deleted = o.ops.some((x) => isDeletion(x.decl))
-      const s = states.get(key) ?? (deleted ? replica.stableObject(key) : undefined)
+      // A deletion in the range (its ops may be of several types), or the policy (its ops act for their envelope's
+      // user, a device's too, which ops in a delta do not carry): the key travels as it stands, or as deleted.
+      const whole = o.decl.type === 'policy' || o.ops.some((x) => isDeletion(x.decl))
+      const s = states.get(key) ?? (whole ? replica.stableObject(key) : undefined)
       if (s) return { key, decl: s[1], mode: 'state', snapshot: s[2] }
-      if (deleted) return { key, decl: encodeDeclaration({ type: 'deletion' }), mode: 'state', snapshot: null }
+      if (whole) return { key, decl: encodeDeclaration({ type: 'deletion' }), mode: 'state', snapshot: null }
       return { key, decl: encodeDeclaration(o.decl), mode: 'ops', ops: o.ops.map((x) => [x.author, x.tag, x.op] as const) }
     })
     return {

@@ -79,19 +79,27 @@ export class HistoryRetention {
   }
 
   private sweep(now: number, budget: number): void {
-    const names = [...this.rows.getKeys()] as string[]
-    const from = names.findIndex((n) => n >= this.next)
-    const order = from < 0 ? names : [...names.slice(from), ...names.slice(0, from)]
-    for (const space of order) {
-      const row = decode(this.rows.get(space) as Uint8Array, RECORD_LIMIT) as Row
-      const below = this.limitOf(space, row, now)
-      if (below <= 0) continue
-      const visited = this.history.prune(space, below, budget)
-      budget -= visited
-      if (budget > 0) budget -= this.pruneFeed(space, Math.min(below, row[3]) - 1, budget)
-      if (budget <= 0) {
-        this.next = space
-        return
+    // From where the last sweep stopped to the end, then from the start back to there; each space visited costs one.
+    const from = this.next
+    const rows = [this.rows.getRange({ start: from }), ...(from === '' ? [] : [this.rows.getRange({ end: from })])]
+    for (const range of rows) {
+      for (const { key, value } of range) {
+        const space = key as string
+        if (budget <= 0) {
+          this.next = space
+          return
+        }
+        budget--
+        const row = decode(value, RECORD_LIMIT) as Row
+        const below = this.limitOf(space, row, now)
+        if (below <= 0) continue
+        budget -= this.history.prune(space, below, budget)
+        if (budget > 0) budget -= this.pruneFeed(space, Math.min(below, row[3]) - 1, budget)
+        // Cut short: this space goes on first next time.
+        if (budget <= 0) {
+          this.next = space
+          return
+        }
       }
     }
     this.next = ''
