@@ -5,7 +5,7 @@ import { decode, encode } from '../src/codec.ts'
 import { POLICY_KEY, type Declaration } from '../src/crdt/index.ts'
 import { authorIdOf } from '../src/envelope.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
-import { ChangeLog, decodeStateDelta, encodeStateDelta } from '../src/delta.ts'
+import { caughtUpByDelta } from './catch-up.ts'
 import { openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { attestedDecision } from '../src/protocol.ts'
 import { ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
@@ -116,18 +116,7 @@ describe('deletions: every replica alike', () => {
         restored.commit(envs.slice(half))
         expect(restored.stableHash(sha)).toEqual(a.stableHash(sha))
         // A replica at the checkpoint catches up by a delta (ops and state alike).
-        for (const mode of ['ops', 'state', 'adaptive'] as const) {
-          const relay = new StableAudit({ space: SPACE })
-          relay.commit(envs.slice(0, half), 1)
-          const behind = new ReliableReplica({ space: SPACE })
-          behind.commit(envs.slice(0, half), 1)
-          const log = new ChangeLog()
-          log.record(relay.stableIndex, relay.commit(envs.slice(half), 2))
-          const delta = log.delta(relay, behind.stableIndex, mode)
-          if (!delta) continue
-          const ok = behind.verifyDelta(sha, decodeStateDelta(encodeStateDelta(delta), open), relay.stableHash(sha))
-          if ('problem' in ok) throw new Error(ok.problem)
-          behind.applyDelta(sha, ok, 2)
+        for (const { replica: behind } of caughtUpByDelta(SPACE, envs, half, sha, open)) {
           expect(behind.stableHash(sha)).toEqual(a.stableHash(sha))
           for (const key of ['k0', 'k1']) expect(behind.stableValue(key)).toEqual(a.stableValue(key))
         }

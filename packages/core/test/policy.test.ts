@@ -8,7 +8,7 @@ import { certifyDevice } from '../src/device.ts'
 import { openEnvelope, openEnvelopeSync, sealEnvelope, type Envelope, type EnvelopeDraft, type ObjectUpdate, type SafeGroup } from '../src/envelope.ts'
 import { decode, encode } from '../src/codec.ts'
 import { attestedDecision } from '../src/protocol.ts'
-import { ChangeLog, decodeStateDelta, encodeStateDelta } from '../src/delta.ts'
+import { caughtUpByDelta } from './catch-up.ts'
 import { ReliableReplica, StableAudit, type Decision } from '../src/replica.ts'
 import { SteadError } from '../src/errors.ts'
 
@@ -400,19 +400,8 @@ describe('space policy: every replica splits the same updates alike', () => {
         expect(restored.stableHash(sha)).toEqual(a.stableHash(sha))
         expect(encode(restored.policy()?.snapshot())).toEqual(encode(a.policy()?.snapshot()))
         // A replica at the midpoint catches up by a delta, a deletion of the space in it included.
-        const open = (signed: Parameters<typeof openEnvelopeSync>[1]) => openEnvelopeSync({ sha256: sha, verify: () => true }, signed)
-        for (const mode of ['ops', 'state', 'adaptive'] as const) {
-          const relay = new StableAudit({ space: SPACE })
-          relay.commit(envs.slice(0, half), 1)
-          const behind = new ReliableReplica({ space: SPACE })
-          behind.commit(envs.slice(0, half), 1)
-          const log = new ChangeLog()
-          log.record(relay.stableIndex, relay.commit(envs.slice(half), 2))
-          const delta = log.delta(relay, behind.stableIndex, mode)
-          if (!delta) continue
-          const ok = behind.verifyDelta(sha, decodeStateDelta(encodeStateDelta(delta), open), relay.stableHash(sha))
-          if ('problem' in ok) throw new Error(`${mode}: ${ok.problem}`)
-          behind.applyDelta(sha, ok, 2)
+        const open = (signed: { bytes: Uint8Array; sig: Uint8Array }) => openEnvelopeSync({ sha256: sha, verify: () => true }, [signed.bytes, signed.sig])
+        for (const { replica: behind } of caughtUpByDelta(SPACE, envs, half, sha, open)) {
           expect(behind.stableHash(sha)).toEqual(a.stableHash(sha))
           for (const key of [POLICY_KEY, 'c0', 'c1']) expect(behind.value(key)).toEqual(a.stableValue(key))
         }
