@@ -38,8 +38,8 @@ describe('HistoryRetention: what relays keep of a space’s history', () => {
     await w.compact([{ space: 's', stableIndex: 50, deleted: false, keep: { entries: 10, days: 0 } }, { space: 'other', stableIndex: 50, deleted: false }], 0)
     expect(w.indexes('s', 'a')).toEqual(range(40, 50))
     expect(w.indexes('other', 'a')).toEqual(range(1, 50))
-    // The stored commits go below the same limit.
-    expect(w.feed).toEqual([['s', 40]])
+    // The stored commits are the operator's to keep (--retain-updates), for clients resuming.
+    expect(w.feed).toEqual([])
     // Back to keeping everything: later entries stay.
     await w.put(changes('s', 'a', range(51, 80)))
     await w.compact([{ space: 's', stableIndex: 80, deleted: false }], 0)
@@ -69,7 +69,11 @@ describe('HistoryRetention: what relays keep of a space’s history', () => {
     await w.put([...changes('s', '$policy', [1, 4]), ...changes('s', 'a', [2, 3]), { space: 's', key: 'a', index: 4, value: null, deleted: true }, { space: 's', key: 'b', index: 2, value: 'x' }, { space: 's', key: 'b', index: 4, value: null, deleted: true }])
     await w.compact([{ space: 's', stableIndex: 4, deleted: true }], 0)
     expect([w.indexes('s', 'a'), w.indexes('s', 'b'), w.indexes('s', '$policy')]).toEqual([[], [], [4]])
-    expect(w.feed).toEqual([['s', 3]])
+    // (The store keeps the latest commit, whatever the limit.)
+    expect(w.feed).toEqual([['s', 4]])
+    // Pruned to the end, it leaves the sweep.
+    await w.compact([], 0)
+    expect(w.feed).toEqual([['s', 4]])
   })
 
   it('prunes a bounded number of entries per compaction, going on where it stopped, over every space', async () => {
@@ -86,14 +90,27 @@ describe('HistoryRetention: what relays keep of a space’s history', () => {
       await w.compact([], 0, 50)
       unswept.push(w.unswept())
     }
-    // Each compaction sweeps at most 50 (a space visited costs one too), and none stops early.
+    // Each compaction sweeps at most 50 of the index (objects' entries and spaces visited cost too), and gets on.
     const swept = unswept.slice(1).map((n, i) => unswept[i]! - n)
     expect(unswept.at(-1)).toBe(1)
-    for (const n of swept.slice(0, -1)) expect(n).toBeGreaterThanOrEqual(47)
     for (const n of swept) expect(n).toBeLessThanOrEqual(50)
-    expect(unswept.length).toBeLessThanOrEqual(14)
+    expect(unswept.length).toBeLessThanOrEqual(40)
     // Each object's last entry is left.
     expect(left()).toBe(3 * 20)
     expect(encode(w.log.page('q', 'o7', Number.MAX_SAFE_INTEGER, 10, Infinity))).toEqual(encode({ entries: [{ index: 207, value: 207 }], more: false }))
+  })
+
+  it('prunes a long-lived object a bounded number of entries at a time', async () => {
+    const w = world()
+    await w.put(changes('s', 'a', range(1, 1000)))
+    await w.compact([{ space: 's', stableIndex: 1000, deleted: false, keep: { entries: 1, days: 0 } }], 0, 10)
+    expect(w.indexes('s', 'a').length).toBeGreaterThanOrEqual(980)
+    let compactions = 1
+    while (w.indexes('s', 'a').length > 2 && compactions < 1000) {
+      await w.compact([], 0, 10)
+      compactions++
+    }
+    expect(w.indexes('s', 'a')).toEqual([999, 1000])
+    expect(compactions).toBeGreaterThan(50)
   })
 })

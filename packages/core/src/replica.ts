@@ -911,7 +911,7 @@ export class StableAudit {
         outcomes.push({ unit: unit.unit, status: 'rejected', reason: result.reason, detail: result.detail })
       }
     }
-    for (const key of [...touched, ...wiped]) {
+    for (const key of new Set([...touched, ...wiped])) {
       this.appendHistory(key, index)
       changed.add(key)
     }

@@ -42,7 +42,9 @@ the default, walks its DAG too; cheap is what production is meant to
 run; off). An admin changes the space's policy during the run (--policy,
 default on): it makes the workload's clients and the SDK clients writers,
 revokes the Byzantine client and one honest client, gives the latter its
-role back, and two guests race for a single-use invitation; every
+role back, sets a history retention (relays then prune histories as they
+compact, crashes and checkpoints between), and two guests race for a
+single-use invitation; every
 verdict the relays attest is checked against a policy model kept apart
 from the audit (policy=changes/unauthorized/redeemed/revoked-device writes refused).
 strategies: ${STRATEGIES.join(', ')}`

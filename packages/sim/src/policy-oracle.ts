@@ -24,6 +24,8 @@ export class PolicyOracle {
   private stamp = 0
   /** Devices revoked, as `user device`. */
   private revoked = new Set<string>()
+  /** Whether an admin deleted the space: nothing is allowed after. */
+  private deleted = false
   /** Units the audit rejected as unauthorized (`revokedDevice`: of those, a revoked device's), and units of policy changes it committed. */
   readonly seen = { unauthorized: 0, changes: 0, redeemed: 0, revokedDevice: 0, deleted: 0 }
 
@@ -68,6 +70,7 @@ export class PolicyOracle {
     const roles = this.roles
     if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
     const author = signer.userId
+    if (this.deleted) return false
     if (this.revoked.has(`${author} ${signer.authorId}`)) return false
     // A user's own key revokes its devices; an admin anybody's (below).
     if (key === POLICY_KEY && op[0] === 'v' && op[1] === author && signer.authorId === author) return true
@@ -99,6 +102,8 @@ export class PolicyOracle {
       this.invitations.delete(op[1])
     } else if (op[0] === 'v') {
       this.revoked.add(`${op[1]} ${op[2]}`)
+    } else if (op[0] === 'd') {
+      this.deleted = true
     } else if (op[0] === 'j') {
       const inv = this.invitations.get(op[1]) as { role: Role; expires: number; left: number }
       const rank = { reader: 0, writer: 1, admin: 2 }
@@ -118,6 +123,7 @@ export class PolicyOracle {
     c.invitations = new Map([...this.invitations].map(([k, v]) => [k, { ...v }]))
     c.stamp = this.stamp
     c.revoked = new Set(this.revoked)
+    c.deleted = this.deleted
     return c
   }
 }

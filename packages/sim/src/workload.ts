@@ -66,11 +66,12 @@ export interface Workload {
    * admin creates the space's policy (the honest clients, the Byzantine one
    * and the SDK clients writers) and a single-use invitation, revokes the
    * Byzantine client, revokes honest client 2 and later gives it its role
-   * back, then lets everyone read; two guests redeem the invitation at the
-   * same moment (only one can get it) and then each writes; a writer's
-   * phone (a device its key certified) writes, the writer revokes it, and
-   * the phone writes on; the admin deletes the guest list late in the run. Each group is sent at one moment, its envelopes
-   * to different relays.
+   * back, then lets everyone read and keeps the stable history of the last
+   * 20 indexes; two guests redeem the invitation at the same moment (only
+   * one can get it) and then each writes; a writer's phone (a device its
+   * key certified) writes, the writer revokes it, and the phone writes on;
+   * the admin deletes the guest list late in the run. Each group is sent
+   * at one moment, its envelopes to different relays.
    */
   readonly policy: ReadonlyArray<readonly Envelope[]>
 }
@@ -194,7 +195,8 @@ async function policyChanges(clients: readonly Uint8Array[], byzantine: Uint8Arr
   const inviteKey = toHex(invitation.publicKey)
   const ops: PolicyOp[] = [['i', [[id(admin.publicKey), 'admin'], ...writers], 'none'], ['n', inviteKey, 'writer', 0, 1, 1], ['r', id(byzantine), null]]
   if (victim) ops.push(['r', id(victim), null], ['r', id(victim), 'writer'])
-  ops.push(['e', 'reader'])
+  // Relays keep the stable history of the last 20 indexes: they prune as they compact, crashes and checkpoints between.
+  ops.push(['e', 'reader'], ['k', 20, 0])
   const chain = async (who: { secretKey: Uint8Array; publicKey: Uint8Array }, parts: Array<{ updates: ObjectUpdate[]; safe: SafeGroup[] }>): Promise<Envelope[]> => {
     const out: Envelope[] = []
     for (const [i, p] of parts.entries()) {

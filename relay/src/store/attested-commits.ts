@@ -77,9 +77,17 @@ export class AttestedCommits {
     for (const key of [...this.chunks.getKeys()]) this.chunks.remove(key as ChunkKey)
   }
 
-  /** Removes the space's commits that start below stable index `below`, at most `limit` of them (only inside Kv.write); returns how many it removed. */
+  /**
+   * Removes the space's commits that start below stable index `below`, at
+   * most `limit` of them (only inside Kv.write), but never its latest (what
+   * the relay's head is proven by after a restart); returns how many it
+   * removed.
+   */
   prune(space: string, below: number, limit = Number.POSITIVE_INFINITY): number {
-    const keys = [...this.heads.getKeys({ start: [space, 0, 0], end: [space, below, 0], ...(limit < Number.POSITIVE_INFINITY ? { limit } : {}) })] as HeadKey[]
+    const latest = this.latest(space)
+    if (!latest) return 0
+    const end = Math.min(below, latest.position[0])
+    const keys = [...this.heads.getKeys({ start: [space, 0, 0], end: [space, end, 0], ...(limit < Number.POSITIVE_INFINITY ? { limit } : {}) })] as HeadKey[]
     for (const key of keys) {
       const [, fromIndex, round] = key
       for (const chunk of [...this.chunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.chunks.remove(chunk as ChunkKey)

@@ -33,6 +33,8 @@ type Stored = readonly ['w', unknown] | readonly ['p', number, ValuePatch] | rea
 const EMPTY = new Uint8Array(0)
 /** In the index: it lists every entry (a store written before the index existed has none until its first prune). */
 const INDEX_COMPLETE: [string, number, string] = ['', 0, '']
+/** In the index while it is being built for an older store: the first entry not listed yet. */
+const INDEX_CURSOR: [string, number, string] = ['', 1, '']
 
 /**
  * The stable histories of a relay's objects: each object's value at each
@@ -115,12 +117,14 @@ export class HistoryLog {
    * Kv.write): of each object's entries below it, all go but the newest
    * (the value in force at `below`, rewritten whole if it was a patch), and
    * that one too if it is the object's deletion. Visits at most `budget`
-   * entries (in stable order, from where the last prune of the space
-   * stopped) and returns how many it visited: fewer than `budget` when the
-   * space is pruned up to `below`.
+   * entries of the index and about as many of the objects' (in stable
+   * order, from where the last prune of the space stopped) and returns how
+   * much of `budget` it used: less than all of it only once the space is
+   * pruned up to `below`. A store written before the index existed first
+   * lists its entries there, `budget` of them per call.
    */
   prune(space: string, below: number, budget: number): number {
-    if (!this.indexed) this.buildIndex()
+    if (!this.indexed) return this.buildIndex(budget)
     this.mark()
     const swept: Array<[string, number, string]> = []
     const objects = new Set<string>()
@@ -130,24 +134,39 @@ export class HistoryLog {
       swept.push(k)
       objects.add(k[2])
     }
-    for (const object of objects) this.pruneObject(space, object, below)
-    for (const k of swept) this.byIndex.remove(k)
-    return swept.length
+    // Objects not pruned to the limit keep their place in the index: the next prune goes on with them.
+    let left = budget
+    const unfinished = new Set<string>()
+    for (const object of objects) {
+      const done = left > 0 && this.pruneObject(space, object, below, left, (n) => (left -= n))
+      if (!done) unfinished.add(object)
+    }
+    for (const k of swept) if (!unfinished.has(k[2])) this.byIndex.remove(k)
+    return unfinished.size > 0 ? budget : swept.length
   }
 
-  /** One object's part of prune: its entries below `below` but the one in force there (none if that is a deletion). */
-  private pruneObject(space: string, key: string, below: number): void {
-    const rows = [...this.table.getRange({ start: [space, key, 0], end: [space, key, below] })].filter(({ key: k }) => k[0] === space && k[1] === key && k[2] < below)
+  /**
+   * One object's part of prune: its entries below `below` but the one in
+   * force there (none if that is a deletion), or, when more than
+   * `maxRows` are, the oldest `maxRows` of them (the next one rewritten
+   * whole). Tells `spent` how many entries it read; returns whether it
+   * pruned the object up to `below`.
+   */
+  private pruneObject(space: string, key: string, below: number, maxRows: number, spent: (n: number) => void): boolean {
+    const rows = [...this.table.getRange({ start: [space, key, 0], end: [space, key, below], limit: maxRows + 1 })].filter(({ key: k }) => k[0] === space && k[1] === key && k[2] < below)
+    spent(rows.length)
+    const done = rows.length <= maxRows
     const last = rows.at(-1)
-    if (!last) return
+    if (!last) return true
     const entry = decode(last.value, RECORD_LIMIT) as Stored
-    const drop = entry[0] === 'x' ? rows : rows.slice(0, -1)
+    const drop = done && entry[0] === 'x' ? rows : rows.slice(0, -1)
     if (entry[0] === 'p') {
       // The oldest entry kept must be whole: nothing it patches is left.
       this.table.put(last.key, encode(['w', this.valueAt(rows)] satisfies Stored))
       this.heads.delete(`${space}\u0000${key}`)
     }
     for (const { key: k } of drop) this.table.remove(k)
+    return done
   }
 
   /** The value of the last of an object's consecutive entries (oldest first, from a whole one on). */
@@ -159,13 +178,29 @@ export class HistoryLog {
     return value
   }
 
-  /** Lists every entry of a store written before the index existed (once, inside Kv.write). */
-  private buildIndex(): void {
-    for (const key of this.table.getKeys()) {
+  /**
+   * Lists up to `budget` entries of a store written before the index
+   * existed, from where the last call stopped (inside Kv.write); once all
+   * are, the index says it is complete. Returns `budget` (all of it used).
+   */
+  private buildIndex(budget: number): number {
+    const cursor = this.byIndex.get(INDEX_CURSOR)
+    const next = cursor ? (decode(cursor, RECORD_LIMIT) as [string, string, number]) : undefined
+    let listed = 0
+    for (const key of this.table.getKeys({ ...(next ? { start: next } : {}), limit: budget + 1 })) {
       const [space, object, index] = key as [string, string, number]
+      if (listed === budget) {
+        // The first entry not listed yet: the next call starts there.
+        this.byIndex.put(INDEX_CURSOR, encode([space, object, index]))
+        return budget
+      }
       this.byIndex.put([space, index, object], EMPTY)
+      listed++
     }
+    if (next) this.byIndex.remove(INDEX_CURSOR)
     this.indexed = true
+    this.mark()
+    return budget
   }
 
   /** Forgets what was stored last (a write that failed may not have stored it): each object's next entry is stored whole. */

@@ -25,11 +25,12 @@ type Row = [number, number, number, number, number]
 
 /**
  * Applies the spaces' retentions (their policies' `['k', entries, days]`)
- * and deletions to the relay's stable histories and stored commits, when
- * it compacts (with each snapshot). A space's limit is a stable index:
- * its last `entries` indexes, and the index it had `days` ago, as this
- * relay's clock stamped its snapshots (to within 1% of the window or an
- * hour); a deleted space keeps nothing but its latest commit. Every space
+ * to the relay's stable histories, and their deletions to those and to
+ * their stored commits, when it compacts (with each snapshot). A space's
+ * limit is a stable index: its last `entries` indexes, and the index it
+ * had `days` ago, as this relay's clock stamped its snapshots (to within
+ * 1% of the window or an hour); a deleted space keeps nothing but its
+ * latest commit. Every space
  * with a retention is swept, a bounded number of entries per compaction,
  * round-robin from where the last stopped, so a quiet space ages out too
  * and no compaction takes long.
@@ -69,7 +70,10 @@ export class HistoryRetention {
     }
     const days = s.deleted ? 0 : (s.keep?.days ?? 0)
     this.rows.put(s.space, encode([s.deleted ? 0 : (s.keep?.entries ?? 0), days, s.deleted ? 1 : 0, s.stableIndex, now] satisfies Row))
-    if (days === 0) return
+    if (days === 0) {
+      this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
+      return
+    }
     let latest: [number, number] | undefined
     for (const { key, value } of this.stamps.getRange({ start: [s.space, Number.MAX_SAFE_INTEGER], end: [s.space, -1], reverse: true, limit: 1 })) {
       if ((key as [string, number])[0] === s.space) latest = [(key as [string, number])[1], (decode(value, RECORD_LIMIT) as [number])[0]]
@@ -79,30 +83,37 @@ export class HistoryRetention {
   }
 
   private sweep(now: number, budget: number): void {
-    // From where the last sweep stopped to the end, then from the start back to there; each space visited costs one.
+    // Deleted spaces pruned to the end leave the sweep (a later snapshot of one brings it back).
+    const done: string[] = []
+    this.next = this.sweepFrom(now, budget, done)
+    for (const space of done) this.rows.remove(space)
+  }
+
+  /** Sweeps from where the last sweep stopped to the end, then from the start back to there; each space visited costs one. Returns where to go on next time. */
+  private sweepFrom(now: number, budget: number, done: string[]): string {
     const from = this.next
-    const rows = [this.rows.getRange({ start: from }), ...(from === '' ? [] : [this.rows.getRange({ end: from })])]
-    for (const range of rows) {
+    const ranges = [this.rows.getRange({ start: from }), ...(from === '' ? [] : [this.rows.getRange({ end: from })])]
+    for (const range of ranges) {
       for (const { key, value } of range) {
         const space = key as string
-        if (budget <= 0) {
-          this.next = space
-          return
-        }
+        if (budget <= 0) return space
         budget--
         const row = decode(value, RECORD_LIMIT) as Row
         const below = this.limitOf(space, row, now)
         if (below <= 0) continue
         budget -= this.history.prune(space, below, budget)
-        if (budget > 0) budget -= this.pruneFeed(space, Math.min(below, row[3]) - 1, budget)
-        // Cut short: this space goes on first next time.
-        if (budget <= 0) {
-          this.next = space
-          return
+        // A deleted space's commits go too (they carry what was deleted); others keep theirs for
+        // clients resuming, as long as the operator says (--retain-updates).
+        if (budget > 0 && row[2] === 1) {
+          // All but the latest, which the store keeps whatever the limit.
+          budget -= this.pruneFeed(space, row[3], budget)
+          if (budget > 0) done.push(space)
         }
+        // Cut short: this space goes on first next time.
+        if (budget <= 0) return space
       }
     }
-    this.next = ''
+    return ''
   }
 
   /** The stable index below which `space`'s history goes (0: none does). */

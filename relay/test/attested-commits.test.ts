@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest'
+import { AttestedCommits } from '../src/store/attested-commits.ts'
+import { MemoryKv } from '../src/store/kv.ts'
+
+describe('AttestedCommits.prune', () => {
+  it('never removes a space’s latest commit, whatever the limit, nor another space’s', async () => {
+    const kv = new MemoryKv()
+    const commits = new AttestedCommits(kv.table('attestations'), kv.table('attestation-chunks'))
+    const value = (n: number) => ({ attestation: { bytes: new Uint8Array([n]), sig: new Uint8Array(64) }, envelopes: [new Uint8Array([n])] })
+    await kv.write(() => {
+      // Commits of s at rounds 10, 20, 30 starting at stable indexes 0, 2, 5 (the last covers 6 to 9), and one of t.
+      for (const [fromIndex, round] of [[0, 10], [2, 20], [5, 30]] as const) commits.put({ space: 's', fromIndex, round, value: value(round) })
+      commits.put({ space: 't', fromIndex: 0, round: 10, value: value(1) })
+    })
+    let removed = 0
+    await kv.write(() => (removed = commits.prune('s', 9)))
+    expect(removed).toBe(2)
+    expect(commits.latest('s')?.position).toEqual([5, 30])
+    expect(commits.at('s', [0, 0])?.position).toEqual([5, 30])
+    expect(commits.chunk('s', [5, 30], 0)).toBeInstanceOf(Uint8Array)
+    expect(commits.latest('t')?.position).toEqual([0, 10])
+    await kv.write(() => (removed = commits.prune('s', Number.MAX_SAFE_INTEGER)))
+    expect(removed).toBe(0)
+  })
+})
