@@ -15,6 +15,8 @@ export class CommitFeed {
   private current: { head: StoredCommitHead; next: number } | undefined
   /** The last commit sent whole (its first frame, for a commit of several). */
   private sent: StoredCommitHead | undefined
+  /** Told `pruned`: the commits it needed next are gone. */
+  private stalled = false
 
   private readonly store: Pick<RelayStore, 'commitAt' | 'commitChunk'>
   readonly space: string
@@ -58,8 +60,16 @@ export class CommitFeed {
       }
       return encodeCommitFrame(space, undefined, this.chunkFor(this.store.commitChunk(space, head.position, k)), more)
     }
+    if (this.stalled) return undefined
     const head = this.store.commitAt(space, this.position)
     if (!head) return undefined
+    if (this.frames && head.position[0] > this.resumeIndex) {
+      // The commits after the subscriber's were pruned while it read (it fell behind the relay's
+      // retention): as a subscribe from below them, it starts again from a verified snapshot and
+      // subscribes again from there. Nothing more is sent here until then.
+      this.stalled = true
+      return encodeRelayMessage({ type: 'pruned', space, from: head.position[0] })
+    }
     this.position = [head.position[0], head.position[1] + 1]
     // Without frames, a compact attestation: the client checks the signature against the bytes its frame source sent.
     if (!this.frames) {
