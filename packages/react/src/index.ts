@@ -312,6 +312,10 @@ export interface MembersState {
   readonly invite: (role: Role, options?: InviteOptions) => Promise<string>
   /** Closes an invitation, by token or key: a safe update (see `MembersHandle.closeInvitation`). */
   readonly closeInvitation: (tokenOrKey: string, options?: WaitOptions) => Promise<SafeResult>
+  /** Sets how much stable history relays keep (`{ entries, days }`): a safe update (see `MembersHandle.setRetention`). */
+  readonly setRetention: (retention: { readonly entries?: number; readonly days?: number }, options?: WaitOptions) => Promise<SafeResult>
+  /** Deletes the space for good: a safe update (see `MembersHandle.deleteSpace`); `value.deleted` then says so. */
+  readonly deleteSpace: (options?: WaitOptions) => Promise<SafeResult>
   /** The handle (`space.members`), for `roleOf`, `history()` and the rest. */
   readonly handle: MembersHandle
 }
@@ -351,5 +355,10 @@ export function useMembers(space?: Space): MembersState {
   const setEveryone = useCallback((everyone: Everyone, options?: WaitOptions) => handle.setEveryone(everyone, options), [handle])
   const invite = useCallback((role: Role, options?: InviteOptions) => handle.invite(role, options), [handle])
   const closeInvitation = useCallback((tokenOrKey: string, options?: WaitOptions) => handle.closeInvitation(tokenOrKey, options), [handle])
-  return useMemo(() => ({ ...snap, grant, revoke, setEveryone, invite, closeInvitation, handle }), [snap, grant, revoke, setEveryone, invite, closeInvitation, handle])
+  const setRetention = useCallback((retention: { readonly entries?: number; readonly days?: number }, options?: WaitOptions) => handle.setRetention(retention, options), [handle])
+  const deleteSpace = useCallback((options?: WaitOptions) => handle.deleteSpace(options), [handle])
+  return useMemo(
+    () => ({ ...snap, grant, revoke, setEveryone, invite, closeInvitation, setRetention, deleteSpace, handle }),
+    [snap, grant, revoke, setEveryone, invite, closeInvitation, setRetention, deleteSpace, handle],
+  )
 }

@@ -93,6 +93,14 @@ describe.each([
     })
     await waitFor(() => expect(text('bob')).toBe(`${a}:admin|writer / ${a}:admin|writer / -`), { timeout: 10_000 })
     expect(text('alice')).toBe(`${a}:admin|writer / ${a}:admin|writer / admin`)
+
+    // A retention, then the space deleted, through the hook: the value says so on both sides.
+    await act(async () => {
+      expect((await mine.state?.setRetention({ days: 30 }))?.status).toBe('committed')
+      expect((await mine.state?.deleteSpace())?.status).toBe('committed')
+    })
+    expect([mine.state?.stable?.retention, mine.state?.stable?.deleted]).toEqual([{ entries: 0, days: 30 }, true])
+    await waitFor(() => expect(his.state?.stable?.deleted).toBe(true), { timeout: 10_000 })
   })
 })
 
