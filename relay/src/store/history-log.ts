@@ -31,10 +31,9 @@ interface Head {
 type Stored = readonly ['w', unknown] | readonly ['p', number, ValuePatch] | readonly ['x']
 
 const EMPTY = new Uint8Array(0)
-/** In the index: it lists every entry (a store written before the index existed has none until its first prune). */
-const INDEX_COMPLETE: [string, number, string] = ['', 0, '']
-/** In the index while it is being built for an older store: the first entry not listed yet. */
-const INDEX_CURSOR: [string, number, string] = ['', 1, '']
+
+/** Where listing a space's existing entries in the index goes on from: the next entry's object key and stable index. */
+export type ListingCursor = readonly [key: string, index: number]
 
 /**
  * The stable histories of a relay's objects: each object's value at each
@@ -51,31 +50,22 @@ const INDEX_CURSOR: [string, number, string] = ['', 1, '']
  * another stored a patch) serve identical pages.
  *
  * Histories are kept whole unless pruned (see prune): a second table lists
- * the entries by stable index, so that pruning below an index visits only
- * the entries below it, not every object of the space.
+ * the entries of spaces with a retention by stable index (`listed`), so
+ * that pruning below an index visits only the entries below it, not every
+ * object of the space; other spaces' entries cost no second row.
  */
 export class HistoryLog {
   private readonly table: KvTable<[string, string, number]>
-  /** [space, stable index, object key] → nothing: the entries not yet swept by prune, in stable order. */
+  /** [space, stable index, object key] → nothing: the listed spaces' entries not yet swept by prune, in stable order. */
   private readonly byIndex: KvTable<[string, number, string]>
   private readonly heads = new Map<string, Head>()
-  /** Whether the index lists every entry: a store written before it existed gets it at its first prune. */
-  private indexed: boolean
-  /** Whether the index says so (INDEX_COMPLETE). */
-  private marked: boolean
+  /** Whether a space's new entries go in the index (it has a retention). */
+  private readonly listed: (space: string) => boolean
 
-  constructor(table: KvTable<[string, string, number]>, byIndex: KvTable<[string, number, string]>) {
+  constructor(table: KvTable<[string, string, number]>, byIndex: KvTable<[string, number, string]>, listed: (space: string) => boolean = () => true) {
     this.table = table
     this.byIndex = byIndex
-    this.marked = byIndex.get(INDEX_COMPLETE) !== undefined
-    this.indexed = this.marked || isEmpty(table)
-  }
-
-  /** Inside Kv.write, once the index is complete: says so, for the next start. */
-  private mark(): void {
-    if (this.marked || !this.indexed) return
-    this.byIndex.put(INDEX_COMPLETE, EMPTY)
-    this.marked = true
+    this.listed = listed
   }
 
   /** Stores one entry (only inside Kv.write). A patch is kept only if it follows the latest entry stored for its object. */
@@ -83,8 +73,7 @@ export class HistoryLog {
     const id = `${h.space}\u0000${h.key}`
     const head = this.heads.get(id)
     this.heads.delete(id)
-    this.mark()
-    this.byIndex.put([h.space, h.index, h.key], EMPTY)
+    if (this.listed(h.space)) this.byIndex.put([h.space, h.index, h.key], EMPTY)
     if (h.deleted) {
       // What comes after a deletion is stored whole (there is no head to patch).
       this.table.put([h.space, h.key, h.index], encode(['x'] satisfies Stored))
@@ -107,8 +96,6 @@ export class HistoryLog {
   clear(): void {
     for (const key of [...this.table.getKeys()]) this.table.remove(key as [string, string, number])
     for (const key of [...this.byIndex.getKeys()]) this.byIndex.remove(key as [string, number, string])
-    this.marked = false
-    this.indexed = true
     this.forget()
   }
 
@@ -120,12 +107,10 @@ export class HistoryLog {
    * entries of the index and about as many of the objects' (in stable
    * order, from where the last prune of the space stopped) and returns how
    * much of `budget` it used: less than all of it only once the space is
-   * pruned up to `below`. A store written before the index existed first
-   * lists its entries there, `budget` of them per call.
+   * pruned up to `below`. Only entries listed in the index are visited
+   * (see listExisting).
    */
   prune(space: string, below: number, budget: number): number {
-    if (!this.indexed) return this.buildIndex(budget)
-    this.mark()
     const swept: Array<[string, number, string]> = []
     const objects = new Set<string>()
     for (const key of this.byIndex.getKeys({ start: [space, 0, ''], end: [space, below, ''], limit: budget })) {
@@ -179,28 +164,21 @@ export class HistoryLog {
   }
 
   /**
-   * Lists up to `budget` entries of a store written before the index
-   * existed, from where the last call stopped (inside Kv.write); once all
-   * are, the index says it is complete. Returns `budget` (all of it used).
+   * Lists up to `budget` of `space`'s entries stored before its entries
+   * were listed (a retention set on a space with a history, or a data dir
+   * from before the index), from `from` on (inside Kv.write). Returns where
+   * how many it listed and where to go on (none once all are).
    */
-  private buildIndex(budget: number): number {
-    const cursor = this.byIndex.get(INDEX_CURSOR)
-    const next = cursor ? (decode(cursor, RECORD_LIMIT) as [string, string, number]) : undefined
+  listExisting(space: string, from: ListingCursor, budget: number): { next?: ListingCursor; listed: number } {
     let listed = 0
-    for (const key of this.table.getKeys({ ...(next ? { start: next } : {}), limit: budget + 1 })) {
-      const [space, object, index] = key as [string, string, number]
-      if (listed === budget) {
-        // The first entry not listed yet: the next call starts there.
-        this.byIndex.put(INDEX_CURSOR, encode([space, object, index]))
-        return budget
-      }
+    for (const key of this.table.getKeys({ start: [space, from[0], from[1]], limit: budget + 1 })) {
+      const [s, object, index] = key as [string, string, number]
+      if (s !== space) break
+      if (listed === budget) return { next: [object, index], listed }
       this.byIndex.put([space, index, object], EMPTY)
       listed++
     }
-    if (next) this.byIndex.remove(INDEX_CURSOR)
-    this.indexed = true
-    this.mark()
-    return budget
+    return { listed }
   }
 
   /** Forgets what was stored last (a write that failed may not have stored it): each object's next entry is stored whole. */
@@ -262,9 +240,4 @@ function applyEntry(before: unknown, entry: Stored): unknown {
   if (entry[0] === 'w') return entry[1]
   if (entry[0] === 'x') return null
   return applyValuePatch(before, entry[2])
-}
-
-function isEmpty(table: { getKeys(range: { limit: number }): Iterable<unknown> }): boolean {
-  for (const _ of table.getKeys({ limit: 1 })) return false
-  return true
 }

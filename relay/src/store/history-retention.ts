@@ -1,6 +1,6 @@
 import { decode, encode, type Retention } from '@stead/core'
 import { RECORD_LIMIT, type KvTable } from './kv.ts'
-import type { HistoryLog } from './history-log.ts'
+import type { HistoryLog, ListingCursor } from './history-log.ts'
 
 const DAY_MS = 86_400_000
 const HOUR_MS = 3_600_000
@@ -20,8 +20,12 @@ export interface SpaceRetention {
   readonly deleted: boolean
 }
 
-/** A space's row: [entries, days, deleted (0 or 1), stable index at its latest snapshot, when that was (ms)]. */
-type Row = [number, number, number, number, number]
+/**
+ * A space's row: [entries, days, deleted (0 or 1), stable index at its
+ * latest snapshot, when that was (ms), where listing its entries stored
+ * before it had a row goes on (null once all are listed)].
+ */
+type Row = [number, number, number, number, number, ListingCursor | null]
 
 /**
  * Applies the spaces' retentions (their policies' `['k', entries, days]`)
@@ -62,14 +66,22 @@ export class HistoryRetention {
     this.sweep(now, budget)
   }
 
+  /** Whether the space has a retention (or was deleted): its history entries are listed by stable index (see HistoryLog). */
+  covers(space: string): boolean {
+    return this.rows.get(space) !== undefined
+  }
+
   private record(s: SpaceRetention, now: number): void {
+    const had = this.rows.get(s.space)
     if (!s.deleted && !s.keep) {
-      if (this.rows.get(s.space)) this.rows.remove(s.space)
+      if (had) this.rows.remove(s.space)
       this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
       return
     }
     const days = s.deleted ? 0 : (s.keep?.days ?? 0)
-    this.rows.put(s.space, encode([s.deleted ? 0 : (s.keep?.entries ?? 0), days, s.deleted ? 1 : 0, s.stableIndex, now] satisfies Row))
+    // A space new here lists its entries stored so far (from its first on), a bounded number per sweep.
+    const listing = had ? (decode(had, RECORD_LIMIT) as Row)[5] : (['', 0] as const)
+    this.rows.put(s.space, encode([s.deleted ? 0 : (s.keep?.entries ?? 0), days, s.deleted ? 1 : 0, s.stableIndex, now, listing] satisfies Row))
     if (days === 0) {
       this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
       return
@@ -83,14 +95,17 @@ export class HistoryRetention {
   }
 
   private sweep(now: number, budget: number): void {
-    // Deleted spaces pruned to the end leave the sweep (a later snapshot of one brings it back).
+    // Deleted spaces pruned to the end leave the sweep (a later snapshot of one brings it back); rows are
+    // changed once the sweep is done with them (not while a cursor walks them).
     const done: string[] = []
-    this.next = this.sweepFrom(now, budget, done)
+    const listed = new Map<string, Row>()
+    this.next = this.sweepFrom(now, budget, done, listed)
+    for (const [space, row] of listed) this.rows.put(space, encode(row))
     for (const space of done) this.rows.remove(space)
   }
 
   /** Sweeps from where the last sweep stopped to the end, then from the start back to there; each space visited costs one. Returns where to go on next time. */
-  private sweepFrom(now: number, budget: number, done: string[]): string {
+  private sweepFrom(now: number, budget: number, done: string[], listed: Map<string, Row>): string {
     const from = this.next
     const ranges = [this.rows.getRange({ start: from }), ...(from === '' ? [] : [this.rows.getRange({ end: from })])]
     for (const range of ranges) {
@@ -99,6 +114,13 @@ export class HistoryRetention {
         if (budget <= 0) return space
         budget--
         const row = decode(value, RECORD_LIMIT) as Row
+        if (row[5] !== null) {
+          // Entries stored before the space had a row are listed first; until then it is not pruned.
+          const { next, listed: n } = this.history.listExisting(space, row[5], budget)
+          budget -= n
+          listed.set(space, [row[0], row[1], row[2], row[3], row[4], next ?? null])
+          if (next) return space
+        }
         const below = this.limitOf(space, row, now)
         if (below <= 0) continue
         budget -= this.history.prune(space, below, budget)

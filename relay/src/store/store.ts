@@ -32,7 +32,7 @@ export const STORE_TABLES = {
   /** [space, from index, round, chunk] → frames of the attested commit (storeRecords.chunk) */
   attestationChunks: 'attestation-chunks',
   history: 'history',
-  /** [space, stable index, object key] → nothing: history entries not yet swept by a retention (HistoryLog.prune) */
+  /** [space, stable index, object key] → nothing: history entries of spaces with a retention, not yet swept (HistoryLog.prune) */
   historyIndex: 'history-index',
   /** space → what its policy says of its history (HistoryRetention) */
   historyRetention: 'history-retention',
@@ -221,7 +221,7 @@ export class RelayStore {
     this.commits = kv.table(STORE_TABLES.commits)
     this.batches = kv.table(STORE_TABLES.batches)
     this.attested = new AttestedCommits(kv.table(STORE_TABLES.attestations), kv.table(STORE_TABLES.attestationChunks))
-    this.history = new HistoryLog(kv.table(STORE_TABLES.history), kv.table(STORE_TABLES.historyIndex))
+    this.history = new HistoryLog(kv.table(STORE_TABLES.history), kv.table(STORE_TABLES.historyIndex), (space) => this.retention.covers(space))
     this.retention = new HistoryRetention(kv.table(STORE_TABLES.historyRetention), kv.table(STORE_TABLES.historyStamps), this.history, (space, below, limit) => this.attested.prune(space, below, limit))
     this.snapshotHead = kv.table(STORE_TABLES.snapshotHead)
     this.snapshotSpaces = kv.table(STORE_TABLES.snapshotSpaces)
