@@ -156,18 +156,23 @@ export class HistoryLog {
 
   /** The value of the last of an object's consecutive entries (oldest first, from a whole one on). */
   private valueAt(rows: ReadonlyArray<{ key: [string, string, number]; value: Uint8Array }>): unknown {
-    let from = rows.length - 1
-    while (from > 0 && (decode((rows[from] as { value: Uint8Array }).value, RECORD_LIMIT) as Stored)[0] === 'p') from--
+    // Back to the entry it starts from (the newest that is no patch), each decoded once.
+    const entries: Stored[] = []
+    for (let i = rows.length - 1; i >= 0; i--) {
+      const entry = decode((rows[i] as { value: Uint8Array }).value, RECORD_LIMIT) as Stored
+      entries.push(entry)
+      if (entry[0] !== 'p') break
+    }
     let value: unknown
-    for (const { value: bytes } of rows.slice(from)) value = applyEntry(value, decode(bytes, RECORD_LIMIT) as Stored)
+    for (const entry of entries.reverse()) value = applyEntry(value, entry)
     return value
   }
 
   /**
    * Lists up to `budget` of `space`'s entries stored before its entries
    * were listed (a retention set on a space with a history, or a data dir
-   * from before the index), from `from` on (inside Kv.write). Returns where
-   * how many it listed and where to go on (none once all are).
+   * from before the index), from `from` on (inside Kv.write). Returns how
+   * many it listed and where to go on (none once all are).
    */
   listExisting(space: string, from: ListingCursor, budget: number): { next?: ListingCursor; listed: number } {
     let listed = 0

@@ -73,19 +73,17 @@ export class HistoryRetention {
 
   private record(s: SpaceRetention, now: number): void {
     const had = this.rows.get(s.space)
+    const days = s.deleted ? 0 : (s.keep?.days ?? 0)
+    // Stamps date history for retentions in days only.
+    if (days === 0) this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
     if (!s.deleted && !s.keep) {
       if (had) this.rows.remove(s.space)
-      this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
       return
     }
-    const days = s.deleted ? 0 : (s.keep?.days ?? 0)
     // A space new here lists its entries stored so far (from its first on), a bounded number per sweep.
     const listing = had ? (decode(had, RECORD_LIMIT) as Row)[5] : (['', 0] as const)
     this.rows.put(s.space, encode([s.deleted ? 0 : (s.keep?.entries ?? 0), days, s.deleted ? 1 : 0, s.stableIndex, now, listing] satisfies Row))
-    if (days === 0) {
-      this.dropStamps(s.space, Number.MAX_SAFE_INTEGER)
-      return
-    }
+    if (days === 0) return
     let latest: [number, number] | undefined
     for (const { key, value } of this.stamps.getRange({ start: [s.space, Number.MAX_SAFE_INTEGER], end: [s.space, -1], reverse: true, limit: 1 })) {
       if ((key as [string, number])[0] === s.space) latest = [(key as [string, number])[1], (decode(value, RECORD_LIMIT) as [number])[0]]

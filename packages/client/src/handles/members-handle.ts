@@ -1,4 +1,4 @@
-import { EVERYONE, MAX_INVITATION_USES, MAX_MEMBERS, MAX_RETENTION_DAYS, MAX_RETENTION_ENTRIES, ROLES, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
+import { EVERYONE, MAX_INVITATION_USES, MAX_MEMBERS, ROLES, SteadError, redeemBytes, toHex, validatePolicyOp, type Everyone, type PolicyOp, type PolicyValue, type Role, type SpacePolicy } from '@stead/core'
 import { Handle, guarded } from './handles.ts'
 import { INVITATION_PREFIX, decodeInvitation, encodeInvitation } from './invitation-token.ts'
 import type { SafeResult, WaitOptions } from '../types.ts'
@@ -229,9 +229,10 @@ export class MembersHandle extends Handle {
         if (name !== 'entries' && name !== 'days') throw new SteadError('malformed', `setRetention: no field ${name}; it takes entries and days`)
       }
       const { entries = 0, days = 0 } = retention
-      if (!Number.isSafeInteger(entries) || entries < 0 || entries > MAX_RETENTION_ENTRIES) throw new SteadError('malformed', `setRetention: entries is a whole number from 0 (no limit) to ${MAX_RETENTION_ENTRIES}, got ${String(entries)}`)
-      if (!Number.isSafeInteger(days) || days < 0 || days > MAX_RETENTION_DAYS) throw new SteadError('malformed', `setRetention: days is a whole number from 0 (no limit) to ${MAX_RETENTION_DAYS}, got ${String(days)}`)
-      return this.change(['k', entries, days], options)
+      const op: PolicyOp = ['k', entries, days]
+      const problem = validatePolicyOp(op)
+      if (problem) throw new SteadError('malformed', `setRetention: ${problem}, got ${JSON.stringify({ entries, days })}`)
+      return this.change(op, options)
     })
   }
 

@@ -186,8 +186,8 @@ export function validatePolicyOp(op: unknown): string | null {
       return userProblem(op[1]) ?? userProblem(op[2]) ?? (op[1] === op[2] ? 'a user is not a device of its own: revoke a device key, not the user key' : null)
     case 'k':
       if (op.length !== 3) return "policy retention is ['k', entries, days]"
-      if (!isSafeInt(op[1]) || op[1] < 0 || op[1] > MAX_RETENTION_ENTRIES) return `retention entries must be a whole number from 0 (no limit) to ${MAX_RETENTION_ENTRIES}`
-      return isSafeInt(op[2]) && op[2] >= 0 && op[2] <= MAX_RETENTION_DAYS ? null : `retention days must be a whole number from 0 (no limit) to ${MAX_RETENTION_DAYS}`
+      if (!isSafeInt(op[1]) || op[1] < 0 || op[1] > MAX_RETENTION_ENTRIES) return `retention entries is a whole number from 0 (no limit) to ${MAX_RETENTION_ENTRIES}`
+      return isSafeInt(op[2]) && op[2] >= 0 && op[2] <= MAX_RETENTION_DAYS ? null : `retention days is a whole number from 0 (no limit) to ${MAX_RETENTION_DAYS}`
     case 'd':
       return op.length === 1 ? null : "policy space deletion is ['d']"
     default:
