@@ -1,12 +1,12 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { clockInit, decode, encode, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
+import { authorIdOf, clockInit, decode, encode, encodeEnvelope, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import pino from 'pino'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { parseCluster } from '../src/process/config.ts'
-import { CheckpointFetch, encodeManifest, isCheckpointCommit, signStatement, type CheckpointManifest, type Committee, type SyncCrypto } from '../src/consensus/index.ts'
+import { CheckpointFetch, decodeManifest, encodeManifest, isCheckpointCommit, signStatement, type CheckpointManifest, type Committee, type SyncCrypto } from '../src/consensus/index.ts'
 import type { Mesh } from '../src/mesh/types.ts'
 import { RelayNode } from '../src/runtime/node.ts'
 import { RelayCheckpoints } from '../src/runtime/checkpoints.ts'
@@ -17,6 +17,18 @@ import { until as waitUntil } from './helpers/cluster.ts'
 const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => nodeCrypto.sha256(b) }
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))
 const committee: Committee = { f: 1, keys: secrets.map((s) => publicKeyOfSync(s)) }
+
+describe('checkpoint manifests', () => {
+  it('carry whom each space is charged to, and read manifests written before spaces had one', () => {
+    const hash = new Uint8Array(32).fill(7)
+    const m: CheckpointManifest = { anchorRound: 20, commits: [], spaces: [{ space: 'a', stateHash: hash, lastAttested: 3, starter: 'alice' }, { space: 'b', stateHash: hash, lastAttested: 4 }] }
+    const hexed = (x: CheckpointManifest) => x.spaces.map((sp) => ({ ...sp, stateHash: toHex(sp.stateHash) }))
+    expect(hexed(decodeManifest(encodeManifest(m)))).toEqual(hexed(m))
+    const older = encode(['stead/checkpoint/v1', 20, [], [['a', hash, 3]]])
+    expect(hexed(decodeManifest(older))).toEqual([{ space: 'a', stateHash: toHex(hash), lastAttested: 3 }])
+    expect(() => decodeManifest(encode(['stead/checkpoint/v1', 20, [], [['a', hash, 3, 5]]]))).toThrowError(/starter/)
+  })
+})
 
 describe('checkpoint commits', () => {
   it('fall on the first commit that reaches each multiple of the interval, whatever the commits before', () => {
@@ -172,6 +184,7 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
     f: 1,
     relays: secrets.map((s, i) => ({ id: `r${i + 1}`, publicKey: toHex(publicKeyOfSync(s)), mesh: `/ip4/127.0.0.1/tcp/${i + 1}`, api: `127.0.0.1:${i + 1}` })),
     openSpaces: true,
+    spacesPerUser: 100,
     checkpointRounds: 10,
   })
   const dirs = secrets.map(() => mkdtempSync(join(tmpdir(), 'stead-cp-')))
@@ -223,6 +236,10 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
   for (let k = 0; k < 50 && !caughtUp(); k++) await deposit('c')
   await until('relay 4 to catch up', caughtUp)
   for (const s of ['a', 'b', 'c']) expect(back.reads.stableHead(s).stateHash).toBe(relays[0]?.reads.stableHead(s).stateHash)
+  // The checkpoint's manifest told it whom each space is charged to: it counts the author's spaces as the others do.
+  const authorId = authorIdOf(nodeCrypto, author.publicKey)
+  expect(back.spaceQuota?.held(authorId)).toBe(3)
+  for (const s of ['a', 'b', 'c']) expect(back.spaceQuota?.starterOf(s)).toBe(authorId)
   // It took a checkpoint, not the blocks (the others no longer hold them).
   const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
   expect(installed?.from).toBe(leftAt)

@@ -27,6 +27,13 @@ describe('cluster file', () => {
     expect(open.newSpacesPerKeyPerHour).toBe(5)
     expect(parseCluster(clusterToJson(open))).toEqual(open)
     for (const bad of [-1, 1.5, '10']) expect(() => parseCluster({ relays: four, newSpacesPerKeyPerHour: bad }, 'cluster.json')).toThrowError(/"newSpacesPerKeyPerHour" must be a non-negative integer/)
+    // Live spaces per user, counted by the cluster only when the file sets it (clients pin the file's JSON: a file without it reads back the same).
+    expect(closed.spacesPerUser).toBeUndefined()
+    expect(clusterToJson(closed)).not.toHaveProperty('spacesPerUser')
+    const few = parseCluster({ relays: four, openSpaces: true, spacesPerUser: 2 })
+    expect(few.spacesPerUser).toBe(2)
+    expect(parseCluster(clusterToJson(few))).toEqual(few)
+    for (const bad of [0, -1, 1.5, '10']) expect(() => parseCluster({ relays: four, spacesPerUser: bad }, 'cluster.json')).toThrowError(/"spacesPerUser" must be a whole number from 1 to 1000000000/)
     expect(closed.checkpointRounds).toBe(1000)
     expect(parseCluster({ relays: four, checkpointRounds: 50 }).checkpointRounds).toBe(50)
     for (const bad of [0, 9, 2.5, '100']) expect(() => parseCluster({ relays: four, checkpointRounds: bad }, 'cluster.json')).toThrowError(/"checkpointRounds" must be a whole number from 10 to 1000000/)
@@ -55,7 +62,7 @@ describe('cluster file', () => {
       [{ relays: [...four.slice(0, 3), { ...four[3], pubkey: 'ab' }] }, 'cluster.json: unknown key "pubkey" in relays[3]; did you mean "publicKey"?'],
       [{ relays: four, spaces: { bank: { writer: [] } } }, 'cluster.json: unknown key "writer" in spaces.bank; did you mean "writers"?'],
       [{ relays: four, spaces: { bank: { Readers: [] } } }, 'cluster.json: unknown key "Readers" in spaces.bank; did you mean "readers"?'],
-      [{ relays: four, comment: 'x' }, 'cluster.json: unknown key "comment" at top level; known keys: f, relays, spaces, openSpaces, spaceCreators, newSpacesPerKeyPerHour, checkpointRounds'],
+      [{ relays: four, comment: 'x' }, 'cluster.json: unknown key "comment" at top level; known keys: f, relays, spaces, openSpaces, spaceCreators, newSpacesPerKeyPerHour, spacesPerUser, checkpointRounds'],
     ]
     for (const [raw, message] of cases) {
       let error: unknown

@@ -128,10 +128,11 @@ describe('data dir', () => {
     openDataDir(dir, committee, policy(false, [writer])).release()
     const admins = policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer], admins: [writer] }]]) })
     const creators = policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer] }]]), spaceCreators: [writer] })
-    for (const changed of [policy(true, [writer]), policy(false), policy(false, [generateIdentity().publicKey]), admins, creators]) {
+    const quota = policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer] }]]), spacesPerUser: 5 })
+    for (const changed of [policy(true, [writer]), policy(false), policy(false, [generateIdentity().publicKey]), admins, creators, quota]) {
       expect(refusal(() => openDataDir(dir, committee, changed)).message).toMatch(/audited under other space policies.*not supported yet/)
     }
-    // A file that names no admins nor space creators keeps the fingerprint it had before they existed.
+    // A file that names no admins, space creators nor space quota keeps the fingerprint it had before they existed.
     expect(policyFingerprint({ openSpaces: false, spaces: new Map([['bank', { writers: [writer], admins: [] }]]), spaceCreators: [] })).toBe(policy(false, [writer]))
   })
 

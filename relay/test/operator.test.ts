@@ -25,6 +25,8 @@ describe('stead-relay init', () => {
     expect(cluster.openSpaces).toBe(false)
     expect([...cluster.spaces.keys()]).toEqual(['bank'])
     expect(cluster.newSpacesPerKeyPerHour).toBe(100)
+    // A new cluster counts each user's live spaces from its first commit.
+    expect(cluster.spacesPerUser).toBe(1000)
     expect(cluster.relays.map((r) => [r.id, r.api, r.mesh])).toEqual([
       ['r1', '127.0.0.1:7401', '/ip4/127.0.0.1/tcp/7501'],
       ['r2', '127.0.0.1:7402', '/ip4/127.0.0.1/tcp/7502'],

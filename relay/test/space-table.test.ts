@@ -24,6 +24,7 @@ function table(idleMs = 1000) {
     clock: { now: () => now, setTimer: () => ({ cancel: () => undefined }) },
     idleMs,
     evicted: (space) => evicted.push(space),
+    starterOf: () => undefined,
   })
   /** Takes a snapshot and writes it to the "store" at once. */
   const snapshot = () => {

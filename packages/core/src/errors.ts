@@ -23,6 +23,7 @@
  * - `untrusted`: a peer or relay could not be trusted: unknown key, disagreeing cluster descriptors, diverging attestations
  * - `pruned`: the relays no longer keep the history asked for (older than their retention window); what it decided is in the stable state
  * - `clock-ahead`: a timestamp further ahead of the relay's clock than it allows (a device clock running fast): the relay refuses the envelope
+ * - `quota`: the user already holds as many live spaces as the cluster allows (its `spacesPerUser`): delete one, or ask the operator for more
  * - `clock-skew`: a warning, not a refusal: this device's clock differs from the relays' by more than a few seconds; the client orders its writes by the relays' time instead
  */
 export const ERROR_REASONS = [
@@ -47,6 +48,7 @@ export const ERROR_REASONS = [
   'untrusted',
   'pruned',
   'clock-ahead',
+  'quota',
   'clock-skew',
 ] as const
 

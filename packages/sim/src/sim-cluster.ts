@@ -27,6 +27,8 @@ export interface SimClusterOptions {
   readonly spaces?: Readonly<Record<string, { readonly writers?: readonly Uint8Array[]; readonly readers?: readonly Uint8Array[]; readonly admins?: readonly Uint8Array[] }>>
   /** Whether spaces not listed exist, open to every signed author. Default true. */
   readonly openSpaces?: boolean
+  /** Live spaces one user may hold (the cluster's spacesPerUser). Default: not counted. */
+  readonly spacesPerUser?: number
   /** Public keys that may create spaces at runtime when openSpaces is false. */
   readonly spaceCreators?: readonly Uint8Array[]
   /** Seeds the network delays (1-3 ms). Default 1. */
@@ -118,6 +120,7 @@ export class SimCluster {
       ),
       openSpaces: options.openSpaces ?? true,
       newSpacesPerKeyPerHour: 10_000,
+      ...(options.spacesPerUser === undefined ? {} : { spacesPerUser: options.spacesPerUser }),
       spaceCreators: options.spaceCreators ?? [],
       checkpointRounds: 1000,
     }

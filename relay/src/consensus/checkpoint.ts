@@ -30,11 +30,12 @@ export interface CommitRecord {
   readonly payloadIds: readonly string[]
 }
 
-/** One space in a checkpoint: its audit state's hash and the round of its latest attestation. */
+/** One space in a checkpoint: its audit state's hash, the round of its latest attestation, and the user it is charged to (see SpaceQuota), if any. */
 export interface CheckpointSpace {
   readonly space: string
   readonly stateHash: Uint8Array
   readonly lastAttested: number
+  readonly starter?: string
 }
 
 /** What a checkpoint holds besides the spaces' states: see the module comment. */
@@ -60,7 +61,7 @@ export function isCheckpointCommit(previous: number, anchorRound: number, every:
 }
 
 export function encodeManifest(m: CheckpointManifest): Uint8Array {
-  return encode([MANIFEST_TAG, m.anchorRound, m.commits.map((c) => [c.anchorRound, c.ordered, c.payloadIds]), m.spaces.map((s) => [s.space, s.stateHash, s.lastAttested])])
+  return encode([MANIFEST_TAG, m.anchorRound, m.commits.map((c) => [c.anchorRound, c.ordered, c.payloadIds]), m.spaces.map((s) => (s.starter === undefined ? [s.space, s.stateHash, s.lastAttested] : [s.space, s.stateHash, s.lastAttested, s.starter]))])
 }
 
 /**
@@ -78,8 +79,14 @@ export function decodeManifest(bytes: Uint8Array): CheckpointManifest {
     return { anchorRound: expect.uint(round, `commits[${i}].anchorRound`), ordered: hexList(ordered, `commits[${i}].ordered`), payloadIds: hexList(ids, `commits[${i}].payloadIds`) }
   })
   const spaces = expect.array(v[3], 'manifest.spaces', 100_000_000).map((s, i): CheckpointSpace => {
-    const [space, hash, lastAttested] = expect.array(s, `spaces[${i}]`, 3)
-    return { space: expect.string(space, `spaces[${i}].space`, 1024, 1), stateHash: expect.bytes(hash, `spaces[${i}].stateHash`, 32), lastAttested: expect.uint(lastAttested, `spaces[${i}].lastAttested`) }
+    // A fourth element (the starter) only for a space charged to someone: older manifests have none.
+    const [space, hash, lastAttested, starter] = expect.array(s, `spaces[${i}]`, 4)
+    return {
+      space: expect.string(space, `spaces[${i}].space`, 1024, 1),
+      stateHash: expect.bytes(hash, `spaces[${i}].stateHash`, 32),
+      lastAttested: expect.uint(lastAttested, `spaces[${i}].lastAttested`),
+      ...(starter === undefined ? {} : { starter: expect.string(starter, `spaces[${i}].starter`, 256, 1) }),
+    }
   })
   return { anchorRound: expect.uint(v[1], 'manifest.anchorRound'), commits, spaces }
 }
@@ -109,6 +116,7 @@ export function openStatement(crypto: SyncCrypto, committee: Committee, signed: 
 export interface FetchedSpace<S> {
   readonly space: string
   readonly lastAttested: number
+  readonly starter?: string
   readonly state: S
 }
 
@@ -230,7 +238,7 @@ export class CheckpointFetch<S> {
         return this.nextSource(relay, `sent a malformed state of space ${want.space}: ${(err as Error).message}`)
       }
       if (opened.space !== want.space || !bytesEqual(opened.hash, want.stateHash)) return this.nextSource(relay, `sent a state of space ${want.space} that does not hash to the checkpoint's`)
-      this.spaces.push({ space: want.space, lastAttested: want.lastAttested, state: opened.state })
+      this.spaces.push({ space: want.space, lastAttested: want.lastAttested, ...(want.starter === undefined ? {} : { starter: want.starter }), state: opened.state })
     }
     if (this.spaces.length === listed.length) return { done: { manifest: this.manifest.value, manifestBytes: this.manifest.bytes, digest: t.digest, statements: t.vouchers, spaces: this.spaces } }
     if (p.states.length === 0) return this.nextSource(relay, 'sent an empty part of a checkpoint it holds')

@@ -56,8 +56,18 @@ export interface ClusterConfig {
   readonly spaces: ReadonlyMap<string, SpacePolicy>
   /** Whether spaces not listed in `spaces` exist (open to every signed author). Default false. */
   readonly openSpaces: boolean
-  /** With `openSpaces`: how many new spaces one client key may create per hour. Default 100. */
+  /** With `openSpaces`: how many new spaces one client key may create per hour, at each relay's door. Default 100. */
   readonly newSpacesPerKeyPerHour: number
+  /**
+   * How many live spaces (started and not deleted) one user may hold,
+   * counted by the cluster in the committed order: the same count on every
+   * relay, however many relays the user's devices submit to. Spaces the
+   * file lists do not count. Unset: not counted. It must be set from the
+   * cluster's first start (the count runs from its first commit), so
+   * `stead-relay init` writes 1,000; a file
+   * that gains it later is a policy change its data dirs refuse.
+   */
+  readonly spacesPerUser?: number
   /**
    * Author public keys that may create spaces at runtime (each with its own
    * policy, see client.createSpace) in a cluster without `openSpaces`.
@@ -72,6 +82,8 @@ export interface ClusterConfig {
 }
 
 export const DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR = 100
+/** The `spacesPerUser` that `stead-relay init` writes. */
+export const DEFAULT_SPACES_PER_USER = 1000
 export const DEFAULT_CHECKPOINT_ROUNDS = 1000
 
 export function committeeOf(c: ClusterConfig): Committee {
@@ -81,7 +93,7 @@ export function committeeOf(c: ClusterConfig): Committee {
 /**
  * Reads and checks a cluster file:
  * `{ "f": 1, "relays": [{ "id", "publicKey" (hex), "mesh", "api" }],
- *   "spaces": { "bank": { "writers": [hex], "readers": [hex], "admins": [hex] } }, "openSpaces": false, "spaceCreators": [hex], "newSpacesPerKeyPerHour": 100, "checkpointRounds": 1000 }`
+ *   "spaces": { "bank": { "writers": [hex], "readers": [hex], "admins": [hex] } }, "openSpaces": false, "spaceCreators": [hex], "newSpacesPerKeyPerHour": 100, "spacesPerUser": 1000, "checkpointRounds": 1000 }`
  *
  * @throws {@link ConfigError} if the file cannot be read or parsed, or fails {@link parseCluster}'s checks.
  */
@@ -233,6 +245,12 @@ const clusterSchema = z.strictObject(
       .int({ error: 'must be a non-negative integer' })
       .min(0, { error: 'must be a non-negative integer' })
       .optional(),
+    spacesPerUser: z
+      .number({ error: 'must be a whole number from 1 to 1000000000' })
+      .int({ error: 'must be a whole number from 1 to 1000000000' })
+      .min(1, { error: 'must be a whole number from 1 to 1000000000' })
+      .max(1_000_000_000, { error: 'must be a whole number from 1 to 1000000000' })
+      .optional(),
     checkpointRounds: z
       .number({ error: 'must be a whole number from 10 to 1000000' })
       .int({ error: 'must be a whole number from 10 to 1000000' })
@@ -346,6 +364,7 @@ export function parseCluster(raw: unknown, where = 'cluster config'): ClusterCon
     spaces,
     openSpaces: obj.openSpaces ?? false,
     newSpacesPerKeyPerHour: obj.newSpacesPerKeyPerHour ?? DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR,
+    ...(obj.spacesPerUser === undefined ? {} : { spacesPerUser: obj.spacesPerUser }),
     spaceCreators: obj.spaceCreators ?? [],
     checkpointRounds: obj.checkpointRounds ?? DEFAULT_CHECKPOINT_ROUNDS,
   }
@@ -366,6 +385,7 @@ export function clusterToJson(c: ClusterConfig): unknown {
     newSpacesPerKeyPerHour: c.newSpacesPerKeyPerHour,
     // Only when set: a file without it reads back, and pins, as before.
     ...(c.spaceCreators.length ? { spaceCreators: c.spaceCreators.map(toHex) } : {}),
+    ...(c.spacesPerUser === undefined ? {} : { spacesPerUser: c.spacesPerUser }),
     checkpointRounds: c.checkpointRounds,
   }
 }

@@ -216,16 +216,18 @@ function acquire(dir: string, real: string, lockPath: string): string {
 /**
  * The part of a cluster file the audit depends on, as a fingerprint: which
  * spaces exist, who may write them, who may create their policies and
- * spaces at runtime. The stable state a store holds was audited under it,
- * and a restart re-audits the history, so a relay whose file changed it
- * would diverge from its own attestations and its peers. Admins and space
- * creators count only when a file names some: a file without them keeps
- * the fingerprint it had before they existed.
+ * spaces at runtime, how many live spaces a user may hold. The stable
+ * state a store holds was audited under it, and a restart re-audits the
+ * history, so a relay whose file changed it would diverge from its own
+ * attestations and its peers. Admins, space creators and a space quota
+ * count only when a file sets them: a file without them keeps the
+ * fingerprint it had before they existed.
  */
 export function policyFingerprint(c: {
   readonly openSpaces: boolean
   readonly spaces: ReadonlyMap<string, { readonly writers?: readonly Uint8Array[]; readonly admins?: readonly Uint8Array[] }>
   readonly spaceCreators?: readonly Uint8Array[]
+  readonly spacesPerUser?: number
 }): string {
   const hexes = (keys: readonly Uint8Array[]): string => [...keys].map((w) => Buffer.from(w).toString('hex')).sort().join(',')
   const h = createHash('sha256').update(`stead/policy/v1\0${c.openSpaces ? 'open' : 'closed'}\0`)
@@ -237,6 +239,7 @@ export function policyFingerprint(c: {
     h.update('\0')
   }
   if (c.spaceCreators?.length) h.update(`creators:${hexes(c.spaceCreators)}\0`)
+  if (c.spacesPerUser !== undefined) h.update(`spaces-per-user:${c.spacesPerUser}\0`)
   return h.digest('hex')
 }
 
@@ -272,7 +275,7 @@ function checkMeta(dir: string, real: string, fingerprint: string, policy: strin
   }
   if (policy !== undefined && meta.policy !== undefined && meta.policy !== policy) {
     throw new ConfigError(
-      `data dir ${dir} was audited under other space policies (openSpaces, spaceCreators, or a space's writers or admins differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing the cluster file's policies under a running cluster's data is not supported yet (spaces change who may write and read them at runtime through their own policy: client.createSpace, space.members): restore the previous cluster file, or start every relay with an empty data dir`,
+      `data dir ${dir} was audited under other space policies (openSpaces, spaceCreators, spacesPerUser, or a space's writers or admins differ from the cluster file's); the stable state would no longer match what the cluster attested. Changing the cluster file's policies under a running cluster's data is not supported yet (spaces change who may write and read them at runtime through their own policy: client.createSpace, space.members): restore the previous cluster file, or start every relay with an empty data dir`,
     )
   }
   if (policy !== undefined && meta.policy === undefined) {

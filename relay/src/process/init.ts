@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { isIPv4 } from 'node:net'
 import { join } from 'node:path'
 import { toHex } from '@stead/core'
-import { type ClusterConfig, ConfigError, clusterToJson, fileProblem, generateIdentity, parseCluster, writeIdentity } from './config.ts'
+import { type ClusterConfig, ConfigError, clusterToJson, DEFAULT_SPACES_PER_USER, fileProblem, generateIdentity, parseCluster, writeIdentity } from './config.ts'
 import { UsageError } from './cli-options.ts'
 
 export interface InitOptions {
@@ -114,6 +114,8 @@ export function initCluster(o: InitOptions): InitResult {
       relays: relays.map((r) => ({ id: r.id, publicKey: r.publicKey, mesh: r.mesh, api: r.api, ...(r.peers ? { peers: r.peers } : {}) })),
       spaces: Object.fromEntries(spaces.map((s) => [s, {}])),
       openSpaces: o.openSpaces ?? false,
+      // Counted from the cluster's first commit: set now, or never without new data dirs.
+      spacesPerUser: DEFAULT_SPACES_PER_USER,
     },
     clusterPath,
   )
@@ -135,7 +137,7 @@ export function describeInit(r: InitResult): string {
     lines.push('or set "openSpaces": true to let any client create spaces (metered by newSpacesPerKeyPerHour).')
   }
   lines.push(
-    'Settle "spaces" (writers, readers) and "openSpaces" before the first start: each relay binds its data dir to',
+    'Settle "spaces" (writers, readers), "openSpaces" and "spacesPerUser" before the first start: each relay binds its data dir to',
     'these policies and refuses a changed file later. Every relay must run the same cluster.json.',
     '',
   )

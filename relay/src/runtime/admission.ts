@@ -31,6 +31,8 @@ export interface AdmissionHost {
   replicaOf(space: string): StableAudit | undefined
   /** The space's policy without loading its replica (see SpaceTable.policyOf). */
   policyOf(space: string): SpacePolicy | null | undefined
+  /** Live spaces the cluster charged to `user` so far (see SpaceQuota). */
+  spacesHeld(user: string): number
 }
 
 /** What the door says of an envelope: see Admission.door. */
@@ -58,7 +60,7 @@ export class Admission {
 
   constructor(host: AdmissionHost) {
     this.host = host
-    this.access = new SpaceAccess(host.cluster, host.clock)
+    this.access = new SpaceAccess(host.cluster, host.clock, (user) => host.spacesHeld(user))
     host.budget.track('verify-cache', () => this.verified.bytes, (bytes) => this.verified.evict(bytes))
   }
 
@@ -83,7 +85,7 @@ export class Admission {
    * signature, the space's policy and, unless the audit decided its slot
    * already (`decided`: the caller's call), its clock and its register
    * stamps. `charge` (for an envelope that starts a space) takes the
-   * new-space quota of the author's key and of `origin`; the caller calls
+   * new-space quotas of the author's user, key and `origin`; the caller calls
    * it once the envelope is queued. A peer's wake (`fromPeer`) is not held
    * to the space's own policy (the cluster file's rules still apply): the peer let the envelope in when its
    * author could write, a revocation committed since must not leave it
@@ -102,7 +104,7 @@ export class Admission {
     checkClockAtDoor(replica, env)
     checkStampsAtDoor(env, clock.now(), this.host.maxClockAheadMs)
     checkRedemptionsAtDoor(env, clock.now(), this.host.maxClockAheadMs, this.host.crypto)
-    return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env.authorId, origin) }
+    return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env, origin) }
   }
 
   /** The cluster file's rules as the audit's validator while `space` has no policy of its own (see SpaceAccess.authorizeFor). */

@@ -34,8 +34,8 @@ export type FetchedRelayCheckpoint = FetchedCheckpoint<{ readonly state: AuditSt
 
 /** What the checkpoints need of the relay around them. */
 export interface CheckpointHost {
-  /** Every space's state hash and latest attestation's round, as the audit leaves them after the commit just made. */
-  spaces(): Array<{ readonly space: string; readonly stateHash: Uint8Array; readonly lastAttested: number }>
+  /** Every space's state hash, latest attestation's round and starter (see SpaceQuota), as the audit leaves them after the commit just made. */
+  spaces(): Array<{ readonly space: string; readonly stateHash: Uint8Array; readonly lastAttested: number; readonly starter?: string }>
   /** A space's audit state as the audit leaves it after the commit just made. */
   auditState(space: string): AuditState<Envelope>
   send(to: number, message: Message): void

@@ -3,7 +3,8 @@ import type { Admission } from './admission.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
 import type { SyncCrypto } from '../consensus/index.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
-import { SpaceTable, type SpaceHead } from './space-table.ts'
+import { SpaceQuota } from './space-quota.ts'
+import { SpaceTable, type SpaceHead, type StoredSpace } from './space-table.ts'
 import type { HistoryRecord, RelayStore, SnapshotWrite, WriteBatch } from '../store/store.ts'
 
 /** A space's latest attestation here: its feed position and what it attests (the stable index and state hash after it). */
@@ -42,6 +43,8 @@ export interface LedgerOptions {
   readonly spaceIdleMs: number
   /** Committed batches between snapshots (see SnapshotPace). */
   readonly snapshotEveryBatches: number
+  /** Live spaces one user may hold (the cluster's spacesPerUser, see SpaceQuota); undefined: not counted. */
+  readonly spacesPerUser: number | undefined
   /** Check every replica's stored state hash against its state as it loads (slow: tests and audits of a data dir). */
   readonly verifyStateHashes: boolean
   /** Called for every decision of the audit, as it is made (metrics, and the clients waiting on it). */
@@ -59,6 +62,8 @@ export interface LedgerOptions {
 export class Ledger {
   /** Every space this relay holds, its replica in memory while in use. */
   readonly spaces: SpaceTable
+  /** The live spaces each user started, counted in the committed order; undefined in a cluster that does not count them. */
+  readonly quota: SpaceQuota | undefined
   private readonly o: LedgerOptions
   /** Each space's latest attestation since start (the store has the older ones): what the replica's state is the result of. */
   private readonly latestAttestation = new Map<string, LatestAttestation>()
@@ -69,6 +74,7 @@ export class Ledger {
 
   constructor(options: LedgerOptions) {
     this.o = options
+    this.quota = options.spacesPerUser === undefined ? undefined : new SpaceQuota(options.spacesPerUser)
     this.snapshots = new SnapshotPace({ everyBatches: options.snapshotEveryBatches, minReplayBytes: SNAPSHOT_MIN_REPLAY_BYTES, intervalMs: SNAPSHOT_INTERVAL_MS, now: options.clock.now() })
     this.spaces = new SpaceTable({
       stored: (space) => this.o.store().spaceSnapshotBytes(space),
@@ -81,6 +87,7 @@ export class Ledger {
         this.latestAttestation.delete(space)
         this.catchUp.evicted(space)
       },
+      starterOf: (space) => this.quota?.starterOf(space),
     })
   }
 
@@ -90,9 +97,19 @@ export class Ledger {
     return { space, authorize: admission.authorizeFor(space), verify: (pk, message, sig) => crypto.verify(pk, message, sig), historyLimit: 0, historyPatches: true, ...(verifyStateHashes ? { verifyStateHash: (bytes: Uint8Array) => crypto.sha256(bytes) } : {}) }
   }
 
-  /** Builds the spaces from the store's latest snapshot (at start, and after installing a checkpoint); `replay` then brings them up to the last batch. */
-  restore(records: Parameters<SpaceTable['restore']>[0]): void {
-    this.spaces.restore(records)
+  /** Builds the spaces, and what each user holds, from the store's latest snapshot (at start, and after installing a checkpoint); `replay` then brings them up to the last batch. */
+  restore(records: Iterable<StoredSpace>): void {
+    const charged: Array<[string, string]> = []
+    this.spaces.restore(
+      (function* () {
+        for (const r of records) {
+          if (r.starter !== undefined) charged.push([r.space, r.starter])
+          yield r
+        }
+      })(),
+    )
+    // A record is written again when its space is deleted, without a starter: a deleted one here is an older record's.
+    for (const [space, user] of charged) if (!this.spaces.policyOf(space)?.deleted) this.quota?.restore(space, user)
   }
 
   /** Audits a batch committed after the latest snapshot again (at start): the same order gives the same state, its attestations stored already. */
@@ -106,6 +123,7 @@ export class Ledger {
     this.latestAttestation.clear()
     this.catchUp.clear()
     this.spaces.clear()
+    this.quota?.clear()
   }
 
   /**
@@ -122,10 +140,7 @@ export class Ledger {
     for (const frame of frames) {
       const env = admission.open(frame)
       if (env instanceof SteadError) continue
-      // A space this cluster does not serve gets no replica (every relay skips it alike): a
-      // Byzantine relay's blocks cannot make correct relays hold spaces that cannot exist.
-      if (!bySpace.has(env.space) && !this.spaces.has(env.space) && !admission.access.serves(env.space, env)) continue
-      if (!this.spaces.has(env.space)) admission.access.started(env.space)
+      if (!bySpace.has(env.space) && !this.spaces.has(env.space) && !this.starts(env)) continue
       let group = bySpace.get(env.space)
       if (!group) bySpace.set(env.space, (group = { envs: [], frames: [] }))
       group.envs.push(env)
@@ -138,7 +153,9 @@ export class Ledger {
       const group = bySpace.get(space)
       const replica = this.spaces.forAudit(space)
       const fromIndex = replica.stableIndex
+      const wasDeleted = replica.policy()?.deleted === true
       const result = replica.commit(group?.envs ?? [], anchorRound)
+      if (!wasDeleted && replica.policy()?.deleted) this.quota?.deleted(space)
       this.catchUp.record(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, ...h })
@@ -173,6 +190,25 @@ export class Ledger {
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
     return out
+  }
+
+  /**
+   * Whether `env`, the first envelope of a space this relay does not hold,
+   * starts it (charged to its user), as every correct relay decides alike
+   * at this position: not for a space this cluster does not serve, nor past
+   * its user's quota. Either way no replica is made: a Byzantine relay's
+   * blocks cannot make correct relays hold spaces that cannot exist, nor
+   * more than a user may hold.
+   */
+  private starts(env: Envelope): boolean {
+    const { access } = this.o.admission
+    if (!access.serves(env.space, env)) return false
+    if (this.quota && !access.listed(env.space)) {
+      if (!this.quota.admits(env.userId)) return false
+      this.quota.start(env.space, env.userId)
+    }
+    access.started(env.space)
+    return true
   }
 
   /**

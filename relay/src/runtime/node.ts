@@ -13,6 +13,7 @@ import type { MeshLimits } from '../mesh/budget.ts'
 import { MemoryBudget } from './budget.ts'
 import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Ledger } from './ledger.ts'
+import type { SpaceQuota } from './space-quota.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
 import { MESH_BACKLOG_BYTES, PeerServing } from './peer-serving.ts'
 import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type WriteBatch } from '../store/store.ts'
@@ -196,6 +197,7 @@ export class RelayNode {
       maxClockAheadMs: options.maxClockAheadMs ?? MAX_CLOCK_AHEAD_MS,
       replicaOf: (space) => this.ledger.spaces.read(space),
       policyOf: (space) => this.ledger.spaces.policyOf(space),
+      spacesHeld: (user) => this.ledger.quota?.held(user) ?? 0,
     })
     this.ledger = new Ledger({
       crypto: this.crypto,
@@ -205,6 +207,7 @@ export class RelayNode {
       store,
       spaceIdleMs: options.spaceIdleMs ?? SPACE_IDLE_MS,
       snapshotEveryBatches: options.snapshotEveryBatches ?? 1000,
+      spacesPerUser: options.cluster.spacesPerUser,
       verifyStateHashes: options.verifyStateHashes ?? false,
       decided: (d) => {
         if (d.kind === 'committed') this.metrics.clocks.inc({ verified: String(d.clockVerified) })
@@ -250,7 +253,11 @@ export class RelayNode {
       log: this.log,
       clock: this.clock,
       host: {
-        spaces: () => spaces.names().map((space) => ({ space, stateHash: this.ledger.currentHead(space).stateHash, lastAttested: spaces.lastAttested(space) })),
+        spaces: () =>
+          spaces.names().map((space) => {
+            const starter = this.ledger.quota?.starterOf(space)
+            return { space, stateHash: this.ledger.currentHead(space).stateHash, lastAttested: spaces.lastAttested(space), ...(starter === undefined ? {} : { starter }) }
+          }),
         auditState: (space) => (spaces.read(space) as StableAudit).auditState(),
         send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
         broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
@@ -270,6 +277,11 @@ export class RelayNode {
   /** This relay's name in the cluster file, e.g. "r1": what logs, metrics, status and errors call it. */
   get name(): string {
     return this.nameOf(this.me)
+  }
+
+  /** The live spaces each user holds, as the cluster counts them (see SpaceQuota; undefined in a cluster without spacesPerUser): for reading only. */
+  get spaceQuota(): Pick<SpaceQuota, 'perUser' | 'held' | 'starterOf'> | undefined {
+    return this.ledger.quota
   }
 
   private get gcDepth(): number {
@@ -353,7 +365,7 @@ export class RelayNode {
     }
     const spaces = c.spaces.map((s) => {
       const replica = StableAudit.fromAuditState(this.ledger.replicaOptions(s.space), s.state.state, round)
-      return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested })
+      return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested, ...(s.starter === undefined ? {} : { starter: s.starter }) })
     })
     // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
     const statement = signStatement(this.crypto, this.options.secretKey, this.me, round, c.digest)

@@ -34,9 +34,12 @@ function createsPolicy(env: Envelope): boolean {
 }
 
 /**
- * Who may write and read which space, and the quota on starting spaces of
- * an open cluster (each space costs every relay a replica): one key may
- * start `newSpacesPerKeyPerHour` an hour, one address ten times that.
+ * Who may write and read which space, and the quotas on starting spaces
+ * (each space costs every relay a replica): one user may hold
+ * `spacesPerUser` live spaces (counted by the cluster, see SpaceQuota: the
+ * door refuses early what the audit would skip), and at each relay's door
+ * one key may start `newSpacesPerKeyPerHour` an hour, one address ten
+ * times that.
  *
  * A space with a policy of its own (its `$policy` object, ordered and
  * audited like any update) follows it alone. Before it has one, the
@@ -51,16 +54,21 @@ export class SpaceAccess {
   private readonly cluster: ClusterConfig
   private readonly clock: HostClock
   private readonly creators: ReadonlySet<string>
-  /** Spaces queued for creation and not committed yet, with when: a space is charged to the first key that starts it. */
-  private readonly creating = new Map<string, number>()
+  /** Live spaces the cluster charged to a user so far (SpaceQuota.held). */
+  private readonly held: (user: string) => number
+  /** Spaces queued for creation and not committed yet, with when and by which user: a space is charged to the first that starts it. */
+  private readonly creating = new Map<string, { readonly at: number; readonly user: string }>()
+  /** User → spaces in `creating` they start. */
+  private readonly creatingBy = new Map<string, number>()
   /** Space → author ids the file lets write, read or create its policy; built on first use. */
   private readonly fileIds = new Map<string, { writers?: ReadonlySet<string>; readers?: ReadonlySet<string>; admins: ReadonlySet<string> }>()
   /** Key or address → times it started a new space within the last hour. */
   private readonly starts = new Map<string, number[]>()
 
-  constructor(cluster: ClusterConfig, clock: HostClock) {
+  constructor(cluster: ClusterConfig, clock: HostClock, held: (user: string) => number) {
     this.cluster = cluster
     this.clock = clock
+    this.held = held
     this.creators = ids(cluster.spaceCreators)
   }
 
@@ -132,6 +140,11 @@ export class SpaceAccess {
     return env !== undefined && this.creators.has(env.userId) && createsPolicy(env)
   }
 
+  /** Whether the cluster file lists `space` (charged to nobody). */
+  listed(space: string): boolean {
+    return this.cluster.spaces.has(space)
+  }
+
   /**
    * Whether a session that proved `key` (undefined: none, e.g. plain HTTP)
    * may read `space` (`policy`: the space's own, if it has one): as its policy
@@ -162,13 +175,24 @@ export class SpaceAccess {
   }
 
   /**
-   * The quota an envelope of `authorId` (from `origin`) pays if it starts
-   * `space` (`exists`: the relay holds it already), as a function to call
-   * once the envelope is queued (a refused submit costs nothing), or
-   * undefined when it starts nothing. Throws 'rate-limited' past the quota.
+   * The quota an envelope of `env`'s author (from `origin`) pays if it
+   * starts `space` (`exists`: the relay holds it already), as a function
+   * to call once the envelope is queued (a refused submit costs nothing),
+   * or undefined when it starts nothing.
+   *
+   * @throws SteadError `quota` when its user holds (or is starting) as many
+   * live spaces as the cluster allows; `rate-limited` past the hourly quota
+   * of its key or `origin`.
    */
-  startCharge(space: string, exists: boolean, authorId: string, origin: string): (() => void) | undefined {
-    if (this.cluster.spaces.has(space) || exists || this.creating.has(space)) return undefined
+  startCharge(space: string, exists: boolean, env: Pick<Envelope, 'authorId' | 'userId'>, origin: string): (() => void) | undefined {
+    if (this.listed(space) || exists || this.creating.has(space)) return undefined
+    const { authorId, userId } = env
+    const held = this.held(userId)
+    const starting = this.creatingBy.get(userId) ?? 0
+    const most = this.cluster.spacesPerUser ?? Infinity
+    if (held + starting >= most) {
+      throw new SteadError('quota', `cannot start space ${space}: user ${userId} holds ${held} live spaces${starting ? ` and is starting ${starting} more` : ''}, the most this cluster lets one user hold (spacesPerUser ${most}); delete one of them, or ask the operator for more`)
+    }
     const quota = this.cluster.newSpacesPerKeyPerHour
     const now = this.clock.now()
     const over: string[] = []
@@ -184,24 +208,32 @@ export class SpaceAccess {
     if (over.length) throw new SteadError('rate-limited', `cannot start space ${space}: ${over.join(' and ')} in the last hour (quota ${quota} per key, ${quota * 10} per address)`)
     return () => {
       for (const [who] of keys) this.starts.get(who)?.push(now)
-      this.creating.set(space, now)
+      if (this.creating.has(space)) return
+      this.creating.set(space, { at: now, user: userId })
+      this.creatingBy.set(userId, (this.creatingBy.get(userId) ?? 0) + 1)
       // Bounded: forget the oldest keys and spaces that never committed.
       while (this.starts.size > MAX_REMEMBERED) this.starts.delete(this.starts.keys().next().value as string)
-      for (const [name, t] of this.creating) {
-        if (now - t < HOUR_MS && this.creating.size <= MAX_REMEMBERED) break
-        this.creating.delete(name)
+      for (const [name, { at }] of this.creating) {
+        if (now - at < HOUR_MS && this.creating.size <= MAX_REMEMBERED) break
+        this.started(name)
       }
     }
   }
 
-  /** A space's first commit: it is no longer being started. */
+  /** A space's first commit (or one that never committed, forgotten): it is no longer being started. */
   started(space: string): void {
+    const starting = this.creating.get(space)
+    if (!starting) return
     this.creating.delete(space)
+    const n = (this.creatingBy.get(starting.user) ?? 1) - 1
+    if (n > 0) this.creatingBy.set(starting.user, n)
+    else this.creatingBy.delete(starting.user)
   }
 
   /** Forgets what it derived (the relay starts over from a checkpoint). */
   clear(): void {
     this.creating.clear()
+    this.creatingBy.clear()
   }
 }
 

@@ -30,6 +30,17 @@ export interface SpaceTableOptions {
   readonly idleMs: number
   /** Called when a space's replica leaves memory: what the relay cached beside it can go too. */
   readonly evicted: (space: string) => void
+  /** The user a space is charged to (see SpaceQuota), kept in its snapshot record. */
+  readonly starterOf: (space: string) => string | undefined
+}
+
+/** A space's snapshot record as the store reads it back (see decodeSpaceSnapshot). */
+export interface StoredSpace {
+  readonly space: string
+  readonly checkpoint: unknown
+  readonly lastAttested: number
+  readonly recordBytes: number
+  readonly starter?: string
 }
 
 interface Entry {
@@ -180,7 +191,8 @@ export class SpaceTable {
   takeSnapshot(): Array<{ readonly space: string; readonly bytes: Uint8Array; readonly stableIndex: number; readonly retention: SpaceRetention }> {
     const out = [...this.dirty].map((space) => {
       const replica = this.resident.get(space) as StableAudit
-      const record = encodeSpaceSnapshot({ space, checkpoint: replica.checkpoint(), lastAttested: this.lastAttested(space) })
+      const starter = this.o.starterOf(space)
+      const record = encodeSpaceSnapshot({ space, checkpoint: replica.checkpoint(), lastAttested: this.lastAttested(space), ...(starter === undefined ? {} : { starter }) })
       this.unsaved.set(space, record.bytes)
       const entry = this.entries.get(space) as Entry
       this.residentEstimate += estimate(record.bytes.length) - estimate(entry.recordBytes)
@@ -244,7 +256,7 @@ export class SpaceTable {
    * memory only if it holds envelopes parked behind a gap (the audit visits
    * those at every commit).
    */
-  restore(records: Iterable<{ readonly space: string; readonly checkpoint: unknown; readonly lastAttested: number; readonly recordBytes: number }>): void {
+  restore(records: Iterable<StoredSpace>): void {
     for (const r of records) {
       const replica = StableAudit.restore(this.o.replicaOptions(r.space), r.checkpoint, this.o.open)
       const head = { index: replica.stableIndex, stateHash: replica.stableHash(this.o.sha256) }

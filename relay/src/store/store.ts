@@ -118,22 +118,23 @@ export interface CheckpointInstall {
   readonly blocksFrom: number
 }
 
-/** One space's audit state in a snapshot: the replica's checkpoint and the round of its latest attestation. */
+/** One space's audit state in a snapshot: the replica's checkpoint, the round of its latest attestation, and the user it is charged to (see SpaceQuota), if any. */
 export interface SpaceSnapshot {
   readonly space: string
   readonly checkpoint: unknown
   readonly lastAttested: number
+  readonly starter?: string
 }
 
 /** One space's snapshot record, encoded when the snapshot is taken (the replica goes on changing before the write runs). */
 export function encodeSpaceSnapshot(s: SpaceSnapshot): { readonly space: string; readonly bytes: Uint8Array } {
-  return { space: s.space, bytes: encode([s.checkpoint, s.lastAttested]) }
+  return { space: s.space, bytes: encode(s.starter === undefined ? [s.checkpoint, s.lastAttested] : [s.checkpoint, s.lastAttested, s.starter]) }
 }
 
-/** A space's snapshot record (from encodeSpaceSnapshot) back. */
+/** A space's snapshot record (from encodeSpaceSnapshot) back; records written before spaces had starters have none. */
 export function decodeSpaceSnapshot(space: string, bytes: Uint8Array): SpaceSnapshot {
-  const [checkpoint, lastAttested] = decode(bytes, RECORD_LIMIT) as [unknown, number]
-  return { space, checkpoint, lastAttested }
+  const [checkpoint, lastAttested, starter] = decode(bytes, RECORD_LIMIT) as [unknown, number, string | undefined]
+  return { space, checkpoint, lastAttested, ...(starter === undefined ? {} : { starter }) }
 }
 
 export interface SnapshotWrite {
@@ -490,7 +491,7 @@ export class RelayStore {
   /** The latest snapshot, if one was written: replay `committedBatches(batch)` on top of it. */
   snapshot(): StoredSnapshot | undefined {
     if (!this.snapshotHead.get('head')) return undefined
-    return { batch: this.snapshotBatch(), spaces: [...this.snapshotSpaceRecords()].map(({ space, checkpoint, lastAttested }) => ({ space, checkpoint, lastAttested })) }
+    return { batch: this.snapshotBatch(), spaces: [...this.snapshotSpaceRecords()].map(({ recordBytes: _, ...record }) => record) }
   }
 
   /** The batch the latest snapshot was taken after, or undefined if none was written. */
