@@ -70,8 +70,15 @@ export async function startYjsServer(port: number): Promise<YjsServer> {
   }
 }
 
-/** A Yjs client of `room` on the server, synced before it resolves. */
-export async function yjsPeer(server: YjsServer, room: string): Promise<CounterPeer & { close(): void }> {
+/** A Yjs document synced with `room` on the server, with the WebSocket payload bytes it received and sent so far. */
+export interface YjsDoc {
+  readonly doc: Y.Doc
+  bytes(): { in: number; out: number }
+  close(): void
+}
+
+/** Opens `room` on the server as a fresh document; resolves once it synced. */
+export async function yjsDoc(server: YjsServer, room: string): Promise<YjsDoc> {
   const doc = new Y.Doc()
   const counts = { in: 0, out: 0 }
   class CountingWebSocket {
@@ -84,6 +91,19 @@ export async function yjsPeer(server: YjsServer, room: string): Promise<CounterP
     if (provider.synced) return resolve()
     provider.once('sync', (synced: boolean) => synced && resolve())
   })
+  return {
+    doc,
+    bytes: () => ({ ...counts }),
+    close: () => {
+      provider.destroy()
+      doc.destroy()
+    },
+  }
+}
+
+/** A Yjs client of `room` on the server, synced before it resolves. */
+export async function yjsPeer(server: YjsServer, room: string): Promise<CounterPeer & { close(): void }> {
+  const { doc, bytes, close } = await yjsDoc(server, room)
   const map = doc.getMap<number>('counters')
   return {
     bump: () => map.set('n', (map.get('n') ?? 0) + 1),
@@ -92,10 +112,7 @@ export async function yjsPeer(server: YjsServer, room: string): Promise<CounterP
       map.observe(listener)
       return () => map.unobserve(listener)
     },
-    bytes: () => ({ ...counts }),
-    close: () => {
-      provider.destroy()
-      doc.destroy()
-    },
+    bytes,
+    close,
   }
 }

@@ -19,6 +19,11 @@ describe('space quota', () => {
     const publicKey = publicKeyOfSync(secretKey)
     return { secretKey, publicKey, id: authorIdOf(nodeCrypto, publicKey) }
   }
+  const sdk = async (c: SimCluster, byte: number): Promise<SteadClient> => {
+    const made = await createClient(c.clientOptions({ identity: { secretKey: user(byte).secretKey } }))
+    clients.push(made)
+    return made
+  }
   /** An envelope of `key` that starts `space` (one counter increment). */
   const starting = async (key: { secretKey: Uint8Array; publicKey: Uint8Array }, space: string) =>
     encodeEnvelope(await sealEnvelope(nodeCrypto, key, { space, seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'n', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] }))
@@ -51,11 +56,14 @@ describe('space quota', () => {
     const next = sessions[(skipped + 1) % 4]
     next?.send({ type: 'submit', id: 3, envelope: await starting(mallory, starts[skipped] as string) })
     expect(await c.until('the door to answer', () => answer(next?.received ?? [], 3))).toMatchObject({ type: 'error', reason: 'quota' })
-    // Now each door knows: a fifth start is refused at once, with the reason.
-    sessions[0]?.send({ type: 'submit', id: 2, envelope: await starting(mallory, 'q9') })
-    const refused = await c.until('the door to answer', () => answer(sessions[0]?.received ?? [], 2))
-    expect(refused).toMatchObject({ type: 'error', reason: 'quota' })
-    expect(refused?.type === 'error' && refused.detail).toMatch(/holds 2 live spaces.*spacesPerUser 2/)
+    // Now every door knows: a fifth start is refused at once, with the reason, and no door still
+    // counts a skipped start as one being made (the audit decided it).
+    for (const [i, s] of sessions.entries()) {
+      s.send({ type: 'submit', id: 10 + i, envelope: await starting(mallory, `q9-${i}`) })
+      const refused = await c.until('the door to answer', () => answer(s.received, 10 + i))
+      expect(refused).toMatchObject({ type: 'error', reason: 'quota' })
+      expect(refused?.type === 'error' && refused.detail).toMatch(/holds 2 live spaces, the most this cluster lets one user hold \(spacesPerUser 2\)/)
+    }
     // Another user has quota of their own.
     const other = await c.session(1, user(8).secretKey)
     await other.welcomed
@@ -63,8 +71,9 @@ describe('space quota', () => {
     await c.until('the other user to start a space everywhere', () => c.relays.every((r) => held(c, r.index, ['q-other']).length === 1) || undefined)
   })
 
-  it('frees a deleted space for another, and counts the same after a relay restarts from its snapshots', async () => {
-    const c = (cluster = await SimCluster.start({ spacesPerUser: 2, relay: { snapshotEveryBatches: 1 } }))
+  // Snapshots after every batch (a restart reads the records), or none taken (a restart replays every batch).
+  it.each([1, 1000])('frees a deleted space for another, and counts the same after a relay restarts (a snapshot every %i batches)', async (snapshotEveryBatches) => {
+    const c = (cluster = await SimCluster.start({ spacesPerUser: 2, relay: { snapshotEveryBatches } }))
     const alice = await createClient(c.clientOptions())
     clients.push(alice)
     const first = await alice.createSpace('q-a')
@@ -92,5 +101,22 @@ describe('space quota', () => {
     expect(relay?.node.spaceQuota?.held(alice.userId)).toBe(2)
     expect(relay?.node.spaceQuota?.starterOf('q-d')).toBe(alice.userId)
     expect(relay?.node.spaceQuota?.starterOf('q-a')).toBeUndefined()
+  })
+
+  it('charges nobody for listed spaces and the space creators\' spaces, and moves a space to whoever else creates its policy', async () => {
+    const c = (cluster = await SimCluster.start({ spacesPerUser: 1, spaces: { listed: {} }, spaceCreators: [user(9).publicKey] }))
+    const [ursula, mallory, creator] = [await sdk(c, 1), await sdk(c, 2), await sdk(c, 9)]
+    const quota = () => c.relays.map((r) => [r.node.spaceQuota?.held(ursula.userId), r.node.spaceQuota?.held(mallory.userId), r.node.spaceQuota?.held(creator.userId)].join('/'))
+    expect((await (await ursula.space('listed')).counter('n').increment(1, { safe: true })).status).toBe('committed')
+    expect((await (await ursula.space('u1')).counter('n').increment(1, { safe: true })).status).toBe('committed')
+    for (const name of ['c1', 'c2']) await creator.createSpace(name)
+    expect(quota()).toEqual(Array(4).fill('1/0/0'))
+    // u1 has no policy: mallory creates it and administers it, so mallory pays for it, not ursula.
+    await mallory.createSpace('u1')
+    await c.until('the charge to move everywhere', () => quota().every((q) => q === '0/1/0') || undefined)
+    expect(c.relays.every((r) => r.node.spaceQuota?.starterOf('u1') === mallory.userId)).toBe(true)
+    await ursula.createSpace('u2')
+    // Past the quota now, mallory starts nothing more.
+    expect(((await mallory.createSpace('m1').catch((e: unknown) => e)) as SteadError).reason).toBe('quota')
   })
 })

@@ -170,7 +170,7 @@ export class Proposer {
     const leader = ctx.rule.leaderOf(round)
     if (carry && leader !== me && frames.length > 0 && frames.length <= LEADER_COPY_MAX_ENVELOPES) out.push({ type: 'send', to: leader, message: { kind: 'wake', payload: frames } })
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
-    out.push({ type: 'persist', record: { kind: 'own-block', block } })
+    out.push({ type: 'persist', record: { kind: 'own-block', block, payloadIds: taken.map((t) => t.info.idHex) } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
     if (ctx.paceMs > 0) {
       s.paced = false

@@ -60,8 +60,8 @@ export interface Commit {
 
 /** Facts that must be durable before the messages that follow them are sent. */
 export type PersistRecord =
-  /** Our own block: the proof, after a crash, that this round is taken (we never sign another). */
-  | { readonly kind: 'own-block'; readonly block: Block }
+  /** Our own block: the proof, after a crash, that this round is taken (we never sign another); `payloadIds`, when we just made it, the ids of the envelopes it carries. */
+  | { readonly kind: 'own-block'; readonly block: Block; readonly payloadIds?: readonly string[] }
   /** A peer's block accepted into the DAG: written no later than our block that references it. */
   | { readonly kind: 'block'; readonly block: Block }
   | { readonly kind: 'commit'; readonly anchorRound: number; readonly ordered: readonly string[]; readonly payloadIds: readonly string[] }

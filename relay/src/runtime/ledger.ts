@@ -1,8 +1,9 @@
-import { StableAudit, SteadError, attestedDecision, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed } from '@stead/core'
+import { StableAudit, SteadError, attestedDecision, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
 import type { Admission } from './admission.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
 import type { SyncCrypto } from '../consensus/index.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
+import { createsPolicy } from './space-access.ts'
 import { SpaceQuota } from './space-quota.ts'
 import { SpaceTable, type SpaceHead, type StoredSpace } from './space-table.ts'
 import type { HistoryRecord, RelayStore, SnapshotWrite, WriteBatch } from '../store/store.ts'
@@ -108,8 +109,7 @@ export class Ledger {
         }
       })(),
     )
-    // A record is written again when its space is deleted, without a starter: a deleted one here is an older record's.
-    for (const [space, user] of charged) if (!this.spaces.policyOf(space)?.deleted) this.quota?.restore(space, user)
+    for (const [space, user] of charged) this.quota?.restore(space, user)
   }
 
   /** Audits a batch committed after the latest snapshot again (at start): the same order gives the same state, its attestations stored already. */
@@ -153,9 +153,10 @@ export class Ledger {
       const group = bySpace.get(space)
       const replica = this.spaces.forAudit(space)
       const fromIndex = replica.stableIndex
-      const wasDeleted = replica.policy()?.deleted === true
+      // Read before the commit changes it (the policy is the replica's own object).
+      const before = policyState(replica.policy())
       const result = replica.commit(group?.envs ?? [], anchorRound)
-      if (!wasDeleted && replica.policy()?.deleted) this.quota?.deleted(space)
+      if (this.quota) this.charge(space, before, policyState(replica.policy()), result.decisions)
       this.catchUp.record(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, ...h })
@@ -202,13 +203,32 @@ export class Ledger {
    */
   private starts(env: Envelope): boolean {
     const { access } = this.o.admission
+    // Decided either way: the door no longer counts it as being started.
+    access.started(env.space)
     if (!access.serves(env.space, env)) return false
-    if (this.quota && !access.listed(env.space)) {
+    if (this.quota && access.charges(env.space, env.userId)) {
       if (!this.quota.admits(env.userId)) return false
       this.quota.start(env.space, env.userId)
     }
-    access.started(env.space)
     return true
+  }
+
+  /**
+   * What a commit changed in whom `space` is charged to: its policy
+   * created by another user than its starter moves the charge to them,
+   * its deletion frees it. Starts are charged as a commit's envelopes are
+   * grouped, before its audit: a deletion frees its slot for the next
+   * commit's starts.
+   */
+  private charge(space: string, before: PolicyState, after: PolicyState, decisions: readonly Decision[]): void {
+    const quota = this.quota as SpaceQuota
+    if (!before.created && after.created) {
+      const creation = decisions.find((d) => d.kind === 'committed' && createsPolicy(d.env))
+      // A space creator (trusted, charged nothing) taking it over frees the starter's slot.
+      if (creation && this.o.admission.access.charges(space, creation.env.userId)) quota.transfer(space, creation.env.userId)
+      else if (creation) quota.free(space)
+    }
+    if (after.deleted && !before.deleted) quota.free(space)
   }
 
   /**
@@ -282,6 +302,16 @@ export class Ledger {
     const latest = replica && this.latestAttested(space)
     return replica && latest && this.catchUp.delta(space, replica, latest, fromIndex, mode)
   }
+}
+
+/** What the quota needs of a space's policy at one moment. */
+interface PolicyState {
+  readonly created: boolean
+  readonly deleted: boolean
+}
+
+function policyState(policy: SpacePolicy | undefined): PolicyState {
+  return { created: policy !== undefined, deleted: policy?.deleted === true }
 }
 
 function frameBytes(frames: readonly Uint8Array[]): number {

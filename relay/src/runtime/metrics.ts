@@ -78,6 +78,29 @@ export class Metrics {
     registers: [this.registry],
   })
 
+  /** Where a client envelope's wait for its order goes at the relay it was submitted to (see EnvelopeSteps). */
+  readonly envelopeProposed = new Histogram({
+    name: 'stead_envelope_proposed_seconds',
+    help: 'From accepting a client envelope to this relay\'s own block that carries it (queue and proposal wait), by whether it carries safe updates',
+    labelNames: ['safe'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  })
+  readonly envelopeOrdered = new Histogram({
+    name: 'stead_envelope_ordered_seconds',
+    help: 'From this relay\'s block carrying a client envelope to the commit that orders it, by whether it carries safe updates',
+    labelNames: ['safe'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  })
+  readonly envelopeOrderRounds = new Histogram({
+    name: 'stead_envelope_order_rounds',
+    help: 'Rounds from this relay\'s block carrying a client envelope to the leader round of the commit that orders it (0: the leader\'s block carried it too), by whether it carries safe updates',
+    labelNames: ['safe'],
+    buckets: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50],
+    registers: [this.registry],
+  })
+
   private readonly info = new Gauge({ name: 'stead_relay_info', help: 'This relay: its name in the cluster file and the stead-relay version', labelNames: ['relay', 'version'], registers: [this.registry] })
 
   // ---- read at scrape time ----

@@ -29,7 +29,7 @@ export function readerOf(key: Uint8Array, device: DeviceCertificate | undefined)
 }
 
 /** Whether the envelope creates a space's policy (an init of $policy). */
-function createsPolicy(env: Envelope): boolean {
+export function createsPolicy(env: Envelope): boolean {
   return env.safe.some((g) => g.updates.some((u) => u.key === POLICY_KEY && Array.isArray(u.op) && u.op[0] === 'i'))
 }
 
@@ -140,9 +140,14 @@ export class SpaceAccess {
     return env !== undefined && this.creators.has(env.userId) && createsPolicy(env)
   }
 
-  /** Whether the cluster file lists `space` (charged to nobody). */
-  listed(space: string): boolean {
-    return this.cluster.spaces.has(space)
+  /**
+   * Whether a space `user` starts is charged to them (see SpaceQuota): not
+   * in a cluster that does not count, not for a space the file lists, not
+   * for the file's space creators (keys the operator trusts: a closed
+   * cluster's spaces are all theirs).
+   */
+  charges(space: string, user: string): boolean {
+    return this.cluster.spacesPerUser !== undefined && !this.cluster.spaces.has(space) && !this.creators.has(user)
   }
 
   /**
@@ -185,16 +190,17 @@ export class SpaceAccess {
    * of its key or `origin`.
    */
   startCharge(space: string, exists: boolean, env: Pick<Envelope, 'authorId' | 'userId'>, origin: string): (() => void) | undefined {
-    if (this.listed(space) || exists || this.creating.has(space)) return undefined
+    if (this.cluster.spaces.has(space) || exists || this.creating.has(space)) return undefined
     const { authorId, userId } = env
+    const now = this.clock.now()
+    this.forgetStarts(now)
     const held = this.held(userId)
     const starting = this.creatingBy.get(userId) ?? 0
     const most = this.cluster.spacesPerUser ?? Infinity
-    if (held + starting >= most) {
+    if (this.charges(space, userId) && held + starting >= most) {
       throw new SteadError('quota', `cannot start space ${space}: user ${userId} holds ${held} live spaces${starting ? ` and is starting ${starting} more` : ''}, the most this cluster lets one user hold (spacesPerUser ${most}); delete one of them, or ask the operator for more`)
     }
     const quota = this.cluster.newSpacesPerKeyPerHour
-    const now = this.clock.now()
     const over: string[] = []
     const keys: Array<[string, number]> = [
       [`key:${authorId}`, quota],
@@ -211,16 +217,20 @@ export class SpaceAccess {
       if (this.creating.has(space)) return
       this.creating.set(space, { at: now, user: userId })
       this.creatingBy.set(userId, (this.creatingBy.get(userId) ?? 0) + 1)
-      // Bounded: forget the oldest keys and spaces that never committed.
-      while (this.starts.size > MAX_REMEMBERED) this.starts.delete(this.starts.keys().next().value as string)
-      for (const [name, { at }] of this.creating) {
-        if (now - at < HOUR_MS && this.creating.size <= MAX_REMEMBERED) break
-        this.started(name)
-      }
+      this.forgetStarts(now)
     }
   }
 
-  /** A space's first commit (or one that never committed, forgotten): it is no longer being started. */
+  /** Bounded: forgets the oldest keys, and spaces being started that never committed within the hour. */
+  private forgetStarts(now: number): void {
+    while (this.starts.size > MAX_REMEMBERED) this.starts.delete(this.starts.keys().next().value as string)
+    for (const [name, { at }] of this.creating) {
+      if (now - at < HOUR_MS && this.creating.size <= MAX_REMEMBERED) break
+      this.started(name)
+    }
+  }
+
+  /** The audit decided a space's first envelope (it started the space, or was skipped): it is no longer being started. */
   started(space: string): void {
     const starting = this.creating.get(space)
     if (!starting) return

@@ -1,15 +1,16 @@
 /**
  * The live spaces each user started, counted by the cluster: a space is
  * charged to the user of the first envelope the committed order puts in it
- * (its starter) and freed when its policy deletes it. The count changes
+ * (its starter), moves to whoever else creates its policy, and is freed
+ * when its policy deletes it. The count changes
  * only with the audit, so every correct relay holds the same count at the
  * same commit and makes the same choice (`admits`), however many relays a
  * user's devices submit to, and whatever a Byzantine relay's blocks carry.
  *
  * The starters of live spaces travel with the state that rebuilds the
  * count: each space's snapshot record and each checkpoint's manifest.
- * Spaces the cluster file lists, and spaces started before relays counted
- * (records without a starter), are charged to nobody.
+ * Spaces the cluster file lists, and those its spaceCreators start (keys
+ * the operator trusts), are charged to nobody.
  */
 export class SpaceQuota {
   /** Live spaces a user may hold: the cluster's spacesPerUser. */
@@ -48,11 +49,30 @@ export class SpaceQuota {
     this.live.set(user, held + 1)
   }
 
-  /** `space` was deleted: its starter may start another. */
-  deleted(space: string): void {
+  /** `space` was deleted (or handed to a user charged nothing): its starter may start another. */
+  free(space: string): void {
     const user = this.starters.get(space)
     if (user === undefined) return
     this.starters.delete(space)
+    this.uncharge(user, space)
+  }
+
+  /**
+   * Another user than its starter created `space`'s policy (an open space
+   * without one lets anybody): the space is charged to them from now on,
+   * even past their quota (they start no more then), since its starter
+   * could never delete it. Each live space stays charged to exactly one
+   * user, so two keys cannot make spaces charged to nobody.
+   */
+  transfer(space: string, user: string): void {
+    const from = this.starters.get(space)
+    if (from === undefined || from === user) return
+    this.uncharge(from, space)
+    this.starters.set(space, user)
+    this.live.set(user, this.held(user) + 1)
+  }
+
+  private uncharge(user: string, space: string): void {
     const held = this.held(user) - 1
     if (held < 0) throw new Error(`user ${user} held no space, yet ${space} was charged to them`)
     if (held === 0) this.live.delete(user)
