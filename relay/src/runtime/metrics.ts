@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { RELAY_VERSION } from '../process/version.ts'
+import { EnvelopeSteps } from './envelope-steps.ts'
 
 /** What the relay reports at each scrape; read when Prometheus asks, never kept up to date in between. */
 export interface MetricsSnapshot {
@@ -27,10 +28,42 @@ export class Metrics {
   private cached: { at: number; snapshot: MetricsSnapshot } | undefined
 
   private withProcess = false
+  /** Where client envelopes' waits for their order go at the relay they were submitted to (histograms by whether they carry safe updates). */
+  readonly steps: EnvelopeSteps
 
-  constructor(relay: string) {
+  /** `now`: the relay's clock, in ms (what the steps are timed on). */
+  constructor(relay: string, now: () => number) {
     this.info.set({ relay, version: RELAY_VERSION }, 1)
     this.registerScraped()
+    const buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+    const proposed = new Histogram({
+      name: 'stead_envelope_proposed_seconds',
+      help: 'From accepting a client envelope to this relay\'s own block that carries it (queue and proposal wait), by whether it carries safe updates',
+      labelNames: ['safe'],
+      buckets,
+      registers: [this.registry],
+    })
+    const ordered = new Histogram({
+      name: 'stead_envelope_ordered_seconds',
+      help: 'From this relay\'s block carrying a client envelope to the commit that orders it, by whether it carries safe updates',
+      labelNames: ['safe'],
+      buckets,
+      registers: [this.registry],
+    })
+    const rounds = new Histogram({
+      name: 'stead_envelope_order_rounds',
+      help: 'Rounds from this relay\'s block carrying a client envelope to the leader round of the commit that orders it (0: the leader\'s block carried it too), by whether it carries safe updates',
+      labelNames: ['safe'],
+      buckets: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50],
+      registers: [this.registry],
+    })
+    this.steps = new EnvelopeSteps(now, {
+      proposed: (seconds, safe) => proposed.observe({ safe: String(safe) }, seconds),
+      ordered: (seconds, n, safe) => {
+        ordered.observe({ safe: String(safe) }, seconds)
+        rounds.observe({ safe: String(safe) }, n)
+      },
+    })
   }
 
   /**
@@ -75,29 +108,6 @@ export class Metrics {
     name: 'stead_commit_latency_seconds',
     help: 'From a client submit to the attestation that decides it',
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-    registers: [this.registry],
-  })
-
-  /** Where a client envelope's wait for its order goes at the relay it was submitted to (see EnvelopeSteps). */
-  readonly envelopeProposed = new Histogram({
-    name: 'stead_envelope_proposed_seconds',
-    help: 'From accepting a client envelope to this relay\'s own block that carries it (queue and proposal wait), by whether it carries safe updates',
-    labelNames: ['safe'],
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-    registers: [this.registry],
-  })
-  readonly envelopeOrdered = new Histogram({
-    name: 'stead_envelope_ordered_seconds',
-    help: 'From this relay\'s block carrying a client envelope to the commit that orders it, by whether it carries safe updates',
-    labelNames: ['safe'],
-    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-    registers: [this.registry],
-  })
-  readonly envelopeOrderRounds = new Histogram({
-    name: 'stead_envelope_order_rounds',
-    help: 'Rounds from this relay\'s block carrying a client envelope to the leader round of the commit that orders it (0: the leader\'s block carried it too), by whether it carries safe updates',
-    labelNames: ['safe'],
-    buckets: [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50],
     registers: [this.registry],
   })
 

@@ -15,7 +15,6 @@ import { readiness, roundsBehind, type HealthNumbers } from './health.ts'
 import { Ledger } from './ledger.ts'
 import type { SpaceQuota } from './space-quota.ts'
 import { Metrics, type MetricsSnapshot } from './metrics.ts'
-import { EnvelopeSteps } from './envelope-steps.ts'
 import { MESH_BACKLOG_BYTES, PeerServing } from './peer-serving.ts'
 import { RelayStore, encodeSpaceSnapshot, type StoreBacking, type CheckpointWrite, type HistoryRecord, type SnapshotWrite, type WriteBatch } from '../store/store.ts'
 
@@ -167,8 +166,6 @@ export class RelayNode {
   /** Subscribers, decision watchers and attestation waiters: who hears what, once it may be said. */
   private readonly news = new ClientNews()
   private readonly checkpoints: RelayCheckpoints
-  /** Where client envelopes' waits for their order go (metrics). */
-  private readonly steps: EnvelopeSteps
   /** The consensus core's timers, by name and round. */
   private readonly timers = new Map<string, HostTimer>()
   /** The event loop's state: events waiting, the drain running, writes on their way to disk (see DrainState). */
@@ -186,14 +183,7 @@ export class RelayNode {
     this.me = options.me
     this.committee = options.committee ?? committeeOf(options.cluster)
     this.log = options.logger
-    this.metrics = new Metrics(this.name)
-    this.steps = new EnvelopeSteps(() => this.clock.now(), {
-      proposed: (s, safe) => this.metrics.envelopeProposed.observe({ safe: String(safe) }, s),
-      ordered: (s, rounds, safe) => {
-        this.metrics.envelopeOrdered.observe({ safe: String(safe) }, s)
-        this.metrics.envelopeOrderRounds.observe({ safe: String(safe) }, rounds)
-      },
-    })
+    this.metrics = new Metrics(this.name, () => this.clock.now())
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
     this.budget.track('queue', () => this.core?.queuedBytes ?? 0)
@@ -385,7 +375,7 @@ export class RelayNode {
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
     this.ledger.clear()
-    this.steps.clear()
+    this.metrics.steps.clear()
     this.admission.access.clear()
     this.activity.pendingSince = null
     this.load()
@@ -441,7 +431,7 @@ export class RelayNode {
     if (status === 'queued') this.news.envelope(env.space, bytes, env.idHex)
     if (status === 'queued') this.activity.pendingSince ??= this.clock.now()
     this.news.submitted(env.idHex, this.clock.now())
-    if (status === 'queued') this.steps.submitted(env.idHex, info.urgent)
+    if (status === 'queued') this.metrics.steps.submitted(env.idHex, info.urgent)
     // Proposing is consensus work: an event of the drain, where a failed invariant stops the relay.
     if (status === 'queued') this.enqueue(() => this.core.onSubmitted())
     this.metrics.envelopesAccepted.inc()
@@ -689,9 +679,9 @@ export class RelayNode {
           if (o.type === 'persist') {
             write.records.push(o.record)
             if (o.record.kind === 'commit') this.checkpoints.recorded(o.record)
-            if (o.record.kind === 'own-block' && o.record.payloadIds) this.steps.inOwnBlock(o.record.block.header.round, o.record.payloadIds)
+            if (o.record.kind === 'own-block' && o.record.payloadIds) this.metrics.steps.inOwnBlock(o.record.block.header.round, o.record.payloadIds)
           } else if (o.type === 'commit') {
-            this.steps.committed(o.commit.anchorRound, o.commit.payloadIds)
+            this.metrics.steps.committed(o.commit.anchorRound, o.commit.payloadIds)
             const attestations = this.ledger.audit(o.commit.anchorRound, o.commit.payload, write.history)
             // A commit that carried nothing and decided nothing changed no replica: replaying the
             // others at their rounds rebuilds the same state (gap timeouts are measured in rounds).
