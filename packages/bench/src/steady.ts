@@ -18,23 +18,32 @@
  *   the attestations' way back (2f+1 of them) and their checks. Relay
  *   figures are means (histogram sums over counts), the others medians.
  *
+ * - what a client receives per update, by relay message type (Stead).
+ *
+ * `--profile DIR` writes relay r1's CPU profile of each rate's measured
+ * window to DIR/r1-<rate>.cpuprofile (Chrome DevTools reads them) and
+ * prints where its time went.
+ *
  * Each client writes its own counter; a reader knows which update it sees
  * from the counter's value (one author's updates arrive in order).
  * Clients live in this process with in-memory storage, as in the other
  * reports. Rates the machine cannot carry show as a lower "carried" rate.
  *
- *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE]
+ *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE] [--profile DIR]
  */
-import { readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Space } from '@stead/client'
+import { decodeRelayMessage } from '@stead/core'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
+import { summarizeProfile } from './profile.ts'
 import { Rng } from './rng.ts'
 import { countingSocket, startYjsServer, yjsDoc, type YjsServer } from './yjs.ts'
 import { reportArgs } from './args.ts'
 
 const values = reportArgs(
-  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
+  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE] [--profile DIR]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
   {
     rates: { type: 'string', default: '50,200,1000' },
     seconds: { type: 'string', default: '15' },
@@ -44,6 +53,7 @@ const values = reportArgs(
     'batch-ms': { type: 'string', default: '10' },
     systems: { type: 'string', default: 'stead,yjs' },
     json: { type: 'string' },
+    profile: { type: 'string' },
   },
 )
 const rates = String(values.rates).split(',').map(Number)
@@ -66,6 +76,8 @@ interface LoadPeer {
   /** Calls `listener` after every change of any counter here. */
   subscribe(listener: () => void): void
   bytes(): { in: number; out: number }
+  /** Bytes received so far by message type (Stead only). */
+  byType?(): Record<string, number>
   close(): Promise<void> | void
 }
 
@@ -80,7 +92,10 @@ interface Row {
   clientCpuPercent: number
   downBytesPerUpdate: number
   upBytesPerUpdate: number
+  /** Bytes a client received per update, by message type (Stead only). */
+  downByType?: Record<string, number>
   steps?: Record<string, number>
+  profile?: { file: string; busyPercent: number; components: Array<{ name: string; percent: number }>; functions: Array<{ name: string; percent: number }> }
 }
 
 function quantile(sorted: readonly number[], q: number): number {
@@ -106,7 +121,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
  * processes whose CPU counts as the server's; `scrape` reads the relays'
  * step figures (Stead only) before and after the window.
  */
-async function drive(system: string, rate: number, peers: readonly LoadPeer[], serverPids: readonly number[], scrape?: () => Promise<Record<string, number>>): Promise<Row> {
+async function drive(system: string, rate: number, peers: readonly LoadPeer[], serverPids: readonly number[], scrape?: () => Promise<Record<string, number>>, profile?: { start(): void; stop(): Promise<Row['profile']> }): Promise<Row> {
   const rng = new Rng(rate)
   const n = peers.length
   /** sent[w][k]: when writer w made its update number `base[w] + k + 1`. */
@@ -135,7 +150,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
   const perClient = rate / n
   const started = performance.now()
   const end = started + (warmupSeconds + seconds) * 1000
-  let before: { server: number; client: number; bytes: Array<{ in: number; out: number }>; steps: Record<string, number>; made: number } | undefined
+  let before: { server: number; client: number; bytes: Array<{ in: number; out: number }>; byType: Array<Record<string, number>>; steps: Record<string, number>; made: number } | undefined
   let made = 0
   const cpuOf = () => serverPids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)
   const clientCpu = () => {
@@ -147,7 +162,8 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
     if (!measuring && now - started >= warmupSeconds * 1000) {
       measuring = true
       windowStart = now
-      before = { server: cpuOf(), client: clientCpu(), bytes: peers.map((p) => p.bytes()), steps: (await scrape?.()) ?? {}, made }
+      before = { server: cpuOf(), client: clientCpu(), bytes: peers.map((p) => p.bytes()), byType: peers.map((p) => ({ ...p.byType?.() })), steps: (await scrape?.()) ?? {}, made }
+      profile?.start()
     }
     const due = Math.floor(((now - started) / 1000) * perClient)
     for (let w = 0; w < n; w++) {
@@ -164,7 +180,8 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
     await sleep(2)
   }
   const windowMs = performance.now() - windowStart
-  const after = { server: cpuOf(), client: clientCpu(), bytes: peers.map((p) => p.bytes()), steps: (await scrape?.()) ?? {} }
+  const after = { server: cpuOf(), client: clientCpu(), bytes: peers.map((p) => p.bytes()), byType: peers.map((p) => ({ ...p.byType?.() })), steps: (await scrape?.()) ?? {} }
+  const profiled = await profile?.stop()
   // Let the last updates arrive before the next rate starts (they count only if made in the window).
   await sleep(1000)
   const b = before as NonNullable<typeof before>
@@ -173,6 +190,10 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
   const up = after.bytes.reduce((sum, x, i) => sum + x.out - (b.bytes[i] as { out: number }).out, 0) / n
   const serverCpu = after.server - b.server
   const steps = scrape ? stepFigures(b.steps, after.steps, windowMs) : undefined
+  const downByType: Record<string, number> = {}
+  for (const [i, types] of after.byType.entries()) {
+    for (const [type, bytes] of Object.entries(types)) downByType[type] = (downByType[type] ?? 0) + (bytes - (b.byType[i]?.[type] ?? 0)) / n / updates
+  }
   return {
     system,
     rate,
@@ -184,7 +205,9 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
     clientCpuPercent: ((after.client - b.client) / (windowMs / 1000)) * 100,
     downBytesPerUpdate: down / updates,
     upBytesPerUpdate: up / updates,
+    ...(Object.keys(downByType).length ? { downByType } : {}),
     ...(steps ? { steps } : {}),
+    ...(profiled ? { profile: profiled } : {}),
   }
 }
 
@@ -227,10 +250,19 @@ async function steadPeers(cluster: BenchCluster): Promise<LoadPeer[]> {
   const peers: LoadPeer[] = []
   for (let i = 0; i < clientCount; i++) {
     const counts = { in: 0, out: 0 }
+    const byType: Record<string, number> = {}
     const relays = cluster.descriptor.relays.map((r) => `http://${r.api}`)
-    const connect = (url: string) => countingSocket(url, counts) as never
+    const connect = (url: string) => {
+      const ws = countingSocket(url, counts)
+      ws.on('message', (data: Buffer | ArrayBuffer) => {
+        const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+        const type = decodeRelayMessage(bytes).type
+        byType[type] = (byType[type] ?? 0) + bytes.byteLength
+      })
+      return ws as never
+    }
     const { owner, space } = await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-load-${i}`, space: 'load', options: { batchIntervalMs, connect } })
-    peers.push(steadPeer(space, i, counts, () => owner.close()))
+    peers.push({ ...steadPeer(space, i, counts, () => owner.close()), byType: () => byType })
   }
   return peers
 }
@@ -285,6 +317,11 @@ function print(row: Row): void {
   console.log(
     `${row.system} at ${row.rate}/s (carried ${fmt(row.carried, 0)}): visible p50 ${fmt(row.visible.p50)} / p99 ${fmt(row.visible.p99)} ms (n ${row.visible.n})${safe}; server CPU ${fmt(row.serverCpuPercent, 0)}% (${fmt(row.serverCpuMsPerUpdate, 2)} ms/update), clients' process ${fmt(row.clientCpuPercent, 0)}%; per update per client: down ${fmt(row.downBytesPerUpdate, 0)} B, up ${fmt(row.upBytesPerUpdate, 0)} B`,
   )
+  if (row.downByType) console.log(`  down per update per client by message: ${Object.entries(row.downByType).sort((x, y) => y[1] - x[1]).map(([t, b]) => `${t} ${fmt(b, 0)} B`).join(', ')}`)
+  if (row.profile) {
+    console.log(`  r1 profile (${row.profile.file}): busy ${fmt(row.profile.busyPercent, 0)}%`)
+    for (const e of [...row.profile.components, ...row.profile.functions]) console.log(`    ${e.percent.toFixed(1).padStart(5)}%  ${e.name}`)
+  }
   const s = row.steps
   if (s) {
     const at = (kind: string) => `accept → own block ${fmt(s[`${kind}ProposedMs`] ?? NaN)} ms, → commit ${fmt(s[`${kind}OrderedMs`] ?? NaN)} ms (${fmt(s[`${kind}OrderRounds`] ?? NaN, 2)} rounds)`
@@ -294,11 +331,24 @@ function print(row: Row): void {
 
 const rows: Row[] = []
 if (systems.includes('stead')) {
-  const cluster = await BenchCluster.start({ kind: 'stead', n: 4 })
+  const profileDir = values.profile === undefined ? undefined : String(values.profile)
+  if (profileDir) mkdirSync(profileDir, { recursive: true })
+  const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: profileDir !== undefined })
   try {
     const peers = await steadPeers(cluster)
     for (const rate of rates) {
-      const row = await drive('stead', rate, peers, cluster.pids().map((p) => p.pid), () => scrapeRelays(cluster))
+      const file = profileDir && join(profileDir, `r1-${rate}.cpuprofile`)
+      const profile = file
+        ? {
+            start: () => cluster.profileStart(),
+            stop: async () => {
+              await cluster.profileStop(file)
+              const p = summarizeProfile(file, 12)
+              return { file, busyPercent: p.busyPercent, components: p.components.slice(0, 12), functions: p.functions }
+            },
+          }
+        : undefined
+      const row = await drive('stead', rate, peers, cluster.pids().map((p) => p.pid), () => scrapeRelays(cluster), profile)
       print(row)
       rows.push(row)
     }
