@@ -1,27 +1,19 @@
-import { createClient, type SteadClient } from '@stead/client'
 import { asSigned, decode, toHex } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
-import { afterEach, describe, expect, it } from 'vitest'
-import { SimCluster } from '../src/index.ts'
+import { describe, expect, it } from 'vitest'
+import { simWorld } from './helpers/world.ts'
 
 /** What a reader downloads: each envelope once, however many blocks carry it. */
 describe('the prospective feed', () => {
-  let cluster: SimCluster | undefined
-  const clients: SteadClient[] = []
-  afterEach(async () => {
-    for (const c of clients.splice(0)) await c.close()
-    await cluster?.close()
-    cluster = undefined
-  })
+  const world = simWorld()
 
   it('sends a subscription with refs each envelope once, though blocks of several relays carry it', async () => {
-    const c = (cluster = await SimCluster.start())
+    const c = await world.start()
     const reader = await c.session(0, new Uint8Array(32).fill(5))
     await reader.welcomed
     reader.send({ type: 'subscribe', space: 's', fromIndex: 0, frames: true, refs: true })
     const writers = await Promise.all([1, 2, 3].map(async (i) => {
-      const made = await createClient(c.clientOptions({ relays: [c.urls[i] as string, ...c.urls.filter((_, j) => j !== i)] }))
-      clients.push(made)
+      const made = await world.client(c, { relays: [c.urls[i] as string, ...c.urls.filter((_, j) => j !== i)] })
       return made.space('s')
     }))
     for (let k = 0; k < 20; k++) {

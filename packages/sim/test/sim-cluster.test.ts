@@ -1,24 +1,14 @@
-import { createClient, type SteadClient } from '@stead/client'
-import { afterEach, describe, expect, it } from 'vitest'
-import { SimCluster } from '../src/index.ts'
+import { describe, expect, it } from 'vitest'
+import type { SimCluster } from '../src/index.ts'
+import { simWorld } from './helpers/world.ts'
 
 /** The harness client tests run on: real relays and clients in simulated time. */
 describe('SimCluster', () => {
-  let cluster: SimCluster | undefined
-  const clients: SteadClient[] = []
-  afterEach(async () => {
-    for (const c of clients.splice(0)) await c.close()
-    await cluster?.close()
-    cluster = undefined
-  })
-  const client = async (c: SimCluster): Promise<SteadClient> => {
-    const made = await createClient(c.clientOptions())
-    clients.push(made)
-    return made
-  }
+  const world = simWorld()
+  const client = (c: SimCluster) => world.client(c)
 
   it('orders a safe update through real relays, and another client sees it stable', async () => {
-    const c = (cluster = await SimCluster.start())
+    const c = await world.start()
     const a = await (await client(c)).space('s')
     const b = await (await client(c)).space('s')
     const started = performance.now()
@@ -31,7 +21,7 @@ describe('SimCluster', () => {
   })
 
   it('holds: nothing is ordered while the mesh is cut, however long; prospective values still travel', async () => {
-    const c = (cluster = await SimCluster.start())
+    const c = await world.start()
     const a = await (await client(c)).space('s')
     const b = await (await client(c)).space('s')
     await c.until('online', () => a.status.online && b.status.online)
@@ -49,7 +39,7 @@ describe('SimCluster', () => {
   })
 
   it('a relay down and back: clients go on, and it recovers its store', async () => {
-    const c = (cluster = await SimCluster.start())
+    const c = await world.start()
     const a = await (await client(c)).space('s')
     await a.counter('n').increment(1, { safe: true })
     await c.relays[1]?.down()
@@ -61,7 +51,7 @@ describe('SimCluster', () => {
   })
 
   it('a relay lying about the state it attests is blamed, and the client still commits', async () => {
-    const c = (cluster = await SimCluster.start())
+    const c = await world.start()
     await c.relays[0]?.lie('lie-attest')
     const made = await client(c)
     const a = await made.space('s')

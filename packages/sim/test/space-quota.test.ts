@@ -1,29 +1,20 @@
-import { createClient, type SteadClient } from '@stead/client'
+import type { SteadClient } from '@stead/client'
 import { authorIdOf, clockInit, encodeEnvelope, sealEnvelope, SteadError, type RelayMessage } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
-import { afterEach, describe, expect, it } from 'vitest'
-import { SimCluster } from '../src/index.ts'
+import { describe, expect, it } from 'vitest'
+import type { SimCluster } from '../src/index.ts'
+import { simWorld } from './helpers/world.ts'
 
 /** The live spaces a user may hold, counted by the cluster in the committed order (cluster file `spacesPerUser`). */
 describe('space quota', () => {
-  let cluster: SimCluster | undefined
-  const clients: SteadClient[] = []
-  afterEach(async () => {
-    for (const c of clients.splice(0)) await c.close()
-    await cluster?.close()
-    cluster = undefined
-  })
+  const world = simWorld()
 
   const user = (byte: number) => {
     const secretKey = new Uint8Array(32).fill(byte)
     const publicKey = publicKeyOfSync(secretKey)
     return { secretKey, publicKey, id: authorIdOf(nodeCrypto, publicKey) }
   }
-  const sdk = async (c: SimCluster, byte: number): Promise<SteadClient> => {
-    const made = await createClient(c.clientOptions({ identity: { secretKey: user(byte).secretKey } }))
-    clients.push(made)
-    return made
-  }
+  const sdk = (c: SimCluster, byte: number): Promise<SteadClient> => world.client(c, { identity: { secretKey: user(byte).secretKey } })
   /** An envelope of `key` that starts `space` (one counter increment). */
   const starting = async (key: { secretKey: Uint8Array; publicKey: Uint8Array }, space: string) =>
     encodeEnvelope(await sealEnvelope(nodeCrypto, key, { space, seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'n', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] }))
@@ -33,7 +24,7 @@ describe('space quota', () => {
   const starts = ['q0', 'q1', 'q2', 'q3']
 
   it('gives a user submitting to every relay at once no more spaces than spacesPerUser, the same ones on every relay', async () => {
-    const c = (cluster = await SimCluster.start({ spacesPerUser: 2 }))
+    const c = await world.start({ spacesPerUser: 2 })
     const mallory = user(7)
     const sessions = await Promise.all(c.relays.map((r) => c.session(r.index, mallory.secretKey)))
     await Promise.all(sessions.map((s) => s.welcomed))
@@ -73,9 +64,8 @@ describe('space quota', () => {
 
   // Snapshots after every batch (a restart reads the records), or none taken (a restart replays every batch).
   it.each([1, 1000])('frees a deleted space for another, and counts the same after a relay restarts (a snapshot every %i batches)', async (snapshotEveryBatches) => {
-    const c = (cluster = await SimCluster.start({ spacesPerUser: 2, relay: { snapshotEveryBatches } }))
-    const alice = await createClient(c.clientOptions())
-    clients.push(alice)
+    const c = await world.start({ spacesPerUser: 2, relay: { snapshotEveryBatches } })
+    const alice = await world.client(c)
     const first = await alice.createSpace('q-a')
     await alice.createSpace('q-b')
     const over = await alice.createSpace('q-c').catch((err: unknown) => err)
@@ -104,7 +94,7 @@ describe('space quota', () => {
   })
 
   it('charges nobody for listed spaces and the space creators\' spaces, and moves a space to whoever else creates its policy', async () => {
-    const c = (cluster = await SimCluster.start({ spacesPerUser: 1, spaces: { listed: {} }, spaceCreators: [user(9).publicKey] }))
+    const c = await world.start({ spacesPerUser: 1, spaces: { listed: {} }, spaceCreators: [user(9).publicKey] })
     const [ursula, mallory, creator] = [await sdk(c, 1), await sdk(c, 2), await sdk(c, 9)]
     const quota = () => c.relays.map((r) => [r.node.spaceQuota?.held(ursula.userId), r.node.spaceQuota?.held(mallory.userId), r.node.spaceQuota?.held(creator.userId)].join('/'))
     expect((await (await ursula.space('listed')).counter('n').increment(1, { safe: true })).status).toBe('committed')
