@@ -2,8 +2,9 @@
 /**
  * Steady load (a report, never a test): several clients updating at a
  * fixed total rate, a share of the updates safe, on a real 4-relay cluster
- * on loopback, beside Yjs + y-websocket on the same machine in the same
- * run. Per rate:
+ * on loopback, beside Yjs + y-websocket and the bench's plain relays
+ * (forward and merge, no order: what the SDK costs without consensus) on
+ * the same machine in the same run. Per rate:
  *
  * - visible: from a client's update until each other client's value shows
  *   it (prospective), p50 / p99;
@@ -29,7 +30,7 @@
  * Clients live in this process with in-memory storage, as in the other
  * reports. Rates the machine cannot carry show as a lower "carried" rate.
  *
- *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE] [--profile DIR]
+ *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--json FILE] [--profile DIR]
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -43,7 +44,7 @@ import { countingSocket, startYjsServer, yjsDoc, type YjsServer } from './yjs.ts
 import { reportArgs } from './args.ts'
 
 const values = reportArgs(
-  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,yjs] [--json FILE] [--profile DIR]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
+  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--json FILE] [--profile DIR]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
   {
     rates: { type: 'string', default: '50,200,1000' },
     seconds: { type: 'string', default: '15' },
@@ -51,7 +52,7 @@ const values = reportArgs(
     clients: { type: 'string', default: '4' },
     'safe-share': { type: 'string', default: '0.1' },
     'batch-ms': { type: 'string', default: '10' },
-    systems: { type: 'string', default: 'stead,yjs' },
+    systems: { type: 'string', default: 'stead,plain,yjs' },
     json: { type: 'string' },
     profile: { type: 'string' },
   },
@@ -63,8 +64,8 @@ const clientCount = Number(values.clients)
 const safeShare = Number(values['safe-share'])
 const batchIntervalMs = Number(values['batch-ms'])
 const systems = String(values.systems).split(',')
-if (rates.some((r) => !(r > 0)) || !(seconds > 0) || !(warmupSeconds >= 0) || !(clientCount >= 2) || !(safeShare >= 0 && safeShare <= 1) || systems.some((s) => s !== 'stead' && s !== 'yjs')) {
-  throw new Error('--rates takes positive updates/s separated by commas, --seconds a positive number, --clients 2 or more, --safe-share 0 to 1, --systems stead and/or yjs')
+if (rates.some((r) => !(r > 0)) || !(seconds > 0) || !(warmupSeconds >= 0) || !(clientCount >= 2) || !(safeShare >= 0 && safeShare <= 1) || systems.some((s) => s !== 'stead' && s !== 'plain' && s !== 'yjs')) {
+  throw new Error('--rates takes positive updates/s separated by commas, --seconds a positive number, --clients 2 or more, --safe-share 0 to 1, --systems some of stead, plain and yjs')
 }
 
 /** One client as the load sees it, whichever system is behind it. */
@@ -199,7 +200,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
     rate,
     carried: updates / (windowMs / 1000),
     visible: percentiles(visible),
-    safe: system === 'stead' && safeShare > 0 ? percentiles(safe) : undefined,
+    safe: safe.length > 0 ? percentiles(safe) : undefined,
     serverCpuPercent: (serverCpu / (windowMs / 1000)) * 100,
     serverCpuMsPerUpdate: (serverCpu * 1000) / updates,
     clientCpuPercent: ((after.client - b.client) / (windowMs / 1000)) * 100,
@@ -246,7 +247,9 @@ function stepFigures(a: Record<string, number>, b: Record<string, number>, windo
   return figures
 }
 
+/** SDK clients of `cluster`; on plain relays every update is regular (they order nothing) and nothing is sent again for want of a decision. */
 async function steadPeers(cluster: BenchCluster): Promise<LoadPeer[]> {
+  const plain = cluster.spec.kind === 'plain'
   const peers: LoadPeer[] = []
   for (let i = 0; i < clientCount; i++) {
     const counts = { in: 0, out: 0 }
@@ -261,8 +264,10 @@ async function steadPeers(cluster: BenchCluster): Promise<LoadPeer[]> {
       })
       return ws as never
     }
-    const { owner, space } = await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-load-${i}`, space: 'load', options: { batchIntervalMs, connect } })
-    peers.push({ ...steadPeer(space, i, counts, () => owner.close()), byType: () => byType })
+    const options = { batchIntervalMs, connect, ...(plain ? { resubmitAfterMs: 1e9 } : {}) }
+    const { owner, space } = await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `stead-bench-load-${i}`, space: 'load', options })
+    const peer = steadPeer(space, i, counts, () => owner.close())
+    peers.push({ ...peer, bump: (safe) => peer.bump(safe && !plain), byType: () => byType })
   }
   return peers
 }
@@ -349,6 +354,20 @@ if (systems.includes('stead')) {
           }
         : undefined
       const row = await drive('stead', rate, peers, cluster.pids().map((p) => p.pid), () => scrapeRelays(cluster), profile)
+      print(row)
+      rows.push(row)
+    }
+    for (const p of peers) await p.close()
+  } finally {
+    await cluster.stop()
+  }
+}
+if (systems.includes('plain')) {
+  const cluster = await BenchCluster.start({ kind: 'plain', n: 4 })
+  try {
+    const peers = await steadPeers(cluster)
+    for (const rate of rates) {
+      const row = await drive('plain', rate, peers, cluster.pids().map((p) => p.pid))
       print(row)
       rows.push(row)
     }
