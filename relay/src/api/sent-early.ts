@@ -39,6 +39,11 @@ export class SentEarly {
     }
   }
 
+  /** Whether `frame` went to the client early and no commit named it since. */
+  has(frame: Uint8Array): boolean {
+    return this.sent.has(earlyKey(frame))
+  }
+
   /** A stored chunk of a commit's envelope frames as this client gets it: those it was sent early, named by id (once). */
   refer(chunk: Uint8Array): Uint8Array {
     if (this.sent.size === 0) return chunk

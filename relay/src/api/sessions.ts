@@ -297,6 +297,8 @@ class Session implements Subscriber, PresenceWatcher {
     const entry = this.feeds.get(space)
     // Attestations only: this client takes its frames from another relay.
     if (entry?.feed.frames === false) return
+    // Once: an envelope reaches a relay in each block that carries it (a leader's copy, a peer's wake).
+    if (entry?.refs && this.sentEarly.has(frame)) return
     // The prospective feed is an early view of what the commit feed delivers anyway: a
     // client that is behind skips it rather than grow its buffer.
     if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) {
