@@ -33,13 +33,14 @@
  * `--profile FILE` writes relay r1's CPU profile of the safe-update phase
  * (a .cpuprofile for Chrome's DevTools) and prints its summary.
  */
-import { readFileSync, statSync } from 'node:fs'
+import { statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Space } from '@stead/client'
 import { decode, decodeAttestation, decodeClientMessage, decodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, toHex } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
+import { sampleProc } from './proc.ts'
 import { summarizeProfile } from './profile.ts'
 import { countingSocket, startYjsServer, yjsPeer, type CounterPeer } from './yjs.ts'
 import { reportArgs } from './args.ts'
@@ -78,8 +79,7 @@ function summary(samples: number[]): string {
 
 /** utime + stime of a process, in seconds (Linux). */
 function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-  return (Number(fields[11]) + Number(fields[12])) / 100
+  return sampleProc(pid)?.cpu ?? 0
 }
 
 interface RelaySample {

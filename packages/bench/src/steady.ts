@@ -32,13 +32,15 @@
  *
  *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--json FILE] [--profile DIR]
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Space } from '@stead/client'
 import { decodeRelayMessage } from '@stead/core'
 import { BenchCluster, freePort } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
+import { sampleProc } from './proc.ts'
 import { summarizeProfile } from './profile.ts'
+import { Samples } from './stats.ts'
 import { Rng } from './rng.ts'
 import { countingSocket, startYjsServer, yjsDoc, type YjsServer } from './yjs.ts'
 import { reportArgs } from './args.ts'
@@ -99,19 +101,10 @@ interface Row {
   profile?: { file: string; busyPercent: number; components: Array<{ name: string; percent: number }>; functions: Array<{ name: string; percent: number }> }
 }
 
-function quantile(sorted: readonly number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN
-}
-
-function percentiles(xs: number[]): { p50: number; p99: number; n: number } {
-  const s = [...xs].sort((a, b) => a - b)
-  return { p50: quantile(s, 0.5), p99: quantile(s, 0.99), n: s.length }
-}
-
-/** utime + stime of a process, in seconds (Linux). */
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-  return (Number(fields[11]) + Number(fields[12])) / 100
+/** p50, p99 and count of latency samples (NaN when there are none). */
+function percentiles(samples: Samples): { p50: number; p99: number; n: number } {
+  const summary = samples.summary()
+  return { p50: summary?.p50 ?? NaN, p99: summary?.p99 ?? NaN, n: samples.count }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -129,8 +122,8 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
   const sent: number[][] = peers.map(() => [])
   const base = peers.map((p, w) => p.read(w))
   const seen = peers.map((p) => peers.map((_, w) => p.read(w)))
-  const visible: number[] = []
-  const safe: number[] = []
+  const visible = new Samples()
+  const safe = new Samples()
   let measuring = false
   let windowStart = Infinity
   for (const [r, peer] of peers.entries()) {
@@ -142,7 +135,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
         const row = seen[r] as number[]
         for (let v = (row[w] as number) + 1; v <= value; v++) {
           const at = (sent[w] as number[])[v - (base[w] as number) - 1]
-          if (at !== undefined && at >= windowStart) visible.push(now - at)
+          if (at !== undefined && at >= windowStart) visible.add(now - at)
         }
         if (value > (row[w] as number)) row[w] = value
       }
@@ -153,7 +146,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
   const end = started + (warmupSeconds + seconds) * 1000
   let before: { server: number; client: number; bytes: Array<{ in: number; out: number }>; byType: Array<Record<string, number>>; steps: Record<string, number>; made: number } | undefined
   let made = 0
-  const cpuOf = () => serverPids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)
+  const cpuOf = () => serverPids.reduce((sum, pid) => sum + (sampleProc(pid)?.cpu ?? 0), 0)
   const clientCpu = () => {
     const u = process.cpuUsage()
     return (u.user + u.system) / 1e6
@@ -175,7 +168,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
         made++
         const wantSafe = rng.next() < safeShare
         const result = (peers[w] as LoadPeer).bump(wantSafe)
-        if (result && measuring) void result.then((ms) => ms !== undefined && safe.push(ms))
+        if (result && measuring) void result.then((ms) => ms !== undefined && safe.add(ms))
       }
     }
     await sleep(2)
@@ -200,7 +193,7 @@ async function drive(system: string, rate: number, peers: readonly LoadPeer[], s
     rate,
     carried: updates / (windowMs / 1000),
     visible: percentiles(visible),
-    safe: safe.length > 0 ? percentiles(safe) : undefined,
+    safe: safe.count > 0 ? percentiles(safe) : undefined,
     serverCpuPercent: (serverCpu / (windowMs / 1000)) * 100,
     serverCpuMsPerUpdate: (serverCpu * 1000) / updates,
     clientCpuPercent: ((after.client - b.client) / (windowMs / 1000)) * 100,
@@ -335,14 +328,17 @@ function print(row: Row): void {
 }
 
 const rows: Row[] = []
-if (systems.includes('stead')) {
-  const profileDir = values.profile === undefined ? undefined : String(values.profile)
-  if (profileDir) mkdirSync(profileDir, { recursive: true })
-  const cluster = await BenchCluster.start({ kind: 'stead', n: 4, profile: profileDir !== undefined })
+const profileDir = values.profile === undefined ? undefined : String(values.profile)
+if (profileDir) mkdirSync(profileDir, { recursive: true })
+// Stead's relays, then the plain ones: the same SDK clients; the relays' step figures and profile for Stead only.
+for (const kind of ['stead', 'plain'] as const) {
+  if (!systems.includes(kind)) continue
+  const stead = kind === 'stead'
+  const cluster = await BenchCluster.start({ kind, n: 4, profile: stead && profileDir !== undefined })
   try {
     const peers = await steadPeers(cluster)
     for (const rate of rates) {
-      const file = profileDir && join(profileDir, `r1-${rate}.cpuprofile`)
+      const file = stead && profileDir ? join(profileDir, `r1-${rate}.cpuprofile`) : undefined
       const profile = file
         ? {
             start: () => cluster.profileStart(),
@@ -353,21 +349,7 @@ if (systems.includes('stead')) {
             },
           }
         : undefined
-      const row = await drive('stead', rate, peers, cluster.pids().map((p) => p.pid), () => scrapeRelays(cluster), profile)
-      print(row)
-      rows.push(row)
-    }
-    for (const p of peers) await p.close()
-  } finally {
-    await cluster.stop()
-  }
-}
-if (systems.includes('plain')) {
-  const cluster = await BenchCluster.start({ kind: 'plain', n: 4 })
-  try {
-    const peers = await steadPeers(cluster)
-    for (const rate of rates) {
-      const row = await drive('plain', rate, peers, cluster.pids().map((p) => p.pid))
+      const row = await drive(kind, rate, peers, cluster.pids().map((p) => p.pid), stead ? () => scrapeRelays(cluster) : undefined, profile)
       print(row)
       rows.push(row)
     }

@@ -153,10 +153,10 @@ export class Ledger {
       const group = bySpace.get(space)
       const replica = this.spaces.forAudit(space)
       const fromIndex = replica.stableIndex
-      // Read before the commit changes it (the policy is the replica's own object).
-      const before = policyState(replica.policy())
+      // Read before the commit changes it (the policy is the replica's own object); only where the cluster counts.
+      const before = this.quota && policyState(replica.policy())
       const result = replica.commit(group?.envs ?? [], anchorRound)
-      if (this.quota) this.charge(space, before, policyState(replica.policy()), result.decisions)
+      if (before) this.charge(space, before, policyState(replica.policy()), result.decisions)
       this.catchUp.record(space, fromIndex, result)
       // Every stable value an object took, kept for good (the replica keeps none in memory).
       if (history) for (const h of result.history) history.push({ space, ...h })
