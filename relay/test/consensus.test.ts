@@ -515,6 +515,40 @@ describe('consensus core', () => {
     expect(b.committed).toContain((inspect(safe) as PayloadInfo).idHex)
   })
 
+  it("wakes an idle leader it waits for when a safe envelope is queued, and the woken leader fills its skipped slot first", async () => {
+    const safe = encodeEnvelope(await sealEnvelope(nodeCrypto, author, { space: 's', seq: 2, clock: clockInit(), deps: [], updates: [], safe: [{ atomic: false, updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, op: 1 }] }] }))
+    // Round 1's leader is relay 1, which had no work when round 1 went by: relays 0, 2 and 3 proposed it without it.
+    const quiet = (a: number) => signBlock(crypto, secrets[a]!, { round: 1, author: a, ancestors: genesisFor(a), payload: [] })
+    const c0 = core(0, undefined, 50)
+    const own = blocksSent(submitTo(c0, await envelope(1)))
+    expect(own.map((b) => b.header.round)).toEqual([1])
+    // At clock round 2 relay 0 waits for the leader of round 1; a regular envelope wakes nobody (the leader timer covers it).
+    const waiting = [...c0.onMessage(2, { kind: 'block', block: quiet(2) }), ...c0.onMessage(3, { kind: 'block', block: quiet(3) })]
+    expect(blocksSent(waiting)).toEqual([])
+    expect(waiting.some((o) => o.type === 'timer' && o.name === 'leader' && o.round === 2)).toBe(true)
+    expect(waiting.some((o) => o.type === 'send')).toBe(false)
+    // A safe envelope does: the leader gets it at once, once per round.
+    const wakes = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'wake' ? [{ to: o.to, payload: o.message.payload }] : []))
+    expect(wakes(submitTo(c0, safe))).toEqual([{ to: 1, payload: [safe] }])
+    expect(wakes(submitTo(c0, await envelope(3)))).toEqual([])
+
+    // The leader, idle with the others' round 1 in (its clock at round 2), is woken: it signs its round-1 slot first, with the safe envelope, then round 2.
+    const c1 = core(1, undefined, 50)
+    expect(blocksSent([0, 2, 3].flatMap((a) => c1.onMessage(a, { kind: 'block', block: quiet(a) })))).toEqual([])
+    const woken = blocksSent(c1.onMessage(0, { kind: 'wake', payload: [safe] }))
+    expect(woken.map((b) => b.header.round)).toEqual([1, 2])
+    expect(woken[0]!.header.payload).toEqual([safe])
+    // With the leader's round-1 block in, relay 0 proposes round 2 at once.
+    expect(blocksSent(c0.onMessage(1, { kind: 'block', block: woken[0]! })).map((b) => b.header.round)).toEqual([2])
+
+    // A relay waiting for a quorum of its own round wakes the relays missing there, once per round.
+    const c2 = core(2, undefined, 50)
+    expect(blocksSent(submitTo(c2, await envelope(1))).map((b) => b.header.round)).toEqual([1])
+    c2.onMessage(0, { kind: 'block', block: quiet(0) })
+    expect(wakes(submitTo(c2, safe))).toEqual([1, 3].map((to) => ({ to, payload: [safe] })))
+    expect(wakes(submitTo(c2, await envelope(3)))).toEqual([])
+  })
+
   it('paces on after a peer hands back an own block newer than its last proposal (the old pace timer still counts)', async () => {
     const c = core(0, undefined, 50)
     const frame = await envelope(1)

@@ -119,6 +119,17 @@ export class PayloadQueue {
     return this.urgentCount > 0
   }
 
+  /** Up to `count` urgent envelopes, without taking them. */
+  peekUrgent(count: number): Uint8Array[] {
+    const out: Uint8Array[] = []
+    if (this.urgentCount === 0) return out
+    for (const q of this.authors.values()) {
+      for (let i = q.head; i < q.items.length && out.length < count; i++) if ((q.items[i] as Queued).info.urgent) out.push((q.items[i] as Queued).frame)
+      if (out.length === count) break
+    }
+    return out
+  }
+
   /** Up to `count` envelopes in the order the next blocks would take them, without taking them. */
   peek(count: number): Uint8Array[] {
     const out: Uint8Array[] = []

@@ -24,6 +24,10 @@ interface ProposerState {
   wakeRound: number
   /** The clock round the leader timer runs for. */
   leaderTimerRound: number
+  /** The clock round at which we last woke the previous round's leader for a queued safe envelope. */
+  leaderWakeRound: number
+  /** The round of ours whose missing authors we last woke for a queued safe envelope. */
+  quorumWakeRound: number
 }
 
 /**
@@ -38,6 +42,8 @@ export interface ProposerView {
   readonly dag: Dag
   readonly payload: PayloadQueue
   hasWork(urgentOnly?: boolean): boolean
+  /** Envelopes that prove to a woken peer that work waits (see the wake message). */
+  wakePayload(urgentOnly: boolean): Uint8Array[]
   accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): void
 }
 
@@ -48,7 +54,7 @@ export interface ProposerView {
  * GC round: the next one references it).
  */
 export class Proposer {
-  private readonly state: ProposerState = { lastProposed: 0, paced: true, paceRound: 0, proposeAbove: 0, lastIncluded: new Map(), forcedRound: 0, wakeRound: 0, leaderTimerRound: 0 }
+  private readonly state: ProposerState = { lastProposed: 0, paced: true, paceRound: 0, proposeAbove: 0, lastIncluded: new Map(), forcedRound: 0, wakeRound: 0, leaderTimerRound: 0, leaderWakeRound: 0, quorumWakeRound: 0 }
   /** Our blocks by round. */
   private readonly ownBlocks = new Map<number, Block>()
 
@@ -124,33 +130,70 @@ export class Proposer {
    * Proposes the clock round when there is work, the round is new, and the
    * previous round's leader is in (so our block votes for it), or its
    * timeout fired, or we were idle last round (waiting would only delay).
-   * The caller holds off while our own last block is being recovered.
+   * If we lead the previous round and skipped it while idle, that slot is
+   * filled first: the peers that proposed that round wait for it.
+   * While a safe envelope waits in our queue, the peers we wait for are
+   * woken at once (see wakeAwaited). The caller holds off while our own
+   * last block is being recovered.
    */
   tryPropose(out: Output[], carry: boolean): boolean {
     const { dag, ctx } = this.v
     const s = this.state
     const round = dag.clockRound
     if (round <= s.proposeAbove) return false
-    if (round <= s.lastProposed || !(this.v.hasWork() || round <= s.wakeRound)) return false
+    if (round <= s.lastProposed) {
+      // Our block of the clock round is out: we wait for a quorum of it.
+      if (round === s.lastProposed && s.quorumWakeRound < round && this.v.payload.hasUrgent) {
+        s.quorumWakeRound = round
+        const present = new Set(dag.atRound(round).map((b) => b.author))
+        for (let a = 0; a < ctx.n; a++) if (!present.has(a)) this.wake(a, out)
+      }
+      return false
+    }
+    if (!(this.v.hasWork() || round <= s.wakeRound)) return false
     // The clock may be at a round whose predecessors we do not hold: a block of round r is accepted
     // once its ancestors are in or at or below the GC round, and it moves the clock to r. Right after
     // a checkpoint install (GC round r - 1) that left no round r - 1 blocks to reference.
     if (round > 1 && dag.authorsAt(round - 1) < ctx.rule.quorum) return false
     const previousLeader = ctx.rule.leaderOf(round - 1)
+    if (previousLeader === this.v.me && this.canFill(round - 1)) {
+      this.propose(round - 1, out, false, false)
+      return true
+    }
     const leaderIn = round === 1 || dag.atSlot(round - 1, previousLeader).length > 0
     if (!leaderIn && s.forcedRound !== round && s.lastProposed === round - 1) {
       if (s.leaderTimerRound !== round) {
         s.leaderTimerRound = round
         out.push({ type: 'timer', name: 'leader', round, afterMs: ctx.leaderTimeoutMs })
       }
+      // The leader may be idle (no work when its round came): a wake makes it fill its slot.
+      if (s.leaderWakeRound !== round && this.v.payload.hasUrgent) {
+        s.leaderWakeRound = round
+        this.wake(previousLeader, out)
+      }
       return false
     }
     if (!s.paced && s.forcedRound !== round && !this.v.hasWork(true)) return false
-    this.propose(round, out, carry)
+    this.propose(round, out, carry, true)
     return true
   }
 
-  private propose(round: number, out: Output[], carry: boolean): void {
+  /** Whether we may still sign a block for `round`, below the clock: one we never signed, above every floor, on a quorum of the round before. */
+  private canFill(round: number): boolean {
+    const s = this.state
+    if (round < 1 || round <= s.lastProposed || round <= s.proposeAbove || round <= this.v.dag.gcRound) return false
+    return round === 1 || this.v.dag.authorsAt(round - 1) >= this.v.ctx.rule.quorum
+  }
+
+  /** Hands peer `to` our queued safe envelopes: they give it a reason to propose at its clock round, and carry the urgency. */
+  private wake(to: number, out: Output[]): void {
+    if (to === this.v.me) return
+    const payload = this.v.wakePayload(true)
+    if (payload.length > 0) out.push({ type: 'send', to, message: { kind: 'wake', payload } })
+  }
+
+  /** `paces`: a round of the clock starts the pace timer; filling a slot we skipped does not. */
+  private propose(round: number, out: Output[], carry: boolean, paces: boolean): void {
     const { ctx, me } = this.v
     const s = this.state
     assert(round > s.lastProposed && round > s.proposeAbove && !this.ownBlocks.has(round), `a second own block for round ${round}`)
@@ -172,7 +215,7 @@ export class Proposer {
     // Persisted before it leaves: after a crash, we resend this block and never sign another for this round.
     out.push({ type: 'persist', record: { kind: 'own-block', block, payloadIds: taken.map((t) => t.info.idHex) } })
     out.push({ type: 'broadcast', message: { kind: 'block', block } })
-    if (ctx.paceMs > 0) {
+    if (paces && ctx.paceMs > 0) {
       s.paced = false
       s.paceRound = round
       out.push({ type: 'timer', name: 'pace', round, afterMs: ctx.paceMs })
