@@ -541,12 +541,6 @@ describe('consensus core', () => {
     // With the leader's round-1 block in, relay 0 proposes round 2 at once.
     expect(blocksSent(c0.onMessage(1, { kind: 'block', block: woken[0]! })).map((b) => b.header.round)).toEqual([2])
 
-    // A relay waiting for a quorum of its own round wakes the relays missing there, once per round.
-    const c2 = core(2, undefined, 50)
-    expect(blocksSent(submitTo(c2, await envelope(1))).map((b) => b.header.round)).toEqual([1])
-    c2.onMessage(0, { kind: 'block', block: quiet(0) })
-    expect(wakes(submitTo(c2, safe))).toEqual([1, 3].map((to) => ({ to, payload: [safe] })))
-    expect(wakes(submitTo(c2, await envelope(3)))).toEqual([])
   })
 
   it('paces on after a peer hands back an own block newer than its last proposal (the old pace timer still counts)', async () => {

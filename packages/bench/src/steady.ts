@@ -11,7 +11,8 @@
  * - safe: a safe update's call until it resolves committed, p50 / p99;
  * - relay CPU (sum over the relays' processes) in % of one core and in ms
  *   per update, and the clients' process (this one) beside it;
- * - bytes each client received per update the cluster carried;
+ * - bytes each client received per update the cluster carried, on the wire
+ *   (WebSocket frames as its TCP socket counts them);
  * - where a safe update's wait goes: at the relay it was submitted to, its
  *   queue and proposal wait (until that relay's block carries it), the
  *   wait for its commit (in ms and rounds), and the relay's submit-to-
@@ -19,7 +20,8 @@
  *   the attestations' way back (2f+1 of them) and their checks. Relay
  *   figures are means (histogram sums over counts), the others medians.
  *
- * - what a client receives per update, by relay message type (Stead).
+ * - what a client receives per update, by relay message type (Stead; message
+ *   payloads, without the frames around them).
  *
  * `--profile DIR` writes relay r1's CPU profile of each rate's measured
  * window to DIR/r1-<rate>.cpuprofile (Chrome DevTools reads them) and

@@ -8,6 +8,7 @@
  */
 import { spawn } from 'node:child_process'
 import { createRequire } from 'node:module'
+import type { Socket } from 'node:net'
 import { dirname, join } from 'node:path'
 import WebSocket from 'ws'
 import { WebsocketProvider } from 'y-websocket'
@@ -20,20 +21,38 @@ export interface CounterPeer {
   read(): number
   /** Calls `listener` after every change; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void
-  /** WebSocket payload bytes this peer received and sent so far. */
+  /** Bytes this peer received and sent on the wire so far (see countingSocket). */
   bytes(): { in: number; out: number }
 }
 
-/** A `ws` WebSocket that counts the payload bytes of every message in and out. */
+/**
+ * A `ws` WebSocket that counts the bytes it reads and writes on the wire
+ * (WebSocket frames after any compression, as the TCP socket under it
+ * counts them), updated at each message in and each send.
+ */
 export function countingSocket(url: string, counts: { in: number; out: number }): WebSocket {
   const ws = new WebSocket(url)
-  ws.on('message', (data: Buffer | ArrayBuffer | Buffer[]) => {
-    counts.in += Array.isArray(data) ? data.reduce((n, b) => n + b.length, 0) : data instanceof ArrayBuffer ? data.byteLength : data.length
+  let read = 0
+  let written = 0
+  const tally = () => {
+    const socket = (ws as unknown as { _socket?: Socket | null })._socket
+    if (!socket) return
+    counts.in += socket.bytesRead - read
+    counts.out += socket.bytesWritten - written
+    read = socket.bytesRead
+    written = socket.bytesWritten
+  }
+  // The handshake is not counted.
+  ws.on('open', () => {
+    const socket = (ws as unknown as { _socket: Socket })._socket
+    read = socket.bytesRead
+    written = socket.bytesWritten
   })
+  ws.on('message', tally)
   const send = ws.send.bind(ws) as (data: unknown, ...rest: unknown[]) => void
   ;(ws as unknown as { send: (data: unknown, ...rest: unknown[]) => void }).send = (data, ...rest) => {
-    counts.out += typeof data === 'string' ? Buffer.byteLength(data) : ((data as ArrayBufferView | ArrayBuffer).byteLength ?? 0)
     send(data, ...rest)
+    tally()
   }
   return ws
 }

@@ -26,8 +26,6 @@ interface ProposerState {
   leaderTimerRound: number
   /** The clock round at which we last woke the previous round's leader for a queued safe envelope. */
   leaderWakeRound: number
-  /** The round of ours whose missing authors we last woke for a queued safe envelope. */
-  quorumWakeRound: number
 }
 
 /**
@@ -54,7 +52,7 @@ export interface ProposerView {
  * GC round: the next one references it).
  */
 export class Proposer {
-  private readonly state: ProposerState = { lastProposed: 0, paced: true, paceRound: 0, proposeAbove: 0, lastIncluded: new Map(), forcedRound: 0, wakeRound: 0, leaderTimerRound: 0, leaderWakeRound: 0, quorumWakeRound: 0 }
+  private readonly state: ProposerState = { lastProposed: 0, paced: true, paceRound: 0, proposeAbove: 0, lastIncluded: new Map(), forcedRound: 0, wakeRound: 0, leaderTimerRound: 0, leaderWakeRound: 0 }
   /** Our blocks by round. */
   private readonly ownBlocks = new Map<number, Block>()
 
@@ -132,25 +130,16 @@ export class Proposer {
    * timeout fired, or we were idle last round (waiting would only delay).
    * If we lead the previous round and skipped it while idle, that slot is
    * filled first: the peers that proposed that round wait for it.
-   * While a safe envelope waits in our queue, the peers we wait for are
-   * woken at once (see wakeAwaited). The caller holds off while our own
-   * last block is being recovered.
+   * While a safe envelope waits in our queue, a leader we wait for is
+   * woken at once (see wake). The caller holds off while our own last
+   * block is being recovered.
    */
   tryPropose(out: Output[], carry: boolean): boolean {
     const { dag, ctx } = this.v
     const s = this.state
     const round = dag.clockRound
     if (round <= s.proposeAbove) return false
-    if (round <= s.lastProposed) {
-      // Our block of the clock round is out: we wait for a quorum of it.
-      if (round === s.lastProposed && s.quorumWakeRound < round && this.v.payload.hasUrgent) {
-        s.quorumWakeRound = round
-        const present = new Set(dag.atRound(round).map((b) => b.author))
-        for (let a = 0; a < ctx.n; a++) if (!present.has(a)) this.wake(a, out)
-      }
-      return false
-    }
-    if (!(this.v.hasWork() || round <= s.wakeRound)) return false
+    if (round <= s.lastProposed || !(this.v.hasWork() || round <= s.wakeRound)) return false
     // The clock may be at a round whose predecessors we do not hold: a block of round r is accepted
     // once its ancestors are in or at or below the GC round, and it moves the clock to r. Right after
     // a checkpoint install (GC round r - 1) that left no round r - 1 blocks to reference.
@@ -187,7 +176,6 @@ export class Proposer {
 
   /** Hands peer `to` our queued safe envelopes: they give it a reason to propose at its clock round, and carry the urgency. */
   private wake(to: number, out: Output[]): void {
-    if (to === this.v.me) return
     const payload = this.v.wakePayload(true)
     if (payload.length > 0) out.push({ type: 'send', to, message: { kind: 'wake', payload } })
   }
