@@ -26,6 +26,8 @@ export interface ClusterSpec {
   readonly profile?: boolean
   /** Run the compiled relay (RELAY_DIST) instead of the sources: start-up as installed from npm. */
   readonly dist?: boolean
+  /** The relays' `--pace-ms` (Stead relays only; absent: the relay's default). */
+  readonly paceMs?: number
 }
 
 /** The cluster descriptor clients pin: what /v1/cluster serves. */
@@ -101,7 +103,7 @@ export class BenchCluster {
     const bin = this.spec.profile && i === 0 ? PROFILED_RELAY_BIN : this.spec.dist ? RELAY_DIST : RELAY_BIN
     const args =
       this.spec.kind === 'stead'
-        ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : [])]
+        ? [bin, 'start', '--config', this.clusterPath, '--id', r.id, '--data', r.data, ...(r.byzantine ? ['--byzantine', r.byzantine] : []), ...(this.spec.paceMs === undefined ? [] : ['--pace-ms', String(this.spec.paceMs)])]
         : [PLAIN_BIN, '--config', this.clusterPath, '--id', r.id, '--key', join(r.data, 'key.json')]
     // Relays log JSON lines at info level; keep the tail for error reports only.
     const child = spawn(process.execPath, [...nodeArgs, ...args], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'], env: { ...process.env, LOG_LEVEL: this.spec.logLevel ?? 'warn' } })

@@ -23,6 +23,10 @@
  * - what a client receives per update, by relay message type (Stead; message
  *   payloads, without the frames around them).
  *
+ * `--pace-ms N` starts Stead's relays with `--pace-ms N`: the least time
+ * between a relay's rounds when only regular updates wait (default 50;
+ * the trade of relay CPU against regular updates' stable latency).
+ *
  * `--profile DIR` writes relay r1's CPU profile of each rate's measured
  * window to DIR/r1-<rate>.cpuprofile (Chrome DevTools reads them) and
  * prints where its time went.
@@ -32,7 +36,7 @@
  * Clients live in this process with in-memory storage, as in the other
  * reports. Rates the machine cannot carry show as a lower "carried" rate.
  *
- *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--json FILE] [--profile DIR]
+ *   npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--pace-ms N] [--json FILE] [--profile DIR]
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -48,7 +52,7 @@ import { countingSocket, startYjsServer, yjsDoc, type YjsServer } from './yjs.ts
 import { reportArgs } from './args.ts'
 
 const values = reportArgs(
-  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--json FILE] [--profile DIR]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
+  `usage: npm run bench:load -- [--rates 50,200,1000] [--seconds 15] [--warmup-seconds 5] [--clients 4] [--safe-share 0.1] [--batch-ms 10] [--systems stead,plain,yjs] [--pace-ms N] [--json FILE] [--profile DIR]\n(what each option does: the comment at the top of packages/bench/src/steady.ts)`,
   {
     rates: { type: 'string', default: '50,200,1000' },
     seconds: { type: 'string', default: '15' },
@@ -57,6 +61,7 @@ const values = reportArgs(
     'safe-share': { type: 'string', default: '0.1' },
     'batch-ms': { type: 'string', default: '10' },
     systems: { type: 'string', default: 'stead,plain,yjs' },
+    'pace-ms': { type: 'string' },
     json: { type: 'string' },
     profile: { type: 'string' },
   },
@@ -68,8 +73,9 @@ const clientCount = Number(values.clients)
 const safeShare = Number(values['safe-share'])
 const batchIntervalMs = Number(values['batch-ms'])
 const systems = String(values.systems).split(',')
-if (rates.some((r) => !(r > 0)) || !(seconds > 0) || !(warmupSeconds >= 0) || !(clientCount >= 2) || !(safeShare >= 0 && safeShare <= 1) || systems.some((s) => s !== 'stead' && s !== 'plain' && s !== 'yjs')) {
-  throw new Error('--rates takes positive updates/s separated by commas, --seconds a positive number, --clients 2 or more, --safe-share 0 to 1, --systems some of stead, plain and yjs')
+const paceMs = values['pace-ms'] === undefined ? undefined : Number(values['pace-ms'])
+if (rates.some((r) => !(r > 0)) || !(seconds > 0) || !(warmupSeconds >= 0) || !(clientCount >= 2) || !(safeShare >= 0 && safeShare <= 1) || systems.some((s) => s !== 'stead' && s !== 'plain' && s !== 'yjs') || (paceMs !== undefined && !(Number.isInteger(paceMs) && paceMs >= 0))) {
+  throw new Error('--rates takes positive updates/s separated by commas, --seconds a positive number, --clients 2 or more, --safe-share 0 to 1, --systems some of stead, plain and yjs, --pace-ms a whole number of milliseconds (0 turns pacing off)')
 }
 
 /** One client as the load sees it, whichever system is behind it. */
@@ -336,7 +342,7 @@ if (profileDir) mkdirSync(profileDir, { recursive: true })
 for (const kind of ['stead', 'plain'] as const) {
   if (!systems.includes(kind)) continue
   const stead = kind === 'stead'
-  const cluster = await BenchCluster.start({ kind, n: 4, profile: stead && profileDir !== undefined })
+  const cluster = await BenchCluster.start({ kind, n: 4, profile: stead && profileDir !== undefined, ...(stead && paceMs !== undefined ? { paceMs } : {}) })
   try {
     const peers = await steadPeers(cluster)
     for (const rate of rates) {
