@@ -522,11 +522,13 @@ describe('consensus core', () => {
     const c0 = core(0, undefined, 50)
     const own = blocksSent(submitTo(c0, await envelope(1)))
     expect(own.map((b) => b.header.round)).toEqual([1])
-    // At clock round 2 relay 0 waits for the leader of round 1; a regular envelope wakes nobody (the leader timer covers it).
+    // At clock round 2 relay 0 waits for the leader of round 1; a regular envelope queued wakes nobody (the leader timer covers it).
     const waiting = [...c0.onMessage(2, { kind: 'block', block: quiet(2) }), ...c0.onMessage(3, { kind: 'block', block: quiet(3) })]
     expect(blocksSent(waiting)).toEqual([])
     expect(waiting.some((o) => o.type === 'timer' && o.name === 'leader' && o.round === 2)).toBe(true)
-    expect(waiting.some((o) => o.type === 'send')).toBe(false)
+    const regular = submitTo(c0, await envelope(4))
+    expect(blocksSent(regular)).toEqual([])
+    expect([...waiting, ...regular].some((o) => o.type === 'send')).toBe(false)
     // A safe envelope does: the leader gets it at once, once per round.
     const wakes = (out: Output[]) => out.flatMap((o) => (o.type === 'send' && o.message.kind === 'wake' ? [{ to: o.to, payload: o.message.payload }] : []))
     expect(wakes(submitTo(c0, safe))).toEqual([{ to: 1, payload: [safe] }])
@@ -541,6 +543,10 @@ describe('consensus core', () => {
     // With the leader's round-1 block in, relay 0 proposes round 2 at once.
     expect(blocksSent(c0.onMessage(1, { kind: 'block', block: woken[0]! })).map((b) => b.header.round)).toEqual([2])
 
+    // A fill waits for no pace and starts none: with only a regular envelope, the idle leader signs round 1, then round 2 at once.
+    const c1b = core(1, undefined, 50)
+    for (const a of [0, 2, 3]) c1b.onMessage(a, { kind: 'block', block: quiet(a) })
+    expect(blocksSent(submitTo(c1b, await envelope(5))).map((b) => b.header.round)).toEqual([1, 2])
   })
 
   it('paces on after a peer hands back an own block newer than its last proposal (the old pace timer still counts)', async () => {

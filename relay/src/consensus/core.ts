@@ -302,8 +302,9 @@ export class ConsensusCore {
         this.takeOwnLast(from, message.block, message.gcRound, out)
         break
       case 'wake':
-        // A peer has work but waits for a quorum at a round it already proposed: carry its
-        // envelopes too, which gives us a reason to propose (duplicates are ordered once).
+        // A peer has work but waits: for a quorum at a round it already proposed, or for our
+        // leader block. Carry its envelopes too, which gives us a reason to propose (duplicates
+        // are ordered once).
         this.takeWake(from, message.payload, out)
         this.commitAndPropose(out)
         break
@@ -328,9 +329,10 @@ export class ConsensusCore {
 
   /**
    * A wake counts only with an envelope not ordered yet (so a peer cannot
-   * keep the cluster busy with nothing), and buys one proposal at our clock
-   * round: enough for the waiting peer's quorum, after which its block with
-   * the envelopes gives everyone work.
+   * keep the cluster busy with nothing), and buys a proposal at our clock
+   * round (with our skipped leader slot filled first, see
+   * Proposer.tryPropose): enough for the waiting peer's quorum or leader,
+   * after which its block with the envelopes gives everyone work.
    */
   private takeWake(from: number, frames: readonly Uint8Array[], out: Output[]): void {
     for (const frame of frames) {

@@ -176,6 +176,8 @@ export class Proposer {
 
   /** Hands peer `to` our queued safe envelopes: they give it a reason to propose at its clock round, and carry the urgency. */
   private wake(to: number, out: Output[]): void {
+    // Our own block of that round may be parked (recovered before its ancestors came back): nobody to wake.
+    if (to === this.v.me) return
     const payload = this.v.wakePayload(true)
     if (payload.length > 0) out.push({ type: 'send', to, message: { kind: 'wake', payload } })
   }
