@@ -55,6 +55,26 @@ describe('PayloadQueue', () => {
     expect(ids(q.take())).toEqual(['a-1', 'c-1', 'a-3'])
   })
 
+  it('peeks at urgent envelopes only, up to a count and a byte budget (one at least, however big)', () => {
+    const q = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
+    expect(q.peekUrgent(4, 100)).toEqual([])
+    const big = frame(500)
+    q.add(frame(), info('a', 1), 0)
+    q.add(big, info('a', 2, true), 0)
+    q.add(frame(20), info('b', 1, true), 0)
+    q.add(frame(30), info('b', 2, true), 0)
+    expect(q.peekUrgent(4, 100)).toEqual([big])
+    expect(q.peekUrgent(4, 1000).map((f) => f.length)).toEqual([500, 20, 30])
+    expect(q.length).toBe(4)
+    const r = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
+    r.add(frame(), info('a', 1), 0)
+    r.add(frame(20), info('b', 1, true), 0)
+    r.add(frame(30), info('b', 2, true), 0)
+    expect(r.peekUrgent(4, 100).map((f) => f.length)).toEqual([20, 30])
+    expect(r.peekUrgent(1, 100).map((f) => f.length)).toEqual([20])
+    expect(r.peekUrgent(4, 40).map((f) => f.length)).toEqual([20])
+  })
+
   it('keeps the slot of a queued envelope past the GC round, so a twin never joins it in one block (sim seed 824)', () => {
     const q = new PayloadQueue({ maxBlockEnvelopes: 10, maxBlockBytes: 1 << 20, maxQueued: 100, maxQueuedPerAuthor: 10 })
     const twin: PayloadInfo = { ...info('a', 1), idHex: 'a-1-twin' }

@@ -22,8 +22,6 @@ export { SYNC_BATCH, SYNC_BYTES, byBytes } from './catch-up.ts'
  */
 const WAKE_ENVELOPES = 64
 const WAKE_BYTES = 256 * 1024
-/** Safe envelopes a relay hands the peers it waits for (see Proposer.wake): a few prove the work and carry the urgency. */
-const URGENT_WAKE_ENVELOPES = 4
 
 /**
  * One relay's consensus: an uncertified DAG with Mysticeti's commit rule.
@@ -97,7 +95,7 @@ export class ConsensusCore {
     })
     const { me, ctx, dag, sync, payload } = this
     this.linearizer = new Linearizer(ctx, dag)
-    this.proposer = new Proposer({ me, ctx, dag, payload, hasWork: (urgentOnly) => this.hasWork(urgentOnly), wakePayload: (urgentOnly) => this.wakePayload(urgentOnly), accept: (block, infos, out) => void this.accept(block, infos, out) })
+    this.proposer = new Proposer({ me, ctx, dag, payload, hasWork: (urgentOnly) => this.hasWork(urgentOnly), accept: (block, infos, out) => void this.accept(block, infos, out) })
     this.catchUp = new CatchUp({ me, ctx, dag, sync, decidedRound: () => this.linearizer.decidedRound, hasWork: () => this.hasWork() })
     if (recovered) this.recover(recovered)
     // Made after recovery, which needs none of it.
@@ -571,8 +569,8 @@ export class ConsensusCore {
     return this.linearizer.hasPendingWork(urgentOnly)
   }
 
-  /** Envelopes to hand idle peers when we are stuck: ours in the queue, then those of unordered blocks; with `urgentOnly`, our queued urgent ones. */
-  private wakePayload(urgentOnly = false): Uint8Array[] {
+  /** Envelopes to hand idle peers when we are stuck: ours in the queue, then those of unordered blocks. */
+  private wakePayload(): Uint8Array[] {
     const frames: Uint8Array[] = []
     let bytes = 0
     // At least one envelope, however big; then as many as fit in WAKE_BYTES.
@@ -581,10 +579,6 @@ export class ConsensusCore {
       frames.push(frame)
       bytes += frame.length
       return true
-    }
-    if (urgentOnly) {
-      for (const frame of this.payload.peekUrgent(URGENT_WAKE_ENVELOPES)) if (!take(frame)) break
-      return frames
     }
     for (const frame of this.payload.peek(WAKE_ENVELOPES)) if (!take(frame)) return frames
     this.linearizer.unorderedFrames(take)

@@ -119,13 +119,19 @@ export class PayloadQueue {
     return this.urgentCount > 0
   }
 
-  /** Up to `count` urgent envelopes, without taking them. */
-  peekUrgent(count: number): Uint8Array[] {
+  /** Urgent envelopes, up to `count` and `maxBytes` (but at least one, however big), without taking them. */
+  peekUrgent(count: number, maxBytes: number): Uint8Array[] {
     const out: Uint8Array[] = []
+    let bytes = 0
     if (this.urgentCount === 0) return out
     for (const q of this.authors.values()) {
-      for (let i = q.head; i < q.items.length && out.length < count; i++) if ((q.items[i] as Queued).info.urgent) out.push((q.items[i] as Queued).frame)
-      if (out.length === count) break
+      for (let i = q.head; i < q.items.length; i++) {
+        const { frame, info } = q.items[i] as Queued
+        if (!info.urgent) continue
+        if (out.length === count || (out.length > 0 && bytes + frame.length > maxBytes)) return out
+        out.push(frame)
+        bytes += frame.length
+      }
     }
     return out
   }

@@ -3,6 +3,10 @@ import { GENESIS_DIGEST, signBlock, type Block, type BlockRef } from './messages
 import type { PayloadInfo, PayloadQueue } from './payload.ts'
 import type { CoreContext, Output, RecoveredState } from './types.ts'
 
+/** Safe envelopes a relay hands a leader it waits for (see wake): a few prove the work and carry the urgency. */
+const LEADER_WAKE_ENVELOPES = 4
+const LEADER_WAKE_BYTES = 256 * 1024
+
 /** Our block's envelopes at most for one of them to be sent to the round's leader too (see propose): at light load only. */
 const LEADER_COPY_MAX_ENVELOPES = 4
 
@@ -40,8 +44,6 @@ export interface ProposerView {
   readonly dag: Dag
   readonly payload: PayloadQueue
   hasWork(urgentOnly?: boolean): boolean
-  /** Envelopes that prove to a woken peer that work waits (see the wake message). */
-  wakePayload(urgentOnly: boolean): Uint8Array[]
   accept(block: Block, infos: readonly PayloadInfo[], out: Output[]): void
 }
 
@@ -178,7 +180,7 @@ export class Proposer {
   private wake(to: number, out: Output[]): void {
     // Our own block of that round may be parked (recovered before its ancestors came back): nobody to wake.
     if (to === this.v.me) return
-    const payload = this.v.wakePayload(true)
+    const payload = this.v.payload.peekUrgent(LEADER_WAKE_ENVELOPES, LEADER_WAKE_BYTES)
     if (payload.length > 0) out.push({ type: 'send', to, message: { kind: 'wake', payload } })
   }
 
