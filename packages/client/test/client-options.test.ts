@@ -112,9 +112,10 @@ describe('handle options: honoured or refused at the call', () => {
 
   type HandleRow = readonly [what: string, open: (s: Space) => unknown, message: string]
   const handleRows: HandleRow[] = [
-    // @ts-expect-error -- a Bounded Counter keeps one bound: both do not type-check
-    ['boundedCounter with min and max', (s) => s.boundedCounter('seats', { min: 0, max: 10, initial: 5 }), 'seats: boundedCounter takes one bound, min or max, not both (got min 0 and max 10); keep the bound it must never cross, or use counter(key, { min, max })'],
-    ['boundedCounter with no bound', (s) => s.boundedCounter('seats', { initial: 5 } as never), 'seats: boundedCounter needs one bound: boundedCounter(key, { min, initial })'],
+    ['boundedCounter with initial above max', (s) => s.boundedCounter('seats', { min: 0, max: 10, initial: 11 }), 'seats: initial 11 is above max 10'],
+    ['boundedCounter with max below min', (s) => s.boundedCounter('seats', { min: 5, max: 4, initial: 5 }), 'seats: initial 5 is above max 4'],
+    ['boundedCounter with a fractional bound', (s) => s.boundedCounter('seats', { min: 0.5, initial: 5 }), 'seats: min must be a safe integer'],
+    ['boundedCounter with no bound', (s) => s.boundedCounter('seats', { initial: 5 } as never), 'seats: boundedCounter needs a bound: boundedCounter(key, { min, initial })'],
     ['boundedCounter with no initial', (s) => s.boundedCounter('seats', { min: 0 } as never), 'seats: boundedCounter needs initial'],
     ['boundedCounter with an option it lacks', (s) => s.boundedCounter('seats', { min: 0, initial: 5, maxSize: 3 } as never), 'seats: boundedCounter has no option maxSize'],
     ['counter with initial', (s) => s.counter('n', { min: 0, initial: 5 } as never), 'n: counter has no option initial (a counter starts at 0: increment it, or use boundedCounter(key, { min, initial }))'],
@@ -138,13 +139,25 @@ describe('handle options: honoured or refused at the call', () => {
     expect((outcome as Error).message).toContain(message)
   })
 
-  it('a safe increment on a boundedCounter can no longer pass a max the caller gave (the issue: it committed 105 on a counter meant to stay ≤ 10)', async () => {
+  it('a boundedCounter keeps both bounds it is given (the issue: a safe increment committed 105 on a counter meant to stay ≤ 10)', async () => {
     const s = await space()
-    const both = { min: 0, max: 10, initial: 5 } as unknown as Parameters<Space['boundedCounter']>[1]
-    expect(() => s.boundedCounter('stock', both)).toThrowError(expect.objectContaining({ reason: 'malformed' }))
-    // The one-bound forms open; a counter keeps two bounds.
-    expect(s.boundedCounter('stock', { max: 10, initial: 5 }).value).toBe(5)
-    expect(s.counter('level', { min: -5, max: 5 }).declaration).toEqual({ type: 'counter', bounds: { min: -5, max: 5 } })
+    const stock = s.boundedCounter('stock', { min: 0, max: 10, initial: 5 })
+    expect(stock.declaration).toEqual({ type: 'bounded-counter', params: { min: 0, max: 10, initial: 5 } })
+    expect(await stock.increment(100, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(stock.stable).toBe(5)
+    expect(await stock.increment(5, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(stock.stable).toBe(10)
+    // Reaching max gave this client 5 rights to decrement; the other 5 come from the pool.
+    expect(stock.rightsToDecrement).toBe(5)
+    expect(await stock.decrement(11, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
+    expect(await stock.decrement(10, { safe: true })).toMatchObject({ status: 'committed' })
+    expect(stock.stable).toBe(0)
+    expect(stock.rightsToIncrement).toBe(10)
+    // Within its rights an update is regular: no round trip.
+    expect(await stock.increment(3)).toEqual({ status: 'stored' })
+    await expect(stock.transfer(1, 'someone-else')).rejects.toMatchObject({ reason: 'malformed', message: expect.stringContaining("say which rights to transfer") })
+    expect(await stock.transfer(1, 'someone-else', { rights: 'increment', safe: true })).toMatchObject({ status: 'committed' })
+    expect(stock.rightsToIncrement).toBe(6)
   })
 
   it('per-call timeoutMs: refuses a wait no timer can hold, instead of timing out at once', async () => {

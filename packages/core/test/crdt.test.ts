@@ -58,12 +58,20 @@ const boundedOp: fc.Arbitrary<BoundedCounterOp> = fc.oneof(
   fc.tuple(fc.integer({ min: 1, max: 20 }), fc.constantFrom(...REPLICAS)).map(([n, to]): BoundedCounterOp => ['t', n, to]),
 )
 
+/** Ops on a counter with both bounds: transfers name the kind of rights they move. */
+const rangeOp: fc.Arbitrary<BoundedCounterOp> = fc.oneof(
+  fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['i', n]),
+  fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['d', n]),
+  fc.tuple(fc.integer({ min: 1, max: 20 }), fc.constantFrom(...REPLICAS), fc.constantFrom('i' as const, 'd' as const)).map(([n, to, k]): BoundedCounterOp => ['t', n, to, k]),
+)
+
 const TYPES: Array<{ name: string; decl: Declaration; op: fc.Arbitrary<AnyOp> }> = [
   { name: 'PN-Counter', decl: { type: 'counter', bounds: {} }, op: counterOp },
   { name: 'OR-Set', decl: { type: 'set', bounds: {} }, op: setOp },
   { name: 'LWW-Register', decl: { type: 'register' }, op: registerOp },
   { name: 'Bounded Counter (min)', decl: { type: 'bounded-counter', params: { min: 0, initial: 10 } }, op: boundedOp },
   { name: 'Bounded Counter (max)', decl: { type: 'bounded-counter', params: { max: 100, initial: 90 } }, op: boundedOp },
+  { name: 'Bounded Counter (min and max)', decl: { type: 'bounded-counter', params: { min: 0, max: 100, initial: 50 } }, op: rangeOp },
 ]
 
 const logsArb = (op: fc.Arbitrary<AnyOp>) => fc.array(fc.array(op, { maxLength: 8 }), { minLength: 3, maxLength: 3 })
@@ -303,16 +311,57 @@ describe('Bounded Counter (escrow)', () => {
     expect(c.localRights('B')).toBe(5)
   })
 
+  it('with both bounds: each change spends rights toward the bound it moves to and gains as many toward the other', () => {
+    const c = new BoundedCounter({ min: 0, max: 10, initial: 4 })
+    expect(c.localRights(POOL, 'd')).toBe(4)
+    expect(c.localRights(POOL, 'i')).toBe(6)
+    expect(() => c.localRights(POOL)).toThrow(RangeError)
+    const a = { replica: 'A', tag: 'A:1' }
+    expect(c.tryApply(['i', 1], a).ok).toBe(false)
+    const noKind = c.tryApply(['c', 6], a)
+    expect(!noKind.ok && noKind.reason).toBe('malformed')
+    expect(c.tryApply(['c', 6, 'i'], a).ok).toBe(true)
+    expect(c.tryApply(['i', 6], a).ok).toBe(true)
+    expect(c.value()).toBe(10)
+    expect(c.spendable('A', 'i')).toBe(0)
+    expect(c.spendable('A', 'd')).toBe(6)
+    // The pool's rights to decrement (4) are still there: the value may go from 10 to 0 in all.
+    expect(c.tryApply(['d', 7], a).ok).toBe(false)
+    expect(c.tryApply(['t', 2, 'B', 'd'], a).ok).toBe(true)
+    expect(c.tryApply(['d', 2], { replica: 'B', tag: 'B:1' }).ok).toBe(true)
+    expect(c.value()).toBe(8)
+    expect(c.spendable('B', 'i')).toBe(2)
+    expect(c.invariantsHold()).toBe(true)
+    // One-bound counters have no rights of the other kind: nothing limits that change.
+    const seats = new BoundedCounter({ min: 0, initial: 5 })
+    expect(seats.spendable('A', 'i')).toBe(Infinity)
+    const wrongKind = seats.tryApply(['c', 1, 'i'], a)
+    expect(!wrongKind.ok && wrongKind.reason).toBe('malformed')
+    expect(seats.tryApply(['c', 1, 'd'], a).ok).toBe(true)
+  })
+
+  it('refuses declarations it cannot keep', () => {
+    expect(() => new BoundedCounter({ min: 5, max: 4, initial: 5 })).toThrow(/above max/)
+    expect(() => new BoundedCounter({ min: 0, max: 10, initial: -1 })).toThrow(/below min/)
+    expect(() => new BoundedCounter({ min: -Number.MAX_SAFE_INTEGER, initial: Number.MAX_SAFE_INTEGER })).toThrow(/too far/)
+    expect(() => new BoundedCounter({ initial: 0 } as unknown as BoundedCounterParams)).toThrow(/min, max or both/)
+    expect(() => new BoundedCounter({ min: 0, max: 1.5, initial: 0 })).toThrow(/max must be a safe integer/)
+  })
+
   // The point of escrow: replicas act on their own copies with no coordination,
   // merge in any pattern, and no copy, nor the merge of all, ever crosses the bound.
-  const variants: BoundedCounterParams[] = [{ min: 0, initial: 30 }, { max: 0, initial: -30 }]
-  for (const params of variants) {
+  const variants: Array<[BoundedCounterParams, fc.Arbitrary<BoundedCounterOp>, ReadonlyArray<BoundedCounterOp>]> = [
+    [{ min: 0, initial: 30 }, boundedOp, [['c', 10]]],
+    [{ max: 0, initial: -30 }, boundedOp, [['c', 10]]],
+    [{ min: 0, max: 60, initial: 30 }, rangeOp, [['c', 10, 'd'], ['c', 10, 'i']]],
+  ]
+  for (const [params, opArb, claims] of variants) {
     it(`never crosses its bound under any interleaving (${JSON.stringify(params)})`, () => {
       fc.assert(
         fc.property(
           fc.array(
             fc.oneof(
-              fc.tuple(fc.constant('op' as const), fc.integer({ min: 0, max: 2 }), boundedOp),
+              fc.tuple(fc.constant('op' as const), fc.integer({ min: 0, max: 2 }), opArb),
               fc.tuple(fc.constant('merge' as const), fc.integer({ min: 0, max: 2 }), fc.integer({ min: 0, max: 2 })),
             ),
             { maxLength: 60 },
@@ -320,9 +369,13 @@ describe('Bounded Counter (escrow)', () => {
           (actions) => {
             // Rights start with the replicas through claims settled in the stable order.
             const base = new BoundedCounter(params)
-            REPLICAS.forEach((r, i) => base.tryApply(['c', 10], { replica: r, tag: `claim:${i}` }))
+            REPLICAS.forEach((r, i) => claims.forEach((claim, j) => expect(base.tryApply(claim, { replica: r, tag: `claim:${i}:${j}` }).ok).toBe(true)))
             const copies = REPLICAS.map(() => base.clone())
-            const inBound = (c: BoundedCounter) => (params.min !== undefined ? c.value() >= params.min : c.value() <= (params.max as number))
+            // Escrow's own invariant: the distance to each bound is the sum of the rights toward it.
+            const rightsToward = (c: BoundedCounter, kind: 'i' | 'd') => [...REPLICAS, POOL].reduce((sum, r) => sum + c.spendable(r, kind), 0)
+            const inBound = (c: BoundedCounter) =>
+              (params.min === undefined || (c.value() >= params.min && rightsToward(c, 'd') === c.value() - params.min)) &&
+              (params.max === undefined || (c.value() <= params.max && rightsToward(c, 'i') === params.max - c.value()))
             actions.forEach((a, i) => {
               if (a[0] === 'op') {
                 ;(copies[a[1]] as BoundedCounter).tryApply(a[2], ctxOf(a[1], i))
@@ -353,6 +406,7 @@ describe('declarations and compaction', () => {
       { type: 'register' },
       { type: 'bounded-counter', params: { min: 0, initial: 5 } },
       { type: 'bounded-counter', params: { max: 9, initial: 1 } },
+      { type: 'bounded-counter', params: { min: -3, max: 9, initial: 1 } },
       { type: 'text', bounds: {} },
       { type: 'text', bounds: { maxLength: 280 } },
     ]

@@ -77,8 +77,12 @@ export interface BoundedCounterState {
   readonly value: number
   /** Stable value: agreed by every correct replica, never past the bound. */
   readonly stable: number
-  /** Rights this client can spend right now without a round trip (see BoundedCounterHandle.rights). */
+  /** Rights this client can spend right now without a round trip toward the counter's bound (see BoundedCounterHandle.rights). */
   readonly rights: number
+  /** How much this client may subtract now without a round trip (Infinity without `min`). */
+  readonly rightsToDecrement: number
+  /** How much this client may add now without a round trip (Infinity without `max`). */
+  readonly rightsToIncrement: number
   /** The handle, for updates (`handle.decrement(1)` on a `min` counter, `handle.transfer(n, to)`). */
   readonly handle: BoundedCounterHandle
 }
@@ -112,14 +116,14 @@ export function useCounter(key: string, options?: Parameters<Space['counter']>[1
 /**
  * A Bounded Counter (escrow rights) of the nearest space: its prospective
  * and stable values and the rights this client holds, re-rendering on each change; spend through
- * `handle.decrement` (a `min` counter) or `handle.increment` (a `max` one).
+ * `handle.decrement` (toward `min`) or `handle.increment` (toward `max`).
  *
- * @param options `{ min, initial }` or `{ max, initial }`, the same everywhere (see `space.boundedCounter`; one bound only: both are refused with `malformed`).
+ * @param options `{ min, initial }`, `{ max, initial }` or `{ min, max, initial }`, the same everywhere (see `space.boundedCounter`).
  * @throws SteadError `type-mismatch` if the key is another type or has other params; `malformed` for bad params.
  */
 export function useBoundedCounter(key: string, options: Parameters<Space['boundedCounter']>[1]): BoundedCounterState {
   const handle = useSpace().boundedCounter(key, options)
-  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, rights: h.rights }))
+  const snap = useHandle(handle, (h) => ({ value: h.value, stable: h.stable, rights: h.rights, rightsToDecrement: h.rightsToDecrement, rightsToIncrement: h.rightsToIncrement }))
   return { ...snap, handle }
 }
 

@@ -67,16 +67,18 @@ describe('counter hooks return their own state types', () => {
 
     const bounded = renderHook(s, () => useBoundedCounter('seats', { min: 0, initial: 10 }))
     expect(bounded.error).toBeUndefined()
-    expect(Object.keys(bounded.value ?? {}).sort()).toEqual(['handle', 'rights', 'stable', 'value'])
-    expect(bounded.value).toMatchObject({ value: 10, stable: 10, rights: 0 })
+    expect(Object.keys(bounded.value ?? {}).sort()).toEqual(['handle', 'rights', 'rightsToDecrement', 'rightsToIncrement', 'stable', 'value'])
+    expect(bounded.value).toMatchObject({ value: 10, stable: 10, rights: 0, rightsToDecrement: 0, rightsToIncrement: Infinity })
     expect(bounded.value?.handle).toBe(s.boundedCounter('seats', { min: 0, initial: 10 }))
   })
 
-  it('useBoundedCounter refuses both bounds with a typed error instead of dropping max', async () => {
+  it('useBoundedCounter keeps both bounds, and refuses an initial value outside them with a typed error', async () => {
     const s = await space()
-    const both = { min: 0, max: 10, initial: 5 } as unknown as Parameters<typeof useBoundedCounter>[1]
-    const r = renderHook(s, () => useBoundedCounter('seats', both))
-    expect(isSteadError(r.error, 'malformed')).toBe(true)
-    expect((r.error as Error).message).toMatch(/one bound, min or max, not both.*counter\(key, \{ min, max \}\)/)
+    const both = renderHook(s, () => useBoundedCounter('seats', { min: 0, max: 10, initial: 5 }))
+    expect(both.error).toBeUndefined()
+    expect(both.value).toMatchObject({ value: 5, stable: 5, rights: 0, rightsToDecrement: 0, rightsToIncrement: 0 })
+    const outside = renderHook(s, () => useBoundedCounter('tickets', { min: 0, max: 10, initial: 11 }))
+    expect(isSteadError(outside.error, 'malformed')).toBe(true)
+    expect((outside.error as Error).message).toBe('malformed: tickets: initial 11 is above max 10')
   })
 })

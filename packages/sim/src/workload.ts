@@ -7,6 +7,7 @@ export const SPACE = 'sim'
 const ACCOUNTS: Declaration = { type: 'counter', bounds: { min: 0 } }
 const GUESTS: Declaration = { type: 'set', bounds: { maxSize: 8 } }
 const SEATS: Declaration = { type: 'bounded-counter', params: { min: 0, initial: 20 } }
+const STOCK: Declaration = { type: 'bounded-counter', params: { min: 0, max: 12, initial: 6 } }
 const DOC: Declaration = { type: 'text', bounds: { maxLength: 200 } }
 const TODO: Declaration = { type: 'list', bounds: { maxLength: 12 } }
 const META: Declaration = { type: 'map', bounds: { maxKeys: 4 } }
@@ -112,8 +113,15 @@ function randomParts(rng: Rng, user: number, seq: number, docs: Documents): { up
       updates.push({ key: 'guests', decl: GUESTS, ops: [['a', `u${user}-${seq % 12}`]] })
       break
     case 4:
-      safe.push({ atomic: false, updates: [{ key: 'seats', decl: SEATS, op: ['c', rng.int(1, 3)] }] })
-      updates.push({ key: 'seats', decl: SEATS, ops: [['d', 1]] })
+      if (rng.int(0, 1) === 0) {
+        safe.push({ atomic: false, updates: [{ key: 'seats', decl: SEATS, op: ['c', rng.int(1, 3)] }] })
+        updates.push({ key: 'seats', decl: SEATS, ops: [['d', 1]] })
+      } else {
+        // Both bounds: a claim of one kind of rights, then a move toward that bound (the audit rejects it past the author's rights).
+        const kind = rng.int(0, 1) === 0 ? 'i' : 'd'
+        safe.push({ atomic: false, updates: [{ key: 'stock', decl: STOCK, op: ['c', rng.int(1, 3), kind] }] })
+        updates.push({ key: 'stock', decl: STOCK, ops: [[kind, rng.int(1, 2)]] })
+      }
       break
     default:
       updates.push(docs.edit(rng, user))

@@ -5,8 +5,6 @@ import {
   validateSetElement,
   type AnyCrdt,
   type AnyOp,
-  type BoundedCounter,
-  type BoundedCounterOp,
   type Crypto,
   type Declaration,
   type HistoryEntry,
@@ -14,6 +12,7 @@ import {
   type ORSet,
   type PNCounter,
   type RegisterValue,
+  type RightsKind,
   type SetElement,
 } from '@stead/core'
 import type { Intent } from '../space/drafts.ts'
@@ -42,8 +41,8 @@ export interface HandleHost {
   safeGroup(items: ReadonlyArray<{ key: string; decl: Declaration; intent: Intent }>): Promise<SafeResult>
   /** Calls `listener` when the object may have changed; `local` says this client's own new edit changed it. */
   subscribe(key: string, listener: (local: boolean) => void): () => void
-  /** Rights this client holds on a bounded counter that no pending update of its own has spent. */
-  spendableRights(key: string, decl: Declaration): number
+  /** Rights of `kind` this client holds on a bounded counter that no pending update of its own has spent (Infinity toward no bound). */
+  spendableRights(key: string, decl: Declaration, kind: RightsKind): number
   authorId(): string
   /** Whom a space's policy sees this client as (SteadClient.userId). */
   userId(): string
@@ -389,94 +388,4 @@ export class RegisterHandle<T extends RegisterValue = RegisterValue> extends Han
       return this.send(['s', value, registerStamp(this.host.now(), this.host.prospective(this.key) as LWWRegister | undefined)], options)
     })
   }
-}
-
-/**
- * An escrow counter (Bounded Counter): the bound holds without coordination
- * because each client may only spend rights it holds. Spending within this
- * client's rights is a regular update (no round trip, and it always
- * commits); spending more claims the missing rights from the initial pool in
- * a safe, atomic update that the stable order accepts or rejects.
- */
-export class BoundedCounterHandle extends Handle {
-  /** Prospective value: the initial value plus every update this client made or received. */
-  get value(): number {
-    return (this.host.prospective(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
-  }
-
-  /** Stable value: agreed by every correct replica, never past the bound. */
-  get stable(): number {
-    return (this.host.stable(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
-  }
-
-  /** Rights this client can spend right now without a round trip. */
-  get rights(): number {
-    return this.host.spendableRights(this.key, this.declaration)
-  }
-
-  /**
-   * Adds `n` (default 1). On a `min` counter this is never a spend: it
-   * always fits, and gives this client `n` more rights. On a `max` counter
-   * it spends rights: within `rights` it is a regular update (it can never
-   * cross the bound), or a safe one with `{ safe: true }`; beyond them, the
-   * missing rights are claimed from the pool in a safe atomic group, and the
-   * promise resolves like a safe update's (`rejected` with `invariant` if
-   * the pool has too few).
-   *
-   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
-   */
-  increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
-    return guarded(() => this.change('i', amount(n, 'increment'), options))
-  }
-
-  /**
-   * Subtracts `n` (default 1): a spend on a `min` counter (see `increment`
-   * for how spends within and beyond `rights` go), a gain of rights on a
-   * `max` counter.
-   *
-   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
-   */
-  decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
-    return guarded(() => this.change('d', amount(n, 'decrement'), options))
-  }
-
-  /**
-   * Gives `n` of this client's rights to another author (by author id), so
-   * that it can spend them without a round trip. Resolves `rejected` with
-   * `invariant` at once if this client holds fewer than `n` rights.
-   *
-   * @param to The other client's `authorId`.
-   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer and `to` another author id; {@link ClosedError} after the space closed.
-   */
-  transfer(n: number, to: string, options?: UpdateOptions): Promise<UpdateResult> {
-    return guarded(() => {
-      if (typeof to !== 'string' || to.length === 0 || to === this.host.authorId()) throw new SteadError('malformed', 'transfer needs another author id')
-      const op: BoundedCounterOp = ['t', amount(n, 'transfer'), to]
-      if (this.rights < n) return Promise.resolve(rejectedRights(this.rights, n))
-      return this.send(op, options)
-    })
-  }
-
-  private get params(): { initial: number; min?: number; max?: number } {
-    return (this.declaration as Extract<Declaration, { type: 'bounded-counter' }>).params
-  }
-
-  private change(kind: 'i' | 'd', n: number, options?: UpdateOptions): Promise<UpdateResult> {
-    const spends = this.params.min !== undefined ? kind === 'd' : kind === 'i'
-    if (!spends) return this.send([kind, n] as BoundedCounterOp, options)
-    const items = boundedSpend(this.key, this.declaration, kind, n, this.rights)
-    if (items.length === 1 && !options?.safe) return this.send([kind, n] as BoundedCounterOp, options)
-    return this.host.wait(this.host.safeGroup(items), options, `an update of ${this.key}`, true)
-  }
-}
-
-function rejectedRights(have: number, need: number): SafeResult {
-  return { status: 'rejected', reason: 'invariant', detail: `this client holds ${have} rights, needs ${need}` }
-}
-
-/** The intents that spend `n` on a bounded counter: claim what the client's rights do not cover, then spend. */
-export function boundedSpend(key: string, decl: Declaration, kind: 'i' | 'd', n: number, rights: number): Array<{ key: string; decl: Declaration; intent: Intent }> {
-  const missing = Math.max(0, n - Math.max(0, rights))
-  const spend = { key, decl, intent: [kind, n] as BoundedCounterOp }
-  return missing > 0 ? [{ key, decl, intent: ['c', missing] as BoundedCounterOp }, spend] : [spend]
 }

@@ -10,10 +10,13 @@ import {
   placementProblem,
   POLICY_KEY,
   sameDeclaration,
+  validateBoundedCounterParams,
   type AnyCrdt,
   type AnyOp,
   type Decision,
+  type BoundedCounterParams,
   type Declaration,
+  type RightsKind,
   type Envelope,
   type ReliableReplica,
   type HistoryEntry,
@@ -42,7 +45,8 @@ import { ProspectiveViews } from './prospective-views.ts'
 import { QuorumReads } from './quorum-reads.ts'
 import { Presence } from './presence.ts'
 import { SpaceEvents } from './space-events.ts'
-import { BoundedCounterHandle, CounterHandle, RegisterHandle, SetHandle, guarded, registerStamp, type HandleHost } from '../handles/handles.ts'
+import { BoundedCounterHandle } from '../handles/bounded-counter-handle.ts'
+import { CounterHandle, RegisterHandle, SetHandle, guarded, registerStamp, type HandleHost } from '../handles/handles.ts'
 import { ListHandle } from '../handles/list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from '../handles/map-handle.ts'
 import { TextHandle } from '../handles/text-handle.ts'
@@ -116,24 +120,24 @@ export interface Upstream {
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle | MembersHandle
 
 /**
- * The params of `boundedCounter`: exactly one bound and the initial value.
- * Giving both bounds does not type-check (`never`) and is refused at run
- * time: a Bounded Counter keeps one bound.
+ * The params of `boundedCounter`: a lower bound, an upper bound or both,
+ * and the initial value. Leaving out both bounds does not type-check and
+ * is refused at run time.
  */
 export type BoundedCounterOptions =
   | {
       /** The lower bound the stable value never goes below. */
       readonly min: number
-      /** Not with `min`: a Bounded Counter keeps one bound. */
-      readonly max?: never
-      /** The starting value; its distance from the bound is the pool of rights. */
+      /** The upper bound the stable value never goes above (optional). */
+      readonly max?: number
+      /** The starting value; its distances from the bounds are the pools of rights. */
       readonly initial: number
     }
   | {
       /** The upper bound the stable value never goes above. */
       readonly max: number
-      /** Not with `max`: a Bounded Counter keeps one bound. */
-      readonly min?: never
+      /** Absent: no lower bound. */
+      readonly min?: undefined
       /** The starting value; its distance from the bound is the pool of rights. */
       readonly initial: number
     }
@@ -349,28 +353,28 @@ export class Space {
   }
 
   /**
-   * An escrow counter (Bounded Counter) with exactly one bound (`min` or
-   * `max`) and an initial value whose rights start in a shared pool. Use it
-   * where a counter's bound must hold without a round trip for most
+   * An escrow counter (Bounded Counter) with a lower bound, an upper bound
+   * or both, and an initial value whose rights start in a shared pool. Use
+   * it where a counter's bounds must hold without a round trip for most
    * updates: seats, stock, a budget. Each client spends only rights it
-   * holds, so spending within them is a regular update that can never break
-   * the bound; spending more claims rights from the pool with a safe update
-   * first (see {@link BoundedCounterHandle}). The same handle on every call
-   * with the same key.
+   * holds (rights to decrement are the distance to `min`, rights to
+   * increment the distance to `max`), so spending within them is a regular
+   * update that can never break a bound; spending more claims rights from
+   * the pool with a safe update first (see {@link BoundedCounterHandle}).
+   * The same handle on every call with the same key.
    *
    * @param key 1 to 256 characters, unique within the space.
-   * @param params `{ min, initial }` or `{ max, initial }`: the bound and the starting value, whose distance from the bound is the pool of rights. Every client must open it with the same ones. Exactly one bound: for a number kept between two bounds use `counter(key, { min, max })` (its updates near a bound are held back and decided in the stable order instead of spending rights). `freshness`: see {@link ObjectOptions}.
-   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params (both `min` and `max`, neither, no `initial`, an unknown option); {@link ClosedError} after `close()`.
+   * @param params `{ min, initial }`, `{ max, initial }` or `{ min, max, initial }`: the bounds and the starting value, whose distances from the bounds are the pools of rights. Every client must open it with the same ones. (`counter(key, { min, max })` keeps bounds too, by holding back updates near a bound and deciding them in the stable order instead of spending rights.) `freshness`: see {@link ObjectOptions}.
+   * @throws SteadError `type-mismatch` if the key is open or committed as another type or with other params; `malformed` for a bad key or params (no bound, no `initial`, `initial` outside the bounds, numbers that are not safe integers, an unknown option); {@link ClosedError} after `close()`.
    */
   boundedCounter(key: string, params: BoundedCounterOptions & ObjectOptions): BoundedCounterHandle {
-    checkObjectOptions(key, 'boundedCounter', params, ['min', 'max', 'initial'], 'boundedCounter(key, { min, initial }) or boundedCounter(key, { max, initial })')
+    checkObjectOptions(key, 'boundedCounter', params, ['min', 'max', 'initial'], 'boundedCounter(key, { min, initial }), boundedCounter(key, { max, initial }) or boundedCounter(key, { min, max, initial })')
     const given = params as { min?: number; max?: number; initial?: number }
-    if (given.min !== undefined && given.max !== undefined) {
-      throw new SteadError('malformed', `${key}: boundedCounter takes one bound, min or max, not both (got min ${given.min} and max ${given.max}); keep the bound it must never cross, or use counter(key, { min, max }) for a number kept between two bounds`)
-    }
-    if (given.min === undefined && given.max === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs one bound: boundedCounter(key, { min, initial }) or boundedCounter(key, { max, initial })`)
-    if (given.initial === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs initial, the starting value (its distance from the bound is the pool of rights)`)
-    const p = given.min !== undefined ? { min: given.min, initial: given.initial } : { max: given.max as number, initial: given.initial }
+    if (given.min === undefined && given.max === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs a bound: boundedCounter(key, { min, initial }), { max, initial } or { min, max, initial }`)
+    if (given.initial === undefined) throw new SteadError('malformed', `${key}: boundedCounter needs initial, the starting value (its distances from the bounds are the pools of rights)`)
+    const p = { ...(given.min !== undefined ? { min: given.min } : {}), ...(given.max !== undefined ? { max: given.max } : {}), initial: given.initial } as BoundedCounterParams
+    const problem = validateBoundedCounterParams(p)
+    if (problem) throw new SteadError('malformed', `${key}: ${problem}`)
     return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
   }
 
@@ -513,7 +517,7 @@ export class Space {
         {
           known: (key) => this.handles.get(key)?.declaration,
           committed: (key) => this.replica.declaration(key),
-          spendableRights: (key, decl) => this.spendableRights(key, decl),
+          spendableRights: (key, decl, kind) => this.spendableRights(key, decl, kind),
           // As a handle's write: the relays' time, and later than what this replica saw of the register.
           registerStamp: (key) => registerStamp(this.upstream.now?.() ?? this.clock.now(), this.replica.prospective(key) as LWWRegister | undefined),
         },
@@ -841,7 +845,7 @@ export class Space {
       wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
       safeGroup: (items) => this.localEdits.queue(items, true, () => this.queueSafe(items)),
       subscribe: (key, listener) => this.events.subscribe(key, listener),
-      spendableRights: (key, decl) => this.spendableRights(key, decl),
+      spendableRights: (key, decl, kind) => this.spendableRights(key, decl, kind),
       authorId: () => this.authorId,
       userId: () => userId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
@@ -882,8 +886,8 @@ export class Space {
     return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
   }
 
-  /** Rights of this client on a bounded counter: the stable ones, less what its undecided updates spend. */
-  private spendableRights(key: string, decl: Declaration): number {
+  /** Rights of `kind` of this client on a bounded counter: the stable ones, less what its undecided updates spend (Infinity toward no bound). */
+  private spendableRights(key: string, decl: Declaration, kind: RightsKind): number {
     if (decl.type !== 'bounded-counter') return 0
     const stable = this.replica.stable(key)
     const view = (stable && stable.type === 'bounded-counter' ? stable.clone() : new BoundedCounter(decl.params)) as BoundedCounter
@@ -898,7 +902,7 @@ export class Space {
     for (const batch of this.batcher.shown()) {
       for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds)
     }
-    return view.localRights(this.authorId)
+    return view.spendable(this.authorId, kind)
   }
 
   /**

@@ -1,6 +1,7 @@
-import { SteadError, describeDeclaration, sameDeclaration, type BoundedCounterOp, type Declaration, type RegisterValue, type SetElement } from '@stead/core'
+import { SteadError, describeDeclaration, sameDeclaration, spendsRights, type BoundedCounterOp, type Declaration, type RegisterValue, type RightsKind, type SetElement } from '@stead/core'
 import type { DraftItem } from './drafts.ts'
-import { amount, boundedSpend } from '../handles/handles.ts'
+import { boundedSpend } from '../handles/bounded-counter-handle.ts'
+import { amount } from '../handles/handles.ts'
 
 type Kind = Declaration['type']
 
@@ -45,7 +46,7 @@ export interface TransactionContext {
   known(key: string): Declaration | undefined
   /** The key's committed declaration, if any. */
   committed(key: string): Declaration | undefined
-  spendableRights(key: string, decl: Declaration): number
+  spendableRights(key: string, decl: Declaration, kind: RightsKind): number
   /** The stamp a register write of `key` gets now: later than every write of it seen here (see registerStamp). */
   registerStamp(key: string): number
 }
@@ -92,12 +93,12 @@ export function buildTransaction(ctx: TransactionContext, build: (tx: Transactio
       const decl = ctx.known(key) ?? ctx.committed(key)
       if (!decl || decl.type !== 'bounded-counter') throw new SteadError('type-mismatch', `open ${key} with client.boundedCounter(key, params) first`)
       const change = (kind: 'i' | 'd', n: number): void => {
-        const spends = decl.params.min !== undefined ? kind === 'd' : kind === 'i'
-        if (!spends) return void items.push({ key, decl, intent: [kind, amount(n, kind === 'i' ? 'increment' : 'decrement')] as BoundedCounterOp })
+        if (!spendsRights(decl.params, kind)) return void items.push({ key, decl, intent: [kind, amount(n, kind === 'i' ? 'increment' : 'decrement')] as BoundedCounterOp })
         // Rights an earlier spend in this same transaction already uses are not there twice.
-        const already = spent.get(key) ?? 0
-        const rights = ctx.spendableRights(key, decl) - already
-        spent.set(key, already + Math.min(n, Math.max(0, rights)))
+        const spentKey = `${kind}:${key}`
+        const already = spent.get(spentKey) ?? 0
+        const rights = ctx.spendableRights(key, decl, kind) - already
+        spent.set(spentKey, already + Math.min(n, Math.max(0, rights)))
         items.push(...boundedSpend(key, decl, kind, amount(n, kind === 'i' ? 'increment' : 'decrement'), rights))
       }
       return { increment: (n = 1) => change('i', n), decrement: (n = 1) => change('d', n) }

@@ -5,6 +5,7 @@ import {
   MAX_TEXT_DELETE_RANGES,
   bytesEqual,
   encode,
+  spendsRights,
   type AnyCrdt,
   type AnyOp,
   type BoundedCounterOp,
@@ -19,11 +20,13 @@ import {
   type MapOp,
   type ORSet,
   type RegisterValue,
+  type RightsKind,
   type SetElement,
   type TextOp,
   type TextRange,
 } from '@stead/core'
-import { boundedSpend, registerStamp, type HeldUpdate } from '../handles/handles.ts'
+import { boundedSpend } from '../handles/bounded-counter-handle.ts'
+import { registerStamp, type HeldUpdate } from '../handles/handles.ts'
 import { MAX_TEXT_INSERT } from '../handles/text-handle.ts'
 import type { DraftItem, Intent } from '../space/drafts.ts'
 import type { Fate } from './fates.ts'
@@ -37,7 +40,7 @@ export interface RevertContext {
   heldBack(key: string): readonly HeldUpdate[]
   /** What an element id of an unsigned draft became once signed. */
   signedId(id: string): string | undefined
-  spendableRights(key: string, decl: Declaration): number
+  spendableRights(key: string, decl: Declaration, kind: RightsKind): number
   /** The time register writes are stamped with (the handles' `now`). */
   now(): number
   fate(item: DraftItem): Fate
@@ -191,10 +194,9 @@ class BoundedEdit implements EditRecord {
     const [kind, n] = this.op
     const back = kind === 'i' ? 'd' : 'i'
     const params = (item.decl as { params: BoundedCounterParams }).params
-    const spends = params.min !== undefined ? back === 'd' : back === 'i'
-    if (!spends) return ctx.send(this.key, item.decl, [back, n] as BoundedCounterOp) !== undefined
+    if (!spendsRights(params, back)) return ctx.send(this.key, item.decl, [back, n] as BoundedCounterOp) !== undefined
     // As the handle spends: within this client's rights a regular update, else a safe claim and spend the stable order decides.
-    const items = boundedSpend(this.key, item.decl, back, n, ctx.spendableRights(this.key, item.decl))
+    const items = boundedSpend(this.key, item.decl, back, n, ctx.spendableRights(this.key, item.decl, back))
     return items.length === 1 ? ctx.send(this.key, item.decl, (items[0] as { intent: Intent }).intent) !== undefined : ctx.sendGroup(items)
   }
 }

@@ -188,7 +188,7 @@ export class UndoManager {
       prospective: (key) => host.prospective(key),
       heldBack: (key) => host.heldBack(key),
       signedId: (id) => host.signedId(id),
-      spendableRights: (key, decl) => host.spendableRights(key, decl),
+      spendableRights: (key, decl, kind) => host.spendableRights(key, decl, kind),
       now: () => host.now(),
       fate: (item) => this.fates.fate(item),
       prefixOf: (item) => this.fates.prefixOf(item),

@@ -1,57 +1,86 @@
 import { SteadError } from '../errors.ts'
+import { Escrow, POOL, type EscrowSnapshot } from './escrow.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
+export { POOL, type EscrowSnapshot } from './escrow.ts'
+
 /**
- * A bounded counter is declared with exactly one bound, `min` (value never
- * below) or `max` (value never above), and an initial value within it.
+ * A bounded counter is declared with a lower bound `min` (value never
+ * below), an upper bound `max` (value never above), or both, and an initial
+ * value within them.
  */
 export type BoundedCounterParams =
   | {
       /** The lower bound: the value never goes below it. */
       readonly min: number
-      /** Absent: exactly one bound. */
-      readonly max?: undefined
-      /** The starting value (≥ `min`); `initial − min` rights start in the pool. */
+      /** The upper bound: the value never goes above it (absent: no upper bound). */
+      readonly max?: number
+      /** The starting value (≥ `min`, ≤ `max`); `initial − min` rights to decrement start in the pool, and `max − initial` rights to increment. */
       readonly initial: number
     }
   | {
       /** The upper bound: the value never goes above it. */
       readonly max: number
-      /** Absent: exactly one bound. */
+      /** Absent: no lower bound. */
       readonly min?: undefined
-      /** The starting value (≤ `max`); `max − initial` rights start in the pool. */
+      /** The starting value (≤ `max`); `max − initial` rights to increment start in the pool. */
       readonly initial: number
     }
 
-/**
- * The replica that holds the initial rights. Nobody signs as '*': rights
- * leave it only through `claim`, which the SDK sends as a safe update so the
- * stable order decides which claims fit.
- */
-export const POOL = '*'
+/** Which rights: to increment (spent by increments, the distance to `max`) or to decrement (the distance to `min`). */
+export type RightsKind = 'i' | 'd'
 
 /**
  * - `['i', n]` increment, `['d', n]` decrement by the author;
- * - `['t', n, to]` transfer n of the author's rights to replica `to`;
- * - `['c', n]` claim n rights from the pool;
+ * - `['t', n, to, kind?]` transfer n of the author's rights of `kind` to replica `to`;
+ * - `['c', n, kind?]` claim n rights of `kind` from the pool;
  * - `['x', op]` undo op (only produced by `inverse`).
+ *
+ * `kind` may be left out on a counter with one bound (its rights are of one
+ * kind); a counter with both bounds needs it.
  */
 export type BoundedCounterOp =
   | readonly ['i', number]
   | readonly ['d', number]
   | readonly ['t', number, string]
+  | readonly ['t', number, string, RightsKind]
   | readonly ['c', number]
+  | readonly ['c', number, RightsKind]
   | readonly ['x', BoundedCounterOp]
 
-/** What is wrong with bounded counter params (not exactly one bound, not safe integers, initial outside the bound), or null. */
+/** What is wrong with bounded counter params (no bound, not safe integers, initial outside the bounds), or null. */
 export function validateBoundedCounterParams(p: BoundedCounterParams): string | null {
-  const hasMin = p.min !== undefined
-  const hasMax = p.max !== undefined
-  if (hasMin === hasMax) return 'a bounded counter needs exactly one of min or max'
-  const bound = (hasMin ? p.min : p.max) as number
-  if (!isSafeInt(bound) || !isSafeInt(p.initial)) return 'bound and initial must be safe integers'
-  if (hasMin ? p.initial < bound : p.initial > bound) return `initial ${p.initial} is outside the bound ${bound}`
+  const { min, max, initial } = p as { min?: unknown; max?: unknown; initial?: unknown }
+  if (min === undefined && max === undefined) return 'a bounded counter needs min, max or both'
+  for (const [name, v] of [['min', min], ['max', max], ['initial', initial]] as const) {
+    if ((v !== undefined || name === 'initial') && !isSafeInt(v)) return `${name} must be a safe integer`
+  }
+  const i = initial as number
+  if (min !== undefined && i < (min as number)) return `initial ${i} is below min ${min as number}`
+  if (max !== undefined && i > (max as number)) return `initial ${i} is above max ${max as number}`
+  // Rights add up to the distances to the bounds: they must stay exact.
+  if (min !== undefined && !isSafeInt(i - (min as number))) return `initial ${i} is too far from min ${min as number}`
+  if (max !== undefined && !isSafeInt((max as number) - i)) return `initial ${i} is too far from max ${max as number}`
   return null
+}
+
+/** Whether a change of `kind` spends rights on a counter declared with `params` (it does toward a bound). */
+export function spendsRights(params: BoundedCounterParams, kind: RightsKind): boolean {
+  return kind === 'd' ? params.min !== undefined : params.max !== undefined
+}
+
+/**
+ * The op that claims `n` rights of `kind` from the pool: the kind is named
+ * only on a counter with both bounds, so one-bound claims keep the wire
+ * form relays before two-bound counters read.
+ */
+export function claimOp(params: BoundedCounterParams, kind: RightsKind, n: number): BoundedCounterOp {
+  return params.min !== undefined && params.max !== undefined ? ['c', n, kind] : ['c', n]
+}
+
+/** The op that transfers `n` rights of `kind` to `to` (the kind named only with both bounds, as in {@link claimOp}). */
+export function transferOp(params: BoundedCounterParams, kind: RightsKind, n: number, to: string): BoundedCounterOp {
+  return params.min !== undefined && params.max !== undefined ? ['t', n, to, kind] : ['t', n, to]
 }
 
 /** What is wrong with a bounded counter op from the wire, or null. */
@@ -60,52 +89,66 @@ export function validateBoundedCounterOp(op: unknown): string | null {
   const [kind, n, to] = op as unknown[]
   if (kind !== 'i' && kind !== 'd' && kind !== 't' && kind !== 'c') return `unknown bounded counter op ${JSON.stringify(kind)}`
   if (!isSafeInt(n) || n <= 0) return 'bounded counter amounts must be positive safe integers'
+  const rightsKind = kind === 't' ? op[3] : kind === 'c' ? op[2] : undefined
+  if (rightsKind !== undefined && rightsKind !== 'i' && rightsKind !== 'd') return "the kind of rights is 'i' (to increment) or 'd' (to decrement)"
   if (kind === 't') {
-    if (op.length !== 3 || typeof to !== 'string' || to.length === 0 || to.length > 256) return "transfer must be ['t', n, replica]"
+    if ((op.length !== 3 && op.length !== 4) || typeof to !== 'string' || to.length === 0 || to.length > 256) return "transfer must be ['t', n, replica, kind?]"
+  } else if (kind === 'c') {
+    if (op.length !== 2 && op.length !== 3) return "claim must be ['c', n, kind?]"
   } else if (op.length !== 2) return `bounded counter op '${kind}' takes one amount`
   return null
 }
 
+/** A bounded counter's canonical form: its one escrow, or with both bounds the rights to decrement plus `up`, the rights to increment. */
+export type BoundedCounterSnapshot = EscrowSnapshot & {
+  /** With both bounds: the rights to increment (R and U are then the rights to decrement). */
+  up?: EscrowSnapshot
+}
+
 /**
  * Escrow counter from "Extending Eventually Consistent Cloud Databases for
- * Enforcing Numeric Invariants" (Balegas et al., SRDS 2015). Internally it is
- * always a lower-bound counter: a `max` counter runs on the negated value, so
- * an increment consumes rights there as a decrement does here.
- *
- * R[i][i] counts increments by i, R[i][j] rights i gave to j, U[i] decrements
- * by i. Replica i's rights are R[i][i] + Σ R[j][i] − Σ R[i][j] − U[i], and the
- * distance to the bound is the sum of all rights. Every row and U entry only
- * grows through its own replica, so merge is an element-wise max.
+ * Enforcing Numeric Invariants" (Balegas et al., SRDS 2015), with the
+ * paper's extension to two bounds: one `Escrow` of rights per bound.
+ * Rights to decrement are the distance to `min`, rights to increment the
+ * distance to `max`; a change spends the rights toward the bound it moves
+ * to and gains as many toward the other, so no replica acting within its
+ * rights, and no merge of such replicas, ever crosses a bound.
  */
 export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
   readonly type = 'bounded-counter' as const
-  /** The declared bound and initial value. */
+  /** The declared bounds and initial value. */
   readonly params: BoundedCounterParams
-  private readonly dir: 1 | -1
-  private readonly R = new Map<string, Map<string, number>>()
-  private readonly U = new Map<string, number>()
-  /** Derived from R and U, kept in step for O(1) checks. */
-  private readonly rights = new Map<string, number>()
-  private total = 0 // Σ R[i][i] − Σ U[i], internal orientation
+  /** Rights to decrement (toward `min`), if there is a lower bound. */
+  private readonly down: Escrow | undefined
+  /** Rights to increment (toward `max`), if there is an upper bound. */
+  private readonly up: Escrow | undefined
 
   constructor(params: BoundedCounterParams) {
     const problem = validateBoundedCounterParams(params)
     if (problem) throw new RangeError(problem)
     this.params = params
-    this.dir = params.min !== undefined ? 1 : -1
-    const initialRights = params.min !== undefined ? params.initial - params.min : (params.max as number) - params.initial
-    // The initial distance to the bound is the pool's own; it is not an increment, so it stays out of `total`.
-    if (initialRights > 0) this.setCell(POOL, POOL, initialRights)
-    this.rights.set(POOL, initialRights)
+    this.down = params.min !== undefined ? new Escrow(params.initial - params.min) : undefined
+    this.up = params.max !== undefined ? new Escrow(params.max - params.initial) : undefined
   }
 
   value(): number {
-    return this.params.initial + this.dir * this.total
+    return this.down ? this.params.initial + this.down.net : this.params.initial - (this.up as Escrow).net
   }
 
-  /** The rights `replica` holds: how much it may spend without breaking the bound ({@link POOL} for the pool's). */
-  localRights(replica: string): number {
-    return this.rights.get(replica) ?? 0
+  /**
+   * The rights `replica` holds ({@link POOL} for the pool's): how much it may
+   * spend toward a bound. `kind` may be left out on a counter with one bound.
+   */
+  localRights(replica: string, kind?: RightsKind): number {
+    const escrow = this.escrow(kind)
+    if (!escrow) throw new RangeError(kind === undefined ? 'a counter with both bounds has rights of two kinds: name one' : `this counter has no ${kind === 'i' ? 'upper' : 'lower'} bound: nothing limits that change`)
+    return escrow.rightsOf(replica)
+  }
+
+  /** How much `replica` may change the value by `kind` on its own: its rights toward that bound, or Infinity where there is none. */
+  spendable(replica: string, kind: RightsKind): number {
+    const escrow = kind === 'i' ? this.up : this.down
+    return escrow ? escrow.rightsOf(replica) : Infinity
   }
 
   tryApply(op: BoundedCounterOp, ctx: OpContext): ApplyResult {
@@ -115,21 +158,23 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
     }
     const problem = validateBoundedCounterOp(op)
     if (problem) return invalid(problem)
-    const [kind, n] = this.internal(op)
-    if (kind === 't' && op[2] === ctx.replica) return invalid('a replica cannot transfer rights to itself')
-    const spender = kind === 'c' ? POOL : ctx.replica
-    if (kind !== 'i' && this.localRights(spender) < n) {
-      return violates(`${spender === POOL ? 'the pool' : `replica ${ctx.replica}`} holds ${this.localRights(spender)} rights, needs ${n}`)
+    const [kind, n] = op
+    if (kind === 'i' || kind === 'd') {
+      const have = this.spendable(ctx.replica, kind)
+      if (have < n) return violates(`replica ${ctx.replica} holds ${have} rights to ${kind === 'i' ? 'increment' : 'decrement'}, needs ${n}`)
+    } else {
+      const rightsKind = kind === 't' ? op[3] : op[2]
+      const escrow = this.escrow(rightsKind)
+      if (!escrow) return invalid(rightsKind === undefined ? 'a counter with both bounds needs the kind of rights (i or d)' : `this counter has no rights to ${rightsKind === 'i' ? 'increment' : 'decrement'}`)
+      if (kind === 't' && op[2] === ctx.replica) return invalid('a replica cannot transfer rights to itself')
+      const from = kind === 'c' ? POOL : ctx.replica
+      if (escrow.rightsOf(from) < n) return violates(`${from === POOL ? 'the pool' : `replica ${ctx.replica}`} holds ${escrow.rightsOf(from)} rights, needs ${n}`)
     }
     this.apply(op, ctx)
     return OK
   }
 
   apply(op: BoundedCounterOp, ctx: OpContext): void {
-    if (op[0] === 'x') {
-      this.change(op[1], ctx, -1)
-      return
-    }
     this.change(op, ctx, 1)
   }
 
@@ -138,54 +183,41 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
   }
 
   merge(other: BoundedCounter): void {
-    for (const [from, row] of other.R) for (const [to, n] of row) if (n > this.cell(from, to)) this.setCell(from, to, n)
-    for (const [replica, n] of other.U) if (n > (this.U.get(replica) ?? 0)) this.U.set(replica, n)
-    this.recompute()
+    if (this.down && other.down) this.down.merge(other.down)
+    if (this.up && other.up) this.up.merge(other.up)
   }
 
   clone(): this {
-    const copy = new BoundedCounter(this.params)
-    copy.R.clear()
-    for (const [from, row] of this.R) copy.R.set(from, new Map(row))
-    for (const [replica, n] of this.U) copy.U.set(replica, n)
-    copy.recompute()
-    return copy as this
+    return BoundedCounter.fromSnapshot(this.params, this.snapshot()) as this
   }
 
-  /** { R: [from, to, n][], U: [replica, n][] } sorted. */
-  snapshot(): {
-    /** The rights matrix, in the lower-bound orientation (see the class): gains on the diagonal, transfers and claims elsewhere. */
-    R: Array<[string, string, number]>
-    /** Spends per replica, in the same orientation. */
-    U: Array<[string, number]>
-  } {
-    const R: Array<[string, string, number]> = []
-    for (const [from, row] of this.R) for (const [to, n] of row) R.push([from, to, n])
-    R.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0))
-    const U = [...this.U.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    return { R, U }
+  /** The rights matrices and spends, sorted (see {@link BoundedCounterSnapshot}). */
+  snapshot(): BoundedCounterSnapshot {
+    if (this.down && this.up) return { ...this.down.snapshot(), up: this.up.snapshot() }
+    return ((this.down ?? this.up) as Escrow).snapshot()
   }
 
   /** Rebuilds a bounded counter from its `snapshot()` (trusted input). */
-  static fromSnapshot(params: BoundedCounterParams, snap: { R: Array<[string, string, number]>; U: Array<[string, number]> }): BoundedCounter {
+  static fromSnapshot(params: BoundedCounterParams, snap: BoundedCounterSnapshot): BoundedCounter {
     const c = new BoundedCounter(params)
-    c.R.clear()
-    for (const [from, to, n] of snap.R) c.setCell(from, to, n)
-    for (const [replica, n] of snap.U) c.U.set(replica, n)
-    c.recompute()
+    if (c.down && c.up) {
+      c.down.load(snap)
+      c.up.load(snap.up ?? { R: [], U: [] })
+    } else (c.down ?? (c.up as Escrow)).load(snap)
     return c
   }
 
   invariantsHold(): boolean {
-    for (const n of this.rights.values()) if (n < 0) return false
-    return this.dir === 1 ? this.value() >= (this.params.min as number) : this.value() <= (this.params.max as number)
+    if ((this.down && !this.down.holds()) || (this.up && !this.up.holds())) return false
+    const v = this.value()
+    return (this.params.min === undefined || v >= this.params.min) && (this.params.max === undefined || v <= this.params.max)
   }
 
-  /** Maps a user-facing op to the internal lower-bound orientation. */
-  private internal(op: Exclude<BoundedCounterOp, readonly ['x', BoundedCounterOp]>): readonly ['i' | 'd' | 't' | 'c', number, string?] {
-    if (this.dir === -1 && op[0] === 'i') return ['d', op[1]]
-    if (this.dir === -1 && op[0] === 'd') return ['i', op[1]]
-    return op
+  /** The escrow of rights of `kind`, or the only one when `kind` is left out on a one-bound counter. */
+  private escrow(kind: RightsKind | undefined): Escrow | undefined {
+    if (kind === 'i') return this.up
+    if (kind === 'd') return this.down
+    return this.down && this.up ? undefined : (this.down ?? this.up)
   }
 
   private change(op: BoundedCounterOp, ctx: OpContext, sign: 1 | -1): void {
@@ -193,100 +225,60 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
       this.change(op[1], ctx, sign === 1 ? -1 : 1)
       return
     }
-    const [kind, amount, to] = this.internal(op)
-    const n = sign * amount
     const me = ctx.replica
-    // A self-transfer would land on the diagonal and read as an increment after a merge.
-    if (kind === 't' && to === me) return
-    switch (kind) {
+    const n = sign * op[1]
+    switch (op[0]) {
       case 'i':
-        this.setCell(me, me, this.cell(me, me) + n)
-        this.addRights(me, n)
-        this.total += n
+        this.down?.gain(me, n)
+        this.up?.spend(me, n)
         break
       case 'd':
-        this.U.set(me, (this.U.get(me) ?? 0) + n)
-        this.addRights(me, -n)
-        this.total -= n
+        this.down?.spend(me, n)
+        this.up?.gain(me, n)
         break
       case 't':
-        this.setCell(me, to as string, this.cell(me, to as string) + n)
-        this.addRights(me, -n)
-        this.addRights(to as string, n)
+        // A self-transfer would land on the diagonal and read as a gain after a merge.
+        if (op[2] !== me) this.escrow(op[3])?.move(me, op[2], n)
         break
       case 'c':
-        this.setCell(POOL, me, this.cell(POOL, me) + n)
-        this.addRights(POOL, -n)
-        this.addRights(me, n)
+        this.escrow(op[2])?.move(POOL, me, n)
         break
-    }
-  }
-
-  private cell(from: string, to: string): number {
-    return this.R.get(from)?.get(to) ?? 0
-  }
-
-  private setCell(from: string, to: string, n: number): void {
-    let row = this.R.get(from)
-    if (!row) {
-      row = new Map()
-      this.R.set(from, row)
-    }
-    row.set(to, n)
-  }
-
-  private addRights(replica: string, n: number): void {
-    this.rights.set(replica, (this.rights.get(replica) ?? 0) + n)
-  }
-
-  private recompute(): void {
-    this.rights.clear()
-    this.total = 0
-    for (const [from, row] of this.R) {
-      for (const [to, n] of row) {
-        if (from === to) {
-          this.addRights(from, n)
-          if (from !== POOL) this.total += n
-        } else {
-          this.addRights(from, -n)
-          this.addRights(to, n)
-        }
-      }
-    }
-    for (const [replica, n] of this.U) {
-      this.addRights(replica, -n)
-      this.total -= n
     }
   }
 }
 
-/** A Bounded Counter's declaration: its bound and initial value. */
+/** A Bounded Counter's declaration: its bounds and initial value. */
 export interface BoundedCounterDeclaration {
   /** A Bounded Counter. */
   readonly type: 'bounded-counter'
-  /** Its bound and initial value. */
+  /** Its bounds and initial value. */
   readonly params: BoundedCounterParams
 }
 
 /**
  * The bounded counter in the registry; wire form `['b', 'min'|'max', bound,
- * initial]`. Every op is kept: rights checks depend on each one. It has no
+ * initial]`, or `['b', 'range', min, max, initial]` with both bounds. Every op is kept: rights checks depend on each one. It has no
  * invariants a prospective view must respect: it respects its own through rights.
  */
 export const boundedCounterType: ObjectType<BoundedCounterDeclaration, BoundedCounter> = {
   name: 'bounded-counter',
   code: 'b',
-  encode: (d) => (d.params.min !== undefined ? ['b', 'min', d.params.min, d.params.initial] : ['b', 'max', d.params.max, d.params.initial]),
+  encode: (d) => {
+    const { min, max, initial } = d.params
+    if (min !== undefined && max !== undefined) return ['b', 'range', min, max, initial]
+    return min !== undefined ? ['b', 'min', min, initial] : ['b', 'max', max, initial]
+  },
   decode(enc) {
-    if (enc.length !== 4 || (enc[1] !== 'min' && enc[1] !== 'max')) throw new SteadError('malformed', 'bounded counter declaration is [b, min|max, bound, initial]')
-    const params = (enc[1] === 'min' ? { min: enc[2], initial: enc[3] } : { max: enc[2], initial: enc[3] }) as BoundedCounterParams
+    const range = enc[1] === 'range'
+    if (enc.length !== (range ? 5 : 4) || (enc[1] !== 'min' && enc[1] !== 'max' && !range)) throw new SteadError('malformed', 'bounded counter declaration is [b, min|max, bound, initial] or [b, range, min, max, initial]')
+    const params = (range ? { min: enc[2], max: enc[3], initial: enc[4] } : enc[1] === 'min' ? { min: enc[2], initial: enc[3] } : { max: enc[2], initial: enc[3] }) as BoundedCounterParams
     const problem = validateBoundedCounterParams(params)
     if (problem) throw new SteadError('malformed', problem)
     return { type: 'bounded-counter', params }
   },
   validateOp: validateBoundedCounterOp,
   create: (d) => new BoundedCounter(d.params),
-  restore: (d, snap) => BoundedCounter.fromSnapshot(d.params, snap as { R: Array<[string, string, number]>; U: Array<[string, number]> }),
+  restore: (d, snap) => BoundedCounter.fromSnapshot(d.params, snap as BoundedCounterSnapshot),
   hasInvariants: () => false,
   // Pool claims race each other; only the stable order may decide which fit.
   mustBeSafe: (op) => Array.isArray(op) && op[0] === 'c',

@@ -1,0 +1,138 @@
+import { SteadError, claimOp, spendsRights, transferOp, type BoundedCounter, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
+import type { Intent } from '../space/drafts.ts'
+import type { SafeResult, UpdateOptions, UpdateResult } from '../types.ts'
+import { Handle, amount, guarded } from './handles.ts'
+
+/** Options of `BoundedCounterHandle.transfer`. */
+export interface TransferOptions extends UpdateOptions {
+  /**
+   * Which rights to give: `'decrement'` (toward `min`) or `'increment'`
+   * (toward `max`). A counter with one bound has rights of one kind, the
+   * default; one with both bounds needs it.
+   */
+  readonly rights?: 'increment' | 'decrement'
+}
+
+/**
+ * An escrow counter (Bounded Counter): its bounds hold without
+ * coordination because each client may only spend rights it holds.
+ * Rights to decrement are the distance to `min`, rights to increment the
+ * distance to `max`; a change spends rights toward the bound it moves to
+ * and gives this client as many toward the other. Spending within this
+ * client's rights is a regular update (no round trip, and it always
+ * commits); spending more claims the missing rights from the initial pool
+ * in a safe, atomic update that the stable order accepts or rejects.
+ */
+export class BoundedCounterHandle extends Handle {
+  /** Prospective value: the initial value plus every update this client made or received. */
+  get value(): number {
+    return (this.host.prospective(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
+  }
+
+  /** Stable value: agreed by every correct replica, never past a bound. */
+  get stable(): number {
+    return (this.host.stable(this.key) as BoundedCounter | undefined)?.value() ?? this.params.initial
+  }
+
+  /**
+   * Rights this client can spend right now without a round trip, toward
+   * the counter's bound: to decrement with `min`, to increment with only
+   * `max`. With both bounds this is `rightsToDecrement`.
+   */
+  get rights(): number {
+    return this.params.min !== undefined ? this.rightsToDecrement : this.rightsToIncrement
+  }
+
+  /** How much this client may subtract now without a round trip: its rights toward `min` (Infinity without `min`). */
+  get rightsToDecrement(): number {
+    return this.host.spendableRights(this.key, this.declaration, 'd')
+  }
+
+  /** How much this client may add now without a round trip: its rights toward `max` (Infinity without `max`). */
+  get rightsToIncrement(): number {
+    return this.host.spendableRights(this.key, this.declaration, 'i')
+  }
+
+  /**
+   * Adds `n` (default 1). Without `max` this is never a spend: it always
+   * fits, and gives this client `n` more rights to decrement. With `max` it
+   * spends rights to increment: within `rightsToIncrement` it is a regular
+   * update (it can never cross the bound), or a safe one with
+   * `{ safe: true }`; beyond them, the missing rights are claimed from the
+   * pool in a safe atomic group, and the promise resolves like a safe
+   * update's (`rejected` with `invariant` if the pool has too few).
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => this.change('i', amount(n, 'increment'), options))
+  }
+
+  /**
+   * Subtracts `n` (default 1): a spend of rights to decrement when the
+   * counter has `min` (see `increment` for how spends within and beyond
+   * them go), and a gain of as many rights to increment when it has `max`.
+   *
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
+    return guarded(() => this.change('d', amount(n, 'decrement'), options))
+  }
+
+  /**
+   * Gives `n` of this client's rights to another author (by author id), so
+   * that it can spend them without a round trip. Resolves `rejected` with
+   * `invariant` at once if this client holds fewer than `n` rights of that
+   * kind.
+   *
+   * @param to The other client's `authorId`.
+   * @param options `rights`: which kind to give (needed with both bounds).
+   * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `to` another author id and `rights` a kind of rights this counter has; {@link ClosedError} after the space closed.
+   */
+  transfer(n: number, to: string, options?: TransferOptions): Promise<UpdateResult> {
+    return guarded(() => {
+      if (typeof to !== 'string' || to.length === 0 || to === this.host.authorId()) throw new SteadError('malformed', 'transfer needs another author id')
+      const kind = this.rightsKind(options?.rights)
+      const op = transferOp(this.params, kind, amount(n, 'transfer'), to)
+      const have = this.host.spendableRights(this.key, this.declaration, kind)
+      if (have < n) return Promise.resolve(rejectedRights(have, n))
+      return this.send(op, options)
+    })
+  }
+
+  private get params(): BoundedCounterParams {
+    return (this.declaration as Extract<Declaration, { type: 'bounded-counter' }>).params
+  }
+
+  /** The kind of rights a transfer moves: the one named, which this counter must have, else its only one. */
+  private rightsKind(named: TransferOptions['rights']): RightsKind {
+    const both = this.params.min !== undefined && this.params.max !== undefined
+    if (named === undefined) {
+      if (both) throw new SteadError('malformed', `${this.key} has both bounds: say which rights to transfer, { rights: 'increment' } or { rights: 'decrement' }`)
+      return this.params.min !== undefined ? 'd' : 'i'
+    }
+    if (named !== 'increment' && named !== 'decrement') throw new SteadError('malformed', `rights is 'increment' or 'decrement', got ${String(named)}`)
+    const kind = named === 'increment' ? 'i' : 'd'
+    if (!spendsRights(this.params, kind)) throw new SteadError('malformed', `${this.key} has no ${kind === 'i' ? 'max' : 'min'}: it has no rights to ${named}`)
+    return kind
+  }
+
+  private change(kind: RightsKind, n: number, options?: UpdateOptions): Promise<UpdateResult> {
+    if (!spendsRights(this.params, kind)) return this.send([kind, n] as BoundedCounterOp, options)
+    const items = boundedSpend(this.key, this.declaration, kind, n, this.host.spendableRights(this.key, this.declaration, kind))
+    if (items.length === 1 && !options?.safe) return this.send([kind, n] as BoundedCounterOp, options)
+    return this.host.wait(this.host.safeGroup(items), options, `an update of ${this.key}`, true)
+  }
+}
+
+function rejectedRights(have: number, need: number): SafeResult {
+  return { status: 'rejected', reason: 'invariant', detail: `this client holds ${have} rights, needs ${need}` }
+}
+
+/** The intents that spend `n` on a bounded counter: claim what the client's rights of that kind do not cover, then spend. */
+export function boundedSpend(key: string, decl: Declaration, kind: RightsKind, n: number, rights: number): Array<{ key: string; decl: Declaration; intent: Intent }> {
+  const missing = Math.max(0, n - Math.max(0, rights))
+  const spend = { key, decl, intent: [kind, n] as BoundedCounterOp }
+  const params = (decl as Extract<Declaration, { type: 'bounded-counter' }>).params
+  return missing > 0 ? [{ key, decl, intent: claimOp(params, kind, missing) }, spend] : [spend]
+}
