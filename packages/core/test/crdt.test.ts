@@ -63,6 +63,8 @@ const rangeOp: fc.Arbitrary<BoundedCounterOp> = fc.oneof(
   fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['i', n]),
   fc.integer({ min: 1, max: 20 }).map((n): BoundedCounterOp => ['d', n]),
   fc.tuple(fc.integer({ min: 1, max: 20 }), fc.constantFrom(...REPLICAS), fc.constantFrom('i' as const, 'd' as const)).map(([n, to, k]): BoundedCounterOp => ['t', n, to, k]),
+  fc.tuple(fc.integer({ min: 1, max: 10 }), fc.constantFrom(...REPLICAS), fc.integer({ min: 0, max: 20 }), fc.constantFrom('i' as const, 'd' as const)).map(([n, to, seen, k]): BoundedCounterOp => ['g', n, to, seen, k]),
+  fc.tuple(fc.integer({ min: 1, max: 10 }), fc.constantFrom(...REPLICAS), fc.integer({ min: 0, max: 20 }), fc.integer({ min: 1, max: 9 }), fc.constantFrom('i' as const, 'd' as const)).map(([n, from, seen, no, k]): BoundedCounterOp => ['q', n, from, seen, no, k]),
 )
 
 const TYPES: Array<{ name: string; decl: Declaration; op: fc.Arbitrary<AnyOp> }> = [
@@ -338,6 +340,63 @@ describe('Bounded Counter (escrow)', () => {
     const wrongKind = seats.tryApply(['c', 1, 'i'], a)
     expect(!wrongKind.ok && wrongKind.reason).toBe('malformed')
     expect(seats.tryApply(['c', 1, 'd'], a).ok).toBe(true)
+  })
+
+  it('moves rights by ask and grant: a grant gives at most half, and answers an ask once', () => {
+    const c = new BoundedCounter({ min: 0, initial: 0 })
+    const ctx = (replica: string, i: number) => ({ replica, tag: `${replica}:${i}` })
+    expect(c.tryApply(['i', 10], ctx('B', 1)).ok).toBe(true)
+    // A asks B for 4, having been given nothing by B.
+    expect(c.tryApply(['q', 4, 'B', 0, 1], ctx('A', 1)).ok).toBe(true)
+    expect(c.rightsOfKind('d')?.askOf('A')).toEqual({ no: 1, from: 'B', seen: 0, n: 4 })
+    const tooMuch = c.tryApply(['g', 6, 'A', 0], ctx('B', 2))
+    expect(!tooMuch.ok && tooMuch.detail).toMatch(/at most half/)
+    expect(c.tryApply(['g', 4, 'A', 0], ctx('B', 3)).ok).toBe(true)
+    expect(c.localRights('A')).toBe(4)
+    // The same ask answered again (a replay, or the ask seen through another relay): refused.
+    const twice = c.tryApply(['g', 1, 'A', 0], ctx('B', 4))
+    expect(!twice.ok && twice.reason).toBe('invariant')
+    expect(c.localRights('A')).toBe(4)
+    // A newer ask names what B gave it so far.
+    expect(c.tryApply(['q', 1, 'B', 0, 1], ctx('A', 2)).ok).toBe(false)
+    expect(c.tryApply(['q', 1, 'B', 4, 2], ctx('A', 3)).ok).toBe(true)
+    expect(c.tryApply(['g', 1, 'A', 4], ctx('B', 5)).ok).toBe(true)
+    expect(c.value()).toBe(10)
+    expect(c.tryApply(['q', 1, 'A', 0, 1], ctx('A', 4)).ok).toBe(false)
+    expect(c.tryApply(['q', 1, POOL, 0, 1], ctx('C', 1)).ok).toBe(false)
+    // Asks travel in the state: a snapshot keeps them, and a merge keeps each replica's latest.
+    const copy = BoundedCounter.fromSnapshot(c.params, c.snapshot())
+    expect(copy.snapshot()).toEqual(c.snapshot())
+    const older = new BoundedCounter({ min: 0, initial: 0 })
+    older.apply(['q', 9, 'C', 0, 1], ctx('A', 1))
+    older.merge(c)
+    expect(older.rightsOfKind('d')?.askOf('A')).toEqual({ no: 2, from: 'B', seen: 4, n: 1 })
+    // Without asks the snapshot has the form it had before asks existed.
+    expect(Object.keys(new BoundedCounter({ min: 0, initial: 3 }).snapshot())).toEqual(['R', 'U'])
+  })
+
+  it('answers each ask at most once, and keeps its bounds, whatever grants and asks come in whatever order', () => {
+    const op = fc.oneof(
+      boundedOp,
+      fc.tuple(fc.integer({ min: 1, max: 12 }), fc.constantFrom(...REPLICAS), fc.integer({ min: 0, max: 12 })).map(([n, to, seen]): BoundedCounterOp => ['g', n, to, seen]),
+      fc.tuple(fc.integer({ min: 1, max: 12 }), fc.constantFrom(...REPLICAS), fc.integer({ min: 0, max: 12 }), fc.integer({ min: 1, max: 5 })).map(([n, from, seen, no]): BoundedCounterOp => ['q', n, from, seen, no]),
+    )
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), op), { maxLength: 80 }), (steps) => {
+        const c = new BoundedCounter({ min: 0, initial: 30 })
+        REPLICAS.forEach((r, i) => c.tryApply(['c', 10], { replica: r, tag: `claim:${i}` }))
+        const answered = new Set<string>()
+        steps.forEach(([who, o], i) => {
+          const replica = REPLICAS[who] as string
+          if (!c.tryApply(o, { replica, tag: `${replica}:${i}` }).ok || o[0] !== 'g') return
+          const ask = `${replica}>${o[2]}@${o[3]}`
+          expect(answered.has(ask)).toBe(false)
+          answered.add(ask)
+        })
+        expect(c.value()).toBeGreaterThanOrEqual(0)
+        expect(c.invariantsHold()).toBe(true)
+      }),
+    )
   })
 
   it('refuses declarations it cannot keep', () => {

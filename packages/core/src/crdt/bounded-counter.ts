@@ -1,8 +1,8 @@
 import { SteadError } from '../errors.ts'
-import { Escrow, POOL, type EscrowSnapshot } from './escrow.ts'
+import { Escrow, POOL, type Ask, type EscrowSnapshot, type EscrowView } from './escrow.ts'
 import { OK, invalid, isSafeInt, violates, type ApplyResult, type Crdt, type ObjectType, type OpContext } from './types.ts'
 
-export { POOL, type EscrowSnapshot } from './escrow.ts'
+export { POOL, type Ask, type EscrowSnapshot, type EscrowView } from './escrow.ts'
 
 /**
  * A bounded counter is declared with a lower bound `min` (value never
@@ -34,6 +34,12 @@ export type RightsKind = 'i' | 'd'
  * - `['i', n]` increment, `['d', n]` decrement by the author;
  * - `['t', n, to, kind?]` transfer n of the author's rights of `kind` to replica `to`;
  * - `['c', n, kind?]` claim n rights of `kind` from the pool;
+ * - `['q', n, from, seen, no, kind?]` ask replica `from` for n rights (the
+ *   author's ask number `no`; `from` had given it `seen`, see {@link Ask});
+ * - `['g', n, to, seen, kind?]` grant n rights to `to`, answering its ask
+ *   that saw `seen`: refused unless the author gave `to` exactly `seen`
+ *   so far (so an ask is answered once), or if n is more than half the
+ *   author's rights;
  * - `['x', op]` undo op (only produced by `inverse`).
  *
  * `kind` may be left out on a counter with one bound (its rights are of one
@@ -46,6 +52,10 @@ export type BoundedCounterOp =
   | readonly ['t', number, string, RightsKind]
   | readonly ['c', number]
   | readonly ['c', number, RightsKind]
+  | readonly ['q', number, string, number, number]
+  | readonly ['q', number, string, number, number, RightsKind]
+  | readonly ['g', number, string, number]
+  | readonly ['g', number, string, number, RightsKind]
   | readonly ['x', BoundedCounterOp]
 
 /** What is wrong with bounded counter params (no bound, not safe integers, initial outside the bounds), or null. */
@@ -83,19 +93,42 @@ export function transferOp(params: BoundedCounterParams, kind: RightsKind, n: nu
   return params.min !== undefined && params.max !== undefined ? ['t', n, to, kind] : ['t', n, to]
 }
 
+/** The op that asks replica `from` for `n` rights of `kind` (see {@link Ask}; the kind named as in {@link claimOp}). */
+export function askOp(params: BoundedCounterParams, kind: RightsKind, ask: Ask): BoundedCounterOp {
+  const op = ['q', ask.n, ask.from, ask.seen, ask.no] as const
+  return params.min !== undefined && params.max !== undefined ? [...op, kind] : op
+}
+
+/** The op that grants `n` rights of `kind` to `to`, answering its ask that saw `seen` (the kind named as in {@link claimOp}). */
+export function grantOp(params: BoundedCounterParams, kind: RightsKind, n: number, to: string, seen: number): BoundedCounterOp {
+  return params.min !== undefined && params.max !== undefined ? ['g', n, to, seen, kind] : ['g', n, to, seen]
+}
+
+/** Where each op keeps its optional kind of rights, and how many elements it has without it. */
+const SHAPES: Readonly<Record<string, { kindAt: number; length: number; form: string }>> = {
+  i: { kindAt: -1, length: 2, form: "['i', n]" },
+  d: { kindAt: -1, length: 2, form: "['d', n]" },
+  t: { kindAt: 3, length: 3, form: "['t', n, replica, kind?]" },
+  c: { kindAt: 2, length: 2, form: "['c', n, kind?]" },
+  q: { kindAt: 5, length: 5, form: "['q', n, from, seen, no, kind?]" },
+  g: { kindAt: 4, length: 4, form: "['g', n, to, seen, kind?]" },
+}
+
 /** What is wrong with a bounded counter op from the wire, or null. */
 export function validateBoundedCounterOp(op: unknown): string | null {
   if (!Array.isArray(op)) return 'bounded counter op must be an array'
-  const [kind, n, to] = op as unknown[]
-  if (kind !== 'i' && kind !== 'd' && kind !== 't' && kind !== 'c') return `unknown bounded counter op ${JSON.stringify(kind)}`
+  const [kind, n, other, seen, no] = op as unknown[]
+  const shape = typeof kind === 'string' && Object.hasOwn(SHAPES, kind) ? SHAPES[kind] : undefined
+  if (!shape) return `unknown bounded counter op ${JSON.stringify(kind)}`
   if (!isSafeInt(n) || n <= 0) return 'bounded counter amounts must be positive safe integers'
-  const rightsKind = kind === 't' ? op[3] : kind === 'c' ? op[2] : undefined
-  if (rightsKind !== undefined && rightsKind !== 'i' && rightsKind !== 'd') return "the kind of rights is 'i' (to increment) or 'd' (to decrement)"
-  if (kind === 't') {
-    if ((op.length !== 3 && op.length !== 4) || typeof to !== 'string' || to.length === 0 || to.length > 256) return "transfer must be ['t', n, replica, kind?]"
-  } else if (kind === 'c') {
-    if (op.length !== 2 && op.length !== 3) return "claim must be ['c', n, kind?]"
-  } else if (op.length !== 2) return `bounded counter op '${kind}' takes one amount`
+  const kinded = shape.kindAt > 0 && op.length === shape.length + 1
+  if (op.length !== shape.length && !kinded) return `bounded counter op must be ${shape.form}`
+  if (kinded && op[shape.kindAt] !== 'i' && op[shape.kindAt] !== 'd') return "the kind of rights is 'i' (to increment) or 'd' (to decrement)"
+  if (kind === 't' || kind === 'q' || kind === 'g') {
+    if (typeof other !== 'string' || other.length === 0 || other.length > 256) return `bounded counter op must be ${shape.form}, with a replica id of 1 to 256 characters`
+  }
+  if ((kind === 'q' || kind === 'g') && (!isSafeInt(seen) || seen < 0)) return 'seen must be a safe integer ≥ 0'
+  if (kind === 'q' && (!isSafeInt(no) || no <= 0)) return 'an ask number must be a positive safe integer'
   return null
 }
 
@@ -151,6 +184,11 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
     return escrow ? escrow.rightsOf(replica) : Infinity
   }
 
+  /** The rights of `kind` (who holds how many, who gave whom, the asks), or undefined if no bound limits that change. */
+  rightsOfKind(kind: RightsKind): EscrowView | undefined {
+    return kind === 'i' ? this.up : this.down
+  }
+
   tryApply(op: BoundedCounterOp, ctx: OpContext): ApplyResult {
     if (op[0] === 'x') {
       this.apply(op, ctx)
@@ -163,12 +201,13 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
       const have = this.spendable(ctx.replica, kind)
       if (have < n) return violates(`replica ${ctx.replica} holds ${have} rights to ${kind === 'i' ? 'increment' : 'decrement'}, needs ${n}`)
     } else {
-      const rightsKind = kind === 't' ? op[3] : op[2]
+      const rightsKind = kindOf(op)
       const escrow = this.escrow(rightsKind)
       if (!escrow) return invalid(rightsKind === undefined ? 'a counter with both bounds needs the kind of rights (i or d)' : `this counter has no rights to ${rightsKind === 'i' ? 'increment' : 'decrement'}`)
-      if (kind === 't' && op[2] === ctx.replica) return invalid('a replica cannot transfer rights to itself')
+      const problem = kind === 'c' ? null : otherProblem(escrow, op, ctx.replica)
+      if (problem) return problem
       const from = kind === 'c' ? POOL : ctx.replica
-      if (escrow.rightsOf(from) < n) return violates(`${from === POOL ? 'the pool' : `replica ${ctx.replica}`} holds ${escrow.rightsOf(from)} rights, needs ${n}`)
+      if (kind !== 'q' && escrow.rightsOf(from) < n) return violates(`${from === POOL ? 'the pool' : `replica ${ctx.replica}`} holds ${escrow.rightsOf(from)} rights, needs ${n}`)
     }
     this.apply(op, ctx)
     return OK
@@ -237,14 +276,51 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
         this.up?.gain(me, n)
         break
       case 't':
+      case 'g':
         // A self-transfer would land on the diagonal and read as a gain after a merge.
-        if (op[2] !== me) this.escrow(op[3])?.move(me, op[2], n)
+        if (op[2] !== me) this.escrow(kindOf(op))?.move(me, op[2], n)
         break
       case 'c':
         this.escrow(op[2])?.move(POOL, me, n)
         break
+      case 'q':
+        if (op[2] !== me && op[2] !== POOL) this.escrow(op[5])?.setAsk(me, { no: op[4], from: op[2], seen: op[3], n: op[1] }, sign === -1)
+        break
     }
   }
+}
+
+/** The kind of rights a transfer, claim, ask or grant names, if it names one. */
+function kindOf(op: Extract<BoundedCounterOp, readonly ['t' | 'c' | 'q' | 'g', ...unknown[]]>): RightsKind | undefined {
+  switch (op[0]) {
+    case 't':
+      return op[3]
+    case 'c':
+      return op[2]
+    case 'q':
+      return op[5]
+    case 'g':
+      return op[4]
+  }
+}
+
+/** What makes a transfer, ask or grant by `me` invalid or a violation here (the other replica, an ask's order, a grant's rules), or null. */
+function otherProblem(escrow: Escrow, op: Extract<BoundedCounterOp, readonly ['t' | 'q' | 'g', ...unknown[]]>, me: string): ApplyResult | null {
+  const other = op[2]
+  if (other === me) return invalid('a replica cannot transfer rights to, ask rights of, or grant rights to itself')
+  if (op[0] === 'q') {
+    if (other === POOL) return invalid('the pool answers no asks: claim its rights')
+    const last = escrow.askOf(me)
+    return last && last.no >= op[4] ? invalid(`ask ${op[4]} is not after this replica's ask ${last.no}`) : null
+  }
+  if (op[0] === 'g') {
+    const given = escrow.given(me, other)
+    // The paper's rule against double grants: an ask names R[me][other] as it was, and only that state answers it.
+    if (given !== op[3]) return violates(`replica ${me} gave ${other} ${given} rights so far, not the ${op[3]} its ask saw: ${given > op[3] ? 'answered already' : 'no such ask'}`)
+    const have = escrow.rightsOf(me)
+    if (op[1] * 2 > have) return violates(`a grant gives at most half of what its author holds: ${op[1]} of ${have}`)
+  }
+  return null
 }
 
 /** A Bounded Counter's declaration: its bounds and initial value. */

@@ -12,9 +12,11 @@
  * moves in opposite directions (a decrement spends rights to decrement and
  * gains rights to increment).
  */
-export class Escrow {
+export class Escrow implements EscrowView {
   private readonly R = new Map<string, Map<string, number>>()
   private readonly U = new Map<string, number>()
+  /** Each replica's latest ask for rights (see {@link Ask}): one per replica, so the state stays bounded. */
+  private readonly asks = new Map<string, Ask>()
   /** Derived from R and U, kept in step for O(1) checks. */
   private readonly rights = new Map<string, number>()
   /** Σ R[i][i] − Σ U[i] over replicas other than the pool: gains less spends. */
@@ -34,6 +36,34 @@ export class Escrow {
   /** The rights `replica` holds. */
   rightsOf(replica: string): number {
     return this.rights.get(replica) ?? 0
+  }
+
+  /** The rights `from` gave `to` so far (R[from][to]): what an ask names, so each ask is answered once. */
+  given(from: string, to: string): number {
+    return this.cell(from, to)
+  }
+
+  /** Every replica's rights, the pool's included, in no particular order. */
+  holders(): IterableIterator<[string, number]> {
+    return this.rights.entries()
+  }
+
+  /** The latest ask of `replica`, if any. */
+  askOf(replica: string): Ask | undefined {
+    return this.asks.get(replica)
+  }
+
+  /** Every replica's latest ask, by replica. */
+  allAsks(): IterableIterator<[string, Ask]> {
+    return this.asks.entries()
+  }
+
+  /** Records `ask` as `me`'s latest (undo: `undo` true takes it back if it is still the latest). */
+  setAsk(me: string, ask: Ask, undo = false): void {
+    const had = this.asks.get(me)
+    if (undo) {
+      if (had && had.no === ask.no) this.asks.delete(me)
+    } else if (!had || compareAsks(ask, had) > 0) this.asks.set(me, ask)
   }
 
   /** Adds `n` (negative: takes back) to the gains of `me`. */
@@ -61,6 +91,7 @@ export class Escrow {
   merge(other: Escrow): void {
     for (const [from, row] of other.R) for (const [to, n] of row) if (n > this.cell(from, to)) this.setCell(from, to, n)
     for (const [replica, n] of other.U) if (n > (this.U.get(replica) ?? 0)) this.U.set(replica, n)
+    for (const [replica, ask] of other.asks) this.setAsk(replica, ask)
     this.recompute()
   }
 
@@ -83,7 +114,10 @@ export class Escrow {
     for (const [from, row] of this.R) for (const [to, n] of row) R.push([from, to, n])
     R.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0))
     const U = [...this.U.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    return { R, U }
+    if (this.asks.size === 0) return { R, U }
+    // Only with asks, so states without any keep the form (and hash) they had before asks existed.
+    const Q = [...this.asks.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([replica, q]): [string, number, string, number, number] => [replica, q.no, q.from, q.seen, q.n])
+    return { R, U, Q }
   }
 
   /** Replaces the state with a `snapshot()` (trusted input). */
@@ -92,6 +126,8 @@ export class Escrow {
     this.U.clear()
     for (const [from, to, n] of snap.R) this.setCell(from, to, n)
     for (const [replica, n] of snap.U) this.U.set(replica, n)
+    this.asks.clear()
+    for (const [replica, no, from, seen, n] of snap.Q ?? []) this.asks.set(replica, { no, from, seen, n })
     this.recompute()
   }
 
@@ -134,12 +170,52 @@ export class Escrow {
   }
 }
 
+/** What a client reads of one kind of rights to move them: holdings, what each gave another, asks. */
+export interface EscrowView {
+  /** The rights `replica` holds. */
+  rightsOf(replica: string): number
+  /** The rights `from` gave `to` so far. */
+  given(from: string, to: string): number
+  /** Every replica's rights, the pool's included. */
+  holders(): IterableIterator<[string, number]>
+  /** The latest ask of `replica`. */
+  askOf(replica: string): Ask | undefined
+  /** Every replica's latest ask. */
+  allAsks(): IterableIterator<[string, Ask]>
+}
+
 /** An escrow's canonical form (see Escrow.snapshot). */
 export interface EscrowSnapshot {
   /** The rights matrix: gains on the diagonal, transfers and claims elsewhere. */
   R: Array<[string, string, number]>
   /** Spends per replica. */
   U: Array<[string, number]>
+  /** Asks for rights, [replica, no, from, seen, n], when there are any. */
+  Q?: Array<[string, number, string, number, number]>
+}
+
+/**
+ * A replica's ask for rights from another (the paper's transfer request,
+ * §IV-D): `n` rights from `from`, which had given the asker `seen` so far.
+ * A grant answers it only while `from` has given exactly `seen`, so an ask
+ * replayed, or seen through several relays, is answered once.
+ */
+export interface Ask {
+  /** Grows with each ask of the same replica: the latest wins. */
+  readonly no: number
+  /** The replica asked. */
+  readonly from: string
+  /** R[from][asker] when it asked. */
+  readonly seen: number
+  /** How many rights it asked for. */
+  readonly n: number
+}
+
+/** Orders two asks of one replica: by `no`, then by content, so that merges agree on one. */
+function compareAsks(a: Ask, b: Ask): number {
+  if (a.no !== b.no) return a.no - b.no
+  if (a.from !== b.from) return a.from < b.from ? -1 : 1
+  return a.seen !== b.seen ? a.seen - b.seen : a.n - b.n
 }
 
 /**
