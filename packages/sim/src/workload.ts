@@ -91,7 +91,7 @@ export async function identity(label: string) {
   return { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }
 }
 
-function randomParts(rng: Rng, user: number, seq: number, docs: Documents): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
+function randomParts(rng: Rng, user: number, seq: number, docs: Documents, authors: readonly string[]): { updates: ObjectUpdate[]; safe: SafeGroup[] } {
   const acct = (i: number) => `acct:${i}`
   const updates: ObjectUpdate[] = []
   const safe: SafeGroup[] = []
@@ -116,11 +116,17 @@ function randomParts(rng: Rng, user: number, seq: number, docs: Documents): { up
       if (rng.int(0, 1) === 0) {
         safe.push({ atomic: false, updates: [{ key: 'seats', decl: SEATS, op: ['c', rng.int(1, 3)] }] })
         updates.push({ key: 'seats', decl: SEATS, ops: [['d', 1]] })
-      } else {
+      } else if (rng.int(0, 1) === 0 || authors.length < 2) {
         // Both bounds: a claim of one kind of rights, then a move toward that bound (the audit rejects it past the author's rights).
         const kind = rng.int(0, 1) === 0 ? 'i' : 'd'
         safe.push({ atomic: false, updates: [{ key: 'stock', decl: STOCK, op: ['c', rng.int(1, 3), kind] }] })
         updates.push({ key: 'stock', decl: STOCK, ops: [[kind, rng.int(1, 2)]] })
+      } else {
+        // Rights that move without consensus: an ask of another client, and a grant to one (the audit refuses a
+        // grant of more than half its author's rights, or one its ask's `seen` no longer matches: answered already).
+        const kind = rng.int(0, 1) === 0 ? 'i' : 'd'
+        const other = authors[(user + rng.int(1, authors.length - 1)) % authors.length] as string
+        updates.push({ key: 'stock', decl: STOCK, ops: [rng.int(0, 1) === 0 ? ['q', rng.int(1, 4), other, rng.int(0, 2), seq, kind] : ['g', rng.int(1, 2), other, rng.int(0, 1), kind]] })
       }
       break
     default:
@@ -136,6 +142,7 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
   const honest: Envelope[][] = []
   const ids = await Promise.all(Array.from({ length: clients }, (_, c) => identity(`sim-client-${c}`)))
   for (let c = 0; c < clients; c++) honest.push([])
+  const authors = ids.map((k) => authorIdOf(nodeCrypto, k.publicKey))
   // Round by round, each client's envelope follows the previous client's last one (it heard it):
   // deps and clocks as the SDK makes them, from a stable base of 0. The relays order them in
   // whatever order the run gives, so the audit meets deps it already holds and deps it does not.
@@ -146,7 +153,7 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
       const heard = clients > 1 ? (honest[(c + clients - 1) % clients] as Envelope[]).at(-1) : undefined
       const prev = mine.at(-1)
       const { base, clock } = composeClock(authorIdOf(nodeCrypto, me.publicKey), prev, heard ? [heard] : [], 0, () => 0)
-      const env = await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, base, clock, deps: heard ? [heard.id] : [], ...randomParts(rng, c, seq, docs) })
+      const env = await sealEnvelope(nodeCrypto, me, { space: SPACE, seq, base, clock, deps: heard ? [heard.id] : [], ...randomParts(rng, c, seq, docs, authors) })
       docs.seen(env)
       mine.push(env)
     }
@@ -176,6 +183,8 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
       { key: 'doc', decl: DOC, ops: [['d', [['nowhere:1', 0, 2 ** 31 - 1]]]] },
       { key: 'todo', decl: TODO, ops: [['m', 'nowhere:2.0', '', 1, '', 1]] },
       { key: 'meta', decl: META, ops: [['s', 'a', 'evil', 3 * MAX_STAMP_JUMP]] },
+      // Rights it does not hold granted away, and the same ask over and over (only the first is taken).
+      ...rightsJunk(authors[0]),
     ]
     const seq0 = Math.max(2, perClient >> 1)
     for (const [i, u] of bad.entries()) {
@@ -183,6 +192,14 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
     }
   }
   return { honest, twins, junk, policy: policy ? await policyChanges(ids.map((k) => k.publicKey), (await identity('sim-byzantine-client')).publicKey) : [] }
+}
+
+/** A Byzantine client's rights traffic toward `victim`: rights it does not hold granted away, and the same ask over and over (only the first is taken). */
+function rightsJunk(victim: string | undefined): ObjectUpdate[] {
+  if (victim === undefined) return []
+  const grant: ObjectUpdate = { key: 'stock', decl: STOCK, ops: [['g', 3, victim, 0, 'd']] }
+  const ask: ObjectUpdate = { key: 'stock', decl: STOCK, ops: [['q', 6, victim, 0, 1, 'i']] }
+  return [grant, ask, ask, ask]
 }
 
 /** The label of the key that administers the simulated space: the cluster file lists it among the space's admins. */

@@ -3,6 +3,22 @@ import type { Intent } from '../space/drafts.ts'
 import type { SafeResult, UpdateOptions, UpdateResult } from '../types.ts'
 import { Handle, amount, guarded } from './handles.ts'
 
+/** Options of a bounded counter's `increment` and `decrement`. */
+export interface SpendOptions extends UpdateOptions {
+  /**
+   * What a spend beyond this client's rights does. `'wait'` (default):
+   * obtain the missing rights first (claimed from the pool with a safe
+   * update while it has them, else asked of the replicas that hold the
+   * most), then spend once they are stable, with a regular update that can
+   * no longer be refused (bounded by `timeoutMs`, default the client's safe
+   * timeout); it resolves `rejected` (`invariant`) at once when all the
+   * rights there are, everyone's and the pool's, fall short. `'fail'`:
+   * resolve `rejected` (`invariant`) at once, without a round trip; the
+   * client still asks for rights in the background.
+   */
+  readonly rights?: 'wait' | 'fail'
+}
+
 /** Options of `BoundedCounterHandle.transfer`. */
 export interface TransferOptions extends UpdateOptions {
   /**
@@ -45,26 +61,28 @@ export class BoundedCounterHandle extends Handle {
 
   /** How much this client may subtract now without a round trip: its rights toward `min` (Infinity without `min`). */
   get rightsToDecrement(): number {
-    return this.host.spendableRights(this.key, this.declaration, 'd')
+    // Below 0 while a safe group that claims and spends is undecided: its claim counts once stable.
+    return Math.max(0, this.host.spendableRights(this.key, this.declaration, 'd'))
   }
 
   /** How much this client may add now without a round trip: its rights toward `max` (Infinity without `max`). */
   get rightsToIncrement(): number {
-    return this.host.spendableRights(this.key, this.declaration, 'i')
+    return Math.max(0, this.host.spendableRights(this.key, this.declaration, 'i'))
   }
 
   /**
    * Adds `n` (default 1). Without `max` this is never a spend: it always
    * fits, and gives this client `n` more rights to decrement. With `max` it
    * spends rights to increment: within `rightsToIncrement` it is a regular
-   * update (it can never cross the bound), or a safe one with
-   * `{ safe: true }`; beyond them, the missing rights are claimed from the
-   * pool in a safe atomic group, and the promise resolves like a safe
-   * update's (`rejected` with `invariant` if the pool has too few).
+   * update (it can never cross the bound nor be refused), or a safe one
+   * with `{ safe: true }`; beyond them, see {@link SpendOptions}: by
+   * default the missing rights are obtained first (`rejected` with
+   * `invariant` if the counter is nearer its bound than `n`).
    *
+   * @param options `rights`: what a spend beyond this client's rights does (see {@link SpendOptions}).
    * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
    */
-  increment(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
+  increment(n = 1, options?: SpendOptions): Promise<UpdateResult> {
     return guarded(() => this.change('i', amount(n, 'increment'), options))
   }
 
@@ -73,9 +91,10 @@ export class BoundedCounterHandle extends Handle {
    * counter has `min` (see `increment` for how spends within and beyond
    * them go), and a gain of as many rights to increment when it has `max`.
    *
+   * @param options `rights`: what a spend beyond this client's rights does (see {@link SpendOptions}).
    * @throws SteadError `malformed` (the promise rejects) unless `n` is a positive safe integer, `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
    */
-  decrement(n = 1, options?: UpdateOptions): Promise<UpdateResult> {
+  decrement(n = 1, options?: SpendOptions): Promise<UpdateResult> {
     return guarded(() => this.change('d', amount(n, 'decrement'), options))
   }
 
@@ -117,11 +136,15 @@ export class BoundedCounterHandle extends Handle {
     return kind
   }
 
-  private change(kind: RightsKind, n: number, options?: UpdateOptions): Promise<UpdateResult> {
-    if (!spendsRights(this.params, kind)) return this.send([kind, n] as BoundedCounterOp, options)
-    const items = boundedSpend(this.key, this.declaration, kind, n, this.host.spendableRights(this.key, this.declaration, kind))
-    if (items.length === 1 && !options?.safe) return this.send([kind, n] as BoundedCounterOp, options)
-    return this.host.wait(this.host.safeGroup(items), options, `an update of ${this.key}`, true)
+  private change(kind: RightsKind, n: number, options?: SpendOptions): Promise<UpdateResult> {
+    const spend = [kind, n] as BoundedCounterOp
+    if (options?.rights !== undefined && options.rights !== 'wait' && options.rights !== 'fail') throw new SteadError('malformed', `rights is 'wait' or 'fail', got ${String(options.rights)}`)
+    if (!spendsRights(this.params, kind)) return this.send(spend, options)
+    const have = this.host.spendableRights(this.key, this.declaration, kind)
+    if (have >= n) return this.send(spend, options)
+    if (options?.rights === 'fail') return Promise.resolve(rejectedRights(have, n))
+    // Rights first (claimed from the pool, or granted by other replicas, once stable), then a spend that cannot be refused.
+    return this.host.acquireRights(this.key, this.declaration, kind, n, options).then((ok) => (ok ? this.send(spend, options) : rejectedRights(this.host.spendableRights(this.key, this.declaration, kind), n)))
   }
 }
 

@@ -14,6 +14,7 @@ import {
   type AnyCrdt,
   type AnyOp,
   type Decision,
+  type BoundedCounterDeclaration,
   type BoundedCounterParams,
   type Declaration,
   type RightsKind,
@@ -46,6 +47,7 @@ import { QuorumReads } from './quorum-reads.ts'
 import { Presence } from './presence.ts'
 import { SpaceEvents } from './space-events.ts'
 import { BoundedCounterHandle } from '../handles/bounded-counter-handle.ts'
+import { RightsBroker } from './rights-broker.ts'
 import { CounterHandle, RegisterHandle, SetHandle, guarded, registerStamp, type HandleHost } from '../handles/handles.ts'
 import { ListHandle } from '../handles/list-handle.ts'
 import { MapHandle, schemaOf, type FieldKind } from '../handles/map-handle.ts'
@@ -192,6 +194,8 @@ export class Space {
   readonly presence: Presence
 
   private readonly handles = new Map<string, AnyHandle>()
+  /** Moves bounded counters' rights in the background: answers asks, claims and asks when short. */
+  private readonly rights: RightsBroker
   /** Subscribers, the app's callbacks, and the waits that look again at each progress. */
   private readonly events = new SpaceEvents(
     (which, err) => this.listenerFailed(which, err),
@@ -258,6 +262,18 @@ export class Space {
       ...(init.options.presenceTtlMs !== undefined ? { ttlMs: init.options.presenceTtlMs } : {}),
       out: (body) => this.upstream.publishPresence(body),
       listenerFailed: (err) => this.listenerFailed('presence', err),
+    })
+    this.rights = new RightsBroker({
+      authorId: this.authorId,
+      clock: this.clock,
+      ownView: (key, decl) => this.ownRightsView(key, decl),
+      prospective: (key) => {
+        const crdt = this.replica.prospective(key)
+        return crdt?.type === 'bounded-counter' ? (crdt as BoundedCounter) : undefined
+      },
+      update: (key, decl, op, safe) => this.host.update(key, decl, op, safe),
+      subscribe: (key, listener) => this.events.subscribe(key, () => listener()),
+      isOpen: () => this.lifecycle === 'open',
     })
     this.quorumReads = new QuorumReads({
       clock: this.clock,
@@ -375,7 +391,9 @@ export class Space {
     const p = { ...(given.min !== undefined ? { min: given.min } : {}), ...(given.max !== undefined ? { max: given.max } : {}), initial: given.initial } as BoundedCounterParams
     const problem = validateBoundedCounterParams(p)
     if (problem) throw new SteadError('malformed', `${key}: ${problem}`)
-    return this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
+    const handle = this.open(key, { type: 'bounded-counter', params: p }, (d) => new BoundedCounterHandle(this.host, key, d), params) as BoundedCounterHandle
+    this.rights.track(key, handle.declaration as BoundedCounterDeclaration)
+    return handle
   }
 
   /**
@@ -819,6 +837,7 @@ export class Space {
   private async shutDown(): Promise<void> {
     this.lifecycle = 'closing'
     this.presence.close()
+    this.rights.close()
     await this.batcher.close()
     this.lifecycle = 'closed'
     await this.upstream.close()
@@ -845,7 +864,12 @@ export class Space {
       wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
       safeGroup: (items) => this.localEdits.queue(items, true, () => this.queueSafe(items)),
       subscribe: (key, listener) => this.events.subscribe(key, listener),
-      spendableRights: (key, decl, kind) => this.spendableRights(key, decl, kind),
+      spendableRights: (key, decl, kind, replica) => this.spendableRights(key, decl, kind, replica),
+      acquireRights: (key, decl, kind, n, options) => {
+        const stop = new AbortController()
+        const p = this.rights.acquire(key, decl as BoundedCounterDeclaration, kind, n, stop.signal)
+        return bounded(this.clock, p, { timeoutMs: this.options.safeTimeoutMs ?? 60_000, ...options }, `rights to spend ${n} on ${key}`).finally(() => stop.abort())
+      },
       authorId: () => this.authorId,
       userId: () => userId,
       // Register stamps: the relays' time when the upstream measured it, so a fast device clock does not win.
@@ -886,23 +910,33 @@ export class Space {
     return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
   }
 
-  /** Rights of `kind` of this client on a bounded counter: the stable ones, less what its undecided updates spend (Infinity toward no bound). */
-  private spendableRights(key: string, decl: Declaration, kind: RightsKind): number {
+  /** Rights of `kind` that `replica` (default this client) holds on a bounded counter as this client may spend: see ownRightsView (Infinity toward no bound). */
+  private spendableRights(key: string, decl: Declaration, kind: RightsKind, replica: string = this.authorId): number {
     if (decl.type !== 'bounded-counter') return 0
+    return this.ownRightsView(key, decl).spendable(replica, kind)
+  }
+
+  /**
+   * A bounded counter as this client may spend from it: the stable state,
+   * plus this client's own updates not decided yet (others' are not its to
+   * count on), but for its claims: a claim may lose a race for the pool, and
+   * a spend counting on it would then be refused.
+   */
+  private ownRightsView(key: string, decl: BoundedCounterDeclaration): BoundedCounter {
     const stable = this.replica.stable(key)
     const view = (stable && stable.type === 'bounded-counter' ? stable.clone() : new BoundedCounter(decl.params)) as BoundedCounter
     for (const env of this.replica.pendingTouching(key)) {
       if (env.authorId !== this.authorId) continue
       for (const unit of envelopeUnits(env)) {
         for (const item of unit.kind === 'op' ? [unit] : unit.items) {
-          if (item.key === key && sameDeclaration(item.decl, decl)) asGeneric(view).apply(item.op, { replica: this.authorId, tag: item.tag })
+          if (item.key === key && sameDeclaration(item.decl, decl) && !isClaim(item.op)) asGeneric(view).apply(item.op, { replica: this.authorId, tag: item.tag })
         }
       }
     }
     for (const batch of this.batcher.shown()) {
-      for (const item of batch.items()) if (item.key === key) applyIntent(view, item, this.authorId, this.draftIds)
+      for (const item of batch.items()) if (item.key === key && !isClaim(item.intent)) applyIntent(view, item, this.authorId, this.draftIds)
     }
-    return view.spendable(this.authorId, kind)
+    return view
   }
 
   /**
@@ -1104,4 +1138,9 @@ export class Space {
   private listenerFailed(what: 'onStatus' | 'onSettled' | 'onChange' | 'presence', err: unknown): void {
     this.emitError(new SteadError('malformed', `${what === 'presence' ? 'a presence' : `an ${what}`} listener threw: ${(err as Error)?.message ?? String(err)}`))
   }
+}
+
+/** Whether an op or intent claims rights from a bounded counter's pool. */
+function isClaim(op: unknown): boolean {
+  return Array.isArray(op) && op[0] === 'c'
 }

@@ -43,6 +43,11 @@ export class Escrow implements EscrowView {
     return this.cell(from, to)
   }
 
+  /** What `replica` spent so far. */
+  spent(replica: string): number {
+    return this.U.get(replica) ?? 0
+  }
+
   /** Every replica's rights, the pool's included, in no particular order. */
   holders(): IterableIterator<[string, number]> {
     return this.rights.entries()
@@ -176,6 +181,8 @@ export interface EscrowView {
   rightsOf(replica: string): number
   /** The rights `from` gave `to` so far. */
   given(from: string, to: string): number
+  /** What `replica` spent so far. */
+  spent(replica: string): number
   /** Every replica's rights, the pool's included. */
   holders(): IterableIterator<[string, number]>
   /** The latest ask of `replica`. */
