@@ -92,4 +92,19 @@ describe('rights that move', () => {
     for (const r of c.relays) await r.down()
     expect(await atB.decrement(atB.rights, { rights: 'fail' })).toEqual({ status: 'stored' })
   })
+
+  it("reclaims a replica's rights into the pool: its own, always; another's, not without a policy that says so", async () => {
+    const { c, a, b, atA, atB, stop } = await twoClients(10)
+    expect(await atB.reclaim(a.authorId)).toMatchObject({ status: 'rejected', reason: 'unauthorized' })
+    expect(atA.rights).toBe(10)
+    expect(await atA.reclaim(a.authorId)).toMatchObject({ status: 'committed' })
+    expect(atA.rights).toBe(0)
+    await c.until('b sees the pool', () => atB.stable === 10 || undefined)
+    // The pool holds them now: b's spend claims from it.
+    expect(await atB.decrement(4)).toEqual({ status: 'stored' })
+    await b.flush()
+    await c.until('stable 6', () => atA.stable === 6 || undefined)
+    stop()
+    await expect(atA.reclaim('')).rejects.toMatchObject({ reason: 'malformed' })
+  })
 })

@@ -982,6 +982,11 @@ export class StableAudit {
     }
     // The policy in force at this position of the stable order: the same on every correct replica.
     const policy = this.policy()
+    const retiring = retiredBy(item)
+    // A replica's rights are its own to give back; another's, only an admin's or (for a device it revoked) its user's.
+    if (retiring !== undefined && retiring !== env.authorId && !(policy && (policy.mayAdminister(env.userId) || policy.isRevoked(env.userId, retiring)))) {
+      return { ok: false, reason: 'unauthorized', detail: `${env.userId} may not retire ${retiring}'s rights: only that replica, a space admin, or the user of a device it revoked may` }
+    }
     if (policy) {
       const problem = policyProblem(policy, env, this.space, item.key, item.op)
       if (problem) return { ok: false, reason: 'unauthorized', detail: problem }
@@ -1536,4 +1541,10 @@ function causalOrderOf(batch: readonly Envelope[]): readonly Envelope[] {
 /** The context of an envelope's op: its author is the CRDTs' replica, its user whom a policy names. */
 function opContext(env: Envelope, tag: string): OpContext {
   return { replica: env.authorId, user: env.userId, tag }
+}
+
+/** The replica a bounded counter update retires, if it is one. */
+function retiredBy(item: Item): string | undefined {
+  const op = item.op as unknown
+  return item.decl.type === 'bounded-counter' && Array.isArray(op) && op[0] === 'r' && typeof op[1] === 'string' ? op[1] : undefined
 }

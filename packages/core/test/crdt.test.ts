@@ -7,6 +7,7 @@ import {
   PNCounter,
   POOL,
   asGeneric,
+  boundedCounterType,
   compactOps,
   createCrdt,
   decodeDeclaration,
@@ -395,6 +396,68 @@ describe('Bounded Counter (escrow)', () => {
         })
         expect(c.value()).toBeGreaterThanOrEqual(0)
         expect(c.invariantsHold()).toBe(true)
+      }),
+    )
+  })
+
+  it('retires a replica: its rights go to the pool, its cells go, the value stays, and it spends nothing more', () => {
+    const c = new BoundedCounter({ min: 0, max: 100, initial: 50 })
+    const ctx = (replica: string, i: number) => ({ replica, tag: `${replica}:${i}` })
+    expect(c.tryApply(['c', 20, 'd'], ctx('X', 1)).ok).toBe(true)
+    expect(c.tryApply(['d', 5], ctx('X', 2)).ok).toBe(true)
+    expect(c.tryApply(['t', 4, 'A', 'd'], ctx('X', 3)).ok).toBe(true)
+    expect(c.tryApply(['i', 7], { replica: 'A', tag: 'A:0' }).ok).toBe(false)
+    expect(c.tryApply(['c', 10, 'i'], ctx('A', 1)).ok).toBe(true)
+    expect(c.tryApply(['t', 3, 'X', 'i'], ctx('A', 2)).ok).toBe(true)
+    expect(c.tryApply(['q', 1, 'A', 0, 1, 'd'], ctx('X', 4)).ok).toBe(true)
+    const value = c.value()
+    const poolDown = c.localRights(POOL, 'd') + c.localRights('X', 'd')
+    const poolUp = c.localRights(POOL, 'i') + c.localRights('X', 'i')
+    const [aDown, aUp] = [c.localRights('A', 'd'), c.localRights('A', 'i')]
+    expect(c.tryApply(['r', 'X'], ctx('admin', 1)).ok).toBe(true)
+    expect(c.value()).toBe(value)
+    expect([c.localRights(POOL, 'd'), c.localRights(POOL, 'i')]).toEqual([poolDown, poolUp])
+    expect([c.localRights('A', 'd'), c.localRights('A', 'i')]).toEqual([aDown, aUp])
+    expect([c.localRights('X', 'd'), c.localRights('X', 'i')]).toEqual([0, 0])
+    expect(JSON.stringify(c.snapshot())).not.toContain('"X"')
+    expect(c.invariantsHold()).toBe(true)
+    // Its later spend has nothing behind it.
+    const late = c.tryApply(['d', 1], ctx('X', 5))
+    expect(!late.ok && late.reason).toBe('invariant')
+    expect(BoundedCounter.fromSnapshot(c.params, c.snapshot()).snapshot()).toEqual(c.snapshot())
+    expect(boundedCounterType.mustBeSafe?.(['r', 'X'])).toBe(true)
+    expect(c.tryApply(['r', POOL], ctx('admin', 2)).ok).toBe(false)
+  })
+
+  it('keeps its bounds, and every kind of rights adds up to its distance, through spends, grants, asks, claims and retirements in any stable order', () => {
+    const op = fc.oneof(
+      rangeOp,
+      fc.tuple(fc.integer({ min: 1, max: 8 }), fc.constantFrom('i' as const, 'd' as const)).map(([n, k]): BoundedCounterOp => ['c', n, k]),
+      fc.constantFrom(...REPLICAS).map((r): BoundedCounterOp => ['r', r]),
+    )
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.integer({ min: 0, max: 2 }), op), { maxLength: 80 }), (steps) => {
+        const params = { min: 0, max: 60, initial: 30 }
+        const c = new BoundedCounter(params)
+        const sum = (kind: 'i' | 'd') => [...REPLICAS, POOL].reduce((s, r) => s + c.localRights(r, kind), 0)
+        steps.forEach(([who, o], i) => {
+          const replica = REPLICAS[who] as string
+          const before = REPLICAS.map((r) => [c.localRights(r, 'i'), c.localRights(r, 'd')])
+          const ok = c.tryApply(o, { replica, tag: `${replica}:${i}` }).ok
+          if (ok && o[0] === 'r') {
+            expect([c.localRights(o[1], 'i'), c.localRights(o[1], 'd')]).toEqual([0, 0])
+            // Nobody else's rights move.
+            REPLICAS.forEach((r, k) => r !== o[1] && expect([c.localRights(r, 'i'), c.localRights(r, 'd')]).toEqual(before[k]))
+            // A retired replica spends only rights it gets again.
+            expect(c.tryApply(['d', 1], { replica: o[1], tag: `late:${i}` }).ok).toBe(false)
+          }
+          expect(c.value()).toBeGreaterThanOrEqual(params.min)
+          expect(c.value()).toBeLessThanOrEqual(params.max)
+          expect(sum('d')).toBe(c.value() - params.min)
+          expect(sum('i')).toBe(params.max - c.value())
+          expect(c.invariantsHold()).toBe(true)
+        })
+        expect(BoundedCounter.fromSnapshot(params, c.snapshot()).snapshot()).toEqual(c.snapshot())
       }),
     )
   })

@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { clockInit } from '../src/clock.ts'
-import { POLICY_KEY, REDEEM_SLACK_MS, SpacePolicy, redeemBytes, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
+import { POLICY_KEY, POOL, REDEEM_SLACK_MS, SpacePolicy, redeemBytes, type BoundedCounter, type Declaration, type PolicyOp } from '../src/crdt/index.ts'
 import { toHex } from '../src/bytes.ts'
 import { nodeCrypto, verifySync } from '../src/crypto/node.ts'
 import { certifyDevice } from '../src/device.ts'
@@ -86,6 +86,27 @@ describe('space policy: the object', () => {
 })
 
 describe('space policy: the audit', () => {
+  it("lets a replica retire its own bounded-counter rights, an admin anyone's, and a user its revoked device's; nobody else", async () => {
+    const seats: Declaration = { type: 'bounded-counter', params: { min: 0, initial: 10 } }
+    const retire = (who: number): SafeGroup => ({ atomic: false, updates: [{ key: 'seats', decl: seats, op: ['r', id(who)] }] })
+    const claim = (n: number): SafeGroup => ({ atomic: false, updates: [{ key: 'seats', decl: seats, op: ['c', n] }] })
+    const r = new StableAudit({ space: SPACE })
+    const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer'], [id(2), 'writer'], [id(3), 'writer']], 'none'])] })
+    const claims = [await seal(1, 1, { safe: [claim(2)] }), await seal(2, 1, { safe: [claim(2)] }), await seal(3, 1, { safe: [claim(2)] }), await seal(4, 1, { safe: [claim(2)] })]
+    const byStranger = await seal(2, 2, { safe: [retire(3)] })
+    const byItself = await seal(3, 2, { safe: [retire(3)] })
+    const byAdmin = await seal(0, 2, { safe: [retire(2)] })
+    const byUserBeforeRevoking = await seal(1, 2, { safe: [retire(4)] })
+    const revoke = await seal(1, 3, { safe: [change(['v', id(1), id(4)])] })
+    const byUser = await seal(1, 4, { safe: [retire(4)] })
+    const decisions = r.commit([create, ...claims, byStranger, byItself, byAdmin, byUserBeforeRevoking, revoke, byUser]).decisions
+    expect(statuses(decisions).slice(5)).toEqual(['rejected:unauthorized', 'committed', 'committed', 'rejected:unauthorized', 'committed', 'committed'])
+    const stock = r.stable('seats') as BoundedCounter
+    // The retired replicas' rights went back to the pool; user 1's own stayed with it.
+    expect(stock.localRights(POOL)).toBe(2 + 2 + 2 + 2)
+    expect(stock.localRights(id(1))).toBe(2)
+  })
+
   it('checks every update against the policy in force at its position: a revoked writer keeps its earlier updates, loses its later ones', async () => {
     const r = new StableAudit({ space: SPACE })
     const create = await seal(0, 1, { safe: [change(['i', [[id(0), 'admin'], [id(1), 'writer']], 'none'])] })

@@ -126,6 +126,8 @@ function randomParts(rng: Rng, user: number, seq: number, docs: Documents, autho
         // grant of more than half its author's rights, or one its ask's `seen` no longer matches: answered already).
         const kind = rng.int(0, 1) === 0 ? 'i' : 'd'
         const other = authors[(user + rng.int(1, authors.length - 1)) % authors.length] as string
+        // Now and then a client gives all its rights back to the pool (it leaves; a later spend of it has nothing behind it).
+        if (rng.int(0, 4) === 0) safe.push({ atomic: false, updates: [{ key: 'stock', decl: STOCK, op: ['r', authors[user] as string] }] })
         updates.push({ key: 'stock', decl: STOCK, ops: [rng.int(0, 1) === 0 ? ['q', rng.int(1, 4), other, rng.int(0, 2), seq, kind] : ['g', rng.int(1, 2), other, rng.int(0, 1), kind]] })
       }
       break
@@ -189,6 +191,11 @@ export async function prepareWorkload(seed: number, clients: number, perClient: 
     const seq0 = Math.max(2, perClient >> 1)
     for (const [i, u] of bad.entries()) {
       junk.push(await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq: seq0 + 1 + i, clock: clockInit(), deps: [], updates: [u], safe: [] }))
+    }
+    // And an honest client's rights reclaimed, which only it (or an admin) may do.
+    if (authors[0]) {
+      const reclaim: SafeGroup = { atomic: false, updates: [{ key: 'stock', decl: STOCK, op: ['r', authors[0]] }] }
+      junk.push(await sealEnvelope(nodeCrypto, evil, { space: SPACE, seq: seq0 + 1 + bad.length, clock: clockInit(), deps: [], updates: [], safe: [reclaim] }))
     }
   }
   return { honest, twins, junk, policy: policy ? await policyChanges(ids.map((k) => k.publicKey), (await identity('sim-byzantine-client')).publicKey) : [] }

@@ -1,6 +1,6 @@
 import { SteadError, claimOp, spendsRights, transferOp, type BoundedCounter, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
 import type { Intent } from '../space/drafts.ts'
-import type { SafeResult, UpdateOptions, UpdateResult } from '../types.ts'
+import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 import { Handle, amount, guarded } from './handles.ts'
 
 /** Options of a bounded counter's `increment` and `decrement`. */
@@ -116,6 +116,25 @@ export class BoundedCounterHandle extends Handle {
       const have = this.host.spendableRights(this.key, this.declaration, kind)
       if (have < n) return Promise.resolve(rejectedRights(have, n))
       return this.send(op, options)
+    })
+  }
+
+  /**
+   * Gives back the rights of a replica that left for good (a lost or
+   * retired device) to the pool, where others can claim them, and takes it
+   * out of the counter's matrix. A safe update: it commits when `author`
+   * is this client itself, or this client's user is a space admin, or
+   * `author` is a device of this client's user that the space's policy
+   * revoked; else it is `rejected` (`unauthorized`). After it, `author`
+   * spends only rights it gets again.
+   *
+   * @param author The replica's author id.
+   * @throws SteadError `malformed` (the promise rejects) unless `author` is an author id; `timeout` or `aborted` as `options` say; {@link ClosedError} after the space closed.
+   */
+  reclaim(author: string, options?: WaitOptions): Promise<SafeResult> {
+    return guarded(() => {
+      if (typeof author !== 'string' || author.length === 0 || author.length > 256) throw new SteadError('malformed', 'reclaim needs an author id')
+      return this.send(['r', author], { ...options, safe: true }) as Promise<SafeResult>
     })
   }
 

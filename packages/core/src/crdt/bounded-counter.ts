@@ -40,6 +40,10 @@ export type RightsKind = 'i' | 'd'
  *   that saw `seen`: refused unless the author gave `to` exactly `seen`
  *   so far (so an ask is answered once), or if n is more than half the
  *   author's rights;
+ * - `['r', replica]` retire a replica (a device that left for good): its
+ *   rights of both kinds go back to the pool and its cells and ask go, so
+ *   the matrix keeps only replicas still around. A safe update; who may
+ *   send it is the space's to say (see `reclaimProblem`);
  * - `['x', op]` undo op (only produced by `inverse`).
  *
  * `kind` may be left out on a counter with one bound (its rights are of one
@@ -56,6 +60,7 @@ export type BoundedCounterOp =
   | readonly ['q', number, string, number, number, RightsKind]
   | readonly ['g', number, string, number]
   | readonly ['g', number, string, number, RightsKind]
+  | readonly ['r', string]
   | readonly ['x', BoundedCounterOp]
 
 /** What is wrong with bounded counter params (no bound, not safe integers, initial outside the bounds), or null. */
@@ -118,6 +123,8 @@ const SHAPES: Readonly<Record<string, { kindAt: number; length: number; form: st
 export function validateBoundedCounterOp(op: unknown): string | null {
   if (!Array.isArray(op)) return 'bounded counter op must be an array'
   const [kind, n, other, seen, no] = op as unknown[]
+  if (kind === 'r') return op.length === 2 && typeof n === 'string' && n.length > 0 && n.length <= 256 && n !== POOL ? null : "retire must be ['r', replica], a replica id of 1 to 256 characters other than the pool's"
+
   const shape = typeof kind === 'string' && Object.hasOwn(SHAPES, kind) ? SHAPES[kind] : undefined
   if (!shape) return `unknown bounded counter op ${JSON.stringify(kind)}`
   if (!isSafeInt(n) || n <= 0) return 'bounded counter amounts must be positive safe integers'
@@ -196,6 +203,10 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
     }
     const problem = validateBoundedCounterOp(op)
     if (problem) return invalid(problem)
+    if (op[0] === 'r') {
+      this.apply(op, ctx)
+      return OK
+    }
     const [kind, n] = op
     if (kind === 'i' || kind === 'd') {
       const have = this.spendable(ctx.replica, kind)
@@ -262,6 +273,11 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
   private change(op: BoundedCounterOp, ctx: OpContext, sign: 1 | -1): void {
     if (op[0] === 'x') {
       this.change(op[1], ctx, sign === 1 ? -1 : 1)
+      return
+    }
+    if (op[0] === 'r') {
+      // Not undone: a retirement is decided in the stable order, never shown ahead of it.
+      if (sign === 1) for (const escrow of [this.down, this.up]) escrow?.retire(op[1])
       return
     }
     const me = ctx.replica
@@ -356,6 +372,6 @@ export const boundedCounterType: ObjectType<BoundedCounterDeclaration, BoundedCo
   create: (d) => new BoundedCounter(d.params),
   restore: (d, snap) => BoundedCounter.fromSnapshot(d.params, snap as BoundedCounterSnapshot),
   hasInvariants: () => false,
-  // Pool claims race each other; only the stable order may decide which fit.
-  mustBeSafe: (op) => Array.isArray(op) && op[0] === 'c',
+  // Pool claims race each other, and a retirement must come after the spends the order puts before it: only the stable order may decide.
+  mustBeSafe: (op) => Array.isArray(op) && (op[0] === 'c' || op[0] === 'r'),
 }

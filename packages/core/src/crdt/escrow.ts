@@ -19,8 +19,10 @@ export class Escrow implements EscrowView {
   private readonly asks = new Map<string, Ask>()
   /** Derived from R and U, kept in step for O(1) checks. */
   private readonly rights = new Map<string, number>()
-  /** Σ R[i][i] − Σ U[i] over replicas other than the pool: gains less spends. */
+  /** Σ R[i][i] − Σ U[i] over replicas other than the pool, plus `folded`: gains less spends. */
   private netGain = 0
+  /** Gains less spends of replicas retired (see retire): their cells are gone, not what they did to the value. */
+  private folded = 0
 
   /** An escrow whose {@link POOL} holds `initial` rights (not a gain: it stays out of `net`). */
   constructor(initial: number) {
@@ -71,6 +73,36 @@ export class Escrow implements EscrowView {
     } else if (!had || compareAsks(ask, had) > 0) this.asks.set(me, ask)
   }
 
+  /**
+   * Takes `replica` out of the escrow for good (a device that left): its
+   * rights go to the pool, and its cells go, so the matrix holds only
+   * replicas still around. Rights between it and another replica become the
+   * pool's (what it gave `j` net of what `j` gave it, as if the pool had);
+   * its gains less spends stay in the value. Ordered (a safe update): a
+   * merge does not join states on either side of a retirement.
+   */
+  retire(replica: string): void {
+    if (replica === POOL) return
+    const gained = this.cell(replica, replica) - (this.U.get(replica) ?? 0)
+    // Everyone it gave to or got from: rows that name it, and the columns of its own row.
+    const others = new Set([...this.R.keys(), ...(this.R.get(replica)?.keys() ?? [])])
+    others.delete(replica)
+    for (const other of others) {
+      const net = this.cell(replica, other) - this.cell(other, replica)
+      this.R.get(other)?.delete(replica)
+      if (other === POOL) continue
+      if (net > 0) this.setCell(POOL, other, this.cell(POOL, other) + net)
+      else if (net < 0) this.setCell(other, POOL, this.cell(other, POOL) - net)
+    }
+    this.R.delete(replica)
+    this.U.delete(replica)
+    this.asks.delete(replica)
+    // The pool takes the replica's rights: what the removed cells gave it, plus its own gains less spends.
+    if (gained !== 0) this.setCell(POOL, POOL, this.cell(POOL, POOL) + gained)
+    this.folded += gained
+    this.recompute()
+  }
+
   /** Adds `n` (negative: takes back) to the gains of `me`. */
   gain(me: string, n: number): void {
     this.setCell(me, me, this.cell(me, me) + n)
@@ -119,10 +151,9 @@ export class Escrow implements EscrowView {
     for (const [from, row] of this.R) for (const [to, n] of row) R.push([from, to, n])
     R.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0))
     const U = [...this.U.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    if (this.asks.size === 0) return { R, U }
-    // Only with asks, so states without any keep the form (and hash) they had before asks existed.
+    // Asks and retirements only when there are some, so other states keep the form (and hash) they had before either existed.
     const Q = [...this.asks.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([replica, q]): [string, number, string, number, number] => [replica, q.no, q.from, q.seen, q.n])
-    return { R, U, Q }
+    return { R, U, ...(Q.length > 0 ? { Q } : {}), ...(this.folded !== 0 ? { F: this.folded } : {}) }
   }
 
   /** Replaces the state with a `snapshot()` (trusted input). */
@@ -133,6 +164,7 @@ export class Escrow implements EscrowView {
     for (const [replica, n] of snap.U) this.U.set(replica, n)
     this.asks.clear()
     for (const [replica, no, from, seen, n] of snap.Q ?? []) this.asks.set(replica, { no, from, seen, n })
+    this.folded = snap.F ?? 0
     this.recompute()
   }
 
@@ -155,7 +187,7 @@ export class Escrow implements EscrowView {
 
   private recompute(): void {
     this.rights.clear()
-    this.netGain = 0
+    this.netGain = this.folded
     for (const [from, row] of this.R) {
       for (const [to, n] of row) {
         if (from === to) {
@@ -199,6 +231,8 @@ export interface EscrowSnapshot {
   U: Array<[string, number]>
   /** Asks for rights, [replica, no, from, seen, n], when there are any. */
   Q?: Array<[string, number, string, number, number]>
+  /** Gains less spends of retired replicas, when not 0. */
+  F?: number
 }
 
 /**
