@@ -1,12 +1,14 @@
 /**
  * This tab's own operations and what became of them. A regular update is
- * `pending` until the SDK stored it locally, then `stable` once the client
- * has no undecided update left (so this one is in the stable order too). A
+ * `pending` until the SDK stored it locally (`held` when an invariant keeps
+ * it out of the value for now), then `stable` once the client has no
+ * undecided update left (so this one is in the stable order too; a held
+ * one the order rejected shows as a client error). A
  * safe update is `pending` until the relays committed or rejected it.
  */
 import type { UpdateResult } from '@stead/client'
 
-export type OperationState = 'pending' | 'stored' | 'stable' | 'committed' | 'rejected' | 'failed'
+export type OperationState = 'pending' | 'stored' | 'held' | 'stable' | 'committed' | 'rejected' | 'failed'
 
 export interface Operation {
   readonly id: number
@@ -55,7 +57,7 @@ export class OperationLog {
 
   private markStable(): void {
     if (!this.client || this.client.status.pending !== 0) return
-    const stored = this.ops.filter((o) => o.state === 'stored')
+    const stored = this.ops.filter((o) => o.state === 'stored' || o.state === 'held')
     for (const op of stored) this.put({ ...op, state: 'stable' })
   }
 
@@ -118,6 +120,8 @@ function outcome(result: UpdateResult, latency: number): Partial<Operation> {
   switch (result.status) {
     case 'stored':
       return { state: 'stored', latency }
+    case 'held':
+      return { state: 'held', latency, reason: result.reason, detail: result.detail }
     case 'committed':
       return { state: 'committed', latency, index: result.index }
     case 'rejected':

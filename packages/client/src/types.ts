@@ -38,12 +38,29 @@ export type SafeResult =
 
 /**
  * What an update's promise resolves to: `stored` for a regular update (it is
- * durable on this device and will be sent), a SafeResult for a safe one.
+ * durable on this device and will be sent), `held` for one stored but kept
+ * out of the prospective value by an invariant, a SafeResult for a safe one.
  */
 export type UpdateResult =
   | {
       /** A regular update, stored on this device: it shows in `value` and will reach the stable order. */
       readonly status: 'stored'
+    }
+  | {
+      /**
+       * A regular update, stored on this device, that would break the
+       * object's invariant if it applied now (a decrement past `min`, an add
+       * past `maxSize`, ...): it is held back from `value` (the handle's
+       * `pending` lists it) and will reach the stable order, which commits
+       * it if other updates made room by then, else rejects it (`onError`
+       * says so). Not a refusal: use `{ safe: true }` to wait for the
+       * decision.
+       */
+      readonly status: 'held'
+      /** Always `invariant`. */
+      readonly reason: 'invariant'
+      /** A sentence for logs and developers, not for matching on. */
+      readonly detail: string
     }
   | SafeResult
 

@@ -123,9 +123,10 @@ describe('handles and values', () => {
     await c.until('b hears of a', () => mine.pending.length === 1 && !mine.pending[0]!.own)
     expect(mine.value).toBe(4) // its own withdrawal fits; a's (arriving later) is held back
     const set = a.set<string>('seats', { maxSize: 2 })
-    await set.add('x')
+    expect(await set.add('x')).toEqual({ status: 'stored' })
     await set.add('y')
-    await set.add('z')
+    // Stored, but it cannot apply now: its promise says so (and the order decides it).
+    expect(await set.add('z')).toMatchObject({ status: 'held', reason: 'invariant', detail: expect.stringContaining('seats: held back') })
     expect(set.values().sort()).toEqual(['x', 'y'])
     expect(set.pending).toEqual([{ element: 'z', own: true }])
     const stop2 = committing(c)

@@ -4,6 +4,7 @@ import type { Operation } from '../operations.ts'
 const STATE_TEXT: Record<Operation['state'], string> = {
   pending: 'pending',
   stored: 'stored locally',
+  held: 'held back',
   stable: 'stable',
   committed: 'committed',
   rejected: 'rejected',
@@ -24,7 +25,7 @@ export function OperationsLog() {
             <span className="op-label">{op.label}</span>
             <span className="op-state" data-testid="op-state">
               {STATE_TEXT[op.state]}
-              {op.state === 'rejected' || op.state === 'failed' ? `: ${op.reason ?? '?'}` : ''}
+              {op.state === 'rejected' || op.state === 'failed' || op.state === 'held' ? `: ${op.reason ?? '?'}` : ''}
               {op.state === 'committed' && op.index !== undefined ? ` @${op.index}` : ''}
             </span>
             <span className="op-latency" title={op.safe ? 'from the call to the relays\' decision' : 'from the call to stored on this device'}>

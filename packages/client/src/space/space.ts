@@ -5,6 +5,7 @@ import {
   asGeneric,
   createCrdt,
   describeDeclaration,
+  hasInvariants,
   envelopeUnits,
   isWellFormed,
   placementProblem,
@@ -882,7 +883,11 @@ export class Space {
 
   private queueRegular(item: DraftItem): Promise<UpdateResult> {
     this.assertOpen()
-    return this.batcher.addRegular(item)
+    const stored = this.batcher.addRegular(item)
+    // Showing it put it in the view's held-back list when it cannot apply now: say so rather than a plain `stored`.
+    if (!hasInvariants(item.decl) || !this.views.heldBack(item.key).some((h) => h.own && h.op === item.intent)) return stored
+    const held: UpdateResult = { status: 'held', reason: 'invariant', detail: `${item.key}: held back, it would break ${describeDeclaration(item.decl)} now; the stable order decides it` }
+    return stored.then((r) => (r.status === 'stored' ? held : r))
   }
 
   private queueSafe(items: readonly DraftItem[]): Promise<SafeResult> {
