@@ -60,6 +60,23 @@ test.describe('two users', () => {
     await bob.expectBalance('travel', 50)
   })
 
+  test('petty cash: a spend claims rights from the pool, a spend within them stays local, and both pages see who holds them', async () => {
+    const cash = (u: User) => u.page.getByTestId('petty-cash')
+    await expect(cash(alice).getByTestId('cash-holders')).toContainText('pool (unclaimed)200300')
+    await cash(alice).getByTestId('cash-amount').fill('5')
+    await cash(alice).getByTestId('cash-spend').click()
+    await expect(cash(bob).getByTestId('cash-stable')).toHaveText('195')
+    // Alice claimed rights beyond the 5 she spent and shows in Bob's table by her name; the pool holds the rest.
+    await expect(cash(bob).getByTestId('cash-holders')).toContainText('Alice')
+    const spendable = Number((await cash(alice).getByTestId('cash-rights').textContent())?.match(/spend (\d+)/)?.[1])
+    expect(spendable).toBeGreaterThan(0)
+    // Within her rights: stored locally at once, no round trip.
+    await cash(alice).getByTestId('cash-amount').fill('1')
+    await cash(alice).getByTestId('cash-spend').click()
+    await expect(alice.ops('stable').first()).toContainText('spend 1 of petty cash')
+    await expect(cash(bob).getByTestId('cash-stable')).toHaveText('194')
+  })
+
   test('concurrent withdrawals beyond the balance: only what fits commits, the rest is rejected (invariant)', async () => {
     const loser = await concurrentWithdrawals(alice, bob)
     await loser.page.getByTestId('operations').scrollIntoViewIfNeeded()

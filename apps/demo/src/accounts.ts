@@ -7,6 +7,10 @@ export const ACCOUNTS = [
 
 export type AccountId = (typeof ACCOUNTS)[number]['id']
 
+/** Petty cash: a Bounded Counter between 0 and 500, spent from rights each user holds. */
+export const CASH_KEY = 'cash:petty'
+export const CASH = { min: 0, max: 500, initial: 200 } as const
+
 /** Every balance is a PN-Counter that the audit never lets go below zero. */
 export const BALANCE = { min: 0 } as const
 

@@ -42,7 +42,7 @@ export { parseClusterDescriptor, type ClusterDescriptor } from './transport/clus
 export type { SocketLike, SocketFactory } from './transport/transport.ts'
 export type { PeerEvents, PeerLink, PeerNetwork, PeerStats } from './peers/peers.ts'
 export type { ClientOptions, ClientStatus, ObjectOptions, RelayStatus, SafeResult, SessionsStatus, UpdateOptions, UpdateResult, WaitOptions } from './types.ts'
-export { SteadError, isSteadError, type Assoc, type ErrorReason, type MarkExpand, type MarkSpec, type MarkValue, type RegisterValue, type SetElement, type TextSpan } from '@stead/core'
+export { POOL, SteadError, isSteadError, type Assoc, type ErrorReason, type MarkExpand, type MarkSpec, type MarkValue, type RegisterValue, type SetElement, type TextSpan } from '@stead/core'
 export type { ClientStorage, StorageChange, StorageEntry, StorageKey } from './storage/types.ts'
 export { StorageError, isStorageError, type StorageFailure } from './storage/errors.ts'
 export { compareStorageKeys, MAX_KEY_BYTES } from './storage/keys.ts'

@@ -1,5 +1,6 @@
 import { ACCOUNTS } from '../accounts.ts'
 import { AccountCard } from './AccountCard.tsx'
+import { PettyCash } from './PettyCash.tsx'
 import { TransferForm } from './TransferForm.tsx'
 
 /** The shared team treasury: balances that never go below zero in the stable state. */
@@ -15,6 +16,7 @@ export function Treasury() {
         {ACCOUNTS.map((a) => (
           <AccountCard key={a.id} account={a} />
         ))}
+        <PettyCash />
       </div>
       <TransferForm />
     </section>

@@ -1,4 +1,4 @@
-import { SteadError, claimOp, spendsRights, transferOp, type BoundedCounter, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
+import { POOL, SteadError, claimOp, spendsRights, transferOp, type BoundedCounter, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
 import type { Intent } from '../space/drafts.ts'
 import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 import { Handle, amount, guarded } from './handles.ts'
@@ -68,6 +68,25 @@ export class BoundedCounterHandle extends Handle {
   /** How much this client may add now without a round trip: its rights toward `max` (Infinity without `max`). */
   get rightsToIncrement(): number {
     return Math.max(0, this.host.spendableRights(this.key, this.declaration, 'i'))
+  }
+
+  /**
+   * Who holds the counter's rights in the stable state, most first: each
+   * author's rights to decrement and to increment (0 toward no bound), the
+   * pool's (not yet claimed) under {@link POOL}. What an app shows to
+   * explain why a spend went local or had to ask.
+   */
+  holders(): Array<{ readonly author: string; readonly toDecrement: number; readonly toIncrement: number }> {
+    const state = this.host.stable(this.key) as BoundedCounter | undefined
+    const down = state?.rightsOfKind('d')
+    const up = state?.rightsOfKind('i')
+    const authors = new Set<string>([POOL, ...[...(down?.holders() ?? [])].map(([a]) => a), ...[...(up?.holders() ?? [])].map(([a]) => a)])
+    const initial = (kind: RightsKind): number => (kind === 'd' ? (this.params.min === undefined ? 0 : this.params.initial - this.params.min) : this.params.max === undefined ? 0 : this.params.max - this.params.initial)
+    const of = (view: typeof down, kind: RightsKind, author: string): number => (view ? view.rightsOf(author) : author === POOL && spendsRights(this.params, kind) ? initial(kind) : 0)
+    return [...authors]
+      .map((author) => ({ author, toDecrement: of(down, 'd', author), toIncrement: of(up, 'i', author) }))
+      .filter((h) => h.author === POOL || h.toDecrement > 0 || h.toIncrement > 0)
+      .sort((a, b) => b.toDecrement + b.toIncrement - (a.toDecrement + a.toIncrement) || (a.author < b.author ? -1 : 1))
   }
 
   /**
