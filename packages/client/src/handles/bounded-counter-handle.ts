@@ -3,6 +3,16 @@ import type { Intent } from '../space/drafts.ts'
 import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 import { Handle, amount, guarded } from './handles.ts'
 
+/** One holder of a bounded counter's rights (`BoundedCounterHandle.holders`). */
+export interface RightsHolder {
+  /** The author id, or POOL for the rights nobody claimed yet. */
+  readonly author: string
+  /** Its rights to decrement (toward `min`; 0 without `min`). */
+  readonly toDecrement: number
+  /** Its rights to increment (toward `max`; 0 without `max`). */
+  readonly toIncrement: number
+}
+
 /** Options of a bounded counter's `increment` and `decrement`. */
 export interface SpendOptions extends UpdateOptions {
   /**
@@ -76,7 +86,7 @@ export class BoundedCounterHandle extends Handle {
    * pool's (not yet claimed) under {@link POOL}. What an app shows to
    * explain why a spend went local or had to ask.
    */
-  holders(): Array<{ readonly author: string; readonly toDecrement: number; readonly toIncrement: number }> {
+  holders(): RightsHolder[] {
     const state = this.host.stable(this.key) as BoundedCounter | undefined
     const down = state?.rightsOfKind('d')
     const up = state?.rightsOfKind('i')
