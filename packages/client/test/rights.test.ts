@@ -60,6 +60,24 @@ describe('rights that move', () => {
     expect(opsOf(c.submitted.values(), a.authorId, 'stock', 'g')).toHaveLength(1)
   })
 
+  it('spends waiting for the same rights side by side: only as many go as the rights cover, and each that resolves stored commits', async () => {
+    const c = await world.cluster()
+    const a = await world.client(c)
+    await online(c, [a])
+    const seats = a.boundedCounter('seats', { min: 0, initial: 2 })
+    const stop = committing(c)
+    const results = await Promise.all([seats.decrement(1), seats.decrement(1), seats.decrement(1)])
+    expect(results.map((r) => r.status).sort()).toEqual(['rejected', 'stored', 'stored'])
+    const errors: string[] = []
+    a.onError((e) => errors.push(e.message))
+    await a.flush()
+    await c.until('stable 0', () => seats.stable === 0 || undefined)
+    await a.settled({ timeoutMs: 10_000 })
+    stop()
+    expect(errors).toEqual([])
+    expect(seats.stable).toBe(0)
+  })
+
   it("{ rights: 'fail' } refuses a spend beyond the client's rights at once, and sends nothing", async () => {
     const c = await world.cluster()
     const a = await world.client(c)

@@ -192,7 +192,14 @@ export class BoundedCounterHandle extends Handle {
     if (have >= n) return this.send(spend, options)
     if (options?.rights === 'fail') return Promise.resolve(rejectedRights(have, n))
     // Rights first (claimed from the pool, or granted by other replicas, once stable), then a spend that cannot be refused.
-    return this.host.acquireRights(this.key, this.declaration, kind, n, options).then((ok) => (ok ? this.send(spend, options) : rejectedRights(this.host.spendableRights(this.key, this.declaration, kind), n)))
+    const attempt = (): Promise<UpdateResult> =>
+      this.host.acquireRights(this.key, this.declaration, kind, n, options).then((ok) => {
+        const now = this.host.spendableRights(this.key, this.declaration, kind)
+        if (!ok) return rejectedRights(now, n)
+        // Another spend of this client waiting beside this one may have taken them first: wait again.
+        return now >= n ? this.send(spend, options) : attempt()
+      })
+    return attempt()
   }
 }
 
