@@ -363,6 +363,10 @@ describe('Bounded Counter (escrow)', () => {
     expect(c.tryApply(['q', 1, 'B', 4, 2], ctx('A', 3)).ok).toBe(true)
     expect(c.tryApply(['g', 1, 'A', 4], ctx('B', 5)).ok).toBe(true)
     expect(c.value()).toBe(10)
+    // Half rounded up: a replica down to its last right may give it.
+    expect(c.tryApply(['t', 1, 'C'], ctx('B', 6)).ok).toBe(true)
+    expect(c.tryApply(['g', 1, 'A', 0], ctx('C', 1)).ok).toBe(true)
+    expect(c.localRights('C')).toBe(0)
     expect(c.tryApply(['q', 1, 'A', 0, 1], ctx('A', 4)).ok).toBe(false)
     expect(c.tryApply(['q', 1, POOL, 0, 1], ctx('C', 1)).ok).toBe(false)
     // Asks travel in the state: a snapshot keeps them, and a merge keeps each replica's latest.

@@ -21,8 +21,9 @@ export interface SpendOptions extends UpdateOptions {
    * update while it has them, else asked of the replicas that hold the
    * most), then spend once they are stable, with a regular update that can
    * no longer be refused (bounded by `timeoutMs`, default the client's safe
-   * timeout); it resolves `rejected` (`invariant`) at once when all the
-   * rights there are, everyone's and the pool's, fall short. `'fail'`:
+   * timeout); it resolves `rejected` (`invariant`) as soon as the rights
+   * that could reach this client fall short: its own, the pool's, and half
+   * (rounded up) of what each client holding more has. `'fail'`:
    * resolve `rejected` (`invariant`) at once, without a round trip; the
    * client still asks for rights in the background.
    */

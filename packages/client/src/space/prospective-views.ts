@@ -13,6 +13,8 @@ import { ViewCache } from './view-cache.ts'
  */
 export class ProspectiveViews {
   private readonly cache = new ViewCache()
+  /** Views of the stable state plus this client's own updates only (a bounded counter's spendable rights), dropped with the others. */
+  private readonly own = new Map<string, AnyCrdt>()
   private readonly guarded: GuardedViews
   private readonly source: GuardedSource
 
@@ -54,9 +56,17 @@ export class ProspectiveViews {
     return this.cache.heldBack(key) ?? []
   }
 
+  /** The view of `key` that only this client's own updates shape, made by `compute` when none is kept; callers only read it. */
+  ownView<T extends AnyCrdt>(key: string, compute: () => T): T {
+    let view = this.own.get(key)
+    if (!view) this.own.set(key, (view = compute()))
+    return view as T
+  }
+
   /** New drafts of this client join the views kept (`several`: one group). */
   show(items: readonly DraftItem[], several: boolean): void {
     for (const item of items) {
+      this.own.delete(item.key)
       // A group is shown all or nothing: its views are computed again together (see guardedView); a deletion empties its view.
       if (several || isDeletion(item.decl)) {
         this.drop(item.key)
@@ -72,6 +82,7 @@ export class ProspectiveViews {
   /** Drops a kept view, and every view computed together with it. */
   drop(key: string): void {
     this.cache.drop(key)
+    this.own.delete(key)
   }
 
   /** Computes the views of guarded objects (and the objects tied to them) and keeps them with what each holds back. */

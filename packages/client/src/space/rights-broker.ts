@@ -29,9 +29,15 @@ interface Tracked {
   readonly asked: Map<RightsKind, { readonly at: number; readonly from: string }>
   /** Kinds with a claim from the pool on its way. */
   readonly claiming: Set<RightsKind>
-  /** How many rights of each kind a spend waits for (the most any waiting spend needs). */
-  readonly needs: Map<RightsKind, number>
+  /** Spends waiting for rights (see acquire), in the order they came. */
+  readonly waiters: Set<Waiter>
   soon: HostTimer | undefined
+}
+
+interface Waiter {
+  readonly kind: RightsKind
+  readonly n: number
+  readonly done: (enough: boolean) => void
 }
 
 /**
@@ -60,7 +66,7 @@ export class RightsBroker {
   /** Starts looking after `key`'s rights (a bounded counter the app opened). */
   track(key: string, decl: BoundedCounterDeclaration): void {
     if (this.tracked.has(key)) return
-    this.tracked.set(key, { decl, unsubscribe: this.port.subscribe(key, () => this.soon(key)), asked: new Map(), claiming: new Set(), needs: new Map(), soon: undefined })
+    this.tracked.set(key, { decl, unsubscribe: this.port.subscribe(key, () => this.soon(key)), asked: new Map(), claiming: new Set(), waiters: new Set(), soon: undefined })
     this.arm()
     this.soon(key)
   }
@@ -72,40 +78,36 @@ export class RightsBroker {
     for (const t of this.tracked.values()) {
       t.unsubscribe()
       t.soon?.cancel()
+      for (const w of t.waiters) w.done(false)
     }
     this.tracked.clear()
   }
 
   /**
    * Waits until this client may spend `n` of `kind` on `key` by itself,
-   * asking for what it lacks (see the class). Resolves false at once when
-   * all the rights of that kind, everyone's and the pool's, add up to less
-   * than `n`: no spend of `n` can fit then. The caller bounds the wait.
+   * asking for what it lacks (see the class). Resolves false as soon as the
+   * rights that could reach it fall short of `n`: its own, the pool's, and
+   * what the others would grant (half of each holding, rounded up, from
+   * those holding more). The caller bounds the wait.
    */
   acquire(key: string, decl: BoundedCounterDeclaration, kind: RightsKind, n: number, abort: AbortSignal): Promise<boolean> {
     this.track(key, decl)
+    const t = this.tracked.get(key) as Tracked
     return new Promise<boolean>((resolve) => {
-      let done = false
-      const check = (): void => {
-        if (done) return
-        const view = this.port.ownView(key, decl).rightsOfKind(kind) as EscrowView
-        const enough = view.rightsOf(this.port.authorId) >= n
-        if (enough || abort.aborted || distance(view) < n || !this.port.isOpen()) {
-          done = true
-          stop()
-          abort.removeEventListener('abort', check)
-          const t = this.tracked.get(key)
-          if (t && (t.needs.get(kind) ?? 0) <= n) t.needs.delete(kind)
+      const waiter: Waiter = {
+        kind,
+        n,
+        done: (enough) => {
+          t.waiters.delete(waiter)
+          abort.removeEventListener('abort', onAbort)
           resolve(enough)
-          return
-        }
-        const t = this.tracked.get(key)
-        if (t) t.needs.set(kind, Math.max(n, t.needs.get(kind) ?? 0))
-        this.soon(key)
+        },
       }
-      const stop = this.port.subscribe(key, check)
-      abort.addEventListener('abort', check)
-      check()
+      const onAbort = (): void => waiter.done(false)
+      if (abort.aborted) return resolve(false)
+      abort.addEventListener('abort', onAbort)
+      t.waiters.add(waiter)
+      this.step(key)
     })
   }
 
@@ -131,36 +133,59 @@ export class RightsBroker {
 
   private step(key: string): void {
     const t = this.tracked.get(key)
-    if (!t || !this.port.isOpen()) return
+    if (!t) return
+    if (!this.port.isOpen()) {
+      for (const w of [...t.waiters]) w.done(false)
+      return
+    }
+    // One view of the counter for the whole step: computing it clones the rights matrix.
+    const own = this.port.ownView(key, t.decl)
     for (const kind of ['i', 'd'] as const) {
       if (!spendsRights(t.decl.params, kind)) continue
-      this.answer(key, t, kind)
-      this.provision(key, t, kind)
+      const view = own.rightsOfKind(kind) as EscrowView
+      const need = this.settleWaiters(t, kind, view)
+      const granted = this.answer(key, t, kind, view)
+      // Grants just sent left this view behind; the next step (their own change) looks again.
+      if (granted === 0) this.provision(key, t, kind, view, need)
     }
   }
 
-  /** Grants what other replicas asked of this one, by the paper's rules (see the class). */
-  private answer(key: string, t: Tracked, kind: RightsKind): void {
+  /** Resolves the waiting spends that now hold their rights, or never will; returns the most any other still needs. */
+  private settleWaiters(t: Tracked, kind: RightsKind, view: EscrowView): number | undefined {
+    const me = this.port.authorId
+    let need: number | undefined
+    for (const w of [...t.waiters]) {
+      if (w.kind !== kind) continue
+      if (view.rightsOf(me) >= w.n) w.done(true)
+      else if (reachable(view, me) < w.n) w.done(false)
+      else need = Math.max(need ?? 0, w.n)
+    }
+    return need
+  }
+
+  /** Grants what other replicas asked of this one, by the paper's rules (see the class); returns how many grants it sent. */
+  private answer(key: string, t: Tracked, kind: RightsKind, mine: EscrowView): number {
     const me = this.port.authorId
     const asks = this.port.prospective(key)?.rightsOfKind(kind)
-    if (!asks) return
+    if (!asks) return 0
+    let have = mine.rightsOf(me)
+    let sent = 0
     for (const [requester, ask] of asks.allAsks()) {
       if (ask.from !== me || requester === me) continue
-      const mine = this.port.ownView(key, t.decl).rightsOfKind(kind) as EscrowView
-      if (mine.given(me, requester) !== ask.seen) continue
-      const have = mine.rightsOf(me)
-      if (mine.rightsOf(requester) >= have) continue
-      const n = Math.min(ask.n, Math.floor(have / 2))
-      if (n >= 1) void this.port.update(key, t.decl, grantOp(t.decl.params, kind, n, requester, ask.seen), false).catch(() => {})
+      if (mine.given(me, requester) !== ask.seen || mine.rightsOf(requester) >= have) continue
+      const n = Math.min(ask.n, Math.ceil(have / 2))
+      if (n < 1) continue
+      have -= n
+      sent++
+      void this.port.update(key, t.decl, grantOp(t.decl.params, kind, n, requester, ask.seen), false).catch(() => {})
     }
+    return sent
   }
 
   /** Keeps this client's rights of `kind` above its threshold, or what a waiting spend needs. */
-  private provision(key: string, t: Tracked, kind: RightsKind): void {
+  private provision(key: string, t: Tracked, kind: RightsKind, view: EscrowView, need: number | undefined): void {
     const me = this.port.authorId
-    const view = this.port.ownView(key, t.decl).rightsOfKind(kind) as EscrowView
     const mine = view.rightsOf(me)
-    const need = t.needs.get(kind)
     // Only a replica that spends keeps a stock of rights: one that never did leaves them where they are useful.
     if (need === undefined && view.spent(me) === 0) return
     const want = Math.max(threshold(view, me), need ?? 0)
@@ -169,7 +194,8 @@ export class RightsBroker {
     if (pool > 0) {
       if (t.claiming.has(kind)) return
       t.claiming.add(kind)
-      const n = Math.min(pool, Math.max(want - mine, Math.ceil(pool / Math.max(2, holders(view, me).length + 1))))
+      // What a waiting spend needs, else a stock of at most an eighth of the pool: clients that start together do not all race for half of it.
+      const n = Math.min(pool, Math.max((need ?? 0) - mine, Math.min(want - mine, Math.ceil(pool / 8))))
       void this.port
         .update(key, t.decl, claimOp(t.decl.params, kind, n), true)
         .catch(() => {})
@@ -187,9 +213,9 @@ export class RightsBroker {
     // The replica holding the most, but not the one that left the last ask unanswered.
     const skip = unanswered ? last?.from : undefined
     const richest = holders(view, me).filter(([r]) => r !== skip).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))[0]
-    if (!richest || richest[1] <= mine + 1) return
+    if (!richest || richest[1] <= mine) return
     const [from, theirs] = richest
-    const n = Math.min(Math.floor(theirs / 2), Math.max(want - mine, Math.floor((theirs - mine) / 2)))
+    const n = Math.min(Math.ceil(theirs / 2), Math.max(want - mine, Math.floor((theirs - mine) / 2)))
     if (n < 1) return
     t.asked.set(kind, { at: now, from })
     void this.port.update(key, t.decl, askOp(t.decl.params, kind, { no: (pending?.no ?? 0) + 1, from, seen: view.given(from, me), n }), false).catch(() => {})
@@ -199,6 +225,14 @@ export class RightsBroker {
 /** Replicas other than `me` and the pool that hold rights, with how many. */
 function holders(view: EscrowView, me: string): Array<[string, number]> {
   return [...view.holders()].filter(([r, n]) => r !== me && r !== POOL && n > 0)
+}
+
+/** The rights `me` could hold by asking: its own, the pool's, and what each replica holding more would grant (half, rounded up). */
+function reachable(view: EscrowView, me: string): number {
+  const mine = view.rightsOf(me)
+  let sum = mine + Math.max(0, view.rightsOf(POOL))
+  for (const [, n] of holders(view, me)) if (n > mine) sum += Math.ceil(n / 2)
+  return sum
 }
 
 /** Every right of this kind, the pool's included: how far the value is from the bound. */

@@ -928,6 +928,10 @@ export class Space {
    * a spend counting on it would then be refused.
    */
   private ownRightsView(key: string, decl: BoundedCounterDeclaration): BoundedCounter {
+    return this.views.ownView(key, () => this.computeOwnRightsView(key, decl))
+  }
+
+  private computeOwnRightsView(key: string, decl: BoundedCounterDeclaration): BoundedCounter {
     const stable = this.replica.stable(key)
     const view = (stable && stable.type === 'bounded-counter' ? stable.clone() : new BoundedCounter(decl.params)) as BoundedCounter
     for (const env of this.replica.pendingTouching(key)) {

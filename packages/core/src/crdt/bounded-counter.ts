@@ -38,7 +38,7 @@ export type RightsKind = 'i' | 'd'
  *   author's ask number `no`; `from` had given it `seen`, see {@link Ask});
  * - `['g', n, to, seen, kind?]` grant n rights to `to`, answering its ask
  *   that saw `seen`: refused unless the author gave `to` exactly `seen`
- *   so far (so an ask is answered once), or if n is more than half the
+ *   so far (so an ask is answered once), or if n is more than half (rounded up) the
  *   author's rights;
  * - `['r', replica]` retire a replica (a device that left for good): its
  *   rights of both kinds go back to the pool and its cells and ask go, so
@@ -334,7 +334,8 @@ function otherProblem(escrow: Escrow, op: Extract<BoundedCounterOp, readonly ['t
     // The paper's rule against double grants: an ask names R[me][other] as it was, and only that state answers it.
     if (given !== op[3]) return violates(`replica ${me} gave ${other} ${given} rights so far, not the ${op[3]} its ask saw: ${given > op[3] ? 'answered already' : 'no such ask'}`)
     const have = escrow.rightsOf(me)
-    if (op[1] * 2 > have) return violates(`a grant gives at most half of what its author holds: ${op[1]} of ${have}`)
+    // Half, rounded up: a replica down to its last right may still give it (else the last rights of a run could never move).
+    if (op[1] > Math.ceil(have / 2)) return violates(`a grant gives at most half of what its author holds, rounded up: ${op[1]} of ${have}`)
   }
   return null
 }
