@@ -143,32 +143,40 @@ export class RightsBroker {
     for (const kind of ['i', 'd'] as const) {
       if (!spendsRights(t.decl.params, kind)) continue
       const view = own.rightsOfKind(kind) as EscrowView
-      const need = this.settleWaiters(t, kind, view)
-      const granted = this.answer(key, t, kind, view)
+      const { need, reserved } = this.settleWaiters(t, kind, view)
+      // A client that waits for rights itself grants none (they would only come back), and keeps what its spends just got.
+      const granted = need === undefined ? this.answer(key, t, kind, view, reserved) : 0
       // Grants just sent left this view behind; the next step (their own change) looks again.
       if (granted === 0) this.provision(key, t, kind, view, need)
     }
   }
 
-  /** Resolves the waiting spends that now hold their rights, or never will; returns the most any other still needs. */
-  private settleWaiters(t: Tracked, kind: RightsKind, view: EscrowView): number | undefined {
+  /**
+   * Resolves the waiting spends that now hold their rights (each taking
+   * its share: they spend next), or never will; returns the most any other
+   * still needs, and the rights the resolved ones are about to spend.
+   */
+  private settleWaiters(t: Tracked, kind: RightsKind, view: EscrowView): { need: number | undefined; reserved: number } {
     const me = this.port.authorId
     let need: number | undefined
+    let reserved = 0
     for (const w of [...t.waiters]) {
       if (w.kind !== kind) continue
-      if (view.rightsOf(me) >= w.n) w.done(true)
-      else if (reachable(view, me) < w.n) w.done(false)
+      if (view.rightsOf(me) - reserved >= w.n) {
+        reserved += w.n
+        w.done(true)
+      } else if (reachable(view, me) - reserved < w.n) w.done(false)
       else need = Math.max(need ?? 0, w.n)
     }
-    return need
+    return { need, reserved }
   }
 
   /** Grants what other replicas asked of this one, by the paper's rules (see the class); returns how many grants it sent. */
-  private answer(key: string, t: Tracked, kind: RightsKind, mine: EscrowView): number {
+  private answer(key: string, t: Tracked, kind: RightsKind, mine: EscrowView, reserved: number): number {
     const me = this.port.authorId
     const asks = this.port.prospective(key)?.rightsOfKind(kind)
     if (!asks) return 0
-    let have = mine.rightsOf(me)
+    let have = mine.rightsOf(me) - reserved
     let sent = 0
     for (const [requester, ask] of asks.allAsks()) {
       if (ask.from !== me || requester === me) continue
