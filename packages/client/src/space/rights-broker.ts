@@ -43,16 +43,18 @@ interface Waiter {
 /**
  * Moves bounded counters' rights between replicas without consensus (the
  * Bounded Counter paper, §IV-D): for each counter this client opened it
- * answers other replicas' asks addressed to it with grants (at most half of
- * what it holds, never to a replica holding more), and once this client
- * has spent on it (an active replica, in the paper's terms) keeps its own
- * rights above a threshold (half an equal share of the distance to the
- * bound) by claiming from the pool while it has rights, else by asking the
- * replica that holds the most for half the difference. A client that only
- * reads or gains claims nothing: rights do not pile up on idle devices. Asks and grants are regular
- * updates that relays forward at once; a grant's rights can be spent once
- * it is stable (the audit does not order one author's spend after another
- * author's grant), so spends stay local when rights arrive ahead of them.
+ * answers other replicas' asks addressed to it with grants (at most half
+ * of what it holds, rounded up, never to a replica holding more, and none
+ * while it waits for rights itself), and once this client has spent on it
+ * (an active replica, in the paper's terms) keeps its own rights above a
+ * threshold (half an equal share of the distance to the bound) by claiming
+ * from the pool while it has rights, else by asking the replica that holds
+ * the most for half the difference. A client that only reads or gains
+ * claims nothing: rights do not pile up on idle devices. Asks and grants
+ * are regular updates that relays forward at once; a grant's rights can be
+ * spent once it is stable (the audit does not order one author's spend
+ * after another author's grant), so spends stay local when rights arrive
+ * ahead of them.
  */
 export class RightsBroker {
   private readonly tracked = new Map<string, Tracked>()
