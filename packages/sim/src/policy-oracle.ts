@@ -1,4 +1,4 @@
-import { POLICY_KEY, envelopeUnits, isDeletion, fromHex, redeemBytes, type CommitResult, type PolicyOp } from '@stead/core'
+import { POLICY_KEY, envelopeUnits, isDeletion, fromHex, redeemBytes, type CommitResult, type Declaration, type PolicyOp } from '@stead/core'
 import { verifySync } from '@stead/core/node'
 import { Violation } from './violation.ts'
 
@@ -42,7 +42,7 @@ export class PolicyOracle {
         const verdict = outcome.get(unit.unit)
         if (verdict?.status === 'committed') {
           for (const item of items) {
-            if (!this.allows(d.env, item.key, item.op as PolicyOp)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
+            if (!this.allows(d.env, item.key, item.op as PolicyOp, item.decl)) throw new Violation(`the audit committed ${d.env.authorId}'s update of ${item.key} (envelope ${d.env.idHex.slice(0, 8)}), which the policy in force does not allow`)
             if (item.key === POLICY_KEY) this.apply(item.op as PolicyOp, d.env.userId)
             if (isDeletion(item.decl)) this.seen.deleted++
           }
@@ -53,7 +53,7 @@ export class PolicyOracle {
           const shadow = this.copy()
           let refused = false
           for (const item of items) {
-            if (!shadow.allows(d.env, item.key, item.op as PolicyOp)) {
+            if (!shadow.allows(d.env, item.key, item.op as PolicyOp, item.decl)) {
               refused = true
               break
             }
@@ -66,10 +66,14 @@ export class PolicyOracle {
   }
 
   /** Whether the policy lets `signer` (a user's own key, or a device acting for its user) make `op` on `key`. */
-  private allows(signer: { readonly userId: string; readonly authorId: string }, key: string, op: PolicyOp): boolean {
+  private allows(signer: { readonly userId: string; readonly authorId: string }, key: string, op: PolicyOp, decl: Declaration): boolean {
     const roles = this.roles
-    if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
     const author = signer.userId
+    // A bounded counter's rights of another replica are retired only by an admin, or by the user of a device it revoked
+    // (with no policy, by nobody): on top of the right to write the object at all.
+    const retired: unknown = decl.type === 'bounded-counter' && Array.isArray(op) && op[0] === 'r' ? op[1] : undefined
+    if (retired !== undefined && retired !== signer.authorId && !(roles && (roles.get(author) === 'admin' || this.revoked.has(`${author} ${String(retired)}`)))) return false
+    if (!roles) return true // No policy yet: the sim's cluster file lets every signed author write.
     if (this.deleted) return false
     if (this.revoked.has(`${author} ${signer.authorId}`)) return false
     // A user's own key revokes its devices; an admin anybody's (below).
