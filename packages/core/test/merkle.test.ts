@@ -85,7 +85,8 @@ describe('keyed Merkle tree', () => {
           const entry = path.bucket.find(([k]) => k === key)
           expect(entry?.[1]).toEqual(list.get(key))
           // A different leaf, a dropped entry or a changed sibling no longer reaches the root.
-          const forged: MerkleEntry[] = entry ? path.bucket.map(([k, l]) => [k, k === key ? leafOf(99999) : l]) : [...path.bucket, [key, leafOf(1)]]
+          // Three bytes hashed: no leafOf (two bytes) gives it (leafOf(99999) was leafOf(34463)).
+          const forged: MerkleEntry[] = entry ? path.bucket.map(([k, l]) => [k, k === key ? sha(new Uint8Array([0xff, 0xff, 0xff])) : l]) : [...path.bucket, [key, leafOf(1)]]
           expect(merkleRootOfPath(sha, key, { ...path, bucket: forged })).not.toEqual(root)
           const siblings = path.siblings.map((s, i) => (i === 3 ? sha(s) : s))
           expect(merkleRootOfPath(sha, key, { ...path, siblings })).not.toEqual(root)
