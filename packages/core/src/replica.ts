@@ -4,6 +4,7 @@ import {
   createCrdt,
   decodeDeclaration,
   describeDeclaration,
+  disposesOf,
   encodeDeclaration,
   historyPatch,
   historyValue,
@@ -982,10 +983,10 @@ export class StableAudit {
     }
     // The policy in force at this position of the stable order: the same on every correct replica.
     const policy = this.policy()
-    const retiring = retiredBy(item)
-    // A replica's rights are its own to give back; another's, only an admin's or (for a device it revoked) its user's.
-    if (retiring !== undefined && retiring !== env.authorId && !(policy && (policy.mayAdminister(env.userId) || policy.isRevoked(env.userId, retiring)))) {
-      return { ok: false, reason: 'unauthorized', detail: `${env.userId} may not retire ${retiring}'s rights: only that replica, a space admin, or the user of a device it revoked may` }
+    const owner = disposesOf(item.decl, item.op)
+    // A replica's own state is its own to give away; another's, only an admin's or (for a device it revoked) its user's.
+    if (owner !== undefined && owner !== env.authorId && !(policy && (policy.mayAdminister(env.userId) || policy.isRevoked(env.userId, owner)))) {
+      return { ok: false, reason: 'unauthorized', detail: `${env.userId} may not give away ${owner}'s ${item.key}: only that replica, a space admin, or the user of a device it revoked may` }
     }
     if (policy) {
       const problem = policyProblem(policy, env, this.space, item.key, item.op)
@@ -1543,8 +1544,3 @@ function opContext(env: Envelope, tag: string): OpContext {
   return { replica: env.authorId, user: env.userId, tag }
 }
 
-/** The replica a bounded counter update retires, if it is one. */
-function retiredBy(item: Item): string | undefined {
-  const op = item.op as unknown
-  return item.decl.type === 'bounded-counter' && Array.isArray(op) && op[0] === 'r' && typeof op[1] === 'string' ? op[1] : undefined
-}

@@ -1,4 +1,4 @@
-import { POOL, SteadError, claimOp, spendsRights, transferOp, type BoundedCounter, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
+import { BoundedCounter, POOL, SteadError, claimOp, spendsRights, transferOp, type BoundedCounterOp, type BoundedCounterParams, type Declaration, type RightsKind } from '@stead/core'
 import type { Intent } from '../space/drafts.ts'
 import type { SafeResult, UpdateOptions, UpdateResult, WaitOptions } from '../types.ts'
 import { Handle, amount, guarded } from './handles.ts'
@@ -88,14 +88,13 @@ export class BoundedCounterHandle extends Handle {
    * explain why a spend went local or had to ask.
    */
   holders(): RightsHolder[] {
-    const state = this.host.stable(this.key) as BoundedCounter | undefined
-    const down = state?.rightsOfKind('d')
-    const up = state?.rightsOfKind('i')
+    // Nothing stable yet: the declared counter, its rights all in the pool.
+    const state = (this.host.stable(this.key) as BoundedCounter | undefined) ?? new BoundedCounter(this.params)
+    const down = state.rightsOfKind('d')
+    const up = state.rightsOfKind('i')
     const authors = new Set<string>([POOL, ...[...(down?.holders() ?? [])].map(([a]) => a), ...[...(up?.holders() ?? [])].map(([a]) => a)])
-    const initial = (kind: RightsKind): number => (kind === 'd' ? (this.params.min === undefined ? 0 : this.params.initial - this.params.min) : this.params.max === undefined ? 0 : this.params.max - this.params.initial)
-    const of = (view: typeof down, kind: RightsKind, author: string): number => (view ? view.rightsOf(author) : author === POOL && spendsRights(this.params, kind) ? initial(kind) : 0)
     return [...authors]
-      .map((author) => ({ author, toDecrement: of(down, 'd', author), toIncrement: of(up, 'i', author) }))
+      .map((author) => ({ author, toDecrement: down?.rightsOf(author) ?? 0, toIncrement: up?.rightsOf(author) ?? 0 }))
       .filter((h) => h.author === POOL || h.toDecrement > 0 || h.toIncrement > 0)
       .sort((a, b) => b.toDecrement + b.toIncrement - (a.toDecrement + a.toIncrement) || (a.author < b.author ? -1 : 1))
   }

@@ -41,8 +41,8 @@ export interface HandleHost {
   safeGroup(items: ReadonlyArray<{ key: string; decl: Declaration; intent: Intent }>): Promise<SafeResult>
   /** Calls `listener` when the object may have changed; `local` says this client's own new edit changed it. */
   subscribe(key: string, listener: (local: boolean) => void): () => void
-  /** Rights of `kind` this client (or `replica`: the pool's are POOL's) holds on a bounded counter that no pending update of its own has spent (Infinity toward no bound). */
-  spendableRights(key: string, decl: Declaration, kind: RightsKind, replica?: string): number
+  /** Rights of `kind` this client holds on a bounded counter that no pending update of its own has spent (Infinity toward no bound). */
+  spendableRights(key: string, decl: Declaration, kind: RightsKind): number
   /** Waits until this client holds `n` rights of `kind` on a bounded counter, asking other replicas for them; false when no spend of `n` can fit (bounded by `options`, default the safe timeout). */
   acquireRights(key: string, decl: Declaration, kind: RightsKind, n: number, options: WaitOptions | undefined): Promise<boolean>
   authorId(): string

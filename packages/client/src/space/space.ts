@@ -865,7 +865,7 @@ export class Space {
       wait: (p, options, what, safe) => (safe ? this.waitSafe(p, options, what) : bounded(this.clock, p, options, what)),
       safeGroup: (items) => this.localEdits.queue(items, true, () => this.queueSafe(items)),
       subscribe: (key, listener) => this.events.subscribe(key, listener),
-      spendableRights: (key, decl, kind, replica) => this.spendableRights(key, decl, kind, replica),
+      spendableRights: (key, decl, kind) => this.spendableRights(key, decl, kind),
       acquireRights: (key, decl, kind, n, options) => {
         const stop = new AbortController()
         const p = this.rights.acquire(key, decl as BoundedCounterDeclaration, kind, n, stop.signal)
@@ -915,10 +915,10 @@ export class Space {
     return this.handles.get(key)?.declaration ?? this.replica.declaration(key)
   }
 
-  /** Rights of `kind` that `replica` (default this client) holds on a bounded counter as this client may spend: see ownRightsView (Infinity toward no bound). */
-  private spendableRights(key: string, decl: Declaration, kind: RightsKind, replica: string = this.authorId): number {
+  /** Rights of `kind` this client holds on a bounded counter as it may spend them: see ownRightsView (Infinity toward no bound). */
+  private spendableRights(key: string, decl: Declaration, kind: RightsKind): number {
     if (decl.type !== 'bounded-counter') return 0
-    return this.ownRightsView(key, decl).spendable(replica, kind)
+    return this.ownRightsView(key, decl).spendable(this.authorId, kind)
   }
 
   /**

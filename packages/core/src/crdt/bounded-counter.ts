@@ -90,23 +90,27 @@ export function spendsRights(params: BoundedCounterParams, kind: RightsKind): bo
  * form relays before two-bound counters read.
  */
 export function claimOp(params: BoundedCounterParams, kind: RightsKind, n: number): BoundedCounterOp {
-  return params.min !== undefined && params.max !== undefined ? ['c', n, kind] : ['c', n]
+  return kinded(params, ['c', n], kind)
 }
 
 /** The op that transfers `n` rights of `kind` to `to` (the kind named only with both bounds, as in {@link claimOp}). */
 export function transferOp(params: BoundedCounterParams, kind: RightsKind, n: number, to: string): BoundedCounterOp {
-  return params.min !== undefined && params.max !== undefined ? ['t', n, to, kind] : ['t', n, to]
+  return kinded(params, ['t', n, to], kind)
 }
 
 /** The op that asks replica `from` for `n` rights of `kind` (see {@link Ask}; the kind named as in {@link claimOp}). */
 export function askOp(params: BoundedCounterParams, kind: RightsKind, ask: Ask): BoundedCounterOp {
-  const op = ['q', ask.n, ask.from, ask.seen, ask.no] as const
-  return params.min !== undefined && params.max !== undefined ? [...op, kind] : op
+  return kinded(params, ['q', ask.n, ask.from, ask.seen, ask.no], kind)
 }
 
 /** The op that grants `n` rights of `kind` to `to`, answering its ask that saw `seen` (the kind named as in {@link claimOp}). */
 export function grantOp(params: BoundedCounterParams, kind: RightsKind, n: number, to: string, seen: number): BoundedCounterOp {
-  return params.min !== undefined && params.max !== undefined ? ['g', n, to, seen, kind] : ['g', n, to, seen]
+  return kinded(params, ['g', n, to, seen], kind)
+}
+
+/** `op` with the kind of rights it moves appended when the counter has both bounds (the last element of every such op's form). */
+function kinded(params: BoundedCounterParams, op: readonly (string | number)[], kind: RightsKind): BoundedCounterOp {
+  return (params.min !== undefined && params.max !== undefined ? [...op, kind] : op) as BoundedCounterOp
 }
 
 /** Where each op keeps its optional kind of rights, and how many elements it has without it. */
@@ -124,7 +128,6 @@ export function validateBoundedCounterOp(op: unknown): string | null {
   if (!Array.isArray(op)) return 'bounded counter op must be an array'
   const [kind, n, other, seen, no] = op as unknown[]
   if (kind === 'r') return op.length === 2 && typeof n === 'string' && n.length > 0 && n.length <= 256 && n !== POOL ? null : "retire must be ['r', replica], a replica id of 1 to 256 characters other than the pool's"
-
   const shape = typeof kind === 'string' && Object.hasOwn(SHAPES, kind) ? SHAPES[kind] : undefined
   if (!shape) return `unknown bounded counter op ${JSON.stringify(kind)}`
   if (!isSafeInt(n) || n <= 0) return 'bounded counter amounts must be positive safe integers'
@@ -297,10 +300,10 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
         if (op[2] !== me) this.escrow(kindOf(op))?.move(me, op[2], n)
         break
       case 'c':
-        this.escrow(op[2])?.move(POOL, me, n)
+        this.escrow(kindOf(op))?.move(POOL, me, n)
         break
       case 'q':
-        if (op[2] !== me && op[2] !== POOL) this.escrow(op[5])?.setAsk(me, { no: op[4], from: op[2], seen: op[3], n: op[1] }, sign === -1)
+        if (op[2] !== me && op[2] !== POOL) this.escrow(kindOf(op))?.setAsk(me, { no: op[4], from: op[2], seen: op[3], n: op[1] }, sign === -1)
         break
     }
   }
@@ -308,16 +311,7 @@ export class BoundedCounter implements Crdt<BoundedCounterOp, number> {
 
 /** The kind of rights a transfer, claim, ask or grant names, if it names one. */
 function kindOf(op: Extract<BoundedCounterOp, readonly ['t' | 'c' | 'q' | 'g', ...unknown[]]>): RightsKind | undefined {
-  switch (op[0]) {
-    case 't':
-      return op[3]
-    case 'c':
-      return op[2]
-    case 'q':
-      return op[5]
-    case 'g':
-      return op[4]
-  }
+  return op[(SHAPES[op[0]] as { kindAt: number }).kindAt] as RightsKind | undefined
 }
 
 /** What makes a transfer, ask or grant by `me` invalid or a violation here (the other replica, an ask's order, a grant's rules), or null. */
@@ -375,4 +369,5 @@ export const boundedCounterType: ObjectType<BoundedCounterDeclaration, BoundedCo
   hasInvariants: () => false,
   // Pool claims race each other, and a retirement must come after the spends the order puts before it: only the stable order may decide.
   mustBeSafe: (op) => Array.isArray(op) && (op[0] === 'c' || op[0] === 'r'),
+  disposesOf: (op) => (Array.isArray(op) && op[0] === 'r' && typeof op[1] === 'string' ? op[1] : undefined),
 }

@@ -132,13 +132,6 @@ export class Escrow implements EscrowView {
     this.recompute()
   }
 
-  /** An independent copy. */
-  copy(): Escrow {
-    const c = new Escrow(0)
-    c.load(this.snapshot())
-    return c
-  }
-
   /** No replica holds negative rights. */
   holds(): boolean {
     for (const n of this.rights.values()) if (n < 0) return false

@@ -206,6 +206,11 @@ function systemTypeAt(key: string): AnyType | undefined {
 }
 
 /** Whether `d` declares the deletion of whatever its key holds (see deletion.ts). */
+/** The replica whose own state `op` disposes of, if any (see ObjectType.disposesOf). */
+export function disposesOf(d: Declaration, op: unknown): string | undefined {
+  return typeOf(d).disposesOf?.(op)
+}
+
 export function isDeletion(d: Declaration): boolean {
   return typeOf(d).deletes === true
 }

@@ -145,6 +145,13 @@ export interface ObjectType<
   readonly onlyAt?: string
   /** Whether an op must travel as a safe update (only the stable order may decide it). */
   mustBeSafe?(op: unknown): boolean
+  /**
+   * The replica whose own state an op disposes of (a bounded counter's
+   * retirement gives a replica's rights away), if any: the audit lets only
+   * that replica, a space admin, or the user of a device the policy revoked
+   * make it.
+   */
+  disposesOf?(op: unknown): string | undefined
   /** Whether it is the deletion of whatever its key holds (see deletion.ts): no object of its own, never nested. */
   readonly deletes?: boolean
 }
