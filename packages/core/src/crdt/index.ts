@@ -205,12 +205,12 @@ function systemTypeAt(key: string): AnyType | undefined {
   return undefined
 }
 
-/** Whether `d` declares the deletion of whatever its key holds (see deletion.ts). */
 /** The replica whose own state `op` disposes of, if any (see ObjectType.disposesOf). */
 export function disposesOf(d: Declaration, op: unknown): string | undefined {
   return typeOf(d).disposesOf?.(op)
 }
 
+/** Whether `d` declares the deletion of whatever its key holds (see deletion.ts). */
 export function isDeletion(d: Declaration): boolean {
   return typeOf(d).deletes === true
 }
