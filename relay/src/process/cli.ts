@@ -169,12 +169,13 @@ function stopRelay(relay: RunningRelay, logger: Logger, signal: string): void {
 /**
  * Exits once the log lines written so far are out: pino writes stdout
  * asynchronously, and an exit with a write in flight cuts the last line
- * (the one that says how the relay stopped; CI saw it missing). A stdout
- * that does not drain gets a second to.
+ * (the one that says how the relay stopped; CI saw it missing, twice, the
+ * second time with a 1 s bound on a loaded machine). A stdout that does
+ * not drain gets five seconds to.
  */
 function exitAfterLogs(logger: Logger, code: number): void {
   process.exitCode = code
-  setTimeout(() => process.exit(code), 1000).unref()
+  setTimeout(() => process.exit(code), 5000).unref()
   logger.flush(() => process.exit(code))
 }
 
