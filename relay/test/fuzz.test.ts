@@ -799,6 +799,8 @@ function expected(frame: Uint8Array | string, authed: boolean): Expected {
     case 'unsubscribe':
     case 'announce':
     case 'presence':
+    case 'pace':
+    case 'applied':
       return { kind: 'quiet' }
     case 'submit':
       return { kind: 'submit', id: m.id }

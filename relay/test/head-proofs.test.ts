@@ -1,4 +1,4 @@
-import { stableReadBytes } from '@stead/core'
+import { encode, stableReadBytes } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { decodeMessage, encodeMessage, type Committee, type Message, type SyncCrypto } from '../src/consensus/index.ts'
@@ -9,6 +9,12 @@ const crypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (b) => 
 const secrets = [1, 2, 3, 4].map((i) => new Uint8Array(32).fill(i))
 const committee: Committee = { f: 1, keys: secrets.map((s) => publicKeyOfSync(s)) }
 const hash = (n: number): Uint8Array => new Uint8Array(32).fill(n)
+/** Stands for the attestation of the commit ending at a head: correct relays' bytes are alike, a liar's other hash makes other bytes. */
+const attestationBytes = (head: { index: number; stateHash: Uint8Array }, other = false): Uint8Array => encode(['attestation', head.index, head.stateHash, other])
+const attestationOf = (me: number, head: { index: number; stateHash: Uint8Array }, other = false) => {
+  const bytes = attestationBytes(head, other)
+  return { bytes, sig: signSync(secrets[me] as Uint8Array, bytes) }
+}
 
 /** A relay's attested heads of space 's': position [fromIndex, round] → (index, hash), and whether it has them yet. */
 interface FakeRelayState {
@@ -18,6 +24,8 @@ interface FakeRelayState {
   has: boolean
   /** What to sign when asked (a liar's other hash). */
   signs: { index: number; stateHash: Uint8Array }
+  /** Signs other attestation bytes for the same head (a liar about the commit, not the state). */
+  otherAttestation?: boolean
 }
 
 /** Four HeadProofs wired by a mesh that delivers every message on the next microtask, through the real codec. */
@@ -25,16 +33,17 @@ function cluster(states: FakeRelayState[], now = () => 0): { proofs: HeadProofs[
   const sent: Message[] = []
   const proofs: HeadProofs[] = []
   states.forEach((st, me) => {
+    const signed = <H extends { index: number; stateHash: Uint8Array }>(head: H) => ({ ...head, attestation: attestationOf(me, head, st.otherAttestation) })
     const host: HeadProofHost = {
-      latest: () => st.latest,
+      latest: () => st.latest && signed(st.latest),
       attested: (_space, _from, _round, timeoutMs) =>
         st.has
-          ? Promise.resolve(st.signs)
+          ? Promise.resolve(signed(st.signs))
           : new Promise((resolve) => {
               const t = setTimeout(() => resolve(undefined), timeoutMs)
               st.reached.push(() => {
                 clearTimeout(t)
-                resolve(st.signs)
+                resolve(signed(st.signs))
               })
             }),
       send: (to, m) => {
@@ -58,6 +67,10 @@ describe('proven heads', () => {
     const signers = new Set(proof?.sigs.map(([r]) => r))
     expect(signers.size).toBeGreaterThanOrEqual(2)
     for (const [relay, sig] of proof?.sigs ?? []) expect(verifySync(committee.keys[relay] as Uint8Array, stableReadBytes('s', 7, hash(7)), sig)).toBe(true)
+    // The attestation of the commit comes certified too: f+1 signatures over its bytes.
+    expect(proof?.attestation?.bytes).toEqual(attestationBytes({ index: 7, stateHash: hash(7) }))
+    expect(new Set(proof?.attestation?.sigs.map(([r]) => r)).size).toBeGreaterThanOrEqual(2)
+    for (const [relay, sig] of proof?.attestation?.sigs ?? []) expect(verifySync(committee.keys[relay] as Uint8Array, proof?.attestation?.bytes as Uint8Array, sig)).toBe(true)
     const asked = sent.filter((m) => m.kind === 'head-ask').length
     expect(asked).toBe(3)
     expect((await (proofs[0] as HeadProofs).prove('s', 1000))?.index).toBe(7)
@@ -80,6 +93,16 @@ describe('proven heads', () => {
     for (const go of behind.reached) go()
     const proof = await proving
     expect(proof?.sigs.map(([r]) => r).sort()).toEqual([0, 2])
+  })
+
+  it('a signature over other attestation bytes does not count towards the certificate of the commit', async () => {
+    const other = { ...at(7), otherAttestation: true }
+    const down = () => ({ ...at(7), has: false })
+    const { proofs } = cluster([at(7), other, down(), down()])
+    const proof = await (proofs[0] as HeadProofs).prove('s', 2000)
+    // The head is proven (relay 1 signed the same state) but the commit's attestation is not certified.
+    expect(proof?.sigs.map(([r]) => r).sort()).toEqual([0, 1])
+    expect(proof?.attestation).toBeUndefined()
   })
 
   it('a read still waiting when the head moves on is answered by the later head once that is proven', async () => {
@@ -128,7 +151,7 @@ describe('proven heads', () => {
       secretKey: secrets[1] as Uint8Array,
       crypto,
       clock: { ...systemClock, now: () => now },
-      host: { latest: () => null, attested: async () => ({ index: 7, stateHash: hash(7) }), send: (_to, m) => sent.push(m) },
+      host: { latest: () => null, attested: async () => ({ index: 7, stateHash: hash(7), attestation: attestationOf(1, { index: 7, stateHash: hash(7) }) }), send: (_to, m) => sent.push(m) },
     })
     for (let i = 0; i < 3000; i++) {
       signer.onMessage(0, { kind: 'head-ask', space: 's', fromIndex: 6, round: 21 })

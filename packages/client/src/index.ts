@@ -23,7 +23,7 @@ import type { ClientOptions } from './types.ts'
 import type { ChannelLike, LockManagerLike } from './upstream/tabs.ts'
 
 export { SteadClient, Space, type SettledUpdate } from './client.ts'
-export type { BoundedCounterOptions, PendingUpdate } from './space/space.ts'
+export type { BoundedCounterOptions, FreshnessOptions, PendingUpdate } from './space/space.ts'
 export type { CausalComparison, ClockProof } from './upstream/proofs.ts'
 export type { Transaction } from './space/transaction.ts'
 export type { Presence, PresenceChange, PresencePeer } from './space/presence.ts'

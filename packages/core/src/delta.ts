@@ -275,6 +275,22 @@ export class ChangeLog {
     return sum
   }
 
+  /**
+   * The keys of the objects that commits after stable index `afterIndex`
+   * changed (each once), or undefined when the log does
+   * not reach back that far.
+   */
+  changedKeys(afterIndex: number): string[] | undefined {
+    if (this.start === undefined || afterIndex < this.start) return undefined
+    const keys = new Set<string>()
+    for (let i = this.commits.length - 1; i >= this.head; i--) {
+      const c = this.commits[i] as LoggedCommit
+      if (c.toIndex <= afterIndex) break
+      for (const op of c.ops) keys.add(op.key)
+    }
+    return [...keys]
+  }
+
   /** The objects BENDY's rule considers for state: last period's top k and the current period's. */
   private hot(): ReadonlySet<string> {
     return new Set([...this.lastHot, ...this.tracker.top(this.hotObjects).map((e) => e.key)])

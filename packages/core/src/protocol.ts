@@ -60,6 +60,35 @@ export type ClientMessage =
       readonly refs?: boolean
     }
   | {
+      /**
+       * Follow a space at a freshness bound (BENDY's live stream): instead
+       * of every envelope and commit, the relay sends a `delta` about every
+       * `freshnessMs` (less its estimate of the time one takes to arrive and
+       * apply), with each changed object as its ops or its state, and f+1
+       * relays' signatures on the attestation it ends at. Replaces any
+       * subscription of the space on this session. For readers: a client
+       * with updates of its own in flight subscribes instead, to see their
+       * outcomes.
+       */
+      readonly type: 'pace'
+      /** The space. */
+      readonly space: string
+      /** The stable index the client has: the first delta starts there. */
+      readonly fromIndex: number
+      /** How late, at most, a committed update may reach the client, in ms ({@link MIN_FRESHNESS_MS} to {@link MAX_FRESHNESS_MS}). */
+      readonly freshnessMs: number
+      /** How changed objects travel: as ops, as state, or each the cheaper way (BENDY's rule on the hot objects). Default adaptive. */
+      readonly mode?: 'ops' | 'state' | 'adaptive'
+    }
+  | {
+      /** The client applied a `delta` of a paced space: the relay's estimate of how long one takes (μ) learns from it. */
+      readonly type: 'applied'
+      /** The space. */
+      readonly space: string
+      /** The stable index the delta ended at. */
+      readonly index: number
+    }
+  | {
       /** Stop following a space. */
       readonly type: 'unsubscribe'
       /** The space. */
@@ -258,6 +287,36 @@ export type RelayMessage =
       readonly author: Uint8Array
       /** The encoded PresenceBody and the author's signature over it. */
       readonly signed: Signed
+    }
+  | {
+      /**
+       * What changed in a paced space (see the client's `pace`) since the
+       * last delta, or since the stable index the client paced from: the
+       * client applies it only if the result hashes to the state hash of
+       * the attestation, and believes that attestation only with f+1
+       * relays' signatures over its bytes.
+       */
+      readonly type: 'delta'
+      /** The space. */
+      readonly space: string
+      /** The encoded StateDelta (encodeStateDelta). */
+      readonly delta: Uint8Array
+      /** The attestation of the commit the delta ends at (its bytes, signed alike by every correct relay). */
+      readonly attestation: Uint8Array
+      /** [relay, signature over `attestation`], f+1 of them or more. */
+      readonly sigs: ReadonlyArray<readonly [number, Uint8Array]>
+    }
+  | {
+      /**
+       * The relay cannot pace the space from where the client stands (its
+       * change log does not reach back there): the client subscribes
+       * instead, and may pace again once it caught up.
+       */
+      readonly type: 'unpaced'
+      /** The space. */
+      readonly space: string
+      /** Why, for logs. */
+      readonly detail: string
     }
   | {
       /** The answer to `ping`. */
@@ -491,6 +550,10 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
     case 'subscribe':
       if (m.refs) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, true])
       return encode(m.frames === false ? ['subscribe', m.space, m.fromIndex, false] : ['subscribe', m.space, m.fromIndex])
+    case 'pace':
+      return encode(m.mode && m.mode !== 'adaptive' ? ['pace', m.space, m.fromIndex, m.freshnessMs, m.mode] : ['pace', m.space, m.fromIndex, m.freshnessMs])
+    case 'applied':
+      return encode(['applied', m.space, m.index])
     case 'unsubscribe':
       return encode(['unsubscribe', m.space])
     case 'submit':
@@ -527,6 +590,17 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
       const refs = v.length === 5 ? expect.boolean(v[4], 'refs') : false
       return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames, ...(refs ? { refs } : {}) }
     }
+    case 'pace': {
+      if (v.length !== 4 && v.length !== 5) throw new SteadError('malformed', 'pace takes 3 or 4 fields')
+      const freshnessMs = expect.uint(v[3], 'freshnessMs')
+      if (freshnessMs < MIN_FRESHNESS_MS || freshnessMs > MAX_FRESHNESS_MS) throw new SteadError('malformed', `freshnessMs must lie in [${MIN_FRESHNESS_MS}, ${MAX_FRESHNESS_MS}], got ${freshnessMs}`)
+      const mode = v.length === 5 ? v[4] : 'adaptive'
+      if (mode !== 'ops' && mode !== 'state' && mode !== 'adaptive') throw new SteadError('malformed', 'pace mode is ops, state or adaptive')
+      return { type: 'pace', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), freshnessMs, ...(mode === 'adaptive' ? {} : { mode }) }
+    }
+    case 'applied':
+      fields(3)
+      return { type: 'applied', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), index: expect.uint(v[2], 'index') }
     case 'unsubscribe':
       fields(2)
       return { type: 'unsubscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1) }
@@ -596,11 +670,22 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encode(['unreadable', m.space, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
     case 'presence':
       return encode(['presence', m.space, m.author, [m.signed.bytes, m.signed.sig]])
+    case 'delta':
+      return encode(['delta', m.space, m.delta, m.attestation, m.sigs.map(([relay, sig]) => [relay, sig])])
+    case 'unpaced':
+      return encode(['unpaced', m.space, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
     case 'pong':
       // The time goes last: decoders that predate it read ['pong', n] and ignore what follows.
       return encode(m.time === undefined ? ['pong', m.n] : ['pong', m.n, m.time])
   }
 }
+
+/** The shortest freshness bound a `pace` may ask for: below it a delta per commit costs more than the commits. */
+export const MIN_FRESHNESS_MS = 50
+/** The longest freshness bound a `pace` may ask for (an hour). */
+export const MAX_FRESHNESS_MS = 3_600_000
+/** Most signatures a `delta` carries (a committee's size is far below it). */
+const MAX_DELTA_SIGS = 256
 
 /** Most multiaddrs one client announces for a space (and a relay offers for itself). */
 export const MAX_PEER_ADDRS = 8
@@ -657,6 +742,16 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
       return { type: 'unreadable', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), detail: expect.string(v[2], 'detail', MAX_DETAIL_CHARS) }
     case 'presence':
       return { type: 'presence', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), author: expect.bytes(v[2], 'author', 32), signed: asSigned(v[3]) }
+    case 'delta': {
+      if (!(v[2] instanceof Uint8Array) || !(v[3] instanceof Uint8Array)) throw new SteadError('malformed', 'delta carries the delta and the attestation as bytes')
+      const sigs = expect.array(v[4], 'delta.sigs', MAX_DELTA_SIGS).map((x, i) => {
+        const pair = expect.array(x, `delta.sigs[${i}]`, 2)
+        return [expect.uint(pair[0], `delta.sigs[${i}].relay`), expect.bytes(pair[1], `delta.sigs[${i}].sig`, 64)] as const
+      })
+      return { type: 'delta', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), delta: v[2], attestation: v[3], sigs }
+    }
+    case 'unpaced':
+      return { type: 'unpaced', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), detail: expect.string(v[2], 'detail', MAX_DETAIL_CHARS) }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n'), ...(v[2] === undefined ? {} : { time: expect.uint(v[2], 'pong.time') }) }
     default:

@@ -34,6 +34,26 @@ describe('subscribe', () => {
   })
 })
 
+describe('paced subscriptions (BENDY on the live stream)', () => {
+  it('pace, applied, delta and unpaced round-trip; adaptive is the default mode', () => {
+    expect(decodeClientMessage(encodeClientMessage({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500 }))).toEqual({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500 })
+    expect(decodeClientMessage(encodeClientMessage({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500, mode: 'state' }))).toEqual({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500, mode: 'state' })
+    expect(decodeClientMessage(encodeClientMessage({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500, mode: 'adaptive' }))).toEqual({ type: 'pace', space: 's', fromIndex: 7, freshnessMs: 500 })
+    expect(decodeClientMessage(encodeClientMessage({ type: 'applied', space: 's', index: 9 }))).toEqual({ type: 'applied', space: 's', index: 9 })
+    const delta: RelayMessage = { type: 'delta', space: 's', delta: new Uint8Array([1, 2]), attestation: new Uint8Array([3]), sigs: [[0, new Uint8Array(64).fill(1)], [2, new Uint8Array(64).fill(2)]] }
+    expect(roundTrip(delta)).toEqual(plain(delta))
+    expect(roundTrip({ type: 'unpaced', space: 's', detail: 'no log' })).toEqual({ type: 'unpaced', space: 's', detail: 'no log' })
+  })
+
+  it('refuses bounds out of range, unknown modes, and signatures of the wrong size', () => {
+    for (const ms of [0, 49, 3_600_001]) expect(() => decodeClientMessage(encode(['pace', 's', 0, ms])), String(ms)).toThrow(/freshnessMs/)
+    expect(() => decodeClientMessage(encode(['pace', 's', 0, 500, 'diff']))).toThrow(/mode/)
+    expect(() => decodeClientMessage(encode(['pace', 's', 0]))).toThrow(/fields/)
+    expect(() => decodeRelayMessage(encode(['delta', 's', new Uint8Array(1), new Uint8Array(1), [[0, new Uint8Array(63)]]]))).toThrow(/sig/)
+    expect(() => decodeRelayMessage(encode(['delta', 's', 'not bytes', new Uint8Array(1), []]))).toThrow(/bytes/)
+  })
+})
+
 describe('session authentication both ways', () => {
   it('a hello may carry a nonce for the relay to sign; the welcome carries the signature, with or without peer addresses', () => {
     const hello = { type: 'hello' as const, publicKey: new Uint8Array(32).fill(1), sig: new Uint8Array(64).fill(2), nonce: new Uint8Array(32).fill(3) }

@@ -355,10 +355,20 @@ export class SimCluster {
 }
 
 /** Frames a relay sent its clients, by kind: envelopes (alone or inside commits), commits with envelopes, compact attestations. */
+function noTraffic(): ClientTraffic {
+  return { envelopes: 0, commits: 0, attests: 0, deltas: 0, bytes: 0, paces: 0 }
+}
+
 export interface ClientTraffic {
   envelopes: number
   commits: number
   attests: number
+  /** Paced deltas (BENDY's live stream). */
+  deltas: number
+  /** Every byte of every frame sent to clients. */
+  bytes: number
+  /** `pace` requests received from clients. */
+  paces: number
 }
 
 /** One relay of a SimCluster: its store outlives `down`; its node, sessions and API do not. */
@@ -367,7 +377,9 @@ export class SimRelay {
   readonly publicKey: Uint8Array
   /** Paths of the HTTP requests it was sent, in order. */
   readonly requests: string[] = []
-  readonly traffic: ClientTraffic = { envelopes: 0, commits: 0, attests: 0 }
+  readonly traffic: ClientTraffic = noTraffic()
+  /** The same, per client (by author id, once its hello named it). */
+  readonly trafficOf = new Map<string, ClientTraffic>()
   /** Extra time a client's connection takes to open here (a farther relay). */
   connectDelayMs = 0
   private readonly cluster: SimCluster
@@ -550,9 +562,16 @@ export class SimRelay {
   /** The wire's relay end, counting what the session sends its client and the envelopes it submits, and noting who it is and how it follows. */
   private counted(wire: Wire): Wire['relay'] {
     const socket = wire.relay
-    const traffic = this.traffic
+    const all = this.traffic
+    const byClient = this.trafficOf
     const submitted = this.cluster.submitted
     const heard = { authorId: undefined as string | undefined, frames: false }
+    const counters = (): ClientTraffic[] => {
+      if (heard.authorId === undefined) return [all]
+      let mine = byClient.get(heard.authorId)
+      if (!mine) byClient.set(heard.authorId, (mine = noTraffic()))
+      return [all, mine]
+    }
     this.heard.set(wire, heard)
     return Object.assign(Object.create(socket) as Wire['relay'], {
       onMessage: (handler: (data: Uint8Array, isBinary: boolean) => void) =>
@@ -565,6 +584,7 @@ export class SimRelay {
             }
             if (m.type === 'hello') heard.authorId = authorIdOf({ sha256: (b) => nodeCrypto.sha256(b) }, m.publicKey)
             if (m.type === 'subscribe') heard.frames = m.frames !== false
+            if (m.type === 'pace') for (const t of counters()) t.paces++
           } catch {
             // Not a message: the session refuses it.
           }
@@ -575,12 +595,16 @@ export class SimRelay {
         if (this.muted.has(wire)) return written()
         try {
           const m = decodeRelayMessage(frame)
-          if (m.type === 'envelope') traffic.envelopes++
-          if (m.type === 'commit') {
-            traffic.commits++
-            traffic.envelopes += m.envelopes.filter((e) => e.length !== ENVELOPE_REF_BYTES).length
+          for (const traffic of counters()) {
+            if (m.type === 'envelope') traffic.envelopes++
+            if (m.type === 'commit') {
+              traffic.commits++
+              traffic.envelopes += m.envelopes.filter((e) => e.length !== ENVELOPE_REF_BYTES).length
+            }
+            if (m.type === 'attest') traffic.attests++
+            if (m.type === 'delta') traffic.deltas++
+            traffic.bytes += frame.length
           }
-          if (m.type === 'attest') traffic.attests++
         } catch {
           // Junk a lying relay sends: not counted.
         }

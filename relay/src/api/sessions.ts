@@ -25,6 +25,7 @@ import { PresenceRoom, type PresenceWatcher } from './presence.ts'
 import { ReadWaits } from './read-waits.ts'
 import { Inbound } from './inbound.ts'
 import { SentEarly } from './sent-early.ts'
+import { PacedStream } from './paced-stream.ts'
 import { Shares } from './shares.ts'
 import { CHUNK_BYTES } from '../store/store.ts'
 import type { ApiLimits } from './server.ts'
@@ -207,6 +208,15 @@ interface FeedEntry {
   readonly refs: boolean
 }
 
+/** A paced subscription (BENDY's live stream): deltas at the client's freshness bound instead of the commit feed. */
+interface PacedEntry {
+  readonly paced: PacedStream
+  readonly unsubscribe: () => void
+}
+
+/** How long a paced delta may wait for f+1 relays' signatures on its attestation. */
+const CERTIFY_TIMEOUT_MS = 2_000
+
 /** One client connection: authenticate, then subscribe and submit. */
 class Session implements Subscriber, PresenceWatcher {
   private readonly nonce = challengeNonce()
@@ -216,7 +226,7 @@ class Session implements Subscriber, PresenceWatcher {
   private proven: (Reader & { readonly key: Uint8Array }) | undefined
   /** The libp2p peer id of the session's key (what its peer addresses must name), once it announced. */
   private peerId: string | undefined
-  private readonly feeds = new Map<string, FeedEntry>()
+  private readonly feeds = new Map<string, FeedEntry | PacedEntry>()
   private readonly sentEarly = new SentEarly()
   /** This session's envelopes not decided yet, each with the function that stops watching it. */
   private readonly pending = new Map<string, () => void>()
@@ -295,8 +305,8 @@ class Session implements Subscriber, PresenceWatcher {
   envelope(space: string, frame: Uint8Array, idHex: string): void {
     if (!this.stillReads(space)) return
     const entry = this.feeds.get(space)
-    // Attestations only: this client takes its frames from another relay.
-    if (entry?.feed.frames === false) return
+    // Paced: deltas only. Attestations only: this client takes its frames from another relay.
+    if (!entry || 'paced' in entry || entry.feed.frames === false) return
     // Once: an envelope reaches a relay in each block that carries it (a leader's copy, a peer's wake).
     if (entry?.refs && this.sentEarly.has(frame)) return
     // The prospective feed is an early view of what the commit feed delivers anyway: a
@@ -319,6 +329,7 @@ class Session implements Subscriber, PresenceWatcher {
   committed(space: string): void {
     const f = this.feeds.get(space)
     if (!f || !this.stillReads(space)) return
+    if ('paced' in f) return f.paced.committed()
     f.idle = false
     this.pump()
   }
@@ -334,7 +345,10 @@ class Session implements Subscriber, PresenceWatcher {
     if (this.mayRead(space)) return true
     const entry = this.feeds.get(space)
     if (!entry) return false
-    const resume = { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}) }
+    const resume =
+      'paced' in entry
+        ? { type: 'subscribe' as const, space, fromIndex: entry.paced.resumeIndex }
+        : { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}) }
     this.leave(space)
     this.sessions.readWaits.wait(this, resume)
     this.send({ type: 'unreadable', space, detail: `key ${this.key} may no longer read space ${space}` })
@@ -371,6 +385,44 @@ class Session implements Subscriber, PresenceWatcher {
     if (vouch) this.send({ type: 'attest', space: message.space, round: vouch.round, sig: vouch.sig })
     this.pump()
     this.sessions.presence.watch(message.space, this)
+  }
+
+  /**
+   * Follows a space at a freshness bound (see PacedStream): deltas instead
+   * of envelopes and commits, if the space's policy lets this session read
+   * it (see ReadWaits otherwise: the wait then ends in a plain subscription).
+   */
+  pace(message: Extract<ClientMessage, { type: 'pace' }>): void {
+    const { space } = message
+    if (!this.mayRead(space)) return this.subscribe({ type: 'subscribe', space, fromIndex: message.fromIndex })
+    this.sessions.readWaits.cancel(this, space)
+    const had = this.feeds.get(space)
+    if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
+    had?.unsubscribe()
+    this.feeds.delete(space)
+    const reads = this.node.reads
+    const paced = new PacedStream(space, message.fromIndex, message.freshnessMs, message.mode ?? 'adaptive', {
+      clock: this.clock,
+      stableIndex: () => reads.stableIndexOf(space),
+      changedSince: (after) => reads.changedKeys(space, after),
+      certifiedDelta: (from, mode) => reads.certifiedDelta(space, from, mode, CERTIFY_TIMEOUT_MS),
+      send: (m) => {
+        // A stream that gives up hands the space back to the client to subscribe: it leaves the session's feeds.
+        if (m.type === 'unpaced' && this.feeds.get(space) === entry) this.leave(space)
+        this.send(m)
+      },
+      backedUp: () => this.inflight >= LOW_WATER_BYTES,
+    })
+    const stop = reads.watch(space, this)
+    const entry: PacedEntry = {
+      paced,
+      unsubscribe: () => {
+        paced.close()
+        stop()
+      },
+    }
+    this.feeds.set(space, entry)
+    this.sessions.presence.watch(space, this)
   }
 
   /** Whether the space's policy lets this session's key read `space` now. */
@@ -432,6 +484,7 @@ class Session implements Subscriber, PresenceWatcher {
   private nextFeed(): FeedEntry | undefined {
     let first: FeedEntry | undefined
     for (const f of this.feeds.values()) {
+      if ('paced' in f) continue
       if (f.feed.midCommit) return f
       if (!f.idle) first ??= f
     }
@@ -464,6 +517,13 @@ class Session implements Subscriber, PresenceWatcher {
         return this.hello(message)
       case 'subscribe':
         return this.subscribe(message)
+      case 'pace':
+        return this.pace(message)
+      case 'applied': {
+        const entry = this.feeds.get(message.space)
+        if (entry && 'paced' in entry) entry.paced.applied(message.index)
+        return
+      }
       case 'unsubscribe':
         this.sessions.readWaits.cancel(this, message.space)
         return this.leave(message.space)

@@ -133,8 +133,11 @@ export type Message =
   | { readonly kind: 'own-last'; readonly block: Block | null; readonly gcRound: number }
   /** Please sign your stable head as of your attested commit of `space` at [fromIndex, round] (see head-proofs.ts). */
   | { readonly kind: 'head-ask'; readonly space: string; readonly fromIndex: number; readonly round: number }
-  /** The sender's signature over stableReadBytes(space, index, stateHash): its stable state at that index has that hash. */
-  | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array }
+  /**
+   * The sender's signature over stableReadBytes(space, index, stateHash): its stable state at that index has that hash;
+   * and, from relays that have it, its signature over its attestation of the commit asked about (paced clients take f+1 of those).
+   */
+  | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array; readonly attestationSig?: Uint8Array }
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -260,7 +263,7 @@ export function encodeMessage(m: Message): Uint8Array {
     case 'head-ask':
       return encode(['head-ask', m.space, m.fromIndex, m.round])
     case 'head-sig':
-      return encode(['head-sig', m.space, m.index, m.stateHash, m.sig])
+      return encode(m.attestationSig ? ['head-sig', m.space, m.index, m.stateHash, m.sig, m.attestationSig] : ['head-sig', m.space, m.index, m.stateHash, m.sig])
   }
 }
 
@@ -314,6 +317,7 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
         index: expect.uint(v[2], 'head-sig.index'),
         stateHash: expect.bytes(v[3], 'head-sig.stateHash', 32),
         sig: expect.bytes(v[4], 'head-sig.sig', 64),
+        ...(v[5] === undefined ? {} : { attestationSig: expect.bytes(v[5], 'head-sig.attestationSig', 64) }),
       }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)

@@ -28,7 +28,7 @@ import {
   type RelayMessage,
   type WaitingEnvelope,
 } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
+import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 
 /**
  * Ways a relay can lie to its clients, for tests and demos (`stead-relay
@@ -125,8 +125,9 @@ export class ClientFacingLiar {
     } catch {
       return [frame]
     }
-    const commitLike = m.type === 'commit' || m.type === 'commit-more' || m.type === 'attest'
+    const commitLike = m.type === 'commit' || m.type === 'commit-more' || m.type === 'attest' || m.type === 'delta'
     if (commitLike && this.lies.has('withhold-commits')) return []
+    if (m.type === 'delta') return [encodeRelayMessage(this.pacedLie(m))]
     if (m.type === 'welcome') return this.welcome(m, frame)
     if (m.type === 'envelope') {
       if (this.lies.has('withhold-envelopes') || this.lies.has('name-unsent')) return []
@@ -152,6 +153,22 @@ export class ClientFacingLiar {
     // A compact attestation signed over other bytes than the commit's.
     if (m.type === 'attest' && this.lies.has('lie-attest')) return [encodeRelayMessage({ ...m, sig: signSync(this.ctx.secretKey, encode(['a lie', m.space, m.round])) })]
     return [frame]
+  }
+
+  /**
+   * A paced delta: `wrong-delta` with other content (the attested state no
+   * longer follows), `lie-attest` under an attestation of another state
+   * that only this relay signed (fewer than f+1 signatures).
+   */
+  private pacedLie(m: Extract<RelayMessage, { type: 'delta' }>): RelayMessage {
+    let out = m
+    if (this.lies.has('wrong-delta')) out = { ...out, delta: wrongDeltaBytes(out.delta) }
+    if (this.lies.has('lie-attest')) {
+      const lie = this.wrongAttestation(out.attestation)
+      const mine = m.sigs.find(([, sig]) => verifySync(publicKeyOfSync(this.ctx.secretKey), m.attestation, sig))
+      out = { ...out, attestation: lie.bytes, sigs: mine ? [[mine[0], lie.sig]] : [] }
+    }
+    return out
   }
 
   private remember(envelope: Uint8Array): void {
@@ -276,7 +293,7 @@ type Snapshot = { space: string; relay: number; attestation: string | null; sig?
 const RECENT_FRAMES = 256
 
 /** The lies that decode what the session sends (the others pass frames through unread). */
-const READING_LIES: readonly ClientLie[] = ['lie-attest', 'admit-revoked', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge']
+const READING_LIES: readonly ClientLie[] = ['lie-attest', 'admit-revoked', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge', 'wrong-delta']
 
 /** An envelope frame's id (the hash of its signed bytes): what a commit names an envelope sent early by. */
 function envelopeId(frame: Uint8Array): Uint8Array {
@@ -310,10 +327,15 @@ function wrongObject(body: { proof?: string }): unknown {
  */
 function wrongDelta(body: { delta?: string }): unknown {
   if (typeof body.delta !== 'string') return body
+  return { ...body, delta: toBase64Url(wrongDeltaBytes(fromBase64Url(body.delta))) }
+}
+
+/** A delta with every object's state emptied, or its last op dropped. */
+function wrongDeltaBytes(bytes: Uint8Array): Uint8Array {
   // Parked envelopes are passed on as they are: only their signed bytes are re-encoded.
-  const d = decodeStateDelta(fromBase64Url(body.delta), (signed) => ({ signed }) as unknown as WaitingEnvelope)
+  const d = decodeStateDelta(bytes, (signed) => ({ signed }) as unknown as WaitingEnvelope)
   const objects = d.objects.map((o) => (o.mode === 'state' ? { ...o, snapshot: createCrdt(decodeDeclaration(o.decl)).snapshot() } : { ...o, ops: o.ops.slice(0, -1) }))
-  return { ...body, delta: toBase64Url(encodeStateDelta({ ...d, objects })) }
+  return encodeStateDelta({ ...d, objects })
 }
 
 /** The envelope with one bit of its signature flipped. */

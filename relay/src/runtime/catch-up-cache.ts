@@ -8,6 +8,8 @@ const CHANGE_LOG_BYTES = 2 * 1024 * 1024
 const SHORT_CHANGE_LOG_BYTES = 64 * 1024
 /** What a change log costs besides the commits it holds: its Space-Saving tracker and arrays (measured: about 1.9 KiB). */
 const CHANGE_LOG_OVERHEAD_BYTES = 2 * 1024
+/** Spaces whose last paced delta stays built (each at most what a delta of its change log weighs). */
+const PACED_DELTAS_KEPT = 64
 /** The change logs of all spaces together: past it, those of the spaces quiet longest are dropped (their clients follow commits). */
 const CHANGE_LOGS_BYTES = 64 * 1024 * 1024
 
@@ -32,6 +34,8 @@ export class CatchUpCache {
   private logBytes = 0
   /** The delta served last per space, by (from, mode, round); undefined when the commits were the cheaper catch-up. */
   private readonly deltas = new Map<string, { readonly key: string; readonly found: { attestation: Signed; delta: Uint8Array } | undefined }>()
+  /** The paced delta built last per space (least recently built first). */
+  private readonly paced = new Map<string, { readonly key: string; readonly bytes: Uint8Array }>()
 
   /** A space's audit state at `at` (its replica's), encoded once per commit. */
   snapshot(space: string, replica: StableAudit, at: AttestedPoint): { attestation: Signed; state: Uint8Array } {
@@ -71,6 +75,34 @@ export class CatchUpCache {
     return found
   }
 
+  /**
+   * What changed from stable index `fromIndex` to the replica's position,
+   * in `mode`, for a paced subscription (built once per position for all
+   * the paced clients that stand at the same index); undefined when the
+   * change log does not reach back that far.
+   */
+  pacedDelta(space: string, replica: StableAudit, fromIndex: number, mode: DeltaMode): Uint8Array | undefined {
+    const log = this.logs.get(space)
+    if (!log) return undefined
+    const key = `paced:${fromIndex}:${mode}:${replica.stableIndex}`
+    const cached = this.paced.get(space)
+    if (cached?.key === key) return cached.bytes
+    const delta = log.delta(replica, fromIndex, mode)
+    const bytes = delta && encodeStateDelta(delta)
+    this.paced.delete(space)
+    if (bytes) this.paced.set(space, { key, bytes })
+    for (const [name] of this.paced) {
+      if (this.paced.size <= PACED_DELTAS_KEPT) break
+      this.paced.delete(name)
+    }
+    return bytes
+  }
+
+  /** The objects a space's commits after `afterIndex` changed, or undefined when its change log does not reach back there. */
+  changedKeys(space: string, afterIndex: number): string[] | undefined {
+    return this.logs.get(space)?.changedKeys(afterIndex)
+  }
+
   /** Feeds a space's change log one commit, within the relay-wide budget: the logs of the spaces that went longest without a commit go first. */
   record(space: string, fromIndex: number, result: CommitResult): void {
     const log = this.logs.get(space) ?? new ChangeLog({ maxBytes: CHANGE_LOG_BYTES })
@@ -95,12 +127,14 @@ export class CatchUpCache {
     this.states.clear()
     this.logs.clear()
     this.deltas.clear()
+    this.paced.clear()
     this.logBytes = 0
   }
 
   private drop(space: string): void {
     const log = this.logs.get(space)
     this.deltas.delete(space)
+    this.paced.delete(space)
     if (!log) return
     this.logs.delete(space)
     this.logBytes -= cost(log)

@@ -9,6 +9,14 @@ import type { Ledger } from './ledger.ts'
 import type { SpaceHead } from './space-table.ts'
 import type { RelayStore } from '../store/store.ts'
 
+/** A delta for a paced client: what changed from its index to a commit f+1 relays attested alike, with their signatures on that attestation. */
+export interface CertifiedDelta {
+  readonly toIndex: number
+  readonly delta: Uint8Array
+  readonly attestation: Uint8Array
+  readonly sigs: ReadonlyArray<readonly [number, Uint8Array]>
+}
+
 export interface ClientReadsOptions {
   readonly committee: Committee
   readonly me: number
@@ -58,7 +66,7 @@ export class ClientReads {
           const signed = await this.attestationAt(space, fromIndex, round, timeoutMs)
           if (!signed) return undefined
           const a = decodeAttestation(signed.bytes)
-          return { index: a.toIndex, stateHash: a.stateHash }
+          return { index: a.toIndex, stateHash: a.stateHash, attestation: signed }
         },
         send: options.send,
       },
@@ -170,6 +178,37 @@ export class ClientReads {
    */
   stateDelta(space: string, fromIndex: number, mode: DeltaMode = 'adaptive'): { attestation: Signed; delta: Uint8Array } | undefined {
     return this.o.ledger.stateDelta(space, fromIndex, mode)
+  }
+
+  /**
+   * For a paced subscription: what changed in a space from `fromIndex` to
+   * this relay's latest attested commit, with f+1 relays' signatures on
+   * that commit's attestation (gathered over the mesh with the head proofs,
+   * up to `timeoutMs`). `unavailable` when the change log does not reach
+   * back to `fromIndex`; undefined when the signatures could not be had,
+   * or this relay is behind `fromIndex`, or nothing was ever attested.
+   */
+  async certifiedDelta(space: string, fromIndex: number, mode: DeltaMode, timeoutMs: number): Promise<CertifiedDelta | 'unavailable' | undefined> {
+    // The space may move while the signatures come: the delta must end exactly at the certified commit.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const proof = await this.headProofs.prove(space, timeoutMs)
+      if (!proof?.attestation || proof.index < fromIndex) return undefined
+      const delta = this.o.ledger.pacedDelta(space, fromIndex, mode, proof.attestation.bytes)
+      if (delta === 'moved') continue
+      if (delta === undefined) return 'unavailable'
+      return { toIndex: proof.index, delta, attestation: proof.attestation.bytes, sigs: proof.attestation.sigs }
+    }
+    return undefined
+  }
+
+  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows. */
+  changedKeys(space: string, afterIndex: number): readonly string[] | undefined {
+    return this.o.ledger.changedKeys(space, afterIndex)
+  }
+
+  /** The stable index of a space here (0 for one it does not hold). */
+  stableIndexOf(space: string): number {
+    return this.o.ledger.spaces.head(space)?.index ?? 0
   }
 
   /**

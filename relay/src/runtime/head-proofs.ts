@@ -1,6 +1,6 @@
 import { bytesEqual, stableReadBytes } from '@stead/core'
 import { Bucket } from './bucket.ts'
-import type { HostClock } from '@stead/core'
+import type { HostClock, Signed } from '@stead/core'
 import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
 
 /**
@@ -23,6 +23,12 @@ export interface HeadProof {
   readonly stateHash: Uint8Array
   /** f+1 or more [relay, signature over stableReadBytes(space, index, stateHash)]. */
   readonly sigs: ReadonlyArray<readonly [number, Uint8Array]>
+  /**
+   * The attestation of the commit the head is the state after, with f+1
+   * or more relays' signatures over its bytes (what a paced client
+   * believes a delta's end by); absent when too few relays sent theirs.
+   */
+  readonly attestation?: { readonly bytes: Uint8Array; readonly sigs: ReadonlyArray<readonly [number, Uint8Array]> }
 }
 
 /** What head proofs need of the relay around them. */
@@ -34,9 +40,9 @@ export interface HeadProofHost {
    * of it (started over from a checkpoint): it cannot prove that head, and
    * must not answer 0 for it.
    */
-  latest(space: string): { fromIndex: number; round: number; index: number; stateHash: Uint8Array } | null
+  latest(space: string): { fromIndex: number; round: number; index: number; stateHash: Uint8Array; attestation?: Signed } | null
   /** This relay's attested commit of `space` at [fromIndex, round] once it is stored here, waiting up to `timeoutMs`; undefined if it is not. */
-  attested(space: string, fromIndex: number, round: number, timeoutMs: number): Promise<{ index: number; stateHash: Uint8Array } | undefined>
+  attested(space: string, fromIndex: number, round: number, timeoutMs: number): Promise<{ index: number; stateHash: Uint8Array; attestation: Signed } | undefined>
   send(to: number, message: Message): void
 }
 
@@ -56,6 +62,9 @@ interface Pending {
   readonly fromIndex: number
   readonly round: number
   readonly sigs: Map<number, Uint8Array>
+  /** Our attestation of the commit, and the signatures over its bytes so far (ours first). */
+  readonly attestation: Signed | undefined
+  readonly attested: Map<number, Uint8Array>
   askedAt: number
 }
 
@@ -105,7 +114,8 @@ export class HeadProofs {
     let p = sp.pending.find((x) => x.index === latest.index && bytesEqual(x.stateHash, latest.stateHash))
     if (!p) {
       const own = this.o.crypto.sign(this.o.secretKey, stableReadBytes(space, latest.index, latest.stateHash))
-      p = { index: latest.index, stateHash: latest.stateHash, fromIndex: latest.fromIndex, round: latest.round, sigs: new Map([[this.o.me, own]]), askedAt: -Infinity }
+      const attested = new Map(latest.attestation ? [[this.o.me, latest.attestation.sig]] : [])
+      p = { index: latest.index, stateHash: latest.stateHash, fromIndex: latest.fromIndex, round: latest.round, sigs: new Map([[this.o.me, own]]), attestation: latest.attestation, attested, askedAt: -Infinity }
       sp.pending.push(p)
       if (sp.pending.length > PENDING_PER_SPACE) sp.pending.shift()
       // f = 0: our own signature is proof enough.
@@ -147,7 +157,8 @@ export class HeadProofs {
   /** Whether `p` has f+1 signatures; if so it is the space's proven head and answers every read waiting for one at or below it. */
   private complete(sp: SpaceProofs, p: Pending): boolean {
     if (p.sigs.size < this.o.committee.f + 1) return false
-    if (!sp.proven || p.index > sp.proven.index) sp.proven = { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs] }
+    const certified = p.attestation && p.attested.size >= this.o.committee.f + 1 ? { attestation: { bytes: p.attestation.bytes, sigs: [...p.attested] } } : {}
+    if (!sp.proven || p.index > sp.proven.index) sp.proven = { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs], ...certified }
     sp.pending = sp.pending.filter((x) => x.index > p.index)
     const proven = sp.proven
     for (const w of [...sp.waiters]) if (w.atLeast <= proven.index) w.done(proven)
@@ -168,6 +179,8 @@ export class HeadProofs {
     const key = this.o.committee.keys[from]
     if (!key || !this.o.crypto.verify(key, stableReadBytes(m.space, m.index, m.stateHash), m.sig)) return true
     p.sigs.set(from, m.sig)
+    // Correct relays sign identical attestation bytes: another relay's signature over ours counts, one over anything else does not.
+    if (m.attestationSig && p.attestation && this.o.crypto.verify(key, p.attestation.bytes, m.attestationSig)) p.attested.set(from, m.attestationSig)
     this.complete(sp, p)
     return true
   }
@@ -180,7 +193,7 @@ export class HeadProofs {
       .then((head) => {
         if (!head) return
         const sig = this.o.crypto.sign(this.o.secretKey, stableReadBytes(space, head.index, head.stateHash))
-        this.o.host.send(from, { kind: 'head-sig', space, index: head.index, stateHash: head.stateHash, sig })
+        this.o.host.send(from, { kind: 'head-sig', space, index: head.index, stateHash: head.stateHash, sig, attestationSig: head.attestation.sig })
       })
       .finally(() => {
         this.inFlight[from] = (this.inFlight[from] as number) - 1

@@ -1,4 +1,4 @@
-import { StableAudit, SteadError, attestedDecision, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
+import { StableAudit, SteadError, attestedDecision, bytesEqual, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
 import type { Admission } from './admission.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
 import type { SyncCrypto } from '../consensus/index.ts'
@@ -294,6 +294,25 @@ export class Ledger {
     const latest = replica && this.latestAttested(space)
     if (!replica || !latest) return undefined
     return { attestation: latest.attestation, proof: encodeObjectProof(replica.objectProof((b) => this.o.crypto.sha256(b), key)) }
+  }
+
+  /**
+   * What changed in a space from `fromIndex` to the latest attested commit,
+   * whose attestation must be `attestation` (a paced client believes the
+   * delta by f+1 signatures on those bytes): `moved` when the space is at
+   * another commit now, undefined past the change log.
+   */
+  pacedDelta(space: string, fromIndex: number, mode: DeltaMode, attestation: Uint8Array): Uint8Array | 'moved' | undefined {
+    const replica = this.spaces.read(space)
+    const latest = replica && this.latestAttested(space)
+    if (!replica || !latest) return undefined
+    if (latest.index !== replica.stableIndex || !bytesEqual(latest.attestation.bytes, attestation)) return 'moved'
+    return this.catchUp.pacedDelta(space, replica, fromIndex, mode)
+  }
+
+  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows. */
+  changedKeys(space: string, afterIndex: number): string[] | undefined {
+    return this.catchUp.changedKeys(space, afterIndex)
   }
 
   /** What changed in a space from `fromIndex` to the latest attested commit (BENDY: each object as ops or state), with the attestation; undefined past the change log. */

@@ -31,7 +31,8 @@ export interface SpacePort {
   /** The replica took a commit (or a snapshot or delta): the chain stands at `position` now. */
   advance(position: ChainPosition): void
   /** Takes a replica rebuilt elsewhere (a tab taking over the lead). */
-  adopt(replica: ReliableReplica, position: ChainPosition): void
+  /** The stable state jumped to `position`; `changed`: the keys it changed, when `replica` is the one the space holds (else every key may have). */
+  adopt(replica: ReliableReplica, position: ChainPosition, changed?: ReadonlySet<string>): void
   /** Updates another tab made, joining the open draft (this tab leads). */
   queueForwarded(request: string, regular: readonly DraftItem[], safe: ReadonlyArray<readonly DraftItem[]>): Array<Promise<SafeResult>>
   /** A draft batch became a stored envelope (or cancelled out). */

@@ -2,6 +2,8 @@ import {
   BoundedCounter,
   DEFAULT_LIMITS,
   SteadError,
+  MAX_FRESHNESS_MS,
+  MIN_FRESHNESS_MS,
   asGeneric,
   createCrdt,
   describeDeclaration,
@@ -59,6 +61,7 @@ import { LocalEdits } from '../undo/local-edits.ts'
 import { UndoManager, type UndoManagerOptions, type UndoScope } from '../undo/undo-manager.ts'
 import type { CausalComparison, ClockProof } from '../upstream/proofs.ts'
 import type { ChainPosition } from '../upstream/quorum.ts'
+import type { Freshness } from '../upstream/pacing.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from '../types.ts'
 import { DEFAULT_SAFE_TIMEOUT_MS, clockOf } from '../options.ts'
 import { bounded } from '../wait.ts'
@@ -118,6 +121,14 @@ export interface Upstream {
   now?(): number
   /** Signs this client's presence body and sends it where the space's other clients hear it (see Presence). */
   publishPresence(body: PresenceBody): void
+  /** How late others' updates may reach this client (see `Space.setFreshness`); absent where another tab follows the relays. */
+  follow?(freshness: Freshness | undefined): void
+}
+
+/** Options of `Space.setFreshness`. */
+export interface FreshnessOptions {
+  /** How changed objects travel: each the cheaper way (`'adaptive'`, the default), or always as `'ops'` or as `'state'`. */
+  readonly mode?: 'ops' | 'state' | 'adaptive'
 }
 
 type AnyHandle = CounterHandle | SetHandle | RegisterHandle | BoundedCounterHandle | TextHandle | MapHandle | ListHandle | MembersHandle
@@ -156,8 +167,6 @@ function checkObjectOptions(key: string, kind: string, given: unknown, own: read
   }
 }
 
-/** The longest freshness bound an object may have (see ObjectOptions). */
-const MAX_FRESHNESS_MS = 3_600_000
 
 /**
  * One space of a client: its objects (handles), safe transactions, waits
@@ -176,7 +185,8 @@ export class Space {
   /** @internal Where the replica's commit chain stands (moved by `advance`). */
   position: ChainPosition
   private upstream!: Upstream
-  private readonly options: { readonly historyLimit?: number; readonly safeTimeoutMs?: number }
+  /** The space's settings: from the client's options, and how late others' updates may reach it (setFreshness). */
+  private readonly options: { readonly historyLimit?: number; readonly safeTimeoutMs?: number; freshness?: Freshness }
   private readonly clock: HostClock
   /** Told when close() begins, with its promise (the client forgets this space and waits for it before reopening). */
   private readonly onClose: (done: Promise<void>) => void
@@ -228,7 +238,7 @@ export class Space {
   }) {
     this.space = init.space
     this.authorId = init.authorId
-    this.options = init.options
+    this.options = { ...init.options }
     this.clock = clockOf(init.options)
     this.onClose = init.onClose
     this.replica = init.replica
@@ -298,6 +308,42 @@ export class Space {
   /** @internal Connects the space to where its drafts go; called once by the client, and again when this tab takes over the lead. */
   attach(upstream: Upstream): void {
     this.upstream = upstream
+    upstream.follow?.(this.options.freshness)
+  }
+
+  /**
+   * How late other clients' updates may reach this one, at most `ms` after
+   * they commit (BENDY's live stream); undefined (the default) for every
+   * update as it comes, before it is even ordered.
+   *
+   * With a bound, the relay that serves this client sends instead, every
+   * `ms` less the time one takes to arrive, one delta of what changed:
+   * each object as its operations or as its state, whichever is smaller by
+   * BENDY's rule on the most updated objects, with f+1 relays' signatures on
+   * the commit it ends at (nothing is believed otherwise). A reader of a
+   * busy space downloads far less (see BENCHMARKS.md); what it sees is
+   * always a stable state, never a prospective one. While this client has
+   * updates of its own undecided, or other tabs follow it, it follows
+   * every update as before, and paces again once they are decided.
+   *
+   * @param ms 50 to 3,600,000, or undefined to follow every update.
+   * @param options `mode`: how changed objects travel, `'adaptive'` (the default), or always as `'ops'` or as `'state'` (for comparisons).
+   * @throws SteadError `malformed` for a bound or mode out of range; {@link ClosedError} after `close()`.
+   * @example
+   * ```ts
+   * const board = await client.space('scoreboard')
+   * board.setFreshness(1000) // a dashboard: at most a second behind, a fraction of the bytes
+   * ```
+   */
+  setFreshness(ms: number | undefined, options: FreshnessOptions = {}): void {
+    this.assertOpen()
+    if (ms !== undefined && (!Number.isSafeInteger(ms) || ms < MIN_FRESHNESS_MS || ms > MAX_FRESHNESS_MS)) {
+      throw new SteadError('malformed', `freshness must be a whole number of ms from ${MIN_FRESHNESS_MS} to ${MAX_FRESHNESS_MS}, or undefined; got ${String(ms)}`)
+    }
+    const mode = options.mode ?? 'adaptive'
+    if (mode !== 'ops' && mode !== 'state' && mode !== 'adaptive') throw new SteadError('malformed', `freshness mode must be 'ops', 'state' or 'adaptive', got ${String(mode)}`)
+    this.options.freshness = ms === undefined ? undefined : { ms, mode }
+    this.upstream.follow?.(this.options.freshness)
   }
 
   // ---------------------------------------------------------------- handles
@@ -989,8 +1035,8 @@ export class Space {
   }
 
   /** @internal Takes a replica rebuilt elsewhere (this tab took over the lead and restored from storage): every view is recomputed. */
-  adopt(replica: ReliableReplica, position: ChainPosition): void {
-    const keys = new Set([...this.replica.keys(), ...replica.keys(), ...this.events.subscribedKeys()])
+  adopt(replica: ReliableReplica, position: ChainPosition, changed?: ReadonlySet<string>): void {
+    const keys = changed && replica === this.replica ? changed : new Set([...this.replica.keys(), ...replica.keys(), ...this.events.subscribedKeys()])
     this.replica = replica
     this.position = position
     this.notify(keys)

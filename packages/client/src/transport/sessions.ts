@@ -274,6 +274,8 @@ export class RelaySessions {
       case 'envelope':
       case 'commit':
       case 'attest':
+      case 'delta':
+      case 'unpaced':
       case 'pruned':
       case 'unreadable':
       case 'peers':

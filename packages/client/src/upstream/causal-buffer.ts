@@ -1,4 +1,4 @@
-import type { Envelope } from '@stead/core'
+import type { Envelope, HostClock, HostTimer } from '@stead/core'
 import type { PeerSource } from '../peers/peers.ts'
 
 /** How many envelopes refused for a bad clock are remembered. */
@@ -33,10 +33,28 @@ export class CausalBuffer {
   private readonly maxHeld: number
   /** Envelopes from peers refused for a bad clock (the latest MAX_BAD_CLOCKS): not asked for or checked again. */
   private readonly badClocks = new Set<string>()
+  /** Fires when the earliest wait runs out (one at a time). */
+  private expiry: HostTimer | undefined
 
   constructor(maxWaitMs = 1000, maxHeld = 1024) {
     this.maxWaitMs = maxWaitMs
     this.maxHeld = maxHeld
+  }
+
+  /** Calls `expire` once the earliest wait runs out, unless a call is already due (see `expired`). */
+  armExpiry(clock: HostClock, expire: () => void): void {
+    const deadline = this.nextDeadline()
+    if (this.expiry || deadline === undefined) return
+    this.expiry = clock.setTimer(Math.max(0, deadline - clock.now()), () => {
+      this.expiry = undefined
+      expire()
+    })
+  }
+
+  /** Cancels the expiry call armed, if any. */
+  disarm(): void {
+    this.expiry?.cancel()
+    this.expiry = undefined
   }
 
   get size(): number {

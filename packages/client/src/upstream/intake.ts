@@ -21,7 +21,7 @@ import {
 } from '@stead/core'
 import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from '../errors.ts'
-import { fromHome, type Outbox, type SpaceNews } from './outbox.ts'
+import { envelopeKeys, fromHome, type Outbox, type SpaceNews } from './outbox.ts'
 import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from '../transport/sessions.ts'
@@ -33,6 +33,7 @@ import type { StorageChange } from '../storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
 import type { PeerHub, PeerSource } from '../peers/peers.ts'
 import type { SpacePort } from '../space/space-port.ts'
+import { Pacing, certifyDelta, type Freshness } from './pacing.ts'
 
 interface IntakeOptions {
   space: SpacePort
@@ -100,7 +101,6 @@ export class RelayIntake {
   private readonly inbox: ReceivedInbox
   /** Other authors' envelopes waiting for their deps before they show. */
   private readonly causal = new CausalBuffer()
-  private causalTimer: HostTimer | undefined
   /** The commit run in progress (close awaits it), and whether another pass is due once it ends. */
   private applying: { run: Promise<void>; again: boolean } | undefined
   private closed = false
@@ -123,6 +123,8 @@ export class RelayIntake {
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
   /** Relays that said this client may not read the space: not followed (no frames, no resubscribing) except once per new session, in case the policy changed meanwhile. */
   private readonly unreadable: UnreadableRelays
+  /** Whether the space follows deltas at a freshness bound (BENDY's live stream) instead of every envelope and commit. */
+  private readonly pacing = new Pacing()
 
   private readonly o: IntakeOptions
   constructor(o: IntakeOptions) {
@@ -226,7 +228,9 @@ export class RelayIntake {
     const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.seq ?? 0) >= env.seq)
     if (decidesOwn) return
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
-    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided)
+    // Only what the delta changed shows anew: its objects, and those of the pending envelopes it decided.
+    const changed = new Set([...delta.objects.keys(), ...decided.flatMap(envelopeKeys)])
+    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed)
   }
 
   /**
@@ -237,9 +241,9 @@ export class RelayIntake {
    * stable index, shows; and the replica is stored, those envelopes' inbox
    * records forgotten.
    */
-  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[]): Promise<void> {
+  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>): Promise<void> {
     const { space, records } = this.o
-    space.adopt(replica, position)
+    space.adopt(replica, position, changed)
     this.quorum?.prune(position)
     for (const rounds of this.unmatched.values()) for (const r of [...rounds.keys()]) if (r <= position.lastRound) rounds.delete(r)
     this.starvedSince = undefined
@@ -326,18 +330,86 @@ export class RelayIntake {
   tick(): void {
     if (this.pruned && this.bootstrap === 'due' && (this.o.clock.now() >= this.pruned.retryAt || this.o.space.position.stableIndex >= this.pruned.from)) this.startBootstrap()
     if (this.closed || !this.quorum || this.bootstrap !== 'settled') return
+    this.repace()
     const current = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
     if (!current?.ready || current.faulty) {
       const best = this.byPreference()[0]
       if (best) this.setSource(best)
       return
     }
+    // Paced: a source that sends no delta, not even the heartbeat of a quiet space, is passed over.
+    if (this.pacing.on) {
+      if (this.pacing.silent(this.o.clock.now(), this.o.resubmitAfterMs)) this.nextSource()
+      return
+    }
     if (this.starvedSince === undefined || this.o.clock.now() - this.starvedSince < this.o.resubmitAfterMs) return
+    this.nextSource()
+  }
+
+  /** The next relay in the space's order of preference becomes the source. */
+  private nextSource(): void {
     const links = this.byPreference()
     const at = links.findIndex((l) => l.relay === this.source)
     const next = links[(at + 1) % links.length]
     if (next && next.relay !== this.source) this.setSource(next)
     this.starvedSince = this.o.clock.now()
+    this.pacing.heard(this.o.clock.now())
+  }
+
+  /**
+   * How late others' updates may reach this client (BENDY's live stream),
+   * or undefined for every envelope as it comes: see Pacing for when the
+   * space is actually paced.
+   */
+  setFreshness(freshness: Freshness | undefined): void {
+    this.pacing.set(freshness)
+    this.repace()
+  }
+
+  /** Paces the space's subscriptions, or stops, as Pacing says now (the outbox, tabs and catch-ups change it). */
+  repace(): void {
+    if (this.closed || this.bootstrap !== 'settled' || !this.quorum) return
+    const now = this.o.clock.now()
+    const busy = this.o.outbox.size > 0 || this.awaitingAcks.length > 0 || this.pruned !== undefined || this.o.news.followed?.() === true
+    const due = this.pacing.due(now, busy)
+    if (due === this.pacing.on) return
+    this.pacing.switched(due, now)
+    // Compact attestations heard while paced match no commit this client will see.
+    this.unmatched.clear()
+    this.starvedSince = undefined
+    for (const link of this.byPreference()) this.follow(link)
+  }
+
+  /** The source cannot pace the space from here: follow commits for a while. */
+  unpaced(link: RelayLink): void {
+    if (this.closed || !this.pacing.on || link.relay !== this.source) return
+    this.pacing.coolDown(this.o.clock.now())
+    this.repace()
+  }
+
+  /**
+   * A paced delta from the source: believed once f+1 relays signed its
+   * attestation and it leads to the attested state (see certifyDelta),
+   * applied like a catch-up, then acknowledged (the relay times its
+   * deliveries by it). One that starts elsewhere (the space moved by a
+   * commit meanwhile) has the source pace again from here.
+   */
+  private onDelta(link: RelayLink, m: Extract<RelayMessage, { type: 'delta' }>): Promise<void> {
+    return this.pacing.inTurn(async () => {
+      const cluster = this.o.sessions.cluster
+      if (this.closed || !this.pacing.on || link.relay !== this.source || !cluster) return
+      const { space } = this.o
+      const checked = await certifyDelta(this.o.crypto, cluster, space.replica, m)
+      if (this.closed || !this.pacing.on || link.relay !== this.source) return
+      if (checked === 'stale') {
+        if (this.pacing.pacedFrom !== space.position.stableIndex) this.follow(link)
+        return
+      }
+      if ('faulty' in checked) return link.markFaulty(checked.faulty)
+      this.pacing.heard(this.o.clock.now())
+      if (checked.delta.toIndex > checked.delta.fromIndex) await this.adoptDelta(checked)
+      link.send({ type: 'applied', space: space.space, index: checked.attestation.toIndex })
+    }).catch((err: unknown) => this.o.space.storageFailed(err))
   }
 
   /** Every relay not known faulty, to ask over HTTP (not only those whose session is up yet): the preferred ones first. */
@@ -361,6 +433,7 @@ export class RelayIntake {
   }
 
   private follow(link: RelayLink): void {
+    if (this.pacing.on) return this.followPaced(link)
     const frames = link.relay === this.source
     // A relay that attests only is followed from the oldest commit an outcome of ours still waits on, so
     // a session that comes up after that commit was applied still attests it (compact attestations are cheap).
@@ -370,10 +443,24 @@ export class RelayIntake {
     this.o.subscribed(link)
   }
 
-  message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' }>): void {
+  /** Paced, the source sends deltas from the stable index, and the other relays nothing. */
+  private followPaced(link: RelayLink): void {
+    const { space, position } = this.o.space
+    if (link.relay !== this.source) {
+      link.send({ type: 'unsubscribe', space })
+      return
+    }
+    const { ms, mode } = this.pacing.freshness as Freshness
+    this.pacing.pacedFrom = position.stableIndex
+    link.send({ type: 'pace', space, fromIndex: position.stableIndex, freshnessMs: ms, ...(mode && mode !== 'adaptive' ? { mode } : {}) })
+    this.o.subscribed(link)
+  }
+
+  message(link: RelayLink, m: Extract<RelayMessage, { type: 'envelope' | 'commit' | 'attest' | 'delta' }>): void {
     if (this.closed || m.space !== this.o.space.space) return
     this.unreadable.remove(link)
     if (m.type === 'envelope') void this.onEnvelope(link, m.envelope)
+    else if (m.type === 'delta') void this.onDelta(link, m)
     else if (m.type === 'attest') void this.onAttest(link, m.round, m.sig)
     else void this.onCommit(link, m)
   }
@@ -466,10 +553,8 @@ export class RelayIntake {
 
   /** Lets go, when its wait runs out, of an envelope whose deps never came (they may only arrive inside a commit, or never). */
   private armCausalTimer(): void {
-    const deadline = this.causal.nextDeadline()
-    if (this.causalTimer || deadline === undefined || this.closed) return
-    this.causalTimer = this.o.clock.setTimer(Math.max(0, deadline - this.o.clock.now()), () => {
-      this.causalTimer = undefined
+    if (this.closed) return
+    this.causal.armExpiry(this.o.clock, () => {
       for (const h of this.causal.expired(this.o.clock.now())) this.deliver(h)
       this.armCausalTimer()
     })
@@ -520,7 +605,8 @@ export class RelayIntake {
    */
   private async onAttest(link: RelayLink, round: number, sig: Uint8Array): Promise<void> {
     const relay = link.relay
-    if (relay === undefined || !this.quorum) return
+    // Paced, no commit is followed: a compact attestation still on its way matches nothing this client will see.
+    if (relay === undefined || !this.quorum || this.pacing.on) return
     if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
     // Late, for a commit applied already: checked against what was applied.
     if (round <= this.o.space.position.lastRound) return this.checkLate(relay, round, sig)
@@ -752,7 +838,7 @@ export class RelayIntake {
   /** Stops taking news, lets a commit being applied finish its write, stores received envelopes and checkpoints so the next open is quick. */
   async close(): Promise<void> {
     this.closed = true
-    this.causalTimer?.cancel()
+    this.causal.disarm()
     await this.inbox.flush().catch(() => undefined)
     await this.applying?.run
     const { records, space } = this.o

@@ -54,6 +54,8 @@ export interface SpaceNews {
   outboxChanged(): void
   /** The replica was replaced by one started from a verified snapshot: followers rebuild theirs from the leader's. */
   rebased(): void
+  /** Whether other tabs follow this space (they replay every commit, so it is not paced). */
+  followed?(): boolean
 }
 
 export const NO_NEWS: SpaceNews = { sealed() {}, received() {}, committed() {}, refused() {}, failed() {}, outboxChanged() {}, rebased() {} }

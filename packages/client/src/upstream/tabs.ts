@@ -269,6 +269,7 @@ export class TabHub {
       committed: (round, frames) => post({ t: 'committed', space, round, frames: [...frames] }),
       refused: (id, reason, detail) => post({ t: 'refused', space, id, reason, detail }),
       rebased: () => post({ t: 'rebased', space }),
+      followed: () => (this.users.get(space)?.size ?? 0) > 0,
       failed: (requests, err) => post({ t: 'failed', space, requests: requests.map((r) => r.id), error: failure(err) }),
       outboxChanged: () => {
         // Several changes in one turn make one message.

@@ -25,6 +25,7 @@ import type { DraftBatch } from '../space/drafts.ts'
 import { ClosedError } from '../errors.ts'
 import { MAX_HISTORY_BYTES, decodePage, sharedNewest } from './history-pages.ts'
 import { RelayIntake } from './intake.ts'
+import type { Freshness } from './pacing.ts'
 import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
@@ -84,15 +85,21 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     this.o = o
     this.space = o.space.space
     const peers = o.peers
-    const news: SpaceNews = peers
-      ? {
-          ...o.news,
-          sealed: (frame, requests, places) => {
-            o.news.sealed(frame, requests, places)
-            if (frame) peers.publish(this.space, toHex(o.crypto.sha256(asSigned(decode(frame)).bytes)), frame)
-          },
-        }
-      : o.news
+    const news: SpaceNews = {
+      ...o.news,
+      sealed: (frame, requests, places) => {
+        o.news.sealed(frame, requests, places)
+        if (frame && peers) peers.publish(this.space, toHex(o.crypto.sha256(asSigned(decode(frame)).bytes)), frame)
+      },
+      // An update of this client's own in flight: the space follows commits until it is decided (see Pacing).
+      outboxChanged: () => {
+        o.news.outboxChanged()
+        // Later: the outbox may say so before the intake exists, and several changes in a row make one check.
+        queueMicrotask(() => {
+          if (!this.closed) this.intake.repace()
+        })
+      },
+    }
     this.outbox = new Outbox({ ...o, news, member: this })
     this.presence = new PresenceWire({ space: this.space, presence: o.space.presence, crypto: o.crypto, identity: o.identity, links: () => o.sessions.links, peers: o.peers })
     this.intake = new RelayIntake({
@@ -103,6 +110,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       catchUp: (relays) => this.verifiedDelta(relays),
       subscribed: (link) => (o.peers ? this.announce(link, o.peers.addresses()) : undefined),
     })
+  }
+
+  follow(freshness: Freshness | undefined): void {
+    if (!this.closed) this.intake.setFreshness(freshness)
   }
 
   // ---- Upstream
@@ -241,7 +252,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   message(link: RelayLink, m: RelayMessage): void {
     if (this.closed) return
-    if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest') this.intake.message(link, m)
+    if (m.type === 'envelope' || m.type === 'commit' || m.type === 'attest' || m.type === 'delta') this.intake.message(link, m)
+    else if (m.type === 'unpaced' && m.space === this.space) this.intake.unpaced(link)
     else if (m.type === 'pruned' && m.space === this.space) this.intake.prunedAt(m.from)
     else if (m.type === 'unreadable' && m.space === this.space) this.intake.unreadableAt(link, m.detail)
     else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)

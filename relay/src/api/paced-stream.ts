@@ -1,0 +1,211 @@
+import type { DeltaMode, HostClock, HostTimer, RelayMessage } from '@stead/core'
+import type { CertifiedDelta } from '../runtime/client-reads.ts'
+
+/** What a paced stream needs of the relay and the session around it. */
+export interface PacedHost {
+  readonly clock: HostClock
+  /** The space's stable index here. */
+  stableIndex(): number
+  /** The objects commits after `afterIndex` changed; undefined when the relay no longer knows (its change log was dropped). */
+  changedSince(afterIndex: number): readonly string[] | undefined
+  /**
+   * A delta from `fromIndex` to the latest commit, with f+1 relays'
+   * signatures on its attestation; `unavailable` when the relay keeps no
+   * change log reaching back to `fromIndex`; undefined when the
+   * signatures could not be had this time.
+   */
+  certifiedDelta(fromIndex: number, mode: DeltaMode): Promise<CertifiedDelta | 'unavailable' | undefined>
+  send(message: RelayMessage): void
+  /** Whether much is still queued towards the client (a delta then waits: the next one covers more). */
+  backedUp(): boolean
+}
+
+/** Objects whose first change time and μ a stream keeps: past it, it sends at once rather than track more. */
+const MAX_TRACKED_OBJECTS = 1024
+/** Weight of a new sample in the moving estimate of μ (the paper's moving average over the last few). */
+const MU_WEIGHT = 0.25
+/** Waiting for signatures that did not come: tried again after this long. */
+const RETRY_MS = 100
+/** A space that does not change still gets a delta (empty) this often, so its client can tell a silent relay from a quiet space. */
+export const PACED_HEARTBEAT_MS = 5_000
+
+/**
+ * BENDY's live stream for one client's paced subscription to one space.
+ *
+ * Instead of every envelope and commit, the client gets one delta at a
+ * time, from the stable index it holds to the latest commit f+1 relays
+ * attested alike, with each changed object as its ops or as its state by
+ * the cost rule on the hot objects (the change log's). An object changed at
+ * t_x must reach the client by t_x + δ: so a delta leaves at the earliest
+ * t_x + δ − μ_x over the changed objects, μ_x being the moving estimate of
+ * how long the deltas that carried x took from the moment the relay began
+ * building them to the client's `applied` (the paper's coordination time:
+ * propagate, then deploy). One delta is in flight at a time; the next
+ * covers whatever changed meanwhile.
+ */
+export class PacedStream {
+  readonly space: string
+  readonly freshnessMs: number
+  private readonly mode: DeltaMode
+  private readonly host: PacedHost
+  /** The stable index the client holds (as of the last delta sent). */
+  private sentIndex: number
+  /** Changes noted up to this stable index. */
+  private seenIndex: number
+  /** Per object changed past sentIndex: when the relay learned of its first such change. */
+  private readonly firstChange = new Map<string, number>()
+  /** More objects changed than are tracked, or which is unknown: the earliest such time. */
+  private untracked: number | undefined
+  /** μ_x per object, ms (least recently updated first). */
+  private readonly mu = new Map<string, number>()
+  /** μ over every delta: for objects without their own estimate yet. */
+  private muAll = 0
+  private inFlight: { readonly toIndex: number; readonly startedAt: number; readonly keys: readonly string[] } | undefined
+  private lastSentAt: number
+  private timer: HostTimer | undefined
+  private building = false
+  private closed = false
+
+  constructor(space: string, fromIndex: number, freshnessMs: number, mode: DeltaMode, host: PacedHost) {
+    this.space = space
+    this.freshnessMs = freshnessMs
+    this.mode = mode
+    this.host = host
+    this.sentIndex = this.seenIndex = fromIndex
+    this.lastSentAt = host.clock.now()
+    this.committed()
+  }
+
+  /** The stable index the client stands at, as far as this stream knows (where a subscription taking over resumes). */
+  get resumeIndex(): number {
+    return this.sentIndex
+  }
+
+  /** New commits of the space are durable here: note what changed, and when it must reach the client. */
+  committed(): void {
+    if (this.closed) return
+    const index = this.host.stableIndex()
+    if (index > this.seenIndex) {
+      const now = this.host.clock.now()
+      const keys = this.host.changedSince(this.seenIndex)
+      if (keys === undefined) this.untracked ??= now
+      else {
+        for (const key of keys) {
+          if (this.firstChange.has(key)) continue
+          if (this.firstChange.size >= MAX_TRACKED_OBJECTS) this.untracked ??= now
+          else this.firstChange.set(key, now)
+        }
+      }
+      this.seenIndex = index
+    }
+    this.schedule()
+  }
+
+  /** The client applied the delta that ended at `index`: the time it took feeds μ of the objects it carried. */
+  applied(index: number): void {
+    const sent = this.inFlight
+    if (this.closed || !sent || index !== sent.toIndex) return
+    this.inFlight = undefined
+    this.learn(sent.keys, this.host.clock.now() - sent.startedAt)
+    this.schedule()
+  }
+
+  /** μ_x for an object (the stream-wide estimate until the object has one). */
+  muOf(key: string): number {
+    return this.mu.get(key) ?? this.muAll
+  }
+
+  close(): void {
+    this.closed = true
+    this.timer?.cancel()
+    this.timer = undefined
+  }
+
+  private learn(keys: readonly string[], ms: number): void {
+    this.muAll = this.muAll === 0 ? ms : this.muAll * (1 - MU_WEIGHT) + ms * MU_WEIGHT
+    for (const key of keys) {
+      const old = this.mu.get(key)
+      this.mu.delete(key)
+      this.mu.set(key, old === undefined ? ms : old * (1 - MU_WEIGHT) + ms * MU_WEIGHT)
+    }
+    for (const key of this.mu.keys()) {
+      if (this.mu.size <= MAX_TRACKED_OBJECTS) break
+      this.mu.delete(key)
+    }
+  }
+
+  /** When the next delta must leave: the earliest t_x + δ − μ_x, a heartbeat for a quiet space, or undefined while one is being built. */
+  private deadline(): number {
+    const slack = (mu: number): number => Math.max(0, this.freshnessMs - mu)
+    let due = this.untracked === undefined ? Number.POSITIVE_INFINITY : this.untracked + slack(this.maxMu())
+    for (const [key, at] of this.firstChange) due = Math.min(due, at + slack(this.muOf(key)))
+    // A delta in flight and not applied after δ counts as lost: the next one covers it.
+    if (this.inFlight) due = Math.max(due, this.inFlight.startedAt + this.freshnessMs)
+    return Math.min(due, this.lastSentAt + Math.max(PACED_HEARTBEAT_MS, this.freshnessMs))
+  }
+
+  private maxMu(): number {
+    let max = this.muAll
+    for (const m of this.mu.values()) max = Math.max(max, m)
+    return max
+  }
+
+  private schedule(): void {
+    if (this.closed || this.building) return
+    this.timer?.cancel()
+    const wait = Math.max(0, this.deadline() - this.host.clock.now())
+    this.timer = this.host.clock.setTimer(wait, () => {
+      this.timer = undefined
+      void this.send()
+    })
+    this.timer.unref?.()
+  }
+
+  private retry(): void {
+    this.timer = this.host.clock.setTimer(RETRY_MS, () => {
+      this.timer = undefined
+      void this.send()
+    })
+    this.timer.unref?.()
+  }
+
+  private async send(): Promise<void> {
+    if (this.closed || this.building) return
+    if (this.host.backedUp()) return this.retry()
+    // Nothing was ever committed: nothing to certify, nothing the client misses.
+    if (this.host.stableIndex() === 0) {
+      this.lastSentAt = this.host.clock.now()
+      return this.schedule()
+    }
+    this.building = true
+    const startedAt = this.host.clock.now()
+    let built: CertifiedDelta | 'unavailable' | undefined
+    try {
+      built = await this.host.certifiedDelta(this.sentIndex, this.mode)
+    } catch {
+      // A store read failed: the next try may fare better, and the client keeps what it has meanwhile.
+      built = undefined
+    } finally {
+      this.building = false
+    }
+    if (this.closed) return
+    if (built === 'unavailable') {
+      this.close()
+      this.host.send({ type: 'unpaced', space: this.space, detail: `this relay keeps no change log of ${this.space} reaching back to stable index ${this.sentIndex}; subscribe instead` })
+      return
+    }
+    if (!built || built.toIndex < this.sentIndex) return this.retry()
+    const carried = [...this.firstChange.keys()]
+    this.host.send({ type: 'delta', space: this.space, delta: built.delta, attestation: built.attestation, sigs: built.sigs })
+    this.inFlight = { toIndex: built.toIndex, startedAt, keys: carried }
+    this.lastSentAt = startedAt
+    this.sentIndex = built.toIndex
+    // What changed after the delta's end still waits, with the times it was first seen.
+    const after = built.toIndex >= this.seenIndex ? [] : this.host.changedSince(built.toIndex)
+    const later = new Set(after ?? [])
+    for (const key of carried) if (!later.has(key)) this.firstChange.delete(key)
+    if (built.toIndex >= this.seenIndex) this.untracked = undefined
+    this.seenIndex = Math.max(this.seenIndex, built.toIndex)
+    this.schedule()
+  }
+}

@@ -1,0 +1,125 @@
+import type { HostClock, HostTimer, RelayMessage } from '@stead/core'
+import { describe, expect, it } from 'vitest'
+import { PACED_HEARTBEAT_MS, PacedStream, type PacedHost } from '../src/api/paced-stream.ts'
+import type { CertifiedDelta } from '../src/runtime/client-reads.ts'
+
+/** A clock the test moves by hand: timers fire in order as it passes them. */
+class HandClock implements HostClock {
+  t = 0
+  private timers: Array<{ at: number; fn: () => void; live: boolean }> = []
+  now(): number {
+    return this.t
+  }
+  setTimer(ms: number, fn: () => void): HostTimer {
+    const timer = { at: this.t + ms, fn, live: true }
+    this.timers.push(timer)
+    return { cancel: () => void (timer.live = false) }
+  }
+  /** Moves to `to`, firing every timer due on the way (and letting the promises they start settle). */
+  async advance(to: number): Promise<void> {
+    for (;;) {
+      const next = this.timers.filter((x) => x.live && x.at <= to).sort((a, b) => a.at - b.at)[0]
+      if (!next) break
+      next.live = false
+      this.t = next.at
+      next.fn()
+      for (let i = 0; i < 5; i++) await Promise.resolve()
+    }
+    this.t = to
+  }
+}
+
+/** A space whose commits the test makes: each changes the keys given, at the clock's time. */
+function space(clock: HandClock) {
+  const commits: string[][] = []
+  const sent: Array<{ at: number; m: RelayMessage }> = []
+  let unavailable = false
+  const host: PacedHost = {
+    clock,
+    stableIndex: () => commits.length,
+    changedSince: (after) => [...new Set(commits.slice(after).flat())],
+    certifiedDelta: async (from): Promise<CertifiedDelta | 'unavailable'> => (unavailable ? 'unavailable' : { toIndex: commits.length, delta: new Uint8Array([from]), attestation: new Uint8Array(), sigs: [] }),
+    send: (m) => sent.push({ at: clock.now(), m }),
+    backedUp: () => false,
+  }
+  return { commits, sent, host, refuse: () => void (unavailable = true) }
+}
+
+describe('a paced stream (BENDY on the live stream)', () => {
+  it('sends a changed object by its first change + δ − μ, and learns μ per object from the client’s acknowledgements', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.commits.push(['a'])
+    const stream = new PacedStream('bank', 0, 1000, 'adaptive', s.host)
+    // First change at 0, no μ yet: sent at δ.
+    await clock.advance(999)
+    expect(s.sent).toHaveLength(0)
+    await clock.advance(1000)
+    expect(s.sent.map((x) => [x.at, x.m.type])).toEqual([[1000, 'delta']])
+    // The client took 200 ms to apply it: μ_a = 200, so the next change of `a` leaves 800 ms after it.
+    await clock.advance(1200)
+    stream.applied(1)
+    expect(stream.muOf('a')).toBe(200)
+    s.commits.push(['a'])
+    stream.committed()
+    await clock.advance(1200 + 799)
+    expect(s.sent).toHaveLength(1)
+    await clock.advance(1200 + 800)
+    expect(s.sent.map((x) => x.at)).toEqual([1000, 2000])
+    // Another object has no estimate of its own: the stream's.
+    expect(stream.muOf('b')).toBe(200)
+    await clock.advance(2100)
+    stream.applied(2)
+    expect(stream.muOf('a')).toBe(200 * 0.75 + 100 * 0.25)
+    // An acknowledgement of something not in flight teaches nothing.
+    stream.applied(2)
+    expect(stream.muOf('a')).toBe(175)
+    stream.close()
+  })
+
+  it('one delta at a time: the next waits for the acknowledgement, or δ, and covers everything since', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.commits.push(['a'])
+    const stream = new PacedStream('bank', 0, 500, 'adaptive', s.host)
+    await clock.advance(500)
+    for (let i = 0; i < 5; i++) {
+      s.commits.push(['b'])
+      stream.committed()
+      await clock.advance(clock.now() + 50)
+    }
+    // Unacknowledged: nothing more until δ after the first one left.
+    expect(s.sent).toHaveLength(1)
+    await clock.advance(1000)
+    const deltas = s.sent.map((x) => x.m).filter((m) => m.type === 'delta')
+    expect(deltas).toHaveLength(2)
+    // The second starts where the first ended and covers the five commits.
+    expect(deltas[1]?.type === 'delta' && deltas[1].delta[0]).toBe(1)
+    stream.close()
+  })
+
+  it('a quiet space gets a heartbeat; a relay without the change log says unpaced and stops', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.commits.push(['a'])
+    const stream = new PacedStream('bank', 1, 200, 'adaptive', s.host)
+    await clock.advance(PACED_HEARTBEAT_MS)
+    expect(s.sent.map((x) => x.m.type)).toEqual(['delta'])
+    stream.applied(1)
+    s.refuse()
+    await clock.advance(2 * PACED_HEARTBEAT_MS)
+    expect(s.sent.map((x) => x.m.type)).toEqual(['delta', 'unpaced'])
+    await clock.advance(10 * PACED_HEARTBEAT_MS)
+    expect(s.sent).toHaveLength(2)
+  })
+
+  it('more changed objects than it tracks: sends by the earliest change with the largest μ, never later', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.commits.push(Array.from({ length: 2000 }, (_, i) => `k${i}`))
+    const stream = new PacedStream('bank', 0, 300, 'adaptive', s.host)
+    await clock.advance(300)
+    expect(s.sent.map((x) => x.at)).toEqual([300])
+    stream.close()
+  })
+})
