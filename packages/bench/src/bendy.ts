@@ -48,7 +48,7 @@ import {
 } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { reportArgs } from './args.ts'
-import { Rng } from './rng.ts'
+import { Rng, zipfSampler } from './rng.ts'
 import { median } from './stats.ts'
 import { barChart } from './svg.ts'
 
@@ -120,24 +120,6 @@ function startState(w: Workload, n: number): AuditObject[] {
     const decl = declOf(w, i)
     return [key, encodeDeclaration(decl), snaps[decl.type as 'counter' | 'set' | 'register']]
   })
-}
-
-/** Zipf(s) over n ranks by inverse CDF (binary search over the cumulative weights). */
-function zipfSampler(n: number, s: number, rng: Rng): () => number {
-  const cdf = new Float64Array(n)
-  let mass = 0
-  for (let i = 0; i < n; i++) cdf[i] = mass += 1 / Math.pow(i + 1, s)
-  return () => {
-    const u = rng.next() * mass
-    let lo = 0
-    let hi = n - 1
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1
-      if ((cdf[mid] as number) < u) lo = mid + 1
-      else hi = mid
-    }
-    return lo
-  }
 }
 
 interface Follower {

@@ -127,6 +127,22 @@ describe('a paced reader (BENDY on the live stream)', () => {
     stop()
   })
 
+  it('passes over a source that keeps certifying an old state (heartbeats of a space that moved on), by the head f+1 relays report', async () => {
+    const c = await world.cluster()
+    const { writer, reader } = await pair(c, 300)
+    const stop = committing(c)
+    void writer.counter('acct').increment(1)
+    await c.until('a first delta applied', () => reader.counter('acct').stable === 1 || undefined)
+    await c.relays[home(c)]!.lie('stale-delta')
+    // The next heartbeat (the space is quiet) is the certified state the liar keeps sending from then on.
+    const deltas = trafficOf(c, reader, 'deltas')
+    await c.until('a heartbeat', () => trafficOf(c, reader, 'deltas') > deltas || undefined, 10_000)
+    void writer.counter('acct').increment(2)
+    await c.until('the reader at 3 from another relay', () => reader.counter('acct').stable === 3 || undefined, 60_000)
+    stop()
+    expect(reader.status.relays[home(c)]?.faulty).toMatch(/below/)
+  })
+
   it('takes only bounds it can honour', async () => {
     const c = await world.cluster()
     const s = await world.client(c)

@@ -52,6 +52,7 @@ export const CLIENT_LIES = [
   'rechallenge',
   'wrong-object',
   'wrong-delta',
+  'stale-delta',
   'forge-snapshot',
   'mismatched-snapshot',
   'wrong-cluster',
@@ -84,6 +85,8 @@ export class ClientFacingLiar {
   private readonly firstHeads = new Map<string, Head>()
   /** Envelope frames sent early lately, by id (hex), for pad-frames: at most RECENT_FRAMES. */
   private readonly recent = new Map<string, Uint8Array>()
+  /** `stale-delta`: the first paced delta sent per space (where it ended, and its certified attestation). */
+  private readonly firstDeltas = new Map<string, { readonly toIndex: number; readonly attestation: Uint8Array; readonly sigs: ReadonlyArray<readonly [number, Uint8Array]> }>()
 
   constructor(lies: readonly ClientLie[], ctx: ClientLiesContext) {
     this.told = new Set(lies)
@@ -162,6 +165,12 @@ export class ClientFacingLiar {
    */
   private pacedLie(m: Extract<RelayMessage, { type: 'delta' }>): RelayMessage {
     let out = m
+    if (this.lies.has('stale-delta')) {
+      // After the first, every delta becomes the heartbeat of a space that never moved past it: genuinely certified, and old.
+      const first = this.firstDeltas.get(m.space)
+      if (!first) this.firstDeltas.set(m.space, { toIndex: decodeAttestation(m.attestation).toIndex, attestation: m.attestation, sigs: m.sigs })
+      else out = { ...out, attestation: first.attestation, sigs: first.sigs, delta: encodeStateDelta({ space: m.space, fromIndex: first.toIndex, toIndex: first.toIndex, authors: [], waiting: [], objects: [] }) }
+    }
     if (this.lies.has('wrong-delta')) out = { ...out, delta: wrongDeltaBytes(out.delta) }
     if (this.lies.has('lie-attest')) {
       const lie = this.wrongAttestation(out.attestation)
@@ -293,7 +302,7 @@ type Snapshot = { space: string; relay: number; attestation: string | null; sig?
 const RECENT_FRAMES = 256
 
 /** The lies that decode what the session sends (the others pass frames through unread). */
-const READING_LIES: readonly ClientLie[] = ['lie-attest', 'admit-revoked', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge', 'wrong-delta']
+const READING_LIES: readonly ClientLie[] = ['lie-attest', 'admit-revoked', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'pad-frames', 'name-unsent', 'impostor', 'rechallenge', 'wrong-delta', 'stale-delta']
 
 /** An envelope frame's id (the hash of its signed bytes): what a commit names an envelope sent early by. */
 function envelopeId(frame: Uint8Array): Uint8Array {

@@ -58,6 +58,8 @@ interface IntakeOptions {
   catchUp: (relays: ReadonlyArray<{ relay: number | undefined; url: string }>) => Promise<VerifiedCatchUp | undefined>
   /** Options of the space's replica (a snapshot starts a new one). */
   replicaOptions: { space: string; historyLimit?: number }
+  /** The stable index of a head f+1 relays signed (a paced space checks its source's progress against it). */
+  quorumIndex: (timeoutMs: number) => Promise<number>
   /** The client's peers, when it syncs peer to peer: what peers send is passed on to the others. */
   peers: PeerHub | undefined
   /** The space was subscribed to on `link` (the relay now takes announcements for it). */
@@ -339,7 +341,14 @@ export class RelayIntake {
     }
     // Paced: a source that sends no delta, not even the heartbeat of a quiet space, is passed over.
     if (this.pacing.on) {
-      if (this.pacing.silent(this.o.clock.now(), this.o.resubmitAfterMs)) this.nextSource()
+      const now = this.o.clock.now()
+      // Silent (or a relay that does not know `pace`): every update from the others for a while, then another source.
+      if (this.pacing.silent(now, this.o.resubmitAfterMs)) {
+        this.nextSource()
+        this.pacing.coolDown(now)
+        this.repace()
+      }
+      else if (this.pacing.progressCheckDue(now)) void this.checkPacedProgress()
       return
     }
     if (this.starvedSince === undefined || this.o.clock.now() - this.starvedSince < this.o.resubmitAfterMs) return
@@ -378,6 +387,19 @@ export class RelayIntake {
     this.unmatched.clear()
     this.starvedSince = undefined
     for (const link of this.byPreference()) this.follow(link)
+  }
+
+  /** Passes over a paced source that held the space below a head f+1 relays reported a check ago (see Pacing.progressCheckDue). */
+  private async checkPacedProgress(): Promise<void> {
+    const before = this.pacing.reported
+    const head = await this.o.quorumIndex(this.o.resubmitAfterMs).catch(() => 0)
+    if (this.closed || !this.pacing.on) return
+    const at = this.o.space.position.stableIndex
+    if (before !== undefined && at < before) {
+      this.o.sessions.linkTo(this.source as number)?.markFaulty(`paced this client at stable index ${at}, below ${before}, which f+1 relays had reached more than three heartbeats before`)
+      this.nextSource()
+    }
+    this.pacing.reported = head > at ? head : undefined
   }
 
   /** The source cannot pace the space from here: follow commits for a while. */

@@ -65,7 +65,8 @@ export class Pacing {
   /** Pacing starts or stops: a paced source owes a delta from now. */
   switched(on: boolean, now: number): void {
     this.on = on
-    this.heardAt = now
+    this.heardAt = this.checkedAt = now
+    this.reported = undefined
   }
 
   /** Follows commits for a while (see COOLDOWN_MS). */
@@ -79,8 +80,29 @@ export class Pacing {
 
   /** Whether the paced source has sent nothing for three of its heartbeats: it is passed over. */
   silent(now: number, graceMs: number): boolean {
-    const beat = Math.max(RELAY_HEARTBEAT_MS, this.wanted?.ms ?? 0)
-    return this.on && now - this.heardAt > 3 * beat + graceMs
+    return this.on && now - this.heardAt > 3 * this.beat() + graceMs
+  }
+
+  /**
+   * A source can also keep sending genuine but old certificates (a quiet
+   * space's heartbeat) while the space moves on. So every three heartbeats
+   * the client asks the relays how far the space is (a head f+1 relays
+   * signed): `due` says when, `check` what the last answer was. A source
+   * that has not brought the client to the head f+1 relays reported one
+   * check earlier (more than 3δ ago) is passed over.
+   */
+  progressCheckDue(now: number): boolean {
+    if (!this.on || now - this.checkedAt < 3 * this.beat()) return false
+    this.checkedAt = now
+    return true
+  }
+
+  /** The head f+1 relays reported at the last check, if the client was behind it then. */
+  reported: number | undefined
+  private checkedAt = 0
+
+  private beat(): number {
+    return Math.max(RELAY_HEARTBEAT_MS, this.wanted?.ms ?? 0)
   }
 }
 

@@ -108,6 +108,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
       proofs: this.proofs,
       bootstrap: (relays) => this.verifiedSnapshot(relays),
       catchUp: (relays) => this.verifiedDelta(relays),
+      quorumIndex: (timeoutMs) => this.quorumIndex(timeoutMs),
       subscribed: (link) => (o.peers ? this.announce(link, o.peers.addresses()) : undefined),
     })
   }
