@@ -56,24 +56,26 @@ describe('a paced stream (BENDY on the live stream)', () => {
     expect(s.sent).toHaveLength(0)
     await clock.advance(1000)
     expect(s.sent.map((x) => [x.at, x.m.type])).toEqual([[1000, 'delta']])
-    // The client took 200 ms to apply it: μ_a = 200, so the next change of `a` leaves 800 ms after it.
+    // The client took 200 ms to apply it: μ_a = 200 and its deviation 100 (half the first sample), so the
+    // next change of `a` leaves δ − (200 + 2 × 100) = 600 ms after it.
     await clock.advance(1200)
     stream.applied(1)
-    expect(stream.muOf('a')).toBe(200)
+    expect(stream.muOf('a')).toBe(400)
     s.commits.push(['a'])
     stream.committed()
-    await clock.advance(1200 + 799)
+    await clock.advance(1200 + 599)
     expect(s.sent).toHaveLength(1)
-    await clock.advance(1200 + 800)
-    expect(s.sent.map((x) => x.at)).toEqual([1000, 2000])
+    await clock.advance(1200 + 600)
+    expect(s.sent.map((x) => x.at)).toEqual([1000, 1800])
     // Another object has no estimate of its own: the stream's.
-    expect(stream.muOf('b')).toBe(200)
+    expect(stream.muOf('b')).toBe(400)
+    // 300 ms this time: the mean moves a quarter of the way (225), the deviation to 100 × 0.75 + 100 × 0.25.
     await clock.advance(2100)
     stream.applied(2)
-    expect(stream.muOf('a')).toBe(200 * 0.75 + 100 * 0.25)
+    expect(stream.muOf('a')).toBe(225 + 2 * 100)
     // An acknowledgement of something not in flight teaches nothing.
     stream.applied(2)
-    expect(stream.muOf('a')).toBe(175)
+    expect(stream.muOf('a')).toBe(425)
     stream.close()
   })
 

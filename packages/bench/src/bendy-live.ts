@@ -76,7 +76,7 @@ const runs = num('runs')
 function countingSocket(counter: { bytes: number }): new (url: string) => WebSocket {
   return class extends WebSocket {
     override emit(event: string | symbol, ...args: unknown[]): boolean {
-      if (event === 'message') counter.bytes += (args[0] as Buffer).length
+      if (event === 'message') counter.bytes += (args[0] as { byteLength: number }).byteLength
       return super.emit(event, ...args)
     }
   }

@@ -1,4 +1,4 @@
-import { fromHex } from './bytes.ts'
+import { fromHex, toHex } from './bytes.ts'
 import { DEFAULT_LIMITS, decode, encode, expect, type Signed } from './codec.ts'
 import { encodeDeclaration, isDeletion, type AnyOp, type Declaration } from './crdt/index.ts'
 import { envelopeUnits, unitTagPrefix, type Envelope } from './envelope.ts'
@@ -62,7 +62,9 @@ export type DeltaObject =
 /** How a delta sends objects: as operations, as state, or each the cheaper way (BENDY's rule on the hot ones). */
 export type DeltaMode = 'ops' | 'state' | 'adaptive'
 
-const DELTA_TAG = 'stead/delta/v1'
+const DELTA_TAG = 'stead/delta/v2'
+/** Deltas of relays before authors' records were packed (see packAuthors): still read. */
+const DELTA_TAG_V1 = 'stead/delta/v1'
 
 /** About what one logged op holds in memory (its object, tag and op), charged against a change log's budget. */
 const LOGGED_OP_BYTES = 256
@@ -93,10 +95,39 @@ export function encodeStateDelta(d: StateDelta): Uint8Array {
     d.space,
     d.fromIndex,
     d.toIndex,
-    d.authors,
+    packAuthors(d.authors),
     d.waiting.map((w) => [w.env.signed.bytes, w.env.signed.sig, w.since]),
     d.objects.map((o) => (o.mode === 'ops' ? [o.key, o.decl, 0, o.ops.map(wireOp)] : [o.key, o.decl, 1, o.snapshot])),
   ])
+}
+
+/**
+ * The authors' recent records as a delta carries them: mostly what a
+ * delta weighs (one record per envelope in its range, whatever the objects
+ * travel as), so packed: an envelope id as its 32 bytes, not 64 hex
+ * characters, and an author id in a clock as its place in `authors` when
+ * it is one of them (the writers of a space cite each other).
+ */
+function packAuthors(authors: ReadonlyArray<AuditAuthor>): unknown[] {
+  const places = new Map(authors.map(([id], i) => [id, i]))
+  const packClock = (clock: ReadonlyArray<string | number> | null) => clock && clock.map((x, k) => (k % 2 === 0 ? (places.get(x as string) ?? x) : x))
+  return authors.map(([id, seq, recent]) => [id, seq, recent.map((r) => [r[0], fromHex(r[1]), r[2], r[3], packClock(r[4]), r[5]])])
+}
+
+/** The records packAuthors packed, as decodeAuthors reads them (anything else is left for it to refuse). */
+function unpackAuthors(v: unknown): unknown {
+  const authors = expect.array(v, 'delta.authors', 10_000_000)
+  const nameOf = (place: number): string => {
+    const a = authors[place]
+    if (!Array.isArray(a) || typeof a[0] !== 'string') throw new SteadError('malformed', `a clock in delta.authors names author ${place}, which the delta does not carry`)
+    return a[0]
+  }
+  const unpackRecord = (r: unknown): unknown => {
+    if (!Array.isArray(r)) return r
+    const clock = Array.isArray(r[4]) ? r[4].map((x: unknown, k: number) => (k % 2 === 0 && typeof x === 'number' ? nameOf(x) : x)) : r[4]
+    return [r[0], r[1] instanceof Uint8Array && r[1].length === 32 ? toHex(r[1]) : r[1], r[2], r[3], clock, ...r.slice(5)]
+  }
+  return authors.map((a) => (Array.isArray(a) && Array.isArray(a[2]) ? [a[0], a[1], (a[2] as unknown[]).map(unpackRecord)] : a))
 }
 
 /** The part of a unit tag that names the envelope with this id (hex). */
@@ -114,8 +145,8 @@ function tagPrefix(idHex: string): string {
  */
 export function decodeStateDelta<E extends WaitingEnvelope>(bytes: Uint8Array, open: (signed: Signed) => E, maxBytes = 1024 * 1024 * 1024): StateDelta<E> {
   const v = expect.array(decode(bytes, maxBytes), 'delta', 7)
-  if (v.length !== 7 || v[0] !== DELTA_TAG) throw new SteadError('malformed', `not a ${DELTA_TAG}`)
-  const authors = decodeAuthors(v[4], 'delta.authors')
+  if (v.length !== 7 || (v[0] !== DELTA_TAG && v[0] !== DELTA_TAG_V1)) throw new SteadError('malformed', `not a ${DELTA_TAG}`)
+  const authors = decodeAuthors(v[0] === DELTA_TAG ? unpackAuthors(v[4]) : v[4], 'delta.authors')
   const waiting = decodeParked(v[5], 'delta.waiting', open)
   const records = new Map<number, Map<number, string>>()
   const idOf = (author: number, seq: number): string | undefined => {

@@ -793,6 +793,27 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
     expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
   })
 
+  it('packs authors\' records on the wire (ids as bytes, clock authors by place), still reads the unpacked form, and refuses a place it does not carry', async () => {
+    const relay = new StableAudit({ space: SPACE })
+    const log = new ChangeLog()
+    const envs: Envelope[] = []
+    for (let seq = 1; seq <= 20; seq++) for (const user of [0, 1, 2]) envs.push(await seal(user, seq, { updates: [inc(`k${seq % 3}`, 1)] }))
+    log.record(0, relay.commit(envs, 2))
+    const delta = log.delta(relay, 0, 'ops')!
+    const packed = encodeStateDelta(delta)
+    const back = decodeStateDelta(packed, open)
+    expect(back.authors).toEqual(delta.authors)
+    // The same delta with every record as the state carries it (tag v1, as relays before the packing sent it).
+    const raw = decode(packed) as unknown[]
+    const v1 = encode(['stead/delta/v1', raw[1], raw[2], raw[3], delta.authors, raw[5], raw[6]])
+    expect(decodeStateDelta(v1, open).authors).toEqual(delta.authors)
+    expect(packed.length).toBeLessThan(v1.length * 0.7)
+    // A clock that names author 9 of 3.
+    const authors = raw[4] as Array<[string, number, unknown[][]]>
+    const lying = authors.map(([id, seq, recent]) => [id, seq, recent.map((r) => [r[0], r[1], r[2], r[3], [9, 1], r[5]])])
+    expect(() => decodeStateDelta(encode([raw[0], raw[1], raw[2], raw[3], lying, raw[5], raw[6]]), open)).toThrow(/author 9/)
+  })
+
   it('a jump past another author\'s envelope wait expires it, as the commits skipped would have', async () => {
     const relay = new StableAudit({ space: SPACE })
     const r = new ReliableReplica({ space: SPACE, foreignWaitCommits: 10 })

@@ -24,6 +24,32 @@ export interface PacedHost {
 const MAX_TRACKED_OBJECTS = 1024
 /** Weight of a new sample in the moving estimate of μ (the paper's moving average over the last few). */
 const MU_WEIGHT = 0.25
+
+/**
+ * A moving estimate of how long something takes: the paper's moving
+ * average, plus twice the moving mean deviation (as TCP's retransmission
+ * timer), so that a delivery slower than the average does not break the
+ * bound.
+ */
+class MovingTime {
+  private mean = 0
+  private dev = 0
+  private samples = 0
+
+  add(ms: number): void {
+    if (this.samples++ === 0) {
+      this.mean = ms
+      this.dev = ms / 2
+      return
+    }
+    this.dev = this.dev * (1 - MU_WEIGHT) + Math.abs(ms - this.mean) * MU_WEIGHT
+    this.mean = this.mean * (1 - MU_WEIGHT) + ms * MU_WEIGHT
+  }
+
+  get estimate(): number {
+    return this.mean + 2 * this.dev
+  }
+}
 /** Waiting for signatures that did not come: tried again after this long. */
 const RETRY_MS = 100
 /** A space that does not change still gets a delta (empty) this often, so its client can tell a silent relay from a quiet space. */
@@ -56,10 +82,10 @@ export class PacedStream {
   private readonly firstChange = new Map<string, number>()
   /** More objects changed than are tracked, or which is unknown: the earliest such time. */
   private untracked: number | undefined
-  /** μ_x per object, ms (least recently updated first). */
-  private readonly mu = new Map<string, number>()
+  /** μ_x per object (least recently updated first). */
+  private readonly mu = new Map<string, MovingTime>()
   /** μ over every delta: for objects without their own estimate yet. */
-  private muAll = 0
+  private readonly muAll = new MovingTime()
   private inFlight: { readonly toIndex: number; readonly startedAt: number; readonly keys: readonly string[] } | undefined
   private lastSentAt: number
   private timer: HostTimer | undefined
@@ -112,7 +138,7 @@ export class PacedStream {
 
   /** μ_x for an object (the stream-wide estimate until the object has one). */
   muOf(key: string): number {
-    return this.mu.get(key) ?? this.muAll
+    return (this.mu.get(key) ?? this.muAll).estimate
   }
 
   close(): void {
@@ -122,11 +148,12 @@ export class PacedStream {
   }
 
   private learn(keys: readonly string[], ms: number): void {
-    this.muAll = this.muAll === 0 ? ms : this.muAll * (1 - MU_WEIGHT) + ms * MU_WEIGHT
+    this.muAll.add(ms)
     for (const key of keys) {
-      const old = this.mu.get(key)
+      const m = this.mu.get(key) ?? new MovingTime()
+      m.add(ms)
       this.mu.delete(key)
-      this.mu.set(key, old === undefined ? ms : old * (1 - MU_WEIGHT) + ms * MU_WEIGHT)
+      this.mu.set(key, m)
     }
     for (const key of this.mu.keys()) {
       if (this.mu.size <= MAX_TRACKED_OBJECTS) break
@@ -145,8 +172,8 @@ export class PacedStream {
   }
 
   private maxMu(): number {
-    let max = this.muAll
-    for (const m of this.mu.values()) max = Math.max(max, m)
+    let max = this.muAll.estimate
+    for (const m of this.mu.values()) max = Math.max(max, m.estimate)
     return max
   }
 
