@@ -6,6 +6,7 @@ import type { CertifiedDelta } from '../src/runtime/client-reads.ts'
 /** A clock the test moves by hand: timers fire in order as it passes them. */
 class HandClock implements HostClock {
   t = 0
+  fired = 0
   private timers: Array<{ at: number; fn: () => void; live: boolean }> = []
   now(): number {
     return this.t
@@ -21,6 +22,7 @@ class HandClock implements HostClock {
       const next = this.timers.filter((x) => x.live && x.at <= to).sort((a, b) => a.at - b.at)[0]
       if (!next) break
       next.live = false
+      this.fired++
       this.t = next.at
       next.fn()
       for (let i = 0; i < 5; i++) await Promise.resolve()
@@ -113,6 +115,21 @@ describe('a paced stream (BENDY on the live stream)', () => {
     expect(s.sent.map((x) => x.m.type)).toEqual(['delta', 'unpaced'])
     await clock.advance(10 * PACED_HEARTBEAT_MS)
     expect(s.sent).toHaveLength(2)
+  })
+
+  it('a space still at stable index 0 (commits that only parked envelopes) has nothing to certify: the stream waits, it does not spin', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    const stream = new PacedStream('bank', 0, 100, 'adaptive', s.host)
+    for (let i = 0; i < 5; i++) {
+      stream.committed()
+      await clock.advance(clock.now() + 50)
+    }
+    await clock.advance(60_000)
+    expect(s.sent).toHaveLength(0)
+    // One timer per commit and one per heartbeat period, not one per turn of a loop.
+    expect(clock.fired).toBeLessThan(30)
+    stream.close()
   })
 
   it('more changed objects than it tracks: sends by the earliest change with the largest μ, never later', async () => {

@@ -140,7 +140,6 @@ describe('a paced reader (BENDY on the live stream)', () => {
     void writer.counter('acct').increment(2)
     await c.until('the reader at 3 from another relay', () => reader.counter('acct').stable === 3 || undefined, 60_000)
     stop()
-    expect(reader.status.relays[home(c)]?.faulty).toMatch(/below/)
   })
 
   it('takes only bounds it can honour', async () => {

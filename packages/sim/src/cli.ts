@@ -114,7 +114,7 @@ if (lieArg !== undefined && lieArg !== 'none' && !CLIENT_LIES.includes(lieArg as
 const clientLie = lieArg === undefined ? undefined : lieArg === 'none' ? null : (lieArg as ClientLie)
 
 let failed = 0
-const totals = { installs: 0, replayed: 0, stepLimit: 0, blames: 0, safe: 0 }
+const totals = { installs: 0, replayed: 0, stepLimit: 0, blames: 0, safe: 0, paced: 0 }
 const started = performance.now()
 for (const seed of seeds) {
   const strategy = strategyArg === 'all' ? (STRATEGIES[seed % STRATEGIES.length] as Strategy) : (strategyArg as Strategy)
@@ -144,11 +144,12 @@ for (const seed of seeds) {
   )
   const faults = `--crash ${values.crash}${values['restart-after'] !== undefined ? ` --restart-after ${values['restart-after']}` : ''}${values['lose-store'] ? ' --lose-store' : ''}`
   const head = `seed=${seed} N=${relays} byz=${byzantine}${byzantine ? `(${strategy})` : ''} ${faults.slice(2)}${longOutage ? ' long-outage' : ''}`
-  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} policy=${r.policy.changes}/${r.policy.unauthorized}/${r.policy.redeemed}/${r.policy.revokedDevice} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
+  const body = `steps=${r.steps} sim=${(r.simulatedMs / 1000).toFixed(1)}s rounds=${r.rounds.join('/')} anchors=${r.anchors.join('/')} stable=${r.committedEnvelopes} envelopes=${r.honestEnvelopes} clocks=${r.clocks.verified}/${r.clocks.unverified} policy=${r.policy.changes}/${r.policy.unauthorized}/${r.policy.redeemed}/${r.policy.revokedDevice} rejected=${r.rejectedMessages}${r.rejectedMessages ? JSON.stringify(r.rejectedReasons) : ''} snapshots=${r.snapshots} prunedBelowRound=${r.prunedBelowRound} restartsFromSnapshot=${r.restartsFromSnapshot}${r.clientLie ? ` clientLie=${r.clientLie}` : ''} safe=${r.safeUpdates.committed}/${r.safeUpdates.rejected} blames=${r.clientBlames} paced=${r.pacedDeltas} checkpointInstalls=${r.checkpointInstalls} replayed=${r.replayedFrames}${r.droppedHeldFrames ? `(dropped ${r.droppedHeldFrames})` : ''} lostWrites=${r.lostWrites}${r.endedIdle ? '' : ` (ended on the step limit: ${r.busyAtEnd})`} ${(performance.now() - t0).toFixed(0)}ms`
   totals.installs += r.checkpointInstalls
   totals.replayed += r.replayedFrames
   totals.stepLimit += r.endedIdle ? 0 : 1
   totals.blames += r.clientBlames
+  totals.paced += r.pacedDeltas
   totals.safe += r.safeUpdates.committed + r.safeUpdates.rejected
   if (r.ok) console.log(`ok   ${head} ${body}`)
   else {
@@ -156,5 +157,5 @@ for (const seed of seeds) {
     console.log(`FAIL ${head} at step ${r.violation?.step}: ${r.violation?.message}\n     ${body}\n     replay: npm run sim -- --seed ${seed} --relays ${relays} --byzantine ${byzantine} --strategy ${strategy} ${faults} --steps ${values.steps} --sdk-clients ${values['sdk-clients']} --long-outage-every ${values['long-outage-every']} --policy ${values.policy}${lieArg !== undefined ? ` --client-lie ${lieArg}` : ''}`)
   }
 }
-console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s); checkpoint installs ${totals.installs}, replayed frames ${totals.replayed}, runs on the step limit ${totals.stepLimit}, safe updates resolved ${totals.safe}, liars blamed ${totals.blames}`)
+console.log(`${seeds.length - failed} passed, ${failed} failed (${((performance.now() - started) / 1000).toFixed(1)}s); checkpoint installs ${totals.installs}, replayed frames ${totals.replayed}, runs on the step limit ${totals.stepLimit}, safe updates resolved ${totals.safe}, liars blamed ${totals.blames}, paced deltas ${totals.paced}`)
 process.exit(failed ? 1 : 0)

@@ -34,6 +34,8 @@ export interface SdkClientOptions {
   readonly crash: boolean
   /** Weakens the clients: they are told the cluster tolerates f = 0, so one relay's attestation is a quorum (to prove the checkers catch it). */
   readonly weak?: boolean
+  /** Whether client 0 reads at a freshness bound (BENDY's live stream, drawn from 100 ms to 2 s), and makes a quarter of the updates: paced deltas while it has nothing undecided. */
+  readonly paced?: boolean
   readonly crypto: Crypto
 }
 
@@ -63,6 +65,11 @@ const SHARED = 'sdk:shared'
 const ACCOUNT = 'sdk:acct'
 
 const urlOf = (relay: number): string => `ws://r${relay}.sim:1`
+/** A relay frame's message name is its first element: a fixarray header, then a fixstr. */
+const DELTA_PREFIX = new TextEncoder().encode('delta')
+function isDelta(frame: Uint8Array): boolean {
+  return frame[1] === (0xa0 | DELTA_PREFIX.length) && DELTA_PREFIX.every((b, i) => frame[2 + i] === b)
+}
 function relayOfUrl(url: string): number {
   const m = /^ws:\/\/r(\d+)\.sim/.exec(url)
   if (!m) throw new Violation(`a client dialled ${url}, not a relay of the run`)
@@ -97,11 +104,16 @@ export class SdkClients {
   readonly safeOutcomes = { committed: 0, rejected: 0 }
   /** Relays some client found lying ("client:relay"), all Byzantine (else the run failed). */
   private readonly blames = new Set<string>()
+  /** Client 0's freshness bound, when it is paced. */
+  private readonly freshnessMs: number
+  /** Paced deltas that reached client 0. */
+  pacedDeltas = 0
 
   constructor(world: ClientWorld, rng: Rng, o: SdkClientOptions, relayKeys: readonly Uint8Array[]) {
     this.world = world
     this.rng = rng
     this.o = o
+    this.freshnessMs = o.paced ? rng.int(100, 2000) : 0
     this.cluster = {
       f: o.weak ? 0 : world.f,
       relays: relayKeys.map((publicKey, i) => ({ id: `r${i}`, publicKey: toHex(publicKey), api: urlOf(i) })),
@@ -117,7 +129,9 @@ export class SdkClients {
     for (const d of this.devices) await this.open(d)
     const { durationMs } = this.o
     for (const d of this.devices) {
-      for (let i = 0; i < this.o.updates; i++) {
+      // The paced reader writes a quarter as much: paced most of the run, following every commit while its own are undecided.
+      const updates = d.id === 0 && this.o.paced ? Math.ceil(this.o.updates / 4) : this.o.updates
+      for (let i = 0; i < updates; i++) {
         const at = durationMs * (0.02 + 0.58 * this.rng.next())
         this.world.schedule(at, null, () => this.update(d))
       }
@@ -162,12 +176,14 @@ export class SdkClients {
     d.client = client
     d.authorId = client.authorId
     d.space = await client.space(SPACE)
+    if (d.id === 0 && this.o.paced) d.space.setFreshness(this.freshnessMs)
   }
 
   private dial(d: Device, epoch: number, url: string): Wire {
     const relay = relayOfUrl(url)
     const wire = new Wire(this.world, relay)
     if (d.epoch !== epoch) return wire
+    if (d.id === 0 && this.o.paced) wire.tap = (frame) => void (isDelta(frame) && this.pacedDeltas++)
     d.wires.add(wire)
     this.world.schedule(this.world.now() + this.world.delay(), null, () => {
       if (d.epoch !== epoch) return
@@ -258,10 +274,11 @@ export class SdkClients {
     return this.blames.size
   }
 
-  /** Whether every client is up, has nothing undecided and holds the latest attested state: the run may end. */
-  settled(): boolean {
+  /** Whether every client is up, has nothing undecided and holds the latest attested state (a commit that only parked envelopes leaves the index as it was): the run may end. */
+  settled(sha256: (b: Uint8Array) => Uint8Array): boolean {
     const latest = this.world.latestIndex()
-    return this.devices.every((d) => d.space !== undefined && d.space.pendingUpdates().length === 0 && d.space.replica.stableIndex === latest)
+    const hash = this.world.latestHash()
+    return this.devices.every((d) => d.space !== undefined && d.space.pendingUpdates().length === 0 && d.space.replica.stableIndex === latest && toHex(d.space.replica.stableHash(sha256)) === hash)
   }
 
   /** Why each client that is not settled is not, for a run that ended on the step limit. */

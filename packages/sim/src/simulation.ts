@@ -69,6 +69,8 @@ export interface SimOptions {
    * Default 0 here; the CLI runs 2.
    */
   readonly sdkClients?: number
+  /** Whether SDK client 0 reads at a freshness bound (paced deltas); default true. */
+  readonly sdkPaced?: boolean
   /** Updates each SDK client makes (default 12). */
   readonly sdkUpdates?: number
   /** Whether one SDK client crashes and restarts on its storage (default: when there are SDK clients). */
@@ -129,6 +131,8 @@ export interface SimResult {
   readonly safeUpdates: { readonly committed: number; readonly rejected: number }
   /** Times an SDK client caught a (Byzantine) relay lying to it: each client and relay counted once. */
   readonly clientBlames: number
+  /** Paced deltas (BENDY's live stream) that reached the paced SDK client. */
+  readonly pacedDeltas: number
 }
 
 
@@ -192,7 +196,7 @@ interface Host {
 }
 
 /** The lies of relay/src/faults/client-lies.ts a session tells (the others concern HTTP reads, which SDK clients here do not make). */
-const SESSION_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow']
+const SESSION_LIES: readonly ClientLie[] = ['lie-attest', 'withhold-commits', 'withhold-envelopes', 'forge-envelope', 'junk', 'slow', 'wrong-delta']
 /** The SDK clients' crypto: node:crypto behind the run's verification memo (the clients verify what the relays already did). */
 function clientCrypto(sync: SyncCrypto): Crypto {
   return {
@@ -351,6 +355,7 @@ class Simulation {
           updates: options.sdkUpdates ?? 12,
           durationMs: this.duration,
           crash: options.sdkClientCrash ?? true,
+          paced: options.sdkPaced ?? true,
           ...(options.weakClients ? { weak: true } : {}),
           crypto: clientCrypto(this.crypto),
         },
@@ -387,7 +392,7 @@ class Simulation {
           if (this.options.untilRound !== undefined && this.hosts.every((h) => h.strategy || (h.node.status().round as number) >= (this.options.untilRound as number))) break
         }
         // Past the scenario, with every correct relay idle and nothing on its way to one, only Byzantine relays' timers are left.
-        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy) && !this.inFlightToCorrect() && (this.clients?.settled() ?? true)) {
+        if (this.now > this.duration && this.hosts.every((h) => h.strategy || !h.up || !h.node.busy) && !this.inFlightToCorrect() && (this.clients?.settled((b) => nodeCrypto.sha256(b)) ?? true)) {
           endedIdle = true
           break
         }
@@ -442,6 +447,7 @@ class Simulation {
       clientLie: this.clientLie,
       safeUpdates: { ...(this.clients?.safeOutcomes ?? { committed: 0, rejected: 0 }) },
       clientBlames: this.clients?.blamed ?? 0,
+      pacedDeltas: this.clients?.pacedDeltas ?? 0,
     }
   }
 

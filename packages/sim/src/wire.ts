@@ -38,6 +38,8 @@ export class Wire {
   private readonly world: WireWorld
   /** The relay this wire goes to. */
   readonly to: number
+  /** Sees each frame as it reaches the client (for the run's counts). */
+  tap: ((frame: Uint8Array) => void) | undefined
 
   constructor(world: WireWorld, to: number) {
     this.world = world
@@ -137,7 +139,9 @@ export class Wire {
     this.toClientAt = Math.max(this.toClientAt, this.world.now() + this.world.delay())
     this.world.schedule(this.toClientAt, null, () => {
       written()
-      if (this.state === OPEN) this.client.onmessage?.({ data: frame })
+      if (this.state !== OPEN) return
+      this.tap?.(frame)
+      this.client.onmessage?.({ data: frame })
     })
   }
 

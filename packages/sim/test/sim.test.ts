@@ -250,7 +250,9 @@ describe('SDK clients in the simulated world', () => {
   // A client a relay told `pruned` (its snapshot bootstrap fails here: no HTTP) kept waiting for a snapshot after
   // commits had brought it past that point, following nothing: it ended with updates undecided.
   it('a client told pruned follows commits again once it stands where the relays keep them (seed 1000)', async () => {
-    const r = await run({ seed: 1000, byzantine: 1, strategy: 'flood', crash: 1, steps: 40_000, sdkClients: 2, longOutage: true }, 8)
+    // Without the paced reader: in this seed it is a few deltas behind when its source lies, the relays (pruning
+    // hard in a long outage) prune past it meanwhile, and only a snapshot over HTTP, which the simulator lacks, helps.
+    const r = await run({ seed: 1000, byzantine: 1, strategy: 'flood', crash: 1, steps: 40_000, sdkClients: 2, longOutage: true, sdkPaced: false }, 8)
     expect(r.violation).toBeUndefined()
     expect(r.busyAtEnd).toBeUndefined()
     expect(r.endedIdle).toBe(true)

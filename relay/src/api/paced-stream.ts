@@ -99,7 +99,8 @@ export class PacedStream {
     this.host = host
     this.sentIndex = this.seenIndex = fromIndex
     this.lastSentAt = host.clock.now()
-    this.committed()
+    this.note()
+    this.schedule()
   }
 
   /** The stable index the client stands at, as far as this stream knows (where a subscription taking over resumes). */
@@ -107,9 +108,20 @@ export class PacedStream {
     return this.sentIndex
   }
 
-  /** New commits of the space are durable here: note what changed, and when it must reach the client. */
+  /**
+   * New commits of the space are durable here: note what changed, and when
+   * it must reach the client. A commit that only parked envelopes leaves
+   * the stable index as it was and changes the state all the same (the
+   * envelopes it parked are part of it): it is due like a change.
+   */
   committed(): void {
     if (this.closed) return
+    if (!this.note()) this.untracked ??= this.host.clock.now()
+    this.schedule()
+  }
+
+  /** Notes the objects commits changed since the last note; whether the stable index moved. */
+  private note(): boolean {
     const index = this.host.stableIndex()
     if (index > this.seenIndex) {
       const now = this.host.clock.now()
@@ -123,8 +135,9 @@ export class PacedStream {
         }
       }
       this.seenIndex = index
+      return true
     }
-    this.schedule()
+    return false
   }
 
   /** The client applied the delta that ended at `index`: the time it took feeds μ of the objects it carried. */
@@ -199,9 +212,11 @@ export class PacedStream {
   private async send(): Promise<void> {
     if (this.closed || this.building) return
     if (this.host.backedUp()) return this.retry()
-    // Nothing was ever committed: nothing to certify, nothing the client misses.
+    // Nothing was ever committed (head 0 has no certificate): nothing the client misses, nothing to send until there is.
     if (this.host.stableIndex() === 0) {
       this.lastSentAt = this.host.clock.now()
+      this.untracked = undefined
+      this.firstChange.clear()
       return this.schedule()
     }
     this.building = true

@@ -224,7 +224,8 @@ export class RelayIntake {
   private async adoptDelta(found: VerifiedCatchUp): Promise<void> {
     const { space, outbox } = this.o
     const { attestation: a, delta } = found
-    if (space.position.stableIndex !== delta.fromIndex || delta.toIndex <= delta.fromIndex) return
+    // A delta that leaves the index as it is may still end at a later commit (one that only parked envelopes).
+    if (space.position.stableIndex !== delta.fromIndex || delta.toIndex < delta.fromIndex || a.round <= space.position.lastRound) return
     // Only the commits say how this client's own envelopes fared (a safe update's outcome): if the
     // delta would decide one of them, the commits are followed instead.
     const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.seq ?? 0) >= env.seq)
@@ -395,10 +396,8 @@ export class RelayIntake {
     const head = await this.o.quorumIndex(this.o.resubmitAfterMs).catch(() => 0)
     if (this.closed || !this.pacing.on) return
     const at = this.o.space.position.stableIndex
-    if (before !== undefined && at < before) {
-      this.o.sessions.linkTo(this.source as number)?.markFaulty(`paced this client at stable index ${at}, below ${before}, which f+1 relays had reached more than three heartbeats before`)
-      this.nextSource()
-    }
+    // Not marked faulty: a correct relay far behind the others (restarted, catching up) looks the same.
+    if (before !== undefined && at < before) this.nextSource()
     this.pacing.reported = head > at ? head : undefined
   }
 
@@ -429,7 +428,7 @@ export class RelayIntake {
       }
       if ('faulty' in checked) return link.markFaulty(checked.faulty)
       this.pacing.heard(this.o.clock.now())
-      if (checked.delta.toIndex > checked.delta.fromIndex) await this.adoptDelta(checked)
+      await this.adoptDelta(checked)
       link.send({ type: 'applied', space: space.space, index: checked.attestation.toIndex })
     }).catch((err: unknown) => this.o.space.storageFailed(err))
   }
