@@ -233,6 +233,8 @@ type BaseMessage =
   | { type: 'submit'; id: number; env: EnvSpec }
   | { type: 'ping'; n: number }
   | { type: 'announce'; space: string; addrs: string[] }
+  | { type: 'pace'; space: string; fromIndex: number; freshnessMs: number; mode?: 'ops' | 'state' | 'adaptive' }
+  | { type: 'applied'; space: string; index: number }
   | { type: 'presence'; space: string; seq: number; ttlMs: number; state: unknown; who: 'fuzzer' | 'stranger'; leave: boolean }
 
 type Recipe =
@@ -368,6 +370,18 @@ const baseMessage: fc.Arbitrary<BaseMessage> = fc.oneof(
   fc.record({ type: fc.constant('hello' as const), who: fc.constantFrom('fuzzer' as const, 'stranger' as const) }),
   fc.record({ type: fc.constant('subscribe' as const), space: spaceArb, fromIndex: fc.oneof(fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)) }),
   fc.record({ type: fc.constant('unsubscribe' as const), space: spaceArb }),
+  fc.record(
+    {
+      type: fc.constant('pace' as const),
+      space: spaceArb,
+      fromIndex: fc.oneof(fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)),
+      // Mostly bounds a relay takes, some it refuses.
+      freshnessMs: fc.oneof({ weight: 4, arbitrary: fc.constantFrom(50, 300, 3_600_000) }, { weight: 1, arbitrary: fc.nat() }),
+      mode: fc.constantFrom('ops' as const, 'state' as const, 'adaptive' as const),
+    },
+    { requiredKeys: ['type', 'space', 'fromIndex', 'freshnessMs'] },
+  ),
+  fc.record({ type: fc.constant('applied' as const), space: spaceArb, index: fc.oneof(fc.nat(), fc.constant(Number.MAX_SAFE_INTEGER)) }),
   fc.record({ type: fc.constant('submit' as const), id: idArb, env: envSpec }),
   fc.record({ type: fc.constant('ping' as const), n: fc.nat() }),
   fc.record({ type: fc.constant('announce' as const), space: spaceArb, addrs: fc.array(fc.oneof(fc.constant('/ip4/127.0.0.1/tcp/1/p2p/12D3KooWfuzz'), fc.string({ maxLength: 600 })), { maxLength: 10 }) }),
@@ -778,7 +792,7 @@ async function build(r: Recipe, conn: Conn): Promise<Uint8Array | string> {
 type Expected =
   | { kind: 'error' } // undecodable, oversized or sent before hello: a typed error (id null)
   | { kind: 'hello' } // welcome, or a typed error (a bad signature then closes with 4001)
-  | { kind: 'quiet' } // subscribe, unsubscribe, announce, presence: nothing required, typed errors allowed, commits, attestations and peers may stream
+  | { kind: 'quiet' } // subscribe, unsubscribe, announce, presence, pace, applied: nothing required, typed errors allowed, commits, attestations, deltas and peers may stream
   | { kind: 'submit'; id: number } // accepted or error with this id (or a session-level error)
   | { kind: 'pong'; n: number }
 

@@ -43,8 +43,14 @@ function space(clock: HandClock) {
     certifiedDelta: async (from): Promise<CertifiedDelta | 'unavailable'> => (unavailable ? 'unavailable' : { toIndex: commits.length, delta: new Uint8Array([from]), attestation: new Uint8Array(), sigs: [] }),
     send: (m) => sent.push({ at: clock.now(), m }),
     backedUp: () => false,
+    hold: (bytes) => {
+      if (bytes > 0 && budget.held + bytes > budget.max) return false
+      budget.held += bytes
+      return true
+    },
   }
-  return { commits, sent, host, refuse: () => void (unavailable = true) }
+  const budget = { held: 0, max: Number.POSITIVE_INFINITY }
+  return { commits, sent, host, budget, refuse: () => void (unavailable = true) }
 }
 
 describe('a paced stream (BENDY on the live stream)', () => {
@@ -140,5 +146,22 @@ describe('a paced stream (BENDY on the live stream)', () => {
     await clock.advance(300)
     expect(s.sent.map((x) => x.at)).toEqual([300])
     stream.close()
+  })
+
+  it('holds what it tracks against the relay budget: past it, tracks less and sends no later; gives everything back when closed', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.budget.max = 1000
+    s.commits.push(Array.from({ length: 50 }, (_, i) => `key-${i}`))
+    const stream = new PacedStream('bank', 0, 400, 'adaptive', s.host)
+    expect(s.budget.held).toBeGreaterThan(0)
+    expect(s.budget.held).toBeLessThanOrEqual(1000)
+    await clock.advance(400)
+    expect(s.sent.map((x) => x.at)).toEqual([400])
+    // Acknowledged: what the delta carried is let go, and μ kept only for what the budget admits.
+    stream.applied(1)
+    expect(s.budget.held).toBeLessThanOrEqual(1000)
+    stream.close()
+    expect(s.budget.held).toBe(0)
   })
 })

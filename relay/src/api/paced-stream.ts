@@ -18,6 +18,17 @@ export interface PacedHost {
   send(message: RelayMessage): void
   /** Whether much is still queued towards the client (a delta then waits: the next one covers more). */
   backedUp(): boolean
+  /**
+   * Holds `bytes` more of the relay's memory budget for what the stream
+   * tracks (negative: gives them back); false when the budget cannot
+   * admit them (the stream then tracks less, and sends sooner).
+   */
+  hold(bytes: number): boolean
+}
+
+/** What tracking one object costs (its key, as UTF-16, and a map entry with its numbers), charged to the relay's budget. */
+function trackedBytes(key: string): number {
+  return 2 * key.length + 96
 }
 
 /** Objects whose first change time and μ a stream keeps: past it, it sends at once rather than track more. */
@@ -91,6 +102,8 @@ export class PacedStream {
   private timer: HostTimer | undefined
   private building = false
   private closed = false
+  /** Bytes of the relay's budget held for firstChange and mu. */
+  private held = 0
 
   constructor(space: string, fromIndex: number, freshnessMs: number, mode: DeltaMode, host: PacedHost) {
     this.space = space
@@ -130,7 +143,7 @@ export class PacedStream {
       else {
         for (const key of keys) {
           if (this.firstChange.has(key)) continue
-          if (this.firstChange.size >= MAX_TRACKED_OBJECTS) this.untracked ??= now
+          if (this.firstChange.size >= MAX_TRACKED_OBJECTS || !this.hold(trackedBytes(key))) this.untracked ??= now
           else this.firstChange.set(key, now)
         }
       }
@@ -155,15 +168,32 @@ export class PacedStream {
   }
 
   close(): void {
+    if (this.closed) return
     this.closed = true
     this.timer?.cancel()
     this.timer = undefined
+    this.hold(-this.held)
+    this.firstChange.clear()
+    this.mu.clear()
+  }
+
+  /** Holds (or gives back) budget for what the stream tracks; false when it cannot. */
+  private hold(bytes: number): boolean {
+    if (bytes > 0 && !this.host.hold(bytes)) return false
+    if (bytes < 0) this.host.hold(bytes)
+    this.held += bytes
+    return true
   }
 
   private learn(keys: readonly string[], ms: number): void {
     this.muAll.add(ms)
     for (const key of keys) {
-      const m = this.mu.get(key) ?? new MovingTime()
+      let m = this.mu.get(key)
+      if (!m) {
+        // Past the budget, an object goes by the stream's estimate.
+        if (!this.hold(trackedBytes(key))) continue
+        m = new MovingTime()
+      }
       m.add(ms)
       this.mu.delete(key)
       this.mu.set(key, m)
@@ -171,6 +201,7 @@ export class PacedStream {
     for (const key of this.mu.keys()) {
       if (this.mu.size <= MAX_TRACKED_OBJECTS) break
       this.mu.delete(key)
+      this.hold(-trackedBytes(key))
     }
   }
 
@@ -216,6 +247,7 @@ export class PacedStream {
     if (this.host.stableIndex() === 0) {
       this.lastSentAt = this.host.clock.now()
       this.untracked = undefined
+      for (const key of this.firstChange.keys()) this.hold(-trackedBytes(key))
       this.firstChange.clear()
       return this.schedule()
     }
@@ -245,7 +277,11 @@ export class PacedStream {
     // What changed after the delta's end still waits, with the times it was first seen.
     const after = built.toIndex >= this.seenIndex ? [] : this.host.changedSince(built.toIndex)
     const later = new Set(after ?? [])
-    for (const key of carried) if (!later.has(key)) this.firstChange.delete(key)
+    for (const key of carried) {
+      if (later.has(key)) continue
+      this.firstChange.delete(key)
+      this.hold(-trackedBytes(key))
+    }
     if (built.toIndex >= this.seenIndex) this.untracked = undefined
     this.seenIndex = Math.max(this.seenIndex, built.toIndex)
     this.schedule()

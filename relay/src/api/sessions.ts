@@ -84,6 +84,8 @@ export class ClientSessions {
   sending = 0
   /** Bytes received and not yet handled (throttled sessions' backlogs), over all sessions. */
   backlogged = 0
+  /** Bytes paced streams hold to time their deltas (objects changed, their μ), over all sessions. */
+  pacedBytes = 0
   /** Bytes of frames received and not finished yet (ws buffers them), over all sessions; past `unfinishedCap` the largest are cut. */
   unfinished = 0
   readonly unfinishedCap: number
@@ -116,6 +118,7 @@ export class ClientSessions {
     node.budget.track('send-buffers', () => this.sending)
     node.budget.track('receive-backlogs', () => this.backlogged)
     node.budget.track('unfinished-frames', () => this.unfinished)
+    node.budget.track('paced-streams', () => this.pacedBytes)
     node.budget.track('presence', () => this.presence.held, (bytes) => this.presence.reclaim(bytes))
     this.unfinishedCap = Math.floor(node.budget.totalBytes / 4)
     this.clock = node.clock
@@ -412,6 +415,11 @@ class Session implements Subscriber, PresenceWatcher {
         this.send(m)
       },
       backedUp: () => this.inflight >= LOW_WATER_BYTES,
+      hold: (bytes) => {
+        if (bytes > 0 && !this.node.budget.admits(bytes)) return false
+        this.sessions.pacedBytes += bytes
+        return true
+      },
     })
     const stop = reads.watch(space, this)
     const entry: PacedEntry = {
