@@ -308,15 +308,18 @@ export class ChangeLog {
 
   /**
    * The keys of the objects that commits after stable index `afterIndex`
-   * changed (each once), or undefined when the log does
-   * not reach back that far.
+   * changed (each once), or undefined when the log does not reach back
+   * that far, or when finding out would read more than `maxOps` ops (the
+   * caller asked about a long range: it need not know each key).
    */
-  changedKeys(afterIndex: number): string[] | undefined {
+  changedKeys(afterIndex: number, maxOps = Number.POSITIVE_INFINITY): string[] | undefined {
     if (this.start === undefined || afterIndex < this.start) return undefined
     const keys = new Set<string>()
+    let read = 0
     for (let i = this.commits.length - 1; i >= this.head; i--) {
       const c = this.commits[i] as LoggedCommit
       if (c.toIndex <= afterIndex) break
+      if ((read += c.ops.length) > maxOps) return undefined
       for (const op of c.ops) keys.add(op.key)
     }
     return [...keys]

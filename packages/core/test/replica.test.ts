@@ -793,6 +793,22 @@ describe('reliable replica: catching up by state delta (BENDY: an object as its 
     expect(r.stableHash(sha)).toEqual(relay.stableHash(sha))
   })
 
+  it('names the objects changed after an index, or nothing when the log does not reach back or it would read past a bound', async () => {
+    const relay = new StableAudit({ space: SPACE })
+    const log = new ChangeLog()
+    const first = [await seal(0, 1, { updates: [inc('a', 1)] })]
+    log.record(0, relay.commit(first, 1))
+    const mid = relay.stableIndex
+    log.record(mid, relay.commit([await seal(0, 2, { updates: [inc('b', 1), inc('c', 1)] }), await seal(1, 1, { updates: [inc('b', 2)] })], 2))
+    expect(log.changedKeys(0)?.sort()).toEqual(['a', 'b', 'c'])
+    expect(log.changedKeys(mid)?.sort()).toEqual(['b', 'c'])
+    expect(log.changedKeys(relay.stableIndex)).toEqual([])
+    // Three ops after `mid`: a bound of two is passed.
+    expect(log.changedKeys(mid, 2)).toBeUndefined()
+    expect(log.changedKeys(mid, 3)?.sort()).toEqual(['b', 'c'])
+    expect(new ChangeLog().changedKeys(0)).toBeUndefined()
+  })
+
   it('packs authors\' records on the wire (ids as bytes, clock authors by place), still reads the unpacked form, and refuses a place it does not carry', async () => {
     const relay = new StableAudit({ space: SPACE })
     const log = new ChangeLog()

@@ -6,8 +6,13 @@ export interface PacedHost {
   readonly clock: HostClock
   /** The space's stable index here. */
   stableIndex(): number
-  /** The objects commits after `afterIndex` changed; undefined when the relay no longer knows (its change log was dropped). */
-  changedSince(afterIndex: number): readonly string[] | undefined
+  /**
+   * The objects commits after `afterIndex` changed; undefined when the
+   * relay no longer knows (its change log was dropped), or would read more
+   * than `maxOps` ops to (a client that paces from far back, or over and
+   * over, costs the relay no more than that per pace).
+   */
+  changedSince(afterIndex: number, maxOps: number): readonly string[] | undefined
   /**
    * A delta from `fromIndex` to the latest commit, with f+1 relays'
    * signatures on its attestation; `unavailable` when the relay keeps no
@@ -33,6 +38,8 @@ function trackedBytes(key: string): number {
 
 /** Objects whose first change time and μ a stream keeps: past it, it sends at once rather than track more. */
 const MAX_TRACKED_OBJECTS = 1024
+/** Ops of the change log a stream reads at most to find what changed (past it, the change counts as untracked: due at once). */
+const MAX_OPS_READ = 4 * MAX_TRACKED_OBJECTS
 /** Weight of a new sample in the moving estimate of μ (the paper's moving average over the last few). */
 const MU_WEIGHT = 0.25
 
@@ -138,7 +145,7 @@ export class PacedStream {
     const index = this.host.stableIndex()
     if (index > this.seenIndex) {
       const now = this.host.clock.now()
-      const keys = this.host.changedSince(this.seenIndex)
+      const keys = this.host.changedSince(this.seenIndex, MAX_OPS_READ)
       if (keys === undefined) this.untracked ??= now
       else {
         for (const key of keys) {
@@ -275,7 +282,9 @@ export class PacedStream {
     this.lastSentAt = startedAt
     this.sentIndex = built.toIndex
     // What changed after the delta's end still waits, with the times it was first seen.
-    const after = built.toIndex >= this.seenIndex ? [] : this.host.changedSince(built.toIndex)
+    const after = built.toIndex >= this.seenIndex ? [] : this.host.changedSince(built.toIndex, MAX_OPS_READ)
+    // Which of them changed again is unknown: the earliest of their times stands for all of them.
+    if (after === undefined) for (const at of this.firstChange.values()) this.untracked = Math.min(this.untracked ?? at, at)
     const later = new Set(after ?? [])
     for (const key of carried) {
       if (later.has(key)) continue

@@ -407,7 +407,7 @@ class Session implements Subscriber, PresenceWatcher {
     const paced = new PacedStream(space, message.fromIndex, message.freshnessMs, message.mode ?? 'adaptive', {
       clock: this.clock,
       stableIndex: () => reads.stableIndexOf(space),
-      changedSince: (after) => reads.changedKeys(space, after),
+      changedSince: (after, maxOps) => reads.changedKeys(space, after, maxOps),
       certifiedDelta: (from, mode) => reads.certifiedDelta(space, from, mode, CERTIFY_TIMEOUT_MS),
       send: (m) => {
         // A stream that gives up hands the space back to the client to subscribe: it leaves the session's feeds.

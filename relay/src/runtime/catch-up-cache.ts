@@ -98,9 +98,9 @@ export class CatchUpCache {
     return bytes
   }
 
-  /** The objects a space's commits after `afterIndex` changed, or undefined when its change log does not reach back there. */
-  changedKeys(space: string, afterIndex: number): string[] | undefined {
-    return this.logs.get(space)?.changedKeys(afterIndex)
+  /** The objects a space's commits after `afterIndex` changed, or undefined when its change log does not reach back there (or that would read more than `maxOps` ops). */
+  changedKeys(space: string, afterIndex: number, maxOps: number): string[] | undefined {
+    return this.logs.get(space)?.changedKeys(afterIndex, maxOps)
   }
 
   /** Feeds a space's change log one commit, within the relay-wide budget: the logs of the spaces that went longest without a commit go first. */

@@ -201,9 +201,9 @@ export class ClientReads {
     return undefined
   }
 
-  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows. */
-  changedKeys(space: string, afterIndex: number): readonly string[] | undefined {
-    return this.o.ledger.changedKeys(space, afterIndex)
+  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows, or would read more than `maxOps` ops to find out. */
+  changedKeys(space: string, afterIndex: number, maxOps: number): readonly string[] | undefined {
+    return this.o.ledger.changedKeys(space, afterIndex, maxOps)
   }
 
   /** The stable index of a space here (0 for one it does not hold). */

@@ -310,9 +310,9 @@ export class Ledger {
     return this.catchUp.pacedDelta(space, replica, fromIndex, mode)
   }
 
-  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows. */
-  changedKeys(space: string, afterIndex: number): string[] | undefined {
-    return this.catchUp.changedKeys(space, afterIndex)
+  /** The objects a space's commits after `afterIndex` changed, or undefined when this relay no longer knows (or would read more than `maxOps` ops to). */
+  changedKeys(space: string, afterIndex: number, maxOps: number): string[] | undefined {
+    return this.catchUp.changedKeys(space, afterIndex, maxOps)
   }
 
   /** What changed in a space from `fromIndex` to the latest attested commit (BENDY: each object as ops or state), with the attestation; undefined past the change log. */
