@@ -85,6 +85,20 @@ describe('tabs sharing one client', () => {
     expect(stableValue(c, 'k')).toBe(12)
   })
 
+  it('a leading tab that reads at a freshness bound keeps every update while another tab follows the space (it replays them), and paces once none does', async () => {
+    const { c, origin } = await setup()
+    const a = await origin.tab(c.clientOptions())
+    const b = await origin.tab(c.clientOptions())
+    const [sa, sb] = await Promise.all([a.space('bank'), b.space('bank')])
+    await c.until('online in both tabs', () => sa.status.online && sb.status.online)
+    const paces = (): number => c.relays.reduce((n, r) => n + r.traffic.paces, 0)
+    sa.setFreshness(200)
+    await c.advance(3000)
+    expect(paces()).toBe(0)
+    await sb.close()
+    await c.until('paced once no other tab follows', () => paces() > 0 || undefined)
+  })
+
   it('tabs share one presence: the client shows the latest state a tab set, a tab that closes takes only its own away, and every tab sees the others present', async () => {
     const { c, origin } = await setup()
     const a = await origin.tab(c.clientOptions())
