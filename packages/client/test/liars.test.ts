@@ -3,6 +3,7 @@ import { TestCluster, until } from '@stead/relay/testing'
 import { nodeCrypto } from '@stead/core/node'
 import { fetchVerifiedDelta, fetchVerifiedObject } from '../src/upstream/bootstrap.ts'
 import { fetchCluster } from '../src/transport/cluster.ts'
+import { fromHome } from '../src/upstream/outbox.ts'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -20,6 +21,8 @@ import { createClient, lmdbStorage, memoryStorage, type ClientOptions, type Spac
  * liars at a time.
  */
 const LIAR = 3
+/** The relay a space's clients take its feed from first. */
+const homeOf = (space: string, n: number): number => fromHome(space, n, Array.from({ length: n }, (_, relay) => ({ relay })) as never)[0]!.relay as number
 const MODES: Array<{ mode: string; exposed?: RegExp }> = [
   { mode: 'lie-attest', exposed: /attested|attestation/ },
   { mode: 'stale-head' },
@@ -182,6 +185,27 @@ describe('clients against a relay that lies to them', () => {
     const back = await open('liar-delta', lmdbStorage(dir))
     await until('back at the true state', () => (back.counter('n').stable === 17 && back.set('s').stable.length === 1 ? true : undefined), 30_000)
     expect(back.counter('n').value).toBe(17)
+  }, 120_000)
+
+  it('a paced reader (BENDY on the live stream) follows the writer through certified deltas, and a liar that paces it (wrong-delta, lie-attest) is reported and passed over', async () => {
+    await lie(LIAR, 'wrong-delta,lie-attest')
+    // A space whose home relay, the one that paces it, is the liar.
+    let space = 'paced'
+    for (let i = 0; homeOf(space, 4) !== LIAR; i++) space = `paced-${i}`
+    const writer = await open(space)
+    const reader = await open(space)
+    await until('online', () => (writer.status.online && reader.status.online ? true : undefined), 30_000)
+    reader.setFreshness(300)
+    const n = reader.counter('n')
+    const seen: number[] = []
+    n.subscribe(() => seen.push(n.stable))
+    for (let i = 1; i <= 5; i++) await writer.counter('n').increment(i, { safe: true })
+    await until('the reader at the writer state', () => (n.stable === 15 ? true : undefined), 60_000)
+    expect(n.value).toBe(15)
+    expect(reader.status.relays[0]?.faulty).toMatch(/delta/)
+    // Only states the writer went through: the stable value climbed through sums of its increments.
+    expect(seen.every((v) => [0, 1, 3, 6, 10, 15].includes(v))).toBe(true)
+    for (const r of reader.status.relays.slice(1)) expect(r.faulty).toBeUndefined()
   }, 120_000)
 
   for (const { mode, exposed } of MODES) {
