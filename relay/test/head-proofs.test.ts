@@ -105,6 +105,40 @@ describe('proven heads', () => {
     expect(proof?.attestation).toBeUndefined()
   })
 
+  it('a head proven by a relay that sends no attestation signature (a liar, or an older relay) is still certified by a later one that does', async () => {
+    const slow = { ...at(7), has: false }
+    const down = () => ({ ...at(7), has: false })
+    const { proofs } = cluster([at(7), slow, down(), down()])
+    const p0 = proofs[0] as HeadProofs
+    const certifying = p0.prove('s', 2000, true)
+    await new Promise((r) => setImmediate(r))
+    // Relay 3 signs the head and nothing more: a proof for quorum reads, not a certificate.
+    p0.onMessage(3, { kind: 'head-sig', space: 's', index: 7, stateHash: hash(7), sig: signSync(secrets[3] as Uint8Array, stableReadBytes('s', 7, hash(7))) })
+    expect((await p0.prove('s', 10))?.sigs.map(([r]) => r).sort()).toEqual([0, 3])
+    let certified = false
+    void certifying.then(() => (certified = true))
+    await new Promise((r) => setImmediate(r))
+    expect(certified).toBe(false)
+    slow.has = true
+    for (const go of slow.reached) go()
+    const proof = await certifying
+    expect(proof?.attestation?.sigs.map(([r]) => r).sort()).toEqual([0, 1])
+  })
+
+  it('a commit that only parks envelopes (same index, new state) is proven anew, not answered with the old state', async () => {
+    const states = [at(7), at(7), at(7), at(7)]
+    const { proofs } = cluster(states)
+    const p0 = proofs[0] as HeadProofs
+    expect((await p0.prove('s', 1000, true))?.stateHash).toEqual(hash(7))
+    for (const st of states) {
+      st.latest = { fromIndex: 7, round: 30, index: 7, stateHash: hash(8) }
+      st.signs = { index: 7, stateHash: hash(8) }
+    }
+    const again = await p0.prove('s', 1000, true)
+    expect(again?.stateHash).toEqual(hash(8))
+    expect(again?.attestation?.bytes).toEqual(attestationBytes({ index: 7, stateHash: hash(8) }))
+  })
+
   it('a read still waiting when the head moves on is answered by the later head once that is proven', async () => {
     const r0 = at(7)
     const peers = [1, 2, 3].map(() => ({ ...at(8), has: false }))

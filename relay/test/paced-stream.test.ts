@@ -138,6 +138,39 @@ describe('a paced stream (BENDY on the live stream)', () => {
     stream.close()
   })
 
+  it('backs off while it cannot certify (fewer than f+1 relays answer): twice as long each time, up to a heartbeat', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    let asked = 0
+    s.host.certifiedDelta = async () => {
+      asked++
+      return undefined
+    }
+    s.commits.push(['a'])
+    const stream = new PacedStream('bank', 0, 200, 'adaptive', s.host)
+    await clock.advance(60_000)
+    // 100 ms, 200, 400, ... 5 s, then every 5 s: about 20 tries in a minute, not 600.
+    expect(asked).toBeGreaterThan(10)
+    expect(asked).toBeLessThan(30)
+    stream.close()
+  })
+
+  it('learns from an acknowledgement that comes after the next delta left', async () => {
+    const clock = new HandClock()
+    const s = space(clock)
+    s.commits.push(['a'])
+    const stream = new PacedStream('bank', 0, 300, 'adaptive', s.host)
+    await clock.advance(300)
+    s.commits.push(['a'])
+    stream.committed()
+    // Unacknowledged for δ: the next one leaves, then the first one's acknowledgement arrives.
+    await clock.advance(1000)
+    expect(s.sent).toHaveLength(2)
+    stream.applied(1)
+    expect(stream.muOf('a')).toBe(700 + 2 * 350)
+    stream.close()
+  })
+
   it('more changed objects than it tracks: sends by the earliest change with the largest μ, never later', async () => {
     const clock = new HandClock()
     const s = space(clock)

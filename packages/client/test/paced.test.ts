@@ -142,6 +142,27 @@ describe('a paced reader (BENDY on the live stream)', () => {
     stop()
   })
 
+  it('a new bound or mode while paced is sent to the source; undefined follows every update again', async () => {
+    const c = await world.cluster()
+    const { reader } = await pair(c, 300)
+    const paces = trafficOf(c, reader, 'paces')
+    reader.setFreshness(300)
+    reader.setFreshness(300, { mode: 'adaptive' })
+    await c.advance(100)
+    expect(trafficOf(c, reader, 'paces')).toBe(paces)
+    reader.setFreshness(2000)
+    await c.until('the new bound sent', () => trafficOf(c, reader, 'paces') > paces || undefined)
+    reader.setFreshness(2000, { mode: 'state' })
+    await c.until('the new mode sent', () => trafficOf(c, reader, 'paces') > paces + 1 || undefined)
+    const envelopes = trafficOf(c, reader, 'envelopes')
+    reader.setFreshness(undefined)
+    const writer = await world.client(c)
+    const stop = committing(c)
+    void writer.counter('acct').increment(1)
+    await c.until('every envelope again', () => trafficOf(c, reader, 'envelopes') > envelopes || undefined)
+    stop()
+  })
+
   it('takes only bounds it can honour', async () => {
     const c = await world.cluster()
     const s = await world.client(c)

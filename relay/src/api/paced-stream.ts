@@ -68,8 +68,10 @@ class MovingTime {
     return this.mean + 2 * this.dev
   }
 }
-/** Waiting for signatures that did not come: tried again after this long. */
+/** Waiting for signatures that did not come (or for a client that reads): tried again after this long, then twice as long each time, up to a heartbeat. */
 const RETRY_MS = 100
+/** Deltas remembered until acknowledged. */
+const MAX_UNACKED = 4
 /** A space that does not change still gets a delta (empty) this often, so its client can tell a silent relay from a quiet space. */
 export const PACED_HEARTBEAT_MS = 5_000
 
@@ -90,7 +92,7 @@ export const PACED_HEARTBEAT_MS = 5_000
 export class PacedStream {
   readonly space: string
   readonly freshnessMs: number
-  private readonly mode: DeltaMode
+  readonly mode: DeltaMode
   private readonly host: PacedHost
   /** The stable index the client holds (as of the last delta sent). */
   private sentIndex: number
@@ -104,7 +106,10 @@ export class PacedStream {
   private readonly mu = new Map<string, MovingTime>()
   /** μ over every delta: for objects without their own estimate yet. */
   private readonly muAll = new MovingTime()
-  private inFlight: { readonly toIndex: number; readonly startedAt: number; readonly keys: readonly string[] } | undefined
+  /** Deltas sent and not acknowledged yet, the newest last (a few: an acknowledgement may come after the next one left). */
+  private readonly unacked: Array<{ readonly toIndex: number; readonly startedAt: number; readonly keys: readonly string[] }> = []
+  /** How long the next retry waits: doubles while certifying fails, back to RETRY_MS once a delta leaves. */
+  private retryMs = RETRY_MS
   private lastSentAt: number
   private timer: HostTimer | undefined
   private building = false
@@ -162,9 +167,11 @@ export class PacedStream {
 
   /** The client applied the delta that ended at `index`: the time it took feeds μ of the objects it carried. */
   applied(index: number): void {
-    const sent = this.inFlight
-    if (this.closed || !sent || index !== sent.toIndex) return
-    this.inFlight = undefined
+    const at = this.unacked.findIndex((x) => x.toIndex === index)
+    if (this.closed || at < 0) return
+    const sent = this.unacked[at] as (typeof this.unacked)[number]
+    // The client applies deltas in order: the ones before it were applied too (or never will be).
+    this.unacked.splice(0, at + 1)
     this.learn(sent.keys, this.host.clock.now() - sent.startedAt)
     this.schedule()
   }
@@ -218,7 +225,8 @@ export class PacedStream {
     let due = this.untracked === undefined ? Number.POSITIVE_INFINITY : this.untracked + slack(this.maxMu())
     for (const [key, at] of this.firstChange) due = Math.min(due, at + slack(this.muOf(key)))
     // A delta in flight and not applied after δ counts as lost: the next one covers it.
-    if (this.inFlight) due = Math.max(due, this.inFlight.startedAt + this.freshnessMs)
+    const newest = this.unacked[this.unacked.length - 1]
+    if (newest) due = Math.max(due, newest.startedAt + this.freshnessMs)
     return Math.min(due, this.lastSentAt + Math.max(PACED_HEARTBEAT_MS, this.freshnessMs))
   }
 
@@ -240,7 +248,9 @@ export class PacedStream {
   }
 
   private retry(): void {
-    this.timer = this.host.clock.setTimer(RETRY_MS, () => {
+    const wait = this.retryMs
+    this.retryMs = Math.min(2 * this.retryMs, Math.max(PACED_HEARTBEAT_MS, this.freshnessMs))
+    this.timer = this.host.clock.setTimer(wait, () => {
       this.timer = undefined
       void this.send()
     })
@@ -272,13 +282,15 @@ export class PacedStream {
     if (this.closed) return
     if (built === 'unavailable') {
       this.close()
-      this.host.send({ type: 'unpaced', space: this.space, detail: `this relay keeps no change log of ${this.space} reaching back to stable index ${this.sentIndex}; subscribe instead` })
+      this.host.send({ type: 'unpaced', space: this.space, detail: `this relay cannot pace ${this.space} from stable index ${this.sentIndex}: its change log does not reach back there, or the delta would be too large; subscribe instead` })
       return
     }
     if (!built || built.toIndex < this.sentIndex) return this.retry()
     const carried = [...this.firstChange.keys()]
     this.host.send({ type: 'delta', space: this.space, delta: built.delta, attestation: built.attestation, sigs: built.sigs })
-    this.inFlight = { toIndex: built.toIndex, startedAt, keys: carried }
+    this.unacked.push({ toIndex: built.toIndex, startedAt, keys: carried })
+    if (this.unacked.length > MAX_UNACKED) this.unacked.shift()
+    this.retryMs = RETRY_MS
     this.lastSentAt = startedAt
     this.sentIndex = built.toIndex
     // What changed after the delta's end still waits, with the times it was first seen.

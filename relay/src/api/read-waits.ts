@@ -1,7 +1,8 @@
 import type { ClientMessage } from '@stead/core'
 import type { Subscriber } from '../runtime/client-news.ts'
 
-type SubscribeMessage = Extract<ClientMessage, { type: 'subscribe' }>
+/** How a session asked to follow a space: every update, or paced at a freshness bound. */
+type SubscribeMessage = Extract<ClientMessage, { type: 'subscribe' | 'pace' }>
 
 /** A session that asked to follow a space it may not read yet. */
 export interface ReadWaiter {

@@ -350,7 +350,7 @@ class Session implements Subscriber, PresenceWatcher {
     if (!entry) return false
     const resume =
       'paced' in entry
-        ? { type: 'subscribe' as const, space, fromIndex: entry.paced.resumeIndex }
+        ? { type: 'pace' as const, space, fromIndex: entry.paced.resumeIndex, freshnessMs: entry.paced.freshnessMs, mode: entry.paced.mode }
         : { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}) }
     this.leave(space)
     this.sessions.readWaits.wait(this, resume)
@@ -358,14 +358,15 @@ class Session implements Subscriber, PresenceWatcher {
     return false
   }
 
-  /** Follows a space from `message.fromIndex`, if the space's policy lets this session read it (see ReadWaits otherwise). */
-  subscribe(message: Extract<ClientMessage, { type: 'subscribe' }>): void {
+  /** Follows a space from `message.fromIndex` (paced for a `pace`), if the space's policy lets this session read it (see ReadWaits otherwise). */
+  subscribe(message: Extract<ClientMessage, { type: 'subscribe' | 'pace' }>): void {
     if (!this.mayRead(message.space)) {
       this.leave(message.space)
       // Served as soon as a policy change lets this key read the space: no asking again.
       this.sessions.readWaits.wait(this, message)
       return this.send({ type: 'unreadable', space: message.space, detail: `key ${this.key} may not read space ${message.space}` })
     }
+    if (message.type === 'pace') return this.pace(message)
     this.sessions.readWaits.cancel(this, message.space)
     const had = this.feeds.get(message.space)
     if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
@@ -390,14 +391,9 @@ class Session implements Subscriber, PresenceWatcher {
     this.sessions.presence.watch(message.space, this)
   }
 
-  /**
-   * Follows a space at a freshness bound (see PacedStream): deltas instead
-   * of envelopes and commits, if the space's policy lets this session read
-   * it (see ReadWaits otherwise: the wait then ends in a plain subscription).
-   */
-  pace(message: Extract<ClientMessage, { type: 'pace' }>): void {
+  /** Follows a space at a freshness bound (see PacedStream): deltas instead of envelopes and commits. Called by subscribe, which checks that the session may read it. */
+  private pace(message: Extract<ClientMessage, { type: 'pace' }>): void {
     const { space } = message
-    if (!this.mayRead(space)) return this.subscribe({ type: 'subscribe', space, fromIndex: message.fromIndex })
     this.sessions.readWaits.cancel(this, space)
     const had = this.feeds.get(space)
     if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
@@ -526,7 +522,7 @@ class Session implements Subscriber, PresenceWatcher {
       case 'subscribe':
         return this.subscribe(message)
       case 'pace':
-        return this.pace(message)
+        return this.subscribe(message)
       case 'applied': {
         const entry = this.feeds.get(message.space)
         if (entry && 'paced' in entry) entry.paced.applied(message.index)

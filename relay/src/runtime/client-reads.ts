@@ -9,6 +9,9 @@ import type { Ledger } from './ledger.ts'
 import type { SpaceHead } from './space-table.ts'
 import type { RelayStore } from '../store/store.ts'
 
+/** The largest delta a paced client is sent: a quarter of a session's buffer (maxBufferedBytes, 8 MiB by default). */
+const MAX_PACED_DELTA_BYTES = 2 * 1024 * 1024
+
 /** A delta for a paced client: what changed from its index to a commit f+1 relays attested alike, with their signatures on that attestation. */
 export interface CertifiedDelta {
   readonly toIndex: number
@@ -191,11 +194,12 @@ export class ClientReads {
   async certifiedDelta(space: string, fromIndex: number, mode: DeltaMode, timeoutMs: number): Promise<CertifiedDelta | 'unavailable' | undefined> {
     // The space may move while the signatures come: the delta must end exactly at the certified commit.
     for (let attempt = 0; attempt < 3; attempt++) {
-      const proof = await this.headProofs.prove(space, timeoutMs)
+      const proof = await this.headProofs.prove(space, timeoutMs, true)
       if (!proof?.attestation || proof.index < fromIndex) return undefined
       const delta = this.o.ledger.pacedDelta(space, fromIndex, mode, proof.attestation.bytes)
       if (delta === 'moved') continue
-      if (delta === undefined) return 'unavailable'
+      // Past what a session may queue towards its client at once, the client follows the commits instead (they come in parts).
+      if (delta === undefined || delta.length > MAX_PACED_DELTA_BYTES) return 'unavailable'
       return { toIndex: proof.index, delta, attestation: proof.attestation.bytes, sigs: proof.attestation.sigs }
     }
     return undefined

@@ -68,11 +68,18 @@ interface Pending {
   askedAt: number
 }
 
-/** One space's proofs: heads being proven (a few, oldest first), the highest proven, and reads waiting for one at or past an index. */
+/** A read waiting for a proof at or past an index (with the commit's attestation certified, for a paced delta). */
+interface Waiter {
+  readonly atLeast: number
+  readonly certified: boolean
+  readonly done: (proof: HeadProof | undefined) => void
+}
+
+/** One space's proofs: heads being proven (a few, oldest first), the latest proven, and reads waiting for one. */
 interface SpaceProofs {
   pending: Pending[]
   proven: HeadProof | undefined
-  readonly waiters: Set<{ readonly atLeast: number; readonly done: (proof: HeadProof) => void }>
+  readonly waiters: Set<Waiter>
 }
 
 /** How long a peer waits to reach a head it was asked to sign (it may be a round or two behind). */
@@ -104,13 +111,17 @@ export class HeadProofs {
    * This relay's latest attested head of `space`, or a later one, with f+1
    * signatures, once gathered (up to `timeoutMs`); undefined if none could
    * be by then. Head 0 (a space with no attested commit) needs no proof.
+   * `certified`: only a proof that also carries f+1 signatures over the
+   * commit's attestation (what a paced delta needs).
    */
-  async prove(space: string, timeoutMs: number): Promise<HeadProof | undefined> {
+  async prove(space: string, timeoutMs: number, certified = false): Promise<HeadProof | undefined> {
     const latest = this.o.host.latest(space)
     if (latest === null) return undefined
     if (latest.index === 0) return { index: 0, stateHash: latest.stateHash, sigs: [] }
     const sp = this.spaceProofs(space)
-    if (sp.proven && sp.proven.index >= latest.index) return sp.proven
+    // A commit that only parks envelopes keeps the index and changes the state: a proof of the old state is not one of this head.
+    const proven = sp.proven
+    if (proven && (proven.index > latest.index || (proven.index === latest.index && bytesEqual(proven.stateHash, latest.stateHash))) && (!certified || proven.attestation)) return proven
     let p = sp.pending.find((x) => x.index === latest.index && bytesEqual(x.stateHash, latest.stateHash))
     if (!p) {
       const own = this.o.crypto.sign(this.o.secretKey, stableReadBytes(space, latest.index, latest.stateHash))
@@ -119,17 +130,18 @@ export class HeadProofs {
       sp.pending.push(p)
       if (sp.pending.length > PENDING_PER_SPACE) sp.pending.shift()
       // f = 0: our own signature is proof enough.
-      if (this.complete(sp, p)) return sp.proven
+      if (this.complete(sp, p) && (!certified || sp.proven?.attestation)) return sp.proven
     }
     if (this.o.clock.now() - p.askedAt >= REASK_MS) {
       p.askedAt = this.o.clock.now()
       for (let to = 0; to < this.o.committee.keys.length; to++) {
-        if (to !== this.o.me && !p.sigs.has(to)) this.o.host.send(to, { kind: 'head-ask', space, fromIndex: p.fromIndex, round: p.round })
+        if (to !== this.o.me && (!p.sigs.has(to) || (certified && !p.attested.has(to)))) this.o.host.send(to, { kind: 'head-ask', space, fromIndex: p.fromIndex, round: p.round })
       }
     }
     return new Promise((resolve) => {
-      const waiter = {
+      const waiter: Waiter = {
         atLeast: latest.index,
+        certified,
         done: (proof: HeadProof | undefined): void => {
           timer.cancel()
           sp.waiters.delete(waiter)
@@ -154,14 +166,23 @@ export class HeadProofs {
     return sp
   }
 
-  /** Whether `p` has f+1 signatures; if so it is the space's proven head and answers every read waiting for one at or below it. */
+  /**
+   * Whether `p` has f+1 signatures; if so it is the space's proven head
+   * and answers every read waiting for one at or below it. It stays
+   * pending until f+1 relays also signed the commit's attestation (their
+   * signatures may come after the f+1 over the head, or never from a
+   * relay that lies or predates them), so a later signature still
+   * certifies it.
+   */
   private complete(sp: SpaceProofs, p: Pending): boolean {
-    if (p.sigs.size < this.o.committee.f + 1) return false
-    const certified = p.attestation && p.attested.size >= this.o.committee.f + 1 ? { attestation: { bytes: p.attestation.bytes, sigs: [...p.attested] } } : {}
-    if (!sp.proven || p.index > sp.proven.index) sp.proven = { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs], ...certified }
-    sp.pending = sp.pending.filter((x) => x.index > p.index)
+    const f = this.o.committee.f
+    if (p.sigs.size < f + 1) return false
+    const certified = p.attestation !== undefined && p.attested.size >= f + 1
+    // The latest head wins, a same-index one included (a commit that only parked envelopes comes later).
+    if (!sp.proven || p.index >= sp.proven.index) sp.proven = { index: p.index, stateHash: p.stateHash, sigs: [...p.sigs], ...(certified ? { attestation: { bytes: (p.attestation as Signed).bytes, sigs: [...p.attested] } } : {}) }
+    sp.pending = sp.pending.filter((x) => x.index > p.index || (x === p && !certified && p.attestation !== undefined))
     const proven = sp.proven
-    for (const w of [...sp.waiters]) if (w.atLeast <= proven.index) w.done(proven)
+    for (const w of [...sp.waiters]) if (w.atLeast <= proven.index && (!w.certified || proven.attestation)) w.done(proven)
     return true
   }
 
@@ -175,7 +196,7 @@ export class HeadProofs {
     const sp = this.spaces.get(m.space)
     // Only a signature for a head being proven counts; others (late, or made up) are dropped unread.
     const p = sp?.pending.find((x) => x.index === m.index && bytesEqual(x.stateHash, m.stateHash))
-    if (!sp || !p || p.sigs.has(from)) return true
+    if (!sp || !p || (p.sigs.has(from) && (p.attested.has(from) || !m.attestationSig))) return true
     const key = this.o.committee.keys[from]
     if (!key || !this.o.crypto.verify(key, stableReadBytes(m.space, m.index, m.stateHash), m.sig)) return true
     p.sigs.set(from, m.sig)

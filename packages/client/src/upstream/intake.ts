@@ -221,19 +221,22 @@ export class RelayIntake {
   }
 
   /** Applies a verified delta to the space's replica, keeps what is pending on top, and stores it. */
-  private async adoptDelta(found: VerifiedCatchUp): Promise<void> {
+  /** Applies a verified delta (see the class comment); whether the space now stands where it ends. */
+  private async adoptDelta(found: VerifiedCatchUp): Promise<boolean> {
     const { space, outbox } = this.o
     const { attestation: a, delta } = found
-    // A delta that leaves the index as it is may still end at a later commit (one that only parked envelopes).
-    if (space.position.stableIndex !== delta.fromIndex || delta.toIndex < delta.fromIndex || a.round <= space.position.lastRound) return
+    if (space.position.stableIndex !== delta.fromIndex || delta.toIndex < delta.fromIndex) return false
+    // Where it already stands (a quiet space's heartbeat); a delta that leaves the index as it is may still end at a later commit (one that only parked envelopes).
+    if (a.round <= space.position.lastRound) return delta.toIndex === delta.fromIndex
     // Only the commits say how this client's own envelopes fared (a safe update's outcome): if the
     // delta would decide one of them, the commits are followed instead.
     const decidesOwn = space.replica.pendingEnvelopes().some((env) => outbox.has(env.idHex) && (delta.authors.get(env.authorId)?.seq ?? 0) >= env.seq)
-    if (decidesOwn) return
+    if (decidesOwn) return false
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
     // Only what the delta changed shows anew: its objects, and those of the pending envelopes it decided.
     const changed = new Set([...delta.objects.keys(), ...decided.flatMap(envelopeKeys)])
     await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed)
+    return true
   }
 
   /**
@@ -372,7 +375,11 @@ export class RelayIntake {
    * space is actually paced.
    */
   setFreshness(freshness: Freshness | undefined): void {
+    const was = this.pacing.freshness
     this.pacing.set(freshness)
+    const source = this.source === undefined ? undefined : this.o.sessions.linkTo(this.source)
+    // Already paced at another bound or mode: the source is told the new one.
+    if (this.pacing.on && freshness && (freshness.ms !== was?.ms || freshness.mode !== was?.mode) && source?.ready) this.follow(source)
     this.repace()
   }
 
@@ -428,8 +435,10 @@ export class RelayIntake {
       }
       if ('faulty' in checked) return link.markFaulty(checked.faulty)
       this.pacing.heard(this.o.clock.now())
-      await this.adoptDelta(checked)
-      link.send({ type: 'applied', space: space.space, index: checked.attestation.toIndex })
+      // Not applied (it would decide an update of ours: the commits say how that fared): the source stands
+      // past this client now, and its next delta, stale, has it pace again from here.
+      if (!(await this.adoptDelta(checked))) this.pacing.pacedFrom = undefined
+      else link.send({ type: 'applied', space: space.space, index: checked.attestation.toIndex })
     }).catch((err: unknown) => this.o.space.storageFailed(err))
   }
 
