@@ -10,9 +10,10 @@ const cluster = useCluster({ basePort: 7611 })
 test.describe('two users', () => {
   let alice: User
   let bob: User
+  let space: string
 
   test.beforeEach(async ({ browser }, testInfo) => {
-    const space = freshSpace(testInfo)
+    space = freshSpace(testInfo)
     alice = await openUser(browser, cluster().urls, space, 'Alice')
     bob = await openUser(browser, cluster().urls, space, 'Bob')
   })
@@ -75,6 +76,26 @@ test.describe('two users', () => {
     await cash(alice).getByTestId('cash-spend').click()
     await expect(alice.ops('stable').first()).toContainText('spend 1 of petty cash')
     await expect(cash(bob).getByTestId('cash-stable')).toHaveText('194')
+  })
+
+  test('a page that reads at a freshness bound gets certified deltas (checked with WebCrypto) and shows every deposit within the bound', async () => {
+    const paced = async (): Promise<number> => {
+      let sent = 0
+      for (let i = 0; i < cluster().urls.length; i++) {
+        const text = await (await fetch(`${cluster().httpUrl(i)}/metrics`)).text()
+        sent += Number(/stead_paced_deltas_total\{result="sent"\} (\d+)/.exec(text)?.[1] ?? 0)
+      }
+      return sent
+    }
+    const before = await paced()
+    await bob.page.evaluate(async (name) => {
+      const client = (window as unknown as { stead: { space(name: string): Promise<{ setFreshness(ms: number): void }> } }).stead
+      ;(await client.space(name)).setFreshness(500)
+    }, space)
+    for (const n of [10, 20, 30]) await alice.deposit('main', n)
+    await alice.expectBalance('main', 60)
+    await bob.expectBalance('main', 60)
+    expect(await paced()).toBeGreaterThan(before)
   })
 
   test('concurrent withdrawals beyond the balance: only what fits commits, the rest is rejected (invariant)', async () => {

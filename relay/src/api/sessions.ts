@@ -408,6 +408,7 @@ class Session implements Subscriber, PresenceWatcher {
       send: (m) => {
         // A stream that gives up hands the space back to the client to subscribe: it leaves the session's feeds.
         if (m.type === 'unpaced' && this.feeds.get(space) === entry) this.leave(space)
+        this.node.metrics.pacedDeltas.inc({ result: m.type === 'delta' ? 'sent' : 'unpaced' })
         this.send(m)
       },
       backedUp: () => this.inflight >= LOW_WATER_BYTES,

@@ -102,6 +102,7 @@ export class Metrics {
   readonly rejected = new Counter({ name: 'stead_rejected_total', help: 'Inputs rejected, by reason and source', labelNames: ['reason', 'source'], registers: [this.registry] })
   readonly meshThrottled = new Counter({ name: 'stead_mesh_throttled_total', help: 'Mesh frames and requests dropped because a peer was over its budget for their kind (each also counts in stead_rejected_total{reason="rate-limited",source="mesh"})', labelNames: ['peer', 'kind'], registers: [this.registry] })
   readonly presence = new Counter({ name: 'stead_presence_messages_total', help: 'Presence messages taken from clients, passed on to others, and not passed on (a recipient over its byte budget or behind)', labelNames: ['result'], registers: [this.registry] })
+  readonly pacedDeltas = new Counter({ name: 'stead_paced_deltas_total', help: 'Deltas sent to clients that pace a space at a freshness bound (BENDY\'s live stream), and paced subscriptions handed back to the commit feed', labelNames: ['result'], registers: [this.registry] })
   readonly prospectiveSkipped = new Counter({ name: 'stead_prospective_skipped_total', help: 'Envelopes not pushed to a client that was behind (it gets them with the commit)', registers: [this.registry] })
   readonly clients = new Gauge({ name: 'stead_connected_clients', help: 'Open client sessions', registers: [this.registry] })
   readonly commitLatency = new Histogram({
