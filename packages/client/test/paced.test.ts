@@ -1,6 +1,9 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { SimCluster } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
-import { SteadError } from '../src/index.node.ts'
+import { SteadError, lmdbStorage } from '../src/index.node.ts'
 import type { Space } from '../src/index.node.ts'
 import { fromHome } from '../src/upstream/outbox.ts'
 import { committing, simWorld } from './helpers/sim-world.ts'
@@ -161,6 +164,39 @@ describe('a paced reader (BENDY on the live stream)', () => {
     void writer.counter('acct').increment(1)
     await c.until('every envelope again', () => trafficOf(c, reader, 'envelopes') > envelopes || undefined)
     stop()
+  })
+
+  it('writes its checkpoint at most every 10 s while paced, and comes back right after a crash in between, or after its own commits were stored on top', async () => {
+    for (const own of [false, true]) {
+      const c = await world.cluster()
+      const dir = mkdtempSync(join(tmpdir(), 'stead-paced-'))
+      const writer = await world.client(c)
+      const reader = await world.client(c, { storage: lmdbStorage(dir) })
+      await c.until('online', () => (writer.status.online && reader.status.online) || undefined)
+      const paces = trafficOf(c, reader, 'paces')
+      reader.setFreshness(200)
+      await c.until('paced', () => trafficOf(c, reader, 'paces') > paces || undefined)
+      const stop = committing(c)
+      for (let i = 0; i < 10; i++) {
+        void writer.counter('acct').increment(1)
+        await c.advance(300)
+      }
+      await c.until('the reader at 10', () => reader.counter('acct').stable === 10 || undefined)
+      // Its own update follows the commits, stored on top of a checkpoint that must be the current state.
+      if (own) await reader.counter('acct').increment(5, { safe: true })
+      const expected = own ? 15 : 10
+      await c.until('both settled', () => (writer.counter('acct').stable === expected && reader.counter('acct').stable === expected) || undefined)
+      stop()
+      // Dies without closing: what it stored is all the next run has.
+      world.abandon(reader)
+      const back = await world.client(c, { storage: lmdbStorage(dir) })
+      const resumed = committing(c)
+      void writer.counter('acct').increment(1)
+      await c.until('back, and on', () => back.counter('acct').stable === expected + 1 || undefined)
+      resumed()
+      expect(back.counter('acct').value).toBe(expected + 1)
+      await c.close()
+    }
   })
 
   it('takes only bounds it can honour', async () => {

@@ -222,7 +222,7 @@ export class RelayIntake {
 
   /** Applies a verified delta to the space's replica, keeps what is pending on top, and stores it. */
   /** Applies a verified delta (see the class comment); whether the space now stands where it ends. */
-  private async adoptDelta(found: VerifiedCatchUp): Promise<boolean> {
+  private async adoptDelta(found: VerifiedCatchUp, save = true): Promise<boolean> {
     const { space, outbox } = this.o
     const { attestation: a, delta } = found
     if (space.position.stableIndex !== delta.fromIndex || delta.toIndex < delta.fromIndex) return false
@@ -235,7 +235,7 @@ export class RelayIntake {
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
     // Only what the delta changed shows anew: its objects, and those of the pending envelopes it decided.
     const changed = new Set([...delta.objects.keys(), ...decided.flatMap(envelopeKeys)])
-    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed)
+    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed, save)
     return true
   }
 
@@ -247,7 +247,7 @@ export class RelayIntake {
    * stable index, shows; and the replica is stored, those envelopes' inbox
    * records forgotten.
    */
-  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>): Promise<void> {
+  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>, save = true): Promise<void> {
     const { space, records } = this.o
     space.adopt(replica, position, changed)
     this.quorum?.prune(position)
@@ -261,8 +261,10 @@ export class RelayIntake {
     for (const dep of this.causal.awaited()) if (this.o.space.replica.hasCommitted(dep)) for (const h of this.causal.arrived(dep)) this.deliver(h)
     for (const h of this.causal.reachedBase(position.stableIndex)) this.deliver(h)
     const forgotten = decided.filter((env) => !this.o.outbox.has(env.idHex)).map((env) => records.inboxDelete(env.idHex))
+    // Unsaved (a paced delta between checkpoints): storage keeps the last checkpoint, from which a restart catches up.
+    this.pacing.stored(save, this.o.clock.now())
     try {
-      await records.storage.write([...records.checkpoint(replica.checkpoint(), position), ...forgotten])
+      await records.storage.write(save ? [...records.checkpoint(replica.checkpoint(), position), ...forgotten] : forgotten)
       space.storageWorks()
     } catch (err) {
       space.storageFailed(err)
@@ -437,8 +439,11 @@ export class RelayIntake {
       this.pacing.heard(this.o.clock.now())
       // Not applied (it would decide an update of ours: the commits say how that fared): the source stands
       // past this client now, and its next delta, stale, has it pace again from here.
-      if (!(await this.adoptDelta(checked))) this.pacing.pacedFrom = undefined
+      const now = this.o.clock.now()
+      if (!(await this.adoptDelta(checked, this.pacing.saveDue(now)))) this.pacing.pacedFrom = undefined
       else link.send({ type: 'applied', space: space.space, index: checked.attestation.toIndex })
+      // A quiet space's heartbeat writes what the last deltas left unsaved, once it is due.
+      if (this.pacing.unsaved && this.pacing.saveDue(this.o.clock.now())) await this.saveCheckpoint()
     }).catch((err: unknown) => this.o.space.storageFailed(err))
   }
 
@@ -828,7 +833,11 @@ export class RelayIntake {
     const changes: StorageChange[] = records.commit(record, position)
     // Every so often the stored commits collapse into one checkpoint, so opening stays O(state).
     const since = records.sinceCheckpoint
-    if (since.envelopes >= this.o.checkpointEvery || since.commits >= 1000) changes.push(...records.checkpoint(space.replica.checkpoint(), position))
+    // A checkpoint behind an unsaved paced delta is no base for this commit: the state is written whole instead.
+    if (since.envelopes >= this.o.checkpointEvery || since.commits >= 1000 || this.pacing.unsaved) {
+      changes.push(...records.checkpoint(space.replica.checkpoint(), position))
+      this.pacing.stored(true, this.o.clock.now())
+    }
     const own: Array<CommitResult['decisions'][number]> = []
     for (const d of result.decisions) {
       if (outbox.has(d.env.idHex)) {
@@ -871,8 +880,14 @@ export class RelayIntake {
     this.causal.disarm()
     await this.inbox.flush().catch(() => undefined)
     await this.applying?.run
+    if (this.o.records.sinceCheckpoint.commits > 0 || this.pacing.unsaved) await this.saveCheckpoint()
+  }
+
+  /** Writes the space's whole state as its checkpoint (see Pacing.saveDue). */
+  private async saveCheckpoint(): Promise<void> {
     const { records, space } = this.o
-    if (records.sinceCheckpoint.commits > 0) await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
+    this.pacing.stored(true, this.o.clock.now())
+    await records.storage.write(records.checkpoint(space.replica.checkpoint(), space.position)).catch((err) => space.storageFailed(err))
   }
 }
 

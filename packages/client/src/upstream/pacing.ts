@@ -21,6 +21,13 @@ export interface Freshness {
 
 /** A relay sends a paced space a delta at least this often (an empty one when nothing changed): relay/src/api/paced-stream.ts. */
 const RELAY_HEARTBEAT_MS = 5_000
+/**
+ * A paced delta moves the stable state without a commit to store: the
+ * space's checkpoint (its whole state) is written at most this often
+ * then, not with every delta; a restart in between catches up from the
+ * relays, and a commit or a close writes it at once.
+ */
+const SAVE_EVERY_MS = 10_000
 /** After a relay could not pace the space (`unpaced`), or a delta would have decided one of this client's own envelopes, it follows commits this long before pacing again. */
 const COOLDOWN_MS = 30_000
 
@@ -42,6 +49,21 @@ export class Pacing {
   pacedFrom: number | undefined
   /** Deltas are checked and applied one at a time, in the order they came. */
   private turn: Promise<void> = Promise.resolve()
+
+  /** When the space's checkpoint was last written, and whether a delta moved the state since (see SAVE_EVERY_MS). */
+  private savedAt = Number.NEGATIVE_INFINITY
+  unsaved = false
+
+  /** Whether a delta applied at `now` should write the checkpoint. */
+  saveDue(now: number): boolean {
+    return now - this.savedAt >= SAVE_EVERY_MS
+  }
+
+  /** The checkpoint was written at `now` (or is stale from now on: `saved` false). */
+  stored(saved: boolean, now: number): void {
+    if (saved) this.savedAt = now
+    this.unsaved = !saved
+  }
 
   /** Runs `step` after every step queued before it. */
   inTurn(step: () => Promise<void>): Promise<void> {
