@@ -37,6 +37,7 @@ import { BenchCluster } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
 import { Rng, zipfSampler } from './rng.ts'
 import { Samples, type LatencySummary } from './stats.ts'
+import { byteLength } from './wire.ts'
 
 const values = reportArgs(
   'usage: npm run bench:bendy-live -- [--workloads counters,sets,registers,texts] [--access uniform,zipf] [--objects 200] [--rate 100] [--seconds 20] [--freshness 1000] [--writers 4] [--runs 1] [--json FILE]\n(what each option does: the comment at the top of packages/bench/src/bendy-live.ts)',
@@ -76,7 +77,7 @@ const runs = num('runs')
 function countingSocket(counter: { bytes: number }): new (url: string) => WebSocket {
   return class extends WebSocket {
     override emit(event: string | symbol, ...args: unknown[]): boolean {
-      if (event === 'message') counter.bytes += (args[0] as { byteLength: number }).byteLength
+      if (event === 'message') counter.bytes += byteLength(args[0])
       return super.emit(event, ...args)
     }
   }

@@ -14,7 +14,8 @@ function frameHeader(n: number, masked: boolean): number {
   return (n < 126 ? 2 : n < 65536 ? 4 : 10) + (masked ? 4 : 0)
 }
 
-function byteLength(data: unknown): number {
+/** The bytes of a frame as `ws` hands it over (a string, a buffer, or fragments). */
+export function byteLength(data: unknown): number {
   if (typeof data === 'string') return Buffer.byteLength(data)
   if (data instanceof ArrayBuffer) return data.byteLength
   if (ArrayBuffer.isView(data)) return data.byteLength

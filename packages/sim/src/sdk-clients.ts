@@ -1,5 +1,5 @@
 import { createClient, memoryStorage, SteadError, type ClientStorage, type SafeResult, type Space, type SteadClient } from '@stead/client'
-import { toHex, type Crypto, type HostClock } from '@stead/core'
+import { decodeRelayMessage, toHex, type Crypto, type HostClock } from '@stead/core'
 import type { Rng } from './rng.ts'
 import { Violation } from './violation.ts'
 import { Wire, type WireWorld } from './wire.ts'
@@ -65,10 +65,12 @@ const SHARED = 'sdk:shared'
 const ACCOUNT = 'sdk:acct'
 
 const urlOf = (relay: number): string => `ws://r${relay}.sim:1`
-/** A relay frame's message name is its first element: a fixarray header, then a fixstr. */
-const DELTA_PREFIX = new TextEncoder().encode('delta')
 function isDelta(frame: Uint8Array): boolean {
-  return frame[1] === (0xa0 | DELTA_PREFIX.length) && DELTA_PREFIX.every((b, i) => frame[2 + i] === b)
+  try {
+    return decodeRelayMessage(frame).type === 'delta'
+  } catch {
+    return false
+  }
 }
 function relayOfUrl(url: string): number {
   const m = /^ws:\/\/r(\d+)\.sim/.exec(url)

@@ -366,12 +366,12 @@ class Session implements Subscriber, PresenceWatcher {
       this.sessions.readWaits.wait(this, message)
       return this.send({ type: 'unreadable', space: message.space, detail: `key ${this.key} may not read space ${message.space}` })
     }
-    if (message.type === 'pace') return this.pace(message)
     this.sessions.readWaits.cancel(this, message.space)
     const had = this.feeds.get(message.space)
     if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
     had?.unsubscribe()
     this.feeds.delete(message.space)
+    if (message.type === 'pace') return this.pace(message)
     // Older than the commits kept here: a client that wants them starts again from a verified snapshot. One that
     // wants attestations only (to count 2f+1 on its own commits) gets them from there on: a relay attests a
     // space's commits in chain order, so each one vouches for every commit before it too.
@@ -391,14 +391,9 @@ class Session implements Subscriber, PresenceWatcher {
     this.sessions.presence.watch(message.space, this)
   }
 
-  /** Follows a space at a freshness bound (see PacedStream): deltas instead of envelopes and commits. Called by subscribe, which checks that the session may read it. */
+  /** Follows a space at a freshness bound (see PacedStream): deltas instead of envelopes and commits. Called by subscribe, which checks that the session may read it and drops what it followed before. */
   private pace(message: Extract<ClientMessage, { type: 'pace' }>): void {
     const { space } = message
-    this.sessions.readWaits.cancel(this, space)
-    const had = this.feeds.get(space)
-    if (!had && this.feeds.size >= this.limits.maxSubscriptions) return this.fail(null, new SteadError('too-large', `a session may subscribe to ${this.limits.maxSubscriptions} spaces`))
-    had?.unsubscribe()
-    this.feeds.delete(space)
     const reads = this.node.reads
     const paced = new PacedStream(space, message.fromIndex, message.freshnessMs, message.mode ?? 'adaptive', {
       clock: this.clock,
