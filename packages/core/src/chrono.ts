@@ -1,6 +1,6 @@
 import { bytesEqual } from './bytes.ts'
 import type { Clock } from './clock.ts'
-import type { Signed } from './codec.ts'
+import { encode, type Signed } from './codec.ts'
 import type { Crypto } from './crypto/types.ts'
 import { openEnvelope, type Envelope } from './envelope.ts'
 import { SteadError } from './errors.ts'
@@ -12,15 +12,28 @@ import { decodeAttestation } from './protocol.ts'
  * Chrono has three validators: `update` (the clock follows from its
  * inputs), `monotonicity` (no counter reused or going back) and
  * `application` (the app's own rule). For envelopes the update validator
- * is `judgeClock` (causal.ts), and monotonicity is the per-author sequence
- * rule (an author's own entry is its seq, and one seq commits once); both
- * run inside the audit, over the stable order every correct relay agrees
- * on. So both are deterministic, and f+1 relays' signatures suffice for
- * either: one of them is correct and ran the same audit. (Chrono asks
- * ceil((N+f+1)/2) for a monotonicity validator whose state differs between
- * validators; here it cannot.) A clock's certificate is then f+1 relays'
- * signatures over the attestation of the commit that decided the envelope,
- * which states whether its clock is verified (`verifyClockCertificate`).
+ * is `judgeClock` (causal.ts), monotonicity is the per-author sequence rule
+ * (an author's own entry is its seq, one seq per author) and the
+ * application validator is the space's write permission plus any rule the
+ * relays' operators plug in for the space.
+ *
+ * A clock is certified twice, by two backends (Chrono's QC backend, with
+ * the relays as its validator nodes):
+ *
+ * - **Before any order** (`kind: 'validators'`). A relay runs all three
+ *   validators on an envelope as soon as it holds it and its inputs, and
+ *   signs `encodeClockVote(space, id)`. Monotonicity is stateful (a relay
+ *   remembers the envelope it signed for each author and seq), so a
+ *   certificate takes ceil((N+f+1)/2) relays' signatures (`clockQuorum`):
+ *   any two such quorums share a correct relay, which signed one envelope
+ *   per author and seq, so no author holds two certified clocks with one
+ *   counter. Its stable index is not known yet.
+ * - **In the order** (`kind: 'commit'`, the default). The audit runs the
+ *   same update validator over the stable order every correct relay
+ *   agrees on, deterministically, so f+1 relays' signatures over the
+ *   attestation of the commit that decided the envelope suffice (one of
+ *   them is correct and ran the same audit). It also gives the stable
+ *   index the envelope took.
  */
 
 /** A validator's verdict. */
@@ -63,25 +76,53 @@ export function checkCluster(c: Cluster): string | null {
   return null
 }
 
-/** A clock's certificate: f+1 relays' signatures over the attestation of the commit that decided its envelope. */
-export interface ClockCertificate {
-  /** The attestation's bytes (`encodeAttestation`), which every signature covers. */
-  readonly attestation: Uint8Array
-  /** The relays' signatures, by their index in the cluster. */
-  readonly signatures: ReadonlyArray<{
-    /** The signing relay's index in the cluster. */
-    readonly relay: number
-    /** Its Ed25519 signature over `attestation`. */
-    readonly sig: Uint8Array
-  }>
+/** One relay's signature in a certificate. */
+export interface RelaySignature {
+  /** The signing relay's index in the cluster. */
+  readonly relay: number
+  /** Its Ed25519 signature. */
+  readonly sig: Uint8Array
 }
 
-/** An envelope whose clock a certificate vouches for, and the stable index it took. */
+/** A clock's certificate from the order: f+1 relays' signatures over the attestation of the commit that decided its envelope. */
+export interface CommitCertificate {
+  /** Absent on certificates from before validator certificates existed: they are all of this kind. */
+  readonly kind?: 'commit'
+  /** The attestation's bytes (`encodeAttestation`), which every signature covers. */
+  readonly attestation: Uint8Array
+  /** The relays' signatures over `attestation`, by their index in the cluster. */
+  readonly signatures: ReadonlyArray<RelaySignature>
+}
+
+/** A clock's certificate before any order: ceil((N+f+1)/2) relays' signatures over `encodeClockVote(space, id)`. */
+export interface ValidatorCertificate {
+  readonly kind: 'validators'
+  /** The relays' signatures over the vote, by their index in the cluster. */
+  readonly signatures: ReadonlyArray<RelaySignature>
+}
+
+/** A clock's certificate: from the relays' validators before order, or from the commit that decided it. */
+export type ClockCertificate = CommitCertificate | ValidatorCertificate
+
+/** Tag of the statement a relay signs when an envelope passed its three validators. */
+export const CLOCK_VOTE_TAG = 'stead/clock-vote/v1'
+
+/** The bytes a relay signs to say the envelope `id` of `space` passed its update, monotonicity and application validators. */
+export function encodeClockVote(space: string, id: Uint8Array): Uint8Array {
+  return encode([CLOCK_VOTE_TAG, space, id])
+}
+
+/** How many relays' votes make a validator certificate: ceil((N+f+1)/2), Chrono's quorum for a stateful validator (2f+1 when N = 3f+1). */
+export function clockQuorum(cluster: Cluster): number {
+  return Math.ceil((cluster.relayKeys.length + cluster.f + 1) / 2)
+}
+
+/** An envelope whose clock a certificate vouches for, and the stable index it took when that is known. */
 export interface CertifiedClock {
   /** The envelope (its author's signature checked). */
   readonly env: Envelope
-  /** The stable index it committed at. */
-  readonly index: number
+  /** The stable index it committed at; undefined for a validator certificate (the order may not exist yet). */
+  readonly index: number | undefined
   /**
    * Its units (`envelopeUnits`) the audit rejected: they never took effect,
    * though the envelope committed. Who reads what an update did skips them.
@@ -91,9 +132,10 @@ export interface CertifiedClock {
 
 /**
  * Checks a clock's certificate without trusting any one relay: the
- * envelope is signed by its author, at least f+1 distinct relays of the
- * cluster signed the attestation, and the attestation says the envelope
- * committed with a verified clock.
+ * envelope is signed by its author, and either ceil((N+f+1)/2) distinct
+ * relays of the cluster signed its clock vote (a validator certificate),
+ * or at least f+1 signed the attestation of the commit that decided it
+ * and that attestation says it committed with a verified clock.
  *
  * @throws SteadError `bad-signature` (the envelope's or too few relays'),
  * `bad-clock` (committed unverified, or not committed), `malformed`.
@@ -102,15 +144,13 @@ export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, e
   const problem = checkCluster(cluster)
   if (problem) throw new SteadError('malformed', problem)
   const env = await openEnvelope(crypto, envelope)
-  const seen = new Set<number>()
-  const checks: Array<Promise<boolean>> = []
-  for (const { relay, sig } of cert.signatures) {
-    const key = cluster.relayKeys[relay]
-    if (!key || seen.has(relay)) continue
-    seen.add(relay)
-    checks.push(crypto.verify(key, cert.attestation, sig))
+  if (cert.kind === 'validators') {
+    const quorum = clockQuorum(cluster)
+    const valid = await countSigners(crypto, cluster, encodeClockVote(env.space, env.id), cert.signatures)
+    if (valid < quorum) throw new SteadError('bad-signature', `${valid} valid relay votes on the clock; a validator certificate needs ceil((N+f+1)/2) = ${quorum}`)
+    return { env, index: undefined, rejected: [] }
   }
-  const valid = (await Promise.all(checks)).filter(Boolean).length
+  const valid = await countSigners(crypto, cluster, cert.attestation, cert.signatures)
   if (valid < cluster.f + 1) throw new SteadError('bad-signature', `${valid} valid relay signatures on the attestation; a certificate needs f+1 = ${cluster.f + 1}`)
   const a = decodeAttestation(cert.attestation)
   if (a.space !== env.space) throw new SteadError('malformed', `the attestation is for space ${a.space}, the envelope for ${env.space}`)
@@ -121,19 +161,45 @@ export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, e
   return { env, index: d[2], rejected: d[3].map(([unit]) => unit) }
 }
 
+/** How many distinct relays of the cluster validly signed `bytes` (a relay counted once, unknown ones not at all). */
+async function countSigners(crypto: Crypto, cluster: Cluster, bytes: Uint8Array, signatures: ReadonlyArray<RelaySignature>): Promise<number> {
+  const seen = new Set<number>()
+  const checks: Array<Promise<boolean>> = []
+  for (const { relay, sig } of signatures) {
+    const key = cluster.relayKeys[relay]
+    if (!key || seen.has(relay)) continue
+    seen.add(relay)
+    checks.push(crypto.verify(key, bytes, sig))
+  }
+  return (await Promise.all(checks)).filter(Boolean).length
+}
+
 /**
- * How two committed envelopes relate causally, from their clocks and the
- * stable indices they took: `a` happened before `b` when `b`'s full clock
- * counts `a`'s author up to `a`'s seq (Fidge and Mattern). `b`'s full clock
- * counts everything committed up to its base, so that holds when `a`
- * committed at or below `b`'s base, when `b` lists `a`'s author at `a`'s
- * seq or beyond, or when both have one author and `a` the lower seq.
+ * How two certified envelopes relate causally, from their clocks and,
+ * where known, the stable indices they took: `a` happened before `b` when
+ * `b`'s full clock counts `a`'s author up to `a`'s seq (Fidge and
+ * Mattern). `b`'s full clock counts everything committed up to its base,
+ * so that holds when `a` committed at or below `b`'s base, when `b` lists
+ * `a`'s author at `a`'s seq or beyond, or when both have one author and
+ * `a` the lower seq (the monotonicity validator or the audit's sequence
+ * rule vouch that one seq is one envelope).
+ *
+ * Undefined when the answer hangs on a stable index not known yet: `b`
+ * does not list `a`, and `a` (certified before order) may still have
+ * committed at or below `b`'s base. It cannot when `a`'s own base is at
+ * least `b`'s, since an envelope commits above its base.
  */
-export function causalOrder(a: CertifiedClock, b: CertifiedClock): 'before' | 'after' | 'concurrent' | 'equal' {
+export function causalOrder(a: CertifiedClock, b: CertifiedClock): 'before' | 'after' | 'concurrent' | 'equal' | undefined {
   if (bytesEqual(a.env.id, b.env.id)) return 'equal'
-  const follows = (x: CertifiedClock, y: CertifiedClock): boolean =>
-    x.env.authorId === y.env.authorId ? x.env.seq < y.env.seq : x.index <= y.env.base || (y.env.clock.get(x.env.authorId) ?? 0) >= x.env.seq
-  if (follows(a, b)) return 'before'
-  if (follows(b, a)) return 'after'
-  return 'concurrent'
+  const follows = (x: CertifiedClock, y: CertifiedClock): boolean | undefined => {
+    if (x.env.authorId === y.env.authorId) return x.env.seq < y.env.seq
+    if ((y.env.clock.get(x.env.authorId) ?? 0) >= x.env.seq) return true
+    if (x.index !== undefined) return x.index <= y.env.base
+    return x.env.base >= y.env.base ? false : undefined
+  }
+  const ab = follows(a, b)
+  if (ab) return 'before'
+  const ba = follows(b, a)
+  if (ba) return 'after'
+  return ab === false && ba === false ? 'concurrent' : undefined
 }

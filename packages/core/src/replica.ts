@@ -839,6 +839,23 @@ export class StableAudit {
     return judgeClock(env, this.clockInputs(env))
   }
 
+  /**
+   * The update validator before any order: inputs the stable history has
+   * no record of are taken from `held` (envelopes not committed yet), as
+   * verified clocks when `vouched` (the caller validated each of them
+   * itself) or else as mere claims, so that only a clock contradicting
+   * what is held is refused. Undefined while the envelope's base is ahead
+   * of the stable index: it cannot be judged here yet.
+   */
+  judgeBeforeOrder(env: Envelope, held: { readonly prev: Envelope | undefined; byId(idHex: string): Envelope | undefined }, vouched: boolean): ClockVerdict | undefined {
+    if (env.base > this.index) return undefined
+    const stable = this.clockInputs(env)
+    const claimOf = (e: Envelope | undefined): CommittedClock | undefined =>
+      e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: vouched } }
+    const prev = stable.prev ?? claimOf(held.prev)?.record
+    return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(held.byId(idHex)) })
+  }
+
   protected clockInputs(env: Envelope): ClockInputs {
     return {
       stableIndex: this.index,
@@ -1250,14 +1267,10 @@ export class ReliableReplica extends StableAudit {
    * ahead of this replica's stable index: it cannot be judged here yet.
    */
   judgeReceived(env: Envelope): ClockVerdict | undefined {
-    if (env.base > this.stableIndex) return undefined
-    const stable = this.clockInputs(env)
-    const claimOf = (e: Envelope | undefined): CommittedClock | undefined =>
-      e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: false } }
     // A slot with two envelopes in it (an author's twins) names no single previous clock.
     const twins = this.slots.get(`${env.authorId}:${env.seq - 1}`)
-    const prev = stable.prev ?? (twins?.size === 1 ? claimOf(this.pending.get(twins.values().next().value as string)?.env)?.record : undefined)
-    return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(this.pending.get(idHex)?.env) })
+    const prev = twins?.size === 1 ? this.pending.get(twins.values().next().value as string)?.env : undefined
+    return this.judgeBeforeOrder(env, { prev, byId: (idHex) => this.pending.get(idHex)?.env }, false)
   }
 
   /** A pending envelope by id, for a client to hand to a peer. */

@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { composeClock, judgeClock, type ClockInputs } from '../src/causal.ts'
-import { causalOrder, verifyClockCertificate, type CertifiedClock, type ClockCertificate } from '../src/chrono.ts'
+import { causalOrder, clockQuorum, encodeClockVote, verifyClockCertificate, type CertifiedClock, type ClockCertificate } from '../src/chrono.ts'
 import { clockFrom, clockInit, type Clock } from '../src/clock.ts'
 import { type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
@@ -170,7 +170,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
           const sent: Envelope[] = []
           const committedAt = (a: string, index: number): number => {
             let n = 0
-            for (const d of decided) if (d.index <= index && d.env.authorId === a) n = Math.max(n, d.env.seq)
+            for (const d of decided) if ((d.index as number) <= index && d.env.authorId === a) n = Math.max(n, d.env.seq)
             return n
           }
           const decided: Array<CertifiedClock> = []
@@ -226,12 +226,52 @@ describe('envelope clocks (Chrono with a stable base)', () => {
               const yx = (past.get(x.env.idHex)?.get(y.env.authorId) ?? 0) >= y.env.seq
               const want = x.env.idHex === y.env.idHex ? 'equal' : xy ? 'before' : yx ? 'after' : 'concurrent'
               expect(causalOrder(x, y)).toBe(want)
+              // Certified before order (no stable index known), the answer is the same or waits for an index, never wrong.
+              const early = causalOrder({ ...x, index: undefined }, { ...y, index: undefined })
+              if (early !== undefined) expect(early).toBe(want)
+              if (xy && x.env.authorId !== y.env.authorId && (y.env.clock.get(x.env.authorId) ?? 0) >= x.env.seq) expect(early).toBe('before')
             }
           }
         },
       ),
       { numRuns: 60 },
     )
+  })
+
+  it('a validator certificate is ceil((N+f+1)/2) relays voting for the clock before any order; fewer, forged or repeated votes are refused', async () => {
+    const relays = await Promise.all([0, 1, 2, 3].map(async (i) => { const secretKey = new Uint8Array(32).fill(90 + i); return { secretKey, publicKey: await crypto.publicKeyOf(secretKey) } }))
+    const cluster = { f: 1, relayKeys: relays.map((r) => r.publicKey) }
+    expect(clockQuorum(cluster)).toBe(3)
+    expect(clockQuorum({ f: 2, relayKeys: [...relays, ...relays, ...relays].slice(0, 7).map((r) => r.publicKey) })).toBe(5)
+    const b1 = await seal(bob, 1)
+    const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
+    const vote = async (i: number, env = b1, space = SPACE) => ({ relay: i, sig: await crypto.sign(relays[i]!.secretKey, encodeClockVote(space, env.id)) })
+    const b = await verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(3)] })
+    expect(b.index).toBeUndefined()
+    const a = await verifyClockCertificate(crypto, cluster, a1.signed, { kind: 'validators', signatures: [await vote(1, a1), await vote(2, a1), await vote(3, a1)] })
+    // a1 lists bob:1: before, with no order at all.
+    expect(causalOrder(b, a)).toBe('before')
+    expect(causalOrder(a, b)).toBe('after')
+    const reason = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (isSteadError(e) ? e.reason : String(e)))
+    // f+1 is enough for the audit's word, not for a stateful validator's.
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(1)] }))).toBe('bad-signature')
+    // A vote for another envelope, another space, or by a relay outside the cluster counts for nothing.
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(2, a1)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(2, b1, 'elsewhere')] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), { relay: 7, sig: (await vote(2)).sig }] }))).toBe('bad-signature')
+    // Votes for one envelope do not certify a forgery of it (its id is the hash of its bytes).
+    const forged = { bytes: b1.signed.bytes.slice(), sig: b1.signed.sig }
+    forged.bytes[forged.bytes.length - 1] ^= 1
+    expect(await reason(verifyClockCertificate(crypto, cluster, forged, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(3)] }))).not.toBe('accepted')
+    // Neither lists the other and neither index is known: it waits for one, unless the bases decide.
+    const c1 = await seal(carol, 1)
+    const c = await verifyClockCertificate(crypto, cluster, c1.signed, { kind: 'validators', signatures: [await vote(0, c1), await vote(1, c1), await vote(2, c1)] })
+    expect(causalOrder(b, c)).toBe('concurrent') // both bases 0: neither can have committed at or below the other's
+    const late = { env: { ...c1, base: 5 } as typeof c1, index: undefined, rejected: [] }
+    expect(causalOrder(b, late)).toBeUndefined() // b may have committed at or below 5
+    expect(causalOrder({ ...b, index: 4 }, late)).toBe('before')
+    expect(causalOrder({ ...b, index: 6 }, late)).toBe('concurrent')
   })
 
   it('judges a received envelope against the pending ones it names, before anything ordered them', async () => {
