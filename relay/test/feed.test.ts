@@ -7,7 +7,7 @@ import { MemoryKv } from '../src/store/kv.ts'
 /** A space's commits (from, to) at rounds 10, 20, ...: each chained to the one before. */
 async function commitsOf(spans: ReadonlyArray<readonly [number, number]>) {
   const kv = new MemoryKv()
-  const commits = new AttestedCommits(kv.table('attestations'), kv.table('attestation-chunks'))
+  const commits = new AttestedCommits(kv.table('attestations'), kv.table('attestation-chunks'), kv.table('decided-ids'))
   await kv.write(() =>
     spans.forEach(([fromIndex, toIndex], i) => {
       const bytes = encodeAttestation({ space: 's', round: (i + 1) * 10, prevRound: i * 10, fromIndex, toIndex, decisions: [], stateHash: new Uint8Array(32), batch: new Uint8Array(32) })

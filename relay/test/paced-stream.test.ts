@@ -1,35 +1,8 @@
-import type { HostClock, HostTimer, RelayMessage } from '@stead/core'
+import type { RelayMessage } from '@stead/core'
 import { describe, expect, it } from 'vitest'
 import { PACED_HEARTBEAT_MS, PacedStream, type PacedHost } from '../src/api/paced-stream.ts'
 import type { CertifiedDelta } from '../src/runtime/client-reads.ts'
-
-/** A clock the test moves by hand: timers fire in order as it passes them. */
-class HandClock implements HostClock {
-  t = 0
-  fired = 0
-  private timers: Array<{ at: number; fn: () => void; live: boolean }> = []
-  now(): number {
-    return this.t
-  }
-  setTimer(ms: number, fn: () => void): HostTimer {
-    const timer = { at: this.t + ms, fn, live: true }
-    this.timers.push(timer)
-    return { cancel: () => void (timer.live = false) }
-  }
-  /** Moves to `to`, firing every timer due on the way (and letting the promises they start settle). */
-  async advance(to: number): Promise<void> {
-    for (;;) {
-      const next = this.timers.filter((x) => x.live && x.at <= to).sort((a, b) => a.at - b.at)[0]
-      if (!next) break
-      next.live = false
-      this.fired++
-      this.t = next.at
-      next.fn()
-      for (let i = 0; i < 5; i++) await Promise.resolve()
-    }
-    this.t = to
-  }
-}
+import { HandClock } from './helpers/hand-clock.ts'
 
 /** A space whose commits the test makes: each changes the keys given, at the clock's time. */
 function space(clock: HandClock) {

@@ -37,7 +37,8 @@ describe('handles and values', () => {
     expect(await stored).toEqual({ status: 'stored' })
     await c.until('online', () => a.status.online)
     await a.flush()
-    await commitUntil(c, 'stable 5', () => alice.stable === 5)
+    // Its own decision settles once the commit is stored, a moment after the stable value shows.
+    await commitUntil(c, 'stable 5, and settled', () => alice.stable === 5 && a.status.pending === 0)
     expect(alice.history()).toEqual([{ index: 1, value: 5 }])
     expect(a.status.stableIndex).toBe(1)
     expect(a.status.pending).toBe(0)
@@ -378,7 +379,7 @@ describe('handles and values', () => {
     const byId = await b.clockProof(ub)
     const at = b.counter('k').history().find((h) => h.index === byId.index)
     expect(at).toBeDefined()
-    const byIndex = await b.clockProof(byId.index)
+    const byIndex = await b.clockProof(byId.index as number)
     expect(byIndex.id).toBe(ub)
     expect((await verifyClockCertificate(nodeCrypto, keys, byIndex.envelope, byIndex.certificate)).index).toBe(byId.index)
     await expect(b.clockProof(10_000)).rejects.toMatchObject({ reason: 'unsupported' })

@@ -217,7 +217,7 @@ describe('tabs sharing one client', () => {
     expect(compared.order).toBe('equal')
     expect(compared.a.certificate.signatures.length).toBeGreaterThanOrEqual(c.f + 1)
     // A following tab gets one update's proof, by stable index, from the leader.
-    expect((await sb.clockProof(compared.a.index)).id).toBe(first)
+    expect((await sb.clockProof(compared.a.index as number)).id).toBe(first)
     // The leader's app closing the space does not close it for the other tab.
     await sa.close()
     await sb.counter('k').increment(1, { safe: true })

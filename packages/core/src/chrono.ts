@@ -96,6 +96,7 @@ export interface CommitCertificate {
 
 /** A clock's certificate before any order: ceil((N+f+1)/2) relays' signatures over `encodeClockVote(space, id)`. */
 export interface ValidatorCertificate {
+  /** Says which kind of certificate this is. */
   readonly kind: 'validators'
   /** The relays' signatures over the vote, by their index in the cluster. */
   readonly signatures: ReadonlyArray<RelaySignature>

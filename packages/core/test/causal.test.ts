@@ -262,7 +262,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), { relay: 7, sig: (await vote(2)).sig }] }))).toBe('bad-signature')
     // Votes for one envelope do not certify a forgery of it (its id is the hash of its bytes).
     const forged = { bytes: b1.signed.bytes.slice(), sig: b1.signed.sig }
-    forged.bytes[forged.bytes.length - 1] ^= 1
+    forged.bytes[forged.bytes.length - 1] = (forged.bytes[forged.bytes.length - 1] as number) ^ 1
     expect(await reason(verifyClockCertificate(crypto, cluster, forged, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(3)] }))).not.toBe('accepted')
     // Neither lists the other and neither index is known: it waits for one, unless the bases decide.
     const c1 = await seal(carol, 1)

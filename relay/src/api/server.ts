@@ -316,6 +316,30 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
       return { body: { space: req.params.space, relay: node.me, attestation: toBase64Url(signed.bytes), sig: toHex(signed.sig) } }
     }, told(req))
   })
+  // What this relay holds to prove one update's clock (Chrono): the envelope, the clock votes gathered
+  // here (a certificate once ceil((N+f+1)/2) relays' votes are put together, before any order), and its
+  // attestation of the commit that decided it. A client unions several relays' answers; it trusts none.
+  app.get<{ Params: { space: string; id: string } }>('/v1/spaces/:space/clock/:id', async (req, reply) => {
+    const denied = readDenied(node, req, req.params.space)
+    if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })
+    const idHex = req.params.id.toLowerCase()
+    if (!/^[0-9a-f]{64}$/.test(idHex)) return reply.code(400).send({ error: 'malformed', detail: 'an update id is 32 bytes as hex (64 characters)' })
+    return reads.serve(req, reply, addressOf(req), 'heavy', 0, () => {
+      const found = node.clockEvidence(req.params.space, idHex)
+      if (!found) return { status: 404, body: { error: 'not-found', detail: `relay ${node.name} holds no update ${idHex} of ${req.params.space}: not seen yet, or decided in a commit it no longer keeps` } }
+      return {
+        body: {
+          space: req.params.space,
+          relay: node.me,
+          id: idHex,
+          envelope: found.frame ? toBase64Url(found.frame) : null,
+          votes: found.votes.map(([relay, sig]) => [relay, toHex(sig)]),
+          attestation: found.attestation ? toBase64Url(found.attestation.bytes) : null,
+          sig: found.attestation ? toHex(found.attestation.sig) : null,
+        },
+      }
+    }, told(req))
+  })
   app.get<{ Params: { space: string } }>('/v1/spaces/:space/stable', async (req, reply) => {
     const denied = readDenied(node, req, req.params.space)
     if (denied) return reply.code(403).send({ error: 'unauthorized', detail: denied })

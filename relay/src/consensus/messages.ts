@@ -138,6 +138,11 @@ export type Message =
    * and, from relays that have it, its signature over its attestation of the commit asked about (paced clients take f+1 of those).
    */
   | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array; readonly attestationSig?: Uint8Array }
+  /** The sender's clock votes: [space, envelope id, its signature over encodeClockVote(space, id)] (see relay/src/runtime/clock-votes.ts; checked there). */
+  | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, sig: Uint8Array]> }
+
+/** Clock votes one message carries at most (ClockVotes sends up to 512). */
+const MAX_CLOCK_VOTES = 512
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -264,6 +269,8 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(['head-ask', m.space, m.fromIndex, m.round])
     case 'head-sig':
       return encode(m.attestationSig ? ['head-sig', m.space, m.index, m.stateHash, m.sig, m.attestationSig] : ['head-sig', m.space, m.index, m.stateHash, m.sig])
+    case 'clock-votes':
+      return encode(['clock-votes', m.votes])
   }
 }
 
@@ -318,6 +325,14 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
         stateHash: expect.bytes(v[3], 'head-sig.stateHash', 32),
         sig: expect.bytes(v[4], 'head-sig.sig', 64),
         ...(v[5] === undefined ? {} : { attestationSig: expect.bytes(v[5], 'head-sig.attestationSig', 64) }),
+      }
+    case 'clock-votes':
+      return {
+        kind: 'clock-votes',
+        votes: expect.array(v[1], 'clock-votes.votes', MAX_CLOCK_VOTES).map((t, i) => {
+          const [space, id, sig] = expect.array(t, `clock-votes.votes[${i}]`, 3)
+          return [expect.string(space, `clock-votes.votes[${i}].space`, DEFAULT_LIMITS.maxSpaceChars, 1), expect.bytes(id, `clock-votes.votes[${i}].id`, 32), expect.bytes(sig, `clock-votes.votes[${i}].sig`, 64)] as const
+        }),
       }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)

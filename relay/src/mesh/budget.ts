@@ -19,7 +19,7 @@ import { Bucket, type Rate } from '../runtime/bucket.ts'
  */
 
 /** The kinds of mesh message, grouped by what they cost us. */
-export type MeshClass = 'block' | 'blocks' | 'request' | 'headAsk' | 'checkpoint' | 'wake' | 'reply'
+export type MeshClass = 'block' | 'blocks' | 'request' | 'headAsk' | 'checkpoint' | 'wake' | 'reply' | 'clockVotes'
 
 const MIB = 1024 * 1024
 const rate = (perSecond: number, bytesPerSecond: number, burstSeconds = 2): Rate => ({ perSecond, burst: perSecond * burstSeconds, bytesPerSecond, burstBytes: bytesPerSecond * burstSeconds })
@@ -51,6 +51,12 @@ export interface MeshLimits {
   /** own-last, head-sig, unknown, pruned: small answers. */
   readonly reply: Rate
   /**
+   * clock-votes (up to 512 votes each). A vote costs a signature check only
+   * for an envelope this relay holds, once per relay and envelope; votes for
+   * unknown envelopes are kept unchecked, 10,000 at most (ClockVotes).
+   */
+  readonly clockVotes: Rate
+  /**
    * What a peer's requests may make this relay read and send it, per
    * second: a message here is a block (each is read from the store or
    * memory, decoded and encoded again) or an answered ask, bytes are the
@@ -77,6 +83,7 @@ export const DEFAULT_MESH_LIMITS: MeshLimits = {
   checkpoint: rate(20, 64 * MIB),
   wake: rate(256, 2 * MIB, 4),
   reply: rate(500, 4 * MIB),
+  clockVotes: rate(1_000, 16 * MIB),
   serve: rate(2_000, 32 * MIB, 1),
   maxQueuedRequests: 8,
   maxQueuedAsks: 64,
@@ -104,6 +111,8 @@ export function classOf(kind: string): MeshClass {
       return 'checkpoint'
     case 'wake':
       return 'wake'
+    case 'clock-votes':
+      return 'clockVotes'
     default:
       return 'reply'
   }
@@ -122,7 +131,7 @@ export function peekKind(frame: Uint8Array): string | undefined {
 }
 
 /** The mesh message kinds (relay/src/consensus/messages.ts). */
-const MESH_KINDS: ReadonlySet<string> = new Set(['block', 'blocks', 'sync', 'fetch', 'own-last-ask', 'own-last', 'head-ask', 'head-sig', 'checkpoint-ask', 'checkpoint-get', 'checkpoint', 'checkpoint-part', 'wake', 'pruned', 'unknown'])
+const MESH_KINDS: ReadonlySet<string> = new Set(['block', 'blocks', 'sync', 'fetch', 'own-last-ask', 'own-last', 'head-ask', 'head-sig', 'checkpoint-ask', 'checkpoint-get', 'checkpoint', 'checkpoint-part', 'wake', 'pruned', 'unknown', 'clock-votes'])
 
 /**
  * How many blocks a `blocks` message (`['blocks', [[bytes, sig], ...]]`)

@@ -1,4 +1,4 @@
-import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeemBytes, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeemBytes, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type ApplicationValidator, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
 import type { MemoryBudget } from './budget.ts'
 import type { ClusterConfig } from '../process/config.ts'
 import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
@@ -105,6 +105,22 @@ export class Admission {
     checkStampsAtDoor(env, clock.now(), this.host.maxClockAheadMs)
     checkRedemptionsAtDoor(env, clock.now(), this.host.maxClockAheadMs, this.host.crypto)
     return { env, decided: undefined, charge: this.access.startCharge(env.space, replica !== undefined, env, origin) }
+  }
+
+  /**
+   * Chrono's application validator for a clock vote: the space's write
+   * permission as its stable policy says now, and the operators' rule for
+   * the space (`rule`, RelayNodeOptions.clockValidator). Why not, or undefined.
+   */
+  application(env: Envelope, rule?: (space: string) => ApplicationValidator<Envelope> | undefined): SteadError | undefined {
+    try {
+      this.access.checkWriter(env, this.host.replicaOf(env.space), false)
+    } catch (err) {
+      if (err instanceof SteadError) return err
+      throw err
+    }
+    const verdict = rule?.(env.space)?.(env.authorId, env.clock, env)
+    return verdict && !verdict.ok ? new SteadError(verdict.reason, verdict.detail) : undefined
   }
 
   /** The cluster file's rules as the audit's validator while `space` has no policy of its own (see SpaceAccess.authorizeFor). */

@@ -1,4 +1,4 @@
-import { decodeAttestation, encode, freshHeadBytes, historyPageBytes, stableReadBytes, toHex, type DeltaMode, type HostClock, type Signed } from '@stead/core'
+import { asSigned, decode, decodeAttestation, encode, freshHeadBytes, historyPageBytes, stableReadBytes, toHex, type DeltaMode, type HostClock, type Signed } from '@stead/core'
 import type { Admission } from './admission.ts'
 import type { Reader } from './space-access.ts'
 import type { ClientNews, Subscriber } from './client-news.ts'
@@ -8,6 +8,7 @@ import { HeadProofs } from './head-proofs.ts'
 import type { Ledger } from './ledger.ts'
 import type { SpaceHead } from './space-table.ts'
 import type { RelayStore } from '../store/store.ts'
+import { RECORD_LIMIT } from '../store/kv.ts'
 
 /** The largest delta a paced client is sent: a quarter of a session's buffer (maxBufferedBytes, 8 MiB by default). */
 const MAX_PACED_DELTA_BYTES = 2 * 1024 * 1024
@@ -256,6 +257,24 @@ export class ClientReads {
       const timer = this.o.clock.setTimer(timeoutMs, () => done(undefined))
       const stopListening = this.o.news.onAttested(listener)
     })
+  }
+
+  /**
+   * Envelope `idHex` of `space` as the commit that decided it stored it
+   * (its frame, when it is among the commit's envelopes) and this relay's
+   * attestation of that commit; undefined for an envelope no kept commit
+   * decided. Ids are hashes of the frames' signed bytes: nothing is verified here.
+   */
+  decidedEnvelope(space: string, idHex: string): { frame: Uint8Array | undefined; attestation: Signed } | undefined {
+    const store = this.o.store()
+    const head = store.commitDeciding(space, idHex)
+    if (!head) return undefined
+    for (let k = 0; k < head.chunks; k++) {
+      for (const frame of decode(store.commitChunk(space, head.position, k), RECORD_LIMIT) as Uint8Array[]) {
+        if (toHex(this.o.crypto.sha256(asSigned(decode(frame)).bytes)) === idHex) return { frame, attestation: head.attestation }
+      }
+    }
+    return { frame: undefined, attestation: head.attestation }
   }
 
   /** A signed snapshot of a space's stable state, for quorum reads. */

@@ -98,7 +98,11 @@ export class Metrics {
   readonly snapshots = new Counter({ name: 'stead_snapshots_total', help: 'Snapshots of the spaces\' audit state written (a restart replays the batches since the latest)', registers: [this.registry] })
   readonly blocks = new Counter({ name: 'stead_blocks_total', help: 'Peers\' blocks accepted into the DAG', registers: [this.registry] })
   readonly envelopesAccepted = new Counter({ name: 'stead_envelopes_accepted_total', help: 'Client envelopes accepted for ordering', registers: [this.registry] })
-  readonly clocks = new Counter({ name: 'stead_committed_clocks_total', help: 'Envelopes committed, by whether the audit could verify their clock (unverified: a dep it never ordered or no longer keeps)', labelNames: ['verified'], registers: [this.registry] })
+  /** Chrono's verdicts: the audit's on committed clocks, and this relay's validators' before any order. */
+  readonly clocks = {
+    committed: new Counter({ name: 'stead_committed_clocks_total', help: 'Envelopes committed, by whether the audit could verify their clock (unverified: a dep it never ordered or no longer keeps)', labelNames: ['verified'], registers: [this.registry] }),
+    votes: new Counter({ name: 'stead_clock_votes_total', help: 'This relay\'s validators on envelopes before any order: voted (signed the clock), refused (a validator said no), unverifiable (inputs it cannot vouch for), expired (inputs never came); and certified (a validator certificate came together here)', labelNames: ['result'], registers: [this.registry] }),
+  }
   readonly rejected = new Counter({ name: 'stead_rejected_total', help: 'Inputs rejected, by reason and source', labelNames: ['reason', 'source'], registers: [this.registry] })
   readonly meshThrottled = new Counter({ name: 'stead_mesh_throttled_total', help: 'Mesh frames and requests dropped because a peer was over its budget for their kind (each also counts in stead_rejected_total{reason="rate-limited",source="mesh"})', labelNames: ['peer', 'kind'], registers: [this.registry] })
   readonly presence = new Counter({ name: 'stead_presence_messages_total', help: 'Presence messages taken from clients, passed on to others, and not passed on (a recipient over its byte budget or behind)', labelNames: ['result'], registers: [this.registry] })

@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto'
-import { SteadError, toHex, welcomeBytes, systemClock, StableAudit, type HostClock, type HostTimer } from '@stead/core'
+import { SteadError, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type Envelope, type HostClock, type HostTimer, type Signed } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import type { Logger } from 'pino'
 import { Admission, MAX_CLOCK_AHEAD_MS, exact } from './admission.ts'
 import { RelayCheckpoints, type FetchedRelayCheckpoint } from './checkpoints.ts'
 import { ClientNews } from './client-news.ts'
 import { ClientReads } from './client-reads.ts'
+import { ClockVotes } from './clock-votes.ts'
 import { committeeOf, type ClusterConfig } from '../process/config.ts'
 import { ConsensusCore, decodeMessage, encodeMessage, payloadInfoOf, signStatement, type Block, type ByzantineStrategy, type Committee, type Message, type Output, type SyncCrypto, type TimerName } from '../consensus/index.ts'
 import type { Mesh } from '../mesh/types.ts'
@@ -81,6 +82,13 @@ export interface RelayNodeOptions {
    * device whose clock runs fast writing before it reached any relay.
    */
   readonly maxClockAheadMs?: number
+  /**
+   * Chrono's application validator, per space: a pure rule an envelope's
+   * clock must pass before this relay votes for it (beyond the space's
+   * write permission, always checked). Every relay of the cluster must run
+   * the same rule: certificates take ceil((N+f+1)/2) votes.
+   */
+  readonly clockValidator?: (space: string) => ApplicationValidator<Envelope> | undefined
 }
 
 /** Something that wants a space's commits and fresh envelopes: a client session. */
@@ -153,7 +161,6 @@ export class RelayNode {
   /** Time and timers: the system's in a relay process, simulated in the simulator (sessions run on it too). */
   readonly clock: HostClock
   private readonly options: RelayNodeOptions
-  private readonly log: Logger
   private readonly crypto: SyncCrypto
   private store!: RelayStore
   private core!: ConsensusCore
@@ -166,6 +173,8 @@ export class RelayNode {
   /** Subscribers, decision watchers and attestation waiters: who hears what, once it may be said. */
   private readonly news = new ClientNews()
   private readonly checkpoints: RelayCheckpoints
+  /** Chrono's validators on envelopes before any order, and the certificates their votes make. */
+  private readonly clockVotes: ClockVotes
   /** The consensus core's timers, by name and round. */
   private readonly timers = new Map<string, HostTimer>()
   /** The event loop's state: events waiting, the drain running, writes on their way to disk (see DrainState). */
@@ -182,7 +191,6 @@ export class RelayNode {
     this.crypto = options.crypto ?? relayCrypto
     this.me = options.me
     this.committee = options.committee ?? committeeOf(options.cluster)
-    this.log = options.logger
     this.metrics = new Metrics(this.name, () => this.clock.now())
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
@@ -210,7 +218,8 @@ export class RelayNode {
       spacesPerUser: options.cluster.spacesPerUser,
       verifyStateHashes: options.verifyStateHashes ?? false,
       decided: (d) => {
-        if (d.kind === 'committed') this.metrics.clocks.inc({ verified: String(d.clockVerified) })
+        if (d.kind === 'committed') this.metrics.clocks.committed.inc({ verified: String(d.clockVerified) })
+        this.clockVotes.decided(d.env.space, d.env.idHex)
         const waited = this.news.decided(d.env.idHex, this.clock.now())
         if (waited !== undefined) this.metrics.commitLatency.observe(waited / 1000)
       },
@@ -242,6 +251,23 @@ export class RelayNode {
       store,
       send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
     })
+    this.clockVotes = new ClockVotes({
+      committee: this.committee,
+      me: this.me,
+      secretKey: options.secretKey,
+      crypto: this.crypto,
+      clock: this.clock,
+      replica: (space) => this.ledger.replicaOrEmpty(space),
+      application: (env) => this.admission.application(env, options.clockValidator),
+      persist: (votes) => this.store.writeClockVotes(votes),
+      broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
+      certified: () => this.metrics.clocks.votes.inc({ result: 'certified' }),
+      judged: (result, env, detail) => {
+        this.metrics.clocks.votes.inc({ result })
+        if (result !== 'voted') this.log.debug({ space: env.space, id: env.idHex, author: env.authorId, seq: env.seq, result, detail }, 'no clock vote')
+      },
+    })
+    this.budget.track('clock-votes', () => this.clockVotes.bytes)
     const { spaces } = this.ledger
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
@@ -284,6 +310,10 @@ export class RelayNode {
     return this.ledger.quota
   }
 
+  private get log(): Logger {
+    return this.options.logger
+  }
+
   private get gcDepth(): number {
     return this.options.gcDepth ?? GC_DEPTH
   }
@@ -295,6 +325,7 @@ export class RelayNode {
       const journaled = this.store.absorbJournal(this.crypto, this.committee)
       if (journaled) this.log.info({ blocks: journaled }, 'took back the blocks the journal kept from before the last stop')
       this.load()
+      this.clockVotes.load(this.store.clockVotesCast())
     } catch (err) {
       await this.store.close()
       if (err instanceof SteadError && err.reason === 'malformed') {
@@ -386,6 +417,7 @@ export class RelayNode {
   async stop(): Promise<void> {
     this.loop.stopped = true
     this.checkpoints.stop()
+    this.clockVotes.stop()
     this.news.stopped()
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
@@ -411,7 +443,7 @@ export class RelayNode {
    * 'bad-signature', 'unauthorized', 'conflict'; returns 'duplicate' for one
    * already decided or queued.
    */
-  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void, ask?: (ids: readonly string[]) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (this.loop.stopped) throw new SteadError('closed', 'this relay is stopping')
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const bytes = exact(frame)
@@ -429,6 +461,7 @@ export class RelayNode {
     if (charge && status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
     if (status === 'queued') this.news.envelope(env.space, bytes, env.idHex)
+    if (status === 'queued') this.clockVotes.see(env, bytes, ask)
     if (status === 'queued') this.activity.pendingSince ??= this.clock.now()
     this.news.submitted(env.idHex, this.clock.now())
     if (status === 'queued') this.metrics.steps.submitted(env.idHex, info.urgent)
@@ -436,6 +469,20 @@ export class RelayNode {
     if (status === 'queued') this.enqueue(() => this.core.onSubmitted())
     this.metrics.envelopesAccepted.inc()
     return { status, idHex: env.idHex, stopWatching }
+  }
+
+  /**
+   * What this relay holds to prove the clock of envelope `idHex` of
+   * `space`: its frame, the clock votes gathered here (this relay's and its
+   * peers', checked), and, once a kept commit decided it, this relay's
+   * attestation of that commit. A client unions several relays' answers
+   * into a certificate. Undefined when this relay knows nothing of it.
+   */
+  clockEvidence(space: string, idHex: string): { frame: Uint8Array | undefined; votes: ReadonlyArray<readonly [number, Uint8Array]>; attestation: Signed | undefined } | undefined {
+    const held = this.clockVotes.certificate(space, idHex)
+    const decided = this.reads.decidedEnvelope(space, idHex)
+    if (!held && !decided) return undefined
+    return { frame: held?.frame ?? decided?.frame, votes: held?.votes ?? [], attestation: decided?.attestation }
   }
 
   /**
@@ -612,6 +659,7 @@ export class RelayNode {
       if (this.peers.budget.queueRequest(from, kind, answer) && !this.loop.draining) this.loop.run = this.drain()
       return
     }
+    if (message.kind === 'clock-votes') return this.clockVotes.onVotes(from, message.votes)
     if (this.checkpoints.onMessage(from, message) || this.reads.onPeerMessage(from, message)) return
     if (message.kind === 'sync' || message.kind === 'fetch' || message.kind === 'own-last-ask') {
       // Served after the drain's consensus events, if the peer's serving budget has room by then.
@@ -691,6 +739,8 @@ export class RelayNode {
             if (checkpoint) write.checkpoint = checkpoint
           }
         }
+        // Envelopes that waited for what these commits decided may get their clock votes now.
+        this.clockVotes.settle()
         const snapshot = this.ledger.snapshotDue(write.batches, (spaces) => this.pruneWith(spaces))
         // Persist, then speak, without stopping to listen: the write is issued now (its blocks
         // journaled, its transaction queued: LMDB commits writes in the order issued, several in
@@ -812,7 +862,9 @@ export class RelayNode {
     this.metrics.blocks.inc()
     for (const frame of block.header.payload) {
       const env = this.admission.open(frame)
-      if (!(env instanceof SteadError)) this.news.envelope(env.space, frame, env.idHex)
+      if (env instanceof SteadError) continue
+      this.news.envelope(env.space, frame, env.idHex)
+      this.clockVotes.see(env, frame)
     }
   }
 

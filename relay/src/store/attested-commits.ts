@@ -1,4 +1,4 @@
-import { decode, decodeAttestation, encode, type Signed } from '@stead/core'
+import { decode, decodeAttestation, encode, toHex, type Signed } from '@stead/core'
 import { RECORD_LIMIT, type KvTable } from './kv.ts'
 
 /**
@@ -48,6 +48,7 @@ export function decodeCommitHead(value: Uint8Array): { attestation: Signed; chun
 
 type HeadKey = [string, number, number]
 type ChunkKey = [string, number, number, number]
+type DecidedKey = [string, string]
 
 /**
  * Every space's attested commits, as clients resume from them: each
@@ -58,10 +59,13 @@ type ChunkKey = [string, number, number, number]
 export class AttestedCommits {
   private readonly heads: KvTable<HeadKey>
   private readonly chunks: KvTable<ChunkKey>
+  /** [space, envelope id hex] → the position of the commit that decided it: how a clock proof of any kept update is found. */
+  private readonly decided: KvTable<DecidedKey>
 
-  constructor(heads: KvTable<HeadKey>, chunks: KvTable<ChunkKey>) {
+  constructor(heads: KvTable<HeadKey>, chunks: KvTable<ChunkKey>, decided: KvTable<DecidedKey>) {
     this.heads = heads
     this.chunks = chunks
+    this.decided = decided
   }
 
   /** Stores one (only inside Kv.write). */
@@ -69,12 +73,24 @@ export class AttestedCommits {
     const chunks = chunkFrames(a.value.envelopes)
     this.heads.put([a.space, a.fromIndex, a.round], encode([[a.value.attestation.bytes, a.value.attestation.sig], chunks.length]))
     chunks.forEach((frames, k) => this.chunks.put([a.space, a.fromIndex, a.round, k], encode(frames)))
+    const position = encode([a.fromIndex, a.round])
+    for (const idHex of decidedIds(a.value.attestation.bytes)) this.decided.put([a.space, idHex], position)
   }
 
   /** Removes them all (only inside Kv.write). */
   clear(): void {
     for (const key of [...this.heads.getKeys()]) this.heads.remove(key as HeadKey)
     for (const key of [...this.chunks.getKeys()]) this.chunks.remove(key as ChunkKey)
+    for (const key of [...this.decided.getKeys()]) this.decided.remove(key as DecidedKey)
+  }
+
+  /** The kept commit that decided envelope `idHex` of `space`, if this store holds it. */
+  decidedBy(space: string, idHex: string): StoredCommitHead | undefined {
+    const value = this.decided.get([space, idHex])
+    if (!value) return undefined
+    const [fromIndex, round] = decode(value, RECORD_LIMIT) as [number, number]
+    const head = this.heads.get([space, fromIndex, round])
+    return head && { position: [fromIndex, round], ...decodeCommitHead(head) }
   }
 
   /**
@@ -90,6 +106,8 @@ export class AttestedCommits {
     const keys = [...this.heads.getKeys({ start: [space, 0, 0], end: [space, end, 0], ...(limit < Number.POSITIVE_INFINITY ? { limit } : {}) })] as HeadKey[]
     for (const key of keys) {
       const [, fromIndex, round] = key
+      const head = this.heads.get(key)
+      if (head) for (const idHex of decidedIds(decodeCommitHead(head).attestation.bytes)) this.decided.remove([space, idHex])
       for (const chunk of [...this.chunks.getKeys({ start: [space, fromIndex, round, 0], end: [space, fromIndex, round + 1, 0] })]) this.chunks.remove(chunk as ChunkKey)
       this.heads.remove(key)
     }
@@ -123,6 +141,11 @@ export class AttestedCommits {
     if (!value) throw new Error(`store: chunk ${k} of the ${space} commit at ${position.join('/')} is missing`)
     return value
   }
+}
+
+/** The envelope ids an attestation decides, hex. */
+function decidedIds(attestation: Uint8Array): string[] {
+  return decodeAttestation(attestation).decisions.map((d) => toHex(d[0]))
 }
 
 function commitHead(key: HeadKey, value: Uint8Array): StoredCommitHead {

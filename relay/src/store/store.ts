@@ -31,6 +31,10 @@ export const STORE_TABLES = {
   attestations: 'attestations',
   /** [space, from index, round, chunk] → frames of the attested commit (storeRecords.chunk) */
   attestationChunks: 'attestation-chunks',
+  /** [space, envelope id hex] → [from index, round] of the attested commit that decided it */
+  decidedIds: 'decided-ids',
+  /** [space, author id] → [seq, envelope id hex]: the last envelope of each author whose clock this relay voted for (ClockVotes) */
+  clockVotes: 'clock-votes',
   history: 'history',
   /** [space, stable index, object key] → nothing: history entries of spaces with a retention, not yet swept (HistoryLog.prune) */
   historyIndex: 'history-index',
@@ -188,6 +192,8 @@ export class RelayStore {
   private readonly batches: KvTable<[number, number]>
   /** Every space's attested commits, for clients resuming. */
   private readonly attested: AttestedCommits
+  /** The clock votes this relay cast, per author: what its monotonicity validator remembers across restarts. */
+  private readonly clockVotes: KvTable<[string, string]>
   /** Objects' stable histories: [space, object key, stable index] → its value from then on, whole or as a patch. */
   private readonly history: HistoryLog
   /** Prunes histories and commits as the spaces' retentions say, with each snapshot. */
@@ -205,11 +211,10 @@ export class RelayStore {
   /** space → its encoded audit state as of the latest checkpoint that changed it. */
   private readonly checkpointStates: KvTable<string>
   private nextBatch: number
-  /** Peers' blocks waiting to go with the next write (see write), and at start the journal's. */
-  private held: PersistRecord[] = []
+  /** Peers' blocks waiting to go with the next write (see write), and at start the journal's; and their bytes. */
+  private held: { records: PersistRecord[]; bytes: number } = { records: [], bytes: 0 }
   /** What the journal kept from before the start (see absorbJournal). */
   private fromJournal: Array<Extract<PersistRecord, { kind: 'own-block' | 'block' }>> = []
-  private heldBytes = 0
   /** Blocks of rounds below this were pruned (0: none were). */
   private blocksFrom: number
 
@@ -221,7 +226,8 @@ export class RelayStore {
     this.digests = kv.table(STORE_TABLES.blockDigests)
     this.commits = kv.table(STORE_TABLES.commits)
     this.batches = kv.table(STORE_TABLES.batches)
-    this.attested = new AttestedCommits(kv.table(STORE_TABLES.attestations), kv.table(STORE_TABLES.attestationChunks))
+    this.attested = new AttestedCommits(kv.table(STORE_TABLES.attestations), kv.table(STORE_TABLES.attestationChunks), kv.table(STORE_TABLES.decidedIds))
+    this.clockVotes = kv.table(STORE_TABLES.clockVotes)
     this.history = new HistoryLog(kv.table(STORE_TABLES.history), kv.table(STORE_TABLES.historyIndex), (space) => this.retention.covers(space))
     this.retention = new HistoryRetention(kv.table(STORE_TABLES.historyRetention), kv.table(STORE_TABLES.historyStamps), this.history, (space, below, limit) => this.attested.prune(space, below, limit))
     this.snapshotHead = kv.table(STORE_TABLES.snapshotHead)
@@ -254,7 +260,7 @@ export class RelayStore {
         this.fromJournal.push(own ? { kind: 'own-block', block } : { kind: 'block', block })
       }
     }
-    this.held.push(...this.fromJournal)
+    this.held.records.push(...this.fromJournal)
     return this.fromJournal.length
   }
 
@@ -283,10 +289,10 @@ export class RelayStore {
   write(w: WriteBatch): Promise<void> {
     const recordsOnly = w.batches.length === 0 && w.attestations.length === 0 && !w.history?.length && !w.snapshot && !w.checkpoint
     if (recordsOnly && w.records.length === 0) return Promise.resolve()
-    if (recordsOnly && w.records.every((r) => r.kind === 'block') && this.heldBytes < HELD_BYTES) {
+    if (recordsOnly && w.records.every((r) => r.kind === 'block') && this.held.bytes < HELD_BYTES) {
       for (const r of w.records) {
-        this.held.push(r)
-        this.heldBytes += r.kind === 'block' ? r.block.signed.bytes.length : 0
+        this.held.records.push(r)
+        this.held.bytes += r.kind === 'block' ? r.block.signed.bytes.length : 0
       }
       return Promise.resolve()
     }
@@ -316,15 +322,14 @@ export class RelayStore {
 
   /** The records held for the next write, which now goes. */
   private takeHeld(): PersistRecord[] {
-    const held = this.held
-    this.held = []
-    this.heldBytes = 0
+    const held = this.held.records
+    this.held = { records: [], bytes: 0 }
     return held
   }
 
   /** Bytes of peers' blocks held for the next write (see write). */
   get heldBlockBytes(): number {
-    return this.heldBytes
+    return this.held.bytes
   }
 
   /** One transaction: `records` (the held peers' blocks first), then the rest of `w`. */
@@ -615,13 +620,33 @@ export class RelayStore {
     return this.history.page(space, key, before, limit, maxBytes)
   }
 
+  /** The kept attested commit that decided envelope `idHex` of `space` (undefined once its commit was pruned, or for an envelope never decided). */
+  commitDeciding(space: string, idHex: string): StoredCommitHead | undefined {
+    return this.kv.read(() => this.attested.decidedBy(space, idHex))
+  }
+
+  /** Every author's last clock vote, as written by `writeClockVotes`. */
+  *clockVotesCast(): Iterable<{ space: string; authorId: string; seq: number; idHex: string }> {
+    for (const { key, value } of this.clockVotes.getRange()) {
+      const [seq, idHex] = decode(value, RECORD_LIMIT) as [number, string]
+      yield { space: key[0], authorId: key[1], seq, idHex }
+    }
+  }
+
+  /** Records clock votes (each replaces its author's last); resolves once durable: a vote is sent only then. */
+  writeClockVotes(votes: ReadonlyArray<{ readonly space: string; readonly authorId: string; readonly seq: number; readonly idHex: string }>): Promise<void> {
+    return this.kv.write(() => {
+      for (const v of votes) this.clockVotes.put([v.space, v.authorId], encode([v.seq, v.idHex]))
+    })
+  }
+
   /** Chunk `k` of the envelopes of the commit at `position` (see commitAt), as stored: one encoded msgpack array of frames. */
   commitChunk(space: string, position: FeedPosition, k: number): Uint8Array {
     return this.attested.chunk(space, position, k)
   }
 
   async close(): Promise<void> {
-    if (this.held.length) await this.transact(this.takeHeld(), { records: [], batches: [], attestations: [] })
+    if (this.held.records.length) await this.transact(this.takeHeld(), { records: [], batches: [], attestations: [] })
     await this.journal.close()
     await this.kv.close()
   }

@@ -37,9 +37,9 @@
  * key that is no write of it; sessions that read its value then get
  * `gap` for that key until it is written again.
  */
-import { SteadError, encode, bytesEqual, registerWriteWins, verifyClockCertificate, type CertifiedClock } from '@stead/core'
+import { SteadError, encode, bytesEqual, registerWriteWins } from '@stead/core'
 import type { ClockProof, RegisterValue, Space } from '@stead/client'
-import { writeIn, type Trust, type Write } from './trust.ts'
+import { verifyCommitted, writeIn, type CommittedClock, type Trust, type Write } from './trust.ts'
 
 /** A dependency clock: key → the lowest version (stable index) of it a session may see. */
 export type Dependencies = ReadonlyArray<readonly [key: string, version: number]>
@@ -113,7 +113,7 @@ export class KvReplica implements Replica {
     for (const entry of entries.slice(from)) {
       const proof = await this.space.clockProof(entry.index).catch(() => undefined)
       if (!proof) continue
-      const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+      const certified = await verifyCommitted(this.trust, proof)
       const write = writeIn(certified, keyOf(key))
       if (write && (!best || registerWriteWins(write, best.write))) best = { proof, write }
     }
@@ -198,15 +198,15 @@ export class CausalSession {
     return version
   }
 
-  private async open(proof: ClockProof, key: string): Promise<{ certified: CertifiedClock; stored: Stored; write: Write }> {
-    const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+  private async open(proof: ClockProof, key: string): Promise<{ certified: CommittedClock; stored: Stored; write: Write }> {
+    const certified = await verifyCommitted(this.trust, proof)
     const write = writeIn(certified, keyOf(key))
     const stored = write && parseStored(write.value)
     if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} made no write of ${key} that the audit applied`)
     return { certified, stored, write }
   }
 
-  private saw(key: string, certified: CertifiedClock, write: Write): void {
+  private saw(key: string, certified: CommittedClock, write: Write): void {
     const seen = this.seenWrites.get(key)
     if (!seen || certified.index > seen.index) this.seenWrites.set(key, { index: certified.index, write })
   }

@@ -42,9 +42,9 @@
  * answer); it cannot let two correct members in at once. The owner keeps
  * the last request it let in in memory: a real one persists it.
  */
-import { SteadError, causalOrder, encode, toHex, verifyClockCertificate, type CertifiedClock } from '@stead/core'
+import { SteadError, causalOrder, encode, toHex } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
-import { writeIn, type Trust } from './trust.ts'
+import { verifyCommitted, writeIn, type CommittedClock, type Trust } from './trust.ts'
 
 export type { Trust } from './trust.ts'
 
@@ -86,7 +86,7 @@ interface Logged {
   readonly index: number
   readonly message: MutexMessage
   readonly proof: ClockProof
-  readonly certified: CertifiedClock
+  readonly certified: CommittedClock
 }
 
 /** At most this many members: each request costs every other member a reply. */
@@ -380,7 +380,7 @@ export class ChronoMutex {
   private async open(author: string, index: number): Promise<Logged | undefined> {
     try {
       const proof = await this.space.clockProof(index)
-      const certified = await verifyClockCertificate(this.trust.crypto, this.trust.cluster, proof.envelope, proof.certificate)
+      const certified = await verifyCommitted(this.trust, proof)
       const message = messageIn(this.rules.resource, certified, author)
       return message && { author, index, message, proof, certified }
     } catch {
@@ -453,8 +453,8 @@ export async function verifyAcquisition({ crypto, cluster }: Trust, rules: Mutex
   if (proof.replies.length > others || proof.releases.length > 2 * others) {
     throw new SteadError('too-large', `a proof for ${rules.members.length} members holds at most ${others} replies and ${2 * others} releases`)
   }
-  const open = async (p: ClockProof): Promise<{ certified: CertifiedClock; message: MutexMessage }> => {
-    const certified = await verifyClockCertificate(crypto, cluster, p.envelope, p.certificate)
+  const open = async (p: ClockProof): Promise<{ certified: CommittedClock; message: MutexMessage }> => {
+    const certified = await verifyCommitted({ crypto, cluster }, p)
     const author = certified.env.authorId
     if (!rules.members.includes(author)) throw new SteadError('unauthorized', `${author} is not a member of ${rules.resource}`)
     const message = messageIn(rules.resource, certified, author)
@@ -552,7 +552,7 @@ export class GuardedResource {
  * to its own register, in a safe group the audit applied. Anything else
  * (no write, several, a rejected one, a value that is not a message) is none.
  */
-export function messageIn(resource: string, certified: CertifiedClock, author: string): MutexMessage | undefined {
+export function messageIn(resource: string, certified: CommittedClock, author: string): MutexMessage | undefined {
   if (certified.env.authorId !== author) return undefined
   const write = writeIn(certified, registerKey(resource, author))
   return write && parseMessage(write.value)

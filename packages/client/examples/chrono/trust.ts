@@ -2,7 +2,7 @@
  * What the Chrono examples trust and how they read a proven update: the
  * relays' keys, and the value an update's signed envelope wrote to a key.
  */
-import { envelopeUnits, type CertifiedClock, type Crypto, type RegisterOp, type RegisterWrite } from '@stead/core'
+import { SteadError, envelopeUnits, verifyClockCertificate, type CertifiedClock, type Crypto, type RegisterOp, type RegisterWrite, type Signed, type ClockCertificate } from '@stead/core'
 
 /** The relays' keys (the cluster file's), and nothing else, vouch for clock proofs. */
 export interface ClusterKeys {
@@ -14,6 +14,22 @@ export interface ClusterKeys {
 export interface Trust {
   readonly crypto: Crypto
   readonly cluster: ClusterKeys
+}
+
+/** A certified clock with the stable index its update took: what these examples order safe updates by. */
+export type CommittedClock = CertifiedClock & { readonly index: number }
+
+/**
+ * Checks a clock proof (see `verifyClockCertificate`) and that it is the
+ * proof of a commit: these examples order by stable index, which a proof
+ * from before the order (the relays' clock votes) does not give.
+ *
+ * @throws SteadError as `verifyClockCertificate`, and `unsupported` for a proof from before the commit.
+ */
+export async function verifyCommitted(trust: Trust, proof: { readonly envelope: Signed; readonly certificate: ClockCertificate }): Promise<CommittedClock> {
+  const certified = await verifyClockCertificate(trust.crypto, trust.cluster, proof.envelope, proof.certificate)
+  if (certified.index === undefined) throw new SteadError('unsupported', `update ${certified.env.idHex} is proven by the relays' clock votes, not by its commit: no stable index yet`)
+  return certified as CommittedClock
 }
 
 /** A register write an update made and the audit applied (its writer is the update's author); `registerWriteWins` orders them. */

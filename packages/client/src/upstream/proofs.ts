@@ -1,19 +1,22 @@
-import { SteadError, causalOrder, type CertifiedClock, type ClockCertificate, type CommitResult, type Signed } from '@stead/core'
+import { SteadError, asSigned, bytesEqual, causalOrder, clockQuorum, decode, encodeClockVote, fromHex, toHex, verifyClockCertificate, type CertifiedClock, type ClockCertificate, type Cluster, type CommitResult, type Crypto, type Signed } from '@stead/core'
+import type { HostClock } from '@stead/core'
 
 /**
- * The proof of one update's clock: its signed envelope and the certificate
- * (f+1 relays' signatures over the attestation saying its clock is
- * verified). Anyone holding the cluster's relay keys checks it with
+ * The proof of one update's clock: its signed envelope and a certificate.
+ * Anyone holding the cluster's relay keys checks it with
  * `verifyClockCertificate` from `@stead/core`, trusting no single relay.
+ * Before the update is ordered the certificate is the relays' clock votes
+ * (ceil((N+f+1)/2) of them: their validators passed it); once it
+ * committed, f+1 relays' signatures over the attestation of that commit.
  */
 export interface ClockProof {
   /** The update's envelope id (hex); `verifyClockCertificate` recomputes it from the bytes, so it is not trusted. */
   readonly id: string
-  /** The stable index it committed at, as the certificate's attestation says (not trusted either: verifying returns it). */
-  readonly index: number
+  /** The stable index it committed at, as the certificate's attestation says (not trusted either: verifying returns it); undefined for a proof from before its commit. */
+  readonly index: number | undefined
   /** The envelope's signed bytes and its author's signature. */
   readonly envelope: Signed
-  /** The relays' signatures over the attestation that committed it. */
+  /** The relays' votes for its clock, or their signatures over the attestation that committed it. */
   readonly certificate: ClockCertificate
 }
 
@@ -27,23 +30,52 @@ export interface CausalComparison {
   readonly b: ClockProof
 }
 
+/** What one relay holds to prove an update's clock (GET /v1/spaces/:space/clock/:id), as read: nothing in it is trusted yet. */
+export interface RelayEvidence {
+  /** The answering relay's index. */
+  readonly relay: number
+  /** The envelope's frame, if it sent one. */
+  readonly frame: Uint8Array | undefined
+  /** Clock votes it gathered: [relay, signature]. */
+  readonly votes: ReadonlyArray<readonly [number, Uint8Array]>
+  /** Its own attestation of the commit that decided the update, if any. */
+  readonly attestation: Signed | undefined
+}
+
+/** Where proofs of updates this client did not see commit come from: the relays, asked over HTTP. */
+export interface ClockProofSource {
+  readonly space: string
+  readonly crypto: Crypto
+  readonly clock: HostClock
+  /** The trusted cluster (its relay keys), once known. */
+  cluster(): Promise<Cluster>
+  /** Every relay's evidence for `idHex` (the ones that answered in time). */
+  evidence(idHex: string): Promise<RelayEvidence[]>
+}
+
 interface Held {
   readonly certified: CertifiedClock
   readonly proof: ClockProof
 }
 
+/** How long `compare` waits at most for a stable index that decides it (an update certified before order, not committed yet). */
+export const COMPARE_WAIT_MS = 30_000
+
 /**
- * Clock certificates of the latest committed envelopes, gathered from the
+ * Clock proofs: those of the latest committed envelopes, gathered from the
  * signatures the client collected to apply each commit (no extra round
- * trip). Bounded: the oldest go first.
+ * trip), and any other update's fetched from the relays when asked for.
+ * Bounded: the oldest go first.
  */
 export class ClockProofs {
   private readonly held = new Map<string, Held>()
   /** Stable index → envelope id (hex), for the same envelopes as `held`. */
   private readonly atIndex = new Map<number, string>()
   private readonly limit: number
-  constructor(limit = 10_000) {
+  private readonly source: ClockProofSource | undefined
+  constructor(limit = 10_000, source?: ClockProofSource) {
     this.limit = limit
+    this.source = source
   }
 
   /** A commit was applied: `signatures` are the relays' over `attestation`, f+1 of them at least. */
@@ -51,45 +83,133 @@ export class ClockProofs {
     const certificate: ClockCertificate = { attestation, signatures: [...signatures].map(([relay, sig]) => ({ relay, sig })) }
     for (const d of decisions) {
       if (d.kind !== 'committed' || !d.clockVerified) continue
-      this.held.set(d.env.idHex, { certified: { env: d.env, index: d.index, rejected: d.units.flatMap((u) => (u.status === 'rejected' ? [u.unit] : [])) }, proof: { id: d.env.idHex, index: d.index, envelope: d.env.signed, certificate } })
-      this.atIndex.set(d.index, d.env.idHex)
-      if (this.held.size > this.limit) {
-        const oldest = this.held.entries().next().value as [string, Held]
-        this.held.delete(oldest[0])
-        this.atIndex.delete(oldest[1].certified.index)
+      this.keep({ certified: { env: d.env, index: d.index, rejected: d.units.flatMap((u) => (u.status === 'rejected' ? [u.unit] : [])) }, proof: { id: d.env.idHex, index: d.index, envelope: d.env.signed, certificate } })
+    }
+  }
+
+  /**
+   * How update `a` relates to update `b`, with both proofs. An update not
+   * committed yet is proven by the relays' clock votes; when the answer
+   * hangs on where such an update will commit (see `causalOrder`), this
+   * waits for its commit, up to `COMPARE_WAIT_MS`.
+   *
+   * @throws SteadError `unsupported` for an update no relay can prove.
+   */
+  async compare(a: string, b: string): Promise<CausalComparison> {
+    const started = this.source?.clock.now() ?? 0
+    for (let pause = 100; ; pause = Math.min(2 * pause, 2_000)) {
+      const x = await this.get(a)
+      const y = await this.get(b)
+      const order = causalOrder(x.certified, y.certified)
+      if (order) return { order, a: x.proof, b: y.proof }
+      const source = this.source
+      if (!source || source.clock.now() - started >= COMPARE_WAIT_MS) {
+        throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.certified.index === undefined ? a : b} commits, and it did not commit within ${COMPARE_WAIT_MS} ms`)
       }
+      await new Promise<void>((resolve) => source.clock.setTimer(pause, resolve))
     }
   }
 
   /**
-   * How update `a` relates to update `b`, with both proofs.
+   * The clock proof of one update: by envelope id (hex), or by the stable
+   * index it took (only among the commits this client applied).
    *
-   * @throws SteadError `unsupported` for an update this client holds no certificate for.
+   * @throws SteadError `unsupported` for an update no relay can prove.
    */
-  compare(a: string, b: string): CausalComparison {
-    const x = this.get(a)
-    const y = this.get(b)
-    return { order: causalOrder(x.certified, y.certified), a: x.proof, b: y.proof }
+  async proof(update: string | number): Promise<ClockProof> {
+    return (await this.get(update)).proof
   }
 
-  /**
-   * The clock proof of one committed update: by envelope id (hex), or by the stable index it took.
-   *
-   * @throws SteadError `unsupported` for an update this client holds no certificate for.
-   */
-  proof(update: string | number): ClockProof {
-    return this.get(update).proof
-  }
-
-  private get(update: string | number): Held {
-    const h = this.held.get(typeof update === 'number' ? (this.atIndex.get(update) ?? '') : update)
-    if (!h) {
-      const what = typeof update === 'number' ? `the update at stable index ${update}` : `update ${update}`
-      throw new SteadError(
-        'unsupported',
-        `no clock certificate for ${what} here: it is not committed yet, it committed with a clock the audit could not verify, or it is older than the ${this.limit} latest updates whose proofs this client keeps`,
-      )
+  private keep(h: Held): void {
+    const id = h.proof.id
+    const old = this.held.get(id)
+    // A commit's proof replaces a proof from before the order; never the reverse.
+    if (old && old.certified.index !== undefined && h.certified.index === undefined) return
+    this.held.set(id, h)
+    if (h.certified.index !== undefined) this.atIndex.set(h.certified.index, id)
+    if (this.held.size > this.limit) {
+      const oldest = this.held.entries().next().value as [string, Held]
+      this.held.delete(oldest[0])
+      if (oldest[1].certified.index !== undefined) this.atIndex.delete(oldest[1].certified.index)
     }
-    return h
   }
+
+  private async get(update: string | number): Promise<Held> {
+    const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
+    const h = id === undefined ? undefined : this.held.get(id)
+    if (h && h.certified.index !== undefined) return h
+    const fetched = id !== undefined && /^[0-9a-f]{64}$/.test(id) ? await this.fetch(id) : undefined
+    if (fetched) {
+      this.keep(fetched)
+      return fetched
+    }
+    if (h) return h
+    const what = typeof update === 'number' ? `the update at stable index ${update}` : `update ${update}`
+    throw new SteadError(
+      'unsupported',
+      `no clock certificate for ${what}: no relay holds ceil((N+f+1)/2) votes for its clock nor a kept commit of it (not seen yet, refused by the relays' validators, committed with a clock the audit could not verify, or older than the relays keep)${typeof update === 'number' ? '; by stable index, only the updates committed while this client ran are found' : ''}`,
+    )
+  }
+
+  /** Asks the relays for what proves `idHex` and builds the strongest proof their answers make, checked. */
+  private async fetch(idHex: string): Promise<Held | undefined> {
+    const source = this.source
+    if (!source) return undefined
+    const [cluster, answers] = await Promise.all([source.cluster(), source.evidence(idHex)])
+    return proofFrom(source.crypto, cluster, source.space, idHex, answers)
+  }
+}
+
+/**
+ * The proof relays' answers make for envelope `idHex`, checked with
+ * `verifyClockCertificate`: the commit's (f+1 relays' attestations alike)
+ * when there is one, else the clock votes (ceil((N+f+1)/2) relays' valid
+ * votes, each relay's taken from whichever answer has a valid one).
+ * Undefined when they make neither. A relay's answer is believed in
+ * nothing: a liar's bytes fail the checks and count for nothing.
+ */
+export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string, idHex: string, answers: readonly RelayEvidence[]): Promise<Held | undefined> {
+  let envelope: Signed | undefined
+  for (const a of answers) {
+    if (!a.frame) continue
+    try {
+      const signed = asSigned(decode(a.frame))
+      if (toHex(crypto.sha256(signed.bytes)) === idHex) {
+        envelope = signed
+        break
+      }
+    } catch {
+      // Not an envelope: that relay's answer proves nothing.
+    }
+  }
+  if (!envelope) return undefined
+  const id = fromHex(idHex)
+  // The commit's proof: f+1 relays' attestations with the same bytes.
+  const groups: Array<{ bytes: Uint8Array; signatures: Array<{ relay: number; sig: Uint8Array }> }> = []
+  for (const a of answers) {
+    if (!a.attestation) continue
+    let g = groups.find((x) => bytesEqual(x.bytes, a.attestation?.bytes as Uint8Array))
+    if (!g) groups.push((g = { bytes: a.attestation.bytes, signatures: [] }))
+    if (!g.signatures.some((s) => s.relay === a.relay)) g.signatures.push({ relay: a.relay, sig: a.attestation.sig })
+  }
+  for (const g of groups.sort((x, y) => y.signatures.length - x.signatures.length)) {
+    if (g.signatures.length < cluster.f + 1) break
+    const certificate: ClockCertificate = { attestation: g.bytes, signatures: g.signatures }
+    const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
+    if (certified) return { certified, proof: { id: idHex, index: certified.index, envelope, certificate } }
+  }
+  // Before the order: the relays' clock votes, each relay's first valid one.
+  const vote = encodeClockVote(space, id)
+  const valid = new Map<number, Uint8Array>()
+  for (const a of answers) {
+    for (const [relay, sig] of a.votes) {
+      const key = cluster.relayKeys[relay]
+      if (!key || valid.has(relay)) continue
+      if (await crypto.verify(key, vote, sig)) valid.set(relay, sig)
+    }
+  }
+  if (valid.size < clockQuorum(cluster)) return undefined
+  const certificate: ClockCertificate = { kind: 'validators', signatures: [...valid].map(([relay, sig]) => ({ relay, sig })) }
+  const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
+  return certified && { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
 }

@@ -28,7 +28,7 @@ import { RelayIntake } from './intake.ts'
 import type { Freshness } from './pacing.ts'
 import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
-import { ClockProofs, type CausalComparison, type ClockProof } from './proofs.ts'
+import { ClockProofs, type CausalComparison, type ClockProof, type RelayEvidence } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
@@ -41,6 +41,10 @@ import type { SpacePort } from '../space/space-port.ts'
 const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
 /** How long a relay may take to answer a history page, and then to send its body: a page is read from f+1 relays, and a slow one must not keep a request open after the others agreed. */
 const HISTORY_READ_TIMEOUT_MS = 30_000
+/** How long a relay may take to answer what it holds for one update's clock proof. */
+const CLOCK_READ_TIMEOUT_MS = 10_000
+/** Clock proofs a space keeps (of commits it applied, and of updates asked about); the oldest go first. */
+const CLOCK_PROOFS_KEPT = 10_000
 
 export interface RelayUpstreamInit {
   space: SpacePort
@@ -75,7 +79,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   readonly outbox: Outbox
   private readonly intake: RelayIntake
   private readonly presence: PresenceWire
-  private readonly proofs = new ClockProofs()
+  private readonly proofs: ClockProofs
   /** Peers the relays named as clients of this space: peer id → the relay sessions that named it. */
   private readonly peerNames = new Map<string, Set<RelayLink>>()
   private closed = false
@@ -84,6 +88,16 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
   constructor(o: RelayUpstreamInit) {
     this.o = o
     this.space = o.space.space
+    this.proofs = new ClockProofs(CLOCK_PROOFS_KEPT, {
+      space: this.space,
+      crypto: o.crypto,
+      clock: o.clock,
+      cluster: async () => {
+        const { cluster } = await this.relayReads()
+        return { f: cluster.f, relayKeys: cluster.relays.map((r) => r.publicKey) }
+      },
+      evidence: (idHex) => this.clockEvidence(idHex),
+    })
     const peers = o.peers
     const news: SpaceNews = {
       ...o.news,
@@ -334,6 +348,26 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     // Where the next page starts is the oldest entry here (signed): a relay's word only says whether to ask.
     const oldest = pairs.length > 0 && pairs.length < limit && agreed.more ? pairs[pairs.length - 1]?.[0] : undefined
     return { pairs, bytes: agreed.bytes, next: typeof oldest === 'number' && Number.isSafeInteger(oldest) && oldest < before ? oldest : null }
+  }
+
+  /** What each relay holds to prove update `idHex`'s clock (GET …/clock/:id), as it answered: checked by the caller, not here. */
+  private async clockEvidence(idHex: string): Promise<RelayEvidence[]> {
+    const { fetchFn, headers } = await this.relayReads()
+    const path = `/v1/spaces/${encodeURIComponent(this.space)}/clock/${idHex}`
+    const answers = await Promise.all(
+      this.o.relays.map(async (url): Promise<RelayEvidence | undefined> => {
+        try {
+          const e = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs: CLOCK_READ_TIMEOUT_MS })) as { relay?: unknown; envelope?: unknown; votes?: unknown; attestation?: unknown; sig?: unknown } | undefined
+          if (!e || typeof e.relay !== 'number') return undefined
+          const votes = Array.isArray(e.votes) ? e.votes.flatMap((v: unknown) => (Array.isArray(v) && typeof v[0] === 'number' && typeof v[1] === 'string' ? [[v[0], fromHex(v[1])] as const] : [])) : []
+          const attestation = typeof e.attestation === 'string' && typeof e.sig === 'string' ? { bytes: fromBase64Url(e.attestation), sig: fromHex(e.sig) } : undefined
+          return { relay: e.relay, frame: typeof e.envelope === 'string' ? fromBase64Url(e.envelope) : undefined, votes, attestation }
+        } catch {
+          return undefined
+        }
+      }),
+    )
+    return answers.filter((a): a is RelayEvidence => a !== undefined)
   }
 
   async quorumIndex(timeoutMs: number): Promise<number> {

@@ -1,0 +1,111 @@
+import 'fake-indexeddb/auto'
+import { clockInit, clockQuorum, sealEnvelope, verifyClockCertificate } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
+import type { SimCluster } from '@stead/sim'
+import { describe, expect, it } from 'vitest'
+import type { ClockProof, Space } from '../src/index.node.ts'
+import { commitUntil, simWorld, submit } from './helpers/sim-world.ts'
+
+/** Chrono's clock certificates before any order: relays' validators vote as envelopes arrive; proofs for any update, from any client. */
+const world = simWorld()
+
+async function subscribed(c: SimCluster, spaces: readonly Space[]): Promise<void> {
+  await c.until('connected to every relay', () => spaces.every((s) => s.status.relays.every((r) => r.connected)) || undefined)
+  await c.advance(20)
+}
+
+/** A held cluster and `n` clients of space bank on it, each following every relay. */
+async function clients(n: number): Promise<{ c: SimCluster; spaces: Space[] }> {
+  const c = await world.cluster()
+  const spaces: Space[] = []
+  for (let i = 0; i < n; i++) spaces.push(await world.client(c))
+  await subscribed(c, spaces)
+  return { c, spaces }
+}
+
+/** `s` adds 1 to counter k and sends it: the id of that update. */
+async function increment(s: Space): Promise<string> {
+  await s.counter('k').increment(1)
+  await s.flush()
+  const [p] = s.pendingUpdates()
+  if (!p) throw new Error('nothing pending')
+  return p.id
+}
+
+/** An update by an author that saw nothing (base 0, empty clock), handed to three relays as a client does after its first relay is slow (held clusters make no blocks to carry it to the others). */
+async function stranger(c: SimCluster): Promise<string> {
+  const secretKey = nodeCrypto.generateSecretKey()
+  const env = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+  for (const relay of [0, 1, 2]) submit(c, env, relay)
+  return env.idHex
+}
+
+/** The proof of `id` as soon as some relays hold enough to make one (simulated time runs meanwhile). */
+async function proofOf(c: SimCluster, s: Space, id: string): Promise<ClockProof> {
+  let proof: ClockProof | undefined
+  await c.until(`a proof of ${id.slice(0, 8)}`, async () => (proof = await s.clockProof(id).catch(() => undefined)) !== undefined || undefined)
+  return proof as ClockProof
+}
+
+describe('clock certificates before order', () => {
+  it('proves an update from the relays’ clock votes while nothing is ordered, and from its commit afterwards', async () => {
+    const { c, spaces } = await clients(2)
+    const [a, b] = spaces as [Space, Space]
+    const id = await increment(a)
+    // The cluster is held: nothing commits, yet the relays' validators vote, and any client gathers the votes.
+    const early = await proofOf(c, b, id)
+    expect(early.index).toBeUndefined()
+    expect(early.certificate.kind).toBe('validators')
+    const keys = { f: c.f, relayKeys: c.relays.map((r) => r.publicKey) }
+    expect(early.certificate.signatures.length).toBeGreaterThanOrEqual(clockQuorum(keys))
+    const checked = await verifyClockCertificate(nodeCrypto, keys, early.envelope, early.certificate)
+    expect(checked.env.idHex).toBe(id)
+    expect(checked.index).toBeUndefined()
+    // f+1 votes are not a certificate: the monotonicity validator is stateful.
+    const short = { kind: 'validators' as const, signatures: early.certificate.signatures.slice(0, c.f + 1) }
+    await expect(verifyClockCertificate(nodeCrypto, keys, early.envelope, short)).rejects.toMatchObject({ reason: 'bad-signature' })
+    expect(c.relays.every((r) => r.node.reads.stableIndexOf('bank') === 0)).toBe(true)
+
+    await commitUntil(c, 'committed', () => a.counter('k').stable === 1 && b.counter('k').stable === 1)
+    const late = await b.clockProof(id)
+    expect(late.index).toBe(1)
+    expect((await verifyClockCertificate(nodeCrypto, keys, late.envelope, late.certificate)).index).toBe(1)
+  })
+
+  it('compares updates before any order, by what their clocks list and their bases', async () => {
+    const { c, spaces } = await clients(2)
+    const [a, b] = spaces as [Space, Space]
+    const first = await increment(a)
+    await c.until('b heard a', () => b.counter('k').value === 1 || undefined)
+    const second = await increment(b)
+    const other = await stranger(c)
+    // Each relay votes once it holds the inputs; the client hands its update to more relays as time passes.
+    for (const id of [first, second, other]) await proofOf(c, a, id)
+    const cmp = await a.compare(first, second)
+    expect(cmp.order).toBe('before')
+    expect([cmp.a.index, cmp.b.index]).toEqual([undefined, undefined])
+    expect((await b.compare(second, first)).order).toBe('after')
+    // Bases 0 on all three: none can commit at or below another's base, so concurrency is proven too.
+    expect((await a.compare(other, second)).order).toBe('concurrent')
+    expect(c.relays.every((r) => r.node.reads.stableIndexOf('bank') === 0)).toBe(true)
+  })
+  it('waits for the commit when the answer hangs on where an update commits, then answers', async () => {
+    const { c, spaces } = await clients(1)
+    const a = spaces[0] as Space
+    await a.counter('k').increment(1)
+    await commitUntil(c, 'stable 1', () => a.counter('k').stable === 1 && a.status.pending === 0)
+    // a's next update has base 1; another author's, made before it heard anything, base 0.
+    const mine = await increment(a)
+    const other = await stranger(c)
+    for (const id of [mine, other]) await proofOf(c, a, id)
+    // Had `other` committed at index 1, a's update would have seen it: only its commit tells.
+    let answered: string | undefined
+    const cmp = a.compare(other, mine).then((x) => (answered = x.order))
+    await c.advance(500)
+    expect(answered).toBeUndefined()
+    await commitUntil(c, 'both committed', () => a.counter('k').stable === 3)
+    await c.until('compared', () => answered)
+    expect(await cmp).toBe('concurrent')
+    expect((await a.compare(mine, other)).order).toBe('concurrent')
+  })
+})

@@ -1,0 +1,356 @@
+import { clockQuorum, encodeClockVote, fromHex, toHex, type Envelope, type HostClock, type HostTimer, type StableAudit } from '@stead/core'
+import type { SteadError } from '@stead/core'
+import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
+
+/**
+ * Chrono's validators run by this relay on envelopes as they arrive,
+ * before any order, and the certificates their votes make.
+ *
+ * On an envelope (from a client, or in a peer's block) the relay runs:
+ * the update validator (`StableAudit.judgeBeforeOrder`: the clock follows
+ * from its inputs, taken from the stable history or from envelopes this
+ * relay voted for), the monotonicity validator (one vote per author and
+ * seq, ever, in seq order: remembered on disk) and the application
+ * validator (the space's write permission and the operators' rule). If
+ * all pass it signs `encodeClockVote(space, id)` and, once that vote is
+ * durable, sends it to its peers. Votes of ceil((N+f+1)/2) relays are the
+ * envelope's validator certificate (see @stead/core chrono.ts), which this
+ * relay serves (`certificate`) until the envelope commits; from then on
+ * the commit's attestation proves the clock.
+ *
+ * An input this relay does not hold yet (an envelope cited as a dep, the
+ * author's previous one) parks the envelope until it arrives: from a
+ * peer's block, or from the client that submitted the envelope, which is
+ * asked for it. A base ahead of the relay's stable index parks it until
+ * the relay gets there. Parked envelopes give up after PARK_MS.
+ */
+
+/** An envelope waits this long for its inputs, at most. */
+export const PARK_MS = 30_000
+/** A voted envelope that never commits is forgotten after this long. */
+export const HELD_MS = 10 * 60_000
+/** Envelopes held at most (waiting, voted or votes only); the oldest go first past it. */
+export const MAX_HELD = 50_000
+/** Bytes of held envelopes (frames and bookkeeping) at most; the oldest go first past it. */
+export const MAX_HELD_BYTES = 64 * 1024 * 1024
+/** What one held entry costs besides its frame: ids, the votes (up to N signatures), maps. */
+const ENTRY_BYTES = 512
+/** Envelopes known only by peers' votes, at most: votes for more unknown ids are dropped (a liar cannot push real envelopes out with votes for nothing). */
+export const MAX_VOTES_ONLY = 10_000
+/** Votes per clock-votes message at most (the decoder refuses more). */
+export const MAX_VOTES_PER_MESSAGE = 512
+
+/** One vote this relay cast: what its monotonicity validator remembers. */
+export interface CastVote {
+  readonly space: string
+  readonly authorId: string
+  readonly seq: number
+  readonly idHex: string
+}
+
+/** What the votes need of the relay around them. */
+export interface ClockVotesHost {
+  readonly committee: Committee
+  readonly me: number
+  readonly secretKey: Uint8Array
+  readonly crypto: SyncCrypto
+  readonly clock: HostClock
+  /** The space's audit replica (an empty one for a space with none): the stable history a clock is judged against. */
+  replica(space: string): StableAudit
+  /** The application validator: why `env` may not be written (the space's policy, the operators' rule), or undefined. */
+  application(env: Envelope): SteadError | undefined
+  /** Makes these votes durable (each replaces its author's last); resolves once they are. */
+  persist(votes: readonly CastVote[]): Promise<void>
+  /** Sends a message to every peer. */
+  broadcast(message: Message): void
+  /** A validator certificate came together here (for metrics). */
+  certified?(space: string, idHex: string): void
+  /** The relay's verdict on an envelope (for metrics and logs). */
+  judged?(result: 'voted' | 'refused' | 'unverifiable' | 'expired', env: Envelope, detail?: string): void
+}
+
+/** One envelope as the votes know it. */
+interface Held {
+  readonly space: string
+  readonly idHex: string
+  /** The envelope and its frame, once this relay has them. */
+  env: Envelope | undefined
+  frame: Uint8Array | undefined
+  state: 'votes-only' | 'waiting' | 'voted' | 'refused'
+  /** Checked signatures by relay index (this relay's once its vote is durable). */
+  readonly votes: Map<number, Uint8Array>
+  /** Peers' votes that came before the envelope: checked once it is held (a liar's votes for nothing cost no signature check). */
+  unchecked: Map<number, Uint8Array> | undefined
+  /** Asks the client that brought the envelope for envelopes of the space it cites. */
+  ask: ((ids: readonly string[]) => void) | undefined
+  /** Ids already asked for, so each is asked once. */
+  asked: Set<string> | undefined
+  since: number
+}
+
+/** A clock vote this relay has for an envelope, as served to clients: the envelope's frame and the votes held. */
+export interface HeldCertificate {
+  readonly frame: Uint8Array
+  readonly votes: ReadonlyArray<readonly [number, Uint8Array]>
+}
+
+function first<T>(set: ReadonlySet<T>): T | undefined {
+  return set.values().next().value
+}
+
+export class ClockVotes {
+  private readonly host: ClockVotesHost
+  private readonly quorum: number
+  /** Envelopes by id (hex), oldest first. */
+  private readonly held = new Map<string, Held>()
+  /** Waiting envelopes by space: tried again when the space commits or a vote there is cast. */
+  private readonly parked = new Map<string, Set<string>>()
+  /** space \0 author → the last vote cast for that author (the monotonicity validator's table). */
+  private readonly lastVote = new Map<string, { seq: number; idHex: string }>()
+  /** Votes signed and not yet durable; sent once they are. */
+  private outgoing: Array<{ held: Held; vote: CastVote; sig: Uint8Array }> = []
+  /** Spaces where a vote was cast since they were last tried: their parked envelopes may pass now. */
+  private readonly moved = new Set<string>()
+  private flushTimer: HostTimer | undefined
+  private sweepTimer: HostTimer | undefined
+  private stopped = false
+  /** Held entries in state 'votes-only'. */
+  private votesOnly = 0
+  /** What the held entries cost: ENTRY_BYTES each and their frames. */
+  private heldBytes = 0
+
+  constructor(host: ClockVotesHost) {
+    this.host = host
+    this.quorum = clockQuorum({ f: host.committee.f, relayKeys: host.committee.keys })
+  }
+
+  /** What the relay voted before it stopped (from its store): it never votes against it. */
+  load(votes: Iterable<CastVote>): void {
+    for (const v of votes) this.lastVote.set(`${v.space}\0${v.authorId}`, { seq: v.seq, idHex: v.idHex })
+  }
+
+  /** Envelopes held. */
+  get size(): number {
+    return this.held.size
+  }
+
+  /** Bytes held (see MAX_HELD_BYTES), for the relay's memory budget. */
+  get bytes(): number {
+    return this.heldBytes
+  }
+
+  /**
+   * An envelope this relay now holds (a client's, or from a peer's block):
+   * vote for its clock, or park it until its inputs are here. `ask` reaches
+   * the client that brought it, to fetch envelopes it cites.
+   */
+  see(env: Envelope, frame: Uint8Array, ask?: (ids: readonly string[]) => void): void {
+    if (this.stopped) return
+    let h = this.held.get(env.idHex)
+    if (h && h.env) return
+    if (!h) h = this.hold(env.space, env.idHex)
+    if (h.state === 'votes-only') this.votesOnly--
+    h.env = env
+    h.frame = frame
+    h.state = 'waiting'
+    this.heldBytes += frame.length
+    this.evict()
+    h.ask = ask
+    const unchecked = h.unchecked
+    h.unchecked = undefined
+    for (const [relay, sig] of unchecked ?? []) this.count(h, relay, sig)
+    this.tryVote(h)
+    this.settle()
+  }
+
+  /** A peer's votes: kept if valid, for envelopes held; for others, unchecked until the envelope comes (bounded). */
+  onVotes(from: number, votes: ReadonlyArray<readonly [string, Uint8Array, Uint8Array]>): void {
+    if (this.stopped || from === this.host.me) return
+    for (const [space, id, sig] of votes) {
+      const idHex = toHex(id)
+      let h = this.held.get(idHex)
+      if (h && h.space !== space) continue
+      if (!h && this.votesOnly >= MAX_VOTES_ONLY) continue
+      if (!h) h = this.hold(space, idHex)
+      if (h.env) this.count(h, from, sig)
+      else (h.unchecked ??= new Map()).set(from, sig)
+    }
+  }
+
+  /**
+   * The clock votes held for `idHex` of `space` with its frame, for a
+   * client gathering a certificate (it unions several relays' answers);
+   * undefined for an envelope this relay does not hold.
+   */
+  certificate(space: string, idHex: string): HeldCertificate | undefined {
+    const h = this.held.get(idHex)
+    if (!h || h.space !== space || !h.frame || h.votes.size === 0) return undefined
+    return { frame: h.frame, votes: [...h.votes] }
+  }
+
+  /**
+   * The audit decided envelope `idHex` of `space`: its commit proves its
+   * clock from now on, and envelopes waiting on it may pass (at the next
+   * `settle`, once the replica is done with the commit).
+   */
+  decided(space: string, idHex: string): void {
+    const h = this.held.get(idHex)
+    if (h?.space === space) this.forget(h)
+    if (this.parked.get(space)?.size) this.moved.add(space)
+  }
+
+  stop(): void {
+    this.stopped = true
+    this.flushTimer?.cancel()
+    this.sweepTimer?.cancel()
+  }
+
+  private hold(space: string, idHex: string): Held {
+    const h: Held = { space, idHex, env: undefined, frame: undefined, state: 'votes-only', votes: new Map(), unchecked: undefined, ask: undefined, asked: undefined, since: this.host.clock.now() }
+    this.held.set(idHex, h)
+    this.votesOnly++
+    this.heldBytes += ENTRY_BYTES
+    this.evict()
+    this.armSweep()
+    return h
+  }
+
+  /** The oldest entries go while there are too many or they weigh too much (never the newest: the caller holds it). */
+  private evict(): void {
+    while (this.held.size > 1 && (this.held.size > MAX_HELD || this.heldBytes > MAX_HELD_BYTES)) this.forget(this.held.values().next().value as Held)
+  }
+
+  private forget(h: Held): void {
+    if (!this.held.delete(h.idHex)) return
+    if (h.state === 'votes-only') this.votesOnly--
+    this.heldBytes -= ENTRY_BYTES + (h.frame?.length ?? 0)
+    this.parked.get(h.space)?.delete(h.idHex)
+  }
+
+  /** Counts a peer's vote for a held envelope once its signature checks (and only while it still adds to a certificate). */
+  private count(h: Held, relay: number, sig: Uint8Array): void {
+    const key = this.host.committee.keys[relay]
+    if (!key || h.votes.has(relay) || h.votes.size >= this.quorum) return
+    if (!this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex)), sig)) return
+    h.votes.set(relay, sig)
+    if (h.votes.size === this.quorum) this.host.certified?.(h.space, h.idHex)
+  }
+
+  /** Runs the three validators on a held envelope: votes, refuses, or parks it. */
+  private tryVote(h: Held): void {
+    const env = h.env as Envelope
+    const replica = this.host.replica(h.space)
+    const park = (): void => {
+      let set = this.parked.get(h.space)
+      if (!set) this.parked.set(h.space, (set = new Set()))
+      set.add(h.idHex)
+    }
+    const refuse = (result: 'refused' | 'unverifiable', detail: string): void => {
+      h.state = 'refused'
+      this.parked.get(h.space)?.delete(h.idHex)
+      this.host.judged?.(result, env, detail)
+    }
+    // Decided already: its commit is its proof (or it never will be).
+    if (replica.decided(env) !== null) return this.forget(h)
+    // Application validator.
+    const denied = this.host.application(env)
+    if (denied) return refuse('refused', `${denied.reason}: ${denied.message}`)
+    // Monotonicity: one envelope per author and seq, voted in seq order.
+    const slot = `${h.space}\0${env.authorId}`
+    const last = this.lastVote.get(slot)
+    if (last && last.seq > env.seq) return refuse('refused', `conflict: this relay voted for ${env.authorId}:${last.seq} already`)
+    if (last && last.seq === env.seq) {
+      // The same envelope again (this relay restarted since, or forgot it): the same vote, signed again.
+      return last.idHex === env.idHex ? this.vote(h, env) : refuse('refused', `conflict: this relay voted for another envelope as ${env.authorId}:${env.seq}`)
+    }
+    const prevCommitted = replica.nextSeq(env.authorId) === env.seq
+    const prevVoted = last?.seq === env.seq - 1 ? this.held.get(last.idHex)?.env : undefined
+    if (env.seq > 1 && !prevCommitted && !(last?.seq === env.seq - 1)) return park()
+    // Update validator, with the inputs this relay vouched for.
+    const verdict = replica.judgeBeforeOrder(env, { prev: prevVoted, byId: (idHex) => this.votedEnvelope(idHex) }, true)
+    if (verdict === undefined) return park()
+    if (!verdict.ok) return refuse('refused', `bad-clock: ${verdict.detail}`)
+    if (!verdict.verified) {
+      const missing = env.deps.map(toHex).filter((idHex) => !replica.hasCommitted(idHex) && !this.votedEnvelope(idHex))
+      if (!missing.length) return refuse('unverifiable', verdict.detail ?? 'its inputs are not all verified')
+      const fresh = missing.filter((idHex) => !h.asked?.has(idHex) && !this.held.get(idHex)?.env)
+      if (fresh.length && h.ask) {
+        for (const idHex of fresh) (h.asked ??= new Set()).add(idHex)
+        h.ask(fresh)
+      }
+      return park()
+    }
+    this.vote(h, env)
+  }
+
+  /** An envelope this relay voted for, by id. */
+  private votedEnvelope(idHex: string): Envelope | undefined {
+    const h = this.held.get(idHex)
+    return h?.state === 'voted' ? h.env : undefined
+  }
+
+  private vote(h: Held, env: Envelope): void {
+    h.state = 'voted'
+    this.parked.get(h.space)?.delete(h.idHex)
+    const vote: CastVote = { space: h.space, authorId: env.authorId, seq: env.seq, idHex: env.idHex }
+    this.lastVote.set(`${h.space}\0${env.authorId}`, { seq: env.seq, idHex: env.idHex })
+    this.outgoing.push({ held: h, vote, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id)) })
+    this.host.judged?.('voted', env)
+    this.flushTimer ??= this.host.clock.setTimer(0, () => this.flush())
+    // Envelopes that cite this one (or follow it) may pass now.
+    this.moved.add(h.space)
+  }
+
+  /** Persist, then speak: the votes of this turn go to disk in one write, then to the peers in one message. */
+  private flush(): void {
+    this.flushTimer = undefined
+    const batch = this.outgoing
+    this.outgoing = []
+    if (!batch.length || this.stopped) return
+    this.host.persist(batch.map((b) => b.vote)).then(
+      () => {
+        if (this.stopped) return
+        for (let i = 0; i < batch.length; i += MAX_VOTES_PER_MESSAGE) {
+          const part = batch.slice(i, i + MAX_VOTES_PER_MESSAGE)
+          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.sig] as const) })
+        }
+        for (const b of batch) {
+          if (b.held.votes.has(this.host.me) || b.held.votes.size >= this.quorum) continue
+          b.held.votes.set(this.host.me, b.sig)
+          if (b.held.votes.size === this.quorum) this.host.certified?.(b.held.space, b.held.idHex)
+        }
+      },
+      // The store failed: the relay stops on its own write path; these votes are never sent.
+      () => undefined,
+    )
+  }
+
+  /** Tries the parked envelopes of spaces where something moved, until nothing more passes. */
+  settle(): void {
+    for (let space = first(this.moved); space !== undefined; space = first(this.moved)) {
+      this.moved.delete(space)
+      for (const idHex of [...(this.parked.get(space) ?? [])]) {
+        const h = this.held.get(idHex)
+        this.parked.get(space)?.delete(idHex)
+        if (h?.env && h.state === 'waiting') this.tryVote(h)
+      }
+    }
+  }
+
+  /** Drops what waited too long (PARK_MS parked, HELD_MS otherwise); armed while anything is held. */
+  private armSweep(): void {
+    if (this.sweepTimer || this.stopped) return
+    this.sweepTimer = this.host.clock.setTimer(PARK_MS, () => {
+      this.sweepTimer = undefined
+      const now = this.host.clock.now()
+      for (const h of [...this.held.values()]) {
+        const age = now - h.since
+        if (h.state === 'waiting' && age >= PARK_MS) {
+          this.forget(h)
+          if (h.env) this.host.judged?.('expired', h.env, 'its inputs never came')
+        } else if (age >= (h.state === 'votes-only' ? PARK_MS : HELD_MS)) this.forget(h)
+      }
+      if (this.held.size) this.armSweep()
+    })
+  }
+}

@@ -1,0 +1,162 @@
+import { ReliableReplica, SteadError, StableAudit, clockFrom, clockInit, encodeClockVote, fromHex, sealEnvelope, verifyClockCertificate, type Envelope, type EnvelopeDraft } from '@stead/core'
+import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
+import { describe, expect, it } from 'vitest'
+import { ClockVotes, MAX_VOTES_ONLY, PARK_MS, type CastVote } from '../src/runtime/clock-votes.ts'
+import type { Message } from '../src/consensus/index.ts'
+import { HandClock } from './helpers/hand-clock.ts'
+import { identity } from './helpers/envelopes.ts'
+
+const SPACE = 's'
+const relays = [1, 2, 3, 4].map((n) => identity(100 + n))
+const committee = { keys: relays.map((r) => r.publicKey), f: 1 }
+const cluster = { f: 1, relayKeys: committee.keys }
+const crypto = { sign: signSync, verify: verifySync, sha256: (d: Uint8Array) => nodeCrypto.sha256(d) }
+const [alice, bob, carol, dave] = [identity(1), identity(2), identity(3), identity(4)]
+
+async function seal(who: typeof alice, seq: number, parts: Partial<EnvelopeDraft> & { deps?: never } = {}, deps: readonly Envelope[] = []): Promise<Envelope> {
+  return sealEnvelope(nodeCrypto, who, { space: SPACE, seq, clock: clockInit(), updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [], ...parts, deps: deps.map((d) => d.id) })
+}
+
+/** A relay's votes with everything around them in the test's hands: the disk answers when told, the mesh is a list. */
+function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } = {}) {
+  const clock = new HandClock()
+  const sent: Message[] = []
+  const disk: Array<{ votes: readonly CastVote[]; done: () => void }> = []
+  const judged: string[] = []
+  const written: CastVote[] = []
+  const replica = o.replica ?? new StableAudit({ space: SPACE })
+  const votes = new ClockVotes({
+    committee,
+    me: 0,
+    secretKey: relays[0]!.secretKey,
+    crypto,
+    clock,
+    replica: () => replica,
+    application: (env) => (env.authorId === o.denied ? new SteadError('unauthorized', 'not a writer') : undefined),
+    persist: (cast) => new Promise<void>((done) => disk.push({ votes: cast, done: () => (written.push(...cast), done()) })),
+    broadcast: (m) => sent.push(m),
+    judged: (result, env) => judged.push(`${result} ${env.seq}`),
+  })
+  if (o.cast) votes.load(o.cast)
+  /** Lets the pending flush run and the disk finish every write. */
+  const durable = async (): Promise<void> => {
+    await clock.advance(clock.t)
+    for (const w of disk.splice(0)) w.done()
+    await clock.advance(clock.t)
+  }
+  const votedIds = (): string[] => sent.flatMap((m) => (m.kind === 'clock-votes' ? m.votes.map(([, id]) => Buffer.from(id).toString('hex')) : []))
+  return { votes, clock, sent, disk, judged, written, replica, durable, votedIds }
+}
+
+const peerVote = (relay: number, env: Envelope, space = SPACE) => [space, env.id, signSync(relays[relay]!.secretKey, encodeClockVote(space, env.id))] as const
+
+describe('ClockVotes', () => {
+  it('votes once its inputs are here, persists before it speaks, and gathers a certificate of ceil((N+f+1)/2) votes', async () => {
+    const r = relay()
+    const a1 = await seal(alice, 1)
+    const b1 = await seal(bob, 1, { clock: clockFrom([[a1.authorId, 1]]) }, [a1])
+    const asked: string[][] = []
+    // b1 cites a1, which is not here yet: it waits, and the client that brought it is asked for a1.
+    r.votes.see(b1, b1.signed.bytes, (ids) => asked.push([...ids]))
+    expect(asked).toEqual([[a1.idHex]])
+    r.votes.see(a1, a1.signed.bytes)
+    // Both voted (a1, then b1 which it unblocked), in one write and one message, sent only once durable.
+    await r.clock.advance(0)
+    expect(r.disk.map((w) => w.votes.map((v) => v.idHex))).toEqual([[a1.idHex, b1.idHex]])
+    expect(r.sent).toEqual([])
+    expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
+    await r.durable()
+    expect(r.votedIds()).toEqual([a1.idHex, b1.idHex])
+    // Peers' votes: a forged one and one for another space count for nothing; two good ones make three.
+    r.votes.onVotes(3, [[SPACE, b1.id, signSync(relays[2]!.secretKey, encodeClockVote(SPACE, b1.id))]])
+    r.votes.onVotes(2, [peerVote(2, b1, 'elsewhere')])
+    expect(r.votes.certificate(SPACE, b1.idHex)?.votes.length).toBe(1)
+    r.votes.onVotes(1, [peerVote(1, b1)])
+    r.votes.onVotes(2, [peerVote(2, b1)])
+    const held = r.votes.certificate(SPACE, b1.idHex)
+    expect(held?.votes.map(([relay]) => relay).sort()).toEqual([0, 1, 2])
+    const signatures = (held?.votes ?? []).map(([relay, sig]) => ({ relay, sig }))
+    expect((await verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', signatures })).index).toBeUndefined()
+    await expect(verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', signatures: signatures.slice(0, 2) })).rejects.toMatchObject({ reason: 'bad-signature' })
+  })
+
+  it('takes peers’ votes that come before the envelope, and checks them once it is here', async () => {
+    const r = relay()
+    const a1 = await seal(alice, 1)
+    const forged = signSync(relays[3]!.secretKey, encodeClockVote(SPACE, new Uint8Array(32)))
+    r.votes.onVotes(1, [peerVote(1, a1)])
+    r.votes.onVotes(3, [[SPACE, a1.id, forged]])
+    expect(r.votes.certificate(SPACE, a1.idHex)).toBeUndefined()
+    r.votes.see(a1, a1.signed.bytes)
+    await r.durable()
+    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay).sort()).toEqual([0, 1])
+    // Votes for envelopes never seen are kept unchecked, a bounded number.
+    for (let i = 0; i < MAX_VOTES_ONLY + 500; i++) r.votes.onVotes(2, [[SPACE, fromHex(i.toString(16).padStart(64, '0')), forged]])
+    expect(r.votes.size).toBeLessThanOrEqual(MAX_VOTES_ONLY + 1)
+    expect(r.votes.certificate(SPACE, a1.idHex)).toBeDefined()
+  })
+
+  it('votes for one envelope per author and seq, in seq order, also after a restart', async () => {
+    const r = relay()
+    const a1 = await seal(alice, 1)
+    const a2 = await seal(alice, 2)
+    const b1 = await seal(bob, 1)
+    const twin = await seal(bob, 1, { updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [2] }] })
+    // seq 2 before seq 1: it waits for its previous envelope.
+    r.votes.see(a2, a2.signed.bytes)
+    r.votes.see(a1, a1.signed.bytes)
+    // A twin of a voted envelope (same author and seq), and an envelope older than one voted for: neither.
+    r.votes.see(b1, b1.signed.bytes)
+    r.votes.see(twin, twin.signed.bytes)
+    const old = await seal(alice, 1, { updates: [{ key: 'c', decl: { type: 'counter', bounds: {} }, ops: [3] }] })
+    r.votes.see(old, old.signed.bytes)
+    await r.durable()
+    expect(r.votedIds()).toEqual([a1.idHex, a2.idHex, b1.idHex])
+    expect(r.judged.filter((j) => j === 'refused 1').length).toBe(2)
+    // Restarted with what it wrote: the twin still gets nothing; the same envelope again, the same vote.
+    const again = relay({ cast: r.written })
+    again.votes.see(twin, twin.signed.bytes)
+    again.votes.see(b1, b1.signed.bytes)
+    await again.durable()
+    expect(again.votedIds()).toEqual([b1.idHex])
+  })
+
+  it('refuses a clock its inputs contradict and a writer the space refuses; an input that never comes expires', async () => {
+    const d1 = await seal(dave, 1)
+    const r = relay({ denied: d1.authorId })
+    const a1 = await seal(alice, 1)
+    r.votes.see(a1, a1.signed.bytes)
+    // Claims more of alice than its dep carries.
+    const inflated = await seal(carol, 1, { clock: clockFrom([[a1.authorId, 5]]) }, [a1])
+    r.votes.see(inflated, inflated.signed.bytes)
+    r.votes.see(d1, d1.signed.bytes)
+    const lost = await seal(carol, 2)
+    const waiting = await seal(bob, 1, { clock: clockFrom([[lost.authorId, 2]]) }, [lost])
+    r.votes.see(waiting, waiting.signed.bytes)
+    await r.durable()
+    expect(r.votedIds()).toEqual([a1.idHex])
+    expect(r.judged.filter((j) => j.startsWith('refused')).length).toBe(2)
+    await r.clock.advance(PARK_MS + 1)
+    expect(r.judged.some((j) => j.startsWith('expired'))).toBe(true)
+    expect(r.votes.certificate(SPACE, waiting.idHex)).toBeUndefined()
+  })
+
+  it('waits for a base ahead of its stable index, and forgets what the audit decided', async () => {
+    const replica = new ReliableReplica({ space: SPACE })
+    const r = relay({ replica })
+    const a1 = await seal(alice, 1)
+    const b1 = await seal(bob, 1, { base: 1 })
+    r.votes.see(b1, b1.signed.bytes)
+    await r.durable()
+    expect(r.votedIds()).toEqual([])
+    replica.commit([a1])
+    r.votes.decided(SPACE, a1.idHex)
+    r.votes.settle()
+    await r.durable()
+    expect(r.votedIds()).toEqual([b1.idHex])
+    // Decided: its commit proves it from now on.
+    replica.commit([b1])
+    r.votes.decided(SPACE, b1.idHex)
+    expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
+  })
+})
