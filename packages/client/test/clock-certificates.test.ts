@@ -108,4 +108,28 @@ describe('clock certificates before order', () => {
     expect(await cmp).toBe('concurrent')
     expect((await a.compare(mine, other)).order).toBe('concurrent')
   })
+  it('fetches an input no relay holds from the client that cites it, then certifies both, and the audit verifies the clock too', async () => {
+    const { c, spaces } = await clients(1)
+    const b = spaces[0] as Space
+    // X reaches b but no relay holds it (a relay shows it to its clients without taking it, as a peer would hand it on).
+    const secretKey = nodeCrypto.generateSecretKey()
+    const x = await sealEnvelope(nodeCrypto, { secretKey, publicKey: await nodeCrypto.publicKeyOf(secretKey) }, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter', bounds: {} }, ops: [1] }], safe: [] })
+    for (const r of c.relays) r.showOnly(x)
+    await c.until('b holds X', () => b.counter('k').value === 1 || undefined)
+    // b's update cites X: each relay that judges it asks b for X first.
+    const mine = await increment(b)
+    // The relay it went to asks at once (not after b's resubmit timeout, 2 s), and votes once X is in.
+    const sent = c.now
+    await c.until('a relay voted for it', () => c.relays.some((r, i) => r.node.clockEvidence('bank', mine)?.votes.some(([by]) => by === i)) || undefined)
+    expect(c.now - sent).toBeLessThan(100)
+    const proof = await proofOf(c, b, mine)
+    expect(proof.certificate.kind).toBe('validators')
+    expect((await proofOf(c, b, x.idHex)).certificate.kind).toBe('validators')
+    expect((await b.compare(x.idHex, mine)).order).toBe('before')
+    // Ordered: the audit finds X in the stable history before b's update, and verifies its clock as the relays did.
+    await commitUntil(c, 'both committed', () => b.counter('k').stable === 2)
+    const committed = await b.clockProof(mine)
+    expect(committed.index).toBeDefined()
+    expect(committed.certificate.kind).toBeUndefined()
+  })
 })

@@ -319,6 +319,18 @@ export type RelayMessage =
       readonly detail: string
     }
   | {
+      /**
+       * The relay needs these envelopes of the space to judge the clock of
+       * one this session submitted, which cites them (Chrono's update
+       * validator): the client submits those it holds, undecided.
+       */
+      readonly type: 'want'
+      /** The space. */
+      readonly space: string
+      /** The envelopes' ids, at most {@link MAX_WANTED_IDS}. */
+      readonly ids: readonly Uint8Array[]
+    }
+  | {
       /** The answer to `ping`. */
       readonly type: 'pong'
       /** The ping's `n`. */
@@ -674,6 +686,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encode(['delta', m.space, m.delta, m.attestation, m.sigs.map(([relay, sig]) => [relay, sig])])
     case 'unpaced':
       return encode(['unpaced', m.space, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
+    case 'want':
+      return encode(['want', m.space, m.ids.slice(0, MAX_WANTED_IDS)])
     case 'pong':
       // The time goes last: decoders that predate it read ['pong', n] and ignore what follows.
       return encode(m.time === undefined ? ['pong', m.n] : ['pong', m.n, m.time])
@@ -693,6 +707,8 @@ export const MAX_PEER_ADDRS = 8
 export const MAX_PEER_ADDR_CHARS = 512
 /** Most multiaddrs in one `peers` message. */
 export const MAX_PEERS_PER_MESSAGE = 512
+/** Envelope ids one `want` names at most (an envelope cites at most this many deps). */
+export const MAX_WANTED_IDS = 64
 
 function addrsOf(v: unknown, max: number): string[] {
   return expect.array(v, 'addrs', max).map((a) => expect.string(a, 'addr', MAX_PEER_ADDR_CHARS, 1))
@@ -752,6 +768,8 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
     }
     case 'unpaced':
       return { type: 'unpaced', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), detail: expect.string(v[2], 'detail', MAX_DETAIL_CHARS) }
+    case 'want':
+      return { type: 'want', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), ids: expect.array(v[2], 'want.ids', MAX_WANTED_IDS).map((id, i) => expect.bytes(id, `want.ids[${i}]`, 32)) }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n'), ...(v[2] === undefined ? {} : { time: expect.uint(v[2], 'pong.time') }) }
     default:

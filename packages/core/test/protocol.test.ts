@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CommitAssembler, decode, decodeClientMessage, decodeRelayMessage, encode, encodeClientMessage, encodeCommitFrame, encodeRelayMessage, isSteadError, type RelayMessage } from '../src/index.ts'
+import { CommitAssembler, decode, decodeClientMessage, decodeRelayMessage, encode, encodeClientMessage, encodeCommitFrame, encodeRelayMessage, isSteadError, MAX_WANTED_IDS, type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
 /** Buffers and Uint8Arrays compare as their bytes; -0 as 0 (msgpack writes it as the integer 0). */
@@ -31,6 +31,15 @@ describe('subscribe', () => {
     expect(decodeClientMessage(encode(['subscribe', 's', 7, true, false]))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true })
     expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, 1]))).toThrow(/boolean/)
     expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, true, 1]))).toThrow(/items/)
+  })
+})
+
+describe('want (a relay asks the submitter for envelopes a clock cites)', () => {
+  it('round-trips, and refuses ids that are not 32 bytes or more than MAX_WANTED_IDS of them', () => {
+    const want: RelayMessage = { type: 'want', space: 's', ids: [new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)] }
+    expect(roundTrip(want)).toEqual(plain(want))
+    expect(() => decodeRelayMessage(encode(['want', 's', [new Uint8Array(31)]]))).toThrow(/want.ids/)
+    expect(() => decodeRelayMessage(encode(['want', 's', Array.from({ length: MAX_WANTED_IDS + 1 }, () => new Uint8Array(32))]))).toThrow(/want.ids/)
   })
 })
 

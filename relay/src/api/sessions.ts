@@ -4,6 +4,7 @@ import {
   authBytes,
   decodeClientMessage,
   encodeRelayMessage,
+  fromHex,
   toHex,
   type ClientMessage,
   type ErrorReason,
@@ -555,10 +556,15 @@ class Session implements Subscriber, PresenceWatcher {
         try {
           if (this.pending.size >= this.limits.maxPendingPerClient) throw new SteadError('rate-limited', `${this.pending.size} envelopes of this session are still undecided; wait for commits`)
           let decided = false
-          const { status, idHex, stopWatching } = this.node.submit(message.envelope, this.address, (id) => {
-            decided = true
-            this.pending.delete(id)
-          })
+          const { status, idHex, stopWatching } = this.node.submit(
+            message.envelope,
+            this.address,
+            (id) => {
+              decided = true
+              this.pending.delete(id)
+            },
+            (space, ids) => this.send({ type: 'want', space, ids: ids.map(fromHex) }),
+          )
           if (status === 'queued' && !decided && !this.pending.has(idHex)) this.pending.set(idHex, stopWatching)
           else stopWatching()
           this.send({ type: 'accepted', id: message.id, status })

@@ -436,14 +436,16 @@ export class RelayNode {
    * Validates a client's envelope, queues it for the next block and forwards
    * it to the space's subscribers. `onDecided` is called once, when the audit
    * decides it (committed or dropped), which may happen before this returns
-   * (a one-relay cluster commits at once); `stopWatching` forgets it. A
+   * (a one-relay cluster commits at once); `stopWatching` forgets it. `ask`
+   * reaches the client that submitted it, for envelopes it cites that this
+   * relay needs to vote for its clock (ClockVotes). A
    * decision calls its own watchers only, however many sessions are open.
    *
    * Throws SteadError: 'rate-limited', 'too-large', 'malformed',
    * 'bad-signature', 'unauthorized', 'conflict'; returns 'duplicate' for one
    * already decided or queued.
    */
-  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void, ask?: (ids: readonly string[]) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
+  submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void, ask?: (space: string, ids: readonly string[]) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (this.loop.stopped) throw new SteadError('closed', 'this relay is stopping')
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const bytes = exact(frame)
@@ -461,7 +463,7 @@ export class RelayNode {
     if (charge && status === 'queued') charge()
     // Signed by its author, so it can go to the space's subscribers at once: prospective state needs no order.
     if (status === 'queued') this.news.envelope(env.space, bytes, env.idHex)
-    if (status === 'queued') this.clockVotes.see(env, bytes, ask)
+    if (status === 'queued') this.clockVotes.see(env, bytes, ask && ((ids) => ask(env.space, ids)))
     if (status === 'queued') this.activity.pendingSince ??= this.clock.now()
     this.news.submitted(env.idHex, this.clock.now())
     if (status === 'queued') this.metrics.steps.submitted(env.idHex, info.urgent)

@@ -280,6 +280,7 @@ export class RelaySessions {
       case 'unreadable':
       case 'peers':
       case 'presence':
+      case 'want':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

@@ -1,4 +1,5 @@
 import {
+  MAX_WANTED_IDS,
   DEFAULT_LIMITS,
   FILLER_CONTENT,
   FILLER_KEY,
@@ -264,6 +265,20 @@ export class Outbox {
       this.o.sessions.submit(this.o.member, links[c.tries % links.length] as RelayLink, encodeEnvelope(c.env))
       c.sentAt = now
       c.tries++
+    }
+  }
+
+  /**
+   * A relay needs these envelopes to judge the clock of one of ours that
+   * cites them (they came from peers, or their authors' relays did not
+   * pass them on): it gets those this client holds undecided. Submitted
+   * like carried ones, so their answers are ignored.
+   */
+  supply(link: RelayLink, ids: readonly Uint8Array[]): void {
+    const { replica } = this.o.space
+    for (const id of ids.slice(0, MAX_WANTED_IDS)) {
+      const env = replica.pendingEnvelope(toHex(id))
+      if (env) this.o.sessions.submit(this.o.member, link, encodeEnvelope(env))
     }
   }
 

@@ -274,6 +274,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     else if (m.type === 'peers' && m.space === this.space) this.named(link, m.addrs)
     else if (m.type === 'presence') this.presence.heard(m, link)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m, link)
+    else if (m.type === 'want' && m.space === this.space) this.outbox.supply(link, m.ids)
   }
 
   changed(): void {
