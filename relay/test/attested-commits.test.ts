@@ -9,13 +9,16 @@ describe('AttestedCommits.prune', () => {
     const commits = new AttestedCommits(kv.table('attestations'), kv.table('attestation-chunks'), kv.table('decided-ids'))
     // Each commit decides one envelope, whose id is its round repeated.
     const idOf = (n: number) => new Uint8Array(32).fill(n)
-    const attestation = (n: number) => encodeAttestation({ space: 's', round: n, prevRound: 0, fromIndex: 0, toIndex: 1, decisions: [[idOf(n), 'duplicate']], stateHash: new Uint8Array(32), batch: new Uint8Array(32) })
+    const attestation = (n: number) => encodeAttestation({ space: 's', round: n, prevRound: 0, fromIndex: 0, toIndex: 1, decisions: [[idOf(n), 'committed', n, [], true], [idOf(n - 10), 'duplicate']], stateHash: new Uint8Array(32), batch: new Uint8Array(32) })
     const value = (n: number) => ({ attestation: { bytes: attestation(n), sig: new Uint8Array(64) }, envelopes: [new Uint8Array([n])] })
     await kv.write(() => {
       // Commits of s at rounds 10, 20, 30 starting at stable indexes 0, 2, 5 (the last covers 6 to 9), and one of t.
       for (const [fromIndex, round] of [[0, 10], [2, 20], [5, 30]] as const) commits.put({ space: 's', fromIndex, round, value: value(round) })
       commits.put({ space: 't', fromIndex: 0, round: 10, value: value(1) })
     })
+    // Each commit also decides a copy of the previous one's envelope again (a duplicate): that does not hide the commit that took it.
+    expect(commits.decidedBy('s', toHex(idOf(10)))?.position).toEqual([0, 10])
+    expect(commits.decidedBy('s', toHex(idOf(20)))?.position).toEqual([2, 20])
     let removed = 0
     await kv.write(() => (removed = commits.prune('s', 9)))
     expect(removed).toBe(2)

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
-import { toHex } from '@stead/core'
-import { publicKeyOfSync } from '@stead/core/node'
+import { fromHex, toHex, verifyClockCertificate } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, type ClientOptions, type SafeResult, type Space, type SteadClient } from '../src/index.node.ts'
@@ -267,6 +267,44 @@ describe('clients against a real relay cluster', () => {
     expect(await n.increment(1, { safe: true })).toMatchObject({ status: 'committed' })
     expect(n.stable).toBe(79)
   }, 60_000)
+
+  it('lets a client that joined after 10,000 updates prove the order of the first and the last, from the relays alone', async () => {
+    const file = JSON.parse(readFileSync(cluster.clusterPath, 'utf8')) as { f: number; relays: Array<{ publicKey: string }> }
+    const keys = { f: file.f, relayKeys: file.relays.map((r) => fromHex(r.publicKey)) }
+    // One envelope per update: each is an update of its own, with its own clock.
+    const writer = await open('chrono', { relays: urls(), storage: memoryStorage(), cluster: file, maxBatchOps: 1 })
+    const settled: string[] = []
+    writer.onSettled((u) => settled.push(u.id))
+    const n = writer.counter('n')
+    const UPDATES = 10_000
+    for (let i = 0; i < UPDATES - 1; i++) void n.increment(1)
+    await writer.flush()
+    await until('9,999 updates committed', () => (n.stable === UPDATES - 1 ? true : undefined), 120_000)
+    // The last one by another author, who applied everything before it (its base covers the first).
+    const other = await open('chrono', { relays: urls(), storage: memoryStorage(), cluster: file })
+    await until('the other author caught up', () => (other.counter('n').stable === UPDATES - 1 ? true : undefined), 60_000)
+    const done = await other.counter('n').increment(1, { safe: true })
+    expect(done).toMatchObject({ status: 'committed', index: UPDATES })
+    // Its id, from its proof by the stable index it took (the other author applied that commit).
+    const last = (await other.clockProof(UPDATES)).id
+    await until('the writer’s updates all settled', () => (settled.length === UPDATES - 1 ? true : undefined), 60_000)
+    const first = settled[0] as string
+    // A client that joins now holds no proof of either: it asks the relays, trusting none of them.
+    const late = await open('chrono', { relays: urls(), storage: memoryStorage(), cluster: file })
+    const cmp = await late.compare(first, last)
+    expect(cmp.order).toBe('before')
+    expect((await late.compare(last, first)).order).toBe('after')
+    const a = await verifyClockCertificate(nodeCrypto, keys, cmp.a.envelope, cmp.a.certificate)
+    const b = await verifyClockCertificate(nodeCrypto, keys, cmp.b.envelope, cmp.b.certificate)
+    expect(a.index).toBe(1)
+    expect(b.index).toBe(UPDATES)
+    expect(a.index as number).toBeLessThanOrEqual(b.env.base)
+    // A proof with too few relays' signatures, or a forged one, is refused.
+    const short = { ...cmp.a.certificate, signatures: cmp.a.certificate.signatures.slice(0, keys.f) }
+    await expect(verifyClockCertificate(nodeCrypto, keys, cmp.a.envelope, short)).rejects.toMatchObject({ reason: 'bad-signature' })
+    const forged = { ...cmp.a.certificate, signatures: cmp.a.certificate.signatures.map((s) => ({ ...s, sig: new Uint8Array(64).fill(7) })) }
+    await expect(verifyClockCertificate(nodeCrypto, keys, cmp.a.envelope, forged)).rejects.toMatchObject({ reason: 'bad-signature' })
+  }, 300_000)
 
   it('keeps committing when a relay is killed mid-session', async () => {
     const [a, b] = clients as [Space, Space]

@@ -59,7 +59,7 @@ type DecidedKey = [string, string]
 export class AttestedCommits {
   private readonly heads: KvTable<HeadKey>
   private readonly chunks: KvTable<ChunkKey>
-  /** [space, envelope id hex] → the position of the commit that decided it: how a clock proof of any kept update is found. */
+  /** [space, envelope id hex] → the position of the commit that committed it: how a clock proof of any kept update is found. */
   private readonly decided: KvTable<DecidedKey>
 
   constructor(heads: KvTable<HeadKey>, chunks: KvTable<ChunkKey>, decided: KvTable<DecidedKey>) {
@@ -143,9 +143,13 @@ export class AttestedCommits {
   }
 }
 
-/** The envelope ids an attestation decides, hex. */
+/**
+ * The envelope ids an attestation commits, hex. Only those: a copy of a
+ * committed envelope ordered again later is decided anew (a duplicate),
+ * and must not hide the commit that took it.
+ */
 function decidedIds(attestation: Uint8Array): string[] {
-  return decodeAttestation(attestation).decisions.map((d) => toHex(d[0]))
+  return decodeAttestation(attestation).decisions.flatMap((d) => (d[1] === 'committed' ? [toHex(d[0])] : []))
 }
 
 function commitHead(key: HeadKey, value: Uint8Array): StoredCommitHead {
