@@ -1,7 +1,7 @@
 import { ReliableReplica, SteadError, StableAudit, clockFrom, clockInit, encodeClockVote, fromHex, sealEnvelope, verifyClockCertificate, type Envelope, type EnvelopeDraft } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
-import { ClockVotes, MAX_VOTES_ONLY, PARK_MS, type CastVote } from '../src/runtime/clock-votes.ts'
+import { ClockVotes, HELD_MS, MAX_VOTES_ONLY, PARK_MS, type CastVote } from '../src/runtime/clock-votes.ts'
 import type { Message } from '../src/consensus/index.ts'
 import { HandClock } from './helpers/hand-clock.ts'
 import { identity } from './helpers/envelopes.ts'
@@ -48,7 +48,7 @@ function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } 
   return { votes, clock, sent, disk, judged, written, replica, durable, votedIds }
 }
 
-const peerVote = (relay: number, env: Envelope, space = SPACE) => [space, env.id, signSync(relays[relay]!.secretKey, encodeClockVote(space, env.id))] as const
+const peerVote = (relay: number, env: Envelope, weight: number, space = SPACE) => [space, env.id, weight, signSync(relays[relay]!.secretKey, encodeClockVote(space, env.id, weight))] as const
 
 describe('ClockVotes', () => {
   it('votes once its inputs are here, persists before it speaks, and gathers a certificate of ceil((N+f+1)/2) votes', async () => {
@@ -67,31 +67,36 @@ describe('ClockVotes', () => {
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
     await r.durable()
     expect(r.votedIds()).toEqual([a1.idHex, b1.idHex])
+    // Its weight: the sum of its full clock, alice:1 and its own 1.
+    expect(r.votes.certificate(SPACE, b1.idHex)?.votes).toEqual([[0, 2, expect.any(Uint8Array)]])
     // Peers' votes: a forged one and one for another space count for nothing; two good ones make three.
-    r.votes.onVotes(3, [[SPACE, b1.id, signSync(relays[2]!.secretKey, encodeClockVote(SPACE, b1.id))]])
-    r.votes.onVotes(2, [peerVote(2, b1, 'elsewhere')])
+    r.votes.onVotes(3, [[SPACE, b1.id, 2, signSync(relays[2]!.secretKey, encodeClockVote(SPACE, b1.id, 2))]])
+    r.votes.onVotes(2, [peerVote(2, b1, 2, 'elsewhere')])
     expect(r.votes.certificate(SPACE, b1.idHex)?.votes.length).toBe(1)
-    r.votes.onVotes(1, [peerVote(1, b1)])
-    r.votes.onVotes(2, [peerVote(2, b1)])
+    r.votes.onVotes(1, [peerVote(1, b1, 2)])
+    r.votes.onVotes(2, [peerVote(2, b1, 2)])
     const held = r.votes.certificate(SPACE, b1.idHex)
     expect(held?.votes.map(([relay]) => relay).sort()).toEqual([0, 1, 2])
-    const signatures = (held?.votes ?? []).map(([relay, sig]) => ({ relay, sig }))
-    expect((await verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', signatures })).index).toBeUndefined()
-    await expect(verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', signatures: signatures.slice(0, 2) })).rejects.toMatchObject({ reason: 'bad-signature' })
+    const signatures = (held?.votes ?? []).map(([relay, , sig]) => ({ relay, sig }))
+    expect(await verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', weight: 2, signatures })).toMatchObject({ index: undefined, weight: 2 })
+    await expect(verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', weight: 2, signatures: signatures.slice(0, 2) })).rejects.toMatchObject({ reason: 'bad-signature' })
+    await expect(verifyClockCertificate(nodeCrypto, cluster, b1.signed, { kind: 'validators', weight: 3, signatures })).rejects.toMatchObject({ reason: 'bad-signature' })
   })
 
   it('takes peers’ votes that come before the envelope, and checks them once it is here', async () => {
     const r = relay()
     const a1 = await seal(alice, 1)
-    const forged = signSync(relays[3]!.secretKey, encodeClockVote(SPACE, new Uint8Array(32)))
-    r.votes.onVotes(1, [peerVote(1, a1)])
-    r.votes.onVotes(3, [[SPACE, a1.id, forged]])
+    const forged = signSync(relays[3]!.secretKey, encodeClockVote(SPACE, new Uint8Array(32), 1))
+    r.votes.onVotes(1, [peerVote(1, a1, 1)])
+    r.votes.onVotes(3, [[SPACE, a1.id, 1, forged]])
+    // A liar's vote for another weight is kept as what it is, and makes no certificate of that weight.
+    r.votes.onVotes(2, [peerVote(2, a1, 7)])
     expect(r.votes.certificate(SPACE, a1.idHex)).toBeUndefined()
     r.votes.see(a1, a1.signed.bytes)
     await r.durable()
-    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay).sort()).toEqual([0, 1])
+    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay, weight]) => [relay, weight]).sort()).toEqual([[0, 1], [1, 1], [2, 7]])
     // Votes for envelopes never seen are kept unchecked, a bounded number.
-    for (let i = 0; i < MAX_VOTES_ONLY + 500; i++) r.votes.onVotes(2, [[SPACE, fromHex(i.toString(16).padStart(64, '0')), forged]])
+    for (let i = 0; i < MAX_VOTES_ONLY + 500; i++) r.votes.onVotes(2, [[SPACE, fromHex(i.toString(16).padStart(64, '0')), 1, forged]])
     expect(r.votes.size).toBeLessThanOrEqual(MAX_VOTES_ONLY + 1)
     expect(r.votes.certificate(SPACE, a1.idHex)).toBeDefined()
   })
@@ -141,7 +146,7 @@ describe('ClockVotes', () => {
     expect(r.votes.certificate(SPACE, waiting.idHex)).toBeUndefined()
   })
 
-  it('waits for a base ahead of its stable index, and forgets what the audit decided', async () => {
+  it('waits for a base ahead of its stable index, and keeps serving a certificate after the audit decided it', async () => {
     const replica = new ReliableReplica({ space: SPACE })
     const r = relay({ replica })
     const a1 = await seal(alice, 1)
@@ -154,9 +159,11 @@ describe('ClockVotes', () => {
     r.votes.settle()
     await r.durable()
     expect(r.votedIds()).toEqual([b1.idHex])
-    // Decided: its commit proves it from now on.
+    // Decided: its commit proves it too, and its votes (which state its weight) are served for a while yet.
     replica.commit([b1])
     r.votes.decided(SPACE, b1.idHex)
+    expect(r.votes.certificate(SPACE, b1.idHex)?.votes).toEqual([[0, 2, expect.any(Uint8Array)]])
+    await r.clock.advance(HELD_MS + PARK_MS)
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
   })
 })

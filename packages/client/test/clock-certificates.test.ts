@@ -1,5 +1,5 @@
 import 'fake-indexeddb/auto'
-import { clockInit, clockQuorum, sealEnvelope, verifyClockCertificate } from '@stead/core'
+import { clockInit, clockQuorum, clockRank, sealEnvelope, verifyClockCertificate, type CertifiedClock } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import type { SimCluster } from '@stead/sim'
 import { describe, expect, it } from 'vitest'
@@ -61,8 +61,10 @@ describe('clock certificates before order', () => {
     const checked = await verifyClockCertificate(nodeCrypto, keys, early.envelope, early.certificate)
     expect(checked.env.idHex).toBe(id)
     expect(checked.index).toBeUndefined()
+    // The relays vouch for its weight too, the sum of its full clock: it saw nothing before it.
+    expect(checked.weight).toBe(1)
     // f+1 votes are not a certificate: the monotonicity validator is stateful.
-    const short = { kind: 'validators' as const, signatures: early.certificate.signatures.slice(0, c.f + 1) }
+    const short = { ...early.certificate, signatures: early.certificate.signatures.slice(0, c.f + 1) }
     await expect(verifyClockCertificate(nodeCrypto, keys, early.envelope, short)).rejects.toMatchObject({ reason: 'bad-signature' })
     expect(c.relays.every((r) => r.node.reads.stableIndexOf('bank') === 0)).toBe(true)
 
@@ -84,6 +86,11 @@ describe('clock certificates before order', () => {
     const cmp = await a.compare(first, second)
     expect(cmp.order).toBe('before')
     expect([cmp.a.index, cmp.b.index]).toEqual([undefined, undefined])
+    // Their weights extend that order to a total one (the second saw the first: 2 against 1).
+    const keys = { f: c.f, relayKeys: c.relays.map((r) => r.publicKey) }
+    const [x, y] = await Promise.all([cmp.a, cmp.b].map((p) => verifyClockCertificate(nodeCrypto, keys, p.envelope, p.certificate)))
+    expect([x?.weight, y?.weight]).toEqual([1, 2])
+    expect(clockRank(x as CertifiedClock, y as CertifiedClock)).toBeLessThan(0)
     expect((await b.compare(second, first)).order).toBe('after')
     // Bases 0 on all three: none can commit at or below another's base, so concurrency is proven too.
     expect((await a.compare(other, second)).order).toBe('concurrent')

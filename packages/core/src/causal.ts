@@ -166,6 +166,28 @@ export function judgeClock(env: ClockedEnvelope, inputs: ClockInputs): ClockVerd
   return unverified === undefined ? { ok: true, verified: true } : { ok: true, verified: false, detail: unverified }
 }
 
+/**
+ * The sum of an envelope's full clock. Every envelope committed at or
+ * below the base counts one for its author in F(b), so F(b) sums to b; the
+ * listed entries and the author's own seq add what they have beyond F(b).
+ * It strictly grows along happened-before (a full clock that follows
+ * another is at least as large everywhere and larger at its author), so
+ * ordering by it, ties broken by author and seq, is a total order that
+ * extends the causal one: Lamport's timestamp, derived from the vector.
+ * Undefined when F(b) is not known exactly where it matters.
+ */
+export function clockWeight(env: ClockedEnvelope, committedAt: (authorId: string, base: number) => SeqBounds): number | undefined {
+  let weight = env.base
+  const own: [string, number] = [env.authorId, env.seq]
+  for (const [a, n] of [...[...env.clock].filter(([a]) => a !== env.authorId), own]) {
+    const f = committedAt(a, env.base)
+    if (n <= f.lo) continue
+    if (f.lo !== f.hi) return undefined
+    weight += n - f.lo
+  }
+  return weight
+}
+
 /** An envelope an author cites as a dep, as the author knows it. */
 export type DepClock = Pick<Envelope, 'authorId' | 'seq' | 'base' | 'clock'>
 

@@ -22,7 +22,10 @@ import { decodeAttestation } from './protocol.ts'
  *
  * - **Before any order** (`kind: 'validators'`). A relay runs all three
  *   validators on an envelope as soon as it holds it and its inputs, and
- *   signs `encodeClockVote(space, id)`. Monotonicity is stateful (a relay
+ *   signs `encodeClockVote(space, id, weight)`, the weight being the sum
+ *   of the full clock (`clockWeight`: every correct relay computes the
+ *   same, so a certificate vouches for it; ordering by it extends the
+ *   causal order to a total one). Monotonicity is stateful (a relay
  *   remembers the envelope it signed for each author and seq), so a
  *   certificate takes ceil((N+f+1)/2) relays' signatures (`clockQuorum`):
  *   any two such quorums share a correct relay, which signed one envelope
@@ -94,10 +97,12 @@ export interface CommitCertificate {
   readonly signatures: ReadonlyArray<RelaySignature>
 }
 
-/** A clock's certificate before any order: ceil((N+f+1)/2) relays' signatures over `encodeClockVote(space, id)`. */
+/** A clock's certificate before any order: ceil((N+f+1)/2) relays' signatures over `encodeClockVote(space, id, weight)`. */
 export interface ValidatorCertificate {
   /** Says which kind of certificate this is. */
   readonly kind: 'validators'
+  /** The sum of the envelope's full clock, as the relays computed it (see `clockWeight`). */
+  readonly weight: number
   /** The relays' signatures over the vote, by their index in the cluster. */
   readonly signatures: ReadonlyArray<RelaySignature>
 }
@@ -108,9 +113,9 @@ export type ClockCertificate = CommitCertificate | ValidatorCertificate
 /** Tag of the statement a relay signs when an envelope passed its three validators. */
 export const CLOCK_VOTE_TAG = 'stead/clock-vote/v1'
 
-/** The bytes a relay signs to say the envelope `id` of `space` passed its update, monotonicity and application validators. */
-export function encodeClockVote(space: string, id: Uint8Array): Uint8Array {
-  return encode([CLOCK_VOTE_TAG, space, id])
+/** The bytes a relay signs to say the envelope `id` of `space` passed its update, monotonicity and application validators, and its full clock sums to `weight`. */
+export function encodeClockVote(space: string, id: Uint8Array, weight: number): Uint8Array {
+  return encode([CLOCK_VOTE_TAG, space, id, weight])
 }
 
 /** How many relays' votes make a validator certificate: ceil((N+f+1)/2), Chrono's quorum for a stateful validator (2f+1 when N = 3f+1). */
@@ -124,6 +129,8 @@ export interface CertifiedClock {
   readonly env: Envelope
   /** The stable index it committed at; undefined for a validator certificate (the order may not exist yet). */
   readonly index: number | undefined
+  /** The sum of its full clock (see `clockWeight`), as a validator certificate states it; undefined for a commit's. */
+  readonly weight?: number
   /**
    * Its units (`envelopeUnits`) the audit rejected: they never took effect,
    * though the envelope committed. Who reads what an update did skips them.
@@ -147,9 +154,10 @@ export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, e
   const env = await openEnvelope(crypto, envelope)
   if (cert.kind === 'validators') {
     const quorum = clockQuorum(cluster)
-    const valid = await countSigners(crypto, cluster, encodeClockVote(env.space, env.id), cert.signatures)
+    if (!Number.isSafeInteger(cert.weight) || cert.weight < env.seq) throw new SteadError('malformed', `a clock weight is a whole number of at least the envelope's seq, not ${cert.weight}`)
+    const valid = await countSigners(crypto, cluster, encodeClockVote(env.space, env.id, cert.weight), cert.signatures)
     if (valid < quorum) throw new SteadError('bad-signature', `${valid} valid relay votes on the clock; a validator certificate needs ceil((N+f+1)/2) = ${quorum}`)
-    return { env, index: undefined, rejected: [] }
+    return { env, index: undefined, weight: cert.weight, rejected: [] }
   }
   const valid = await countSigners(crypto, cluster, cert.attestation, cert.signatures)
   if (valid < cluster.f + 1) throw new SteadError('bad-signature', `${valid} valid relay signatures on the attestation; a certificate needs f+1 = ${cluster.f + 1}`)
@@ -173,6 +181,20 @@ async function countSigners(crypto: Crypto, cluster: Cluster, bytes: Uint8Array,
     checks.push(crypto.verify(key, bytes, sig))
   }
   return (await Promise.all(checks)).filter(Boolean).length
+}
+
+/**
+ * A total order on clocks with validator certificates that extends the
+ * causal one (Chrono's ≺ for Lamport's mutual exclusion): by weight, then
+ * author, then seq. Negative when `a` comes first. Both need a weight.
+ *
+ * @throws SteadError `unsupported` for a clock certified by its commit only (no weight).
+ */
+export function clockRank(a: CertifiedClock, b: CertifiedClock): number {
+  if (a.weight === undefined || b.weight === undefined) throw new SteadError('unsupported', 'ranking clocks takes their weights, which only validator certificates state')
+  if (a.weight !== b.weight) return a.weight - b.weight
+  if (a.env.authorId !== b.env.authorId) return a.env.authorId < b.env.authorId ? -1 : 1
+  return a.env.seq - b.env.seq
 }
 
 /**

@@ -29,7 +29,7 @@ import {
   type ValuePatch,
 } from './crdt/index.ts'
 import { encode, type Signed } from './codec.ts'
-import { judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
+import { clockWeight, judgeClock, MAX_KEPT_CLOCK_ENTRIES, type ClockInputs, type ClockRecord, type ClockVerdict, type CommittedClock } from './causal.ts'
 import { envelopeUnits, type Envelope, type EnvelopeUnit } from './envelope.ts'
 import { bytesEqual, fromHex, toHex } from './bytes.ts'
 import { verifyEd25519Sync } from './crypto/noble.ts'
@@ -854,6 +854,11 @@ export class StableAudit {
       e && { authorId: e.authorId, seq: e.seq, record: { index: Number.MAX_SAFE_INTEGER, base: e.base, clock: e.clock.size <= MAX_KEPT_CLOCK_ENTRIES ? e.clock : undefined, verified: vouched } }
     const prev = stable.prev ?? claimOf(held.prev)?.record
     return judgeClock(env, { ...stable, prev, dep: (idHex) => stable.dep(idHex) ?? claimOf(held.byId(idHex)) })
+  }
+
+  /** The sum of `env`'s full clock (see `clockWeight`), from this stable history; undefined while its base is ahead or where it no longer knows F(base). */
+  clockWeight(env: Envelope): number | undefined {
+    return env.base > this.index ? undefined : clockWeight(env, (a, b) => this.committedAt(a, b))
   }
 
   protected clockInputs(env: Envelope): ClockInputs {

@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { composeClock, judgeClock, type ClockInputs } from '../src/causal.ts'
-import { causalOrder, clockQuorum, encodeClockVote, verifyClockCertificate, type CertifiedClock, type ClockCertificate } from '../src/chrono.ts'
+import { causalOrder, clockQuorum, clockRank, encodeClockVote, verifyClockCertificate, type CertifiedClock, type ClockCertificate } from '../src/chrono.ts'
 import { clockFrom, clockInit, type Clock } from '../src/clock.ts'
 import { type Declaration } from '../src/crdt/index.ts'
 import { nodeCrypto } from '../src/crypto/node.ts'
@@ -43,6 +43,9 @@ function fullClock(env: Envelope, committedAt: (author: string, index: number) =
   }
   return out
 }
+
+/** What a promise ends with: 'accepted', or the reason it was refused. */
+const reason = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (isSteadError(e) ? e.reason : String(e)))
 
 describe('envelope clocks (Chrono with a stable base)', () => {
   it('refuses a forged entry with bad-clock in the audit, and the slot stays open for an honest envelope', async () => {
@@ -174,6 +177,7 @@ describe('envelope clocks (Chrono with a stable base)', () => {
             return n
           }
           const decided: Array<CertifiedClock> = []
+          const weights = new Map<string, number>()
           let unordered: Envelope[] = []
           for (const [who, commitNow, hear] of steps) {
             const me = state[who]!
@@ -201,6 +205,9 @@ describe('envelope clocks (Chrono with a stable base)', () => {
             bump(author.id, seq)
             for (const [a, n] of [...truth]) if (n === 0) truth.delete(a)
             past.set(env.idHex, truth)
+            // The weight relays vote for is the sum of the true causal past, from what the stable history says of F(base).
+            weights.set(env.idHex, audit.clockWeight(env) as number)
+            expect(weights.get(env.idHex)).toBe([...truth.values()].reduce((x, y) => x + y, 0))
             sent.push(env)
             expect(viewer.judgeReceived(env)?.ok ?? true).toBe(true)
             viewer.receive(env)
@@ -226,6 +233,8 @@ describe('envelope clocks (Chrono with a stable base)', () => {
               const yx = (past.get(x.env.idHex)?.get(y.env.authorId) ?? 0) >= y.env.seq
               const want = x.env.idHex === y.env.idHex ? 'equal' : xy ? 'before' : yx ? 'after' : 'concurrent'
               expect(causalOrder(x, y)).toBe(want)
+              // The weight grows along happened-before: ranking by it extends the causal order.
+              if (want === 'before') expect(clockRank({ ...x, weight: weights.get(x.env.idHex) }, { ...y, weight: weights.get(y.env.idHex) })).toBeLessThan(0)
               // Certified before order (no stable index known), the answer is the same or waits for an index, never wrong.
               const early = causalOrder({ ...x, index: undefined }, { ...y, index: undefined })
               if (early !== undefined) expect(early).toBe(want)
@@ -245,28 +254,34 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     expect(clockQuorum({ f: 2, relayKeys: [...relays, ...relays, ...relays].slice(0, 7).map((r) => r.publicKey) })).toBe(5)
     const b1 = await seal(bob, 1)
     const a1 = await seal(alice, 1, { clock: clockFrom([[bob.id, 1]]), deps: [b1] })
-    const vote = async (i: number, env = b1, space = SPACE) => ({ relay: i, sig: await crypto.sign(relays[i]!.secretKey, encodeClockVote(space, env.id)) })
-    const b = await verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(3)] })
+    // Weights: b1 and c1 have seen nothing (1); a1 saw b1 (2).
+    const weightOf = (env: Envelope) => (env === a1 ? 2 : 1)
+    const vote = async (i: number, env = b1, space = SPACE, weight = weightOf(env)) => ({ relay: i, sig: await crypto.sign(relays[i]!.secretKey, encodeClockVote(space, env.id, weight)) })
+    const b = await verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(3)] })
     expect(b.index).toBeUndefined()
-    const a = await verifyClockCertificate(crypto, cluster, a1.signed, { kind: 'validators', signatures: [await vote(1, a1), await vote(2, a1), await vote(3, a1)] })
+    expect(b.weight).toBe(1)
+    const a = await verifyClockCertificate(crypto, cluster, a1.signed, { kind: 'validators', weight: 2, signatures: [await vote(1, a1), await vote(2, a1), await vote(3, a1)] })
+    expect(clockRank(b, a)).toBeLessThan(0)
+    // A vote for another weight counts for nothing; a weight below the seq is no weight.
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(2, b1, SPACE, 5)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, a1.signed, { kind: 'validators', weight: 0, signatures: [] }))).toBe('malformed')
     // a1 lists bob:1: before, with no order at all.
     expect(causalOrder(b, a)).toBe('before')
     expect(causalOrder(a, b)).toBe('after')
-    const reason = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (isSteadError(e) ? e.reason : String(e)))
     // f+1 is enough for the audit's word, not for a stateful validator's.
-    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1)] }))).toBe('bad-signature')
-    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(1)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(1)] }))).toBe('bad-signature')
     // A vote for another envelope, another space, or by a relay outside the cluster counts for nothing.
-    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(2, a1)] }))).toBe('bad-signature')
-    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(2, b1, 'elsewhere')] }))).toBe('bad-signature')
-    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', signatures: [await vote(0), await vote(1), { relay: 7, sig: (await vote(2)).sig }] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(2, a1)] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(2, b1, 'elsewhere')] }))).toBe('bad-signature')
+    expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), { relay: 7, sig: (await vote(2)).sig }] }))).toBe('bad-signature')
     // Votes for one envelope do not certify a forgery of it (its id is the hash of its bytes).
     const forged = { bytes: b1.signed.bytes.slice(), sig: b1.signed.sig }
     forged.bytes[forged.bytes.length - 1] = (forged.bytes[forged.bytes.length - 1] as number) ^ 1
-    expect(await reason(verifyClockCertificate(crypto, cluster, forged, { kind: 'validators', signatures: [await vote(0), await vote(1), await vote(3)] }))).not.toBe('accepted')
+    expect(await reason(verifyClockCertificate(crypto, cluster, forged, { kind: 'validators', weight: 1, signatures: [await vote(0), await vote(1), await vote(3)] }))).not.toBe('accepted')
     // Neither lists the other and neither index is known: it waits for one, unless the bases decide.
     const c1 = await seal(carol, 1)
-    const c = await verifyClockCertificate(crypto, cluster, c1.signed, { kind: 'validators', signatures: [await vote(0, c1), await vote(1, c1), await vote(2, c1)] })
+    const c = await verifyClockCertificate(crypto, cluster, c1.signed, { kind: 'validators', weight: 1, signatures: [await vote(0, c1), await vote(1, c1), await vote(2, c1)] })
     expect(causalOrder(b, c)).toBe('concurrent') // both bases 0: neither can have committed at or below the other's
     const late = { env: { ...c1, base: 5 } as typeof c1, index: undefined, rejected: [] }
     expect(causalOrder(b, late)).toBeUndefined() // b may have committed at or below 5
@@ -346,7 +361,6 @@ describe('envelope clocks (Chrono with a stable base)', () => {
     expect(causalOrder(certified, ab)).toBe('before')
     expect(causalOrder(ab, certified)).toBe('after')
     // One relay is not enough, nor the same relay twice, nor a signature over other bytes, nor a relay outside the cluster.
-    const reason = (p: Promise<unknown>) => p.then(() => 'accepted', (e: unknown) => (isSteadError(e) ? e.reason : String(e)))
     expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(0)] }))).toBe('bad-signature')
     expect(await reason(verifyClockCertificate(crypto, cluster, b1.signed, { attestation, signatures: [await sign(1), await sign(1)] }))).toBe('bad-signature')
     const other = encodeAttestation({ ...decodeAttestation(attestation), toIndex: 4 })

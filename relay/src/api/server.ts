@@ -333,7 +333,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
           relay: node.me,
           id: idHex,
           envelope: found.frame ? toBase64Url(found.frame) : null,
-          votes: found.votes.map(([relay, sig]) => [relay, toHex(sig)]),
+          votes: found.votes.map(([relay, weight, sig]) => [relay, weight, toHex(sig)]),
           attestation: found.attestation ? toBase64Url(found.attestation.bytes) : null,
           sig: found.attestation ? toHex(found.attestation.sig) : null,
         },

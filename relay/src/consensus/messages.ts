@@ -138,8 +138,8 @@ export type Message =
    * and, from relays that have it, its signature over its attestation of the commit asked about (paced clients take f+1 of those).
    */
   | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array; readonly attestationSig?: Uint8Array }
-  /** The sender's clock votes: [space, envelope id, its signature over encodeClockVote(space, id)] (see relay/src/runtime/clock-votes.ts; checked there). */
-  | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, sig: Uint8Array]> }
+  /** The sender's clock votes: [space, envelope id, weight, its signature over encodeClockVote(space, id, weight)] (see relay/src/runtime/clock-votes.ts; checked there). */
+  | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, weight: number, sig: Uint8Array]> }
 
 /** Clock votes one message carries at most (ClockVotes sends up to 512). */
 const MAX_CLOCK_VOTES = 512
@@ -330,8 +330,8 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return {
         kind: 'clock-votes',
         votes: expect.array(v[1], 'clock-votes.votes', MAX_CLOCK_VOTES).map((t, i) => {
-          const [space, id, sig] = expect.array(t, `clock-votes.votes[${i}]`, 3)
-          return [expect.string(space, `clock-votes.votes[${i}].space`, DEFAULT_LIMITS.maxSpaceChars, 1), expect.bytes(id, `clock-votes.votes[${i}].id`, 32), expect.bytes(sig, `clock-votes.votes[${i}].sig`, 64)] as const
+          const [space, id, weight, sig] = expect.array(t, `clock-votes.votes[${i}]`, 4)
+          return [expect.string(space, `clock-votes.votes[${i}].space`, DEFAULT_LIMITS.maxSpaceChars, 1), expect.bytes(id, `clock-votes.votes[${i}].id`, 32), expect.uint(weight, `clock-votes.votes[${i}].weight`), expect.bytes(sig, `clock-votes.votes[${i}].sig`, 64)] as const
         }),
       }
     default:

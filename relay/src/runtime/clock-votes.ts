@@ -12,11 +12,12 @@ import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
  * relay voted for), the monotonicity validator (one vote per author and
  * seq, ever, in seq order: remembered on disk) and the application
  * validator (the space's write permission and the operators' rule). If
- * all pass it signs `encodeClockVote(space, id)` and, once that vote is
- * durable, sends it to its peers. Votes of ceil((N+f+1)/2) relays are the
- * envelope's validator certificate (see @stead/core chrono.ts), which this
- * relay serves (`certificate`) until the envelope commits; from then on
- * the commit's attestation proves the clock.
+ * all pass it signs `encodeClockVote(space, id, weight)` (the weight: the
+ * sum of the full clock, `StableAudit.clockWeight`) and, once that vote is
+ * durable, sends it to its peers. Votes of ceil((N+f+1)/2) relays for one
+ * weight are the envelope's validator certificate (see @stead/core
+ * chrono.ts), which this relay serves (`certificate`) for HELD_MS, also
+ * after the envelope commits (its commit's attestation proves it too).
  *
  * An input this relay does not hold yet (an envelope cited as a dep, the
  * author's previous one) parks the envelope until it arrives: from a
@@ -77,10 +78,10 @@ interface Held {
   env: Envelope | undefined
   frame: Uint8Array | undefined
   state: 'votes-only' | 'waiting' | 'voted' | 'refused'
-  /** Checked signatures by relay index (this relay's once its vote is durable). */
-  readonly votes: Map<number, Uint8Array>
+  /** Votes whose signature checked, by relay index (this relay's once it is durable); the first of each relay. */
+  readonly votes: Map<number, Vote>
   /** Peers' votes that came before the envelope: checked once it is held (a liar's votes for nothing cost no signature check). */
-  unchecked: Map<number, Uint8Array> | undefined
+  unchecked: Map<number, Vote> | undefined
   /** Asks the client that brought the envelope for envelopes of the space it cites. */
   ask: ((ids: readonly string[]) => void) | undefined
   /** Ids already asked for, so each is asked once. */
@@ -88,10 +89,16 @@ interface Held {
   since: number
 }
 
-/** A clock vote this relay has for an envelope, as served to clients: the envelope's frame and the votes held. */
+/** One relay's vote: the weight it computed and its signature over `encodeClockVote(space, id, weight)`. */
+export interface Vote {
+  readonly weight: number
+  readonly sig: Uint8Array
+}
+
+/** The clock votes this relay has for an envelope, as served to clients: the envelope's frame and the votes, [relay, weight, signature]. */
 export interface HeldCertificate {
   readonly frame: Uint8Array
-  readonly votes: ReadonlyArray<readonly [number, Uint8Array]>
+  readonly votes: ReadonlyArray<readonly [number, number, Uint8Array]>
 }
 
 function first<T>(set: ReadonlySet<T>): T | undefined {
@@ -108,7 +115,7 @@ export class ClockVotes {
   /** space \0 author → the last vote cast for that author (the monotonicity validator's table). */
   private readonly lastVote = new Map<string, { seq: number; idHex: string }>()
   /** Votes signed and not yet durable; sent once they are. */
-  private outgoing: Array<{ held: Held; vote: CastVote; sig: Uint8Array }> = []
+  private outgoing: Array<{ held: Held; vote: CastVote; weight: number; sig: Uint8Array }> = []
   /** Spaces where a vote was cast since they were last tried: their parked envelopes may pass now. */
   private readonly moved = new Set<string>()
   private flushTimer: HostTimer | undefined
@@ -158,22 +165,22 @@ export class ClockVotes {
     h.ask = ask
     const unchecked = h.unchecked
     h.unchecked = undefined
-    for (const [relay, sig] of unchecked ?? []) this.count(h, relay, sig)
+    for (const [relay, vote] of unchecked ?? []) this.count(h, relay, vote)
     this.tryVote(h)
     this.settle()
   }
 
   /** A peer's votes: kept if valid, for envelopes held; for others, unchecked until the envelope comes (bounded). */
-  onVotes(from: number, votes: ReadonlyArray<readonly [string, Uint8Array, Uint8Array]>): void {
+  onVotes(from: number, votes: ReadonlyArray<readonly [string, Uint8Array, number, Uint8Array]>): void {
     if (this.stopped || from === this.host.me) return
-    for (const [space, id, sig] of votes) {
+    for (const [space, id, weight, sig] of votes) {
       const idHex = toHex(id)
       let h = this.held.get(idHex)
       if (h && h.space !== space) continue
       if (!h && this.votesOnly >= MAX_VOTES_ONLY) continue
       if (!h) h = this.hold(space, idHex)
-      if (h.env) this.count(h, from, sig)
-      else (h.unchecked ??= new Map()).set(from, sig)
+      if (h.env) this.count(h, from, { weight, sig })
+      else if (!h.unchecked?.has(from)) (h.unchecked ??= new Map()).set(from, { weight, sig })
     }
   }
 
@@ -185,17 +192,18 @@ export class ClockVotes {
   certificate(space: string, idHex: string): HeldCertificate | undefined {
     const h = this.held.get(idHex)
     if (!h || h.space !== space || !h.frame || h.votes.size === 0) return undefined
-    return { frame: h.frame, votes: [...h.votes] }
+    return { frame: h.frame, votes: [...h.votes].map(([relay, v]) => [relay, v.weight, v.sig] as const) }
   }
 
   /**
    * The audit decided envelope `idHex` of `space`: its commit proves its
-   * clock from now on, and envelopes waiting on it may pass (at the next
+   * clock from now on (its votes are still served, for HELD_MS: they state
+   * its weight), and envelopes waiting on it may pass (at the next
    * `settle`, once the replica is done with the commit).
    */
   decided(space: string, idHex: string): void {
     const h = this.held.get(idHex)
-    if (h?.space === space) this.forget(h)
+    if (h?.space === space && h.state !== 'voted') this.forget(h)
     if (this.parked.get(space)?.size) this.moved.add(space)
   }
 
@@ -227,13 +235,24 @@ export class ClockVotes {
     this.parked.get(h.space)?.delete(h.idHex)
   }
 
-  /** Counts a peer's vote for a held envelope once its signature checks (and only while it still adds to a certificate). */
-  private count(h: Held, relay: number, sig: Uint8Array): void {
+  /** Counts a relay's vote for a held envelope once its signature checks (and only while no weight has a certificate yet). */
+  private count(h: Held, relay: number, vote: Vote): void {
     const key = this.host.committee.keys[relay]
-    if (!key || h.votes.has(relay) || h.votes.size >= this.quorum) return
-    if (!this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex)), sig)) return
-    h.votes.set(relay, sig)
-    if (h.votes.size === this.quorum) this.host.certified?.(h.space, h.idHex)
+    if (!key || h.votes.has(relay) || this.certifiedWeight(h) !== undefined) return
+    if (relay !== this.host.me && !this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex), vote.weight), vote.sig)) return
+    h.votes.set(relay, vote)
+    if (this.certifiedWeight(h) !== undefined) this.host.certified?.(h.space, h.idHex)
+  }
+
+  /** The weight a quorum of the votes held agree on, if any. */
+  private certifiedWeight(h: Held): number | undefined {
+    const tally = new Map<number, number>()
+    for (const v of h.votes.values()) {
+      const n = (tally.get(v.weight) ?? 0) + 1
+      if (n >= this.quorum) return v.weight
+      tally.set(v.weight, n)
+    }
+    return undefined
   }
 
   /** Runs the three validators on a held envelope: votes, refuses, or parks it. */
@@ -261,7 +280,8 @@ export class ClockVotes {
     if (last && last.seq > env.seq) return refuse('refused', `conflict: this relay voted for ${env.authorId}:${last.seq} already`)
     if (last && last.seq === env.seq) {
       // The same envelope again (this relay restarted since, or forgot it): the same vote, signed again.
-      return last.idHex === env.idHex ? this.vote(h, env) : refuse('refused', `conflict: this relay voted for another envelope as ${env.authorId}:${env.seq}`)
+      const again = last.idHex === env.idHex ? replica.clockWeight(env) : undefined
+      return again !== undefined ? this.vote(h, env, again) : refuse('refused', `conflict: this relay voted for another envelope as ${env.authorId}:${env.seq}`)
     }
     const prevCommitted = replica.nextSeq(env.authorId) === env.seq
     const prevVoted = last?.seq === env.seq - 1 ? this.held.get(last.idHex)?.env : undefined
@@ -270,6 +290,8 @@ export class ClockVotes {
     const verdict = replica.judgeBeforeOrder(env, { prev: prevVoted, byId: (idHex) => this.votedEnvelope(idHex) }, true)
     if (verdict === undefined) return park()
     if (!verdict.ok) return refuse('refused', `bad-clock: ${verdict.detail}`)
+    const weight = verdict.ok ? replica.clockWeight(env) : undefined
+    if (verdict.ok && verdict.verified && weight === undefined) return refuse('unverifiable', `its weight needs F(${env.base}) where this relay no longer knows it`)
     if (!verdict.verified) {
       const missing = env.deps.map(toHex).filter((idHex) => !replica.hasCommitted(idHex) && !this.votedEnvelope(idHex))
       if (!missing.length) return refuse('unverifiable', verdict.detail ?? 'its inputs are not all verified')
@@ -280,7 +302,7 @@ export class ClockVotes {
       }
       return park()
     }
-    this.vote(h, env)
+    this.vote(h, env, weight as number)
   }
 
   /** An envelope this relay voted for, by id. */
@@ -289,12 +311,12 @@ export class ClockVotes {
     return h?.state === 'voted' ? h.env : undefined
   }
 
-  private vote(h: Held, env: Envelope): void {
+  private vote(h: Held, env: Envelope, weight: number): void {
     h.state = 'voted'
     this.parked.get(h.space)?.delete(h.idHex)
     const vote: CastVote = { space: h.space, authorId: env.authorId, seq: env.seq, idHex: env.idHex }
     this.lastVote.set(`${h.space}\0${env.authorId}`, { seq: env.seq, idHex: env.idHex })
-    this.outgoing.push({ held: h, vote, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id)) })
+    this.outgoing.push({ held: h, vote, weight, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id, weight)) })
     this.host.judged?.('voted', env)
     this.flushTimer ??= this.host.clock.setTimer(0, () => this.flush())
     // Envelopes that cite this one (or follow it) may pass now.
@@ -312,13 +334,9 @@ export class ClockVotes {
         if (this.stopped) return
         for (let i = 0; i < batch.length; i += MAX_VOTES_PER_MESSAGE) {
           const part = batch.slice(i, i + MAX_VOTES_PER_MESSAGE)
-          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.sig] as const) })
+          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const) })
         }
-        for (const b of batch) {
-          if (b.held.votes.has(this.host.me) || b.held.votes.size >= this.quorum) continue
-          b.held.votes.set(this.host.me, b.sig)
-          if (b.held.votes.size === this.quorum) this.host.certified?.(b.held.space, b.held.idHex)
-        }
+        for (const b of batch) this.count(b.held, this.host.me, { weight: b.weight, sig: b.sig })
       },
       // The store failed: the relay stops on its own write path; these votes are never sent.
       () => undefined,

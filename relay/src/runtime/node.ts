@@ -480,7 +480,7 @@ export class RelayNode {
    * attestation of that commit. A client unions several relays' answers
    * into a certificate. Undefined when this relay knows nothing of it.
    */
-  clockEvidence(space: string, idHex: string): { frame: Uint8Array | undefined; votes: ReadonlyArray<readonly [number, Uint8Array]>; attestation: Signed | undefined } | undefined {
+  clockEvidence(space: string, idHex: string): { frame: Uint8Array | undefined; votes: ReadonlyArray<readonly [number, number, Uint8Array]>; attestation: Signed | undefined } | undefined {
     const held = this.clockVotes.certificate(space, idHex)
     const decided = this.reads.decidedEnvelope(space, idHex)
     if (!held && !decided) return undefined

@@ -36,8 +36,8 @@ export interface RelayEvidence {
   readonly relay: number
   /** The envelope's frame, if it sent one. */
   readonly frame: Uint8Array | undefined
-  /** Clock votes it gathered: [relay, signature]. */
-  readonly votes: ReadonlyArray<readonly [number, Uint8Array]>
+  /** Clock votes it gathered: [relay, weight, signature]. */
+  readonly votes: ReadonlyArray<readonly [number, number, Uint8Array]>
   /** Its own attestation of the commit that decided the update, if any. */
   readonly attestation: Signed | undefined
 }
@@ -164,7 +164,8 @@ export class ClockProofs {
  * The proof relays' answers make for envelope `idHex`, checked with
  * `verifyClockCertificate`: the commit's (f+1 relays' attestations alike)
  * when there is one, else the clock votes (ceil((N+f+1)/2) relays' valid
- * votes, each relay's taken from whichever answer has a valid one).
+ * votes for one weight, each relay's taken from whichever answer has a
+ * valid one).
  * Undefined when they make neither. A relay's answer is believed in
  * nothing: a liar's bytes fail the checks and count for nothing.
  */
@@ -198,18 +199,22 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
     if (certified) return { certified, proof: { id: idHex, index: certified.index, envelope, certificate } }
   }
-  // Before the order: the relays' clock votes, each relay's first valid one.
-  const vote = encodeClockVote(space, id)
-  const valid = new Map<number, Uint8Array>()
+  // Before the order: the relays' clock votes, each relay's first valid one, for the weight a quorum of them signed.
+  const byWeight = new Map<number, Map<number, Uint8Array>>()
   for (const a of answers) {
-    for (const [relay, sig] of a.votes) {
+    for (const [relay, weight, sig] of a.votes) {
       const key = cluster.relayKeys[relay]
-      if (!key || valid.has(relay)) continue
-      if (await crypto.verify(key, vote, sig)) valid.set(relay, sig)
+      const valid = byWeight.get(weight) ?? new Map<number, Uint8Array>()
+      if (!key || valid.has(relay) || !Number.isSafeInteger(weight) || weight < 0) continue
+      if (!(await crypto.verify(key, encodeClockVote(space, id, weight), sig))) continue
+      byWeight.set(weight, valid.set(relay, sig))
     }
   }
-  if (valid.size < clockQuorum(cluster)) return undefined
-  const certificate: ClockCertificate = { kind: 'validators', signatures: [...valid].map(([relay, sig]) => ({ relay, sig })) }
-  const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
-  return certified && { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
+  for (const [weight, valid] of byWeight) {
+    if (valid.size < clockQuorum(cluster)) continue
+    const certificate: ClockCertificate = { kind: 'validators', weight, signatures: [...valid].map(([relay, sig]) => ({ relay, sig })) }
+    const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
+    if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
+  }
+  return undefined
 }

@@ -41,6 +41,8 @@ import type { SpacePort } from '../space/space-port.ts'
 const MAX_HISTORY_BODY = Math.ceil(MAX_HISTORY_BYTES / 3) * 4 + 64 * 1024
 /** How long a relay may take to answer a history page, and then to send its body: a page is read from f+1 relays, and a slow one must not keep a request open after the others agreed. */
 const HISTORY_READ_TIMEOUT_MS = 30_000
+/** Clock votes read from one relay's answer at most: one per relay of a large cluster. */
+const MAX_CLOCK_VOTES = 256
 /** How long a relay may take to answer what it holds for one update's clock proof. */
 const CLOCK_READ_TIMEOUT_MS = 10_000
 /** Clock proofs a space keeps (of commits it applied, and of updates asked about); the oldest go first. */
@@ -360,7 +362,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         try {
           const e = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs: CLOCK_READ_TIMEOUT_MS })) as { relay?: unknown; envelope?: unknown; votes?: unknown; attestation?: unknown; sig?: unknown } | undefined
           if (!e || typeof e.relay !== 'number') return undefined
-          const votes = Array.isArray(e.votes) ? e.votes.flatMap((v: unknown) => (Array.isArray(v) && typeof v[0] === 'number' && typeof v[1] === 'string' ? [[v[0], fromHex(v[1])] as const] : [])) : []
+          const votes = Array.isArray(e.votes) ? e.votes.slice(0, MAX_CLOCK_VOTES).flatMap((v: unknown) => (Array.isArray(v) && typeof v[0] === 'number' && typeof v[1] === 'number' && typeof v[2] === 'string' ? [[v[0], v[1], fromHex(v[2])] as const] : [])) : []
           const attestation = typeof e.attestation === 'string' && typeof e.sig === 'string' ? { bytes: fromBase64Url(e.attestation), sig: fromHex(e.sig) } : undefined
           return { relay: e.relay, frame: typeof e.envelope === 'string' ? fromBase64Url(e.envelope) : undefined, votes, attestation }
         } catch {
