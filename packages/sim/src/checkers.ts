@@ -1,11 +1,12 @@
 import { ReliableReplica, SteadError, asSigned, attestedDecision, decode, decodeAttestation, encode, openEnvelopeSync, toHex, type AttestedDecision, type Envelope } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { STORE_TABLES, storeRecords, type Kv, type KvKey, type KvTable, type MemoryKv } from '@stead/relay'
-import type { SyncCrypto } from '@stead/relay/consensus'
+import type { Committee, SyncCrypto } from '@stead/relay/consensus'
 import { AttestedOrder } from './attested-order.ts'
 import { PolicyOracle } from './policy-oracle.ts'
 import { trace } from './trace.ts'
 import { Violation } from './violation.ts'
+import { ClockVoteCheck } from './clock-vote-check.ts'
 import { SPACE, type Workload } from './workload.ts'
 
 /**
@@ -118,13 +119,20 @@ export class Checkers {
   private readonly crypto: SyncCrypto
   /** Simulated time, for traces. */
   private readonly now: () => number
+  /** Every clock vote of the run, against the stateful validator's rules. */
+  readonly clockVotes: ClockVoteCheck
 
-  constructor(workload: Workload, crypto: SyncCrypto, now: () => number) {
+  /** `bound`: whether a relay's clock votes are held to the rules (correct, and still on the store it voted from). */
+  constructor(workload: Workload, crypto: SyncCrypto, now: () => number, committee: Committee, bound: (relay: number) => boolean) {
     this.crypto = crypto
     this.now = now
     this.honest = new Set(workload.honest.flat().map((e) => e.idHex))
     this.byId = new Map([...workload.honest.flat(), ...workload.twins.flat(), ...workload.junk, ...workload.policy.flat()].map((e) => [e.idHex, e]))
     this.twinIds = workload.twins.map(([a, b]) => [a.idHex, b.idHex] as const)
+    this.clockVotes = new ClockVoteCheck(committee, crypto, (idHex) => {
+      const env = this.byId.get(idHex)
+      return env && `${env.authorId}:${env.seq}`
+    }, bound)
   }
 
   /** The replica's stable index and state hash: what an up-to-date client holds. */

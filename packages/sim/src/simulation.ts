@@ -105,6 +105,8 @@ export interface SimResult {
   readonly honestEnvelopes: number
   /** Envelopes the checker's audit committed, by whether it verified their clock. */
   readonly clocks: { readonly verified: number; readonly unverified: number }
+  /** Valid clock votes any relay sent, and envelopes whose votes made a validator certificate. */
+  readonly clockVotes: { readonly votes: number; readonly certified: number }
   /** Policy changes the audit committed, and units it rejected as unauthorized (see PolicyOracle). */
   readonly policy: { readonly changes: number; readonly unauthorized: number; readonly redeemed: number; readonly revokedDevice: number; readonly deleted: number }
   readonly rejectedMessages: number
@@ -166,6 +168,8 @@ type Event =
 interface Host {
   readonly id: number
   readonly strategy: Strategy | null
+  /** It lost its store in a crash (and with it the clock votes it had cast). */
+  wiped?: boolean
   readonly secretKey: Uint8Array
   up: boolean
   /** Bumped at each crash: timers, disk completions and messages of the node before it are void. */
@@ -277,7 +281,8 @@ class Simulation {
       checkpointRounds: this.gcDepth,
     }
     this.log = TRACE ? pino({ level: 'debug' }, pino.destination({ sync: true })) : pino({ level: 'silent' })
-    this.checks = new Checkers(workload, this.crypto, () => this.now)
+    // A relay's clock votes are held to the rules while it is correct and keeps the store it voted from.
+    this.checks = new Checkers(workload, this.crypto, () => this.now, this.committee, (relay) => !this.hosts[relay]?.strategy && !this.hosts[relay]?.wiped)
     this.faults = new FaultSchedule(options, f, this.duration, this.gcDepth, {
       now: () => this.now,
       at: (time, action) => this.queue.push(time, { kind: 'chaos', action }),
@@ -431,6 +436,7 @@ class Simulation {
       committedEnvelopes: Math.min(...correct.map((h) => h.stableIndex)),
       honestEnvelopes: this.checks.honestIds.length,
       clocks: { ...this.checks.counts.clocks },
+      clockVotes: { ...this.checks.clockVotes.counts },
       policy: { ...this.checks.policy.seen },
       rejectedMessages: [...rejected.values()].reduce((a, b) => a + b, 0),
       rejectedReasons: Object.fromEntries([...rejected].sort()),
@@ -507,10 +513,12 @@ class Simulation {
       stop: async () => undefined,
       send: (to: number, frame: Uint8Array) => {
         if (host.epoch !== epoch) return
+        this.checkVotes(host, frame)
         if (this.network.transmit(host.id, to, frame)) this.checkSpoken(host, frame, [to])
       },
       broadcast: (frame: Uint8Array) => {
         if (host.epoch !== epoch) return
+        this.checkVotes(host, frame)
         const to: number[] = []
         for (let peer = 0; peer < this.options.relays; peer++) if (peer !== host.id && this.network.transmit(host.id, peer, frame)) to.push(peer)
         if (to.length) this.checkSpoken(host, frame, to)
@@ -529,6 +537,7 @@ class Simulation {
       const pair = this.workload.twins[round % Math.max(1, this.workload.twins.length)]
       return pair ? encodeEnvelope(pair[round % 2] as Envelope) : undefined
     }
+    const twinPair = (round: number): Uint8Array[] => (this.workload.twins[round % Math.max(1, this.workload.twins.length)] ?? []).map((e) => encodeEnvelope(e))
     host.node = new RelayNode({
       cluster: this.cluster,
       committee: this.committee,
@@ -537,7 +546,7 @@ class Simulation {
       storage: { kv: observed(host.kv, (written) => this.checks.checkWrite(host, written)), journal: host.journal },
       clock,
       crypto: this.crypto,
-      mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload }) : mesh,
+      mesh: host.strategy ? byzantineMesh(mesh, host.strategy, { me: host.id, committee: this.committee, secretKey, crypto: this.crypto, conflictingPayload, twinPair }) : mesh,
       logger: this.log.child({ relay: host.id, epoch }),
       leaderTimeoutMs: 300,
       syncIntervalMs: 500,
@@ -606,7 +615,11 @@ class Simulation {
     host.held.clear()
     host.kv.crash()
     if (this.options.loseJournalOnCrash || this.options.loseStoreOnCrash) host.journal = new MemoryJournal()
-    if (this.options.loseStoreOnCrash) host.kv = new MemoryKv((done) => this.diskWrite(id, done))
+    if (this.options.loseStoreOnCrash) {
+      host.kv = new MemoryKv((done) => this.diskWrite(id, done))
+      // It forgot the clock votes it cast: from now on it may vote against them, as a faulty relay may.
+      host.wiped = true
+    }
     if (this.options.restartDelayMs !== undefined) this.queue.push(this.now + this.options.restartDelayMs, { kind: 'chaos', action: () => this.restart(id) })
   }
 
@@ -767,6 +780,13 @@ class Simulation {
    * neither is one that reached only Byzantine relays: asking its peers is
    * best effort, and those need not answer (README, "A store lost").
    */
+  /** Clock votes any relay sends (a Byzantine one's too: they go through here under its decorator) go to the checker. */
+  private checkVotes(host: Host, frame: Uint8Array): void {
+    if (!isClockVotes(frame)) return
+    const message = decodeMessage(this.crypto, this.committee, frame, undefined, () => false)
+    if (message.kind === 'clock-votes') this.fatal ??= this.checks.clockVotes.record(host.id, message.votes)
+  }
+
   private checkSpoken(host: Host, frame: Uint8Array, to: readonly number[]): void {
     if (host.strategy) return
     const message = decodeMessage(this.crypto, this.committee, frame, undefined, () => false)
@@ -821,4 +841,12 @@ class Simulation {
 async function fillerFor(refused: Envelope, client: number): Promise<Envelope> {
   const secretKey = nodeCrypto.sha256(new TextEncoder().encode(`sim-client-${client}`))
   return sealEnvelope(nodeCrypto, { secretKey, publicKey: publicKeyOfSync(secretKey) }, { space: refused.space, seq: refused.seq, base: refused.base, clock: refused.clock, deps: refused.deps, ...FILLER_CONTENT })
+}
+
+/** The first bytes of an encoded clock-votes mesh message: a 2-element array whose first element is the 11-character string. */
+const CLOCK_VOTES_HEAD = new Uint8Array([0x92, 0xab, ...new TextEncoder().encode('clock-votes')])
+
+/** Whether a mesh frame is a clock-votes message, from its first bytes. */
+function isClockVotes(frame: Uint8Array): boolean {
+  return frame.length > CLOCK_VOTES_HEAD.length && CLOCK_VOTES_HEAD.every((b, i) => frame[i] === b)
 }

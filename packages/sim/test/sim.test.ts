@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { ClientLie } from '@stead/relay'
 import { ConsensusCore } from '@stead/relay/consensus'
+import { ClockVotes } from '@stead/relay/testing'
 import { STRATEGIES, prepareWorkload, runSimulation, type SimOptions } from '../src/index.ts'
 
 /**
@@ -68,6 +69,29 @@ describe('deterministic simulation', () => {
     expect(r.violation?.message).toMatch(/two blocks of relay 3 round \d+ (both qualify|were ordered)|commit at round \d+ is .*, another relay's/)
     expect(r.violation?.step).toBeGreaterThan(0)
     expect(r.seed).toBe(3)
+  })
+
+  it('catches a weakened clock validator: relays that forget the vote they cast for one envelope of a slot vote for its twin too', async () => {
+    // A relay seeing the twin of an envelope it voted for forgets that vote: its monotonicity validator holds nothing for the slot.
+    const see = ClockVotes.prototype.see
+    ClockVotes.prototype.see = function (this: ClockVotes, ...args: Parameters<typeof see>) {
+      const [env] = args
+      const table = (this as unknown as { lastVote: Map<string, { seq: number; idHex: string }> }).lastVote
+      const last = table.get(`${env.space}\0${env.authorId}`)
+      if (last && last.seq === env.seq && last.idHex !== env.idHex) table.set(`${env.space}\0${env.authorId}`, { seq: env.seq - 1, idHex: '' })
+      see.apply(this, args)
+    }
+    try {
+      const caught: string[] = []
+      for (const seed of [3, 10, 15]) {
+        const r = await run({ seed, byzantine: 1, strategy: 'vote-anything', partition: false })
+        if (r.violation) caught.push(r.violation.message)
+      }
+      expect(caught.length).toBeGreaterThan(0)
+      for (const m of caught) expect(m).toMatch(/voted for two envelopes of|two envelopes of slot .* have clock certificates/)
+    } finally {
+      ClockVotes.prototype.see = see
+    }
   })
 
   it("catches a relay's consensus core breaking an invariant, at the step it happens: every live core is checked after every event", async () => {

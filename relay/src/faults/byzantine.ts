@@ -1,4 +1,4 @@
-import { asSigned, decode, encode, toHex } from '@stead/core'
+import { asSigned, decode, encode, encodeClockVote, toHex } from '@stead/core'
 import type { Mesh } from '../mesh/types.ts'
 import { decodeMessage, encodeMessage, signBlock, type Block, type BlockRef, type Committee, type Message, type SyncCrypto } from '../consensus/messages.ts'
 import type { ByzantineStrategy } from './strategies.ts'
@@ -14,6 +14,8 @@ export interface ByzantineContext {
   readonly samplePayload: () => Uint8Array | undefined
   /** An envelope frame that conflicts with one some client sent elsewhere (same author and seq). */
   readonly conflictingPayload: (round: number) => Uint8Array | undefined
+  /** Both envelope frames of one (author, seq) slot that a client filled twice, if there is such a pair. */
+  readonly twinPair?: (round: number) => readonly Uint8Array[]
   /** A block of (round, author) this relay received, if it did (recent rounds only). */
   readonly received?: (round: number, author: number) => Block | undefined
 }
@@ -152,6 +154,8 @@ export class ByzantineBehaviour {
       }
       case 'split-refusal':
         return this.splitRefusal(to, message, own)
+      case 'vote-anything':
+        return this.voteAnything(to, message, own)
       case 'equivocate': {
         if (!own) return [message]
         // Even peers get the real block, odd peers a twin for the same round, peer 0 both.
@@ -161,6 +165,31 @@ export class ByzantineBehaviour {
       }
     }
   }
+  /**
+   * vote-anything: signs clock votes no validator would. With each of its
+   * blocks it votes for both envelopes of a slot a client filled twice (one
+   * author and seq), and every vote its honest core sends goes to odd peers
+   * with another weight. A certificate takes ceil((N+f+1)/2) votes for one
+   * weight: the correct relays' single vote per slot and their one weight
+   * must keep either from becoming two.
+   */
+  private voteAnything(to: number, message: Message, own: Block | null): Message[] {
+    const { secretKey, crypto } = this.ctx
+    const sign = (space: string, id: Uint8Array, weight: number): readonly [string, Uint8Array, number, Uint8Array] => [space, id, weight, crypto.sign(secretKey, encodeClockVote(space, id, weight))]
+    if (message.kind === 'clock-votes') return to % 2 === 0 ? [message] : [{ kind: 'clock-votes', votes: message.votes.map(([space, id, weight]) => sign(space, id, weight + 1)) }]
+    if (!own) return [message]
+    const votes = (this.ctx.twinPair?.(own.header.round) ?? []).flatMap((frame) => {
+      try {
+        const signed = asSigned(decode(frame))
+        const [, space] = decode(signed.bytes) as [unknown, unknown]
+        return typeof space === 'string' ? [sign(space, crypto.sha256(signed.bytes), own.header.round)] : []
+      } catch {
+        return []
+      }
+    })
+    return votes.length ? [message, { kind: 'clock-votes', votes }] : [message]
+  }
+
   /**
    * split-refusal: a block every correct relay refuses once it checks it
    * (two copies of one envelope, so one (author, seq) slot twice; without an
@@ -250,7 +279,7 @@ export class ByzantineBehaviour {
 export function byzantineMesh(
   inner: Mesh,
   strategy: ByzantineStrategy,
-  ctx: Pick<ByzantineContext, 'me' | 'committee' | 'secretKey' | 'crypto'> & Partial<Pick<ByzantineContext, 'conflictingPayload'>>,
+  ctx: Pick<ByzantineContext, 'me' | 'committee' | 'secretKey' | 'crypto'> & Partial<Pick<ByzantineContext, 'conflictingPayload' | 'twinPair'>>,
 ): Mesh {
   /** A client envelope to put in twin blocks: the first one seen in a block either way. */
   let sample: Uint8Array | undefined

@@ -4,5 +4,5 @@
  * rewrite what it sends. They exist to prove the protocol tolerates them.
  * (A module of its own so the CLI can list them without loading the protocol.)
  */
-export const BYZANTINE_STRATEGIES = ['equivocate', 'withhold-block', 'blame-leader', 'bad-signature', 'unknown-ancestors', 'invalid-ancestors', 'flood', 'forged-envelopes', 'silent', 'flood-sync', 'flood-fetch', 'flood-asks', 'flood-wake', 'flood-blocks', 'split-refusal'] as const
+export const BYZANTINE_STRATEGIES = ['equivocate', 'withhold-block', 'blame-leader', 'bad-signature', 'unknown-ancestors', 'invalid-ancestors', 'flood', 'forged-envelopes', 'silent', 'flood-sync', 'flood-fetch', 'flood-asks', 'flood-wake', 'flood-blocks', 'split-refusal', 'vote-anything'] as const
 export type ByzantineStrategy = (typeof BYZANTINE_STRATEGIES)[number]

@@ -355,10 +355,10 @@ export class ClockVotes {
     }
   }
 
-  /** Drops what waited too long (PARK_MS parked, HELD_MS otherwise); armed while anything is held. */
+  /** Drops what waited too long (PARK_MS parked, HELD_MS otherwise); armed while anything is held, as background work (it keeps no process or run alive). */
   private armSweep(): void {
     if (this.sweepTimer || this.stopped) return
-    this.sweepTimer = this.host.clock.setTimer(PARK_MS, () => {
+    const timer = this.host.clock.setTimer(PARK_MS, () => {
       this.sweepTimer = undefined
       const now = this.host.clock.now()
       for (const h of [...this.held.values()]) {
@@ -370,5 +370,7 @@ export class ClockVotes {
       }
       if (this.held.size) this.armSweep()
     })
+    timer.unref?.()
+    this.sweepTimer = timer
   }
 }

@@ -865,6 +865,8 @@ export class RelayNode {
     for (const frame of block.header.payload) {
       const env = this.admission.open(frame)
       if (env instanceof SteadError) continue
+      // A block may carry an envelope already decided (ordered by another relay's block first): no news for subscribers then.
+      if (this.ledger.spaces.read(env.space)?.decided(env)) continue
       this.news.envelope(env.space, frame, env.idHex)
       this.clockVotes.see(env, frame)
     }

@@ -6,6 +6,9 @@ import { join, resolve } from 'node:path'
 import { toHex } from '@stead/core'
 import { generateIdentity, writeIdentity } from '../../src/process/config.ts'
 
+/** For tests elsewhere (the simulator's) that weaken a relay's clock validator to show it is caught. */
+export { ClockVotes } from '../../src/runtime/clock-votes.ts'
+
 const BIN = resolve(import.meta.dirname, '../../bin/stead-relay.mjs')
 
 /** Ports this process handed out: each once. */
