@@ -1,8 +1,8 @@
-import { ReliableReplica, SteadError, StableAudit, clockFrom, clockInit, encodeClockVote, fromHex, sealEnvelope, verifyClockCertificate, type Envelope, type EnvelopeDraft } from '@stead/core'
+import { ReliableReplica, SteadError, StableAudit, encode, clockFrom, clockInit, encodeClockVote, fromHex, sealEnvelope, verifyClockCertificate, type Envelope, type EnvelopeDraft } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { ClockVotes, HELD_MS, MAX_VOTES_ONLY, PARK_MS, type CastVote } from '../src/runtime/clock-votes.ts'
-import type { Message } from '../src/consensus/index.ts'
+import { decodeMessage, encodeMessage, type Message } from '../src/consensus/index.ts'
 import { HandClock } from './helpers/hand-clock.ts'
 import { identity } from './helpers/envelopes.ts'
 
@@ -47,6 +47,9 @@ function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } 
   const votedIds = (): string[] => sent.flatMap((m) => (m.kind === 'clock-votes' ? m.votes.map(([, id]) => Buffer.from(id).toString('hex')) : []))
   return { votes, clock, sent, disk, judged, written, replica, durable, votedIds }
 }
+
+/** A value with its bytes as hex, whatever kind of byte array holds them. */
+const plain = (v: unknown): unknown => (v instanceof Uint8Array ? Buffer.from(v).toString('hex') : Array.isArray(v) ? v.map(plain) : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, plain(x)])) : v)
 
 const peerVote = (relay: number, env: Envelope, weight: number, space = SPACE) => [space, env.id, weight, signSync(relays[relay]!.secretKey, encodeClockVote(space, env.id, weight))] as const
 
@@ -165,5 +168,23 @@ describe('ClockVotes', () => {
     expect(r.votes.certificate(SPACE, b1.idHex)?.votes).toEqual([[0, 2, expect.any(Uint8Array)]])
     await r.clock.advance(HELD_MS + PARK_MS)
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
+  })
+
+  it('sends a client envelope along with its vote, and the mesh message round-trips; a malformed one is refused', async () => {
+    const r = relay()
+    const a1 = await seal(alice, 1)
+    const b1 = await seal(bob, 1)
+    r.votes.see(a1, a1.signed.bytes, () => undefined) // from a client: peers may not hold it yet
+    r.votes.see(b1, b1.signed.bytes) // from a peer's block: they hold it
+    await r.durable()
+    const [m] = r.sent
+    expect(m?.kind === 'clock-votes' && m.frames).toEqual([a1.signed.bytes])
+    const back = decodeMessage(crypto, committee, encodeMessage(m as Message))
+    expect(plain(back)).toEqual(plain(m))
+    const bare = encodeMessage({ kind: 'clock-votes', votes: [peerVote(1, a1, 1)] })
+    expect(plain(decodeMessage(crypto, committee, bare))).toEqual(plain({ kind: 'clock-votes', votes: [peerVote(1, a1, 1)] }))
+    expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [peerVote(1, a1, 1)], ['not bytes']]))).toThrow(/frames\[0\]/)
+    expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [[SPACE, a1.id, -1, new Uint8Array(64)]]]))).toThrow(/weight/)
+    expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [[SPACE, a1.id.slice(1), 1, new Uint8Array(64)]]]))).toThrow(/id/)
   })
 })

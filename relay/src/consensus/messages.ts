@@ -138,8 +138,13 @@ export type Message =
    * and, from relays that have it, its signature over its attestation of the commit asked about (paced clients take f+1 of those).
    */
   | { readonly kind: 'head-sig'; readonly space: string; readonly index: number; readonly stateHash: Uint8Array; readonly sig: Uint8Array; readonly attestationSig?: Uint8Array }
-  /** The sender's clock votes: [space, envelope id, weight, its signature over encodeClockVote(space, id, weight)] (see relay/src/runtime/clock-votes.ts; checked there). */
-  | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, weight: number, sig: Uint8Array]> }
+  /**
+   * The sender's clock votes: [space, envelope id, weight, its signature
+   * over encodeClockVote(space, id, weight)], and the frames of the
+   * envelopes among them it got from clients (its peers may not hold them
+   * until its next block: they vote sooner). See relay/src/runtime/clock-votes.ts.
+   */
+  | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, weight: number, sig: Uint8Array]>; readonly frames?: readonly Uint8Array[] }
 
 /** Clock votes one message carries at most (ClockVotes sends up to 512). */
 const MAX_CLOCK_VOTES = 512
@@ -270,7 +275,7 @@ export function encodeMessage(m: Message): Uint8Array {
     case 'head-sig':
       return encode(m.attestationSig ? ['head-sig', m.space, m.index, m.stateHash, m.sig, m.attestationSig] : ['head-sig', m.space, m.index, m.stateHash, m.sig])
     case 'clock-votes':
-      return encode(['clock-votes', m.votes])
+      return encode(m.frames?.length ? ['clock-votes', m.votes, m.frames] : ['clock-votes', m.votes])
   }
 }
 
@@ -333,6 +338,15 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
           const [space, id, weight, sig] = expect.array(t, `clock-votes.votes[${i}]`, 4)
           return [expect.string(space, `clock-votes.votes[${i}].space`, DEFAULT_LIMITS.maxSpaceChars, 1), expect.bytes(id, `clock-votes.votes[${i}].id`, 32), expect.uint(weight, `clock-votes.votes[${i}].weight`), expect.bytes(sig, `clock-votes.votes[${i}].sig`, 64)] as const
         }),
+        ...(v[2] === undefined
+          ? {}
+          : {
+              frames: expect.array(v[2], 'clock-votes.frames', MAX_CLOCK_VOTES).map((f, i) => {
+                if (!(f instanceof Uint8Array)) throw new SteadError('malformed', `clock-votes.frames[${i}] must be bytes`)
+                if (f.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `clock-votes.frames[${i}] is ${f.length} bytes`)
+                return f
+              }),
+            }),
       }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)

@@ -19,7 +19,7 @@ import { Bucket, type Rate } from '../runtime/bucket.ts'
  */
 
 /** The kinds of mesh message, grouped by what they cost us. */
-export type MeshClass = 'block' | 'blocks' | 'request' | 'headAsk' | 'checkpoint' | 'wake' | 'reply' | 'clockVotes'
+export type MeshClass = 'block' | 'blocks' | 'request' | 'headAsk' | 'checkpoint' | 'wake' | 'reply' | 'clockVotes' | 'voteFrames'
 
 const MIB = 1024 * 1024
 const rate = (perSecond: number, bytesPerSecond: number, burstSeconds = 2): Rate => ({ perSecond, burst: perSecond * burstSeconds, bytesPerSecond, burstBytes: bytesPerSecond * burstSeconds })
@@ -56,6 +56,8 @@ export interface MeshLimits {
    * unknown envelopes are kept unchecked, 10,000 at most (ClockVotes).
    */
   readonly clockVotes: Rate
+  /** A message here is a client envelope sent along with clock votes (each a signature to check); at most 64 per message are opened. */
+  readonly voteFrames: Rate
   /**
    * What a peer's requests may make this relay read and send it, per
    * second: a message here is a block (each is read from the store or
@@ -84,6 +86,7 @@ export const DEFAULT_MESH_LIMITS: MeshLimits = {
   wake: rate(256, 2 * MIB, 4),
   reply: rate(500, 4 * MIB),
   clockVotes: rate(1_000, 16 * MIB),
+  voteFrames: rate(1_024, 8 * MIB),
   serve: rate(2_000, 32 * MIB, 1),
   maxQueuedRequests: 8,
   maxQueuedAsks: 64,
@@ -113,6 +116,8 @@ export function classOf(kind: string): MeshClass {
       return 'wake'
     case 'clock-votes':
       return 'clockVotes'
+    case 'vote-frames':
+      return 'voteFrames'
     default:
       return 'reply'
   }

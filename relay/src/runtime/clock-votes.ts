@@ -38,6 +38,8 @@ export const MAX_HELD_BYTES = 64 * 1024 * 1024
 const ENTRY_BYTES = 512
 /** Envelopes known only by peers' votes, at most: votes for more unknown ids are dropped (a liar cannot push real envelopes out with votes for nothing). */
 export const MAX_VOTES_ONLY = 10_000
+/** Client envelopes sent along with one clock-votes message at most (peers charge them to this relay's wake budget, 64 at most). */
+export const MAX_FRAMES_WITH_VOTES = 64
 /** Votes per clock-votes message at most (the decoder refuses more). */
 export const MAX_VOTES_PER_MESSAGE = 512
 
@@ -82,7 +84,7 @@ interface Held {
   readonly votes: Map<number, Vote>
   /** Peers' votes that came before the envelope: checked once it is held (a liar's votes for nothing cost no signature check). */
   unchecked: Map<number, Vote> | undefined
-  /** Asks the client that brought the envelope for envelopes of the space it cites. */
+  /** Asks the client that brought the envelope for envelopes of the space it cites (set for a client's envelope only). */
   ask: ((ids: readonly string[]) => void) | undefined
   /** Ids already asked for, so each is asked once. */
   asked: Set<string> | undefined
@@ -115,7 +117,7 @@ export class ClockVotes {
   /** space \0 author → the last vote cast for that author (the monotonicity validator's table). */
   private readonly lastVote = new Map<string, { seq: number; idHex: string }>()
   /** Votes signed and not yet durable; sent once they are. */
-  private outgoing: Array<{ held: Held; vote: CastVote; weight: number; sig: Uint8Array }> = []
+  private outgoing: Array<{ held: Held; vote: CastVote; weight: number; sig: Uint8Array; fromClient: boolean }> = []
   /** Spaces where a vote was cast since they were last tried: their parked envelopes may pass now. */
   private readonly moved = new Set<string>()
   private flushTimer: HostTimer | undefined
@@ -316,7 +318,7 @@ export class ClockVotes {
     this.parked.get(h.space)?.delete(h.idHex)
     const vote: CastVote = { space: h.space, authorId: env.authorId, seq: env.seq, idHex: env.idHex }
     this.lastVote.set(`${h.space}\0${env.authorId}`, { seq: env.seq, idHex: env.idHex })
-    this.outgoing.push({ held: h, vote, weight, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id, weight)) })
+    this.outgoing.push({ held: h, vote, weight, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id, weight)), fromClient: h.ask !== undefined })
     this.host.judged?.('voted', env)
     this.flushTimer ??= this.host.clock.setTimer(0, () => this.flush())
     // Envelopes that cite this one (or follow it) may pass now.
@@ -334,7 +336,9 @@ export class ClockVotes {
         if (this.stopped) return
         for (let i = 0; i < batch.length; i += MAX_VOTES_PER_MESSAGE) {
           const part = batch.slice(i, i + MAX_VOTES_PER_MESSAGE)
-          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const) })
+          // A client's envelopes reach the peers in this relay's next block; sent along, peers vote without waiting for it.
+          const frames = part.flatMap((b) => (b.fromClient && b.held.frame ? [b.held.frame] : [])).slice(0, MAX_FRAMES_WITH_VOTES)
+          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const), ...(frames.length ? { frames } : {}) })
         }
         for (const b of batch) this.count(b.held, this.host.me, { weight: b.weight, sig: b.sig })
       },

@@ -661,7 +661,11 @@ export class RelayNode {
       if (this.peers.budget.queueRequest(from, kind, answer) && !this.loop.draining) this.loop.run = this.drain()
       return
     }
-    if (message.kind === 'clock-votes') return this.clockVotes.onVotes(from, message.votes)
+    if (message.kind === 'clock-votes') {
+      this.clockVotes.onVotes(from, message.votes)
+      for (const { env, frame } of this.peers.votedEnvelopes(from, message.frames ?? [])) this.clockVotes.see(env, frame)
+      return
+    }
     if (this.checkpoints.onMessage(from, message) || this.reads.onPeerMessage(from, message)) return
     if (message.kind === 'sync' || message.kind === 'fetch' || message.kind === 'own-last-ask') {
       // Served after the drain's consensus events, if the peer's serving budget has room by then.

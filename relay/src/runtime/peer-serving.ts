@@ -1,6 +1,7 @@
-import { SteadError, fromHex, type HostClock } from '@stead/core'
+import { SteadError, fromHex, type Envelope, type HostClock } from '@stead/core'
 import type { Logger } from 'pino'
 import { exact, type Admission } from './admission.ts'
+import { MAX_FRAMES_WITH_VOTES } from './clock-votes.ts'
 import { SYNC_BATCH, SYNC_BYTES, byBytes, encodeMessage, type ArchiveQuery, type Block, type Committee, type Message, type Output, type SyncCrypto } from '../consensus/index.ts'
 import { MeshBudget, peekBlockCount, peekKind, type MeshLimits, type Throttled } from '../mesh/budget.ts'
 import type { Mesh } from '../mesh/types.ts'
@@ -124,6 +125,23 @@ export class PeerServing {
       }
     }
     return out
+  }
+
+  /**
+   * The envelopes a peer sent with its clock votes (ones it got from
+   * clients), opened (signature checked, cached) for this relay's own
+   * votes: charged to the peer's budget per envelope (`voteFrames`), and
+   * never queued for a block (the peer's block carries them).
+   */
+  votedEnvelopes(from: number, frames: readonly Uint8Array[]): Array<{ env: Envelope; frame: Uint8Array }> {
+    const wanted = frames.slice(0, MAX_FRAMES_WITH_VOTES)
+    if (!wanted.length || !this.budget.admit(from, 'vote-frames', 0, wanted.length)) return []
+    return wanted.flatMap((frame) => {
+      const env = this.o.admission.open(frame)
+      if (!(env instanceof SteadError)) return [{ env, frame: exact(frame) }]
+      this.o.metrics.rejected.inc({ reason: env.reason, source: 'mesh' })
+      return []
+    })
   }
 
   /** Sends what the consensus core says to a peer, within the peer's serving budget; what this relay asks for, the peer may send back. */
