@@ -24,12 +24,13 @@ function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } 
   const disk: Array<{ votes: readonly CastVote[]; done: () => void }> = []
   const judged: string[] = []
   const written: CastVote[] = []
+  const checks = { verifies: 0 }
   const replica = o.replica ?? new StableAudit({ space: SPACE })
   const votes = new ClockVotes({
     committee,
     me: 0,
     secretKey: relays[0]!.secretKey,
-    crypto,
+    crypto: { ...crypto, verify: (k: Uint8Array, m: Uint8Array, sig: Uint8Array) => (checks.verifies++, crypto.verify(k, m, sig)) },
     clock,
     replica: () => replica,
     application: (env) => (env.authorId === o.denied ? new SteadError('unauthorized', 'not a writer') : undefined),
@@ -45,7 +46,7 @@ function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } 
     await clock.advance(clock.t)
   }
   const votedIds = (): string[] => sent.flatMap((m) => (m.kind === 'clock-votes' ? m.votes.map(([, id]) => Buffer.from(id).toString('hex')) : []))
-  return { votes, clock, sent, disk, judged, written, replica, durable, votedIds }
+  return { votes, clock, sent, disk, judged, written, checks, replica, durable, votedIds }
 }
 
 /** A value with its bytes as hex, whatever kind of byte array holds them. */
@@ -186,5 +187,24 @@ describe('ClockVotes', () => {
     expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [peerVote(1, a1, 1)], ['not bytes']]))).toThrow(/frames\[0\]/)
     expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [[SPACE, a1.id, -1, new Uint8Array(64)]]]))).toThrow(/weight/)
     expect(() => decodeMessage(crypto, committee, encode(['clock-votes', [[SPACE, a1.id.slice(1), 1, new Uint8Array(64)]]]))).toThrow(/id/)
+  })
+
+  it('is not led astray by a liar: votes naming another space for an id, or a bad signature sent over and over', async () => {
+    const r = relay()
+    const a1 = await seal(alice, 1)
+    // A liar votes first, naming another space for a1's id: the envelope, once here, says which space it is of.
+    r.votes.onVotes(3, [peerVote(3, a1, 1, 'elsewhere')])
+    r.votes.see(a1, a1.signed.bytes)
+    await r.durable()
+    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay)).toEqual([0])
+    expect(r.votes.certificate('elsewhere', a1.idHex)).toBeUndefined()
+    expect(r.votedIds()).toEqual([a1.idHex])
+    // A bad signature costs one check, however often it comes.
+    const before = r.checks.verifies
+    const bad = [SPACE, a1.id, 1, new Uint8Array(64).fill(9)] as const
+    for (let i = 0; i < 100; i++) r.votes.onVotes(3, [bad])
+    expect(r.checks.verifies - before).toBe(1)
+    r.votes.onVotes(1, [peerVote(1, a1, 1)])
+    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay).sort()).toEqual([0, 1])
   })
 })

@@ -84,6 +84,8 @@ interface Held {
   readonly votes: Map<number, Vote>
   /** Peers' votes that came before the envelope: checked once it is held (a liar's votes for nothing cost no signature check). */
   unchecked: Map<number, Vote> | undefined
+  /** Relays whose vote for it did not check: their votes for it cost no more signature checks. */
+  badFrom: Set<number> | undefined
   /** Asks the client that brought the envelope for envelopes of the space it cites (set for a client's envelope only). */
   ask: ((ids: readonly string[]) => void) | undefined
   /** Ids already asked for, so each is asked once. */
@@ -157,6 +159,11 @@ export class ClockVotes {
     if (this.stopped) return
     let h = this.held.get(env.idHex)
     if (h && h.env) return
+    // Votes that named another space for this id were a liar's: they go, the envelope says which space it is of.
+    if (h && h.space !== env.space) {
+      this.forget(h)
+      h = undefined
+    }
     if (!h) h = this.hold(env.space, env.idHex)
     if (h.state === 'votes-only') this.votesOnly--
     h.env = env
@@ -216,7 +223,7 @@ export class ClockVotes {
   }
 
   private hold(space: string, idHex: string): Held {
-    const h: Held = { space, idHex, env: undefined, frame: undefined, state: 'votes-only', votes: new Map(), unchecked: undefined, ask: undefined, asked: undefined, since: this.host.clock.now() }
+    const h: Held = { space, idHex, env: undefined, frame: undefined, state: 'votes-only', votes: new Map(), unchecked: undefined, badFrom: undefined, ask: undefined, asked: undefined, since: this.host.clock.now() }
     this.held.set(idHex, h)
     this.votesOnly++
     this.heldBytes += ENTRY_BYTES
@@ -240,8 +247,11 @@ export class ClockVotes {
   /** Counts a relay's vote for a held envelope once its signature checks (and only while no weight has a certificate yet). */
   private count(h: Held, relay: number, vote: Vote): void {
     const key = this.host.committee.keys[relay]
-    if (!key || h.votes.has(relay) || this.certifiedWeight(h) !== undefined) return
-    if (relay !== this.host.me && !this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex), vote.weight), vote.sig)) return
+    if (!key || h.votes.has(relay) || h.badFrom?.has(relay) || this.certifiedWeight(h) !== undefined) return
+    if (relay !== this.host.me && !this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex), vote.weight), vote.sig)) {
+      ;(h.badFrom ??= new Set()).add(relay)
+      return
+    }
     h.votes.set(relay, vote)
     if (this.certifiedWeight(h) !== undefined) this.host.certified?.(h.space, h.idHex)
   }
@@ -356,6 +366,7 @@ export class ClockVotes {
         this.parked.get(space)?.delete(idHex)
         if (h?.env && h.state === 'waiting') this.tryVote(h)
       }
+      if (this.parked.get(space)?.size === 0) this.parked.delete(space)
     }
   }
 

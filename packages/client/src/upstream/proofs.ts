@@ -56,6 +56,8 @@ export interface ClockProofSource {
 interface Held {
   readonly certified: CertifiedClock
   readonly proof: ClockProof
+  /** f+1 relays' attestations decided it, but not as a commit with a verified clock: its position will never be proven. */
+  readonly unprovable?: boolean
 }
 
 /** How long `compare` waits at most for a stable index that decides it (an update certified before order, not committed yet). */
@@ -103,6 +105,9 @@ export class ClockProofs {
       const order = causalOrder(x.certified, y.certified)
       if (order) return { order, a: x.proof, b: y.proof }
       const source = this.source
+      if (x.unprovable || y.unprovable) {
+        throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.unprovable ? a : b} committed, and its commit does not prove its clock (it committed with a clock the audit could not verify, or was dropped)`)
+      }
       if (!source || source.clock.now() - started >= COMPARE_WAIT_MS) {
         throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.certified.index === undefined ? a : b} commits, and it did not commit within ${COMPARE_WAIT_MS} ms`)
       }
@@ -193,10 +198,15 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     if (!g) groups.push((g = { bytes: a.attestation.bytes, signatures: [] }))
     if (!g.signatures.some((s) => s.relay === a.relay)) g.signatures.push({ relay: a.relay, sig: a.attestation.sig })
   }
+  // A commit that decided it otherwise (dropped, or committed with an unverified clock): f+1 relays said so, yet it proves nothing.
+  let unprovable = false
   for (const g of groups.sort((x, y) => y.signatures.length - x.signatures.length)) {
     if (g.signatures.length < cluster.f + 1) break
     const certificate: ClockCertificate = { attestation: g.bytes, signatures: g.signatures }
-    const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
+    const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch((err: unknown) => {
+      if (err instanceof SteadError && err.reason === 'bad-clock') unprovable = true
+      return undefined
+    })
     if (certified) return { certified, proof: { id: idHex, index: certified.index, envelope, certificate } }
   }
   // Before the order: the relays' clock votes, each relay's first valid one, for the weight a quorum of them signed.
@@ -214,7 +224,7 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     if (valid.size < clockQuorum(cluster)) continue
     const certificate: ClockCertificate = { kind: 'validators', weight, signatures: [...valid].map(([relay, sig]) => ({ relay, sig })) }
     const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
-    if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
+    if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate }, ...(unprovable ? { unprovable } : {}) }
   }
   return undefined
 }
