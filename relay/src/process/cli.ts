@@ -5,9 +5,11 @@
  * use) one line saying what to do (exit 2), never a stack trace.
  */
 import { existsSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { Command, type CommanderError, Option } from 'commander'
 import type { Logger } from 'pino'
+import type { ApplicationValidator, Envelope } from '@stead/core'
 import { UsageError, apiLimits, byzantineModes, meshLimits, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber, type ByzantineModes } from './cli-options.ts'
 import type { LogLevel } from './logging.ts'
 import type { RunningRelay } from './relay.ts'
@@ -52,6 +54,7 @@ interface StartOptions {
   peerQueueFrames?: number
   retainRounds?: number
   retainUpdates?: number
+  clockValidator?: string
   limit?: string[]
   logLevel: LogLevel
 }
@@ -119,6 +122,7 @@ async function start(options: StartOptions): Promise<void> {
       throw new ConfigError(`--tls-cert ${o.tlsCert} and --tls-key ${o.tlsKey} are not a PEM certificate and its private key (${(err as Error).message}); give the certificate chain and the key that belongs to it`)
     }
   }
+  const clockValidator = o.clockValidator === undefined ? undefined : await loadClockValidator(o.clockValidator, ConfigError)
   const logger = (state.logger = relayLogger(o.id, o.logLevel))
   if (state.signal) {
     // Asked to stop before anything was opened: nothing to close.
@@ -143,8 +147,30 @@ async function start(options: StartOptions): Promise<void> {
       ? {}
       : { retention: { ...(o.retainRounds === undefined ? {} : { blockRounds: o.retainRounds }), ...(o.retainUpdates === undefined ? {} : { updates: o.retainUpdates }) } }),
     ...(tls ? { tls } : {}),
+    ...(clockValidator ? { clockValidator } : {}),
   })
   if (state.signal) stopRelay(state.relay, logger, state.signal)
+}
+
+/**
+ * The operators' application validator for clock votes: a module whose
+ * default export is `(space) => ApplicationValidator | undefined` (see
+ * RelayNodeOptions.clockValidator). Every relay of the cluster must load
+ * the same one.
+ */
+async function loadClockValidator(path: string, ConfigError: new (message: string) => Error): Promise<(space: string) => ApplicationValidator<Envelope> | undefined> {
+  let mod: { default?: unknown }
+  try {
+    mod = (await import(pathToFileURL(resolve(path)).href)) as { default?: unknown }
+  } catch (err) {
+    throw new ConfigError(`--clock-validator ${path}: cannot load it (${(err as Error).message}); give a JavaScript module whose default export is (space) => validator | undefined`)
+  }
+  const rule = mod.default
+  if (typeof rule !== 'function') throw new ConfigError(`--clock-validator ${path}: its default export is ${typeof rule}, not a function (space) => validator | undefined`)
+  return (space) => {
+    const v: unknown = (rule as (space: string) => unknown)(space)
+    return typeof v === 'function' ? (v as ApplicationValidator<Envelope>) : undefined
+  }
 }
 
 /** Closes a running relay on a signal and exits, logging what it closed (or that it could not). */
@@ -255,6 +281,7 @@ Examples:
     .addOption(new Option('--retain-rounds <rounds>', 'consensus rounds of blocks kept for relays that fell behind (default 20000); older ones are deleted at each snapshot').argParser(wholeNumber(200, 1_000_000_000, 'rounds')))
     .addOption(new Option('--peer-queue-frames <n>', 'frames held for a relay this one cannot reach, sent when it is back (default 100000; at most 64 MiB): a relay that missed more asks for blocks, or installs a checkpoint').argParser(wholeNumber(1, 100_000_000, 'frames')))
     .addOption(new Option('--retain-updates <n>', 'per space, stable indexes of commits kept for clients resuming (default 1000000); a client further behind starts from a verified snapshot').argParser(wholeNumber(1, 1_000_000_000_000, 'updates')))
+    .option('--clock-validator <module>', "Chrono's application validator: a JavaScript module whose default export is (space) => ((author, clock, envelope) => { ok: true } | { ok: false, reason, detail }) | undefined; this relay votes for no clock it refuses (every relay of the cluster must load the same module)")
     .option('--limit <name=value>', 'set a client API or mesh limit (repeatable), e.g. --limit maxSessionsPerKey=8 or --limit mesh.unrequestedBlocks.perSecond=400; names and defaults: relay/README.md', repeatable)
     .addOption(new Option('--byzantine <modes>', 'misbehave on purpose, for tests and demos only: one mode towards relays and any towards clients, comma-separated (relay/README.md lists them)').argParser(byzantineModes))
   for (const option of timingOptions()) startCmd.addOption(option)

@@ -9,7 +9,7 @@ import { openDataDir, policyFingerprint } from './datadir.ts'
 import { relayLogger } from './logging.ts'
 import type { MeshLimits } from '../mesh/budget.ts'
 import { createLibp2pMesh } from '../mesh/libp2p.ts'
-import { RelayNode, relayCrypto, type Retention } from '../runtime/node.ts'
+import { RelayNode, relayCrypto, type RelayNodeOptions, type Retention } from '../runtime/node.ts'
 import { apiHostPort, explainListenFailure, isListenFailure, meshHostPort, type Listener } from './ports.ts'
 
 export interface RunRelayOptions {
@@ -43,6 +43,8 @@ export interface RunRelayOptions {
    * from a checkpoint once the others pruned them.
    */
   readonly peerQueueFrames?: number
+  /** Chrono's application validator per space (see RelayNodeOptions.clockValidator). */
+  readonly clockValidator?: RelayNodeOptions['clockValidator']
 }
 
 export interface RunningRelay {
@@ -88,6 +90,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.meshLimits ? { meshLimits: o.meshLimits } : {}),
     ...(o.snapshotEveryBatches ? { snapshotEveryBatches: o.snapshotEveryBatches } : {}),
     ...(o.retention ? { retention: o.retention } : {}),
+    ...(o.clockValidator ? { clockValidator: o.clockValidator } : {}),
   })
   const { host, port } = apiHostPort(entry.api)
   const listeners: { mesh?: Listener; peers?: Listener; api: Listener } = {
