@@ -207,4 +207,21 @@ describe('ClockVotes', () => {
     r.votes.onVotes(1, [peerVote(1, a1, 1)])
     expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay).sort()).toEqual([0, 1])
   })
+
+  it('asks the client for what an envelope cites even when a peer brought the envelope first; holds nothing for one decided already', async () => {
+    const replica = new ReliableReplica({ space: SPACE })
+    const r = relay({ replica })
+    const a1 = await seal(alice, 1)
+    const b1 = await seal(bob, 1, { clock: clockFrom([[a1.authorId, 1]]) }, [a1])
+    r.votes.see(b1, b1.signed.bytes) // a peer's frame: nobody to ask
+    const asked: string[][] = []
+    r.votes.see(b1, b1.signed.bytes, (ids) => asked.push([...ids])) // then the client's own submit
+    expect(asked).toEqual([[a1.idHex]])
+    // Decided here already: a late copy (a peer's frame, a block) holds nothing and pushes nothing out.
+    const c1 = await seal(carol, 1)
+    replica.commit([c1])
+    const before = r.votes.size
+    r.votes.see(c1, c1.signed.bytes)
+    expect(r.votes.size).toBe(before)
+  })
 })

@@ -23,7 +23,10 @@ describe('an application validator the operators plug in', () => {
   writeFileSync(
     module,
     `export default (space) => space === 'ruled'
-  ? (author, clock, envelope) => (envelope.updates.some((u) => u.key === 'forbidden') ? { ok: false, reason: 'unauthorized', detail: 'nobody writes forbidden' } : { ok: true })
+  ? (author, clock, envelope) => {
+      if (envelope.updates.some((u) => u.key === 'boom')) throw new Error('a bug in the rule')
+      return envelope.updates.some((u) => u.key === 'forbidden') ? { ok: false, reason: 'unauthorized', detail: 'nobody writes forbidden' } : { ok: true }
+    }
   : undefined
 `,
   )
@@ -52,8 +55,10 @@ describe('an application validator the operators plug in', () => {
     }
     const fine = await idOf('fine')
     const forbidden = await idOf('forbidden')
-    // Both commit: the rule is the relays' word on clocks, not on what the stable history holds.
-    await until('both committed', () => (ruled.counter('fine').stable === 1 && ruled.counter('forbidden').stable === 1 ? true : undefined), 30_000)
+    // A rule that throws refuses the vote; the relays go on.
+    const boom = await idOf('boom')
+    // All commit: the rule is the relays' word on clocks, not on what the stable history holds.
+    await until('all committed', () => (['fine', 'forbidden', 'boom'].every((k) => ruled.counter(k).stable === 1) ? true : undefined), 30_000)
     const votes = async (id: string, space = 'ruled'): Promise<number[]> =>
       Promise.all(
         cluster.relays.map(async (r) => {
@@ -63,6 +68,8 @@ describe('an application validator the operators plug in', () => {
       )
     expect((await votes(fine)).some((n) => n >= 3)).toBe(true)
     expect(await votes(forbidden)).toEqual([0, 0, 0, 0])
+    expect(await votes(boom)).toEqual([0, 0, 0, 0])
+    for (const r of cluster.relays) expect((await fetch(`http://${r.api}/health`)).status).toBe(200)
     const metrics = await (await fetch(`http://${cluster.relays[0]?.api}/metrics`)).text()
     expect(metrics).toMatch(/stead_clock_votes_total\{[^}]*result="refused"[^}]*\} [1-9]/)
     // Another space has no rule: its updates get votes whatever their keys.

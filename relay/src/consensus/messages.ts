@@ -148,6 +148,8 @@ export type Message =
 
 /** Clock votes one message carries at most (ClockVotes sends up to 512). */
 const MAX_CLOCK_VOTES = 512
+/** Client envelope frames one clock-votes message carries at most. */
+export const MAX_VOTE_FRAMES = 64
 
 export interface MessageLimits {
   readonly maxMessageBytes: number
@@ -341,7 +343,7 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
         ...(v[2] === undefined
           ? {}
           : {
-              frames: expect.array(v[2], 'clock-votes.frames', MAX_CLOCK_VOTES).map((f, i) => {
+              frames: expect.array(v[2], 'clock-votes.frames', MAX_VOTE_FRAMES).map((f, i) => {
                 if (!(f instanceof Uint8Array)) throw new SteadError('malformed', `clock-votes.frames[${i}] must be bytes`)
                 if (f.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `clock-votes.frames[${i}] is ${f.length} bytes`)
                 return f

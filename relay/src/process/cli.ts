@@ -168,8 +168,15 @@ async function loadClockValidator(path: string, ConfigError: new (message: strin
   const rule = mod.default
   if (typeof rule !== 'function') throw new ConfigError(`--clock-validator ${path}: its default export is ${typeof rule}, not a function (space) => validator | undefined`)
   return (space) => {
-    const v: unknown = (rule as (space: string) => unknown)(space)
-    return typeof v === 'function' ? (v as ApplicationValidator<Envelope>) : undefined
+    // A factory that throws, or gives something else than a function or undefined, refuses every vote in the space.
+    let v: unknown
+    try {
+      v = (rule as (space: string) => unknown)(space)
+    } catch (err) {
+      return () => ({ ok: false, reason: 'unauthorized', detail: `the clock validator module ${path} threw for space ${space}: ${(err as Error)?.message ?? String(err)}` })
+    }
+    if (v === undefined || v === null) return undefined
+    return typeof v === 'function' ? (v as ApplicationValidator<Envelope>) : () => ({ ok: false, reason: 'unauthorized', detail: `the clock validator module ${path} gave a ${typeof v} for space ${space}, not a validator function` })
   }
 }
 

@@ -1,4 +1,4 @@
-import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeemBytes, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type ApplicationValidator, type Authorize, type ClockInputs, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
+import { POLICY_KEY, SteadError, asSigned, decode, fromHex, isRedemption, redeemBytes, judgeClock, latestRegisterStamp, openEnvelopeSync, toHex, type ApplicationValidator, type Authorize, type ClockInputs, type Validation, type Envelope, type HostClock, type Signed, type SpacePolicy, type StableAudit } from '@stead/core'
 import type { MemoryBudget } from './budget.ts'
 import type { ClusterConfig } from '../process/config.ts'
 import { payloadInfoOf, type PayloadInfo, type SyncCrypto } from '../consensus/index.ts'
@@ -119,8 +119,18 @@ export class Admission {
       if (err instanceof SteadError) return err
       throw err
     }
-    const verdict = rule?.(env.space)?.(env.authorId, env.clock, env)
-    return verdict && !verdict.ok ? new SteadError(verdict.reason, verdict.detail) : undefined
+    const validator = rule?.(env.space)
+    if (!validator) return undefined
+    // The operators' code: whatever it does, it refuses a vote at worst, never stops the relay.
+    let verdict: unknown
+    try {
+      verdict = validator(env.authorId, env.clock, env)
+    } catch (err) {
+      return new SteadError('unauthorized', `the clock validator of ${env.space} threw: ${(err as Error)?.message ?? String(err)}`)
+    }
+    if (!verdict || typeof verdict !== 'object' || typeof (verdict as { ok?: unknown }).ok !== 'boolean') return new SteadError('unauthorized', `the clock validator of ${env.space} gave no verdict ({ ok: boolean }); a validator is synchronous`)
+    const v = verdict as Validation
+    return v.ok ? undefined : new SteadError(v.reason ?? 'unauthorized', String(v.detail ?? 'refused by the clock validator'))
   }
 
   /** The cluster file's rules as the audit's validator while `space` has no policy of its own (see SpaceAccess.authorizeFor). */

@@ -1,6 +1,6 @@
 import { clockQuorum, encodeClockVote, fromHex, toHex, type Envelope, type HostClock, type HostTimer, type StableAudit } from '@stead/core'
 import type { SteadError } from '@stead/core'
-import type { Committee, Message, SyncCrypto } from '../consensus/index.ts'
+import { MAX_VOTE_FRAMES, type Committee, type Message, type SyncCrypto } from '../consensus/index.ts'
 
 /**
  * Chrono's validators run by this relay on envelopes as they arrive,
@@ -38,8 +38,8 @@ export const MAX_HELD_BYTES = 64 * 1024 * 1024
 const ENTRY_BYTES = 512
 /** Envelopes known only by peers' votes, at most: votes for more unknown ids are dropped (a liar cannot push real envelopes out with votes for nothing). */
 export const MAX_VOTES_ONLY = 10_000
-/** Client envelopes sent along with one clock-votes message at most (peers charge them to this relay's wake budget, 64 at most). */
-export const MAX_FRAMES_WITH_VOTES = 64
+/** Client envelopes sent along with one clock-votes message at most (peers charge each to this relay's voteFrames budget; their decoder takes no more). */
+export const MAX_FRAMES_WITH_VOTES = MAX_VOTE_FRAMES
 /** Votes per clock-votes message at most (the decoder refuses more). */
 export const MAX_VOTES_PER_MESSAGE = 512
 
@@ -158,7 +158,21 @@ export class ClockVotes {
   see(env: Envelope, frame: Uint8Array, ask?: (ids: readonly string[]) => void): void {
     if (this.stopped) return
     let h = this.held.get(env.idHex)
-    if (h && h.env) return
+    if (h && h.env) {
+      // A peer's frame brought it first: the client that submitted it can still be asked for what it cites.
+      if (ask && !h.ask && h.space === env.space) {
+        h.ask = ask
+        if (h.state === 'waiting') {
+          this.tryVote(h)
+          this.settle()
+        }
+      }
+      return
+    }
+    // Decided already, or refused by the application validator: nothing to hold (nor to push others out for).
+    if (this.host.replica(env.space).decided(env) !== null) return
+    const denied = this.host.application(env)
+    if (denied) return this.host.judged?.('refused', env, `${denied.reason}: ${denied.message}`)
     // Votes that named another space for this id were a liar's: they go, the envelope says which space it is of.
     if (h && h.space !== env.space) {
       this.forget(h)
@@ -381,7 +395,7 @@ export class ClockVotes {
         if (h.state === 'waiting' && age >= PARK_MS) {
           this.forget(h)
           if (h.env) this.host.judged?.('expired', h.env, 'its inputs never came')
-        } else if (age >= (h.state === 'votes-only' ? PARK_MS : HELD_MS)) this.forget(h)
+        } else if (age >= (h.state === 'voted' ? HELD_MS : PARK_MS)) this.forget(h)
       }
       if (this.held.size) this.armSweep()
     })

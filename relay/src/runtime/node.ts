@@ -662,8 +662,10 @@ export class RelayNode {
       return
     }
     if (message.kind === 'clock-votes') {
+      // The envelopes first, so the votes for them find them held. Only of spaces this relay holds: a
+      // new space's first envelope comes through a client's door or a block, where its quotas are charged.
+      for (const { env, frame } of this.peers.votedEnvelopes(from, message.frames ?? [])) if (this.ledger.spaces.has(env.space)) this.clockVotes.see(env, frame)
       this.clockVotes.onVotes(from, message.votes)
-      for (const { env, frame } of this.peers.votedEnvelopes(from, message.frames ?? [])) this.clockVotes.see(env, frame)
       return
     }
     if (this.checkpoints.onMessage(from, message) || this.reads.onPeerMessage(from, message)) return

@@ -135,7 +135,7 @@ export class PeerServing {
    */
   votedEnvelopes(from: number, frames: readonly Uint8Array[]): Array<{ env: Envelope; frame: Uint8Array }> {
     const wanted = frames.slice(0, MAX_FRAMES_WITH_VOTES)
-    if (!wanted.length || !this.budget.admit(from, 'vote-frames', 0, wanted.length)) return []
+    if (!wanted.length || !this.budget.admit(from, 'vote-frames', wanted.reduce((n, f) => n + f.length, 0), wanted.length)) return []
     return wanted.flatMap((frame) => {
       const env = this.o.admission.open(frame)
       if (!(env instanceof SteadError)) return [{ env, frame: exact(frame) }]

@@ -56,7 +56,7 @@ export interface ClockProofSource {
 interface Held {
   readonly certified: CertifiedClock
   readonly proof: ClockProof
-  /** f+1 relays' attestations decided it, but not as a commit with a verified clock: its position will never be proven. */
+  /** f+1 relays' attestations committed it with a clock the audit could not verify: its position will never be proven. */
   readonly unprovable?: boolean
 }
 
@@ -106,7 +106,7 @@ export class ClockProofs {
       if (order) return { order, a: x.proof, b: y.proof }
       const source = this.source
       if (x.unprovable || y.unprovable) {
-        throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.unprovable ? a : b} committed, and its commit does not prove its clock (it committed with a clock the audit could not verify, or was dropped)`)
+        throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.unprovable ? a : b} committed, and it committed with a clock the audit could not verify, so its commit proves no position`)
       }
       if (!source || source.clock.now() - started >= COMPARE_WAIT_MS) {
         throw new SteadError('unsupported', `how ${a} and ${b} relate depends on where ${x.certified.index === undefined ? a : b} commits, and it did not commit within ${COMPARE_WAIT_MS} ms`)
@@ -198,7 +198,7 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     if (!g) groups.push((g = { bytes: a.attestation.bytes, signatures: [] }))
     if (!g.signatures.some((s) => s.relay === a.relay)) g.signatures.push({ relay: a.relay, sig: a.attestation.sig })
   }
-  // A commit that decided it otherwise (dropped, or committed with an unverified clock): f+1 relays said so, yet it proves nothing.
+  // A commit with a clock the audit could not verify: f+1 relays said so, yet it proves no position.
   let unprovable = false
   for (const g of groups.sort((x, y) => y.signatures.length - x.signatures.length)) {
     if (g.signatures.length < cluster.f + 1) break
