@@ -12,6 +12,7 @@ export default defineConfig({
   ssr: { resolve: { conditions: [SOURCE, ...defaultServerConditions], externalConditions: [SOURCE] } },
   test: {
     testTimeout: 30_000,
+    globalSetup: ['scripts/test-tmp.ts'],
     projects: [
       { extends: true, test: { name: 'unit', include: ['packages/*/test/**/*.test.ts', 'relay/test/**/*.test.ts'], exclude: processes, sequence: { groupOrder: 0 } } },
       { extends: true, test: { name: 'processes', include: processes, fileParallelism: false, sequence: { groupOrder: 1 } } },
