@@ -1,7 +1,7 @@
 import { ReliableReplica, SteadError, StableAudit, encode, clockFrom, clockInit, encodeClockVote, fromHex, sealEnvelope, verifyClockCertificate, type Envelope, type EnvelopeDraft } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
-import { ClockVotes, HELD_MS, MAX_VOTES_ONLY, PARK_MS, type CastVote } from '../src/runtime/clock-votes.ts'
+import { ClockVotes, HELD_MS, MAX_VOTES_ONLY, PARK_MS, VOTE_FLUSH_MS, type CastVote } from '../src/runtime/clock-votes.ts'
 import { decodeMessage, encodeMessage, type Message } from '../src/consensus/index.ts'
 import { HandClock } from './helpers/hand-clock.ts'
 import { identity } from './helpers/envelopes.ts'
@@ -41,7 +41,7 @@ function relay(o: { replica?: StableAudit; denied?: string; cast?: CastVote[] } 
   if (o.cast) votes.load(o.cast)
   /** Lets the pending flush run and the disk finish every write. */
   const durable = async (): Promise<void> => {
-    await clock.advance(clock.t)
+    await clock.advance(clock.t + VOTE_FLUSH_MS)
     for (const w of disk.splice(0)) w.done()
     await clock.advance(clock.t)
   }
@@ -65,7 +65,7 @@ describe('ClockVotes', () => {
     expect(asked).toEqual([[a1.idHex]])
     r.votes.see(a1, a1.signed.bytes)
     // Both voted (a1, then b1 which it unblocked), in one write and one message, sent only once durable.
-    await r.clock.advance(0)
+    await r.clock.advance(VOTE_FLUSH_MS)
     expect(r.disk.map((w) => w.votes.map((v) => v.idHex))).toEqual([[a1.idHex, b1.idHex]])
     expect(r.sent).toEqual([])
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
@@ -159,13 +159,13 @@ describe('ClockVotes', () => {
     await r.durable()
     expect(r.votedIds()).toEqual([])
     replica.commit([a1])
-    r.votes.decided(SPACE, a1.idHex)
+    r.votes.decided(SPACE, a1.idHex, a1.authorId, a1.seq)
     r.votes.settle()
     await r.durable()
     expect(r.votedIds()).toEqual([b1.idHex])
     // Decided: its commit proves it too, and its votes (which state its weight) are served for a while yet.
     replica.commit([b1])
-    r.votes.decided(SPACE, b1.idHex)
+    r.votes.decided(SPACE, b1.idHex, b1.authorId, b1.seq)
     expect(r.votes.certificate(SPACE, b1.idHex)?.votes).toEqual([[0, 2, expect.any(Uint8Array)]])
     await r.clock.advance(HELD_MS + PARK_MS)
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
@@ -199,13 +199,17 @@ describe('ClockVotes', () => {
     expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay)).toEqual([0])
     expect(r.votes.certificate('elsewhere', a1.idHex)).toBeUndefined()
     expect(r.votedIds()).toEqual([a1.idHex])
-    // A bad signature costs one check, however often it comes.
+    // Peers' votes are checked when served, once each: a bad signature costs one check, however often it comes.
     const before = r.checks.verifies
     const bad = [SPACE, a1.id, 1, new Uint8Array(64).fill(9)] as const
     for (let i = 0; i < 100; i++) r.votes.onVotes(3, [bad])
+    expect(r.checks.verifies - before).toBe(0)
+    expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay)).toEqual([0])
     expect(r.checks.verifies - before).toBe(1)
+    for (let i = 0; i < 100; i++) r.votes.onVotes(3, [bad])
     r.votes.onVotes(1, [peerVote(1, a1, 1)])
     expect(r.votes.certificate(SPACE, a1.idHex)?.votes.map(([relay]) => relay).sort()).toEqual([0, 1])
+    expect(r.checks.verifies - before).toBe(2)
   })
 
   it('asks the client for what an envelope cites even when a peer brought the envelope first; holds nothing for one decided already', async () => {

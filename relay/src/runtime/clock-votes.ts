@@ -30,6 +30,8 @@ import { MAX_VOTE_FRAMES, type Committee, type Message, type SyncCrypto } from '
 export const PARK_MS = 30_000
 /** A voted envelope that never commits is forgotten after this long. */
 export const HELD_MS = 10 * 60_000
+/** Votes cast within this long go to disk in one write and to peers in one message (each write is a disk sync). */
+export const VOTE_FLUSH_MS = 2
 /** Envelopes held at most (waiting, voted or votes only); the oldest go first past it. */
 export const MAX_HELD = 50_000
 /** Bytes of held envelopes (frames and bookkeeping) at most; the oldest go first past it. */
@@ -80,8 +82,12 @@ interface Held {
   env: Envelope | undefined
   frame: Uint8Array | undefined
   state: 'votes-only' | 'waiting' | 'voted' | 'refused'
-  /** Votes whose signature checked, by relay index (this relay's once it is durable); the first of each relay. */
-  readonly votes: Map<number, Vote>
+  /**
+   * Votes by relay index (this relay's once it is durable), the first of
+   * each relay: a peer's vote is taken as its own (the mesh authenticates
+   * the sender), its signature checked only when served (`certificate`).
+   */
+  readonly votes: Map<number, Vote & { checked?: boolean }>
   /** Peers' votes that came before the envelope: checked once it is held (a liar's votes for nothing cost no signature check). */
   unchecked: Map<number, Vote> | undefined
   /** Relays whose vote for it did not check: their votes for it cost no more signature checks. */
@@ -120,8 +126,15 @@ export class ClockVotes {
   private readonly lastVote = new Map<string, { seq: number; idHex: string }>()
   /** Votes signed and not yet durable; sent once they are. */
   private outgoing: Array<{ held: Held; vote: CastVote; weight: number; sig: Uint8Array; fromClient: boolean }> = []
-  /** Spaces where a vote was cast since they were last tried: their parked envelopes may pass now. */
-  private readonly moved = new Set<string>()
+  /**
+   * What parked envelopes wait for, by wake key (`slot:` an author's seq
+   * voted or committed, `id:` an envelope voted or committed, `base:` a
+   * space's stable index moved), and the keys woken since the last
+   * `settle`: only the envelopes a vote or a commit concerns are tried
+   * again (trying every parked one after every vote was quadratic under a flood).
+   */
+  private readonly waiters = new Map<string, Set<string>>()
+  private readonly woken = new Set<string>()
   private flushTimer: HostTimer | undefined
   private sweepTimer: HostTimer | undefined
   private stopped = false
@@ -214,7 +227,19 @@ export class ClockVotes {
    */
   certificate(space: string, idHex: string): HeldCertificate | undefined {
     const h = this.held.get(idHex)
-    if (!h || h.space !== space || !h.frame || h.votes.size === 0) return undefined
+    if (!h || h.space !== space || !h.frame) return undefined
+    // Checked now, once each: under load a relay would spend N-1 signature checks per envelope on
+    // votes nobody asks for (a client checks what it is served anyway, this keeps what is served honest).
+    for (const [relay, v] of [...h.votes]) {
+      if (v.checked || relay === this.host.me) continue
+      const key = this.host.committee.keys[relay] as Uint8Array
+      if (this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex), v.weight), v.sig)) v.checked = true
+      else {
+        h.votes.delete(relay)
+        ;(h.badFrom ??= new Set()).add(relay)
+      }
+    }
+    if (h.votes.size === 0) return undefined
     return { frame: h.frame, votes: [...h.votes].map(([relay, v]) => [relay, v.weight, v.sig] as const) }
   }
 
@@ -224,10 +249,17 @@ export class ClockVotes {
    * its weight), and envelopes waiting on it may pass (at the next
    * `settle`, once the replica is done with the commit).
    */
-  decided(space: string, idHex: string): void {
+  decided(space: string, idHex: string, authorId: string, seq: number): void {
     const h = this.held.get(idHex)
     if (h?.space === space && h.state !== 'voted') this.forget(h)
-    if (this.parked.get(space)?.size) this.moved.add(space)
+    if (!this.parked.get(space)?.size) return
+    this.wake(`id:${idHex}`)
+    this.wake(`slot:${space}\0${authorId}\0${seq}`)
+    this.wake(`base:${space}`)
+  }
+
+  private wake(key: string): void {
+    if (this.waiters.has(key)) this.woken.add(key)
   }
 
   stop(): void {
@@ -258,16 +290,12 @@ export class ClockVotes {
     this.parked.get(h.space)?.delete(h.idHex)
   }
 
-  /** Counts a relay's vote for a held envelope once its signature checks (and only while no weight has a certificate yet). */
+  /** Takes a relay's vote for a held envelope (its first; one whose signature failed to check, none more). */
   private count(h: Held, relay: number, vote: Vote): void {
-    const key = this.host.committee.keys[relay]
-    if (!key || h.votes.has(relay) || h.badFrom?.has(relay) || this.certifiedWeight(h) !== undefined) return
-    if (relay !== this.host.me && !this.host.crypto.verify(key, encodeClockVote(h.space, fromHex(h.idHex), vote.weight), vote.sig)) {
-      ;(h.badFrom ??= new Set()).add(relay)
-      return
-    }
+    if (!this.host.committee.keys[relay] || h.votes.has(relay) || h.badFrom?.has(relay)) return
+    const before = this.certifiedWeight(h)
     h.votes.set(relay, vote)
-    if (this.certifiedWeight(h) !== undefined) this.host.certified?.(h.space, h.idHex)
+    if (before === undefined && this.certifiedWeight(h) !== undefined) this.host.certified?.(h.space, h.idHex)
   }
 
   /** The weight a quorum of the votes held agree on, if any. */
@@ -285,10 +313,15 @@ export class ClockVotes {
   private tryVote(h: Held): void {
     const env = h.env as Envelope
     const replica = this.host.replica(h.space)
-    const park = (): void => {
+    const park = (...keys: string[]): void => {
       let set = this.parked.get(h.space)
       if (!set) this.parked.set(h.space, (set = new Set()))
       set.add(h.idHex)
+      for (const key of keys) {
+        let ids = this.waiters.get(key)
+        if (!ids) this.waiters.set(key, (ids = new Set()))
+        ids.add(h.idHex)
+      }
     }
     const refuse = (result: 'refused' | 'unverifiable', detail: string): void => {
       h.state = 'refused'
@@ -311,10 +344,10 @@ export class ClockVotes {
     }
     const prevCommitted = replica.nextSeq(env.authorId) === env.seq
     const prevVoted = last?.seq === env.seq - 1 ? this.held.get(last.idHex)?.env : undefined
-    if (env.seq > 1 && !prevCommitted && !(last?.seq === env.seq - 1)) return park()
+    if (env.seq > 1 && !prevCommitted && !(last?.seq === env.seq - 1)) return park(`slot:${h.space}\0${env.authorId}\0${env.seq - 1}`)
     // Update validator, with the inputs this relay vouched for.
     const verdict = replica.judgeBeforeOrder(env, { prev: prevVoted, byId: (idHex) => this.votedEnvelope(idHex) }, true)
-    if (verdict === undefined) return park()
+    if (verdict === undefined) return park(`base:${h.space}`)
     if (!verdict.ok) return refuse('refused', `bad-clock: ${verdict.detail}`)
     const weight = verdict.ok ? replica.clockWeight(env) : undefined
     if (verdict.ok && verdict.verified && weight === undefined) return refuse('unverifiable', `its weight needs F(${env.base}) where this relay no longer knows it`)
@@ -326,7 +359,7 @@ export class ClockVotes {
         for (const idHex of fresh) (h.asked ??= new Set()).add(idHex)
         h.ask(fresh)
       }
-      return park()
+      return park(...missing.map((idHex) => `id:${idHex}`))
     }
     this.vote(h, env, weight as number)
   }
@@ -344,9 +377,10 @@ export class ClockVotes {
     this.lastVote.set(`${h.space}\0${env.authorId}`, { seq: env.seq, idHex: env.idHex })
     this.outgoing.push({ held: h, vote, weight, sig: this.host.crypto.sign(this.host.secretKey, encodeClockVote(h.space, env.id, weight)), fromClient: h.ask !== undefined })
     this.host.judged?.('voted', env)
-    this.flushTimer ??= this.host.clock.setTimer(0, () => this.flush())
+    this.flushTimer ??= this.host.clock.setTimer(VOTE_FLUSH_MS, () => this.flush())
     // Envelopes that cite this one (or follow it) may pass now.
-    this.moved.add(h.space)
+    this.wake(`slot:${h.space}\0${env.authorId}\0${env.seq}`)
+    this.wake(`id:${env.idHex}`)
   }
 
   /** Persist, then speak: the votes of this turn go to disk in one write, then to the peers in one message. */
@@ -373,14 +407,17 @@ export class ClockVotes {
 
   /** Tries the parked envelopes of spaces where something moved, until nothing more passes. */
   settle(): void {
-    for (let space = first(this.moved); space !== undefined; space = first(this.moved)) {
-      this.moved.delete(space)
-      for (const idHex of [...(this.parked.get(space) ?? [])]) {
+    for (let key = first(this.woken); key !== undefined; key = first(this.woken)) {
+      this.woken.delete(key)
+      const ids = this.waiters.get(key)
+      this.waiters.delete(key)
+      for (const idHex of ids ?? []) {
         const h = this.held.get(idHex)
-        this.parked.get(space)?.delete(idHex)
-        if (h?.env && h.state === 'waiting') this.tryVote(h)
+        if (!h?.env || h.state !== 'waiting' || !this.parked.get(h.space)?.has(idHex)) continue
+        this.parked.get(h.space)?.delete(idHex)
+        if (this.parked.get(h.space)?.size === 0) this.parked.delete(h.space)
+        this.tryVote(h)
       }
-      if (this.parked.get(space)?.size === 0) this.parked.delete(space)
     }
   }
 
@@ -396,6 +433,11 @@ export class ClockVotes {
           this.forget(h)
           if (h.env) this.host.judged?.('expired', h.env, 'its inputs never came')
         } else if (age >= (h.state === 'voted' ? HELD_MS : PARK_MS)) this.forget(h)
+      }
+      // Wake keys nothing waits on any more (their envelopes went, or never came back).
+      for (const [key, ids] of this.waiters) {
+        for (const idHex of ids) if (!this.held.has(idHex)) ids.delete(idHex)
+        if (!ids.size) this.waiters.delete(key)
       }
       if (this.held.size) this.armSweep()
     })

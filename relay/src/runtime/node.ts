@@ -219,7 +219,7 @@ export class RelayNode {
       verifyStateHashes: options.verifyStateHashes ?? false,
       decided: (d) => {
         if (d.kind === 'committed') this.metrics.clocks.committed.inc({ verified: String(d.clockVerified) })
-        this.clockVotes.decided(d.env.space, d.env.idHex)
+        this.clockVotes.decided(d.env.space, d.env.idHex, d.env.authorId, d.env.seq)
         const waited = this.news.decided(d.env.idHex, this.clock.now())
         if (waited !== undefined) this.metrics.commitLatency.observe(waited / 1000)
       },
