@@ -67,7 +67,9 @@ describe('ClockVotes', () => {
     // Both voted (a1, then b1 which it unblocked), in one write and one message, sent only once durable.
     await r.clock.advance(VOTE_FLUSH_MS)
     expect(r.disk.map((w) => w.votes.map((v) => v.idHex))).toEqual([[a1.idHex, b1.idHex]])
-    expect(r.sent).toEqual([])
+    // Not one vote leaves before it is durable; the client's envelope goes to the peers at once, for them to judge meanwhile.
+    expect(r.votedIds()).toEqual([])
+    expect(r.sent.flatMap((m) => (m.kind === 'clock-votes' ? (m.frames ?? []).map((f) => Buffer.from(f).toString('hex')) : []))).toEqual([Buffer.from(b1.signed.bytes).toString('hex')])
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
     await r.durable()
     expect(r.votedIds()).toEqual([a1.idHex, b1.idHex])
@@ -171,15 +173,17 @@ describe('ClockVotes', () => {
     expect(r.votes.certificate(SPACE, b1.idHex)).toBeUndefined()
   })
 
-  it('sends a client envelope along with its vote, and the mesh message round-trips; a malformed one is refused', async () => {
+  it('sends a client envelope ahead of its vote, and the mesh message round-trips; a malformed one is refused', async () => {
     const r = relay()
     const a1 = await seal(alice, 1)
     const b1 = await seal(bob, 1)
     r.votes.see(a1, a1.signed.bytes, () => undefined) // from a client: peers may not hold it yet
     r.votes.see(b1, b1.signed.bytes) // from a peer's block: they hold it
     await r.durable()
-    const [m] = r.sent
+    const [m, votes] = r.sent
     expect(m?.kind === 'clock-votes' && m.frames).toEqual([a1.signed.bytes])
+    expect(m?.kind === 'clock-votes' && m.votes).toEqual([])
+    expect(votes?.kind === 'clock-votes' && votes.votes.length).toBe(2)
     const back = decodeMessage(crypto, committee, encodeMessage(m as Message))
     expect(plain(back)).toEqual(plain(m))
     const bare = encodeMessage({ kind: 'clock-votes', votes: [peerVote(1, a1, 1)] })

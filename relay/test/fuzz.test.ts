@@ -939,6 +939,10 @@ async function exchange(cluster: TestCluster, conn: Conn, frame: Uint8Array | st
         // The relay asks the session that submitted an envelope for those its clock cites and no relay holds (ClockVotes).
         if (!conn.authed || m.ids.length === 0 || m.ids.length > 64) problems.push(`a want this session could not have caused: ${show(g)}`)
         break
+      case 'votes':
+        // The relay's own clock votes on a subscribed space's envelopes, for a session that asked for them.
+        if (!conn.authed || m.votes.length === 0 || m.votes.length > 64) problems.push(`votes this session could not have asked for: ${show(g)}`)
+        break
       default:
         problems.push(`unexpected ${m.type}: ${show(g)}`)
     }

@@ -45,6 +45,8 @@ export type UpdateResult =
   | {
       /** A regular update, stored on this device: it shows in `value` and will reach the stable order. */
       readonly status: 'stored'
+      /** The envelope it went in (hex id, as `space.clockProof` and `space.compare` take); absent when nothing was sent (the update cancelled out, or an empty edit). */
+      readonly update?: string
     }
   | {
       /**

@@ -139,4 +139,31 @@ describe('clock certificates before order', () => {
     expect(committed.index).toBeDefined()
     expect(committed.certificate.kind).toBeUndefined()
   })
+
+  it('gathers validator certificates from the relays’ vote feeds without asking them, and keeps the votes after the commit', async () => {
+    const { c, spaces } = await clients(2)
+    const [a, b] = spaces as [Space, Space]
+    const written = await a.register('r').set('x')
+    // A regular update's result names its envelope.
+    if (written.status !== 'stored' || !written.update) throw new Error(`no envelope named: ${JSON.stringify(written)}`)
+    const id = written.update
+    // Held: the envelope reaches the other relays as its author sends it on (every 2 s); each relay votes and tells its subscribers.
+    await c.advance(10_000)
+    expect(b.register('r').undecided()).toEqual([{ id, author: world.owner(a).authorId, seq: 1 }])
+    const asked = (): number => c.relays.flatMap((r) => r.requests).filter((path) => path.includes('/clock/')).length
+    const before = asked()
+    const proof = await b.clockProof(id, { kind: 'validators' })
+    expect(proof.certificate.kind).toBe('validators')
+    expect(asked()).toBe(before)
+    // Once committed, the strongest proof is the commit's; the votes are still there for whoever needs the weight.
+    await commitUntil(c, 'the update commits', () => b.register('r').undecided().length === 0)
+    expect((await b.clockProof(id)).index).toBeGreaterThan(0)
+    expect((await b.clockProof(id, { kind: 'validators' })).certificate).toEqual(proof.certificate)
+    // timeoutMs waits for a certificate that does not exist yet.
+    const next = await a.register('r').set('y')
+    const later = await b.clockProof((next as { update: string }).update, { kind: 'validators', timeoutMs: 30_000 })
+    expect(later.certificate.kind).toBe('validators')
+    await expect(b.clockProof('ab'.repeat(32), { kind: 'validators', timeoutMs: 1_000 })).rejects.toMatchObject({ reason: 'unsupported' })
+    await expect(b.clockProof(id, { timeoutMs: -1 })).rejects.toMatchObject({ reason: 'malformed' })
+  })
 })

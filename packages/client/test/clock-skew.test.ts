@@ -82,14 +82,14 @@ describe('a client whose clock runs 3 hours fast', () => {
 
     const fastDoc = await fast.client.space('doc')
     const fastTitle = fastDoc.register<string>('title')
-    expect(await fastTitle.set('written first, on the fast device')).toEqual({ status: 'stored' })
+    expect(await fastTitle.set('written first, on the fast device')).toMatchObject({ status: 'stored' })
     await until('the fast write stable', () => (fastTitle.stable === 'written first, on the fast device' ? true : undefined))
 
     // A just-opened client on a correct clock writes before it received anything: it had not seen the fast write.
     const normal = await open()
     const normalTitle = (await normal.client.space('doc')).register<string>('title')
     expect(normalTitle.value).toBeUndefined()
-    expect(await normalTitle.set('written later, on a correct clock')).toEqual({ status: 'stored' })
+    expect(await normalTitle.set('written later, on a correct clock')).toMatchObject({ status: 'stored' })
 
     const later = 'written later, on a correct clock'
     await until('both clients settle on the later write', () => ([fastTitle.value, fastTitle.stable, normalTitle.value, normalTitle.stable].every((v) => v === later) ? true : undefined), 10_000)
@@ -111,7 +111,7 @@ describe('a client whose clock runs 3 hours fast', () => {
     const heard: SteadError[] = []
     space.onError((err) => heard.push(err))
     const title = space.register<string>('title')
-    expect(await title.set('offline, 3 h ahead')).toEqual({ status: 'stored' })
+    expect(await title.set('offline, 3 h ahead')).toMatchObject({ status: 'stored' })
     online = true
     // The one relay (f = 0) refused it: final. Its sequence number is signed again with the stamp corrected, not lost.
     const corrected = await until('the correction', () => heard.find((e) => isSteadError(e, 'clock-skew') && /as clock-ahead/.test(e.message)), 10_000)

@@ -265,7 +265,7 @@ describe('space.transact', () => {
       expect(calls).toEqual([])
     })
     expect(calls).toEqual(['title:Q3 plan', `card:${JSON.stringify({ m: 0, n: 1, nested: 'joins', updated: true })}`])
-    expect(await done).toEqual({ status: 'stored' })
+    expect(await done).toMatchObject({ status: 'stored' })
     await c.until('b has the transaction', () => b.text('title').value === 'Q3 plan' && b.map('card').value['nested'] === 'joins')
     expect(envelopes(c)).toBe(before + 1)
     await c.until('stable', () => title.stable === 'Q3 plan')
@@ -283,7 +283,7 @@ describe('space.transact', () => {
     expect(t.value).toBe('kept')
     await c.until('stable', () => t.stable === 'kept')
     // A transaction with no edits resolves at once.
-    expect(await a.transact(() => undefined)).toEqual({ status: 'stored' })
+    expect(await a.transact(() => undefined)).toMatchObject({ status: 'stored' })
   })
 })
 

@@ -50,7 +50,7 @@ describe('rights that move', () => {
     expect(atB.stable).toBe(20)
 
     const go = committing(c)
-    expect(await spend).toEqual({ status: 'stored' })
+    expect(await spend).toMatchObject({ status: 'stored' })
     await b.flush()
     await c.until('stable 14', () => (atA.stable === 14 && atB.stable === 14) || undefined)
     go()
@@ -94,8 +94,8 @@ describe('rights that move', () => {
 
   it('a client that spends keeps a stock of rights in the background, so its next spends stay local', async () => {
     const { c, b, atA, atB, stop } = await twoClients(40)
-    expect(await atB.decrement(2)).toEqual({ status: 'stored' }) // asks a for half of its 40, then spends
-    expect(await atB.decrement(13, { rights: 'fail' })).toEqual({ status: 'stored' }) // within the 18 left
+    expect(await atB.decrement(2)).toMatchObject({ status: 'stored' }) // asks a for half of its 40, then spends
+    expect(await atB.decrement(13, { rights: 'fail' })).toMatchObject({ status: 'stored' }) // within the 18 left
     await b.flush()
     await c.until('b spent 15', () => atA.stable === 25 || undefined)
     // b holds 5, below half an equal share of the 25 left (6): it asks a again, with no spend waiting.
@@ -108,7 +108,7 @@ describe('rights that move', () => {
     expect(asks.map((q) => q[4])).toEqual(asks.map((_, i) => i + 1))
     // Spends within that stock need no relay at all.
     for (const r of c.relays) await r.down()
-    expect(await atB.decrement(atB.rights, { rights: 'fail' })).toEqual({ status: 'stored' })
+    expect(await atB.decrement(atB.rights, { rights: 'fail' })).toMatchObject({ status: 'stored' })
   })
 
   it("reclaims a replica's rights into the pool: its own, always; another's, not without a policy that says so", async () => {
@@ -119,7 +119,7 @@ describe('rights that move', () => {
     expect(atA.rights).toBe(0)
     await c.until('b sees the pool', () => atB.stable === 10 || undefined)
     // The pool holds them now: b's spend claims from it.
-    expect(await atB.decrement(4)).toEqual({ status: 'stored' })
+    expect(await atB.decrement(4)).toMatchObject({ status: 'stored' })
     await b.flush()
     await c.until('stable 6', () => atA.stable === 6 || undefined)
     stop()

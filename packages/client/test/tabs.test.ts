@@ -75,7 +75,7 @@ describe('tabs sharing one client', () => {
     await c.until('b sees a', () => kb.value === 5)
     const stored = kb.increment(10)
     expect(kb.value).toBe(15)
-    expect(await stored).toEqual({ status: 'stored' })
+    expect(await stored).toMatchObject({ status: 'stored' })
     await c.until('a sees b', () => ka.value === 15)
     expect(await kb.decrement(20, { safe: true })).toMatchObject({ status: 'rejected', reason: 'invariant' })
     expect(await kb.decrement(3, { safe: true })).toMatchObject({ status: 'committed' })

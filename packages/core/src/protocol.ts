@@ -58,6 +58,13 @@ export type ClientMessage =
        * Default false.
        */
       readonly refs?: boolean
+      /**
+       * Whether the relay sends its own clock votes on the space's
+       * envelopes (`votes` messages) as it casts them, so the client
+       * gathers validator certificates from every relay's feed instead of
+       * asking for them. Default false.
+       */
+      readonly votes?: boolean
     }
   | {
       /**
@@ -331,6 +338,18 @@ export type RelayMessage =
       readonly ids: readonly Uint8Array[]
     }
   | {
+      /**
+       * This relay's clock votes on envelopes of a space it cast since its
+       * last `votes` (see `encodeClockVote`), durable before they are sent;
+       * for sessions that subscribed with `votes`.
+       */
+      readonly type: 'votes'
+      /** The space. */
+      readonly space: string
+      /** [envelope id, weight, signature], at most {@link MAX_CLIENT_VOTES}. */
+      readonly votes: ReadonlyArray<readonly [id: Uint8Array, weight: number, sig: Uint8Array]>
+    }
+  | {
       /** The answer to `ping`. */
       readonly type: 'pong'
       /** The ping's `n`. */
@@ -560,6 +579,7 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
       if (m.device) return encode(['hello', m.publicKey, m.sig, m.nonce ?? null, encodeDeviceCertificate(m.device)])
       return encode(m.nonce ? ['hello', m.publicKey, m.sig, m.nonce] : ['hello', m.publicKey, m.sig])
     case 'subscribe':
+      if (m.votes) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, m.refs === true, true])
       if (m.refs) return encode(['subscribe', m.space, m.fromIndex, m.frames !== false, true])
       return encode(m.frames === false ? ['subscribe', m.space, m.fromIndex, false] : ['subscribe', m.space, m.fromIndex])
     case 'pace':
@@ -585,7 +605,7 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
  * @throws SteadError `malformed`, or `too-large` over `maxBytes`.
  */
 export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAULT_LIMITS.maxFrameBytes): ClientMessage {
-  const v = expect.array(decode(frame, maxBytes), 'message', 5)
+  const v = expect.array(decode(frame, maxBytes), 'message', 6)
   const fields = (n: number) => {
     if (v.length !== n) throw new SteadError('malformed', `${String(v[0])} takes ${n - 1} fields`)
   }
@@ -597,10 +617,11 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes: number = DEFAUL
       return { type: 'hello', publicKey: expect.bytes(v[1], 'publicKey', 32), sig: expect.bytes(v[2], 'sig', 64), ...(nonce ? { nonce } : {}), ...(device ? { device } : {}) }
     }
     case 'subscribe': {
-      if (v.length < 3 || v.length > 5) throw new SteadError('malformed', 'subscribe takes 2 to 4 fields')
+      if (v.length < 3 || v.length > 6) throw new SteadError('malformed', 'subscribe takes 2 to 5 fields')
       const frames = v.length >= 4 ? expect.boolean(v[3], 'frames') : true
-      const refs = v.length === 5 ? expect.boolean(v[4], 'refs') : false
-      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames, ...(refs ? { refs } : {}) }
+      const refs = v.length >= 5 ? expect.boolean(v[4], 'refs') : false
+      const votes = v.length === 6 ? expect.boolean(v[5], 'votes') : false
+      return { type: 'subscribe', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), fromIndex: expect.uint(v[2], 'fromIndex'), frames, ...(refs ? { refs } : {}), ...(votes ? { votes } : {}) }
     }
     case 'pace': {
       if (v.length !== 4 && v.length !== 5) throw new SteadError('malformed', 'pace takes 3 or 4 fields')
@@ -688,6 +709,8 @@ export function encodeRelayMessage(m: RelayMessage): Uint8Array {
       return encode(['unpaced', m.space, m.detail.length > MAX_DETAIL_CHARS ? `${m.detail.slice(0, MAX_DETAIL_CHARS - 1)}…` : m.detail])
     case 'want':
       return encode(['want', m.space, m.ids.slice(0, MAX_WANTED_IDS)])
+    case 'votes':
+      return encode(['votes', m.space, m.votes.slice(0, MAX_CLIENT_VOTES)])
     case 'pong':
       // The time goes last: decoders that predate it read ['pong', n] and ignore what follows.
       return encode(m.time === undefined ? ['pong', m.n] : ['pong', m.n, m.time])
@@ -709,6 +732,9 @@ export const MAX_PEER_ADDR_CHARS = 512
 export const MAX_PEERS_PER_MESSAGE = 512
 /** Envelope ids one `want` names at most (an envelope cites at most this many deps). */
 export const MAX_WANTED_IDS = 64
+
+/** At most this many clock votes in one `votes` message to a client. */
+export const MAX_CLIENT_VOTES = 64
 
 function addrsOf(v: unknown, max: number): string[] {
   return expect.array(v, 'addrs', max).map((a) => expect.string(a, 'addr', MAX_PEER_ADDR_CHARS, 1))
@@ -770,6 +796,16 @@ export function decodeRelayMessage(frame: Uint8Array, maxBytes: number = MAX_REL
       return { type: 'unpaced', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), detail: expect.string(v[2], 'detail', MAX_DETAIL_CHARS) }
     case 'want':
       return { type: 'want', space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1), ids: expect.array(v[2], 'want.ids', MAX_WANTED_IDS).map((id, i) => expect.bytes(id, `want.ids[${i}]`, 32)) }
+    case 'votes':
+      return {
+        type: 'votes',
+        space: expect.string(v[1], 'space', DEFAULT_LIMITS.maxSpaceChars, 1),
+        votes: expect.array(v[2], 'votes', MAX_CLIENT_VOTES).map((x, i) => {
+          const t = expect.array(x, `votes[${i}]`, 3)
+          if (t.length !== 3) throw new SteadError('malformed', `votes[${i}] is [id, weight, signature]`)
+          return [expect.bytes(t[0], `votes[${i}].id`, 32), expect.uint(t[1], `votes[${i}].weight`), expect.bytes(t[2], `votes[${i}].sig`, 64)] as const
+        }),
+      }
     case 'pong':
       return { type: 'pong', n: expect.uint(v[1], 'n'), ...(v[2] === undefined ? {} : { time: expect.uint(v[2], 'pong.time') }) }
     default:

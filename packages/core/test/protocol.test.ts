@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { CommitAssembler, decode, decodeClientMessage, decodeRelayMessage, encode, encodeClientMessage, encodeCommitFrame, encodeRelayMessage, isSteadError, MAX_WANTED_IDS, type RelayMessage } from '../src/index.ts'
+import { CommitAssembler, decode, decodeClientMessage, decodeRelayMessage, encode, encodeClientMessage, encodeCommitFrame, encodeRelayMessage, isSteadError, MAX_WANTED_IDS, MAX_CLIENT_VOTES,
+  type RelayMessage } from '../src/index.ts'
 
 const attestation = { bytes: new Uint8Array([1, 2, 3]), sig: new Uint8Array(64).fill(9) }
 /** Buffers and Uint8Arrays compare as their bytes; -0 as 0 (msgpack writes it as the integer 0). */
@@ -30,7 +31,8 @@ describe('subscribe', () => {
     expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 7, frames: true, refs: true }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true, refs: true })
     expect(decodeClientMessage(encode(['subscribe', 's', 7, true, false]))).toEqual({ type: 'subscribe', space: 's', fromIndex: 7, frames: true })
     expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, 1]))).toThrow(/boolean/)
-    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, true, 1]))).toThrow(/items/)
+    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, true, 1]))).toThrow(/boolean/)
+    expect(() => decodeClientMessage(encode(['subscribe', 's', 7, true, true, true, 1]))).toThrow(/items/)
   })
 })
 
@@ -40,6 +42,19 @@ describe('want (a relay asks the submitter for envelopes a clock cites)', () => 
     expect(roundTrip(want)).toEqual(plain(want))
     expect(() => decodeRelayMessage(encode(['want', 's', [new Uint8Array(31)]]))).toThrow(/want.ids/)
     expect(() => decodeRelayMessage(encode(['want', 's', Array.from({ length: MAX_WANTED_IDS + 1 }, () => new Uint8Array(32))]))).toThrow(/want.ids/)
+  })
+})
+
+describe('votes (a relay tells its subscribers its own clock votes)', () => {
+  it('round-trips, is asked for by subscribe, and refuses a vote that is not [32-byte id, weight, 64-byte signature] or too many', () => {
+    const votes: RelayMessage = { type: 'votes', space: 's', votes: [[new Uint8Array(32).fill(1), 7, new Uint8Array(64).fill(2)]] }
+    expect(roundTrip(votes)).toEqual(plain(votes))
+    expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 3, votes: true }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 3, frames: true, votes: true })
+    expect(decodeClientMessage(encodeClientMessage({ type: 'subscribe', space: 's', fromIndex: 3, refs: true, votes: true }))).toEqual({ type: 'subscribe', space: 's', fromIndex: 3, frames: true, refs: true, votes: true })
+    expect(() => decodeRelayMessage(encode(['votes', 's', [[new Uint8Array(31), 7, new Uint8Array(64)]]]))).toThrow(/votes\[0\]\.id/)
+    expect(() => decodeRelayMessage(encode(['votes', 's', [[new Uint8Array(32), -1, new Uint8Array(64)]]]))).toThrow(/weight/)
+    expect(() => decodeRelayMessage(encode(['votes', 's', [[new Uint8Array(32), 7]]]))).toThrow(/votes\[0\]/)
+    expect(() => decodeRelayMessage(encode(['votes', 's', Array.from({ length: MAX_CLIENT_VOTES + 1 }, () => [new Uint8Array(32), 1, new Uint8Array(64)])]))).toThrow(/votes/)
   })
 })
 

@@ -217,7 +217,7 @@ describe.each([
     let result: unknown
     void handle.decrement(7).then((r) => (result = r))
     await commitUntil(c, () => expect(text('bounded')).toBe('4/4'))
-    await waitFor(() => expect(result).toEqual({ status: 'stored' }))
+    await waitFor(() => expect(result).toMatchObject({ status: 'stored' }))
     expectSubscribed(stats, strict)
 
     view.unmount()

@@ -43,7 +43,7 @@ export class ReadWaits<S extends ReadWaiter> {
     if (!entry) {
       const space = message.space
       const waiting = new Map<S, SubscribeMessage>()
-      entry = { waiting, stop: this.listen(space, { envelope: () => undefined, committed: () => this.recheck(space) }) }
+      entry = { waiting, stop: this.listen(space, { envelope: () => undefined, votes: () => undefined, committed: () => this.recheck(space) }) }
       this.bySpace.set(space, entry)
     }
     entry.waiting.set(session, message)

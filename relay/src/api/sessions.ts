@@ -1,4 +1,5 @@
 import {
+  MAX_CLIENT_VOTES,
   MAX_PEER_ADDRS,
   SteadError,
   authBytes,
@@ -210,6 +211,8 @@ interface FeedEntry {
   idle: boolean
   /** Whether commits may name envelopes this session sent early by id (the subscription's `refs`). */
   readonly refs: boolean
+  /** Whether the session takes this relay's clock votes on the space (the subscription's `votes`). */
+  readonly votes: boolean
 }
 
 /** A paced subscription (BENDY's live stream): deltas at the client's freshness bound instead of the commit feed. */
@@ -323,6 +326,14 @@ class Session implements Subscriber, PresenceWatcher {
     if (entry?.refs) this.sentEarly.remember(frame, idHex)
   }
 
+  votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
+    const entry = this.feeds.get(space)
+    if (!entry || 'paced' in entry || !entry.votes || !this.stillReads(space)) return
+    // Votes are an early proof: a client that is behind skips them (it can ask for them: GET …/clock/:id).
+    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(votes.length * 110)) return
+    for (let i = 0; i < votes.length; i += MAX_CLIENT_VOTES) this.send({ type: 'votes', space, votes: votes.slice(i, i + MAX_CLIENT_VOTES) })
+  }
+
   deliverPresence(frame: Uint8Array): boolean {
     // Presence is renewed by its authors: a client that is behind skips it rather than grow its buffer.
     if (this.state !== 'open' || this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) return false
@@ -352,7 +363,7 @@ class Session implements Subscriber, PresenceWatcher {
     const resume =
       'paced' in entry
         ? { type: 'pace' as const, space, fromIndex: entry.paced.resumeIndex, freshnessMs: entry.paced.freshnessMs, mode: entry.paced.mode }
-        : { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}) }
+        : { type: 'subscribe' as const, space, fromIndex: entry.feed.resumeIndex, frames: entry.feed.frames, ...(entry.refs ? { refs: true } : {}), ...(entry.votes ? { votes: true } : {}) }
     this.leave(space)
     this.sessions.readWaits.wait(this, resume)
     this.send({ type: 'unreadable', space, detail: `key ${this.key} may no longer read space ${space}` })
@@ -383,7 +394,7 @@ class Session implements Subscriber, PresenceWatcher {
     const refs = frames && message.refs === true
     const { feed, unsubscribe } = this.node.reads.subscribe(message.space, fromIndex, this, frames, refs ? (chunk) => this.sentEarly.refer(chunk) : undefined)
     this.feeds.delete(message.space)
-    this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs })
+    this.feeds.set(message.space, { feed, unsubscribe, idle: false, refs, votes: message.votes === true })
     // What this relay attested up to where the client stands: it counts towards the 2f+1 the client's own
     // outcomes wait for, even when no commit follows (the feed only sends what comes after).
     const vouch = fromIndex > 0 ? this.node.reads.attestedBy(message.space, fromIndex) : undefined

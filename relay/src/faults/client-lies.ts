@@ -11,6 +11,7 @@ import {
   decodeStateDelta,
   encode,
   encodeAttestation,
+  encodeClockVote,
   encodeAuditState,
   encodeObjectProof,
   encodeRelayMessage,
@@ -58,6 +59,7 @@ export const CLIENT_LIES = [
   'wrong-cluster',
   'slow',
   'junk',
+  'lie-votes',
 ] as const
 export type ClientLie = (typeof CLIENT_LIES)[number]
 
@@ -257,6 +259,24 @@ export class ClientFacingLiar {
     return { bytes: lie, sig: signSync(this.ctx.secretKey, lie) }
   }
 
+  /**
+   * A clock evidence answer that tries to certify another weight: this
+   * relay's own genuine signature for the weight plus one, the other
+   * relays' votes for it made up, all listed before the true votes, and
+   * the envelope's frame with its signature broken.
+   */
+  private lyingVotes(space: string, body: ClockEvidence): unknown {
+    const votes = body.votes
+    if (typeof body.id !== 'string' || !Array.isArray(votes) || typeof body.relay !== 'number') return body
+    const id = fromHex(body.id)
+    const weights = new Set(votes.map(([, w]) => w))
+    const lies = [...weights].flatMap((w) =>
+      votes.map(([relay]): [number, number, string] => [relay, w + 1, toHex(relay === body.relay ? signSync(this.ctx.secretKey, encodeClockVote(space, id, w + 1)) : new Uint8Array(64).fill(relay + 1))]),
+    )
+    const envelope = typeof body.envelope === 'string' ? toBase64Url(forged(fromBase64Url(body.envelope))) : body.envelope
+    return { ...body, envelope, votes: [...lies, ...votes] }
+  }
+
   /** How long to hold an HTTP answer to `route` (a route pattern such as '/v1/spaces/:space/head'). */
   delayOf(route: string | undefined): number {
     return this.lies.has('slow') && route !== undefined && !OPERATOR_ROUTES.has(route) ? SLOW_MS : 0
@@ -274,6 +294,7 @@ export class ClientFacingLiar {
     if (route === '/v1/spaces/:space/snapshot' && this.lies.has('forge-snapshot')) return this.raisedSnapshot(body as Snapshot, 'forge')
     if (route === '/v1/spaces/:space/snapshot' && this.lies.has('mismatched-snapshot')) return this.raisedSnapshot(body as Snapshot, 'mismatch')
     if (route === '/v1/spaces/:space/delta' && this.lies.has('wrong-delta')) return wrongDelta(body as { delta?: string })
+    if (route === '/v1/spaces/:space/clock/:id' && this.lies.has('lie-votes') && typeof params.space === 'string') return this.lyingVotes(params.space, body as ClockEvidence)
     if (route !== '/v1/spaces/:space/head' || typeof params.space !== 'string') return body
     const head = body as Head
     const space = params.space
@@ -293,6 +314,8 @@ export class ClientFacingLiar {
     return body
   }
 }
+
+type ClockEvidence = { relay?: number; id?: string; envelope?: string | null; votes?: Array<[number, number, string]> }
 
 type ClusterBody = { f: number; relays: Array<{ id: string; publicKey: string; api: string }> }
 

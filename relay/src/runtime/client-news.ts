@@ -4,6 +4,8 @@ export interface Subscriber {
   envelope(space: string, frame: Uint8Array, idHex: string): void
   /** New attested commits of the space are in the store: read them from the feed. */
   committed(space: string): void
+  /** This relay's clock votes on envelopes of the space, durable: [id, weight, signature] (may be skipped by a busy subscriber). */
+  votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void
 }
 
 /** Envelopes whose submit time is kept for the commit latency histogram, at most. */
@@ -39,6 +41,11 @@ export class ClientNews {
   /** A client envelope not ordered yet: every subscriber of its space gets it now (prospective state needs no order). */
   envelope(space: string, frame: Uint8Array, idHex: string): void {
     for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame, idHex)
+  }
+
+  /** This relay cast clock votes on envelopes of `space`, durable: its subscribers that take votes get them. */
+  votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
+    for (const sub of this.subscribers.get(space) ?? []) sub.votes(space, votes)
   }
 
   /** Attestations of `spaces` are durable: subscribers read on, and those waiting for one look. */

@@ -68,6 +68,8 @@ export interface ClockVotesHost {
   persist(votes: readonly CastVote[]): Promise<void>
   /** Sends a message to every peer. */
   broadcast(message: Message): void
+  /** This relay's own votes on envelopes of `space`, durable: for the space's subscribers. */
+  cast?(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void
   /** A validator certificate came together here (for metrics). */
   certified?(space: string, idHex: string): void
   /** The relay's verdict on an envelope (for metrics and logs). */
@@ -204,6 +206,12 @@ export class ClockVotes {
     for (const [relay, vote] of unchecked ?? []) this.count(h, relay, vote)
     this.tryVote(h)
     this.settle()
+  }
+
+  /** Whether this relay holds envelope `idHex`, not refused (waiting for its inputs, or voted on). */
+  holds(idHex: string): boolean {
+    const h = this.held.get(idHex)
+    return h?.env !== undefined && h.state !== 'refused'
   }
 
   /** A peer's votes: kept if valid, for envelopes held; for others, unchecked until the envelope comes (bounded). */
@@ -383,22 +391,35 @@ export class ClockVotes {
     this.wake(`id:${env.idHex}`)
   }
 
-  /** Persist, then speak: the votes of this turn go to disk in one write, then to the peers in one message. */
+  /**
+   * Persist, then speak: the votes of this turn go to disk in one write,
+   * then to the peers in one message. The frames of the clients'
+   * envelopes among them go to the peers at once, before the write: a
+   * client's envelope reaches the peers in this relay's next block, and
+   * sent along now, they judge it while this relay's votes are written.
+   */
   private flush(): void {
     this.flushTimer = undefined
     const batch = this.outgoing
     this.outgoing = []
     if (!batch.length || this.stopped) return
+    const frames = batch.flatMap((b) => (b.fromClient && b.held.frame ? [b.held.frame] : []))
+    for (let i = 0; i < frames.length; i += MAX_FRAMES_WITH_VOTES) this.host.broadcast({ kind: 'clock-votes', votes: [], frames: frames.slice(i, i + MAX_FRAMES_WITH_VOTES) })
     this.host.persist(batch.map((b) => b.vote)).then(
       () => {
         if (this.stopped) return
         for (let i = 0; i < batch.length; i += MAX_VOTES_PER_MESSAGE) {
           const part = batch.slice(i, i + MAX_VOTES_PER_MESSAGE)
-          // A client's envelopes reach the peers in this relay's next block; sent along, peers vote without waiting for it.
-          const frames = part.flatMap((b) => (b.fromClient && b.held.frame ? [b.held.frame] : [])).slice(0, MAX_FRAMES_WITH_VOTES)
-          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const), ...(frames.length ? { frames } : {}) })
+          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const) })
         }
         for (const b of batch) this.count(b.held, this.host.me, { weight: b.weight, sig: b.sig })
+        const bySpace = new Map<string, Array<readonly [Uint8Array, number, Uint8Array]>>()
+        for (const b of batch) {
+          let list = bySpace.get(b.vote.space)
+          if (!list) bySpace.set(b.vote.space, (list = []))
+          list.push([fromHex(b.vote.idHex), b.weight, b.sig])
+        }
+        for (const [space, votes] of bySpace) this.host.cast?.(space, votes)
       },
       // The store failed: the relay stops on its own write path; these votes are never sent.
       () => undefined,

@@ -261,6 +261,7 @@ export class RelayNode {
       application: (env) => this.admission.application(env, options.clockValidator),
       persist: (votes) => this.store.writeClockVotes(votes),
       broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
+      cast: (space, votes) => this.news.votes(space, votes),
       certified: () => this.metrics.clocks.votes.inc({ result: 'certified' }),
       judged: (result, env, detail) => {
         this.metrics.clocks.votes.inc({ result })
@@ -664,7 +665,13 @@ export class RelayNode {
     if (message.kind === 'clock-votes') {
       // The envelopes first, so the votes for them find them held. Only of spaces this relay holds: a
       // new space's first envelope comes through a client's door or a block, where its quotas are charged.
-      for (const { env, frame } of this.peers.votedEnvelopes(from, message.frames ?? [])) if (this.ledger.spaces.has(env.space)) this.clockVotes.see(env, frame)
+      for (const { env, frame } of this.peers.votedEnvelopes(from, message.frames ?? [])) {
+        if (!this.ledger.spaces.has(env.space) || this.ledger.spaces.read(env.space)?.decided(env)) continue
+        const known = this.clockVotes.holds(env.idHex)
+        this.clockVotes.see(env, frame)
+        // A client's envelope another relay took, new here and not refused: its subscribers here see it now, not when a block brings it.
+        if (!known && this.clockVotes.holds(env.idHex)) this.news.envelope(env.space, frame, env.idHex)
+      }
       this.clockVotes.onVotes(from, message.votes)
       return
     }

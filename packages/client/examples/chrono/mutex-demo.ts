@@ -2,8 +2,9 @@
  * Byzantine-tolerant mutual exclusion, runnable: `npx stead-relay dev
  * --relays 4` in one terminal, `npm run example:mutex` in another. Three
  * members take turns on a printer twice each; the printer's owner lets each
- * in only on a proof it checks with the relays' keys alone. Then a member
- * tries to get in with a proof it made up, and is refused.
+ * in only on a proof it checks with the relays' keys alone: the relays'
+ * clock votes on each message, with no wait for the BFT order. Then a
+ * member tries to get in with a proof it made up, and is refused.
  */
 import { isSteadError } from '@stead/core'
 import { ChronoMutex, GuardedResource } from './mutex.ts'
@@ -27,14 +28,16 @@ await Promise.all(
       // The owner checks the proof, and that the member presenting it wrote the request: it signs a fresh challenge.
       const nonce = printer.challenge()
       const who = await printer.enter(proof, nonce, await m.present(nonce))
-      console.log(`${ms()}  ${name(who.author)} prints (request at stable index ${who.index}; proof: its request, ${proof.replies.length} replies, ${proof.releases.length} releases, each with ${proof.request.certificate.signatures.length} relay signatures)`)
+      console.log(
+        `${ms()}  ${name(who.author)} prints (request ${who.id.slice(0, 8)}, clock weight ${who.clock.weight}; proof: its request, ${proof.replies.length} replies, ${proof.releases.length} releases, each with ${proof.request.certificate.signatures.length} relay votes)`,
+      )
       await new Promise((r) => setTimeout(r, 50))
-      // The printer is free from here. The release is an ordered update: the next member gets in once it
-      // sees it committed, which may be before this member hears back, so that line can follow the next print.
+      // The printer is free from here. The next member gets in once the relays certified the release,
+      // which may be before this member hears back, so that line can follow the next print.
       printer.exit(who)
       console.log(`${ms()}  ${name(who.author)} done printing`)
       await m.release()
-      console.log(`${ms()}  member ${i + 1}'s release is in the stable order`)
+      console.log(`${ms()}  member ${i + 1}'s release is certified`)
     }
   }),
 )

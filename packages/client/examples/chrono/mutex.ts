@@ -1,69 +1,73 @@
 /**
  * Byzantine-tolerant mutual exclusion on Stead, after Chrono §5.1 (itself
- * after Lamport's algorithm): members of a space take turns on a shared
- * resource, and whoever takes it hands the resource's owner an
- * acquisition proof the owner checks with the relays' keys alone, trusting
- * neither the member nor any single relay.
+ * after Lamport's algorithm), without a total order: members of a space
+ * take turns on a shared resource, and whoever takes it hands the
+ * resource's owner an acquisition proof the owner checks with the relays'
+ * keys alone, trusting neither the member nor any single relay.
  *
- * Messages are safe register writes, one register per member
- * (`mutex/<resource>/<author id>`), so each is signed by its author,
- * ordered by the relays and carries a clock their certificate vouches for:
+ * Messages are regular register writes, one register per member
+ * (`mutex/<resource>/<author id>`) and one message per envelope, so each
+ * is signed by its author and carries a clock the relays' validators
+ * certify as soon as they see it (ceil((N+f+1)/2) clock votes, long before
+ * any commit): nothing here waits for the BFT order.
  *
- * - REQUEST: a member asks for the resource (one outstanding at a time).
- * - REPLY: every other member answers each request it sees, after it saw
- *   it (its clock follows the request's), listing the requests it holds
- *   outstanding that are ordered before that one.
- * - RELEASE: the holder is done; every request of its author ends.
+ * - REQUEST: a member asks for the resource (one outstanding at a time),
+ *   naming it with a fresh random nonce.
+ * - REPLY: every other member answers each request it sees, naming it by
+ *   author and nonce (so it was written after the request existed, and its
+ *   clock follows it), listing its own outstanding request if that one is
+ *   ordered before.
+ * - RELEASE: the member is done with its request (named by its nonce).
  *
- * The total order ≺ on requests is the stable index their clock
- * certificate states: it contains the causal order of verified clocks (an
- * update a clock says its author saw committed earlier), which is what
- * Chrono asks of ≺. Chrono's QUERY/ACK is not needed: every member sees
- * the same stable order, so a member's REPLY can be written as soon as it
- * sees the request.
+ * The total order ≺ on messages is `clockRank`: by the certified clock's
+ * weight (the sum of its full clock, which grows along every causal
+ * chain), then author, then seq. It contains the causal order of
+ * certified clocks, which is what Chrono asks of ≺.
  *
  * A member holds the resource when, for every other member, it has a REPLY
- * to its request or a RELEASE ordered after it, and every request those
- * replies list was released since. The proof is those messages' clock
- * proofs; `verifyAcquisition` checks exactly that. Mutual exclusion and
- * ordered access hold among correct members whatever the others do,
- * because a correct member's own REPLY lists its own earlier request: no
- * proof exists for a later one until it released. A message counts only
- * if its author signed it and the audit applied it (a write the audit
- * rejected, or one made to another member's register, is none).
+ * to its request whose listed request was released since, or a RELEASE
+ * ordered after its request. The proof is those messages' validator
+ * certificates; `verifyAcquisition` checks exactly that. Mutual exclusion
+ * holds among correct members whatever the others do: of two correct
+ * members' outstanding requests, the later (by ≺) cannot be proven until
+ * the earlier one's author released, because that author's reply lists
+ * it, or was written before it (then the later request follows the reply
+ * causally, so follows by ≺ the request it answered).
  *
  * Anyone who reads the space can assemble a member's proof, so the owner
  * also has the presenter sign its challenge with the request's author key
  * (`GuardedResource.challenge`, `ChronoMutex.present`).
  *
  * Limits: a Byzantine member can stall the others (it can refuse to reply,
- * as in the paper, or write made-up messages into other members'
- * registers, which members that started late read to learn whom to
- * answer); it cannot let two correct members in at once. The owner keeps
- * the last request it let in in memory: a real one persists it.
+ * as in the paper); it cannot let two correct members in at once. The
+ * relays keep clock votes about ten minutes: a member ranks a request by
+ * its votes, so one that started after a request's votes were dropped
+ * answers it only while it has no request of its own outstanding. The
+ * owner keeps the last request it let in in memory: a real one persists
+ * it.
  */
-import { SteadError, causalOrder, encode, toHex } from '@stead/core'
+import { SteadError, clockRank, encode, toHex } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
-import { verifyCommitted, writeIn, type CommittedClock, type Trust } from './trust.ts'
+import { regularWriteIn, verifyVoted, type Trust, type VotedClock } from './trust.ts'
 
 export type { Trust } from './trust.ts'
 
-/** One member's request, named by its author and the stable index it took (unique, and certified by the relays). */
+/** One member's request, named by its author and the nonce it drew. */
 export type RequestRef = {
   readonly author: string
-  readonly index: number
+  readonly nonce: string
 }
 
 /** What a member writes to its register. */
 export type MutexMessage =
-  | { readonly kind: 'request' }
+  | { readonly kind: 'request'; readonly nonce: string }
   | { readonly kind: 'reply'; readonly to: RequestRef; readonly before: RequestRef[]; readonly pending: RequestRef | null }
-  | { readonly kind: 'release'; readonly of: number }
+  | { readonly kind: 'release'; readonly of: string }
 
-/** Whom a valid proof entitles: the request's author (id and public key), the request's stable index and envelope id. */
-export type Holder = RequestRef & { readonly key: Uint8Array; readonly id: string }
+/** Whom a valid proof entitles: the request's author (id and public key), its nonce, envelope id and certified clock. */
+export type Holder = RequestRef & { readonly key: Uint8Array; readonly id: string; readonly clock: VotedClock }
 
-/** What `acquire` returns and the resource's owner checks: clock proofs of the messages that entitle the holder. */
+/** What `acquire` returns and the resource's owner checks: the validator certificates of the messages that entitle the holder. */
 export interface AcquisitionProof {
   readonly request: ClockProof
   /** Other members' replies to the request. */
@@ -80,42 +84,38 @@ export interface MutexRules {
   readonly members: readonly string[]
 }
 
-/** A message as the stable order holds it: who wrote it, where it stands, and its proof. */
+/** A message with its certified clock and proof. */
 interface Logged {
   readonly author: string
-  readonly index: number
   readonly message: MutexMessage
   readonly proof: ClockProof
-  readonly certified: CommittedClock
+  readonly clock: VotedClock
 }
 
 /** At most this many members: each request costs every other member a reply. */
 export const MAX_MEMBERS = 64
 
-/** Messages (and answered requests) a member keeps in memory: the latest. */
-const MAX_LOGGED = 4096
+/** Messages (and answered requests) a member keeps in memory: the latest (a turn of 64 members is about 4,200). */
+const MAX_LOGGED = 20_000
 
-/** How many times a member writes a request or a release whose clock did not verify before it gives up. */
+/** Envelopes a member waits on the relays to certify at once; more are looked at by later reads. */
+const MAX_UNPROVEN = 256
+
+/** How many times a member writes a message the relays do not certify before it gives up. */
 const MAX_ATTEMPTS = 3
 
-/** How often a member looks again without a change (a failed reply, a member the relays could not name yet). */
+/** How long a member waits for the relays to certify one of its own messages. */
+const CERTIFY_MS = 30_000
+
+/** How often a member looks again without a change (a reply that failed, a request it could not rank yet). */
 const RETRY_MS = 1000
 
-/** One entry of a register's stable history. */
-interface Entry {
-  readonly index: number
-  readonly value: unknown
-}
+/** A message the relays have not certified (yet) is waited for this long after it was first seen, then left. */
+const GIVE_UP_MS = 60_000
 
-/** The request a member's latest message says is outstanding: null for none, undefined when it says nothing (no message, or not one of the protocol). */
-function pendingOf(author: string, latest: Entry | null | undefined): RequestRef | null | undefined {
-  if (latest === null) return null
-  const m = latest === undefined ? undefined : parseMessage(latest.value)
-  if (!m || !latest) return undefined
-  if (m.kind === 'request') return { author, index: latest.index }
-  if (m.kind === 'release') return null
-  return m.pending && m.pending.author === author ? m.pending : null
-}
+const isNonce = (x: unknown): x is string => typeof x === 'string' && /^[0-9a-f]{32}$/.test(x)
+const isRef = (x: unknown): x is RequestRef => typeof x === 'object' && x !== null && typeof (x as RequestRef).author === 'string' && isNonce((x as RequestRef).nonce)
+const sameRef = (a: RequestRef, b: RequestRef): boolean => a.author === b.author && a.nonce === b.nonce
 
 /** Keeps the latest `max` of a map or set (both keep insertion order). */
 function forgetOldest<K>(m: Map<K, unknown> | Set<K>, max = MAX_LOGGED): void {
@@ -129,6 +129,15 @@ export function registerKey(resource: string, author: string): string {
   return `mutex/${resource}/${author}`
 }
 
+/** The request a member's message says is outstanding: null for none, undefined when it is not a message of the protocol. */
+function pendingOf(author: string, value: unknown): RequestRef | null | undefined {
+  const m = parseMessage(value)
+  if (!m) return undefined
+  if (m.kind === 'request') return { author, nonce: m.nonce }
+  if (m.kind === 'release') return null
+  return m.pending && m.pending.author === author ? m.pending : null
+}
+
 /**
  * One member's side of the protocol, over a space every member has open.
  * It answers the other members' requests for as long as it runs, so every
@@ -140,24 +149,27 @@ export class ChronoMutex {
   private readonly me: string
   private readonly trust: Trust
   private readonly registers: Array<{ author: string; handle: RegisterHandle<MutexMessage> }>
-  /** Proven messages of the stable order, by index, as far as `seen` (the latest MAX_LOGGED). */
-  private readonly log = new Map<number, Logged>()
-  private seen = 0
-  /** Each member's latest stable message, for members whose register this client's memory holds no history of (from the relays), and when a member had none. */
-  private readonly latestFetched = new Map<string, Entry>()
-  private readonly noneSince = new Map<string, number>()
-  /** Requests this member answered, as `author@index` (the latest MAX_LOGGED). */
+  /** Certified messages by envelope id (the latest MAX_LOGGED). */
+  private readonly log = new Map<string, Logged>()
+  /** Envelopes of members' registers being waited for: the relays have not certified them yet. */
+  private readonly unproven = new Set<string>()
+  /** Certified envelopes that hold no message of their author (a write to another member's register, say). */
+  private readonly ignored = new Set<string>()
+  /** Stable indices of members' registers already looked up. */
+  private readonly indexed = new Set<number>()
+  /** Requests this member answered, as `author/nonce` (the latest MAX_LOGGED). */
   private readonly replied = new Set<string>()
-  /** This member's outstanding request: set when its request commits, cleared when its release does. */
-  private mine: RequestRef | undefined
-  private learnedMine = false
-  /** Set from the moment `acquire` writes a request until it is known: one request at a time. */
+  /** This member's outstanding request, once certified; cleared when its release is. */
+  private mine: Logged | undefined
+  /** This member's writes made and not certified (or failed) yet. */
+  private writing = 0
+  /** Set from the moment `acquire` writes a request until it is certified: one request at a time. */
   private requesting = false
-  /** The latest request phase of `acquire` (settled once the request is known or failed). */
+  /** The latest request phase of `acquire` (settled once the request is certified or failed). */
   private requested: Promise<unknown> = Promise.resolve()
   private readonly signer: (bytes: Uint8Array) => Promise<Uint8Array>
   private readonly timer: ReturnType<typeof setInterval>
-  /** This member's writes go one at a time, each after the previous one committed: one message per envelope. */
+  /** This member's writes go one at a time, each once the previous one is certified: one message per envelope. */
   private writes: Promise<unknown> = Promise.resolve()
   private reading: Promise<void> = Promise.resolve()
   private readQueued = false
@@ -180,82 +192,69 @@ export class ChronoMutex {
     this.trust = trust
     this.registers = rules.members.map((author) => ({ author, handle: space.register<MutexMessage>(registerKey(rules.resource, author)) }))
     this.unsubscribe = this.registers.map((r) => r.handle.subscribe(() => this.read()))
-    // Also now and then: a reply that failed, or a member the relays could not name yet, is retried without waiting for a change.
+    // Also now and then: a reply that failed, or a register the relays could not serve yet, is retried without waiting for a change.
     this.timer = setInterval(() => this.read(), RETRY_MS)
     this.timer.unref?.()
     this.read()
   }
 
-  /** This member's request that is still outstanding, if any. */
-  get request(): RequestRef | undefined {
-    return this.mine
+  /** This member's request that is outstanding, once the relays certified it. */
+  get request(): (RequestRef & { readonly id: string }) | undefined {
+    const mine = this.mine
+    return mine?.message.kind === 'request' ? { author: this.me, nonce: mine.message.nonce, id: mine.proof.id } : undefined
   }
 
   /**
    * Requests the resource and resolves once this member holds it, with the
    * proof to show its owner.
    *
-   * @throws SteadError `conflict` while a request of this member is outstanding; `timeout`/`aborted` as the options say (the request stays: `release()` ends it).
+   * @throws SteadError `conflict` while a request of this member is outstanding; `timeout` if the relays certify none of three writes of the request (30 s each), or as `options` say (the request stays: `release()` ends it); `aborted`.
    */
   async acquire(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<AcquisitionProof> {
     if (this.requesting) throw new SteadError('conflict', 'this member is requesting already')
     this.requesting = true
     const requested = this.writeRequest()
     this.requested = requested.catch(() => undefined)
-    const index = await requested
+    const request = await requested
     let proof: AcquisitionProof | undefined
-    await this.until(() => (proof = this.proofFor(index)) !== undefined, options)
+    await this.until(() => {
+      // Released meanwhile (release() was called): this request entitles nobody any more.
+      if (this.mine?.proof.id !== request.proof.id) throw new SteadError('aborted', `the request ${request.proof.id} was released while waiting for ${this.rules.resource}`)
+      return (proof = this.proofFor(request)) !== undefined
+    }, options)
     return proof as AcquisitionProof
   }
 
-  /** Writes this member's request (again, while its clock does not verify); resolves with its stable index. */
-  private async writeRequest(): Promise<number> {
-    let index: number
+  /** Writes this member's request; resolves with it once certified. */
+  private async writeRequest(): Promise<Logged> {
     try {
       await this.reading
-      if (this.mine) throw new SteadError('conflict', `a request of this member (at ${this.mine.index}) is outstanding: release it first`)
-      // A request committed with a clock the audit could not verify proves nothing: release it and ask again.
-      for (let attempt = 1; ; attempt++) {
-        // Known before any reply this member writes next: its replies must list it (see `reply`).
-        index = await this.write(
-          () => ({ kind: 'request' }),
-          (at) => (this.mine = { author: this.me, index: at }),
-        )
-        if (await this.proven(index)) break
-        await this.write(
-          () => ({ kind: 'release', of: index }),
-          () => (this.mine = undefined),
-        )
-        if (attempt === MAX_ATTEMPTS) throw new SteadError('unsupported', `${MAX_ATTEMPTS} requests committed with clocks the relays could not verify`)
-      }
+      if (this.mine) throw new SteadError('conflict', `a request of this member (${this.mine.proof.id}) is outstanding: release it first`)
+      // Known before any reply this member writes next: its replies must list it (see `reply`). A fresh nonce for each write.
+      return await this.write(() => ({ kind: 'request', nonce: toHex(globalThis.crypto.getRandomValues(new Uint8Array(16))) }), (logged) => (this.mine = logged))
     } finally {
       this.requesting = false
     }
-    return index
   }
 
-  /** Ends this member's outstanding request (held or not); resolves once the release is in the stable order. */
+  /** Ends this member's outstanding request (held or not); resolves once the relays certified the release. */
   async release(): Promise<void> {
-    // A request still being written is released too, once it is known.
+    // A request still being written is released too, once it is certified.
     await this.requested
     await this.reading
     const mine = this.mine
-    if (!mine) return
-    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-      const at = await this.write(
-        () => ({ kind: 'release', of: mine.index }),
-        () => (this.mine = undefined),
-      )
-      if (await this.proven(at)) break
-    }
+    if (mine?.message.kind !== 'request') return
+    await this.write(
+      () => ({ kind: 'release', of: (mine.message as { nonce: string }).nonce }),
+      () => (this.mine = undefined),
+    )
   }
 
   /** Signs an owner's challenge for this member's outstanding request (see `GuardedResource.challenge`). */
   async present(nonce: Uint8Array): Promise<Uint8Array> {
     const mine = this.mine
     if (!mine) throw new SteadError('conflict', 'this member has no outstanding request to present')
-    const id = this.log.get(mine.index)?.proof.id ?? (await this.space.clockProof(mine.index)).id
-    return this.signer(challengeBytes(this.rules.resource, nonce, id))
+    return this.signer(challengeBytes(this.rules.resource, nonce, mine.proof.id))
   }
 
   /** Stops answering requests. */
@@ -266,22 +265,70 @@ export class ChronoMutex {
     for (const w of [...this.waiters]) w()
   }
 
-  /** Writes one message after the previous one committed (made then, so it says what holds then); resolves with its stable index. */
-  private write(make: () => MutexMessage, committed?: (index: number) => void): Promise<number> {
+  /**
+   * Writes one message once the previous one is certified (made then, so it
+   * says what holds then), in an envelope of its own; resolves once the
+   * relays certified it.
+   */
+  private write(make: () => MutexMessage, certified?: (logged: Logged) => void): Promise<Logged> {
     const key = registerKey(this.rules.resource, this.me)
+    this.writing++
     const done = this.writes.then(async () => {
-      const message = make()
-      const r = await this.space.register<MutexMessage>(key).set(message, { safe: true })
-      if (r.status !== 'committed') throw new SteadError(r.reason, `the ${message.kind} was rejected: ${r.detail}`)
-      // Before the next write is made: what it says may depend on this one.
-      committed?.(r.index)
-      return r.index
+      for (let attempt = 1; ; attempt++) {
+        const message = make()
+        const r = await this.space.register<MutexMessage>(key).set(message)
+        if (r.status !== 'stored' || r.update === undefined) throw new SteadError('conflict', `the ${message.kind} was not sent (${r.status})`)
+        const logged = await this.open(r.update, CERTIFY_MS)
+        if (logged) {
+          // Before the next write is made: what it says may depend on this one.
+          certified?.(logged)
+          this.wake()
+          return logged
+        }
+        // Never certified (it committed before enough relays voted, say): nobody can prove anything with it, so it is written again.
+        if (attempt === MAX_ATTEMPTS) throw new SteadError('timeout', `the relays certified none of ${MAX_ATTEMPTS} writes of this member's ${message.kind} within ${CERTIFY_MS} ms each`)
+      }
     })
-    this.writes = done.catch(() => undefined)
+    this.writes = done.catch(() => undefined).finally(() => this.writing--)
     return done
   }
 
-  /** Takes in what the members' registers' stable histories added: proven messages into the log, and replies to the requests outstanding. */
+  /**
+   * The certified message in envelope `id`, read from its signed envelope
+   * (not from a register's value, which any writer of the space may
+   * overwrite), logged; null for a certified envelope that holds none,
+   * undefined for one not certified (yet).
+   */
+  private async open(id: string, waitMs: number): Promise<Logged | null | undefined> {
+    const known = this.log.get(id)
+    if (known) return known
+    if (this.ignored.has(id)) return null
+    let proof: ClockProof
+    let clock: VotedClock
+    try {
+      proof = await this.space.clockProof(id, { kind: 'validators', timeoutMs: waitMs })
+      clock = await verifyVoted(this.trust, proof)
+    } catch {
+      return undefined
+    }
+    const author = clock.env.authorId
+    const message = messageIn(this.rules.resource, clock, author)
+    if (!message || !this.rules.members.includes(author)) {
+      this.ignored.add(id)
+      forgetOldest(this.ignored)
+      return null
+    }
+    const logged: Logged = { author, message, proof, clock }
+    this.log.set(id, logged)
+    forgetOldest(this.log)
+    return logged
+  }
+
+  private wake(): void {
+    for (const w of [...this.waiters]) w()
+  }
+
+  /** Takes in the messages the members' registers got (certified ones into the log), and replies to the requests outstanding. */
   private read(): void {
     // One read waiting behind the running one covers every change meanwhile.
     if (this.readQueued) return
@@ -289,131 +336,141 @@ export class ChronoMutex {
     this.reading = this.reading.then(async () => {
       this.readQueued = false
       if (this.closed) return
-      const fresh = this.registers
-        .flatMap(({ author, handle }) => handle.history().map((h) => ({ author, index: h.index })))
-        .filter((h) => h.index > this.seen)
-        .sort((a, b) => a.index - b.index)
-      for (const { author, index } of fresh) {
-        this.seen = index
-        const logged = await this.open(author, index)
-        if (logged) this.log.set(index, logged)
+      await this.collect()
+      this.learnMine()
+      for (const { author, handle } of this.registers) {
+        if (author === this.me) continue
+        // What its latest certified message says, and what its register shows (certified or not yet: this replica
+        // applied it, so a reply follows it; any writer may overwrite the value, which costs at most a useless reply).
+        for (const pending of [this.latestPending(author), pendingOf(author, handle.value)]) {
+          if (!pending) continue
+          if (this.replied.has(`${pending.author}/${pending.nonce}`) && this.writing === 0 && this.replyFellShort(pending, handle)) this.replied.delete(`${pending.author}/${pending.nonce}`)
+          if (!this.replied.has(`${pending.author}/${pending.nonce}`)) this.reply(pending)
+        }
       }
-      forgetOldest(this.log)
-      // This member's own register first: after a restart, its replies must list its own outstanding request.
-      const ordered = [...this.registers].sort((x, y) => Number(y.author === this.me) - Number(x.author === this.me))
-      for (const { author, handle } of ordered) {
-        const pending = this.provenPending(author) ?? pendingOf(author, await this.latest(author, handle))
-        if (author === this.me) {
-          // Once, after a restart: a request this member made before is still its own to release.
-          if (!this.learnedMine && pending !== undefined) {
-            if (!this.requesting) this.mine ??= pending ?? undefined
-            this.learnedMine = true
-          }
-        } else if (pending && !this.replied.has(`${pending.author}@${pending.index}`)) this.reply(pending)
-      }
-      for (const w of [...this.waiters]) w()
+      this.wake()
     })
   }
 
-  /**
-   * A member's latest stable message, as its register's value says (not
-   * proven: it only decides whom this member answers). Memory holds it
-   * unless the replica started from a snapshot after it; then the relays
-   * are asked (until they name one).
-   */
-  private async latest(author: string, handle: RegisterHandle<MutexMessage>): Promise<Entry | null | undefined> {
-    const held = handle.history().at(-1)
-    if (held) return held
-    const fetched = this.latestFetched.get(author)
-    if (fetched) return fetched
-    // A member with no message yet is asked about again only now and then (it may be one the replica has not caught up on).
-    const none = this.noneSince.get(author)
-    if (none !== undefined && Date.now() - none < RETRY_MS * 5) return null
-    try {
-      const entry = (await handle.historyPage({ limit: 1, timeoutMs: 10_000 })).at(-1)
-      if (entry) this.latestFetched.set(author, entry)
-      else this.noneSince.set(author, Date.now())
-      return entry ?? null
-    } catch {
-      return undefined // no relay answers yet: asked again at the next read
+  /** Certifies what the members' registers hold: undecided envelopes, and the stable history's (by the commits this client applied). */
+  private async collect(): Promise<void> {
+    const ids = new Set<string>()
+    for (const { author, handle } of this.registers) {
+      for (const u of handle.undecided()) if (u.author === author) ids.add(u.id)
+      for (const h of handle.history()) {
+        if (this.indexed.has(h.index)) continue
+        this.indexed.add(h.index)
+        forgetOldest(this.indexed)
+        // A commit this client applied names its envelope; one it started after does not (its value still says whom to answer).
+        const id = await this.space.clockProof(h.index).then((p) => p.id, () => undefined)
+        if (id) ids.add(id)
+      }
+    }
+    for (const id of ids) {
+      if (this.log.has(id) || this.ignored.has(id) || this.unproven.has(id)) continue
+      if (this.unproven.size >= MAX_UNPROVEN) break
+      // Waited for apart: the relays certify it within milliseconds, or never (refused, or an equivocation's twin).
+      this.unproven.add(id)
+      void this.open(id, GIVE_UP_MS).then((logged) => {
+        this.unproven.delete(id)
+        if (logged) this.read()
+      })
     }
   }
 
   /**
-   * Answers a request, after this member saw it committed (so its reply's
-   * clock follows it), listing its own outstanding request if that one is
+   * What this member has outstanding, as its latest certified message
+   * says, while none of its writes is in flight (they set it themselves):
+   * after a restart, a request it made before is still its own to release.
+   */
+  private learnMine(): void {
+    if (this.writing > 0 || this.requesting) return
+    const latest = this.latestOf(this.me)
+    if (!latest || (this.mine && this.mine.clock.env.seq >= latest.clock.env.seq)) return
+    const pending = pendingOf(this.me, latest.message)
+    this.mine = pending ? [...this.log.values()].find((m) => m.author === this.me && m.message.kind === 'request' && m.message.nonce === pending.nonce) : undefined
+  }
+
+  /** A member's latest certified message (its highest seq). */
+  private latestOf(author: string): Logged | undefined {
+    let latest: Logged | undefined
+    for (const m of this.log.values()) if (m.author === author && (!latest || m.clock.env.seq > latest.clock.env.seq)) latest = m
+    return latest
+  }
+
+  /** The request a member's latest certified message says is outstanding; undefined when none of its messages is certified here. */
+  private latestPending(author: string): RequestRef | null | undefined {
+    const latest = this.latestOf(author)
+    return latest && pendingOf(author, latest.message)
+  }
+
+  /**
+   * Answers a request, after this member saw it (so its reply's clock
+   * follows it), listing its own outstanding request if that one is
    * ordered before: a correct member's own listing is what keeps a later
-   * request from a proof until it released (Chrono's reply lists every
-   * earlier request it knows; the others add nothing the verifier relies on).
+   * request from a proof until it released. With a request of its own
+   * outstanding, it answers only requests it can rank (certified here).
    */
   private reply(to: RequestRef): void {
-    this.replied.add(`${to.author}@${to.index}`)
+    const mine = this.mine
+    const target = this.requestOf(to)
+    if (mine && !target) return // not ranked yet: asked again at a later read
+    this.replied.add(`${to.author}/${to.nonce}`)
     forgetOldest(this.replied)
     const made = this.write(() => {
-      const mine = this.mine
-      return { kind: 'reply', to, before: mine && mine.index < to.index ? [mine] : [], pending: mine ?? null }
+      const now = this.mine
+      const ref = now?.message.kind === 'request' ? { author: this.me, nonce: now.message.nonce } : null
+      // Ranked at write time: `mine` may have changed since this reply was decided on.
+      if (now && !target) throw new SteadError('conflict', 'a request of this member came first: the reply waits until it can rank the other')
+      const before = ref && now && target && clockRank(now.clock, target.clock) < 0 ? [ref] : []
+      return { kind: 'reply', to, before, pending: ref }
     })
-    // A reply that failed, or committed with a clock nobody can prove, is made again at a later read.
-    void made.then((index) => this.proven(index)).then(
-      (ok) => ok || this.replied.delete(`${to.author}@${to.index}`),
-      () => this.replied.delete(`${to.author}@${to.index}`),
-    )
+    // A reply that failed is made again at a later read.
+    void made.catch(() => this.replied.delete(`${to.author}/${to.nonce}`))
   }
 
-  /** Whether this client holds a clock proof of its update at `index` (its clock verified). */
-  private async proven(index: number): Promise<boolean> {
-    return this.space.clockProof(index).then(
-      () => true,
-      () => false,
-    )
+  /**
+   * Whether this member's certified replies to a request all rank before
+   * it (the request was not citable yet when the reply was made, so the
+   * reply does not follow it) while the request is in the stable history
+   * by now: a reply made now follows it, so it is made again.
+   */
+  private replyFellShort(to: RequestRef, handle: RegisterHandle<MutexMessage>): boolean {
+    const target = this.requestOf(to)
+    if (!target || handle.undecided().some((u) => u.id === target.proof.id)) return false
+    const mine = [...this.log.values()].filter((m) => m.author === this.me && m.message.kind === 'reply' && sameRef(m.message.to, to))
+    return mine.length > 0 && mine.every((m) => clockRank(m.clock, target.clock) <= 0)
   }
 
-  /** The request a member's latest proven message says is outstanding (see `pendingOf`); undefined when none of its messages is proven here. */
-  private provenPending(author: string): RequestRef | null | undefined {
-    let latest: Logged | undefined
-    for (const m of this.log.values()) if (m.author === author && (!latest || m.index > latest.index)) latest = m
-    if (!latest) return undefined
-    return pendingOf(author, { index: latest.index, value: latest.message })
+  /** A request, certified here. */
+  private requestOf(r: RequestRef): Logged | undefined {
+    for (const m of this.log.values()) if (m.author === r.author && m.message.kind === 'request' && m.message.nonce === r.nonce) return m
+    return undefined
   }
 
-  /** The message at `index`, read from its proven envelope (not from the register's value, which any writer of the space may overwrite). */
-  private async open(author: string, index: number): Promise<Logged | undefined> {
-    try {
-      const proof = await this.space.clockProof(index)
-      const certified = await verifyCommitted(this.trust, proof)
-      const message = messageIn(this.rules.resource, certified, author)
-      return message && { author, index, message, proof, certified }
-    } catch {
-      // Committed before this client ran, or with a clock the audit could not verify: nobody can prove anything with it.
-      return undefined
-    }
-  }
-
-  /** The proof for this member's request at `index`, if the log holds one yet. */
-  private proofFor(index: number): AcquisitionProof | undefined {
+  /** The proof for this member's request, if the log holds one yet. */
+  private proofFor(request: Logged): AcquisitionProof | undefined {
+    if (request.message.kind !== 'request') return undefined
+    const mine: RequestRef = { author: this.me, nonce: request.message.nonce }
     const logged = [...this.log.values()]
-    const request = this.log.get(index)
-    if (!request) return undefined
     const replies: ClockProof[] = []
     const releases: ClockProof[] = []
-    const releaseAfter = (author: string, after: number): ClockProof | undefined =>
-      logged.find((m) => m.author === author && m.message.kind === 'release' && m.index > after)?.proof
+    const releaseOf = (r: RequestRef): ClockProof | undefined => logged.find((m) => m.author === r.author && m.message.kind === 'release' && m.message.of === r.nonce)?.proof
     for (const member of this.rules.members) {
       if (member === this.me) continue
-      // As the owner checks it: a reply to this request, written after its author saw it (a reply made up in advance does not count).
-      const reply = logged.find(
-        (m) => m.author === member && m.message.kind === 'reply' && m.message.to.author === this.me && m.message.to.index === index && causalOrder(request.certified, m.certified) === 'before',
-      )
-      if (reply?.message.kind === 'reply') {
+      // A reply that follows the request (ranked after it), whose listed request was released since.
+      let answered = false
+      for (const reply of logged) {
+        if (reply.author !== member || reply.message.kind !== 'reply' || !sameRef(reply.message.to, mine) || clockRank(reply.clock, request.clock) <= 0) continue
+        const listed = reply.message.before.map(releaseOf)
+        if (listed.some((r) => r === undefined)) continue
         replies.push(reply.proof)
-        for (const r of reply.message.before) {
-          const released = releaseAfter(r.author, r.index)
-          if (!released) return undefined
-          releases.push(released)
-        }
-        continue
+        releases.push(...(listed as ClockProof[]))
+        answered = true
+        break
       }
-      const released = releaseAfter(member, index)
+      if (answered) continue
+      const released = logged.find((m) => m.author === member && m.message.kind === 'release' && clockRank(m.clock, request.clock) > 0)?.proof
       if (!released) return undefined
       releases.push(released)
     }
@@ -445,51 +502,46 @@ export class ChronoMutex {
  * Checks an acquisition proof with the relays' keys alone and says who
  * holds the resource by it, and by which request.
  *
- * @throws SteadError `bad-signature` for a certificate or envelope that does not verify; `unauthorized` for a proof that does not entitle its holder (a member without a reply or a later release, an earlier request not released); `malformed` for messages that are not the protocol's.
+ * @throws SteadError `bad-signature` for a certificate or envelope that does not verify; `unsupported` for a commit's proof (no weight to rank by); `unauthorized` for a proof that does not entitle its holder (a member without a reply or a later release, a listed request not released); `malformed` for messages that are not the protocol's.
  */
-export async function verifyAcquisition({ crypto, cluster }: Trust, rules: MutexRules, proof: AcquisitionProof): Promise<Holder> {
+export async function verifyAcquisition(trust: Trust, rules: MutexRules, proof: AcquisitionProof): Promise<Holder> {
   // Each member replies once to a request; releases: one per other member and one per request a reply lists (one per member at most).
   const others = rules.members.length - 1
   if (proof.replies.length > others || proof.releases.length > 2 * others) {
     throw new SteadError('too-large', `a proof for ${rules.members.length} members holds at most ${others} replies and ${2 * others} releases`)
   }
-  const open = async (p: ClockProof): Promise<{ certified: CommittedClock; message: MutexMessage }> => {
-    const certified = await verifyCommitted({ crypto, cluster }, p)
-    const author = certified.env.authorId
+  const open = async (p: ClockProof): Promise<{ clock: VotedClock; message: MutexMessage }> => {
+    const clock = await verifyVoted(trust, p)
+    const author = clock.env.authorId
     if (!rules.members.includes(author)) throw new SteadError('unauthorized', `${author} is not a member of ${rules.resource}`)
-    const message = messageIn(rules.resource, certified, author)
-    if (!message) throw new SteadError('malformed', `update ${certified.env.idHex} holds no ${rules.resource} message of its author`)
-    return { certified, message }
+    const message = messageIn(rules.resource, clock, author)
+    if (!message) throw new SteadError('malformed', `update ${clock.env.idHex} holds no ${rules.resource} message of its author`)
+    return { clock, message }
   }
   const request = await open(proof.request)
-  const holder = request.certified.env.authorId
+  const holder = request.clock.env.authorId
   if (request.message.kind !== 'request') throw new SteadError('malformed', `the proof's request is a ${request.message.kind}`)
+  const ref: RequestRef = { author: holder, nonce: request.message.nonce }
   const replies = await Promise.all(proof.replies.map(open))
   const releases = await Promise.all(proof.releases.map(open))
   // Opening verified each envelope, and so named it by the hash of its bytes.
-  const ids = [request, ...replies, ...releases].map((o) => o.certified.env.idHex)
+  const ids = [request, ...replies, ...releases].map((o) => o.clock.env.idHex)
   if (new Set(ids).size !== ids.length) throw new SteadError('malformed', 'the proof holds one update twice')
   if (releases.some((r) => r.message.kind !== 'release')) throw new SteadError('malformed', 'a release of the proof is not one')
-  const releasedAfter = (author: string, index: number): boolean => releases.some((r) => r.certified.env.authorId === author && r.certified.index > index)
+  const released = (r: RequestRef): boolean => releases.some((x) => x.clock.env.authorId === r.author && x.message.kind === 'release' && x.message.of === r.nonce)
   for (const member of rules.members) {
     if (member === holder) continue
-    const reply = replies.find(
-      (r) =>
-        r.certified.env.authorId === member &&
-        r.message.kind === 'reply' &&
-        r.message.to.author === holder &&
-        r.message.to.index === request.certified.index &&
-        // The reply was written after its author saw the request: Chrono's clock comparison, on certified clocks.
-        causalOrder(request.certified, r.certified) === 'before',
-    )
+    // A reply names the request by its nonce, which nobody knew before the request existed: it was written after it.
+    // And it ranks after the request: a reply made before its author's replica held the request (it could not cite it yet) does not follow it.
+    const reply = replies.find((r) => r.clock.env.authorId === member && r.message.kind === 'reply' && sameRef(r.message.to, ref) && clockRank(r.clock, request.clock) > 0)
     if (reply?.message.kind === 'reply') {
-      const pending = reply.message.before.find((r) => !releasedAfter(r.author, r.index))
-      if (pending) throw new SteadError('unauthorized', `${member} saw ${pending.author}'s request at ${pending.index} before this one, and the proof holds no release of it`)
-    } else if (!releasedAfter(member, request.certified.index)) {
-      throw new SteadError('unauthorized', `the proof holds neither a reply of ${member} to the request nor a release of ${member} after it`)
+      const pending = reply.message.before.find((r) => !released(r))
+      if (pending) throw new SteadError('unauthorized', `${member} had ${pending.author}'s request ${pending.nonce} outstanding before this one, and the proof holds no release of it`)
+    } else if (!releases.some((r) => r.clock.env.authorId === member && clockRank(r.clock, request.clock) > 0)) {
+      throw new SteadError('unauthorized', `the proof holds neither a reply of ${member} to the request nor a release of ${member} ordered after it`)
     }
   }
-  return { author: holder, index: request.certified.index, key: request.certified.env.author, id: request.certified.env.idHex }
+  return { ...ref, key: request.clock.env.author, id: request.clock.env.idHex, clock: request.clock }
 }
 
 /** What the presenter of a proof signs for an owner: the resource, the owner's nonce and the request's envelope id. */
@@ -500,12 +552,12 @@ export function challengeBytes(resource: string, nonce: Uint8Array, requestId: s
 /**
  * The resource's owner: lets in one holder at a time, each with a proof
  * that verifies, presented by the request's author (it signs the owner's
- * fresh challenge), in the order of their requests (a proof for a request
- * not after the last one let in is a replay).
+ * fresh challenge), in the order ≺ of their requests (a proof for a
+ * request not after the last one let in is a replay).
  */
 export class GuardedResource {
   private holder: Holder | undefined
-  private last = 0
+  private last: VotedClock | undefined
   private readonly nonces = new Set<string>()
   private readonly trust: Trust
   private readonly rules: MutexRules
@@ -534,40 +586,36 @@ export class GuardedResource {
     if (!(await this.trust.crypto.verify(who.key, challengeBytes(this.rules.resource, nonce, who.id), sig))) {
       throw new SteadError('unauthenticated', `the presenter is not ${who.author}, whose request the proof is for`)
     }
-    if (this.holder) throw new SteadError('conflict', `${this.holder.author} holds ${this.rules.resource} (request ${this.holder.index})`)
-    if (who.index <= this.last) throw new SteadError('conflict', `request ${who.index} is not after the last one let in (${this.last}): a replayed proof`)
+    if (this.holder) throw new SteadError('conflict', `${this.holder.author} holds ${this.rules.resource} (request ${this.holder.id})`)
+    if (this.last && clockRank(who.clock, this.last) <= 0) throw new SteadError('conflict', `request ${who.id} is not ordered after the last one let in (${this.last.env.idHex}): a replayed proof`)
     this.holder = who
-    this.last = who.index
+    this.last = who.clock
     return who
   }
 
   /** The holder leaves (before it releases its request). */
   exit(who: RequestRef): void {
-    if (this.holder?.author === who.author && this.holder.index === who.index) this.holder = undefined
+    if (this.holder && sameRef(this.holder, who)) this.holder = undefined
   }
 }
 
 /**
- * The one protocol message `author` wrote in a certified update: a write
- * to its own register, in a safe group the audit applied. Anything else
- * (no write, several, a rejected one, a value that is not a message) is none.
+ * The one protocol message `author` wrote in a certified update: a regular
+ * write to its own register, and nothing else to it. Anything else (no
+ * write, several, a value that is not a message) is none.
  */
-export function messageIn(resource: string, certified: CommittedClock, author: string): MutexMessage | undefined {
-  if (certified.env.authorId !== author) return undefined
-  const write = writeIn(certified, registerKey(resource, author))
-  return write && parseMessage(write.value)
+export function messageIn(resource: string, clock: VotedClock, author: string): MutexMessage | undefined {
+  if (clock.env.authorId !== author) return undefined
+  return parseMessage(regularWriteIn(clock, registerKey(resource, author)))
 }
 
 function parseMessage(v: unknown): MutexMessage | undefined {
   if (typeof v !== 'object' || v === null) return undefined
   const m = v as Record<string, unknown>
-  if (m.kind === 'request') return { kind: 'request' }
-  if (m.kind === 'release' && isIndex(m.of)) return { kind: 'release', of: m.of }
+  if (m.kind === 'request' && isNonce(m.nonce)) return { kind: 'request', nonce: m.nonce }
+  if (m.kind === 'release' && isNonce(m.of)) return { kind: 'release', of: m.of }
   if (m.kind === 'reply' && isRef(m.to) && Array.isArray(m.before) && m.before.length <= MAX_MEMBERS && m.before.every(isRef) && (m.pending === null || isRef(m.pending))) {
     return { kind: 'reply', to: m.to, before: m.before, pending: m.pending }
   }
   return undefined
 }
-
-const isIndex = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) > 0
-const isRef = (x: unknown): x is RequestRef => typeof x === 'object' && x !== null && typeof (x as RequestRef).author === 'string' && isIndex((x as RequestRef).index)

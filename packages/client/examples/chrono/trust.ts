@@ -32,6 +32,37 @@ export async function verifyCommitted(trust: Trust, proof: { readonly envelope: 
   return certified as CommittedClock
 }
 
+/** A clock its relays' votes certified, with the weight they signed: what `clockRank` orders. */
+export type VotedClock = CertifiedClock & { readonly weight: number }
+
+/**
+ * Checks a clock proof and that it is the relays' clock votes
+ * (ceil((N+f+1)/2) of them, for one weight), not a commit's: the mutual
+ * exclusion example orders messages by `clockRank`, before any total
+ * order, and a commit's proof states no weight.
+ *
+ * @throws SteadError as `verifyClockCertificate`, and `unsupported` for a commit's proof.
+ */
+export async function verifyVoted(trust: Trust, proof: { readonly envelope: Signed; readonly certificate: ClockCertificate }): Promise<VotedClock> {
+  const certified = await verifyClockCertificate(trust.crypto, trust.cluster, proof.envelope, proof.certificate)
+  if (certified.weight === undefined) throw new SteadError('unsupported', `update ${certified.env.idHex} is proven by its commit, which states no clock weight: ask for the relays' votes (clockProof(id, { kind: 'validators' }))`)
+  return certified as VotedClock
+}
+
+/**
+ * The value of the one regular register write a signed update made to
+ * `key`, and nothing else to it; undefined otherwise. It is the author's
+ * word, signed, whatever the order later makes of it (the mutual
+ * exclusion example's messages need no more).
+ */
+export function regularWriteIn(certified: CertifiedClock, key: string): unknown {
+  const touching = envelopeUnits(certified.env).filter((u) => (u.kind === 'op' ? u.key === key : u.items.some((i) => i.key === key)))
+  const [only] = touching
+  if (touching.length !== 1 || only?.kind !== 'op') return undefined
+  const op = only.op as RegisterOp
+  return Array.isArray(op) && op[0] === 's' ? op[1] : undefined
+}
+
 /** A register write an update made and the audit applied (its writer is the update's author); `registerWriteWins` orders them. */
 export type Write = RegisterWrite
 

@@ -25,6 +25,16 @@ export interface HeldUpdate {
   readonly own: boolean
 }
 
+/** An update this replica received (or made) that the stable order has not decided yet. */
+export interface UndecidedUpdate {
+  /** Its envelope id (hex): what `space.clockProof` and `space.compare` take. */
+  readonly id: string
+  /** Its author id. */
+  readonly author: string
+  /** Its author's sequence number (one envelope per author and seq, the relays' validators make sure). */
+  readonly seq: number
+}
+
 /** What handles need from the client: reads of both states, and a way to update. */
 export interface HandleHost {
   prospective(key: string): AnyCrdt | undefined
@@ -32,6 +42,8 @@ export interface HandleHost {
   heldBack(key: string): readonly HeldUpdate[]
   stable(key: string): AnyCrdt | undefined
   history(key: string): readonly HistoryEntry[]
+  /** Updates of the object this replica holds that the stable order has not decided yet, in the order they arrived. */
+  undecided(key: string): readonly UndecidedUpdate[]
   /** A page of the object's whole stable history, oldest first (from memory, else from f+1 relays). */
   historyPage(key: string, options: HistoryPageOptions): Promise<Array<{ index: number; value: unknown }>>
   update(key: string, decl: Declaration, intent: Intent, safe: boolean): Promise<UpdateResult>
@@ -107,6 +119,17 @@ export abstract class Handle {
     value: unknown
   }> {
     return this.host.history(this.key).map((h) => ({ index: h.index, value: h.value }))
+  }
+
+  /**
+   * Updates of this object that this replica holds and the stable order
+   * has not decided yet (this client's and others'), in the order they
+   * arrived: who made each and its envelope id, for `space.clockProof` and
+   * `space.compare`, which prove them before any order exists. An update
+   * leaves the list once decided (then `history()` holds what it did).
+   */
+  undecided(): UndecidedUpdate[] {
+    return [...this.host.undecided(this.key)]
   }
 
   /**

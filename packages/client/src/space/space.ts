@@ -59,7 +59,7 @@ import { MembersHandle } from '../handles/members-handle.ts'
 import { buildTransaction, type Transaction } from './transaction.ts'
 import { LocalEdits } from '../undo/local-edits.ts'
 import { UndoManager, type UndoManagerOptions, type UndoScope } from '../undo/undo-manager.ts'
-import type { CausalComparison, ClockProof } from '../upstream/proofs.ts'
+import type { CausalComparison, ClockProof, ProofKind } from '../upstream/proofs.ts'
 import type { ChainPosition } from '../upstream/quorum.ts'
 import type { Freshness } from '../upstream/pacing.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from '../types.ts'
@@ -109,10 +109,10 @@ export interface Upstream {
   stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined>
   /** A history page of `key` that f+1 relays signed alike. */
   relayHistory(key: string, before: number, limit: number): Promise<HistoryPage>
-  /** How two committed updates relate causally, with their clock proofs (see `Space.compare`). */
+  /** How two updates relate causally, with their clock proofs (see `Space.compare`). */
   compare(a: string, b: string): Promise<CausalComparison>
-  /** The clock proof of one committed update (see `Space.clockProof`). */
-  clockProof(update: string | number): Promise<ClockProof>
+  /** The clock proof of one update, of `kind`, waiting up to `waitMs` for one to exist (see `Space.clockProof`). */
+  clockProof(update: string | number, kind: ProofKind, waitMs: number): Promise<ClockProof>
   /** The relay sessions' status, with the space's own problem first. */
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus
   /** The space closed (its drafts are sealed): stop, and write what a reopen needs. */
@@ -703,18 +703,21 @@ export class Space {
   }
 
   /**
-   * How two committed updates (envelope ids, as `pendingUpdates()` and
-   * `onSettled` name them) relate causally, by their verifiable clocks
-   * (Chrono): `before` when the first happened before the second (the
-   * second's author had seen it), `after`, `concurrent` or `equal`. Comes
-   * with each update's clock proof, which anyone holding the cluster's
-   * relay keys can check with `verifyClockCertificate` from `@stead/core`,
-   * trusting no single relay.
+   * How two updates (envelope ids, as `pendingUpdates()`, `onSettled`, a
+   * regular update's `stored` result and a handle's `undecided()` name
+   * them) relate causally, by their verifiable clocks (Chrono): `before`
+   * when the first happened before the second (the second's author had
+   * seen it), `after`, `concurrent` or `equal`. Comes with each update's
+   * clock proof, which anyone holding the cluster's relay keys can check
+   * with `verifyClockCertificate` from `@stead/core`, trusting no single
+   * relay. Works for any update the relays can prove, committed or not,
+   * whoever made it and whenever: before its commit the proof is the
+   * relays' clock votes; when the answer hangs on where such an update
+   * will commit, this waits for that commit (up to 30 s).
    *
-   * @throws SteadError `unsupported` for an update this client holds no
-   * certificate for: not committed yet, committed with a clock the audit
-   * could not verify, or older than the latest 10,000 committed while
-   * this client ran.
+   * @throws SteadError `unsupported` for an update no relay can prove: not
+   * voted on yet, refused by the relays' validators, committed with a
+   * clock the audit could not verify, or older than the relays keep.
    */
   async compare(a: string, b: string): Promise<CausalComparison> {
     this.assertOpen()
@@ -722,20 +725,31 @@ export class Space {
   }
 
   /**
-   * The clock proof of one committed update, by its envelope id (hex) or by
-   * the stable index it took (a safe update's result, or an entry of an
-   * object's `history()`, says it): the signed envelope and f+1 relays'
-   * signatures over the attestation that committed it with a verified
-   * clock. Hand it to anyone who holds the cluster's relay keys: they check
-   * it with `verifyClockCertificate` from `@stead/core`, trusting neither
-   * this client nor any single relay, and read what the update did from
-   * the envelope.
+   * The clock proof of one update, by its envelope id (hex) or by the
+   * stable index it took (a safe update's result or an entry of an
+   * object's `history()` says it; by index, only commits this client
+   * applied are found): the signed envelope and a certificate, either
+   * f+1 relays' signatures over the attestation that committed it with a
+   * verified clock, or, before its commit (or with `{ kind: 'validators' }`),
+   * ceil((N+f+1)/2) relays' votes for its clock, which also state the
+   * clock's weight (`clockRank` from `@stead/core` orders by it). Hand it
+   * to anyone who holds the cluster's relay keys: they check it with
+   * `verifyClockCertificate`, trusting neither this client nor any single
+   * relay, and read what the update did from the envelope.
    *
-   * @throws SteadError `unsupported` as for `compare`.
+   * `timeoutMs` (default 0: answer at once) waits that long for a
+   * certificate that does not exist yet (an update the relays are still
+   * voting on), asking them again now and then.
+   *
+   * @throws SteadError `unsupported` as for `compare`, once `timeoutMs`
+   * passed (for 'validators': relays keep votes about ten minutes);
+   * `malformed` for a bad `timeoutMs`.
    */
-  async clockProof(update: string | number): Promise<ClockProof> {
+  async clockProof(update: string | number, options: { readonly kind?: ProofKind; readonly timeoutMs?: number } = {}): Promise<ClockProof> {
     this.assertOpen()
-    return this.upstream.clockProof(update)
+    const wait = options.timeoutMs ?? 0
+    if (!Number.isFinite(wait) || wait < 0) throw new SteadError('malformed', `timeoutMs is a number of milliseconds, at least 0, not ${wait}`)
+    return this.upstream.clockProof(update, options.kind ?? 'any', wait)
   }
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */
@@ -903,6 +917,7 @@ export class Space {
       heldBack: (key) => this.views.heldBack(key),
       stable: (key) => this.ofHandleType(key, this.replica.stable(key)),
       history: (key): readonly HistoryEntry[] => this.replica.history(key),
+      undecided: (key) => this.replica.pendingTouching(key).map((env) => ({ id: env.idHex, author: env.authorId, seq: env.seq })),
       historyPage: (key, options) => this.historyPage(key, options),
       update: (key, decl, intent, safe) => {
         const item: DraftItem = { key, decl, intent }
@@ -1005,7 +1020,7 @@ export class Space {
     if (env) for (const key of this.replica.receive(env).changed) changed.add(key)
     this.localEdits.signed(batch, env)
     this.notify(changed)
-    for (const s of batch.stored) s.resolve({ status: 'stored' })
+    for (const s of batch.stored) s.resolve(env ? { status: 'stored', update: env.idHex } : { status: 'stored' })
     this.emitStatus()
   }
 

@@ -281,6 +281,7 @@ export class RelaySessions {
       case 'peers':
       case 'presence':
       case 'want':
+      case 'votes':
         this.members.get(m.space)?.message(link, m)
         return
       case 'accepted':

@@ -474,7 +474,8 @@ export class RelayIntake {
     // a session that comes up after that commit was applied still attests it (compact attestations are cheap).
     const waiting = frames ? undefined : this.awaitingAcks[0]?.fromIndex
     const fromIndex = Math.min(this.o.space.position.stableIndex, waiting ?? Number.MAX_SAFE_INTEGER)
-    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex, frames, ...(frames ? { refs: true } : {}) })
+    // Every relay's own clock votes, from its feed: validator certificates come together here as envelopes stream in.
+    link.send({ type: 'subscribe', space: this.o.space.space, fromIndex, frames, ...(frames ? { refs: true } : {}), votes: true })
     this.o.subscribed(link)
   }
 

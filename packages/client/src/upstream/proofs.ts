@@ -51,6 +51,8 @@ export interface ClockProofSource {
   cluster(): Promise<Cluster>
   /** Every relay's evidence for `idHex` (the ones that answered in time). */
   evidence(idHex: string): Promise<RelayEvidence[]>
+  /** The signed envelope `idHex`, if this client holds it undecided (what votes heard from the relays' feeds certify). */
+  envelope?(idHex: string): Signed | undefined
 }
 
 interface Held {
@@ -59,6 +61,15 @@ interface Held {
   /** f+1 relays' attestations committed it with a clock the audit could not verify: its position will never be proven. */
   readonly unprovable?: boolean
 }
+
+/** Which certificate a caller wants: the strongest held (a commit's once there is one), or the relays' clock votes, which state the clock's weight (`clockRank` needs it). */
+export type ProofKind = 'any' | 'validators'
+
+/** The first pause before asking the relays again for a proof that was not there yet (it doubles). */
+const FIRST_PAUSE_MS = 5
+
+/** While waiting for a proof, the relays are asked over HTTP at most this often; votes from their feeds are looked at as they come. */
+const ASK_EVERY_MS = 1_000
 
 /** How long `compare` waits at most for a stable index that decides it (an update certified before order, not committed yet). */
 export const COMPARE_WAIT_MS = 30_000
@@ -71,6 +82,17 @@ export const COMPARE_WAIT_MS = 30_000
  */
 export class ClockProofs {
   private readonly held = new Map<string, Held>()
+  /** Validator certificates of the same envelopes, kept after their commit replaced them in `held` (a commit states no weight). */
+  private readonly votes = new Map<string, Held>()
+  /**
+   * Votes heard on the relays' feeds: per relay (so one that floods pushes
+   * out only its own), by envelope id, its first; null once its vote did
+   * not check (it is not checked again). Signatures are checked when a
+   * certificate is made of them.
+   */
+  private readonly heardVotes = new Map<number, Map<string, { readonly weight: number; readonly sig: Uint8Array } | null>>()
+  /** Who waits for votes on an envelope. */
+  private readonly waiters = new Map<string, Set<() => void>>()
   /** Stable index → envelope id (hex), for the same envelopes as `held`. */
   private readonly atIndex = new Map<number, string>()
   private readonly limit: number
@@ -117,16 +139,116 @@ export class ClockProofs {
 
   /**
    * The clock proof of one update: by envelope id (hex), or by the stable
-   * index it took (only among the commits this client applied).
+   * index it took (only among the commits this client applied). `kind`
+   * 'validators' asks for the relays' clock votes even once the update
+   * committed (the relays keep them for about ten minutes). Asks again
+   * (5 ms, doubling up to 1 s apart) for up to `waitMs` while there is
+   * none yet.
    *
-   * @throws SteadError `unsupported` for an update no relay can prove.
+   * @throws SteadError `unsupported` for an update no relay can prove (by votes, for 'validators').
    */
-  async proof(update: string | number): Promise<ClockProof> {
-    return (await this.get(update)).proof
+  async proof(update: string | number, kind: ProofKind = 'any', waitMs = 0): Promise<ClockProof> {
+    const started = this.source?.clock.now() ?? 0
+    const idHex = typeof update === 'string' ? update.toLowerCase() : this.atIndex.get(update)
+    // An envelope this client holds undecided is voted on in the relays' feeds it follows: asked for over HTTP only if they stay silent.
+    let askedAt = waitMs > 0 && idHex !== undefined && this.source?.envelope?.(idHex) ? started : -Infinity
+    for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(2 * pause, 1_000)) {
+      const now = this.source?.clock.now() ?? 0
+      const ask = now - askedAt >= ASK_EVERY_MS
+      if (ask) askedAt = now
+      try {
+        return kind === 'any' ? (await this.get(update, ask)).proof : await this.voted(update, ask)
+      } catch (err) {
+        const source = this.source
+        if (!source || !(err instanceof SteadError) || err.reason !== 'unsupported' || source.clock.now() - started + pause > waitMs) throw err
+        await this.votesOn(idHex, pause)
+      }
+    }
+  }
+
+  /** Votes a relay cast, from its feed: kept until a certificate is asked for (bounded: the oldest ids go first). */
+  heard(relay: number, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
+    let byId = this.heardVotes.get(relay)
+    if (!byId) this.heardVotes.set(relay, (byId = new Map()))
+    for (const [id, weight, sig] of votes) {
+      const idHex = toHex(id)
+      if (byId.has(idHex)) continue
+      byId.set(idHex, { weight, sig })
+      if (byId.size > this.limit) byId.delete(byId.keys().next().value as string)
+      for (const wake of [...(this.waiters.get(idHex) ?? [])]) wake()
+    }
+  }
+
+  /** Resolves when a vote on `idHex` is heard, or after `ms`. */
+  private votesOn(idHex: string | undefined, ms: number): Promise<void> {
+    const source = this.source as ClockProofSource
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        timer.cancel()
+        const set = idHex === undefined ? undefined : this.waiters.get(idHex)
+        set?.delete(done)
+        if (set?.size === 0 && idHex !== undefined) this.waiters.delete(idHex)
+        resolve()
+      }
+      const timer = source.clock.setTimer(ms, done)
+      if (idHex === undefined) return
+      let set = this.waiters.get(idHex)
+      if (!set) this.waiters.set(idHex, (set = new Set()))
+      set.add(done)
+    })
+  }
+
+  /** The relays' votes on one update's clock: kept, heard on their feeds, or (`ask`) asked for. */
+  private async voted(update: string | number, ask = true): Promise<ClockProof> {
+    const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
+    const held = id === undefined ? undefined : this.votes.get(id)
+    if (held) return held.proof
+    const valid = id !== undefined && /^[0-9a-f]{64}$/.test(id)
+    const fetched = valid ? ((await this.fromHeard(id)) ?? (ask ? await this.fetch(id, 'validators') : undefined)) : undefined
+    if (fetched) {
+      this.keep(fetched)
+      return fetched.proof
+    }
+    throw new SteadError(
+      'unsupported',
+      `no validator certificate for ${typeof update === 'number' ? `the update at stable index ${update}` : `update ${update}`}: no relay holds ceil((N+f+1)/2) votes for its clock (not voted yet, refused by the relays' validators, or voted on longer ago than the relays keep votes)`,
+    )
+  }
+
+  /** A validator certificate made of the votes heard on the relays' feeds, checked; undefined while they make none. */
+  private async fromHeard(idHex: string): Promise<Held | undefined> {
+    const source = this.source
+    const byRelay = new Map<number, { readonly weight: number; readonly sig: Uint8Array }>()
+    for (const [relay, byId] of this.heardVotes) {
+      const vote = byId.get(idHex)
+      if (vote) byRelay.set(relay, vote)
+    }
+    if (!byRelay.size || !source) return undefined
+    const envelope = source.envelope?.(idHex) ?? this.held.get(idHex)?.proof.envelope
+    if (!envelope) return undefined
+    const cluster = await source.cluster()
+    const byWeight = new Map<number, Array<{ relay: number; sig: Uint8Array }>>()
+    for (const [relay, { weight, sig }] of byRelay) byWeight.set(weight, [...(byWeight.get(weight) ?? []), { relay, sig }])
+    for (const [weight, signatures] of byWeight) {
+      if (signatures.length < clockQuorum(cluster)) continue
+      const certificate: ClockCertificate = { kind: 'validators', weight, signatures }
+      const certified = await verifyClockCertificate(source.crypto, cluster, envelope, certificate).catch(() => undefined)
+      if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
+      // A liar's bad signature among them: its vote goes, and the others wait for one more.
+      for (const s of signatures) {
+        const key = cluster.relayKeys[s.relay]
+        if (!key || !(await source.crypto.verify(key, encodeClockVote(source.space, fromHex(idHex), weight), s.sig))) this.heardVotes.get(s.relay)?.set(idHex, null)
+      }
+    }
+    return undefined
   }
 
   private keep(h: Held): void {
     const id = h.proof.id
+    if (h.certified.index === undefined) {
+      this.votes.set(id, h)
+      if (this.votes.size > this.limit) this.votes.delete(this.votes.keys().next().value as string)
+    }
     const old = this.held.get(id)
     // A commit's proof replaces a proof from before the order; never the reverse.
     if (old && old.certified.index !== undefined && h.certified.index === undefined) return
@@ -139,11 +261,13 @@ export class ClockProofs {
     }
   }
 
-  private async get(update: string | number): Promise<Held> {
+  private async get(update: string | number, ask = true): Promise<Held> {
     const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
     const h = id === undefined ? undefined : this.held.get(id)
     if (h && h.certified.index !== undefined) return h
-    const fetched = id !== undefined && /^[0-9a-f]{64}$/.test(id) ? await this.fetch(id) : undefined
+    const valid = id !== undefined && /^[0-9a-f]{64}$/.test(id)
+    // The relays are asked for a commit's proof (the stronger one); between asks, votes heard on their feeds do.
+    const fetched = valid ? ((ask ? await this.fetch(id) : undefined) ?? (h ? undefined : await this.fromHeard(id))) : undefined
     if (fetched) {
       this.keep(fetched)
       return fetched
@@ -156,25 +280,25 @@ export class ClockProofs {
     )
   }
 
-  /** Asks the relays for what proves `idHex` and builds the strongest proof their answers make, checked. */
-  private async fetch(idHex: string): Promise<Held | undefined> {
+  /** Asks the relays for what proves `idHex` and builds the strongest proof of `kind` their answers make, checked. */
+  private async fetch(idHex: string, kind: ProofKind = 'any'): Promise<Held | undefined> {
     const source = this.source
     if (!source) return undefined
     const [cluster, answers] = await Promise.all([source.cluster(), source.evidence(idHex)])
-    return proofFrom(source.crypto, cluster, source.space, idHex, answers)
+    return proofFrom(source.crypto, cluster, source.space, idHex, answers, kind)
   }
 }
 
 /**
  * The proof relays' answers make for envelope `idHex`, checked with
  * `verifyClockCertificate`: the commit's (f+1 relays' attestations alike)
- * when there is one, else the clock votes (ceil((N+f+1)/2) relays' valid
+ * when there is one and `kind` is 'any', else the clock votes (ceil((N+f+1)/2) relays' valid
  * votes for one weight, each relay's taken from whichever answer has a
  * valid one).
  * Undefined when they make neither. A relay's answer is believed in
  * nothing: a liar's bytes fail the checks and count for nothing.
  */
-export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string, idHex: string, answers: readonly RelayEvidence[]): Promise<Held | undefined> {
+export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string, idHex: string, answers: readonly RelayEvidence[], kind: ProofKind = 'any'): Promise<Held | undefined> {
   let envelope: Signed | undefined
   for (const a of answers) {
     if (!a.frame) continue
@@ -192,7 +316,7 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
   const id = fromHex(idHex)
   // The commit's proof: f+1 relays' attestations with the same bytes.
   const groups: Array<{ bytes: Uint8Array; signatures: Array<{ relay: number; sig: Uint8Array }> }> = []
-  for (const a of answers) {
+  for (const a of kind === 'any' ? answers : []) {
     if (!a.attestation) continue
     let g = groups.find((x) => bytesEqual(x.bytes, a.attestation?.bytes as Uint8Array))
     if (!g) groups.push((g = { bytes: a.attestation.bytes, signatures: [] }))

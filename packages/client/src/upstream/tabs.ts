@@ -24,7 +24,7 @@ import { ClosedError } from '../errors.ts'
 import { openTrusted } from './intake.ts'
 import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
-import type { CausalComparison, ClockProof } from './proofs.ts'
+import type { CausalComparison, ClockProof, ProofKind } from './proofs.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { HistoryPage, PendingUpdate, Space, Upstream } from '../space/space.ts'
 import type { ClientStorage } from '../storage/types.ts'
@@ -96,7 +96,7 @@ type Call =
   | { t: 'call'; space: string; what: 'object'; key: string; atLeast: number; timeoutMs: number }
   | { t: 'call'; space: string; what: 'history'; key: string; before: number; limit: number }
   | { t: 'call'; space: string; what: 'compare'; a: string; b: string }
-  | { t: 'call'; space: string; what: 'proof'; update: string | number }
+  | { t: 'call'; space: string; what: 'proof'; update: string | number; kind?: ProofKind; waitMs?: number }
 
 /** Runs a following tab's call on the leader's upstream. */
 function answerCall(upstream: Upstream, m: Call): Promise<unknown> {
@@ -110,7 +110,7 @@ function answerCall(upstream: Upstream, m: Call): Promise<unknown> {
     case 'compare':
       return upstream.compare(m.a, m.b)
     case 'proof':
-      return upstream.clockProof(m.update)
+      return upstream.clockProof(m.update, m.kind ?? 'any', m.waitMs ?? 0)
   }
 }
 
@@ -749,8 +749,8 @@ export class TabUpstream implements Upstream {
     return this.link.call<CausalComparison>({ t: 'call', space: this.spaceName, what: 'compare', a, b })
   }
 
-  clockProof(update: string | number): Promise<ClockProof> {
-    return this.link.call<ClockProof>({ t: 'call', space: this.spaceName, what: 'proof', update })
+  clockProof(update: string | number, kind: ProofKind = 'any', waitMs = 0): Promise<ClockProof> {
+    return this.link.call<ClockProof>({ t: 'call', space: this.spaceName, what: 'proof', update, kind, waitMs })
   }
 
   stableObject(key: string, atLeast: number, timeoutMs: number): Promise<{ index: number; value: unknown } | undefined> {

@@ -28,7 +28,7 @@ import { RelayIntake } from './intake.ts'
 import type { Freshness } from './pacing.ts'
 import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
-import { ClockProofs, type CausalComparison, type ClockProof, type RelayEvidence } from './proofs.ts'
+import { ClockProofs, type CausalComparison, type ClockProof, type ProofKind, type RelayEvidence } from './proofs.ts'
 import type { ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
@@ -99,6 +99,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
         return { f: cluster.f, relayKeys: cluster.relays.map((r) => r.publicKey) }
       },
       evidence: (idHex) => this.clockEvidence(idHex),
+      envelope: (idHex) => this.o.space.replica.pendingEnvelope(idHex)?.signed,
     })
     const peers = o.peers
     const news: SpaceNews = {
@@ -159,8 +160,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return this.proofs.compare(a, b)
   }
 
-  async clockProof(update: string | number): Promise<ClockProof> {
-    return this.proofs.proof(update)
+  async clockProof(update: string | number, kind: ProofKind = 'any', waitMs = 0): Promise<ClockProof> {
+    return this.proofs.proof(update, kind, waitMs)
   }
 
   sessionsStatus(closed: boolean, problem: string | undefined): SessionsStatus {
@@ -277,6 +278,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     else if (m.type === 'presence') this.presence.heard(m, link)
     else if (m.type === 'accepted' || m.type === 'error') this.outbox.answer(m, link)
     else if (m.type === 'want' && m.space === this.space) this.outbox.supply(link, m.ids)
+    else if (m.type === 'votes' && m.space === this.space && link.provenRelay !== undefined) this.proofs.heard(link.provenRelay, m.votes)
   }
 
   changed(): void {
