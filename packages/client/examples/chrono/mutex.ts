@@ -340,8 +340,8 @@ export class ChronoMutex {
       this.learnMine()
       for (const { author, handle } of this.registers) {
         if (author === this.me) continue
-        // What its latest certified message says, and what its register shows (certified or not yet: this replica
-        // applied it, so a reply follows it; any writer may overwrite the value, which costs at most a useless reply).
+        // What its latest certified message says, and what its register shows (certified or not yet; any writer may
+        // overwrite the value, which costs at most a useless reply). A reply that does not follow its request is made again.
         for (const pending of [this.latestPending(author), pendingOf(author, handle.value)]) {
           if (!pending) continue
           if (this.replied.has(`${pending.author}/${pending.nonce}`) && this.writing === 0 && this.replyFellShort(pending, handle)) this.replied.delete(`${pending.author}/${pending.nonce}`)
@@ -349,7 +349,7 @@ export class ChronoMutex {
         }
       }
       this.wake()
-    })
+    }).catch(() => undefined) // a read that failed is made again at the next change or tick
   }
 
   /** Certifies what the members' registers hold: undecided envelopes, and the stable history's (by the commits this client applied). */
