@@ -70,9 +70,7 @@ try {
       const tag = `${name.replace(' ', '-')}-${run}`
       const opened: Array<{ owner: SteadClient; space: Space; secretKey: Uint8Array }> = []
       for (let i = 0; i < n; i++) {
-        const seed = `mutex-${tag}-${i}`
-        const { owner, space } = await openSdkSpace({ relays, cluster: cluster.descriptor, seed, space: `mutex-${tag}` })
-        opened.push({ owner, space, secretKey: nodeCrypto.sha256(new TextEncoder().encode(seed)) })
+        opened.push(await openSdkSpace({ relays, cluster: cluster.descriptor, seed: `mutex-${tag}-${i}`, space: `mutex-${tag}` }))
       }
       const rules = { resource: 'printer', members: opened.map((o) => o.owner.authorId) }
       const members = opened.map((o) => new Mutex(o.space, rules, { authorId: o.owner.authorId, secretKey: o.secretKey }, trust))

@@ -1,5 +1,4 @@
 import {
-  MAX_CLIENT_VOTES,
   MAX_PEER_ADDRS,
   SteadError,
   authBytes,
@@ -326,12 +325,12 @@ class Session implements Subscriber, PresenceWatcher {
     if (entry?.refs) this.sentEarly.remember(frame, idHex)
   }
 
-  votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
+  votes(space: string, frame: Uint8Array): void {
     const entry = this.feeds.get(space)
     if (!entry || 'paced' in entry || !entry.votes || !this.stillReads(space)) return
     // Votes are an early proof: a client that is behind skips them (it can ask for them: GET …/clock/:id).
-    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(votes.length * 110)) return
-    for (let i = 0; i < votes.length; i += MAX_CLIENT_VOTES) this.send({ type: 'votes', space, votes: votes.slice(i, i + MAX_CLIENT_VOTES) })
+    if (this.inflight >= LOW_WATER_BYTES || !this.node.budget.admits(frame.length)) return
+    this.sendFrame(frame)
   }
 
   deliverPresence(frame: Uint8Array): boolean {

@@ -1,11 +1,13 @@
+import { MAX_CLIENT_VOTES, encodeRelayMessage } from '@stead/core'
+
 /** Something listening to a space's news: a client session (api/sessions.ts). */
 export interface Subscriber {
   /** An envelope of the space a client just sent, not ordered yet (prospective feed; may be skipped by a busy subscriber). */
   envelope(space: string, frame: Uint8Array, idHex: string): void
   /** New attested commits of the space are in the store: read them from the feed. */
   committed(space: string): void
-  /** This relay's clock votes on envelopes of the space, durable: [id, weight, signature] (may be skipped by a busy subscriber). */
-  votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void
+  /** This relay's clock votes on envelopes of the space, durable: an encoded relay message `votes` (may be skipped by a busy subscriber, or one that did not ask). */
+  votes(space: string, frame: Uint8Array): void
 }
 
 /** Envelopes whose submit time is kept for the commit latency histogram, at most. */
@@ -43,9 +45,14 @@ export class ClientNews {
     for (const sub of this.subscribers.get(space) ?? []) sub.envelope(space, frame, idHex)
   }
 
-  /** This relay cast clock votes on envelopes of `space`, durable: its subscribers that take votes get them. */
+  /** This relay cast clock votes on envelopes of `space`, durable: its subscribers that take votes get them, encoded once for all. */
   votes(space: string, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
-    for (const sub of this.subscribers.get(space) ?? []) sub.votes(space, votes)
+    const subs = this.subscribers.get(space)
+    if (!subs?.size) return
+    for (let i = 0; i < votes.length; i += MAX_CLIENT_VOTES) {
+      const frame = encodeRelayMessage({ type: 'votes', space, votes: votes.slice(i, i + MAX_CLIENT_VOTES) })
+      for (const sub of subs) sub.votes(space, frame)
+    }
   }
 
   /** Attestations of `spaces` are durable: subscribers read on, and those waiting for one look. */

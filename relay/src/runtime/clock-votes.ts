@@ -408,16 +408,15 @@ export class ClockVotes {
     this.host.persist(batch.map((b) => b.vote)).then(
       () => {
         if (this.stopped) return
-        for (let i = 0; i < batch.length; i += MAX_VOTES_PER_MESSAGE) {
-          const part = batch.slice(i, i + MAX_VOTES_PER_MESSAGE)
-          this.host.broadcast({ kind: 'clock-votes', votes: part.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const) })
-        }
+        const cast = batch.map((b) => [b.vote.space, fromHex(b.vote.idHex), b.weight, b.sig] as const)
+        for (let i = 0; i < cast.length; i += MAX_VOTES_PER_MESSAGE) this.host.broadcast({ kind: 'clock-votes', votes: cast.slice(i, i + MAX_VOTES_PER_MESSAGE) })
         for (const b of batch) this.count(b.held, this.host.me, { weight: b.weight, sig: b.sig })
+        // And to the spaces' subscribers.
         const bySpace = new Map<string, Array<readonly [Uint8Array, number, Uint8Array]>>()
-        for (const b of batch) {
-          let list = bySpace.get(b.vote.space)
-          if (!list) bySpace.set(b.vote.space, (list = []))
-          list.push([fromHex(b.vote.idHex), b.weight, b.sig])
+        for (const [space, id, weight, sig] of cast) {
+          let list = bySpace.get(space)
+          if (!list) bySpace.set(space, (list = []))
+          list.push([id, weight, sig])
         }
         for (const [space, votes] of bySpace) this.host.cast?.(space, votes)
       },

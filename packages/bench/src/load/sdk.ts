@@ -183,12 +183,13 @@ export async function createSdkClient(o: ClientFactoryOptions): Promise<LoadClie
  * An SDK client pinned to a bench cluster (in-memory storage, node:crypto,
  * an identity derived from `seed`) and its space `space`, once online.
  */
-export async function openSdkSpace(o: { relays: string[]; cluster: ClientFactoryOptions['cluster']; seed: string; space: string; options?: Partial<ClientOptions> }): Promise<{ owner: SteadClient; space: Space }> {
+export async function openSdkSpace(o: { relays: string[]; cluster: ClientFactoryOptions['cluster']; seed: string; space: string; options?: Partial<ClientOptions> }): Promise<{ owner: SteadClient; space: Space; secretKey: Uint8Array }> {
+  const secretKey = nodeCrypto.sha256(new TextEncoder().encode(o.seed))
   const owner = await createClient({
     relays: o.relays,
     storage: memoryStorage(),
     cluster: o.cluster,
-    identity: { secretKey: nodeCrypto.sha256(new TextEncoder().encode(o.seed)) },
+    identity: { secretKey },
     crypto: nodeCrypto,
     ...o.options,
   })
@@ -198,5 +199,5 @@ export async function openSdkSpace(o: { relays: string[]; cluster: ClientFactory
     if (Date.now() > deadline) throw new Error(`SDK client ${o.seed} not online after 20 s: ${JSON.stringify(space.status)}`)
     await new Promise((r) => setTimeout(r, 20))
   }
-  return { owner, space }
+  return { owner, space, secretKey }
 }

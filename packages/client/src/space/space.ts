@@ -64,7 +64,7 @@ import type { ChainPosition } from '../upstream/quorum.ts'
 import type { Freshness } from '../upstream/pacing.ts'
 import type { ClientStatus, HistoryPageOptions, ObjectOptions, SafeResult, SessionsStatus, SettledUpdate, UpdateResult, WaitOptions } from '../types.ts'
 import { DEFAULT_SAFE_TIMEOUT_MS, clockOf } from '../options.ts'
-import { bounded } from '../wait.ts'
+import { bounded, checkTimeout } from '../wait.ts'
 
 export type { SettledUpdate } from '../types.ts'
 
@@ -737,9 +737,9 @@ export class Space {
    * `verifyClockCertificate`, trusting neither this client nor any single
    * relay, and read what the update did from the envelope.
    *
-   * `timeoutMs` (default 0: answer at once) waits that long for a
-   * certificate that does not exist yet (an update the relays are still
-   * voting on), asking them again now and then.
+   * `timeoutMs` (default 0: answer at once; Infinity: for ever) waits that
+   * long for a certificate that does not exist yet (an update the relays
+   * are still voting on), asking them again now and then.
    *
    * @throws SteadError `unsupported` as for `compare`, once `timeoutMs`
    * passed (for 'validators': relays keep votes about ten minutes);
@@ -747,9 +747,8 @@ export class Space {
    */
   async clockProof(update: string | number, options: { readonly kind?: ProofKind; readonly timeoutMs?: number } = {}): Promise<ClockProof> {
     this.assertOpen()
-    const wait = options.timeoutMs ?? 0
-    if (!Number.isFinite(wait) || wait < 0) throw new SteadError('malformed', `timeoutMs is a number of milliseconds, at least 0, not ${wait}`)
-    return this.upstream.clockProof(update, options.kind ?? 'any', wait)
+    checkTimeout(options.timeoutMs)
+    return this.upstream.clockProof(update, options.kind ?? 'any', options.timeoutMs ?? 0)
   }
 
   /** Called when one of this client's envelopes is decided: its safe groups' results, in order, and the stable index if it committed. */

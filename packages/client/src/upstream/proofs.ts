@@ -149,7 +149,7 @@ export class ClockProofs {
    */
   async proof(update: string | number, kind: ProofKind = 'any', waitMs = 0): Promise<ClockProof> {
     const started = this.source?.clock.now() ?? 0
-    const idHex = typeof update === 'string' ? update.toLowerCase() : this.atIndex.get(update)
+    const idHex = this.idOf(update)
     // An envelope this client holds undecided is voted on in the relays' feeds it follows: asked for over HTTP only if they stay silent.
     let askedAt = waitMs > 0 && idHex !== undefined && this.source?.envelope?.(idHex) ? started : -Infinity
     for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(2 * pause, 1_000)) {
@@ -198,13 +198,18 @@ export class ClockProofs {
     })
   }
 
+  /** An update's envelope id (hex), by id or by the stable index of a commit this client applied; undefined if it names none. */
+  private idOf(update: string | number): string | undefined {
+    const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
+    return id !== undefined && /^[0-9a-f]{64}$/.test(id) ? id : undefined
+  }
+
   /** The relays' votes on one update's clock: kept, heard on their feeds, or (`ask`) asked for. */
   private async voted(update: string | number, ask = true): Promise<ClockProof> {
-    const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
+    const id = this.idOf(update)
     const held = id === undefined ? undefined : this.votes.get(id)
     if (held) return held.proof
-    const valid = id !== undefined && /^[0-9a-f]{64}$/.test(id)
-    const fetched = valid ? ((await this.fromHeard(id)) ?? (ask ? await this.fetch(id, 'validators') : undefined)) : undefined
+    const fetched = id === undefined ? undefined : ((await this.fromHeard(id)) ?? (ask ? await this.fetch(id, 'validators') : undefined))
     if (fetched) {
       this.keep(fetched)
       return fetched.proof
@@ -218,29 +223,15 @@ export class ClockProofs {
   /** A validator certificate made of the votes heard on the relays' feeds, checked; undefined while they make none. */
   private async fromHeard(idHex: string): Promise<Held | undefined> {
     const source = this.source
-    const byRelay = new Map<number, { readonly weight: number; readonly sig: Uint8Array }>()
+    const heard: Array<readonly [number, number, Uint8Array]> = []
     for (const [relay, byId] of this.heardVotes) {
       const vote = byId.get(idHex)
-      if (vote) byRelay.set(relay, vote)
+      if (vote) heard.push([relay, vote.weight, vote.sig])
     }
-    if (!byRelay.size || !source) return undefined
-    const envelope = source.envelope?.(idHex) ?? this.held.get(idHex)?.proof.envelope
-    if (!envelope) return undefined
-    const cluster = await source.cluster()
-    const byWeight = new Map<number, Array<{ relay: number; sig: Uint8Array }>>()
-    for (const [relay, { weight, sig }] of byRelay) byWeight.set(weight, [...(byWeight.get(weight) ?? []), { relay, sig }])
-    for (const [weight, signatures] of byWeight) {
-      if (signatures.length < clockQuorum(cluster)) continue
-      const certificate: ClockCertificate = { kind: 'validators', weight, signatures }
-      const certified = await verifyClockCertificate(source.crypto, cluster, envelope, certificate).catch(() => undefined)
-      if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
-      // A liar's bad signature among them: its vote goes, and the others wait for one more.
-      for (const s of signatures) {
-        const key = cluster.relayKeys[s.relay]
-        if (!key || !(await source.crypto.verify(key, encodeClockVote(source.space, fromHex(idHex), weight), s.sig))) this.heardVotes.get(s.relay)?.set(idHex, null)
-      }
-    }
-    return undefined
+    const envelope = source?.envelope?.(idHex) ?? this.held.get(idHex)?.proof.envelope
+    if (!source || !envelope || heard.length < clockQuorum(await source.cluster())) return undefined
+    // A relay whose vote did not check is not checked again for this envelope.
+    return certificateOfVotes(source.crypto, await source.cluster(), source.space, idHex, envelope, heard, (relay) => this.heardVotes.get(relay)?.set(idHex, null))
   }
 
   private keep(h: Held): void {
@@ -262,12 +253,11 @@ export class ClockProofs {
   }
 
   private async get(update: string | number, ask = true): Promise<Held> {
-    const id = typeof update === 'number' ? this.atIndex.get(update) : update.toLowerCase()
+    const id = this.idOf(update)
     const h = id === undefined ? undefined : this.held.get(id)
     if (h && h.certified.index !== undefined) return h
-    const valid = id !== undefined && /^[0-9a-f]{64}$/.test(id)
     // The relays are asked for a commit's proof (the stronger one); between asks, votes heard on their feeds do.
-    const fetched = valid ? ((ask ? await this.fetch(id) : undefined) ?? (h ? undefined : await this.fromHeard(id))) : undefined
+    const fetched = id === undefined ? undefined : ((ask ? await this.fetch(id) : undefined) ?? (h ? undefined : await this.fromHeard(id)))
     if (fetched) {
       this.keep(fetched)
       return fetched
@@ -313,7 +303,6 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     }
   }
   if (!envelope) return undefined
-  const id = fromHex(idHex)
   // The commit's proof: f+1 relays' attestations with the same bytes.
   const groups: Array<{ bytes: Uint8Array; signatures: Array<{ relay: number; sig: Uint8Array }> }> = []
   for (const a of kind === 'any' ? answers : []) {
@@ -333,22 +322,62 @@ export async function proofFrom(crypto: Crypto, cluster: Cluster, space: string,
     })
     if (certified) return { certified, proof: { id: idHex, index: certified.index, envelope, certificate } }
   }
-  // Before the order: the relays' clock votes, each relay's first valid one, for the weight a quorum of them signed.
-  const byWeight = new Map<number, Map<number, Uint8Array>>()
-  for (const a of answers) {
-    for (const [relay, weight, sig] of a.votes) {
-      const key = cluster.relayKeys[relay]
-      const valid = byWeight.get(weight) ?? new Map<number, Uint8Array>()
-      if (!key || valid.has(relay) || !Number.isSafeInteger(weight) || weight < 0) continue
-      if (!(await crypto.verify(key, encodeClockVote(space, id, weight), sig))) continue
-      byWeight.set(weight, valid.set(relay, sig))
-    }
+  // Before the order: the relays' clock votes, for the weight a quorum of them signed.
+  const voted = await certificateOfVotes(crypto, cluster, space, idHex, envelope, answers.flatMap((a) => a.votes))
+  return voted && (unprovable ? { ...voted, unprovable } : voted)
+}
+
+/**
+ * The validator certificate `votes` ([relay, weight, signature], any
+ * number per relay, in no order, trusted in nothing) make for envelope
+ * `idHex`: for a weight ceil((N+f+1)/2) relays validly signed. The
+ * signatures are checked together by `verifyClockCertificate`, and one by
+ * one only when that fails (a liar's vote among them), so honest votes
+ * cost one check each. `bad` hears of each relay none of whose votes for
+ * a weight checked.
+ */
+async function certificateOfVotes(
+  crypto: Crypto,
+  cluster: Cluster,
+  space: string,
+  idHex: string,
+  envelope: Signed,
+  votes: Iterable<readonly [number, number, Uint8Array]>,
+  bad?: (relay: number) => void,
+): Promise<Held | undefined> {
+  const byWeight = new Map<number, Map<number, Uint8Array[]>>()
+  for (const [relay, weight, sig] of votes) {
+    if (!cluster.relayKeys[relay] || !Number.isSafeInteger(weight) || weight < 0) continue
+    let byRelay = byWeight.get(weight)
+    if (!byRelay) byWeight.set(weight, (byRelay = new Map()))
+    byRelay.set(relay, [...(byRelay.get(relay) ?? []), sig])
   }
-  for (const [weight, valid] of byWeight) {
-    if (valid.size < clockQuorum(cluster)) continue
-    const certificate: ClockCertificate = { kind: 'validators', weight, signatures: [...valid].map(([relay, sig]) => ({ relay, sig })) }
+  const quorum = clockQuorum(cluster)
+  const certify = async (weight: number, signatures: Array<{ relay: number; sig: Uint8Array }>): Promise<Held | undefined> => {
+    const certificate: ClockCertificate = { kind: 'validators', weight, signatures }
     const certified = await verifyClockCertificate(crypto, cluster, envelope, certificate).catch(() => undefined)
-    if (certified) return { certified, proof: { id: idHex, index: undefined, envelope, certificate }, ...(unprovable ? { unprovable } : {}) }
+    return certified && { certified, proof: { id: idHex, index: undefined, envelope, certificate } }
+  }
+  for (const [weight, byRelay] of byWeight) {
+    if (byRelay.size < quorum) continue
+    const first = await certify(weight, [...byRelay].map(([relay, sigs]) => ({ relay, sig: sigs[0] as Uint8Array })))
+    if (first) return first
+    // One of them did not check: each relay's first vote that does.
+    const bytes = encodeClockVote(space, fromHex(idHex), weight)
+    const valid: Array<{ relay: number; sig: Uint8Array }> = []
+    for (const [relay, sigs] of byRelay) {
+      let sig: Uint8Array | undefined
+      for (const candidate of sigs) {
+        if (await crypto.verify(cluster.relayKeys[relay] as Uint8Array, bytes, candidate)) {
+          sig = candidate
+          break
+        }
+      }
+      if (sig) valid.push({ relay, sig })
+      else bad?.(relay)
+    }
+    const checked = valid.length >= quorum ? await certify(weight, valid) : undefined
+    if (checked) return checked
   }
   return undefined
 }
