@@ -484,6 +484,7 @@ export class SteadClient {
       clock: clockOf(options),
       news: hub ? hub.newsFor(name, own) : NO_NEWS,
       peers: lead.peers,
+      certified: restored.certified,
       replicaOptions: replicaOptionsOf(name, options),
       seq: ours ? Math.max(restored.author.seq, space.replica.nextSeq(this.authorId) - 1) : space.replica.nextSeq(this.authorId) - 1,
       last: lastClock(restored.author, ours, space.replica.nextSeq(this.authorId) - 1, (seq) => space.replica.clockRecord(this.authorId, seq)),

@@ -3,7 +3,7 @@ import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
 import { TestCluster, until } from '@stead/relay/testing'
 import { createClient, memoryStorage, type PeerLink, type PeerNetwork, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
-import { decodePeerMessage } from '../src/peers/peers.ts'
+import { PEER_TAG, decodePeerMessage } from '../src/peers/peers.ts'
 import { libp2pPeers, type Libp2pPeers } from '../src/peers-entry.node.ts'
 
 /**
@@ -64,8 +64,8 @@ describe('peer-to-peer sync over libp2p', () => {
               // An honest client's `have` means it now hears this peer: lie to it.
               if (decodePeerMessage(bytes).kind === 'have' && !liarLinks.has(link)) {
                 liarLinks.add(link)
-                link.send(encode(['stead/peer/v1', 'have', 'board', [new Uint8Array(32).fill(7)], false]))
-                link.send(encode(['stead/peer/v1', 'env', 'board', [lies[lied++ % lies.length]]]))
+                link.send(encode([PEER_TAG, 'have', 'board', [new Uint8Array(32).fill(7)], false]))
+                link.send(encode([PEER_TAG, 'env', 'board', [lies[lied++ % lies.length]]]))
               }
             },
           },

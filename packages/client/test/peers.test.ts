@@ -2,7 +2,7 @@ import { clockFrom, clockInit, encode, encodeEnvelope, encodePresence, sealEnvel
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, type ClientOptions, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
-import { decodePeerMessage, MAX_PEER_IDS } from '../src/peers/peers.ts'
+import { decodePeerMessage, MAX_PEER_IDS, PEER_TAG } from '../src/peers/peers.ts'
 import { SimCluster } from '@stead/sim'
 import { boardAddress, PeerBoard } from './helpers/peer-board.ts'
 import { until } from './helpers/until.ts'
@@ -55,6 +55,9 @@ async function namePeer(c: SimCluster, key: { secretKey: Uint8Array; publicKey: 
   }
 }
 
+
+/** Whether a message shares something of the space: anything but `sync`, which says only where a space stands and goes to every linked peer. */
+const shares = (m: Uint8Array): boolean => decodePeerMessage(m).kind !== 'sync'
 
 const op = (key: string, n = 1): EnvelopeDraft['updates'][number] => ({ key, decl: { type: 'counter', bounds: {} }, ops: [n] })
 const identity = (byte: number): { secretKey: Uint8Array; publicKey: Uint8Array } => {
@@ -157,16 +160,21 @@ describe('peer-to-peer sync', () => {
     expect(line.flatMap((p) => p.errors)).toEqual([])
   })
 
-  it('keeps a quiet link alive with empty news, so transports do not close it as idle', async () => {
+  it('says where each space stands on every link once per keepalive period, which keeps quiet links open', async () => {
     const { PeerHub } = await import('../src/peers/peers.ts')
     const board = new PeerBoard()
     const heard: Uint8Array[] = []
     const hub = new PeerHub(board.network(), () => undefined, 20)
     await hub.start(identity(30))
-    hub.join({ space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined, ownPresence: () => undefined, presenceFromPeer: () => undefined })
+    const at = { stableIndex: 7, lastRound: 42 }
+    hub.join({
+      space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined, ownPresence: () => undefined, presenceFromPeer: () => undefined,
+      position: () => at, catchUpFor: () => undefined, commitsFromPeer: async () => undefined, snapshotFromPeer: async () => undefined,
+    })
     board.attach('quiet', (_to, m) => heard.push(m))
-    await until('two keepalives', () => heard.filter((m) => decodePeerMessage(m).kind === 'news').length >= 2)
-    expect(heard.map((m) => decodePeerMessage(m)).filter((m) => m.kind === 'news').every((m) => m.kind === 'news' && m.ids.length === 0)).toBe(true)
+    // One when the space starts on the link, then one per period.
+    await until('two keepalives', () => heard.filter((m) => decodePeerMessage(m).kind === 'sync').length >= 3)
+    expect(heard.map((m) => decodePeerMessage(m)).filter((m) => m.kind === 'sync').every((m) => m.kind === 'sync' && m.space === 'bank' && m.stableIndex === 7 && m.lastRound === 42)).toBe(true)
     await hub.stop()
   })
 
@@ -178,7 +186,7 @@ describe('peer-to-peer sync', () => {
     const heard = new Map<string, number>()
     const lonely = identity(6)
     const control = identity(7)
-    for (const [peer, key] of [['lonely', lonely], ['control', control]] as const) board.attach(peer, () => heard.set(peer, (heard.get(peer) ?? 0) + 1), key.publicKey)
+    for (const [peer, key] of [['lonely', lonely], ['control', control]] as const) board.attach(peer, (_to, m) => shares(m) && heard.set(peer, (heard.get(peer) ?? 0) + 1), key.publicKey)
     for (let k = 0; k < 3; k++) await namePeer(c, lonely, [0])
     // Everything relay 0 was told reached the client (simulated time: no frame takes over 3 ms).
     await c.advance(50)
@@ -230,7 +238,7 @@ describe('peer-to-peer sync', () => {
 
     const liarKey = identity(9)
     const seal = (draft: Partial<EnvelopeDraft>, key = liarKey): Promise<Envelope> => sealEnvelope(nodeCrypto, key, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('likes', 100)], safe: [], ...draft })
-    const envMessage = (frames: Uint8Array[], space = 'bank'): Uint8Array => encode(['stead/peer/v1', 'env', space, frames])
+    const envMessage = (frames: Uint8Array[], space = 'bank'): Uint8Array => encode([PEER_TAG, 'env', space, frames])
     const honestId = honest[0]?.client.authorId as string
     // Each lie is told by a peer of its own (a peer found faulty is refused for good), about envelopes it signed itself.
     const lies: Array<[string, (key: { secretKey: Uint8Array; publicKey: Uint8Array }) => Promise<Uint8Array>]> = [
@@ -246,19 +254,19 @@ describe('peer-to-peer sync', () => {
       ],
       ['a clock claiming updates nobody made', async (key) => envMessage([encodeEnvelope(await seal({ clock: clockFrom([[honestId, 999]]) }, key))])],
       ['an envelope of another space', async (key) => envMessage([encodeEnvelope(await seal({ space: 'other' }, key))])],
-      ['too many ids', async () => encode(['stead/peer/v1', 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
+      ['too many ids', async () => encode([PEER_TAG, 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
       [
         'a presence its author did not sign',
         async (key) => {
           const body = encodePresence({ space: 'bank', seq: 5, ttlMs: 30_000, state: { name: 'forged' } })
-          return encode(['stead/peer/v1', 'presence', 'bank', [key.publicKey, body, signSync(identity(77).secretKey, body)]])
+          return encode([PEER_TAG, 'presence', 'bank', [key.publicKey, body, signSync(identity(77).secretKey, body)]])
         },
       ],
     ]
     // A peer the relays do not name as a client of the space gets nothing of it, and is not heard.
     const heardByStranger: Uint8Array[] = []
-    const stranger = board.attach('stranger', (_to, m) => heardByStranger.push(m), liarKey.publicKey)
-    for (const s of stranger) s.send(encode(['stead/peer/v1', 'have', 'bank', [], true]))
+    const stranger = board.attach('stranger', (_to, m) => shares(m) && heardByStranger.push(m), liarKey.publicKey)
+    for (const s of stranger) s.send(encode([PEER_TAG, 'have', 'bank', [], true]))
     for (const s of stranger) s.send(envMessage([encodeEnvelope(await seal({ updates: [op('likes', 40)] }))]))
     await c.advance(50)
     expect(heardByStranger).toEqual([])
@@ -269,7 +277,7 @@ describe('peer-to-peer sync', () => {
       let asked = 0
       const peerKey = identity(100 + i)
       const message = await lie(peerKey)
-      const senders = board.attach(`liar-${i}`, () => asked++, peerKey.publicKey)
+      const senders = board.attach(`liar-${i}`, (_to, m) => shares(m) && asked++, peerKey.publicKey)
       await namePeer(c, peerKey)
       // Once the relays vouch for it, the honest clients open the exchange (and so hear it).
       await c.until('the exchange is open', () => asked >= honest.length)
@@ -282,7 +290,7 @@ describe('peer-to-peer sync', () => {
     // A peer that only passes on another author's bad clock is not blamed (it may have lacked what shows it); the envelope is not shown.
     let forwarderAsked = 0
     const forwarderKey = identity(10)
-    const forwarder = board.attach('forwarder', () => forwarderAsked++, forwarderKey.publicKey)
+    const forwarder = board.attach('forwarder', (_to, m) => shares(m) && forwarderAsked++, forwarderKey.publicKey)
     await namePeer(c, forwarderKey)
     await c.until('the forwarder is heard', () => forwarderAsked >= honest.length)
     for (const s of forwarder) s.send(envMessage([encodeEnvelope(await seal({ seq: 1, clock: clockFrom([[honestId, 777]]), updates: [op('likes', 50)] }))]))
@@ -312,11 +320,11 @@ describe('peer-to-peer sync', () => {
       asked = true
       if (m.kind !== 'want') return
       wanted.push(m.ids.map(toHex))
-      to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(first)]]))
+      to?.send(encode([PEER_TAG, 'env', 'bank', [encodeEnvelope(first)]]))
     }, holder.publicKey)
     await namePeer(c, holder)
     await c.until('the holder is heard', () => asked)
-    to?.send(encode(['stead/peer/v1', 'env', 'bank', [encodeEnvelope(second)]]))
+    to?.send(encode([PEER_TAG, 'env', 'bank', [encodeEnvelope(second)]]))
     await c.until('both show', () => a.space.counter('k').value === 3)
     expect(wanted).toEqual([[first.idHex]])
     // A client that joins later gets both in one exchange of what each holds.

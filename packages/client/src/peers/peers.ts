@@ -1,4 +1,8 @@
-import { DEFAULT_LIMITS, MAX_PEER_ADDRS, MAX_PRESENCE_BODY_BYTES, SteadError, decode, encode, fromHex, systemClock, toHex, type HostClock, type HostTimer, type Signed } from '@stead/core'
+import { MAX_PEER_ADDRS, fromHex, systemClock, toHex, type HostClock, type HostTimer } from '@stead/core'
+import { MAX_FRAMES_PER_MESSAGE, MAX_PEER_IDS, decodePeerMessage, encodePeerMessage, type AttestedCommit, type AttestedState, type PeerMessage, type SignedPresenceOf } from './peer-messages.ts'
+import type { ChainPosition } from '../upstream/quorum.ts'
+
+export { MAX_PEER_IDS, PEER_TAG, decodePeerMessage, type SignedPresenceOf } from './peer-messages.ts'
 
 /**
  * Peer-to-peer sync between the clients of a space (Merkle-CRDTs): envelopes
@@ -27,6 +31,17 @@ import { DEFAULT_LIMITS, MAX_PEER_ADDRS, MAX_PRESENCE_BODY_BYTES, SteadError, de
  *   id, not a copy; in a sparser one the news spreads as gossip.
  * - `want` asks for envelopes by id: the deps a received envelope names that
  *   the client does not have.
+ * - `sync` says where a client stands in a space's chain of attested
+ *   commits (stable index, last round). A client sends it on every link
+ *   when a space starts there and every keepalive period after that; a peer
+ *   it may share the space with answers with what the sender lacks and it
+ *   can prove: `commits` (the attested commits that follow, each with the
+ *   signatures of f+1 relays and its envelope frames), or, when the sender
+ *   is before the commits it keeps, `snapshot` (its state, with the
+ *   certificate of the commit it is at). The sender believes either only on
+ *   those relay signatures, never on the peer's word: this is how a client
+ *   catches up, or joins a space, while every relay is down. A peer that
+ *   is behind the sender gets a `sync` back, so it is answered in turn.
  * - `presence` carries a client's presence as its author signed it (the
  *   same bytes relays pass on): each client sends its own to its peers of
  *   the space, and passes on once what it heard first from a peer, so
@@ -108,10 +123,20 @@ export interface PeerMember {
   /** Whether this space has (or is checking, or has decided) the envelope with this id. */
   knows(idHex: string): boolean
   /**
-   * Whether `peer` may exchange this space's envelopes: f+1 relays named it
-   * for the space (so at least one correct relay let its key read the space).
+   * Whether `peer` (authenticated as `key`, when the transport knows it)
+   * may exchange this space's envelopes: f+1 relays named it for the space
+   * (so at least one correct relay let its key read it), or the space's
+   * stable policy, as f+1 relays attested it, lets its key read.
    */
-  mayShare(peer: string): boolean
+  mayShare(peer: string, key: Uint8Array | undefined): boolean
+  /** Where this space stands in its chain of attested commits. */
+  position(): ChainPosition
+  /** What a peer at `at` lacks of the attested chain that this space can prove, within about `maxBytes`; undefined: nothing. */
+  catchUpFor(at: ChainPosition, maxBytes: number): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined
+  /** Attested commits from a peer: checked against the relays' keys and applied, or the peer blamed. Resolves once applied. */
+  commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void>
+  /** A state from a peer that this space asked (`sync`): checked against the relays' keys and adopted if ahead, or the peer blamed. */
+  snapshotFromPeer(snapshot: AttestedState, source: PeerSource): Promise<void>
   /** This client can now be reached at `addresses`: tell the space's relays. */
   reachableAt(addresses: readonly string[]): void
   /** This client's latest presence in the space, signed: what a peer gets when the exchange starts. */
@@ -130,6 +155,10 @@ export interface PeerStats {
   readonly framesSent: number
   /** Envelope frames received from peers (before they are checked). */
   readonly framesReceived: number
+  /** Attested commits received from peers (before they are checked): what catching up from peers took. */
+  readonly commitsReceived: number
+  /** Attested states received from peers (before they are checked). */
+  readonly statesReceived: number
   /** Bytes of the messages sent to peers (transport framing and encryption not counted). */
   readonly bytesSent: number
   /** Bytes of the messages received from peers. */
@@ -140,74 +169,15 @@ export interface PeerStats {
   readonly faulty: number
 }
 
-const TAG = 'stead/peer/v1'
-/** Most ids in one `have` or `want`: a space's undecided envelopes beyond it are exchanged as they arrive. */
-export const MAX_PEER_IDS = 4096
-/** Most frames, and bytes of frames, in one `env` message. */
-const MAX_FRAMES_PER_MESSAGE = 256
 /** How many peers hear `news` of an envelope a client got from a peer. */
 export const NEWS_FANOUT = 6
 /** How long news waits to travel with more news (ms). */
 const NEWS_BATCH_MS = 20
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
-
-type PeerMessage =
-  | { kind: 'have'; space: string; ids: Uint8Array[]; ask: boolean }
-  | { kind: 'want'; space: string; ids: Uint8Array[] }
-  | { kind: 'news'; space: string; ids: Uint8Array[] }
-  | { kind: 'env'; space: string; frames: Uint8Array[] }
-  | { kind: 'presence'; space: string; presence: SignedPresenceOf }
-
-/** A client's presence as its author signed it (see presence.ts in @stead/core), passed between peers as relays pass it. */
-export interface SignedPresenceOf {
-  /** The author's Ed25519 public key. */
-  readonly author: Uint8Array
-  readonly signed: Signed
-}
-
-function encodeMessage(m: PeerMessage): Uint8Array {
-  if (m.kind === 'have') return encode([TAG, m.kind, m.space, m.ids, m.ask])
-  if (m.kind === 'presence') return encode([TAG, m.kind, m.space, [m.presence.author, m.presence.signed.bytes, m.presence.signed.sig]])
-  return encode([TAG, m.kind, m.space, m.kind === 'env' ? m.frames : m.ids])
-}
-
-/**
- * Reads one peer message, refusing anything but the exact shapes above
- * within their budgets.
- *
- * @throws SteadError `malformed` or `too-large`, with the reason.
- */
-export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
-  const v = decode(bytes, DEFAULT_LIMITS.maxFrameBytes)
-  if (!Array.isArray(v) || v[0] !== TAG) throw new SteadError('malformed', `not a ${TAG} message`)
-  const [, kind, space, list, ask] = v as unknown[]
-  if (typeof space !== 'string' || space.length === 0 || space.length > 128) throw new SteadError('malformed', 'a peer message names a space of 1 to 128 characters')
-  if (!Array.isArray(list) || !list.every((x) => x instanceof Uint8Array)) throw new SteadError('malformed', `a ${String(kind)} message carries a list of byte strings`)
-  const items = list as Uint8Array[]
-  if (kind === 'have' || kind === 'want' || kind === 'news') {
-    if (v.length !== (kind === 'have' ? 5 : 4)) throw new SteadError('malformed', `a ${kind} message has ${kind === 'have' ? 5 : 4} fields`)
-    if (items.length > MAX_PEER_IDS) throw new SteadError('too-large', `${items.length} ids in one ${kind} message; at most ${MAX_PEER_IDS}`)
-    if (!items.every((id) => id.length === 32)) throw new SteadError('malformed', 'an envelope id is 32 bytes')
-    if (kind === 'have') return typeof ask === 'boolean' ? { kind, space, ids: items, ask } : malformed('a have message says whether to answer')
-    return kind === 'want' ? { kind, space, ids: items } : { kind, space, ids: items }
-  }
-  if (kind === 'presence') {
-    const [author, bytes, sig] = items
-    if (v.length !== 4 || items.length !== 3 || author?.length !== 32 || sig?.length !== 64 || !bytes) throw new SteadError('malformed', 'a presence message carries [author key, body, signature]')
-    if (bytes.length > MAX_PRESENCE_BODY_BYTES) throw new SteadError('too-large', `a presence body of ${bytes.length} bytes; at most ${MAX_PRESENCE_BODY_BYTES}`)
-    return { kind, space, presence: { author, signed: { bytes, sig } } }
-  }
-  if (kind === 'env') {
-    if (v.length !== 4) throw new SteadError('malformed', 'an env message has 4 fields')
-    if (items.length > MAX_FRAMES_PER_MESSAGE) throw new SteadError('too-large', `${items.length} frames in one env message; at most ${MAX_FRAMES_PER_MESSAGE}`)
-    return { kind, space, frames: items }
-  }
-  throw new SteadError('malformed', `unknown peer message ${JSON.stringify(kind)}`)
-}
-
-function malformed(why: string): never {
-  throw new SteadError('malformed', why)
-}
+/** About the most bytes of commits, or of a state, in one answer to `sync` (a peer message is at most 4 MiB). */
+const CATCH_UP_BYTES = 3 * 1024 * 1024
+/** How often one link may be answered with a space's whole state (ms): encoding it costs this client. */
+const SNAPSHOT_EVERY_MS = 10_000
 
 interface LinkState {
   readonly link: PeerLink
@@ -219,6 +189,10 @@ interface LinkState {
   readonly served: Set<string>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
+  /** Spaces this side sent `sync` for on this link: only those may be answered with a state. */
+  readonly synced: Set<string>
+  /** Per space, when this link was last answered with a state (see SNAPSHOT_EVERY_MS). */
+  readonly snapshotAt: Map<string, number>
   /** When this side last sent on the link (the client's clock). */
   lastSent: number
   closed: boolean
@@ -241,7 +215,7 @@ export class PeerHub {
   /** News waiting to be passed on: space → envelope id → the peer it came from. */
   private news = new Map<string, Map<string, string>>()
   private newsTimer: HostTimer | undefined
-  private stats = { framesSent: 0, framesReceived: 0, bytesSent: 0, bytesReceived: 0, dropped: 0 }
+  private stats = { framesSent: 0, framesReceived: 0, commitsReceived: 0, statesReceived: 0, bytesSent: 0, bytesReceived: 0, dropped: 0 }
   private stopped = false
   private readonly network: PeerNetwork
   private readonly onFault: (peer: string, why: string) => void
@@ -318,7 +292,28 @@ export class PeerHub {
   join(member: PeerMember): void {
     if (this.stopped) return
     this.members.set(member.space, member)
-    for (const s of this.links.values()) if (member.mayShare(s.link.peer)) this.exchange(s, member, true)
+    for (const s of this.links.values()) {
+      if (member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
+      else this.sync(s, member)
+    }
+  }
+
+  /** `member`'s stable policy may now let more peers read: exchange the space on the links to them. */
+  recheck(member: PeerMember): void {
+    if (this.members.get(member.space) !== member) return
+    for (const s of this.links.values()) if (!s.spaces.has(member.space) && member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
+  }
+
+  /**
+   * Tells the peer where `member` stands in its chain of commits, asking for
+   * what it lacks. Sent to peers it does not share the space with yet too:
+   * what they answer is believed on relay signatures alone, and a space
+   * that holds nothing yet learns only so whom its policy lets read.
+   */
+  private sync(s: LinkState, member: PeerMember): void {
+    s.synced.add(member.space)
+    const at = member.position()
+    this.send(s, { kind: 'sync', space: member.space, stableIndex: at.stableIndex, lastRound: at.lastRound })
   }
 
   /** The relays now vouch for `peer` in `member`'s space: exchange it on the links to that peer. */
@@ -330,6 +325,7 @@ export class PeerHub {
   /** Starts exchanging a space on a link: this side's `have`, asking for the peer's when `ask`. */
   private exchange(s: LinkState, member: PeerMember, ask: boolean): void {
     s.spaces.add(member.space)
+    this.sync(s, member)
     this.sendHave(s, member, ask)
     const presence = member.ownPresence()
     if (presence) this.send(s, { kind: 'presence', space: member.space, presence })
@@ -343,6 +339,8 @@ export class PeerHub {
       s.spaces.delete(member.space)
       s.answered.delete(member.space)
       s.served.delete(member.space)
+      s.synced.delete(member.space)
+      s.snapshotAt.delete(member.space)
     }
   }
 
@@ -370,7 +368,7 @@ export class PeerHub {
 
   /** Whether this link exchanges `space` now: it started to, and the relays still vouch for the peer (a vouching relay may have turned out faulty since). */
   private shares(s: LinkState, space: string): boolean {
-    return s.spaces.has(space) && this.members.get(space)?.mayShare(s.link.peer) === true
+    return s.spaces.has(space) && this.members.get(space)?.mayShare(s.link.peer, s.link.key) === true
   }
 
   private sendNews(): void {
@@ -407,9 +405,12 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), lastSent: this.clock.now(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), synced: new Set(), snapshotAt: new Map(), lastSent: this.clock.now(), closed: false }
     this.links.set(link, s)
-    for (const m of this.members.values()) if (m.mayShare(link.peer)) this.exchange(s, m, false)
+    for (const m of this.members.values()) {
+      if (m.mayShare(link.peer, link.key)) this.exchange(s, m, false)
+      else this.sync(s, m)
+    }
   }
 
   private message(link: PeerLink, bytes: Uint8Array): void {
@@ -423,10 +424,15 @@ export class PeerHub {
       return this.fault(s, `sent a bad message: ${(err as Error).message}`)
     }
     const member = this.members.get(m.space)
+    if (!member) return
+    // What f+1 relays signed is believed from anyone; the peer's own word counts only where it may read the space.
+    if (m.kind === 'commits' || m.kind === 'snapshot') return this.catchUp(s, member, m)
     // Only about a space the relays vouch this peer may read: anything else is not answered, nor shown.
-    if (!member || !member.mayShare(link.peer)) return
+    if (!member.mayShare(link.peer, link.key)) return
     if (!s.spaces.has(m.space)) this.exchange(s, member, false)
-    if (m.kind === 'have') {
+    if (m.kind === 'sync') {
+      this.answerSync(s, member, { stableIndex: m.stableIndex, lastRound: m.lastRound })
+    } else if (m.kind === 'have') {
       if (m.ask && !s.answered.has(m.space)) {
         s.answered.add(m.space)
         this.sendHave(s, member, false)
@@ -452,6 +458,40 @@ export class PeerHub {
         member.fromPeer(frame, source)
       }
     }
+  }
+
+  /** A peer said where it stands: it gets what it lacks of the chain (a state at most every SNAPSHOT_EVERY_MS), and is asked in turn if it is ahead. */
+  private answerSync(s: LinkState, member: PeerMember, at: ChainPosition): void {
+    const mine = member.position()
+    if (at.lastRound > mine.lastRound) return this.sync(s, member)
+    const space = member.space
+    const lastSnapshot = s.snapshotAt.get(space)
+    const now = this.clock.now()
+    const found = member.catchUpFor(at, CATCH_UP_BYTES)
+    if (!found) return
+    if ('commits' in found) return this.send(s, { kind: 'commits', space, commits: found.commits.slice(0, MAX_FRAMES_PER_MESSAGE) })
+    if (lastSnapshot !== undefined && now - lastSnapshot < SNAPSHOT_EVERY_MS) return
+    s.snapshotAt.set(space, now)
+    this.send(s, { kind: 'snapshot', space, snapshot: found.snapshot })
+  }
+
+  /** Commits or a state a peer sent: the space checks them on relay signatures; once applied, this side says where it now stands, for more. */
+  private catchUp(s: LinkState, member: PeerMember, m: Extract<PeerMessage, { kind: 'commits' | 'snapshot' }>): void {
+    // A state comes only in answer to this side's sync: unasked, it could make a space skip commits it would rather apply.
+    if (m.kind === 'snapshot' && !s.synced.has(member.space)) return
+    if (m.kind === 'commits') this.stats.commitsReceived += m.commits.length
+    else this.stats.statesReceived++
+    const before = member.position().lastRound
+    const source: PeerSource = { peer: s.link.peer, key: s.link.key, markFaulty: (why) => this.fault(s, why) }
+    const done = m.kind === 'commits' ? member.commitsFromPeer(m.commits, source) : member.snapshotFromPeer(m.snapshot, source)
+    void done.then(
+      () => {
+        if (s.closed || this.members.get(member.space) !== member || member.position().lastRound === before) return
+        this.recheck(member)
+        this.sync(s, member)
+      },
+      () => undefined,
+    )
   }
 
   private sendHave(s: LinkState, member: PeerMember, ask: boolean): void {
@@ -497,18 +537,19 @@ export class PeerHub {
 
   private send(s: LinkState, m: PeerMessage): void {
     if (s.closed) return
-    const bytes = encodeMessage(m)
+    const bytes = encodePeerMessage(m)
     s.lastSent = this.clock.now()
     if (s.link.send(bytes)) this.stats.bytesSent += bytes.length
     else this.stats.dropped++
   }
 
-  /** Links that exchange a space and sent nothing for a while say so, emptily: their connection stays up. */
+  /**
+   * Every keepaliveMs each link says where each space stands (a peer that
+   * is behind or ahead catches up), which also keeps the connection up.
+   */
   private keepAlive(): void {
-    const quietSince = this.clock.now() - this.keepaliveMs
     for (const s of this.links.values()) {
-      const space = s.spaces.values().next().value
-      if (space !== undefined && s.lastSent <= quietSince) this.send(s, { kind: 'news', space, ids: [] })
+      for (const member of this.members.values()) if (s.spaces.has(member.space) || s.synced.has(member.space)) this.sync(s, member)
     }
   }
 

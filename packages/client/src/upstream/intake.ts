@@ -3,6 +3,10 @@ import {
   SteadError,
   asSigned,
   attestedDecision,
+  auditStateHash,
+  decodeAuditState,
+  encodeAuditState,
+  type AuditState,
   batchDigest,
   bytesEqual,
   decode,
@@ -22,8 +26,8 @@ import {
 import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from '../errors.ts'
 import { envelopeKeys, fromHome, type Outbox, type SpaceNews } from './outbox.ts'
-import type { ClientRecords, CommitRecord } from './persist.ts'
-import { CommitQuorum, type CommitCandidate } from './quorum.ts'
+import type { Certified, ClientRecords, CommitRecord } from './persist.ts'
+import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from '../transport/sessions.ts'
 import type { RelayLink } from '../transport/transport.ts'
 import type { ClockProofs } from './proofs.ts'
@@ -31,6 +35,8 @@ import { ReceivedInbox } from './inbox.ts'
 import { UnreadableRelays } from './unreadable.ts'
 import type { StorageChange } from '../storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
+import { CertifiedCommits, checkCertificate, framesBound } from './peer-catch-up.ts'
+import type { AttestedCommit, AttestedState } from '../peers/peer-messages.ts'
 import type { PeerHub, PeerSource } from '../peers/peers.ts'
 import type { SpacePort } from '../space/space-port.ts'
 import { Pacing, certifyDelta, type Freshness } from './pacing.ts'
@@ -62,6 +68,8 @@ interface IntakeOptions {
   quorumIndex: (timeoutMs: number) => Promise<number>
   /** The client's peers, when it syncs peer to peer: what peers send is passed on to the others. */
   peers: PeerHub | undefined
+  /** The certificate of the commit the stored stable state is at, if it had one: what peers that are behind are handed with the state. */
+  certified: Certified | undefined
   /** The space was subscribed to on `link` (the relay now takes announcements for it). */
   subscribed(link: RelayLink): void
 }
@@ -103,6 +111,8 @@ export class RelayIntake {
   private readonly inbox: ReceivedInbox
   /** Other authors' envelopes waiting for their deps before they show. */
   private readonly causal = new CausalBuffer()
+  /** The latest applied commits with their relays' signatures: what a peer that is behind gets. */
+  private readonly certified = new CertifiedCommits()
   /** The commit run in progress (close awaits it), and whether another pass is due once it ends. */
   private applying: { run: Promise<void>; again: boolean } | undefined
   private closed = false
@@ -113,14 +123,14 @@ export class RelayIntake {
    */
   private bootstrap: 'due' | 'running' | 'settled'
   /**
+   * Whether a session was up since the last moment none was (`online`).
    * A space with a stable state that comes back to the relays (opened from
-   * storage, or after every session was lost) first catches up by delta:
-   * the objects that changed a lot come as their state, not as every
-   * commit it missed. Commits are followed from where that leaves it.
+   * storage, or after every session was lost) first catches up by delta
+   * (`catch-up-due` until it starts): the objects that changed a lot come
+   * as their state, not as every commit it missed. Commits are followed
+   * from where that leaves it.
    */
-  private catchUpDue = false
-  /** Whether a session was up since the last moment none was. */
-  private connected = false
+  private relays: 'offline' | 'catch-up-due' | 'online' = 'offline'
   /** Set while the relays keep no commits from our position: the stable index their feeds start from, and when to try again. */
   private pruned: { from: number; retryAt: number; problem?: string } | undefined
   /** Relays that said this client may not read the space: not followed (no frames, no resubscribing) except once per new session, in case the policy changed meanwhile. */
@@ -136,16 +146,19 @@ export class RelayIntake {
     this.unreadable = new UnreadableRelays(space, () => o.sessions.cluster?.f ?? 0)
     const { position } = o.space
     this.bootstrap = position.stableIndex === 0 && position.lastRound === 0 ? 'due' : 'settled'
+    if (o.certified && position.lastRound > 0) {
+      const a = decodeAttestation(o.certified.attestation)
+      if (a.round === position.lastRound && a.toIndex === position.stableIndex) this.certified.jumped(o.certified)
+    }
   }
 
   /** A relay session is ready: follow the space there from its stable index (with frames if it is, or should now be, the source). */
   ready(link: RelayLink): void {
     this.quorum ??= new CommitQuorum(this.o.sessions.cluster?.f ?? 0)
     // The first session up since there was none (or since opening): the space may be far behind.
-    if (!this.connected && this.o.space.position.stableIndex > 0) this.catchUpDue = true
-    this.connected = true
+    if (this.relays === 'offline') this.relays = this.o.space.position.stableIndex > 0 ? 'catch-up-due' : 'online'
     if (this.bootstrap === 'due' && !this.pruned) this.startBootstrap()
-    else if (this.bootstrap === 'settled' && this.catchUpDue) this.startCatchUp()
+    else if (this.bootstrap === 'settled' && this.relays === 'catch-up-due') this.startCatchUp()
     if (this.bootstrap !== 'settled') return
     // A relay that said the space is unreadable is asked once more on each new session (the policy may have changed), never as the source.
     if (this.unreadable.has(link)) return this.follow(link)
@@ -188,9 +201,9 @@ export class RelayIntake {
     this.pruned = undefined
   }
 
-  /** Catches up by a verified delta (see catchUpDue), then follows commits from where it leaves the space, or from where it was. */
+  /** Catches up by a verified delta (see `relays`), then follows commits from where it leaves the space, or from where it was. */
   private startCatchUp(): void {
-    this.catchUpDue = false
+    this.relays = 'online'
     this.getAhead(
       async () => {
         // Commits wait while it runs: a relay that answers slowly, or never, may hold them up this long, no more.
@@ -247,9 +260,10 @@ export class RelayIntake {
    * stable index, shows; and the replica is stored, those envelopes' inbox
    * records forgotten.
    */
-  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>, save = true): Promise<void> {
+  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>, save = true, certificate?: AttestedState): Promise<void> {
     const { space, records } = this.o
     space.adopt(replica, position, changed)
+    this.certified.jumped(certificate)
     this.quorum?.prune(position)
     for (const rounds of this.unmatched.values()) for (const r of [...rounds.keys()]) if (r <= position.lastRound) rounds.delete(r)
     this.starvedSince = undefined
@@ -264,7 +278,7 @@ export class RelayIntake {
     // Unsaved (a paced delta between checkpoints): storage keeps the last checkpoint, from which a restart catches up.
     this.pacing.stored(save, this.o.clock.now())
     try {
-      await records.storage.write(save ? [...records.checkpoint(replica.checkpoint(), position), ...forgotten] : forgotten)
+      await records.storage.write(save ? [...records.checkpoint(replica.checkpoint(), position), records.certified(certificate), ...forgotten] : forgotten)
       space.storageWorks()
     } catch (err) {
       space.storageFailed(err)
@@ -301,12 +315,13 @@ export class RelayIntake {
   }
 
   /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
-  private async adopt(snapshot: VerifiedSnapshot): Promise<void> {
+  private async adopt(snapshot: VerifiedSnapshot, fromPeer?: AttestedState): Promise<void> {
     const { space, outbox } = this.o
     const a = snapshot.attestation
-    // A fresh space takes any snapshot; one the relays pruned past takes one ahead of it (nothing is followed meanwhile).
+    // A fresh space takes any snapshot; one the relays pruned past takes one ahead of it (nothing is followed meanwhile);
+    // one that a peer answered with a snapshot, a snapshot ahead of it (see snapshotFromPeer).
     const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
-    if (!fresh && (!this.pruned || a.toIndex < this.pruned.from)) return
+    if (!fresh && !fromPeer && (!this.pruned || a.toIndex < this.pruned.from)) return
     const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, a.round)
     const decidedOwn: Envelope[] = []
     const decided: Envelope[] = []
@@ -326,12 +341,13 @@ export class RelayIntake {
     for (const env of decidedOwn) {
       await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
     }
-    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided)
+    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, undefined, true, fromPeer)
   }
 
   /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */
   sessionsChanged(): void {
-    if (this.byPreference().length === 0) this.connected = false
+    // A catch-up still due stays due.
+    if (this.byPreference().length === 0 && this.relays === 'online') this.relays = 'offline'
   }
 
   /** Periodic: a source that went away, or left an attested commit without frames too long, is passed over. */
@@ -547,6 +563,85 @@ export class RelayIntake {
   }
 
   /** Whether an envelope is here, being checked, or waiting for its deps. */
+  /**
+   * What a peer at `at` lacks of the attested chain, within about
+   * `maxBytes`: the commits that follow it, or, when it is before the
+   * commits this space keeps, the space's state with the certificate of the
+   * commit it is at. Undefined when the peer lacks nothing this space can
+   * prove.
+   */
+  catchUpFor(at: ChainPosition, maxBytes: number): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined {
+    if (this.closed) return undefined
+    const after = this.certified.after(at, maxBytes)
+    if (after !== 'gap') return after.length > 0 ? { commits: after } : undefined
+    const latest = this.certified.latest
+    if (!latest) return undefined
+    const state = encodeAuditState(this.o.space.replica.auditState())
+    // Too large for one peer message: the peer waits for the relays.
+    return state.length > maxBytes ? undefined : { snapshot: { ...latest, state } }
+  }
+
+  /**
+   * Attested commits a peer sent: each believed on the signatures of f+1
+   * relays it carries and its frames checked against the attested batch,
+   * then applied as the relays' own are (the local audit replayed and
+   * checked against the attestation). A peer that sends a bad signature or
+   * frames the batch does not bind is faulty. Resolves once they are
+   * applied.
+   */
+  async commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void> {
+    const cluster = this.o.sessions.cluster
+    // A snapshot is being fetched: commits from before it would race it.
+    if (!cluster || this.closed || this.bootstrap === 'running') return
+    const quorum = (this.quorum ??= new CommitQuorum(cluster.f))
+    for (const c of commits) {
+      const cert = await checkCertificate(this.o.crypto, cluster, this.o.space.space, c.attestation, c.signatures)
+      if ('problem' in cert) return source.markFaulty(cert.problem)
+      if (CommitQuorum.stale(cert.attestation, this.o.space.position)) continue
+      if (!framesBound(this.o.crypto, cert.attestation, c.frames)) return source.markFaulty(`sent frames for round ${cert.attestation.round} that the attested batch does not bind`)
+      let first = true
+      for (const [relay, sig] of cert.signatures) {
+        quorum.offer(relay, cert.attestation, cert.bytes, sig, first ? c.frames : [])
+        first = false
+      }
+    }
+    this.applyCommits()
+    await this.applying?.run
+  }
+
+  /**
+   * A space's state a peer sent in answer to this space's `sync` (it keeps
+   * no commits from where this space stands): believed on the signatures
+   * of f+1 relays over the attestation whose state hash it must have, and
+   * adopted if it is ahead and this space holds nothing yet or follows no
+   * relay (a relay that is up brings the commits instead). A peer that
+   * sends a state that does not hash to what the relays attested is faulty.
+   */
+  async snapshotFromPeer(s: AttestedState, source: PeerSource): Promise<void> {
+    const cluster = this.o.sessions.cluster
+    const { space, crypto } = this.o
+    if (!cluster || this.closed || this.bootstrap === 'running') return
+    const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
+    if (!fresh && this.byPreference().length > 0) return
+    const cert = await checkCertificate(crypto, cluster, space.space, s.attestation, s.signatures)
+    if ('problem' in cert) return source.markFaulty(cert.problem)
+    const a = cert.attestation
+    if (a.round <= space.position.lastRound || a.toIndex < space.position.stableIndex) return
+    let state: AuditState<Envelope>
+    try {
+      state = decodeAuditState(s.state, (signed) => openTrusted(crypto, signed), MAX_PEER_STATE_BYTES)
+    } catch (err) {
+      return source.markFaulty(`sent a malformed state: ${(err as Error).message}`)
+    }
+    if (state.space !== space.space || state.index !== a.toIndex || !bytesEqual(auditStateHash((b) => crypto.sha256(b), state), a.stateHash)) {
+      return source.markFaulty(`sent a state of ${space.space} at index ${state.index} that does not hash to what f+1 relays attested for round ${a.round}`)
+    }
+    // Checking took a while: the space may have moved, or started a snapshot of its own, meanwhile.
+    if (this.closed || (this.bootstrap as string) === 'running' || a.round <= space.position.lastRound) return
+    await this.adopt({ attestation: a, state, bytes: s.state.length }, s)
+    if (this.bootstrap === 'due' && space.position.lastRound >= a.round) this.bootstrap = 'settled'
+  }
+
   knows(idHex: string): boolean {
     return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex) || this.causal.badClock(idHex)
   }
@@ -812,7 +907,11 @@ export class RelayIntake {
       const err = new TrustError(`commit at round ${a.round}: ${mismatch}`)
       space.setProblem(err.message)
       space.emitError(err)
-    } else this.o.proofs.add(result.decisions, c.bytes, c.signatures)
+    } else {
+      this.o.proofs.add(result.decisions, c.bytes, c.signatures)
+      this.certified.add(a, { attestation: c.bytes, signatures: [...c.signatures], frames })
+    }
+    const certified = this.certified.latest
     space.advance(position)
     // Decided envelopes no longer wait for anything, and nothing need wait for them.
     for (const d of result.decisions) {
@@ -831,7 +930,7 @@ export class RelayIntake {
     await this.settleUnmatched(c)
 
     const record: CommitRecord = { round: a.round, attestation: c.bytes, frames }
-    const changes: StorageChange[] = records.commit(record, position)
+    const changes: StorageChange[] = [...records.commit(record, position), records.certified(mismatch ? undefined : certified)]
     // Every so often the stored commits collapse into one checkpoint, so opening stays O(state).
     const since = records.sinceCheckpoint
     // A checkpoint behind an unsaved paced delta is no base for this commit: the state is written whole instead.
@@ -906,6 +1005,9 @@ const RECENT_APPLIED = 64
 export function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelope {
   return openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, frame instanceof Uint8Array ? decode(frame) : frame)
 }
+
+/** The largest state a peer may hand this client in one message. */
+const MAX_PEER_STATE_BYTES = 4 * 1024 * 1024
 
 /** How long a space that comes back may wait for a verified delta before it follows commits instead. */
 const CATCH_UP_TIMEOUT_MS = 5000

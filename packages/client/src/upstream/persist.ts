@@ -2,6 +2,7 @@ import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock
 import type { ClientStorage, StorageChange, StorageKey } from '../storage/types.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { DraftPlaces } from '../space/draft-ids.ts'
+import type { RelaySignatures } from '../peers/peer-messages.ts'
 
 /** An attested commit as the client keeps it: enough to replay it exactly. */
 export interface CommitRecord {
@@ -34,6 +35,14 @@ export interface Restored {
   readonly inbox: Uint8Array[]
   /** What the drafts of the last signed envelopes were named once signed, oldest first (see ClientRecords.names). */
   readonly names: Array<{ readonly prefix: string; readonly places: DraftPlaces }>
+  /** The certificate of the commit the stable state is at, if it had one (what peers that are behind are handed with the state). */
+  readonly certified: Certified | undefined
+}
+
+/** An attestation and the relay signatures over it that made the client believe it. */
+export interface Certified {
+  readonly attestation: Uint8Array
+  readonly signatures: RelaySignatures
 }
 
 /** Updates another tab forwarded into an envelope: its request id, and which of the envelope's safe groups are its. */
@@ -59,7 +68,7 @@ const pad = (n: number): string => n.toString().padStart(16, '0')
 /**
  * The client's records in a ClientStorage, under the space's prefix:
  *
- *   [space, 'meta', 'author' | 'position' | 'checkpoint']
+ *   [space, 'meta', 'author' | 'position' | 'checkpoint' | 'certified']
  *   [space, 'commit', n]      attested commits applied since the checkpoint, in order
  *   [space, 'outbox', seq, id] own envelopes not yet decided (the id keeps apart envelopes of
  *                             identities that used this storage one after another, whose sequences overlap)
@@ -93,7 +102,7 @@ export class ClientRecords {
 
   async restore(): Promise<Restored> {
     const s = this.space
-    const [author, position, checkpoint, commits, outbox, requests, inbox, names] = await Promise.all([
+    const [author, position, checkpoint, commits, outbox, requests, inbox, names, certified] = await Promise.all([
       this.storage.load([s, 'meta', 'author']),
       this.storage.load([s, 'meta', 'position']),
       this.storage.load([s, 'meta', 'checkpoint']),
@@ -102,6 +111,7 @@ export class ClientRecords {
       this.storage.loadRange([s, 'request']),
       this.storage.loadRange([s, 'inbox']),
       this.storage.loadRange([s, 'names']),
+      this.storage.load([s, 'meta', 'certified']),
     ])
     for (const e of names) this.named.add(e.key[2] as string)
     for (const r of requests.map((e) => decodeRequest(e.key[2] as string, e.value)).sort((a, b) => a.seq - b.seq)) this.requests.set(r.id, r)
@@ -119,7 +129,13 @@ export class ClientRecords {
       outbox: outbox.map((e) => e.value),
       inbox: inbox.map((e) => e.value),
       names: names.flatMap((e) => decodeNames(e.value) ?? []),
+      certified: certified && decodeCertified(certified),
     }
+  }
+
+  /** The certificate of the commit the stable state is now at (undefined: it has none, after a jump by an unsigned delta). */
+  certified(c: Certified | undefined): StorageChange {
+    return { key: [this.space, 'meta', 'certified'], value: c && encode([c.attestation, c.signatures.map(([relay, sig]) => [relay, sig])]) }
   }
 
   author(a: AuthorState): StorageChange {
@@ -250,6 +266,17 @@ function decodeNames(bytes: Uint8Array): { prefix: string; places: DraftPlaces }
 function decodePosition(bytes: Uint8Array): ChainPosition {
   const [stableIndex, lastRound] = expect.array(decode(bytes), 'position', 2)
   return { stableIndex: expect.uint(stableIndex, 'stableIndex'), lastRound: expect.uint(lastRound, 'lastRound') }
+}
+
+function decodeCertified(bytes: Uint8Array): Certified {
+  const [attestation, signatures] = expect.array(decode(bytes), 'certified', 2)
+  return {
+    attestation: expect.bytes(attestation, 'certified.attestation'),
+    signatures: expect.array(signatures, 'certified.signatures', 1024).map((pair, i) => {
+      const [relay, sig] = expect.array(pair, `certified.signatures[${i}]`, 2)
+      return [expect.uint(relay, `certified.signatures[${i}].relay`), expect.bytes(sig, `certified.signatures[${i}].sig`)] as const
+    }),
+  }
 }
 
 function decodeCommit(bytes: Uint8Array): CommitRecord {

@@ -2,6 +2,7 @@ import {
   HEAD_NONCE_BYTES,
   SteadError,
   asSigned,
+  authorIdOf,
   bytesEqual,
   decode,
   expect,
@@ -29,8 +30,10 @@ import type { Freshness } from './pacing.ts'
 import { PresenceWire } from './presence-wire.ts'
 import { Outbox, type SpaceNews } from './outbox.ts'
 import { ClockProofs, type CausalComparison, type ClockProof, type ProofKind, type RelayEvidence } from './proofs.ts'
-import type { ClientRecords } from './persist.ts'
+import type { Certified, ClientRecords } from './persist.ts'
 import type { PeerHub, PeerMember, PeerSource, SignedPresenceOf } from '../peers/peers.ts'
+import type { AttestedCommit, AttestedState } from '../peers/peer-messages.ts'
+import type { ChainPosition } from './quorum.ts'
 import type { RelaySessions, SessionMember } from '../transport/sessions.ts'
 import type { HistoryPage, PendingUpdate, Upstream } from '../space/space.ts'
 import type { Identity, RelayLink } from '../transport/transport.ts'
@@ -67,6 +70,8 @@ export interface RelayUpstreamInit {
   replicaOptions: { space: string; historyLimit?: number }
   /** The client's peers, when it syncs peer to peer. */
   peers: PeerHub | undefined
+  /** The certificate of the commit the stored stable state is at, if it had one. */
+  certified: Certified | undefined
 }
 
 /**
@@ -212,15 +217,44 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     for (const link of this.o.sessions.links) if (link.ready) this.announce(link, addresses)
   }
 
-  mayShare(peer: string): boolean {
+  mayShare(peer: string, key?: Uint8Array): boolean {
     const f = this.o.sessions.cluster?.f
+    if (f === undefined) return false
     const by = this.peerNames.get(peer)
-    if (f === undefined || !by) return false
     // One vote per relay: sessions that are not faulty, counted by the relay index each proved (its welcome
     // signature), so one relay reached at two URLs is one vote.
     const relays = new Set<number>()
-    for (const link of by) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)
-    return relays.size > f
+    for (const link of by ?? []) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)
+    return relays.size > f || (key !== undefined && this.policyLetsRead(key))
+  }
+
+  /**
+   * Whether the space's stable policy (f+1 relays attested the state it is
+   * in) lets the holder of `key` read: so peers share a space while every
+   * relay is down. A key that acts for a user through a device certificate
+   * is not known here as that user: only relays vouch for it.
+   */
+  private policyLetsRead(key: Uint8Array): boolean {
+    const policy = this.o.space.replica.policy()
+    if (!policy) return false
+    const authorId = authorIdOf(this.o.crypto, key)
+    return policy.mayReadAs({ authorId, userId: authorId })
+  }
+
+  position(): ChainPosition {
+    return this.o.space.position
+  }
+
+  catchUpFor(at: ChainPosition, maxBytes: number): ReturnType<PeerMember['catchUpFor']> {
+    return this.closed ? undefined : this.intake.catchUpFor(at, maxBytes)
+  }
+
+  async commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void> {
+    if (!this.closed) await this.intake.commitsFromPeer(commits, source)
+  }
+
+  async snapshotFromPeer(snapshot: AttestedState, source: PeerSource): Promise<void> {
+    if (!this.closed) await this.intake.snapshotFromPeer(snapshot, source)
   }
 
   /** A relay named these addresses as the space's other clients: count which relays vouch for each peer, and dial them. */

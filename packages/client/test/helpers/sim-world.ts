@@ -11,7 +11,8 @@ import { createClient, type ClientOptions, type Space, type SteadClient } from '
  */
 export function simWorld(): {
   cluster(options?: SimClusterOptions): Promise<SimCluster>
-  client(c: SimCluster, extra?: Partial<ClientOptions>): Promise<Space>
+  /** A new client of the cluster, with its space `name` (default `bank`) open. */
+  client(c: SimCluster, extra?: Partial<ClientOptions>, name?: string): Promise<Space>
   /** The client a space of `client` belongs to. */
   owner(space: Space): SteadClient
   /** Closes the client a space belongs to (its storage too), as an app shutting down does. */
@@ -34,10 +35,10 @@ export function simWorld(): {
       clusters.push(c)
       return c
     },
-    async client(c, extra = {}) {
+    async client(c, extra = {}, name = 'bank') {
       const cl = await createClient(c.clientOptions(extra))
       open.push(cl)
-      const space = await cl.space('bank')
+      const space = await cl.space(name)
       owners.set(space, cl)
       return space
     },

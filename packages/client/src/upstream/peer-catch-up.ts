@@ -1,0 +1,117 @@
+import { batchDigest, bytesEqual, decode, decodeAttestation, openEnvelopeSync, type Attestation, type Crypto } from '@stead/core'
+import type { AttestedCommit, RelaySignatures } from '../peers/peer-messages.ts'
+import type { ClusterDescriptor } from '../transport/cluster.ts'
+import type { ChainPosition } from './quorum.ts'
+
+/** An attestation with the signatures of f+1 or more relays over its bytes: what a client believes, whoever carried it. */
+export interface Certificate {
+  readonly bytes: Uint8Array
+  readonly attestation: Attestation
+  readonly signatures: ReadonlyMap<number, Uint8Array>
+}
+
+/**
+ * Checks what a peer carries as relays' word: the attestation is of
+ * `space`, every signature is a distinct relay's of `cluster` and verifies,
+ * and f+1 of them are there. A peer passes on only what it checked, so any
+ * bad signature is the peer's fault (the returned problem).
+ */
+export async function checkCertificate(crypto: Crypto, cluster: ClusterDescriptor, space: string, bytes: Uint8Array, signatures: RelaySignatures): Promise<Certificate | { problem: string }> {
+  let attestation: Attestation
+  try {
+    attestation = decodeAttestation(bytes)
+  } catch (err) {
+    return { problem: `sent a malformed attestation: ${(err as Error).message}` }
+  }
+  if (attestation.space !== space) return { problem: `sent an attestation of space ${attestation.space} for ${space}` }
+  const valid = new Map<number, Uint8Array>()
+  for (const [relay, sig] of signatures) {
+    const key = cluster.relays[relay]?.publicKey
+    if (!key || valid.has(relay)) return { problem: `sent a signature of relay ${relay} ${key ? 'twice' : 'that the cluster does not have'}` }
+    if (!(await crypto.verify(key, bytes, sig))) return { problem: `sent relay ${relay}'s signature over an attestation of round ${attestation.round} that it did not sign` }
+    valid.set(relay, sig)
+  }
+  if (valid.size <= cluster.f) return { problem: `sent an attestation of round ${attestation.round} signed by ${valid.size} relays; a client believes f+1 = ${cluster.f + 1}` }
+  return { bytes, attestation, signatures: valid }
+}
+
+/** Whether `frames` are exactly the envelopes `a`'s batch binds, in order. */
+export function framesBound(crypto: Crypto, a: Attestation, frames: readonly Uint8Array[]): boolean {
+  try {
+    // Frames are bound by their ids (the hash of what their authors signed), as relays' are; their signatures were checked by the relays that attested them.
+    const ids = frames.map((f) => openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, decode(f)).id)
+    return bytesEqual(batchDigest((b) => crypto.sha256(b), ids), a.batch)
+  } catch {
+    return false
+  }
+}
+
+/** The most bytes of recent commits a space keeps to hand peers that are behind. */
+export const RECENT_COMMIT_BYTES = 8 * 1024 * 1024
+
+interface Kept {
+  readonly attestation: Attestation
+  readonly commit: AttestedCommit
+  readonly bytes: number
+}
+
+const sizeOf = (c: AttestedCommit): number => c.attestation.length + c.frames.reduce((n, f) => n + f.length, 0) + 80 * c.signatures.length
+
+/**
+ * The latest commits a space applied, each with the relay signatures that
+ * made the client believe it (the oldest go past {@link RECENT_COMMIT_BYTES}),
+ * and the certificate of the position the space stands at: what it hands a
+ * peer that is behind, as commits or, further back, as its state.
+ */
+export class CertifiedCommits {
+  private kept: Kept[] = []
+  private bytes = 0
+  /** The certificate of the commit the space's stable state is at, when it has one (a jump by an unsigned delta has none). */
+  latest: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures } | undefined
+  private readonly maxBytes: number
+
+  constructor(maxBytes = RECENT_COMMIT_BYTES) {
+    this.maxBytes = maxBytes
+  }
+
+  /** The space applied this commit, believing these signatures. */
+  add(attestation: Attestation, commit: AttestedCommit): void {
+    const bytes = sizeOf(commit)
+    this.kept.push({ attestation, commit, bytes })
+    this.bytes += bytes
+    while (this.bytes > this.maxBytes && this.kept.length > 1) this.bytes -= (this.kept.shift() as Kept).bytes
+    this.latest = { attestation: commit.attestation, signatures: commit.signatures }
+  }
+
+  /** The space's state jumped past commits it never applied: the chain kept no longer leads to it. */
+  jumped(latest?: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures }): void {
+    this.kept = []
+    this.bytes = 0
+    this.latest = latest
+  }
+
+  /** The round the latest certificate is of (0: none). */
+  get round(): number {
+    return this.kept.at(-1)?.attestation.round ?? (this.latest ? decodeAttestation(this.latest.attestation).round : 0)
+  }
+
+  /**
+   * The commits that follow `at`, oldest first, within about `maxBytes`
+   * (at least one); none when nothing follows; 'gap' when `at` is before
+   * what is kept.
+   */
+  after(at: ChainPosition, maxBytes: number): AttestedCommit[] | 'gap' {
+    const last = this.kept.at(-1)?.attestation
+    if (!last || at.lastRound >= last.round) return this.latest && at.lastRound < this.round ? 'gap' : []
+    const from = this.kept.findIndex((k) => k.attestation.prevRound === at.lastRound && k.attestation.fromIndex === at.stableIndex)
+    if (from < 0) return 'gap'
+    const out: AttestedCommit[] = []
+    let bytes = 0
+    for (const k of this.kept.slice(from)) {
+      if (out.length > 0 && bytes + k.bytes > maxBytes) break
+      out.push(k.commit)
+      bytes += k.bytes
+    }
+    return out
+  }
+}
