@@ -162,12 +162,12 @@ export class User {
 }
 
 /** Opens the demo as `name` in a new browser context (its own storage and identity). */
-export async function openUser(browser: Browser, relays: readonly string[], space: string, name: string, options: { waitOnline?: boolean; controlRelayTraffic?: boolean; peers?: boolean } = {}): Promise<User> {
+export async function openUser(browser: Browser, relays: readonly string[], space: string, name: string, options: { waitOnline?: boolean; controlRelayTraffic?: boolean; peers?: boolean; params?: Record<string, string> } = {}): Promise<User> {
   const context = await browser.newContext()
   const page = await context.newPage()
   const user = new User(name, context, page)
   if (options.controlRelayTraffic) await user.controlRelayTraffic(relays)
-  await page.goto(demoPath(relays, space, name, options.peers ? { peers: '1' } : {}))
+  await page.goto(demoPath(relays, space, name, { ...(options.peers ? { peers: '1' } : {}), ...options.params }))
   await expect(page.getByTestId('app')).toBeVisible()
   if (options.waitOnline ?? true) await user.expectOnline()
   return user

@@ -6,8 +6,11 @@
  *   ?relays=ws://127.0.0.1:7401,ws://127.0.0.1:7402&space=treasury&user=Alice
  *
  * `&peers=1` also syncs peer to peer (WebRTC between browsers, set up
- * through the relays' peer service), so pages keep collaborating while
- * every relay is down.
+ * through the relays' peer service, and WebSockets to Node clients), so
+ * pages keep collaborating while every relay is down. A page opened while
+ * every relay is down joins from its peers when given the cluster to pin
+ * (`&cluster=<the JSON of GET /v1/cluster>`) and peers to dial
+ * (`&dial=<multiaddr>,<multiaddr>`: Node clients' WebSocket addresses).
  */
 export interface DemoConfig {
   /** Relay base URLs (ws://host:port); the SDK appends /v1/ws. */
@@ -21,6 +24,8 @@ export interface DemoConfig {
   readonly cluster?: unknown
   /** Whether to sync peer to peer too (`?peers=1`). */
   readonly peers: boolean
+  /** Peers to dial and keep connected (`&dial=`), besides those the relays name. */
+  readonly dial: readonly string[]
 }
 
 const DEFAULT_PORTS = [7401, 7402, 7403, 7404]
@@ -36,9 +41,21 @@ export function readConfig(location: Location = window.location): DemoConfig {
   const user = params.get('user') || 'You'
   const tag = params.get('db') ?? import.meta.env.VITE_STEAD_CLUSTER_TAG
   const database = tag ? `stead-${space}-${tag}` : `stead-${space}`
-  const cluster = import.meta.env.VITE_STEAD_CLUSTER && !params.has('relays') ? (JSON.parse(import.meta.env.VITE_STEAD_CLUSTER) as unknown) : undefined
+  const given = params.get('cluster')
+  const cluster = given ? parseCluster(given) : import.meta.env.VITE_STEAD_CLUSTER && !params.has('relays') ? (JSON.parse(import.meta.env.VITE_STEAD_CLUSTER) as unknown) : undefined
   const peers = params.get('peers') === '1'
-  return { relays, space, user, database, peers, ...(cluster ? { cluster } : {}) }
+  const dial = (params.get('dial') ?? '').split(',').map((s) => s.trim()).filter(Boolean)
+  return { relays, space, user, database, peers, dial, ...(cluster ? { cluster } : {}) }
+}
+
+/** The `cluster` parameter: JSON, or undefined (trust on first use) when it is not, with the reason in the console. */
+function parseCluster(json: string): unknown {
+  try {
+    return JSON.parse(json) as unknown
+  } catch (err) {
+    console.error(`the page's cluster parameter is not JSON (${(err as Error).message}): trusting the relays on first use instead`)
+    return undefined
+  }
 }
 
 /** ws://host:port (or wss://) → http://host:port (or https://), for the relay's HTTP API. */

@@ -16,7 +16,7 @@ const log = new OperationLog()
 // this origin with the same database share it: one leads, the others follow it.
 // It opens the space's local replica without waiting for any relay.
 // With ?peers=1 pages also sync directly (libp2p, loaded only then).
-const peersPromise = config.peers ? import('@stead/client/peers').then((m) => m.libp2pPeers()) : Promise.resolve(undefined)
+const peersPromise = config.peers ? import('@stead/client/peers').then((m) => m.libp2pPeers({ dial: config.dial })) : Promise.resolve(undefined)
 const clientPromise: Promise<SteadClient> = peersPromise.then((peers) =>
   createClient({
     relays: [...config.relays],

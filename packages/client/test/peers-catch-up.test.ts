@@ -158,7 +158,7 @@ describe('catching up from peers', () => {
     }
     const lies: Array<[string, 'commits' | 'snapshot', unknown]> = [
       ['a commit whose frames the attested batch does not bind', 'commits', [[first[0], first[1], [...first[2], ...last[2]]]]],
-      ['a commit whose relay signature does not verify', 'commits', [[last[0], [[last[1][0]?.[0], flipped(last[1][0]?.[1] as Uint8Array, 9)], ...last[1].slice(1)], last[2]]]],
+      ['a commit whose relay signature does not verify', 'commits', [[first[0], [[first[1][0]?.[0], flipped(first[1][0]?.[1] as Uint8Array, 9)], ...first[1].slice(1)], first[2]]]],
       ['a relay signature that does not verify', 'snapshot', [attestation, [[0, flipped(sigs[0]?.[1] as Uint8Array, 3)], ...sigs.slice(1)], state]],
       ['f signatures only', 'snapshot', [attestation, sigs.slice(0, 1), state]],
       ['one relay signing twice', 'snapshot', [attestation, [sigs[0], sigs[0]], state]],
@@ -166,11 +166,19 @@ describe('catching up from peers', () => {
       ['a state that is not the attested one', 'snapshot', [attestation, sigs, flipped(state, state.length - 3)]],
       ['an attestation changed after signing', 'snapshot', [flipped(attestation, attestation.length - 3), sigs, state]],
     ]
+    /** A scripted peer linked to `fresh` alone that says it is ahead; once `fresh` asks it, `send` speaks for it. */
+    const ahead = async (name: string, key: number): Promise<{ send(m: Uint8Array): void; open(): boolean }> => {
+      let synced = false
+      const links = board.attach(name, (_to, m) => (synced ||= decodePeerMessage(m).kind === 'sync'), publicKeyOfSync(seed(key)))
+      // The newest network on the board is `fresh`'s (the clients before it closed and left it).
+      const link = links.at(-1)
+      link?.send(encode([PEER_TAG, 'sync', 'open-team', [1000, 1000]]))
+      await c.until(`${name}: asked`, () => synced)
+      return link as NonNullable<typeof link>
+    }
     for (const [what, kind, body] of lies) {
       const fresh = await peer(c, 'open-team', { peers: board.network() })
-      let synced = false
-      const [liar] = board.attach(`liar ${what}`, (_to, m) => (synced ||= decodePeerMessage(m).kind === 'sync'), publicKeyOfSync(seed(7)))
-      await c.until(`${what}: asked`, () => synced)
+      const liar = await ahead(`liar ${what}`, 7)
       liar?.send(encode([PEER_TAG, kind, 'open-team', body]))
       await c.until(`${what}: the liar is cut off`, () => liar?.open() === false)
       expect(fresh.space.status.stableIndex, what).toBe(0)
@@ -180,11 +188,41 @@ describe('catching up from peers', () => {
     }
     // The honest answer is taken.
     const fresh = await peer(c, 'open-team', { peers: board.network() })
-    let synced = false
-    const [teller] = board.attach('teller', (_to, m) => (synced ||= decodePeerMessage(m).kind === 'sync'), publicKeyOfSync(seed(8)))
-    await c.until('asked', () => synced)
-    teller?.send(answers[1] as Uint8Array)
+    const teller = await ahead('teller', 8)
+    teller.send(answers[1] as Uint8Array)
     await c.until('the attested state', () => fresh.space.counter('n').stable === 3)
     expect(fresh.errors).toEqual([])
+  })
+
+  it("does not take a peer's state that decides one of the client's own envelopes: their outcomes come only with the commits", async () => {
+    const c = await cluster()
+    const board = new PeerBoard(undefined, onClock(c))
+    const [sa, sx] = [reopenable(), reopenable()]
+    let a = await peer(c, 'owned', { identity: { secretKey: seed(11) }, storage: sa, peers: board.network() })
+    await a.client.createSpace('owned', { everyone: 'writer' })
+    let x = await peer(c, 'owned', { identity: { secretKey: seed(12) }, storage: sx, peers: board.network() })
+    await c.until('x has the policy', () => x.space.status.stableIndex >= 1)
+    const before = x.space.status.stableIndex
+    // x's safe update reaches the relays, which order nothing yet; x stops before it is decided.
+    c.hold()
+    void x.space.counter('n').increment(5, { safe: true }).catch(() => undefined)
+    await c.until('the relays hold it', () => [...c.submitted.values()].some((e) => e.authorId === x.client.authorId && e.safe.length > 0))
+    await world.shutdown(x.space)
+    c.release()
+    await c.until('committed', () => a.space.counter('n').stable === 5)
+    // a restarts (it keeps no commits then, only its state's certificate), every relay stops, x comes back.
+    await world.shutdown(a.space)
+    a = await peer(c, 'owned', { identity: { secretKey: seed(11) }, storage: sa, peers: board.network() })
+    await relaysDown(c)
+    x = await peer(c, 'owned', { identity: { secretKey: seed(12) }, storage: sx, peers: board.network() })
+    await c.until('a handed x its state', () => (x.client.peers?.statesReceived ?? 0) >= 1)
+    await c.advance(1000)
+    // Not taken: it would settle x's own update without its outcome. x waits for the commits.
+    expect(x.space.status.stableIndex).toBe(before)
+    expect(x.space.counter('n').value).toBe(5)
+    expect(x.space.counter('n').stable).toBe(0)
+    for (const r of c.relays) await r.up()
+    await c.until('x learns the outcome from the commits', () => x.space.counter('n').stable === 5 && x.space.status.pending === 0)
+    expect(a.errors.concat(x.errors)).toEqual([])
   })
 })

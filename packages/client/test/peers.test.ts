@@ -263,9 +263,9 @@ describe('peer-to-peer sync', () => {
         },
       ],
     ]
-    // A peer the relays do not name as a client of the space gets nothing of it, and is not heard.
+    // A peer the relays do not name as a client of the space gets nothing of it (not even where it stands), and is not heard.
     const heardByStranger: Uint8Array[] = []
-    const stranger = board.attach('stranger', (_to, m) => shares(m) && heardByStranger.push(m), liarKey.publicKey)
+    const stranger = board.attach('stranger', (_to, m) => heardByStranger.push(m), liarKey.publicKey)
     for (const s of stranger) s.send(encode([PEER_TAG, 'have', 'bank', [], true]))
     for (const s of stranger) s.send(envMessage([encodeEnvelope(await seal({ updates: [op('likes', 40)] }))]))
     await c.advance(50)
@@ -330,6 +330,37 @@ describe('peer-to-peer sync', () => {
     // A client that joins later gets both in one exchange of what each holds.
     const b = await client(c, { peers: board.network() })
     await c.until('the newcomer has both', () => b.space.counter('k').value === 3)
+    expect(a.errors.concat(b.errors)).toEqual([])
+  })
+
+  it('asks other peers for a dep when the peer that named it does not answer', async () => {
+    const c = await cluster()
+    const board = new PeerBoard(undefined, onClock(c))
+    const [a, b] = [await client(c, { peers: board.network() }), await client(c, { peers: board.network() })]
+    await exchanging(c, [a, b], () => 1)
+    const other = identity(21)
+    const author = identity(22)
+    const first = await sealEnvelope(nodeCrypto, other, { space: 'bank', seq: 1, clock: clockInit(), deps: [], updates: [op('k', 1)], safe: [] })
+    const second = await sealEnvelope(nodeCrypto, author, { space: 'bank', seq: 1, clock: clockFrom([[first.authorId, 1]]), deps: [first.id], updates: [op('k', 2)], safe: [] })
+    // Two scripted peers: one hands `first` to b alone; the other hands `second` to a alone and answers nothing.
+    const keys = [identity(23), identity(24)] as const
+    const wantedOfMute: string[][] = []
+    const [toA, toB] = board.attach('giver', () => undefined, keys[0].publicKey)
+    const [muteToA] = board.attach('mute', (to, m) => {
+      const msg = decodePeerMessage(m)
+      if (msg.kind === 'want') wantedOfMute.push(msg.ids.map(toHex))
+    }, keys[1].publicKey)
+    for (const key of keys) await namePeer(c, key)
+    await c.until('the scripted peers are vouched for', () => [a, b].every((p) => p.client.peers?.exchanging === 3))
+    // No relay passes anything on from here: the dep can only come from a peer. And b's news of it never reaches a (lost).
+    await relaysDown(c)
+    const [aId, bId] = [toA?.to, toB?.to]
+    board.drop = (from, to, m) => from === bId && to === aId && decodePeerMessage(m).kind === 'news'
+    toB?.send(encode([PEER_TAG, 'env', 'bank', [encodeEnvelope(first)]]))
+    await c.until('b holds the dep', () => b.space.counter('k').value === 1)
+    muteToA?.send(encode([PEER_TAG, 'env', 'bank', [encodeEnvelope(second)]]))
+    await c.until('a got the dep from b, after the mute peer did not answer', () => a.space.counter('k').value === 3)
+    expect(wantedOfMute).toEqual([[first.idHex]])
     expect(a.errors.concat(b.errors)).toEqual([])
   })
 })

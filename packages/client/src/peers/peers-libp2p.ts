@@ -9,9 +9,10 @@ export const PEER_PROTOCOL = '/stead/peer/2.0.0'
 /** Options of `libp2pPeers`. */
 export interface Libp2pPeersOptions {
   /**
-   * Multiaddrs to listen on. Default in Node `['/ip4/127.0.0.1/tcp/0']`
-   * (loopback, any free port: give a LAN address to be reached from other
-   * machines); in browsers `['/p2p-circuit', '/webrtc']` (reached through a
+   * Multiaddrs to listen on. Default in Node
+   * `['/ip4/127.0.0.1/tcp/0', '/ip4/127.0.0.1/tcp/0/ws']` (loopback, any
+   * free port, TCP for Node clients and WebSockets for browsers: give LAN
+   * addresses to be reached from other machines); in browsers `['/p2p-circuit', '/webrtc']` (reached through a
    * relay's peer service, then directly over WebRTC).
    */
   readonly listen?: readonly string[]

@@ -21,7 +21,9 @@ export { MAX_PEER_IDS, PEER_TAG, decodePeerMessage, type SignedPresenceOf } from
  *   correct relay let its key read it); the other answers with every
  *   envelope it holds that the list lacks. One round trip and both hold the
  *   union. Nothing a peer says about a space it is not vouched for is
- *   answered or shown.
+ *   answered or shown. Every keepalive period each side sends `have`
+ *   again, and gets what it lacks (at most once per half period):
+ *   anti-entropy behind the gossip below, for a peer that missed news.
  * - `env` carries envelope frames. A client sends its own new envelopes to
  *   every peer of the space at once.
  * - `news` lists the ids of envelopes a client first got from a peer: it
@@ -32,16 +34,19 @@ export { MAX_PEER_IDS, PEER_TAG, decodePeerMessage, type SignedPresenceOf } from
  * - `want` asks for envelopes by id: the deps a received envelope names that
  *   the client does not have.
  * - `sync` says where a client stands in a space's chain of attested
- *   commits (stable index, last round). A client sends it on every link
- *   when a space starts there and every keepalive period after that; a peer
- *   it may share the space with answers with what the sender lacks and it
- *   can prove: `commits` (the attested commits that follow, each with the
+ *   commits (stable index, last round). A client sends it on each link
+ *   that exchanges the space when the exchange starts and every keepalive
+ *   period after that, and to a peer it does not share the space with only
+ *   in answer to that peer's `sync` from further ahead; a peer it may
+ *   share the space with answers with what the sender lacks and it can
+ *   prove: `commits` (the attested commits that follow, each with the
  *   signatures of f+1 relays and its envelope frames), or, when the sender
  *   is before the commits it keeps, `snapshot` (its state, with the
  *   certificate of the commit it is at). The sender believes either only on
- *   those relay signatures, never on the peer's word: this is how a client
- *   catches up, or joins a space, while every relay is down. A peer that
- *   is behind the sender gets a `sync` back, so it is answered in turn.
+ *   those relay signatures, never on the peer's word, and only a run of
+ *   commits that follows its own position: this is how a client catches
+ *   up, or joins a space, while every relay is down. A peer that is behind
+ *   the sender gets a `sync` back, so it is answered in turn.
  * - `presence` carries a client's presence as its author signed it (the
  *   same bytes relays pass on): each client sends its own to its peers of
  *   the space, and passes on once what it heard first from a peer, so
@@ -131,8 +136,8 @@ export interface PeerMember {
   mayShare(peer: string, key: Uint8Array | undefined): boolean
   /** Where this space stands in its chain of attested commits. */
   position(): ChainPosition
-  /** What a peer at `at` lacks of the attested chain that this space can prove, within about `maxBytes`; undefined: nothing. */
-  catchUpFor(at: ChainPosition, maxBytes: number): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined
+  /** What a peer at `at` lacks of the attested chain that this space can prove, within about `maxBytes` (its state only if `state`); undefined: nothing. */
+  catchUpFor(at: ChainPosition, maxBytes: number, state: boolean): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined
   /** Attested commits from a peer: checked against the relays' keys and applied, or the peer blamed. Resolves once applied. */
   commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void>
   /** A state from a peer that this space asked (`sync`): checked against the relays' keys and adopted if ahead, or the peer blamed. */
@@ -176,6 +181,8 @@ const NEWS_BATCH_MS = 20
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
 /** About the most bytes of commits, or of a state, in one answer to `sync` (a peer message is at most 4 MiB). */
 const CATCH_UP_BYTES = 3 * 1024 * 1024
+/** How long deps asked of the peer that named them may take before other peers are asked (ms). */
+const WANT_AGAIN_MS = 500
 /** How often one link may be answered with a space's whole state (ms): encoding it costs this client. */
 const SNAPSHOT_EVERY_MS = 10_000
 
@@ -185,8 +192,8 @@ interface LinkState {
   readonly spaces: Set<string>
   /** Spaces whose `have` this link asked to be answered with ours already: it is not sent twice. */
   readonly answered: Set<string>
-  /** Spaces whose `have` this link got what it lacks for already: once per link. */
-  readonly served: Set<string>
+  /** Per space, when this link's `have` was last answered with what it lacks (at most once per half keepalive period). */
+  readonly served: Map<string, number>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
   /** Spaces this side sent `sync` for on this link: only those may be answered with a state. */
@@ -292,10 +299,7 @@ export class PeerHub {
   join(member: PeerMember): void {
     if (this.stopped) return
     this.members.set(member.space, member)
-    for (const s of this.links.values()) {
-      if (member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
-      else this.sync(s, member)
-    }
+    for (const s of this.links.values()) if (member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
   }
 
   /** `member`'s stable policy may now let more peers read: exchange the space on the links to them. */
@@ -306,9 +310,10 @@ export class PeerHub {
 
   /**
    * Tells the peer where `member` stands in its chain of commits, asking for
-   * what it lacks. Sent to peers it does not share the space with yet too:
-   * what they answer is believed on relay signatures alone, and a space
-   * that holds nothing yet learns only so whom its policy lets read.
+   * what it lacks: to peers it shares the space with, and in answer to a
+   * peer that is ahead and said so first (what it answers is believed on
+   * relay signatures alone: so a space that holds nothing yet learns whom
+   * its policy lets read).
    */
   private sync(s: LinkState, member: PeerMember): void {
     s.synced.add(member.space)
@@ -390,13 +395,35 @@ export class PeerHub {
     }
   }
 
-  /** Asks `peer` for envelopes by id (deps an envelope it sent names). */
+  /**
+   * Asks `peer` for envelopes by id (deps an envelope it sent names); those
+   * still missing after WANT_AGAIN_MS are asked of a few other peers of the
+   * space (a peer may pass on an envelope whose deps it no longer holds).
+   */
   want(space: string, peer: string, ids: readonly string[]): void {
+    const wanted = ids.slice(0, MAX_PEER_IDS)
+    const others = (s: LinkState): boolean => s.link.peer !== peer
+    // Its link is gone: the others are asked at once.
+    if (this.wantFrom(space, wanted, (s) => s.link.peer === peer, 1) === 0) return void this.wantFrom(space, wanted, others, NEWS_FANOUT)
+    if (this.stopped) return
+    const again = this.clock.setTimer(WANT_AGAIN_MS, () => {
+      const member = this.members.get(space)
+      const missing = member ? wanted.filter((id) => !member.knows(id)) : []
+      if (missing.length > 0 && !this.stopped) this.wantFrom(space, missing, others, NEWS_FANOUT)
+    })
+    again.unref?.()
+  }
+
+  /** Sends `want` for `ids` on up to `most` links (one per peer) that exchange the space and `pick` takes; how many were asked. */
+  private wantFrom(space: string, ids: readonly string[], pick: (s: LinkState) => boolean, most: number): number {
+    const asked = new Set<string>()
     for (const s of this.links.values()) {
-      if (s.link.peer !== peer || !this.shares(s, space)) continue
-      this.send(s, { kind: 'want', space, ids: ids.slice(0, MAX_PEER_IDS).map(fromHex) })
-      return
+      if (asked.size >= most) break
+      if (asked.has(s.link.peer) || !pick(s) || !this.shares(s, space)) continue
+      asked.add(s.link.peer)
+      this.send(s, { kind: 'want', space, ids: ids.map(fromHex) })
     }
+    return asked.size
   }
 
   private opened(link: PeerLink): void {
@@ -405,12 +432,9 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Set(), sent: twin?.sent ?? new Set(), synced: new Set(), snapshotAt: new Map(), lastSent: this.clock.now(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Map(), sent: twin?.sent ?? new Set(), synced: new Set(), snapshotAt: new Map(), lastSent: this.clock.now(), closed: false }
     this.links.set(link, s)
-    for (const m of this.members.values()) {
-      if (m.mayShare(link.peer, link.key)) this.exchange(s, m, false)
-      else this.sync(s, m)
-    }
+    for (const m of this.members.values()) if (m.mayShare(link.peer, link.key)) this.exchange(s, m, false)
   }
 
   private message(link: PeerLink, bytes: Uint8Array): void {
@@ -427,8 +451,12 @@ export class PeerHub {
     if (!member) return
     // What f+1 relays signed is believed from anyone; the peer's own word counts only where it may read the space.
     if (m.kind === 'commits' || m.kind === 'snapshot') return this.catchUp(s, member, m)
-    // Only about a space the relays vouch this peer may read: anything else is not answered, nor shown.
-    if (!member.mayShare(link.peer, link.key)) return
+    // Only about a space the relays vouch this peer may read: anything else is not answered, nor shown, but
+    // for asking a peer that is ahead for what it can prove (it named the space first: this tells it nothing new).
+    if (!member.mayShare(link.peer, link.key)) {
+      if (m.kind === 'sync' && m.lastRound > member.position().lastRound) this.sync(s, member)
+      return
+    }
     if (!s.spaces.has(m.space)) this.exchange(s, member, false)
     if (m.kind === 'sync') {
       this.answerSync(s, member, { stableIndex: m.stableIndex, lastRound: m.lastRound })
@@ -438,9 +466,11 @@ export class PeerHub {
         this.sendHave(s, member, false)
       }
       // A peer's `have` says what it holds: it gets what it lacks, sent before or not (it may have dropped
-      // that while it did not vouch for this client yet). Once per link and space: asking again costs a new link.
-      if (s.served.has(m.space)) return
-      s.served.add(m.space)
+      // that while it did not vouch for this client yet, or missed the news). At most once per half keepalive period.
+      const now = this.clock.now()
+      const served = s.served.get(m.space)
+      if (served !== undefined && now - served < this.keepaliveMs / 2) return
+      s.served.set(m.space, now)
       const theirs = new Set(m.ids.map(toHex))
       this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)), true)
     } else if (m.kind === 'want') {
@@ -467,10 +497,10 @@ export class PeerHub {
     const space = member.space
     const lastSnapshot = s.snapshotAt.get(space)
     const now = this.clock.now()
-    const found = member.catchUpFor(at, CATCH_UP_BYTES)
+    // A state costs this client its encoding: a link gets one at most every SNAPSHOT_EVERY_MS.
+    const found = member.catchUpFor(at, CATCH_UP_BYTES, lastSnapshot === undefined || now - lastSnapshot >= SNAPSHOT_EVERY_MS)
     if (!found) return
     if ('commits' in found) return this.send(s, { kind: 'commits', space, commits: found.commits.slice(0, MAX_FRAMES_PER_MESSAGE) })
-    if (lastSnapshot !== undefined && now - lastSnapshot < SNAPSHOT_EVERY_MS) return
     s.snapshotAt.set(space, now)
     this.send(s, { kind: 'snapshot', space, snapshot: found.snapshot })
   }
@@ -544,12 +574,18 @@ export class PeerHub {
   }
 
   /**
-   * Every keepaliveMs each link says where each space stands (a peer that
-   * is behind or ahead catches up), which also keeps the connection up.
+   * Every keepaliveMs each link says, for each space it exchanges, where
+   * the space stands and what it holds undecided (a peer that is behind
+   * catches up; one that missed an envelope's news gets it: anti-entropy
+   * behind the gossip), which also keeps the connection up.
    */
   private keepAlive(): void {
     for (const s of this.links.values()) {
-      for (const member of this.members.values()) if (s.spaces.has(member.space) || s.synced.has(member.space)) this.sync(s, member)
+      for (const member of this.members.values()) {
+        if (!this.shares(s, member.space)) continue
+        this.sync(s, member)
+        this.sendHave(s, member, false)
+      }
     }
   }
 

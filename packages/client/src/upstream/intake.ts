@@ -176,7 +176,7 @@ export class RelayIntake {
    */
   private startBootstrap(): void {
     this.getAhead(
-      () => this.o.bootstrap(this.everyRelay()).then((snapshot) => (snapshot && !this.closed ? this.adopt(snapshot) : undefined)),
+      () => this.o.bootstrap(this.everyRelay()).then((snapshot) => (snapshot && !this.closed ? this.exclusive(() => this.adopt(snapshot)) : undefined)),
       'a verified snapshot could not be adopted',
       () => {
         if (!this.pruned) return true
@@ -210,7 +210,7 @@ export class RelayIntake {
         let timer: HostTimer | undefined
         const late = new Promise<undefined>((resolve) => (timer = this.o.clock.setTimer(CATCH_UP_TIMEOUT_MS, () => resolve(undefined))))
         const found = await Promise.race([this.o.catchUp(this.everyRelay()), late]).finally(() => timer?.cancel())
-        if (found && !this.closed) await this.adoptDelta(found)
+        if (found && !this.closed) await this.exclusive(() => this.adoptDelta(found))
       },
       'a verified delta could not be applied',
       () => true,
@@ -260,7 +260,7 @@ export class RelayIntake {
    * stable index, shows; and the replica is stored, those envelopes' inbox
    * records forgotten.
    */
-  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>, save = true, certificate?: AttestedState): Promise<void> {
+  private async jumped(replica: ReliableReplica, position: { stableIndex: number; lastRound: number }, decided: readonly Envelope[], changed?: ReadonlySet<string>, save = true, certificate?: Certified): Promise<void> {
     const { space, records } = this.o
     space.adopt(replica, position, changed)
     this.certified.jumped(certificate)
@@ -315,11 +315,11 @@ export class RelayIntake {
   }
 
   /** Makes a verified snapshot the space's stable state, keeps what is pending on top, and stores it. */
-  private async adopt(snapshot: VerifiedSnapshot, fromPeer?: AttestedState): Promise<void> {
+  private async adopt(snapshot: VerifiedSnapshot, fromPeer?: Certified): Promise<void> {
     const { space, outbox } = this.o
     const a = snapshot.attestation
     // A fresh space takes any snapshot; one the relays pruned past takes one ahead of it (nothing is followed meanwhile);
-    // one that a peer answered with a snapshot, a snapshot ahead of it (see snapshotFromPeer).
+    // one that a peer answered with a snapshot, a snapshot ahead of it that decides none of its own envelopes (see snapshotFromPeer).
     const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
     if (!fresh && !fromPeer && (!this.pruned || a.toIndex < this.pruned.from)) return
     const replica = ReliableReplica.fromAuditState(this.o.replicaOptions, snapshot.state, a.round)
@@ -330,7 +330,7 @@ export class RelayIntake {
       if (replica.decided(env)) {
         // One of this client's envelopes decided inside the snapshot: its outcome is only in the
         // commits. A fresh space replays them instead; past the retention window they are gone.
-        if (own && fresh) return
+        if (own && (fresh || fromPeer)) return
         if (own) decidedOwn.push(env)
         decided.push(env)
         continue
@@ -562,7 +562,6 @@ export class RelayIntake {
     this.armCausalTimer()
   }
 
-  /** Whether an envelope is here, being checked, or waiting for its deps. */
   /**
    * What a peer at `at` lacks of the attested chain, within about
    * `maxBytes`: the commits that follow it, or, when it is before the
@@ -570,13 +569,13 @@ export class RelayIntake {
    * commit it is at. Undefined when the peer lacks nothing this space can
    * prove.
    */
-  catchUpFor(at: ChainPosition, maxBytes: number): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined {
+  catchUpFor(at: ChainPosition, maxBytes: number, withState: boolean): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined {
     if (this.closed) return undefined
     const after = this.certified.after(at, maxBytes)
     if (after !== 'gap') return after.length > 0 ? { commits: after } : undefined
     const latest = this.certified.latest
-    if (!latest) return undefined
-    const state = encodeAuditState(this.o.space.replica.auditState())
+    if (!latest || !withState) return undefined
+    const state = this.certified.state(this.o.space.position.lastRound, () => encodeAuditState(this.o.space.replica.auditState()))
     // Too large for one peer message: the peer waits for the relays.
     return state.length > maxBytes ? undefined : { snapshot: { ...latest, state } }
   }
@@ -591,14 +590,26 @@ export class RelayIntake {
    */
   async commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void> {
     const cluster = this.o.sessions.cluster
-    // A snapshot is being fetched: commits from before it would race it.
-    if (!cluster || this.closed || this.bootstrap === 'running') return
+    // A snapshot is being fetched: commits from before it would race it. A paced space follows deltas, not commits.
+    if (!cluster || this.closed || this.bootstrap === 'running' || this.pacing.on) return
     const quorum = (this.quorum ??= new CommitQuorum(cluster.f))
+    // Only a run that follows this space's position, as an honest peer sends it: a Byzantine one cannot fill the
+    // quorum's per-relay room with genuine later commits while it withholds the next one.
+    let at: ChainPosition = this.o.space.position
     for (const c of commits) {
+      let a
+      try {
+        a = decodeAttestation(c.attestation)
+      } catch (err) {
+        return source.markFaulty(`sent a malformed attestation: ${(err as Error).message}`)
+      }
+      // Applied already: nothing to check (a replay costs no signature check).
+      if (CommitQuorum.stale(a, at)) continue
+      if (a.prevRound !== at.lastRound || a.fromIndex !== at.stableIndex) break
       const cert = await checkCertificate(this.o.crypto, cluster, this.o.space.space, c.attestation, c.signatures)
       if ('problem' in cert) return source.markFaulty(cert.problem)
-      if (CommitQuorum.stale(cert.attestation, this.o.space.position)) continue
       if (!framesBound(this.o.crypto, cert.attestation, c.frames)) return source.markFaulty(`sent frames for round ${cert.attestation.round} that the attested batch does not bind`)
+      at = { stableIndex: a.toIndex, lastRound: a.round }
       let first = true
       for (const [relay, sig] of cert.signatures) {
         quorum.offer(relay, cert.attestation, cert.bytes, sig, first ? c.frames : [])
@@ -636,12 +647,43 @@ export class RelayIntake {
     if (state.space !== space.space || state.index !== a.toIndex || !bytesEqual(auditStateHash((b) => crypto.sha256(b), state), a.stateHash)) {
       return source.markFaulty(`sent a state of ${space.space} at index ${state.index} that does not hash to what f+1 relays attested for round ${a.round}`)
     }
-    // Checking took a while: the space may have moved, or started a snapshot of its own, meanwhile.
-    if (this.closed || (this.bootstrap as string) === 'running' || a.round <= space.position.lastRound) return
-    await this.adopt({ attestation: a, state, bytes: s.state.length }, s)
-    if (this.bootstrap === 'due' && space.position.lastRound >= a.round) this.bootstrap = 'settled'
+    await this.exclusive(async () => {
+      // Checking took a while: the space may have moved, started a snapshot of its own, or reached a relay meanwhile.
+      const now = space.position
+      if (this.closed || (this.bootstrap as string) === 'running' || a.round <= now.lastRound) return
+      if ((now.stableIndex > 0 || now.lastRound > 0) && this.byPreference().length > 0) return
+      await this.adopt({ attestation: a, state, bytes: s.state.length }, { attestation: s.attestation, signatures: [...cert.signatures] })
+    })
+    // A space that waited for a snapshot follows the relays it reaches from where this one leaves it.
+    if (this.bootstrap === 'due' && space.position.lastRound >= a.round) {
+      this.bootstrap = 'settled'
+      for (const link of this.byPreference()) this.ready(link)
+    }
   }
 
+  /**
+   * Runs `step` (a jump of the stable state: a snapshot or a delta) while no
+   * commit is applied, and applies none until it ends: a commit applied
+   * between a jump's checks and its end would be lost, or stored behind it.
+   */
+  private async exclusive<T>(step: () => Promise<T>): Promise<T> {
+    while (this.applying) await this.applying.run
+    const applying = { run: Promise.resolve(), again: false }
+    this.applying = applying
+    const result = step()
+    applying.run = result.then(
+      () => undefined,
+      () => undefined,
+    )
+    try {
+      return await result
+    } finally {
+      this.applying = undefined
+      if (applying.again) this.applyCommits()
+    }
+  }
+
+  /** Whether an envelope is here, being checked, or waiting for its deps. */
   knows(idHex: string): boolean {
     return this.isHere(idHex) || this.verifying.has(idHex) || this.causal.has(idHex) || this.causal.badClock(idHex)
   }
@@ -907,9 +949,11 @@ export class RelayIntake {
       const err = new TrustError(`commit at round ${a.round}: ${mismatch}`)
       space.setProblem(err.message)
       space.emitError(err)
+      // Its state is not what the relays attest: nothing of it is handed to peers as theirs.
+      this.certified.jumped(undefined)
     } else {
       this.o.proofs.add(result.decisions, c.bytes, c.signatures)
-      this.certified.add(a, { attestation: c.bytes, signatures: [...c.signatures], frames })
+      this.certified.add(a, { attestation: c.bytes, signatures: [...c.signatures], frames }, MAX_PEER_COMMIT_BYTES)
     }
     const certified = this.certified.latest
     space.advance(position)
@@ -1008,6 +1052,8 @@ export function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelop
 
 /** The largest state a peer may hand this client in one message. */
 const MAX_PEER_STATE_BYTES = 4 * 1024 * 1024
+/** The largest commit this client hands a peer (with its attestation and signatures, it must fit one 4 MiB peer message). */
+const MAX_PEER_COMMIT_BYTES = 3 * 1024 * 1024
 
 /** How long a space that comes back may wait for a verified delta before it follows commits instead. */
 const CATCH_UP_TIMEOUT_MS = 5000

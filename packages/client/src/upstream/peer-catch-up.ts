@@ -12,9 +12,10 @@ export interface Certificate {
 
 /**
  * Checks what a peer carries as relays' word: the attestation is of
- * `space`, every signature is a distinct relay's of `cluster` and verifies,
- * and f+1 of them are there. A peer passes on only what it checked, so any
- * bad signature is the peer's fault (the returned problem).
+ * `space`, and its signatures, in order, are distinct relays' of `cluster`
+ * that verify, until f+1 of them do (the rest are neither checked nor
+ * kept). A peer passes on only what it checked, so a bad signature is the
+ * peer's fault (the returned problem).
  */
 export async function checkCertificate(crypto: Crypto, cluster: ClusterDescriptor, space: string, bytes: Uint8Array, signatures: RelaySignatures): Promise<Certificate | { problem: string }> {
   let attestation: Attestation
@@ -26,6 +27,7 @@ export async function checkCertificate(crypto: Crypto, cluster: ClusterDescripto
   if (attestation.space !== space) return { problem: `sent an attestation of space ${attestation.space} for ${space}` }
   const valid = new Map<number, Uint8Array>()
   for (const [relay, sig] of signatures) {
+    if (valid.size > cluster.f) break
     const key = cluster.relays[relay]?.publicKey
     if (!key || valid.has(relay)) return { problem: `sent a signature of relay ${relay} ${key ? 'twice' : 'that the cluster does not have'}` }
     if (!(await crypto.verify(key, bytes, sig))) return { problem: `sent relay ${relay}'s signature over an attestation of round ${attestation.round} that it did not sign` }
@@ -68,6 +70,8 @@ export class CertifiedCommits {
   private bytes = 0
   /** The certificate of the commit the space's stable state is at, when it has one (a jump by an unsigned delta has none). */
   latest: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures } | undefined
+  /** The stable state as peers get it, with the round of the commit it is at. */
+  private encoded: { readonly round: number; readonly bytes: Uint8Array } | undefined
   private readonly maxBytes: number
 
   constructor(maxBytes = RECENT_COMMIT_BYTES) {
@@ -75,19 +79,32 @@ export class CertifiedCommits {
   }
 
   /** The space applied this commit, believing these signatures. */
-  add(attestation: Attestation, commit: AttestedCommit): void {
+  add(attestation: Attestation, commit: AttestedCommit, maxMessageBytes: number): void {
     const bytes = sizeOf(commit)
+    this.latest = { attestation: commit.attestation, signatures: commit.signatures }
+    // One commit past what a peer message holds cannot be handed out: peers behind it get the state instead.
+    if (bytes > maxMessageBytes) {
+      this.kept = []
+      this.bytes = 0
+      return
+    }
     this.kept.push({ attestation, commit, bytes })
     this.bytes += bytes
     while (this.bytes > this.maxBytes && this.kept.length > 1) this.bytes -= (this.kept.shift() as Kept).bytes
-    this.latest = { attestation: commit.attestation, signatures: commit.signatures }
+  }
+
+  /** The stable state after the commit of `round`, encoded once (`encode`) however many peers ask for it there. */
+  state(round: number, encode: () => Uint8Array): Uint8Array {
+    if (this.encoded?.round !== round) this.encoded = { round, bytes: encode() }
+    return this.encoded.bytes
   }
 
   /** The space's state jumped past commits it never applied: the chain kept no longer leads to it. */
   jumped(latest?: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures }): void {
     this.kept = []
     this.bytes = 0
-    this.latest = latest
+    this.encoded = undefined
+    this.latest = latest && { attestation: latest.attestation, signatures: latest.signatures }
   }
 
   /** The round the latest certificate is of (0: none). */

@@ -230,13 +230,16 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   /**
    * Whether the space's stable policy (f+1 relays attested the state it is
-   * in) lets the holder of `key` read: so peers share a space while every
-   * relay is down. A key that acts for a user through a device certificate
-   * is not known here as that user: only relays vouch for it.
+   * in) lets the holder of `key` read: so peers share a space without a
+   * relay naming them, as when every relay is down. The policy is as stale
+   * as this client's stable state: a member removed since it was attested
+   * is still let read until the removal reaches this client. A key that
+   * acts for a user through a device certificate is not known here as that
+   * user: only relays vouch for it.
    */
   private policyLetsRead(key: Uint8Array): boolean {
     const policy = this.o.space.replica.policy()
-    if (!policy) return false
+    if (!policy || policy.deleted) return false
     const authorId = authorIdOf(this.o.crypto, key)
     return policy.mayReadAs({ authorId, userId: authorId })
   }
@@ -245,8 +248,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return this.o.space.position
   }
 
-  catchUpFor(at: ChainPosition, maxBytes: number): ReturnType<PeerMember['catchUpFor']> {
-    return this.closed ? undefined : this.intake.catchUpFor(at, maxBytes)
+  catchUpFor(at: ChainPosition, maxBytes: number, withState: boolean): ReturnType<PeerMember['catchUpFor']> {
+    return this.closed ? undefined : this.intake.catchUpFor(at, maxBytes, withState)
   }
 
   async commitsFromPeer(commits: readonly AttestedCommit[], source: PeerSource): Promise<void> {

@@ -21,6 +21,8 @@ export class PeerBoard {
   private readonly members: MemoryPeers[] = []
   /** Messages delivered, for tests that count traffic. */
   messages = 0
+  /** Drops a message between two board networks (by peer id) when it says so: a lossy link (a full queue drops messages too). */
+  drop: (from: string, to: string, message: Uint8Array) => boolean = () => false
   /** Which networks get linked, by the order they started in (default: all of them). */
   private readonly linked: (a: number, b: number) => boolean
   /** Runs a delivery on a later task: the next macrotask, or a simulated cluster's clock (SimCluster.later). */
@@ -80,8 +82,8 @@ export class PeerBoard {
       b.gone(toA)
     }
     // a's link to b sends into b, where it arrives on b's link to a.
-    const toB: PeerLink = { peer: b.id as string, key: b.key, send: (m) => !closed && this.later((c) => !closed && this.count() && b.deliver(toA, c), m), close }
-    const toA: PeerLink = { peer: a.id as string, key: a.key, send: (m) => !closed && this.later((c) => !closed && this.count() && a.deliver(toB, c), m), close }
+    const toB: PeerLink = { peer: b.id as string, key: b.key, send: (m) => !closed && (this.drop(a.id as string, b.id as string, m) || this.later((c) => !closed && this.count() && b.deliver(toA, c), m)), close }
+    const toA: PeerLink = { peer: a.id as string, key: a.key, send: (m) => !closed && (this.drop(b.id as string, a.id as string, m) || this.later((c) => !closed && this.count() && a.deliver(toB, c), m)), close }
     a.open(toB)
     b.open(toA)
   }
