@@ -55,8 +55,12 @@ for await (const line of createInterface({ input: process.stdin })) {
     continue
   }
   if (command.op === 'inc') {
-    await main.increment(command.n ?? 1)
-    print({ ok: true })
+    try {
+      await main.increment(command.n ?? 1)
+      print({ ok: true })
+    } catch (err) {
+      print({ ok: false, failed: String(err) })
+    }
   } else if (command.op === 'state') {
     print({ value: main.value, stable: main.stable, stableIndex: space.status.stableIndex, online: space.status.online, peers: client.peers?.peers ?? 0, exchanging: client.peers?.exchanging ?? 0 })
   } else if (command.op === 'close') {
@@ -65,3 +69,6 @@ for await (const line of createInterface({ input: process.stdin })) {
     process.exit(0)
   } else print({ error: `unknown op ${String(command.op)}` })
 }
+// Its driver went away (stdin closed) without saying close: nothing else would end the listeners.
+await client.close().catch(() => undefined)
+process.exit(0)

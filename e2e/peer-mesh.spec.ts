@@ -45,17 +45,31 @@ class NodePeer {
     let stderr = ''
     child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4000)))
     const ready = new Promise<void>((done, fail) => {
+      const late = setTimeout(() => {
+        child.kill('SIGKILL')
+        fail(new Error(`${name} was not ready within 60 s: ${stderr}`))
+      }, 60_000)
       child.once('exit', (code) => {
         peer.exited = true
+        clearTimeout(late)
         fail(new Error(`${name} exited (${code}): ${stderr}`))
+        // A command in flight gets no answer: fail it rather than wait for the test's timeout.
+        for (const answer of peer.answers.splice(0)) answer({ exited: code })
       })
       peer.answers.push((line) => {
+        clearTimeout(late)
         peer.addresses = line.addresses as string[]
         done()
       })
     })
     createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (text) => {
-      const line = JSON.parse(text) as Record<string, unknown>
+      let line: Record<string, unknown>
+      try {
+        line = JSON.parse(text) as Record<string, unknown>
+      } catch {
+        // A library printing to stdout: not an answer.
+        return
+      }
       if (typeof line.error === 'string') peer.errors.push(line.error)
       else peer.answers.shift()?.(line)
     })
@@ -79,7 +93,8 @@ class NodePeer {
   }
 
   async increment(n: number): Promise<void> {
-    await this.command({ op: 'inc', n })
+    const answer = await this.command({ op: 'inc', n })
+    if (answer.ok !== true) throw new Error(`${this.name} could not increment: ${JSON.stringify(answer)}`)
   }
 
   state(): Promise<PeerState> {
@@ -109,7 +124,9 @@ test('eight Node peers and two pages: with every relay stopped a new Node peer a
   try {
     // The first creates the space (anybody may write: its peers share it with any key, relays or not).
     nodes.push(await NodePeer.start('node 0', { relays: urls, space, create: true }))
-    nodes.push(...(await Promise.all([1, 2, 3, 4, 5, 6, 7].map((i) => NodePeer.start(`node ${i}`, { relays: urls, space })))))
+    // Each kept as it starts, so that one failing to start leaves none of the others running.
+    const starting = await Promise.allSettled([1, 2, 3, 4, 5, 6, 7].map(async (i) => nodes.push(await NodePeer.start(`node ${i}`, { relays: urls, space }))))
+    for (const s of starting) if (s.status === 'rejected') throw s.reason
     users.push(await openUser(browser, urls, space, 'Alice', { peers: true }), await openUser(browser, urls, space, 'Bob', { peers: true }))
     const [alice, bob] = users as [User, User]
 
@@ -149,9 +166,14 @@ test('eight Node peers and two pages: with every relay stopped a new Node peer a
     await cluster().restart()
     await expect.poll(async () => (await Promise.all(nodes.map((n) => n.state()))).map((s) => s.stable), { timeout: 90_000 }).toEqual(Array(9).fill(32))
     for (const user of users) await user.expectBalance('main', 32)
-    const attested = await cluster().stableIndex(0, space)
-    await expect.poll(async () => new Set((await Promise.all(nodes.map((n) => n.state()))).map((s) => s.stableIndex)), { timeout: 30_000 }).toEqual(new Set([await cluster().stableIndex(0, space)]))
-    expect(attested).toBeGreaterThan(0)
+    // Every peer on the stable index the relays sign (read afresh each time: a relay may still be catching up).
+    await expect
+      .poll(async () => {
+        const attested = await cluster().stableIndex(0, space)
+        const indexes = new Set((await Promise.all(nodes.map((n) => n.state()))).map((s) => s.stableIndex))
+        return attested !== null && attested > 0 && indexes.size === 1 && indexes.has(attested)
+      }, { timeout: 30_000 })
+      .toBe(true)
     expect(nodes.flatMap((n) => n.errors)).toEqual([])
   } finally {
     for (const user of users) await user.close(testInfo)

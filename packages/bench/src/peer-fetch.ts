@@ -62,6 +62,8 @@ async function run(envelopes: number, kind: 'undecided' | 'committed'): Promise<
       await until('committed', () => counter.stable === envelopes, 120_000)
       for (let i = 0; i < cluster.relays.length; i++) cluster.kill(i)
     }
+    // Peer sync starts in the background: wait until the holder listens.
+    await until('the holder listening', () => holderPeers.addresses().length > 0, 30_000)
     const address = holderPeers.addresses().find((a) => !a.includes('/ws/')) as string
     const started = performance.now()
     const newcomer = await createClient({ relays, storage: memoryStorage(), cluster: descriptor, peers: libp2pPeers({ dial: [address] }), batchIntervalMs: 1 })

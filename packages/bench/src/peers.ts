@@ -157,7 +157,8 @@ async function until(what: string, check: () => boolean, ms: number): Promise<vo
 async function point(n: number, updaters: number): Promise<Point> {
   const clients: Array<{ client: SteadClient; peers: Libp2pPeers; seen: Map<string, number>; log: { sent: Heard[]; got: Heard[] } }> = []
   const cluster = await TestCluster.create(4)
-  await cluster.startAll()
+  // Every client comes from 127.0.0.1: a relay's peer directory keeps 16 announcers per address by default.
+  await cluster.startAll(() => ['--limit', 'peerAnnouncements.perAddress=64'])
   const relays = cluster.relays.map((r) => `ws://${r.api}`)
   const started = Date.now()
   try {

@@ -2,7 +2,7 @@ import { authorIdOf, decode, encode } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import type { SimCluster } from '@stead/sim'
-import { memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
+import { createClient, memoryStorage, type ClientOptions, type ClientStorage, type Space, type SteadClient, type SteadError } from '../src/index.node.ts'
 import { PEER_TAG, decodePeerMessage } from '../src/peers/peers.ts'
 import { PeerBoard } from './helpers/peer-board.ts'
 import { simWorld } from './helpers/sim-world.ts'
@@ -100,9 +100,14 @@ describe('catching up from peers', () => {
     const back = await peer(c, 'team', { identity: { secretKey: seed(3) }, storage, peers: board.network() })
     expect(back.space.counter('n').stable).toBe(10)
 
-    // Bob was granted the space but never opened it: he joins from alice alone.
-    const bob = await peer(c, 'team', { identity: { secretKey: seed(4) }, peers: board.network() })
-    await c.until('bob has the attested state', () => bob.space.counter('n').stable === 10 && bob.space.list('todo').stable?.[0] === 'milk')
+    // Bob was granted the space but never opened it: he joins from alice alone. His client links to her before he
+    // opens the space (her word that she is ahead comes first, and is answered once it opens), and not by her next keepalive.
+    const bobClient = await createClient(c.clientOptions({ identity: { secretKey: seed(4) }, peers: board.network() }))
+    await c.until('linked', () => (bobClient.peers?.peers ?? 0) > 0)
+    await c.advance(100)
+    const bob = { client: bobClient, space: await bobClient.space('team'), errors: [] as SteadError[] }
+    bobClient.onError((e) => bob.errors.push(e))
+    await c.until('bob has the attested state', () => bob.space.counter('n').stable === 10 && bob.space.list('todo').stable?.[0] === 'milk', 5_000)
     expect(bob.space.members.myRole).toBe('writer')
     // As a state: a restarted peer keeps no commits, only the certificate of where its state is.
     expect(bob.client.peers?.statesReceived).toBeGreaterThanOrEqual(1)
@@ -115,6 +120,7 @@ describe('catching up from peers', () => {
     await c.until('stable on both', () => back.space.counter('n').stable === 15 && bob.space.counter('n').stable === 15 && bob.space.list('todo').stable?.length === 2)
     expect(c.relays[0]?.stableValue('team', 'n')).toBe(15)
     expect(back.errors.concat(bob.errors)).toEqual([])
+    await bobClient.close()
   })
 
   it('refuses a peer that hands on commits or a state the relays did not sign as they are, and applies nothing of it', async () => {

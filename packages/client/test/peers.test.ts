@@ -169,7 +169,7 @@ describe('peer-to-peer sync', () => {
     const at = { stableIndex: 7, lastRound: 42 }
     hub.join({
       space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined, ownPresence: () => undefined, presenceFromPeer: () => undefined,
-      position: () => at, catchUpFor: () => undefined, commitsFromPeer: async () => undefined, snapshotFromPeer: async () => undefined,
+      position: () => at, followsCommits: () => true, catchUpFor: () => undefined, commitsFromPeer: async () => undefined, snapshotFromPeer: async () => undefined,
     })
     board.attach('quiet', (_to, m) => heard.push(m))
     // One when the space starts on the link, then one per period.

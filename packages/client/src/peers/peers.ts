@@ -136,6 +136,8 @@ export interface PeerMember {
   mayShare(peer: string, key: Uint8Array | undefined): boolean
   /** Where this space stands in its chain of attested commits. */
   position(): ChainPosition
+  /** Whether it applies commits one by one (a paced space follows deltas instead, and asks peers for none). */
+  followsCommits(): boolean
   /** What a peer at `at` lacks of the attested chain that this space can prove, within about `maxBytes` (its state only if `state`); undefined: nothing. */
   catchUpFor(at: ChainPosition, maxBytes: number, state: boolean): { commits: AttestedCommit[] } | { snapshot: AttestedState } | undefined
   /** Attested commits from a peer: checked against the relays' keys and applied, or the peer blamed. Resolves once applied. */
@@ -181,6 +183,8 @@ const NEWS_BATCH_MS = 20
 const MAX_FRAME_BYTES_PER_MESSAGE = 1 << 20
 /** About the most bytes of commits, or of a state, in one answer to `sync` (a peer message is at most 4 MiB). */
 const CATCH_UP_BYTES = 3 * 1024 * 1024
+/** Spaces a link remembers a peer was ahead in before this client opened them. */
+const MAX_HEARD_AHEAD = 8
 /** How long deps asked of the peer that named them may take before other peers are asked (ms). */
 const WANT_AGAIN_MS = 500
 /** How often one link may be answered with a space's whole state (ms): encoding it costs this client. */
@@ -192,8 +196,10 @@ interface LinkState {
   readonly spaces: Set<string>
   /** Spaces whose `have` this link asked to be answered with ours already: it is not sent twice. */
   readonly answered: Set<string>
-  /** Per space, when this link's `have` was last answered with what it lacks (at most once per half keepalive period). */
+  /** Per space, when this peer's `have` was last answered with what it lacks (at most once per half keepalive period; shared by its links). */
   readonly served: Map<string, number>
+  /** Spaces this client has not opened (yet) that the peer said it is ahead in, with the round: answered when one opens (see join). */
+  readonly heardAhead: Map<string, number>
   /** Envelopes already sent to this peer, on any of its links (the latest SENT_KEPT): not sent again, whatever it asks. */
   readonly sent: Set<string>
   /** Spaces this side sent `sync` for on this link: only those may be answered with a state. */
@@ -222,6 +228,8 @@ export class PeerHub {
   /** News waiting to be passed on: space → envelope id → the peer it came from. */
   private news = new Map<string, Map<string, string>>()
   private newsTimer: HostTimer | undefined
+  /** Deps asked of the peer that named them, to ask of others if still missing (see want): by space and peer. */
+  private readonly retries = new Map<string, { ids: Set<string>; timer: HostTimer }>()
   private stats = { framesSent: 0, framesReceived: 0, commitsReceived: 0, statesReceived: 0, bytesSent: 0, bytesReceived: 0, dropped: 0 }
   private stopped = false
   private readonly network: PeerNetwork
@@ -284,6 +292,8 @@ export class PeerHub {
     this.members.clear()
     this.newsTimer?.cancel()
     this.keepalive?.cancel()
+    for (const r of this.retries.values()) r.timer.cancel()
+    this.retries.clear()
     await this.network.stop()
     this.links.clear()
   }
@@ -299,7 +309,12 @@ export class PeerHub {
   join(member: PeerMember): void {
     if (this.stopped) return
     this.members.set(member.space, member)
-    for (const s of this.links.values()) if (member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
+    for (const s of this.links.values()) {
+      const ahead = s.heardAhead.get(member.space)
+      s.heardAhead.delete(member.space)
+      if (member.mayShare(s.link.peer, s.link.key)) this.exchange(s, member, true)
+      else if (ahead !== undefined && ahead > member.position().lastRound) this.sync(s, member)
+    }
   }
 
   /** `member`'s stable policy may now let more peers read: exchange the space on the links to them. */
@@ -316,6 +331,8 @@ export class PeerHub {
    * its policy lets read).
    */
   private sync(s: LinkState, member: PeerMember): void {
+    // A paced space follows deltas from the relays: commits from peers would be thrown away.
+    if (!member.followsCommits()) return
     s.synced.add(member.space)
     const at = member.position()
     this.send(s, { kind: 'sync', space: member.space, stableIndex: at.stableIndex, lastRound: at.lastRound })
@@ -406,12 +423,24 @@ export class PeerHub {
     // Its link is gone: the others are asked at once.
     if (this.wantFrom(space, wanted, (s) => s.link.peer === peer, 1) === 0) return void this.wantFrom(space, wanted, others, NEWS_FANOUT)
     if (this.stopped) return
-    const again = this.clock.setTimer(WANT_AGAIN_MS, () => {
-      const member = this.members.get(space)
-      const missing = member ? wanted.filter((id) => !member.knows(id)) : []
-      if (missing.length > 0 && !this.stopped) this.wantFrom(space, missing, others, NEWS_FANOUT)
-    })
-    again.unref?.()
+    // One retry per space and peer, however many of its envelopes name missing deps.
+    const key = `${space}\n${peer}`
+    const pending = this.retries.get(key)
+    if (pending) {
+      for (const id of wanted) if (pending.ids.size < MAX_PEER_IDS) pending.ids.add(id)
+      return
+    }
+    const retry = {
+      ids: new Set(wanted),
+      timer: this.clock.setTimer(WANT_AGAIN_MS, () => {
+        this.retries.delete(key)
+        const member = this.members.get(space)
+        const missing = member ? [...retry.ids].filter((id) => !member.knows(id)) : []
+        if (missing.length > 0 && !this.stopped) this.wantFrom(space, missing, others, NEWS_FANOUT)
+      }),
+    }
+    retry.timer.unref?.()
+    this.retries.set(key, retry)
   }
 
   /** Sends `want` for `ids` on up to `most` links (one per peer) that exchange the space and `pick` takes; how many were asked. */
@@ -432,7 +461,7 @@ export class PeerHub {
     if (this.links.size >= MAX_LINKS) return link.close(`this client holds ${MAX_LINKS} peer links already`)
     // Links to one peer (both sides may have dialled) share what was sent: one copy per peer.
     const twin = [...this.links.values()].find((o) => o.link.peer === link.peer)
-    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: new Map(), sent: twin?.sent ?? new Set(), synced: new Set(), snapshotAt: new Map(), lastSent: this.clock.now(), closed: false }
+    const s: LinkState = { link, spaces: new Set(), answered: new Set(), served: twin?.served ?? new Map(), sent: twin?.sent ?? new Set(), synced: new Set(), snapshotAt: new Map(), heardAhead: new Map(), lastSent: this.clock.now(), closed: false }
     this.links.set(link, s)
     for (const m of this.members.values()) if (m.mayShare(link.peer, link.key)) this.exchange(s, m, false)
   }
@@ -448,7 +477,11 @@ export class PeerHub {
       return this.fault(s, `sent a bad message: ${(err as Error).message}`)
     }
     const member = this.members.get(m.space)
-    if (!member) return
+    if (!member) {
+      // A space about to open (its link came first): it asks the peer once it joins. A few per link.
+      if (m.kind === 'sync' && (s.heardAhead.has(m.space) || s.heardAhead.size < MAX_HEARD_AHEAD)) s.heardAhead.set(m.space, m.lastRound)
+      return
+    }
     // What f+1 relays signed is believed from anyone; the peer's own word counts only where it may read the space.
     if (m.kind === 'commits' || m.kind === 'snapshot') return this.catchUp(s, member, m)
     // Only about a space the relays vouch this peer may read: anything else is not answered, nor shown, but
@@ -472,7 +505,9 @@ export class PeerHub {
       if (served !== undefined && now - served < this.keepaliveMs / 2) return
       s.served.set(m.space, now)
       const theirs = new Set(m.ids.map(toHex))
-      this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)), true)
+      // A full list names only the peer's newest envelopes: what it does not name may be held all the same,
+      // so only what was never sent it goes (else every keepalive would send it all again).
+      this.sendHeld(s, member, member.held().filter((id) => !theirs.has(id)), m.ids.length < MAX_PEER_IDS)
     } else if (m.kind === 'want') {
       this.sendHeld(s, member, m.ids.map(toHex))
     } else if (m.kind === 'presence') {

@@ -575,9 +575,9 @@ export class RelayIntake {
     if (after !== 'gap') return after.length > 0 ? { commits: after } : undefined
     const latest = this.certified.latest
     if (!latest || !withState) return undefined
-    const state = this.certified.state(this.o.space.position.lastRound, () => encodeAuditState(this.o.space.replica.auditState()))
     // Too large for one peer message: the peer waits for the relays.
-    return state.length > maxBytes ? undefined : { snapshot: { ...latest, state } }
+    const state = this.certified.state(this.o.space.position.lastRound, maxBytes, () => encodeAuditState(this.o.space.replica.auditState()))
+    return state && { snapshot: { ...latest, state } }
   }
 
   /**
@@ -634,6 +634,8 @@ export class RelayIntake {
     if (!cluster || this.closed || this.bootstrap === 'running') return
     const fresh = space.position.stableIndex === 0 && space.position.lastRound === 0
     if (!fresh && this.byPreference().length > 0) return
+    // A state refused before (it decides one of this client's own envelopes) costs no second check.
+    if (this.certified.refused !== undefined && bytesEqual(s.attestation, this.certified.refused)) return
     const cert = await checkCertificate(crypto, cluster, space.space, s.attestation, s.signatures)
     if ('problem' in cert) return source.markFaulty(cert.problem)
     const a = cert.attestation
@@ -653,6 +655,7 @@ export class RelayIntake {
       if (this.closed || (this.bootstrap as string) === 'running' || a.round <= now.lastRound) return
       if ((now.stableIndex > 0 || now.lastRound > 0) && this.byPreference().length > 0) return
       await this.adopt({ attestation: a, state, bytes: s.state.length }, { attestation: s.attestation, signatures: [...cert.signatures] })
+      if (space.position.lastRound < a.round) this.certified.refused = s.attestation
     })
     // A space that waited for a snapshot follows the relays it reaches from where this one leaves it.
     if (this.bootstrap === 'due' && space.position.lastRound >= a.round) {
@@ -666,21 +669,28 @@ export class RelayIntake {
    * commit is applied, and applies none until it ends: a commit applied
    * between a jump's checks and its end would be lost, or stored behind it.
    */
-  private async exclusive<T>(step: () => Promise<T>): Promise<T> {
+  private async exclusive(step: () => Promise<unknown>): Promise<void> {
     while (this.applying) await this.applying.run
+    // Closed meanwhile: close() waits for what runs, and nothing new starts.
+    if (this.closed) return
     const applying = { run: Promise.resolve(), again: false }
     this.applying = applying
-    const result = step()
-    applying.run = result.then(
-      () => undefined,
-      () => undefined,
-    )
     try {
-      return await result
+      const result = step()
+      applying.run = result.then(
+        () => undefined,
+        () => undefined,
+      )
+      await result
     } finally {
       this.applying = undefined
-      if (applying.again) this.applyCommits()
+      if (applying.again && !this.closed) this.applyCommits()
     }
+  }
+
+  /** Whether this space applies commits one by one (a paced one follows the relays' deltas instead). */
+  followsCommits(): boolean {
+    return !this.pacing.on
   }
 
   /** Whether an envelope is here, being checked, or waiting for its deps. */
@@ -908,6 +918,8 @@ export class RelayIntake {
       .catch((err: unknown) => this.o.space.storageFailed(err))
       .finally(() => {
         this.applying = undefined
+        // Asked for between the last pass and here: nothing else would run it.
+        if (applying.again && !this.closed) this.applyCommits()
       })
   }
 
@@ -1023,7 +1035,8 @@ export class RelayIntake {
     this.closed = true
     this.causal.disarm()
     await this.inbox.flush().catch(() => undefined)
-    await this.applying?.run
+    // A commit run, or a jump that was waiting for one and started since.
+    while (this.applying) await this.applying.run
     if (this.o.records.sinceCheckpoint.commits > 0 || this.pacing.unsaved) await this.saveCheckpoint()
   }
 

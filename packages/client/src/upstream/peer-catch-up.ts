@@ -63,15 +63,18 @@ const sizeOf = (c: AttestedCommit): number => c.attestation.length + c.frames.re
  * The latest commits a space applied, each with the relay signatures that
  * made the client believe it (the oldest go past {@link RECENT_COMMIT_BYTES}),
  * and the certificate of the position the space stands at: what it hands a
- * peer that is behind, as commits or, further back, as its state.
+ * peer that is behind, as commits or, further back, as its state (and the
+ * one state a peer offered that it would not take).
  */
 export class CertifiedCommits {
   private kept: Kept[] = []
   private bytes = 0
   /** The certificate of the commit the space's stable state is at, when it has one (a jump by an unsigned delta has none). */
   latest: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures } | undefined
-  /** The stable state as peers get it, with the round of the commit it is at. */
-  private encoded: { readonly round: number; readonly bytes: Uint8Array } | undefined
+  /** The attestation of the latest state a peer offered that the space would not adopt (it decides one of its own envelopes): not checked again. */
+  refused: Uint8Array | undefined
+  /** The stable state as peers get it (undefined: too large for a peer message), with the round of the commit it is at. */
+  private encoded: { readonly round: number; readonly bytes: Uint8Array | undefined } | undefined
   private readonly maxBytes: number
 
   constructor(maxBytes = RECENT_COMMIT_BYTES) {
@@ -93,9 +96,16 @@ export class CertifiedCommits {
     while (this.bytes > this.maxBytes && this.kept.length > 1) this.bytes -= (this.kept.shift() as Kept).bytes
   }
 
-  /** The stable state after the commit of `round`, encoded once (`encode`) however many peers ask for it there. */
-  state(round: number, encode: () => Uint8Array): Uint8Array {
-    if (this.encoded?.round !== round) this.encoded = { round, bytes: encode() }
+  /**
+   * The stable state after the commit of `round`, encoded once (`encode`)
+   * however many peers ask for it there; undefined when it is over
+   * `maxBytes` (only that is remembered, not the bytes).
+   */
+  state(round: number, maxBytes: number, encode: () => Uint8Array): Uint8Array | undefined {
+    if (this.encoded?.round !== round) {
+      const bytes = encode()
+      this.encoded = { round, bytes: bytes.length > maxBytes ? undefined : bytes }
+    }
     return this.encoded.bytes
   }
 

@@ -248,6 +248,10 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     return this.o.space.position
   }
 
+  followsCommits(): boolean {
+    return !this.closed && this.intake.followsCommits()
+  }
+
   catchUpFor(at: ChainPosition, maxBytes: number, withState: boolean): ReturnType<PeerMember['catchUpFor']> {
     return this.closed ? undefined : this.intake.catchUpFor(at, maxBytes, withState)
   }
