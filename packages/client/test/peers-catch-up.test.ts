@@ -231,4 +231,23 @@ describe('catching up from peers', () => {
     await c.until('x learns the outcome from the commits', () => x.space.counter('n').stable === 5 && x.space.status.pending === 0)
     expect(a.errors.concat(x.errors)).toEqual([])
   })
+
+  it('a client that started from a relay snapshot hands that state on, with the certificate the relays vouched for it with', async () => {
+    const c = await cluster()
+    const board = new PeerBoard(undefined, onClock(c))
+    const writer = await peer(c, 'snap', { identity: { secretKey: seed(13) } })
+    await writer.client.createSpace('snap', { everyone: 'reader' })
+    for (let i = 0; i < 40; i++) await writer.space.counter('n').increment(1, { safe: true })
+    await c.until('stable', () => writer.space.counter('n').stable === 40)
+    await world.shutdown(writer.space)
+    // The reader starts from the relays' snapshot and sees no commit after it.
+    const reader = await peer(c, 'snap', { identity: { secretKey: seed(14) }, peers: board.network() })
+    await c.until('the reader at the state', () => reader.space.counter('n').stable === 40)
+    expect(c.relays.some((r) => r.requests.some((q) => q.endsWith('/snapshot')))).toBe(true)
+    await relaysDown(c)
+    const newcomer = await peer(c, 'snap', { identity: { secretKey: seed(15) }, peers: board.network() })
+    await c.until('the newcomer has it from the reader', () => newcomer.space.counter('n').stable === 40)
+    expect(newcomer.client.peers?.statesReceived).toBeGreaterThanOrEqual(1)
+    expect(reader.errors.concat(newcomer.errors)).toEqual([])
+  })
 })

@@ -29,9 +29,17 @@ const MAX_SERVED_BYTES = 1024 * 1024 * 1024
  */
 const MAX_SERVED_BODY = Math.min(Math.ceil(MAX_SERVED_BYTES / 3) * 4 + MAX_ATTESTED_BODY, 512 * 1024 * 1024)
 
+/** The attestation's bytes and the signatures of the f+1 relays that vouched for it: what a client hands peers with the state. */
+export interface Vouched {
+  readonly bytes: Uint8Array
+  readonly signatures: ReadonlyArray<readonly [relay: number, sig: Uint8Array]>
+}
+
 /** An audit state f+1 relays vouch for: the state after the commit `attestation` describes. */
 export interface VerifiedSnapshot {
   readonly attestation: Attestation
+  /** How it was vouched for (undefined: by a peer's certificate, see snapshotFromPeer). */
+  readonly vouched?: Vouched
   readonly state: AuditState<Envelope>
   /** Bytes downloaded for it (the snapshot and the attestations), for reports. */
   readonly bytes: number
@@ -69,7 +77,7 @@ export async function fetchVerifiedSnapshot(r: BootstrapRequest): Promise<Verifi
     }
     return { value: state, bytes: body.state.length }
   })
-  return found && { attestation: found.attestation, state: found.value, bytes: found.bytes }
+  return found && { attestation: found.attestation, vouched: found.vouched, state: found.value, bytes: found.bytes }
 }
 
 /** One object's stable value that f+1 relays vouch for. */
@@ -111,6 +119,8 @@ export async function fetchVerifiedObject(r: BootstrapRequest, key: string, atLe
 export interface VerifiedCatchUp {
   /** The attestation of the commit the delta ends at. */
   readonly attestation: Attestation
+  /** How it was vouched for (undefined: a paced delta, whose certificate is not kept). */
+  readonly vouched?: Vouched
   /** The delta, checked against that attestation's state hash: `replica.applyDelta` installs it. */
   readonly delta: VerifiedDelta
   /** Bytes downloaded for it (the delta and the attestations), for reports. */
@@ -140,7 +150,7 @@ export async function fetchVerifiedDelta(r: BootstrapRequest, replica: ReliableR
     if ('problem' in verified) return { faulty: `served a delta that proves nothing: ${verified.problem} (round ${attestation.round})` }
     return { value: verified, bytes: body.delta.length }
   })
-  return found && { attestation: found.attestation, delta: found.value, bytes: found.bytes }
+  return found && { attestation: found.attestation, vouched: found.vouched, delta: found.value, bytes: found.bytes }
 }
 
 /**
@@ -156,7 +166,7 @@ async function fetchAttested<T>(
   route: string,
   what: string,
   check: (body: Record<string, unknown>, attestation: Attestation) => { value: T; bytes: number } | { faulty: string } | 'behind' | 'stop',
-): Promise<{ attestation: Attestation; value: T; bytes: number } | undefined> {
+): Promise<{ attestation: Attestation; vouched: Vouched; value: T; bytes: number } | undefined> {
   const path = `/v1/spaces/${encodeURIComponent(r.space)}/${route}`
   for (const source of r.relays) {
     let body: Record<string, unknown> & { relay: number; attestation: string; sig: string }
@@ -200,7 +210,10 @@ async function fetchAttested<T>(
       continue
     }
     const quorum = await quorumFor(r, signed.bytes, attestation, body.relay, source.url)
-    if (quorum.verdict === 'vouched') return { attestation, value: checked.value, bytes: checked.bytes + body.attestation.length + body.sig.length + quorum.bytes }
+    if (quorum.verdict === 'vouched') {
+      const vouched = { bytes: signed.bytes, signatures: [[body.relay, signed.sig] as const, ...quorum.signatures] }
+      return { attestation, vouched, value: checked.value, bytes: checked.bytes + body.attestation.length + body.sig.length + quorum.bytes }
+    }
     if (quorum.verdict === 'contradicted') faulty(`served ${what} at round ${attestation.round} that f+1 other relays attested differently`)
   }
   return undefined
@@ -211,10 +224,17 @@ async function fetchAttested<T>(
  * them signed the same bytes; `contradicted` when f+1 signed other bytes
  * for that commit (the source lied); else `unconfirmed`.
  */
-async function quorumFor(r: BootstrapRequest, bytes: Uint8Array, a: Attestation, source: number, sourceUrl: string): Promise<{ verdict: 'vouched' | 'contradicted' | 'unconfirmed'; bytes: number }> {
+async function quorumFor(
+  r: BootstrapRequest,
+  bytes: Uint8Array,
+  a: Attestation,
+  source: number,
+  sourceUrl: string,
+): Promise<{ verdict: 'vouched' | 'contradicted' | 'unconfirmed'; bytes: number; signatures: Array<readonly [number, Uint8Array]> }> {
   let downloaded = 0
   const path = `/v1/spaces/${encodeURIComponent(r.space)}/attestations/${a.round}?from=${a.fromIndex}`
   const count = (answers: ReadonlyArray<{ relay: number; same: boolean }>, same: boolean): number => new Set(answers.filter((x) => x.same === same).map((x) => x.relay)).size
+  let agreeing: Array<readonly [number, Uint8Array]> = []
   const verdict = await firstQuorum(
     r.relays
       .filter((x) => x.url !== sourceUrl)
@@ -225,17 +245,23 @@ async function quorumFor(r: BootstrapRequest, bytes: Uint8Array, a: Attestation,
           downloaded += body.attestation.length + body.sig.length
           const key = r.cluster.relays[body.relay]?.publicKey
           const theirs = fromBase64Url(body.attestation)
-          if (body.relay === source || !key || !(await r.crypto.verify(key, theirs, fromHex(body.sig)))) return undefined
-          return { relay: body.relay, same: bytesEqual(theirs, bytes) }
+          const sig = fromHex(body.sig)
+          if (body.relay === source || !key || !(await r.crypto.verify(key, theirs, sig))) return undefined
+          return { relay: body.relay, same: bytesEqual(theirs, bytes), sig }
         } catch {
           return undefined
         }
       }),
     (answers, done) => {
-      if (count(answers, true) >= r.cluster.f) return 'vouched' as const
+      if (count(answers, true) >= r.cluster.f) {
+        // One signature per relay: what makes the certificate the client hands on.
+        const seen = new Set<number>()
+        agreeing = answers.filter((x) => x.same && !seen.has(x.relay) && seen.add(x.relay)).map((x) => [x.relay, x.sig] as const)
+        return 'vouched' as const
+      }
       if (count(answers, false) >= r.cluster.f + 1) return 'contradicted' as const
       return done ? ('unconfirmed' as const) : undefined
     },
   )
-  return { verdict: verdict ?? 'unconfirmed', bytes: downloaded }
+  return { verdict: verdict ?? 'unconfirmed', bytes: downloaded, signatures: agreeing }
 }

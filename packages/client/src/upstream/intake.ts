@@ -248,7 +248,7 @@ export class RelayIntake {
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
     // Only what the delta changed shows anew: its objects, and those of the pending envelopes it decided.
     const changed = new Set([...delta.objects.keys(), ...decided.flatMap(envelopeKeys)])
-    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed, save)
+    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed, save, found.vouched && { attestation: found.vouched.bytes, signatures: found.vouched.signatures })
     return true
   }
 
@@ -341,7 +341,8 @@ export class RelayIntake {
     for (const env of decidedOwn) {
       await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
     }
-    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, undefined, true, fromPeer)
+    const vouched = snapshot.vouched && { attestation: snapshot.vouched.bytes, signatures: snapshot.vouched.signatures }
+    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, undefined, true, fromPeer ?? vouched)
   }
 
   /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */
