@@ -19,17 +19,19 @@ export interface SignedPresenceOf {
 /** Relays' signatures over one attestation's bytes, by relay index: f+1 of them are what a client believes. */
 export type RelaySignatures = ReadonlyArray<readonly [relay: number, sig: Uint8Array]>
 
-/** A commit as relays attested it: the attestation bytes, f+1 relays' signatures over them, and the envelope frames its batch binds. */
-export interface AttestedCommit {
+/** An attestation's bytes and the signatures of f+1 (or more) relays over them: what a client believes, whoever carries it. */
+export interface Certified {
   readonly attestation: Uint8Array
   readonly signatures: RelaySignatures
+}
+
+/** A commit as relays attested it, with the envelope frames its batch binds. */
+export interface AttestedCommit extends Certified {
   readonly frames: readonly Uint8Array[]
 }
 
-/** A space's audit state after the commit `attestation` describes, with f+1 relays' signatures over that attestation (its state hash binds the state). */
-export interface AttestedState {
-  readonly attestation: Uint8Array
-  readonly signatures: RelaySignatures
+/** A space's audit state after the commit its attestation describes (whose state hash binds the state). */
+export interface AttestedState extends Certified {
   /** encodeAuditState of the state. */
   readonly state: Uint8Array
 }
@@ -44,7 +46,8 @@ export type PeerMessage =
   | { kind: 'commits'; space: string; commits: AttestedCommit[] }
   | { kind: 'snapshot'; space: string; snapshot: AttestedState }
 
-const signaturesOut = (s: RelaySignatures): unknown[] => s.map(([relay, sig]) => [relay, sig])
+/** Relay signatures as msgpack takes them (also how a client stores them). */
+export const encodeRelaySignatures = (s: RelaySignatures): unknown[] => s.map(([relay, sig]) => [relay, sig])
 
 export function encodePeerMessage(m: PeerMessage): Uint8Array {
   switch (m.kind) {
@@ -57,9 +60,9 @@ export function encodePeerMessage(m: PeerMessage): Uint8Array {
     case 'sync':
       return encode([PEER_TAG, m.kind, m.space, [m.stableIndex, m.lastRound]])
     case 'commits':
-      return encode([PEER_TAG, m.kind, m.space, m.commits.map((c) => [c.attestation, signaturesOut(c.signatures), c.frames])])
+      return encode([PEER_TAG, m.kind, m.space, m.commits.map((c) => [c.attestation, encodeRelaySignatures(c.signatures), c.frames])])
     case 'snapshot':
-      return encode([PEER_TAG, m.kind, m.space, [m.snapshot.attestation, signaturesOut(m.snapshot.signatures), m.snapshot.state]])
+      return encode([PEER_TAG, m.kind, m.space, [m.snapshot.attestation, encodeRelaySignatures(m.snapshot.signatures), m.snapshot.state]])
     default:
       return encode([PEER_TAG, m.kind, m.space, m.ids])
   }
@@ -77,7 +80,13 @@ function bytesList(list: unknown, what: string): Uint8Array[] {
   return list
 }
 
-function signaturesIn(v: unknown): RelaySignatures {
+/**
+ * Reads relay signatures ([relay index, 64-byte signature], 1 to
+ * MAX_CERTIFICATE_SIGNATURES of them).
+ *
+ * @throws SteadError `malformed`, with the reason.
+ */
+export function decodeRelaySignatures(v: unknown): RelaySignatures {
   if (!Array.isArray(v) || v.length === 0 || v.length > MAX_CERTIFICATE_SIGNATURES) malformed(`an attested commit carries 1 to ${MAX_CERTIFICATE_SIGNATURES} relay signatures`)
   return v.map((pair: unknown) => {
     if (!Array.isArray(pair) || pair.length !== 2 || !isIndex(pair[0]) || !isBytes(pair[1]) || pair[1].length !== 64) malformed('a relay signature is [relay index, 64-byte signature]')
@@ -127,13 +136,13 @@ export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
       if (!Array.isArray(body) || body.length > MAX_FRAMES_PER_MESSAGE) malformed(`a commits message carries at most ${MAX_FRAMES_PER_MESSAGE} commits`)
       const commits = body.map((c: unknown): AttestedCommit => {
         if (!Array.isArray(c) || c.length !== 3 || !isBytes(c[0])) malformed('an attested commit is [attestation, signatures, frames]')
-        return { attestation: c[0], signatures: signaturesIn(c[1]), frames: bytesList(c[2], "a commit's frames") }
+        return { attestation: c[0], signatures: decodeRelaySignatures(c[1]), frames: bytesList(c[2], "a commit's frames") }
       })
       return { kind, space, commits }
     }
     case 'snapshot': {
       if (!Array.isArray(body) || body.length !== 3 || !isBytes(body[0]) || !isBytes(body[2])) malformed('a snapshot message carries [attestation, signatures, state]')
-      return { kind, space, snapshot: { attestation: body[0], signatures: signaturesIn(body[1]), state: body[2] } }
+      return { kind, space, snapshot: { attestation: body[0], signatures: decodeRelaySignatures(body[1]), state: body[2] } }
     }
     default:
       return malformed(`unknown peer message ${JSON.stringify(kind)}`)

@@ -18,7 +18,8 @@ import {
   type VerifiedDelta,
 } from '@stead/core'
 import { MAX_ATTESTED_BODY, firstQuorum, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from '../transport/cluster.ts'
-import { openTrusted } from './intake.ts'
+import { openTrusted } from './trusted.ts'
+import type { Certified } from '../peers/peer-messages.ts'
 
 /** The largest snapshot, delta or object proof read from a relay. */
 const MAX_SERVED_BYTES = 1024 * 1024 * 1024
@@ -29,17 +30,11 @@ const MAX_SERVED_BYTES = 1024 * 1024 * 1024
  */
 const MAX_SERVED_BODY = Math.min(Math.ceil(MAX_SERVED_BYTES / 3) * 4 + MAX_ATTESTED_BODY, 512 * 1024 * 1024)
 
-/** The attestation's bytes and the signatures of the f+1 relays that vouched for it: what a client hands peers with the state. */
-export interface Vouched {
-  readonly bytes: Uint8Array
-  readonly signatures: ReadonlyArray<readonly [relay: number, sig: Uint8Array]>
-}
-
 /** An audit state f+1 relays vouch for: the state after the commit `attestation` describes. */
 export interface VerifiedSnapshot {
   readonly attestation: Attestation
-  /** How it was vouched for (undefined: by a peer's certificate, see snapshotFromPeer). */
-  readonly vouched?: Vouched
+  /** The signatures of the f+1 relays that vouched for it (undefined: a peer's certificate did, see snapshotFromPeer). */
+  readonly vouched?: Certified
   readonly state: AuditState<Envelope>
   /** Bytes downloaded for it (the snapshot and the attestations), for reports. */
   readonly bytes: number
@@ -119,8 +114,8 @@ export async function fetchVerifiedObject(r: BootstrapRequest, key: string, atLe
 export interface VerifiedCatchUp {
   /** The attestation of the commit the delta ends at. */
   readonly attestation: Attestation
-  /** How it was vouched for (undefined: a paced delta, whose certificate is not kept). */
-  readonly vouched?: Vouched
+  /** The signatures of the f+1 relays that vouched for it (undefined: a paced delta, whose certificate is not kept). */
+  readonly vouched?: Certified
   /** The delta, checked against that attestation's state hash: `replica.applyDelta` installs it. */
   readonly delta: VerifiedDelta
   /** Bytes downloaded for it (the delta and the attestations), for reports. */
@@ -166,7 +161,7 @@ async function fetchAttested<T>(
   route: string,
   what: string,
   check: (body: Record<string, unknown>, attestation: Attestation) => { value: T; bytes: number } | { faulty: string } | 'behind' | 'stop',
-): Promise<{ attestation: Attestation; vouched: Vouched; value: T; bytes: number } | undefined> {
+): Promise<{ attestation: Attestation; vouched: Certified; value: T; bytes: number } | undefined> {
   const path = `/v1/spaces/${encodeURIComponent(r.space)}/${route}`
   for (const source of r.relays) {
     let body: Record<string, unknown> & { relay: number; attestation: string; sig: string }
@@ -211,7 +206,7 @@ async function fetchAttested<T>(
     }
     const quorum = await quorumFor(r, signed.bytes, attestation, body.relay, source.url)
     if (quorum.verdict === 'vouched') {
-      const vouched = { bytes: signed.bytes, signatures: [[body.relay, signed.sig] as const, ...quorum.signatures] }
+      const vouched = { attestation: signed.bytes, signatures: [[body.relay, signed.sig] as const, ...quorum.signatures] }
       return { attestation, vouched, value: checked.value, bytes: checked.bytes + body.attestation.length + body.sig.length + quorum.bytes }
     }
     if (quorum.verdict === 'contradicted') faulty(`served ${what} at round ${attestation.round} that f+1 other relays attested differently`)

@@ -7,26 +7,23 @@ import {
   decodeAuditState,
   encodeAuditState,
   type AuditState,
-  batchDigest,
   bytesEqual,
   decode,
   decodeAttestation,
   encode,
   openEnvelope,
-  openEnvelopeSync,
   toHex,
   type CommitResult,
   type Crypto,
   type Envelope,
   type RelayMessage,
-  type Signed,
   type HostClock,
   type HostTimer,
 } from '@stead/core'
 import type { VerifiedCatchUp, VerifiedSnapshot } from './bootstrap.ts'
 import { TrustError } from '../errors.ts'
 import { envelopeKeys, fromHome, type Outbox, type SpaceNews } from './outbox.ts'
-import type { Certified, ClientRecords, CommitRecord } from './persist.ts'
+import type { ClientRecords, CommitRecord } from './persist.ts'
 import { CommitQuorum, type ChainPosition, type CommitCandidate } from './quorum.ts'
 import type { RelaySessions } from '../transport/sessions.ts'
 import type { RelayLink } from '../transport/transport.ts'
@@ -35,8 +32,9 @@ import { ReceivedInbox } from './inbox.ts'
 import { UnreadableRelays } from './unreadable.ts'
 import type { StorageChange } from '../storage/types.ts'
 import { CausalBuffer, baseKey, type Held } from './causal-buffer.ts'
-import { CertifiedCommits, checkCertificate, framesBound } from './peer-catch-up.ts'
-import type { AttestedCommit, AttestedState } from '../peers/peer-messages.ts'
+import { CertifiedCommits, checkCertificate } from './peer-catch-up.ts'
+import { openBatch, openTrusted } from './trusted.ts'
+import type { AttestedCommit, AttestedState, Certified } from '../peers/peer-messages.ts'
 import type { PeerHub, PeerSource } from '../peers/peers.ts'
 import type { SpacePort } from '../space/space-port.ts'
 import { Pacing, certifyDelta, type Freshness } from './pacing.ts'
@@ -248,7 +246,7 @@ export class RelayIntake {
     const decided = space.replica.applyDelta((b) => this.o.crypto.sha256(b), delta, a.round)
     // Only what the delta changed shows anew: its objects, and those of the pending envelopes it decided.
     const changed = new Set([...delta.objects.keys(), ...decided.flatMap(envelopeKeys)])
-    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed, save, found.vouched && { attestation: found.vouched.bytes, signatures: found.vouched.signatures })
+    await this.jumped(space.replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, changed, save, found.vouched)
     return true
   }
 
@@ -341,8 +339,7 @@ export class RelayIntake {
     for (const env of decidedOwn) {
       await outbox.settle(env.idHex, { kind: 'refused', reason: 'pruned', detail: `envelope ${env.seq} was decided while this client was away longer than the relays keep commits; its effect, if it committed, is in the stable state` })
     }
-    const vouched = snapshot.vouched && { attestation: snapshot.vouched.bytes, signatures: snapshot.vouched.signatures }
-    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, undefined, true, fromPeer ?? vouched)
+    await this.jumped(replica, { stableIndex: a.toIndex, lastRound: a.round }, decided, undefined, true, fromPeer ?? snapshot.vouched)
   }
 
   /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */
@@ -609,7 +606,7 @@ export class RelayIntake {
       if (a.prevRound !== at.lastRound || a.fromIndex !== at.stableIndex) break
       const cert = await checkCertificate(this.o.crypto, cluster, this.o.space.space, c.attestation, c.signatures)
       if ('problem' in cert) return source.markFaulty(cert.problem)
-      if (!framesBound(this.o.crypto, cert.attestation, c.frames)) return source.markFaulty(`sent frames for round ${cert.attestation.round} that the attested batch does not bind`)
+      if (!openBatch(this.o.crypto, cert.attestation, c.frames)) return source.markFaulty(`sent frames for round ${cert.attestation.round} that the attested batch does not bind`)
       at = { stableIndex: a.toIndex, lastRound: a.round }
       let first = true
       for (const [relay, sig] of cert.signatures) {
@@ -929,16 +926,12 @@ export class RelayIntake {
     const a = c.attestation
     let envs: Envelope[] | undefined
     let frames: readonly Uint8Array[] = []
+    // A relay's frames that are not the attested batch may be another's.
     for (const list of c.frames.values()) {
-      try {
-        const opened = list.map((f) => openTrusted(this.o.crypto, f))
-        if (bytesEqual(batchDigest((b) => this.o.crypto.sha256(b), opened.map((e) => e.id)), a.batch)) {
-          envs = opened
-          frames = list
-          break
-        }
-      } catch {
-        // That relay sent frames that are not the attested batch; another one's may be.
+      envs = openBatch(this.o.crypto, a, list)
+      if (envs) {
+        frames = list
+        break
       }
     }
     if (!envs) {
@@ -1053,16 +1046,6 @@ export class RelayIntake {
 const MAX_UNMATCHED_PER_RELAY = 1_000
 /** Applied rounds whose attestation bytes are kept to check late attestations against. */
 const RECENT_APPLIED = 64
-
-/**
- * Opens an envelope without checking its signature again: for frames this
- * client stored after verifying them, frames bound by f+1 relays'
- * attestations (whose batch digest covers exactly these payload bytes), and
- * frames the leader tab verified.
- */
-export function openTrusted(crypto: Crypto, frame: Uint8Array | Signed): Envelope {
-  return openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, frame instanceof Uint8Array ? decode(frame) : frame)
-}
 
 /** The largest state a peer may hand this client in one message. */
 const MAX_PEER_STATE_BYTES = 4 * 1024 * 1024

@@ -9,7 +9,7 @@ import {
   type VerifiedDelta,
 } from '@stead/core'
 import type { ClusterDescriptor } from '../transport/cluster.ts'
-import { openTrusted } from './intake.ts'
+import { openTrusted } from './trusted.ts'
 
 /** How a space follows its relays: every envelope and commit, or deltas at a freshness bound (BENDY's live stream). */
 export interface Freshness {

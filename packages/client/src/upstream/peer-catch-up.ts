@@ -1,5 +1,5 @@
-import { batchDigest, bytesEqual, decode, decodeAttestation, openEnvelopeSync, type Attestation, type Crypto } from '@stead/core'
-import type { AttestedCommit, RelaySignatures } from '../peers/peer-messages.ts'
+import { decodeAttestation, type Attestation, type Crypto } from '@stead/core'
+import type { AttestedCommit, Certified, RelaySignatures } from '../peers/peer-messages.ts'
 import type { ClusterDescriptor } from '../transport/cluster.ts'
 import type { ChainPosition } from './quorum.ts'
 
@@ -37,17 +37,6 @@ export async function checkCertificate(crypto: Crypto, cluster: ClusterDescripto
   return { bytes, attestation, signatures: valid }
 }
 
-/** Whether `frames` are exactly the envelopes `a`'s batch binds, in order. */
-export function framesBound(crypto: Crypto, a: Attestation, frames: readonly Uint8Array[]): boolean {
-  try {
-    // Frames are bound by their ids (the hash of what their authors signed), as relays' are; their signatures were checked by the relays that attested them.
-    const ids = frames.map((f) => openEnvelopeSync({ sha256: (b) => crypto.sha256(b), verify: () => true }, decode(f)).id)
-    return bytesEqual(batchDigest((b) => crypto.sha256(b), ids), a.batch)
-  } catch {
-    return false
-  }
-}
-
 /** The most bytes of recent commits a space keeps to hand peers that are behind. */
 export const RECENT_COMMIT_BYTES = 8 * 1024 * 1024
 
@@ -70,7 +59,7 @@ export class CertifiedCommits {
   private kept: Kept[] = []
   private bytes = 0
   /** The certificate of the commit the space's stable state is at, when it has one (a jump by an unsigned delta has none). */
-  latest: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures } | undefined
+  latest: Certified | undefined
   /** The attestation of the latest state a peer offered that the space would not adopt (it decides one of its own envelopes): not checked again. */
   refused: Uint8Array | undefined
   /** The stable state as peers get it (undefined: too large for a peer message), with the round of the commit it is at. */
@@ -110,7 +99,7 @@ export class CertifiedCommits {
   }
 
   /** The space's state jumped past commits it never applied: the chain kept no longer leads to it. */
-  jumped(latest?: { readonly attestation: Uint8Array; readonly signatures: RelaySignatures }): void {
+  jumped(latest?: Certified): void {
     this.kept = []
     this.bytes = 0
     this.encoded = undefined

@@ -2,7 +2,7 @@ import { clockInit, decode, decodeClock, encode, encodeClock, expect, type Clock
 import type { ClientStorage, StorageChange, StorageKey } from '../storage/types.ts'
 import type { ChainPosition } from './quorum.ts'
 import type { DraftPlaces } from '../space/draft-ids.ts'
-import type { RelaySignatures } from '../peers/peer-messages.ts'
+import { decodeRelaySignatures, encodeRelaySignatures, type Certified } from '../peers/peer-messages.ts'
 
 /** An attested commit as the client keeps it: enough to replay it exactly. */
 export interface CommitRecord {
@@ -37,12 +37,6 @@ export interface Restored {
   readonly names: Array<{ readonly prefix: string; readonly places: DraftPlaces }>
   /** The certificate of the commit the stable state is at, if it had one (what peers that are behind are handed with the state). */
   readonly certified: Certified | undefined
-}
-
-/** An attestation and the relay signatures over it that made the client believe it. */
-export interface Certified {
-  readonly attestation: Uint8Array
-  readonly signatures: RelaySignatures
 }
 
 /** Updates another tab forwarded into an envelope: its request id, and which of the envelope's safe groups are its. */
@@ -135,7 +129,7 @@ export class ClientRecords {
 
   /** The certificate of the commit the stable state is now at (undefined: it has none, after a jump by an unsigned delta). */
   certified(c: Certified | undefined): StorageChange {
-    return { key: [this.space, 'meta', 'certified'], value: c && encode([c.attestation, c.signatures.map(([relay, sig]) => [relay, sig])]) }
+    return { key: [this.space, 'meta', 'certified'], value: c && encode([c.attestation, encodeRelaySignatures(c.signatures)]) }
   }
 
   author(a: AuthorState): StorageChange {
@@ -270,13 +264,7 @@ function decodePosition(bytes: Uint8Array): ChainPosition {
 
 function decodeCertified(bytes: Uint8Array): Certified {
   const [attestation, signatures] = expect.array(decode(bytes), 'certified', 2)
-  return {
-    attestation: expect.bytes(attestation, 'certified.attestation'),
-    signatures: expect.array(signatures, 'certified.signatures', 1024).map((pair, i) => {
-      const [relay, sig] = expect.array(pair, `certified.signatures[${i}]`, 2)
-      return [expect.uint(relay, `certified.signatures[${i}].relay`), expect.bytes(sig, `certified.signatures[${i}].sig`)] as const
-    }),
-  }
+  return { attestation: expect.bytes(attestation, 'certified.attestation'), signatures: decodeRelaySignatures(signatures) }
 }
 
 function decodeCommit(bytes: Uint8Array): CommitRecord {

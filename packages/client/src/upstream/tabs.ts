@@ -21,7 +21,7 @@
 import { ReliableReplica, SteadError, decode, encode, encodeEnvelope, unitTagPrefix, type Crypto, type ErrorReason, type PresenceBody, type RegisterValue } from '@stead/core'
 import { deferred, type Deferred, type DraftBatch, type DraftItem } from '../space/drafts.ts'
 import { ClosedError } from '../errors.ts'
-import { openTrusted } from './intake.ts'
+import { openTrusted } from './trusted.ts'
 import { envelopeKeys, outcomeOf, regularUnitsOf, type OwnDecision, type SpaceNews } from './outbox.ts'
 import type { ForwardedRequest } from './persist.ts'
 import type { CausalComparison, ClockProof, ProofKind } from './proofs.ts'
