@@ -129,7 +129,9 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     url,
     async stop() {
       const sessions = node.sessions.open
+      logger.debug('stop: closing the client API')
       await api.close()
+      if (peers) logger.debug('stop: closing the peer port')
       await peers?.stop()
       await node.stop()
       dataDir.release()

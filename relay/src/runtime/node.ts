@@ -423,11 +423,16 @@ export class RelayNode {
     for (const t of this.timers.values()) t.cancel()
     this.timers.clear()
     this.ledger.spaces.stop()
+    // Each step logged at debug: a stop that stalls says where (CI saw one end with nothing left to wait on).
+    this.log.debug('stop: closing the mesh')
     await this.options.mesh.stop()
     // Let a drain in flight finish, and its writes reach the disk, before the store closes.
+    this.log.debug('stop: mesh closed; finishing the drain in flight')
     await this.loop.run
+    this.log.debug('stop: waiting for writes to reach the disk')
     await this.loop.onDisk.catch(() => undefined)
     // Undefined when stopped without a start (or a start that failed before it opened the store).
+    this.log.debug('stop: closing the store')
     await this.store?.close()
   }
 
