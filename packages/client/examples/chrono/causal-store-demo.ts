@@ -3,13 +3,14 @@
  * --relays 4` in one terminal, `npm run example:causal-store` in another.
  * Alice posts a photo, then an album that shows it, through one replica;
  * Bob reads the album through another, then the photo through a replica
- * that serves an older (genuine, proven) version: his session refuses it,
- * because the album he saw depends on the newer one, and an up-to-date
- * replica serves it.
+ * that serves an older (genuine, certified) version: his session refuses
+ * it, because the album he saw depends on the newer one, and an
+ * up-to-date replica serves it. Every answer is proven by the relays'
+ * clock votes: nothing waits for the total order.
  */
 import { isSteadError } from '@stead/core'
 import type { ClockProof, Space } from '@stead/client'
-import { CausalSession, KvReplica, type Replica } from './causal-store.ts'
+import { CausalSession, KvReplica, type Replica, type Version } from './causal-store.ts'
 import { clusterTrust, connect } from './connect.ts'
 
 const clients = await connect(2)
@@ -17,17 +18,18 @@ const trust = await clusterTrust()
 const [spaceA, spaceB] = await Promise.all(clients.map((c) => c.space('example-causal-store')))
 const [a, b] = [new KvReplica(spaceA as Space, trust), new KvReplica(spaceB as Space, trust)]
 const run = Date.now().toString(36)
+const show = (v: Version): string => `${v.author.slice(0, 8)}:${v.seq} (clock weight ${v.weight})`
 const [photo, album] = [`photo-${run}`, `album-${run}`]
 
 const alice = new CausalSession(trust)
-console.log(`alice puts ${photo} = "beach, blurry" via replica A: version ${await alice.put(a, photo, 'beach, blurry')}`)
+console.log(`alice puts ${photo} = "beach, blurry" via replica A: version ${show(await alice.put(a, photo, 'beach, blurry'))}`)
 const stale = (await a.get(photo)) as ClockProof
-console.log(`alice puts ${photo} = "beach, sharp" via replica A: version ${await alice.put(a, photo, 'beach, sharp')}`)
-console.log(`alice puts ${album} = "shows ${photo}" via replica A: version ${await alice.put(a, album, `shows ${photo}`)}`)
-console.log(`alice's dependency clock: ${JSON.stringify(alice.dependencies)}\n`)
+console.log(`alice puts ${photo} = "beach, sharp" via replica A: version ${show(await alice.put(a, photo, 'beach, sharp'))}`)
+console.log(`alice puts ${album} = "shows ${photo}" via replica A: version ${show(await alice.put(a, album, `shows ${photo}`))}`)
+console.log(`alice's dependency clock: ${alice.dependencies.map(([k, v]) => `${k} >= ${show(v)}`).join(', ')}\n`)
 
 const bob = new CausalSession(trust)
-// Replica B follows the same stable order; it may be a moment behind.
+// Replica B holds Alice's writes once the relays pushed them and their clock votes: a moment behind.
 let seen: unknown
 for (let tries = 0; ; tries++) {
   try {
@@ -38,7 +40,7 @@ for (let tries = 0; ; tries++) {
   }
   await new Promise((r) => setTimeout(r, 50))
 }
-console.log(`bob gets ${album} via replica B: "${String(seen)}"; his dependency clock: ${JSON.stringify(bob.dependencies)}`)
+console.log(`bob gets ${album} via replica B: "${String(seen)}"; his dependency clock: ${bob.dependencies.map(([k, v]) => `${k} >= ${show(v)}`).join(', ')}`)
 const behind: Replica = { get: async () => stale, put: (key, value, deps) => a.put(key, value, deps) }
 try {
   await bob.get(behind, photo)
@@ -49,4 +51,6 @@ try {
   console.log(`bob gets ${photo} via a replica that serves the old version: refused (${err.message})`)
 }
 console.log(`bob gets ${photo} via replica B: "${String(await bob.get(b, photo))}"`)
+a.close()
+b.close()
 await Promise.all(clients.map((c) => c.close()))

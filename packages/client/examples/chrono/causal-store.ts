@@ -1,60 +1,75 @@
 /**
  * A causally consistent key-value store on Stead, after Chrono §5.2
- * (COPS-style get and put with dependency checks), where the replicas that
- * serve a session may lie or lag and the session trusts only the relays'
- * keys.
+ * (COPS-style get and put with dependency checks), without a total order:
+ * the replicas that serve a session may lie or lag, the session trusts
+ * only the relays' keys, and nothing waits for the BFT order.
  *
- * - A **replica** is any Stead client of the space (`KvReplica`). A key is
- *   a register `kv/<key>` holding `{ v, deps }`: the value, and the
- *   dependencies the writing session declared. A key's **version** is the
- *   stable index of the update whose value it holds (last-writer-wins
- *   decides between puts of one key, by the writers' timestamps).
+ * - A **replica** is any Stead client of the space (`KvReplica`). A put is
+ *   a regular register write of `kv/<key>` holding `{ v, deps }` (the value
+ *   and the dependencies the writing session declared), one write of the
+ *   key per envelope. The relays' validators certify its clock as soon as
+ *   they see it (ceil((N+f+1)/2) clock votes, milliseconds, long before
+ *   any commit).
+ * - A key's **version** is such a certified write, named by its author and
+ *   seq and ranked by `clockRank` (its clock's weight, then author, then
+ *   seq): a total order that contains the causal one. A key holds its
+ *   highest-ranked write, so replicas that hold the same writes serve the
+ *   same version. This is the store's own rule: the register's value (by
+ *   the writers' timestamps) and the audit play no part.
  * - A **session** (`CausalSession`) keeps a dependency clock: key → the
  *   lowest version it may see from now on (what it read or wrote, and what
- *   those depended on). Every answer comes with the update's clock proof,
- *   which the session checks against the relays' keys before it believes
- *   the value, the version or the dependencies.
- * - `get` accepts a version not older than the session's dependency on
- *   the key (a lagging or lying replica gets `gap`), then merges the
+ *   those depended on). Every answer is a validator certificate the
+ *   session checks against the relays' keys before it believes the value,
+ *   the version or the dependencies.
+ * - `get` accepts a version ranked at or above the session's dependency
+ *   on the key (a lagging or lying replica gets `gap`), then merges the
  *   value's dependencies in: a session that saw an effect never sees its
  *   cause missing.
  * - `put` sends the session's dependencies; the replica writes only once
- *   its stable state has reached each of them (else `gap`). The session
- *   checks Chrono's condition on the proof: the new version's clock
- *   follows the dependency clock (its base covers every dependency). That
- *   shows the write was ordered after them; it cannot show that a lying
- *   replica had applied them, and it need not: the session's later gets
- *   check versions themselves.
- * - Only writes the audit applied count: an update whose write to the key
- *   was rejected (the key holds another type, say) proves no value.
+ *   it holds each of them. The session checks Chrono's condition on the
+ *   certificates: the new write's clock follows every dependency, because
+ *   it lists the dependency's author at its seq or beyond (or is a later
+ *   write of the same author), or because the dependency committed within
+ *   the stable history the write's clock covers (its base; the replica
+ *   then adds the dependency's commit proof). No stable index is waited
+ *   for: a dependency still undecided is listed by the clock.
  *
- * Limits: a replica can prove only versions committed while it ran (a key
- * whose value was written before it started is served once written
- * again, or by a replica that was running). A put whose update commits
- * with a clock the audit could not verify fails with `unsupported`
- * though its write is in; putting it again is safe (the later write
- * wins). A Byzantine writer can declare a dependency on a version of a
- * key that is no write of it; sessions that read its value then get
- * `gap` for that key until it is written again.
+ * Limits: the relays keep clock votes about ten minutes, so a replica
+ * proves the versions it saw certified while it ran, and ones written in
+ * the last ten minutes; a key written only before that and never seen
+ * is `unsupported` until written again. A write the relays never certify
+ * (within a minute) is left out. A Byzantine writer can declare
+ * dependencies that rank below its write but are no writes of theirs;
+ * sessions that read its value then get `gap` for those keys until they
+ * are written again. A put that the replica wrote before it could cite a
+ * dependency is written again (the earlier write is a version too, with
+ * the same value and declared dependencies, so readers stay causal).
  */
-import { SteadError, encode, bytesEqual, registerWriteWins } from '@stead/core'
+import { SteadError, bytesEqual, clockRank, encode } from '@stead/core'
 import type { ClockProof, RegisterValue, Space } from '@stead/client'
-import { verifyCommitted, writeIn, type CommittedClock, type Trust, type Write } from './trust.ts'
+import { regularWriteIn, verifyCommitted, verifyVoted, type CommittedClock, type Trust, type VotedClock } from './trust.ts'
 
-/** A dependency clock: key → the lowest version (stable index) of it a session may see. */
-export type Dependencies = ReadonlyArray<readonly [key: string, version: number]>
+/** A key's version: the certified write that holds it, by author and seq, with its clock's weight (what ranks it). */
+export interface Version {
+  readonly author: string
+  readonly seq: number
+  readonly weight: number
+}
 
-/** What a put answers: the proof of the update it wrote, and of the version that holds the key now when a concurrent put won over it. */
+/** A dependency clock: key → the lowest version of it a session may see. */
+export type Dependencies = ReadonlyArray<readonly [key: string, version: Version]>
+
+/** What a put answers: the validator certificate of the write, and commit proofs of the dependencies its clock covers through its base. */
 export interface PutAnswer {
   readonly written: ClockProof
-  readonly current?: ClockProof
+  readonly committed: readonly ClockProof[]
 }
 
 /** What a session asks of a replica. A replica may be anyone's: the session checks every answer. */
 export interface Replica {
-  /** The key's latest version this replica holds, with its proof; undefined if it holds none. */
+  /** The validator certificate of the key's highest-ranked write this replica holds; undefined if it holds none. */
   get(key: string): Promise<ClockProof | undefined>
-  /** Writes `value` once this replica's stable state holds every dependency. */
+  /** Writes `value` once this replica holds every dependency. */
   put(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer>
 }
 
@@ -63,74 +78,225 @@ export const MAX_DEPENDENCIES = 1024
 
 export const keyOf = (key: string): string => `kv/${key}`
 
-type Stored = { v: RegisterValue; deps: Array<[string, number]> }
+/** How versions rank: as `clockRank` ranks the certified clocks they name. */
+export function compareVersions(a: Version, b: Version): number {
+  if (a.weight !== b.weight) return a.weight - b.weight
+  if (a.author !== b.author) return a.author < b.author ? -1 : 1
+  return a.seq - b.seq
+}
+
+export const versionOf = (clock: VotedClock): Version => ({ author: clock.env.authorId, seq: clock.env.seq, weight: clock.weight })
+
+/**
+ * Whether a certified write's clock follows `dep` (Chrono's condition): a
+ * later write of its author, listed at its seq or beyond, or committed
+ * (by one of `committed`, checked commit proofs) within the stable history
+ * the write's base covers.
+ */
+export function follows(dep: Version, write: VotedClock, committed: readonly CommittedClock[]): boolean {
+  if (dep.author === write.env.authorId) return dep.seq < write.env.seq
+  if ((write.env.clock.get(dep.author) ?? 0) >= dep.seq) return true
+  return committed.some((c) => c.env.authorId === dep.author && c.env.seq === dep.seq && c.index <= write.env.base)
+}
+
+/** What a put writes: the value and the declared dependencies, flat. */
+type Stored = { v: RegisterValue; deps: Array<[key: string, author: string, seq: number, weight: number]> }
+
+/** A certified write of a key this replica holds. */
+interface Held {
+  readonly proof: ClockProof
+  readonly clock: VotedClock
+}
+
+/** Writes kept per key: the highest-ranked (what a get serves, and where a put looks for its dependencies). */
+const MAX_KEPT = 64
+
+/** Keys a replica follows (their new writes are certified as they arrive); more are looked at only when asked. */
+const MAX_WATCHED = 1024
+
+/** Envelopes waited on for the relays' votes at once; more are looked at by later reads. */
+const MAX_OPENING = 256
+
+/** A write the relays have not certified within this long is left (refused, or an equivocation's twin). */
+const GIVE_UP_MS = 60_000
+
+/** How long a get or put waits for writes of a key that are still being certified. */
+const SETTLE_MS = 1000
+
+/** How long a put waits for the relays to certify its write. */
+const CERTIFY_MS = 30_000
+
+/** How many times a put is written before the replica gives up on following its dependencies. */
+const MAX_ATTEMPTS = 3
 
 /** A replica over one Stead client's space. */
 export class KvReplica implements Replica {
   private readonly space: Space
   private readonly trust: Trust
+  /** Certified writes per key, by envelope id. */
+  private readonly writes = new Map<string, Map<string, Held>>()
+  /** Envelopes being waited on for votes, by id. */
+  private readonly opening = new Map<string, Promise<void>>()
+  /** Envelopes that hold no write of the key they were found under, or that the relays never certified. */
+  private readonly ignored = new Set<string>()
+  /** Stable indices already looked up, per key. */
+  private readonly indexed = new Map<string, Set<number>>()
+  private readonly watched = new Map<string, () => void>()
+  /** Puts go one at a time: each write of a key in an envelope of its own. */
+  private putting: Promise<unknown> = Promise.resolve()
+
   constructor(space: Space, trust: Trust) {
     this.space = space
     this.trust = trust
   }
 
-  /** @throws SteadError `unsupported` when the key's current value was written before this replica ran (it holds no proof of it). */
+  /** @throws SteadError `unsupported` when the key has a value from writes this replica cannot prove (voted on before it ran, longer ago than the relays keep votes). */
   async get(key: string): Promise<ClockProof | undefined> {
-    return this.current(key)
+    await this.settle(key)
+    const best = this.best(key)
+    if (best) return best.proof
+    if (this.space.register(keyOf(key)).stable !== undefined) {
+      throw new SteadError('unsupported', `${key} has a value from writes this replica holds no validator certificate of (voted on before it ran, longer ago than the relays keep votes): written again, it is served`)
+    }
+    return undefined
   }
 
-  /** @throws SteadError `gap` while this replica's stable state has not reached a dependency; the write's own rejection otherwise. */
+  /** @throws SteadError `gap` while this replica does not hold a dependency, or when three writes of the put did not follow one; `timeout` when the relays certify none. */
   async put(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer> {
     if (deps.length > MAX_DEPENDENCIES) throw new SteadError('too-large', `${deps.length} dependencies; at most ${MAX_DEPENDENCIES}`)
-    const reached = this.space.status.stableIndex
-    const ahead = deps.find(([, version]) => version > reached)
-    if (ahead) throw new SteadError('gap', `this replica's stable state is at ${reached}, the session depends on ${ahead[0]} at ${ahead[1]}: ask again later or another replica`)
-    const r = await this.space.register<Stored>(keyOf(key)).set({ v: value, deps: deps.map(([k, i]) => [k, i]) }, { safe: true })
-    if (r.status !== 'committed') throw new SteadError(r.reason, `the put of ${key} was rejected: ${r.detail}`)
-    const written = await this.space.clockProof(r.index)
-    // The write is in: a current version this replica cannot prove is left for the session's next get.
-    const current = await this.current(key).catch(() => undefined)
-    return current && current.index !== r.index ? { written, current } : { written }
+    const put = this.putting.then(() => this.write(key, value, deps))
+    this.putting = put.catch(() => undefined)
+    return put
   }
 
-  /**
-   * The proof of the write whose value the key holds. The register's stable
-   * history has an entry for every committed write of the key, also those
-   * that lost to a later timestamp; the winner is among the latest entries
-   * that already show the current value (from its own entry on, only
-   * losers, or writes of the same value, follow), so only those are ranked
-   * as the register ranks them.
-   */
-  private async current(key: string): Promise<ClockProof | undefined> {
-    const register = this.space.register<Stored>(keyOf(key))
-    const value = register.stable
-    if (value === undefined) return undefined
-    const shown = encode(value)
-    const entries = register.history()
-    let from = entries.length
-    while (from > 0 && entries.length - from < MAX_SEARCHED && bytesEqual(encode((entries[from - 1] as { value: unknown }).value), shown)) from--
-    let best: { proof: ClockProof; write: Write } | undefined
-    for (const entry of entries.slice(from)) {
-      const proof = await this.space.clockProof(entry.index).catch(() => undefined)
-      if (!proof) continue
-      const certified = await verifyCommitted(this.trust, proof)
-      const write = writeIn(certified, keyOf(key))
-      if (write && (!best || registerWriteWins(write, best.write))) best = { proof, write }
+  /** Stops following keys. */
+  close(): void {
+    for (const off of this.watched.values()) off()
+    this.watched.clear()
+  }
+
+  private async write(key: string, value: RegisterValue, deps: Dependencies): Promise<PutAnswer> {
+    const held: Array<{ dep: Version; id: string }> = []
+    for (const [k, dep] of deps) {
+      let id = this.holding(k, dep)
+      if (!id) await this.settle(k)
+      id ??= this.holding(k, dep)
+      if (!id) throw new SteadError('gap', `this replica does not hold ${k} at ${dep.author}:${dep.seq} the session depends on: ask again later or another replica`)
+      held.push({ dep, id })
     }
-    if (best && bytesEqual(encode(best.write.value), shown)) return best.proof
-    throw new SteadError('unsupported', `the write that gave ${key} its value is not among its latest ${MAX_SEARCHED} writes this replica holds proofs of (it ran since)`)
+    const stored: Stored = { v: value, deps: flat(deps) }
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.space.register<Stored>(keyOf(key)).set(stored)
+      if (r.status !== 'stored' || r.update === undefined) throw new SteadError('conflict', `the put of ${key} was not sent (${r.status})`)
+      const written = await this.space.clockProof(r.update, { kind: 'validators', timeoutMs: CERTIFY_MS }).catch((err: unknown) => {
+        throw new SteadError('timeout', `the relays did not certify the put of ${key} within ${CERTIFY_MS} ms: ${(err as Error).message}`)
+      })
+      const clock = await verifyVoted(this.trust, written)
+      this.keep(keyOf(key), { proof: written, clock })
+      // Dependencies its clock does not list: proven by their commits, within the history its base covers.
+      const committed: ClockProof[] = []
+      let followsAll = true
+      for (const { dep, id } of held) {
+        if (follows(dep, clock, [])) continue
+        const proof = await this.space.clockProof(id).catch(() => undefined)
+        const certified = proof && proof.index !== undefined ? await verifyCommitted(this.trust, proof).catch(() => undefined) : undefined
+        if (proof && certified && follows(dep, clock, [certified])) committed.push(proof)
+        else followsAll = false
+      }
+      if (followsAll) return { written, committed }
+      // Written before this replica could cite a dependency (it held one whose own inputs it lacked): written again, later.
+      if (attempt === MAX_ATTEMPTS) throw new SteadError('gap', `${MAX_ATTEMPTS} writes of ${key} through this replica did not follow the session's dependencies: ask again later or another replica`)
+      await new Promise((r) => setTimeout(r, 100 * attempt))
+    }
+  }
+
+  /** The envelope id of a write of `key` this replica holds at `dep`, if any. */
+  private holding(key: string, dep: Version): string | undefined {
+    for (const [id, h] of this.writes.get(keyOf(key)) ?? []) if (h.clock.env.authorId === dep.author && h.clock.env.seq === dep.seq) return id
+    return undefined
+  }
+
+  private best(key: string): Held | undefined {
+    let best: Held | undefined
+    for (const h of this.writes.get(keyOf(key))?.values() ?? []) if (!best || clockRank(h.clock, best.clock) > 0) best = h
+    return best
+  }
+
+  /** Follows `key` and waits (up to SETTLE_MS) for the certificates of its writes this replica holds. */
+  private async settle(key: string): Promise<void> {
+    this.watch(key)
+    const waits = this.collect(keyOf(key))
+    if (!waits.length) return
+    let timer: ReturnType<typeof setTimeout> | undefined
+    await Promise.race([Promise.all(waits), new Promise((r) => (timer = setTimeout(r, SETTLE_MS)))])
+    clearTimeout(timer)
+  }
+
+  private watch(key: string): void {
+    if (this.watched.has(key) || this.watched.size >= MAX_WATCHED) return
+    this.watched.set(key, this.space.register(keyOf(key)).subscribe(() => void this.collect(keyOf(key))))
+  }
+
+  /** Starts certifying the writes of a register this replica holds (undecided, and committed while it ran); returns the waits of those still being certified. */
+  private collect(register: string): Array<Promise<void>> {
+    const handle = this.space.register(register)
+    const ids = new Set(handle.undecided().map((u) => u.id))
+    let indexed = this.indexed.get(register)
+    if (!indexed) this.indexed.set(register, (indexed = new Set()))
+    const byIndex: Array<Promise<void>> = []
+    for (const h of handle.history().slice(-MAX_KEPT)) {
+      if (indexed.has(h.index)) continue
+      indexed.add(h.index)
+      byIndex.push(this.space.clockProof(h.index).then((p) => this.open(register, p.id), () => undefined))
+    }
+    if (indexed.size > 4 * MAX_KEPT) for (const i of [...indexed].slice(0, indexed.size - MAX_KEPT)) indexed.delete(i)
+    const waits = [...byIndex]
+    for (const id of ids) waits.push(this.open(register, id))
+    return waits
+  }
+
+  /** Waits for the relays' votes on envelope `id` and keeps the write of `register` it makes; resolves either way. */
+  private open(register: string, id: string): Promise<void> {
+    if (this.ignored.has(id) || this.writes.get(register)?.has(id)) return Promise.resolve()
+    const pending = this.opening.get(id)
+    if (pending) return pending
+    if (this.opening.size >= MAX_OPENING) return Promise.resolve()
+    const opened = (async () => {
+      try {
+        const proof = await this.space.clockProof(id, { kind: 'validators', timeoutMs: GIVE_UP_MS })
+        const clock = await verifyVoted(this.trust, proof)
+        if (parseStored(regularWriteIn(clock, register))) this.keep(register, { proof, clock })
+        else this.ignore(id)
+      } catch {
+        this.ignore(id)
+      } finally {
+        this.opening.delete(id)
+      }
+    })()
+    this.opening.set(id, opened)
+    return opened
+  }
+
+  private ignore(id: string): void {
+    this.ignored.add(id)
+    if (this.ignored.size > 20_000) this.ignored.delete(this.ignored.values().next().value as string)
+  }
+
+  /** Keeps a certified write of `register`; past MAX_KEPT, its lowest-ranked go. */
+  private keep(register: string, held: Held): void {
+    let writes = this.writes.get(register)
+    if (!writes) this.writes.set(register, (writes = new Map()))
+    writes.set(held.proof.id, held)
+    if (writes.size <= MAX_KEPT) return
+    const lowest = [...writes].reduce((a, b) => (clockRank(b[1].clock, a[1].clock) < 0 ? b : a))
+    writes.delete(lowest[0])
   }
 }
-
-/** How many of a key's latest history entries a replica searches for the write that gave the key its value. */
-const MAX_SEARCHED = 64
 
 /** One client session of the store: what it has seen, and the checks that keep it causal whatever replica answers. */
 export class CausalSession {
   private readonly trust: Trust
-  private readonly clock = new Map<string, number>()
-  /** The write this session saw or made last per key, where it knows it: a served version must be it or win over it. */
-  private readonly seenWrites = new Map<string, { index: number; write: Write }>()
+  private readonly clock = new Map<string, Version>()
   constructor(trust: Trust) {
     this.trust = trust
   }
@@ -144,84 +310,71 @@ export class CausalSession {
    * Reads `key` from `replica`: its value, once the answer proves a version
    * this session may see.
    *
-   * @throws SteadError `gap` for a version older than one this session depends on (or none where it depends on one); `untrusted` for an answer that is not a proven write of the key; `bad-signature` from the proof's check.
+   * @throws SteadError `gap` for a version ranked below one this session depends on (or none where it depends on one); `untrusted` for an answer that is not a certified write of the key, or that declares dependencies its clock cannot follow; `bad-signature` and `unsupported` from the certificate's check.
    */
   async get(replica: Replica, key: string): Promise<RegisterValue | undefined> {
     const proof = await replica.get(key)
-    const need = this.clock.get(key) ?? 0
+    const need = this.clock.get(key)
     if (!proof) {
-      if (need > 0) throw new SteadError('gap', `the replica holds no version of ${key}; this session depends on ${need}`)
+      if (need) throw new SteadError('gap', `the replica holds no version of ${key}; this session depends on ${show(need)}`)
       return undefined
     }
-    const { certified, stored, write } = await this.open(proof, key)
-    if (certified.index < need) throw new SteadError('gap', `the replica served ${key} at ${certified.index}; this session depends on ${need}`)
-    // A later write that lost to the one this session saw never was the key's value.
-    const seen = this.seenWrites.get(key)
-    if (seen && seen.index !== certified.index && !registerWriteWins(write, seen.write)) {
-      throw new SteadError('untrusted', `the replica served a write of ${key} (at ${certified.index}) that lost to the one this session saw (at ${seen.index})`)
-    }
-    // Declared dependencies are versions its writer had applied: no later than the stable history its clock covers.
-    const beyond = stored.deps.find(([, version]) => version > certified.env.base)
-    if (beyond) throw new SteadError('untrusted', `the value of ${key} claims to depend on ${beyond[0]} at ${beyond[1]}, beyond what its writer had applied (${certified.env.base})`)
-    this.depend([[key, certified.index], ...stored.deps])
-    this.saw(key, certified, write)
+    const { clock, stored } = await this.open(proof, key)
+    const served = versionOf(clock)
+    if (need && compareVersions(served, need) < 0) throw new SteadError('gap', `the replica served ${key} at ${show(served)}; this session depends on ${show(need)}`)
+    // A cause's full clock is below its effect's: a declared dependency of weight at or above the write's is no cause of it.
+    const beyond = stored.deps.find(([, d]) => d.weight >= served.weight)
+    if (beyond) throw new SteadError('untrusted', `the value of ${key} claims to depend on ${beyond[0]} at ${show(beyond[1])}, which its clock (weight ${served.weight}) cannot follow`)
+    this.depend([[key, served], ...stored.deps])
     return stored.v
   }
 
   /**
    * Writes `key` through `replica` with this session's dependencies; from
-   * then on the session sees that write (or one that won over it).
+   * then on the session sees that write (or one ranked above it).
    *
-   * @throws SteadError `gap` from a replica behind this session; `untrusted` for an answer that is not the write asked for, whose clock does not cover the dependencies, or whose "current" version did not win over it.
+   * @throws SteadError `gap` from a replica that does not hold this session's dependencies; `untrusted` for an answer that is not the write asked for, or whose clock does not follow every dependency.
    */
-  async put(replica: Replica, key: string, value: RegisterValue): Promise<number> {
+  async put(replica: Replica, key: string, value: RegisterValue): Promise<Version> {
     const deps = this.dependencies
     const answer = await replica.put(key, value, deps)
-    const written = await this.open(answer.written, key)
-    if (!bytesEqual(encode(written.stored.v), encode(value)) || !bytesEqual(encode(written.stored.deps), encode(deps))) {
-      throw new SteadError('untrusted', `the replica's proof is of another write of ${key}`)
-    }
-    // The new version's clock follows every dependency: its base (the stable history its writer had applied) covers them.
-    const uncovered = deps.find(([, version]) => version > written.certified.env.base)
-    if (uncovered) throw new SteadError('untrusted', `the write of ${key} does not follow ${uncovered[0]} at ${uncovered[1]}`)
-    let version = written.certified.index
-    let saw = written
-    if (answer.current) {
-      // A concurrent put won: it must, by last-writer-wins (timestamp, then author), or the replica lies about it.
-      const current = await this.open(answer.current, key)
-      if (!registerWriteWins(current.write, written.write)) throw new SteadError('untrusted', `the replica says ${key} holds a version that did not win over this write`)
-      version = current.certified.index
-      saw = current
-    }
+    const { clock, stored } = await this.open(answer.written, key)
+    if (!bytesEqual(encode(stored.v), encode(value)) || !bytesEqual(encode(flat(stored.deps)), encode(flat(deps)))) throw new SteadError('untrusted', `the replica's proof is of another write of ${key}`)
+    if (answer.committed.length > deps.length) throw new SteadError('too-large', `${answer.committed.length} commit proofs for ${deps.length} dependencies`)
+    const committed = await Promise.all(answer.committed.map((p) => verifyCommitted(this.trust, p)))
+    const uncovered = deps.find(([, dep]) => !follows(dep, clock, committed))
+    if (uncovered) throw new SteadError('untrusted', `the write of ${key} does not follow ${uncovered[0]} at ${show(uncovered[1])}`)
+    const version = versionOf(clock)
     this.depend([[key, version]])
-    this.saw(key, saw.certified, saw.write)
     return version
   }
 
-  private async open(proof: ClockProof, key: string): Promise<{ certified: CommittedClock; stored: Stored; write: Write }> {
-    const certified = await verifyCommitted(this.trust, proof)
-    const write = writeIn(certified, keyOf(key))
-    const stored = write && parseStored(write.value)
-    if (!write || !stored) throw new SteadError('untrusted', `update ${certified.env.idHex} made no write of ${key} that the audit applied`)
-    return { certified, stored, write }
-  }
-
-  private saw(key: string, certified: CommittedClock, write: Write): void {
-    const seen = this.seenWrites.get(key)
-    if (!seen || certified.index > seen.index) this.seenWrites.set(key, { index: certified.index, write })
+  private async open(proof: ClockProof, key: string): Promise<{ clock: VotedClock; stored: { v: RegisterValue; deps: Dependencies } }> {
+    const clock = await verifyVoted(this.trust, proof)
+    const stored = parseStored(regularWriteIn(clock, keyOf(key)))
+    if (!stored) throw new SteadError('untrusted', `update ${clock.env.idHex} made no put of ${key}`)
+    return { clock, stored: { v: stored.v, deps: stored.deps.map(([k, author, seq, weight]) => [k, { author, seq, weight }] as const) } }
   }
 
   private depend(deps: Dependencies): void {
     const size = this.clock.size + new Set(deps.map(([k]) => k).filter((k) => !this.clock.has(k))).size
     if (size > MAX_DEPENDENCIES) throw new SteadError('too-large', `the session would depend on ${size} keys; at most ${MAX_DEPENDENCIES}`)
-    for (const [k, version] of deps) if (version > (this.clock.get(k) ?? 0)) this.clock.set(k, version)
+    for (const [k, version] of deps) {
+      const known = this.clock.get(k)
+      if (!known || compareVersions(version, known) > 0) this.clock.set(k, version)
+    }
   }
 }
+
+const flat = (deps: Dependencies): Stored['deps'] => deps.map(([k, d]) => [k, d.author, d.seq, d.weight])
+
+const show = (v: Version): string => `${v.author.slice(0, 8)}:${v.seq} (weight ${v.weight})`
 
 function parseStored(v: unknown): Stored | undefined {
   if (typeof v !== 'object' || v === null || !('v' in v) || !('deps' in v)) return undefined
   const deps = (v as { deps: unknown }).deps
-  const isDep = (d: unknown): d is [string, number] => Array.isArray(d) && d.length === 2 && typeof d[0] === 'string' && Number.isSafeInteger(d[1]) && (d[1] as number) > 0
+  const count = (n: unknown): boolean => Number.isSafeInteger(n) && (n as number) > 0
+  const isDep = (d: unknown): d is Stored['deps'][number] => Array.isArray(d) && d.length === 4 && typeof d[0] === 'string' && typeof d[1] === 'string' && count(d[2]) && count(d[3])
   if (!Array.isArray(deps) || deps.length > MAX_DEPENDENCIES || !deps.every(isDep)) return undefined
   return { v: (v as { v: RegisterValue }).v, deps }
 }

@@ -2,7 +2,7 @@
  * What the Chrono examples trust and how they read a proven update: the
  * relays' keys, and the value an update's signed envelope wrote to a key.
  */
-import { SteadError, envelopeUnits, verifyClockCertificate, type CertifiedClock, type Crypto, type RegisterOp, type RegisterWrite, type Signed, type ClockCertificate } from '@stead/core'
+import { SteadError, envelopeUnits, verifyClockCertificate, type CertifiedClock, type Crypto, type RegisterOp, type Signed, type ClockCertificate } from '@stead/core'
 
 /** The relays' keys (the cluster file's), and nothing else, vouch for clock proofs. */
 export interface ClusterKeys {
@@ -16,13 +16,13 @@ export interface Trust {
   readonly cluster: ClusterKeys
 }
 
-/** A certified clock with the stable index its update took: what these examples order safe updates by. */
+/** A certified clock with the stable index its update took: what a commit's proof gives. */
 export type CommittedClock = CertifiedClock & { readonly index: number }
 
 /**
  * Checks a clock proof (see `verifyClockCertificate`) and that it is the
- * proof of a commit: these examples order by stable index, which a proof
- * from before the order (the relays' clock votes) does not give.
+ * proof of a commit, which states the stable index the update took (the
+ * causal store's proof that a dependency is within a write's base).
  *
  * @throws SteadError as `verifyClockCertificate`, and `unsupported` for a proof from before the commit.
  */
@@ -53,7 +53,7 @@ export async function verifyVoted(trust: Trust, proof: { readonly envelope: Sign
  * The value of the one regular register write a signed update made to
  * `key`, and nothing else to it; undefined otherwise. It is the author's
  * word, signed, whatever the order later makes of it (the mutual
- * exclusion example's messages need no more).
+ * exclusion's messages and the causal store's puts need no more).
  */
 export function regularWriteIn(certified: CertifiedClock, key: string): unknown {
   const touching = envelopeUnits(certified.env).filter((u) => (u.kind === 'op' ? u.key === key : u.items.some((i) => i.key === key)))
@@ -61,27 +61,4 @@ export function regularWriteIn(certified: CertifiedClock, key: string): unknown 
   if (touching.length !== 1 || only?.kind !== 'op') return undefined
   const op = only.op as RegisterOp
   return Array.isArray(op) && op[0] === 's' ? op[1] : undefined
-}
-
-/** A register write an update made and the audit applied (its writer is the update's author); `registerWriteWins` orders them. */
-export type Write = RegisterWrite
-
-/**
- * The one register write a certified update made to `key` in a safe group
- * the audit did not reject; none if it made no such write, several, or a
- * regular write of the key as well. A
- * unit the audit rejected (the key holds another type, say) never took
- * effect, though its envelope committed: it is not a write.
- */
-export function writeIn(certified: CertifiedClock, key: string): Write | undefined {
-  const units = envelopeUnits(certified.env)
-  // A regular write of the key beside it may be what the register holds: no single write, then.
-  if (units.some((u) => u.kind === 'op' && u.key === key)) return undefined
-  const writes = units
-    .filter((u) => u.kind === 'group' && !certified.rejected.includes(u.unit))
-    .flatMap((u) => (u.kind === 'group' ? u.items.filter((i) => i.key === key) : []))
-  if (writes.length !== 1) return undefined
-  const { op, tag } = writes[0] as { op: RegisterOp; tag: string }
-  // The audit applied it, so it is a valid op of the key's type: a register's write, or not one.
-  return Array.isArray(op) && op[0] === 's' ? { value: op[1], t: op[2], replica: certified.env.authorId, tag } : undefined
 }
