@@ -21,13 +21,11 @@
 import { writeFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { performance } from 'node:perf_hooks'
-import { fromHex } from '@stead/core'
-import { nodeCrypto } from '@stead/core/node'
 import type { Space, SteadClient } from '@stead/client'
 import { reportArgs } from './args.ts'
-import { BenchCluster } from './cluster.ts'
+import { BenchCluster, relayTrust } from './cluster.ts'
 import { openSdkSpace } from './load/sdk.ts'
-import { Samples, type LatencySummary } from './stats.ts'
+import { Samples, formatLatency, printRunMedians, type LatencySummary } from './stats.ts'
 
 const values = reportArgs('usage: npm run bench:chrono-mutex -- [--members 3] [--turns 30] [--runs 3] [--baseline FILE] [--json FILE]', {
   members: { type: 'string', default: '3' },
@@ -61,8 +59,7 @@ interface Row {
 
 const rows: Row[] = []
 const cluster = await BenchCluster.start({ kind: 'stead', n: 4 })
-const trust = { crypto: nodeCrypto, cluster: { f: cluster.descriptor.f, relayKeys: cluster.descriptor.relays.map((r) => fromHex(r.publicKey)) } }
-const fmt = (s: LatencySummary | null): string => (s ? `p50 ${s.p50.toFixed(1)} / p95 ${s.p95.toFixed(1)} / max ${s.max.toFixed(1)} ms (${s.count})` : '-')
+const trust = relayTrust(cluster.descriptor)
 try {
   for (let run = 1; run <= runs; run++) {
     for (const { name, Mutex } of kinds) {
@@ -89,7 +86,7 @@ try {
         for (let t = 0; t < Math.max(1, Math.round(turns / n)); t++) await Promise.all(members.map((m) => acquire(m, contended)))
         const row = { kind: name, run, single: single.summary(), contended: contended.summary() }
         rows.push(row)
-        console.log(`run ${run} ${name}: single ${fmt(row.single)}; contended ${fmt(row.contended)}`)
+        console.log(`run ${run} ${name}: single ${formatLatency(row.single)}; contended ${formatLatency(row.contended)}`)
       } finally {
         for (const m of members) m.close()
         for (const o of opened) await o.owner.close()
@@ -99,14 +96,5 @@ try {
 } finally {
   await cluster.stop()
 }
-for (const { name } of kinds) {
-  for (const exp of ['single', 'contended'] as const) {
-    const p50s = rows
-      .filter((r) => r.kind === name)
-      .map((r) => r[exp]?.p50)
-      .filter((x): x is number => x !== undefined)
-      .sort((a, b) => a - b)
-    if (p50s.length) console.log(`${name}, ${exp}: median of the runs' p50 ${p50s[p50s.length >> 1]?.toFixed(1)} ms (runs ${p50s[0]?.toFixed(1)}-${p50s.at(-1)?.toFixed(1)})`)
-  }
-}
+printRunMedians(rows, kinds.map((k) => k.name), ['single', 'contended'])
 if (values.json) writeFileSync(String(values.json), JSON.stringify(rows, null, 2))

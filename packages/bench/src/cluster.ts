@@ -2,7 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { toHex } from '@stead/core'
+import { fromHex, toHex } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
 import { generateIdentity, writeIdentity } from '@stead/relay'
 import { freePort, sleep, stopRelays, waitHealthy } from '@stead/relay/testing'
 
@@ -34,6 +35,11 @@ export interface ClusterSpec {
 export interface ClusterDescriptor {
   readonly f: number
   readonly relays: ReadonlyArray<{ readonly id: string; readonly publicKey: string; readonly api: string }>
+}
+
+/** What the Chrono examples trust: the cluster's relay keys (with Node's crypto to check them). */
+export function relayTrust(d: ClusterDescriptor): { crypto: typeof nodeCrypto; cluster: { f: number; relayKeys: Uint8Array[] } } {
+  return { crypto: nodeCrypto, cluster: { f: d.f, relayKeys: d.relays.map((r) => fromHex(r.publicKey)) } }
 }
 
 export interface BenchRelay {

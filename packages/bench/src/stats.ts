@@ -46,3 +46,25 @@ export function median(xs: readonly number[]): number {
   const mid = s.length >> 1
   return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2
 }
+
+/**
+ * Prints, per implementation and experiment, the median of the runs' p50
+ * and their range: what the A/B reports (one row per run and kind) sum up.
+ */
+export function printRunMedians<E extends string>(rows: ReadonlyArray<{ readonly kind: string } & { readonly [K in E]: LatencySummary | null }>, kinds: readonly string[], experiments: readonly E[]): void {
+  for (const name of kinds) {
+    for (const exp of experiments) {
+      const p50s = rows
+        .filter((r) => r.kind === name)
+        .map((r) => r[exp]?.p50)
+        .filter((x): x is number => x !== undefined)
+        .sort((a, b) => a - b)
+      if (p50s.length) console.log(`${name}, ${exp}: median of the runs' p50 ${p50s[p50s.length >> 1]?.toFixed(1)} ms (runs ${p50s[0]?.toFixed(1)}-${p50s.at(-1)?.toFixed(1)})`)
+    }
+  }
+}
+
+/** One latency summary on a line: p50 / p95 / max and the count. */
+export function formatLatency(s: LatencySummary | null): string {
+  return s ? `p50 ${s.p50.toFixed(1)} / p95 ${s.p95.toFixed(1)} / max ${s.max.toFixed(1)} ms (${s.count})` : '-'
+}

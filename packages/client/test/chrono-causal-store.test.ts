@@ -184,7 +184,7 @@ describe('the session’s checks, against certificates of the test’s own relay
     // The session read x, written by `other` at seq 3 (weight 10).
     const x = await f.put(other, { key: 'x', value: 'x', deps: [], seq: 3 })
     await session.get(scripted(undefined as never, { x: await f.voted(x, 10) }), 'x')
-    const dep = ['x', other.id, 3, 10]
+    const dep = ['x', other.id, 3, 10, x.idHex]
     const answer = (env: Envelope, weight: number, committed: ClockProof[] = []): Replica => ({ get: async () => undefined, put: async () => ({ written: await f.voted(env, weight), committed }) })
     // Not listing x, base 0, no commit proof: does not follow.
     const blind = await f.put(w, { key: 'y', value: 2, deps: [dep] })
@@ -194,28 +194,43 @@ describe('the session’s checks, against certificates of the test’s own relay
     await expect(session.put(answer(listed, 20), 'y', 3)).rejects.toMatchObject({ reason: 'untrusted', message: expect.stringContaining('another write') })
     const noDeps = await f.put(w, { key: 'y', value: 2, deps: [], clock: [[other.id, 3]], seq: 3 })
     await expect(session.put(answer(noDeps, 20), 'y', 2)).rejects.toMatchObject({ reason: 'untrusted', message: expect.stringContaining('another write') })
+    // Listing x at its seq, but with a weight not above x's: no cause of it ranks below it.
+    await expect(session.put(answer(listed, 10), 'y', 2)).rejects.toMatchObject({ reason: 'untrusted', message: expect.stringContaining('does not follow x') })
     // Listing x at its seq: follows.
-    expect(await session.put(answer(listed, 20), 'y', 2)).toEqual({ author: w.id, seq: 2, weight: 20 })
-    // Through the base: only with x's commit at or below it.
-    const based = await f.put(w, { key: 'z', value: 1, deps: [dep, ['y', w.id, 2, 20]], base: 7, seq: 4 })
-    const fresh = new CausalSession(f.trust)
-    await fresh.get(scripted(undefined as never, { x: await f.voted(x, 10) }), 'x')
-    await fresh.put(answer(listed, 20), 'y', 2)
-    await expect(fresh.put(answer(based, 30), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
-    await expect(fresh.put(answer(based, 30, [await f.committed(x, 8)]), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
-    expect(await fresh.put(answer(based, 30, [await f.committed(x, 7)]), 'z', 1)).toEqual({ author: w.id, seq: 4, weight: 30 })
+    expect(await session.put(answer(listed, 20), 'y', 2)).toEqual({ author: w.id, seq: 2, weight: 20, id: listed.idHex })
   })
 
-  it('refuses a value that declares a dependency its clock cannot follow', async () => {
+  it('takes a dependency covered by the write’s base only with the commit of that very envelope, at or below the base', async () => {
     const f = await forger()
     const [w, other] = [await f.author(), await f.author()]
-    const lie = await f.put(w, { key: 'album', value: 'shows photo', deps: [['photo', other.id, 1, 50]] })
+    const x = await f.put(other, { key: 'x', value: 'x', deps: [], seq: 3 })
+    // `other` equivocated: a twin of x (same author and seq) that no quorum voted for, committed.
+    const twin = await f.put(other, { key: 'x', value: 'twin', deps: [], seq: 3 })
+    const unrelated = await f.put(other, { key: 'u', value: 'u', deps: [], seq: 2 })
+    const session = new CausalSession(f.trust)
+    await session.get(scripted(undefined as never, { x: await f.voted(x, 10) }), 'x')
+    const based = await f.put(w, { key: 'z', value: 1, deps: [['x', other.id, 3, 10, x.idHex]], base: 7, seq: 4 })
+    const answer = (committed: ClockProof[]): Replica => ({ get: async () => undefined, put: async () => ({ written: await f.voted(based, 30), committed }) })
+    await expect(session.put(answer([]), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
+    await expect(session.put(answer([await f.committed(x, 8)]), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
+    await expect(session.put(answer([await f.committed(twin, 5)]), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
+    await expect(session.put(answer([await f.committed(unrelated, 5)]), 'z', 1)).rejects.toMatchObject({ reason: 'untrusted' })
+    // More commit proofs than dependencies: refused before any is checked.
+    await expect(session.put(answer([await f.committed(x, 7), await f.committed(twin, 5)]), 'z', 1)).rejects.toMatchObject({ reason: 'too-large' })
+    expect(await session.put(answer([await f.committed(x, 7)]), 'z', 1)).toEqual({ author: w.id, seq: 4, weight: 30, id: based.idHex })
+  })
+
+  it('refuses a value that declares a dependency ranked at or above its write', async () => {
+    const f = await forger()
+    const [w, other] = [await f.author(), await f.author()]
+    const photo = await f.put(other, { key: 'photo', value: 'p', deps: [] })
+    const lie = await f.put(w, { key: 'album', value: 'shows photo', deps: [['photo', other.id, 1, 50, photo.idHex]] })
     await expect(new CausalSession(f.trust).get(scripted(undefined as never, { album: await f.voted(lie, 50) }), 'album')).rejects.toMatchObject({ reason: 'untrusted' })
     const bob = new CausalSession(f.trust)
     expect(await bob.get(scripted(undefined as never, { album: await f.voted(lie, 51) }), 'album')).toBe('shows photo')
-    expect(new Map(bob.dependencies).get('photo')).toEqual({ author: other.id, seq: 1, weight: 50 })
+    expect(new Map(bob.dependencies).get('photo')).toEqual({ author: other.id, seq: 1, weight: 50, id: photo.idHex })
     // Malformed declared dependencies are no put at all.
-    const junk = await f.put(w, { key: 'album', value: 'x', deps: [['photo', other.id, 0, 5]], seq: 2 })
+    const junk = await f.put(w, { key: 'album', value: 'x', deps: [['photo', other.id, 0, 5, photo.idHex]], seq: 2 })
     await expect(new CausalSession(f.trust).get(scripted(undefined as never, { album: await f.voted(junk, 60) }), 'album')).rejects.toMatchObject({ reason: 'untrusted' })
   })
 })
