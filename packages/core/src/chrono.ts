@@ -170,8 +170,8 @@ export async function verifyClockCertificate(crypto: Crypto, cluster: Cluster, e
   return { env, index: d[2], rejected: d[3].map(([unit]) => unit) }
 }
 
-/** How many distinct relays of the cluster validly signed `bytes` (a relay counted once, unknown ones not at all). */
-async function countSigners(crypto: Crypto, cluster: Cluster, bytes: Uint8Array, signatures: ReadonlyArray<RelaySignature>): Promise<number> {
+/** How many distinct relays of the cluster validly signed `bytes` (a relay counted once, unknown ones not at all): what every certificate check counts. */
+export async function countSigners(crypto: Crypto, cluster: Cluster, bytes: Uint8Array, signatures: ReadonlyArray<RelaySignature>): Promise<number> {
   const seen = new Set<number>()
   const checks: Array<Promise<boolean>> = []
   for (const { relay, sig } of signatures) {
