@@ -864,3 +864,71 @@ describe('consensus core', () => {
     expect(back.committedRound).toBe(cores[2]!.committedRound)
   })
 })
+
+describe('epochs', () => {
+  const epoch1: Committee = { ...committee, epoch: 1, startRound: 100 }
+  const genesis100 = (a: number): BlockRef[] => [a, ...[0, 1, 2, 3].filter((x) => x !== a)].map((x) => ({ round: 100, author: x, digest: GENESIS_DIGEST }))
+  const verdict = (c: Committee, block: Block): string => {
+    try {
+      decodeMessage(crypto, c, encodeMessage({ kind: 'block', block }))
+      return 'accepted'
+    } catch (e) {
+      return `${(e as SteadError).reason}: ${(e as SteadError).message}`
+    }
+  }
+
+  it('four cores of epoch 1, whose DAG starts above round 100, commit every envelope once, in one order, in blocks that name their epoch', async () => {
+    const cores = [0, 1, 2, 3].map((me) => new ConsensusCore({ committee: epoch1, me, secretKey: secrets[me]!, crypto, inspect, paceMs: 0 }))
+    expect(cores.map((c) => c.currentRound)).toEqual([100, 100, 100, 100])
+    const inbox: Array<{ from: number; out: Output }> = []
+    const commits: string[][] = [[], [], [], []]
+    const anchors: number[] = []
+    const blocks: Block[] = []
+    const route = (from: number, outs: Output[]) => {
+      for (const o of outs) inbox.push({ from, out: o })
+    }
+    for (let seq = 1; seq <= 5; seq++) route(seq % 4, submitTo(cores[seq % 4]!, await envelope(seq)))
+    for (let steps = 0; inbox.length; steps++) {
+      expect(steps).toBeLessThan(20_000)
+      const { from, out } = inbox.shift()!
+      if (out.type === 'send') route(out.to, cores[out.to]!.onMessage(from, decodeMessage(crypto, epoch1, encodeMessage(out.message))))
+      else if (out.type === 'broadcast') {
+        if (out.message.kind === 'block') blocks.push(out.message.block)
+        for (let to = 0; to < 4; to++) if (to !== from) route(to, cores[to]!.onMessage(from, decodeMessage(crypto, epoch1, encodeMessage(out.message))))
+      } else if (out.type === 'commit') {
+        commits[from]!.push(...out.commit.payloadIds)
+        anchors.push(out.commit.anchorRound)
+      } else if (out.type === 'timer' && cores[from]!.busy) route(from, cores[from]!.onTimer(out.name, out.round))
+    }
+    for (const c of commits) expect(c).toEqual(commits[0])
+    expect(new Set(commits[0]).size).toBe(5)
+    expect(Math.min(...anchors)).toBeGreaterThan(100)
+    expect(blocks.length).toBeGreaterThan(0)
+    for (const b of blocks) {
+      expect(b.header.round).toBeGreaterThan(100)
+      expect((decode(b.signed.bytes) as unknown[]).slice(0, 2)).toEqual(['stead/block/v3', 1])
+      // Another epoch's committee (the same relays) refuses every one of them.
+      expect(verdict(committee, b)).toMatch(/^malformed: .*a block of epoch 1/)
+    }
+  })
+
+  it('refuses blocks of another epoch, at or below its genesis round, and references before it', () => {
+    const sign = (a: number, header: Partial<Block['header']>) => signBlock(crypto, secrets[a]!, { round: 101, author: a, ancestors: genesis100(a), payload: [], epoch: 1, ...header })
+    expect(verdict(epoch1, sign(0, {}))).toBe('accepted')
+    // Epoch 0's format, or another epoch's.
+    expect(verdict(epoch1, signBlock(crypto, secrets[0]!, { round: 101, author: 0, ancestors: genesis100(0), payload: [] }))).toMatch(/^malformed: .*a block of epoch 0/)
+    expect(verdict(epoch1, sign(0, { epoch: 2 }))).toMatch(/^malformed: .*a block of epoch 2/)
+    // A v3 block that names epoch 0 is no block of epoch 0 (one format per epoch, one digest per block).
+    const v3zero = encode(['stead/block/v3', 0, 1, 0, genesisFor(0).map((a) => [a.round, a.author, a.digest]), []])
+    expect(verdict(committee, { ...smallDag().r1[0]!, signed: { bytes: v3zero, sig: signSync(secrets[0]!, v3zero) } })).toMatch(/^malformed: .*a block of epoch 0 \(stead\/block\/v3\)/)
+    // Rounds of the epoch start above its genesis round; references reach no further back than it, where they are genesis.
+    expect(verdict(epoch1, sign(0, { round: 100, ancestors: genesis100(0).map((a) => ({ ...a, round: 99 })) }))).toMatch(/start at 101/)
+    expect(verdict(epoch1, sign(0, { ancestors: genesis100(0).map((a, i) => (i === 3 ? { ...a, round: 99 } : a)) }))).toMatch(/before this epoch's genesis round 100/)
+    const r101 = [0, 1, 2, 3].map((a) => sign(a, { ancestors: genesis100(a) }))
+    const onTop = (a: number, refs: BlockRef[]) => sign(a, { round: 102, ancestors: refs })
+    expect(verdict(epoch1, onTop(1, [refOf(r101[1]!), refOf(r101[0]!), refOf(r101[2]!)]))).toBe('accepted')
+    expect(verdict(epoch1, onTop(1, [refOf(r101[1]!), refOf(r101[0]!), refOf(r101[2]!), { round: 100, author: 3, digest: new Uint8Array(32).fill(7) }]))).toMatch(/round-100 block other than genesis/)
+    // Epoch 0's committee cannot start elsewhere than round 0.
+    expect(() => new ConsensusCore({ committee: { ...committee, startRound: 5 }, me: 0, secretKey: secrets[0]!, crypto, inspect })).toThrow(/epoch 0 starts at round 0/)
+  })
+})

@@ -89,13 +89,15 @@ export function epochQuorum(c: RelayCommittee): number {
 }
 
 /**
- * What is wrong with a committee (N < 3f+1, more than MAX_COMMITTEE
+ * What is wrong with a committee (N other than 3f+1, more than MAX_COMMITTEE
  * members, keys or ids not distinct, a key not 32 bytes, an empty id or
  * address), or null.
  */
 export function committeeProblem(c: RelayCommittee): string | null {
   const cluster = checkCluster(clusterOf(c))
   if (cluster) return cluster
+  // The relays' quorums of 2f+1 assume N = 3f+1 exactly: a committee of another size would stop its consensus.
+  if (c.members.length !== 3 * c.f + 1) return `${c.members.length} relays with f = ${c.f}: a committee has exactly 3f+1 (4, 7, 10, ...)`
   if (c.members.length > MAX_COMMITTEE) return `${c.members.length} members; a committee has at most ${MAX_COMMITTEE}`
   if (c.members.some((m) => m.publicKey.length !== 32)) return 'a member key is not 32 bytes'
   if (new Set(c.members.map((m) => toHex(m.publicKey))).size !== c.members.length) return 'member keys must be distinct'

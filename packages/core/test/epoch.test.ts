@@ -38,6 +38,7 @@ describe('epoch certificates', () => {
     const members = change.next.members.map((m) => [m.id, m.publicKey, m.api, m.mesh, null])
     const bad = (f: number, ms: unknown[]): Uint8Array => encode(['stead/epoch-change/v1', 1, 10, digest(1), f, ms])
     expect(() => decodeEpochChange(bad(3, members))).toThrow(/cannot tolerate f = 3/)
+    expect(() => decodeEpochChange(bad(1, members))).toThrow(/exactly 3f\+1/)
     expect(() => decodeEpochChange(bad(1, [...members.slice(0, 3), members[0]]))).toThrow(/keys must be distinct/)
     expect(() => decodeEpochChange(bad(1, members.map((m) => [...m.slice(0, 2), '', ...m.slice(3)])))).toThrow(/api/)
     expect(() => encodeEpochChange({ ...change, stateDigest: new Uint8Array(31) })).toThrow(/stateDigest/)

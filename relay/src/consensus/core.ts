@@ -1,7 +1,7 @@
 import { SteadError, toHex } from '@stead/core'
 import { roundRobin } from './committer.ts'
 import { Dag, assert, type DagBlock, type Ref } from './dag.ts'
-import { GENESIS_HEX, committeeSize, quorum, validateCommittee, type Block, type BlockRef, type Message } from './messages.ts'
+import { GENESIS_HEX, committeeSize, genesisRoundOf, quorum, validateCommittee, type Block, type BlockRef, type Message } from './messages.ts'
 import { PayloadQueue, type PayloadInfo } from './payload.ts'
 import { InvariantChecker } from './invariants.ts'
 import { Synchronizer } from './sync.ts'
@@ -84,7 +84,7 @@ export class ConsensusCore {
       syncIntervalMs: config.syncIntervalMs ?? 500,
       ownLastTimeoutMs: config.ownLastTimeoutMs ?? 0,
     }
-    this.dag = new Dag(q, n)
+    this.dag = new Dag(q, n, genesisRoundOf(config.committee))
     this.sync = new Synchronizer(n, config.maxSuspended ?? 10_000)
     this.payload = new PayloadQueue({
       maxBlockEnvelopes: config.maxBlockEnvelopes ?? 1000,
@@ -141,7 +141,7 @@ export class ConsensusCore {
   /** A compact picture of the last few rounds, for logs, status pages and failing simulations. */
   describe(): string {
     const rounds: string[] = []
-    for (let r = Math.max(1, this.dag.highestRound - 3); r <= this.dag.highestRound; r++) {
+    for (let r = Math.max(genesisRoundOf(this.ctx.committee) + 1, this.dag.highestRound - 3); r <= this.dag.highestRound; r++) {
       const authors = this.dag
         .atRound(r)
         .map((b) => `${b.author}${b.block.header.payload.length ? '*' : ''}`)
@@ -590,9 +590,9 @@ export class ConsensusCore {
   /** After a commit: everything at or below the new GC round goes, from every sub-protocol. */
   private collectGarbage(out: Output[]): void {
     const committed = this.linearizer.committedRound
-    const gc = Math.max(0, committed - this.ctx.gcDepth)
+    const gc = Math.max(genesisRoundOf(this.ctx.committee), committed - this.ctx.gcDepth)
     if (gc <= this.dag.gcRound) return
-    assert(gc < committed || committed === 0, `GC round ${gc} reaches the last commit ${committed}`)
+    assert(gc < committed, `GC round ${gc} reaches the last commit ${committed}`)
     for (const gone of this.dag.collect(gc)) this.linearizer.collected(gone, out)
     this.linearizer.forget(gc)
     this.proposer.collect(gc)

@@ -45,14 +45,21 @@ export class Dag {
   private readonly rounds = new Map<number, Map<number, DagBlock[]>>()
   /** Per block: slot → the block of that slot it supports, or null (the first one met depth first). Goes with the block. */
   private readonly supportMemo = new WeakMap<DagBlock, Map<string, string | null>>()
-  private clock = 1
-  private highest = 0
-  private gc = 0
+  private clock: number
+  private highest: number
+  private gc: number
 
-  /** `quorum` authors make a round (2f+1) of the committee's `authors` (n). */
-  constructor(quorum: number, authors: number) {
+  /**
+   * `quorum` authors make a round (2f+1) of the committee's `authors` (n).
+   * `genesis` is the epoch's genesis round (0 for epoch 0): its blocks are
+   * implicit, as if collected, and the clock starts right above it.
+   */
+  constructor(quorum: number, authors: number, genesis = 0) {
     this.quorum = quorum
     this.authors = authors
+    this.clock = genesis + 1
+    this.highest = genesis
+    this.gc = genesis
   }
 
   /** Blocks at or below this round are gone and never needed again. */
@@ -87,7 +94,7 @@ export class Dag {
 
   /** Whether a reference needs no block: genesis, or at or below the GC round. */
   settled(ref: Ref): boolean {
-    return ref.round === 0 || ref.round <= this.gc
+    return ref.round <= this.gc
   }
 
   accept(block: Block): DagBlock {

@@ -19,8 +19,8 @@ interface PendingWork {
  */
 export class Linearizer {
   /** Leader slots up to this round are decided (committed or skipped). */
-  private lastDecided = 0
-  private lastCommitRound = 0
+  private lastDecided: number
+  private lastCommitRound: number
   /** Blocks, slots and envelope ids already ordered (at most one block per slot ever is), within the window. */
   private readonly ordered = new OrderedRecord()
   /**
@@ -37,6 +37,9 @@ export class Linearizer {
   constructor(ctx: Pick<CoreContext, 'rule'>, dag: Dag) {
     this.ctx = ctx
     this.dag = dag
+    // A new DAG starts collected up to its epoch's genesis round: nothing there is left to decide.
+    this.lastDecided = dag.gcRound
+    this.lastCommitRound = dag.gcRound
   }
 
   get decidedRound(): number {

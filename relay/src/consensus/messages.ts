@@ -18,7 +18,24 @@ export interface Committee {
    * weakened commit rule is caught.
    */
   readonly directQuorum?: number
+  /**
+   * The epoch this committee rules (0, the cluster file's, unless set):
+   * its blocks carry it, and blocks of any other epoch are refused.
+   */
+  readonly epoch?: number
+  /**
+   * The round its epoch starts after: the epoch's genesis (0 for epoch 0).
+   * Its blocks are of later rounds; their references to this round are
+   * genesis references, and nothing of an earlier round is referenced.
+   */
+  readonly startRound?: number
 }
+
+/** The epoch a committee rules. */
+export const epochOf = (c: Committee): number => c.epoch ?? 0
+
+/** The genesis round of a committee's epoch: its first blocks are of the next round. */
+export const genesisRoundOf = (c: Committee): number => c.startRound ?? 0
 
 export function committeeSize(c: Committee): number {
   return c.keys.length
@@ -36,6 +53,8 @@ export function validateCommittee(c: Committee): string | null {
   // two quorums of 2f+1 can meet in a Byzantine relay alone, and safety is gone.
   if (c.keys.length !== 3 * c.f + 1) return `${c.keys.length} relays with f = ${c.f}: N must be exactly 3f+1 (4, 7, 10, ... relays); with more, quorums of 2f+1 could meet in a Byzantine relay only`
   if (c.keys.some((k) => k.length !== 32)) return 'relay keys must be 32-byte Ed25519 public keys'
+  if (!Number.isSafeInteger(epochOf(c)) || epochOf(c) < 0 || !Number.isSafeInteger(genesisRoundOf(c)) || genesisRoundOf(c) < 0) return 'epoch and start round must be non-negative integers'
+  if (epochOf(c) === 0 && genesisRoundOf(c) !== 0) return 'epoch 0 starts at round 0'
   if (new Set(c.keys.map(toHex)).size !== c.keys.length) return 'relay keys must be distinct'
   return null
 }
@@ -73,6 +92,8 @@ export interface BlockHeader {
   readonly ancestors: readonly BlockRef[]
   /** Client envelopes as received: msgpack [bytes, sig] frames. */
   readonly payload: readonly Uint8Array[]
+  /** The epoch it belongs to; absent for epoch 0. */
+  readonly epoch?: number
 }
 
 /** A block as received: its signed bytes, the decoded header and its digest (sha256 of the bytes). */
@@ -167,10 +188,15 @@ export const DEFAULT_MESSAGE_LIMITS: MessageLimits = Object.freeze({
   maxFetchDigests: 1000,
 })
 
+/** Blocks of epoch 0 (the cluster file's committee) keep the format relays wrote before epochs existed. */
 const BLOCK_TAG = 'stead/block/v2'
+/** Blocks of later epochs sign their epoch too: a block of one epoch is never taken for one of another. */
+const EPOCH_BLOCK_TAG = 'stead/block/v3'
 
 export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: BlockHeader): Block {
-  const bytes = encode([BLOCK_TAG, header.round, header.author, header.ancestors.map((a) => [a.round, a.author, a.digest]), header.payload])
+  const epoch = header.epoch ?? 0
+  const ancestors = header.ancestors.map((a) => [a.round, a.author, a.digest])
+  const bytes = encode(epoch === 0 ? [BLOCK_TAG, header.round, header.author, ancestors, header.payload] : [EPOCH_BLOCK_TAG, epoch, header.round, header.author, ancestors, header.payload])
   const signed = { bytes, sig: crypto.sign(secretKey, bytes) }
   const digest = crypto.sha256(bytes)
   return { signed, header, digest, digestHex: toHex(digest), verified: true }
@@ -191,10 +217,19 @@ export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: Blo
 export type VerifyFilter = (digestHex: string, round: number) => boolean
 
 export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: boolean | VerifyFilter = true): Block {
-  const v = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
-  if (v.length !== 5 || v[0] !== BLOCK_TAG) throw new SteadError('malformed', `not a ${BLOCK_TAG}`)
+  const raw = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
+  let v: unknown[]
+  let epoch = 0
+  if (raw.length === 5 && raw[0] === BLOCK_TAG) v = raw
+  else if (raw.length === 6 && raw[0] === EPOCH_BLOCK_TAG) {
+    epoch = expect.uint(raw[1], 'block.epoch')
+    v = [raw[0], ...raw.slice(2)]
+  } else throw new SteadError('malformed', `not a ${BLOCK_TAG} or ${EPOCH_BLOCK_TAG}`)
+  // v3 names epochs after 0 only: one block format per epoch, so a block has one digest.
+  if (epoch !== epochOf(committee) || (raw[0] === EPOCH_BLOCK_TAG && epoch === 0)) throw new SteadError('malformed', `a block of epoch ${epoch} (${String(raw[0])}); this committee rules epoch ${epochOf(committee)}`)
   const round = expect.uint(v[1], 'block.round')
-  if (round < 1) throw new SteadError('malformed', 'block rounds start at 1')
+  const genesis = genesisRoundOf(committee)
+  if (round <= genesis) throw new SteadError('malformed', `block rounds of epoch ${epoch} start at ${genesis + 1}`)
   const author = expect.uint(v[2], 'block.author')
   const n = committee.keys.length
   const key = committee.keys[author]
@@ -214,12 +249,13 @@ export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Sign
   const digestHex = toHex(digest)
   const check = typeof verify === 'function' ? verify(digestHex, round) : verify
   if (check && !crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
-  return { signed, header: { round, author, ancestors, payload }, digest, digestHex, verified: check }
+  return { signed, header: { round, author, ancestors, payload, ...(epoch ? { epoch } : {}) }, digest, digestHex, verified: check }
 }
 
 /** The ancestor rules of a block, which need no other block (Sui's block verifier). Null when they hold. */
 function ancestorProblem(committee: Committee, round: number, author: number, ancestors: readonly BlockRef[]): string | null {
   const n = committee.keys.length
+  const genesis = genesisRoundOf(committee)
   if (ancestors.length === 0) return 'no ancestors'
   const authors = new Set<number>()
   let atPrevious = 0
@@ -229,9 +265,10 @@ function ancestorProblem(committee: Committee, round: number, author: number, an
     if (authors.has(a.author)) return `two ancestors by relay ${a.author}`
     authors.add(a.author)
     if (a.round >= round) return `ancestor ${i} is from round ${a.round}, not below ${round}`
-    if (a.round === 0 && !a.digest.every((b) => b === 0)) return `ancestor ${i} is a round-0 block other than genesis`
+    if (a.round < genesis) return `ancestor ${i} is from round ${a.round}, before this epoch's genesis round ${genesis}`
+    if (a.round === genesis && !a.digest.every((b) => b === 0)) return `ancestor ${i} is a round-${genesis} block other than genesis`
     // No block has the genesis digest: a core that took it as held accepted such a block and stopped on its invariant check.
-    if (a.round > 0 && a.digest.every((b) => b === 0)) return `ancestor ${i} names genesis at round ${a.round}`
+    if (a.round > genesis && a.digest.every((b) => b === 0)) return `ancestor ${i} names genesis at round ${a.round}`
     if (a.round === round - 1) atPrevious++
   }
   if (atPrevious < quorum(committee)) return `needs ${quorum(committee)} ancestors from round ${round - 1}, has ${atPrevious}`

@@ -1,5 +1,5 @@
 import { assert, type Dag } from './dag.ts'
-import { GENESIS_DIGEST, signBlock, type Block, type BlockRef } from './messages.ts'
+import { GENESIS_DIGEST, epochOf, genesisRoundOf, signBlock, type Block, type BlockRef } from './messages.ts'
 import type { PayloadInfo, PayloadQueue } from './payload.ts'
 import type { CoreContext, Output, RecoveredState } from './types.ts'
 
@@ -62,9 +62,15 @@ export class Proposer {
 
   constructor(v: ProposerView) {
     this.v = v
+    // Nothing of ours below the epoch's genesis round exists, nor may be referenced.
+    this.state.lastProposed = this.genesis
   }
 
-  /** The round of our latest block (0 before the first). */
+  private get genesis(): number {
+    return genesisRoundOf(this.v.ctx.committee)
+  }
+
+  /** The round of our latest block (the epoch's genesis round before the first). */
   get lastProposed(): number {
     return this.state.lastProposed
   }
@@ -145,13 +151,13 @@ export class Proposer {
     // The clock may be at a round whose predecessors we do not hold: a block of round r is accepted
     // once its ancestors are in or at or below the GC round, and it moves the clock to r. Right after
     // a checkpoint install (GC round r - 1) that left no round r - 1 blocks to reference.
-    if (round > 1 && dag.authorsAt(round - 1) < ctx.rule.quorum) return false
+    if (round > this.genesis + 1 && dag.authorsAt(round - 1) < ctx.rule.quorum) return false
     const previousLeader = ctx.rule.leaderOf(round - 1)
     if (previousLeader === this.v.me && this.canFill(round - 1)) {
       this.propose(round - 1, out, false, false)
       return true
     }
-    const leaderIn = round === 1 || dag.atSlot(round - 1, previousLeader).length > 0
+    const leaderIn = round === this.genesis + 1 || dag.atSlot(round - 1, previousLeader).length > 0
     if (!leaderIn && s.forcedRound !== round && s.lastProposed === round - 1) {
       if (s.leaderTimerRound !== round) {
         s.leaderTimerRound = round
@@ -172,8 +178,8 @@ export class Proposer {
   /** Whether we may still sign a block for `round`, below the clock: one we never signed, above every floor, on a quorum of the round before. */
   private canFill(round: number): boolean {
     const s = this.state
-    if (round < 1 || round <= s.lastProposed || round <= s.proposeAbove || round <= this.v.dag.gcRound) return false
-    return round === 1 || this.v.dag.authorsAt(round - 1) >= this.v.ctx.rule.quorum
+    if (round <= this.genesis || round <= s.lastProposed || round <= s.proposeAbove || round <= this.v.dag.gcRound) return false
+    return round === this.genesis + 1 || this.v.dag.authorsAt(round - 1) >= this.v.ctx.rule.quorum
   }
 
   /** Hands peer `to` our queued safe envelopes: they give it a reason to propose at its clock round, and carry the urgency. */
@@ -191,7 +197,8 @@ export class Proposer {
     assert(round > s.lastProposed && round > s.proposeAbove && !this.ownBlocks.has(round), `a second own block for round ${round}`)
     const taken = this.v.payload.take()
     const frames = taken.map((t) => t.frame)
-    const block = signBlock(ctx.crypto, ctx.secretKey, { round, author: me, ancestors: this.chooseAncestors(round), payload: frames })
+    const epoch = epochOf(ctx.committee)
+    const block = signBlock(ctx.crypto, ctx.secretKey, { round, author: me, ancestors: this.chooseAncestors(round), payload: frames, ...(epoch ? { epoch } : {}) })
     // What every peer's door checks of it (openBlock): a block of ours that fails it would be refused everywhere.
     assert(block.header.ancestors.every((a) => a.round < round) && block.header.ancestors.filter((a) => a.round === round - 1).length >= ctx.rule.quorum, `own block of round ${round} lacks a quorum of round ${round - 1}`)
     s.lastProposed = round
@@ -218,9 +225,10 @@ export class Proposer {
   private chooseAncestors(round: number): BlockRef[] {
     const { dag, ctx, me } = this.v
     const own = this.ownBlocks.get(this.state.lastProposed)
-    const ancestors: BlockRef[] = [own ? { round: own.header.round, author: me, digest: own.digest } : { round: 0, author: me, digest: GENESIS_DIGEST }]
-    if (round === 1) {
-      for (let a = 0; a < ctx.n; a++) if (a !== me) ancestors.push({ round: 0, author: a, digest: GENESIS_DIGEST })
+    const genesis = this.genesis
+    const ancestors: BlockRef[] = [own ? { round: own.header.round, author: me, digest: own.digest } : { round: genesis, author: me, digest: GENESIS_DIGEST }]
+    if (round === genesis + 1) {
+      for (let a = 0; a < ctx.n; a++) if (a !== me) ancestors.push({ round: genesis, author: a, digest: GENESIS_DIGEST })
       return ancestors
     }
     const latest = dag.latestPerAuthor(round)
