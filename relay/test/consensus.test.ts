@@ -903,6 +903,8 @@ describe('epochs', () => {
     for (const c of commits) expect(c).toEqual(commits[0])
     expect(new Set(commits[0]).size).toBe(5)
     expect(Math.min(...anchors)).toBeGreaterThan(100)
+    // The core's own invariants hold from a genesis above round 0.
+    for (const c of cores) c.checkInvariants('full')
     expect(blocks.length).toBeGreaterThan(0)
     for (const b of blocks) {
       expect(b.header.round).toBeGreaterThan(100)

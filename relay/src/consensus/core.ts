@@ -168,6 +168,7 @@ export class ConsensusCore {
       {
         me: this.me,
         gcDepth: this.ctx.gcDepth,
+        genesisRound: genesisRoundOf(this.ctx.committee),
         dag: this.dag,
         ...this.linearizer.invariantView,
         payload: this.payload,

@@ -11,6 +11,8 @@ import type { Synchronizer } from './sync.ts'
 export interface CoreView {
   readonly me: number
   readonly gcDepth: number
+  /** The epoch's genesis round: the GC round starts there, and no own block exists at it. */
+  readonly genesisRound: number
   readonly dag: Dag
   readonly ordered: OrderedRecord
   readonly payload: PayloadQueue
@@ -88,13 +90,13 @@ export class InvariantChecker {
     // -- the GC horizon --
     // It moves only with commits, by the same rule on every relay (README, "Garbage collection"): the blocks a commit
     // orders, and the dedupe window, depend on it, so it must be exactly this or correct relays' commits differ.
-    if (!(gc === Math.max(0, v.committedRound - v.gcDepth))) fail(`GC round ${gc} is not the last commit ${v.committedRound} minus gcDepth ${v.gcDepth}`)
+    if (!(gc === Math.max(v.genesisRound, v.committedRound - v.gcDepth))) fail(`GC round ${gc} is not the last commit ${v.committedRound} minus gcDepth ${v.gcDepth}`)
     // The last envelope ordered was ordered by a committed leader.
     if (!(ordered.lastOrderedPayloadRound <= v.committedRound)) fail(`an envelope was ordered at round ${ordered.lastOrderedPayloadRound}, after the last commit ${v.committedRound}`)
 
     // -- own blocks --
     // Our latest block is kept (below the GC round too): the next one references it, and it is re-sent to peers that missed it.
-    if (!(v.ownRound === 0 || v.ownBlocks.get(v.ownRound) !== undefined)) fail(`own block of round ${v.ownRound}, our latest, is not held`)
+    if (!(v.ownRound === v.genesisRound || v.ownBlocks.get(v.ownRound) !== undefined)) fail(`own block of round ${v.ownRound}, our latest, is not held`)
 
     // -- counters and budgets --
     // The queue's counters are decremented by take and dropOrdered: they never go negative, the queue stays within its
