@@ -106,6 +106,31 @@ export function committeeProblem(c: RelayCommittee): string | null {
   return null
 }
 
+/** A committee as plain values for the codec: [f, [[id, publicKey, api, mesh, peers | null], ...]]. */
+export function committeeFields(c: RelayCommittee): [number, Array<[string, Uint8Array, string, string, string | null]>] {
+  return [c.f, c.members.map((m) => [m.id, m.publicKey, m.api, m.mesh, m.peers ?? null])]
+}
+
+/** Reads `committeeFields` back. @throws SteadError `malformed` (or `too-large`) for values that are not a sound committee (see `committeeProblem`). */
+export function committeeFromFields(f: unknown, rawMembers: unknown, field = 'committee'): RelayCommittee {
+  const members = expect.array(rawMembers, `${field}.members`, MAX_COMMITTEE).map((raw, i): CommitteeMember => {
+    const m = expect.array(raw, `${field}.members[${i}]`, 5)
+    if (m.length !== 5) throw new SteadError('malformed', `${field}.members[${i}] must have 5 fields`)
+    const peers = m[4] === null ? undefined : expect.string(m[4], `${field}.members[${i}].peers`, MAX_ADDRESS_CHARS, 1)
+    return {
+      id: expect.string(m[0], `${field}.members[${i}].id`, 64, 1),
+      publicKey: plain(expect.bytes(m[1], `${field}.members[${i}].publicKey`, 32)),
+      api: expect.string(m[2], `${field}.members[${i}].api`, MAX_ADDRESS_CHARS, 1),
+      mesh: expect.string(m[3], `${field}.members[${i}].mesh`, MAX_ADDRESS_CHARS, 1),
+      ...(peers === undefined ? {} : { peers }),
+    }
+  })
+  const committee = { f: expect.uint(f, `${field}.f`), members }
+  const problem = committeeProblem(committee)
+  if (problem) throw new SteadError('malformed', `${field}: ${problem}`)
+  return committee
+}
+
 /** The bytes relays sign for an epoch change. @throws SteadError `malformed` for a committee with a problem (see `committeeProblem`) or a bad field. */
 export function encodeEpochChange(c: EpochChange): Uint8Array {
   const problem = committeeProblem(c.next)
@@ -113,35 +138,20 @@ export function encodeEpochChange(c: EpochChange): Uint8Array {
   expect.uint(c.epoch, 'epoch')
   expect.uint(c.startRound, 'startRound')
   expect.bytes(c.stateDigest, 'stateDigest', 32)
-  const members = c.next.members.map((m) => [m.id, m.publicKey, m.api, m.mesh, m.peers ?? null])
-  return encode([EPOCH_CHANGE_TAG, c.epoch, c.startRound, c.stateDigest, c.next.f, members])
+  return encode([EPOCH_CHANGE_TAG, c.epoch, c.startRound, c.stateDigest, ...committeeFields(c.next)])
 }
 
 /** @throws SteadError `malformed` (or `too-large`) for bytes that are not an epoch change with a sound committee. */
 export function decodeEpochChange(bytes: Uint8Array): EpochChange {
   const v = expect.array(decode(bytes), 'epoch change', 6)
   if (v.length !== 6 || v[0] !== EPOCH_CHANGE_TAG) throw new SteadError('malformed', `not a ${EPOCH_CHANGE_TAG}`)
-  const members = expect.array(v[5], 'epoch change members', MAX_COMMITTEE).map((raw, i): CommitteeMember => {
-    const m = expect.array(raw, `members[${i}]`, 5)
-    if (m.length !== 5) throw new SteadError('malformed', `members[${i}] must have 5 fields`)
-    const peers = m[4] === null ? undefined : expect.string(m[4], `members[${i}].peers`, MAX_ADDRESS_CHARS, 1)
-    return {
-      id: expect.string(m[0], `members[${i}].id`, 64, 1),
-      publicKey: plain(expect.bytes(m[1], `members[${i}].publicKey`, 32)),
-      api: expect.string(m[2], `members[${i}].api`, MAX_ADDRESS_CHARS, 1),
-      mesh: expect.string(m[3], `members[${i}].mesh`, MAX_ADDRESS_CHARS, 1),
-      ...(peers === undefined ? {} : { peers }),
-    }
-  })
-  const change: EpochChange = {
-    epoch: expect.uint(v[1], 'epoch'),
+  const epoch = expect.uint(v[1], 'epoch')
+  return {
+    epoch,
     startRound: expect.uint(v[2], 'startRound'),
     stateDigest: plain(expect.bytes(v[3], 'stateDigest', 32)),
-    next: { f: expect.uint(v[4], 'f'), members },
+    next: committeeFromFields(v[4], v[5], `epoch ${epoch}'s committee`),
   }
-  const problem = committeeProblem(change.next)
-  if (problem) throw new SteadError('malformed', `epoch ${change.epoch}'s committee: ${problem}`)
-  return change
 }
 
 /** Signs an epoch change as one relay of the old committee: its signature for a certificate. */
