@@ -35,7 +35,9 @@ export interface CommitteeMember {
 
 /** A committee: its members in committee order (a relay's index is its place here), tolerating f faulty. */
 export interface RelayCommittee {
+  /** How many of its members may be faulty: it has exactly 3f+1. */
   readonly f: number
+  /** Its relays, in committee order. */
   readonly members: readonly CommitteeMember[]
 }
 
@@ -53,6 +55,7 @@ export interface EpochChange {
 
 /** 2f+1 of the old committee's signatures over an encoded epoch change (`encodeEpochChange`). */
 export interface EpochCertificate {
+  /** The signed statement: `encodeEpochChange`'s bytes. */
   readonly change: Uint8Array
   /** By the signing relay's index in the old committee. */
   readonly signatures: ReadonlyArray<RelaySignature>
@@ -60,8 +63,16 @@ export interface EpochCertificate {
 
 /** A committee and the epoch it rules: what a client pins and moves along the chain of certificates. */
 export interface EpochCommittee {
+  /** The epoch: 0 for the cluster file's committee, one more at each change. */
   readonly epoch: number
+  /** The relays that rule it. */
   readonly committee: RelayCommittee
+}
+
+/** Where following a chain of certificates ends: the latest committee, and the round its epoch started after. */
+export interface FollowedEpoch extends EpochCommittee {
+  /** The round the epoch started after (its genesis round; 0 when no certificate was followed). */
+  readonly startRound: number
 }
 
 /** Tag of the statement relays sign at an epoch's end. */
@@ -184,9 +195,9 @@ export async function verifyEpochCertificate(crypto: Crypto, from: EpochCommitte
  *
  * @throws SteadError as `verifyEpochCertificate` for the first that fails (nothing after it is believed), `too-large` for more than MAX_EPOCHS_FOLLOWED.
  */
-export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: readonly EpochCertificate[]): Promise<EpochCommittee & { readonly startRound: number }> {
+export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: readonly EpochCertificate[]): Promise<FollowedEpoch> {
   if (certs.length > MAX_EPOCHS_FOLLOWED) throw new SteadError('too-large', `${certs.length} epoch certificates; at most ${MAX_EPOCHS_FOLLOWED} at once`)
-  let at: EpochCommittee & { startRound: number } = { ...from, startRound: 0 }
+  let at: FollowedEpoch = { ...from, startRound: 0 }
   for (const cert of certs) {
     const { epoch } = decodeEpochChange(cert.change)
     if (epoch <= at.epoch) continue
