@@ -1,4 +1,4 @@
-import { bytesEqual, toHex } from './bytes.ts'
+import { toHex } from './bytes.ts'
 import { checkCluster, countSigners, type Cluster, type RelaySignature } from './chrono.ts'
 import { decode, encode, expect } from './codec.ts'
 import type { Crypto } from './crypto/types.ts'
@@ -205,9 +205,4 @@ export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: 
     at = { epoch: change.epoch, committee: change.next, startRound: change.startRound }
   }
   return at
-}
-
-/** Whether two committees are the same relays (keys, in order) with the same f. */
-export function sameCommittee(a: RelayCommittee, b: RelayCommittee): boolean {
-  return a.f === b.f && a.members.length === b.members.length && a.members.every((m, i) => bytesEqual(m.publicKey, (b.members[i] as CommitteeMember).publicKey))
 }

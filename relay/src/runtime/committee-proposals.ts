@@ -1,4 +1,4 @@
-import { SteadError, committeeFields, committeeProblem, committeeFromFields, decode, encode, expect, sameCommittee, toHex, type EpochCommittee, type RelayCommittee } from '@stead/core'
+import { SteadError, committeeFields, committeeProblem, committeeFromFields, decode, encode, expect, toHex, type EpochCommittee, type RelayCommittee } from '@stead/core'
 
 /**
  * Committee changes as ordered requests (issue 49): an operator of a
@@ -114,8 +114,9 @@ export class CommitteeProposals {
     if (request.kind === 'propose') {
       const problem = committeeProblem(request.next)
       if (problem) return refuse('malformed', `the proposed committee: ${problem}`)
-      if (sameCommittee(request.next, committee) && request.next.members.every((m, i) => sameAddresses(m, committee.members[i] as typeof m))) return refuse('conflict', 'the proposed committee is the current one')
       id = proposalId(this.sha256, request.next)
+      // The same relays, keys and addresses hash alike: a proposal of the current committee changes nothing.
+      if (id === proposalId(this.sha256, committee)) return refuse('conflict', 'the proposed committee is the current one')
       this.proposals.set(id, request.next)
     } else {
       id = request.proposal
@@ -138,8 +139,4 @@ export class CommitteeProposals {
 
 function refuse(reason: 'unauthorized' | 'conflict' | 'malformed', detail: string): ProposalVerdict {
   return { ok: false, reason, detail }
-}
-
-function sameAddresses(a: { id: string; api: string; mesh: string; peers?: string }, b: { id: string; api: string; mesh: string; peers?: string }): boolean {
-  return a.id === b.id && a.api === b.api && a.mesh === b.mesh && a.peers === b.peers
 }

@@ -53,7 +53,7 @@
  */
 import { SteadError, bytesEqual, clockRank, encode } from '@stead/core'
 import type { ClockProof, RegisterValue, Space } from '@stead/client'
-import { regularWriteIn, verifyCommitted, verifyVoted, type CommittedClock, type Trust, type VotedClock } from './trust.ts'
+import { forgetOldest, regularWriteIn, verifyCommitted, verifyVoted, type CommittedClock, type Trust, type VotedClock } from './trust.ts'
 
 /** A key's version: the certified write that holds it, by author and seq, with its clock's weight (what ranks it) and its envelope id. */
 export interface Version {
@@ -141,6 +141,9 @@ const MAX_KEPT_BYTES = 64 * 1024 * 1024
 
 /** Keys a replica follows (their new writes are certified as they arrive); more are looked at only when asked. */
 const MAX_WATCHED = 1024
+
+/** Envelopes a replica remembers as no put (or never certified): the latest. */
+const MAX_IGNORED = 20_000
 
 /** Envelopes waited on for the relays' votes at once; more are looked at by later reads. */
 const MAX_OPENING = 256
@@ -299,7 +302,7 @@ export class KvReplica implements Replica {
       // Committed: its votes are at the relays now, or gone (asked once, not waited for).
       waits.push(this.space.clockProof(h.index).then((p) => this.open(register, p.id, 0), () => undefined))
     }
-    if (keyed && keyed.indexed.size > 4 * MAX_KEPT) for (const i of [...keyed.indexed].slice(0, keyed.indexed.size - MAX_KEPT)) keyed.indexed.delete(i)
+    if (keyed) forgetOldest(keyed.indexed, 4 * MAX_KEPT)
     return waits
   }
 
@@ -328,7 +331,7 @@ export class KvReplica implements Replica {
 
   private ignore(slot: string): void {
     this.ignored.add(slot)
-    if (this.ignored.size > 20_000) this.ignored.delete(this.ignored.values().next().value as string)
+    forgetOldest(this.ignored, MAX_IGNORED)
   }
 
   /** What this replica holds of `register`, made the most recently used. */

@@ -48,7 +48,7 @@
  */
 import { SteadError, clockRank, encode, toHex } from '@stead/core'
 import type { ClockProof, RegisterHandle, Space } from '@stead/client'
-import { regularWriteIn, verifyVoted, type Trust, type VotedClock } from './trust.ts'
+import { forgetOldest, regularWriteIn, verifyVoted, type Trust, type VotedClock } from './trust.ts'
 
 export type { Trust } from './trust.ts'
 
@@ -116,14 +116,6 @@ const GIVE_UP_MS = 60_000
 const isNonce = (x: unknown): x is string => typeof x === 'string' && /^[0-9a-f]{32}$/.test(x)
 const isRef = (x: unknown): x is RequestRef => typeof x === 'object' && x !== null && typeof (x as RequestRef).author === 'string' && isNonce((x as RequestRef).nonce)
 const sameRef = (a: RequestRef, b: RequestRef): boolean => a.author === b.author && a.nonce === b.nonce
-
-/** Keeps the latest `max` of a map or set (both keep insertion order). */
-function forgetOldest<K>(m: Map<K, unknown> | Set<K>, max = MAX_LOGGED): void {
-  for (const k of m.keys()) {
-    if (m.size <= max) return
-    m.delete(k)
-  }
-}
 
 export function registerKey(resource: string, author: string): string {
   return `mutex/${resource}/${author}`
@@ -315,12 +307,12 @@ export class ChronoMutex {
     const message = messageIn(this.rules.resource, clock, author)
     if (!message || !this.rules.members.includes(author)) {
       this.ignored.add(id)
-      forgetOldest(this.ignored)
+      forgetOldest(this.ignored, MAX_LOGGED)
       return null
     }
     const logged: Logged = { author, message, proof, clock }
     this.log.set(id, logged)
-    forgetOldest(this.log)
+    forgetOldest(this.log, MAX_LOGGED)
     return logged
   }
 
@@ -360,7 +352,7 @@ export class ChronoMutex {
       for (const h of handle.history()) {
         if (this.indexed.has(h.index)) continue
         this.indexed.add(h.index)
-        forgetOldest(this.indexed)
+        forgetOldest(this.indexed, MAX_LOGGED)
         // A commit this client applied names its envelope; one it started after does not (its value still says whom to answer).
         const id = await this.space.clockProof(h.index).then((p) => p.id, () => undefined)
         if (id) ids.add(id)
@@ -416,7 +408,7 @@ export class ChronoMutex {
     const target = this.requestOf(to)
     if (mine && !target) return // not ranked yet: asked again at a later read
     this.replied.add(`${to.author}/${to.nonce}`)
-    forgetOldest(this.replied)
+    forgetOldest(this.replied, MAX_LOGGED)
     const made = this.write(() => {
       const now = this.mine
       const ref = now?.message.kind === 'request' ? { author: this.me, nonce: now.message.nonce } : null

@@ -16,6 +16,14 @@ export interface Trust {
   readonly cluster: ClusterKeys
 }
 
+/** Keeps the latest `max` of a map or set (both keep insertion order): how the examples bound what they remember. */
+export function forgetOldest<K>(m: Map<K, unknown> | Set<K>, max: number): void {
+  for (const k of m.keys()) {
+    if (m.size <= max) return
+    m.delete(k)
+  }
+}
+
 /** A certified clock with the stable index its update took: what a commit's proof gives. */
 export type CommittedClock = CertifiedClock & { readonly index: number }
 
