@@ -10,7 +10,9 @@
  */
 export { runRelay, type RunRelayOptions, type RunningRelay } from './process/relay.ts'
 export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './runtime/node.ts'
-export { loadCluster, parseCluster, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
+export { storedEpoch, type StoredEpoch } from './runtime/epochs.ts'
+export { COMMITTEE_SPACE, backingKey, encodeCommitteeRequest, proposalId, type CommitteeRequest } from './runtime/committee-proposals.ts'
+export { loadCluster, parseCluster, clusterInEpoch, relayCommitteeOf, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
 export { buildApi, createApi } from './api/server.ts'
 export { systemClock, type HostClock, type HostTimer } from '@stead/core'
 export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './store/kv.ts'

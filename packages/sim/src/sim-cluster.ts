@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type ClientStorage, type SocketLike } from '@stead/client'
-import { authorIdOf, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer } from '@stead/core'
+import { authorIdOf, clockInit, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, sealEnvelope, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer, type RelayCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
@@ -7,6 +7,10 @@ import {
   MemoryJournal,
   MemoryKv,
   RelayNode,
+  COMMITTEE_SPACE,
+  backingKey,
+  encodeCommitteeRequest,
+  storedEpoch,
   type ClientLie,
   type ClientSessions,
   type ClusterConfig,
@@ -389,6 +393,8 @@ export class SimRelay {
   private journal = new MemoryJournal()
   private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire> } | undefined
   private epoch = 0
+  /** The sequence number of the last envelope its operator wrote in $committee (see backCommittee). */
+  private committeeSeq = 0
   private lies: ClientLie[] = []
   /** Who each client socket proved to be and whether it asked for frames; sockets silenced by `silence`. */
   private readonly heard = new WeakMap<Wire, { authorId: string | undefined; frames: boolean }>()
@@ -454,8 +460,15 @@ export class SimRelay {
     const cluster = this.cluster
     this.journal = new MemoryJournal(this.journal.survivors())
     const clock = cluster.clock(() => this.epoch === epoch)
+    // The committee of the epoch its store is in (the cluster file's until a change).
+    const stored = storedEpoch(this.kv, cluster.config)
+    const me = stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(this.publicKey))
+    if (me !== this.index) throw new Error(`relay ${this.index} is relay ${me} of epoch ${stored.epoch?.epoch ?? 0}'s committee: the simulator moves relays within a committee only in place so far`)
     const node = new RelayNode({
-      cluster: cluster.config,
+      cluster: stored.cluster,
+      ...(stored.epoch ? { epoch: stored.epoch } : {}),
+      // The epoch ended: the relay stops and starts again on its store, as the next epoch's.
+      onEpochEnd: () => void this.nextEpoch().catch((err: unknown) => cluster.fail(err)),
       me: this.index,
       secretKey: this.secretKey,
       storage: { kv: this.kv, journal: this.journal },
@@ -493,6 +506,30 @@ export class SimRelay {
     await node.start()
     this.running = { node, app, sessions, liar, epoch, wires: new Set() }
     this.peersBack()
+  }
+
+  /**
+   * This relay's operator backs `next` as the committee of epoch `epoch`
+   * (see committee-proposals.ts): an envelope of the relay's own key in
+   * `$committee`, submitted to it. Resolves once the relay decided it.
+   */
+  async backCommittee(epoch: number, next: RelayCommittee): Promise<void> {
+    const seq = ++this.committeeSeq
+    const key = backingKey(authorIdOf(nodeCrypto, this.publicKey))
+    const env = await sealEnvelope(nodeCrypto, { secretKey: this.secretKey, publicKey: this.publicKey }, { space: COMMITTEE_SPACE, seq, clock: clockInit(), deps: [], updates: [{ key, decl: { type: 'register' }, ops: [['s', encodeCommitteeRequest({ epoch, next }), this.cluster.now]] }], safe: [] })
+    await new Promise<void>((decided) => void this.node.submit(encodeEnvelope(env), 'operator', () => decided()))
+  }
+
+  /** At an epoch's end: the relay stops in good order (its clients' sockets drop, they reconnect) and starts as the next epoch's. */
+  private async nextEpoch(): Promise<void> {
+    const run = this.running
+    if (!run) return
+    this.running = undefined
+    this.epoch++
+    for (const w of run.wires) w.cut()
+    await run.app.close()
+    await run.node.stop()
+    await this.up()
   }
 
   /** The relay's machine dies: no flush, no goodbye; its clients' sockets drop. */

@@ -166,6 +166,13 @@ export type Message =
    * until its next block: they vote sooner). See relay/src/runtime/clock-votes.ts.
    */
   | { readonly kind: 'clock-votes'; readonly votes: ReadonlyArray<readonly [space: string, id: Uint8Array, weight: number, sig: Uint8Array]>; readonly frames?: readonly Uint8Array[] }
+  /**
+   * The sender's signature over the change that ends the epoch before
+   * `epoch` (@stead/core's encodeEpochChange): every correct relay of the
+   * ending epoch computes the same change, so the signature alone is sent.
+   * See relay/src/runtime/hand-over.ts.
+   */
+  | { readonly kind: 'epoch-vote'; readonly epoch: number; readonly sig: Uint8Array }
 
 /** Clock votes one message carries at most (ClockVotes sends up to 512). */
 const MAX_CLOCK_VOTES = 512
@@ -192,6 +199,26 @@ export const DEFAULT_MESSAGE_LIMITS: MessageLimits = Object.freeze({
 const BLOCK_TAG = 'stead/block/v2'
 /** Blocks of later epochs sign their epoch too: a block of one epoch is never taken for one of another. */
 const EPOCH_BLOCK_TAG = 'stead/block/v3'
+
+/**
+ * The epoch a signed block's bytes name, read from their first bytes
+ * without decoding the block (undefined for bytes that do not start like
+ * a block: openBlock then says why). A relay's store keeps blocks of the
+ * epochs before its current one; this tells them apart cheaply.
+ */
+export function blockEpochOf(bytes: Uint8Array): number | undefined {
+  // [tag, ...] as msgpack: a fixarray of 5 (v2) or 6 (v3), then the tag as a fixstr of 14 bytes.
+  if (bytes[0] === 0x95) return 0
+  if (bytes[0] !== 0x96) return undefined
+  const at = 16
+  const b = bytes[at]
+  if (b === undefined) return undefined
+  if (b < 0x80) return b
+  if (b === 0xcc) return bytes[at + 1]
+  if (b === 0xcd) return ((bytes[at + 1] ?? 0) << 8) | (bytes[at + 2] ?? 0)
+  if (b === 0xce) return new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0)
+  return undefined
+}
 
 export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: BlockHeader): Block {
   const epoch = header.epoch ?? 0
@@ -315,6 +342,8 @@ export function encodeMessage(m: Message): Uint8Array {
       return encode(m.attestationSig ? ['head-sig', m.space, m.index, m.stateHash, m.sig, m.attestationSig] : ['head-sig', m.space, m.index, m.stateHash, m.sig])
     case 'clock-votes':
       return encode(m.frames?.length ? ['clock-votes', m.votes, m.frames] : ['clock-votes', m.votes])
+    case 'epoch-vote':
+      return encode(['epoch-vote', m.epoch, m.sig])
   }
 }
 
@@ -387,6 +416,8 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
               }),
             }),
       }
+    case 'epoch-vote':
+      return { kind: 'epoch-vote', epoch: expect.uint(v[1], 'epoch-vote.epoch'), sig: expect.bytes(v[2], 'epoch-vote.sig', 64) }
     default:
       throw new SteadError('malformed', `unknown mesh message ${JSON.stringify(v[0])}`)
   }

@@ -136,7 +136,7 @@ export function peekKind(frame: Uint8Array): string | undefined {
 }
 
 /** The mesh message kinds (relay/src/consensus/messages.ts). */
-const MESH_KINDS: ReadonlySet<string> = new Set(['block', 'blocks', 'sync', 'fetch', 'own-last-ask', 'own-last', 'head-ask', 'head-sig', 'checkpoint-ask', 'checkpoint-get', 'checkpoint', 'checkpoint-part', 'wake', 'pruned', 'unknown', 'clock-votes'])
+const MESH_KINDS: ReadonlySet<string> = new Set(['block', 'blocks', 'sync', 'fetch', 'own-last-ask', 'own-last', 'head-ask', 'head-sig', 'checkpoint-ask', 'checkpoint-get', 'checkpoint', 'checkpoint-part', 'wake', 'pruned', 'unknown', 'clock-votes', 'epoch-vote'])
 
 /**
  * How many blocks a `blocks` message (`['blocks', [[bytes, sig], ...]]`)

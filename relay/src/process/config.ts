@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { isIPv4, isIPv6 } from 'node:net'
-import { fromHex, toHex } from '@stead/core'
+import { fromHex, toHex, type RelayCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { z } from 'zod'
 import { validateCommittee, type Committee } from '../consensus/index.ts'
@@ -88,6 +88,21 @@ export const DEFAULT_CHECKPOINT_ROUNDS = 1000
 
 export function committeeOf(c: ClusterConfig): Committee {
   return { f: c.f, keys: c.relays.map((r) => r.publicKey) }
+}
+
+/** The cluster's relays as an epoch change names them (see @stead/core's epoch.ts). */
+export function relayCommitteeOf(c: ClusterConfig): RelayCommittee {
+  return { f: c.f, members: c.relays.map((r) => ({ id: r.id, publicKey: r.publicKey, api: r.api, mesh: r.mesh, ...(r.peers ? { peers: r.peers } : {}) })) }
+}
+
+/**
+ * The cluster as it stands in an epoch after the file's: the file's
+ * settings (spaces, quotas, checkpoints) with the committee that epoch's
+ * certificate names. The file itself keeps naming epoch 0's committee,
+ * which every data dir and client pinned.
+ */
+export function clusterInEpoch(file: ClusterConfig, committee: RelayCommittee): ClusterConfig {
+  return { ...file, f: committee.f, relays: committee.members.map((m) => ({ id: m.id, publicKey: m.publicKey, mesh: m.mesh, api: m.api, ...(m.peers ? { peers: m.peers } : {}) })) }
 }
 
 /**

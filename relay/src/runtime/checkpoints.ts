@@ -114,10 +114,11 @@ export class RelayCheckpoints {
    * this commit is a checkpoint commit, merged into `pending` (an earlier
    * checkpoint of the same write, whose states it must keep).
    */
-  afterCommit(anchorRound: number, pending: CheckpointWrite | undefined): CheckpointWrite | undefined {
+  afterCommit(anchorRound: number, pending: CheckpointWrite | undefined, epochEnds = false): CheckpointWrite | undefined {
     const previous = this.lastAnchor
     this.lastAnchor = anchorRound
-    if (!isCheckpointCommit(previous, anchorRound, this.o.every)) return pending
+    // An epoch's last commit is always a checkpoint: the state the next epoch starts from, which its certificate names.
+    if (!epochEnds && !isCheckpointCommit(previous, anchorRound, this.o.every)) return pending
     const sha256 = (b: Uint8Array) => this.o.crypto.sha256(b)
     const spaces = this.o.host.spaces().sort((a, b) => compareKeys(a.space, b.space))
     const states = new Map((pending?.states ?? []).map((s) => [s.space, s.bytes]))

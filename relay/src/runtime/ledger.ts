@@ -1,5 +1,6 @@
-import { StableAudit, SteadError, attestedDecision, bytesEqual, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed, type SpacePolicy } from '@stead/core'
+import { StableAudit, SteadError, authorIdOf, attestedDecision, bytesEqual, batchDigest, decodeAttestation, encodeAttestation, encodeObjectProof, type DeltaMode, type Envelope, type HostClock, type ReplicaOptions, type Signed, type EpochCommittee, type SpacePolicy } from '@stead/core'
 import type { Admission } from './admission.ts'
+import { COMMITTEE_SPACE, backingKey, tallyCommittee, type DecidedChange, type OpenProposal } from './committee-proposals.ts'
 import { CatchUpCache } from './catch-up-cache.ts'
 import type { SyncCrypto } from '../consensus/index.ts'
 import { SnapshotPace } from './snapshot-pace.ts'
@@ -52,6 +53,13 @@ export interface LedgerOptions {
   readonly decided: (d: Decision) => void
   /** Called when a snapshot is taken (metrics). */
   readonly snapshotTaken: () => void
+  /** The committee ruling this relay's epoch: whose backing in `$committee` counts (see committee-proposals.ts). */
+  readonly committee: EpochCommittee
+}
+
+/** A committee change 2f+1 members backed, and the round of the commit after which they did: the epoch's last. */
+export interface EpochEnd extends DecidedChange {
+  readonly round: number
 }
 
 /**
@@ -72,6 +80,8 @@ export class Ledger {
   private readonly catchUp = new CatchUpCache()
   /** When the spaces' audit state is snapshotted next. */
   private readonly snapshots: SnapshotPace
+  /** The committee change the audit decided, once it has: nothing after its commit belongs to this epoch. */
+  private end: EpochEnd | undefined
 
   constructor(options: LedgerOptions) {
     this.o = options
@@ -110,6 +120,30 @@ export class Ledger {
       })(),
     )
     for (const [space, user] of charged) this.quota?.restore(space, user)
+    // A change decided before the snapshot: its commit was the last one (nothing after it is replayed).
+    this.end = this.tallyEnd(this.spaces.lastAttested(COMMITTEE_SPACE))
+  }
+
+  /** The committee change the audit decided (the epoch ends at its commit), or undefined. */
+  get epochEnd(): EpochEnd | undefined {
+    return this.end
+  }
+
+  /** The proposals for the next epoch's committee and their backers, as the stable order stands. */
+  openProposals(): OpenProposal[] {
+    return this.tally().open
+  }
+
+  private tally(): ReturnType<typeof tallyCommittee> {
+    const replica = this.spaces.read(COMMITTEE_SPACE)
+    const sha256 = (b: Uint8Array): Uint8Array => this.o.crypto.sha256(b)
+    return tallyCommittee(this.o.committee, (author) => replica?.stableValue(backingKey(author)), (key) => authorIdOf({ sha256 }, key), sha256)
+  }
+
+  private tallyEnd(round: number): EpochEnd | undefined {
+    if (!this.spaces.has(COMMITTEE_SPACE)) return undefined
+    const decided = this.tally().decided
+    return decided && { ...decided, round }
   }
 
   /** Audits a batch committed after the latest snapshot again (at start): the same order gives the same state, its attestations stored already. */
@@ -124,6 +158,7 @@ export class Ledger {
     this.catchUp.clear()
     this.spaces.clear()
     this.quota?.clear()
+    this.end = undefined
   }
 
   /**
@@ -135,6 +170,8 @@ export class Ledger {
    * not made again.
    */
   audit(anchorRound: number, frames: readonly Uint8Array[], history?: HistoryRecord[]): AttestationWrite[] {
+    // The epoch's last commit was audited: what comes after is the next epoch's (see RelayNode's drain).
+    if (this.end) throw new Error(`the audit was fed the commit at round ${anchorRound} after epoch ${this.o.committee.epoch} ended at round ${this.end.round}`)
     const { admission, crypto } = this.o
     const bySpace = new Map<string, { envs: Envelope[]; frames: Uint8Array[] }>()
     for (const frame of frames) {
@@ -190,6 +227,7 @@ export class Ledger {
       this.latestAttestation.set(space, { fromIndex, round: anchorRound, attestation, index: result.stableIndex, stateHash })
       out.push({ space, fromIndex, round: anchorRound, value: { attestation, envelopes: group?.frames ?? [] } })
     }
+    if (bySpace.has(COMMITTEE_SPACE)) this.end = this.tallyEnd(anchorRound)
     return out
   }
 
@@ -238,11 +276,12 @@ export class Ledger {
    * snapshot is always exactly "after batch n". `prune` says what the
    * store may let go of with it.
    */
-  snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>, prune: (spaces: ReadonlyArray<{ readonly space: string; readonly stableIndex: number }>) => Omit<SnapshotWrite, 'spaces'>): SnapshotWrite | undefined {
+  snapshotDue(newBatches: ReadonlyArray<{ readonly frames: readonly Uint8Array[] }>, prune: (spaces: ReadonlyArray<{ readonly space: string; readonly stableIndex: number }>) => Omit<SnapshotWrite, 'spaces'>, epochEnds = false): SnapshotWrite | undefined {
     this.snapshots.took(newBatches.length, newBatches.reduce((n, b) => n + frameBytes(b.frames), 0))
     if (this.spaces.dirtyCount === 0) return undefined
     const now = this.o.clock.now()
-    if (!this.snapshots.due(now)) return undefined
+    // At an epoch's end always: the next epoch's relay never replays a batch of this one (whose rules, such as who writes $committee, were this committee's).
+    if (!epochEnds && !this.snapshots.due(now)) return undefined
     // Encoded now: the write runs later, and the replicas go on auditing meanwhile.
     const spaces = this.spaces.takeSnapshot()
     this.snapshots.taken(now, spaces.reduce((n, x) => n + x.bytes.length, 0))

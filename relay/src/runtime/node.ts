@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { SteadError, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type Envelope, type HostClock, type HostTimer, type Signed } from '@stead/core'
+import { SteadError, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type EpochCertificate, type EpochChange, type Envelope, type HostClock, type HostTimer, type Signed } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import type { Logger } from 'pino'
 import { Admission, MAX_CLOCK_AHEAD_MS, exact } from './admission.ts'
@@ -7,8 +7,9 @@ import { RelayCheckpoints, type FetchedRelayCheckpoint } from './checkpoints.ts'
 import { ClientNews } from './client-news.ts'
 import { ClientReads } from './client-reads.ts'
 import { ClockVotes } from './clock-votes.ts'
-import { committeeOf, type ClusterConfig } from '../process/config.ts'
-import { ConsensusCore, decodeMessage, encodeMessage, payloadInfoOf, signStatement, type Block, type ByzantineStrategy, type Committee, type Message, type Output, type SyncCrypto, type TimerName } from '../consensus/index.ts'
+import { committeeOf, relayCommitteeOf, type ClusterConfig } from '../process/config.ts'
+import { EpochHandOver } from './hand-over.ts'
+import { ConsensusCore, decodeMessage, encodeMessage, epochOf, genesisRoundOf, payloadInfoOf, signStatement, type Block, type ByzantineStrategy, type Committee, type Message, type Output, type SyncCrypto, type TimerName } from '../consensus/index.ts'
 import type { Mesh } from '../mesh/types.ts'
 import type { MeshLimits } from '../mesh/budget.ts'
 import { MemoryBudget } from './budget.ts'
@@ -23,7 +24,18 @@ export { MAX_CLOCK_AHEAD_MS }
 export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
 
 export interface RelayNodeOptions {
+  /** The cluster as it stands in this relay's epoch (clusterInEpoch: the file's settings, the epoch's committee). */
   readonly cluster: ClusterConfig
+  /** The epoch the committee rules and the round it started after (default: the cluster file's epoch 0, from round 0). */
+  readonly epoch?: { readonly epoch: number; readonly startRound: number }
+  /**
+   * The epoch ended (a committee change was decided, and 2f+1 of the
+   * committee certified it): the certificate is durable in the store, and
+   * this relay takes no more work. The host stops it and starts the next
+   * epoch's relay on the same store (see epochChain). Without it the relay
+   * stays at the epoch's end.
+   */
+  readonly onEpochEnd?: (change: EpochChange, cert: EpochCertificate) => void
   readonly me: number
   readonly secretKey: Uint8Array
   /** Where the LMDB store and its journal live; required unless `storage` is given. */
@@ -152,7 +164,6 @@ interface Activity {
  * speak; see RelayStore.write); the next events do not wait for the disk.
  */
 export class RelayNode {
-  readonly me: number
   readonly committee: Committee
   readonly metrics: Metrics
   readonly budget: MemoryBudget
@@ -175,6 +186,8 @@ export class RelayNode {
   private readonly checkpoints: RelayCheckpoints
   /** Chrono's validators on envelopes before any order, and the certificates their votes make. */
   private readonly clockVotes: ClockVotes
+  /** The end of this epoch: the change's signatures gathered into its certificate. */
+  private readonly handOver: EpochHandOver
   /** The consensus core's timers, by name and round. */
   private readonly timers = new Map<string, HostTimer>()
   /** The event loop's state: events waiting, the drain running, writes on their way to disk (see DrainState). */
@@ -189,8 +202,8 @@ export class RelayNode {
     this.options = options
     this.clock = options.clock ?? systemClock
     this.crypto = options.crypto ?? relayCrypto
-    this.me = options.me
-    this.committee = options.committee ?? committeeOf(options.cluster)
+    const epoch = options.epoch?.epoch ?? 0
+    this.committee = options.committee ?? { ...committeeOf(options.cluster), ...(epoch ? { epoch, startRound: options.epoch?.startRound ?? 0 } : {}) }
     this.metrics = new Metrics(this.name, () => this.clock.now())
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)
@@ -224,6 +237,7 @@ export class RelayNode {
         if (waited !== undefined) this.metrics.commitLatency.observe(waited / 1000)
       },
       snapshotTaken: () => this.metrics.snapshots.inc(),
+      committee: { epoch, committee: relayCommitteeOf(options.cluster) },
     })
     this.budget.track('spaces', () => this.ledger.spaces.residentBytes, (bytes) => this.ledger.spaces.reclaim(bytes))
     this.peers = new PeerServing({
@@ -269,6 +283,16 @@ export class RelayNode {
       },
     })
     this.budget.track('clock-votes', () => this.clockVotes.bytes)
+    this.handOver = new EpochHandOver({
+      committee: this.committee,
+      me: this.me,
+      secretKey: options.secretKey,
+      crypto: this.crypto,
+      clock: this.clock,
+      send: (to, message) => this.options.mesh.send(to, encodeMessage(message)),
+      broadcast: (message) => this.options.mesh.broadcast(encodeMessage(message)),
+      certified: (cert, change) => this.certified(cert, change),
+    })
     const { spaces } = this.ledger
     this.checkpoints = new RelayCheckpoints({
       committee: this.committee,
@@ -295,6 +319,11 @@ export class RelayNode {
         },
       },
     })
+  }
+
+  /** This relay's index in its epoch's committee. */
+  get me(): number {
+    return this.options.me
   }
 
   get publicKey(): Uint8Array {
@@ -376,8 +405,37 @@ export class RelayNode {
       batches++
     }
     this.log.info(
-      { round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshotAfter ?? null, batches, spaces: this.ledger.spaces.size, resident: this.ledger.spaces.residentCount, ms: this.clock.now() - startedAt },
+      { epoch: epochOf(this.committee), round: this.core.currentRound, clockRound: this.core.clockRound, committedRound: this.core.committedRound, snapshotBatch: snapshotAfter ?? null, batches, spaces: this.ledger.spaces.size, resident: this.ledger.spaces.residentCount, ms: this.clock.now() - startedAt },
       'recovered from store',
+    )
+    // Stopped at the epoch's end, before its certificate was complete: gather it again.
+    if (this.ledger.epochEnd) this.endEpoch()
+  }
+
+  /**
+   * The epoch's last commit is durable (or was, before a restart): sign the
+   * change it decided, naming the checkpoint taken at that commit, and
+   * gather the committee's signatures (see EpochHandOver).
+   */
+  private endEpoch(): void {
+    const end = this.ledger.epochEnd
+    const checkpoint = this.store.checkpoint()
+    if (!end || this.handOver.change) return
+    if (checkpoint?.anchorRound !== end.round) throw new Error(`epoch ${epochOf(this.committee)} ended at round ${end.round}, but the store's checkpoint is of round ${checkpoint?.anchorRound ?? 'none'}`)
+    const change: EpochChange = { epoch: end.epoch, startRound: end.round, stateDigest: this.crypto.sha256(checkpoint.manifest), next: end.next }
+    this.log.info({ epoch: epochOf(this.committee), round: end.round, next: end.epoch, proposal: end.id, relays: end.next.members.map((m) => m.id), f: end.next.f }, 'the committee decided a change: this epoch ends here; gathering its certificate')
+    this.handOver.begin(change)
+  }
+
+  /** 2f+1 of the committee signed the change: keep the certificate, then hand over to the next epoch's relay. */
+  private certified(cert: EpochCertificate, change: EpochChange): void {
+    this.store.putEpochCertificate(change.epoch, cert).then(
+      () => {
+        if (this.loop.stopped) return
+        this.log.info({ epoch: change.epoch, startRound: change.startRound, signers: cert.signatures.map((s) => this.nameOf(s.relay)) }, 'epoch certificate complete: moving to the next epoch')
+        this.options.onEpochEnd?.(change, cert)
+      },
+      (err: unknown) => this.fail(err),
     )
   }
 
@@ -417,6 +475,7 @@ export class RelayNode {
 
   async stop(): Promise<void> {
     this.loop.stopped = true
+    this.handOver.stop()
     this.checkpoints.stop()
     this.clockVotes.stop()
     this.news.stopped()
@@ -453,6 +512,8 @@ export class RelayNode {
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void, ask?: (space: string, ids: readonly string[]) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (this.loop.stopped) throw new SteadError('closed', 'this relay is stopping')
+    // Worth another try (clients resubmit what is rate-limited): the next epoch's relays take it.
+    if (this.ledger.epochEnd) throw new SteadError('rate-limited', `epoch ${epochOf(this.committee)} ended at round ${this.ledger.epochEnd.round}: the relays are moving to epoch ${this.ledger.epochEnd.epoch}; submit again in a moment`)
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
     const bytes = exact(frame)
     const { env, decided, charge } = this.admission.door(bytes, origin)
@@ -532,6 +593,9 @@ export class RelayNode {
     return {
       relay: this.name,
       publicKey: toHex(this.publicKey),
+      epoch: epochOf(this.committee),
+      epochStartRound: genesisRoundOf(this.committee),
+      committeeChange: this.committeeChange(),
       round: this.core.currentRound,
       clockRound: this.core.clockRound,
       clusterRound: health.clusterRound,
@@ -548,6 +612,19 @@ export class RelayNode {
       sessions: this.sessions,
       ready: readiness(health).ready,
       byzantine: this.options.byzantine ?? null,
+    }
+  }
+
+  /**
+   * Committee changes, as the stable order stands: the proposals for the
+   * next epoch with their backers, and the change decided (this epoch then
+   * ends at its commit) with how many of the committee signed it so far.
+   */
+  committeeChange(): { proposals: Array<{ id: string; relays: string[]; f: number; backers: readonly string[] }>; decided: { id: string; epoch: number; round: number; relays: string[]; f: number; signers: number; needed: number } | null } {
+    const end = this.ledger.epochEnd
+    return {
+      proposals: end ? [] : this.ledger.openProposals().map((p) => ({ id: p.id, relays: p.next.members.map((m) => m.id), f: p.next.f, backers: p.backers })),
+      decided: end ? { id: end.id, epoch: end.epoch, round: end.round, relays: end.next.members.map((m) => m.id), f: end.next.f, signers: this.handOver.signers, needed: 2 * this.committee.f + 1 } : null,
     }
   }
 
@@ -680,6 +757,7 @@ export class RelayNode {
       this.clockVotes.onVotes(from, message.votes)
       return
     }
+    if (message.kind === 'epoch-vote') return this.handOver.onVote(from, message.epoch, message.sig)
     if (this.checkpoints.onMessage(from, message) || this.reads.onPeerMessage(from, message)) return
     if (message.kind === 'sync' || message.kind === 'fetch' || message.kind === 'own-last-ask') {
       // Served after the drain's consensus events, if the peer's serving budget has room by then.
@@ -743,7 +821,12 @@ export class RelayNode {
           attestations: [],
           history: [],
         }
+        const endedBefore = this.ledger.epochEnd !== undefined
         for (const o of outputs) {
+          // After the epoch's last commit the core's later commits are not this epoch's: never
+          // recorded nor audited, their envelopes are ordered again in the next epoch.
+          const ended = this.ledger.epochEnd
+          if (ended && ((o.type === 'persist' && o.record.kind === 'commit' && o.record.anchorRound > ended.round) || o.type === 'commit')) continue
           if (o.type === 'persist') {
             write.records.push(o.record)
             if (o.record.kind === 'commit') this.checkpoints.recorded(o.record)
@@ -755,13 +838,14 @@ export class RelayNode {
             // others at their rounds rebuilds the same state (gap timeouts are measured in rounds).
             if (o.commit.payload.length || attestations.length) write.batches.push({ anchorRound: o.commit.anchorRound, frames: [...o.commit.payload] })
             write.attestations.push(...attestations)
-            const checkpoint = this.checkpoints.afterCommit(o.commit.anchorRound, write.checkpoint)
+            const checkpoint = this.checkpoints.afterCommit(o.commit.anchorRound, write.checkpoint, this.ledger.epochEnd !== undefined)
             if (checkpoint) write.checkpoint = checkpoint
           }
         }
+        const epochEnds = !endedBefore && this.ledger.epochEnd !== undefined
         // Envelopes that waited for what these commits decided may get their clock votes now.
         this.clockVotes.settle()
-        const snapshot = this.ledger.snapshotDue(write.batches, (spaces) => this.pruneWith(spaces))
+        const snapshot = this.ledger.snapshotDue(write.batches, (spaces) => this.pruneWith(spaces), epochEnds)
         // Persist, then speak, without stopping to listen: the write is issued now (its blocks
         // journaled, its transaction queued: LMDB commits writes in the order issued, several in
         // one sync when they queue up), and the next events run meanwhile.
@@ -786,6 +870,7 @@ export class RelayNode {
             if (snapshot) this.ledger.spaces.saved(snapshot.spaces)
             this.ledger.spaces.armSweep()
             this.news.attested(spaces)
+            if (epochEnds) this.endEpoch()
           },
           (err: unknown) => this.fail(err),
         )

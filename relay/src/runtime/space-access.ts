@@ -1,6 +1,7 @@
 import { POLICY_KEY, SteadError, authorIdOf, deviceCertificateHolds, isFiller, policyProblem, userIdOf, type Authorize, type DeviceCertificate, type Envelope, type HostClock, type SpacePolicy, type StableAudit } from '@stead/core'
 import { nodeCrypto, verifySync } from '@stead/core/node'
 import type { ClusterConfig } from '../process/config.ts'
+import { COMMITTEE_SPACE, committeeWriteProblem } from './committee-proposals.ts'
 
 const HOUR_MS = 3_600_000
 /** Keys, addresses and spaces being started that the quota remembers at most. */
@@ -64,12 +65,15 @@ export class SpaceAccess {
   private readonly fileIds = new Map<string, { writers?: ReadonlySet<string>; readers?: ReadonlySet<string>; admins: ReadonlySet<string> }>()
   /** Key or address → times it started a new space within the last hour. */
   private readonly starts = new Map<string, number[]>()
+  /** Author ids of the committee's relays: who writes `$committee` (see committee-proposals.ts). */
+  private readonly relayIds: ReadonlySet<string>
 
   constructor(cluster: ClusterConfig, clock: HostClock, held: (user: string) => number) {
     this.cluster = cluster
     this.clock = clock
     this.held = held
     this.creators = ids(cluster.spaceCreators)
+    this.relayIds = ids(cluster.relays.map((r) => r.publicKey))
   }
 
   /**
@@ -115,6 +119,7 @@ export class SpaceAccess {
    * their audits differ. Undefined: every signed author may write.
    */
   authorizeFor(space: string): Authorize | undefined {
+    if (space === COMMITTEE_SPACE) return (author, key, decl, op) => committeeWriteProblem(this.relayIds, author, key, decl, op)
     const file = this.fileRules(space)
     if (file) {
       return (author, key) => {
@@ -136,7 +141,7 @@ export class SpaceAccess {
    * `env` creates (its policy, by one of the file's space creators).
    */
   serves(space: string, env?: Envelope): boolean {
-    if (this.cluster.openSpaces || this.cluster.spaces.has(space)) return true
+    if (space === COMMITTEE_SPACE || this.cluster.openSpaces || this.cluster.spaces.has(space)) return true
     return env !== undefined && this.creators.has(env.userId) && createsPolicy(env)
   }
 
@@ -147,7 +152,7 @@ export class SpaceAccess {
    * cluster's spaces are all theirs).
    */
   charges(space: string, user: string): boolean {
-    return this.cluster.spacesPerUser !== undefined && !this.cluster.spaces.has(space) && !this.creators.has(user)
+    return this.cluster.spacesPerUser !== undefined && space !== COMMITTEE_SPACE && !this.cluster.spaces.has(space) && !this.creators.has(user)
   }
 
   /**
@@ -190,7 +195,7 @@ export class SpaceAccess {
    * of its key or `origin`.
    */
   startCharge(space: string, exists: boolean, env: Pick<Envelope, 'authorId' | 'userId'>, origin: string): (() => void) | undefined {
-    if (this.cluster.spaces.has(space) || exists || this.creating.has(space)) return undefined
+    if (space === COMMITTEE_SPACE || this.cluster.spaces.has(space) || exists || this.creating.has(space)) return undefined
     const { authorId, userId } = env
     const now = this.clock.now()
     this.forgetStarts(now)

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
-import { decode, encode, type Signed } from '@stead/core'
+import { decode, encode, type EpochCertificate, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
 import { HistoryRetention, type SpaceRetention } from './history-retention.ts'
@@ -8,7 +8,7 @@ import { AttestedCommits, chunkFrames, decodeCommitHead, type FeedPosition, type
 
 export { CHUNK_BYTES, chunkFrames, type FeedPosition, type StoredAttestation, type StoredCommitHead } from './attested-commits.ts'
 import { LmdbKv, RECORD_LIMIT, type Kv, type KvTable } from './kv.ts'
-import { openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from '../consensus/index.ts'
+import { blockEpochOf, epochOf, openBlock, type Block, type CommitRecord, type Committee, type PersistRecord, type RecoveredState, type SyncCrypto } from '../consensus/index.ts'
 
 /** The journal beside the LMDB store in a relay's data dir (see RelayStore.write). */
 export const JOURNAL_FILE = 'blocks.journal'
@@ -47,6 +47,8 @@ export const STORE_TABLES = {
   snapshotSpaces: 'snapshot-spaces',
   checkpointHead: 'checkpoint-head',
   checkpointStates: 'checkpoint-states',
+  /** epoch (1, 2, ...) → the certificate of the change that started it: [change bytes, [[relay, sig], ...]] */
+  epochs: 'epochs',
 } as const
 
 /** Decoders of the store's records, by table (see STORE_TABLES). */
@@ -242,6 +244,26 @@ export class RelayStore {
     this.nextBatch = last + 1
   }
 
+  /**
+   * The certificates of the epoch changes this store went through, oldest
+   * first (none: it is still in the cluster file's epoch 0). Read before
+   * a relay is built: its committee is the latest certificate's.
+   */
+  static epochChain(kv: Kv): EpochCertificate[] {
+    const out: EpochCertificate[] = []
+    for (const { value } of kv.table<number>(STORE_TABLES.epochs).getRange({})) {
+      const [change, signatures] = decode(value, RECORD_LIMIT) as [Bytes, Array<[number, Bytes]>]
+      out.push({ change, signatures: signatures.map(([relay, sig]) => ({ relay, sig })) })
+    }
+    return out
+  }
+
+  /** Keeps the certificate that starts `epoch`; resolves once it is durable (after every write issued before). */
+  async putEpochCertificate(epoch: number, cert: EpochCertificate): Promise<void> {
+    const table = this.kv.table<number>(STORE_TABLES.epochs)
+    await this.kv.write(() => table.put(epoch, encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])])))
+  }
+
   /** The store of a relay's data dir: LMDB, and the journal beside it. */
   static open(path: string): RelayStore {
     return new RelayStore({ kv: new LmdbKv(path), journal: new FileJournal(join(path, JOURNAL_FILE)) })
@@ -256,6 +278,8 @@ export class RelayStore {
   absorbJournal(crypto: SyncCrypto, committee: Committee): number {
     for (const entry of this.journal.recovered()) {
       for (const [own, bytes, sig] of decode(entry, RECORD_LIMIT) as Array<[boolean, Bytes, Bytes]>) {
+        // A block of the epoch before an epoch change is of no use in the next one.
+        if (blockEpochOf(bytes) !== epochOf(committee)) continue
         const block = openBlock(crypto, committee, { bytes, sig })
         this.fromJournal.push(own ? { kind: 'own-block', block } : { kind: 'block', block })
       }
@@ -525,11 +549,12 @@ export class RelayStore {
     for (const key of this.commits.getKeys({ reverse: true, limit: 1 })) lastAnchor = key as number
     const horizon = Math.max(0, lastAnchor - 2 * gcDepth)
     const ownBlocks: Block[] = []
-    for (const { value } of this.own.getRange({ start: horizon })) ownBlocks.push(decodeBlock(crypto, committee, value))
-    // The latest own block is needed whatever its age: the next one references it.
-    if (ownBlocks.length === 0) for (const { value } of this.own.getRange({ reverse: true, limit: 1 })) ownBlocks.push(decodeBlock(crypto, committee, value))
+    const keep = (into: Block[], block: Block | undefined): void => void (block && into.push(block))
+    for (const { value } of this.own.getRange({ start: horizon })) keep(ownBlocks, decodeBlock(crypto, committee, value))
+    // The latest own block is needed whatever its age: the next one references it (none in an epoch's first round).
+    if (ownBlocks.length === 0) for (const { value } of this.own.getRange({ reverse: true, limit: 1 })) keep(ownBlocks, decodeBlock(crypto, committee, value))
     const blocks: Block[] = []
-    for (const { value } of this.blocks.getRange({ start: [horizon, 0, ''] })) blocks.push(decodeBlock(crypto, committee, value))
+    for (const { value } of this.blocks.getRange({ start: [horizon, 0, ''] })) keep(blocks, decodeBlock(crypto, committee, value))
     const stored = new Set([...ownBlocks, ...blocks].map((b) => b.digestHex))
     for (const r of this.fromJournal) if (!stored.has(r.block.digestHex)) (r.kind === 'own-block' ? ownBlocks : blocks).push(r.block)
     this.fromJournal = []
@@ -567,7 +592,9 @@ export class RelayStore {
     let bytes = 0
     for (const { value } of found) {
       if (out.length >= limit || (out.length > 0 && bytes + value.length > maxBytes)) break
-      out.push(decodeBlock(crypto, committee, value, false))
+      const block = decodeBlock(crypto, committee, value, false)
+      if (!block) continue
+      out.push(block)
       bytes += value.length
     }
     return out
@@ -580,7 +607,8 @@ export class RelayStore {
       if (!where) continue
       const { round, author, own } = storeRecords.blockSlot(where)
       const value = own ? this.own.get(round) : this.blocks.get([round, author, d])
-      if (value) out.push(decodeBlock(crypto, committee, value, false))
+      const block = value && decodeBlock(crypto, committee, value, false)
+      if (block) out.push(block)
     }
     return out
   }
@@ -656,8 +684,13 @@ function encodeBlock(b: Block): Uint8Array {
   return encode([b.signed.bytes, b.signed.sig])
 }
 
-/** `verify` is off for what we only forward to peers (they verify); recovery verifies. */
-function decodeBlock(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Block {
+/**
+ * `verify` is off for what we only forward to peers (they verify); recovery
+ * verifies. Undefined for a block of another epoch than the committee's
+ * (kept from before an epoch change, until retention prunes it).
+ */
+function decodeBlock(crypto: SyncCrypto, committee: Committee, value: Uint8Array, verify = true): Block | undefined {
   const [bytes, sig] = decode(value, RECORD_LIMIT) as [Bytes, Bytes]
+  if (blockEpochOf(bytes) !== epochOf(committee)) return undefined
   return openBlock(crypto, committee, { bytes, sig }, undefined, verify)
 }
