@@ -192,6 +192,14 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     reply.code(204).header('access-control-allow-methods', 'GET').header('access-control-allow-headers', 'x-stead-reader').header('access-control-max-age', '600').send(),
   )
   app.get('/v1/cluster', async () => node.clusterDescriptor())
+  // The chain of epoch certificates from the cluster file's committee to this relay's (issue 49):
+  // a client that pinned an earlier committee checks each one (followEpochs) before it trusts the next.
+  app.get<{ Querystring: { from?: string } }>('/v1/epochs', async (req, reply) => {
+    const from = req.query.from === undefined ? 0 : Number(req.query.from)
+    if (!Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: 'from must be a non-negative whole number: the epoch the client is in' })
+    const chain = node.epochCertificates()
+    return { epoch: chain.length, certificates: chain.slice(from).map((c) => ({ change: toBase64Url(c.change), signatures: c.signatures.map((x) => [x.relay, toBase64Url(x.sig)]) })) }
+  })
   // Liveness: the process serves. Whether it is worth sending clients to is /ready.
   app.get('/health', async () => ({ ok: true, relay: node.name }))
   app.get('/ready', async (_req, reply) => {

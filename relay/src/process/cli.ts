@@ -11,6 +11,7 @@ import { Command, type CommanderError, Option } from 'commander'
 import type { Logger } from 'pino'
 import type { ApplicationValidator, Envelope } from '@stead/core'
 import { UsageError, apiLimits, byzantineModes, meshLimits, commaList, logLevelOption, repeatable, timingOptions, timings, wholeNumber, type ByzantineModes } from './cli-options.ts'
+import type { ClusterConfig } from './config.ts'
 import type { LogLevel } from './logging.ts'
 import type { RunningRelay } from './relay.ts'
 import { RELAY_VERSION } from './version.ts'
@@ -99,7 +100,8 @@ async function start(options: StartOptions): Promise<void> {
   if (!entry) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}; give one of its ids: ${cluster.relays.map((r) => r.id).join(', ')}`)
   const keyPath = o.key ?? join(o.data, 'key.json')
   const identity = loadIdentity(keyPath)
-  if (toHex(entry.publicKey) !== toHex(identity.publicKey)) {
+  // After a committee change the store's epoch may list another key for it: runRelay checks against that one.
+  if (toHex(entry.publicKey) !== toHex(identity.publicKey) && (await storedEpochOf(o.data, cluster)) === 0) {
     const owner = cluster.relays.find((r) => toHex(r.publicKey) === toHex(identity.publicKey))
     throw new ConfigError(
       `key file ${keyPath} is not relay ${o.id}'s: its public key ${owner ? `is ${owner.id}'s` : 'is not'} in ${o.config}; give ${o.id}'s own key with --key (or in <data>/key.json)${owner ? `, or start it as --id ${owner.id}` : ''}`,
@@ -148,6 +150,10 @@ async function start(options: StartOptions): Promise<void> {
       : { retention: { ...(o.retainRounds === undefined ? {} : { blockRounds: o.retainRounds }), ...(o.retainUpdates === undefined ? {} : { updates: o.retainUpdates }) } }),
     ...(tls ? { tls } : {}),
     ...(clockValidator ? { clockValidator } : {}),
+    onLeft: () => {
+      logger.info({ closed: ['data dir lock'] }, 'relay stopped: it left the committee')
+      exitAfterLogs(logger, 0)
+    },
   })
   if (state.signal) stopRelay(state.relay, logger, state.signal)
 }
@@ -178,6 +184,40 @@ async function loadClockValidator(path: string, ConfigError: new (message: strin
     if (v === undefined || v === null) return undefined
     return typeof v === 'function' ? (v as ApplicationValidator<Envelope>) : () => ({ ok: false, reason: 'unauthorized', detail: `the clock validator module ${path} gave a ${typeof v} for space ${space}, not a validator function` })
   }
+}
+
+/** The epoch a data dir's store is in (0 for a dir with no store yet). */
+async function storedEpochOf(data: string, cluster: ClusterConfig): Promise<number> {
+  if (!existsSync(join(data, 'data.mdb'))) return 0
+  const [{ LmdbKv }, { storedEpoch }] = await Promise.all([import('../store/kv.ts'), import('../runtime/epochs.ts')])
+  const kv = new LmdbKv(data)
+  try {
+    return storedEpoch(kv, cluster).epoch?.epoch ?? 0
+  } finally {
+    await kv.close()
+  }
+}
+
+/** How an operator command finds its relay and key. */
+interface OperatorOptions {
+  readonly url?: string
+  readonly config?: string
+  readonly id?: string
+  readonly key?: string
+  readonly data?: string
+}
+
+/** The relay API and key an operator command uses: --url, or this relay's API from --config and --id; --key, or <data>/key.json. */
+async function operator(o: OperatorOptions): Promise<{ url: string; identity: { secretKey: Uint8Array; publicKey: Uint8Array } }> {
+  const { ConfigError, loadCluster, loadIdentity } = await import('./config.ts')
+  const keyPath = o.key ?? (o.data ? join(o.data, 'key.json') : undefined)
+  if (!keyPath) throw new UsageError("needs --key (or --data): the key of this relay, whose operator backs the change")
+  const identity = loadIdentity(keyPath)
+  if (o.url) return { url: o.url, identity }
+  if (!o.config || !o.id) throw new UsageError('needs --url, or --config and --id: the relay to send the request to')
+  const entry = loadCluster(o.config).relays.find((r) => r.id === o.id)
+  if (!entry) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}`)
+  return { url: `http://${entry.api}`, identity }
 }
 
 /** Closes a running relay on a signal and exits, logging what it closed (or that it could not). */
@@ -307,6 +347,41 @@ Example:
   stead-relay start --config cluster.json --id r1 --data ./data/r1`,
     )
     .action(start)
+
+  const committee = command('committee').description(
+    'Change the committee of relays (add, remove or replace a relay, rotate a key, change f): 2f+1 operators of the current relays back the same committee, and it takes over at the commit that decides it.',
+  )
+  const sub = (name: string): Command => reporting(committee.command(name), `stead-relay committee ${name}`)
+  const target = (c: Command): Command =>
+    c.option('--url <url>', "a relay's API, http://host:port (default: this relay's, from --config and --id)").option('--config <file>', 'the cluster file').option('--id <name>', "this relay's id in it").option('--key <file>', "this relay's key file (default: <data>/key.json)").option('--data <dir>', "this relay's data dir")
+  sub('status')
+    .description("Show the relay's epoch, the proposals for the next committee with their backers, and a decided change.")
+    .option('--url <url>', "a relay's API, http://host:port; required")
+    .option('--json', 'print the status as JSON')
+    .action(async (o: { url?: string; json?: boolean }) => {
+      if (!o.url) throw new UsageError('needs --url: the API of a relay of the cluster')
+      const { committeeStatus, describeStatus } = await import('./committee.ts')
+      const status = await committeeStatus(o.url)
+      console.log(o.json ? JSON.stringify({ relay: status.relay, epoch: status.epoch, epochStartRound: status.epochStartRound, committeeChange: status.committeeChange }, null, 2) : describeStatus(status))
+    })
+  target(sub('propose'))
+    .description('Back a new committee, written as a cluster file (its f and relays; the rest is ignored), for the next epoch with this relay\'s key.')
+    .argument('<committee-file>', 'the cluster file of the next committee')
+    .action(async (file: string, o: OperatorOptions) => {
+      const { backCommittee, committeeOfFile, describeStatus } = await import('./committee.ts')
+      const { url, identity } = await operator(o)
+      const { id, status } = await backCommittee(url, identity, committeeOfFile(file))
+      console.log(`backed proposal ${id}\n${describeStatus(status)}`)
+    })
+  target(sub('approve'))
+    .description('Back a proposal another operator made (its id, from `stead-relay committee status`) with this relay\'s key.')
+    .argument('<proposal-id>', 'the proposal to back')
+    .action(async (proposal: string, o: OperatorOptions) => {
+      const { backCommittee, describeStatus, proposalOf } = await import('./committee.ts')
+      const { url, identity } = await operator(o)
+      const { id, status } = await backCommittee(url, identity, await proposalOf(url, proposal))
+      console.log(`backed proposal ${id}\n${describeStatus(status)}`)
+    })
 
   const devCmd = command('dev')
     .description('Run a whole cluster on loopback for development: keys, cluster.json ("openSpaces": true) and data under --dir, one process per relay, readable logs.')

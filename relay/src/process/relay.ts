@@ -4,6 +4,10 @@ import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
+import { toHex } from '@stead/core'
+import { publicKeyOfSync } from '@stead/core/node'
+import { storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
+import { LmdbKv } from '../store/kv.ts'
 import { byzantineMesh, type ByzantineStrategy } from '../consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
 import { relayLogger } from './logging.ts'
@@ -45,9 +49,14 @@ export interface RunRelayOptions {
   readonly peerQueueFrames?: number
   /** Chrono's application validator per space (see RelayNodeOptions.clockValidator). */
   readonly clockValidator?: RelayNodeOptions['clockValidator']
+  /** The relay failed and must stop (an event loop failure, or no way into the next epoch); default: exit the process with 1. */
+  readonly onFatal?: (err: unknown) => void
+  /** An epoch change left this relay out of the committee: it stopped and unlocked its data dir. */
+  readonly onLeft?: () => void
 }
 
 export interface RunningRelay {
+  /** The relay of the epoch it is in now (a new one after each epoch change). */
   readonly node: RelayNode
   readonly api: FastifyInstance
   readonly url: string
@@ -55,30 +64,113 @@ export interface RunningRelay {
   stop(): Promise<{ readonly closed: readonly string[] }>
 }
 
+/** One epoch's relay: its node, mesh, peer port and client API, on the data dir the process holds. */
+interface EpochRun {
+  readonly node: RelayNode
+  readonly api: FastifyInstance
+  readonly url: string
+  stop(): Promise<string[]>
+}
+
 /**
- * Starts one relay: store, mesh, consensus and the client API. A problem an
- * operator must fix (cluster file, data dir, a port in use) is a ConfigError
- * whose message says what to do.
+ * Starts one relay: store, mesh, consensus and the client API, as the
+ * committee of the epoch its store is in (the cluster file's until a
+ * committee change, see committee-proposals.ts). At an epoch's end it
+ * stops them and starts again as the next epoch's relay on the same data
+ * dir (another address, other peers); a relay the new committee does not
+ * list stops. A problem an operator must fix (cluster file, data dir, a
+ * port in use) is a ConfigError whose message says what to do.
  */
 export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
-  const me = o.cluster.relays.findIndex((r) => r.id === o.id)
-  if (me < 0) throw new ConfigError(`relay id ${o.id} is not in the cluster file (ids: ${o.cluster.relays.map((r) => r.id).join(', ')})`)
-  const entry = o.cluster.relays[me] as (typeof o.cluster.relays)[number]
   const logger = o.logger ?? relayLogger(o.id)
   // Locked, 0700, and checked against this cluster before the store opens.
   const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
+  let current: EpochRun | undefined
+  let last: EpochRun
+  let switching: Promise<void> = Promise.resolve()
+  let stopped = false
+  const next = (): void => {
+    const ending = current
+    current = undefined
+    switching = (async () => {
+      await ending?.stop()
+      if (stopped) return
+      const stored = await readStoredEpoch(o)
+      if (!stored.cluster.relays.some((r) => r.id === o.id)) {
+        logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list ${o.id}: this relay left the cluster and stops`)
+        dataDir.release()
+        stopped = true
+        o.onLeft?.()
+        return
+      }
+      current = last = await startEpoch(o, logger, stored, next)
+    })().catch((err: unknown) => {
+      // A relay that cannot go on in the next epoch stops; its supervisor starts it again, in the epoch its store is in.
+      logger.fatal({ err }, 'could not start the next epoch; stopping')
+      ;(o.onFatal ?? (() => process.exit(1)))(err)
+    })
+  }
+  try {
+    current = last = await startEpoch(o, logger, await readStoredEpoch(o), next)
+  } catch (err) {
+    dataDir.release()
+    throw err
+  }
+  return {
+    get node() {
+      return last.node
+    },
+    get api() {
+      return last.api
+    },
+    get url() {
+      return last.url
+    },
+    async stop() {
+      const wasStopped = stopped
+      stopped = true
+      await switching
+      const closed = (await current?.stop()) ?? []
+      current = undefined
+      if (!wasStopped) dataDir.release()
+      return { closed: [...closed, 'data dir lock'] }
+    },
+  }
+}
+
+/** The epoch the data dir's store is in, read before the relay that opens the store is built. */
+async function readStoredEpoch(o: RunRelayOptions): Promise<StoredEpoch> {
+  const kv = new LmdbKv(o.dataDir)
+  try {
+    return storedEpoch(kv, o.cluster)
+  } finally {
+    await kv.close()
+  }
+}
+
+/** The relay of the epoch the data dir's store is in. */
+async function startEpoch(o: RunRelayOptions, logger: Logger, stored: StoredEpoch, ended: () => void): Promise<EpochRun> {
+  const cluster = stored.cluster
+  const epoch = stored.epoch?.epoch ?? 0
+  const me = cluster.relays.findIndex((r) => r.id === o.id)
+  if (me < 0) throw new ConfigError(`relay id ${o.id} is not in ${epoch ? `epoch ${epoch}'s committee, the one its data dir is in` : 'the cluster file'} (ids: ${cluster.relays.map((r) => r.id).join(', ')})`)
+  const entry = cluster.relays[me] as (typeof cluster.relays)[number]
+  if (toHex(entry.publicKey) !== toHex(publicKeyOfSync(o.secretKey))) throw new ConfigError(`relay ${o.id}'s key in epoch ${epoch} is ${toHex(entry.publicKey)}, not the key this relay was given: start it with that key (--key)`)
   const libp2pMesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,
-    peers: o.cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
+    peers: cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
     ...(o.peerQueueFrames ? { maxQueueFrames: o.peerQueueFrames } : {}),
   })
   // A Byzantine relay is an honest relay behind a mesh that rewrites what it sends.
-  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(o.cluster), secretKey: o.secretKey, crypto: relayCrypto }) : libp2pMesh
+  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(cluster), secretKey: o.secretKey, crypto: relayCrypto }) : libp2pMesh
   const node = new RelayNode({
-    cluster: o.cluster,
+    cluster,
+    ...(stored.epoch ? { epoch: stored.epoch } : {}),
+    // Out of the event loop: the next epoch's relay starts once this one has stopped.
+    onEpochEnd: () => setImmediate(ended),
     me,
     secretKey: o.secretKey,
     dataDir: o.dataDir,
@@ -91,6 +183,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     ...(o.snapshotEveryBatches ? { snapshotEveryBatches: o.snapshotEveryBatches } : {}),
     ...(o.retention ? { retention: o.retention } : {}),
     ...(o.clockValidator ? { clockValidator: o.clockValidator } : {}),
+    ...(o.onFatal ? { onFatal: o.onFatal } : {}),
   })
   const { host, port } = apiHostPort(entry.api)
   const listeners: { mesh?: Listener; peers?: Listener; api: Listener } = {
@@ -109,20 +202,19 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     if (entry.peers) peers = await startClientPeers({ secretKey: o.secretKey, listen: entry.peers, logger: logger.child({ component: 'peers' }) })
     binding = listeners.api
     // A relay that lies to clients is an honest relay behind an API that rewrites what it answers.
-    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey, relayKeys: o.cluster.relays.map((r) => r.publicKey) }) : undefined
+    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey, relayKeys: cluster.relays.map((r) => r.publicKey) }) : undefined
     const peerAddresses = peers?.addresses
     api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}), ...(peerAddresses ? { peerAddresses } : {}) })
   } catch (err) {
-    // A relay that could not start leaves its data dir as it found it, unlocked.
+    // A relay that could not start leaves its data dir as it found it (the caller unlocks it).
     await peers?.stop().catch(() => undefined)
     await node.stop().catch(() => undefined)
-    dataDir.release()
     // libp2p and Node say "EADDRINUSE" in a stack trace; an operator needs the port and what to do.
     const explained = binding && isListenFailure(err) ? await explainListenFailure(binding) : undefined
     throw explained ?? err
   }
   const url = `${o.tls ? 'https' : 'http'}://${entry.api}`
-  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', mesh: entry.mesh, byzantine: o.byzantine ?? null, clientLies: o.clientLies ?? [] }, 'relay started')
+  logger.info({ url, ws: url.replace(/^http/, 'ws') + '/v1/ws', mesh: entry.mesh, epoch, byzantine: o.byzantine ?? null, clientLies: o.clientLies ?? [] }, 'relay started')
   return {
     node,
     api,
@@ -134,8 +226,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
       if (peers) logger.debug('stop: closing the peer port')
       await peers?.stop()
       await node.stop()
-      dataDir.release()
-      return { closed: [`client API on ${entry.api} (${sessions} session${sessions === 1 ? '' : 's'})`, ...(entry.peers ? [`peer port on ${entry.peers}`] : []), `mesh on ${entry.mesh}`, `store in ${o.dataDir}`, 'data dir lock'] }
+      return [`client API on ${entry.api} (${sessions} session${sessions === 1 ? '' : 's'})`, ...(entry.peers ? [`peer port on ${entry.peers}`] : []), `mesh on ${entry.mesh}`, `store in ${o.dataDir}`]
     },
   }
 }

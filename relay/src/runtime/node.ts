@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { SteadError, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type EpochCertificate, type EpochChange, type Envelope, type HostClock, type HostTimer, type Signed } from '@stead/core'
+import { SteadError, authorIdOf, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type EpochCertificate, type EpochChange, type Envelope, type RelayCommittee, type HostClock, type HostTimer, type Signed } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
 import type { Logger } from 'pino'
 import { Admission, MAX_CLOCK_AHEAD_MS, exact } from './admission.ts'
@@ -9,6 +9,7 @@ import { ClientReads } from './client-reads.ts'
 import { ClockVotes } from './clock-votes.ts'
 import { committeeOf, relayCommitteeOf, type ClusterConfig } from '../process/config.ts'
 import { EpochHandOver } from './hand-over.ts'
+import { COMMITTEE_SPACE } from './committee-proposals.ts'
 import { ConsensusCore, decodeMessage, encodeMessage, epochOf, genesisRoundOf, payloadInfoOf, signStatement, type Block, type ByzantineStrategy, type Committee, type Message, type Output, type SyncCrypto, type TimerName } from '../consensus/index.ts'
 import type { Mesh } from '../mesh/types.ts'
 import type { MeshLimits } from '../mesh/budget.ts'
@@ -617,14 +618,19 @@ export class RelayNode {
 
   /**
    * Committee changes, as the stable order stands: the proposals for the
-   * next epoch with their backers, and the change decided (this epoch then
-   * ends at its commit) with how many of the committee signed it so far.
+   * next epoch with their backers, the change decided (this epoch then ends
+   * at its commit) with how many of the committee signed it so far, and
+   * the committee's relays with the sequence number each one's next
+   * request in $committee takes.
    */
-  committeeChange(): { proposals: Array<{ id: string; relays: string[]; f: number; backers: readonly string[] }>; decided: { id: string; epoch: number; round: number; relays: string[]; f: number; signers: number; needed: number } | null } {
+  committeeChange(): CommitteeChangeStatus {
     const end = this.ledger.epochEnd
+    const replica = this.ledger.spaces.read(COMMITTEE_SPACE)
+    const sha256 = (b: Uint8Array): Uint8Array => this.crypto.sha256(b)
     return {
-      proposals: end ? [] : this.ledger.openProposals().map((p) => ({ id: p.id, relays: p.next.members.map((m) => m.id), f: p.next.f, backers: p.backers })),
-      decided: end ? { id: end.id, epoch: end.epoch, round: end.round, relays: end.next.members.map((m) => m.id), f: end.next.f, signers: this.handOver.signers, needed: 2 * this.committee.f + 1 } : null,
+      proposals: end ? [] : this.ledger.openProposals().map((p) => ({ id: p.id, next: committeeJson(p.next), backers: p.backers })),
+      decided: end ? { id: end.id, epoch: end.epoch, round: end.round, next: committeeJson(end.next), signers: this.handOver.signers, needed: 2 * this.committee.f + 1 } : null,
+      members: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), nextSeq: replica?.nextSeq(authorIdOf({ sha256 }, r.publicKey)) ?? 1 })),
     }
   }
 
@@ -683,6 +689,11 @@ export class RelayNode {
    */
   clusterDescriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
     return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  }
+
+  /** The certificates of the epoch changes before this relay's epoch, oldest first (see @stead/core's followEpochs). */
+  epochCertificates(): EpochCertificate[] {
+    return this.store.epochChain()
   }
 
   /** This relay's clock (ms since the epoch; simulated time in the simulator): what its `pong` tells clients, so they stamp register writes with the relays' time. */
@@ -975,6 +986,24 @@ export class RelayNode {
     }
   }
 
+}
+
+/** A committee as status pages and operators read it: the cluster file's shape. */
+export interface CommitteeJson {
+  readonly f: number
+  readonly relays: ReadonlyArray<{ readonly id: string; readonly publicKey: string; readonly api: string; readonly mesh: string; readonly peers?: string }>
+}
+
+/** What `committeeChange` reports (GET /v1/status's committeeChange). */
+export interface CommitteeChangeStatus {
+  readonly proposals: ReadonlyArray<{ readonly id: string; readonly next: CommitteeJson; readonly backers: readonly string[] }>
+  readonly decided: { readonly id: string; readonly epoch: number; readonly round: number; readonly next: CommitteeJson; readonly signers: number; readonly needed: number } | null
+  /** The committee's relays, each with the sequence number its next request in $committee takes. */
+  readonly members: ReadonlyArray<{ readonly id: string; readonly publicKey: string; readonly nextSeq: number }>
+}
+
+function committeeJson(c: RelayCommittee): CommitteeJson {
+  return { f: c.f, relays: c.members.map((m) => ({ id: m.id, publicKey: toHex(m.publicKey), api: m.api, mesh: m.mesh, ...(m.peers ? { peers: m.peers } : {}) })) }
 }
 
 /** A fresh 32-byte nonce for a client challenge. */

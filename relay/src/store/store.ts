@@ -258,6 +258,11 @@ export class RelayStore {
     return out
   }
 
+  /** The certificates of the epoch changes this store went through, oldest first. */
+  epochChain(): EpochCertificate[] {
+    return RelayStore.epochChain(this.kv)
+  }
+
   /** Keeps the certificate that starts `epoch`; resolves once it is durable (after every write issued before). */
   async putEpochCertificate(epoch: number, cert: EpochCertificate): Promise<void> {
     const table = this.kv.table<number>(STORE_TABLES.epochs)

@@ -1,0 +1,82 @@
+import { spawn } from 'node:child_process'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { clockInit, encodeEnvelope, followEpochs, fromBase64Url, sealEnvelope } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { afterAll, describe, expect, it } from 'vitest'
+import { loadCluster, relayCommitteeOf } from '../src/process/config.ts'
+import { TestClient } from './helpers/client.ts'
+import { TestCluster, freePort, until } from './helpers/cluster.ts'
+
+const BIN = resolve(import.meta.dirname, '../bin/stead-relay.mjs')
+
+function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, LOG_LEVEL: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()))
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
+    child.on('close', (code) => done({ code, stdout, stderr }))
+  })
+}
+
+const author = { secretKey: new Uint8Array(32).fill(7), publicKey: publicKeyOfSync(new Uint8Array(32).fill(7)) }
+const deposit = (seq: number) => sealEnvelope(nodeCrypto, author, { space: 's', seq, clock: clockInit(), deps: [], updates: [{ key: 'k', decl: { type: 'counter' as const, bounds: {} }, ops: [1] }], safe: [] }).then(encodeEnvelope)
+
+let cluster: TestCluster | undefined
+afterAll(async () => {
+  await cluster?.stopAll()
+})
+
+/** Real relay processes through a committee change made with the operators' commands. */
+describe('a committee change between real relays', () => {
+  it('moves a relay to another address when 2f+1 operators back it: every relay goes on in epoch 1, the moved one at its new address, with the state it had', { timeout: 120_000 }, async () => {
+    const c = (cluster = await TestCluster.create(4))
+    await c.startAll()
+    const client = await TestClient.connect(c.relays[0]!.api, author)
+    for (let seq = 1; seq <= 3; seq++) await client.submit(await deposit(seq))
+    const stableAt = async (i: number): Promise<number> => (await c.json<{ index: number }>(i, '/v1/spaces/s/stable')).index
+    await until('three deposits stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 3) || undefined)
+    client.close()
+
+    // r4 moves: the next committee is the file's with r4's API on another port.
+    const file = JSON.parse(readFileSync(c.clusterPath, 'utf8')) as { relays: Array<{ api: string }> }
+    const moved = `127.0.0.1:${await freePort()}`
+    file.relays[3]!.api = moved
+    const nextPath = join(c.dir, 'next.json')
+    writeFileSync(nextPath, JSON.stringify(file))
+    const operator = (i: number) => ['--config', c.clusterPath, '--id', c.relays[i]!.id, '--data', c.relays[i]!.data]
+    const proposed = await run(['committee', 'propose', nextPath, ...operator(0)])
+    expect(proposed.stderr).toBe('')
+    expect(proposed.code).toBe(0)
+    const id = /backed proposal ([0-9a-f]{64})/.exec(proposed.stdout)?.[1] as string
+    expect(proposed.stdout).toContain(`proposal ${id}: f = 1, relays r1`)
+    expect(proposed.stdout).toContain('backed by r1')
+    const status = await run(['committee', 'status', '--url', `http://${c.relays[1]!.api}`, '--json'])
+    expect(JSON.parse(status.stdout)).toMatchObject({ epoch: 0, committeeChange: { proposals: [{ id, backers: ['r1'] }], decided: null } })
+    for (const i of [1, 2]) {
+      const approved = await run(['committee', 'approve', id, ...operator(i)])
+      expect(approved.stderr).toBe('')
+      expect(approved.code).toBe(0)
+    }
+
+    c.relays[3] = { ...c.relays[3]!, api: moved }
+    const epochAt = async (i: number): Promise<number | undefined> => (await c.json<{ epoch: number }>(i, '/v1/status').catch(() => undefined))?.epoch
+    await until('every relay in epoch 1', async () => (await Promise.all([0, 1, 2, 3].map(epochAt))).every((e) => e === 1) || undefined, 60_000)
+    // Whoever pinned the cluster file follows the certificate any relay serves.
+    const served = await c.json<{ epoch: number; certificates: Array<{ change: string; signatures: Array<[number, string]> }> }>(3, '/v1/epochs')
+    expect(served.epoch).toBe(1)
+    const certs = served.certificates.map((x) => ({ change: fromBase64Url(x.change), signatures: x.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+    const followed = await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(loadCluster(c.clusterPath)) }, certs)
+    expect(followed.epoch).toBe(1)
+    expect(followed.committee.members[3]?.api).toBe(moved)
+
+    // The state carried over, and the moved relay takes work at its new address.
+    expect(await stableAt(3)).toBe(3)
+    const again = await TestClient.connect(moved, author)
+    await again.submit(await deposit(4))
+    await until('the fourth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 4) || undefined)
+    again.close()
+  })
+})
