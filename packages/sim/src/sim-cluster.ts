@@ -10,6 +10,7 @@ import {
   COMMITTEE_SPACE,
   backingKey,
   encodeCommitteeRequest,
+  adoptEpochChain,
   storedEpoch,
   type ClientLie,
   type ClientSessions,
@@ -110,6 +111,8 @@ export class SimCluster {
   private failure: unknown
   private readonly loop: Promise<void>
   private readonly wires: WireWorld
+  private readonly seed: number
+  private readonly relayOptions: SimClusterOptions['relay'] & object
 
   private constructor(options: SimClusterOptions) {
     const n = options.relays ?? 4
@@ -133,7 +136,9 @@ export class SimCluster {
       delay: () => this.delay(),
       schedule: (at, _toward, action) => this.schedule(at, action),
     }
-    this.relays = secrets.map((s, i) => new SimRelay(this, i, s, options.relay ?? {}))
+    this.seed = options.seed ?? 1
+    this.relayOptions = options.relay ?? {}
+    this.relays = secrets.map((s, i) => new SimRelay(this, i, s, this.relayOptions, `r${i + 1}`))
     this.loop = this.drive()
   }
 
@@ -142,6 +147,27 @@ export class SimCluster {
     const c = new SimCluster(options)
     for (const r of c.relays) await r.up()
     return c
+  }
+
+  /**
+   * A new machine: a relay with a fresh key and an empty store, not
+   * started. Once a committee change lists it, `up` joins it to the
+   * committee (it takes the epoch certificates from a running relay, as
+   * `stead-relay start --join` does, and fetches the state the epoch
+   * started from).
+   */
+  addRelay(id = `r${this.relays.length + 1}`): SimRelay {
+    const i = this.relays.length
+    const secret = nodeCrypto.sha256(new TextEncoder().encode(`sim-cluster-relay-${this.seed}-${i}`))
+    const relay = new SimRelay(this, i, secret, this.relayOptions, id)
+    this.relays.push(relay)
+    return relay
+  }
+
+  /** @internal The relay whose key this is, if any. */
+  relayByKey(key: Uint8Array): SimRelay | undefined {
+    const hex = toHex(key)
+    return this.relays.find((r) => toHex(r.publicKey) === hex)
   }
 
   /** Simulated time now (ms since the epoch; 2026-01-01 when the cluster started). */
@@ -377,7 +403,10 @@ export interface ClientTraffic {
 
 /** One relay of a SimCluster: its store outlives `down`; its node, sessions and API do not. */
 export class SimRelay {
+  /** Its place in SimCluster.relays (a machine; its index in a committee is its place there). */
   readonly index: number
+  /** Its name in the committees that list it. */
+  readonly id: string
   readonly publicKey: Uint8Array
   /** Paths of the HTTP requests it was sent, in order. */
   readonly requests: string[] = []
@@ -391,7 +420,9 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire> } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig } | undefined
+  /** An epoch change left it out of the committee: it stays down. */
+  private left = false
   private epoch = 0
   /** The sequence number of the last envelope its operator wrote in $committee (see backCommittee). */
   private committeeSeq = 0
@@ -402,9 +433,10 @@ export class SimRelay {
   private receive: ((from: number, frame: Uint8Array) => void) | undefined
   private connected: ((peer: number) => void) | undefined
 
-  constructor(cluster: SimCluster, index: number, secretKey: Uint8Array, more: SimClusterOptions['relay'] & object) {
+  constructor(cluster: SimCluster, index: number, secretKey: Uint8Array, more: SimClusterOptions['relay'] & object, id: string) {
     this.cluster = cluster
     this.index = index
+    this.id = id
     this.secretKey = secretKey
     this.publicKey = publicKeyOfSync(secretKey)
     this.more = more
@@ -452,37 +484,64 @@ export class SimRelay {
     this.running?.liar.tell(lies)
   }
 
-  /** Starts the relay on its store (a restart after `down` recovers what it had made durable). */
+  /** Whether an epoch change left it out of the committee (it stays down then). */
+  get hasLeft(): boolean {
+    return this.left
+  }
+
+  /** Its index in the committee of the epoch it runs, or -1 (down, or not a member). */
+  indexOf(key: Uint8Array): number {
+    const hex = toHex(key)
+    return this.running?.view.relays.findIndex((r) => toHex(r.publicKey) === hex) ?? -1
+  }
+
+  /**
+   * Starts the relay on its store (a restart after `down` recovers what it
+   * had made durable), as the committee of the epoch its store is in. A
+   * new machine no committee of its store lists joins: it takes the
+   * longest chain of epoch certificates a running relay has, checked from
+   * the cluster file's committee.
+   */
   async up(): Promise<void> {
-    if (this.running) return
+    if (this.running || this.left) return
+    const cluster = this.cluster
+    let stored = storedEpoch(this.kv, cluster.config)
+    if (!stored.epoch && !stored.cluster.relays.some((r) => toHex(r.publicKey) === toHex(this.publicKey))) {
+      const chains = cluster.relays.filter((r) => r.isUp).map((r) => r.node.epochCertificates())
+      await adoptEpochChain(this.kv, cluster.config, chains.reduce((a, b) => (b.length > a.length ? b : a), []))
+      stored = storedEpoch(this.kv, cluster.config)
+    }
+    const me = stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(this.publicKey))
+    if (me < 0) throw new Error(`relay ${this.id} is not in epoch ${stored.epoch?.epoch ?? 0}'s committee`)
+    const view = stored.cluster
     const epoch = ++this.epoch
     const alive = (): boolean => this.running?.epoch === epoch
-    const cluster = this.cluster
     this.journal = new MemoryJournal(this.journal.survivors())
     const clock = cluster.clock(() => this.epoch === epoch)
-    // The committee of the epoch its store is in (the cluster file's until a change).
-    const stored = storedEpoch(this.kv, cluster.config)
-    const me = stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(this.publicKey))
-    if (me !== this.index) throw new Error(`relay ${this.index} is relay ${me} of epoch ${stored.epoch?.epoch ?? 0}'s committee: the simulator moves relays within a committee only in place so far`)
+    // Its peers by their index in this epoch's committee: the machines whose keys it lists.
+    const peerAt = (i: number): SimRelay | undefined => {
+      const entry = view.relays[i]
+      return entry && cluster.relayByKey(entry.publicKey)
+    }
     const node = new RelayNode({
       cluster: stored.cluster,
       ...(stored.epoch ? { epoch: stored.epoch } : {}),
       // The epoch ended: the relay stops and starts again on its store, as the next epoch's.
       onEpochEnd: () => void this.nextEpoch().catch((err: unknown) => cluster.fail(err)),
-      me: this.index,
+      me,
       secretKey: this.secretKey,
       storage: { kv: this.kv, journal: this.journal },
       clock,
       mesh: {
         start: async () => undefined,
         stop: async () => undefined,
-        send: (to, frame) => this.transmit(to, frame, alive),
+        send: (to, frame) => this.transmit(peerAt(to), frame, alive),
         broadcast: (frame) => {
-          for (let to = 0; to < cluster.relays.length; to++) this.transmit(to, frame, alive)
+          for (let to = 0; to < view.relays.length; to++) if (to !== me) this.transmit(peerAt(to), frame, alive)
         },
         onFrame: (handler) => void (this.receive = handler),
         onPeerConnected: (handler) => void (this.connected = handler),
-        connectedPeers: () => cluster.relays.filter((r) => cluster.linked(this.index, r.index)).map((r) => r.index),
+        connectedPeers: () => view.relays.flatMap((_, i) => (i !== me && peerAt(i) && cluster.linked(this.index, (peerAt(i) as SimRelay).index) ? [i] : [])),
         queuedBytes: () => 0,
       },
       logger: pino({ level: 'silent' }),
@@ -503,8 +562,13 @@ export class SimRelay {
     // Always a liar, honest while it has no lies: a test may make it lie mid-session.
     const liar = new ClientFacingLiar(this.lies, { secretKey: this.secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
-    await node.start()
-    this.running = { node, app, sessions, liar, epoch, wires: new Set() }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view }
+    try {
+      await node.start()
+    } catch (err) {
+      this.running = undefined
+      throw err
+    }
     this.peersBack()
   }
 
@@ -529,6 +593,11 @@ export class SimRelay {
     for (const w of run.wires) w.cut()
     await run.app.close()
     await run.node.stop()
+    // A relay the new committee does not list leaves: its operator retires the machine.
+    if (!storedEpoch(this.kv, this.cluster.config).cluster.relays.some((r) => toHex(r.publicKey) === toHex(this.publicKey))) {
+      this.left = true
+      return
+    }
     await this.up()
   }
 
@@ -562,18 +631,22 @@ export class SimRelay {
   peersBack(): void {
     for (const peer of this.cluster.relays) {
       if (!this.cluster.linked(this.index, peer.index)) continue
-      peer.connected?.(this.index)
-      this.connected?.(peer.index)
+      // Each hears of the other under the index its own committee gives it (none: not its peer).
+      const mine = this.indexOf(peer.publicKey)
+      const theirs = peer.indexOf(this.publicKey)
+      if (theirs >= 0) peer.connected?.(theirs)
+      if (mine >= 0) this.connected?.(mine)
     }
   }
 
-  private transmit(to: number, frame: Uint8Array, alive: () => boolean): void {
+  /** A frame to a peer: it takes it as from this relay's index in its own committee, as a mesh authenticated by keys does (none: dropped). */
+  private transmit(peer: SimRelay | undefined, frame: Uint8Array, alive: () => boolean): void {
     const cluster = this.cluster
-    if (!alive() || !cluster.linked(this.index, to)) return
-    const peer = cluster.relays[to] as SimRelay
+    if (!peer || !alive() || !cluster.linked(this.index, peer.index)) return
     const copy = Uint8Array.from(frame)
     cluster.schedule(cluster.now + cluster.delay(), () => {
-      if (cluster.linked(this.index, to)) peer.receive?.(this.index, copy)
+      const from = peer.indexOf(this.publicKey)
+      if (from >= 0 && cluster.linked(this.index, peer.index)) peer.receive?.(from, copy)
     })
   }
 

@@ -52,4 +52,48 @@ describe('epoch changes', () => {
     expect(status['epochStartRound']).toBeGreaterThan(0)
     expect(status['committedRound']).toBeGreaterThan(status['epochStartRound'] as number)
   })
+
+  /** The committee entry of a simulated relay. */
+  const entryOf = (c: SimCluster, i: number) => ({ id: c.relays[i]!.id, publicKey: c.relays[i]!.publicKey, api: `relay${i}.sim`, mesh: '/memory/sim' })
+  /** Until every relay of `members` runs epoch `epoch` and holds the same state of `space` as the first. */
+  const settledIn = (c: SimCluster, members: number[], epoch: number, space = 's') =>
+    c.until(`relays ${members.join(', ')} in epoch ${epoch} with one state`, () => {
+      if (!members.every((i) => epochOf(c, i) === epoch)) return undefined
+      const heads = members.map((i) => c.relays[i]!.node.reads.stableHead(space))
+      return heads.every((h) => h.stateHash === heads[0]?.stateHash && h.index === heads[0]?.index) && heads[0]
+    })
+
+  it('replaces a relay by a new machine: the new one joins from the state the epoch started from, the old one leaves, the client goes on', async () => {
+    const c = await world.start({ seed: 7 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    for (let i = 0; i < 3; i++) await counter.increment(1, { safe: true })
+    const r5 = c.addRelay('r5')
+    const next: RelayCommittee = { f: 1, members: [entryOf(c, 4), entryOf(c, 1), entryOf(c, 2), entryOf(c, 3)] }
+    for (const i of [1, 2, 3]) await c.relays[i]!.backCommittee(1, next)
+    await c.until('r1 left', () => c.relays[0]!.hasLeft)
+    await r5.up()
+    await settledIn(c, [1, 2, 3, 4], 1)
+    // The joiner took the state at the boundary from a checkpoint f+1 of the new committee vouch for.
+    expect(c.relays[4]!.stableValue('s', 'n')).toBe(3)
+    // The client pinned r1-r4: r2-r4 are f+1 of them, so it goes on without r1.
+    expect((await counter.increment(1, { safe: true })).status).toBe('committed')
+    await settledIn(c, [1, 2, 3, 4], 1)
+    expect(c.relays[4]!.stableValue('s', 'n')).toBe(4)
+  })
+
+  it('grows from 4 relays to 7 (f from 1 to 2): the epoch waits for the new relays, then commits with all 7', async () => {
+    const c = await world.start({ seed: 11 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(2, { safe: true })
+    const added = [c.addRelay(), c.addRelay(), c.addRelay()]
+    const next: RelayCommittee = { f: 2, members: [0, 1, 2, 3, 4, 5, 6].map((i) => entryOf(c, i)) }
+    for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
+    await c.until('the first four in epoch 1', () => [0, 1, 2, 3].every((i) => epochOf(c, i) === 1))
+    for (const r of added) await r.up()
+    await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
+    expect((await counter.increment(1, { safe: true })).status).toBe('committed')
+    await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
+    expect(c.relays.map((r) => r.stableValue('s', 'n'))).toEqual([3, 3, 3, 3, 3, 3, 3])
+    expect(c.relays[6]!.node.status()).toMatchObject({ epoch: 1, peers: { total: 6 } })
+  })
 })

@@ -71,6 +71,8 @@ export class RelayCheckpoints {
   /** The commit records of the last GC window, oldest first: what a checkpoint carries for the core. */
   private recent: CommitRecord[] = []
   private lastAnchor = 0
+  /** See heldRound. */
+  private held = -1
   /** Each space's state hash (hex) in the latest checkpoint: a space still there keeps its stored state. */
   private readonly stored = new Map<string, string>()
   /** The latest checkpoint's manifest, decoded once for serving its parts. */
@@ -84,6 +86,11 @@ export class RelayCheckpoints {
     this.o = options
   }
 
+  /** The round of the latest checkpoint this relay took or installed (-1: none). */
+  get heldRound(): number {
+    return this.held
+  }
+
   /** (Re)starts from what the store holds: its latest checkpoint and the recovered commit records. */
   load(store: RelayStore, committedRound: number, commits: readonly CommitRecord[]): void {
     this.store = store
@@ -92,6 +99,7 @@ export class RelayCheckpoints {
     this.stored.clear()
     this.served = undefined
     const head = store.checkpoint()
+    this.held = head?.anchorRound ?? -1
     if (head) for (const s of decodeManifest(head.manifest).spaces) this.stored.set(s.space, toHex(s.stateHash))
   }
 
@@ -131,6 +139,7 @@ export class RelayCheckpoints {
     const manifest = encodeManifest({ anchorRound, commits: this.recent, spaces })
     const statement = signStatement(this.o.crypto, this.o.secretKey, this.o.me, anchorRound, sha256(manifest))
     this.served = undefined
+    this.held = anchorRound
     return { anchorRound, statement: statement.signed, manifest, states: [...states].map(([space, bytes]) => ({ space, bytes })) }
   }
 
@@ -139,7 +148,10 @@ export class RelayCheckpoints {
     switch (m.kind) {
       case 'checkpoint-ask': {
         const head = this.store.checkpoint()
-        if (head) this.o.host.send(from, { kind: 'checkpoint', statement: { author: this.o.me, anchorRound: head.anchorRound, digest: this.o.crypto.sha256(head.manifest), signed: head.statement } })
+        if (!head) return true
+        // Signed now, as this epoch's relay `me`: the stored statement may be of an epoch before, under another index or key.
+        const statement = signStatement(this.o.crypto, this.o.secretKey, this.o.me, head.anchorRound, this.o.crypto.sha256(head.manifest))
+        this.o.host.send(from, { kind: 'checkpoint', statement })
         return true
       }
       case 'checkpoint-get':
@@ -176,6 +188,23 @@ export class RelayCheckpoints {
    */
   behind(committedRound: number): void {
     if (this.fetching) return
+    this.o.log.warn({ committedRound }, 'peers no longer keep the blocks this relay needs: fetching a checkpoint they vouch for')
+    this.fetch(committedRound)
+  }
+
+  /**
+   * This relay is in an epoch whose starting state it does not hold (it
+   * joined the committee, or it was behind when the epoch before ended):
+   * fetch a checkpoint f+1 of the committee vouch for, at or after the
+   * round the epoch started after.
+   */
+  joining(startRound: number): void {
+    if (this.fetching) return
+    this.o.log.info({ startRound }, "fetching the state this epoch started from: a checkpoint f+1 of the committee vouch for")
+    this.fetch(startRound - 1)
+  }
+
+  private fetch(committedRound: number): void {
     const fetch = new CheckpointFetch(this.o.committee, (b) => this.o.crypto.sha256(b), committedRound, (bytes) => {
       const state = decodeAuditState(bytes, (signed) => this.o.host.openEnvelope(signed))
       return { state: { state, bytes }, space: state.space, hash: auditStateHash((b) => this.o.crypto.sha256(b), state) }
@@ -190,7 +219,6 @@ export class RelayCheckpoints {
       this.fetching.timer = this.o.clock.setTimer(FETCH_RETRY_MS, retry)
     }
     this.fetching = { fetch, timer: this.o.clock.setTimer(FETCH_RETRY_MS, retry), progress: 0 }
-    this.o.log.warn({ committedRound }, 'peers no longer keep the blocks this relay needs: fetching a checkpoint they vouch for')
     this.o.host.broadcast({ kind: 'checkpoint-ask' })
   }
 

@@ -1,7 +1,8 @@
-import { decodeEpochChange } from '@stead/core'
-import { clusterInEpoch, type ClusterConfig } from '../process/config.ts'
+import { SteadError, decodeEpochChange, followEpochs, type EpochCertificate, type FollowedEpoch } from '@stead/core'
+import { nodeCrypto } from '@stead/core/node'
+import { clusterInEpoch, relayCommitteeOf, type ClusterConfig } from '../process/config.ts'
 import type { Kv } from '../store/kv.ts'
-import { RelayStore } from '../store/store.ts'
+import { RelayStore, STORE_TABLES, encodeEpochCertificate } from '../store/store.ts'
 
 /** The epoch a relay's store is in, and the cluster as it stands there: what the host builds the relay for. */
 export interface StoredEpoch {
@@ -22,4 +23,26 @@ export function storedEpoch(kv: Kv, file: ClusterConfig): StoredEpoch {
   if (!last) return { cluster: file, epoch: undefined }
   const change = decodeEpochChange(last.change)
   return { cluster: clusterInEpoch(file, change.next), epoch: { epoch: change.epoch, startRound: change.startRound } }
+}
+
+/**
+ * Takes a chain of epoch certificates into a store that has none yet (a
+ * relay joining the committee of a later epoch), after checking it from
+ * the cluster file's committee: each certificate signed by 2f+1 of the
+ * committee before it (followEpochs). Returns the epoch it leads to.
+ *
+ * @throws SteadError as followEpochs for a certificate that fails (nothing is kept then).
+ */
+export async function adoptEpochChain(kv: Kv, file: ClusterConfig, certs: readonly EpochCertificate[]): Promise<FollowedEpoch> {
+  if (RelayStore.epochChain(kv).length) throw new SteadError('conflict', 'this store has epoch certificates of its own: it follows its peers, it does not join')
+  const followed = await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(file) }, certs)
+  const table = kv.table<number>(STORE_TABLES.epochs)
+  // The certificate followEpochs took for each epoch is the first one of it in the chain.
+  const kept = new Map<number, EpochCertificate>()
+  for (const c of certs) {
+    const { epoch } = decodeEpochChange(c.change)
+    if (epoch <= followed.epoch && !kept.has(epoch)) kept.set(epoch, c)
+  }
+  await kv.write(() => kept.forEach((c, epoch) => table.put(epoch, encodeEpochCertificate(c))))
+  return followed
 }

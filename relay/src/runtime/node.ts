@@ -411,6 +411,18 @@ export class RelayNode {
     )
     // Stopped at the epoch's end, before its certificate was complete: gather it again.
     if (this.ledger.epochEnd) this.endEpoch()
+    if (this.joining) this.checkpoints.joining(genesisRoundOf(this.committee))
+  }
+
+  /**
+   * Whether this relay is in an epoch whose starting state it does not
+   * hold (it joined the committee, or was behind when the epoch before
+   * ended): it fetches the checkpoint the epoch started from, and audits
+   * nothing and takes no work until it installed it.
+   */
+  private get joining(): boolean {
+    const genesis = genesisRoundOf(this.committee)
+    return genesis > 0 && this.checkpoints.heldRound < genesis
   }
 
   /**
@@ -449,8 +461,9 @@ export class RelayNode {
   private async install(c: FetchedRelayCheckpoint): Promise<void> {
     await this.loop.onDisk
     const round = c.manifest.anchorRound
-    // A peer that had not pruned yet may have brought it this far meanwhile: never go back.
-    if (round <= this.core.committedRound) {
+    // A peer that had not pruned yet may have brought it this far meanwhile: never go back. (A relay
+    // joining an epoch is at its genesis round with none of its state: the epoch's first checkpoint is ahead of it.)
+    if (round <= this.core.committedRound && !(this.joining && round >= genesisRoundOf(this.committee))) {
       this.log.info({ checkpoint: round, committedRound: this.core.committedRound }, 'caught up past the fetched checkpoint by range; not installing it')
       return
     }
@@ -513,6 +526,7 @@ export class RelayNode {
    */
   submit(frame: Uint8Array, origin = 'local', onDecided?: (idHex: string) => void, ask?: (space: string, ids: readonly string[]) => void): { status: 'queued' | 'duplicate'; idHex: string; stopWatching: () => void } {
     if (this.loop.stopped) throw new SteadError('closed', 'this relay is stopping')
+    if (this.joining) throw new SteadError('rate-limited', `this relay is fetching the state epoch ${epochOf(this.committee)} started from; submit again in a moment, or to another relay`)
     // Worth another try (clients resubmit what is rate-limited): the next epoch's relays take it.
     if (this.ledger.epochEnd) throw new SteadError('rate-limited', `epoch ${epochOf(this.committee)} ended at round ${this.ledger.epochEnd.round}: the relays are moving to epoch ${this.ledger.epochEnd.epoch}; submit again in a moment`)
     // Queued and forwarded as an exact copy, not a view into the socket read it came in (see exact).
@@ -833,11 +847,14 @@ export class RelayNode {
           history: [],
         }
         const endedBefore = this.ledger.epochEnd !== undefined
+        const joining = this.joining
         for (const o of outputs) {
           // After the epoch's last commit the core's later commits are not this epoch's: never
-          // recorded nor audited, their envelopes are ordered again in the next epoch.
+          // recorded nor audited, their envelopes are ordered again in the next epoch. A relay without
+          // its epoch's starting state cannot audit them: it takes them from the checkpoint it fetches.
           const ended = this.ledger.epochEnd
-          if (ended && ((o.type === 'persist' && o.record.kind === 'commit' && o.record.anchorRound > ended.round) || o.type === 'commit')) continue
+          const skipped = joining || (ended && (o.type === 'commit' || (o.type === 'persist' && o.record.kind === 'commit' && o.record.anchorRound > ended.round)))
+          if (skipped && (o.type === 'commit' || (o.type === 'persist' && o.record.kind === 'commit'))) continue
           if (o.type === 'persist') {
             write.records.push(o.record)
             if (o.record.kind === 'commit') this.checkpoints.recorded(o.record)

@@ -266,7 +266,7 @@ export class RelayStore {
   /** Keeps the certificate that starts `epoch`; resolves once it is durable (after every write issued before). */
   async putEpochCertificate(epoch: number, cert: EpochCertificate): Promise<void> {
     const table = this.kv.table<number>(STORE_TABLES.epochs)
-    await this.kv.write(() => table.put(epoch, encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])])))
+    await this.kv.write(() => table.put(epoch, encodeEpochCertificate(cert)))
   }
 
   /** The store of a relay's data dir: LMDB, and the journal beside it. */
@@ -683,6 +683,11 @@ export class RelayStore {
     await this.journal.close()
     await this.kv.close()
   }
+}
+
+/** An epoch certificate as the store keeps it (see STORE_TABLES.epochs). */
+export function encodeEpochCertificate(cert: EpochCertificate): Uint8Array {
+  return encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])])
 }
 
 function encodeBlock(b: Block): Uint8Array {
