@@ -424,8 +424,6 @@ export class SimRelay {
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   private epoch = 0
-  /** The sequence number of the last envelope its operator wrote in $committee (see backCommittee). */
-  private committeeSeq = 0
   private lies: ClientLie[] = []
   /** Who each client socket proved to be and whether it asked for frames; sockets silenced by `silence`. */
   private readonly heard = new WeakMap<Wire, { authorId: string | undefined; frames: boolean }>()
@@ -578,7 +576,8 @@ export class SimRelay {
    * `$committee`, submitted to it. Resolves once the relay decided it.
    */
   async backCommittee(epoch: number, next: RelayCommittee): Promise<void> {
-    const seq = ++this.committeeSeq
+    // As `stead-relay committee` does: the relay says what its next request takes.
+    const seq = this.node.committeeChange().members.find((m) => m.publicKey === toHex(this.publicKey))?.nextSeq ?? 1
     const key = backingKey(authorIdOf(nodeCrypto, this.publicKey))
     const env = await sealEnvelope(nodeCrypto, { secretKey: this.secretKey, publicKey: this.publicKey }, { space: COMMITTEE_SPACE, seq, clock: clockInit(), deps: [], updates: [{ key, decl: { type: 'register' }, ops: [['s', encodeCommitteeRequest({ epoch, next }), this.cluster.now]] }], safe: [] })
     await new Promise<void>((decided) => void this.node.submit(encodeEnvelope(env), 'operator', () => decided()))
