@@ -1,5 +1,5 @@
 import { memoryStorage, type ClientOptions, type ClientStorage, type SocketLike } from '@stead/client'
-import { authorIdOf, clockInit, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, sealEnvelope, SteadError, toHex, type Envelope, type ErrorReason, type HostClock, type HostTimer, type RelayCommittee } from '@stead/core'
+import { authorIdOf, clockInit, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, sealEnvelope, SteadError, toHex, type Envelope, type ErrorReason, type EpochCertificate, type HostClock, type HostTimer, type RelayCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
@@ -54,6 +54,8 @@ const QUIET_TURNS = 3
 const IN_FLIGHT_WAIT_MS = 200
 
 const START_AT = Date.UTC(2026, 0, 1)
+/** How often a relay looks whether its peers are in a later epoch (see SimRelay.watchEpochs). */
+const EPOCH_POLL_MS = 2_000
 
 /** The envelope in a submitted frame, or undefined for one that does not open (the relay refuses it itself). */
 function openEnvelope(frame: Uint8Array): Envelope | undefined {
@@ -274,7 +276,9 @@ export class SimCluster {
 
   /** Whether frames from relay `from` reach relay `to` now. */
   linked(from: number, to: number): boolean {
-    return !this.held && from !== to && Boolean(this.relays[from]?.isUp) && Boolean(this.relays[to]?.isUp)
+    const a = this.relays[from]
+    const b = this.relays[to]
+    return !this.held && from !== to && Boolean(a?.isUp && b?.isUp && !a.isCutOff && !b.isCutOff)
   }
 
   async close(): Promise<void> {
@@ -401,6 +405,12 @@ export interface ClientTraffic {
   paces: number
 }
 
+/** Where a running relay's mesh delivers: its node's handlers. */
+interface MeshHandlers {
+  receive?: (from: number, frame: Uint8Array) => void
+  connected?: (peer: number) => void
+}
+
 /** One relay of a SimCluster: its store outlives `down`; its node, sessions and API do not. */
 export class SimRelay {
   /** Its place in SimCluster.relays (a machine; its index in a committee is its place there). */
@@ -420,16 +430,16 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
+  /** Partitioned from the other relays (see cutOff). */
+  private cut = false
   private epoch = 0
   private lies: ClientLie[] = []
   /** Who each client socket proved to be and whether it asked for frames; sockets silenced by `silence`. */
   private readonly heard = new WeakMap<Wire, { authorId: string | undefined; frames: boolean }>()
   private readonly muted = new WeakSet<Wire>()
-  private receive: ((from: number, frame: Uint8Array) => void) | undefined
-  private connected: ((peer: number) => void) | undefined
 
   constructor(cluster: SimCluster, index: number, secretKey: Uint8Array, more: SimClusterOptions['relay'] & object, id: string) {
     this.cluster = cluster
@@ -482,6 +492,22 @@ export class SimRelay {
     this.running?.liar.tell(lies)
   }
 
+  /** Whether its links to the other relays are cut (see cutOff). */
+  get isCutOff(): boolean {
+    return this.cut
+  }
+
+  /** Cuts its links to every other relay (its clients still reach it): a relay partitioned away. */
+  cutOff(): void {
+    this.cut = true
+  }
+
+  /** Its links to the other relays are back. */
+  reconnect(): void {
+    this.cut = false
+    this.peersBack()
+  }
+
   /** Whether an epoch change left it out of the committee (it stays down then). */
   get hasLeft(): boolean {
     return this.left
@@ -503,14 +529,15 @@ export class SimRelay {
   async up(): Promise<void> {
     if (this.running || this.left) return
     const cluster = this.cluster
-    let stored = storedEpoch(this.kv, cluster.config)
-    if (!stored.epoch && !stored.cluster.relays.some((r) => toHex(r.publicKey) === toHex(this.publicKey))) {
-      const chains = cluster.relays.filter((r) => r.isUp).map((r) => r.node.epochCertificates())
-      await adoptEpochChain(this.kv, cluster.config, chains.reduce((a, b) => (b.length > a.length ? b : a), []))
-      stored = storedEpoch(this.kv, cluster.config)
-    }
+    // The epochs its peers went through while it was down (or before it existed), checked from its store's.
+    await adoptEpochChain(this.kv, cluster.config, this.longestPeerChain())
+    const stored = storedEpoch(this.kv, cluster.config)
     const me = stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(this.publicKey))
-    if (me < 0) throw new Error(`relay ${this.id} is not in epoch ${stored.epoch?.epoch ?? 0}'s committee`)
+    if (me < 0 && stored.epoch) {
+      this.left = true
+      return
+    }
+    if (me < 0) throw new Error(`relay ${this.id} is in no committee yet: back a committee that lists it first`)
     const view = stored.cluster
     const epoch = ++this.epoch
     const alive = (): boolean => this.running?.epoch === epoch
@@ -521,6 +548,8 @@ export class SimRelay {
       const entry = view.relays[i]
       return entry && cluster.relayByKey(entry.publicKey)
     }
+    // What the node's mesh hands frames and connections to: set as the node starts.
+    const mesh: MeshHandlers = {}
     const node = new RelayNode({
       cluster: stored.cluster,
       ...(stored.epoch ? { epoch: stored.epoch } : {}),
@@ -537,8 +566,8 @@ export class SimRelay {
         broadcast: (frame) => {
           for (let to = 0; to < view.relays.length; to++) if (to !== me) this.transmit(peerAt(to), frame, alive)
         },
-        onFrame: (handler) => void (this.receive = handler),
-        onPeerConnected: (handler) => void (this.connected = handler),
+        onFrame: (handler) => void (mesh.receive = handler),
+        onPeerConnected: (handler) => void (mesh.connected = handler),
         connectedPeers: () => view.relays.flatMap((_, i) => (i !== me && peerAt(i) && cluster.linked(this.index, (peerAt(i) as SimRelay).index) ? [i] : [])),
         queuedBytes: () => 0,
       },
@@ -560,13 +589,14 @@ export class SimRelay {
     // Always a liar, honest while it has no lies: a test may make it lie mid-session.
     const liar = new ClientFacingLiar(this.lies, { secretKey: this.secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh }
     try {
       await node.start()
     } catch (err) {
       this.running = undefined
       throw err
     }
+    this.watchEpochs(epoch, clock)
     this.peersBack()
   }
 
@@ -592,12 +622,28 @@ export class SimRelay {
     for (const w of run.wires) w.cut()
     await run.app.close()
     await run.node.stop()
-    // A relay the new committee does not list leaves: its operator retires the machine.
-    if (!storedEpoch(this.kv, this.cluster.config).cluster.relays.some((r) => toHex(r.publicKey) === toHex(this.publicKey))) {
-      this.left = true
-      return
-    }
+    // A relay the new committee does not list leaves (see up): its operator retires the machine.
     await this.up()
+  }
+
+  /** The longest chain of epoch certificates a running relay holds (what `GET /v1/epochs` of each would say). */
+  private longestPeerChain(): EpochCertificate[] {
+    return this.cluster.relays.filter((r) => r !== this && r.isUp).map((r) => r.node.epochCertificates()).reduce((a, b) => (b.length > a.length ? b : a), [])
+  }
+
+  /**
+   * Every few seconds: whether a peer is in a later epoch than this relay
+   * (it was cut off while the others ended the epoch, and they no longer
+   * serve that epoch's blocks). It then starts again in the epoch they
+   * certified, as a relay process asking its peers' /v1/epochs does.
+   */
+  private watchEpochs(run: number, clock: HostClock): void {
+    clock.setTimer(EPOCH_POLL_MS, () => {
+      if (this.running?.epoch !== run) return
+      const mine = (this.running.node.status()['epoch'] as number) ?? 0
+      if (this.longestPeerChain().length > mine) void this.nextEpoch().catch((err: unknown) => this.cluster.fail(err))
+      else this.watchEpochs(run, clock)
+    })
   }
 
   /** The relay's machine dies: no flush, no goodbye; its clients' sockets drop. */
@@ -633,8 +679,8 @@ export class SimRelay {
       // Each hears of the other under the index its own committee gives it (none: not its peer).
       const mine = this.indexOf(peer.publicKey)
       const theirs = peer.indexOf(this.publicKey)
-      if (theirs >= 0) peer.connected?.(theirs)
-      if (mine >= 0) this.connected?.(mine)
+      if (theirs >= 0) peer.running?.mesh.connected?.(theirs)
+      if (mine >= 0) this.running?.mesh.connected?.(mine)
     }
   }
 
@@ -645,7 +691,7 @@ export class SimRelay {
     const copy = Uint8Array.from(frame)
     cluster.schedule(cluster.now + cluster.delay(), () => {
       const from = peer.indexOf(this.publicKey)
-      if (from >= 0 && cluster.linked(this.index, peer.index)) peer.receive?.(from, copy)
+      if (from >= 0 && cluster.linked(this.index, peer.index)) peer.running?.mesh.receive?.(from, copy)
     })
   }
 

@@ -96,4 +96,38 @@ describe('epoch changes', () => {
     expect(c.relays.map((r) => r.stableValue('s', 'n'))).toEqual([3, 3, 3, 3, 3, 3, 3])
     expect(c.relays[6]!.node.status()).toMatchObject({ epoch: 1, peers: { total: 6 } })
   })
+
+  it('a relay down while the others changed epochs comes back into the new epoch from the state it started from', async () => {
+    const c = await world.start({ seed: 5 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    await c.relays[3]!.down()
+    await counter.increment(1, { safe: true })
+    const file = relayCommitteeOf(c.config)
+    const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 2 ? { ...m, api: 'relay2-moved.sim' } : m)) }
+    for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
+    await c.until('three relays in epoch 1', () => [0, 1, 2].every((i) => epochOf(c, i) === 1))
+    await counter.increment(1, { safe: true })
+    await c.relays[3]!.up()
+    await settledIn(c, [0, 1, 2, 3], 1)
+    expect(c.relays[3]!.stableValue('s', 'n')).toBe(3)
+  })
+
+  it('a relay cut off while the others ended the epoch finds they moved on, and follows them', async () => {
+    const c = await world.start({ seed: 6 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    const file = relayCommitteeOf(c.config)
+    const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 1 ? { ...m, api: 'relay1-moved.sim' } : m)) }
+    // r4's operator backs it too, but r4 is cut off before the change commits.
+    await c.relays[3]!.backCommittee(1, next)
+    c.relays[3]!.cutOff()
+    for (const i of [0, 1]) await c.relays[i]!.backCommittee(1, next)
+    await c.until('three relays in epoch 1', () => [0, 1, 2].every((i) => epochOf(c, i) === 1))
+    expect(epochOf(c, 3)).toBe(0)
+    await counter.increment(1, { safe: true })
+    c.relays[3]!.reconnect()
+    await settledIn(c, [0, 1, 2, 3], 1)
+    expect(c.relays[3]!.stableValue('s', 'n')).toBe(2)
+  })
 })

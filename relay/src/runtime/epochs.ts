@@ -1,4 +1,4 @@
-import { SteadError, decodeEpochChange, followEpochs, type EpochCertificate, type FollowedEpoch } from '@stead/core'
+import { decodeEpochChange, followEpochs, type EpochCertificate, type FollowedEpoch } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { clusterInEpoch, relayCommitteeOf, type ClusterConfig } from '../process/config.ts'
 import type { Kv } from '../store/kv.ts'
@@ -26,23 +26,28 @@ export function storedEpoch(kv: Kv, file: ClusterConfig): StoredEpoch {
 }
 
 /**
- * Takes a chain of epoch certificates into a store that has none yet (a
- * relay joining the committee of a later epoch), after checking it from
- * the cluster file's committee: each certificate signed by 2f+1 of the
- * committee before it (followEpochs). Returns the epoch it leads to.
+ * Takes the certificates of a chain that lead past the epoch a store is
+ * in (a relay joining the committee of a later epoch, or one that was
+ * down or behind while its peers moved on), after checking each from the
+ * committee of the store's epoch: signed by 2f+1 of the committee before
+ * it (followEpochs). Returns the epoch the store is in then; a chain that
+ * leads nowhere new changes nothing.
  *
  * @throws SteadError as followEpochs for a certificate that fails (nothing is kept then).
  */
 export async function adoptEpochChain(kv: Kv, file: ClusterConfig, certs: readonly EpochCertificate[]): Promise<FollowedEpoch> {
-  if (RelayStore.epochChain(kv).length) throw new SteadError('conflict', 'this store has epoch certificates of its own: it follows its peers, it does not join')
-  const followed = await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(file) }, certs)
-  const table = kv.table<number>(STORE_TABLES.epochs)
+  const stored = storedEpoch(kv, file)
+  const from = { epoch: stored.epoch?.epoch ?? 0, committee: relayCommitteeOf(stored.cluster) }
+  const followed = await followEpochs(nodeCrypto, from, certs)
   // The certificate followEpochs took for each epoch is the first one of it in the chain.
   const kept = new Map<number, EpochCertificate>()
   for (const c of certs) {
     const { epoch } = decodeEpochChange(c.change)
-    if (epoch <= followed.epoch && !kept.has(epoch)) kept.set(epoch, c)
+    if (epoch > from.epoch && epoch <= followed.epoch && !kept.has(epoch)) kept.set(epoch, c)
   }
-  await kv.write(() => kept.forEach((c, epoch) => table.put(epoch, encodeEpochCertificate(c))))
+  if (kept.size) {
+    const table = kv.table<number>(STORE_TABLES.epochs)
+    await kv.write(() => kept.forEach((c, epoch) => table.put(epoch, encodeEpochCertificate(c))))
+  }
   return followed
 }
