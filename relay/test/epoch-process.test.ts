@@ -1,10 +1,10 @@
 import { spawn } from 'node:child_process'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { clockInit, encodeEnvelope, followEpochs, fromBase64Url, sealEnvelope } from '@stead/core'
+import { clockInit, encodeEnvelope, followEpochs, fromBase64Url, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
-import { loadCluster, relayCommitteeOf } from '../src/process/config.ts'
+import { generateIdentity, loadCluster, relayCommitteeOf, writeIdentity } from '../src/process/config.ts'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, freePort, until } from './helpers/cluster.ts'
 
@@ -31,7 +31,7 @@ afterAll(async () => {
 
 /** Real relay processes through a committee change made with the operators' commands. */
 describe('a committee change between real relays', () => {
-  it('moves a relay to another address when 2f+1 operators back it: every relay goes on in epoch 1, the moved one at its new address, with the state it had', { timeout: 120_000 }, async () => {
+  it('moves a relay to another address, then replaces a relay by a new machine, as 2f+1 operators back each change: every relay follows, with the state', { timeout: 180_000 }, async () => {
     const c = (cluster = await TestCluster.create(4))
     await c.startAll()
     const client = await TestClient.connect(c.relays[0]!.api, author)
@@ -61,7 +61,8 @@ describe('a committee change between real relays', () => {
       expect(approved.code).toBe(0)
     }
 
-    c.relays[3] = { ...c.relays[3]!, api: moved }
+    // The same process, at its new address (its log goes on growing in this record).
+    Object.assign(c.relays[3]!, { api: moved })
     const epochAt = async (i: number): Promise<number | undefined> => (await c.json<{ epoch: number }>(i, '/v1/status').catch(() => undefined))?.epoch
     await until('every relay in epoch 1', async () => (await Promise.all([0, 1, 2, 3].map(epochAt))).every((e) => e === 1) || undefined, 60_000)
     // Whoever pinned the cluster file follows the certificate any relay serves.
@@ -78,5 +79,32 @@ describe('a committee change between real relays', () => {
     await again.submit(await deposit(4))
     await until('the fourth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 4) || undefined)
     again.close()
+
+    // Then r4's machine is replaced by a new one, r5, with a key of its own.
+    const r5 = { id: 'r5', data: join(c.dir, 'r5'), api: `127.0.0.1:${await freePort()}`, process: null, log: '' }
+    mkdirSync(r5.data)
+    const r5Key = generateIdentity()
+    writeIdentity(join(r5.data, 'key.json'), r5Key)
+    const third = { ...file, relays: [...file.relays.slice(0, 3), { id: 'r5', publicKey: toHex(r5Key.publicKey), api: r5.api, mesh: `/ip4/127.0.0.1/tcp/${await freePort()}` }] }
+    const thirdPath = join(c.dir, 'third.json')
+    writeFileSync(thirdPath, JSON.stringify(third))
+    const replaced = await run(['committee', 'propose', thirdPath, ...operator(0)])
+    expect(replaced.code).toBe(0)
+    const replaceId = /backed proposal ([0-9a-f]{64})/.exec(replaced.stdout)?.[1] as string
+    for (const i of [1, 2]) expect((await run(['committee', 'approve', replaceId, ...operator(i)])).code).toBe(0)
+    // r4 is no relay of epoch 2: it stops by itself, and says why.
+    const r4 = c.relays[3]!.process
+    await until('r4 exited', () => r4?.exitCode !== null || undefined, 60_000)
+    expect(r4?.exitCode).toBe(0)
+    expect(c.relays[3]!.log).toContain('left the committee')
+    c.relays[3] = r5
+    c.start(3, ['--join', `http://${c.relays[0]!.api}`])
+    await c.waitHealthy(3)
+    await until('every relay in epoch 2', async () => (await Promise.all([0, 1, 2, 3].map(epochAt))).every((e) => e === 2) || undefined, 60_000)
+    await until('r5 holds the state', async () => (await stableAt(3)) === 4 || undefined, 60_000)
+    const joined = await TestClient.connect(r5.api, author)
+    await joined.submit(await deposit(5))
+    await until('the fifth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 5) || undefined)
+    joined.close()
   })
 })

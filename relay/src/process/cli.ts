@@ -45,6 +45,7 @@ interface StartOptions {
   id?: string
   data?: string
   key?: string
+  join?: string
   byzantine?: ByzantineModes
   tlsCert?: string
   tlsKey?: string
@@ -97,11 +98,12 @@ async function start(options: StartOptions): Promise<void> {
   const cluster = loadCluster(o.config)
   // The id before the key: an id not in the file is the mistake, not the key file its data dir lacks.
   const entry = cluster.relays.find((r) => r.id === o.id)
-  if (!entry) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}; give one of its ids: ${cluster.relays.map((r) => r.id).join(', ')}`)
+  // After a committee change the store's epoch (or the one --join leads to) may list other relays and keys: runRelay checks against that.
+  const laterEpoch = o.join !== undefined || (await storedEpochOf(o.data, cluster)) > 0
+  if (!entry && !laterEpoch) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}; give one of its ids: ${cluster.relays.map((r) => r.id).join(', ')} (a relay a committee change added starts with --join <the API of a relay of the cluster>)`)
   const keyPath = o.key ?? join(o.data, 'key.json')
   const identity = loadIdentity(keyPath)
-  // After a committee change the store's epoch may list another key for it: runRelay checks against that one.
-  if (toHex(entry.publicKey) !== toHex(identity.publicKey) && (await storedEpochOf(o.data, cluster)) === 0) {
+  if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey) && !laterEpoch) {
     const owner = cluster.relays.find((r) => toHex(r.publicKey) === toHex(identity.publicKey))
     throw new ConfigError(
       `key file ${keyPath} is not relay ${o.id}'s: its public key ${owner ? `is ${owner.id}'s` : 'is not'} in ${o.config}; give ${o.id}'s own key with --key (or in <data>/key.json)${owner ? `, or start it as --id ${owner.id}` : ''}`,
@@ -150,6 +152,7 @@ async function start(options: StartOptions): Promise<void> {
       : { retention: { ...(o.retainRounds === undefined ? {} : { blockRounds: o.retainRounds }), ...(o.retainUpdates === undefined ? {} : { updates: o.retainUpdates }) } }),
     ...(tls ? { tls } : {}),
     ...(clockValidator ? { clockValidator } : {}),
+    ...(o.join ? { join: o.join } : {}),
     onLeft: () => {
       logger.info({ closed: ['data dir lock'] }, 'relay stopped: it left the committee')
       exitAfterLogs(logger, 0)
@@ -324,6 +327,7 @@ Examples:
     .option('--id <name>', "this relay's id in the cluster file, e.g. r1; required")
     .option('--data <dir>', 'its data dir (mode 0700, locked while it runs, bound to the cluster); required')
     .option('--key <file>', 'its key file (default: <data>/key.json)')
+    .option('--join <url>', 'a relay a committee change added: the API (http://host:port) of a relay of the cluster, to take the epoch certificates since the cluster file from')
     .option('--tls-cert <file>', 'serve HTTPS and WSS with this certificate (PEM), with --tls-key')
     .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')
     .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))

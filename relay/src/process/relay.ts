@@ -4,9 +4,9 @@ import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
-import { toHex } from '@stead/core'
+import { fromBase64Url, toHex, type EpochCertificate } from '@stead/core'
 import { publicKeyOfSync } from '@stead/core/node'
-import { storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
+import { adoptEpochChain, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
 import { LmdbKv } from '../store/kv.ts'
 import { byzantineMesh, type ByzantineStrategy } from '../consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
@@ -53,6 +53,14 @@ export interface RunRelayOptions {
   readonly onFatal?: (err: unknown) => void
   /** An epoch change left this relay out of the committee: it stopped and unlocked its data dir. */
   readonly onLeft?: () => void
+  /**
+   * The API (http://host:port) of a relay of the cluster, for a relay
+   * joining it in a later epoch than the cluster file's: the certificates
+   * of the epochs since come from there (checked from the file's committee).
+   */
+  readonly join?: string
+  /** How often a running relay asks its peers whether they are in a later epoch (default 10 s). */
+  readonly epochPollMs?: number
 }
 
 export interface RunningRelay {
@@ -90,12 +98,14 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   let switching: Promise<void> = Promise.resolve()
   let stopped = false
   const next = (): void => {
+    // Once per change: the relay's own certificate and its peers' (see the poll below) may both end the epoch.
     const ending = current
+    if (!ending) return
     current = undefined
     switching = (async () => {
-      await ending?.stop()
+      await ending.stop()
       if (stopped) return
-      const stored = await readStoredEpoch(o)
+      const stored = await readStoredEpoch(o, logger)
       if (!stored.cluster.relays.some((r) => r.id === o.id)) {
         logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list ${o.id}: this relay left the cluster and stops`)
         dataDir.release()
@@ -111,11 +121,30 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     })
   }
   try {
-    current = last = await startEpoch(o, logger, await readStoredEpoch(o), next)
+    current = last = await startEpoch(o, logger, await readStoredEpoch(o, logger, o.join), next)
   } catch (err) {
     dataDir.release()
     throw err
   }
+  // A relay cut off while its peers ended an epoch cannot finish it alone (they no longer serve its
+  // blocks): it asks them now and then whether they moved on, and follows their certificates.
+  const poll = setInterval(() => {
+    if (!current || stopped) return
+    const epoch = current.node.committee.epoch ?? 0
+    void fetchLongerChain(o, current.node.clusterDescriptor().relays.map((r) => r.api), epoch, logger).then(async (chain) => {
+      if (!chain || !current || stopped || (current.node.committee.epoch ?? 0) !== epoch) return
+      const kv = new LmdbKv(o.dataDir)
+      try {
+        const followed = await adoptEpochChain(kv, o.cluster, chain)
+        if (followed.epoch <= epoch) return
+        logger.info({ epoch, peersEpoch: followed.epoch }, 'the other relays moved on to a later epoch: following them')
+      } finally {
+        await kv.close()
+      }
+      next()
+    }, (err: unknown) => logger.warn({ err }, 'could not check the peers\' epochs'))
+  }, o.epochPollMs ?? EPOCH_POLL_MS)
+  poll.unref()
   return {
     get node() {
       return last.node
@@ -129,6 +158,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     async stop() {
       const wasStopped = stopped
       stopped = true
+      clearInterval(poll)
       await switching
       const closed = (await current?.stop()) ?? []
       current = undefined
@@ -138,14 +168,56 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   }
 }
 
-/** The epoch the data dir's store is in, read before the relay that opens the store is built. */
-async function readStoredEpoch(o: RunRelayOptions): Promise<StoredEpoch> {
+/** How often a running relay asks its peers whether they are in a later epoch. */
+const EPOCH_POLL_MS = 10_000
+/** How long one relay has to answer GET /v1/epochs. */
+const EPOCHS_TIMEOUT_MS = 5_000
+
+/**
+ * The epoch the data dir's store is in, read before the relay that opens
+ * the store is built. With `join` (a relay's API), the certificates of
+ * the epochs since the store's come from there first: a new machine joins
+ * the committee of a later epoch, a relay down for a change catches up.
+ */
+async function readStoredEpoch(o: RunRelayOptions, logger: Logger, join?: string): Promise<StoredEpoch> {
   const kv = new LmdbKv(o.dataDir)
   try {
+    const at = storedEpoch(kv, o.cluster)
+    const chain = await fetchLongerChain(o, join ? [join] : at.cluster.relays.map((r) => r.api), at.epoch?.epoch ?? 0, logger)
+    if (chain) {
+      const followed = await adoptEpochChain(kv, o.cluster, chain).catch((err: unknown) => {
+        // A join URL that serves certificates the committee did not sign is the operator's to fix.
+        if (join) throw new ConfigError(`--join ${join}: its epoch certificates do not check out from the cluster file's committee (${(err as Error).message}); give a relay of this cluster`)
+        logger.warn({ err }, 'a peer served epoch certificates that do not check out; ignored')
+        return undefined
+      })
+      if (followed) logger.info({ epoch: followed.epoch }, 'took the certificates of the epochs since its store\'s from its peers')
+    } else if (join) throw new ConfigError(`--join ${join}: no relay answered GET /v1/epochs there with a later epoch than this data dir's; give the http://host:port of a running relay of the cluster`)
     return storedEpoch(kv, o.cluster)
   } finally {
     await kv.close()
   }
+}
+
+/** The longest chain of epoch certificates the relays at `apis` serve, if one leads past `epoch`. */
+async function fetchLongerChain(o: RunRelayOptions, apis: readonly string[], epoch: number, logger: Logger): Promise<EpochCertificate[] | undefined> {
+  const scheme = o.tls ? 'https' : 'http'
+  const chains = await Promise.all(
+    apis.map(async (api) => {
+      const url = /^https?:\/\//.test(api) ? api : `${scheme}://${api}`
+      try {
+        const res = await fetch(`${url.replace(/\/$/, '')}/v1/epochs`, { signal: AbortSignal.timeout(EPOCHS_TIMEOUT_MS) })
+        if (!res.ok) return []
+        const body = (await res.json()) as { certificates?: Array<{ change: string; signatures: Array<[number, string]> }> }
+        return (body.certificates ?? []).map((c) => ({ change: fromBase64Url(c.change), signatures: c.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+      } catch (err) {
+        logger.debug({ api, err: (err as Error).message }, 'no epochs from a peer')
+        return []
+      }
+    }),
+  )
+  const longest = chains.reduce((a, b) => (b.length > a.length ? b : a), [])
+  return longest.length > epoch ? longest : undefined
 }
 
 /** The relay of the epoch the data dir's store is in. */
