@@ -73,6 +73,7 @@ describe('an epoch change on one relay', () => {
     expect(change.epoch).toBe(1)
     expect(change.next).toEqual(moved)
     expect(node.status()).toMatchObject({ epoch: 0, committeeChange: { decided: { epoch: 1, signers: 1, needed: 1 } } })
+    expect(await node.metrics.registry.metrics()).toMatch(/^stead_epoch 0$[^]*^stead_committee_change_decided 1$/m)
     // Work that comes now waits for the next epoch (clients resubmit what is rate-limited).
     expect(() => node.submit(new Uint8Array(0))).toThrow(expect.objectContaining({ reason: 'rate-limited' }))
     // Whoever pinned epoch 0's committee follows the certificate the store keeps.
@@ -87,6 +88,7 @@ describe('an epoch change on one relay', () => {
     const next = await c.start(clusterInEpoch(c.file, followed.committee), { epoch: 1, startRound: followed.startRound })
     expect(next.node.status()).toMatchObject({ epoch: 1, epochStartRound: change.startRound, committeeChange: { proposals: [], decided: null } })
     expect(next.node.reads.stableIndexOf('s')).toBe(1)
+    expect(await next.node.metrics.registry.metrics()).toMatch(/^stead_epoch 1$[^]*^stead_committee_proposals 0$[^]*^stead_committee_change_decided 0$/m)
     await decided(next.node, await deposit(2))
     expect(next.node.reads.stableIndexOf('s')).toBe(2)
     expect(next.node.status()['committedRound']).toBeGreaterThan(change.startRound)

@@ -18,6 +18,8 @@ export interface MetricsSnapshot {
   /** Spaces this relay holds, and how many of them have their replica in memory now. */
   readonly spaces: { readonly held: number; readonly resident: number }
   readonly lastCommitAt: number | null
+  /** The epoch this relay runs, the proposals for the next committee, and whether a change is decided (the epoch is ending). */
+  readonly epoch: { readonly epoch: number; readonly proposals: number; readonly decided: boolean }
 }
 
 /** The relay's Prometheus metrics, one registry per relay so several relays can share a process in tests. */
@@ -157,5 +159,8 @@ export class Metrics {
     })
     this.scraped('stead_client_keys', 'Distinct client keys with an authenticated session', [], (g, s) => g.set(s.clientKeys))
     this.scraped('stead_last_commit_timestamp_seconds', 'When this relay last committed (0: not yet)', [], (g, s) => g.set((s.lastCommitAt ?? 0) / 1000))
+    this.scraped('stead_epoch', 'The epoch this relay runs: 0 for the cluster file\'s committee, one more at each committee change', [], (g, s) => g.set(s.epoch.epoch))
+    this.scraped('stead_committee_proposals', 'Proposals for the next committee that current relays back and that are not decided', [], (g, s) => g.set(s.epoch.proposals))
+    this.scraped('stead_committee_change_decided', '1 while a decided committee change ends this epoch (the relays gather its certificate, then move to the next)', [], (g, s) => g.set(s.epoch.decided ? 1 : 0))
   }
 }

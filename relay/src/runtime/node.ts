@@ -695,6 +695,7 @@ export class RelayNode {
       clientKeys: this.sessions.keys,
       spaces: { held: this.ledger.spaces.size, resident: this.ledger.spaces.residentCount },
       lastCommitAt: health.lastCommitAt,
+      epoch: { epoch: epochOf(this.committee), proposals: this.ledger.epochEnd ? 0 : this.ledger.openProposals().length, decided: this.ledger.epochEnd !== undefined },
     }
   }
 
