@@ -31,14 +31,16 @@ describe('committee change requests', () => {
     expect(tally(0, three)).toEqual({ open: [{ id, next: replaceR1, backers: ['r1', 'r2', 'r3'] }], decided: { id, epoch: 1, next: replaceR1 } })
   })
 
-  it('counts only backings for the very next epoch, of another committee than the current one, that decode', () => {
+  it('counts only backings for the very next epoch that decode; the current committee is a proposal like any other', () => {
     const registers = new Map<number, unknown>([
       [0, request(2, replaceR1)],
       [1, request(1, current)],
       [2, new Uint8Array([0xc1])],
       [3, 'not bytes'],
     ])
-    expect(tally(0, registers)).toEqual({ open: [], decided: undefined })
+    // Backing the same committee decides an epoch that changes nothing: only f and the keys of the current
+    // committee count (its addresses come from each relay's own file in epoch 0).
+    expect(tally(0, registers)).toEqual({ open: [{ id: proposalId(sha256, current), next: current, backers: ['r2'] }], decided: undefined })
     // In epoch 1 the request for epoch 2 counts.
     expect(tally(1, registers).open).toEqual([{ id: proposalId(sha256, replaceR1), next: replaceR1, backers: ['r1'] }])
   })

@@ -1,10 +1,12 @@
 import { spawn } from 'node:child_process'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { clockInit, encodeEnvelope, followEpochs, fromBase64Url, sealEnvelope, toHex } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
+import { clockInit, encodeEnvelope, encodeEpochChange, followEpochs, fromBase64Url, sealEnvelope, toBase64Url, toHex } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
-import { generateIdentity, loadCluster, relayCommitteeOf, writeIdentity } from '../src/process/config.ts'
+import { generateIdentity, loadCluster, loadIdentity, relayCommitteeOf, writeIdentity } from '../src/process/config.ts'
 import { TestClient } from './helpers/client.ts'
 import { TestCluster, freePort, until } from './helpers/cluster.ts'
 
@@ -106,5 +108,27 @@ describe('a committee change between real relays', () => {
     await joined.submit(await deposit(5))
     await until('the fifth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 5) || undefined)
     joined.close()
+  })
+
+  it('refuses to join through a relay that serves a forged epoch certificate (2f signatures), with exit 2 and why', { timeout: 60_000 }, async () => {
+    const c = await TestCluster.create(4)
+    const file = loadCluster(c.clusterPath)
+    const newcomer = generateIdentity()
+    const next = { f: 1, members: [...relayCommitteeOf(file).members.slice(0, 3), { id: 'r9', publicKey: newcomer.publicKey, api: '127.0.0.1:1', mesh: '/ip4/127.0.0.1/tcp/1' }] }
+    const change = encodeEpochChange({ epoch: 1, startRound: 10, stateDigest: new Uint8Array(32), next })
+    // Two of the four (2f) sign it: a certificate needs three.
+    const signatures = [0, 1].map((i) => [i, toBase64Url(signSync(loadIdentity(join(c.relays[i]!.data, 'key.json')).secretKey, change))])
+    const liar = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ epoch: 1, certificates: [{ change: toBase64Url(change), signatures }] })))
+    await new Promise<void>((ok) => liar.listen(0, '127.0.0.1', ok))
+    const data = join(c.dir, 'r9')
+    mkdirSync(data)
+    writeIdentity(join(data, 'key.json'), newcomer)
+    try {
+      const joined = await run(['start', '--config', c.clusterPath, '--id', 'r9', '--data', data, '--join', `http://127.0.0.1:${(liar.address() as AddressInfo).port}`])
+      expect(joined.code).toBe(2)
+      expect(joined.stderr).toMatch(/--join http:\/\/127\.0\.0\.1:\d+: no relay there served epoch certificates past the cluster file's epoch that check out/)
+    } finally {
+      liar.close()
+    }
   })
 })

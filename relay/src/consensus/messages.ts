@@ -203,8 +203,9 @@ const EPOCH_BLOCK_TAG = 'stead/block/v3'
 /**
  * The epoch a signed block's bytes name, read from their first bytes
  * without decoding the block (undefined for bytes that do not start like
- * a block: openBlock then says why). A relay's store keeps blocks of the
- * epochs before its current one; this tells them apart cheaply.
+ * a block). A relay's store keeps blocks of the epochs before its current
+ * one; this tells them apart cheaply, and the store skips blocks of
+ * another epoch (and bytes it cannot place) instead of opening them.
  */
 export function blockEpochOf(bytes: Uint8Array): number | undefined {
   // [tag, ...] as msgpack: a fixarray of 5 (v2) or 6 (v3), then the tag as a fixstr of 14 bytes.

@@ -3,9 +3,9 @@ import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
-import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
-import { fromBase64Url, toHex, type EpochCertificate } from '@stead/core'
-import { publicKeyOfSync } from '@stead/core/node'
+import { type ClusterConfig, ConfigError, committeeOf, relayCommitteeOf } from './config.ts'
+import { followEpochs, fromBase64Url, toHex, type EpochCertificate } from '@stead/core'
+import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { adoptEpochChain, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
 import { LmdbKv } from '../store/kv.ts'
 import { byzantineMesh, type ByzantineStrategy } from '../consensus/index.ts'
@@ -91,60 +91,67 @@ interface EpochRun {
  */
 export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const logger = o.logger ?? relayLogger(o.id)
+  const myKey = toHex(publicKeyOfSync(o.secretKey))
   // Locked, 0700, and checked against this cluster before the store opens.
   const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
   let current: EpochRun | undefined
   let last: EpochRun
   let switching: Promise<void> = Promise.resolve()
   let stopped = false
+  const fatal = (err: unknown): void => {
+    clearInterval(poll)
+    logger.fatal({ err }, 'could not start the next epoch; stopping')
+    // Its supervisor starts it again, in the epoch its store is in.
+    ;(o.onFatal ?? (() => process.exit(1)))(err)
+  }
   const next = (): void => {
-    // Once per change: the relay's own certificate and its peers' (see the poll below) may both end the epoch.
+    // Once per change: the relay's own certificate and its peers' (see followPeers) may both end the epoch.
     const ending = current
-    if (!ending) return
+    if (!ending || stopped) return
     current = undefined
     switching = (async () => {
       await ending.stop()
       if (stopped) return
       const stored = await readStoredEpoch(o, logger)
-      if (!stored.cluster.relays.some((r) => r.id === o.id)) {
-        logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list ${o.id}: this relay left the cluster and stops`)
-        dataDir.release()
+      if (!stored.cluster.relays.some((r) => toHex(r.publicKey) === myKey)) {
+        logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list this relay's key: ${o.id} left the cluster and stops`)
         stopped = true
+        clearInterval(poll)
+        dataDir.release()
         o.onLeft?.()
         return
       }
       current = last = await startEpoch(o, logger, stored, next)
-    })().catch((err: unknown) => {
-      // A relay that cannot go on in the next epoch stops; its supervisor starts it again, in the epoch its store is in.
-      logger.fatal({ err }, 'could not start the next epoch; stopping')
-      ;(o.onFatal ?? (() => process.exit(1)))(err)
-    })
-  }
-  try {
-    current = last = await startEpoch(o, logger, await readStoredEpoch(o, logger, o.join), next)
-  } catch (err) {
-    dataDir.release()
-    throw err
+    })().catch(fatal)
   }
   // A relay cut off while its peers ended an epoch cannot finish it alone (they no longer serve its
   // blocks): it asks them now and then whether they moved on, and follows their certificates.
-  const poll = setInterval(() => {
-    if (!current || stopped) return
-    const epoch = current.node.committee.epoch ?? 0
-    void fetchLongerChain(o, current.node.clusterDescriptor().relays.map((r) => r.api), epoch, logger).then(async (chain) => {
-      if (!chain || !current || stopped || (current.node.committee.epoch ?? 0) !== epoch) return
-      const kv = new LmdbKv(o.dataDir)
-      try {
-        const followed = await adoptEpochChain(kv, o.cluster, chain)
-        if (followed.epoch <= epoch) return
-        logger.info({ epoch, peersEpoch: followed.epoch }, 'the other relays moved on to a later epoch: following them')
-      } finally {
-        await kv.close()
-      }
-      next()
-    }, (err: unknown) => logger.warn({ err }, 'could not check the peers\' epochs'))
-  }, o.epochPollMs ?? EPOCH_POLL_MS)
+  const followPeers = async (): Promise<void> => {
+    const run = current
+    if (!run || stopped) return
+    const kv = new LmdbKv(o.dataDir)
+    let moved = false
+    try {
+      const at = storedEpoch(kv, o.cluster)
+      const chain = await longestValidChain(o, at, at.cluster.relays.map((r) => r.api), logger)
+      if (!chain || stopped || current !== run) return
+      const followed = await adoptEpochChain(kv, o.cluster, chain)
+      moved = followed.epoch > (at.epoch?.epoch ?? 0)
+      if (moved) logger.info({ epoch: at.epoch?.epoch ?? 0, peersEpoch: followed.epoch }, 'the other relays moved on to a later epoch: following them')
+    } finally {
+      await kv.close()
+    }
+    if (moved && current === run) next()
+  }
+  const poll = setInterval(() => void followPeers().catch((err: unknown) => logger.warn({ err }, "could not check the peers' epochs")), o.epochPollMs ?? EPOCH_POLL_MS)
   poll.unref()
+  try {
+    current = last = await startEpoch(o, logger, await readStoredEpoch(o, logger, o.join), next)
+  } catch (err) {
+    clearInterval(poll)
+    dataDir.release()
+    throw err
+  }
   return {
     get node() {
       return last.node
@@ -159,9 +166,11 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
       const wasStopped = stopped
       stopped = true
       clearInterval(poll)
+      // A switch under way finishes first (it starts nothing once stopped); then whatever runs stops, once.
       await switching
-      const closed = (await current?.stop()) ?? []
+      const run = current
       current = undefined
+      const closed = (await run?.stop()) ?? []
       if (!wasStopped) dataDir.release()
       return { closed: [...closed, 'data dir lock'] }
     },
@@ -172,62 +181,81 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
 const EPOCH_POLL_MS = 10_000
 /** How long one relay has to answer GET /v1/epochs. */
 const EPOCHS_TIMEOUT_MS = 5_000
+/** The largest answer to GET /v1/epochs read (a thousand certificates of large committees fit). */
+const MAX_EPOCHS_BYTES = 16 * 1024 * 1024
 
 /**
  * The epoch the data dir's store is in, read before the relay that opens
- * the store is built. With `join` (a relay's API), the certificates of
- * the epochs since the store's come from there first: a new machine joins
- * the committee of a later epoch, a relay down for a change catches up.
+ * the store is built. First the certificates of the epochs since the
+ * store's, if its committee's relays (or `join`, a relay's API) serve
+ * any: a new machine joins the committee of a later epoch, a relay down
+ * for a change catches up.
  */
 async function readStoredEpoch(o: RunRelayOptions, logger: Logger, join?: string): Promise<StoredEpoch> {
   const kv = new LmdbKv(o.dataDir)
   try {
     const at = storedEpoch(kv, o.cluster)
-    const chain = await fetchLongerChain(o, join ? [join] : at.cluster.relays.map((r) => r.api), at.epoch?.epoch ?? 0, logger)
+    const chain = await longestValidChain(o, at, join ? [join] : at.cluster.relays.map((r) => r.api), logger)
     if (chain) {
-      const followed = await adoptEpochChain(kv, o.cluster, chain).catch((err: unknown) => {
-        // A join URL that serves certificates the committee did not sign is the operator's to fix.
-        if (join) throw new ConfigError(`--join ${join}: its epoch certificates do not check out from the cluster file's committee (${(err as Error).message}); give a relay of this cluster`)
-        logger.warn({ err }, 'a peer served epoch certificates that do not check out; ignored')
-        return undefined
-      })
-      if (followed) logger.info({ epoch: followed.epoch }, 'took the certificates of the epochs since its store\'s from its peers')
-    } else if (join) throw new ConfigError(`--join ${join}: no relay answered GET /v1/epochs there with a later epoch than this data dir's; give the http://host:port of a running relay of the cluster`)
+      const followed = await adoptEpochChain(kv, o.cluster, chain)
+      logger.info({ epoch: followed.epoch }, "took the certificates of the epochs since its store's from its peers")
+    } else if (join && !at.epoch) {
+      throw new ConfigError(`--join ${join}: no relay there served epoch certificates past the cluster file's epoch that check out from its committee; give the http://host:port of a running relay of the cluster, once the change that adds this relay is decided`)
+    }
     return storedEpoch(kv, o.cluster)
   } finally {
     await kv.close()
   }
 }
 
-/** The longest chain of epoch certificates the relays at `apis` serve, if one leads past `epoch`. */
-async function fetchLongerChain(o: RunRelayOptions, apis: readonly string[], epoch: number, logger: Logger): Promise<EpochCertificate[] | undefined> {
+/**
+ * Of the chains of epoch certificates the relays at `apis` serve, the one
+ * that leads furthest past the epoch `at`, checked from `at`'s committee
+ * (each certificate signed by 2f+1 of the committee before it): a relay
+ * that serves a longer chain it made up is passed over, not believed.
+ */
+async function longestValidChain(o: RunRelayOptions, at: StoredEpoch, apis: readonly string[], logger: Logger): Promise<EpochCertificate[] | undefined> {
+  const from = { epoch: at.epoch?.epoch ?? 0, committee: relayCommitteeOf(at.cluster) }
   const scheme = o.tls ? 'https' : 'http'
-  const chains = await Promise.all(
-    apis.map(async (api) => {
+  const answers = await Promise.all(
+    apis.map(async (api): Promise<{ chain: EpochCertificate[]; epoch: number } | undefined> => {
       const url = /^https?:\/\//.test(api) ? api : `${scheme}://${api}`
       try {
         const res = await fetch(`${url.replace(/\/$/, '')}/v1/epochs`, { signal: AbortSignal.timeout(EPOCHS_TIMEOUT_MS) })
-        if (!res.ok) return []
-        const body = (await res.json()) as { certificates?: Array<{ change: string; signatures: Array<[number, string]> }> }
-        return (body.certificates ?? []).map((c) => ({ change: fromBase64Url(c.change), signatures: c.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+        if (!res.ok || Number(res.headers.get('content-length') ?? 0) > MAX_EPOCHS_BYTES) return undefined
+        const text = await res.text()
+        if (text.length > MAX_EPOCHS_BYTES) return undefined
+        const body = JSON.parse(text) as { certificates?: Array<{ change: string; signatures: Array<[number, string]> }> }
+        const chain = (body.certificates ?? []).map((c) => ({ change: fromBase64Url(c.change), signatures: c.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+        if (chain.length <= from.epoch) return undefined
+        return { chain, epoch: (await followEpochs(nodeCrypto, from, chain)).epoch }
       } catch (err) {
-        logger.debug({ api, err: (err as Error).message }, 'no epochs from a peer')
-        return []
+        logger.debug({ api, err: (err as Error).message }, 'no usable epoch certificates from a peer')
+        return undefined
       }
     }),
   )
-  const longest = chains.reduce((a, b) => (b.length > a.length ? b : a), [])
-  return longest.length > epoch ? longest : undefined
+  let best: { chain: EpochCertificate[]; epoch: number } | undefined
+  for (const a of answers) if (a && a.epoch > (best?.epoch ?? from.epoch)) best = a
+  return best?.chain
 }
 
 /** The relay of the epoch the data dir's store is in. */
 async function startEpoch(o: RunRelayOptions, logger: Logger, stored: StoredEpoch, ended: () => void): Promise<EpochRun> {
   const cluster = stored.cluster
   const epoch = stored.epoch?.epoch ?? 0
-  const me = cluster.relays.findIndex((r) => r.id === o.id)
-  if (me < 0) throw new ConfigError(`relay id ${o.id} is not in ${epoch ? `epoch ${epoch}'s committee, the one its data dir is in` : 'the cluster file'} (ids: ${cluster.relays.map((r) => r.id).join(', ')})`)
+  // A relay is its key: the committee may name it otherwise than --id does.
+  const me = cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(publicKeyOfSync(o.secretKey)))
+  if (me < 0) {
+    const named = cluster.relays.find((r) => r.id === o.id)
+    throw new ConfigError(
+      named
+        ? `relay ${o.id}'s key in ${epoch ? `epoch ${epoch}'s committee` : 'the cluster file'} is ${toHex(named.publicKey)}, not the key this relay was given: start it with that key (--key)`
+        : `this relay's key is not in ${epoch ? `epoch ${epoch}'s committee, the one its data dir is in` : 'the cluster file'} (relays: ${cluster.relays.map((r) => r.id).join(', ')})${epoch ? ': it left the cluster' : ''}`,
+    )
+  }
   const entry = cluster.relays[me] as (typeof cluster.relays)[number]
-  if (toHex(entry.publicKey) !== toHex(publicKeyOfSync(o.secretKey))) throw new ConfigError(`relay ${o.id}'s key in epoch ${epoch} is ${toHex(entry.publicKey)}, not the key this relay was given: start it with that key (--key)`)
+  if (entry.id !== o.id) logger.warn({ id: o.id, committee: entry.id }, `epoch ${epoch}'s committee names this relay ${entry.id}`)
   const libp2pMesh = createLibp2pMesh({
     me,
     secretKey: o.secretKey,

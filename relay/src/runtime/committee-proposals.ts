@@ -90,11 +90,11 @@ export function committeeWriteProblem(members: ReadonlySet<string>, author: stri
  * What `$committee`'s registers say for the committee that rules
  * `current`: the proposals for the next epoch with their backers, and the
  * one 2f+1 members back, if any. `backing` reads a member's register (its
- * stable value) by the member's author id.
+ * stable value) by the member's author id. A function of the registers,
+ * f and the members' keys only.
  */
 export function tallyCommittee(current: EpochCommittee, backing: (authorId: string) => unknown, authorIdOf: (publicKey: Uint8Array) => string, sha256: (bytes: Uint8Array) => Uint8Array): { open: OpenProposal[]; decided: DecidedChange | undefined } {
   const { epoch, committee } = current
-  const sameId = proposalId(sha256, committee)
   const proposals = new Map<string, { next: RelayCommittee; backers: string[] }>()
   for (const m of committee.members) {
     const value = backing(authorIdOf(m.publicKey))
@@ -106,9 +106,10 @@ export function tallyCommittee(current: EpochCommittee, backing: (authorId: stri
       continue
     }
     if (request.epoch !== epoch + 1) continue
+    // Only f and the members' keys of the current committee count here (its ids and addresses come from
+    // each relay's own cluster file in epoch 0, which may differ): a proposal of the same committee is
+    // decided like any other, and starts an epoch that changes nothing.
     const id = proposalId(sha256, request.next)
-    // The same relays, keys and addresses hash alike: a proposal of the current committee changes nothing.
-    if (id === sameId) continue
     let p = proposals.get(id)
     if (!p) proposals.set(id, (p = { next: request.next, backers: [] }))
     p.backers.push(m.id)

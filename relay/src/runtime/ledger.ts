@@ -136,6 +136,9 @@ export class Ledger {
 
   private tally(): ReturnType<typeof tallyCommittee> {
     const replica = this.spaces.read(COMMITTEE_SPACE)
+    // Made before relays reserved the name (an open cluster let anyone create it with a policy of its
+    // own): its registers may be written by others than the relays, so they decide nothing.
+    if (replica?.policy()) return { open: [], decided: undefined }
     const sha256 = (b: Uint8Array): Uint8Array => this.o.crypto.sha256(b)
     return tallyCommittee(this.o.committee, (author) => replica?.stableValue(backingKey(author)), (key) => authorIdOf({ sha256 }, key), sha256)
   }

@@ -434,7 +434,12 @@ export class RelayNode {
     const end = this.ledger.epochEnd
     const checkpoint = this.store.checkpoint()
     if (!end || this.handOver.change) return
-    if (checkpoint?.anchorRound !== end.round) throw new Error(`epoch ${epochOf(this.committee)} ended at round ${end.round}, but the store's checkpoint is of round ${checkpoint?.anchorRound ?? 'none'}`)
+    if (checkpoint?.anchorRound !== end.round) {
+      // It installed a later checkpoint (peers of the next epoch vouched for it) while behind: it cannot
+      // sign the change, whose checkpoint it never held; the certificate comes from its peers (see runRelay).
+      this.log.warn({ epoch: epochOf(this.committee), round: end.round, checkpoint: checkpoint?.anchorRound ?? null }, "this epoch ended, but this relay holds a later checkpoint than the epoch's last commit: waiting for its peers' certificate")
+      return
+    }
     const change: EpochChange = { epoch: end.epoch, startRound: end.round, stateDigest: this.crypto.sha256(checkpoint.manifest), next: end.next }
     this.log.info({ epoch: epochOf(this.committee), round: end.round, next: end.epoch, proposal: end.id, relays: end.next.members.map((m) => m.id), f: end.next.f }, 'the committee decided a change: this epoch ends here; gathering its certificate')
     this.handOver.begin(change)
@@ -901,7 +906,13 @@ export class RelayNode {
             if (snapshot) this.ledger.spaces.saved(snapshot.spaces)
             this.ledger.spaces.armSweep()
             this.news.attested(spaces)
-            if (epochEnds) this.endEpoch()
+            if (epochEnds) {
+              try {
+                this.endEpoch()
+              } catch (err) {
+                this.fail(err)
+              }
+            }
           },
           (err: unknown) => this.fail(err),
         )
@@ -932,7 +943,9 @@ export class RelayNode {
       const index = stableIndex - keepUpdates
       return index > 0 ? [[space, index]] : []
     })
-    return { commitsBelow: this.core.committedRound - 2 * gcDepth, blocksBelow: this.core.committedRound - keepRounds, feedBelow }
+    // At an epoch's end the core may have committed past the boundary already: recovery reads up to the boundary.
+    const committed = Math.min(this.core.committedRound, this.ledger.epochEnd?.round ?? Infinity)
+    return { commitsBelow: committed - 2 * gcDepth, blocksBelow: committed - keepRounds, feedBelow }
   }
 
   /** A relay that cannot persist must not keep accepting work: stop and let the operator's supervisor restart it. */
