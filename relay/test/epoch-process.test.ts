@@ -33,9 +33,13 @@ afterAll(async () => {
 
 /** Real relay processes through a committee change made with the operators' commands. */
 describe('a committee change between real relays', () => {
-  it('moves a relay to another address, then replaces a relay by a new machine, as 2f+1 operators back each change: every relay follows, with the state', { timeout: 180_000 }, async () => {
+  it('moves a relay to another address, replaces a relay by a new machine, rotates a relay\'s key, as 2f+1 operators back each change: every relay follows, with the state', { timeout: 180_000 }, async () => {
     const c = (cluster = await TestCluster.create(4))
-    await c.startAll()
+    // r2's operator holds a key for a later rotation.
+    const r2Next = generateIdentity()
+    const r2NextPath = join(c.dir, 'r2-next.json')
+    writeIdentity(r2NextPath, r2Next)
+    await c.startAll((i) => (i === 1 ? ['--next-key', r2NextPath] : []))
     const client = await TestClient.connect(c.relays[0]!.api, author)
     for (let seq = 1; seq <= 3; seq++) await client.submit(await deposit(seq))
     const stableAt = async (i: number): Promise<number> => (await c.json<{ index: number }>(i, '/v1/spaces/s/stable')).index
@@ -108,6 +112,29 @@ describe('a committee change between real relays', () => {
     await joined.submit(await deposit(5))
     await until('the fifth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 5) || undefined)
     joined.close()
+
+    // Last, r2's key is rotated: it runs on with the key it was given with --next-key.
+    const fourth = { ...third, relays: third.relays.map((r, i) => (i === 1 ? { ...r, publicKey: toHex(r2Next.publicKey) } : r)) }
+    const fourthPath = join(c.dir, 'fourth.json')
+    writeFileSync(fourthPath, JSON.stringify(fourth))
+    const rotated = await run(['committee', 'propose', fourthPath, ...operator(0)])
+    expect(rotated.code).toBe(0)
+    const rotateId = /backed proposal ([0-9a-f]{64})/.exec(rotated.stdout)?.[1] as string
+    for (const i of [2, 3]) {
+      const args = i === 3 ? ['--url', `http://${r5.api}`, '--key', join(r5.data, 'key.json')] : operator(i)
+      expect((await run(['committee', 'approve', rotateId, ...args])).code).toBe(0)
+    }
+    await until('every relay in epoch 3', async () => (await Promise.all([0, 1, 2, 3].map(epochAt))).every((e) => e === 3) || undefined, 60_000)
+    expect((await c.json<{ publicKey: string }>(1, '/v1/status')).publicKey).toBe(toHex(r2Next.publicKey))
+    expect(c.relays[1]!.log).toContain('runs with the rotated key')
+    const last = await TestClient.connect(c.relays[1]!.api, author)
+    await last.submit(await deposit(6))
+    await until('the sixth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 6) || undefined)
+    last.close()
+    // Whoever pinned the cluster file follows the three changes.
+    const chain = await c.json<{ epoch: number; certificates: Array<{ change: string; signatures: Array<[number, string]> }> }>(0, '/v1/epochs')
+    const all = chain.certificates.map((x) => ({ change: fromBase64Url(x.change), signatures: x.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+    expect(await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(loadCluster(c.clusterPath)) }, all)).toMatchObject({ epoch: 3, committee: relayCommitteeOf(loadCluster(fourthPath)) })
   })
 
   it('refuses to join through a relay that serves a forged epoch certificate (2f signatures), with exit 2 and why', { timeout: 60_000 }, async () => {

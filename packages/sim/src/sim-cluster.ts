@@ -168,8 +168,7 @@ export class SimCluster {
 
   /** @internal The relay whose key this is, if any. */
   relayByKey(key: Uint8Array): SimRelay | undefined {
-    const hex = toHex(key)
-    return this.relays.find((r) => toHex(r.publicKey) === hex)
+    return this.relays.find((r) => r.holds(key))
   }
 
   /** Simulated time now (ms since the epoch; 2026-01-01 when the cluster started). */
@@ -405,6 +404,18 @@ export interface ClientTraffic {
   paces: number
 }
 
+/** A relay key, its public half and that as hex, worked out once. */
+interface RelayKey {
+  readonly secretKey: Uint8Array
+  readonly publicKey: Uint8Array
+  readonly hex: string
+}
+
+function relayKey(secretKey: Uint8Array): RelayKey {
+  const publicKey = publicKeyOfSync(secretKey)
+  return { secretKey, publicKey, hex: toHex(publicKey) }
+}
+
 /** Where a running relay's mesh delivers: its node's handlers. */
 interface MeshHandlers {
   receive?: (from: number, frame: Uint8Array) => void
@@ -417,7 +428,6 @@ export class SimRelay {
   readonly index: number
   /** Its name in the committees that list it. */
   readonly id: string
-  readonly publicKey: Uint8Array
   /** Paths of the HTTP requests it was sent, in order. */
   readonly requests: string[] = []
   readonly traffic: ClientTraffic = noTraffic()
@@ -426,11 +436,12 @@ export class SimRelay {
   /** Extra time a client's connection takes to open here (a farther relay). */
   connectDelayMs = 0
   private readonly cluster: SimCluster
-  private readonly secretKey: Uint8Array
+  /** Its keys: the first it had, then those its operator made for rotations (see nextKey); it runs with the one its committee lists. */
+  private readonly keys: RelayKey[]
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers; key: RelayKey } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   /** Partitioned from the other relays (see cutOff). */
@@ -445,8 +456,7 @@ export class SimRelay {
     this.cluster = cluster
     this.index = index
     this.id = id
-    this.secretKey = secretKey
-    this.publicKey = publicKeyOfSync(secretKey)
+    this.keys = [relayKey(secretKey)]
     this.more = more
   }
 
@@ -492,6 +502,37 @@ export class SimRelay {
     this.running?.liar.tell(lies)
   }
 
+  /** The key it runs with now (the latest it was given while down). */
+  get publicKey(): Uint8Array {
+    return this.key.publicKey
+  }
+
+  private get secretKey(): Uint8Array {
+    return this.key.secretKey
+  }
+
+  private get key(): RelayKey {
+    return this.running?.key ?? (this.keys.at(-1) as RelayKey)
+  }
+
+  /** Whether `key` is one of its keys. */
+  holds(key: Uint8Array): boolean {
+    const hex = toHex(key)
+    return this.keys.some((k) => k.hex === hex)
+  }
+
+  /**
+   * A new key for this relay, for a rotation: its operator proposes the
+   * committee with this public key in place of its current one; the relay
+   * runs with it from the epoch that lists it (`stead-relay start
+   * --next-key`).
+   */
+  nextKey(): Uint8Array {
+    const key = relayKey(nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-next-key-${this.id}-${this.keys.length}`)))
+    this.keys.push(key)
+    return key.publicKey
+  }
+
   /** Whether its links to the other relays are cut (see cutOff). */
   get isCutOff(): boolean {
     return this.cut
@@ -532,7 +573,9 @@ export class SimRelay {
     // The epochs its peers went through while it was down (or before it existed), checked from its store's.
     await adoptEpochChain(this.kv, cluster.config, this.longestPeerChain())
     const stored = storedEpoch(this.kv, cluster.config)
-    const me = stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(this.publicKey))
+    // The key its epoch's committee lists for it (after a rotation, the new one).
+    const key = this.keys.find((k) => stored.cluster.relays.some((r) => toHex(r.publicKey) === k.hex))
+    const me = key ? stored.cluster.relays.findIndex((r) => toHex(r.publicKey) === key.hex) : -1
     if (me < 0 && stored.epoch) {
       this.left = true
       return
@@ -556,7 +599,7 @@ export class SimRelay {
       // The epoch ended: the relay stops and starts again on its store, as the next epoch's.
       onEpochEnd: () => void this.nextEpoch().catch((err: unknown) => cluster.fail(err)),
       me,
-      secretKey: this.secretKey,
+      secretKey: (key as RelayKey).secretKey,
       storage: { kv: this.kv, journal: this.journal },
       clock,
       mesh: {
@@ -587,9 +630,9 @@ export class SimRelay {
       return submit(frame, ...rest)
     }
     // Always a liar, honest while it has no lies: a test may make it lie mid-session.
-    const liar = new ClientFacingLiar(this.lies, { secretKey: this.secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
+    const liar = new ClientFacingLiar(this.lies, { secretKey: (key as RelayKey).secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: key as RelayKey }
     try {
       await node.start()
     } catch (err) {

@@ -1,5 +1,5 @@
 import { relayCommitteeOf } from '@stead/relay'
-import type { RelayCommittee } from '@stead/core'
+import { toHex, type RelayCommittee } from '@stead/core'
 import { describe, expect, it } from 'vitest'
 import type { SimCluster } from '../src/index.ts'
 import { simWorld } from './helpers/world.ts'
@@ -129,5 +129,21 @@ describe('epoch changes', () => {
     c.relays[3]!.reconnect()
     await settledIn(c, [0, 1, 2, 3], 1)
     expect(c.relays[3]!.stableValue('s', 'n')).toBe(2)
+  })
+
+  it("rotates a relay's key: it runs with the new key from the epoch that lists it, on the same store", async () => {
+    const c = await world.start({ seed: 9 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    const rotated = c.relays[1]!.nextKey()
+    const file = relayCommitteeOf(c.config)
+    const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 1 ? { ...m, publicKey: rotated } : m)) }
+    for (const i of [0, 2, 3]) await c.relays[i]!.backCommittee(1, next)
+    await settledIn(c, [0, 1, 2, 3], 1)
+    expect(c.relays[1]!.node.status()['publicKey']).toBe(toHex(rotated))
+    // The client pinned r2's old key: it goes on with the f+1 others.
+    expect((await counter.increment(1, { safe: true })).status).toBe('committed')
+    await settledIn(c, [0, 1, 2, 3], 1)
+    expect(c.relays[1]!.stableValue('s', 'n')).toBe(2)
   })
 })

@@ -45,6 +45,7 @@ interface StartOptions {
   id?: string
   data?: string
   key?: string
+  nextKey?: string[]
   join?: string
   byzantine?: ByzantineModes
   tlsCert?: string
@@ -153,6 +154,7 @@ async function start(options: StartOptions): Promise<void> {
     ...(tls ? { tls } : {}),
     ...(clockValidator ? { clockValidator } : {}),
     ...(o.join ? { join: o.join } : {}),
+    ...(o.nextKey?.length ? { nextKeys: o.nextKey.map((path) => loadIdentity(path).secretKey) } : {}),
     onLeft: () => {
       logger.info({ closed: ['data dir lock'] }, 'relay stopped: it left the committee')
       exitAfterLogs(logger, 0)
@@ -327,6 +329,7 @@ Examples:
     .option('--id <name>', "this relay's id in the cluster file, e.g. r1; required")
     .option('--data <dir>', 'its data dir (mode 0700, locked while it runs, bound to the cluster); required')
     .option('--key <file>', 'its key file (default: <data>/key.json)')
+    .option('--next-key <file>', "a key a committee change will give this relay (a rotation, repeatable): from the epoch whose committee lists it, the relay runs with it", repeatable)
     .option('--join <url>', 'a relay a committee change added: the API (http://host:port) of a relay of the cluster, to take the epoch certificates since the cluster file from')
     .option('--tls-cert <file>', 'serve HTTPS and WSS with this certificate (PEM), with --tls-key')
     .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')

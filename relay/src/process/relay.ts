@@ -21,6 +21,13 @@ export interface RunRelayOptions {
   /** The relay's id in the cluster file, e.g. "r1". */
   readonly id: string
   readonly secretKey: Uint8Array
+  /**
+   * Keys this relay may be given by a committee change (a key rotation:
+   * the operator proposes the committee with one of these keys in place of
+   * the relay's, see relay/README.md): each epoch runs with whichever of
+   * `secretKey` and these its committee lists.
+   */
+  readonly nextKeys?: readonly Uint8Array[]
   readonly dataDir: string
   readonly byzantine?: ByzantineStrategy
   /** Lies to tell clients (see faults/client-lies.ts); with `byzantine`, a relay may lie both ways. */
@@ -91,7 +98,8 @@ interface EpochRun {
  */
 export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const logger = o.logger ?? relayLogger(o.id)
-  const myKey = toHex(publicKeyOfSync(o.secretKey))
+  // A relay is its keys: the one it runs with, and those a rotation may give it.
+  const myKeys = new Set([o.secretKey, ...(o.nextKeys ?? [])].map((k) => toHex(publicKeyOfSync(k))))
   // Locked, 0700, and checked against this cluster before the store opens.
   const dataDir = openDataDir(o.dataDir, committeeOf(o.cluster), policyFingerprint(o.cluster))
   let current: EpochRun | undefined
@@ -113,7 +121,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
       await ending.stop()
       if (stopped) return
       const stored = await readStoredEpoch(o, logger)
-      if (!stored.cluster.relays.some((r) => toHex(r.publicKey) === myKey)) {
+      if (!stored.cluster.relays.some((r) => myKeys.has(toHex(r.publicKey)))) {
         logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list this relay's key: ${o.id} left the cluster and stops`)
         stopped = true
         clearInterval(poll)
@@ -244,35 +252,37 @@ async function longestValidChain(o: RunRelayOptions, at: StoredEpoch, apis: read
 async function startEpoch(o: RunRelayOptions, logger: Logger, stored: StoredEpoch, ended: () => void): Promise<EpochRun> {
   const cluster = stored.cluster
   const epoch = stored.epoch?.epoch ?? 0
-  // A relay is its key: the committee may name it otherwise than --id does.
-  const me = cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(publicKeyOfSync(o.secretKey)))
-  if (me < 0) {
+  // A relay is its key (the committee may name it otherwise than --id does): the one its epoch's committee lists.
+  const secretKey = [o.secretKey, ...(o.nextKeys ?? [])].find((k) => cluster.relays.some((r) => toHex(r.publicKey) === toHex(publicKeyOfSync(k))))
+  const me = secretKey ? cluster.relays.findIndex((r) => toHex(r.publicKey) === toHex(publicKeyOfSync(secretKey))) : -1
+  if (!secretKey || me < 0) {
     const named = cluster.relays.find((r) => r.id === o.id)
     throw new ConfigError(
       named
-        ? `relay ${o.id}'s key in ${epoch ? `epoch ${epoch}'s committee` : 'the cluster file'} is ${toHex(named.publicKey)}, not the key this relay was given: start it with that key (--key)`
+        ? `relay ${o.id}'s key in ${epoch ? `epoch ${epoch}'s committee` : 'the cluster file'} is ${toHex(named.publicKey)}, not a key this relay was given: start it with that key (--key, or --next-key before a rotation)`
         : `this relay's key is not in ${epoch ? `epoch ${epoch}'s committee, the one its data dir is in` : 'the cluster file'} (relays: ${cluster.relays.map((r) => r.id).join(', ')})${epoch ? ': it left the cluster' : ''}`,
     )
   }
   const entry = cluster.relays[me] as (typeof cluster.relays)[number]
   if (entry.id !== o.id) logger.warn({ id: o.id, committee: entry.id }, `epoch ${epoch}'s committee names this relay ${entry.id}`)
+  if (secretKey !== o.secretKey) logger.info({ epoch, publicKey: toHex(entry.publicKey) }, 'runs with the rotated key (--next-key) the committee lists for it: give it as --key from now on')
   const libp2pMesh = createLibp2pMesh({
     me,
-    secretKey: o.secretKey,
+    secretKey,
     peers: cluster.relays.map((r, index) => ({ index, publicKey: r.publicKey, multiaddr: r.mesh, name: r.id })),
     listen: entry.mesh,
     logger: logger.child({ component: 'mesh' }),
     ...(o.peerQueueFrames ? { maxQueueFrames: o.peerQueueFrames } : {}),
   })
   // A Byzantine relay is an honest relay behind a mesh that rewrites what it sends.
-  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(cluster), secretKey: o.secretKey, crypto: relayCrypto }) : libp2pMesh
+  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(cluster), secretKey, crypto: relayCrypto }) : libp2pMesh
   const node = new RelayNode({
     cluster,
     ...(stored.epoch ? { epoch: stored.epoch } : {}),
     // Out of the event loop: the next epoch's relay starts once this one has stopped.
     onEpochEnd: () => setImmediate(ended),
     me,
-    secretKey: o.secretKey,
+    secretKey,
     dataDir: o.dataDir,
     mesh,
     logger,
@@ -299,10 +309,10 @@ async function startEpoch(o: RunRelayOptions, logger: Logger, stored: StoredEpoc
   try {
     await node.start()
     binding = listeners.peers
-    if (entry.peers) peers = await startClientPeers({ secretKey: o.secretKey, listen: entry.peers, logger: logger.child({ component: 'peers' }) })
+    if (entry.peers) peers = await startClientPeers({ secretKey, listen: entry.peers, logger: logger.child({ component: 'peers' }) })
     binding = listeners.api
     // A relay that lies to clients is an honest relay behind an API that rewrites what it answers.
-    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey: o.secretKey, relayKeys: cluster.relays.map((r) => r.publicKey) }) : undefined
+    const liar = o.clientLies?.length ? new ClientFacingLiar(o.clientLies, { secretKey, relayKeys: cluster.relays.map((r) => r.publicKey) }) : undefined
     const peerAddresses = peers?.addresses
     api = await createApi(node, { ...o.limits, host, port, logger: logger.child({ component: 'api' }), ...(o.tls ? { tls: o.tls } : {}), ...(liar ? { liar } : {}), ...(peerAddresses ? { peerAddresses } : {}) })
   } catch (err) {
