@@ -137,8 +137,9 @@ describe('client API over TLS', () => {
   })
 
   it('serves the cluster descriptor and signed heads of spaces', async () => {
-    const cluster = (await getJson('/v1/cluster')).body as { f: number; relays: Array<{ id: string; publicKey: string; api: string }> }
+    const cluster = (await getJson('/v1/cluster')).body as { f: number; epoch: number; relays: Array<{ id: string; publicKey: string; api: string }> }
     expect(cluster.f).toBe(0)
+    expect(cluster.epoch).toBe(0)
     expect(cluster.relays).toEqual([{ id: 'solo', publicKey: expect.stringMatching(/^[0-9a-f]{64}$/), api }])
     const head = (await getJson('/v1/spaces/nothing-yet/head')).body as { index: number; stateHash: string; sig: string }
     expect(head.index).toBe(0)

@@ -706,11 +706,13 @@ export class RelayNode {
 
   /**
    * What a client needs to trust this cluster: f and each relay's id, key and
-   * API address. Clients without a pinned cluster require every relay they
-   * reach to serve the same descriptor.
+   * API address, as of this relay's epoch (which it names: a client that
+   * trusts this committee follows later epochs' certificates from there).
+   * Clients without a pinned cluster require every relay they reach to
+   * serve the same descriptor.
    */
-  clusterDescriptor(): { f: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
-    return { f: this.options.cluster.f, relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  clusterDescriptor(): { f: number; epoch: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
+    return { f: this.options.cluster.f, epoch: epochOf(this.committee), relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
   }
 
   /** The certificates of the epoch changes before this relay's epoch, oldest first (see @stead/core's followEpochs). */
