@@ -438,6 +438,8 @@ export class SimRelay {
   private readonly cluster: SimCluster
   /** Its keys: the first it had, then those its operator made for rotations (see nextKey); it runs with the one its committee lists. */
   private readonly keys: RelayKey[]
+  /** The key it last ran with (what it is known by while down). */
+  private ranWith: RelayKey
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
@@ -457,6 +459,7 @@ export class SimRelay {
     this.index = index
     this.id = id
     this.keys = [relayKey(secretKey)]
+    this.ranWith = this.keys[0] as RelayKey
     this.more = more
   }
 
@@ -512,7 +515,7 @@ export class SimRelay {
   }
 
   private get key(): RelayKey {
-    return this.running?.key ?? (this.keys.at(-1) as RelayKey)
+    return this.running?.key ?? this.ranWith
   }
 
   /** Whether `key` is one of its keys. */
@@ -528,7 +531,8 @@ export class SimRelay {
    * --next-key`).
    */
   nextKey(): Uint8Array {
-    const key = relayKey(nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-next-key-${this.id}-${this.keys.length}`)))
+    // From its first key (the cluster's seed and its place), so no two machines get one.
+    const key = relayKey(nodeCrypto.sha256(new TextEncoder().encode(`sim-relay-next-key-${(this.keys[0] as RelayKey).hex}-${this.keys.length}`)))
     this.keys.push(key)
     return key.publicKey
   }
@@ -632,7 +636,8 @@ export class SimRelay {
     // Always a liar, honest while it has no lies: a test may make it lie mid-session.
     const liar = new ClientFacingLiar(this.lies, { secretKey: (key as RelayKey).secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: key as RelayKey }
+    this.ranWith = key as RelayKey
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: this.ranWith }
     try {
       await node.start()
     } catch (err) {
@@ -732,8 +737,10 @@ export class SimRelay {
     const cluster = this.cluster
     if (!peer || !alive() || !cluster.linked(this.index, peer.index)) return
     const copy = Uint8Array.from(frame)
+    // Signed with the key it runs with now: the peer knows the sender by that.
+    const sender = this.publicKey
     cluster.schedule(cluster.now + cluster.delay(), () => {
-      const from = peer.indexOf(this.publicKey)
+      const from = peer.indexOf(sender)
       if (from >= 0 && cluster.linked(this.index, peer.index)) peer.running?.mesh.receive?.(from, copy)
     })
   }

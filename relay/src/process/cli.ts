@@ -104,7 +104,9 @@ async function start(options: StartOptions): Promise<void> {
   if (!entry && !laterEpoch) throw new ConfigError(`--id ${o.id}: ${o.config} has no relay ${o.id}; give one of its ids: ${cluster.relays.map((r) => r.id).join(', ')} (a relay a committee change added starts with --join <the API of a relay of the cluster>)`)
   const keyPath = o.key ?? join(o.data, 'key.json')
   const identity = loadIdentity(keyPath)
-  if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey) && !laterEpoch) {
+  // A key of no relay in the file may be one a committee change gave this relay while it was down: runRelay checks it once it caught up.
+  const anothers = cluster.relays.some((r) => r.id !== o.id && toHex(r.publicKey) === toHex(identity.publicKey))
+  if (entry && toHex(entry.publicKey) !== toHex(identity.publicKey) && !laterEpoch && anothers) {
     const owner = cluster.relays.find((r) => toHex(r.publicKey) === toHex(identity.publicKey))
     throw new ConfigError(
       `key file ${keyPath} is not relay ${o.id}'s: its public key ${owner ? `is ${owner.id}'s` : 'is not'} in ${o.config}; give ${o.id}'s own key with --key (or in <data>/key.json)${owner ? `, or start it as --id ${owner.id}` : ''}`,
@@ -154,7 +156,7 @@ async function start(options: StartOptions): Promise<void> {
     ...(tls ? { tls } : {}),
     ...(clockValidator ? { clockValidator } : {}),
     ...(o.join ? { join: o.join } : {}),
-    ...(o.nextKey?.length ? { nextKeys: o.nextKey.map((path) => loadIdentity(path).secretKey) } : {}),
+    ...(o.nextKey?.length ? { nextKeys: o.nextKey.map((path) => nextKeyOf(path, cluster, o.id, ConfigError, loadIdentity)) } : {}),
     onLeft: () => {
       logger.info({ closed: ['data dir lock'] }, 'relay stopped: it left the committee')
       exitAfterLogs(logger, 0)
@@ -189,6 +191,19 @@ async function loadClockValidator(path: string, ConfigError: new (message: strin
     if (v === undefined || v === null) return undefined
     return typeof v === 'function' ? (v as ApplicationValidator<Envelope>) : () => ({ ok: false, reason: 'unauthorized', detail: `the clock validator module ${path} gave a ${typeof v} for space ${space}, not a validator function` })
   }
+}
+
+/** A --next-key file's key: not another relay's of the cluster file (the relay would start as that relay once this one left). */
+function nextKeyOf(path: string, cluster: ClusterConfig, id: string, ConfigError: new (message: string) => Error, load: (path: string) => { secretKey: Uint8Array; publicKey: Uint8Array }): Uint8Array {
+  let key: { secretKey: Uint8Array; publicKey: Uint8Array }
+  try {
+    key = load(path)
+  } catch (err) {
+    throw new ConfigError(`--next-key ${path}: ${(err as Error).message.replace(/; give the relay's key file with --key.*$/, '')}; give a key file \`stead-relay keygen\` wrote for this relay's rotation`)
+  }
+  const owner = cluster.relays.find((r) => r.id !== id && Buffer.from(r.publicKey).equals(Buffer.from(key.publicKey)))
+  if (owner) throw new ConfigError(`--next-key ${path} is relay ${owner.id}'s key: a rotation gives this relay a key of its own (stead-relay keygen)`)
+  return key.secretKey
 }
 
 /** The epoch a data dir's store is in (0 for a dir with no store yet). */

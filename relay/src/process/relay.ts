@@ -109,8 +109,8 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   const fatal = (err: unknown): void => {
     clearInterval(poll)
     logger.fatal({ err }, 'could not start the next epoch; stopping')
-    // Its supervisor starts it again, in the epoch its store is in.
-    ;(o.onFatal ?? (() => process.exit(1)))(err)
+    // Its supervisor starts it again, in the epoch its store is in; an operator's problem (exit 2) waits for the operator.
+    ;(o.onFatal ?? ((e: unknown) => process.exit(e instanceof ConfigError ? 2 : 1)))(err)
   }
   const next = (): void => {
     // Once per change: the relay's own certificate and its peers' (see followPeers) may both end the epoch.
@@ -121,6 +121,11 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
       await ending.stop()
       if (stopped) return
       const stored = await readStoredEpoch(o, logger)
+      const named = stored.cluster.relays.find((r) => r.id === o.id)
+      if (named && !myKeys.has(toHex(named.publicKey))) {
+        // Its key rotated without --next-key, or another machine took its name: the operator says which.
+        throw new ConfigError(`epoch ${stored.epoch?.epoch ?? 0}'s committee lists ${o.id} with key ${toHex(named.publicKey)}, which this relay was not given: if its key was rotated, start it with --key <that key's file>; if another machine took over ${o.id}, this one has left the cluster: disable it`)
+      }
       if (!stored.cluster.relays.some((r) => myKeys.has(toHex(r.publicKey)))) {
         logger.info({ epoch: stored.epoch?.epoch }, `the committee of the new epoch does not list this relay's key: ${o.id} left the cluster and stops`)
         stopped = true
