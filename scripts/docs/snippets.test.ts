@@ -79,15 +79,17 @@ async function checkNpmRun(c: Command, rest: readonly string[]): Promise<string 
   return missing.length ? `${missing.join(', ')} not in the --help of npm run ${script}` : undefined
 }
 
-/** `stead-relay SUB args`: the subcommand exists and knows every flag passed. */
+/** `stead-relay SUB [SUBSUB] args`: the subcommand exists and knows every flag passed. */
 async function checkRelayCli(words: readonly string[]): Promise<string | undefined> {
-  const [sub] = words
+  const [sub, second] = words
   if (sub === '--version' || sub === '--help') return undefined
   if (!sub) return 'stead-relay without a subcommand'
   const help = await helpOf([...RELAY_CLI, sub])
   if (!help.includes(`stead-relay ${sub}`)) return `stead-relay has no subcommand ${sub}`
-  const missing = await unknownFlags(flagsOf(words), [...RELAY_CLI, sub])
-  return missing.length ? `${missing.join(', ')} not in stead-relay ${sub} --help` : undefined
+  // A command of the subcommand's (`stead-relay committee status`) has the flags in its own --help.
+  const command = second !== undefined && /^[a-z]+$/.test(second) && new RegExp(`^ {2}${second} `, 'm').test(help) ? [sub, second] : [sub]
+  const missing = await unknownFlags(flagsOf(words), [...RELAY_CLI, ...command])
+  return missing.length ? `${missing.join(', ')} not in stead-relay ${command.join(' ')} --help` : undefined
 }
 
 /** `node [flags] FILE [args]` or `tsx FILE`: a TypeScript file of the repository only runs from source with the @stead/source condition. */

@@ -443,7 +443,7 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers; key: RelayKey } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers; key: RelayKey; started: boolean } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   /** Partitioned from the other relays (see cutOff). */
@@ -463,8 +463,9 @@ export class SimRelay {
     this.more = more
   }
 
+  /** Whether its relay runs (started: peers and clients reach it). */
   get isUp(): boolean {
-    return this.running !== undefined
+    return this.running?.started === true
   }
 
   /** The running node (throws while the relay is down). */
@@ -637,13 +638,15 @@ export class SimRelay {
     const liar = new ClientFacingLiar(this.lies, { secretKey: (key as RelayKey).secretKey, relayKeys: cluster.config.relays.map((r) => r.publicKey), setTimeout: (fn, ms) => clock.setTimer(ms, fn) })
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
     this.ranWith = key as RelayKey
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: this.ranWith }
+    // Known (its committee, its mesh) while it starts; reached by peers and clients once started, as before.
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: this.ranWith, started: false }
     try {
       await node.start()
     } catch (err) {
       this.running = undefined
       throw err
     }
+    if (this.running?.epoch === epoch) this.running.started = true
     this.watchEpochs(epoch, clock)
     this.peersBack()
   }
@@ -714,7 +717,7 @@ export class SimRelay {
   /** @internal A client's socket reached this relay: false when it is down. */
   accept(wire: Wire): boolean {
     const run = this.running
-    if (!run) return false
+    if (!run?.started) return false
     run.wires.add(wire)
     run.sessions.open(this.counted(wire), `client-${run.wires.size}`)
     return true

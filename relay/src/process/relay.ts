@@ -4,7 +4,7 @@ import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf, relayCommitteeOf } from './config.ts'
-import { followEpochs, fromBase64Url, toHex, type EpochCertificate } from '@stead/core'
+import { followEpochs, fromBase64Url, toHex, type EpochCertificate, type EpochCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { adoptEpochChain, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
 import { LmdbKv } from '../store/kv.ts'
@@ -139,22 +139,18 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   }
   // A relay cut off while its peers ended an epoch cannot finish it alone (they no longer serve its
   // blocks): it asks them now and then whether they moved on, and follows their certificates.
+  // (Through the running relay's own store: a second LMDB handle on the data dir while the relay writes
+  // to it stalled its writes under load.)
   const followPeers = async (): Promise<void> => {
     const run = current
     if (!run || stopped) return
-    const kv = new LmdbKv(o.dataDir)
-    let moved = false
-    try {
-      const at = storedEpoch(kv, o.cluster)
-      const chain = await longestValidChain(o, at, at.cluster.relays.map((r) => r.api), logger)
-      if (!chain || stopped || current !== run) return
-      const followed = await adoptEpochChain(kv, o.cluster, chain)
-      moved = followed.epoch > (at.epoch?.epoch ?? 0)
-      if (moved) logger.info({ epoch: at.epoch?.epoch ?? 0, peersEpoch: followed.epoch }, 'the other relays moved on to a later epoch: following them')
-    } finally {
-      await kv.close()
-    }
-    if (moved && current === run) next()
+    const from = run.node.epochCommittee
+    const chain = await longestValidChain(o, from, run.node.clusterDescriptor().relays.map((r) => r.api), logger)
+    if (!chain || stopped || current !== run) return
+    const epoch = await run.node.adoptEpochs(chain)
+    if (epoch <= from.epoch || current !== run) return
+    logger.info({ epoch: from.epoch, peersEpoch: epoch }, 'the other relays moved on to a later epoch: following them')
+    next()
   }
   const poll = setInterval(() => void followPeers().catch((err: unknown) => logger.warn({ err }, "could not check the peers' epochs")), o.epochPollMs ?? EPOCH_POLL_MS)
   poll.unref()
@@ -208,7 +204,8 @@ async function readStoredEpoch(o: RunRelayOptions, logger: Logger, join?: string
   const kv = new LmdbKv(o.dataDir)
   try {
     const at = storedEpoch(kv, o.cluster)
-    const chain = await longestValidChain(o, at, join ? [join] : at.cluster.relays.map((r) => r.api), logger)
+    const from = { epoch: at.epoch?.epoch ?? 0, committee: relayCommitteeOf(at.cluster) }
+    const chain = await longestValidChain(o, from, join ? [join] : at.cluster.relays.map((r) => r.api), logger)
     if (chain) {
       const followed = await adoptEpochChain(kv, o.cluster, chain)
       logger.info({ epoch: followed.epoch }, "took the certificates of the epochs since its store's from its peers")
@@ -223,12 +220,11 @@ async function readStoredEpoch(o: RunRelayOptions, logger: Logger, join?: string
 
 /**
  * Of the chains of epoch certificates the relays at `apis` serve, the one
- * that leads furthest past the epoch `at`, checked from `at`'s committee
+ * that leads furthest past the epoch `from`, checked from its committee
  * (each certificate signed by 2f+1 of the committee before it): a relay
  * that serves a longer chain it made up is passed over, not believed.
  */
-async function longestValidChain(o: RunRelayOptions, at: StoredEpoch, apis: readonly string[], logger: Logger): Promise<EpochCertificate[] | undefined> {
-  const from = { epoch: at.epoch?.epoch ?? 0, committee: relayCommitteeOf(at.cluster) }
+async function longestValidChain(o: RunRelayOptions, from: EpochCommittee, apis: readonly string[], logger: Logger): Promise<EpochCertificate[] | undefined> {
   const scheme = o.tls ? 'https' : 'http'
   const answers = await Promise.all(
     apis.map(async (api): Promise<{ chain: EpochCertificate[]; epoch: number } | undefined> => {

@@ -39,15 +39,20 @@ export async function adoptEpochChain(kv: Kv, file: ClusterConfig, certs: readon
   const stored = storedEpoch(kv, file)
   const from = { epoch: stored.epoch?.epoch ?? 0, committee: relayCommitteeOf(stored.cluster) }
   const followed = await followEpochs(nodeCrypto, from, certs)
-  // The certificate followEpochs took for each epoch is the first one of it in the chain.
-  const kept = new Map<number, EpochCertificate>()
-  for (const c of certs) {
-    const { epoch } = decodeEpochChange(c.change)
-    if (epoch > from.epoch && epoch <= followed.epoch && !kept.has(epoch)) kept.set(epoch, c)
-  }
+  const kept = followedCertificates(certs, from.epoch, followed.epoch)
   if (kept.size) {
     const table = kv.table<number>(STORE_TABLES.epochs)
     await kv.write(() => kept.forEach((c, epoch) => table.put(epoch, encodeEpochCertificate(c))))
   }
   return followed
+}
+
+/** Of a chain followEpochs went along from epoch `from` to `to`, the certificate it took for each epoch after `from`: the first one of it. */
+export function followedCertificates(certs: readonly EpochCertificate[], from: number, to: number): Map<number, EpochCertificate> {
+  const kept = new Map<number, EpochCertificate>()
+  for (const c of certs) {
+    const { epoch } = decodeEpochChange(c.change)
+    if (epoch > from && epoch <= to && !kept.has(epoch)) kept.set(epoch, c)
+  }
+  return kept
 }

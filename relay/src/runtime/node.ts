@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
-import { SteadError, authorIdOf, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type EpochCertificate, type EpochChange, type Envelope, type RelayCommittee, type HostClock, type HostTimer, type Signed } from '@stead/core'
+import { SteadError, authorIdOf, followEpochs, toHex, welcomeBytes, systemClock, StableAudit, type ApplicationValidator, type EpochCertificate, type EpochChange, type EpochCommittee, type Envelope, type RelayCommittee, type HostClock, type HostTimer, type Signed } from '@stead/core'
 import { nodeCrypto, signSync, verifySync } from '@stead/core/node'
+import { followedCertificates } from './epochs.ts'
 import type { Logger } from 'pino'
 import { Admission, MAX_CLOCK_AHEAD_MS, exact } from './admission.ts'
 import { RelayCheckpoints, type FetchedRelayCheckpoint } from './checkpoints.ts'
@@ -718,6 +719,26 @@ export class RelayNode {
   /** The certificates of the epoch changes before this relay's epoch, oldest first (see @stead/core's followEpochs). */
   epochCertificates(): EpochCertificate[] {
     return this.store.epochChain()
+  }
+
+  /** The epoch this relay runs and its committee: what certificates of later epochs are checked from. */
+  get epochCommittee(): EpochCommittee {
+    return { epoch: epochOf(this.committee), committee: relayCommitteeOf(this.options.cluster) }
+  }
+
+  /**
+   * Keeps the certificates of epochs after this relay's that its peers
+   * served, once checked from its committee (2f+1 of the committee before
+   * each): it was cut off while they ended the epoch. They take effect when
+   * the host starts the next epoch's relay. Returns the epoch they lead to.
+   *
+   * @throws SteadError as followEpochs for a certificate that fails (nothing is kept then).
+   */
+  async adoptEpochs(certs: readonly EpochCertificate[]): Promise<number> {
+    const from = this.epochCommittee
+    const followed = await followEpochs(nodeCrypto, from, certs)
+    for (const [epoch, cert] of followedCertificates(certs, from.epoch, followed.epoch)) await this.store.putEpochCertificate(epoch, cert)
+    return followed.epoch
   }
 
   /** This relay's clock (ms since the epoch; simulated time in the simulator): what its `pong` tells clients, so they stamp register writes with the relays' time. */
