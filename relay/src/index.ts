@@ -10,7 +10,7 @@
  */
 export { runRelay, type RunRelayOptions, type RunningRelay } from './process/relay.ts'
 export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './runtime/node.ts'
-export { adoptEpochChain, storedEpoch, type StoredEpoch } from './runtime/epochs.ts'
+export { adoptEpochChain, storedChain, storedEpoch, type StoredEpoch } from './runtime/epochs.ts'
 export { COMMITTEE_SPACE, backingKey, encodeCommitteeRequest, proposalId, type CommitteeRequest } from './runtime/committee-proposals.ts'
 export { loadCluster, parseCluster, clusterInEpoch, relayCommitteeOf, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
 export { buildApi, createApi } from './api/server.ts'

@@ -11,6 +11,7 @@ import {
   backingKey,
   encodeCommitteeRequest,
   adoptEpochChain,
+  storedChain,
   storedEpoch,
   type ClientLie,
   type ClientSessions,
@@ -679,7 +680,8 @@ export class SimRelay {
 
   /** The longest chain of epoch certificates a running relay holds (what `GET /v1/epochs` of each would say). */
   private longestPeerChain(): EpochCertificate[] {
-    return this.cluster.relays.filter((r) => r !== this && r.isUp).map((r) => r.node.epochCertificates()).reduce((a, b) => (b.length > a.length ? b : a), [])
+    // Running, or starting again as the next epoch's (its store has the certificate by then).
+    return this.cluster.relays.filter((r) => r !== this && r.running).map((r) => storedChain(r.kv)).reduce((a, b) => (b.length > a.length ? b : a), [])
   }
 
   /**

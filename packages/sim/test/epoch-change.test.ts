@@ -71,6 +71,8 @@ describe('epoch changes', () => {
     const next: RelayCommittee = { f: 1, members: [entryOf(c, 4), entryOf(c, 1), entryOf(c, 2), entryOf(c, 3)] }
     for (const i of [1, 2, 3]) await c.relays[i]!.backCommittee(1, next)
     await c.until('r1 left', () => c.relays[0]!.hasLeft)
+    // Its operator starts it once the change took effect (stead-relay start --join needs a relay that serves the certificate).
+    await c.until('the others in epoch 1', () => [1, 2, 3].every((i) => epochOf(c, i) === 1))
     await r5.up()
     await settledIn(c, [1, 2, 3, 4], 1)
     // The joiner took the state at the boundary from a checkpoint f+1 of the new committee vouch for.

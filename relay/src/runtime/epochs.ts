@@ -56,3 +56,8 @@ export function followedCertificates(certs: readonly EpochCertificate[], from: n
   }
   return kept
 }
+
+/** The epoch certificates a store keeps, oldest first (what its relay serves at GET /v1/epochs). */
+export function storedChain(kv: Kv): EpochCertificate[] {
+  return RelayStore.epochChain(kv)
+}
