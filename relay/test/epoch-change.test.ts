@@ -8,7 +8,7 @@ import { RelayNode } from '../src/runtime/node.ts'
 import { COMMITTEE_SPACE, backingKey, encodeCommitteeRequest } from '../src/runtime/committee-proposals.ts'
 import { MemoryJournal } from '../src/store/journal.ts'
 import { MemoryKv } from '../src/store/kv.ts'
-import { RelayStore } from '../src/store/store.ts'
+import { storedChain } from '../src/store/store.ts'
 
 const relayKey = new Uint8Array(32).fill(3)
 const relay = { secretKey: relayKey, publicKey: publicKeyOfSync(relayKey) }
@@ -77,7 +77,7 @@ describe('an epoch change on one relay', () => {
     // Work that comes now waits for the next epoch (clients resubmit what is rate-limited).
     expect(() => node.submit(new Uint8Array(0))).toThrow(expect.objectContaining({ reason: 'rate-limited' }))
     // Whoever pinned epoch 0's committee follows the certificate the store keeps.
-    const chain = RelayStore.epochChain(c.kv)
+    const chain = storedChain(c.kv)
     expect(chain).toHaveLength(1)
     const followed = await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(c.file) }, chain)
     expect(followed).toEqual({ epoch: 1, committee: moved, startRound: change.startRound })

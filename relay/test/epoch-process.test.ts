@@ -3,7 +3,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { clockInit, encodeEnvelope, encodeEpochChange, followEpochs, fromBase64Url, sealEnvelope, toBase64Url, toHex } from '@stead/core'
+import { clockInit, encodeEnvelope, encodeEpochChange, epochChainFromJson, epochChainToJson, followEpochs, sealEnvelope, toHex } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync } from '@stead/core/node'
 import { afterAll, describe, expect, it } from 'vitest'
 import { generateIdentity, loadCluster, loadIdentity, relayCommitteeOf, writeIdentity } from '../src/process/config.ts'
@@ -72,9 +72,9 @@ describe('a committee change between real relays', () => {
     const epochAt = async (i: number): Promise<number | undefined> => (await c.json<{ epoch: number }>(i, '/v1/status').catch(() => undefined))?.epoch
     await until('every relay in epoch 1', async () => (await Promise.all([0, 1, 2, 3].map(epochAt))).every((e) => e === 1) || undefined, 60_000)
     // Whoever pinned the cluster file follows the certificate any relay serves.
-    const served = await c.json<{ epoch: number; certificates: Array<{ change: string; signatures: Array<[number, string]> }> }>(3, '/v1/epochs')
-    expect(served.epoch).toBe(1)
-    const certs = served.certificates.map((x) => ({ change: fromBase64Url(x.change), signatures: x.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+    const served = await c.json(3, '/v1/epochs')
+    expect(served['epoch']).toBe(1)
+    const certs = epochChainFromJson(served)
     const followed = await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(loadCluster(c.clusterPath)) }, certs)
     expect(followed.epoch).toBe(1)
     expect(followed.committee.members[3]?.api).toBe(moved)
@@ -132,8 +132,7 @@ describe('a committee change between real relays', () => {
     await until('the sixth deposit stable everywhere', async () => (await Promise.all([0, 1, 2, 3].map(stableAt))).every((n) => n === 6) || undefined)
     last.close()
     // Whoever pinned the cluster file follows the three changes.
-    const chain = await c.json<{ epoch: number; certificates: Array<{ change: string; signatures: Array<[number, string]> }> }>(0, '/v1/epochs')
-    const all = chain.certificates.map((x) => ({ change: fromBase64Url(x.change), signatures: x.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+    const all = epochChainFromJson(await c.json(0, '/v1/epochs'))
     expect(await followEpochs(nodeCrypto, { epoch: 0, committee: relayCommitteeOf(loadCluster(c.clusterPath)) }, all)).toMatchObject({ epoch: 3, committee: relayCommitteeOf(loadCluster(fourthPath)) })
   })
 
@@ -144,8 +143,8 @@ describe('a committee change between real relays', () => {
     const next = { f: 1, members: [...relayCommitteeOf(file).members.slice(0, 3), { id: 'r9', publicKey: newcomer.publicKey, api: '127.0.0.1:1', mesh: '/ip4/127.0.0.1/tcp/1' }] }
     const change = encodeEpochChange({ epoch: 1, startRound: 10, stateDigest: new Uint8Array(32), next })
     // Two of the four (2f) sign it: a certificate needs three.
-    const signatures = [0, 1].map((i) => [i, toBase64Url(signSync(loadIdentity(join(c.relays[i]!.data, 'key.json')).secretKey, change))])
-    const liar = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ epoch: 1, certificates: [{ change: toBase64Url(change), signatures }] })))
+    const signatures = [0, 1].map((relay) => ({ relay, sig: signSync(loadIdentity(join(c.relays[relay]!.data, 'key.json')).secretKey, change) }))
+    const liar = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(epochChainToJson([{ change, signatures }]))))
     await new Promise<void>((ok) => liar.listen(0, '127.0.0.1', ok))
     const data = join(c.dir, 'r9')
     mkdirSync(data)

@@ -1,4 +1,4 @@
-import { toHex } from './bytes.ts'
+import { fromBase64Url, toBase64Url, toHex } from './bytes.ts'
 import { checkCluster, countSigners, type Cluster, type RelaySignature } from './chrono.ts'
 import { decode, encode, expect } from './codec.ts'
 import type { Crypto } from './crypto/types.ts'
@@ -205,4 +205,38 @@ export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: 
     at = { epoch: change.epoch, committee: change.next, startRound: change.startRound }
   }
   return at
+}
+
+/** A chain of epoch certificates as `GET /v1/epochs` serves it in JSON: `change` and each signature base64url. */
+export interface EpochChainJson {
+  /** The epoch the serving relay is in. */
+  readonly epoch: number
+  readonly certificates: ReadonlyArray<{ readonly change: string; readonly signatures: ReadonlyArray<readonly [relay: number, sig: string]> }>
+}
+
+/** A relay's chain of certificates (epochs 1 to `certs.length`) in its JSON form, leaving out the first `from`. */
+export function epochChainToJson(certs: readonly EpochCertificate[], from = 0): EpochChainJson {
+  return { epoch: certs.length, certificates: certs.slice(from).map((c) => ({ change: toBase64Url(c.change), signatures: c.signatures.map((s) => [s.relay, toBase64Url(s.sig)] as const) })) }
+}
+
+/**
+ * Certificates from what `GET /v1/epochs` answered (not checked: see
+ * `followEpochs`).
+ *
+ * @throws SteadError `malformed` for an answer of another shape, `too-large` past MAX_EPOCHS_FOLLOWED certificates or MAX_COMMITTEE signatures each.
+ */
+export function epochChainFromJson(body: unknown): EpochCertificate[] {
+  const certs = expect.array((body as { certificates?: unknown } | null)?.certificates, 'certificates', MAX_EPOCHS_FOLLOWED)
+  return certs.map((raw, i) => {
+    const c = (raw ?? {}) as { change?: unknown; signatures?: unknown }
+    if (typeof c.change !== 'string') throw new SteadError('malformed', `certificates[${i}].change must be base64url text`)
+    return {
+      change: fromBase64Url(c.change),
+      signatures: expect.array(c.signatures, `certificates[${i}].signatures`, MAX_COMMITTEE).map((s, j) => {
+        const [relay, sig] = expect.array(s, `certificates[${i}].signatures[${j}]`, 2)
+        if (typeof sig !== 'string') throw new SteadError('malformed', `certificates[${i}].signatures[${j}] must be [relay, base64url signature]`)
+        return { relay: expect.uint(relay, `certificates[${i}].signatures[${j}].relay`), sig: fromBase64Url(sig) }
+      }),
+    }
+  })
 }

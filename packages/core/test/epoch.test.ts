@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { decodeEpochChange, encode, encodeEpochChange, followEpochs, signEpochChange, verifyEpochCertificate, type EpochCertificate, type EpochChange, type EpochCommittee, type RelayCommittee } from '../src/index.ts'
+import { decodeEpochChange, encode, encodeEpochChange, epochChainFromJson, epochChainToJson, followEpochs, signEpochChange, verifyEpochCertificate, type EpochCertificate, type EpochChange, type EpochCommittee, type RelayCommittee } from '../src/index.ts'
 import { nodeCrypto } from '../src/node.ts'
 
 /** Relays with their secret keys: a committee the test can sign for. */
@@ -99,5 +99,20 @@ describe('epoch certificates', () => {
     // Rounds only go forward: an epoch starting before the one it follows is refused.
     const back = await certify({ ...(changes[1] as EpochChange), startRound: 50 }, e1.keys, [0, 1, 2])
     await expect(followEpochs(nodeCrypto, pinned, [certs[0] as EpochCertificate, back])).rejects.toMatchObject({ reason: 'malformed', message: expect.stringContaining('before round 100') })
+  })
+
+  it('carries a chain as GET /v1/epochs serves it, and refuses answers of another shape with a typed error', async () => {
+    const old = await committee(relays(4), 1)
+    const next = (await committee(relays(4, 5), 1)).committee
+    const chain = [await certify({ epoch: 1, startRound: 10, stateDigest: digest(1), next }, old.keys, [0, 1, 2])]
+    const json = JSON.parse(JSON.stringify(epochChainToJson(chain)))
+    expect(json.epoch).toBe(1)
+    const back = epochChainFromJson(json)
+    expect(epochChainToJson(back)).toEqual(json)
+    expect(await followEpochs(nodeCrypto, { epoch: 0, committee: old.committee }, back)).toMatchObject({ epoch: 1, startRound: 10 })
+    expect(epochChainToJson(chain, 1)).toEqual({ epoch: 1, certificates: [] })
+    for (const junk of [null, {}, { certificates: [{ change: 5, signatures: [] }] }, { certificates: [{ change: 'AA', signatures: [[0, 7]] }] }, { certificates: [{ change: 'A+', signatures: [] }] }]) {
+      expect(() => epochChainFromJson(junk)).toThrow(expect.objectContaining({ reason: 'malformed' }))
+    }
   })
 })

@@ -5,6 +5,7 @@ import {
   HEAD_NONCE_BYTES,
   readAuthBytes,
   toBase64Url,
+  epochChainToJson,
   toHex,
 } from '@stead/core'
 import { verifySync } from '@stead/core/node'
@@ -197,8 +198,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
   app.get<{ Querystring: { from?: string } }>('/v1/epochs', async (req, reply) => {
     const from = req.query.from === undefined ? 0 : Number(req.query.from)
     if (!Number.isSafeInteger(from) || from < 0) return reply.code(400).send({ error: 'malformed', detail: 'from must be a non-negative whole number: the epoch the client is in' })
-    const chain = node.epochCertificates()
-    return { epoch: chain.length, certificates: chain.slice(from).map((c) => ({ change: toBase64Url(c.change), signatures: c.signatures.map((x) => [x.relay, toBase64Url(x.sig)]) })) }
+    return epochChainToJson(node.epochCertificates(), from)
   })
   // Liveness: the process serves. Whether it is worth sending clients to is /ready.
   app.get('/health', async () => ({ ok: true, relay: node.name }))

@@ -3,10 +3,10 @@ import type { Logger } from 'pino'
 import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
-import { type ClusterConfig, ConfigError, committeeOf, relayCommitteeOf } from './config.ts'
-import { followEpochs, fromBase64Url, toHex, type EpochCertificate, type EpochCommittee } from '@stead/core'
+import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
+import { epochChainFromJson, followEpochs, toHex, type EpochCertificate, type EpochCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
-import { adoptEpochChain, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
+import { adoptEpochChain, epochCommitteeOf, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
 import { LmdbKv } from '../store/kv.ts'
 import { byzantineMesh, type ByzantineStrategy } from '../consensus/index.ts'
 import { openDataDir, policyFingerprint } from './datadir.ts'
@@ -204,8 +204,7 @@ async function readStoredEpoch(o: RunRelayOptions, logger: Logger, join?: string
   const kv = new LmdbKv(o.dataDir)
   try {
     const at = storedEpoch(kv, o.cluster)
-    const from = { epoch: at.epoch?.epoch ?? 0, committee: relayCommitteeOf(at.cluster) }
-    const chain = await longestValidChain(o, from, join ? [join] : at.cluster.relays.map((r) => r.api), logger)
+    const chain = await longestValidChain(o, epochCommitteeOf(at), join ? [join] : at.cluster.relays.map((r) => r.api), logger)
     if (chain) {
       const followed = await adoptEpochChain(kv, o.cluster, chain)
       logger.info({ epoch: followed.epoch }, "took the certificates of the epochs since its store's from its peers")
@@ -234,8 +233,7 @@ async function longestValidChain(o: RunRelayOptions, from: EpochCommittee, apis:
         if (!res.ok || Number(res.headers.get('content-length') ?? 0) > MAX_EPOCHS_BYTES) return undefined
         const text = await res.text()
         if (text.length > MAX_EPOCHS_BYTES) return undefined
-        const body = JSON.parse(text) as { certificates?: Array<{ change: string; signatures: Array<[number, string]> }> }
-        const chain = (body.certificates ?? []).map((c) => ({ change: fromBase64Url(c.change), signatures: c.signatures.map(([relay, sig]) => ({ relay, sig: fromBase64Url(sig) })) }))
+        const chain = epochChainFromJson(JSON.parse(text))
         if (chain.length <= from.epoch) return undefined
         return { chain, epoch: (await followEpochs(nodeCrypto, from, chain)).epoch }
       } catch (err) {

@@ -1,8 +1,8 @@
-import { decodeEpochChange, followEpochs, type EpochCertificate, type FollowedEpoch } from '@stead/core'
+import { decodeEpochChange, followEpochs, type EpochCertificate, type EpochCommittee, type FollowedEpoch } from '@stead/core'
 import { nodeCrypto } from '@stead/core/node'
 import { clusterInEpoch, relayCommitteeOf, type ClusterConfig } from '../process/config.ts'
 import type { Kv } from '../store/kv.ts'
-import { RelayStore, STORE_TABLES, encodeEpochCertificate } from '../store/store.ts'
+import { keepEpochCertificates, storedChain } from '../store/store.ts'
 
 /** The epoch a relay's store is in, and the cluster as it stands there: what the host builds the relay for. */
 export interface StoredEpoch {
@@ -19,7 +19,7 @@ export interface StoredEpoch {
  * here: this relay checked each signature as it gathered them.
  */
 export function storedEpoch(kv: Kv, file: ClusterConfig): StoredEpoch {
-  const last = RelayStore.epochChain(kv).at(-1)
+  const last = storedChain(kv).at(-1)
   if (!last) return { cluster: file, epoch: undefined }
   const change = decodeEpochChange(last.change)
   return { cluster: clusterInEpoch(file, change.next), epoch: { epoch: change.epoch, startRound: change.startRound } }
@@ -36,15 +36,15 @@ export function storedEpoch(kv: Kv, file: ClusterConfig): StoredEpoch {
  * @throws SteadError as followEpochs for a certificate that fails (nothing is kept then).
  */
 export async function adoptEpochChain(kv: Kv, file: ClusterConfig, certs: readonly EpochCertificate[]): Promise<FollowedEpoch> {
-  const stored = storedEpoch(kv, file)
-  const from = { epoch: stored.epoch?.epoch ?? 0, committee: relayCommitteeOf(stored.cluster) }
+  const from = epochCommitteeOf(storedEpoch(kv, file))
   const followed = await followEpochs(nodeCrypto, from, certs)
-  const kept = followedCertificates(certs, from.epoch, followed.epoch)
-  if (kept.size) {
-    const table = kv.table<number>(STORE_TABLES.epochs)
-    await kv.write(() => kept.forEach((c, epoch) => table.put(epoch, encodeEpochCertificate(c))))
-  }
+  await keepEpochCertificates(kv, followedCertificates(certs, from.epoch, followed.epoch))
   return followed
+}
+
+/** The epoch a store is in and its committee: what certificates of later epochs are checked from. */
+export function epochCommitteeOf(stored: StoredEpoch): EpochCommittee {
+  return { epoch: stored.epoch?.epoch ?? 0, committee: relayCommitteeOf(stored.cluster) }
 }
 
 /** Of a chain followEpochs went along from epoch `from` to `to`, the certificate it took for each epoch after `from`: the first one of it. */
@@ -55,9 +55,4 @@ export function followedCertificates(certs: readonly EpochCertificate[], from: n
     if (epoch > from && epoch <= to && !kept.has(epoch)) kept.set(epoch, c)
   }
   return kept
-}
-
-/** The epoch certificates a store keeps, oldest first (what its relay serves at GET /v1/epochs). */
-export function storedChain(kv: Kv): EpochCertificate[] {
-  return RelayStore.epochChain(kv)
 }

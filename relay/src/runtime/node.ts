@@ -34,7 +34,7 @@ export interface RelayNodeOptions {
    * The epoch ended (a committee change was decided, and 2f+1 of the
    * committee certified it): the certificate is durable in the store, and
    * this relay takes no more work. The host stops it and starts the next
-   * epoch's relay on the same store (see epochChain). Without it the relay
+   * epoch's relay on the same store (see storedEpoch). Without it the relay
    * stays at the epoch's end.
    */
   readonly onEpochEnd?: (change: EpochChange, cert: EpochCertificate) => void
@@ -239,7 +239,7 @@ export class RelayNode {
         if (waited !== undefined) this.metrics.commitLatency.observe(waited / 1000)
       },
       snapshotTaken: () => this.metrics.snapshots.inc(),
-      committee: { epoch, committee: relayCommitteeOf(options.cluster) },
+      committee: this.epochCommittee,
     })
     this.budget.track('spaces', () => this.ledger.spaces.residentBytes, (bytes) => this.ledger.spaces.reclaim(bytes))
     this.peers = new PeerServing({
@@ -448,7 +448,7 @@ export class RelayNode {
 
   /** 2f+1 of the committee signed the change: keep the certificate, then hand over to the next epoch's relay. */
   private certified(cert: EpochCertificate, change: EpochChange): void {
-    this.store.putEpochCertificate(change.epoch, cert).then(
+    this.store.keepEpochCertificates(new Map([[change.epoch, cert]])).then(
       () => {
         if (this.loop.stopped) return
         this.log.info({ epoch: change.epoch, startRound: change.startRound, signers: cert.signatures.map((s) => this.nameOf(s.relay)) }, 'epoch certificate complete: moving to the next epoch')
@@ -737,7 +737,7 @@ export class RelayNode {
   async adoptEpochs(certs: readonly EpochCertificate[]): Promise<number> {
     const from = this.epochCommittee
     const followed = await followEpochs(nodeCrypto, from, certs)
-    for (const [epoch, cert] of followedCertificates(certs, from.epoch, followed.epoch)) await this.store.putEpochCertificate(epoch, cert)
+    await this.store.keepEpochCertificates(followedCertificates(certs, from.epoch, followed.epoch))
     return followed.epoch
   }
 
@@ -883,9 +883,8 @@ export class RelayNode {
           // After the epoch's last commit the core's later commits are not this epoch's: never
           // recorded nor audited, their envelopes are ordered again in the next epoch. A relay without
           // its epoch's starting state cannot audit them: it takes them from the checkpoint it fetches.
-          const ended = this.ledger.epochEnd
-          const skipped = joining || (ended && (o.type === 'commit' || (o.type === 'persist' && o.record.kind === 'commit' && o.record.anchorRound > ended.round)))
-          if (skipped && (o.type === 'commit' || (o.type === 'persist' && o.record.kind === 'commit'))) continue
+          const committed = o.type === 'commit' ? o.commit.anchorRound : o.type === 'persist' && o.record.kind === 'commit' ? o.record.anchorRound : undefined
+          if (committed !== undefined && (joining || committed > (this.ledger.epochEnd?.round ?? Infinity))) continue
           if (o.type === 'persist') {
             write.records.push(o.record)
             if (o.record.kind === 'commit') this.checkpoints.recorded(o.record)

@@ -244,29 +244,14 @@ export class RelayStore {
     this.nextBatch = last + 1
   }
 
-  /**
-   * The certificates of the epoch changes this store went through, oldest
-   * first (none: it is still in the cluster file's epoch 0). Read before
-   * a relay is built: its committee is the latest certificate's.
-   */
-  static epochChain(kv: Kv): EpochCertificate[] {
-    const out: EpochCertificate[] = []
-    for (const { value } of kv.table<number>(STORE_TABLES.epochs).getRange({})) {
-      const [change, signatures] = decode(value, RECORD_LIMIT) as [Bytes, Array<[number, Bytes]>]
-      out.push({ change, signatures: signatures.map(([relay, sig]) => ({ relay, sig })) })
-    }
-    return out
-  }
-
   /** The certificates of the epoch changes this store went through, oldest first. */
   epochChain(): EpochCertificate[] {
-    return RelayStore.epochChain(this.kv)
+    return storedChain(this.kv)
   }
 
-  /** Keeps the certificate that starts `epoch`; resolves once it is durable (after every write issued before). */
-  async putEpochCertificate(epoch: number, cert: EpochCertificate): Promise<void> {
-    const table = this.kv.table<number>(STORE_TABLES.epochs)
-    await this.kv.write(() => table.put(epoch, encodeEpochCertificate(cert)))
+  /** Keeps the certificates that start these epochs; resolves once they are durable (after every write issued before). */
+  keepEpochCertificates(certs: ReadonlyMap<number, EpochCertificate>): Promise<void> {
+    return keepEpochCertificates(this.kv, certs)
   }
 
   /** The store of a relay's data dir: LMDB, and the journal beside it. */
@@ -685,9 +670,26 @@ export class RelayStore {
   }
 }
 
-/** An epoch certificate as the store keeps it (see STORE_TABLES.epochs). */
-export function encodeEpochCertificate(cert: EpochCertificate): Uint8Array {
-  return encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])])
+/**
+ * The certificates of the epoch changes a store went through, oldest
+ * first (none: it is still in the cluster file's epoch 0). Read before a
+ * relay is built (its committee is the latest certificate's), so from the
+ * Kv itself.
+ */
+export function storedChain(kv: Kv): EpochCertificate[] {
+  const out: EpochCertificate[] = []
+  for (const { value } of kv.table<number>(STORE_TABLES.epochs).getRange({})) {
+    const [change, signatures] = decode(value, RECORD_LIMIT) as [Bytes, Array<[number, Bytes]>]
+    out.push({ change, signatures: signatures.map(([relay, sig]) => ({ relay, sig })) })
+  }
+  return out
+}
+
+/** Keeps the certificates that start these epochs (see STORE_TABLES.epochs) in one write; resolves once it is durable. */
+export async function keepEpochCertificates(kv: Kv, certs: ReadonlyMap<number, EpochCertificate>): Promise<void> {
+  if (!certs.size) return
+  const table = kv.table<number>(STORE_TABLES.epochs)
+  await kv.write(() => certs.forEach((cert, epoch) => table.put(epoch, encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])]))))
 }
 
 function encodeBlock(b: Block): Uint8Array {
