@@ -211,7 +211,13 @@ export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: 
 export interface EpochChainJson {
   /** The epoch the serving relay is in. */
   readonly epoch: number
-  readonly certificates: ReadonlyArray<{ readonly change: string; readonly signatures: ReadonlyArray<readonly [relay: number, sig: string]> }>
+  /** The certificates, oldest first (from the epoch asked for). */
+  readonly certificates: ReadonlyArray<{
+    /** The signed `encodeEpochChange` bytes, base64url. */
+    readonly change: string
+    /** [relay index in the committee before, its signature base64url]. */
+    readonly signatures: ReadonlyArray<readonly [relay: number, sig: string]>
+  }>
 }
 
 /** A relay's chain of certificates (epochs 1 to `certs.length`) in its JSON form, leaving out the first `from`. */
