@@ -444,7 +444,7 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; mesh: MeshHandlers; key: RelayKey; started: boolean } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; indexOf: ReadonlyMap<string, number>; mesh: MeshHandlers; key: RelayKey; started: boolean } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   /** Partitioned from the other relays (see cutOff). */
@@ -562,8 +562,7 @@ export class SimRelay {
 
   /** Its index in the committee of the epoch it runs, or -1 (down, or not a member). */
   indexOf(key: Uint8Array): number {
-    const hex = toHex(key)
-    return this.running?.view.relays.findIndex((r) => toHex(r.publicKey) === hex) ?? -1
+    return this.running?.indexOf.get(toHex(key)) ?? -1
   }
 
   /**
@@ -593,9 +592,11 @@ export class SimRelay {
     this.journal = new MemoryJournal(this.journal.survivors())
     const clock = cluster.clock(() => this.epoch === epoch)
     // Its peers by their index in this epoch's committee: the machines whose keys it lists.
+    // Per frame: looked up once per peer (a machine added later is found when it first is).
+    const peers: Array<SimRelay | undefined> = []
     const peerAt = (i: number): SimRelay | undefined => {
       const entry = view.relays[i]
-      return entry && cluster.relayByKey(entry.publicKey)
+      return (peers[i] ??= entry && cluster.relayByKey(entry.publicKey))
     }
     // What the node's mesh hands frames and connections to: set as the node starts.
     const mesh: MeshHandlers = {}
@@ -640,7 +641,7 @@ export class SimRelay {
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
     this.ranWith = key as RelayKey
     // Known (its committee, its mesh) while it starts; reached by peers and clients once started, as before.
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, mesh, key: this.ranWith, started: false }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, indexOf: new Map(view.relays.map((r, i) => [toHex(r.publicKey), i])), mesh, key: this.ranWith, started: false }
     try {
       await node.start()
     } catch (err) {
