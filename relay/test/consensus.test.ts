@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest'
 import {
   ConsensusCore,
   GENESIS_DIGEST,
+  SYNC_BATCH,
   SYNC_BYTES,
   byBytes,
   byzantineMesh,
@@ -247,6 +248,22 @@ describe('consensus core', () => {
     const liarOut = c.onMessage(1, { kind: 'block', block: liar })
     expect(liarOut.filter((o) => o.type === 'rejected' || o.type === 'send')).toEqual([])
     expect(c.blocksAt(2, 1)).toEqual([])
+  })
+
+  it('goes on pulling after a full answer only past the round it asked from: a full answer of one round is equivocation, not more to come', async () => {
+    const c = core(0)
+    const { r1 } = smallDag()
+    const far = signBlock(crypto, secrets[3]!, { round: 500, author: 3, ancestors: [refOf(r1[3]!), refOf(r1[0]!), refOf(r1[1]!)], payload: [] })
+    expect(c.onMessage(3, { kind: 'block', block: far })).toContainEqual(expect.objectContaining({ type: 'send', to: 3, message: { kind: 'sync', fromRound: 1 } }))
+    // Relay 3 answers with SYNC_BATCH blocks of its own, all of round 1 (each with another envelope).
+    const twins = await Promise.all(Array.from({ length: SYNC_BATCH }, async (_, i) => signBlock(crypto, secrets[3]!, { round: 1, author: 3, ancestors: genesisFor(3), payload: [await envelope(1_000 + i)] })))
+    const pulls = (out: Output[]) => out.filter((o) => o.type === 'send' && o.message.kind === 'sync')
+    expect(pulls(c.onMessage(3, { kind: 'blocks', blocks: twins }))).toEqual([])
+    // An honest full answer reaches past the round asked from: the pull goes on from its last round.
+    const round2 = await Promise.all(Array.from({ length: SYNC_BATCH - 4 }, async (_, i) => signBlock(crypto, secrets[3]!, { round: 2, author: 3, ancestors: [refOf(r1[3]!), refOf(r1[0]!), refOf(r1[1]!)], payload: [await envelope(2_000 + i)] })))
+    const honest = [...r1, ...round2]
+    c.onMessage(3, { kind: 'block', block: signBlock(crypto, secrets[3]!, { round: 600, author: 3, ancestors: [refOf(r1[3]!), refOf(r1[0]!), refOf(r1[1]!)], payload: [] }) })
+    expect(pulls(c.onMessage(3, { kind: 'blocks', blocks: honest }))).toEqual([expect.objectContaining({ to: 3, message: { kind: 'sync', fromRound: 2 } })])
   })
 
   it("says once when f+1 peers pruned the rounds it needs, not when one peer (perhaps a liar) says so", () => {

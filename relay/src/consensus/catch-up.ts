@@ -25,6 +25,8 @@ interface CatchUpState {
    * its last answer and at each sync tick (a lost request is asked again).
    */
   pulling: number | null
+  /** The round the latest pull asked from: an answer goes on only past it. */
+  pulledFrom: number
   /** Peers that answered a sync with 'pruned': the round each keeps blocks from. */
   readonly prunedPeers: Map<number, number>
   historyPrunedReported: boolean
@@ -56,7 +58,7 @@ export interface CatchUpView {
  * need, and the sync timer that notices a relay made no progress.
  */
 export class CatchUp {
-  private readonly state: CatchUpState = { pulling: null, prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
+  private readonly state: CatchUpState = { pulling: null, pulledFrom: 0, prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
 
   private readonly v: CatchUpView
 
@@ -117,6 +119,7 @@ export class CatchUp {
   /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
   private pull(peer: number, fromRound: number, out: Output[]): void {
     this.state.pulling = peer
+    this.state.pulledFrom = fromRound
     out.push({ type: 'send', to: peer, message: { kind: 'sync', fromRound } })
   }
 
@@ -143,10 +146,12 @@ export class CatchUp {
 
   /** An answer to a pull or a fetch, sorted by round, has been taken in. */
   answered(from: number, sorted: readonly Block[], out: Output[]): void {
-    // A full answer means more is waiting: keep pulling while behind.
+    // A full answer means more is waiting: keep pulling while behind. Only past the round asked
+    // from: a full answer of one round is a peer's equivocations, and pulling that round again
+    // would let it send as many for each pull, as long as it likes.
     const last = sorted[sorted.length - 1]?.header.round ?? 0
     const size = sorted.reduce((n, b) => n + b.signed.bytes.length, 0)
-    if (sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) this.pull(from, last, out)
+    if ((sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) && last > this.state.pulledFrom) this.pull(from, last, out)
     else if (this.state.pulling === from) this.state.pulling = null
   }
 

@@ -244,7 +244,7 @@ export function signBlock(crypto: SyncCrypto, secretKey: Uint8Array, header: Blo
  */
 export type VerifyFilter = (digestHex: string, round: number) => boolean
 
-export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: boolean | VerifyFilter = true): Block {
+export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Signed, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: boolean | VerifyFilter = true, digest = crypto.sha256(signed.bytes)): Block {
   const raw = expect.array(decode(signed.bytes, limits.maxMessageBytes), 'block', 8)
   let v: unknown[]
   let epoch = 0
@@ -273,7 +273,6 @@ export function openBlock(crypto: SyncCrypto, committee: Committee, signed: Sign
     if (p.length > limits.maxEnvelopeBytes) throw new SteadError('too-large', `block.payload[${i}] is ${p.length} bytes`)
     return p
   })
-  const digest = crypto.sha256(signed.bytes)
   const digestHex = toHex(digest)
   const check = typeof verify === 'function' ? verify(digestHex, round) : verify
   if (check && !crypto.verify(key, signed.bytes, signed.sig)) throw new SteadError('bad-signature', `block of relay ${author} round ${round} has a bad signature`)
@@ -352,11 +351,12 @@ export function encodeMessage(m: Message): Uint8Array {
  * Decodes and verifies a mesh message (every block's signature and
  * ancestor rules; with `verify`, the signatures of the blocks it selects:
  * the core drops the others unread). Throws SteadError with a reason; the
- * consensus core only ever acts on verified blocks. `keepBlocks`: of a
- * `blocks` message, only the first this many blocks are opened (the rest
- * dropped unread: a peer's per-block budget, see the relay's MeshBudget).
+ * consensus core only ever acts on verified blocks. `keepBlock`: of a
+ * `blocks` message, only the blocks whose digest it admits are opened (the
+ * rest are neither decoded nor verified: a peer's per-block budget, see
+ * the relay's MeshBudget.blockGate).
  */
-export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: VerifyFilter | true = true, keepBlocks = Infinity): Message {
+export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: Uint8Array, limits: MessageLimits = DEFAULT_MESSAGE_LIMITS, verify: VerifyFilter | true = true, keepBlock?: (digestHex: string) => boolean): Message {
   const v = expect.array(decode(bytes, limits.maxMessageBytes), 'message', 8)
   switch (v[0]) {
     case 'block':
@@ -365,8 +365,15 @@ export function decodeMessage(crypto: SyncCrypto, committee: Committee, bytes: U
       return { kind: 'fetch', digests: expect.array(v[1], 'fetch.digests', limits.maxFetchDigests).map((d, i) => expect.bytes(d, `fetch.digests[${i}]`, 32)) }
     case 'sync':
       return { kind: 'sync', fromRound: expect.uint(v[1], 'sync.fromRound') }
-    case 'blocks':
-      return { kind: 'blocks', blocks: expect.array(v[1], 'blocks', limits.maxBlocksPerMessage).slice(0, keepBlocks).map((b) => openBlock(crypto, committee, asSigned(b), limits, verify)) }
+    case 'blocks': {
+      const blocks: Block[] = []
+      for (const b of expect.array(v[1], 'blocks', limits.maxBlocksPerMessage)) {
+        const signed = asSigned(b)
+        const digest = crypto.sha256(signed.bytes)
+        if (!keepBlock || keepBlock(toHex(digest))) blocks.push(openBlock(crypto, committee, signed, limits, verify, digest))
+      }
+      return { kind: 'blocks', blocks }
+    }
     case 'wake':
       return { kind: 'wake', payload: expect.array(v[1], 'wake.payload', limits.maxBlockEnvelopes).map((p, i) => expect.bytes(p, `wake.payload[${i}]`)) }
     case 'pruned':

@@ -72,14 +72,15 @@ export interface MeshLimits {
   readonly maxQueuedAsks: number
   /** An honest wake carries at most 64 envelopes (the core's WAKE_ENVELOPES); one with more is cut to this many. */
   readonly wakeMaxEnvelopes: number
-  /** Blocks a peer may still send in answer to what this relay asked of it, at most (asked and not yet answered). */
+  /** Blocks a peer may still send in answer to what this relay asked of it, at most (asked and not yet answered): this many fetched digests, and this many blocks of pulls. */
   readonly maxAnswerCredit: number
 }
 
 export const DEFAULT_MESH_LIMITS: MeshLimits = {
   block: rate(200, 64 * MIB),
   blocks: rate(200, 64 * MIB),
-  unrequestedBlocks: rate(200, 64 * MIB),
+  // A small burst: the blocks of one message are verified in one turn of the event loop (50 signatures, not 400).
+  unrequestedBlocks: rate(200, 64 * MIB, 0.25),
   request: rate(100, 1 * MIB),
   headAsk: rate(500, 1 * MIB),
   checkpoint: rate(20, 64 * MIB),
@@ -199,8 +200,15 @@ export class MeshBudget<T> {
   private readonly limits: MeshLimits
   private readonly door: Array<Map<MeshClass, Bucket>>
   private readonly unrequested: Bucket[]
-  /** Per peer, blocks this relay asked of it (sync, fetch) that it has not sent yet. */
-  private readonly credit: number[]
+  /**
+   * Per peer, the digests this relay fetched from it and it has not sent
+   * yet (oldest first): a block answers a fetch only by its digest. Counted
+   * by the number of blocks asked, a peer's own blocks naming made-up
+   * ancestors earned it a fetch, and so more blocks to verify, for each.
+   */
+  private readonly fetched: Array<Set<string>>
+  /** Per peer, blocks of the rounds this relay pulled from it (sync) that it has not sent yet. */
+  private readonly pulled: number[]
   private readonly serve: Bucket[]
   /** Per peer, requests and asks waiting for the event loop (run after every other event of a drain). */
   private readonly requests: Array<Array<{ readonly asks: boolean; readonly run: () => T }>>
@@ -216,7 +224,8 @@ export class MeshBudget<T> {
     this.onThrottled = onThrottled
     this.door = Array.from({ length: peers }, () => new Map())
     this.unrequested = Array.from({ length: peers }, () => new Bucket(this.limits.unrequestedBlocks, now))
-    this.credit = Array.from({ length: peers }, () => 0)
+    this.fetched = Array.from({ length: peers }, () => new Set())
+    this.pulled = Array.from({ length: peers }, () => 0)
     this.serve = Array.from({ length: peers }, () => new Bucket(this.limits.serve, now))
     this.requests = Array.from({ length: peers }, () => [])
     this.backlog = Array.from({ length: peers }, () => 0)
@@ -243,30 +252,63 @@ export class MeshBudget<T> {
     return ok
   }
 
-  /** This relay asked `peer` for up to `blocks` blocks (a sync, a fetch): that many of its next blocks are answers. */
-  asked(peer: number, blocks: number): void {
-    if (this.credit[peer] === undefined) return
-    this.credit[peer] = Math.min(this.limits.maxAnswerCredit, (this.credit[peer] as number) + blocks)
+  /** This relay fetched the blocks of these digests from `peer`: each may come back once. */
+  fetchedFrom(peer: number, digestsHex: readonly string[]): void {
+    const set = this.fetched[peer]
+    if (!set) return
+    for (const d of digestsHex) {
+      set.delete(d)
+      set.add(d)
+    }
+    // The oldest asks go first: an answer that never came is asked again, of someone, at a later tick.
+    for (const d of set) {
+      if (set.size <= this.limits.maxAnswerCredit) break
+      set.delete(d)
+    }
+  }
+
+  /** This relay pulled rounds from `peer` (a sync): up to `blocks` of its next blocks are answers. */
+  pulledFrom(peer: number, blocks: number): void {
+    if (this.pulled[peer] === undefined) return
+    this.pulled[peer] = Math.min(this.limits.maxAnswerCredit, (this.pulled[peer] as number) + blocks)
   }
 
   /**
-   * How many of the `count` blocks of a peer's `blocks` message to look at:
-   * those answering what this relay asked of it first, then as many as its
-   * unrequested-block budget has room for. The rest are dropped unread
-   * (counted): consensus tolerates loss, sync fetches what is missing.
+   * Whether a peer's `blocks` message of `count` blocks may have any opened:
+   * false (counted) when nothing was asked of it and its unrequested-block
+   * budget is spent, and the message is dropped unread.
    */
-  admitBlocks(peer: number, count: number): number {
-    const credit = this.credit[peer]
+  mayOpenBlocks(peer: number, count: number): boolean {
     const bucket = this.unrequested[peer]
-    if (credit === undefined || !bucket) return 0
-    const answered = Math.min(credit, count)
-    this.credit[peer] = credit - answered
-    const rest = count - answered
-    if (rest === 0) return count
-    const room = Math.min(rest, bucket.available().blocks)
-    if (room > 0) bucket.tryTakeMany(room, 0)
-    if (room < rest) this.onThrottled({ peer, kind: 'blocks', why: 'rate' })
-    return answered + room
+    if (!bucket || count === 0) return false
+    if ((this.fetched[peer]?.size ?? 0) > 0 || (this.pulled[peer] ?? 0) > 0 || bucket.available().blocks > 0) return true
+    this.onThrottled({ peer, kind: 'blocks', why: 'rate' })
+    return false
+  }
+
+  /**
+   * Whether to open (decode, verify) one block of a peer's `blocks` message,
+   * by its digest: an answer to a fetch of that digest, else one of the
+   * blocks of a pull, else one of its unrequested-block budget. The rest are
+   * dropped unread (counted once per message): consensus tolerates loss,
+   * sync fetches what is missing. Returns the test for one message.
+   */
+  blockGate(peer: number): (digestHex: string) => boolean {
+    let throttled = false
+    return (digestHex) => {
+      const fetched = this.fetched[peer]
+      const bucket = this.unrequested[peer]
+      if (!fetched || !bucket) return false
+      if (fetched.delete(digestHex)) return true
+      if ((this.pulled[peer] as number) > 0) {
+        this.pulled[peer] = (this.pulled[peer] as number) - 1
+        return true
+      }
+      if (bucket.tryTakeMany(1, 0)) return true
+      if (!throttled) this.onThrottled({ peer, kind: 'blocks', why: 'rate' })
+      throttled = true
+      return false
+    }
   }
 
   /** Whether `bytes` more of the peer's frames may wait in the event queue (at most `limit` in all). */

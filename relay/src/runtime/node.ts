@@ -776,11 +776,11 @@ export class RelayNode {
   private onFrame(from: number, frame: Uint8Array): void {
     const admitted = this.peers.admitFrame(from, frame)
     if (!admitted) return
-    const { kind, keep } = admitted
+    const { kind, keepBlock } = admitted
     let message: Message
     try {
       // Blocks the core holds or will drop are not verified again (a relay catching up gets many twice).
-      message = decodeMessage(this.crypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round), keep)
+      message = decodeMessage(this.crypto, this.committee, frame, undefined, (digestHex, round) => this.core.needsVerification(digestHex, round), keepBlock)
     } catch (err) {
       const reason = err instanceof SteadError ? err.reason : 'malformed'
       this.metrics.rejected.inc({ reason, source: 'mesh' })

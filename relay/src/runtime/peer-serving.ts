@@ -1,4 +1,4 @@
-import { SteadError, fromHex, type Envelope, type HostClock } from '@stead/core'
+import { SteadError, fromHex, toHex, type Envelope, type HostClock } from '@stead/core'
 import type { Logger } from 'pino'
 import { exact, type Admission } from './admission.ts'
 import { MAX_FRAMES_WITH_VOTES } from './clock-votes.ts'
@@ -61,7 +61,7 @@ export class PeerServing {
    * frames waiting for the event loop, its kind's rate, and for `blocks`
    * how many of the declared blocks may be opened (`keep`). Undefined: dropped.
    */
-  admitFrame(from: number, frame: Uint8Array): { kind: string; keep: number } | undefined {
+  admitFrame(from: number, frame: Uint8Array): { kind: string; keepBlock?: (digestHex: string) => boolean } | undefined {
     // Frames arrive while the loop awaits the disk; what waits for it is bounded per peer.
     // Past the bound a frame is dropped before any work is spent on it: consensus tolerates
     // loss (sync fetches what is missing), and one peer cannot fill the relay's memory.
@@ -74,12 +74,11 @@ export class PeerServing {
     // Each kind of message has a per-peer rate, charged before the frame is decoded or its signatures checked.
     const kind = peekKind(frame) ?? 'malformed'
     if (!this.budget.admit(from, kind, frame.length)) return undefined
-    // A `blocks` message is charged per block too, from its declared count: answers to what this relay
+    // A `blocks` message is charged per block too (MeshBudget.blockGate): answers to what this relay
     // asked the peer for first, then the peer's unrequested-block budget; blocks past it are not opened.
-    const declared = kind === 'blocks' ? peekBlockCount(frame) : undefined
-    const keep = declared === undefined ? Infinity : this.budget.admitBlocks(from, declared)
-    if (keep === 0 && declared) return undefined
-    return { kind, keep }
+    if (kind !== 'blocks') return { kind }
+    if (!this.budget.mayOpenBlocks(from, peekBlockCount(frame) ?? 0)) return undefined
+    return { kind, keepBlock: this.budget.blockGate(from) }
   }
 
   /** Notes the rounds of the blocks a peer sent (see clusterRound). */
@@ -149,8 +148,8 @@ export class PeerServing {
     if (message.kind === 'blocks' && !this.mayServe(to, message.blocks)) return
     // What we ask a peer for, it may send: its answers are charged against that, not its unrequested-block budget
     // (a sync is answered from memory and from the store, up to SYNC_BATCH blocks each).
-    if (message.kind === 'sync') this.budget.asked(to, 2 * SYNC_BATCH)
-    if (message.kind === 'fetch') this.budget.asked(to, message.digests.length)
+    if (message.kind === 'sync') this.budget.pulledFrom(to, 2 * SYNC_BATCH)
+    if (message.kind === 'fetch') this.budget.fetchedFrom(to, message.digests.map(toHex))
     if (message.kind === 'own-last' && message.block && !this.mayServe(to, [message.block])) return
     this.o.mesh.send(to, encodeMessage(message))
   }
