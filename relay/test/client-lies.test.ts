@@ -1,4 +1,4 @@
-import { clockInit, decode, decodeAttestation, decodeRelayMessage, encodeAttestation, encodeEnvelope, encodeRelayMessage, freshHeadBytes, fromHex, openEnvelopeSync, sealEnvelope, toHex, type RelayMessage } from '@stead/core'
+import { clockInit, decode, decodeEpochChange, epochChainFromJson, epochChainToJson, followEpochs, type EpochChainJson, decodeAttestation, decodeRelayMessage, encodeAttestation, encodeEnvelope, encodeRelayMessage, freshHeadBytes, fromHex, openEnvelopeSync, sealEnvelope, toHex, type RelayMessage } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import { describe, expect, it } from 'vitest'
 import { byzantineModes } from '../src/process/cli-options.ts'
@@ -115,6 +115,19 @@ describe('client-facing lies', () => {
     expect(slow.delayOf('/v1/spaces/:space/head')).toBe(SLOW_MS)
     expect(slow.delayOf('/v1/cluster')).toBe(SLOW_MS)
     for (const route of ['/health', '/ready', '/metrics', '/v1/status']) expect(slow.delayOf(route)).toBe(0)
+  })
+
+  it('forge-epoch appends a certificate of a made-up committee that does not verify from the real one: 2f of its signatures are by no member', async () => {
+    const keys = [secretKey, ...[1, 2, 3].map((i) => new Uint8Array(32).fill(40 + i))]
+    const committee = { f: 1, members: keys.map((k, i) => ({ id: `r${i + 1}`, publicKey: publicKeyOfSync(k), api: `127.0.0.1:${i}`, mesh: '/memory/x' })) }
+    const liar = new ClientFacingLiar(['forge-epoch'], { secretKey, relayKeys: committee.members.map((m) => m.publicKey) })
+    const served = liar.answer('/v1/epochs', {}, {}, epochChainToJson([])) as EpochChainJson
+    expect(served.epoch).toBe(1)
+    const certs = epochChainFromJson(served)
+    expect(decodeEpochChange(certs[0]!.change).next.members.map((m) => m.id)).toEqual(['forged1', 'forged2', 'forged3', 'forged4'])
+    // 2f+1 entries, one of them a real signature of the liar's own.
+    expect(certs[0]!.signatures).toHaveLength(3)
+    await expect(followEpochs(nodeCrypto, { epoch: 0, committee }, certs)).rejects.toMatchObject({ reason: 'bad-signature' })
   })
 
   it('--byzantine takes one mode towards relays and any towards clients', () => {

@@ -1,6 +1,7 @@
-import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, isSteadError, toHex, userIdOf, type Clock, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
+import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, followEpochs, isSteadError, toHex, userIdOf, MAX_EPOCHS_FOLLOWED, type Clock, type EpochCertificate, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
 import { decodeDeviceToken, encodeDeviceToken } from './handles/device-token.ts'
-import { decodeCluster, encodeCluster, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
+import { decodeCluster, descriptorOf, encodeCluster, epochCommitteeOf, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
+import { decodeCertificates, encodeCertificates } from './transport/epoch-follower.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import { checkTimeout } from './wait.ts'
 import type { Deferred } from './space/drafts.ts'
@@ -158,7 +159,7 @@ export class SteadClient {
   }
 
   /** @internal Takes the lead: the storage, identity and cluster it opened, and relay sessions started over them. */
-  startLead(storage: ClientStorage, identity: Lead['identity'], cluster: ClusterDescriptor | undefined): void {
+  startLead(storage: ClientStorage, identity: Lead['identity'], cluster: ClusterDescriptor | undefined, certificates: readonly EpochCertificate[] = []): void {
     const { options, platform, crypto } = this.init
     const sessions = new RelaySessions({
       relays: options.relays,
@@ -173,6 +174,9 @@ export class SteadClient {
       tickMs: Math.max(50, Math.min(500, (options.resubmitAfterMs ?? 2000) / 4)),
       clock: clockOf(options),
       pin: (c) => storage.write([clusterRecord(c)]),
+      pinEpoch: (followed) => storage.write([clusterRecord(followed.cluster), { key: EPOCHS_KEY, value: encodeCertificates(followed.certificates) }]),
+      certificates,
+      ...(options.epochPollMs !== undefined ? { epochPollMs: options.epochPollMs } : {}),
       error: (err) => {
         this.emitError(err)
         this.init.tabs?.hub?.error(err)
@@ -516,14 +520,14 @@ export class SteadClient {
       const next = deferredUpstream()
       return { up, next, handed: up.handOver(next.promise) }
     })
-    const { storage, identity, cluster } = await openLeadStorage(this.init.options, this.init.cluster, this.init.crypto, await tabs.platform.storage())
+    const { storage, identity, cluster, certificates } = await openLeadStorage(this.init.options, this.init.cluster, this.init.crypto, await tabs.platform.storage())
     if (authorIdOf(this.init.crypto, identity.publicKey) !== this.authorId) {
       await storage.close()
       throw new SteadError('conflict', 'the storage holds another identity than the tab that led used')
     }
     link.close(true)
     tabs.link = undefined
-    this.startLead(storage, identity, cluster)
+    this.startLead(storage, identity, cluster, certificates)
     for (const { up, next, handed } of handovers) {
       // The space a following tab's upstream served, as this client opened it (see openSpace), or
       // one it is closing: its close waits for its last seal, which only a leader can store.
@@ -606,9 +610,31 @@ const IDENTITY_KEY = ['', 'identity'] as const
 /** The device certificate of the identity, if it is a device of a user: the token. */
 const DEVICE_KEY = ['', 'device'] as const
 const CLUSTER_KEY = ['', 'cluster'] as const
+/** The epoch certificates the client followed from the committee it first pinned. */
+const EPOCHS_KEY = ['', 'epochs'] as const
 
 function clusterRecord(c: ClusterDescriptor): StorageChange {
   return { key: CLUSTER_KEY, value: encodeCluster(c) }
+}
+
+/** Stored certificates; a record that does not decode counts as none (they are checked before use anyway). */
+function certificatesOf(bytes: Uint8Array): EpochCertificate[] {
+  try {
+    return decodeCertificates(bytes)
+  } catch {
+    return []
+  }
+}
+
+/** Whether `certificates`, checked from `given`'s committee, lead to `stored`'s (a later epoch of the same cluster). */
+async function followsTo(crypto: Crypto, given: ClusterDescriptor, certificates: readonly EpochCertificate[], stored: ClusterDescriptor): Promise<boolean> {
+  if ((stored.epoch ?? 0) <= (given.epoch ?? 0)) return false
+  try {
+    const at = await followEpochs(crypto, epochCommitteeOf(given), certificates.slice(0, MAX_EPOCHS_FOLLOWED))
+    return sameCluster(descriptorOf(at.epoch, at.committee, at.startRound), stored)
+  } catch {
+    return false
+  }
 }
 
 /** Reads (or creates and stores) the identity and the pinned cluster of a storage. Closes the storage if that fails. */
@@ -617,22 +643,25 @@ async function openLeadStorage(
   given: ClusterDescriptor | undefined,
   crypto: Crypto,
   storage: ClientStorage,
-): Promise<{ storage: ClientStorage; identity: Lead['identity']; cluster: ClusterDescriptor | undefined }> {
+): Promise<{ storage: ClientStorage; identity: Lead['identity']; cluster: ClusterDescriptor | undefined; certificates: EpochCertificate[] }> {
   try {
-    const [storedKey, storedCluster, storedDevice] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY), storage.load(DEVICE_KEY)])
+    const [storedKey, storedCluster, storedDevice, storedEpochs] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY), storage.load(DEVICE_KEY), storage.load(EPOCHS_KEY)])
     const restoredCluster = storedCluster && decodeCluster(storedCluster)
+    const certificates = storedEpochs ? certificatesOf(storedEpochs) : []
     const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
     const publicKey = await crypto.publicKeyOf(secretKey)
     const pins: StorageChange[] = []
     const sameKey = storedKey !== undefined && bytesEqual(storedKey, secretKey)
     if (!sameKey) pins.push({ key: IDENTITY_KEY, value: secretKey })
-    if (given && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
+    // An app passes the cluster file it started with: a committee the client followed certificates to from it stays.
+    const followed = given && restoredCluster && !sameCluster(restoredCluster, given) && (await followsTo(crypto, given, certificates, restoredCluster))
+    if (given && !followed && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
     // A stored certificate is of the stored key: another key given in the options is a user of its own, unless certified too.
     const token = options.deviceCertificate ?? (sameKey && storedDevice ? new TextDecoder().decode(storedDevice) : undefined)
     const certificate = token === undefined ? undefined : await deviceCertificateOf(crypto, token, publicKey)
     if (options.deviceCertificate !== undefined) pins.push({ key: DEVICE_KEY, value: new TextEncoder().encode(options.deviceCertificate.trim()) })
     if (pins.length) await storage.write(pins)
-    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: given ?? restoredCluster }
+    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: followed ? restoredCluster : (given ?? restoredCluster), certificates }
   } catch (err) {
     // Nothing opened on it survives a failed start.
     await storage.close().catch(() => undefined)
@@ -667,7 +696,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
     const storage = options.storage === undefined ? await platform.storage() : checkStorage(await options.storage)
     const opened = await openLeadStorage(options, given, crypto, storage)
     const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity) })
-    client.startLead(opened.storage, opened.identity, opened.cluster)
+    client.startLead(opened.storage, opened.identity, opened.cluster, opened.certificates)
     return client
   }
   const tabs: Tabs = { platform: shared, tab: newTabId(), lock: new LeaderLock(shared.locks, shared.name), stopWaiting: new AbortController() }
@@ -703,7 +732,7 @@ async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undef
   try {
     const opened = await openLeadStorage(options, given, crypto, await tabs.platform.storage())
     const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity), tabs })
-    client.startLead(opened.storage, opened.identity, opened.cluster)
+    client.startLead(opened.storage, opened.identity, opened.cluster, opened.certificates)
     tabs.hub?.announce()
     return client
   } catch (err) {

@@ -29,6 +29,7 @@ const KNOWN: ReadonlyArray<keyof ClientOptions> = [
   'batchIntervalMs',
   'maxBatchOps',
   'resubmitAfterMs',
+  'epochPollMs',
   'checkpointEvery',
   'heartbeat',
   'backoff',
@@ -93,6 +94,7 @@ export function checkClientOptions(options: ClientOptions): ClusterDescriptor | 
   ms(given, 'batchIntervalMs', 0, 'default 10')
   integer(given, 'maxBatchOps', 1, DEFAULT_LIMITS.maxOpsPerEnvelope, `operations per envelope (relays take at most ${DEFAULT_LIMITS.maxOpsPerEnvelope}; default 500)`)
   ms(given, 'resubmitAfterMs', 1, 'default 2000')
+  ms(given, 'epochPollMs', 1, 'default 30000')
   integer(given, 'checkpointEvery', 1, Number.MAX_SAFE_INTEGER, 'envelopes per checkpoint (default 1000)')
   if (given.heartbeat !== undefined) {
     const h = pair(given, 'heartbeat', 'pingAfterMs', 'deadAfterMs', '{ pingAfterMs: 5000, deadAfterMs: 15000 }')

@@ -149,6 +149,8 @@ export interface SessionsStatus {
   readonly relays: readonly RelayStatus[]
   /** Whether a cluster descriptor is pinned (given, or trusted on first use). */
   readonly trusted: boolean
+  /** The epoch of the committee the client trusts: 0 for the cluster file's, one more for each committee change it followed (see `epochPollMs`). */
+  readonly epoch: number
   /** Why it is not online, or another problem the app should show (storage failed, a space's commit could not be checked). */
   readonly problem?: string
 }
@@ -224,6 +226,13 @@ export interface ClientOptions {
    * source has not sent this long is taken from another relay. Default 2000 ms.
    */
   readonly resubmitAfterMs?: number
+  /**
+   * How often the client asks the relays whether the committee changed
+   * (`GET /v1/epochs`): it checks each epoch certificate from the committee
+   * it trusts and moves its sessions to the new relays. A relay proving a
+   * key the client does not know makes it ask at once. Default 30000 ms.
+   */
+  readonly epochPollMs?: number
   /**
    * Stored commits are folded into one replica checkpoint once they hold this
    * many envelopes (or reach 1,000 commits), and on close. Default 1,000: a

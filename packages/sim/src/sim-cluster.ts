@@ -662,7 +662,7 @@ export class SimRelay {
     // As `stead-relay committee` does: the relay says what its next request takes.
     const seq = this.node.committeeChange().members.find((m) => m.publicKey === toHex(this.publicKey))?.nextSeq ?? 1
     const key = backingKey(authorIdOf(nodeCrypto, this.publicKey))
-    const env = await sealEnvelope(nodeCrypto, { secretKey: this.secretKey, publicKey: this.publicKey }, { space: COMMITTEE_SPACE, seq, clock: clockInit(), deps: [], updates: [{ key, decl: { type: 'register' }, ops: [['s', encodeCommitteeRequest({ epoch, next }), this.cluster.now]] }], safe: [] })
+    const env = await sealEnvelope(nodeCrypto, { secretKey: this.secretKey, publicKey: this.publicKey }, { space: COMMITTEE_SPACE, seq, clock: clockInit(), deps: [], updates: [{ key, decl: { type: 'register' }, ops: [['s', encodeCommitteeRequest({ epoch, next }), Math.floor(this.cluster.now)]] }], safe: [] })
     await new Promise<void>((decided) => void this.node.submit(encodeEnvelope(env), 'operator', () => decided()))
   }
 

@@ -8,6 +8,15 @@ import { simWorld } from './helpers/world.ts'
 describe('epoch changes', () => {
   const world = simWorld()
 
+  /** Safe increments of 1, one after another, until `stop`: how many were acknowledged (each committed). */
+  function keepWriting(counter: { increment(n: number, o: { safe: true; timeoutMs: number }): Promise<{ status: string }> }) {
+    const w = { acknowledged: 0, writing: true, done: Promise.resolve(), stop: () => ((w.writing = false), w.done) }
+    w.done = (async () => {
+      while (w.writing) if ((await counter.increment(1, { safe: true, timeoutMs: Infinity })).status === 'committed') w.acknowledged++
+    })()
+    return w
+  }
+
   const epochOf = (c: SimCluster, i: number): unknown => c.relays[i]?.isUp && c.relays[i]?.node.status()['epoch']
 
   it.each([1, 2, 3])('moves every relay to the committee 2f+1 operators back, while a client keeps writing: nothing lost, nothing twice, one state (seed %i)', async (seed) => {
@@ -18,15 +27,8 @@ describe('epoch changes', () => {
     const file = relayCommitteeOf(c.config)
     // r1 moves its client API: the same relays and keys, another address.
     const next: RelayCommittee = { f: file.f, members: file.members.map((m, i) => (i === 0 ? { ...m, api: 'relay0-moved.sim' } : m)) }
-    let acknowledged = 0
-    let writing = true
-    const writer = (async () => {
-      while (writing) {
-        const r = await counter.increment(1, { safe: true, timeoutMs: Infinity })
-        if (r.status === 'committed') acknowledged++
-      }
-    })()
-    await c.until('a few safe updates', () => acknowledged >= 3)
+    const writes = keepWriting(counter)
+    await c.until('a few safe updates', () => writes.acknowledged >= 3)
     // Two backings are not 2f+1: nothing changes.
     await c.relays[1]?.backCommittee(1, next)
     await c.relays[2]?.backCommittee(1, next)
@@ -35,17 +37,16 @@ describe('epoch changes', () => {
     expect(c.relays[0]?.node.committeeChange().proposals).toEqual([expect.objectContaining({ backers: ['r2', 'r3'] })])
     await c.relays[3]?.backCommittee(1, next)
     await c.until('every relay in epoch 1', () => [0, 1, 2, 3].every((i) => epochOf(c, i) === 1))
-    const before = acknowledged
-    await c.until('safe updates commit in epoch 1', () => acknowledged >= before + 3)
-    writing = false
-    await writer
+    const before = writes.acknowledged
+    await c.until('safe updates commit in epoch 1', () => writes.acknowledged >= before + 3)
+    await writes.stop()
     // Every acknowledged update is in the stable value, once: the relays agree on it.
     await c.until('every relay holds the same state', () => {
       const heads = c.relays.map((r) => r.node.reads.stableHead('s'))
       return heads.every((h) => h.stateHash === heads[0]?.stateHash && h.index === heads[0]?.index) && heads[0]
     })
-    expect(c.relays[0]?.stableValue('s', 'n')).toBe(acknowledged)
-    expect(counter.stable).toBe(acknowledged)
+    expect(c.relays[0]?.stableValue('s', 'n')).toBe(writes.acknowledged)
+    expect(counter.stable).toBe(writes.acknowledged)
     const status = c.relays[0]?.node.status() ?? {}
     expect(status).toMatchObject({ epoch: 1, committeeChange: { proposals: [], decided: null } })
     // Rounds go on counting across the boundary, and the new epoch committed rounds of its own.
@@ -147,5 +148,51 @@ describe('epoch changes', () => {
     expect((await counter.increment(1, { safe: true })).status).toBe('committed')
     await settledIn(c, [0, 1, 2, 3], 1)
     expect(c.relays[1]!.stableValue('s', 'n')).toBe(2)
+  })
+
+  it('a client pinned before the first change follows three in a row (replace, rotate, grow to 7) without a restart, and refuses the forged certificate a lying relay serves', async () => {
+    const c = await world.start({ seed: 13 })
+    // r4 serves a forged certificate after the true chain: a change to made-up relays, 2f signatures not of the committee.
+    await c.relays[3]!.lie('forge-epoch')
+    const client = await world.client(c, { epochPollMs: 1_000 })
+    const counter = (await client.space('s')).counter('n')
+    const writes = keepWriting(counter)
+    await c.until('a few safe updates', () => writes.acknowledged >= 3)
+    await c.until('the liar reported', () => client.status.relays[3]?.faulty)
+    expect(client.status.relays[3]?.faulty).toMatch(/epoch certificate that does not verify/)
+    expect(client.status.epoch).toBe(0)
+    const inEpoch = async (epoch: number, members: number[]) => {
+      await settledIn(c, members, epoch)
+      await c.until(`the client in epoch ${epoch}, online`, () => client.status.epoch === epoch && client.status.online)
+      const before = writes.acknowledged
+      await c.until(`safe updates commit in epoch ${epoch}`, () => writes.acknowledged >= before + 2)
+    }
+    // 1: r1's machine is replaced by r5.
+    const r5 = c.addRelay('r5')
+    const e1: RelayCommittee = { f: 1, members: [entryOf(c, 4), entryOf(c, 1), entryOf(c, 2), entryOf(c, 3)] }
+    for (const i of [1, 2, 3]) await c.relays[i]!.backCommittee(1, e1)
+    await c.until('r2-r4 in epoch 1', () => [1, 2, 3].every((i) => epochOf(c, i) === 1))
+    await r5.up()
+    await inEpoch(1, [1, 2, 3, 4])
+    // 2: r2's key is rotated.
+    const e2: RelayCommittee = { f: 1, members: e1.members.map((m, i) => (i === 1 ? { ...m, publicKey: c.relays[1]!.nextKey() } : m)) }
+    for (const i of [2, 3, 4]) await c.relays[i]!.backCommittee(2, e2)
+    await inEpoch(2, [1, 2, 3, 4])
+    // 3: three relays join: 7 relays, f = 2.
+    const added = [c.addRelay(), c.addRelay(), c.addRelay()]
+    const e3: RelayCommittee = { f: 2, members: [...e2.members, entryOf(c, 5), entryOf(c, 6), entryOf(c, 7)] }
+    for (const i of [2, 3, 4]) await c.relays[i]!.backCommittee(3, e3)
+    await c.until('the four in epoch 3', () => [1, 2, 3, 4].every((i) => epochOf(c, i) === 3))
+    for (const r of added) await r.up()
+    await inEpoch(3, [1, 2, 3, 4, 5, 6, 7])
+    await writes.stop()
+    // Every acknowledged update is in the stable value once, on every relay and the client.
+    await settledIn(c, [1, 2, 3, 4, 5, 6, 7], 3)
+    expect(c.relays[7]!.stableValue('s', 'n')).toBe(writes.acknowledged)
+    await c.until('the client holds them all', () => counter.stable === writes.acknowledged)
+    // Its sessions are the new committee's: r5 and the three new relays among them, r1 gone.
+    expect(client.status.relays.map((r) => r.relay)).toEqual(['r5', 'r2', 'r3', 'r4', 'r6', 'r7', 'r8'])
+    await c.until('sessions with the six honest relays', () => client.status.relays.filter((r) => r.connected).length === 6)
+    expect(client.status.relays[3]?.faulty).toMatch(/epoch certificate/)
   })
 })

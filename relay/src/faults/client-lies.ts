@@ -24,7 +24,10 @@ import {
   stableReadBytes,
   toBase64Url,
   toHex,
+  bytesEqual,
+  encodeEpochChange,
   ENVELOPE_REF_BYTES,
+  type EpochChainJson,
   type ClientMessage,
   type RelayMessage,
   type WaitingEnvelope,
@@ -57,6 +60,7 @@ export const CLIENT_LIES = [
   'forge-snapshot',
   'mismatched-snapshot',
   'wrong-cluster',
+  'forge-epoch',
   'slow',
   'junk',
   'lie-votes',
@@ -277,6 +281,26 @@ export class ClientFacingLiar {
     return { ...body, envelope, votes: [...lies, ...votes] }
   }
 
+  /**
+   * The chain of epoch certificates with one more at its end: a change to a
+   * committee of made-up relays, signed by this relay and, for the other
+   * 2f signatures a certificate needs, by keys of no relay in the committee's
+   * places. A client checking it from the committee it trusts finds too few
+   * valid signatures; one that did not would move its sessions to the liar's relays.
+   */
+  private forgedEpoch(body: EpochChainJson): EpochChainJson {
+    const keys = this.ctx.relayKeys ?? []
+    const me = publicKeyOfSync(this.ctx.secretKey)
+    const mine = Math.max(0, keys.findIndex((k) => bytesEqual(k, me)))
+    const f = Math.max(1, Math.floor((keys.length - 1) / 3))
+    const fake = (i: number) => new Uint8Array(32).fill(220 + i)
+    const next = { f: 1, members: [0, 1, 2, 3].map((i) => ({ id: `forged${i + 1}`, publicKey: publicKeyOfSync(fake(i)), api: `forged${i + 1}.invalid:4000`, mesh: '/dns4/forged.invalid/tcp/4001' })) }
+    const change = encodeEpochChange({ epoch: body.epoch + 1, startRound: 1_000_000_000, stateDigest: new Uint8Array(32), next })
+    const others = Array.from({ length: keys.length }, (_, i) => i).filter((i) => i !== mine).slice(0, 2 * f)
+    const signatures = [[mine, toBase64Url(signSync(this.ctx.secretKey, change))] as const, ...others.map((i) => [i, toBase64Url(signSync(fake(i), change))] as const)]
+    return { epoch: body.epoch + 1, certificates: [...body.certificates, { change: toBase64Url(change), signatures }] }
+  }
+
   /** How long to hold an HTTP answer to `route` (a route pattern such as '/v1/spaces/:space/head'). */
   delayOf(route: string | undefined): number {
     return this.lies.has('slow') && route !== undefined && !OPERATOR_ROUTES.has(route) ? SLOW_MS : 0
@@ -285,6 +309,7 @@ export class ClientFacingLiar {
   /** Rewrites the JSON answer to `route` before it is serialized. */
   answer(route: string | undefined, params: Record<string, string>, query: Record<string, string | undefined>, body: unknown): unknown {
     if (route === '/v1/cluster' && this.lies.has('wrong-cluster')) return wrongCluster(body as ClusterBody)
+    if (route === '/v1/epochs' && this.lies.has('forge-epoch')) return this.forgedEpoch(body as EpochChainJson)
     // Said openly to operators and the demo's cluster panel, beside any mode towards relays.
     if (route === '/v1/status') {
       const status = body as { byzantine?: string | null }

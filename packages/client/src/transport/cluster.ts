@@ -1,9 +1,13 @@
-import { MAX_RELAY_MESSAGE_BYTES, SteadError, bytesEqual, decode, encode, expect, fromHex, toHex } from '@stead/core'
+import { MAX_RELAY_MESSAGE_BYTES, SteadError, bytesEqual, decode, encode, expect, fromHex, toHex, type EpochCommittee, type RelayCommittee } from '@stead/core'
 
 /** The cluster a client trusts: f and each relay's key, in committee order. */
 export interface ClusterDescriptor {
   /** How many relays may be faulty (Byzantine); the cluster has at least 3f+1. */
   readonly f: number
+  /** The epoch whose committee this is: 0 (or absent) for the cluster file's, one more at each committee change. */
+  readonly epoch?: number
+  /** The last round of the epochs before (0 or absent for epoch 0, or when not known): commits up to it were attested by earlier committees. */
+  readonly startRound?: number
   /** Every relay, in committee order (a relay's index is its place here). */
   readonly relays: ReadonlyArray<{
     /** The operator's name for the relay, e.g. "r1". */
@@ -25,7 +29,7 @@ export function parseClusterDescriptor(raw: unknown, where = 'cluster'): Cluster
     throw new SteadError('malformed', `${where}: ${msg}`)
   }
   if (typeof raw !== 'object' || raw === null) fail('must be an object')
-  const obj = raw as { f?: unknown; relays?: unknown }
+  const obj = raw as { f?: unknown; relays?: unknown; epoch?: unknown; startRound?: unknown }
   if (!Array.isArray(obj.relays) || obj.relays.length === 0) fail('relays must be a non-empty array')
   const relays = (obj.relays as unknown[]).map((r, i) => {
     const e = (r ?? {}) as Record<string, unknown>
@@ -43,26 +47,44 @@ export function parseClusterDescriptor(raw: unknown, where = 'cluster'): Cluster
   if (typeof f !== 'number' || !Number.isSafeInteger(f) || f < 0) fail('f must be a non-negative integer')
   if (relays.length < 3 * (f as number) + 1) fail(`${relays.length} relays cannot tolerate f = ${f as number} (needs 3f+1)`)
   if (new Set(relays.map((r) => toHex(r.publicKey))).size !== relays.length) fail('relay keys must be distinct')
-  return { f: f as number, relays }
+  const epoch = obj.epoch ?? 0
+  if (typeof epoch !== 'number' || !Number.isSafeInteger(epoch) || epoch < 0) fail('epoch must be a non-negative integer')
+  const startRound = obj.startRound ?? 0
+  if (typeof startRound !== 'number' || !Number.isSafeInteger(startRound) || startRound < 0) fail('startRound must be a non-negative integer')
+  return { f: f as number, relays, ...(epoch ? { epoch: epoch as number } : {}), ...(startRound ? { startRound: startRound as number } : {}) }
 }
 
+/** The same committee of the same epoch: f, and every relay's key in order. */
 export function sameCluster(a: ClusterDescriptor, b: ClusterDescriptor): boolean {
-  return a.f === b.f && a.relays.length === b.relays.length && a.relays.every((r, i) => bytesEqual(r.publicKey, (b.relays[i] as { publicKey: Uint8Array }).publicKey))
+  return (a.epoch ?? 0) === (b.epoch ?? 0) && a.f === b.f && a.relays.length === b.relays.length && a.relays.every((r, i) => bytesEqual(r.publicKey, (b.relays[i] as { publicKey: Uint8Array }).publicKey))
 }
 
 export function encodeCluster(c: ClusterDescriptor): Uint8Array {
-  return encode([c.f, c.relays.map((r) => [r.id, r.publicKey, r.api ?? null])])
+  return encode([c.f, c.relays.map((r) => [r.id, r.publicKey, r.api ?? null]), c.epoch ?? 0, c.startRound ?? 0])
 }
 
+/** A stored descriptor (before epochs it had no epoch and start round: epoch 0). */
 export function decodeCluster(bytes: Uint8Array): ClusterDescriptor {
-  const [f, relays] = expect.array(decode(bytes), 'cluster', 2) as [unknown, unknown]
+  const [f, relays, epoch, startRound] = expect.array(decode(bytes), 'cluster', 4) as [unknown, unknown, unknown, unknown]
   return parseClusterDescriptor({
     f,
+    epoch,
+    startRound,
     relays: expect.array(relays, 'cluster.relays', 1000).map((r) => {
       const [id, publicKey, api] = expect.array(r, 'relay', 3) as [unknown, unknown, unknown]
       return { id, publicKey, ...(typeof api === 'string' ? { api } : {}) }
     }),
   })
+}
+
+/** A descriptor as the committee of its epoch: what epoch certificates are checked from (only f and the keys count). */
+export function epochCommitteeOf(c: ClusterDescriptor): EpochCommittee {
+  return { epoch: c.epoch ?? 0, committee: { f: c.f, members: c.relays.map((r) => ({ id: r.id, publicKey: r.publicKey, api: r.api ?? '', mesh: '' })) } }
+}
+
+/** The descriptor of a committee a client followed to. */
+export function descriptorOf(epoch: number, committee: RelayCommittee, startRound: number): ClusterDescriptor {
+  return { f: committee.f, epoch, startRound, relays: committee.members.map((m) => ({ id: m.id, publicKey: m.publicKey, api: m.api })) }
 }
 
 /** ws://host:port[/path] → http://host:port (wss → https): where a relay serves HTTP. */

@@ -1,6 +1,7 @@
-import { SteadError, type Crypto, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
+import { SteadError, toHex, type Crypto, type EpochCertificate, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
 import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { EpochFollower, type FollowedCluster } from './epoch-follower.ts'
 import { TrustError } from '../errors.ts'
 import { RelayLink, type Identity, type SocketFactory } from './transport.ts'
 import type { RelayStatus, SessionsStatus } from '../types.ts'
@@ -18,6 +19,13 @@ export interface SessionMember {
   tick(): void
   /** A trust problem of the sessions (a relay with a wrong key, or serving another cluster). */
   error(err: SteadError): void
+  /**
+   * The cluster moved to another epoch's committee: relay indexes now name
+   * other relays, and f may differ. Whatever was counted per relay index
+   * (commits, refusals, votes) starts over; sessions to the new committee
+   * follow (ready).
+   */
+  committeeChanged(): void
 }
 
 export interface SessionsOptions {
@@ -36,6 +44,12 @@ export interface SessionsOptions {
   readonly random?: () => number
   /** Called once a cluster is trusted on first use, before any session opens (to pin it). */
   pin(cluster: ClusterDescriptor): Promise<void>
+  /** Called when the client followed epoch certificates to a later committee: pin it, with the certificates from the epoch first pinned. */
+  pinEpoch(followed: FollowedCluster): Promise<void>
+  /** The certificates followed so far (stored), from the epoch first pinned. */
+  readonly certificates?: readonly EpochCertificate[]
+  /** How often to ask the relays for epoch certificates (ms); default 30 s. A relay with an unknown key makes the client ask at once. */
+  readonly epochPollMs?: number
   /** Trust problems: a relay with a wrong key, or serving another cluster (members hear of them too). */
   error(err: SteadError): void
   /** Trust, a session up or down: the client's status changed. */
@@ -63,14 +77,33 @@ export class RelaySessions {
   /** Why each relay URL did not answer while the cluster is not trusted yet (no sessions then). */
   private readonly trustErrors = new Map<string, string>()
   /** How far the relays' clocks are from this device's (see `now`). */
-  private readonly clockOffset = new ClockOffset(() => this.cluster?.f ?? 0)
+  private clockOffset = new ClockOffset(() => this.cluster?.f ?? 0)
   /** Whether the app was told this device's clock is off (once per client). */
   private skewReported = false
+  /** The relays' URLs: the app's, then those of each committee followed to. */
+  private urls: readonly string[]
+  private readonly epochs: EpochFollower
 
   private readonly o: SessionsOptions
   constructor(o: SessionsOptions) {
     this.o = o
     this.cluster = o.cluster
+    this.urls = o.relays
+    this.epochs = new EpochFollower({
+      crypto: o.crypto,
+      clock: o.clock,
+      fetch: o.fetch,
+      everyMs: o.epochPollMs ?? 30_000,
+      certificates: o.certificates ?? [],
+      cluster: () => this.cluster,
+      urls: () => this.urls,
+      lied: (url, why) => {
+        const link = this.links.find((l) => l.url === url)
+        if (link) link.markFaulty(why)
+        else this.trustProblem(`relay at ${url}: ${why}`)
+      },
+      moved: (followed) => this.moveTo(followed),
+    })
   }
 
   start(): void {
@@ -78,6 +111,7 @@ export class RelaySessions {
     else this.trustOnFirstUse(0)
     this.tick()
     this.followNetwork()
+    this.epochs.start()
   }
 
   /** Every tickMs while open: members' resubmits and the sessions' heartbeats. The timer does not keep a Node process alive. */
@@ -133,12 +167,12 @@ export class RelaySessions {
   /** The sessions' status as the client or one of its spaces reports it (`problem`: theirs, which comes first). */
   statusFor(closed: boolean, problem?: string): SessionsStatus {
     const why = problem ?? (closed ? 'closed' : this.whyOffline)
-    return { online: !closed && this.online, relays: this.relayStatus, trusted: this.cluster !== undefined, ...(why ? { problem: why } : {}) }
+    return { online: !closed && this.online, relays: this.relayStatus, trusted: this.cluster !== undefined, epoch: this.cluster?.epoch ?? 0, ...(why ? { problem: why } : {}) }
   }
 
   /** Per relay, for status. */
   private get relayStatus(): RelayStatus[] {
-    if (!this.links.length) return this.o.relays.map((url) => ({ url, connected: false, ...(this.trustErrors.has(url) ? { error: this.trustErrors.get(url) as string } : {}) }))
+    if (!this.links.length) return this.urls.map((url) => ({ url, connected: false, ...(this.trustErrors.has(url) ? { error: this.trustErrors.get(url) as string } : {}) }))
     return this.links.map((l) => ({
       url: l.url,
       connected: l.ready,
@@ -160,7 +194,7 @@ export class RelaySessions {
     if (!this.cluster) return 'asking the relays which cluster to trust'
     const connected = this.links.filter((l) => l.ready).length
     const reasons = [...new Set(this.links.filter((l) => !l.ready).map((l) => l.faulty ?? l.lastError ?? 'connecting'))]
-    return `${connected} of ${this.o.relays.length} relays connected, ${this.cluster.f + 1} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
+    return `${connected} of ${this.urls.length} relays connected, ${this.cluster.f + 1} needed${reasons.length ? ` (${reasons.slice(0, 3).join('; ')})` : ''}`
   }
 
   /**
@@ -177,6 +211,7 @@ export class RelaySessions {
     this.closed = true
     this.pump?.cancel()
     this.trustTimer?.cancel()
+    this.epochs.stop()
     this.unfollowNetwork?.()
     // Members first: sessions going down now is no news to spaces that are gone.
     this.members.clear()
@@ -202,7 +237,7 @@ export class RelaySessions {
       this.trustErrors.set(url, why)
       this.changed()
     }
-    void fetchCluster(this.o.relays, fetchFn, dissent, undefined, failed).then(
+    void fetchCluster(this.urls, fetchFn, dissent, undefined, failed).then(
       async (cluster) => {
         if (this.closed) return
         try {
@@ -233,7 +268,7 @@ export class RelaySessions {
       this.setProblem('no WebSocket on this platform: pass `connect`')
       return
     }
-    this.links = this.o.relays.map(
+    this.links = this.urls.map(
       (url) =>
         new RelayLink({
           url,
@@ -256,9 +291,12 @@ export class RelaySessions {
               this.reportSkew()
             },
             untrusted: (link, why) => {
-              const err = new TrustError(`relay at ${link.url}: ${why}`)
-              this.o.error(err)
-              for (const m of this.members.values()) m.error(err)
+              // A relay of a later committee than the one trusted proves a key this client does not
+              // know yet: look for the certificates first, and only then call it a lie.
+              const epoch = this.cluster?.epoch ?? 0
+              void this.epochs.check().then(() => {
+                if ((this.cluster?.epoch ?? 0) === epoch) this.trustProblem(`relay at ${link.url}: ${why}`)
+              })
               this.changed()
             },
           },
@@ -266,6 +304,49 @@ export class RelaySessions {
     )
     for (const l of this.links) l.start()
     this.changed()
+  }
+
+  /** A trust problem (a lie, a wrong key) for the app and every space. */
+  private trustProblem(why: string): void {
+    if (this.closed) return
+    const err = new TrustError(why)
+    this.o.error(err)
+    for (const m of this.members.values()) m.error(err)
+    this.changed()
+  }
+
+  /**
+   * The client followed epoch certificates to a later committee: pin it,
+   * then close every session and open one to each relay of the new
+   * committee. Per-relay state (spaces' counts by relay index, the clock
+   * offsets) starts over; what spaces sent and was not decided is sent again,
+   * and the relays' dedupe (which crosses epochs) orders it once.
+   */
+  private async moveTo(followed: FollowedCluster): Promise<void> {
+    try {
+      await this.o.pinEpoch(followed)
+    } catch {
+      // Not stored: followed again from the stored epoch at the next start.
+    }
+    if (this.closed) return
+    this.urls = urlsOf(followed.cluster, this.provenUrls(), this.urls)
+    this.cluster = followed.cluster
+    this.problem = undefined
+    this.clockOffset = new ClockOffset(() => this.cluster?.f ?? 0)
+    for (const l of this.links) l.stop()
+    this.links = []
+    for (const m of this.members.values()) m.committeeChanged()
+    this.connect()
+  }
+
+  /** The app's URL of each relay a session proved the key of, by key: where it is reached while its address does not change. */
+  private provenUrls(): Map<string, { url: string; api: string | undefined }> {
+    const out = new Map<string, { url: string; api: string | undefined }>()
+    for (const l of this.links) {
+      const relay = l.provenRelay === undefined ? undefined : this.cluster?.relays[l.provenRelay]
+      if (relay) out.set(toHex(relay.publicKey), { url: l.url, api: relay.api })
+    }
+    return out
   }
 
   private route(link: RelayLink, m: RelayMessage): void {
@@ -340,6 +421,20 @@ export class RelaySessions {
     for (const m of this.members.values()) m.changed()
     this.o.changed()
   }
+}
+
+/**
+ * Where to reach each relay of a committee followed to: the URL of a
+ * session that proved its key while the relay keeps its API address (the
+ * app's URL of that relay: TLS names, paths), else its API address from the
+ * certificate, with the scheme of the app's URLs (wss:// when they are secure).
+ */
+export function urlsOf(cluster: ClusterDescriptor, proven: ReadonlyMap<string, { url: string; api: string | undefined }>, before: readonly string[]): string[] {
+  const secure = before.some((u) => u.startsWith('wss:') || u.startsWith('https:'))
+  return cluster.relays.map((r) => {
+    const known = proven.get(toHex(r.publicKey))
+    return known && known.api === r.api ? known.url : `${secure ? 'wss' : 'ws'}://${r.api ?? r.id}`
+  })
 }
 
 /** "3 h 0 min 12 s ahead of" / "40 s behind": how far a device clock is off (`ms` > 0: ahead). */

@@ -343,6 +343,21 @@ export class RelayIntake {
   }
 
   /** Sessions came or went: once none is up, the next one to come up starts with a catch-up. */
+  /**
+   * The committee changed: relay indexes name other relays, and f may
+   * differ. Attestations counted by index start over (a quorum is made with
+   * the new f at the next session), and so does the source; commits are
+   * followed from the stable index on the new sessions.
+   */
+  committeeChanged(): void {
+    this.quorum = undefined
+    this.source = undefined
+    this.starvedSince = undefined
+    this.unmatched.clear()
+    this.attestedUpTo.clear()
+    this.unreadable.forgetAll()
+  }
+
   sessionsChanged(): void {
     // A catch-up still due stays due.
     if (this.byPreference().length === 0 && this.relays === 'online') this.relays = 'offline'
@@ -766,7 +781,11 @@ export class RelayIntake {
       else this.dissented(relay, attestation.round)
       return
     }
-    if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return link.markFaulty('sent an attestation its key did not sign')
+    if (!key || !(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) {
+      // A round of an earlier epoch: the relay may have signed it with the key it had then (a rotation).
+      if (this.beforeEpoch(attestation.round)) return
+      return link.markFaulty('sent an attestation its key did not sign')
+    }
     if (this.closed) return
     this.quorum.offer(relay, attestation, m.attestation.bytes, m.attestation.sig, m.envelopes)
     // Compact attestations that came first are checked against these bytes now.
@@ -877,7 +896,17 @@ export class RelayIntake {
 
   /** `relay` signed other bytes for `round` than the attestation f+1 relays agreed on. */
   private dissented(relay: number, round: number): void {
+    if (this.beforeEpoch(round)) return
     this.o.sessions.linkTo(relay)?.markFaulty(`attested round ${round} differently from f+1 other relays (its signature does not match their attestation)`)
+  }
+
+  /**
+   * Whether `round` was attested by an earlier epoch's committee: a relay
+   * whose key was rotated since serves it with the old key's signature,
+   * which is not counted, and not a lie either.
+   */
+  private beforeEpoch(round: number): boolean {
+    return round <= (this.o.sessions.cluster?.startRound ?? 0)
   }
 
   private keyOf(relay: number): Uint8Array | undefined {

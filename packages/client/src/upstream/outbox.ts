@@ -400,6 +400,23 @@ export class Outbox {
     o.lastSentAt = this.o.clock.now()
   }
 
+  /**
+   * The committee changed: relay indexes name other relays now. What was
+   * sent and refused by index starts over (two relays of different epochs
+   * must not add up to f+1 refusals), and every undecided envelope goes to
+   * the new relays; one the old epoch ordered is decided once (the relays'
+   * dedupe crosses the boundary).
+   */
+  committeeChanged(): void {
+    this.submits.clear()
+    for (const o of this.outgoing.values()) {
+      if (o.final) continue
+      o.sentTo.length = 0
+      o.refusals.clear()
+      o.accepted = false
+    }
+  }
+
   /** Periodic: envelopes never sent, or sent long enough ago without a decision, go to another relay. */
   resubmit(): void {
     const now = this.o.clock.now()

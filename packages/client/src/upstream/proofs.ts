@@ -166,6 +166,11 @@ export class ClockProofs {
     }
   }
 
+  /** The committee changed: votes heard by relay index are of relays that index no longer names. */
+  committeeChanged(): void {
+    this.heardVotes.clear()
+  }
+
   /** Votes a relay cast, from its feed: kept until a certificate is asked for (bounded: the oldest ids go first). */
   heard(relay: number, votes: ReadonlyArray<readonly [Uint8Array, number, Uint8Array]>): void {
     let byId = this.heardVotes.get(relay)

@@ -391,7 +391,7 @@ export class TabHub {
  * follow, and carries calls.
  */
 export class LeaderLink {
-  status: SessionsStatus = { online: false, relays: [], trusted: false, problem: 'waiting for the leading tab' }
+  status: SessionsStatus = { online: false, relays: [], trusted: false, epoch: 0, problem: 'waiting for the leading tab' }
   private readonly spaces = new Map<string, TabUpstream>()
   private readonly calls = new Map<number, Deferred<unknown>>()
   private nextCall = 1
@@ -415,7 +415,7 @@ export class LeaderLink {
   /** The leader's sessions as this client or one of its spaces reports them (`problem`: theirs, which comes first), like RelaySessions.statusFor. */
   statusFor(closed: boolean, problem?: string): SessionsStatus {
     const why = problem ?? (closed ? 'closed' : this.status.problem)
-    return { online: !closed && this.status.online, relays: this.status.relays, trusted: this.status.trusted, ...(why ? { problem: why } : {}) }
+    return { online: !closed && this.status.online, relays: this.status.relays, trusted: this.status.trusted, epoch: this.status.epoch ?? 0, ...(why ? { problem: why } : {}) }
   }
 
   /** Asks the leader who this client is; resolves when a leader answers. */

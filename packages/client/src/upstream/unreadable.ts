@@ -38,6 +38,12 @@ export class UnreadableRelays {
     if (this.said.delete(link)) this.judge()
   }
 
+  /** The committee changed: what its relays say is asked again on each new session. */
+  forgetAll(): void {
+    this.said.clear()
+    this.judge()
+  }
+
   private judge(): void {
     const relays = new Set<number>()
     for (const link of this.said.keys()) if (!link.faulty && link.provenRelay !== undefined) relays.add(link.provenRelay)

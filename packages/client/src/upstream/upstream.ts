@@ -329,6 +329,13 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     this.o.space.emitStatus()
   }
 
+  committeeChanged(): void {
+    if (this.closed) return
+    this.intake.committeeChanged()
+    this.outbox.committeeChanged()
+    this.proofs.committeeChanged()
+  }
+
   tick(): void {
     if (this.closed) return
     this.outbox.resubmit()
