@@ -481,7 +481,6 @@ export class SteadClient {
       crypto,
       identity: lead.identity,
       sessions: lead.sessions,
-      relays: options.relays,
       fetch: options.fetch ?? platform.fetch,
       resubmitAfterMs: options.resubmitAfterMs ?? 2000,
       checkpointEvery: options.checkpointEvery ?? 1000,
@@ -655,13 +654,14 @@ async function openLeadStorage(
     if (!sameKey) pins.push({ key: IDENTITY_KEY, value: secretKey })
     // An app passes the cluster file it started with: a committee the client followed certificates to from it stays.
     const followed = given && restoredCluster && !sameCluster(restoredCluster, given) && (await followsTo(crypto, given, certificates, restoredCluster))
-    if (given && !followed && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given))
+    // A new pin starts a new chain: certificates followed from another committee say nothing of this one.
+    if (given && !followed && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given), { key: EPOCHS_KEY, value: encodeCertificates([]) })
     // A stored certificate is of the stored key: another key given in the options is a user of its own, unless certified too.
     const token = options.deviceCertificate ?? (sameKey && storedDevice ? new TextDecoder().decode(storedDevice) : undefined)
     const certificate = token === undefined ? undefined : await deviceCertificateOf(crypto, token, publicKey)
     if (options.deviceCertificate !== undefined) pins.push({ key: DEVICE_KEY, value: new TextEncoder().encode(options.deviceCertificate.trim()) })
     if (pins.length) await storage.write(pins)
-    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: followed ? restoredCluster : (given ?? restoredCluster), certificates }
+    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: followed ? restoredCluster : (given ?? restoredCluster), certificates: followed || !given ? certificates : [] }
   } catch (err) {
     // Nothing opened on it survives a failed start.
     await storage.close().catch(() => undefined)

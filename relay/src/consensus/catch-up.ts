@@ -25,8 +25,8 @@ interface CatchUpState {
    * its last answer and at each sync tick (a lost request is asked again).
    */
   pulling: number | null
-  /** The round the latest pull asked from: an answer goes on only past it. */
-  pulledFrom: number
+  /** Per peer, the round the latest sync sent to it asked from: a full answer goes on only past it. */
+  readonly pulledFrom: Map<number, number>
   /** Peers that answered a sync with 'pruned': the round each keeps blocks from. */
   readonly prunedPeers: Map<number, number>
   historyPrunedReported: boolean
@@ -58,7 +58,7 @@ export interface CatchUpView {
  * need, and the sync timer that notices a relay made no progress.
  */
 export class CatchUp {
-  private readonly state: CatchUpState = { pulling: null, pulledFrom: 0, prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
+  private readonly state: CatchUpState = { pulling: null, pulledFrom: new Map(), prunedPeers: new Map(), historyPrunedReported: false, syncTimerArmed: false, syncPeer: 0, progressMark: '', stuckTicks: 0, quietTicks: 0 }
 
   private readonly v: CatchUpView
 
@@ -119,7 +119,7 @@ export class CatchUp {
   /** Asks `peer` for the blocks of rounds from `fromRound` on; its answers keep the pull going while they come full. */
   private pull(peer: number, fromRound: number, out: Output[]): void {
     this.state.pulling = peer
-    this.state.pulledFrom = fromRound
+    this.state.pulledFrom.set(peer, fromRound)
     out.push({ type: 'send', to: peer, message: { kind: 'sync', fromRound } })
   }
 
@@ -151,7 +151,7 @@ export class CatchUp {
     // would let it send as many for each pull, as long as it likes.
     const last = sorted[sorted.length - 1]?.header.round ?? 0
     const size = sorted.reduce((n, b) => n + b.signed.bytes.length, 0)
-    if ((sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) && last > this.state.pulledFrom) this.pull(from, last, out)
+    if ((sorted.length >= SYNC_BATCH || size >= SYNC_BYTES) && last > (this.state.pulledFrom.get(from) ?? -1)) this.pull(from, last, out)
     else if (this.state.pulling === from) this.state.pulling = null
   }
 
@@ -195,6 +195,7 @@ export class CatchUp {
     if (!stuck) return false
     // No progress for a whole interval: peers may hold rounds we missed, may have missed our
     // latest block (a partition drops it), or may be idle while we wait for them at our round.
+    s.pulledFrom.set(s.syncPeer, this.neededRound())
     out.push({ type: 'send', to: s.syncPeer, message: { kind: 'sync', fromRound: this.neededRound() } })
     return true
   }

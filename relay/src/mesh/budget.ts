@@ -276,12 +276,13 @@ export class MeshBudget<T> {
   /**
    * Whether a peer's `blocks` message of `count` blocks may have any opened:
    * false (counted) when nothing was asked of it and its unrequested-block
-   * budget is spent, and the message is dropped unread.
+   * budget is spent, and the message is dropped unread. An empty one passes:
+   * it is the answer that ends a pull.
    */
   mayOpenBlocks(peer: number, count: number): boolean {
     const bucket = this.unrequested[peer]
-    if (!bucket || count === 0) return false
-    if ((this.fetched[peer]?.size ?? 0) > 0 || (this.pulled[peer] ?? 0) > 0 || bucket.available().blocks > 0) return true
+    if (!bucket) return false
+    if (count === 0 || (this.fetched[peer]?.size ?? 0) > 0 || (this.pulled[peer] ?? 0) > 0 || bucket.available().blocks > 0) return true
     this.onThrottled({ peer, kind: 'blocks', why: 'rate' })
     return false
   }

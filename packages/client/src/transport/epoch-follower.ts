@@ -100,7 +100,9 @@ export class EpochFollower {
     let best: { certs: EpochCertificate[]; followed: FollowedEpoch } | undefined
     for (const a of answers) if (a && a.followed.epoch > (best?.followed.epoch ?? from.epoch)) best = a
     if (!best || this.stopped || this.o.cluster() !== cluster) return
-    const taken = best.certs.filter((c) => decodeEpochChange(c.change).epoch > from.epoch)
+    // The certificates followEpochs took, one per epoch (a relay may send others beside them).
+    const taken: EpochCertificate[] = []
+    for (const c of best.certs) if (decodeEpochChange(c.change).epoch === from.epoch + taken.length + 1) taken.push(c)
     this.chain = [...this.chain, ...taken]
     await this.o.moved({ cluster: descriptorOf(best.followed.epoch, best.followed.committee, best.followed.startRound), certificates: this.chain })
   }

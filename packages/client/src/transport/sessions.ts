@@ -67,6 +67,10 @@ export class RelaySessions {
   links: RelayLink[] = []
   /** Why trust or connecting is stuck, when it is. */
   problem: string | undefined
+  /** The relays' URLs: the app's, then those of the committee followed to (what HTTP reads ask too). */
+  get relayUrls(): readonly string[] {
+    return this.urls
+  }
   private readonly members = new Map<string, SessionMember>()
   private readonly submits = new Map<number, SessionMember>()
   private nextSubmit = 1
@@ -350,7 +354,8 @@ export class RelaySessions {
   }
 
   private route(link: RelayLink, m: RelayMessage): void {
-    if (this.closed) return
+    // A session of the committee before a move may still deliver what it read: not counted any more.
+    if (this.closed || !this.links.includes(link)) return
     switch (m.type) {
       case 'envelope':
       case 'commit':

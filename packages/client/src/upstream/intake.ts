@@ -769,6 +769,8 @@ export class RelayIntake {
     }
     if (attestation.space !== space.space) return link.markFaulty(`attested space ${attestation.space} on a ${space.space} subscription`)
     const key = this.keyOf(relay)
+    // After a check that awaits, the committee may have changed: relay indexes then name other relays.
+    const quorum = this.quorum
     if (CommitQuorum.stale(attestation, space.position)) {
       // Late: a commit already applied. Signed bytes other than the ones f+1 relays attested are a lie;
       // the same bytes count towards the 2f+1 that an outcome of ours may wait for.
@@ -776,7 +778,7 @@ export class RelayIntake {
       if (!settled || !key) return
       const same = bytesEqual(settled, m.attestation.bytes)
       if (same && !this.awaits(relay, attestation.round)) return
-      if (!(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig))) return
+      if (!(await this.o.crypto.verify(key, m.attestation.bytes, m.attestation.sig)) || this.quorum !== quorum) return
       if (same) this.confirm(relay, attestation.round)
       else this.dissented(relay, attestation.round)
       return
@@ -786,8 +788,8 @@ export class RelayIntake {
       if (this.beforeEpoch(attestation.round)) return
       return link.markFaulty('sent an attestation its key did not sign')
     }
-    if (this.closed) return
-    this.quorum.offer(relay, attestation, m.attestation.bytes, m.attestation.sig, m.envelopes)
+    if (this.closed || this.quorum !== quorum) return
+    quorum.offer(relay, attestation, m.attestation.bytes, m.attestation.sig, m.envelopes)
     // Compact attestations that came first are checked against these bytes now.
     for (const [other, rounds] of this.unmatched) {
       const sig = rounds.get(attestation.round)
@@ -806,8 +808,10 @@ export class RelayIntake {
   private async onAttest(link: RelayLink, round: number, sig: Uint8Array): Promise<void> {
     const relay = link.relay
     // Paced, no commit is followed: a compact attestation still on its way matches nothing this client will see.
-    if (relay === undefined || !this.quorum || this.pacing.on) return
+    const quorum = this.quorum
+    if (relay === undefined || !quorum || this.pacing.on) return
     if (await this.matchSignature(relay, round, sig)) return this.applyCommits()
+    if (this.quorum !== quorum) return
     // Late, for a commit applied already: checked against what was applied.
     if (round <= this.o.space.position.lastRound) return this.checkLate(relay, round, sig)
     let rounds = this.unmatched.get(relay)
@@ -916,10 +920,13 @@ export class RelayIntake {
   /** Offers `relay`'s signature for the attestation of `round` whose bytes it signs, if one is known. */
   private async matchSignature(relay: number, round: number, sig: Uint8Array): Promise<boolean> {
     const key = this.keyOf(relay)
-    if (!key || !this.quorum) return false
-    for (const c of this.quorum.candidates(round)) {
+    const quorum = this.quorum
+    if (!key || !quorum) return false
+    for (const c of quorum.candidates(round)) {
       if (!(await this.o.crypto.verify(key, c.bytes, sig))) continue
-      this.quorum.offer(relay, c.attestation, c.bytes, sig, [])
+      // The committee changed meanwhile: this index names another relay now.
+      if (this.quorum !== quorum) return false
+      quorum.offer(relay, c.attestation, c.bytes, sig, [])
       return true
     }
     return false

@@ -57,7 +57,6 @@ export interface RelayUpstreamInit {
   crypto: Crypto
   identity: Identity
   sessions: RelaySessions
-  relays: readonly string[]
   fetch: Fetch | undefined
   resubmitAfterMs: number
   checkpointEvery: number
@@ -331,6 +330,8 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
 
   committeeChanged(): void {
     if (this.closed) return
+    // Vouches were counted per session of the old committee: a relay at two indexes must not count twice.
+    this.peerNames.clear()
     this.intake.committeeChanged()
     this.outbox.committeeChanged()
     this.proofs.committeeChanged()
@@ -374,7 +375,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const { cluster, fetchFn, headers } = await this.relayReads()
     const path = `/v1/spaces/${encodeURIComponent(this.space)}/history/${encodeURIComponent(key)}?before=${before}&limit=${limit}`
     const agreed = await firstQuorum(
-      this.o.relays.map(async (url) => {
+      this.o.sessions.relayUrls.map(async (url) => {
         try {
           const p = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_HISTORY_BODY, timeoutMs: HISTORY_READ_TIMEOUT_MS })) as { relay: number; entries: string; sig: string; next?: unknown } | undefined
           if (p === undefined) return undefined
@@ -408,7 +409,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const { fetchFn, headers } = await this.relayReads()
     const path = `/v1/spaces/${encodeURIComponent(this.space)}/clock/${idHex}`
     const answers = await Promise.all(
-      this.o.relays.map(async (url): Promise<RelayEvidence | undefined> => {
+      this.o.sessions.relayUrls.map(async (url): Promise<RelayEvidence | undefined> => {
         try {
           const e = (await getJson(fetchFn, `${httpBaseOf(url)}${path}`, { headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs: CLOCK_READ_TIMEOUT_MS })) as { relay?: unknown; envelope?: unknown; votes?: unknown; attestation?: unknown; sig?: unknown } | undefined
           if (!e || typeof e.relay !== 'number') return undefined
@@ -428,7 +429,7 @@ export class RelayUpstream implements Upstream, SessionMember, PeerMember {
     const nonce = globalThis.crypto.getRandomValues(new Uint8Array(HEAD_NONCE_BYTES))
     // Done at 2f+1 valid heads (or when every relay answered or gave up): a slow relay delays nobody.
     const heads = await firstQuorum(
-      this.o.relays.map(async (url) => {
+      this.o.sessions.relayUrls.map(async (url) => {
         try {
           const h = (await getJson(fetchFn, `${httpBaseOf(url)}/v1/spaces/${encodeURIComponent(this.space)}/head?nonce=${toHex(nonce)}`, { headers, maxBytes: MAX_ATTESTED_BODY, timeoutMs })) as { relay: number; index: number; stateHash: string; sig: string; proof?: unknown } | undefined
           if (h === undefined) return undefined
