@@ -353,7 +353,8 @@ export class SimCluster {
   }
 
   private relayOf(url: string): SimRelay {
-    const i = Number(/relay(\d+)\.sim/.exec(url)?.[1] ?? -1)
+    // relay<i>.sim, or relay<i>-<anything>.sim: where a committee change moved relay i's API.
+    const i = Number(/relay(\d+)(?:-[a-z0-9-]+)?\.sim/.exec(url)?.[1] ?? -1)
     const relay = this.relays[i]
     if (!relay) throw new TypeError(`${url} is no relay of this cluster`)
     return relay

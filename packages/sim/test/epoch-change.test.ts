@@ -1,23 +1,12 @@
 import { relayCommitteeOf } from '@stead/relay'
 import { toHex, type RelayCommittee } from '@stead/core'
 import { describe, expect, it } from 'vitest'
-import type { SimCluster } from '../src/index.ts'
+import { entryOf, epochOf, keepWriting, settledIn } from '../src/index.ts'
 import { simWorld } from './helpers/world.ts'
 
 /** Committee changes (issue 49) with real relays and SDK clients in simulated time. */
 describe('epoch changes', () => {
   const world = simWorld()
-
-  /** Safe increments of 1, one after another, until `stop`: how many were acknowledged (each committed). */
-  function keepWriting(counter: { increment(n: number, o: { safe: true; timeoutMs: number }): Promise<{ status: string }> }) {
-    const w = { acknowledged: 0, writing: true, done: Promise.resolve(), stop: () => ((w.writing = false), w.done) }
-    w.done = (async () => {
-      while (w.writing) if ((await counter.increment(1, { safe: true, timeoutMs: Infinity })).status === 'committed') w.acknowledged++
-    })()
-    return w
-  }
-
-  const epochOf = (c: SimCluster, i: number): unknown => c.relays[i]?.isUp && c.relays[i]?.node.status()['epoch']
 
   it.each([1, 2, 3])('moves every relay to the committee 2f+1 operators back, while a client keeps writing: nothing lost, nothing twice, one state (seed %i)', async (seed) => {
     const c = await world.start({ seed })
@@ -53,16 +42,6 @@ describe('epoch changes', () => {
     expect(status['epochStartRound']).toBeGreaterThan(0)
     expect(status['committedRound']).toBeGreaterThan(status['epochStartRound'] as number)
   })
-
-  /** The committee entry of a simulated relay. */
-  const entryOf = (c: SimCluster, i: number) => ({ id: c.relays[i]!.id, publicKey: c.relays[i]!.publicKey, api: `relay${i}.sim`, mesh: '/memory/sim' })
-  /** Until every relay of `members` runs epoch `epoch` and holds the same state of `space` as the first. */
-  const settledIn = (c: SimCluster, members: number[], epoch: number, space = 's') =>
-    c.until(`relays ${members.join(', ')} in epoch ${epoch} with one state`, () => {
-      if (!members.every((i) => epochOf(c, i) === epoch)) return undefined
-      const heads = members.map((i) => c.relays[i]!.node.reads.stableHead(space))
-      return heads.every((h) => h.stateHash === heads[0]?.stateHash && h.index === heads[0]?.index) && heads[0]
-    })
 
   it('replaces a relay by a new machine: the new one joins from the state the epoch started from, the old one leaves, the client goes on', async () => {
     const c = await world.start({ seed: 7 })
