@@ -57,6 +57,8 @@ const IN_FLIGHT_WAIT_MS = 200
 const START_AT = Date.UTC(2026, 0, 1)
 /** How often a relay looks whether its peers are in a later epoch (see SimRelay.watchEpochs). */
 const EPOCH_POLL_MS = 2_000
+/** How long a relay the next committee leaves out serves the certificate before it stops (see nextEpoch). */
+const LEAVE_GRACE_MS = 3_000
 
 /** The envelope in a submitted frame, or undefined for one that does not open (the relay refuses it itself). */
 function openEnvelope(frame: Uint8Array): Envelope | undefined {
@@ -445,7 +447,7 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; indexOf: ReadonlyMap<string, number>; mesh: MeshHandlers; key: RelayKey; started: boolean } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; indexOf: ReadonlyMap<string, number>; mesh: MeshHandlers; key: RelayKey; started: boolean; leaving?: boolean } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   /** Partitioned from the other relays (see cutOff). */
@@ -668,9 +670,16 @@ export class SimRelay {
   }
 
   /** At an epoch's end: the relay stops in good order (its clients' sockets drop, they reconnect) and starts as the next epoch's. */
-  private async nextEpoch(): Promise<void> {
+  private async nextEpoch(graceOver = false): Promise<void> {
     const run = this.running
-    if (!run) return
+    if (!run || (run.leaving && !graceOver)) return
+    // Left out of the next committee: it goes on serving the certificate for a while (as runRelay's
+    // leaveGraceMs), so that a peer that missed its vote takes it from here.
+    const next = storedEpoch(this.kv, this.cluster.config).cluster
+    if (!graceOver && !next.relays.some((r) => this.holds(r.publicKey))) {
+      run.leaving = true
+      return this.cluster.later(LEAVE_GRACE_MS, () => void (this.running === run && this.nextEpoch(true).catch((err: unknown) => this.cluster.fail(err))))
+    }
     this.running = undefined
     this.epoch++
     for (const w of run.wires) w.cut()

@@ -4,7 +4,7 @@ import { createApi, type ApiLimits } from '../api/server.ts'
 import { startClientPeers, type ClientPeers } from '../api/client-peers.ts'
 import { ClientFacingLiar, type ClientLie } from '../faults/client-lies.ts'
 import { type ClusterConfig, ConfigError, committeeOf } from './config.ts'
-import { epochChainFromJson, followEpochs, toHex, type EpochCertificate, type EpochCommittee } from '@stead/core'
+import { decodeEpochChange, epochChainFromJson, followEpochs, toHex, type EpochCertificate, type EpochCommittee } from '@stead/core'
 import { nodeCrypto, publicKeyOfSync } from '@stead/core/node'
 import { adoptEpochChain, epochCommitteeOf, storedEpoch, type StoredEpoch } from '../runtime/epochs.ts'
 import { LmdbKv } from '../store/kv.ts'
@@ -68,6 +68,13 @@ export interface RunRelayOptions {
   readonly join?: string
   /** How often a running relay asks its peers whether they are in a later epoch (default 10 s). */
   readonly epochPollMs?: number
+  /**
+   * How long a relay the next committee leaves out goes on serving once the
+   * epoch ended (its certificate at GET /v1/epochs, the old epoch's reads)
+   * before it stops: a peer that missed its vote takes the certificate from
+   * it. Default 1.5 times epochPollMs.
+   */
+  readonly leaveGraceMs?: number
 }
 
 export interface RunningRelay {
@@ -106,6 +113,8 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
   let last: EpochRun
   let switching: Promise<void> = Promise.resolve()
   let stopped = false
+  /** Ends a leaving relay's grace period at once (stop). */
+  let stopWaiting: (() => void) | undefined
   const fatal = (err: unknown): void => {
     clearInterval(poll)
     logger.fatal({ err }, 'could not start the next epoch; stopping')
@@ -118,6 +127,20 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
     if (!ending || stopped) return
     current = undefined
     switching = (async () => {
+      // Left out of the next committee: the certificate may be in no other running relay's hands yet
+      // (a peer missed this relay's vote, another is down), so it stays up serving it for a while.
+      const certs = ending.node.epochCertificates()
+      const latest = certs[certs.length - 1]
+      const nextMembers = latest ? decodeEpochChange(latest.change).next.members : []
+      if (latest && !nextMembers.some((m) => myKeys.has(toHex(m.publicKey)))) {
+        const graceMs = o.leaveGraceMs ?? 1.5 * (o.epochPollMs ?? EPOCH_POLL_MS)
+        logger.info({ epoch: certs.length, graceMs }, `the next committee does not list this relay: ${o.id} serves the certificate for ${Math.round(graceMs / 1000)} s, then stops`)
+        await new Promise<void>((done) => {
+          const t = setTimeout(done, graceMs)
+          stopWaiting = () => (clearTimeout(t), done())
+        })
+        stopWaiting = undefined
+      }
       await ending.stop()
       if (stopped) return
       const stored = await readStoredEpoch(o, logger)
@@ -175,6 +198,7 @@ export async function runRelay(o: RunRelayOptions): Promise<RunningRelay> {
       const wasStopped = stopped
       stopped = true
       clearInterval(poll)
+      stopWaiting?.()
       // A switch under way finishes first (it starts nothing once stopped); then whatever runs stops, once.
       await switching
       const run = current

@@ -1,5 +1,6 @@
 import { SteadError, decode, decodeEpochChange, encode, epochChainFromJson, expect, followEpochs, type Crypto, type EpochCertificate, type FollowedEpoch, type HostClock, type HostTimer } from '@stead/core'
 import { descriptorOf, epochCommitteeOf, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
+import { browserOffline } from './transport.ts'
 
 /** A later committee the client followed certificates to, and the whole chain it keeps (from the epoch it first pinned). */
 export interface FollowedCluster {
@@ -75,7 +76,8 @@ export class EpochFollower {
   private async ask(): Promise<void> {
     const cluster = this.o.cluster()
     const fetchFn = this.o.fetch
-    if (!cluster || !fetchFn || this.stopped) return
+    // A browser that knows it has no network is not asked to fetch (each refused request is a console error); the next ask is soon enough.
+    if (!cluster || !fetchFn || this.stopped || browserOffline()) return
     const from = epochCommitteeOf(cluster)
     const answers = await Promise.all(
       this.o.urls().map(async (url) => {

@@ -1,4 +1,4 @@
-import { SteadError, toHex, type Crypto, type EpochCertificate, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
+import { SteadError, bytesEqual, toHex, type Crypto, type EpochCertificate, type HostClock, type HostTimer, type RelayMessage } from '@stead/core'
 import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { EpochFollower, type FollowedCluster } from './epoch-follower.ts'
@@ -86,6 +86,8 @@ export class RelaySessions {
   private skewReported = false
   /** The relays' URLs: the app's, then those of each committee followed to. */
   private urls: readonly string[]
+  /** Keys of the committees this client moved on from (hex): a relay proving one is behind, not lying. */
+  private readonly earlierKeys = new Set<string>()
   private readonly epochs: EpochFollower
 
   private readonly o: SessionsOptions
@@ -280,6 +282,7 @@ export class RelaySessions {
           crypto: this.o.crypto,
           identity: this.o.identity,
           keyOf: (i) => cluster.relays[i]?.publicKey,
+          knownElsewhere: (key) => this.earlierKeys.has(toHex(key)) || cluster.relays.some((r) => bytesEqual(r.publicKey, key)),
           clock: this.o.clock,
           ...(this.o.random ? { random: this.o.random } : {}),
           ...(this.o.backoff ? { backoff: this.o.backoff } : {}),
@@ -294,6 +297,8 @@ export class RelaySessions {
               if (link.provenRelay === undefined || this.clockOffset.sample(link.provenRelay, relayTime, sentAt, receivedAt) === undefined) return
               this.reportSkew()
             },
+            // Behind or ahead of this client: the certificates may say more now.
+            otherEpoch: () => void this.epochs.check(),
             untrusted: (link, why) => {
               // A relay of a later committee than the one trusted proves a key this client does not
               // know yet: look for the certificates first, and only then call it a lie.
@@ -334,6 +339,7 @@ export class RelaySessions {
     }
     if (this.closed) return
     this.urls = urlsOf(followed.cluster, this.provenUrls(), this.urls)
+    for (const r of this.cluster?.relays ?? []) this.earlierKeys.add(toHex(r.publicKey))
     this.cluster = followed.cluster
     this.problem = undefined
     this.clockOffset = new ClockOffset(() => this.cluster?.f ?? 0)

@@ -49,6 +49,8 @@ export interface LinkHandlers {
   down(link: RelayLink, why: string): void
   /** The relay proved a key other than the pinned one, or broke the protocol: never retried. */
   untrusted(link: RelayLink, why: string): void
+  /** The relay is in another epoch than the client trusts (see LinkOptions.knownElsewhere): it is tried again. */
+  otherEpoch?(link: RelayLink): void
   /** The relay's clock read `relayTime` while this client's read between `sentAt` and `receivedAt` (a ping's round trip). */
   clock?(link: RelayLink, relayTime: number, sentAt: number, receivedAt: number): void
 }
@@ -67,6 +69,14 @@ export interface LinkOptions {
   readonly identity: Identity
   /** The pinned key of relay `index` of the cluster, if there is such a relay. */
   readonly keyOf: (index: number) => Uint8Array | undefined
+  /**
+   * Whether a key is one the client trusts at another place: of the
+   * cluster at another index, or of a committee it followed on from. A
+   * relay that proves one is in another epoch than the client (it has not
+   * moved on yet, or the client has not): tried again with backoff, not
+   * faulty.
+   */
+  readonly knownElsewhere?: (key: Uint8Array) => boolean
   readonly handlers: LinkHandlers
   readonly backoff?: { readonly initialMs: number; readonly maxMs: number }
   /** For deterministic tests; defaults to Math.random. */
@@ -78,7 +88,7 @@ export interface LinkOptions {
 }
 
 /** A browser's word that it has no network at all (`onLine` true only means "maybe"); false where there is no navigator. */
-function browserOffline(): boolean {
+export function browserOffline(): boolean {
   return (globalThis as { navigator?: { onLine?: boolean } }).navigator?.onLine === false
 }
 
@@ -276,6 +286,13 @@ export class RelayLink {
       this.challenged = socket
       const pinned = this.options.keyOf(m.relay)
       if (!pinned || !bytesEqual(pinned, m.relayKey)) {
+        if (this.options.knownElsewhere?.(m.relayKey)) {
+          this.lastError = `in another epoch than this client (it says it is relay ${m.relay}); trying again`
+          this.drop()
+          if (!this.timer) this.retry()
+          this.options.handlers.otherEpoch?.(this)
+          return
+        }
         return this.markFaulty(`claims to be relay ${m.relay} with a key the pinned cluster does not have there`)
       }
       this.relay = m.relay

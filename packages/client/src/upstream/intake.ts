@@ -356,6 +356,8 @@ export class RelayIntake {
     this.unmatched.clear()
     this.attestedUpTo.clear()
     this.unreadable.forgetAll()
+    // Outcomes of ours waiting for acknowledgements of a commit before the boundary have them now.
+    if (this.awaitingAcks.length) void this.settleConfirmed().catch((err: unknown) => this.o.space.storageFailed(err))
   }
 
   sessionsChanged(): void {
@@ -890,7 +892,9 @@ export class RelayIntake {
     while ((next = this.awaitingAcks[0])) {
       let acks = 0
       for (const upTo of this.attestedUpTo.values()) if (upTo >= next.round) acks++
-      if (acks < needed) break
+      // A commit of an earlier epoch is in the state the current one started from, which 2f+1 of the
+      // committee before signed in the epoch certificate, and which every relay of this one holds.
+      if (acks < needed && !this.beforeEpoch(next.round)) break
       this.awaitingAcks.shift()
       for (const d of next.decisions) await this.o.outbox.settle(d.env.idHex, d)
       settled = true
