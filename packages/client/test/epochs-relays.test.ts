@@ -156,7 +156,9 @@ describe('clients through committee changes of real relays', () => {
     expect(await spaces[0]!.readStable('n', { quorum: true, timeoutMs: 20_000 })).toBe(acknowledged)
     await until('clients hold every acknowledged update', () => (spaces.every((s) => s.counter('n').stable === acknowledged) ? true : undefined), 30_000)
     // Their sessions are the new committee's.
-    expect(clients[0]!.status.relays.map((r) => r.relay)).toEqual(['r5', 'r6', 'r7', 'r8', 'r9', 'r10', 'r11'])
+    // (A session that dropped while relays joined may still be reconnecting: it names its relay once it proved it.)
+    const seven = ['r5', 'r6', 'r7', 'r8', 'r9', 'r10', 'r11'].join()
+    await until('sessions with the seven relays', () => (clients.every((cl) => cl.status.relays.map((r) => r.relay).join() === seven) ? true : undefined), 30_000)
 
     // An outside checker judges the history.
     const path = join(c.dir, 'history.json')
