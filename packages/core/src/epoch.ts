@@ -207,6 +207,27 @@ export async function followEpochs(crypto: Crypto, from: EpochCommittee, certs: 
   return at
 }
 
+/** A certificate as plain values for the codec (what relays and clients store): [change, [[relay, sig], ...]]. */
+export function epochCertificateFields(cert: EpochCertificate): [Uint8Array, Array<[number, Uint8Array]>] {
+  return [cert.change, cert.signatures.map((s) => [s.relay, s.sig])]
+}
+
+/**
+ * A certificate from `epochCertificateFields`' values (not checked: see `followEpochs`).
+ *
+ * @throws SteadError `malformed` for values of another shape, `too-large` past MAX_COMMITTEE signatures.
+ */
+export function epochCertificateFromFields(v: unknown, field = 'certificate'): EpochCertificate {
+  const [change, signatures] = expect.array(v, field, 2)
+  return {
+    change: plain(expect.bytes(change, `${field}.change`)),
+    signatures: expect.array(signatures, `${field}.signatures`, MAX_COMMITTEE).map((s, j) => {
+      const [relay, sig] = expect.array(s, `${field}.signatures[${j}]`, 2)
+      return { relay: expect.uint(relay, `${field}.signatures[${j}].relay`), sig: plain(expect.bytes(sig, `${field}.signatures[${j}].sig`, 64)) }
+    }),
+  }
+}
+
 /** A chain of epoch certificates as `GET /v1/epochs` serves it in JSON: `change` and each signature base64url. */
 export interface EpochChainJson {
   /** The epoch the serving relay is in. */

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
-import { decode, encode, type EpochCertificate, type Signed } from '@stead/core'
+import { decode, encode, epochCertificateFields, epochCertificateFromFields, type EpochCertificate, type Signed } from '@stead/core'
 import { FileJournal, JOURNAL_CAPACITY, type Journal } from './journal.ts'
 import { HistoryLog, type HistoryRecord } from './history-log.ts'
 import { HistoryRetention, type SpaceRetention } from './history-retention.ts'
@@ -679,8 +679,7 @@ export class RelayStore {
 export function storedChain(kv: Kv): EpochCertificate[] {
   const out: EpochCertificate[] = []
   for (const { value } of kv.table<number>(STORE_TABLES.epochs).getRange({})) {
-    const [change, signatures] = decode(value, RECORD_LIMIT) as [Bytes, Array<[number, Bytes]>]
-    out.push({ change, signatures: signatures.map(([relay, sig]) => ({ relay, sig })) })
+    out.push(epochCertificateFromFields(decode(value, RECORD_LIMIT), 'stored epoch certificate'))
   }
   return out
 }
@@ -689,7 +688,7 @@ export function storedChain(kv: Kv): EpochCertificate[] {
 export async function keepEpochCertificates(kv: Kv, certs: ReadonlyMap<number, EpochCertificate>): Promise<void> {
   if (!certs.size) return
   const table = kv.table<number>(STORE_TABLES.epochs)
-  await kv.write(() => certs.forEach((cert, epoch) => table.put(epoch, encode([cert.change, cert.signatures.map((s) => [s.relay, s.sig])]))))
+  await kv.write(() => certs.forEach((cert, epoch) => table.put(epoch, encode(epochCertificateFields(cert)))))
 }
 
 function encodeBlock(b: Block): Uint8Array {

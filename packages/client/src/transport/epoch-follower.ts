@@ -1,4 +1,4 @@
-import { SteadError, decode, decodeEpochChange, encode, epochChainFromJson, expect, followEpochs, type Crypto, type EpochCertificate, type FollowedEpoch, type HostClock, type HostTimer } from '@stead/core'
+import { SteadError, decode, decodeEpochChange, encode, epochCertificateFields, epochCertificateFromFields, epochChainFromJson, expect, followEpochs, type Crypto, type EpochCertificate, type FollowedEpoch, type HostClock, type HostTimer } from '@stead/core'
 import { descriptorOf, epochCommitteeOf, getJson, httpBaseOf, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { browserOffline } from './transport.ts'
 
@@ -110,20 +110,11 @@ export class EpochFollower {
   }
 }
 
-/** Certificates as the client stores them: [[change, [[relay, sig], ...]], ...]. */
+/** Certificates as the client stores them: a list of core's `epochCertificateFields`. */
 export function encodeCertificates(certs: readonly EpochCertificate[]): Uint8Array {
-  return encode(certs.map((c) => [c.change, c.signatures.map((s) => [s.relay, s.sig])]))
+  return encode(certs.map(epochCertificateFields))
 }
 
 export function decodeCertificates(bytes: Uint8Array): EpochCertificate[] {
-  return expect.array(decode(bytes), 'epochs', 1_000_000).map((raw, i) => {
-    const [change, sigs] = expect.array(raw, `epochs[${i}]`, 2)
-    return {
-      change: expect.bytes(change, `epochs[${i}].change`),
-      signatures: expect.array(sigs, `epochs[${i}].signatures`, 256).map((s, j) => {
-        const [relay, sig] = expect.array(s, `epochs[${i}].signatures[${j}]`, 2)
-        return { relay: expect.uint(relay, `epochs[${i}].signatures[${j}].relay`), sig: expect.bytes(sig, `epochs[${i}].signatures[${j}].sig`, 64) }
-      }),
-    }
-  })
+  return expect.array(decode(bytes), 'epochs', 1_000_000).map((v, i) => epochCertificateFromFields(v, `epochs[${i}]`))
 }
