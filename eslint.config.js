@@ -2,7 +2,7 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', '**/dist/**', '**/.stead/**', '**/*.d.ts'] },
+  { ignores: ['**/node_modules/**', '**/dist/**', '**/.stead/**', '**/.cache/**', '**/*.d.ts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -12,7 +12,7 @@ export { runRelay, type RunRelayOptions, type RunningRelay } from './process/rel
 export { RelayNode, DEFAULT_RETENTION, type RelayNodeOptions, type Retention } from './runtime/node.ts'
 export { adoptEpochChain, storedEpoch, type StoredEpoch } from './runtime/epochs.ts'
 export { COMMITTEE_SPACE, backingKey, encodeCommitteeRequest, proposalId, type CommitteeRequest } from './runtime/committee-proposals.ts'
-export { loadCluster, parseCluster, clusterInEpoch, relayCommitteeOf, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
+export { loadCluster, parseCluster, clusterInEpoch, committeeOf, relayCommitteeOf, clusterToJson, generateIdentity, loadIdentity, writeIdentity, ConfigError, type ClusterConfig, type SpacePolicy } from './process/config.ts'
 export { buildApi, createApi } from './api/server.ts'
 export { systemClock, type HostClock, type HostTimer } from '@stead/core'
 export { LmdbKv, MemoryKv, type Kv, type KvKey, type KvTable, type KeyRange } from './store/kv.ts'

@@ -10,11 +10,11 @@
  * older checkout), to see which rows it fails.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:net'
 import { hostname, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, type ExpectStatic } from 'vitest'
 import { LOCK_FILE } from '../src/process/datadir.ts'
 import { initCluster } from '../src/process/init.ts'
 import { freePort, until } from './helpers/cluster.ts'
@@ -71,7 +71,13 @@ describe('operator mistakes: exit 2 and one line naming the input and the fix', 
     writeFileSync(path, JSON.stringify(c, null, 2))
     return path
   }
-  const start = (config: string, more: string[] = [], id = 'r1', data = join(out, id)): string[] => ['start', '--config', config, '--id', id, '--data', data, ...more]
+  /** A data dir of its own for one row (rows run side by side, and a relay that gets far enough locks its dir), with the relay's key when init wrote one. */
+  const dataOf = (id: string): string => {
+    const data = mkdtempSync(join(root, `data-${id}-`))
+    if (existsSync(join(out, id, 'key.json'))) copyFileSync(join(out, id, 'key.json'), join(data, 'key.json'))
+    return data
+  }
+  const start = (config: string, more: string[] = [], id = 'r1', data = dataOf(id)): string[] => ['start', '--config', config, '--id', id, '--data', data, ...more]
 
   beforeAll(async () => {
     const base = await freePort()
@@ -100,9 +106,6 @@ describe('operator mistakes: exit 2 and one line naming the input and the fix', 
     ['a mesh address that is no IP', () => start(variant('meship.json', (c) => (c.relays[0]!.mesh = '/ip4/999.1.1.1/tcp/7501'))), /meship\.json: relays\[0\]\.mesh has 999\.1\.1\.1, which is not an IPv4 address; write the relay's address/],
     ['a peers address without /ws', () => start(variant('peers.json', (c) => (c.relays[0]!.peers = '/ip4/127.0.0.1/tcp/7601'))), /peers\.json: relays\[0\]\.peers must look like \/ip4\/127\.0\.0\.1\/tcp\/7601\/ws, got \/ip4\/127\.0\.0\.1\/tcp\/7601$/],
     ['an API address with a scheme', () => start(variant('scheme.json', (c) => (c.relays[0]!.api = `ws://${c.relays[0]!.api}`))), /scheme\.json: relays\[0\]\.api must be host:port without a scheme \(clients add ws:\/\/ or wss:\/\/\), e\.g\. 127\.0\.0\.1:7401, got ws:\/\//],
-    ['an API host that does not resolve', () => start(variant('dns.json', (c) => (c.relays[0]!.api = `host.invalid:${c.relays[0]!.api!.split(':')[1]}`))), /cannot listen on host\.invalid:\d+ \(the HTTP API of r1\): host\.invalid does not resolve to an address \(DNS\); fix r1's "api" in the cluster file/],
-    ['an API address not of this machine', () => start(variant('notlocal.json', (c) => (c.relays[0]!.api = `10.255.255.1:${c.relays[0]!.api!.split(':')[1]}`))), /cannot listen on 10\.255\.255\.1:\d+ \(the HTTP API of r1\): 10\.255\.255\.1 is not an address of this machine; fix r1's "api"/],
-    ['a mesh port in use', () => start(variant('inuse.json', (c) => (c.relays[0]!.mesh = `/ip4/127.0.0.1/tcp/${heldPort}`))), /port \d+ \(the mesh of r1, 127\.0\.0\.1:\d+\) is in use by another process: stop it .*, or change r1's "mesh" in the cluster file/],
     // The committee.
     ['f too large for N', () => start(variant('f2.json', (c) => (c.f = 2))), /f2\.json: 4 relays cannot tolerate f = 2: N must be exactly 3f\+1; set "f" to 1 \(or remove it\), or list 7 relays$/],
     ['N not 3f+1', () => start(variant('five.json', (c) => c.relays.push({ ...c.relays[0]!, id: 'r5', api: '127.0.0.1:1', mesh: '/ip4/127.0.0.1/tcp/1' }))), /five\.json: 5 relays with f = 1: N must be exactly 3f\+1 .*; list 4, 7, 10, \.\.\. relays/],
@@ -137,7 +140,15 @@ describe('operator mistakes: exit 2 and one line naming the input and the fix', 
     ['dev in a file', () => ['dev', '--base-port', '24000', '--dir', join(out, 'cluster.json')], /--dir \S*cluster\.json: it or a part of its path is a file, not a directory; give --dir a directory this user can write/],
   ]
 
-  it.each(rows)('%s', async (_what, args, line) => {
+  // Each row is a process of its own that reads its own files: they run side by side (vitest's maxConcurrency, 5).
+  // Rows that get as far as listening: one at a time (they would take each other's ports).
+  const listening: Array<[string, () => string[], RegExp]> = [
+    ['an API host that does not resolve', () => start(variant('dns.json', (c) => (c.relays[0]!.api = `host.invalid:${c.relays[0]!.api!.split(':')[1]}`))), /cannot listen on host\.invalid:\d+ \(the HTTP API of r1\): host\.invalid does not resolve to an address \(DNS\); fix r1's "api" in the cluster file/],
+    ['an API address not of this machine', () => start(variant('notlocal.json', (c) => (c.relays[0]!.api = `10.255.255.1:${c.relays[0]!.api!.split(':')[1]}`))), /cannot listen on 10\.255\.255\.1:\d+ \(the HTTP API of r1\): 10\.255\.255\.1 is not an address of this machine; fix r1's "api"/],
+    ['a mesh port in use', () => start(variant('inuse.json', (c) => (c.relays[0]!.mesh = `/ip4/127.0.0.1/tcp/${heldPort}`))), /port \d+ \(the mesh of r1, 127\.0\.0\.1:\d+\) is in use by another process: stop it .*, or change r1's "mesh" in the cluster file/],
+  ]
+
+  const check = async ([, args, line]: [string, () => string[], RegExp], expect: ExpectStatic): Promise<void> => {
     const r = await run(args())
     expect(r.stderr, 'no stack trace').not.toMatch(STACK)
     expect(r.code, `exit code, stderr: ${r.stderr}`).toBe(2)
@@ -145,7 +156,9 @@ describe('operator mistakes: exit 2 and one line naming the input and the fix', 
     expect(lines, 'one line on stderr').toHaveLength(1)
     expect(lines[0]).toMatch(/^stead-relay: /)
     expect(lines[0]).toMatch(line)
-  }, ROW_TIMEOUT_MS + 10_000)
+  }
+  it.concurrent.for(rows)('%s', { timeout: ROW_TIMEOUT_MS + 10_000 }, (row, { expect }) => check(row, expect))
+  it.for(listening)('%s', { timeout: ROW_TIMEOUT_MS + 10_000 }, (row, { expect }) => check(row, expect))
 })
 
 describe('a second dev cluster on the same --dir', () => {

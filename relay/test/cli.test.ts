@@ -179,6 +179,37 @@ describe('init, then start on what it wrote', () => {
   }, 60_000)
 })
 
+describe('a relay whose log reader fails it', () => {
+  let cluster: TestCluster | undefined
+  const started: RelayProcess[] = []
+  afterAll(async () => {
+    await stopRelays(started, 1000)
+    await cluster?.stopAll()
+  })
+
+  // Its launcher killed (the pipe's other end gone) or a pipe nobody drains: pino's own stdout flushed
+  // synchronously on exit, retrying for ever, and the relay never ended after SIGTERM.
+  it.for(['stops reading', 'is gone'] as const)('still stops on SIGTERM when the reader of its log %s', { timeout: 60_000 }, async (fault) => {
+    cluster ??= await TestCluster.create(4)
+    const i = fault === 'stops reading' ? 0 : 1
+    const t = cluster.relays[i] as (typeof cluster.relays)[number]
+    const r: RelayProcess = { id: t.id, api: t.api, process: null, log: '' }
+    // Nothing reads its stdout: the pipe fills once the first few hundred kB are out.
+    r.process = spawn(process.execPath, [BIN, 'start', '--config', cluster.clusterPath, '--id', t.id, '--data', t.data, '--log-level', 'debug'], { stdio: ['ignore', 'pipe', 'ignore'] })
+    started.push(r)
+    await waitHealthy(r, 60_000)
+    if (fault === 'is gone') r.process.stdout?.destroy()
+    // Every request logs a line at debug: about a MB of them.
+    for (let k = 0; k < 40; k++) await Promise.all(Array.from({ length: 100 }, () => fetch(`http://${r.api}/v1/status`).then((res) => res.arrayBuffer())))
+    const exited = new Promise<number | null>((done) => r.process?.once('exit', (code) => done(code)))
+    const t0 = Date.now()
+    r.process.kill('SIGTERM')
+    expect(await exited).toBe(0)
+    // It waits a few seconds at most for a log reader that does not read.
+    expect(Date.now() - t0).toBeLessThan(12_000)
+  })
+})
+
 describe('/ready follows the cluster', () => {
   let cluster: TestCluster
   afterAll(async () => cluster?.stopAll())

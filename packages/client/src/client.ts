@@ -1,6 +1,7 @@
 import { ReliableReplica, SteadError, authorIdOf, bytesEqual, certifyDevice, clockInit, deviceCertificateHoldsAsync, fromHex, followEpochs, isSteadError, toHex, userIdOf, MAX_EPOCHS_FOLLOWED, type Clock, type EpochCertificate, type ClockRecord, type Crypto, type DeviceCertificate, type Envelope } from '@stead/core'
 import { decodeDeviceToken, encodeDeviceToken } from './handles/device-token.ts'
 import { decodeCluster, descriptorOf, encodeCluster, epochCommitteeOf, sameCluster, type ClusterDescriptor, type Fetch } from './transport/cluster.ts'
+import { decodeRelayUrls, encodeRelayUrls, startUrls } from './transport/relay-urls.ts'
 import { decodeCertificates, encodeCertificates } from './transport/epoch-follower.ts'
 import { checkClientOptions, checkStorage, clockOf } from './options.ts'
 import { checkTimeout } from './wait.ts'
@@ -159,10 +160,10 @@ export class SteadClient {
   }
 
   /** @internal Takes the lead: the storage, identity and cluster it opened, and relay sessions started over them. */
-  startLead(storage: ClientStorage, identity: Lead['identity'], cluster: ClusterDescriptor | undefined, certificates: readonly EpochCertificate[] = []): void {
+  startLead({ storage, identity, cluster, certificates, relays }: LeadStorage): void {
     const { options, platform, crypto } = this.init
     const sessions = new RelaySessions({
-      relays: options.relays,
+      relays,
       crypto,
       identity,
       cluster,
@@ -174,7 +175,12 @@ export class SteadClient {
       tickMs: Math.max(50, Math.min(500, (options.resubmitAfterMs ?? 2000) / 4)),
       clock: clockOf(options),
       pin: (c) => storage.write([clusterRecord(c)]),
-      pinEpoch: (followed) => storage.write([clusterRecord(followed.cluster), { key: EPOCHS_KEY, value: encodeCertificates(followed.certificates) }]),
+      pinEpoch: (followed, urls) =>
+        storage.write([
+          clusterRecord(followed.cluster),
+          { key: EPOCHS_KEY, value: encodeCertificates(followed.certificates) },
+          { key: RELAY_URLS_KEY, value: encodeRelayUrls({ epoch: followed.cluster.epoch ?? 0, given: options.relays, urls }) },
+        ]),
       certificates,
       ...(options.epochPollMs !== undefined ? { epochPollMs: options.epochPollMs } : {}),
       error: (err) => {
@@ -519,14 +525,15 @@ export class SteadClient {
       const next = deferredUpstream()
       return { up, next, handed: up.handOver(next.promise) }
     })
-    const { storage, identity, cluster, certificates } = await openLeadStorage(this.init.options, this.init.cluster, this.init.crypto, await tabs.platform.storage())
+    const opened = await openLeadStorage(this.init.options, this.init.cluster, this.init.crypto, await tabs.platform.storage())
+    const { storage, identity } = opened
     if (authorIdOf(this.init.crypto, identity.publicKey) !== this.authorId) {
       await storage.close()
       throw new SteadError('conflict', 'the storage holds another identity than the tab that led used')
     }
     link.close(true)
     tabs.link = undefined
-    this.startLead(storage, identity, cluster, certificates)
+    this.startLead(opened)
     for (const { up, next, handed } of handovers) {
       // The space a following tab's upstream served, as this client opened it (see openSpace), or
       // one it is closing: its close waits for its last seal, which only a leader can store.
@@ -611,6 +618,18 @@ const DEVICE_KEY = ['', 'device'] as const
 const CLUSTER_KEY = ['', 'cluster'] as const
 /** The epoch certificates the client followed from the committee it first pinned. */
 const EPOCHS_KEY = ['', 'epochs'] as const
+/** Where the relays of the committee followed to were reached (see relay-urls.ts). */
+const RELAY_URLS_KEY = ['', 'relay-urls'] as const
+
+/** What a client that leads opens its sessions with. */
+interface LeadStorage {
+  readonly storage: ClientStorage
+  readonly identity: Lead['identity']
+  readonly cluster: ClusterDescriptor | undefined
+  readonly certificates: readonly EpochCertificate[]
+  /** The URLs its sessions start from. */
+  readonly relays: readonly string[]
+}
 
 function clusterRecord(c: ClusterDescriptor): StorageChange {
   return { key: CLUSTER_KEY, value: encodeCluster(c) }
@@ -642,9 +661,9 @@ async function openLeadStorage(
   given: ClusterDescriptor | undefined,
   crypto: Crypto,
   storage: ClientStorage,
-): Promise<{ storage: ClientStorage; identity: Lead['identity']; cluster: ClusterDescriptor | undefined; certificates: EpochCertificate[] }> {
+): Promise<LeadStorage> {
   try {
-    const [storedKey, storedCluster, storedDevice, storedEpochs] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY), storage.load(DEVICE_KEY), storage.load(EPOCHS_KEY)])
+    const [storedKey, storedCluster, storedDevice, storedEpochs, storedUrls] = await Promise.all([storage.load(IDENTITY_KEY), storage.load(CLUSTER_KEY), storage.load(DEVICE_KEY), storage.load(EPOCHS_KEY), storage.load(RELAY_URLS_KEY)])
     const restoredCluster = storedCluster && decodeCluster(storedCluster)
     const certificates = storedEpochs ? certificatesOf(storedEpochs) : []
     const secretKey = options.identity?.secretKey ?? storedKey ?? crypto.generateSecretKey()
@@ -655,13 +674,16 @@ async function openLeadStorage(
     // An app passes the cluster file it started with: a committee the client followed certificates to from it stays.
     const followed = given && restoredCluster && !sameCluster(restoredCluster, given) && (await followsTo(crypto, given, certificates, restoredCluster))
     // A new pin starts a new chain: certificates followed from another committee say nothing of this one.
-    if (given && !followed && !(restoredCluster && sameCluster(restoredCluster, given))) pins.push(clusterRecord(given), { key: EPOCHS_KEY, value: encodeCertificates([]) })
+    const repinned = given && !followed && !(restoredCluster && sameCluster(restoredCluster, given))
+    if (repinned) pins.push(clusterRecord(given), { key: EPOCHS_KEY, value: encodeCertificates([]) }, { key: RELAY_URLS_KEY, value: undefined })
     // A stored certificate is of the stored key: another key given in the options is a user of its own, unless certified too.
     const token = options.deviceCertificate ?? (sameKey && storedDevice ? new TextDecoder().decode(storedDevice) : undefined)
     const certificate = token === undefined ? undefined : await deviceCertificateOf(crypto, token, publicKey)
     if (options.deviceCertificate !== undefined) pins.push({ key: DEVICE_KEY, value: new TextEncoder().encode(options.deviceCertificate.trim()) })
     if (pins.length) await storage.write(pins)
-    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster: followed ? restoredCluster : (given ?? restoredCluster), certificates: followed || !given ? certificates : [] }
+    const cluster = followed ? restoredCluster : (given ?? restoredCluster)
+    const relays = startUrls(cluster, repinned || !storedUrls ? undefined : decodeRelayUrls(storedUrls), options.relays)
+    return { storage, identity: { secretKey, publicKey, ...(certificate ? { certificate } : {}) }, cluster, certificates: followed || !given ? certificates : [], relays }
   } catch (err) {
     // Nothing opened on it survives a failed start.
     await storage.close().catch(() => undefined)
@@ -696,7 +718,7 @@ export async function createClientWith(options: ClientOptions, platform: Platfor
     const storage = options.storage === undefined ? await platform.storage() : checkStorage(await options.storage)
     const opened = await openLeadStorage(options, given, crypto, storage)
     const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity) })
-    client.startLead(opened.storage, opened.identity, opened.cluster, opened.certificates)
+    client.startLead(opened)
     return client
   }
   const tabs: Tabs = { platform: shared, tab: newTabId(), lock: new LeaderLock(shared.locks, shared.name), stopWaiting: new AbortController() }
@@ -732,7 +754,7 @@ async function leadTabs(options: ClientOptions, given: ClusterDescriptor | undef
   try {
     const opened = await openLeadStorage(options, given, crypto, await tabs.platform.storage())
     const client = new SteadClient({ options, platform, crypto, cluster: given, ...whoIs(crypto, opened.identity), tabs })
-    client.startLead(opened.storage, opened.identity, opened.cluster, opened.certificates)
+    client.startLead(opened)
     tabs.hub?.announce()
     return client
   } catch (err) {

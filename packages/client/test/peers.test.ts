@@ -178,6 +178,44 @@ describe('peer-to-peer sync', () => {
     await hub.stop()
   })
 
+  it('tells every peer with few links of each envelope it passes on, and a peer with many links now and then', async () => {
+    const { PeerHub } = await import('../src/peers/peers.ts')
+    const board = new PeerBoard()
+    // Keepalives (anti-entropy) out of the way: only news can tell the peers.
+    const hub = new PeerHub(board.network(), () => undefined, 3_600_000)
+    await hub.start(identity(31))
+    hub.join({
+      space: 'bank', held: () => [], frame: () => undefined, fromPeer: () => undefined, knows: () => false, mayShare: () => true, reachableAt: () => undefined, ownPresence: () => undefined, presenceFromPeer: () => undefined,
+      position: () => ({ stableIndex: 0, lastRound: 0 }), followsCommits: () => true, catchUpFor: () => undefined, commitsFromPeer: async () => undefined, snapshotFromPeer: async () => undefined,
+    })
+    // Three newcomers linked to this client alone, and nine peers that each exchange the space with a hundred.
+    const heard = new Map<string, number>()
+    const haves = new Map<string, number>()
+    const peers = [...['leaf 1', 'leaf 2', 'leaf 3'].map((name) => ({ name, links: 1 })), ...Array.from({ length: 9 }, (_, i) => ({ name: `busy ${i}`, links: 100 }))]
+    for (const { name, links } of peers) {
+      const [link] = board.attach(name, (_to, m) => {
+        const message = decodePeerMessage(m)
+        if (message.kind === 'news') heard.set(name, (heard.get(name) ?? 0) + message.ids.length)
+        if (message.kind === 'have') haves.set(name, (haves.get(name) ?? 0) + 1)
+      })
+      link?.send(encode([PEER_TAG, 'links', 'bank', links]))
+      // Asking for an answer: the answer shows the hub read the count (a link keeps its order).
+      link?.send(encode([PEER_TAG, 'have', 'bank', [], true]))
+    }
+    // Each got the hub's `have` when the link opened, then its answer.
+    await until('the hub heard how many links each peer has', () => peers.every((p) => haves.get(p.name) === 2))
+    const rounds = 30
+    for (let i = 0; i < rounds; i++) {
+      // An envelope first heard from a peer outside the test's twelve: its news goes in its own batch.
+      hub.relay('bank', toHex(new Uint8Array(32).fill(i + 1)), 'the author')
+      await until(`news of envelope ${i} reached the newcomers`, () => ['leaf 1', 'leaf 2', 'leaf 3'].every((leaf) => heard.get(leaf) === i + 1), 2000)
+    }
+    // The busy peers hear it from about 6 of their 100 peers each: from this one about 6% of the time.
+    const busy = peers.slice(3).reduce((sum, p) => sum + (heard.get(p.name) ?? 0), 0)
+    expect(busy).toBeLessThan((rounds * 9) / 3)
+    await hub.stop()
+  })
+
   it('dials and hears a peer only once f+1 relays name it: one relay naming it again and again is one vote', async () => {
     const c = await cluster()
     const board = new PeerBoard(undefined, onClock(c))
@@ -254,6 +292,7 @@ describe('peer-to-peer sync', () => {
       ],
       ['a clock claiming updates nobody made', async (key) => envMessage([encodeEnvelope(await seal({ clock: clockFrom([[honestId, 999]]) }, key))])],
       ['an envelope of another space', async (key) => envMessage([encodeEnvelope(await seal({ space: 'other' }, key))])],
+      ['a count of links that is not one', async () => encode([PEER_TAG, 'links', 'bank', -1])],
       ['too many ids', async () => encode([PEER_TAG, 'have', 'bank', Array.from({ length: MAX_PEER_IDS + 1 }, () => new Uint8Array(32)), false])],
       [
         'a presence its author did not sign',

@@ -226,6 +226,8 @@ export class Binding {
 
   private refreshCursors(): void {
     if (this.destroyed || !this.ctx.presence) return
+    // Redrawn decorations make the view write its selection into the page, so it must have read the browser's first.
+    readPendingSelection(this.view)
     const meta: Meta = { cursors: true }
     this.view.dispatch(this.view.state.tr.setMeta(this.ctx.key, meta))
   }
@@ -287,7 +289,10 @@ export class Binding {
  * comes later, as a task of its own). A transaction dispatched before it
  * would write the view's older selection back into the page, and the
  * user's caret would jump back to where it was: Ctrl-Home, another's
- * change, Shift-End would select from the old place. The view reads the
+ * change, Shift-End would select from the old place. Any transaction the
+ * binding dispatches does: another's change, and also another's cursor
+ * drawn anew (Shift-End, then Bob's caret moves: the selection is lost
+ * and Ctrl-B bolds nothing). The view reads the
  * selection on that event, so it is told now.
  */
 function readPendingSelection(view: EditorView): void {

@@ -109,4 +109,33 @@ describe('steadRichText: remote cursors', () => {
     expect(a.view.dom.querySelector('img')).toBeNull()
     expect(caret?.style).not.toContain('evil')
   })
+
+  it("keeps a selection the browser made but has not told the editor of yet when another's cursor moves first", async () => {
+    const { c, spaces } = await world(2)
+    const [sa, sb] = spaces as [Space, Space]
+    const a = editor(sa, { presence: sa.presence, user: { name: 'Ann', colour: '#d1495b' } })
+    const b = editor(sb, { presence: sb.presence, user: { name: 'Bob', colour: '#2e86ab' } })
+    type(a, 0, 'Shared note')
+    await c.until('b has the text', () => converged(a, b))
+    a.view.focus()
+    select(a, 0, 0)
+    // Shift-End, as a browser does it: the page's selection covers the line, and the selectionchange event
+    // that tells the editor comes later (here: held back once).
+    const hold = (event: Event): void => {
+      event.stopImmediatePropagation()
+      window.removeEventListener('selectionchange', hold, true)
+    }
+    window.addEventListener('selectionchange', hold, true)
+    const line = a.view.domAtPos(at(a, 0)).node
+    document.getSelection()?.setBaseAndExtent(line, 0, line, line.childNodes.length)
+    // Before the editor hears of it, Bob's caret moves: Ann's editor draws it anew.
+    const drawn = carets(a).map((k) => k.pos).join()
+    select(b, 6, 6)
+    await c.until("a shows bob's caret moved", () => carets(a).map((k) => k.pos).join() !== drawn)
+    // Ann's selection is the whole line in the editor, and still on the page (not put back to where the editor
+    // had it): the browser's late event reads it again.
+    expect([a.view.state.selection.from, a.view.state.selection.to]).toEqual([at(a, 0), at(a, 11)])
+    document.dispatchEvent(new Event('selectionchange'))
+    expect([a.view.state.selection.from, a.view.state.selection.to]).toEqual([at(a, 0), at(a, 11)])
+  })
 })

@@ -8,11 +8,14 @@ Seeded runs of committee changes (issue 49) on the simulator harness
 (SimCluster: real relays and an SDK client in simulated time): per seed,
 K changes (default 3) drawn from replace a relay by a new machine, move
 one's API, rotate one's key, grow 4 to 7 and shrink 7 to 4, each backed by
-2f+1 current relays, with one fault per change drawn too (none, a member
-lying to clients, a member crashed at the boundary, one cut off from the
-others). A seed fails when the relays end apart, the client does not
-follow, or an acknowledged update is missing or counted twice; it replays
-exactly with --from S --seeds 1.`
+the operators of 2f+1 correct current relays, with one fault per change
+drawn too: none; a Byzantine member (it lies to its clients and misbehaves
+towards the other relays with a --byzantine strategy, and stays Byzantine
+in the next epoch); a member crashed at the boundary; one cut off from the
+others; or the committee split in two sides without a quorum for 0.5-6 s.
+A seed fails when the relays end apart, the client does not follow, or an
+acknowledged update is missing or counted twice; it replays exactly with
+--from S --seeds 1.`
 
 const { values } = parseArgs({ options: { seeds: { type: 'string', default: '20' }, from: { type: 'string', default: '1' }, changes: { type: 'string', default: '3' }, help: { type: 'boolean' } } })
 if (values.help) {

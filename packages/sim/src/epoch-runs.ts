@@ -1,5 +1,6 @@
 import { createClient, type SteadClient } from '@stead/client'
 import { relayCommitteeOf, type ClientLie } from '@stead/relay'
+import { BYZANTINE_STRATEGIES, type ByzantineStrategy } from '@stead/relay/consensus'
 import { isSteadError, type CommitteeMember, type RelayCommittee } from '@stead/core'
 import { Rng } from './rng.ts'
 import { SimCluster } from './sim-cluster.ts'
@@ -43,6 +44,12 @@ export const settledIn = (c: SimCluster, members: readonly number[], epoch: numb
     return heads.every((h) => h.stateHash === heads[0]?.stateHash && h.index === heads[0]?.index) && heads[0]
   })
 
+/** Relay `i` turns Byzantine towards its clients (`lie`) and the other relays (`strategy`), or honest again without them. */
+async function behave(c: SimCluster, i: number, lie?: ClientLie, strategy?: ByzantineStrategy): Promise<void> {
+  await c.relays[i]!.lie(...(lie ? [lie] : []))
+  c.relays[i]!.misbehave(strategy)
+}
+
 /** `items` in an order drawn from `rng` (Fisher-Yates). */
 function shuffled<T>(rng: Rng, items: readonly T[]): T[] {
   const out = [...items]
@@ -56,17 +63,27 @@ function shuffled<T>(rng: Rng, items: readonly T[]): T[] {
 /** Lies a Byzantine member tells its clients during a run. */
 const LIES: readonly ClientLie[] = ['forge-epoch', 'lie-attest', 'withhold-commits', 'stale-head', 'forge-envelope']
 
+/** How long a split of the committee lasts (simulated ms, drawn from this range). */
+const SPLIT_MS = [500, 6_000] as const
+
 /**
  * One seeded run of committee changes (issue 49) on a SimCluster: real
  * relays and an SDK client writing safe updates in simulated time, through
  * `changes` committee changes drawn from the seed (replace a relay by a new
  * machine, move one's API, rotate one's key, grow 4 to 7, shrink 7 to 4),
- * each backed by 2f+1 current relays, with one fault per change drawn too:
- * none, a member lying to clients (it goes on in the next epoch when it
- * stays), a member crashed at the boundary (up again once the others moved
- * on), or one cut off from the others during the change. At most f faults
- * at once. Throws when relays end apart, the client does not follow, or an
- * acknowledged update is missing or counted twice.
+ * each backed by the operators of 2f+1 correct current relays, with one
+ * fault per change drawn too: none; a Byzantine member, which lies to its
+ * clients and misbehaves towards the other relays (a strategy of
+ * `--byzantine`: equivocation, withheld or forged blocks, floods...) and
+ * goes on in the next epoch when it stays; a member crashed at the
+ * boundary (up again once the others moved on); one cut off from the
+ * others during the change; or the committee split in two sides, neither
+ * with a quorum, for a while. At most f members of a committee are
+ * Byzantine, crashed or cut off in one epoch (one that turned honest
+ * counts until the epoch ends). Throws when correct relays end apart
+ * (the Byzantine member of the moment is not held to anything), the
+ * client does not follow, or an acknowledged update is missing or counted
+ * twice.
  */
 export async function runEpochSeed(seed: number, changes = 3): Promise<EpochRunResult> {
   const rng = new Rng(seed)
@@ -113,24 +130,39 @@ export async function runEpochSeed(seed: number, changes = 3): Promise<EpochRunR
         nextMembers = members.filter((_, i) => keep.has(i))
       }
       // One fault during the change (with the liar, at most f at once).
-      const fault = rng.pick(['none', 'liar', 'crash', 'cut'] as const)
-      const spare = members.filter((i) => i !== liar)
-      const faulty = fault === 'crash' || fault === 'cut' ? rng.pick(spare) : undefined
-      if (fault === 'liar' || (faulty !== undefined && committee.f === 1 && liar !== undefined)) {
-        // The liar of the epoch before stops lying (at most f faults), and a member lies from now on.
-        if (liar !== undefined) await c.relays[liar]!.lie()
+      const fault = rng.pick(['none', 'liar', 'crash', 'cut', 'split'] as const)
+      // With f = 1, a member Byzantine in this epoch stays its one faulty member until the epoch ends
+      // (turning honest does not take back what it sent): the next fault falls on it again.
+      const standing = committee.f === 1 ? liar : undefined
+      const faulty = fault === 'crash' || fault === 'cut' ? (standing ?? rng.pick(members.filter((i) => i !== liar))) : undefined
+      // A shrink to f = 1 that keeps both the liar and the relay crashed or cut off: the liar turns honest.
+      const bothKept = kind === 'shrink' && liar !== undefined && faulty !== undefined && nextMembers.includes(liar) && nextMembers.includes(faulty)
+      if (fault === 'liar' || (faulty !== undefined && faulty === standing) || bothKept) {
+        if (liar !== undefined) await behave(c, liar)
         liar = undefined
       }
-      let liarId = ''
+      let faultText = ''
       if (fault === 'liar') {
-        liar = rng.pick(members)
-        liarId = c.relays[liar]!.id
-        await c.relays[liar]!.lie(rng.pick(LIES))
+        liar = standing ?? rng.pick(members)
+        const [lie, strategy] = [rng.pick(LIES), rng.pick(BYZANTINE_STRATEGIES)]
+        await behave(c, liar, lie, strategy)
+        faultText = `${c.relays[liar]!.id} Byzantine: ${lie} to clients, ${strategy} to relays`
+      } else if (faulty !== undefined) {
+        faultText = `${c.relays[faulty]!.id} ${fault === 'crash' ? 'crashed at the boundary' : 'cut off'}`
       }
-      const backers = shuffled(rng, members.filter((i) => i !== faulty)).slice(0, 2 * committee.f + 1)
-      const what = `${kind}${fault === 'none' ? '' : ` (${faulty === undefined ? `${liarId} lies` : `${c.relays[faulty]!.id} ${fault === 'crash' ? 'crashed at the boundary' : 'cut off'}`})`}`
+      // Two sides, neither with 2f+1 of the committee (nothing is ordered until they heal).
+      const side = fault === 'split' ? shuffled(rng, members).slice(0, rng.int(members.length - 2 * committee.f, 2 * committee.f)) : []
+      const splitMs = rng.int(...SPLIT_MS)
+      if (fault === 'split') faultText = `${side.map((i) => c.relays[i]!.id).join(' ')} split from the rest for ${splitMs} ms`
+      // Operators of correct relays back the change (a Byzantine relay's own request may never be ordered).
+      const backers = shuffled(rng, members.filter((i) => i !== faulty && i !== liar)).slice(0, 2 * committee.f + 1)
+      const what = `${kind}${faultText ? ` (${faultText})` : ''}`
       try {
       if (fault === 'cut') c.relays[faulty!]!.cutOff()
+      if (fault === 'split') {
+        c.split(side)
+        c.later(splitMs, () => c.heal())
+      }
       // As an operator would: a relay still fetching the state its epoch started from says to try again.
       const back = (b: number) => c.until(`${c.relays[b]!.id} backs epoch ${epoch}`, () => c.relays[b]!.backCommittee(epoch, next).then(() => true, (err: unknown) => (isSteadError(err) && err.reason === 'rate-limited' ? undefined : Promise.reject(err))))
       for (const b of backers) await back(b)
@@ -141,7 +173,8 @@ export async function runEpochSeed(seed: number, changes = 3): Promise<EpochRunR
       if (fault === 'crash') await c.relays[faulty!]!.up()
       if (fault === 'cut') c.relays[faulty!]!.reconnect()
       for (const gone of members.filter((i) => !nextMembers.includes(i))) await c.until(`${c.relays[gone]!.id} left`, () => c.relays[gone]!.hasLeft || undefined)
-      await settledIn(c, nextMembers, epoch)
+      // The correct members: a Byzantine one promises nothing (one whose blocks the others refuse may never catch up).
+      await settledIn(c, nextMembers.filter((i) => i !== liar), epoch)
       await c.until(`the client in epoch ${epoch}, online`, () => client!.status.epoch === epoch && client!.status.online)
       const before = load.acknowledged
       await c.until(`safe updates in epoch ${epoch}`, () => load.acknowledged >= before + 2)
@@ -156,8 +189,9 @@ export async function runEpochSeed(seed: number, changes = 3): Promise<EpochRunR
       committee = next
     }
     await load.stop()
-    await settledIn(c, members, changes)
-    for (const i of members) {
+    const correct = members.filter((i) => i !== liar)
+    await settledIn(c, correct, changes)
+    for (const i of correct) {
       const value = c.relays[i]!.stableValue('s', 'n')
       if (value !== load.acknowledged) throw new Error(`${c.relays[i]!.id} holds ${String(value)}; the client was told ${load.acknowledged} safe increments committed`)
     }

@@ -1,9 +1,10 @@
 import { memoryStorage, type ClientOptions, type ClientStorage, type SocketLike } from '@stead/client'
 import { authorIdOf, clockInit, decode, decodeClientMessage, decodeDeclaration, decodeRelayMessage, encodeEnvelope, encodeRelayMessage, ENVELOPE_REF_BYTES, openEnvelopeSync, restoreCrdt, sealEnvelope, SteadError, toHex, type Envelope, type ErrorReason, type EpochCertificate, type HostClock, type HostTimer, type RelayCommittee } from '@stead/core'
-import { nodeCrypto, publicKeyOfSync, verifySync } from '@stead/core/node'
+import { nodeCrypto, publicKeyOfSync, signSync, verifySync } from '@stead/core/node'
 import {
   buildApi,
   ClientFacingLiar,
+  committeeOf,
   MemoryJournal,
   MemoryKv,
   RelayNode,
@@ -19,6 +20,7 @@ import {
   type RelayNodeOptions,
   type SpacePolicy,
 } from '@stead/relay'
+import { byzantineMesh, type ByzantineStrategy, type SyncCrypto } from '@stead/relay/consensus'
 import type { FastifyInstance } from 'fastify'
 import pino from 'pino'
 import { EventQueue } from './queue.ts'
@@ -59,6 +61,10 @@ const START_AT = Date.UTC(2026, 0, 1)
 const EPOCH_POLL_MS = 2_000
 /** How long a relay the next committee leaves out serves the certificate before it stops (see nextEpoch). */
 const LEAVE_GRACE_MS = 3_000
+/** What a Byzantine mesh signs its forgeries and checks what it reads with: the relays' own Ed25519. */
+const SIGNING: SyncCrypto = { sign: signSync, verify: verifySync, sha256: (d) => nodeCrypto.sha256(d) }
+
+type Mesh = RelayNodeOptions['mesh']
 
 /** The envelope in a submitted frame, or undefined for one that does not open (the relay refuses it itself). */
 function openEnvelope(frame: Uint8Array): Envelope | undefined {
@@ -110,6 +116,8 @@ export class SimCluster {
   private time = START_AT
   private closed = false
   private held = false
+  /** The relays on one side of a split (see split), while there is one. */
+  private side: ReadonlySet<number> | undefined
   private wake: (() => void) | undefined
   /** Real work in flight (HTTP answers, storage calls) by when it began: time does not jump while some may still schedule work. */
   private readonly inFlight = new Set<{ readonly since: number }>()
@@ -276,11 +284,23 @@ export class SimCluster {
     for (const r of this.relays) r.peersBack()
   }
 
+  /** Splits the relays in two: those of `side` (SimCluster.relays indexes) and the rest reach only their own side until `heal`. */
+  split(side: readonly number[]): void {
+    this.side = new Set(side)
+  }
+
+  /** The two sides of a split reach each other again. */
+  heal(): void {
+    if (!this.side) return
+    this.side = undefined
+    for (const r of this.relays) r.peersBack()
+  }
+
   /** Whether frames from relay `from` reach relay `to` now. */
   linked(from: number, to: number): boolean {
     const a = this.relays[from]
     const b = this.relays[to]
-    return !this.held && from !== to && Boolean(a?.isUp && b?.isUp && !a.isCutOff && !b.isCutOff)
+    return !this.held && from !== to && (!this.side || this.side.has(from) === this.side.has(to)) && Boolean(a?.isUp && b?.isUp && !a.isCutOff && !b.isCutOff)
   }
 
   async close(): Promise<void> {
@@ -447,13 +467,15 @@ export class SimRelay {
   private readonly more: SimClusterOptions['relay'] & object
   private readonly kv = new MemoryKv()
   private journal = new MemoryJournal()
-  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; indexOf: ReadonlyMap<string, number>; mesh: MeshHandlers; key: RelayKey; started: boolean; leaving?: boolean } | undefined
+  private running: { node: RelayNode; app: FastifyInstance; sessions: ClientSessions; liar: ClientFacingLiar; epoch: number; wires: Set<Wire>; view: ClusterConfig; indexOf: ReadonlyMap<string, number>; mesh: MeshHandlers; towardsPeers: (strategy: ByzantineStrategy | undefined) => void; key: RelayKey; started: boolean; leaving?: boolean } | undefined
   /** An epoch change left it out of the committee: it stays down. */
   private left = false
   /** Partitioned from the other relays (see cutOff). */
   private cut = false
   private epoch = 0
   private lies: ClientLie[] = []
+  /** How it misbehaves towards the other relays (see misbehave). */
+  private strategy: ByzantineStrategy | undefined
   /** Who each client socket proved to be and whether it asked for frames; sockets silenced by `silence`. */
   private readonly heard = new WeakMap<Wire, { authorId: string | undefined; frames: boolean }>()
   private readonly muted = new WeakSet<Wire>()
@@ -508,6 +530,18 @@ export class SimRelay {
   async lie(...lies: ClientLie[]): Promise<void> {
     this.lies = lies
     this.running?.liar.tell(lies)
+  }
+
+  /**
+   * How this relay misbehaves towards the other relays from now on (none:
+   * honest), a strategy of `stead-relay start --byzantine`: an honest node
+   * behind a mesh that rewrites what it sends (byzantineMesh), built on the
+   * committee of each epoch it runs in. It keeps it across restarts and
+   * epochs.
+   */
+  misbehave(strategy?: ByzantineStrategy): void {
+    this.strategy = strategy
+    this.running?.towardsPeers(strategy)
   }
 
   /** The key it runs with now (the latest it was given while down). */
@@ -603,6 +637,27 @@ export class SimRelay {
     }
     // What the node's mesh hands frames and connections to: set as the node starts.
     const mesh: MeshHandlers = {}
+    const honest: Mesh = {
+      start: async () => undefined,
+      stop: async () => undefined,
+      send: (to, frame) => this.transmit(peerAt(to), frame, alive),
+      broadcast: (frame) => {
+        for (let to = 0; to < view.relays.length; to++) if (to !== me) this.transmit(peerAt(to), frame, alive)
+      },
+      onFrame: (handler) => void (mesh.receive = handler),
+      onPeerConnected: (handler) => void (mesh.connected = handler),
+      connectedPeers: () => view.relays.flatMap((_, i) => (i !== me && peerAt(i) && cluster.linked(this.index, (peerAt(i) as SimRelay).index) ? [i] : [])),
+      queuedBytes: () => 0,
+    }
+    // What the node sends goes through `outward`: the honest mesh, or a Byzantine one around it (see misbehave).
+    let outward = honest
+    let receiver: ((from: number, frame: Uint8Array) => void) | undefined
+    const towardsPeers = (strategy: ByzantineStrategy | undefined): void => {
+      outward = strategy ? byzantineMesh(honest, strategy, { me, committee: committeeOf(view, stored.epoch), secretKey: (key as RelayKey).secretKey, crypto: SIGNING }) : honest
+      // The Byzantine mesh watches what arrives too (split-refusal answers with what peers sent).
+      if (receiver) outward.onFrame(receiver)
+    }
+    towardsPeers(this.strategy)
     const node = new RelayNode({
       cluster: stored.cluster,
       ...(stored.epoch ? { epoch: stored.epoch } : {}),
@@ -613,16 +668,10 @@ export class SimRelay {
       storage: { kv: this.kv, journal: this.journal },
       clock,
       mesh: {
-        start: async () => undefined,
-        stop: async () => undefined,
-        send: (to, frame) => this.transmit(peerAt(to), frame, alive),
-        broadcast: (frame) => {
-          for (let to = 0; to < view.relays.length; to++) if (to !== me) this.transmit(peerAt(to), frame, alive)
-        },
-        onFrame: (handler) => void (mesh.receive = handler),
-        onPeerConnected: (handler) => void (mesh.connected = handler),
-        connectedPeers: () => view.relays.flatMap((_, i) => (i !== me && peerAt(i) && cluster.linked(this.index, (peerAt(i) as SimRelay).index) ? [i] : [])),
-        queuedBytes: () => 0,
+        ...honest,
+        send: (to, frame) => outward.send(to, frame),
+        broadcast: (frame) => outward.broadcast(frame),
+        onFrame: (handler) => outward.onFrame((receiver = handler)),
       },
       logger: pino({ level: 'silent' }),
       leaderTimeoutMs: 300,
@@ -644,7 +693,10 @@ export class SimRelay {
     const { app, sessions } = await buildApi(node, { logger: pino({ level: 'silent' }), liar })
     this.ranWith = key as RelayKey
     // Known (its committee, its mesh) while it starts; reached by peers and clients once started, as before.
-    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, indexOf: new Map(view.relays.map((r, i) => [toHex(r.publicKey), i])), mesh, key: this.ranWith, started: false }
+    this.running = { node, app, sessions, liar, epoch, wires: new Set(), view, indexOf: new Map(view.relays.map((r, i) => [toHex(r.publicKey), i])), mesh, towardsPeers, key: this.ranWith, started: false }
+    // What a test changed while the relay was being built holds from now on.
+    liar.tell(this.lies)
+    towardsPeers(this.strategy)
     try {
       await node.start()
     } catch (err) {
@@ -666,7 +718,12 @@ export class SimRelay {
     const seq = this.node.committeeChange().members.find((m) => m.publicKey === toHex(this.publicKey))?.nextSeq ?? 1
     const key = backingKey(authorIdOf(nodeCrypto, this.publicKey))
     const env = await sealEnvelope(nodeCrypto, { secretKey: this.secretKey, publicKey: this.publicKey }, { space: COMMITTEE_SPACE, seq, clock: clockInit(), deps: [], updates: [{ key, decl: { type: 'register' }, ops: [['s', encodeCommitteeRequest({ epoch, next }), Math.floor(this.cluster.now)]] }], safe: [] })
-    await new Promise<void>((decided) => void this.node.submit(encodeEnvelope(env), 'operator', () => decided()))
+    const ran = this.running
+    let decided = false
+    this.node.submit(encodeEnvelope(env), 'operator', () => void (decided = true))
+    // The backing that decides the change ends the epoch: the relay starts again as the next epoch's, and the
+    // answer to this submit may never come. As `stead-relay committee` does, it looks at the relay instead.
+    await this.cluster.until(`${this.id}'s backing of epoch ${epoch} decided`, () => decided || this.running !== ran || ran?.node.committeeChange().decided !== null || undefined)
   }
 
   /** At an epoch's end: the relay stops in good order (its clients' sockets drop, they reconnect) and starts as the next epoch's. */

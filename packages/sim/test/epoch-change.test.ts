@@ -1,8 +1,20 @@
 import { relayCommitteeOf } from '@stead/relay'
 import { toHex, type RelayCommittee } from '@stead/core'
+import { isStorageError, memoryStorage, type ClientStorage, type SteadError } from '@stead/client'
 import { describe, expect, it } from 'vitest'
-import { entryOf, epochOf, keepWriting, settledIn } from '../src/index.ts'
+import { entryOf, epochOf, keepWriting, settledIn, type SimCluster } from '../src/index.ts'
 import { simWorld } from './helpers/world.ts'
+
+/** Three new machines join the first four relays (f from 1 to 2), backed by three of them: until all seven run epoch 1 with one state. */
+async function growToSeven(c: SimCluster): Promise<void> {
+  const added = [c.addRelay(), c.addRelay(), c.addRelay()]
+  const next: RelayCommittee = { f: 2, members: [0, 1, 2, 3, 4, 5, 6].map((i) => entryOf(c, i)) }
+  for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
+  // The epoch waits for the new relays: the first four get there first.
+  await c.until('the first four in epoch 1', () => [0, 1, 2, 3].every((i) => epochOf(c, i) === 1))
+  for (const r of added) await r.up()
+  await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
+}
 
 /** Committee changes (issue 49) with real relays and SDK clients in simulated time. */
 describe('epoch changes', () => {
@@ -67,16 +79,52 @@ describe('epoch changes', () => {
     const c = await world.start({ seed: 11 })
     const counter = (await (await world.client(c)).space('s')).counter('n')
     await counter.increment(2, { safe: true })
-    const added = [c.addRelay(), c.addRelay(), c.addRelay()]
-    const next: RelayCommittee = { f: 2, members: [0, 1, 2, 3, 4, 5, 6].map((i) => entryOf(c, i)) }
-    for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
-    await c.until('the first four in epoch 1', () => [0, 1, 2, 3].every((i) => epochOf(c, i) === 1))
-    for (const r of added) await r.up()
-    await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
+    await growToSeven(c)
     expect((await counter.increment(1, { safe: true })).status).toBe('committed')
     await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
     expect(c.relays.map((r) => r.stableValue('s', 'n'))).toEqual([3, 3, 3, 3, 3, 3, 3])
     expect(c.relays[6]!.node.status()).toMatchObject({ epoch: 1, peers: { total: 6 } })
+  })
+
+  it('a client that followed a growth to 7 starts again with the four URLs of the app: it reaches all seven relays, and its safe updates commit', async () => {
+    const c = await world.start({ seed: 11 })
+    // The client's storage outlives it (as IndexedDB does a page): its close does not close this one.
+    const data = memoryStorage()
+    const kept = { ...data, close: async () => undefined }
+    // The app passes the URLs it was built with: the first four relays'.
+    const appUrls = [...c.urls]
+    const first = await world.client(c, { relays: appUrls, storage: kept, epochPollMs: 1_000 })
+    const counter = (await first.space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    await growToSeven(c)
+    await c.until('the client moved to seven relays', () => first.status.epoch === 1 && first.status.relays.filter((r) => r.connected).length === 7 || undefined)
+    await first.close()
+    expect(appUrls).toHaveLength(4)
+    const again = await world.client(c, { relays: appUrls, storage: kept })
+    expect(again.status.epoch).toBe(1)
+    const later = (await again.space('s')).counter('n')
+    expect((await later.increment(1, { safe: true, timeoutMs: 20_000 })).status).toBe('committed')
+    expect(again.status.relays.map((r) => r.relay)).toEqual(['r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'])
+    await settledIn(c, [0, 1, 2, 3, 4, 5, 6], 1)
+    expect(c.relays[6]!.stableValue('s', 'n')).toBe(2)
+  })
+
+  it('a client whose storage fails to keep the epoch it followed moves all the same, and tells the app why', async () => {
+    const c = await world.start({ seed: 11 })
+    const data = memoryStorage()
+    // The disk fills up once the client is running: what it writes of an epoch from then on fails.
+    let diskFull = false
+    const full: ClientStorage = { ...data, write: async (changes) => (diskFull && changes.some((ch) => ch.key.join('/') === '/epochs') ? Promise.reject(new Error('disk full')) : data.write(changes)) }
+    const client = await world.client(c, { storage: full, epochPollMs: 1_000 })
+    diskFull = true
+    const errors: SteadError[] = []
+    client.onError((e) => errors.push(e))
+    const counter = (await client.space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    await growToSeven(c)
+    await c.until('the client moved to seven relays', () => client.status.epoch === 1 && client.status.relays.filter((r) => r.connected).length === 7 || undefined)
+    expect(errors.filter((e) => isStorageError(e, 'io')).map((e) => e.message)).toEqual(['unsupported: storage io: the committee of epoch 1 was not stored: disk full'])
+    expect((await counter.increment(1, { safe: true, timeoutMs: 20_000 })).status).toBe('committed')
   })
 
   it('a relay down while the others changed epochs comes back into the new epoch from the state it started from', async () => {
@@ -129,6 +177,41 @@ describe('epoch changes', () => {
     expect(c.relays[1]!.stableValue('s', 'n')).toBe(2)
   })
 
+  it('a member Byzantine towards its peers misbehaves in a later epoch too: they refuse its blocks of that epoch, and commit without it', async () => {
+    const c = await world.start({ seed: 5 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(1, { safe: true })
+    const file = relayCommitteeOf(c.config)
+    const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 0 ? { ...m, api: 'relay0-moved.sim' } : m)) }
+    for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
+    await settledIn(c, [0, 1, 2, 3], 1)
+    const refused = async () => (await c.relays[0]!.node.metrics.rejected.get()).values.filter((v) => v.labels.reason === 'bad-signature').reduce((n, v) => n + v.value, 0)
+    const before = await refused()
+    // Its blocks carry epoch 1 and a broken signature: refused for the signature, not for the epoch.
+    c.relays[3]!.misbehave('bad-signature')
+    expect((await counter.increment(1, { safe: true })).status).toBe('committed')
+    await c.until('r1 refuses r4 blocks of epoch 1', async () => (await refused()) > before || undefined)
+    expect(epochOf(c, 0)).toBe(1)
+  })
+
+  it('a client that first meets the cluster after a rotation trusts the rotated committee, reads the state from before it and commits: no relay is faulty to it', async () => {
+    const c = await world.start({ seed: 9 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    for (let i = 0; i < 3; i++) await counter.increment(1, { safe: true })
+    const rotated = c.relays[1]!.nextKey()
+    const file = relayCommitteeOf(c.config)
+    const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 1 ? { ...m, publicKey: rotated } : m)) }
+    for (const i of [0, 2, 3]) await c.relays[i]!.backCommittee(1, next)
+    await settledIn(c, [0, 1, 2, 3], 1)
+    const fresh = await world.client(c, { cluster: undefined })
+    const read = (await fresh.space('s')).counter('n')
+    await c.until('the newcomer holds the state', () => read.stable === 3 || undefined)
+    expect((await read.increment(1, { safe: true })).status).toBe('committed')
+    await c.until("r2's session", () => fresh.status.relays[1]?.connected || undefined)
+    expect(fresh.status.epoch).toBe(1)
+    expect(fresh.status.relays.map((r) => r.faulty ?? null)).toEqual([null, null, null, null])
+  })
+
   it('a client pinned before the first change follows three in a row (replace, rotate, grow to 7) without a restart, and refuses the forged certificate a lying relay serves', async () => {
     const c = await world.start({ seed: 13 })
     // r4 serves a forged certificate after the true chain: a change to made-up relays, 2f signatures not of the committee.
@@ -173,5 +256,5 @@ describe('epoch changes', () => {
     expect(client.status.relays.map((r) => r.relay)).toEqual(['r5', 'r2', 'r3', 'r4', 'r6', 'r7', 'r8'])
     await c.until('sessions with the six honest relays', () => client.status.relays.filter((r) => r.connected).length === 6)
     expect(client.status.relays[3]?.faulty).toMatch(/epoch certificate/)
-  })
+  }, 90_000)
 })

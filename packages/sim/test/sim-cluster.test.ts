@@ -58,4 +58,33 @@ describe('SimCluster', () => {
     expect((await a.counter('n').increment(1, { safe: true })).status).toBe('committed')
     await c.until('relay 0 blamed', () => made.status.relays.find((r) => r.url === c.urls[0])?.faulty)
   })
+
+  it('a relay Byzantine towards its peers (bad signatures): they reject its blocks and still commit; honest again, it is heard again', async () => {
+    const c = await world.start()
+    const a = await (await client(c)).space('s')
+    const rejected = async () => (await c.relays[0]!.node.metrics.rejected.get()).values.filter((v) => v.labels.reason === 'bad-signature').reduce((n, v) => n + v.value, 0)
+    c.relays[3]!.misbehave('bad-signature')
+    expect((await a.counter('n').increment(1, { safe: true })).status).toBe('committed')
+    await c.until('r1 rejected r4 blocks', async () => (await rejected()) > 0 || undefined)
+    c.relays[3]!.misbehave()
+    // What it sent before may still arrive: the count stops once that is through.
+    expect((await a.counter('n').increment(1, { safe: true })).status).toBe('committed')
+    const before = await rejected()
+    for (let i = 0; i < 3; i++) expect((await a.counter('n').increment(1, { safe: true })).status).toBe('committed')
+    expect(await rejected()).toBe(before)
+  })
+
+  it('split in two sides without a quorum: nothing is ordered until they heal', async () => {
+    const c = await world.start()
+    const a = await (await client(c)).space('s')
+    await c.until('online', () => a.status.online)
+    c.split([0, 1])
+    let settled = false
+    const safe = a.counter('n').increment(1, { safe: true, timeoutMs: Infinity }).finally(() => (settled = true))
+    await c.advance(10_000)
+    expect(settled).toBe(false)
+    expect(c.relays.map((r) => r.node.reads.stableHead('s').index)).toEqual([0, 0, 0, 0])
+    c.heal()
+    expect((await safe).status).toBe('committed')
+  })
 })

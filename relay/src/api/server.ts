@@ -220,7 +220,7 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
   node.metrics.includeProcess()
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', node.metrics.registry.contentType)
-    return node.metrics.registry.metrics()
+    return node.metrics.text()
   })
   app.get('/v1/status', async () => {
     const { rss, heapUsed, arrayBuffers } = process.memoryUsage()

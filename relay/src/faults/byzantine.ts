@@ -140,7 +140,7 @@ export class ByzantineBehaviour {
           const ancestors = committee.keys.map((_k, author) => ({ round: r - 1, author, digest: crypto.sha256(Uint8Array.of(me, i, r & 0xff, (r >> 8) & 0xff)) }))
           // Its own previous block first, as a correct block lists it.
           ancestors.unshift(...ancestors.splice(me, 1))
-          return signBlock(crypto, secretKey, { round: r, author: me, ancestors, payload: [] })
+          return signBlock(crypto, secretKey, { ...(committee.epoch ? { epoch: committee.epoch } : {}), round: r, author: me, ancestors, payload: [] })
         })
         const last = blocks[blocks.length - 1] as Block
         blocks[blocks.length - 1] = { ...last, signed: { bytes: last.signed.bytes, sig: flip(last.signed.sig) } }

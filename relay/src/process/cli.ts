@@ -47,6 +47,7 @@ interface StartOptions {
   key?: string
   nextKey?: string[]
   join?: string
+  leaveGraceMs?: number
   byzantine?: ByzantineModes
   tlsCert?: string
   tlsKey?: string
@@ -156,11 +157,14 @@ async function start(options: StartOptions): Promise<void> {
     ...(tls ? { tls } : {}),
     ...(clockValidator ? { clockValidator } : {}),
     ...(o.join ? { join: o.join } : {}),
+    ...(o.leaveGraceMs === undefined ? {} : { leaveGraceMs: o.leaveGraceMs }),
     ...(o.nextKey?.length ? { nextKeys: o.nextKey.map((path) => nextKeyOf(path, cluster, o.id, ConfigError, loadIdentity)) } : {}),
     onLeft: () => {
       logger.info({ closed: ['data dir lock'] }, 'relay stopped: it left the committee')
       exitAfterLogs(logger, 0)
     },
+    // The fatal line it just logged is out before the process ends (the log is written asynchronously).
+    onFatal: (err) => exitAfterLogs(logger, err instanceof ConfigError ? 2 : 1),
   })
   if (state.signal) stopRelay(state.relay, logger, state.signal)
 }
@@ -346,6 +350,7 @@ Examples:
     .option('--key <file>', 'its key file (default: <data>/key.json)')
     .option('--next-key <file>', "a key a committee change will give this relay (a rotation, repeatable): from the epoch whose committee lists it, the relay runs with it", repeatable)
     .option('--join <url>', 'a relay a committee change added: the API (http://host:port) of a relay of the cluster, to take the epoch certificates since the cluster file from')
+    .addOption(new Option('--leave-grace-ms <ms>', "how long a relay a committee change left out keeps serving the old epoch (its certificate, for relays that missed it, and reads) before it exits (default 15000: 1.5 times the 10 s epoch poll)").argParser(wholeNumber(0, 3_600_000, 'ms')))
     .option('--tls-cert <file>', 'serve HTTPS and WSS with this certificate (PEM), with --tls-key')
     .option('--tls-key <file>', 'the private key (PEM) of --tls-cert')
     .addOption(new Option('--memory-budget-mb <mib>', 'bytes held for clients: queued envelopes, send buffers, verification cache (default 512)').argParser(wholeNumber(16, 1024 * 1024, 'MiB')))

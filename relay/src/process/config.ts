@@ -86,8 +86,13 @@ export const DEFAULT_NEW_SPACES_PER_KEY_PER_HOUR = 100
 export const DEFAULT_SPACES_PER_USER = 1000
 export const DEFAULT_CHECKPOINT_ROUNDS = 1000
 
-export function committeeOf(c: ClusterConfig): Committee {
-  return { f: c.f, keys: c.relays.map((r) => r.publicKey) }
+/**
+ * The consensus committee of `c`'s relays: of epoch 0 (the cluster file's),
+ * or of the epoch given, whose blocks carry it (a block of another epoch is
+ * refused) and whose rounds start after `startRound`.
+ */
+export function committeeOf(c: ClusterConfig, epoch?: { readonly epoch: number; readonly startRound: number }): Committee {
+  return { f: c.f, keys: c.relays.map((r) => r.publicKey), ...(epoch?.epoch ? { epoch: epoch.epoch, startRound: epoch.startRound } : {}) }
 }
 
 /** The cluster's relays as an epoch change names them (see @stead/core's epoch.ts). */

@@ -298,7 +298,7 @@ async function startEpoch(o: RunRelayOptions, logger: Logger, stored: StoredEpoc
     ...(o.peerQueueFrames ? { maxQueueFrames: o.peerQueueFrames } : {}),
   })
   // A Byzantine relay is an honest relay behind a mesh that rewrites what it sends.
-  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(cluster), secretKey, crypto: relayCrypto }) : libp2pMesh
+  const mesh = o.byzantine ? byzantineMesh(libp2pMesh, o.byzantine, { me, committee: committeeOf(cluster, stored.epoch), secretKey, crypto: relayCrypto }) : libp2pMesh
   const node = new RelayNode({
     cluster,
     ...(stored.epoch ? { epoch: stored.epoch } : {}),

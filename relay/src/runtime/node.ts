@@ -204,8 +204,7 @@ export class RelayNode {
     this.options = options
     this.clock = options.clock ?? systemClock
     this.crypto = options.crypto ?? relayCrypto
-    const epoch = options.epoch?.epoch ?? 0
-    this.committee = options.committee ?? { ...committeeOf(options.cluster), ...(epoch ? { epoch, startRound: options.epoch?.startRound ?? 0 } : {}) }
+    this.committee = options.committee ?? committeeOf(options.cluster, options.epoch)
     this.metrics = new Metrics(this.name, () => this.clock.now())
     this.metrics.observe(() => this.metricsSnapshot())
     this.budget = new MemoryBudget(options.memoryBudgetBytes ?? 512 * 1024 * 1024)

@@ -1,7 +1,7 @@
 import { DEFAULT_LIMITS, MAX_PRESENCE_BODY_BYTES, SteadError, decode, encode, type Signed } from '@stead/core'
 
 /** The tag every peer message starts with: a peer of another protocol version is refused as faulty. */
-export const PEER_TAG = 'stead/peer/v2'
+export const PEER_TAG = 'stead/peer/v3'
 /** Most ids in one `have`, `want` or `news`: a space's undecided envelopes beyond it are exchanged as they arrive. */
 export const MAX_PEER_IDS = 4096
 /** Most frames in one `env` message, and commits in one `commits` message. */
@@ -40,6 +40,7 @@ export type PeerMessage =
   | { kind: 'have'; space: string; ids: Uint8Array[]; ask: boolean }
   | { kind: 'want'; space: string; ids: Uint8Array[] }
   | { kind: 'news'; space: string; ids: Uint8Array[] }
+  | { kind: 'links'; space: string; links: number }
   | { kind: 'env'; space: string; frames: Uint8Array[] }
   | { kind: 'presence'; space: string; presence: SignedPresenceOf }
   | { kind: 'sync'; space: string; stableIndex: number; lastRound: number }
@@ -59,6 +60,8 @@ export function encodePeerMessage(m: PeerMessage): Uint8Array {
       return encode([PEER_TAG, m.kind, m.space, m.frames])
     case 'sync':
       return encode([PEER_TAG, m.kind, m.space, [m.stableIndex, m.lastRound]])
+    case 'links':
+      return encode([PEER_TAG, m.kind, m.space, m.links])
     case 'commits':
       return encode([PEER_TAG, m.kind, m.space, m.commits.map((c) => [c.attestation, encodeRelaySignatures(c.signatures), c.frames])])
     case 'snapshot':
@@ -128,6 +131,8 @@ export function decodePeerMessage(bytes: Uint8Array): PeerMessage {
       if (frames.length > MAX_FRAMES_PER_MESSAGE) throw new SteadError('too-large', `${frames.length} frames in one env message; at most ${MAX_FRAMES_PER_MESSAGE}`)
       return { kind, space, frames }
     }
+    case 'links':
+      return isIndex(body) ? { kind, space, links: body } : malformed('a links message carries a count')
     case 'sync': {
       if (!Array.isArray(body) || body.length !== 2 || !isIndex(body[0]) || !isIndex(body[1])) malformed('a sync message carries [stable index, last round]')
       return { kind, space, stableIndex: body[0], lastRound: body[1] }

@@ -4,7 +4,7 @@ import type { Multiaddr } from '@multiformats/multiaddr'
 import type { PeerEvents, PeerLink, PeerNetwork } from './peers.ts'
 
 /** The libp2p protocol Stead clients sync spaces over. */
-export const PEER_PROTOCOL = '/stead/peer/2.0.0'
+export const PEER_PROTOCOL = '/stead/peer/3.0.0'
 
 /** Options of `libp2pPeers`. */
 export interface Libp2pPeersOptions {

@@ -3,6 +3,7 @@ import { CLOCK_SKEW_WARNING_MS, ClockOffset } from './clock-offset.ts'
 import { fetchCluster, type ClusterDescriptor, type Fetch } from './cluster.ts'
 import { EpochFollower, type FollowedCluster } from './epoch-follower.ts'
 import { TrustError } from '../errors.ts'
+import { StorageError } from '../storage/errors.ts'
 import { RelayLink, type Identity, type SocketFactory } from './transport.ts'
 import type { RelayStatus, SessionsStatus } from '../types.ts'
 
@@ -29,6 +30,7 @@ export interface SessionMember {
 }
 
 export interface SessionsOptions {
+  /** The URLs the sessions start from: the app's, or where the relays of the committee it followed to were reached (see relay-urls.ts). */
   readonly relays: readonly string[]
   readonly crypto: Crypto
   readonly identity: Identity
@@ -44,8 +46,8 @@ export interface SessionsOptions {
   readonly random?: () => number
   /** Called once a cluster is trusted on first use, before any session opens (to pin it). */
   pin(cluster: ClusterDescriptor): Promise<void>
-  /** Called when the client followed epoch certificates to a later committee: pin it, with the certificates from the epoch first pinned. */
-  pinEpoch(followed: FollowedCluster): Promise<void>
+  /** Called when the client followed epoch certificates to a later committee: pin it, with the certificates from the epoch first pinned and the URLs its relays are reached at. */
+  pinEpoch(followed: FollowedCluster, urls: readonly string[]): Promise<void>
   /** The certificates followed so far (stored), from the epoch first pinned. */
   readonly certificates?: readonly EpochCertificate[]
   /** How often to ask the relays for epoch certificates (ms); default 30 s. A relay with an unknown key makes the client ask at once. */
@@ -332,13 +334,15 @@ export class RelaySessions {
    * and the relays' dedupe (which crosses epochs) orders it once.
    */
   private async moveTo(followed: FollowedCluster): Promise<void> {
+    const urls = urlsOf(followed.cluster, this.provenUrls(), this.urls)
     try {
-      await this.o.pinEpoch(followed)
-    } catch {
-      // Not stored: followed again from the stored epoch at the next start.
+      await this.o.pinEpoch(followed, urls)
+    } catch (err) {
+      // Not stored: the client moves all the same, and follows again from the stored epoch at its next start; the app hears why.
+      if (!this.closed) this.o.error(err instanceof SteadError ? err : new StorageError('io', `the committee of epoch ${followed.cluster.epoch ?? 0} was not stored: ${(err as Error).message}`, { cause: err }))
     }
     if (this.closed) return
-    this.urls = urlsOf(followed.cluster, this.provenUrls(), this.urls)
+    this.urls = urls
     for (const r of this.cluster?.relays ?? []) this.earlierKeys.add(toHex(r.publicKey))
     this.cluster = followed.cluster
     this.problem = undefined
