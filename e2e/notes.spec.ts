@@ -23,6 +23,11 @@ function spans(page: Page): Promise<string> {
   return page.evaluate(() => JSON.stringify((window as unknown as { steadNote: { spans: unknown } }).steadNote.spans))
 }
 
+/** The snippet's text as the page's client holds it (window.steadSnippet: the text handle). */
+function snippet(page: Page): Promise<string> {
+  return page.evaluate(() => (window as unknown as { steadSnippet: { value: string } }).steadSnippet.value)
+}
+
 /** What the editor shows, paragraph by paragraph, without the others' cursors drawn in it. */
 function shown(page: Page): Promise<string[]> {
   return page.evaluate(() => {
@@ -133,5 +138,39 @@ test.describe('the Notes page', () => {
     // And the next key goes where the caret is.
     await alice.page.keyboard.type('>')
     await expect.poll(() => shown(alice.page)).toEqual(['Fi>rst line', 'second!'])
+  })
+
+  test('the snippet (CodeMirror): a caret the browser moved keeps its place when a change comes in before the editor heard of the move', async () => {
+    const { alice } = users()
+    await alice.page.getByTestId('snippet-editor').locator('.cm-content').click()
+    await alice.page.keyboard.type('First line')
+    await alice.page.keyboard.press('Enter')
+    await alice.page.keyboard.type('second')
+    await expect.poll(() => snippet(alice.page)).toBe('First line\nsecond')
+    for (const at of ['end', 'start'] as const) {
+      // In one task, as a key and a message can come: the caret goes into the first line (the browser tells
+      // the editor with a selectionchange event, later), then a change of the text is applied, in another
+      // line or in the caret's own.
+      const caret = await alice.page.evaluate((at) => {
+        const line = document.querySelector('[data-testid=snippet-editor] .cm-line') as Node
+        const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT)
+        let node = walker.nextNode()
+        while (node && !node.textContent?.includes('rst line')) node = walker.nextNode()
+        // Right before 'rst line' (after 'Fi' and what was typed there before).
+        document.getSelection()?.collapse(node as Node, (node?.textContent ?? '').indexOf('rst line'))
+        const handle = (window as unknown as { steadSnippet: { length: number; insert(at: number, s: string): unknown } }).steadSnippet
+        handle.insert(at === 'end' ? handle.length : 0, at === 'end' ? '!' : '#')
+        return new Promise<{ text: string; offset: number }>((resolve) =>
+          requestAnimationFrame(() => setTimeout(() => {
+            const sel = document.getSelection()
+            resolve({ text: sel?.anchorNode?.textContent ?? '', offset: sel?.anchorOffset ?? -1 })
+          })),
+        )
+      }, at)
+      expect(caret.text.slice(caret.offset).startsWith('rst line'), `after a change at the ${at}: ${JSON.stringify(caret)}`).toBe(true)
+      // And the next key goes where the caret is.
+      await alice.page.keyboard.type('>')
+    }
+    await expect.poll(() => snippet(alice.page)).toBe('#Fi>>rst line\nsecond!')
   })
 })

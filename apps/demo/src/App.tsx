@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'react'
 import { ClusterPanel } from './components/ClusterPanel.tsx'
+import { CodeNotes } from './components/CodeNotes.tsx'
 import { Notes } from './components/Notes.tsx'
 import { OperationsLog } from './components/OperationsLog.tsx'
 import { Poll } from './components/Poll.tsx'
@@ -45,6 +46,7 @@ export function App() {
       ) : page === 'notes' ? (
         <main className="single">
           <RichNotes />
+          <CodeNotes />
         </main>
       ) : (
         <main>

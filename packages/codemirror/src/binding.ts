@@ -2,7 +2,7 @@ import { StateEffect } from '@codemirror/state'
 import { Decoration, type DecorationSet, type EditorView, type PluginValue, type ViewUpdate } from '@codemirror/view'
 import type { Presence, TextHandle } from '@stead/client'
 import { LocalCursor, remoteCursors, type CursorUser } from './cursors.ts'
-import { TextSync, fromText } from './sync.ts'
+import { TextSync, fromText, readPendingSelection } from './sync.ts'
 
 /** Dispatched when others' presence changed: their cursors are drawn again. */
 const peersChanged = StateEffect.define<null>()
@@ -85,6 +85,8 @@ export class Binding implements PluginValue {
   /** Others' presence changed: a transaction that only redraws their cursors. */
   private peersMoved(): void {
     if (this.destroyed) return
+    // Cursors drawn anew redraw the lines they are in: with the selection the view knows of.
+    readPendingSelection(this.view)
     try {
       this.view.dispatch({ effects: peersChanged.of(null) })
     } catch {

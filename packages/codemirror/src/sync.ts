@@ -152,6 +152,7 @@ export class TextSync {
   /** Dispatches what the text holds already; false if CodeMirror is mid-update (a dispatch from inside another plugin or listener) and refused it. */
   private dispatch(spec: TransactionSpec): boolean {
     if (this.updating) return false
+    readPendingSelection(this.view)
     try {
       this.view.dispatch({
         ...spec,
@@ -245,4 +246,18 @@ function isHigh(c: number): boolean {
 
 function isLow(c: number): boolean {
   return c >= 0xdc00 && c <= 0xdfff
+}
+
+/**
+ * Makes the view read a selection the browser changed but has not told it
+ * of yet: a caret moved by a click or a key (the browser's selectionchange
+ * event comes later, as a task of its own). A transaction dispatched before
+ * that event finds the page's selection elsewhere than the one CodeMirror
+ * read last, and CodeMirror puts its own back: the user's caret would jump
+ * back to where it was when another's change or cursor came in, and the
+ * next key land there. The view reads the selection on that event, so it is
+ * told now.
+ */
+export function readPendingSelection(view: EditorView): void {
+  if (view.hasFocus) view.dom.ownerDocument.dispatchEvent(new Event('selectionchange'))
 }
