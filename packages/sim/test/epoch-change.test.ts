@@ -1,5 +1,5 @@
 import { relayCommitteeOf } from '@stead/relay'
-import { toHex, type RelayCommittee } from '@stead/core'
+import { decodeEpochChange, toHex, type RelayCommittee } from '@stead/core'
 import { isStorageError, memoryStorage, type ClientStorage, type SteadError } from '@stead/client'
 import { describe, expect, it } from 'vitest'
 import { entryOf, epochOf, keepWriting, settledIn, type SimCluster } from '../src/index.ts'
@@ -203,6 +203,10 @@ describe('epoch changes', () => {
     const next: RelayCommittee = { f: 1, members: file.members.map((m, i) => (i === 1 ? { ...m, publicKey: rotated } : m)) }
     for (const i of [0, 2, 3]) await c.relays[i]!.backCommittee(1, next)
     await settledIn(c, [0, 1, 2, 3], 1)
+    // What it trusts on first use names where the epoch began: rounds signed before with r2's old key.
+    const startRound = decodeEpochChange(c.relays[0]!.node.epochCertificates()[0]!.change).startRound
+    expect(startRound).toBeGreaterThan(0)
+    for (const r of c.relays) expect(r.node.clusterDescriptor()).toMatchObject({ epoch: 1, startRound })
     const fresh = await world.client(c, { cluster: undefined })
     const read = (await fresh.space('s')).counter('n')
     await c.until('the newcomer holds the state', () => read.stable === 3 || undefined)

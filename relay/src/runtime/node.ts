@@ -711,8 +711,10 @@ export class RelayNode {
    * Clients without a pinned cluster require every relay they reach to
    * serve the same descriptor.
    */
-  clusterDescriptor(): { f: number; epoch: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
-    return { f: this.options.cluster.f, epoch: epochOf(this.committee), relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
+  clusterDescriptor(): { f: number; epoch: number; startRound?: number; relays: Array<{ id: string; publicKey: string; api: string }> } {
+    const epoch = epochOf(this.committee)
+    // A later epoch says where it began: a client that first meets the cluster then does not blame a relay for signing an earlier round with a key since rotated.
+    return { f: this.options.cluster.f, epoch, ...(epoch > 0 ? { startRound: genesisRoundOf(this.committee) } : {}), relays: this.options.cluster.relays.map((r) => ({ id: r.id, publicKey: toHex(r.publicKey), api: r.api })) }
   }
 
   /** The certificates of the epoch changes before this relay's epoch, oldest first (see @stead/core's followEpochs). */

@@ -56,7 +56,7 @@ export function parseClusterDescriptor(raw: unknown, where = 'cluster'): Cluster
 
 /** The same committee of the same epoch: f, and every relay's key in order. */
 export function sameCluster(a: ClusterDescriptor, b: ClusterDescriptor): boolean {
-  return (a.epoch ?? 0) === (b.epoch ?? 0) && a.f === b.f && a.relays.length === b.relays.length && a.relays.every((r, i) => bytesEqual(r.publicKey, (b.relays[i] as { publicKey: Uint8Array }).publicKey))
+  return (a.epoch ?? 0) === (b.epoch ?? 0) && (a.startRound ?? 0) === (b.startRound ?? 0) && a.f === b.f && a.relays.length === b.relays.length && a.relays.every((r, i) => bytesEqual(r.publicKey, (b.relays[i] as { publicKey: Uint8Array }).publicKey))
 }
 
 export function encodeCluster(c: ClusterDescriptor): Uint8Array {
