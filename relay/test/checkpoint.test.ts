@@ -113,6 +113,20 @@ describe('fetching a checkpoint', () => {
     expect(fetch.faults).toEqual([])
   })
 
+  it('takes the checkpoint an epoch certificate names from the one relay that holds it; any other still needs f+1', () => {
+    const fetch = new CheckpointFetch(committee, crypto.sha256, 39, open, { anchorRound: 40, digest: crypto.sha256(bytes) })
+    // Another checkpoint of that round, vouched for by one relay: not the certified one.
+    const other = encodeManifest({ ...manifest, spaces: [] })
+    expect(fetch.statement(statement(2, other))).toBeUndefined()
+    expect(fetch.statement(statement(3))).toEqual({ to: 3, anchorRound: 40, from: 0 })
+    // Its manifest must be the certified one too.
+    expect(fetch.part(3, { anchorRound: 40, from: 0, held: true, manifest: other, states: [] })).toEqual({ askAgain: true })
+    expect(fetch.faults[0]?.reason).toMatch(/manifest for round 40 that was not vouched for/)
+    expect(fetch.statement(statement(1))).toEqual({ to: 1, anchorRound: 40, from: 0 })
+    const { done } = fetch.part(1, { anchorRound: 40, from: 0, held: true, manifest: bytes, states: [state('a', 0), state('b', 1), state('c', 2)] })
+    expect(done?.statements.map((s) => s.author)).toEqual([1])
+  })
+
   it('moves to the next voucher when a source lies or no longer holds it, and starts over once every voucher failed', () => {
     const fetch = new CheckpointFetch(committee, crypto.sha256, 0, open)
     fetch.statement(statement(1))

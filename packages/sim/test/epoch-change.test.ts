@@ -86,6 +86,26 @@ describe('epoch changes', () => {
     expect(c.relays[6]!.node.status()).toMatchObject({ epoch: 1, peers: { total: 6 } })
   })
 
+  it('grows from 4 to 7 with two of the first four down after the change (f = 2 of the new committee): the new relays take the state the certificate names from the two left, and the five commit', async () => {
+    const c = await world.start({ seed: 12 })
+    const counter = (await (await world.client(c)).space('s')).counter('n')
+    await counter.increment(2, { safe: true })
+    const added = [c.addRelay(), c.addRelay(), c.addRelay()]
+    const next: RelayCommittee = { f: 2, members: [0, 1, 2, 3, 4, 5, 6].map((i) => entryOf(c, i)) }
+    for (const i of [0, 1, 2]) await c.relays[i]!.backCommittee(1, next)
+    await c.until('the first four in epoch 1', () => [0, 1, 2, 3].every((i) => epochOf(c, i) === 1))
+    // Two of the committee's seven are down: f+1 = 3 of it can no longer vouch for the starting state, but the
+    // certificate (2f+1 of the old committee) did.
+    await c.relays[2]!.down()
+    await c.relays[3]!.down()
+    for (const r of added) await r.up()
+    await settledIn(c, [0, 1, 4, 5, 6], 1)
+    expect([4, 5, 6].map((i) => c.relays[i]!.stableValue('s', 'n'))).toEqual([2, 2, 2])
+    expect((await counter.increment(1, { safe: true })).status).toBe('committed')
+    await settledIn(c, [0, 1, 4, 5, 6], 1)
+    expect([0, 1, 4, 5, 6].map((i) => c.relays[i]!.stableValue('s', 'n'))).toEqual([3, 3, 3, 3, 3])
+  })
+
   it('a client that followed a growth to 7 starts again with the four URLs of the app: it reaches all seven relays, and its safe updates commit', async () => {
     const c = await world.start({ seed: 11 })
     // The client's storage outlives it (as IndexedDB does a page): its close does not close this one.

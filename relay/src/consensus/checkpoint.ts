@@ -152,8 +152,10 @@ export interface CheckpointPart {
 
 /**
  * The fetching side, sans I/O: collects statements until f+1 relays vouch
- * for one checkpoint newer than the one this relay has, then pulls its
- * parts from one of them, checking each against what f+1 vouched for. A
+ * for one checkpoint newer than the one this relay has (or one relay
+ * holds the `certified` one: the checkpoint an epoch started from, whose
+ * digest 2f+1 of the committee before signed), then pulls its parts from
+ * one of them, checking each against what was vouched for. A
  * part that does not check out, or a peer that no longer holds the
  * checkpoint, moves it to the next voucher; `restart` (the caller's timer)
  * starts over from the statements.
@@ -177,27 +179,42 @@ export class CheckpointFetch<S> {
   /** Checkpoints at or below this round are of no use (the relay is already there). */
   private readonly above: number
   private readonly openState: (bytes: Uint8Array) => { readonly state: S; readonly space: string; readonly hash: Uint8Array }
+  /**
+   * A checkpoint already vouched for by an epoch certificate: a relay
+   * joining the epoch takes it from any one peer that holds it. Waiting
+   * for f+1 of the new committee could wait for ever: in a committee that
+   * grows, its new members hold nothing yet, and old ones may be down.
+   */
+  private readonly certified: CertifiedCheckpoint | undefined
 
-  constructor(committee: Committee, sha256: (bytes: Uint8Array) => Uint8Array, above: number, openState: (bytes: Uint8Array) => { readonly state: S; readonly space: string; readonly hash: Uint8Array }) {
+  constructor(
+    committee: Committee,
+    sha256: (bytes: Uint8Array) => Uint8Array,
+    above: number,
+    openState: (bytes: Uint8Array) => { readonly state: S; readonly space: string; readonly hash: Uint8Array },
+    certified?: CertifiedCheckpoint,
+  ) {
     this.committee = committee
     this.sha256 = sha256
     this.above = above
     this.openState = openState
+    this.certified = certified
   }
 
-  /** The round of the checkpoint being pulled, if one has f+1 vouchers. */
+  /** The round of the checkpoint being pulled, once f+1 vouch for one (or one holds the certified one). */
   get anchorRound(): number | undefined {
     return this.target?.anchorRound
   }
 
-  /** A verified statement from a peer; returns the first request once f+1 vouch for one checkpoint. */
+  /** A verified statement from a peer; returns the first request once f+1 vouch for one checkpoint, or one holds the certified one. */
   statement(s: CheckpointStatement): PartRequest | undefined {
     if (s.anchorRound <= this.above) return undefined
     const held = this.statements.get(s.author)
     if (!held || held.anchorRound < s.anchorRound) this.statements.set(s.author, s)
     if (this.target) return undefined
     const same = [...this.statements.values()].filter((x) => x.anchorRound === s.anchorRound && bytesEqual(x.digest, s.digest))
-    if (same.length < this.committee.f + 1) return undefined
+    const certified = this.certified !== undefined && s.anchorRound === this.certified.anchorRound && bytesEqual(s.digest, this.certified.digest)
+    if (!certified && same.length < this.committee.f + 1) return undefined
     this.target = { anchorRound: s.anchorRound, digest: s.digest, vouchers: same }
     this.source = 0
     this.failures = 0
@@ -216,12 +233,12 @@ export class CheckpointFetch<S> {
     if (p.from !== expected) return {}
     if (!p.held) return this.nextSource(relay, null)
     if (!this.manifest) {
-      if (!p.manifest || !bytesEqual(this.sha256(p.manifest), t.digest)) return this.nextSource(relay, `sent a checkpoint manifest for round ${t.anchorRound} that f+1 relays did not vouch for`)
+      if (!p.manifest || !bytesEqual(this.sha256(p.manifest), t.digest)) return this.nextSource(relay, `sent a checkpoint manifest for round ${t.anchorRound} that was not vouched for`)
       let value: CheckpointManifest
       try {
         value = decodeManifest(p.manifest)
       } catch (err) {
-        // f+1 vouched for these bytes, so a correct relay wrote them: this relay cannot read its peers.
+        // f+1 (or a certificate, 2f+1) vouched for these bytes, so a correct relay wrote them: this relay cannot read its peers.
         throw new SteadError('malformed', `the checkpoint of round ${t.anchorRound} that f+1 relays vouch for cannot be read here: ${(err as Error).message}`)
       }
       if (value.anchorRound !== t.anchorRound) throw new SteadError('malformed', `the checkpoint vouched for round ${t.anchorRound} names round ${value.anchorRound}`)
@@ -274,6 +291,13 @@ export class CheckpointFetch<S> {
     this.source++
     return { request: this.request(this.manifest ? this.spaces.length : 0) }
   }
+}
+
+/** The checkpoint an epoch certificate names: the state the epoch started from, at its start round. */
+export interface CertifiedCheckpoint {
+  readonly anchorRound: number
+  /** sha256 of its manifest. */
+  readonly digest: Uint8Array
 }
 
 /** See CheckpointFetch.part. */

@@ -6,6 +6,7 @@ import {
   encodeManifest,
   isCheckpointCommit,
   signStatement,
+  type CertifiedCheckpoint,
   type CommitRecord,
   type Committee,
   type FetchedCheckpoint,
@@ -170,7 +171,8 @@ export class RelayCheckpoints {
         if (outcome.done) {
           const fetched = outcome.done
           this.stop()
-          this.o.log.info({ round: fetched.manifest.anchorRound, spaces: fetched.spaces.length, vouchers: fetched.statements.map((s) => s.author) }, 'fetched a checkpoint f+1 relays vouch for')
+          const vouched = fetched.statements.length > this.o.committee.f ? 'f+1 relays vouch for' : 'the epoch certificate names'
+          this.o.log.info({ round: fetched.manifest.anchorRound, spaces: fetched.spaces.length, vouchers: fetched.statements.map((s) => s.author) }, `fetched a checkpoint ${vouched}`)
           this.o.host.install(fetched)
         } else if (outcome.request) this.request(outcome.request)
         else if (outcome.askAgain) this.o.host.broadcast({ kind: 'checkpoint-ask' })
@@ -195,20 +197,21 @@ export class RelayCheckpoints {
   /**
    * This relay is in an epoch whose starting state it does not hold (it
    * joined the committee, or it was behind when the epoch before ended):
-   * fetch a checkpoint f+1 of the committee vouch for, at or after the
-   * round the epoch started after.
+   * fetch the checkpoint the epoch's certificate names (`digest`: from any
+   * peer that holds it), or a later one f+1 of the committee vouch for.
    */
-  joining(startRound: number): void {
+  joining(startRound: number, digest: Uint8Array | undefined): void {
     if (this.fetching) return
-    this.o.log.info({ startRound }, "fetching the state this epoch started from: a checkpoint f+1 of the committee vouch for")
-    this.fetch(startRound - 1)
+    this.o.log.info({ startRound }, 'fetching the state this epoch started from: the checkpoint its certificate names, or a later one f+1 of the committee vouch for')
+    this.fetch(startRound - 1, digest && { anchorRound: startRound, digest })
   }
 
-  private fetch(committedRound: number): void {
-    const fetch = new CheckpointFetch(this.o.committee, (b) => this.o.crypto.sha256(b), committedRound, (bytes) => {
+  private fetch(committedRound: number, certified?: CertifiedCheckpoint): void {
+    const open = (bytes: Uint8Array) => {
       const state = decodeAuditState(bytes, (signed) => this.o.host.openEnvelope(signed))
       return { state: { state, bytes }, space: state.space, hash: auditStateHash((b) => this.o.crypto.sha256(b), state) }
-    })
+    }
+    const fetch = new CheckpointFetch(this.o.committee, (b) => this.o.crypto.sha256(b), committedRound, open, certified)
     const retry = (): void => {
       if (!this.fetching) return
       if (this.fetching.progress === 0) {

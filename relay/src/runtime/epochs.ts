@@ -9,7 +9,7 @@ export interface StoredEpoch {
   /** The file's settings with the epoch's committee (the file's own in epoch 0). */
   readonly cluster: ClusterConfig
   /** Undefined in epoch 0. */
-  readonly epoch: { readonly epoch: number; readonly startRound: number } | undefined
+  readonly epoch: { readonly epoch: number; readonly startRound: number; readonly stateDigest: Uint8Array } | undefined
 }
 
 /**
@@ -22,7 +22,7 @@ export function storedEpoch(kv: Kv, file: ClusterConfig): StoredEpoch {
   const last = storedChain(kv).at(-1)
   if (!last) return { cluster: file, epoch: undefined }
   const change = decodeEpochChange(last.change)
-  return { cluster: clusterInEpoch(file, change.next), epoch: { epoch: change.epoch, startRound: change.startRound } }
+  return { cluster: clusterInEpoch(file, change.next), epoch: { epoch: change.epoch, startRound: change.startRound, stateDigest: change.stateDigest } }
 }
 
 /**

@@ -28,8 +28,12 @@ export const relayCrypto: SyncCrypto = { sign: signSync, verify: verifySync, sha
 export interface RelayNodeOptions {
   /** The cluster as it stands in this relay's epoch (clusterInEpoch: the file's settings, the epoch's committee). */
   readonly cluster: ClusterConfig
-  /** The epoch the committee rules and the round it started after (default: the cluster file's epoch 0, from round 0). */
-  readonly epoch?: { readonly epoch: number; readonly startRound: number }
+  /**
+   * The epoch the committee rules, the round it started after and the
+   * digest of the checkpoint it started from, as its certificate names them
+   * (default: the cluster file's epoch 0, from round 0).
+   */
+  readonly epoch?: { readonly epoch: number; readonly startRound: number; readonly stateDigest?: Uint8Array }
   /**
    * The epoch ended (a committee change was decided, and 2f+1 of the
    * committee certified it): the certificate is durable in the store, and
@@ -411,7 +415,7 @@ export class RelayNode {
     )
     // Stopped at the epoch's end, before its certificate was complete: gather it again.
     if (this.ledger.epochEnd) this.endEpoch()
-    if (this.joining) this.checkpoints.joining(genesisRoundOf(this.committee))
+    if (this.joining) this.checkpoints.joining(genesisRoundOf(this.committee), this.options.epoch?.stateDigest)
   }
 
   /**
@@ -476,7 +480,7 @@ export class RelayNode {
       const replica = StableAudit.fromAuditState(this.ledger.replicaOptions(s.space), s.state.state, round)
       return encodeSpaceSnapshot({ space: s.space, checkpoint: replica.checkpoint(), lastAttested: s.lastAttested, ...(s.starter === undefined ? {} : { starter: s.starter }) })
     })
-    // It checked the checkpoint against f+1 statements: it vouches for it in turn, and serves it.
+    // It checked the checkpoint against f+1 statements (or the epoch certificate): it vouches for it in turn, and serves it.
     const statement = signStatement(this.crypto, this.options.secretKey, this.me, round, c.digest)
     const checkpoint: CheckpointWrite = { anchorRound: round, statement: statement.signed, manifest: c.manifestBytes, states: c.spaces.map((s) => ({ space: s.space, bytes: s.state.bytes })) }
     const before = this.core.committedRound
