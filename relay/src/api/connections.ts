@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { IncomingMessage, Server } from 'node:http'
 import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import { addressKey } from './address.ts'
 import { Shares } from './shares.ts'
 
@@ -48,6 +49,13 @@ export interface ConnectionCounts {
   readonly cap: number
 }
 
+/** The connections {@link guardConnections} holds: what it counts, and a way to end them all. */
+export interface GuardedConnections {
+  counts(): ConnectionCounts
+  /** Destroys every connection still open (the API is closing and gave them time enough). */
+  destroyAll(): void
+}
+
 /**
  * Caps the raw TCP connections of an HTTP server, per address and in all,
  * and closes a connection that sends no request within `firstRequestMs`.
@@ -59,7 +67,7 @@ export interface ConnectionCounts {
  * client of another address out.
  * `refused` is called for every connection closed by these limits.
  */
-export function guardConnections(server: Server, limits: ConnectionLimits, refused: (why: 'per-address' | 'total' | 'silent') => void): () => ConnectionCounts {
+export function guardConnections(server: Server, limits: ConnectionLimits, refused: (why: 'per-address' | 'total' | 'silent') => void): GuardedConnections {
   const cap = connectionCap(limits.maxHttpConnections, openFilesLimit())
   const conns = new Map<Socket, Conn>()
   /** Connections that have not sent a request yet, oldest first. */
@@ -110,6 +118,24 @@ export function guardConnections(server: Server, limits: ConnectionLimits, refus
     perAddress.delete(c.who, socket)
   }
   server.on('request', (req: IncomingMessage) => spoke(req.socket))
-  server.on('upgrade', (req: IncomingMessage) => spoke(req.socket))
-  return () => ({ open: conns.size, silent: silent.size, cap })
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex) => {
+    spoke(req.socket)
+    // With any 'upgrade' listener, Node hands every upgrade request to the listeners instead of answering it
+    // as a request. This one alone left (the WebSocket server stops taking sessions when the API closes, and
+    // clients whose sessions it closed ask again at once): nobody would answer, and the connection would hold
+    // the close up until it timed out (a relay moving to its next epoch sat in the old one for 70 s).
+    if (server.listenerCount('upgrade') === 1) socket.end(NO_SESSIONS, () => socket.destroy())
+  })
+  return {
+    counts: () => ({ open: conns.size, silent: silent.size, cap }),
+    destroyAll: () => {
+      for (const socket of [...conns.keys()]) {
+        socket.destroy()
+        forget(socket)
+      }
+    },
+  }
 }
+
+/** The answer to a WebSocket upgrade once the API takes no more sessions. */
+const NO_SESSIONS = 'HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'

@@ -358,14 +358,28 @@ export async function buildApi(node: RelayNode, options: Omit<ApiOptions, 'host'
     }, told(req))
   })
   app.get('/v1/ws', { websocket: true }, (socket, req) => sessions.open(wsSessionSocket(socket, req.socket), addressKey(req.socket.remoteAddress)))
-  app.addHook('onClose', async () => sessions.close())
   // Raw connections, before any request: capped per address and in all, and a silent one is closed soon.
-  guardConnections(app.server, limits, () => node.metrics.rejected.inc({ reason: 'rate-limited', source: 'http' }))
+  const connections = guardConnections(app.server, limits, () => node.metrics.rejected.inc({ reason: 'rate-limited', source: 'http' }))
+  // A close waits for every connection to end: an answer a client reads slowly or never, an upgrade nobody
+  // took. They get CLOSE_GRACE_MS, then are cut: no client can hold a relay that stops, or moves to its next
+  // epoch, in its old one.
+  let cutting: NodeJS.Timeout | undefined
+  app.addHook('preClose', async () => {
+    cutting = setTimeout(() => connections.destroyAll(), CLOSE_GRACE_MS)
+    cutting.unref()
+  })
+  app.addHook('onClose', async () => {
+    clearTimeout(cutting)
+    sessions.close()
+  })
   return { app, sessions }
 }
 
 /** An HTTP connection with no traffic either way for this long is closed (see createApi). */
 const HTTP_IDLE_MS = 80_000
+
+/** How long a closing API lets its connections finish before it cuts them. */
+export const CLOSE_GRACE_MS = 2000
 
 /** How long a proven head waits for f other relays' signatures (they may be a round or two behind). */
 const HEAD_PROOF_WAIT_MS = 3000
