@@ -326,7 +326,7 @@ describe('a relay back after its peers pruned the rounds it needs', () => {
       // Its log comes through a pipe: wait for the line rather than read it at once. (Runs that took no
       // checkpoint, one in three before, caught up from the blocks its peers had queued for it while it
       // was down and sent on reconnect: with 64 frames held, that path is closed here.)
-      await until('relay 3 to log that it started over from a checkpoint', () => (cluster.relays[2]!.log.includes('started over from a checkpoint f+1 relays vouch for') ? true : undefined), 10_000)
+      await until('relay 3 to log that it started over from a checkpoint', () => (cluster.relays[2]!.log.includes('started over from the checkpoint it fetched') ? true : undefined), 10_000)
       expect(cluster.relays[2]!.log).toContain('fetched a checkpoint f+1 relays vouch for')
       expect(cluster.relays[2]!.log).not.toContain('not installing it')
     } finally {

@@ -492,7 +492,7 @@ export class RelayNode {
     this.admission.access.clear()
     this.activity.pendingSince = null
     this.load()
-    this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from a checkpoint f+1 relays vouch for')
+    this.log.info({ from: before, to: round, spaces: spaces.length }, 'started over from the checkpoint it fetched')
     this.loop.queue.push(() => this.core.start())
     // The blocks after the checkpoint went with the DAG it replaced; an idle cluster sends no new ones: ask for them.
     this.loop.queue.push(() => this.options.mesh.connectedPeers().map((to): Output => ({ type: 'send', to, message: { kind: 'sync', fromRound: round + 1 } })))
