@@ -35,7 +35,7 @@ describe('a relay taking epoch certificates from its peers', () => {
     const kv = new MemoryKv()
     expect(await adoptEpochChain(kv, file, [e1, e2])).toMatchObject({ epoch: 2, startRound: 50 })
     const stored = storedEpoch(kv, file)
-    expect(stored.epoch).toEqual({ epoch: 2, startRound: 50 })
+    expect(stored.epoch).toEqual({ epoch: 2, startRound: 50, stateDigest: digest })
     expect(stored.cluster.relays.map((r) => r.id)).toEqual(['r6', 'r2', 'r3', 'r5'])
     // Later, from where the store is: a chain it already holds changes nothing.
     expect(await adoptEpochChain(kv, file, [e1, e2])).toMatchObject({ epoch: 2 })
