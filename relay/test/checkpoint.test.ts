@@ -255,7 +255,7 @@ async function behindPastRetention(hub: Hub): Promise<Array<{ msg: string; [k: s
   expect(back.spaceQuota?.held(authorId)).toBe(3)
   for (const s of ['a', 'b', 'c']) expect(back.spaceQuota?.starterOf(s)).toBe(authorId)
   // It took a checkpoint, not the blocks (the others no longer hold them).
-  const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from a checkpoint'))
+  const installed = logs.map((l) => JSON.parse(l) as { msg: string; from?: number; to?: number }).find((l) => l.msg.startsWith('started over from the checkpoint'))
   expect(installed?.from).toBe(leftAt)
   expect(installed?.to).toBeGreaterThan(leftAt + 20)
   // And it commits on with the others.
